@@ -1,0 +1,15 @@
+#include "nanomind.h"
+
+const char *nm_status_str(nm_status s) {
+    switch (s) {
+    case NM_OK: return "ok";
+    case NM_ERR_INVALID_ARG: return "invalid argument";
+    case NM_ERR_IO: return "i/o error";
+    case NM_ERR_FORMAT: return "malformed input";
+    case NM_ERR_UNSUPPORTED: return "unsupported";
+    case NM_ERR_NOMEM: return "out of memory";
+    case NM_ERR_RANGE: return "out of range";
+    case NM_ERR_TEMPLATE: return "unknown chat template";
+    }
+    return "unknown status";
+}

@@ -1,0 +1,85 @@
+// Tensor element types and their kernels.
+//
+// Block layouts are bit-compatible with the GGUF files written by llama.cpp
+// (ggml type numbering). Every type has a scalar reference (`_ref`): it is the
+// spec, the fallback, and what SIMD variants are tested against.
+//
+// Kernels operate on whole rows: `n` must be a multiple of the type's block size.
+#ifndef NM_QUANT_H
+#define NM_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+// ggml numbering (GGUF tensor type field).
+enum nm_type {
+    NM_TYPE_F32 = 0,
+    NM_TYPE_F16 = 1,
+    NM_TYPE_Q4_0 = 2,
+    NM_TYPE_Q4_1 = 3,
+    NM_TYPE_Q5_0 = 6,
+    NM_TYPE_Q5_1 = 7,
+    NM_TYPE_Q8_0 = 8,
+    NM_TYPE_Q8_1 = 9,
+    NM_TYPE_Q2_K = 10,
+    NM_TYPE_Q3_K = 11,
+    NM_TYPE_Q4_K = 12,
+    NM_TYPE_Q5_K = 13,
+    NM_TYPE_Q6_K = 14,
+    NM_TYPE_Q8_K = 15,
+    NM_TYPE_BF16 = 30,
+    NM_TYPE_MXFP4 = 39,
+    NM_TYPE_COUNT = 40
+};
+
+#define NM_QK 32    // block size of the legacy formats and MXFP4
+#define NM_QK_K 256 // super-block size of the K formats
+
+typedef struct nm_type_traits {
+    const char *name;   // "q4_K", as llama.cpp prints it
+    int64_t blck_size;  // elements per block
+    size_t type_size;   // bytes per block
+    bool supported;     // we have kernels for it
+} nm_type_traits;
+
+// Traits of `type`, or NULL if the number is not a known type.
+const nm_type_traits *nm_type_traits_get(uint32_t type);
+// Bytes of a row of n elements; 0 if the type is unknown or n is not a multiple
+// of its block size.
+size_t nm_row_size(uint32_t type, int64_t n);
+
+// ---- half precision ----------------------------------------------------------
+float nm_fp16_to_fp32(uint16_t h);
+uint16_t nm_fp32_to_fp16(float f); // round to nearest even
+float nm_bf16_to_fp32(uint16_t h);
+uint16_t nm_fp32_to_bf16(float f); // round to nearest even, NaN kept quiet
+float nm_e8m0_to_fp32_half(uint8_t e); // 2^(e-128): the MXFP4 scale convention of ggml
+
+// ---- reference kernels ---------------------------------------------------------
+// dst[0..n) = dequantized src row.
+void nm_dequantize_row_ref(uint32_t type, const void *src, float *dst, int64_t n);
+// Quantizes n floats into dst (nm_row_size(type, n) bytes). Same algorithm as
+// llama.cpp's reference quantizers (no importance matrix).
+void nm_quantize_row_ref(uint32_t type, const float *src, void *dst, int64_t n);
+// Fused dequant-dot: sum_i w[i] * x[i], unpacking w block by block in registers
+// (no dequantized copy of the row).
+float nm_vec_dot_ref(uint32_t type, const void *w, const float *x, int64_t n);
+
+// ---- dispatch -------------------------------------------------------------------
+typedef float (*nm_dot_fn)(const void *restrict w, const float *restrict x, int64_t n);
+typedef void (*nm_dequant_fn)(const void *restrict src, float *restrict dst, int64_t n);
+
+typedef struct nm_kernels {
+    const char *name;                  // "ref", "avx2", "neon"
+    nm_dot_fn dot[NM_TYPE_COUNT];      // NULL where the type is unsupported
+    nm_dequant_fn dequant[NM_TYPE_COUNT];
+} nm_kernels;
+
+// The kernel table for this CPU, chosen once (thread-safe) from the CPU
+// features. NM_FORCE_REF=1 in the environment forces the reference kernels.
+const nm_kernels *nm_kernels_get(void);
+// The reference table (always available).
+const nm_kernels *nm_kernels_ref(void);
+
+#endif

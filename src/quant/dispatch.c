@@ -1,0 +1,70 @@
+// Kernel tables: the scalar reference, and the one chosen for this CPU.
+#include <assert.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "quant/kernels_impl.h"
+
+typedef void (*quantize_fn)(const float *restrict src, void *restrict dst, int64_t n);
+
+#define NM_EACH_TYPE(X)                                                                           \
+    X(F32, f32) X(F16, f16) X(BF16, bf16) X(Q4_0, q4_0) X(Q4_1, q4_1) X(Q5_0, q5_0) X(Q5_1, q5_1) \
+    X(Q8_0, q8_0) X(Q8_1, q8_1) X(MXFP4, mxfp4) X(Q2_K, q2_K) X(Q3_K, q3_K) X(Q4_K, q4_K)         \
+    X(Q5_K, q5_K) X(Q6_K, q6_K) X(Q8_K, q8_K)
+
+#define DOT_ENTRY(T, t) [NM_TYPE_##T] = nm_dot_##t##_ref,
+#define DEQ_ENTRY(T, t) [NM_TYPE_##T] = nm_dequant_##t##_ref,
+#define QUANT_ENTRY(T, t) [NM_TYPE_##T] = nm_quantize_##t##_ref,
+
+static const nm_kernels ref_table = {
+    .name = "ref",
+    .dot = {NM_EACH_TYPE(DOT_ENTRY)},
+    .dequant = {NM_EACH_TYPE(DEQ_ENTRY)},
+};
+static const quantize_fn quantize_table[NM_TYPE_COUNT] = {NM_EACH_TYPE(QUANT_ENTRY)};
+
+const nm_kernels *nm_kernels_ref(void) { return &ref_table; }
+
+// Callers check nm_type_traits_get(type)->supported first; an unknown type
+// here is a bug of ours.
+void nm_dequantize_row_ref(uint32_t type, const void *src, float *dst, int64_t n) {
+    assert(type < NM_TYPE_COUNT && ref_table.dequant[type]);
+    if (type < NM_TYPE_COUNT && ref_table.dequant[type]) ref_table.dequant[type](src, dst, n);
+}
+
+void nm_quantize_row_ref(uint32_t type, const float *src, void *dst, int64_t n) {
+    assert(type < NM_TYPE_COUNT && quantize_table[type]);
+    if (type < NM_TYPE_COUNT && quantize_table[type]) quantize_table[type](src, dst, n);
+}
+
+float nm_vec_dot_ref(uint32_t type, const void *w, const float *x, int64_t n) {
+    assert(type < NM_TYPE_COUNT && ref_table.dot[type]);
+    if (type < NM_TYPE_COUNT && ref_table.dot[type]) return ref_table.dot[type](w, x, n);
+    return NAN;
+}
+
+static nm_kernels chosen;
+static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
+
+static void choose(void) {
+    chosen = ref_table;
+    const char *force = getenv("NM_FORCE_REF");
+    if (force && force[0] == '1') return;
+#if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+        const nm_kernels *simd = nm_kernels_avx2();
+        chosen.name = simd->name;
+        for (int t = 0; t < NM_TYPE_COUNT; t++) { // keep ref where the SIMD table has a hole
+            if (simd->dot[t]) chosen.dot[t] = simd->dot[t];
+            if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
+        }
+    }
+#endif
+}
+
+const nm_kernels *nm_kernels_get(void) {
+    pthread_once(&chosen_once, choose);
+    return &chosen;
+}

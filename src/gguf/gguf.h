@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "nanomind.h"
 
@@ -101,6 +102,17 @@ const char *nm_gguf_vtype_name(uint32_t vtype);
 // Compare an nm_str with a C string.
 bool nm_str_eq(nm_str s, const char *c);
 
+// Bytes taken by one value of `type` at p, which must lie in an opened (hence
+// validated) file. For ARRAY, p points at the element type that starts the
+// array (as the elements of an array of arrays do; kv->data of an ARRAY kv
+// points past it, at the first element). 0 for an unknown type.
+uint64_t nm_gguf_value_size(uint32_t type, const void *p);
+
+// Prints the header, every kv (long strings and arrays abbreviated: type,
+// count, first elements) and a tensor table (name, type, shape, bytes) to f.
+// Used by `nanomind info MODEL`.
+void nm_gguf_print_info(const nm_gguf *g, FILE *f);
+
 // ---- writer ----------------------------------------------------------------
 // Builds a GGUF v3 file in memory (metadata and tensor descriptors) and writes
 // it with the tensor data, each tensor aligned to `alignment`.
@@ -128,6 +140,14 @@ nm_status nm_gguf_writer_add_raw(nm_gguf_writer *w, const char *key, uint32_t ty
 // from type and shape) is borrowed until nm_gguf_writer_write returns.
 nm_status nm_gguf_writer_add_tensor(nm_gguf_writer *w, const char *name, uint32_t type,
                                     uint32_t n_dims, const int64_t *ne, const void *data);
+// A u32 `general.alignment` added with nm_gguf_writer_add_u32 sets the
+// alignment (a nonzero power of two, else NM_ERR_INVALID_ARG); default 32.
+// Keys and tensor names must be unique (NM_ERR_INVALID_ARG).
 nm_status nm_gguf_writer_write(nm_gguf_writer *w, const char *path);
+// Same into a malloc'd buffer: on success *out (caller frees with free()) holds
+// *out_size bytes.
+nm_status nm_gguf_writer_write_buf(nm_gguf_writer *w, uint8_t **out, size_t *out_size);
+// Message of the last failed call on w; "" if none. Borrowed until the next call.
+const char *nm_gguf_writer_last_error(const nm_gguf_writer *w);
 
 #endif

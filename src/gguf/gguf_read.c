@@ -380,10 +380,13 @@ static nm_status parse_tensor_info(reader *r, nm_gguf *g, int64_t i) {
     if ((st = rd_u32(r, &t->type, "type"))) return st;
     const nm_type_traits *tr = nm_type_traits_get(t->type);
     if (!tr) return fail(r, NM_ERR_FORMAT, "unknown tensor type %u", t->type);
-    size_t row = nm_row_size(t->type, t->ne[0]);
-    if (row == 0 || t->ne[0] % tr->blck_size != 0)
+    if (t->ne[0] % tr->blck_size != 0)
         return fail(r, NM_ERR_FORMAT, "row of %lld elements is not a multiple of the %s block (%lld)",
                     (long long)t->ne[0], tr->name, (long long)tr->blck_size);
+    size_t row = nm_row_size(t->type, t->ne[0]);
+    if (row == 0)
+        return fail(r, NM_ERR_FORMAT, "byte size of a %s row of %lld elements overflows", tr->name,
+                    (long long)t->ne[0]);
     if (__builtin_mul_overflow((uint64_t)row, (uint64_t)(nelem / t->ne[0]), &t->nbytes))
         return fail(r, NM_ERR_FORMAT, "byte size overflows (%lld rows of %zu bytes)",
                     (long long)(nelem / t->ne[0]), row);

@@ -440,6 +440,425 @@ NM_TEST(open_errors) {
     NM_CHECK(strlen(small) == 7);
 }
 
+// ---- corrupt files ------------------------------------------------------------------
+
+static void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static void put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+// A small valid file (~400 bytes) whose fields the corrupt cases patch.
+static uint8_t *make_seed(size_t *size) {
+    static float a[8];
+    static uint8_t b[36];
+    static uint16_t c[8];
+    fill((uint8_t *)a, sizeof a, 1);
+    fill(b, sizeof b, 2);
+    fill((uint8_t *)c, sizeof c, 3);
+    nm_gguf_writer *w = nm_gguf_writer_create();
+    if (!w) return NULL;
+    static const uint32_t u[3] = {1, 2, 3};
+    static const char *const strs[2] = {"a", "bc"};
+    wb raw = {0};
+    wb_u32(&raw, NM_GGUF_ARRAY); // [[7], [8, 9]]
+    wb_u64(&raw, 2);
+    wb_u32(&raw, NM_GGUF_UINT32);
+    wb_u64(&raw, 1);
+    wb_u32(&raw, 7);
+    wb_u32(&raw, NM_GGUF_UINT32);
+    wb_u64(&raw, 2);
+    wb_u32(&raw, 8);
+    wb_u32(&raw, 9);
+    int bad = nm_gguf_writer_add_str(w, "general.architecture", "llama");
+    bad |= nm_gguf_writer_add_arr(w, "t.arr_u32", NM_GGUF_UINT32, u, 3);
+    bad |= nm_gguf_writer_add_arr_str(w, "t.arr_str", strs, 2);
+    bad |= nm_gguf_writer_add_raw(w, "t.nested", NM_GGUF_ARRAY, raw.b, raw.n);
+    bad |= nm_gguf_writer_add_tensor(w, "a.weight", NM_TYPE_F32, 1, (int64_t[]){8}, a);
+    bad |= nm_gguf_writer_add_tensor(w, "b.weight", NM_TYPE_Q4_0, 2, (int64_t[]){32, 2}, b);
+    bad |= nm_gguf_writer_add_tensor(w, "c.weight", NM_TYPE_F16, 2, (int64_t[]){4, 2}, c);
+    uint8_t *buf = bad ? NULL : write_buf(w, size);
+    nm_gguf_writer_free(w);
+    return buf;
+}
+
+// Byte offsets of the seed's fields, found by reading it.
+typedef struct layout {
+    size_t kv_keylen[4], kv_type[4], kv_data[4];
+    size_t t_namelen[3], t_ndims[3], t_ne[3], t_type[3], t_off[3];
+    size_t header_end, data_off, data_end;
+} layout;
+
+static bool seed_layout(const uint8_t *buf, size_t size, layout *l) {
+    nm_gguf *g = NULL;
+    if (nm_gguf_open_memory(buf, size, &g, NULL, 0) != NM_OK) return false;
+    if (nm_gguf_n_kv(g) != 4 || nm_gguf_n_tensors(g) != 3) { nm_gguf_close(g); return false; }
+    for (int i = 0; i < 4; i++) {
+        const nm_gguf_kv *kv = nm_gguf_kv_at(g, i);
+        l->kv_keylen[i] = (size_t)((const uint8_t *)kv->key.ptr - buf) - 8;
+        l->kv_type[i] = (size_t)((const uint8_t *)kv->key.ptr - buf) + kv->key.len;
+        l->kv_data[i] = (size_t)(kv->data - buf);
+    }
+    l->data_end = 0;
+    for (int i = 0; i < 3; i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(g, i);
+        l->t_namelen[i] = (size_t)((const uint8_t *)t->name.ptr - buf) - 8;
+        l->t_ndims[i] = (size_t)((const uint8_t *)t->name.ptr - buf) + t->name.len;
+        l->t_ne[i] = l->t_ndims[i] + 4;
+        l->t_type[i] = l->t_ne[i] + 8 * t->n_dims;
+        l->t_off[i] = l->t_type[i] + 4;
+        size_t end = (size_t)((const uint8_t *)t->data - buf) + t->nbytes;
+        if (end > l->data_end) l->data_end = end;
+    }
+    l->header_end = l->t_off[2] + 8;
+    l->data_off = nm_gguf_data_offset(g);
+    nm_gguf_close(g);
+    return true;
+}
+
+typedef struct gcase {
+    char name[48];
+    uint8_t *buf;
+    size_t size;
+    nm_status want; // NM_OK for the valid ones
+} gcase;
+
+typedef struct gcases {
+    gcase c[160];
+    int n;
+} gcases;
+
+static void add_case(gcases *cs, const char *name, const uint8_t *buf, size_t size, nm_status want) {
+    if (cs->n >= (int)(sizeof cs->c / sizeof cs->c[0]) || !buf) return;
+    gcase *c = &cs->c[cs->n++];
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->buf = malloc(size ? size : 1);
+    memcpy(c->buf, buf, size);
+    c->size = size;
+    c->want = want;
+}
+
+// The seed with a u32 / u64 / bytes patched at off.
+static void add_u32(gcases *cs, const char *name, const uint8_t *seed, size_t size, size_t off,
+                    uint32_t v, nm_status want) {
+    add_case(cs, name, seed, size, want);
+    put_u32(cs->c[cs->n - 1].buf + off, v);
+}
+static void add_u64(gcases *cs, const char *name, const uint8_t *seed, size_t size, size_t off,
+                    uint64_t v) {
+    add_case(cs, name, seed, size, NM_ERR_FORMAT);
+    put_u64(cs->c[cs->n - 1].buf + off, v);
+}
+static void add_bytes(gcases *cs, const char *name, const uint8_t *seed, size_t size, size_t off,
+                      const char *bytes) {
+    add_case(cs, name, seed, size, NM_ERR_FORMAT);
+    memcpy(cs->c[cs->n - 1].buf + off, bytes, strlen(bytes));
+}
+
+// A file with `key` of type `type` holding raw bytes, plus one tensor.
+static void add_raw_file(gcases *cs, const char *name, const char *key, uint32_t type,
+                         const void *bytes, size_t n, nm_status want) {
+    static const float x[4] = {1, 2, 3, 4};
+    nm_gguf_writer *w = nm_gguf_writer_create();
+    if (!w) return;
+    nm_gguf_writer_add_str(w, "general.architecture", "llama");
+    nm_gguf_writer_add_raw(w, key, type, bytes, n);
+    nm_gguf_writer_add_tensor(w, "x", NM_TYPE_F32, 1, (int64_t[]){4}, x);
+    size_t size = 0;
+    uint8_t *buf = write_buf(w, &size);
+    add_case(cs, name, buf, size, want);
+    free(buf);
+    nm_gguf_writer_free(w);
+}
+
+// Arrays nested `depth` deep around one u8.
+static void add_nested(gcases *cs, const char *name, int depth, nm_status want) {
+    wb raw = {0};
+    for (int i = 1; i < depth; i++) {
+        wb_u32(&raw, NM_GGUF_ARRAY);
+        wb_u64(&raw, 1);
+    }
+    wb_u32(&raw, NM_GGUF_UINT8);
+    wb_u64(&raw, 1);
+    raw.b[raw.n++] = 42;
+    add_raw_file(cs, name, "t.deep", NM_GGUF_ARRAY, raw.b, raw.n, want);
+}
+
+// Every named case (valid ones included); truncations are generated by the callers.
+static bool make_cases(gcases *cs, uint8_t **seed_out, size_t *seed_size, layout *l) {
+    size_t n = 0;
+    uint8_t *s = make_seed(&n);
+    if (!s || !seed_layout(s, n, l)) { free(s); return false; }
+    *seed_out = s;
+    *seed_size = n;
+    const nm_status F = NM_ERR_FORMAT, U = NM_ERR_UNSUPPORTED;
+    const uint64_t H63 = 1ull << 63, MAX = UINT64_MAX;
+
+    add_case(cs, "ok-seed", s, n, NM_OK);
+    {
+        uint8_t *t = malloc(n + 100);
+        memcpy(t, s, n);
+        fill(t + n, 100, 9);
+        add_case(cs, "ok-trailing-bytes", t, n + 100, NM_OK);
+        free(t);
+    }
+    add_nested(cs, "ok-nested-depth8", 8, NM_OK);
+    {
+        nm_gguf_writer *w = nm_gguf_writer_create();
+        size_t en = 0;
+        uint8_t *e = write_buf(w, &en);
+        add_case(cs, "ok-empty", e, en, NM_OK);
+        add_case(cs, "ok-empty-unpadded", e, 24, NM_OK);
+        free(e);
+        nm_gguf_writer_free(w);
+    }
+
+    add_bytes(cs, "bad-magic", s, n, 0, "GGUX");
+    add_bytes(cs, "bad-magic-ggml", s, n, 0, "ggml");
+    add_u32(cs, "bad-version-0", s, n, 4, 0, U);
+    add_u32(cs, "bad-version-1", s, n, 4, 1, U);
+    add_u32(cs, "bad-version-4", s, n, 4, 4, U);
+    add_u32(cs, "bad-version-99", s, n, 4, 99, U);
+    add_u32(cs, "bad-version-bigendian", s, n, 4, 0x03000000u, U);
+
+    add_u64(cs, "bad-n-tensors-2e63", s, n, 8, H63);
+    add_u64(cs, "bad-n-tensors-max", s, n, 8, MAX);
+    add_u64(cs, "bad-n-tensors-1e6", s, n, 8, 1000000);
+    add_u64(cs, "bad-n-kv-2e63", s, n, 16, H63);
+    add_u64(cs, "bad-n-kv-max", s, n, 16, MAX);
+    add_u64(cs, "bad-n-kv-1e6", s, n, 16, 1000000);
+
+    add_u64(cs, "bad-key-len-max", s, n, l->kv_keylen[0], MAX);
+    add_u64(cs, "bad-key-len-2e63", s, n, l->kv_keylen[0], H63);
+    add_u64(cs, "bad-key-len-filesize", s, n, l->kv_keylen[1], n);
+    add_u64(cs, "bad-str-len-max", s, n, l->kv_data[0], MAX);
+    add_u64(cs, "bad-str-len-filesize", s, n, l->kv_data[0], n);
+    add_u32(cs, "bad-vtype-13", s, n, l->kv_type[0], 13, F);
+    add_u32(cs, "bad-vtype-max", s, n, l->kv_type[2], UINT32_MAX, F);
+
+    // t.arr_u32: type at kv_type[1], elem type +4, count +8.
+    add_u64(cs, "bad-arr-n-2e62", s, n, l->kv_type[1] + 8, 1ull << 62); // x4 wraps
+    add_u64(cs, "bad-arr-n-max", s, n, l->kv_type[1] + 8, MAX);
+    add_u64(cs, "bad-arr-n-past-end", s, n, l->kv_type[1] + 8, n / 4);
+    add_u32(cs, "bad-arr-elem-type-13", s, n, l->kv_type[1] + 4, 13, F);
+    add_u32(cs, "bad-arr-elem-type-max", s, n, l->kv_type[1] + 4, UINT32_MAX, F);
+    // t.arr_str: count, and the first string's length.
+    add_u64(cs, "bad-str-arr-n-max", s, n, l->kv_type[2] + 8, MAX);
+    add_u64(cs, "bad-str-arr-n-2e61", s, n, l->kv_type[2] + 8, 1ull << 61); // x8 wraps
+    add_u64(cs, "bad-str-arr-elem-len-max", s, n, l->kv_data[2], MAX);
+    // t.nested: outer count, first inner array's type and count.
+    add_u64(cs, "bad-nested-n-max", s, n, l->kv_type[3] + 8, MAX);
+    add_u64(cs, "bad-nested-inner-n-max", s, n, l->kv_data[3] + 4, MAX);
+    add_u64(cs, "bad-nested-inner-n-2e62", s, n, l->kv_data[3] + 4, 1ull << 62);
+    add_u32(cs, "bad-nested-inner-type-99", s, n, l->kv_data[3], 99, F);
+    add_nested(cs, "bad-nested-depth9", 9, F);
+
+    add_bytes(cs, "bad-dup-key", s, n, l->kv_keylen[2] + 8 + 6, "u32");
+    add_bytes(cs, "bad-dup-tensor", s, n, l->t_namelen[1] + 8, "a");
+
+    // Tensor 0: a.weight f32 [8]; 1: b.weight q4_0 [32, 2]; 2: c.weight f16 [4, 2] (last in data).
+    add_u64(cs, "bad-tensor-name-len-max", s, n, l->t_namelen[0], MAX);
+    add_u32(cs, "bad-tensor-type-4", s, n, l->t_type[0], 4, F);
+    add_u32(cs, "bad-tensor-type-40", s, n, l->t_type[1], 40, F);
+    add_u32(cs, "bad-tensor-type-max", s, n, l->t_type[2], UINT32_MAX, F);
+    add_u32(cs, "bad-tensor-block", s, n, l->t_type[0], NM_TYPE_Q4_0, F); // 8 % 32
+    add_u32(cs, "bad-n-dims-0", s, n, l->t_ndims[0], 0, F);
+    add_u32(cs, "bad-n-dims-5", s, n, l->t_ndims[1], 5, F);
+    add_u32(cs, "bad-n-dims-max", s, n, l->t_ndims[2], UINT32_MAX, F);
+    add_u64(cs, "bad-ne0-zero", s, n, l->t_ne[0], 0);
+    add_u64(cs, "bad-ne1-zero", s, n, l->t_ne[1] + 8, 0);
+    add_u64(cs, "bad-ne-2e63", s, n, l->t_ne[1], H63);
+    add_u64(cs, "bad-ne-max", s, n, l->t_ne[2] + 8, MAX);
+    add_u64(cs, "bad-ne-product-overflow", s, n, l->t_ne[1] + 8, 1ull << 62);
+    add_u64(cs, "bad-row-size-overflow", s, n, l->t_ne[0], 1ull << 62);
+    add_u64(cs, "bad-ne-past-end", s, n, l->t_ne[2] + 8, 1000);
+    add_u64(cs, "bad-offset-past-end", s, n, l->t_off[2], (n + 31) / 32 * 32);
+    add_u64(cs, "bad-offset-max", s, n, l->t_off[0], MAX - 31); // aligned, start overflows
+    add_u64(cs, "bad-offset-misaligned-1", s, n, l->t_off[1], 33);
+    add_u64(cs, "bad-offset-misaligned-16", s, n, l->t_off[2], 16);
+
+    uint32_t a0 = 0, a3 = 3;
+    uint64_t a64 = 32;
+    int32_t ai = 32;
+    add_raw_file(cs, "bad-align-0", "general.alignment", NM_GGUF_UINT32, &a0, 4, F);
+    add_raw_file(cs, "bad-align-3", "general.alignment", NM_GGUF_UINT32, &a3, 4, F);
+    add_raw_file(cs, "bad-align-u64", "general.alignment", NM_GGUF_UINT64, &a64, 8, F);
+    add_raw_file(cs, "bad-align-i32", "general.alignment", NM_GGUF_INT32, &ai, 4, F);
+    add_raw_file(cs, "bad-align-str", "general.alignment", NM_GGUF_STRING,
+                 "\x02\0\0\0\0\0\0\0" "32", 10, F);
+    return true;
+}
+
+static void free_cases(gcases *cs) {
+    for (int i = 0; i < cs->n; i++) free(cs->c[i].buf);
+    cs->n = 0;
+}
+
+// Touches everything an opened file exposes, as a loader would.
+static uint64_t walk(const nm_gguf *g) {
+    uint64_t h = 0;
+    for (int64_t i = 0; i < nm_gguf_n_kv(g); i++) {
+        const nm_gguf_kv *kv = nm_gguf_kv_at(g, i);
+        for (uint64_t j = 0; j < kv->key.len; j++) h = h * 31 + (uint8_t)kv->key.ptr[j];
+        if (kv->type == NM_GGUF_ARRAY) {
+            const uint8_t *p = kv->data;
+            for (uint64_t j = 0; j < kv->arr_n; j++) {
+                uint64_t sz = nm_gguf_value_size(kv->arr_type, p);
+                if (sz) h += p[sz - 1];
+                p += sz;
+            }
+        } else {
+            uint64_t sz = nm_gguf_value_size(kv->type, kv->data);
+            if (sz) h += kv->data[sz - 1];
+        }
+    }
+    for (int64_t i = 0; i < nm_gguf_n_tensors(g); i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(g, i);
+        const uint8_t *d = t->data;
+        h += d[0] + d[t->nbytes - 1];
+    }
+    return h;
+}
+
+// Opens a copy of exactly `size` bytes (so ASan sees any read past the end).
+static nm_status open_copy(const uint8_t *buf, size_t size, char *err, size_t err_size) {
+    uint8_t *copy = malloc(size ? size : 1);
+    memcpy(copy, buf, size);
+    nm_gguf *g = NULL;
+    nm_status st = nm_gguf_open_memory(copy, size, &g, err, err_size);
+    if (st == NM_OK) {
+        (void)walk(g);
+        nm_gguf_close(g);
+    } else if (g != NULL) {
+        st = NM_ERR_INVALID_ARG; // *out must stay NULL on failure
+    }
+    free(copy);
+    return st;
+}
+
+NM_TEST(corrupt_named_cases) {
+    gcases *cs = calloc(1, sizeof *cs);
+    uint8_t *seed = NULL;
+    size_t n = 0;
+    layout l;
+    NM_CHECK(cs && make_cases(cs, &seed, &n, &l));
+    if (!cs || !seed) { free(cs); return; }
+    NM_CHECK(cs->n >= 60);
+    for (int i = 0; i < cs->n; i++) {
+        char err[256] = "";
+        nm_status st = open_copy(cs->c[i].buf, cs->c[i].size, err, sizeof err);
+        if (st != cs->c[i].want || (st != NM_OK && err[0] == '\0')) {
+            fprintf(stderr, "  %s: got %d (%s), want %d\n", cs->c[i].name, st, err, cs->c[i].want);
+            *nmtest_failed = 1;
+        }
+        if (st != NM_OK && verbose()) printf("    %-28s %s\n", cs->c[i].name, err);
+    }
+    free_cases(cs);
+    free(cs);
+    free(seed);
+}
+
+NM_TEST(corrupt_truncated_everywhere) {
+    uint8_t *seed = NULL;
+    size_t n = 0;
+    layout l;
+    gcases *cs = calloc(1, sizeof *cs);
+    NM_CHECK(cs && make_cases(cs, &seed, &n, &l));
+    if (!cs || !seed) { free(cs); return; }
+    free_cases(cs);
+    NM_CHECK(l.data_end <= n && l.data_end > l.data_off); // the writer pads past the last tensor
+    // Every prefix shorter than the end of the last tensor's data is corrupt.
+    int bad = 0;
+    for (size_t len = 0; len < l.data_end; len++) {
+        char err[256] = "";
+        nm_status st = open_copy(seed, len, err, sizeof err);
+        if (st != NM_ERR_FORMAT || err[0] == '\0') {
+            if (bad++ < 5) fprintf(stderr, "  truncated at %zu: got %d (%s)\n", len, st, err);
+            *nmtest_failed = 1;
+        }
+        if (verbose() && (len == 3 || len == 20 || len == l.kv_keylen[1] + 3 ||
+                          len == l.t_ne[1] + 2 || len == l.header_end || len == l.data_end - 1))
+            printf("    truncated at %-4zu %s\n", len, err);
+    }
+    free(cs);
+    free(seed);
+}
+
+// Every header byte set to a few values: any outcome but a crash (ASan/UBSan
+// watch this one), and an error always comes with a message.
+NM_TEST(corrupt_byte_flips) {
+    uint8_t *seed = NULL;
+    size_t n = 0;
+    layout l;
+    gcases *cs = calloc(1, sizeof *cs);
+    NM_CHECK(cs && make_cases(cs, &seed, &n, &l));
+    if (!cs || !seed) { free(cs); return; }
+    free_cases(cs);
+    static const uint8_t vals[] = {0x00, 0x01, 0x7f, 0x80, 0xff};
+    uint8_t *buf = malloc(n);
+    int n_ok = 0, n_err = 0;
+    for (size_t off = 0; off < l.data_off; off++) {
+        for (size_t v = 0; v < sizeof vals; v++) {
+            memcpy(buf, seed, n);
+            if (buf[off] == vals[v]) continue;
+            buf[off] = vals[v];
+            char err[256] = "";
+            nm_status st = open_copy(buf, n, err, sizeof err);
+            if (st == NM_OK) n_ok++;
+            else n_err++;
+            NM_CHECK(st == NM_OK || st == NM_ERR_FORMAT || st == NM_ERR_UNSUPPORTED);
+            NM_CHECK(st == NM_OK || err[0] != '\0');
+        }
+    }
+    if (verbose()) printf("    %d flips accepted, %d rejected\n", n_ok, n_err);
+    NM_CHECK(n_err > 0);
+    free(buf);
+    free(cs);
+    free(seed);
+}
+
+// Writes the fuzz seed corpus into $NM_GEN_CORPUS: the named cases and
+// truncations at the section boundaries of the seed.
+NM_TEST(gen_corpus) {
+    const char *dir = getenv("NM_GEN_CORPUS");
+    if (!dir || !*dir) NM_SKIP("set NM_GEN_CORPUS=DIR to write the corpus");
+    gcases *cs = calloc(1, sizeof *cs);
+    uint8_t *seed = NULL;
+    size_t n = 0;
+    layout l;
+    NM_CHECK(cs && make_cases(cs, &seed, &n, &l));
+    if (!cs || !seed) { free(cs); return; }
+    const size_t cuts[] = {3, 7, 16, 24, l.kv_keylen[1] + 5, l.kv_data[3] + 6,
+                           l.t_namelen[0], l.t_ne[1] + 4, l.header_end, l.data_off + 10};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        char name[48];
+        snprintf(name, sizeof name, "trunc-%zu", cuts[i]);
+        add_case(cs, name, seed, cuts[i], NM_ERR_FORMAT);
+    }
+    for (int v = 3; v >= 2; v--) { // the rich file, v3 and v2
+        nm_gguf_writer *w = make_rich((uint32_t)v, v == 2 ? 64 : 0);
+        size_t rn = 0;
+        uint8_t *rich = write_buf(w, &rn);
+        add_case(cs, v == 3 ? "ok-rich-v3" : "ok-rich-v2-align64", rich, rn, NM_OK);
+        free(rich);
+        nm_gguf_writer_free(w);
+    }
+    mkdir(dir, 0755);
+    int written = 0;
+    for (int i = 0; i < cs->n; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.gguf", dir, cs->c[i].name);
+        FILE *f = fopen(path, "wb");
+        NM_CHECK(f != NULL);
+        if (!f) continue;
+        NM_CHECK(cs->c[i].size < 4096);
+        NM_CHECK(fwrite(cs->c[i].buf, 1, cs->c[i].size, f) == cs->c[i].size || cs->c[i].size == 0);
+        fclose(f);
+        written++;
+    }
+    printf("    wrote %d files to %s\n", written, dir);
+    free_cases(cs);
+    free(cs);
+    free(seed);
+}
+
 // ---- real models ------------------------------------------------------------------
 
 static void check_model(int *nmtest_failed, const char *file, const char *arch) {

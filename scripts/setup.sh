@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the system packages nanomind needs to build and test. Idempotent:
+# only missing packages are installed. As root it runs apt-get; otherwise it
+# prints the exact command to run.
+set -euo pipefail
+
+PKGS=(build-essential cmake pkg-config libpcre2-dev python3 python3-pip clang libclang-rt-14-dev)
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# python3/pip may come from elsewhere (pyenv): accept a working one.
+if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; then
+    missing=("${missing[@]/python3-pip}")
+    missing=("${missing[@]/python3}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+
+if [ ${#missing[@]} -eq 0 ]; then
+    echo "setup: system packages present"
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "setup: missing packages: ${missing[*]}" >&2
+    echo "setup: run:  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+if ! apt-get update -qq; then
+    echo "setup: apt-get update failed: is the Debian package mirror reachable?" >&2
+    exit 1
+fi
+apt-get install -y -qq "${missing[@]}"

@@ -1,0 +1,341 @@
+// CPU backend: ops on f32 activations with fused dequantizing kernels chosen
+// once for this CPU (src/quant), parallel over a persistent thread pool.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/threadpool.h"
+#include "quant/quant.h"
+
+// Rows of a batched matmul dequantized together into a thread's scratch: the
+// tile (NM_MM_ROWS x max_row floats) stays in L2 while every token of the
+// batch is multiplied with it, so each weight block is read and unpacked once
+// per batch instead of once per token.
+#define NM_MM_ROWS 16
+
+typedef struct nm_cpu {
+    nm_pool *pool;
+    const nm_kernels *k;
+    const nm_kernels *kref;
+    int64_t max_row;
+    float *scratch; // (n_threads, NM_MM_ROWS, max_row)
+    char err[256];
+} nm_cpu;
+
+static inline nm_dot_fn dot_fn(const nm_cpu *c, uint32_t type) {
+    return c->k->dot[type] ? c->k->dot[type] : c->kref->dot[type];
+}
+static inline nm_dequant_fn dequant_fn(const nm_cpu *c, uint32_t type) {
+    return c->k->dequant[type] ? c->k->dequant[type] : c->kref->dequant[type];
+}
+
+// ---- matmul ------------------------------------------------------------------------
+
+typedef struct mm_task {
+    const nm_cpu *c;
+    const nm_op *op;
+} mm_task;
+
+static void mm_worker(void *arg, int ith, int nth) {
+    const mm_task *t = arg;
+    const nm_cpu *c = t->c;
+    const nm_tensor *w = t->op->src0, *x = t->op->src1, *bias = t->op->src2;
+    nm_tensor *y = t->op->dst;
+    const int64_t K = w->ne[0], O = w->ne[1], T = x->ne[1];
+    const size_t row_bytes = nm_row_size(w->type, K);
+    const uint8_t *wd = w->data;
+    const float *xd = x->data, *bd = bias ? bias->data : NULL;
+    float *yd = y->data;
+    nm_dot_fn dot = dot_fn(c, w->type);
+
+    int64_t r0, r1;
+    if (T == 1) {
+        // Decode: one pass over the weights, memory-bound; split rows evenly.
+        nm_split_range(O, ith, nth, &r0, &r1);
+        for (int64_t o = r0; o < r1; o++) {
+            float s = dot(wd + (size_t)o * row_bytes, xd, K);
+            yd[o] = bd ? s + bd[o] : s;
+        }
+        return;
+    }
+    // Prefill: tiles of NM_MM_ROWS rows, dequantized once, multiplied with all tokens.
+    int64_t n_tiles = (O + NM_MM_ROWS - 1) / NM_MM_ROWS, t0, t1;
+    nm_split_range(n_tiles, ith, nth, &t0, &t1);
+    float *tile = c->scratch + (size_t)ith * NM_MM_ROWS * (size_t)c->max_row;
+    nm_dequant_fn deq = dequant_fn(c, w->type);
+    nm_dot_fn fdot = dot_fn(c, 0 /* NM_TYPE_F32 */);
+    for (int64_t ti = t0; ti < t1; ti++) {
+        r0 = ti * NM_MM_ROWS;
+        r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
+        for (int64_t o = r0; o < r1; o++) deq(wd + (size_t)o * row_bytes, tile + (o - r0) * K, K);
+        for (int64_t tok = 0; tok < T; tok++) {
+            const float *xr = xd + tok * K;
+            float *yr = yd + tok * O;
+            for (int64_t o = r0; o < r1; o++) {
+                float s = fdot(tile + (o - r0) * K, xr, K);
+                yr[o] = bd ? s + bd[o] : s;
+            }
+        }
+    }
+}
+
+// ---- attention ---------------------------------------------------------------------
+
+typedef struct attn_task {
+    const nm_cpu *c;
+    const nm_op *op;
+} attn_task;
+
+// One query row against cache rows [k_lo, k_hi]: single pass with an online
+// softmax (running max and sum), so no per-context score buffer is needed.
+static void attn_one(const float *q, const float *kc, const float *vc, int64_t stride, int hd,
+                     int64_t k_lo, int64_t k_hi, float scale, float softcap, float *out, nm_dot_fn fdot) {
+    float acc[1024];
+    float m = -INFINITY, l = 0.0f;
+    memset(acc, 0, sizeof(float) * (size_t)hd);
+    for (int64_t j = k_lo; j <= k_hi; j++) {
+        float s = fdot(kc + j * stride, q, hd) * scale;
+        if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+        const float *v = vc + j * stride;
+        if (s > m) {
+            float r = expf(m - s); // rescale what was accumulated under the old max
+            for (int d = 0; d < hd; d++) acc[d] = acc[d] * r + v[d];
+            l = l * r + 1.0f;
+            m = s;
+        } else {
+            float p = expf(s - m);
+            for (int d = 0; d < hd; d++) acc[d] += p * v[d];
+            l += p;
+        }
+    }
+    float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
+}
+
+static void attn_worker(void *arg, int ith, int nth) {
+    const attn_task *t = arg;
+    const nm_op *op = t->op;
+    const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
+    const int64_t T = op->src0->ne[1];
+    const int64_t stride = (int64_t)n_kv * hd;
+    const float *q = op->src0->data;
+    float *out = op->dst->data;
+    nm_dot_fn fdot = dot_fn(t->c, 0);
+    int64_t b, e;
+    nm_split_range(T * n_head, ith, nth, &b, &e);
+    for (int64_t i = b; i < e; i++) {
+        int64_t tok = i / n_head;
+        int h = (int)(i % n_head);
+        int kvh = h / (n_head / n_kv); // grouped-query attention: heads share a KV head
+        int64_t pos = op->ids[tok];
+        int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        attn_one(q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd,
+                 lo, pos, op->f0, op->f1, out + (tok * n_head + h) * hd, fdot);
+    }
+}
+
+// ---- element-wise ops (cheap next to the matmuls: run on the caller) ----------------
+
+static void op_get_rows(const nm_cpu *c, const nm_op *op) {
+    const nm_tensor *w = op->src0;
+    const int64_t K = w->ne[0];
+    const size_t rb = nm_row_size(w->type, K);
+    nm_dequant_fn deq = dequant_fn(c, w->type);
+    for (int64_t i = 0; i < op->dst->ne[1]; i++)
+        deq((const uint8_t *)w->data + (size_t)op->ids[i] * rb, (float *)op->dst->data + i * K, K);
+}
+
+static void op_rms_norm(const nm_op *op) {
+    const int64_t d = op->src0->ne[0];
+    const int64_t rows = op->src0->ne[1] * op->src0->ne[2];
+    const float *w = op->src1 ? op->src1->data : NULL;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *x = (const float *)op->src0->data + r * d;
+        float *y = (float *)op->dst->data + r * d;
+        double ss = 0.0;
+        for (int64_t i = 0; i < d; i++) ss += (double)x[i] * x[i];
+        float scale = 1.0f / sqrtf((float)(ss / d) + op->f0);
+        for (int64_t i = 0; i < d; i++) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
+    }
+}
+
+static void op_rope(const nm_op *op) {
+    const int n_head = op->i0, hd = op->i1, mode = op->i2, n_rot = op->i3;
+    const float base = op->f0, fscale = op->f1;
+    const int64_t T = op->src0->ne[1];
+    float cs[512][2];
+    for (int64_t t = 0; t < T; t++) {
+        float p = (float)op->ids[t] * fscale;
+        for (int i = 0; i < n_rot / 2; i++) {
+            float theta = p * powf(base, -2.0f * (float)i / (float)n_rot);
+            cs[i][0] = cosf(theta);
+            cs[i][1] = sinf(theta);
+        }
+        for (int h = 0; h < n_head; h++) {
+            float *x = (float *)op->src0->data + (t * n_head + h) * hd;
+            for (int i = 0; i < n_rot / 2; i++) {
+                // NORM rotates adjacent pairs; NEOX rotates element i with i + n_rot/2.
+                int a = mode == NM_ROPE_NEOX ? i : 2 * i;
+                int b = mode == NM_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+                float x0 = x[a], x1 = x[b];
+                x[a] = x0 * cs[i][0] - x1 * cs[i][1];
+                x[b] = x0 * cs[i][1] + x1 * cs[i][0];
+            }
+        }
+    }
+}
+
+static void op_glu(const nm_op *op) {
+    const int64_t n = op->src0->ne[0] * op->src0->ne[1];
+    const float *g = op->src0->data, *u = op->src1->data;
+    float *y = op->dst->data;
+    if (op->i0 == NM_ACT_SILU) {
+        for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    } else {
+        const float k0 = 0.7978845608028654f, k1 = 0.044715f; // sqrt(2/pi)
+        for (int64_t i = 0; i < n; i++) {
+            float x = g[i];
+            y[i] = 0.5f * x * (1.0f + tanhf(k0 * x * (1.0f + k1 * x * x))) * u[i];
+        }
+    }
+}
+
+static void op_add(const nm_op *op) {
+    const int64_t n = op->dst->ne[0] * op->dst->ne[1];
+    const float *a = op->src0->data, *b = op->src1->data;
+    float *y = op->dst->data;
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+static void op_scale(const nm_op *op) {
+    const int64_t n = op->dst->ne[0] * op->dst->ne[1];
+    const float *a = op->src0->data;
+    float *y = op->dst->data;
+    for (int64_t i = 0; i < n; i++) y[i] = a[i] * op->f0;
+}
+
+static void op_kv_store(const nm_op *op) {
+    const int64_t w = op->src0->ne[0], T = op->src0->ne[1];
+    memcpy(op->kv->k + (size_t)op->pos * w, op->src0->data, sizeof(float) * (size_t)(w * T));
+    memcpy(op->kv->v + (size_t)op->pos * w, op->src1->data, sizeof(float) * (size_t)(w * T));
+}
+
+// ---- vtable ---------------------------------------------------------------------------
+
+static void cpu_get_caps(const nm_backend *b, nm_backend_caps *caps) {
+    const nm_cpu *c = b->impl;
+    caps->unified_memory = true;
+    caps->static_shapes = false;
+    caps->weight_types = 0;
+    for (uint32_t t = 0; t < NM_TYPE_COUNT; t++)
+        if (c->kref->dot[t] && c->kref->dequant[t]) caps->weight_types |= 1ull << t;
+}
+
+static void *cpu_buffer_alloc(nm_backend *b, size_t size, size_t align) {
+    void *p = NULL;
+    if (align < sizeof(void *)) align = sizeof(void *);
+    if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
+    return p;
+}
+
+static void cpu_buffer_free(nm_backend *b, void *ptr) { free(ptr); }
+
+static void *cpu_buffer_import_host(nm_backend *b, void *host_ptr, size_t size) { return host_ptr; }
+
+static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
+    const nm_cpu *c = b->impl;
+    switch (op->kind) {
+    case NM_OP_MATMUL:
+    case NM_OP_GET_ROWS:
+        return op->src0->type < NM_TYPE_COUNT && c->kref->dot[op->src0->type] &&
+               c->kref->dequant[op->src0->type] && op->src0->ne[0] <= c->max_row;
+    case NM_OP_ATTENTION: return op->i2 <= 1024 && op->i1 > 0 && op->i0 % op->i1 == 0;
+    case NM_OP_ROPE: return op->i3 <= 1024 && op->i3 <= op->i1;
+    default: return op->kind < NM_OP_COUNT;
+    }
+}
+
+static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
+    nm_cpu *c = b->impl;
+    for (int i = 0; i < n_ops; i++) {
+        const nm_op *op = &ops[i];
+        if (!cpu_supports_op(b, op)) {
+            snprintf(c->err, sizeof c->err, "cpu backend: op %d not supported with these operands", op->kind);
+            return NM_ERR_UNSUPPORTED;
+        }
+        switch (op->kind) {
+        case NM_OP_MATMUL: {
+            mm_task t = {c, op};
+            nm_pool_run(c->pool, mm_worker, &t);
+            break;
+        }
+        case NM_OP_ATTENTION: {
+            attn_task t = {c, op};
+            nm_pool_run(c->pool, attn_worker, &t);
+            break;
+        }
+        case NM_OP_GET_ROWS: op_get_rows(c, op); break;
+        case NM_OP_RMS_NORM: op_rms_norm(op); break;
+        case NM_OP_ROPE: op_rope(op); break;
+        case NM_OP_GLU: op_glu(op); break;
+        case NM_OP_ADD: op_add(op); break;
+        case NM_OP_SCALE: op_scale(op); break;
+        case NM_OP_KV_STORE: op_kv_store(op); break;
+        case NM_OP_COUNT: break;
+        }
+    }
+    return NM_OK;
+}
+
+static const char *cpu_last_error(const nm_backend *b) { return ((const nm_cpu *)b->impl)->err; }
+
+static void cpu_free(nm_backend *b) {
+    nm_cpu *c = b->impl;
+    nm_pool_free(c->pool);
+    free(c->scratch);
+    free(c);
+    free(b);
+}
+
+static const nm_backend_i cpu_iface = {
+    .version = NM_BACKEND_IFACE_VERSION,
+    .name = "cpu",
+    .get_caps = cpu_get_caps,
+    .get_profile = NULL,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .buffer_import_host = cpu_buffer_import_host,
+    .supports_op = cpu_supports_op,
+    .compute = cpu_compute,
+    .synchronize = NULL,
+    .last_error = cpu_last_error,
+    .free = cpu_free,
+};
+
+nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row) {
+    nm_backend *b = calloc(1, sizeof *b);
+    nm_cpu *c = calloc(1, sizeof *c);
+    if (!b || !c) goto fail;
+    c->pool = nm_pool_create(n_threads);
+    if (!c->pool) goto fail;
+    c->k = nm_kernels_get();
+    c->kref = nm_kernels_ref();
+    c->max_row = max_row;
+    c->scratch = calloc((size_t)nm_pool_size(c->pool) * NM_MM_ROWS * (size_t)max_row, sizeof(float));
+    if (!c->scratch) goto fail;
+    b->iface = &cpu_iface;
+    b->impl = c;
+    return b;
+fail:
+    if (c) {
+        nm_pool_free(c->pool);
+        free(c->scratch);
+    }
+    free(c);
+    free(b);
+    return NULL;
+}
+
+int nm_backend_cpu_n_threads(const nm_backend *b) { return nm_pool_size(((const nm_cpu *)b->impl)->pool); }

@@ -1,0 +1,61 @@
+// LLM brick: decoder-only transformers from GGUF (archs llama, qwen2, gemma3).
+// The model holds hyperparameters and views of the mmapped weights; a context
+// (forward.c) holds the KV cache, the activations and the backend that runs it.
+#ifndef NM_LLM_H
+#define NM_LLM_H
+
+#include <stdint.h>
+#include <stdbool.h>
+
+#include "nanomind.h"
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+#include "bricks/tokenizer/tokenizer.h"
+#include "bricks/tokenizer/chat.h"
+
+enum nm_arch { NM_ARCH_LLAMA, NM_ARCH_QWEN2, NM_ARCH_GEMMA3 };
+
+typedef struct nm_hparams {
+    enum nm_arch arch;
+    int32_t n_vocab, n_embd, n_layer, n_ff, n_ctx_train;
+    int32_t n_head, n_head_kv, head_dim; // head_dim = key_length = value_length
+    int32_t n_rot;                       // rotated dims per head
+    int32_t rope_mode;                   // NM_ROPE_NORM or NM_ROPE_NEOX
+    float rope_base, rope_base_swa, rope_freq_scale;
+    float norm_eps;
+    float attn_scale;                    // applied to q.k
+    float attn_softcap, final_softcap;   // 0 = off
+    float embd_scale;                    // token embeddings are multiplied by it (gemma: sqrt(n_embd))
+    int32_t n_swa;                       // sliding window, 0 = none
+    int32_t swa_pattern;                 // layer il uses the window if il % pattern < pattern - 1
+    int32_t act;                         // NM_ACT_*
+} nm_hparams;
+
+typedef struct nm_layer {
+    nm_tensor attn_norm;                 // (n_embd)
+    nm_tensor wq, wk, wv, wo;            // (n_embd -> n_head*hd), (-> n_head_kv*hd) x2, (n_head*hd -> n_embd)
+    nm_tensor bq, bk, bv;                // qwen2 biases; data NULL if absent
+    nm_tensor q_norm, k_norm;            // gemma3 per-head norms (head_dim); data NULL if absent
+    nm_tensor post_attn_norm;            // gemma3 (n_embd); data NULL if absent
+    nm_tensor ffn_norm;                  // (n_embd)
+    nm_tensor ffn_gate, ffn_up;          // (n_embd -> n_ff)
+    nm_tensor ffn_down;                  // (n_ff -> n_embd)
+    nm_tensor post_ffn_norm;             // gemma3 (n_embd); data NULL if absent
+    bool swa;                            // this layer attends within the sliding window
+} nm_layer;
+
+struct nm_model {
+    nm_gguf *gguf;                       // owns the mapping all tensors point into
+    nm_tokenizer *tok;
+    nm_hparams hp;
+    char arch_name[32];
+    nm_tensor tok_embd;                  // (n_vocab, n_embd)
+    nm_tensor output_norm;               // (n_embd)
+    nm_tensor output;                    // (n_vocab, n_embd); = tok_embd when tied
+    nm_layer *layers;                    // (n_layer)
+    nm_chat_tmpl chat;                   // recognised template, NM_CHAT_UNKNOWN if none
+    int32_t n_threads;
+    uint64_t weight_bytes;               // bytes of all tensors (mmapped)
+};
+
+#endif

@@ -1,0 +1,170 @@
+// Token sampler: repetition penalty, then greedy, or temperature with top-k,
+// top-p and min-p filters. The order follows llama.cpp's common defaults
+// (penalties -> top-k -> top-p -> min-p -> temperature -> draw). Scratch is
+// allocated once for the vocabulary; sampling allocates nothing.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nanomind.h"
+
+typedef struct cand {
+    float logit;
+    int32_t id;
+} cand;
+
+struct nm_sampler {
+    nm_sampler_params p;
+    int32_t n_vocab;
+    cand *c;            // (n_vocab)
+    int32_t *hist;      // ring of the last repeat_last_n accepted tokens
+    int32_t n_hist, hist_head;
+    uint64_t rng;
+};
+
+nm_sampler_params nm_sampler_default_params(void) {
+    nm_sampler_params p = {
+        .temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
+        .repeat_penalty = 1.0f, .repeat_last_n = 64, .seed = 0x5eed,
+    };
+    return p;
+}
+
+nm_sampler *nm_sampler_create(const nm_sampler_params *p, int32_t n_vocab) {
+    if (!p || n_vocab <= 0) return NULL;
+    nm_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->p = *p;
+    if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
+    s->n_vocab = n_vocab;
+    s->c = malloc(sizeof(cand) * (size_t)n_vocab);
+    s->hist = malloc(sizeof(int32_t) * (size_t)(s->p.repeat_last_n > 0 ? s->p.repeat_last_n : 1));
+    if (!s->c || !s->hist) {
+        nm_sampler_free(s);
+        return NULL;
+    }
+    nm_sampler_reset(s);
+    return s;
+}
+
+void nm_sampler_free(nm_sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s->hist);
+    free(s);
+}
+
+void nm_sampler_reset(nm_sampler *s) {
+    s->n_hist = s->hist_head = 0;
+    s->rng = s->p.seed ? s->p.seed : 0x9e3779b97f4a7c15ull;
+}
+
+void nm_sampler_accept(nm_sampler *s, int32_t tok) {
+    if (s->p.repeat_last_n <= 0) return;
+    s->hist[s->hist_head] = tok;
+    s->hist_head = (s->hist_head + 1) % s->p.repeat_last_n;
+    if (s->n_hist < s->p.repeat_last_n) s->n_hist++;
+}
+
+// xorshift64*: small, fast, and the same sequence on every platform.
+static double rng_uniform(nm_sampler *s) {
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return (double)((s->rng * 0x2545F4914F6CDD1Dull) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    float x = ((const cand *)a)->logit, y = ((const cand *)b)->logit;
+    if (x != y) return x > y ? -1 : 1;
+    return ((const cand *)a)->id - ((const cand *)b)->id; // ties: lower id first, deterministic
+}
+
+// Moves the k largest to the front (sorted). O(n) selection then O(k log k).
+static void partial_sort(cand *c, int32_t n, int32_t k) {
+    if (k >= n) {
+        qsort(c, (size_t)n, sizeof *c, cmp_desc);
+        return;
+    }
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) { // quickselect so that c[0..k) holds the k largest
+        cand pivot = c[(lo + hi) / 2];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_desc(&c[i], &pivot) < 0) i++;
+            while (cmp_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) {
+                cand t = c[i];
+                c[i] = c[j];
+                c[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+    qsort(c, (size_t)k, sizeof *c, cmp_desc);
+}
+
+int32_t nm_sampler_sample(nm_sampler *s, const float *logits) {
+    const int32_t n = s->n_vocab;
+    cand *c = s->c;
+    for (int32_t i = 0; i < n; i++) c[i] = (cand){logits[i], i};
+
+    // Repetition penalty (CTRL-style, as llama.cpp): divide positive logits,
+    // multiply negative ones, once per distinct token in the window.
+    if (s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0.0f) {
+        for (int32_t h = 0; h < s->n_hist; h++) {
+            int32_t t = s->hist[h];
+            if (t < 0 || t >= n) continue;
+            bool seen = false;
+            for (int32_t j = 0; j < h && !seen; j++) seen = s->hist[j] == t;
+            if (seen) continue;
+            c[t].logit = c[t].logit > 0 ? c[t].logit / s->p.repeat_penalty : c[t].logit * s->p.repeat_penalty;
+        }
+    }
+
+    if (s->p.temp <= 0.0f) { // greedy: first maximum
+        int32_t best = 0;
+        for (int32_t i = 1; i < n; i++)
+            if (c[i].logit > c[best].logit) best = i;
+        return c[best].id;
+    }
+
+    int32_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
+    partial_sort(c, n, k);
+
+    // softmax over the k candidates (sorted descending)
+    float mx = c[0].logit;
+    double sum = 0.0;
+    for (int32_t i = 0; i < k; i++) sum += exp((double)(c[i].logit - mx));
+    // top-p: smallest prefix whose probability mass reaches top_p
+    if (s->p.top_p < 1.0f) {
+        double cum = 0.0;
+        for (int32_t i = 0; i < k; i++) {
+            cum += exp((double)(c[i].logit - mx)) / sum;
+            if (cum >= s->p.top_p) {
+                k = i + 1;
+                break;
+            }
+        }
+    }
+    // min-p: drop candidates whose probability is below min_p x the top one
+    if (s->p.min_p > 0.0f) {
+        float thresh = mx + logf(s->p.min_p);
+        int32_t kk = 1;
+        while (kk < k && c[kk].logit >= thresh) kk++;
+        k = kk;
+    }
+    // temperature, then draw
+    double tot = 0.0;
+    for (int32_t i = 0; i < k; i++) tot += exp((double)(c[i].logit - mx) / s->p.temp);
+    double r = rng_uniform(s) * tot, acc = 0.0;
+    for (int32_t i = 0; i < k; i++) {
+        acc += exp((double)(c[i].logit - mx) / s->p.temp);
+        if (r < acc) return c[i].id;
+    }
+    return c[k - 1].id;
+}

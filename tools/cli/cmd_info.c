@@ -1,0 +1,34 @@
+// nanomind info: metadata and tensor table of a GGUF file.
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gguf/gguf.h"
+
+int cmd_info(int argc, char **argv) {
+    cli_opts o;
+    const char *path = NULL;
+    if (!cli_parse(argc, argv, &o, &path)) return 2;
+    if (o.help) {
+        printf("usage: nanomind info MODEL.gguf\n"
+               "\n"
+               "Prints the GGUF version, every metadata key (arrays abbreviated) and a table of\n"
+               "the tensors (name, type, shape, bytes). A corrupt file is reported, not loaded.\n");
+        return 0;
+    }
+    if (!path) path = o.model;
+    if (!path) {
+        fprintf(stderr, "error: nanomind info needs a GGUF file\n");
+        return 2;
+    }
+    char err[512];
+    nm_gguf *g = NULL;
+    nm_status st = nm_gguf_open(path, &g, err, sizeof err);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: %s: %s: %s\n", path, nm_status_str(st), err);
+        return 1;
+    }
+    nm_gguf_print_info(g, stdout);
+    nm_gguf_close(g);
+    return 0;
+}

@@ -1,5 +1,7 @@
 // Public tokenizer and chat entry points of a loaded model: thin wrappers
 // over the tokenizer brick.
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "bricks/llm/llm.h"
@@ -53,4 +55,17 @@ int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_m
                                               : NULL;
     // BOS is added by the tokenizer (add_special), not written as text.
     return nm_chat_apply(t, def_sys, msgs, n_msgs, add_assistant, NULL, buf, size);
+}
+
+static char tmpl_names[256];
+static void build_tmpl_names(void) {
+    size_t n = 0;
+    for (int t = NM_CHAT_UNKNOWN + 1; t < NM_CHAT_COUNT; t++)
+        n += (size_t)snprintf(tmpl_names + n, sizeof tmpl_names - n, "%s%s", n ? ", " : "", nm_chat_name((nm_chat_tmpl)t));
+}
+
+const char *nm_chat_template_names(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, build_tmpl_names);
+    return tmpl_names;
 }

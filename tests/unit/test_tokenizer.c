@@ -1,0 +1,584 @@
+// Tokenizer and chat templates.
+//
+// - chat formatting of every template family, exact strings;
+// - default system prompt extraction from SmolLM2's real template source;
+// - streaming detokenizer: UTF-8 sequences split across tokens are held back;
+// - a tiny synthetic SPM vocab (built with the GGUF writer) for merge order and
+//   byte fallback, so something runs without model files;
+// - golden ids against the real models in $NM_MODEL_DIR (default
+//   ~/.cache/nanomind/models; skipped if absent) plus round trips
+//   decode(encode(s)) == s, and a speed check.
+//
+// The golden ids were produced with llama.cpp's llama-tokenize (built from
+// ggml-org/llama.cpp master, libllama 0.5.0, at /tmp/llama.cpp-ref, 2025) by
+// /tmp/tokwork/gen_golden.py, which for each string writes it to a file and runs
+//   llama-tokenize -m MODEL -f FILE --no-escape --ids --log-disable
+//                  [--no-bos] [--no-parse-special]
+// i.e. llama_tokenize(text, add_special, parse_special) for (1,1) and (0,0).
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bricks/tokenizer/chat.h"
+#include "bricks/tokenizer/tokenizer.h"
+#include "gguf/gguf.h"
+#include "nmtest.h"
+
+// ---- chat templates ---------------------------------------------------------------
+
+static const nm_chat_msg CONV[] = {
+    {"system", "You are terse."},
+    {"user", "Hi there"},
+    {"assistant", "Hello!"},
+    {"user", "  What is 2+2?\n"},
+};
+
+static int32_t apply(nm_chat_tmpl t, const char *dflt, const nm_chat_msg *m, size_t n, bool ass,
+                     const char *bos, char *buf, int32_t size) {
+    return nm_chat_apply(t, dflt, m, n, ass, bos, buf, size);
+}
+
+NM_TEST(chat_detect_and_names) {
+    const char *smol = "{% for message in messages %}{{'<|im_start|>' + message['role']}}{% endfor %}";
+    NM_CHECK(nm_chat_detect(smol, strlen(smol)) == NM_CHAT_CHATML);
+    const char *g = "{{ bos_token }}{{ '<start_of_turn>' + role + '\n' }}";
+    NM_CHECK(nm_chat_detect(g, strlen(g)) == NM_CHAT_GEMMA);
+    const char *l = "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' }}";
+    NM_CHECK(nm_chat_detect(l, strlen(l)) == NM_CHAT_LLAMA3);
+    NM_CHECK(nm_chat_detect("{{ messages }}", 14) == NM_CHAT_UNKNOWN);
+    NM_CHECK(nm_chat_detect(NULL, 0) == NM_CHAT_UNKNOWN);
+    NM_CHECK(nm_chat_from_name("chatml") == NM_CHAT_CHATML);
+    NM_CHECK(nm_chat_from_name("gemma") == NM_CHAT_GEMMA);
+    NM_CHECK(nm_chat_from_name("llama3") == NM_CHAT_LLAMA3);
+    NM_CHECK(nm_chat_from_name("vicuna") == NM_CHAT_UNKNOWN);
+    NM_CHECK(!strcmp(nm_chat_name(NM_CHAT_GEMMA), "gemma"));
+    char buf[64];
+    NM_CHECK(apply(NM_CHAT_UNKNOWN, NULL, CONV, 1, true, NULL, buf, sizeof buf) == NM_ERR_TEMPLATE);
+}
+
+NM_TEST(chat_chatml) {
+    char buf[512];
+    int32_t n = apply(NM_CHAT_CHATML, "ignored: has a system turn", CONV, 4, true, "<bos>", buf, sizeof buf);
+    const char *want = "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                       "<|im_start|>user\nHi there<|im_end|>\n"
+                       "<|im_start|>assistant\nHello!<|im_end|>\n"
+                       "<|im_start|>user\n  What is 2+2?\n<|im_end|>\n"
+                       "<|im_start|>assistant\n";
+    NM_CHECK(n == (int32_t)strlen(want));
+    NM_CHECK(!strcmp(buf, want));
+    // Too small: -(needed), a NUL-terminated prefix.
+    char small[10];
+    NM_CHECK(apply(NM_CHAT_CHATML, NULL, CONV, 4, true, NULL, small, sizeof small) == -(int32_t)(strlen(want) + 1));
+    NM_CHECK(small[9] == 0 && !strncmp(small, want, 9));
+    NM_CHECK(apply(NM_CHAT_CHATML, NULL, CONV, 4, true, NULL, NULL, 0) == -(int32_t)(strlen(want) + 1));
+}
+
+// SmolLM2-135M-Instruct's tokenizer.chat_template, verbatim from the GGUF.
+static const char SMOL_TMPL[] =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    "<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% endif %}";
+
+NM_TEST(chat_chatml_default_system) {
+    char sys[256];
+    int32_t n = nm_chat_default_system(SMOL_TMPL, strlen(SMOL_TMPL), sys, sizeof sys);
+    const char *want_sys = "You are a helpful AI assistant named SmolLM, trained by Hugging Face";
+    NM_CHECK(n == (int32_t)strlen(want_sys));
+    NM_CHECK(!strcmp(sys, want_sys));
+    // Qwen2's template: a system turn built from messages[0] comes first and
+    // must be skipped; the literal default after it is found.
+    const char *qwen = "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + "
+                       "messages[0]['content'] + '<|im_end|>\\n' }}{%- else %}{{- '<|im_start|>system\\n"
+                       "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}";
+    n = nm_chat_default_system(qwen, strlen(qwen), sys, sizeof sys);
+    NM_CHECK(n > 0 && !strcmp(sys, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."));
+    const char *none = "{{'<|im_start|>' + message['role'] + '\n' + message['content']}}";
+    NM_CHECK(nm_chat_default_system(none, strlen(none), sys, sizeof sys) == 0);
+
+    char buf[512];
+    const nm_chat_msg u[] = {{"user", "hi"}};
+    n = apply(NM_CHAT_CHATML, want_sys, u, 1, true, NULL, buf, sizeof buf);
+    const char *want = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+                       "Hugging Face<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n";
+    NM_CHECK(n == (int32_t)strlen(want) && !strcmp(buf, want));
+    // The template inserts it inside the loop: no messages, no system turn.
+    n = apply(NM_CHAT_CHATML, want_sys, u, 0, true, NULL, buf, sizeof buf);
+    NM_CHECK(!strcmp(buf, "<|im_start|>assistant\n"));
+}
+
+NM_TEST(chat_gemma) {
+    char buf[512];
+    int32_t n = apply(NM_CHAT_GEMMA, NULL, CONV, 4, true, NULL, buf, sizeof buf);
+    // Gemma 3's template: the system text (untrimmed) + "\n\n" opens the first
+    // turn; assistant -> model; contents trimmed.
+    const char *want = "<start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+                       "<start_of_turn>model\nHello!<end_of_turn>\n"
+                       "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n"
+                       "<start_of_turn>model\n";
+    NM_CHECK(n == (int32_t)strlen(want) && !strcmp(buf, want));
+    n = apply(NM_CHAT_GEMMA, NULL, CONV + 1, 1, false, "<bos>", buf, sizeof buf);
+    NM_CHECK(!strcmp(buf, "<bos><start_of_turn>user\nHi there<end_of_turn>\n"));
+    NM_CHECK(n == (int32_t)strlen(buf));
+}
+
+NM_TEST(chat_llama3) {
+    char buf[512];
+    int32_t n = apply(NM_CHAT_LLAMA3, NULL, CONV, 4, true, "<|begin_of_text|>", buf, sizeof buf);
+    const char *want = "<|begin_of_text|>"
+                       "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+                       "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+                       "<|start_header_id|>assistant<|end_header_id|>\n\nHello!<|eot_id|>"
+                       "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+                       "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    NM_CHECK(n == (int32_t)strlen(want) && !strcmp(buf, want));
+}
+
+// ---- a synthetic SPM vocab ------------------------------------------------------------------
+
+// Vocab: <unk> <s> </s>, 256 byte tokens, then pieces with scores. Each step
+// merges the adjacent pair whose *resulting* token scores highest.
+static nm_gguf *tiny_spm(uint8_t **mem) {
+    enum { NB = 256 };
+    static char bytes[NB][7];
+    const char *extra[] = {"\xe2\x96\x81", "a", "b", "c", "ab", "bc", "\xe2\x96\x81" "a",
+                           "\xe2\x96\x81" "ab", "abc", "<ctl>", "<usr>"};
+    const float extra_sc[] = {-1, -2, -2, -2, -2.2f, -2.5f, -4, -1.5f, -5, 0, 0};
+    const int32_t extra_ty[] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 3, 4};
+    enum { NE = sizeof(extra) / sizeof(extra[0]), N = 3 + NB + NE };
+    const char *toks[N];
+    float sc[N];
+    int32_t ty[N];
+    toks[0] = "<unk>"; toks[1] = "<s>"; toks[2] = "</s>";
+    for (int i = 0; i < 3; i++) { sc[i] = 0; ty[i] = i == 0 ? 2 : 3; }
+    for (int b = 0; b < NB; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        toks[3 + b] = bytes[b]; sc[3 + b] = 0; ty[3 + b] = 6;
+    }
+    for (int i = 0; i < NE; i++) { toks[3 + NB + i] = extra[i]; sc[3 + NB + i] = extra_sc[i]; ty[3 + NB + i] = extra_ty[i]; }
+    nm_gguf_writer *w = nm_gguf_writer_create();
+    nm_gguf_writer_add_str(w, "general.architecture", "llama");
+    nm_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+    nm_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, N);
+    nm_gguf_writer_add_arr(w, "tokenizer.ggml.scores", NM_GGUF_FLOAT32, sc, N);
+    nm_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", NM_GGUF_INT32, ty, N);
+    nm_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+    nm_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+    nm_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    size_t size = 0;
+    nm_gguf *g = NULL;
+    if (nm_gguf_writer_write_buf(w, mem, &size) == NM_OK)
+        nm_gguf_open_memory(*mem, size, &g, NULL, 0);
+    nm_gguf_writer_free(w);
+    return g;
+}
+
+#define TINY_ID(i) (3 + 256 + (i)) // index into `extra`
+
+NM_TEST(spm_synthetic) {
+    uint8_t *mem = NULL;
+    nm_gguf *g = tiny_spm(&mem);
+    NM_CHECK(g != NULL);
+    if (!g) { free(mem); return; }
+    nm_tokenizer *t = NULL;
+    char err[256];
+    NM_CHECK(nm_tokenizer_create(g, &t, err, sizeof err) == NM_OK);
+    if (!t) { nm_gguf_close(g); free(mem); return; }
+    int32_t ids[64];
+    // add_space_prefix defaults to true for SPM: "abc" -> "▁abc": ab (-2.2)
+    // beats bc (-2.5) and ▁a (-4); then ▁ab (-1.5) beats abc (-5).
+    int32_t n = nm_tokenizer_encode(t, "abc", 3, ids, 64, true, false);
+    NM_CHECK(n == 3 && ids[0] == 1 && ids[1] == TINY_ID(7) && ids[2] == TINY_ID(3));
+    // "bcab": bc (-2.5) and ab (-2.2) do not overlap; ▁bc is no token.
+    n = nm_tokenizer_encode(t, "bcab", 4, ids, 64, false, false);
+    NM_CHECK(n == 3 && ids[0] == TINY_ID(0) && ids[1] == TINY_ID(5) && ids[2] == TINY_ID(4));
+    // Byte fallback: 'z' and 'é' (C3 A9) are not pieces.
+    n = nm_tokenizer_encode(t, "z\xc3\xa9", 3, ids, 64, false, false);
+    NM_CHECK(n == 4 && ids[0] == TINY_ID(0) && ids[1] == 3 + 'z' && ids[2] == 3 + 0xc3 && ids[3] == 3 + 0xa9);
+    // Control tokens only with parse_special; user-defined always.
+    n = nm_tokenizer_encode(t, "<usr><ctl>", 10, ids, 64, false, true);
+    NM_CHECK(n == 2 && ids[0] == TINY_ID(10) && ids[1] == TINY_ID(9));
+    // Text after a special token gets the space prefix again (llama.cpp's SPM).
+    n = nm_tokenizer_encode(t, "<usr>ab", 7, ids, 64, false, false);
+    NM_CHECK(n == 2 && ids[0] == TINY_ID(10) && ids[1] == TINY_ID(7));
+    n = nm_tokenizer_encode(t, "<ctl>", 5, ids, 64, false, false);
+    NM_CHECK(n > 1 && ids[0] == TINY_ID(0) && ids[1] == 3 + '<');
+    // Too small: -(needed).
+    NM_CHECK(nm_tokenizer_encode(t, "abc", 3, ids, 1, true, false) == -3);
+    char buf[32];
+    int32_t ab[] = {TINY_ID(7), TINY_ID(3), 3 + 0xc3, 3 + 0xa9, 1};
+    n = nm_tokenizer_decode(t, ab, 5, buf, sizeof buf, false);
+    NM_CHECK(n == 6 && !memcmp(buf, " abc\xc3\xa9", 6));
+    NM_CHECK(nm_tokenizer_piece(t, 1, buf, sizeof buf, true) == 3 && !memcmp(buf, "<s>", 3));
+    NM_CHECK(nm_tokenizer_piece(t, 1, buf, 2, true) == -3);
+    NM_CHECK(nm_tokenizer_is_eog(t, 2) && !nm_tokenizer_is_eog(t, 1));
+    nm_tokenizer_free(t);
+    nm_gguf_close(g);
+    free(mem);
+}
+
+// ---- real models ----------------------------------------------------------------------------
+
+typedef struct loaded {
+    nm_gguf *g;
+    nm_tokenizer *t;
+} loaded;
+
+static bool load(const char *file, loaded *L) {
+    const char *dir = getenv("NM_MODEL_DIR");
+    char path[1024];
+    if (dir && *dir) snprintf(path, sizeof path, "%s/%s", dir, file);
+    else snprintf(path, sizeof path, "%s/.cache/nanomind/models/%s", getenv("HOME") ? getenv("HOME") : "", file);
+    memset(L, 0, sizeof *L);
+    char err[256];
+    if (nm_gguf_open(path, &L->g, err, sizeof err) != NM_OK) return false;
+    if (nm_tokenizer_create(L->g, &L->t, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "  tokenizer_create(%s): %s\n", file, err);
+        nm_gguf_close(L->g);
+        L->g = NULL;
+        return false;
+    }
+    return true;
+}
+
+static void unload(loaded *L) {
+    nm_tokenizer_free(L->t);
+    nm_gguf_close(L->g);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// ---- golden ids (generated; see the top of the file) ----------------------------------
+
+static const char *const GOLDEN_TEXT[] = {
+    "Hello world",
+    "The quick brown fox jumps over the lazy dog.",
+    " leading space",
+    "trailing space ",
+    "   three leading spaces and two trailing  ",
+    "multiple    spaces   between words",
+    "line one\nline two\n\nline four\n",
+    "\n\n\n",
+    "tab\tseparated\tvalues\t\tdouble",
+    "1234567",
+    "Numbers: 1,234,567.89 and 3.14159 and 2024-01-01",
+    "Punctuation!!! Really?! (yes) [no] {maybe}... \"quoted\" 'single'",
+    "don't I'll we've they're she'd it's I'm DON'T",
+    "Café naïve résumé façade Ærøskøbing Straße",
+    "中文测试：你好，世界！日本語のテキスト。한국어",
+    "emoji 😀🎉👍🏽 and 🇫🇷 flags",
+    "mixed: English, Русский, العربية, हिन्दी, ελληνικά",
+    "<|im_start|>user\nhi<|im_end|>",
+    "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n",
+    "",
+    "    def foo(x):\n        return x**2  # comment\n",
+    "a  b   c    d     e",
+    "non breaking em space",
+    "ALLCAPS and MiXeD CaSe words",
+    "http://example.com/path?query=1&b=2",
+    "' ' ''  ''' 's 'S",
+    "<|im_start|><|im_start|> <|im_end|>x<|endoftext|>",
+};
+// SmolLM2-135M-Instruct.Q4_1.gguf: {text index, add_special, parse_special, n, ids...}
+static const int32_t GOLDEN_SMOLLM[] = {
+    0, 1, 1, 2, 19556, 905, 
+    0, 0, 0, 2, 19556, 905, 
+    1, 1, 1, 10, 504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30, 
+    1, 0, 0, 10, 504, 2365, 6354, 16438, 27003, 690, 260, 23790, 2767, 30, 
+    2, 1, 1, 2, 2899, 1898, 
+    2, 0, 0, 2, 2899, 1898, 
+    3, 1, 1, 4, 4861, 4966, 1898, 216, 
+    3, 0, 0, 4, 4861, 4966, 1898, 216, 
+    4, 1, 1, 8, 256, 1296, 2899, 5600, 284, 827, 35079, 256, 
+    4, 0, 0, 8, 256, 1296, 2899, 5600, 284, 827, 35079, 256, 
+    5, 1, 1, 6, 30404, 333, 5600, 256, 826, 1924, 
+    5, 0, 0, 6, 30404, 333, 5600, 256, 826, 1924, 
+    6, 1, 1, 10, 1311, 582, 198, 1311, 827, 198, 198, 1311, 1876, 198, 
+    6, 0, 0, 10, 1311, 582, 198, 1311, 827, 198, 198, 1311, 1876, 198, 
+    7, 1, 1, 1, 16506, 
+    7, 0, 0, 1, 16506, 
+    8, 1, 1, 9, 15999, 197, 19509, 483, 197, 6347, 197, 197, 21414, 
+    8, 0, 0, 9, 15999, 197, 19509, 483, 197, 6347, 197, 197, 21414, 
+    9, 1, 1, 7, 33, 34, 35, 36, 37, 38, 39, 
+    9, 0, 0, 7, 33, 34, 35, 36, 37, 38, 39, 
+    10, 1, 1, 36, 39006, 42, 216, 33, 28, 34, 35, 36, 28, 37, 38, 39, 30, 40, 41, 284, 216, 35, 30, 33, 36, 33, 37, 41, 284, 216, 34, 32, 34, 36, 29, 32, 33, 29, 32, 33, 
+    10, 0, 0, 36, 39006, 42, 216, 33, 28, 34, 35, 36, 28, 37, 38, 39, 30, 40, 41, 284, 216, 35, 30, 33, 36, 33, 37, 41, 284, 216, 34, 32, 34, 36, 29, 32, 33, 29, 32, 33, 
+    11, 1, 1, 23, 64, 8859, 6584, 29646, 27434, 17593, 365, 10407, 25, 933, 4607, 77, 1662, 27066, 109, 2026, 476, 385, 5036, 18, 637, 18536, 23, 
+    11, 0, 0, 23, 64, 8859, 6584, 29646, 27434, 17593, 365, 10407, 25, 933, 4607, 77, 1662, 27066, 109, 2026, 476, 385, 5036, 18, 637, 18536, 23, 
+    12, 1, 1, 18, 12420, 982, 339, 3060, 392, 3543, 502, 2316, 1041, 6737, 357, 506, 339, 5248, 422, 2154, 23, 68, 
+    12, 0, 0, 18, 12420, 982, 339, 3060, 392, 3543, 502, 2316, 1041, 6737, 357, 506, 339, 5248, 422, 2154, 23, 68, 
+    13, 1, 1, 19, 51, 1939, 2756, 15486, 46494, 412, 2756, 5422, 2756, 40852, 44741, 98, 21817, 5746, 21817, 7519, 19144, 34878, 85, 
+    13, 0, 0, 19, 51, 1939, 2756, 15486, 46494, 412, 2756, 5422, 2756, 40852, 44741, 98, 21817, 5746, 21817, 7519, 19144, 34878, 85, 
+    14, 1, 1, 43, 28589, 29184, 43222, 229, 16313, 239, 24713, 18645, 250, 48392, 138, 12831, 7906, 240, 178, 239, 230, 8083, 219, 23274, 115, 40993, 179, 120, 248, 26453, 11100, 224, 10391, 251, 10391, 134, 11100, 226, 19076, 33085, 246, 181, 130, 251, 183, 240, 129, 
+    14, 0, 0, 43, 28589, 29184, 43222, 229, 16313, 239, 24713, 18645, 250, 48392, 138, 12831, 7906, 240, 178, 239, 230, 8083, 219, 23274, 115, 40993, 179, 120, 248, 26453, 11100, 224, 10391, 251, 10391, 134, 11100, 226, 19076, 33085, 246, 181, 130, 251, 183, 240, 129, 
+    15, 1, 1, 21, 391, 33777, 40303, 218, 10813, 232, 227, 10813, 235, 231, 10813, 233, 138, 284, 15107, 225, 121, 10813, 225, 132, 13198, 
+    15, 0, 0, 21, 391, 33777, 40303, 218, 10813, 232, 227, 10813, 235, 231, 10813, 233, 138, 284, 15107, 225, 121, 10813, 225, 132, 13198, 
+    16, 1, 1, 35, 35781, 42, 2321, 28, 5470, 250, 14714, 9382, 39511, 7872, 24958, 28, 27819, 34966, 20602, 31462, 23339, 43463, 28, 12335, 134, 27011, 30658, 16525, 44757, 37189, 28, 32524, 17162, 17162, 25723, 11517, 12001, 21118, 26112, 
+    16, 0, 0, 35, 35781, 42, 2321, 28, 5470, 250, 14714, 9382, 39511, 7872, 24958, 28, 27819, 34966, 20602, 31462, 23339, 43463, 28, 12335, 134, 27011, 30658, 16525, 44757, 37189, 28, 32524, 17162, 17162, 25723, 11517, 12001, 21118, 26112, 
+    17, 1, 1, 5, 1, 4093, 198, 6004, 2, 
+    17, 0, 0, 17, 44, 108, 306, 79, 3738, 108, 46, 4093, 198, 6004, 44, 108, 306, 79, 486, 108, 46, 
+    18, 1, 1, 27, 44, 3738, 79, 1714, 79, 20589, 46, 4093, 198, 6004, 44, 486, 79, 1714, 79, 20589, 46, 198, 44, 3738, 79, 1714, 79, 20589, 46, 3980, 198, 
+    18, 0, 0, 27, 44, 3738, 79, 1714, 79, 20589, 46, 4093, 198, 6004, 44, 486, 79, 1714, 79, 20589, 46, 198, 44, 3738, 79, 1714, 79, 20589, 46, 3980, 198, 
+    19, 1, 1, 0, 
+    19, 0, 0, 0, 
+    20, 1, 1, 15, 333, 753, 29856, 24, 104, 727, 448, 1003, 1792, 828, 34, 216, 907, 5189, 198, 
+    20, 0, 0, 15, 333, 753, 29856, 24, 104, 727, 448, 1003, 1792, 828, 34, 216, 907, 5189, 198, 
+    21, 1, 1, 9, 81, 216, 278, 256, 265, 333, 287, 289, 297, 
+    21, 0, 0, 9, 81, 216, 278, 256, 265, 333, 287, 289, 297, 
+    22, 1, 1, 7, 9033, 15442, 11194, 321, 221, 391, 1898, 
+    22, 0, 0, 7, 9033, 15442, 11194, 321, 221, 391, 1898, 
+    23, 1, 1, 11, 12631, 33467, 67, 284, 11633, 72, 85, 52, 7784, 4393, 1924, 
+    23, 0, 0, 11, 12631, 33467, 67, 284, 11633, 72, 85, 52, 7784, 4393, 1924, 
+    24, 1, 1, 15, 5031, 1742, 7434, 30, 824, 31, 1537, 47, 8433, 45, 33, 22, 82, 45, 34, 
+    24, 0, 0, 15, 5031, 1742, 7434, 30, 824, 31, 1537, 47, 8433, 45, 33, 22, 82, 45, 34, 
+    25, 1, 1, 9, 23, 637, 10922, 216, 7855, 637, 99, 637, 67, 
+    25, 0, 0, 9, 23, 637, 10922, 216, 7855, 637, 99, 637, 67, 
+    26, 1, 1, 6, 1, 1, 216, 2, 104, 0, 
+    26, 0, 0, 28, 44, 108, 306, 79, 3738, 108, 21198, 108, 306, 79, 3738, 108, 46, 2067, 108, 306, 79, 486, 108, 46, 104, 44, 108, 486, 1714, 2692, 108, 46, 
+    -1};
+// gemma-3-270m-q4_k_m.gguf: {text index, add_special, parse_special, n, ids...}
+static const int32_t GOLDEN_GEMMA[] = {
+    0, 1, 1, 3, 2, 9259, 1902, 
+    0, 0, 0, 2, 9259, 1902, 
+    1, 1, 1, 11, 2, 818, 3823, 8864, 37423, 38167, 1024, 506, 31770, 4799, 236761, 
+    1, 0, 0, 10, 818, 3823, 8864, 37423, 38167, 1024, 506, 31770, 4799, 236761, 
+    2, 1, 1, 3, 2, 5830, 2557, 
+    2, 0, 0, 2, 5830, 2557, 
+    3, 1, 1, 4, 2, 136697, 2557, 236743, 
+    3, 0, 0, 3, 136697, 2557, 236743, 
+    4, 1, 1, 9, 2, 139, 19891, 5830, 9952, 532, 1156, 45330, 138, 
+    4, 0, 0, 8, 139, 19891, 5830, 9952, 532, 1156, 45330, 138, 
+    5, 1, 1, 7, 2, 43819, 140, 35220, 139, 19195, 4171, 
+    5, 0, 0, 6, 43819, 140, 35220, 139, 19195, 4171, 
+    6, 1, 1, 10, 2, 1257, 886, 107, 1257, 1156, 108, 1257, 2390, 107, 
+    6, 0, 0, 9, 1257, 886, 107, 1257, 1156, 108, 1257, 2390, 107, 
+    7, 1, 1, 2, 2, 109, 
+    7, 0, 0, 1, 109, 
+    8, 1, 1, 8, 2, 4823, 255968, 74010, 255968, 7558, 255969, 7902, 
+    8, 0, 0, 7, 4823, 255968, 74010, 255968, 7558, 255969, 7902, 
+    9, 1, 1, 8, 2, 236770, 236778, 236800, 236812, 236810, 236825, 236832, 
+    9, 0, 0, 7, 236770, 236778, 236800, 236812, 236810, 236825, 236832, 
+    10, 1, 1, 37, 2, 37091, 236787, 236743, 236770, 236764, 236778, 236800, 236812, 236764, 236810, 236825, 236832, 236761, 236828, 236819, 532, 236743, 236800, 236761, 236770, 236812, 236770, 236810, 236819, 532, 236743, 236778, 236771, 236778, 236812, 236772, 236771, 236770, 236772, 236771, 236770, 
+    10, 0, 0, 36, 37091, 236787, 236743, 236770, 236764, 236778, 236800, 236812, 236764, 236810, 236825, 236832, 236761, 236828, 236819, 532, 236743, 236800, 236761, 236770, 236812, 236770, 236810, 236819, 532, 236743, 236778, 236771, 236778, 236812, 236772, 236771, 236770, 236772, 236771, 236770, 
+    11, 1, 1, 22, 2, 236791, 23733, 3145, 11145, 39071, 26052, 568, 4443, 236768, 870, 1904, 236842, 642, 60766, 182071, 623, 148758, 236775, 756, 18999, 236789, 
+    11, 0, 0, 21, 236791, 23733, 3145, 11145, 39071, 26052, 568, 4443, 236768, 870, 1904, 236842, 642, 60766, 182071, 623, 148758, 236775, 756, 18999, 236789, 
+    12, 1, 1, 25, 2, 13246, 236789, 236745, 564, 236789, 859, 692, 236789, 560, 901, 236789, 500, 1304, 236789, 236753, 625, 236789, 236751, 564, 236789, 236757, 52402, 236789, 236774, 
+    12, 0, 0, 24, 13246, 236789, 236745, 564, 236789, 859, 692, 236789, 560, 901, 236789, 500, 1304, 236789, 236753, 625, 236789, 236751, 564, 236789, 236757, 52402, 236789, 236774, 
+    13, 1, 1, 13, 2, 160319, 236859, 120362, 118515, 96008, 129016, 236750, 237465, 2592, 237465, 16983, 80176, 
+    13, 0, 0, 12, 160319, 236859, 120362, 118515, 96008, 129016, 236750, 237465, 2592, 237465, 16983, 80176, 
+    14, 1, 1, 14, 2, 55041, 30203, 237184, 144626, 236900, 12811, 237354, 94951, 236945, 95830, 236924, 114216, 237430, 
+    14, 0, 0, 13, 55041, 30203, 237184, 144626, 236900, 12811, 237354, 94951, 236945, 95830, 236924, 114216, 237430, 
+    15, 1, 1, 11, 2, 67906, 163543, 242061, 240493, 242713, 532, 236743, 246598, 242644, 22680, 
+    15, 0, 0, 10, 67906, 163543, 242061, 240493, 242713, 532, 236743, 246598, 242644, 22680, 
+    16, 1, 1, 13, 2, 63258, 236787, 5422, 236764, 214089, 236764, 87595, 236764, 85394, 236764, 177019, 42220, 
+    16, 0, 0, 12, 63258, 236787, 5422, 236764, 214089, 236764, 87595, 236764, 85394, 236764, 177019, 42220, 
+    17, 1, 1, 16, 2, 236820, 236909, 548, 236779, 3041, 111038, 2364, 107, 2202, 236820, 236909, 548, 236779, 643, 111038, 
+    17, 0, 0, 15, 236820, 236909, 548, 236779, 3041, 111038, 2364, 107, 2202, 236820, 236909, 548, 236779, 643, 111038, 
+    18, 1, 1, 10, 2, 105, 2364, 107, 2202, 106, 107, 105, 4368, 107, 
+    18, 0, 0, 27, 236820, 3041, 236779, 1340, 236779, 887, 236813, 2364, 107, 2202, 236820, 643, 236779, 1340, 236779, 887, 236813, 107, 236820, 3041, 236779, 1340, 236779, 887, 236813, 4368, 107, 
+    19, 1, 1, 1, 2, 
+    19, 0, 0, 0, 
+    20, 1, 1, 17, 2, 140, 2063, 46293, 236769, 236781, 1473, 107, 144, 2060, 1123, 1018, 236778, 138, 236865, 5739, 107, 
+    20, 0, 0, 16, 140, 2063, 46293, 236769, 236781, 1473, 107, 144, 2060, 1123, 1018, 236778, 138, 236865, 5739, 107, 
+    21, 1, 1, 10, 2, 236746, 138, 236763, 139, 236755, 140, 236753, 141, 236744, 
+    21, 0, 0, 9, 236746, 138, 236763, 139, 236755, 140, 236753, 141, 236744, 
+    22, 1, 1, 10, 2, 9181, 432, 398, 28384, 464, 366, 369, 581, 2557, 
+    22, 0, 0, 9, 9181, 432, 398, 28384, 464, 366, 369, 581, 2557, 
+    23, 1, 1, 11, 2, 7602, 31832, 236773, 532, 14402, 109299, 236796, 10537, 1869, 4171, 
+    23, 0, 0, 10, 7602, 31832, 236773, 532, 14402, 109299, 236796, 10537, 1869, 4171, 
+    24, 1, 1, 16, 2, 2855, 1411, 8358, 236761, 854, 236786, 2337, 236881, 3278, 236784, 236770, 236880, 236763, 236784, 236778, 
+    24, 0, 0, 15, 2855, 1411, 8358, 236761, 854, 236786, 2337, 236881, 3278, 236784, 236770, 236880, 236763, 236784, 236778, 
+    25, 1, 1, 10, 2, 236789, 756, 9451, 138, 26610, 756, 236751, 756, 236773, 
+    25, 0, 0, 9, 236789, 756, 9451, 138, 26610, 756, 236751, 756, 236773, 
+    26, 1, 1, 26, 2, 236820, 236909, 548, 236779, 3041, 236909, 1798, 236909, 548, 236779, 3041, 111038, 655, 236909, 548, 236779, 643, 111038, 236781, 236820, 236909, 643, 1340, 1005, 111038, 
+    26, 0, 0, 25, 236820, 236909, 548, 236779, 3041, 236909, 1798, 236909, 548, 236779, 3041, 111038, 655, 236909, 548, 236779, 643, 111038, 236781, 236820, 236909, 643, 1340, 1005, 111038, 
+    -1};
+
+#define N_GOLDEN_TEXT ((int)(sizeof(GOLDEN_TEXT) / sizeof(GOLDEN_TEXT[0])))
+
+static void dump(const char *what, const int32_t *ids, int32_t n) {
+    fprintf(stderr, "    %s (%d):", what, n);
+    for (int32_t i = 0; i < n && i < 64; i++) fprintf(stderr, " %d", ids[i]);
+    fprintf(stderr, "\n");
+}
+
+// Every golden record matches, and decode(encode(s)) == s.
+static void check_golden(const nm_tokenizer *t, const int32_t *tab, int *nmtest_failed) {
+    int checked = 0;
+    for (const int32_t *r = tab; r[0] >= 0; r += 4 + r[3]) {
+        const char *s = GOLDEN_TEXT[r[0]];
+        bool add = r[1], parse = r[2];
+        int32_t want_n = r[3];
+        const int32_t *want = r + 4;
+        int32_t got[512];
+        int32_t n = nm_tokenizer_encode(t, s, strlen(s), got, 512, add, parse);
+        bool ok = n == want_n && !memcmp(got, want, sizeof(int32_t) * (size_t)n);
+        if (!ok) {
+            fprintf(stderr, "  golden mismatch: text %d \"%s\" add=%d parse=%d\n", r[0], s, add, parse);
+            dump("want", want, want_n);
+            dump("got ", got, n);
+        }
+        NM_CHECK(ok);
+        // Round trip, without BOS; special pieces spelled out when parsed.
+        n = nm_tokenizer_encode(t, s, strlen(s), got, 512, false, parse);
+        char text[1024];
+        int32_t m = nm_tokenizer_decode(t, got, n, text, sizeof text, parse);
+        bool rt = m == (int32_t)strlen(s) && !memcmp(text, s, (size_t)m);
+        if (!rt) fprintf(stderr, "  round trip failed: \"%s\" -> \"%.*s\"\n", s, m > 0 ? m : 0, text);
+        NM_CHECK(rt);
+        // Counting without a buffer gives -(needed).
+        if (n > 0) NM_CHECK(nm_tokenizer_encode(t, s, strlen(s), NULL, 0, false, parse) == -n);
+        checked++;
+    }
+    NM_CHECK(checked == 2 * N_GOLDEN_TEXT);
+}
+
+NM_TEST(golden_smollm2) {
+    loaded L;
+    double t0 = now_ms();
+    if (!load("SmolLM2-135M-Instruct.Q4_1.gguf", &L)) NM_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf not found");
+    fprintf(stderr, "  create: %.1f ms (incl. open)\n", now_ms() - t0);
+    NM_CHECK(nm_tokenizer_n_vocab(L.t) == 49152);
+    NM_CHECK(nm_tokenizer_bos(L.t) == 1 && nm_tokenizer_eos(L.t) == 2);
+    NM_CHECK(nm_tokenizer_is_eog(L.t, 2) && nm_tokenizer_is_eog(L.t, 0) && !nm_tokenizer_is_eog(L.t, 1));
+    NM_CHECK(nm_tokenizer_chat_tmpl(L.t) == NM_CHAT_CHATML);
+    nm_str tm = nm_tokenizer_chat_template(L.t);
+    NM_CHECK(tm.len == strlen(SMOL_TMPL) && !memcmp(tm.ptr, SMOL_TMPL, tm.len));
+    check_golden(L.t, GOLDEN_SMOLLM, nmtest_failed);
+    unload(&L);
+}
+
+NM_TEST(golden_gemma3) {
+    loaded L;
+    double t0 = now_ms();
+    if (!load("gemma-3-270m-q4_k_m.gguf", &L)) NM_SKIP("gemma-3-270m-q4_k_m.gguf not found");
+    double ms = now_ms() - t0;
+    fprintf(stderr, "  create: %.1f ms (incl. open)\n", ms);
+    NM_CHECK(ms < 1000);
+    NM_CHECK(nm_tokenizer_n_vocab(L.t) == 262144);
+    NM_CHECK(nm_tokenizer_bos(L.t) == 2 && nm_tokenizer_eos(L.t) == 1);
+    NM_CHECK(nm_tokenizer_is_eog(L.t, 1) && nm_tokenizer_is_eog(L.t, 106));
+    // No chat template in this GGUF: recognised from the vocab.
+    NM_CHECK(nm_tokenizer_chat_template(L.t).len == 0);
+    NM_CHECK(nm_tokenizer_chat_tmpl(L.t) == NM_CHAT_GEMMA);
+    check_golden(L.t, GOLDEN_GEMMA, nmtest_failed);
+    unload(&L);
+}
+
+// Pushes ids one by one; every chunk out must end on a UTF-8 boundary and the
+// chunks must add up to `want`.
+static void stream(const nm_tokenizer *t, const int32_t *ids, int32_t n, const char *want,
+                   int *nmtest_failed) {
+    nm_detok d = {0};
+    char acc[256];
+    int32_t k = 0;
+    for (int32_t i = 0; i < n; i++) {
+        char out[64];
+        int32_t r = nm_tokenizer_detok_push(t, &d, ids[i], out, sizeof out);
+        NM_CHECK(r >= 0);
+        if (r < 0) return;
+        // A chunk never ends inside a sequence.
+        if (r > 0) {
+            uint8_t last = (uint8_t)out[r - 1];
+            NM_CHECK(last < 0x80 || (last & 0xc0) == 0x80);
+        }
+        memcpy(acc + k, out, (size_t)r);
+        k += r;
+    }
+    NM_CHECK(d.n_pending == 0);
+    NM_CHECK(k == (int32_t)strlen(want) && !memcmp(acc, want, (size_t)k));
+}
+
+NM_TEST(detok_stream_utf8) {
+    loaded L;
+    if (!load("gemma-3-270m-q4_k_m.gguf", &L)) NM_SKIP("gemma-3-270m-q4_k_m.gguf not found");
+    // U+1F600 as four <0xXX> byte tokens: nothing comes out until the last.
+    const char *names[] = {"<0xF0>", "<0x9F>", "<0x98>", "<0x80>"};
+    int32_t ids[6];
+    ids[0] = nm_tokenizer_find(L.t, "A", 1);
+    for (int i = 0; i < 4; i++) ids[1 + i] = nm_tokenizer_find(L.t, names[i], 6);
+    ids[5] = nm_tokenizer_find(L.t, "B", 1);
+    for (int i = 0; i < 6; i++) NM_CHECK(ids[i] >= 0);
+    nm_detok d = {0};
+    char out[16];
+    NM_CHECK(nm_tokenizer_detok_push(L.t, &d, ids[0], out, sizeof out) == 1 && out[0] == 'A');
+    NM_CHECK(nm_tokenizer_detok_push(L.t, &d, ids[1], out, sizeof out) == 0);
+    NM_CHECK(nm_tokenizer_detok_push(L.t, &d, ids[2], out, sizeof out) == 0);
+    NM_CHECK(nm_tokenizer_detok_push(L.t, &d, ids[3], out, sizeof out) == 0 && d.n_pending == 3);
+    // Too small a buffer: -(needed), state unchanged.
+    NM_CHECK(nm_tokenizer_detok_push(L.t, &d, ids[4], out, 2) == -4 && d.n_pending == 3);
+    NM_CHECK(nm_tokenizer_detok_push(L.t, &d, ids[4], out, sizeof out) == 4);
+    NM_CHECK(!memcmp(out, "\xf0\x9f\x98\x80", 4) && d.n_pending == 0);
+    NM_CHECK(nm_tokenizer_detok_push(L.t, &d, ids[5], out, sizeof out) == 1 && out[0] == 'B');
+    // Control tokens stream as nothing.
+    NM_CHECK(nm_tokenizer_detok_push(L.t, &d, 106, out, sizeof out) == 0);
+    stream(L.t, ids, 6, "A\xf0\x9f\x98\x80" "B", nmtest_failed);
+    unload(&L);
+
+    // SmolLM2's byte-level tokens split emoji at arbitrary byte boundaries.
+    if (!load("SmolLM2-135M-Instruct.Q4_1.gguf", &L)) NM_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf not found");
+    const char *s = "emoji \xf0\x9f\x98\x80\xf0\x9f\x8e\x89\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd ok \xe4\xb8\xad\xe6\x96\x87";
+    int32_t toks[64];
+    int32_t n = nm_tokenizer_encode(L.t, s, strlen(s), toks, 64, false, false);
+    NM_CHECK(n > 0);
+    // At least one token must hold an incomplete sequence for the test to mean anything.
+    bool split = false;
+    for (int32_t i = 0; i < n; i++) {
+        char p[64];
+        int32_t m = nm_tokenizer_piece(L.t, toks[i], p, sizeof p, false);
+        for (int32_t j = 0; j < m && !split; j++) {
+            uint8_t c = (uint8_t)p[j];
+            int need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+            if (j + need > m && need > 1) split = true;
+        }
+    }
+    NM_CHECK(split);
+    stream(L.t, toks, n, s, nmtest_failed);
+    unload(&L);
+}
+
+// ~1,000 words of mixed text must tokenize in milliseconds.
+NM_TEST(speed_1000_words) {
+    static const char *words[] = {"The", "quick", "brown", "fox", "jumps", "over", "the", "lazy",
+                                  "dog,", "and", "1234", "caf\xc3\xa9", "don't", "\xe4\xb8\xad\xe6\x96\x87", "  ", "\n"};
+    char *text = malloc(16384);
+    size_t k = 0;
+    for (int i = 0; i < 1000; i++) {
+        const char *w = words[(i * 7) % 16];
+        size_t l = strlen(w);
+        memcpy(text + k, w, l);
+        k += l;
+        text[k++] = ' ';
+    }
+    const char *files[] = {"SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"};
+    int32_t *ids = malloc(sizeof(int32_t) * 8192);
+    int ran = 0;
+    for (int f = 0; f < 2; f++) {
+        loaded L;
+        if (!load(files[f], &L)) continue;
+        ran++;
+        double t0 = now_ms();
+        int32_t n = 0;
+        for (int rep = 0; rep < 10; rep++) n = nm_tokenizer_encode(L.t, text, k, ids, 8192, true, true);
+        double ms = (now_ms() - t0) / 10;
+        fprintf(stderr, "  %s: %zu bytes -> %d tokens in %.2f ms\n", files[f], k, n, ms);
+        NM_CHECK(n > 1000 && ms < 20);
+        char *back = malloc(k + 64);
+        NM_CHECK(nm_tokenizer_decode(L.t, ids, n, back, (int32_t)k + 64, false) == (int32_t)k);
+        NM_CHECK(!memcmp(back, text, k));
+        free(back);
+        unload(&L);
+    }
+    free(ids);
+    free(text);
+    if (!ran) NM_SKIP("no model files");
+}
+
+NM_TEST_MAIN()

@@ -1,0 +1,139 @@
+// Random-weight GGUF language models (see genmodel.h).
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "genmodel.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+static uint64_t rng_state;
+static double urand(void) { // xorshift64*, uniform in [0, 1)
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (double)((rng_state * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+}
+static float nrand(void) { // standard normal (Box-Muller)
+    double u = urand(), v = urand();
+    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
+}
+
+// Holds generated tensor data until the file is written.
+static void *keep[1024];
+static int n_keep;
+
+static int add(nm_gguf_writer *w, const char *name, uint32_t type, int64_t ne0, int64_t ne1, float mean,
+               float std) {
+    int64_t ne[2] = {ne0, ne1};
+    size_t n = (size_t)(ne0 * ne1);
+    float *f = malloc(n * sizeof(float));
+    size_t rb = nm_row_size(type, ne0);
+    void *q = rb ? malloc(rb * (size_t)ne1) : NULL;
+    if (!f || !q || n_keep >= 1024) {
+        fprintf(stderr, "nm-genmodel: cannot make tensor %s (type %u, row %lld)\n", name, type, (long long)ne0);
+        free(f);
+        free(q);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) f[i] = mean + std * nrand();
+    for (int64_t r = 0; r < ne1; r++) nm_quantize_row_ref(type, f + r * ne0, (uint8_t *)q + r * rb, ne0);
+    free(f);
+    keep[n_keep++] = q;
+    nm_status st = nm_gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, q);
+    if (st != NM_OK) fprintf(stderr, "nm-genmodel: %s: %s\n", name, nm_gguf_writer_last_error(w));
+    return st != NM_OK;
+}
+
+static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t *n_vocab) {
+    *n_vocab = 0;
+    for (int64_t i = 0; i < nm_gguf_n_kv(src); i++) {
+        const nm_gguf_kv *kv = nm_gguf_kv_at(src, i);
+        if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        // ARRAY values start 12 bytes before their first element (type + count).
+        const uint8_t *p = kv->type == NM_GGUF_ARRAY ? kv->data - 12 : kv->data;
+        uint64_t sz = nm_gguf_value_size(kv->type, p);
+        if (nm_gguf_writer_add_raw(w, key, kv->type, p, sz) != NM_OK) return 1;
+        if (!strcmp(key, "tokenizer.ggml.tokens")) *n_vocab = (int64_t)kv->arr_n;
+    }
+    return *n_vocab > 0 ? 0 : 1;
+}
+
+gen_opts nm_genmodel_defaults(void) {
+    gen_opts o = {.type = NM_TYPE_F32, .layers = 2, .embd = 128, .heads = 4, .kv_heads = 2, .ff = 256,
+                  .seed = 1, .swa = 16};
+    return o;
+}
+
+int nm_genmodel_write(gen_opts *o) {
+    n_keep = 0;
+    const bool gemma = !strcmp(o->arch, "gemma3"), qwen = !strcmp(o->arch, "qwen2");
+    if (!gemma && !qwen && strcmp(o->arch, "llama")) return 2;
+    if (o->head_dim <= 0) o->head_dim = o->embd / o->heads;
+    rng_state = o->seed * 0x9E3779B97F4A7C15ull + 1;
+
+    char err[256];
+    nm_gguf *src = NULL;
+    if (nm_gguf_open(o->tok_from, &src, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "nm-genmodel: %s: %s\n", o->tok_from, err);
+        return 1;
+    }
+    nm_gguf_writer *w = nm_gguf_writer_create();
+    int64_t n_vocab = 0;
+    int bad = !w || copy_tokenizer(w, src, &n_vocab);
+    char k[160];
+#define KEY(s) (snprintf(k, sizeof k, "%s." s, o->arch), k)
+    bad |= nm_gguf_writer_add_str(w, "general.architecture", o->arch) != NM_OK;
+    bad |= nm_gguf_writer_add_str(w, "general.name", "nanomind random test model") != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("context_length"), 4096) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)o->embd) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)o->layers) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->ff) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)o->heads) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)o->head_dim) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)o->head_dim) != NM_OK;
+    bad |= nm_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f) != NM_OK;
+    bad |= nm_gguf_writer_add_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f) != NM_OK;
+    if (gemma) bad |= nm_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)o->swa) != NM_OK;
+
+    const int64_t d = o->embd, qd = (int64_t)o->heads * o->head_dim, kvd = (int64_t)o->kv_heads * o->head_dim;
+    // Scales keep activations O(1) and make the output distribution peaked, so
+    // that top-1 comparisons are meaningful.
+    const float wd = 1.0f / sqrtf((float)d), wq = 1.0f / sqrtf((float)qd), wf = 1.0f / sqrtf((float)o->ff);
+    bad = bad || add(w, "token_embd.weight", o->type, d, n_vocab, 0.0f, 1.0f);
+    bad = bad || add(w, "output_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f);
+    // An untied output head: with tied embeddings a random model mostly
+    // predicts its input token back, which makes top-1 comparisons trivial.
+    bad = bad || add(w, "output.weight", o->type, d, n_vocab, 0.0f, 1.0f);
+    for (int il = 0; il < o->layers && !bad; il++) {
+        char n[96];
+#define T(name, type, ne0, ne1, mean, std) \
+    (snprintf(n, sizeof n, "blk.%d." name, il), add(w, n, type, ne0, ne1, mean, std))
+        bad = T("attn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) || T("attn_q.weight", o->type, d, qd, 0.0f, wd) ||
+              T("attn_k.weight", o->type, d, kvd, 0.0f, wd) || T("attn_v.weight", o->type, d, kvd, 0.0f, wd) ||
+              T("attn_output.weight", o->type, qd, d, 0.0f, wq) || T("ffn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
+              T("ffn_gate.weight", o->type, d, o->ff, 0.0f, wd) || T("ffn_up.weight", o->type, d, o->ff, 0.0f, wd) ||
+              T("ffn_down.weight", o->type, o->ff, d, 0.0f, wf);
+        if (!bad && qwen)
+            bad = T("attn_q.bias", NM_TYPE_F32, qd, 1, 0.0f, 0.1f) || T("attn_k.bias", NM_TYPE_F32, kvd, 1, 0.0f, 0.1f) ||
+                  T("attn_v.bias", NM_TYPE_F32, kvd, 1, 0.0f, 0.1f);
+        if (!bad && gemma)
+            bad = T("attn_q_norm.weight", NM_TYPE_F32, o->head_dim, 1, 1.0f, 0.1f) ||
+                  T("attn_k_norm.weight", NM_TYPE_F32, o->head_dim, 1, 1.0f, 0.1f) ||
+                  T("post_attention_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
+                  T("post_ffw_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f);
+#undef T
+    }
+    if (!bad && nm_gguf_writer_write(w, o->out) != NM_OK) {
+        fprintf(stderr, "nm-genmodel: writing %s: %s\n", o->out, nm_gguf_writer_last_error(w));
+        bad = 1;
+    }
+    for (int i = 0; i < n_keep; i++) free(keep[i]);
+    nm_gguf_writer_free(w);
+    nm_gguf_close(src);
+    return bad;
+}

@@ -1,0 +1,20 @@
+// Random-weight GGUF language models for tests and cross-checks.
+#ifndef NM_GENMODEL_H
+#define NM_GENMODEL_H
+
+#include <stdint.h>
+
+typedef struct gen_opts {
+    const char *arch;     // "llama", "qwen2", "gemma3"
+    const char *tok_from; // GGUF file whose tokenizer.* metadata is copied
+    const char *out;      // output path
+    uint32_t type;        // weight type of the matmuls and embeddings (enum nm_type)
+    int layers, embd, heads, kv_heads, ff, head_dim, swa;
+    uint64_t seed;
+} gen_opts;
+
+gen_opts nm_genmodel_defaults(void);
+// Writes the model; 0 on success, else a message was printed to stderr.
+int nm_genmodel_write(gen_opts *o);
+
+#endif

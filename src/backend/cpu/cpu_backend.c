@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/gemm.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
 
@@ -14,11 +15,15 @@
 // batch is multiplied with it, so each weight block is read and unpacked once
 // per batch instead of once per token.
 #define NM_MM_ROWS 16
+// Tokens per GEMM call: the block of activations (NM_MM_TOKENS x K floats)
+// stays in L2 while the tile's rows sweep over it.
+#define NM_MM_TOKENS 48
 
 typedef struct nm_cpu {
     nm_pool *pool;
     const nm_kernels *k;
     const nm_kernels *kref;
+    nm_gemm_fn gemm;
     int64_t max_row;
     float *scratch; // (n_threads, NM_MM_ROWS, max_row)
     char err[256];
@@ -65,18 +70,13 @@ static void mm_worker(void *arg, int ith, int nth) {
     nm_split_range(n_tiles, ith, nth, &t0, &t1);
     float *tile = c->scratch + (size_t)ith * NM_MM_ROWS * (size_t)c->max_row;
     nm_dequant_fn deq = dequant_fn(c, w->type);
-    nm_dot_fn fdot = dot_fn(c, 0 /* NM_TYPE_F32 */);
     for (int64_t ti = t0; ti < t1; ti++) {
         r0 = ti * NM_MM_ROWS;
         r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
         for (int64_t o = r0; o < r1; o++) deq(wd + (size_t)o * row_bytes, tile + (o - r0) * K, K);
-        for (int64_t tok = 0; tok < T; tok++) {
-            const float *xr = xd + tok * K;
-            float *yr = yd + tok * O;
-            for (int64_t o = r0; o < r1; o++) {
-                float s = fdot(tile + (o - r0) * K, xr, K);
-                yr[o] = bd ? s + bd[o] : s;
-            }
+        for (int64_t tb = 0; tb < T; tb += NM_MM_TOKENS) {
+            int64_t nb = T - tb < NM_MM_TOKENS ? T - tb : NM_MM_TOKENS;
+            c->gemm(tile, r1 - r0, xd + tb * K, nb, K, yd + tb * O + r0, O, bd ? bd + r0 : NULL);
         }
     }
 }
@@ -322,6 +322,7 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row) {
     if (!c->pool) goto fail;
     c->k = nm_kernels_get();
     c->kref = nm_kernels_ref();
+    c->gemm = nm_gemm_f32_get();
     c->max_row = max_row;
     c->scratch = calloc((size_t)nm_pool_size(c->pool) * NM_MM_ROWS * (size_t)max_row, sizeof(float));
     if (!c->scratch) goto fail;

@@ -1,0 +1,22 @@
+// f32 GEMM kernels of the CPU backend's prefill path:
+//   y[t * ldy + r] = sum_k w[r * K + k] * x[t * K + k] (+ bias[r])
+// for rows r in [0, R) of a dequantized weight tile and tokens t in [0, T).
+#ifndef NM_CPU_GEMM_H
+#define NM_CPU_GEMM_H
+
+#include <stdint.h>
+
+typedef void (*nm_gemm_fn)(const float *restrict w, int64_t R, const float *restrict x, int64_t T, int64_t K,
+                           float *restrict y, int64_t ldy, const float *restrict bias);
+
+// Reference: plain loops, the spec the SIMD variants are tested against.
+void nm_gemm_f32_ref(const float *restrict w, int64_t R, const float *restrict x, int64_t T, int64_t K,
+                     float *restrict y, int64_t ldy, const float *restrict bias);
+#ifdef NM_HAVE_X86_SIMD
+void nm_gemm_f32_avx2(const float *restrict w, int64_t R, const float *restrict x, int64_t T, int64_t K,
+                      float *restrict y, int64_t ldy, const float *restrict bias);
+#endif
+// The best kernel for this CPU (NM_FORCE_REF=1 forces the reference).
+nm_gemm_fn nm_gemm_f32_get(void);
+
+#endif

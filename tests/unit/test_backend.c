@@ -1,0 +1,159 @@
+// CPU backend ops against plain reference computations.
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/gemm.h"
+#include "nmtest.h"
+#include "quant/quant.h"
+
+static uint64_t rs = 12345;
+static float frand(void) {
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rs >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+NM_TEST(gemm_simd_equals_reference_odd_sizes) {
+    nm_gemm_fn g = nm_gemm_f32_get();
+    const int64_t shapes[][3] = {{1, 1, 8}, {4, 3, 64}, {5, 7, 13}, {16, 48, 576}, {13, 50, 130}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t R = shapes[s][0], T = shapes[s][1], K = shapes[s][2];
+        float *w = malloc(sizeof(float) * R * K), *x = malloc(sizeof(float) * T * K), *b = malloc(sizeof(float) * R);
+        float *y1 = malloc(sizeof(float) * T * (R + 3)), *y2 = malloc(sizeof(float) * T * (R + 3));
+        for (int64_t i = 0; i < R * K; i++) w[i] = frand();
+        for (int64_t i = 0; i < T * K; i++) x[i] = frand();
+        for (int64_t i = 0; i < R; i++) b[i] = frand();
+        nm_gemm_f32_ref(w, R, x, T, K, y1, R + 3, b);
+        g(w, R, x, T, K, y2, R + 3, b);
+        double maxd = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = 0; r < R; r++) maxd = fmax(maxd, fabs(y1[t * (R + 3) + r] - y2[t * (R + 3) + r]));
+        NM_CHECK(maxd < 1e-4 * sqrt((double)K));
+        free(w), free(x), free(b), free(y1), free(y2);
+    }
+}
+
+// MATMUL of quantized weights, decode (T = 1) and prefill (T > 1) paths, equals
+// dequantize-then-multiply.
+NM_TEST(matmul_quantized_decode_and_prefill) {
+    const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
+                              NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
+    const int64_t K = 512, O = 37;
+    nm_backend *be = nm_backend_cpu_create(2, K);
+    NM_CHECK(be != NULL);
+    if (!be) return;
+    float *wf = malloc(sizeof(float) * K * O), *deq = malloc(sizeof(float) * K * O);
+    float *x = malloc(sizeof(float) * K * 9), *y = malloc(sizeof(float) * O * 9);
+    void *wq = malloc(nm_row_size(NM_TYPE_F32, K) * O);
+    for (int64_t i = 0; i < K * O; i++) wf[i] = frand();
+    for (int64_t i = 0; i < K * 9; i++) x[i] = frand();
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        uint32_t t = types[ti];
+        size_t rb = nm_row_size(t, K);
+        for (int64_t o = 0; o < O; o++) {
+            nm_quantize_row_ref(t, wf + o * K, (uint8_t *)wq + o * rb, K);
+            nm_dequantize_row_ref(t, (uint8_t *)wq + o * rb, deq + o * K, K);
+        }
+        nm_tensor W = {.type = t, .ne = {K, O, 1, 1}, .data = wq};
+        for (int T = 1; T <= 9; T += 8) {
+            nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .data = x};
+            nm_tensor Y = {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = y};
+            nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+            NM_CHECK(be->iface->supports_op(be, &op));
+            NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+            double maxd = 0;
+            for (int tok = 0; tok < T; tok++)
+                for (int64_t o = 0; o < O; o++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; k++) s += (double)deq[o * K + k] * x[tok * K + k];
+                    maxd = fmax(maxd, fabs(s - y[tok * O + o]));
+                }
+            if (maxd > 2e-3) fprintf(stderr, "  type %s T=%d: max diff %g\n", nm_type_traits_get(t)->name, T, maxd);
+            NM_CHECK(maxd < 2e-3);
+        }
+    }
+    free(wf), free(deq), free(x), free(y), free(wq);
+    nm_backend_free(be);
+}
+
+// Attention with GQA and a sliding window equals a two-pass softmax.
+NM_TEST(attention_gqa_window_equals_naive) {
+    const int H = 4, KV = 2, hd = 16, n_ctx = 32, T = 5, pos0 = 20, win = 7;
+    nm_backend *be = nm_backend_cpu_create(2, 64);
+    float *kc = malloc(sizeof(float) * n_ctx * KV * hd), *vc = malloc(sizeof(float) * n_ctx * KV * hd);
+    float q[5 * 4 * 16], out[5 * 4 * 16];
+    for (int i = 0; i < n_ctx * KV * hd; i++) kc[i] = frand(), vc[i] = frand();
+    for (int i = 0; i < T * H * hd; i++) q[i] = frand();
+    int32_t pos[5];
+    for (int i = 0; i < T; i++) pos[i] = pos0 + i;
+    nm_kv_layer kv = {kc, vc};
+    nm_tensor Q = {.ne = {H * hd, T, 1, 1}, .data = q}, O = {.ne = {H * hd, T, 1, 1}, .data = out};
+    for (int w = 0; w <= win; w += win) {
+        nm_op op = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = pos, .kv = &kv, .f0 = 0.25f,
+                    .i0 = H, .i1 = KV, .i2 = hd, .i3 = w, .n_ctx = n_ctx};
+        NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+        double maxd = 0;
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < H; h++) {
+                int g = h / (H / KV), lo = w ? pos[t] - w + 1 : 0;
+                double sc[64], mx = -1e30, sum = 0;
+                for (int j = lo; j <= pos[t]; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += q[(t * H + h) * hd + d] * kc[(j * KV + g) * hd + d];
+                    sc[j] = s * 0.25;
+                    mx = fmax(mx, sc[j]);
+                }
+                for (int j = lo; j <= pos[t]; j++) sum += exp(sc[j] - mx);
+                for (int d = 0; d < hd; d++) {
+                    double o = 0;
+                    for (int j = lo; j <= pos[t]; j++) o += exp(sc[j] - mx) / sum * vc[(j * KV + g) * hd + d];
+                    maxd = fmax(maxd, fabs(o - out[(t * H + h) * hd + d]));
+                }
+            }
+        NM_CHECK(maxd < 1e-5);
+    }
+    free(kc), free(vc);
+    nm_backend_free(be);
+}
+
+// RoPE at position 1 with base 1 rotates every pair by 1 radian; NORM pairs
+// adjacent elements, NEOX pairs i with i + n/2.
+NM_TEST(rope_orderings) {
+    nm_backend *be = nm_backend_cpu_create(1, 16);
+    float x[4] = {1, 0, 0, 1};
+    int32_t pos = 1;
+    nm_tensor X = {.ne = {4, 1, 1, 1}, .data = x};
+    nm_op op = {.kind = NM_OP_ROPE, .src0 = &X, .dst = &X, .ids = &pos, .f0 = 1.0f, .f1 = 1.0f,
+                .i0 = 1, .i1 = 4, .i2 = NM_ROPE_NORM, .i3 = 4};
+    NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+    float c = cosf(1), s = sinf(1);
+    NM_CHECK_NEAR(x[0], c, 1e-6);  // (1,0) -> (c, s)
+    NM_CHECK_NEAR(x[1], s, 1e-6);
+    NM_CHECK_NEAR(x[2], -s, 1e-6); // (0,1) -> (-s, c)
+    NM_CHECK_NEAR(x[3], c, 1e-6);
+    float y[4] = {1, 0, 0, 1};
+    X.data = y;
+    op.i2 = NM_ROPE_NEOX; // pairs (y0, y2) = (1, 0) and (y1, y3) = (0, 1)
+    NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+    NM_CHECK_NEAR(y[0], c, 1e-6);
+    NM_CHECK_NEAR(y[2], s, 1e-6);
+    NM_CHECK_NEAR(y[1], -s, 1e-6);
+    NM_CHECK_NEAR(y[3], c, 1e-6);
+    nm_backend_free(be);
+}
+
+NM_TEST(unsupported_op_is_a_status) {
+    nm_backend *be = nm_backend_cpu_create(1, 64);
+    float w[128], x[128], y[2];
+    nm_tensor W = {.type = 77, .ne = {64, 2, 1, 1}, .data = w}, X = {.ne = {64, 1, 1, 1}, .data = x},
+              Y = {.ne = {2, 1, 1, 1}, .data = y};
+    nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+    NM_CHECK(!be->iface->supports_op(be, &op));
+    NM_CHECK(be->iface->compute(be, &op, 1) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(strlen(be->iface->last_error(be)) > 0);
+    W.type = NM_TYPE_F32;
+    W.ne[0] = 128; // longer than the backend's max row
+    NM_CHECK(!be->iface->supports_op(be, &op));
+    nm_backend_free(be);
+}
+
+NM_TEST_MAIN()

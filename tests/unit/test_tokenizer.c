@@ -472,6 +472,39 @@ NM_TEST(golden_gemma3) {
     unload(&L);
 }
 
+// Invalid UTF-8 (ids from the same llama-tokenize, --no-bos, fed the raw
+// bytes with -f): BPE reads bad bytes as U+FFFD and overlong forms as their
+// code point, like llama.cpp; SPM falls back to byte tokens.
+static const struct {
+    const char *text;
+    int32_t smol[8], n_smol;
+    int32_t gemma[8], n_gemma;
+} INVALID_UTF8[] = {
+    {"abc\xff def \xc3", {25276, 24211, 753, 216, 24211}, 5, {28180, 493, 464, 388, 367, 2063, 236743, 433}, 8},
+    {"\xc0\x80", {190}, 1, {430, 366}, 2},
+    {"\xe0\x80\x80x", {190, 104}, 2, {462, 366, 366, 236781}, 4},
+};
+
+NM_TEST(golden_invalid_utf8) {
+    const char *files[] = {"SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"};
+    int ran = 0;
+    for (int f = 0; f < 2; f++) {
+        loaded L;
+        if (!load(files[f], &L)) continue;
+        ran++;
+        for (size_t i = 0; i < sizeof(INVALID_UTF8) / sizeof(INVALID_UTF8[0]); i++) {
+            const int32_t *want = f ? INVALID_UTF8[i].gemma : INVALID_UTF8[i].smol;
+            int32_t nw = f ? INVALID_UTF8[i].n_gemma : INVALID_UTF8[i].n_smol;
+            int32_t got[16];
+            const char *s = INVALID_UTF8[i].text;
+            int32_t n = nm_tokenizer_encode(L.t, s, strlen(s), got, 16, false, false);
+            NM_CHECK(n == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)nw));
+        }
+        unload(&L);
+    }
+    if (!ran) NM_SKIP("no model files");
+}
+
 // Pushes ids one by one; every chunk out must end on a UTF-8 boundary and the
 // chunks must add up to `want`.
 static void stream(const nm_tokenizer *t, const int32_t *ids, int32_t n, const char *want,

@@ -191,54 +191,65 @@ void nm_bpe_free(nm_tokenizer *t) {
 
 // ---- encode --------------------------------------------------------------------------
 
-// Length of a well-formed UTF-8 sequence at p (what PCRE2 accepts in UTF mode),
-// or 0 if the bytes there are not one.
-static size_t utf8_valid_len(const uint8_t *p, size_t n) {
+// Reads one code point at p[0..n) the way llama.cpp's unicode_cpt_from_utf8
+// does: the lead byte says the length, continuation bytes must follow, and
+// nothing else is checked (overlong forms and surrogates pass). Returns the
+// bytes consumed (1 for an invalid byte, *cpt = U+FFFD).
+static size_t utf8_read_lenient(const uint8_t *p, size_t n, uint32_t *cpt) {
     uint8_t c = p[0];
-    if (c < 0x80) return 1;
-    if (c < 0xc2) return 0; // continuation byte or overlong 2-byte lead
-    size_t len = c < 0xe0 ? 2 : c < 0xf0 ? 3 : c < 0xf5 ? 4 : 0;
-    if (!len || len > n) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((p[i] & 0xc0) != 0x80) return 0;
-    if (c == 0xe0 && p[1] < 0xa0) return 0; // overlong
-    if (c == 0xed && p[1] >= 0xa0) return 0; // surrogate
-    if (c == 0xf0 && p[1] < 0x90) return 0; // overlong
-    if (c == 0xf4 && p[1] >= 0x90) return 0; // > U+10FFFF
+    size_t len = c < 0x80 ? 1 : !(c & 0x40) ? 0 : !(c & 0x20) ? 2 : !(c & 0x10) ? 3 : !(c & 0x08) ? 4 : 0;
+    if (len == 1) {
+        *cpt = c;
+        return 1;
+    }
+    if (len == 0 || len > n) {
+        *cpt = 0xfffd;
+        return 1;
+    }
+    uint32_t v = c & (0x7f >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            *cpt = 0xfffd;
+            return 1;
+        }
+        v = (v << 6) | (p[i] & 0x3f);
+    }
+    // llama.cpp keeps surrogates and fails on > U+10FFFF; neither is valid
+    // UTF-8 for PCRE2, so both read as U+FFFD here (one per sequence).
+    *cpt = (v >= 0xd800 && v <= 0xdfff) || v > 0x10ffff ? 0xfffd : v;
     return len;
 }
 
-// Invalid UTF-8 bytes become U+FFFD, one per byte, as llama.cpp's
-// unicode_cpts_from_utf8 does before splitting (so the regexes always see
-// valid UTF-8). Returns text itself when it is valid; NULL on OOM.
+static int utf8_put(char *o, uint32_t c);
+
+// Normalises the text as llama.cpp does before splitting (it decodes to code
+// points and re-encodes): invalid bytes become U+FFFD, overlong forms their
+// shortest encoding. Returns text itself when that changes nothing (valid
+// UTF-8, the normal case); NULL on OOM.
 static const char *sanitize_utf8(const char *text, size_t len, size_t *out_len, nm_scratch *s) {
     const uint8_t *p = (const uint8_t *)text;
-    size_t bad = 0;
-    for (size_t i = 0; i < len;) {
-        size_t l = utf8_valid_len(p + i, len - i);
-        if (l) {
-            i += l;
-        } else {
-            bad++;
-            i++;
-        }
-    }
     *out_len = len;
-    if (!bad) return text;
-    char *o = nm_scratch_get(s, 0, len + 2 * bad);
-    if (!o) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < len;) {
-        size_t l = utf8_valid_len(p + i, len - i);
-        if (l) {
-            memcpy(o + k, p + i, l);
-            k += l;
-            i += l;
-        } else {
-            memcpy(o + k, "\xef\xbf\xbd", 3);
-            k += 3;
+    size_t i = 0;
+    char enc[4];
+    while (i < len) {
+        if (p[i] < 0x80) { // ASCII fast path
             i++;
+            continue;
         }
+        uint32_t c;
+        size_t l = utf8_read_lenient(p + i, len - i, &c);
+        if ((size_t)utf8_put(enc, c) != l || memcmp(enc, p + i, l) != 0) break;
+        i += l;
+    }
+    if (i == len) return text;
+    char *o = nm_scratch_get(s, 0, len * 3); // every input byte yields at most 3
+    if (!o) return NULL;
+    memcpy(o, text, i);
+    size_t k = i;
+    while (i < len) {
+        uint32_t c;
+        i += utf8_read_lenient(p + i, len - i, &c);
+        k += (size_t)utf8_put(o + k, c);
     }
     *out_len = k;
     return o;

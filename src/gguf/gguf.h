@@ -5,7 +5,8 @@
 // points into the mapping: nothing is copied, and tensor data pointers stay
 // valid until nm_gguf_close(). Every count, length, offset and size is checked
 // against the file size and for overflow at open time, so accessors never need
-// to re-validate.
+// to re-validate. An opened nm_gguf is never modified: any number of threads
+// may read it at once.
 #ifndef NM_GGUF_H
 #define NM_GGUF_H
 

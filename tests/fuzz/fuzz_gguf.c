@@ -51,7 +51,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             for (uint64_t j = 0; j < kv->arr_n; j++) {
                 h += walk_value(kv->arr_type, p, 1);
                 p += nm_gguf_value_size(kv->arr_type, p);
-                if (nm_gguf_vtype_size(kv->arr_type)) h += (uint64_t)nm_gguf_arr_num(kv, j);
+                if (nm_gguf_vtype_size(kv->arr_type)) {
+                    double v = nm_gguf_arr_num(kv, j);
+                    bool is_float = kv->arr_type == NM_GGUF_FLOAT32 || kv->arr_type == NM_GGUF_FLOAT64;
+                    if (v != v && !is_float) abort(); // integers never read back as NaN
+                    h += v > 0;
+                }
             }
             if (kv->arr_type == NM_GGUF_STRING && kv->arr_n <= 4096) {
                 nm_str *s = malloc((kv->arr_n ? kv->arr_n : 1) * sizeof *s);

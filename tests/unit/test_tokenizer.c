@@ -220,6 +220,80 @@ NM_TEST(spm_synthetic) {
     free(mem);
 }
 
+// ---- a synthetic byte-level BPE vocab: the pre-tokenizers ---------------------------------
+
+// Vocab: the 256 GPT-2 byte characters (id = byte), then "12" "34" "123" "'S".
+// Merges by rank: "1 2", "3 4", "12 3", "' S". How "1234" and "'S" come out
+// shows where each pre-tokenizer cut the text.
+static nm_gguf *tiny_bpe(const char *pre, uint8_t **mem) {
+    static char chr[256][4];
+    const char *toks[260];
+    int next = 256; // code points given to the non-printable bytes, in byte order
+    for (int b = 0; b < 256; b++) {
+        bool printable = (b >= 0x21 && b <= 0x7e) || (b >= 0xa1 && b <= 0xac) || (b >= 0xae);
+        int c = printable ? b : next++;
+        if (c < 0x80) { chr[b][0] = (char)c; chr[b][1] = 0; }
+        else { chr[b][0] = (char)(0xc0 | (c >> 6)); chr[b][1] = (char)(0x80 | (c & 0x3f)); chr[b][2] = 0; }
+        toks[b] = chr[b];
+    }
+    toks[256] = "12"; toks[257] = "34"; toks[258] = "123"; toks[259] = "'S";
+    const char *merges[] = {"1 2", "3 4", "12 3", "' S"};
+    int32_t ty[260];
+    for (int i = 0; i < 260; i++) ty[i] = 1;
+    nm_gguf_writer *w = nm_gguf_writer_create();
+    nm_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    if (pre) nm_gguf_writer_add_str(w, "tokenizer.ggml.pre", pre);
+    nm_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", toks, 260);
+    nm_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", NM_GGUF_INT32, ty, 260);
+    nm_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", merges, 4);
+    size_t size = 0;
+    nm_gguf *g = NULL;
+    if (nm_gguf_writer_write_buf(w, mem, &size) == NM_OK)
+        nm_gguf_open_memory(*mem, size, &g, NULL, 0);
+    nm_gguf_writer_free(w);
+    return g;
+}
+
+NM_TEST(bpe_pretokenizers) {
+    static const struct {
+        const char *pre;
+        int32_t digits[4], n_digits; // "1234"
+        int32_t apos[2], n_apos;     // "'S"
+    } cases[] = {
+        {"gpt-2", {256, 257}, 2, {'\'', 'S'}, 2},         // \p{N}+ whole, 's case-sensitive
+        {"smollm", {'1', '2', '3', '4'}, 4, {'\'', 'S'}, 2}, // digits one by one
+        {"qwen2", {'1', '2', '3', '4'}, 4, {259}, 1},       // \p{N}, (?:'[sS]...)
+        {"llama3", {258, '4'}, 2, {259}, 1},                // \p{N}{1,3}
+        {"default", {258, '4'}, 2, {'\'', 'S'}, 2},         // [0-9][0-9][0-9] split last
+        {"no-such-pre", {256, 257}, 2, {'\'', 'S'}, 2},     // falls back to gpt-2
+        {NULL, {258, '4'}, 2, {'\'', 'S'}, 2},              // absent: "default"
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        uint8_t *mem = NULL;
+        nm_gguf *g = tiny_bpe(cases[c].pre, &mem);
+        NM_CHECK(g != NULL);
+        nm_tokenizer *t = NULL;
+        char err[256];
+        if (g) NM_CHECK(nm_tokenizer_create(g, &t, err, sizeof err) == NM_OK);
+        if (t) {
+            int32_t ids[16];
+            int32_t n = nm_tokenizer_encode(t, "1234", 4, ids, 16, true, true);
+            bool ok = n == cases[c].n_digits && !memcmp(ids, cases[c].digits, sizeof(int32_t) * (size_t)n);
+            n = nm_tokenizer_encode(t, "'S", 2, ids, 16, true, true);
+            ok = ok && n == cases[c].n_apos && !memcmp(ids, cases[c].apos, sizeof(int32_t) * (size_t)n);
+            if (!ok) fprintf(stderr, "  pre-tokenizer %s\n", cases[c].pre ? cases[c].pre : "(none)");
+            NM_CHECK(ok);
+            // Byte-level decode: a space is stored as U+0120.
+            n = nm_tokenizer_encode(t, " \n12", 4, ids, 16, false, false);
+            char buf[16];
+            NM_CHECK(nm_tokenizer_decode(t, ids, n, buf, sizeof buf, false) == 4 && !memcmp(buf, " \n12", 4));
+        }
+        nm_tokenizer_free(t);
+        nm_gguf_close(g);
+        free(mem);
+    }
+}
+
 // ---- real models ----------------------------------------------------------------------------
 
 typedef struct loaded {

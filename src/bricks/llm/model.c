@@ -192,6 +192,7 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
         hp->swa_pattern = 6;
         hp->norm_eps = 1e-6f;
         if ((st = get_float(L, "attention.layer_norm_rms_epsilon", false, &hp->norm_eps)) ||
+            (st = get_float(L, "rope.freq_base_swa", false, &hp->rope_base_swa)) ||
             (st = get_int(L, "attention.sliding_window", false, &hp->n_swa)) ||
             (st = get_int(L, "attention.sliding_window_pattern", false, &hp->swa_pattern)))
             return st;

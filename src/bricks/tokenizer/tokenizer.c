@@ -152,11 +152,16 @@ static void load_special_ids(nm_tokenizer *t, const nm_gguf *g) {
     if (t->eom >= 0) t->attr[t->eom] |= NM_TOKA_EOG;
 }
 
-static int cmp_special(const void *a, const void *b, void *ctx) {
-    const nm_tokenizer *t = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (t->tok_len[x] != t->tok_len[y]) return t->tok_len[x] > t->tok_len[y] ? -1 : 1;
-    return x < y ? -1 : x > y;
+typedef struct sp_key {
+    uint32_t len;
+    int32_t id;
+} sp_key;
+
+// Longest first, then by id (plain qsort: qsort_r is not portable).
+static int cmp_special(const void *a, const void *b) {
+    const sp_key *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return x->id < y->id ? -1 : x->id > y->id;
 }
 
 // Control, unknown and user-defined tokens, longest first, with per-length
@@ -174,11 +179,15 @@ static nm_status build_specials(nm_tokenizer *t) {
     t->sp_len = malloc((size_t)ns * sizeof(uint32_t));
     t->sp_lens = malloc((size_t)ns * sizeof(uint32_t));
     if (!t->sp_id || !t->sp_ptr || !t->sp_len || !t->sp_lens) return NM_ERR_NOMEM;
+    sp_key *keys = malloc((size_t)ns * sizeof(sp_key));
+    if (!keys) return NM_ERR_NOMEM;
     ns = 0;
     for (int32_t i = 0; i < t->n_vocab; i++)
         if ((t->attr[i] & (NM_TOKA_CONTROL | NM_TOKA_USER | NM_TOKA_UNKNOWN)) && t->tok_len[i] > 0)
-            t->sp_id[ns++] = i;
-    qsort_r(t->sp_id, (size_t)ns, sizeof(int32_t), cmp_special, t);
+            keys[ns++] = (sp_key){t->tok_len[i], i};
+    qsort(keys, (size_t)ns, sizeof(sp_key), cmp_special);
+    for (int32_t k = 0; k < ns; k++) t->sp_id[k] = keys[k].id;
+    free(keys);
     int32_t nl = 0;
     for (int32_t k = 0; k < ns; k++) {
         int32_t id = t->sp_id[k];

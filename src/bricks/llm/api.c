@@ -23,36 +23,14 @@ int32_t nm_detok_push(const nm_model *m, nm_detok *d, int32_t tok, char *out, in
     return nm_tokenizer_detok_push(m->tok, d, tok, out, size);
 }
 
-// A default system prompt written literally in a chatml template (SmolLM2's
-// inserts one when the conversation has none): the text between
-// "<|im_start|>system\n" and "<|im_end|>" inside a string literal. Copied into
-// buf (NUL-terminated); returns NULL if the template has none.
-static const char *chatml_default_system(nm_str src, char *buf, size_t size) {
-    static const char open[] = "<|im_start|>system\\n", close[] = "<|im_end|>";
-    const char *s = src.ptr, *end = src.ptr + src.len;
-    for (; s + sizeof open - 1 <= end; s++) {
-        if (memcmp(s, open, sizeof open - 1)) continue;
-        const char *b = s + sizeof open - 1, *e = b;
-        while (e + sizeof close - 1 <= end && memcmp(e, close, sizeof close - 1)) {
-            if (*e == '{' || *e == '\'') break; // a Jinja expression, not a literal
-            e++;
-        }
-        if (e + sizeof close - 1 > end || memcmp(e, close, sizeof close - 1) || e == b) continue;
-        size_t n = (size_t)(e - b) < size - 1 ? (size_t)(e - b) : size - 1;
-        memcpy(buf, b, n);
-        buf[n] = '\0';
-        return buf;
-    }
-    return NULL;
-}
-
 int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_msg *msgs, size_t n_msgs,
                        bool add_assistant, char *buf, int32_t size) {
     nm_chat_tmpl t = tmpl_name ? nm_chat_from_name(tmpl_name) : m->chat;
     if (t == NM_CHAT_UNKNOWN) return NM_ERR_TEMPLATE;
     char sys[512];
-    const char *def_sys = t == NM_CHAT_CHATML ? chatml_default_system(nm_tokenizer_chat_template(m->tok), sys, sizeof sys)
-                                              : NULL;
+    nm_str src = nm_tokenizer_chat_template(m->tok);
+    const char *def_sys =
+        t == NM_CHAT_CHATML && nm_chat_default_system(src.ptr, src.len, sys, sizeof sys) > 0 ? sys : NULL;
     // BOS is added by the tokenizer (add_special), not written as text.
     return nm_chat_apply(t, def_sys, msgs, n_msgs, add_assistant, NULL, buf, size);
 }

@@ -242,8 +242,7 @@ nm_status nm_model_load(const char *path, const nm_model_params *params, nm_mode
         if ((st = bind_layer(&L, hp, il, &m->layers[il])) != NM_OK) goto fail;
 
     for (int64_t i = 0; i < nm_gguf_n_tensors(m->gguf); i++) m->weight_bytes += nm_gguf_tensor_at(m->gguf, i)->nbytes;
-    nm_str tmpl = nm_tokenizer_chat_template(m->tok);
-    m->chat = tmpl.len ? nm_chat_detect(tmpl.ptr, tmpl.len) : NM_CHAT_UNKNOWN;
+    m->chat = nm_tokenizer_chat_tmpl(m->tok);
     m->n_threads = params && params->n_threads > 0 ? params->n_threads : 0;
     *out = m;
     return NM_OK;

@@ -37,7 +37,8 @@ static bool greedy(nm_model *m, const char *prompt, int n, char *out, size_t siz
     return ok;
 }
 
-static void capital_of_france(const char *name, int *nmtest_failed) {
+// Greedy continuation of `prompt` contains `want`.
+static void continues_with(const char *name, const char *prompt, int n, const char *want, int *nmtest_failed) {
     char path[1024], out[1024];
     NM_NEED_MODEL(name, path);
     nm_model *m = NULL;
@@ -48,14 +49,26 @@ static void capital_of_france(const char *name, int *nmtest_failed) {
         fprintf(stderr, "  %s\n", err);
         return;
     }
-    NM_CHECK(greedy(m, "The capital of France is", 8, out, sizeof out));
-    fprintf(stderr, "  %s: 'The capital of France is' -> '%s'\n", name, out);
-    NM_CHECK(strstr(out, "Paris") != NULL);
+    NM_CHECK(greedy(m, prompt, n, out, sizeof out));
+    fprintf(stderr, "  %s: '%s' -> '%s'\n", name, prompt, out);
+    NM_CHECK(strstr(out, want) != NULL);
     nm_model_free(m);
 }
 
-NM_TEST(smollm2_capital_of_france) { capital_of_france(NM_SMOLLM2, nmtest_failed); }
-NM_TEST(gemma3_capital_of_france) { capital_of_france(NM_GEMMA3, nmtest_failed); }
+NM_TEST(smollm2_capital_of_france) {
+    continues_with(NM_SMOLLM2, "The capital of France is", 8, "Paris", nmtest_failed);
+}
+
+// The Gemma 3 270M file is the base (not instruction-tuned) model. On "The
+// capital of France is" it continues, in llama.cpp too (llama-simple -n 10 at
+// llama.cpp 0c1e570), " the capital of the country of France. It is": we
+// check that exact continuation, and Paris where the prompt asks for a name.
+NM_TEST(gemma3_capital_of_france) {
+    continues_with(NM_GEMMA3, "The capital of France is", 10, " the capital of the country of France. It is",
+                   nmtest_failed);
+    continues_with(NM_GEMMA3, "The capital of France is the city of", 4, "Paris", nmtest_failed);
+    continues_with(NM_GEMMA3, "Question: What is the capital of France?\nAnswer:", 4, "Paris", nmtest_failed);
+}
 
 // Chat turn through the model's own template: the answer names Paris.
 NM_TEST(smollm2_chat_answer) {

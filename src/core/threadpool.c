@@ -3,6 +3,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -16,9 +17,8 @@
 #define NM_CPU_RELAX() ((void)0)
 #endif
 
-// Spin iterations before sleeping. Long enough to cover the gap between two
-// ops of one forward pass, short enough not to burn a core between tokens
-// when the caller is slow (sampling, printing).
+// Spin iterations before sleeping: covers the gap between two ops of one
+// forward pass, short enough not to burn a core between tokens.
 #define NM_SPIN_ITERS 20000
 
 // A futex word with a count of sleepers, so that a wake costs a syscall only
@@ -30,15 +30,28 @@ typedef struct nm_event {
     _Atomic int sleepers;
 } nm_event;
 
+// The job protocol. `claim` packs (job sequence << 32 | next chunk). The
+// caller writes fn/arg/n_chunks, zeroes `done`, then publishes a new sequence
+// in `claim` (release). A worker loads `claim` (acquire), reads fn/arg, and
+// takes chunk c with a CAS from (seq, c) to (seq, c + 1): a CAS that succeeds
+// proves the job it read fn/arg for is still running (an unclaimed chunk means
+// the caller is still waiting), so a worker that wakes late can never run a
+// stale job. Each finished chunk increments `done`; the caller returns when
+// done == n_chunks.
 struct nm_pool {
-    int n;                      // threads including the caller
-    pthread_t *threads;         // n-1 helpers
-    nm_event gen;               // incremented per job
-    _Atomic int pending;        // helpers still running the current job
-    nm_event done;              // incremented when the last helper finishes
+    int n;                     // threads including the caller
+    pthread_t *threads;        // n-1 helpers
+    _Atomic uint64_t claim;    // (seq << 32) | next chunk
+    nm_event gen;              // bumped per job: wakes parked workers
+    nm_event done_ev;          // bumped when the last chunk finishes
+    _Atomic int64_t done;      // chunks finished in the current job
     _Atomic int stop;
-    nm_pool_fn fn;
-    void *arg;
+    // Read by workers while the caller may be writing the next job's: atomic
+    // (relaxed; the release store of `claim` orders them) to stay race-free.
+    _Atomic(nm_pool_fn) fn;
+    _Atomic(void *) arg;
+    _Atomic int64_t n_chunks;
+    uint32_t seq;              // caller-side copy of the current sequence
 };
 
 struct nm_worker_arg {
@@ -72,6 +85,24 @@ static void signal_change(nm_event *e) {
     if (atomic_load(&e->sleepers) > 0) futex_wake_all(&e->word);
 }
 
+// Claims and runs chunks of the job with sequence `seq` until none is left.
+static void work(nm_pool *p, uint32_t seq, int ith) {
+    uint64_t cur = atomic_load_explicit(&p->claim, memory_order_acquire);
+    for (;;) {
+        if ((uint32_t)(cur >> 32) != seq) return; // a newer job: this one is over
+        nm_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+        int64_t n = atomic_load_explicit(&p->n_chunks, memory_order_relaxed), c = (int64_t)(cur & 0xffffffffu);
+        if (c >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &cur, cur + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue; // cur was reloaded
+        fn(arg, c, ith);
+        if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == n) signal_change(&p->done_ev);
+        cur = atomic_load_explicit(&p->claim, memory_order_acquire);
+    }
+}
+
 static void *worker_main(void *varg) {
     struct nm_worker_arg *wa = varg;
     nm_pool *p = wa->p;
@@ -81,8 +112,7 @@ static void *worker_main(void *varg) {
     for (;;) {
         seen = wait_change(&p->gen, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        p->fn(p->arg, ith, p->n);
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) signal_change(&p->done);
+        work(p, (uint32_t)(atomic_load_explicit(&p->claim, memory_order_acquire) >> 32), ith);
     }
     return NULL;
 }
@@ -98,7 +128,10 @@ nm_pool *nm_pool_create(int n_threads) {
     if (!p) return NULL;
     p->n = n_threads;
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
-    if (!p->threads) { free(p); return NULL; }
+    if (!p->threads) {
+        free(p);
+        return NULL;
+    }
     for (int i = 1; i < n_threads; i++) {
         struct nm_worker_arg *wa = malloc(sizeof *wa);
         if (wa) *wa = (struct nm_worker_arg){p, i};
@@ -123,15 +156,21 @@ void nm_pool_free(nm_pool *p) {
 
 int nm_pool_size(const nm_pool *p) { return p->n; }
 
-void nm_pool_run(nm_pool *p, nm_pool_fn fn, void *arg) {
-    if (p->n == 1) { fn(arg, 0, 1); return; }
-    p->fn = fn;
-    p->arg = arg;
-    uint32_t done = atomic_load_explicit(&p->done.word, memory_order_acquire);
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_release);
+void nm_pool_run(nm_pool *p, nm_pool_fn fn, void *arg, int64_t n_chunks) {
+    if (n_chunks <= 0) return;
+    if (p->n == 1 || n_chunks == 1) {
+        for (int64_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
+        return;
+    }
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint32_t done_word = atomic_load_explicit(&p->done_ev.word, memory_order_acquire);
+    p->seq++;
+    atomic_store_explicit(&p->claim, (uint64_t)p->seq << 32, memory_order_release);
     signal_change(&p->gen);
-    fn(arg, 0, p->n);
-    // Wait until every helper has decremented `pending`.
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
-        done = wait_change(&p->done, done);
+    work(p, p->seq, 0);
+    while (atomic_load_explicit(&p->done, memory_order_acquire) != n_chunks)
+        done_word = wait_change(&p->done_ev, done_word);
 }

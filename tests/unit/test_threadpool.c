@@ -1,24 +1,39 @@
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <time.h>
 
 #include "core/threadpool.h"
 #include "nmtest.h"
 
+#define N_CHUNKS 37
+
 typedef struct sum_job {
     const int *v;
     int64_t n;
-    long long partial[64];
-    _Atomic int calls;
+    long long partial[N_CHUNKS];
+    _Atomic int calls[N_CHUNKS];
+    _Atomic int bad_ith;
+    int nth;
 } sum_job;
 
-static void sum_fn(void *arg, int ith, int nth) {
+static void sum_fn(void *arg, int64_t chunk, int ith) {
     sum_job *j = arg;
     int64_t b, e;
-    nm_split_range(j->n, ith, nth, &b, &e);
+    nm_split_range(j->n, (int)chunk, N_CHUNKS, &b, &e);
     long long s = 0;
     for (int64_t i = b; i < e; i++) s += j->v[i];
-    j->partial[ith] = s;
-    atomic_fetch_add(&j->calls, 1);
+    j->partial[chunk] = s;
+    atomic_fetch_add(&j->calls[chunk], 1);
+    if (ith < 0 || ith >= j->nth) atomic_store(&j->bad_ith, 1);
+}
+
+static bool job_ok(sum_job *j, long long want) {
+    long long got = 0;
+    for (int i = 0; i < N_CHUNKS; i++) {
+        got += j->partial[i];
+        if (atomic_load(&j->calls[i]) != 1) return false; // every chunk exactly once
+    }
+    return got == want && !atomic_load(&j->bad_ith);
 }
 
 NM_TEST(split_range_covers_exactly) {
@@ -48,16 +63,12 @@ NM_TEST(pool_runs_every_thread_once_per_job) {
         NM_CHECK(nm_pool_size(p) == nt);
         // many back-to-back jobs: exercises spin and sleep paths of the barrier
         for (int rep = 0; rep < 2000; rep++) {
-            sum_job j = {.v = v, .n = 100000 - rep};
-            atomic_store(&j.calls, 0);
-            nm_pool_run(p, sum_fn, &j);
-            long long got = 0;
-            for (int i = 0; i < nt; i++) got += j.partial[i];
+            sum_job j = {.v = v, .n = 100000 - rep, .nth = nt};
+            nm_pool_run(p, sum_fn, &j, N_CHUNKS);
             long long w = want;
             for (int i = 100000 - rep; i < 100000; i++) w -= v[i];
-            if (got != w || atomic_load(&j.calls) != nt) {
-                NM_CHECK(got == w);
-                NM_CHECK(atomic_load(&j.calls) == nt);
+            if (!job_ok(&j, w)) {
+                NM_CHECK(job_ok(&j, w));
                 break;
             }
         }
@@ -74,9 +85,9 @@ NM_TEST(pool_survives_idle_sleep) {
     for (int rep = 0; rep < 3; rep++) {
         struct timespec ts = {0, 30 * 1000 * 1000}; // long enough for workers to park on the futex
         nanosleep(&ts, NULL);
-        sum_job j = {.v = v, .n = 1000};
-        nm_pool_run(p, sum_fn, &j);
-        NM_CHECK(j.partial[0] + j.partial[1] + j.partial[2] == 1000);
+        sum_job j = {.v = v, .n = 1000, .nth = 3};
+        nm_pool_run(p, sum_fn, &j, N_CHUNKS);
+        NM_CHECK(job_ok(&j, 1000));
     }
     nm_pool_free(p);
     nm_pool_free(NULL);

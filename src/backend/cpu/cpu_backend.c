@@ -43,7 +43,16 @@ typedef struct mm_task {
     const nm_op *op;
 } mm_task;
 
-static void mm_worker(void *arg, int ith, int nth) {
+// Rows per chunk of a decode matmul: big enough that claiming a chunk (one
+// atomic) is noise next to its dots, small enough to balance the threads.
+#define NM_MM_DEC_ROWS 32
+
+static int64_t mm_chunks(const nm_op *op) {
+    const int64_t O = op->src0->ne[1];
+    return op->src1->ne[1] == 1 ? (O + NM_MM_DEC_ROWS - 1) / NM_MM_DEC_ROWS : (O + NM_MM_ROWS - 1) / NM_MM_ROWS;
+}
+
+static void mm_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
     const nm_cpu *c = t->c;
     const nm_tensor *w = t->op->src0, *x = t->op->src1, *bias = t->op->src2;
@@ -57,27 +66,24 @@ static void mm_worker(void *arg, int ith, int nth) {
 
     int64_t r0, r1;
     if (T == 1) {
-        // Decode: one pass over the weights, memory-bound; split rows evenly.
-        nm_split_range(O, ith, nth, &r0, &r1);
+        // Decode: one pass over the weights, memory-bound.
+        r0 = chunk * NM_MM_DEC_ROWS;
+        r1 = r0 + NM_MM_DEC_ROWS < O ? r0 + NM_MM_DEC_ROWS : O;
         for (int64_t o = r0; o < r1; o++) {
             float s = dot(wd + (size_t)o * row_bytes, xd, K);
             yd[o] = bd ? s + bd[o] : s;
         }
         return;
     }
-    // Prefill: tiles of NM_MM_ROWS rows, dequantized once, multiplied with all tokens.
-    int64_t n_tiles = (O + NM_MM_ROWS - 1) / NM_MM_ROWS, t0, t1;
-    nm_split_range(n_tiles, ith, nth, &t0, &t1);
+    // Prefill: a tile of NM_MM_ROWS rows, dequantized once, multiplied with all tokens.
     float *tile = c->scratch + (size_t)ith * NM_MM_ROWS * (size_t)c->max_row;
     nm_dequant_fn deq = dequant_fn(c, w->type);
-    for (int64_t ti = t0; ti < t1; ti++) {
-        r0 = ti * NM_MM_ROWS;
-        r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
-        for (int64_t o = r0; o < r1; o++) deq(wd + (size_t)o * row_bytes, tile + (o - r0) * K, K);
-        for (int64_t tb = 0; tb < T; tb += NM_MM_TOKENS) {
-            int64_t nb = T - tb < NM_MM_TOKENS ? T - tb : NM_MM_TOKENS;
-            c->gemm(tile, r1 - r0, xd + tb * K, nb, K, yd + tb * O + r0, O, bd ? bd + r0 : NULL);
-        }
+    r0 = chunk * NM_MM_ROWS;
+    r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
+    for (int64_t o = r0; o < r1; o++) deq(wd + (size_t)o * row_bytes, tile + (o - r0) * K, K);
+    for (int64_t tb = 0; tb < T; tb += NM_MM_TOKENS) {
+        int64_t nb = T - tb < NM_MM_TOKENS ? T - tb : NM_MM_TOKENS;
+        c->gemm(tile, r1 - r0, xd + tb * K, nb, K, yd + tb * O + r0, O, bd ? bd + r0 : NULL);
     }
 }
 
@@ -114,26 +120,22 @@ static void attn_one(const float *q, const float *kc, const float *vc, int64_t s
     for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
 }
 
-static void attn_worker(void *arg, int ith, int nth) {
+static void attn_worker(void *arg, int64_t i, int ith) {
     const attn_task *t = arg;
     const nm_op *op = t->op;
     const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
-    const int64_t T = op->src0->ne[1];
     const int64_t stride = (int64_t)n_kv * hd;
     const float *q = op->src0->data;
     float *out = op->dst->data;
     nm_dot_fn fdot = dot_fn(t->c, 0);
-    int64_t b, e;
-    nm_split_range(T * n_head, ith, nth, &b, &e);
-    for (int64_t i = b; i < e; i++) {
-        int64_t tok = i / n_head;
-        int h = (int)(i % n_head);
-        int kvh = h / (n_head / n_kv); // grouped-query attention: heads share a KV head
-        int64_t pos = op->ids[tok];
-        int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-        attn_one(q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd,
-                 lo, pos, op->f0, op->f1, out + (tok * n_head + h) * hd, fdot);
-    }
+    // chunk i = one (token, head) pair
+    int64_t tok = i / n_head;
+    int h = (int)(i % n_head);
+    int kvh = h / (n_head / n_kv); // grouped-query attention: heads share a KV head
+    int64_t pos = op->ids[tok];
+    int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    attn_one(q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd, lo, pos,
+             op->f0, op->f1, out + (tok * n_head + h) * hd, fdot);
 }
 
 // ---- element-wise ops (cheap next to the matmuls: run on the caller) ----------------
@@ -268,12 +270,12 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         switch (op->kind) {
         case NM_OP_MATMUL: {
             mm_task t = {c, op};
-            nm_pool_run(c->pool, mm_worker, &t);
+            nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
             break;
         }
         case NM_OP_ATTENTION: {
             attn_task t = {c, op};
-            nm_pool_run(c->pool, attn_worker, &t);
+            nm_pool_run(c->pool, attn_worker, &t, op->src0->ne[1] * op->i0);
             break;
         }
         case NM_OP_GET_ROWS: op_get_rows(c, op); break;

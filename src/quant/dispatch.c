@@ -16,15 +16,37 @@ typedef void (*quantize_fn)(const float *restrict src, void *restrict dst, int64
 #define DOT_ENTRY(T, t) [NM_TYPE_##T] = nm_dot_##t##_ref,
 #define DEQ_ENTRY(T, t) [NM_TYPE_##T] = nm_dequant_##t##_ref,
 #define QUANT_ENTRY(T, t) [NM_TYPE_##T] = nm_quantize_##t##_ref,
+#define DOTQ_ENTRY(T, t) [NM_TYPE_##T] = nm_dotq_##t##_ref,
 
 static const nm_kernels ref_table = {
     .name = "ref",
     .dot = {NM_EACH_TYPE(DOT_ENTRY)},
     .dequant = {NM_EACH_TYPE(DEQ_ENTRY)},
+    .dotq = {NM_EACH_TYPE(DOTQ_ENTRY)},
+    .quant_act =
+        {
+            [NM_TYPE_F32] = nm_quant_act_f32_ref,
+            [NM_TYPE_F16] = nm_quant_act_f16_ref,
+            [NM_TYPE_BF16] = nm_quant_act_bf16_ref,
+            [NM_TYPE_Q8_0] = nm_quant_act_q8_0_ref,
+            [NM_TYPE_Q8_1] = nm_quant_act_q8_1_ref,
+            [NM_TYPE_Q8_K] = nm_quant_act_q8_K_ref,
+        },
 };
 static const quantize_fn quantize_table[NM_TYPE_COUNT] = {NM_EACH_TYPE(QUANT_ENTRY)};
 
 const nm_kernels *nm_kernels_ref(void) { return &ref_table; }
+
+uint32_t nm_vec_dot_type(uint32_t type) {
+    switch (type) {
+    case NM_TYPE_F32: case NM_TYPE_F16: case NM_TYPE_BF16: return type;
+    case NM_TYPE_Q4_0: case NM_TYPE_Q5_0: case NM_TYPE_Q8_0: case NM_TYPE_MXFP4: return NM_TYPE_Q8_0;
+    case NM_TYPE_Q4_1: case NM_TYPE_Q5_1: case NM_TYPE_Q8_1: return NM_TYPE_Q8_1;
+    case NM_TYPE_Q2_K: case NM_TYPE_Q3_K: case NM_TYPE_Q4_K: case NM_TYPE_Q5_K: case NM_TYPE_Q6_K:
+    case NM_TYPE_Q8_K: return NM_TYPE_Q8_K;
+    default: return NM_TYPE_COUNT;
+    }
+}
 
 // Callers check nm_type_traits_get(type)->supported first; an unknown type
 // here is a bug of ours.
@@ -59,6 +81,8 @@ static void choose(void) {
         for (int t = 0; t < NM_TYPE_COUNT; t++) { // keep ref where the SIMD table has a hole
             if (simd->dot[t]) chosen.dot[t] = simd->dot[t];
             if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
+            if (simd->dotq[t]) chosen.dotq[t] = simd->dotq[t];
+            if (simd->quant_act[t]) chosen.quant_act[t] = simd->quant_act[t];
         }
     }
 #endif

@@ -133,6 +133,33 @@ NM_DECL_REF(q6_K)
 NM_DECL_REF(q8_K)
 #undef NM_DECL_REF
 
+// Quantized-activation kernels (ref_dotq.c): dotq by weight type, quant_act by
+// activation type.
+#define NM_DECL_DOTQ(t) float nm_dotq_##t##_ref(const void *restrict w, const void *restrict xq, int64_t n);
+NM_DECL_DOTQ(f32)
+NM_DECL_DOTQ(f16)
+NM_DECL_DOTQ(bf16)
+NM_DECL_DOTQ(q4_0)
+NM_DECL_DOTQ(q4_1)
+NM_DECL_DOTQ(q5_0)
+NM_DECL_DOTQ(q5_1)
+NM_DECL_DOTQ(q8_0)
+NM_DECL_DOTQ(q8_1)
+NM_DECL_DOTQ(mxfp4)
+NM_DECL_DOTQ(q2_K)
+NM_DECL_DOTQ(q3_K)
+NM_DECL_DOTQ(q4_K)
+NM_DECL_DOTQ(q5_K)
+NM_DECL_DOTQ(q6_K)
+NM_DECL_DOTQ(q8_K)
+#undef NM_DECL_DOTQ
+void nm_quant_act_f32_ref(const float *restrict x, void *restrict xq, int64_t n);
+void nm_quant_act_f16_ref(const float *restrict x, void *restrict xq, int64_t n);
+void nm_quant_act_bf16_ref(const float *restrict x, void *restrict xq, int64_t n);
+void nm_quant_act_q8_0_ref(const float *restrict x, void *restrict xq, int64_t n);
+void nm_quant_act_q8_1_ref(const float *restrict x, void *restrict xq, int64_t n);
+void nm_quant_act_q8_K_ref(const float *restrict x, void *restrict xq, int64_t n);
+
 // llama.cpp's nearest_int: round half to even via the 1.5*2^23 trick, so our
 // quantizers pick the same integers as theirs. |f| must be < 2^22.
 static inline int nm_nearest_int(float f) {

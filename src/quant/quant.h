@@ -70,10 +70,29 @@ float nm_vec_dot_ref(uint32_t type, const void *w, const float *x, int64_t n);
 typedef float (*nm_dot_fn)(const void *restrict w, const float *restrict x, int64_t n);
 typedef void (*nm_dequant_fn)(const void *restrict src, float *restrict dst, int64_t n);
 
+// ---- quantized activations (llama.cpp's vec_dot_type path) ------------------------
+// llama.cpp multiplies a quantized weight row by first quantizing the
+// activation row to the weight's vec_dot_type and then taking an integer dot.
+// Matching its logits needs the same numerics, so we do the same.
+
+// The activation type paired with weight type `type` (ggml's vec_dot_type):
+// q4_0, q5_0, q8_0, mxfp4 -> q8_0; q4_1, q5_1, q8_1 -> q8_1; q2_K..q6_K, q8_K ->
+// q8_K; f32, f16, bf16 -> themselves. NM_TYPE_COUNT for an unknown type.
+uint32_t nm_vec_dot_type(uint32_t type);
+
+// Activation row x[0..n) -> n elements of the activation type (nm_row_size bytes
+// at xq): f32 copies, f16/bf16 round to nearest even, q8_0/q8_1/q8_K give the
+// same bytes as llama.cpp's x86 quantize_row_q8_0/q8_1/q8_K (see ref_dotq.c).
+typedef void (*nm_quant_act_fn)(const float *restrict x, void *restrict xq, int64_t n);
+// Weight row w . activation row xq (of type nm_vec_dot_type(weight type)), n elements.
+typedef float (*nm_dotq_fn)(const void *restrict w, const void *restrict xq, int64_t n);
+
 typedef struct nm_kernels {
     const char *name;                  // "ref", "avx2", "neon"
     nm_dot_fn dot[NM_TYPE_COUNT];      // NULL where the type is unsupported
     nm_dequant_fn dequant[NM_TYPE_COUNT];
+    nm_dotq_fn dotq[NM_TYPE_COUNT];           // by WEIGHT type; xq is nm_vec_dot_type(type)
+    nm_quant_act_fn quant_act[NM_TYPE_COUNT]; // by ACTIVATION type: f32, f16, bf16, q8_0, q8_1, q8_K
 } nm_kernels;
 
 // The kernel table for this CPU, chosen once (thread-safe) from the CPU

@@ -172,6 +172,28 @@ static inline int nm_nearest_int(float f) {
 #ifdef NM_HAVE_X86_SIMD
 // AVX2+FMA+F16C table (x86_avx2.c); entries may be NULL (use ref).
 const nm_kernels *nm_kernels_avx2(void);
+// Its quantized-activation entries (x86_dotq.c).
+#define NM_DECL_DOTQ_AVX2(t) float nm_dotq_##t##_avx2(const void *restrict w, const void *restrict xq, int64_t n);
+NM_DECL_DOTQ_AVX2(f16)
+NM_DECL_DOTQ_AVX2(bf16)
+NM_DECL_DOTQ_AVX2(q4_0)
+NM_DECL_DOTQ_AVX2(q4_1)
+NM_DECL_DOTQ_AVX2(q5_0)
+NM_DECL_DOTQ_AVX2(q5_1)
+NM_DECL_DOTQ_AVX2(q8_0)
+NM_DECL_DOTQ_AVX2(mxfp4)
+NM_DECL_DOTQ_AVX2(q4_K)
+NM_DECL_DOTQ_AVX2(q5_K)
+NM_DECL_DOTQ_AVX2(q6_K)
+#undef NM_DECL_DOTQ_AVX2
+#define NM_DECL_QACT_AVX2(t) void nm_quant_act_##t##_avx2(const float *restrict x, void *restrict xq, int64_t n);
+NM_DECL_QACT_AVX2(f32)
+NM_DECL_QACT_AVX2(f16)
+NM_DECL_QACT_AVX2(bf16)
+NM_DECL_QACT_AVX2(q8_0)
+NM_DECL_QACT_AVX2(q8_1)
+NM_DECL_QACT_AVX2(q8_K)
+#undef NM_DECL_QACT_AVX2
 #endif
 
 #endif

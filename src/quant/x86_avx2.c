@@ -403,6 +403,8 @@ static void dequant_f32(const void *restrict src, float *restrict y, int64_t n) 
     memcpy(y, src, (size_t)n * sizeof(float));
 }
 
+static float dotq_f32(const void *restrict w, const void *restrict xq, int64_t n) { return dot_f32(w, xq, n); }
+
 static const nm_kernels avx2_table = {
     .name = "avx2",
     .dot =
@@ -430,6 +432,30 @@ static const nm_kernels avx2_table = {
             [NM_TYPE_MXFP4] = dequant_mxfp4,
             [NM_TYPE_Q4_K] = dequant_q4_K,
             [NM_TYPE_Q6_K] = dequant_q6_K,
+        },
+    .dotq =
+        {
+            [NM_TYPE_F32] = dotq_f32,
+            [NM_TYPE_F16] = nm_dotq_f16_avx2,
+            [NM_TYPE_BF16] = nm_dotq_bf16_avx2,
+            [NM_TYPE_Q4_0] = nm_dotq_q4_0_avx2,
+            [NM_TYPE_Q4_1] = nm_dotq_q4_1_avx2,
+            [NM_TYPE_Q5_0] = nm_dotq_q5_0_avx2,
+            [NM_TYPE_Q5_1] = nm_dotq_q5_1_avx2,
+            [NM_TYPE_Q8_0] = nm_dotq_q8_0_avx2,
+            [NM_TYPE_MXFP4] = nm_dotq_mxfp4_avx2,
+            [NM_TYPE_Q4_K] = nm_dotq_q4_K_avx2,
+            [NM_TYPE_Q5_K] = nm_dotq_q5_K_avx2,
+            [NM_TYPE_Q6_K] = nm_dotq_q6_K_avx2,
+        },
+    .quant_act =
+        {
+            [NM_TYPE_F32] = nm_quant_act_f32_avx2,
+            [NM_TYPE_F16] = nm_quant_act_f16_avx2,
+            [NM_TYPE_BF16] = nm_quant_act_bf16_avx2,
+            [NM_TYPE_Q8_0] = nm_quant_act_q8_0_avx2,
+            [NM_TYPE_Q8_1] = nm_quant_act_q8_1_avx2,
+            [NM_TYPE_Q8_K] = nm_quant_act_q8_K_avx2,
         },
 };
 

@@ -66,6 +66,17 @@ float nm_vec_dot_ref(uint32_t type, const void *w, const float *x, int64_t n) {
     return NAN;
 }
 
+#if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
+#include <cpuid.h>
+// CPUID.(EAX=7,ECX=1):EAX bit 4. The YMM state the VEX-encoded vpdpbusd needs
+// is the one AVX2 needs, which __builtin_cpu_supports("avx2") has checked.
+bool nm_cpu_has_avxvnni(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
+    return (a >> 4) & 1;
+}
+#endif
+
 static nm_kernels chosen;
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
@@ -83,6 +94,14 @@ static void choose(void) {
             if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
             if (simd->dotq[t]) chosen.dotq[t] = simd->dotq[t];
             if (simd->quant_act[t]) chosen.quant_act[t] = simd->quant_act[t];
+        }
+        // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them).
+        const char *novnni = getenv("NM_NO_VNNI");
+        if (nm_cpu_has_avxvnni() && !(novnni && novnni[0] == '1')) {
+            const nm_kernels *v = nm_kernels_avxvnni();
+            chosen.name = v->name;
+            for (int t = 0; t < NM_TYPE_COUNT; t++)
+                if (v->dotq[t]) chosen.dotq[t] = v->dotq[t];
         }
     }
 #endif

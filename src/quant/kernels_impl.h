@@ -172,7 +172,12 @@ static inline int nm_nearest_int(float f) {
 #ifdef NM_HAVE_X86_SIMD
 // AVX2+FMA+F16C table (x86_avx2.c); entries may be NULL (use ref).
 const nm_kernels *nm_kernels_avx2(void);
-// Its quantized-activation entries (x86_dotq.c).
+// AVX-VNNI overrides of some dotq entries (x86_vnni.c); the rest NULL. Only
+// for CPUs where nm_cpu_has_avxvnni().
+const nm_kernels *nm_kernels_avxvnni(void);
+bool nm_cpu_has_avxvnni(void);
+void nm_f16_table_init(void); // x86_dotq.c; the two getters above call it
+// The AVX2 table's quantized-activation entries (x86_dotq.c).
 #define NM_DECL_DOTQ_AVX2(t) float nm_dotq_##t##_avx2(const void *restrict w, const void *restrict xq, int64_t n);
 NM_DECL_DOTQ_AVX2(f16)
 NM_DECL_DOTQ_AVX2(bf16)
@@ -181,6 +186,10 @@ NM_DECL_DOTQ_AVX2(q4_1)
 NM_DECL_DOTQ_AVX2(q5_0)
 NM_DECL_DOTQ_AVX2(q5_1)
 NM_DECL_DOTQ_AVX2(q8_0)
+NM_DECL_DOTQ_AVX2(q8_1)
+NM_DECL_DOTQ_AVX2(q8_K)
+NM_DECL_DOTQ_AVX2(q2_K)
+NM_DECL_DOTQ_AVX2(q3_K)
 NM_DECL_DOTQ_AVX2(mxfp4)
 NM_DECL_DOTQ_AVX2(q4_K)
 NM_DECL_DOTQ_AVX2(q5_K)

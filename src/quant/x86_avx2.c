@@ -443,6 +443,10 @@ static const nm_kernels avx2_table = {
             [NM_TYPE_Q5_0] = nm_dotq_q5_0_avx2,
             [NM_TYPE_Q5_1] = nm_dotq_q5_1_avx2,
             [NM_TYPE_Q8_0] = nm_dotq_q8_0_avx2,
+            [NM_TYPE_Q8_1] = nm_dotq_q8_1_avx2,
+            [NM_TYPE_Q8_K] = nm_dotq_q8_K_avx2,
+            [NM_TYPE_Q2_K] = nm_dotq_q2_K_avx2,
+            [NM_TYPE_Q3_K] = nm_dotq_q3_K_avx2,
             [NM_TYPE_MXFP4] = nm_dotq_mxfp4_avx2,
             [NM_TYPE_Q4_K] = nm_dotq_q4_K_avx2,
             [NM_TYPE_Q5_K] = nm_dotq_q5_K_avx2,
@@ -459,4 +463,7 @@ static const nm_kernels avx2_table = {
         },
 };
 
-const nm_kernels *nm_kernels_avx2(void) { return &avx2_table; }
+const nm_kernels *nm_kernels_avx2(void) {
+    nm_f16_table_init(); // for the block dots of x86_dotq_blocks.h
+    return &avx2_table;
+}

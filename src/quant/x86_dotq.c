@@ -10,49 +10,19 @@
 // Results equal the ref up to the order of the f32 sums.
 //
 // Quantizers: bit-identical to the ref, which is llama.cpp's x86 numerics.
-#include <immintrin.h>
+#include <pthread.h>
 
-#include "quant/kernels_impl.h"
+#include "quant/x86_dotq_blocks.h"
 
-static inline float hsum_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-static inline float hmax_ps(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    return _mm_cvtss_f32(m);
-}
-static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+float nm_f16_table[1 << 16];
 
-static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-// sum of u8 a[i] * i8 b[i] as 8 x i32 (four products per lane).
-static inline __m256i dot_u8i8(__m256i a, __m256i b) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
-}
-// i8 x i8: move a's sign onto b so that the u8 operand is |a|.
-static inline __m256i dot_i8i8(__m256i a, __m256i b) {
-    return dot_u8i8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+static void f16_table_fill(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) nm_f16_table[h] = _cvtsh_ss((uint16_t)h);
 }
 
-// 16 nibble bytes -> 32 bytes in element order: low nibbles are elements
-// 0..15, high nibbles 16..31.
-static inline __m256i nibbles32(const uint8_t *qs) {
-    __m128i v = _mm_loadu_si128((const __m128i *)qs);
-    __m256i r = _mm256_set_m128i(_mm_srli_epi16(v, 4), v);
-    return _mm256_and_si256(r, _mm256_set1_epi8(15));
-}
-
-// Byte j = 0xff where bit j of qh is set.
-static inline __m256i bits32(uint32_t qh) {
-    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), pick);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+void nm_f16_table_init(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, f16_table_fill);
 }
 
 // ---- activation quantizers ----------------------------------------------------------
@@ -178,105 +148,80 @@ void nm_quant_act_q8_K_avx2(const float *restrict x, void *restrict xq, int64_t 
     }
 }
 
-// ---- 32-element blocks . q8_0 / q8_1 -------------------------------------------------
-// Two f32 accumulators over alternate blocks to keep two FMA chains in flight.
+// ---- block dots (bodies in x86_dotq_blocks.h) ---------------------------------------------
 
-#define DOTQ_BLOCK_LOOP(wtype, ytype, ...)                                           \
-    const wtype *x = w;                                                              \
-    const ytype *y = xq;                                                             \
-    const int64_t nb = n / NM_QK;                                                    \
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                   \
-    int64_t i = 0;                                                                   \
-    for (; i + 1 < nb; i += 2) {                                                     \
-        { const wtype *xb = x + i; const ytype *yb = y + i; __m256 *acc = &acc0; __VA_ARGS__ } \
-        { const wtype *xb = x + i + 1; const ytype *yb = y + i + 1; __m256 *acc = &acc1; __VA_ARGS__ } \
-    }                                                                                \
-    if (i < nb) { const wtype *xb = x + i; const ytype *yb = y + i; __m256 *acc = &acc0; __VA_ARGS__ }
-
-float nm_dotq_q8_0_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
-    DOTQ_BLOCK_LOOP(nm_block_q8_0, nm_block_q8_0, {
-        __m256i p = dot_i8i8(load256(xb->qs), load256(yb->qs));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(xb->d) * h2f(yb->d)), _mm256_cvtepi32_ps(p), *acc);
-    })
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
-}
-
-// q4_0: nibble - 8 as int8, then the signed dot.
 float nm_dotq_q4_0_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
-    const __m256i off = _mm256_set1_epi8(8);
-    DOTQ_BLOCK_LOOP(nm_block_q4_0, nm_block_q8_0, {
-        __m256i qy = load256(yb->qs);
-        __m256i p = dot_i8i8(_mm256_sub_epi8(nibbles32(xb->qs), off), qy);
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(xb->d) * h2f(yb->d)), _mm256_cvtepi32_ps(p), *acc);
-    })
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    return dotq_q4_0_blocks(w, xq, n);
 }
-
-// q4_1: d_w d_x sum(q q8) + m_w s_x; the min terms summed in scalar.
 float nm_dotq_q4_1_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
-    float summs = 0;
-    DOTQ_BLOCK_LOOP(nm_block_q4_1, nm_block_q8_1, {
-        __m256i p = dot_u8i8(nibbles32(xb->qs), load256(yb->qs));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(xb->d) * h2f(yb->d)), _mm256_cvtepi32_ps(p), *acc);
-        summs += h2f(xb->m) * h2f(yb->s);
-    })
-    return hsum_ps(_mm256_add_ps(acc0, acc1)) + summs;
+    return dotq_q4_1_blocks(w, xq, n);
 }
-
-// q5_0: q - 16 is the nibble where the 5th bit is set and nibble | 0xf0
-// (nibble - 16 as int8) where it is clear.
 float nm_dotq_q5_0_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
-    const __m256i hi = _mm256_set1_epi8((char)0xf0);
-    DOTQ_BLOCK_LOOP(nm_block_q5_0, nm_block_q8_0, {
-        uint32_t qh;
-        memcpy(&qh, xb->qh, 4);
-        __m256i q = _mm256_or_si256(nibbles32(xb->qs), _mm256_andnot_si256(bits32(qh), hi));
-        __m256i p = dot_i8i8(q, load256(yb->qs));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(xb->d) * h2f(yb->d)), _mm256_cvtepi32_ps(p), *acc);
-    })
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    return dotq_q5_0_blocks(w, xq, n);
 }
-
-// q5_1: unsigned 5-bit quants, min term as in q4_1.
 float nm_dotq_q5_1_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
-    const __m256i b4 = _mm256_set1_epi8(0x10);
-    float summs = 0;
-    DOTQ_BLOCK_LOOP(nm_block_q5_1, nm_block_q8_1, {
-        uint32_t qh;
-        memcpy(&qh, xb->qh, 4);
-        __m256i q = _mm256_or_si256(nibbles32(xb->qs), _mm256_and_si256(bits32(qh), b4));
-        __m256i p = dot_u8i8(q, load256(yb->qs));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(xb->d) * h2f(yb->d)), _mm256_cvtepi32_ps(p), *acc);
-        summs += h2f(xb->m) * h2f(yb->s);
-    })
-    return hsum_ps(_mm256_add_ps(acc0, acc1)) + summs;
+    return dotq_q5_1_blocks(w, xq, n);
 }
-
-// mxfp4: the nibbles index the doubled E2M1 values (int8) with vpshufb.
+float nm_dotq_q8_0_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
+    return dotq_q8_0_blocks(w, xq, n);
+}
+float nm_dotq_q8_1_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
+    return dotq_q8_1_blocks(w, xq, n);
+}
 float nm_dotq_mxfp4_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
-    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)nm_kvalues_mxfp4));
-    DOTQ_BLOCK_LOOP(nm_block_mxfp4, nm_block_q8_0, {
-        __m256i q = _mm256_shuffle_epi8(table, nibbles32(xb->qs));
-        __m256i p = dot_i8i8(q, load256(yb->qs));
-        *acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(yb->d) * nm_e8m0_to_fp32_half(xb->e)), _mm256_cvtepi32_ps(p), *acc);
-    })
-    return hsum_ps(_mm256_add_ps(acc0, acc1));
+    return dotq_mxfp4_blocks(w, xq, n);
+}
+float nm_dotq_q8_K_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
+    return dotq_q8_K_blocks(w, xq, n);
 }
 
 // ---- K formats . q8_K ------------------------------------------------------------------
+
+// 16 int16 scales s[0..15] (8 per 128-bit half) -> s[g] in the 8 low and
+// s[g+1] in the 8 high int16 lanes, for even g: the multiplier vpmaddwd needs
+// for the 32 products of two 16-element groups. g is a constant after
+// unrolling, so the shuffle control folds.
+static inline __m256i scale_pair(__m256i s16, int g) {
+    __m256i half = g < 8 ? _mm256_permute2x128_si256(s16, s16, 0x00) : _mm256_permute2x128_si256(s16, s16, 0x11);
+    const int lo = 2 * (g % 8), hi = lo + 2;
+    const __m256i ctl = _mm256_set_m128i(_mm_set1_epi16((short)(((hi + 1) << 8) | hi)),
+                                         _mm_set1_epi16((short)(((lo + 1) << 8) | lo)));
+    return _mm256_shuffle_epi8(half, ctl);
+}
+
+// Same for one scale across all 16 lanes: s[j] of 8 int16 scales in each half.
+static inline __m256i scale_one(__m256i s8x2, int j) {
+    return _mm256_shuffle_epi8(s8x2, _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
+}
+
 // A whole super-block sums in int32 (|q6 - 32| * 127 * 128 * 256 < 2^31), then
 // one FMA with d_w * d_x; min terms come from the q8_K bsums.
 
-// The 8 scales and 8 mins of a Q4_K/Q5_K super-block, and sum_j m_j * (sum of
-// the q8 of sub-block j) from the bsums.
-static inline int qk_sm_scales(const uint8_t *s12, const int16_t *bsums, uint8_t sc[8]) {
-    int summs = 0;
-    for (int j = 0; j < 8; j++) {
-        uint8_t m;
-        nm_get_scale_min_k4(j, s12, &sc[j], &m);
-        summs += m * (bsums[2 * j] + bsums[2 * j + 1]);
-    }
-    return summs;
+// Q4_K/Q5_K: the 8 six-bit scales and mins unpacked from the 12 bytes as four
+// 32-bit words (scales 0-3, 4-7, mins 0-3, 4-7; see nm_get_scale_min_k4), as
+// int16: scales in both 128-bit halves (for scale_one), mins once.
+static inline void qk_sm_unpack(const uint8_t *s12, __m256i *scales, __m128i *mins) {
+    uint32_t u[3];
+    memcpy(u, s12, 12);
+    const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+    const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    __m256i sm = _mm256_cvtepu8_epi16(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
+    *scales = _mm256_permute2x128_si256(sm, sm, 0x00);
+    *mins = _mm256_extracti128_si256(sm, 1);
+}
+
+// sum_j mins[j] * (bsums[2j] + bsums[2j+1]) as 4 int32 (pair sums fit int16: |.| <= 32 * 127).
+static inline __m128i qk_min_term(__m128i mins, const int16_t *bsums) {
+    const __m128i lo = _mm_loadu_si128((const __m128i *)bsums), hi = _mm_loadu_si128((const __m128i *)(bsums + 8));
+    __m128i pairs = _mm_hadd_epi16(lo, hi);
+    return _mm_madd_epi16(mins, pairs);
+}
+
+static inline float hsum_ps128(__m128 v) {
+    v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    v = _mm_add_ss(v, _mm_movehdup_ps(v));
+    return _mm_cvtss_f32(v);
 }
 
 float nm_dotq_q4_K_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
@@ -284,24 +229,26 @@ float nm_dotq_q4_K_avx2(const void *restrict w, const void *restrict xq, int64_t
     const nm_block_q8_K *y = xq;
     const __m256i m4 = _mm256_set1_epi8(15);
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
+    __m128 accm = _mm_setzero_ps();
     for (int64_t i = 0; i < n / NM_QK_K; i++) {
-        uint8_t sc[8];
-        const int summs = qk_sm_scales(x[i].scales, y[i].bsums, sc);
+        __m256i sc;
+        __m128i mins;
+        qk_sm_unpack(x[i].scales, &sc, &mins);
+        const float dmin = h2f(x[i].dmin) * y[i].d;
+        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(qk_min_term(mins, y[i].bsums)), accm);
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) { // 64 elements: low nibbles sub-block 2c, high 2c+1
             __m256i q4 = load256(x[i].qs + 32 * c);
             __m256i pl = _mm256_maddubs_epi16(_mm256_and_si256(q4, m4), load256(y[i].qs + 64 * c));
             __m256i qhi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             __m256i ph = _mm256_maddubs_epi16(qhi, load256(y[i].qs + 64 * c + 32));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * c])));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * c + 1])));
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(pl, scale_one(sc, 2 * c)));
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(ph, scale_one(sc, 2 * c + 1)));
         }
         const float d = h2f(x[i].d) * y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc);
-        accm += h2f(x[i].dmin) * y[i].d * (float)summs;
     }
-    return hsum_ps(acc) - accm;
+    return hsum_ps(acc) - hsum_ps128(accm);
 }
 
 float nm_dotq_q5_K_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
@@ -309,10 +256,13 @@ float nm_dotq_q5_K_avx2(const void *restrict w, const void *restrict xq, int64_t
     const nm_block_q8_K *y = xq;
     const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(0x10);
     __m256 acc = _mm256_setzero_ps();
-    float accm = 0;
+    __m128 accm = _mm_setzero_ps();
     for (int64_t i = 0; i < n / NM_QK_K; i++) {
-        uint8_t sc[8];
-        const int summs = qk_sm_scales(x[i].scales, y[i].bsums, sc);
+        __m256i sc;
+        __m128i mins;
+        qk_sm_unpack(x[i].scales, &sc, &mins);
+        const float dmin = h2f(x[i].dmin) * y[i].d;
+        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(qk_min_term(mins, y[i].bsums)), accm);
         const __m256i qh = load256(x[i].qh);
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
         for (int c = 0; c < 4; c++) { // 5th bit of element 64c + 32h + l: bit 2c + h of qh[l]
@@ -323,14 +273,13 @@ float nm_dotq_q5_K_avx2(const void *restrict w, const void *restrict xq, int64_t
             __m256i qq = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), hh);
             __m256i pl = _mm256_maddubs_epi16(ql, load256(y[i].qs + 64 * c));
             __m256i ph = _mm256_maddubs_epi16(qq, load256(y[i].qs + 64 * c + 32));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * c])));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * c + 1])));
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(pl, scale_one(sc, 2 * c)));
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(ph, scale_one(sc, 2 * c + 1)));
         }
         const float d = h2f(x[i].d) * y[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc);
-        accm += h2f(x[i].dmin) * y[i].d * (float)summs;
     }
-    return hsum_ps(acc) - accm;
+    return hsum_ps(acc) - hsum_ps128(accm);
 }
 
 // q6_K: unsigned q (0..63) . q8 minus 32 * sum(q8), per 16-element group, each
@@ -343,6 +292,7 @@ float nm_dotq_q6_K_avx2(const void *restrict w, const void *restrict xq, int64_t
     const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(0x30), c32 = _mm256_set1_epi8(32);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < n / NM_QK_K; i++) {
+        const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
         __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const __m256i A = load256(x[i].ql + 64 * h), B = load256(x[i].ql + 64 * h + 32);
@@ -358,7 +308,92 @@ float nm_dotq_q6_K_avx2(const void *restrict w, const void *restrict xq, int64_t
                 const int g = 8 * h + 2 * k; // this 32 is groups g (low 128 bits) and g+1
                 __m256i qy = load256(y[i].qs + 128 * h + 32 * k);
                 __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[k], qy), _mm256_maddubs_epi16(c32, qy));
-                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(x[i].scales[g + 1]), _mm_set1_epi16(x[i].scales[g]));
+                __m256i scv = scale_pair(sc, g);
+                if (k & 1) s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scv));
+                else s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p, scv));
+            }
+        }
+        const float d = h2f(x[i].d) * y[i].d;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc);
+    }
+    return hsum_ps(acc);
+}
+
+// q2_K: w = d * (sc & 15) * q - dmin * (sc >> 4), q in 0..3. Element
+// 128c + 32k + l is bits 2k..2k+1 of qs[32c + l]; group g = 8c + 2k (+1 for l >= 16).
+float nm_dotq_q2_K_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
+    const nm_block_q2_K *x = w;
+    const nm_block_q8_K *y = xq;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m4 = _mm_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+    float accm = 0;
+    for (int64_t i = 0; i < n / NM_QK_K; i++) {
+        const __m128i sc = _mm_loadu_si128((const __m128i *)x[i].scales);
+        // min term: sum_g bsums[g] * (sc[g] >> 4)
+        __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+        __m256i mt = _mm256_madd_epi16(mins, load256(y[i].bsums));
+        __m128i m4s = _mm_add_epi32(_mm256_castsi256_si128(mt), _mm256_extracti128_si256(mt, 1));
+        m4s = _mm_add_epi32(m4s, _mm_shuffle_epi32(m4s, _MM_SHUFFLE(1, 0, 3, 2)));
+        m4s = _mm_add_epi32(m4s, _mm_shuffle_epi32(m4s, _MM_SHUFFLE(2, 3, 0, 1)));
+        const int summs = _mm_cvtsi128_si32(m4s);
+        const __m256i s16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc, m4));
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i Q = load256(x[i].qs + 32 * c);
+            for (int k = 0; k < 4; k++) {
+                const int g = 8 * c + 2 * k;
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(Q, 2 * k), m3);
+                __m256i p = _mm256_maddubs_epi16(q, load256(y[i].qs + 128 * c + 32 * k));
+                __m256i scv = scale_pair(s16, g);
+                if (k & 1) s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scv));
+                else s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p, scv));
+            }
+        }
+        const float dall = y[i].d * h2f(x[i].d), dmin = y[i].d * h2f(x[i].dmin);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), acc);
+        accm += dmin * (float)summs;
+    }
+    return hsum_ps(acc) - accm;
+}
+
+// The 16 Q3_K scales (6 bits, minus 32) as int16, from the 12 bytes as three
+// 32-bit words: low nibbles of bytes 0-7 are scales 0-7, high nibbles 8-15;
+// byte 8 + j%4 holds the top 2 bits of scale j at bit 2*(j/4) (nm_q3_K_scales).
+static inline __m256i q3_K_scales16(const uint8_t *s12) {
+    uint32_t a[3];
+    memcpy(a, s12, 12);
+    const uint32_t m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    const uint32_t s0 = (a[0] & m4) | ((a[2] & m2) << 4);               // scales 0-3
+    const uint32_t s1 = (a[1] & m4) | (((a[2] >> 2) & m2) << 4);        // 4-7
+    const uint32_t s2 = ((a[0] >> 4) & m4) | (((a[2] >> 4) & m2) << 4); // 8-11
+    const uint32_t s3 = ((a[1] >> 4) & m4) | (((a[2] >> 6) & m2) << 4); // 12-15
+    const __m128i s = _mm_set_epi32((int)s3, (int)s2, (int)s1, (int)s0);
+    return _mm256_sub_epi16(_mm256_cvtepu8_epi16(s), _mm256_set1_epi16(32));
+}
+
+// q3_K: q = lo - 4 * (high bit clear), lo in 0..3 as in q2_K, the high bit of
+// element 128c + 32k + l is bit 4c + k of hmask[l]; signed 6-bit scales per 16.
+// q . y = lo . y - (4 where clear) . y, both unsigned x signed.
+float nm_dotq_q3_K_avx2(const void *restrict w, const void *restrict xq, int64_t n) {
+    const nm_block_q3_K *x = w;
+    const nm_block_q8_K *y = xq;
+    const __m256i m3 = _mm256_set1_epi8(3), four = _mm256_set1_epi8(4), zero = _mm256_setzero_si256();
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n / NM_QK_K; i++) {
+        const __m256i sc = q3_K_scales16(x[i].scales);
+        const __m256i H = load256(x[i].hmask);
+        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+        for (int c = 0; c < 2; c++) {
+            const __m256i Q = load256(x[i].qs + 32 * c);
+            for (int k = 0; k < 4; k++) {
+                const int g = 8 * c + 2 * k;
+                const __m256i qy = load256(y[i].qs + 128 * c + 32 * k);
+                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(Q, 2 * k), m3);
+                __m256i bit = _mm256_set1_epi8((char)(1 << (4 * c + k)));
+                __m256i h4 = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(H, bit), zero), four);
+                __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(lo, qy), _mm256_maddubs_epi16(h4, qy));
+                __m256i scv = scale_pair(sc, g);
                 if (k & 1) s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(p, scv));
                 else s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(p, scv));
             }

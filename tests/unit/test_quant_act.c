@@ -227,9 +227,25 @@ NM_TEST(dotq_close_to_f32_dot) {
 
 // ---- SIMD vs ref -------------------------------------------------------------------------
 
+// The chosen table and, on x86, every SIMD table under it (the AVX2 dots that
+// AVX-VNNI overrides must stay right for CPUs without it). Entries may be
+// NULL. None under NM_FORCE_REF=1. Returns the count.
+static int simd_tables(const nm_kernels *out[4]) {
+    int n = 0;
+    const nm_kernels *k = nm_kernels_get();
+    if (k == nm_kernels_ref()) return 0;
+    out[n++] = k;
+#if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
+    out[n++] = nm_kernels_avx2(); // not ref, so dispatch found AVX2+FMA+F16C
+    if (nm_cpu_has_avxvnni()) out[n++] = nm_kernels_avxvnni();
+#endif
+    return n;
+}
+
 NM_TEST(simd_quant_act_bytes_equal_ref) {
-    const nm_kernels *k = nm_kernels_get(), *r = nm_kernels_ref();
-    if (k->name == r->name) NM_SKIP("reference table chosen");
+    const nm_kernels *tabs[4], *r = nm_kernels_ref();
+    int ntab = simd_tables(tabs);
+    if (!ntab) NM_SKIP("reference table chosen");
     static float x[NMAX + 8];
     static uint8_t a[NMAX * 4 + 64], b[NMAX * 4 + 64];
     for (size_t i = 0; i < N_ATYPES; i++) {
@@ -244,19 +260,24 @@ NM_TEST(simd_quant_act_bytes_equal_ref) {
             if (rep == 4) fill_gauss(x, NMAX, 1e-30f); // tiny scales
             if (rep == 5) fill_gauss(x, NMAX, 3e4f);   // large
             size_t bytes = nm_row_size(t, NMAX);
-            memset(a, 0x11, bytes);
             memset(b, 0x22, bytes);
-            k->quant_act[t](x, a, NMAX);
             r->quant_act[t](x, b, NMAX);
-            if (memcmp(a, b, bytes) != 0) fprintf(stderr, "  %s rep %d bytes differ\n", tname(t), rep);
-            NM_CHECK(memcmp(a, b, bytes) == 0);
+            for (int ti = 0; ti < ntab; ti++) {
+                if (!tabs[ti]->quant_act[t]) continue;
+                memset(a, 0x11, bytes);
+                tabs[ti]->quant_act[t](x, a, NMAX);
+                if (memcmp(a, b, bytes) != 0)
+                    fprintf(stderr, "  %s %s rep %d bytes differ\n", tabs[ti]->name, tname(t), rep);
+                NM_CHECK(memcmp(a, b, bytes) == 0);
+            }
         }
     }
 }
 
 NM_TEST(simd_dotq_matches_ref) {
-    const nm_kernels *k = nm_kernels_get(), *r = nm_kernels_ref();
-    if (k->name == r->name) NM_SKIP("reference table chosen");
+    const nm_kernels *tabs[4], *r = nm_kernels_ref();
+    int ntab = simd_tables(tabs);
+    if (!ntab) NM_SKIP("reference table chosen");
     static const int blocks[] = {1, 3, 7, 16};
     static float w[256 * 16 + 64], x[256 * 16 + 64], wd[256 * 16 + 64], xd[256 * 16 + 64];
     static uint8_t wq[256 * 16 * 4 + 64], xq[256 * 16 * 4 + 64];
@@ -274,10 +295,14 @@ NM_TEST(simd_dotq_matches_ref) {
                 nm_dequantize_row_ref(t, wq, wd, n);
                 nm_dequantize_row_ref(at, xq, xd, n);
                 double scale = abs_dot(wd, xd, n) + s_rounding_slack(t, wq, xq, n) * 2048;
-                float ds = k->dotq[t](wq, xq, n), dr = r->dotq[t](wq, xq, n);
-                if (!(fabs((double)ds - dr) <= 1e-5 * scale))
-                    fprintf(stderr, "  %s dotq n=%lld\n", tr->name, (long long)n);
-                NM_CHECK_NEAR(ds, dr, 1e-5 * scale);
+                float dr = r->dotq[t](wq, xq, n);
+                for (int ti = 0; ti < ntab; ti++) {
+                    if (!tabs[ti]->dotq[t]) continue;
+                    float ds = tabs[ti]->dotq[t](wq, xq, n);
+                    if (!(fabs((double)ds - dr) <= 1e-5 * scale))
+                        fprintf(stderr, "  %s %s dotq n=%lld\n", tabs[ti]->name, tr->name, (long long)n);
+                    NM_CHECK_NEAR(ds, dr, 1e-5 * scale);
+                }
             }
         }
     }

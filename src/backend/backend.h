@@ -103,9 +103,10 @@ struct nm_backend {
 };
 
 // ---- CPU backend -----------------------------------------------------------------
-// n_threads <= 0: all online cores. Scratch for batched matmuls is sized from
-// max_row (the longest weight row) at creation; nothing is allocated per op.
-nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row);
+// n_threads <= 0: all online cores. Scratch is sized at creation from max_row
+// (the longest weight row) and max_tokens (the most tokens of one matmul);
+// nothing is allocated per op.
+nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_tokens);
 int nm_backend_cpu_n_threads(const nm_backend *b);
 
 static inline void nm_backend_free(nm_backend *b) {

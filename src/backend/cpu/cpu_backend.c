@@ -18,14 +18,18 @@
 // Tokens per GEMM call: the block of activations (NM_MM_TOKENS x K floats)
 // stays in L2 while the tile's rows sweep over it.
 #define NM_MM_TOKENS 48
+// Rows per chunk of a decode matmul: big enough that claiming a chunk (one
+// atomic) is noise next to its dots, small enough to balance the threads.
+#define NM_MM_DEC_ROWS 32
 
 typedef struct nm_cpu {
     nm_pool *pool;
     const nm_kernels *k;
     const nm_kernels *kref;
     nm_gemm_fn gemm;
-    int64_t max_row;
+    int64_t max_row, max_tokens;
     float *scratch; // (n_threads, NM_MM_ROWS, max_row)
+    uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
     char err[256];
 } nm_cpu;
 
@@ -38,14 +42,54 @@ static inline nm_dequant_fn dequant_fn(const nm_cpu *c, uint32_t type) {
 
 // ---- matmul ------------------------------------------------------------------------
 
+static inline nm_dotq_fn dotq_fn(const nm_cpu *c, uint32_t type) {
+    return c->k->dotq[type] ? c->k->dotq[type] : c->kref->dotq[type];
+}
+static inline nm_quant_act_fn quant_act_fn(const nm_cpu *c, uint32_t type) {
+    return c->k->quant_act[type] ? c->k->quant_act[type] : c->kref->quant_act[type];
+}
+
 typedef struct mm_task {
     const nm_cpu *c;
     const nm_op *op;
+    uint32_t act_type;  // nm_vec_dot_type of the weights
+    size_t act_row;     // bytes of one quantized activation row
 } mm_task;
 
-// Rows per chunk of a decode matmul: big enough that claiming a chunk (one
-// atomic) is noise next to its dots, small enough to balance the threads.
-#define NM_MM_DEC_ROWS 32
+// Quantizes activation row `chunk` into the weights' vec_dot_type.
+static void act_worker(void *arg, int64_t chunk, int ith) {
+    const mm_task *t = arg;
+    const int64_t K = t->op->src1->ne[0];
+    quant_act_fn(t->c, t->act_type)((const float *)t->op->src1->data + chunk * K, t->c->act_q + chunk * t->act_row, K);
+}
+
+// Quantized weights: activations were quantized once per op to the weights'
+// vec_dot_type (8-bit blocks for the Q and K formats, as llama.cpp does), so
+// every (row, token) product is an integer dot unpacking the weight block in
+// registers. A chunk is a few rows against all tokens: the rows stay in L1
+// while the activations stream.
+static void mmq_worker(void *arg, int64_t chunk, int ith) {
+    const mm_task *t = arg;
+    const nm_cpu *c = t->c;
+    const nm_tensor *w = t->op->src0, *bias = t->op->src2;
+    const int64_t K = w->ne[0], O = w->ne[1], T = t->op->src1->ne[1];
+    const int64_t rows = T == 1 ? NM_MM_DEC_ROWS : NM_MM_ROWS;
+    const size_t row_bytes = nm_row_size(w->type, K);
+    const uint8_t *wd = w->data;
+    const float *bd = bias ? bias->data : NULL;
+    float *yd = t->op->dst->data;
+    nm_dotq_fn dot = dotq_fn(c, w->type);
+    int64_t r0 = chunk * rows, r1 = r0 + rows < O ? r0 + rows : O;
+    for (int64_t tok = 0; tok < T; tok++) {
+        const uint8_t *xq = c->act_q + tok * t->act_row;
+        float *yr = yd + tok * O;
+        for (int64_t o = r0; o < r1; o++) {
+            float s = dot(wd + (size_t)o * row_bytes, xq, K);
+            yr[o] = bd ? s + bd[o] : s;
+        }
+    }
+}
+
 
 static int64_t mm_chunks(const nm_op *op) {
     const int64_t O = op->src0->ne[1];
@@ -250,9 +294,12 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     const nm_cpu *c = b->impl;
     switch (op->kind) {
     case NM_OP_MATMUL:
+        if (op->src1->ne[1] > c->max_tokens) return false;
+        /* fall through */
     case NM_OP_GET_ROWS:
         return op->src0->type < NM_TYPE_COUNT && c->kref->dot[op->src0->type] &&
-               c->kref->dequant[op->src0->type] && op->src0->ne[0] <= c->max_row;
+               c->kref->dequant[op->src0->type] && c->kref->dotq[op->src0->type] &&
+               op->src0->ne[0] <= c->max_row;
     case NM_OP_ATTENTION: return op->i2 <= 1024 && op->i1 > 0 && op->i0 % op->i1 == 0;
     case NM_OP_ROPE: return op->i3 <= 1024 && op->i3 <= op->i1;
     default: return op->kind < NM_OP_COUNT;
@@ -269,8 +316,14 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         }
         switch (op->kind) {
         case NM_OP_MATMUL: {
-            mm_task t = {c, op};
-            nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
+            mm_task t = {c, op, nm_vec_dot_type(op->src0->type), 0};
+            if (t.act_type == 0 /* f32 */) {
+                nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
+            } else {
+                t.act_row = nm_row_size(t.act_type, op->src1->ne[0]);
+                nm_pool_run(c->pool, act_worker, &t, op->src1->ne[1]);
+                nm_pool_run(c->pool, mmq_worker, &t, mm_chunks(op));
+            }
             break;
         }
         case NM_OP_ATTENTION: {
@@ -297,6 +350,7 @@ static void cpu_free(nm_backend *b) {
     nm_cpu *c = b->impl;
     nm_pool_free(c->pool);
     free(c->scratch);
+    free(c->act_q);
     free(c);
     free(b);
 }
@@ -316,7 +370,7 @@ static const nm_backend_i cpu_iface = {
     .free = cpu_free,
 };
 
-nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row) {
+nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_tokens) {
     nm_backend *b = calloc(1, sizeof *b);
     nm_cpu *c = calloc(1, sizeof *c);
     if (!b || !c) goto fail;
@@ -326,8 +380,10 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row) {
     c->kref = nm_kernels_ref();
     c->gemm = nm_gemm_f32_get();
     c->max_row = max_row;
+    c->max_tokens = max_tokens;
     c->scratch = calloc((size_t)nm_pool_size(c->pool) * NM_MM_ROWS * (size_t)max_row, sizeof(float));
-    if (!c->scratch) goto fail;
+    c->act_q = malloc((size_t)max_tokens * (size_t)max_row * sizeof(float));
+    if (!c->scratch || !c->act_q) goto fail;
     b->iface = &cpu_iface;
     b->impl = c;
     return b;
@@ -335,6 +391,7 @@ fail:
     if (c) {
         nm_pool_free(c->pool);
         free(c->scratch);
+        free(c->act_q);
     }
     free(c);
     free(b);

@@ -30,18 +30,29 @@ typedef struct nm_event {
     _Atomic int sleepers;
 } nm_event;
 
-// The job protocol. `claim` packs (job sequence << 32 | next chunk). The
-// caller writes fn/arg/n_chunks, zeroes `done`, then publishes a new sequence
-// in `claim` (release). A worker loads `claim` (acquire), reads fn/arg, and
-// takes chunk c with a CAS from (seq, c) to (seq, c + 1): a CAS that succeeds
-// proves the job it read fn/arg for is still running (an unclaimed chunk means
-// the caller is still waiting), so a worker that wakes late can never run a
-// stale job. Each finished chunk increments `done`; the caller returns when
-// done == n_chunks.
+// The job protocol. `claim` packs (job sequence, chunk count, next chunk) in
+// one word, so that a single CAS both takes a chunk and proves that the job
+// it belongs to is still running. The caller writes fn/arg/base, zeroes
+// `done`, then publishes the new claim word (release). A worker loads `claim`
+// (acquire), reads fn/arg/base, and takes chunk c with a CAS from
+// (seq, n, c) to (seq, n, c + 1), c < n. A CAS that succeeds proves chunk c
+// was unclaimed, hence the job unfinished, hence fn/arg/base (written by the
+// caller only between jobs) were this job's. Keeping n inside the word
+// matters: with n in a separate variable, a worker holding the exhausted
+// word of job g-1 could read job g's larger n and "claim" a chunk of a job
+// that had already ended. Each finished chunk increments `done`; the caller
+// returns when done == n.
+#define NM_CLAIM_BITS 20
+#define NM_CLAIM_MASK ((1ull << NM_CLAIM_BITS) - 1)
+#define NM_MAX_CHUNKS ((int64_t)NM_CLAIM_MASK) // a bigger job runs in rounds
+#define CLAIM_SEQ(w) ((uint32_t)((w) >> (2 * NM_CLAIM_BITS)))
+#define CLAIM_N(w) ((int64_t)(((w) >> NM_CLAIM_BITS) & NM_CLAIM_MASK))
+#define CLAIM_C(w) ((int64_t)((w)&NM_CLAIM_MASK))
+
 struct nm_pool {
     int n;                     // threads including the caller
     pthread_t *threads;        // n-1 helpers
-    _Atomic uint64_t claim;    // (seq << 32) | next chunk
+    _Atomic uint64_t claim;    // (seq << 40) | (n_chunks << 20) | next chunk
     nm_event gen;              // bumped per job: wakes parked workers
     nm_event done_ev;          // bumped when the last chunk finishes
     _Atomic int64_t done;      // chunks finished in the current job
@@ -50,8 +61,8 @@ struct nm_pool {
     // (relaxed; the release store of `claim` orders them) to stay race-free.
     _Atomic(nm_pool_fn) fn;
     _Atomic(void *) arg;
-    _Atomic int64_t n_chunks;
-    uint32_t seq;              // caller-side copy of the current sequence
+    _Atomic int64_t base;      // chunk index of the round's first chunk
+    uint32_t seq;              // caller-side copy of the current sequence (24 bits used)
 };
 
 struct nm_worker_arg {
@@ -89,15 +100,16 @@ static void signal_change(nm_event *e) {
 static void work(nm_pool *p, uint32_t seq, int ith) {
     uint64_t cur = atomic_load_explicit(&p->claim, memory_order_acquire);
     for (;;) {
-        if ((uint32_t)(cur >> 32) != seq) return; // a newer job: this one is over
+        if (CLAIM_SEQ(cur) != seq) return; // a newer job: this one is over
+        const int64_t n = CLAIM_N(cur), c = CLAIM_C(cur);
+        if (c >= n) return;
         nm_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
         void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
-        int64_t n = atomic_load_explicit(&p->n_chunks, memory_order_relaxed), c = (int64_t)(cur & 0xffffffffu);
-        if (c >= n) return;
+        int64_t base = atomic_load_explicit(&p->base, memory_order_relaxed);
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &cur, cur + 1, memory_order_acq_rel,
                                                    memory_order_acquire))
             continue; // cur was reloaded
-        fn(arg, c, ith);
+        fn(arg, base + c, ith);
         if (atomic_fetch_add_explicit(&p->done, 1, memory_order_acq_rel) + 1 == n) signal_change(&p->done_ev);
         cur = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
@@ -112,7 +124,7 @@ static void *worker_main(void *varg) {
     for (;;) {
         seen = wait_change(&p->gen, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        work(p, (uint32_t)(atomic_load_explicit(&p->claim, memory_order_acquire) >> 32), ith);
+        work(p, CLAIM_SEQ(atomic_load_explicit(&p->claim, memory_order_acquire)), ith);
     }
     return NULL;
 }
@@ -156,21 +168,27 @@ void nm_pool_free(nm_pool *p) {
 
 int nm_pool_size(const nm_pool *p) { return p->n; }
 
+static void run_round(nm_pool *p, nm_pool_fn fn, void *arg, int64_t base, int64_t n) {
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->base, base, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint32_t done_word = atomic_load_explicit(&p->done_ev.word, memory_order_acquire);
+    p->seq = (p->seq + 1) & 0xffffffu;
+    atomic_store_explicit(&p->claim, ((uint64_t)p->seq << (2 * NM_CLAIM_BITS)) | ((uint64_t)n << NM_CLAIM_BITS),
+                          memory_order_release);
+    signal_change(&p->gen);
+    work(p, p->seq, 0);
+    while (atomic_load_explicit(&p->done, memory_order_acquire) != n)
+        done_word = wait_change(&p->done_ev, done_word);
+}
+
 void nm_pool_run(nm_pool *p, nm_pool_fn fn, void *arg, int64_t n_chunks) {
     if (n_chunks <= 0) return;
     if (p->n == 1 || n_chunks == 1) {
         for (int64_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
         return;
     }
-    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
-    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
-    atomic_store_explicit(&p->n_chunks, n_chunks, memory_order_relaxed);
-    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-    uint32_t done_word = atomic_load_explicit(&p->done_ev.word, memory_order_acquire);
-    p->seq++;
-    atomic_store_explicit(&p->claim, (uint64_t)p->seq << 32, memory_order_release);
-    signal_change(&p->gen);
-    work(p, p->seq, 0);
-    while (atomic_load_explicit(&p->done, memory_order_acquire) != n_chunks)
-        done_word = wait_change(&p->done_ev, done_word);
+    for (int64_t base = 0; base < n_chunks; base += NM_MAX_CHUNKS)
+        run_round(p, fn, arg, base, n_chunks - base < NM_MAX_CHUNKS ? n_chunks - base : NM_MAX_CHUNKS);
 }

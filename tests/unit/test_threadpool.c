@@ -76,6 +76,41 @@ NM_TEST(pool_runs_every_thread_once_per_job) {
     }
 }
 
+// Tiny jobs whose chunk counts change from one job to the next, back to back:
+// the pattern that once let a worker holding the exhausted claim of the
+// previous job take a chunk of it using the next job's (larger) count. Every
+// chunk must run exactly once, and the pool must not hang.
+typedef struct count_job {
+    _Atomic int hits[64];
+    _Atomic int extra;
+    int64_t n;
+} count_job;
+
+static void count_fn(void *arg, int64_t chunk, int ith) {
+    count_job *j = arg;
+    if (chunk < 0 || chunk >= j->n) atomic_fetch_add(&j->extra, 1);
+    else atomic_fetch_add(&j->hits[chunk], 1);
+}
+
+NM_TEST(pool_varying_chunk_counts_stress) {
+    for (int nt = 2; nt <= 3; nt++) {
+        nm_pool *p = nm_pool_create(nt);
+        NM_CHECK(p != NULL);
+        if (!p) return;
+        uint32_t r = 12345;
+        bool ok = true;
+        for (int rep = 0; rep < 200000 && ok; rep++) {
+            r = r * 1103515245u + 12345u;
+            count_job j = {.n = 1 + (r >> 16) % 64};
+            nm_pool_run(p, count_fn, &j, j.n);
+            ok = atomic_load(&j.extra) == 0;
+            for (int64_t c = 0; c < j.n; c++) ok = ok && atomic_load(&j.hits[c]) == 1;
+        }
+        NM_CHECK(ok);
+        nm_pool_free(p);
+    }
+}
+
 NM_TEST(pool_survives_idle_sleep) {
     nm_pool *p = nm_pool_create(3);
     NM_CHECK(p != NULL);

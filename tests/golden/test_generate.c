@@ -70,17 +70,19 @@ NM_TEST(gemma3_capital_of_france) {
     continues_with(NM_GEMMA3, "Question: What is the capital of France?\nAnswer:", 4, "Paris", nmtest_failed);
 }
 
-// Chat turn through the model's own template: the answer names Paris.
+// Chat turn through the model's own template: the answer names Paris. (The
+// 135M model is fragile: asked "What is the capital of France?" it answers
+// "L'Étoile, la ..." greedily, in llama.cpp as well; this phrasing is robust.)
 NM_TEST(smollm2_chat_answer) {
     char path[1024], out[2048], prompt[2048];
     NM_NEED_MODEL(NM_SMOLLM2, path);
     nm_model *m = NULL;
     NM_CHECK(nm_model_load(path, NULL, &m, NULL, 0) == NM_OK);
     if (!m) return;
-    nm_chat_msg msgs[] = {{"user", "What is the capital of France?"}};
+    nm_chat_msg msgs[] = {{"user", "Name the capital of France."}};
     int32_t n = nm_chat_format(m, NULL, msgs, 1, true, prompt, sizeof prompt);
     NM_CHECK(n > 0);
-    NM_CHECK(strstr(prompt, "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n") != NULL);
+    NM_CHECK(strstr(prompt, "<|im_start|>user\nName the capital of France.<|im_end|>\n<|im_start|>assistant\n") != NULL);
     if (n > 0) {
         NM_CHECK(greedy(m, prompt, 40, out, sizeof out));
         fprintf(stderr, "  chat answer: '%s'\n", out);

@@ -34,6 +34,9 @@ typedef struct cli_opts {
 bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional);
 double cli_now(void); // seconds, monotonic
 long cli_peak_rss_kb(void);
+// Current resident memory split into anonymous (heap: our allocations) and
+// file-backed (the mmapped weights) from /proc/self/status; false if unknown.
+bool cli_rss_split(long *anon_kb, long *file_kb);
 // Reads a whole file into a NUL-terminated malloc'd buffer; NULL on failure.
 char *cli_read_file(const char *path, size_t *len);
 

@@ -277,7 +277,11 @@ done_tok:
                 S.t_prompt > 0 ? S.n_prompt / S.t_prompt : 0.0);
         fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tok/s)\n", S.n_gen, S.t_gen,
                 S.t_gen > 0 ? S.n_gen / S.t_gen : 0.0);
+        long anon, file;
         fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
+        if (cli_rss_split(&anon, &file))
+            fprintf(stderr, "RSS now: %.1f MiB mapped from the model file (weights, not copied) + %.1f MiB allocated\n",
+                    file / 1024.0, anon / 1024.0);
     }
 done:
     nm_sampler_free(S.s);

@@ -107,6 +107,19 @@ long cli_peak_rss_kb(void) {
     return ru.ru_maxrss;
 }
 
+bool cli_rss_split(long *anon_kb, long *file_kb) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int got = 0;
+    *anon_kb = *file_kb = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "RssAnon: %ld", anon_kb) == 1) got++;
+        if (sscanf(line, "RssFile: %ld", file_kb) == 1) got++;
+    }
+    if (f) fclose(f);
+    return got == 2;
+}
+
 char *cli_read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "core/cpu.h"
 #include "quant/kernels_impl.h"
 
 typedef void (*quantize_fn)(const float *restrict src, void *restrict dst, int64_t n);
@@ -66,17 +67,6 @@ float nm_vec_dot_ref(uint32_t type, const void *w, const float *x, int64_t n) {
     return NAN;
 }
 
-#if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
-#include <cpuid.h>
-// CPUID.(EAX=7,ECX=1):EAX bit 4. The YMM state the VEX-encoded vpdpbusd needs
-// is the one AVX2 needs, which __builtin_cpu_supports("avx2") has checked.
-bool nm_cpu_has_avxvnni(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d)) return false;
-    return (a >> 4) & 1;
-}
-#endif
-
 static nm_kernels chosen;
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
@@ -85,8 +75,8 @@ static void choose(void) {
     const char *force = getenv("NM_FORCE_REF");
     if (force && force[0] == '1') return;
 #if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    const nm_cpu_features *cpu = nm_cpu_features_get();
+    if (cpu->avx2 && cpu->fma && cpu->f16c) {
         const nm_kernels *simd = nm_kernels_avx2();
         chosen.name = simd->name;
         for (int t = 0; t < NM_TYPE_COUNT; t++) { // keep ref where the SIMD table has a hole
@@ -97,7 +87,7 @@ static void choose(void) {
         }
         // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them).
         const char *novnni = getenv("NM_NO_VNNI");
-        if (nm_cpu_has_avxvnni() && !(novnni && novnni[0] == '1')) {
+        if (cpu->avx_vnni && !(novnni && novnni[0] == '1')) {
             const nm_kernels *v = nm_kernels_avxvnni();
             chosen.name = v->name;
             for (int t = 0; t < NM_TYPE_COUNT; t++)

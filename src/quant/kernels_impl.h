@@ -173,9 +173,8 @@ static inline int nm_nearest_int(float f) {
 // AVX2+FMA+F16C table (x86_avx2.c); entries may be NULL (use ref).
 const nm_kernels *nm_kernels_avx2(void);
 // AVX-VNNI overrides of some dotq entries (x86_vnni.c); the rest NULL. Only
-// for CPUs where nm_cpu_has_avxvnni().
+// for CPUs whose nm_cpu_features_get()->avx_vnni is set.
 const nm_kernels *nm_kernels_avxvnni(void);
-bool nm_cpu_has_avxvnni(void);
 void nm_f16_table_init(void); // x86_dotq.c; the two getters above call it
 // The AVX2 table's quantized-activation entries (x86_dotq.c).
 #define NM_DECL_DOTQ_AVX2(t) float nm_dotq_##t##_avx2(const void *restrict w, const void *restrict xq, int64_t n);

@@ -3,6 +3,7 @@
 // table checked against the ref.
 #include <stdint.h>
 
+#include "core/cpu.h"
 #include "nmtest.h"
 #include "quant/kernels_impl.h"
 
@@ -237,7 +238,7 @@ static int simd_tables(const nm_kernels *out[4]) {
     out[n++] = k;
 #if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
     out[n++] = nm_kernels_avx2(); // not ref, so dispatch found AVX2+FMA+F16C
-    if (nm_cpu_has_avxvnni()) out[n++] = nm_kernels_avxvnni();
+    if (nm_cpu_features_get()->avx_vnni) out[n++] = nm_kernels_avxvnni();
 #endif
     return n;
 }

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "backend/cpu/gemm.h"
+#include "core/cpu.h"
 
 void nm_gemm_f32_ref(const float *restrict w, int64_t R, const float *restrict x, int64_t T, int64_t K,
                      float *restrict y, int64_t ldy, const float *restrict bias) {
@@ -17,8 +18,8 @@ nm_gemm_fn nm_gemm_f32_get(void) {
     const char *force = getenv("NM_FORCE_REF");
     if (force && !strcmp(force, "1")) return nm_gemm_f32_ref;
 #ifdef NM_HAVE_X86_SIMD
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return nm_gemm_f32_avx2;
+    const nm_cpu_features *cpu = nm_cpu_features_get();
+    if (cpu->avx2 && cpu->fma) return nm_gemm_f32_avx2;
 #endif
     return nm_gemm_f32_ref;
 }

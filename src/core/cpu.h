@@ -1,0 +1,15 @@
+// CPU features, detected once (cpuid + xgetbv on x86, hwcaps on ARM) and
+// handed to whoever picks kernels. Thread-safe.
+#ifndef NM_CPU_H
+#define NM_CPU_H
+
+#include <stdbool.h>
+
+typedef struct nm_cpu_features {
+    bool avx2, fma, f16c, avx_vnni, avx512f; // x86 (AVX state enabled by the OS)
+    bool neon, dotprod;                       // aarch64
+} nm_cpu_features;
+
+const nm_cpu_features *nm_cpu_features_get(void);
+
+#endif

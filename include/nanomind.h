@@ -57,6 +57,12 @@ int32_t nm_model_n_layer(const nm_model *m);
 int32_t nm_model_n_ctx_train(const nm_model *m);
 // Human-readable one-line description ("llama 30L d576 q4_1 ...") into buf.
 void nm_model_desc(const nm_model *m, char *buf, size_t size);
+// Bytes of weights one decode step reads: every matmul weight once, the
+// output head, one row of the token embeddings (all of them when the output
+// head is tied to them, since the head reads the whole table).
+uint64_t nm_model_decode_weight_bytes(const nm_model *m);
+// Bytes of KV cache one decode step reads per cached position (all layers, K and V).
+uint64_t nm_model_kv_bytes_per_pos(const nm_model *m);
 
 // ---- tokenizer (owned by the model) ----------------------------------------------
 // Tokenizes `text[0..len)`. add_special: prepend BOS / append EOS as the model's

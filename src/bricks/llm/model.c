@@ -265,6 +265,17 @@ int32_t nm_model_n_embd(const nm_model *m) { return m->hp.n_embd; }
 int32_t nm_model_n_layer(const nm_model *m) { return m->hp.n_layer; }
 int32_t nm_model_n_ctx_train(const nm_model *m) { return m->hp.n_ctx_train; }
 
+uint64_t nm_model_decode_weight_bytes(const nm_model *m) {
+    const uint64_t embd = nm_row_size(m->tok_embd.type, m->tok_embd.ne[0]) * (uint64_t)m->tok_embd.ne[1];
+    const bool tied = m->output.data == m->tok_embd.data;
+    // all tensors, less the embedding table unless the output head reads it
+    return m->weight_bytes - (tied ? 0 : embd) + nm_row_size(m->tok_embd.type, m->tok_embd.ne[0]);
+}
+
+uint64_t nm_model_kv_bytes_per_pos(const nm_model *m) {
+    return (uint64_t)m->hp.n_layer * 2 * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * sizeof(float);
+}
+
 void nm_model_desc(const nm_model *m, char *buf, size_t size) {
     const nm_hparams *hp = &m->hp;
     const nm_type_traits *tr = nm_type_traits_get(m->layers[0].ffn_down.type);

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The nanomind command end to end: every subcommand's --help, bad input
+# (missing or corrupt files, bad flags) reported with a clear message and a
+# non-zero exit, and short real runs on the default model.
+# usage: test_cli.sh path/to/nanomind ; prints "N passed, N failed".
+set -u
+NM=$1
+M=${NM_MODEL_DIR:-$HOME/.cache/nanomind/models}/SmolLM2-135M-Instruct.Q4_1.gguf
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect NAME RC REGEX -- CMD...: exit code RC and output (stdout+stderr) matching REGEX
+expect() {
+    local name=$1 want_rc=$2 re=$3
+    shift 4
+    local out rc
+    out=$(timeout 300 "$@" 2>&1 < /dev/null)
+    rc=$?
+    if [ "$rc" = "$want_rc" ] && grep -Eq -- "$re" <<< "$out"; then
+        pass=$((pass + 1)); echo "ok   $name"
+    else
+        fail=$((fail + 1)); echo "FAIL $name (rc $rc, want $want_rc, /$re/)"; echo "$out" | head -5 | sed 's/^/     /'
+    fi
+}
+
+for c in run info perplexity bench; do
+    expect "help_$c" 0 "usage: nanomind $c" -- "$NM" $c --help
+done
+expect no_command 2 "usage: nanomind COMMAND" -- "$NM"
+expect unknown_command 2 "unknown command 'frobnicate'" -- "$NM" frobnicate
+expect unknown_flag 2 "unknown option '--bogus'" -- "$NM" run -m "$M" -p hi --bogus
+expect bad_int 2 "-n needs an integer" -- "$NM" run -m "$M" -p hi -n many
+expect missing_model 1 "cannot load '/nonexistent.gguf'.*No such file" -- "$NM" run -m /nonexistent.gguf -p hi
+head -c 100 "$M" > "$tmp/trunc.gguf"
+expect truncated_model 1 "malformed input" -- "$NM" run -m "$tmp/trunc.gguf" -p hi
+expect info_corrupt 1 "alignment" -- "$NM" info tests/fuzz/corpus/gguf/bad-align-3.gguf
+expect unknown_template 1 "not recognised|unknown" -- "$NM" run -m "$M" --chat --chat-template bogus -p hi
+expect prompt_too_long 1 "does not fit the context" -- "$NM" run -m "$M" -c 16 -f tests/data/declaration.txt
+expect ppl_too_short 1 "do not fill one chunk" -- "$NM" perplexity -m "$M" -f tests/data/declaration.txt -c 4096
+
+# real runs
+expect info_real 0 "general.architecture +str += \"llama\"" -- "$NM" info "$M"
+expect run_greedy 0 "The capital of France is Paris" -- "$NM" run -m "$M" -p "The capital of France is" -n 4 --temp 0 -t 2
+expect run_seeded_same 0 "." -- bash -c "a=\$('$NM' run -m '$M' -p 'Once' -n 12 --seed 7 -t 2 2>/dev/null); b=\$('$NM' run -m '$M' -p 'Once' -n 12 --seed 7 -t 2 2>/dev/null); [ \"\$a\" = \"\$b\" ] && echo same"
+expect chat_stdin 0 "Paris" -- bash -c "printf 'Name the capital of France.\n' | '$NM' run -m '$M' --chat --temp 0 -n 16 -t 2"
+expect stats_ledger 0 "mapped from the model file" -- "$NM" run -m "$M" -p "Hi" -n 2 --temp 0 --stats
+expect bench_json 0 "\"pp_tps\": [0-9.]+, .*\"tg_tps\": [0-9.]+, .*\"peak_rss_bytes\": [0-9]+, .*\"roofline_pct\": [0-9.]+" -- "$NM" bench -m "$M" -p 8 -n 4 -r 1 --json
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -18,12 +18,14 @@ typedef void (*quantize_fn)(const float *restrict src, void *restrict dst, int64
 #define DEQ_ENTRY(T, t) [NM_TYPE_##T] = nm_dequant_##t##_ref,
 #define QUANT_ENTRY(T, t) [NM_TYPE_##T] = nm_quantize_##t##_ref,
 #define DOTQ_ENTRY(T, t) [NM_TYPE_##T] = nm_dotq_##t##_ref,
+#define GEMMQ_ENTRY(T, t) [NM_TYPE_##T] = nm_gemmq_##t##_ref,
 
 static const nm_kernels ref_table = {
     .name = "ref",
     .dot = {NM_EACH_TYPE(DOT_ENTRY)},
     .dequant = {NM_EACH_TYPE(DEQ_ENTRY)},
     .dotq = {NM_EACH_TYPE(DOTQ_ENTRY)},
+    .gemmq = {NM_EACH_TYPE(GEMMQ_ENTRY)},
     .quant_act =
         {
             [NM_TYPE_F32] = nm_quant_act_f32_ref,
@@ -70,6 +72,27 @@ float nm_vec_dot_ref(uint32_t type, const void *w, const float *x, int64_t n) {
 static nm_kernels chosen;
 static pthread_once_t chosen_once = PTHREAD_ONCE_INIT;
 
+// Types with a SIMD dotq but no SIMD gemmq get the pair loop over the chosen
+// dotq, so that a caller of gemmq is never slower than its own loop would be.
+static inline void gemmq_loop(nm_dotq_fn dot, const void *restrict w, size_t w_stride, int64_t n_rows,
+                              const void *restrict xq, size_t x_stride, int64_t n_tok, int64_t K, float *restrict y,
+                              int64_t ldy) {
+    for (int64_t tok = 0; tok < n_tok; tok++)
+        for (int64_t r = 0; r < n_rows; r++)
+            y[tok * ldy + r] =
+                dot((const uint8_t *)w + (size_t)r * w_stride, (const uint8_t *)xq + (size_t)tok * x_stride, K);
+}
+#define GEMMQ_VIA_DOTQ(T, t)                                                                                   \
+    static void gemmq_via_dotq_##t(const void *restrict w, size_t w_stride, int64_t n_rows,                    \
+                                   const void *restrict xq, size_t x_stride, int64_t n_tok, int64_t K,         \
+                                   float *restrict y, int64_t ldy) {                                           \
+        gemmq_loop(chosen.dotq[NM_TYPE_##T], w, w_stride, n_rows, xq, x_stride, n_tok, K, y, ldy);             \
+    }
+NM_EACH_TYPE(GEMMQ_VIA_DOTQ)
+#undef GEMMQ_VIA_DOTQ
+#define VIA_ENTRY(T, t) [NM_TYPE_##T] = gemmq_via_dotq_##t,
+static const nm_gemmq_fn gemmq_via_dotq[NM_TYPE_COUNT] = {NM_EACH_TYPE(VIA_ENTRY)};
+
 static void choose(void) {
     chosen = ref_table;
     const char *force = getenv("NM_FORCE_REF");
@@ -84,14 +107,18 @@ static void choose(void) {
             if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
             if (simd->dotq[t]) chosen.dotq[t] = simd->dotq[t];
             if (simd->quant_act[t]) chosen.quant_act[t] = simd->quant_act[t];
+            if (simd->gemmq[t]) chosen.gemmq[t] = simd->gemmq[t];
+            else if (simd->dotq[t]) chosen.gemmq[t] = gemmq_via_dotq[t];
         }
         // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them).
         const char *novnni = getenv("NM_NO_VNNI");
         if (cpu->avx_vnni && !(novnni && novnni[0] == '1')) {
             const nm_kernels *v = nm_kernels_avxvnni();
             chosen.name = v->name;
-            for (int t = 0; t < NM_TYPE_COUNT; t++)
+            for (int t = 0; t < NM_TYPE_COUNT; t++) {
                 if (v->dotq[t]) chosen.dotq[t] = v->dotq[t];
+                if (v->gemmq[t]) chosen.gemmq[t] = v->gemmq[t];
+            }
         }
     }
 #endif

@@ -153,6 +153,27 @@ NM_DECL_DOTQ(q5_K)
 NM_DECL_DOTQ(q6_K)
 NM_DECL_DOTQ(q8_K)
 #undef NM_DECL_DOTQ
+// gemmq refs (ref_dotq.c): the plain loop over nm_dotq_<t>_ref.
+#define NM_DECL_GEMMQ(t)                                                                                    \
+    void nm_gemmq_##t##_ref(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq, \
+                            size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy);
+NM_DECL_GEMMQ(f32)
+NM_DECL_GEMMQ(f16)
+NM_DECL_GEMMQ(bf16)
+NM_DECL_GEMMQ(q4_0)
+NM_DECL_GEMMQ(q4_1)
+NM_DECL_GEMMQ(q5_0)
+NM_DECL_GEMMQ(q5_1)
+NM_DECL_GEMMQ(q8_0)
+NM_DECL_GEMMQ(q8_1)
+NM_DECL_GEMMQ(mxfp4)
+NM_DECL_GEMMQ(q2_K)
+NM_DECL_GEMMQ(q3_K)
+NM_DECL_GEMMQ(q4_K)
+NM_DECL_GEMMQ(q5_K)
+NM_DECL_GEMMQ(q6_K)
+NM_DECL_GEMMQ(q8_K)
+#undef NM_DECL_GEMMQ
 void nm_quant_act_f32_ref(const float *restrict x, void *restrict xq, int64_t n);
 void nm_quant_act_f16_ref(const float *restrict x, void *restrict xq, int64_t n);
 void nm_quant_act_bf16_ref(const float *restrict x, void *restrict xq, int64_t n);

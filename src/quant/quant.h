@@ -86,6 +86,13 @@ uint32_t nm_vec_dot_type(uint32_t type);
 typedef void (*nm_quant_act_fn)(const float *restrict x, void *restrict xq, int64_t n);
 // Weight row w . activation row xq (of type nm_vec_dot_type(weight type)), n elements.
 typedef float (*nm_dotq_fn)(const void *restrict w, const void *restrict xq, int64_t n);
+// Many weight rows x many activation rows (prefill): for r < n_rows, t < n_tok,
+//   y[t*ldy + r] = dotq(w + r*w_stride, xq + t*x_stride, K)
+// (strides in bytes; xq rows of type nm_vec_dot_type(weight type)). Equal to the
+// dotq loop up to the order of the f32 sums; SIMD versions unpack each weight
+// block once for several tokens. Writes only those y entries.
+typedef void (*nm_gemmq_fn)(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,
+                            size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy);
 
 typedef struct nm_kernels {
     const char *name;                  // "ref", "avx2", "neon"
@@ -93,6 +100,7 @@ typedef struct nm_kernels {
     nm_dequant_fn dequant[NM_TYPE_COUNT];
     nm_dotq_fn dotq[NM_TYPE_COUNT];           // by WEIGHT type; xq is nm_vec_dot_type(type)
     nm_quant_act_fn quant_act[NM_TYPE_COUNT]; // by ACTIVATION type: f32, f16, bf16, q8_0, q8_1, q8_K
+    nm_gemmq_fn gemmq[NM_TYPE_COUNT];         // by WEIGHT type, where dotq is set (see nm_gemmq_fn)
 } nm_kernels;
 
 // The kernel table for this CPU, chosen once (thread-safe) from the CPU

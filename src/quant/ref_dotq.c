@@ -325,3 +325,32 @@ float nm_dotq_q8_K_ref(const void *restrict w, const void *restrict xq, int64_t 
     }
     return s;
 }
+
+// ---- many rows x many tokens ------------------------------------------------------------
+// The spec of gemmq: every (row, token) pair through the ref dot.
+
+#define GEMMQ_REF(t)                                                                                        \
+    void nm_gemmq_##t##_ref(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq, \
+                            size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {     \
+        for (int64_t tok = 0; tok < n_tok; tok++)                                                           \
+            for (int64_t r = 0; r < n_rows; r++)                                                            \
+                y[tok * ldy + r] = nm_dotq_##t##_ref((const uint8_t *)w + (size_t)r * w_stride,             \
+                                                     (const uint8_t *)xq + (size_t)tok * x_stride, K);      \
+    }
+GEMMQ_REF(f32)
+GEMMQ_REF(f16)
+GEMMQ_REF(bf16)
+GEMMQ_REF(q4_0)
+GEMMQ_REF(q4_1)
+GEMMQ_REF(q5_0)
+GEMMQ_REF(q5_1)
+GEMMQ_REF(q8_0)
+GEMMQ_REF(q8_1)
+GEMMQ_REF(mxfp4)
+GEMMQ_REF(q2_K)
+GEMMQ_REF(q3_K)
+GEMMQ_REF(q4_K)
+GEMMQ_REF(q5_K)
+GEMMQ_REF(q6_K)
+GEMMQ_REF(q8_K)
+#undef GEMMQ_REF

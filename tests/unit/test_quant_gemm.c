@@ -1,0 +1,242 @@
+// gemmq: many weight rows x many quantized activation rows (the prefill
+// matmul), checked against the ref (the plain loop over dotq_ref) for odd
+// shapes, unaligned strides and ldy > n_rows. NM_TEST_BENCH=1 adds a speed
+// line per type: gemmq against the per-pair dotq loop of the same table.
+#include <stdint.h>
+#include <time.h>
+
+#include "core/cpu.h"
+#include "nmtest.h"
+#include "quant/kernels_impl.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static double urand(void) { // xorshift64*, in (0, 1)
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return ((double)((rng_state * 2685821657736338717ull) >> 11) + 0.5) / 9007199254740992.0;
+}
+static float grand(void) { return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand())); }
+
+static const uint32_t weight_types[] = {NM_TYPE_F32,  NM_TYPE_F16,  NM_TYPE_BF16, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
+                                        NM_TYPE_Q5_0, NM_TYPE_Q5_1, NM_TYPE_Q8_0, NM_TYPE_Q8_1, NM_TYPE_MXFP4,
+                                        NM_TYPE_Q2_K, NM_TYPE_Q3_K, NM_TYPE_Q4_K, NM_TYPE_Q5_K, NM_TYPE_Q6_K,
+                                        NM_TYPE_Q8_K};
+#define N_WTYPES (sizeof weight_types / sizeof weight_types[0])
+
+static const char *tname(uint32_t t) { return nm_type_traits_get(t)->name; }
+
+#define MAX_ROWS 17
+#define MAX_TOK 64
+#define MAX_K 2048
+// Odd paddings: rows start unaligned, and the pad bytes are garbage a kernel must not read as data.
+#define W_PAD 5
+#define X_PAD 3
+#define Y_PAD 3
+
+// One test problem: n_rows weight rows and n_tok activation rows of K
+// elements, quantized, plus their dequantized values for the tolerance.
+typedef struct {
+    uint32_t t, at;
+    int64_t n_rows, n_tok, K;
+    size_t w_stride, x_stride;
+    uint8_t *wq, *xq;
+    float *wd, *xd; // (n_rows, K), (n_tok, K)
+} problem;
+
+static uint8_t wq_buf[MAX_ROWS * (MAX_K * 4 + W_PAD)], xq_buf[MAX_TOK * (MAX_K * 4 + X_PAD)];
+static float wd_buf[MAX_ROWS * MAX_K], xd_buf[MAX_TOK * MAX_K], tmp[MAX_K];
+
+static problem make_problem(uint32_t t, int64_t n_rows, int64_t n_tok, int64_t K) {
+    problem p = {t, nm_vec_dot_type(t), n_rows, n_tok, K, 0, 0, wq_buf, xq_buf, wd_buf, xd_buf};
+    p.w_stride = nm_row_size(t, K) + W_PAD;
+    p.x_stride = nm_row_size(p.at, K) + X_PAD;
+    memset(wq_buf, 0xa5, sizeof wq_buf);
+    memset(xq_buf, 0x5a, sizeof xq_buf);
+    const int minfmt = t == NM_TYPE_Q4_1 || t == NM_TYPE_Q5_1 || t == NM_TYPE_Q2_K || t == NM_TYPE_Q4_K ||
+                       t == NM_TYPE_Q5_K;
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int64_t j = 0; j < K; j++) tmp[j] = grand() * 0.5f + (minfmt ? 0.3f : 0.f);
+        nm_quantize_row_ref(t, tmp, p.wq + r * p.w_stride, K);
+        nm_dequantize_row_ref(t, p.wq + r * p.w_stride, p.wd + r * K, K);
+    }
+    for (int64_t i = 0; i < n_tok; i++) {
+        for (int64_t j = 0; j < K; j++) tmp[j] = grand() * ((j % 97) ? 1.f : 8.f); // an outlier channel
+        if (i == 1 && K >= 64) memset(tmp + 32, 0, 32 * sizeof(float));            // a zero block
+        nm_kernels_ref()->quant_act[p.at](tmp, p.xq + i * p.x_stride, K);
+        nm_dequantize_row_ref(p.at, p.xq + i * p.x_stride, p.xd + i * K, K);
+    }
+    return p;
+}
+
+// Tolerance of pair (r, i): 1e-5 of sum |w x|, plus the fp16 rounding of the
+// q8_1 sum field for the min formats (scaled as in test_quant_act.c).
+static double pair_tol(const problem *p, int64_t r, int64_t i) {
+    double s = 0;
+    for (int64_t j = 0; j < p->K; j++) s += fabs((double)p->wd[r * p->K + j] * p->xd[i * p->K + j]);
+    if (p->t == NM_TYPE_Q4_1 || p->t == NM_TYPE_Q5_1) {
+        for (int64_t b = 0; b < p->K / NM_QK; b++) {
+            const uint8_t *wb = p->wq + r * p->w_stride, *xb = p->xq + i * p->x_stride;
+            uint16_t m, sx;
+            memcpy(&m, wb + (size_t)b * nm_row_size(p->t, NM_QK) + 2, 2); // d, m first in q4_1 and q5_1
+            memcpy(&sx, xb + (size_t)b * sizeof(nm_block_q8_1) + 2, 2);
+            s += fabs((double)nm_fp16_to_fp32(m) * nm_fp16_to_fp32(sx));
+        }
+    }
+    return 1e-5 * s;
+}
+
+static const float SENTINEL = -12345.678f;
+static float y_ref[MAX_TOK * (MAX_ROWS + Y_PAD)], y_got[MAX_TOK * (MAX_ROWS + Y_PAD)];
+
+static void run(nm_gemmq_fn f, const problem *p, float *y, int64_t ldy) {
+    for (int64_t i = 0; i < MAX_TOK * (MAX_ROWS + Y_PAD); i++) y[i] = SENTINEL;
+    f(p->wq, p->w_stride, p->n_rows, p->xq, p->x_stride, p->n_tok, p->K, y, ldy);
+}
+
+// Entries outside the n_rows x n_tok block are untouched.
+static int untouched_outside(const problem *p, const float *y, int64_t ldy) {
+    for (int64_t i = 0; i < MAX_TOK * (MAX_ROWS + Y_PAD); i++) {
+        int64_t tok = i / ldy, r = i % ldy;
+        if ((tok >= p->n_tok || r >= p->n_rows) && memcmp(&y[i], &SENTINEL, sizeof(float)) != 0) return 0;
+    }
+    return 1;
+}
+
+NM_TEST(gemmq_tables_complete) {
+    const nm_kernels *tabs[2] = {nm_kernels_ref(), nm_kernels_get()};
+    for (int k = 0; k < 2; k++)
+        for (int t = 0; t < NM_TYPE_COUNT; t++) NM_CHECK((tabs[k]->dotq[t] != NULL) == (tabs[k]->gemmq[t] != NULL));
+}
+
+// The ref is the dotq_ref loop bit for bit, writes only its block, and reads
+// rows at the given strides.
+NM_TEST(gemmq_ref_is_the_dotq_loop) {
+    const nm_kernels *r = nm_kernels_ref();
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        uint32_t t = weight_types[ti];
+        const int64_t K = 3 * nm_type_traits_get(t)->blck_size * (nm_type_traits_get(t)->blck_size == 1 ? 32 : 1);
+        problem p = make_problem(t, 5, 3, K);
+        const int64_t ldy = p.n_rows + Y_PAD;
+        run(r->gemmq[t], &p, y_got, ldy);
+        NM_CHECK(untouched_outside(&p, y_got, ldy));
+        for (int64_t i = 0; i < p.n_tok; i++)
+            for (int64_t o = 0; o < p.n_rows; o++) {
+                float want = r->dotq[t](p.wq + o * p.w_stride, p.xq + i * p.x_stride, K);
+                NM_CHECK(memcmp(&want, &y_got[i * ldy + o], sizeof want) == 0);
+            }
+    }
+}
+
+// The chosen table and every SIMD table under it (the AVX2 gemmq that
+// AVX-VNNI overrides must stay right for CPUs without it). Returns the count.
+static int tables(const nm_kernels *out[4]) {
+    int n = 0;
+    out[n++] = nm_kernels_get();
+#if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
+    if (out[0] != nm_kernels_ref()) {
+        out[n++] = nm_kernels_avx2();
+        if (nm_cpu_features_get()->avx_vnni) out[n++] = nm_kernels_avxvnni();
+    }
+#endif
+    return n;
+}
+
+NM_TEST(gemmq_matches_ref) {
+    const nm_kernels *tabs[4], *r = nm_kernels_ref();
+    const int ntab = tables(tabs);
+    static const int64_t shapes[][2] = {{1, 1}, {3, 5}, {17, 7}, {16, 64}, {2, 4}, {5, 9}}; // rows x tokens
+    static const int64_t blocks[] = {1, 3, 8};
+    int checked = 0;
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        uint32_t t = weight_types[ti];
+        const int64_t bs = nm_type_traits_get(t)->blck_size;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+                const int64_t K = bs == 1 ? 32 * blocks[bi] + 5 : bs * blocks[bi]; // floats: an odd tail
+                problem p = make_problem(t, shapes[si][0], shapes[si][1], K);
+                const int64_t ldy = p.n_rows + Y_PAD;
+                run(r->gemmq[t], &p, y_ref, ldy);
+                for (int k = 0; k < ntab; k++) {
+                    if (!tabs[k]->gemmq[t]) continue;
+                    run(tabs[k]->gemmq[t], &p, y_got, ldy);
+                    NM_CHECK(untouched_outside(&p, y_got, ldy));
+                    int bad = 0;
+                    for (int64_t i = 0; i < p.n_tok; i++)
+                        for (int64_t o = 0; o < p.n_rows; o++) {
+                            double tol = pair_tol(&p, o, i), got = y_got[i * ldy + o], want = y_ref[i * ldy + o];
+                            if (!(fabs(got - want) <= tol) && bad++ < 3) {
+                                fprintf(stderr, "  %s %s %lldx%lld K=%lld: y[tok %lld][row %lld] = %.7g, ref %.7g\n",
+                                        tabs[k]->name, tname(t), (long long)p.n_rows, (long long)p.n_tok,
+                                        (long long)K, (long long)i, (long long)o, got, want);
+                                NM_CHECK_NEAR(got, want, tol);
+                            }
+                        }
+                    checked++;
+                }
+            }
+    }
+    NM_CHECK(checked >= (int)(N_WTYPES * 6 * 3));
+}
+
+// ---- speed (NM_TEST_BENCH=1) ------------------------------------------------------------
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void pair_loop(nm_dotq_fn dot, const problem *p, float *y, int64_t ldy) {
+    for (int64_t i = 0; i < p->n_tok; i++)
+        for (int64_t o = 0; o < p->n_rows; o++) y[i * ldy + o] = dot(p->wq + o * p->w_stride, p->xq + i * p->x_stride, p->K);
+}
+
+// Best of a few runs of ~20 ms, in ns per 1000 multiply-adds.
+static double bench_ns(const nm_kernels *k, const problem *p, int gemm) {
+    const double macs = (double)p->n_rows * (double)p->n_tok * (double)p->K;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        int iters = 0;
+        double t0 = now_s(), t1;
+        do {
+            if (gemm) k->gemmq[p->t](p->wq, p->w_stride, p->n_rows, p->xq, p->x_stride, p->n_tok, p->K, y_got, p->n_rows);
+            else pair_loop(k->dotq[p->t], p, y_got, p->n_rows);
+            iters++;
+        } while ((t1 = now_s()) - t0 < 0.02);
+        double ns = (t1 - t0) * 1e9 / iters / macs * 1000;
+        if (ns < best) best = ns;
+    }
+    return best;
+}
+
+NM_TEST(gemmq_speed) {
+    const char *b = getenv("NM_TEST_BENCH");
+    if (!b || b[0] != '1') NM_SKIP("set NM_TEST_BENCH=1");
+    static const uint32_t types[] = {NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0, NM_TYPE_Q8_0,
+                                     NM_TYPE_MXFP4, NM_TYPE_Q4_K, NM_TYPE_Q6_K};
+    static const int64_t Ks[] = {576, 2048};
+    const nm_kernels *tabs[4];
+    const int ntab = tables(tabs);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < 2; ki++) {
+            uint32_t t = types[ti];
+            int64_t K = Ks[ki] % nm_type_traits_get(t)->blck_size ? 2304 : Ks[ki]; // K formats: 256 | K
+            if (ki == 0 && K == 2304) K = 768;
+            problem p = make_problem(t, 16, 64, K);
+            for (int k = 0; k < ntab; k++) {
+                if (!tabs[k]->gemmq[t]) continue;
+                double g = bench_ns(tabs[k], &p, 1), d = bench_ns(tabs[k], &p, 0);
+                printf("  %-10s %-6s 16x64 K=%-5lld gemmq %6.1f ns/kMAC  dotq loop %6.1f  x%.2f\n", tabs[k]->name,
+                       tname(t), (long long)K, g, d, d / g);
+                // the bench ran on the same data: gemmq still agrees with the loop
+                run(tabs[k]->gemmq[t], &p, y_got, p.n_rows);
+                pair_loop(tabs[k]->dotq[t], &p, y_ref, p.n_rows);
+                for (int64_t i = 0; i < p.n_tok; i += 7)
+                    for (int64_t o = 0; o < p.n_rows; o += 3)
+                        NM_CHECK_NEAR(y_got[i * p.n_rows + o], y_ref[i * p.n_rows + o], pair_tol(&p, o, i));
+            }
+        }
+}
+
+NM_TEST_MAIN()

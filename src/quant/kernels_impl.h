@@ -215,6 +215,19 @@ NM_DECL_DOTQ_AVX2(q4_K)
 NM_DECL_DOTQ_AVX2(q5_K)
 NM_DECL_DOTQ_AVX2(q6_K)
 #undef NM_DECL_DOTQ_AVX2
+// gemmq of x86_gemmq.c (AVX2).
+#define NM_DECL_GEMMQ_AVX2(t)                                                                                 \
+    void nm_gemmq_##t##_avx2(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq, \
+                             size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy);
+NM_DECL_GEMMQ_AVX2(q4_0)
+NM_DECL_GEMMQ_AVX2(q4_1)
+NM_DECL_GEMMQ_AVX2(q5_0)
+NM_DECL_GEMMQ_AVX2(q5_1)
+NM_DECL_GEMMQ_AVX2(q8_0)
+NM_DECL_GEMMQ_AVX2(mxfp4)
+NM_DECL_GEMMQ_AVX2(q4_K)
+NM_DECL_GEMMQ_AVX2(q6_K)
+#undef NM_DECL_GEMMQ_AVX2
 #define NM_DECL_QACT_AVX2(t) void nm_quant_act_##t##_avx2(const float *restrict x, void *restrict xq, int64_t n);
 NM_DECL_QACT_AVX2(f32)
 NM_DECL_QACT_AVX2(f16)

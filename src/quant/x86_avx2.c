@@ -452,6 +452,17 @@ static const nm_kernels avx2_table = {
             [NM_TYPE_Q5_K] = nm_dotq_q5_K_avx2,
             [NM_TYPE_Q6_K] = nm_dotq_q6_K_avx2,
         },
+    .gemmq =
+        {
+            [NM_TYPE_Q4_0] = nm_gemmq_q4_0_avx2,
+            [NM_TYPE_Q4_1] = nm_gemmq_q4_1_avx2,
+            [NM_TYPE_Q5_0] = nm_gemmq_q5_0_avx2,
+            [NM_TYPE_Q5_1] = nm_gemmq_q5_1_avx2,
+            [NM_TYPE_Q8_0] = nm_gemmq_q8_0_avx2,
+            [NM_TYPE_MXFP4] = nm_gemmq_mxfp4_avx2,
+            [NM_TYPE_Q4_K] = nm_gemmq_q4_K_avx2,
+            [NM_TYPE_Q6_K] = nm_gemmq_q6_K_avx2,
+        },
     .quant_act =
         {
             [NM_TYPE_F32] = nm_quant_act_f32_avx2,

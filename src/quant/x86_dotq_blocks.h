@@ -75,6 +75,39 @@ static inline __m256i bits32(uint32_t qh) {
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
 }
 
+// ---- K-format scales (x86_dotq.c, x86_gemmq.c) ----------------------------------------------
+
+// 16 int16 scales s[0..15] (8 per 128-bit half) -> s[g] in the 8 low and
+// s[g+1] in the 8 high int16 lanes, for even g: the multiplier vpmaddwd needs
+// for the 32 products of two 16-element groups. g is a constant after
+// unrolling, so the shuffle control folds.
+static inline __m256i scale_pair(__m256i s16, int g) {
+    __m256i half = g < 8 ? _mm256_permute2x128_si256(s16, s16, 0x00) : _mm256_permute2x128_si256(s16, s16, 0x11);
+    const int lo = 2 * (g % 8), hi = lo + 2;
+    const __m256i ctl = _mm256_set_m128i(_mm_set1_epi16((short)(((hi + 1) << 8) | hi)),
+                                         _mm_set1_epi16((short)(((lo + 1) << 8) | lo)));
+    return _mm256_shuffle_epi8(half, ctl);
+}
+
+// Same for one scale across all 16 lanes: s[j] of 8 int16 scales in each half.
+static inline __m256i scale_one(__m256i s8x2, int j) {
+    return _mm256_shuffle_epi8(s8x2, _mm256_set1_epi16((short)(((2 * j + 1) << 8) | (2 * j))));
+}
+
+// Q4_K/Q5_K: the 8 six-bit scales and mins unpacked from the 12 bytes as four
+// 32-bit words (scales 0-3, 4-7, mins 0-3, 4-7; see nm_get_scale_min_k4), as
+// int16: scales in both 128-bit halves (for scale_one), mins once.
+static inline void qk_sm_unpack(const uint8_t *s12, __m256i *scales, __m128i *mins) {
+    uint32_t u[3];
+    memcpy(u, s12, 12);
+    const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+    const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    __m256i sm = _mm256_cvtepu8_epi16(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
+    *scales = _mm256_permute2x128_si256(sm, sm, 0x00);
+    *mins = _mm256_extracti128_si256(sm, 1);
+}
+
 // ---- 32-element blocks . q8_0 / q8_1 (and q8_K weights) --------------------------------
 // Two f32 accumulators over alternate blocks to keep two FMA chains in flight.
 

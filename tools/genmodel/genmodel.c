@@ -137,3 +137,63 @@ int nm_genmodel_write(gen_opts *o) {
     nm_gguf_close(src);
     return bad;
 }
+
+int nm_requant_write(const char *in, const char *out, uint32_t to) {
+    char err[512];
+    nm_gguf *g = NULL;
+    if (nm_gguf_open(in, &g, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "nm-requant: %s: %s\n", in, err);
+        return 1;
+    }
+    nm_gguf_writer *w = nm_gguf_writer_create();
+    int bad = !w;
+    for (int64_t i = 0; i < nm_gguf_n_kv(g) && !bad; i++) {
+        const nm_gguf_kv *kv = nm_gguf_kv_at(g, i);
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        if (!strcmp(key, "general.file_type")) continue; // no longer true
+        const uint8_t *p = kv->type == NM_GGUF_ARRAY ? kv->data - 12 : kv->data; // arrays: type + count first
+        bad = nm_gguf_writer_add_raw(w, key, kv->type, p, nm_gguf_value_size(kv->type, p)) != NM_OK;
+    }
+    const int64_t nt = nm_gguf_n_tensors(g);
+    void **bufs = calloc((size_t)(nt > 0 ? nt : 1), sizeof *bufs);
+    for (int64_t i = 0; i < nt && !bad; i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(g, i);
+        char name[256];
+        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
+        const void *data = t->data;
+        uint32_t type = t->type;
+        if (t->n_dims >= 2 && t->type != to) {
+            const int64_t K = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
+            const size_t in_rb = nm_row_size(t->type, K), out_rb = nm_row_size(to, K);
+            float *row = malloc(sizeof(float) * (size_t)K);
+            bufs[i] = malloc(out_rb * (size_t)rows);
+            if (!row || !bufs[i] || !out_rb) {
+                fprintf(stderr, "nm-requant: %s: cannot convert rows of %lld to %s\n", name, (long long)K, nm_type_traits_get(to)->name);
+                free(row);
+                bad = 1;
+                break;
+            }
+            for (int64_t r = 0; r < rows; r++) {
+                nm_dequantize_row_ref(t->type, (const uint8_t *)t->data + (size_t)r * in_rb, row, K);
+                nm_quantize_row_ref(to, row, (uint8_t *)bufs[i] + (size_t)r * out_rb, K);
+            }
+            free(row);
+            data = bufs[i];
+            type = to;
+        }
+        if (nm_gguf_writer_add_tensor(w, name, type, t->n_dims, t->ne, data) != NM_OK) {
+            fprintf(stderr, "nm-requant: %s: %s\n", name, nm_gguf_writer_last_error(w));
+            bad = 1;
+        }
+    }
+    if (!bad && nm_gguf_writer_write(w, out) != NM_OK) {
+        fprintf(stderr, "nm-requant: writing %s: %s\n", out, nm_gguf_writer_last_error(w));
+        bad = 1;
+    }
+    for (int64_t i = 0; i < nt; i++) free(bufs[i]);
+    free(bufs);
+    nm_gguf_writer_free(w);
+    nm_gguf_close(g);
+    return bad;
+}

@@ -17,4 +17,9 @@ gen_opts nm_genmodel_defaults(void);
 // Writes the model; 0 on success, else a message was printed to stderr.
 int nm_genmodel_write(gen_opts *o);
 
+// Rewrites GGUF `in` as `out` with every tensor of 2+ dims converted to type
+// `to` (dequantize, then reference-quantize); 1-D tensors and all metadata
+// (but general.file_type) copied. 0 on success, else a message on stderr.
+int nm_requant_write(const char *in, const char *out, uint32_t to);
+
 #endif

@@ -17,6 +17,7 @@ struct nm_sampler {
     nm_sampler_params p;
     int32_t n_vocab;
     cand *c;            // (n_vocab)
+    uint8_t *seen;      // (n_vocab) scratch for the repetition penalty, all zero between calls
     int32_t *hist;      // ring of the last repeat_last_n accepted tokens
     int32_t n_hist, hist_head;
     uint64_t rng;
@@ -38,8 +39,9 @@ nm_sampler *nm_sampler_create(const nm_sampler_params *p, int32_t n_vocab) {
     if (s->p.repeat_last_n < 0) s->p.repeat_last_n = 0;
     s->n_vocab = n_vocab;
     s->c = malloc(sizeof(cand) * (size_t)n_vocab);
+    s->seen = calloc((size_t)n_vocab, 1);
     s->hist = malloc(sizeof(int32_t) * (size_t)(s->p.repeat_last_n > 0 ? s->p.repeat_last_n : 1));
-    if (!s->c || !s->hist) {
+    if (!s->c || !s->seen || !s->hist) {
         nm_sampler_free(s);
         return NULL;
     }
@@ -50,6 +52,7 @@ nm_sampler *nm_sampler_create(const nm_sampler_params *p, int32_t n_vocab) {
 void nm_sampler_free(nm_sampler *s) {
     if (!s) return;
     free(s->c);
+    free(s->seen);
     free(s->hist);
     free(s);
 }
@@ -74,25 +77,49 @@ static double rng_uniform(nm_sampler *s) {
     return (double)((s->rng * 0x2545F4914F6CDD1Dull) >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static int cmp_desc(const void *a, const void *b) {
-    float x = ((const cand *)a)->logit, y = ((const cand *)b)->logit;
-    if (x != y) return x > y ? -1 : 1;
-    return ((const cand *)a)->id - ((const cand *)b)->id; // ties: lower id first, deterministic
+// Candidate order: higher logit first, ties by lower id (deterministic).
+// Logits are never NaN here (nm_sampler_sample maps NaN to -inf), so this is
+// a strict weak order, which the selection below relies on.
+static inline bool before(const cand *a, const cand *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
 
-// Moves the k largest to the front (sorted). O(n) selection then O(k log k).
-static void partial_sort(cand *c, int32_t n, int32_t k) {
-    if (k >= n) {
-        qsort(c, (size_t)n, sizeof *c, cmp_desc);
-        return;
+// In-place heapsort of c[0..n) by `before`: O(n log n), no allocation
+// (qsort may allocate).
+static void sift(cand *c, int32_t root, int32_t n) {
+    for (;;) {
+        int32_t child = 2 * root + 1;
+        if (child >= n) return;
+        // a min-heap on `before`: the root is the candidate that sorts last
+        if (child + 1 < n && before(&c[child], &c[child + 1])) child++;
+        if (!before(&c[root], &c[child])) return;
+        cand t = c[root];
+        c[root] = c[child];
+        c[child] = t;
+        root = child;
     }
+}
+
+static void sort_cands(cand *c, int32_t n) {
+    for (int32_t i = n / 2 - 1; i >= 0; i--) sift(c, i, n);
+    for (int32_t end = n - 1; end > 0; end--) {
+        cand t = c[0];
+        c[0] = c[end];
+        c[end] = t;
+        sift(c, 0, end);
+    }
+}
+
+// Moves the k first candidates (in `before` order) to the front, sorted.
+// Quickselect O(n), then a sort of the k.
+static void partial_sort(cand *c, int32_t n, int32_t k) {
     int32_t lo = 0, hi = n - 1;
-    while (lo < hi) { // quickselect so that c[0..k) holds the k largest
-        cand pivot = c[(lo + hi) / 2];
+    while (k < n && lo < hi) {
+        cand pivot = c[lo + (hi - lo) / 2];
         int32_t i = lo, j = hi;
         while (i <= j) {
-            while (cmp_desc(&c[i], &pivot) < 0) i++;
-            while (cmp_desc(&c[j], &pivot) > 0) j--;
+            while (before(&c[i], &pivot)) i++;
+            while (before(&pivot, &c[j])) j--;
             if (i <= j) {
                 cand t = c[i];
                 c[i] = c[j];
@@ -105,25 +132,26 @@ static void partial_sort(cand *c, int32_t n, int32_t k) {
         else if (k - 1 >= i) lo = i;
         else break;
     }
-    qsort(c, (size_t)k, sizeof *c, cmp_desc);
+    sort_cands(c, k < n ? k : n);
 }
 
 int32_t nm_sampler_sample(nm_sampler *s, const float *logits) {
     const int32_t n = s->n_vocab;
     cand *c = s->c;
-    for (int32_t i = 0; i < n; i++) c[i] = (cand){logits[i], i};
+    // NaN (a broken model) would break the ordering: treat it as impossible.
+    for (int32_t i = 0; i < n; i++) c[i] = (cand){isnan(logits[i]) ? -INFINITY : logits[i], i};
 
     // Repetition penalty (CTRL-style, as llama.cpp): divide positive logits,
     // multiply negative ones, once per distinct token in the window.
     if (s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0.0f) {
         for (int32_t h = 0; h < s->n_hist; h++) {
             int32_t t = s->hist[h];
-            if (t < 0 || t >= n) continue;
-            bool seen = false;
-            for (int32_t j = 0; j < h && !seen; j++) seen = s->hist[j] == t;
-            if (seen) continue;
+            if (t < 0 || t >= n || s->seen[t]) continue;
+            s->seen[t] = 1;
             c[t].logit = c[t].logit > 0 ? c[t].logit / s->p.repeat_penalty : c[t].logit * s->p.repeat_penalty;
         }
+        for (int32_t h = 0; h < s->n_hist; h++)
+            if (s->hist[h] >= 0 && s->hist[h] < n) s->seen[s->hist[h]] = 0;
     }
 
     if (s->p.temp <= 0.0f) { // greedy: first maximum
@@ -133,8 +161,21 @@ int32_t nm_sampler_sample(nm_sampler *s, const float *logits) {
         return c[best].id;
     }
 
-    int32_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n;
-    partial_sort(c, n, k);
+    int32_t k = s->p.top_k > 0 && s->p.top_k < n ? s->p.top_k : n, n_c = n;
+    if (k == n) {
+        // No top-k: sorting the whole vocabulary (262k for Gemma) per token
+        // is wasted on candidates that cannot be drawn. Drop those whose
+        // probability is below e^-40 of the top one after temperature: all of
+        // them together weigh < n * 4e-18.
+        float mx = -INFINITY;
+        for (int32_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+        const float floor_ = mx - 40.0f * s->p.temp;
+        int32_t m = 0;
+        for (int32_t i = 0; i < n; i++)
+            if (c[i].logit >= floor_) c[m++] = c[i];
+        k = n_c = m;
+    }
+    partial_sort(c, n_c, k);
 
     // softmax over the k candidates (sorted descending)
     float mx = c[0].logit;

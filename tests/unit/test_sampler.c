@@ -95,4 +95,59 @@ NM_TEST(repetition_penalty_demotes_seen_tokens) {
     nm_sampler_free(s);
 }
 
+// A broken model can produce NaN and infinite logits: sampling must still
+// return a valid id (never NaN's), with every filter on and off.
+NM_TEST(nan_and_inf_logits_are_safe) {
+    static float l[5000];
+    for (int i = 0; i < 5000; i++) l[i] = (i % 3 == 0) ? NAN : (i % 7 == 0 ? -INFINITY : (float)(i % 50));
+    l[4321] = INFINITY;
+    for (int mode = 0; mode < 4; mode++) {
+        nm_sampler_params p = nm_sampler_default_params();
+        p.temp = mode == 0 ? 0.0f : 1.0f;
+        p.top_k = mode == 1 ? 0 : 40;
+        p.top_p = mode == 2 ? 1.0f : 0.9f;
+        p.min_p = mode == 3 ? 0.0f : 0.05f;
+        p.repeat_penalty = 1.3f;
+        nm_sampler *s = nm_sampler_create(&p, 5000);
+        nm_sampler_accept(s, 4321);
+        for (int r = 0; r < 20; r++) {
+            int t = nm_sampler_sample(s, l);
+            NM_CHECK(t >= 0 && t < 5000 && !isnan(l[t]));
+        }
+        nm_sampler_free(s);
+    }
+    for (int i = 0; i < 5000; i++) l[i] = NAN; // all NaN: still an id in range
+    nm_sampler_params p = nm_sampler_default_params();
+    p.top_k = 0;
+    nm_sampler *s = nm_sampler_create(&p, 5000);
+    int t = nm_sampler_sample(s, l);
+    NM_CHECK(t >= 0 && t < 5000);
+    nm_sampler_free(s);
+}
+
+// Without top-k the draw still follows the softmax: two tokens at logits 1
+// and 0 (the rest far below) come out about e:1.
+NM_TEST(no_top_k_follows_softmax) {
+    static float l[300000];
+    for (int i = 0; i < 300000; i++) l[i] = -100.0f;
+    l[7] = 1.0f;
+    l[299999] = 0.0f;
+    nm_sampler_params p = nm_sampler_default_params();
+    p.temp = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    nm_sampler *s = nm_sampler_create(&p, 300000);
+    int a = 0, b = 0, other = 0;
+    for (int r = 0; r < 4000; r++) {
+        int t = nm_sampler_sample(s, l);
+        a += t == 7;
+        b += t == 299999;
+        other += t != 7 && t != 299999;
+    }
+    NM_CHECK(other == 0);
+    NM_CHECK(fabs((double)a / (a + b) - 2.718281828 / 3.718281828) < 0.03);
+    nm_sampler_free(s);
+}
+
 NM_TEST_MAIN()

@@ -76,16 +76,14 @@ NM_GQ_INLINE void gk_tile(uint32_t type, const uint8_t *w, const uint8_t *const 
                                        _mm_mul_ps(_mm_set1_ps(dmin), tg[g].dx[b]), accm[g]);
                 for (int t = 0; t < 4; t++) a[g][t] = _mm256_setzero_si256();
             }
-            for (int c = 0; c < 4; c++) { // 64 elements: low nibbles sub-block 2c, high 2c+1
-                const __m256i q4 = load256(x->qs + 32 * c);
-                const __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-                const __m256i slo = scale_one(sc, 2 * c), shi = scale_one(sc, 2 * c + 1);
+            for (int j = 0; j < 8; j++) { // sub-block j: low nibbles of qs[32(j/2)..] for even j, high for odd
+                const __m256i q4 = load256(x->qs + 32 * (j / 2));
+                const __m256i q = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(q4, 4) : q4, m4);
+                const __m256i sj = scale_one(sc, j); // one sub-block at a time: 8 accumulators + 2 live
                 for (int g = 0; g < ng; g++)
                     for (int t = 0; t < 4; t++) {
-                        const uint8_t *yq = yp[4 * g + t] + yo + Q8K_QS + 64 * c;
-                        __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(yq)), slo);
-                        __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(yq + 32)), shi);
-                        a[g][t] = _mm256_add_epi32(a[g][t], _mm256_add_epi32(pl, ph));
+                        const __m256i yq = load256(yp[4 * g + t] + yo + Q8K_QS + 32 * j);
+                        a[g][t] = _mm256_add_epi32(a[g][t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, yq), sj));
                     }
             }
         } else { // q6_K: unsigned q (0..63); the -32 comes off as 32 * sum_g sc[g] * bsums[g]

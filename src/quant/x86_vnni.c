@@ -12,6 +12,14 @@
 
 #define NM_X86_VNNI 1
 #include "quant/x86_dotq_blocks.h"
+#include "quant/x86_gemmq_blocks.h"
+
+static NM_GQ_DEFINE(gemmq_q4_0, NM_TYPE_Q4_0)
+static NM_GQ_DEFINE(gemmq_q4_1, NM_TYPE_Q4_1)
+static NM_GQ_DEFINE(gemmq_q5_0, NM_TYPE_Q5_0)
+static NM_GQ_DEFINE(gemmq_q5_1, NM_TYPE_Q5_1)
+static NM_GQ_DEFINE(gemmq_q8_0, NM_TYPE_Q8_0)
+static NM_GQ_DEFINE(gemmq_mxfp4, NM_TYPE_MXFP4)
 
 static float dotq_q4_0(const void *restrict w, const void *restrict xq, int64_t n) {
     return dotq_q4_0_blocks(w, xq, n);
@@ -54,6 +62,15 @@ static const nm_kernels avxvnni_table = {
             [NM_TYPE_Q8_1] = dotq_q8_1,
             [NM_TYPE_MXFP4] = dotq_mxfp4,
             [NM_TYPE_Q8_K] = dotq_q8_K,
+        },
+    .gemmq =
+        {
+            [NM_TYPE_Q4_0] = gemmq_q4_0,
+            [NM_TYPE_Q4_1] = gemmq_q4_1,
+            [NM_TYPE_Q5_0] = gemmq_q5_0,
+            [NM_TYPE_Q5_1] = gemmq_q5_1,
+            [NM_TYPE_Q8_0] = gemmq_q8_0,
+            [NM_TYPE_MXFP4] = gemmq_mxfp4,
         },
 };
 

@@ -104,6 +104,8 @@ int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_m
                        size_t n_msgs, bool add_assistant, char *buf, int32_t size);
 // Comma-separated list of the template names nm_chat_format accepts.
 const char *nm_chat_template_names(void);
+// Whether `name` is one of them.
+bool nm_chat_template_known(const char *name);
 
 // ---- context (KV cache + run state) ------------------------------------------------
 typedef struct nm_ctx nm_ctx;

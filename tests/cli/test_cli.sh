@@ -35,7 +35,12 @@ expect missing_model 1 "cannot load '/nonexistent.gguf'.*No such file" -- "$NM" 
 head -c 100 "$M" > "$tmp/trunc.gguf"
 expect truncated_model 1 "malformed input" -- "$NM" run -m "$tmp/trunc.gguf" -p hi
 expect info_corrupt 1 "alignment" -- "$NM" info tests/fuzz/corpus/gguf/bad-align-3.gguf
-expect unknown_template 1 "not recognised|unknown" -- "$NM" run -m "$M" --chat --chat-template bogus -p hi
+expect unknown_template 2 "unknown chat template 'bogus' \\(known: chatml" -- "$NM" run -m "$M" --chat --chat-template bogus -p hi
+expect template_without_chat 2 "only applies with --chat" -- "$NM" run -m "$M" --chat-template chatml -p hi
+expect empty_int 2 "-n needs an integer, got ''" -- "$NM" run -m "$M" -p hi -n ""
+expect nan_temp 2 "--temp needs a number" -- "$NM" run -m "$M" -p hi --temp nan
+expect too_many_threads 2 "more than 4 threads per core" -- "$NM" run -m "$M" -p hi -t 100000
+expect ppl_tiny_chunk 1 "at least 4 tokens" -- "$NM" perplexity -m "$M" -f tests/data/declaration.txt -c 2
 expect prompt_too_long 1 "does not fit the context" -- "$NM" run -m "$M" -c 16 -f tests/data/declaration.txt
 expect ppl_too_short 1 "do not fill one chunk" -- "$NM" perplexity -m "$M" -f tests/data/declaration.txt -c 4096
 
@@ -45,7 +50,11 @@ expect run_greedy 0 "The capital of France is Paris" -- "$NM" run -m "$M" -p "Th
 expect run_seeded_same 0 "." -- bash -c "a=\$('$NM' run -m '$M' -p 'Once' -n 12 --seed 7 -t 2 2>/dev/null); b=\$('$NM' run -m '$M' -p 'Once' -n 12 --seed 7 -t 2 2>/dev/null); [ \"\$a\" = \"\$b\" ] && echo same"
 expect chat_stdin 0 "Paris" -- bash -c "printf 'Name the capital of France.\n' | '$NM' run -m '$M' --chat --temp 0 -n 16 -t 2"
 expect stats_ledger 0 "mapped from the model file" -- "$NM" run -m "$M" -p "Hi" -n 2 --temp 0 --stats
+expect bench_tg_only 0 "tg4 " -- "$NM" bench -m "$M" -p 0 -n 4 -r 1
 expect bench_json 0 "\"pp_tps\": [0-9.]+, .*\"tg_tps\": [0-9.]+, .*\"peak_rss_bytes\": [0-9]+, .*\"roofline_pct\": [0-9.]+" -- "$NM" bench -m "$M" -p 8 -n 4 -r 1 --json
+
+# the perplexity tool over several batches per chunk (-b 64 < -c 256), against llama.cpp's value
+expect ppl_multibatch 0 "PPL = 20\\.(8|9)|PPL = 21\\.0" -- "$NM" perplexity -m "$M" -f tests/data/declaration.txt -c 256 -b 64 -t 2
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

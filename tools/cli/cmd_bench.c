@@ -149,7 +149,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     const int32_t nv = nm_model_n_vocab(m);
-    for (int32_t i = 0; i < (int32_t)n_pp; i++) toks[i] = (int32_t)((i * 7919u + 17u) % (uint32_t)nv);
+    for (int32_t i = 0; i < (n_pp > 1 ? (int32_t)n_pp : 1); i++) toks[i] = (int32_t)((i * 7919u + 17u) % (uint32_t)nv);
     int threads = o.n_threads > 0 ? o.n_threads : nm_cpu_count();
 
     // warm-up: fault the weights in, spin the pool up

@@ -127,6 +127,10 @@ int cmd_perplexity(int argc, char **argv) {
                     kl_path, hdr[0], hdr[1], n_vocab, hdr[2]);
             goto done;
         }
+        if ((int64_t)n_ctx * n_chunk > (1 << 28)) {
+            fprintf(stderr, "error: %s: %d chunks of %d tokens is not a plausible logits file\n", kl_path, n_chunk, n_ctx);
+            goto done;
+        }
         n_tok = n_ctx * n_chunk;
         toks = malloc(sizeof(int32_t) * (size_t)n_tok);
         brow = malloc(sizeof(uint16_t) * nv);
@@ -136,6 +140,10 @@ int cmd_perplexity(int argc, char **argv) {
         }
     } else {
         size_t len;
+        if (n_ctx < 4) {
+            fprintf(stderr, "error: -c %d: a chunk needs at least 4 tokens (half of it is scored)\n", n_ctx);
+            goto done;
+        }
         text = cli_read_file(o.file, &len);
         if (!text) {
             fprintf(stderr, "error: cannot read '%s'\n", o.file);

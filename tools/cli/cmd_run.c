@@ -118,9 +118,8 @@ static int32_t tokenize_all(const nm_model *m, const char *text, int32_t **buf, 
 static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs, size_t n) {
     int32_t need = nm_chat_format(m, tmpl, msgs, n, true, NULL, 0);
     if (need == NM_ERR_TEMPLATE) {
-        fprintf(stderr,
-                "error: %s: the model's chat template is not recognised; name one with --chat-template (%s)\n",
-                tmpl ? tmpl : "(model)", nm_chat_template_names());
+        fprintf(stderr, "error: the model's chat template is not recognised; name one with --chat-template (%s)\n",
+                nm_chat_template_names());
         return NULL;
     }
     if (need < 0) need = -need;
@@ -167,6 +166,18 @@ int cmd_run(int argc, char **argv) {
             return 1;
         }
         o.prompt = file_prompt;
+    }
+    if (o.chat_tmpl && !o.chat) {
+        fprintf(stderr, "error: --chat-template only applies with --chat\n");
+        return 2;
+    }
+    if (o.system && !o.chat) {
+        fprintf(stderr, "error: --system only applies with --chat\n");
+        return 2;
+    }
+    if (o.chat_tmpl && !nm_chat_template_known(o.chat_tmpl)) {
+        fprintf(stderr, "error: unknown chat template '%s' (known: %s)\n", o.chat_tmpl, nm_chat_template_names());
+        return 2;
     }
     if (!o.prompt && !o.chat) {
         fprintf(stderr, "error: give a prompt with -p or -f, or use --chat\n");

@@ -1,4 +1,5 @@
 // nanomind: command-line entry point.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "core/threadpool.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -26,7 +28,7 @@ static void usage(FILE *f) {
 static bool want_int(const char *opt, const char *v, int32_t *out) {
     char *end;
     long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || *end || x < -2147483647L || x > 2147483647L) {
+    if (!v || end == v || *end || x < -2147483647L || x > 2147483647L) {
         fprintf(stderr, "error: %s needs an integer, got '%s'\n", opt, v ? v : "");
         return false;
     }
@@ -37,7 +39,7 @@ static bool want_int(const char *opt, const char *v, int32_t *out) {
 static bool want_float(const char *opt, const char *v, float *out) {
     char *end;
     float x = v ? strtof(v, &end) : 0.0f;
-    if (!v || *end) {
+    if (!v || end == v || *end || !isfinite(x)) {
         fprintf(stderr, "error: %s needs a number, got '%s'\n", opt, v ? v : "");
         return false;
     }
@@ -92,6 +94,11 @@ bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional) {
             if (!ok) return false;
             i++;
         }
+    }
+    if (o->n_threads > 4 * nm_cpu_count()) {
+        fprintf(stderr, "error: -t %d: more than 4 threads per core (%d cores) only slows things down\n", o->n_threads,
+                nm_cpu_count());
+        return false;
     }
     return true;
 }

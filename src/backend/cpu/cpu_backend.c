@@ -78,8 +78,17 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     const uint8_t *wd = w->data;
     const float *bd = bias ? bias->data : NULL;
     float *yd = t->op->dst->data;
-    nm_dotq_fn dot = dotq_fn(c, w->type);
     int64_t r0 = chunk * rows, r1 = r0 + rows < O ? r0 + rows : O;
+    if (T > 1) {
+        // prefill: register-blocked kernel, each weight block unpacked once per tile of tokens
+        nm_gemmq_fn gemm = c->k->gemmq[w->type] ? c->k->gemmq[w->type] : c->kref->gemmq[w->type];
+        gemm(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, c->act_q, t->act_row, T, K, yd + r0, O);
+        if (bd)
+            for (int64_t tok = 0; tok < T; tok++)
+                for (int64_t o = r0; o < r1; o++) yd[tok * O + o] += bd[o];
+        return;
+    }
+    nm_dotq_fn dot = dotq_fn(c, w->type);
     for (int64_t tok = 0; tok < T; tok++) {
         const uint8_t *xq = c->act_q + tok * t->act_row;
         float *yr = yd + tok * O;
@@ -300,8 +309,13 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
         return op->src0->type < NM_TYPE_COUNT && c->kref->dot[op->src0->type] &&
                c->kref->dequant[op->src0->type] && c->kref->dotq[op->src0->type] &&
                op->src0->ne[0] <= c->max_row;
-    case NM_OP_ATTENTION: return op->i2 <= 1024 && op->i1 > 0 && op->i0 % op->i1 == 0;
+    case NM_OP_ATTENTION:
+        if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0) return false;
+        for (int64_t t = 0; t < op->src0->ne[1]; t++) // every query's keys lie in the cache
+            if (op->ids[t] < 0 || op->ids[t] >= op->n_ctx) return false;
+        return true;
     case NM_OP_ROPE: return op->i3 <= 1024 && op->i3 <= op->i1;
+    case NM_OP_KV_STORE: return op->pos >= 0 && op->pos + op->src0->ne[1] <= op->n_ctx;
     default: return op->kind < NM_OP_COUNT;
     }
 }

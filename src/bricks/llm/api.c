@@ -35,11 +35,16 @@ int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_m
     return nm_chat_apply(t, def_sys, msgs, n_msgs, add_assistant, NULL, buf, size);
 }
 
+bool nm_chat_template_known(const char *name) { return name && nm_chat_from_name(name) != NM_CHAT_UNKNOWN; }
+
 static char tmpl_names[256];
 static void build_tmpl_names(void) {
     size_t n = 0;
-    for (int t = NM_CHAT_UNKNOWN + 1; t < NM_CHAT_COUNT; t++)
-        n += (size_t)snprintf(tmpl_names + n, sizeof tmpl_names - n, "%s%s", n ? ", " : "", nm_chat_name((nm_chat_tmpl)t));
+    for (int t = NM_CHAT_UNKNOWN + 1; t < NM_CHAT_COUNT && n < sizeof tmpl_names; t++) {
+        int k = snprintf(tmpl_names + n, sizeof tmpl_names - n, "%s%s", n ? ", " : "", nm_chat_name((nm_chat_tmpl)t));
+        if (k < 0) break;
+        n += (size_t)k; // may pass the end on truncation: the loop condition stops there
+    }
 }
 
 const char *nm_chat_template_names(void) {

@@ -135,6 +135,7 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     if ((st = get_int(L, "attention.head_count_kv", false, &hp->n_head_kv)) ||
         (st = get_int(L, "context_length", false, &hp->n_ctx_train)))
         return st;
+    if (hp->n_ctx_train <= 0) hp->n_ctx_train = 2048; // absent or 0: a conservative default
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
         hp->n_head % hp->n_head_kv != 0)
         return fail(L, NM_ERR_FORMAT, "bad dimensions: n_embd %d, n_layer %d, n_ff %d, n_head %d, n_head_kv %d",
@@ -191,6 +192,9 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
         hp->rope_base_swa = 10000.0f;
         hp->swa_pattern = 6;
         hp->norm_eps = 1e-6f;
+        // As llama.cpp: the 27B model (62 layers) scales q by 1/sqrt(n_embd / n_head)
+        // (its query_pre_attn_scalar), the others by 1/sqrt(head_dim).
+        if (hp->n_layer == 62) hp->attn_scale = 1.0f / sqrtf((float)hp->n_embd / (float)hp->n_head);
         if ((st = get_float(L, "attention.layer_norm_rms_epsilon", false, &hp->norm_eps)) ||
             (st = get_float(L, "rope.freq_base_swa", false, &hp->rope_base_swa)) ||
             (st = get_int(L, "attention.sliding_window", false, &hp->n_swa)) ||

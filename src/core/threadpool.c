@@ -42,9 +42,12 @@ typedef struct nm_event {
 // word of job g-1 could read job g's larger n and "claim" a chunk of a job
 // that had already ended. Each finished chunk increments `done`; the caller
 // returns when done == n.
-#define NM_CLAIM_BITS 20
+// 32 bits of sequence: a worker would have to sleep between its load and its
+// CAS through 2^32 jobs (hours) for a stale word to match again.
+#define NM_CLAIM_BITS 16
 #define NM_CLAIM_MASK ((1ull << NM_CLAIM_BITS) - 1)
-#define NM_MAX_CHUNKS ((int64_t)NM_CLAIM_MASK) // a bigger job runs in rounds
+#define NM_MAX_CHUNKS NM_POOL_ROUND_CHUNKS // a bigger job runs in rounds
+_Static_assert(NM_POOL_ROUND_CHUNKS == NM_CLAIM_MASK, "round size is what a claim word can count");
 #define CLAIM_SEQ(w) ((uint32_t)((w) >> (2 * NM_CLAIM_BITS)))
 #define CLAIM_N(w) ((int64_t)(((w) >> NM_CLAIM_BITS) & NM_CLAIM_MASK))
 #define CLAIM_C(w) ((int64_t)((w)&NM_CLAIM_MASK))
@@ -52,7 +55,7 @@ typedef struct nm_event {
 struct nm_pool {
     int n;                     // threads including the caller
     pthread_t *threads;        // n-1 helpers
-    _Atomic uint64_t claim;    // (seq << 40) | (n_chunks << 20) | next chunk
+    _Atomic uint64_t claim;    // (seq << 32) | (n_chunks << 16) | next chunk
     nm_event gen;              // bumped per job: wakes parked workers
     nm_event done_ev;          // bumped when the last chunk finishes
     _Atomic int64_t done;      // chunks finished in the current job
@@ -62,7 +65,7 @@ struct nm_pool {
     _Atomic(nm_pool_fn) fn;
     _Atomic(void *) arg;
     _Atomic int64_t base;      // chunk index of the round's first chunk
-    uint32_t seq;              // caller-side copy of the current sequence (24 bits used)
+    uint32_t seq;              // caller-side copy of the current sequence
 };
 
 struct nm_worker_arg {
@@ -174,7 +177,7 @@ static void run_round(nm_pool *p, nm_pool_fn fn, void *arg, int64_t base, int64_
     atomic_store_explicit(&p->base, base, memory_order_relaxed);
     atomic_store_explicit(&p->done, 0, memory_order_relaxed);
     uint32_t done_word = atomic_load_explicit(&p->done_ev.word, memory_order_acquire);
-    p->seq = (p->seq + 1) & 0xffffffu;
+    p->seq++;
     atomic_store_explicit(&p->claim, ((uint64_t)p->seq << (2 * NM_CLAIM_BITS)) | ((uint64_t)n << NM_CLAIM_BITS),
                           memory_order_release);
     signal_change(&p->gen);

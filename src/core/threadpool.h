@@ -24,7 +24,9 @@ nm_pool *nm_pool_create(int n_threads);
 void nm_pool_free(nm_pool *p); // NULL is a no-op; joins the workers
 int nm_pool_size(const nm_pool *p);
 // Runs fn for every chunk in [0, n_chunks) and returns when all are done. One
-// job at a time per pool (the caller's thread drives it).
+// job at a time per pool (the caller's thread drives it). More than
+// NM_POOL_ROUND_CHUNKS chunks run as several rounds, one after the other.
+#define NM_POOL_ROUND_CHUNKS 65535
 void nm_pool_run(nm_pool *p, nm_pool_fn fn, void *arg, int64_t n_chunks);
 
 // Split [0, n) into nth near-equal contiguous ranges; range of part ith.

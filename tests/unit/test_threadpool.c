@@ -111,6 +111,23 @@ NM_TEST(pool_varying_chunk_counts_stress) {
     }
 }
 
+// More chunks than one round can count: every chunk still runs exactly once.
+static void mark_fn(void *arg, int64_t chunk, int ith) { atomic_fetch_add(&((_Atomic unsigned char *)arg)[chunk], 1); }
+
+NM_TEST(pool_job_larger_than_a_round) {
+    const int64_t n = 2 * NM_POOL_ROUND_CHUNKS + 5;
+    _Atomic unsigned char *hits = calloc((size_t)n, 1);
+    nm_pool *p = nm_pool_create(2);
+    NM_CHECK(p && hits);
+    if (!p || !hits) return;
+    nm_pool_run(p, mark_fn, (void *)hits, n);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < n; i++) wrong += atomic_load(&hits[i]) != 1;
+    NM_CHECK(wrong == 0);
+    nm_pool_free(p);
+    free((void *)hits);
+}
+
 NM_TEST(pool_survives_idle_sleep) {
     nm_pool *p = nm_pool_create(3);
     NM_CHECK(p != NULL);

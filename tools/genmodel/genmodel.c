@@ -8,39 +8,42 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 
-static uint64_t rng_state;
-static double urand(void) { // xorshift64*, uniform in [0, 1)
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return (double)((rng_state * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+// State of one generation: the random stream and the tensor data that must
+// live until the file is written.
+typedef struct gen_state {
+    uint64_t rng;
+    void **keep;
+    int n_keep, cap;
+} gen_state;
+
+static double urand(gen_state *g) { // xorshift64*, uniform in [0, 1)
+    g->rng ^= g->rng >> 12;
+    g->rng ^= g->rng << 25;
+    g->rng ^= g->rng >> 27;
+    return (double)((g->rng * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
 }
-static float nrand(void) { // standard normal (Box-Muller)
-    double u = urand(), v = urand();
+static float nrand(gen_state *g) { // standard normal (Box-Muller)
+    double u = urand(g), v = urand(g);
     return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
 }
 
-// Holds generated tensor data until the file is written.
-static void *keep[1024];
-static int n_keep;
-
-static int add(nm_gguf_writer *w, const char *name, uint32_t type, int64_t ne0, int64_t ne1, float mean,
-               float std) {
+static int add(gen_state *g, nm_gguf_writer *w, const char *name, uint32_t type, int64_t ne0, int64_t ne1,
+               float mean, float std) {
     int64_t ne[2] = {ne0, ne1};
     size_t n = (size_t)(ne0 * ne1);
     float *f = malloc(n * sizeof(float));
     size_t rb = nm_row_size(type, ne0);
     void *q = rb ? malloc(rb * (size_t)ne1) : NULL;
-    if (!f || !q || n_keep >= 1024) {
+    if (!f || !q || g->n_keep >= g->cap) {
         fprintf(stderr, "nm-genmodel: cannot make tensor %s (type %u, row %lld)\n", name, type, (long long)ne0);
         free(f);
         free(q);
         return 1;
     }
-    for (size_t i = 0; i < n; i++) f[i] = mean + std * nrand();
+    for (size_t i = 0; i < n; i++) f[i] = mean + std * nrand(g);
     for (int64_t r = 0; r < ne1; r++) nm_quantize_row_ref(type, f + r * ne0, (uint8_t *)q + r * rb, ne0);
     free(f);
-    keep[n_keep++] = q;
+    g->keep[g->n_keep++] = q;
     nm_status st = nm_gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, q);
     if (st != NM_OK) fprintf(stderr, "nm-genmodel: %s: %s\n", name, nm_gguf_writer_last_error(w));
     return st != NM_OK;
@@ -69,16 +72,28 @@ gen_opts nm_genmodel_defaults(void) {
 }
 
 int nm_genmodel_write(gen_opts *o) {
-    n_keep = 0;
+    if (!o->arch || !o->tok_from || !o->out || o->layers < 1 || o->layers > 256 || o->embd < 1 || o->heads < 1 ||
+        o->kv_heads < 1 || o->heads % o->kv_heads || o->ff < 1 || o->swa < 0 || o->head_dim < 0 ||
+        (o->head_dim == 0 && o->embd % o->heads)) {
+        fprintf(stderr, "nm-genmodel: invalid options (layers 1..256, embd, ff >= 1, heads a multiple of kv-heads, "
+                        "embd divisible by heads unless --head-dim is given)\n");
+        return 2;
+    }
     const bool gemma = !strcmp(o->arch, "gemma3"), qwen = !strcmp(o->arch, "qwen2");
-    if (!gemma && !qwen && strcmp(o->arch, "llama")) return 2;
+    if (!gemma && !qwen && strcmp(o->arch, "llama")) {
+        fprintf(stderr, "nm-genmodel: unknown arch '%s' (llama, qwen2, gemma3)\n", o->arch);
+        return 2;
+    }
+    gen_state gs = {.cap = 4 + 20 * o->layers};
     if (o->head_dim <= 0) o->head_dim = o->embd / o->heads;
-    rng_state = o->seed * 0x9E3779B97F4A7C15ull + 1;
+    gs.rng = o->seed * 0x9E3779B97F4A7C15ull + 1;
 
     char err[256];
     nm_gguf *src = NULL;
-    if (nm_gguf_open(o->tok_from, &src, err, sizeof err) != NM_OK) {
-        fprintf(stderr, "nm-genmodel: %s: %s\n", o->tok_from, err);
+    gs.keep = calloc((size_t)gs.cap, sizeof(void *));
+    if (!gs.keep || nm_gguf_open(o->tok_from, &src, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "nm-genmodel: %s: %s\n", o->tok_from, gs.keep ? err : "out of memory");
+        free(gs.keep);
         return 1;
     }
     nm_gguf_writer *w = nm_gguf_writer_create();
@@ -104,15 +119,15 @@ int nm_genmodel_write(gen_opts *o) {
     // Scales keep activations O(1) and make the output distribution peaked, so
     // that top-1 comparisons are meaningful.
     const float wd = 1.0f / sqrtf((float)d), wq = 1.0f / sqrtf((float)qd), wf = 1.0f / sqrtf((float)o->ff);
-    bad = bad || add(w, "token_embd.weight", o->type, d, n_vocab, 0.0f, 1.0f);
-    bad = bad || add(w, "output_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f);
+    bad = bad || add(&gs, w, "token_embd.weight", o->type, d, n_vocab, 0.0f, 1.0f);
+    bad = bad || add(&gs, w, "output_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f);
     // An untied output head: with tied embeddings a random model mostly
     // predicts its input token back, which makes top-1 comparisons trivial.
-    bad = bad || add(w, "output.weight", o->type, d, n_vocab, 0.0f, 1.0f);
+    bad = bad || add(&gs, w, "output.weight", o->type, d, n_vocab, 0.0f, 1.0f);
     for (int il = 0; il < o->layers && !bad; il++) {
         char n[96];
 #define T(name, type, ne0, ne1, mean, std) \
-    (snprintf(n, sizeof n, "blk.%d." name, il), add(w, n, type, ne0, ne1, mean, std))
+    (snprintf(n, sizeof n, "blk.%d." name, il), add(&gs, w, n, type, ne0, ne1, mean, std))
         bad = T("attn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) || T("attn_q.weight", o->type, d, qd, 0.0f, wd) ||
               T("attn_k.weight", o->type, d, kvd, 0.0f, wd) || T("attn_v.weight", o->type, d, kvd, 0.0f, wd) ||
               T("attn_output.weight", o->type, qd, d, 0.0f, wq) || T("ffn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
@@ -132,7 +147,8 @@ int nm_genmodel_write(gen_opts *o) {
         fprintf(stderr, "nm-genmodel: writing %s: %s\n", o->out, nm_gguf_writer_last_error(w));
         bad = 1;
     }
-    for (int i = 0; i < n_keep; i++) free(keep[i]);
+    for (int i = 0; i < gs.n_keep; i++) free(gs.keep[i]);
+    free(gs.keep);
     nm_gguf_writer_free(w);
     nm_gguf_close(src);
     return bad;

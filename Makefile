@@ -3,11 +3,12 @@
 #   make test   set up, fetch the models, build, run the whole test suite (ctest)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 MODELS ?= $(HOME)/.cache/nanomind/models
 PREFIX ?= /usr/local
 
-.PHONY: all setup models build demo test test-asan install clean
+.PHONY: all setup models build demo test test-asan test-tsan install clean
 
 all: build
 
@@ -28,17 +29,23 @@ demo: build models
 test: build models
 	cd $(BUILD) && ctest --output-on-failure -j1
 
-# The unit tests and fuzz-corpus replays under ASan+UBSan, plus one golden
-# generation (the long golden checks run in the plain build only).
+# Everything but the perplexity runs under ASan+UBSan: unit tests, fuzz-corpus
+# replays, the CLI test, and the golden generation and architecture tests
+# (the forward pass of all three archs and its error paths).
 test-asan: setup models
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_SANITIZE=ON > /dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j1 -E 'golden_' && \
-		NM_GOLDEN_QUICK=1 ctest --output-on-failure -R 'golden_test_generate'
+		ctest --output-on-failure -j1 -E 'golden_test_perplexity'
+
+# The concurrent code under ThreadSanitizer: the pool and the ops it runs.
+test-tsan: setup
+	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_TSAN=ON > /dev/null
+	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend'
 
 install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -38,7 +38,7 @@ const char *nm_status_str(nm_status s);
 typedef struct nm_model nm_model;
 
 typedef struct nm_model_params {
-    int32_t n_threads; // threads of the model's pool; <= 0: all online cores
+    int32_t n_threads; // default threads of the contexts made from it (each has its own pool); <= 0: all cores
 } nm_model_params;
 
 nm_model_params nm_model_default_params(void);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the system packages nanomind needs to build and test. Idempotent:
 # only missing packages are installed. As root it runs apt-get; otherwise it
-# prints the exact command to run.
+# prints the exact command to run. (clang, for the libFuzzer build, is optional:
+# apt-get install clang, then cmake -DNM_FUZZ=ON with CC=clang.)
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libpcre2-dev python3 python3-pip clang libclang-rt-14-dev)
+PKGS=(build-essential cmake pkg-config libpcre2-dev python3 python3-pip time)
 
 missing=()
 for p in "${PKGS[@]}"; do

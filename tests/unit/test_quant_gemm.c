@@ -29,9 +29,12 @@ static const char *tname(uint32_t t) { return nm_type_traits_get(t)->name; }
 #define MAX_ROWS 17
 #define MAX_TOK 64
 #define MAX_K 2048
-// Odd paddings: rows start unaligned, and the pad bytes are garbage a kernel must not read as data.
-#define W_PAD 5
-#define X_PAD 3
+// Paddings: rows start off the SIMD (16/32-byte) alignment, and the pad bytes
+// are garbage a kernel must not read as data. They stay multiples of 4: rows in
+// a GGUF file always keep their element alignment (f32 rows 4 bytes, blocks
+// with an fp16 scale 2), and the C kernels rely on it.
+#define W_PAD 12
+#define X_PAD 4
 #define Y_PAD 3
 
 // One test problem: n_rows weight rows and n_tok activation rows of K

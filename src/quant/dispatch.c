@@ -121,6 +121,30 @@ static void choose(void) {
             }
         }
     }
+#elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)
+    const nm_cpu_features *cpu = nm_cpu_features_get();
+    if (cpu->neon) {
+        const nm_kernels *simd = nm_kernels_neon();
+        chosen.name = simd->name;
+        for (int t = 0; t < NM_TYPE_COUNT; t++) { // keep ref where the SIMD table has a hole
+            if (simd->dot[t]) chosen.dot[t] = simd->dot[t];
+            if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
+            if (simd->dotq[t]) chosen.dotq[t] = simd->dotq[t];
+            if (simd->quant_act[t]) chosen.quant_act[t] = simd->quant_act[t];
+            if (simd->gemmq[t]) chosen.gemmq[t] = simd->gemmq[t];
+            else if (simd->dotq[t]) chosen.gemmq[t] = gemmq_via_dotq[t];
+        }
+        // NM_NO_DOTPROD=1 keeps the plain NEON dots (to compare, or to test them).
+        const char *nodp = getenv("NM_NO_DOTPROD");
+        if (cpu->dotprod && !(nodp && nodp[0] == '1')) {
+            const nm_kernels *v = nm_kernels_neon_dotprod();
+            chosen.name = v->name;
+            for (int t = 0; t < NM_TYPE_COUNT; t++) {
+                if (v->dotq[t]) chosen.dotq[t] = v->dotq[t];
+                if (v->gemmq[t]) chosen.gemmq[t] = v->gemmq[t];
+            }
+        }
+    }
 #endif
 }
 

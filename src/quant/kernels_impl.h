@@ -238,4 +238,14 @@ NM_DECL_QACT_AVX2(q8_K)
 #undef NM_DECL_QACT_AVX2
 #endif
 
+#ifdef NM_HAVE_ARM_SIMD
+// aarch64 NEON table (arm_neon.c): fused f32 dots, some dequants, the
+// activation quantizers and the integer dotq (vmull_s8); entries may be NULL
+// (use ref).
+const nm_kernels *nm_kernels_neon(void);
+// SDOT (ARMv8.2 dotprod) overrides of the neon table's integer dotq; the rest
+// NULL. Only for CPUs whose nm_cpu_features_get()->dotprod is set.
+const nm_kernels *nm_kernels_neon_dotprod(void);
+#endif
+
 #endif

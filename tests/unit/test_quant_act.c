@@ -228,9 +228,10 @@ NM_TEST(dotq_close_to_f32_dot) {
 
 // ---- SIMD vs ref -------------------------------------------------------------------------
 
-// The chosen table and, on x86, every SIMD table under it (the AVX2 dots that
-// AVX-VNNI overrides must stay right for CPUs without it). Entries may be
-// NULL. None under NM_FORCE_REF=1. Returns the count.
+// The chosen table and every SIMD table under it (x86: the AVX2 dots that
+// AVX-VNNI overrides must stay right for CPUs without it; aarch64: the plain
+// NEON dots that dotprod overrides). Entries may be NULL. None under
+// NM_FORCE_REF=1. Returns the count.
 static int simd_tables(const nm_kernels *out[4]) {
     int n = 0;
     const nm_kernels *k = nm_kernels_get();
@@ -239,6 +240,9 @@ static int simd_tables(const nm_kernels *out[4]) {
 #if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
     out[n++] = nm_kernels_avx2(); // not ref, so dispatch found AVX2+FMA+F16C
     if (nm_cpu_features_get()->avx_vnni) out[n++] = nm_kernels_avxvnni();
+#elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)
+    out[n++] = nm_kernels_neon(); // plain NEON dots: what CPUs without dotprod run
+    if (nm_cpu_features_get()->dotprod) out[n++] = nm_kernels_neon_dotprod();
 #endif
     return n;
 }

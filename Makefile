@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 MODELS ?= $(HOME)/.cache/nanomind/models
 PREFIX ?= /usr/local
 
-.PHONY: all setup models build demo test test-asan test-tsan install clean
+.PHONY: all setup models build demo test test-asan test-tsan test-arm install clean
 
 all: build
 
@@ -43,6 +43,11 @@ test-tsan: setup
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_TSAN=ON > /dev/null
 	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend'
+
+# The quant kernels cross-built for aarch64 and run under qemu, with and
+# without dotprod (correctness only). Installs the cross toolchain if missing.
+test-arm:
+	@JOBS=$(JOBS) bash scripts/test_arm.sh
 
 install: build
 	cmake --install $(BUILD)

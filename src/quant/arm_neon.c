@@ -22,7 +22,11 @@
 #include "quant/kernels_impl.h"
 
 #define NM_ALWAYS_INLINE static inline __attribute__((always_inline))
+#if defined(__clang__)
+#define NM_TARGET_DOTPROD __attribute__((target("dotprod")))
+#else
 #define NM_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
 
 // fp16 <-> fp32 with FCVT (single rounding, nearest even; NaN kept quiet with
 // its top payload bits, as nm_fp32_to_fp16 does).
@@ -47,7 +51,14 @@ static inline int32x4_t dot_mull(int32x4_t acc, int8x16_t a, int8x16_t b) {
     return vpadalq_s16(acc, vmull_high_s8(a, b));
 }
 NM_TARGET_DOTPROD static inline int32x4_t dot_sdot(int32x4_t acc, int8x16_t a, int8x16_t b) {
+#if defined(__clang__) && !defined(__ARM_FEATURE_DOTPROD)
+    // clang 14's arm_neon.h declares vdotq_s32 only under a dotprod -march;
+    // the target attribute lets the assembler take sdot here.
+    __asm__("sdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
+    return acc;
+#else
     return vdotq_s32(acc, a, b);
+#endif
 }
 // Lane contents differ between the two; lane sums are equal.
 NM_ALWAYS_INLINE int32x4_t dot_i8(int32x4_t acc, int8x16_t a, int8x16_t b, const bool dp) {
@@ -427,6 +438,13 @@ static void quant_act_q8_K(const float *restrict x, void *restrict xq, int64_t n
         int j0 = 0;
         while (fabsf(x[j0]) != amax) j0++;
         const float iscale = -127.f / x[j0];
+        // amax < 127 / FLT_MAX: the ref's nearest_int of +-inf and NaN is 0 mod 256
+        // (all quants 0), where FCVTNS would saturate.
+        if (isinf(iscale)) {
+            memset(&b[i], 0, sizeof b[i]);
+            b[i].d = 1 / iscale;
+            continue;
+        }
         for (int j = 0; j < NM_QK_K; j += 16) {
             int32x4_t q[4];
             for (int k = 0; k < 4; k++)

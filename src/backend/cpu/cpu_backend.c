@@ -49,11 +49,19 @@ static inline nm_quant_act_fn quant_act_fn(const nm_cpu *c, uint32_t type) {
     return c->k->quant_act[type] ? c->k->quant_act[type] : c->kref->quant_act[type];
 }
 
+// Up to NM_MM_GROUP matmuls that read the same activations (Q, K and V; gate
+// and up) run as one job: the activations are quantized once and the pool
+// synchronises once. Chunks [off[i], off[i+1]) belong to ops[i].
+#define NM_MM_GROUP 4
+
 typedef struct mm_task {
     const nm_cpu *c;
-    const nm_op *op;
-    uint32_t act_type;  // nm_vec_dot_type of the weights
-    size_t act_row;     // bytes of one quantized activation row
+    const nm_op *op;              // the first (or only) op
+    uint32_t act_type;            // nm_vec_dot_type of the weights
+    size_t act_row;               // bytes of one quantized activation row
+    const nm_op *ops[NM_MM_GROUP];
+    int n_ops;
+    int64_t off[NM_MM_GROUP + 1];
 } mm_task;
 
 // Quantizes activation row `chunk` into the weights' vec_dot_type.
@@ -71,13 +79,17 @@ static void act_worker(void *arg, int64_t chunk, int ith) {
 static void mmq_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
     const nm_cpu *c = t->c;
-    const nm_tensor *w = t->op->src0, *bias = t->op->src2;
-    const int64_t K = w->ne[0], O = w->ne[1], T = t->op->src1->ne[1];
+    int g = 0;
+    while (chunk >= t->off[g + 1]) g++;
+    chunk -= t->off[g];
+    const nm_op *op = t->ops[g];
+    const nm_tensor *w = op->src0, *bias = op->src2;
+    const int64_t K = w->ne[0], O = w->ne[1], T = op->src1->ne[1];
     const int64_t rows = T == 1 ? NM_MM_DEC_ROWS : NM_MM_ROWS;
     const size_t row_bytes = nm_row_size(w->type, K);
     const uint8_t *wd = w->data;
     const float *bd = bias ? bias->data : NULL;
-    float *yd = t->op->dst->data;
+    float *yd = op->dst->data;
     int64_t r0 = chunk * rows, r1 = r0 + rows < O ? r0 + rows : O;
     if (T > 1) {
         // prefill: register-blocked kernel, each weight block unpacked once per tile of tokens
@@ -320,6 +332,14 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     }
 }
 
+// Whether ops[j] can join the quantized-matmul group started by ops[i]: same
+// activations (so the quantized copy is shared) and the same activation type.
+static bool joins_group(const nm_op *a, const nm_op *b) {
+    return b->kind == NM_OP_MATMUL && b->src1->data == a->src1->data && b->src1->ne[0] == a->src1->ne[0] &&
+           b->src1->ne[1] == a->src1->ne[1] && nm_vec_dot_type(b->src0->type) == nm_vec_dot_type(a->src0->type) &&
+           b->dst->data != a->src1->data;
+}
+
 static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
     nm_cpu *c = b->impl;
     for (int i = 0; i < n_ops; i++) {
@@ -330,14 +350,20 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         }
         switch (op->kind) {
         case NM_OP_MATMUL: {
-            mm_task t = {c, op, nm_vec_dot_type(op->src0->type), 0};
+            mm_task t = {.c = c, .op = op, .act_type = nm_vec_dot_type(op->src0->type)};
             if (t.act_type == 0 /* f32 */) {
                 nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
-            } else {
-                t.act_row = nm_row_size(t.act_type, op->src1->ne[0]);
-                nm_pool_run(c->pool, act_worker, &t, op->src1->ne[1]);
-                nm_pool_run(c->pool, mmq_worker, &t, mm_chunks(op));
+                break;
             }
+            t.act_row = nm_row_size(t.act_type, op->src1->ne[0]);
+            t.ops[t.n_ops++] = op;
+            while (t.n_ops < NM_MM_GROUP && i + 1 < n_ops && joins_group(op, &ops[i + 1])) {
+                if (!cpu_supports_op(b, &ops[i + 1])) break; // reported when its turn comes
+                t.ops[t.n_ops++] = &ops[++i];
+            }
+            for (int g = 0; g < t.n_ops; g++) t.off[g + 1] = t.off[g] + mm_chunks(t.ops[g]);
+            nm_pool_run(c->pool, act_worker, &t, op->src1->ne[1]);
+            nm_pool_run(c->pool, mmq_worker, &t, t.off[t.n_ops]);
             break;
         }
         case NM_OP_ATTENTION: {

@@ -154,6 +154,22 @@ static nm_status matmul(nm_ctx *c, float *dst, const nm_tensor *w, const float *
     return NM_OK;
 }
 
+// Several matmuls of the same input, handed over together so the backend can
+// share the input's quantization and one synchronisation between them.
+static nm_status matmul_shared(nm_ctx *c, int n, float *const *dst, const nm_tensor *const *w,
+                               const nm_tensor *const *bias, const float *src, int64_t T) {
+    nm_tensor s = act((float *)src, w[0]->ne[0], T), d[3];
+    nm_op ops[3];
+    for (int i = 0; i < n; i++) {
+        d[i] = act(dst[i], w[i]->ne[1], T);
+        ops[i] = (nm_op){.kind = NM_OP_MATMUL, .src0 = w[i], .src1 = &s,
+                         .src2 = bias[i] && bias[i]->data ? bias[i] : NULL, .dst = &d[i]};
+    }
+    nm_status st = c->be->iface->compute(c->be, ops, n);
+    if (st != NM_OK) ctx_fail(c, st, "%s", c->be->iface->last_error(c->be));
+    return st;
+}
+
 static nm_status add(nm_ctx *c, float *dst, const float *a, const float *b, int64_t width, int64_t T) {
     nm_status st;
     nm_tensor ta = act((float *)a, width, T), tb = act((float *)b, width, T), d = act(dst, width, T);
@@ -169,10 +185,9 @@ static nm_status layer_forward(nm_ctx *c, int il, int32_t T, int32_t pos0) {
     nm_status st;
 
     // attention block
-    if ((st = norm(c, c->cur, c->x, &ly->attn_norm, d, T)) ||
-        (st = matmul(c, c->q, &ly->wq, c->cur, &ly->bq, T)) ||
-        (st = matmul(c, c->k, &ly->wk, c->cur, &ly->bk, T)) ||
-        (st = matmul(c, c->v, &ly->wv, c->cur, &ly->bv, T)))
+    float *qkv[3] = {c->q, c->k, c->v};
+    const nm_tensor *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv}, *bqkv[3] = {&ly->bq, &ly->bk, &ly->bv};
+    if ((st = norm(c, c->cur, c->x, &ly->attn_norm, d, T)) || (st = matmul_shared(c, 3, qkv, wqkv, bqkv, c->cur, T)))
         return st;
     if (ly->q_norm.data) { // gemma3: RMS norm of each head of q and k
         if ((st = norm(c, c->q, c->q, &ly->q_norm, hd, T * hp->n_head)) ||
@@ -195,9 +210,9 @@ static nm_status layer_forward(nm_ctx *c, int il, int32_t T, int32_t pos0) {
     if ((st = add(c, c->x, c->x, c->o, d, T))) return st;
 
     // feed-forward block: down(act(gate(x)) * up(x))
-    if ((st = norm(c, c->cur, c->x, &ly->ffn_norm, d, T)) ||
-        (st = matmul(c, c->g, &ly->ffn_gate, c->cur, NULL, T)) ||
-        (st = matmul(c, c->u, &ly->ffn_up, c->cur, NULL, T)))
+    float *gu[2] = {c->g, c->u};
+    const nm_tensor *wgu[2] = {&ly->ffn_gate, &ly->ffn_up}, *bgu[2] = {NULL, NULL};
+    if ((st = norm(c, c->cur, c->x, &ly->ffn_norm, d, T)) || (st = matmul_shared(c, 2, gu, wgu, bgu, c->cur, T)))
         return st;
     nm_tensor tg = act(c->g, hp->n_ff, T), tu = act(c->u, hp->n_ff, T);
     RUN(.kind = NM_OP_GLU, .src0 = &tg, .src1 = &tu, .dst = &tg, .i0 = hp->act);

@@ -203,22 +203,25 @@ static void attn_worker(void *arg, int64_t i, int ith) {
              op->f0, op->f1, out + (tok * n_head + h) * hd, fdot);
 }
 
-// ---- element-wise ops (cheap next to the matmuls: run on the caller) ----------------
+// ---- element-wise ops ----------------------------------------------------------------
 
-static void op_get_rows(const nm_cpu *c, const nm_op *op) {
+// Each takes a range [r0, r1) of rows (tokens; for RMS_NORM, the rows it
+// normalises), so that large ones (prefill) run in parallel and small ones
+// (decode) on the caller without a pool round trip.
+
+static void op_get_rows(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1) {
     const nm_tensor *w = op->src0;
     const int64_t K = w->ne[0];
     const size_t rb = nm_row_size(w->type, K);
     nm_dequant_fn deq = dequant_fn(c, w->type);
-    for (int64_t i = 0; i < op->dst->ne[1]; i++)
+    for (int64_t i = r0; i < r1; i++)
         deq((const uint8_t *)w->data + (size_t)op->ids[i] * rb, (float *)op->dst->data + i * K, K);
 }
 
-static void op_rms_norm(const nm_op *op) {
+static void op_rms_norm(const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t d = op->src0->ne[0];
-    const int64_t rows = op->src0->ne[1] * op->src0->ne[2];
     const float *w = op->src1 ? op->src1->data : NULL;
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const float *x = (const float *)op->src0->data + r * d;
         float *y = (float *)op->dst->data + r * d;
         double ss = 0.0;
@@ -228,12 +231,11 @@ static void op_rms_norm(const nm_op *op) {
     }
 }
 
-static void op_rope(const nm_op *op) {
+static void op_rope(const nm_op *op, int64_t t0, int64_t t1) {
     const int n_head = op->i0, hd = op->i1, mode = op->i2, n_rot = op->i3;
     const float base = op->f0, fscale = op->f1;
-    const int64_t T = op->src0->ne[1];
     float cs[512][2];
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = t0; t < t1; t++) {
         float p = (float)op->ids[t] * fscale;
         for (int i = 0; i < n_rot / 2; i++) {
             float theta = p * powf(base, -2.0f * (float)i / (float)n_rot);
@@ -254,39 +256,83 @@ static void op_rope(const nm_op *op) {
     }
 }
 
-static void op_glu(const nm_op *op) {
-    const int64_t n = op->src0->ne[0] * op->src0->ne[1];
+static void op_glu(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t w = op->src0->ne[0], b = r0 * w, e = r1 * w;
     const float *g = op->src0->data, *u = op->src1->data;
     float *y = op->dst->data;
     if (op->i0 == NM_ACT_SILU) {
-        for (int64_t i = 0; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+        for (int64_t i = b; i < e; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     } else {
         const float k0 = 0.7978845608028654f, k1 = 0.044715f; // sqrt(2/pi)
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = b; i < e; i++) {
             float x = g[i];
             y[i] = 0.5f * x * (1.0f + tanhf(k0 * x * (1.0f + k1 * x * x))) * u[i];
         }
     }
 }
 
-static void op_add(const nm_op *op) {
-    const int64_t n = op->dst->ne[0] * op->dst->ne[1];
+static void op_add(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t w = op->dst->ne[0];
     const float *a = op->src0->data, *b = op->src1->data;
     float *y = op->dst->data;
-    for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+    for (int64_t i = r0 * w; i < r1 * w; i++) y[i] = a[i] + b[i];
 }
 
-static void op_scale(const nm_op *op) {
-    const int64_t n = op->dst->ne[0] * op->dst->ne[1];
+static void op_scale(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t w = op->dst->ne[0];
     const float *a = op->src0->data;
     float *y = op->dst->data;
-    for (int64_t i = 0; i < n; i++) y[i] = a[i] * op->f0;
+    for (int64_t i = r0 * w; i < r1 * w; i++) y[i] = a[i] * op->f0;
 }
 
 static void op_kv_store(const nm_op *op) {
     const int64_t w = op->src0->ne[0], T = op->src0->ne[1];
     memcpy(op->kv->k + (size_t)op->pos * w, op->src0->data, sizeof(float) * (size_t)(w * T));
     memcpy(op->kv->v + (size_t)op->pos * w, op->src1->data, sizeof(float) * (size_t)(w * T));
+}
+
+static int64_t op_rows(const nm_op *op) {
+    return op->kind == NM_OP_RMS_NORM ? op->src0->ne[1] * op->src0->ne[2] : op->dst->ne[1];
+}
+
+static void op_rows_run(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1) {
+    switch (op->kind) {
+    case NM_OP_GET_ROWS: op_get_rows(c, op, r0, r1); break;
+    case NM_OP_RMS_NORM: op_rms_norm(op, r0, r1); break;
+    case NM_OP_ROPE: op_rope(op, r0, r1); break;
+    case NM_OP_GLU: op_glu(op, r0, r1); break;
+    case NM_OP_ADD: op_add(op, r0, r1); break;
+    case NM_OP_SCALE: op_scale(op, r0, r1); break;
+    default: break;
+    }
+}
+
+typedef struct ew_task {
+    const nm_cpu *c;
+    const nm_op *op;
+    int64_t rows, n_chunks;
+} ew_task;
+
+static void ew_worker(void *arg, int64_t chunk, int ith) {
+    const ew_task *t = arg;
+    int64_t r0, r1;
+    nm_split_range(t->rows, (int)chunk, (int)t->n_chunks, &r0, &r1);
+    op_rows_run(t->c, t->op, r0, r1);
+}
+
+// Below this many elements an op runs on the caller: a pool round trip
+// (~1-2 us) costs more than the work (decode's vectors are 0.5-2k floats).
+#define NM_EW_PARALLEL_MIN 32768
+
+static void op_rows_dispatch(nm_cpu *c, const nm_op *op) {
+    const int64_t rows = op_rows(op), width = op->kind == NM_OP_ROPE ? op->src0->ne[0] : op->dst->ne[0];
+    const int nth = nm_pool_size(c->pool);
+    if (nth == 1 || rows < 2 || rows * width < NM_EW_PARALLEL_MIN) {
+        op_rows_run(c, op, 0, rows);
+        return;
+    }
+    ew_task t = {c, op, rows, rows < 4 * nth ? rows : 4 * nth};
+    nm_pool_run(c->pool, ew_worker, &t, t.n_chunks);
 }
 
 // ---- vtable ---------------------------------------------------------------------------
@@ -371,12 +417,12 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
             nm_pool_run(c->pool, attn_worker, &t, op->src0->ne[1] * op->i0);
             break;
         }
-        case NM_OP_GET_ROWS: op_get_rows(c, op); break;
-        case NM_OP_RMS_NORM: op_rms_norm(op); break;
-        case NM_OP_ROPE: op_rope(op); break;
-        case NM_OP_GLU: op_glu(op); break;
-        case NM_OP_ADD: op_add(op); break;
-        case NM_OP_SCALE: op_scale(op); break;
+        case NM_OP_GET_ROWS:
+        case NM_OP_RMS_NORM:
+        case NM_OP_ROPE:
+        case NM_OP_GLU:
+        case NM_OP_ADD:
+        case NM_OP_SCALE: op_rows_dispatch(c, op); break;
         case NM_OP_KV_STORE: op_kv_store(op); break;
         case NM_OP_COUNT: break;
         }

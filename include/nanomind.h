@@ -160,6 +160,209 @@ int32_t nm_sampler_sample(nm_sampler *s, const float *logits);
 void nm_sampler_accept(nm_sampler *s, int32_t tok);
 void nm_sampler_reset(nm_sampler *s);
 
+
+// ==== zero-copy plumbing: umem pool, copy ledger, TABM ring (issue 4) ==========
+// Owner: src/mem/, src/tabm/. Everything in this section is thread-safe unless
+// said otherwise. docs/tabm.md describes the slot protocol.
+
+// Statuses of the zero-copy calls, outside the core enum's range so that the
+// core codes can grow. nm_status_str() names them "unknown status"; the
+// handle's last error (nm_umem_last_error, nm_tabm_last_error) says more.
+#define NM_ERR_AGAIN ((nm_status)-64)    // a try (timeout 0) found nothing to take
+#define NM_ERR_TIMEOUT ((nm_status)-65)  // a blocking call ran out of time
+#define NM_ERR_SHUTDOWN ((nm_status)-66) // the ring was shut down (and, for reads, drained)
+#define NM_ERR_STATE ((nm_status)-67)    // the slot is not in the state the call needs
+// Names the statuses above, else nm_status_str(s).
+const char *nm_zc_status_str(nm_status s);
+
+// ---- umem: unified-memory pool ----------------------------------------------------
+// Buffers that another engine (GPU, NPU, another process) can import without a
+// copy: a dma-buf heap where the kernel has one, else a sealed memfd, else an
+// anonymous shared mapping (not exportable).
+typedef struct nm_umem nm_umem;
+typedef struct nm_umem_buf nm_umem_buf;
+
+typedef enum nm_umem_kind {
+    NM_UMEM_DMABUF = 1, // from a /dev/dma_heap heap; CPU access bracketed by begin/end
+    NM_UMEM_MEMFD = 2,  // memfd_create, size sealed (F_SEAL_SHRINK | F_SEAL_GROW)
+    NM_UMEM_ANON = 3,   // MAP_SHARED|MAP_ANONYMOUS: no fd, shared only with forked children
+} nm_umem_kind;
+
+// nm_umem_alloc flags
+#define NM_UMEM_F_FD 1u         // must be fd-backed (exportable): never anon
+#define NM_UMEM_F_NO_DMABUF 2u  // skip the dma-buf heap (e.g. memory that holds futex words)
+#define NM_UMEM_F_HUGEPAGE 4u   // madvise(MADV_HUGEPAGE) on this buffer
+
+typedef struct nm_umem_params {
+    const char *dma_heap; // heap device; NULL: "/dev/dma_heap/system"; "": never use a heap
+    uint32_t kinds;       // allowed kinds, bit (1 << kind); 0: all
+    size_t align;         // power of two >= 64 (64, 128, a page, 2 MiB ...); sizes round up to it; 0: 64
+    bool hugepage;        // MADV_HUGEPAGE on every buffer (a hint; ignored where unsupported)
+    uint64_t limit;       // max live bytes of the pool; 0: unlimited
+} nm_umem_params;
+
+nm_umem_params nm_umem_default_params(void);
+// Creates a pool (probes the heap once). On failure *out is NULL and err gets a message.
+nm_status nm_umem_create(const nm_umem_params *params, nm_umem **out, char *err, size_t err_size);
+// Frees the pool. Buffers still allocated from it are freed too (their pointers die).
+void nm_umem_free(nm_umem *p);
+const char *nm_umem_last_error(const nm_umem *p); // "" if none; last failing call of any thread
+// Which kind a new buffer gets (the first allowed one that works on this machine).
+nm_umem_kind nm_umem_default_kind(const nm_umem *p);
+
+// Allocates size bytes (rounded up to the alignment), zeroed, mapped read-write.
+nm_status nm_umem_alloc(nm_umem *p, size_t size, uint32_t flags, nm_umem_buf **out);
+// Maps a buffer exported by another process (fd from nm_umem_buf_fd, received by
+// nm_fd_recv). fd is borrowed (dup'd inside); size 0: the fd's size. Accounted to p.
+nm_status nm_umem_import(nm_umem *p, int fd, size_t size, nm_umem_buf **out);
+void nm_umem_buf_free(nm_umem_buf *b); // unmaps and closes; NULL is a no-op
+
+void *nm_umem_buf_data(const nm_umem_buf *b); // borrowed, valid until nm_umem_buf_free
+size_t nm_umem_buf_size(const nm_umem_buf *b);
+nm_umem_kind nm_umem_buf_kind(const nm_umem_buf *b);
+int nm_umem_buf_fd(const nm_umem_buf *b); // borrowed fd (send it with nm_fd_send); -1 for anon
+
+// CPU access brackets: DMA_BUF_IOCTL_SYNC START/END on dma-buf buffers (cache
+// maintenance for devices), no-ops otherwise. write: the CPU will write.
+nm_status nm_umem_begin_cpu(nm_umem_buf *b, bool write);
+nm_status nm_umem_end_cpu(nm_umem_buf *b, bool write);
+
+typedef struct nm_umem_stats {
+    uint64_t live_bytes, peak_bytes; // mapped bytes of live buffers (after rounding)
+    uint64_t n_live, n_allocs;
+    uint64_t bytes_by_kind[4];       // live bytes, indexed by nm_umem_kind
+} nm_umem_stats;
+nm_umem_stats nm_umem_get_stats(const nm_umem *p);
+
+// Passes an fd over a unix socket (SCM_RIGHTS) with an optional small message.
+// nm_fd_recv: *fd is a new fd the caller closes; *n_msg bytes went into msg.
+nm_status nm_fd_send(int sock, int fd, const void *msg, size_t n_msg);
+nm_status nm_fd_recv(int sock, int *fd, void *msg, size_t msg_size, size_t *n_msg);
+
+// ---- copy ledger ----------------------------------------------------------------------
+// Every copy of data between engines or bricks goes through nm_ledger_copy,
+// which counts bytes per (from, to) pair: "zero copy" is a measured fact.
+typedef struct nm_ledger nm_ledger;
+#define NM_LEDGER_MAX_ENDPOINTS 32
+
+nm_ledger *nm_ledger_create(void); // NULL on OOM
+void nm_ledger_free(nm_ledger *l);
+// Id of the endpoint (brick or engine) called `name`, registering it if new
+// (setup time: takes a lock). -1 if the table is full or name is empty.
+int nm_ledger_endpoint(nm_ledger *l, const char *name);
+// Copies n bytes src -> dst (memcpy; the ranges must not overlap) and counts
+// them against (from, to). Lock-free. l may be NULL: a plain copy, uncounted.
+void nm_ledger_copy(nm_ledger *l, int from, int to, void *dst, const void *src, size_t n);
+uint64_t nm_ledger_bytes(const nm_ledger *l, int from, int to);  // from or to -1: any
+uint64_t nm_ledger_copies(const nm_ledger *l, int from, int to); // number of calls
+uint64_t nm_ledger_total(const nm_ledger *l);                    // bytes, all pairs
+void nm_ledger_reset(nm_ledger *l);
+// "ledger: N bytes copied between bricks (K copies)" then one line per pair
+// with bytes, into buf (NUL-terminated). Returns the length, or -(needed).
+int32_t nm_ledger_format(const nm_ledger *l, char *buf, int32_t size);
+
+// ---- TABM: Token-Aware Buffer Manager ------------------------------------------------
+// A ring of n_slots slots, each a header plus max_payload bytes, all in one
+// memfd so another process can attach it. Slot life: FREE -> acquire_write ->
+// ALLOCATED_FOR_WRITE -> publish -> READY_TO_READ -> acquire_read (in publish
+// order) -> ALLOCATED_FOR_READ -> release -> FREE. Any number of producer and
+// consumer threads or processes. Payloads are used in place: a reader's
+// slot.data points at the bytes the writer wrote.
+typedef struct nm_tabm nm_tabm;
+
+typedef enum nm_tabm_kind {
+    NM_TABM_BYTES = 0,    // opaque bytes
+    NM_TABM_TOKENS = 1,   // int32 token ids, shape [n]
+    NM_TABM_EMBD_F32 = 2, // float embeddings, shape [n_tokens, n_embd]
+    NM_TABM_EMBD_F16 = 3, // IEEE half embeddings, shape [n_tokens, n_embd]
+    NM_TABM_PCM_S16 = 4,  // int16 samples, shape [n_frames, channels], sample_rate set
+    NM_TABM_PCM_F32 = 5,  // float samples, same
+} nm_tabm_kind;
+
+// A slot's header, in the ring's shared memory. The writer fills kind, ndim,
+// shape, size (and sample_rate, user) between acquire_write and publish; the
+// ring sets producer, seq and the timestamps. Readers must not modify it.
+typedef struct nm_tabm_meta {
+    uint32_t kind;         // nm_tabm_kind
+    uint32_t producer;     // as given to acquire_write
+    uint64_t seq;          // publish order, from 0, ring-wide
+    uint64_t size;         // payload bytes (<= capacity)
+    int32_t ndim;          // 0..4; when > 0 for a typed kind, size must equal the shape's bytes
+    int32_t sample_rate;   // PCM kinds
+    int64_t shape[4];
+    uint64_t t_acquire_ns; // CLOCK_MONOTONIC at acquire_write, publish, acquire_read
+    uint64_t t_publish_ns;
+    uint64_t t_read_ns;
+    uint64_t user;         // free for the producer (frame id, position, ...)
+} nm_tabm_meta;
+
+// A held slot. Filled by acquire_*; pass it back to publish / release / cancel.
+typedef struct nm_tabm_slot {
+    void *data;         // payload (capacity bytes, 128-byte aligned) in shared memory; borrowed until publish/release
+    size_t capacity;    // the ring's max_payload
+    nm_tabm_meta *meta; // the slot's header (see above)
+    uint32_t index;     // opaque: slot index
+    uint32_t gen;       // opaque: generation, makes stale handles fail with NM_ERR_STATE
+} nm_tabm_slot;
+
+// pool: where the ring's memory comes from (a memfd buffer); NULL: a memfd of
+// the ring's own. n_slots in [1, 65536]; max_payload >= 1.
+nm_status nm_tabm_create(nm_umem *pool, uint32_t n_slots, size_t max_payload, nm_tabm **out,
+                         char *err, size_t err_size);
+// Maps a ring created elsewhere from its fd (nm_tabm_fd, passed with nm_fd_send),
+// checking its magic, version and sizes. efd: the creator's nm_tabm_poll_fd to
+// signal pollers across processes, or -1. Both fds are borrowed (dup'd).
+nm_status nm_tabm_attach(int fd, int efd, nm_tabm **out, char *err, size_t err_size);
+// Unmaps this handle. Slots it holds stay held; other handles are unaffected.
+void nm_tabm_free(nm_tabm *r);
+int nm_tabm_fd(const nm_tabm *r); // borrowed
+uint32_t nm_tabm_n_slots(const nm_tabm *r);
+size_t nm_tabm_max_payload(const nm_tabm *r);
+const char *nm_tabm_last_error(const nm_tabm *r); // "" if none; best effort across threads
+
+// timeout_ns: < 0 wait forever, 0 try once (NM_ERR_AGAIN if none), > 0 wait at most that long (NM_ERR_TIMEOUT).
+// Takes a FREE slot to write (blocks while the ring is full: backpressure).
+// NM_ERR_SHUTDOWN once the ring is shut down.
+nm_status nm_tabm_acquire_write(nm_tabm *r, uint32_t producer, int64_t timeout_ns, nm_tabm_slot *slot);
+// Makes a written slot readable. NM_ERR_RANGE if meta->size > capacity or does
+// not match the shape; NM_ERR_STATE if the slot is not held for write. On error
+// the slot stays held. Succeeds after shutdown (a slot taken before is not lost).
+nm_status nm_tabm_publish(nm_tabm *r, nm_tabm_slot *slot);
+// Gives a slot held for write back unpublished.
+nm_status nm_tabm_cancel(nm_tabm *r, nm_tabm_slot *slot);
+// Takes the oldest published slot. After shutdown, returns what is left, then
+// NM_ERR_SHUTDOWN once nothing is left and no writer holds a slot.
+nm_status nm_tabm_acquire_read(nm_tabm *r, int64_t timeout_ns, nm_tabm_slot *slot);
+// Returns a read slot to FREE. NM_ERR_STATE if not held for read (e.g. released twice).
+nm_status nm_tabm_release(nm_tabm *r, nm_tabm_slot *slot);
+// Stops new writes and wakes every waiter (all processes). Idempotent.
+void nm_tabm_shutdown(nm_tabm *r);
+bool nm_tabm_is_shutdown(const nm_tabm *r);
+// An eventfd that becomes readable when a slot is published or the ring shuts
+// down, for poll/epoll beside other fds. Usage: poll; read() the eventfd to
+// clear it; then acquire_read with timeout 0 until NM_ERR_AGAIN. Borrowed.
+int nm_tabm_poll_fd(nm_tabm *r);
+
+#define NM_TABM_HIST_BUCKETS 24
+typedef struct nm_tabm_stats {
+    uint32_t n_slots;
+    uint32_t occupancy;     // slots not FREE now
+    uint32_t ready;         // slots READY_TO_READ now
+    uint32_t max_occupancy; // high-water mark of occupancy
+    uint64_t published, released, bytes_published;
+    uint64_t full_waits;    // acquire_write calls that found the ring full (backpressure)
+    uint64_t empty_waits;   // acquire_read calls that found it empty
+    double seconds;         // since create
+    double slots_per_s, bytes_per_s; // published / seconds
+    // Wait time in acquire_write / acquire_read: bucket 0 no wait, bucket 1 a
+    // wait under 1 us, bucket i >= 2 a wait in [2^(i-2), 2^(i-1)) us (the last: longer).
+    uint64_t write_wait_hist[NM_TABM_HIST_BUCKETS];
+    uint64_t read_wait_hist[NM_TABM_HIST_BUCKETS];
+} nm_tabm_stats;
+// Ring-wide (all processes). Counters are read one by one, not as a snapshot.
+nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
+// ==== end of zero-copy plumbing =============================================================
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,28 @@
+// umem: the unified-memory pool (public API in nanomind.h, "umem" section).
+//
+// Where a buffer comes from, in order of preference (each can be disallowed):
+//   dma-buf heap  ioctl(DMA_HEAP_IOCTL_ALLOC) on /dev/dma_heap/<heap>; devices
+//                 import the fd (GPU/NPU drivers), CPU access is bracketed by
+//                 DMA_BUF_IOCTL_SYNC (see linux/dma-buf.h).
+//   memfd         memfd_create + ftruncate, then F_SEAL_SHRINK|F_SEAL_GROW so
+//                 an importer can trust the size it maps (a shrink would turn
+//                 its accesses past the new end into SIGBUS).
+//   anon          MAP_SHARED|MAP_ANONYMOUS: shared with forked children only.
+// Every buffer is its own mapping; alignment above a page is obtained by
+// reserving size + align of address space and mapping at the aligned address.
+#ifndef NM_MEM_UMEM_H
+#define NM_MEM_UMEM_H
+
+#include <stdint.h>
+
+#include "nanomind.h"
+
+// CLOCK_MONOTONIC in nanoseconds (the same clock in every process).
+uint64_t nm_now_ns(void);
+
+// Maps fd (size bytes, shared, read-write) at an address aligned to align.
+// Returns MAP_FAILED on failure (errno set).
+void *nm_umem_map_aligned(int fd, size_t size, size_t align);
+void nm_umem_unmap_aligned(void *p, size_t size);
+
+#endif

@@ -1,0 +1,227 @@
+// TABM ring, one thread: the slot protocol, publish order, error cases
+// (release twice, publish without acquire, payload too big, stale handles),
+// backpressure and timeouts, shutdown semantics, the eventfd, stats, attach
+// validation.
+#include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "nmtest.h"
+#include "nanomind.h"
+#include "tabm/tabm.h"
+
+static nm_tabm *ring(uint32_t n, size_t max) {
+    nm_tabm *r = NULL;
+    char err[256];
+    if (nm_tabm_create(NULL, n, max, &r, err, sizeof err) != NM_OK) fprintf(stderr, "  %s\n", err);
+    return r;
+}
+
+NM_TEST(tabm_protocol_single_thread) {
+    nm_tabm *r = ring(4, 256);
+    NM_CHECK(r != NULL);
+    if (!r) return;
+    NM_CHECK(nm_tabm_n_slots(r) == 4 && nm_tabm_max_payload(r) == 256);
+    nm_tabm_slot w, rd;
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &rd) == NM_ERR_AGAIN);
+    // Write three slots, publish them out of acquire order: reads follow publish order.
+    nm_tabm_slot ws[3];
+    for (int i = 0; i < 3; i++) {
+        NM_CHECK(nm_tabm_acquire_write(r, 7, 0, &ws[i]) == NM_OK);
+        NM_CHECK(nm_tabm_slot_state(r, ws[i].index) == NM_TABM_ALLOCATED_FOR_WRITE);
+        NM_CHECK(ws[i].capacity == 256 && ((uintptr_t)ws[i].data & 127) == 0);
+        int32_t *tok = ws[i].data;
+        for (int k = 0; k < 5; k++) tok[k] = i * 100 + k;
+        ws[i].meta->kind = NM_TABM_TOKENS;
+        ws[i].meta->ndim = 1;
+        ws[i].meta->shape[0] = 5;
+        ws[i].meta->size = 20;
+        ws[i].meta->user = (uint64_t)i;
+    }
+    uint32_t idx2 = ws[2].index;
+    NM_CHECK(nm_tabm_publish(r, &ws[2]) == NM_OK);
+    NM_CHECK(nm_tabm_slot_state(r, idx2) == NM_TABM_READY_TO_READ);
+    NM_CHECK(nm_tabm_publish(r, &ws[0]) == NM_OK);
+    NM_CHECK(nm_tabm_publish(r, &ws[1]) == NM_OK);
+    const uint64_t order[3] = {2, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        NM_CHECK(nm_tabm_acquire_read(r, 0, &rd) == NM_OK);
+        NM_CHECK(rd.meta->user == order[i] && rd.meta->seq == (uint64_t)i);
+        NM_CHECK(rd.meta->producer == 7 && rd.meta->kind == NM_TABM_TOKENS && rd.meta->size == 20);
+        NM_CHECK(((int32_t *)rd.data)[4] == (int32_t)order[i] * 100 + 4); // in place
+        NM_CHECK(rd.meta->t_acquire_ns <= rd.meta->t_publish_ns && rd.meta->t_publish_ns <= rd.meta->t_read_ns);
+        NM_CHECK(nm_tabm_slot_state(r, rd.index) == NM_TABM_ALLOCATED_FOR_READ);
+        uint32_t ix = rd.index;
+        NM_CHECK(nm_tabm_release(r, &rd) == NM_OK);
+        NM_CHECK(nm_tabm_slot_state(r, ix) == NM_TABM_FREE);
+    }
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &rd) == NM_ERR_AGAIN);
+    nm_tabm_stats s = nm_tabm_get_stats(r);
+    NM_CHECK(s.published == 3 && s.released == 3 && s.bytes_published == 60 && s.occupancy == 0);
+    NM_CHECK(s.max_occupancy == 3 && s.ready == 0 && s.write_wait_hist[0] == 3 && s.read_wait_hist[0] == 3);
+    NM_CHECK(s.slots_per_s > 0);
+    (void)w;
+    nm_tabm_free(r);
+}
+
+NM_TEST(tabm_errors) {
+    nm_tabm *r = ring(2, 64);
+    if (!r) { NM_CHECK(0); return; }
+    nm_tabm_slot s, t;
+    // publish without acquire: a handle that was never filled in
+    memset(&s, 0, sizeof s);
+    NM_CHECK(nm_tabm_publish(r, &s) == NM_ERR_INVALID_ARG); // data does not match the slot
+    NM_CHECK(nm_tabm_acquire_write(r, 0, 0, &s) == NM_OK);
+    t = s;
+    t.gen ^= 5; // a stale handle of the same slot
+    NM_CHECK(nm_tabm_publish(r, &t) == NM_ERR_STATE);
+    NM_CHECK(strstr(nm_tabm_last_error(r), "not held for write") != NULL);
+    NM_CHECK(nm_tabm_release(r, &s) == NM_ERR_STATE); // release of a slot held for write
+    // payload too big, bad shapes: the slot stays held and can be fixed
+    s.meta->size = 65;
+    NM_CHECK(nm_tabm_publish(r, &s) == NM_ERR_RANGE);
+    NM_CHECK(strstr(nm_tabm_last_error(r), "65 bytes") != NULL);
+    s.meta->kind = NM_TABM_EMBD_F32;
+    s.meta->ndim = 2;
+    s.meta->shape[0] = 2;
+    s.meta->shape[1] = 4;
+    s.meta->size = 31;
+    NM_CHECK(nm_tabm_publish(r, &s) == NM_ERR_RANGE); // shape says 32
+    s.meta->shape[1] = -4;
+    NM_CHECK(nm_tabm_publish(r, &s) == NM_ERR_RANGE);
+    s.meta->shape[1] = 4;
+    s.meta->ndim = 5;
+    NM_CHECK(nm_tabm_publish(r, &s) == NM_ERR_INVALID_ARG);
+    s.meta->ndim = 2;
+    s.meta->kind = 99;
+    NM_CHECK(nm_tabm_publish(r, &s) == NM_ERR_INVALID_ARG);
+    s.meta->kind = NM_TABM_EMBD_F32;
+    s.meta->size = 32;
+    nm_tabm_slot pub = s;
+    NM_CHECK(nm_tabm_publish(r, &s) == NM_OK);
+    NM_CHECK(nm_tabm_publish(r, &pub) == NM_ERR_STATE); // published twice
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &t) == NM_OK);
+    nm_tabm_slot again = t;
+    NM_CHECK(nm_tabm_release(r, &t) == NM_OK);
+    NM_CHECK(nm_tabm_release(r, &again) == NM_ERR_STATE); // released twice
+    NM_CHECK(strstr(nm_tabm_last_error(r), "released twice") != NULL);
+    // ... still an error once the slot lives again (the generation moved on)
+    NM_CHECK(nm_tabm_acquire_write(r, 0, 0, &s) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_write(r, 0, 0, &t) == NM_OK);
+    NM_CHECK(nm_tabm_release(r, &again) == NM_ERR_STATE);
+    NM_CHECK(nm_tabm_cancel(r, &s) == NM_OK && nm_tabm_cancel(r, &t) == NM_OK);
+    NM_CHECK(nm_tabm_cancel(r, &t) == NM_ERR_STATE || nm_tabm_cancel(r, &t) == NM_ERR_INVALID_ARG);
+    t.index = 2; // out of range
+    NM_CHECK(nm_tabm_release(r, &t) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_tabm_publish(NULL, &t) == NM_ERR_INVALID_ARG && nm_tabm_acquire_read(r, 0, NULL) == NM_ERR_INVALID_ARG);
+    nm_tabm_stats st = nm_tabm_get_stats(r);
+    NM_CHECK(st.occupancy == 0 && st.published == 1 && st.released == 1);
+    nm_tabm_free(r);
+    nm_tabm *bad = NULL;
+    char err[200];
+    NM_CHECK(nm_tabm_create(NULL, 0, 64, &bad, err, sizeof err) == NM_ERR_INVALID_ARG && !bad);
+    NM_CHECK(nm_tabm_create(NULL, 70000, 64, &bad, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_tabm_create(NULL, 4, 0, &bad, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(strstr(err, "slots") != NULL);
+    nm_tabm_free(NULL);
+}
+
+NM_TEST(tabm_backpressure_timeout_shutdown) {
+    nm_tabm *r = ring(2, 64);
+    if (!r) { NM_CHECK(0); return; }
+    nm_tabm_slot a, b, c;
+    NM_CHECK(nm_tabm_acquire_write(r, 1, 0, &a) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_write(r, 1, -1, &b) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_write(r, 1, 0, &c) == NM_ERR_AGAIN); // full
+    uint64_t t0 = nm_tabm_get_stats(r).seconds * 1e9;
+    NM_CHECK(nm_tabm_acquire_write(r, 1, 20 * 1000000, &c) == NM_ERR_TIMEOUT);
+    uint64_t t1 = nm_tabm_get_stats(r).seconds * 1e9;
+    NM_CHECK(t1 - t0 >= 19 * 1000000ull);
+    NM_CHECK(nm_tabm_acquire_read(r, 5 * 1000000, &c) == NM_ERR_TIMEOUT);
+    nm_tabm_stats s = nm_tabm_get_stats(r);
+    NM_CHECK(s.full_waits == 1 && s.empty_waits == 1 && s.occupancy == 2);
+    NM_CHECK(nm_tabm_publish(r, &a) == NM_OK);
+    nm_tabm_shutdown(r);
+    NM_CHECK(nm_tabm_is_shutdown(r));
+    NM_CHECK(nm_tabm_acquire_write(r, 1, -1, &c) == NM_ERR_SHUTDOWN);
+    NM_CHECK(nm_tabm_acquire_read(r, -1, &c) == NM_OK); // a is still delivered
+    NM_CHECK(nm_tabm_release(r, &c) == NM_OK);
+    // b is held by a writer: readers wait for it (not SHUTDOWN yet) ...
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &c) == NM_ERR_AGAIN);
+    NM_CHECK(nm_tabm_publish(r, &b) == NM_OK); // publish after shutdown: not lost
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &c) == NM_OK);
+    NM_CHECK(nm_tabm_release(r, &c) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_read(r, -1, &c) == NM_ERR_SHUTDOWN); // ... then stop
+    nm_tabm_free(r);
+}
+
+NM_TEST(tabm_eventfd_poll) {
+    nm_tabm *r = ring(4, 64);
+    if (!r) { NM_CHECK(0); return; }
+    int efd = nm_tabm_poll_fd(r);
+    NM_CHECK(efd >= 0 && nm_tabm_poll_fd(r) == efd);
+    struct pollfd p = {.fd = efd, .events = POLLIN};
+    NM_CHECK(poll(&p, 1, 0) == 0);
+    nm_tabm_slot s;
+    NM_CHECK(nm_tabm_acquire_write(r, 0, 0, &s) == NM_OK && nm_tabm_publish(r, &s) == NM_OK);
+    NM_CHECK(poll(&p, 1, 0) == 1 && (p.revents & POLLIN));
+    uint64_t v;
+    NM_CHECK(read(efd, &v, sizeof v) == sizeof v && v == 1);
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &s) == NM_OK && nm_tabm_release(r, &s) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &s) == NM_ERR_AGAIN);
+    NM_CHECK(poll(&p, 1, 0) == 0);
+    nm_tabm_shutdown(r);
+    NM_CHECK(poll(&p, 1, 0) == 1);
+    nm_tabm_free(r);
+}
+
+NM_TEST(tabm_attach_validates) {
+    nm_tabm *r = ring(3, 5000);
+    if (!r) { NM_CHECK(0); return; }
+    nm_tabm *a = NULL;
+    char err[256];
+    NM_CHECK(nm_tabm_attach(nm_tabm_fd(r), -1, &a, err, sizeof err) == NM_OK);
+    NM_CHECK(a && nm_tabm_n_slots(a) == 3 && nm_tabm_max_payload(a) == 5000);
+    nm_tabm_slot s, t;
+    NM_CHECK(nm_tabm_acquire_write(a, 3, 0, &s) == NM_OK);
+    NM_CHECK(((uintptr_t)s.data & 4095) == 0); // page-aligned slots for payloads >= a page
+    memset(s.data, 0x5a, 5000);
+    s.meta->size = 5000;
+    NM_CHECK(nm_tabm_publish(a, &s) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &t) == NM_OK); // through the other mapping
+    NM_CHECK(t.meta->producer == 3 && ((unsigned char *)t.data)[4999] == 0x5a);
+    NM_CHECK(nm_tabm_release(r, &t) == NM_OK);
+    nm_tabm_free(a);
+    // Not a ring: a memfd of zeros, a corrupted magic, a truncated file.
+    int fd = memfd_create("notaring", 0);
+    NM_CHECK(ftruncate(fd, 1 << 16) == 0);
+    a = (nm_tabm *)1;
+    NM_CHECK(nm_tabm_attach(fd, -1, &a, err, sizeof err) == NM_ERR_FORMAT && a == NULL);
+    NM_CHECK(strstr(err, "magic") != NULL);
+    char hdr[4096];
+    NM_CHECK(pread(nm_tabm_fd(r), hdr, sizeof hdr, 0) == sizeof hdr);
+    NM_CHECK(ftruncate(fd, 4096) == 0);
+    NM_CHECK(pwrite(fd, hdr, sizeof hdr, 0) == sizeof hdr);
+    NM_CHECK(nm_tabm_attach(fd, -1, &a, err, sizeof err) == NM_ERR_FORMAT); // too small for its geometry
+    NM_CHECK(strstr(err, "needs") != NULL);
+    hdr[8] = 9; // version
+    NM_CHECK(pwrite(fd, hdr, sizeof hdr, 0) == sizeof hdr);
+    NM_CHECK(nm_tabm_attach(fd, -1, &a, err, sizeof err) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(nm_tabm_attach(-1, -1, &a, err, sizeof err) == NM_ERR_IO);
+    close(fd);
+    nm_tabm_free(r);
+}
+
+NM_TEST(tabm_from_pool) {
+    nm_umem *u = NULL;
+    NM_CHECK(nm_umem_create(NULL, &u, NULL, 0) == NM_OK);
+    nm_tabm *r = NULL;
+    NM_CHECK(nm_tabm_create(u, 8, 1 << 20, &r, NULL, 0) == NM_OK);
+    nm_umem_stats s = nm_umem_get_stats(u);
+    NM_CHECK(s.n_live == 1 && s.live_bytes >= 8ull << 20 && s.bytes_by_kind[NM_UMEM_MEMFD] == s.live_bytes);
+    nm_tabm_free(r);
+    NM_CHECK(nm_umem_get_stats(u).live_bytes == 0);
+    nm_umem_free(u);
+}
+
+NM_TEST_MAIN()

@@ -114,6 +114,7 @@ typedef struct nm_ctx_params {
     int32_t n_ctx;     // positions in the KV cache; <= 0: min(train context, 4096)
     int32_t n_batch;   // max tokens per nm_decode call; <= 0: 512
     int32_t n_threads; // <= 0: the model's
+    bool pin_threads;  // best effort: pin thread i to core i (the calling thread is thread 0); default off
 } nm_ctx_params;
 
 nm_ctx_params nm_ctx_default_params(void);

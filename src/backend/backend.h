@@ -107,6 +107,8 @@ struct nm_backend {
 // (the longest weight row) and max_tokens (the most tokens of one matmul);
 // nothing is allocated per op.
 nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_tokens);
+// Pins the backend's threads to cores (see nm_pool_pin); 0 or -1.
+int nm_backend_cpu_pin(nm_backend *b);
 int nm_backend_cpu_n_threads(const nm_backend *b);
 
 static inline void nm_backend_free(nm_backend *b) {

@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -170,6 +171,19 @@ void nm_pool_free(nm_pool *p) {
 }
 
 int nm_pool_size(const nm_pool *p) { return p->n; }
+
+int nm_pool_pin(nm_pool *p) {
+    const int cores = nm_cpu_count();
+    int rc = 0;
+    for (int i = 0; i < p->n; i++) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(i % cores, &set);
+        pthread_t t = i == 0 ? pthread_self() : p->threads[i - 1];
+        if (pthread_setaffinity_np(t, sizeof set, &set) != 0) rc = -1;
+    }
+    return rc;
+}
 
 static void run_round(nm_pool *p, nm_pool_fn fn, void *arg, int64_t base, int64_t n) {
     atomic_store_explicit(&p->fn, fn, memory_order_relaxed);

@@ -1,3 +1,5 @@
+#include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <time.h>
@@ -126,6 +128,25 @@ NM_TEST(pool_job_larger_than_a_round) {
     NM_CHECK(wrong == 0);
     nm_pool_free(p);
     free((void *)hits);
+}
+
+NM_TEST(pool_pinned_still_runs_every_chunk) {
+    nm_pool *p = nm_pool_create(2);
+    NM_CHECK(p != NULL);
+    if (!p) return;
+    NM_CHECK(nm_pool_pin(p) == 0);
+    cpu_set_t set;
+    NM_CHECK(pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0 && CPU_COUNT(&set) == 1 && CPU_ISSET(0, &set));
+    count_job j = {.n = 50};
+    nm_pool_run(p, count_fn, &j, j.n);
+    bool ok = atomic_load(&j.extra) == 0;
+    for (int64_t c = 0; c < j.n; c++) ok = ok && atomic_load(&j.hits[c]) == 1;
+    NM_CHECK(ok);
+    nm_pool_free(p);
+    // give the test process its cores back
+    CPU_ZERO(&set);
+    for (int i = 0; i < nm_cpu_count(); i++) CPU_SET(i, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
 }
 
 NM_TEST(pool_survives_idle_sleep) {

@@ -27,6 +27,7 @@ typedef struct cli_opts {
     bool chat;              // --chat
     bool stats;             // --stats
     bool help;              // -h
+    bool pin;               // --pin
     nm_sampler_params sp;
 } cli_opts;
 

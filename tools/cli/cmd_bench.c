@@ -18,6 +18,7 @@ static void bench_usage(void) {
            "  -p N      prompt tokens decoded as one batch (0: skip)\n"
            "  -n N      tokens generated one at a time (0: skip)\n"
            "  -t N      threads (default: all cores)\n"
+           "  --pin     pin thread i to core i\n"
            "  -r N      repetitions (default 5)\n"
            "  --json    one JSON object: pp_tps, tg_tps, peak_rss_bytes, roofline_pct and details\n"
            "\n"
@@ -141,6 +142,7 @@ int cmd_bench(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_batch = n_pp > 0 ? (int32_t)n_pp : 1;
     cp.n_threads = o.n_threads;
+    cp.pin_threads = o.pin;
     int rc = 1;
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_pp > 1 ? n_pp : 1));

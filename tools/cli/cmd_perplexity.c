@@ -175,6 +175,7 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_ctx = n_ctx;
     cp.n_batch = n_batch;
     cp.n_threads = o.n_threads;
+    cp.pin_threads = o.pin;
     if ((st = nm_ctx_create(m, &cp, &c, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err);
         goto done;

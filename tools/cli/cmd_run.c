@@ -13,6 +13,7 @@ static void run_usage(void) {
            "  -f, --file FILE        read the prompt from a file\n"
            "  -n, --n-predict N      tokens to generate (default 128; -1: until end of text or context)\n"
            "  -t, --threads N        threads (default: all cores)\n"
+           "  --pin                  pin thread i to core i\n"
            "  -c, --ctx-size N       context size (default: min(train context, 4096))\n"
            "  -b, --batch-size N     prompt tokens per forward pass (default 512)\n"
            "  --chat                 chat with the model's template (interactive without -p)\n"
@@ -201,6 +202,7 @@ int cmd_run(int argc, char **argv) {
     cp.n_ctx = o.n_ctx;
     cp.n_batch = o.n_batch;
     cp.n_threads = o.n_threads;
+    cp.pin_threads = o.pin;
     if ((st = nm_ctx_create(S.m, &cp, &S.c, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err);
         goto done;

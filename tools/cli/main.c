@@ -79,6 +79,7 @@ bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional) {
             takes = false;
             if (!strcmp(a, "--chat") || !strcmp(a, "-cnv") || !strcmp(a, "--conversation")) o->chat = true;
             else if (!strcmp(a, "--stats")) o->stats = true;
+            else if (!strcmp(a, "--pin")) o->pin = true;
             else if (!strcmp(a, "-h") || !strcmp(a, "--help")) o->help = true;
             else if (a[0] != '-' && positional && !*positional) *positional = a;
             else {

@@ -498,4 +498,6 @@ fail:
     return NULL;
 }
 
+int nm_backend_cpu_pin(nm_backend *b) { return nm_pool_pin(((nm_cpu *)b->impl)->pool); }
+
 int nm_backend_cpu_n_threads(const nm_backend *b) { return nm_pool_size(((const nm_cpu *)b->impl)->pool); }

@@ -30,7 +30,7 @@ struct nm_ctx {
 };
 
 nm_ctx_params nm_ctx_default_params(void) {
-    nm_ctx_params p = {.n_ctx = 0, .n_batch = 0, .n_threads = 0};
+    nm_ctx_params p = {.n_ctx = 0, .n_batch = 0, .n_threads = 0, .pin_threads = false};
     return p;
 }
 
@@ -61,6 +61,7 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
     int64_t max_row = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
     if ((int64_t)hp->n_head * hp->head_dim > max_row) max_row = (int64_t)hp->n_head * hp->head_dim;
     c->be = nm_backend_cpu_create(n_threads, max_row, p.n_batch);
+    if (c->be && p.pin_threads) (void)nm_backend_cpu_pin(c->be); // best effort: unpinned still works
     const size_t B = (size_t)p.n_batch, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t qw = (size_t)hp->n_head * hp->head_dim;
     c->kv = zalloc((size_t)hp->n_layer, sizeof *c->kv);

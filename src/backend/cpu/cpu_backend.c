@@ -31,8 +31,8 @@
 
 typedef struct nm_cpu {
     nm_pool *pool;
-    const nm_kernels *k;
-    const nm_kernels *kref;
+    const nm_kernels *k;    // chosen for this CPU; the reference fills its holes
+    const nm_kernels *kref; // what supports_op checks: a type is supported if it has a reference
     nm_gemm_fn gemm;
     int64_t max_row, max_tokens;
     float *scratch; // (n_threads, NM_MM_ROWS, max_row)
@@ -40,21 +40,9 @@ typedef struct nm_cpu {
     char err[256];
 } nm_cpu;
 
-static inline nm_dot_fn dot_fn(const nm_cpu *c, uint32_t type) {
-    return c->k->dot[type] ? c->k->dot[type] : c->kref->dot[type];
-}
-static inline nm_dequant_fn dequant_fn(const nm_cpu *c, uint32_t type) {
-    return c->k->dequant[type] ? c->k->dequant[type] : c->kref->dequant[type];
-}
 
 // ---- matmul ------------------------------------------------------------------------
 
-static inline nm_dotq_fn dotq_fn(const nm_cpu *c, uint32_t type) {
-    return c->k->dotq[type] ? c->k->dotq[type] : c->kref->dotq[type];
-}
-static inline nm_quant_act_fn quant_act_fn(const nm_cpu *c, uint32_t type) {
-    return c->k->quant_act[type] ? c->k->quant_act[type] : c->kref->quant_act[type];
-}
 
 // Up to NM_MM_GROUP matmuls that read the same activations (Q, K and V; gate
 // and up) run as one job: the activations are quantized once and the pool
@@ -75,7 +63,7 @@ typedef struct mm_task {
 static void act_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
     const int64_t K = t->op->src1->ne[0];
-    quant_act_fn(t->c, t->act_type)((const float *)t->op->src1->data + chunk * K, t->c->act_q + chunk * t->act_row, K);
+    t->c->k->quant_act[t->act_type]((const float *)t->op->src1->data + chunk * K, t->c->act_q + chunk * t->act_row, K);
 }
 
 // Quantized weights: activations were quantized once per op to the weights'
@@ -100,14 +88,14 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     int64_t r0 = chunk * rows, r1 = r0 + rows < O ? r0 + rows : O;
     if (T > 1) {
         // prefill: register-blocked kernel, each weight block unpacked once per tile of tokens
-        nm_gemmq_fn gemm = c->k->gemmq[w->type] ? c->k->gemmq[w->type] : c->kref->gemmq[w->type];
+        nm_gemmq_fn gemm = c->k->gemmq[w->type];
         gemm(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, c->act_q, t->act_row, T, K, yd + r0, O);
         if (bd)
             for (int64_t tok = 0; tok < T; tok++)
                 for (int64_t o = r0; o < r1; o++) yd[tok * O + o] += bd[o];
         return;
     }
-    nm_dotq_fn dot = dotq_fn(c, w->type);
+    nm_dotq_fn dot = c->k->dotq[w->type];
     for (int64_t tok = 0; tok < T; tok++) {
         const uint8_t *xq = c->act_q + tok * t->act_row;
         float *yr = yd + tok * O;
@@ -138,7 +126,7 @@ static void mm_worker(void *arg, int64_t chunk, int ith) {
     const uint8_t *wd = w->data;
     const float *xd = x->data, *bd = bias ? bias->data : NULL;
     float *yd = y->data;
-    nm_dot_fn dot = dot_fn(c, w->type);
+    nm_dot_fn dot = c->k->dot[w->type];
 
     int64_t r0, r1;
     if (T == 1) {
@@ -153,7 +141,7 @@ static void mm_worker(void *arg, int64_t chunk, int ith) {
     }
     // Prefill: a tile of NM_MM_ROWS rows, dequantized once, multiplied with all tokens.
     float *tile = c->scratch + (size_t)ith * NM_MM_ROWS * (size_t)c->max_row;
-    nm_dequant_fn deq = dequant_fn(c, w->type);
+    nm_dequant_fn deq = c->k->dequant[w->type];
     r0 = chunk * NM_MM_ROWS;
     r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
     for (int64_t o = r0; o < r1; o++) deq(wd + (size_t)o * row_bytes, tile + (o - r0) * K, K);
@@ -203,7 +191,7 @@ static void attn_worker(void *arg, int64_t i, int ith) {
     const int64_t stride = (int64_t)n_kv * hd;
     const float *q = op->src0->data;
     float *out = op->dst->data;
-    nm_dot_fn fdot = dot_fn(t->c, 0);
+    nm_dot_fn fdot = t->c->k->dot[0];
     // chunk i = one (token, head) pair
     int64_t tok = i / n_head;
     int h = (int)(i % n_head);
@@ -224,7 +212,7 @@ static void op_get_rows(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1
     const nm_tensor *w = op->src0;
     const int64_t K = w->ne[0];
     const size_t rb = nm_row_size(w->type, K);
-    nm_dequant_fn deq = dequant_fn(c, w->type);
+    nm_dequant_fn deq = c->k->dequant[w->type];
     for (int64_t i = r0; i < r1; i++)
         deq((const uint8_t *)w->data + (size_t)op->ids[i] * rb, (float *)op->dst->data + i * K, K);
 }

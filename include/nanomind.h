@@ -61,7 +61,7 @@ void nm_model_desc(const nm_model *m, char *buf, size_t size);
 // output head, one row of the token embeddings (all of them when the output
 // head is tied to them, since the head reads the whole table).
 uint64_t nm_model_decode_weight_bytes(const nm_model *m);
-// Bytes of KV cache one decode step reads per cached position (all layers, K and V).
+// Bytes of KV cache one decode step reads per cached position (all layers, K and V, f16).
 uint64_t nm_model_kv_bytes_per_pos(const nm_model *m);
 
 // ---- tokenizer (owned by the model) ----------------------------------------------

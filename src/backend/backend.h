@@ -40,10 +40,12 @@ enum nm_op_kind {
 enum nm_rope_mode { NM_ROPE_NORM = 0, NM_ROPE_NEOX = 2 };
 enum nm_act { NM_ACT_SILU = 0, NM_ACT_GELU_TANH = 1 };
 
-// The KV cache of one layer: [n_ctx, n_kv_head * head_dim] for K and for V, f32.
+// The KV cache of one layer: [n_ctx, n_kv_head * head_dim] for K and for V,
+// IEEE half precision (as llama.cpp's default cache): half the memory and half
+// the bytes a decode step reads per cached position.
 typedef struct nm_kv_layer {
-    float *k; // (n_ctx, n_kv_head * head_dim)
-    float *v; // (n_ctx, n_kv_head * head_dim)
+    uint16_t *k; // (n_ctx, n_kv_head * head_dim) f16
+    uint16_t *v; // (n_ctx, n_kv_head * head_dim) f16
 } nm_kv_layer;
 
 // One op. Shapes use ne[1] as the token count; f32 activations unless said.

@@ -88,17 +88,29 @@ NM_TEST(matmul_quantized_decode_and_prefill) {
     nm_backend_free(be);
 }
 
-// Attention with GQA and a sliding window equals a two-pass softmax.
+// KV_STORE rounds K and V to f16 in the cache; attention with GQA and a
+// sliding window over that cache equals a two-pass softmax on the same values.
 NM_TEST(attention_gqa_window_equals_naive) {
     const int H = 4, KV = 2, hd = 16, n_ctx = 32, T = 5, pos0 = 20, win = 7;
     nm_backend *be = nm_backend_cpu_create(2, 64, 16);
     float *kc = malloc(sizeof(float) * n_ctx * KV * hd), *vc = malloc(sizeof(float) * n_ctx * KV * hd);
+    uint16_t *kh = calloc((size_t)n_ctx * KV * hd, 2), *vh = calloc((size_t)n_ctx * KV * hd, 2);
     float q[5 * 4 * 16], out[5 * 4 * 16];
     for (int i = 0; i < n_ctx * KV * hd; i++) kc[i] = frand(), vc[i] = frand();
     for (int i = 0; i < T * H * hd; i++) q[i] = frand();
     int32_t pos[5];
     for (int i = 0; i < T; i++) pos[i] = pos0 + i;
-    nm_kv_layer kv = {kc, vc};
+    nm_kv_layer kv = {kh, vh};
+    // fill the cache through the op, then read back what it holds
+    nm_tensor Kt = {.ne = {KV * hd, n_ctx, 1, 1}, .data = kc}, Vt = {.ne = {KV * hd, n_ctx, 1, 1}, .data = vc};
+    nm_op st = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .kv = &kv, .pos = 0, .n_ctx = n_ctx};
+    NM_CHECK(be->iface->compute(be, &st, 1) == NM_OK);
+    for (int i = 0; i < n_ctx * KV * hd; i++) {
+        NM_CHECK(kh[i] == nm_fp32_to_fp16(kc[i]) && vh[i] == nm_fp32_to_fp16(vc[i]));
+        kc[i] = nm_fp16_to_fp32(kh[i]), vc[i] = nm_fp16_to_fp32(vh[i]);
+    }
+    st.pos = n_ctx - 3; // a store that would run past the cache is refused
+    NM_CHECK(be->iface->compute(be, &st, 1) == NM_ERR_UNSUPPORTED);
     nm_tensor Q = {.ne = {H * hd, T, 1, 1}, .data = q}, O = {.ne = {H * hd, T, 1, 1}, .data = out};
     for (int w = 0; w <= win; w += win) {
         nm_op op = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = pos, .kv = &kv, .f0 = 0.25f,
@@ -124,7 +136,7 @@ NM_TEST(attention_gqa_window_equals_naive) {
             }
         NM_CHECK(maxd < 1e-5);
     }
-    free(kc), free(vc);
+    free(kc), free(vc), free(kh), free(vh);
     nm_backend_free(be);
 }
 

@@ -160,15 +160,19 @@ typedef struct attn_task {
 
 // One query row against cache rows [k_lo, k_hi]: single pass with an online
 // softmax (running max and sum), so no per-context score buffer is needed.
-static void attn_one(const float *q, const float *kc, const float *vc, int64_t stride, int hd,
-                     int64_t k_lo, int64_t k_hi, float scale, float softcap, float *out, nm_dot_fn fdot) {
-    float acc[1024];
+// K and V rows are f16: K goes through the f16 x f32 dot kernel, each V row is
+// widened once into `v` (1 KiB of stack at most).
+static void attn_one(const nm_cpu *c, const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride, int hd,
+                     int64_t k_lo, int64_t k_hi, float scale, float softcap, float *out) {
+    const nm_dot_fn hdot = c->k->dot[NM_TYPE_F16];
+    const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
+    float acc[1024], v[1024];
     float m = -INFINITY, l = 0.0f;
     memset(acc, 0, sizeof(float) * (size_t)hd);
     for (int64_t j = k_lo; j <= k_hi; j++) {
-        float s = fdot(kc + j * stride, q, hd) * scale;
+        float s = hdot(kc + j * stride, q, hd) * scale;
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-        const float *v = vc + j * stride;
+        widen(vc + j * stride, v, hd);
         if (s > m) {
             float r = expf(m - s); // rescale what was accumulated under the old max
             for (int d = 0; d < hd; d++) acc[d] = acc[d] * r + v[d];
@@ -191,15 +195,14 @@ static void attn_worker(void *arg, int64_t i, int ith) {
     const int64_t stride = (int64_t)n_kv * hd;
     const float *q = op->src0->data;
     float *out = op->dst->data;
-    nm_dot_fn fdot = t->c->k->dot[0];
     // chunk i = one (token, head) pair
     int64_t tok = i / n_head;
     int h = (int)(i % n_head);
     int kvh = h / (n_head / n_kv); // grouped-query attention: heads share a KV head
     int64_t pos = op->ids[tok];
     int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    attn_one(q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd, lo, pos,
-             op->f0, op->f1, out + (tok * n_head + h) * hd, fdot);
+    attn_one(t->c, q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd, lo, pos,
+             op->f0, op->f1, out + (tok * n_head + h) * hd);
 }
 
 // ---- element-wise ops ----------------------------------------------------------------
@@ -287,10 +290,12 @@ static void op_scale(const nm_op *op, int64_t r0, int64_t r1) {
     for (int64_t i = r0 * w; i < r1 * w; i++) y[i] = a[i] * op->f0;
 }
 
-static void op_kv_store(const nm_op *op) {
+static void op_kv_store(const nm_cpu *c, const nm_op *op) {
     const int64_t w = op->src0->ne[0], T = op->src0->ne[1];
-    memcpy(op->kv->k + (size_t)op->pos * w, op->src0->data, sizeof(float) * (size_t)(w * T));
-    memcpy(op->kv->v + (size_t)op->pos * w, op->src1->data, sizeof(float) * (size_t)(w * T));
+    // f32 -> f16 rounding to nearest even (the activation quantizer for f16 weights)
+    const nm_quant_act_fn narrow = c->k->quant_act[NM_TYPE_F16];
+    narrow(op->src0->data, op->kv->k + (size_t)op->pos * w, w * T);
+    narrow(op->src1->data, op->kv->v + (size_t)op->pos * w, w * T);
 }
 
 static int64_t op_rows(const nm_op *op) {
@@ -425,7 +430,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         case NM_OP_GLU:
         case NM_OP_ADD:
         case NM_OP_SCALE: op_rows_dispatch(c, op); break;
-        case NM_OP_KV_STORE: op_kv_store(op); break;
+        case NM_OP_KV_STORE: op_kv_store(c, op); break;
         case NM_OP_COUNT: break;
         }
     }

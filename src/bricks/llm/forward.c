@@ -14,7 +14,7 @@ struct nm_ctx {
     nm_backend *be;
     int32_t n_ctx, n_batch;
     nm_kv_layer *kv;   // (n_layer)
-    float *kv_mem;     // backing store of all layers' K and V: (n_layer, 2, n_ctx, n_head_kv * hd)
+    uint16_t *kv_mem;  // backing store of all layers' K and V, f16: (n_layer, 2, n_ctx, n_head_kv * hd)
     // activations, each (n_batch, width)
     float *x;          // residual stream (n_embd)
     float *cur;        // normed input (n_embd)
@@ -65,7 +65,7 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
     const size_t B = (size_t)p.n_batch, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t qw = (size_t)hp->n_head * hp->head_dim;
     c->kv = zalloc((size_t)hp->n_layer, sizeof *c->kv);
-    c->kv_mem = zalloc((size_t)hp->n_layer * 2 * (size_t)p.n_ctx * kvw, sizeof(float));
+    c->kv_mem = zalloc((size_t)hp->n_layer * 2 * (size_t)p.n_ctx * kvw, sizeof(uint16_t));
     c->x = zalloc(B * hp->n_embd, sizeof(float));
     c->cur = zalloc(B * hp->n_embd, sizeof(float));
     c->o = zalloc(B * hp->n_embd, sizeof(float));

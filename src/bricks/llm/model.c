@@ -277,7 +277,7 @@ uint64_t nm_model_decode_weight_bytes(const nm_model *m) {
 }
 
 uint64_t nm_model_kv_bytes_per_pos(const nm_model *m) {
-    return (uint64_t)m->hp.n_layer * 2 * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * sizeof(float);
+    return (uint64_t)m->hp.n_layer * 2 * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * sizeof(uint16_t);
 }
 
 void nm_model_desc(const nm_model *m, char *buf, size_t size) {

@@ -29,20 +29,22 @@ demo: build models
 test: build models
 	cd $(BUILD) && ctest --output-on-failure -j1
 
-# Everything but the perplexity runs under ASan+UBSan: unit tests, fuzz-corpus
-# replays, the CLI test, and the golden generation and architecture tests
-# (the forward pass of all three archs and its error paths).
+# Everything but the perplexity runs and the spin model check (no C of ours
+# in it) under ASan+UBSan: unit tests, fuzz-corpus replays, the CLI test, and
+# the golden generation and architecture tests (the forward pass of all three
+# archs and its error paths).
 test-asan: setup models
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_SANITIZE=ON > /dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j1 -E 'golden_test_perplexity'
+		ctest --output-on-failure -j1 -E 'golden_test_perplexity|spin_'
 
-# The concurrent code under ThreadSanitizer: the pool and the ops it runs.
+# The concurrent code under ThreadSanitizer: the pool, the ops it runs, and the
+# TABM ring (its stress test runs a smaller count under TSan).
 test-tsan: setup
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_TSAN=ON > /dev/null
-	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend
-	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend'
+	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend test_tabm test_tabm_stress test_tabm_xproc
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend|test_tabm'
 
 # The quant kernels cross-built for aarch64 and run under qemu, with and
 # without dotprod (correctness only). Installs the cross toolchain if missing.

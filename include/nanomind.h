@@ -29,6 +29,10 @@ typedef enum nm_status {
     NM_ERR_NOMEM = -5,
     NM_ERR_RANGE = -6,       // a size, position or count out of range (e.g. context full)
     NM_ERR_TEMPLATE = -7,    // unknown chat template
+    NM_ERR_AGAIN = -8,       // a try (timeout 0) found nothing to take
+    NM_ERR_TIMEOUT = -9,     // a blocking call ran out of time
+    NM_ERR_SHUTDOWN = -10,   // the ring was shut down (and, for reads, drained)
+    NM_ERR_STATE = -11,      // the slot is not in the state the call needs
 } nm_status;
 
 // Static string naming the status; never NULL.
@@ -166,15 +170,9 @@ void nm_sampler_reset(nm_sampler *s);
 // Owner: src/mem/, src/tabm/. Everything in this section is thread-safe unless
 // said otherwise. docs/tabm.md describes the slot protocol.
 
-// Statuses of the zero-copy calls, outside the core enum's range so that the
-// core codes can grow. nm_status_str() names them "unknown status"; the
-// handle's last error (nm_umem_last_error, nm_tabm_last_error) says more.
-#define NM_ERR_AGAIN ((nm_status)-64)    // a try (timeout 0) found nothing to take
-#define NM_ERR_TIMEOUT ((nm_status)-65)  // a blocking call ran out of time
-#define NM_ERR_SHUTDOWN ((nm_status)-66) // the ring was shut down (and, for reads, drained)
-#define NM_ERR_STATE ((nm_status)-67)    // the slot is not in the state the call needs
-// Names the statuses above, else nm_status_str(s).
-const char *nm_zc_status_str(nm_status s);
+// The zero-copy calls also return NM_ERR_AGAIN, NM_ERR_TIMEOUT, NM_ERR_SHUTDOWN
+// and NM_ERR_STATE (see nm_status); the handle's last error
+// (nm_umem_last_error, nm_tabm_last_error) says more.
 
 // ---- umem: unified-memory pool ----------------------------------------------------
 // Buffers that another engine (GPU, NPU, another process) can import without a

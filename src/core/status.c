@@ -10,6 +10,10 @@ const char *nm_status_str(nm_status s) {
     case NM_ERR_NOMEM: return "out of memory";
     case NM_ERR_RANGE: return "out of range";
     case NM_ERR_TEMPLATE: return "unknown chat template";
+    case NM_ERR_AGAIN: return "nothing available now";
+    case NM_ERR_TIMEOUT: return "timed out";
+    case NM_ERR_SHUTDOWN: return "shut down";
+    case NM_ERR_STATE: return "wrong state";
     }
     return "unknown status";
 }

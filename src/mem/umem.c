@@ -49,16 +49,6 @@ uint64_t nm_now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-const char *nm_zc_status_str(nm_status s) {
-    switch ((int)s) {
-    case NM_ERR_AGAIN: return "nothing available now";
-    case NM_ERR_TIMEOUT: return "timed out";
-    case NM_ERR_SHUTDOWN: return "shut down";
-    case NM_ERR_STATE: return "wrong slot state";
-    }
-    return nm_status_str(s);
-}
-
 static nm_status fail(nm_umem *p, nm_status st, const char *fmt, ...) {
     if (!p) return st;
     pthread_mutex_lock(&p->lock);

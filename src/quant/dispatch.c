@@ -93,57 +93,43 @@ NM_EACH_TYPE(GEMMQ_VIA_DOTQ)
 #define VIA_ENTRY(T, t) [NM_TYPE_##T] = gemmq_via_dotq_##t,
 static const nm_gemmq_fn gemmq_via_dotq[NM_TYPE_COUNT] = {NM_EACH_TYPE(VIA_ENTRY)};
 
+// Lays the non-NULL entries of a SIMD table over the chosen one (the
+// reference stays where the SIMD table has a hole). A type with a fast dotq
+// but no fast gemmq gets the loop over the chosen dotq, unless an earlier
+// table already gave it a real gemmq.
+static void overlay(const nm_kernels *simd) {
+    chosen.name = simd->name;
+    for (int t = 0; t < NM_TYPE_COUNT; t++) {
+        if (simd->dot[t]) chosen.dot[t] = simd->dot[t];
+        if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
+        if (simd->dotq[t]) chosen.dotq[t] = simd->dotq[t];
+        if (simd->quant_act[t]) chosen.quant_act[t] = simd->quant_act[t];
+        if (simd->gemmq[t]) chosen.gemmq[t] = simd->gemmq[t];
+        else if (simd->dotq[t] && chosen.gemmq[t] == ref_table.gemmq[t]) chosen.gemmq[t] = gemmq_via_dotq[t];
+    }
+}
+
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && v[0] == '1';
+}
+
 static void choose(void) {
     chosen = ref_table;
-    const char *force = getenv("NM_FORCE_REF");
-    if (force && force[0] == '1') return;
-#if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
+    if (env_on("NM_FORCE_REF")) return;
     const nm_cpu_features *cpu = nm_cpu_features_get();
+    (void)cpu;
+#if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
     if (cpu->avx2 && cpu->fma && cpu->f16c) {
-        const nm_kernels *simd = nm_kernels_avx2();
-        chosen.name = simd->name;
-        for (int t = 0; t < NM_TYPE_COUNT; t++) { // keep ref where the SIMD table has a hole
-            if (simd->dot[t]) chosen.dot[t] = simd->dot[t];
-            if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
-            if (simd->dotq[t]) chosen.dotq[t] = simd->dotq[t];
-            if (simd->quant_act[t]) chosen.quant_act[t] = simd->quant_act[t];
-            if (simd->gemmq[t]) chosen.gemmq[t] = simd->gemmq[t];
-            else if (simd->dotq[t]) chosen.gemmq[t] = gemmq_via_dotq[t];
-        }
+        overlay(nm_kernels_avx2());
         // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them).
-        const char *novnni = getenv("NM_NO_VNNI");
-        if (cpu->avx_vnni && !(novnni && novnni[0] == '1')) {
-            const nm_kernels *v = nm_kernels_avxvnni();
-            chosen.name = v->name;
-            for (int t = 0; t < NM_TYPE_COUNT; t++) {
-                if (v->dotq[t]) chosen.dotq[t] = v->dotq[t];
-                if (v->gemmq[t]) chosen.gemmq[t] = v->gemmq[t];
-            }
-        }
+        if (cpu->avx_vnni && !env_on("NM_NO_VNNI")) overlay(nm_kernels_avxvnni());
     }
 #elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)
-    const nm_cpu_features *cpu = nm_cpu_features_get();
     if (cpu->neon) {
-        const nm_kernels *simd = nm_kernels_neon();
-        chosen.name = simd->name;
-        for (int t = 0; t < NM_TYPE_COUNT; t++) { // keep ref where the SIMD table has a hole
-            if (simd->dot[t]) chosen.dot[t] = simd->dot[t];
-            if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
-            if (simd->dotq[t]) chosen.dotq[t] = simd->dotq[t];
-            if (simd->quant_act[t]) chosen.quant_act[t] = simd->quant_act[t];
-            if (simd->gemmq[t]) chosen.gemmq[t] = simd->gemmq[t];
-            else if (simd->dotq[t]) chosen.gemmq[t] = gemmq_via_dotq[t];
-        }
+        overlay(nm_kernels_neon());
         // NM_NO_DOTPROD=1 keeps the plain NEON dots (to compare, or to test them).
-        const char *nodp = getenv("NM_NO_DOTPROD");
-        if (cpu->dotprod && !(nodp && nodp[0] == '1')) {
-            const nm_kernels *v = nm_kernels_neon_dotprod();
-            chosen.name = v->name;
-            for (int t = 0; t < NM_TYPE_COUNT; t++) {
-                if (v->dotq[t]) chosen.dotq[t] = v->dotq[t];
-                if (v->gemmq[t]) chosen.gemmq[t] = v->gemmq[t];
-            }
-        }
+        if (cpu->dotprod && !env_on("NM_NO_DOTPROD")) overlay(nm_kernels_neon_dotprod());
     }
 #endif
 }

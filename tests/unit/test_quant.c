@@ -5,22 +5,9 @@
 
 #include "nmtest.h"
 #include "quant/kernels_impl.h"
+#include "quant_testutil.h"
 
 // ---- helpers -------------------------------------------------------------------
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double urand(void) { // xorshift64*, in (0, 1)
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return ((double)((rng_state * 2685821657736338717ull) >> 11) + 0.5) / 9007199254740992.0;
-}
-static float grand(void) { // standard normal (Box-Muller)
-    return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand()));
-}
-static void fill_gauss(float *x, int64_t n, float scale) {
-    for (int64_t i = 0; i < n; i++) x[i] = grand() * scale;
-}
 
 static double rms(const float *x, int64_t n) {
     double s = 0;
@@ -32,22 +19,9 @@ static double rms_diff(const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
     return sqrt(s / (double)n);
 }
-static double dot_d(const float *a, const float *b, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-static double abs_dot(const float *a, const float *b, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += fabs((double)a[i] * b[i]);
-    return s;
-}
 
-static const uint32_t all_types[] = {NM_TYPE_F32,  NM_TYPE_F16,  NM_TYPE_BF16, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
-                                     NM_TYPE_Q5_0, NM_TYPE_Q5_1, NM_TYPE_Q8_0, NM_TYPE_Q8_1, NM_TYPE_MXFP4,
-                                     NM_TYPE_Q2_K, NM_TYPE_Q3_K, NM_TYPE_Q4_K, NM_TYPE_Q5_K, NM_TYPE_Q6_K,
-                                     NM_TYPE_Q8_K};
-#define N_TYPES (sizeof all_types / sizeof all_types[0])
+#define all_types weight_types
+#define N_TYPES N_WTYPES
 
 // Bound on rms(dequant(quant(x)) - x) / rms(x) for Gaussian x (4096 values).
 // The measured value of each is in the comment (NM_TEST_VERBOSE=1 prints them).

@@ -8,21 +8,9 @@
 #include "core/cpu.h"
 #include "nmtest.h"
 #include "quant/kernels_impl.h"
+#include "quant_testutil.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double urand(void) { // xorshift64*, in (0, 1)
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return ((double)((rng_state * 2685821657736338717ull) >> 11) + 0.5) / 9007199254740992.0;
-}
-static float grand(void) { return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand())); }
 
-static const uint32_t weight_types[] = {NM_TYPE_F32,  NM_TYPE_F16,  NM_TYPE_BF16, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
-                                        NM_TYPE_Q5_0, NM_TYPE_Q5_1, NM_TYPE_Q8_0, NM_TYPE_Q8_1, NM_TYPE_MXFP4,
-                                        NM_TYPE_Q2_K, NM_TYPE_Q3_K, NM_TYPE_Q4_K, NM_TYPE_Q5_K, NM_TYPE_Q6_K,
-                                        NM_TYPE_Q8_K};
-#define N_WTYPES (sizeof weight_types / sizeof weight_types[0])
 
 static const char *tname(uint32_t t) { return nm_type_traits_get(t)->name; }
 

@@ -5,7 +5,7 @@
 # apt-get install clang, then cmake -DNM_FUZZ=ON with CC=clang.)
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libpcre2-dev python3 python3-pip time spin)
+PKGS=(build-essential cmake pkg-config libpcre2-dev libpng-dev libjpeg62-turbo-dev python3 python3-pip time spin)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -18,19 +18,34 @@ if command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; th
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 
+install_pkgs() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "setup: missing packages: ${missing[*]}" >&2
+        echo "setup: run:  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+        exit 1
+    fi
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get update -qq; then
+        echo "setup: apt-get update failed: is the Debian package mirror reachable?" >&2
+        exit 1
+    fi
+    apt-get install -y -qq "${missing[@]}"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
     echo "setup: system packages present"
-    exit 0
+else
+    install_pkgs
 fi
-if [ "$(id -u)" -ne 0 ]; then
-    echo "setup: missing packages: ${missing[*]}" >&2
-    echo "setup: run:  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
-    exit 1
+
+# numpy, for the reference implementations the tests compare against
+# (tools only, never the runtime). Installed for whichever python3 is first
+# on PATH, from PyPI.
+if ! python3 -c 'import numpy' 2>/dev/null; then
+    echo "setup: installing numpy for $(command -v python3)"
+    if ! python3 -m pip install -q numpy; then
+        echo "setup: pip install numpy failed: is PyPI reachable?" >&2
+        exit 1
+    fi
 fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-if ! apt-get update -qq; then
-    echo "setup: apt-get update failed: is the Debian package mirror reachable?" >&2
-    exit 1
-fi
-apt-get install -y -qq "${missing[@]}"

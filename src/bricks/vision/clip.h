@@ -1,0 +1,61 @@
+// Vision encoder brick: a CLIP/SigLIP ViT plus projector, loaded from an
+// mmproj GGUF in llama.cpp's clip layout (`v.*`, `mm.*` tensors, `clip.*`
+// keys). Projectors: `mlp` (LLaVA, LLaVA-OneVision) and `idefics3` (SmolVLM:
+// pixel shuffle + linear). One fixed input shape per encoder: a square
+// image_size x image_size RGB image, normalized, planar (see nm_clip_encode).
+#ifndef NM_CLIP_H
+#define NM_CLIP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nanomind.h"
+
+typedef struct nm_clip nm_clip;
+
+typedef enum nm_clip_proj {
+    NM_CLIP_PROJ_MLP = 1,      // "mlp": [post_ln] -> mm.0 -> GELU -> mm.2 (LLaVA)
+    NM_CLIP_PROJ_IDEFICS3 = 2, // "idefics3": pixel shuffle by scale_factor -> mm.model.fc (SmolVLM)
+} nm_clip_proj;
+
+typedef enum nm_clip_act {
+    NM_CLIP_ACT_GELU_QUICK = 0, // x * sigmoid(1.702 x): the default (clip.use_gelu absent/false)
+    NM_CLIP_ACT_GELU = 1,       // tanh-approximated GELU (clip.use_gelu = true)
+    NM_CLIP_ACT_SILU = 2,       // clip.use_silu = true
+} nm_clip_act;
+
+typedef struct nm_clip_info {
+    nm_clip_proj proj;
+    nm_clip_act act;
+    int32_t image_size;      // clip.vision.image_size: input is image_size x image_size
+    int32_t patch_size;      // clip.vision.patch_size
+    int32_t n_embd;          // clip.vision.embedding_length
+    int32_t n_ff;            // clip.vision.feed_forward_length
+    int32_t n_head;          // clip.vision.attention.head_count
+    int32_t n_layer;         // clip.vision.block_count (layers in the file)
+    int32_t n_layer_run;     // layers actually run (mlp: the second to last layer's output, as llama.cpp)
+    float eps;               // clip.vision.attention.layer_norm_epsilon
+    int32_t n_merge;         // idefics3: clip.vision.projector.scale_factor; else 1
+    int32_t preproc_image_size; // idefics3: clip.vision.preproc_image_size (longest edge), 0 if absent
+    bool has_class_embd;     // v.class_embd present (its output row is dropped before the projector)
+    int32_t n_patches;       // (image_size / patch_size)^2
+    int32_t n_out;           // embeddings one image yields
+    int32_t n_out_embd;      // width of each (the LLM's n_embd must equal it)
+    float mean[3], std[3];   // clip.vision.image_mean / image_std
+} nm_clip_info;
+
+// Loads an mmproj file. Weights stay mmapped; f32, f16 and the quantized types
+// of the LLM run through the same kernels. n_threads <= 0: all cores.
+// A file with missing tensors, inconsistent shapes or an unknown projector
+// gives an error naming the problem.
+nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char *err, size_t err_size);
+void nm_clip_free(nm_clip *c);
+const nm_clip_info *nm_clip_get_info(const nm_clip *c);
+
+// Encodes one image. pixels: 3 planes (R, G, B) of image_size x image_size
+// floats, row-major, already normalized ((v/255 - mean) / std). out: n_out rows
+// of n_out_embd floats. Allocates nothing (all scratch comes from load).
+nm_status nm_clip_encode(nm_clip *c, const float *pixels, float *out);
+const char *nm_clip_last_error(const nm_clip *c); // "" if none
+
+#endif

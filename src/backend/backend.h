@@ -34,11 +34,16 @@ enum nm_op_kind {
     NM_OP_ADD,       // dst = src0 + src1
     NM_OP_SCALE,     // dst = src0 * f0
     NM_OP_KV_STORE,  // write K (src0) and V (src1) rows of n_tok tokens into the cache at pos
+    NM_OP_NORM,      // dst[i,:] = (src0[i,:] - mean) / sqrt(var + f0) * src1 + src2   (layer norm; src1, src2 may be NULL)
+    NM_OP_ACT,       // dst = act(src0), act = i0 (enum nm_act)
+    NM_OP_ATTENTION_FULL, // bidirectional attention of n_tok queries over the same n_tok keys (encoders):
+                          // src0 = Q, src1 = K, src2 = V, each [n_tok, n_head * head_dim] f32; dst like Q;
+                          // f0 = scale; i0 = n_head, i2 = head_dim. Needs nm_backend_cpu_reserve_attn on CPU.
     NM_OP_COUNT
 };
 
 enum nm_rope_mode { NM_ROPE_NORM = 0, NM_ROPE_NEOX = 2 };
-enum nm_act { NM_ACT_SILU = 0, NM_ACT_GELU_TANH = 1 };
+enum nm_act { NM_ACT_SILU = 0, NM_ACT_GELU_TANH = 1, NM_ACT_GELU_QUICK = 2 }; // GELU_QUICK: x * sigmoid(1.702 x), ACT only
 
 // The KV cache of one layer: [n_ctx, n_kv_head * head_dim] for K and for V,
 // IEEE half precision (as llama.cpp's default cache): half the memory and half
@@ -112,6 +117,9 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_to
 // Pins the backend's threads to cores (see nm_pool_pin); 0 or -1.
 int nm_backend_cpu_pin(nm_backend *b);
 int nm_backend_cpu_n_threads(const nm_backend *b);
+// Sizes the per-thread workspace of NM_OP_ATTENTION_FULL for sequences up to
+// max_seq tokens of heads up to head_dim (load time; the op allocates nothing).
+nm_status nm_backend_cpu_reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim);
 
 static inline void nm_backend_free(nm_backend *b) {
     if (b) b->iface->free(b);

@@ -189,6 +189,101 @@ NM_TEST(glu_activations) {
     nm_backend_free(be);
 }
 
+NM_TEST(layer_norm_and_activations) {
+    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    enum { D = 197, R = 300 }; // R * D above the parallel threshold
+    static float x[R * D], y[R * D], w[D], b[D];
+    for (int i = 0; i < R * D; i++) x[i] = frand() * 3.0f + 0.5f;
+    for (int i = 0; i < D; i++) w[i] = 1.0f + 0.1f * frand(), b[i] = 0.2f * frand();
+    nm_tensor X = {.ne = {D, R, 1, 1}, .data = x}, Y = {.ne = {D, R, 1, 1}, .data = y};
+    nm_tensor Wt = {.ne = {D, 1, 1, 1}, .data = w}, Bt = {.ne = {D, 1, 1, 1}, .data = b};
+    for (int variant = 0; variant < 2; variant++) {
+        nm_op op = {.kind = NM_OP_NORM, .src0 = &X, .src1 = variant ? &Wt : NULL, .src2 = variant ? &Bt : NULL,
+                    .dst = &Y, .f0 = 1e-6f};
+        NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+        double maxd = 0;
+        for (int r = 0; r < R; r++) {
+            double m = 0, v = 0;
+            for (int i = 0; i < D; i++) m += x[r * D + i];
+            m /= D;
+            for (int i = 0; i < D; i++) v += (x[r * D + i] - m) * (x[r * D + i] - m);
+            v /= D;
+            for (int i = 0; i < D; i++) {
+                double want = (x[r * D + i] - m) / sqrt(v + 1e-6);
+                if (variant) want = want * w[i] + b[i];
+                maxd = fmax(maxd, fabs(want - y[r * D + i]));
+            }
+        }
+        NM_CHECK(maxd < 1e-5);
+    }
+    enum { N = 4001 };
+    static float a[N], o[N];
+    for (int i = 0; i < N; i++) a[i] = (i - N / 2) * 0.02f; // -40 .. 40
+    nm_tensor A = {.ne = {N, 1, 1, 1}, .data = a}, O = {.ne = {N, 1, 1, 1}, .data = o};
+    for (int act = NM_ACT_SILU; act <= NM_ACT_GELU_QUICK; act++) {
+        nm_op op = {.kind = NM_OP_ACT, .src0 = &A, .dst = &O, .i0 = act};
+        NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+        double maxd = 0;
+        for (int i = 0; i < N; i++) {
+            double v = a[i];
+            double want = act == NM_ACT_SILU       ? v / (1 + exp(-v))
+                          : act == NM_ACT_GELU_TANH ? 0.5 * v * (1 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)))
+                                                    : v / (1 + exp(-1.702 * v));
+            maxd = fmax(maxd, fabs(want - o[i]) / (1 + fabs(want)));
+        }
+        NM_CHECK(maxd < 1e-6);
+    }
+    nm_op bad = {.kind = NM_OP_ACT, .src0 = &A, .dst = &O, .i0 = 9};
+    NM_CHECK(be->iface->compute(be, &bad, 1) == NM_ERR_UNSUPPORTED);
+    nm_backend_free(be);
+}
+
+// Bidirectional attention against a double-precision softmax(QK^T s) V, for
+// sequence lengths around the query block (32) and odd head sizes.
+NM_TEST(attention_full_equals_naive) {
+    const int shapes[][3] = {{1, 1, 8}, {5, 3, 8}, {31, 2, 16}, {33, 4, 64}, {70, 3, 20}, {129, 2, 32}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int T = shapes[si][0], H = shapes[si][1], hd = shapes[si][2], W = H * hd;
+        for (int nth = 1; nth <= 2; nth++) {
+            nm_backend *be = nm_backend_cpu_create(nth, 64, 16);
+            float *q = malloc(sizeof(float) * T * W), *k = malloc(sizeof(float) * T * W);
+            float *v = malloc(sizeof(float) * T * W), *o = malloc(sizeof(float) * T * W);
+            for (int i = 0; i < T * W; i++) q[i] = 2 * frand(), k[i] = 2 * frand(), v[i] = frand();
+            nm_tensor Q = {.ne = {W, T, 1, 1}, .data = q}, K = {.ne = {W, T, 1, 1}, .data = k};
+            nm_tensor V = {.ne = {W, T, 1, 1}, .data = v}, O = {.ne = {W, T, 1, 1}, .data = o};
+            const float scale = 1.0f / sqrtf((float)hd);
+            nm_op op = {.kind = NM_OP_ATTENTION_FULL, .src0 = &Q, .src1 = &K, .src2 = &V, .dst = &O, .f0 = scale,
+                        .i0 = H, .i2 = hd};
+            NM_CHECK(!be->iface->supports_op(be, &op)); // no workspace reserved yet
+            NM_CHECK(nm_backend_cpu_reserve_attn(be, T, hd) == NM_OK);
+            NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+            double maxd = 0, *p = malloc(sizeof(double) * T);
+            for (int h = 0; h < H; h++)
+                for (int i = 0; i < T; i++) {
+                    double m = -INFINITY, sum = 0;
+                    for (int j = 0; j < T; j++) {
+                        double s = 0;
+                        for (int d = 0; d < hd; d++) s += (double)q[i * W + h * hd + d] * k[j * W + h * hd + d];
+                        p[j] = s * scale;
+                        m = fmax(m, p[j]);
+                    }
+                    for (int j = 0; j < T; j++) sum += (p[j] = exp(p[j] - m));
+                    for (int d = 0; d < hd; d++) {
+                        double want = 0;
+                        for (int j = 0; j < T; j++) want += p[j] / sum * v[j * W + h * hd + d];
+                        maxd = fmax(maxd, fabs(want - o[i * W + h * hd + d]));
+                    }
+                }
+            if (maxd >= 1e-5) fprintf(stderr, "  T=%d H=%d hd=%d threads=%d: max diff %.3g\n", T, H, hd, nth, maxd);
+            NM_CHECK(maxd < 1e-5);
+            Q.ne[1] = K.ne[1] = V.ne[1] = O.ne[1] = T + 1; // longer than reserved
+            NM_CHECK(!be->iface->supports_op(be, &op));
+            free(p), free(q), free(k), free(v), free(o);
+            nm_backend_free(be);
+        }
+    }
+}
+
 NM_TEST(unsupported_op_is_a_status) {
     nm_backend *be = nm_backend_cpu_create(1, 64, 16);
     float w[128], x[128], y[2];

@@ -37,6 +37,8 @@ typedef struct nm_cpu {
     int64_t max_row, max_tokens;
     float *scratch; // (n_threads, NM_MM_ROWS, max_row)
     uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
+    float *attn_ws; // (n_threads, attn_ws_floats): NM_OP_ATTENTION_FULL workspace
+    int64_t attn_ws_floats, attn_max_seq, attn_max_hd;
     char err[256];
 } nm_cpu;
 
@@ -205,6 +207,72 @@ static void attn_worker(void *arg, int64_t i, int ith) {
              op->f0, op->f1, out + (tok * n_head + h) * hd);
 }
 
+// ---- bidirectional attention (encoders) -------------------------------------------------
+//
+// A chunk is one head and a contiguous group of queries. The chunk packs its
+// head's K (T x hd) and V transposed (hd x T) into the thread's workspace once,
+// then for blocks of NM_FA_QB queries: S = (scale Q) K^T and O = softmax(S) V,
+// both through the f32 GEMM (which wants contiguous rows, hence the packing:
+// T*hd copies against NM_FA_QB*T*hd multiply-adds per block).
+#define NM_FA_QB 32
+
+static int64_t fa_ws_floats(int64_t T, int64_t hd) { return 2 * T * hd + NM_FA_QB * hd + NM_FA_QB * T; }
+
+typedef struct fa_task {
+    const nm_cpu *c;
+    const nm_op *op;
+    int64_t n_groups; // query groups per head
+} fa_task;
+
+static void fa_worker(void *arg, int64_t chunk, int ith) {
+    const fa_task *t = arg;
+    const nm_cpu *c = t->c;
+    const nm_op *op = t->op;
+    const int64_t T = op->src0->ne[1], n_head = op->i0, hd = op->i2, stride = n_head * hd;
+    const int64_t h = chunk / t->n_groups;
+    int64_t q_lo, q_hi;
+    nm_split_range(T, (int)(chunk % t->n_groups), (int)t->n_groups, &q_lo, &q_hi);
+    if (q_lo >= q_hi) return;
+    const float *Q = (const float *)op->src0->data + h * hd, *K = (const float *)op->src1->data + h * hd;
+    const float *V = (const float *)op->src2->data + h * hd;
+    float *O = (float *)op->dst->data + h * hd;
+    float *kp = c->attn_ws + (size_t)ith * (size_t)c->attn_ws_floats; // (T, hd)
+    float *vt = kp + T * hd;                                             // (hd, T)
+    float *qp = vt + T * hd;                                             // (QB, hd)
+    float *sc = qp + NM_FA_QB * hd;                                      // (QB, T)
+    for (int64_t j = 0; j < T; j++) {
+        memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
+        for (int64_t d = 0; d < hd; d++) vt[d * T + j] = V[j * stride + d];
+    }
+    const float scale = op->f0;
+    for (int64_t q0 = q_lo; q0 < q_hi; q0 += NM_FA_QB) {
+        const int64_t nq = q_hi - q0 < NM_FA_QB ? q_hi - q0 : NM_FA_QB;
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t d = 0; d < hd; d++) qp[i * hd + d] = Q[(q0 + i) * stride + d] * scale;
+        c->gemm(kp, T, qp, nq, hd, sc, T, NULL); // sc[i * T + j] = q_i . k_j
+        for (int64_t i = 0; i < nq; i++) {
+            float *s = sc + i * T, m = -INFINITY, sum = 0.0f;
+            for (int64_t j = 0; j < T; j++) m = s[j] > m ? s[j] : m;
+            for (int64_t j = 0; j < T; j++) {
+                s[j] = expf(s[j] - m);
+                sum += s[j];
+            }
+            const float inv = 1.0f / sum;
+            for (int64_t j = 0; j < T; j++) s[j] *= inv;
+        }
+        c->gemm(vt, hd, sc, nq, T, O + q0 * stride, stride, NULL); // O[i, d] = sum_j p_ij v_j[d]
+    }
+}
+
+static bool fa_supported(const nm_cpu *c, const nm_op *op) {
+    const int64_t T = op->src0->ne[1], hd = op->i2;
+    if (op->i0 <= 0 || hd <= 0 || op->src0->ne[0] != op->i0 * hd || !op->src1 || !op->src2) return false;
+    if (op->src1->ne[0] != op->src0->ne[0] || op->src2->ne[0] != op->src0->ne[0] || op->src1->ne[1] != T ||
+        op->src2->ne[1] != T)
+        return false;
+    return c->attn_ws && T <= c->attn_max_seq && hd <= c->attn_max_hd;
+}
+
 // ---- element-wise ops ----------------------------------------------------------------
 
 // Each takes a range [r0, r1) of rows (tokens; for RMS_NORM, the rows it
@@ -276,6 +344,46 @@ static void op_glu(const nm_op *op, int64_t r0, int64_t r1) {
     }
 }
 
+static void op_norm(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t d = op->src0->ne[0];
+    const float *w = op->src1 ? op->src1->data : NULL, *b = op->src2 ? op->src2->data : NULL;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = (const float *)op->src0->data + r * d;
+        float *y = (float *)op->dst->data + r * d;
+        double s = 0.0;
+        for (int64_t i = 0; i < d; i++) s += x[i];
+        const float mean = (float)(s / d);
+        double ss = 0.0;
+        for (int64_t i = 0; i < d; i++) ss += (double)(x[i] - mean) * (x[i] - mean);
+        const float scale = 1.0f / sqrtf((float)(ss / d) + op->f0);
+        for (int64_t i = 0; i < d; i++) {
+            float v = (x[i] - mean) * scale;
+            if (w) v *= w[i];
+            if (b) v += b[i];
+            y[i] = v;
+        }
+    }
+}
+
+static void op_act(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t w = op->dst->ne[0], b = r0 * w, e = r1 * w;
+    const float *x = op->src0->data;
+    float *y = op->dst->data;
+    switch (op->i0) {
+    case NM_ACT_SILU:
+        for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+        break;
+    case NM_ACT_GELU_TANH: {
+        const float k0 = 2.0f * 0.7978845608028654f, k1 = 0.044715f; // see op_glu
+        for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + expf(-k0 * x[i] * (1.0f + k1 * x[i] * x[i])));
+        break;
+    }
+    default: // NM_ACT_GELU_QUICK
+        for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+        break;
+    }
+}
+
 static void op_add(const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t w = op->dst->ne[0];
     const float *a = op->src0->data, *b = op->src1->data;
@@ -299,7 +407,7 @@ static void op_kv_store(const nm_cpu *c, const nm_op *op) {
 }
 
 static int64_t op_rows(const nm_op *op) {
-    return op->kind == NM_OP_RMS_NORM ? op->src0->ne[1] * op->src0->ne[2] : op->dst->ne[1];
+    return op->kind == NM_OP_RMS_NORM || op->kind == NM_OP_NORM ? op->src0->ne[1] * op->src0->ne[2] : op->dst->ne[1];
 }
 
 static void op_rows_run(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1) {
@@ -310,6 +418,8 @@ static void op_rows_run(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1
     case NM_OP_GLU: op_glu(op, r0, r1); break;
     case NM_OP_ADD: op_add(op, r0, r1); break;
     case NM_OP_SCALE: op_scale(op, r0, r1); break;
+    case NM_OP_NORM: op_norm(op, r0, r1); break;
+    case NM_OP_ACT: op_act(op, r0, r1); break;
     default: break;
     }
 }
@@ -381,6 +491,8 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
         return true;
     case NM_OP_ROPE: return op->i3 <= 1024 && op->i3 <= op->i1;
     case NM_OP_KV_STORE: return op->pos >= 0 && op->pos + op->src0->ne[1] <= op->n_ctx;
+    case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
+    case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
     default: return op->kind < NM_OP_COUNT;
     }
 }
@@ -424,7 +536,17 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
             nm_pool_run(c->pool, attn_worker, &t, op->src0->ne[1] * op->i0);
             break;
         }
+        case NM_OP_ATTENTION_FULL: {
+            const int nth = nm_pool_size(c->pool);
+            fa_task t = {c, op, 1};
+            // enough chunks to balance the threads, each a whole number of query blocks if it can be
+            while (op->i0 * t.n_groups < 4 * nth && op->src0->ne[1] / (t.n_groups + 1) >= NM_FA_QB) t.n_groups++;
+            nm_pool_run(c->pool, fa_worker, &t, op->i0 * t.n_groups);
+            break;
+        }
         case NM_OP_GET_ROWS:
+        case NM_OP_NORM:
+        case NM_OP_ACT:
         case NM_OP_RMS_NORM:
         case NM_OP_ROPE:
         case NM_OP_GLU:
@@ -444,6 +566,7 @@ static void cpu_free(nm_backend *b) {
     nm_pool_free(c->pool);
     free(c->scratch);
     free(c->act_q);
+    free(c->attn_ws);
     free(c);
     free(b);
 }
@@ -494,3 +617,20 @@ fail:
 int nm_backend_cpu_pin(nm_backend *b) { return nm_pool_pin(((nm_cpu *)b->impl)->pool); }
 
 int nm_backend_cpu_n_threads(const nm_backend *b) { return nm_pool_size(((const nm_cpu *)b->impl)->pool); }
+
+nm_status nm_backend_cpu_reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim) {
+    nm_cpu *c = b->impl;
+    if (max_seq <= 0 || head_dim <= 0 || max_seq > (1 << 20) || head_dim > 4096) return NM_ERR_INVALID_ARG;
+    if (c->attn_ws && max_seq <= c->attn_max_seq && head_dim <= c->attn_max_hd) return NM_OK;
+    const int64_t T = max_seq > c->attn_max_seq ? max_seq : c->attn_max_seq;
+    const int64_t hd = head_dim > c->attn_max_hd ? head_dim : c->attn_max_hd;
+    const int64_t per = fa_ws_floats(T, hd);
+    float *ws = malloc((size_t)nm_pool_size(c->pool) * (size_t)per * sizeof(float));
+    if (!ws) return NM_ERR_NOMEM;
+    free(c->attn_ws);
+    c->attn_ws = ws;
+    c->attn_ws_floats = per;
+    c->attn_max_seq = T;
+    c->attn_max_hd = hd;
+    return NM_OK;
+}

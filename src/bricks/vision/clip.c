@@ -1,0 +1,514 @@
+// Vision encoder brick: loads an mmproj GGUF in llama.cpp's clip layout and
+// runs the ViT and its projector as nm_ops on the CPU backend. Matmul weights
+// stay mmapped in the file's type (f32, f16 or quantized: the LLM's fused
+// kernels); the small vectors (norms, biases, position and class embeddings)
+// are widened to f32 once at load. Everything a forward pass needs is sized at
+// load for the encoder's one input shape, so nm_clip_encode allocates nothing.
+//
+// The computation follows llama.cpp's clip graphs (tools/mtmd: models/llava.cpp
+// for "mlp", models/siglip.cpp + build_vit for "idefics3") so that the same
+// file gives the same embeddings, including two of its conventions:
+//  - mlp: the class token is appended AFTER the patches (position n_patches),
+//    the layers run up to the second to last (or clip.vision.feature_layer),
+//    and the projector reads rows 1..n_patches of the result;
+//  - old conversions stored ffn_up/ffn_down swapped: detected by shape and undone.
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "bricks/vision/clip.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+typedef struct clip_layer {
+    nm_tensor wq, wk, wv, wo, up, down;   // matmul weights, mmapped
+    nm_tensor bq, bk, bv, bo, bup, bdown; // f32 vectors (data NULL if absent)
+    nm_tensor ln1_w, ln1_b, ln2_w, ln2_b;
+} clip_layer;
+
+struct nm_clip {
+    nm_gguf *g;
+    nm_clip_info info;
+    nm_backend *be;
+    nm_tensor patch_w, patch_b, class_embd, pos_embd, pre_ln_w, pre_ln_b, post_ln_w, post_ln_b;
+    nm_tensor mm0_w, mm0_b, mm2_w, mm2_b, fc_w;
+    clip_layer *layers;
+    float *vec_mem; // owned f32 copies of the vectors
+    size_t vec_used, vec_cap;
+    int32_t n_pos, n_mm; // tokens through the ViT; mlp hidden width
+    // activations
+    float *patches;      // (n_patches, 3 p^2)
+    float *x, *cur, *q, *k, *v, *attn, *o; // (n_pos, n_embd)
+    float *ff;           // (n_pos, max(n_ff, n_mm))
+    float *shuf;         // (n_out, n_embd n_merge^2): idefics3 pixel shuffle
+    char err[256];
+};
+
+static nm_status failf(char *err, size_t size, nm_status st, const char *fmt, ...) {
+    if (err && size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, size, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+// ---- loading ---------------------------------------------------------------------------
+
+typedef struct loader {
+    nm_clip *c;
+    char *err;
+    size_t err_size;
+} loader;
+
+#define LFAIL(L, st, ...) failf((L)->err, (L)->err_size, st, __VA_ARGS__)
+
+static nm_status get_u32(loader *L, const char *key, bool required, int32_t *out) {
+    const nm_gguf_kv *kv = nm_gguf_find(L->c->g, key);
+    if (!kv) return required ? LFAIL(L, NM_ERR_FORMAT, "mmproj: missing metadata key '%s'", key) : NM_OK;
+    int64_t v;
+    if (!nm_gguf_get_i64(L->c->g, key, &v) || v < 0 || v > (1 << 24))
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: metadata '%s' is not a valid count", key);
+    *out = (int32_t)v;
+    return NM_OK;
+}
+
+static nm_status get_f32_arr3(loader *L, const char *key, float out[3]) {
+    const nm_gguf_kv *kv = nm_gguf_find(L->c->g, key);
+    if (!kv) return LFAIL(L, NM_ERR_FORMAT, "mmproj: missing metadata key '%s'", key);
+    if (kv->type != NM_GGUF_ARRAY || kv->arr_n < 3 || nm_gguf_vtype_size(kv->arr_type) == 0)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: metadata '%s' is not an array of 3 numbers", key);
+    for (int i = 0; i < 3; i++) {
+        out[i] = (float)nm_gguf_arr_num(kv, (uint64_t)i);
+        if (!isfinite(out[i])) return LFAIL(L, NM_ERR_FORMAT, "mmproj: metadata '%s' has a non-finite value", key);
+    }
+    return NM_OK;
+}
+
+static bool get_flag(loader *L, const char *key) {
+    bool b = false;
+    return nm_gguf_get_bool(L->c->g, key, &b) && b;
+}
+
+// Finds tensor `name` and checks its shape: ne[0..n_dims) (trailing 1s may be
+// omitted in the file). A missing optional tensor leaves *t zeroed.
+static nm_status find(loader *L, nm_tensor *t, const char *name, bool required, int n_dims, const int64_t *ne) {
+    memset(t, 0, sizeof *t);
+    const nm_gguf_tensor *gt = nm_gguf_find_tensor(L->c->g, name);
+    if (!gt) return required ? LFAIL(L, NM_ERR_FORMAT, "mmproj: missing tensor '%s'", name) : NM_OK;
+    bool ok = true; // unused dims of a GGUF tensor read as 1
+    for (int i = 0; i < 4 && ok; i++) ok = gt->ne[i] == (i < n_dims ? ne[i] : 1);
+    if (!ok)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld, %lld]",
+                     name, (long long)gt->ne[0], (long long)gt->ne[1], (long long)gt->ne[2], (long long)gt->ne[3],
+                     (long long)ne[0], (long long)(n_dims > 1 ? ne[1] : 1), (long long)(n_dims > 2 ? ne[2] : 1),
+                     (long long)(n_dims > 3 ? ne[3] : 1));
+    const nm_type_traits *tr = nm_type_traits_get(gt->type);
+    if (!tr || !tr->supported)
+        return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: tensor '%s' has unsupported type %u (%s)", name, gt->type,
+                     tr ? tr->name : "unknown");
+    t->type = gt->type;
+    for (int i = 0; i < 4; i++) t->ne[i] = gt->ne[i];
+    t->data = (void *)gt->data;
+    t->name = gt->name.ptr;
+    return NM_OK;
+}
+
+// A matmul weight [K, O]: any supported type whose blocks divide K.
+static nm_status find_mat(loader *L, nm_tensor *t, const char *name, bool required, int64_t K, int64_t O) {
+    int64_t ne[2] = {K, O};
+    nm_status st = find(L, t, name, required, 2, ne);
+    if (st || !t->data) return st;
+    if (nm_row_size(t->type, K) == 0)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: tensor '%s' (%s) rows of %lld are not whole blocks", name,
+                     nm_type_traits_get(t->type)->name, (long long)K);
+    return NM_OK;
+}
+
+// A vector of n (or an [n, rows] table), widened to f32 into the clip's own memory.
+static nm_status find_vec(loader *L, nm_tensor *t, const char *name, bool required, int64_t n, int64_t rows) {
+    int64_t ne[2] = {n, rows};
+    nm_status st = find(L, t, name, required, 2, ne);
+    if (st || !t->data) return st;
+    nm_clip *c = L->c;
+    const size_t count = (size_t)n * (size_t)rows;
+    if (nm_row_size(t->type, n) == 0)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: tensor '%s' rows of %lld are not whole blocks", name, (long long)n);
+    if (c->vec_used + count > c->vec_cap) return LFAIL(L, NM_ERR_FORMAT, "mmproj: vector tensors larger than sized");
+    float *dst = c->vec_mem + c->vec_used;
+    const nm_kernels *k = nm_kernels_get();
+    const size_t rb = nm_row_size(t->type, n);
+    for (int64_t r = 0; r < rows; r++) k->dequant[t->type]((const uint8_t *)t->data + (size_t)r * rb, dst + r * n, n);
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite(dst[i])) return LFAIL(L, NM_ERR_FORMAT, "mmproj: tensor '%s' holds non-finite values", name);
+    c->vec_used += count;
+    t->type = NM_TYPE_F32;
+    t->data = dst;
+    return NM_OK;
+}
+
+static nm_status load_layer(loader *L, int il, clip_layer *ly) {
+    const nm_clip_info *in = &L->c->info;
+    const int64_t d = in->n_embd, f = in->n_ff;
+    char name[96];
+    nm_status st;
+#define NAME(fmt) (snprintf(name, sizeof name, "v.blk.%d." fmt, il), name)
+    // Fused or normed attention and gated FFNs belong to other projector families.
+    static const char *const foreign[] = {"attn_qkv.weight", "attn_q_norm.weight", "ffn_gate.weight", "ls1.weight",
+                                          "attn_post_norm.weight"};
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        snprintf(name, sizeof name, "v.blk.%d.%s", il, foreign[i]);
+        if (nm_gguf_find_tensor(L->c->g, name))
+            return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: tensor '%s' is not part of a CLIP/SigLIP layer we run", name);
+    }
+    if ((st = find_mat(L, &ly->wq, NAME("attn_q.weight"), true, d, d)) ||
+        (st = find_mat(L, &ly->wk, NAME("attn_k.weight"), true, d, d)) ||
+        (st = find_mat(L, &ly->wv, NAME("attn_v.weight"), true, d, d)) ||
+        (st = find_mat(L, &ly->wo, NAME("attn_out.weight"), true, d, d)) ||
+        (st = find_vec(L, &ly->bq, NAME("attn_q.bias"), false, d, 1)) ||
+        (st = find_vec(L, &ly->bk, NAME("attn_k.bias"), false, d, 1)) ||
+        (st = find_vec(L, &ly->bv, NAME("attn_v.bias"), false, d, 1)) ||
+        (st = find_vec(L, &ly->bo, NAME("attn_out.bias"), false, d, 1)) ||
+        (st = find_vec(L, &ly->ln1_w, NAME("ln1.weight"), true, d, 1)) ||
+        (st = find_vec(L, &ly->ln1_b, NAME("ln1.bias"), false, d, 1)) ||
+        (st = find_vec(L, &ly->ln2_w, NAME("ln2.weight"), true, d, 1)) ||
+        (st = find_vec(L, &ly->ln2_b, NAME("ln2.bias"), false, d, 1)))
+        return st;
+    // Up and down, in either order (old conversions swapped the names).
+    const nm_gguf_tensor *tu = nm_gguf_find_tensor(L->c->g, NAME("ffn_up.weight"));
+    const nm_gguf_tensor *td = nm_gguf_find_tensor(L->c->g, NAME("ffn_down.weight"));
+    bool swapped = tu && td && td->ne[0] == d && tu->ne[0] == f && d != f;
+    const char *up = swapped ? "ffn_down" : "ffn_up", *down = swapped ? "ffn_up" : "ffn_down";
+    char nb[96];
+    snprintf(nb, sizeof nb, "v.blk.%d.%s.weight", il, up);
+    if ((st = find_mat(L, &ly->up, nb, true, d, f))) return st;
+    snprintf(nb, sizeof nb, "v.blk.%d.%s.bias", il, up);
+    if ((st = find_vec(L, &ly->bup, nb, false, f, 1))) return st;
+    snprintf(nb, sizeof nb, "v.blk.%d.%s.weight", il, down);
+    if ((st = find_mat(L, &ly->down, nb, true, f, d))) return st;
+    snprintf(nb, sizeof nb, "v.blk.%d.%s.bias", il, down);
+    if ((st = find_vec(L, &ly->bdown, nb, false, d, 1))) return st;
+#undef NAME
+    return NM_OK;
+}
+
+// Hyperparameters and their consistency.
+static nm_status load_hparams(loader *L) {
+    nm_clip *c = L->c;
+    nm_clip_info *in = &c->info;
+    nm_str s;
+    if (!nm_gguf_get_str(c->g, "clip.projector_type", &s) && !nm_gguf_get_str(c->g, "clip.vision.projector_type", &s))
+        return LFAIL(L, NM_ERR_FORMAT, "not an mmproj file: no clip.projector_type key");
+    if (nm_gguf_find(c->g, "clip.has_vision_encoder") && !get_flag(L, "clip.has_vision_encoder"))
+        return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: the file has no vision encoder");
+    if (nm_str_eq(s, "mlp")) in->proj = NM_CLIP_PROJ_MLP;
+    else if (nm_str_eq(s, "idefics3")) in->proj = NM_CLIP_PROJ_IDEFICS3;
+    else
+        return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: projector type '%.*s' is not supported (mlp, idefics3 are)",
+                     (int)(s.len < 64 ? s.len : 64), s.ptr);
+    nm_status st;
+    in->eps = 1e-6f;
+    int32_t n_head_kv = 0, head_dim = 0;
+    if ((st = get_u32(L, "clip.vision.embedding_length", true, &in->n_embd)) ||
+        (st = get_u32(L, "clip.vision.feed_forward_length", true, &in->n_ff)) ||
+        (st = get_u32(L, "clip.vision.attention.head_count", true, &in->n_head)) ||
+        (st = get_u32(L, "clip.vision.attention.head_count_kv", false, &n_head_kv)) ||
+        (st = get_u32(L, "clip.vision.attention.head_dim", false, &head_dim)) ||
+        (st = get_u32(L, "clip.vision.block_count", true, &in->n_layer)) ||
+        (st = get_u32(L, "clip.vision.image_size", true, &in->image_size)) ||
+        (st = get_u32(L, "clip.vision.patch_size", true, &in->patch_size)) ||
+        (st = get_u32(L, "clip.vision.preproc_image_size", false, &in->preproc_image_size)) ||
+        (st = get_f32_arr3(L, "clip.vision.image_mean", in->mean)) ||
+        (st = get_f32_arr3(L, "clip.vision.image_std", in->std)))
+        return st;
+    if (nm_gguf_find(c->g, "clip.vision.attention.layer_norm_epsilon") &&
+        (!nm_gguf_get_f32(c->g, "clip.vision.attention.layer_norm_epsilon", &in->eps) || !(in->eps >= 0.0f) ||
+         !isfinite(in->eps)))
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: layer_norm_epsilon is not a finite float >= 0");
+    for (int i = 0; i < 3; i++)
+        if (!(in->std[i] > 0.0f)) return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_std[%d] is not positive", i);
+    if (in->n_embd <= 0 || in->n_ff <= 0 || in->n_head <= 0 || in->n_layer <= 0 || in->n_embd % in->n_head)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: inconsistent sizes (n_embd %d, n_ff %d, n_head %d, layers %d)",
+                     in->n_embd, in->n_ff, in->n_head, in->n_layer);
+    if ((n_head_kv && n_head_kv != in->n_head) || (head_dim && head_dim * in->n_head != in->n_embd))
+        return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: grouped or non-standard attention heads are not supported");
+    if (in->patch_size <= 0 || in->image_size <= 0 || in->image_size % in->patch_size || in->image_size > 4096)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_size %d is not a multiple of patch_size %d (or too large)",
+                     in->image_size, in->patch_size);
+    bool gelu = get_flag(L, "clip.use_gelu"), silu = get_flag(L, "clip.use_silu");
+    if (gelu && silu) return LFAIL(L, NM_ERR_FORMAT, "mmproj: both clip.use_gelu and clip.use_silu are set");
+    in->act = gelu ? NM_CLIP_ACT_GELU : silu ? NM_CLIP_ACT_SILU : NM_CLIP_ACT_GELU_QUICK;
+    const int32_t side = in->image_size / in->patch_size;
+    in->n_patches = side * side;
+    in->n_merge = 1;
+    in->n_layer_run = in->n_layer;
+    if (in->proj == NM_CLIP_PROJ_MLP) {
+        in->n_layer_run = in->n_layer - 1; // llava reads the second to last layer
+        const nm_gguf_kv *fl = nm_gguf_find(c->g, "clip.vision.feature_layer");
+        if (fl) {
+            if (fl->type != NM_GGUF_ARRAY || fl->arr_n != 1 || nm_gguf_vtype_size(fl->arr_type) == 0)
+                return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: clip.vision.feature_layer with several layers (stacked "
+                                                    "features) is not supported");
+            double v = nm_gguf_arr_num(fl, 0);
+            if (!(v >= 1 && v <= in->n_layer))
+                return LFAIL(L, NM_ERR_FORMAT, "mmproj: feature layer %g out of range 1..%d", v, in->n_layer);
+            in->n_layer_run = (int32_t)v;
+        }
+        if (in->n_layer_run < 1) return LFAIL(L, NM_ERR_FORMAT, "mmproj: an mlp encoder needs at least 2 layers");
+    } else {
+        if ((st = get_u32(L, "clip.vision.projector.scale_factor", true, &in->n_merge))) return st;
+        if (in->n_merge < 2 || side % in->n_merge)
+            return LFAIL(L, NM_ERR_FORMAT, "mmproj: scale_factor %d does not divide the %dx%d patch grid", in->n_merge,
+                         side, side);
+    }
+    return NM_OK;
+}
+
+static nm_status load_tensors(loader *L) {
+    nm_clip *c = L->c;
+    nm_clip_info *in = &c->info;
+    const int64_t d = in->n_embd, p = in->patch_size;
+    nm_status st;
+    if (nm_gguf_find_tensor(c->g, "v.patch_embd.weight.1"))
+        return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: a second patch embedding (video models) is not supported");
+    int64_t pe[4] = {p, p, 3, d};
+    if ((st = find(L, &c->patch_w, "v.patch_embd.weight", true, 4, pe))) return st;
+    if (nm_row_size(c->patch_w.type, 3 * p * p) == 0)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: patch embedding rows of %lld are not whole blocks of its type",
+                     (long long)(3 * p * p));
+    c->patch_w.ne[0] = 3 * p * p; // the kernel as a [3 p p, n_embd] matrix: row = (channel, y, x)
+    c->patch_w.ne[1] = d;
+    c->patch_w.ne[2] = c->patch_w.ne[3] = 1;
+    if ((st = find_vec(L, &c->patch_b, "v.patch_embd.bias", false, d, 1)) ||
+        (st = find_vec(L, &c->class_embd, "v.class_embd", false, d, 1)))
+        return st;
+    in->has_class_embd = c->class_embd.data != NULL;
+    c->n_pos = in->n_patches + (in->has_class_embd ? 1 : 0);
+    if ((st = find_vec(L, &c->pos_embd, "v.position_embd.weight", true, d, c->n_pos)) ||
+        (st = find_vec(L, &c->pre_ln_w, "v.pre_ln.weight", false, d, 1)) ||
+        (st = find_vec(L, &c->pre_ln_b, "v.pre_ln.bias", false, d, 1)) ||
+        (st = find_vec(L, &c->post_ln_w, "v.post_ln.weight", false, d, 1)) ||
+        (st = find_vec(L, &c->post_ln_b, "v.post_ln.bias", false, d, 1)))
+        return st;
+    for (int il = 0; il < in->n_layer_run; il++)
+        if ((st = load_layer(L, il, &c->layers[il]))) return st;
+    if (in->proj == NM_CLIP_PROJ_MLP) {
+        const nm_gguf_tensor *m0 = nm_gguf_find_tensor(c->g, "mm.0.weight");
+        if (!m0) return LFAIL(L, NM_ERR_FORMAT, "mmproj: missing tensor 'mm.0.weight'");
+        c->n_mm = (int32_t)m0->ne[1];
+        if ((st = find_mat(L, &c->mm0_w, "mm.0.weight", true, d, c->n_mm)) ||
+            (st = find_vec(L, &c->mm0_b, "mm.0.bias", true, c->n_mm, 1)))
+            return st;
+        const nm_gguf_tensor *m2 = nm_gguf_find_tensor(c->g, "mm.2.weight");
+        in->n_out_embd = c->n_mm;
+        if (m2) {
+            in->n_out_embd = (int32_t)m2->ne[1];
+            if ((st = find_mat(L, &c->mm2_w, "mm.2.weight", true, c->n_mm, in->n_out_embd)) ||
+                (st = find_vec(L, &c->mm2_b, "mm.2.bias", true, in->n_out_embd, 1)))
+                return st;
+        }
+        if (nm_gguf_find_tensor(c->g, "mm.1.weight") || nm_gguf_find_tensor(c->g, "mm.3.weight"))
+            return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: an mlp projector with mm.1/mm.3 (mlp_norm) is not supported");
+        in->n_out = in->n_patches;
+    } else {
+        const int64_t kin = d * in->n_merge * in->n_merge;
+        const nm_gguf_tensor *fc = nm_gguf_find_tensor(c->g, "mm.model.fc.weight");
+        if (!fc) return LFAIL(L, NM_ERR_FORMAT, "mmproj: missing tensor 'mm.model.fc.weight'");
+        in->n_out_embd = (int32_t)fc->ne[1];
+        if ((st = find_mat(L, &c->fc_w, "mm.model.fc.weight", true, kin, in->n_out_embd))) return st;
+        in->n_out = in->n_patches / (in->n_merge * in->n_merge);
+    }
+    if (in->n_out_embd <= 0) return LFAIL(L, NM_ERR_FORMAT, "mmproj: projector output width is 0");
+    return NM_OK;
+}
+
+void nm_clip_free(nm_clip *c) {
+    if (!c) return;
+    nm_backend_free(c->be);
+    free(c->layers);
+    free(c->vec_mem);
+    free(c->patches);
+    free(c->x);
+    free(c->cur);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->attn);
+    free(c->o);
+    free(c->ff);
+    free(c->shuf);
+    nm_gguf_close(c->g);
+    free(c);
+}
+
+nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char *err, size_t err_size) {
+    if (!path || !out) return failf(err, err_size, NM_ERR_INVALID_ARG, "nm_clip_load: NULL argument");
+    *out = NULL;
+    nm_clip *c = calloc(1, sizeof *c);
+    if (!c) return failf(err, err_size, NM_ERR_NOMEM, "out of memory");
+    loader L = {c, err, err_size};
+    nm_status st = nm_gguf_open(path, &c->g, err, err_size);
+    if (st) goto fail;
+    if ((st = load_hparams(&L))) goto fail;
+    nm_clip_info *in = &c->info;
+    // Upper bound of the widened vectors: every tensor of n_embd-ish size or smaller, plus the position table.
+    c->vec_cap = 0;
+    for (int64_t i = 0; i < nm_gguf_n_tensors(c->g); i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(c->g, i);
+        if (t->ne[1] * t->ne[2] * t->ne[3] <= 1 || nm_str_eq(t->name, "v.position_embd.weight"))
+            c->vec_cap += (size_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    c->vec_mem = malloc((c->vec_cap ? c->vec_cap : 1) * sizeof(float));
+    c->layers = calloc((size_t)in->n_layer, sizeof *c->layers);
+    if (!c->vec_mem || !c->layers) {
+        st = failf(err, err_size, NM_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if ((st = load_tensors(&L))) goto fail;
+
+    const int64_t d = in->n_embd, T = c->n_pos, p = in->patch_size, mm = in->n_merge;
+    int64_t max_row = 3 * p * p;
+    const int64_t widths[] = {d, in->n_ff, c->n_mm, d * mm * mm};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) max_row = widths[i] > max_row ? widths[i] : max_row;
+    int64_t ffw = in->n_ff > c->n_mm ? in->n_ff : c->n_mm;
+    c->be = nm_backend_cpu_create(n_threads, max_row, T);
+    c->patches = malloc(sizeof(float) * (size_t)(in->n_patches * 3 * p * p));
+    float **acts[] = {&c->x, &c->cur, &c->q, &c->k, &c->v, &c->attn, &c->o};
+    bool ok = c->be && c->patches;
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) ok = ok && (*acts[i] = malloc(sizeof(float) * (size_t)(T * d)));
+    ok = ok && (c->ff = malloc(sizeof(float) * (size_t)(T * ffw)));
+    if (in->proj == NM_CLIP_PROJ_IDEFICS3) ok = ok && (c->shuf = malloc(sizeof(float) * (size_t)(in->n_patches * d)));
+    if (!ok || nm_backend_cpu_reserve_attn(c->be, T, d / in->n_head) != NM_OK) {
+        st = failf(err, err_size, NM_ERR_NOMEM, "out of memory for the encoder's activations");
+        goto fail;
+    }
+    *out = c;
+    return NM_OK;
+fail:
+    nm_clip_free(c);
+    return st;
+}
+
+const nm_clip_info *nm_clip_get_info(const nm_clip *c) { return c ? &c->info : NULL; }
+const char *nm_clip_last_error(const nm_clip *c) { return c ? c->err : ""; }
+
+// ---- forward ---------------------------------------------------------------------------
+
+static inline nm_tensor act(float *data, int64_t w, int64_t T) {
+    nm_tensor t = {.type = NM_TYPE_F32, .ne = {w, T, 1, 1}, .data = data, .name = NULL};
+    return t;
+}
+
+static nm_status run(nm_clip *c, const nm_op *ops, int n) {
+    nm_status st = c->be->iface->compute(c->be, ops, n);
+    if (st != NM_OK) failf(c->err, sizeof c->err, st, "vision encoder: %s", c->be->iface->last_error(c->be));
+    return st;
+}
+
+static const nm_tensor *opt(const nm_tensor *t) { return t->data ? t : NULL; }
+
+static nm_status norm(nm_clip *c, float *dst, const float *src, const nm_tensor *w, const nm_tensor *b, int64_t T) {
+    nm_tensor s = act((float *)src, c->info.n_embd, T), y = act(dst, c->info.n_embd, T);
+    nm_op op = {.kind = NM_OP_NORM, .src0 = &s, .src1 = opt(w), .src2 = opt(b), .dst = &y, .f0 = c->info.eps};
+    return run(c, &op, 1);
+}
+
+static nm_status matmul(nm_clip *c, float *dst, const nm_tensor *w, const float *src, const nm_tensor *bias, int64_t T) {
+    nm_tensor s = act((float *)src, w->ne[0], T), y = act(dst, w->ne[1], T);
+    nm_op op = {.kind = NM_OP_MATMUL, .src0 = w, .src1 = &s, .src2 = bias ? opt(bias) : NULL, .dst = &y};
+    return run(c, &op, 1);
+}
+
+static nm_status add(nm_clip *c, float *dst, const float *a, const float *b, int64_t width, int64_t T) {
+    nm_tensor ta = act((float *)a, width, T), tb = act((float *)b, width, T), y = act(dst, width, T);
+    nm_op op = {.kind = NM_OP_ADD, .src0 = &ta, .src1 = &tb, .dst = &y};
+    return run(c, &op, 1);
+}
+
+static nm_status activation(nm_clip *c, float *x, int64_t width, int64_t T, int act_kind) {
+    nm_tensor t = act(x, width, T);
+    nm_op op = {.kind = NM_OP_ACT, .src0 = &t, .dst = &t, .i0 = act_kind};
+    return run(c, &op, 1);
+}
+
+static nm_status layer_forward(nm_clip *c, const clip_layer *ly) {
+    const nm_clip_info *in = &c->info;
+    const int64_t d = in->n_embd, T = c->n_pos, hd = d / in->n_head;
+    static const int acts[] = {[NM_CLIP_ACT_GELU_QUICK] = NM_ACT_GELU_QUICK, [NM_CLIP_ACT_GELU] = NM_ACT_GELU_TANH,
+                               [NM_CLIP_ACT_SILU] = NM_ACT_SILU};
+    nm_status st;
+    if ((st = norm(c, c->cur, c->x, &ly->ln1_w, &ly->ln1_b, T))) return st;
+    // Q, K and V read the same normed input: one job on the backend.
+    nm_tensor s = act(c->cur, d, T), tq = act(c->q, d, T), tk = act(c->k, d, T), tv = act(c->v, d, T);
+    nm_tensor ta = act(c->attn, d, T);
+    nm_op qkv[3] = {
+        {.kind = NM_OP_MATMUL, .src0 = &ly->wq, .src1 = &s, .src2 = opt(&ly->bq), .dst = &tq},
+        {.kind = NM_OP_MATMUL, .src0 = &ly->wk, .src1 = &s, .src2 = opt(&ly->bk), .dst = &tk},
+        {.kind = NM_OP_MATMUL, .src0 = &ly->wv, .src1 = &s, .src2 = opt(&ly->bv), .dst = &tv},
+    };
+    if ((st = run(c, qkv, 3))) return st;
+    nm_op fa = {.kind = NM_OP_ATTENTION_FULL, .src0 = &tq, .src1 = &tk, .src2 = &tv, .dst = &ta,
+                .f0 = 1.0f / sqrtf((float)hd), .i0 = in->n_head, .i2 = (int32_t)hd};
+    if ((st = run(c, &fa, 1)) || (st = matmul(c, c->o, &ly->wo, c->attn, &ly->bo, T)) ||
+        (st = add(c, c->x, c->x, c->o, d, T)))
+        return st;
+    if ((st = norm(c, c->cur, c->x, &ly->ln2_w, &ly->ln2_b, T)) ||
+        (st = matmul(c, c->ff, &ly->up, c->cur, &ly->bup, T)) || (st = activation(c, c->ff, in->n_ff, T, acts[in->act])) ||
+        (st = matmul(c, c->o, &ly->down, c->ff, &ly->bdown, T)))
+        return st;
+    return add(c, c->x, c->x, c->o, d, T);
+}
+
+nm_status nm_clip_encode(nm_clip *c, const float *pixels, float *out) {
+    if (!c || !pixels || !out) return NM_ERR_INVALID_ARG;
+    c->err[0] = '\0';
+    const nm_clip_info *in = &c->info;
+    const int64_t d = in->n_embd, S = in->image_size, p = in->patch_size, side = S / p, P = 3 * p * p;
+    nm_status st;
+    // Patches as rows (channel, y, x), the order of the conv kernel's elements.
+    for (int64_t py = 0; py < side; py++)
+        for (int64_t px = 0; px < side; px++) {
+            float *row = c->patches + (py * side + px) * P;
+            for (int64_t ch = 0; ch < 3; ch++)
+                for (int64_t y = 0; y < p; y++)
+                    memcpy(row + (ch * p + y) * p, pixels + (ch * S + py * p + y) * S + px * p, sizeof(float) * (size_t)p);
+        }
+    if ((st = matmul(c, c->x, &c->patch_w, c->patches, &c->patch_b, in->n_patches))) return st;
+    if (in->has_class_embd) memcpy(c->x + (size_t)in->n_patches * d, c->class_embd.data, sizeof(float) * (size_t)d);
+    if ((st = add(c, c->x, c->x, c->pos_embd.data, d, c->n_pos))) return st;
+    if (c->pre_ln_w.data && (st = norm(c, c->x, c->x, &c->pre_ln_w, &c->pre_ln_b, c->n_pos))) return st;
+    for (int il = 0; il < in->n_layer_run; il++)
+        if ((st = layer_forward(c, &c->layers[il]))) return st;
+    if (c->post_ln_w.data && (st = norm(c, c->x, c->x, &c->post_ln_w, &c->post_ln_b, c->n_pos))) return st;
+
+    if (in->proj == NM_CLIP_PROJ_MLP) {
+        // rows 1..n_patches when there is a class token (llama.cpp's "patches" indices)
+        const float *feat = c->x + (in->has_class_embd ? d : 0);
+        const int64_t N = in->n_patches;
+        if (!c->mm2_w.data) {
+            if ((st = matmul(c, out, &c->mm0_w, feat, &c->mm0_b, N))) return st;
+            return activation(c, out, c->n_mm, N, NM_ACT_GELU_TANH);
+        }
+        if ((st = matmul(c, c->ff, &c->mm0_w, feat, &c->mm0_b, N)) ||
+            (st = activation(c, c->ff, c->n_mm, N, NM_ACT_GELU_TANH)))
+            return st;
+        return matmul(c, out, &c->mm2_w, c->ff, &c->mm2_b, N);
+    }
+    // idefics3: pixel shuffle. Output token (yb, xb) of the (side/s)^2 grid is
+    // the concatenation, dy outer and dx inner, of the s*s patches
+    // (yb*s + dy, xb*s + dx) - the order of llama.cpp's reshape/permute chain.
+    const int64_t s = in->n_merge, sb = side / s;
+    for (int64_t yb = 0; yb < sb; yb++)
+        for (int64_t xb = 0; xb < sb; xb++) {
+            float *dst = c->shuf + (yb * sb + xb) * d * s * s;
+            for (int64_t dy = 0; dy < s; dy++)
+                for (int64_t dx = 0; dx < s; dx++)
+                    memcpy(dst + (dy * s + dx) * d, c->x + ((yb * s + dy) * side + xb * s + dx) * d,
+                           sizeof(float) * (size_t)d);
+        }
+    return matmul(c, out, &c->fc_w, c->shuf, NULL, in->n_out);
+}

@@ -1,0 +1,56 @@
+// Random-weight mmproj files (vision encoder + projector) in llama.cpp's
+// `clip` GGUF layout, for tests and cross-checks against llama.cpp's mtmd.
+// Layout, keys and the math of each projector: docs/mmproj.md.
+#ifndef NM_GENMMPROJ_H
+#define NM_GENMMPROJ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nanomind.h"
+
+typedef struct nm_genmmproj_params {
+    const char *proj;    // "mlp" (LLaVA: mm.0 -> GELU -> mm.2) or "idefics3" (SmolVLM: pixel shuffle -> mm.model.fc)
+    int32_t image_size;  // clip.vision.image_size (square input)
+    int32_t patch_size;  // clip.vision.patch_size; divides image_size
+    int32_t n_embd;      // ViT width; a multiple of n_head
+    int32_t n_ff;        // ViT FFN width
+    int32_t n_head;
+    int32_t n_layer;     // layers written (mlp: llama.cpp runs n_layer - 1 of them)
+    int32_t n_out_embd;  // projector output width = the LLM's n_embd (clip.vision.projection_dim)
+    int32_t scale_factor; // idefics3: pixel-shuffle factor (>= 2, divides image_size / patch_size); else ignored
+    bool class_embd;     // v.class_embd
+    bool patch_bias;     // v.patch_embd.bias (SigLIP has one, CLIP does not)
+    bool pre_ln;         // v.pre_ln.{weight,bias}
+    bool post_ln;        // v.post_ln.{weight,bias}
+    bool use_gelu;       // clip.use_gelu: tanh GELU in the ViT FFN; false: quick GELU x*sigmoid(1.702x)
+    bool legacy_ffn_names; // fc1 written as ffn_down and fc2 as ffn_up, as old LLaVA converters did
+    float eps;           // clip.vision.attention.layer_norm_epsilon
+    float mean[3], std[3]; // clip.vision.image_mean / image_std
+    uint32_t wtype;      // enum nm_type of the 2-D matmul weights; embeddings, norms and biases stay f32
+    uint64_t seed;
+} nm_genmmproj_params;
+
+// Defaults shaped like the real files, small: "mlp" like a LLaVA-1.5 CLIP
+// (class token, pre-LN, quick GELU, no patch bias), "idefics3" like SmolVLM's
+// SigLIP (patch bias, post-LN, GELU, scale factor 2). Unknown proj: the mlp set
+// with proj left as given (nm_genmmproj_write then rejects it).
+nm_genmmproj_params nm_genmmproj_default_params(const char *proj);
+
+// Writes the mmproj to `path`. Weights are random from `seed`: norms near 1,
+// matmul weights ~ N(0, 1/fan_in), so activations stay O(1) through the layers.
+// Returns NM_OK, or NM_ERR_INVALID_ARG (inconsistent sizes, a row length the
+// weight type cannot hold, an unknown projector or type), NM_ERR_NOMEM or
+// NM_ERR_IO, with a message in err.
+nm_status nm_genmmproj_write(const char *path, const nm_genmmproj_params *p, char *err, size_t err_size);
+
+// Writes a random planar image (3 x image_size x image_size floats, R, G, B
+// planes, row-major, values as a normalized image has: roughly N(0, 1)) to
+// `path` as raw little-endian f32. For the reference and the oracle.
+nm_status nm_genmmproj_write_input(const char *path, int32_t image_size, uint64_t seed, char *err, size_t err_size);
+
+// Weight types the generator writes and tools/vision_ref/clip_ref.py reads.
+bool nm_genmmproj_type_ok(uint32_t type);
+
+#endif

@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+"""Reference vision encoder for llama.cpp-format mmproj files (numpy only).
+
+    clip_ref.py MMPROJ INPUT.f32 OUTPUT.f32 [--ggml-act] [--cls-first] [--dump DIR]
+
+INPUT:  the normalized image, planar: 3 x S x S float32 (R, G, B planes, row-major),
+        S = clip.vision.image_size.
+OUTPUT: the projector output, n_out x n_out_embd float32, row-major.
+
+Runs the ViT (conv patch embedding, class token, position embeddings, pre-LN,
+layers, post-LN) and the projector (mlp, idefics3) in float64 with the weights
+dequantized (f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K), following
+the rules of llama.cpp's tools/mtmd (clip.cpp, models/llava.cpp, models/siglip.cpp).
+The layout and the math are written down in docs/mmproj.md.
+
+Options:
+  --ggml-act   evaluate GELU and quick GELU as ggml's CPU backend does: through a
+               table indexed by the input rounded to f16, with an f16 result. Used
+               to match llama.cpp more tightly; the default is the exact function.
+  --cls-first  put the class token first (position 0) and drop its output row, as
+               HF transformers does. The default follows llama.cpp at 0c1e570, whose
+               llava graph appends the class token after the patches (position
+               n_patches) and then keeps rows 1..n_patches: patch 0 is dropped and the
+               class token's row is kept (llama.cpp issue 25814).
+  --dump DIR   also write every stage (patch_embd, embd_in, pre_ln, layer_N, post_ln,
+               proj_in, out) to DIR/<stage>.f32, float32, rows of the stage's width.
+  --info       print the hyperparameters read from the file to stderr.
+"""
+
+import os
+import struct
+import sys
+
+import numpy as np
+
+# ---- GGUF reader --------------------------------------------------------------
+# Spec: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
+
+GGUF_SCALAR = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "<u1",
+               10: "<u8", 11: "<i8", 12: "<f8"}
+GGUF_STRING, GGUF_ARRAY, GGUF_BOOL = 8, 9, 7
+
+# ggml type number -> (name, elements per block, bytes per block)
+GGML_TYPES = {
+    0: ("f32", 1, 4), 1: ("f16", 1, 2), 2: ("q4_0", 32, 18), 3: ("q4_1", 32, 20),
+    6: ("q5_0", 32, 22), 7: ("q5_1", 32, 24), 8: ("q8_0", 32, 34), 12: ("q4_K", 256, 144),
+    13: ("q5_K", 256, 176), 14: ("q6_K", 256, 210), 30: ("bf16", 1, 2),
+}
+
+
+class FormatError(Exception):
+    pass
+
+
+class Gguf:
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self.buf = f.read()
+        self.pos = 0
+        if len(self.buf) < 24 or self.buf[:4] != b"GGUF":
+            raise FormatError(f"{path}: not a GGUF file")
+        self.pos = 4
+        version = self._u32()
+        if version not in (2, 3):
+            raise FormatError(f"{path}: GGUF version {version} not supported")
+        n_tensors, n_kv = self._u64(), self._u64()
+        self.kv = {}
+        for _ in range(n_kv):
+            key = self._str()
+            vtype = self._u32()
+            self.kv[key] = self._value(vtype)
+        infos = []
+        for _ in range(n_tensors):
+            name = self._str()
+            n_dims = self._u32()
+            if n_dims > 4:
+                raise FormatError(f"tensor {name}: {n_dims} dims")
+            ne = [self._u64() for _ in range(n_dims)]
+            ttype = self._u32()
+            offset = self._u64()
+            infos.append((name, ne, ttype, offset))
+        align = int(self.kv.get("general.alignment", 32))
+        data_start = (self.pos + align - 1) // align * align
+        self.tensors = {}
+        for name, ne, ttype, offset in infos:
+            if ttype not in GGML_TYPES:
+                raise FormatError(f"tensor {name}: ggml type {ttype} not supported by the reference")
+            _, blck, tsize = GGML_TYPES[ttype]
+            n = int(np.prod(ne)) if ne else 1
+            if ne and ne[0] % blck:
+                raise FormatError(f"tensor {name}: row of {ne[0]} not a multiple of block {blck}")
+            nbytes = n // blck * tsize
+            start = data_start + offset
+            if start + nbytes > len(self.buf):
+                raise FormatError(f"tensor {name}: data past the end of the file")
+            self.tensors[name] = (ne, ttype, start, nbytes)
+
+    def _need(self, n):
+        if self.pos + n > len(self.buf):
+            raise FormatError("truncated GGUF header")
+
+    def _u32(self):
+        self._need(4)
+        v = struct.unpack_from("<I", self.buf, self.pos)[0]
+        self.pos += 4
+        return v
+
+    def _u64(self):
+        self._need(8)
+        v = struct.unpack_from("<Q", self.buf, self.pos)[0]
+        self.pos += 8
+        return v
+
+    def _str(self):
+        n = self._u64()
+        self._need(n)
+        s = self.buf[self.pos:self.pos + n].decode("utf-8", errors="replace")
+        self.pos += n
+        return s
+
+    def _value(self, vtype):
+        if vtype == GGUF_STRING:
+            return self._str()
+        if vtype == GGUF_ARRAY:
+            etype, n = self._u32(), self._u64()
+            return [self._value(etype) for _ in range(n)]
+        if vtype not in GGUF_SCALAR:
+            raise FormatError(f"unknown GGUF value type {vtype}")
+        dt = np.dtype(GGUF_SCALAR[vtype])
+        self._need(dt.itemsize)
+        v = np.frombuffer(self.buf, dt, 1, self.pos)[0].item()
+        self.pos += dt.itemsize
+        return bool(v) if vtype == GGUF_BOOL else v
+
+    def has(self, name):
+        return name in self.tensors
+
+    def tensor(self, name):
+        """Tensor as float64, numpy shape = reversed ggml ne (ne[0] last)."""
+        if name not in self.tensors:
+            raise FormatError(f"missing tensor {name}")
+        ne, ttype, start, nbytes = self.tensors[name]
+        raw = np.frombuffer(self.buf, np.uint8, nbytes, start)
+        n = int(np.prod(ne)) if ne else 1
+        return dequantize(ttype, raw, n).reshape(tuple(reversed(ne)) if ne else ())
+
+
+# ---- dequantization (ggml block formats) -----------------------------------------
+
+def _f16(raw, off, nb, bsize):
+    """Field of one f16 per block at byte offset off."""
+    b = raw.reshape(nb, bsize)[:, off:off + 2].copy()
+    return b.view("<f2").astype(np.float64).reshape(nb, 1)
+
+
+def _bytes(raw, off, n, nb, bsize):
+    return raw.reshape(nb, bsize)[:, off:off + n]
+
+
+def _nibbles32(qs):
+    """16 bytes per block -> 32 4-bit values: low nibbles are elements 0..15, high 16..31."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.int32)
+
+
+def _qh_bits(qh_bytes):
+    """4 bytes (a little-endian u32) per block -> the 32 bits, bit j for element j."""
+    u = qh_bytes.copy().view("<u4").reshape(-1, 1).astype(np.uint64)
+    return ((u >> np.arange(32, dtype=np.uint64)) & 1).astype(np.int32)
+
+
+def _scale_min_k4(sc):
+    """12 bytes of packed 6-bit scales and mins per super-block -> (8 scales, 8 mins)."""
+    sc = sc.astype(np.int32)
+    d = np.empty((sc.shape[0], 8), np.int32)
+    m = np.empty((sc.shape[0], 8), np.int32)
+    for j in range(8):
+        if j < 4:
+            d[:, j] = sc[:, j] & 63
+            m[:, j] = sc[:, j + 4] & 63
+        else:
+            d[:, j] = (sc[:, j + 4] & 0x0F) | ((sc[:, j - 4] >> 6) << 4)
+            m[:, j] = (sc[:, j + 4] >> 4) | ((sc[:, j] >> 6) << 4)
+    return d, m
+
+
+def dequantize(ttype, raw, n):
+    name, blck, bsize = GGML_TYPES[ttype]
+    nb = n // blck
+    if name == "f32":
+        return raw.view("<f4").astype(np.float64)
+    if name == "f16":
+        return raw.view("<f2").astype(np.float64)
+    if name == "bf16":
+        return (raw.view("<u2").astype(np.uint32) << 16).view("<f4").astype(np.float64)
+    if name == "q8_0":
+        d = _f16(raw, 0, nb, bsize)
+        q = _bytes(raw, 2, 32, nb, bsize).view(np.int8).astype(np.float64)
+        return (d * q).reshape(-1)
+    if name == "q4_0":
+        d = _f16(raw, 0, nb, bsize)
+        q = _nibbles32(_bytes(raw, 2, 16, nb, bsize)) - 8
+        return (d * q).reshape(-1)
+    if name == "q4_1":
+        d, m = _f16(raw, 0, nb, bsize), _f16(raw, 2, nb, bsize)
+        q = _nibbles32(_bytes(raw, 4, 16, nb, bsize))
+        return (d * q + m).reshape(-1)
+    if name == "q5_0":
+        d = _f16(raw, 0, nb, bsize)
+        q = _nibbles32(_bytes(raw, 6, 16, nb, bsize)) | (_qh_bits(_bytes(raw, 2, 4, nb, bsize)) << 4)
+        return (d * (q - 16)).reshape(-1)
+    if name == "q5_1":
+        d, m = _f16(raw, 0, nb, bsize), _f16(raw, 2, nb, bsize)
+        q = _nibbles32(_bytes(raw, 8, 16, nb, bsize)) | (_qh_bits(_bytes(raw, 4, 4, nb, bsize)) << 4)
+        return (d * q + m).reshape(-1)
+    if name in ("q4_K", "q5_K"):
+        # d, dmin (f16), 12 bytes of scales/mins, [q5_K: 32 bytes of high bits], 128 bytes of nibbles.
+        # Each 64 elements take 32 bytes: low nibbles for the first 32, high for the next 32.
+        d, dmin = _f16(raw, 0, nb, bsize), _f16(raw, 2, nb, bsize)
+        sc, mn = _scale_min_k4(_bytes(raw, 4, 12, nb, bsize))
+        qs_off = 16 if name == "q4_K" else 48
+        qs = _bytes(raw, qs_off, 128, nb, bsize).astype(np.int32).reshape(nb, 4, 32)
+        q = np.stack([qs & 0x0F, qs >> 4], axis=2).reshape(nb, 8, 32)  # sub-block j = 2*chunk + half
+        if name == "q5_K":
+            qh = _bytes(raw, 16, 32, nb, bsize).astype(np.int32)  # bit j of qh[l] -> element 32*j + l
+            hi = np.stack([(qh >> j) & 1 for j in range(8)], axis=1)  # (nb, 8, 32)
+            q = q + (hi << 4)
+        y = d[:, :, None] * sc[:, :, None] * q - dmin[:, :, None] * mn[:, :, None]
+        return y.reshape(-1)
+    if name == "q6_K":
+        ql = _bytes(raw, 0, 128, nb, bsize).astype(np.int32)
+        qh = _bytes(raw, 128, 64, nb, bsize).astype(np.int32)
+        scales = _bytes(raw, 192, 16, nb, bsize).view(np.int8).astype(np.float64)
+        d = _f16(raw, 208, nb, bsize)
+        y = np.empty((nb, 256), np.float64)
+        for half in range(2):  # 128 elements each: 64 bytes of ql, 32 of qh, 8 scales
+            l_ = ql[:, 64 * half:64 * half + 64]
+            h_ = qh[:, 32 * half:32 * half + 32]
+            s_ = scales[:, 8 * half:8 * half + 8]
+            quarters = [
+                (l_[:, :32] & 0x0F) | (((h_ >> 0) & 3) << 4),
+                (l_[:, 32:] & 0x0F) | (((h_ >> 2) & 3) << 4),
+                (l_[:, :32] >> 4) | (((h_ >> 4) & 3) << 4),
+                (l_[:, 32:] >> 4) | (((h_ >> 6) & 3) << 4),
+            ]
+            for k, qv in enumerate(quarters):
+                # element l of quarter k uses scale 2k + l/16
+                sc = np.repeat(s_[:, 2 * k:2 * k + 2], 16, axis=1)
+                y[:, 128 * half + 32 * k:128 * half + 32 * k + 32] = d * sc * (qv - 32)
+        return y.reshape(-1)
+    raise FormatError(f"type {name} not supported")
+
+
+# ---- activations -------------------------------------------------------------------
+
+def gelu_tanh(x):
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * x * (1.0 + 0.044715 * x * x)))
+
+
+def gelu_quick(x):
+    return x / (1.0 + np.exp(-1.702 * x))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def ggml_table(fn, x, clamp):
+    """ggml CPU: y = f16(fn_f32(f16(x))), with GELU's +-10 shortcut."""
+    xh = x.astype(np.float32).astype(np.float16).astype(np.float32)
+    with np.errstate(over="ignore"):
+        y = fn(xh).astype(np.float32).astype(np.float16).astype(np.float64)
+    if clamp:
+        x32 = x.astype(np.float32)
+        y = np.where(x32 <= -10.0, 0.0, np.where(x32 >= 10.0, x32.astype(np.float64), y))
+    return y
+
+
+# ---- the encoder ------------------------------------------------------------------------
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    y = (x - mu) / np.sqrt(var + eps)
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y
+
+
+class Encoder:
+    def __init__(self, path, ggml_act=False, cls_first=False):
+        g = self.g = Gguf(path)
+        kv = g.kv
+
+        def need(key):
+            if key not in kv:
+                raise FormatError(f"missing key {key}")
+            return kv[key]
+
+        self.proj = kv.get("clip.projector_type", kv.get("clip.vision.projector_type", ""))
+        if self.proj not in ("mlp", "idefics3"):
+            raise FormatError(f"projector type '{self.proj}' not supported (mlp, idefics3)")
+        self.image_size = int(need("clip.vision.image_size"))
+        self.patch_size = int(need("clip.vision.patch_size"))
+        self.n_embd = int(need("clip.vision.embedding_length"))
+        self.n_ff = int(need("clip.vision.feed_forward_length"))
+        self.n_head = int(need("clip.vision.attention.head_count"))
+        self.n_layer = int(need("clip.vision.block_count"))
+        self.eps = float(need("clip.vision.attention.layer_norm_epsilon"))
+        if kv.get("clip.use_gelu", False) and kv.get("clip.use_silu", False):
+            raise FormatError("both clip.use_gelu and clip.use_silu are set")
+        if kv.get("clip.use_gelu", False):
+            self.act_name, fn, clamp = "gelu", gelu_tanh, True
+        elif kv.get("clip.use_silu", False):
+            self.act_name, fn, clamp = "silu", silu, None
+        else:
+            self.act_name, fn, clamp = "gelu_quick", gelu_quick, False
+        # ggml evaluates SiLU directly; GELU and quick GELU through f16 tables.
+        self.act = (lambda x: ggml_table(fn, x, clamp)) if ggml_act and clamp is not None else fn
+        self.gelu = (lambda x: ggml_table(gelu_tanh, x, True)) if ggml_act else gelu_tanh
+        self.n_merge = int(kv.get("clip.vision.projector.scale_factor", 1)) if self.proj == "idefics3" else 1
+        self.cls_first = cls_first
+        if self.image_size <= 0 or self.patch_size <= 0 or self.image_size % self.patch_size:
+            raise FormatError(f"image_size {self.image_size} is not a multiple of patch_size {self.patch_size}")
+        if self.n_head <= 0 or self.n_embd % self.n_head:
+            raise FormatError(f"n_embd {self.n_embd} is not a multiple of n_head {self.n_head}")
+        self.grid = self.image_size // self.patch_size
+        if self.proj == "idefics3" and (self.n_merge < 2 or self.grid % self.n_merge):
+            raise FormatError(f"scale_factor {self.n_merge} must be >= 2 and divide the grid side {self.grid}")
+        # mlp (llava graph): the second-to-last layer's output, i.e. n_layer - 1 layers.
+        self.n_layer_run = self.n_layer - 1 if self.proj == "mlp" else self.n_layer
+
+        d, ps = self.n_embd, self.patch_size
+        t = self._t
+        self.patch_w = t("v.patch_embd.weight", (d, 3, ps, ps))
+        self.patch_b = t("v.patch_embd.bias", (d,), optional=True)
+        self.cls = t("v.class_embd", (d,), optional=True)
+        n_pos = self.grid * self.grid + (1 if self.cls is not None else 0)
+        self.pos = t("v.position_embd.weight", (n_pos, d))
+        self.pre_ln = (t("v.pre_ln.weight", (d,), optional=True), t("v.pre_ln.bias", (d,), optional=True))
+        self.post_ln = (t("v.post_ln.weight", (d,), optional=True), t("v.post_ln.bias", (d,), optional=True))
+        self.layers = []
+        for il in range(self.n_layer_run):
+            p = f"v.blk.{il}."
+            L = {
+                "ln1": (t(p + "ln1.weight", (d,)), t(p + "ln1.bias", (d,))),
+                "ln2": (t(p + "ln2.weight", (d,)), t(p + "ln2.bias", (d,))),
+            }
+            for k in ("q", "k", "v", "out"):
+                L[k] = (t(p + f"attn_{k}.weight", (d, d)), t(p + f"attn_{k}.bias", (d,), optional=True))
+            # llama.cpp's check for files from old converters, which named fc1
+            # ffn_down and fc2 ffn_up: if ffn_down takes n_embd inputs, swap back.
+            up_w, down_w = g.tensor(p + "ffn_up.weight"), g.tensor(p + "ffn_down.weight")
+            up_b, down_b = t(p + "ffn_up.bias", None, optional=True), t(p + "ffn_down.bias", None, optional=True)
+            if down_w.ndim == 2 and down_w.shape[1] == d:
+                up_w, down_w, up_b, down_b = down_w, up_w, down_b, up_b
+            self._shape(p + "ffn_up", up_w, (self.n_ff, d))
+            self._shape(p + "ffn_down", down_w, (d, self.n_ff))
+            if up_b is not None:
+                self._shape(p + "ffn_up.bias", up_b, (self.n_ff,))
+            if down_b is not None:
+                self._shape(p + "ffn_down.bias", down_b, (d,))
+            L["up"], L["down"] = (up_w, up_b), (down_w, down_b)
+            self.layers.append(L)
+        if self.proj == "mlp":
+            w0 = g.tensor("mm.0.weight")
+            if w0.ndim != 2 or w0.shape[1] != d:
+                raise FormatError(f"mm.0.weight: shape {list(reversed(w0.shape))}, want [{d}, n]")
+            self.mm0 = (w0, t("mm.0.bias", (w0.shape[0],)))
+            w2 = g.tensor("mm.2.weight")
+            if w2.ndim != 2 or w2.shape[1] != w0.shape[0]:
+                raise FormatError(f"mm.2.weight: shape {list(reversed(w2.shape))}, want [{w0.shape[0]}, n]")
+            self.mm2 = (w2, t("mm.2.bias", (w2.shape[0],)))
+            self.n_out_embd = w2.shape[0]
+            self.n_out = self.grid * self.grid
+        else:
+            fc = g.tensor("mm.model.fc.weight")
+            k = d * self.n_merge * self.n_merge
+            if fc.ndim != 2 or fc.shape[1] != k:
+                raise FormatError(f"mm.model.fc.weight: shape {list(reversed(fc.shape))}, want [{k}, n]")
+            self.fc = fc
+            self.n_out_embd = fc.shape[0]
+            self.n_out = (self.grid // self.n_merge) ** 2
+
+    def _shape(self, name, a, shape):
+        if a.shape != shape:
+            raise FormatError(f"{name}: shape {list(reversed(a.shape))} (ggml ne), want {list(reversed(shape))}")
+
+    def _t(self, name, shape, optional=False):
+        if not self.g.has(name):
+            if optional:
+                return None
+            raise FormatError(f"missing tensor {name}")
+        a = self.g.tensor(name)
+        if shape is not None:
+            self._shape(name, a, shape)
+        return a
+
+    def encode(self, img, dump=None):
+        """img: (3, S, S) float64 planar. Returns (n_out, n_out_embd) float64."""
+        def stage(name, x):
+            if dump:
+                x.astype(np.float32).tofile(os.path.join(dump, name + ".f32"))
+            return x
+
+        d, ps, G = self.n_embd, self.patch_size, self.grid
+        # Conv2d with stride = kernel: every patch is a dot with the flattened
+        # (c, ky, kx) kernel. Patches row-major: index py * G + px.
+        patches = img.reshape(3, G, ps, G, ps).transpose(1, 3, 0, 2, 4).reshape(G * G, 3 * ps * ps)
+        x = patches @ self.patch_w.reshape(d, -1).T
+        if self.patch_b is not None:
+            x = x + self.patch_b
+        stage("patch_embd", x)
+        n_patches = G * G
+        if self.cls is not None:
+            if self.cls_first:
+                x = np.concatenate([self.cls[None, :], x], axis=0)
+            else:  # llama.cpp: appended after the patches
+                x = np.concatenate([x, self.cls[None, :]], axis=0)
+        x = x + self.pos
+        stage("embd_in", x)
+        if self.pre_ln[0] is not None:
+            x = stage("pre_ln", layer_norm(x, self.pre_ln[0], self.pre_ln[1], self.eps))
+        n_pos, H = x.shape[0], self.n_head
+        dh = d // H
+        for il, L in enumerate(self.layers):
+            h = layer_norm(x, L["ln1"][0], L["ln1"][1], self.eps)
+
+            def lin(w, b, v):
+                y = v @ w.T
+                return y + b if b is not None else y
+            q = lin(*L["q"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
+            k = lin(*L["k"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
+            v = lin(*L["v"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
+            s = q @ k.transpose(0, 2, 1) / np.sqrt(dh)
+            s = np.exp(s - s.max(axis=-1, keepdims=True))
+            s = s / s.sum(axis=-1, keepdims=True)
+            a = (s @ v).transpose(1, 0, 2).reshape(n_pos, d)
+            x = x + lin(*L["out"], a)
+            h = layer_norm(x, L["ln2"][0], L["ln2"][1], self.eps)
+            h = self.act(lin(*L["up"], h))
+            x = x + lin(*L["down"], h)
+            stage(f"layer_{il}", x)
+        if self.post_ln[0] is not None:
+            x = stage("post_ln", layer_norm(x, self.post_ln[0], self.post_ln[1], self.eps))
+        if self.proj == "mlp":
+            if self.cls is not None:
+                # llama.cpp keeps rows 1..n_patches (CLS-last order: patches 1.. and the class token)
+                x = x[1:n_patches + 1]
+            stage("proj_in", x)
+            y = self.gelu(x @ self.mm0[0].T + self.mm0[1])
+            y = y @ self.mm2[0].T + self.mm2[1]
+        else:
+            # Pixel shuffle (idefics3 / llama.cpp build_patch_merge_permute):
+            # out[(yo, xo)][(sy, sx, e)] = in[(yo*s + sy, xo*s + sx)][e]
+            s = self.n_merge
+            x = x.reshape(G // s, s, G // s, s, d).transpose(0, 2, 1, 3, 4).reshape((G // s) ** 2, s * s * d)
+            stage("proj_in", x)
+            y = x @ self.fc.T
+        return stage("out", y)
+
+
+def main(argv):
+    args = [a for a in argv[1:] if not a.startswith("--")]
+    flags = [a for a in argv[1:] if a.startswith("--")]
+    dump = None
+    if "--dump" in argv:
+        i = argv.index("--dump")
+        if i + 1 >= len(argv):
+            print("clip_ref.py: --dump needs a directory", file=sys.stderr)
+            return 2
+        dump = argv[i + 1]
+        args.remove(dump)
+        flags.remove("--dump")
+    unknown = [f for f in flags if f not in ("--ggml-act", "--cls-first", "--info", "--help")]
+    if "--help" in flags or len(args) != 3 or unknown:
+        print(__doc__, file=sys.stderr)
+        return 0 if "--help" in flags else 2
+    mmproj, inp, out = args
+    try:
+        enc = Encoder(mmproj, ggml_act="--ggml-act" in flags, cls_first="--cls-first" in flags)
+    except (FormatError, OSError) as e:
+        print(f"clip_ref.py: {mmproj}: {e}", file=sys.stderr)
+        return 1
+    S = enc.image_size
+    img = np.fromfile(inp, dtype="<f4")
+    if img.size != 3 * S * S:
+        print(f"clip_ref.py: {inp}: {img.size} floats, want 3 x {S} x {S} = {3 * S * S}", file=sys.stderr)
+        return 1
+    if "--info" in flags:
+        print(f"clip_ref.py: {enc.proj}, image {S}, patch {enc.patch_size}, n_embd {enc.n_embd}, n_ff {enc.n_ff}, "
+              f"n_head {enc.n_head}, layers {enc.n_layer_run}/{enc.n_layer}, act {enc.act_name}, "
+              f"class {enc.cls is not None}, n_out {enc.n_out} x {enc.n_out_embd}", file=sys.stderr)
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+    y = enc.encode(img.astype(np.float64).reshape(3, S, S), dump)
+    y.astype("<f4").tofile(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

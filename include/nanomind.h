@@ -129,6 +129,7 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out,
                         char *err, size_t err_size);
 void nm_ctx_free(nm_ctx *c);
 int32_t nm_ctx_n_ctx(const nm_ctx *c);
+int32_t nm_ctx_n_batch(const nm_ctx *c); // max tokens per nm_decode call
 
 // Runs the decoder on tokens[0..n) at positions pos..pos+n-1 (n <= n_batch,
 // pos+n <= n_ctx). Cache entries at positions >= pos are overwritten.
@@ -360,6 +361,89 @@ typedef struct nm_tabm_stats {
 } nm_tabm_stats;
 // Ring-wide (all processes). Counters are read one by one, not as a snapshot.
 nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
+
+// ---- LLM brick on TABM rings ------------------------------------------------------------
+// Owner: src/bricks/llm/brick.c; docs/tabm.md ("LLM brick") has the slot protocol.
+// The decoder as a brick: prompts arrive as slots of an input ring and are
+// decoded in place (the pointer given to nm_decode / nm_decode_embd is the
+// slot's payload); sampled tokens leave as slots of an output ring.
+//
+// Input: a prompt is one or more slots, decoded at consecutive positions:
+//   NM_TABM_TOKENS   int32 ids, ndim 1, shape [n], n >= 1
+//   NM_TABM_EMBD_F32 floats, ndim 2, shape [n, n_embd of the model], n >= 1
+//   meta->user: NM_LLM_IN_MORE set: more slots of this prompt follow (text,
+//   image, text ...); clear: the slot ends the prompt and generation starts.
+//   NM_LLM_IN_AT_POS set: the slot starts at position NM_LLM_IN_POS_OF(user)
+//   (a new conversation: 0); clear: where the brick stands (after the last
+//   slot or generated token). Leading tokens of a token slot that the cache
+//   already holds at those positions are not decoded again (prefix reuse).
+// Output: NM_TABM_TOKENS slots, ndim 1, up to out_batch tokens each (1: a slot
+//   per token, as it is sampled). The last slot of each prompt's generation
+//   has NM_LLM_OUT_END in meta->user and the reason in NM_LLM_OUT_STOP_OF(user);
+//   it holds the tokens still pending (ndim 0, size 0 when there are none).
+//   The end-of-generation token itself is not written.
+// A malformed input slot (other kind, wrong n_embd, empty, past the context)
+// is released, its prompt dropped (the rest of its slots skipped), the reason
+// kept in nm_llm_brick_last_error, and an END slot with NM_LLM_STOP_BAD_INPUT
+// is written; the brick goes on with the next prompt.
+#define NM_LLM_IN_MORE 1u
+#define NM_LLM_IN_AT_POS 2u
+#define NM_LLM_IN_POS(pos) (((uint64_t)(uint32_t)(pos) << 32) | NM_LLM_IN_AT_POS)
+#define NM_LLM_IN_POS_OF(user) ((int32_t)((user) >> 32))
+#define NM_LLM_OUT_END 1u
+#define NM_LLM_OUT_STOP_OF(user) ((nm_llm_stop)(((user) >> 8) & 0xff))
+
+typedef enum nm_llm_stop {
+    NM_LLM_STOP_NONE = 0,      // not an END slot
+    NM_LLM_STOP_EOG = 1,       // the model sampled an end-of-generation token
+    NM_LLM_STOP_N_PREDICT = 2, // n_predict tokens written
+    NM_LLM_STOP_CTX_FULL = 3,  // the context has no room for another token
+    NM_LLM_STOP_BAD_INPUT = 4, // a slot of the prompt was malformed (see last error)
+    NM_LLM_STOP_ERROR = 5,     // a decode failed (see last error)
+} nm_llm_stop;
+
+typedef struct nm_llm_brick nm_llm_brick;
+
+typedef struct nm_llm_brick_params {
+    int32_t n_predict;  // tokens per prompt; < 0: until end of generation or a full context. Default 128
+    int32_t out_batch;  // tokens per output slot (<= 1: one, streaming); the output ring's slots must hold them
+    uint32_t producer;  // producer id of the output slots
+    int64_t timeout_ns; // every wait on either ring (as in nm_tabm_*); default -1: forever
+    const char *name;   // the brick's endpoint in the ledger; NULL: "llm"
+} nm_llm_brick_params;
+
+nm_llm_brick_params nm_llm_brick_default_params(void);
+// A brick over a context `c` made from `m`, sampling with `s`; all three and
+// `ledger` (may be NULL) are borrowed and must outlive the brick, and are used
+// by the brick's thread only while it runs. The brick copies nothing between
+// rings; a copy it ever has to make goes through nm_ledger_copy on `ledger`.
+nm_status nm_llm_brick_create(nm_model *m, nm_ctx *c, nm_sampler *s, const nm_llm_brick_params *p,
+                              nm_ledger *ledger, nm_llm_brick **out, char *err, size_t err_size);
+void nm_llm_brick_free(nm_llm_brick *b);
+// Serves one prompt: reads its slots from `in`, decodes them, generates into
+// `out`, and returns NM_OK once the END slot is published (also for a prompt
+// dropped as malformed: see the END slot's reason). NM_ERR_SHUTDOWN when
+// either ring is shut down (the input one once drained): then the brick shuts
+// down the other ring too, so both neighbours wake and end. NM_ERR_TIMEOUT
+// when a wait ran past timeout_ns (the prompt is abandoned).
+nm_status nm_llm_brick_step(nm_llm_brick *b, nm_tabm *in, nm_tabm *out);
+// Serves prompts until a ring shuts down (NM_ERR_SHUTDOWN) or a wait times out.
+// Run it on the brick's own thread (lane).
+nm_status nm_llm_brick_run(nm_llm_brick *b, nm_tabm *in, nm_tabm *out);
+// Where the next slot without NM_LLM_IN_AT_POS starts.
+int32_t nm_llm_brick_pos(const nm_llm_brick *b);
+// "" if none. Read it while the brick is idle (after the END slot, or after run returned).
+const char *nm_llm_brick_last_error(const nm_llm_brick *b);
+
+typedef struct nm_llm_brick_stats {
+    uint64_t n_prompts;         // prompts served (END slots written)
+    uint64_t n_prompt_tokens;   // prompt positions decoded (tokens and embedding rows, not reused ones)
+    uint64_t n_gen;             // tokens sampled and decoded
+    uint64_t n_in_slots, n_out_slots, n_bad_slots;
+    double t_prompt, t_gen;     // seconds decoding prompts / generating (sampling, decoding, writing)
+} nm_llm_brick_stats;
+// Cumulative. Read it while the brick is idle, like the last error.
+nm_llm_brick_stats nm_llm_brick_get_stats(const nm_llm_brick *b);
 // ==== end of zero-copy plumbing =============================================================
 
 #ifdef __cplusplus

@@ -111,6 +111,7 @@ void nm_ctx_free(nm_ctx *c) {
 }
 
 int32_t nm_ctx_n_ctx(const nm_ctx *c) { return c->n_ctx; }
+int32_t nm_ctx_n_batch(const nm_ctx *c) { return c->n_batch; }
 const char *nm_ctx_last_error(const nm_ctx *c) { return c->err; }
 
 static nm_status ctx_fail(nm_ctx *c, nm_status st, const char *fmt, ...) {

@@ -50,6 +50,10 @@ expect run_greedy 0 "The capital of France is Paris" -- "$NM" run -m "$M" -p "Th
 expect run_seeded_same 0 "." -- bash -c "a=\$('$NM' run -m '$M' -p 'Once' -n 12 --seed 7 -t 2 2>/dev/null); b=\$('$NM' run -m '$M' -p 'Once' -n 12 --seed 7 -t 2 2>/dev/null); [ \"\$a\" = \"\$b\" ] && echo same"
 expect chat_stdin 0 "Paris" -- bash -c "printf 'Name the capital of France.\n' | '$NM' run -m '$M' --chat --temp 0 -n 16 -t 2"
 expect stats_ledger 0 "mapped from the model file" -- "$NM" run -m "$M" -p "Hi" -n 2 --temp 0 --stats
+# --stats: the run goes through the LLM brick's rings; the ledger line reports the copies between bricks (none)
+expect stats_ledger_line 0 "ledger: 0 bytes copied between bricks \\(0 copies\\)" -- "$NM" run -m "$M" -p "Hi" -n 2 --temp 0 --stats
+expect stats_ledger_chat 0 "ledger: 0 bytes copied between bricks \\(0 copies\\)" -- bash -c "printf 'Hi\nAgain\n' | '$NM' run -m '$M' --chat --temp 0 -n 4 -t 2 --stats"
+expect no_ledger_without_stats 1 "^0$" -- bash -c "'$NM' run -m '$M' -p Hi -n 2 --temp 0 2>&1 | grep -c ledger"
 expect bench_tg_only 0 "tg4 " -- "$NM" bench -m "$M" -p 0 -n 4 -r 1
 expect bench_json 0 "\"pp_tps\": [0-9.]+, .*\"tg_tps\": [0-9.]+, .*\"peak_rss_bytes\": [0-9]+, .*\"roofline_pct\": [0-9.]+" -- "$NM" bench -m "$M" -p 8 -n 4 -r 1 --json
 

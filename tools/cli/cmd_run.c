@@ -1,4 +1,5 @@
 // nanomind run: text completion, a one-shot chat turn, or an interactive chat.
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,89 +31,141 @@ static void run_usage(void) {
            nm_chat_template_names());
 }
 
+// The generation runs as the LLM brick on its own thread (a lane): a prompt
+// goes in as slots of the input ring (text tokenized straight into a slot),
+// the sampled tokens come back one per slot of the output ring and are
+// printed as they arrive. Both sides share one copy ledger (--stats prints
+// it), so "0 bytes copied" is measured on the path that produced the text.
 typedef struct session {
     nm_model *m;
     nm_ctx *c;
     nm_sampler *s;
-    int32_t *toks;    // tokens whose K/V are in the cache, in order
-    int32_t n_past;
-    int32_t n_batch;
-    double t_prompt, t_gen;
-    int32_t n_prompt, n_gen;
+    nm_llm_brick *b;
+    nm_tabm *in, *out;  // prompt slots -> brick -> token slots
+    nm_ledger *ledger;
+    pthread_t lane;
+    bool lane_started;
 } session;
 
-// Decodes toks[n_past..n) into the cache; the logits of the last are kept.
-static bool feed(session *S, const int32_t *toks, int32_t n) {
-    double t0 = cli_now();
-    for (int32_t i = S->n_past; i < n; i += S->n_batch) {
-        int32_t nb = n - i < S->n_batch ? n - i : S->n_batch;
-        nm_status st = nm_decode(S->c, toks + i, nb, i, false);
-        if (st != NM_OK) {
-            fprintf(stderr, "error: decode failed: %s (%s)\n", nm_status_str(st), nm_ctx_last_error(S->c));
-            return false;
-        }
-        for (int32_t j = 0; j < nb; j++) {
-            S->toks[i + j] = toks[i + j];
-            nm_sampler_accept(S->s, toks[i + j]);
-        }
+static void *lane_main(void *arg) {
+    session *S = arg;
+    (void)nm_llm_brick_run(S->b, S->in, S->out); // returns when a ring is shut down
+    return NULL;
+}
+
+// Creates the rings and the brick and starts its lane. Input slots hold a
+// whole context of token ids; image embeddings would need n_tokens * n_embd
+// floats per slot (size the ring for the largest part of a prompt).
+static bool start_lane(session *S, const cli_opts *o, char *err, size_t err_size) {
+    const size_t in_bytes = sizeof(int32_t) * (size_t)nm_ctx_n_ctx(S->c);
+    nm_status st = nm_tabm_create(NULL, 4, in_bytes, &S->in, err, err_size);
+    if (st == NM_OK) st = nm_tabm_create(NULL, 16, 64, &S->out, err, err_size);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: cannot create the TABM rings: %s: %s\n", nm_status_str(st), err);
+        return false;
     }
-    S->t_prompt += cli_now() - t0;
-    S->n_prompt += n - S->n_past;
-    S->n_past = n;
+    S->ledger = nm_ledger_create();
+    nm_llm_brick_params bp = nm_llm_brick_default_params();
+    bp.n_predict = o->n_predict; // < 0: until end of text or a full context
+    bp.out_batch = 1;            // a slot per token: printed as it is sampled
+    if (!S->ledger || (st = nm_llm_brick_create(S->m, S->c, S->s, &bp, S->ledger, &S->b, err, err_size)) != NM_OK) {
+        fprintf(stderr, "error: cannot create the LLM brick: %s: %s\n", nm_status_str(S->ledger ? st : NM_ERR_NOMEM),
+                S->ledger ? err : "out of memory");
+        return false;
+    }
+    if (nm_ledger_endpoint(S->ledger, "cli") < 0 || pthread_create(&S->lane, NULL, lane_main, S) != 0) {
+        fprintf(stderr, "error: cannot start the LLM brick's thread\n");
+        return false;
+    }
+    S->lane_started = true;
     return true;
 }
 
-// Samples up to n_predict tokens, printing them; the text also goes to `text`
-// (may be NULL) up to text_size bytes.
-static bool generate(session *S, int32_t n_predict, char *text, size_t text_size) {
+// Shuts both rings (the brick returns, also if it waits on a full output
+// ring) and joins the lane. After this the brick's stats can be read.
+static void stop_lane(session *S) {
+    if (S->in) nm_tabm_shutdown(S->in);
+    if (S->out) nm_tabm_shutdown(S->out);
+    if (S->lane_started) pthread_join(S->lane, NULL);
+    S->lane_started = false;
+}
+
+// Tokenizes `text` straight into a slot of the input ring and publishes it as
+// one part of a prompt. user: NM_LLM_IN_POS(0) for a prompt (the brick reuses
+// the cached prefix it shares with the last one), | NM_LLM_IN_MORE when more
+// parts follow (e.g. image embeddings, then more text). add_special: BOS on
+// the first part. False (error printed) if it gives no tokens or does not fit.
+static bool send_text(session *S, const char *text, uint64_t user, bool add_special) {
+    nm_tabm_slot sl;
+    nm_status st = nm_tabm_acquire_write(S->in, 0, -1, &sl);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: the LLM brick's input ring: %s (%s)\n", nm_status_str(st), nm_tabm_last_error(S->in));
+        return false;
+    }
+    const int32_t n_ctx = nm_ctx_n_ctx(S->c);
+    int32_t cap = (int32_t)(sl.capacity / sizeof(int32_t));
+    int32_t n = nm_tokenize(S->m, text, strlen(text), sl.data, cap, add_special, true);
+    if (n == 0 || n < 0 || n >= n_ctx) {
+        if (n == 0) fprintf(stderr, "error: the prompt gives no tokens\n");
+        else fprintf(stderr, "error: prompt of %d tokens does not fit the context of %d (-c)\n", n < 0 ? -n : n, n_ctx);
+        nm_tabm_cancel(S->in, &sl);
+        return false;
+    }
+    sl.meta->kind = NM_TABM_TOKENS;
+    sl.meta->ndim = 1;
+    sl.meta->shape[0] = n;
+    sl.meta->size = sizeof(int32_t) * (uint64_t)n;
+    sl.meta->user = user;
+    if ((st = nm_tabm_publish(S->in, &sl)) != NM_OK) {
+        fprintf(stderr, "error: the LLM brick's input ring: %s (%s)\n", nm_status_str(st), nm_tabm_last_error(S->in));
+        nm_tabm_cancel(S->in, &sl);
+        return false;
+    }
+    return true;
+}
+
+// Reads the brick's token slots until the END slot of the generation,
+// printing the text as it arrives; the text also goes to `text` (may be
+// NULL) up to text_size bytes. The token ids are read in place.
+static bool receive(session *S, char *text, size_t text_size) {
     nm_detok dt = {0};
     char piece[256];
     size_t tl = 0;
-    const int32_t n_ctx = nm_ctx_n_ctx(S->c);
-    double t0 = cli_now();
-    for (int32_t i = 0; n_predict < 0 || i < n_predict; i++) {
-        if (S->n_past >= n_ctx) {
-            fprintf(stderr, "\n[context full: %d tokens]\n", n_ctx);
+    bool ok = true;
+    for (bool end = false; !end;) {
+        nm_tabm_slot sl;
+        nm_status st = nm_tabm_acquire_read(S->out, -1, &sl);
+        if (st != NM_OK) {
+            fprintf(stderr, "\nerror: the LLM brick stopped: %s (%s)\n", nm_status_str(st), nm_llm_brick_last_error(S->b));
+            ok = false;
             break;
         }
-        int32_t tok = nm_sampler_sample(S->s, nm_get_logits(S->c, -1));
-        if (nm_token_is_eog(S->m, tok)) break;
-        nm_sampler_accept(S->s, tok);
-        int32_t n = nm_detok_push(S->m, &dt, tok, piece, (int32_t)sizeof piece);
-        if (n > 0) {
-            fwrite(piece, 1, (size_t)n, stdout);
+        const int32_t *toks = sl.data;
+        const int32_t n = sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
+        for (int32_t i = 0; i < n; i++) {
+            int32_t k = nm_detok_push(S->m, &dt, toks[i], piece, (int32_t)sizeof piece);
+            if (k <= 0) continue;
+            fwrite(piece, 1, (size_t)k, stdout);
             fflush(stdout);
-            if (text && tl + (size_t)n < text_size) {
-                memcpy(text + tl, piece, (size_t)n);
-                tl += (size_t)n;
+            if (text && tl + (size_t)k < text_size) {
+                memcpy(text + tl, piece, (size_t)k);
+                tl += (size_t)k;
             }
         }
-        S->toks[S->n_past] = tok;
-        nm_status st = nm_decode(S->c, &tok, 1, S->n_past, false);
-        if (st != NM_OK) {
-            fprintf(stderr, "\nerror: decode failed: %s (%s)\n", nm_status_str(st), nm_ctx_last_error(S->c));
-            return false;
+        const uint64_t user = sl.meta->user;
+        nm_tabm_release(S->out, &sl);
+        if (!(user & NM_LLM_OUT_END)) continue;
+        end = true;
+        nm_llm_stop why = NM_LLM_OUT_STOP_OF(user);
+        if (why == NM_LLM_STOP_CTX_FULL) {
+            fprintf(stderr, "\n[context full: %d tokens]\n", nm_ctx_n_ctx(S->c));
+        } else if (why == NM_LLM_STOP_ERROR || why == NM_LLM_STOP_BAD_INPUT) {
+            fprintf(stderr, "\nerror: %s\n", nm_llm_brick_last_error(S->b));
+            ok = false;
         }
-        S->n_past++;
-        S->n_gen++;
     }
     if (text) text[tl < text_size ? tl : text_size - 1] = '\0';
-    S->t_gen += cli_now() - t0;
-    return true;
-}
-
-// Tokenizes `text`, growing the buffer as needed.
-static int32_t tokenize_all(const nm_model *m, const char *text, int32_t **buf, int32_t *cap) {
-    int32_t n = nm_tokenize(m, text, strlen(text), *buf, *cap, true, true);
-    if (n < 0) {
-        int32_t need = -n;
-        int32_t *nb = realloc(*buf, sizeof(int32_t) * (size_t)need);
-        if (!nb) return -1;
-        *buf = nb;
-        *cap = need;
-        n = nm_tokenize(m, text, strlen(text), *buf, *cap, true, true);
-    }
-    return n;
+    return ok;
 }
 
 // Formats the conversation; returns a malloc'd string or NULL (error printed).
@@ -130,22 +183,6 @@ static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg 
         buf = NULL;
     }
     return buf;
-}
-
-static bool prompt_turn(session *S, const cli_opts *o, const char *formatted, int32_t **tok_buf, int32_t *tok_cap) {
-    int32_t n = tokenize_all(S->m, formatted, tok_buf, tok_cap);
-    if (n < 0) return false;
-    if (n >= nm_ctx_n_ctx(S->c)) {
-        fprintf(stderr, "error: prompt of %d tokens does not fit the context of %d (-c)\n", n,
-                nm_ctx_n_ctx(S->c));
-        return false;
-    }
-    // Keep the cached prefix the new prompt shares with what is in the cache.
-    int32_t keep = 0;
-    while (keep < S->n_past && keep < n && S->toks[keep] == (*tok_buf)[keep]) keep++;
-    if (keep == n) keep--; // recompute the last token to get its logits
-    S->n_past = keep;
-    return feed(S, *tok_buf, n);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -208,37 +245,26 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     t_load = cli_now() - t_load;
-    S.n_batch = o.n_batch > 0 ? o.n_batch : 512;
-    S.toks = malloc(sizeof(int32_t) * (size_t)nm_ctx_n_ctx(S.c));
     S.s = nm_sampler_create(&o.sp, nm_model_n_vocab(S.m));
-    if (!S.toks || !S.s) {
+    if (!S.s) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
     }
+    if (!start_lane(&S, &o, err, sizeof err)) goto done;
     if (o.stats) {
         char desc[256];
         nm_model_desc(S.m, desc, sizeof desc);
         fprintf(stderr, "model: %s\n", desc);
     }
 
-    int32_t *tok_buf = NULL, tok_cap = 0;
     if (!o.chat) {
         // plain completion: the prompt is printed, then continued
-        int32_t n = tokenize_all(S.m, o.prompt, &tok_buf, &tok_cap);
-        if (n <= 0) {
-            fprintf(stderr, "error: the prompt gives no tokens\n");
-            goto done_tok;
-        }
-        if (n >= nm_ctx_n_ctx(S.c)) {
-            fprintf(stderr, "error: prompt of %d tokens does not fit the context of %d (-c)\n", n,
-                    nm_ctx_n_ctx(S.c));
-            goto done_tok;
-        }
+        if (!send_text(&S, o.prompt, NM_LLM_IN_POS(0), true)) goto done_stats;
         fputs(o.prompt, stdout);
-        if (!feed(&S, tok_buf, n) || !generate(&S, o.n_predict, NULL, 0)) goto done_tok;
+        if (!receive(&S, NULL, 0)) goto done_stats;
         putchar('\n');
         rc = 0;
-        goto done_tok;
+        goto done_stats;
     }
 
     // chat: one turn with -p, else a loop over stdin lines
@@ -265,11 +291,13 @@ int cmd_run(int argc, char **argv) {
         msgs[n_msgs++] = (nm_chat_msg){"user", user};
         char *formatted = format_chat(S.m, o.chat_tmpl, msgs, n_msgs);
         if (!formatted) goto done_chat;
-        bool ok = prompt_turn(&S, &o, formatted, &tok_buf, &tok_cap);
+        // The whole conversation from position 0: the brick decodes only what
+        // its cache does not already hold.
+        bool ok = send_text(&S, formatted, NM_LLM_IN_POS(0), true);
         free(formatted);
         if (!ok) goto done_chat;
         char *answer = malloc(65536);
-        if (!answer || !generate(&S, o.n_predict, answer, 65536)) {
+        if (!answer || !receive(&S, answer, 65536)) {
             free(answer);
             goto done_chat;
         }
@@ -282,14 +310,17 @@ int cmd_run(int argc, char **argv) {
     rc = 0;
 done_chat:
     for (size_t i = 0; i < n_owned; i++) free(owned[i]);
-done_tok:
-    free(tok_buf);
+done_stats:
+    stop_lane(&S);
     if (o.stats) {
+        nm_llm_brick_stats bs = nm_llm_brick_get_stats(S.b);
         fprintf(stderr, "load: %.2f s\n", t_load);
-        fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s)\n", S.n_prompt, S.t_prompt,
-                S.t_prompt > 0 ? S.n_prompt / S.t_prompt : 0.0);
-        fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tok/s)\n", S.n_gen, S.t_gen,
-                S.t_gen > 0 ? S.n_gen / S.t_gen : 0.0);
+        fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_prompt_tokens, bs.t_prompt,
+                bs.t_prompt > 0 ? bs.n_prompt_tokens / bs.t_prompt : 0.0);
+        fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_gen, bs.t_gen,
+                bs.t_gen > 0 ? bs.n_gen / bs.t_gen : 0.0);
+        char led[1024];
+        if (nm_ledger_format(S.ledger, led, sizeof led) > 0) fputs(led, stderr);
         long anon, file;
         fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
         if (cli_rss_split(&anon, &file))
@@ -297,8 +328,12 @@ done_tok:
                     file / 1024.0, anon / 1024.0);
     }
 done:
+    stop_lane(&S);
+    nm_llm_brick_free(S.b);
+    nm_tabm_free(S.in);
+    nm_tabm_free(S.out);
+    nm_ledger_free(S.ledger);
     nm_sampler_free(S.s);
-    free(S.toks);
     nm_ctx_free(S.c);
     nm_model_free(S.m);
     free(file_prompt);

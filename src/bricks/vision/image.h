@@ -1,0 +1,171 @@
+// Image input for the vision brick: decode PNG / JPEG / PPM to 8-bit RGB, and
+// preprocess exactly as llama.cpp's mtmd does (commit 0c1e570) so that the
+// floats handed to nm_clip_encode are bit-identical to llama.cpp's.
+//
+// Decoding matches stb_image with 3 requested channels, which is what
+// llama.cpp's mtmd-helper uses: alpha is dropped (not composited), gray is
+// replicated to R=G=B, 16-bit PNG samples keep their high byte, gamma / sBIT /
+// ICC chunks are ignored, EXIF orientation is ignored. Known, measured
+// differences (docs/correctness.md): JPEG pixels (libjpeg-turbo's IDCT,
+// upsampling and colour conversion round differently from stb's, a few levels
+// at most); PPM with maxval other than 255 (we scale to 0..255, stb does not);
+// ASCII PPM/PGM (stb rejects them); files with bad CRCs, a missing IEND/EOI or
+// truncated data (we reject them, stb is lenient).
+//
+// Preprocessing (nm_image_preprocess), for the two projectors we run:
+//
+//   mlp (LLaVA 1.5, no image_grid_pinpoints): one image. The source is fitted
+//     inside image_size x image_size keeping its aspect ratio (scale =
+//     min(S/w, S/h), new side = min(ceil(side * scale), S), float arithmetic),
+//     resized there with bicubic, and pasted centred (offset (S - new) / 2,
+//     rounded down) on a canvas of the pad colour (122, 116, 104). An image
+//     already S x S is used as is.
+//
+//   idefics3 (SmolVLM), with clip.vision.preproc_image_size = L (longest edge):
+//     1. resize to (L, (int)(L / aspect)) if w >= h, else ((int)(L * aspect), L),
+//        aspect = (double)w / h, the short side then rounded up to even;
+//     2. resize that to (cols * S, rows * S), cols = ceil(w1 / S), rows = ceil(h1 / S);
+//     3. tiles: the S x S crops of (2), row-major;
+//     4. the global image: (2) resized to S x S.
+//     All three resizes are Lanczos (a = 3). Without preproc_image_size (old
+//     files), llama.cpp's fallback: the refined size is each side rounded to
+//     the nearest multiple of S (at least S), the refined image is a bicubic
+//     resize fitted and centred on black (as mlp, but pad 0,0,0), and the
+//     global image is a bicubic stretch of the source to S x S.
+//   Output order here is the order the embeddings go into the prompt: the
+//   rows * cols tiles row-major, then the global image last.
+//
+//   SmolVLM prompt layout (llama.cpp mtmd.cpp, MTMD_SLICE_TMPL_IDEFICS3; each
+//   <...> is one special token, "\n" and "\n\n" are single tokens looked up as
+//   text, [tile r,c] / [global] are that image's n_out embeddings):
+//
+//     for r in 1..rows:
+//       for c in 1..cols:
+//         <fake_token_around_image><row_r_col_c> [tile r,c]
+//       "\n"                       (after every row except the last)
+//     "\n\n" <fake_token_around_image> <global-img> [global] <fake_token_around_image>
+//
+//   (row_r_col_c is 1-based, e.g. <row_1_col_2>; no marker follows a tile.)
+//
+// All resizes use llama.cpp's Pillow-compatible separable resampler: per
+// output pixel, filter weights computed in double, normalised, rounded to
+// 22-bit fixed point; a horizontal pass then a vertical pass, each rounding
+// and clamping to 8 bits. Normalisation: ((float)v / 255.0f - mean[c]) / std[c]
+// in float, as clip_image_f32::from_u8 + normalize.
+#ifndef NM_VISION_IMAGE_H
+#define NM_VISION_IMAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nanomind.h"
+#include "bricks/vision/clip.h"
+
+#define NM_IMAGE_MAX_SIDE 16384           // decode limit per side
+#define NM_IMAGE_MAX_PIXELS (1ll << 26)   // default decode limit on w * h (~67 MP, 201 MB of RGB)
+
+// An 8-bit RGB image, interleaved, rows top to bottom, no padding.
+typedef struct nm_image {
+    int32_t w, h;
+    uint8_t *rgb; // (h, w, 3); owned: release with nm_image_free
+} nm_image;
+
+// ---- decoding -------------------------------------------------------------------
+
+// Decodes an image from memory; the format comes from the magic bytes (PNG,
+// JPEG, or PPM/PGM P6/P5/P3/P2). data is only read during the call. On success
+// *out owns a new buffer; on failure *out is {0, 0, NULL} and err says why:
+// NM_ERR_FORMAT for corrupt or truncated data, NM_ERR_UNSUPPORTED for another
+// format or a variant we do not decode, NM_ERR_RANGE for an image over the
+// limits, NM_ERR_NOMEM. err may be NULL (err_size 0).
+nm_status nm_image_decode(const void *data, size_t n, nm_image *out, char *err, size_t err_size);
+
+// As nm_image_decode with a caller-chosen cap on w * h (<= 0: the default).
+// Bounds the memory and time a hostile header can cost (the fuzzer uses 2^20).
+nm_status nm_image_decode_max(const void *data, size_t n, int64_t max_pixels, nm_image *out,
+                              char *err, size_t err_size);
+
+// Reads a whole file and decodes it. NM_ERR_IO if it cannot be opened or read.
+nm_status nm_image_load(const char *path, nm_image *out, char *err, size_t err_size);
+
+// Frees img->rgb and zeroes *img. NULL and an empty image are no-ops.
+void nm_image_free(nm_image *img);
+
+// Per-format decoders behind nm_image_decode (same contract; the caller has
+// checked the magic). max_pixels > 0.
+// Shared by them: NM_OK if 0 < w, h <= NM_IMAGE_MAX_SIDE and w * h <= max_pixels,
+// else NM_ERR_FORMAT (a zero side) or NM_ERR_RANGE, with a message naming fmt.
+nm_status nm_image_check_size(const char *fmt, int64_t w, int64_t h, int64_t max_pixels, char *err,
+                              size_t err_size);
+nm_status nm_image_decode_png(const uint8_t *data, size_t n, int64_t max_pixels, nm_image *out,
+                              char *err, size_t err_size);
+nm_status nm_image_decode_jpeg(const uint8_t *data, size_t n, int64_t max_pixels, nm_image *out,
+                               char *err, size_t err_size);
+nm_status nm_image_decode_pnm(const uint8_t *data, size_t n, int64_t max_pixels, nm_image *out,
+                              char *err, size_t err_size);
+
+// ---- resizing (llama.cpp's img_tool, Pillow arithmetic) -------------------------
+
+typedef enum nm_resize {
+    NM_RESIZE_BILINEAR = 0, // triangle filter, support 1
+    NM_RESIZE_BICUBIC = 1,  // Keys cubic with a = -0.5 (Pillow's), support 2
+    NM_RESIZE_LANCZOS = 2,  // Lanczos-3, support 3
+} nm_resize;
+
+// Allocates an image (w x h, 0 < w, h <= 65536, w * h <= 2^28). On NM_ERR_NOMEM or
+// NM_ERR_RANGE *out is left empty.
+nm_status nm_image_alloc(int32_t w, int32_t h, nm_image *out);
+
+// Resizes src to w x h (stretching). A side that does not change is not
+// filtered; same size is a copy. *dst is a new image (free with nm_image_free).
+nm_status nm_image_resize(const nm_image *src, int32_t w, int32_t h, nm_resize algo, nm_image *dst);
+
+// Fits src inside w x h keeping the aspect ratio (llama.cpp's PAD_CEIL), resizes
+// it there and centres it on a canvas filled with pad. Same size is a copy.
+nm_status nm_image_resize_pad(const nm_image *src, int32_t w, int32_t h, nm_resize algo,
+                              const uint8_t pad[3], nm_image *dst);
+
+// Writes the size x size square of img at (x, y) as 3 planes (R, G, B) of
+// size * size floats, ((float)v / 255.0f - mean[c]) / std[c]. The square must
+// lie inside img.
+void nm_image_rect_to_f32(const nm_image *img, int32_t x, int32_t y, int32_t size,
+                          const float mean[3], const float std[3], float *planar);
+
+// The whole image (w x h, any shape) as 3 planes of w * h floats, normalized as above.
+void nm_image_to_f32(const nm_image *img, const float mean[3], const float std[3], float *planar);
+
+// ---- preprocessing for the encoder ------------------------------------------------
+
+typedef struct nm_image_params {
+    nm_clip_proj proj;     // NM_CLIP_PROJ_MLP or NM_CLIP_PROJ_IDEFICS3
+    int32_t image_size;    // S: clip.vision.image_size
+    int32_t longest_edge;  // idefics3: clip.vision.preproc_image_size; 0 = absent (old files)
+    float mean[3], std[3]; // clip.vision.image_mean / image_std
+    uint8_t pad[3];        // mlp: canvas colour around the fitted image
+} nm_image_params;
+
+// llama.cpp's parameters for an mmproj (pad colour 122,116,104 for mlp).
+nm_image_params nm_image_params_from_clip(const nm_clip_info *ci);
+
+// The encoder inputs for one image, allocated once.
+typedef struct nm_image_batch {
+    int32_t n;          // images: mlp 1; idefics3 rows * cols tiles + 1 global
+    int32_t rows, cols; // idefics3 tile grid; 0, 0 for mlp
+    int32_t image_size; // S
+    float *data;        // (n, 3, S, S): image i at data + i * 3 * S * S; owned
+} nm_image_batch;
+
+// Preprocesses img for p (see the top of this file). On success *out owns its
+// data (nm_image_batch_free); on failure *out is zeroed: NM_ERR_INVALID_ARG for
+// bad params, NM_ERR_RANGE when the image cannot be mapped (a side would become
+// 0 or the grid too large), NM_ERR_NOMEM.
+nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_image_batch *out,
+                              char *err, size_t err_size);
+void nm_image_batch_free(nm_image_batch *b);
+
+// The idefics3 grid (rows, cols) nm_image_preprocess would produce for a
+// w x h image, without doing the work. NM_ERR_RANGE / INVALID_ARG as above.
+nm_status nm_image_idefics3_grid(int32_t w, int32_t h, const nm_image_params *p, int32_t *rows,
+                                 int32_t *cols);
+
+#endif

@@ -1,0 +1,164 @@
+// Encoder inputs for one image, as llama.cpp's mtmd builds them (see image.h
+// for the rules and the prompt layout): mtmd_image_preprocessor_fixed_size for
+// "mlp" and mtmd_image_preprocessor_idefics3 for "idefics3".
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bricks/vision/image.h"
+
+#define MAX_TILES 1024 // an idefics3 grid beyond this is not an image we want to encode
+
+static nm_status fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) {
+    if (err && err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+nm_image_params nm_image_params_from_clip(const nm_clip_info *ci) {
+    nm_image_params p = {0};
+    p.proj = ci->proj;
+    p.image_size = ci->image_size;
+    p.longest_edge = ci->proj == NM_CLIP_PROJ_IDEFICS3 ? ci->preproc_image_size : 0;
+    memcpy(p.mean, ci->mean, sizeof p.mean);
+    memcpy(p.std, ci->std, sizeof p.std);
+    if (ci->proj == NM_CLIP_PROJ_MLP) { // clip.cpp: image_pad_color for the llava projectors
+        p.pad[0] = 122;
+        p.pad[1] = 116;
+        p.pad[2] = 104;
+    }
+    return p;
+}
+
+// idefics3 sizes. With longest_edge: step 1 size (w1, h1); without it (old
+// files) the refined size is each side rounded to a multiple of S and there is
+// no step 1 (w1 = h1 = 0). grid: cols x rows of S.
+struct ide_plan {
+    int32_t w1, h1;
+    int32_t cols, rows;
+};
+
+static nm_status ide_plan(int32_t w, int32_t h, const nm_image_params *p, struct ide_plan *pl) {
+    const int32_t S = p->image_size;
+    *pl = (struct ide_plan){0};
+    if (p->longest_edge > 0) {
+        const int32_t L = p->longest_edge;
+        const double aspect = (double)w / h;
+        if (w >= h) {
+            pl->w1 = L;
+            pl->h1 = (int32_t)(L / aspect);
+            pl->h1 += pl->h1 % 2;
+        } else {
+            pl->h1 = L;
+            pl->w1 = (int32_t)(L * aspect);
+            pl->w1 += pl->w1 % 2;
+        }
+        if (pl->w1 <= 0 || pl->h1 <= 0) return NM_ERR_RANGE; // too thin: a side resizes to 0 (llama.cpp throws)
+        pl->cols = (pl->w1 + S - 1) / S;
+        pl->rows = (pl->h1 + S - 1) / S;
+    } else {
+        // round_by_factor in float, then at least S
+        int32_t rw = (int32_t)roundf((float)w / (float)S) * S, rh = (int32_t)roundf((float)h / (float)S) * S;
+        if (rw < S) rw = S;
+        if (rh < S) rh = S;
+        pl->cols = (int32_t)ceilf((float)rw / (float)S);
+        pl->rows = (int32_t)ceilf((float)rh / (float)S);
+    }
+    if ((int64_t)pl->cols * pl->rows > MAX_TILES) return NM_ERR_RANGE;
+    return NM_OK;
+}
+
+static bool params_ok(const nm_image_params *p) {
+    if (!p || (p->proj != NM_CLIP_PROJ_MLP && p->proj != NM_CLIP_PROJ_IDEFICS3)) return false;
+    if (p->image_size <= 0 || p->image_size > 4096 || p->longest_edge < 0 || p->longest_edge > 65536) return false;
+    for (int c = 0; c < 3; c++)
+        if (!(p->std[c] != 0.0f) || !isfinite(p->std[c]) || !isfinite(p->mean[c])) return false;
+    return true;
+}
+
+nm_status nm_image_idefics3_grid(int32_t w, int32_t h, const nm_image_params *p, int32_t *rows, int32_t *cols) {
+    if (!params_ok(p) || p->proj != NM_CLIP_PROJ_IDEFICS3 || w <= 0 || h <= 0) return NM_ERR_INVALID_ARG;
+    struct ide_plan pl;
+    nm_status st = ide_plan(w, h, p, &pl);
+    if (st != NM_OK) return st;
+    if (rows) *rows = pl.rows;
+    if (cols) *cols = pl.cols;
+    return NM_OK;
+}
+
+nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_image_batch *out,
+                              char *err, size_t err_size) {
+    if (err && err_size) err[0] = '\0';
+    if (!out) return fail(NM_ERR_INVALID_ARG, err, err_size, "preprocess: no output");
+    *out = (nm_image_batch){0};
+    if (!img || !img->rgb || img->w <= 0 || img->h <= 0)
+        return fail(NM_ERR_INVALID_ARG, err, err_size, "preprocess: empty image");
+    if (!params_ok(p))
+        return fail(NM_ERR_INVALID_ARG, err, err_size,
+                    "preprocess: bad parameters (projector mlp or idefics3, image_size 1..4096, std != 0)");
+    const int32_t S = p->image_size;
+    const size_t per = (size_t)3 * S * S;
+    struct ide_plan pl = {0};
+    int32_t n = 1;
+    if (p->proj == NM_CLIP_PROJ_IDEFICS3) {
+        nm_status st = ide_plan(img->w, img->h, p, &pl);
+        if (st != NM_OK)
+            return fail(st, err, err_size, "preprocess: a %dx%d image cannot be tiled for idefics3 (%s)",
+                        img->w, img->h, pl.cols ? "more than 1024 tiles" : "a side would shrink to 0");
+        n = pl.rows * pl.cols + 1;
+    }
+    float *data = malloc(per * (size_t)n * sizeof *data);
+    if (!data) return fail(NM_ERR_NOMEM, err, err_size, "preprocess: out of memory for %d images", n);
+
+    nm_status st = NM_OK;
+    nm_image a = {0}, b = {0}, g = {0};
+    if (p->proj == NM_CLIP_PROJ_MLP) {
+        st = nm_image_resize_pad(img, S, S, NM_RESIZE_BICUBIC, p->pad, &a);
+        if (st == NM_OK) nm_image_rect_to_f32(&a, 0, 0, S, p->mean, p->std, data);
+    } else {
+        const int32_t rw = pl.cols * S, rh = pl.rows * S;
+        if (p->longest_edge > 0) {
+            // source -> (w1, h1) -> refined (cols S, rows S) -> global S x S, all Lanczos
+            st = nm_image_resize(img, pl.w1, pl.h1, NM_RESIZE_LANCZOS, &a);
+            if (st == NM_OK) st = nm_image_resize(&a, rw, rh, NM_RESIZE_LANCZOS, &b);
+            if (st == NM_OK) st = nm_image_resize(&b, S, S, NM_RESIZE_LANCZOS, &g);
+        } else {
+            // llava-uhd slicing defaults: refined = bicubic fitted on black, global = bicubic stretch
+            static const uint8_t black[3] = {0, 0, 0};
+            st = nm_image_resize_pad(img, rw, rh, NM_RESIZE_BICUBIC, black, &b);
+            if (st == NM_OK) st = nm_image_resize(img, S, S, NM_RESIZE_BICUBIC, &g);
+        }
+        if (st == NM_OK) {
+            float *o = data;
+            for (int32_t r = 0; r < pl.rows; r++)
+                for (int32_t c = 0; c < pl.cols; c++, o += per)
+                    nm_image_rect_to_f32(&b, c * S, r * S, S, p->mean, p->std, o);
+            nm_image_rect_to_f32(&g, 0, 0, S, p->mean, p->std, o);
+        }
+    }
+    nm_image_free(&a);
+    nm_image_free(&b);
+    nm_image_free(&g);
+    if (st != NM_OK) {
+        free(data);
+        return fail(st, err, err_size, "preprocess: resize failed (%s)", nm_status_str(st));
+    }
+    out->n = n;
+    out->rows = pl.rows;
+    out->cols = pl.cols;
+    out->image_size = S;
+    out->data = data;
+    return NM_OK;
+}
+
+void nm_image_batch_free(nm_image_batch *b) {
+    if (!b) return;
+    free(b->data);
+    *b = (nm_image_batch){0};
+}

@@ -146,6 +146,9 @@ static nm_status decode_slot(nm_llm_brick *b, const nm_tabm_slot *s, int32_t n, 
     double t0 = now_s();
     nm_status st = NM_OK;
     int32_t k = 0;
+    // Positions skipped over (a slot placed past what is cached) hold unknown entries.
+    for (int32_t i = b->n_cached; i < p0; i++) b->cached[i] = -1;
+    if (b->n_cached < p0) b->n_cached = p0;
     if (s->meta->kind == NM_TABM_TOKENS) {
         const int32_t *t = s->data; // the slot's payload, read in place
         // Prefix reuse: positions the cache already holds with the same tokens.

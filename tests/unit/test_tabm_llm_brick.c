@@ -1,0 +1,494 @@
+// The LLM brick on TABM rings (src/bricks/llm/brick.c): prompts fed by a
+// producer thread through an input ring, tokens read from the output ring,
+// checked against the plain nm_decode / nm_decode_embd + nm_sampler loop on
+// a private context; the ledger stays at 0 bytes; shutdown of either ring
+// ends the brick cleanly; malformed slots give a clear error and the brick
+// goes on. Uses a small random-weight model (the SmolLM2 tokenizer is
+// copied into it; the tests skip when that file is absent).
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nmtest.h"
+#include "genmodel.h"
+#include "nanomind.h"
+
+#define N_EMBD 64
+#define N_CTX 96
+#define N_BATCH 8 // small, so prompt slots are decoded in several batches
+
+static nm_model *g_model;
+static char g_path[256];
+
+static void free_model(void) {
+    nm_model_free(g_model);
+    if (g_path[0]) unlink(g_path);
+}
+
+static nm_model *model(void) {
+    if (g_model) return g_model;
+    char tok[1024];
+    const char *dir = getenv("NM_MODEL_DIR"), *home = getenv("HOME");
+    if (dir) snprintf(tok, sizeof tok, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else snprintf(tok, sizeof tok, "%s/.cache/nanomind/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    if (access(tok, R_OK) != 0) return NULL;
+    snprintf(g_path, sizeof g_path, "/tmp/nm-tabm-llm-brick-%d.gguf", (int)getpid());
+    gen_opts o = nm_genmodel_defaults();
+    o.arch = "llama";
+    o.tok_from = tok;
+    o.out = g_path;
+    o.layers = 2;
+    o.embd = N_EMBD;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.ff = 128;
+    o.seed = 11;
+    if (nm_genmodel_write(&o) != 0) return NULL;
+    if (nm_model_load(g_path, NULL, &g_model, NULL, 0) != NM_OK) g_model = NULL;
+    atexit(free_model);
+    return g_model;
+}
+
+static nm_ctx *new_ctx(nm_model *m) {
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = N_CTX;
+    cp.n_batch = N_BATCH;
+    cp.n_threads = 1;
+    nm_ctx *c = NULL;
+    return nm_ctx_create(m, &cp, &c, NULL, 0) == NM_OK ? c : NULL;
+}
+
+static nm_sampler *greedy(nm_model *m) {
+    nm_sampler_params sp = nm_sampler_default_params();
+    sp.temp = 0;
+    return nm_sampler_create(&sp, nm_model_n_vocab(m));
+}
+
+// One part of a prompt: token ids or f32 embedding rows.
+typedef struct part {
+    int kind; // NM_TABM_TOKENS or NM_TABM_EMBD_F32; anything else: a raw slot (ndim/shape below)
+    const int32_t *tok;
+    const float *embd;
+    int32_t n;
+    uint64_t user;
+    int32_t ndim;       // for raw slots
+    int64_t shape[2];
+    uint64_t size;
+} part;
+
+#define TOKS(t, n, u) {NM_TABM_TOKENS, t, NULL, n, u, 0, {0, 0}, 0}
+#define EMBD(x, n, u) {NM_TABM_EMBD_F32, NULL, x, n, u, 0, {0, 0}, 0}
+#define RAW(kind, u, nd, s0, s1, sz) {kind, NULL, NULL, 0, u, nd, {s0, s1}, sz}
+
+static float embd_val(int32_t r, int32_t e) { return 0.02f * (float)((r * 37 + e * 11) % 53) - 0.5f; }
+
+// The plain loop: decode the parts at pos (batches of N_BATCH), then sample
+// greedily, decode each token, until EOG or n_predict. Returns the count.
+static int32_t plain(nm_ctx *c, nm_sampler *s, const part *p, int n_parts, int32_t *pos, int32_t n_predict,
+                     int32_t *out) {
+    nm_model *m = model();
+    for (int k = 0; k < n_parts; k++) {
+        if (p[k].user & NM_LLM_IN_AT_POS) *pos = NM_LLM_IN_POS_OF(p[k].user);
+        for (int32_t i = 0; i < p[k].n; i += N_BATCH) {
+            int32_t nb = p[k].n - i < N_BATCH ? p[k].n - i : N_BATCH;
+            nm_status st = p[k].kind == NM_TABM_TOKENS ? nm_decode(c, p[k].tok + i, nb, *pos + i, false)
+                                                       : nm_decode_embd(c, p[k].embd + (size_t)i * N_EMBD, nb, *pos + i, false);
+            if (st != NM_OK) return -1;
+            if (p[k].kind == NM_TABM_TOKENS)
+                for (int32_t j = 0; j < nb; j++) nm_sampler_accept(s, p[k].tok[i + j]);
+        }
+        *pos += p[k].n;
+    }
+    int32_t n = 0;
+    for (; n < n_predict; n++) {
+        int32_t t = nm_sampler_sample(s, nm_get_logits(c, -1));
+        if (nm_token_is_eog(m, t)) break;
+        nm_sampler_accept(s, t);
+        out[n] = t;
+        if (nm_decode(c, &t, 1, (*pos)++, false) != NM_OK) return -1;
+    }
+    return n;
+}
+
+// Writes the parts into the ring as slots (raw slots as described).
+static nm_status put_parts(nm_tabm *r, const part *p, int n_parts) {
+    for (int k = 0; k < n_parts; k++) {
+        nm_tabm_slot s;
+        nm_status st = nm_tabm_acquire_write(r, 7, 5ll * 1000000000, &s);
+        if (st != NM_OK) return st;
+        nm_tabm_meta *mt = s.meta;
+        mt->kind = (uint32_t)p[k].kind;
+        mt->user = p[k].user;
+        if (p[k].kind == NM_TABM_TOKENS && p[k].tok) {
+            memcpy(s.data, p[k].tok, sizeof(int32_t) * (size_t)p[k].n); // the producer fills its slot
+            mt->ndim = 1;
+            mt->shape[0] = p[k].n;
+            mt->size = sizeof(int32_t) * (uint64_t)p[k].n;
+        } else if (p[k].kind == NM_TABM_EMBD_F32 && p[k].embd) {
+            memcpy(s.data, p[k].embd, sizeof(float) * (size_t)p[k].n * N_EMBD);
+            mt->ndim = 2;
+            mt->shape[0] = p[k].n;
+            mt->shape[1] = N_EMBD;
+            mt->size = sizeof(float) * (uint64_t)p[k].n * N_EMBD;
+        } else {
+            mt->ndim = p[k].ndim;
+            mt->shape[0] = p[k].shape[0];
+            mt->shape[1] = p[k].shape[1];
+            mt->size = p[k].size;
+            memset(s.data, 0, p[k].size);
+        }
+        if ((st = nm_tabm_publish(r, &s)) != NM_OK) return st;
+    }
+    return NM_OK;
+}
+
+typedef struct producer {
+    nm_tabm *r;
+    const part *p;
+    int n_parts;
+    nm_status st;
+} producer;
+
+static void *producer_main(void *arg) {
+    producer *P = arg;
+    P->st = put_parts(P->r, P->p, P->n_parts);
+    return NULL;
+}
+
+typedef struct lane {
+    nm_llm_brick *b;
+    nm_tabm *in, *out;
+    nm_status st;
+} lane;
+
+static void *lane_main(void *arg) {
+    lane *L = arg;
+    L->st = nm_llm_brick_run(L->b, L->in, L->out);
+    return NULL;
+}
+
+// Reads output slots until an END slot; tokens into out. Returns the count
+// (-1 on a ring error); *why gets the stop reason, *slots the slot count.
+static int32_t read_gen(nm_tabm *r, int32_t *out, int32_t max, nm_llm_stop *why, int *slots) {
+    int32_t n = 0;
+    *slots = 0;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(r, 10ll * 1000000000, &s) != NM_OK) return -1;
+        (*slots)++;
+        if (s.meta->kind != NM_TABM_TOKENS) return -1;
+        int32_t k = s.meta->ndim == 1 ? (int32_t)s.meta->shape[0] : 0;
+        const int32_t *t = s.data;
+        for (int32_t i = 0; i < k && n < max; i++) out[n++] = t[i];
+        uint64_t user = s.meta->user;
+        nm_tabm_release(r, &s);
+        if (user & NM_LLM_OUT_END) {
+            *why = NM_LLM_OUT_STOP_OF(user);
+            return n;
+        }
+    }
+}
+
+typedef struct rig {
+    nm_model *m;
+    nm_ctx *c;
+    nm_sampler *s;
+    nm_ledger *led;
+    nm_llm_brick *b;
+    nm_tabm *in, *out;
+    lane L;
+    pthread_t th;
+    bool running;
+} rig;
+
+static bool rig_up(rig *R, int32_t n_predict, int32_t out_batch, uint32_t out_slots) {
+    memset(R, 0, sizeof *R);
+    R->m = model();
+    if (!R->m) return false;
+    R->c = new_ctx(R->m);
+    R->s = greedy(R->m);
+    R->led = nm_ledger_create();
+    nm_llm_brick_params bp = nm_llm_brick_default_params();
+    bp.n_predict = n_predict;
+    bp.out_batch = out_batch;
+    char err[256];
+    if (!R->c || !R->s || !R->led || nm_llm_brick_create(R->m, R->c, R->s, &bp, R->led, &R->b, err, sizeof err) != NM_OK)
+        return false;
+    if (nm_tabm_create(NULL, 4, sizeof(float) * N_CTX * N_EMBD, &R->in, err, sizeof err) != NM_OK) return false;
+    if (nm_tabm_create(NULL, out_slots, sizeof(int32_t) * (size_t)out_batch, &R->out, err, sizeof err) != NM_OK)
+        return false;
+    R->L = (lane){R->b, R->in, R->out, NM_OK};
+    R->running = pthread_create(&R->th, NULL, lane_main, &R->L) == 0;
+    return R->running;
+}
+
+// Shuts the input ring; the brick must return NM_ERR_SHUTDOWN. Frees all.
+static nm_status rig_down(rig *R) {
+    nm_status st = NM_OK;
+    if (R->running) {
+        nm_tabm_shutdown(R->in);
+        pthread_join(R->th, NULL);
+        st = R->L.st;
+    }
+    nm_llm_brick_free(R->b);
+    nm_tabm_free(R->in);
+    nm_tabm_free(R->out);
+    nm_ledger_free(R->led);
+    nm_sampler_free(R->s);
+    nm_ctx_free(R->c);
+    return st;
+}
+
+static const int32_t TEXT_A[] = {1, 504, 3458, 282, 4649, 314, 12, 2500, 77, 9, 1046, 30};
+static const int32_t TEXT_B[] = {2010, 34, 8, 905, 217, 15};
+
+// Feeds the parts through the brick (a producer thread writes them) and
+// through the plain loop; both must give the same tokens.
+static void same_as_plain(int *nmtest_failed, const part *p, int n_parts, int32_t n_predict, int32_t out_batch) {
+    rig R;
+    if (!rig_up(&R, n_predict, out_batch, 3)) {
+        NM_CHECK(R.m == NULL); // only the model's absence may stop the rig
+        rig_down(&R);
+        NM_SKIP("SmolLM2 tokenizer absent");
+    }
+    producer P = {R.in, p, n_parts, NM_OK};
+    pthread_t pt;
+    NM_CHECK(pthread_create(&pt, NULL, producer_main, &P) == 0);
+    int32_t got[256], want[256];
+    nm_llm_stop why = NM_LLM_STOP_NONE;
+    int slots = 0;
+    int32_t n = read_gen(R.out, got, 256, &why, &slots);
+    pthread_join(pt, NULL);
+    NM_CHECK(P.st == NM_OK);
+
+    nm_ctx *rc = new_ctx(R.m);
+    nm_sampler *rs = greedy(R.m);
+    int32_t pos = 0;
+    int32_t nw = plain(rc, rs, p, n_parts, &pos, n_predict, want);
+    NM_CHECK(nw > 0);
+    NM_CHECK(n == nw);
+    NM_CHECK(n > 0 && !memcmp(got, want, sizeof(int32_t) * (size_t)(n < nw ? n : nw)));
+    NM_CHECK(why == (nw == n_predict ? NM_LLM_STOP_N_PREDICT : NM_LLM_STOP_EOG));
+    NM_CHECK(slots == n / out_batch + 1); // full slots, then the END slot with what is left (maybe nothing)
+    NM_CHECK(nm_llm_brick_pos(R.b) == pos);
+    nm_llm_brick_stats bs = nm_llm_brick_get_stats(R.b);
+    NM_CHECK(bs.n_prompts == 1 && bs.n_gen == (uint64_t)n && bs.n_in_slots == (uint64_t)n_parts && bs.n_bad_slots == 0);
+    NM_CHECK(nm_ledger_total(R.led) == 0 && nm_ledger_copies(R.led, -1, -1) == 0);
+    nm_tabm_stats is = nm_tabm_get_stats(R.in);
+    NM_CHECK(is.published == (uint64_t)n_parts && is.released == (uint64_t)n_parts && is.occupancy == 0);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+}
+
+NM_TEST(tabm_llm_brick_tokens_match_plain_loop) {
+    part p[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+    same_as_plain(nmtest_failed, p, 1, 24, 1);
+}
+
+NM_TEST(tabm_llm_brick_batched_output_slots) {
+    part p[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+    same_as_plain(nmtest_failed, p, 1, 22, 5); // 4 full slots, then the END slot with 2 tokens
+}
+
+// The vision brick's shape of prompt: text, image embeddings, text, in three
+// slots, generation after the last; positions continue across them.
+NM_TEST(tabm_llm_brick_mixed_prompt_several_slots) {
+    static float img[20 * N_EMBD];
+    for (int32_t r = 0; r < 20; r++)
+        for (int32_t e = 0; e < N_EMBD; e++) img[r * N_EMBD + e] = embd_val(r, e);
+    part p[] = {TOKS(TEXT_A, 5, NM_LLM_IN_POS(0) | NM_LLM_IN_MORE),
+                EMBD(img, 20, NM_LLM_IN_MORE),
+                TOKS(TEXT_B, 6, 0)};
+    same_as_plain(nmtest_failed, p, 3, 16, 1);
+}
+
+// A second prompt that starts over at position 0 and shares the first one's
+// tokens: only the new ones are decoded, and the answer equals the plain loop
+// that decodes the same way (prompt 1, its answer, then the new tokens).
+NM_TEST(tabm_llm_brick_prefix_reuse) {
+    rig R;
+    if (!rig_up(&R, 8, 1, 4)) {
+        NM_CHECK(R.m == NULL);
+        rig_down(&R);
+        NM_SKIP("SmolLM2 tokenizer absent");
+    }
+    part p1 = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
+    int32_t a1[16], a2[16], w1[16], w2[16];
+    nm_llm_stop why;
+    int slots;
+    NM_CHECK(put_parts(R.in, &p1, 1) == NM_OK);
+    int32_t n1 = read_gen(R.out, a1, 16, &why, &slots);
+    NM_CHECK(n1 == 8);
+    // prompt 2 = prompt 1 + its answer + TEXT_B: all but TEXT_B is cached
+    int32_t p2t[12 + 8 + 6];
+    memcpy(p2t, TEXT_A, sizeof TEXT_A);
+    memcpy(p2t + 12, a1, sizeof(int32_t) * 8);
+    memcpy(p2t + 20, TEXT_B, sizeof TEXT_B);
+    part p2 = TOKS(p2t, 26, NM_LLM_IN_POS(0));
+    uint64_t before = nm_llm_brick_get_stats(R.b).n_prompt_tokens;
+    NM_CHECK(before == 12);
+    NM_CHECK(put_parts(R.in, &p2, 1) == NM_OK);
+    int32_t n2 = read_gen(R.out, a2, 16, &why, &slots);
+    NM_CHECK(n2 == 8);
+    // The last generated token of prompt 1 was decoded too (as the plain loop
+    // does), so 6 new positions.
+    NM_CHECK(nm_llm_brick_get_stats(R.b).n_prompt_tokens - before == 6);
+
+    nm_ctx *rc = new_ctx(R.m);
+    nm_sampler *rs = greedy(R.m);
+    int32_t pos = 0;
+    NM_CHECK(plain(rc, rs, &p1, 1, &pos, 8, w1) == 8);
+    part tail = TOKS(TEXT_B, 6, NM_LLM_IN_POS(20));
+    NM_CHECK(plain(rc, rs, &tail, 1, &pos, 8, w2) == 8);
+    NM_CHECK(!memcmp(a1, w1, sizeof(int32_t) * 8) && !memcmp(a2, w2, sizeof(int32_t) * 8));
+    // prompt 3 = prompt 1 again: all cached; its last token is decoded again
+    // for fresh logits, so the answer is prompt 1's.
+    before = nm_llm_brick_get_stats(R.b).n_prompt_tokens;
+    NM_CHECK(put_parts(R.in, &p1, 1) == NM_OK);
+    int32_t a3[16];
+    NM_CHECK(read_gen(R.out, a3, 16, &why, &slots) == 8 && !memcmp(a3, a1, sizeof(int32_t) * 8));
+    NM_CHECK(nm_llm_brick_get_stats(R.b).n_prompt_tokens - before == 1);
+    NM_CHECK(nm_ledger_total(R.led) == 0);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+}
+
+// Nobody reads the output ring: the brick blocks on it (backpressure), then
+// the ring is shut down; the brick returns NM_ERR_SHUTDOWN, holds no slot,
+// and shuts the input ring too.
+NM_TEST(tabm_llm_brick_shutdown_while_output_full) {
+    rig R;
+    if (!rig_up(&R, 50, 1, 2)) {
+        NM_CHECK(R.m == NULL);
+        rig_down(&R);
+        NM_SKIP("SmolLM2 tokenizer absent");
+    }
+    part p = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
+    NM_CHECK(put_parts(R.in, &p, 1) == NM_OK);
+    nm_tabm_stats os = {0};
+    for (int i = 0; i < 5000; i++) { // up to 5 s for the brick to fill the ring and wait
+        os = nm_tabm_get_stats(R.out);
+        if (os.ready == 2 && os.full_waits > 0) break;
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    NM_CHECK(os.ready == 2 && os.full_waits > 0);
+    nm_tabm_shutdown(R.out);
+    pthread_join(R.th, NULL);
+    R.running = false;
+    NM_CHECK(R.L.st == NM_ERR_SHUTDOWN);
+    NM_CHECK(nm_tabm_is_shutdown(R.in));
+    NM_CHECK(strstr(nm_llm_brick_last_error(R.b), "output ring was shut down") != NULL);
+    os = nm_tabm_get_stats(R.out);
+    NM_CHECK(os.published == 2 && os.occupancy == 2); // the two unread token slots, nothing held for write
+    NM_CHECK(nm_tabm_get_stats(R.in).occupancy == 0);
+    // The consumer can still drain what was published.
+    nm_tabm_slot s;
+    NM_CHECK(nm_tabm_acquire_read(R.out, 0, &s) == NM_OK && nm_tabm_release(R.out, &s) == NM_OK);
+    rig_down(&R);
+}
+
+// Shutting the input ring while the brick waits for a prompt ends it too,
+// and the output ring is shut down for the consumer.
+NM_TEST(tabm_llm_brick_shutdown_while_waiting_for_input) {
+    rig R;
+    if (!rig_up(&R, 4, 1, 2)) {
+        NM_CHECK(R.m == NULL);
+        rig_down(&R);
+        NM_SKIP("SmolLM2 tokenizer absent");
+    }
+    nanosleep(&(struct timespec){0, 20000000}, NULL);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+}
+
+// Malformed slots: each gives an END slot with NM_LLM_STOP_BAD_INPUT and a
+// message naming the problem; the next prompt is served normally.
+NM_TEST(tabm_llm_brick_malformed_slots) {
+    rig R;
+    if (!rig_up(&R, 6, 1, 4)) {
+        NM_CHECK(R.m == NULL);
+        rig_down(&R);
+        NM_SKIP("SmolLM2 tokenizer absent");
+    }
+    static float narrow[3 * 32];
+    static const int32_t big_id[] = {5, 1 << 30};
+    static float img[2 * N_EMBD];
+    struct {
+        part p[3];
+        int n;
+        const char *msg;
+    } cases[] = {
+        {{RAW(NM_TABM_PCM_F32, 0, 2, 8, 1, 32)}, 1, "kind 5 (pcm f32) is not taken"},
+        {{RAW(NM_TABM_EMBD_F16, 0, 2, 2, N_EMBD, 2 * 2 * N_EMBD)}, 1, "kind 3 (embeddings f16)"},
+        {{RAW(NM_TABM_EMBD_F32, 0, 2, 3, 32, sizeof narrow)}, 1, "width 32, the model's n_embd is 64"},
+        {{RAW(NM_TABM_TOKENS, 0, 0, 0, 0, 0)}, 1, "at least one token"},
+        {{RAW(NM_TABM_EMBD_F32, 0, 0, 0, 0, 0)}, 1, "at least one row"},
+        {{TOKS(big_id, 2, 0)}, 1, "is 1073741824, not in [0, 49152)"},
+        {{TOKS(TEXT_A, 4, NM_LLM_IN_POS(N_CTX - 2))}, 1, "do not fit the context of 96"},
+        // a bad slot in the middle of a prompt drops the whole prompt
+        // (at position 40, so the good prompt at 0 below shares no cached prefix with it)
+        {{TOKS(TEXT_A, 4, NM_LLM_IN_POS(40) | NM_LLM_IN_MORE),
+          RAW(NM_TABM_BYTES, NM_LLM_IN_MORE, 1, 16, 0, 16),
+          EMBD(img, 2, 0)},
+         3, "kind 0 (bytes) is not taken"},
+    };
+    int32_t toks[16];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        NM_CHECK(put_parts(R.in, cases[k].p, cases[k].n) == NM_OK);
+        nm_llm_stop why = NM_LLM_STOP_NONE;
+        int slots = 0;
+        int32_t n = read_gen(R.out, toks, 16, &why, &slots);
+        NM_CHECK(n == 0 && slots == 1 && why == NM_LLM_STOP_BAD_INPUT);
+        const char *e = nm_llm_brick_last_error(R.b);
+        if (!strstr(e, cases[k].msg)) {
+            fprintf(stderr, "  case %zu: error '%s' lacks '%s'\n", k, e, cases[k].msg);
+            NM_CHECK(0);
+        }
+    }
+    NM_CHECK(nm_llm_brick_get_stats(R.b).n_bad_slots == sizeof cases / sizeof cases[0]);
+    NM_CHECK(nm_llm_brick_pos(R.b) == 0); // dropped prompts leave no position behind
+    // ... and the brick goes on: a good prompt gives the plain loop's tokens.
+    part good = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
+    NM_CHECK(put_parts(R.in, &good, 1) == NM_OK);
+    nm_llm_stop why;
+    int slots;
+    int32_t n = read_gen(R.out, toks, 16, &why, &slots);
+    nm_ctx *rc = new_ctx(R.m);
+    nm_sampler *rs = greedy(R.m);
+    int32_t pos = 0, want[16];
+    int32_t nw = plain(rc, rs, &good, 1, &pos, 6, want);
+    NM_CHECK(n == nw && n > 0 && !memcmp(toks, want, sizeof(int32_t) * (size_t)n));
+    NM_CHECK(nm_ledger_total(R.led) == 0);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+}
+
+// Bad arguments: clear statuses, no crash.
+NM_TEST(tabm_llm_brick_bad_args) {
+    nm_llm_brick *b = (nm_llm_brick *)1;
+    char err[128] = "";
+    NM_CHECK(nm_llm_brick_create(NULL, NULL, NULL, NULL, NULL, &b, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(b == NULL && strstr(err, "required") != NULL);
+    NM_CHECK(nm_llm_brick_step(NULL, NULL, NULL) == NM_ERR_INVALID_ARG);
+    nm_llm_brick_free(NULL);
+    nm_model *m = model();
+    if (!m) NM_SKIP("SmolLM2 tokenizer absent");
+    nm_ctx *c = new_ctx(m);
+    nm_sampler *s = greedy(m);
+    nm_llm_brick_params bp = nm_llm_brick_default_params();
+    bp.out_batch = 4;
+    nm_tabm *in = NULL, *out = NULL;
+    NM_CHECK(nm_llm_brick_create(m, c, s, &bp, NULL, &b, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 2, 64, &in, NULL, 0) == NM_OK && nm_tabm_create(NULL, 2, 8, &out, NULL, 0) == NM_OK);
+    NM_CHECK(nm_llm_brick_step(b, in, out) == NM_ERR_INVALID_ARG); // 4 tokens do not fit 8-byte slots
+    NM_CHECK(strstr(nm_llm_brick_last_error(b), "cannot hold 4 tokens") != NULL);
+    nm_llm_brick_free(b);
+    nm_tabm_free(in);
+    nm_tabm_free(out);
+    nm_sampler_free(s);
+    nm_ctx_free(c);
+}
+
+NM_TEST_MAIN()

@@ -57,6 +57,25 @@ expect no_ledger_without_stats 1 "^0$" -- bash -c "'$NM' run -m '$M' -p Hi -n 2 
 expect bench_tg_only 0 "tg4 " -- "$NM" bench -m "$M" -p 0 -n 4 -r 1
 expect bench_json 0 "\"pp_tps\": [0-9.]+, .*\"tg_tps\": [0-9.]+, .*\"peak_rss_bytes\": [0-9]+, .*\"roofline_pct\": [0-9.]+" -- "$NM" bench -m "$M" -p 8 -n 4 -r 1 --json
 
+# images: a random-weight mmproj sized for SmolLM2 (576-wide embeddings) from the
+# generator next to the binary, a PPM written here
+GEN=$(dirname "$NM")/nm-genmmproj
+"$GEN" -o "$tmp/mm.gguf" --proj mlp --n-out 576 --image-size 64 --patch-size 16 > /dev/null
+"$GEN" -o "$tmp/mm-sv.gguf" --proj idefics3 --n-out 576 --image-size 64 --patch-size 8 > /dev/null
+"$GEN" -o "$tmp/mm-wide.gguf" --proj mlp --n-out 960 --image-size 64 --patch-size 16 > /dev/null
+python3 -c "import sys; w,h=40,30; sys.stdout.buffer.write(b'P6\n%d %d\n255\n'%(w,h)+bytes((x*6+c*40)%256 for y in range(h) for x in range(w) for c in range(3)))" > "$tmp/img.ppm"
+printf '\x89PNG\r\n\x1a\nnot really a png' > "$tmp/bad.png"
+expect image_needs_mmproj 2 "--image needs --mmproj" -- "$NM" run -m "$M" --image "$tmp/img.ppm" -p hi
+expect mmproj_needs_image 2 "--mmproj needs at least one --image" -- "$NM" run -m "$M" --mmproj "$tmp/mm.gguf" -p hi
+expect image_corrupt 1 "image '.*bad.png'.*(PNG|png)" -- "$NM" run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/bad.png" -p hi -n 2
+expect image_missing 1 "image '/nonexistent.png'" -- "$NM" run -m "$M" --mmproj "$tmp/mm.gguf" --image /nonexistent.png -p hi -n 2
+expect mmproj_width_mismatch 1 "960-wide embeddings but the language model's embedding width is 576" -- "$NM" run -m "$M" --mmproj "$tmp/mm-wide.gguf" --image "$tmp/img.ppm" -p hi
+expect mmproj_not_mmproj 1 "cannot load mmproj.*not an mmproj file" -- "$NM" run -m "$M" --mmproj "$M" --image "$tmp/img.ppm" -p hi
+expect image_marker_count 1 "2 <__media__> markers for 1 images" -- "$NM" run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/img.ppm" -p "<__media__><__media__>hi"
+# an image prompt through the rings: the embeddings are decoded where the encoder wrote them
+expect image_chat_zero_copy 0 "vision: 1 images, 1 encoder runs.*ledger: 0 bytes copied between bricks \(0 copies\)" -- bash -c "'$NM' run -m '$M' --mmproj '$tmp/mm.gguf' --image '$tmp/img.ppm' -p 'What is this?' --chat --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '"
+expect image_smolvlm_tiles 0 "vision: 2 images, [0-9]+ encoder runs.*ledger: 0 bytes copied" -- bash -c "'$NM' run -m '$M' --mmproj '$tmp/mm-sv.gguf' --image '$tmp/img.ppm' --image '$tmp/img.ppm' -p 'A<__media__>and<__media__>' --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '"
+
 # the perplexity tool over several batches per chunk (-b 64 < -c 256), against llama.cpp's value
 expect ppl_multibatch 0 "PPL = 20\\.(8|9)|PPL = 21\\.0" -- "$NM" perplexity -m "$M" -f tests/data/declaration.txt -c 256 -b 64 -t 2
 

@@ -20,6 +20,10 @@ typedef struct cli_opts {
     const char *file;       // -f
     const char *system;     // --system
     const char *chat_tmpl;  // --chat-template
+    const char *mmproj;     // --mmproj: vision encoder + projector (llama.cpp's mmproj GGUF)
+#define CLI_MAX_IMAGES 16
+    const char *images[CLI_MAX_IMAGES]; // --image, repeatable
+    int32_t n_images;
     int32_t n_predict;      // -n
     int32_t n_threads;      // -t
     int32_t n_ctx;          // -c

@@ -4,7 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bricks/vision/vision.h"
 #include "cli.h"
+
+#define MEDIA_MARKER "<__media__>" // where an image goes in a prompt (llama.cpp's mtmd marker)
 
 static void run_usage(void) {
     printf("usage: nanomind run -m MODEL [-p PROMPT] [options]\n"
@@ -27,7 +30,10 @@ static void run_usage(void) {
            "  --repeat-penalty R     repetition penalty (default 1.0 = off)\n"
            "  --repeat-last-n N      tokens the penalty looks back (default 64)\n"
            "  --seed S               sampling seed (same seed, same text)\n"
-           "  --stats                print timings and memory to stderr\n",
+           "  --mmproj FILE          vision encoder + projector (llama.cpp mmproj GGUF: mlp, idefics3)\n"
+           "  --image FILE           image (PNG, JPEG, PPM) for the prompt; repeatable. Each goes where\n"
+           "                         the prompt says " MEDIA_MARKER ", or before the prompt if it has none\n"
+           "  --stats                print timings, the bytes copied between bricks, and memory to stderr\n",
            nm_chat_template_names());
 }
 
@@ -43,6 +49,8 @@ typedef struct session {
     nm_llm_brick *b;
     nm_tabm *in, *out;  // prompt slots -> brick -> token slots
     nm_ledger *ledger;
+    nm_vision *vision;  // --mmproj: writes image embeddings into input slots
+    double t_first;     // seconds from the first prompt slot to the first generated token
     pthread_t lane;
     bool lane_started;
 } session;
@@ -57,7 +65,8 @@ static void *lane_main(void *arg) {
 // whole context of token ids; image embeddings would need n_tokens * n_embd
 // floats per slot (size the ring for the largest part of a prompt).
 static bool start_lane(session *S, const cli_opts *o, char *err, size_t err_size) {
-    const size_t in_bytes = sizeof(int32_t) * (size_t)nm_ctx_n_ctx(S->c);
+    size_t in_bytes = sizeof(int32_t) * (size_t)nm_ctx_n_ctx(S->c);
+    if (S->vision && nm_vision_slot_bytes(S->vision) > in_bytes) in_bytes = nm_vision_slot_bytes(S->vision);
     nm_status st = nm_tabm_create(NULL, 4, in_bytes, &S->in, err, err_size);
     if (st == NM_OK) st = nm_tabm_create(NULL, 16, 64, &S->out, err, err_size);
     if (st != NM_OK) {
@@ -73,7 +82,8 @@ static bool start_lane(session *S, const cli_opts *o, char *err, size_t err_size
                 S->ledger ? err : "out of memory");
         return false;
     }
-    if (nm_ledger_endpoint(S->ledger, "cli") < 0 || pthread_create(&S->lane, NULL, lane_main, S) != 0) {
+    if (nm_ledger_endpoint(S->ledger, "cli") < 0 || (S->vision && nm_ledger_endpoint(S->ledger, "vision") < 0) ||
+        pthread_create(&S->lane, NULL, lane_main, S) != 0) {
         fprintf(stderr, "error: cannot start the LLM brick's thread\n");
         return false;
     }
@@ -124,10 +134,50 @@ static bool send_text(session *S, const char *text, uint64_t user, bool add_spec
     return true;
 }
 
+// Sends a prompt that may hold images: the text between media markers goes
+// as token slots, each image as the vision brick's slots (embeddings encoded
+// in place), in order, all but the last flagged NM_LLM_IN_MORE. The first text
+// part carries BOS (even when empty, as llama.cpp's mtmd does).
+static bool send_prompt(session *S, const char *prompt, const char *const *images, int n_images) {
+    if (n_images == 0) return send_text(S, prompt, NM_LLM_IN_POS(0), true);
+    const size_t ml = strlen(MEDIA_MARKER);
+    const char *p = prompt;
+    bool first = true; // nothing sent yet: the next slot starts the prompt at position 0
+    for (int k = 0; k <= n_images; k++) {
+        const char *end = k < n_images ? strstr(p, MEDIA_MARKER) : p + strlen(p);
+        char *part = strndup(p, (size_t)(end - p));
+        if (!part) return false;
+        uint64_t user = (first ? NM_LLM_IN_POS(0) : 0) | (k < n_images ? NM_LLM_IN_MORE : 0);
+        // nothing between two images or after the last, or an empty start without a BOS to send
+        bool skip = part[0] == '\0' && (k > 0 || nm_tokenize(S->m, "", 0, NULL, 0, true, true) == 0);
+        if (k == n_images && skip) {
+            // the prompt ends with an image: that image's last slot ended it
+            free(part);
+            break;
+        }
+        bool ok = skip || send_text(S, part, user, k == 0);
+        free(part);
+        if (!ok) return false;
+        first = first && skip;
+        if (k == n_images) break;
+        int32_t n_pos = 0;
+        const bool more = end[ml] != '\0' || k + 1 < n_images;
+        nm_status st = nm_vision_put_image(S->vision, S->m, images[k], S->in, 0, -1, first ? NM_LLM_IN_POS(0) : 0,
+                                           more, &n_pos);
+        first = false;
+        if (st != NM_OK) {
+            fprintf(stderr, "error: image '%s': %s: %s\n", images[k], nm_status_str(st), nm_vision_last_error(S->vision));
+            return false;
+        }
+        p = end + ml;
+    }
+    return true;
+}
+
 // Reads the brick's token slots until the END slot of the generation,
 // printing the text as it arrives; the text also goes to `text` (may be
 // NULL) up to text_size bytes. The token ids are read in place.
-static bool receive(session *S, char *text, size_t text_size) {
+static bool receive(session *S, char *text, size_t text_size, double t_sent) {
     nm_detok dt = {0};
     char piece[256];
     size_t tl = 0;
@@ -142,6 +192,7 @@ static bool receive(session *S, char *text, size_t text_size) {
         }
         const int32_t *toks = sl.data;
         const int32_t n = sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
+        if (n > 0 && S->t_first == 0.0) S->t_first = cli_now() - t_sent;
         for (int32_t i = 0; i < n; i++) {
             int32_t k = nm_detok_push(S->m, &dt, toks[i], piece, (int32_t)sizeof piece);
             if (k <= 0) continue;
@@ -213,6 +264,23 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "error: --system only applies with --chat\n");
         return 2;
     }
+    if (o.n_images > 0 && !o.mmproj) {
+        fprintf(stderr, "error: --image needs --mmproj (the vision encoder of the model)\n");
+        return 2;
+    }
+    for (int i = 0; i < o.n_images; i++)
+        if (!o.images[i]) {
+            fprintf(stderr, "error: --image needs a file\n");
+            return 2;
+        }
+    if (o.mmproj && o.n_images == 0) {
+        fprintf(stderr, "error: --mmproj needs at least one --image\n");
+        return 2;
+    }
+    if (o.n_images > 0 && o.chat && !o.prompt) {
+        fprintf(stderr, "error: images go with a one-shot prompt (-p or -f), not an interactive chat\n");
+        return 2;
+    }
     if (o.chat_tmpl && !nm_chat_template_known(o.chat_tmpl)) {
         fprintf(stderr, "error: unknown chat template '%s' (known: %s)\n", o.chat_tmpl, nm_chat_template_names());
         return 2;
@@ -227,6 +295,7 @@ int cmd_run(int argc, char **argv) {
     nm_model_params mp = nm_model_default_params();
     mp.n_threads = o.n_threads;
     session S = {0};
+    char *media_prompt = NULL;
     int rc = 1;
     double t_load = cli_now();
     nm_status st = nm_model_load(o.model, &mp, &S.m, err, sizeof err);
@@ -244,6 +313,32 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
+    if (o.mmproj) {
+        if ((st = nm_vision_load(o.mmproj, o.n_threads, &S.vision, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", o.mmproj, nm_status_str(st), err);
+            goto done;
+        }
+        if ((st = nm_vision_check_model(S.vision, S.m, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: '%s' does not fit '%s': %s\n", o.mmproj, o.model, err);
+            goto done;
+        }
+    }
+    // The prompt's media markers: one per image, or none (then the images go first).
+    if (o.n_images > 0) {
+        int n_markers = 0;
+        for (const char *q = o.prompt; (q = strstr(q, MEDIA_MARKER)); q += strlen(MEDIA_MARKER)) n_markers++;
+        if (n_markers == 0) {
+            size_t ml = strlen(MEDIA_MARKER), pl = strlen(o.prompt);
+            media_prompt = malloc(ml * (size_t)o.n_images + pl + 1);
+            if (!media_prompt) goto done;
+            for (int i = 0; i < o.n_images; i++) memcpy(media_prompt + ml * (size_t)i, MEDIA_MARKER, ml);
+            memcpy(media_prompt + ml * (size_t)o.n_images, o.prompt, pl + 1);
+            o.prompt = media_prompt;
+        } else if (n_markers != o.n_images) {
+            fprintf(stderr, "error: the prompt has %d %s markers for %d images\n", n_markers, MEDIA_MARKER, o.n_images);
+            goto done;
+        }
+    }
     t_load = cli_now() - t_load;
     S.s = nm_sampler_create(&o.sp, nm_model_n_vocab(S.m));
     if (!S.s) {
@@ -259,9 +354,10 @@ int cmd_run(int argc, char **argv) {
 
     if (!o.chat) {
         // plain completion: the prompt is printed, then continued
-        if (!send_text(&S, o.prompt, NM_LLM_IN_POS(0), true)) goto done_stats;
+        double t_sent = cli_now();
+        if (!send_prompt(&S, o.prompt, o.images, o.n_images)) goto done_stats;
         fputs(o.prompt, stdout);
-        if (!receive(&S, NULL, 0)) goto done_stats;
+        if (!receive(&S, NULL, 0, t_sent)) goto done_stats;
         putchar('\n');
         rc = 0;
         goto done_stats;
@@ -293,11 +389,12 @@ int cmd_run(int argc, char **argv) {
         if (!formatted) goto done_chat;
         // The whole conversation from position 0: the brick decodes only what
         // its cache does not already hold.
-        bool ok = send_text(&S, formatted, NM_LLM_IN_POS(0), true);
+        double t_sent = cli_now();
+        bool ok = send_prompt(&S, formatted, o.images, o.n_images);
         free(formatted);
         if (!ok) goto done_chat;
         char *answer = malloc(65536);
-        if (!answer || !receive(&S, answer, 65536)) {
+        if (!answer || !receive(&S, answer, 65536, t_sent)) {
             free(answer);
             goto done_chat;
         }
@@ -319,6 +416,13 @@ done_stats:
                 bs.t_prompt > 0 ? bs.n_prompt_tokens / bs.t_prompt : 0.0);
         fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_gen, bs.t_gen,
                 bs.t_gen > 0 ? bs.n_gen / bs.t_gen : 0.0);
+        if (S.vision) {
+            nm_vision_stats vs = nm_vision_get_stats(S.vision);
+            fprintf(stderr, "vision: %d images, %d encoder runs in %.3f s (%.1f ms each), decode+preprocess %.3f s\n",
+                    (int)vs.n_images, (int)vs.n_encoded, vs.t_encode,
+                    vs.n_encoded ? 1e3 * vs.t_encode / (double)vs.n_encoded : 0.0, vs.t_decode);
+        }
+        if (S.t_first > 0) fprintf(stderr, "time to first token: %.3f s\n", S.t_first);
         char led[1024];
         if (nm_ledger_format(S.ledger, led, sizeof led) > 0) fputs(led, stderr);
         long anon, file;
@@ -330,6 +434,8 @@ done_stats:
 done:
     stop_lane(&S);
     nm_llm_brick_free(S.b);
+    nm_vision_free(S.vision);
+    free(media_prompt);
     nm_tabm_free(S.in);
     nm_tabm_free(S.out);
     nm_ledger_free(S.ledger);

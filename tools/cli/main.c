@@ -62,6 +62,15 @@ bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional) {
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
         else if (!strcmp(a, "-s") || !strcmp(a, "--system")) o->system = v;
         else if (!strcmp(a, "--chat-template")) o->chat_tmpl = v;
+        else if (!strcmp(a, "--mmproj")) o->mmproj = v;
+        else if (!strcmp(a, "--image")) {
+            if (o->n_images >= CLI_MAX_IMAGES) {
+                fprintf(stderr, "error: at most %d --image\n", CLI_MAX_IMAGES);
+                ok = false;
+            } else {
+                o->images[o->n_images++] = v;
+            }
+        }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = want_int(a, v, &o->n_predict);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = want_int(a, v, &o->n_threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = want_int(a, v, &o->n_ctx);

@@ -1,0 +1,292 @@
+// The vision brick feeding the LLM brick through a TABM ring: an image prompt
+// gives the same tokens as the direct path (encode, then nm_decode_embd), with
+// the ledger at 0 bytes copied; bad images and a mismatched mmproj are clear
+// errors that write nothing into the ring.
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bricks/vision/image.h"
+#include "bricks/vision/vision.h"
+#include "genmmproj.h"
+#include "genmodel.h"
+#include "nmtest.h"
+
+#define N_EMBD 64
+#define N_GEN 8
+
+static char tmpdir[256];
+
+static const char *tmp(const char *name) {
+    static char buf[4][512];
+    static int k;
+    char *b = buf[k++ & 3];
+    snprintf(b, 512, "%s/%s", tmpdir, name);
+    return b;
+}
+
+static bool smollm2_path(char *out, size_t n) {
+    const char *dir = getenv("NM_MODEL_DIR"), *home = getenv("HOME");
+    if (dir) snprintf(out, n, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else snprintf(out, n, "%s/.cache/nanomind/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
+    return access(out, R_OK) == 0;
+}
+
+// A small random llama with SmolLM2's tokenizer, or NULL when SmolLM2 is absent.
+static nm_model *small_model(void) {
+    char tok[1024];
+    if (!smollm2_path(tok, sizeof tok)) return NULL;
+    gen_opts o = nm_genmodel_defaults();
+    o.arch = "llama";
+    o.tok_from = tok;
+    o.out = tmp("llm.gguf");
+    o.layers = 2;
+    o.embd = N_EMBD;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.ff = 128;
+    o.seed = 11;
+    if (nm_genmodel_write(&o) != 0) return NULL;
+    nm_model *m = NULL;
+    return nm_model_load(o.out, NULL, &m, NULL, 0) == NM_OK ? m : NULL;
+}
+
+static bool write_mmproj(const char *path, const char *proj, int32_t n_out) {
+    nm_genmmproj_params p = nm_genmmproj_default_params(proj);
+    p.image_size = 32;
+    p.patch_size = 8;
+    p.n_embd = 64;
+    p.n_ff = 128;
+    p.n_head = 4;
+    p.n_layer = 3;
+    p.n_out_embd = n_out;
+    p.seed = 5;
+    char err[256];
+    if (nm_genmmproj_write(path, &p, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "  genmmproj: %s\n", err);
+        return false;
+    }
+    return true;
+}
+
+// A w x h PPM with a smooth gradient and a square.
+static void write_ppm(const char *path, int w, int h) {
+    FILE *f = fopen(path, "wb");
+    fprintf(f, "P6\n%d %d\n255\n", w, h);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            bool sq = x > w / 4 && x < w / 2 && y > h / 3 && y < 2 * h / 3;
+            unsigned char px[3] = {(unsigned char)(x * 255 / w), (unsigned char)(y * 255 / h), sq ? 255 : 40};
+            fwrite(px, 1, 3, f);
+        }
+    fclose(f);
+}
+
+typedef struct lane {
+    nm_llm_brick *b;
+    nm_tabm *in, *out;
+    nm_status st;
+} lane;
+
+static void *lane_main(void *arg) {
+    lane *l = arg;
+    l->st = nm_llm_brick_run(l->b, l->in, l->out);
+    return NULL;
+}
+
+// Writes a token slot of `text`.
+static bool put_text(nm_tabm *in, const nm_model *m, const char *text, bool more) {
+    nm_tabm_slot s;
+    if (nm_tabm_acquire_write(in, 0, -1, &s) != NM_OK) return false;
+    int32_t n = nm_tokenize(m, text, strlen(text), s.data, (int32_t)(s.capacity / 4), false, true);
+    if (n <= 0) return nm_tabm_cancel(in, &s), false;
+    s.meta->kind = NM_TABM_TOKENS;
+    s.meta->ndim = 1;
+    s.meta->shape[0] = n;
+    s.meta->size = 4 * (size_t)n;
+    s.meta->user = more ? NM_LLM_IN_MORE : 0;
+    return nm_tabm_publish(in, &s) == NM_OK;
+}
+
+// Runs "before <image> after" through the rings; tokens into out (returns count).
+static int ring_generate(nm_model *m, nm_vision *v, const char *image, int32_t *out, nm_ledger *led, int32_t *n_pos) {
+    nm_ctx *c = NULL;
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = 256;
+    nm_sampler_params sp = nm_sampler_default_params();
+    sp.temp = 0;
+    nm_sampler *s = nm_sampler_create(&sp, nm_model_n_vocab(m));
+    nm_tabm *in = NULL, *outr = NULL;
+    nm_llm_brick *b = NULL;
+    nm_llm_brick_params bp = nm_llm_brick_default_params();
+    bp.n_predict = N_GEN;
+    int n = -1;
+    lane l = {0};
+    pthread_t th;
+    if (nm_ctx_create(m, &cp, &c, NULL, 0) || nm_tabm_create(NULL, 4, nm_vision_slot_bytes(v) + 4096, &in, NULL, 0) ||
+        nm_tabm_create(NULL, 4, 64, &outr, NULL, 0) || nm_llm_brick_create(m, c, s, &bp, led, &b, NULL, 0))
+        goto done;
+    l = (lane){b, in, outr, NM_OK};
+    pthread_create(&th, NULL, lane_main, &l);
+    bool ok = put_text(in, m, "Look:", true) && nm_vision_put_image(v, m, image, in, 0, -1, 0, true, n_pos) == NM_OK &&
+              put_text(in, m, " it is", false);
+    n = 0;
+    while (ok) {
+        nm_tabm_slot r;
+        if (nm_tabm_acquire_read(outr, -1, &r) != NM_OK) break;
+        const int32_t *t = r.data;
+        for (uint64_t i = 0; i < r.meta->size / 4 && n < 64; i++) out[n++] = t[i];
+        bool end = r.meta->user & NM_LLM_OUT_END;
+        nm_tabm_release(outr, &r);
+        if (end) break;
+    }
+    nm_tabm_shutdown(in);
+    pthread_join(th, NULL);
+done:
+    nm_llm_brick_free(b);
+    nm_tabm_free(in);
+    nm_tabm_free(outr);
+    nm_sampler_free(s);
+    nm_ctx_free(c);
+    return n;
+}
+
+// The same prompt the direct way (mlp: the image is its embeddings alone).
+static int direct_generate(nm_model *m, nm_vision *v, const char *image, int32_t *out) {
+    const nm_clip_info *ci = nm_vision_info(v);
+    nm_ctx *c = NULL;
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = 256;
+    if (nm_ctx_create(m, &cp, &c, NULL, 0)) return -1;
+    nm_image img = {0};
+    nm_image_batch bt = {0};
+    nm_image_params ip = nm_image_params_from_clip(ci);
+    float *embd = malloc(nm_vision_slot_bytes(v));
+    int32_t tok[64], n = 0, pos = 0;
+    if (nm_image_load(image, &img, NULL, 0) || nm_image_preprocess(&img, &ip, &bt, NULL, 0) ||
+        nm_clip_encode(nm_vision_clip(v), bt.data, embd))
+        goto done;
+    int32_t nt = nm_tokenize(m, "Look:", 5, tok, 64, false, true);
+    nm_decode(c, tok, nt, pos, false);
+    pos += nt;
+    nm_decode_embd(c, embd, ci->n_out, pos, false);
+    pos += ci->n_out;
+    nt = nm_tokenize(m, " it is", 6, tok, 64, false, true);
+    nm_decode(c, tok, nt, pos, false);
+    pos += nt;
+    for (; n < N_GEN; n++) {
+        const float *lg = nm_get_logits(c, -1);
+        int32_t best = 0;
+        for (int32_t i = 1; i < nm_model_n_vocab(m); i++) best = lg[i] > lg[best] ? i : best;
+        if (nm_token_is_eog(m, best)) break;
+        out[n] = best;
+        if (nm_decode(c, &best, 1, pos++, false)) break;
+    }
+done:
+    free(embd);
+    nm_image_free(&img);
+    nm_image_batch_free(&bt);
+    nm_ctx_free(c);
+    return n;
+}
+
+NM_TEST(tabm_vision_image_prompt_in_place) {
+    nm_model *m = small_model();
+    if (!m) NM_SKIP("SmolLM2 (tokenizer source) not in the model cache");
+    const char *proj[2] = {"mlp", "idefics3"};
+    write_ppm(tmp("img.ppm"), 50, 40);
+    for (int k = 0; k < 2; k++) {
+        nm_vision *v = NULL;
+        char err[256];
+        NM_CHECK(write_mmproj(tmp("mm.gguf"), proj[k], N_EMBD));
+        NM_CHECK(nm_vision_load(tmp("mm.gguf"), 2, &v, err, sizeof err) == NM_OK);
+        if (!v) continue;
+        nm_ledger *led = nm_ledger_create();
+        int32_t got[64], want[64], n_pos = 0;
+        int n = ring_generate(m, v, tmp("img.ppm"), got, led, &n_pos);
+        NM_CHECK(n == N_GEN); // a random model does not stop early (EOG is one id of 49152)
+        NM_CHECK(nm_ledger_total(led) == 0); // the embeddings were decoded where the encoder wrote them
+        const nm_clip_info *ci = nm_vision_info(v);
+        if (k == 0) {
+            NM_CHECK(n_pos == ci->n_out);
+            int nd = direct_generate(m, v, tmp("img.ppm"), want);
+            NM_CHECK(nd == n);
+            for (int i = 0; i < n && i < nd; i++) NM_CHECK(got[i] == want[i]);
+            if (getenv("NM_TEST_VERBOSE")) for (int i = 0; i < n; i++) fprintf(stderr, "  token %d: ring %d direct %d\n", i, got[i], want[i]);
+        } else {
+            // tiles and the global image, each n_out embeddings, plus marker tokens
+            NM_CHECK(n_pos > 2 * ci->n_out);
+            NM_CHECK(n > 0);
+        }
+        nm_ledger_free(led);
+        nm_vision_free(v);
+    }
+    nm_model_free(m);
+}
+
+NM_TEST(tabm_vision_errors_write_nothing) {
+    nm_model *m = small_model();
+    if (!m) NM_SKIP("SmolLM2 (tokenizer source) not in the model cache");
+    char err[256];
+    nm_vision *v = NULL, *wide = NULL;
+    nm_tabm *in = NULL;
+    NM_CHECK(write_mmproj(tmp("mm.gguf"), "mlp", N_EMBD) && write_mmproj(tmp("mm48.gguf"), "mlp", 48));
+    NM_CHECK(nm_vision_load(tmp("mm.gguf"), 1, &v, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_vision_load(tmp("mm48.gguf"), 1, &wide, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 4, 1 << 16, &in, NULL, 0) == NM_OK);
+    if (!v || !wide || !in) goto done;
+    // an mmproj made for another width
+    NM_CHECK(nm_vision_check_model(wide, m, err, sizeof err) == NM_ERR_FORMAT);
+    NM_CHECK(strstr(err, "48") != NULL && strstr(err, "64") != NULL);
+    write_ppm(tmp("img.ppm"), 20, 20);
+    NM_CHECK(nm_vision_put_image(wide, m, tmp("img.ppm"), in, 0, 0, 0, false, NULL) == NM_ERR_FORMAT);
+    // a corrupt and a truncated image, a missing file
+    FILE *f = fopen(tmp("bad.png"), "wb");
+    fwrite("\x89PNG\r\n\x1a\n garbage that is not a png", 1, 33, f);
+    fclose(f);
+    NM_CHECK(nm_vision_put_image(v, m, tmp("bad.png"), in, 0, 0, 0, false, NULL) == NM_ERR_FORMAT);
+    NM_CHECK(strlen(nm_vision_last_error(v)) > 0);
+    f = fopen(tmp("trunc.ppm"), "wb");
+    fprintf(f, "P6\n20 20\n255\n");
+    fwrite("abcdef", 1, 6, f);
+    fclose(f);
+    NM_CHECK(nm_vision_put_image(v, m, tmp("trunc.ppm"), in, 0, 0, 0, false, NULL) == NM_ERR_FORMAT);
+    NM_CHECK(nm_vision_put_image(v, m, tmp("absent.png"), in, 0, 0, 0, false, NULL) == NM_ERR_IO);
+    nm_tabm_stats st = nm_tabm_get_stats(in);
+    NM_CHECK(st.published == 0 && st.occupancy == 0);
+    // slots too small for an image's embeddings
+    nm_tabm *tiny = NULL;
+    NM_CHECK(nm_tabm_create(NULL, 2, 256, &tiny, NULL, 0) == NM_OK);
+    NM_CHECK(nm_vision_put_image(v, m, tmp("img.ppm"), tiny, 0, 0, 0, false, NULL) == NM_ERR_RANGE);
+    nm_tabm_free(tiny);
+    // a language model given as the mmproj
+    nm_vision *notmm = NULL;
+    NM_CHECK(nm_vision_load(tmp("llm.gguf"), 1, &notmm, err, sizeof err) == NM_ERR_FORMAT && notmm == NULL);
+    NM_CHECK(strstr(err, "mmproj") != NULL);
+done:
+    nm_tabm_free(in);
+    nm_vision_free(v);
+    nm_vision_free(wide);
+    nm_model_free(m);
+}
+
+NM_TEST(tabm_vision_not_an_mmproj) {
+    char err[256];
+    nm_vision *v = NULL;
+    FILE *f = fopen(tmp("empty.gguf"), "wb");
+    fclose(f);
+    NM_CHECK(nm_vision_load(tmp("empty.gguf"), 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
+    NM_CHECK(nm_vision_load(tmp("absent.gguf"), 1, &v, err, sizeof err) == NM_ERR_IO && v == NULL);
+}
+
+int main(int argc, char **argv) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/nm-tabm-vision-%d", (int)getpid());
+    if (mkdtemp(strcpy(tmpdir, "/tmp/nm-tabm-vision-XXXXXX")) == NULL) return 1;
+    int rc = nmtest_main(argc, argv);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return rc;
+}

@@ -5,7 +5,7 @@
 # apt-get install clang, then cmake -DNM_FUZZ=ON with CC=clang.)
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libpcre2-dev libpng-dev libjpeg62-turbo-dev python3 python3-pip time spin)
+PKGS=(build-essential cmake pkg-config libpcre2-dev libpng-dev libjpeg62-turbo-dev libsndfile1-dev libsoxr-dev libasound2-dev python3 python3-pip time spin)
 
 missing=()
 for p in "${PKGS[@]}"; do

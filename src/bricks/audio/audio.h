@@ -1,0 +1,161 @@
+// Audio input/output for the speech bricks (Whisper in, espeak-ng out).
+//
+// Everything here produces one shape: mono float PCM at a chosen rate
+// (Whisper wants 16 kHz), nominally in [-1, 1].
+//
+//   reading   libsndfile opens the container (WAV, FLAC, OGG Vorbis/Opus, AIFF,
+//             AU, CAF, W64, MP3 where the library was built with it, ...),
+//             from a path, from memory, or from stdin ("-"). Integer samples
+//             come back as v / 2^(bits-1) (libsndfile's normalisation: s16
+//             -32768..32767 -> -1..32767/32768), float samples as stored.
+//   mono      channels are AVERAGED (sum / channels) per frame: no channel is
+//             preferred and a stereo recording of one voice keeps its level.
+//   resample  soxr, SOXR_HQ (20-bit precision, ~120 dB stop-band rejection,
+//             linear phase, pass band to 91.3% of the output Nyquist, i.e.
+//             7.3 kHz at 16 kHz). HQ, not VHQ: our inputs are 16-bit at best
+//             (~96 dB), so 20-bit precision already sits below the input's own
+//             noise floor; VHQ's longer filters cost CPU for nothing audible to
+//             the model. Done only when the rates differ; the stream is fed
+//             in chunks, so memory is the output plus a fixed working set.
+//   writing   16-bit PCM WAV (our own writer, no dependency): a float x is
+//             stored as clamp(lrint(x * 32768), -32768, 32767), the exact
+//             inverse of the reader's normalisation, so 16-bit values survive
+//             a write/read round trip bit for bit.
+//
+// Limits (errors, never crashes): sample rates NM_AUDIO_MIN_RATE..
+// NM_AUDIO_MAX_RATE, 1..NM_AUDIO_MAX_CHANNELS channels, at most
+// NM_AUDIO_MAX_SECONDS of audio (checked on the input's duration before and
+// during decoding, so a hostile header cannot make us allocate hours of
+// output), NaN / infinite samples rejected, and stdin / pipes read fully up to
+// NM_AUDIO_MAX_BUFFER_BYTES.
+//
+// Status codes: NM_ERR_INVALID_ARG (a caller's argument: NULL output, a rate or
+// channel count outside the limits, unknown raw format), NM_ERR_IO (cannot
+// open / read / write a path or device), NM_ERR_FORMAT (corrupt, truncated or
+// empty data, NaN/inf samples, a partial raw frame), NM_ERR_UNSUPPORTED (a
+// format libsndfile does not recognise or an encoding it cannot decode;
+// capture without ALSA), NM_ERR_RANGE (a header's rate or channel count
+// outside the limits, audio too long), NM_ERR_NOMEM. The message in err (may
+// be NULL with err_size 0) says which and where.
+//
+// Thread safety: calls on different buffers may run concurrently, except that
+// libsndfile keeps the error text of a failed open in a global, so two opens
+// failing at the same moment may swap messages (the status is still right).
+#ifndef NM_AUDIO_AUDIO_H
+#define NM_AUDIO_AUDIO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nanomind.h"
+
+#define NM_AUDIO_RATE 16000               // Whisper's input rate
+#define NM_AUDIO_MIN_RATE 1000            // Hz, inclusive
+#define NM_AUDIO_MAX_RATE 384000          // Hz, inclusive
+#define NM_AUDIO_MAX_CHANNELS 32
+#define NM_AUDIO_MAX_SECONDS (4 * 3600)   // default cap on duration (4 h: 230.4 M samples at 16 kHz)
+#define NM_AUDIO_MAX_BUFFER_BYTES (1ull << 30) // stdin / pipes are read whole, up to 1 GiB
+
+// Mono float PCM. pcm is owned: release with nm_audio_free.
+typedef struct nm_audio {
+    float *pcm;   // (n,) samples
+    int64_t n;    // samples (= frames: mono)
+    int32_t rate; // Hz
+} nm_audio;
+
+// Raw (headerless) PCM sample formats, little-endian, channels interleaved.
+typedef enum nm_pcm_format {
+    NM_PCM_S16LE = 1, // int16, v / 32768
+    NM_PCM_F32LE = 2, // IEEE float32, as is
+} nm_pcm_format;
+
+// ---- reading ------------------------------------------------------------------------
+//
+// target_rate: the output rate (NM_AUDIO_MIN_RATE..NM_AUDIO_MAX_RATE), or <= 0
+// to keep the input's own rate. On success *out owns a new buffer of n >= 1
+// samples; on failure *out is {NULL, 0, 0} and err says why (see above).
+
+// Decodes a whole audio file held in memory (any container libsndfile opens;
+// it is read through sf_open_virtual, no temporary file). data is only read
+// during the call.
+nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_audio *out, char *err,
+                          size_t err_size);
+
+// As nm_audio_decode with a cap on the output's samples instead of
+// NM_AUDIO_MAX_SECONDS * rate (max_samples <= 0: that default). The fuzzer
+// uses a small cap to stay fast.
+nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, int64_t max_samples,
+                              nm_audio *out, char *err, size_t err_size);
+
+// Reads and decodes a file. A regular file is streamed by libsndfile; "-"
+// (stdin), a pipe or another non-seekable file is first read whole (up to
+// NM_AUDIO_MAX_BUFFER_BYTES), then decoded as nm_audio_decode does.
+nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, char *err, size_t err_size);
+
+// Raw PCM from a buffer: n bytes of interleaved frames of `channels` samples in
+// fmt at `rate`. n must be a whole number of frames (>= 1); a partial frame is
+// NM_ERR_FORMAT. rate / channels outside the limits are NM_ERR_INVALID_ARG.
+nm_status nm_audio_from_raw(const void *data, size_t n, nm_pcm_format fmt, int32_t rate, int32_t channels,
+                            int32_t target_rate, nm_audio *out, char *err, size_t err_size);
+nm_status nm_audio_from_raw_max(const void *data, size_t n, nm_pcm_format fmt, int32_t rate,
+                                int32_t channels, int32_t target_rate, int64_t max_samples, nm_audio *out,
+                                char *err, size_t err_size);
+
+// Raw PCM from a path or "-" (stdin), streamed in chunks (no size cap beyond
+// the duration limit). Same contract as nm_audio_from_raw.
+nm_status nm_audio_load_raw(const char *path, nm_pcm_format fmt, int32_t rate, int32_t channels,
+                            int32_t target_rate, nm_audio *out, char *err, size_t err_size);
+
+// Resamples n mono samples from rate_in to rate_out (both within the limits;
+// equal rates copy) with the settings above. *out is a new buffer of about
+// n * rate_out / rate_in samples (soxr's count after flushing its filter,
+// within one sample of that). NaN/inf input is NM_ERR_FORMAT.
+nm_status nm_audio_resample(const float *in, int64_t n, int32_t rate_in, int32_t rate_out, nm_audio *out,
+                            char *err, size_t err_size);
+
+// Frees a->pcm and zeroes *a. NULL and an empty struct are no-ops.
+void nm_audio_free(nm_audio *a);
+
+// ---- writing ------------------------------------------------------------------------
+
+// Writes n_frames frames of `channels` interleaved floats (pcm holds
+// n_frames * channels values) as a 16-bit PCM WAV file (RIFF/WAVE, WAVE_FORMAT_PCM,
+// canonical 44-byte header). path "-" writes to stdout. Samples are clamped to
+// the 16-bit range (see the top of this file); NaN/inf are NM_ERR_INVALID_ARG;
+// a data chunk over 4 GiB is NM_ERR_RANGE; n_frames 0 writes a valid empty file.
+nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frames, int32_t rate,
+                             int32_t channels, char *err, size_t err_size);
+
+// ---- microphone capture (ALSA) ------------------------------------------------------
+
+// Called with each captured chunk (mono float at the capture rate, about
+// 100 ms), borrowed for the call. Return true to stop capturing.
+typedef bool (*nm_audio_capture_cb)(const float *pcm, int64_t n, void *user);
+
+typedef struct nm_audio_capture_params {
+    const char *device;      // ALSA PCM name ("default", "hw:1,0", "null", ...); NULL: "default"
+    int32_t rate;            // capture rate, NM_AUDIO_MIN_RATE..NM_AUDIO_MAX_RATE (16000)
+    nm_pcm_format format;    // what the device is asked for: NM_PCM_S16LE (default) or NM_PCM_F32LE;
+                             // the output is float either way
+    double seconds;          // stop after this long; <= 0: only on_chunk stops it (then it must be
+                             // set), still capped at NM_AUDIO_MAX_SECONDS
+    nm_audio_capture_cb on_chunk; // optional, see above
+    void *user;              // passed to on_chunk
+} nm_audio_capture_params;
+
+// device "default", 16 kHz, s16, 5 seconds, no callback.
+nm_audio_capture_params nm_audio_capture_default_params(void);
+
+// True when the library was built with ALSA (NM_HAVE_ALSA).
+bool nm_audio_capture_available(void);
+
+// Records from an ALSA capture device into *out (mono float at p->rate; a
+// device that will not give mono is opened in stereo and averaged). Blocks
+// until `seconds` have been captured or on_chunk returns true. Without ALSA:
+// NM_ERR_UNSUPPORTED. No such device, or one that refuses the format / rate:
+// NM_ERR_IO with ALSA's reason. ALSA's own stderr chatter is silenced while
+// the device is opened (a process-wide ALSA setting, restored afterwards).
+nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char *err, size_t err_size);
+
+#endif

@@ -66,9 +66,9 @@ nm_status nm_image_decode_png(const uint8_t *data, size_t n, int64_t max_pixels,
         goto done;
     }
     png_set_read_fn(png, j, on_read);
-    // libpng checks these while reading IHDR, before any allocation.
-    png_set_user_limits(png, NM_IMAGE_MAX_SIDE, NM_IMAGE_MAX_SIDE);
-    png_set_chunk_malloc_max(png, 64u << 20); // one ancillary chunk (iCCP, zTXt, ...) at most
+    // png_read_info stops at the first IDAT: only IHDR and ancillary chunks
+    // (each capped here) are read and allocated before our size check.
+    png_set_chunk_malloc_max(png, 64u << 20);
     png_read_info(png, info);
 
     png_uint_32 w32, h32;

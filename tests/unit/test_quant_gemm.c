@@ -1,7 +1,9 @@
 // gemmq: many weight rows x many quantized activation rows (the prefill
 // matmul), checked against the ref (the plain loop over dotq_ref) for odd
-// shapes, unaligned strides and ldy > n_rows. NM_TEST_BENCH=1 adds a speed
+// shapes, every tile edge up to 9 x 9, extreme quants, unaligned strides and
+// ldy > n_rows, in every SIMD table of this CPU. NM_TEST_BENCH=1 adds a speed
 // line per type: gemmq against the per-pair dotq loop of the same table.
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -120,7 +122,8 @@ NM_TEST(gemmq_ref_is_the_dotq_loop) {
 }
 
 // The chosen table and every SIMD table under it (the AVX2 gemmq that
-// AVX-VNNI overrides must stay right for CPUs without it). Returns the count.
+// AVX-VNNI overrides must stay right for CPUs without it; the plain NEON
+// tiles for ARM CPUs without dotprod). Returns the count.
 static int tables(const nm_kernels *out[4]) {
     int n = 0;
     out[n++] = nm_kernels_get();
@@ -129,13 +132,45 @@ static int tables(const nm_kernels *out[4]) {
         out[n++] = nm_kernels_avx2();
         if (nm_cpu_features_get()->avx_vnni) out[n++] = nm_kernels_avxvnni();
     }
+#elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)
+    if (out[0] != nm_kernels_ref()) {
+        out[n++] = nm_kernels_neon();
+        if (nm_cpu_features_get()->dotprod) out[n++] = nm_kernels_neon_dotprod();
+    }
 #endif
     return n;
 }
 
-NM_TEST(gemmq_matches_ref) {
+// Every table's gemmq of type t against the ref on problem p (ldy = n_rows +
+// Y_PAD). Returns the number of tables checked; prints the first misses and
+// fails the calling test (its nmtest_failed) on any.
+static int check_tables(int *nmtest_failed, const problem *p, const char *what) {
     const nm_kernels *tabs[4], *r = nm_kernels_ref();
     const int ntab = tables(tabs);
+    const int64_t ldy = p->n_rows + Y_PAD;
+    int checked = 0;
+    run(r->gemmq[p->t], p, y_ref, ldy);
+    for (int k = 0; k < ntab; k++) {
+        if (!tabs[k]->gemmq[p->t]) continue;
+        run(tabs[k]->gemmq[p->t], p, y_got, ldy);
+        NM_CHECK(untouched_outside(p, y_got, ldy));
+        int bad = 0;
+        for (int64_t i = 0; i < p->n_tok; i++)
+            for (int64_t o = 0; o < p->n_rows; o++) {
+                double tol = pair_tol(p, o, i), got = y_got[i * ldy + o], want = y_ref[i * ldy + o];
+                if (!(fabs(got - want) <= tol) && bad++ < 3) {
+                    fprintf(stderr, "  %s %s %s %lldx%lld K=%lld: y[tok %lld][row %lld] = %.7g, ref %.7g\n",
+                            tabs[k]->name, tname(p->t), what, (long long)p->n_rows, (long long)p->n_tok,
+                            (long long)p->K, (long long)i, (long long)o, got, want);
+                    NM_CHECK_NEAR(got, want, tol);
+                }
+            }
+        checked++;
+    }
+    return checked;
+}
+
+NM_TEST(gemmq_matches_ref) {
     static const int64_t shapes[][2] = {{1, 1}, {3, 5}, {17, 7}, {16, 64}, {2, 4}, {5, 9}}; // rows x tokens
     static const int64_t blocks[] = {1, 3, 8};
     int checked = 0;
@@ -146,28 +181,82 @@ NM_TEST(gemmq_matches_ref) {
             for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
                 const int64_t K = bs == 1 ? 32 * blocks[bi] + 5 : bs * blocks[bi]; // floats: an odd tail
                 problem p = make_problem(t, shapes[si][0], shapes[si][1], K);
-                const int64_t ldy = p.n_rows + Y_PAD;
-                run(r->gemmq[t], &p, y_ref, ldy);
-                for (int k = 0; k < ntab; k++) {
-                    if (!tabs[k]->gemmq[t]) continue;
-                    run(tabs[k]->gemmq[t], &p, y_got, ldy);
-                    NM_CHECK(untouched_outside(&p, y_got, ldy));
-                    int bad = 0;
-                    for (int64_t i = 0; i < p.n_tok; i++)
-                        for (int64_t o = 0; o < p.n_rows; o++) {
-                            double tol = pair_tol(&p, o, i), got = y_got[i * ldy + o], want = y_ref[i * ldy + o];
-                            if (!(fabs(got - want) <= tol) && bad++ < 3) {
-                                fprintf(stderr, "  %s %s %lldx%lld K=%lld: y[tok %lld][row %lld] = %.7g, ref %.7g\n",
-                                        tabs[k]->name, tname(t), (long long)p.n_rows, (long long)p.n_tok,
-                                        (long long)K, (long long)i, (long long)o, got, want);
-                                NM_CHECK_NEAR(got, want, tol);
-                            }
-                        }
-                    checked++;
-                }
+                checked += check_tables(nmtest_failed, &p, "gauss");
             }
     }
     NM_CHECK(checked >= (int)(N_WTYPES * 6 * 3));
+}
+
+// Every tile edge: 1..9 rows (tiles of 2 and 4 rows, and their tails) x 1..9
+// tokens (tiles of 4 and 8, and their tails), two blocks.
+NM_TEST(gemmq_tile_edges) {
+    int checked = 0;
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        const uint32_t t = weight_types[ti];
+        const int64_t bs = nm_type_traits_get(t)->blck_size;
+        if (bs == 1) continue; // the float types have no tiles
+        for (int64_t rows = 1; rows <= 9; rows++)
+            for (int64_t tok = 1; tok <= 9; tok++) {
+                problem p = make_problem(t, rows, tok, 2 * bs);
+                checked += check_tables(nmtest_failed, &p, "edges");
+            }
+    }
+    NM_CHECK(checked >= (int)((N_WTYPES - 3) * 81));
+}
+
+// Sets the scale fields of every block of the weight rows to tame values
+// (d 1.0, the min/dmin fields 0.5, mxfp4's exponent 2^-1), leaving the quant
+// and sub-block scale bytes as they are.
+static void tame_scales(problem *p) {
+    const size_t bsz = nm_row_size(p->t, nm_type_traits_get(p->t)->blck_size);
+    const int64_t nb = p->K / nm_type_traits_get(p->t)->blck_size;
+    const uint16_t one = 0x3c00, half = 0x3800;
+    const float fone = 1.0f;
+    for (int64_t r = 0; r < p->n_rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *blk = p->wq + r * p->w_stride + (size_t)b * bsz;
+            switch (p->t) {
+            case NM_TYPE_MXFP4: blk[0] = 127; break;
+            case NM_TYPE_Q4_1: case NM_TYPE_Q5_1: case NM_TYPE_Q4_K: case NM_TYPE_Q5_K: // d, then m / dmin
+                memcpy(blk, &one, 2), memcpy(blk + 2, &half, 2);
+                break;
+            case NM_TYPE_Q2_K:
+                memcpy(blk + offsetof(nm_block_q2_K, d), &one, 2);
+                memcpy(blk + offsetof(nm_block_q2_K, dmin), &half, 2);
+                break;
+            case NM_TYPE_Q3_K: memcpy(blk + offsetof(nm_block_q3_K, d), &one, 2); break;
+            case NM_TYPE_Q6_K: memcpy(blk + offsetof(nm_block_q6_K, d), &one, 2); break;
+            case NM_TYPE_Q8_K: memcpy(blk, &fone, 4); break;
+            default: memcpy(blk, &one, 2); break; // q4_0, q5_0, q8_0, q8_1: d first
+            }
+        }
+}
+
+// Extreme quants: weight rows filled with one byte pattern (all quants at
+// the ends of their range, the 6-bit and 8-bit sub-block scales at +-max)
+// against activations at +-127 in every element, so the int32 block sums
+// reach their largest values (no int16 step may overflow).
+NM_TEST(gemmq_extreme_quants) {
+    static const uint8_t patterns[] = {0x00, 0xff, 0x80, 0x7f, 0x55, 0xaa};
+    int checked = 0;
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        const uint32_t t = weight_types[ti];
+        const int64_t bs = nm_type_traits_get(t)->blck_size;
+        if (bs == 1) continue;
+        for (size_t pi = 0; pi < sizeof patterns; pi++) {
+            problem p = make_problem(t, 5, 6, 4 * bs);
+            for (int64_t r = 0; r < p.n_rows; r++) memset(p.wq + r * p.w_stride, patterns[pi], nm_row_size(t, p.K));
+            tame_scales(&p);
+            for (int64_t r = 0; r < p.n_rows; r++) nm_dequantize_row_ref(t, p.wq + r * p.w_stride, p.wd + r * p.K, p.K);
+            for (int64_t i = 0; i < 3; i++) { // tokens +1, -1, alternating; 3.. keep make_problem's Gaussians
+                for (int64_t j = 0; j < p.K; j++) tmp[j] = i == 0 ? 1.f : i == 1 ? -1.f : (j & 1 ? 1.f : -1.f);
+                nm_kernels_ref()->quant_act[p.at](tmp, p.xq + i * p.x_stride, p.K);
+                nm_dequantize_row_ref(p.at, p.xq + i * p.x_stride, p.xd + i * p.K, p.K);
+            }
+            checked += check_tables(nmtest_failed, &p, "extreme");
+        }
+    }
+    NM_CHECK(checked >= (int)((N_WTYPES - 3) * 6));
 }
 
 // ---- speed (NM_TEST_BENCH=1) ------------------------------------------------------------
@@ -210,7 +299,7 @@ NM_TEST(gemmq_speed) {
     const char *b = getenv("NM_TEST_BENCH");
     if (!b || b[0] != '1') NM_SKIP("set NM_TEST_BENCH=1");
     static const uint32_t types[] = {NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0, NM_TYPE_Q8_0,
-                                     NM_TYPE_MXFP4, NM_TYPE_Q4_K, NM_TYPE_Q6_K};
+                                     NM_TYPE_MXFP4, NM_TYPE_Q4_K, NM_TYPE_Q5_K, NM_TYPE_Q6_K};
     static const int64_t Ks[] = {576, 2048};
     const nm_kernels *tabs[4];
     const int ntab = tables(tabs);

@@ -4,7 +4,8 @@
 //    quantizers and the integer dotq with plain NEON (vmull_s8 + vpadalq_s16);
 //  - nm_kernels_neon_dotprod(): the same integer dotq built with SDOT
 //    (vdotq_s32, ARMv8.2 dotprod), only for CPUs whose hwcaps report asimddp.
-// Entries left NULL fall back to ref. The ref (ref_*.c) is the spec.
+// Both also carry the matching gemmq tiles of arm_gemmq.c. Entries left NULL
+// fall back to ref. The ref (ref_*.c) is the spec.
 //
 // Each integer dot body is written once, as an always_inline function taking
 // a constant `dp`, and instantiated twice: in a plain function (dp = false)
@@ -763,6 +764,18 @@ static const nm_kernels neon_table = {
             [NM_TYPE_Q8_1] = quant_act_q8_1,
             [NM_TYPE_Q8_K] = quant_act_q8_K,
         },
+    .gemmq =
+        {
+            [NM_TYPE_Q4_0] = nm_gemmq_q4_0_neon,
+            [NM_TYPE_Q4_1] = nm_gemmq_q4_1_neon,
+            [NM_TYPE_Q5_0] = nm_gemmq_q5_0_neon,
+            [NM_TYPE_Q5_1] = nm_gemmq_q5_1_neon,
+            [NM_TYPE_Q8_0] = nm_gemmq_q8_0_neon,
+            [NM_TYPE_MXFP4] = nm_gemmq_mxfp4_neon,
+            [NM_TYPE_Q4_K] = nm_gemmq_q4_K_neon,
+            [NM_TYPE_Q5_K] = nm_gemmq_q5_K_neon,
+            [NM_TYPE_Q6_K] = nm_gemmq_q6_K_neon,
+        },
 };
 
 static const nm_kernels neon_dotprod_table = {
@@ -780,6 +793,18 @@ static const nm_kernels neon_dotprod_table = {
             [NM_TYPE_Q5_K] = dotq_q5_K_dp,
             [NM_TYPE_Q6_K] = dotq_q6_K_dp,
             [NM_TYPE_Q8_K] = dotq_q8_K_dp,
+        },
+    .gemmq =
+        {
+            [NM_TYPE_Q4_0] = nm_gemmq_q4_0_neon_dp,
+            [NM_TYPE_Q4_1] = nm_gemmq_q4_1_neon_dp,
+            [NM_TYPE_Q5_0] = nm_gemmq_q5_0_neon_dp,
+            [NM_TYPE_Q5_1] = nm_gemmq_q5_1_neon_dp,
+            [NM_TYPE_Q8_0] = nm_gemmq_q8_0_neon_dp,
+            [NM_TYPE_MXFP4] = nm_gemmq_mxfp4_neon_dp,
+            [NM_TYPE_Q4_K] = nm_gemmq_q4_K_neon_dp,
+            [NM_TYPE_Q5_K] = nm_gemmq_q5_K_neon_dp,
+            [NM_TYPE_Q6_K] = nm_gemmq_q6_K_neon_dp,
         },
 };
 

@@ -240,12 +240,28 @@ NM_DECL_QACT_AVX2(q8_K)
 
 #ifdef NM_HAVE_ARM_SIMD
 // aarch64 NEON table (arm_neon.c): fused f32 dots, some dequants, the
-// activation quantizers and the integer dotq (vmull_s8); entries may be NULL
-// (use ref).
+// activation quantizers, the integer dotq (vmull_s8) and the gemmq tiles of
+// arm_gemmq.c; entries may be NULL (use ref).
 const nm_kernels *nm_kernels_neon(void);
-// SDOT (ARMv8.2 dotprod) overrides of the neon table's integer dotq; the rest
-// NULL. Only for CPUs whose nm_cpu_features_get()->dotprod is set.
+// SDOT (ARMv8.2 dotprod) overrides of the neon table's integer dotq and gemmq;
+// the rest NULL. Only for CPUs whose nm_cpu_features_get()->dotprod is set.
 const nm_kernels *nm_kernels_neon_dotprod(void);
+// gemmq of arm_gemmq.c: plain NEON (_neon) and SDOT (_neon_dp, dotprod CPUs only).
+#define NM_DECL_GEMMQ_NEON(t)                                                                                      \
+    void nm_gemmq_##t##_neon(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,      \
+                             size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy);           \
+    void nm_gemmq_##t##_neon_dp(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,   \
+                                size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy);
+NM_DECL_GEMMQ_NEON(q4_0)
+NM_DECL_GEMMQ_NEON(q4_1)
+NM_DECL_GEMMQ_NEON(q5_0)
+NM_DECL_GEMMQ_NEON(q5_1)
+NM_DECL_GEMMQ_NEON(q8_0)
+NM_DECL_GEMMQ_NEON(mxfp4)
+NM_DECL_GEMMQ_NEON(q4_K)
+NM_DECL_GEMMQ_NEON(q5_K)
+NM_DECL_GEMMQ_NEON(q6_K)
+#undef NM_DECL_GEMMQ_NEON
 #endif
 
 #endif

@@ -180,6 +180,8 @@ static nm_status check(gen *g, const nm_genmmproj_params *p, bool idefics3) {
     if (idefics3 && (p->scale_factor < 2 || grid % p->scale_factor))
         return fail(g, NM_ERR_INVALID_ARG, "scale_factor %d must be >= 2 and divide the patch grid side %d",
                     p->scale_factor, grid);
+    if (idefics3 && p->class_embd)
+        return fail(g, NM_ERR_INVALID_ARG, "idefics3 has no class token (llama.cpp's siglip graph would ignore it)");
     if (!nm_genmmproj_type_ok(p->wtype))
         return fail(g, NM_ERR_INVALID_ARG, "weight type %u not supported (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_K q5_K q6_K)",
                     p->wtype);

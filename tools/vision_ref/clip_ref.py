@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference vision encoder for llama.cpp-format mmproj files (numpy only).
 
-    clip_ref.py MMPROJ INPUT.f32 OUTPUT.f32 [--ggml-act] [--cls-first] [--dump DIR]
+    clip_ref.py MMPROJ INPUT.f32 OUTPUT.f32 [--act-quant] [--ggml] [--cls-first] [--dump DIR] [--info]
 
 INPUT:  the normalized image, planar: 3 x S x S float32 (R, G, B planes, row-major),
         S = clip.vision.image_size.
@@ -14,9 +14,15 @@ the rules of llama.cpp's tools/mtmd (clip.cpp, models/llava.cpp, models/siglip.c
 The layout and the math are written down in docs/mmproj.md.
 
 Options:
-  --ggml-act   evaluate GELU and quick GELU as ggml's CPU backend does: through a
-               table indexed by the input rounded to f16, with an f16 result. Used
-               to match llama.cpp more tightly; the default is the exact function.
+  --act-quant  round every matmul input as llama.cpp (and our CPU backend) do before
+               the dot: to f16 for f16 weights, to 8-bit blocks (q8_0, q8_1, q8_K: the
+               weight type's vec_dot_type) for quantized ones. The default multiplies
+               the exact activations by the dequantized weights.
+  --ggml       --act-quant plus the two other roundings of ggml's CPU backend: the
+               patch embedding (ggml_conv_2d goes through an f16 im2col, so pixels
+               and kernel are rounded to f16) and GELU / quick GELU (a table indexed
+               by the input rounded to f16, with an f16 result). Reproduces
+               llama.cpp's numbers up to f32 rounding.
   --cls-first  put the class token first (position 0) and drop its output row, as
                HF transformers does. The default follows llama.cpp at 0c1e570, whose
                llava graph appends the class token after the patches (position
@@ -135,6 +141,9 @@ class Gguf:
     def has(self, name):
         return name in self.tensors
 
+    def type_name(self, name):
+        return GGML_TYPES[self.tensors[name][1]][0]
+
     def tensor(self, name):
         """Tensor as float64, numpy shape = reversed ggml ne (ne[0] last)."""
         if name not in self.tensors:
@@ -250,6 +259,52 @@ def dequantize(ttype, raw, n):
     raise FormatError(f"type {name} not supported")
 
 
+# ---- llama.cpp's matmul input rounding -----------------------------------------------
+# ggml (and our CPU backend) multiply a weight of type W by first converting the
+# activation row to W's vec_dot_type, then taking an integer (or f16) dot. These
+# return the activation values that dot effectively sees.
+
+VEC_DOT_TYPE = {"f32": "f32", "f16": "f16", "bf16": "bf16", "q4_0": "q8_0", "q5_0": "q8_0", "q8_0": "q8_0",
+                "q4_1": "q8_1", "q5_1": "q8_1", "q4_K": "q8_K", "q5_K": "q8_K", "q6_K": "q8_K"}
+
+
+def _round_bf16(x):
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16  # nearest even
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def act_quant(x, wtype):
+    """x (..., K) -> the values of x after conversion to wtype's vec_dot_type."""
+    vt = VEC_DOT_TYPE[wtype]
+    if vt == "f32":
+        return x
+    if vt == "f16":
+        return x.astype(np.float32).astype(np.float16).astype(np.float64)
+    if vt == "bf16":
+        return _round_bf16(x)
+    shape = x.shape
+    x32 = x.astype(np.float32)
+    if vt in ("q8_0", "q8_1"):
+        # x86 quantize_row_q8_0/q8_1: d = amax/127 (stored f16), q = rint(x * 127/amax)
+        b = x32.reshape(-1, 32)
+        amax = np.abs(b).max(axis=1, keepdims=True)
+        with np.errstate(divide="ignore"):
+            iscale = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+        q = np.clip(np.rint(b * iscale), -128, 127)
+        d = (amax / np.float32(127.0)).astype(np.float32).astype(np.float16).astype(np.float64)
+        return (q * d).reshape(shape)
+    # q8_K (quantize_row_q8_K_ref): scale from the signed extreme, d = 1/iscale kept in f32
+    b = x32.reshape(-1, 256)
+    idx = np.abs(b).argmax(axis=1)
+    mx = b[np.arange(b.shape[0]), idx].reshape(-1, 1)
+    with np.errstate(divide="ignore"):
+        iscale = np.where(mx != 0, np.float32(-127.0) / mx, np.float32(0.0)).astype(np.float32)
+        d = np.where(mx != 0, np.float32(1.0) / iscale, np.float32(0.0)).astype(np.float32)
+    q = np.minimum(127, np.rint(b * iscale))
+    return (q * d.astype(np.float64)).reshape(shape)
+
+
 # ---- activations -------------------------------------------------------------------
 
 def gelu_tanh(x):
@@ -289,7 +344,7 @@ def layer_norm(x, w, b, eps):
 
 
 class Encoder:
-    def __init__(self, path, ggml_act=False, cls_first=False):
+    def __init__(self, path, ggml=False, quant_act=False, cls_first=False):
         g = self.g = Gguf(path)
         kv = g.kv
 
@@ -317,8 +372,10 @@ class Encoder:
         else:
             self.act_name, fn, clamp = "gelu_quick", gelu_quick, False
         # ggml evaluates SiLU directly; GELU and quick GELU through f16 tables.
-        self.act = (lambda x: ggml_table(fn, x, clamp)) if ggml_act and clamp is not None else fn
-        self.gelu = (lambda x: ggml_table(gelu_tanh, x, True)) if ggml_act else gelu_tanh
+        self.act = (lambda x: ggml_table(fn, x, clamp)) if ggml and clamp is not None else fn
+        self.gelu = (lambda x: ggml_table(gelu_tanh, x, True)) if ggml else gelu_tanh
+        self.ggml = ggml
+        self.aq = act_quant if (ggml or quant_act) else (lambda x, wtype: x)
         self.n_merge = int(kv.get("clip.vision.projector.scale_factor", 1)) if self.proj == "idefics3" else 1
         self.cls_first = cls_first
         if self.image_size <= 0 or self.patch_size <= 0 or self.image_size % self.patch_size:
@@ -348,30 +405,32 @@ class Encoder:
                 "ln2": (t(p + "ln2.weight", (d,)), t(p + "ln2.bias", (d,))),
             }
             for k in ("q", "k", "v", "out"):
-                L[k] = (t(p + f"attn_{k}.weight", (d, d)), t(p + f"attn_{k}.bias", (d,), optional=True))
+                L[k] = (t(p + f"attn_{k}.weight", (d, d)), t(p + f"attn_{k}.bias", (d,), optional=True),
+                        g.type_name(p + f"attn_{k}.weight"))
             # llama.cpp's check for files from old converters, which named fc1
             # ffn_down and fc2 ffn_up: if ffn_down takes n_embd inputs, swap back.
             up_w, down_w = g.tensor(p + "ffn_up.weight"), g.tensor(p + "ffn_down.weight")
             up_b, down_b = t(p + "ffn_up.bias", None, optional=True), t(p + "ffn_down.bias", None, optional=True)
+            up_t, down_t = g.type_name(p + "ffn_up.weight"), g.type_name(p + "ffn_down.weight")
             if down_w.ndim == 2 and down_w.shape[1] == d:
-                up_w, down_w, up_b, down_b = down_w, up_w, down_b, up_b
+                up_w, down_w, up_b, down_b, up_t, down_t = down_w, up_w, down_b, up_b, down_t, up_t
             self._shape(p + "ffn_up", up_w, (self.n_ff, d))
             self._shape(p + "ffn_down", down_w, (d, self.n_ff))
             if up_b is not None:
                 self._shape(p + "ffn_up.bias", up_b, (self.n_ff,))
             if down_b is not None:
                 self._shape(p + "ffn_down.bias", down_b, (d,))
-            L["up"], L["down"] = (up_w, up_b), (down_w, down_b)
+            L["up"], L["down"] = (up_w, up_b, up_t), (down_w, down_b, down_t)
             self.layers.append(L)
         if self.proj == "mlp":
             w0 = g.tensor("mm.0.weight")
             if w0.ndim != 2 or w0.shape[1] != d:
                 raise FormatError(f"mm.0.weight: shape {list(reversed(w0.shape))}, want [{d}, n]")
-            self.mm0 = (w0, t("mm.0.bias", (w0.shape[0],)))
+            self.mm0 = (w0, t("mm.0.bias", (w0.shape[0],)), g.type_name("mm.0.weight"))
             w2 = g.tensor("mm.2.weight")
             if w2.ndim != 2 or w2.shape[1] != w0.shape[0]:
                 raise FormatError(f"mm.2.weight: shape {list(reversed(w2.shape))}, want [{w0.shape[0]}, n]")
-            self.mm2 = (w2, t("mm.2.bias", (w2.shape[0],)))
+            self.mm2 = (w2, t("mm.2.bias", (w2.shape[0],)), g.type_name("mm.2.weight"))
             self.n_out_embd = w2.shape[0]
             self.n_out = self.grid * self.grid
         else:
@@ -379,7 +438,7 @@ class Encoder:
             k = d * self.n_merge * self.n_merge
             if fc.ndim != 2 or fc.shape[1] != k:
                 raise FormatError(f"mm.model.fc.weight: shape {list(reversed(fc.shape))}, want [{k}, n]")
-            self.fc = fc
+            self.fc = (fc, None, g.type_name("mm.model.fc.weight"))
             self.n_out_embd = fc.shape[0]
             self.n_out = (self.grid // self.n_merge) ** 2
 
@@ -397,6 +456,10 @@ class Encoder:
             self._shape(name, a, shape)
         return a
 
+    def _lin(self, w, b, wtype, v):
+        y = self.aq(v, wtype) @ w.T
+        return y + b if b is not None else y
+
     def encode(self, img, dump=None):
         """img: (3, S, S) float64 planar. Returns (n_out, n_out_embd) float64."""
         def stage(name, x):
@@ -408,7 +471,11 @@ class Encoder:
         # Conv2d with stride = kernel: every patch is a dot with the flattened
         # (c, ky, kx) kernel. Patches row-major: index py * G + px.
         patches = img.reshape(3, G, ps, G, ps).transpose(1, 3, 0, 2, 4).reshape(G * G, 3 * ps * ps)
-        x = patches @ self.patch_w.reshape(d, -1).T
+        kernel = self.patch_w.reshape(d, -1)
+        if self.ggml:
+            patches = patches.astype(np.float16).astype(np.float64)
+            kernel = kernel.astype(np.float16).astype(np.float64)
+        x = patches @ kernel.T
         if self.patch_b is not None:
             x = x + self.patch_b
         stage("patch_embd", x)
@@ -427,9 +494,7 @@ class Encoder:
         for il, L in enumerate(self.layers):
             h = layer_norm(x, L["ln1"][0], L["ln1"][1], self.eps)
 
-            def lin(w, b, v):
-                y = v @ w.T
-                return y + b if b is not None else y
+            lin = self._lin
             q = lin(*L["q"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
             k = lin(*L["k"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
             v = lin(*L["v"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
@@ -449,15 +514,14 @@ class Encoder:
                 # llama.cpp keeps rows 1..n_patches (CLS-last order: patches 1.. and the class token)
                 x = x[1:n_patches + 1]
             stage("proj_in", x)
-            y = self.gelu(x @ self.mm0[0].T + self.mm0[1])
-            y = y @ self.mm2[0].T + self.mm2[1]
+            y = self._lin(*self.mm2, self.gelu(self._lin(*self.mm0, x)))
         else:
             # Pixel shuffle (idefics3 / llama.cpp build_patch_merge_permute):
             # out[(yo, xo)][(sy, sx, e)] = in[(yo*s + sy, xo*s + sx)][e]
             s = self.n_merge
             x = x.reshape(G // s, s, G // s, s, d).transpose(0, 2, 1, 3, 4).reshape((G // s) ** 2, s * s * d)
             stage("proj_in", x)
-            y = x @ self.fc.T
+            y = self._lin(*self.fc, x)
         return stage("out", y)
 
 
@@ -473,13 +537,14 @@ def main(argv):
         dump = argv[i + 1]
         args.remove(dump)
         flags.remove("--dump")
-    unknown = [f for f in flags if f not in ("--ggml-act", "--cls-first", "--info", "--help")]
+    unknown = [f for f in flags if f not in ("--ggml", "--act-quant", "--cls-first", "--info", "--help")]
     if "--help" in flags or len(args) != 3 or unknown:
         print(__doc__, file=sys.stderr)
         return 0 if "--help" in flags else 2
     mmproj, inp, out = args
     try:
-        enc = Encoder(mmproj, ggml_act="--ggml-act" in flags, cls_first="--cls-first" in flags)
+        enc = Encoder(mmproj, ggml="--ggml" in flags, quant_act="--act-quant" in flags,
+                      cls_first="--cls-first" in flags)
     except (FormatError, OSError) as e:
         print(f"clip_ref.py: {mmproj}: {e}", file=sys.stderr)
         return 1

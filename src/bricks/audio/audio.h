@@ -110,7 +110,9 @@ nm_status nm_audio_load_raw(const char *path, nm_pcm_format fmt, int32_t rate, i
 // Resamples n mono samples from rate_in to rate_out (both within the limits;
 // equal rates copy) with the settings above. *out is a new buffer of about
 // n * rate_out / rate_in samples (soxr's count after flushing its filter,
-// within one sample of that). NaN/inf input is NM_ERR_FORMAT.
+// within one sample of that; exactly round(n * rate_out / rate_in) in all
+// the cases tested). An input too short to give one sample, or NaN/inf, is
+// NM_ERR_FORMAT.
 nm_status nm_audio_resample(const float *in, int64_t n, int32_t rate_in, int32_t rate_out, nm_audio *out,
                             char *err, size_t err_size);
 

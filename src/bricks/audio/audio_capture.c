@@ -91,6 +91,9 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
     int overruns = 0;
     while (st == NM_OK && s.n < want) {
         int64_t k = want - s.n < chunk ? want - s.n : chunk;
+        // Some plugins (ALSA's "null") report frames without writing them:
+        // start from silence so they read as such, not as stale memory.
+        memset(raw, 0, (size_t)k * channels * bs);
         snd_pcm_sframes_t got = snd_pcm_readi(pcm, raw, (snd_pcm_uframes_t)k);
         if (got == -EAGAIN || got == -EINTR) continue;
         if (got == -EPIPE || got == -ESTRPIPE) { // overrun / suspend: lose those frames, keep going

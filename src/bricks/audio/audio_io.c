@@ -123,6 +123,13 @@ static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, i
     if (st == NM_OK && s.in_frames == 0)
         st = nm_audio_fail(NM_ERR_FORMAT, err, err_size, "%s: no audio frames could be decoded (truncated or corrupt?)%s%s",
                            name, sf_error(sf) ? ": " : "", sf_error(sf) ? sf_strerror(sf) : "");
+    // A decoder error part way (a FLAC frame that fails its CRC, ...) fails the
+    // whole file rather than handing back a silently shortened recording. Data
+    // that simply ends early (a cut WAV) is no error to libsndfile: what is
+    // there is returned.
+    if (st == NM_OK && sf_error(sf) != SF_ERR_NO_ERROR)
+        st = nm_audio_fail(NM_ERR_FORMAT, err, err_size, "%s: corrupt data after %lld frames: %s", name,
+                           (long long)s.in_frames, sf_strerror(sf));
     if (st == NM_OK) {
         st = nm_audio_sink_finish(&s, out, sub, sizeof sub);
         if (st != NM_OK) relabel(st, err, err_size, name, sub);

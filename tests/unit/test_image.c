@@ -78,9 +78,20 @@ static buf png_encode(int w, int h, int color, int depth, int interlace, const u
 
 // ---- JPEG writer (libjpeg) -----------------------------------------------------------
 
-// nc: 1 gray, 3 RGB, 4 CMYK (Adobe marker, transform 0 or YCCK = 2).
-static buf jpeg_encode(int w, int h, int nc, const uint8_t *px, int quality, int sub444, int progressive,
-                       int ycck) {
+// Options beyond the defaults (quality 75 with 2x2 luma sampling for colour).
+typedef struct jopt {
+    int quality;
+    int h0, v0;      // luma sampling factors (0: libjpeg's 2x2); chroma stays 1x1
+    int progressive;
+    int ycck;        // 4 channels: YCCK (Adobe transform 2) instead of CMYK (0)
+    int stored_rgb;  // 3 channels stored as RGB: Adobe transform 0, no JFIF
+    int no_adobe;    // 4 channels without the Adobe marker
+    int restart;     // restart interval in MCU rows
+    int arith;       // arithmetic coding
+} jopt;
+
+// nc: 1 gray, 3 RGB, 4 CMYK.
+static buf jpeg_encode_opt(int w, int h, int nc, const uint8_t *px, jopt o) {
     struct jpeg_compress_struct c;
     struct jpeg_error_mgr e;
     c.err = jpeg_std_error(&e);
@@ -93,11 +104,18 @@ static buf jpeg_encode(int w, int h, int nc, const uint8_t *px, int quality, int
     c.input_components = nc;
     c.in_color_space = nc == 1 ? JCS_GRAYSCALE : nc == 3 ? JCS_RGB : JCS_CMYK;
     jpeg_set_defaults(&c);
-    if (nc == 4) jpeg_set_colorspace(&c, ycck ? JCS_YCCK : JCS_CMYK);
-    jpeg_set_quality(&c, quality, TRUE);
-    if (sub444)
-        for (int i = 0; i < c.num_components; i++) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
-    if (progressive) jpeg_simple_progression(&c);
+    if (nc == 4) jpeg_set_colorspace(&c, o.ycck ? JCS_YCCK : JCS_CMYK);
+    if (nc == 3 && o.stored_rgb) jpeg_set_colorspace(&c, JCS_RGB);
+    if (o.no_adobe) c.write_Adobe_marker = FALSE;
+    jpeg_set_quality(&c, o.quality ? o.quality : 75, TRUE);
+    if (o.h0) {
+        c.comp_info[0].h_samp_factor = o.h0;
+        c.comp_info[0].v_samp_factor = o.v0;
+        for (int i = 1; i < c.num_components; i++) c.comp_info[i].h_samp_factor = c.comp_info[i].v_samp_factor = 1;
+    }
+    if (o.progressive) jpeg_simple_progression(&c);
+    c.restart_in_rows = o.restart;
+    c.arith_code = o.arith ? TRUE : FALSE;
     jpeg_start_compress(&c, TRUE);
     while (c.next_scanline < c.image_height) {
         JSAMPROW r = (JSAMPROW)(px + (size_t)c.next_scanline * w * nc);
@@ -109,6 +127,12 @@ static buf jpeg_encode(int w, int h, int nc, const uint8_t *px, int quality, int
     buf_put(&b, mem, n);
     free(mem);
     return b;
+}
+
+static buf jpeg_encode(int w, int h, int nc, const uint8_t *px, int quality, int sub444, int progressive,
+                       int ycck) {
+    jopt o = {.quality = quality, .h0 = sub444, .v0 = sub444, .progressive = progressive, .ycck = ycck};
+    return jpeg_encode_opt(w, h, nc, px, o);
 }
 
 // ---- PPM writer ----------------------------------------------------------------------
@@ -434,6 +458,46 @@ NM_TEST(jpeg_rgb_gray_close) {
     free(b.p);
     free(rgb);
     free(gray);
+}
+
+// Every layout the reconstruction branches on decodes close to the source
+// (bit-exactness against stb_image is the golden check, docs/correctness.md).
+NM_TEST(jpeg_layouts_close) {
+    const int w = 37, h = 29;
+    uint8_t *rgb = malloc((size_t)w * h * 4);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            uint8_t *o = rgb + (y * w + x) * 3;
+            o[0] = (uint8_t)(60 + x * 3);
+            o[1] = (uint8_t)(180 - y * 3);
+            o[2] = (uint8_t)(90 + x + y);
+        }
+    const struct { jopt o; int maxd; } v[] = {
+        {{.quality = 95, .h0 = 2, .v0 = 1}, 8},
+        {{.quality = 95, .h0 = 1, .v0 = 2}, 8},
+        {{.quality = 95, .h0 = 4, .v0 = 1}, 12},
+        {{.quality = 95, .h0 = 1, .v0 = 1, .restart = 1}, 4},
+        {{.quality = 95, .h0 = 1, .v0 = 1, .stored_rgb = 1}, 4},
+        {{.quality = 95, .h0 = 1, .v0 = 1, .arith = 1}, 4},
+        {{.quality = 95, .h0 = 2, .v0 = 2, .progressive = 1, .arith = 1}, 8},
+    };
+    for (size_t k = 0; k < sizeof v / sizeof v[0]; k++) {
+        buf b = jpeg_encode_opt(w, h, 3, rgb, v[k].o);
+        nm_image im;
+        char err[256] = "";
+        NM_CHECK(nm_image_decode(b.p, b.n, &im, err, sizeof err) == NM_OK);
+        if (im.rgb) {
+            int d = max_diff(im.rgb, rgb, (size_t)w * h * 3);
+            if (d > v[k].maxd) fprintf(stderr, "  layout %zu: max diff %d\n", k, d);
+            NM_CHECK(im.w == w && im.h == h && d <= v[k].maxd);
+        } else {
+            fprintf(stderr, "  layout %zu: %s\n", k, err);
+        }
+        nm_image_free(&im);
+        if (k == 2 || k == 6) NM_CHECK(truncations_accepted(&b) == 0);
+        free(b.p);
+    }
+    free(rgb);
 }
 
 static uint8_t blinn_ref(int x, int y) { return (uint8_t)((x * y + 127) / 255); } // x * y / 255 rounded
@@ -941,6 +1005,10 @@ NM_TEST(gen_corpus) {
     f[n++] = (seed){"gray.jpg", jpeg_encode(w, h, 1, gray, 75, 0, 0, 0)};
     f[n++] = (seed){"cmyk.jpg", jpeg_encode(w / 2, h / 2, 4, rgba, 75, 0, 0, 0)};
     f[n++] = (seed){"ycck.jpg", jpeg_encode(w / 2, h / 2, 4, rgba, 75, 0, 0, 1)};
+    f[n++] = (seed){"411.jpg", jpeg_encode_opt(w, h, 3, rgb, (jopt){.h0 = 4, .v0 = 1})};
+    f[n++] = (seed){"arith.jpg", jpeg_encode_opt(w, h, 3, rgb, (jopt){.arith = 1, .progressive = 1})};
+    f[n++] = (seed){"rgb-adobe.jpg", jpeg_encode_opt(w, h, 3, rgb, (jopt){.stored_rgb = 1, .h0 = 1, .v0 = 1})};
+    f[n++] = (seed){"restart.jpg", jpeg_encode_opt(w, h, 3, rgb, (jopt){.restart = 1})};
     uint16_t s[12 * 9 * 3];
     for (int i = 0; i < w * h * 3; i++) s[i] = rgb[i];
     f[n++] = (seed){"p6.ppm", pnm_encode('6', w, h, 255, s, "# seed")};
@@ -955,7 +1023,7 @@ NM_TEST(gen_corpus) {
     // broken ones: truncated PNG / JPEG / PPM, a flipped CRC, a bad Huffman table
     write_file(dir, "rgb8-trunc.png", f[0].b.p, f[0].b.n / 2);
     write_file(dir, "420-trunc.jpg", f[8].b.p, f[8].b.n * 2 / 3);
-    write_file(dir, "p6-trunc.ppm", f[14].b.p, f[14].b.n - 5);
+    write_file(dir, "p6-trunc.ppm", f[18].b.p, f[18].b.n - 5);
     f[0].b.p[40] ^= 0x55;
     write_file(dir, "rgb8-badcrc.png", f[0].b.p, f[0].b.n);
     // JPEG scan data has no checksum (libjpeg-turbo even supplies missing
@@ -980,7 +1048,8 @@ NM_TEST(gen_corpus) {
 NM_TEST(corpus_seeds_as_named) {
     const char *names[] = {"rgb8.png", "rgba8.png", "rgb16.png", "gray8.png", "gray-alpha8.png", "gray2.png",
                            "palette2-trns.png", "rgb8-adam7.png", "420.jpg", "444.jpg", "progressive.jpg",
-                           "gray.jpg", "cmyk.jpg", "ycck.jpg", "p6.ppm", "p5.pgm", "p3.ppm", "p2.pgm",
+                           "gray.jpg", "cmyk.jpg", "ycck.jpg", "411.jpg", "arith.jpg", "rgb-adobe.jpg",
+                           "restart.jpg", "p6.ppm", "p5.pgm", "p3.ppm", "p2.pgm",
                            "p6-16bit.ppm", "p3-maxval15.ppm", "rgb8-trunc.png", "420-trunc.jpg",
                            "p6-trunc.ppm", "rgb8-badcrc.png", "444-corrupt.jpg", "gif.gif", "p6-huge.ppm"};
     int n_ok = 0;
@@ -997,7 +1066,7 @@ NM_TEST(corpus_seeds_as_named) {
         n_ok += st == NM_OK;
         nm_image_free(&im);
     }
-    NM_CHECK(n_ok == 20);
+    NM_CHECK(n_ok == 24);
 }
 
 // Larger images for the golden check (see docs/correctness.md): PNG and JPEG
@@ -1033,6 +1102,37 @@ NM_TEST(gen_samples) {
         free(b.p);
         free(rgb);
         free(rgba);
+    }
+    // JPEG layouts the reconstruction branches on: sampling factors, odd sizes,
+    // stored RGB, 4 channels with and without the Adobe marker, restarts.
+    const struct { int w, h, nc; jopt o; const char *name; } jv[] = {
+        {97, 61, 3, {.h0 = 2, .v0 = 1}, "j422"},
+        {97, 61, 3, {.h0 = 1, .v0 = 2}, "j440"},
+        {97, 61, 3, {.h0 = 4, .v0 = 1}, "j411"},
+        {97, 61, 3, {.h0 = 2, .v0 = 2, .progressive = 1, .quality = 40}, "j420p"},
+        {1, 1, 3, {0}, "j420-1x1"},
+        {2, 1, 3, {0}, "j420-2x1"},
+        {17, 33, 3, {0}, "j420-17x33"},
+        {250, 3, 3, {.restart = 1}, "j420-rst"},
+        {40, 30, 3, {.stored_rgb = 1}, "jrgb"},
+        {40, 30, 4, {.no_adobe = 1}, "jcmyk-noadobe"},
+        {40, 30, 4, {.ycck = 1, .h0 = 2, .v0 = 2}, "jycck420"},
+        {40, 30, 1, {.quality = 95}, "jgray"},
+        {40, 30, 3, {.arith = 1}, "jarith"},
+    };
+    for (size_t k = 0; k < sizeof jv / sizeof jv[0]; k++) {
+        uint8_t *px = malloc((size_t)jv[k].w * jv[k].h * jv[k].nc);
+        uint32_t seed = 77 + (uint32_t)k;
+        for (int y = 0; y < jv[k].h; y++)
+            for (int x = 0; x < jv[k].w; x++)
+                for (int c = 0; c < jv[k].nc; c++)
+                    px[((size_t)y * jv[k].w + x) * jv[k].nc + c] = (uint8_t)(pic(x, y, c % 3, jv[k].w, jv[k].h) ^ (rng(&seed) & 15));
+        buf b = jpeg_encode_opt(jv[k].w, jv[k].h, jv[k].nc, px, jv[k].o);
+        char name[64];
+        snprintf(name, sizeof name, "%s-%dx%d.jpg", jv[k].name, jv[k].w, jv[k].h);
+        write_file(dir, name, b.p, b.n);
+        free(b.p);
+        free(px);
     }
 }
 

@@ -5,12 +5,14 @@
 // Decoding matches stb_image with 3 requested channels, which is what
 // llama.cpp's mtmd-helper uses: alpha is dropped (not composited), gray is
 // replicated to R=G=B, 16-bit PNG samples keep their high byte, gamma / sBIT /
-// ICC chunks are ignored, EXIF orientation is ignored. Known, measured
-// differences (docs/correctness.md): JPEG pixels (libjpeg-turbo's IDCT,
-// upsampling and colour conversion round differently from stb's, a few levels
-// at most); PPM with maxval other than 255 (we scale to 0..255, stb does not);
-// ASCII PPM/PGM (stb rejects them); files with bad CRCs, a missing IEND/EOI or
-// truncated data (we reject them, stb is lenient).
+// ICC chunks are ignored, EXIF orientation is ignored. JPEG pixels are
+// rebuilt from libjpeg's coefficients with stb's own IDCT, upsampling and
+// colour arithmetic (image_jpeg.c), so they match stb bit for bit too.
+// Known differences (docs/correctness.md): PPM with maxval other than 255 (we
+// scale to 0..255; stb does not, and reads 16-bit samples in the wrong byte
+// order on little-endian hosts); ASCII PPM/PGM and arithmetic-coded JPEG (stb
+// rejects them); files with bad CRCs, a missing IEND/EOI or truncated data (we
+// reject them, stb is lenient).
 //
 // Preprocessing (nm_image_preprocess), for the two projectors we run:
 //

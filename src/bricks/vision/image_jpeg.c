@@ -1,15 +1,30 @@
-// JPEG decoding with libjpeg(-turbo), to 8-bit RGB as stb_image gives it:
-// gray replicated, YCbCr (or RGB) to RGB, and Adobe CMYK / YCCK files turned
-// into RGB the way stb does (R = C * K / 255 on the inverted-CMYK samples
-// Adobe writes). Other 4-channel files (no Adobe marker, or transform 1) are
-// NM_ERR_UNSUPPORTED: libjpeg calls them CMYK, stb decodes them as YCbCr.
-// Default libjpeg settings otherwise (islow IDCT, fancy upsampling), the
-// closest to stb's decoder; the pixels may still differ by a few levels.
+// JPEG decoding, bit-identical to stb_image (v2.30, 3 channels requested),
+// which is what llama.cpp decodes with.
+//
+// libjpeg(-turbo) does the parsing and entropy decoding only
+// (jpeg_read_coefficients: baseline, progressive and arithmetic coding), so
+// the quantized DCT coefficients are exactly the file's. The pixels are then
+// rebuilt with stb's arithmetic rather than libjpeg's, which rounds
+// differently at every stage:
+//   - dequantize in 16 bits, integer IDCT with 12-bit constants (the islow
+//     algorithm; columns keep 2 extra bits, rows round at 17 bits and add 128);
+//   - chroma upsampling per component from (h_max / h, v_max / v): 1x1 as is,
+//     1x2 / 2x1 / 2x2 with the 3/4 - 1/4 triangle ("fancy") filter and stb's
+//     rounding, anything else nearest neighbour; the row pair for vertical
+//     filtering chosen as stb does;
+//   - YCbCr to RGB in 20-bit fixed point with stb's constants, truncating the
+//     Cb term of green to 16 fractional bits;
+//   - 3 channels: RGB stored as is when the ids are 'R','G','B' or an Adobe
+//     marker says transform 0 without JFIF; 4 channels: Adobe transform 0 is
+//     CMYK, 2 is YCCK (R = (255 - r) * K / 255 after YCbCr), anything else
+//     is YCbCr with K ignored; 1 channel is replicated.
+// Files stb rejects for their layout (2 components, fractional sampling
+// ratios) are NM_ERR_UNSUPPORTED.
 //
 // Errors come back through a setjmp/longjmp error manager, so a corrupt file
-// never reaches libjpeg's default exit(). Warnings that mean lost pixels
-// (truncated data, bad Huffman codes, ...) are errors too: libjpeg would fill
-// the rest with gray, stb would fail.
+// never reaches libjpeg's default exit(). Warnings that mean lost data
+// (truncated file, bad Huffman code, ...) are errors too: libjpeg would carry
+// on with zeros.
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +40,9 @@ struct jpeg_job {
     jmp_buf jb;
     char msg[JMSG_LENGTH_MAX];
     nm_status st;
-    uint8_t *rgb; // (h, w, 3)
-    uint8_t *row; // one output row of libjpeg's (w * components)
+    uint8_t *rgb;       // (h, w, 3)
+    uint8_t *plane[4];  // per component: (height_in_blocks * 8, stride[c]) samples
+    uint8_t *line[4];   // per component: one upsampled row (w + 4)
 };
 
 static void on_error_exit(j_common_ptr c) {
@@ -48,15 +64,174 @@ static void on_message(j_common_ptr c, int level) {
     case JWRN_BOGUS_PROGRESSION:
         on_error_exit(c);
         break;
-    default: // e.g. junk bytes before a marker, an unknown JFIF revision: the pixels are fine
+    default: // e.g. junk bytes before a marker, an unknown JFIF revision: the data is fine
         c->err->num_warnings++;
         break;
     }
 }
 
-static uint8_t blinn(uint8_t x, uint8_t y) { // x * y / 255, rounded, as stb
+// ---- stb's reconstruction arithmetic ----------------------------------------------
+
+static uint8_t clamp8(int x) { return x < 0 ? 0 : x > 255 ? 255 : (uint8_t)x; }
+
+#define K12(x) ((int)((x) * 4096 + 0.5)) // a constant in 12-bit fixed point (x a float literal)
+
+// One 8-point islow IDCT. in: s[0..7] at stride; out: the even part sums
+// (e0..e3) and odd part (o0..o3), combined by the caller as e_i +- o_(3-i).
+struct idct8 { int x0, x1, x2, x3, t0, t1, t2, t3; };
+
+static struct idct8 idct_1d(int s0, int s1, int s2, int s3, int s4, int s5, int s6, int s7) {
+    struct idct8 r;
+    // even part
+    int p1 = (s2 + s6) * K12(0.5411961f);
+    int t2 = p1 + s6 * K12(-1.847759065f);
+    int t3 = p1 + s2 * K12(0.765366865f);
+    int t0 = (s0 + s4) * 4096;
+    int t1 = (s0 - s4) * 4096;
+    r.x0 = t0 + t3;
+    r.x3 = t0 - t3;
+    r.x1 = t1 + t2;
+    r.x2 = t1 - t2;
+    // odd part, inputs in the order s7, s5, s3, s1
+    int a0 = s7, a1 = s5, a2 = s3, a3 = s1;
+    int q3 = a0 + a2, q4 = a1 + a3, q1 = a0 + a3, q2 = a1 + a2;
+    int q5 = (q3 + q4) * K12(1.175875602f);
+    a0 = a0 * K12(0.298631336f);
+    a1 = a1 * K12(2.053119869f);
+    a2 = a2 * K12(3.072711026f);
+    a3 = a3 * K12(1.501321110f);
+    q1 = q5 + q1 * K12(-0.899976223f);
+    q2 = q5 + q2 * K12(-2.562915447f);
+    q3 = q3 * K12(-1.961570560f);
+    q4 = q4 * K12(-0.390180644f);
+    r.t3 = a3 + q1 + q4;
+    r.t2 = a2 + q2 + q3;
+    r.t1 = a1 + q2 + q4;
+    r.t0 = a0 + q1 + q3;
+    return r;
+}
+
+// d: 64 dequantized coefficients, natural order. out: 8x8 samples at stride.
+static void idct_block(uint8_t *out, size_t stride, const short d[64]) {
+    int v[64];
+    for (int i = 0; i < 8; i++) { // columns; an all-zero AC column is just its DC
+        const short *c = d + i;
+        if (!c[8] && !c[16] && !c[24] && !c[32] && !c[40] && !c[48] && !c[56]) {
+            for (int k = 0; k < 8; k++) v[i + 8 * k] = c[0] * 4;
+            continue;
+        }
+        struct idct8 r = idct_1d(c[0], c[8], c[16], c[24], c[32], c[40], c[48], c[56]);
+        r.x0 += 512; r.x1 += 512; r.x2 += 512; r.x3 += 512; // back to 2 extra bits, rounded
+        v[i + 0] = (r.x0 + r.t3) >> 10;
+        v[i + 56] = (r.x0 - r.t3) >> 10;
+        v[i + 8] = (r.x1 + r.t2) >> 10;
+        v[i + 48] = (r.x1 - r.t2) >> 10;
+        v[i + 16] = (r.x2 + r.t1) >> 10;
+        v[i + 40] = (r.x2 - r.t1) >> 10;
+        v[i + 24] = (r.x3 + r.t0) >> 10;
+        v[i + 32] = (r.x3 - r.t0) >> 10;
+    }
+    for (int i = 0; i < 8; i++, out += stride) { // rows: 12 + 2 + 3 bits to drop, +128 level shift
+        const int *s = v + 8 * i;
+        struct idct8 r = idct_1d(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]);
+        const int bias = 65536 + (128 << 17);
+        r.x0 += bias; r.x1 += bias; r.x2 += bias; r.x3 += bias;
+        out[0] = clamp8((r.x0 + r.t3) >> 17);
+        out[7] = clamp8((r.x0 - r.t3) >> 17);
+        out[1] = clamp8((r.x1 + r.t2) >> 17);
+        out[6] = clamp8((r.x1 - r.t2) >> 17);
+        out[2] = clamp8((r.x2 + r.t1) >> 17);
+        out[5] = clamp8((r.x2 - r.t1) >> 17);
+        out[3] = clamp8((r.x3 + r.t0) >> 17);
+        out[4] = clamp8((r.x3 - r.t0) >> 17);
+    }
+}
+
+// Upsamplers: w low-res samples of the near row (and the far row for
+// vertical filtering) -> one output row. Return the row to use.
+static const uint8_t *up_1x1(uint8_t *out, const uint8_t *near, const uint8_t *far, int w, int hs) {
+    (void)out; (void)far; (void)w; (void)hs;
+    return near;
+}
+
+static const uint8_t *up_v2(uint8_t *out, const uint8_t *near, const uint8_t *far, int w, int hs) {
+    (void)hs;
+    for (int i = 0; i < w; i++) out[i] = (uint8_t)((3 * near[i] + far[i] + 2) >> 2);
+    return out;
+}
+
+static const uint8_t *up_h2(uint8_t *out, const uint8_t *in, const uint8_t *far, int w, int hs) {
+    (void)far; (void)hs;
+    if (w == 1) {
+        out[0] = out[1] = in[0];
+        return out;
+    }
+    out[0] = in[0];
+    out[1] = (uint8_t)((in[0] * 3 + in[1] + 2) >> 2);
+    int i = 1;
+    for (; i < w - 1; i++) {
+        int n = 3 * in[i] + 2;
+        out[2 * i] = (uint8_t)((n + in[i - 1]) >> 2);
+        out[2 * i + 1] = (uint8_t)((n + in[i + 1]) >> 2);
+    }
+    out[2 * i] = (uint8_t)((in[w - 2] * 3 + in[w - 1] + 2) >> 2);
+    out[2 * i + 1] = in[w - 1];
+    return out;
+}
+
+static const uint8_t *up_hv2(uint8_t *out, const uint8_t *near, const uint8_t *far, int w, int hs) {
+    (void)hs;
+    if (w == 1) {
+        out[0] = out[1] = (uint8_t)((3 * near[0] + far[0] + 2) >> 2);
+        return out;
+    }
+    int t1 = 3 * near[0] + far[0];
+    out[0] = (uint8_t)((t1 + 2) >> 2);
+    for (int i = 1; i < w; i++) {
+        int t0 = t1;
+        t1 = 3 * near[i] + far[i];
+        out[2 * i - 1] = (uint8_t)((3 * t0 + t1 + 8) >> 4);
+        out[2 * i] = (uint8_t)((3 * t1 + t0 + 8) >> 4);
+    }
+    out[2 * w - 1] = (uint8_t)((t1 + 2) >> 2);
+    return out;
+}
+
+static const uint8_t *up_nearest(uint8_t *out, const uint8_t *near, const uint8_t *far, int w, int hs) {
+    (void)far;
+    for (int i = 0; i < w; i++)
+        for (int k = 0; k < hs; k++) out[i * hs + k] = near[i];
+    return out;
+}
+
+#define FIX20(x) (((int)((x) * 4096.0f + 0.5f)) << 8)
+
+static void ycc_to_rgb(uint8_t *out, const uint8_t *y, const uint8_t *cb, const uint8_t *cr, int n) {
+    for (int i = 0; i < n; i++, out += 3) {
+        int yf = (y[i] << 20) + (1 << 19);
+        int vr = cr[i] - 128, vb = cb[i] - 128;
+        int r = (yf + vr * FIX20(1.40200f)) >> 20;
+        int g = (yf + vr * -FIX20(0.71414f) + (int)((unsigned)(vb * -FIX20(0.34414f)) & 0xffff0000u)) >> 20;
+        int b = (yf + vb * FIX20(1.77200f)) >> 20;
+        out[0] = clamp8(r);
+        out[1] = clamp8(g);
+        out[2] = clamp8(b);
+    }
+}
+
+static uint8_t blinn(uint8_t x, uint8_t y) { // x * y / 255, rounded
     unsigned t = (unsigned)x * y + 128;
     return (uint8_t)((t + (t >> 8)) >> 8);
+}
+
+// ---- decoder ---------------------------------------------------------------------
+
+typedef const uint8_t *(*upsample_fn)(uint8_t *, const uint8_t *, const uint8_t *, int, int);
+
+static nm_status set_err(struct jpeg_job *j, nm_status st, char *err, size_t err_size, const char *msg) {
+    if (err && err_size) snprintf(err, err_size, "jpeg: %s", msg);
+    j->st = st;
+    return st;
 }
 
 nm_status nm_image_decode_jpeg(const uint8_t *data, size_t n, int64_t max_pixels, nm_image *out,
@@ -80,6 +255,8 @@ nm_status nm_image_decode_jpeg(const uint8_t *data, size_t n, int64_t max_pixels
     }
     jpeg_create_decompress(ci);
     jpeg_mem_src(ci, data, (unsigned long)n);
+    jpeg_save_markers(ci, JPEG_APP0, 64);      // JFIF
+    jpeg_save_markers(ci, JPEG_APP0 + 14, 64); // Adobe
     jpeg_read_header(ci, TRUE);
 
     nm_status st = nm_image_check_size("jpeg", ci->image_width, ci->image_height, max_pixels, err, err_size);
@@ -87,65 +264,118 @@ nm_status nm_image_decode_jpeg(const uint8_t *data, size_t n, int64_t max_pixels
         j->st = st;
         goto done;
     }
-    int cmyk = 0;
-    switch (ci->jpeg_color_space) {
-    case JCS_GRAYSCALE: ci->out_color_space = JCS_GRAYSCALE; break;
-    case JCS_YCbCr:
-    case JCS_RGB: ci->out_color_space = JCS_RGB; break;
-    case JCS_CMYK:
-    case JCS_YCCK:
-        if (!ci->saw_Adobe_marker || (ci->Adobe_transform != 0 && ci->Adobe_transform != 2)) {
-            j->st = NM_ERR_UNSUPPORTED;
-            if (err && err_size)
-                snprintf(err, err_size, "jpeg: 4-channel image without an Adobe CMYK/YCCK marker is not supported");
+    const int nc = ci->num_components;
+    if (nc != 1 && nc != 3 && nc != 4) {
+        set_err(j, NM_ERR_UNSUPPORTED, err, err_size, "only 1, 3 or 4 components are supported");
+        goto done;
+    }
+    if (ci->data_precision != 8) {
+        set_err(j, NM_ERR_UNSUPPORTED, err, err_size, "only 8-bit samples are supported");
+        goto done;
+    }
+    int hmax = 1, vmax = 1;
+    for (int c = 0; c < nc; c++) {
+        if (ci->comp_info[c].h_samp_factor > hmax) hmax = ci->comp_info[c].h_samp_factor;
+        if (ci->comp_info[c].v_samp_factor > vmax) vmax = ci->comp_info[c].v_samp_factor;
+    }
+    for (int c = 0; c < nc; c++)
+        if (hmax % ci->comp_info[c].h_samp_factor || vmax % ci->comp_info[c].v_samp_factor) {
+            set_err(j, NM_ERR_UNSUPPORTED, err, err_size, "fractional chroma sampling ratios are not supported");
             goto done;
         }
-        ci->out_color_space = JCS_CMYK; // libjpeg turns YCCK into CMYK
-        cmyk = 1;
-        break;
-    default:
-        j->st = NM_ERR_UNSUPPORTED;
-        if (err && err_size)
-            snprintf(err, err_size, "jpeg: colour space %d with %d components is not supported",
-                     (int)ci->jpeg_color_space, ci->num_components);
-        goto done;
+    // stb's colour rules read the raw APP0/APP14 markers and the component ids.
+    int jfif = 0, app14 = -1, rgb_ids = 0;
+    for (jpeg_saved_marker_ptr m = ci->marker_list; m; m = m->next) {
+        if (m->marker == JPEG_APP0 && m->original_length >= 5 && m->data_length >= 5 && !memcmp(m->data, "JFIF", 5))
+            jfif = 1;
+        if (m->marker == JPEG_APP0 + 14 && m->original_length >= 12 && m->data_length >= 12 &&
+            !memcmp(m->data, "Adobe", 6))
+            app14 = m->data[11];
     }
-    jpeg_start_decompress(ci);
-    size_t w = ci->output_width, h = ci->output_height, nc = (size_t)ci->output_components;
-    if (nc != (cmyk ? 4u : ci->out_color_space == JCS_RGB ? 3u : 1u) ||
-        w != ci->image_width || h != ci->image_height) {
-        if (err && err_size) snprintf(err, err_size, "jpeg: unexpected output layout");
-        goto done;
-    }
-    j->rgb = malloc(w * h * 3);
-    j->row = malloc(w * nc);
-    if (!j->rgb || !j->row) {
-        j->st = NM_ERR_NOMEM;
-        if (err && err_size) snprintf(err, err_size, "jpeg: out of memory for %zux%zu", w, h);
-        goto done;
-    }
-    while (ci->output_scanline < h) {
-        size_t y = ci->output_scanline;
-        JSAMPROW rp = nc == 3 ? (JSAMPROW)(j->rgb + y * w * 3) : j->row;
-        if (jpeg_read_scanlines(ci, &rp, 1) != 1) {
-            if (err && err_size) snprintf(err, err_size, "jpeg: no data for row %zu", y);
+    for (int c = 0; c < nc && nc == 3; c++) rgb_ids += ci->comp_info[c].component_id == "RGB"[c];
+    const bool is_rgb = nc == 3 && (rgb_ids == 3 || (app14 == 0 && !jfif));
+
+    jvirt_barray_ptr *coefs = jpeg_read_coefficients(ci);
+    const size_t W = ci->image_width, H = ci->image_height;
+    size_t stride[4];
+    for (int c = 0; c < nc; c++) {
+        jpeg_component_info *cp = &ci->comp_info[c];
+        const JQUANT_TBL *q = cp->quant_table;
+        if (!q) {
+            set_err(j, NM_ERR_FORMAT, err, err_size, "a component has no scan data");
             goto done;
         }
-        uint8_t *o = j->rgb + y * w * 3;
-        if (nc == 1) {
-            for (size_t x = 0; x < w; x++) o[3 * x] = o[3 * x + 1] = o[3 * x + 2] = j->row[x];
-        } else if (nc == 4) {
-            const uint8_t *s = j->row;
-            for (size_t x = 0; x < w; x++, s += 4) {
-                o[3 * x + 0] = blinn(s[0], s[3]);
-                o[3 * x + 1] = blinn(s[1], s[3]);
-                o[3 * x + 2] = blinn(s[2], s[3]);
+        stride[c] = (size_t)cp->width_in_blocks * 8;
+        j->plane[c] = malloc(stride[c] * cp->height_in_blocks * 8);
+        j->line[c] = malloc(W + 4);
+        if (!j->plane[c] || !j->line[c]) {
+            set_err(j, NM_ERR_NOMEM, err, err_size, "out of memory");
+            goto done;
+        }
+        for (JDIMENSION by = 0; by < cp->height_in_blocks; by++) {
+            JBLOCKARRAY row = ci->mem->access_virt_barray((j_common_ptr)ci, coefs[c], by, 1, FALSE);
+            for (JDIMENSION bx = 0; bx < cp->width_in_blocks; bx++) {
+                short d[64];
+                for (int k = 0; k < 64; k++) d[k] = (short)(row[0][bx][k] * q->quantval[k]); // wraps as stb
+                idct_block(j->plane[c] + (size_t)by * 8 * stride[c] + (size_t)bx * 8, stride[c], d);
             }
         }
     }
+
+    j->rgb = malloc(W * H * 3);
+    if (!j->rgb) {
+        set_err(j, NM_ERR_NOMEM, err, err_size, "out of memory for the pixels");
+        goto done;
+    }
+    struct { int hs, vs, ystep, w_lo, ypos, rows; const uint8_t *l0, *l1; upsample_fn f; } r[4];
+    for (int c = 0; c < nc; c++) {
+        r[c].hs = hmax / ci->comp_info[c].h_samp_factor;
+        r[c].vs = vmax / ci->comp_info[c].v_samp_factor;
+        r[c].ystep = r[c].vs >> 1;
+        r[c].w_lo = (int)((W + r[c].hs - 1) / r[c].hs);
+        r[c].ypos = 0;
+        r[c].rows = (int)((H * ci->comp_info[c].v_samp_factor + vmax - 1) / vmax);
+        r[c].l0 = r[c].l1 = j->plane[c];
+        r[c].f = r[c].hs == 1 && r[c].vs == 1 ? up_1x1
+               : r[c].hs == 1 && r[c].vs == 2 ? up_v2
+               : r[c].hs == 2 && r[c].vs == 1 ? up_h2
+               : r[c].hs == 2 && r[c].vs == 2 ? up_hv2
+               : up_nearest;
+    }
+    for (size_t y = 0; y < H; y++) {
+        const uint8_t *row[4];
+        for (int c = 0; c < nc; c++) {
+            // Between two low-res rows: the nearer is "near" (stb's y_bot test).
+            bool bot = r[c].ystep >= (r[c].vs >> 1);
+            row[c] = r[c].f(j->line[c], bot ? r[c].l1 : r[c].l0, bot ? r[c].l0 : r[c].l1, r[c].w_lo, r[c].hs);
+            if (++r[c].ystep >= r[c].vs) {
+                r[c].ystep = 0;
+                r[c].l0 = r[c].l1;
+                if (++r[c].ypos < r[c].rows) r[c].l1 += stride[c];
+            }
+        }
+        uint8_t *o = j->rgb + y * W * 3;
+        if (nc == 1) {
+            for (size_t x = 0; x < W; x++) o[3 * x] = o[3 * x + 1] = o[3 * x + 2] = row[0][x];
+        } else if (nc == 3 && is_rgb) {
+            for (size_t x = 0; x < W; x++) {
+                o[3 * x] = row[0][x];
+                o[3 * x + 1] = row[1][x];
+                o[3 * x + 2] = row[2][x];
+            }
+        } else if (nc == 4 && app14 == 0) { // CMYK
+            for (size_t x = 0; x < W; x++)
+                for (int c = 0; c < 3; c++) o[3 * x + c] = blinn(row[c][x], row[3][x]);
+        } else {
+            ycc_to_rgb(o, row[0], row[1], row[2], (int)W);
+            if (nc == 4 && app14 == 2) // YCCK
+                for (size_t x = 0; x < W; x++)
+                    for (int c = 0; c < 3; c++) o[3 * x + c] = blinn((uint8_t)(255 - o[3 * x + c]), row[3][x]);
+        }
+    }
     jpeg_finish_decompress(ci); // reads up to EOI: a file cut after the last scan is truncated
-    out->w = (int32_t)w;
-    out->h = (int32_t)h;
+    out->w = (int32_t)W;
+    out->h = (int32_t)H;
     out->rgb = j->rgb;
     j->rgb = NULL;
     j->st = NM_OK;
@@ -153,7 +383,10 @@ done:
     jpeg_destroy_decompress(ci);
     nm_status ret = j->st;
     free(j->rgb);
-    free(j->row);
+    for (int c = 0; c < 4; c++) {
+        free(j->plane[c]);
+        free(j->line[c]);
+    }
     free(j);
     free(ci);
     return ret;

@@ -588,6 +588,9 @@ NM_TEST(real_tiny_en_bin_roundtrip) {
         NM_CHECK(tok_is(b, 50256, "<|endoftext|>") && tok_is(b, 50363, "<|0.00|>") && tok_is(b, 262, " the"));
         NM_CHECK(b->n_suppress == 0 && b->n_align_heads == 0);
         NM_CHECK(b->bytes_copied > 0 && b->bytes_mapped > 0); // unaligned data copied, the rest in place
+        if (getenv("NM_VERBOSE"))
+            fprintf(stderr, "  .bin: %llu bytes mapped, %llu copied (misaligned)\n", (unsigned long long)b->bytes_mapped,
+                    (unsigned long long)b->bytes_copied);
     }
     nm_whisper_model_free(b);
     free(bin.p);

@@ -36,17 +36,17 @@ static sf_count_t mem_len(void *u) { return ((memfile *)u)->n; }
 static sf_count_t mem_seek(sf_count_t off, int whence, void *u) {
     memfile *m = u;
     sf_count_t base = whence == SEEK_SET ? 0 : whence == SEEK_CUR ? m->pos : m->n;
-    // Out-of-range seeks are clamped (as lseek past EOF then reading 0 would
-    // behave); a negative target fails as lseek does.
-    if ((off < 0 && base + off < 0)) return -1;
-    sf_count_t p = base + off;
-    m->pos = p > m->n ? m->n : p;
+    // As lseek: a position past the end is allowed (reads there return 0), a
+    // negative one is an error, and so is one that would overflow (a hostile
+    // 64-bit chunk size).
+    if (off < -base || off > INT64_MAX - base) return -1;
+    m->pos = base + off;
     return m->pos;
 }
 
 static sf_count_t mem_read(void *dst, sf_count_t count, void *u) {
     memfile *m = u;
-    if (count <= 0) return 0;
+    if (count <= 0 || m->pos >= m->n) return 0;
     sf_count_t left = m->n - m->pos;
     if (count > left) count = left;
     memcpy(dst, m->data + m->pos, (size_t)count);

@@ -284,6 +284,38 @@ NM_TEST(attention_full_equals_naive) {
     }
 }
 
+// Softmax numerators (the attention ops' exponential) against exp() in double:
+// every value on [-93, 87] (both clamps) and, as softmax uses it, the sum.
+NM_TEST(expsum_equals_exp) {
+    for (int i = -87000; i <= 88000; i += 7) {
+        float x = i / 1000.0f;
+        double want = exp((double)x), got = nm_expsum_ref(&x, 1, 0.0f);
+        if (fabs(got - want) / want >= 1e-6) {
+            fprintf(stderr, "  nm_expsum_ref at %g: %g, want %g\n", i / 1000.0, got, want);
+            NM_CHECK(0);
+            break;
+        }
+    }
+    nm_expsum_fn fns[2] = {nm_expsum_get(), nm_expsum_get()};
+    enum { N = 1003 };
+    static float s[N];
+    for (int f = 0; f < 2; f++) {
+        static float in[N];
+        for (int i = 0; i < N; i++) s[i] = in[i] = -90.0f + 180.0f * i / (N - 1); // past both clamps
+        const float m = f == 0 ? 3.0f : 90.0f; // 90: the softmax case (m = max, every x <= 0)
+        float sum = fns[f](s, N, m);
+        double maxrel = 0, want_sum = 0;
+        for (int i = 0; i < N; i++) {
+            double x = (double)(in[i] - m), want = exp(fmin(fmax(x, -87.0), 88.0));
+            want_sum += want;
+            maxrel = fmax(maxrel, fabs(s[i] - want) / want);
+        }
+        if (maxrel >= 1e-6) fprintf(stderr, "  expsum %d: max rel %g\n", f, maxrel);
+        NM_CHECK(maxrel < 1e-6);
+        if (f == 1) NM_CHECK(fabs(sum - want_sum) / want_sum < 1e-5); // (m = 3 overflows a float sum)
+    }
+}
+
 NM_TEST(unsupported_op_is_a_status) {
     nm_backend *be = nm_backend_cpu_create(1, 64, 16);
     float w[128], x[128], y[2];

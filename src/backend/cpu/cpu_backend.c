@@ -34,6 +34,7 @@ typedef struct nm_cpu {
     const nm_kernels *k;    // chosen for this CPU; the reference fills its holes
     const nm_kernels *kref; // what supports_op checks: a type is supported if it has a reference
     nm_gemm_fn gemm;
+    nm_expsum_fn expsum;
     int64_t max_row, max_tokens;
     float *scratch; // (n_threads, NM_MM_ROWS, max_row)
     uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
@@ -42,30 +43,6 @@ typedef struct nm_cpu {
     char err[256];
 } nm_cpu;
 
-
-// e^x without libm's call per element: 2^(x log2 e) split into 2^n (the
-// exponent bits) and 2^f, |f| <= 1/2, by a degree-6 polynomial (relative
-// error ~2e-7, below f32 softmax noise). Branch-free and round-to-nearest by
-// the 1.5 * 2^23 trick, so loops over it vectorize. x is clamped to the
-// range where the result is a normal float ([-87, 88]).
-static inline float fast_expf(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    const float t = x * 1.44269504088896341f;
-    const float n = (t + 12582912.0f) - 12582912.0f;
-    const float f = t - n;
-    float p = 1.5403530e-4f;
-    p = p * f + 1.3333558e-3f;
-    p = p * f + 9.6181291e-3f;
-    p = p * f + 5.5504109e-2f;
-    p = p * f + 2.4022651e-1f;
-    p = p * f + 6.9314718e-1f;
-    p = p * f + 1.0f;
-    union {
-        int32_t i;
-        float f;
-    } sc = {.i = ((int32_t)n + 127) << 23};
-    return p * sc.f;
-}
 
 // ---- matmul ------------------------------------------------------------------------
 
@@ -200,12 +177,12 @@ static void attn_one(const nm_cpu *c, const float *q, const uint16_t *kc, const 
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
         widen(vc + j * stride, v, hd);
         if (s > m) {
-            float r = fast_expf(m - s); // rescale what was accumulated under the old max
+            float r = nm_expf(m - s); // rescale what was accumulated under the old max
             for (int d = 0; d < hd; d++) acc[d] = acc[d] * r + v[d];
             l = l * r + 1.0f;
             m = s;
         } else {
-            float p = fast_expf(s - m);
+            float p = nm_expf(s - m);
             for (int d = 0; d < hd; d++) acc[d] += p * v[d];
             l += p;
         }
@@ -277,8 +254,7 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
         for (int64_t i = 0; i < nq; i++) {
             float *s = sc + i * T, m = -INFINITY, sum = 0.0f;
             for (int64_t j = 0; j < T; j++) m = s[j] > m ? s[j] : m;
-            for (int64_t j = 0; j < T; j++) s[j] = fast_expf(s[j] - m); // vectorizes
-            for (int64_t j = 0; j < T; j++) sum += s[j];
+            sum = c->expsum(s, T, m);
             const float inv = 1.0f / sum;
             for (int64_t j = 0; j < T; j++) s[j] *= inv;
         }
@@ -621,6 +597,7 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_to
     c->k = nm_kernels_get();
     c->kref = nm_kernels_ref();
     c->gemm = nm_gemm_f32_get();
+    c->expsum = nm_expsum_get();
     c->max_row = max_row;
     c->max_tokens = max_tokens;
     c->scratch = calloc((size_t)nm_pool_size(c->pool) * NM_MM_ROWS * (size_t)max_row, sizeof(float));

@@ -23,3 +23,43 @@ nm_gemm_fn nm_gemm_f32_get(void) {
 #endif
     return nm_gemm_f32_ref;
 }
+
+// e^x = 2^n e^r: n = round(x log2 e), r = x - n ln 2 with ln 2 split in two
+// (Cody-Waite: r exact enough for any n), e^r by its degree-6 Taylor
+// polynomial (|r| <= 0.35: relative error < 2.5e-7). x clamped to [-87, 88]
+// (normal results). The AVX2 version computes the same.
+static inline float poly_expf(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187e-6f;
+    float p = 1.0f / 720;
+    p = p * r + 1.0f / 120;
+    p = p * r + 1.0f / 24;
+    p = p * r + 1.0f / 6;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } sc = {.i = ((int32_t)n + 127) << 23};
+    return p * sc.f;
+}
+
+float nm_expf(float x) { return poly_expf(x); }
+
+float nm_expsum_ref(float *s, int64_t n, float m) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) sum += (s[j] = poly_expf(s[j] - m));
+    return sum;
+}
+
+nm_expsum_fn nm_expsum_get(void) {
+    const char *force = getenv("NM_FORCE_REF");
+    if (force && !strcmp(force, "1")) return nm_expsum_ref;
+#ifdef NM_HAVE_X86_SIMD
+    const nm_cpu_features *cpu = nm_cpu_features_get();
+    if (cpu->avx2 && cpu->fma) return nm_expsum_avx2;
+#endif
+    return nm_expsum_ref;
+}

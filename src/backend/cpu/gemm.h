@@ -19,4 +19,15 @@ void nm_gemm_f32_avx2(const float *restrict w, int64_t R, const float *restrict 
 // The best kernel for this CPU (NM_FORCE_REF=1 forces the reference).
 nm_gemm_fn nm_gemm_f32_get(void);
 
+// Softmax numerators: s[j] = e^(s[j] - m) for j < n, returning their sum.
+// The exponential is Cody-Waite reduction + a degree-6 polynomial (relative
+// error < 2.5e-7); nm_expf is the same for one value.
+float nm_expf(float x);
+typedef float (*nm_expsum_fn)(float *s, int64_t n, float m);
+float nm_expsum_ref(float *s, int64_t n, float m);
+#ifdef NM_HAVE_X86_SIMD
+float nm_expsum_avx2(float *s, int64_t n, float m);
+#endif
+nm_expsum_fn nm_expsum_get(void);
+
 #endif

@@ -10,8 +10,13 @@
 // file gives the same embeddings, including two of its conventions:
 //  - mlp: the class token is appended AFTER the patches (position n_patches),
 //    the layers run up to the second to last (or clip.vision.feature_layer),
-//    and the projector reads rows 1..n_patches of the result;
-//  - old conversions stored ffn_up/ffn_down swapped: detected by shape and undone.
+//    and the projector reads rows 1..n_patches of the result: patch 0 is
+//    dropped and the class token kept, each patch with its neighbour's
+//    position embedding. HF's CLIP puts the class token first; this is an
+//    upstream llama.cpp bug (ggml-org/llama.cpp issue 25814) that we follow
+//    so that the same file gives the same embeddings in both;
+//  - old conversions stored ffn_up/ffn_down swapped: detected by shape
+//    (ffn_down reading n_embd inputs) and undone, as llama.cpp does.
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -181,7 +186,7 @@ static nm_status load_layer(loader *L, int il, clip_layer *ly) {
     // Up and down, in either order (old conversions swapped the names).
     const nm_gguf_tensor *tu = nm_gguf_find_tensor(L->c->g, NAME("ffn_up.weight"));
     const nm_gguf_tensor *td = nm_gguf_find_tensor(L->c->g, NAME("ffn_down.weight"));
-    bool swapped = tu && td && td->ne[0] == d && tu->ne[0] == f && d != f;
+    bool swapped = tu && td && td->ne[0] == d; // llama.cpp's test: down must read n_ff, not n_embd
     const char *up = swapped ? "ffn_down" : "ffn_up", *down = swapped ? "ffn_up" : "ffn_down";
     char nb[96];
     snprintf(nb, sizeof nb, "v.blk.%d.%s.weight", il, up);
@@ -225,9 +230,10 @@ static nm_status load_hparams(loader *L) {
         (st = get_f32_arr3(L, "clip.vision.image_mean", in->mean)) ||
         (st = get_f32_arr3(L, "clip.vision.image_std", in->std)))
         return st;
-    if (nm_gguf_find(c->g, "clip.vision.attention.layer_norm_epsilon") &&
-        (!nm_gguf_get_f32(c->g, "clip.vision.attention.layer_norm_epsilon", &in->eps) || !(in->eps >= 0.0f) ||
-         !isfinite(in->eps)))
+    if (!nm_gguf_find(c->g, "clip.vision.attention.layer_norm_epsilon"))
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: missing metadata key 'clip.vision.attention.layer_norm_epsilon'");
+    if (!nm_gguf_get_f32(c->g, "clip.vision.attention.layer_norm_epsilon", &in->eps) || !(in->eps >= 0.0f) ||
+        !isfinite(in->eps))
         return LFAIL(L, NM_ERR_FORMAT, "mmproj: layer_norm_epsilon is not a finite float >= 0");
     for (int i = 0; i < 3; i++)
         if (!(in->std[i] > 0.0f)) return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_std[%d] is not positive", i);

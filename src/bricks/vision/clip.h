@@ -34,10 +34,11 @@ typedef struct nm_clip_info {
     int32_t n_head;          // clip.vision.attention.head_count
     int32_t n_layer;         // clip.vision.block_count (layers in the file)
     int32_t n_layer_run;     // layers actually run (mlp: the second to last layer's output, as llama.cpp)
-    float eps;               // clip.vision.attention.layer_norm_epsilon
+    float eps;               // clip.vision.attention.layer_norm_epsilon (required, as in llama.cpp)
     int32_t n_merge;         // idefics3: clip.vision.projector.scale_factor; else 1
     int32_t preproc_image_size; // idefics3: clip.vision.preproc_image_size (longest edge), 0 if absent
-    bool has_class_embd;     // v.class_embd present (its output row is dropped before the projector)
+    bool has_class_embd;     // v.class_embd present (llama.cpp's order: appended after the patches, and
+                             // the projector reads rows 1..n_patches, i.e. drops patch 0; see clip.c)
     int32_t n_patches;       // (image_size / patch_size)^2
     int32_t n_out;           // embeddings one image yields
     int32_t n_out_embd;      // width of each (the LLM's n_embd must equal it)

@@ -74,28 +74,30 @@ static void on_message(j_common_ptr c, int level) {
 
 static uint8_t clamp8(int x) { return x < 0 ? 0 : x > 255 ? 255 : (uint8_t)x; }
 
-#define K12(x) ((int)((x) * 4096 + 0.5)) // a constant in 12-bit fixed point (x a float literal)
+#define K12(x) ((uint32_t)(int)((x) * 4096 + 0.5)) // a constant in 12-bit fixed point (x a float literal)
 
-// One 8-point islow IDCT. in: s[0..7] at stride; out: the even part sums
-// (e0..e3) and odd part (o0..o3), combined by the caller as e_i +- o_(3-i).
-struct idct8 { int x0, x1, x2, x3, t0, t1, t2, t3; };
+// One 8-point islow IDCT: the even part sums x0..x3 and the odd part t0..t3,
+// combined by the caller as x_i +- t_(3-i). The arithmetic wraps modulo 2^32
+// (unsigned), which is what stb's int code does in practice on corrupt input
+// where it overflows; valid data never comes near.
+struct idct8 { uint32_t x0, x1, x2, x3, t0, t1, t2, t3; };
 
 static struct idct8 idct_1d(int s0, int s1, int s2, int s3, int s4, int s5, int s6, int s7) {
     struct idct8 r;
     // even part
-    int p1 = (s2 + s6) * K12(0.5411961f);
-    int t2 = p1 + s6 * K12(-1.847759065f);
-    int t3 = p1 + s2 * K12(0.765366865f);
-    int t0 = (s0 + s4) * 4096;
-    int t1 = (s0 - s4) * 4096;
+    uint32_t p1 = ((uint32_t)s2 + (uint32_t)s6) * K12(0.5411961f);
+    uint32_t t2 = p1 + (uint32_t)s6 * K12(-1.847759065f);
+    uint32_t t3 = p1 + (uint32_t)s2 * K12(0.765366865f);
+    uint32_t t0 = ((uint32_t)s0 + (uint32_t)s4) * 4096u;
+    uint32_t t1 = ((uint32_t)s0 - (uint32_t)s4) * 4096u;
     r.x0 = t0 + t3;
     r.x3 = t0 - t3;
     r.x1 = t1 + t2;
     r.x2 = t1 - t2;
     // odd part, inputs in the order s7, s5, s3, s1
-    int a0 = s7, a1 = s5, a2 = s3, a3 = s1;
-    int q3 = a0 + a2, q4 = a1 + a3, q1 = a0 + a3, q2 = a1 + a2;
-    int q5 = (q3 + q4) * K12(1.175875602f);
+    uint32_t a0 = (uint32_t)s7, a1 = (uint32_t)s5, a2 = (uint32_t)s3, a3 = (uint32_t)s1;
+    uint32_t q3 = a0 + a2, q4 = a1 + a3, q1 = a0 + a3, q2 = a1 + a2;
+    uint32_t q5 = (q3 + q4) * K12(1.175875602f);
     a0 = a0 * K12(0.298631336f);
     a1 = a1 * K12(2.053119869f);
     a2 = a2 * K12(3.072711026f);
@@ -111,6 +113,9 @@ static struct idct8 idct_1d(int s0, int s1, int s2, int s3, int s4, int s5, int 
     return r;
 }
 
+// (a + b) >> n on the wrapped 32-bit sum, as a signed (arithmetic) shift.
+static int sum_shr(uint32_t a, uint32_t b, int n) { return (int32_t)(a + b) >> n; }
+
 // d: 64 dequantized coefficients, natural order. out: 8x8 samples at stride.
 static void idct_block(uint8_t *out, size_t stride, const short d[64]) {
     int v[64];
@@ -122,28 +127,28 @@ static void idct_block(uint8_t *out, size_t stride, const short d[64]) {
         }
         struct idct8 r = idct_1d(c[0], c[8], c[16], c[24], c[32], c[40], c[48], c[56]);
         r.x0 += 512; r.x1 += 512; r.x2 += 512; r.x3 += 512; // back to 2 extra bits, rounded
-        v[i + 0] = (r.x0 + r.t3) >> 10;
-        v[i + 56] = (r.x0 - r.t3) >> 10;
-        v[i + 8] = (r.x1 + r.t2) >> 10;
-        v[i + 48] = (r.x1 - r.t2) >> 10;
-        v[i + 16] = (r.x2 + r.t1) >> 10;
-        v[i + 40] = (r.x2 - r.t1) >> 10;
-        v[i + 24] = (r.x3 + r.t0) >> 10;
-        v[i + 32] = (r.x3 - r.t0) >> 10;
+        v[i + 0] = sum_shr(r.x0, r.t3, 10);
+        v[i + 56] = sum_shr(r.x0, -r.t3, 10);
+        v[i + 8] = sum_shr(r.x1, r.t2, 10);
+        v[i + 48] = sum_shr(r.x1, -r.t2, 10);
+        v[i + 16] = sum_shr(r.x2, r.t1, 10);
+        v[i + 40] = sum_shr(r.x2, -r.t1, 10);
+        v[i + 24] = sum_shr(r.x3, r.t0, 10);
+        v[i + 32] = sum_shr(r.x3, -r.t0, 10);
     }
     for (int i = 0; i < 8; i++, out += stride) { // rows: 12 + 2 + 3 bits to drop, +128 level shift
         const int *s = v + 8 * i;
         struct idct8 r = idct_1d(s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]);
-        const int bias = 65536 + (128 << 17);
+        const uint32_t bias = 65536u + (128u << 17);
         r.x0 += bias; r.x1 += bias; r.x2 += bias; r.x3 += bias;
-        out[0] = clamp8((r.x0 + r.t3) >> 17);
-        out[7] = clamp8((r.x0 - r.t3) >> 17);
-        out[1] = clamp8((r.x1 + r.t2) >> 17);
-        out[6] = clamp8((r.x1 - r.t2) >> 17);
-        out[2] = clamp8((r.x2 + r.t1) >> 17);
-        out[5] = clamp8((r.x2 - r.t1) >> 17);
-        out[3] = clamp8((r.x3 + r.t0) >> 17);
-        out[4] = clamp8((r.x3 - r.t0) >> 17);
+        out[0] = clamp8(sum_shr(r.x0, r.t3, 17));
+        out[7] = clamp8(sum_shr(r.x0, -r.t3, 17));
+        out[1] = clamp8(sum_shr(r.x1, r.t2, 17));
+        out[6] = clamp8(sum_shr(r.x1, -r.t2, 17));
+        out[2] = clamp8(sum_shr(r.x2, r.t1, 17));
+        out[5] = clamp8(sum_shr(r.x2, -r.t1, 17));
+        out[3] = clamp8(sum_shr(r.x3, r.t0, 17));
+        out[4] = clamp8(sum_shr(r.x3, -r.t0, 17));
     }
 }
 

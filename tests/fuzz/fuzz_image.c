@@ -4,7 +4,9 @@
 // contracts that do not depend on the bytes: a failure leaves the image empty
 // and says why; a success gives a sane size, every pixel readable, and finite
 // encoder inputs in the documented layout.
-// Seeds: tests/fuzz/corpus/image (written by `test_image --filter gen_corpus`).
+// Seeds: tests/fuzz/corpus/image (written by `test_image --filter gen_corpus`),
+// plus regress-* files: inputs libFuzzer found that once tripped a sanitizer.
+// More inputs for a replay: tests/fuzz/mutate_image.py.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

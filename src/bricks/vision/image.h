@@ -54,6 +54,8 @@
 // 22-bit fixed point; a horizontal pass then a vertical pass, each rounding
 // and clamping to 8 bits. Normalisation: ((float)v / 255.0f - mean[c]) / std[c]
 // in float, as clip_image_f32::from_u8 + normalize.
+//
+// No global state: every call may run concurrently with others on other objects.
 #ifndef NM_VISION_IMAGE_H
 #define NM_VISION_IMAGE_H
 

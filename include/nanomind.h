@@ -444,6 +444,16 @@ typedef struct nm_llm_brick_stats {
 } nm_llm_brick_stats;
 // Cumulative. Read it while the brick is idle, like the last error.
 nm_llm_brick_stats nm_llm_brick_get_stats(const nm_llm_brick *b);
+
+// ---- TTS brick output on TABM rings ---------------------------------------------------
+// Owner: src/bricks/tts/ (tts.h); docs/tts.md has the protocol. The
+// text-to-speech brick writes NM_TABM_PCM_S16 slots (ndim 2, shape
+// [n_frames, 1], sample_rate set). The last slot of an utterance has
+// NM_TTS_OUT_END in meta->user; NM_TTS_OUT_ERROR beside it: the utterance was
+// cut short by an error (the slot holds what was synthesized, maybe nothing:
+// ndim 0, size 0).
+#define NM_TTS_OUT_END 1u
+#define NM_TTS_OUT_ERROR 2u
 // ==== end of zero-copy plumbing =============================================================
 
 #ifdef __cplusplus

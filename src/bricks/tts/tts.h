@@ -1,0 +1,146 @@
+// Text-to-speech brick: UTF-8 text in, 16-bit mono PCM out, either into a
+// caller's buffer or straight into TABM ring slots (NM_TABM_PCM_S16).
+//
+// Engines sit behind a small vtable (nm_tts_engine_i) so a neural voice can be
+// added beside the first one, espeak-ng (tts_espeak.c). An engine produces
+// s16 mono PCM at its native rate in chunks, handed to a sink; this layer
+// (tts.c) checks the text, resamples when asked (the audio module's soxr
+// resampler, nm_audio_resample), fills slots and counts.
+//
+// Slot protocol (nm_tts_synth_ring; docs/tts.md):
+//   kind NM_TABM_PCM_S16, ndim 2, shape [n_frames, 1], size n_frames * 2,
+//   sample_rate = nm_tts_sample_rate(). At the native rate a slot is written
+//   per engine chunk (espeak-ng: ~100 ms), split when it exceeds the slot
+//   capacity; with resampling the utterance is synthesized whole, resampled,
+//   then written in slots of at most the capacity. The last slot of each
+//   utterance has NM_TTS_OUT_END in meta->user (include/nanomind.h); it holds
+//   samples, or none (ndim 0, size 0) only when the engine produced none.
+//
+// Determinism: the same sequence of calls in a fresh process gives the same
+// samples, bit for bit (no clock or random seed is involved with the default
+// voices). espeak-ng keeps waveform state (pitch flutter phase, gain) across
+// utterances, so the same text synthesized twice in one process may differ
+// by a few samples; a test that needs stable audio synthesizes a fixed list in
+// a fixed order. Variants with breath noise (e.g. "+whisper") and klatt
+// voices draw from libc rand().
+//
+// Threading: espeak-ng is one process-wide engine and not thread-safe. Every
+// espeak-ng call (open, synthesis, voice listing) runs under one process-wide
+// lock, so calls from several threads are serialized: one synthesis at a time.
+// A synthesis holds the lock while it waits on a full ring, so a slow consumer
+// delays other threads' syntheses; the ring's consumer must not itself call
+// into TTS. A handle (nm_tts) is used by one thread at a time.
+//
+// Status codes: NM_ERR_INVALID_ARG (empty text, an unknown voice or engine,
+// an option outside its range), NM_ERR_IO (the
+// engine's data directory is missing or unreadable), NM_ERR_STATE (espeak-ng
+// already initialized from another data directory), NM_ERR_RANGE (a caller
+// buffer too small, text too long, or a slot that cannot hold one sample),
+// NM_ERR_NOMEM, and the ring's statuses (NM_ERR_SHUTDOWN, NM_ERR_TIMEOUT).
+#ifndef NM_TTS_TTS_H
+#define NM_TTS_TTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nanomind.h"
+
+#define NM_TTS_MAX_TEXT (1u << 20) // bytes of text per call (about an hour of speech)
+
+typedef struct nm_tts_params {
+    const char *engine;   // NULL or "espeak-ng" (the only engine so far)
+    const char *voice;    // engine voice: espeak-ng language or voice name, e.g. "en-us", "en", "de",
+                          // "en+f3" (a variant); NULL: "en-us". nm_tts_list_voices lists them
+    int32_t rate_wpm;     // speaking rate, words per minute; espeak-ng: 80..450, default 175
+    int32_t pitch;        // 0..100, default 50 (espeak-ng's base pitch)
+    int32_t volume;       // 0..200, default 100 (espeak-ng's amplitude, in percent)
+    int32_t sample_rate;  // output rate in Hz; 0: the engine's native rate (espeak-ng 22050).
+                          // Otherwise NM_AUDIO_MIN_RATE..NM_AUDIO_MAX_RATE (src/bricks/audio/audio.h)
+    const char *data_dir; // espeak-ng-data directory (or a directory holding one); NULL: espeak-ng's
+                          // own search (ESPEAK_DATA_PATH, then the installed data)
+} nm_tts_params;
+
+// engine NULL, voice "en-us", 175 wpm, pitch 50, volume 100, native rate, data_dir NULL.
+nm_tts_params nm_tts_default_params(void);
+
+// ---- engine interface ---------------------------------------------------------------
+// Receives n >= 1 mono s16 samples at the engine's native rate, borrowed for
+// the call. Returns NM_OK to go on; any error stops the synthesis, and the
+// engine's synth returns that status.
+typedef nm_status (*nm_tts_sink_fn)(void *user, const int16_t *pcm, int64_t n);
+
+typedef struct nm_tts_voice_info {
+    const char *name;        // what nm_tts_params.voice takes (espeak-ng: the language, e.g. "en-us")
+    const char *description; // human name ("English_(America)")
+    const char *identifier;  // engine's own id (espeak-ng: "gmw/en-US")
+} nm_tts_voice_info;
+// Called once per voice, the strings borrowed for the call. Return false to stop.
+typedef bool (*nm_tts_voice_fn)(void *user, const nm_tts_voice_info *v);
+
+#define NM_TTS_ENGINE_VERSION 1
+// An engine. Members are only ever appended (version says how many are
+// there); optional ones may be NULL. Each call gets err/err_size for a message.
+typedef struct nm_tts_engine_i {
+    uint32_t version; // NM_TTS_ENGINE_VERSION when written
+    const char *name; // "espeak-ng"
+    // Validates p (voice, rate, pitch, volume: the engine's ranges) and makes
+    // the engine's state for one voice. *native_rate: the rate synth produces.
+    nm_status (*open)(const nm_tts_params *p, void **state, int32_t *native_rate, char *err, size_t err_size);
+    // Synthesizes non-empty UTF-8 text, calling sink for each chunk, in order,
+    // and returns after the last one. May be called many times.
+    nm_status (*synth)(void *state, const char *text, nm_tts_sink_fn sink, void *user, char *err,
+                       size_t err_size);
+    void (*close)(void *state); // NULL state is a no-op
+    // Optional. Lists the voices (data_dir as in nm_tts_params).
+    nm_status (*list_voices)(const char *data_dir, nm_tts_voice_fn fn, void *user, char *err, size_t err_size);
+} nm_tts_engine_i;
+
+extern const nm_tts_engine_i nm_tts_espeak_engine; // tts_espeak.c
+
+// ---- the brick ----------------------------------------------------------------------
+typedef struct nm_tts nm_tts;
+
+// Opens a voice of an engine. ledger (may be NULL) is borrowed and must
+// outlive the brick: the brick registers its endpoint "tts" there and copies
+// nothing between bricks (it writes its own output into slots), so the ledger
+// shows 0 bytes for it. On failure *out is NULL and err says why.
+nm_status nm_tts_open(const nm_tts_params *p, nm_ledger *ledger, nm_tts **out, char *err, size_t err_size);
+void nm_tts_free(nm_tts *t); // NULL is a no-op
+
+int32_t nm_tts_sample_rate(const nm_tts *t); // output rate (Hz)
+int32_t nm_tts_native_rate(const nm_tts *t); // the engine's own rate (Hz)
+const char *nm_tts_engine_name(const nm_tts *t);
+const char *nm_tts_last_error(const nm_tts *t); // "" if none
+
+// Synthesizes text into pcm (cap samples). *n: the utterance's samples. If
+// they do not fit, the first cap are written, *n is the number needed and
+// the status NM_ERR_RANGE. Empty or whitespace-only text: NM_ERR_INVALID_ARG.
+nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, int64_t *n);
+// As nm_tts_synth into a new buffer (*pcm, free() it; NULL on failure).
+nm_status nm_tts_synth_alloc(nm_tts *t, const char *text, int16_t **pcm, int64_t *n);
+
+// Synthesizes text into slots of `ring` (protocol above), written in place and
+// published in order; the last one carries NM_TTS_OUT_END. producer: the
+// slots' producer id; timeout_ns bounds every wait for a free slot (as in
+// nm_tabm_acquire_write). On error no slot stays held; slots already
+// published stay published (the reader sees no END slot when the ring was
+// shut down or a wait timed out; otherwise an END slot is still written,
+// holding what was synthesized). The ring's slots must hold at least one
+// sample (2 bytes), else NM_ERR_RANGE before anything is written.
+nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t producer,
+                            int64_t timeout_ns);
+
+typedef struct nm_tts_stats {
+    uint64_t n_utterances; // successful synth calls
+    uint64_t n_samples;    // output samples (at the output rate)
+    uint64_t n_slots;      // slots published
+    double t_synth;        // seconds in synthesis calls (engine, resampling, slot writes, ring waits)
+} nm_tts_stats;
+nm_tts_stats nm_tts_get_stats(const nm_tts *t); // cumulative
+
+// Lists an engine's voices (engine NULL: espeak-ng) through fn.
+nm_status nm_tts_list_voices(const char *engine, const char *data_dir, nm_tts_voice_fn fn, void *user,
+                             char *err, size_t err_size);
+
+#endif

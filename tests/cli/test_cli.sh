@@ -79,5 +79,19 @@ expect image_smolvlm_tiles 0 "vision: 2 images, [0-9]+ encoder runs.*ledger: 0 b
 # the perplexity tool over several batches per chunk (-b 64 < -c 256), against llama.cpp's value
 expect ppl_multibatch 0 "PPL = 20\\.(8|9)|PPL = 21\\.0" -- "$NM" perplexity -m "$M" -f tests/data/declaration.txt -c 256 -b 64 -t 2
 
+# say: text to speech (espeak-ng) into a WAV file through the TTS brick's ring
+expect help_say 0 "usage: nanomind say" -- "$NM" say --help
+expect say_wav 0 "RIFF WAVE 1 16 22050 frames=[0-9]{5,}" -- bash -c "'$NM' say 'Hello from nanomind.' -o '$tmp/say.wav' && python3 -c \"import sys,wave,struct; b=open(sys.argv[1],'rb').read(44); w=wave.open(sys.argv[1]); print(b[:4].decode(), b[8:12].decode(), w.getnchannels(), 8*w.getsampwidth(), w.getframerate(), 'frames=%d' % w.getnframes())\" '$tmp/say.wav'"
+expect say_same_twice 0 "^same$" -- bash -c "'$NM' say 'Seven plus five.' -o '$tmp/s1.wav' && '$NM' say 'Seven plus five.' -o '$tmp/s2.wav' && cmp -s '$tmp/s1.wav' '$tmp/s2.wav' && echo same"
+expect say_stdin_16k 0 "mono 16000 Hz" -- bash -c "echo 'Text from standard input.' | '$NM' say - -o '$tmp/say16.wav' --sample-rate 16000 && file '$tmp/say16.wav'"
+expect say_stats 0 "real-time factor [0-9.]+.*ledger: 0 bytes copied between bricks \\(0 copies\\)" -- bash -c "'$NM' say 'Counting the copies.' -o '$tmp/say.wav' --stats 2>&1 | tr '\n' ' '"
+expect say_list_voices 0 "^en-us +English" -- bash -c "'$NM' say --list-voices 2>/dev/null | grep '^en-us '"
+expect say_bad_voice 1 "unknown espeak-ng voice 'xx-bogus'" -- "$NM" say hello -o "$tmp/bad.wav" --voice xx-bogus
+expect say_empty_text 1 "empty text" -- "$NM" say "   " -o "$tmp/empty.wav"
+expect say_no_output 2 "-o OUT.wav is required" -- "$NM" say hello
+expect say_unwritable 1 "cannot write '/nonexistent/dir/x.wav'" -- "$NM" say hello -o /nonexistent/dir/x.wav
+expect say_bad_rate 2 "--rate needs an integer in \\[80, 450\\]" -- "$NM" say hello -o "$tmp/r.wav" --rate 5
+expect say_no_file_left 0 "^none$" -- bash -c "'$NM' say hi -o '$tmp/left.wav' --voice xx-bogus; [ -e '$tmp/left.wav' ] || echo none"
+
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -120,7 +120,8 @@ typedef struct collect {
     nm_tts *t;
     int16_t *pcm; // (cap,)
     int64_t n, cap;
-    // Into a caller's buffer instead: dst (dst_cap), growing nothing.
+    // Into a caller's buffer instead (to_caller): dst (dst_cap, may be 0), growing nothing.
+    bool to_caller;
     int16_t *dst;
     int64_t dst_cap;
 } collect;
@@ -131,7 +132,7 @@ static nm_status collect_sink(void *user, const int16_t *pcm, int64_t n) {
     if (c->n + n > max_samples(t))
         return failf(t->err, sizeof t->err, NM_ERR_RANGE, "tts: utterance longer than %d s",
                      NM_AUDIO_MAX_SECONDS);
-    if (c->dst) {
+    if (c->to_caller) {
         // Straight into the caller's buffer; past its end we only count.
         if (c->n < c->dst_cap) {
             int64_t k = n < c->dst_cap - c->n ? n : c->dst_cap - c->n;
@@ -211,7 +212,7 @@ nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, i
     double t0 = now_s();
     int64_t got = 0;
     if (t->rate == t->native_rate) {
-        collect c = {.t = t, .dst = pcm, .dst_cap = cap};
+        collect c = {.t = t, .to_caller = true, .dst = pcm, .dst_cap = cap};
         st = run_engine(t, text, collect_sink, &c);
         got = c.n;
     } else {

@@ -1,0 +1,306 @@
+// nanomind say: text to speech into a WAV file, through the TTS brick.
+//
+// The brick runs on its own thread (a lane) and writes the PCM into slots of
+// a TABM ring; this thread writes each slot's bytes to the file straight from
+// the slot (no intermediate buffer), so the ledger (--stats) shows 0 bytes
+// copied between bricks. The WAV header is the audio module's
+// (nm_audio_write_wav with no frames: the canonical 44-byte header); its two
+// sizes are filled in once the utterance has ended.
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bricks/audio/audio.h"
+#include "bricks/tts/tts.h"
+#include "cli.h"
+
+// The slots' int16 samples go to the file as they lie in memory; WAV is little-endian.
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "cmd_say writes host-order samples as WAV");
+
+#define SAY_SLOTS 8
+#define SAY_SLOT_BYTES (64 * 1024) // 32768 samples, ~1.5 s at 22050 Hz: an espeak-ng chunk fits whole
+
+static void say_usage(void) {
+    printf("usage: nanomind say \"TEXT\" -o OUT.wav [options]\n"
+           "\n"
+           "Speaks TEXT with espeak-ng and writes 16-bit mono PCM WAV. TEXT \"-\" reads stdin.\n"
+           "The same text and options give the same file.\n"
+           "\n"
+           "  -o, --output FILE      the WAV file to write\n"
+           "  -f, --file FILE        read the text from FILE (\"-\": stdin) instead of TEXT\n"
+           "  --voice V              espeak-ng voice: a language (en-us, en, en-gb, de, fr-fr, ...) or a voice\n"
+           "                         file, with an optional variant (en-us+f3); default en-us\n"
+           "  --rate WPM             speaking rate, words per minute (80..450, default 175)\n"
+           "  --pitch P              base pitch, 0..100 (default 50)\n"
+           "  --volume V             volume in percent, 0..200 (default 100)\n"
+           "  --sample-rate HZ       output rate (default: espeak-ng's 22050 Hz; others resampled with soxr)\n"
+           "  --list-voices          list the voices (name for --voice, description, espeak-ng id) and exit\n"
+           "  --stats                print synthesis time, audio length, real-time factor and the bytes\n"
+           "                         copied between bricks to stderr\n"
+           "  -h, --help             this help\n");
+}
+
+static bool arg_int(const char *opt, const char *v, int32_t lo, int32_t hi, int32_t *out) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "error: %s needs an integer in [%d, %d], got '%s'\n", opt, lo, hi, v ? v : "");
+        return false;
+    }
+    *out = (int32_t)x;
+    return true;
+}
+
+static bool print_voice(void *user, const nm_tts_voice_info *v) {
+    (void)user;
+    printf("%-24s %-32s %s\n", v->name, v->description, v->identifier);
+    return true;
+}
+
+// Reads a stream whole into a NUL-terminated buffer (NULL on a read error or OOM).
+static char *read_stream(FILE *f) {
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *nb = cap > NM_TTS_MAX_TEXT * 2u ? NULL : realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                return NULL;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - n - 1, f);
+        n += r;
+        if (r == 0) break;
+    }
+    if (buf && ferror(f)) {
+        free(buf);
+        return NULL;
+    }
+    if (buf) buf[n] = '\0';
+    return buf;
+}
+
+typedef struct lane {
+    nm_tts *tts;
+    nm_tabm *ring;
+    const char *text;
+    nm_status st;
+} lane;
+
+static void *lane_main(void *arg) {
+    lane *L = arg;
+    L->st = nm_tts_synth_ring(L->tts, L->text, L->ring, 0, -1);
+    // On an error the END slot (if one could be written) is flagged; shutting
+    // the ring down also wakes the reader if none could.
+    if (L->st != NM_OK) nm_tabm_shutdown(L->ring);
+    return NULL;
+}
+
+static void put_u32le(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
+}
+
+int cmd_say(int argc, char **argv) {
+    const char *text_arg = NULL, *file = NULL, *out = NULL;
+    bool list = false, stats = false;
+    nm_tts_params p = nm_tts_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true, takes = true;
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
+        else if (!strcmp(a, "--voice")) p.voice = v;
+        else if (!strcmp(a, "--rate")) ok = arg_int(a, v, 80, 450, &p.rate_wpm);
+        else if (!strcmp(a, "--pitch")) ok = arg_int(a, v, 0, 100, &p.pitch);
+        else if (!strcmp(a, "--volume")) ok = arg_int(a, v, 0, 200, &p.volume);
+        else if (!strcmp(a, "--sample-rate")) ok = arg_int(a, v, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE, &p.sample_rate);
+        else {
+            takes = false;
+            if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+                say_usage();
+                return 0;
+            } else if (!strcmp(a, "--list-voices")) list = true;
+            else if (!strcmp(a, "--stats")) stats = true;
+            else if ((a[0] != '-' || !strcmp(a, "-")) && !text_arg) text_arg = a;
+            else if (a[0] != '-') {
+                fprintf(stderr, "error: more than one text argument ('%s'); quote the text\n", a);
+                return 2;
+            } else {
+                fprintf(stderr, "error: unknown option '%s'\n", a);
+                return 2;
+            }
+        }
+        if (takes) {
+            if (!v) {
+                fprintf(stderr, "error: %s needs a value\n", a);
+                return 2;
+            }
+            if (!ok) return 2;
+            i++;
+        }
+    }
+
+    char err[512] = "";
+    if (list) {
+        nm_status st = nm_tts_list_voices(p.engine, p.data_dir, print_voice, NULL, err, sizeof err);
+        if (st != NM_OK) {
+            fprintf(stderr, "error: cannot list voices: %s: %s\n", nm_status_str(st), err);
+            return 1;
+        }
+        return 0;
+    }
+    if (text_arg && file) {
+        fprintf(stderr, "error: give the text or -f FILE, not both\n");
+        return 2;
+    }
+    if (!text_arg && !file) {
+        fprintf(stderr, "error: no text: give \"TEXT\", - (stdin) or -f FILE (see nanomind say --help)\n");
+        return 2;
+    }
+    if (!out) {
+        fprintf(stderr, "error: -o OUT.wav is required\n");
+        return 2;
+    }
+    if (!strcmp(out, "-")) {
+        fprintf(stderr, "error: -o -: the WAV header is completed after synthesis, so the output must be a file\n");
+        return 2;
+    }
+
+    // The text.
+    char *owned = NULL;
+    const char *text = text_arg;
+    const char *src = file ? file : (!strcmp(text_arg, "-") ? "-" : NULL);
+    if (src) {
+        FILE *f = !strcmp(src, "-") ? stdin : fopen(src, "rb");
+        if (!f) {
+            fprintf(stderr, "error: cannot read text file '%s': %s\n", src, strerror(errno));
+            return 1;
+        }
+        owned = read_stream(f);
+        if (f != stdin) fclose(f);
+        if (!owned) {
+            fprintf(stderr, "error: cannot read text from '%s'\n", src);
+            return 1;
+        }
+        text = owned;
+    }
+    bool blank = true;
+    for (const char *c = text; *c && blank; c++) blank = *c == ' ' || (*c >= '\t' && *c <= '\r');
+    if (blank) {
+        fprintf(stderr, "error: empty text: nothing to say\n");
+        free(owned);
+        return 1;
+    }
+
+    int rc = 1;
+    nm_ledger *ledger = nm_ledger_create();
+    nm_tts *tts = NULL;
+    nm_tabm *ring = NULL;
+    FILE *wav = NULL;
+    bool created = false;
+    nm_status st;
+    double t0 = cli_now();
+    if (!ledger || nm_ledger_endpoint(ledger, "wav") < 0) {
+        fprintf(stderr, "error: out of memory\n");
+        goto done;
+    }
+    if ((st = nm_tts_open(&p, ledger, &tts, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: %s: %s\n", nm_status_str(st), err);
+        goto done;
+    }
+    // The header first: an unwritable path fails before any synthesis.
+    if ((st = nm_audio_write_wav(out, NULL, 0, nm_tts_sample_rate(tts), 1, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot write '%s': %s: %s\n", out, nm_status_str(st), err);
+        goto done;
+    }
+    created = true;
+    wav = fopen(out, "r+b");
+    if (!wav || fseek(wav, 44, SEEK_SET) != 0) {
+        fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+        goto done;
+    }
+    if ((st = nm_tabm_create(NULL, SAY_SLOTS, SAY_SLOT_BYTES, &ring, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot create the TABM ring: %s: %s\n", nm_status_str(st), err);
+        goto done;
+    }
+
+    lane L = {.tts = tts, .ring = ring, .text = text, .st = NM_OK};
+    pthread_t th;
+    if (pthread_create(&th, NULL, lane_main, &L) != 0) {
+        fprintf(stderr, "error: cannot start the TTS brick's thread\n");
+        goto done;
+    }
+    uint64_t data_bytes = 0;
+    bool write_failed = false, ended = false, cut = false;
+    int write_errno = 0;
+    while (!ended) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(ring, -1, &s) != NM_OK) break; // shut down: the lane failed
+        const nm_tabm_meta *m = s.meta;
+        if (!write_failed && m->size) {
+            // The slot's bytes, in place, to the file.
+            if (fwrite(s.data, 1, (size_t)m->size, wav) != m->size) {
+                write_failed = true;
+                write_errno = errno;
+                nm_tabm_shutdown(ring); // stop the synthesis: nowhere to put it
+            }
+            data_bytes += m->size;
+        }
+        ended = (m->user & NM_TTS_OUT_END) != 0;
+        cut = (m->user & NM_TTS_OUT_ERROR) != 0;
+        nm_tabm_release(ring, &s);
+    }
+    pthread_join(th, NULL);
+    double t_total = cli_now() - t0;
+    if (write_failed) {
+        fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(write_errno));
+        goto done;
+    }
+    if (L.st != NM_OK || cut || !ended) {
+        fprintf(stderr, "error: synthesis failed: %s: %s\n", nm_status_str(L.st != NM_OK ? L.st : NM_ERR_IO),
+                nm_tts_last_error(tts));
+        goto done;
+    }
+    if (data_bytes > 0xffffffffull - 36) {
+        fprintf(stderr, "error: %llu bytes of audio do not fit a WAV file (4 GiB)\n", (unsigned long long)data_bytes);
+        goto done;
+    }
+    uint8_t sz[4];
+    put_u32le(sz, (uint32_t)(36 + data_bytes));
+    bool ok = fseek(wav, 4, SEEK_SET) == 0 && fwrite(sz, 1, 4, wav) == 4;
+    put_u32le(sz, (uint32_t)data_bytes);
+    ok = ok && fseek(wav, 40, SEEK_SET) == 0 && fwrite(sz, 1, 4, wav) == 4;
+    ok = fclose(wav) == 0 && ok;
+    wav = NULL;
+    if (!ok) {
+        fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+        goto done;
+    }
+    rc = 0;
+    if (stats) {
+        nm_tts_stats ts = nm_tts_get_stats(tts);
+        int32_t rate = nm_tts_sample_rate(tts);
+        double audio_s = (double)ts.n_samples / rate;
+        fprintf(stderr, "voice: %s (%s), %d wpm, %d Hz%s\n", p.voice, nm_tts_engine_name(tts), (int)p.rate_wpm,
+                (int)rate, rate != nm_tts_native_rate(tts) ? " (resampled)" : "");
+        fprintf(stderr, "synthesis: %.3f s for %.3f s of audio (real-time factor %.4f), %llu slots\n", ts.t_synth,
+                audio_s, audio_s > 0 ? ts.t_synth / audio_s : 0.0, (unsigned long long)ts.n_slots);
+        fprintf(stderr, "total: %.3f s (open, synthesis, file)\n", t_total);
+        char led[1024];
+        if (nm_ledger_format(ledger, led, sizeof led) > 0) fputs(led, stderr);
+        fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
+    }
+done:
+    if (wav) fclose(wav);
+    if (rc != 0 && created) remove(out); // no half-written file left behind
+    nm_tabm_free(ring);
+    nm_tts_free(tts);
+    nm_ledger_free(ledger);
+    free(owned);
+    return rc;
+}

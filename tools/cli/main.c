@@ -21,6 +21,7 @@ static void usage(FILE *f) {
             "  info        print a GGUF file's metadata and tensor table\n"
             "  bench       prompt/generation speed, peak memory, decode roofline\n"
             "  say         text to speech into a WAV file (espeak-ng)\n"
+            "  transcribe  speech to text with a Whisper model (as whisper.cpp's whisper-cli)\n"
             "\n"
             "`nanomind COMMAND --help` describes each command's options.\n",
             NM_VERSION_STRING);
@@ -178,6 +179,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "say")) return cmd_say(argc - 1, argv + 1);
+    if (!strcmp(cmd, "transcribe")) return cmd_transcribe(argc - 1, argv + 1);
     fprintf(stderr, "nanomind: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,180 @@
+// Whisper transcription: the decoding policy on top of the forward pass
+// (whisper.h), written to give the same transcripts as whisper.cpp's
+// whisper_full on the same model file. What "the same" covers:
+//
+//   prompt     sot [+ language + transcribe/translate for multilingual
+//              models] [+ notimestamps]; with no_context false, the previous
+//              window's text first (<|startofprev|> + up to n_text_ctx/2 - 1
+//              tokens), dropped at temperatures >= 0.5 and near the end.
+//   filters    every step: <|notimestamps|>, sot, nospeech, solm, task,
+//              prev and the 100 language ids suppressed; blank (" " and eot)
+//              at the first step (suppress_blank); optionally whisper.cpp's
+//              non-speech symbols (suppress_nst); timestamps in pairs, not
+//              decreasing, the first one <= max_initial_ts; when the
+//              timestamps together are likelier than any text token, only a
+//              timestamp may follow.
+//   sampling   greedy (argmax) at T = 0; at T > 0 best_of sequences sampled
+//              with whisper.cpp's generator (mt19937 seeded with the
+//              decoder index, libstdc++'s discrete_distribution), so even
+//              the fallback samples match; beam search keeps beam_size
+//              hypotheses, each extended by beam_size candidates drawn from
+//              its distribution (whisper.cpp draws them, it does not take
+//              the top k), ranked by summed log-probability. patience is
+//              accepted and unused, as in whisper.cpp.
+//   fallback   temperatures T0, T0 + inc, ... <= 1: a window is decoded
+//              again at the next one when the best sequence failed
+//              (repetition: entropy of its last 32 tokens < entropy_thold
+//              over > 32 tokens; timestamps going back; no end) or its
+//              average log-probability < logprob_thold while the no-speech
+//              probability < no_speech_thold.
+//   windows    30 s at a time from `seek` (10 ms frames); the next window
+//              starts at the last timestamp (or 30 s later when the text ends
+//              on a single timestamp or without one); windows of no speech
+//              (no_speech_prob > no_speech_thold and avg logprob <
+//              logprob_thold) give no segment.
+//   segments   split at timestamp tokens; t0, t1 in 10 ms units from the
+//              start of the audio; text = the bytes of the text tokens.
+//
+// Nothing is allocated per token: the decoders' logits, the beam candidates
+// and the sequences are sized at creation. The transcript's segments are
+// appended as windows finish (a realloc per segment at most).
+#ifndef NM_STT_TRANSCRIBE_H
+#define NM_STT_TRANSCRIBE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "bricks/stt/whisper.h"
+#include "nanomind.h"
+
+#define NM_STT_MAX_DECODERS 8 // best_of and beam_size cap (whisper.cpp's WHISPER_MAX_DECODERS)
+
+typedef struct nm_transcript nm_transcript;
+
+typedef enum nm_stt_strategy {
+    NM_STT_GREEDY = 0,
+    NM_STT_BEAM = 1,
+} nm_stt_strategy;
+
+typedef struct nm_stt_params {
+    nm_stt_strategy strategy;
+    int32_t best_of;         // sequences sampled at T > 0 (greedy: 5)
+    int32_t beam_size;       // hypotheses at T = 0 with NM_STT_BEAM (5)
+    float patience;          // unused (whisper.cpp: "not implemented"); -1
+
+    const char *language;    // "en", "de", ... or "auto" (multilingual models: detect from the first
+                             // window); NULL = "en". English-only models always use English.
+    bool translate;          // <|translate|> instead of <|transcribe|> (multilingual models)
+    bool no_timestamps;      // decode with <|notimestamps|>: one segment per window
+    bool single_segment;     // one segment per window even with timestamps
+    bool no_context;         // do not condition on the previous window's text (default true)
+    int32_t n_max_text_ctx;  // cap on the previous-text tokens (16384: n_text_ctx / 2 decides)
+
+    bool suppress_blank;     // true
+    bool suppress_nst;       // false: whisper.cpp's non-speech symbol list
+
+    float temperature;       // 0
+    float temperature_inc;   // 0.2 (0: no fallback)
+    float entropy_thold;     // 2.4
+    float logprob_thold;     // -1
+    float no_speech_thold;   // 0.6
+    float max_initial_ts;    // 1.0 s
+    float length_penalty;    // -1: score = sum logprob / length
+    int32_t max_tokens;      // 0: no limit on the tokens of a segment
+
+    int64_t offset_ms;       // start of the audio to transcribe (0)
+    int64_t duration_ms;     // 0: to the end
+
+    // Called after each window with its new segments [i0, n) of the transcript
+    // so far (for printing as it goes). Optional.
+    void (*on_segments)(const nm_transcript *t, int32_t i0, void *user);
+    void *user;
+} nm_stt_params;
+
+// whisper.cpp's whisper_full_default_params(strategy) in our terms.
+nm_stt_params nm_stt_default_params(nm_stt_strategy strategy);
+
+typedef struct nm_stt_token {
+    int32_t id;    // token id
+    int32_t tid;   // likeliest timestamp token at this step (id itself for a timestamp)
+    float p, plog; // probability and log-probability it was chosen with
+    float pt;      // probability of tid among the timestamps
+    float ptsum;   // summed probability of the timestamps
+} nm_stt_token;
+
+typedef struct nm_stt_segment {
+    int64_t t0, t1;        // 10 ms units from the start of the audio
+    char *text;            // UTF-8 (the tokens' bytes), NUL-terminated; owned by the transcript
+    nm_stt_token *tokens;  // (n_tokens): text and timestamp tokens of the segment; owned
+    int32_t n_tokens;
+    float avg_logprob;     // average log-probability of the window's sequence
+    float no_speech_prob;  // P(<|nospeech|>) after the window's prompt
+    float temperature;     // the temperature the window was decoded at
+} nm_stt_segment;
+
+struct nm_transcript {
+    nm_stt_segment *seg;   // (n_seg), owned
+    int32_t n_seg, cap_seg;
+    char language[8];      // the language used ("en", or the detected one)
+    float language_prob;   // probability of the detected language (1 if not detected)
+    int64_t n_samples;     // audio length
+    int32_t n_windows;     // windows encoded
+    int32_t n_fallbacks;   // windows decoded again at a higher temperature
+};
+
+void nm_transcript_free(nm_transcript *t); // frees the segments; NULL and an empty one are no-ops
+
+typedef struct nm_transcriber nm_transcriber;
+
+// A transcriber over model m (borrowed: must outlive it) running the forward
+// pass on n_threads threads (<= 0: all cores), with room for up to
+// max_decoders sequences (best_of / beam_size; <= 0: 5). On failure *out is
+// NULL and err says why.
+nm_status nm_transcriber_create(const nm_whisper_model *m, int32_t n_threads, int32_t max_decoders,
+                                nm_transcriber **out, char *err, size_t err_size);
+void nm_transcriber_free(nm_transcriber *t); // NULL is a no-op
+
+// Transcribes n samples of 16 kHz mono audio (read in place during the call).
+// *out receives the transcript (the caller frees it with nm_transcript_free;
+// it is zeroed first). Audio under 100 ms gives an empty transcript, as in
+// whisper.cpp. Errors: NM_ERR_INVALID_ARG (bad params: unknown language,
+// best_of / beam_size over max_decoders, NaN samples...), NM_ERR_NOMEM, or
+// the forward pass's status; err says which.
+nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm_stt_params *p,
+                        nm_transcript *out, char *err, size_t err_size);
+
+// The same on audio that arrives in a TABM ring: takes one published slot
+// (NM_TABM_PCM_F32, ndim 1 [n] or ndim 2 [n, 1], sample_rate 16000), decodes
+// it in place (the slot's payload is what the mel spectrogram reads: no copy)
+// and releases it. A malformed slot is released and reported as NM_ERR_FORMAT.
+// timeout_ns as nm_tabm_acquire_read.
+nm_status nm_transcribe_slot(nm_transcriber *t, nm_tabm *in, int64_t timeout_ns, const nm_stt_params *p,
+                             nm_transcript *out, char *err, size_t err_size);
+
+typedef struct nm_stt_timings {
+    double t_mel, t_encode, t_decode, t_sample; // seconds, last nm_transcribe
+    int64_t n_encode, n_decode_calls, n_decode_tokens;
+} nm_stt_timings;
+nm_stt_timings nm_transcriber_timings(const nm_transcriber *t);
+
+// Language id (index into the model's lang_codes) of a code, or -1.
+int32_t nm_stt_lang_id(const nm_whisper_model *m, const char *code);
+
+// Output formats. Each writes the whole transcript to f and returns false on
+// a write error.
+//   text:  one segment per line, leading blanks trimmed (whisper-cli -otxt); with
+//          timestamps as whisper-cli prints them, text untrimmed
+//          ("[00:00:00.000 --> 00:00:02.500]  text").
+//   SRT:   numbered cues "HH:MM:SS,mmm --> HH:MM:SS,mmm", text trimmed.
+//   JSON:  {"language": "en", "duration": seconds, "segments": [{"t0": s,
+//          "t1": s, "text": "...", "avg_logprob": x, "no_speech_prob": x,
+//          "temperature": x, "tokens": [id, ...]}]} (times in seconds, 2 decimals;
+//          docs/correctness.md, Whisper).
+bool nm_transcript_write_text(const nm_transcript *t, bool timestamps, FILE *f);
+bool nm_transcript_write_srt(const nm_transcript *t, FILE *f);
+bool nm_transcript_write_json(const nm_transcript *t, const nm_whisper_model *m, FILE *f);
+// "HH:MM:SS.mmm" (comma: ',' as SRT wants) of t in 10 ms units into buf (>= 16 bytes).
+void nm_stt_timestamp(int64_t t, bool comma, char *buf);
+
+#endif

@@ -89,6 +89,24 @@ expect say_list_voices 0 "^en-us +English" -- bash -c "'$NM' say --list-voices 2
 expect say_bad_voice 1 "unknown espeak-ng voice 'xx-bogus'" -- "$NM" say hello -o "$tmp/bad.wav" --voice xx-bogus
 expect say_empty_text 1 "empty text" -- "$NM" say "   " -o "$tmp/empty.wav"
 expect say_no_output 2 "-o OUT.wav is required" -- "$NM" say hello
+
+# transcribe: Whisper speech to text (errors first; real runs need whisper-tiny.en.gguf from set-up)
+WM=${NM_MODEL_DIR:-$HOME/.cache/nanomind/models}/whisper-tiny.en.gguf
+SPEECH=tests/data/speech
+expect help_transcribe 0 "usage: nanomind transcribe" -- "$NM" transcribe --help
+expect transcribe_no_audio 2 "no audio file" -- "$NM" transcribe -m "$WM"
+expect transcribe_missing_model 1 "cannot load '/nonexistent.bin'" -- "$NM" transcribe -m /nonexistent.bin $SPEECH/tts_16k.wav
+head -c 30 $SPEECH/tts_16k.wav > "$tmp/trunc.wav"
+if [ -f "$WM" ]; then
+    expect transcribe_truncated_audio 1 "cannot read audio" -- "$NM" transcribe -m "$WM" "$tmp/trunc.wav"
+    expect transcribe_bad_language 2 "unknown language 'xx'" -- "$NM" transcribe -m "$WM" -l xx $SPEECH/tts_16k.wav
+    expect transcribe_text 0 "quick brown fox" -- "$NM" transcribe -m "$WM" $SPEECH/tts_16k.wav -t 2 --beam-size 1
+    expect transcribe_timestamps 0 "^\[00:00:00.000 --> 00:00:0[0-9].[0-9]{3}\]   The quick" -- "$NM" transcribe -m "$WM" $SPEECH/tts_16k.wav -t 2 --beam-size 1 --timestamps
+    expect transcribe_srt 0 "^1$" -- bash -c "'$NM' transcribe -m '$WM' $SPEECH/tts_48k.wav -t 2 --beam-size 1 --output-srt | head -1"
+    expect transcribe_json 0 "\"segments\": \[" -- "$NM" transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --output-json
+    expect transcribe_stdin_8k 0 "leave your name" -- bash -c "'$NM' transcribe -m '$WM' - -t 2 --beam-size 1 < $SPEECH/tts_8k.wav"
+    expect transcribe_stats 0 "real-time factor [0-9.]+.*ledger: [0-9]+ bytes copied between bricks \\(1 copies\\)" -- bash -c "'$NM' transcribe -m '$WM' $SPEECH/tts_48k.wav -t 2 --beam-size 1 --stats 2>&1 | tr '\n' ' '"
+fi
 expect say_unwritable 1 "cannot write '/nonexistent/dir/x.wav'" -- "$NM" say hello -o /nonexistent/dir/x.wav
 expect say_bad_rate 2 "--rate needs an integer in \\[80, 450\\]" -- "$NM" say hello -o "$tmp/r.wav" --rate 5
 expect say_no_file_left 0 "^none$" -- bash -c "'$NM' say hi -o '$tmp/left.wav' --voice xx-bogus; [ -e '$tmp/left.wav' ] || echo none"

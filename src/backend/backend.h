@@ -66,7 +66,18 @@ typedef struct nm_op {
     const nm_kv_layer *kv; // ATTENTION, KV_STORE
     int32_t pos;           // KV_STORE: first position
     int32_t n_ctx;         // ATTENTION: cache capacity; KV_STORE too
+    uint32_t flags;        // NM_OPF_*
 } nm_op;
+
+// Round as ggml's CPU backend does around half-precision tensors, for bricks
+// that must reproduce a ggml-based engine bit for bit in practice (Whisper
+// against whisper.cpp). MATMUL: inputs go through the weights' vec_dot type
+// (f16 for f16 weights) in prefill too. ACT GELU_TANH: through f16, as ggml's
+// lookup table (input and result rounded; x <= -10 gives 0, x >= 10 gives x).
+// ATTENTION, ATTENTION_FULL: Q (and K, V for ATTENTION_FULL) rounded to f16,
+// the scale applied after the dot, the softmax normalized and rounded to f16
+// before the weighted sum of V (ggml's K*Q, soft_max_ext, V*KQ), exact expf.
+#define NM_OPF_GGML_F16 1u
 
 typedef struct nm_backend nm_backend;
 

@@ -191,6 +191,31 @@ static void attn_one(const nm_cpu *c, const float *q, const uint16_t *kc, const 
     for (int d = 0; d < hd; d++) out[d] = acc[d] * inv;
 }
 
+// ggml's non-flash attention of one query (NM_OPF_GGML_F16): q rounded to
+// f16, s_j = (k_j . q) * scale, softmax with expf, each probability rounded to
+// f16, then sum_j p_j v_j in f32. At most NM_ATTN_GGML_MAX keys.
+#define NM_ATTN_GGML_MAX 8192
+static void attn_one_ggml(const nm_cpu *c, const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride,
+                          int hd, int64_t k_lo, int64_t k_hi, float scale, float *out) {
+    const nm_dot_fn hdot = c->k->dot[NM_TYPE_F16];
+    const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
+    float qh[1024], v[1024], p[NM_ATTN_GGML_MAX];
+    for (int d = 0; d < hd; d++) qh[d] = nm_fp16_to_fp32(nm_fp32_to_fp16(q[d]));
+    float m = -INFINITY, sum = 0.0f;
+    for (int64_t j = k_lo; j <= k_hi; j++) {
+        p[j - k_lo] = hdot(kc + j * stride, qh, hd) * scale;
+        m = p[j - k_lo] > m ? p[j - k_lo] : m;
+    }
+    for (int64_t j = k_lo; j <= k_hi; j++) sum += (p[j - k_lo] = expf(p[j - k_lo] - m));
+    const float inv = 1.0f / sum;
+    memset(out, 0, sizeof(float) * (size_t)hd);
+    for (int64_t j = k_lo; j <= k_hi; j++) {
+        const float pj = nm_fp16_to_fp32(nm_fp32_to_fp16(p[j - k_lo] * inv));
+        widen(vc + j * stride, v, hd);
+        for (int d = 0; d < hd; d++) out[d] += pj * v[d];
+    }
+}
+
 static void attn_worker(void *arg, int64_t i, int ith) {
     const attn_task *t = arg;
     const nm_op *op = t->op;
@@ -204,8 +229,12 @@ static void attn_worker(void *arg, int64_t i, int ith) {
     int kvh = h / (n_head / n_kv); // grouped-query attention: heads share a KV head
     int64_t pos = op->ids[tok];
     int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    attn_one(t->c, q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd, lo, pos,
-             op->f0, op->f1, out + (tok * n_head + h) * hd);
+    if (op->flags & NM_OPF_GGML_F16)
+        attn_one_ggml(t->c, q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd, lo,
+                      pos, op->f0, out + (tok * n_head + h) * hd);
+    else
+        attn_one(t->c, q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd, lo, pos,
+                 op->f0, op->f1, out + (tok * n_head + h) * hd);
 }
 
 // ---- bidirectional attention (encoders) -------------------------------------------------
@@ -241,18 +270,30 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
     float *vt = kp + T * hd;                                             // (hd, T)
     float *qp = vt + T * hd;                                             // (QB, hd)
     float *sc = qp + NM_FA_QB * hd;                                      // (QB, T)
+    const bool g16 = op->flags & NM_OPF_GGML_F16;
+#define R16(x) (g16 ? nm_fp16_to_fp32(nm_fp32_to_fp16(x)) : (x))
     for (int64_t j = 0; j < T; j++) {
-        memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
-        for (int64_t d = 0; d < hd; d++) vt[d * T + j] = V[j * stride + d];
+        if (g16)
+            for (int64_t d = 0; d < hd; d++) kp[j * hd + d] = R16(K[j * stride + d]);
+        else
+            memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
+        for (int64_t d = 0; d < hd; d++) vt[d * T + j] = R16(V[j * stride + d]);
     }
     const float scale = op->f0;
     for (int64_t q0 = q_lo; q0 < q_hi; q0 += NM_FA_QB) {
         const int64_t nq = q_hi - q0 < NM_FA_QB ? q_hi - q0 : NM_FA_QB;
         for (int64_t i = 0; i < nq; i++)
-            for (int64_t d = 0; d < hd; d++) qp[i * hd + d] = Q[(q0 + i) * stride + d] * scale;
+            for (int64_t d = 0; d < hd; d++) qp[i * hd + d] = g16 ? R16(Q[(q0 + i) * stride + d]) : Q[(q0 + i) * stride + d] * scale;
         c->gemm(kp, T, qp, nq, hd, sc, T, NULL); // sc[i * T + j] = q_i . k_j
         for (int64_t i = 0; i < nq; i++) {
             float *s = sc + i * T, m = -INFINITY, sum = 0.0f;
+            if (g16) {
+                for (int64_t j = 0; j < T; j++) m = (s[j] *= scale) > m ? s[j] : m;
+                for (int64_t j = 0; j < T; j++) sum += (s[j] = expf(s[j] - m));
+                const float inv = 1.0f / sum;
+                for (int64_t j = 0; j < T; j++) s[j] = R16(s[j] * inv);
+                continue;
+            }
             for (int64_t j = 0; j < T; j++) m = s[j] > m ? s[j] : m;
             sum = c->expsum(s, T, m);
             const float inv = 1.0f / sum;
@@ -260,6 +301,7 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
         }
         c->gemm(vt, hd, sc, nq, T, O + q0 * stride, stride, NULL); // O[i, d] = sum_j p_ij v_j[d]
     }
+#undef R16
 }
 
 static bool fa_supported(const nm_cpu *c, const nm_op *op) {
@@ -372,6 +414,19 @@ static void op_act(const nm_op *op, int64_t r0, int64_t r1) {
         for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
         break;
     case NM_ACT_GELU_TANH: {
+        if (op->flags & NM_OPF_GGML_F16) { // ggml's f16 table: gelu of the f16 input, rounded to f16
+            for (int64_t i = b; i < e; i++) {
+                const float v = x[i];
+                if (v <= -10.0f) y[i] = 0.0f;
+                else if (v >= 10.0f) y[i] = v;
+                else {
+                    const float h = nm_fp16_to_fp32(nm_fp32_to_fp16(v));
+                    const float g = 0.5f * h * (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+                    y[i] = nm_fp16_to_fp32(nm_fp32_to_fp16(g));
+                }
+            }
+            break;
+        }
         const float k0 = 2.0f * 0.7978845608028654f, k1 = 0.044715f; // see op_glu
         for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + expf(-k0 * x[i] * (1.0f + k1 * x[i] * x[i])));
         break;
@@ -484,6 +539,7 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
                op->src0->ne[0] <= c->max_row;
     case NM_OP_ATTENTION:
         if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0) return false;
+        if ((op->flags & NM_OPF_GGML_F16) && (op->n_ctx > NM_ATTN_GGML_MAX || op->f1 > 0.0f)) return false;
         for (int64_t t = 0; t < op->src0->ne[1]; t++) // every query's keys lie in the cache
             if (op->ids[t] < 0 || op->ids[t] >= op->n_ctx) return false;
         return true;
@@ -518,7 +574,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
             // f32 and the f32 GEMM (the pairwise half-precision dots re-read
             // and re-convert each weight row for every token).
             const bool half = t.act_type == NM_TYPE_F16 || t.act_type == NM_TYPE_BF16;
-            if (t.act_type == NM_TYPE_F32 || (half && op->src1->ne[1] > 1)) {
+            if (t.act_type == NM_TYPE_F32 || (half && op->src1->ne[1] > 1 && !(op->flags & NM_OPF_GGML_F16))) {
                 nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
                 break;
             }

@@ -6,6 +6,11 @@
 // convolutions are im2col + the matmul kernels: a convolution's output channel
 // is a row of (in_channel, tap) weights, as the [3, C_in, C_out] tensor lies.
 // GELU is the tanh form whisper.cpp uses (ggml_gelu), not PyTorch's erf form.
+// Every matmul, GELU and attention op carries NM_OPF_GGML_F16: the roundings
+// of ggml's CPU backend (f16 matmul inputs, the f16 GELU table, f16 Q and
+// softmax in attention), so that logits track whisper.cpp's (run without
+// flash attention, whose f16 accumulation of V we do not copy) closely enough
+// for identical transcripts.
 //
 // Decoder: token embedding + learned positions, layers of causal
 // self-attention (f16 cache per sequence), cross-attention over the window's
@@ -178,7 +183,7 @@ static nm_status norm(nm_whisper *w, float *dst, const float *src, const nm_tens
 static nm_status matmul(nm_whisper *w, float *dst, const nm_tensor *wt, const float *src, const nm_tensor *bias,
                         int64_t T) {
     nm_tensor s = act((float *)src, wt->ne[0], T), y = act(dst, wt->ne[1], T);
-    nm_op op = {.kind = NM_OP_MATMUL, .src0 = wt, .src1 = &s, .src2 = opt(bias), .dst = &y};
+    nm_op op = {.kind = NM_OP_MATMUL, .src0 = wt, .src1 = &s, .src2 = opt(bias), .dst = &y, .flags = NM_OPF_GGML_F16};
     return run(w, &op, 1);
 }
 
@@ -190,7 +195,7 @@ static nm_status add(nm_whisper *w, float *dst, const float *a, const float *b, 
 
 static nm_status gelu(nm_whisper *w, float *x, int64_t width, int64_t T) {
     nm_tensor t = act(x, width, T);
-    nm_op op = {.kind = NM_OP_ACT, .src0 = &t, .dst = &t, .i0 = NM_ACT_GELU_TANH};
+    nm_op op = {.kind = NM_OP_ACT, .src0 = &t, .dst = &t, .i0 = NM_ACT_GELU_TANH, .flags = NM_OPF_GGML_F16};
     return run(w, &op, 1);
 }
 
@@ -200,10 +205,12 @@ static nm_status qkv(nm_whisper *w, const nm_whisper_attn *a, const float *src, 
     nm_tensor s = act((float *)src, w->d, T), tq = act(q, w->d, T), tk = act(k, w->d, T), tv = act(v, w->d, T);
     nm_op ops[3];
     int n = 0;
-    if (want_q) ops[n++] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &a->q_w, .src1 = &s, .src2 = opt(&a->q_b), .dst = &tq};
+    const uint32_t f = NM_OPF_GGML_F16;
+    if (want_q)
+        ops[n++] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &a->q_w, .src1 = &s, .src2 = opt(&a->q_b), .dst = &tq, .flags = f};
     if (want_kv) {
-        ops[n++] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &a->k_w, .src1 = &s, .src2 = opt(&a->k_b), .dst = &tk};
-        ops[n++] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &a->v_w, .src1 = &s, .src2 = opt(&a->v_b), .dst = &tv};
+        ops[n++] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &a->k_w, .src1 = &s, .src2 = opt(&a->k_b), .dst = &tk, .flags = f};
+        ops[n++] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &a->v_w, .src1 = &s, .src2 = opt(&a->v_b), .dst = &tv, .flags = f};
     }
     return run(w, ops, n);
 }
@@ -259,7 +266,7 @@ nm_status nm_whisper_encode(nm_whisper *w, const float *mel, int64_t n_len, int6
             return st;
         nm_tensor tq = act(w->eq, d, A), tk = act(w->ek, d, A), tv = act(w->ev, d, A), ta = act(w->eattn, d, A);
         nm_op fa = {.kind = NM_OP_ATTENTION_FULL, .src0 = &tq, .src1 = &tk, .src2 = &tv, .dst = &ta,
-                    .f0 = 1.0f / sqrtf((float)hd), .i0 = hp->n_audio_head, .i2 = (int32_t)hd};
+                    .f0 = 1.0f / sqrtf((float)hd), .i0 = hp->n_audio_head, .i2 = (int32_t)hd, .flags = NM_OPF_GGML_F16};
         if ((st = run(w, &fa, 1)) || (st = matmul(w, w->eo, &ly->attn.o_w, w->eattn, &ly->attn.o_b, A)) ||
             (st = add(w, w->ex, w->ex, w->eo, d, A)) || (st = mlp(w, &ly->mlp, w->ex, w->ecur, w->eff, w->eo, A)))
             return st;
@@ -317,7 +324,8 @@ nm_status nm_whisper_decode(nm_whisper *w, int32_t seq, const int32_t *tokens, i
         nm_op sa[2] = {
             {.kind = NM_OP_KV_STORE, .src0 = &tk, .src1 = &tv, .kv = kv, .pos = pos, .n_ctx = hp->n_text_ctx},
             {.kind = NM_OP_ATTENTION, .src0 = &tq, .dst = &ta, .ids = w->pos, .kv = kv, .f0 = scale,
-             .i0 = hp->n_text_head, .i1 = hp->n_text_head, .i2 = (int32_t)hd, .n_ctx = hp->n_text_ctx},
+             .i0 = hp->n_text_head, .i1 = hp->n_text_head, .i2 = (int32_t)hd, .n_ctx = hp->n_text_ctx,
+             .flags = NM_OPF_GGML_F16},
         };
         if ((st = run(w, sa, 2)) || (st = matmul(w, w->o, &ly->attn.o_w, w->attn, &ly->attn.o_b, n)) ||
             (st = add(w, w->x, w->x, w->o, d, n)))
@@ -328,7 +336,7 @@ nm_status nm_whisper_decode(nm_whisper *w, int32_t seq, const int32_t *tokens, i
             return st;
         nm_op ca = {.kind = NM_OP_ATTENTION, .src0 = &tq, .dst = &ta, .ids = w->cross_ids, .kv = &w->cross[il],
                     .f0 = scale, .i0 = hp->n_text_head, .i1 = hp->n_text_head, .i2 = (int32_t)hd,
-                    .n_ctx = hp->n_audio_ctx};
+                    .n_ctx = hp->n_audio_ctx, .flags = NM_OPF_GGML_F16};
         if ((st = run(w, &ca, 1)) || (st = matmul(w, w->o, &ly->cross.o_w, w->attn, &ly->cross.o_b, n)) ||
             (st = add(w, w->x, w->x, w->o, d, n)) || (st = mlp(w, &ly->mlp, w->x, w->cur, w->ff, w->o, n)))
             return st;

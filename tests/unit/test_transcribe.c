@@ -284,12 +284,11 @@ static const mode *mode_named(const char *name) {
     return NULL;
 }
 
-// expected/ holds whisper-cli's output for every clip in every mode;
-// expected/MATCHING lists the pairs where ours is identical today (the
-// others differ where the two forward passes' logits put near-ties the
-// other way: docs/correctness.md, Whisper). NM_FULL=1 checks every listed
-// pair (~5 min); by default a set covering each rate, both strategies, both
-// timestamp modes, seeking and real speech (~1 min).
+// expected/ holds whisper-cli's output (-nfa) for every clip in every mode;
+// expected/MATCHING lists the pairs to check (all 68: ours is byte-identical,
+// docs/correctness.md, Whisper). NM_FULL=1 checks every listed pair (~5 min);
+// by default a set covering each rate, both strategies, both timestamp
+// modes, seeking and real speech (~1 min).
 NM_TEST(same_as_whisper_cpp) {
     NEED_MODEL();
     static const char *const quick[][2] = {

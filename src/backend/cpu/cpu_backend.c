@@ -1,6 +1,7 @@
 // CPU backend: ops on f32 activations with fused dequantizing kernels chosen
 // once for this CPU (src/quant), parallel over a persistent thread pool.
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@ typedef struct mm_task {
     size_t act_row;               // bytes of one quantized activation row
     const nm_op *ops[NM_MM_GROUP];
     int n_ops;
+    const float *x; // mm_worker: activations to use instead of src1 (NULL: src1)
     int64_t off[NM_MM_GROUP + 1];
 } mm_task;
 
@@ -114,6 +116,21 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
 }
 
 
+// Activation row `chunk` rounded to the half type of the weights (ggml's
+// f16 matmul input) and widened back, as floats into act_q.
+static void round_worker(void *arg, int64_t chunk, int ith) {
+    const mm_task *t = arg;
+    const int64_t K = t->op->src1->ne[0];
+    const float *x = (const float *)t->op->src1->data + chunk * K;
+    float *y = (float *)t->c->act_q + chunk * K;
+    uint16_t h[512];
+    for (int64_t k0 = 0; k0 < K; k0 += 512) {
+        const int64_t n = K - k0 < 512 ? K - k0 : 512;
+        t->c->k->quant_act[t->act_type](x + k0, h, n);
+        t->c->k->dequant[t->act_type](h, y + k0, n);
+    }
+}
+
 static int64_t mm_chunks(const nm_op *op) {
     const int64_t O = op->src0->ne[1];
     return op->src1->ne[1] == 1 ? (O + NM_MM_DEC_ROWS - 1) / NM_MM_DEC_ROWS : (O + NM_MM_ROWS - 1) / NM_MM_ROWS;
@@ -127,7 +144,7 @@ static void mm_worker(void *arg, int64_t chunk, int ith) {
     const int64_t K = w->ne[0], O = w->ne[1], T = x->ne[1];
     const size_t row_bytes = nm_row_size(w->type, K);
     const uint8_t *wd = w->data;
-    const float *xd = x->data, *bd = bias ? bias->data : NULL;
+    const float *xd = t->x ? t->x : x->data, *bd = bias ? bias->data : NULL;
     float *yd = y->data;
     nm_dot_fn dot = c->k->dot[w->type];
 
@@ -405,6 +422,17 @@ static void op_norm(const nm_op *op, int64_t r0, int64_t r1) {
     }
 }
 
+// ggml's GELU table (NM_OPF_GGML_F16): gelu of every f16 value, rounded to f16.
+static uint16_t gelu_f16_tab[1 << 16];
+static pthread_once_t gelu_f16_once = PTHREAD_ONCE_INIT;
+static void gelu_f16_init(void) {
+    for (uint32_t i = 0; i < (1u << 16); i++) {
+        const float h = nm_fp16_to_fp32((uint16_t)i);
+        const float g = 0.5f * h * (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
+        gelu_f16_tab[i] = nm_fp32_to_fp16(g);
+    }
+}
+
 static void op_act(const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t w = op->dst->ne[0], b = r0 * w, e = r1 * w;
     const float *x = op->src0->data;
@@ -415,15 +443,10 @@ static void op_act(const nm_op *op, int64_t r0, int64_t r1) {
         break;
     case NM_ACT_GELU_TANH: {
         if (op->flags & NM_OPF_GGML_F16) { // ggml's f16 table: gelu of the f16 input, rounded to f16
+            pthread_once(&gelu_f16_once, gelu_f16_init);
             for (int64_t i = b; i < e; i++) {
                 const float v = x[i];
-                if (v <= -10.0f) y[i] = 0.0f;
-                else if (v >= 10.0f) y[i] = v;
-                else {
-                    const float h = nm_fp16_to_fp32(nm_fp32_to_fp16(v));
-                    const float g = 0.5f * h * (1.0f + tanhf(0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h)));
-                    y[i] = nm_fp16_to_fp32(nm_fp32_to_fp16(g));
-                }
+                y[i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : nm_fp16_to_fp32(gelu_f16_tab[nm_fp32_to_fp16(v)]);
             }
             break;
         }
@@ -574,7 +597,12 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
             // f32 and the f32 GEMM (the pairwise half-precision dots re-read
             // and re-convert each weight row for every token).
             const bool half = t.act_type == NM_TYPE_F16 || t.act_type == NM_TYPE_BF16;
-            if (t.act_type == NM_TYPE_F32 || (half && op->src1->ne[1] > 1 && !(op->flags & NM_OPF_GGML_F16))) {
+            if (t.act_type == NM_TYPE_F32 || (half && op->src1->ne[1] > 1)) {
+                if (half && (op->flags & NM_OPF_GGML_F16)) {
+                    // ggml rounds the inputs to f16: round them once, then the same f32 GEMM
+                    nm_pool_run(c->pool, round_worker, &t, op->src1->ne[1]);
+                    t.x = (const float *)c->act_q;
+                }
                 nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
                 break;
             }

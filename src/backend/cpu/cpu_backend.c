@@ -45,6 +45,16 @@ typedef struct nm_cpu {
 } nm_cpu;
 
 
+// x[0..n) rounded to f16 and back, in place, with the chosen (F16C) kernels.
+static void round_f16(const nm_cpu *c, float *x, int64_t n) {
+    uint16_t h[256];
+    for (int64_t i = 0; i < n; i += 256) {
+        const int64_t m = n - i < 256 ? n - i : 256;
+        c->k->quant_act[NM_TYPE_F16](x + i, h, m);
+        c->k->dequant[NM_TYPE_F16](h, x + i, m);
+    }
+}
+
 // ---- matmul ------------------------------------------------------------------------
 
 
@@ -217,7 +227,8 @@ static void attn_one_ggml(const nm_cpu *c, const float *q, const uint16_t *kc, c
     const nm_dot_fn hdot = c->k->dot[NM_TYPE_F16];
     const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
     float qh[1024], v[1024], p[NM_ATTN_GGML_MAX];
-    for (int d = 0; d < hd; d++) qh[d] = nm_fp16_to_fp32(nm_fp32_to_fp16(q[d]));
+    memcpy(qh, q, sizeof(float) * (size_t)hd);
+    round_f16(c, qh, hd);
     float m = -INFINITY, sum = 0.0f;
     for (int64_t j = k_lo; j <= k_hi; j++) {
         p[j - k_lo] = hdot(kc + j * stride, qh, hd) * scale;
@@ -225,9 +236,11 @@ static void attn_one_ggml(const nm_cpu *c, const float *q, const uint16_t *kc, c
     }
     for (int64_t j = k_lo; j <= k_hi; j++) sum += (p[j - k_lo] = expf(p[j - k_lo] - m));
     const float inv = 1.0f / sum;
+    for (int64_t j = 0; j <= k_hi - k_lo; j++) p[j] *= inv;
+    round_f16(c, p, k_hi - k_lo + 1);
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int64_t j = k_lo; j <= k_hi; j++) {
-        const float pj = nm_fp16_to_fp32(nm_fp32_to_fp16(p[j - k_lo] * inv));
+        const float pj = p[j - k_lo];
         widen(vc + j * stride, v, hd);
         for (int d = 0; d < hd; d++) out[d] += pj * v[d];
     }
@@ -288,19 +301,20 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
     float *qp = vt + T * hd;                                             // (QB, hd)
     float *sc = qp + NM_FA_QB * hd;                                      // (QB, T)
     const bool g16 = op->flags & NM_OPF_GGML_F16;
-#define R16(x) (g16 ? nm_fp16_to_fp32(nm_fp32_to_fp16(x)) : (x))
     for (int64_t j = 0; j < T; j++) {
-        if (g16)
-            for (int64_t d = 0; d < hd; d++) kp[j * hd + d] = R16(K[j * stride + d]);
-        else
-            memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
-        for (int64_t d = 0; d < hd; d++) vt[d * T + j] = R16(V[j * stride + d]);
+        memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
+        for (int64_t d = 0; d < hd; d++) vt[d * T + j] = V[j * stride + d];
+    }
+    if (g16) { // ggml casts K and V to f16
+        round_f16(c, kp, T * hd);
+        round_f16(c, vt, T * hd);
     }
     const float scale = op->f0;
     for (int64_t q0 = q_lo; q0 < q_hi; q0 += NM_FA_QB) {
         const int64_t nq = q_hi - q0 < NM_FA_QB ? q_hi - q0 : NM_FA_QB;
         for (int64_t i = 0; i < nq; i++)
-            for (int64_t d = 0; d < hd; d++) qp[i * hd + d] = g16 ? R16(Q[(q0 + i) * stride + d]) : Q[(q0 + i) * stride + d] * scale;
+            for (int64_t d = 0; d < hd; d++) qp[i * hd + d] = g16 ? Q[(q0 + i) * stride + d] : Q[(q0 + i) * stride + d] * scale;
+        if (g16) round_f16(c, qp, nq * hd); // Q to f16, the scale after the dot
         c->gemm(kp, T, qp, nq, hd, sc, T, NULL); // sc[i * T + j] = q_i . k_j
         for (int64_t i = 0; i < nq; i++) {
             float *s = sc + i * T, m = -INFINITY, sum = 0.0f;
@@ -308,7 +322,8 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
                 for (int64_t j = 0; j < T; j++) m = (s[j] *= scale) > m ? s[j] : m;
                 for (int64_t j = 0; j < T; j++) sum += (s[j] = expf(s[j] - m));
                 const float inv = 1.0f / sum;
-                for (int64_t j = 0; j < T; j++) s[j] = R16(s[j] * inv);
+                for (int64_t j = 0; j < T; j++) s[j] *= inv;
+                round_f16(c, s, T);
                 continue;
             }
             for (int64_t j = 0; j < T; j++) m = s[j] > m ? s[j] : m;
@@ -318,7 +333,6 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
         }
         c->gemm(vt, hd, sc, nq, T, O + q0 * stride, stride, NULL); // O[i, d] = sum_j p_ij v_j[d]
     }
-#undef R16
 }
 
 static bool fa_supported(const nm_cpu *c, const nm_op *op) {
@@ -444,9 +458,18 @@ static void op_act(const nm_op *op, int64_t r0, int64_t r1) {
     case NM_ACT_GELU_TANH: {
         if (op->flags & NM_OPF_GGML_F16) { // ggml's f16 table: gelu of the f16 input, rounded to f16
             pthread_once(&gelu_f16_once, gelu_f16_init);
-            for (int64_t i = b; i < e; i++) {
-                const float v = x[i];
-                y[i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : nm_fp16_to_fp32(gelu_f16_tab[nm_fp32_to_fp16(v)]);
+            const nm_kernels *k = nm_kernels_get();
+            uint16_t h[256];
+            float g[256];
+            for (int64_t i0 = b; i0 < e; i0 += 256) {
+                const int64_t n = e - i0 < 256 ? e - i0 : 256;
+                k->quant_act[NM_TYPE_F16](x + i0, h, n);
+                for (int64_t i = 0; i < n; i++) h[i] = gelu_f16_tab[h[i]];
+                k->dequant[NM_TYPE_F16](h, g, n);
+                for (int64_t i = 0; i < n; i++) {
+                    const float v = x[i0 + i];
+                    y[i0 + i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : g[i];
+                }
             }
             break;
         }

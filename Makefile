@@ -29,15 +29,20 @@ demo: build models
 test: build models
 	cd $(BUILD) && ctest --output-on-failure -j1
 
-# Everything but the perplexity runs and the spin model check (no C of ours
-# in it) under ASan+UBSan: unit tests, fuzz-corpus replays, the CLI test, and
+# Everything but the perplexity runs, the spin model check (no C of ours in
+# it) and the long speech decodes under ASan+UBSan: unit tests, fuzz-corpus replays, the CLI test, and
 # the golden generation and architecture tests (the forward pass of all three
 # archs and its error paths).
 test-asan: setup models
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_SANITIZE=ON > /dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j1 -E 'golden_test_perplexity|spin_'
+		ctest --output-on-failure -j1 -E 'golden_test_perplexity|spin_|test_transcribe'
+	# test_transcribe's whisper.cpp comparison and WER cases decode minutes of
+	# speech (too slow instrumented); its other cases run here.
+	for t in wer_levenshtein output_formats null_arguments slot_path_and_errors silence; do \
+		ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		NM_MODEL_DIR=$(MODELS) ./$(ASAN_BUILD)/test_transcribe --filter $$t || exit 1; done
 
 # The concurrent code under ThreadSanitizer: the pool, the ops it runs, and the
 # TABM ring (its stress test runs a smaller count under TSan) and the LLM brick on rings.

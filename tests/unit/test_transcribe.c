@@ -24,6 +24,7 @@
 
 #include "bricks/audio/audio.h"
 #include "bricks/stt/transcribe.h"
+#include "bricks/tts/tts.h"
 #include "bricks/stt/whisper_model.h"
 #include "nmtest.h"
 
@@ -349,14 +350,29 @@ static const char *const k_sentences[] = {
 };
 #define N_SENT (int)(sizeof k_sentences / sizeof *k_sentences)
 
-// Speaks text with the espeak-ng command into a WAV at path; false if it cannot.
+// Speaks text with the TTS brick (espeak-ng, resampled by it to 16 kHz) into a
+// new float buffer (*pcm, free() it).
+static bool speak(nm_tts *tts, const char *text, float **pcm, int64_t *n) {
+    *pcm = NULL;
+    *n = 0;
+    int16_t *s16 = NULL;
+    int64_t ns = 0;
+    if (nm_tts_synth_alloc(tts, text, &s16, &ns) != NM_OK || ns <= 0) return false;
+    *pcm = malloc(sizeof(float) * (size_t)ns);
+    if (*pcm)
+        for (int64_t i = 0; i < ns; i++) (*pcm)[i] = s16[i] / 32768.0f;
+    free(s16);
+    *n = ns;
+    return *pcm != NULL;
+}
+
+// The stored clips (gen_clips) were made with the espeak-ng command; kept so
+// they can be regenerated identically.
 static bool espeak(const char *text, const char *path) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "espeak-ng -v en-us -w '%s' \"%s\" 2>/dev/null", path, text);
     return system(cmd) == 0;
 }
-
-static bool have_espeak(void) { return system("espeak-ng --version >/dev/null 2>&1") == 0; }
 
 static char *joined_text(const nm_transcript *t) {
     size_t n = 1;
@@ -371,24 +387,29 @@ static char *joined_text(const nm_transcript *t) {
 
 NM_TEST(round_trip_wer) {
     NEED_MODEL();
-    if (!have_espeak()) NM_SKIP("espeak-ng not installed (scripts/setup.sh installs it)");
-    char dir[] = "/tmp/nm_stt_rtXXXXXX";
-    NM_CHECK(mkdtemp(dir) != NULL);
-    // Six sentences per recording (about 15 s: one window each), greedy with timestamps.
+    char err[512];
+    nm_tts *tts = NULL;
+    nm_tts_params tp = nm_tts_default_params(); // espeak-ng, en-us, 175 wpm
+    tp.sample_rate = 16000;
+    if (nm_tts_open(&tp, NULL, &tts, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "  tts: %s\n", err);
+        NM_SKIP("the TTS brick cannot open espeak-ng's voice data (scripts/setup.sh installs it)");
+    }
+    // Six sentences per utterance (about 15 s: one window each), greedy with timestamps.
     int errs = 0, words = 0;
     for (int g = 0; g < N_SENT; g += 6) {
-        char ref[2048] = "", path[256], err[512];
+        char ref[2048] = "";
         for (int i = g; i < g + 6 && i < N_SENT; i++) {
             strcat(ref, k_sentences[i]);
             strcat(ref, " ");
         }
-        snprintf(path, sizeof path, "%s/g%d.wav", dir, g);
-        NM_CHECK(espeak(ref, path));
-        nm_audio a = {0};
+        float *pcm = NULL;
+        int64_t n_pcm = 0;
+        NM_CHECK(speak(tts, ref, &pcm, &n_pcm));
+        if (!pcm) continue;
         nm_transcript t = {0};
-        NM_CHECK(nm_audio_load(path, 16000, &a, err, sizeof err) == NM_OK);
         nm_stt_params p = nm_stt_default_params(NM_STT_GREEDY);
-        NM_CHECK(nm_transcribe(tr, a.pcm, a.n, &p, &t, err, sizeof err) == NM_OK);
+        NM_CHECK(nm_transcribe(tr, pcm, n_pcm, &p, &t, err, sizeof err) == NM_OK);
         char *hyp = joined_text(&t);
         int n, e = word_errors(ref, hyp, &n);
         printf("  sentences %d-%d: %d errors / %d words\n    ref: %s\n    hyp: %s\n", g + 1, g + 6, e, n, ref, hyp);
@@ -396,13 +417,12 @@ NM_TEST(round_trip_wer) {
         words += n;
         free(hyp);
         nm_transcript_free(&t);
-        nm_audio_free(&a);
-        unlink(path);
+        free(pcm);
     }
-    rmdir(dir);
+    nm_tts_free(tts);
     double wer = words ? 100.0 * errs / words : 100.0;
-    printf("  round trip (espeak-ng -> whisper tiny.en, %d sentences): WER %.1f%% (%d / %d words)\n", N_SENT, wer,
-           errs, words);
+    printf("  round trip (TTS brick, espeak-ng en-us -> whisper tiny.en, %d sentences): WER %.1f%% (%d / %d words)\n",
+           N_SENT, wer, errs, words);
     NM_CHECK(words > 150);
     NM_CHECK(wer <= 15.0);
 }

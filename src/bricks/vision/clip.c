@@ -208,6 +208,10 @@ static nm_status load_hparams(loader *L) {
     nm_str s;
     if (!nm_gguf_get_str(c->g, "clip.projector_type", &s) && !nm_gguf_get_str(c->g, "clip.vision.projector_type", &s))
         return LFAIL(L, NM_ERR_FORMAT, "not an mmproj file: no clip.projector_type key");
+    if (nm_gguf_find(c->g, "clip.vision.image_grid_pinpoints"))
+        return LFAIL(L, NM_ERR_UNSUPPORTED,
+                     "mmproj: LLaVA-1.6 / LLaVA-OneVision 'anyres' preprocessing (clip.vision.image_grid_pinpoints) "
+                     "is not supported yet");
     if (nm_gguf_find(c->g, "clip.has_vision_encoder") && !get_flag(L, "clip.has_vision_encoder"))
         return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: the file has no vision encoder");
     if (nm_str_eq(s, "mlp")) in->proj = NM_CLIP_PROJ_MLP;

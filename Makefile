@@ -1,5 +1,6 @@
 # Convenience entry points; the build itself is CMake.
-#   make demo   set up, fetch the default models, build, chat with SmolLM2
+#   make demo   set up, fetch the default models, build, then a spoken question answered and spoken back
+#               (TTS -> Whisper -> SmolLM2 -> TTS, scripts/demo.sh)
 #   make test   set up, fetch the models, build, run the whole test suite (ctest)
 BUILD ?= build
 ASAN_BUILD ?= build-asan
@@ -23,8 +24,7 @@ build: setup
 	cmake --build $(BUILD) -j$(JOBS)
 
 demo: build models
-	./$(BUILD)/nanomind run -m $(MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf --chat --temp 0 -n 200 --stats \
-		-p "In three sentences, why is the sky blue?"
+	@BUILD=$(BUILD) MODELS=$(MODELS) bash scripts/demo.sh
 
 test: build models
 	cd $(BUILD) && ctest --output-on-failure -j1

@@ -10,6 +10,7 @@
 
 #include "bricks/vision/image.h"
 #include "bricks/vision/vision.h"
+#include "gguf/gguf.h"
 #include "genmmproj.h"
 #include "genmodel.h"
 #include "nmtest.h"
@@ -275,6 +276,16 @@ done:
 NM_TEST(tabm_vision_not_an_mmproj) {
     char err[256];
     nm_vision *v = NULL;
+    // LLaVA-1.6 / OneVision anyres files: refused (not preprocessed differently from llama.cpp)
+    nm_gguf_writer *gw = nm_gguf_writer_create();
+    const int32_t pins[4] = {336, 672, 672, 336};
+    NM_CHECK(gw && nm_gguf_writer_add_str(gw, "general.architecture", "clip") == NM_OK &&
+             nm_gguf_writer_add_str(gw, "clip.projector_type", "mlp") == NM_OK &&
+             nm_gguf_writer_add_arr(gw, "clip.vision.image_grid_pinpoints", NM_GGUF_INT32, pins, 4) == NM_OK &&
+             nm_gguf_writer_write(gw, tmp("anyres.gguf")) == NM_OK);
+    nm_gguf_writer_free(gw);
+    NM_CHECK(nm_vision_load(tmp("anyres.gguf"), 1, &v, err, sizeof err) == NM_ERR_UNSUPPORTED && v == NULL);
+    NM_CHECK(strstr(err, "image_grid_pinpoints") != NULL);
     FILE *f = fopen(tmp("empty.gguf"), "wb");
     fclose(f);
     NM_CHECK(nm_vision_load(tmp("empty.gguf"), 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);

@@ -32,49 +32,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "quant/arm_neon_blocks.h"
 #include "quant/kernels_impl.h"
 
-#define NM_ALWAYS_INLINE static inline __attribute__((always_inline))
 // The loops over the 4 tokens and the nr rows of a tile must be flat: their
 // arrays of vectors (acc[r], yv[t]) then live in registers, not on the stack.
 #define NM_UNROLL _Pragma("GCC unroll 4")
-#if defined(__clang__)
-#define NM_TARGET_DOTPROD __attribute__((target("dotprod")))
-#else
-#define NM_TARGET_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
-#endif
-
-// The small helpers below are arm_neon.c's (kept static per file).
-static inline float h2f(uint16_t h) {
-    __fp16 f;
-    memcpy(&f, &h, sizeof f);
-    return (float)f;
-}
-// 2^(e-128): nm_e8m0_to_fp32_half.
-static inline float e8m0_half(uint8_t e) {
-    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-// acc + a . b in groups of four per lane (plain: int16 products, pairwise
-// into int32); the lane sums of the two are equal.
-static inline int32x4_t dot_mull(int32x4_t acc, int8x16_t a, int8x16_t b) {
-    acc = vpadalq_s16(acc, vmull_s8(vget_low_s8(a), vget_low_s8(b)));
-    return vpadalq_s16(acc, vmull_high_s8(a, b));
-}
-NM_TARGET_DOTPROD static inline int32x4_t dot_sdot(int32x4_t acc, int8x16_t a, int8x16_t b) {
-#if defined(__clang__) && !defined(__ARM_FEATURE_DOTPROD)
-    __asm__("sdot %0.4s, %1.16b, %2.16b" : "+w"(acc) : "w"(a), "w"(b));
-    return acc;
-#else
-    return vdotq_s32(acc, a, b);
-#endif
-}
-NM_ALWAYS_INLINE int32x4_t dot_i8(int32x4_t acc, int8x16_t a, int8x16_t b, const bool dp) {
-    return dp ? dot_sdot(acc, a, b) : dot_mull(acc, a, b);
-}
 
 // [sum a, sum b, sum c, sum d].
 static inline int32x4_t fold4(int32x4_t a, int32x4_t b, int32x4_t c, int32x4_t d) {

@@ -40,6 +40,9 @@ typedef struct cli_opts {
 // Parses argv[1..]; the positional argument (if any) goes to *positional.
 // Returns false (after printing why) on a bad option.
 bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional);
+// Option values in [lo, hi]; false (after printing which option and range) otherwise.
+bool cli_arg_int(const char *opt, const char *v, int32_t lo, int32_t hi, int32_t *out);
+bool cli_arg_float(const char *opt, const char *v, float lo, float hi, float *out);
 double cli_now(void); // seconds, monotonic
 long cli_peak_rss_kb(void);
 // Current resident memory split into anonymous (heap: our allocations) and

@@ -42,17 +42,6 @@ static void say_usage(void) {
            "  -h, --help             this help\n");
 }
 
-static bool arg_int(const char *opt, const char *v, int32_t lo, int32_t hi, int32_t *out) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "error: %s needs an integer in [%d, %d], got '%s'\n", opt, lo, hi, v ? v : "");
-        return false;
-    }
-    *out = (int32_t)x;
-    return true;
-}
-
 static bool print_voice(void *user, const nm_tts_voice_info *v) {
     (void)user;
     printf("%-24s %-32s %s\n", v->name, v->description, v->identifier);
@@ -115,10 +104,10 @@ int cmd_say(int argc, char **argv) {
         if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--voice")) p.voice = v;
-        else if (!strcmp(a, "--rate")) ok = arg_int(a, v, 80, 450, &p.rate_wpm);
-        else if (!strcmp(a, "--pitch")) ok = arg_int(a, v, 0, 100, &p.pitch);
-        else if (!strcmp(a, "--volume")) ok = arg_int(a, v, 0, 200, &p.volume);
-        else if (!strcmp(a, "--sample-rate")) ok = arg_int(a, v, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE, &p.sample_rate);
+        else if (!strcmp(a, "--rate")) ok = cli_arg_int(a, v, 80, 450, &p.rate_wpm);
+        else if (!strcmp(a, "--pitch")) ok = cli_arg_int(a, v, 0, 100, &p.pitch);
+        else if (!strcmp(a, "--volume")) ok = cli_arg_int(a, v, 0, 200, &p.volume);
+        else if (!strcmp(a, "--sample-rate")) ok = cli_arg_int(a, v, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE, &p.sample_rate);
         else {
             takes = false;
             if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

@@ -46,28 +46,6 @@ static void transcribe_usage(void) {
            "  -h, --help             this help\n");
 }
 
-static bool arg_int(const char *opt, const char *v, int32_t lo, int32_t hi, int32_t *out) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "error: %s needs an integer in [%d, %d], got '%s'\n", opt, lo, hi, v ? v : "");
-        return false;
-    }
-    *out = (int32_t)x;
-    return true;
-}
-
-static bool arg_float(const char *opt, const char *v, float lo, float hi, float *out) {
-    char *end;
-    float x = v ? strtof(v, &end) : 0.0f;
-    if (!v || end == v || *end || !isfinite(x) || x < lo || x > hi) {
-        fprintf(stderr, "error: %s needs a number in [%g, %g], got '%s'\n", opt, lo, hi, v ? v : "");
-        return false;
-    }
-    *out = x;
-    return true;
-}
-
 typedef enum { OUT_TXT, OUT_SRT, OUT_JSON } out_fmt;
 
 static void print_live(const nm_transcript *t, int32_t i0, void *user) {
@@ -98,14 +76,14 @@ int cmd_transcribe(int argc, char **argv) {
         bool ok = true, takes = true;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "-l") || !strcmp(a, "--language")) lang = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = arg_int(a, v, 1, 4 * nm_cpu_count(), &n_threads);
-        else if (!strcmp(a, "--beam-size") || !strcmp(a, "-bs")) ok = arg_int(a, v, 1, NM_STT_MAX_DECODERS, &beam);
-        else if (!strcmp(a, "--best-of") || !strcmp(a, "-bo")) ok = arg_int(a, v, 1, NM_STT_MAX_DECODERS, &best_of);
-        else if (!strcmp(a, "--temp")) ok = arg_float(a, v, 0.0f, 1.0f, &temp);
-        else if (!strcmp(a, "--temp-inc")) ok = arg_float(a, v, 0.0f, 1.0f, &temp_inc);
-        else if (!strcmp(a, "--max-context")) ok = arg_int(a, v, 0, 1 << 20, &max_ctx);
-        else if (!strcmp(a, "--offset-ms")) ok = arg_int(a, v, 0, 2147483647, &offset_ms);
-        else if (!strcmp(a, "--duration-ms")) ok = arg_int(a, v, 0, 2147483647, &duration_ms);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_arg_int(a, v, 1, 4 * nm_cpu_count(), &n_threads);
+        else if (!strcmp(a, "--beam-size") || !strcmp(a, "-bs")) ok = cli_arg_int(a, v, 1, NM_STT_MAX_DECODERS, &beam);
+        else if (!strcmp(a, "--best-of") || !strcmp(a, "-bo")) ok = cli_arg_int(a, v, 1, NM_STT_MAX_DECODERS, &best_of);
+        else if (!strcmp(a, "--temp")) ok = cli_arg_float(a, v, 0.0f, 1.0f, &temp);
+        else if (!strcmp(a, "--temp-inc")) ok = cli_arg_float(a, v, 0.0f, 1.0f, &temp_inc);
+        else if (!strcmp(a, "--max-context")) ok = cli_arg_int(a, v, 0, 1 << 20, &max_ctx);
+        else if (!strcmp(a, "--offset-ms")) ok = cli_arg_int(a, v, 0, 2147483647, &offset_ms);
+        else if (!strcmp(a, "--duration-ms")) ok = cli_arg_int(a, v, 0, 2147483647, &duration_ms);
         else {
             takes = false;
             if (!strcmp(a, "--timestamps")) timestamps = true;

@@ -49,6 +49,28 @@ static bool want_float(const char *opt, const char *v, float *out) {
     return true;
 }
 
+bool cli_arg_int(const char *opt, const char *v, int32_t lo, int32_t hi, int32_t *out) {
+    char *end;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "error: %s needs an integer in [%d, %d], got '%s'\n", opt, lo, hi, v ? v : "");
+        return false;
+    }
+    *out = (int32_t)x;
+    return true;
+}
+
+bool cli_arg_float(const char *opt, const char *v, float lo, float hi, float *out) {
+    char *end;
+    float x = v ? strtof(v, &end) : 0.0f;
+    if (!v || end == v || *end || !isfinite(x) || x < lo || x > hi) {
+        fprintf(stderr, "error: %s needs a number in [%g, %g], got '%s'\n", opt, lo, hi, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
 bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional) {
     memset(o, 0, sizeof *o);
     o->n_predict = 128;

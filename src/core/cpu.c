@@ -35,6 +35,11 @@ static void detect(void) {
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
         feats.avx2 = (b >> 5) & 1;
         feats.avx512f = zmm && ((b >> 16) & 1);
+        feats.avx512bw = zmm && ((b >> 30) & 1);
+        feats.avx512vl = zmm && ((b >> 31) & 1);
+        feats.avx512vbmi = zmm && ((c >> 1) & 1);
+        feats.avx512vnni = zmm && ((c >> 11) & 1);
+        feats.gfni = (c >> 8) & 1;
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) feats.avx_vnni = (a >> 4) & 1;
 #elif defined(__aarch64__)

@@ -104,6 +104,10 @@ static void overlay(const nm_kernels *simd) {
         if (simd->dequant[t]) chosen.dequant[t] = simd->dequant[t];
         if (simd->dotq[t]) chosen.dotq[t] = simd->dotq[t];
         if (simd->quant_act[t]) chosen.quant_act[t] = simd->quant_act[t];
+        if (simd->gemv[t]) {
+            chosen.gemv_prep[t] = simd->gemv_prep[t];
+            chosen.gemv[t] = simd->gemv[t];
+        }
         if (simd->gemmq[t]) chosen.gemmq[t] = simd->gemmq[t];
         else if (simd->dotq[t] && chosen.gemmq[t] == ref_table.gemmq[t]) chosen.gemmq[t] = gemmq_via_dotq[t];
     }
@@ -124,6 +128,10 @@ static void choose(void) {
         overlay(nm_kernels_avx2());
         // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them).
         if (cpu->avx_vnni && !env_on("NM_NO_VNNI")) overlay(nm_kernels_avxvnni());
+        // NM_NO_AVX512=1 keeps the per-row dots in decode.
+        if (cpu->avx512f && cpu->avx512bw && cpu->avx512vl && cpu->avx512vnni && cpu->avx512vbmi && cpu->gfni &&
+            !env_on("NM_NO_AVX512"))
+            overlay(nm_kernels_avx512());
     }
 #elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)
     if (cpu->neon) {

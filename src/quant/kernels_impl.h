@@ -196,6 +196,9 @@ const nm_kernels *nm_kernels_avx2(void);
 // AVX-VNNI overrides of some dotq entries (x86_vnni.c); the rest NULL. Only
 // for CPUs whose nm_cpu_features_get()->avx_vnni is set.
 const nm_kernels *nm_kernels_avxvnni(void);
+// AVX-512 (F, BW, VL, VNNI, VBMI) + GFNI decode GEMV entries (x86_avx512.c);
+// the rest NULL. Only for CPUs that report all of these.
+const nm_kernels *nm_kernels_avx512(void);
 void nm_f16_table_init(void); // x86_dotq.c; the two getters above call it
 // The AVX2 table's quantized-activation entries (x86_dotq.c).
 #define NM_DECL_DOTQ_AVX2(t) float nm_dotq_##t##_avx2(const void *restrict w, const void *restrict xq, int64_t n);

@@ -94,6 +94,19 @@ typedef float (*nm_dotq_fn)(const void *restrict w, const void *restrict xq, int
 typedef void (*nm_gemmq_fn)(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,
                             size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy);
 
+// Decode matmul (one token): many weight rows x one activation row. gemv_prep
+// turns the activation row xq (of type nm_vec_dot_type(weight type)) into the
+// layout the kernel wants, once per activation (at most NM_GEMV_PREP_BYTES(K)
+// bytes at prep, 64-byte aligned); gemv then computes, for r < n_rows,
+//   y[r] = dotq(w + r*w_stride, xq, K)
+// up to the order of the f32 sums, prefetching rows ahead of the one it works
+// on, but never beyond row n_rows + n_ahead. Only in tables where the CPU pays
+// for it (the AVX-512 table); elsewhere NULL and the backend loops over dotq.
+#define NM_GEMV_PREP_BYTES(K) ((size_t)((K) + 1023) / 1024 * 4096 + 256)
+typedef void (*nm_gemv_prep_fn)(const void *restrict xq, int64_t K, void *restrict prep);
+typedef void (*nm_gemv_fn)(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,
+                           const void *restrict prep, int64_t K, float *restrict y);
+
 typedef struct nm_kernels {
     const char *name;                  // "ref", "avx2", "neon"
     nm_dot_fn dot[NM_TYPE_COUNT];      // NULL where the type is unsupported
@@ -101,6 +114,8 @@ typedef struct nm_kernels {
     nm_dotq_fn dotq[NM_TYPE_COUNT];           // by WEIGHT type; xq is nm_vec_dot_type(type)
     nm_quant_act_fn quant_act[NM_TYPE_COUNT]; // by ACTIVATION type: f32, f16, bf16, q8_0, q8_1, q8_K
     nm_gemmq_fn gemmq[NM_TYPE_COUNT];         // by WEIGHT type, where dotq is set (see nm_gemmq_fn)
+    nm_gemv_prep_fn gemv_prep[NM_TYPE_COUNT]; // by WEIGHT type; NULL: no gemv (see nm_gemv_fn)
+    nm_gemv_fn gemv[NM_TYPE_COUNT];           // set exactly where gemv_prep is
 } nm_kernels;
 
 // The kernel table for this CPU, chosen once (thread-safe) from the CPU

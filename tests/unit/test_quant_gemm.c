@@ -4,6 +4,8 @@
 // ldy > n_rows, in every SIMD table of this CPU. NM_TEST_BENCH=1 adds a speed
 // line per type: gemmq against the per-pair dotq loop of the same table.
 #include <stddef.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -257,6 +259,127 @@ NM_TEST(gemmq_extreme_quants) {
         }
     }
     NM_CHECK(checked >= (int)((N_WTYPES - 3) * 6));
+}
+
+// ---- gemv: the decode matmul (one token) ----------------------------------------------
+
+// The table with gemv entries on this CPU (the chosen one, where the CPU has
+// the AVX-512 subsets; NM_NO_AVX512=1 takes them out), or NULL.
+static const nm_kernels *gemv_table(void) {
+    const nm_kernels *k = nm_kernels_get();
+    for (int t = 0; t < NM_TYPE_COUNT; t++)
+        if (k->gemv[t]) return k;
+    return NULL;
+}
+
+static uint8_t prep_buf[NM_GEMV_PREP_BYTES(MAX_K)] __attribute__((aligned(64)));
+
+// y[0..n_rows) by gemv with token 0 of p, y[n_rows..) left as SENTINEL; then
+// each row against dotq_ref within pair_tol.
+static int check_gemv(int *nmtest_failed, const nm_kernels *k, const problem *p, const char *what) {
+    if (!k->gemv[p->t]) return 0;
+    NM_CHECK(k->gemv_prep[p->t] != NULL);
+    for (int64_t i = 0; i < MAX_ROWS + Y_PAD; i++) y_got[i] = SENTINEL;
+    k->gemv_prep[p->t](p->xq, p->K, prep_buf);
+    k->gemv[p->t](p->wq, p->w_stride, p->n_rows, 0, prep_buf, p->K, y_got);
+    int bad = 0;
+    for (int64_t o = 0; o < p->n_rows; o++) {
+        const double want = nm_kernels_ref()->dotq[p->t](p->wq + o * p->w_stride, p->xq, p->K);
+        const double tol = pair_tol(p, o, 0), got = y_got[o];
+        if (!(fabs(got - want) <= tol) && bad++ < 3) {
+            fprintf(stderr, "  gemv %s %s %lld rows K=%lld: y[%lld] = %.7g, ref %.7g\n", tname(p->t), what,
+                    (long long)p->n_rows, (long long)p->K, (long long)o, got, want);
+            NM_CHECK_NEAR(got, want, tol);
+        }
+    }
+    for (int64_t i = p->n_rows; i < MAX_ROWS + Y_PAD; i++) NM_CHECK(memcmp(&y_got[i], &SENTINEL, sizeof(float)) == 0);
+    return 1;
+}
+
+NM_TEST(gemv_entries_paired) {
+    const nm_kernels *tabs[4];
+    const int ntab = tables(tabs);
+    for (int k = 0; k < ntab; k++)
+        for (int t = 0; t < NM_TYPE_COUNT; t++) {
+            NM_CHECK((tabs[k]->gemv[t] != NULL) == (tabs[k]->gemv_prep[t] != NULL));
+            if (tabs[k]->gemv[t]) NM_CHECK(tabs[k]->dotq[t] != NULL);
+        }
+    NM_CHECK(nm_kernels_ref()->gemv[NM_TYPE_Q4_1] == NULL);
+}
+
+// Every block count from 1 to 64 (the kernels go 16 or 32 blocks at a time
+// and mask the rest) and the widths of the models, 1..17 rows, rows off the
+// SIMD alignment (W_PAD).
+NM_TEST(gemv_matches_ref) {
+    const nm_kernels *k = gemv_table();
+    if (!k) NM_SKIP("no gemv kernels on this CPU");
+    static const int64_t rows[] = {1, 2, 5, 17};
+    int checked = 0;
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        const uint32_t t = weight_types[ti];
+        const int64_t bs = nm_type_traits_get(t)->blck_size;
+        if (!k->gemv[t]) continue;
+        for (int64_t nb = 1; nb * bs <= MAX_K; nb = nb < 64 ? nb + 1 : nb * 2)
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                problem p = make_problem(t, rows[ri], 1, nb * bs);
+                checked += check_gemv(nmtest_failed, k, &p, "gauss");
+            }
+        static const int64_t widths[] = {576, 640, 1536, 2048};
+        for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            problem p = make_problem(t, 9, 1, widths[wi]);
+            checked += check_gemv(nmtest_failed, k, &p, "model width");
+        }
+    }
+    NM_CHECK(checked > 0);
+}
+
+// Quants at the ends of their range against +-127 activations.
+NM_TEST(gemv_extreme_quants) {
+    const nm_kernels *k = gemv_table();
+    if (!k) NM_SKIP("no gemv kernels on this CPU");
+    static const uint8_t patterns[] = {0x00, 0xff, 0x80, 0x7f, 0x55, 0xaa};
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        const uint32_t t = weight_types[ti];
+        if (!k->gemv[t]) continue;
+        for (size_t pi = 0; pi < sizeof patterns; pi++)
+            for (int sign = 0; sign < 3; sign++) {
+                problem p = make_problem(t, 5, 1, 37 * nm_type_traits_get(t)->blck_size);
+                for (int64_t r = 0; r < p.n_rows; r++) memset(p.wq + r * p.w_stride, patterns[pi], nm_row_size(t, p.K));
+                tame_scales(&p);
+                for (int64_t r = 0; r < p.n_rows; r++) nm_dequantize_row_ref(t, p.wq + r * p.w_stride, p.wd + r * p.K, p.K);
+                for (int64_t j = 0; j < p.K; j++) tmp[j] = sign == 0 ? 1.f : sign == 1 ? -1.f : (j & 1 ? 1.f : -1.f);
+                nm_kernels_ref()->quant_act[p.at](tmp, p.xq, p.K);
+                nm_dequantize_row_ref(p.at, p.xq, p.xd, p.K);
+                check_gemv(nmtest_failed, k, &p, "extreme");
+            }
+    }
+}
+
+// The last row ends exactly where a PROT_NONE page starts (as a tensor can
+// end where an mmapped file does): the kernels' loads stop at the row.
+NM_TEST(gemv_stops_at_the_row_end) {
+    const nm_kernels *k = gemv_table();
+    if (!k) NM_SKIP("no gemv kernels on this CPU");
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), len = 4 * page;
+    uint8_t *map = mmap(NULL, len + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    NM_CHECK(map != MAP_FAILED);
+    if (map == MAP_FAILED) return;
+    NM_CHECK(mprotect(map + len, page, PROT_NONE) == 0);
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        const uint32_t t = weight_types[ti];
+        if (!k->gemv[t]) continue;
+        for (int64_t nb = 1; nb <= 40; nb++) {
+            problem p = make_problem(t, 3, 1, nb * nm_type_traits_get(t)->blck_size);
+            const size_t rb = nm_row_size(t, p.K);
+            uint8_t *w = map + len - 3 * rb; // packed rows, the last one flush with the guard page
+            for (int r = 0; r < 3; r++) memcpy(w + r * rb, p.wq + r * p.w_stride, rb);
+            k->gemv_prep[t](p.xq, p.K, prep_buf);
+            k->gemv[t](w, rb, 3, 0, prep_buf, p.K, y_got);
+            for (int r = 0; r < 3; r++)
+                NM_CHECK_NEAR(y_got[r], nm_kernels_ref()->dotq[t](p.wq + r * p.w_stride, p.xq, p.K), pair_tol(&p, r, 0));
+        }
+    }
+    munmap(map, len + page);
 }
 
 // ---- speed (NM_TEST_BENCH=1) ------------------------------------------------------------

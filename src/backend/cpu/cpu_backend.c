@@ -39,6 +39,8 @@ typedef struct nm_cpu {
     int64_t max_row, max_tokens;
     float *scratch; // (n_threads, NM_MM_ROWS, max_row)
     uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
+    uint8_t *gemv_prep; // (NM_MM_GROUP, gemv_prep_bytes), 64-aligned: decode activations as each gemv wants them
+    size_t gemv_prep_bytes;
     float *attn_ws; // (n_threads, attn_ws_floats): NM_OP_ATTENTION_FULL workspace
     int64_t attn_ws_floats, attn_max_seq, attn_max_hd;
     char err[256];
@@ -74,11 +76,18 @@ typedef struct mm_task {
     int64_t off[NM_MM_GROUP + 1];
 } mm_task;
 
-// Quantizes activation row `chunk` into the weights' vec_dot_type.
+// Quantizes activation row `chunk` into the weights' vec_dot_type. In decode
+// (one row) it also lays the row out for each op's gemv kernel, if it has one.
 static void act_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
+    const nm_cpu *c = t->c;
     const int64_t K = t->op->src1->ne[0];
-    t->c->k->quant_act[t->act_type]((const float *)t->op->src1->data + chunk * K, t->c->act_q + chunk * t->act_row, K);
+    c->k->quant_act[t->act_type]((const float *)t->op->src1->data + chunk * K, c->act_q + chunk * t->act_row, K);
+    if (t->op->src1->ne[1] != 1) return;
+    for (int g = 0; g < t->n_ops; g++) {
+        nm_gemv_prep_fn prep = c->k->gemv_prep[t->ops[g]->src0->type];
+        if (prep) prep(c->act_q, K, c->gemv_prep + (size_t)g * c->gemv_prep_bytes);
+    }
 }
 
 // Quantized weights: activations were quantized once per op to the weights'
@@ -108,6 +117,14 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
         if (bd)
             for (int64_t tok = 0; tok < T; tok++)
                 for (int64_t o = r0; o < r1; o++) yd[tok * O + o] += bd[o];
+        return;
+    }
+    nm_gemv_fn gemv = c->k->gemv[w->type];
+    if (gemv) {
+        gemv(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, O - r1, c->gemv_prep + (size_t)g * c->gemv_prep_bytes,
+             K, yd + r0);
+        if (bd)
+            for (int64_t o = r0; o < r1; o++) yd[o] += bd[o];
         return;
     }
     nm_dotq_fn dot = c->k->dotq[w->type];
@@ -675,6 +692,7 @@ static void cpu_free(nm_backend *b) {
     nm_pool_free(c->pool);
     free(c->scratch);
     free(c->act_q);
+    free(c->gemv_prep);
     free(c->attn_ws);
     free(c);
     free(b);
@@ -709,7 +727,9 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_to
     c->max_tokens = max_tokens;
     c->scratch = calloc((size_t)nm_pool_size(c->pool) * NM_MM_ROWS * (size_t)max_row, sizeof(float));
     c->act_q = malloc((size_t)max_tokens * (size_t)max_row * sizeof(float));
-    if (!c->scratch || !c->act_q) goto fail;
+    c->gemv_prep_bytes = (NM_GEMV_PREP_BYTES(max_row) + 63) / 64 * 64;
+    c->gemv_prep = aligned_alloc(64, NM_MM_GROUP * c->gemv_prep_bytes);
+    if (!c->scratch || !c->act_q || !c->gemv_prep) goto fail;
     b->iface = &cpu_iface;
     b->impl = c;
     return b;
@@ -718,6 +738,7 @@ fail:
         nm_pool_free(c->pool);
         free(c->scratch);
         free(c->act_q);
+        free(c->gemv_prep);
     }
     free(c);
     free(b);

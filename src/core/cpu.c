@@ -39,6 +39,8 @@ static void detect(void) {
         feats.avx512vl = zmm && ((b >> 31) & 1);
         feats.avx512vbmi = zmm && ((c >> 1) & 1);
         feats.avx512vnni = zmm && ((c >> 11) & 1);
+        feats.avx512dq = zmm && ((b >> 17) & 1);
+        feats.avx512bitalg = zmm && ((c >> 12) & 1);
         feats.gfni = (c >> 8) & 1;
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) feats.avx_vnni = (a >> 4) & 1;

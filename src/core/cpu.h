@@ -7,8 +7,8 @@
 
 typedef struct nm_cpu_features {
     bool avx2, fma, f16c, avx_vnni, avx512f; // x86 (AVX state enabled by the OS)
-    // the AVX-512 subsets of the decode GEMV (x86_avx512.c): BW, VL, VNNI, VBMI and GFNI
-    bool avx512bw, avx512vl, avx512vnni, avx512vbmi, gfni;
+    // the AVX-512 subsets of the decode GEMV (x86_avx512.c): BW, DQ, VL, VNNI, VBMI, BITALG and GFNI
+    bool avx512bw, avx512dq, avx512vl, avx512vnni, avx512vbmi, avx512bitalg, gfni;
     bool neon, dotprod;                       // aarch64
 } nm_cpu_features;
 

@@ -129,8 +129,8 @@ static void choose(void) {
         // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them).
         if (cpu->avx_vnni && !env_on("NM_NO_VNNI")) overlay(nm_kernels_avxvnni());
         // NM_NO_AVX512=1 keeps the per-row dots in decode.
-        if (cpu->avx512f && cpu->avx512bw && cpu->avx512vl && cpu->avx512vnni && cpu->avx512vbmi && cpu->gfni &&
-            !env_on("NM_NO_AVX512"))
+        if (cpu->avx512f && cpu->avx512bw && cpu->avx512dq && cpu->avx512vl && cpu->avx512vnni && cpu->avx512vbmi &&
+            cpu->avx512bitalg && cpu->gfni && !env_on("NM_NO_AVX512"))
             overlay(nm_kernels_avx512());
     }
 #elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)

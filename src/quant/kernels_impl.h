@@ -196,7 +196,7 @@ const nm_kernels *nm_kernels_avx2(void);
 // AVX-VNNI overrides of some dotq entries (x86_vnni.c); the rest NULL. Only
 // for CPUs whose nm_cpu_features_get()->avx_vnni is set.
 const nm_kernels *nm_kernels_avxvnni(void);
-// AVX-512 (F, BW, VL, VNNI, VBMI) + GFNI decode GEMV entries (x86_avx512.c);
+// AVX-512 (F, BW, DQ, VL, VNNI, VBMI, BITALG) + GFNI decode GEMV entries (x86_avx512.c);
 // the rest NULL. Only for CPUs that report all of these.
 const nm_kernels *nm_kernels_avx512(void);
 void nm_f16_table_init(void); // x86_dotq.c; the two getters above call it

@@ -20,20 +20,45 @@
 // the pragma below adds the AVX-512 subsets to these functions only;
 // dispatch.c takes them only where cpuid reports every one of them.
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,gfni"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,gfni"))), apply_to = function)
 #elif defined(__GNUC__)
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,gfni")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,gfni")
 #endif
 
 #include <immintrin.h>
 
 #include "quant/kernels_impl.h"
+#include "quant/x86_dotq_blocks.h"
 
 // Bytes of weights ahead of the current row that each row's pass prefetches
 // into L1: the integer work per byte is too high for the hardware prefetchers
 // to stay ahead of the DRAM stream on their own (see NM_PREFETCH_ROWS in the
 // CPU backend, which this replaces for the rows these kernels take).
 #define GEMV_PREFETCH_ROWS 8
+
+// STEP(i, acc) for registers 0..n-1 over four accumulators (acc, acc1..acc3),
+// so that the fma latency does not chain the registers of a row together.
+#define STEPS_BY_4(n)                   \
+    do {                                \
+        int i_ = 0;                     \
+        for (; i_ + 4 <= (n); i_ += 4) { \
+            STEP(i_, acc);              \
+            STEP(i_ + 1, acc1);         \
+            STEP(i_ + 2, acc2);         \
+            STEP(i_ + 3, acc3);         \
+        }                               \
+        for (; i_ < (n); i_++) STEP(i_, acc); \
+    } while (0)
+
+// Register i (bytes 64i..64i+63) of a group whose first `bytes` bytes are
+// the row's: a plain load inside, a masked one (which does not fault) at the
+// row's end. The kernels load on demand instead of keeping an array of
+// registers, which gcc would keep on the stack.
+static inline __m512i load_reg(const uint8_t *base, int i, int64_t bytes) {
+    const int64_t n = bytes - 64 * (int64_t)i;
+    if (n >= 64) return _mm512_loadu_si512(base + 64 * i);
+    return _mm512_maskz_loadu_epi8(n <= 0 ? 0 : (1ull << n) - 1, base + 64 * i);
+}
 
 // ---- q4_1 x q8_1 ---------------------------------------------------------------------
 
@@ -89,7 +114,7 @@ static inline float q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_1
     const __m512i ic = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 6, 11);
     const __m512i m4 = _mm512_set1_epi8(15);
     const __m512i shr4 = _mm512_set1_epi64(GF_SHR4);
-    __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+    __m512 acc = _mm512_setzero_ps(), acc1 = acc, acc2 = acc, acc3 = acc, accm = acc;
     for (int64_t b0 = 0; b0 < nb; b0 += Q4_1_GROUP, g++) {
         const uint8_t *base = row + b0 * sizeof(nm_block_q4_1);
         __m512i r[5];
@@ -114,30 +139,162 @@ static inline float q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_1
         const __m512 f1 = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1)), g->dys[1]);
         accm = _mm512_mask_add_ps(accm, 0xaaaa, accm, f0);
         accm = _mm512_mask_add_ps(accm, 0xaaaa, accm, f1);
-        for (int i = 0; i < nr; i++) {
-            const __m512i lo = _mm512_and_si512(r[i], m4);
-            const __m512i hi = _mm512_gf2p8affine_epi64_epi8(r[i], shr4, 0);
-            __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, g->lo[i]);
-            p = _mm512_dpbusd_epi32(p, hi, g->hi[i]);
-            const __m512 s = _mm512_permutex2var_ps(f0, _mm512_load_si512(q4_1_scale_idx[i]), f1);
-            acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc);
-        }
+#define STEP(i, acc)                                                                                 \
+    do {                                                                                             \
+        const __m512i lo = _mm512_and_si512(r[i], m4);                                               \
+        const __m512i hi = _mm512_gf2p8affine_epi64_epi8(r[i], shr4, 0);                             \
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, g->lo[i]);                       \
+        p = _mm512_dpbusd_epi32(p, hi, g->hi[i]);                                                    \
+        const __m512 s = _mm512_permutex2var_ps(f0, _mm512_load_si512(q4_1_scale_idx[i]), f1);     \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc);                                        \
+    } while (0)
+        STEPS_BY_4(nr);
+#undef STEP
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc, accm));
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc, acc1), _mm512_add_ps(_mm512_add_ps(acc2, acc3), accm)));
 }
 
-static void gemv_q4_1(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,
-                      const void *restrict prep, int64_t K, float *restrict y) {
-    const uint8_t *wd = w;
-    const size_t row_bytes = (size_t)(K / NM_QK) * sizeof(nm_block_q4_1);
-    for (int64_t r = 0; r < n_rows; r++) {
-        if (r + GEMV_PREFETCH_ROWS < n_rows + n_ahead) {
-            const uint8_t *ahead = wd + (size_t)(r + GEMV_PREFETCH_ROWS) * w_stride;
-            for (size_t off = 0; off < row_bytes; off += 64) _mm_prefetch((const char *)ahead + off, _MM_HINT_T0);
-        }
-        y[r] = q4_1_row(wd + (size_t)r * w_stride, K / NM_QK, prep);
+// The rows of one call, each prefetched GEMV_PREFETCH_ROWS rows ahead.
+#define GEMV_DEFINE(name, block, row_fn)                                                                      \
+    static void name(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,              \
+                     const void *restrict prep, int64_t K, float *restrict y) {                              \
+        const uint8_t *wd = w;                                                                              \
+        const size_t row_bytes = (size_t)(K / NM_QK) * sizeof(block);                                       \
+        for (int64_t r = 0; r < n_rows; r++) {                                                              \
+            if (r + GEMV_PREFETCH_ROWS < n_rows + n_ahead) {                                                \
+                const uint8_t *ahead = wd + (size_t)(r + GEMV_PREFETCH_ROWS) * w_stride;                    \
+                for (size_t off = 0; off < row_bytes; off += 64) _mm_prefetch((const char *)ahead + off, _MM_HINT_T0); \
+            }                                                                                               \
+            y[r] = row_fn(wd + (size_t)r * w_stride, K / NM_QK, prep);                                      \
+        }                                                                                                   \
+    }
+
+GEMV_DEFINE(gemv_q4_1, nm_block_q4_1, q4_1_row)
+
+
+// ---- q4_0, q5_0, q8_0 x q8_0: two blocks per zmm --------------------------------------
+//
+// These blocks are not whole dwords (18, 22, 34 bytes), so the row is read a
+// pair of blocks at a time: the pair's quants are brought into element order
+// in one zmm (a vpermb of one load for the nibble formats; two loads for
+// q8_0), made unsigned (the nibbles are; q5_0's fifth bit is a masked add of
+// 16 with the mask straight from qh; q8_0 flips the sign bit), and dotted with
+// the activations by one vpdpbusd whose accumulator starts at -offset * (the
+// activations' sum over each dword), prepared once per activation. The two
+// blocks' scales come from the fp16 table by two broadcasts.
+
+typedef struct {
+    __m512i x;    // the pair's 64 activations
+    __m512i corr; // -offset * sum of x over each dword (offset: 8 q4_0, 16 q5_0, 128 q8_0)
+    __m512 dy;    // the two blocks' activation scales, 8 lanes each
+} q8_pair;        // 192 bytes per 64 elements
+
+static inline void prep_pairs(const void *restrict xq, int64_t K, void *restrict prep, int32_t offset) {
+    const nm_block_q8_0 *y = xq;
+    q8_pair *pr = prep;
+    const int64_t nb = K / NM_QK;
+    for (int64_t b = 0; b < nb; b += 2, pr++) {
+        const bool two = b + 1 < nb;
+        __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs));
+        x = _mm512_inserti64x4(x, two ? _mm256_loadu_si256((const __m256i *)y[b + 1].qs) : _mm256_setzero_si256(), 1);
+        pr->x = x;
+        // the dword sums: vpdpbusd of ones (u8) with x (i8)
+        pr->corr = _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), x),
+                                      _mm512_set1_epi32(-offset));
+        pr->dy = _mm512_mask_broadcastss_ps(_mm512_set1_ps(_cvtsh_ss(y[b].d)), 0xff00,
+                                            _mm_set_ss(two ? _cvtsh_ss(y[b + 1].d) : 0.0f));
     }
 }
+
+static void gemv_prep_q4_0(const void *restrict xq, int64_t K, void *restrict prep) { prep_pairs(xq, K, prep, 8); }
+static void gemv_prep_q5_0(const void *restrict xq, int64_t K, void *restrict prep) { prep_pairs(xq, K, prep, 16); }
+static void gemv_prep_q8_0(const void *restrict xq, int64_t K, void *restrict prep) { prep_pairs(xq, K, prep, 128); }
+
+// Weight scale of a pair: block 0's d in lanes 0-7, block 1's in 8-15.
+static inline __m512 pair_scale(uint16_t d0, uint16_t d1) {
+    return _mm512_mask_broadcastss_ps(_mm512_set1_ps(nm_f16_table[d0]), 0xff00, _mm_load_ss(&nm_f16_table[d1]));
+}
+
+// 16 nibble bytes at p and 16 at p + stride -> the two blocks' 64 nibbles in
+// element order: vpermb makes (p[0..15], p[0..15], q[0..15], q[0..15]) and a
+// GF(2) affine map per 64-bit lane keeps the low nibble in lanes 0 and 2 and
+// shifts the high one down in lanes 1 and 3. `n` bytes from p are the row's.
+#define GF_LO4 0x0102040800000000ll // bit i of the result is bit i of x for i < 4, else 0
+static inline __m512i pair_nibbles(const uint8_t *p, int64_t n, __m512i perm, __m512i gf) {
+    const __m512i v = n >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((1ull << n) - 1, p);
+    return _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi8(perm, v), gf, 0);
+}
+
+static inline __m512i nibble_perm(int stride) {
+    uint8_t idx[64];
+    for (int i = 0; i < 64; i++) idx[i] = (uint8_t)((i / 32) * stride + i % 16);
+    return _mm512_loadu_si512(idx);
+}
+
+// per 128-bit lane: low nibbles (lanes 0, 2), high nibbles (lanes 1, 3)
+#define GF_PAIR _mm512_set_epi64(GF_SHR4, GF_SHR4, GF_LO4, GF_LO4, GF_SHR4, GF_SHR4, GF_LO4, GF_LO4)
+
+// Two pairs per step into two accumulators; `n` is the bytes of the row from
+// the pair's first block on, for the loads at the row's end (a nibble pair's
+// 64-byte load reaches past the pair).
+#define PAIR_LOOP(block, ...)                                                              \
+    const block *x = (const block *)row;                                                   \
+    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                        \
+    int64_t b = 0;                                                                         \
+    for (; b + 4 <= nb; b += 4) {                                                          \
+        { const block *xb = x + b; const q8_pair *pr = g + b / 2; const int64_t n = (nb - b) * (int64_t)sizeof(block); __m512 *acc = &acc0; __VA_ARGS__ } \
+        { const block *xb = x + b + 2; const q8_pair *pr = g + b / 2 + 1; const int64_t n = (nb - b - 2) * (int64_t)sizeof(block); __m512 *acc = &acc1; __VA_ARGS__ } \
+    }                                                                                      \
+    for (; b < nb; b += 2) {                                                               \
+        const block *xb = x + b;                                                           \
+        const q8_pair *pr = g + b / 2;                                                     \
+        const int64_t n = (nb - b) * (int64_t)sizeof(block);                               \
+        __m512 *acc = &acc0;                                                               \
+        __VA_ARGS__                                                                               \
+    }                                                                                      \
+    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+
+static inline float q4_0_row(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) {
+    const __m512i perm = nibble_perm(sizeof(nm_block_q4_0)), gf = GF_PAIR;
+    PAIR_LOOP(nm_block_q4_0, {
+        const bool two = n > (int64_t)sizeof(nm_block_q4_0);
+        const __m512i q = pair_nibbles(xb->qs, n - 2, perm, gf);
+        const __m512i p = _mm512_dpbusd_epi32(pr->corr, q, pr->x);
+        const __m512 s = _mm512_mul_ps(pair_scale(xb->d, two ? xb[1].d : 0), pr->dy);
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, *acc);
+    })
+}
+
+static inline float q5_0_row(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) {
+    const __m512i perm = nibble_perm(sizeof(nm_block_q5_0)), gf = GF_PAIR, b4 = _mm512_set1_epi8(16);
+    PAIR_LOOP(nm_block_q5_0, {
+        const bool two = n > (int64_t)sizeof(nm_block_q5_0);
+        uint32_t h0, h1 = 0;
+        memcpy(&h0, xb->qh, 4);
+        if (two) memcpy(&h1, xb[1].qh, 4);
+        __m512i q = pair_nibbles(xb->qs, n - 6, perm, gf);
+        q = _mm512_mask_add_epi8(q, _cvtu64_mask64((uint64_t)h1 << 32 | h0), q, b4);
+        const __m512i p = _mm512_dpbusd_epi32(pr->corr, q, pr->x);
+        const __m512 s = _mm512_mul_ps(pair_scale(xb->d, two ? xb[1].d : 0), pr->dy);
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, *acc);
+    })
+}
+
+static inline float q8_0_row(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) {
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    PAIR_LOOP(nm_block_q8_0, {
+        const bool two = n > (int64_t)sizeof(nm_block_q8_0);
+        __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb->qs));
+        w = _mm512_inserti64x4(w, two ? _mm256_loadu_si256((const __m256i *)xb[1].qs) : _mm256_setzero_si256(), 1);
+        const __m512i p = _mm512_dpbusd_epi32(pr->corr, _mm512_xor_si512(w, flip), pr->x);
+        const __m512 s = _mm512_mul_ps(pair_scale(xb->d, two ? xb[1].d : 0), pr->dy);
+        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, *acc);
+    })
+}
+
+GEMV_DEFINE(gemv_q4_0, nm_block_q4_0, q4_0_row)
+GEMV_DEFINE(gemv_q5_0, nm_block_q5_0, q5_0_row)
+GEMV_DEFINE(gemv_q8_0, nm_block_q8_0, q8_0_row)
 
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -145,13 +302,17 @@ static void gemv_q4_1(const void *restrict w, size_t w_stride, int64_t n_rows, i
 
 _Static_assert(sizeof(q4_1_group) == 768, "q4_1 group layout");
 _Static_assert(NM_GEMV_PREP_BYTES(NM_QK * Q4_1_GROUP) >= sizeof(q4_1_group), "q4_1 prep size");
+_Static_assert(sizeof(q8_pair) == 192 && NM_GEMV_PREP_BYTES(1024) >= 16 * sizeof(q8_pair), "pair prep size");
 
 static const nm_kernels avx512_table = {
     .name = "avx2+vnni+avx512",
-    .gemv_prep = {[NM_TYPE_Q4_1] = gemv_prep_q4_1},
-    .gemv = {[NM_TYPE_Q4_1] = gemv_q4_1},
+    .gemv_prep = {[NM_TYPE_Q4_0] = gemv_prep_q4_0, [NM_TYPE_Q4_1] = gemv_prep_q4_1,
+                  [NM_TYPE_Q5_0] = gemv_prep_q5_0, [NM_TYPE_Q8_0] = gemv_prep_q8_0},
+    .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
+             [NM_TYPE_Q8_0] = gemv_q8_0},
 };
 
+// Called once, under dispatch.c's pthread_once.
 const nm_kernels *nm_kernels_avx512(void) {
     nm_f16_table_init();
     return &avx512_table;

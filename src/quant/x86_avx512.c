@@ -189,21 +189,24 @@ typedef struct {
     __m512 dy;    // the two blocks' activation scales, 8 lanes each
 } q8_pair;        // 192 bytes per 64 elements
 
+// One pair (blocks b, b + 1 of activation row y; block b + 1 may be past the
+// row's nb blocks: zeros).
+static inline void prep_pair(const nm_block_q8_0 *y, int64_t b, int64_t nb, int32_t offset, q8_pair *pr) {
+    const bool two = b + 1 < nb;
+    __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs));
+    x = _mm512_inserti64x4(x, two ? _mm256_loadu_si256((const __m256i *)y[b + 1].qs) : _mm256_setzero_si256(), 1);
+    pr->x = x;
+    // the dword sums: vpdpbusd of ones (u8) with x (i8)
+    pr->corr = _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), x),
+                                  _mm512_set1_epi32(-offset));
+    pr->dy = _mm512_mask_broadcastss_ps(_mm512_set1_ps(_cvtsh_ss(y[b].d)), 0xff00,
+                                        _mm_set_ss(two ? _cvtsh_ss(y[b + 1].d) : 0.0f));
+}
+
 static inline void prep_pairs(const void *restrict xq, int64_t K, void *restrict prep, int32_t offset) {
-    const nm_block_q8_0 *y = xq;
     q8_pair *pr = prep;
     const int64_t nb = K / NM_QK;
-    for (int64_t b = 0; b < nb; b += 2, pr++) {
-        const bool two = b + 1 < nb;
-        __m512i x = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[b].qs));
-        x = _mm512_inserti64x4(x, two ? _mm256_loadu_si256((const __m256i *)y[b + 1].qs) : _mm256_setzero_si256(), 1);
-        pr->x = x;
-        // the dword sums: vpdpbusd of ones (u8) with x (i8)
-        pr->corr = _mm512_mullo_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), x),
-                                      _mm512_set1_epi32(-offset));
-        pr->dy = _mm512_mask_broadcastss_ps(_mm512_set1_ps(_cvtsh_ss(y[b].d)), 0xff00,
-                                            _mm_set_ss(two ? _cvtsh_ss(y[b + 1].d) : 0.0f));
-    }
+    for (int64_t b = 0; b < nb; b += 2) prep_pair(xq, b, nb, offset, pr++);
 }
 
 static void gemv_prep_q4_0(const void *restrict xq, int64_t K, void *restrict prep) { prep_pairs(xq, K, prep, 8); }
@@ -215,86 +218,155 @@ static inline __m512 pair_scale(uint16_t d0, uint16_t d1) {
     return _mm512_mask_broadcastss_ps(_mm512_set1_ps(nm_f16_table[d0]), 0xff00, _mm_load_ss(&nm_f16_table[d1]));
 }
 
-// 16 nibble bytes at p and 16 at p + stride -> the two blocks' 64 nibbles in
-// element order: vpermb makes (p[0..15], p[0..15], q[0..15], q[0..15]) and a
-// GF(2) affine map per 64-bit lane keeps the low nibble in lanes 0 and 2 and
-// shifts the high one down in lanes 1 and 3. `n` bytes from p are the row's.
-#define GF_LO4 0x0102040800000000ll // bit i of the result is bit i of x for i < 4, else 0
-static inline __m512i pair_nibbles(const uint8_t *p, int64_t n, __m512i perm, __m512i gf) {
-    const __m512i v = n >= 64 ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8((1ull << n) - 1, p);
-    return _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi8(perm, v), gf, 0);
-}
-
-static inline __m512i nibble_perm(int stride) {
-    uint8_t idx[64];
-    for (int i = 0; i < 64; i++) idx[i] = (uint8_t)((i / 32) * stride + i % 16);
-    return _mm512_loadu_si512(idx);
-}
-
 // per 128-bit lane: low nibbles (lanes 0, 2), high nibbles (lanes 1, 3)
+#define GF_LO4 0x0102040800000000ll // bit i of the result is bit i of x for i < 4, else 0
 #define GF_PAIR _mm512_set_epi64(GF_SHR4, GF_SHR4, GF_LO4, GF_LO4, GF_SHR4, GF_SHR4, GF_LO4, GF_LO4)
 
-// Two pairs per step into two accumulators; `n` is the bytes of the row from
-// the pair's first block on, for the loads at the row's end (a nibble pair's
-// 64-byte load reaches past the pair).
-#define PAIR_LOOP(block, ...)                                                              \
-    const block *x = (const block *)row;                                                   \
-    __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0;                                        \
-    int64_t b = 0;                                                                         \
-    for (; b + 4 <= nb; b += 4) {                                                          \
-        { const block *xb = x + b; const q8_pair *pr = g + b / 2; const int64_t n = (nb - b) * (int64_t)sizeof(block); __m512 *acc = &acc0; __VA_ARGS__ } \
-        { const block *xb = x + b + 2; const q8_pair *pr = g + b / 2 + 1; const int64_t n = (nb - b - 2) * (int64_t)sizeof(block); __m512 *acc = &acc1; __VA_ARGS__ } \
-    }                                                                                      \
-    for (; b < nb; b += 2) {                                                               \
-        const block *xb = x + b;                                                           \
-        const q8_pair *pr = g + b / 2;                                                     \
-        const int64_t n = (nb - b) * (int64_t)sizeof(block);                               \
-        __m512 *acc = &acc0;                                                               \
-        __VA_ARGS__                                                                               \
-    }                                                                                      \
-    return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+// The constants of a pair unpacker.
+typedef struct {
+    __m512i perm, gf, k;
+} pair_consts;
 
-static inline float q4_0_row(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) {
-    const __m512i perm = nibble_perm(sizeof(nm_block_q4_0)), gf = GF_PAIR;
-    PAIR_LOOP(nm_block_q4_0, {
-        const bool two = n > (int64_t)sizeof(nm_block_q4_0);
-        const __m512i q = pair_nibbles(xb->qs, n - 2, perm, gf);
-        const __m512i p = _mm512_dpbusd_epi32(pr->corr, q, pr->x);
-        const __m512 s = _mm512_mul_ps(pair_scale(xb->d, two ? xb[1].d : 0), pr->dy);
-        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, *acc);
-    })
+static inline pair_consts pair_consts_for(uint32_t type) {
+    pair_consts c;
+    // (p[0..15], p[0..15], q[0..15], q[0..15]), q = p + block size
+    const int stride = type == NM_TYPE_Q4_0 ? (int)sizeof(nm_block_q4_0) : (int)sizeof(nm_block_q5_0);
+    uint8_t idx[64];
+    for (int i = 0; i < 64; i++) idx[i] = (uint8_t)((i / 32) * stride + i % 16);
+    c.perm = _mm512_loadu_si512(idx);
+    c.gf = GF_PAIR;
+    c.k = type == NM_TYPE_Q8_0 ? _mm512_set1_epi8((char)0x80) : _mm512_set1_epi8(16);
+    return c;
 }
 
-static inline float q5_0_row(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) {
-    const __m512i perm = nibble_perm(sizeof(nm_block_q5_0)), gf = GF_PAIR, b4 = _mm512_set1_epi8(16);
-    PAIR_LOOP(nm_block_q5_0, {
-        const bool two = n > (int64_t)sizeof(nm_block_q5_0);
-        uint32_t h0, h1 = 0;
-        memcpy(&h0, xb->qh, 4);
-        if (two) memcpy(&h1, xb[1].qh, 4);
-        __m512i q = pair_nibbles(xb->qs, n - 6, perm, gf);
-        q = _mm512_mask_add_epi8(q, _cvtu64_mask64((uint64_t)h1 << 32 | h0), q, b4);
-        const __m512i p = _mm512_dpbusd_epi32(pr->corr, q, pr->x);
-        const __m512 s = _mm512_mul_ps(pair_scale(xb->d, two ? xb[1].d : 0), pr->dy);
-        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, *acc);
-    })
+// A pair of weight blocks starting at xb, of which `n` bytes are the row's
+// (n <= one block: the second is past the row's end and reads as zeros):
+// the 64 quants in element order as u8 (q + offset) and the scales in *sw.
+// The nibble formats take one 64-byte load at the first block's nibbles and
+// vpermb makes (p[0..15], p[0..15], q[0..15], q[0..15]); a GF(2) affine map
+// per 64-bit lane keeps the low nibbles in 128-bit lanes 0 and 2 and shifts
+// the high ones down in lanes 1 and 3. q5_0's fifth bits are the mask of a
+// masked add of 16, straight from qh.
+static inline __m512i pair_q4_0(const nm_block_q4_0 *xb, int64_t n, const pair_consts *c, __m512 *sw) {
+    const bool two = n > (int64_t)sizeof *xb;
+    const int64_t m = n - 2;
+    const __m512i v = m >= 64 ? _mm512_loadu_si512(xb->qs) : _mm512_maskz_loadu_epi8((1ull << m) - 1, xb->qs);
+    *sw = pair_scale(xb->d, two ? xb[1].d : 0);
+    return _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi8(c->perm, v), c->gf, 0);
 }
 
-static inline float q8_0_row(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) {
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    PAIR_LOOP(nm_block_q8_0, {
-        const bool two = n > (int64_t)sizeof(nm_block_q8_0);
-        __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb->qs));
-        w = _mm512_inserti64x4(w, two ? _mm256_loadu_si256((const __m256i *)xb[1].qs) : _mm256_setzero_si256(), 1);
-        const __m512i p = _mm512_dpbusd_epi32(pr->corr, _mm512_xor_si512(w, flip), pr->x);
-        const __m512 s = _mm512_mul_ps(pair_scale(xb->d, two ? xb[1].d : 0), pr->dy);
-        *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, *acc);
-    })
+static inline __m512i pair_q5_0(const nm_block_q5_0 *xb, int64_t n, const pair_consts *c, __m512 *sw) {
+    const bool two = n > (int64_t)sizeof *xb;
+    const int64_t m = n - 6;
+    uint32_t h0, h1 = 0;
+    memcpy(&h0, xb->qh, 4);
+    if (two) memcpy(&h1, xb[1].qh, 4);
+    const __m512i v = m >= 64 ? _mm512_loadu_si512(xb->qs) : _mm512_maskz_loadu_epi8((1ull << m) - 1, xb->qs);
+    const __m512i q = _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi8(c->perm, v), c->gf, 0);
+    *sw = pair_scale(xb->d, two ? xb[1].d : 0);
+    return _mm512_mask_add_epi8(q, _cvtu64_mask64((uint64_t)h1 << 32 | h0), q, c->k);
 }
+
+static inline __m512i pair_q8_0(const nm_block_q8_0 *xb, int64_t n, const pair_consts *c, __m512 *sw) {
+    const bool two = n > (int64_t)sizeof *xb;
+    __m512i w = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xb->qs));
+    w = _mm512_inserti64x4(w, two ? _mm256_loadu_si256((const __m256i *)xb[1].qs) : _mm256_setzero_si256(), 1);
+    *sw = pair_scale(xb->d, two ? xb[1].d : 0);
+    return _mm512_xor_si512(w, c->k);
+}
+
+// Pairs of one row, two per step into two accumulators; `n` is the bytes of
+// the row from the pair's first block on (a nibble pair's 64-byte load
+// reaches past the pair, so it is masked near the row's end).
+#define PAIR_ROW(name, block, unpack, type)                                                       \
+    static inline float name(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) { \
+        const pair_consts c = pair_consts_for(type);                                              \
+        const block *x = (const block *)row;                                                      \
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, sw;                                       \
+        int64_t b = 0;                                                                            \
+        for (; b + 4 <= nb; b += 4) {                                                             \
+            __m512i q = unpack(x + b, (nb - b) * (int64_t)sizeof(block), &c, &sw);                \
+            __m512i p = _mm512_dpbusd_epi32(g[b / 2].corr, q, g[b / 2].x);                        \
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, g[b / 2].dy), acc0);   \
+            q = unpack(x + b + 2, (nb - b - 2) * (int64_t)sizeof(block), &c, &sw);                \
+            p = _mm512_dpbusd_epi32(g[b / 2 + 1].corr, q, g[b / 2 + 1].x);                        \
+            acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, g[b / 2 + 1].dy), acc1); \
+        }                                                                                         \
+        for (; b < nb; b += 2) {                                                                  \
+            const __m512i q = unpack(x + b, (nb - b) * (int64_t)sizeof(block), &c, &sw);          \
+            const __m512i p = _mm512_dpbusd_epi32(g[b / 2].corr, q, g[b / 2].x);                  \
+            acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, g[b / 2].dy), acc0);   \
+        }                                                                                         \
+        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                                   \
+    }
+
+PAIR_ROW(q4_0_row, nm_block_q4_0, pair_q4_0, NM_TYPE_Q4_0)
+PAIR_ROW(q5_0_row, nm_block_q5_0, pair_q5_0, NM_TYPE_Q5_0)
+PAIR_ROW(q8_0_row, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0)
 
 GEMV_DEFINE(gemv_q4_0, nm_block_q4_0, q4_0_row)
 GEMV_DEFINE(gemv_q5_0, nm_block_q5_0, q5_0_row)
 GEMV_DEFINE(gemv_q8_0, nm_block_q8_0, q8_0_row)
+
+// ---- prefill: many rows x many tokens for the pair formats -----------------------------
+//
+// Tile: 2 weight rows x 8 tokens, 16 zmm accumulators. A weight pair is
+// unpacked once per tile and meets the 8 tokens' prepared pairs: per (row,
+// pair, token) one vpdpbusd, one vcvtdq2ps, one multiply of the scales and
+// one fma. The tokens' pairs are prepared once per 8 tokens and K chunk (on
+// the stack, 24 KB: it stays in L1) and shared by all the rows of the call.
+#define GP_TOK 8
+#define GP_CH 16 // pairs per K chunk
+
+#define GEMMQ_PAIRS(name, block, unpack, type, offset)                                                         \
+    static void name(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,        \
+                     size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {             \
+        const pair_consts c = pair_consts_for(type);                                                           \
+        const int64_t nb = K / NM_QK, npairs = (nb + 1) / 2;                                                   \
+        q8_pair pr[GP_CH][GP_TOK];                                                                             \
+        for (int64_t t0 = 0; t0 < n_tok; t0 += GP_TOK) {                                                       \
+            const int nt = n_tok - t0 < GP_TOK ? (int)(n_tok - t0) : GP_TOK;                                    \
+            for (int64_t p0 = 0; p0 < npairs; p0 += GP_CH) {                                                   \
+                const int np = npairs - p0 < GP_CH ? (int)(npairs - p0) : GP_CH;                                \
+                for (int j = 0; j < np; j++)                                                                   \
+                    for (int t = 0; t < GP_TOK; t++) {                                                         \
+                        if (t < nt)                                                                            \
+                            prep_pair((const nm_block_q8_0 *)((const uint8_t *)xq + (size_t)(t0 + t) * x_stride), \
+                                      2 * (p0 + j), nb, offset, &pr[j][t]);                                    \
+                        else                                                                                   \
+                            memset(&pr[j][t], 0, sizeof pr[j][t]);                                             \
+                    }                                                                                          \
+                for (int64_t r = 0; r < n_rows; r += 2) {                                                      \
+                    const block *w0 = (const block *)((const uint8_t *)w + (size_t)r * w_stride);              \
+                    const block *w1 = (const block *)((const uint8_t *)w + (size_t)(r + (r + 1 < n_rows)) * w_stride); \
+                    __m512 a0[GP_TOK], a1[GP_TOK];                                                             \
+                    for (int t = 0; t < GP_TOK; t++) a0[t] = a1[t] = _mm512_setzero_ps();                      \
+                    for (int j = 0; j < np; j++) {                                                             \
+                        const int64_t b = 2 * (p0 + j), n = (nb - b) * (int64_t)sizeof(block);                 \
+                        __m512 s0, s1;                                                                         \
+                        const __m512i q0 = unpack(w0 + b, n, &c, &s0), q1 = unpack(w1 + b, n, &c, &s1);        \
+                        _Pragma("GCC unroll 8") for (int t = 0; t < GP_TOK; t++) {                             \
+                            const q8_pair *x = &pr[j][t];                                                      \
+                            a0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(x->corr, q0, x->x)), \
+                                                    _mm512_mul_ps(s0, x->dy), a0[t]);                          \
+                            a1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(x->corr, q1, x->x)), \
+                                                    _mm512_mul_ps(s1, x->dy), a1[t]);                          \
+                        }                                                                                      \
+                    }                                                                                          \
+                    for (int t = 0; t < nt; t++) {                                                             \
+                        float *yt = y + (size_t)(t0 + t) * (size_t)ldy + r;                                    \
+                        const float v0 = _mm512_reduce_add_ps(a0[t]), v1 = _mm512_reduce_add_ps(a1[t]);        \
+                        yt[0] = p0 ? yt[0] + v0 : v0;                                                          \
+                        if (r + 1 < n_rows) yt[1] = p0 ? yt[1] + v1 : v1;                                      \
+                    }                                                                                          \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
+GEMMQ_PAIRS(gemmq_q4_0, nm_block_q4_0, pair_q4_0, NM_TYPE_Q4_0, 8)
+GEMMQ_PAIRS(gemmq_q5_0, nm_block_q5_0, pair_q5_0, NM_TYPE_Q5_0, 16)
+GEMMQ_PAIRS(gemmq_q8_0, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0, 128)
 
 #if defined(__clang__)
 #pragma clang attribute pop
@@ -308,6 +380,7 @@ static const nm_kernels avx512_table = {
     .name = "avx2+vnni+avx512",
     .gemv_prep = {[NM_TYPE_Q4_0] = gemv_prep_q4_0, [NM_TYPE_Q4_1] = gemv_prep_q4_1,
                   [NM_TYPE_Q5_0] = gemv_prep_q5_0, [NM_TYPE_Q8_0] = gemv_prep_q8_0},
+    .gemmq = {[NM_TYPE_Q4_0] = gemmq_q4_0, [NM_TYPE_Q5_0] = gemmq_q5_0, [NM_TYPE_Q8_0] = gemmq_q8_0},
     .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
              [NM_TYPE_Q8_0] = gemv_q8_0},
 };

@@ -127,11 +127,14 @@ static void choose(void) {
     if (cpu->avx2 && cpu->fma && cpu->f16c) {
         overlay(nm_kernels_avx2());
         // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them).
-        if (cpu->avx_vnni && !env_on("NM_NO_VNNI")) overlay(nm_kernels_avxvnni());
-        // NM_NO_AVX512=1 keeps the per-row dots in decode.
+        const bool vnni = cpu->avx_vnni && !env_on("NM_NO_VNNI");
+        if (vnni) overlay(nm_kernels_avxvnni());
+        // NM_NO_AVX512=1 keeps the AVX2 / AVX-VNNI decode dots and prefill tiles of q4_0, q4_1, q5_0, q8_0.
         if (cpu->avx512f && cpu->avx512bw && cpu->avx512dq && cpu->avx512vl && cpu->avx512vnni && cpu->avx512vbmi &&
-            cpu->avx512bitalg && cpu->gfni && !env_on("NM_NO_AVX512"))
+            cpu->avx512bitalg && cpu->gfni && !env_on("NM_NO_AVX512")) {
             overlay(nm_kernels_avx512());
+            chosen.name = vnni ? "avx2+vnni+avx512" : "avx2+avx512";
+        }
     }
 #elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)
     if (cpu->neon) {

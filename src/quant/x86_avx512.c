@@ -1,24 +1,28 @@
-// AVX-512 decode GEMV (one token, many weight rows) for the block formats
-// whose block is a whole number of dwords: q4_1 (20 bytes = 5 dwords).
+// AVX-512 kernels (F, BW, DQ, VL, VNNI, VBMI, BITALG and GFNI, as on Ice Lake,
+// Sapphire Rapids and Zen 4): the decode GEMV (one token, many weight rows)
+// for q4_0, q4_1, q5_0 and q8_0, and the prefill gemmq of q4_0, q5_0 and q8_0.
 //
-// The idea: load the weight row as it lies, 64 bytes at a time, and give the
-// activation the row's byte layout instead of unpacking each block into
-// element order. In a q4_1 row every dword is either a block header (d, m) or
-// 4 bytes of nibbles of one block, so a zmm of 16 dwords holds parts of about
-// 3 blocks. The prepared activation has, at the position of each nibble byte,
-// the activation of its low nibble (`lo`) and of its high nibble (`hi`), and
-// zeros at the headers. Then per 64 weight bytes:
-//   and 0x0f, gf2p8affine (>> 4), two vpdpbusd, vcvtdq2ps, one vpermt2ps for the
-//   per-lane block scale, one fma
-// where the AVX2 dot spends about that per 32-byte block. The headers of 16
-// blocks (320 bytes = 5 zmm) come out of the same registers with three dword
-// permutes and one vcvtph2ps per 8 blocks. The min term m * s of each block
-// is a fused multiply-add on the same vector.
+// q4_1 (20-byte blocks = 5 dwords): load the weight row as it lies, 64
+// bytes at a time, and give the activation the row's byte layout instead of
+// unpacking each block into element order. In a q4_1 row every dword is
+// either a block header (d, m) or 4 bytes of nibbles of one block, so a zmm
+// of 16 dwords holds parts of about 3 blocks. The prepared activation has, at
+// the position of each nibble byte, the activation of its low nibble (`lo`)
+// and of its high nibble (`hi`), and zeros at the headers. Then per 64 weight
+// bytes: and 0x0f, gf2p8affine (>> 4), two vpdpbusd, vcvtdq2ps, one vpermt2ps
+// for the per-lane block scale, one fma - where the AVX2 dot spends about that
+// per 32-byte block. The headers of 16 blocks (320 bytes = 5 zmm) come out of
+// the same registers with three dword permutes and one vcvtph2ps per 8
+// blocks; the min term m * s of each block is a multiply on the same vector.
 //
-// Same integer products as the AVX2 dotq; only the order of the f32 sums
+// q4_0, q5_0, q8_0 (18, 22, 34 bytes: not whole dwords): two blocks per zmm,
+// see pair_q4_0 below.
+//
+// Same integer products as the AVX2 kernels; only the order of the f32 sums
 // differs. The file is compiled with the x86 flags (-mavx2 -mfma -mf16c) and
 // the pragma below adds the AVX-512 subsets to these functions only;
-// dispatch.c takes them only where cpuid reports every one of them.
+// dispatch.c takes them only where cpuid reports every one of them
+// (NM_NO_AVX512=1 leaves them out).
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,avx512bitalg,gfni"))), apply_to = function)
 #elif defined(__GNUC__)
@@ -49,16 +53,6 @@
         }                               \
         for (; i_ < (n); i_++) STEP(i_, acc); \
     } while (0)
-
-// Register i (bytes 64i..64i+63) of a group whose first `bytes` bytes are
-// the row's: a plain load inside, a masked one (which does not fault) at the
-// row's end. The kernels load on demand instead of keeping an array of
-// registers, which gcc would keep on the stack.
-static inline __m512i load_reg(const uint8_t *base, int i, int64_t bytes) {
-    const int64_t n = bytes - 64 * (int64_t)i;
-    if (n >= 64) return _mm512_loadu_si512(base + 64 * i);
-    return _mm512_maskz_loadu_epi8(n <= 0 ? 0 : (1ull << n) - 1, base + 64 * i);
-}
 
 // ---- q4_1 x q8_1 ---------------------------------------------------------------------
 
@@ -377,7 +371,7 @@ _Static_assert(NM_GEMV_PREP_BYTES(NM_QK * Q4_1_GROUP) >= sizeof(q4_1_group), "q4
 _Static_assert(sizeof(q8_pair) == 192 && NM_GEMV_PREP_BYTES(1024) >= 16 * sizeof(q8_pair), "pair prep size");
 
 static const nm_kernels avx512_table = {
-    .name = "avx2+vnni+avx512",
+    .name = "avx512",
     .gemv_prep = {[NM_TYPE_Q4_0] = gemv_prep_q4_0, [NM_TYPE_Q4_1] = gemv_prep_q4_1,
                   [NM_TYPE_Q5_0] = gemv_prep_q5_0, [NM_TYPE_Q8_0] = gemv_prep_q8_0},
     .gemmq = {[NM_TYPE_Q4_0] = gemmq_q4_0, [NM_TYPE_Q5_0] = gemmq_q5_0, [NM_TYPE_Q8_0] = gemmq_q8_0},

@@ -63,6 +63,8 @@ GEN=$(dirname "$NM")/nm-genmmproj
 "$GEN" -o "$tmp/mm.gguf" --proj mlp --n-out 576 --image-size 64 --patch-size 16 > /dev/null
 "$GEN" -o "$tmp/mm-sv.gguf" --proj idefics3 --n-out 576 --image-size 64 --patch-size 8 > /dev/null
 "$GEN" -o "$tmp/mm-wide.gguf" --proj mlp --n-out 960 --image-size 64 --patch-size 16 > /dev/null
+"$GEN" -o "$tmp/mm-any.gguf" --proj mlp --n-out 576 --image-size 64 --patch-size 16 --pinpoints 64,128,128,64,128,128 > /dev/null
+python3 -c "import sys; w,h=150,90; sys.stdout.buffer.write(b'P6\n%d %d\n255\n'%(w,h)+bytes((x*3+y*5+c*70)%256 for y in range(h) for x in range(w) for c in range(3)))" > "$tmp/wide.ppm"
 python3 -c "import sys; w,h=40,30; sys.stdout.buffer.write(b'P6\n%d %d\n255\n'%(w,h)+bytes((x*6+c*40)%256 for y in range(h) for x in range(w) for c in range(3)))" > "$tmp/img.ppm"
 printf '\x89PNG\r\n\x1a\nnot really a png' > "$tmp/bad.png"
 expect image_needs_mmproj 2 "--image needs --mmproj" -- "$NM" run -m "$M" --image "$tmp/img.ppm" -p hi
@@ -74,6 +76,8 @@ expect mmproj_not_mmproj 1 "cannot load mmproj.*not an mmproj file" -- "$NM" run
 expect image_marker_count 1 "2 <__media__> markers for 1 images" -- "$NM" run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/img.ppm" -p "<__media__><__media__>hi"
 # an image prompt through the rings: the embeddings are decoded where the encoder wrote them
 expect image_chat_zero_copy 0 "vision: 1 images, 1 encoder runs.*ledger: 0 bytes copied between bricks \(0 copies\)" -- bash -c "'$NM' run -m '$M' --mmproj '$tmp/mm.gguf' --image '$tmp/img.ppm' -p 'What is this?' --chat --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '"
+# LLaVA-1.6-style anyres: 150x90 -> the 128x128 pinpoint, 2x2 tiles and the overview
+expect image_anyres_tiles 0 "prompt: 8[0-9] tokens.*vision: 1 images, 5 encoder runs.*ledger: 0 bytes copied" -- bash -c "'$NM' run -m '$M' --mmproj '$tmp/mm-any.gguf' --image '$tmp/wide.ppm' -p 'A<__media__>B' --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '"
 expect image_smolvlm_tiles 0 "vision: 2 images, [0-9]+ encoder runs.*ledger: 0 bytes copied" -- bash -c "'$NM' run -m '$M' --mmproj '$tmp/mm-sv.gguf' --image '$tmp/img.ppm' --image '$tmp/img.ppm' -p 'A<__media__>and<__media__>' --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '"
 
 # the perplexity tool over several batches per chunk (-b 64 < -c 256), against llama.cpp's value

@@ -944,6 +944,91 @@ NM_TEST(preprocess_idefics3_tiles_in_order) {
     nm_image_free(&im);
 }
 
+// ---- mlp anyres (LLaVA-1.6 / OneVision pinpoints) -------------------------------------------
+
+static nm_image_params anyres_params(int S, int n, const int32_t (*pins)[2]) {
+    nm_image_params p = params(NM_CLIP_PROJ_MLP, S, 0);
+    p.n_pinpoints = n;
+    for (int i = 0; i < n; i++) p.pinpoints[i][0] = pins[i][0], p.pinpoints[i][1] = pins[i][1];
+    return p;
+}
+
+NM_TEST(anyres_best_resolution) {
+    // llama.cpp's select_best_resolution, by hand: the most pixels kept, then the
+    // least padding, then the first listed
+    static const int32_t p4[4][2] = {{64, 128}, {128, 64}, {128, 128}, {192, 64}};
+    static const int32_t sq[4][2] = {{64, 32}, {32, 64}, {64, 64}, {96, 96}};
+    static const int32_t pad2[2][2] = {{128, 64}, {64, 64}};
+    static const int32_t first[2][2] = {{64, 128}, {128, 64}};
+    static const int32_t up[3][2] = {{32, 16}, {16, 32}, {32, 32}};
+    const struct { int S, n; const int32_t (*pins)[2]; int w, h, rw, rh; } cases[] = {
+        {64, 4, p4, 150, 90, 128, 128},  // 128x76 kept beats 106x64 and 64x38
+        {32, 4, sq, 100, 100, 96, 96},   // the largest keeps the most
+        {64, 2, pad2, 64, 64, 64, 64},   // same pixels kept (all): the one with no padding
+        {64, 2, first, 64, 64, 64, 128}, // same pixels, same padding: the first
+        {16, 3, up, 40, 20, 32, 16},     // upscaled 0.8x to 32x16 either way: the exact fit
+        {16, 3, up, 20, 40, 16, 32},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        nm_image_params p = anyres_params(cases[k].S, cases[k].n, cases[k].pins);
+        int32_t rw = 0, rh = 0;
+        NM_CHECK(nm_image_anyres_resolution(cases[k].w, cases[k].h, &p, &rw, &rh) == NM_OK);
+        if (rw != cases[k].rw || rh != cases[k].rh) fprintf(stderr, "  case %zu: %dx%d\n", k, rw, rh);
+        NM_CHECK(rw == cases[k].rw && rh == cases[k].rh);
+    }
+    nm_image_params p = params(NM_CLIP_PROJ_MLP, 16, 0);
+    NM_CHECK(nm_image_anyres_resolution(40, 20, &p, NULL, NULL) == NM_ERR_INVALID_ARG); // no pinpoints
+    p = anyres_params(16, 3, up);
+    NM_CHECK(nm_image_anyres_resolution(0, 20, &p, NULL, NULL) == NM_ERR_INVALID_ARG);
+}
+
+static bool same_floats(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+NM_TEST(preprocess_anyres_tiles_then_overview) {
+    static const int32_t up[3][2] = {{32, 16}, {16, 32}, {32, 32}};
+    const int S = 16;
+    const size_t per = 3 * S * S;
+    nm_image_params p = anyres_params(S, 3, up);
+    nm_image im;
+    NM_CHECK(nm_image_alloc(40, 20, &im) == NM_OK);
+    for (int i = 0; i < 40 * 20 * 3; i++) im.rgb[i] = (uint8_t)(i * 7 + i / 120);
+    nm_image_batch b;
+    char err[256];
+    NM_CHECK(nm_image_preprocess(&im, &p, &b, err, sizeof err) == NM_OK);
+    NM_CHECK(b.n == 3 && b.rows == 1 && b.cols == 2 && b.image_size == S);
+    // tiles: crops of the image fitted in 32x16 on black; the overview: a stretch to S x S
+    nm_image refined, ov;
+    const uint8_t black[3] = {0, 0, 0};
+    NM_CHECK(nm_image_resize_pad(&im, 32, 16, NM_RESIZE_BICUBIC, black, &refined) == NM_OK);
+    NM_CHECK(nm_image_resize(&im, S, S, NM_RESIZE_BICUBIC, &ov) == NM_OK);
+    float *want = malloc(per * sizeof(float));
+    for (int t = 0; b.data && t < 2; t++) {
+        nm_image_rect_to_f32(&refined, t * S, 0, S, p.mean, p.std, want);
+        NM_CHECK(same_floats(want, b.data + t * per, per));
+    }
+    nm_image_rect_to_f32(&ov, 0, 0, S, p.mean, p.std, want);
+    NM_CHECK(b.data && same_floats(want, b.data + 2 * per, per));
+    nm_image_batch_free(&b);
+    nm_image_free(&refined);
+    nm_image_free(&ov);
+    nm_image_free(&im);
+    // an image within S x S: the overview alone, stretched (not fitted on the pad colour as plain mlp)
+    NM_CHECK(nm_image_alloc(16, 10, &im) == NM_OK);
+    for (int i = 0; i < 16 * 10 * 3; i++) im.rgb[i] = (uint8_t)(i * 13);
+    NM_CHECK(nm_image_preprocess(&im, &p, &b, err, sizeof err) == NM_OK);
+    NM_CHECK(b.n == 1 && b.rows == 0 && b.cols == 0);
+    NM_CHECK(nm_image_resize(&im, S, S, NM_RESIZE_BICUBIC, &ov) == NM_OK);
+    nm_image_rect_to_f32(&ov, 0, 0, S, p.mean, p.std, want);
+    NM_CHECK(b.data && same_floats(want, b.data, per));
+    nm_image_batch_free(&b);
+    nm_image_free(&ov);
+    // pinpoints that are not multiples of S are refused
+    p.pinpoints[1][0] = 24;
+    NM_CHECK(nm_image_preprocess(&im, &p, &b, err, sizeof err) == NM_ERR_INVALID_ARG && b.data == NULL);
+    nm_image_free(&im);
+    free(want);
+}
+
 NM_TEST(params_from_clip) {
     nm_clip_info ci = {0};
     ci.proj = NM_CLIP_PROJ_MLP;
@@ -951,12 +1036,16 @@ NM_TEST(params_from_clip) {
     ci.preproc_image_size = 999;
     ci.mean[1] = 0.25f;
     ci.std[2] = 0.75f;
+    ci.n_pinpoints = 2;
+    ci.pinpoints[1][0] = 1008;
+    ci.pinpoints[1][1] = 336;
     nm_image_params p = nm_image_params_from_clip(&ci);
     NM_CHECK(p.proj == NM_CLIP_PROJ_MLP && p.image_size == 336 && p.longest_edge == 0);
+    NM_CHECK(p.n_pinpoints == 2 && p.pinpoints[1][0] == 1008 && p.pinpoints[1][1] == 336);
     NM_CHECK(p.pad[0] == 122 && p.pad[1] == 116 && p.pad[2] == 104 && p.mean[1] == 0.25f && p.std[2] == 0.75f);
     ci.proj = NM_CLIP_PROJ_IDEFICS3;
     p = nm_image_params_from_clip(&ci);
-    NM_CHECK(p.longest_edge == 999 && p.pad[0] == 0);
+    NM_CHECK(p.longest_edge == 999 && p.pad[0] == 0 && p.n_pinpoints == 0); // idefics3 ignores them, as llama.cpp
 }
 
 // ---- corpus and samples ------------------------------------------------------------------

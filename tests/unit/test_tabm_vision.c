@@ -54,8 +54,15 @@ static nm_model *small_model(void) {
     return nm_model_load(o.out, NULL, &m, NULL, 0) == NM_OK ? m : NULL;
 }
 
+// proj "mlp-anyres": mlp with LLaVA-1.6-style pinpoints (2x1, 1x2, 2x2 tiles of 32).
 static bool write_mmproj(const char *path, const char *proj, int32_t n_out) {
-    nm_genmmproj_params p = nm_genmmproj_default_params(proj);
+    const bool anyres = !strcmp(proj, "mlp-anyres");
+    nm_genmmproj_params p = nm_genmmproj_default_params(anyres ? "mlp" : proj);
+    if (anyres) {
+        static const int32_t pins[3][2] = {{64, 32}, {32, 64}, {64, 64}};
+        p.n_pinpoints = 3;
+        memcpy(p.pinpoints, pins, sizeof pins);
+    }
     p.image_size = 32;
     p.patch_size = 8;
     p.n_embd = 64;
@@ -154,7 +161,8 @@ done:
     return n;
 }
 
-// The same prompt the direct way (mlp: the image is its embeddings alone).
+// The same prompt the direct way (mlp: the image is its embeddings alone;
+// anyres: the tiles' then the overview's, nothing between them).
 static int direct_generate(nm_model *m, nm_vision *v, const char *image, int32_t *out) {
     const nm_clip_info *ci = nm_vision_info(v);
     nm_ctx *c = NULL;
@@ -166,14 +174,15 @@ static int direct_generate(nm_model *m, nm_vision *v, const char *image, int32_t
     nm_image_params ip = nm_image_params_from_clip(ci);
     float *embd = malloc(nm_vision_slot_bytes(v));
     int32_t tok[64], n = 0, pos = 0;
-    if (nm_image_load(image, &img, NULL, 0) || nm_image_preprocess(&img, &ip, &bt, NULL, 0) ||
-        nm_clip_encode(nm_vision_clip(v), bt.data, embd))
-        goto done;
+    if (nm_image_load(image, &img, NULL, 0) || nm_image_preprocess(&img, &ip, &bt, NULL, 0)) goto done;
     int32_t nt = nm_tokenize(m, "Look:", 5, tok, 64, false, true);
     nm_decode(c, tok, nt, pos, false);
     pos += nt;
-    nm_decode_embd(c, embd, ci->n_out, pos, false);
-    pos += ci->n_out;
+    for (int32_t i = 0; i < bt.n; i++) {
+        if (nm_clip_encode(nm_vision_clip(v), bt.data + (size_t)i * 3 * ci->image_size * ci->image_size, embd)) goto done;
+        nm_decode_embd(c, embd, ci->n_out, pos, false);
+        pos += ci->n_out;
+    }
     nt = nm_tokenize(m, " it is", 6, tok, 64, false, true);
     nm_decode(c, tok, nt, pos, false);
     pos += nt;
@@ -196,9 +205,9 @@ done:
 NM_TEST(tabm_vision_image_prompt_in_place) {
     nm_model *m = small_model();
     if (!m) NM_SKIP("SmolLM2 (tokenizer source) not in the model cache");
-    const char *proj[2] = {"mlp", "idefics3"};
+    const char *proj[3] = {"mlp", "idefics3", "mlp-anyres"};
     write_ppm(tmp("img.ppm"), 50, 40);
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         nm_vision *v = NULL;
         char err[256];
         NM_CHECK(write_mmproj(tmp("mm.gguf"), proj[k], N_EMBD));
@@ -210,8 +219,10 @@ NM_TEST(tabm_vision_image_prompt_in_place) {
         NM_CHECK(n == N_GEN); // a random model does not stop early (EOG is one id of 49152)
         NM_CHECK(nm_ledger_total(led) == 0); // the embeddings were decoded where the encoder wrote them
         const nm_clip_info *ci = nm_vision_info(v);
-        if (k == 0) {
-            NM_CHECK(n_pos == ci->n_out);
+        if (k != 1) {
+            // mlp: the embeddings alone; anyres (50x40 -> the 64x64 pinpoint): 2x2 tiles + the overview
+            NM_CHECK(n_pos == (k == 0 ? 1 : 5) * ci->n_out);
+            NM_CHECK(ci->n_pinpoints == (k == 0 ? 0 : 3));
             int nd = direct_generate(m, v, tmp("img.ppm"), want);
             NM_CHECK(nd == n);
             for (int i = 0; i < n && i < nd; i++) NM_CHECK(got[i] == want[i]);
@@ -276,20 +287,74 @@ done:
 NM_TEST(tabm_vision_not_an_mmproj) {
     char err[256];
     nm_vision *v = NULL;
-    // LLaVA-1.6 / OneVision anyres files: refused (not preprocessed differently from llama.cpp)
-    nm_gguf_writer *gw = nm_gguf_writer_create();
-    const int32_t pins[4] = {336, 672, 672, 336};
-    NM_CHECK(gw && nm_gguf_writer_add_str(gw, "general.architecture", "clip") == NM_OK &&
-             nm_gguf_writer_add_str(gw, "clip.projector_type", "mlp") == NM_OK &&
-             nm_gguf_writer_add_arr(gw, "clip.vision.image_grid_pinpoints", NM_GGUF_INT32, pins, 4) == NM_OK &&
-             nm_gguf_writer_write(gw, tmp("anyres.gguf")) == NM_OK);
-    nm_gguf_writer_free(gw);
-    NM_CHECK(nm_vision_load(tmp("anyres.gguf"), 1, &v, err, sizeof err) == NM_ERR_UNSUPPORTED && v == NULL);
-    NM_CHECK(strstr(err, "image_grid_pinpoints") != NULL);
     FILE *f = fopen(tmp("empty.gguf"), "wb");
     fclose(f);
     NM_CHECK(nm_vision_load(tmp("empty.gguf"), 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
     NM_CHECK(nm_vision_load(tmp("absent.gguf"), 1, &v, err, sizeof err) == NM_ERR_IO && v == NULL);
+}
+
+// Anyres pinpoints: read in order; an odd count, a resolution that is not a
+// multiple of the tile and a non-numeric array are clear errors.
+NM_TEST(tabm_vision_anyres_pinpoints) {
+    char err[256];
+    nm_vision *v = NULL;
+    NM_CHECK(write_mmproj(tmp("any.gguf"), "mlp-anyres", N_EMBD));
+    NM_CHECK(nm_vision_load(tmp("any.gguf"), 1, &v, err, sizeof err) == NM_OK);
+    if (v) {
+        const nm_clip_info *ci = nm_vision_info(v);
+        NM_CHECK(ci->n_pinpoints == 3 && ci->pinpoints[0][0] == 64 && ci->pinpoints[0][1] == 32 &&
+                 ci->pinpoints[2][0] == 64 && ci->pinpoints[2][1] == 64);
+        nm_vision_free(v);
+    }
+    struct {
+        int32_t pins[64][2];
+        int n; // pairs
+        const char *want;
+    } bad[] = {
+        {{{64, 32}, {48, 64}}, 2, "not a multiple of the 32x32 tile"},
+        {{{64, 0}}, 1, "not a multiple"},
+        {{{32 * 65, 32}}, 1, "1 to 64 tiles a side"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        nm_genmmproj_params p = nm_genmmproj_default_params("mlp");
+        p.image_size = 32;
+        p.patch_size = 8;
+        p.n_out_embd = N_EMBD;
+        p.n_pinpoints = bad[i].n;
+        memcpy(p.pinpoints, bad[i].pins, sizeof p.pinpoints);
+        NM_CHECK(nm_genmmproj_write(tmp("bad-any.gguf"), &p, err, sizeof err) == NM_OK);
+        v = NULL;
+        NM_CHECK(nm_vision_load(tmp("bad-any.gguf"), 1, &v, err, sizeof err) == NM_ERR_UNSUPPORTED && v == NULL);
+        if (!strstr(err, bad[i].want)) fprintf(stderr, "  case %zu: %s\n", i, err);
+        NM_CHECK(strstr(err, bad[i].want) != NULL);
+    }
+    // an odd count and strings: hand-written headers (the generator writes pairs);
+    // the pinpoints are checked with the hyperparameters, before any tensor
+    const int32_t three[3] = {64, 32, 64};
+    const char *strs[2] = {"64", "32"};
+    const float mean[3] = {0.5f, 0.5f, 0.5f};
+    for (int k = 0; k < 2; k++) {
+        nm_gguf_writer *gw = nm_gguf_writer_create();
+        NM_CHECK(gw && nm_gguf_writer_add_str(gw, "general.architecture", "clip") == NM_OK &&
+                 nm_gguf_writer_add_str(gw, "clip.projector_type", "mlp") == NM_OK &&
+                 nm_gguf_writer_add_u32(gw, "clip.vision.embedding_length", 64) == NM_OK &&
+                 nm_gguf_writer_add_u32(gw, "clip.vision.feed_forward_length", 128) == NM_OK &&
+                 nm_gguf_writer_add_u32(gw, "clip.vision.attention.head_count", 4) == NM_OK &&
+                 nm_gguf_writer_add_u32(gw, "clip.vision.block_count", 3) == NM_OK &&
+                 nm_gguf_writer_add_u32(gw, "clip.vision.image_size", 32) == NM_OK &&
+                 nm_gguf_writer_add_u32(gw, "clip.vision.patch_size", 8) == NM_OK &&
+                 nm_gguf_writer_add_f32(gw, "clip.vision.attention.layer_norm_epsilon", 1e-5f) == NM_OK &&
+                 nm_gguf_writer_add_arr(gw, "clip.vision.image_mean", NM_GGUF_FLOAT32, mean, 3) == NM_OK &&
+                 nm_gguf_writer_add_arr(gw, "clip.vision.image_std", NM_GGUF_FLOAT32, mean, 3) == NM_OK);
+        NM_CHECK(k == 0 ? nm_gguf_writer_add_arr(gw, "clip.vision.image_grid_pinpoints", NM_GGUF_INT32, three, 3) == NM_OK
+                        : nm_gguf_writer_add_arr_str(gw, "clip.vision.image_grid_pinpoints", strs, 2) == NM_OK);
+        NM_CHECK(nm_gguf_writer_write(gw, tmp("bad-any2.gguf")) == NM_OK);
+        nm_gguf_writer_free(gw);
+        v = NULL;
+        NM_CHECK(nm_vision_load(tmp("bad-any2.gguf"), 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
+        if (!strstr(err, "image_grid_pinpoints")) fprintf(stderr, "  case %d: %s\n", k, err);
+        NM_CHECK(strstr(err, "image_grid_pinpoints") != NULL);
+    }
 }
 
 int main(int argc, char **argv) {

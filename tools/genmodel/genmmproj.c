@@ -159,6 +159,8 @@ nm_genmmproj_params nm_genmmproj_default_params(const char *proj) {
 }
 
 static nm_status check(gen *g, const nm_genmmproj_params *p, bool idefics3) {
+    if (p->n_pinpoints < 0 || p->n_pinpoints > 64)
+        return fail(g, NM_ERR_INVALID_ARG, "%d anyres resolutions: 0 to 64", p->n_pinpoints);
     if (!p->proj || (!idefics3 && strcmp(p->proj, "mlp")))
         return fail(g, NM_ERR_INVALID_ARG, "unknown projector '%s' (mlp, idefics3)", p->proj ? p->proj : "(null)");
     if (p->image_size < 1 || p->image_size > 8192 || p->patch_size < 1 || p->image_size % p->patch_size)
@@ -214,6 +216,11 @@ static nm_status add_keys(gen *g, const nm_genmmproj_params *p, bool idefics3) {
     K(nm_gguf_writer_add_f32(w, "clip.vision.attention.layer_norm_epsilon", p->eps));
     K(nm_gguf_writer_add_arr(w, "clip.vision.image_mean", NM_GGUF_FLOAT32, p->mean, 3));
     K(nm_gguf_writer_add_arr(w, "clip.vision.image_std", NM_GGUF_FLOAT32, p->std, 3));
+    if (p->n_pinpoints > 0) {
+        K(nm_gguf_writer_add_arr(w, "clip.vision.image_grid_pinpoints", NM_GGUF_INT32, p->pinpoints,
+                                 2 * (uint64_t)p->n_pinpoints));
+        K(nm_gguf_writer_add_str(w, "clip.vision.mm_patch_merge_type", "spatial_unpad"));
+    }
     if (idefics3) {
         K(nm_gguf_writer_add_u32(w, "clip.vision.projector.scale_factor", (uint32_t)p->scale_factor));
         K(nm_gguf_writer_add_u32(w, "clip.vision.preproc_image_size", (uint32_t)p->image_size));

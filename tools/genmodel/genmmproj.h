@@ -30,6 +30,10 @@ typedef struct nm_genmmproj_params {
     float mean[3], std[3]; // clip.vision.image_mean / image_std
     uint32_t wtype;      // enum nm_type of the 2-D matmul weights; embeddings, norms and biases stay f32
     uint64_t seed;
+    // mlp anyres: clip.vision.image_grid_pinpoints as n_pinpoints (width, height)
+    // pairs (written as given, int32; 0: no key)
+    int32_t n_pinpoints;
+    int32_t pinpoints[64][2];
 } nm_genmmproj_params;
 
 // Defaults shaped like the real files, small: "mlp" like a LLaVA-1.5 CLIP

@@ -31,6 +31,8 @@ static void usage(FILE *f) {
             "                     (default 0 for mlp, 1 for idefics3)\n"
             "  --legacy-ffn       name fc1 ffn_down and fc2 ffn_up, as old LLaVA converters did\n"
             "  --eps X            layer-norm epsilon (default 1e-5 for mlp, 1e-6 for idefics3)\n"
+            "  --pinpoints W,H,.. anyres resolutions (clip.vision.image_grid_pinpoints, LLaVA-1.6 style), e.g.\n"
+            "                     64,128,128,64,128,128 for --image-size 64\n"
             "  --input FILE       also write a random planar normalized image (3 x S x S f32) from --seed\n"
             "  -h, --help         this help\n");
 }
@@ -92,6 +94,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--post-ln")) bad = parse_bool(v, &p.post_ln);
         else if (!strcmp(a, "--gelu")) bad = parse_bool(v, &p.use_gelu);
         else if (!strcmp(a, "--eps")) p.eps = strtof(v, NULL);
+        else if (!strcmp(a, "--pinpoints")) {
+            int32_t vals[128];
+            int n = 0;
+            char *end = (char *)v;
+            while (*end && n < 128) {
+                long x = strtol(end, &end, 10);
+                if (x <= 0 || x > 1 << 20 || (*end && *end != ',')) break;
+                vals[n++] = (int32_t)x;
+                if (*end == ',') end++;
+            }
+            bad = *end || n == 0 || n % 2;
+            p.n_pinpoints = n / 2;
+            for (int k = 0; k < n; k++) p.pinpoints[k / 2][k % 2] = vals[k];
+        }
         else if (!strcmp(a, "--type")) {
             uint32_t t;
             for (t = 0; t < NM_TYPE_COUNT; t++) {

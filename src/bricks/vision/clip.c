@@ -201,6 +201,38 @@ static nm_status load_layer(loader *L, int il, clip_layer *ly) {
     return NM_OK;
 }
 
+// clip.vision.image_grid_pinpoints (mlp only; llama.cpp reads them for the
+// llava family): an even number of positive integers, each pair a candidate
+// (width, height) of the anyres grid. We also require multiples of image_size:
+// llama.cpp would encode a smaller last tile, our encoder has one input shape.
+// (clip.vision.mm_patch_merge_type "spatial_unpad" is read by llama.cpp but not
+// used by its mlp graph; nor here.)
+static nm_status load_pinpoints(loader *L) {
+    nm_clip_info *in = &L->c->info;
+    const nm_gguf_kv *kv = nm_gguf_find(L->c->g, "clip.vision.image_grid_pinpoints");
+    in->n_pinpoints = 0;
+    if (!kv) return NM_OK;
+    if (kv->type != NM_GGUF_ARRAY || nm_gguf_vtype_size(kv->arr_type) == 0 || kv->arr_type == NM_GGUF_BOOL)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: clip.vision.image_grid_pinpoints is not an array of numbers");
+    if (kv->arr_n == 0 || kv->arr_n % 2 || kv->arr_n / 2 > NM_CLIP_MAX_PINPOINTS)
+        return LFAIL(L, NM_ERR_FORMAT,
+                     "mmproj: clip.vision.image_grid_pinpoints has %llu numbers: (width, height) pairs, 1 to %d of them",
+                     (unsigned long long)kv->arr_n, NM_CLIP_MAX_PINPOINTS);
+    const int32_t S = in->image_size;
+    for (uint64_t i = 0; i < kv->arr_n; i += 2) {
+        const double w = nm_gguf_arr_num(kv, i), h = nm_gguf_arr_num(kv, i + 1);
+        if (!(w >= S && h >= S && w <= 64.0 * S && h <= 64.0 * S) || w != (int32_t)w || h != (int32_t)h ||
+            (int32_t)w % S || (int32_t)h % S)
+            return LFAIL(L, NM_ERR_UNSUPPORTED,
+                         "mmproj: anyres resolution %gx%g is not a multiple of the %dx%d tile (1 to 64 tiles a side)", w, h,
+                         S, S);
+        in->pinpoints[i / 2][0] = (int32_t)w;
+        in->pinpoints[i / 2][1] = (int32_t)h;
+    }
+    in->n_pinpoints = (int32_t)(kv->arr_n / 2);
+    return NM_OK;
+}
+
 // Hyperparameters and their consistency.
 static nm_status load_hparams(loader *L) {
     nm_clip *c = L->c;
@@ -208,10 +240,6 @@ static nm_status load_hparams(loader *L) {
     nm_str s;
     if (!nm_gguf_get_str(c->g, "clip.projector_type", &s) && !nm_gguf_get_str(c->g, "clip.vision.projector_type", &s))
         return LFAIL(L, NM_ERR_FORMAT, "not an mmproj file: no clip.projector_type key");
-    if (nm_gguf_find(c->g, "clip.vision.image_grid_pinpoints"))
-        return LFAIL(L, NM_ERR_UNSUPPORTED,
-                     "mmproj: LLaVA-1.6 / LLaVA-OneVision 'anyres' preprocessing (clip.vision.image_grid_pinpoints) "
-                     "is not supported yet");
     if (nm_gguf_find(c->g, "clip.has_vision_encoder") && !get_flag(L, "clip.has_vision_encoder"))
         return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: the file has no vision encoder");
     if (nm_str_eq(s, "mlp")) in->proj = NM_CLIP_PROJ_MLP;
@@ -269,6 +297,7 @@ static nm_status load_hparams(loader *L) {
             in->n_layer_run = (int32_t)v;
         }
         if (in->n_layer_run < 1) return LFAIL(L, NM_ERR_FORMAT, "mmproj: an mlp encoder needs at least 2 layers");
+        if ((st = load_pinpoints(L))) return st;
     } else {
         if ((st = get_u32(L, "clip.vision.projector.scale_factor", true, &in->n_merge))) return st;
         if (in->n_merge < 2 || side % in->n_merge)

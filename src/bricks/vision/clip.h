@@ -24,6 +24,9 @@ typedef enum nm_clip_act {
     NM_CLIP_ACT_SILU = 2,       // clip.use_silu = true
 } nm_clip_act;
 
+// Most anyres resolutions an mmproj may list (LLaVA-OneVision lists 36).
+#define NM_CLIP_MAX_PINPOINTS 64
+
 typedef struct nm_clip_info {
     nm_clip_proj proj;
     nm_clip_act act;
@@ -43,6 +46,11 @@ typedef struct nm_clip_info {
     int32_t n_out;           // embeddings one image yields
     int32_t n_out_embd;      // width of each (the LLM's n_embd must equal it)
     float mean[3], std[3];   // clip.vision.image_mean / image_std
+    // mlp "anyres" (LLaVA-1.6, LLaVA-OneVision): clip.vision.image_grid_pinpoints as
+    // (width, height) pairs, each a multiple of image_size (so every tile keeps the
+    // encoder's one input shape); 0 pairs: one image per picture (LLaVA-1.5)
+    int32_t n_pinpoints;
+    int32_t pinpoints[NM_CLIP_MAX_PINPOINTS][2];
 } nm_clip_info;
 
 // Loads an mmproj file. Weights stay mmapped; f32, f16 and the quantized types

@@ -23,6 +23,19 @@
 //     rounded down) on a canvas of the pad colour (122, 116, 104). An image
 //     already S x S is used as is.
 //
+//   mlp anyres (LLaVA-1.6, LLaVA-OneVision: clip.vision.image_grid_pinpoints),
+//     llama.cpp's mtmd_image_preprocessor_llava_uhd:
+//     - an image no larger than S x S: one image, a bicubic stretch to S x S;
+//     - else the refined size (RW, RH) = nm_image_anyres_resolution; the image
+//       is fitted and centred in it on black (bicubic, as mlp but pad 0,0,0);
+//       tiles: its S x S crops, row-major (rows = RH / S, cols = RW / S); then
+//       the overview: the source stretched to S x S (bicubic).
+//     The embeddings go into the prompt in that order, with nothing between
+//     them: tiles first, overview last (llama.cpp's mtmd puts the overview
+//     first only for templates that mark slices, which llava's has none of).
+//     No spatial unpad and no image_newline: llama.cpp's mtmd does neither for
+//     the mlp projector.
+//
 //   idefics3 (SmolVLM), with clip.vision.preproc_image_size = L (longest edge):
 //     1. resize to (L, (int)(L / aspect)) if w >= h, else ((int)(L * aspect), L),
 //        aspect = (double)w / h, the short side then rounded up to even;
@@ -146,6 +159,9 @@ typedef struct nm_image_params {
     int32_t longest_edge;  // idefics3: clip.vision.preproc_image_size; 0 = absent (old files)
     float mean[3], std[3]; // clip.vision.image_mean / image_std
     uint8_t pad[3];        // mlp: canvas colour around the fitted image
+    // mlp anyres: candidate (width, height) resolutions, multiples of image_size
+    int32_t n_pinpoints;
+    int32_t pinpoints[NM_CLIP_MAX_PINPOINTS][2];
 } nm_image_params;
 
 // llama.cpp's parameters for an mmproj (pad colour 122,116,104 for mlp).
@@ -153,8 +169,8 @@ nm_image_params nm_image_params_from_clip(const nm_clip_info *ci);
 
 // The encoder inputs for one image, allocated once.
 typedef struct nm_image_batch {
-    int32_t n;          // images: mlp 1; idefics3 rows * cols tiles + 1 global
-    int32_t rows, cols; // idefics3 tile grid; 0, 0 for mlp
+    int32_t n;          // images: mlp 1; idefics3 and mlp anyres rows * cols tiles + 1 global
+    int32_t rows, cols; // tile grid; 0, 0 for one image
     int32_t image_size; // S
     float *data;        // (n, 3, S, S): image i at data + i * 3 * S * S; owned
 } nm_image_batch;
@@ -166,6 +182,11 @@ typedef struct nm_image_batch {
 nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_image_batch *out,
                               char *err, size_t err_size);
 void nm_image_batch_free(nm_image_batch *b);
+
+// llama.cpp's select_best_resolution: of the pinpoints, the one that keeps the
+// most of a w x h image's pixels when it is fitted inside (ties: the least
+// padding; further ties: the first listed). NM_ERR_INVALID_ARG without pinpoints.
+nm_status nm_image_anyres_resolution(int32_t w, int32_t h, const nm_image_params *p, int32_t *rw, int32_t *rh);
 
 // The idefics3 grid (rows, cols) nm_image_preprocess would produce for a
 // w x h image, without doing the work. NM_ERR_RANGE / INVALID_ARG as above.

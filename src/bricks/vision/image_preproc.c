@@ -1,7 +1,9 @@
 // Encoder inputs for one image, as llama.cpp's mtmd builds them (see image.h
 // for the rules and the prompt layout): mtmd_image_preprocessor_fixed_size for
-// "mlp" and mtmd_image_preprocessor_idefics3 for "idefics3".
+// "mlp", mtmd_image_preprocessor_llava_uhd for "mlp" with pinpoints (anyres)
+// and mtmd_image_preprocessor_idefics3 for "idefics3".
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,8 @@ nm_image_params nm_image_params_from_clip(const nm_clip_info *ci) {
         p.pad[0] = 122;
         p.pad[1] = 116;
         p.pad[2] = 104;
+        p.n_pinpoints = ci->n_pinpoints;
+        memcpy(p.pinpoints, ci->pinpoints, sizeof p.pinpoints);
     }
     return p;
 }
@@ -77,9 +81,39 @@ static nm_status ide_plan(int32_t w, int32_t h, const nm_image_params *p, struct
 static bool params_ok(const nm_image_params *p) {
     if (!p || (p->proj != NM_CLIP_PROJ_MLP && p->proj != NM_CLIP_PROJ_IDEFICS3)) return false;
     if (p->image_size <= 0 || p->image_size > 4096 || p->longest_edge < 0 || p->longest_edge > 65536) return false;
+    if (p->n_pinpoints < 0 || p->n_pinpoints > NM_CLIP_MAX_PINPOINTS) return false;
+    for (int32_t i = 0; i < p->n_pinpoints; i++)
+        for (int k = 0; k < 2; k++) {
+            const int32_t v = p->pinpoints[i][k];
+            if (v < p->image_size || v % p->image_size || v / p->image_size > 64) return false;
+        }
     for (int c = 0; c < 3; c++)
         if (!(p->std[c] != 0.0f) || !isfinite(p->std[c]) || !isfinite(p->mean[c])) return false;
     return true;
+}
+
+nm_status nm_image_anyres_resolution(int32_t w, int32_t h, const nm_image_params *p, int32_t *rw, int32_t *rh) {
+    if (!params_ok(p) || p->proj != NM_CLIP_PROJ_MLP || p->n_pinpoints == 0 || w <= 0 || h <= 0)
+        return NM_ERR_INVALID_ARG;
+    // llama.cpp's arithmetic (resize_maintain_aspect_ratio: float scale, int *
+    // float products truncated), in 64 bits where it uses int
+    int64_t max_eff = 0, min_wasted = INT32_MAX;
+    int32_t best = 0;
+    for (int32_t i = 0; i < p->n_pinpoints; i++) {
+        const int32_t cw = p->pinpoints[i][0], ch = p->pinpoints[i][1];
+        const float sw = (float)cw / (float)w, sh = (float)ch / (float)h, scale = sw < sh ? sw : sh;
+        const int64_t tw = (int64_t)((float)w * scale), th = (int64_t)((float)h * scale);
+        const int64_t eff = tw * th < (int64_t)w * h ? tw * th : (int64_t)w * h;
+        const int64_t wasted = (int64_t)cw * ch - eff;
+        if (eff > max_eff || (eff == max_eff && wasted < min_wasted)) {
+            max_eff = eff;
+            min_wasted = wasted;
+            best = i;
+        }
+    }
+    if (rw) *rw = p->pinpoints[best][0];
+    if (rh) *rh = p->pinpoints[best][1];
+    return NM_OK;
 }
 
 nm_status nm_image_idefics3_grid(int32_t w, int32_t h, const nm_image_params *p, int32_t *rows, int32_t *cols) {
@@ -101,12 +135,23 @@ nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_
         return fail(NM_ERR_INVALID_ARG, err, err_size, "preprocess: empty image");
     if (!params_ok(p))
         return fail(NM_ERR_INVALID_ARG, err, err_size,
-                    "preprocess: bad parameters (projector mlp or idefics3, image_size 1..4096, std != 0)");
+                    "preprocess: bad parameters (projector mlp or idefics3, image_size 1..4096, std != 0, "
+                    "pinpoints multiples of image_size)");
     const int32_t S = p->image_size;
     const size_t per = (size_t)3 * S * S;
     struct ide_plan pl = {0};
     int32_t n = 1;
-    if (p->proj == NM_CLIP_PROJ_IDEFICS3) {
+    const bool anyres = p->proj == NM_CLIP_PROJ_MLP && p->n_pinpoints > 0 && (img->w > S || img->h > S);
+    if (anyres) {
+        int32_t rw, rh;
+        nm_image_anyres_resolution(img->w, img->h, p, &rw, &rh);
+        pl.cols = rw / S;
+        pl.rows = rh / S;
+        if ((int64_t)pl.rows * pl.cols > MAX_TILES)
+            return fail(NM_ERR_RANGE, err, err_size, "preprocess: an anyres grid of %dx%d tiles is more than %d",
+                        pl.cols, pl.rows, MAX_TILES);
+        n = pl.rows * pl.cols + 1;
+    } else if (p->proj == NM_CLIP_PROJ_IDEFICS3) {
         nm_status st = ide_plan(img->w, img->h, p, &pl);
         if (st != NM_OK)
             return fail(st, err, err_size, "preprocess: a %dx%d image cannot be tiled for idefics3 (%s)",
@@ -118,7 +163,20 @@ nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_
 
     nm_status st = NM_OK;
     nm_image a = {0}, b = {0}, g = {0};
-    if (p->proj == NM_CLIP_PROJ_MLP) {
+    if (p->proj == NM_CLIP_PROJ_MLP && p->n_pinpoints > 0) {
+        // llava_uhd: refined = bicubic fitted on black (pad_rf PAD_CEIL, colour 0),
+        // overview = bicubic stretch (pad_ov PAD_NONE); an image within S x S is the overview alone
+        static const uint8_t black[3] = {0, 0, 0};
+        if (anyres) st = nm_image_resize_pad(img, pl.cols * S, pl.rows * S, NM_RESIZE_BICUBIC, black, &b);
+        if (st == NM_OK) st = nm_image_resize(img, S, S, NM_RESIZE_BICUBIC, &g);
+        if (st == NM_OK) {
+            float *o = data;
+            for (int32_t r = 0; r < pl.rows; r++)
+                for (int32_t c = 0; c < pl.cols; c++, o += per)
+                    nm_image_rect_to_f32(&b, c * S, r * S, S, p->mean, p->std, o);
+            nm_image_rect_to_f32(&g, 0, 0, S, p->mean, p->std, o);
+        }
+    } else if (p->proj == NM_CLIP_PROJ_MLP) {
         st = nm_image_resize_pad(img, S, S, NM_RESIZE_BICUBIC, p->pad, &a);
         if (st == NM_OK) nm_image_rect_to_f32(&a, 0, 0, S, p->mean, p->std, data);
     } else {

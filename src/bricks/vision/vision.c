@@ -83,14 +83,15 @@ typedef struct piece {
 } piece;
 
 // The layout of llama.cpp's mtmd for the projector (see image.h): mlp is the
-// embeddings alone; idefics3 wraps tiles and the global image in SmolVLM's
-// markers. Returns the number of pieces written to p (at most max).
+// embeddings alone (anyres: the tiles', then the overview's, nothing between
+// them); idefics3 wraps tiles and the global image in SmolVLM's markers.
+// Returns the number of pieces written to p (at most max).
 static int layout(const nm_vision *v, const nm_image_batch *b, piece *p, int max) {
     int n = 0;
 #define TEXT(...) (n < max ? (snprintf(p[n].text, sizeof p[n].text, __VA_ARGS__), p[n].image = -1, n++) : n)
 #define IMAGE(i) (n < max ? (p[n].text[0] = '\0', p[n].image = (i), n++) : n)
     if (nm_clip_get_info(v->clip)->proj == NM_CLIP_PROJ_MLP) {
-        IMAGE(0);
+        for (int i = 0; i < b->n; i++) IMAGE(i);
         return n;
     }
     for (int r = 0; r < b->rows; r++) {

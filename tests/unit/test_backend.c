@@ -32,6 +32,44 @@ NM_TEST(gemm_simd_equals_reference_odd_sizes) {
     }
 }
 
+// The packed (AVX-512) GEMM, where this CPU has it: every row count of a tile
+// (1..16, masked stores), token counts around its 14-token blocks, odd K, with
+// and without bias; columns of y past R stay untouched.
+NM_TEST(gemm_packed_equals_reference) {
+    nm_gemm_packed_fn g = nm_gemm_f32_packed_get();
+    if (!g) NM_SKIP("no packed GEMM on this CPU");
+    const int64_t Ts[] = {1, 2, 13, 14, 15, 29, 48}, Ks[] = {1, 7, 64, 130};
+    for (int64_t R = 1; R <= NM_GEMM_PACK_ROWS; R++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+            for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+                const int64_t T = Ts[ti], K = Ks[ki], ldy = R + 5;
+                float *w = malloc(sizeof(float) * R * K), *x = malloc(sizeof(float) * T * K), *b = malloc(sizeof(float) * R);
+                float *y1 = malloc(sizeof(float) * T * ldy), *y2 = malloc(sizeof(float) * T * ldy);
+                float *wp = aligned_alloc(64, sizeof(float) * NM_GEMM_PACK_ROWS * (size_t)((K + 3) / 4 * 4));
+                for (int64_t i = 0; i < R * K; i++) w[i] = frand();
+                for (int64_t i = 0; i < T * K; i++) x[i] = frand();
+                for (int64_t i = 0; i < R; i++) b[i] = frand();
+                for (int64_t i = 0; i < T * ldy; i++) y2[i] = 777.0f;
+                const bool with_bias = (R + T + K) % 2;
+                nm_gemm_f32_ref(w, R, x, T, K, y1, ldy, with_bias ? b : NULL);
+                nm_gemm_pack16(w, R, K, wp);
+                g(wp, R, x, T, K, y2, ldy, with_bias ? b : NULL);
+                double maxd = 0;
+                bool untouched = true;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t r = 0; r < ldy; r++) {
+                        if (r < R) maxd = fmax(maxd, fabs(y1[t * ldy + r] - y2[t * ldy + r]));
+                        else untouched &= y2[t * ldy + r] == 777.0f;
+                    }
+                if (!(maxd < 1e-5 * sqrt((double)K) + 1e-6) || !untouched)
+                    fprintf(stderr, "  R=%lld T=%lld K=%lld: max diff %g, untouched %d\n", (long long)R, (long long)T,
+                            (long long)K, maxd, untouched);
+                NM_CHECK(maxd < 1e-5 * sqrt((double)K) + 1e-6);
+                NM_CHECK(untouched);
+                free(w), free(x), free(b), free(y1), free(y2), free(wp);
+            }
+}
+
 // MATMUL of quantized weights, decode (T = 1) and prefill (T > 1) paths, equals
 // dequantize-then-multiply with the activations rounded as the kernels round
 // them (to the weights' vec_dot_type: 8-bit blocks, f16, ...).

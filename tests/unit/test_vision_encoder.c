@@ -210,6 +210,12 @@ NM_TEST(vision_layout_variants) {
     p.n_layer = 2;        // runs one layer
     run_case(nmtest_failed, "mlp-no-class", &p, 1e-4, 3e-5);
 
+    // the legacy LLaVA converter's files: patch kernel and position table in f16
+    // (f16 matmul weights too, as those files had them)
+    p = small_params("mlp", NM_TYPE_F16, 35);
+    p.f16_embd = true;
+    run_case(nmtest_failed, "mlp-f16-embd", &p, 1e-4, 3e-5);
+
     p = small_params("idefics3", NM_TYPE_F32, 33);
     p.image_size = 64;
     p.patch_size = 8;

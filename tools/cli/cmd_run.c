@@ -192,7 +192,9 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
         }
         const int32_t *toks = sl.data;
         const int32_t n = sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
-        if (n > 0 && S->t_first == 0.0) S->t_first = cli_now() - t_sent;
+        // the first sampled token: a text token, or an end-of-generation token the brick does not pass on
+        const bool eog_end = (sl.meta->user & NM_LLM_OUT_END) && NM_LLM_OUT_STOP_OF(sl.meta->user) == NM_LLM_STOP_EOG;
+        if ((n > 0 || eog_end) && S->t_first == 0.0) S->t_first = cli_now() - t_sent;
         for (int32_t i = 0; i < n; i++) {
             int32_t k = nm_detok_push(S->m, &dt, toks[i], piece, (int32_t)sizeof piece);
             if (k <= 0) continue;

@@ -238,10 +238,11 @@ static nm_status add_tensors(gen *g, const nm_genmmproj_params *p, bool idefics3
 #define T(call) \
     if (st == NM_OK) st = (call)
     // Conv2d(3, d, ps, stride ps) as ggml stores it: ne = {kw, kh, c_in, c_out}.
-    T(add(g, "v.patch_embd.weight", NM_TYPE_F32, 4, ps, ps, 3, d, 0.0f, 1.0f / sqrtf((float)(3 * ps * ps))));
+    const uint32_t et = p->f16_embd ? NM_TYPE_F16 : NM_TYPE_F32;
+    T(add(g, "v.patch_embd.weight", et, 4, ps, ps, 3, d, 0.0f, 1.0f / sqrtf((float)(3 * ps * ps))));
     if (p->patch_bias) T(add_1d(g, "v.patch_embd.bias", d, 0.0f, 0.1f));
     if (p->class_embd) T(add_1d(g, "v.class_embd", d, 0.0f, 0.5f));
-    T(add(g, "v.position_embd.weight", NM_TYPE_F32, 2, d, n_pos, 1, 1, 0.0f, 0.3f));
+    T(add(g, "v.position_embd.weight", et, 2, d, n_pos, 1, 1, 0.0f, 0.3f));
     if (p->pre_ln) T(add_norm(g, "v.pre_ln", d));
     char pre[64], name[96];
     for (int il = 0; il < p->n_layer && st == NM_OK; il++) {

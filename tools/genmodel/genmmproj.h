@@ -29,6 +29,7 @@ typedef struct nm_genmmproj_params {
     float eps;           // clip.vision.attention.layer_norm_epsilon
     float mean[3], std[3]; // clip.vision.image_mean / image_std
     uint32_t wtype;      // enum nm_type of the 2-D matmul weights; embeddings, norms and biases stay f32
+    bool f16_embd;       // patch kernel and position table in f16, as the legacy LLaVA converter wrote them
     uint64_t seed;
     // mlp anyres: clip.vision.image_grid_pinpoints as n_pinpoints (width, height)
     // pairs (written as given, int32; 0: no key)

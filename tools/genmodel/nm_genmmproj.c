@@ -30,6 +30,7 @@ static void usage(FILE *f) {
             "  --gelu 0|1         clip.use_gelu: tanh GELU (1) or quick GELU (0) in the ViT FFN\n"
             "                     (default 0 for mlp, 1 for idefics3)\n"
             "  --legacy-ffn       name fc1 ffn_down and fc2 ffn_up, as old LLaVA converters did\n"
+            "  --f16-embd         patch kernel and position table in f16, as the legacy LLaVA converter wrote them\n"
             "  --eps X            layer-norm epsilon (default 1e-5 for mlp, 1e-6 for idefics3)\n"
             "  --pinpoints W,H,.. anyres resolutions (clip.vision.image_grid_pinpoints, LLaVA-1.6 style), e.g.\n"
             "                     64,128,128,64,128,128 for --image-size 64\n"
@@ -67,6 +68,10 @@ int main(int argc, char **argv) {
         }
         if (!strcmp(a, "--legacy-ffn")) {
             p.legacy_ffn_names = true;
+            continue;
+        }
+        if (!strcmp(a, "--f16-embd")) {
+            p.f16_embd = true;
             continue;
         }
         const char *v = i + 1 < argc ? argv[++i] : NULL;

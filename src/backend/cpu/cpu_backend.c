@@ -19,6 +19,10 @@
 // Tokens per GEMM call: the block of activations (NM_MM_TOKENS x K floats)
 // stays in L2 while the tile's rows sweep over it.
 #define NM_MM_TOKENS 48
+// Tokens from which the packed GEMM pays for packing the tile (16 x K copies
+// against 16 x K x T multiply-adds).
+#define NM_MM_PACK_MIN_TOKENS 8
+_Static_assert(NM_MM_ROWS == NM_GEMM_PACK_ROWS, "the packed GEMM takes whole prefill tiles");
 // Rows per chunk of a decode matmul: big enough that claiming a chunk (one
 // atomic) is noise next to its dots, small enough to balance the threads.
 #define NM_MM_DEC_ROWS 32
@@ -35,9 +39,11 @@ typedef struct nm_cpu {
     const nm_kernels *k;    // chosen for this CPU; the reference fills its holes
     const nm_kernels *kref; // what supports_op checks: a type is supported if it has a reference
     nm_gemm_fn gemm;
+    nm_gemm_packed_fn gemm_packed; // NULL: no packed kernel on this CPU
     nm_expsum_fn expsum;
     int64_t max_row, max_tokens;
     float *scratch; // (n_threads, NM_MM_ROWS, max_row)
+    float *packed;  // (n_threads, max_row, NM_GEMM_PACK_ROWS), 64-aligned: the tile for gemm_packed
     uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
     uint8_t *gemv_prep; // (NM_MM_GROUP, gemv_prep_bytes), 64-aligned: decode activations as each gemv wants them
     size_t gemv_prep_bytes;
@@ -192,6 +198,13 @@ static void mm_worker(void *arg, int64_t chunk, int ith) {
     r0 = chunk * NM_MM_ROWS;
     r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
     for (int64_t o = r0; o < r1; o++) deq(wd + (size_t)o * row_bytes, tile + (o - r0) * K, K);
+    if (c->gemm_packed && T >= NM_MM_PACK_MIN_TOKENS) {
+        // the tile packed once for all tokens (outer-product kernel, see x86_gemm512.c)
+        float *wp = c->packed + (size_t)ith * (size_t)c->max_row * NM_GEMM_PACK_ROWS;
+        nm_gemm_pack16(tile, r1 - r0, K, wp);
+        c->gemm_packed(wp, r1 - r0, xd, T, K, yd + r0, O, bd ? bd + r0 : NULL);
+        return;
+    }
     for (int64_t tb = 0; tb < T; tb += NM_MM_TOKENS) {
         int64_t nb = T - tb < NM_MM_TOKENS ? T - tb : NM_MM_TOKENS;
         c->gemm(tile, r1 - r0, xd + tb * K, nb, K, yd + tb * O + r0, O, bd ? bd + r0 : NULL);
@@ -693,6 +706,7 @@ static void cpu_free(nm_backend *b) {
     free(c->scratch);
     free(c->act_q);
     free(c->gemv_prep);
+    free(c->packed);
     free(c->attn_ws);
     free(c);
     free(b);
@@ -722,6 +736,7 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_to
     c->k = nm_kernels_get();
     c->kref = nm_kernels_ref();
     c->gemm = nm_gemm_f32_get();
+    c->gemm_packed = nm_gemm_f32_packed_get();
     c->expsum = nm_expsum_get();
     c->max_row = max_row;
     c->max_tokens = max_tokens;
@@ -729,6 +744,10 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_to
     c->act_q = malloc((size_t)max_tokens * (size_t)max_row * sizeof(float));
     c->gemv_prep_bytes = (NM_GEMV_PREP_BYTES(max_row) + 63) / 64 * 64;
     c->gemv_prep = aligned_alloc(64, NM_MM_GROUP * c->gemv_prep_bytes);
+    if (c->gemm_packed) {
+        c->packed = aligned_alloc(64, (size_t)nm_pool_size(c->pool) * (size_t)max_row * NM_GEMM_PACK_ROWS * sizeof(float));
+        if (!c->packed) goto fail;
+    }
     if (!c->scratch || !c->act_q || !c->gemv_prep) goto fail;
     b->iface = &cpu_iface;
     b->impl = c;
@@ -739,6 +758,7 @@ fail:
         free(c->scratch);
         free(c->act_q);
         free(c->gemv_prep);
+        free(c->packed);
     }
     free(c);
     free(b);

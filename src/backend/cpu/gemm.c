@@ -24,6 +24,16 @@ nm_gemm_fn nm_gemm_f32_get(void) {
     return nm_gemm_f32_ref;
 }
 
+nm_gemm_packed_fn nm_gemm_f32_packed_get(void) {
+    const char *force = getenv("NM_FORCE_REF"), *no512 = getenv("NM_NO_AVX512");
+    if ((force && !strcmp(force, "1")) || (no512 && !strcmp(no512, "1"))) return NULL;
+#ifdef NM_HAVE_X86_SIMD
+    const nm_cpu_features *cpu = nm_cpu_features_get();
+    if (cpu->avx2 && cpu->fma && cpu->avx512f) return nm_gemm_f32_packed_avx512;
+#endif
+    return NULL;
+}
+
 // e^x = 2^n e^r: n = round(x log2 e), r = x - n ln 2 with ln 2 split in two
 // (Cody-Waite: r exact enough for any n), e^r by its degree-6 Taylor
 // polynomial (|r| <= 0.35: relative error < 2.5e-7). x clamped to [-87, 88]

@@ -19,6 +19,21 @@ void nm_gemm_f32_avx2(const float *restrict w, int64_t R, const float *restrict 
 // The best kernel for this CPU (NM_FORCE_REF=1 forces the reference).
 nm_gemm_fn nm_gemm_f32_get(void);
 
+// The same product from a packed weight tile of at most 16 rows:
+//   wp[k * 16 + r] = w[r * K + k] for r < R, 0 for R <= r < 16 (nm_gemm_pack16),
+// 64-byte aligned. Equal to nm_gemm_fn up to the order of the f32 sums.
+#define NM_GEMM_PACK_ROWS 16
+typedef void (*nm_gemm_packed_fn)(const float *restrict wp, int64_t R, const float *restrict x, int64_t T, int64_t K,
+                                  float *restrict y, int64_t ldy, const float *restrict bias);
+#ifdef NM_HAVE_X86_SIMD
+void nm_gemm_pack16(const float *restrict w, int64_t R, int64_t K, float *restrict wp);
+void nm_gemm_f32_packed_avx512(const float *restrict wp, int64_t R, const float *restrict x, int64_t T, int64_t K,
+                               float *restrict y, int64_t ldy, const float *restrict bias);
+#endif
+// The packed kernel for this CPU, or NULL where there is none (no AVX-512F,
+// NM_FORCE_REF=1 or NM_NO_AVX512=1): then use nm_gemm_f32_get.
+nm_gemm_packed_fn nm_gemm_f32_packed_get(void);
+
 // Softmax numerators: s[j] = e^(s[j] - m) for j < n, returning their sum.
 // The exponential is Cody-Waite reduction + a degree-6 polynomial (relative
 // error < 2.5e-7); nm_expf is the same for one value.

@@ -306,7 +306,12 @@ static void attn_worker(void *arg, int64_t i, int ith) {
 // T*hd copies against NM_FA_QB*T*hd multiply-adds per block).
 #define NM_FA_QB 32
 
-static int64_t fa_ws_floats(int64_t T, int64_t hd) { return 2 * T * hd + NM_FA_QB * hd + NM_FA_QB * T; }
+// With the packed GEMM, K and V^T are also packed into 16-row panels (kpk:
+// ceil16(T) x hd, vtk: ceil16(hd) x T). Every part starts 64-byte aligned.
+#define FA_R16(n) (((n) + 15) / 16 * 16)
+static int64_t fa_ws_floats(int64_t T, int64_t hd) {
+    return 2 * FA_R16(T * hd) + FA_R16(NM_FA_QB * hd) + FA_R16(NM_FA_QB * T) + FA_R16(T) * hd + FA_R16(hd) * T;
+}
 
 typedef struct fa_task {
     const nm_cpu *c;
@@ -327,9 +332,11 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
     const float *V = (const float *)op->src2->data + h * hd;
     float *O = (float *)op->dst->data + h * hd;
     float *kp = c->attn_ws + (size_t)ith * (size_t)c->attn_ws_floats; // (T, hd)
-    float *vt = kp + T * hd;                                             // (hd, T)
-    float *qp = vt + T * hd;                                             // (QB, hd)
-    float *sc = qp + NM_FA_QB * hd;                                      // (QB, T)
+    float *vt = kp + FA_R16(T * hd);                                     // (hd, T)
+    float *qp = vt + FA_R16(T * hd);                                     // (QB, hd)
+    float *sc = qp + FA_R16(NM_FA_QB * hd);                              // (QB, T)
+    float *kpk = sc + FA_R16(NM_FA_QB * T);                              // K in 16-key panels (packed GEMM)
+    float *vtk = kpk + FA_R16(T) * hd;                                   // V^T in 16-dim panels
     const bool g16 = op->flags & NM_OPF_GGML_F16;
     for (int64_t j = 0; j < T; j++) {
         memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
@@ -339,13 +346,24 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
         round_f16(c, kp, T * hd);
         round_f16(c, vt, T * hd);
     }
+    const nm_gemm_packed_fn gp = c->gemm_packed;
+    if (gp) {
+        for (int64_t j = 0; j < T; j += NM_GEMM_PACK_ROWS)
+            nm_gemm_pack16(kp + j * hd, T - j < NM_GEMM_PACK_ROWS ? T - j : NM_GEMM_PACK_ROWS, hd, kpk + j * hd);
+        for (int64_t d = 0; d < hd; d += NM_GEMM_PACK_ROWS)
+            nm_gemm_pack16(vt + d * T, hd - d < NM_GEMM_PACK_ROWS ? hd - d : NM_GEMM_PACK_ROWS, T, vtk + d * T);
+    }
     const float scale = op->f0;
     for (int64_t q0 = q_lo; q0 < q_hi; q0 += NM_FA_QB) {
         const int64_t nq = q_hi - q0 < NM_FA_QB ? q_hi - q0 : NM_FA_QB;
         for (int64_t i = 0; i < nq; i++)
             for (int64_t d = 0; d < hd; d++) qp[i * hd + d] = g16 ? Q[(q0 + i) * stride + d] : Q[(q0 + i) * stride + d] * scale;
         if (g16) round_f16(c, qp, nq * hd); // Q to f16, the scale after the dot
-        c->gemm(kp, T, qp, nq, hd, sc, T, NULL); // sc[i * T + j] = q_i . k_j
+        if (gp) // sc[i * T + j] = q_i . k_j
+            for (int64_t j = 0; j < T; j += NM_GEMM_PACK_ROWS)
+                gp(kpk + j * hd, T - j < NM_GEMM_PACK_ROWS ? T - j : NM_GEMM_PACK_ROWS, qp, nq, hd, sc + j, T, NULL);
+        else
+            c->gemm(kp, T, qp, nq, hd, sc, T, NULL);
         for (int64_t i = 0; i < nq; i++) {
             float *s = sc + i * T, m = -INFINITY, sum = 0.0f;
             if (g16) {
@@ -361,7 +379,12 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
             const float inv = 1.0f / sum;
             for (int64_t j = 0; j < T; j++) s[j] *= inv;
         }
-        c->gemm(vt, hd, sc, nq, T, O + q0 * stride, stride, NULL); // O[i, d] = sum_j p_ij v_j[d]
+        if (gp) // O[i, d] = sum_j p_ij v_j[d]
+            for (int64_t d = 0; d < hd; d += NM_GEMM_PACK_ROWS)
+                gp(vtk + d * T, hd - d < NM_GEMM_PACK_ROWS ? hd - d : NM_GEMM_PACK_ROWS, sc, nq, T, O + q0 * stride + d,
+                   stride, NULL);
+        else
+            c->gemm(vt, hd, sc, nq, T, O + q0 * stride, stride, NULL);
     }
 }
 
@@ -776,7 +799,7 @@ nm_status nm_backend_cpu_reserve_attn(nm_backend *b, int64_t max_seq, int64_t he
     const int64_t T = max_seq > c->attn_max_seq ? max_seq : c->attn_max_seq;
     const int64_t hd = head_dim > c->attn_max_hd ? head_dim : c->attn_max_hd;
     const int64_t per = fa_ws_floats(T, hd);
-    float *ws = malloc((size_t)nm_pool_size(c->pool) * (size_t)per * sizeof(float));
+    float *ws = aligned_alloc(64, (size_t)nm_pool_size(c->pool) * (size_t)per * sizeof(float)); // per: 16 | per
     if (!ws) return NM_ERR_NOMEM;
     free(c->attn_ws);
     c->attn_ws = ws;

@@ -97,6 +97,7 @@ static const nm_gemmq_fn gemmq_via_dotq[NM_TYPE_COUNT] = {NM_EACH_TYPE(VIA_ENTRY
 // reference stays where the SIMD table has a hole). A type with a fast dotq
 // but no fast gemmq gets the loop over the chosen dotq, unless an earlier
 // table already gave it a real gemmq.
+#if defined(NM_HAVE_X86_SIMD) || defined(NM_HAVE_ARM_SIMD)
 static void overlay(const nm_kernels *simd) {
     chosen.name = simd->name;
     for (int t = 0; t < NM_TYPE_COUNT; t++) {
@@ -112,6 +113,7 @@ static void overlay(const nm_kernels *simd) {
         else if (simd->dotq[t] && chosen.gemmq[t] == ref_table.gemmq[t]) chosen.gemmq[t] = gemmq_via_dotq[t];
     }
 }
+#endif
 
 static bool env_on(const char *name) {
     const char *v = getenv(name);

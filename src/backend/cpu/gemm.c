@@ -24,6 +24,15 @@ nm_gemm_fn nm_gemm_f32_get(void) {
     return nm_gemm_f32_ref;
 }
 
+void nm_gemm_pack16(const float *restrict w, int64_t R, int64_t K, float *restrict wp) {
+    for (int64_t k = 0; k < K; k++) {
+        float *o = wp + k * NM_GEMM_PACK_ROWS;
+        int64_t r = 0;
+        for (; r < R; r++) o[r] = w[r * K + k];
+        for (; r < NM_GEMM_PACK_ROWS; r++) o[r] = 0.0f;
+    }
+}
+
 nm_gemm_packed_fn nm_gemm_f32_packed_get(void) {
     const char *force = getenv("NM_FORCE_REF"), *no512 = getenv("NM_NO_AVX512");
     if ((force && !strcmp(force, "1")) || (no512 && !strcmp(no512, "1"))) return NULL;

@@ -25,8 +25,8 @@ nm_gemm_fn nm_gemm_f32_get(void);
 #define NM_GEMM_PACK_ROWS 16
 typedef void (*nm_gemm_packed_fn)(const float *restrict wp, int64_t R, const float *restrict x, int64_t T, int64_t K,
                                   float *restrict y, int64_t ldy, const float *restrict bias);
-#ifdef NM_HAVE_X86_SIMD
 void nm_gemm_pack16(const float *restrict w, int64_t R, int64_t K, float *restrict wp);
+#ifdef NM_HAVE_X86_SIMD
 void nm_gemm_f32_packed_avx512(const float *restrict wp, int64_t R, const float *restrict x, int64_t T, int64_t K,
                                float *restrict y, int64_t ldy, const float *restrict bias);
 #endif

@@ -19,15 +19,6 @@
 
 #define NR 14 // tokens per block: 14 accumulators + the weight vector + broadcasts fit the 32 zmm
 
-void nm_gemm_pack16(const float *restrict w, int64_t R, int64_t K, float *restrict wp) {
-    for (int64_t k = 0; k < K; k++) {
-        float *o = wp + k * NM_GEMM_PACK_ROWS;
-        int64_t r = 0;
-        for (; r < R; r++) o[r] = w[r * K + k];
-        for (; r < NM_GEMM_PACK_ROWS; r++) o[r] = 0.0f;
-    }
-}
-
 // nr tokens (nr <= NR, a constant after inlining) x the 16 rows of wp, rows
 // >= R masked off at the store. Token j's activations are x + j * K, read
 // through five pointers (tokens 3i, 3i+1, 3i+2 at p_i, p_i + K, p_i + 2K) so

@@ -443,6 +443,53 @@ static void cleanup(void) { // the directory is flat: our files only
     if (rmdir(tmpdir) != 0) fprintf(stderr, "could not remove %s: %s\n", tmpdir, strerror(errno));
 }
 
+// NM_GEN_CORPUS=DIR: the fuzz seeds of tests/fuzz/corpus/mmproj - small files
+// (2-40 KB) of each layout the loader branches on.
+NM_TEST(gen_corpus) {
+    const char *dir = getenv("NM_GEN_CORPUS");
+    if (!dir || !*dir) NM_SKIP("set NM_GEN_CORPUS=DIR to write the corpus");
+    mkdir(dir, 0755);
+    struct {
+        const char *name, *proj;
+        uint32_t type;
+        bool anyres, f16_embd, legacy, no_class;
+    } seeds[] = {
+        {"mlp-f32.gguf", "mlp", NM_TYPE_F32, false, false, false, false},
+        {"mlp-anyres.gguf", "mlp", NM_TYPE_F32, true, false, false, false},
+        {"mlp-q8_0-f16embd.gguf", "mlp", NM_TYPE_Q8_0, false, true, false, false},
+        {"mlp-legacy-noclass.gguf", "mlp", NM_TYPE_F16, false, false, true, true},
+        {"idefics3-f32.gguf", "idefics3", NM_TYPE_F32, false, false, false, false},
+        {"idefics3-q4_0.gguf", "idefics3", NM_TYPE_Q4_0, false, false, false, false},
+    };
+    for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
+        nm_genmmproj_params p = nm_genmmproj_default_params(seeds[i].proj);
+        p.image_size = 16;
+        p.patch_size = !strcmp(seeds[i].proj, "mlp") ? 8 : 4;
+        const bool blocks = seeds[i].type != NM_TYPE_F32 && seeds[i].type != NM_TYPE_F16; // rows of 32
+        p.n_embd = blocks ? 32 : 8;
+        p.n_ff = blocks ? 64 : 16; // not n_embd: llama.cpp's ffn_up/down swap check needs them apart
+        p.n_head = 2;
+        p.n_layer = 2;
+        p.n_out_embd = blocks ? 32 : 8;
+        p.wtype = seeds[i].type;
+        p.f16_embd = seeds[i].f16_embd;
+        p.legacy_ffn_names = seeds[i].legacy;
+        if (seeds[i].no_class) p.class_embd = false;
+        if (seeds[i].anyres) {
+            static const int32_t pins[3][2] = {{32, 16}, {16, 32}, {32, 32}};
+            p.n_pinpoints = 3;
+            memcpy(p.pinpoints, pins, sizeof pins);
+        }
+        p.seed = 70 + i;
+        char path[1024], err[256];
+        snprintf(path, sizeof path, "%s/%s", dir, seeds[i].name);
+        NM_CHECK(nm_genmmproj_write(path, &p, err, sizeof err) == NM_OK);
+        nm_clip *c = NULL;
+        NM_CHECK(nm_clip_load(path, 1, &c, err, sizeof err) == NM_OK); // every seed loads
+        nm_clip_free(c);
+    }
+}
+
 int main(int argc, char **argv) {
     int rc = nmtest_main(argc, argv);
     cleanup();

@@ -384,13 +384,14 @@ void nm_clip_free(nm_clip *c) {
     free(c);
 }
 
-nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char *err, size_t err_size) {
-    if (!path || !out) return failf(err, err_size, NM_ERR_INVALID_ARG, "nm_clip_load: NULL argument");
+// From a file (path) or from memory (data, size).
+static nm_status clip_load(const char *path, const void *data, size_t size, int32_t n_threads, nm_clip **out,
+                           char *err, size_t err_size) {
     *out = NULL;
     nm_clip *c = calloc(1, sizeof *c);
     if (!c) return failf(err, err_size, NM_ERR_NOMEM, "out of memory");
     loader L = {c, err, err_size};
-    nm_status st = nm_gguf_open(path, &c->g, err, err_size);
+    nm_status st = path ? nm_gguf_open(path, &c->g, err, err_size) : nm_gguf_open_memory(data, size, &c->g, err, err_size);
     if (st) goto fail;
     if ((st = load_hparams(&L))) goto fail;
     nm_clip_info *in = &c->info;
@@ -430,6 +431,17 @@ nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char 
 fail:
     nm_clip_free(c);
     return st;
+}
+
+nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char *err, size_t err_size) {
+    if (!path || !out) return failf(err, err_size, NM_ERR_INVALID_ARG, "nm_clip_load: NULL argument");
+    return clip_load(path, NULL, 0, n_threads, out, err, err_size);
+}
+
+nm_status nm_clip_load_memory(const void *data, size_t size, int32_t n_threads, nm_clip **out, char *err,
+                              size_t err_size) {
+    if (!data || !out) return failf(err, err_size, NM_ERR_INVALID_ARG, "nm_clip_load_memory: NULL argument");
+    return clip_load(NULL, data, size, n_threads, out, err, err_size);
 }
 
 const nm_clip_info *nm_clip_get_info(const nm_clip *c) { return c ? &c->info : NULL; }

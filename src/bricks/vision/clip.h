@@ -58,6 +58,10 @@ typedef struct nm_clip_info {
 // A file with missing tensors, inconsistent shapes or an unknown projector
 // gives an error naming the problem.
 nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char *err, size_t err_size);
+// The same from an mmproj image in memory, which must stay valid and unchanged
+// until nm_clip_free (the weights are used in place).
+nm_status nm_clip_load_memory(const void *data, size_t size, int32_t n_threads, nm_clip **out, char *err,
+                              size_t err_size);
 void nm_clip_free(nm_clip *c);
 const nm_clip_info *nm_clip_get_info(const nm_clip *c);
 

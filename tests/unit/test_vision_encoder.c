@@ -443,6 +443,32 @@ static void cleanup(void) { // the directory is flat: our files only
     if (rmdir(tmpdir) != 0) fprintf(stderr, "could not remove %s: %s\n", tmpdir, strerror(errno));
 }
 
+// A block_count no ViT has (found by fuzz_mmproj: it sized the layer table,
+// 2.8 GB, before any tensor was looked at) is a format error.
+NM_TEST(vision_absurd_sizes_refused) {
+    char path[160];
+    tmp_path(path, sizeof path, "huge.gguf");
+    const float half[3] = {0.5f, 0.5f, 0.5f};
+    const uint32_t layers[2] = {3000000, 2}, ff[2] = {64, 1u << 22}; // both pass the 2^24 count check
+    for (int k = 0; k < 2; k++) {
+        nm_gguf_writer *w = nm_gguf_writer_create();
+        NM_CHECK(w && nm_gguf_writer_add_str(w, "general.architecture", "clip") == NM_OK &&
+                 nm_gguf_writer_add_str(w, "clip.projector_type", "mlp") == NM_OK &&
+                 nm_gguf_writer_add_u32(w, "clip.vision.embedding_length", 32) == NM_OK &&
+                 nm_gguf_writer_add_u32(w, "clip.vision.feed_forward_length", ff[k]) == NM_OK &&
+                 nm_gguf_writer_add_u32(w, "clip.vision.attention.head_count", 2) == NM_OK &&
+                 nm_gguf_writer_add_u32(w, "clip.vision.block_count", layers[k]) == NM_OK &&
+                 nm_gguf_writer_add_u32(w, "clip.vision.image_size", 16) == NM_OK &&
+                 nm_gguf_writer_add_u32(w, "clip.vision.patch_size", 8) == NM_OK &&
+                 nm_gguf_writer_add_f32(w, "clip.vision.attention.layer_norm_epsilon", 1e-5f) == NM_OK &&
+                 nm_gguf_writer_add_arr(w, "clip.vision.image_mean", NM_GGUF_FLOAT32, half, 3) == NM_OK &&
+                 nm_gguf_writer_add_arr(w, "clip.vision.image_std", NM_GGUF_FLOAT32, half, 3) == NM_OK &&
+                 nm_gguf_writer_write(w, path) == NM_OK);
+        nm_gguf_writer_free(w);
+        expect_refused(nmtest_failed, path, "out of range");
+    }
+}
+
 // NM_GEN_CORPUS=DIR: the fuzz seeds of tests/fuzz/corpus/mmproj - small files
 // (2-40 KB) of each layout the loader branches on.
 NM_TEST(gen_corpus) {

@@ -233,6 +233,10 @@ static nm_status load_pinpoints(loader *L) {
     return NM_OK;
 }
 
+// Real ViTs have at most ~48 layers; a block_count past this is a corrupt file
+// (and would size the layer table before any tensor is checked).
+#define NM_CLIP_MAX_LAYERS 1024
+
 // Hyperparameters and their consistency.
 static nm_status load_hparams(loader *L) {
     nm_clip *c = L->c;
@@ -272,6 +276,9 @@ static nm_status load_hparams(loader *L) {
     if (in->n_embd <= 0 || in->n_ff <= 0 || in->n_head <= 0 || in->n_layer <= 0 || in->n_embd % in->n_head)
         return LFAIL(L, NM_ERR_FORMAT, "mmproj: inconsistent sizes (n_embd %d, n_ff %d, n_head %d, layers %d)",
                      in->n_embd, in->n_ff, in->n_head, in->n_layer);
+    if (in->n_layer > NM_CLIP_MAX_LAYERS || in->n_embd > 65536 || in->n_ff > 1 << 20)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: sizes out of range (layers %d of at most %d, n_embd %d, n_ff %d)",
+                     in->n_layer, NM_CLIP_MAX_LAYERS, in->n_embd, in->n_ff);
     if ((n_head_kv && n_head_kv != in->n_head) || (head_dim && head_dim * in->n_head != in->n_embd))
         return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: grouped or non-standard attention heads are not supported");
     if (in->patch_size <= 0 || in->image_size <= 0 || in->image_size % in->patch_size || in->image_size > 4096)

@@ -163,33 +163,22 @@ nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_
 
     nm_status st = NM_OK;
     nm_image a = {0}, b = {0}, g = {0};
-    if (p->proj == NM_CLIP_PROJ_MLP && p->n_pinpoints > 0) {
-        // llava_uhd: refined = bicubic fitted on black (pad_rf PAD_CEIL, colour 0),
-        // overview = bicubic stretch (pad_ov PAD_NONE); an image within S x S is the overview alone
-        static const uint8_t black[3] = {0, 0, 0};
-        if (anyres) st = nm_image_resize_pad(img, pl.cols * S, pl.rows * S, NM_RESIZE_BICUBIC, black, &b);
-        if (st == NM_OK) st = nm_image_resize(img, S, S, NM_RESIZE_BICUBIC, &g);
-        if (st == NM_OK) {
-            float *o = data;
-            for (int32_t r = 0; r < pl.rows; r++)
-                for (int32_t c = 0; c < pl.cols; c++, o += per)
-                    nm_image_rect_to_f32(&b, c * S, r * S, S, p->mean, p->std, o);
-            nm_image_rect_to_f32(&g, 0, 0, S, p->mean, p->std, o);
-        }
-    } else if (p->proj == NM_CLIP_PROJ_MLP) {
+    if (p->proj == NM_CLIP_PROJ_MLP && p->n_pinpoints == 0) {
         st = nm_image_resize_pad(img, S, S, NM_RESIZE_BICUBIC, p->pad, &a);
         if (st == NM_OK) nm_image_rect_to_f32(&a, 0, 0, S, p->mean, p->std, data);
     } else {
+        // tiles of a refined image b (pl.rows x pl.cols of S; none for an anyres image within S x S), then g
         const int32_t rw = pl.cols * S, rh = pl.rows * S;
-        if (p->longest_edge > 0) {
+        if (p->proj == NM_CLIP_PROJ_IDEFICS3 && p->longest_edge > 0) {
             // source -> (w1, h1) -> refined (cols S, rows S) -> global S x S, all Lanczos
             st = nm_image_resize(img, pl.w1, pl.h1, NM_RESIZE_LANCZOS, &a);
             if (st == NM_OK) st = nm_image_resize(&a, rw, rh, NM_RESIZE_LANCZOS, &b);
             if (st == NM_OK) st = nm_image_resize(&b, S, S, NM_RESIZE_LANCZOS, &g);
         } else {
-            // llava-uhd slicing defaults: refined = bicubic fitted on black, global = bicubic stretch
+            // llava_uhd slicing (mlp anyres; idefics3 files without preproc_image_size): refined =
+            // bicubic fitted on black (pad_rf PAD_CEIL, colour 0), global = bicubic stretch (pad_ov PAD_NONE)
             static const uint8_t black[3] = {0, 0, 0};
-            st = nm_image_resize_pad(img, rw, rh, NM_RESIZE_BICUBIC, black, &b);
+            if (pl.rows > 0) st = nm_image_resize_pad(img, rw, rh, NM_RESIZE_BICUBIC, black, &b);
             if (st == NM_OK) st = nm_image_resize(img, S, S, NM_RESIZE_BICUBIC, &g);
         }
         if (st == NM_OK) {

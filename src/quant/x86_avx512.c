@@ -40,6 +40,13 @@
 // CPU backend, which this replaces for the rows these kernels take).
 #define GEMV_PREFETCH_ROWS 8
 
+// The 64 bytes at p of which only the first n (may be <= 0) belong to the row:
+// a plain load inside the row, a masked one (which does not fault) at its end.
+static inline __m512i load_upto(const uint8_t *p, int64_t n) {
+    if (n >= 64) return _mm512_loadu_si512(p);
+    return _mm512_maskz_loadu_epi8(n <= 0 ? 0 : (1ull << n) - 1, p);
+}
+
 // STEP(i, acc) for registers 0..n-1 over four accumulators (acc, acc1..acc3),
 // so that the fma latency does not chain the registers of a row together.
 #define STEPS_BY_4(n)                   \
@@ -111,20 +118,11 @@ static inline float q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_1
     __m512 acc = _mm512_setzero_ps(), acc1 = acc, acc2 = acc, acc3 = acc, accm = acc;
     for (int64_t b0 = 0; b0 < nb; b0 += Q4_1_GROUP, g++) {
         const uint8_t *base = row + b0 * sizeof(nm_block_q4_1);
+        // the row's last group may be short: its registers past the row read as zeros
+        const int64_t bytes = (nb - b0 < Q4_1_GROUP ? nb - b0 : Q4_1_GROUP) * (int64_t)sizeof(nm_block_q4_1);
+        const int nr = (int)((bytes + 63) / 64);
         __m512i r[5];
-        int nr = 5;
-        if (nb - b0 >= Q4_1_GROUP) {
-            for (int i = 0; i < 5; i++) r[i] = _mm512_loadu_si512(base + 64 * i);
-        } else {
-            // the row's last group: masked loads (they do not fault past the row)
-            const int64_t bytes = (nb - b0) * (int64_t)sizeof(nm_block_q4_1);
-            nr = (int)((bytes + 63) / 64);
-            for (int i = 0; i < 5; i++) {
-                const int64_t n = bytes - 64 * i;
-                const __mmask64 k = n >= 64 ? ~0ull : n <= 0 ? 0 : (1ull << n) - 1;
-                r[i] = _mm512_maskz_loadu_epi8(k, base + 64 * i);
-            }
-        }
+        for (int i = 0; i < 5; i++) r[i] = load_upto(base + 64 * i, bytes - 64 * i);
         __m512i dm = _mm512_permutex2var_epi32(r[0], ia, r[1]);
         dm = _mm512_mask_mov_epi32(dm, 0x1f80, _mm512_permutex2var_epi32(r[2], ib, r[3]));
         dm = _mm512_mask_mov_epi32(dm, 0xe000, _mm512_permutexvar_epi32(ic, r[4]));
@@ -243,19 +241,17 @@ static inline pair_consts pair_consts_for(uint32_t type) {
 // masked add of 16, straight from qh.
 static inline __m512i pair_q4_0(const nm_block_q4_0 *xb, int64_t n, const pair_consts *c, __m512 *sw) {
     const bool two = n > (int64_t)sizeof *xb;
-    const int64_t m = n - 2;
-    const __m512i v = m >= 64 ? _mm512_loadu_si512(xb->qs) : _mm512_maskz_loadu_epi8((1ull << m) - 1, xb->qs);
+    const __m512i v = load_upto(xb->qs, n - 2);
     *sw = pair_scale(xb->d, two ? xb[1].d : 0);
     return _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi8(c->perm, v), c->gf, 0);
 }
 
 static inline __m512i pair_q5_0(const nm_block_q5_0 *xb, int64_t n, const pair_consts *c, __m512 *sw) {
     const bool two = n > (int64_t)sizeof *xb;
-    const int64_t m = n - 6;
     uint32_t h0, h1 = 0;
     memcpy(&h0, xb->qh, 4);
     if (two) memcpy(&h1, xb[1].qh, 4);
-    const __m512i v = m >= 64 ? _mm512_loadu_si512(xb->qs) : _mm512_maskz_loadu_epi8((1ull << m) - 1, xb->qs);
+    const __m512i v = load_upto(xb->qs, n - 6);
     const __m512i q = _mm512_gf2p8affine_epi64_epi8(_mm512_permutexvar_epi8(c->perm, v), c->gf, 0);
     *sw = pair_scale(xb->d, two ? xb[1].d : 0);
     return _mm512_mask_add_epi8(q, _cvtu64_mask64((uint64_t)h1 << 32 | h0), q, c->k);

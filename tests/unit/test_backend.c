@@ -52,7 +52,7 @@ NM_TEST(gemm_packed_equals_reference) {
                 for (int64_t i = 0; i < T * ldy; i++) y2[i] = 777.0f;
                 const bool with_bias = (R + T + K) % 2;
                 nm_gemm_f32_ref(w, R, x, T, K, y1, ldy, with_bias ? b : NULL);
-                nm_gemm_pack16(w, R, K, wp);
+                nm_gemm_pack16(w, K, 1, R, K, wp);
                 g(wp, R, x, T, K, y2, ldy, with_bias ? b : NULL);
                 double maxd = 0;
                 bool untouched = true;

@@ -201,7 +201,7 @@ static void mm_worker(void *arg, int64_t chunk, int ith) {
     if (c->gemm_packed && T >= NM_MM_PACK_MIN_TOKENS) {
         // the tile packed once for all tokens (outer-product kernel, see x86_gemm512.c)
         float *wp = c->packed + (size_t)ith * (size_t)c->max_row * NM_GEMM_PACK_ROWS;
-        nm_gemm_pack16(tile, r1 - r0, K, wp);
+        nm_gemm_pack16(tile, K, 1, r1 - r0, K, wp);
         c->gemm_packed(wp, r1 - r0, xd, T, K, yd + r0, O, bd ? bd + r0 : NULL);
         return;
     }
@@ -300,17 +300,18 @@ static void attn_worker(void *arg, int64_t i, int ith) {
 // ---- bidirectional attention (encoders) -------------------------------------------------
 //
 // A chunk is one head and a contiguous group of queries. The chunk packs its
-// head's K (T x hd) and V transposed (hd x T) into the thread's workspace once,
-// then for blocks of NM_FA_QB queries: S = (scale Q) K^T and O = softmax(S) V,
-// both through the f32 GEMM (which wants contiguous rows, hence the packing:
-// T*hd copies against NM_FA_QB*T*hd multiply-adds per block).
+// head's K (T x hd) and V transposed (hd x T) into the thread's workspace once
+// (in 16-row panels where the packed GEMM runs), then for blocks of NM_FA_QB
+// queries: S = (scale Q) K^T and O = softmax(S) V, both through the f32 GEMM
+// (which wants contiguous rows, hence the packing: T*hd copies against
+// NM_FA_QB*T*hd multiply-adds per block).
 #define NM_FA_QB 32
 
-// With the packed GEMM, K and V^T are also packed into 16-row panels (kpk:
-// ceil16(T) x hd, vtk: ceil16(hd) x T). Every part starts 64-byte aligned.
+// With the packed GEMM, K and V^T go straight into 16-row panels (ceil16(T)
+// x hd and ceil16(hd) x T) instead. Every part starts 64-byte aligned.
 #define FA_R16(n) (((n) + 15) / 16 * 16)
 static int64_t fa_ws_floats(int64_t T, int64_t hd) {
-    return 2 * FA_R16(T * hd) + FA_R16(NM_FA_QB * hd) + FA_R16(NM_FA_QB * T) + FA_R16(T) * hd + FA_R16(hd) * T;
+    return FA_R16(NM_FA_QB * hd) + FA_R16(NM_FA_QB * T) + FA_R16(T) * hd + FA_R16(hd) * T;
 }
 
 typedef struct fa_task {
@@ -331,27 +332,29 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
     const float *Q = (const float *)op->src0->data + h * hd, *K = (const float *)op->src1->data + h * hd;
     const float *V = (const float *)op->src2->data + h * hd;
     float *O = (float *)op->dst->data + h * hd;
-    float *kp = c->attn_ws + (size_t)ith * (size_t)c->attn_ws_floats; // (T, hd)
-    float *vt = kp + FA_R16(T * hd);                                     // (hd, T)
-    float *qp = vt + FA_R16(T * hd);                                     // (QB, hd)
-    float *sc = qp + FA_R16(NM_FA_QB * hd);                              // (QB, T)
-    float *kpk = sc + FA_R16(NM_FA_QB * T);                              // K in 16-key panels (packed GEMM)
-    float *vtk = kpk + FA_R16(T) * hd;                                   // V^T in 16-dim panels
     const bool g16 = op->flags & NM_OPF_GGML_F16;
-    for (int64_t j = 0; j < T; j++) {
-        memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
-        for (int64_t d = 0; d < hd; d++) vt[d * T + j] = V[j * stride + d];
-    }
-    if (g16) { // ggml casts K and V to f16
-        round_f16(c, kp, T * hd);
-        round_f16(c, vt, T * hd);
-    }
     const nm_gemm_packed_fn gp = c->gemm_packed;
+    float *ws = c->attn_ws + (size_t)ith * (size_t)c->attn_ws_floats;
+    float *qp = ws;                       // (QB, hd)
+    float *sc = qp + FA_R16(NM_FA_QB * hd); // (QB, T)
+    float *kp = sc + FA_R16(NM_FA_QB * T);  // gp: K in 16-key panels (FA_R16(T) x hd); else K (T, hd)
+    float *vt = kp + FA_R16(T) * hd;        // gp: V^T in 16-dim panels (FA_R16(hd) x T); else V^T (hd, T)
+    const int64_t nk = gp ? FA_R16(T) * hd : T * hd, nv = gp ? FA_R16(hd) * T : T * hd;
     if (gp) {
         for (int64_t j = 0; j < T; j += NM_GEMM_PACK_ROWS)
-            nm_gemm_pack16(kp + j * hd, T - j < NM_GEMM_PACK_ROWS ? T - j : NM_GEMM_PACK_ROWS, hd, kpk + j * hd);
+            nm_gemm_pack16(K + j * stride, stride, 1, T - j < NM_GEMM_PACK_ROWS ? T - j : NM_GEMM_PACK_ROWS, hd,
+                           kp + j * hd);
         for (int64_t d = 0; d < hd; d += NM_GEMM_PACK_ROWS)
-            nm_gemm_pack16(vt + d * T, hd - d < NM_GEMM_PACK_ROWS ? hd - d : NM_GEMM_PACK_ROWS, T, vtk + d * T);
+            nm_gemm_pack16(V + d, 1, stride, hd - d < NM_GEMM_PACK_ROWS ? hd - d : NM_GEMM_PACK_ROWS, T, vt + d * T);
+    } else {
+        for (int64_t j = 0; j < T; j++) {
+            memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
+            for (int64_t d = 0; d < hd; d++) vt[d * T + j] = V[j * stride + d];
+        }
+    }
+    if (g16) { // ggml casts K and V to f16 (the panels' zero padding stays zero)
+        round_f16(c, kp, nk);
+        round_f16(c, vt, nv);
     }
     const float scale = op->f0;
     for (int64_t q0 = q_lo; q0 < q_hi; q0 += NM_FA_QB) {
@@ -361,7 +364,7 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
         if (g16) round_f16(c, qp, nq * hd); // Q to f16, the scale after the dot
         if (gp) // sc[i * T + j] = q_i . k_j
             for (int64_t j = 0; j < T; j += NM_GEMM_PACK_ROWS)
-                gp(kpk + j * hd, T - j < NM_GEMM_PACK_ROWS ? T - j : NM_GEMM_PACK_ROWS, qp, nq, hd, sc + j, T, NULL);
+                gp(kp + j * hd, T - j < NM_GEMM_PACK_ROWS ? T - j : NM_GEMM_PACK_ROWS, qp, nq, hd, sc + j, T, NULL);
         else
             c->gemm(kp, T, qp, nq, hd, sc, T, NULL);
         for (int64_t i = 0; i < nq; i++) {
@@ -381,7 +384,7 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
         }
         if (gp) // O[i, d] = sum_j p_ij v_j[d]
             for (int64_t d = 0; d < hd; d += NM_GEMM_PACK_ROWS)
-                gp(vtk + d * T, hd - d < NM_GEMM_PACK_ROWS ? hd - d : NM_GEMM_PACK_ROWS, sc, nq, T, O + q0 * stride + d,
+                gp(vt + d * T, hd - d < NM_GEMM_PACK_ROWS ? hd - d : NM_GEMM_PACK_ROWS, sc, nq, T, O + q0 * stride + d,
                    stride, NULL);
         else
             c->gemm(vt, hd, sc, nq, T, O + q0 * stride, stride, NULL);

@@ -24,11 +24,11 @@ nm_gemm_fn nm_gemm_f32_get(void) {
     return nm_gemm_f32_ref;
 }
 
-void nm_gemm_pack16(const float *restrict w, int64_t R, int64_t K, float *restrict wp) {
+void nm_gemm_pack16(const float *restrict w, int64_t rs, int64_t ks, int64_t R, int64_t K, float *restrict wp) {
     for (int64_t k = 0; k < K; k++) {
         float *o = wp + k * NM_GEMM_PACK_ROWS;
         int64_t r = 0;
-        for (; r < R; r++) o[r] = w[r * K + k];
+        for (; r < R; r++) o[r] = w[r * rs + k * ks];
         for (; r < NM_GEMM_PACK_ROWS; r++) o[r] = 0.0f;
     }
 }

@@ -20,12 +20,14 @@ void nm_gemm_f32_avx2(const float *restrict w, int64_t R, const float *restrict 
 nm_gemm_fn nm_gemm_f32_get(void);
 
 // The same product from a packed weight tile of at most 16 rows:
-//   wp[k * 16 + r] = w[r * K + k] for r < R, 0 for R <= r < 16 (nm_gemm_pack16),
+//   wp[k * 16 + r] = w[r * K + k] for r < R, 0 for R <= r < 16,
 // 64-byte aligned. Equal to nm_gemm_fn up to the order of the f32 sums.
 #define NM_GEMM_PACK_ROWS 16
 typedef void (*nm_gemm_packed_fn)(const float *restrict wp, int64_t R, const float *restrict x, int64_t T, int64_t K,
                                   float *restrict y, int64_t ldy, const float *restrict bias);
-void nm_gemm_pack16(const float *restrict w, int64_t R, int64_t K, float *restrict wp);
+// Packs R <= 16 rows of K elements, element (r, k) at w[r * rs + k * ks]:
+// wp[k * 16 + r], zeros for rows R..15 (rs = K, ks = 1 for a row-major tile).
+void nm_gemm_pack16(const float *restrict w, int64_t rs, int64_t ks, int64_t R, int64_t K, float *restrict wp);
 #ifdef NM_HAVE_X86_SIMD
 void nm_gemm_f32_packed_avx512(const float *restrict wp, int64_t R, const float *restrict x, int64_t T, int64_t K,
                                float *restrict y, int64_t ldy, const float *restrict bias);

@@ -221,11 +221,12 @@ static nm_status load_pinpoints(loader *L) {
     const int32_t S = in->image_size;
     for (uint64_t i = 0; i < kv->arr_n; i += 2) {
         const double w = nm_gguf_arr_num(kv, i), h = nm_gguf_arr_num(kv, i + 1);
-        if (!(w >= S && h >= S && w <= 64.0 * S && h <= 64.0 * S) || w != (int32_t)w || h != (int32_t)h ||
-            (int32_t)w % S || (int32_t)h % S)
+        const double most = (double)NM_CLIP_MAX_PINPOINT_TILES * S;
+        if (!(w >= S && h >= S && w <= most && h <= most) || w != (int32_t)w || h != (int32_t)h || (int32_t)w % S ||
+            (int32_t)h % S)
             return LFAIL(L, NM_ERR_UNSUPPORTED,
-                         "mmproj: anyres resolution %gx%g is not a multiple of the %dx%d tile (1 to 64 tiles a side)", w, h,
-                         S, S);
+                         "mmproj: anyres resolution %gx%g is not a multiple of the %dx%d tile (1 to %d tiles a side)", w,
+                         h, S, S, NM_CLIP_MAX_PINPOINT_TILES);
         in->pinpoints[i / 2][0] = (int32_t)w;
         in->pinpoints[i / 2][1] = (int32_t)h;
     }

@@ -24,8 +24,10 @@ typedef enum nm_clip_act {
     NM_CLIP_ACT_SILU = 2,       // clip.use_silu = true
 } nm_clip_act;
 
-// Most anyres resolutions an mmproj may list (LLaVA-OneVision lists 36).
+// Most anyres resolutions an mmproj may list (LLaVA-OneVision lists 36), and
+// most tiles a side of one.
 #define NM_CLIP_MAX_PINPOINTS 64
+#define NM_CLIP_MAX_PINPOINT_TILES 64
 
 typedef struct nm_clip_info {
     nm_clip_proj proj;

@@ -85,7 +85,7 @@ static bool params_ok(const nm_image_params *p) {
     for (int32_t i = 0; i < p->n_pinpoints; i++)
         for (int k = 0; k < 2; k++) {
             const int32_t v = p->pinpoints[i][k];
-            if (v < p->image_size || v % p->image_size || v / p->image_size > 64) return false;
+            if (v < p->image_size || v % p->image_size || v / p->image_size > NM_CLIP_MAX_PINPOINT_TILES) return false;
         }
     for (int c = 0; c < 3; c++)
         if (!(p->std[c] != 0.0f) || !isfinite(p->std[c]) || !isfinite(p->mean[c])) return false;

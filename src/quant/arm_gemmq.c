@@ -82,20 +82,10 @@ static inline void store_col(float32x4_t v, float *y, int64_t ldy, int64_t r, in
 
 // ---- 32-element formats . q8_0 / q8_1 -------------------------------------------------------
 
-static inline void nib32(const uint8_t *qs, uint8x16_t u[2]) { // low nibbles 0..15, high 16..31
-    const uint8x16_t v = vld1q_u8(qs);
-    u[0] = vandq_u8(v, vdupq_n_u8(15));
-    u[1] = vshrq_n_u8(v, 4);
-}
 // 0x10 in byte j where bit j of the 32-bit qh is set.
 static inline void bit4_32(const uint8_t qh4[4], uint8x16_t out[2]) {
-    static const uint8_t sel[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-                                       {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3}};
-    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    uint32_t qh;
-    memcpy(&qh, qh4, 4);
-    const uint8x16_t v = vreinterpretq_u8_u32(vdupq_n_u32(qh)), m = vld1q_u8(bit);
-    NM_UNROLL for (int k = 0; k < 2; k++) out[k] = vandq_u8(vtstq_u8(vqtbl1q_u8(v, vld1q_u8(sel[k])), m), vdupq_n_u8(0x10));
+    bits32(qh4, out);
+    NM_UNROLL for (int k = 0; k < 2; k++) out[k] = vandq_u8(out[k], vdupq_n_u8(0x10));
 }
 
 static inline size_t lg_wsize(uint32_t type) {

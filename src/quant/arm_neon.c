@@ -33,24 +33,6 @@ NM_ALWAYS_INLINE int32x4_t dot_i8x32(const int8x16_t q[2], const int8_t *y, cons
 
 // ---- block unpacking: 32 quants as int8 in element order ------------------------------
 
-static inline void nib32(const uint8_t *qs, uint8x16_t q[2]) { // low nibbles 0..15, high 16..31
-    const uint8x16_t v = vld1q_u8(qs);
-    q[0] = vandq_u8(v, vdupq_n_u8(15));
-    q[1] = vshrq_n_u8(v, 4);
-}
-
-// Byte j = 0xff where bit j of the 32-bit qh is set.
-static inline void bits32(const uint8_t qh4[4], uint8x16_t out[2]) {
-    static const uint8_t sel[2][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
-                                       {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3}};
-    static const uint8_t bit[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
-    uint32_t qh;
-    memcpy(&qh, qh4, 4);
-    const uint8x16_t v = vreinterpretq_u8_u32(vdupq_n_u32(qh)), m = vld1q_u8(bit);
-    out[0] = vtstq_u8(vqtbl1q_u8(v, vld1q_u8(sel[0])), m);
-    out[1] = vtstq_u8(vqtbl1q_u8(v, vld1q_u8(sel[1])), m);
-}
-
 static inline void q4_0_unpack(const nm_block_q4_0 *b, int8x16_t q[2]) { // nibble - 8
     uint8x16_t u[2];
     nib32(b->qs, u);

@@ -1,3 +1,7 @@
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "core/fail.h"
 #include "nanomind.h"
 
 const char *nm_status_str(nm_status s) {
@@ -16,4 +20,14 @@ const char *nm_status_str(nm_status s) {
     case NM_ERR_STATE: return "wrong state";
     }
     return "unknown status";
+}
+
+nm_status nm_fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) {
+    if (err && err_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_size, fmt, ap);
+        va_end(ap);
+    }
+    return st;
 }

@@ -38,33 +38,33 @@ static void close_quietly(snd_pcm_t *pcm) {
 
 nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char *err, size_t err_size) {
     if (err && err_size) err[0] = '\0';
-    if (!out) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no output");
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no output");
     *out = (nm_audio){0};
-    if (!p) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no capture parameters");
+    if (!p) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no capture parameters");
     nm_status st = nm_audio_check_rate("capture rate", p->rate, err, err_size);
     if (st != NM_OK) return st;
     if (p->format != NM_PCM_S16LE && p->format != NM_PCM_F32LE)
-        return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: unknown capture format %d", (int)p->format);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: unknown capture format %d", (int)p->format);
     if (!(p->seconds > 0) && !p->on_chunk)
-        return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size,
-                             "audio: capture needs a duration (seconds > 0) or an on_chunk callback to stop it");
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                       "audio: capture needs a duration (seconds > 0) or an on_chunk callback to stop it");
     const char *dev = p->device ? p->device : "default";
 #ifndef NM_HAVE_ALSA
-    return nm_audio_fail(NM_ERR_UNSUPPORTED, err, err_size,
-                         "audio: cannot capture from %s: nanomind was built without ALSA (install libasound2-dev and rebuild)",
-                         dev);
+    return nm_fail(NM_ERR_UNSUPPORTED, err, err_size,
+                   "audio: cannot capture from %s: nanomind was built without ALSA (install libasound2-dev and rebuild)",
+                   dev);
 #else
     const double max_s = NM_AUDIO_MAX_SECONDS;
     const int64_t want = (int64_t)((p->seconds > 0 && p->seconds < max_s ? p->seconds : max_s) * p->rate + 0.5);
-    if (want < 1) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: capture of %g s is empty", p->seconds);
+    if (want < 1) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: capture of %g s is empty", p->seconds);
 
     snd_pcm_t *pcm = NULL;
     snd_lib_error_set_handler(alsa_quiet);
     int rc = snd_pcm_open(&pcm, dev, SND_PCM_STREAM_CAPTURE, 0);
     if (rc < 0) {
         snd_lib_error_set_handler(NULL);
-        return nm_audio_fail(NM_ERR_IO, err, err_size, "audio: cannot open capture device '%s': %s", dev,
-                             snd_strerror(rc));
+        return nm_fail(NM_ERR_IO, err, err_size, "audio: cannot open capture device '%s': %s", dev,
+                       snd_strerror(rc));
     }
     const snd_pcm_format_t fmt = p->format == NM_PCM_S16LE ? SND_PCM_FORMAT_S16 : SND_PCM_FORMAT_FLOAT; // native endian
     // Mono first; a hw: device may only do stereo, which we average.
@@ -77,8 +77,8 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
     snd_lib_error_set_handler(NULL);
     if (rc < 0) {
         close_quietly(pcm);
-        return nm_audio_fail(NM_ERR_IO, err, err_size, "audio: capture device '%s' refuses %s at %d Hz: %s", dev,
-                             p->format == NM_PCM_S16LE ? "s16" : "float", (int)p->rate, snd_strerror(rc));
+        return nm_fail(NM_ERR_IO, err, err_size, "audio: capture device '%s' refuses %s at %d Hz: %s", dev,
+                       p->format == NM_PCM_S16LE ? "s16" : "float", (int)p->rate, snd_strerror(rc));
     }
 
     const int64_t chunk = p->rate * CAPTURE_CHUNK_MS / 1000 > 0 ? p->rate * CAPTURE_CHUNK_MS / 1000 : 1;
@@ -87,7 +87,7 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
     float *mono = malloc((size_t)chunk * sizeof *mono);
     nm_audio_sink s;
     st = nm_audio_sink_init(&s, p->rate, p->rate, want, err, err_size);
-    if (st == NM_OK && (!raw || !mono)) st = nm_audio_fail(NM_ERR_NOMEM, err, err_size, "audio: out of memory");
+    if (st == NM_OK && (!raw || !mono)) st = nm_fail(NM_ERR_NOMEM, err, err_size, "audio: out of memory");
     int overruns = 0;
     while (st == NM_OK && s.n < want) {
         int64_t k = want - s.n < chunk ? want - s.n : chunk;
@@ -98,13 +98,13 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
         if (got == -EAGAIN || got == -EINTR) continue;
         if (got == -EPIPE || got == -ESTRPIPE) { // overrun / suspend: lose those frames, keep going
             if (++overruns > 100 || snd_pcm_recover(pcm, (int)got, 1) < 0)
-                st = nm_audio_fail(NM_ERR_IO, err, err_size, "audio: capture from '%s' keeps failing: %s", dev,
-                                   snd_strerror((int)got));
+                st = nm_fail(NM_ERR_IO, err, err_size, "audio: capture from '%s' keeps failing: %s", dev,
+                             snd_strerror((int)got));
             continue;
         }
         if (got < 0) {
-            st = nm_audio_fail(NM_ERR_IO, err, err_size, "audio: capture from '%s' failed: %s", dev,
-                               snd_strerror((int)got));
+            st = nm_fail(NM_ERR_IO, err, err_size, "audio: capture from '%s' failed: %s", dev,
+                         snd_strerror((int)got));
             break;
         }
         if (got == 0) continue;

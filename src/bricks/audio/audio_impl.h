@@ -5,6 +5,7 @@
 #define NM_AUDIO_IMPL_H
 
 #include "bricks/audio/audio.h"
+#include "core/fail.h"
 
 typedef struct nm_audio_sink {
     int32_t rate_in, rate_out;
@@ -15,10 +16,6 @@ typedef struct nm_audio_sink {
     float *pcm;        // (cap,) output, owned until handed over by finish
     int64_t n, cap;
 } nm_audio_sink;
-
-// printf into err (if any); returns st.
-nm_status nm_audio_fail(nm_status st, char *err, size_t err_size, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
 
 // NM_OK if rate is within the limits, else NM_ERR_INVALID_ARG naming `what`.
 nm_status nm_audio_check_rate(const char *what, int32_t rate, char *err, size_t err_size);

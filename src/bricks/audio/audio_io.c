@@ -20,7 +20,7 @@ static void clear(char *err, size_t err_size) {
 // Puts "name: sub" into err, sub's own "audio: " dropped. Returns st.
 static nm_status relabel(nm_status st, char *err, size_t err_size, const char *name, const char *sub) {
     if (!strncmp(sub, "audio: ", 7)) sub += 7;
-    return nm_audio_fail(st, err, err_size, "%s: %s", name, sub);
+    return nm_fail(st, err, err_size, "%s: %s", name, sub);
 }
 
 // ---- libsndfile ---------------------------------------------------------------------
@@ -72,12 +72,12 @@ static nm_status open_status(int sferr) {
 static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, int32_t target_rate,
                            int64_t max_samples, nm_audio *out, char *err, size_t err_size) {
     if (info->channels <= 0 || info->channels > NM_AUDIO_MAX_CHANNELS)
-        return nm_audio_fail(NM_ERR_RANGE, err, err_size, "%s: %d channels (1..%d supported)", name,
-                             info->channels, NM_AUDIO_MAX_CHANNELS);
+        return nm_fail(NM_ERR_RANGE, err, err_size, "%s: %d channels (1..%d supported)", name,
+                       info->channels, NM_AUDIO_MAX_CHANNELS);
     if (info->samplerate < NM_AUDIO_MIN_RATE || info->samplerate > NM_AUDIO_MAX_RATE)
-        return nm_audio_fail(NM_ERR_RANGE, err, err_size, "%s: sample rate %d Hz is outside %d..%d Hz", name,
-                             info->samplerate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
-    if (info->frames == 0) return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "%s: no audio frames", name);
+        return nm_fail(NM_ERR_RANGE, err, err_size, "%s: sample rate %d Hz is outside %d..%d Hz", name,
+                       info->samplerate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
+    if (info->frames == 0) return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: no audio frames", name);
     int32_t rate_out = target_rate > 0 ? target_rate : info->samplerate;
     nm_audio_sink s;
     nm_status st = nm_audio_sink_init(&s, info->samplerate, rate_out, max_samples, err, err_size);
@@ -85,17 +85,17 @@ static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, i
     // A header announcing more than the cap fails before any decoding. (A
     // negative or unknown count, SF_COUNT_MAX, is checked as we go instead.)
     if (info->frames > s.max_in && info->frames != SF_COUNT_MAX) {
-        st = nm_audio_fail(NM_ERR_RANGE, err, err_size,
-                           "%s: too long: %lld frames at %d Hz (%.1f s), the limit is %.1f s", name,
-                           (long long)info->frames, info->samplerate, (double)info->frames / info->samplerate,
-                           (double)s.max_out / rate_out);
+        st = nm_fail(NM_ERR_RANGE, err, err_size,
+                     "%s: too long: %lld frames at %d Hz (%.1f s), the limit is %.1f s", name,
+                     (long long)info->frames, info->samplerate, (double)info->frames / info->samplerate,
+                     (double)s.max_out / rate_out);
         nm_audio_sink_free(&s);
         return st;
     }
     const int ch = info->channels;
     float *buf = malloc((size_t)CHUNK_FRAMES * ch * sizeof *buf);
     float *mono = malloc((size_t)CHUNK_FRAMES * sizeof *mono);
-    if (!buf || !mono) st = nm_audio_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", name);
+    if (!buf || !mono) st = nm_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", name);
     char sub[256];
     while (st == NM_OK) {
         sf_count_t got = sf_readf_float(sf, buf, CHUNK_FRAMES);
@@ -105,8 +105,8 @@ static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, i
             float acc = 0.0f;
             for (int c = 0; c < ch; c++) {
                 if (!isfinite(f[c])) { // say which channel; the sum would hide it
-                    st = nm_audio_fail(NM_ERR_FORMAT, err, err_size, "%s: sample %lld (channel %d) is %s", name,
-                                       (long long)(s.in_frames + i), c, isnan(f[c]) ? "NaN" : "infinite");
+                    st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: sample %lld (channel %d) is %s", name,
+                                 (long long)(s.in_frames + i), c, isnan(f[c]) ? "NaN" : "infinite");
                     break;
                 }
                 acc += f[c];
@@ -121,15 +121,15 @@ static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, i
     // The header was fine but no frame decodes: say what libsndfile says, if
     // anything (a truncated OGG, whose end it cannot find, reads as empty).
     if (st == NM_OK && s.in_frames == 0)
-        st = nm_audio_fail(NM_ERR_FORMAT, err, err_size, "%s: no audio frames could be decoded (truncated or corrupt?)%s%s",
-                           name, sf_error(sf) ? ": " : "", sf_error(sf) ? sf_strerror(sf) : "");
+        st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: no audio frames could be decoded (truncated or corrupt?)%s%s",
+                     name, sf_error(sf) ? ": " : "", sf_error(sf) ? sf_strerror(sf) : "");
     // A decoder error part way (a FLAC frame that fails its CRC, ...) fails the
     // whole file rather than handing back a silently shortened recording. Data
     // that simply ends early (a cut WAV) is no error to libsndfile: what is
     // there is returned.
     if (st == NM_OK && sf_error(sf) != SF_ERR_NO_ERROR)
-        st = nm_audio_fail(NM_ERR_FORMAT, err, err_size, "%s: corrupt data after %lld frames: %s", name,
-                           (long long)s.in_frames, sf_strerror(sf));
+        st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: corrupt data after %lld frames: %s", name,
+                     (long long)s.in_frames, sf_strerror(sf));
     if (st == NM_OK) {
         st = nm_audio_sink_finish(&s, out, sub, sizeof sub);
         if (st != NM_OK) relabel(st, err, err_size, name, sub);
@@ -142,7 +142,7 @@ static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, i
 
 static nm_status check_target(int32_t target_rate, nm_audio *out, char *err, size_t err_size) {
     clear(err, err_size);
-    if (!out) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no output");
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no output");
     *out = (nm_audio){0};
     if (target_rate > 0) return nm_audio_check_rate("target rate", target_rate, err, err_size);
     return NM_OK;
@@ -152,16 +152,16 @@ nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, i
                               nm_audio *out, char *err, size_t err_size) {
     nm_status st = check_target(target_rate, out, err, err_size);
     if (st != NM_OK) return st;
-    if (!data && n) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no data");
-    if (n == 0) return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "audio: empty input");
+    if (!data && n) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no data");
+    if (n == 0) return nm_fail(NM_ERR_FORMAT, err, err_size, "audio: empty input");
     memfile m = {.data = data, .n = (sf_count_t)n};
     SF_VIRTUAL_IO io = {mem_len, mem_seek, mem_read, mem_write, mem_tell};
     SF_INFO info = {0};
     SNDFILE *sf = sf_open_virtual(&io, SFM_READ, &info, &m);
     if (!sf) {
         int e = sf_error(NULL);
-        return nm_audio_fail(open_status(e), err, err_size, "audio: cannot decode (%zu bytes): %s", n,
-                             sf_strerror(NULL));
+        return nm_fail(open_status(e), err, err_size, "audio: cannot decode (%zu bytes): %s", n,
+                       sf_strerror(NULL));
     }
     st = decode_sf(sf, &info, "audio", target_rate, max_samples, out, err, err_size);
     sf_close(sf);
@@ -177,19 +177,19 @@ nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_au
 static nm_status read_all(FILE *f, const char *name, uint8_t **data, size_t *n, char *err, size_t err_size) {
     size_t cap = 1 << 16, len = 0;
     uint8_t *buf = malloc(cap);
-    if (!buf) return nm_audio_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", name);
+    if (!buf) return nm_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", name);
     for (;;) {
         if (len == cap) {
             if (cap >= NM_AUDIO_MAX_BUFFER_BYTES) {
                 free(buf);
-                return nm_audio_fail(NM_ERR_RANGE, err, err_size,
-                                     "%s: over %llu bytes; pass a regular file to stream it", name,
-                                     (unsigned long long)NM_AUDIO_MAX_BUFFER_BYTES);
+                return nm_fail(NM_ERR_RANGE, err, err_size,
+                               "%s: over %llu bytes; pass a regular file to stream it", name,
+                               (unsigned long long)NM_AUDIO_MAX_BUFFER_BYTES);
             }
             uint8_t *p = realloc(buf, cap * 2);
             if (!p) {
                 free(buf);
-                return nm_audio_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", name);
+                return nm_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", name);
             }
             buf = p;
             cap *= 2;
@@ -200,7 +200,7 @@ static nm_status read_all(FILE *f, const char *name, uint8_t **data, size_t *n, 
     }
     if (ferror(f)) {
         free(buf);
-        return nm_audio_fail(NM_ERR_IO, err, err_size, "%s: read error: %s", name, strerror(errno));
+        return nm_fail(NM_ERR_IO, err, err_size, "%s: read error: %s", name, strerror(errno));
     }
     *data = buf;
     *n = len;
@@ -214,23 +214,23 @@ static nm_status open_input(const char *path, FILE **f, bool *regular, int64_t *
     *f = NULL;
     *regular = false;
     *size = 0;
-    if (!path) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no path");
+    if (!path) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no path");
     if (!strcmp(path, "-")) {
         *f = stdin;
     } else {
         *f = fopen(path, "rb");
-        if (!*f) return nm_audio_fail(NM_ERR_IO, err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        if (!*f) return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot open: %s", path, strerror(errno));
     }
     struct stat sb;
     if (fstat(fileno(*f), &sb) != 0) {
         if (*f != stdin) fclose(*f);
         *f = NULL;
-        return nm_audio_fail(NM_ERR_IO, err, err_size, "%s: cannot stat: %s", path, strerror(errno));
+        return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot stat: %s", path, strerror(errno));
     }
     if (S_ISDIR(sb.st_mode)) {
         if (*f != stdin) fclose(*f);
         *f = NULL;
-        return nm_audio_fail(NM_ERR_IO, err, err_size, "%s: is a directory", path);
+        return nm_fail(NM_ERR_IO, err, err_size, "%s: is a directory", path);
     }
     *regular = S_ISREG(sb.st_mode) && *f != stdin;
     *size = (int64_t)sb.st_size;
@@ -266,14 +266,14 @@ nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, ch
     // has been read through f, so the descriptor is at offset 0).
     if (size == 0) {
         close_input(f);
-        return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "%s: empty file", path);
+        return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: empty file", path);
     }
     SF_INFO info = {0};
     SNDFILE *sf = sf_open_fd(fileno(f), SFM_READ, &info, 0);
     if (!sf) {
         int e = sf_error(NULL);
         close_input(f);
-        return nm_audio_fail(open_status(e), err, err_size, "%s: cannot decode: %s", path, sf_strerror(NULL));
+        return nm_fail(open_status(e), err, err_size, "%s: cannot decode: %s", path, sf_strerror(NULL));
     }
     st = decode_sf(sf, &info, path, target_rate, 0, out, err, err_size);
     sf_close(sf);
@@ -291,11 +291,11 @@ void nm_audio_free(nm_audio *a) {
 
 static nm_status check_raw(nm_pcm_format fmt, int32_t rate, int32_t channels, char *err, size_t err_size) {
     if (fmt != NM_PCM_S16LE && fmt != NM_PCM_F32LE)
-        return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: unknown raw format %d (s16le or f32le)",
-                             (int)fmt);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: unknown raw format %d (s16le or f32le)",
+                       (int)fmt);
     if (channels < 1 || channels > NM_AUDIO_MAX_CHANNELS)
-        return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: %d channels (1..%d supported)",
-                             (int)channels, NM_AUDIO_MAX_CHANNELS);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: %d channels (1..%d supported)",
+                       (int)channels, NM_AUDIO_MAX_CHANNELS);
     return nm_audio_check_rate("sample rate", rate, err, err_size);
 }
 
@@ -326,21 +326,21 @@ nm_status nm_audio_from_raw_max(const void *data, size_t n, nm_pcm_format fmt, i
     nm_status st = check_target(target_rate, out, err, err_size);
     if (st == NM_OK) st = check_raw(fmt, rate, channels, err, err_size);
     if (st != NM_OK) return st;
-    if (!data && n) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no data");
-    if (n == 0) return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "audio: empty raw input");
+    if (!data && n) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no data");
+    if (n == 0) return nm_fail(NM_ERR_FORMAT, err, err_size, "audio: empty raw input");
     const size_t frame = sample_bytes(fmt) * (size_t)channels;
     if (n % frame)
-        return nm_audio_fail(NM_ERR_FORMAT, err, err_size,
-                             "audio: %zu bytes of raw %s is not a whole number of %d-channel frames (%zu bytes each)",
-                             n, fmt == NM_PCM_S16LE ? "s16le" : "f32le", (int)channels, frame);
+        return nm_fail(NM_ERR_FORMAT, err, err_size,
+                       "audio: %zu bytes of raw %s is not a whole number of %d-channel frames (%zu bytes each)",
+                       n, fmt == NM_PCM_S16LE ? "s16le" : "f32le", (int)channels, frame);
     nm_audio_sink s;
     st = nm_audio_sink_init(&s, rate, target_rate > 0 ? target_rate : rate, max_samples, err, err_size);
     float *mono = st == NM_OK ? malloc(CHUNK_FRAMES * sizeof *mono) : NULL;
-    if (st == NM_OK && !mono) st = nm_audio_fail(NM_ERR_NOMEM, err, err_size, "audio: out of memory");
+    if (st == NM_OK && !mono) st = nm_fail(NM_ERR_NOMEM, err, err_size, "audio: out of memory");
     const int64_t frames = (int64_t)(n / frame);
     if (st == NM_OK && frames > s.max_in)
-        st = nm_audio_fail(NM_ERR_RANGE, err, err_size, "audio: too long: %lld frames at %d Hz, the limit is %.1f s",
-                           (long long)frames, (int)rate, (double)s.max_out / s.rate_out);
+        st = nm_fail(NM_ERR_RANGE, err, err_size, "audio: too long: %lld frames at %d Hz, the limit is %.1f s",
+                     (long long)frames, (int)rate, (double)s.max_out / s.rate_out);
     for (int64_t i = 0; st == NM_OK && i < frames; i += CHUNK_FRAMES) {
         int64_t k = frames - i < CHUNK_FRAMES ? frames - i : CHUNK_FRAMES;
         raw_to_mono((const uint8_t *)data + (size_t)i * frame, k, fmt, channels, mono);
@@ -374,16 +374,16 @@ nm_status nm_audio_load_raw(const char *path, nm_pcm_format fmt, int32_t rate, i
     st = nm_audio_sink_init(&s, rate, target_rate > 0 ? target_rate : rate, 0, sub, sizeof sub);
     uint8_t *buf = malloc(CHUNK_FRAMES * frame);
     float *mono = malloc(CHUNK_FRAMES * sizeof *mono);
-    if (st == NM_OK && (!buf || !mono)) st = nm_audio_fail(NM_ERR_NOMEM, sub, sizeof sub, "audio: out of memory");
+    if (st == NM_OK && (!buf || !mono)) st = nm_fail(NM_ERR_NOMEM, sub, sizeof sub, "audio: out of memory");
     size_t total = 0;
     while (st == NM_OK) {
         // fread returns a short count only at end of file or on an error.
         size_t got = fread(buf, 1, CHUNK_FRAMES * frame, f);
         total += got;
         if (got % frame) {
-            st = nm_audio_fail(NM_ERR_FORMAT, sub, sizeof sub,
-                               "audio: %zu bytes of raw %s is not a whole number of %d-channel frames (%zu bytes each)",
-                               total, fmt == NM_PCM_S16LE ? "s16le" : "f32le", (int)channels, frame);
+            st = nm_fail(NM_ERR_FORMAT, sub, sizeof sub,
+                         "audio: %zu bytes of raw %s is not a whole number of %d-channel frames (%zu bytes each)",
+                         total, fmt == NM_PCM_S16LE ? "s16le" : "f32le", (int)channels, frame);
             break;
         }
         if (got) {
@@ -392,8 +392,8 @@ nm_status nm_audio_load_raw(const char *path, nm_pcm_format fmt, int32_t rate, i
         }
         if (got < CHUNK_FRAMES * frame) break;
     }
-    if (st == NM_OK && ferror(f)) st = nm_audio_fail(NM_ERR_IO, sub, sizeof sub, "audio: read error");
-    if (st == NM_OK && total == 0) st = nm_audio_fail(NM_ERR_FORMAT, sub, sizeof sub, "audio: empty raw input");
+    if (st == NM_OK && ferror(f)) st = nm_fail(NM_ERR_IO, sub, sizeof sub, "audio: read error");
+    if (st == NM_OK && total == 0) st = nm_fail(NM_ERR_FORMAT, sub, sizeof sub, "audio: empty raw input");
     if (st == NM_OK) st = nm_audio_sink_finish(&s, out, sub, sizeof sub);
     if (st != NM_OK) relabel(st, err, err_size, name, sub);
     free(buf);
@@ -420,23 +420,23 @@ static int16_t to_s16(float x) {
 nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frames, int32_t rate,
                              int32_t channels, char *err, size_t err_size) {
     clear(err, err_size);
-    if (!path) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no path");
+    if (!path) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no path");
     if (n_frames < 0 || (!pcm && n_frames))
-        return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no samples to write");
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no samples to write");
     if (channels < 1 || channels > NM_AUDIO_MAX_CHANNELS)
-        return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: %d channels (1..%d supported)",
-                             (int)channels, NM_AUDIO_MAX_CHANNELS);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: %d channels (1..%d supported)",
+                       (int)channels, NM_AUDIO_MAX_CHANNELS);
     nm_status st = nm_audio_check_rate("sample rate", rate, err, err_size);
     if (st != NM_OK) return st;
     const uint64_t data_bytes = (uint64_t)n_frames * (uint64_t)channels * 2;
     if (data_bytes > 0xffffffffull - 36)
-        return nm_audio_fail(NM_ERR_RANGE, err, err_size, "audio: %lld frames do not fit a WAV file (4 GiB)",
-                             (long long)n_frames);
+        return nm_fail(NM_ERR_RANGE, err, err_size, "audio: %lld frames do not fit a WAV file (4 GiB)",
+                       (long long)n_frames);
     const int64_t n = n_frames * channels;
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(pcm[i]))
-            return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: sample %lld to write is %s",
-                                 (long long)i, isnan(pcm[i]) ? "NaN" : "infinite");
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: sample %lld to write is %s",
+                           (long long)i, isnan(pcm[i]) ? "NaN" : "infinite");
     // The canonical header: RIFF, fmt (16 bytes, PCM), data.
     uint8_t h[44];
     memcpy(h, "RIFF", 4);
@@ -454,7 +454,7 @@ nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frame
 
     bool to_stdout = !strcmp(path, "-");
     FILE *f = to_stdout ? stdout : fopen(path, "wb");
-    if (!f) return nm_audio_fail(NM_ERR_IO, err, err_size, "%s: cannot create: %s", path, strerror(errno));
+    if (!f) return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot create: %s", path, strerror(errno));
     bool ok = fwrite(h, 1, sizeof h, f) == sizeof h;
     uint8_t buf[8192];
     for (int64_t i = 0; ok && i < n;) {
@@ -467,8 +467,8 @@ nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frame
     else ok = fclose(f) == 0 && ok;
     if (!ok) {
         if (!to_stdout) remove(path);
-        return nm_audio_fail(NM_ERR_IO, err, err_size, "%s: write failed: %s", to_stdout ? "stdout" : path,
-                             strerror(e ? e : errno));
+        return nm_fail(NM_ERR_IO, err, err_size, "%s: write failed: %s", to_stdout ? "stdout" : path,
+                       strerror(e ? e : errno));
     }
     return NM_OK;
 }

@@ -2,27 +2,16 @@
 #include "bricks/audio/audio_impl.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <soxr.h>
 
-nm_status nm_audio_fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) {
-    if (err && err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 nm_status nm_audio_check_rate(const char *what, int32_t rate, char *err, size_t err_size) {
     if (rate < NM_AUDIO_MIN_RATE || rate > NM_AUDIO_MAX_RATE)
-        return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: %s %d Hz is outside %d..%d Hz", what,
-                             (int)rate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: %s %d Hz is outside %d..%d Hz", what,
+                       (int)rate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
     return NM_OK;
 }
 
@@ -39,8 +28,8 @@ nm_status nm_audio_sink_init(nm_audio_sink *s, int32_t rate_in, int32_t rate_out
     soxr_runtime_spec_t rt = soxr_runtime_spec(1);          // one thread: bricks own the cores
     s->soxr = soxr_create((double)rate_in, (double)rate_out, 1, &e, &io, &q, &rt);
     if (!s->soxr || e)
-        return nm_audio_fail(NM_ERR_NOMEM, err, err_size, "audio: cannot create the %d -> %d Hz resampler: %s",
-                             (int)rate_in, (int)rate_out, e ? e : "unknown error");
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "audio: cannot create the %d -> %d Hz resampler: %s",
+                       (int)rate_in, (int)rate_out, e ? e : "unknown error");
     return NM_OK;
 }
 
@@ -53,8 +42,8 @@ static nm_status reserve(nm_audio_sink *s, int64_t more, char *err, size_t err_s
     // Growth past the cap (+ soxr's flush margin) is never needed: push stops first.
     float *p = realloc(s->pcm, (size_t)cap * sizeof *p);
     if (!p)
-        return nm_audio_fail(NM_ERR_NOMEM, err, err_size, "audio: out of memory for %lld samples",
-                             (long long)cap);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "audio: out of memory for %lld samples",
+                       (long long)cap);
     s->pcm = p;
     s->cap = cap;
     return NM_OK;
@@ -72,7 +61,7 @@ static nm_status run_soxr(nm_audio_sink *s, const float *in, int64_t n, char *er
         if (st != NM_OK) return st;
         size_t idone = 0, odone = 0;
         soxr_error_t e = soxr_process(x, in, (size_t)n, in ? &idone : NULL, s->pcm + s->n, (size_t)room, &odone);
-        if (e) return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "audio: resampler: %s", e);
+        if (e) return nm_fail(NM_ERR_FORMAT, err, err_size, "audio: resampler: %s", e);
         s->n += (int64_t)odone;
         if (in) {
             in += idone;
@@ -82,21 +71,21 @@ static nm_status run_soxr(nm_audio_sink *s, const float *in, int64_t n, char *er
             return NM_OK;
         }
         if (guard > 1000000)
-            return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "audio: resampler made no progress");
+            return nm_fail(NM_ERR_FORMAT, err, err_size, "audio: resampler made no progress");
     }
 }
 
 nm_status nm_audio_sink_push(nm_audio_sink *s, const float *mono, int64_t n, char *err, size_t err_size) {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(mono[i]))
-            return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "audio: sample %lld is %s",
-                                 (long long)(s->in_frames + i), isnan(mono[i]) ? "NaN" : "infinite");
+            return nm_fail(NM_ERR_FORMAT, err, err_size, "audio: sample %lld is %s",
+                           (long long)(s->in_frames + i), isnan(mono[i]) ? "NaN" : "infinite");
     // Duration cap on the input side: in_frames / rate_in <= max_out / rate_out.
     int64_t total = s->in_frames + n;
     if (total > s->max_in)
-        return nm_audio_fail(NM_ERR_RANGE, err, err_size,
-                             "audio: too long: over %lld samples (%.1f s) at %d Hz, the limit", (long long)s->max_out,
-                             (double)s->max_out / s->rate_out, (int)s->rate_out);
+        return nm_fail(NM_ERR_RANGE, err, err_size,
+                       "audio: too long: over %lld samples (%.1f s) at %d Hz, the limit", (long long)s->max_out,
+                       (double)s->max_out / s->rate_out, (int)s->rate_out);
     s->in_frames = total;
     if (!s->soxr) {
         nm_status st = reserve(s, n, err, err_size);
@@ -110,7 +99,7 @@ nm_status nm_audio_sink_push(nm_audio_sink *s, const float *mono, int64_t n, cha
 
 nm_status nm_audio_sink_finish(nm_audio_sink *s, nm_audio *out, char *err, size_t err_size) {
     *out = (nm_audio){0};
-    if (s->in_frames == 0) return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "audio: no samples");
+    if (s->in_frames == 0) return nm_fail(NM_ERR_FORMAT, err, err_size, "audio: no samples");
     if (s->soxr) {
         nm_status st = run_soxr(s, NULL, 0, err, err_size);
         if (st != NM_OK) return st;
@@ -118,14 +107,14 @@ nm_status nm_audio_sink_finish(nm_audio_sink *s, nm_audio *out, char *err, size_
     if (s->n > s->max_out) s->n = s->max_out; // the filter's tail may add a sample
     if (s->n == 0) {
         // Very short input downsampled a lot (e.g. 1 frame at 384 kHz to 1 kHz).
-        return nm_audio_fail(NM_ERR_FORMAT, err, err_size, "audio: %lld samples at %d Hz is too short to resample to %d Hz",
-                             (long long)s->in_frames, (int)s->rate_in, (int)s->rate_out);
+        return nm_fail(NM_ERR_FORMAT, err, err_size, "audio: %lld samples at %d Hz is too short to resample to %d Hz",
+                       (long long)s->in_frames, (int)s->rate_in, (int)s->rate_out);
     }
     // Finite in gives finite out, unless huge (~1e38) samples overflow the filter.
     for (int64_t i = 0; i < s->n; i++)
         if (!isfinite(s->pcm[i]))
-            return nm_audio_fail(NM_ERR_FORMAT, err, err_size,
-                                 "audio: samples too large to resample (output %lld is not finite)", (long long)i);
+            return nm_fail(NM_ERR_FORMAT, err, err_size,
+                           "audio: samples too large to resample (output %lld is not finite)", (long long)i);
     float *p = realloc(s->pcm, (size_t)s->n * sizeof *p); // shrink to fit
     if (p) s->pcm = p;
     *out = (nm_audio){.pcm = s->pcm, .n = s->n, .rate = s->rate_out};
@@ -143,9 +132,9 @@ void nm_audio_sink_free(nm_audio_sink *s) {
 nm_status nm_audio_resample(const float *in, int64_t n, int32_t rate_in, int32_t rate_out, nm_audio *out,
                             char *err, size_t err_size) {
     if (err && err_size) err[0] = '\0';
-    if (!out) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no output");
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no output");
     *out = (nm_audio){0};
-    if (n < 0 || (!in && n)) return nm_audio_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no input");
+    if (n < 0 || (!in && n)) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no input");
     nm_status st = nm_audio_check_rate("input rate", rate_in, err, err_size);
     if (st == NM_OK) st = nm_audio_check_rate("output rate", rate_out, err, err_size);
     if (st != NM_OK) return st;

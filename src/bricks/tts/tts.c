@@ -4,13 +4,13 @@
 
 #include <ctype.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "bricks/audio/audio.h"
+#include "core/fail.h"
 
 struct nm_tts {
     const nm_tts_engine_i *eng;
@@ -23,18 +23,6 @@ struct nm_tts {
 };
 
 static const nm_tts_engine_i *const engines[] = {&nm_tts_espeak_engine};
-
-static nm_status failf(char *err, size_t err_size, nm_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static nm_status failf(char *err, size_t err_size, nm_status st, const char *fmt, ...) {
-    if (err && err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 static double now_s(void) {
     struct timespec ts;
@@ -50,22 +38,22 @@ static const nm_tts_engine_i *find_engine(const char *name, char *err, size_t er
     if (!name) return engines[0];
     for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++)
         if (!strcmp(engines[i]->name, name)) return engines[i];
-    failf(err, err_size, NM_ERR_INVALID_ARG, "tts: unknown engine '%s' (known: espeak-ng)", name);
+    nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: unknown engine '%s' (known: espeak-ng)", name);
     return NULL;
 }
 
 nm_status nm_tts_open(const nm_tts_params *p, nm_ledger *ledger, nm_tts **out, char *err, size_t err_size) {
     if (out) *out = NULL;
-    if (!p || !out) return failf(err, err_size, NM_ERR_INVALID_ARG, "tts: NULL params or output");
+    if (!p || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: NULL params or output");
     const nm_tts_engine_i *eng = find_engine(p->engine, err, err_size);
     if (!eng) return NM_ERR_INVALID_ARG;
     if (p->sample_rate != 0 && (p->sample_rate < NM_AUDIO_MIN_RATE || p->sample_rate > NM_AUDIO_MAX_RATE))
-        return failf(err, err_size, NM_ERR_INVALID_ARG, "tts: sample rate %d Hz is outside %d..%d Hz",
-                     (int)p->sample_rate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: sample rate %d Hz is outside %d..%d Hz",
+                       (int)p->sample_rate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
     if (ledger && nm_ledger_endpoint(ledger, "tts") < 0)
-        return failf(err, err_size, NM_ERR_RANGE, "tts: the ledger has no room for the endpoint \"tts\"");
+        return nm_fail(NM_ERR_RANGE, err, err_size, "tts: the ledger has no room for the endpoint \"tts\"");
     nm_tts *t = calloc(1, sizeof *t);
-    if (!t) return failf(err, err_size, NM_ERR_NOMEM, "tts: out of memory");
+    if (!t) return nm_fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
     t->eng = eng;
     t->ledger = ledger;
     nm_status st = eng->open(p, &t->state, &t->native_rate, err, err_size);
@@ -74,8 +62,8 @@ nm_status nm_tts_open(const nm_tts_params *p, nm_ledger *ledger, nm_tts **out, c
         return st;
     }
     if (t->native_rate < NM_AUDIO_MIN_RATE || t->native_rate > NM_AUDIO_MAX_RATE) {
-        failf(err, err_size, NM_ERR_UNSUPPORTED, "tts: engine rate %d Hz is outside %d..%d Hz",
-              (int)t->native_rate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
+        nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "tts: engine rate %d Hz is outside %d..%d Hz",
+                (int)t->native_rate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
         eng->close(t->state);
         free(t);
         return NM_ERR_UNSUPPORTED;
@@ -98,13 +86,13 @@ const char *nm_tts_last_error(const nm_tts *t) { return t->err; }
 nm_tts_stats nm_tts_get_stats(const nm_tts *t) { return t->stats; }
 
 static nm_status check_text(nm_tts *t, const char *text) {
-    if (!text) return failf(t->err, sizeof t->err, NM_ERR_INVALID_ARG, "tts: NULL text");
+    if (!text) return nm_fail(NM_ERR_INVALID_ARG, t->err, sizeof t->err, "tts: NULL text");
     size_t n = strnlen(text, (size_t)NM_TTS_MAX_TEXT + 1);
     if (n > NM_TTS_MAX_TEXT)
-        return failf(t->err, sizeof t->err, NM_ERR_RANGE, "tts: text longer than %u bytes", NM_TTS_MAX_TEXT);
+        return nm_fail(NM_ERR_RANGE, t->err, sizeof t->err, "tts: text longer than %u bytes", NM_TTS_MAX_TEXT);
     for (size_t i = 0; i < n; i++)
         if (!isspace((unsigned char)text[i])) return NM_OK;
-    return failf(t->err, sizeof t->err, NM_ERR_INVALID_ARG, "tts: empty text");
+    return nm_fail(NM_ERR_INVALID_ARG, t->err, sizeof t->err, "tts: empty text");
 }
 
 // Longest utterance we accept from an engine, in samples (as the audio module caps input).
@@ -130,8 +118,8 @@ static nm_status collect_sink(void *user, const int16_t *pcm, int64_t n) {
     collect *c = user;
     nm_tts *t = c->t;
     if (c->n + n > max_samples(t))
-        return failf(t->err, sizeof t->err, NM_ERR_RANGE, "tts: utterance longer than %d s",
-                     NM_AUDIO_MAX_SECONDS);
+        return nm_fail(NM_ERR_RANGE, t->err, sizeof t->err, "tts: utterance longer than %d s",
+                       NM_AUDIO_MAX_SECONDS);
     if (c->to_caller) {
         // Straight into the caller's buffer; past its end we only count.
         if (c->n < c->dst_cap) {
@@ -145,8 +133,8 @@ static nm_status collect_sink(void *user, const int16_t *pcm, int64_t n) {
         int64_t cap = c->cap ? c->cap : 16384;
         while (cap < c->n + n) cap *= 2;
         int16_t *p = realloc(c->pcm, (size_t)cap * sizeof *p);
-        if (!p) return failf(t->err, sizeof t->err, NM_ERR_NOMEM, "tts: out of memory for %lld samples",
-                             (long long)cap);
+        if (!p) return nm_fail(NM_ERR_NOMEM, t->err, sizeof t->err, "tts: out of memory for %lld samples",
+                               (long long)cap);
         c->pcm = p;
         c->cap = cap;
     }
@@ -164,7 +152,7 @@ static nm_status run_engine(nm_tts *t, const char *text, nm_tts_sink_fn sink, vo
 static nm_status resample(nm_tts *t, const int16_t *pcm, int64_t n, nm_audio *out) {
     *out = (nm_audio){0};
     float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
-    if (!f) return failf(t->err, sizeof t->err, NM_ERR_NOMEM, "tts: out of memory");
+    if (!f) return nm_fail(NM_ERR_NOMEM, t->err, sizeof t->err, "tts: out of memory");
     for (int64_t i = 0; i < n; i++) f[i] = pcm[i] / 32768.0f;
     nm_status st = nm_audio_resample(f, n, t->native_rate, t->rate, out, t->err, sizeof t->err);
     free(f);
@@ -184,7 +172,7 @@ static nm_status synth_whole(nm_tts *t, const char *text, int16_t **pcm, int64_t
             // a.n <= c.n * rate / native_rate + 1: an s16 buffer of a.n samples.
             int16_t *r = realloc(c.pcm, (size_t)a.n * sizeof *r);
             if (!r) {
-                st = failf(t->err, sizeof t->err, NM_ERR_NOMEM, "tts: out of memory");
+                st = nm_fail(NM_ERR_NOMEM, t->err, sizeof t->err, "tts: out of memory");
             } else {
                 for (int64_t i = 0; i < a.n; i++) r[i] = to_s16(a.pcm[i]);
                 c.pcm = r;
@@ -206,7 +194,7 @@ nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, i
     if (n) *n = 0;
     if (!t) return NM_ERR_INVALID_ARG;
     if (!n || (cap > 0 && !pcm) || cap < 0)
-        return failf(t->err, sizeof t->err, NM_ERR_INVALID_ARG, "tts: bad output buffer");
+        return nm_fail(NM_ERR_INVALID_ARG, t->err, sizeof t->err, "tts: bad output buffer");
     nm_status st = check_text(t, text);
     if (st != NM_OK) return st;
     double t0 = now_s();
@@ -225,8 +213,8 @@ nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, i
     if (st != NM_OK) return st;
     *n = got;
     if (got > cap)
-        return failf(t->err, sizeof t->err, NM_ERR_RANGE, "tts: %lld samples do not fit a buffer of %lld",
-                     (long long)got, (long long)cap);
+        return nm_fail(NM_ERR_RANGE, t->err, sizeof t->err, "tts: %lld samples do not fit a buffer of %lld",
+                       (long long)got, (long long)cap);
     t->stats.n_utterances++;
     t->stats.n_samples += (uint64_t)got;
     return NM_OK;
@@ -236,7 +224,7 @@ nm_status nm_tts_synth_alloc(nm_tts *t, const char *text, int16_t **pcm, int64_t
     if (pcm) *pcm = NULL;
     if (n) *n = 0;
     if (!t) return NM_ERR_INVALID_ARG;
-    if (!pcm || !n) return failf(t->err, sizeof t->err, NM_ERR_INVALID_ARG, "tts: NULL output");
+    if (!pcm || !n) return nm_fail(NM_ERR_INVALID_ARG, t->err, sizeof t->err, "tts: NULL output");
     nm_status st = check_text(t, text);
     if (st != NM_OK) return st;
     double t0 = now_s();
@@ -266,7 +254,7 @@ static nm_status ring_publish(ring_out *r, uint64_t user) {
     m->user = user;
     nm_status st = nm_tabm_publish(r->ring, &r->slot);
     if (st != NM_OK) {
-        failf(r->t->err, sizeof r->t->err, st, "tts: publish: %s", nm_tabm_last_error(r->ring));
+        nm_fail(st, r->t->err, sizeof r->t->err, "tts: publish: %s", nm_tabm_last_error(r->ring));
         nm_tabm_cancel(r->ring, &r->slot);
     } else {
         r->t->stats.n_slots++;
@@ -278,7 +266,7 @@ static nm_status ring_publish(ring_out *r, uint64_t user) {
 static nm_status ring_take(ring_out *r) {
     nm_status st = nm_tabm_acquire_write(r->ring, r->producer, r->timeout_ns, &r->slot);
     if (st != NM_OK)
-        return failf(r->t->err, sizeof r->t->err, st, "tts: no free slot: %s", nm_status_str(st));
+        return nm_fail(st, r->t->err, sizeof r->t->err, "tts: no free slot: %s", nm_status_str(st));
     r->held = true;
     nm_tabm_meta *m = r->slot.meta;
     m->kind = NM_TABM_PCM_S16;
@@ -321,17 +309,17 @@ static nm_status ring_write(ring_out *r, const int16_t *pcm, const float *pcmf, 
 static nm_status ring_sink(void *user, const int16_t *pcm, int64_t n) {
     ring_out *r = user;
     if (r->n + n > max_samples(r->t))
-        return failf(r->t->err, sizeof r->t->err, NM_ERR_RANGE, "tts: utterance longer than %d s",
-                     NM_AUDIO_MAX_SECONDS);
+        return nm_fail(NM_ERR_RANGE, r->t->err, sizeof r->t->err, "tts: utterance longer than %d s",
+                       NM_AUDIO_MAX_SECONDS);
     return ring_write(r, pcm, NULL, n);
 }
 
 nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t producer, int64_t timeout_ns) {
     if (!t) return NM_ERR_INVALID_ARG;
-    if (!ring) return failf(t->err, sizeof t->err, NM_ERR_INVALID_ARG, "tts: NULL ring");
+    if (!ring) return nm_fail(NM_ERR_INVALID_ARG, t->err, sizeof t->err, "tts: NULL ring");
     if (nm_tabm_max_payload(ring) < sizeof(int16_t))
-        return failf(t->err, sizeof t->err, NM_ERR_RANGE, "tts: the ring's slots (%zu bytes) cannot hold a sample",
-                     nm_tabm_max_payload(ring));
+        return nm_fail(NM_ERR_RANGE, t->err, sizeof t->err, "tts: the ring's slots (%zu bytes) cannot hold a sample",
+                       nm_tabm_max_payload(ring));
     nm_status st = check_text(t, text);
     if (st != NM_OK) return st;
     double t0 = now_s();
@@ -369,10 +357,10 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
 
 nm_status nm_tts_list_voices(const char *engine, const char *data_dir, nm_tts_voice_fn fn, void *user, char *err,
                              size_t err_size) {
-    if (!fn) return failf(err, err_size, NM_ERR_INVALID_ARG, "tts: NULL callback");
+    if (!fn) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: NULL callback");
     const nm_tts_engine_i *eng = find_engine(engine, err, err_size);
     if (!eng) return NM_ERR_INVALID_ARG;
     if (!eng->list_voices)
-        return failf(err, err_size, NM_ERR_UNSUPPORTED, "tts: engine %s cannot list its voices", eng->name);
+        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "tts: engine %s cannot list its voices", eng->name);
     return eng->list_voices(data_dir, fn, user, err, err_size);
 }

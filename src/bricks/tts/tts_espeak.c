@@ -7,12 +7,12 @@
 // and initializing twice is not supported. What it allocates stays reachable
 // from its globals (no leak report).
 #include "bricks/tts/tts.h"
+#include "core/fail.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <locale.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,18 +43,6 @@ typedef struct espeak_state {
     char voice[VOICE_MAX + 1];
     int32_t rate_wpm, pitch, volume;
 } espeak_state;
-
-static nm_status fail(nm_status st, char *err, size_t err_size, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static nm_status fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) {
-    if (err && err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 // espeak-ng's message for a status, with the detail its context holds (the
 // file it could not open), on one line.
@@ -98,31 +86,31 @@ static nm_status init_locked(const char *data_dir, char *err, size_t err_size) {
     const char *want = data_dir ? data_dir : "";
     if (g_ready) {
         if (!data_dir || !strcmp(g_dir, want)) return NM_OK;
-        return fail(NM_ERR_STATE, err, err_size,
-                    "tts: espeak-ng is already initialized from %s; one data directory per process",
-                    g_dir[0] ? g_dir : "its default data directory");
+        return nm_fail(NM_ERR_STATE, err, err_size,
+                       "tts: espeak-ng is already initialized from %s; one data directory per process",
+                       g_dir[0] ? g_dir : "its default data directory");
     }
     if (strlen(want) >= sizeof g_dir)
-        return fail(NM_ERR_INVALID_ARG, err, err_size, "tts: espeak-ng data directory path too long");
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: espeak-ng data directory path too long");
     if (data_dir) {
         // espeak-ng silently falls back to its default data when this path is
         // not a directory: check it here so the caller learns about a typo.
         char p[PATH_MAX + 32];
         struct stat sb;
         if (stat(data_dir, &sb) != 0)
-            return fail(NM_ERR_IO, err, err_size, "tts: espeak-ng data directory '%s': %s", data_dir,
-                        strerror(errno));
+            return nm_fail(NM_ERR_IO, err, err_size, "tts: espeak-ng data directory '%s': %s", data_dir,
+                           strerror(errno));
         if (!S_ISDIR(sb.st_mode))
-            return fail(NM_ERR_IO, err, err_size, "tts: espeak-ng data directory '%s' is not a directory",
-                        data_dir);
+            return nm_fail(NM_ERR_IO, err, err_size, "tts: espeak-ng data directory '%s' is not a directory",
+                           data_dir);
         snprintf(p, sizeof p, "%s/espeak-ng-data/phondata", data_dir);
         bool nested = is_file(p);
         snprintf(p, sizeof p, "%s/phondata", data_dir);
         if (!nested && !is_file(p))
-            return fail(NM_ERR_IO, err, err_size,
-                        "tts: no espeak-ng data in '%s' (no phondata there or in its espeak-ng-data/): "
-                        "install espeak-ng-data or give the directory that holds it",
-                        data_dir);
+            return nm_fail(NM_ERR_IO, err, err_size,
+                           "tts: no espeak-ng data in '%s' (no phondata there or in its espeak-ng-data/): "
+                           "install espeak-ng-data or give the directory that holds it",
+                           data_dir);
     }
     if (!g_utf8) g_utf8 = newlocale(LC_CTYPE_MASK, "C.UTF-8", (locale_t)0);
     if (!g_utf8) g_utf8 = newlocale(LC_CTYPE_MASK, "en_US.UTF-8", (locale_t)0);
@@ -142,16 +130,16 @@ static nm_status init_locked(const char *data_dir, char *err, size_t err_size) {
         espeak_Info(&path);
         status_message(s, ctx, msg, sizeof msg);
         espeak_ng_ClearErrorContext(&ctx);
-        return fail(NM_ERR_IO, err, err_size,
-                    "tts: espeak-ng cannot load its data from %s: %s (install espeak-ng-data, or set "
-                    "ESPEAK_DATA_PATH / data_dir)",
-                    path && path[0] ? path : "its data directory", msg);
+        return nm_fail(NM_ERR_IO, err, err_size,
+                       "tts: espeak-ng cannot load its data from %s: %s (install espeak-ng-data, or set "
+                       "ESPEAK_DATA_PATH / data_dir)",
+                       path && path[0] ? path : "its data directory", msg);
     }
     s = espeak_ng_InitializeOutput(ENOUTPUT_MODE_SYNCHRONOUS, ESPEAK_CHUNK_MS, NULL);
     if (s != ENS_OK) {
         char msg[256];
         status_message(s, NULL, msg, sizeof msg);
-        return fail(NM_ERR_NOMEM, err, err_size, "tts: espeak-ng output buffers: %s", msg);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "tts: espeak-ng output buffers: %s", msg);
     }
     espeak_SetSynthCallback(synth_cb);
     g_rate = espeak_ng_GetSampleRate();
@@ -174,12 +162,12 @@ static nm_status set_voice_locked(const char *voice, char *err, size_t err_size)
         s = espeak_ng_SetVoiceByProperties(&sel);
     }
     if (s == ENS_VOICE_NOT_FOUND)
-        return fail(NM_ERR_INVALID_ARG, err, err_size,
-                    "tts: unknown espeak-ng voice '%s' (`nanomind say --list-voices` lists them)", voice);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                       "tts: unknown espeak-ng voice '%s' (`nanomind say --list-voices` lists them)", voice);
     if (s != ENS_OK) {
         char msg[256];
         status_message(s, NULL, msg, sizeof msg);
-        return fail(NM_ERR_IO, err, err_size, "tts: cannot load espeak-ng voice '%s': %s", voice, msg);
+        return nm_fail(NM_ERR_IO, err, err_size, "tts: cannot load espeak-ng voice '%s': %s", voice, msg);
     }
     snprintf(g_cur_voice, sizeof g_cur_voice, "%s", voice);
     return NM_OK;
@@ -192,7 +180,7 @@ static nm_status set_params_locked(const espeak_state *v, char *err, size_t err_
     if (s != ENS_OK) {
         char msg[256];
         status_message(s, NULL, msg, sizeof msg);
-        return fail(NM_ERR_INVALID_ARG, err, err_size, "tts: espeak-ng parameters: %s", msg);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: espeak-ng parameters: %s", msg);
     }
     return NM_OK;
 }
@@ -200,18 +188,18 @@ static nm_status set_params_locked(const espeak_state *v, char *err, size_t err_
 static nm_status es_open(const nm_tts_params *p, void **state, int32_t *native_rate, char *err, size_t err_size) {
     *state = NULL;
     const char *voice = p->voice ? p->voice : "en-us";
-    if (!voice[0]) return fail(NM_ERR_INVALID_ARG, err, err_size, "tts: empty voice name");
+    if (!voice[0]) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: empty voice name");
     if (strlen(voice) > VOICE_MAX)
-        return fail(NM_ERR_INVALID_ARG, err, err_size, "tts: voice name longer than %d bytes", VOICE_MAX);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: voice name longer than %d bytes", VOICE_MAX);
     if (p->rate_wpm < espeakRATE_MINIMUM || p->rate_wpm > espeakRATE_MAXIMUM)
-        return fail(NM_ERR_INVALID_ARG, err, err_size, "tts: rate %d words per minute is outside %d..%d",
-                    (int)p->rate_wpm, espeakRATE_MINIMUM, espeakRATE_MAXIMUM);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: rate %d words per minute is outside %d..%d",
+                       (int)p->rate_wpm, espeakRATE_MINIMUM, espeakRATE_MAXIMUM);
     if (p->pitch < 0 || p->pitch > 100)
-        return fail(NM_ERR_INVALID_ARG, err, err_size, "tts: pitch %d is outside 0..100", (int)p->pitch);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: pitch %d is outside 0..100", (int)p->pitch);
     if (p->volume < 0 || p->volume > 200)
-        return fail(NM_ERR_INVALID_ARG, err, err_size, "tts: volume %d is outside 0..200", (int)p->volume);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: volume %d is outside 0..200", (int)p->volume);
     espeak_state *v = calloc(1, sizeof *v);
-    if (!v) return fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
+    if (!v) return nm_fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
     snprintf(v->voice, sizeof v->voice, "%s", voice);
     v->rate_wpm = p->rate_wpm;
     v->pitch = p->pitch;
@@ -235,7 +223,7 @@ static nm_status es_synth(void *state, const char *text, nm_tts_sink_fn sink, vo
     espeak_state *v = state;
     job j = {.sink = sink, .user = user, .st = NM_OK};
     pthread_mutex_lock(&g_lock);
-    nm_status st = g_ready ? NM_OK : fail(NM_ERR_STATE, err, err_size, "tts: espeak-ng is not initialized");
+    nm_status st = g_ready ? NM_OK : nm_fail(NM_ERR_STATE, err, err_size, "tts: espeak-ng is not initialized");
     if (st == NM_OK) st = set_voice_locked(v->voice, err, err_size);
     if (st == NM_OK) st = set_params_locked(v, err, err_size);
     if (st == NM_OK) {
@@ -247,8 +235,8 @@ static nm_status es_synth(void *state, const char *text, nm_tts_sink_fn sink, vo
         if (old) uselocale(old);
         if (j.st != NM_OK) st = j.st; // the sink stopped it and said why
         else if (e != EE_OK)
-            st = fail(NM_ERR_IO, err, err_size, "tts: espeak-ng synthesis failed (%s)",
-                      e == EE_BUFFER_FULL ? "buffer full" : e == EE_NOT_FOUND ? "not found" : "internal error");
+            st = nm_fail(NM_ERR_IO, err, err_size, "tts: espeak-ng synthesis failed (%s)",
+                         e == EE_BUFFER_FULL ? "buffer full" : e == EE_NOT_FOUND ? "not found" : "internal error");
     }
     pthread_mutex_unlock(&g_lock);
     return st;
@@ -292,7 +280,7 @@ static nm_status es_list_voices(const char *data_dir, nm_tts_voice_fn fn, void *
     }
     g_cur_voice[0] = '\0'; // the espeak_VOICE array is gone with the next call; the voice changed too
     pthread_mutex_unlock(&g_lock);
-    if (st == NM_OK && oom) st = fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
+    if (st == NM_OK && oom) st = nm_fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
     for (int i = 0; st == NM_OK && i < n; i++) {
         nm_tts_voice_info info = {.name = strs[3 * i], .description = strs[3 * i + 1], .identifier = strs[3 * i + 2]};
         if (!fn(user, &info)) break;

@@ -18,7 +18,6 @@
 //  - old conversions stored ffn_up/ffn_down swapped: detected by shape
 //    (ffn_down reading n_embd inputs) and undone, as llama.cpp does.
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +26,7 @@
 #include "bricks/vision/clip.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "core/fail.h"
 
 typedef struct clip_layer {
     nm_tensor wq, wk, wv, wo, up, down;   // matmul weights, mmapped
@@ -52,16 +52,6 @@ struct nm_clip {
     char err[256];
 };
 
-static nm_status failf(char *err, size_t size, nm_status st, const char *fmt, ...) {
-    if (err && size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, size, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 // ---- loading ---------------------------------------------------------------------------
 
 typedef struct loader {
@@ -70,7 +60,7 @@ typedef struct loader {
     size_t err_size;
 } loader;
 
-#define LFAIL(L, st, ...) failf((L)->err, (L)->err_size, st, __VA_ARGS__)
+#define LFAIL(L, st, ...) nm_fail(st, (L)->err, (L)->err_size, __VA_ARGS__)
 
 static nm_status get_u32(loader *L, const char *key, bool required, int32_t *out) {
     const nm_gguf_kv *kv = nm_gguf_find(L->c->g, key);
@@ -397,7 +387,7 @@ static nm_status clip_load(const char *path, const void *data, size_t size, int3
                            char *err, size_t err_size) {
     *out = NULL;
     nm_clip *c = calloc(1, sizeof *c);
-    if (!c) return failf(err, err_size, NM_ERR_NOMEM, "out of memory");
+    if (!c) return nm_fail(NM_ERR_NOMEM, err, err_size, "out of memory");
     loader L = {c, err, err_size};
     nm_status st = path ? nm_gguf_open(path, &c->g, err, err_size) : nm_gguf_open_memory(data, size, &c->g, err, err_size);
     if (st) goto fail;
@@ -413,7 +403,7 @@ static nm_status clip_load(const char *path, const void *data, size_t size, int3
     c->vec_mem = malloc((c->vec_cap ? c->vec_cap : 1) * sizeof(float));
     c->layers = calloc((size_t)in->n_layer, sizeof *c->layers);
     if (!c->vec_mem || !c->layers) {
-        st = failf(err, err_size, NM_ERR_NOMEM, "out of memory");
+        st = nm_fail(NM_ERR_NOMEM, err, err_size, "out of memory");
         goto fail;
     }
     if ((st = load_tensors(&L))) goto fail;
@@ -431,7 +421,7 @@ static nm_status clip_load(const char *path, const void *data, size_t size, int3
     ok = ok && (c->ff = malloc(sizeof(float) * (size_t)(T * ffw)));
     if (in->proj == NM_CLIP_PROJ_IDEFICS3) ok = ok && (c->shuf = malloc(sizeof(float) * (size_t)(in->n_patches * d)));
     if (!ok || nm_backend_cpu_reserve_attn(c->be, T, d / in->n_head) != NM_OK) {
-        st = failf(err, err_size, NM_ERR_NOMEM, "out of memory for the encoder's activations");
+        st = nm_fail(NM_ERR_NOMEM, err, err_size, "out of memory for the encoder's activations");
         goto fail;
     }
     *out = c;
@@ -442,13 +432,13 @@ fail:
 }
 
 nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char *err, size_t err_size) {
-    if (!path || !out) return failf(err, err_size, NM_ERR_INVALID_ARG, "nm_clip_load: NULL argument");
+    if (!path || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "nm_clip_load: NULL argument");
     return clip_load(path, NULL, 0, n_threads, out, err, err_size);
 }
 
 nm_status nm_clip_load_memory(const void *data, size_t size, int32_t n_threads, nm_clip **out, char *err,
                               size_t err_size) {
-    if (!data || !out) return failf(err, err_size, NM_ERR_INVALID_ARG, "nm_clip_load_memory: NULL argument");
+    if (!data || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "nm_clip_load_memory: NULL argument");
     return clip_load(NULL, data, size, n_threads, out, err, err_size);
 }
 
@@ -464,7 +454,7 @@ static inline nm_tensor act(float *data, int64_t w, int64_t T) {
 
 static nm_status run(nm_clip *c, const nm_op *ops, int n) {
     nm_status st = c->be->iface->compute(c->be, ops, n);
-    if (st != NM_OK) failf(c->err, sizeof c->err, st, "vision encoder: %s", c->be->iface->last_error(c->be));
+    if (st != NM_OK) nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", c->be->iface->last_error(c->be));
     return st;
 }
 

@@ -1,25 +1,15 @@
 // Image decoding entry points: pick the decoder by magic bytes, read files.
 // The per-format decoders live in image_png.c, image_jpeg.c and image_pnm.c.
 #include "bricks/vision/image.h"
+#include "core/fail.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #define MAX_FILE_BYTES (1ull << 30) // an image file larger than this is not one we want
-
-static nm_status fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) {
-    if (err && err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 static bool has_prefix(const uint8_t *d, size_t n, const char *magic, size_t len) {
     return n >= len && memcmp(d, magic, len) == 0;
@@ -28,22 +18,22 @@ static bool has_prefix(const uint8_t *d, size_t n, const char *magic, size_t len
 nm_status nm_image_check_size(const char *fmt, int64_t w, int64_t h, int64_t max_pixels, char *err,
                               size_t err_size) {
     if (w <= 0 || h <= 0)
-        return fail(NM_ERR_FORMAT, err, err_size, "%s: bad size %lldx%lld", fmt, (long long)w, (long long)h);
+        return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: bad size %lldx%lld", fmt, (long long)w, (long long)h);
     if (w > NM_IMAGE_MAX_SIDE || h > NM_IMAGE_MAX_SIDE || w * h > max_pixels)
-        return fail(NM_ERR_RANGE, err, err_size, "%s: %lldx%lld is over the limit (%d per side, %lld pixels)",
-                    fmt, (long long)w, (long long)h, NM_IMAGE_MAX_SIDE, (long long)max_pixels);
+        return nm_fail(NM_ERR_RANGE, err, err_size, "%s: %lldx%lld is over the limit (%d per side, %lld pixels)",
+                       fmt, (long long)w, (long long)h, NM_IMAGE_MAX_SIDE, (long long)max_pixels);
     return NM_OK;
 }
 
 nm_status nm_image_decode_max(const void *data, size_t n, int64_t max_pixels, nm_image *out,
                               char *err, size_t err_size) {
     if (err && err_size) err[0] = '\0';
-    if (!out) return fail(NM_ERR_INVALID_ARG, err, err_size, "image: no output");
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no output");
     *out = (nm_image){0};
-    if (!data && n) return fail(NM_ERR_INVALID_ARG, err, err_size, "image: no data");
+    if (!data && n) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no data");
     if (max_pixels <= 0) max_pixels = NM_IMAGE_MAX_PIXELS;
     const uint8_t *d = data;
-    if (n == 0) return fail(NM_ERR_FORMAT, err, err_size, "image: empty input");
+    if (n == 0) return nm_fail(NM_ERR_FORMAT, err, err_size, "image: empty input");
     if (has_prefix(d, n, "\x89PNG\r\n\x1a\n", 8)) return nm_image_decode_png(d, n, max_pixels, out, err, err_size);
     if (has_prefix(d, n, "\xff\xd8\xff", 3)) return nm_image_decode_jpeg(d, n, max_pixels, out, err, err_size);
     if (n >= 2 && d[0] == 'P' && d[1] >= '1' && d[1] <= '7')
@@ -58,11 +48,11 @@ nm_status nm_image_decode_max(const void *data, size_t n, int64_t max_pixels, nm
     else if (has_prefix(d, n, "II*\0", 4) || has_prefix(d, n, "MM\0*", 4)) what = "TIFF";
     else if (n >= 12 && !memcmp(d + 4, "ftyp", 4)) what = "HEIF/AVIF";
     if (what)
-        return fail(NM_ERR_UNSUPPORTED, err, err_size,
-                    "image: %s is not supported (PNG, JPEG and PPM/PGM are)", what);
-    return fail(NM_ERR_UNSUPPORTED, err, err_size,
-                "image: unknown format (first bytes %02x %02x; PNG, JPEG and PPM/PGM are supported)",
-                d[0], n > 1 ? d[1] : 0);
+        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size,
+                       "image: %s is not supported (PNG, JPEG and PPM/PGM are)", what);
+    return nm_fail(NM_ERR_UNSUPPORTED, err, err_size,
+                   "image: unknown format (first bytes %02x %02x; PNG, JPEG and PPM/PGM are supported)",
+                   d[0], n > 1 ? d[1] : 0);
 }
 
 nm_status nm_image_decode(const void *data, size_t n, nm_image *out, char *err, size_t err_size) {
@@ -71,38 +61,38 @@ nm_status nm_image_decode(const void *data, size_t n, nm_image *out, char *err, 
 
 nm_status nm_image_load(const char *path, nm_image *out, char *err, size_t err_size) {
     if (err && err_size) err[0] = '\0';
-    if (!out) return fail(NM_ERR_INVALID_ARG, err, err_size, "image: no output");
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no output");
     *out = (nm_image){0};
-    if (!path) return fail(NM_ERR_INVALID_ARG, err, err_size, "image: no path");
+    if (!path) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no path");
     FILE *f = fopen(path, "rb");
-    if (!f) return fail(NM_ERR_IO, err, err_size, "image: cannot open %s: %s", path, strerror(errno));
+    if (!f) return nm_fail(NM_ERR_IO, err, err_size, "image: cannot open %s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
-        return fail(NM_ERR_IO, err, err_size, "image: %s is not a regular file", path);
+        return nm_fail(NM_ERR_IO, err, err_size, "image: %s is not a regular file", path);
     }
     if ((unsigned long long)st.st_size > MAX_FILE_BYTES) {
         fclose(f);
-        return fail(NM_ERR_RANGE, err, err_size, "image: %s is %lld bytes, over the %llu limit", path,
-                    (long long)st.st_size, MAX_FILE_BYTES);
+        return nm_fail(NM_ERR_RANGE, err, err_size, "image: %s is %lld bytes, over the %llu limit", path,
+                       (long long)st.st_size, MAX_FILE_BYTES);
     }
     size_t n = (size_t)st.st_size;
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) {
         fclose(f);
-        return fail(NM_ERR_NOMEM, err, err_size, "image: out of memory reading %s", path);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "image: out of memory reading %s", path);
     }
     size_t got = fread(buf, 1, n, f);
     bool bad = ferror(f) != 0;
     fclose(f);
     if (bad || got != n) {
         free(buf);
-        return fail(NM_ERR_IO, err, err_size, "image: cannot read %s", path);
+        return nm_fail(NM_ERR_IO, err, err_size, "image: cannot read %s", path);
     }
     char sub[256] = "";
     nm_status s = nm_image_decode(buf, n, out, sub, sizeof sub);
     free(buf);
-    if (s != NM_OK) return fail(s, err, err_size, "%s: %s", path, sub);
+    if (s != NM_OK) return nm_fail(s, err, err_size, "%s: %s", path, sub);
     return NM_OK;
 }
 

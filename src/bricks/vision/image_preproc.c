@@ -4,24 +4,14 @@
 // and mtmd_image_preprocessor_idefics3 for "idefics3".
 #include <math.h>
 #include <stdint.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bricks/vision/image.h"
+#include "core/fail.h"
 
 #define MAX_TILES 1024 // an idefics3 grid beyond this is not an image we want to encode
-
-static nm_status fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) {
-    if (err && err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 nm_image_params nm_image_params_from_clip(const nm_clip_info *ci) {
     nm_image_params p = {0};
@@ -129,14 +119,14 @@ nm_status nm_image_idefics3_grid(int32_t w, int32_t h, const nm_image_params *p,
 nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_image_batch *out,
                               char *err, size_t err_size) {
     if (err && err_size) err[0] = '\0';
-    if (!out) return fail(NM_ERR_INVALID_ARG, err, err_size, "preprocess: no output");
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "preprocess: no output");
     *out = (nm_image_batch){0};
     if (!img || !img->rgb || img->w <= 0 || img->h <= 0)
-        return fail(NM_ERR_INVALID_ARG, err, err_size, "preprocess: empty image");
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "preprocess: empty image");
     if (!params_ok(p))
-        return fail(NM_ERR_INVALID_ARG, err, err_size,
-                    "preprocess: bad parameters (projector mlp or idefics3, image_size 1..4096, std != 0, "
-                    "pinpoints multiples of image_size)");
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                       "preprocess: bad parameters (projector mlp or idefics3, image_size 1..4096, std != 0, "
+                       "pinpoints multiples of image_size)");
     const int32_t S = p->image_size;
     const size_t per = (size_t)3 * S * S;
     struct ide_plan pl = {0};
@@ -148,18 +138,18 @@ nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_
         pl.cols = rw / S;
         pl.rows = rh / S;
         if ((int64_t)pl.rows * pl.cols > MAX_TILES)
-            return fail(NM_ERR_RANGE, err, err_size, "preprocess: an anyres grid of %dx%d tiles is more than %d",
-                        pl.cols, pl.rows, MAX_TILES);
+            return nm_fail(NM_ERR_RANGE, err, err_size, "preprocess: an anyres grid of %dx%d tiles is more than %d",
+                           pl.cols, pl.rows, MAX_TILES);
         n = pl.rows * pl.cols + 1;
     } else if (p->proj == NM_CLIP_PROJ_IDEFICS3) {
         nm_status st = ide_plan(img->w, img->h, p, &pl);
         if (st != NM_OK)
-            return fail(st, err, err_size, "preprocess: a %dx%d image cannot be tiled for idefics3 (%s)",
-                        img->w, img->h, pl.cols ? "more than 1024 tiles" : "a side would shrink to 0");
+            return nm_fail(st, err, err_size, "preprocess: a %dx%d image cannot be tiled for idefics3 (%s)",
+                           img->w, img->h, pl.cols ? "more than 1024 tiles" : "a side would shrink to 0");
         n = pl.rows * pl.cols + 1;
     }
     float *data = malloc(per * (size_t)n * sizeof *data);
-    if (!data) return fail(NM_ERR_NOMEM, err, err_size, "preprocess: out of memory for %d images", n);
+    if (!data) return nm_fail(NM_ERR_NOMEM, err, err_size, "preprocess: out of memory for %d images", n);
 
     nm_status st = NM_OK;
     nm_image a = {0}, b = {0}, g = {0};
@@ -194,7 +184,7 @@ nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_
     nm_image_free(&g);
     if (st != NM_OK) {
         free(data);
-        return fail(st, err, err_size, "preprocess: resize failed (%s)", nm_status_str(st));
+        return nm_fail(st, err, err_size, "preprocess: resize failed (%s)", nm_status_str(st));
     }
     out->n = n;
     out->rows = pl.rows;

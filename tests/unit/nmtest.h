@@ -1,7 +1,18 @@
 // Tiny unit-test runner. In a test file:
 //   NM_TEST(name) { NM_CHECK(x == 1); NM_CHECK_NEAR(a, b, 1e-6); }
 //   ... and at the end: NM_TEST_MAIN()
-// Run: ./test_foo [--filter SUBSTR]. Prints "N passed, N failed".
+// Run: ./test_foo [--filter SUBSTR]. Prints "N passed, N failed, N skipped".
+//
+// Skips are counted apart, never as passes, and come in two kinds:
+//   NM_SKIP(why)          the machine or build cannot run the case (no AVX-512,
+//                         built without ALSA): a skip everywhere.
+//   NM_SKIP_MISSING(why)  something set-up provides is absent (a model): a skip
+//                         on a bare checkout, a failure with NM_CI=1 (.ci/run
+//                         sets it after fetching every model).
+// A file that exists but fails to load is a failure, never a skip.
+// NM_TEST_OPTIN(name, "ENV") is a tool, not a test (corpus writers, benches):
+// it runs only when ENV is set to a non-empty value, and is otherwise neither
+// run nor counted.
 #ifndef NM_NMTEST_H
 #define NM_NMTEST_H
 
@@ -9,21 +20,27 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef void (*nmtest_fn)(int *failed);
-struct nmtest_case { const char *name; nmtest_fn fn; };
+struct nmtest_case { const char *name; nmtest_fn fn; const char *optin_env; };
 
 #define NMTEST_MAX 512
 static struct nmtest_case nmtest_cases[NMTEST_MAX];
 static int nmtest_n;
+// 0: ran to the end; 1: skipped; set by the skip macros of the running case.
+static int nmtest_skipped;
 
-#define NM_TEST(name)                                                       \
+#define NMTEST_REGISTER(name, env)                                          \
     static void nmtest_##name(int *nmtest_failed);                          \
     __attribute__((constructor)) static void nmtest_reg_##name(void) {      \
         if (nmtest_n < NMTEST_MAX)                                          \
-            nmtest_cases[nmtest_n++] = (struct nmtest_case){#name, nmtest_##name}; \
+            nmtest_cases[nmtest_n++] = (struct nmtest_case){#name, nmtest_##name, env}; \
     }                                                                       \
     static void nmtest_##name(int *nmtest_failed)
+
+#define NM_TEST(name) NMTEST_REGISTER(name, NULL)
+#define NM_TEST_OPTIN(name, env) NMTEST_REGISTER(name, env)
 
 #define NM_CHECK(cond)                                                      \
     do {                                                                    \
@@ -43,27 +60,66 @@ static int nmtest_n;
         }                                                                   \
     } while (0)
 
-// Skip the rest of a test (counted as passed) with a reason.
+static inline int nmtest_ci(void) {
+    const char *ci = getenv("NM_CI");
+    return ci && *ci && strcmp(ci, "0") != 0;
+}
+
+// Ends the case as skipped: the machine or build cannot run it.
 #define NM_SKIP(why)                                                        \
     do {                                                                    \
-        fprintf(stderr, "  skipped: %s\n", why);                            \
+        fprintf(stderr, "  skip: %s\n", why);                               \
+        nmtest_skipped = 1;                                                 \
         return;                                                             \
     } while (0)
+
+// Ends the case as skipped, or failed under NM_CI=1: set-up should have
+// provided what is missing.
+#define NM_SKIP_MISSING(why)                                                \
+    do {                                                                    \
+        if (nmtest_ci()) {                                                  \
+            fprintf(stderr, "  %s:%d: NM_CI=1 and %s\n", __FILE__, __LINE__, why); \
+            *nmtest_failed = 1;                                             \
+            return;                                                         \
+        }                                                                   \
+        fprintf(stderr, "  skip: %s\n", why);                               \
+        nmtest_skipped = 1;                                                 \
+        return;                                                             \
+    } while (0)
+
+// The path of a model in the cache ($NM_MODEL_DIR, else ~/.cache/nanomind/models);
+// returns whether a file is there (readable or not: a present file that cannot be
+// read must fail, so existence is what decides a skip).
+static inline int nmtest_model_path(const char *file, char *buf, size_t size) {
+    const char *dir = getenv("NM_MODEL_DIR");
+    const char *home = getenv("HOME");
+    if (dir && *dir) snprintf(buf, size, "%s/%s", dir, file);
+    else snprintf(buf, size, "%s/.cache/nanomind/models/%s", home ? home : ".", file);
+    return access(buf, F_OK) == 0;
+}
 
 static int nmtest_main(int argc, char **argv) {
     const char *filter = NULL;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < nmtest_n; i++) {
-        if (filter && !strstr(nmtest_cases[i].name, filter)) continue;
+        const struct nmtest_case *tc = &nmtest_cases[i];
+        if (filter && !strstr(tc->name, filter)) continue;
+        if (tc->optin_env) {
+            const char *e = getenv(tc->optin_env);
+            if (!e || !*e) continue;
+        }
         int f = 0;
-        nmtest_cases[i].fn(&f);
-        printf("%s %s\n", f ? "FAIL" : "ok  ", nmtest_cases[i].name);
+        nmtest_skipped = 0;
+        tc->fn(&f);
+        printf("%s %s\n", f ? "FAIL" : nmtest_skipped ? "skip" : "ok  ", tc->name);
         fflush(stdout);
-        if (f) failed++; else passed++;
+        if (f) failed++;
+        else if (nmtest_skipped) skipped++;
+        else passed++;
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }
 

@@ -831,9 +831,8 @@ static int gen_variant(const char *dir, const char *src, const char *name, size_
     return 0;
 }
 
-NM_TEST(gen_corpus) {
+NM_TEST_OPTIN(gen_corpus, "NM_GEN_CORPUS") {
     const char *dir = getenv("NM_GEN_CORPUS");
-    if (!dir || !*dir) NM_SKIP("set NM_GEN_CORPUS=DIR to write the corpus");
     mkdir(dir, 0755);
     struct { const char *name; int fmt, rate, ch; int64_t frames; } v[] = {
         {"u8-8k.wav", SF_FORMAT_WAV | SF_FORMAT_PCM_U8, 8000, 1, 800},

@@ -1059,9 +1059,8 @@ static void write_file(const char *dir, const char *name, const void *d, size_t 
 }
 
 // Small seeds (< 4 KB): one of each kind the decoders branch on, plus broken ones.
-NM_TEST(gen_corpus) {
+NM_TEST_OPTIN(gen_corpus, "NM_GEN_CORPUS") {
     const char *dir = getenv("NM_GEN_CORPUS");
-    if (!dir || !*dir) NM_SKIP("set NM_GEN_CORPUS=DIR to write the corpus");
     mkdir(dir, 0755);
     const int w = 12, h = 9;
     uint8_t *rgb = rgb_pic(w, h), *rgba = malloc((size_t)w * h * 4), *s16 = malloc((size_t)w * h * 6);
@@ -1145,7 +1144,7 @@ NM_TEST(corpus_seeds_as_named) {
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char path[256], err[256];
         snprintf(path, sizeof path, "tests/fuzz/corpus/image/%s", names[i]);
-        if (access(path, R_OK) != 0) NM_SKIP("corpus not found (run from the repository root)");
+        if (access(path, F_OK) != 0) NM_SKIP_MISSING("corpus not found (run from the repository root)");
         bool broken = strstr(names[i], "trunc") || strstr(names[i], "bad") || strstr(names[i], "corrupt") ||
                       strstr(names[i], "gif") || strstr(names[i], "huge");
         nm_image im;
@@ -1160,9 +1159,8 @@ NM_TEST(corpus_seeds_as_named) {
 
 // Larger images for the golden check (see docs/correctness.md): PNG and JPEG
 // of a few shapes and kinds.
-NM_TEST(gen_samples) {
+NM_TEST_OPTIN(gen_samples, "NM_IMAGE_SAMPLES") {
     const char *dir = getenv("NM_IMAGE_SAMPLES");
-    if (!dir || !*dir) NM_SKIP("set NM_IMAGE_SAMPLES=DIR to write the golden samples");
     mkdir(dir, 0755);
     const struct { int w, h; } sz[] = {{640, 480}, {333, 777}, {1280, 300}, {64, 64}, {500, 500}};
     for (size_t k = 0; k < sizeof sz / sizeof sz[0]; k++) {

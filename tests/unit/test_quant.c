@@ -418,12 +418,11 @@ static double bench_ns_per_1k(nm_dot_fn fd, nm_dotq_fn fq, const void *rows, siz
     return best;
 }
 
-NM_TEST(simd_dot_speed) {
+NM_TEST_OPTIN(simd_dot_speed, "NM_TEST_BENCH") {
     // Not a pass/fail benchmark: ns per 1k weights of the f32-activation dot
     // (ref and SIMD table) and of the quantized-activation dotq of the SIMD
     // table (the activation row is quantized once per matmul and reused by
     // every weight row, so that cost is not in it).
-    if (!getenv("NM_TEST_BENCH")) NM_SKIP("set NM_TEST_BENCH=1");
     const nm_kernels *k = nm_kernels_get(), *r = nm_kernels_ref();
     enum { N = 4096, ROWS = 256 };
     static float w[N], x[N];

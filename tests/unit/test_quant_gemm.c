@@ -418,9 +418,7 @@ static void bench(const nm_kernels *k, const problem *p, double *gemm_ns, double
     }
 }
 
-NM_TEST(gemmq_speed) {
-    const char *b = getenv("NM_TEST_BENCH");
-    if (!b || b[0] != '1') NM_SKIP("set NM_TEST_BENCH=1");
+NM_TEST_OPTIN(gemmq_speed, "NM_TEST_BENCH") {
     static const uint32_t types[] = {NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0, NM_TYPE_Q8_0,
                                      NM_TYPE_MXFP4, NM_TYPE_Q4_K, NM_TYPE_Q5_K, NM_TYPE_Q6_K};
     static const int64_t Ks[] = {576, 2048};
@@ -467,9 +465,7 @@ static double time_gemv_ns(const nm_kernels *k, const problem *p, int gemv) {
     return (t1 - t0) * 1e9 / iters / macs * 1000;
 }
 
-NM_TEST(gemv_speed) {
-    const char *b = getenv("NM_TEST_BENCH");
-    if (!b || b[0] != '1') NM_SKIP("set NM_TEST_BENCH=1");
+NM_TEST_OPTIN(gemv_speed, "NM_TEST_BENCH") {
     const nm_kernels *k = gemv_table();
     if (!k) NM_SKIP("no gemv kernels on this CPU");
     static const int64_t Ks[] = {576, 640, 2048};

@@ -28,7 +28,7 @@
 
 static uint64_t n_total;
 static _Atomic uint8_t *seen; // (NPROD * per)
-static _Atomic int bad_sum, bad_order, dup, errs;
+static _Atomic int bad_sum, bad_order, dup_seen, errs;
 
 static uint64_t mix(uint64_t x) {
     x ^= x >> 33;
@@ -87,7 +87,7 @@ static void *consumer(void *arg) {
         if (sum != s.meta->user) atomic_fetch_add(&bad_sum, 1);
         if (i <= last[p]) atomic_fetch_add(&bad_order, 1);
         last[p] = i;
-        if (atomic_fetch_add(&seen[p * per + (uint64_t)i], 1) != 0) atomic_fetch_add(&dup, 1);
+        if (atomic_fetch_add(&seen[p * per + (uint64_t)i], 1) != 0) atomic_fetch_add(&dup_seen, 1);
         c->got++;
         if (nm_tabm_release(c->r, &s) != NM_OK) { atomic_fetch_add(&errs, 1); break; }
     }
@@ -131,7 +131,7 @@ NM_TEST(tabm_stress_2x2) {
             (unsigned long long)s.full_waits, (unsigned long long)s.empty_waits);
     NM_CHECK(atomic_load(&errs) == 0);
     NM_CHECK(missing == 0);
-    NM_CHECK(atomic_load(&dup) == 0);
+    NM_CHECK(atomic_load(&dup_seen) == 0);
     NM_CHECK(atomic_load(&bad_sum) == 0);
     NM_CHECK(atomic_load(&bad_order) == 0);
     NM_CHECK(ca[0].got + ca[1].got == n_total);

@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "genmmproj.h"
 #include "genmodel.h"
+#include "small_model.h"
 #include "nmtest.h"
 
 #define N_EMBD 64
@@ -28,30 +29,13 @@ static const char *tmp(const char *name) {
     return b;
 }
 
-static bool smollm2_path(char *out, size_t n) {
-    const char *dir = getenv("NM_MODEL_DIR"), *home = getenv("HOME");
-    if (dir) snprintf(out, n, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else snprintf(out, n, "%s/.cache/nanomind/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    return access(out, R_OK) == 0;
-}
+static int g_small_r; // nmtest_small_model's last answer
 
-// A small random llama with SmolLM2's tokenizer, or NULL when SmolLM2 is absent.
+// A small random llama with SmolLM2's tokenizer; NULL when absent or failed (g_small_r).
 static nm_model *small_model(void) {
-    char tok[1024];
-    if (!smollm2_path(tok, sizeof tok)) return NULL;
-    gen_opts o = nm_genmodel_defaults();
-    o.arch = "llama";
-    o.tok_from = tok;
-    o.out = tmp("llm.gguf");
-    o.layers = 2;
-    o.embd = N_EMBD;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.ff = 128;
-    o.seed = 11;
-    if (nm_genmodel_write(&o) != 0) return NULL;
     nm_model *m = NULL;
-    return nm_model_load(o.out, NULL, &m, NULL, 0) == NM_OK ? m : NULL;
+    g_small_r = nmtest_small_model(tmp("llm.gguf"), N_EMBD, 11, &m);
+    return m;
 }
 
 // proj "mlp-anyres": mlp with LLaVA-1.6-style pinpoints (2x1, 1x2, 2x2 tiles of 32).
@@ -204,7 +188,7 @@ done:
 
 NM_TEST(tabm_vision_image_prompt_in_place) {
     nm_model *m = small_model();
-    if (!m) NM_SKIP("SmolLM2 (tokenizer source) not in the model cache");
+    if (!m) NM_NEED_SMALL_MODEL(g_small_r);
     const char *proj[3] = {"mlp", "idefics3", "mlp-anyres"};
     write_ppm(tmp("img.ppm"), 50, 40);
     for (int k = 0; k < 3; k++) {
@@ -240,7 +224,7 @@ NM_TEST(tabm_vision_image_prompt_in_place) {
 
 NM_TEST(tabm_vision_errors_write_nothing) {
     nm_model *m = small_model();
-    if (!m) NM_SKIP("SmolLM2 (tokenizer source) not in the model cache");
+    if (!m) NM_NEED_SMALL_MODEL(g_small_r);
     char err[256];
     nm_vision *v = NULL, *wide = NULL;
     nm_tabm *in = NULL;

@@ -2,16 +2,16 @@
 // forked child over SCM_RIGHTS; the child attaches it and writes f32
 // embeddings; the parent reads them in place and feeds them to the LLM
 // (nm_decode_embd straight from the slot's payload) when the SmolLM2
-// tokenizer is there to build a small random-weight model from. The ledger
-// shows 0 bytes copied between the bricks.
+// tokenizer is there to build a small random-weight model from. The decode
+// from the slot must equal one from private memory: the child must not
+// touch a slot the parent holds (nothing here copies, so no ledger is kept).
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "nmtest.h"
-#include "genmodel.h"
-#include "nanomind.h"
+#include "small_model.h"
 
 #define N_EMBD 64
 #define N_TOK 4
@@ -49,31 +49,6 @@ static int child(int sock) {
     return 0;
 }
 
-// A small random model with n_embd = N_EMBD, or NULL when the tokenizer
-// source (SmolLM2) is absent.
-static nm_model *small_model(char *path, size_t n) {
-    char tok[1024];
-    const char *dir = getenv("NM_MODEL_DIR"), *home = getenv("HOME");
-    if (dir) snprintf(tok, sizeof tok, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else snprintf(tok, sizeof tok, "%s/.cache/nanomind/models/SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : ".");
-    if (access(tok, R_OK) != 0) return NULL;
-    snprintf(path, n, "/tmp/nm-tabm-xproc-%d.gguf", (int)getpid());
-    gen_opts o = nm_genmodel_defaults();
-    o.arch = "llama";
-    o.tok_from = tok;
-    o.out = path;
-    o.layers = 2;
-    o.embd = N_EMBD;
-    o.heads = 4;
-    o.kv_heads = 2;
-    o.ff = 128;
-    o.seed = 3;
-    if (nm_genmodel_write(&o) != 0) return NULL;
-    nm_model *m = NULL;
-    if (nm_model_load(path, NULL, &m, NULL, 0) != NM_OK) return NULL;
-    return m;
-}
-
 NM_TEST(tabm_xproc_embeddings_in_place) {
     int sv[2];
     NM_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
@@ -92,11 +67,11 @@ NM_TEST(tabm_xproc_embeddings_in_place) {
     NM_CHECK(nm_fd_send(sv[0], nm_tabm_fd(r), NULL, 0) == NM_OK);
     NM_CHECK(nm_fd_send(sv[0], efd, NULL, 0) == NM_OK);
 
-    nm_ledger *led = nm_ledger_create();
-    int ep_child = nm_ledger_endpoint(led, "vision(child)"), ep_llm = nm_ledger_endpoint(led, "llm");
-    (void)ep_child, (void)ep_llm;
-    char mpath[256] = "";
-    nm_model *m = small_model(mpath, sizeof mpath);
+    char mpath[256];
+    snprintf(mpath, sizeof mpath, "/tmp/nm-tabm-xproc-%d.gguf", (int)getpid());
+    nm_model *m = NULL;
+    const int mr = nmtest_small_model(mpath, N_EMBD, 3, &m);
+    NM_CHECK(mr >= 0);
     nm_ctx *ctx = NULL, *ref = NULL;
     if (m) {
         nm_ctx_params cp = nm_ctx_default_params();
@@ -104,7 +79,7 @@ NM_TEST(tabm_xproc_embeddings_in_place) {
         NM_CHECK(nm_ctx_create(m, &cp, &ctx, NULL, 0) == NM_OK && nm_ctx_create(m, &cp, &ref, NULL, 0) == NM_OK);
         NM_CHECK(nm_model_n_embd(m) == N_EMBD);
     } else {
-        fprintf(stderr, "  (SmolLM2 tokenizer absent: ring and ledger checked, no decode)\n");
+        fprintf(stderr, "  (SmolLM2 tokenizer absent: ring checked, no decode)\n");
     }
     int bad = 0, pos = 0, decoded = 0;
     for (int k = 0; k < N_MSG; k++) {
@@ -145,18 +120,15 @@ NM_TEST(tabm_xproc_embeddings_in_place) {
     NM_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     nm_tabm_stats st = nm_tabm_get_stats(r);
     NM_CHECK(st.published == N_MSG && st.released == N_MSG && st.occupancy == 0);
-    NM_CHECK(nm_ledger_total(led) == 0);
-    char line[256];
-    nm_ledger_format(led, line, sizeof line);
-    fprintf(stderr, "  %d slots decoded in place; %s", decoded, line);
-    NM_CHECK(strstr(line, "ledger: 0 bytes copied between bricks") != NULL);
+    fprintf(stderr, "  %d slots decoded in place\n", decoded);
+    NM_CHECK(!m || decoded == N_MSG);
     nm_ctx_free(ctx);
     nm_ctx_free(ref);
     nm_model_free(m);
-    if (mpath[0]) unlink(mpath);
-    nm_ledger_free(led);
+    unlink(mpath);
     nm_tabm_free(r);
     close(sv[0]);
+    if (mr == 0) NM_SKIP_MISSING("SmolLM2 (the tokenizer source) is not in the model cache: the decode half did not run");
 }
 
 NM_TEST_MAIN()

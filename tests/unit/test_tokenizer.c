@@ -305,22 +305,33 @@ typedef struct loaded {
     nm_tokenizer *t;
 } loaded;
 
-static bool load(const char *file, loaded *L) {
-    const char *dir = getenv("NM_MODEL_DIR");
+// 1: loaded; 0: the file is not in the model cache; -1: it is there but
+// failed to open or to give a tokenizer (reported; a failure, not a skip).
+static int load(const char *file, loaded *L) {
     char path[1024];
-    if (dir && *dir) snprintf(path, sizeof path, "%s/%s", dir, file);
-    else snprintf(path, sizeof path, "%s/.cache/nanomind/models/%s", getenv("HOME") ? getenv("HOME") : "", file);
     memset(L, 0, sizeof *L);
+    if (!nmtest_model_path(file, path, sizeof path)) return 0;
     char err[256];
-    if (nm_gguf_open(path, &L->g, err, sizeof err) != NM_OK) return false;
+    if (nm_gguf_open(path, &L->g, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "  gguf_open(%s): %s\n", file, err);
+        return -1;
+    }
     if (nm_tokenizer_create(L->g, &L->t, err, sizeof err) != NM_OK) {
         fprintf(stderr, "  tokenizer_create(%s): %s\n", file, err);
         nm_gguf_close(L->g);
         L->g = NULL;
-        return false;
+        return -1;
     }
-    return true;
+    return 1;
 }
+
+#define NEED_LOADED(file, L)                                                     \
+    do {                                                                         \
+        int r_ = load(file, &L);                                                 \
+        if (r_ == 0) NM_SKIP_MISSING(file " is not in the model cache");         \
+        NM_CHECK(r_ > 0);                                                        \
+        if (r_ < 0) return;                                                      \
+    } while (0)
 
 static void unload(loaded *L) {
     nm_tokenizer_free(L->t);
@@ -521,7 +532,7 @@ static void check_golden(const nm_tokenizer *t, const int32_t *tab, int *nmtest_
 NM_TEST(golden_smollm2) {
     loaded L;
     double t0 = now_ms();
-    if (!load("SmolLM2-135M-Instruct.Q4_1.gguf", &L)) NM_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf not found");
+    NEED_LOADED("SmolLM2-135M-Instruct.Q4_1.gguf", L);
     fprintf(stderr, "  create: %.1f ms (incl. open)\n", now_ms() - t0);
     NM_CHECK(nm_tokenizer_n_vocab(L.t) == 49152);
     NM_CHECK(nm_tokenizer_bos(L.t) == 1 && nm_tokenizer_eos(L.t) == 2);
@@ -536,7 +547,7 @@ NM_TEST(golden_smollm2) {
 NM_TEST(golden_gemma3) {
     loaded L;
     double t0 = now_ms();
-    if (!load("gemma-3-270m-q4_k_m.gguf", &L)) NM_SKIP("gemma-3-270m-q4_k_m.gguf not found");
+    NEED_LOADED("gemma-3-270m-q4_k_m.gguf", L);
     double ms = now_ms() - t0;
     fprintf(stderr, "  create: %.1f ms (incl. open)\n", ms);
     NM_CHECK(ms < 1000);
@@ -568,7 +579,10 @@ NM_TEST(golden_invalid_utf8) {
     int ran = 0;
     for (int f = 0; f < 2; f++) {
         loaded L;
-        if (!load(files[f], &L)) continue;
+        const int r = load(files[f], &L);
+        if (r == 0) continue;
+        NM_CHECK(r > 0);
+        if (r < 0) continue;
         ran++;
         for (size_t i = 0; i < sizeof(INVALID_UTF8) / sizeof(INVALID_UTF8[0]); i++) {
             const int32_t *want = f ? INVALID_UTF8[i].gemma : INVALID_UTF8[i].smol;
@@ -580,7 +594,7 @@ NM_TEST(golden_invalid_utf8) {
         }
         unload(&L);
     }
-    if (!ran) NM_SKIP("no model files");
+    if (ran < 2) NM_SKIP_MISSING("a tokenizer model is not in the model cache");
 }
 
 // Pushes ids one by one; every chunk out must end on a UTF-8 boundary and the
@@ -609,7 +623,7 @@ static void stream(const nm_tokenizer *t, const int32_t *ids, int32_t n, const c
 
 NM_TEST(detok_stream_utf8) {
     loaded L;
-    if (!load("gemma-3-270m-q4_k_m.gguf", &L)) NM_SKIP("gemma-3-270m-q4_k_m.gguf not found");
+    NEED_LOADED("gemma-3-270m-q4_k_m.gguf", L);
     // U+1F600 as four <0xXX> byte tokens: nothing comes out until the last.
     const char *names[] = {"<0xF0>", "<0x9F>", "<0x98>", "<0x80>"};
     int32_t ids[6];
@@ -634,7 +648,7 @@ NM_TEST(detok_stream_utf8) {
     unload(&L);
 
     // SmolLM2's byte-level tokens split emoji at arbitrary byte boundaries.
-    if (!load("SmolLM2-135M-Instruct.Q4_1.gguf", &L)) NM_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf not found");
+    NEED_LOADED("SmolLM2-135M-Instruct.Q4_1.gguf", L);
     const char *s = "emoji \xf0\x9f\x98\x80\xf0\x9f\x8e\x89\xf0\x9f\x91\x8d\xf0\x9f\x8f\xbd ok \xe4\xb8\xad\xe6\x96\x87";
     int32_t toks[64];
     int32_t n = nm_tokenizer_encode(L.t, s, strlen(s), toks, 64, false, false);
@@ -673,14 +687,17 @@ NM_TEST(speed_1000_words) {
     int ran = 0;
     for (int f = 0; f < 2; f++) {
         loaded L;
-        if (!load(files[f], &L)) continue;
+        const int r = load(files[f], &L);
+        if (r == 0) continue;
+        NM_CHECK(r > 0);
+        if (r < 0) continue;
         ran++;
         double t0 = now_ms();
         int32_t n = 0;
         for (int rep = 0; rep < 10; rep++) n = nm_tokenizer_encode(L.t, text, k, ids, 8192, true, true);
         double ms = (now_ms() - t0) / 10;
         fprintf(stderr, "  %s: %zu bytes -> %d tokens in %.2f ms\n", files[f], k, n, ms);
-        NM_CHECK(n > 1000 && ms < 20);
+        NM_CHECK(n > 1000); // the time is printed, not judged (benchmarks judge speed)
         char *back = malloc(k + 64);
         NM_CHECK(nm_tokenizer_decode(L.t, ids, n, back, (int32_t)k + 64, false) == (int32_t)k);
         NM_CHECK(!memcmp(back, text, k));
@@ -689,7 +706,7 @@ NM_TEST(speed_1000_words) {
     }
     free(ids);
     free(text);
-    if (!ran) NM_SKIP("no model files");
+    if (ran < 2) NM_SKIP_MISSING("a tokenizer model is not in the model cache");
 }
 
 NM_TEST_MAIN()

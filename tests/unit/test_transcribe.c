@@ -170,14 +170,19 @@ static const char *model_dir(void) {
 static nm_whisper_model *g_model;
 static nm_transcriber *g_tr;
 static int g_tried;
+static int g_absent; // no model file (a skip); a file that fails to load is a failure
 
-// The model and a transcriber with room for 5 decoders (loaded once); NULL if absent.
+// The model and a transcriber with room for 5 decoders (loaded once); NULL if
+// absent (g_absent) or if it failed to load.
 static nm_transcriber *transcriber(void) {
     if (!g_tried) {
         g_tried = 1;
         char path[1200], err[512];
         snprintf(path, sizeof path, "%s/whisper-tiny.en.gguf", model_dir());
-        if (access(path, R_OK) != 0) return NULL;
+        if (access(path, F_OK) != 0) {
+            g_absent = 1;
+            return NULL;
+        }
         if (nm_whisper_model_load(path, &g_model, err, sizeof err) != NM_OK) {
             fprintf(stderr, "  cannot load %s: %s\n", path, err);
             return NULL;
@@ -191,7 +196,9 @@ static nm_transcriber *transcriber(void) {
 
 #define NEED_MODEL()                                                                                   \
     nm_transcriber *tr = transcriber();                                                                \
-    if (!tr) NM_SKIP("whisper-tiny.en.gguf not in the model cache (scripts/fetch_models.sh fetches it)")
+    if (!tr && g_absent) NM_SKIP_MISSING("whisper-tiny.en.gguf not in the model cache (scripts/fetch_models.sh fetches it)"); \
+    NM_CHECK(tr != NULL);                                                                              \
+    if (!tr) return
 
 // Loads a clip at 16 kHz and rounds it to 16-bit as a WAV copy would hold it
 // (what whisper-cli was given: tests/data/speech/README.md).
@@ -393,7 +400,7 @@ NM_TEST(round_trip_wer) {
     tp.sample_rate = 16000;
     if (nm_tts_open(&tp, NULL, &tts, err, sizeof err) != NM_OK) {
         fprintf(stderr, "  tts: %s\n", err);
-        NM_SKIP("the TTS brick cannot open espeak-ng's voice data (scripts/setup.sh installs it)");
+        NM_SKIP_MISSING("the TTS brick cannot open espeak-ng's voice data (scripts/setup.sh installs it)");
     }
     // Six sentences per utterance (about 15 s: one window each), greedy with timestamps.
     int errs = 0, words = 0;
@@ -589,9 +596,8 @@ static bool make_clip(const char *dir, const char *name, const char *src, int ra
     return ok;
 }
 
-NM_TEST(gen_clips) {
+NM_TEST_OPTIN(gen_clips, "NM_GEN_SPEECH") {
     const char *dir = getenv("NM_GEN_SPEECH");
-    if (!dir || !*dir) NM_SKIP("set NM_GEN_SPEECH=DIR to write the clips");
     char sub[1024], tmp[1024];
     snprintf(sub, sizeof sub, "%s/16k", dir);
     mkdir(dir, 0755);

@@ -471,9 +471,8 @@ NM_TEST(vision_absurd_sizes_refused) {
 
 // NM_GEN_CORPUS=DIR: the fuzz seeds of tests/fuzz/corpus/mmproj - small files
 // (2-40 KB) of each layout the loader branches on.
-NM_TEST(gen_corpus) {
+NM_TEST_OPTIN(gen_corpus, "NM_GEN_CORPUS") {
     const char *dir = getenv("NM_GEN_CORPUS");
-    if (!dir || !*dir) NM_SKIP("set NM_GEN_CORPUS=DIR to write the corpus");
     mkdir(dir, 0755);
     struct {
         const char *name, *proj;

@@ -522,7 +522,7 @@ NM_TEST(reference_mel_filters_sane) {
 NM_TEST(real_tiny_en_gguf) {
     char path[1200];
     snprintf(path, sizeof path, "%s/whisper-tiny.en.gguf", model_dir());
-    if (access(path, R_OK) != 0) NM_SKIP("whisper-tiny.en.gguf not found (run scripts/fetch_models.sh)");
+    if (access(path, F_OK) != 0) NM_SKIP_MISSING("whisper-tiny.en.gguf not found (run scripts/fetch_models.sh)");
     nm_whisper_model *m = NULL;
     char err[512];
     nm_status st = nm_whisper_model_load(path, &m, err, sizeof err);
@@ -598,7 +598,7 @@ NM_TEST(real_tiny_en_gguf) {
 NM_TEST(real_tiny_en_bin_roundtrip) {
     char path[1200];
     snprintf(path, sizeof path, "%s/whisper-tiny.en.gguf", model_dir());
-    if (access(path, R_OK) != 0) NM_SKIP("whisper-tiny.en.gguf not found (run scripts/fetch_models.sh)");
+    if (access(path, F_OK) != 0) NM_SKIP_MISSING("whisper-tiny.en.gguf not found (run scripts/fetch_models.sh)");
     nm_whisper_model *g = NULL, *b = NULL;
     char err[512];
     NM_CHECK(nm_whisper_model_load(path, &g, err, sizeof err) == NM_OK);
@@ -643,7 +643,7 @@ NM_TEST(real_tiny_en_bin_roundtrip) {
 NM_TEST(real_base_gguf) {
     char path[1200];
     snprintf(path, sizeof path, "%s/whisper-base.gguf", model_dir());
-    if (access(path, R_OK) != 0) NM_SKIP("whisper-base.gguf not found (optional: scripts/fetch_models.sh whisper-base.gguf)");
+    if (access(path, F_OK) != 0) NM_SKIP("whisper-base.gguf not found (optional: scripts/fetch_models.sh whisper-base.gguf)");
     nm_whisper_model *g = NULL, *b = NULL;
     char err[512];
     NM_CHECK(nm_whisper_model_load(path, &g, err, sizeof err) == NM_OK);
@@ -1064,9 +1064,8 @@ NM_TEST(small_bin_walks_to_the_embedding) {
     }
 }
 
-NM_TEST(gen_corpus) {
+NM_TEST_OPTIN(gen_corpus, "NM_GEN_CORPUS") {
     const char *dir = getenv("NM_GEN_CORPUS");
-    if (!dir || !*dir) NM_SKIP("set NM_GEN_CORPUS=DIR to write the corpus");
     mkdir(dir, 0755);
     for (int v = 0; v < 3; v++) {
         buf b = small_bin(v);

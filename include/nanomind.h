@@ -136,7 +136,9 @@ int32_t nm_ctx_n_batch(const nm_ctx *c); // max tokens per nm_decode call
 // all_logits: keep the logits of every token; else only the last.
 nm_status nm_decode(nm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, bool all_logits);
 // Same with input embeddings (n rows of n_embd floats, borrowed for the call)
-// instead of token ids: the vision brick feeds the decoder through this.
+// instead of token ids: the vision brick feeds the decoder through this. The
+// first layer reads the rows where they are (a slot in shared memory): they
+// are never copied, and nothing writes to them.
 nm_status nm_decode_embd(nm_ctx *c, const float *embd, int32_t n, int32_t pos, bool all_logits);
 // Logits (n_vocab floats) of token i of the last batch; i = -1: the last token.
 // Borrowed until the next decode. NULL if i was not kept.

@@ -420,7 +420,14 @@ NM_TEST(slots_native_rate) {
     NM_CHECK(rms(r.pcm, r.n < r.cap ? r.n : r.cap) > 300);
     nm_tts_stats s = nm_tts_get_stats(t);
     NM_CHECK(s.n_slots == (uint64_t)r.n_slots && s.n_utterances == 2);
-    NM_CHECK(nm_ledger_total(led) == 0); // nothing copied between bricks
+    // espeak-ng hands out its own buffers: each native sample is copied once
+    // out of them (into the buffer of `say`, then into the slots), all counted
+    // engine -> tts, and nothing else is copied
+    const int ep_eng = nm_ledger_endpoint(led, "espeak-ng"), ep_tts = nm_ledger_endpoint(led, "tts");
+    const uint64_t want = (uint64_t)(ref.n + r.n) * sizeof(int16_t);
+    NM_CHECK(nm_ledger_bytes(led, ep_eng, ep_tts) == want);
+    NM_CHECK(nm_ledger_total(led) == want);
+    NM_CHECK(nm_ledger_copies(led, ep_eng, ep_tts) >= (uint64_t)r.n_slots);
     free(ref.pcm), free(r.pcm);
     nm_tts_free(t);
     nm_ledger_free(led);

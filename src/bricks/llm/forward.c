@@ -179,7 +179,9 @@ static nm_status add(nm_ctx *c, float *dst, const float *a, const float *b, int6
     return NM_OK;
 }
 
-static nm_status layer_forward(nm_ctx *c, int il, int32_t T, int32_t pos0) {
+// x_in: the layer's input rows; layer 0 reads them where they are (the token
+// embeddings in c->x, or another brick's slot), every layer writes c->x.
+static nm_status layer_forward(nm_ctx *c, int il, const float *x_in, int32_t T, int32_t pos0) {
     const nm_hparams *hp = &c->m->hp;
     const nm_layer *ly = &c->m->layers[il];
     const int64_t d = hp->n_embd, hd = hp->head_dim;
@@ -189,7 +191,7 @@ static nm_status layer_forward(nm_ctx *c, int il, int32_t T, int32_t pos0) {
     // attention block
     float *qkv[3] = {c->q, c->k, c->v};
     const nm_tensor *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv}, *bqkv[3] = {&ly->bq, &ly->bk, &ly->bv};
-    if ((st = norm(c, c->cur, c->x, &ly->attn_norm, d, T)) || (st = matmul_shared(c, 3, qkv, wqkv, bqkv, c->cur, T)))
+    if ((st = norm(c, c->cur, x_in, &ly->attn_norm, d, T)) || (st = matmul_shared(c, 3, qkv, wqkv, bqkv, c->cur, T)))
         return st;
     if (ly->q_norm.data) { // gemma3: RMS norm of each head of q and k
         if ((st = norm(c, c->q, c->q, &ly->q_norm, hd, T * hp->n_head)) ||
@@ -209,7 +211,7 @@ static nm_status layer_forward(nm_ctx *c, int il, int32_t T, int32_t pos0) {
         .i3 = ly->swa ? hp->n_swa : 0, .n_ctx = c->n_ctx);
     if ((st = matmul(c, c->o, &ly->wo, c->attn, NULL, T))) return st;
     if (ly->post_attn_norm.data && (st = norm(c, c->o, c->o, &ly->post_attn_norm, d, T))) return st;
-    if ((st = add(c, c->x, c->x, c->o, d, T))) return st;
+    if ((st = add(c, c->x, x_in, c->o, d, T))) return st;
 
     // feed-forward block: down(act(gate(x)) * up(x))
     float *gu[2] = {c->g, c->u};
@@ -223,17 +225,18 @@ static nm_status layer_forward(nm_ctx *c, int il, int32_t T, int32_t pos0) {
     return add(c, c->x, c->x, c->o, d, T);
 }
 
-// Input rows are in c->x; runs all layers and the output head.
-static nm_status forward(nm_ctx *c, int32_t T, int32_t pos0, bool all_logits) {
+// Runs all layers over the input rows x_in (T, n_embd), read in place, and the output head.
+static nm_status forward(nm_ctx *c, const float *x_in, int32_t T, int32_t pos0, bool all_logits) {
     const nm_hparams *hp = &c->m->hp;
     nm_status st;
     for (int32_t i = 0; i < T; i++) c->pos[i] = pos0 + i;
     for (int il = 0; il < hp->n_layer; il++)
-        if ((st = layer_forward(c, il, T, pos0)) != NM_OK) return st;
+        if ((st = layer_forward(c, il, il == 0 ? x_in : c->x, T, pos0)) != NM_OK) return st;
+    const float *x_out = hp->n_layer > 0 ? c->x : x_in;
     // Only the rows whose logits are wanted go through the (large) output head.
     const int32_t first = all_logits ? 0 : T - 1, n = T - first;
     const int64_t d = hp->n_embd;
-    if ((st = norm(c, c->cur, c->x + (size_t)first * d, &c->m->output_norm, d, n)) ||
+    if ((st = norm(c, c->cur, x_out + (size_t)first * d, &c->m->output_norm, d, n)) ||
         (st = matmul(c, c->logits, &c->m->output, c->cur, NULL, n)))
         return st;
     if (hp->final_softcap > 0.0f) {
@@ -265,15 +268,15 @@ nm_status nm_decode(nm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, bo
     nm_tensor tx = act(c->x, hp->n_embd, n);
     RUN(.kind = NM_OP_GET_ROWS, .src0 = &c->m->tok_embd, .ids = tokens, .dst = &tx);
     if (hp->embd_scale != 1.0f) RUN(.kind = NM_OP_SCALE, .src0 = &tx, .dst = &tx, .f0 = hp->embd_scale);
-    return forward(c, n, pos, all_logits);
+    return forward(c, c->x, n, pos, all_logits);
 }
 
 nm_status nm_decode_embd(nm_ctx *c, const float *embd, int32_t n, int32_t pos, bool all_logits) {
     nm_status st;
     if (!c || !embd) return NM_ERR_INVALID_ARG;
     if ((st = check_batch(c, n, pos))) return st;
-    memcpy(c->x, embd, sizeof(float) * (size_t)n * c->m->hp.n_embd);
-    return forward(c, n, pos, all_logits);
+    // read where the caller put them (another brick's slot): no copy into c->x
+    return forward(c, embd, n, pos, all_logits);
 }
 
 const float *nm_get_logits(const nm_ctx *c, int32_t i) {

@@ -17,7 +17,8 @@ struct nm_tts {
     void *state;          // the engine's
     int32_t native_rate;  // what the engine produces
     int32_t rate;         // what we hand out
-    nm_ledger *ledger;    // borrowed; the brick only registers itself (it copies nothing)
+    nm_ledger *ledger;    // borrowed: counts the engine's samples copied out of its buffers
+    int ep_engine, ep_tts; // ledger endpoints (-1 without a ledger)
     nm_tts_stats stats;
     char err[512];
 };
@@ -50,12 +51,17 @@ nm_status nm_tts_open(const nm_tts_params *p, nm_ledger *ledger, nm_tts **out, c
     if (p->sample_rate != 0 && (p->sample_rate < NM_AUDIO_MIN_RATE || p->sample_rate > NM_AUDIO_MAX_RATE))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: sample rate %d Hz is outside %d..%d Hz",
                        (int)p->sample_rate, NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
-    if (ledger && nm_ledger_endpoint(ledger, "tts") < 0)
-        return nm_fail(NM_ERR_RANGE, err, err_size, "tts: the ledger has no room for the endpoint \"tts\"");
+    const int ep_engine = ledger ? nm_ledger_endpoint(ledger, eng->name) : -1;
+    const int ep_tts = ledger ? nm_ledger_endpoint(ledger, "tts") : -1;
+    if (ledger && (ep_engine < 0 || ep_tts < 0))
+        return nm_fail(NM_ERR_RANGE, err, err_size, "tts: the ledger has no room for the endpoints \"%s\" and \"tts\"",
+                       eng->name);
     nm_tts *t = calloc(1, sizeof *t);
     if (!t) return nm_fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
     t->eng = eng;
     t->ledger = ledger;
+    t->ep_engine = ep_engine;
+    t->ep_tts = ep_tts;
     nm_status st = eng->open(p, &t->state, &t->native_rate, err, err_size);
     if (st != NM_OK) {
         free(t);
@@ -124,7 +130,7 @@ static nm_status collect_sink(void *user, const int16_t *pcm, int64_t n) {
         // Straight into the caller's buffer; past its end we only count.
         if (c->n < c->dst_cap) {
             int64_t k = n < c->dst_cap - c->n ? n : c->dst_cap - c->n;
-            memcpy(c->dst + c->n, pcm, (size_t)k * sizeof *pcm);
+            nm_ledger_copy(t->ledger, t->ep_engine, t->ep_tts, c->dst + c->n, pcm, (size_t)k * sizeof *pcm);
         }
         c->n += n;
         return NM_OK;
@@ -138,7 +144,7 @@ static nm_status collect_sink(void *user, const int16_t *pcm, int64_t n) {
         c->pcm = p;
         c->cap = cap;
     }
-    memcpy(c->pcm + c->n, pcm, (size_t)n * sizeof *pcm);
+    nm_ledger_copy(t->ledger, t->ep_engine, t->ep_tts, c->pcm + c->n, pcm, (size_t)n * sizeof *pcm);
     c->n += n;
     return NM_OK;
 }
@@ -159,35 +165,43 @@ static nm_status resample(nm_tts *t, const int16_t *pcm, int64_t n, nm_audio *ou
     return st;
 }
 
+// The utterance at the native rate, then resampled to the output rate (a
+// float buffer, owned by the caller: nm_audio_free).
+static nm_status synth_resampled(nm_tts *t, const char *text, nm_audio *a) {
+    *a = (nm_audio){0};
+    collect c = {.t = t};
+    nm_status st = run_engine(t, text, collect_sink, &c);
+    if (st == NM_OK && c.n > 0) st = resample(t, c.pcm, c.n, a);
+    free(c.pcm);
+    return st;
+}
+
 // The utterance at the output rate, as s16 in *pcm (owned) / *n.
 static nm_status synth_whole(nm_tts *t, const char *text, int16_t **pcm, int64_t *n) {
     *pcm = NULL;
     *n = 0;
-    collect c = {.t = t};
-    nm_status st = run_engine(t, text, collect_sink, &c);
-    if (st == NM_OK && t->rate != t->native_rate && c.n > 0) {
-        nm_audio a;
-        st = resample(t, c.pcm, c.n, &a);
-        if (st == NM_OK) {
-            // a.n <= c.n * rate / native_rate + 1: an s16 buffer of a.n samples.
-            int16_t *r = realloc(c.pcm, (size_t)a.n * sizeof *r);
-            if (!r) {
-                st = nm_fail(NM_ERR_NOMEM, t->err, sizeof t->err, "tts: out of memory");
-            } else {
-                for (int64_t i = 0; i < a.n; i++) r[i] = to_s16(a.pcm[i]);
-                c.pcm = r;
-                c.n = a.n;
-            }
-            nm_audio_free(&a);
+    if (t->rate == t->native_rate) {
+        collect c = {.t = t};
+        nm_status st = run_engine(t, text, collect_sink, &c);
+        if (st != NM_OK) {
+            free(c.pcm);
+            return st;
         }
+        *pcm = c.pcm;
+        *n = c.n;
+        return NM_OK;
     }
-    if (st != NM_OK) {
-        free(c.pcm);
-        return st;
+    nm_audio a;
+    nm_status st = synth_resampled(t, text, &a);
+    int16_t *r = st == NM_OK ? malloc((size_t)(a.n ? a.n : 1) * sizeof *r) : NULL;
+    if (st == NM_OK && !r) st = nm_fail(NM_ERR_NOMEM, t->err, sizeof t->err, "tts: out of memory");
+    if (st == NM_OK) {
+        for (int64_t i = 0; i < a.n; i++) r[i] = to_s16(a.pcm[i]);
+        *pcm = r;
+        *n = a.n;
     }
-    *pcm = c.pcm;
-    *n = c.n;
-    return NM_OK;
+    nm_audio_free(&a);
+    return st;
 }
 
 nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, int64_t *n) {
@@ -204,10 +218,14 @@ nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, i
         st = run_engine(t, text, collect_sink, &c);
         got = c.n;
     } else {
-        int16_t *whole;
-        st = synth_whole(t, text, &whole, &got);
-        if (st == NM_OK) memcpy(pcm, whole, (size_t)(got < cap ? got : cap) * sizeof *pcm);
-        free(whole);
+        // resampled, then converted straight into the caller's buffer
+        nm_audio a;
+        st = synth_resampled(t, text, &a);
+        if (st == NM_OK) {
+            got = a.n;
+            for (int64_t i = 0; i < got && i < cap; i++) pcm[i] = to_s16(a.pcm[i]);
+        }
+        nm_audio_free(&a);
     }
     t->stats.t_synth += now_s() - t0;
     if (st != NM_OK) return st;
@@ -277,9 +295,10 @@ static nm_status ring_take(ring_out *r) {
     return NM_OK;
 }
 
-// Writes n samples into slots (the chunk's own slot or slots). The engine's
-// output buffer goes into the slot: that is the brick writing its output, the
-// one write of these samples; the reader uses the slot in place.
+// Writes n samples into slots (the chunk's own slot or slots). At the native
+// rate the engine's buffer is copied into the slot (the engine cannot write
+// into memory it did not allocate): the ledger counts it, engine -> tts.
+// Resampled samples are computed into the slot. The reader uses the slot in place.
 static nm_status ring_write(ring_out *r, const int16_t *pcm, const float *pcmf, int64_t n) {
     int64_t per = (int64_t)(nm_tabm_max_payload(r->ring) / sizeof(int16_t));
     while (n > 0) {
@@ -288,8 +307,8 @@ static nm_status ring_write(ring_out *r, const int16_t *pcm, const float *pcmf, 
         if ((st = ring_take(r)) != NM_OK) return st;
         int64_t k = n < per ? n : per;
         int16_t *dst = r->slot.data;
-        if (pcm) {
-            memcpy(dst, pcm, (size_t)k * sizeof *dst);
+        if (pcm) { // the engine's buffer into the slot: counted
+            nm_ledger_copy(r->t->ledger, r->t->ep_engine, r->t->ep_tts, dst, pcm, (size_t)k * sizeof *dst);
             pcm += k;
         } else {
             for (int64_t i = 0; i < k; i++) dst[i] = to_s16(pcmf[i]);

@@ -102,9 +102,12 @@ extern const nm_tts_engine_i nm_tts_espeak_engine; // tts_espeak.c
 typedef struct nm_tts nm_tts;
 
 // Opens a voice of an engine. ledger (may be NULL) is borrowed and must
-// outlive the brick: the brick registers its endpoint "tts" there and copies
-// nothing between bricks (it writes its own output into slots), so the ledger
-// shows 0 bytes for it. On failure *out is NULL and err says why.
+// outlive the brick: the brick registers the endpoints "<engine>" and "tts"
+// there and counts every copy of samples out of the engine's own buffers
+// (espeak-ng hands out its buffer: at the native rate each sample is copied
+// once, into the caller's buffer or a slot; resampled output is computed
+// there, the native samples having been copied once into a work buffer). On
+// failure *out is NULL and err says why.
 nm_status nm_tts_open(const nm_tts_params *p, nm_ledger *ledger, nm_tts **out, char *err, size_t err_size);
 void nm_tts_free(nm_tts *t); // NULL is a no-op
 

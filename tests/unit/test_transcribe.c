@@ -5,7 +5,8 @@
 //      tests/data/speech/expected/ (beam search and greedy, with and without
 //      timestamps, 8 / 16 / 48 kHz clips, a 35 s clip that needs seeking, real
 //      recorded speech; docs/correctness.md has the commands);
-//    * round trip: 24 sentences spoken by espeak-ng, transcribed back, WER <= 15%;
+//    * round trip: 24 sentences spoken by espeak-ng, transcribed back, at most
+//      17 word errors (14 measured: 6.7%);
 //    * real human speech (alsa-utils' recordings, 16 and 8 kHz): WER printed;
 //    * the TABM slot path equals the direct one; malformed slots, NaN audio,
 //      unknown languages and too many decoders are errors.
@@ -431,7 +432,9 @@ NM_TEST(round_trip_wer) {
     printf("  round trip (TTS brick, espeak-ng en-us -> whisper tiny.en, %d sentences): WER %.1f%% (%d / %d words)\n",
            N_SENT, wer, errs, words);
     NM_CHECK(words > 150);
-    NM_CHECK(wer <= 15.0);
+    // measured 6.7% (14 / 208 words, identical on every CPU so far: the
+    // transcripts equal whisper.cpp's); the bound allows 3 more errors
+    NM_CHECK(errs <= 17);
 }
 
 // ---- real human speech -------------------------------------------------------------------
@@ -471,8 +474,8 @@ NM_TEST(real_speech_wer) {
     }
     printf("  real speech (alsa-utils recordings): WER 16 kHz %.1f%% (%d/%d words), 8 kHz %.1f%% (%d/%d words)\n",
            n16 ? 100.0 * e16 / n16 : 0.0, e16, n16, n8 ? 100.0 * e8 / n8 : 0.0, e8, n8);
-    // Reported, not a target; a loose bound still catches a broken pipeline.
-    NM_CHECK(e16 + e8 <= (n16 + n8) / 2);
+    // measured 2 / 17 and 1 / 8 errors; one more error each is allowed
+    NM_CHECK(e16 <= 3 && e8 <= 2);
 }
 
 // ---- the TABM path, errors ----------------------------------------------------------------

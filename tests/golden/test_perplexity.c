@@ -16,6 +16,14 @@
 #define NM_PPL_GEMMA3 11.0402
 // The same on SmolLM2 rewritten with f32 matrices (nm-requant --type f32), -ctk f32 -ctv f32.
 #define NM_PPL_SMOLLM2_F32 20.9300
+// Ours, measured (build/golden_test_perplexity, 2026-12-01, AVX-512 Xeon). The
+// integer dots are exact on every kernel table; only the order of the f32 sums
+// differs between kernel sets. SmolLM2 gives 20.9462 with every x86 set;
+// Gemma 3 amplifies the order: 11.1705 (AVX-512), 11.1553 (AVX2, with or
+// without VNNI: -0.14%), and the scalar reference (NM_FORCE_REF=1, not run
+// here) 11.0701. Limits: 0.1% and 0.3%.
+#define NM_PPL_SMOLLM2_OURS 20.9462
+#define NM_PPL_GEMMA3_OURS 11.1705
 
 static char *read_all(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -72,7 +80,9 @@ out:
     return ppl;
 }
 
-static void check_path(const char *path, const char *name, double want, double rel_tol, int *nmtest_failed) {
+// ours > 0: also within ours_tol of our own measured value.
+static void check_path(const char *path, const char *name, double want, double rel_tol, double ours,
+                       double ours_tol, int *nmtest_failed) {
     size_t len = 0;
     char *text = read_all("tests/data/declaration.txt", &len);
     NM_CHECK(text != NULL);
@@ -82,22 +92,32 @@ static void check_path(const char *path, const char *name, double want, double r
         double ppl = perplexity(m, text, len, 256);
         fprintf(stderr, "  %s: PPL %.4f, llama.cpp %.4f (%+.2f%%)\n", name, ppl, want, 100 * (ppl / want - 1));
         NM_CHECK(fabs(ppl / want - 1) <= rel_tol);
+        if (ours > 0) {
+            fprintf(stderr, "  %s: ours as measured %.4f (%+.3f%%)\n", name, ours, 100 * (ppl / ours - 1));
+            NM_CHECK(fabs(ppl / ours - 1) <= ours_tol);
+        }
     }
     nm_model_free(m);
     free(text);
 }
 
-static void check(const char *name, double want, double rel_tol, int *nmtest_failed) {
+static void check(const char *name, double want, double rel_tol, double ours, double ours_tol,
+                  int *nmtest_failed) {
     char path[1024];
     NM_NEED_MODEL(name, path);
-    check_path(path, name, want, rel_tol, nmtest_failed);
+    check_path(path, name, want, rel_tol, ours, ours_tol, nmtest_failed);
 }
 
-// Tolerance 2%: both round activations to 8 bits before the quantized dot
-// products and keep K/V in f16, but the models amplify the smallest
-// difference in summation order; measured: -0.49% and +1.13%.
-NM_TEST(smollm2_perplexity_matches_llama_cpp) { check(NM_SMOLLM2, NM_PPL_SMOLLM2, 0.02, nmtest_failed); }
-NM_TEST(gemma3_perplexity_matches_llama_cpp) { check(NM_GEMMA3, NM_PPL_GEMMA3, 0.02, nmtest_failed); }
+// Against llama.cpp: both round activations to 8 bits before the quantized
+// dot products and keep K/V in f16, but the models amplify the smallest
+// difference in summation order; measured -0.17% (SmolLM2; -0.49% with an
+// earlier kernel set) and +1.18% (Gemma 3): limits 1% and 2%.
+NM_TEST(smollm2_perplexity_matches_llama_cpp) {
+    check(NM_SMOLLM2, NM_PPL_SMOLLM2, 0.01, NM_PPL_SMOLLM2_OURS, 0.001, nmtest_failed);
+}
+NM_TEST(gemma3_perplexity_matches_llama_cpp) {
+    check(NM_GEMMA3, NM_PPL_GEMMA3, 0.02, NM_PPL_GEMMA3_OURS, 0.003, nmtest_failed);
+}
 
 // Real weights without 8-bit activation rounding (SmolLM2's matrices in f32):
 // the forward passes agree to 0.1% (measured: 20.9307 vs 20.9300).
@@ -106,7 +126,7 @@ NM_TEST(smollm2_f32_perplexity_matches_llama_cpp_closely) {
     NM_NEED_MODEL(NM_SMOLLM2, path);
     snprintf(out, sizeof out, "/tmp/nm-test-smollm2-f32-%d.gguf", (int)getpid());
     NM_CHECK(nm_requant_write(path, out, NM_TYPE_F32) == 0);
-    check_path(out, "SmolLM2 (f32 matrices)", NM_PPL_SMOLLM2_F32, 0.001, nmtest_failed);
+    check_path(out, "SmolLM2 (f32 matrices)", NM_PPL_SMOLLM2_F32, 0.001, 0, 0, nmtest_failed);
     unlink(out);
 }
 

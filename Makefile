@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 MODELS ?= $(HOME)/.cache/nanomind/models
 PREFIX ?= /usr/local
 
-.PHONY: all setup models build demo test test-asan test-tsan test-arm install clean
+.PHONY: all setup models build demo test test-asan test-tsan test-arm mutate mutate-sample install clean
 
 all: build
 
@@ -59,6 +59,17 @@ test-tsan: setup
 # without dotprod (correctness only). Installs the cross toolchain if missing.
 test-arm:
 	@JOBS=$(JOBS) bash scripts/test_arm.sh
+
+# The mutation harness (tests/mutation/mutate.py): every mutant in
+# tests/mutation/mutants.txt applied to a scratch copy of the tree, its tests
+# run, killed or survived recorded (report in $(MUTATE_REPORT)). mutate-sample
+# runs MUTATE_N of them, a slice that rotates with the commit (what CI runs).
+MUTATE_N ?= 10
+MUTATE_REPORT ?= /tmp/nm-mutate/report.md
+mutate: setup models
+	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --report $(MUTATE_REPORT)
+mutate-sample: setup models
+	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --sample $(MUTATE_N)
 
 install: build
 	cmake --install $(BUILD)

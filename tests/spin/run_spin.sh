@@ -52,5 +52,6 @@ if [ "${NM_SPIN_FULL:-0}" = 1 ]; then
 fi
 run "mutant: readers stop without waiting for writers" fail -DBUG_NO_WRITERS
 run "mutant: waiter not counted as sleeping" fail -DBUG_NO_SLEEPERS
+run "mutant: writers-- before the ready-queue push" fail -DBUG_W3_EARLY
 echo "$passed passed, $failed failed, 0 skipped"
 [ "$failed" = 0 ]

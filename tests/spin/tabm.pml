@@ -23,7 +23,10 @@
  *   - every state change starts from the state the protocol says
  * Mutants (-DBUG_NO_WRITERS: readers stop on shutdown without waiting for
  * writers; -DBUG_NO_SLEEPERS: the waker skips the wake when it reads no
- * sleepers before the waiter counts itself) must fail: run_spin.sh checks it.
+ * sleepers before the waiter counts itself; -DBUG_W3_EARLY: a publisher stops
+ * counting itself before its slot is in the ready queue, so a reader can see
+ * shutdown, no writer and an empty queue, and lose the message) must fail:
+ * run_spin.sh checks it.
  */
 
 #ifndef NSLOTS
@@ -139,8 +142,13 @@ proctype producer(byte me) {
             msg_p[idx] = me; msg_i[idx] = i;           /* write the payload */
             assert(state[idx] == AW);                  /* [W2] publish: AW -> RR, push */
             state[idx] = RR;
+#ifndef BUG_W3_EARLY
             atomic { readyq!idx; published++ }
             writers--;                                 /* [W3] */
+#else
+            writers--;                                 /* [W3] before the push */
+            atomic { readyq!idx; published++ }
+#endif
             signal_ready();
             i++
         :: else ->

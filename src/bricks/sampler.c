@@ -165,11 +165,13 @@ int32_t nm_sampler_sample(nm_sampler *s, const float *logits) {
     if (k == n) {
         // No top-k: sorting the whole vocabulary (262k for Gemma) per token
         // is wasted on candidates that cannot be drawn. Drop those whose
-        // probability is below e^-40 of the top one after temperature: all of
-        // them together weigh < n * 4e-18.
+        // probability is below e^-40 of the top one both at temperature 1
+        // (what top-p and min-p read) and after temperature: all of them
+        // together weigh < n * 4e-18 in either. (The floor at the sampling
+        // temperature alone let a low temperature change top-p's cut.)
         float mx = -INFINITY;
         for (int32_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
-        const float floor_ = mx - 40.0f * s->p.temp;
+        const float floor_ = mx - 40.0f * (s->p.temp > 1.0f ? s->p.temp : 1.0f);
         int32_t m = 0;
         for (int32_t i = 0; i < n; i++)
             if (c[i].logit >= floor_) c[m++] = c[i];

@@ -6,7 +6,7 @@
 # correctness only; qemu timings mean nothing.
 #
 # Installs the cross compiler and qemu when missing (apt-get as root, else
-# prints the command). Ends with one "N passed, N failed" line summing the
+# prints the command). Ends with one "N passed, N failed, N skipped" line summing the
 # tests' own counts; a test binary that dies without its summary counts as one
 # failure. Exit status 0 only when nothing failed.
 #   BUILD_ARM=dir  build directory (default build-arm)   JOBS=n  build jobs
@@ -41,32 +41,31 @@ cmake --build "$BUILD_ARM" -j"$JOBS"
 tests=()
 for src in tests/unit/test_quant*.c; do tests+=("$(basename "$src" .c)"); done
 
-passed=0 failed=0
+passed=0 failed=0 skipped=0
 for cpu in "${CPUS[@]}"; do
     for t in "${tests[@]}"; do
         log=$(mktemp)
         rc=0
         qemu-aarch64-static -cpu "$cpu" "$BUILD_ARM/$t" > "$log" 2>&1 || rc=$?
         kernels=$(sed -n 's/^  kernels: //p' "$log" | head -1)
-        summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$log" | tail -1 || true)
+        summary=$(grep -E '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' "$log" | tail -1 || true)
         if [ -n "$summary" ]; then
-            p=${summary%% passed*}
-            f=${summary#*passed, }
-            f=${f%% failed}
+            read -r p f s <<< "$(sed -E 's/^([0-9]+) passed, ([0-9]+) failed(, ([0-9]+) skipped)?$/\1 \2 \4/' <<< "$summary")"
             passed=$((passed + p))
             failed=$((failed + f))
+            skipped=$((skipped + ${s:-0}))
             [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && failed=$((failed + 1)) # exit status says more than the count
         else
             failed=$((failed + 1))
             summary="no summary (exit $rc)"
         fi
         printf 'test_arm: %-11s %-16s %s%s\n' "$cpu" "$t" "$summary" "${kernels:+  [kernels: $kernels]}"
-        if [ "$rc" -ne 0 ] || [ -z "$summary" ] || ! grep -q ' 0 failed$' <<< "$summary"; then
+        if [ "$rc" -ne 0 ] || [ -z "$summary" ] || ! grep -qE ' 0 failed(, [0-9]+ skipped)?$' <<< "$summary"; then
             sed 's/^/    /' "$log" | grep -vE '^    ok ' | tail -40
         fi
         rm -f "$log"
     done
 done
 
-echo "$passed passed, $failed failed"
+echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

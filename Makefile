@@ -33,14 +33,15 @@ test: build models
 		bash tests/summary.sh $(BUILD) && exit $$rc
 
 # Everything but the perplexity runs, the spin model check (no C of ours in
-# it) and the long speech decodes under ASan+UBSan: unit tests, fuzz-corpus replays, the CLI test, and
+# it), the docs' figures (the same runs, timed by the Release build) and the
+# long speech decodes under ASan+UBSan: unit tests, fuzz-corpus replays, the CLI test, and
 # the golden generation and architecture tests (the forward pass of all three
 # archs and its error paths).
 test-asan: setup models
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_SANITIZE=ON > /dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && NM_CI=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j1 -E 'golden_test_perplexity|spin_|test_transcribe'; rc=$$?; \
+		ctest --output-on-failure -j1 -E 'golden_test_perplexity|spin_|test_transcribe|check_docs'; rc=$$?; \
 		cd $(CURDIR) && bash tests/summary.sh $(ASAN_BUILD) && exit $$rc
 	# test_transcribe's whisper.cpp comparison and WER cases decode minutes of
 	# speech (too slow instrumented); its other cases run here.

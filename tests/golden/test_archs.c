@@ -33,7 +33,7 @@ static bool make_model(const char *arch, uint32_t type, const char *out, int swa
 
 // f32 weights: prefill (tiled f32 GEMM) and decode (dot products) agree to
 // float rounding, plus the odd f16 rounding flip of a cached K/V value
-// (measured up to 1.4e-3). q8_0 weights: both round activations to 8 bits,
+// (measured llama 1.35e-3, qwen2 2.39e-3, gemma3 2.93e-4; bound 5e-3). q8_0 weights: both round activations to 8 bits,
 // and a different summation order flips some roundings, which the layers
 // amplify, so there the check is the top-1 token at each position.
 NM_TEST(random_models_batch_equals_incremental) {
@@ -83,7 +83,7 @@ NM_TEST(random_models_batch_equals_incremental) {
         free(saved);
         fprintf(stderr, "  %s %s: batch vs incremental: max |logit diff| %.2e, same top-1 %d/25\n", archs[a % 3],
                 nm_type_traits_get(wtype)->name, maxd, same_top);
-        if (wtype == NM_TYPE_F32) NM_CHECK(maxd < 1e-2);
+        if (wtype == NM_TYPE_F32) NM_CHECK(maxd < 5e-3);
         NM_CHECK(same_top >= 24);
         // bad calls are statuses, not crashes
         int32_t bad_tok = nm_model_n_vocab(m);

@@ -3,7 +3,7 @@
 //  - With whisper-tiny.en.gguf from set-up (skipped if absent):
 //    * our transcripts equal whisper.cpp's whisper-cli outputs recorded in
 //      tests/data/speech/expected/ (beam search and greedy, with and without
-//      timestamps, 8 / 16 / 48 kHz clips, a 35 s clip that needs seeking, real
+//      timestamps, 8 / 16 / 48 kHz clips, a 32.9 s clip that needs seeking, real
 //      recorded speech; docs/correctness.md has the commands);
 //    * round trip: 24 sentences spoken by espeak-ng, transcribed back, at most
 //      17 word errors (14 measured: 6.7%);

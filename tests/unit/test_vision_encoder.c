@@ -6,7 +6,7 @@
 // Error norm: max |ours - ref| / max |ref| over the whole output (relative in
 // the max norm), plus the same in the RMS sense. Tolerances and why they are
 // what they are: docs/mmproj.md ("Tolerances"). The reference needs python3 and
-// numpy; without them those checks print a SKIP line and the rest still runs.
+// numpy; without them those cases are counted skipped (failed under NM_CI=1).
 #include <dirent.h>
 #include <errno.h>
 #include <stdint.h>
@@ -36,7 +36,7 @@ static int have_numpy(void) {
     if (have < 0) {
         have = system("python3 -c 'import numpy' >/dev/null 2>&1") == 0 &&
                access("tools/vision_ref/clip_ref.py", R_OK) == 0;
-        if (!have) printf("SKIP: python3 with numpy (or tools/vision_ref/clip_ref.py) not found: reference comparisons skipped\n");
+        if (!have) fprintf(stderr, "  python3 with numpy (or tools/vision_ref/clip_ref.py) not found\n");
     }
     return have;
 }
@@ -193,11 +193,24 @@ static void proj_types(int *nmtest_failed, const char *proj) {
     }
 }
 
-NM_TEST(vision_mlp_matches_reference) { proj_types(nmtest_failed, "mlp"); }
-NM_TEST(vision_idefics3_matches_reference) { proj_types(nmtest_failed, "idefics3"); }
+// The reference is tools/vision_ref/clip_ref.py (numpy; scripts/setup.sh installs it).
+#define NEED_NUMPY()                                                                                  \
+    do {                                                                                              \
+        if (!have_numpy()) NM_SKIP_MISSING("python3 with numpy (the reference) is not available");    \
+    } while (0)
+
+NM_TEST(vision_mlp_matches_reference) {
+    NEED_NUMPY();
+    proj_types(nmtest_failed, "mlp");
+}
+NM_TEST(vision_idefics3_matches_reference) {
+    NEED_NUMPY();
+    proj_types(nmtest_failed, "idefics3");
+}
 
 // The layout switches llama.cpp honours, in f32 where the comparison is tight.
 NM_TEST(vision_layout_variants) {
+    NEED_NUMPY();
     nm_genmmproj_params p = small_params("mlp", NM_TYPE_F32, 31);
     p.legacy_ffn_names = true; // fc1 stored as ffn_down: must be swapped back
     p.post_ln = true;
@@ -240,10 +253,7 @@ NM_TEST(vision_layout_variants) {
 // seed is far from the reference of another, and the class-token order
 // llama.cpp uses differs from HF's (so the test can tell them apart).
 NM_TEST(vision_reference_discriminates) {
-    if (!have_numpy()) {
-        printf("SKIP: vision_reference_discriminates needs python3 + numpy\n");
-        return;
-    }
+    NEED_NUMPY();
     nm_genmmproj_params p = small_params("mlp", NM_TYPE_F32, 41);
     char gguf[160], in[160], r1[160], r2[160], cmd[600], err[256];
     tmp_path(gguf, sizeof gguf, "disc.gguf");

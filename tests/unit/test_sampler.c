@@ -451,14 +451,14 @@ NM_TEST(repetition_penalty_feeds_the_softmax) {
 }
 
 // Without top-k, top-p reads the temperature-1 probabilities of the whole
-// vocabulary, however low the temperature. Ids 0 and 1 at 0 and -0.01, 100k
-// tokens at -2.5: at T = 1 the tail holds 99.98% of the mass, so top-p 0.5
+// vocabulary, however low the temperature. Ids 0 and 1 at 0 and -0.01, 20k
+// tokens at -2.5: at T = 1 the tail holds 99.9% of the mass, so top-p 0.5
 // keeps ids 0, 1 and the tail; at T = 0.05 the tail weighs e^-50 and the draw
 // is 0 or 1 in the ratio e^(0.01 / 0.05) = 1.2214, p(0) = 0.5498. (Dropping
 // the tail before top-p, as a floor at the sampling temperature did, keeps id
 // 0 alone: p(0) = 1.)
 NM_TEST(top_p_without_top_k_sees_the_whole_tail) {
-    enum { V = 100002, DRAWS = 2000 };
+    enum { V = 20002, DRAWS = 1000 };
     float *l = malloc(sizeof(float) * V);
     for (int i = 0; i < V; i++) l[i] = -2.5f;
     l[0] = 0.0f;
@@ -477,7 +477,7 @@ NM_TEST(top_p_without_top_k_sees_the_whole_tail) {
         n1 += t == 1;
     }
     NM_CHECK(n0 + n1 == DRAWS);
-    NM_CHECK_NEAR((double)n0 / DRAWS, 0.5498, 0.045); // 4 sigma of 2000 draws
+    NM_CHECK_NEAR((double)n0 / DRAWS, 0.5498, 0.063); // 4 sigma of 1000 draws
     nm_sampler_free(s);
     free(l);
 }

@@ -74,6 +74,7 @@ gen_opts nm_genmodel_defaults(void) {
 int nm_genmodel_write(gen_opts *o) {
     if (!o->arch || !o->tok_from || !o->out || o->layers < 1 || o->layers > 256 || o->embd < 1 || o->heads < 1 ||
         o->kv_heads < 1 || o->heads % o->kv_heads || o->ff < 1 || o->swa < 0 || o->head_dim < 0 ||
+        !(o->final_softcap >= 0.0f) ||
         (o->head_dim == 0 && o->embd % o->heads)) {
         fprintf(stderr, "nm-genmodel: invalid options (layers 1..256, embd, ff >= 1, heads a multiple of kv-heads, "
                         "embd divisible by heads unless --head-dim is given)\n");
@@ -114,6 +115,8 @@ int nm_genmodel_write(gen_opts *o) {
     bad |= nm_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f) != NM_OK;
     bad |= nm_gguf_writer_add_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f) != NM_OK;
     if (gemma) bad |= nm_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)o->swa) != NM_OK;
+    if (o->final_softcap > 0.0f)
+        bad |= nm_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap) != NM_OK;
 
     const int64_t d = o->embd, qd = (int64_t)o->heads * o->head_dim, kvd = (int64_t)o->kv_heads * o->head_dim;
     // Scales keep activations O(1) and make the output distribution peaked, so

@@ -10,6 +10,7 @@ typedef struct gen_opts {
     const char *out;      // output path
     uint32_t type;        // weight type of the matmuls and embeddings (enum nm_type)
     int layers, embd, heads, kv_heads, ff, head_dim, swa;
+    float final_softcap;  // > 0: ARCH.final_logit_softcapping (llama.cpp applies it for gemma3)
     uint64_t seed;
 } gen_opts;
 

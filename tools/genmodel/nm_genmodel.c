@@ -14,7 +14,8 @@ static int usage(void) {
     fprintf(stderr,
             "usage: nm-genmodel --arch llama|qwen2|gemma3 --tokenizer-from MODEL.gguf -o OUT.gguf\n"
             "                   [--type f32|f16|q8_0|q4_0|q4_K|...] [--seed S] [--layers N] [--embd D]\n"
-            "                   [--heads H] [--kv-heads K] [--ff F] [--head-dim HD] [--swa W]\n");
+            "                   [--heads H] [--kv-heads K] [--ff F] [--head-dim HD] [--swa W]\n"
+            "                   [--final-softcap C]\n");
     return 2;
 }
 
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ff")) o.ff = atoi(v);
         else if (!strcmp(a, "--head-dim")) o.head_dim = atoi(v);
         else if (!strcmp(a, "--swa")) o.swa = atoi(v);
+        else if (!strcmp(a, "--final-softcap")) o.final_softcap = strtof(v, NULL);
         else if (!strcmp(a, "--type")) {
             uint32_t t;
             for (t = 0; t < NM_TYPE_COUNT; t++) {

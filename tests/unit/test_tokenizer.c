@@ -16,9 +16,10 @@
 //   llama-tokenize -m MODEL -f FILE --no-escape --ids --log-disable
 //                  [--no-bos] [--no-parse-special]
 // i.e. llama_tokenize(text, add_special, parse_special) for (1,1) and (0,0).
-// The same comparison on 157 random mixes of the awkward pieces above (x4
-// configurations, both models) found no difference except surrogates encoded
-// in UTF-8 (ED A0 80), which llama.cpp passes through and we read as U+FFFD.
+// The same comparison on 160 random mixes of awkward pieces (x4 settings, both
+// models; golden_random_mixes_*, expectations in tests/data/tokenizer) finds no
+// difference except surrogates encoded in UTF-8 (ED A0 80), which llama.cpp
+// passes through and we read as U+FFFD.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -708,5 +709,80 @@ NM_TEST(speed_1000_words) {
     free(text);
     if (ran < 2) NM_SKIP_MISSING("a tokenizer model is not in the model cache");
 }
+
+// Random mixes of awkward pieces (tools/tokenizer_expect.py: 160 strings from a
+// fixed seed, tokenized by llama.cpp 0c1e570's llama-tokenize under the four
+// settings; stored in tests/data/tokenizer). Every id sequence must match but
+// for strings holding a UTF-8-encoded surrogate (ED A0 80), which llama.cpp
+// passes through and we read as U+FFFD: the one known difference.
+static uint8_t *hex_line(const char *line, size_t *n) {
+    size_t len = strcspn(line, "\r\n");
+    uint8_t *b = malloc(len / 2 + 1);
+    for (size_t i = 0; b && i + 1 < len; i += 2) {
+        unsigned v;
+        sscanf(line + i, "%2x", &v);
+        b[i / 2] = (uint8_t)v;
+    }
+    *n = len / 2;
+    return b;
+}
+
+static void check_random_mixes(int *nmtest_failed, const char *model) {
+    loaded L;
+    const int r = load(model, &L);
+    if (r == 0) NM_SKIP_MISSING("a tokenizer model is not in the model cache");
+    NM_CHECK(r > 0);
+    if (r < 0) return;
+    enum { N = 160 };
+    static uint8_t *str[N];
+    static size_t len[N];
+    char path[512], *line = NULL;
+    size_t cap = 0;
+    int n_str = 0, n_rec = 0, same = 0, known = 0;
+    FILE *f = fopen("tests/data/tokenizer/random_mixes.hex", "r");
+    NM_CHECK(f != NULL);
+    while (f && n_str < N && getline(&line, &cap, f) > 0) {
+        str[n_str] = hex_line(line, &len[n_str]);
+        n_str++;
+    }
+    if (f) fclose(f);
+    NM_CHECK(n_str == N);
+    snprintf(path, sizeof path, "tests/data/tokenizer/%s.ids", model);
+    f = fopen(path, "r");
+    NM_CHECK(f != NULL);
+    while (f && getline(&line, &cap, f) > 0) {
+        int32_t want[512], got[512], nw = 0;
+        int idx, add, parse, off;
+        char *p = line;
+        if (sscanf(p, "%d %d %d%n", &idx, &add, &parse, &off) != 3 || idx < 0 || idx >= n_str) {
+            NM_CHECK(!"a malformed line in the .ids file");
+            break;
+        }
+        p += off;
+        while (nw < 512 && sscanf(p, "%d%n", &want[nw], &off) == 1) nw++, p += off;
+        int32_t n = nm_tokenizer_encode(L.t, (const char *)str[idx], len[idx], got, 512, add, parse);
+        const bool ok = n == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)nw);
+        const bool surrogate = memmem(str[idx], len[idx], "\xed\xa0", 2) != NULL;
+        n_rec++;
+        same += ok;
+        known += !ok && surrogate;
+        if (!ok && !surrogate) {
+            fprintf(stderr, "  %s: string %d (add %d, parse %d) differs from llama.cpp\n", model, idx, add, parse);
+            dump("want", want, nw);
+            dump("got ", got, n);
+            NM_CHECK(0);
+        }
+    }
+    if (f) fclose(f);
+    free(line);
+    fprintf(stderr, "  %s: %d of %d identical to llama.cpp, %d the known surrogate difference\n", model, same,
+            n_rec, known);
+    NM_CHECK(n_rec == 4 * N);
+    for (int i = 0; i < n_str; i++) free(str[i]);
+    unload(&L);
+}
+
+NM_TEST(golden_random_mixes_smollm2) { check_random_mixes(nmtest_failed, "SmolLM2-135M-Instruct.Q4_1.gguf"); }
+NM_TEST(golden_random_mixes_gemma3) { check_random_mixes(nmtest_failed, "gemma-3-270m-q4_k_m.gguf"); }
 
 NM_TEST_MAIN()

@@ -14,7 +14,8 @@ failed ("killed") or passed ("survived"), and restores the file.
   tests/mutation/mutate.py --list          the mutants and the tests they run
 
 Options: --scratch DIR (default /tmp/nm-mutate), --report FILE (a Markdown
-table of the run), --timeout S (per mutant's tests, default 600),
+table of the run), --timeout S (per test program, default 600; a mutant's
+tests stop at the first that fails, so a hang costs one timeout),
 --jobs N (build jobs). Exit status: 0 when every mutant run was killed (or was
 declared equivalent), 1 when one survived, 2 when the harness itself could
 not run (a search text not found, a mutant that does not build, the
@@ -304,8 +305,9 @@ def main():
             else:
                 mt = targets_of(m.tests)
                 built = run(["cmake", "--build", build, f"-j{a.jobs}", "--target"] + mt, tree, log) == 0
-                rc = run(["ctest", "-j1", "--timeout", str(a.timeout), "-R", "^(" + "|".join(m.tests) + ")$"],
-                         build, log, env=m.env) if built else 1
+                # the first failing test kills the mutant: the rest need not run
+                rc = run(["ctest", "-j1", "--stop-on-failure", "--timeout", str(a.timeout), "-R",
+                          "^(" + "|".join(m.tests) + ")$"], build, log, env=m.env) if built else 1
         finally:
             with open(path, "w") as f:
                 f.write(orig)

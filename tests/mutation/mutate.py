@@ -14,8 +14,9 @@ failed ("killed") or passed ("survived"), and restores the file.
   tests/mutation/mutate.py --list          the mutants and the tests they run
 
 Options: --scratch DIR (default /tmp/nm-mutate), --report FILE (a Markdown
-table of the run), --timeout S (per test program, default 600; a mutant's
-tests stop at the first that fails, so a hang costs one timeout),
+table of the run), --timeout S (for all of one mutant's tests, default 600:
+they stop at the first that fails, and a mutant that makes them hang is
+killed, with every process it started, when the time is up),
 --jobs N (build jobs). Exit status: 0 when every mutant run was killed (or was
 declared equivalent), 1 when one survived, 2 when the harness itself could
 not run (a search text not found, a mutant that does not build, the
@@ -30,6 +31,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -160,11 +162,14 @@ def run(cmd, cwd, log, env=None, timeout=None):
     with open(log, "a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
+        # its own process group, so that a timeout kills the tests it started too
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=e, start_new_session=True)
         try:
-            return subprocess.run(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=e,
-                                  timeout=timeout).returncode
+            return p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            out.write(f"timed out after {timeout} s\n")
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            out.write(f"timed out after {timeout} s (killed)\n")
             return 124
 
 
@@ -270,8 +275,7 @@ def main():
            run(["cmake", "--build", build, f"-j{a.jobs}", "--target"] + targets, tree, base_log) != 0:
             print(f"mutate: the unmutated tree does not build (see {base_log})", file=sys.stderr)
             return 2
-        rc = run(["ctest", "-j1", "--timeout", str(a.timeout), "-R", "^(" + "|".join(tests) + ")$"], build,
-                 base_log)
+        rc = run(["ctest", "-j1", "-R", "^(" + "|".join(tests) + ")$"], build, base_log)
         if rc != 0:
             print(f"mutate: the unmutated tree fails its tests (see {base_log})", file=sys.stderr)
             return 2
@@ -306,8 +310,8 @@ def main():
                 mt = targets_of(m.tests)
                 built = run(["cmake", "--build", build, f"-j{a.jobs}", "--target"] + mt, tree, log) == 0
                 # the first failing test kills the mutant: the rest need not run
-                rc = run(["ctest", "-j1", "--stop-on-failure", "--timeout", str(a.timeout), "-R",
-                          "^(" + "|".join(m.tests) + ")$"], build, log, env=m.env) if built else 1
+                rc = run(["ctest", "-j1", "--stop-on-failure", "-R", "^(" + "|".join(m.tests) + ")$"], build, log,
+                         env=m.env, timeout=a.timeout) if built else 1
         finally:
             with open(path, "w") as f:
                 f.write(orig)

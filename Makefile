@@ -65,8 +65,9 @@ test-arm:
 # tests/mutation/mutants.txt applied to a scratch copy of the tree, its tests
 # run, killed or survived recorded (report in $(MUTATE_REPORT)). mutate-sample
 # runs MUTATE_N of them, a slice that rotates with the commit (what CI runs),
-# a mutant's tests stopped after 150 s (the slowest passing set takes ~60 s) (a mutant that makes Whisper decode
-# garbage up to its token limit is killed by that timeout, not waited for).
+# a mutant's tests stopped after 150 s (the slowest passing set takes ~60 s;
+# a mutant that makes Whisper decode garbage to its token limit, or a TABM
+# wait hang, is killed by that timeout, not waited for).
 MUTATE_N ?= 8
 MUTATE_REPORT ?= /tmp/nm-mutate/report.md
 mutate: setup models

@@ -53,5 +53,6 @@ fi
 run "mutant: readers stop without waiting for writers" fail -DBUG_NO_WRITERS
 run "mutant: waiter not counted as sleeping" fail -DBUG_NO_SLEEPERS
 run "mutant: writers-- before the ready-queue push" fail -DBUG_W3_EARLY
+run "mutant: no second look at the queue on shutdown" fail -DBUG_R3_NO_SECOND_LOOK
 echo "$passed passed, $failed failed, 0 skipped"
 [ "$failed" = 0 ]

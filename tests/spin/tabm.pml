@@ -25,7 +25,9 @@
  * writers; -DBUG_NO_SLEEPERS: the waker skips the wake when it reads no
  * sleepers before the waiter counts itself; -DBUG_W3_EARLY: a publisher stops
  * counting itself before its slot is in the ready queue, so a reader can see
- * shutdown, no writer and an empty queue, and lose the message) must fail:
+ * shutdown, no writer and an empty queue, and lose the message;
+ * -DBUG_R3_NO_SECOND_LOOK: a reader that found the queue empty stops on
+ * shutdown without looking again, losing what was pushed meanwhile) must fail:
  * run_spin.sh checks it.
  */
 
@@ -181,12 +183,14 @@ proctype consumer(byte me) {
                 if
                 :: writers == 0 ->
 #endif
-                    atomic {
+#ifndef BUG_R3_NO_SECOND_LOOK
+                    atomic {                           /* one more look: pushed before the last writer left */
                         if
                         :: nempty(readyq) -> readyq?idx; got = 1
                         :: empty(readyq) -> got = 0
                         fi
                     }
+#endif
                     if
                     :: !got -> break                   /* NM_ERR_SHUTDOWN */
                     :: else -> skip

@@ -224,4 +224,26 @@ NM_TEST(tabm_from_pool) {
     nm_umem_free(u);
 }
 
+// [R2] gives the slot its next generation: a stale copy of a read handle,
+// released again after the slot went round the ring to another reader, must
+// be refused and must not free the other reader's slot.
+NM_TEST(tabm_stale_handle_after_reuse) {
+    nm_tabm *r = ring(1, 64);
+    if (!r) return;
+    nm_tabm_slot w, a, stale, b;
+    NM_CHECK(nm_tabm_acquire_write(r, 1, 0, &w) == NM_OK);
+    NM_CHECK(nm_tabm_publish(r, &w) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &a) == NM_OK);
+    stale = a;
+    NM_CHECK(nm_tabm_release(r, &a) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_write(r, 1, 0, &w) == NM_OK); // the same slot, its next generation
+    NM_CHECK(w.index == stale.index && w.gen != stale.gen);
+    NM_CHECK(nm_tabm_publish(r, &w) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &b) == NM_OK);
+    NM_CHECK(nm_tabm_release(r, &stale) == NM_ERR_STATE);
+    NM_CHECK(nm_tabm_get_stats(r).occupancy == 1); // b still holds it
+    NM_CHECK(nm_tabm_release(r, &b) == NM_OK);
+    nm_tabm_free(r);
+}
+
 NM_TEST_MAIN()

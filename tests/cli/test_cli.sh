@@ -221,6 +221,9 @@ case_transcribe_stats() { nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam
 expect transcribe_stats 0 "real-time factor [0-9.]+.*ledger: [0-9]+ bytes copied between bricks \\(1 copies\\)" "$WM" -- case_transcribe_stats
 expect say_unwritable 1 "cannot write '/nonexistent/dir/x.wav'" -- nm say hello -o /nonexistent/dir/x.wav
 expect say_bad_rate 2 "--rate needs an integer in \\[80, 450\\]" -- nm say hello -o "$tmp/r.wav" --rate 5
+expect say_rate_trailing_garbage 2 "--rate needs an integer in \\[80, 450\\], got '100x'" -- nm say hello -o "$tmp/r.wav" --rate 100x
+expect transcribe_temp_out_of_range 2 "--temp needs a number in \\[0, 1\\], got '2'" -- nm transcribe --temp 2 tests/data/speech/tts_16k.wav
+expect run_flag_without_value 2 "-m needs a value" -- nm run -p hi -m
 # a failed say (exit 1, with its message) leaves no file behind
 case_say_no_file_left() {
     rm -f "$tmp/left.wav"

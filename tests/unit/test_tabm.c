@@ -246,4 +246,19 @@ NM_TEST(tabm_stale_handle_after_reuse) {
     nm_tabm_free(r);
 }
 
+// A cancelled write leaves `writers` ([W3] on the cancel path): after it and a
+// shutdown, a reader is told NM_ERR_SHUTDOWN at once instead of waiting for a
+// writer that is gone.
+NM_TEST(tabm_cancel_then_shutdown_ends_readers) {
+    nm_tabm *r = ring(2, 64);
+    if (!r) return;
+    nm_tabm_slot w, s;
+    NM_CHECK(nm_tabm_acquire_write(r, 1, 0, &w) == NM_OK);
+    NM_CHECK(nm_tabm_cancel(r, &w) == NM_OK);
+    nm_tabm_shutdown(r);
+    NM_CHECK(nm_tabm_acquire_read(r, 200000000, &s) == NM_ERR_SHUTDOWN); // 0.2 s: a wait would time out
+    NM_CHECK(nm_tabm_get_stats(r).occupancy == 0);
+    nm_tabm_free(r);
+}
+
 NM_TEST_MAIN()

@@ -225,6 +225,7 @@ expect say_rate_trailing_garbage 2 "--rate needs an integer in \\[80, 450\\], go
 expect transcribe_temp_out_of_range 2 "--temp needs a number in \\[0, 1\\], got '2'" -- nm transcribe --temp 2 tests/data/speech/tts_16k.wav
 expect run_flag_without_value 2 "-m needs a value" -- nm run -p hi -m
 expect run_prompt_without_value 2 "-p needs a value" "$M" -- nm run -m "$M" -p
+expect run_template_without_value 2 "--chat-template needs a value" "$M" -- nm run -m "$M" -p hi -n 1 --chat-template
 # a failed say (exit 1, with its message) leaves no file behind
 case_say_no_file_left() {
     rm -f "$tmp/left.wav"

@@ -444,4 +444,81 @@ NM_TEST_OPTIN(simd_dot_speed, "NM_TEST_BENCH") {
     }
 }
 
+// ---- byte for byte against ggml ----------------------------------------------------
+// tests/data/ggml_quant/rows.hex (its README says how it was made): six kinds
+// of 256-value rows, each quantized by ggml's reference quantizers
+// (ggml_get_type_traits(t)->from_float_ref, llama.cpp 0c1e570) for the 12
+// weight types that have one, and by ggml-cpu's x86 activation quantizers
+// (q8_0, q8_1, q8_K). Ours must give the same bytes: nm_quantize_row_ref for
+// the weights; for the activations the reference and the chosen kernels.
+// The rows both sides quantize: kind 0..5, 256 values.
+static void gen_row(int kind, float *x) {
+    uint32_t s = 12345u + 977u * (uint32_t)kind;
+    for (int i = 0; i < 256; i++) {
+        float u[4];
+        for (int k = 0; k < 4; k++) {
+            s = s * 1664525u + 1013904223u;
+            u[k] = (float)(s >> 8) / 16777216.0f;
+        }
+        float v;
+        switch (kind) {
+        case 0: v = u[0] + u[1] + u[2] + u[3] - 2.0f; break;                  // bell-shaped
+        case 1: v = (u[0] * 2.0f - 1.0f) * 3.0f; break;                       // uniform
+        case 2: v = (i & 1) ? 0.0f : u[0] - 0.5f; break;                      // half zeros
+        case 3: v = (u[0] - 0.5f) * 1e-6f; break;                             // tiny
+        case 4: v = (u[0] - 0.5f) * 2e4f * (i % 37 == 0 ? 8.0f : 1.0f); break; // large, outliers
+        default: v = i == 17 ? -7.0f : 0.5f; break;                           // constant, one outlier
+        }
+        x[i] = v;
+    }
+}
+
+static int hex_bytes(const char *h, uint8_t *out, int cap) {
+    int n = 0;
+    while (h[0] && h[1] && h[0] != '\n' && n < cap) {
+        unsigned v;
+        if (sscanf(h, "%2x", &v) != 1) return -1;
+        out[n++] = (uint8_t)v;
+        h += 2;
+    }
+    return n;
+}
+
+NM_TEST(blocks_equal_ggml_byte_for_byte) {
+    FILE *f = fopen("tests/data/ggml_quant/rows.hex", "r");
+    if (!f) NM_SKIP_MISSING("tests/data/ggml_quant/rows.hex not found (run from the repository root)");
+    const nm_kernels *k = nm_kernels_get();
+    char line[4096], kind[8];
+    int n_ref = 0, n_act = 0;
+    while (fgets(line, sizeof line, f)) {
+        int type, rk, off;
+        if (sscanf(line, "%7s %d %d %n", kind, &type, &rk, &off) != 3 || rk < 0 || rk > 5) {
+            NM_CHECK(!"a malformed line");
+            break;
+        }
+        uint8_t want[1024], got[1024];
+        const int nw = hex_bytes(line + off, want, (int)sizeof want);
+        float x[256];
+        gen_row(rk, x);
+        const bool ref = !strcmp(kind, "ref");
+        NM_CHECK(nw > 0 && (size_t)nw == nm_row_size((uint32_t)type, 256));
+        if (nw <= 0) continue;
+        memset(got, 0xAA, sizeof got);
+        if (ref) nm_quantize_row_ref((uint32_t)type, x, got, 256);
+        else nm_kernels_ref()->quant_act[type](x, got, 256);
+        const bool same = !memcmp(got, want, (size_t)nw);
+        if (!same) fprintf(stderr, "  %s type %d row kind %d: bytes differ from ggml's\n", kind, type, rk);
+        NM_CHECK(same);
+        if (!ref) { // the chosen (SIMD) activation quantizer too
+            memset(got, 0xAA, sizeof got);
+            k->quant_act[type](x, got, 256);
+            NM_CHECK(!memcmp(got, want, (size_t)nw));
+        }
+        n_ref += ref;
+        n_act += !ref;
+    }
+    fclose(f);
+    NM_CHECK(n_ref == 6 * 12 && n_act == 6 * 3);
+}
+
 NM_TEST_MAIN()

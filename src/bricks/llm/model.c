@@ -175,8 +175,13 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     hp->embd_scale = 1.0f;
     hp->act = NM_ACT_SILU;
     hp->rope_mode = NM_ROPE_NORM;
-    if ((st = get_float(L, "attn_logit_softcapping", false, &hp->attn_softcap)) ||
-        (st = get_float(L, "final_logit_softcapping", false, &hp->final_softcap)))
+    // Soft-capping, as llama.cpp's graphs do it: of our archs only gemma3 caps
+    // the final logits, none caps attention logits (gemma2's attn_logit_softcapping;
+    // gemma3 files may carry the key, llama.cpp ignores it). A key the arch does
+    // not use is ignored, never applied.
+    hp->attn_softcap = 0.0f;
+    hp->final_softcap = 0.0f;
+    if (hp->arch == NM_ARCH_GEMMA3 && (st = get_float(L, "final_logit_softcapping", false, &hp->final_softcap)))
         return st;
 
     switch (hp->arch) {

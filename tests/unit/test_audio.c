@@ -409,6 +409,42 @@ NM_TEST(resample_44k1_to_16k) {
     check_resampled_tone(nmtest_failed, 44100, 1, 5000);
 }
 
+// Output length: soxr's count after its flush is round(n * rate_out / rate_in)
+// exactly (its header promises "within one sample"); an input too short to
+// give one sample is an error. 8 x 8 rates x 6 lengths, outputs kept below
+// 4M samples so the case stays fast.
+NM_TEST(resample_output_length_rule) {
+    static const int32_t rates[] = {1000, 8000, 11025, 16000, 22050, 44100, 48000, 384000};
+    static const int64_t lens[] = {1, 2, 7, 333, 4801, 200003};
+    enum { NR = sizeof rates / sizeof rates[0] };
+    float *x = malloc(sizeof(float) * 200003);
+    for (int64_t i = 0; i < 200003; i++) x[i] = 0.3f * sinf(0.001f * (float)i);
+    int checked = 0, refused = 0, wrong = 0;
+    for (int a = 0; a < NR; a++)
+        for (int b = 0; b < NR; b++)
+            for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+                const int64_t n = lens[l];
+                const double want = floor((double)n * rates[b] / rates[a] + 0.5);
+                if (want > 4e6 || rates[a] == rates[b]) continue;
+                nm_audio o;
+                char err[256];
+                nm_status st = nm_audio_resample(x, n, rates[a], rates[b], &o, err, sizeof err);
+                if (want < 1) {
+                    refused += st != NM_OK;
+                    wrong += st == NM_OK;
+                } else if (st != NM_OK || o.n != (int64_t)want) {
+                    fprintf(stderr, "  %lld samples %d -> %d Hz: %s %lld, want %.0f\n", (long long)n, rates[a],
+                            rates[b], st == NM_OK ? "got" : err, (long long)(st == NM_OK ? o.n : -1), want);
+                    wrong++;
+                }
+                checked++;
+                if (st == NM_OK) nm_audio_free(&o);
+            }
+    fprintf(stderr, "  %d rate/length combinations, %d too short and refused\n", checked, refused);
+    NM_CHECK(wrong == 0 && checked > 300);
+    free(x);
+}
+
 NM_TEST(resample_direct_and_antialias) {
     // Upsampling 16k -> 48k keeps the tone; 48k -> 16k removes what is above 8 kHz.
     float *x = tone(16000, 16000, 1234, 0.25);

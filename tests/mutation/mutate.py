@@ -305,7 +305,8 @@ def main():
             if m.runner == "arm":
                 rc = run(["bash", "scripts/test_arm.sh"], tree, log,
                          env=dict(m.env, BUILD_ARM="build-mutate-arm"), timeout=a.timeout)
-                built = not re.search(r"error:|Error \d", open(log).read())
+                # a compiler diagnostic (file:line:col: error:) or make's failure, not a test's message
+                built = not re.search(r"^\S+:\d+:\d+: error:|^g?make(\[\d+\])?: \*\*\*", open(log).read(), re.M)
             else:
                 mt = targets_of(m.tests)
                 built = run(["cmake", "--build", build, f"-j{a.jobs}", "--target"] + mt, tree, log) == 0

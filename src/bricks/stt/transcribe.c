@@ -12,72 +12,12 @@
 #include <time.h>
 
 #include "bricks/stt/mel.h"
+#include "bricks/stt/stdrand.h"
 
 #define CHUNK_SECONDS 30
 #define DELTA_MIN 10               // frames: windows shorter than 100 ms are not decoded
 #define HISTORY_TEMP_CUTOFF 0.5f   // no previous-text prompt at temperatures from here
 #define N_LANG_TOKENS 100          // whisper.cpp suppresses sot+1 .. sot+100 (its language table)
-
-// ---- whisper.cpp's random numbers: std::mt19937 and libstdc++'s discrete_distribution ----
-
-typedef struct mt19937 {
-    uint32_t s[624];
-    int i;
-} mt19937;
-
-static void mt_seed(mt19937 *m, uint32_t seed) {
-    m->s[0] = seed;
-    for (int i = 1; i < 624; i++) m->s[i] = 1812433253u * (m->s[i - 1] ^ (m->s[i - 1] >> 30)) + (uint32_t)i;
-    m->i = 624;
-}
-
-static uint32_t mt_next(mt19937 *m) {
-    if (m->i >= 624) {
-        for (int k = 0; k < 624; k++) {
-            uint32_t y = (m->s[k] & 0x80000000u) | (m->s[(k + 1) % 624] & 0x7fffffffu);
-            m->s[k] = m->s[(k + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-        }
-        m->i = 0;
-    }
-    uint32_t y = m->s[m->i++];
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    y ^= y >> 18;
-    return y;
-}
-
-// generate_canonical<double, 53>: two 32-bit draws, low word first.
-static double mt_canonical(mt19937 *m) {
-    double sum = (double)mt_next(m);
-    sum += (double)mt_next(m) * 4294967296.0;
-    double r = sum / 18446744073709551616.0;
-    return r >= 1.0 ? nextafter(1.0, 0.0) : r;
-}
-
-// discrete_distribution's table: cumulative normalised weights, last = 1.
-static void dd_build(const float *w, int32_t n, double *cp) {
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) sum += (double)w[i];
-    double acc = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        acc += (double)w[i] / sum;
-        cp[i] = acc;
-    }
-    cp[n - 1] = 1.0;
-}
-
-// lower_bound of a uniform draw in the table.
-static int32_t dd_draw(const double *cp, int32_t n, mt19937 *m) {
-    double p = mt_canonical(m);
-    int32_t lo = 0, hi = n;
-    while (lo < hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        if (cp[mid] < p) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
 
 // ---- state ---------------------------------------------------------------------------
 
@@ -94,7 +34,7 @@ typedef struct decoder {
     bool failed, completed, has_ts;
     int32_t phys; // the forward pass's sequence holding this decoder's cache
     float *logits, *logprobs, *probs; // (n_vocab)
-    mt19937 rng;
+    nm_mt19937 rng;
 } decoder;
 
 typedef struct candidate {
@@ -428,8 +368,8 @@ static nm_stt_token sample_token(nm_transcriber *t, decoder *d, bool best) {
                 r.plog = d->logprobs[i];
             }
     } else {
-        dd_build(d->probs, t->n_vocab, t->cp);
-        r.id = dd_draw(t->cp, t->n_vocab, &d->rng);
+        nm_discrete_build(d->probs, t->n_vocab, t->cp);
+        r.id = nm_discrete_draw(t->cp, t->n_vocab, &d->rng);
         r.p = d->probs[r.id];
         r.plog = d->logprobs[r.id];
     }
@@ -444,10 +384,10 @@ static nm_stt_token sample_token(nm_transcriber *t, decoder *d, bool best) {
 static void sample_topk(nm_transcriber *t, decoder *d, int32_t j, int32_t k) {
     nm_stt_token base = {0};
     ts_summary(t, d->probs, t->m->special.timestamp_begin, &base);
-    dd_build(d->probs, t->n_vocab, t->cp);
+    nm_discrete_build(d->probs, t->n_vocab, t->cp);
     for (int32_t c = 0; c < k; c++) {
         nm_stt_token r = base;
-        r.id = dd_draw(t->cp, t->n_vocab, &d->rng);
+        r.id = nm_discrete_draw(t->cp, t->n_vocab, &d->rng);
         r.p = d->probs[r.id];
         r.plog = d->logprobs[r.id];
         if (r.id >= t->m->special.timestamp_begin) {
@@ -776,7 +716,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
     int32_t n_decoders = p.strategy == NM_STT_GREEDY ? p.best_of
                                                       : (p.best_of > p.beam_size ? p.best_of : p.beam_size);
     if (n_decoders < 1) n_decoders = 1;
-    for (int32_t j = 0; j < n_decoders; j++) mt_seed(&t->dec[j].rng, (uint32_t)j);
+    for (int32_t j = 0; j < n_decoders; j++) nm_mt19937_seed(&t->dec[j].rng, (uint32_t)j);
 
     if (p.no_context) t->n_past1 = 0;
     const int32_t max_prompt_ctx = p.n_max_text_ctx < t->n_text_ctx / 2 ? p.n_max_text_ctx : t->n_text_ctx / 2;

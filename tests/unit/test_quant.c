@@ -521,4 +521,80 @@ NM_TEST(blocks_equal_ggml_byte_for_byte) {
     NM_CHECK(n_ref == 6 * 12 && n_act == 6 * 3);
 }
 
+// tests/data/ggml_quant/deq_dot.txt (README there): for the 11 weight types,
+// ggml's to_float of its own blocks of each row kind (an FNV-1a hash of the
+// 256 float bits) and ggml-cpu's vec_dot of those blocks with the next row
+// kind quantized to the vec_dot_type (%a). Ours: every dequantizer equal bit
+// for bit; dotq (reference and chosen kernels) within 4e-7 of sum |w x|: the
+// integer block dots are exact, only the order and rounding of the f32 sums of
+// the 8 to 16 block results differ (a few f32 roundings, 6e-8 each; measured
+// 1.7e-7 at worst, q5_K on the large row with outliers). Where q8_1's f16
+// block sum overflows (q4_1, q5_1 on the large row) both give the same -inf.
+static uint64_t fnv1a(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+NM_TEST(dequant_and_dots_equal_ggml) {
+    FILE *f = fopen("tests/data/ggml_quant/deq_dot.txt", "r");
+    if (!f) NM_SKIP_MISSING("tests/data/ggml_quant/deq_dot.txt not found (run from the repository root)");
+    const nm_kernels *tabs[2] = {nm_kernels_ref(), nm_kernels_get()};
+    char line[256], kind[8];
+    int n_deq = 0, n_dot = 0;
+    double worst = 0;
+    while (fgets(line, sizeof line, f)) {
+        int type, kw, kx = 0, off = 0;
+        if (sscanf(line, "%7s %d %d %n", kind, &type, &kw, &off) != 3 || kw < 0 || kw > 5 ||
+            !nm_type_traits_get((uint32_t)type)) {
+            NM_CHECK(!"a malformed line");
+            break;
+        }
+        float x[256], y[256];
+        uint8_t w[1024];
+        gen_row(kw, x);
+        nm_quantize_row_ref((uint32_t)type, x, w, 256); // = ggml's bytes (blocks_equal_ggml_byte_for_byte)
+        if (!strcmp(kind, "deq")) {
+            const uint64_t want = strtoull(line + off, NULL, 16);
+            nm_dequantize_row_ref((uint32_t)type, w, y, 256);
+            NM_CHECK(fnv1a(y, sizeof y) == want);
+            for (int t = 0; t < 2; t++) {
+                memset(y, 0, sizeof y);
+                tabs[t]->dequant[type](w, y, 256);
+                if (fnv1a(y, sizeof y) != want)
+                    fprintf(stderr, "  dequant type %d kind %d (%s): differs from ggml\n", type, kw, tabs[t]->name);
+                NM_CHECK(fnv1a(y, sizeof y) == want);
+            }
+            n_deq++;
+        } else {
+            float want;
+            NM_CHECK(sscanf(line + off, "%d %a", &kx, &want) == 2 && kx >= 0 && kx <= 5);
+            float xa[256];
+            uint8_t xq[1024];
+            gen_row(kx, xa);
+            const uint32_t at = nm_vec_dot_type((uint32_t)type);
+            nm_dequantize_row_ref((uint32_t)type, w, y, 256);
+            double mag = 0;
+            for (int i = 0; i < 256; i++) mag += fabs((double)y[i] * xa[i]);
+            for (int t = 0; t < 2; t++) {
+                tabs[t]->quant_act[at](xa, xq, 256);
+                const float got = tabs[t]->dotq[type](w, xq, 256);
+                // q4_1 / q5_1 on the large row: q8_1's f16 block sum overflows, in ggml as here
+                const double d = isinf(want) ? (got == want ? 0.0 : INFINITY) : fabs((double)got - want);
+                const double rel = mag > 0 ? d / mag : d;
+                if (rel > worst) worst = rel;
+                if (!(rel <= 4e-7))
+                    fprintf(stderr, "  dot type %d kinds %d.%d (%s): %g from ggml's %a (%.1e of sum |w x|)\n", type,
+                            kw, kx, tabs[t]->name, d, want, rel);
+                NM_CHECK(rel <= 4e-7);
+            }
+            n_dot++;
+        }
+    }
+    fclose(f);
+    fprintf(stderr, "  %d dequantized rows, %d dots; worst dot %.1e of sum |w x|\n", n_deq, n_dot, worst);
+    NM_CHECK(n_deq == 6 * 11 && n_dot == 6 * 11);
+}
+
 NM_TEST_MAIN()

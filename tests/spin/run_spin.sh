@@ -4,7 +4,9 @@
 # Supertrace (bitstate, 2^28 bits) search: the exhaustive state space of even
 # one message per producer is 6e7 states (3 GB, 2 min), too big for CI here.
 # Two mutants of the protocol must be caught, so the check can fail.
-# NM_SPIN_FULL=1 adds 2 messages per producer (~2.5 min). Prints "N passed,
+# NM_SPIN_FULL=1 adds 2 messages per producer (~2.5 min); NM_SPIN_EXHAUSTIVE=1
+# adds the exhaustive search (-DCOLLAPSE, no bitstate) of 1 message each with
+# 2 slots (6e7 states, ~3 GB, a few minutes). Prints "N passed,
 # N failed, N skipped". Without spin: exit 77 (ctest counts it skipped), or a
 # failure under NM_CI=1 (scripts/setup.sh installs spin).
 set -u
@@ -23,14 +25,15 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 passed=0 failed=0
-# run NAME EXPECT(ok|fail) SPIN-DEFINES...
+# run NAME EXPECT(ok|fail) SPIN-DEFINES... (the search: $search, pan's flags: $panflags)
+search="-DBITSTATE" panflags="-w28"
 run() {
     local name=$1 expect=$2
     shift 2
-    if ! spin "$@" -a "$model" >spin.log 2>&1 || ! gcc -O2 -DSAFETY -DBITSTATE -w -o pan pan.c >>spin.log 2>&1; then
+    if ! spin "$@" -a "$model" >spin.log 2>&1 || ! gcc -O2 -DSAFETY $search -w -o pan pan.c >>spin.log 2>&1; then
         echo "FAIL $name: spin/gcc failed"; cat spin.log; failed=$((failed + 1)); return
     fi
-    ./pan -m200000 -w28 >pan.log 2>&1
+    ./pan -m200000 $panflags >pan.log 2>&1
     local errs
     errs=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.log | tail -1)
     local states
@@ -49,6 +52,11 @@ run "tabm 2x2, 1 message each, 1 slot" ok -DK=1 -DNSLOTS=1
 run "tabm 2x2, 1 message each, 2 slots" ok -DK=1 -DNSLOTS=2
 if [ "${NM_SPIN_FULL:-0}" = 1 ]; then
     run "tabm 2x2, 2 messages each, 2 slots" ok -DK=2 -DNSLOTS=2
+fi
+if [ "${NM_SPIN_EXHAUSTIVE:-0}" = 1 ]; then
+    search="-DCOLLAPSE -DMEMLIM=8000" panflags=""
+    run "tabm 2x2, 1 message each, 2 slots, exhaustive" ok -DK=1 -DNSLOTS=2
+    search="-DBITSTATE" panflags="-w28"
 fi
 run "mutant: readers stop without waiting for writers" fail -DBUG_NO_WRITERS
 run "mutant: waiter not counted as sleeping" fail -DBUG_NO_SLEEPERS

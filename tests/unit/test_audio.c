@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <sndfile.h>
+#include <soxr.h>
+#include <time.h>
 
 #include "bricks/audio/audio.h"
 #include "nmtest.h"
@@ -865,6 +867,44 @@ static int gen_variant(const char *dir, const char *src, const char *name, size_
     write_file(q, d, n);
     free(d);
     return 0;
+}
+
+// The figures of docs/audio.md ("Why HQ"): soxr's one-shot time for 60 s of
+// noise at each input rate to 16 kHz, quality MQ / HQ / VHQ, one thread, best
+// of 3. A benchmark: prints, asserts nothing but that soxr ran.
+NM_TEST_OPTIN(resample_quality_speed, "NM_TEST_BENCH") {
+    static const double rates[] = {48000, 44100, 8000};
+    static const struct { const char *name; unsigned long recipe; } q[] = {
+        {"MQ", SOXR_MQ}, {"HQ", SOXR_HQ}, {"VHQ", SOXR_VHQ}};
+    for (int r = 0; r < 3; r++) {
+        const size_t n = (size_t)(60 * rates[r]), n_out = (size_t)(60 * 16000) + 64;
+        float *in = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n_out);
+        NM_CHECK(in && out);
+        if (!in || !out) break;
+        uint32_t x = 1;
+        for (size_t i = 0; i < n; i++) x = x * 1664525u + 1013904223u, in[i] = (float)(x >> 8) / 8388608.0f - 1.0f;
+        printf("  %5.0f Hz -> 16 kHz:", rates[r]);
+        for (int k = 0; k < 3; k++) {
+            double best = 1e9;
+            for (int rep = 0; rep < 3; rep++) {
+                soxr_io_spec_t io = soxr_io_spec(SOXR_FLOAT32_I, SOXR_FLOAT32_I);
+                soxr_quality_spec_t qs = soxr_quality_spec(q[k].recipe, 0);
+                soxr_runtime_spec_t rt = soxr_runtime_spec(1);
+                size_t done = 0;
+                struct timespec t0, t1;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                soxr_error_t e = soxr_oneshot(rates[r], 16000, 1, in, n, NULL, out, n_out, &done, &io, &qs, &rt);
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                NM_CHECK(!e && done > 0);
+                double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+                if (ms < best) best = ms;
+            }
+            printf(" %s %.0f ms", q[k].name, best);
+        }
+        printf("\n");
+        free(in);
+        free(out);
+    }
 }
 
 NM_TEST_OPTIN(gen_corpus, "NM_GEN_CORPUS") {

@@ -16,7 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bricks/vision/clip.h"
 #include "bricks/vision/image.h"
+#include "genmmproj.h"
 #include "nmtest.h"
 
 // ---- growable byte buffer and deterministic data ----------------------------------
@@ -1221,6 +1223,149 @@ NM_TEST_OPTIN(gen_samples, "NM_IMAGE_SAMPLES") {
         free(b.p);
         free(px);
     }
+}
+
+// ---- against llama.cpp: decoding and preprocessing, bit for bit -------------------
+// tests/data/image_golden/llama.txt (README there): for 11 mmproj configurations
+// (mlp S 336 / 224; idefics3 S 512 / 384 with longest edge 1536 / 2048 / none;
+// mlp anyres with 5 pinpoint sets) and 51 images (tests/data/image_golden and
+// the fuzz corpus), llama.cpp's stb decode (W, H, an FNV-1a hash of the RGB
+// bytes) and mtmd preprocessing (images, grid, a hash of every float, planar,
+// tiles row-major then the overview), or "refused" where stb refuses the file.
+// Ours: nm_image_load + nm_image_preprocess with the parameters nm_clip_load
+// reads from the same configuration, written by nm_genmmproj_write.
+typedef struct golden_cfg {
+    const char *name, *proj;
+    int32_t image_size, patch_size, scale_factor, preproc;
+    const char *pinpoints; // "W,H,W,H,..." or NULL
+} golden_cfg;
+
+static const golden_cfg GOLDEN_CFGS[] = {
+    {"mlp336", "mlp", 336, 14, 0, 0, NULL},
+    {"mlp224", "mlp", 224, 14, 0, 0, NULL},
+    {"id512-1536", "idefics3", 512, 16, 4, 1536, NULL},
+    {"id384-1536", "idefics3", 384, 16, 4, 1536, NULL},
+    {"id512-2048", "idefics3", 512, 16, 4, 2048, NULL},
+    {"id512-none", "idefics3", 512, 16, 4, -1, NULL},
+    {"any336", "mlp", 336, 14, 0, 0, "336,672,672,336,672,672,1008,336,336,1008"},
+    {"any384", "mlp", 384, 16, 0, 0, "ONEVISION"}, // every c x r grid, 1..6 each
+    {"any64", "mlp", 64, 16, 0, 0, "64,128,128,64,128,128,192,64,64,192"},
+    {"any32", "mlp", 32, 16, 0, 0, "32,64,64,32,64,64,96,96"},
+    {"any16", "mlp", 16, 16, 0, 0, "16,32,32,16,32,32,48,16"},
+};
+
+// Known, intended differences (docs/correctness.md, "Image decoding"): stb
+// accepts the truncated JPEG (we refuse it), and keeps the low byte of each
+// big-endian 16-bit PPM sample (we scale the value).
+static bool golden_known_difference(const char *path) {
+    return strstr(path, "420-trunc.jpg") != NULL || strstr(path, "p6-16bit.ppm") != NULL;
+}
+
+static uint64_t golden_fnv(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static nm_clip *golden_clip(const golden_cfg *g) {
+    nm_genmmproj_params p = nm_genmmproj_default_params(g->proj);
+    p.image_size = g->image_size;
+    p.patch_size = g->patch_size;
+    p.n_embd = 32;
+    p.n_ff = 64;
+    p.n_head = 2;
+    p.n_layer = 2;
+    p.n_out_embd = 64;
+    p.seed = 1;
+    if (g->scale_factor) p.scale_factor = g->scale_factor;
+    p.preproc_image_size = g->preproc;
+    if (g->pinpoints && !strcmp(g->pinpoints, "ONEVISION")) {
+        for (int r = 1; r <= 6; r++)
+            for (int c = 1; c <= 6; c++) {
+                p.pinpoints[p.n_pinpoints][0] = g->image_size * c;
+                p.pinpoints[p.n_pinpoints++][1] = g->image_size * r;
+            }
+    } else if (g->pinpoints) {
+        const char *q = g->pinpoints;
+        while (*q) {
+            char *end;
+            int32_t w = (int32_t)strtol(q, &end, 10), h = (int32_t)strtol(end + 1, &end, 10);
+            p.pinpoints[p.n_pinpoints][0] = w;
+            p.pinpoints[p.n_pinpoints++][1] = h;
+            q = *end ? end + 1 : end;
+        }
+    }
+    char path[128], err[256];
+    snprintf(path, sizeof path, "/tmp/nm-test-image-golden-%d.gguf", (int)getpid());
+    nm_clip *c = NULL;
+    if (nm_genmmproj_write(path, &p, err, sizeof err) != NM_OK || nm_clip_load(path, 1, &c, err, sizeof err) != NM_OK)
+        fprintf(stderr, "  %s: %s\n", g->name, err);
+    unlink(path);
+    return c;
+}
+
+NM_TEST(preprocess_equals_llama_cpp) {
+    FILE *f = fopen("tests/data/image_golden/llama.txt", "r");
+    if (!f) NM_SKIP_MISSING("tests/data/image_golden/llama.txt not found (run from the repository root)");
+    char line[512], cfg[32], path[256], cur[32] = "";
+    nm_clip *c = NULL;
+    nm_image_params ip;
+    int n_same = 0, n_known = 0, n_refused = 0, n_lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        int w, h, n, rows, cols, off = 0;
+        unsigned long long hdec, hpre;
+        if (sscanf(line, "%31s %255s %n", cfg, path, &off) != 2) {
+            NM_CHECK(!"a malformed line");
+            break;
+        }
+        n_lines++;
+        if (strcmp(cfg, cur)) {
+            nm_clip_free(c);
+            c = NULL;
+            for (size_t i = 0; i < sizeof GOLDEN_CFGS / sizeof GOLDEN_CFGS[0]; i++)
+                if (!strcmp(GOLDEN_CFGS[i].name, cfg)) c = golden_clip(&GOLDEN_CFGS[i]);
+            NM_CHECK(c != NULL);
+            if (!c) break;
+            ip = nm_image_params_from_clip(nm_clip_get_info(c));
+            snprintf(cur, sizeof cur, "%s", cfg);
+        }
+        if (!strncmp(line + off, "refused", 7)) { // stb refuses it; what we do is tested elsewhere
+            n_refused++;
+            continue;
+        }
+        if (sscanf(line + off, "dec %d %d %llx pre %d %d %d %llx", &w, &h, &hdec, &n, &rows, &cols, &hpre) != 7) {
+            NM_CHECK(!"a malformed line");
+            break;
+        }
+        nm_image img = {0};
+        nm_image_batch b = {0};
+        char err[256];
+        bool same = false;
+        if (nm_image_load(path, &img, err, sizeof err) == NM_OK &&
+            nm_image_preprocess(&img, &ip, &b, err, sizeof err) == NM_OK) {
+            const uint64_t d = golden_fnv(1469598103934665603ull, img.rgb, (size_t)img.w * img.h * 3);
+            const uint64_t pr = golden_fnv(1469598103934665603ull, b.data, sizeof(float) * (size_t)b.n * 3 *
+                                                                                 (size_t)b.image_size * b.image_size);
+            same = img.w == w && img.h == h && d == hdec && b.n == n && b.rows == rows && b.cols == cols &&
+                   pr == hpre;
+        }
+        if (golden_known_difference(path)) {
+            if (same) fprintf(stderr, "  %s %s: now equal to llama.cpp: remove it from the known differences\n", cfg, path);
+            NM_CHECK(!same);
+            n_known++;
+        } else {
+            if (!same) fprintf(stderr, "  %s %s: differs from llama.cpp\n", cfg, path);
+            NM_CHECK(same);
+            n_same += same;
+        }
+        nm_image_batch_free(&b);
+        nm_image_free(&img);
+    }
+    nm_clip_free(c);
+    fclose(f);
+    printf("  %d cases: %d equal bit for bit, %d known differences, %d refused by stb\n", n_lines, n_same, n_known,
+           n_refused);
+    NM_CHECK(n_lines == 11 * 51);
 }
 
 NM_TEST_MAIN()

@@ -223,7 +223,9 @@ static nm_status add_keys(gen *g, const nm_genmmproj_params *p, bool idefics3) {
     }
     if (idefics3) {
         K(nm_gguf_writer_add_u32(w, "clip.vision.projector.scale_factor", (uint32_t)p->scale_factor));
-        K(nm_gguf_writer_add_u32(w, "clip.vision.preproc_image_size", (uint32_t)p->image_size));
+        if (p->preproc_image_size >= 0)
+            K(nm_gguf_writer_add_u32(w, "clip.vision.preproc_image_size",
+                                     (uint32_t)(p->preproc_image_size ? p->preproc_image_size : p->image_size)));
     }
 #undef K
     if (st != NM_OK) return fail(g, st, "metadata: %s", nm_gguf_writer_last_error(w));

@@ -20,6 +20,8 @@ typedef struct nm_genmmproj_params {
     int32_t n_layer;     // layers written (mlp: llama.cpp runs n_layer - 1 of them)
     int32_t n_out_embd;  // projector output width = the LLM's n_embd (clip.vision.projection_dim)
     int32_t scale_factor; // idefics3: pixel-shuffle factor (>= 2, divides image_size / patch_size); else ignored
+    int32_t preproc_image_size; // idefics3: clip.vision.preproc_image_size (the longest edge);
+                                // 0 = image_size, -1 = no key (old files)
     bool class_embd;     // v.class_embd
     bool patch_bias;     // v.patch_embd.bias (SigLIP has one, CLIP does not)
     bool pre_ln;         // v.pre_ln.{weight,bias}

@@ -23,6 +23,8 @@ static void usage(FILE *f) {
             "  --n-layer N        layers in the file (default 3; mlp runs n-layer - 1)\n"
             "  --n-out N          projector output width, the LLM's n_embd (default 576)\n"
             "  --scale-factor N   idefics3 pixel-shuffle factor (default 2)\n"
+            "  --preproc-image-size N  idefics3 longest edge (clip.vision.preproc_image_size; default\n"
+            "                     the image size; -1 writes no key, as old files)\n"
             "  --class-embd 0|1   class token (default 1 for mlp, 0 for idefics3)\n"
             "  --patch-bias 0|1   patch embedding bias (default 0 for mlp, 1 for idefics3)\n"
             "  --pre-ln 0|1       pre-layernorm (default 1 for mlp, 0 for idefics3)\n"
@@ -93,6 +95,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--n-layer")) bad = parse_int(v, &p.n_layer);
         else if (!strcmp(a, "--n-out")) bad = parse_int(v, &p.n_out_embd);
         else if (!strcmp(a, "--scale-factor")) bad = parse_int(v, &p.scale_factor);
+        else if (!strcmp(a, "--preproc-image-size")) {
+            bad = parse_int(v, &p.preproc_image_size) || p.preproc_image_size < -1 || p.preproc_image_size > 1 << 16;
+        }
         else if (!strcmp(a, "--class-embd")) bad = parse_bool(v, &p.class_embd);
         else if (!strcmp(a, "--patch-bias")) bad = parse_bool(v, &p.patch_bias);
         else if (!strcmp(a, "--pre-ln")) bad = parse_bool(v, &p.pre_ln);

@@ -485,7 +485,9 @@ nm_status nm_gguf_open(const char *path, nm_gguf **out, char *err, size_t err_si
     *out = NULL;
     reader r = {.err = err, .err_size = err_size};
     if (!path) return fail(&r, NM_ERR_INVALID_ARG, "no path");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of
+    // blocking until a writer comes; it changes nothing for a regular file.
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return fail(&r, NM_ERR_IO, "%s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {

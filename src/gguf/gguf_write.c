@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/outfile.h"
 #include "quant/quant.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -310,15 +311,17 @@ nm_status nm_gguf_writer_write_buf(nm_gguf_writer *w, uint8_t **out, size_t *out
 
 nm_status nm_gguf_writer_write(nm_gguf_writer *w, const char *path) {
     w->err[0] = '\0';
-    FILE *f = fopen(path, "wb");
-    if (!f) return werr(w, NM_ERR_IO, "%s: %s", path, strerror(errno));
-    sink s = {.f = f};
-    nm_status st = emit(w, &s);
-    int e = s.failed ? errno : 0;
-    if (fclose(f) != 0 && !s.failed) {
-        s.failed = true;
-        e = errno;
+    // Never damages an existing file (core/outfile.h): a temporary renamed on success.
+    nm_outfile o;
+    nm_status st = nm_outfile_open(&o, path, w->err, sizeof w->err);
+    if (st != NM_OK) return st;
+    errno = 0;
+    sink s = {.f = o.f};
+    st = emit(w, &s);
+    if (!st && s.failed) st = werr(w, NM_ERR_IO, "%s: write failed: %s", path, strerror(errno ? errno : EIO));
+    if (st) {
+        nm_outfile_abort(&o);
+        return st;
     }
-    if (!st && s.failed) st = werr(w, NM_ERR_IO, "%s: write failed: %s", path, strerror(e));
-    return st;
+    return nm_outfile_commit(&o, w->err, sizeof w->err);
 }

@@ -3,89 +3,10 @@
 # (missing or corrupt files, bad flags) reported with a clear message and a
 # non-zero exit, and short real runs on the default model.
 # usage: test_cli.sh path/to/nanomind ; prints "N passed, N failed, N skipped".
-#
-# Every case checks both the exit status of each nanomind run it makes (run
-# through nm below, never through a pipeline's last command) and its output.
-# A nanomind killed by a signal, or one that never ran, fails the case.
-# A case that needs a model absent from $NM_MODEL_DIR is a skip, or a failure
-# when NM_CI is set (to anything but 0): set-up should have fetched it.
+# The helpers (nm, expect, setup) are tests/cli/lib.sh.
 set -u
 NM=$1
-MODELS=${NM_MODEL_DIR:-$HOME/.cache/nanomind/models}
-M=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf
-WM=$MODELS/whisper-tiny.en.gguf
-pass=0 fail=0 skip=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ci=0
-[ -n "${NM_CI:-}" ] && [ "$NM_CI" != 0 ] && ci=1
-
-# nm ARGS...: runs nanomind (300 s at most) and appends its exit status to
-# $tmp/rc, so that expect sees it wherever the run sits in a case.
-nm() {
-    timeout 300 "$NM" "$@"
-    local rc=$?
-    echo "$rc" >> "$tmp/rc"
-    return "$rc"
-}
-
-# expect NAME RC REGEX [NEEDED_FILE...] -- CMD...
-# CMD (nm ARGS, or a case function that calls nm) must run nanomind at least
-# once; every run must exit with RC, and the output (stdout+stderr) must match
-# REGEX. A missing NEEDED_FILE makes the case a skip (a failure under NM_CI).
-expect() {
-    local name=$1 want_rc=$2 re=$3 f
-    shift 3
-    local needs=()
-    while [ "$#" -gt 0 ] && [ "$1" != -- ]; do needs+=("$1"); shift; done
-    shift
-    for f in "${needs[@]}"; do
-        if [ ! -f "$f" ]; then
-            if [ "$ci" = 1 ]; then
-                fail=$((fail + 1)); echo "FAIL $name (needs $f, which is missing, and NM_CI=$NM_CI)"
-            else
-                skip=$((skip + 1)); echo "skip $name (needs $f, which is missing)"
-            fi
-            return
-        fi
-    done
-    : > "$tmp/rc"
-    local out rc why="" rcs=()
-    out=$("$@" 2>&1 < /dev/null)
-    mapfile -t rcs < "$tmp/rc"
-    if [ "${#rcs[@]}" = 0 ]; then
-        why="nanomind did not run"
-    fi
-    for rc in "${rcs[@]}"; do
-        if [ "$rc" -gt 128 ]; then
-            why="nanomind killed by signal $((rc - 128)) (SIG$(kill -l $((rc - 128)) 2>/dev/null)), exit $rc"
-            break
-        elif [ "$rc" = 124 ]; then
-            why="nanomind timed out (300 s)"
-        elif [ "$rc" != "$want_rc" ] && [ -z "$why" ]; then
-            why="nanomind exited $rc, want $want_rc"
-        fi
-    done
-    if [ -z "$why" ] && ! grep -Eq -- "$re" <<< "$out"; then
-        why="output does not match /$re/"
-    fi
-    if [ -z "$why" ]; then
-        pass=$((pass + 1)); echo "ok   $name"
-    else
-        [ "${#rcs[@]}" -gt 1 ] && why="$why; exits: ${rcs[*]}"
-        fail=$((fail + 1)); echo "FAIL $name ($why)"; echo "$out" | head -5 | sed 's/^/     /'
-    fi
-}
-
-# setup WHAT OUT CMD...: a preparation step, its stdout to OUT; if it fails,
-# that is one failed case
-setup() {
-    local what=$1 to=$2
-    shift 2
-    if ! "$@" > "$to" 2> "$tmp/setup.err"; then
-        fail=$((fail + 1)); echo "FAIL setup: $what"; head -5 "$tmp/setup.err" | sed 's/^/     /'
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 for c in run info perplexity bench; do
     expect "help_$c" 0 "usage: nanomind $c" -- nm $c --help
@@ -196,7 +117,7 @@ case_say_list_voices() { nm say --list-voices 2>/dev/null > "$tmp/voices.txt"; g
 expect say_list_voices 0 "^en-us +English" -- case_say_list_voices
 expect say_bad_voice 1 "unknown espeak-ng voice 'xx-bogus'" -- nm say hello -o "$tmp/bad.wav" --voice xx-bogus
 expect say_empty_text 1 "empty text" -- nm say "   " -o "$tmp/empty.wav"
-expect say_no_output 2 "-o OUT.wav is required" -- nm say hello
+expect say_no_output 2 "no output: give -o OUT.wav or --stdout" -- nm say hello
 
 # transcribe: Whisper speech to text (errors first; real runs need whisper-tiny.en.gguf from set-up)
 SPEECH=tests/data/speech
@@ -219,7 +140,7 @@ case_transcribe_stdin() { nm transcribe -m "$WM" - -t 2 --beam-size 1 < $SPEECH/
 expect transcribe_stdin_8k 0 "leave your name" "$WM" -- case_transcribe_stdin
 case_transcribe_stats() { nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --stats 2>&1 | tr '\n' ' '; }
 expect transcribe_stats 0 "real-time factor [0-9.]+.*ledger: [0-9]+ bytes copied between bricks \\(1 copies\\)" "$WM" -- case_transcribe_stats
-expect say_unwritable 1 "cannot write '/nonexistent/dir/x.wav'" -- nm say hello -o /nonexistent/dir/x.wav
+expect say_unwritable 1 "/nonexistent/dir/x.wav: cannot create a file in its folder: No such file or directory" -- nm say hello -o /nonexistent/dir/x.wav
 expect say_bad_rate 2 "--rate needs an integer in \\[80, 450\\]" -- nm say hello -o "$tmp/r.wav" --rate 5
 expect say_rate_trailing_garbage 2 "--rate needs an integer in \\[80, 450\\], got '100x'" -- nm say hello -o "$tmp/r.wav" --rate 100x
 expect transcribe_temp_out_of_range 2 "--temp needs a number in \\[0, 1\\], got '2'" -- nm transcribe --temp 2 tests/data/speech/tts_16k.wav

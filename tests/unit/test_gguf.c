@@ -8,7 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "gguf/gguf.h"
@@ -423,6 +427,60 @@ NM_TEST(writer_rejects_bad_input) {
     NM_CHECK(nm_gguf_writer_write(w, "/nonexistent-dir/x.gguf") == NM_ERR_IO);
     NM_CHECK(nm_gguf_writer_last_error(w)[0] != '\0');
     nm_gguf_writer_free(w);
+}
+
+// The writer never damages an existing file (core/outfile.h): a write that
+// fails half way (here a file-size limit, as a full disk) leaves the old file
+// as it was and no temporary beside it; a good write replaces it whole and
+// keeps its mode. Run in a child: the limit is per process.
+static int count_temporaries(const char *dir) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) n += strstr(e->d_name, ".nm-") != NULL;
+    if (d) closedir(d);
+    return n;
+}
+
+NM_TEST(writer_never_damages_an_existing_file) {
+    char dir[] = "/tmp/nm_gguf_outXXXXXX", path[64];
+    NM_CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/old.gguf", dir);
+    FILE *f = fopen(path, "wb");
+    NM_CHECK(f && fputs("old contents\n", f) >= 0 && fclose(f) == 0);
+    chmod(path, 0640);
+    static float big[1 << 18]; // 1 MiB of tensor data
+    const int64_t ne[1] = {1 << 18};
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {64 * 1024, 64 * 1024};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        nm_gguf_writer *w = nm_gguf_writer_create();
+        nm_status st = w && nm_gguf_writer_add_tensor(w, "t", NM_TYPE_F32, 1, ne, big) == NM_OK
+                           ? nm_gguf_writer_write(w, path) : NM_ERR_NOMEM;
+        if (w) fprintf(stderr, "  write past the limit: %s\n", nm_gguf_writer_last_error(w));
+        _exit(st == NM_ERR_IO && strstr(nm_gguf_writer_last_error(w), "File too large") ? 0 : 1);
+    }
+    int ws = 0;
+    NM_CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    char got[64] = "";
+    f = fopen(path, "rb");
+    NM_CHECK(f && fgets(got, sizeof got, f) && !strcmp(got, "old contents\n"));
+    if (f) fclose(f);
+    NM_CHECK(count_temporaries(dir) == 0);
+    // A good write replaces it, whole, with the old mode.
+    nm_gguf_writer *w = nm_gguf_writer_create();
+    NM_CHECK(w && nm_gguf_writer_add_tensor(w, "t", NM_TYPE_F32, 1, ne, big) == NM_OK &&
+             nm_gguf_writer_write(w, path) == NM_OK);
+    nm_gguf_writer_free(w);
+    struct stat sb;
+    NM_CHECK(stat(path, &sb) == 0 && (sb.st_mode & 0777) == 0640 && sb.st_size > (off_t)sizeof big);
+    nm_gguf *g = NULL;
+    NM_CHECK(nm_gguf_open(path, &g, NULL, 0) == NM_OK);
+    nm_gguf_close(g);
+    NM_CHECK(count_temporaries(dir) == 0);
+    unlink(path);
+    NM_CHECK(rmdir(dir) == 0);
 }
 
 NM_TEST(open_errors) {

@@ -4,8 +4,11 @@
 // a TABM ring; this thread writes each slot's bytes to the file straight from
 // the slot (no intermediate buffer), so the ledger (--stats) shows 0 bytes
 // copied between bricks. The WAV header is the audio module's
-// (nm_audio_write_wav with no frames: the canonical 44-byte header); its two
-// sizes are filled in once the utterance has ended.
+// (nm_audio_wav_header); its two sizes are filled in once the utterance has
+// ended. The file is a temporary beside OUT, renamed over it on success, so a
+// failure never damages an existing OUT (core/outfile.h). Where OUT cannot
+// seek (stdout, a FIFO, a device) the audio is held until the end, then the
+// header and the samples are written in place.
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +18,7 @@
 #include "bricks/audio/audio.h"
 #include "bricks/tts/tts.h"
 #include "cli.h"
+#include "core/outfile.h"
 
 // The slots' int16 samples go to the file as they lie in memory; WAV is little-endian.
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "cmd_say writes host-order samples as WAV");
@@ -23,12 +27,14 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "cmd_say writes host-o
 #define SAY_SLOT_BYTES (64 * 1024) // 32768 samples, ~1.5 s at 22050 Hz: an espeak-ng chunk fits whole
 
 static void say_usage(void) {
-    printf("usage: nanomind say \"TEXT\" -o OUT.wav [options]\n"
+    printf("usage: nanomind say \"TEXT\" (-o OUT.wav | --stdout) [options]\n"
            "\n"
            "Speaks TEXT with espeak-ng and writes 16-bit mono PCM WAV. TEXT \"-\" reads stdin.\n"
            "The same text and options give the same file.\n"
            "\n"
-           "  -o, --output FILE      the WAV file to write\n"
+           "  -o, -w, --output FILE  the WAV file to write (\"-\": stdout); an existing file is replaced\n"
+           "                         only once the new one is complete\n"
+           "  --stdout               write the WAV to stdout (as espeak-ng --stdout; = -o -)\n"
            "  -f, --file FILE        read the text from FILE (\"-\": stdin) instead of TEXT\n"
            "  --voice V              espeak-ng voice: a language (en-us, en, en-gb, de, fr-fr, ...) or a voice\n"
            "                         file, with an optional variant (en-us+f3); default en-us\n"
@@ -101,7 +107,7 @@ int cmd_say(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, takes = true;
-        if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
+        if (!strcmp(a, "-o") || !strcmp(a, "-w") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--voice")) p.voice = v;
         else if (!strcmp(a, "--rate")) ok = cli_arg_int(a, v, 80, 450, &p.rate_wpm);
@@ -115,6 +121,7 @@ int cmd_say(int argc, char **argv) {
                 return 0;
             } else if (!strcmp(a, "--list-voices")) list = true;
             else if (!strcmp(a, "--stats")) stats = true;
+            else if (!strcmp(a, "--stdout")) out = "-";
             else if ((a[0] != '-' || !strcmp(a, "-")) && !text_arg) text_arg = a;
             else if (a[0] != '-') {
                 fprintf(stderr, "error: more than one text argument ('%s'); quote the text\n", a);
@@ -152,11 +159,7 @@ int cmd_say(int argc, char **argv) {
         return 2;
     }
     if (!out) {
-        fprintf(stderr, "error: -o OUT.wav is required\n");
-        return 2;
-    }
-    if (!strcmp(out, "-")) {
-        fprintf(stderr, "error: -o -: the WAV header is completed after synthesis, so the output must be a file\n");
+        fprintf(stderr, "error: no output: give -o OUT.wav or --stdout\n");
         return 2;
     }
 
@@ -190,8 +193,9 @@ int cmd_say(int argc, char **argv) {
     nm_ledger *ledger = nm_ledger_create();
     nm_tts *tts = NULL;
     nm_tabm *ring = NULL;
-    FILE *wav = NULL;
-    bool created = false;
+    nm_outfile wav = {0};
+    uint8_t *held = NULL; // the samples, where the output cannot seek
+    size_t n_held = 0, cap_held = 0;
     nm_status st;
     double t0 = cli_now();
     if (!ledger || nm_ledger_endpoint(ledger, "wav") < 0) {
@@ -202,15 +206,16 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "error: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
-    // The header first: an unwritable path fails before any synthesis.
-    if ((st = nm_audio_write_wav(out, NULL, 0, nm_tts_sample_rate(tts), 1, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot write '%s': %s: %s\n", out, nm_status_str(st), err);
+    // The output first: an unwritable path fails before any synthesis.
+    if ((st = nm_outfile_open(&wav, out, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: %s\n", err);
         goto done;
     }
-    created = true;
-    wav = fopen(out, "r+b");
-    if (!wav || fseek(wav, 44, SEEK_SET) != 0) {
-        fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+    uint8_t hdr[NM_WAV_HEADER_BYTES];
+    nm_audio_wav_header(hdr, 0, nm_tts_sample_rate(tts), 1);
+    errno = 0;
+    if (wav.seekable && fwrite(hdr, 1, sizeof hdr, wav.f) != sizeof hdr) {
+        fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno ? errno : EIO));
         goto done;
     }
     if ((st = nm_tabm_create(NULL, SAY_SLOTS, SAY_SLOT_BYTES, &ring, err, sizeof err)) != NM_OK) {
@@ -232,11 +237,32 @@ int cmd_say(int argc, char **argv) {
         if (nm_tabm_acquire_read(ring, -1, &s) != NM_OK) break; // shut down: the lane failed
         const nm_tabm_meta *m = s.meta;
         if (!write_failed && m->size) {
-            // The slot's bytes, in place, to the file.
-            if (fwrite(s.data, 1, (size_t)m->size, wav) != m->size) {
-                write_failed = true;
-                write_errno = errno;
-                nm_tabm_shutdown(ring); // stop the synthesis: nowhere to put it
+            // The slot's bytes, in place, to the file (or held, where it cannot seek).
+            if (wav.seekable) {
+                errno = 0;
+                if (fwrite(s.data, 1, (size_t)m->size, wav.f) != m->size) {
+                    write_failed = true;
+                    write_errno = errno ? errno : EIO;
+                    nm_tabm_shutdown(ring); // stop the synthesis: nowhere to put it
+                }
+            } else {
+                if (n_held + m->size > cap_held) {
+                    size_t cap = cap_held ? cap_held * 2 : 1 << 20;
+                    while (cap < n_held + m->size) cap *= 2;
+                    uint8_t *nb = realloc(held, cap);
+                    if (!nb) {
+                        write_failed = true;
+                        write_errno = ENOMEM;
+                        nm_tabm_shutdown(ring);
+                    } else {
+                        held = nb;
+                        cap_held = cap;
+                    }
+                }
+                if (!write_failed) {
+                    memcpy(held + n_held, s.data, (size_t)m->size);
+                    n_held += (size_t)m->size;
+                }
             }
             data_bytes += m->size;
         }
@@ -259,15 +285,24 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "error: %llu bytes of audio do not fit a WAV file (4 GiB)\n", (unsigned long long)data_bytes);
         goto done;
     }
-    uint8_t sz[4];
-    put_u32le(sz, (uint32_t)(36 + data_bytes));
-    bool ok = fseek(wav, 4, SEEK_SET) == 0 && fwrite(sz, 1, 4, wav) == 4;
-    put_u32le(sz, (uint32_t)data_bytes);
-    ok = ok && fseek(wav, 40, SEEK_SET) == 0 && fwrite(sz, 1, 4, wav) == 4;
-    ok = fclose(wav) == 0 && ok;
-    wav = NULL;
+    errno = 0;
+    bool ok;
+    if (wav.seekable) { // the two sizes, now known
+        uint8_t sz[4];
+        put_u32le(sz, (uint32_t)(36 + data_bytes));
+        ok = fseek(wav.f, 4, SEEK_SET) == 0 && fwrite(sz, 1, 4, wav.f) == 4;
+        put_u32le(sz, (uint32_t)data_bytes);
+        ok = ok && fseek(wav.f, 40, SEEK_SET) == 0 && fwrite(sz, 1, 4, wav.f) == 4;
+    } else {
+        nm_audio_wav_header(hdr, (uint32_t)data_bytes, nm_tts_sample_rate(tts), 1);
+        ok = fwrite(hdr, 1, sizeof hdr, wav.f) == sizeof hdr && fwrite(held, 1, n_held, wav.f) == n_held;
+    }
     if (!ok) {
-        fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno));
+        fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno ? errno : EIO));
+        goto done;
+    }
+    if ((st = nm_outfile_commit(&wav, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: %s\n", err);
         goto done;
     }
     rc = 0;
@@ -285,8 +320,8 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
     }
 done:
-    if (wav) fclose(wav);
-    if (rc != 0 && created) remove(out); // no half-written file left behind
+    nm_outfile_abort(&wav); // after a commit, nothing; else only our temporary goes
+    free(held);
     nm_tabm_free(ring);
     nm_tts_free(tts);
     nm_ledger_free(ledger);

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "genmmproj.h"
+
+#include "core/outfile.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 
@@ -309,12 +311,16 @@ nm_status nm_genmmproj_write_input(const char *path, int32_t image_size, uint64_
     if (!px) return fail(&g, NM_ERR_NOMEM, "out of memory");
     uint64_t rng = seed * 0xD1B54A32D192ED03ull + 0x1A6E;
     for (size_t i = 0; i < n; i++) px[i] = nrand(&rng);
-    FILE *f = fopen(path, "wb");
-    nm_status st = NM_OK;
-    if (!f) st = fail(&g, NM_ERR_IO, "%s: %s", path, strerror(errno));
-    else {
-        const bool ok = fwrite(px, sizeof(float), n, f) == n;
-        if (fclose(f) != 0 || !ok) st = fail(&g, NM_ERR_IO, "writing %s failed", path);
+    nm_outfile o;
+    nm_status st = nm_outfile_open(&o, path, err, err_size);
+    if (st == NM_OK) {
+        errno = 0;
+        if (fwrite(px, sizeof(float), n, o.f) != n) {
+            st = fail(&g, NM_ERR_IO, "%s: write failed: %s", path, strerror(errno ? errno : EIO));
+            nm_outfile_abort(&o);
+        } else {
+            st = nm_outfile_commit(&o, err, err_size);
+        }
     }
     free(px);
     return st;

@@ -121,9 +121,15 @@ void nm_audio_free(nm_audio *a);
 
 // ---- writing ------------------------------------------------------------------------
 
+// The canonical 44-byte header of a 16-bit PCM WAV file (RIFF/WAVE,
+// WAVE_FORMAT_PCM) whose data chunk holds data_bytes (<= 4 GiB - 37).
+#define NM_WAV_HEADER_BYTES 44
+void nm_audio_wav_header(uint8_t h[NM_WAV_HEADER_BYTES], uint32_t data_bytes, int32_t rate, int32_t channels);
+
 // Writes n_frames frames of `channels` interleaved floats (pcm holds
-// n_frames * channels values) as a 16-bit PCM WAV file (RIFF/WAVE, WAVE_FORMAT_PCM,
-// canonical 44-byte header). path "-" writes to stdout. Samples are clamped to
+// n_frames * channels values) as a 16-bit PCM WAV file (that header). path "-"
+// writes to stdout; an existing file is replaced only once the new one is
+// complete, a device or FIFO is written in place (core/outfile.h). Samples are clamped to
 // the 16-bit range (see the top of this file); NaN/inf are NM_ERR_INVALID_ARG;
 // a data chunk over 4 GiB is NM_ERR_RANGE; n_frames 0 writes a valid empty file.
 nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frames, int32_t rate,

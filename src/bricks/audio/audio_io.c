@@ -11,6 +11,8 @@
 
 #include <sndfile.h>
 
+#include "core/outfile.h"
+
 #define CHUNK_FRAMES 4096 // frames read per libsndfile / raw call
 
 static void clear(char *err, size_t err_size) {
@@ -417,6 +419,22 @@ static int16_t to_s16(float x) {
     return (int16_t)lrintf(v);
 }
 
+void nm_audio_wav_header(uint8_t h[NM_WAV_HEADER_BYTES], uint32_t data_bytes, int32_t rate, int32_t channels) {
+    // RIFF, fmt (16 bytes, PCM), data.
+    memcpy(h, "RIFF", 4);
+    put_u32(h + 4, 36 + data_bytes);
+    memcpy(h + 8, "WAVEfmt ", 8);
+    put_u32(h + 16, 16);
+    put_u16(h + 20, 1); // WAVE_FORMAT_PCM
+    put_u16(h + 22, (uint32_t)channels);
+    put_u32(h + 24, (uint32_t)rate);
+    put_u32(h + 28, (uint32_t)rate * (uint32_t)channels * 2); // bytes per second
+    put_u16(h + 32, (uint32_t)channels * 2);                  // block align
+    put_u16(h + 34, 16);                                      // bits per sample
+    memcpy(h + 36, "data", 4);
+    put_u32(h + 40, data_bytes);
+}
+
 nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frames, int32_t rate,
                              int32_t channels, char *err, size_t err_size) {
     clear(err, err_size);
@@ -437,38 +455,26 @@ nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frame
         if (!isfinite(pcm[i]))
             return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: sample %lld to write is %s",
                            (long long)i, isnan(pcm[i]) ? "NaN" : "infinite");
-    // The canonical header: RIFF, fmt (16 bytes, PCM), data.
-    uint8_t h[44];
-    memcpy(h, "RIFF", 4);
-    put_u32(h + 4, (uint32_t)(36 + data_bytes));
-    memcpy(h + 8, "WAVEfmt ", 8);
-    put_u32(h + 16, 16);
-    put_u16(h + 20, 1); // WAVE_FORMAT_PCM
-    put_u16(h + 22, (uint32_t)channels);
-    put_u32(h + 24, (uint32_t)rate);
-    put_u32(h + 28, (uint32_t)rate * (uint32_t)channels * 2); // bytes per second
-    put_u16(h + 32, (uint32_t)channels * 2);                  // block align
-    put_u16(h + 34, 16);                                      // bits per sample
-    memcpy(h + 36, "data", 4);
-    put_u32(h + 40, (uint32_t)data_bytes);
-
-    bool to_stdout = !strcmp(path, "-");
-    FILE *f = to_stdout ? stdout : fopen(path, "wb");
-    if (!f) return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot create: %s", path, strerror(errno));
-    bool ok = fwrite(h, 1, sizeof h, f) == sizeof h;
+    uint8_t h[NM_WAV_HEADER_BYTES];
+    nm_audio_wav_header(h, (uint32_t)data_bytes, rate, channels);
+    // Never damages an existing file: a temporary renamed on success, devices
+    // and FIFOs in place (core/outfile.h).
+    nm_outfile o;
+    if ((st = nm_outfile_open(&o, path, err, err_size)) != NM_OK) return st;
+    errno = 0;
+    bool ok = fwrite(h, 1, sizeof h, o.f) == sizeof h;
     uint8_t buf[8192];
     for (int64_t i = 0; ok && i < n;) {
         size_t k = 0;
         for (; k + 2 <= sizeof buf && i < n; i++, k += 2) put_u16(buf + k, (uint16_t)to_s16(pcm[i]));
-        ok = fwrite(buf, 1, k, f) == k;
+        ok = fwrite(buf, 1, k, o.f) == k;
     }
-    int e = errno;
-    if (to_stdout) ok = fflush(f) == 0 && ok;
-    else ok = fclose(f) == 0 && ok;
     if (!ok) {
-        if (!to_stdout) remove(path);
-        return nm_fail(NM_ERR_IO, err, err_size, "%s: write failed: %s", to_stdout ? "stdout" : path,
-                       strerror(e ? e : errno));
+        st = nm_fail(NM_ERR_IO, err, err_size, "%s: write failed: %s", o.is_stdout ? "stdout" : path,
+                     strerror(errno ? errno : EIO));
+        nm_outfile_abort(&o);
+        return st;
     }
+    if ((st = nm_outfile_commit(&o, err, err_size)) != NM_OK) return st;
     return NM_OK;
 }

@@ -849,7 +849,7 @@ nm_status nm_whisper_model_load(const char *path, nm_whisper_model **out, char *
         return NM_ERR_INVALID_ARG;
     }
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO: refused below, never waited on
     if (fd < 0) {
         if (err && err_size) snprintf(err, err_size, "whisper: %s: %s", path, strerror(errno));
         return NM_ERR_IO;

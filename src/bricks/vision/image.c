@@ -4,10 +4,12 @@
 #include "core/fail.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_FILE_BYTES (1ull << 30) // an image file larger than this is not one we want
 
@@ -64,12 +66,18 @@ nm_status nm_image_load(const char *path, nm_image *out, char *err, size_t err_s
     if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no output");
     *out = (nm_image){0};
     if (!path) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no path");
-    FILE *f = fopen(path, "rb");
-    if (!f) return nm_fail(NM_ERR_IO, err, err_size, "image: cannot open %s: %s", path, strerror(errno));
+    // O_NONBLOCK: a FIFO opens at once and is refused, never waited on.
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return nm_fail(NM_ERR_IO, err, err_size, "image: cannot open %s: %s", path, strerror(errno));
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         return nm_fail(NM_ERR_IO, err, err_size, "image: %s is not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "image: %s: %s", path, strerror(errno));
     }
     if ((unsigned long long)st.st_size > MAX_FILE_BYTES) {
         fclose(f);

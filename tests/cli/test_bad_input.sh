@@ -98,5 +98,55 @@ expect transcribe_model_fifo 1 "not a regular file" -- nm transcribe -m "$tmp/in
 expect mmproj_fifo 1 "not a regular file" "$M" -- nm run -m "$M" --mmproj "$tmp/in.fifo" --image tests/fuzz/corpus/image/420.jpg -p hi
 expect image_fifo 1 "not a regular file" "$M" -- nm run -m "$M" --mmproj "$tmp/in.fifo" --image "$tmp/in.fifo" -p hi
 
+# ---- values that were silently replaced: a usage error naming flag and range ------
+R="nm run -m $M -p hi -n 1"
+expect run_ctx_negative 2 "-c needs an integer in \\[0, [0-9]+\\] \\(0: the model's training context\\), got '-5'" -- $R -c -5
+expect run_threads_zero 2 "-t 0: give a thread count, or -1 for all cores" -- $R -t 0
+expect run_threads_negative 2 "-t needs an integer in \\[-1, [0-9]+\\] \\(-1: all cores; at most 4 per core\\), got '-3'" -- $R -t -3
+expect run_temp_negative 2 "--temp needs a number >= 0 \\(0: greedy\\), got '-1'" -- $R --temp -1
+expect run_top_p_zero 2 "--top-p needs a number in \\(0, 1\\] \\(1: off\\), got '0'" -- $R --top-p 0
+expect run_top_p_negative 2 "--top-p needs a number in \\(0, 1\\] \\(1: off\\), got '-1'" -- $R --top-p -1
+expect run_top_p_over_one 2 "--top-p needs a number in \\(0, 1\\] \\(1: off\\), got '2'" -- $R --top-p 2
+expect run_min_p_over_one 2 "--min-p needs a number in \\[0, 1\\] \\(0: off\\), got '2'" -- $R --min-p 2
+expect run_top_k_negative 2 "--top-k needs an integer in \\[0, [0-9]+\\] \\(0: off\\), got '-5'" -- $R --top-k -5
+expect run_repeat_penalty_zero 2 "--repeat-penalty needs a number > 0 \\(1: off\\), got '0'" -- $R --repeat-penalty 0
+expect run_repeat_penalty_negative 2 "--repeat-penalty needs a number > 0 \\(1: off\\), got '-1'" -- $R --repeat-penalty -1
+expect run_repeat_last_n_below 2 "--repeat-last-n needs an integer in \\[-1, [0-9]+\\] \\(0: off, -1: the whole context\\), got '-2'" -- $R --repeat-last-n -2
+expect run_batch_zero 2 "-b needs an integer in \\[1, [0-9]+\\], got '0'" -- $R -b 0
+expect run_batch_negative 2 "-b needs an integer in \\[1, [0-9]+\\], got '-1'" -- $R -b -1
+expect run_n_predict_below 2 "-n needs an integer in \\[-1, [0-9]+\\] \\(-1: until the end of text or a full context\\), got '-2'" -- $R -n -2
+expect run_seed_out_of_range 2 "--seed needs an integer in \\[-1, 4294967295\\] \\(-1: a random seed\\), got '4294967296'" -- $R --seed 4294967296
+expect run_stray_positional 2 "unexpected argument 'hello': nanomind run takes no positional argument \\(a prompt goes with -p\\)" -- nm run -m "$M" hello
+expect bench_no_file 2 "nanomind bench does not take -f" -- nm bench -m "$M" -f x.txt
+expect bench_no_ctx 2 "nanomind bench does not take -c" -- nm bench -m "$M" -c 512
+expect bench_no_temp 2 "nanomind bench does not take --temp" -- nm bench -m "$M" --temp 0.5
+expect bench_no_chat 2 "nanomind bench does not take --chat" -- nm bench -m "$M" --chat
+expect bench_bad_output_format 2 "-o needs an output format: json or jsonl" -- nm bench -m "$M" -o csv
+expect perplexity_no_sampling 2 "nanomind perplexity does not take --temp" -- nm perplexity -m "$M" -f tests/data/declaration.txt --temp 0
+expect perplexity_no_prompt 2 "nanomind perplexity does not take -p" -- nm perplexity -m "$M" -p hi
+expect info_no_threads 2 "nanomind info does not take -t" -- nm info "$M" -t 2
+expect kl_base_missing 1 "cannot open '/nonexistent.kld': No such file or directory" "$M" -- nm perplexity -m "$M" --kl-divergence-base /nonexistent.kld
+printf 'Only a few words here.\n' > "$tmp/short.txt"
+expect perplexity_default_chunk_blamed_right 1 "do not fill one chunk of 512 \\(the default chunk size; a smaller one with -c\\)" "$M" -- nm perplexity -m "$M" -f "$tmp/short.txt"
+
+# ---- llama.cpp's meanings ---------------------------------------------------------
+expect run_seed_short_flag 0 "seed: 42$" "$M" -- nm run -m "$M" -p hi -n 1 -s 42 --stats
+expect run_seed_random 0 "seed: [0-9]+ \\(random\\)" "$M" -- nm run -m "$M" -p hi -n 1 --seed -1 --stats
+expect run_ctx_zero_is_training 0 "context: 8192 tokens \\(training context 8192\\)" "$M" -- nm run -m "$M" -p hi -n 1 -c 0 --stats
+expect run_n_predict_default_until_full 0 "\\[context full: 16 tokens\\]" "$M" -- nm run -m "$M" -p "Once upon a time" -c 16 --temp 0
+case_escapes() { nm run -m "$M" -p 'a\tb\x41' -n 0 | od -c | head -1; }
+expect run_prompt_escapes 0 "a +\\\\t +b +A" "$M" -- case_escapes
+case_no_escape() { nm run -m "$M" -p 'a\tb' -n 0 --no-escape; }
+expect run_prompt_no_escape 0 '^a\\tb$' "$M" -- case_no_escape
+expect run_system_prompt_flag 0 "." "$M" -- nm run -m "$M" --chat -sys "Be brief." -p hi -n 2 --temp 0
+expect run_no_cnv 0 "^hi" "$M" -- nm run -m "$M" -no-cnv -p hi -n 1 --temp 0
+expect run_fa_accepted 0 "^hi" "$M" -- nm run -m "$M" -fa on -p hi -n 1 --temp 0
+expect run_ngl_notice 0 "note: -ngl 99: this build has no GPU backend" "$M" -- nm run -m "$M" -ngl 99 -p hi -n 1 --temp 0
+expect run_mlock 0 "^hi" "$M" -- nm run -m "$M" --mlock -p hi -n 1 --temp 0
+expect version_flag 0 "^nanomind [0-9]" -- nm --version
+expect run_version_flag 0 "^nanomind [0-9]" -- nm run --version
+expect help_command 0 "usage: nanomind run -m MODEL" -- nm help run
+expect bench_o_json 0 "\"pp_tps\"" "$M" -- nm bench -m "$M" -p 8 -n 4 -r 1 -o json
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

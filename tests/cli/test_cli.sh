@@ -21,9 +21,9 @@ expect truncated_model 1 "malformed input" "$M" -- nm run -m "$tmp/trunc.gguf" -
 expect info_corrupt 1 "alignment" -- nm info tests/fuzz/corpus/gguf/bad-align-3.gguf
 expect unknown_template 2 "unknown chat template 'bogus' \\(known: chatml" -- nm run -m "$M" --chat --chat-template bogus -p hi
 expect template_without_chat 2 "only applies with --chat" -- nm run -m "$M" --chat-template chatml -p hi
-expect empty_int 2 "-n needs an integer, got ''" -- nm run -m "$M" -p hi -n ""
+expect empty_int 2 "-n needs an integer in \\[-1, [0-9]+\\] \\(-1: until the end of text or a full context\\), got ''" -- nm run -m "$M" -p hi -n ""
 expect nan_temp 2 "--temp needs a number" -- nm run -m "$M" -p hi --temp nan
-expect too_many_threads 2 "more than 4 threads per core" -- nm run -m "$M" -p hi -t 100000
+expect too_many_threads 2 "-t needs an integer in \\[-1, [0-9]+\\] \\(-1: all cores; at most 4 per core\\), got '100000'" -- nm run -m "$M" -p hi -t 100000
 expect ppl_tiny_chunk 1 "at least 4 tokens" "$M" -- nm perplexity -m "$M" -f tests/data/declaration.txt -c 2
 expect prompt_too_long 1 "does not fit the context" "$M" -- nm run -m "$M" -c 16 -f tests/data/declaration.txt
 expect ppl_too_short 1 "do not fill one chunk" "$M" -- nm perplexity -m "$M" -f tests/data/declaration.txt -c 4096

@@ -15,31 +15,58 @@ int cmd_bench(int argc, char **argv);
 int cmd_say(int argc, char **argv);
 int cmd_transcribe(int argc, char **argv);
 
-// Options llama.cpp users know, parsed the same way by every subcommand.
+// Options llama.cpp users know, parsed the same way by every subcommand that
+// takes them. Each command names the groups it takes; any other option is an
+// error naming the command, never silently ignored.
+enum {
+    CLI_MPATH = 1 << 0,  // -m
+    CLI_MODEL = 1 << 1,  // -t --pin -ngl -fa --mlock
+    CLI_CTX = 1 << 2,    // -c -b
+    CLI_FILE = 1 << 3,   // -f
+    CLI_PROMPT = 1 << 4, // -p -e/--no-escape
+    CLI_GEN = 1 << 5,    // -n, sampling, --chat, -sys, --chat-template
+    CLI_VISION = 1 << 6, // --mmproj --image
+    CLI_STATS = 1 << 7,  // --stats
+};
+
 typedef struct cli_opts {
     const char *model;      // -m
-    const char *prompt;     // -p
+    const char *prompt;     // -p (escapes processed unless --no-escape, as llama.cpp)
     const char *file;       // -f
-    const char *system;     // --system
+    const char *system;     // -sys, --system-prompt
     const char *chat_tmpl;  // --chat-template
     const char *mmproj;     // --mmproj: vision encoder + projector (llama.cpp's mmproj GGUF)
 #define CLI_MAX_IMAGES 16
     const char *images[CLI_MAX_IMAGES]; // --image, repeatable
     int32_t n_images;
-    int32_t n_predict;      // -n
-    int32_t n_threads;      // -t
-    int32_t n_ctx;          // -c
+    int32_t n_predict;      // -n: -1 (default) until end of text or a full context
+    int32_t n_threads;      // -t: 0 (default, or -1) all cores
+    int32_t n_ctx;          // -c: -1 not given (the model's training context, at most 4096); 0 the training context
     int32_t n_batch;        // -b
-    bool chat;              // --chat
+    int32_t n_gpu_layers;   // -ngl: accepted; no GPU backend yet (a notice when > 0)
+    bool chat;              // --chat, -cnv; -no-cnv clears it
     bool stats;             // --stats
     bool help;              // -h
+    bool version;           // --version
     bool pin;               // --pin
+    bool mlock;             // --mlock: keep every page in RAM (mlockall)
+    bool no_escape;         // --no-escape
+    bool seed_random;       // --seed -1 (or none): a random seed, printed by --stats
+    char *prompt_owned;     // the escape-processed -p (freed by cli_opts_free)
     nm_sampler_params sp;
 } cli_opts;
 
-// Parses argv[1..]; the positional argument (if any) goes to *positional.
-// Returns false (after printing why) on a bad option.
-bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional);
+// Parses argv[1..] for command `cmd` taking the option groups `groups`; the
+// positional argument (if the command takes one) goes to *positional.
+// Returns false (after printing why) on a bad option or value.
+bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts *o, const char **positional);
+void cli_opts_free(cli_opts *o);
+// The context size for -c: the given value, the training context for 0, or the default.
+int32_t cli_ctx_size(const cli_opts *o, const nm_model *m);
+// --mlock, after the model is loaded: every mapped page kept in RAM (a
+// warning, not an error, when the system refuses, as llama.cpp).
+void cli_mlock(const cli_opts *o);
+void cli_print_version(void); // "nanomind VERSION"
 // Option values in [lo, hi]; false (after printing which option and range) otherwise.
 bool cli_arg_int(const char *opt, const char *v, int32_t lo, int32_t hi, int32_t *out);
 bool cli_arg_float(const char *opt, const char *v, float lo, float hi, float *out);

@@ -13,14 +13,17 @@
 #include "core/threadpool.h"
 
 static void bench_usage(void) {
-    printf("usage: nanomind bench -m MODEL [-p 128] [-n 64] [-t N] [-r REPS] [--json]\n"
+    printf("usage: nanomind bench -m MODEL [-p 128] [-n 64] [-t N] [-r REPS] [--json | -o json]\n"
            "\n"
            "  -p N      prompt tokens decoded as one batch (0: skip)\n"
            "  -n N      tokens generated one at a time (0: skip)\n"
            "  -t N      threads (default: all cores)\n"
            "  --pin     pin thread i to core i\n"
            "  -r N      repetitions (default 5)\n"
-           "  --json    one JSON object: pp_tps, tg_tps, peak_rss_bytes, roofline_pct and details\n"
+           "  --json, -o json\n"
+           "            one JSON object: pp_tps, tg_tps, peak_rss_bytes, roofline_pct and details\n"
+           "            (-o jsonl: the same, as llama-bench's one object per line)\n"
+           "  -h, --help, --version\n"
            "\n"
            "The roofline: memory bandwidth measured by a STREAM-style read probe over all threads,\n"
            "divided by the bytes a decode step reads (weights + the KV cache at the mean position).\n");
@@ -100,6 +103,16 @@ int cmd_bench(int argc, char **argv) {
         long *dst = !strcmp(argv[i], "-r") ? &reps : !strcmp(argv[i], "-p") ? &n_pp : !strcmp(argv[i], "-n") ? &n_tg : NULL;
         if (!strcmp(argv[i], "--json")) {
             json = true;
+        } else if (!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) { // llama-bench's -o FORMAT
+            const char *f = i + 1 < argc ? argv[i + 1] : NULL;
+            if (!f || (strcmp(f, "json") && strcmp(f, "jsonl"))) {
+                fprintf(stderr, "error: %s needs an output format: json or jsonl (without it: text), got '%s'\n",
+                        argv[i], f ? f : "");
+                free(args);
+                return 2;
+            }
+            json = true;
+            i++;
         } else if (dst) {
             char *end = NULL;
             *dst = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
@@ -114,12 +127,15 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     cli_opts o;
-    const char *pos = NULL;
-    bool ok = cli_parse(n_args, args, &o, &pos);
+    bool ok = cli_parse("bench", CLI_MPATH | CLI_MODEL, n_args, args, &o, NULL);
     free(args);
     if (!ok) return 2;
     if (o.help) {
         bench_usage();
+        return 0;
+    }
+    if (o.version) {
+        cli_print_version();
         return 0;
     }
     if (!o.model || reps < 1 || (n_pp == 0 && n_tg == 0)) {
@@ -137,6 +153,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "error: cannot load '%s': %s: %s\n", o.model, nm_status_str(st), err);
         return 1;
     }
+    cli_mlock(&o);
     const int32_t n_ctx = (int32_t)(n_pp > n_tg ? n_pp : n_tg) + 8;
     nm_ctx_params cp = nm_ctx_default_params();
     cp.n_ctx = n_ctx;

@@ -8,9 +8,13 @@
 int cmd_info(int argc, char **argv) {
     cli_opts o;
     const char *path = NULL;
-    if (!cli_parse(argc, argv, &o, &path)) return 2;
+    if (!cli_parse("info", CLI_MPATH, argc, argv, &o, &path)) return 2;
+    if (o.version) {
+        cli_print_version();
+        return 0;
+    }
     if (o.help) {
-        printf("usage: nanomind info MODEL.gguf\n"
+        printf("usage: nanomind info MODEL.gguf   (or -m MODEL.gguf)\n"
                "\n"
                "Prints the GGUF version, every metadata key (arrays abbreviated) and a table of\n"
                "the tensors (name, type, shape, bytes). A corrupt file is reported, not loaded.\n");

@@ -6,6 +6,7 @@
 // and reports top-1 agreement, KL divergence and the largest log-prob
 // difference against them.
 #include <math.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,13 +14,15 @@
 #include "cli.h"
 
 static void ppl_usage(void) {
-    printf("usage: nanomind perplexity -m MODEL -f TEXT [-c N] [-b N] [-t N]\n"
+    printf("usage: nanomind perplexity -m MODEL -f TEXT [-c N] [-b N] [-t N] [--pin]\n"
            "       nanomind perplexity -m MODEL --kl-divergence-base FILE\n"
            "\n"
            "  -f FILE                      text to score (UTF-8)\n"
            "  -c N                         chunk (context) size, default 512; the text needs >= 2 chunks\n"
            "  -b N                         tokens per forward pass, default min(c, 512)\n"
-           "  -t N                         threads\n"
+           "  -t N                         threads (default, or -1: all cores)\n"
+           "  --pin                        pin thread i to core i\n"
+           "  -h, --help, --version\n"
            "  --kl-divergence-base FILE    compare with log-probs saved by llama.cpp's\n"
            "                               `llama-perplexity --kl-divergence-base FILE` on the same model:\n"
            "                               prints top-1 agreement, mean KL divergence, max |dlogp|\n");
@@ -78,15 +81,26 @@ int cmd_perplexity(int argc, char **argv) {
     int n_args = 0;
     if (!args) return 1;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--kl-divergence-base") && i + 1 < argc) kl_path = argv[++i];
+        if (!strcmp(argv[i], "--kl-divergence-base")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "error: --kl-divergence-base needs a value\n");
+                free(args);
+                return 2;
+            }
+            kl_path = argv[++i];
+        }
         else args[n_args++] = argv[i];
     }
     cli_opts o;
-    bool ok = cli_parse(n_args, args, &o, NULL);
+    bool ok = cli_parse("perplexity", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_FILE, n_args, args, &o, NULL);
     free(args);
     if (!ok) return 2;
     if (o.help) {
         ppl_usage();
+        return 0;
+    }
+    if (o.version) {
+        cli_print_version();
         return 0;
     }
     if (!o.model || (!o.file && !kl_path)) {
@@ -108,15 +122,20 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "error: cannot load '%s': %s: %s\n", o.model, nm_status_str(st), err);
         return 1;
     }
+    cli_mlock(&o);
     const int32_t n_vocab = nm_model_n_vocab(m);
-    int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : 512, n_tok = 0, n_chunk = 0;
+    int32_t n_ctx = o.n_ctx > 0 ? o.n_ctx : o.n_ctx == 0 ? nm_model_n_ctx_train(m) : 512, n_tok = 0, n_chunk = 0;
     const size_t nv = 2 * (((size_t)n_vocab + 1) / 2) + 4; // uint16 per row in llama.cpp's file
 
     if (kl_path) {
         kf = fopen(kl_path, "rb");
         char magic[8];
         int32_t hdr[3];
-        if (!kf || fread(magic, 1, 8, kf) != 8 || memcmp(magic, "_logits_", 8) || fread(hdr, 4, 3, kf) != 3) {
+        if (!kf) {
+            fprintf(stderr, "error: cannot open '%s': %s\n", kl_path, strerror(errno));
+            goto done;
+        }
+        if (fread(magic, 1, 8, kf) != 8 || memcmp(magic, "_logits_", 8) || fread(hdr, 4, 3, kf) != 3) {
             fprintf(stderr, "error: %s is not a llama.cpp logits file\n", kl_path);
             goto done;
         }
@@ -160,7 +179,8 @@ int cmd_perplexity(int argc, char **argv) {
         if (n_tok < 2 * n_ctx)
             fprintf(stderr, "warning: %d tokens is fewer than 2 x %d (llama.cpp refuses this)\n", n_tok, n_ctx);
         if (n_chunk < 1) {
-            fprintf(stderr, "error: %d tokens do not fill one chunk of %d (-c)\n", n_tok, n_ctx);
+            fprintf(stderr, "error: %d tokens do not fill one chunk of %d (%s)\n", n_tok, n_ctx,
+                    o.n_ctx > 0 ? "-c" : "the default chunk size; a smaller one with -c");
             goto done;
         }
     }

@@ -12,28 +12,38 @@
 static void run_usage(void) {
     printf("usage: nanomind run -m MODEL [-p PROMPT] [options]\n"
            "\n"
-           "  -m, --model FILE       GGUF language model (llama, qwen2, gemma3)\n"
-           "  -p, --prompt TEXT      prompt; with --chat, the user's message of a one-shot chat turn\n"
-           "  -f, --file FILE        read the prompt from a file\n"
-           "  -n, --n-predict N      tokens to generate (default 128; -1: until end of text or context)\n"
-           "  -t, --threads N        threads (default: all cores)\n"
-           "  --pin                  pin thread i to core i\n"
-           "  -c, --ctx-size N       context size (default: min(train context, 4096))\n"
-           "  -b, --batch-size N     prompt tokens per forward pass (default 512)\n"
-           "  --chat                 chat with the model's template (interactive without -p)\n"
-           "  -s, --system TEXT      system message for --chat\n"
-           "  --chat-template NAME   force a template: %s\n"
-           "  --temp T               temperature (default 0.8; 0 = greedy)\n"
-           "  --top-k K              top-k (default 40; 0 = off)\n"
-           "  --top-p P              top-p (default 0.95; 1 = off)\n"
-           "  --min-p P              min-p (default 0.05; 0 = off)\n"
-           "  --repeat-penalty R     repetition penalty (default 1.0 = off)\n"
-           "  --repeat-last-n N      tokens the penalty looks back (default 64)\n"
-           "  --seed S               sampling seed (same seed, same text)\n"
-           "  --mmproj FILE          vision encoder + projector (llama.cpp mmproj GGUF: mlp, idefics3)\n"
-           "  --image FILE           image (PNG, JPEG, PPM) for the prompt; repeatable. Each goes where\n"
-           "                         the prompt says " MEDIA_MARKER ", or before the prompt if it has none\n"
-           "  --stats                print timings, the bytes copied between bricks, and memory to stderr\n",
+           "  -m, --model FILE         GGUF language model (llama, qwen2, gemma3)\n"
+           "  -p, --prompt TEXT        prompt; with --chat, the user's message of a one-shot chat turn.\n"
+           "                           Escapes (\\n \\t \\\\ \\\" \\xHH ...) are processed, as llama.cpp\n"
+           "  -e, --escape             process the prompt's escapes (the default)\n"
+           "  --no-escape              take the prompt as written\n"
+           "  -f, --file FILE          read the prompt from a file (as written)\n"
+           "  -n, --n-predict N        tokens to generate (default -1: until end of text or a full context)\n"
+           "  -t, --threads N          threads (default, or -1: all cores)\n"
+           "  --pin                    pin thread i to core i\n"
+           "  -c, --ctx-size N         context size (default: min(train context, 4096); 0: the training context)\n"
+           "  -b, --batch-size N       prompt tokens per forward pass (default 512)\n"
+           "  --chat, -cnv, --conversation\n"
+           "                           chat with the model's template (interactive without -p)\n"
+           "  -no-cnv, --no-conversation  plain completion (the default)\n"
+           "  -sys, --system-prompt TEXT  system message for --chat\n"
+           "  --chat-template NAME     force a template: %s\n"
+           "  --temp T                 temperature (default 0.8; 0 = greedy)\n"
+           "  --top-k K                top-k (default 40; 0 = off)\n"
+           "  --top-p P                top-p in (0, 1] (default 0.95; 1 = off)\n"
+           "  --min-p P                min-p in [0, 1] (default 0.05; 0 = off)\n"
+           "  --repeat-penalty R       repetition penalty > 0 (default 1.0 = off)\n"
+           "  --repeat-last-n N        tokens the penalty looks back (default 64; 0 = off, -1 = the context)\n"
+           "  -s, --seed S             sampling seed (same seed, same text; default -1: random, --stats prints it)\n"
+           "  --mmproj FILE            vision encoder + projector (llama.cpp mmproj GGUF: mlp, idefics3)\n"
+           "  --image FILE             image (PNG, JPEG, PPM) for the prompt; repeatable. Each goes where\n"
+           "                           the prompt says " MEDIA_MARKER ", or before the prompt if it has none\n"
+           "  -fa, --flash-attn [on|off|auto]  accepted: attention is always one fused kernel here\n"
+           "  -ngl, --n-gpu-layers N   accepted; this build has no GPU backend (a notice when N != 0)\n"
+           "  --mlock                  keep the model's pages in RAM\n"
+           "  --stats                  print timings, the seed, the bytes copied between bricks, and memory\n"
+           "                           to stderr\n"
+           "  -h, --help               this help;  --version  the version\n",
            nm_chat_template_names());
 }
 
@@ -238,11 +248,17 @@ static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg 
     return buf;
 }
 
-int cmd_run(int argc, char **argv) {
-    cli_opts o;
-    if (!cli_parse(argc, argv, &o, NULL)) return 2;
+static int run_main(cli_opts *op, int argc, char **argv) {
+    if (!cli_parse("run", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_FILE | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS,
+                   argc, argv, op, NULL))
+        return 2;
+    cli_opts o = *op;
     if (o.help) {
         run_usage();
+        return 0;
+    }
+    if (o.version) {
+        cli_print_version();
         return 0;
     }
     if (!o.model) {
@@ -263,7 +279,7 @@ int cmd_run(int argc, char **argv) {
         return 2;
     }
     if (o.system && !o.chat) {
-        fprintf(stderr, "error: --system only applies with --chat\n");
+        fprintf(stderr, "error: -sys (the system message) only applies with --chat\n");
         return 2;
     }
     if (o.n_images > 0 && !o.mmproj) {
@@ -306,8 +322,9 @@ int cmd_run(int argc, char **argv) {
         free(file_prompt);
         return 1;
     }
+    cli_mlock(&o);
     nm_ctx_params cp = nm_ctx_default_params();
-    cp.n_ctx = o.n_ctx;
+    cp.n_ctx = cli_ctx_size(&o, S.m);
     cp.n_batch = o.n_batch;
     cp.n_threads = o.n_threads;
     cp.pin_threads = o.pin;
@@ -342,6 +359,7 @@ int cmd_run(int argc, char **argv) {
         }
     }
     t_load = cli_now() - t_load;
+    if (o.sp.repeat_last_n < 0) o.sp.repeat_last_n = nm_ctx_n_ctx(S.c); // llama.cpp's -1: the whole context
     S.s = nm_sampler_create(&o.sp, nm_model_n_vocab(S.m));
     if (!S.s) {
         fprintf(stderr, "error: out of memory\n");
@@ -352,6 +370,8 @@ int cmd_run(int argc, char **argv) {
         char desc[256];
         nm_model_desc(S.m, desc, sizeof desc);
         fprintf(stderr, "model: %s\n", desc);
+        fprintf(stderr, "seed: %llu%s\n", (unsigned long long)o.sp.seed, o.seed_random ? " (random)" : "");
+        fprintf(stderr, "context: %d tokens (training context %d)\n", nm_ctx_n_ctx(S.c), nm_model_n_ctx_train(S.m));
     }
 
     if (!o.chat) {
@@ -445,5 +465,12 @@ done:
     nm_ctx_free(S.c);
     nm_model_free(S.m);
     free(file_prompt);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+    cli_opts o;
+    int rc = run_main(&o, argc, argv);
+    cli_opts_free(&o);
     return rc;
 }

@@ -1,10 +1,14 @@
 // nanomind: command-line entry point.
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "core/threadpool.h"
@@ -23,30 +27,9 @@ static void usage(FILE *f) {
             "  say         text to speech into a WAV file (espeak-ng)\n"
             "  transcribe  speech to text with a Whisper model (as whisper.cpp's whisper-cli)\n"
             "\n"
-            "`nanomind COMMAND --help` describes each command's options.\n",
+            "`nanomind COMMAND --help` (or `nanomind help COMMAND`) describes each command's options;\n"
+            "`nanomind --version` prints the version. docs/cli.md maps them to llama.cpp's and whisper-cli's.\n",
             NM_VERSION_STRING);
-}
-
-static bool want_int(const char *opt, const char *v, int32_t *out) {
-    char *end;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || end == v || *end || x < -2147483647L || x > 2147483647L) {
-        fprintf(stderr, "error: %s needs an integer, got '%s'\n", opt, v ? v : "");
-        return false;
-    }
-    *out = (int32_t)x;
-    return true;
-}
-
-static bool want_float(const char *opt, const char *v, float *out) {
-    char *end;
-    float x = v ? strtof(v, &end) : 0.0f;
-    if (!v || end == v || *end || !isfinite(x)) {
-        fprintf(stderr, "error: %s needs a number, got '%s'\n", opt, v ? v : "");
-        return false;
-    }
-    *out = x;
-    return true;
 }
 
 bool cli_arg_int(const char *opt, const char *v, int32_t lo, int32_t hi, int32_t *out) {
@@ -71,54 +54,183 @@ bool cli_arg_float(const char *opt, const char *v, float lo, float hi, float *ou
     return true;
 }
 
-bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional) {
+// An integer option in [lo, hi]; note says what the special values mean.
+static bool want_int_in(const char *opt, const char *v, long lo, long hi, const char *note, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long x = v ? strtoll(v, &end, 10) : 0;
+    if (!v || end == v || *end || errno || x < lo || x > hi) {
+        fprintf(stderr, "error: %s needs an integer in [%ld, %ld]%s, got '%s'\n", opt, lo, hi, note, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+// A number in the range lo..hi, ends open or closed as the flags say.
+static bool want_float_in(const char *opt, const char *v, float lo, bool lo_open, float hi, const char *note,
+                          float *out) {
+    char *end;
+    float x = v ? strtof(v, &end) : 0.0f;
+    if (!v || end == v || *end || !isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi) {
+        if (isinf(hi))
+            fprintf(stderr, "error: %s needs a number %s %g%s, got '%s'\n", opt, lo_open ? ">" : ">=", lo, note,
+                    v ? v : "");
+        else
+            fprintf(stderr, "error: %s needs a number in %s%g, %g]%s, got '%s'\n", opt, lo_open ? "(" : "[", lo, hi,
+                    note, v ? v : "");
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+// llama.cpp's prompt escapes (its default; --no-escape turns them off):
+// \n \r \t \a \b \f \v \\ \' \" \? and \xHH. Others are kept as written.
+static char *unescape(const char *s) {
+    char *out = malloc(strlen(s) + 1), *d = out;
+    if (!out) return NULL;
+    for (; *s; s++) {
+        if (*s != '\\' || !s[1]) {
+            *d++ = *s;
+            continue;
+        }
+        char c = *++s;
+        switch (c) {
+        case 'n': *d++ = '\n'; break;
+        case 'r': *d++ = '\r'; break;
+        case 't': *d++ = '\t'; break;
+        case 'a': *d++ = '\a'; break;
+        case 'b': *d++ = '\b'; break;
+        case 'f': *d++ = '\f'; break;
+        case 'v': *d++ = '\v'; break;
+        case '\\': case '\'': case '"': case '?': *d++ = c; break;
+        case 'x': {
+            int v = 0, k = 0;
+            while (k < 2 && isxdigit((unsigned char)s[1])) {
+                char h = *++s;
+                v = v * 16 + (isdigit((unsigned char)h) ? h - '0' : (tolower((unsigned char)h) - 'a' + 10));
+                k++;
+            }
+            if (k) *d++ = (char)v;
+            else *d++ = '\\', *d++ = 'x';
+            break;
+        }
+        default: *d++ = '\\', *d++ = c; break;
+        }
+    }
+    *d = '\0';
+    return out;
+}
+
+bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts *o, const char **positional) {
     memset(o, 0, sizeof *o);
-    o->n_predict = 128;
+    o->n_predict = -1;
+    o->n_ctx = -1;
     o->sp = nm_sampler_default_params();
-    o->sp.seed = (uint64_t)time(NULL);
+    o->seed_random = true;
     if (positional) *positional = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, takes = true;
-        int32_t iv;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) o->model = v;
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) o->prompt = v;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) o->file = v;
-        else if (!strcmp(a, "-s") || !strcmp(a, "--system")) o->system = v;
-        else if (!strcmp(a, "--chat-template")) o->chat_tmpl = v;
-        else if (!strcmp(a, "--mmproj")) o->mmproj = v;
-        else if (!strcmp(a, "--image")) {
+        unsigned g = 0; // the group of the option matched
+        int64_t iv = 0;
+#define IS(x) (!strcmp(a, x))
+        if (IS("-m") || IS("--model")) g = CLI_MPATH, o->model = v;
+        else if (IS("-t") || IS("--threads")) {
+            g = CLI_MODEL;
+            if ((ok = want_int_in(a, v, -1, 4L * nm_cpu_count(), " (-1: all cores; at most 4 per core)", &iv)) &&
+                iv == 0) {
+                fprintf(stderr, "error: %s 0: give a thread count, or -1 for all cores\n", a);
+                ok = false;
+            }
+            o->n_threads = iv < 0 ? 0 : (int32_t)iv;
+        } else if (IS("-ngl") || IS("--n-gpu-layers") || IS("--gpu-layers")) {
+            g = CLI_MODEL;
+            if (v && (!strcmp(v, "all") || !strcmp(v, "auto"))) iv = -1;
+            else ok = want_int_in(a, v, -1, 1 << 20, " (-1, all or auto: every layer)", &iv);
+            o->n_gpu_layers = (int32_t)iv;
+        } else if (IS("-c") || IS("--ctx-size")) {
+            g = CLI_CTX;
+            ok = want_int_in(a, v, 0, 1 << 24, " (0: the model's training context)", &iv);
+            o->n_ctx = (int32_t)iv;
+        } else if (IS("-b") || IS("--batch-size")) {
+            g = CLI_CTX;
+            ok = want_int_in(a, v, 1, 1 << 20, "", &iv);
+            o->n_batch = (int32_t)iv;
+        } else if (IS("-f") || IS("--file")) g = CLI_FILE, o->file = v;
+        else if (IS("-p") || IS("--prompt")) g = CLI_PROMPT, o->prompt = v;
+        else if (IS("-sys") || IS("--system-prompt") || IS("--system")) g = CLI_GEN, o->system = v;
+        else if (IS("--chat-template")) g = CLI_GEN, o->chat_tmpl = v;
+        else if (IS("--mmproj")) g = CLI_VISION, o->mmproj = v;
+        else if (IS("--image")) {
+            g = CLI_VISION;
             if (o->n_images >= CLI_MAX_IMAGES) {
                 fprintf(stderr, "error: at most %d --image\n", CLI_MAX_IMAGES);
-                ok = false;
-            } else {
-                o->images[o->n_images++] = v;
-            }
-        }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) ok = want_int(a, v, &o->n_predict);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = want_int(a, v, &o->n_threads);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) ok = want_int(a, v, &o->n_ctx);
-        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) ok = want_int(a, v, &o->n_batch);
-        else if (!strcmp(a, "--temp")) ok = want_float(a, v, &o->sp.temp);
-        else if (!strcmp(a, "--top-k")) ok = want_int(a, v, &o->sp.top_k);
-        else if (!strcmp(a, "--top-p")) ok = want_float(a, v, &o->sp.top_p);
-        else if (!strcmp(a, "--min-p")) ok = want_float(a, v, &o->sp.min_p);
-        else if (!strcmp(a, "--repeat-penalty")) ok = want_float(a, v, &o->sp.repeat_penalty);
-        else if (!strcmp(a, "--repeat-last-n")) ok = want_int(a, v, &o->sp.repeat_last_n);
-        else if (!strcmp(a, "--seed")) {
-            ok = want_int(a, v, &iv);
-            o->sp.seed = (uint64_t)(uint32_t)iv;
-        } else {
-            takes = false;
-            if (!strcmp(a, "--chat") || !strcmp(a, "-cnv") || !strcmp(a, "--conversation")) o->chat = true;
-            else if (!strcmp(a, "--stats")) o->stats = true;
-            else if (!strcmp(a, "--pin")) o->pin = true;
-            else if (!strcmp(a, "-h") || !strcmp(a, "--help")) o->help = true;
-            else if (a[0] != '-' && positional && !*positional) *positional = a;
-            else {
-                fprintf(stderr, "error: unknown option '%s'\n", a);
                 return false;
             }
+            o->images[o->n_images++] = v;
+        } else if (IS("-n") || IS("--n-predict") || IS("--predict")) {
+            g = CLI_GEN;
+            ok = want_int_in(a, v, -1, 1 << 24, " (-1: until the end of text or a full context)", &iv);
+            o->n_predict = (int32_t)iv;
+        } else if (IS("--temp")) {
+            g = CLI_GEN;
+            ok = want_float_in(a, v, 0.0f, false, INFINITY, " (0: greedy)", &o->sp.temp);
+        } else if (IS("--top-k")) {
+            g = CLI_GEN;
+            ok = want_int_in(a, v, 0, 1 << 24, " (0: off)", &iv);
+            o->sp.top_k = (int32_t)iv;
+        } else if (IS("--top-p")) {
+            g = CLI_GEN;
+            ok = want_float_in(a, v, 0.0f, true, 1.0f, " (1: off)", &o->sp.top_p);
+        } else if (IS("--min-p")) {
+            g = CLI_GEN;
+            ok = want_float_in(a, v, 0.0f, false, 1.0f, " (0: off)", &o->sp.min_p);
+        } else if (IS("--repeat-penalty")) {
+            g = CLI_GEN;
+            ok = want_float_in(a, v, 0.0f, true, INFINITY, " (1: off)", &o->sp.repeat_penalty);
+        } else if (IS("--repeat-last-n")) {
+            g = CLI_GEN;
+            ok = want_int_in(a, v, -1, 1 << 24, " (0: off, -1: the whole context)", &iv);
+            o->sp.repeat_last_n = (int32_t)iv;
+        } else if (IS("-s") || IS("--seed")) {
+            g = CLI_GEN;
+            ok = want_int_in(a, v, -1, 4294967295L, " (-1: a random seed)", &iv);
+            o->seed_random = iv < 0;
+            o->sp.seed = (uint64_t)iv;
+        } else if ((IS("-fa") || IS("--flash-attn"))) {
+            g = CLI_MODEL;
+            // the value is optional (on|off|auto); attention here is one fused kernel either way
+            takes = v && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "auto"));
+        } else {
+            takes = false;
+            if (IS("--chat") || IS("-cnv") || IS("--conversation")) g = CLI_GEN, o->chat = true;
+            else if (IS("-no-cnv") || IS("--no-conversation")) g = CLI_GEN, o->chat = false;
+            else if (IS("-e") || IS("--escape")) g = CLI_PROMPT, o->no_escape = false;
+            else if (IS("--no-escape")) g = CLI_PROMPT, o->no_escape = true;
+            else if (IS("--stats")) g = CLI_STATS, o->stats = true;
+            else if (IS("--pin")) g = CLI_MODEL, o->pin = true;
+            else if (IS("--mlock")) g = CLI_MODEL, o->mlock = true;
+            else if (IS("-h") || IS("--help")) g = ~0u, o->help = true;
+            else if (IS("--version")) g = ~0u, o->version = true;
+            else if (a[0] != '-' || !a[1]) {
+                if (positional && !*positional) {
+                    *positional = a;
+                    continue;
+                }
+                fprintf(stderr, "error: unexpected argument '%s': nanomind %s takes %s (see nanomind %s --help)\n", a,
+                        cmd, positional ? "one file" : "no positional argument (a prompt goes with -p)", cmd);
+                return false;
+            } else {
+                fprintf(stderr, "error: unknown option '%s' (see nanomind %s --help)\n", a, cmd);
+                return false;
+            }
+        }
+#undef IS
+        if (!(g & groups)) {
+            fprintf(stderr, "error: nanomind %s does not take %s (see nanomind %s --help)\n", cmd, a, cmd);
+            return false;
         }
         if (takes) {
             if (!v) {
@@ -127,15 +239,45 @@ bool cli_parse(int argc, char **argv, cli_opts *o, const char **positional) {
             }
             if (!ok) return false;
             i++;
+        } else if (!ok) {
+            return false;
         }
     }
-    if (o->n_threads > 4 * nm_cpu_count()) {
-        fprintf(stderr, "error: -t %d: more than 4 threads per core (%d cores) only slows things down\n", o->n_threads,
-                nm_cpu_count());
-        return false;
+    if (o->seed_random) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        o->sp.seed = (uint32_t)((uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16));
+    }
+    if (o->n_gpu_layers != 0)
+        fprintf(stderr, "note: %s %d: this build has no GPU backend; every layer runs on the CPU\n", "-ngl",
+                o->n_gpu_layers);
+    if (o->prompt && !o->no_escape) {
+        if (!(o->prompt_owned = unescape(o->prompt))) {
+            fprintf(stderr, "error: out of memory\n");
+            return false;
+        }
+        o->prompt = o->prompt_owned;
     }
     return true;
 }
+
+void cli_opts_free(cli_opts *o) {
+    free(o->prompt_owned);
+    o->prompt_owned = NULL;
+}
+
+int32_t cli_ctx_size(const cli_opts *o, const nm_model *m) {
+    if (o->n_ctx < 0) return 0; // the library's default: the training context, at most 4096
+    if (o->n_ctx == 0) return nm_model_n_ctx_train(m);
+    return o->n_ctx;
+}
+
+void cli_mlock(const cli_opts *o) {
+    if (o->mlock && mlockall(MCL_CURRENT) != 0)
+        fprintf(stderr, "warning: --mlock: cannot lock the model in RAM: %s (ulimit -l)\n", strerror(errno));
+}
+
+void cli_print_version(void) { printf("nanomind %s\n", NM_VERSION_STRING); }
 
 double cli_now(void) {
     struct timespec ts;
@@ -194,6 +336,21 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--version")) {
         printf("nanomind %s\n", NM_VERSION_STRING);
         return 0;
+    }
+    // nanomind help [CMD]: the command's --help
+    static char help_flag[] = "--help";
+    char *help_argv[4];
+    if (!strcmp(argv[1], "help")) {
+        if (argc < 3) {
+            usage(stdout);
+            return 0;
+        }
+        help_argv[0] = argv[0];
+        help_argv[1] = argv[2];
+        help_argv[2] = help_flag;
+        help_argv[3] = NULL;
+        argv = help_argv;
+        argc = 3;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);

@@ -148,5 +148,41 @@ expect run_version_flag 0 "^nanomind [0-9]" -- nm run --version
 expect help_command 0 "usage: nanomind run -m MODEL" -- nm help run
 expect bench_o_json 0 "\"pp_tps\"" "$M" -- nm bench -m "$M" -p 8 -n 4 -r 1 -o json
 
+# ---- transcribe: whisper-cli's flags and files, short audio said so ---------------
+SP=tests/data/speech
+case_whisper_files() {
+    rm -f "$tmp"/wcli.*
+    nm transcribe -m "$WM" -f $SP/tts_16k.wav -bs 1 -otxt -osrt -ovtt -ocsv -oj -of "$tmp/wcli" -np > /dev/null
+    printf '%s|' "$(head -c 19 "$tmp/wcli.txt")" "$(sed -n 2p "$tmp/wcli.srt")" "$(head -1 "$tmp/wcli.vtt")" \
+        "$(head -1 "$tmp/wcli.csv")" "$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["result"]["language"], d["transcription"][0]["offsets"]["from"], d["transcription"][0]["text"][:10])' "$tmp/wcli.json")"
+}
+expect transcribe_whisper_cli_files 0 "^The quick brown fox\|00:00:00,000 --> 00:00:0[0-9],[0-9]{3}\|WEBVTT\|start,end,text\|en 0  The quick" "$WM" -- case_whisper_files
+case_whisper_file_beside_input() {
+    cp $SP/tts_8k.wav "$tmp/beside.wav"; rm -f "$tmp/beside.wav.txt"
+    nm transcribe -m "$WM" "$tmp/beside.wav" -bs 1 -otxt > /dev/null 2>&1
+    cat "$tmp/beside.wav.txt"
+}
+expect transcribe_output_beside_input 0 "leave your name" "$WM" -- case_whisper_file_beside_input
+case_several_f() { nm transcribe -m "$WM" -f $SP/tts_16k.wav -f $SP/tts_8k.wav -bs 1 2>/dev/null | tr '\n' ' '; }
+expect transcribe_several_f_files 0 "quick brown fox.*leave your name" "$WM" -- case_several_f
+case_two_files() { nm transcribe -m "$WM" $SP/tts_16k.wav $SP/tts_8k.wav -bs 1 2>/dev/null | tr '\n' ' '; }
+expect transcribe_two_positional_files 0 "quick brown fox.*leave your name" "$WM" -- case_two_files
+expect transcribe_short_forms 0 "quick brown" "$WM" -- nm transcribe -m "$WM" $SP/tts_16k.wav -bs 1 -bo 1 -tp 0 -tpi 0.2 -nf -mc 0 -nth 0.6 -ot 0 -d 0 -nt -np
+expect transcribe_of_without_format 2 "-of names output files: give a format too" "$WM" -- nm transcribe -m "$WM" $SP/tts_16k.wav -of "$tmp/x"
+python3 - "$tmp" <<'PY'
+import struct, sys
+def wav(path, n):
+    data = b'\x00\x10' * n
+    h = b'RIFF' + struct.pack('<I', 36 + len(data)) + b'WAVEfmt ' + struct.pack('<IHHIIHH', 16, 1, 1, 16000, 32000, 2, 16) + b'data' + struct.pack('<I', len(data))
+    open(path, 'wb').write(h + data)
+wav(sys.argv[1] + '/one.wav', 1); wav(sys.argv[1] + '/ms30.wav', 480); wav(sys.argv[1] + '/s1.wav', 16000)
+PY
+expect transcribe_one_sample 0 "notice: .*one.wav': 0 ms of audio: Whisper decodes nothing under 100 ms" "$WM" -- nm transcribe -m "$WM" "$tmp/one.wav"
+expect transcribe_30_ms 0 "notice: .*ms30.wav': 30 ms of audio: Whisper decodes nothing under 100 ms" "$WM" -- nm transcribe -m "$WM" "$tmp/ms30.wav"
+expect transcribe_offset_past_end 2 "--offset-ms 5000 is past the end of '.*s1.wav' \\(1000 ms of audio\\)" "$WM" -- nm transcribe -m "$WM" "$tmp/s1.wav" --offset-ms 5000
+expect transcribe_offset_short_rest 0 "50 ms of audio from the offset" "$WM" -- nm transcribe -m "$WM" "$tmp/s1.wav" -ot 950
+case_stdin_zero() { head -c 100000000 /dev/zero | nm transcribe -m "$WM" -; }
+expect transcribe_stdin_zeros_refused_early 1 "no audio format recognised in its first 64 KiB" "$WM" -- case_stdin_zero
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -131,11 +131,11 @@ expect transcribe_text 0 "quick brown fox" "$WM" -- nm transcribe -m "$WM" $SPEE
 expect transcribe_timestamps 0 "^\[00:00:00.000 --> 00:00:0[0-9].[0-9]{3}\]   The quick" "$WM" -- nm transcribe -m "$WM" $SPEECH/tts_16k.wav -t 2 --beam-size 1 --timestamps
 # SRT: the first cue's number, its time range and its text (captured first: no pipe into head)
 case_transcribe_srt() {
-    nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --output-srt > "$tmp/out.srt" 2>/dev/null
+    nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --print-srt > "$tmp/out.srt" 2>/dev/null
     head -3 "$tmp/out.srt" | tr '\n' ' '
 }
-expect transcribe_srt 0 "^1 00:00:00,000 --> 00:00:[0-9]{2},[0-9]{3} Good morning" "$WM" -- case_transcribe_srt
-expect transcribe_json 0 "\"segments\": \[" "$WM" -- nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --output-json
+expect transcribe_srt 0 "^1 00:00:00,000 --> 00:00:[0-9]{2},[0-9]{3}  Good morning" "$WM" -- case_transcribe_srt
+expect transcribe_json 0 "\"segments\": \[" "$WM" -- nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --print-json
 case_transcribe_stdin() { nm transcribe -m "$WM" - -t 2 --beam-size 1 < $SPEECH/tts_8k.wav; }
 expect transcribe_stdin_8k 0 "leave your name" "$WM" -- case_transcribe_stdin
 case_transcribe_stats() { nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --stats 2>&1 | tr '\n' ' '; }

@@ -131,8 +131,8 @@ NM_TEST(output_formats) {
                         "[01:00:20.000 --> 01:00:23.450]   Bye.\n"));
     free(s);
     s = render(&t, 2);
-    NM_CHECK(!strcmp(s, "1\n00:00:00,000 --> 00:00:02,500\nHello \"world\".\n\n"
-                        "2\n01:00:20,000 --> 01:00:23,450\nBye.\n\n"));
+    NM_CHECK(!strcmp(s, "1\n00:00:00,000 --> 00:00:02,500\n Hello \"world\".\n\n" // text as it is, as whisper-cli
+                        "2\n01:00:20,000 --> 01:00:23,450\n Bye.\n\n"));
     free(s);
     s = render(&t, 3);
     NM_CHECK(strstr(s, "\"language\": \"en\"") != NULL);

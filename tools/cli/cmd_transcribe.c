@@ -12,97 +12,269 @@
 #include "bricks/stt/transcribe.h"
 #include "bricks/stt/whisper_model.h"
 #include "cli.h"
+#include "core/outfile.h"
 #include "core/threadpool.h"
 
 static void transcribe_usage(void) {
-    printf("usage: nanomind transcribe -m MODEL AUDIO [options]\n"
+    printf("usage: nanomind transcribe -m MODEL AUDIO... [options]      (AUDIO: a path, - for stdin, or -f FILE)\n"
            "\n"
-           "Transcribes AUDIO (WAV, FLAC, OGG, ...; any rate and channel count, resampled to 16 kHz\n"
-           "mono; \"-\" reads stdin) with a Whisper model and prints the transcript to stdout.\n"
-           "Decoding follows whisper.cpp's whisper-cli: the same model, audio and options give the\n"
-           "same text (`nanomind transcribe` = `whisper-cli -nt`, `--timestamps` = `whisper-cli`).\n"
+           "Transcribes each AUDIO (WAV, FLAC, OGG, ...; any rate and channel count, resampled to 16 kHz\n"
+           "mono) with a Whisper model and prints the transcript to stdout. Decoding follows whisper.cpp's\n"
+           "whisper-cli: the same model, audio and options give the same text (`nanomind transcribe` =\n"
+           "`whisper-cli -nt`, `--timestamps` = `whisper-cli`). Flags take whisper-cli's short forms.\n"
            "\n"
-           "  -m, --model FILE       Whisper model: nanomind GGUF or whisper.cpp ggml-*.bin\n"
-           "  -t, --threads N        threads (default: all cores)\n"
-           "  -l, --language LANG    spoken language (en, de, fr, ..., or auto; default en).\n"
-           "                         English-only models (*.en) always transcribe English\n"
-           "  --translate            translate to English (multilingual models)\n"
-           "  --timestamps           decode with timestamps; print [HH:MM:SS.mmm --> HH:MM:SS.mmm] per segment\n"
-           "  --output-txt           plain text, a segment per line (default)\n"
-           "  --output-srt           SubRip subtitles (decodes with timestamps)\n"
-           "  --output-json          JSON: language, duration, segments with t0/t1 (seconds), text,\n"
-           "                         avg_logprob, no_speech_prob, temperature, token ids (decodes with timestamps)\n"
-           "  --beam-size N          beam search with N hypotheses (default 5, as whisper-cli; 1 = greedy)\n"
-           "  --best-of N            sequences sampled at temperatures > 0 (default 5)\n"
-           "  --temp T               first temperature (default 0)\n"
-           "  --temp-inc T           fallback increment (default 0.2)\n"
-           "  --no-fallback          no temperature fallback\n"
-           "  --max-context N        previous-text tokens carried between windows (default: up to 224; 0: none)\n"
-           "  --suppress-nst         suppress non-speech symbols (whisper.cpp's list)\n"
-           "  --offset-ms N          start at N ms\n"
-           "  --duration-ms N        transcribe N ms (default: to the end)\n"
-           "  --stats                print load, mel, encode and decode times, the real-time factor and\n"
-           "                         the bytes copied between bricks to stderr\n"
-           "  -h, --help             this help\n");
+           "  -m, --model FILE         Whisper model: nanomind GGUF or whisper.cpp ggml-*.bin\n"
+           "  -f, --file FILE          an audio file (repeatable; positional paths work too)\n"
+           "  -t, --threads N          threads (default: all cores)\n"
+           "  -l, --language LANG      spoken language (en, de, fr, ..., or auto; default en).\n"
+           "                           English-only models (*.en) always transcribe English\n"
+           "  -tr, --translate         translate to English (multilingual models)\n"
+           "  --timestamps             print [HH:MM:SS.mmm --> HH:MM:SS.mmm] per segment (whisper-cli's default)\n"
+           "  -nt, --no-timestamps     plain text (the default here)\n"
+           "  -bs, --beam-size N       beam search with N hypotheses (default 5, as whisper-cli; 1 = greedy)\n"
+           "  -bo, --best-of N         sequences sampled at temperatures > 0 (default 5)\n"
+           "  -tp, --temperature T     first temperature (default 0; also --temp)\n"
+           "  -tpi, --temperature-inc T  fallback increment (default 0.2; also --temp-inc)\n"
+           "  -nf, --no-fallback       no temperature fallback\n"
+           "  -mc, --max-context N     previous-text tokens carried between windows (default: up to 224; 0: none)\n"
+           "  -nth, --no-speech-thold T  no-speech probability threshold (default 0.6)\n"
+           "  -sns, --suppress-nst     suppress non-speech symbols (whisper.cpp's list)\n"
+           "  -ot, --offset-t N        start at N ms (also --offset-ms)\n"
+           "  -d, --duration N         transcribe N ms (default: to the end; also --duration-ms)\n"
+           "Output files, written beside the input as whisper-cli does (INPUT.txt, ...; -of NAME: NAME.txt),\n"
+           "each replaced only once complete:\n"
+           "  -otxt, --output-txt      text, a segment per line\n"
+           "  -ovtt, --output-vtt      WebVTT\n"
+           "  -osrt, --output-srt      SubRip\n"
+           "  -ocsv, --output-csv      CSV: start,end (ms),text\n"
+           "  -oj, --output-json       whisper-cli's JSON (model, params, result, transcription)\n"
+           "  -of, --output-file NAME  the output name without extension (repeatable: one per input)\n"
+           "Printing:\n"
+           "  --print-srt              print SubRip to stdout instead of text\n"
+           "  --print-json             print nanomind's JSON to stdout: language, duration, segments with\n"
+           "                           t0/t1 (seconds), text, avg_logprob, no_speech_prob, temperature, tokens\n"
+           "  -np, --no-prints         only the results (nanomind prints nothing else unless --stats)\n"
+           "  -pp, --print-progress    print the progress to stderr after each 30 s window\n"
+           "  --stats                  print load, mel, encode and decode times, the real-time factor and\n"
+           "                           the bytes copied between bricks to stderr\n"
+           "  -h, --help               this help;  --version  the version\n"
+           "Audio shorter than 100 ms (after the offset) gives no text, as in whisper.cpp: a notice says so\n"
+           "and the exit status is 0; an offset past the end is a usage error (2).\n");
 }
 
-typedef enum { OUT_TXT, OUT_SRT, OUT_JSON } out_fmt;
+typedef enum { PRINT_TXT, PRINT_SRT, PRINT_JSON } print_fmt;
+
+typedef struct live {
+    bool timestamps, progress;
+    double secs; // audio duration, for the progress
+} live;
 
 static void print_live(const nm_transcript *t, int32_t i0, void *user) {
-    const bool *timestamps = user;
+    const live *L = user;
     char a[32], b[32];
     for (int32_t i = i0; i < t->n_seg; i++) {
-        if (*timestamps) {
+        if (L->timestamps) {
             nm_stt_timestamp(t->seg[i].t0, false, a);
             nm_stt_timestamp(t->seg[i].t1, false, b);
             printf("[%s --> %s]  ", a, b);
         }
         const char *s = t->seg[i].text;
-        if (!*timestamps)
+        if (!L->timestamps)
             while (*s == ' ' || *s == '\t') s++; // as whisper-cli -otxt writes it
         printf("%s\n", s);
     }
     fflush(stdout);
 }
 
+static void progress(const nm_transcript *t, int32_t i0, void *user) {
+    const live *L = user;
+    print_live(t, i0, user);
+    if (L->progress && t->n_seg > 0 && L->secs > 0) {
+        double done = (double)t->seg[t->n_seg - 1].t1 / 100.0 / L->secs;
+        fprintf(stderr, "progress = %3d%%\n", (int)(100 * (done > 1 ? 1 : done)));
+    }
+}
+
+// ---- output files (whisper-cli's formats) ----------------------------------------
+
+enum { OF_TXT = 1, OF_VTT = 2, OF_SRT = 4, OF_CSV = 8, OF_JSON = 16 };
+
+static void put_escaped(FILE *f, const char *s, bool csv) {
+    for (; *s; s++) {
+        if (csv && *s == '"') fputc('"', f);                      // RFC 4180: a quote doubled
+        else if (!csv && (*s == '"' || *s == '\\')) fputc('\\', f); // JSON as whisper-cli escapes it
+        fputc(*s, f);
+    }
+}
+
+static const char *model_type(const nm_whisper_model *m) {
+    switch (m->hp.n_audio_layer) {
+    case 4: return "tiny";
+    case 6: return "base";
+    case 12: return "small";
+    case 24: return "medium";
+    case 32: return "large";
+    default: return "unknown";
+    }
+}
+
+static void write_format(FILE *f, int fmt, const nm_transcript *t, const nm_whisper_model *m, const char *model_path,
+                         const char *lang, bool translate) {
+    char a[32], b[32];
+    if (fmt == OF_TXT) { // the library's writers are whisper-cli's -otxt and -osrt
+        nm_transcript_write_text(t, false, f);
+        return;
+    }
+    if (fmt == OF_SRT) {
+        nm_transcript_write_srt(t, f);
+        return;
+    }
+    if (fmt == OF_VTT) fputs("WEBVTT\n\n", f);
+    if (fmt == OF_CSV) fputs("start,end,text\n", f);
+    if (fmt == OF_JSON) {
+        fprintf(f, "{\n\t\"systeminfo\": \"nanomind %s\",\n\t\"model\": {\n\t\t\"type\": \"%s\",\n"
+                   "\t\t\"multilingual\": %s,\n\t\t\"vocab\": %d,\n"
+                   "\t\t\"audio\": {\n\t\t\t\"ctx\": %d,\n\t\t\t\"state\": %d,\n\t\t\t\"head\": %d,\n\t\t\t\"layer\": %d\n\t\t},\n"
+                   "\t\t\"text\": {\n\t\t\t\"ctx\": %d,\n\t\t\t\"state\": %d,\n\t\t\t\"head\": %d,\n\t\t\t\"layer\": %d\n\t\t},\n"
+                   "\t\t\"mels\": %d\n\t},\n\t\"params\": {\n\t\t\"model\": \"",
+                NM_VERSION_STRING, model_type(m), nm_whisper_is_multilingual(m) ? "true" : "false", m->hp.n_vocab,
+                m->hp.n_audio_ctx, m->hp.n_audio_state, m->hp.n_audio_head, m->hp.n_audio_layer, m->hp.n_text_ctx,
+                m->hp.n_text_state, m->hp.n_text_head, m->hp.n_text_layer, m->hp.n_mels);
+        put_escaped(f, model_path, false);
+        fprintf(f, "\",\n\t\t\"language\": \"%s\",\n\t\t\"translate\": %s\n\t},\n\t\"result\": {\n\t\t\"language\": \"%s\"\n"
+                   "\t},\n\t\"transcription\": [\n",
+                lang, translate ? "true" : "false", t->language);
+    }
+    for (int32_t i = 0; i < t->n_seg; i++) {
+        const nm_stt_segment *g = &t->seg[i];
+        const char *s = g->text;
+        switch (fmt) {
+        case OF_VTT:
+            nm_stt_timestamp(g->t0, false, a);
+            nm_stt_timestamp(g->t1, false, b);
+            fprintf(f, "%s --> %s\n%s\n\n", a, b, s);
+            break;
+        case OF_CSV:
+            fprintf(f, "%lld,%lld,\"", (long long)(10 * g->t0), (long long)(10 * g->t1));
+            put_escaped(f, s, true);
+            fputs("\"\n", f);
+            break;
+        case OF_JSON:
+            nm_stt_timestamp(g->t0, true, a);
+            nm_stt_timestamp(g->t1, true, b);
+            fprintf(f, "\t\t{\n\t\t\t\"timestamps\": {\n\t\t\t\t\"from\": \"%s\",\n\t\t\t\t\"to\": \"%s\"\n\t\t\t},\n"
+                       "\t\t\t\"offsets\": {\n\t\t\t\t\"from\": %lld,\n\t\t\t\t\"to\": %lld\n\t\t\t},\n\t\t\t\"text\": \"",
+                    a, b, (long long)(10 * g->t0), (long long)(10 * g->t1));
+            put_escaped(f, s, false);
+            fprintf(f, "\"\n\t\t}%s\n", i + 1 < t->n_seg ? "," : "");
+            break;
+        }
+    }
+    if (fmt == OF_JSON) fputs("\t]\n}\n", f);
+}
+
+// Writes every requested format for one input: BASE.txt, ... (BASE: -of NAME, or the input's path).
+static bool write_outputs(int formats, const char *base, const nm_transcript *t, const nm_whisper_model *m,
+                          const char *model_path, const char *lang, bool translate, bool quiet) {
+    static const struct { int fmt; const char *ext; } F[] = {
+        {OF_TXT, ".txt"}, {OF_VTT, ".vtt"}, {OF_SRT, ".srt"}, {OF_CSV, ".csv"}, {OF_JSON, ".json"}};
+    for (size_t k = 0; k < sizeof F / sizeof F[0]; k++) {
+        if (!(formats & F[k].fmt)) continue;
+        char path[4096], err[512];
+        snprintf(path, sizeof path, "%s%s", base, F[k].ext);
+        nm_outfile o;
+        if (nm_outfile_open(&o, path, err, sizeof err) != NM_OK) {
+            fprintf(stderr, "error: %s\n", err);
+            return false;
+        }
+        write_format(o.f, F[k].fmt, t, m, model_path, lang, translate);
+        if (ferror(o.f)) {
+            fprintf(stderr, "error: %s: write failed\n", path);
+            nm_outfile_abort(&o);
+            return false;
+        }
+        if (nm_outfile_commit(&o, err, sizeof err) != NM_OK) {
+            fprintf(stderr, "error: %s\n", err);
+            return false;
+        }
+        if (!quiet) fprintf(stderr, "saved %s\n", path);
+    }
+    return true;
+}
+
+#define MAX_INPUTS 256
+
 int cmd_transcribe(int argc, char **argv) {
-    const char *model = NULL, *audio = NULL, *lang = "en";
+    const char *model = NULL, *lang = "en";
+    const char *inputs[MAX_INPUTS], *outnames[MAX_INPUTS];
+    int n_inputs = 0, n_outnames = 0, formats = 0;
     int32_t n_threads = 0, beam = 5, best_of = 5, max_ctx = -1, offset_ms = 0, duration_ms = 0;
-    float temp = 0.0f, temp_inc = 0.2f;
-    bool timestamps = false, stats = false, translate = false, suppress_nst = false;
-    out_fmt fmt = OUT_TXT;
+    float temp = 0.0f, temp_inc = 0.2f, nst = 0.6f;
+    bool timestamps = false, stats = false, translate = false, suppress_nst = false, quiet = false, pp = false;
+    print_fmt pfmt = PRINT_TXT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true, takes = true;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "-l") || !strcmp(a, "--language")) lang = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_arg_int(a, v, 1, 4 * nm_cpu_count(), &n_threads);
-        else if (!strcmp(a, "--beam-size") || !strcmp(a, "-bs")) ok = cli_arg_int(a, v, 1, NM_STT_MAX_DECODERS, &beam);
-        else if (!strcmp(a, "--best-of") || !strcmp(a, "-bo")) ok = cli_arg_int(a, v, 1, NM_STT_MAX_DECODERS, &best_of);
-        else if (!strcmp(a, "--temp")) ok = cli_arg_float(a, v, 0.0f, 1.0f, &temp);
-        else if (!strcmp(a, "--temp-inc")) ok = cli_arg_float(a, v, 0.0f, 1.0f, &temp_inc);
-        else if (!strcmp(a, "--max-context")) ok = cli_arg_int(a, v, 0, 1 << 20, &max_ctx);
-        else if (!strcmp(a, "--offset-ms")) ok = cli_arg_int(a, v, 0, 2147483647, &offset_ms);
-        else if (!strcmp(a, "--duration-ms")) ok = cli_arg_int(a, v, 0, 2147483647, &duration_ms);
+#define IS(x) (!strcmp(a, x))
+        if (IS("-m") || IS("--model")) model = v;
+        else if (IS("-f") || IS("--file")) {
+            if (n_inputs == MAX_INPUTS) {
+                fprintf(stderr, "error: at most %d audio files\n", MAX_INPUTS);
+                return 2;
+            }
+            inputs[n_inputs++] = v;
+        } else if (IS("-of") || IS("--output-file")) {
+            if (n_outnames == MAX_INPUTS) {
+                fprintf(stderr, "error: at most %d output names\n", MAX_INPUTS);
+                return 2;
+            }
+            outnames[n_outnames++] = v;
+        } else if (IS("-l") || IS("--language")) lang = v;
+        else if (IS("-t") || IS("--threads")) ok = cli_arg_int(a, v, 1, 4 * nm_cpu_count(), &n_threads);
+        else if (IS("--beam-size") || IS("-bs")) ok = cli_arg_int(a, v, 1, NM_STT_MAX_DECODERS, &beam);
+        else if (IS("--best-of") || IS("-bo")) ok = cli_arg_int(a, v, 1, NM_STT_MAX_DECODERS, &best_of);
+        else if (IS("--temp") || IS("-tp") || IS("--temperature")) ok = cli_arg_float(a, v, 0.0f, 1.0f, &temp);
+        else if (IS("--temp-inc") || IS("-tpi") || IS("--temperature-inc"))
+            ok = cli_arg_float(a, v, 0.0f, 1.0f, &temp_inc);
+        else if (IS("-nth") || IS("--no-speech-thold")) ok = cli_arg_float(a, v, 0.0f, 1.0f, &nst);
+        else if (IS("--max-context") || IS("-mc")) ok = cli_arg_int(a, v, 0, 1 << 20, &max_ctx);
+        else if (IS("--offset-ms") || IS("-ot") || IS("--offset-t")) ok = cli_arg_int(a, v, 0, 2147483647, &offset_ms);
+        else if (IS("--duration-ms") || IS("-d") || IS("--duration")) ok = cli_arg_int(a, v, 0, 2147483647, &duration_ms);
         else {
             takes = false;
-            if (!strcmp(a, "--timestamps")) timestamps = true;
-            else if (!strcmp(a, "--output-txt")) fmt = OUT_TXT;
-            else if (!strcmp(a, "--output-srt")) fmt = OUT_SRT;
-            else if (!strcmp(a, "--output-json")) fmt = OUT_JSON;
-            else if (!strcmp(a, "--no-fallback")) temp_inc = 0.0f;
-            else if (!strcmp(a, "--translate")) translate = true;
-            else if (!strcmp(a, "--suppress-nst")) suppress_nst = true;
-            else if (!strcmp(a, "--stats")) stats = true;
-            else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            if (IS("--timestamps")) timestamps = true;
+            else if (IS("-nt") || IS("--no-timestamps")) timestamps = false;
+            else if (IS("-otxt") || IS("--output-txt")) formats |= OF_TXT;
+            else if (IS("-ovtt") || IS("--output-vtt")) formats |= OF_VTT;
+            else if (IS("-osrt") || IS("--output-srt")) formats |= OF_SRT;
+            else if (IS("-ocsv") || IS("--output-csv")) formats |= OF_CSV;
+            else if (IS("-oj") || IS("--output-json")) formats |= OF_JSON;
+            else if (IS("--print-srt")) pfmt = PRINT_SRT;
+            else if (IS("--print-json")) pfmt = PRINT_JSON;
+            else if (IS("--no-fallback") || IS("-nf")) temp_inc = 0.0f;
+            else if (IS("--translate") || IS("-tr")) translate = true;
+            else if (IS("--suppress-nst") || IS("-sns")) suppress_nst = true;
+            else if (IS("-np") || IS("--no-prints")) quiet = true;
+            else if (IS("-pp") || IS("--print-progress")) pp = true;
+            else if (IS("--stats")) stats = true;
+            else if (IS("-h") || IS("--help")) {
                 transcribe_usage();
                 return 0;
-            } else if ((a[0] != '-' || !strcmp(a, "-")) && !audio) audio = a;
-            else {
-                fprintf(stderr, "error: unknown option '%s' (nanomind transcribe --help)\n", a);
+            } else if (IS("--version")) {
+                cli_print_version();
+                return 0;
+            } else if (a[0] != '-' || !a[1]) {
+                if (n_inputs == MAX_INPUTS) {
+                    fprintf(stderr, "error: at most %d audio files\n", MAX_INPUTS);
+                    return 2;
+                }
+                inputs[n_inputs++] = a;
+            } else {
+                fprintf(stderr, "error: unknown option '%s' (see nanomind transcribe --help)\n", a);
                 return 2;
             }
         }
+#undef IS
         if (takes) {
             if (!v) {
                 fprintf(stderr, "error: %s needs a value\n", a);
@@ -112,11 +284,24 @@ int cmd_transcribe(int argc, char **argv) {
             i++;
         }
     }
-    if (!model || !audio) {
-        fprintf(stderr, "error: %s\nusage: nanomind transcribe -m MODEL AUDIO [options] (--help for more)\n",
-                !model ? "no model (-m)" : "no audio file (a path, or - for stdin)");
+    if (!model || n_inputs == 0) {
+        fprintf(stderr, "error: %s\nusage: nanomind transcribe -m MODEL AUDIO... [options] (--help for more)\n",
+                !model ? "no model (-m)" : "no audio file (a path, - for stdin, or -f FILE)");
         return 2;
     }
+    if (n_outnames > n_inputs) {
+        fprintf(stderr, "error: %d -of names for %d audio files\n", n_outnames, n_inputs);
+        return 2;
+    }
+    if (n_outnames > 0 && !formats) {
+        fprintf(stderr, "error: -of names output files: give a format too (-otxt, -osrt, -ovtt, -ocsv, -oj)\n");
+        return 2;
+    }
+    for (int i = 0; i < n_inputs; i++)
+        if (formats && !strcmp(inputs[i], "-") && i >= n_outnames) {
+            fprintf(stderr, "error: output files for stdin need a name: -of NAME\n");
+            return 2;
+        }
 
     int rc = 1;
     char err[512] = "";
@@ -149,108 +334,137 @@ int cmd_transcribe(int argc, char **argv) {
         lang = "en";
         translate = false;
     }
-
-    t0 = cli_now();
-    st = nm_audio_load(audio, NM_AUDIO_RATE, &pcm, err, sizeof err);
-    if (st != NM_OK) {
-        fprintf(stderr, "error: cannot read audio '%s': %s: %s\n", audio, nm_status_str(st), err);
-        goto done;
-    }
-    const double t_audio = cli_now() - t0;
-
     int32_t n_dec = beam > best_of ? beam : best_of;
     if ((st = nm_transcriber_create(m, n_threads, n_dec, &tr, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot set up the transcriber: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
-
-    // The PCM goes to the brick as one slot (Whisper's spectrogram is
-    // normalised over the whole recording, so the brick needs all of it).
-    const size_t bytes = sizeof(float) * (size_t)pcm.n;
-    if ((st = nm_tabm_create(NULL, 1, bytes, &ring, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot create the PCM ring (%zu bytes): %s: %s\n", bytes, nm_status_str(st), err);
-        goto done;
-    }
     ledger = nm_ledger_create();
     const int ep_audio = ledger ? nm_ledger_endpoint(ledger, "audio-decoder") : -1;
     const int ep_stt = ledger ? nm_ledger_endpoint(ledger, "stt") : -1;
-    nm_tabm_slot sl;
-    if (!ledger || ep_audio < 0 || ep_stt < 0 || (st = nm_tabm_acquire_write(ring, 0, -1, &sl)) != NM_OK) {
-        fprintf(stderr, "error: the PCM ring: %s\n", ledger ? nm_tabm_last_error(ring) : "out of memory");
-        goto done;
-    }
-    // The decoder (libsndfile + soxr) wrote its own buffer: one counted copy
-    // into the slot. From here the brick reads the slot in place.
-    nm_ledger_copy(ledger, ep_audio, ep_stt, sl.data, pcm.pcm, bytes);
-    sl.meta->kind = NM_TABM_PCM_F32;
-    sl.meta->ndim = 2;
-    sl.meta->shape[0] = pcm.n;
-    sl.meta->shape[1] = 1;
-    sl.meta->size = bytes;
-    sl.meta->sample_rate = NM_AUDIO_RATE;
-    if ((st = nm_tabm_publish(ring, &sl)) != NM_OK) {
-        fprintf(stderr, "error: the PCM ring: %s (%s)\n", nm_status_str(st), nm_tabm_last_error(ring));
-        nm_tabm_cancel(ring, &sl);
-        goto done;
-    }
-    const int64_t n_samples = pcm.n;
-    nm_audio_free(&pcm);
-
-    nm_stt_params p = nm_stt_default_params(beam > 1 ? NM_STT_BEAM : NM_STT_GREEDY);
-    p.beam_size = beam;
-    p.best_of = best_of;
-    p.language = lang;
-    p.translate = translate;
-    p.temperature = temp;
-    p.temperature_inc = temp_inc;
-    p.suppress_nst = suppress_nst;
-    p.offset_ms = offset_ms;
-    p.duration_ms = duration_ms;
-    if (max_ctx >= 0) p.n_max_text_ctx = max_ctx;
-    // Text without --timestamps decodes as whisper-cli -nt; SRT and JSON need the times.
-    p.no_timestamps = fmt == OUT_TXT && !timestamps;
-    bool live_ts = timestamps;
-    if (fmt == OUT_TXT) {
-        p.on_segments = print_live; // printed as each 30 s window finishes
-        p.user = &live_ts;
-    }
-
-    t0 = cli_now();
-    st = nm_transcribe_slot(tr, ring, -1, &p, &out, err, sizeof err);
-    const double t_run = cli_now() - t0;
-    if (st != NM_OK) {
-        fprintf(stderr, "error: transcription failed: %s: %s\n", nm_status_str(st), err);
-        rc = st == NM_ERR_INVALID_ARG ? 2 : 1;
-        goto done;
-    }
-    bool wrote = true;
-    if (fmt == OUT_SRT) wrote = nm_transcript_write_srt(&out, stdout);
-    else if (fmt == OUT_JSON) wrote = nm_transcript_write_json(&out, m, stdout);
-    fflush(stdout);
-    if (!wrote || ferror(stdout)) {
-        fprintf(stderr, "error: cannot write the transcript to stdout\n");
+    if (!ledger || ep_audio < 0 || ep_stt < 0) {
+        fprintf(stderr, "error: out of memory\n");
         goto done;
     }
 
-    if (stats) {
-        const nm_stt_timings tm = nm_transcriber_timings(tr);
-        const double secs = (double)n_samples / NM_AUDIO_RATE;
-        fprintf(stderr, "model: %s (%s), %d+%d layers, d %d, load %.3f s\n", m->name,
-                m->format == NM_WHISPER_GGUF ? "gguf" : "ggml .bin", m->hp.n_audio_layer, m->hp.n_text_layer,
-                m->hp.n_audio_state, t_load);
-        fprintf(stderr, "audio: %.2f s (%lld samples at 16 kHz), read + resample %.3f s\n", secs,
-                (long long)n_samples, t_audio);
-        fprintf(stderr, "mel: %.3f s\n", tm.t_mel);
-        fprintf(stderr, "encode: %.3f s (%lld windows, %.1f ms each)\n", tm.t_encode, (long long)tm.n_encode,
-                tm.n_encode ? 1e3 * tm.t_encode / (double)tm.n_encode : 0.0);
-        fprintf(stderr, "decode: %.3f s (%lld calls, %lld tokens), sampling %.3f s, %d fallbacks\n", tm.t_decode,
-                (long long)tm.n_decode_calls, (long long)tm.n_decode_tokens, tm.t_sample, out.n_fallbacks);
-        fprintf(stderr, "transcribe: %.3f s for %.2f s of audio: real-time factor %.3f (%.1fx real time)\n", t_run,
-                secs, secs > 0 ? t_run / secs : 0.0, t_run > 0 ? secs / t_run : 0.0);
-        char led[1024];
-        if (nm_ledger_format(ledger, led, sizeof led) > 0) fputs(led, stderr);
-        fprintf(stderr, "(the decoded audio is written once into the PCM slot; the STT brick reads the slot in place)\n");
-        fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
+    for (int fi = 0; fi < n_inputs; fi++) {
+        const char *audio = inputs[fi];
+        t0 = cli_now();
+        st = nm_audio_load(audio, NM_AUDIO_RATE, &pcm, err, sizeof err);
+        if (st != NM_OK) {
+            fprintf(stderr, "error: cannot read audio '%s': %s: %s\n", audio, nm_status_str(st), err);
+            goto done;
+        }
+        const double t_audio = cli_now() - t0;
+        const int64_t total_ms = pcm.n * 1000 / NM_AUDIO_RATE;
+        if (offset_ms > 0 && offset_ms >= total_ms) {
+            fprintf(stderr, "error: --offset-ms %d is past the end of '%s' (%lld ms of audio)\n", (int)offset_ms, audio,
+                    (long long)total_ms);
+            rc = 2;
+            goto done;
+        }
+        int64_t span = total_ms - offset_ms;
+        if (duration_ms > 0 && duration_ms < span) span = duration_ms;
+
+        // The PCM goes to the brick as one slot (Whisper's spectrogram is
+        // normalised over the whole recording, so the brick needs all of it).
+        const size_t bytes = sizeof(float) * (size_t)pcm.n;
+        nm_tabm_free(ring);
+        ring = NULL;
+        if ((st = nm_tabm_create(NULL, 1, bytes, &ring, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot create the PCM ring (%zu bytes): %s: %s\n", bytes, nm_status_str(st), err);
+            goto done;
+        }
+        nm_tabm_slot sl;
+        if ((st = nm_tabm_acquire_write(ring, 0, -1, &sl)) != NM_OK) {
+            fprintf(stderr, "error: the PCM ring: %s\n", nm_tabm_last_error(ring));
+            goto done;
+        }
+        // The decoder (libsndfile + soxr) wrote its own buffer: one counted copy
+        // into the slot. From here the brick reads the slot in place.
+        nm_ledger_copy(ledger, ep_audio, ep_stt, sl.data, pcm.pcm, bytes);
+        sl.meta->kind = NM_TABM_PCM_F32;
+        sl.meta->ndim = 2;
+        sl.meta->shape[0] = pcm.n;
+        sl.meta->shape[1] = 1;
+        sl.meta->size = bytes;
+        sl.meta->sample_rate = NM_AUDIO_RATE;
+        if ((st = nm_tabm_publish(ring, &sl)) != NM_OK) {
+            fprintf(stderr, "error: the PCM ring: %s (%s)\n", nm_status_str(st), nm_tabm_last_error(ring));
+            nm_tabm_cancel(ring, &sl);
+            goto done;
+        }
+        const int64_t n_samples = pcm.n;
+        nm_audio_free(&pcm);
+
+        nm_stt_params p = nm_stt_default_params(beam > 1 ? NM_STT_BEAM : NM_STT_GREEDY);
+        p.beam_size = beam;
+        p.best_of = best_of;
+        p.language = lang;
+        p.translate = translate;
+        p.temperature = temp;
+        p.temperature_inc = temp_inc;
+        p.no_speech_thold = nst;
+        p.suppress_nst = suppress_nst;
+        p.offset_ms = offset_ms;
+        p.duration_ms = duration_ms;
+        if (max_ctx >= 0) p.n_max_text_ctx = max_ctx;
+        // Text without --timestamps decodes as whisper-cli -nt; SRT, JSON and the files need the times.
+        p.no_timestamps = pfmt == PRINT_TXT && !timestamps && !(formats & ~OF_TXT);
+        live L = {.timestamps = timestamps, .progress = pp, .secs = (double)n_samples / NM_AUDIO_RATE};
+        if (pfmt == PRINT_TXT) {
+            p.on_segments = progress; // printed as each 30 s window finishes
+            p.user = &L;
+        }
+
+        t0 = cli_now();
+        nm_transcript_free(&out);
+        st = nm_transcribe_slot(tr, ring, -1, &p, &out, err, sizeof err);
+        const double t_run = cli_now() - t0;
+        if (st != NM_OK) {
+            fprintf(stderr, "error: transcription of '%s' failed: %s: %s\n", audio, nm_status_str(st), err);
+            rc = st == NM_ERR_INVALID_ARG ? 2 : 1;
+            goto done;
+        }
+        if (span < 100)
+            fprintf(stderr, "notice: '%s': %lld ms of audio%s: Whisper decodes nothing under 100 ms (as whisper.cpp); "
+                            "pad it with silence\n",
+                    audio, (long long)span, offset_ms || duration_ms ? " from the offset" : "");
+        else if (out.n_seg == 0)
+            fprintf(stderr, "notice: '%s': no speech found\n", audio);
+        bool wrote = true;
+        if (pfmt == PRINT_SRT) wrote = nm_transcript_write_srt(&out, stdout);
+        else if (pfmt == PRINT_JSON) wrote = nm_transcript_write_json(&out, m, stdout);
+        fflush(stdout);
+        if (!wrote || ferror(stdout)) {
+            fprintf(stderr, "error: cannot write the transcript to stdout\n");
+            goto done;
+        }
+        if (formats && !write_outputs(formats, fi < n_outnames ? outnames[fi] : audio, &out, m, model, lang, translate,
+                                      quiet))
+            goto done;
+
+        if (stats) {
+            const nm_stt_timings tm = nm_transcriber_timings(tr);
+            const double secs = (double)n_samples / NM_AUDIO_RATE;
+            fprintf(stderr, "model: %s (%s), %d+%d layers, d %d, load %.3f s\n", m->name,
+                    m->format == NM_WHISPER_GGUF ? "gguf" : "ggml .bin", m->hp.n_audio_layer, m->hp.n_text_layer,
+                    m->hp.n_audio_state, t_load);
+            fprintf(stderr, "audio: %.2f s (%lld samples at 16 kHz), read + resample %.3f s\n", secs,
+                    (long long)n_samples, t_audio);
+            fprintf(stderr, "mel: %.3f s\n", tm.t_mel);
+            fprintf(stderr, "encode: %.3f s (%lld windows, %.1f ms each)\n", tm.t_encode, (long long)tm.n_encode,
+                    tm.n_encode ? 1e3 * tm.t_encode / (double)tm.n_encode : 0.0);
+            fprintf(stderr, "decode: %.3f s (%lld calls, %lld tokens), sampling %.3f s, %d fallbacks\n", tm.t_decode,
+                    (long long)tm.n_decode_calls, (long long)tm.n_decode_tokens, tm.t_sample, out.n_fallbacks);
+            fprintf(stderr, "transcribe: %.3f s for %.2f s of audio: real-time factor %.3f (%.1fx real time)\n", t_run,
+                    secs, secs > 0 ? t_run / secs : 0.0, t_run > 0 ? secs / t_run : 0.0);
+            char led[1024];
+            if (nm_ledger_format(ledger, led, sizeof led) > 0) fputs(led, stderr);
+            fprintf(stderr,
+                    "(the decoded audio is written once into the PCM slot; the STT brick reads the slot in place)\n");
+            fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
+        }
     }
     rc = 0;
 done:

@@ -175,26 +175,71 @@ nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_au
     return nm_audio_decode_max(data, n, target_rate, 0, out, err, err_size);
 }
 
-// Reads f whole (up to NM_AUDIO_MAX_BUFFER_BYTES) into *data.
+// Bytes per frame of an uncompressed libsndfile format; 0 when compressed or unknown.
+static int64_t frame_bytes(const SF_INFO *info) {
+    int b;
+    switch (info->format & SF_FORMAT_SUBMASK) {
+    case SF_FORMAT_PCM_S8: case SF_FORMAT_PCM_U8: case SF_FORMAT_ULAW: case SF_FORMAT_ALAW: b = 1; break;
+    case SF_FORMAT_PCM_16: b = 2; break;
+    case SF_FORMAT_PCM_24: b = 3; break;
+    case SF_FORMAT_PCM_32: case SF_FORMAT_FLOAT: b = 4; break;
+    case SF_FORMAT_DOUBLE: b = 8; break;
+    default: return 0;
+    }
+    return (int64_t)b * info->channels;
+}
+
+#define PROBE_BYTES (64 * 1024)
+
+// Reads f whole into *data, never more than a stream can need: once the first
+// PROBE_BYTES are in, libsndfile must recognise a format in them (else the
+// stream is refused at once: /dev/zero is not read to the end), and an
+// uncompressed format is read only up to NM_AUDIO_MAX_SECONDS of its frames
+// (so memory is bounded by the duration limit, not by what the pipe offers).
+// Always at most NM_AUDIO_MAX_BUFFER_BYTES.
 static nm_status read_all(FILE *f, const char *name, uint8_t **data, size_t *n, char *err, size_t err_size) {
     size_t cap = 1 << 16, len = 0;
+    uint64_t limit = NM_AUDIO_MAX_BUFFER_BYTES;
+    bool probed = false;
     uint8_t *buf = malloc(cap);
     if (!buf) return nm_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", name);
     for (;;) {
-        if (len == cap) {
-            if (cap >= NM_AUDIO_MAX_BUFFER_BYTES) {
+        if (!probed && len >= PROBE_BYTES) {
+            probed = true;
+            memfile m = {.data = buf, .n = (sf_count_t)len};
+            SF_VIRTUAL_IO io = {mem_len, mem_seek, mem_read, mem_write, mem_tell};
+            SF_INFO info = {0};
+            SNDFILE *sf = sf_open_virtual(&io, SFM_READ, &info, &m);
+            if (!sf && sf_error(NULL) == SF_ERR_UNRECOGNISED_FORMAT) {
                 free(buf);
-                return nm_fail(NM_ERR_RANGE, err, err_size,
-                               "%s: over %llu bytes; pass a regular file to stream it", name,
-                               (unsigned long long)NM_AUDIO_MAX_BUFFER_BYTES);
+                return nm_fail(NM_ERR_UNSUPPORTED, err, err_size,
+                               "%s: no audio format recognised in its first %d KiB: %s", name, PROBE_BYTES / 1024,
+                               sf_strerror(NULL));
             }
-            uint8_t *p = realloc(buf, cap * 2);
+            if (sf) {
+                const int64_t fb = frame_bytes(&info);
+                if (fb > 0 && info.samplerate > 0) {
+                    const uint64_t most = (uint64_t)PROBE_BYTES + (uint64_t)NM_AUDIO_MAX_SECONDS * info.samplerate * fb;
+                    if (most < limit) limit = most;
+                }
+                sf_close(sf);
+            }
+        }
+        if (len >= limit) {
+            free(buf);
+            return nm_fail(NM_ERR_RANGE, err, err_size, "%s: longer than %d s of audio (the limit)%s", name,
+                           NM_AUDIO_MAX_SECONDS,
+                           limit == NM_AUDIO_MAX_BUFFER_BYTES ? "; pass a regular file to stream it" : "");
+        }
+        if (len == cap) {
+            size_t ncap = cap * 2 > limit ? (size_t)limit : cap * 2;
+            uint8_t *p = realloc(buf, ncap);
             if (!p) {
                 free(buf);
                 return nm_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", name);
             }
             buf = p;
-            cap *= 2;
+            cap = ncap;
         }
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;

@@ -1042,8 +1042,7 @@ bool nm_transcript_write_text(const nm_transcript *t, bool timestamps, FILE *f) 
 bool nm_transcript_write_srt(const nm_transcript *t, FILE *f) {
     char a[32], b[32];
     for (int32_t i = 0; i < t->n_seg; i++) {
-        const char *s = t->seg[i].text;
-        while (*s == ' ') s++;
+        const char *s = t->seg[i].text; // as it is, leading blank included, as whisper-cli -osrt
         nm_stt_timestamp(t->seg[i].t0, true, a);
         nm_stt_timestamp(t->seg[i].t1, true, b);
         fprintf(f, "%d\n%s --> %s\n%s\n\n", i + 1, a, b, s);

@@ -78,15 +78,15 @@ expect say_fifo_without_reader 1 "a FIFO with no reader.* \\| fifo: kept $" -- c
 
 case_say_fifo_with_reader() {
     rm -f "$tmp/out2.fifo"; mkfifo "$tmp/out2.fifo"
-    head -c 4 "$tmp/out2.fifo" > "$tmp/fifo.got" &
+    cat "$tmp/out2.fifo" > "$tmp/fifo.got" & # the whole stream (a reader that left early would SIGPIPE us, as any filter)
     sleep 0.2
     nm say hi -o "$tmp/out2.fifo" 2>/dev/null
     wait
-    echo "read: $(cat "$tmp/fifo.got")"
+    echo "read: $(head -c 4 "$tmp/fifo.got")"
 }
 expect say_fifo_with_reader 0 "read: RIFF$" -- case_say_fifo_with_reader
 
-case_say_stdout() { nm say hi --stdout | head -c 4; echo; }
+case_say_stdout() { nm say hi --stdout > "$tmp/stdout.wav"; head -c 4 "$tmp/stdout.wav"; echo; }
 expect say_stdout 0 "^RIFF$" -- case_say_stdout
 expect say_to_a_folder 1 "Is a directory" -- nm say hi -o "$tmp"
 
@@ -183,6 +183,22 @@ expect transcribe_offset_past_end 2 "--offset-ms 5000 is past the end of '.*s1.w
 expect transcribe_offset_short_rest 0 "50 ms of audio from the offset" "$WM" -- nm transcribe -m "$WM" "$tmp/s1.wav" -ot 950
 case_stdin_zero() { head -c 100000000 /dev/zero | nm transcribe -m "$WM" -; }
 expect transcribe_stdin_zeros_refused_early 1 "no audio format recognised in its first 64 KiB" "$WM" -- case_stdin_zero
+
+# ---- chat past the context, a base model asked to chat, bench's memory figures ----
+GM=$MODELS/gemma-3-270m-q4_k_m.gguf
+case_chat_fills_context() {
+    printf 'Tell me a long story about a cat.\nAnd another about a dog.\nAnd a third about a bird.\n' |
+        nm run -m "$M" --chat -c 128 -n 40 --temp 0 -sys "You are brief." 2>&1 | tr '\n' ' '
+}
+expect chat_drops_oldest_turns 0 "\\[context of 128 tokens: dropped the 1 oldest turn; the conversation is [0-9]+ tokens now\\]" "$M" -- case_chat_fills_context
+case_chat_message_too_long() {
+    { head -c 3000 tests/data/declaration.txt | tr '\n' ' '; printf '\nSay hi.\n'; } |
+        nm run -m "$M" --chat -c 128 -n 8 --temp 0 2>&1 | tr '\n' ' '
+}
+expect chat_too_long_message_is_that_turn_only 0 "does not fit the context of 128 \\(-c\\); the conversation goes on.*> .+" "$M" -- case_chat_message_too_long
+expect chat_base_model_refused 1 "names no chat template we know .*run it without --chat, or name a template with --chat-template" "$GM" -- nm run -m "$GM" --chat -p hi -n 4
+case_bench_rss() { nm bench -m "$M" -p 8 -n 4 -r 1 -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); print("process >= model:", d["process_peak_rss_bytes"] >= d["peak_rss_bytes"] > 0)'; }
+expect bench_reports_both_peaks 0 "process >= model: True" "$M" -- case_bench_rss
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -21,7 +21,8 @@ static void bench_usage(void) {
            "  --pin     pin thread i to core i\n"
            "  -r N      repetitions (default 5)\n"
            "  --json, -o json\n"
-           "            one JSON object: pp_tps, tg_tps, peak_rss_bytes, roofline_pct and details\n"
+           "            one JSON object: pp_tps, tg_tps, peak_rss_bytes (the model's run), process_peak_rss_bytes\n"
+           "            (with the bandwidth probe's buffer), roofline_pct and details\n"
            "            (-o jsonl: the same, as llama-bench's one object per line)\n"
            "  -h, --help, --version\n"
            "\n"
@@ -192,8 +193,11 @@ int cmd_bench(int argc, char **argv) {
     double pp_m = 0, pp_sd = 0, tg_m = 0, tg_sd = 0;
     if (n_pp > 0) mean_sd(pp, (int)reps, &pp_m, &pp_sd);
     if (n_tg > 0) mean_sd(tg, (int)reps, &tg_m, &tg_sd);
-    const long rss = cli_peak_rss_kb() * 1024; // before the probe's buffer
+    // The model's peak is taken before the bandwidth probe allocates its buffer;
+    // the process's peak (what /usr/bin/time reports) includes that buffer.
+    const long rss = cli_peak_rss_kb() * 1024;
     const double bw = memory_bandwidth(threads);
+    const long rss_process = cli_peak_rss_kb() * 1024;
     // bytes per generated token: weights + the KV cache at the mean position of tg
     const double bytes_tok =
         (double)nm_model_decode_weight_bytes(m) + (double)nm_model_kv_bytes_per_pos(m) * (n_tg / 2.0);
@@ -201,17 +205,18 @@ int cmd_bench(int argc, char **argv) {
     if (json) {
         printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "
                "\"pp_tps\": %.3f, \"pp_tps_sd\": %.3f, \"tg_tps\": %.3f, \"tg_tps_sd\": %.3f, "
-               "\"peak_rss_bytes\": %ld, \"mem_bw_bytes_per_s\": %.0f, \"bytes_per_token\": %.0f, "
-               "\"roofline_tps\": %.3f, \"roofline_pct\": %.2f}\n",
-               o.model, nm_model_arch(m), threads, (int)n_pp, (int)n_tg, (int)reps, pp_m, pp_sd, tg_m, tg_sd, rss, bw, bytes_tok,
-               roof, pct);
+               "\"peak_rss_bytes\": %ld, \"process_peak_rss_bytes\": %ld, \"mem_bw_bytes_per_s\": %.0f, "
+               "\"bytes_per_token\": %.0f, \"roofline_tps\": %.3f, \"roofline_pct\": %.2f}\n",
+               o.model, nm_model_arch(m), threads, (int)n_pp, (int)n_tg, (int)reps, pp_m, pp_sd, tg_m, tg_sd, rss,
+               rss_process, bw, bytes_tok, roof, pct);
     } else {
         char desc[256];
         nm_model_desc(m, desc, sizeof desc);
         printf("model: %s\nthreads: %d, repetitions: %d\n", desc, threads, (int)reps);
         if (n_pp > 0) printf("pp%-4d %10.2f ± %.2f tok/s\n", (int)n_pp, pp_m, pp_sd);
         if (n_tg > 0) printf("tg%-4d %10.2f ± %.2f tok/s\n", (int)n_tg, tg_m, tg_sd);
-        printf("peak RSS: %.1f MiB\n", rss / 1048576.0);
+        printf("peak RSS: %.1f MiB (the model's run; with the bandwidth probe's buffer, as /usr/bin/time sees the "
+               "process: %.1f MiB)\n", rss / 1048576.0, rss_process / 1048576.0);
         printf("memory bandwidth (read probe): %.2f GB/s; bytes per generated token: %.1f MiB\n", bw / 1e9,
                bytes_tok / 1048576.0);
         printf("decode roofline: %.1f tok/s; achieved %.1f%%\n", roof, pct);

@@ -235,7 +235,10 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
 static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs, size_t n) {
     int32_t need = nm_chat_format(m, tmpl, msgs, n, true, NULL, 0);
     if (need == NM_ERR_TEMPLATE) {
-        fprintf(stderr, "error: the model's chat template is not recognised; name one with --chat-template (%s)\n",
+        fprintf(stderr,
+                "error: the model names no chat template we know (tokenizer.chat_template is absent or not one we "
+                "read; a base model such as Gemma 3 270M has none and is not made for chat): run it without --chat, "
+                "or name a template with --chat-template (%s)\n",
                 nm_chat_template_names());
         return NULL;
     }
@@ -358,6 +361,12 @@ static int run_main(cli_opts *op, int argc, char **argv) {
             goto done;
         }
     }
+    if (o.chat) { // a model without a usable template fails here, before any input is read
+        nm_chat_msg probe = {"user", "hi"};
+        char *f = format_chat(S.m, o.chat_tmpl, &probe, 1);
+        if (!f) goto done;
+        free(f);
+    }
     t_load = cli_now() - t_load;
     if (o.sp.repeat_last_n < 0) o.sp.repeat_last_n = nm_ctx_n_ctx(S.c); // llama.cpp's -1: the whole context
     S.s = nm_sampler_create(&o.sp, nm_model_n_vocab(S.m));
@@ -409,6 +418,35 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         msgs[n_msgs++] = (nm_chat_msg){"user", user};
         char *formatted = format_chat(S.m, o.chat_tmpl, msgs, n_msgs);
         if (!formatted) goto done_chat;
+        // When the conversation no longer fits (with room for an answer: -n, or
+        // a quarter of the context), drop the oldest turns after the system
+        // message, as llama.cpp's chat does, and say so; a single message that
+        // does not fit is an error for that turn only.
+        const int32_t n_ctx = nm_ctx_n_ctx(S.c);
+        const int32_t room = o.n_predict > 0 && o.n_predict < n_ctx ? o.n_predict : n_ctx / 4;
+        const size_t first = o.system ? 1 : 0;
+        int32_t n_tok = -nm_tokenize(S.m, formatted, strlen(formatted), NULL, 0, true, true);
+        int dropped = 0;
+        while (n_tok + room > n_ctx && n_msgs - first >= 3) { // a user + assistant pair can go
+            memmove(msgs + first, msgs + first + 2, sizeof msgs[0] * (n_msgs - first - 2));
+            n_msgs -= 2;
+            dropped++;
+            free(formatted);
+            if (!(formatted = format_chat(S.m, o.chat_tmpl, msgs, n_msgs))) goto done_chat;
+            n_tok = -nm_tokenize(S.m, formatted, strlen(formatted), NULL, 0, true, true);
+        }
+        if (dropped)
+            fprintf(stderr, "[context of %d tokens: dropped the %d oldest turn%s; the conversation is %d tokens now]\n",
+                    n_ctx, dropped, dropped > 1 ? "s" : "", n_tok);
+        if (n_tok >= n_ctx) {
+            fprintf(stderr, "error: this message (%d tokens with the template%s) does not fit the context of %d "
+                            "(-c); the conversation goes on\n",
+                    n_tok, o.system ? " and the system message" : "", n_ctx);
+            free(formatted);
+            n_msgs--; // the message is not part of the conversation
+            if (!interactive) goto done_chat;
+            continue;
+        }
         // The whole conversation from position 0: the brick decodes only what
         // its cache does not already hold.
         double t_sent = cli_now();

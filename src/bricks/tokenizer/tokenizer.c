@@ -299,7 +299,10 @@ nm_str nm_tokenizer_text(const nm_tokenizer *t, int32_t tok) {
 nm_chat_tmpl nm_tokenizer_chat_tmpl(const nm_tokenizer *t) {
     nm_chat_tmpl c = nm_chat_detect(t->chat_template.ptr, (size_t)t->chat_template.len);
     if (c != NM_CHAT_UNKNOWN) return c;
-    // No (or an unrecognised) template: the turn markers in the vocab tell.
+    // No template at all: a base model (Gemma 3 270M), not made for chat, even
+    // if its vocabulary has turn markers; the caller must name one.
+    if (t->chat_template.len == 0) return NM_CHAT_UNKNOWN;
+    // A template we cannot read: the turn markers in the vocab tell.
     static const struct {
         const char *tok;
         nm_chat_tmpl tmpl;

@@ -398,6 +398,11 @@ static nm_status parse_tensor_info(reader *r, nm_gguf *g, int64_t i) {
     return NM_OK;
 }
 
+static int tensor_off_cmp(const void *pa, const void *pb) {
+    const nm_gguf_tensor *a = *(const nm_gguf_tensor *const *)pa, *b = *(const nm_gguf_tensor *const *)pb;
+    return a->offset < b->offset ? -1 : a->offset > b->offset;
+}
+
 static nm_status parse_tensors(reader *r, nm_gguf *g) {
     for (int64_t i = 0; i < g->n_tensors; i++) {
         nm_status st = parse_tensor_info(r, g, i);
@@ -432,6 +437,27 @@ static nm_status parse_tensors(reader *r, nm_gguf *g) {
             return fail(r, NM_ERR_FORMAT, "duplicate tensor name (also tensor %lld)",
                         (long long)(a - g->tensors));
         }
+    }
+    // No two tensors' bytes may overlap (a changed type or shape makes one run
+    // into its neighbour): sorted by offset, each must end where the next may start.
+    if (g->n_tensors > 1) {
+        const nm_gguf_tensor **by_off = malloc(sizeof *by_off * (size_t)g->n_tensors);
+        if (!by_off) return fail(r, NM_ERR_NOMEM, "out of memory");
+        for (int64_t i = 0; i < g->n_tensors; i++) by_off[i] = &g->tensors[i];
+        qsort(by_off, (size_t)g->n_tensors, sizeof *by_off, tensor_off_cmp);
+        for (int64_t i = 1; i < g->n_tensors; i++) {
+            const nm_gguf_tensor *a = by_off[i - 1], *b = by_off[i];
+            if (a->nbytes > 0 && b->nbytes > 0 && a->offset + a->nbytes > b->offset) {
+                set_ctx(r, "tensor", a - g->tensors, &a->name);
+                nm_status st = fail(r, NM_ERR_FORMAT,
+                                    "data [%llu, %llu) overlaps tensor %lld '%.*s' (from %llu): a wrong type or shape?",
+                                    (ull)a->offset, (ull)(a->offset + a->nbytes), (long long)(b - g->tensors),
+                                    (int)(b->name.len > 96 ? 96 : b->name.len), b->name.ptr, (ull)b->offset);
+                free(by_off);
+                return st;
+            }
+        }
+        free(by_off);
     }
     return NM_OK;
 }

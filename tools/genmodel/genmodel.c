@@ -49,13 +49,15 @@ static int add(gen_state *g, nm_gguf_writer *w, const char *name, uint32_t type,
     return st != NM_OK;
 }
 
-static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t *n_vocab) {
+static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t bad_bos, int64_t *n_vocab) {
     *n_vocab = 0;
+    if (bad_bos && nm_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bad_bos) != NM_OK) return 1;
     for (int64_t i = 0; i < nm_gguf_n_kv(src); i++) {
         const nm_gguf_kv *kv = nm_gguf_kv_at(src, i);
         if (kv->key.len < 10 || memcmp(kv->key.ptr, "tokenizer.", 10)) continue;
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
+        if (bad_bos && !strcmp(key, "tokenizer.ggml.bos_token_id")) continue;
         // ARRAY values start 12 bytes before their first element (type + count).
         const uint8_t *p = kv->type == NM_GGUF_ARRAY ? kv->data - 12 : kv->data;
         uint64_t sz = nm_gguf_value_size(kv->type, p);
@@ -99,21 +101,23 @@ int nm_genmodel_write(gen_opts *o) {
     }
     nm_gguf_writer *w = nm_gguf_writer_create();
     int64_t n_vocab = 0;
-    int bad = !w || copy_tokenizer(w, src, &n_vocab);
+    int bad = !w || copy_tokenizer(w, src, o->bad_bos_id, &n_vocab);
     char k[160];
 #define KEY(s) (snprintf(k, sizeof k, "%s." s, o->arch), k)
     bad |= nm_gguf_writer_add_str(w, "general.architecture", o->arch) != NM_OK;
     bad |= nm_gguf_writer_add_str(w, "general.name", "nanomind random test model") != NM_OK;
     bad |= nm_gguf_writer_add_u32(w, KEY("context_length"), 4096) != NM_OK;
     bad |= nm_gguf_writer_add_u32(w, KEY("embedding_length"), (uint32_t)o->embd) != NM_OK;
-    bad |= nm_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)o->layers) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(o->bad_block_count ? o->bad_block_count : o->layers)) != NM_OK;
     bad |= nm_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->ff) != NM_OK;
-    bad |= nm_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)o->heads) != NM_OK;
+    bad |= nm_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)(o->bad_heads ? o->bad_heads : o->heads)) != NM_OK;
     bad |= nm_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads) != NM_OK;
-    bad |= nm_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)o->head_dim) != NM_OK;
-    bad |= nm_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)o->head_dim) != NM_OK;
-    bad |= nm_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-6f) != NM_OK;
-    bad |= nm_gguf_writer_add_f32(w, KEY("rope.freq_base"), qwen ? 1000000.0f : 10000.0f) != NM_OK;
+    if (!o->bad_heads) {
+        bad |= nm_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)o->head_dim) != NM_OK;
+        bad |= nm_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)o->head_dim) != NM_OK;
+    }
+    bad |= nm_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), o->bad_norm_eps ? o->bad_norm_eps : 1e-6f) != NM_OK;
+    bad |= nm_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->bad_rope_base ? o->bad_rope_base : qwen ? 1000000.0f : 10000.0f) != NM_OK;
     if (gemma) bad |= nm_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)o->swa) != NM_OK;
     if (o->final_softcap > 0.0f)
         bad |= nm_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap) != NM_OK;

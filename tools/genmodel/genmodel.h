@@ -12,6 +12,12 @@ typedef struct gen_opts {
     int layers, embd, heads, kv_heads, ff, head_dim, swa;
     float final_softcap;  // > 0: ARCH.final_logit_softcapping (llama.cpp applies it for gemma3)
     uint64_t seed;
+    // Files no model can have, for the loader's tests (0: the normal values).
+    float bad_rope_base;  // written as ARCH.rope.freq_base
+    float bad_norm_eps;   // written as ARCH.attention.layer_norm_rms_epsilon
+    int bad_block_count;  // written as ARCH.block_count (the tensors stay those of `layers`)
+    int64_t bad_bos_id;   // written as tokenizer.ggml.bos_token_id
+    int bad_heads;        // written as ARCH.attention.head_count, and no key_length
 } gen_opts;
 
 gen_opts nm_genmodel_defaults(void);

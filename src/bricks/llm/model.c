@@ -145,6 +145,11 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     if ((st = get_int(L, "attention.key_length", false, &hp->head_dim)) ||
         (st = get_int(L, "attention.value_length", false, &vlen)))
         return st;
+    char key[128];
+    arch_key(L, "attention.key_length", key, sizeof key);
+    if (!nm_gguf_find(L->g, key) && hp->n_embd % hp->n_head != 0)
+        return fail(L, NM_ERR_FORMAT, "%s.attention.head_count %d does not divide %s.embedding_length %d", L->arch,
+                    hp->n_head, L->arch, hp->n_embd);
     if (vlen >= 0 && vlen != hp->head_dim)
         return fail(L, NM_ERR_UNSUPPORTED, "key_length %d != value_length %d", hp->head_dim, vlen);
     if (hp->head_dim <= 0 || hp->head_dim > 1024 || hp->head_dim % 2)
@@ -159,15 +164,22 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     if ((st = get_float(L, "attention.layer_norm_rms_epsilon", false, &hp->norm_eps)) ||
         (st = get_float(L, "rope.freq_base", false, &hp->rope_base)))
         return st;
+    // Values no model can have: refused by name, never run.
+    if (!(hp->norm_eps > 0.0f) || !isfinite(hp->norm_eps))
+        return fail(L, NM_ERR_FORMAT, "%s.attention.layer_norm_rms_epsilon %g must be a positive number", L->arch,
+                    hp->norm_eps);
+    if (!(hp->rope_base > 0.0f) || !isfinite(hp->rope_base))
+        return fail(L, NM_ERR_FORMAT, "%s.rope.freq_base %g must be a positive number", L->arch, hp->rope_base);
     hp->rope_freq_scale = 1.0f;
     float factor = 0.0f;
-    char key[128];
     nm_str rs;
     arch_key(L, "rope.scaling.type", key, sizeof key);
     if (nm_gguf_get_str(L->g, key, &rs) && !nm_str_eq(rs, "none")) {
         if (!nm_str_eq(rs, "linear"))
             return fail(L, NM_ERR_UNSUPPORTED, "rope scaling '%.*s' not supported (linear only)", (int)rs.len, rs.ptr);
         if ((st = get_float(L, "rope.scaling.factor", false, &factor))) return st;
+        if (factor < 0.0f || !isfinite(factor))
+            return fail(L, NM_ERR_FORMAT, "%s.rope.scaling.factor %g must be a positive number", L->arch, factor);
         if (factor > 0.0f) hp->rope_freq_scale = 1.0f / factor;
     }
     hp->rope_base_swa = hp->rope_base;
@@ -205,6 +217,18 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
             (st = get_int(L, "attention.sliding_window", false, &hp->n_swa)) ||
             (st = get_int(L, "attention.sliding_window_pattern", false, &hp->swa_pattern)))
             return st;
+        if (!(hp->norm_eps > 0.0f) || !isfinite(hp->norm_eps))
+            return fail(L, NM_ERR_FORMAT, "%s.attention.layer_norm_rms_epsilon %g must be a positive number", L->arch,
+                        hp->norm_eps);
+        if (!(hp->rope_base_swa > 0.0f) || !isfinite(hp->rope_base_swa))
+            return fail(L, NM_ERR_FORMAT, "%s.rope.freq_base_swa %g must be a positive number", L->arch,
+                        hp->rope_base_swa);
+        if (hp->n_swa < 0 || hp->swa_pattern < 0)
+            return fail(L, NM_ERR_FORMAT, "%s.attention.sliding_window %d / _pattern %d must be >= 0", L->arch,
+                        hp->n_swa, hp->swa_pattern);
+        if (hp->final_softcap < 0.0f || !isfinite(hp->final_softcap))
+            return fail(L, NM_ERR_FORMAT, "%s.final_logit_softcapping %g must be >= 0 (0: off)", L->arch,
+                        hp->final_softcap);
         break;
     }
     return NM_OK;
@@ -249,6 +273,17 @@ nm_status nm_model_load(const char *path, const nm_model_params *params, nm_mode
     if (!m->layers) { st = NM_ERR_NOMEM; goto fail; }
     for (int il = 0; il < hp->n_layer; il++)
         if ((st = bind_layer(&L, hp, il, &m->layers[il])) != NM_OK) goto fail;
+    // Tensors of blocks past block_count would be ignored: a wrong block_count.
+    for (int64_t i = 0; i < nm_gguf_n_tensors(m->gguf); i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(m->gguf, i);
+        long blk = -1;
+        if (t->name.len > 4 && !memcmp(t->name.ptr, "blk.", 4)) blk = strtol(t->name.ptr + 4, NULL, 10);
+        if (blk >= hp->n_layer) {
+            st = fail(&L, NM_ERR_FORMAT, "tensor '%.*s' belongs to block %ld, but %s.block_count is %d",
+                      (int)(t->name.len > 96 ? 96 : t->name.len), t->name.ptr, blk, L.arch, hp->n_layer);
+            goto fail;
+        }
+    }
 
     for (int64_t i = 0; i < nm_gguf_n_tensors(m->gguf); i++) m->weight_bytes += nm_gguf_tensor_at(m->gguf, i)->nbytes;
     m->chat = nm_tokenizer_chat_tmpl(m->tok);

@@ -44,9 +44,16 @@ void nm_tokenizer_free(nm_tokenizer *t) {
     free(t);
 }
 
-static int32_t get_id(const nm_gguf *g, const char *key, int32_t n_vocab) {
+// A special token id: -1 when the key is absent; *bad set (and the message
+// written) when it names no token of the vocabulary.
+static int32_t get_id(const nm_gguf *g, const char *key, int32_t n_vocab, bool *bad, char *err, size_t err_size) {
     uint32_t v;
-    if (!nm_gguf_get_u32(g, key, &v) || v >= (uint32_t)n_vocab) return -1;
+    if (!nm_gguf_get_u32(g, key, &v)) return -1;
+    if (v >= (uint32_t)n_vocab) {
+        if (!*bad) snprintf(err, err_size, "%s = %u is outside the vocabulary (%d tokens)", key, v, n_vocab);
+        *bad = true;
+        return -1;
+    }
     return (int32_t)v;
 }
 
@@ -131,14 +138,16 @@ static nm_status load_vocab(nm_tokenizer *t, const nm_gguf *g, char *err, size_t
     return nm_strindex_build(&t->vocab, t->tok_ptr, t->tok_len, (uint32_t)n);
 }
 
-static void load_special_ids(nm_tokenizer *t, const nm_gguf *g) {
+static nm_status load_special_ids(nm_tokenizer *t, const nm_gguf *g, char *err, size_t err_size) {
     int32_t n = t->n_vocab;
-    t->bos = get_id(g, "tokenizer.ggml.bos_token_id", n);
-    t->eos = get_id(g, "tokenizer.ggml.eos_token_id", n);
-    t->eot = get_id(g, "tokenizer.ggml.eot_token_id", n);
-    t->eom = get_id(g, "tokenizer.ggml.eom_token_id", n);
-    t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", n);
-    t->pad = get_id(g, "tokenizer.ggml.padding_token_id", n);
+    bool bad = false;
+    t->bos = get_id(g, "tokenizer.ggml.bos_token_id", n, &bad, err, err_size);
+    t->eos = get_id(g, "tokenizer.ggml.eos_token_id", n, &bad, err, err_size);
+    t->eot = get_id(g, "tokenizer.ggml.eot_token_id", n, &bad, err, err_size);
+    t->eom = get_id(g, "tokenizer.ggml.eom_token_id", n, &bad, err, err_size);
+    t->unk = get_id(g, "tokenizer.ggml.unknown_token_id", n, &bad, err, err_size);
+    t->pad = get_id(g, "tokenizer.ggml.padding_token_id", n, &bad, err, err_size);
+    if (bad) return NM_ERR_FORMAT;
 
     for (size_t i = 0; i < sizeof(EOG_TEXTS) / sizeof(EOG_TEXTS[0]); i++) {
         int32_t id = nm_strindex_find(&t->vocab, EOG_TEXTS[i], strlen(EOG_TEXTS[i]));
@@ -150,6 +159,7 @@ static void load_special_ids(nm_tokenizer *t, const nm_gguf *g) {
     if (t->eos >= 0) t->attr[t->eos] |= NM_TOKA_EOG;
     if (t->eot >= 0) t->attr[t->eot] |= NM_TOKA_EOG;
     if (t->eom >= 0) t->attr[t->eom] |= NM_TOKA_EOG;
+    return NM_OK;
 }
 
 typedef struct sp_key {
@@ -242,8 +252,8 @@ nm_status nm_tokenizer_create(const nm_gguf *g, nm_tokenizer **out, char *err, s
 
     st = load_vocab(t, g, err, err_size);
     if (st == NM_OK) {
-        load_special_ids(t, g);
-        st = build_specials(t);
+        st = load_special_ids(t, g, err, err_size);
+        if (st == NM_OK) st = build_specials(t);
     }
     if (st == NM_OK) {
         if (t->type == NM_VOCAB_BPE) {

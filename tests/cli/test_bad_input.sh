@@ -200,5 +200,18 @@ expect chat_base_model_refused 1 "names no chat template we know .*run it withou
 case_bench_rss() { nm bench -m "$M" -p 8 -n 4 -r 1 -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); print("process >= model:", d["process_peak_rss_bytes"] >= d["peak_rss_bytes"] > 0)'; }
 expect bench_reports_both_peaks 0 "process >= model: True" "$M" -- case_bench_rss
 
+# ---- one message per error, naming the input and the cause ------------------------
+python3 - "$tmp" <<'PY'
+import struct, sys
+data = b'\x00\x10' * 100
+for rate, name in ((0, 'r0.wav'), (4294967295, 'rmax.wav')):
+    h = b'RIFF' + struct.pack('<I', 36 + len(data)) + b'WAVEfmt ' + struct.pack('<IHHIIHH', 16, 1, 1, rate, (rate * 2) & 0xffffffff, 2, 16) + b'data' + struct.pack('<I', len(data))
+    open(sys.argv[1] + '/' + name, 'wb').write(h + data)
+PY
+expect wav_rate_zero 1 "^error: cannot read audio .*r0.wav: the WAV header gives a sample rate of 0 Hz \\(1000..384000 supported\\) \\(malformed input\\)$" "$WM" -- nm transcribe -m "$WM" "$tmp/r0.wav"
+expect wav_rate_huge 1 "^error: cannot read audio .*rmax.wav: the WAV header gives a sample rate of 4294967295 Hz \\(1000..384000 supported\\) \\(malformed input\\)$" "$WM" -- nm transcribe -m "$WM" "$tmp/rmax.wav"
+case_wav_rate_stdin() { nm transcribe -m "$WM" - < "$tmp/r0.wav"; }
+expect wav_rate_zero_stdin 1 "^error: cannot read audio stdin: the WAV header gives a sample rate of 0 Hz" "$WM" -- case_wav_rate_stdin
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -67,8 +67,8 @@ setup img.ppm "$tmp/img.ppm" python3 -c "import sys; w,h=40,30; sys.stdout.buffe
 printf '\x89PNG\r\n\x1a\nnot really a png' > "$tmp/bad.png"
 expect image_needs_mmproj 2 "--image needs --mmproj" -- nm run -m "$M" --image "$tmp/img.ppm" -p hi
 expect mmproj_needs_image 2 "--mmproj needs at least one --image" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" -p hi
-expect image_corrupt 1 "image '.*bad.png'.*(PNG|png)" "$M" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/bad.png" -p hi -n 2
-expect image_missing 1 "image '/nonexistent.png'" "$M" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" --image /nonexistent.png -p hi -n 2
+expect image_corrupt 1 "^error: image .*bad.png: png: truncated data \\(malformed input\\)$" "$M" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/bad.png" -p hi -n 2
+expect image_missing 1 "^error: image /nonexistent.png: cannot open: No such file or directory \\(i/o error\\)$" "$M" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" --image /nonexistent.png -p hi -n 2
 expect mmproj_width_mismatch 1 "960-wide embeddings but the language model's embedding width is 576" "$M" -- nm run -m "$M" --mmproj "$tmp/mm-wide.gguf" --image "$tmp/img.ppm" -p hi
 expect mmproj_not_mmproj 1 "cannot load mmproj.*not an mmproj file" "$M" -- nm run -m "$M" --mmproj "$M" --image "$tmp/img.ppm" -p hi
 expect image_marker_count 1 "2 <__media__> markers for 1 images" "$M" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/img.ppm" -p "<__media__><__media__>hi"

@@ -176,7 +176,8 @@ static bool send_prompt(session *S, const char *prompt, const char *const *image
                                            more, &n_pos);
         first = false;
         if (st != NM_OK) {
-            fprintf(stderr, "error: image '%s': %s: %s\n", images[k], nm_status_str(st), nm_vision_last_error(S->vision));
+            // the vision brick's messages name the file (and where in it)
+            fprintf(stderr, "error: image %s (%s)\n", nm_vision_last_error(S->vision), nm_status_str(st));
             return false;
         }
         p = end + ml;

@@ -352,7 +352,7 @@ int cmd_transcribe(int argc, char **argv) {
         t0 = cli_now();
         st = nm_audio_load(audio, NM_AUDIO_RATE, &pcm, err, sizeof err);
         if (st != NM_OK) {
-            fprintf(stderr, "error: cannot read audio '%s': %s: %s\n", audio, nm_status_str(st), err);
+            fprintf(stderr, "error: cannot read audio %s (%s)\n", err, nm_status_str(st)); // err names the input
             goto done;
         }
         const double t_audio = cli_now() - t0;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <sndfile.h>
 
@@ -142,6 +143,35 @@ static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, i
     return st;
 }
 
+// What libsndfile will not say about a WAV header it refuses ("SF_INFO struct
+// incomplete"): the rate or channel count the fmt chunk holds, when out of
+// range. Returns false when the bytes are no such header.
+static bool wav_header_hint(const uint8_t *p, size_t n, char *hint, size_t size) {
+    if (n < 12 || memcmp(p, "RIFF", 4) || memcmp(p + 8, "WAVE", 4)) return false;
+    for (size_t at = 12; at + 8 <= n;) {
+        const uint32_t len = (uint32_t)p[at + 4] | (uint32_t)p[at + 5] << 8 | (uint32_t)p[at + 6] << 16 |
+                             (uint32_t)p[at + 7] << 24;
+        if (!memcmp(p + at, "fmt ", 4) && at + 8 + 8 <= n) {
+            const uint8_t *f = p + at + 8;
+            const unsigned ch = (unsigned)f[2] | (unsigned)f[3] << 8;
+            const uint32_t rate = (uint32_t)f[4] | (uint32_t)f[5] << 8 | (uint32_t)f[6] << 16 | (uint32_t)f[7] << 24;
+            if (rate < NM_AUDIO_MIN_RATE || rate > NM_AUDIO_MAX_RATE) {
+                snprintf(hint, size, "the WAV header gives a sample rate of %u Hz (%d..%d supported)", rate,
+                         NM_AUDIO_MIN_RATE, NM_AUDIO_MAX_RATE);
+                return true;
+            }
+            if (ch < 1 || ch > NM_AUDIO_MAX_CHANNELS) {
+                snprintf(hint, size, "the WAV header gives %u channels (1..%d supported)", ch, NM_AUDIO_MAX_CHANNELS);
+                return true;
+            }
+            return false;
+        }
+        if (len > n) return false;
+        at += 8 + (size_t)len + (len & 1);
+    }
+    return false;
+}
+
 static nm_status check_target(int32_t target_rate, nm_audio *out, char *err, size_t err_size) {
     clear(err, err_size);
     if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no output");
@@ -162,6 +192,8 @@ nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, i
     SNDFILE *sf = sf_open_virtual(&io, SFM_READ, &info, &m);
     if (!sf) {
         int e = sf_error(NULL);
+        char hint[160];
+        if (wav_header_hint(data, n, hint, sizeof hint)) return nm_fail(NM_ERR_FORMAT, err, err_size, "audio: %s", hint);
         return nm_fail(open_status(e), err, err_size, "audio: cannot decode (%zu bytes): %s", n,
                        sf_strerror(NULL));
     }
@@ -315,11 +347,18 @@ nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, ch
         close_input(f);
         return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: empty file", path);
     }
+    // The first bytes, for a clearer message if libsndfile refuses the header
+    // (read before it: a failed open may leave the descriptor unusable).
+    uint8_t head[4096];
+    const ssize_t got = pread(fileno(f), head, sizeof head, 0);
     SF_INFO info = {0};
     SNDFILE *sf = sf_open_fd(fileno(f), SFM_READ, &info, 0);
     if (!sf) {
         int e = sf_error(NULL);
+        char hint[160];
         close_input(f);
+        if (got > 0 && wav_header_hint(head, (size_t)got, hint, sizeof hint))
+            return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: %s", path, hint);
         return nm_fail(open_status(e), err, err_size, "%s: cannot decode: %s", path, sf_strerror(NULL));
     }
     st = decode_sf(sf, &info, path, target_rate, 0, out, err, err_size);

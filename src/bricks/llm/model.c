@@ -62,9 +62,15 @@ static nm_status bind(loader *L, nm_tensor *t, const char *name, int64_t ne0, in
     const nm_gguf_tensor *gt = nm_gguf_find_tensor(L->g, name);
     if (!gt) return required ? fail(L, NM_ERR_FORMAT, "missing tensor '%s'", name) : NM_OK;
     int64_t ne0f = gt->ne[0], ne1f = gt->n_dims > 1 ? gt->ne[1] : 1;
-    if (gt->n_dims > 2 || ne0f != ne0 || ne1f != ne1)
-        return fail(L, NM_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]", name,
-                    (long long)ne0f, (long long)ne1f, gt->n_dims, (long long)ne0, (long long)ne1);
+    if (gt->n_dims > 2 || ne0f != ne0 || ne1f != ne1) {
+        char shape[128];
+        int k = snprintf(shape, sizeof shape, "[");
+        for (uint32_t d = 0; d < gt->n_dims && k < (int)sizeof shape - 24; d++)
+            k += snprintf(shape + k, sizeof shape - (size_t)k, "%s%lld", d ? ", " : "", (long long)gt->ne[d]);
+        snprintf(shape + k, sizeof shape - (size_t)k, "]");
+        return fail(L, NM_ERR_FORMAT, "tensor '%s' has shape %s, expected [%lld, %lld]", name, shape, (long long)ne0,
+                    (long long)ne1);
+    }
     const nm_type_traits *tr = nm_type_traits_get(gt->type);
     if (!tr || !tr->supported)
         return fail(L, NM_ERR_UNSUPPORTED, "tensor '%s' has unsupported type %u (%s)", name, gt->type,

@@ -68,34 +68,34 @@ nm_status nm_image_load(const char *path, nm_image *out, char *err, size_t err_s
     if (!path) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no path");
     // O_NONBLOCK: a FIFO opens at once and is refused, never waited on.
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return nm_fail(NM_ERR_IO, err, err_size, "image: cannot open %s: %s", path, strerror(errno));
+    if (fd < 0) return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return nm_fail(NM_ERR_IO, err, err_size, "image: %s is not a regular file", path);
+        return nm_fail(NM_ERR_IO, err, err_size, "%s: not a regular file", path);
     }
     FILE *f = fdopen(fd, "rb");
     if (!f) {
         close(fd);
-        return nm_fail(NM_ERR_NOMEM, err, err_size, "image: %s: %s", path, strerror(errno));
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "%s: %s", path, strerror(errno));
     }
     if ((unsigned long long)st.st_size > MAX_FILE_BYTES) {
         fclose(f);
-        return nm_fail(NM_ERR_RANGE, err, err_size, "image: %s is %lld bytes, over the %llu limit", path,
+        return nm_fail(NM_ERR_RANGE, err, err_size, "%s: %lld bytes, over the %llu limit", path,
                        (long long)st.st_size, MAX_FILE_BYTES);
     }
     size_t n = (size_t)st.st_size;
     uint8_t *buf = malloc(n ? n : 1);
     if (!buf) {
         fclose(f);
-        return nm_fail(NM_ERR_NOMEM, err, err_size, "image: out of memory reading %s", path);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", path);
     }
     size_t got = fread(buf, 1, n, f);
     bool bad = ferror(f) != 0;
     fclose(f);
     if (bad || got != n) {
         free(buf);
-        return nm_fail(NM_ERR_IO, err, err_size, "image: cannot read %s", path);
+        return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot read", path);
     }
     char sub[256] = "";
     nm_status s = nm_image_decode(buf, n, out, sub, sizeof sub);

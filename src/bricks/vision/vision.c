@@ -121,7 +121,7 @@ nm_status nm_vision_put_image(nm_vision *v, const nm_model *m, const char *image
     nm_image img = {0};
     nm_image_batch b = {0};
     double t0 = now_s();
-    if ((st = nm_image_load(image_path, &img, err, sizeof err))) return vfail(v, st, "%s: %s", image_path, err);
+    if ((st = nm_image_load(image_path, &img, err, sizeof err))) return vfail(v, st, "%s", err); // names the file
     st = nm_image_preprocess(&img, &v->ip, &b, err, sizeof err);
     nm_image_free(&img);
     if (st) return vfail(v, st, "%s: %s", image_path, err);

@@ -151,7 +151,7 @@ def targets_of(tests):
     """The build targets a list of ctest tests runs: ctest names are the
     programs' names, but for the CLI script (nanomind and the mmproj writer it
     calls) and spin (no program of ours)."""
-    extra = {"cli": ["nanomind", "nm-genmmproj"], "cli_bad_input": ["nanomind"], "spin_tabm": []}
+    extra = {"cli": ["nanomind", "nm-genmmproj"], "cli_bad_input": ["nanomind"], "cli_fuzz_flags": ["nanomind"], "spin_tabm": []}
     return sorted({t for test in tests for t in extra.get(test, [test])})
 
 

@@ -155,6 +155,10 @@ typedef struct nm_sampler_params {
     float min_p;          // <= 0: off
     float repeat_penalty; // 1: off
     int32_t repeat_last_n;
+    // llama.cpp's penalties over the same window of repeat_last_n tokens: a
+    // token seen c times loses c * frequency_penalty + presence_penalty (if
+    // c > 0) from its logit (c counted up to 255). 0: off.
+    float presence_penalty, frequency_penalty;
     uint64_t seed;
 } nm_sampler_params;
 

@@ -141,17 +141,24 @@ int32_t nm_sampler_sample(nm_sampler *s, const float *logits) {
     // NaN (a broken model) would break the ordering: treat it as impossible.
     for (int32_t i = 0; i < n; i++) c[i] = (cand){isnan(logits[i]) ? -INFINITY : logits[i], i};
 
-    // Repetition penalty (CTRL-style, as llama.cpp): divide positive logits,
-    // multiply negative ones, once per distinct token in the window.
-    if (s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0.0f) {
+    // The penalties, as llama.cpp's penalties sampler, over the window of the
+    // last repeat_last_n tokens: repetition (CTRL-style: divide positive
+    // logits, multiply negative ones, once per distinct token), then frequency
+    // (per occurrence) and presence (once). seen[] counts, then is cleared.
+    const bool rep = s->p.repeat_penalty != 1.0f && s->p.repeat_penalty > 0.0f;
+    const bool freq = s->p.frequency_penalty != 0.0f || s->p.presence_penalty != 0.0f;
+    if (rep || freq) {
         for (int32_t h = 0; h < s->n_hist; h++) {
             int32_t t = s->hist[h];
-            if (t < 0 || t >= n || s->seen[t]) continue;
-            s->seen[t] = 1;
-            c[t].logit = c[t].logit > 0 ? c[t].logit / s->p.repeat_penalty : c[t].logit * s->p.repeat_penalty;
+            if (t >= 0 && t < n && s->seen[t] < 255) s->seen[t]++;
         }
-        for (int32_t h = 0; h < s->n_hist; h++)
-            if (s->hist[h] >= 0 && s->hist[h] < n) s->seen[s->hist[h]] = 0;
+        for (int32_t h = 0; h < s->n_hist; h++) {
+            int32_t t = s->hist[h];
+            if (t < 0 || t >= n || !s->seen[t]) continue;
+            if (rep) c[t].logit = c[t].logit > 0 ? c[t].logit / s->p.repeat_penalty : c[t].logit * s->p.repeat_penalty;
+            c[t].logit -= (float)s->seen[t] * s->p.frequency_penalty + s->p.presence_penalty;
+            s->seen[t] = 0; // once per distinct token; and clear for the next call
+        }
     }
 
     if (s->p.temp <= 0.0f) { // greedy: first maximum

@@ -46,7 +46,8 @@ def integer(lo, hi):
 def real(lo, hi, lo_open=False):
     def ok(v):
         x = num(v)
-        if x is None or x != x or x in (float("inf"), float("-inf")):
+        # the values are single-precision floats: beyond 3.4e38 is infinite, refused
+        if x is None or x != x or abs(x) > 3.4028234663852886e38:
             return False
         return (x > lo if lo_open else x >= lo) and x <= hi
     return ok
@@ -70,12 +71,14 @@ RUN = {
     "--repeat-penalty": (["1", "1.1", "0", "-1"], real(0, float("inf"), lo_open=True)),
     "--repeat-last-n": (["64", "0", "-1", "-2"], integer(-1, 1 << 24)),
     "-s": (["0", "42", "-1", "-2", "4294967296"], integer(-1, 4294967295)),
+    "--presence-penalty": (["0", "0.5", "-0.5"], real(float("-inf"), float("inf"))),
+    "--frequency-penalty": (["0", "0.3", "-1"], real(float("-inf"), float("inf"))),
     "-n": (["1", "0", "-2"], integer(-1, 1 << 24)),
     "-ngl": (["0", "99", "all", "-2"], lambda v: v in ("all", "auto") or integer(-1, 1 << 20)(v)),
 }
 RUN_SWITCHES = ["--no-escape", "-e", "--stats", "--pin", "--mlock", "-no-cnv", "-fa"]
 BENCH = {"-t": RUN["-t"], "-o": (["json", "jsonl", "csv", ""], lambda v: v in ("json", "jsonl"))}
-BENCH_FOREIGN = ["-c", "--temp", "-f", "--chat", "-p", "-s"]  # llama-bench's -p/-n are counts here
+BENCH_FOREIGN = ["-c", "--temp", "-f", "--chat", "-s"]  # (-p and -n are bench's own: token counts)
 TRANSCRIBE = {
     "-bs": (["1", "2", "0", "17"], integer(1, 16)),
     "-tp": (["0", "0.5", "1.5", "-1"], real(0, 1)),

@@ -95,6 +95,28 @@ NM_TEST(repetition_penalty_demotes_seen_tokens) {
     nm_sampler_free(s);
 }
 
+// Frequency and presence penalties (llama.cpp's): token 123 (logit 20), seen
+// twice, against 456 (19): frequency 0.4 takes 0.8 -> 19.2, still first; 0.6
+// takes 1.2 -> 18.8, second; presence 1.5 takes it once -> 18.5; presence 0.5
+// -> 19.5, first. Computed by hand from fill()'s logits.
+NM_TEST(frequency_and_presence_penalties) {
+    fill();
+    static const struct { float freq, pres; int32_t want; } C[] = {
+        {0.4f, 0.0f, 123}, {0.6f, 0.0f, 456}, {0.0f, 1.5f, 456}, {0.0f, 0.5f, 123}, {0.3f, 0.5f, 456}};
+    for (size_t i = 0; i < sizeof C / sizeof C[0]; i++) {
+        nm_sampler_params p = nm_sampler_default_params();
+        p.temp = 0.0f;
+        p.frequency_penalty = C[i].freq;
+        p.presence_penalty = C[i].pres;
+        nm_sampler *s = nm_sampler_create(&p, 1000);
+        nm_sampler_accept(s, 123);
+        nm_sampler_accept(s, 123);
+        NM_CHECK(nm_sampler_sample(s, logits) == C[i].want);
+        NM_CHECK(nm_sampler_sample(s, logits) == C[i].want); // the counts are cleared between calls
+        nm_sampler_free(s);
+    }
+}
+
 // A broken model can produce NaN and infinite logits: sampling must still
 // return a valid id (never NaN's), with every filter on and off.
 NM_TEST(nan_and_inf_logits_are_safe) {

@@ -73,7 +73,9 @@ static bool want_float_in(const char *opt, const char *v, float lo, bool lo_open
     char *end;
     float x = v ? strtof(v, &end) : 0.0f;
     if (!v || end == v || *end || !isfinite(x) || (lo_open ? x <= lo : x < lo) || x > hi) {
-        if (isinf(hi))
+        if (isinf(hi) && isinf(lo))
+            fprintf(stderr, "error: %s needs a finite number%s, got '%s'\n", opt, note, v ? v : "");
+        else if (isinf(hi))
             fprintf(stderr, "error: %s needs a number %s %g%s, got '%s'\n", opt, lo_open ? ">" : ">=", lo, note,
                     v ? v : "");
         else
@@ -194,6 +196,10 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             g = CLI_GEN;
             ok = want_int_in(a, v, -1, 1 << 24, " (0: off, -1: the whole context)", &iv);
             o->sp.repeat_last_n = (int32_t)iv;
+        } else if (IS("--presence-penalty") || IS("--frequency-penalty")) {
+            g = CLI_GEN; // llama.cpp's: any number, negative values favour repetition
+            ok = want_float_in(a, v, -INFINITY, false, INFINITY, " (0: off)",
+                               IS("--presence-penalty") ? &o->sp.presence_penalty : &o->sp.frequency_penalty);
         } else if (IS("-s") || IS("--seed")) {
             g = CLI_GEN;
             ok = want_int_in(a, v, -1, 4294967295L, " (-1: a random seed)", &iv);

@@ -406,6 +406,7 @@ typedef enum nm_llm_stop {
     NM_LLM_STOP_CTX_FULL = 3,  // the context has no room for another token
     NM_LLM_STOP_BAD_INPUT = 4, // a slot of the prompt was malformed (see last error)
     NM_LLM_STOP_ERROR = 5,     // a decode failed (see last error)
+    NM_LLM_STOP_STRING = 6,    // the text reached a stop string
 } nm_llm_stop;
 
 typedef struct nm_llm_brick nm_llm_brick;
@@ -416,7 +417,16 @@ typedef struct nm_llm_brick_params {
     uint32_t producer;  // producer id of the output slots
     int64_t timeout_ns; // every wait on either ring (as in nm_tabm_*); default -1: forever
     const char *name;   // the brick's endpoint in the ledger; NULL: "llm"
+    // Stop strings (llama.cpp's -r/--reverse-prompt): generation ends once the
+    // text generated for the prompt contains one (the token that completes it
+    // is written and decoded). Borrowed; at most NM_LLM_MAX_STOP of at most
+    // NM_LLM_MAX_STOP_LEN bytes each.
+    const char *const *stop;
+    int32_t n_stop;
+    bool ignore_eos;    // never sample an end-of-generation token (llama.cpp's --ignore-eos)
 } nm_llm_brick_params;
+#define NM_LLM_MAX_STOP 16
+#define NM_LLM_MAX_STOP_LEN 256
 
 nm_llm_brick_params nm_llm_brick_default_params(void);
 // A brick over a context `c` made from `m`, sampling with `s`; all three and

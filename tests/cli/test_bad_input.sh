@@ -213,5 +213,11 @@ expect wav_rate_huge 1 "^error: cannot read audio .*rmax.wav: the WAV header giv
 case_wav_rate_stdin() { nm transcribe -m "$WM" - < "$tmp/r0.wav"; }
 expect wav_rate_zero_stdin 1 "^error: cannot read audio stdin: the WAV header gives a sample rate of 0 Hz" "$WM" -- case_wav_rate_stdin
 
+# ---- stop strings and --ignore-eos (the LLM brick's) ------------------------------
+expect run_reverse_prompt_stops 0 "^Count: 1, 2, 3, 4, 5, 6, 7$" "$M" -- nm run -m "$M" -p "Count: 1, 2, 3," -r 7 -r never-said --temp 0 -n 50
+expect run_reverse_prompt_empty 2 "-r: at most 16 stop strings of 1..256 bytes" "$M" -- nm run -m "$M" -p hi -r ""
+expect run_ignore_eos_runs_on 0 "generation: 30 tokens" "$M" -- nm run -m "$M" --chat -p Hi --temp 0 -n 30 --ignore-eos --stats
+expect run_eos_stops_without_it 0 "generation: ([0-9]|1[0-9]|2[0-9]) tokens" "$M" -- nm run -m "$M" --chat -p Hi --temp 0 -n 30 --stats
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -52,6 +52,9 @@ typedef struct cli_opts {
     bool mlock;             // --mlock: keep every page in RAM (mlockall)
     bool no_escape;         // --no-escape
     bool seed_random;       // --seed -1 (or none): a random seed, printed by --stats
+    bool ignore_eos;        // --ignore-eos
+    const char *stop[NM_LLM_MAX_STOP]; // -r, --reverse-prompt (repeatable): stop strings
+    int32_t n_stop;
     char *prompt_owned;     // the escape-processed -p (freed by cli_opts_free)
     nm_sampler_params sp;
 } cli_opts;

@@ -37,6 +37,9 @@ static void run_usage(void) {
            "  --presence-penalty P     subtracted once from the logit of a token in that window (default 0 = off)\n"
            "  --frequency-penalty F    subtracted per occurrence in that window (default 0 = off)\n"
            "  -s, --seed S             sampling seed (same seed, same text; default -1: random, --stats prints it)\n"
+           "  -r, --reverse-prompt TEXT  stop once the generated text contains TEXT (repeatable; with --chat the\n"
+           "                           turn ends there)\n"
+           "  --ignore-eos             never stop at an end-of-generation token\n"
            "  --mmproj FILE            vision encoder + projector (llama.cpp mmproj GGUF: mlp, idefics3)\n"
            "  --image FILE             image (PNG, JPEG, PPM) for the prompt; repeatable. Each goes where\n"
            "                           the prompt says " MEDIA_MARKER ", or before the prompt if it has none\n"
@@ -89,6 +92,9 @@ static bool start_lane(session *S, const cli_opts *o, char *err, size_t err_size
     nm_llm_brick_params bp = nm_llm_brick_default_params();
     bp.n_predict = o->n_predict; // < 0: until end of text or a full context
     bp.out_batch = 1;            // a slot per token: printed as it is sampled
+    bp.stop = o->stop;
+    bp.n_stop = o->n_stop;
+    bp.ignore_eos = o->ignore_eos;
     if (!S->ledger || (st = nm_llm_brick_create(S->m, S->c, S->s, &bp, S->ledger, &S->b, err, err_size)) != NM_OK) {
         fprintf(stderr, "error: cannot create the LLM brick: %s: %s\n", nm_status_str(S->ledger ? st : NM_ERR_NOMEM),
                 S->ledger ? err : "out of memory");

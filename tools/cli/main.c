@@ -172,6 +172,14 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
                 return false;
             }
             o->images[o->n_images++] = v;
+        } else if (IS("-r") || IS("--reverse-prompt")) {
+            g = CLI_GEN;
+            if (o->n_stop >= NM_LLM_MAX_STOP || (v && (!v[0] || strlen(v) > NM_LLM_MAX_STOP_LEN))) {
+                fprintf(stderr, "error: %s: at most %d stop strings of 1..%d bytes\n", a, NM_LLM_MAX_STOP,
+                        NM_LLM_MAX_STOP_LEN);
+                return false;
+            }
+            o->stop[o->n_stop++] = v;
         } else if (IS("-n") || IS("--n-predict") || IS("--predict")) {
             g = CLI_GEN;
             ok = want_int_in(a, v, -1, 1 << 24, " (-1: until the end of text or a full context)", &iv);
@@ -218,6 +226,7 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             else if (IS("--stats")) g = CLI_STATS, o->stats = true;
             else if (IS("--pin")) g = CLI_MODEL, o->pin = true;
             else if (IS("--mlock")) g = CLI_MODEL, o->mlock = true;
+            else if (IS("--ignore-eos")) g = CLI_GEN, o->ignore_eos = true;
             else if (IS("-h") || IS("--help")) g = ~0u, o->help = true;
             else if (IS("--version")) g = ~0u, o->version = true;
             else if (a[0] != '-' || !a[1]) {

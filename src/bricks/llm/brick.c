@@ -4,6 +4,7 @@
 // to nm_decode / nm_decode_embd is the input slot's data, and sampled tokens
 // are written straight into the output slot. Nothing is copied between the
 // rings and the brick, so the ledger this brick is given stays at 0 bytes.
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,11 @@ struct nm_llm_brick {
     int32_t *cached;          // (n_ctx) token id at each cached position; -1: an embedding row
     int32_t n_cached;         // positions [0, n_cached) of the KV cache hold what cached[] says
     nm_llm_brick_stats st;
+    float *masked;            // (n_vocab) with ignore_eos: the logits, end-of-generation tokens at -inf
+    int32_t *eog;             // with ignore_eos: the end-of-generation token ids
+    int32_t n_eog;
+    char tail[2 * NM_LLM_MAX_STOP_LEN + 64]; // with stop strings: the end of the text generated so far
+    int32_t n_tail;
     char err[256];
 };
 
@@ -70,12 +76,34 @@ nm_status nm_llm_brick_create(nm_model *m, nm_ctx *c, nm_sampler *s, const nm_ll
         free(b);
         return NM_ERR_NOMEM;
     }
+    if (b->p.n_stop < 0 || b->p.n_stop > NM_LLM_MAX_STOP || (b->p.n_stop > 0 && !b->p.stop)) {
+        if (err) snprintf(err, err_size, "llm brick: %d stop strings (0..%d)", b->p.n_stop, NM_LLM_MAX_STOP);
+        free(b->cached);
+        free(b);
+        return NM_ERR_INVALID_ARG;
+    }
+    for (int32_t i = 0; i < b->p.n_stop; i++)
+        if (!b->p.stop[i] || !b->p.stop[i][0] || strlen(b->p.stop[i]) > NM_LLM_MAX_STOP_LEN) {
+            if (err) snprintf(err, err_size, "llm brick: stop string %d is empty or over %d bytes", i, NM_LLM_MAX_STOP_LEN);
+            free(b->cached);
+            free(b);
+            return NM_ERR_INVALID_ARG;
+        }
+    if (b->p.ignore_eos) {
+        b->masked = malloc(sizeof(float) * (size_t)b->n_vocab);
+        b->eog = malloc(sizeof(int32_t) * (size_t)b->n_vocab);
+        if (!b->masked || !b->eog) {
+            nm_llm_brick_free(b);
+            return NM_ERR_NOMEM;
+        }
+        for (int32_t t = 0; t < b->n_vocab; t++)
+            if (nm_token_is_eog(m, t)) b->eog[b->n_eog++] = t;
+    }
     b->ledger = ledger;
     b->ep = ledger ? nm_ledger_endpoint(ledger, b->p.name ? b->p.name : "llm") : -1;
     if (ledger && b->ep < 0) {
         if (err) snprintf(err, err_size, "llm brick: the ledger has no room for another endpoint");
-        free(b->cached);
-        free(b);
+        nm_llm_brick_free(b);
         return NM_ERR_RANGE;
     }
     *out = b;
@@ -85,7 +113,30 @@ nm_status nm_llm_brick_create(nm_model *m, nm_ctx *c, nm_sampler *s, const nm_ll
 void nm_llm_brick_free(nm_llm_brick *b) {
     if (!b) return;
     free(b->cached);
+    free(b->masked);
+    free(b->eog);
     free(b);
+}
+
+// With stop strings: appends tok's text to the tail and says whether the text
+// now holds a stop string. The tail keeps the last bytes, enough for any.
+static bool reached_stop(nm_llm_brick *b, nm_detok *dt, int32_t tok) {
+    char piece[256];
+    int32_t k = nm_detok_push(b->m, dt, tok, piece, (int32_t)sizeof piece);
+    if (k <= 0) return false;
+    const int32_t cap = (int32_t)sizeof b->tail - 1;
+    if (b->n_tail + k > cap) { // keep the last NM_LLM_MAX_STOP_LEN bytes
+        int32_t keep = b->n_tail < NM_LLM_MAX_STOP_LEN ? b->n_tail : NM_LLM_MAX_STOP_LEN;
+        memmove(b->tail, b->tail + b->n_tail - keep, (size_t)keep);
+        b->n_tail = keep;
+    }
+    if (k > cap - b->n_tail) k = cap - b->n_tail;
+    memcpy(b->tail + b->n_tail, piece, (size_t)k);
+    b->n_tail += k;
+    b->tail[b->n_tail] = '\0';
+    for (int32_t i = 0; i < b->p.n_stop; i++)
+        if (strstr(b->tail, b->p.stop[i])) return true;
+    return false;
 }
 
 int32_t nm_llm_brick_pos(const nm_llm_brick *b) { return b ? b->pos : 0; }
@@ -229,12 +280,21 @@ static nm_status generate(nm_llm_brick *b, nm_tabm *in, nm_tabm *out) {
     int32_t n_held = 0;
     nm_llm_stop why = NM_LLM_STOP_N_PREDICT;
     nm_status st = NM_OK;
+    nm_detok dt = {0}; // the stop strings look at this prompt's generated text only
+    b->n_tail = 0;
+    b->tail[0] = '\0';
     for (int32_t i = 0; b->p.n_predict < 0 || i < b->p.n_predict; i++) {
         if (b->pos >= b->n_ctx) {
             why = NM_LLM_STOP_CTX_FULL;
             break;
         }
-        int32_t tok = nm_sampler_sample(b->s, nm_get_logits(b->c, -1));
+        const float *logits = nm_get_logits(b->c, -1);
+        if (b->p.ignore_eos) { // as llama.cpp's logit bias of -inf on every end-of-generation token
+            memcpy(b->masked, logits, sizeof(float) * (size_t)b->n_vocab);
+            for (int32_t e = 0; e < b->n_eog; e++) b->masked[b->eog[e]] = -INFINITY;
+            logits = b->masked;
+        }
+        int32_t tok = nm_sampler_sample(b->s, logits);
         if (nm_token_is_eog(b->m, tok)) {
             why = NM_LLM_STOP_EOG;
             break;
@@ -265,6 +325,10 @@ static nm_status generate(nm_llm_brick *b, nm_tabm *in, nm_tabm *out) {
         b->pos++;
         if (b->n_cached < b->pos) b->n_cached = b->pos;
         b->st.n_gen++;
+        if (b->p.n_stop > 0 && reached_stop(b, &dt, tok)) {
+            why = NM_LLM_STOP_STRING;
+            break;
+        }
     }
     if (!held && (st = take_out(b, in, out, &o)) != NM_OK) goto out;
     // The END slot makes the brick idle for its reader: account first.

@@ -43,6 +43,7 @@ typedef struct nm_model nm_model;
 
 typedef struct nm_model_params {
     int32_t n_threads; // default threads of the contexts made from it (each has its own pool); <= 0: all cores
+    bool no_mmap;      // read the file into memory instead of mapping it (llama.cpp's --no-mmap)
 } nm_model_params;
 
 nm_model_params nm_model_default_params(void);

@@ -69,6 +69,9 @@ typedef struct nm_gguf nm_gguf;
 // nm_gguf_close(). On failure returns a negative status, *out is NULL, and
 // `err` (if non-NULL) receives a message naming what is wrong.
 nm_status nm_gguf_open(const char *path, nm_gguf **out, char *err, size_t err_size);
+// Same, reading the whole file into memory it owns instead of mapping it
+// (llama.cpp's --no-mmap: the weights become anonymous memory).
+nm_status nm_gguf_open_read(const char *path, nm_gguf **out, char *err, size_t err_size);
 // Same, over a caller-owned buffer (borrowed until close; used by the fuzzer).
 nm_status nm_gguf_open_memory(const void *buf, size_t size, nm_gguf **out, char *err, size_t err_size);
 void nm_gguf_close(nm_gguf *g); // NULL is a no-op

@@ -42,7 +42,8 @@
 struct nm_gguf {
     const uint8_t *base; // file bytes
     uint64_t size;
-    bool mapped;         // base is our mmap (else borrowed from the caller)
+    bool mapped;         // base is our mmap
+    bool heap;           // base is our allocation (nm_gguf_open_read); neither: borrowed from the caller
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
@@ -469,21 +470,25 @@ static void gguf_free(nm_gguf *g) {
     free(g->tensors);
     free(g->t_sorted);
     if (g->mapped) munmap((void *)g->base, (size_t)g->size);
+    if (g->heap) free((void *)g->base);
     free(g);
 }
 
-// Takes ownership of the mapping (if mapped) whatever the outcome.
-static nm_status open_bytes(const void *buf, uint64_t size, bool mapped, nm_gguf **out,
+// Takes ownership of the mapping (if mapped) or the heap buffer (if heap)
+// whatever the outcome.
+static nm_status open_bytes(const void *buf, uint64_t size, bool mapped, bool heap, nm_gguf **out,
                             char *err, size_t err_size) {
     reader r = {.base = buf, .size = size, .err = err, .err_size = err_size};
     nm_gguf *g = calloc(1, sizeof *g);
     if (!g) {
         if (mapped) munmap((void *)buf, (size_t)size);
+        if (heap) free((void *)buf);
         return fail(&r, NM_ERR_NOMEM, "out of memory");
     }
     g->base = buf;
     g->size = size;
     g->mapped = mapped;
+    g->heap = heap;
     nm_status st = parse_header(&r, g);
     if (!st) st = parse_kvs(&r, g);
     if (!st) st = parse_tensors(&r, g);
@@ -502,10 +507,10 @@ nm_status nm_gguf_open_memory(const void *buf, size_t size, nm_gguf **out, char 
     *out = NULL;
     if (!buf && size) return NM_ERR_INVALID_ARG;
     static const uint8_t empty[1];
-    return open_bytes(buf ? buf : empty, size, false, out, err, err_size);
+    return open_bytes(buf ? buf : empty, size, false, false, out, err, err_size);
 }
 
-nm_status nm_gguf_open(const char *path, nm_gguf **out, char *err, size_t err_size) {
+static nm_status open_path(const char *path, bool read_whole, nm_gguf **out, char *err, size_t err_size) {
     if (err && err_size) err[0] = '\0';
     if (!out) return NM_ERR_INVALID_ARG;
     *out = NULL;
@@ -535,11 +540,34 @@ nm_status nm_gguf_open(const char *path, nm_gguf **out, char *err, size_t err_si
         return fail(&r, NM_ERR_NOMEM, "%s: %lld bytes do not fit in the address space", path,
                     (long long)sb.st_size);
     }
-    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); // the mapping keeps the file
-    if (p == MAP_FAILED) return fail(&r, NM_ERR_IO, "%s: mmap: %s", path, strerror(e));
-    nm_status st = open_bytes(p, (uint64_t)sb.st_size, true, out, err, err_size);
+    void *p;
+    if (read_whole) { // into memory we own (llama.cpp's --no-mmap), page-aligned as a mapping is
+        p = NULL;
+        if (posix_memalign(&p, 4096, (size_t)sb.st_size) != 0) {
+            close(fd);
+            return fail(&r, NM_ERR_NOMEM, "%s: out of memory for %lld bytes", path, (long long)sb.st_size);
+        }
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+        size_t got = 0;
+        while (got < (size_t)sb.st_size) {
+            ssize_t k = pread(fd, (uint8_t *)p + got, (size_t)sb.st_size - got, (off_t)got);
+            if (k <= 0) {
+                int e = k < 0 ? errno : EIO;
+                close(fd);
+                free(p);
+                return fail(&r, NM_ERR_IO, "%s: read: %s", path, strerror(e));
+            }
+            got += (size_t)k;
+        }
+        close(fd);
+    } else {
+        p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        int e = errno;
+        close(fd); // the mapping keeps the file
+        if (p == MAP_FAILED) return fail(&r, NM_ERR_IO, "%s: mmap: %s", path, strerror(e));
+    }
+    nm_status st = open_bytes(p, (uint64_t)sb.st_size, !read_whole, read_whole, out, err, err_size);
     if (st && err && err_size) {
         // Prefix the path.
         char tmp[512];
@@ -547,6 +575,14 @@ nm_status nm_gguf_open(const char *path, nm_gguf **out, char *err, size_t err_si
         snprintf(err, err_size, "%s: %s", path, tmp);
     }
     return st;
+}
+
+nm_status nm_gguf_open(const char *path, nm_gguf **out, char *err, size_t err_size) {
+    return open_path(path, false, out, err, err_size);
+}
+
+nm_status nm_gguf_open_read(const char *path, nm_gguf **out, char *err, size_t err_size) {
+    return open_path(path, true, out, err, err_size);
 }
 
 void nm_gguf_close(nm_gguf *g) { gguf_free(g); }

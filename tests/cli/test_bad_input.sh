@@ -219,5 +219,14 @@ expect run_reverse_prompt_empty 2 "-r: at most 16 stop strings of 1..256 bytes" 
 expect run_ignore_eos_runs_on 0 "generation: 30 tokens" "$M" -- nm run -m "$M" --chat -p Hi --temp 0 -n 30 --ignore-eos --stats
 expect run_eos_stops_without_it 0 "generation: ([0-9]|1[0-9]|2[0-9]) tokens" "$M" -- nm run -m "$M" --chat -p Hi --temp 0 -n 30 --stats
 
+# ---- --no-mmap: the weights read into memory, the same text -----------------------
+case_no_mmap() {
+    local a b
+    a=$(nm run -m "$M" -p "The capital of France is" -n 8 --temp 0 --no-mmap --stats 2> "$tmp/nommap.err")
+    b=$(nm run -m "$M" -p "The capital of France is" -n 8 --temp 0 2>/dev/null)
+    echo "same: $([ "$a" = "$b" ] && echo yes || echo no) | $(grep 'RSS now' "$tmp/nommap.err")"
+}
+expect run_no_mmap 0 "^same: yes \\| RSS now: ([0-9]|1[0-9])\\.[0-9] MiB mapped .*--no-mmap.* \\+ (9[0-9]|1[0-9][0-9])\\.[0-9] MiB allocated$" "$M" -- case_no_mmap
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

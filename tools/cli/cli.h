@@ -20,7 +20,7 @@ int cmd_transcribe(int argc, char **argv);
 // error naming the command, never silently ignored.
 enum {
     CLI_MPATH = 1 << 0,  // -m
-    CLI_MODEL = 1 << 1,  // -t --pin -ngl -fa --mlock
+    CLI_MODEL = 1 << 1,  // -t --pin -ngl -fa --mlock --no-mmap
     CLI_CTX = 1 << 2,    // -c -b
     CLI_FILE = 1 << 3,   // -f
     CLI_PROMPT = 1 << 4, // -p -e/--no-escape
@@ -50,6 +50,7 @@ typedef struct cli_opts {
     bool version;           // --version
     bool pin;               // --pin
     bool mlock;             // --mlock: keep every page in RAM (mlockall)
+    bool no_mmap;           // --no-mmap: read the model into memory instead of mapping it
     bool no_escape;         // --no-escape
     bool seed_random;       // --seed -1 (or none): a random seed, printed by --stats
     bool ignore_eos;        // --ignore-eos

@@ -149,6 +149,7 @@ int cmd_bench(int argc, char **argv) {
     nm_ctx *c = NULL;
     nm_model_params mp = nm_model_default_params();
     mp.n_threads = o.n_threads;
+    mp.no_mmap = o.no_mmap;
     nm_status st = nm_model_load(o.model, &mp, &m, err, sizeof err);
     if (st != NM_OK) {
         fprintf(stderr, "error: cannot load '%s': %s: %s\n", o.model, nm_status_str(st), err);

@@ -46,6 +46,7 @@ static void run_usage(void) {
            "  -fa, --flash-attn [on|off|auto]  accepted: attention is always one fused kernel here\n"
            "  -ngl, --n-gpu-layers N   accepted; this build has no GPU backend (a notice when N != 0)\n"
            "  --mlock                  keep the model's pages in RAM\n"
+           "  --no-mmap                read the model into memory instead of mapping the file\n"
            "  --stats                  print timings, the seed, the bytes copied between bricks, and memory\n"
            "                           to stderr\n"
            "  -h, --help               this help;  --version  the version\n",
@@ -324,6 +325,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     char err[512];
     nm_model_params mp = nm_model_default_params();
     mp.n_threads = o.n_threads;
+    mp.no_mmap = o.no_mmap;
     session S = {0};
     char *media_prompt = NULL;
     int rc = 1;
@@ -497,8 +499,8 @@ done_stats:
         long anon, file;
         fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
         if (cli_rss_split(&anon, &file))
-            fprintf(stderr, "RSS now: %.1f MiB mapped from the model file (weights, not copied) + %.1f MiB allocated\n",
-                    file / 1024.0, anon / 1024.0);
+            fprintf(stderr, "RSS now: %.1f MiB mapped from the model file (weights, %s) + %.1f MiB allocated\n",
+                    file / 1024.0, o.no_mmap ? "--no-mmap: read into the allocations" : "not copied", anon / 1024.0);
     }
 done:
     stop_lane(&S);

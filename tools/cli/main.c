@@ -226,6 +226,7 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             else if (IS("--stats")) g = CLI_STATS, o->stats = true;
             else if (IS("--pin")) g = CLI_MODEL, o->pin = true;
             else if (IS("--mlock")) g = CLI_MODEL, o->mlock = true;
+            else if (IS("--no-mmap")) g = CLI_MODEL, o->no_mmap = true;
             else if (IS("--ignore-eos")) g = CLI_GEN, o->ignore_eos = true;
             else if (IS("-h") || IS("--help")) g = ~0u, o->help = true;
             else if (IS("--version")) g = ~0u, o->version = true;

@@ -252,7 +252,8 @@ nm_status nm_model_load(const char *path, const nm_model_params *params, nm_mode
     if (err && err_size) err[0] = '\0';
     nm_model *m = calloc(1, sizeof *m);
     if (!m) return NM_ERR_NOMEM;
-    nm_status st = nm_gguf_open(path, &m->gguf, err, err_size);
+    nm_status st = params && params->no_mmap ? nm_gguf_open_read(path, &m->gguf, err, err_size)
+                                             : nm_gguf_open(path, &m->gguf, err, err_size);
     if (st != NM_OK) goto fail;
 
     loader L = {m->gguf, NULL, err, err_size};

@@ -89,6 +89,12 @@ expect say_fifo_with_reader 0 "read: RIFF$" -- case_say_fifo_with_reader
 case_say_stdout() { nm say hi --stdout > "$tmp/stdout.wav"; head -c 4 "$tmp/stdout.wav"; echo; }
 expect say_stdout 0 "^RIFF$" -- case_say_stdout
 expect say_to_a_folder 1 "Is a directory" -- nm say hi -o "$tmp"
+case_say_raw() {
+    nm say hello --output-raw > "$tmp/raw.pcm"; nm say hello --stdout > "$tmp/raw.wav"
+    cmp <(tail -c +45 "$tmp/raw.wav") "$tmp/raw.pcm" && echo "raw = the WAV's samples, $(stat -c %s "$tmp/raw.pcm") bytes"
+}
+expect say_output_raw 0 "^raw = the WAV's samples, [0-9]+ bytes$" -- case_say_raw
+
 
 # ---- hangs: a FIFO where a regular file is needed --------------------------------
 mkfifo "$tmp/in.fifo"

@@ -35,6 +35,8 @@ static void say_usage(void) {
            "  -o, -w, --output FILE  the WAV file to write (\"-\": stdout); an existing file is replaced\n"
            "                         only once the new one is complete\n"
            "  --stdout               write the WAV to stdout (as espeak-ng --stdout; = -o -)\n"
+           "  --output-raw           raw 16-bit mono samples, no header, to stdout (as Piper --output-raw;\n"
+           "                         --stats prints the rate)\n"
            "  -f, --file FILE        read the text from FILE (\"-\": stdin) instead of TEXT\n"
            "  --voice V              espeak-ng voice: a language (en-us, en, en-gb, de, fr-fr, ...) or a voice\n"
            "                         file, with an optional variant (en-us+f3); default en-us\n"
@@ -102,7 +104,7 @@ static void put_u32le(uint8_t *p, uint32_t v) {
 
 int cmd_say(int argc, char **argv) {
     const char *text_arg = NULL, *file = NULL, *out = NULL;
-    bool list = false, stats = false;
+    bool list = false, stats = false, raw = false;
     nm_tts_params p = nm_tts_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -122,6 +124,7 @@ int cmd_say(int argc, char **argv) {
             } else if (!strcmp(a, "--list-voices")) list = true;
             else if (!strcmp(a, "--stats")) stats = true;
             else if (!strcmp(a, "--stdout")) out = "-";
+            else if (!strcmp(a, "--output-raw")) out = "-", raw = true;
             else if ((a[0] != '-' || !strcmp(a, "-")) && !text_arg) text_arg = a;
             else if (a[0] != '-') {
                 fprintf(stderr, "error: more than one text argument ('%s'); quote the text\n", a);
@@ -214,7 +217,7 @@ int cmd_say(int argc, char **argv) {
     uint8_t hdr[NM_WAV_HEADER_BYTES];
     nm_audio_wav_header(hdr, 0, nm_tts_sample_rate(tts), 1);
     errno = 0;
-    if (wav.seekable && fwrite(hdr, 1, sizeof hdr, wav.f) != sizeof hdr) {
+    if (!raw && wav.seekable && fwrite(hdr, 1, sizeof hdr, wav.f) != sizeof hdr) {
         fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno ? errno : EIO));
         goto done;
     }
@@ -238,7 +241,7 @@ int cmd_say(int argc, char **argv) {
         const nm_tabm_meta *m = s.meta;
         if (!write_failed && m->size) {
             // The slot's bytes, in place, to the file (or held, where it cannot seek).
-            if (wav.seekable) {
+            if (wav.seekable || raw) { // raw samples need no header to complete: straight out
                 errno = 0;
                 if (fwrite(s.data, 1, (size_t)m->size, wav.f) != m->size) {
                     write_failed = true;
@@ -287,7 +290,9 @@ int cmd_say(int argc, char **argv) {
     }
     errno = 0;
     bool ok;
-    if (wav.seekable) { // the two sizes, now known
+    if (raw) {
+        ok = true; // the samples are out already
+    } else if (wav.seekable) { // the two sizes, now known
         uint8_t sz[4];
         put_u32le(sz, (uint32_t)(36 + data_bytes));
         ok = fseek(wav.f, 4, SEEK_SET) == 0 && fwrite(sz, 1, 4, wav.f) == 4;

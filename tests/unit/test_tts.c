@@ -4,6 +4,7 @@
 // small slots, backpressure, shutdown), caller buffers, determinism from the
 // same engine state, WAV output read back, bad data directories and every
 // bad argument give a clear error.
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -114,12 +115,31 @@ static uint64_t fnv(const int16_t *x, int64_t n) {
 }
 
 static char tmp_dir[64];
+static pid_t tmp_owner;
+
+// At exit: the files the cases left in the scratch folder, then the folder
+// (ours alone: made by mkdtemp below; never from a forked child).
+static void remove_tmp_dir(void) {
+    if (getpid() != tmp_owner) return;
+    DIR *d = opendir(tmp_dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", tmp_dir, e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(tmp_dir);
+}
+
 static const char *tmp_path(const char *name) {
     static char p[4][256];
     static int k;
     if (!tmp_dir[0]) {
         snprintf(tmp_dir, sizeof tmp_dir, "/tmp/nm_tts_XXXXXX");
         if (!mkdtemp(tmp_dir)) return NULL;
+        tmp_owner = getpid();
+        atexit(remove_tmp_dir);
     }
     k = (k + 1) % 4;
     snprintf(p[k], sizeof p[k], "%s/%s", tmp_dir, name);

@@ -96,6 +96,14 @@ NM_TEST(heads_do_not_divide_the_width) {
     refused(&o, "llama.attention.head_count 6 does not divide llama.embedding_length 64", nmtest_failed);
 }
 
+// A tensor with a dimension too many: the message gives its whole shape.
+NM_TEST(tensor_with_a_third_dimension) {
+    NEED_TOK(tok);
+    gen_opts o = base(tok, out);
+    o.bad_3d = "blk.0.attn_q.weight";
+    refused(&o, "tensor 'blk.0.attn_q.weight' has shape [64, 64, 1], expected [64, 64]", nmtest_failed);
+}
+
 // A tensor whose offset is moved onto its neighbour's bytes (as a changed type
 // or shape would make it run into them): the reader refuses the file. Both
 // ways: b inside a, and b starting in a's last bytes and running past its end.

@@ -14,6 +14,7 @@ typedef struct gen_state {
     uint64_t rng;
     void **keep;
     int n_keep, cap;
+    const char *bad_3d; // gen_opts.bad_3d
 } gen_state;
 
 static double urand(gen_state *g) { // xorshift64*, uniform in [0, 1)
@@ -44,7 +45,11 @@ static int add(gen_state *g, nm_gguf_writer *w, const char *name, uint32_t type,
     for (int64_t r = 0; r < ne1; r++) nm_quantize_row_ref(type, f + r * ne0, (uint8_t *)q + r * rb, ne0);
     free(f);
     g->keep[g->n_keep++] = q;
-    nm_status st = nm_gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, q);
+    // bad_3d: this tensor written with a third dimension of 1 (a shape no loader may take)
+    const int64_t ne3[3] = {ne0, ne1, 1};
+    const bool three = g->bad_3d && !strcmp(name, g->bad_3d);
+    nm_status st = three ? nm_gguf_writer_add_tensor(w, name, type, 3, ne3, q)
+                         : nm_gguf_writer_add_tensor(w, name, type, ne1 > 1 ? 2 : 1, ne, q);
     if (st != NM_OK) fprintf(stderr, "nm-genmodel: %s: %s\n", name, nm_gguf_writer_last_error(w));
     return st != NM_OK;
 }
@@ -87,7 +92,7 @@ int nm_genmodel_write(gen_opts *o) {
         fprintf(stderr, "nm-genmodel: unknown arch '%s' (llama, qwen2, gemma3)\n", o->arch);
         return 2;
     }
-    gen_state gs = {.cap = 4 + 20 * o->layers};
+    gen_state gs = {.cap = 4 + 20 * o->layers, .bad_3d = o->bad_3d};
     if (o->head_dim <= 0) o->head_dim = o->embd / o->heads;
     gs.rng = o->seed * 0x9E3779B97F4A7C15ull + 1;
 

@@ -18,6 +18,7 @@ typedef struct gen_opts {
     int bad_block_count;  // written as ARCH.block_count (the tensors stay those of `layers`)
     int64_t bad_bos_id;   // written as tokenizer.ggml.bos_token_id
     int bad_heads;        // written as ARCH.attention.head_count, and no key_length
+    const char *bad_3d;   // this tensor written with a third dimension of 1
 } gen_opts;
 
 gen_opts nm_genmodel_defaults(void);

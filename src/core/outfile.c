@@ -71,6 +71,13 @@ nm_status nm_outfile_open(nm_outfile *o, const char *path, char *err, size_t err
         }
         return NM_OK;
     }
+    // A read-only file stays as it is, as `>` would leave it: the rename below
+    // needs only the folder's write permission, so ask about the file itself.
+    if (exists && access(target, W_OK) != 0) {
+        int e = errno;
+        free(target);
+        return fail_errno(o, e, err, err_size, "cannot write");
+    }
     // A regular file or a new one: a temporary beside it.
     const char *slash = strrchr(target, '/');
     const size_t dlen = slash ? (size_t)(slash - target) + 1 : 0;

@@ -7,7 +7,9 @@
 //   not exist yet       then the old file is untouched, and a failure removes
 //                       only the temporary. An existing file keeps its mode;
 //                       a symlink is followed (its target is replaced, the
-//                       link kept).
+//                       link kept). A file we may not write is refused
+//                       (EACCES), as `>` would, though the folder's write
+//                       permission would let the rename replace it.
 //   anything else       (a device, a FIFO, a socket) written in place, never
 //                       truncated or removed; a FIFO without a reader is an
 //                       error, not a hang.

@@ -41,7 +41,7 @@ case_say_existing_file_write_fails() {
 expect say_failed_write_keeps_the_old_file 1 "File too large \\| file: kept, leftovers: 0 $" -- case_say_existing_file_write_fails
 
 case_say_read_only_folder() {
-    local d=$tmp/ro; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 644 "$d/a.wav"; chmod 555 "$d"; chmod 755 "$tmp"
+    local d=$tmp/ro; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 666 "$d/a.wav"; chmod 555 "$d"; chmod 755 "$tmp"
     local before out rc; before=$(state "$d/a.wav")
     if [ "$(id -u)" = 0 ]; then # root writes anywhere: run as nobody
         out=$(HOME=$tmp timeout "$NM_TIMEOUT" setpriv --reuid=65534 --regid=65534 --clear-groups "$NM" say hi -o "$d/a.wav" 2>&1)
@@ -54,6 +54,20 @@ case_say_read_only_folder() {
     chmod 755 "$d"
 }
 expect say_read_only_folder_keeps_the_file 1 "cannot create a file in its folder: Permission denied \\| file: kept, leftovers: 0 $" -- case_say_read_only_folder
+
+case_say_read_only_file() {
+    local d=$tmp/rof; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 444 "$d/a.wav"; chmod 777 "$d"; chmod 755 "$tmp"
+    local before out; before=$(state "$d/a.wav")
+    if [ "$(id -u)" = 0 ]; then # root writes anywhere: run as nobody, in a folder nobody may write
+        out=$(HOME=$tmp timeout "$NM_TIMEOUT" setpriv --reuid=65534 --regid=65534 --clear-groups "$NM" say hi -o "$d/a.wav" 2>&1)
+        echo "$?" >> "$tmp/rc"
+    else
+        out=$(nm say hi -o "$d/a.wav" 2>&1)
+    fi
+    echo "$out | file: $([ "$(state "$d/a.wav")" = "$before" ] && echo kept || echo CHANGED), leftovers: $(leftovers "$d")" | tr '\n' ' '; echo
+    chmod 755 "$d"
+}
+expect say_read_only_file_keeps_the_file 1 "a.wav: cannot write: Permission denied \\| file: kept, leftovers: 0 $" -- case_say_read_only_file
 
 case_say_replaces_whole() {
     local d=$tmp/ok; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 600 "$d/a.wav"

@@ -388,27 +388,74 @@ NM_TEST(vision_reference_discriminates) {
 
 // ---- files that must be refused -------------------------------------------------------
 
+// One metadata edit for rewrite(): the key's new value as GGUF writes it
+// (arrays: element type, count, elements), or the key dropped. A key the file
+// lacks is added.
+typedef struct kv_set {
+    const char *key;
+    uint32_t type;
+    uint8_t raw[64];
+    uint64_t size;
+    bool drop;
+} kv_set;
+
+static kv_set kv_u32(const char *key, uint32_t v) {
+    kv_set e = {.key = key, .type = NM_GGUF_UINT32, .size = 4};
+    memcpy(e.raw, &v, 4);
+    return e;
+}
+static kv_set kv_f32(const char *key, float v) {
+    kv_set e = {.key = key, .type = NM_GGUF_FLOAT32, .size = 4};
+    memcpy(e.raw, &v, 4);
+    return e;
+}
+static kv_set kv_bool(const char *key, bool v) { return (kv_set){.key = key, .type = NM_GGUF_BOOL, .raw = {v}, .size = 1}; }
+static kv_set kv_str(const char *key, const char *v) {
+    kv_set e = {.key = key, .type = NM_GGUF_STRING};
+    const uint64_t n = strlen(v) < sizeof e.raw - 8 ? strlen(v) : sizeof e.raw - 8;
+    memcpy(e.raw, &n, 8);
+    memcpy(e.raw + 8, v, n);
+    e.size = 8 + n;
+    return e;
+}
+// An array of n (<= 12) elements of GGUF type et, 4 bytes each.
+static kv_set kv_arr4(const char *key, uint32_t et, const void *v, uint64_t n) {
+    kv_set e = {.key = key, .type = NM_GGUF_ARRAY, .size = 12 + 4 * n};
+    memcpy(e.raw, &et, 4);
+    memcpy(e.raw + 4, &n, 8);
+    memcpy(e.raw + 12, v, 4 * n);
+    return e;
+}
+static kv_set kv_drop(const char *key) { return (kv_set){.key = key, .drop = true}; }
+
 // Copies GGUF `src` to `dst`, dropping tensor `drop`, giving tensor `reshape`
-// the f32 shape {ne0, ne1} (zeros), and setting string key `key` to `val`.
+// the f32 shape {ne0, ne1} (zeros), and applying the n_set metadata edits.
 static int rewrite(const char *src, const char *dst, const char *drop, const char *reshape, int64_t ne0, int64_t ne1,
-                   const char *key, const char *val) {
+                   const kv_set *set, int n_set) {
     char err[256];
     nm_gguf *g = NULL;
     if (nm_gguf_open(src, &g, err, sizeof err) != NM_OK) return 1;
     nm_gguf_writer *w = nm_gguf_writer_create();
     float *zeros = calloc((size_t)(ne0 > 0 ? ne0 : 1) * (size_t)(ne1 > 0 ? ne1 : 1), sizeof(float));
     int bad = !w || !zeros;
+    bool done[8] = {false};
+    if (n_set > 8) bad = 1;
     for (int64_t i = 0; i < nm_gguf_n_kv(g) && !bad; i++) {
         const nm_gguf_kv *kv = nm_gguf_kv_at(g, i);
         char k[256];
         snprintf(k, sizeof k, "%.*s", (int)kv->key.len, kv->key.ptr);
-        if (key && !strcmp(k, key)) {
-            bad = nm_gguf_writer_add_str(w, k, val) != NM_OK;
+        int j = 0;
+        while (j < n_set && strcmp(k, set[j].key)) j++;
+        if (j < n_set) {
+            done[j] = true;
+            if (!set[j].drop) bad = nm_gguf_writer_add_raw(w, k, set[j].type, set[j].raw, set[j].size) != NM_OK;
             continue;
         }
         const uint8_t *p = kv->type == NM_GGUF_ARRAY ? kv->data - 12 : kv->data; // arrays: type + count first
         bad = nm_gguf_writer_add_raw(w, k, kv->type, p, nm_gguf_value_size(kv->type, p)) != NM_OK;
     }
+    for (int j = 0; j < n_set && !bad; j++)
+        if (!done[j] && !set[j].drop) bad = nm_gguf_writer_add_raw(w, set[j].key, set[j].type, set[j].raw, set[j].size) != NM_OK;
     for (int64_t i = 0; i < nm_gguf_n_tensors(g) && !bad; i++) {
         const nm_gguf_tensor *t = nm_gguf_tensor_at(g, i);
         char name[256];
@@ -449,58 +496,41 @@ NM_TEST(vision_bad_files_refused) {
     nm_clip *c = NULL;
     NM_CHECK(nm_clip_load(good, 1, &c, err, sizeof err) == NM_OK); // the unmodified copy loads
     nm_clip_free(c);
-    NM_CHECK(rewrite(good, bad, NULL, NULL, 0, 0, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, NULL, NULL, 0, 0, NULL, 0) == 0);
     c = NULL;
     NM_CHECK(nm_clip_load(bad, 1, &c, err, sizeof err) == NM_OK); // and so does a plain rewrite
     nm_clip_free(c);
 
-    NM_CHECK(rewrite(good, bad, "v.blk.1.attn_k.weight", NULL, 0, 0, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, "v.blk.1.attn_k.weight", NULL, 0, 0, NULL, 0) == 0);
     expect_refused(nmtest_failed, bad, "v.blk.1.attn_k.weight");
-    NM_CHECK(rewrite(good, bad, "mm.2.bias", NULL, 0, 0, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, "mm.2.bias", NULL, 0, 0, NULL, 0) == 0);
     expect_refused(nmtest_failed, bad, "mm.2.bias");
-    NM_CHECK(rewrite(good, bad, "v.position_embd.weight", NULL, 0, 0, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, "v.position_embd.weight", NULL, 0, 0, NULL, 0) == 0);
     expect_refused(nmtest_failed, bad, "v.position_embd.weight");
-    NM_CHECK(rewrite(good, bad, "v.patch_embd.weight", NULL, 0, 0, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, "v.patch_embd.weight", NULL, 0, 0, NULL, 0) == 0);
     expect_refused(nmtest_failed, bad, "v.patch_embd.weight");
 
-    NM_CHECK(rewrite(good, bad, NULL, "v.blk.0.attn_q.weight", p.n_embd, p.n_embd / 2, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, NULL, "v.blk.0.attn_q.weight", p.n_embd, p.n_embd / 2, NULL, 0) == 0);
     expect_refused(nmtest_failed, bad, "v.blk.0.attn_q.weight");
     // One position row short (the class token's).
-    NM_CHECK(rewrite(good, bad, NULL, "v.position_embd.weight", p.n_embd, 16, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, NULL, "v.position_embd.weight", p.n_embd, 16, NULL, 0) == 0);
     expect_refused(nmtest_failed, bad, "v.position_embd.weight");
-    NM_CHECK(rewrite(good, bad, NULL, "mm.0.weight", p.n_embd + 32, p.n_out_embd, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, NULL, "mm.0.weight", p.n_embd + 32, p.n_out_embd, NULL, 0) == 0);
     expect_refused(nmtest_failed, bad, "mm.0.weight");
 
-    NM_CHECK(rewrite(good, bad, NULL, NULL, 0, 0, "clip.projector_type", "resampler") == 0);
+    const kv_set resampler = kv_str("clip.projector_type", "resampler");
+    NM_CHECK(rewrite(good, bad, NULL, NULL, 0, 0, &resampler, 1) == 0);
     expect_refused(nmtest_failed, bad, "resampler");
 
     // A missing key the encoder cannot do without.
-    nm_gguf *g = NULL;
-    NM_CHECK(nm_gguf_open(good, &g, err, sizeof err) == NM_OK);
-    nm_gguf_writer *w = nm_gguf_writer_create();
-    for (int64_t i = 0; g && w && i < nm_gguf_n_kv(g); i++) {
-        const nm_gguf_kv *kv = nm_gguf_kv_at(g, i);
-        if (nm_str_eq(kv->key, "clip.vision.patch_size")) continue;
-        char k[256];
-        snprintf(k, sizeof k, "%.*s", (int)kv->key.len, kv->key.ptr);
-        const uint8_t *v = kv->type == NM_GGUF_ARRAY ? kv->data - 12 : kv->data;
-        NM_CHECK(nm_gguf_writer_add_raw(w, k, kv->type, v, nm_gguf_value_size(kv->type, v)) == NM_OK);
-    }
-    for (int64_t i = 0; g && w && i < nm_gguf_n_tensors(g); i++) {
-        const nm_gguf_tensor *t = nm_gguf_tensor_at(g, i);
-        char name[256];
-        snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
-        NM_CHECK(nm_gguf_writer_add_tensor(w, name, t->type, t->n_dims, t->ne, t->data) == NM_OK);
-    }
-    NM_CHECK(w && nm_gguf_writer_write(w, bad) == NM_OK);
-    nm_gguf_writer_free(w);
-    nm_gguf_close(g);
+    const kv_set no_patch = kv_drop("clip.vision.patch_size");
+    NM_CHECK(rewrite(good, bad, NULL, NULL, 0, 0, &no_patch, 1) == 0);
     expect_refused(nmtest_failed, bad, "clip.vision.patch_size");
 
     // Truncated: cut inside the tensor data, then inside the header.
     struct stat sb;
     NM_CHECK(stat(good, &sb) == 0);
-    NM_CHECK(rewrite(good, bad, NULL, NULL, 0, 0, NULL, NULL) == 0);
+    NM_CHECK(rewrite(good, bad, NULL, NULL, 0, 0, NULL, 0) == 0);
     NM_CHECK(truncate(bad, sb.st_size / 2) == 0);
     expect_refused(nmtest_failed, bad, "");
     NM_CHECK(truncate(bad, 100) == 0);
@@ -517,6 +547,73 @@ NM_TEST(vision_bad_files_refused) {
     NM_CHECK(w2 && nm_gguf_writer_write(w2, bad) == NM_OK);
     nm_gguf_writer_free(w2);
     expect_refused(nmtest_failed, bad, "projector");
+}
+
+// Each metadata value an encoder cannot have is refused by name (issue 12):
+// one edit of a good file per case, the message it must give.
+NM_TEST(vision_bad_values_refused) {
+    char good[2][160], bad[160], err[256];
+    const char *projs[2] = {"mlp", "idefics3"};
+    for (int k = 0; k < 2; k++) {
+        tmp_path(good[k], sizeof good[k], k ? "good-idefics3.gguf" : "good-mlp.gguf");
+        nm_genmmproj_params p = small_params(projs[k], NM_TYPE_F32, 71 + k);
+        NM_CHECK(nm_genmmproj_write(good[k], &p, err, sizeof err) == NM_OK);
+    }
+    tmp_path(bad, sizeof bad, "bad-value.gguf");
+    const float std0[3] = {0.5f, 0.0f, 0.5f}, mean_nan[3] = {0.5f, NAN, 0.5f}, two[2] = {0.5f, 0.5f};
+    const int32_t layer99 = 99, layers[2] = {2, 3}, pin_odd[3] = {64, 64, 32}, pin_off[2] = {48, 64};
+    struct {
+        int file; // 0 mlp, 1 idefics3
+        kv_set set[2];
+        int n_set;
+        const char *want;
+    } cases[] = {
+        {0, {kv_f32("clip.vision.attention.layer_norm_epsilon", -1e-6f)}, 1, "layer_norm_epsilon is not a finite float >= 0"},
+        {0, {kv_f32("clip.vision.attention.layer_norm_epsilon", NAN)}, 1, "layer_norm_epsilon is not a finite float >= 0"},
+        {0, {kv_drop("clip.vision.attention.layer_norm_epsilon")}, 1,
+         "missing metadata key 'clip.vision.attention.layer_norm_epsilon'"},
+        {0, {kv_arr4("clip.vision.image_std", NM_GGUF_FLOAT32, std0, 3)}, 1, "image_std[1] is not positive"},
+        {0, {kv_arr4("clip.vision.image_mean", NM_GGUF_FLOAT32, mean_nan, 3)}, 1,
+         "'clip.vision.image_mean' has a non-finite value"},
+        {0, {kv_arr4("clip.vision.image_mean", NM_GGUF_FLOAT32, two, 2)}, 1,
+         "'clip.vision.image_mean' is not an array of 3 numbers"},
+        {0, {kv_u32("clip.vision.attention.head_count", 3)}, 1, "inconsistent sizes (n_embd 256, n_ff 512, n_head 3"},
+        {0, {kv_u32("clip.vision.embedding_length", 0)}, 1, "inconsistent sizes (n_embd 0"},
+        {0, {kv_str("clip.vision.embedding_length", "256")}, 1, "'clip.vision.embedding_length' is not a valid count"},
+        {0, {kv_u32("clip.vision.feed_forward_length", 0)}, 1, "inconsistent sizes (n_embd 256, n_ff 0"},
+        {0, {kv_u32("clip.vision.block_count", 2000)}, 1, "sizes out of range (layers 2000 of at most 1024"},
+        {0, {kv_u32("clip.vision.block_count", 1)}, 1, "an mlp encoder needs at least 2 layers"},
+        {0, {kv_u32("clip.vision.patch_size", 7)}, 1, "image_size 32 is not a multiple of patch_size 7"},
+        {0, {kv_u32("clip.vision.patch_size", 0)}, 1, "image_size 32 is not a multiple of patch_size 0"},
+        {0, {kv_u32("clip.vision.image_size", 0)}, 1, "image_size 0 is out of range 1..4096"},
+        {0, {kv_u32("clip.vision.image_size", 8192)}, 1, "image_size 8192 is out of range 1..4096"},
+        {0, {kv_bool("clip.use_gelu", true), kv_bool("clip.use_silu", true)}, 2,
+         "both clip.use_gelu and clip.use_silu are set"},
+        {0, {kv_u32("clip.vision.attention.head_count_kv", 2)}, 1, "grouped or non-standard attention heads"},
+        {0, {kv_u32("clip.vision.attention.head_dim", 32)}, 1, "grouped or non-standard attention heads"},
+        {0, {kv_arr4("clip.vision.feature_layer", NM_GGUF_INT32, &layer99, 1)}, 1, "feature layer 99 out of range 1..3"},
+        {0, {kv_arr4("clip.vision.feature_layer", NM_GGUF_INT32, layers, 2)}, 1, "stacked features"},
+        {0, {kv_arr4("clip.vision.image_grid_pinpoints", NM_GGUF_INT32, pin_odd, 3)}, 1,
+         "image_grid_pinpoints has 3 numbers"},
+        {0, {kv_arr4("clip.vision.image_grid_pinpoints", NM_GGUF_INT32, pin_off, 2)}, 1,
+         "anyres resolution 48x64 is not a multiple of the 32x32 tile"},
+        {0, {kv_drop("clip.projector_type")}, 1, "not an mmproj file: no clip.projector_type key"},
+        {0, {kv_bool("clip.has_vision_encoder", false)}, 1, "the file has no vision encoder"},
+        {1, {kv_u32("clip.vision.projector.scale_factor", 3)}, 1, "scale_factor 3 does not divide the 8x8 patch grid"},
+        {1, {kv_u32("clip.vision.projector.scale_factor", 1)}, 1, "scale_factor 1 does not divide"},
+        {1, {kv_drop("clip.vision.projector.scale_factor")}, 1, "missing metadata key 'clip.vision.projector.scale_factor'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        NM_CHECK(rewrite(good[cases[i].file], bad, NULL, NULL, 0, 0, cases[i].set, cases[i].n_set) == 0);
+        expect_refused(nmtest_failed, bad, cases[i].want);
+    }
+    // The edits themselves leave a good file good: a value in range loads.
+    const kv_set fine[2] = {kv_f32("clip.vision.attention.layer_norm_epsilon", 1e-5f),
+                            kv_arr4("clip.vision.feature_layer", NM_GGUF_INT32, &layers[0], 1)};
+    NM_CHECK(rewrite(good[0], bad, NULL, NULL, 0, 0, fine, 2) == 0);
+    nm_clip *c = NULL;
+    NM_CHECK(nm_clip_load(bad, 1, &c, err, sizeof err) == NM_OK);
+    nm_clip_free(c);
 }
 
 // The generator refuses what llama.cpp could not read back as written.

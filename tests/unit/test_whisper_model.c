@@ -978,6 +978,107 @@ NM_TEST(malformed_files) {
     free(r);
 }
 
+// The bytes of GGUF key `key`'s value in b (after its name and its u32 type
+// `type`), or NULL. Arrays: element type, count, then the elements.
+static uint8_t *kv_value(const buf *b, const char *key, uint32_t type) {
+    uint8_t pat[128];
+    const uint64_t n = strlen(key);
+    memcpy(pat, &n, 8);
+    memcpy(pat + 8, key, n);
+    memcpy(pat + 8 + n, &type, 4);
+    uint8_t *a = memmem(b->p, b->n, pat, 12 + n);
+    return a ? a + 12 + n : NULL;
+}
+
+// Each metadata value a Whisper model cannot have is refused by name (issue
+// 12): one edit of a good GGUF per case, the message it must give.
+NM_TEST(gguf_bad_values_refused) {
+    rand_model *r = malloc(sizeof *r);
+    rand_model_init(r, NM_TYPE_F16, 31);
+    buf gg = write_gguf(&r->m, true);
+    NM_CHECK(expect(&gg, NM_OK, ""));
+    const struct {
+        const char *key;
+        uint32_t type;
+        int elem;  // arrays: the element changed; -1 for a scalar
+        int32_t v; // its new value
+        nm_status want;
+        const char *needle;
+    } cases[] = {
+        {"whisper.n_audio_ctx", NM_GGUF_UINT32, -1, 0, NM_ERR_FORMAT, "n_audio_ctx = 0 is out of range [1, 65536]"},
+        {"whisper.n_audio_state", NM_GGUF_UINT32, -1, 1 << 16, NM_ERR_FORMAT, "n_audio_state = 65536 is out of range"},
+        {"whisper.n_audio_head", NM_GGUF_UINT32, -1, 0, NM_ERR_FORMAT, "n_audio_head = 0 is out of range [1, 1024]"},
+        {"whisper.n_audio_layer", NM_GGUF_UINT32, -1, 0, NM_ERR_FORMAT, "n_audio_layer = 0 is out of range [1, 256]"},
+        {"whisper.n_audio_layer", NM_GGUF_UINT32, -1, 300, NM_ERR_FORMAT, "n_audio_layer = 300 is out of range"},
+        {"whisper.n_text_ctx", NM_GGUF_UINT32, -1, 0, NM_ERR_FORMAT, "n_text_ctx = 0 is out of range [1, 65536]"},
+        {"whisper.n_text_head", NM_GGUF_UINT32, -1, 0, NM_ERR_FORMAT, "n_text_head = 0 is out of range"},
+        {"whisper.n_text_layer", NM_GGUF_UINT32, -1, 257, NM_ERR_FORMAT, "n_text_layer = 257 is out of range [1, 256]"},
+        {"whisper.n_mels", NM_GGUF_UINT32, -1, 0, NM_ERR_FORMAT, "n_mels = 0 is out of range [1, 512]"},
+        {"whisper.n_text_state", NM_GGUF_UINT32, -1, 64, NM_ERR_FORMAT, "n_text_state 64 differs from n_audio_state 32"},
+        {"whisper.n_audio_head", NM_GGUF_UINT32, -1, 5, NM_ERR_FORMAT, "the head counts (5, 4) do not divide the width 32"},
+        {"whisper.n_text_head", NM_GGUF_UINT32, -1, 3, NM_ERR_FORMAT, "the head counts (4, 3) do not divide the width 32"},
+        {"whisper.n_mels", NM_GGUF_UINT32, -1, 128, NM_ERR_FORMAT, "mel filterbank has 80 filters, n_mels is 128"},
+        {"whisper.n_vocab", NM_GGUF_UINT32, -1, 1000, NM_ERR_FORMAT, "is beyond n_vocab 1000"},
+        {"whisper.token.eot", NM_GGUF_UINT32, -1, 60000, NM_ERR_FORMAT, "special token id 60000 is beyond n_vocab 51864"},
+        {"whisper.token.timestamp_begin", NM_GGUF_UINT32, -1, 50362, NM_ERR_FORMAT,
+         "special token ids are out of whisper's order"},
+        {"whisper.token.translate", NM_GGUF_UINT32, -1, 50300, NM_ERR_FORMAT,
+         "'whisper.languages' must list the 42 language codes"},
+        {"whisper.suppress_tokens", NM_GGUF_ARRAY, 0, 51864, NM_ERR_FORMAT,
+         "metadata 'whisper.suppress_tokens'[0] = 51864 is out of range"},
+        {"whisper.begin_suppress_tokens", NM_GGUF_ARRAY, 1, -1, NM_ERR_FORMAT,
+         "'whisper.begin_suppress_tokens'[1] = -1 is out of range"},
+        {"whisper.alignment_heads", NM_GGUF_ARRAY, 0, 1, NM_ERR_FORMAT, "alignment head (1, 1) is out of range"},
+        {"whisper.alignment_heads", NM_GGUF_ARRAY, 1, 4, NM_ERR_FORMAT, "'whisper.alignment_heads'[1] = 4 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        buf d = {0};
+        put(&d, gg.p, gg.n);
+        uint8_t *v = kv_value(&d, cases[i].key, cases[i].type);
+        NM_CHECK(v != NULL);
+        if (!v) {
+            free(d.p);
+            continue;
+        }
+        if (cases[i].elem >= 0) v += 12 + 4 * (size_t)cases[i].elem;
+        memcpy(v, &cases[i].v, 4);
+        const bool ok = expect(&d, cases[i].want, cases[i].needle);
+        if (!ok) fprintf(stderr, "  case %zu: %s\n", i, cases[i].key);
+        NM_CHECK(ok);
+        free(d.p);
+    }
+    // A required key renamed away; a count given as a float.
+    {
+        buf d = {0};
+        put(&d, gg.p, gg.n);
+        uint8_t *v = kv_value(&d, "whisper.token.prev", NM_GGUF_UINT32);
+        NM_CHECK(v != NULL);
+        if (v) v[-5] = 'z'; // "whisper.token.prev" -> "whisper.token.prez"
+        NM_CHECK(expect(&d, NM_ERR_FORMAT, "missing metadata key 'whisper.token.prev'"));
+        free(d.p);
+        d = (buf){0};
+        put(&d, gg.p, gg.n);
+        v = kv_value(&d, "whisper.token.sot", NM_GGUF_UINT32);
+        NM_CHECK(v != NULL);
+        if (v) {
+            const uint32_t f32 = NM_GGUF_FLOAT32;
+            const float x = 50257.5f;
+            memcpy(v - 4, &f32, 4);
+            memcpy(v, &x, 4);
+        }
+        NM_CHECK(expect(&d, NM_ERR_FORMAT, "metadata 'whisper.token.sot' is not a valid count"));
+        free(d.p);
+    }
+    free(gg.p);
+    // A negative mel filter weight.
+    r->filters[7] = -0.25f; // the storage r->m.mel_filters views
+    gg = write_gguf(&r->m, true);
+    NM_CHECK(expect(&gg, NM_ERR_FORMAT, "mel filter value 7 is -0.25"));
+    free(gg.p);
+    rand_model_free(r);
+    free(r);
+}
+
 NM_TEST(misaligned_bin_data_is_copied_aligned) {
     // The .bin layout has no padding: with these names some tensors start at odd
     // offsets. They must come back aligned and equal (same_model checks both).

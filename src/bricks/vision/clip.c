@@ -272,9 +272,11 @@ static nm_status load_hparams(loader *L) {
                      in->n_layer, NM_CLIP_MAX_LAYERS, in->n_embd, in->n_ff);
     if ((n_head_kv && n_head_kv != in->n_head) || (head_dim && head_dim * in->n_head != in->n_embd))
         return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: grouped or non-standard attention heads are not supported");
-    if (in->patch_size <= 0 || in->image_size <= 0 || in->image_size % in->patch_size || in->image_size > 4096)
-        return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_size %d is not a multiple of patch_size %d (or too large)",
-                     in->image_size, in->patch_size);
+    if (in->image_size <= 0 || in->image_size > 4096)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_size %d is out of range 1..4096", in->image_size);
+    if (in->patch_size <= 0 || in->image_size % in->patch_size)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_size %d is not a multiple of patch_size %d", in->image_size,
+                     in->patch_size);
     bool gelu = get_flag(L, "clip.use_gelu"), silu = get_flag(L, "clip.use_silu");
     if (gelu && silu) return LFAIL(L, NM_ERR_FORMAT, "mmproj: both clip.use_gelu and clip.use_silu are set");
     in->act = gelu ? NM_CLIP_ACT_GELU : silu ? NM_CLIP_ACT_SILU : NM_CLIP_ACT_GELU_QUICK;

@@ -2,7 +2,7 @@
 // own: std::mt19937, generate_canonical<double, 53> and discrete_distribution
 // over a 51,864-entry table, draw for draw. The expected values are
 // tests/data/stdrand/draws.txt, written by tools/stdrand_expect.cpp (its
-// header has the command); weights() here builds the same tables.
+// header has the command) over the tables of stdrand_tables.h.
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,22 +10,9 @@
 
 #include "bricks/stt/stdrand.h"
 #include "nmtest.h"
+#include "stdrand_tables.h"
 
 #define N_VOCAB 51864
-
-static void weights(int t, int n, float *w) {
-    uint32_t x = 12345u + 7919u * (uint32_t)t;
-    for (int i = 0; i < n; i++) {
-        x = x * 1664525u + 1013904223u;
-        uint32_t r = x >> 8;
-        switch (t) {
-        case 0: w[i] = (float)(r & 0xff) * (float)(r & 0xff) * (float)(r & 0xff) / 16777216.0f; break;
-        case 1: w[i] = (r & 7) == 0 ? (float)(r >> 3 & 0xffff) : 0.0f; break;
-        case 2: w[i] = 1.0f; break;
-        default: w[i] = i == n / 3 ? 1.0f : 0.0f; break;
-        }
-    }
-}
 
 // Every line of the file whose first word is kind, as a callback on the rest.
 static int each_line(const char *kind, void (*fn)(char *rest, int *nmtest_failed), int *nmtest_failed) {
@@ -77,7 +64,7 @@ static void check_draw(char *rest, int *nmtest_failed) {
     double *cp = malloc(sizeof(double) * N_VOCAB);
     NM_CHECK(w && cp);
     if (w && cp) {
-        weights(t, N_VOCAB, w);
+        stdrand_table(t, N_VOCAB, w);
         nm_discrete_build(w, N_VOCAB, cp);
         nm_mt19937 m;
         nm_mt19937_seed(&m, seed);

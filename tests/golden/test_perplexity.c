@@ -245,26 +245,26 @@ NM_TEST(gemma3_perplexity_matches_llama_cpp) {
 // Real weights without 8-bit activation rounding (SmolLM2's matrices in f32):
 // the forward passes agree to 0.1% (measured: 20.9308 vs 20.9300); log-probs:
 // top-1 762 / 762, mean KL 4.3e-7, max |dlogp| 0.0171 (limits 1e-6, 0.025).
-NM_TEST(smollm2_f32_perplexity_matches_llama_cpp_closely) {
+static void check_f32(const char *name, const char *label, const char *tag, double want, const kl_limits *lim,
+                      int *nmtest_failed) {
     char path[1024], out[256];
-    NM_NEED_MODEL(NM_SMOLLM2, path);
-    snprintf(out, sizeof out, "/tmp/nm-test-smollm2-f32-%d.gguf", (int)getpid());
+    NM_NEED_MODEL(name, path);
+    snprintf(out, sizeof out, "/tmp/nm-test-%s-f32-%d.gguf", tag, (int)getpid());
     NM_CHECK(nm_requant_write(path, out, NM_TYPE_F32) == 0);
-    static const kl_limits lim = {"smollm2-f32", 762, 1e-6, 0.025};
-    check_path(out, "SmolLM2 (f32 matrices)", NM_PPL_SMOLLM2_F32, 0.001, 0, 0, &lim, nmtest_failed);
+    check_path(out, label, want, 0.001, 0, 0, lim, nmtest_failed);
     unlink(out);
+}
+
+NM_TEST(smollm2_f32_perplexity_matches_llama_cpp_closely) {
+    static const kl_limits lim = {"smollm2-f32", 762, 1e-6, 0.025};
+    check_f32(NM_SMOLLM2, "SmolLM2 (f32 matrices)", "smollm2", NM_PPL_SMOLLM2_F32, &lim, nmtest_failed);
 }
 
 // The same for Gemma 3 (measured: 10.9106 vs 10.9119; top-1 762 / 762, mean
 // KL 2.5e-6, max |dlogp| 0.058; limits 5e-6, 0.08).
 NM_TEST(gemma3_f32_perplexity_matches_llama_cpp_closely) {
-    char path[1024], out[256];
-    NM_NEED_MODEL(NM_GEMMA3, path);
-    snprintf(out, sizeof out, "/tmp/nm-test-gemma3-f32-%d.gguf", (int)getpid());
-    NM_CHECK(nm_requant_write(path, out, NM_TYPE_F32) == 0);
     static const kl_limits lim = {"gemma3-f32", 762, 5e-6, 0.08};
-    check_path(out, "Gemma 3 (f32 matrices)", NM_PPL_GEMMA3_F32, 0.001, 0, 0, &lim, nmtest_failed);
-    unlink(out);
+    check_f32(NM_GEMMA3, "Gemma 3 (f32 matrices)", "gemma3", NM_PPL_GEMMA3_F32, &lim, nmtest_failed);
 }
 
 // llama.cpp against itself: its default run (flash attention, K and V in f16)

@@ -158,7 +158,15 @@ case_escapes() { nm run -m "$M" -p 'a\tb\x41' -n 0 | od -c | head -1; }
 expect run_prompt_escapes 0 "a +\\\\t +b +A" "$M" -- case_escapes
 case_no_escape() { nm run -m "$M" -p 'a\tb' -n 0 --no-escape; }
 expect run_prompt_no_escape 0 '^a\\tb$' "$M" -- case_no_escape
-expect run_system_prompt_flag 0 "." "$M" -- nm run -m "$M" --chat -sys "Be brief." -p hi -n 2 --temp 0
+# -sys replaces the template's default system message (SmolLM2's: 31 prompt tokens for "hi"): its
+# three tokens "Be brief." give 18, twice 21.
+case_system_prompt() {
+    local a b
+    a=$(nm run -m "$M" --chat -sys "Be brief." -p hi -n 1 --temp 0 --stats 2>&1 | grep '^prompt:' | cut -d' ' -f2)
+    b=$(nm run -m "$M" --chat --system-prompt "Be brief. Be brief." -p hi -n 1 --temp 0 --stats 2>&1 | grep '^prompt:' | cut -d' ' -f2)
+    echo "prompt tokens: $a $b"
+}
+expect run_system_prompt_flag 0 "^prompt tokens: 18 21$" "$M" -- case_system_prompt
 expect run_no_cnv 0 "^hi" "$M" -- nm run -m "$M" -no-cnv -p hi -n 1 --temp 0
 expect run_fa_accepted 0 "^hi" "$M" -- nm run -m "$M" -fa on -p hi -n 1 --temp 0
 expect run_ngl_notice 0 "note: -ngl 99: this build has no GPU backend" "$M" -- nm run -m "$M" -ngl 99 -p hi -n 1 --temp 0

@@ -196,6 +196,17 @@ expect transcribe_several_f_files 0 "quick brown fox.*leave your name" "$WM" -- 
 case_two_files() { nm transcribe -m "$WM" $SP/tts_16k.wav $SP/tts_8k.wav -bs 1 2>/dev/null | tr '\n' ' '; }
 expect transcribe_two_positional_files 0 "quick brown fox.*leave your name" "$WM" -- case_two_files
 expect transcribe_short_forms 0 "quick brown" "$WM" -- nm transcribe -m "$WM" $SP/tts_16k.wav -bs 1 -bo 1 -tp 0 -tpi 0.2 -nf -mc 0 -nth 0.6 -ot 0 -d 0 -nt -np
+# --prompt: the transcript whisper-cli gives with the same prompt (tests/data/speech/README.md, P);
+# unused with -mc 0, cut to its last tokens when too long, each said on stderr.
+P="Speech recognition on small devices. The engine computes the log-mel spectrogram and runs the encoder once per window, and the decoder emits the words one token at a time."
+case_prompt_as_whisper_cli() {
+    nm transcribe -m "$WM" $SP/tts_16k.wav --prompt "$P" -np > "$tmp/prompt.txt" &&
+        cmp "$tmp/prompt.txt" tests/data/speech/expected/tts_16k.prompt-nt.txt && echo "same as whisper-cli --prompt"
+}
+expect transcribe_prompt_as_whisper_cli 0 "^same as whisper-cli --prompt$" "$WM" -- case_prompt_as_whisper_cli
+expect transcribe_prompt_unused_with_mc_0 0 "warning: --prompt is not used with -mc 0" "$WM" -- nm transcribe -m "$WM" $SP/tts_16k.wav -bs 1 -mc 0 --prompt "$P"
+case_prompt_too_long() { nm transcribe -m "$WM" $SP/tts_16k.wav -bs 1 --prompt "$P $P $P $P $P $P $P" 2>&1 >/dev/null; }
+expect transcribe_prompt_too_long 0 "warning: the prompt has 267 tokens: only its last 223 are used" "$WM" -- case_prompt_too_long
 expect transcribe_of_without_format 2 "-of names output files: give a format too" "$WM" -- nm transcribe -m "$WM" $SP/tts_16k.wav -of "$tmp/x"
 python3 - "$tmp" <<'PY'
 import struct, sys

@@ -595,6 +595,72 @@ NM_TEST(real_tiny_en_gguf) {
     nm_whisper_model_free(m);
 }
 
+// Text to tokens as whisper.cpp's whisper_tokenize gives them (the --prompt
+// path): tests/data/whisper_tok/tiny_en.txt holds its ids for 33 texts (GPT-2
+// pieces, contractions, blanks and newlines, digits, UTF-8, special-token
+// names as text, a word longer than any token), one "TEXT<tab>IDS" per line,
+// \n \t \r \\ escaped; whisper.cpp 233fe1fc on ggml-tiny.en.bin.
+NM_TEST(tokenize_matches_whisper_cpp) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/whisper-tiny.en.gguf", model_dir());
+    if (access(path, F_OK) != 0) NM_SKIP_MISSING("whisper-tiny.en.gguf not found (run scripts/fetch_models.sh)");
+    nm_whisper_model *m = NULL;
+    NM_CHECK(nm_whisper_model_load(path, &m, NULL, 0) == NM_OK);
+    FILE *f = fopen("tests/data/whisper_tok/tiny_en.txt", "r");
+    NM_CHECK(f != NULL);
+    if (!m || !f) {
+        if (f) fclose(f);
+        nm_whisper_model_free(m);
+        return;
+    }
+    char line[4096], text[4096];
+    int32_t want[1024], got[1024];
+    int n_lines = 0, n_tokens = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *tab = strrchr(line, '\t');
+        NM_CHECK(tab != NULL);
+        if (!tab) break;
+        *tab = '\0';
+        size_t k = 0;
+        for (const char *c = line; *c; c++) {
+            if (*c == '\\' && c[1]) {
+                c++;
+                text[k++] = *c == 'n' ? '\n' : *c == 't' ? '\t' : *c == 'r' ? '\r' : *c;
+            } else {
+                text[k++] = *c;
+            }
+        }
+        text[k] = '\0';
+        int32_t n_want = 0;
+        for (char *e = tab + 1; n_want < 1024;) {
+            char *end;
+            long v = strtol(e, &end, 10);
+            if (end == e) break;
+            want[n_want++] = (int32_t)v;
+            e = end;
+        }
+        const int32_t n_got = nm_whisper_tokenize(m, text, got, 1024);
+        const bool same = n_got == n_want && !memcmp(got, want, sizeof(int32_t) * (size_t)n_want);
+        if (!same) {
+            fprintf(stderr, "  '%s': %d tokens, whisper.cpp %d:", line, n_got, n_want);
+            for (int32_t i = 0; i < n_got && i < 24; i++) fprintf(stderr, " %d", got[i]);
+            fprintf(stderr, "\n");
+        }
+        NM_CHECK(same);
+        n_lines++;
+        n_tokens += n_want;
+    }
+    fclose(f);
+    NM_CHECK(n_lines == 33);
+    fprintf(stderr, "  %d texts, %d tokens compared\n", n_lines, n_tokens);
+    // Room for fewer than the text has: the count, and only cap written.
+    int32_t two[3] = {-7, -7, -7};
+    NM_CHECK(nm_whisper_tokenize(m, "Hello world, again", two, 2) == 4 && two[0] == 15496 && two[1] == 995 &&
+             two[2] == -7);
+    NM_CHECK(nm_whisper_tokenize(m, "", two, 2) == 0);
+    nm_whisper_model_free(m);
+}
+
 NM_TEST(real_tiny_en_bin_roundtrip) {
     char path[1200];
     snprintf(path, sizeof path, "%s/whisper-tiny.en.gguf", model_dir());

@@ -37,6 +37,9 @@ static void transcribe_usage(void) {
            "  -tpi, --temperature-inc T  fallback increment (default 0.2; also --temp-inc)\n"
            "  -nf, --no-fallback       no temperature fallback\n"
            "  -mc, --max-context N     previous-text tokens carried between windows (default: up to 224; 0: none)\n"
+           "  --prompt TEXT            initial prompt: text the decoder takes as what came before\n"
+           "                           (spelling, names, style; at most n_text_ctx/2 - 1 tokens are used)\n"
+           "  --carry-initial-prompt   the prompt leads every 30 s window, not only the first\n"
            "  -nth, --no-speech-thold T  no-speech probability threshold (default 0.6)\n"
            "  -sns, --suppress-nst     suppress non-speech symbols (whisper.cpp's list)\n"
            "  -ot, --offset-t N        start at N ms (also --offset-ms)\n"
@@ -205,12 +208,13 @@ static bool write_outputs(int formats, const char *base, const nm_transcript *t,
 #define MAX_INPUTS 256
 
 int cmd_transcribe(int argc, char **argv) {
-    const char *model = NULL, *lang = "en";
+    const char *model = NULL, *lang = "en", *prompt = NULL;
     const char *inputs[MAX_INPUTS], *outnames[MAX_INPUTS];
     int n_inputs = 0, n_outnames = 0, formats = 0;
     int32_t n_threads = 0, beam = 5, best_of = 5, max_ctx = -1, offset_ms = 0, duration_ms = 0;
     float temp = 0.0f, temp_inc = 0.2f, nst = 0.6f;
     bool timestamps = false, stats = false, translate = false, suppress_nst = false, quiet = false, pp = false;
+    bool carry_prompt = false;
     print_fmt pfmt = PRINT_TXT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -230,6 +234,7 @@ int cmd_transcribe(int argc, char **argv) {
             }
             outnames[n_outnames++] = v;
         } else if (IS("-l") || IS("--language")) lang = v;
+        else if (IS("--prompt")) prompt = v;
         else if (IS("-t") || IS("--threads")) ok = cli_arg_int(a, v, 1, 4 * nm_cpu_count(), &n_threads);
         else if (IS("--beam-size") || IS("-bs")) ok = cli_arg_int(a, v, 1, NM_STT_MAX_DECODERS, &beam);
         else if (IS("--best-of") || IS("-bo")) ok = cli_arg_int(a, v, 1, NM_STT_MAX_DECODERS, &best_of);
@@ -254,6 +259,7 @@ int cmd_transcribe(int argc, char **argv) {
             else if (IS("--no-fallback") || IS("-nf")) temp_inc = 0.0f;
             else if (IS("--translate") || IS("-tr")) translate = true;
             else if (IS("--suppress-nst") || IS("-sns")) suppress_nst = true;
+            else if (IS("--carry-initial-prompt")) carry_prompt = true;
             else if (IS("-np") || IS("--no-prints")) quiet = true;
             else if (IS("-pp") || IS("--print-progress")) pp = true;
             else if (IS("--stats")) stats = true;
@@ -311,6 +317,7 @@ int cmd_transcribe(int argc, char **argv) {
     nm_tabm *ring = NULL;
     nm_ledger *ledger = NULL;
     nm_transcript out = {0};
+    int32_t *prompt_tok = NULL, n_prompt_tok = 0;
 
     double t0 = cli_now();
     nm_status st = nm_whisper_model_load(model, &m, err, sizeof err);
@@ -333,6 +340,20 @@ int cmd_transcribe(int argc, char **argv) {
         if (translate) fprintf(stderr, "warning: %s is an English-only model: --translate ignored\n", m->name);
         lang = "en";
         translate = false;
+    }
+    if (prompt && *prompt) {
+        n_prompt_tok = nm_whisper_tokenize(m, prompt, NULL, 0);
+        if (n_prompt_tok < 0 || !(prompt_tok = malloc(sizeof(int32_t) * (size_t)(n_prompt_tok + 1)))) {
+            fprintf(stderr, "error: out of memory for the prompt\n");
+            goto done;
+        }
+        nm_whisper_tokenize(m, prompt, prompt_tok, n_prompt_tok);
+        // As whisper.cpp: the last min(-mc, n_text_ctx / 2) - 1 tokens lead the first window.
+        const int32_t half = m->hp.n_text_ctx / 2, most = (max_ctx >= 0 && max_ctx < half ? max_ctx : half) - 1;
+        if (n_prompt_tok > most && most > 0)
+            fprintf(stderr, "warning: the prompt has %d tokens: only its last %d are used\n", n_prompt_tok, most);
+        else if (most <= 0)
+            fprintf(stderr, "warning: --prompt is not used with -mc %d (no previous text)\n", (int)max_ctx);
     }
     int32_t n_dec = beam > best_of ? beam : best_of;
     if ((st = nm_transcriber_create(m, n_threads, n_dec, &tr, err, sizeof err)) != NM_OK) {
@@ -409,6 +430,9 @@ int cmd_transcribe(int argc, char **argv) {
         p.offset_ms = offset_ms;
         p.duration_ms = duration_ms;
         if (max_ctx >= 0) p.n_max_text_ctx = max_ctx;
+        p.prompt_tokens = prompt_tok;
+        p.n_prompt_tokens = n_prompt_tok;
+        p.carry_initial_prompt = carry_prompt;
         // Text without --timestamps decodes as whisper-cli -nt; SRT, JSON and the files need the times.
         p.no_timestamps = pfmt == PRINT_TXT && !timestamps && !(formats & ~OF_TXT);
         live L = {.timestamps = timestamps, .progress = pp, .secs = (double)n_samples / NM_AUDIO_RATE};
@@ -474,5 +498,6 @@ done:
     nm_audio_free(&pcm);
     nm_transcriber_free(tr);
     nm_whisper_model_free(m);
+    free(prompt_tok);
     return rc;
 }

@@ -57,8 +57,8 @@ struct nm_transcriber {
     int32_t n_cand;
     double *cp;                     // (n_vocab) discrete_distribution table
     float *raw_lp, *raw_p;          // (n_vocab) no-speech probability scratch
-    int32_t *prompt, *past1, *tmp;  // (2 * n_text_ctx)
-    int32_t n_prompt, n_past1;
+    int32_t *prompt, *past0, *past1, *tmp;  // (2 * n_text_ctx)
+    int32_t n_prompt, n_past0, n_past1;   // past0: the carried initial prompt
     nm_stt_timings tm;
     char err[256];
 };
@@ -188,10 +188,11 @@ nm_status nm_transcriber_create(const nm_whisper_model *m, int32_t n_threads, in
     t->raw_lp = malloc(sizeof(float) * (size_t)nv);
     t->raw_p = malloc(sizeof(float) * (size_t)nv);
     t->prompt = malloc(sizeof(int32_t) * 2 * (size_t)cap);
+    t->past0 = malloc(sizeof(int32_t) * 2 * (size_t)cap);
     t->past1 = malloc(sizeof(int32_t) * 2 * (size_t)cap);
     t->tmp = malloc(sizeof(int32_t) * 2 * (size_t)cap);
     t->nst = malloc(sizeof(int32_t) * 2 * (sizeof k_non_speech / sizeof *k_non_speech) + 2 * sizeof(int32_t));
-    if (!ok || !t->cp || !t->raw_lp || !t->raw_p || !t->prompt || !t->past1 || !t->tmp || !t->nst) {
+    if (!ok || !t->cp || !t->raw_lp || !t->raw_p || !t->prompt || !t->past0 || !t->past1 || !t->tmp || !t->nst) {
         set_err(err, err_size, "transcriber: out of memory");
         nm_transcriber_free(t);
         return NM_ERR_NOMEM;
@@ -227,6 +228,7 @@ void nm_transcriber_free(nm_transcriber *t) {
     free(t->raw_lp);
     free(t->raw_p);
     free(t->prompt);
+    free(t->past0);
     free(t->past1);
     free(t->tmp);
     free(t->nst);
@@ -718,8 +720,29 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
     if (n_decoders < 1) n_decoders = 1;
     for (int32_t j = 0; j < n_decoders; j++) nm_mt19937_seed(&t->dec[j].rng, (uint32_t)j);
 
-    if (p.no_context) t->n_past1 = 0;
+    if (p.no_context) t->n_past0 = t->n_past1 = 0;
     const int32_t max_prompt_ctx = p.n_max_text_ctx < t->n_text_ctx / 2 ? p.n_max_text_ctx : t->n_text_ctx / 2;
+    // The initial prompt, as whisper.cpp: carried, its last max_prompt_ctx - 1
+    // tokens lead every window's prompt (set once while past0 is empty); else
+    // it goes before the previous text, which the windows then roll on.
+    // Only the last n_text_ctx tokens can ever be used: no more are kept.
+    if (p.prompt_tokens && p.n_prompt_tokens > 0) {
+        const int32_t room = 2 * t->n_text_ctx;
+        if (p.carry_initial_prompt) {
+            if (t->n_past0 == 0) {
+                const int32_t most = max_prompt_ctx - 1 > 1 ? max_prompt_ctx - 1 : 1;
+                const int32_t k = p.n_prompt_tokens < most ? p.n_prompt_tokens : most;
+                memcpy(t->past0, p.prompt_tokens + p.n_prompt_tokens - k, sizeof(int32_t) * (size_t)k);
+                t->n_past0 = k;
+            }
+        } else {
+            const int32_t k = p.n_prompt_tokens < room ? p.n_prompt_tokens : room;
+            const int32_t keep = t->n_past1 < room - k ? t->n_past1 : room - k;
+            memmove(t->past1 + k, t->past1 + t->n_past1 - keep, sizeof(int32_t) * (size_t)keep);
+            memcpy(t->past1, p.prompt_tokens + p.n_prompt_tokens - k, sizeof(int32_t) * (size_t)k);
+            t->n_past1 = k + keep;
+        }
+    }
 
     int32_t prompt_init[4], n_init = 0;
     prompt_init[n_init++] = sp->sot;
@@ -740,7 +763,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
             goto done;
         }
         out->n_windows++;
-        if (seek > seek_start && seek + 500 >= seek_end) t->n_past1 = 0;
+        if (seek > seek_start && seek + 500 >= seek_end) t->n_past0 = t->n_past1 = 0;
 
         int32_t best_id = 0;
         float no_speech = 0.0f, t_used = temps[0];
@@ -766,11 +789,16 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
                 d->phys = j;
             }
 
-            // Prompt: [prev + past text] + sot [+ language + task] [+ notimestamps].
+            // Prompt: [prev + carried prompt + past text] + sot [+ language + task] [+ notimestamps].
             t->n_prompt = 0;
-            if (p.n_max_text_ctx > 0 && tc < HISTORY_TEMP_CUTOFF && max_prompt_ctx > 0 && t->n_past1 > 0) {
+            const bool take0 = p.carry_initial_prompt && t->n_past0 > 0;
+            if (p.n_max_text_ctx > 0 && tc < HISTORY_TEMP_CUTOFF && max_prompt_ctx > 0 && (take0 || t->n_past1 > 0)) {
                 t->prompt[t->n_prompt++] = sp->prev;
-                int32_t take = max_prompt_ctx - 1 < t->n_past1 ? max_prompt_ctx - 1 : t->n_past1;
+                const int32_t n0 = take0 ? t->n_past0 : 0;
+                memcpy(t->prompt + t->n_prompt, t->past0, sizeof(int32_t) * (size_t)n0);
+                t->n_prompt += n0;
+                int32_t take = max_prompt_ctx - n0 - 1 < t->n_past1 ? max_prompt_ctx - n0 - 1 : t->n_past1;
+                if (take < 0) take = 0;
                 memcpy(t->prompt + t->n_prompt, t->past1 + t->n_past1 - take, sizeof(int32_t) * (size_t)take);
                 t->n_prompt += take;
             }
@@ -931,7 +959,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
         // last call's text); n_max_text_ctx = 0 turns it off.
         {
             int32_t k = 0;
-            if (t->n_prompt > 0 && t->prompt[0] == sp->prev)
+            if (!p.carry_initial_prompt && t->n_prompt > 0 && t->prompt[0] == sp->prev)
                 for (int32_t i = 1; i < t->n_prompt - n_init; i++) t->tmp[k++] = t->prompt[i];
             if (!is_no_speech)
                 for (int32_t i = 0; i < result_len; i++) t->tmp[k++] = best->seq.tok[i].id;

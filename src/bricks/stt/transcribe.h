@@ -5,7 +5,9 @@
 //   prompt     sot [+ language + transcribe/translate for multilingual
 //              models] [+ notimestamps]; with no_context false, the previous
 //              window's text first (<|startofprev|> + up to n_text_ctx/2 - 1
-//              tokens), dropped at temperatures >= 0.5 and near the end.
+//              tokens), dropped at temperatures >= 0.5 and near the end; an
+//              initial prompt goes before that text (or, carried, before
+//              every window's text).
 //   filters    every step: <|notimestamps|>, sot, nospeech, solm, task,
 //              prev and the 100 language ids suppressed; blank (" " and eot)
 //              at the first step (suppress_blank); optionally whisper.cpp's
@@ -70,6 +72,9 @@ typedef struct nm_stt_params {
     bool single_segment;     // one segment per window even with timestamps
     bool no_context;         // do not condition on the previous window's text (default true)
     int32_t n_max_text_ctx;  // cap on the previous-text tokens (16384: n_text_ctx / 2 decides)
+    const int32_t *prompt_tokens; // initial prompt (whisper-cli --prompt; nm_whisper_tokenize), read
+    int32_t n_prompt_tokens;      // during the call; it goes before the previous text
+    bool carry_initial_prompt;    // the prompt leads every window's prompt (whisper-cli --carry-initial-prompt)
 
     bool suppress_blank;     // true
     bool suppress_nst;       // false: whisper.cpp's non-speech symbol list

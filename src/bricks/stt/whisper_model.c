@@ -907,4 +907,103 @@ int32_t nm_whisper_token_find(const nm_whisper_model *m, const char *text) {
     return -1;
 }
 
+// ---- text to tokens, as whisper.cpp's whisper_tokenize -------------------------------
+//
+// whisper.cpp splits the text with GPT-2's pattern
+//   's|'t|'re|'ve|'m|'ll|'d| ?[[:alpha:]]+| ?[[:digit:]]+| ?[^\s[:alpha:][:digit:]]+|\s+(?!\S)|\s+
+// (std::regex, ECMAScript: the first alternative that matches wins; classes of
+// the "C" locale, so every byte >= 0x80 is "other"), then covers each piece
+// greedily with the longest vocabulary entries from its left end (not BPE
+// merges). The vocabulary here is the text tokens (ids below <|endoftext|>);
+// of tokens with equal bytes the last id wins, as in its token_to_id map.
+
+static bool c_space(uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+static bool c_alpha(uint8_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+static bool c_digit(uint8_t c) { return c >= '0' && c <= '9'; }
+static bool c_other(uint8_t c) { return !c_space(c) && !c_alpha(c) && !c_digit(c); }
+
+// Length of the piece of s[0..n) that the pattern matches at its start (>= 1 for n >= 1).
+static size_t piece_len(const uint8_t *s, size_t n) {
+    static const char *const contr[] = {"'s", "'t", "'re", "'ve", "'m", "'ll", "'d"};
+    for (size_t i = 0; i < sizeof contr / sizeof contr[0]; i++) {
+        const size_t k = strlen(contr[i]);
+        if (n >= k && !memcmp(s, contr[i], k)) return k;
+    }
+    bool (*const cls[3])(uint8_t) = {c_alpha, c_digit, c_other};
+    for (int c = 0; c < 3; c++) {
+        size_t i = n >= 2 && s[0] == ' ' && cls[c](s[1]) ? 1 : 0; // " ?" takes the blank when a run follows
+        if (i < n && cls[c](s[i])) {
+            while (i < n && cls[c](s[i])) i++;
+            return i;
+        }
+    }
+    size_t k = 0;
+    while (k < n && c_space(s[k])) k++;
+    // \s+(?!\S): the run, less its last blank when a non-blank follows; else \s+.
+    return k < n && k >= 2 ? k - 1 : k;
+}
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+int32_t nm_whisper_tokenize(const nm_whisper_model *m, const char *text, int32_t *out, int32_t cap) {
+    if (!m || !text) return -1;
+    const int32_t n_text = m->special.eot;
+    size_t size = 1;
+    while (size < 2 * (size_t)n_text) size <<= 1;
+    int32_t *slot = calloc(size, sizeof *slot); // id + 1, 0 = empty
+    if (!slot) return -1;
+    uint32_t max_len = 0;
+    for (int32_t id = 0; id < n_text; id++) {
+        uint32_t len;
+        const uint8_t *t = (const uint8_t *)nm_whisper_token(m, id, &len);
+        if (len == 0) continue;
+        if (len > max_len) max_len = len;
+        size_t h = fnv1a(t, len) & (size - 1);
+        while (slot[h]) {
+            uint32_t l2;
+            const char *t2 = nm_whisper_token(m, slot[h] - 1, &l2);
+            if (l2 == len && !memcmp(t2, t, len)) break; // the same bytes: the later id wins
+            h = (h + 1) & (size - 1);
+        }
+        slot[h] = id + 1;
+    }
+    int32_t n_out = 0;
+    const uint8_t *s = (const uint8_t *)text;
+    size_t n = strlen(text);
+    while (n > 0) {
+        const size_t w = piece_len(s, n);
+        for (size_t i = 0; i < w;) {
+            size_t j = w - i < max_len ? w : i + max_len;
+            int32_t found = -1;
+            for (; j > i && found < 0; j--) {
+                size_t h = fnv1a(s + i, j - i) & (size - 1);
+                for (; slot[h]; h = (h + 1) & (size - 1)) {
+                    uint32_t len;
+                    const char *t = nm_whisper_token(m, slot[h] - 1, &len);
+                    if (len == j - i && !memcmp(t, s + i, len)) {
+                        found = slot[h] - 1;
+                        break;
+                    }
+                }
+                if (found >= 0) break;
+            }
+            if (found >= 0) {
+                if (n_out < cap) out[n_out] = found;
+                n_out++;
+                i = j;
+            } else {
+                i++; // a byte no token holds (whisper.cpp: "unknown token", skipped)
+            }
+        }
+        s += w;
+        n -= w;
+    }
+    free(slot);
+    return n_out;
+}
+
 bool nm_whisper_is_multilingual(const nm_whisper_model *m) { return m && m->hp.n_vocab >= 51865; }

@@ -151,6 +151,12 @@ const char *nm_whisper_token(const nm_whisper_model *m, int32_t id, uint32_t *le
 // Id of the token whose bytes are exactly `text`, or -1 (linear search: setup only).
 int32_t nm_whisper_token_find(const nm_whisper_model *m, const char *text);
 bool nm_whisper_is_multilingual(const nm_whisper_model *m); // n_vocab >= 51865
+// Tokens of `text` as whisper.cpp's whisper_tokenize gives them (GPT-2's
+// pre-tokenizer pattern, then the longest vocabulary entries left to right;
+// text tokens only, so "<|endoftext|>" in the text is plain text). Writes up
+// to cap ids to out and returns how many the text has (more than cap: call
+// again with room), or -1 (out of memory, no model or text).
+int32_t nm_whisper_tokenize(const nm_whisper_model *m, const char *text, int32_t *out, int32_t cap);
 
 // whisper's sinusoidal encoder positions: out[p * d + i] = sin(p * f_i) for
 // i < d/2 and cos(p * f_{i - d/2}) after, f_i = 10000^(-i / (d/2 - 1)).

@@ -85,8 +85,10 @@ TRANSCRIBE = {
     "-nth": (["0.6", "2", "-0.1"], real(0, 1)),
     "-ot": (["0", "-5"], integer(0, 2147483647)),
     "-t": (["1", "2", "0", str(4 * CORES + 1)], integer(1, 4 * CORES)),
+    "-ml": (["0", "1", "40", "-1"], integer(0, 1 << 20)),
+    "-wt": (["0.01", "0.5", "2", "-0.1"], real(0, 1)),
 }
-TRANSCRIBE_SWITCHES = ["-nf", "-nt", "-np", "--stats", "-sns"]
+TRANSCRIBE_SWITCHES = ["-nf", "-nt", "-np", "--stats", "-sns", "-sow", "-nfa"]
 SAY = {
     "--rate": (["175", "80", "450", "79", "451", "x"], integer(80, 450)),
     "--pitch": (["50", "0", "100", "101", "-1"], integer(0, 100)),

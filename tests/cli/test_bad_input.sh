@@ -207,6 +207,37 @@ expect transcribe_prompt_as_whisper_cli 0 "^same as whisper-cli --prompt$" "$WM"
 expect transcribe_prompt_unused_with_mc_0 0 "warning: --prompt is not used with -mc 0" "$WM" -- nm transcribe -m "$WM" $SP/tts_16k.wav -bs 1 -mc 0 --prompt "$P"
 case_prompt_too_long() { nm transcribe -m "$WM" $SP/tts_16k.wav -bs 1 --prompt "$P $P $P $P $P $P $P" 2>&1 >/dev/null; }
 expect transcribe_prompt_too_long 0 "warning: the prompt has 267 tokens: only its last 223 are used" "$WM" -- case_prompt_too_long
+# -ml and -ojf: the segments whisper-cli -ml gives (token-level timestamps), and its -ojf JSON:
+# every key and value the same (the timestamps of every token too), but the token probabilities
+# (our forward pass is not bit-identical to ggml's: within 0.01) and systeminfo / params.model.
+case_max_len() { nm transcribe -m "$WM" $SP/tts_16k.wav -bs 1 -ml 1 --timestamps | cmp - tests/data/speech/expected/tts_16k.ml1-greedy-ts.txt && echo "same as whisper-cli -ml 1"; }
+expect transcribe_max_len_as_whisper_cli 0 "^same as whisper-cli -ml 1$" "$WM" -- case_max_len
+case_json_full() {
+    nm transcribe -m "$WM" $SP/tts_16k.wav -bs 1 -ml 16 -ojf -of "$tmp/ojf" -np &&
+    python3 - "$tmp/ojf.json" tests/data/speech/expected/tts_16k.ml16-greedy-ojf.json <<'PY'
+import json, sys
+ours, ref = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+worst = 0.0
+def same(a, b, path):
+    global worst
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), f"{path}: keys {list(a)} vs {list(b)}"
+        for k in a:
+            if path + "/" + k not in ("/systeminfo", "/params/model"): same(a[k], b[k], path + "/" + k)
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), f"{path}: {len(a)} vs {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b)): same(x, y, f"{path}[{i}]")
+    elif path.endswith("/p"):
+        worst = max(worst, abs(a - b)); assert abs(a - b) <= 0.01, f"{path}: p {a} vs {b}"
+    else:
+        assert a == b, f"{path}: {a!r} vs {b!r}"
+same(ours, ref, "")
+n = sum(len(s["tokens"]) for s in ours["transcription"])
+print(f"same as whisper-cli -ojf: {len(ours['transcription'])} segments, {n} tokens, max |dp| {worst:.4f}")
+PY
+}
+expect transcribe_json_full_as_whisper_cli 0 "^same as whisper-cli -ojf: 6 segments, 23 tokens" "$WM" -- case_json_full
+expect transcribe_max_len_negative 2 "-ml needs an integer in \\[0, [0-9]+\\], got '-1'" "$WM" -- nm transcribe -m "$WM" $SP/tts_16k.wav -ml -1
 expect transcribe_of_without_format 2 "-of names output files: give a format too" "$WM" -- nm transcribe -m "$WM" $SP/tts_16k.wav -of "$tmp/x"
 python3 - "$tmp" <<'PY'
 import struct, sys

@@ -233,6 +233,8 @@ typedef struct mode {
     bool beam, timestamps;
     bool prompt, carry;  // --prompt K_PROMPT [--carry-initial-prompt]
     int32_t max_ctx;     // -mc (0: the default)
+    int32_t max_len;     // -ml (0: off)
+    bool sow;            // -sow
 } mode;
 
 // The initial prompt of the prompt modes (words the clips say, spelled right).
@@ -240,16 +242,19 @@ typedef struct mode {
     "Speech recognition on small devices. The engine computes the log-mel spectrogram and runs the encoder once " \
     "per window, and the decoder emits the words one token at a time."
 
-static const mode k_modes[] = {
-    {"nt", true, false, false, false, 0},         // whisper-cli -nt (beam 5)
-    {"ts", true, true, false, false, 0},          // whisper-cli (beam 5, timestamps)
-    {"greedy-nt", false, false, false, false, 0}, // whisper-cli -bs 1 -nt
-    {"greedy-ts", false, true, false, false, 0},  // whisper-cli -bs 1
-    {"prompt-nt", true, false, true, false, 0},   // whisper-cli -nt --prompt P
-    {"prompt-greedy-ts", false, true, true, false, 0},    // -bs 1 --prompt P
-    {"carry-greedy-ts", false, true, true, true, 0},      // -bs 1 --prompt P --carry-initial-prompt
-    {"prompt-mc64-greedy-ts", false, true, true, false, 64}, // -bs 1 -mc 64 --prompt P
-    {"carry-mc64-greedy-ts", false, true, true, true, 64},   // -bs 1 -mc 64 --prompt P --carry-initial-prompt
+static const mode k_modes[] = { // name, beam, timestamps, prompt, carry, -mc, -ml, -sow
+    {"nt", true, false, false, false, 0, 0, false},              // whisper-cli -nt (beam 5)
+    {"ts", true, true, false, false, 0, 0, false},               // whisper-cli (beam 5, timestamps)
+    {"greedy-nt", false, false, false, false, 0, 0, false},      // whisper-cli -bs 1 -nt
+    {"greedy-ts", false, true, false, false, 0, 0, false},       // whisper-cli -bs 1
+    {"prompt-nt", true, false, true, false, 0, 0, false},        // -nt --prompt P
+    {"prompt-greedy-ts", false, true, true, false, 0, 0, false}, // -bs 1 --prompt P
+    {"carry-greedy-ts", false, true, true, true, 0, 0, false},   // -bs 1 --prompt P --carry-initial-prompt
+    {"prompt-mc64-greedy-ts", false, true, true, false, 64, 0, false}, // -bs 1 -mc 64 --prompt P
+    {"carry-mc64-greedy-ts", false, true, true, true, 64, 0, false},   // ... --carry-initial-prompt
+    {"ml1-greedy-ts", false, true, false, false, 0, 1, false},         // -bs 1 -ml 1
+    {"ml16-ts", true, true, false, false, 0, 16, false},               // -ml 16
+    {"ml20-sow-greedy-ts", false, true, false, false, 0, 20, true},    // -bs 1 -ml 20 -sow
 };
 
 static int32_t g_prompt[256], g_n_prompt = -1;
@@ -260,6 +265,9 @@ static nm_stt_params mode_params(const mode *md) {
     p.beam_size = md->beam ? 5 : 1;
     p.no_timestamps = !md->timestamps;
     if (md->max_ctx) p.n_max_text_ctx = md->max_ctx;
+    p.token_timestamps = md->max_len > 0; // as whisper-cli
+    p.max_len = md->max_len;
+    p.split_on_word = md->sow;
     if (md->prompt) {
         if (g_n_prompt < 0) g_n_prompt = nm_whisper_tokenize(g_model, K_PROMPT, g_prompt, 256);
         p.prompt_tokens = g_prompt;
@@ -338,7 +346,7 @@ static const mode *mode_named(const char *name) {
 }
 
 // expected/ holds whisper-cli's output (-nfa) for every clip in every mode;
-// expected/MATCHING lists the pairs to check (all 75: ours is byte-identical,
+// expected/MATCHING lists the pairs to check (all 96: ours is byte-identical,
 // docs/correctness.md, Whisper). NM_FULL=1 checks every listed pair (~5 min);
 // by default a set covering each rate, both strategies, both timestamp
 // modes, seeking and real speech (~1 min).
@@ -349,6 +357,7 @@ NM_TEST(same_as_whisper_cpp) {
         {"tts_48k", "nt"},          {"tts_long.ogg", "greedy-nt"}, {"alsa_front_left", "greedy-ts"},
         {"alsa_rear_right_8k", "nt"}, {"alsa_front_center", "ts"}, {"tts_16k", "prompt-nt"},
         {"tts_long.ogg+tts_16k", "prompt-mc64-greedy-ts"}, {"tts_long.ogg+tts_16k", "carry-mc64-greedy-ts"},
+        {"tts_16k", "ml1-greedy-ts"}, {"tts_long.ogg", "ml20-sow-greedy-ts"}, {"alsa_rear_right", "ml1-greedy-ts"},
     };
     FILE *lf = fopen(SPEECH_DIR "/expected/MATCHING", "r");
     NM_CHECK(lf != NULL);

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "core/outfile.h"
 #include "core/threadpool.h"
+#include "quant/quant.h"
 
 static void transcribe_usage(void) {
     printf("usage: nanomind transcribe -m MODEL AUDIO... [options]      (AUDIO: a path, - for stdin, or -f FILE)\n"
@@ -41,6 +42,10 @@ static void transcribe_usage(void) {
            "                           (spelling, names, style; at most n_text_ctx/2 - 1 tokens are used)\n"
            "  --carry-initial-prompt   the prompt leads every 30 s window, not only the first\n"
            "  -nth, --no-speech-thold T  no-speech probability threshold (default 0.6)\n"
+           "  -ml, --max-len N         split segments to at most N characters, at token starts, timed\n"
+           "                           by token-level timestamps (whisper.cpp's; 0: off, the default)\n"
+           "  -sow, --split-on-word    with -ml: split only before a word (a token starting with a blank)\n"
+           "  -wt, --word-thold P      token timestamp probability threshold (default 0.01)\n"
            "  -sns, --suppress-nst     suppress non-speech symbols (whisper.cpp's list)\n"
            "  -ot, --offset-t N        start at N ms (also --offset-ms)\n"
            "  -d, --duration N         transcribe N ms (default: to the end; also --duration-ms)\n"
@@ -51,12 +56,15 @@ static void transcribe_usage(void) {
            "  -osrt, --output-srt      SubRip\n"
            "  -ocsv, --output-csv      CSV: start,end (ms),text\n"
            "  -oj, --output-json       whisper-cli's JSON (model, params, result, transcription)\n"
+           "  -ojf, --output-json-full the JSON with each token: text, times, id, probability\n"
            "  -of, --output-file NAME  the output name without extension (repeatable: one per input)\n"
            "Printing:\n"
            "  --print-srt              print SubRip to stdout instead of text\n"
            "  --print-json             print nanomind's JSON to stdout: language, duration, segments with\n"
            "                           t0/t1 (seconds), text, avg_logprob, no_speech_prob, temperature, tokens\n"
            "  -np, --no-prints         only the results (nanomind prints nothing else unless --stats)\n"
+           "  -nfa, --no-flash-attn    accepted: attention is always computed as whisper-cli -nfa does\n"
+           "  -fa, --flash-attn        accepted with a note (no f16 flash attention here)\n"
            "  -pp, --print-progress    print the progress to stderr after each 30 s window\n"
            "  --stats                  print load, mel, encode and decode times, the real-time factor and\n"
            "                           the bytes copied between bricks to stderr\n"
@@ -100,7 +108,7 @@ static void progress(const nm_transcript *t, int32_t i0, void *user) {
 
 // ---- output files (whisper-cli's formats) ----------------------------------------
 
-enum { OF_TXT = 1, OF_VTT = 2, OF_SRT = 4, OF_CSV = 8, OF_JSON = 16 };
+enum { OF_TXT = 1, OF_VTT = 2, OF_SRT = 4, OF_CSV = 8, OF_JSON = 16, OF_JSON_FULL = 32 };
 
 static void put_escaped(FILE *f, const char *s, bool csv) {
     for (; *s; s++) {
@@ -121,8 +129,73 @@ static const char *model_type(const nm_whisper_model *m) {
     }
 }
 
-static void write_format(FILE *f, int fmt, const nm_transcript *t, const nm_whisper_model *m, const char *model_path,
-                         const char *lang, bool translate) {
+// whisper.cpp's ftype (ggml_ftype) of the model's big matrices, as its JSON prints it.
+static int ggml_ftype(uint32_t type) {
+    switch (type) {
+    case NM_TYPE_F32: return 0;
+    case NM_TYPE_F16: return 1;
+    case NM_TYPE_Q4_0: return 2;
+    case NM_TYPE_Q4_1: return 3;
+    case NM_TYPE_Q8_0: return 7;
+    case NM_TYPE_Q5_0: return 8;
+    case NM_TYPE_Q5_1: return 9;
+    case NM_TYPE_Q2_K: return 10;
+    case NM_TYPE_Q3_K: return 11;
+    case NM_TYPE_Q4_K: return 12;
+    case NM_TYPE_Q5_K: return 13;
+    case NM_TYPE_Q6_K: return 14;
+    default: return -1;
+    }
+}
+
+// Bytes still missing from the last UTF-8 character of s[0..n).
+static int utf8_missing(const char *s, size_t n) {
+    for (size_t back = 0; back < n && back < 4; back++) {
+        const uint8_t c = (uint8_t)s[n - 1 - back];
+        if ((c & 0xC0) == 0x80) continue;
+        const int need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        return need > (int)back + 1 ? need - (int)back - 1 : 0;
+    }
+    return 0;
+}
+
+// whisper-cli -ojf's "tokens" of one segment: tokens whose bytes end inside a
+// UTF-8 character are merged with the next ones (their t1 the last known).
+static void write_json_tokens(FILE *f, const nm_stt_segment *g, const nm_whisper_model *m) {
+    char a[32], b[32], name[24], text[512];
+    fputs(",\n\t\t\t\"tokens\": [\n", f);
+    for (int32_t j = 0; j < g->n_tokens;) {
+        const nm_stt_token *tk = &g->tokens[j];
+        uint32_t len;
+        const char *s = nm_whisper_token_text_cpp(m, tk->id, name, &len);
+        size_t n = 0;
+        int64_t t1 = tk->t1;
+        if (s && len < sizeof text) memcpy(text, s, len), n = len;
+        for (j++; j < g->n_tokens && utf8_missing(text, n) > 0; j++) {
+            s = nm_whisper_token_text_cpp(m, g->tokens[j].id, name, &len);
+            if (s && n + len < sizeof text) memcpy(text + n, s, len), n += len;
+            if (g->tokens[j].t1 > -1) t1 = g->tokens[j].t1;
+        }
+        text[n] = '\0';
+        fputs("\t\t\t\t{\n\t\t\t\t\t\"text\": \"", f);
+        put_escaped(f, text, false);
+        fputs("\",\n", f);
+        if (tk->t0 > -1 && t1 > -1) {
+            nm_stt_timestamp(tk->t0, true, a);
+            nm_stt_timestamp(t1, true, b);
+            fprintf(f, "\t\t\t\t\t\"timestamps\": {\n\t\t\t\t\t\t\"from\": \"%s\",\n\t\t\t\t\t\t\"to\": \"%s\"\n"
+                       "\t\t\t\t\t},\n\t\t\t\t\t\"offsets\": {\n\t\t\t\t\t\t\"from\": %lld,\n\t\t\t\t\t\t\"to\": %lld\n"
+                       "\t\t\t\t\t},\n",
+                    a, b, (long long)(10 * tk->t0), (long long)(10 * t1));
+        }
+        fprintf(f, "\t\t\t\t\t\"id\": %d,\n\t\t\t\t\t\"p\": %g,\n\t\t\t\t\t\"t_dtw\": -1\n\t\t\t\t}%s\n", tk->id,
+                (double)tk->p, j < g->n_tokens ? "," : "");
+    }
+    fputs("\t\t\t]", f);
+}
+
+static void write_format(FILE *f, int fmt, bool full, const nm_transcript *t, const nm_whisper_model *m,
+                         const char *model_path, const char *lang, bool translate) {
     char a[32], b[32];
     if (fmt == OF_TXT) { // the library's writers are whisper-cli's -otxt and -osrt
         nm_transcript_write_text(t, false, f);
@@ -139,10 +212,10 @@ static void write_format(FILE *f, int fmt, const nm_transcript *t, const nm_whis
                    "\t\t\"multilingual\": %s,\n\t\t\"vocab\": %d,\n"
                    "\t\t\"audio\": {\n\t\t\t\"ctx\": %d,\n\t\t\t\"state\": %d,\n\t\t\t\"head\": %d,\n\t\t\t\"layer\": %d\n\t\t},\n"
                    "\t\t\"text\": {\n\t\t\t\"ctx\": %d,\n\t\t\t\"state\": %d,\n\t\t\t\"head\": %d,\n\t\t\t\"layer\": %d\n\t\t},\n"
-                   "\t\t\"mels\": %d\n\t},\n\t\"params\": {\n\t\t\"model\": \"",
+                   "\t\t\"mels\": %d,\n\t\t\"ftype\": %d\n\t},\n\t\"params\": {\n\t\t\"model\": \"",
                 NM_VERSION_STRING, model_type(m), nm_whisper_is_multilingual(m) ? "true" : "false", m->hp.n_vocab,
                 m->hp.n_audio_ctx, m->hp.n_audio_state, m->hp.n_audio_head, m->hp.n_audio_layer, m->hp.n_text_ctx,
-                m->hp.n_text_state, m->hp.n_text_head, m->hp.n_text_layer, m->hp.n_mels);
+                m->hp.n_text_state, m->hp.n_text_head, m->hp.n_text_layer, m->hp.n_mels, ggml_ftype(m->wtype));
         put_escaped(f, model_path, false);
         fprintf(f, "\",\n\t\t\"language\": \"%s\",\n\t\t\"translate\": %s\n\t},\n\t\"result\": {\n\t\t\"language\": \"%s\"\n"
                    "\t},\n\t\"transcription\": [\n",
@@ -169,7 +242,9 @@ static void write_format(FILE *f, int fmt, const nm_transcript *t, const nm_whis
                        "\t\t\t\"offsets\": {\n\t\t\t\t\"from\": %lld,\n\t\t\t\t\"to\": %lld\n\t\t\t},\n\t\t\t\"text\": \"",
                     a, b, (long long)(10 * g->t0), (long long)(10 * g->t1));
             put_escaped(f, s, false);
-            fprintf(f, "\"\n\t\t}%s\n", i + 1 < t->n_seg ? "," : "");
+            fputc('"', f);
+            if (full) write_json_tokens(f, g, m);
+            fprintf(f, "\n\t\t}%s\n", i + 1 < t->n_seg ? "," : "");
             break;
         }
     }
@@ -190,7 +265,7 @@ static bool write_outputs(int formats, const char *base, const nm_transcript *t,
             fprintf(stderr, "error: %s\n", err);
             return false;
         }
-        write_format(o.f, F[k].fmt, t, m, model_path, lang, translate);
+        write_format(o.f, F[k].fmt, formats & OF_JSON_FULL, t, m, model_path, lang, translate);
         if (ferror(o.f)) {
             fprintf(stderr, "error: %s: write failed\n", path);
             nm_outfile_abort(&o);
@@ -211,10 +286,10 @@ int cmd_transcribe(int argc, char **argv) {
     const char *model = NULL, *lang = "en", *prompt = NULL;
     const char *inputs[MAX_INPUTS], *outnames[MAX_INPUTS];
     int n_inputs = 0, n_outnames = 0, formats = 0;
-    int32_t n_threads = 0, beam = 5, best_of = 5, max_ctx = -1, offset_ms = 0, duration_ms = 0;
-    float temp = 0.0f, temp_inc = 0.2f, nst = 0.6f;
+    int32_t n_threads = 0, beam = 5, best_of = 5, max_ctx = -1, offset_ms = 0, duration_ms = 0, max_len = 0;
+    float temp = 0.0f, temp_inc = 0.2f, nst = 0.6f, word_thold = 0.01f;
     bool timestamps = false, stats = false, translate = false, suppress_nst = false, quiet = false, pp = false;
-    bool carry_prompt = false;
+    bool carry_prompt = false, split_on_word = false;
     print_fmt pfmt = PRINT_TXT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -243,6 +318,8 @@ int cmd_transcribe(int argc, char **argv) {
             ok = cli_arg_float(a, v, 0.0f, 1.0f, &temp_inc);
         else if (IS("-nth") || IS("--no-speech-thold")) ok = cli_arg_float(a, v, 0.0f, 1.0f, &nst);
         else if (IS("--max-context") || IS("-mc")) ok = cli_arg_int(a, v, 0, 1 << 20, &max_ctx);
+        else if (IS("-ml") || IS("--max-len")) ok = cli_arg_int(a, v, 0, 1 << 20, &max_len);
+        else if (IS("-wt") || IS("--word-thold")) ok = cli_arg_float(a, v, 0.0f, 1.0f, &word_thold);
         else if (IS("--offset-ms") || IS("-ot") || IS("--offset-t")) ok = cli_arg_int(a, v, 0, 2147483647, &offset_ms);
         else if (IS("--duration-ms") || IS("-d") || IS("--duration")) ok = cli_arg_int(a, v, 0, 2147483647, &duration_ms);
         else {
@@ -254,6 +331,12 @@ int cmd_transcribe(int argc, char **argv) {
             else if (IS("-osrt") || IS("--output-srt")) formats |= OF_SRT;
             else if (IS("-ocsv") || IS("--output-csv")) formats |= OF_CSV;
             else if (IS("-oj") || IS("--output-json")) formats |= OF_JSON;
+            else if (IS("-ojf") || IS("--output-json-full")) formats |= OF_JSON | OF_JSON_FULL;
+            else if (IS("-sow") || IS("--split-on-word")) split_on_word = true;
+            else if (IS("-nfa") || IS("--no-flash-attn")) { /* what we compute anyway */ }
+            else if (IS("-fa") || IS("--flash-attn"))
+                fprintf(stderr, "note: %s: attention here is computed as whisper-cli -nfa does (f32 sums); "
+                                "flash attention's f16 sums are not used\n", a);
             else if (IS("--print-srt")) pfmt = PRINT_SRT;
             else if (IS("--print-json")) pfmt = PRINT_JSON;
             else if (IS("--no-fallback") || IS("-nf")) temp_inc = 0.0f;
@@ -433,8 +516,14 @@ int cmd_transcribe(int argc, char **argv) {
         p.prompt_tokens = prompt_tok;
         p.n_prompt_tokens = n_prompt_tok;
         p.carry_initial_prompt = carry_prompt;
+        // As whisper-cli: token timestamps for -ml and -ojf.
+        p.token_timestamps = max_len > 0 || (formats & OF_JSON_FULL);
+        p.max_len = max_len;
+        p.split_on_word = split_on_word;
+        p.thold_pt = word_thold;
         // Text without --timestamps decodes as whisper-cli -nt; SRT, JSON and the files need the times.
-        p.no_timestamps = pfmt == PRINT_TXT && !timestamps && !(formats & ~OF_TXT);
+        // -ml splits at token times: it decodes with timestamps too (whisper-cli without -nt).
+        p.no_timestamps = pfmt == PRINT_TXT && !timestamps && !(formats & ~OF_TXT) && max_len == 0;
         live L = {.timestamps = timestamps, .progress = pp, .secs = (double)n_samples / NM_AUDIO_RATE};
         if (pfmt == PRINT_TXT) {
             p.on_segments = progress; // printed as each 30 s window finishes

@@ -59,6 +59,11 @@ struct nm_transcriber {
     float *raw_lp, *raw_p;          // (n_vocab) no-speech probability scratch
     int32_t *prompt, *past0, *past1, *tmp;  // (2 * n_text_ctx)
     int32_t n_prompt, n_past0, n_past1;   // past0: the carried initial prompt
+    // Token-level timestamps (one call): the signal's energy, whisper.cpp's state.
+    float *energy;
+    int32_t n_energy;
+    int64_t t_beg, t_last;
+    int32_t tid_last;
     nm_stt_timings tm;
     char err[256];
 };
@@ -94,6 +99,8 @@ nm_stt_params nm_stt_default_params(nm_stt_strategy strategy) {
         .no_speech_thold = 0.6f,
         .max_initial_ts = 1.0f,
         .length_penalty = -1.0f,
+        .thold_pt = 0.01f,
+        .thold_ptsum = 0.01f,
     };
     return p;
 }
@@ -487,6 +494,7 @@ static nm_status add_segment(nm_transcriber *t, nm_transcript *tr, int64_t t0, i
     memcpy(sg->text, text, text_len);
     sg->text[text_len] = '\0';
     if (n_tok > 0) memcpy(sg->tokens, tok, sizeof *tok * (size_t)n_tok);
+    for (int32_t i = 0; i < n_tok; i++) sg->tokens[i].t0 = sg->tokens[i].t1 = -1, sg->tokens[i].vlen = 0.0f;
     sg->n_tokens = n_tok;
     sg->t0 = t0;
     sg->t1 = t1;
@@ -508,6 +516,227 @@ static void text_append(const nm_whisper_model *m, int32_t id, char *buf, size_t
 }
 
 // The segments of a window (whisper.cpp: the "output results" block).
+// ---- token-level timestamps and segment wrapping (whisper.cpp's, to the rounding) ------------
+//
+// whisper.cpp's whisper_exp_compute_token_level_timestamps and
+// whisper_wrap_segment, arithmetic for arithmetic (float and double where it
+// has them), so -ml output is the same. Two of its quirks are kept on
+// purpose: the energy window of a token is looked up with the token's time
+// relative to its segment while the energy covers the whole recording, and a
+// split before a segment's first text token leaves an empty segment.
+
+// Mean |x| over the 65 samples centred on each sample (whisper.cpp's
+// get_signal_energy with a half window of 32).
+static void signal_energy(const float *x, int32_t n, float *e) {
+    const int32_t hw = 32;
+    for (int32_t i = 0; i < n; i++) {
+        float sum = 0.0f;
+        for (int32_t j = -hw; j <= hw; j++)
+            if (i + j >= 0 && i + j < n) sum += fabsf(x[i + j]);
+        e[i] = sum / (float)(2 * hw + 1);
+    }
+}
+
+// whisper.cpp's voice_length: per code point, 0.01 for a blank, 2 for a comma
+// or pause mark, 3 for a full stop, question, exclamation mark or digit, 1
+// otherwise (full-width forms weigh as their ASCII ones).
+static float voice_length(const char *s, uint32_t n) {
+    const uint8_t *u = (const uint8_t *)s;
+    float res = 0.0f;
+    for (uint32_t i = 0; i < n;) {
+        const uint8_t c = u[i];
+        uint32_t cp = c, len = 1;
+        if (c >= 0x80) {
+            if ((c >> 5) == 0x6) cp = c & 0x1F, len = 2;
+            else if ((c >> 4) == 0xE) cp = c & 0x0F, len = 3;
+            else if ((c >> 3) == 0x1E) cp = c & 0x07, len = 4;
+            if (len > 1) {
+                bool ok = i + len <= n;
+                for (uint32_t k = 1; ok && k < len; k++) {
+                    if ((u[i + k] & 0xC0) != 0x80) ok = false;
+                    else cp = (cp << 6) | (u[i + k] & 0x3F);
+                }
+                if (!ok) cp = c, len = 1;
+            }
+        }
+        i += len;
+        switch (cp) {
+        case ' ': case 0x3000: res += 0.01f; break;
+        case ',': case 0xFF0C: case 0x3001: case 0xFF1B: case 0xFF1A: res += 2.00f; break;
+        case '.': case '!': case '?': case 0x3002: case 0xFF0E: case 0xFF01: case 0xFF1F: case 0x2026: res += 3.00f; break;
+        default: res += (cp >= '0' && cp <= '9') || (cp >= 0xFF10 && cp <= 0xFF19) ? 3.00f : 1.00f; break;
+        }
+    }
+    return res;
+}
+
+static int32_t ts_to_sample(int64_t ts, int64_t seg_t0, int32_t n) {
+    const int32_t s = (int32_t)(((ts - seg_t0) * NM_MEL_SAMPLE_RATE) / 100);
+    return s < 0 ? 0 : s > n - 1 ? n - 1 : s;
+}
+
+static int64_t sample_to_ts(int32_t i, int64_t seg_t0) { return (100ll * i) / NM_MEL_SAMPLE_RATE + seg_t0; }
+
+static void token_timestamps(nm_transcriber *t, nm_stt_segment *sg, const nm_stt_params *p) {
+    const nm_whisper_special *sp = &t->m->special;
+    const int32_t beg = sp->timestamp_begin, n_samples = t->n_energy, n = sg->n_tokens;
+    nm_stt_token *tk = sg->tokens;
+    const float *energy = t->energy;
+    if (n_samples == 0 || n == 0) return;
+    const int64_t t0 = sg->t0, t1 = sg->t1;
+    if (n == 1) {
+        tk[0].t0 = t0;
+        tk[0].t1 = t1;
+        return;
+    }
+    for (int32_t j = 0; j < n; j++) {
+        if (j == 0) {
+            if (tk[0].id == beg) {
+                tk[0].t0 = tk[0].t1 = tk[1].t0 = t0;
+                t->t_beg = t->t_last = t0;
+                t->tid_last = beg;
+            } else {
+                tk[0].t0 = t->t_last;
+            }
+        }
+        const int64_t tt = t->t_beg + 2 * (int64_t)(tk[j].tid - beg);
+        char name[24];
+        uint32_t len;
+        const char *txt = nm_whisper_token_text_cpp(t->m, tk[j].id, name, &len); // "[_TT_7]" weighs too
+        tk[j].vlen = txt ? voice_length(txt, len) : 0.0f;
+        if (tk[j].pt > p->thold_pt && tk[j].ptsum > p->thold_ptsum && tk[j].tid > t->tid_last && tt <= t1) {
+            if (j > 0) tk[j - 1].t1 = tt;
+            tk[j].t0 = tt;
+            t->tid_last = tk[j].tid;
+        }
+    }
+    tk[n - 2].t1 = t1;
+    tk[n - 1].t0 = t1;
+    tk[n - 1].t1 = t1;
+    t->t_last = t1;
+    // Runs of tokens without an end time share their span by voice length.
+    for (int32_t p0 = 0, p1 = 0;;) {
+        while (p1 < n && tk[p1].t1 < 0) p1++;
+        if (p1 >= n) p1--;
+        if (p1 > p0) {
+            double psum = 0.0;
+            for (int32_t j = p0; j <= p1; j++) psum += tk[j].vlen;
+            const double dt = (double)(tk[p1].t1 - tk[p0].t0);
+            for (int32_t j = p0 + 1; j <= p1; j++) {
+                const double ct = (double)tk[j - 1].t0 + dt * tk[j - 1].vlen / psum;
+                tk[j - 1].t1 = (int64_t)ct;
+                tk[j].t0 = (int64_t)ct;
+            }
+        }
+        p1++;
+        p0 = p1;
+        if (p1 >= n) break;
+    }
+    for (int32_t j = 0; j < n - 1; j++) {
+        if (tk[j].t1 < 0) tk[j + 1].t0 = tk[j].t1;
+        if (j > 0 && tk[j - 1].t1 > tk[j].t0) {
+            tk[j].t0 = tk[j - 1].t1;
+            if (tk[j].t1 < tk[j].t0) tk[j].t1 = tk[j].t0;
+        }
+    }
+    // Each text token's edges moved to where the energy crosses half its local mean.
+    const int32_t hw = NM_MEL_SAMPLE_RATE / 8;
+    for (int32_t j = 0; j < n; j++) {
+        if (tk[j].id >= sp->eot) continue;
+        int32_t s0 = ts_to_sample(tk[j].t0, sg->t0, n_samples), s1 = ts_to_sample(tk[j].t1, sg->t0, n_samples);
+        const int32_t ss0 = s0 - hw > 0 ? s0 - hw : 0, ss1 = s1 + hw < n_samples ? s1 + hw : n_samples;
+        const int32_t ns = ss1 - ss0;
+        float sum = 0.0f;
+        for (int32_t k = ss0; k < ss1; k++) sum += energy[k];
+        const float thold = (float)(0.5 * sum / ns);
+        int32_t k = s0;
+        if (energy[k] > thold && j > 0) {
+            while (k > 0 && energy[k] > thold) k--;
+            tk[j].t0 = sample_to_ts(k, sg->t0);
+            if (tk[j].t0 < tk[j - 1].t1) tk[j].t0 = tk[j - 1].t1;
+            else s0 = k;
+        } else {
+            while (energy[k] < thold && k < s1) k++;
+            s0 = k;
+            tk[j].t0 = sample_to_ts(k, sg->t0);
+        }
+        k = s1;
+        if (energy[k] > thold) {
+            while (k < n_samples - 1 && energy[k] > thold) k++;
+            tk[j].t1 = sample_to_ts(k, sg->t0);
+            if (j < n - 1 && tk[j].t1 > tk[j + 1].t0) tk[j].t1 = tk[j + 1].t0;
+            else s1 = k;
+        } else {
+            while (energy[k] < thold && k > s0) k--;
+            s1 = k;
+            tk[j].t1 = sample_to_ts(k, sg->t0);
+        }
+    }
+}
+
+static int32_t utf8_chars(const char *s, uint32_t n) {
+    int32_t c = 0;
+    for (uint32_t i = 0; i < n; i++) c += ((uint8_t)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+// Splits the transcript's last segment into pieces of at most max_len
+// characters, at token starts (split_on_word: only before a blank), each
+// piece starting at its first token's t0.
+static nm_status wrap_segment(nm_transcriber *t, nm_transcript *tr, const nm_stt_params *p, char *text, size_t cap) {
+    const int32_t eot = t->m->special.eot;
+    int32_t acc = 0;
+    size_t len = 0;
+    for (int32_t i = 0; i < tr->seg[tr->n_seg - 1].n_tokens; i++) {
+        nm_stt_segment *sg = &tr->seg[tr->n_seg - 1];
+        const nm_stt_token *tk = &sg->tokens[i];
+        if (tk->id >= eot) continue;
+        uint32_t n;
+        const char *txt = nm_whisper_token(t->m, tk->id, &n);
+        const int32_t cur = utf8_chars(txt, n);
+        if (acc + cur > p->max_len && i > 0 && (!p->split_on_word || (n > 0 && txt[0] == ' '))) {
+            // This segment ends before token i; the rest is a new last segment.
+            const nm_stt_segment old = *sg;
+            sequence s = {.avg_logprobs = old.avg_logprob};
+            nm_status st = add_segment(t, tr, tk->t0, old.t1, "", 0, old.tokens + i, old.n_tokens - i, &s,
+                                       old.no_speech_prob, old.temperature);
+            if (st != NM_OK) return st;
+            nm_stt_segment *prev = &tr->seg[tr->n_seg - 2], *next = &tr->seg[tr->n_seg - 1];
+            memcpy(next->tokens, old.tokens + i, sizeof *next->tokens * (size_t)(old.n_tokens - i)); // keep t0/t1
+            char *nt = realloc(prev->text, len + 1);
+            if (!nt) return NM_ERR_NOMEM;
+            memcpy(nt, text, len);
+            nt[len] = '\0';
+            prev->text = nt;
+            prev->t1 = next->t0;
+            prev->n_tokens = i;
+            acc = 0;
+            len = 0;
+            i = -1;
+        } else {
+            acc += cur;
+            if (len + n < cap) {
+                memcpy(text + len, txt, n);
+                len += n;
+            }
+        }
+    }
+    nm_stt_segment *last = &tr->seg[tr->n_seg - 1];
+    char *nt = realloc(last->text, len + 1);
+    if (!nt) return NM_ERR_NOMEM;
+    memcpy(nt, text, len);
+    nt[len] = '\0';
+    last->text = nt;
+    return NM_OK;
+}
+
+// After a segment is added: its token timestamps and the split, as asked.
+static nm_status finish_segment(nm_transcriber *t, nm_transcript *tr, const nm_stt_params *p, char *text, size_t cap) {
+    if (!p->token_timestamps) return NM_OK;
+    token_timestamps(t, &tr->seg[tr->n_seg - 1], p);
+    return p->max_len > 0 ? wrap_segment(t, tr, p, text, cap) : NM_OK;
+}
+
 static nm_status emit_window(nm_transcriber *t, nm_transcript *tr, const nm_stt_params *p, const decoder *best,
                              int32_t seek, int32_t seek_delta, float no_speech, float temp, char *text, size_t cap) {
     const nm_whisper_special *sp = &t->m->special;
@@ -526,7 +755,8 @@ static nm_status emit_window(nm_transcriber *t, nm_transcript *tr, const nm_stt_
             const int64_t t1 = seek + 2 * (int64_t)(tok[i].tid - beg);
             if (len > 0) {
                 if ((st = add_segment(t, tr, t0, t1, text, len, tok + i0, i - i0 + 1, &best->seq, no_speech, temp)) !=
-                    NM_OK)
+                        NM_OK ||
+                    (st = finish_segment(t, tr, p, text, cap)) != NM_OK)
                     return st;
             }
             len = 0;
@@ -540,7 +770,8 @@ static nm_status emit_window(nm_transcriber *t, nm_transcript *tr, const nm_stt_
     }
     if (len > 0) {
         const int64_t t1 = seek + seek_delta;
-        if ((st = add_segment(t, tr, t0, t1, text, len, tok + i0, n - i0, &best->seq, no_speech, temp)) != NM_OK)
+        if ((st = add_segment(t, tr, t0, t1, text, len, tok + i0, n - i0, &best->seq, no_speech, temp)) != NM_OK ||
+            (st = finish_segment(t, tr, p, text, cap)) != NM_OK)
             return st;
     }
     return NM_OK;
@@ -626,6 +857,10 @@ static nm_status check_params(const nm_transcriber *t, const nm_stt_params *p, c
         set_err(err, err_size, "transcribe: temperature must be in [0, 1] and its increment >= 0");
         return NM_ERR_INVALID_ARG;
     }
+    if (p->max_len < 0 || !(p->thold_pt >= 0.0f) || !(p->thold_ptsum >= 0.0f)) {
+        set_err(err, err_size, "transcribe: max_len and the timestamp thresholds must be >= 0");
+        return NM_ERR_INVALID_ARG;
+    }
     if (p->offset_ms < 0 || p->duration_ms < 0) {
         set_err(err, err_size, "transcribe: negative offset or duration");
         return NM_ERR_INVALID_ARG;
@@ -683,6 +918,19 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
         free(text);
         set_err(err, err_size, "transcribe: out of memory for the spectrogram of %lld samples", (long long)n);
         return NM_ERR_NOMEM;
+    }
+    t->t_beg = t->t_last = 0;
+    t->tid_last = 0;
+    t->n_energy = 0;
+    if (p.token_timestamps) {
+        if (!(t->energy = malloc(sizeof(float) * (size_t)n))) {
+            free(mel);
+            free(text);
+            set_err(err, err_size, "transcribe: out of memory for the signal energy of %lld samples", (long long)n);
+            return NM_ERR_NOMEM;
+        }
+        signal_energy(pcm, (int32_t)n, t->energy);
+        t->n_energy = (int32_t)n;
     }
     double t_start = now_s();
     st = nm_mel_compute(t->mel, pcm, n, mel);
@@ -995,6 +1243,9 @@ done: {
 }
     free(mel);
     free(text);
+    free(t->energy);
+    t->energy = NULL;
+    t->n_energy = 0;
     if (st != NM_OK) nm_transcript_free(out);
     return st;
 }

@@ -88,6 +88,16 @@ typedef struct nm_stt_params {
     float length_penalty;    // -1: score = sum logprob / length
     int32_t max_tokens;      // 0: no limit on the tokens of a segment
 
+    // Token-level timestamps (whisper.cpp's experimental heuristic: the
+    // timestamp the model finds likeliest at each token where it is sure
+    // enough, the rest shared by "voice length", then moved to the edges of
+    // the signal's energy): each token's t0, t1. Needed by max_len.
+    bool token_timestamps;   // false
+    float thold_pt;          // 0.01: a token's own timestamp is used above this probability
+    float thold_ptsum;       // 0.01: ... and above this summed timestamp probability
+    int32_t max_len;         // 0; > 0: segments split to at most this many characters (UTF-8 code points)
+    bool split_on_word;      // with max_len: split only before a token that starts with a blank
+
     int64_t offset_ms;       // start of the audio to transcribe (0)
     int64_t duration_ms;     // 0: to the end
 
@@ -106,6 +116,8 @@ typedef struct nm_stt_token {
     float p, plog; // probability and log-probability it was chosen with
     float pt;      // probability of tid among the timestamps
     float ptsum;   // summed probability of the timestamps
+    int64_t t0, t1; // token-level timestamps (10 ms units; -1 when not computed)
+    float vlen;    // its "voice length" (token_timestamps)
 } nm_stt_token;
 
 typedef struct nm_stt_segment {

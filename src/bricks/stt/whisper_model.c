@@ -907,6 +907,16 @@ int32_t nm_whisper_token_find(const nm_whisper_model *m, const char *text) {
     return -1;
 }
 
+const char *nm_whisper_token_text_cpp(const nm_whisper_model *m, int32_t id, char buf[24], uint32_t *len) {
+    if (m && id >= m->special.timestamp_begin && id < m->hp.n_vocab) {
+        const int32_t k = id - m->special.timestamp_begin;
+        const int w = k ? snprintf(buf, 24, "[_TT_%d]", (int)k) : snprintf(buf, 24, "[_BEG_]");
+        if (len) *len = (uint32_t)w;
+        return buf;
+    }
+    return nm_whisper_token(m, id, len);
+}
+
 // ---- text to tokens, as whisper.cpp's whisper_tokenize -------------------------------
 //
 // whisper.cpp splits the text with GPT-2's pattern

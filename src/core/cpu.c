@@ -1,6 +1,8 @@
 #include "core/cpu.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -55,4 +57,59 @@ static void detect(void) {
 const nm_cpu_features *nm_cpu_features_get(void) {
     pthread_once(&once, detect);
     return &feats;
+}
+
+static char *trimmed(char *buf) {
+    size_t a = 0, n = strlen(buf);
+    while (buf[a] == ' ' || buf[a] == '\t') a++;
+    while (n > a && (buf[n - 1] == ' ' || buf[n - 1] == '\n' || buf[n - 1] == '\t')) n--;
+    memmove(buf, buf + a, n - a);
+    buf[n - a] = '\0';
+    return buf;
+}
+
+char *nm_cpu_model_name(char *buf, size_t size) {
+    if (!buf || size == 0) return buf;
+    buf[0] = '\0';
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned r[12];
+    if (__get_cpuid(0x80000000u, &r[0], &r[1], &r[2], &r[3]) && r[0] >= 0x80000004u) {
+        for (unsigned i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+        char brand[49];
+        memcpy(brand, r, 48);
+        brand[48] = '\0';
+        snprintf(buf, size, "%s", brand);
+        trimmed(buf);
+    }
+#endif
+    if (!buf[0]) {
+        FILE *f = fopen("/proc/cpuinfo", "r");
+        char line[512];
+        while (f && fgets(line, sizeof line, f)) {
+            char *colon = strchr(line, ':');
+            if (!colon || (strncmp(line, "model name", 10) && strncmp(line, "Hardware", 8))) continue;
+            snprintf(buf, size, "%s", colon + 1);
+            trimmed(buf);
+            break;
+        }
+        if (f) fclose(f);
+    }
+    if (!buf[0]) snprintf(buf, size, "unknown");
+    return buf;
+}
+
+char *nm_cpu_features_str(char *buf, size_t size) {
+    if (!buf || size == 0) return buf;
+    const nm_cpu_features *c = nm_cpu_features_get();
+    const struct { bool on; const char *name; } f[] = {
+        {c->avx2, "avx2"}, {c->fma, "fma"}, {c->f16c, "f16c"}, {c->avx_vnni, "avx_vnni"}, {c->avx512f, "avx512f"},
+        {c->avx512bw, "avx512bw"}, {c->avx512dq, "avx512dq"}, {c->avx512vl, "avx512vl"},
+        {c->avx512vnni, "avx512vnni"}, {c->avx512vbmi, "avx512vbmi"}, {c->avx512bitalg, "avx512bitalg"},
+        {c->gfni, "gfni"}, {c->neon, "neon"}, {c->dotprod, "dotprod"},
+    };
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].on && n + strlen(f[i].name) + 2 < size) n += (size_t)snprintf(buf + n, size - n, "%s%s", n ? " " : "", f[i].name);
+    return buf;
 }

@@ -4,6 +4,7 @@
 #define NM_CPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct nm_cpu_features {
     bool avx2, fma, f16c, avx_vnni, avx512f; // x86 (AVX state enabled by the OS)
@@ -13,5 +14,12 @@ typedef struct nm_cpu_features {
 } nm_cpu_features;
 
 const nm_cpu_features *nm_cpu_features_get(void);
+
+// The CPU's name (x86: the cpuid brand string, as /proc/cpuinfo's "model
+// name"; elsewhere that line of /proc/cpuinfo), blanks trimmed, into buf;
+// "unknown" when there is none. Returns buf.
+char *nm_cpu_model_name(char *buf, size_t size);
+// The features above that this CPU has, space-separated ("avx2 fma f16c ..."), into buf. Returns buf.
+char *nm_cpu_features_str(char *buf, size_t size);
 
 #endif

@@ -9,8 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/gemm.h"
 #include "cli.h"
+#include "core/cpu.h"
 #include "core/threadpool.h"
+#include "quant/quant.h"
 
 static void bench_usage(void) {
     printf("usage: nanomind bench -m MODEL [-p 128] [-n 64] [-t N] [-r REPS] [--json | -o json]\n"
@@ -203,8 +206,16 @@ int cmd_bench(int argc, char **argv) {
     const double bytes_tok =
         (double)nm_model_decode_weight_bytes(m) + (double)nm_model_kv_bytes_per_pos(m) * (n_tg / 2.0);
     const double roof = bw > 0 ? bw / bytes_tok : 0.0, pct = roof > 0 ? 100.0 * tg_m / roof : 0.0;
+    // What ran: the CPU, its features and the kernels chosen for them (quantized
+    // dots and GEMV; the f32 GEMM of prefill and the encoders).
+    char cpu[128], feats[256], kern[160];
+    nm_cpu_model_name(cpu, sizeof cpu);
+    nm_cpu_features_str(feats, sizeof feats);
+    snprintf(kern, sizeof kern, "quant %s, f32 gemm %s", nm_kernels_get()->name,
+             nm_gemm_f32_packed_get() ? "avx512-packed" : nm_gemm_f32_get() == nm_gemm_f32_ref ? "ref" : "avx2");
     if (json) {
-        printf("{\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "
+        printf("{\"cpu\": \"%s\", \"cpu_features\": \"%s\", \"kernels\": \"%s\", ", cpu, feats, kern);
+        printf("\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "
                "\"pp_tps\": %.3f, \"pp_tps_sd\": %.3f, \"tg_tps\": %.3f, \"tg_tps_sd\": %.3f, "
                "\"peak_rss_bytes\": %ld, \"process_peak_rss_bytes\": %ld, \"mem_bw_bytes_per_s\": %.0f, "
                "\"bytes_per_token\": %.0f, \"roofline_tps\": %.3f, \"roofline_pct\": %.2f}\n",
@@ -214,6 +225,7 @@ int cmd_bench(int argc, char **argv) {
         char desc[256];
         nm_model_desc(m, desc, sizeof desc);
         printf("model: %s\nthreads: %d, repetitions: %d\n", desc, threads, (int)reps);
+        printf("cpu: %s (%s)\nkernels: %s\n", cpu, feats, kern);
         if (n_pp > 0) printf("pp%-4d %10.2f ± %.2f tok/s\n", (int)n_pp, pp_m, pp_sd);
         if (n_tg > 0) printf("tg%-4d %10.2f ± %.2f tok/s\n", (int)n_tg, tg_m, tg_sd);
         printf("peak RSS: %.1f MiB (the model's run; with the bandwidth probe's buffer, as /usr/bin/time sees the "

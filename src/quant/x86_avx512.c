@@ -1,6 +1,6 @@
 // AVX-512 kernels (F, BW, DQ, VL, VNNI, VBMI, BITALG and GFNI, as on Ice Lake,
 // Sapphire Rapids and Zen 4): the decode GEMV (one token, many weight rows)
-// for q4_0, q4_1, q5_0 and q8_0, and the prefill gemmq of q4_0, q5_0 and q8_0.
+// for q4_0, q4_1, q5_0 and q8_0, and the prefill gemmq of q4_0, q5_0, q8_0 and q4_K.
 //
 // q4_1 (20-byte blocks = 5 dwords): load the weight row as it lies, 64
 // bytes at a time, and give the activation the row's byte layout instead of
@@ -358,6 +358,124 @@ GEMMQ_PAIRS(gemmq_q4_0, nm_block_q4_0, pair_q4_0, NM_TYPE_Q4_0, 8)
 GEMMQ_PAIRS(gemmq_q5_0, nm_block_q5_0, pair_q5_0, NM_TYPE_Q5_0, 16)
 GEMMQ_PAIRS(gemmq_q8_0, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0, 128)
 
+// ---- prefill: q4_K . q8_K ------------------------------------------------------------------
+//
+// Tile: one weight row x 8 tokens. A super-block's 128 nibble bytes are two
+// zmm: the low nibbles of the first hold sub-blocks 0 and 2, its high
+// nibbles 1 and 3, the second's 4, 6 and 5, 7; the tokens' activations are
+// prepared once per 8 tokens and K chunk in that order. Per (row,
+// super-block, token): four vpdpbusd (q . x, dword sums of 4 products, |.| <=
+// 4 * 15 * 128: an int16) and four vpdpwssd that multiply each dword's low
+// int16 by its sub-block's scale and add up (the high int16, a sign
+// extension, meets a zero), one vcvtdq2ps and one fma by d * dx. The min term
+// dmin * dx * sum_j m_j * (bsums[2j] + bsums[2j+1]) is one vpmaddwd per 4
+// tokens on the prepared pair sums. Same integers as the reference; only the
+// order of the f32 sums differs.
+#define GK4_TOK 8
+#define GK4_CH 8 // super-blocks per K chunk: the prepared tokens take 17 KB of L1
+
+typedef struct {
+    __m512i x[GK4_CH][GK4_TOK][4]; // activations in the weights' nibble order
+    __m512i bs[GK4_CH][2];         // pair sums (i16 x 8 per token) of tokens 0-3, 4-7 (one per 128-bit lane)
+    float dx[GK4_CH][GK4_TOK];
+} q8k_prep;
+
+static void q8k_prep_fill(const uint8_t *xq, size_t x_stride, int64_t t0, int nt, int64_t b0, int nb, q8k_prep *pp) {
+    for (int b = 0; b < nb; b++) {
+        int16_t pairs[GK4_TOK][8];
+        for (int t = 0; t < GK4_TOK; t++) {
+            if (t >= nt) {
+                for (int z = 0; z < 4; z++) pp->x[b][t][z] = _mm512_setzero_si512();
+                memset(pairs[t], 0, sizeof pairs[t]);
+                pp->dx[b][t] = 0.0f;
+                continue;
+            }
+            const nm_block_q8_K *y = (const nm_block_q8_K *)(xq + (size_t)(t0 + t) * x_stride) + b0 + b;
+            const int8_t *q = y->qs;
+            for (int z = 0; z < 4; z++) { // z: sub-blocks (0, 2), (1, 3), (4, 6), (5, 7)
+                const int lo = (z / 2) * 128 + (z % 2) * 32; // the lower sub-block's first element
+                pp->x[b][t][z] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(q + lo)), load256(q + lo + 64), 1);
+            }
+            for (int j = 0; j < 8; j++) pairs[t][j] = (int16_t)(y->bsums[2 * j] + y->bsums[2 * j + 1]);
+            pp->dx[b][t] = y->d;
+        }
+        pp->bs[b][0] = _mm512_loadu_si512(pairs[0]);
+        pp->bs[b][1] = _mm512_loadu_si512(pairs[4]);
+    }
+}
+
+static void gemmq_q4_K(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,
+                       size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {
+    const int64_t nbt = K / NM_QK_K;
+    q8k_prep pp;
+    const __m512i m4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
+    const __m512i pick0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0);
+    const __m512i sidx[4] = {
+        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
+        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
+        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
+    };
+    if (nbt == 0) {
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = 0; r < n_rows; r++) y[t * ldy + r] = 0.0f;
+        return;
+    }
+    for (int64_t t0 = 0; t0 < n_tok; t0 += GK4_TOK) {
+        const int nt = n_tok - t0 < GK4_TOK ? (int)(n_tok - t0) : GK4_TOK;
+        for (int64_t b0 = 0; b0 < nbt; b0 += GK4_CH) {
+            const int nb = nbt - b0 < GK4_CH ? (int)(nbt - b0) : GK4_CH;
+            q8k_prep_fill(xq, x_stride, t0, nt, b0, nb, &pp);
+            for (int64_t r = 0; r < n_rows; r++) {
+                const nm_block_q4_K *row = (const nm_block_q4_K *)((const uint8_t *)w + (size_t)r * w_stride) + b0;
+                __m512 acc[GK4_TOK];
+                for (int t = 0; t < GK4_TOK; t++) acc[t] = _mm512_setzero_ps();
+                __m256 accm = _mm256_setzero_ps();
+                for (int b = 0; b < nb; b++) {
+                    const nm_block_q4_K *x = row + b;
+                    uint32_t u[3];
+                    memcpy(u, x->scales, 12);
+                    const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+                    const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+                    const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+                    const __m512i sm = _mm512_cvtepu8_epi32(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
+                    const __m512i A = _mm512_loadu_si512(x->qs), B = _mm512_loadu_si512(x->qs + 64);
+                    const __m512i q[4] = {_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_srli_epi16(A, 4), m4),
+                                          _mm512_and_si512(B, m4), _mm512_and_si512(_mm512_srli_epi16(B, 4), m4)};
+                    const __m512i S[4] = {_mm512_permutexvar_epi32(sidx[0], sm), _mm512_permutexvar_epi32(sidx[1], sm),
+                                          _mm512_permutexvar_epi32(sidx[2], sm), _mm512_permutexvar_epi32(sidx[3], sm)};
+                    // min term of the 8 tokens
+                    const __m512i M = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo)));
+                    __m512i h0 = _mm512_madd_epi16(M, pp.bs[b][0]), h1 = _mm512_madd_epi16(M, pp.bs[b][1]);
+                    h0 = _mm512_add_epi32(h0, _mm512_shuffle_epi32(h0, _MM_PERM_CDAB));
+                    h1 = _mm512_add_epi32(h1, _mm512_shuffle_epi32(h1, _MM_PERM_CDAB));
+                    h0 = _mm512_add_epi32(h0, _mm512_shuffle_epi32(h0, _MM_PERM_BADC));
+                    h1 = _mm512_add_epi32(h1, _mm512_shuffle_epi32(h1, _MM_PERM_BADC));
+                    const __m256i ms = _mm512_castsi512_si256(_mm512_permutex2var_epi32(h0, pick0, h1));
+                    const __m256 dx8 = _mm256_loadu_ps(pp.dx[b]);
+                    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(_mm256_set1_ps(h2f_tab(x->dmin)), dx8), accm);
+                    const float d = h2f_tab(x->d);
+                    _Pragma("GCC unroll 8") for (int t = 0; t < GK4_TOK; t++) {
+                        const __m512i *xt = pp.x[b][t];
+                        __m512i a = _mm512_dpwssd_epi32(zero, _mm512_dpbusd_epi32(zero, q[0], xt[0]), S[0]);
+                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[1], xt[1]), S[1]);
+                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[2], xt[2]), S[2]);
+                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[3], xt[3]), S[3]);
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(d * pp.dx[b][t]), acc[t]);
+                    }
+                }
+                float mins[8];
+                _mm256_storeu_ps(mins, accm);
+                for (int t = 0; t < nt; t++) {
+                    float *yt = y + (size_t)(t0 + t) * (size_t)ldy + r;
+                    const float v = _mm512_reduce_add_ps(acc[t]) - mins[t];
+                    *yt = b0 ? *yt + v : v;
+                }
+            }
+        }
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
@@ -370,7 +488,8 @@ static const nm_kernels avx512_table = {
     .name = "avx512",
     .gemv_prep = {[NM_TYPE_Q4_0] = gemv_prep_q4_0, [NM_TYPE_Q4_1] = gemv_prep_q4_1,
                   [NM_TYPE_Q5_0] = gemv_prep_q5_0, [NM_TYPE_Q8_0] = gemv_prep_q8_0},
-    .gemmq = {[NM_TYPE_Q4_0] = gemmq_q4_0, [NM_TYPE_Q5_0] = gemmq_q5_0, [NM_TYPE_Q8_0] = gemmq_q8_0},
+    .gemmq = {[NM_TYPE_Q4_0] = gemmq_q4_0, [NM_TYPE_Q5_0] = gemmq_q5_0, [NM_TYPE_Q8_0] = gemmq_q8_0,
+              [NM_TYPE_Q4_K] = gemmq_q4_K},
     .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
              [NM_TYPE_Q8_0] = gemv_q8_0},
 };

@@ -1,6 +1,6 @@
 // AVX-512 kernels (F, BW, DQ, VL, VNNI, VBMI, BITALG and GFNI, as on Ice Lake,
 // Sapphire Rapids and Zen 4): the decode GEMV (one token, many weight rows)
-// for q4_0, q4_1, q5_0 and q8_0, and the prefill gemmq of q4_0, q5_0, q8_0 and q4_K.
+// for q4_0, q4_1, q5_0 and q8_0, and the prefill gemmq of q4_0, q5_0, q8_0, q4_K and q6_K.
 //
 // q4_1 (20-byte blocks = 5 dwords): load the weight row as it lies, 64
 // bytes at a time, and give the activation the row's byte layout instead of
@@ -476,6 +476,101 @@ static void gemmq_q4_K(const void *restrict w, size_t w_stride, int64_t n_rows, 
     }
 }
 
+// ---- prefill: q6_K . q8_K ------------------------------------------------------------------
+//
+// Tile: one weight row x 8 tokens. Each half super-block's 64 ql bytes are a
+// zmm whose low nibbles are its elements 0-63 and high nibbles 64-127, in
+// element order; the two high bits come from qh by one variable shift per
+// 16-bit lane (4 and 2 for the low zmm, 0 and 2 for the high one). The quants
+// go signed (q - 32, in -32..31) and the activations unsigned (x + 128, by the
+// prepared copy): vpdpbusd of x + 128 and q - 32 has dword sums of at most
+// 4 * 255 * 32 < 2^15, so vpdpwssd multiplies them by the signed scale of
+// their 16 elements (masked to its low int16) as in the q4_K tile; the 128 *
+// sum (q - 32) it added is the same for every token and starts each token's
+// accumulator. Same integers as the reference; only the f32 sums' order differs.
+static void q8k_prep_fill_q6(const uint8_t *xq, size_t x_stride, int64_t t0, int nt, int64_t b0, int nb,
+                             q8k_prep *pp) {
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    for (int b = 0; b < nb; b++)
+        for (int t = 0; t < GK4_TOK; t++) {
+            if (t >= nt) {
+                for (int z = 0; z < 4; z++) pp->x[b][t][z] = k80; // x = 0
+                pp->dx[b][t] = 0.0f;
+                continue;
+            }
+            const nm_block_q8_K *y = (const nm_block_q8_K *)(xq + (size_t)(t0 + t) * x_stride) + b0 + b;
+            for (int z = 0; z < 4; z++) pp->x[b][t][z] = _mm512_xor_si512(_mm512_loadu_si512(y->qs + 64 * z), k80);
+            pp->dx[b][t] = y->d;
+        }
+}
+
+static void gemmq_q6_K(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,
+                       size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {
+    const int64_t nbt = K / NM_QK_K;
+    q8k_prep pp;
+    const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
+    const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512(), lo16 = _mm512_set1_epi32(0xffff);
+    // words 0-15 (bytes 0-31) and 16-31 (bytes 32-63) of the [qh | qh] vector
+    const __m512i cnt_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    const __m512i cnt_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    __m512i sidx[4]; // zmm z holds elements 64z..64z+63: scales 4z..4z+3, one per 4 dwords
+    for (int z = 0; z < 4; z++)
+        sidx[z] = _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
+                                   4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z);
+    if (nbt == 0) {
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t r = 0; r < n_rows; r++) y[t * ldy + r] = 0.0f;
+        return;
+    }
+    for (int64_t t0 = 0; t0 < n_tok; t0 += GK4_TOK) {
+        const int nt = n_tok - t0 < GK4_TOK ? (int)(n_tok - t0) : GK4_TOK;
+        for (int64_t b0 = 0; b0 < nbt; b0 += GK4_CH) {
+            const int nb = nbt - b0 < GK4_CH ? (int)(nbt - b0) : GK4_CH;
+            q8k_prep_fill_q6(xq, x_stride, t0, nt, b0, nb, &pp);
+            for (int64_t r = 0; r < n_rows; r++) {
+                const nm_block_q6_K *row = (const nm_block_q6_K *)((const uint8_t *)w + (size_t)r * w_stride) + b0;
+                __m512 acc[GK4_TOK];
+                for (int t = 0; t < GK4_TOK; t++) acc[t] = _mm512_setzero_ps();
+                for (int b = 0; b < nb; b++) {
+                    const nm_block_q6_K *x = row + b;
+                    const __m512i scd = _mm512_and_si512(
+                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales)), lo16);
+                    __m512i q[4], S[4], cc = zero;
+                    for (int h = 0; h < 2; h++) {
+                        const __m512i AB = _mm512_loadu_si512(x->ql + 64 * h);
+                        const __m512i HH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+                        const __m512i ql = _mm512_or_si512(_mm512_and_si512(AB, m4),
+                                                           _mm512_and_si512(_mm512_sllv_epi16(HH, cnt_lo), m3));
+                        const __m512i qhh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(AB, 4), m4),
+                                                            _mm512_and_si512(_mm512_srlv_epi16(HH, cnt_hi), m3));
+                        q[2 * h] = _mm512_sub_epi8(ql, k32);
+                        q[2 * h + 1] = _mm512_sub_epi8(qhh, k32);
+                    }
+                    for (int z = 0; z < 4; z++) {
+                        S[z] = _mm512_permutexvar_epi32(sidx[z], scd);
+                        cc = _mm512_dpwssd_epi32(cc, _mm512_dpbusd_epi32(zero, ones, q[z]), S[z]);
+                    }
+                    const __m512i init = _mm512_sub_epi32(zero, _mm512_slli_epi32(cc, 7));
+                    const float d = h2f_tab(x->d);
+                    _Pragma("GCC unroll 8") for (int t = 0; t < GK4_TOK; t++) {
+                        const __m512i *xt = pp.x[b][t];
+                        __m512i a = _mm512_dpwssd_epi32(init, _mm512_dpbusd_epi32(zero, xt[0], q[0]), S[0]);
+                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[1], q[1]), S[1]);
+                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[2], q[2]), S[2]);
+                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[3], q[3]), S[3]);
+                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(d * pp.dx[b][t]), acc[t]);
+                    }
+                }
+                for (int t = 0; t < nt; t++) {
+                    float *yt = y + (size_t)(t0 + t) * (size_t)ldy + r;
+                    const float v = _mm512_reduce_add_ps(acc[t]);
+                    *yt = b0 ? *yt + v : v;
+                }
+            }
+        }
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
@@ -489,7 +584,7 @@ static const nm_kernels avx512_table = {
     .gemv_prep = {[NM_TYPE_Q4_0] = gemv_prep_q4_0, [NM_TYPE_Q4_1] = gemv_prep_q4_1,
                   [NM_TYPE_Q5_0] = gemv_prep_q5_0, [NM_TYPE_Q8_0] = gemv_prep_q8_0},
     .gemmq = {[NM_TYPE_Q4_0] = gemmq_q4_0, [NM_TYPE_Q5_0] = gemmq_q5_0, [NM_TYPE_Q8_0] = gemmq_q8_0,
-              [NM_TYPE_Q4_K] = gemmq_q4_K},
+              [NM_TYPE_Q4_K] = gemmq_q4_K, [NM_TYPE_Q6_K] = gemmq_q6_K},
     .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
              [NM_TYPE_Q8_0] = gemv_q8_0},
 };

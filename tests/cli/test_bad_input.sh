@@ -58,7 +58,7 @@ expect say_read_only_folder_keeps_the_file 1 "cannot create a file in its folder
 case_say_read_only_file() {
     local d=$tmp/rof; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 444 "$d/a.wav"; chmod 777 "$d"; chmod 755 "$tmp"
     local before out; before=$(state "$d/a.wav")
-    if [ "$(id -u)" = 0 ]; then # root writes anywhere: run as nobody, in a folder nobody may write
+    if [ "$(id -u)" = 0 ]; then # root writes anywhere: run as nobody, in a folder anyone may write
         out=$(HOME=$tmp timeout "$NM_TIMEOUT" setpriv --reuid=65534 --regid=65534 --clear-groups "$NM" say hi -o "$d/a.wav" 2>&1)
         echo "$?" >> "$tmp/rc"
     else

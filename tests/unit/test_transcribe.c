@@ -359,7 +359,7 @@ static const mode *mode_named(const char *name) {
 // transcript depends on the SIMD of the matmuls in whisper.cpp and here alike
 // (a near-tie in beam search): our AVX-512 GEMM prints what whisper.cpp's
 // AVX-512 build prints, our AVX2 GEMM (NM_NO_AVX512=1: ctest
-// transcribe_files_avx2) what its AVX2 build prints. The two 8 kHz clips
+// test_transcribe_avx2) what its AVX2 build prints. The two 8 kHz clips
 // listed in k_resampled differ from whisper-cli because the resamplers give
 // other samples (both of its builds agree there, and both of ours): checked
 // to differ, so that a change is seen.

@@ -658,6 +658,21 @@ NM_TEST(tokenize_matches_whisper_cpp) {
     NM_CHECK(nm_whisper_tokenize(m, "Hello world, again", two, 2) == 4 && two[0] == 15496 && two[1] == 995 &&
              two[2] == -7);
     NM_CHECK(nm_whisper_tokenize(m, "", two, 2) == 0);
+    // The names whisper.cpp gives the special tokens of a text-tokens-only ggml file (-ojf prints them).
+    static const struct { int32_t id; const char *name; } names[] = {
+        {262, " the"}, {50256, "[_EOT_]"}, {50257, "[_SOT_]"}, {50258, "[_LANG_en]"}, {50356, "[_LANG_su]"},
+        {50357, "[_TRANSLATE_]"}, {50358, "[_TRANSCRIBE_]"}, {50359, "[_SOLM_]"}, {50360, "[_PREV_]"},
+        {50361, "[_NOSP_]"}, {50362, "[_NOT_]"}, {50363, "[_BEG_]"}, {50364, "[_TT_1]"}, {51863, "[_TT_1500]"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char nbuf[24];
+        uint32_t len = 0;
+        const char *t = nm_whisper_token_text_cpp(m, names[i].id, nbuf, &len);
+        const bool ok = t && len == strlen(names[i].name) && !memcmp(t, names[i].name, len);
+        if (!ok) fprintf(stderr, "  token %d: '%.*s', whisper.cpp '%s'\n", names[i].id, t ? (int)len : 0, t ? t : "", names[i].name);
+        NM_CHECK(ok);
+    }
+    NM_CHECK(nm_whisper_token_text_cpp(m, 51864, (char[24]){0}, NULL) == NULL);
     nm_whisper_model_free(m);
 }
 

@@ -144,6 +144,7 @@ static int ggml_ftype(uint32_t type) {
     case NM_TYPE_Q4_K: return 12;
     case NM_TYPE_Q5_K: return 13;
     case NM_TYPE_Q6_K: return 14;
+    case NM_TYPE_BF16: return 24;
     default: return -1;
     }
 }
@@ -153,6 +154,7 @@ static int utf8_missing(const char *s, size_t n) {
     for (size_t back = 0; back < n && back < 4; back++) {
         const uint8_t c = (uint8_t)s[n - 1 - back];
         if ((c & 0xC0) == 0x80) continue;
+        if (c >= 0xF8) return 0; // no lead byte: whisper-cli counts it complete
         const int need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
         return need > (int)back + 1 ? need - (int)back - 1 : 0;
     }
@@ -383,7 +385,7 @@ int cmd_transcribe(int argc, char **argv) {
         return 2;
     }
     if (n_outnames > 0 && !formats) {
-        fprintf(stderr, "error: -of names output files: give a format too (-otxt, -osrt, -ovtt, -ocsv, -oj)\n");
+        fprintf(stderr, "error: -of names output files: give a format too (-otxt, -osrt, -ovtt, -ocsv, -oj, -ojf)\n");
         return 2;
     }
     for (int i = 0; i < n_inputs; i++)
@@ -431,8 +433,10 @@ int cmd_transcribe(int argc, char **argv) {
             goto done;
         }
         nm_whisper_tokenize(m, prompt, prompt_tok, n_prompt_tok);
-        // As whisper.cpp: the last min(-mc, n_text_ctx / 2) - 1 tokens lead the first window.
-        const int32_t half = m->hp.n_text_ctx / 2, most = (max_ctx >= 0 && max_ctx < half ? max_ctx : half) - 1;
+        // As whisper.cpp: the last min(-mc, n_text_ctx / 2) - 1 tokens lead the first window
+        // (carried: at least 1); -mc 0 turns all previous text off.
+        const int32_t half = m->hp.n_text_ctx / 2, mpc = max_ctx >= 0 && max_ctx < half ? max_ctx : half;
+        const int32_t most = max_ctx == 0 ? 0 : carry_prompt && mpc - 1 < 1 ? 1 : mpc - 1;
         if (n_prompt_tok > most && most > 0)
             fprintf(stderr, "warning: the prompt has %d tokens: only its last %d are used\n", n_prompt_tok, most);
         else if (most <= 0)

@@ -973,7 +973,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
     // The initial prompt, as whisper.cpp: carried, its last max_prompt_ctx - 1
     // tokens lead every window's prompt (set once while past0 is empty); else
     // it goes before the previous text, which the windows then roll on.
-    // Only the last n_text_ctx tokens can ever be used: no more are kept.
+    // Only the last n_text_ctx / 2 tokens can ever be used: 2 * n_text_ctx are kept.
     if (p.prompt_tokens && p.n_prompt_tokens > 0) {
         const int32_t room = 2 * t->n_text_ctx;
         if (p.carry_initial_prompt) {
@@ -984,8 +984,10 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
                 t->n_past0 = k;
             }
         } else {
-            const int32_t k = p.n_prompt_tokens < room ? p.n_prompt_tokens : room;
-            const int32_t keep = t->n_past1 < room - k ? t->n_past1 : room - k;
+            // [prompt][previous text], of which the windows take the end: the
+            // previous text's tail first, then the prompt's tail in the room left.
+            const int32_t keep = t->n_past1 < room ? t->n_past1 : room;
+            const int32_t k = p.n_prompt_tokens < room - keep ? p.n_prompt_tokens : room - keep;
             memmove(t->past1 + k, t->past1 + t->n_past1 - keep, sizeof(int32_t) * (size_t)keep);
             memcpy(t->past1, p.prompt_tokens + p.n_prompt_tokens - k, sizeof(int32_t) * (size_t)k);
             t->n_past1 = k + keep;

@@ -908,13 +908,24 @@ int32_t nm_whisper_token_find(const nm_whisper_model *m, const char *text) {
 }
 
 const char *nm_whisper_token_text_cpp(const nm_whisper_model *m, int32_t id, char buf[24], uint32_t *len) {
-    if (m && id >= m->special.timestamp_begin && id < m->hp.n_vocab) {
-        const int32_t k = id - m->special.timestamp_begin;
-        const int w = k ? snprintf(buf, 24, "[_TT_%d]", (int)k) : snprintf(buf, 24, "[_BEG_]");
-        if (len) *len = (uint32_t)w;
-        return buf;
-    }
-    return nm_whisper_token(m, id, len);
+    if (!m || id < m->special.eot || id >= m->hp.n_vocab) return nm_whisper_token(m, id, len);
+    // whisper.cpp's names, in the order its loader gives them
+    const nm_whisper_special *s = &m->special;
+    int w;
+    if (id > s->timestamp_begin) w = snprintf(buf, 24, "[_TT_%d]", (int)(id - s->timestamp_begin));
+    else if (id == s->eot) w = snprintf(buf, 24, "[_EOT_]");
+    else if (id == s->sot) w = snprintf(buf, 24, "[_SOT_]");
+    else if (id == s->translate) w = snprintf(buf, 24, "[_TRANSLATE_]");
+    else if (id == s->transcribe) w = snprintf(buf, 24, "[_TRANSCRIBE_]");
+    else if (id == s->solm) w = snprintf(buf, 24, "[_SOLM_]");
+    else if (id == s->prev) w = snprintf(buf, 24, "[_PREV_]");
+    else if (id == s->nospeech) w = snprintf(buf, 24, "[_NOSP_]");
+    else if (id == s->notimestamps) w = snprintf(buf, 24, "[_NOT_]");
+    else if (id == s->timestamp_begin) w = snprintf(buf, 24, "[_BEG_]");
+    else if (id > s->sot && id <= s->sot + s->n_langs) w = snprintf(buf, 24, "[_LANG_%.8s]", m->lang_codes[id - s->sot - 1]);
+    else w = snprintf(buf, 24, "[_extra_token_%d]", (int)id);
+    if (len) *len = (uint32_t)w;
+    return buf;
 }
 
 // ---- text to tokens, as whisper.cpp's whisper_tokenize -------------------------------

@@ -148,10 +148,11 @@ void nm_whisper_model_free(nm_whisper_model *m); // NULL is a no-op
 // Bytes of token `id` (not NUL-terminated) and their count in *len; NULL if
 // id is out of range.
 const char *nm_whisper_token(const nm_whisper_model *m, int32_t id, uint32_t *len);
-// The text whisper.cpp gives token `id` (whisper_token_to_str): the bytes,
-// but "[_BEG_]" and "[_TT_N]" for the timestamps, which no ggml file holds
-// (it names them so). buf is used for those. Its length in *len; NULL if id
-// is out of range.
+// The text whisper.cpp gives token `id` (whisper_token_to_str) on a ggml file
+// holding the text tokens only, as whisper.cpp's converters and ours write
+// them: the bytes below <|endoftext|>, whisper.cpp's own names from there on
+// ("[_EOT_]", "[_SOT_]", "[_LANG_en]", ..., "[_BEG_]", "[_TT_N]"), written to
+// buf. Its length in *len; NULL if id is out of range.
 const char *nm_whisper_token_text_cpp(const nm_whisper_model *m, int32_t id, char buf[24], uint32_t *len);
 // Id of the token whose bytes are exactly `text`, or -1 (linear search: setup only).
 int32_t nm_whisper_token_find(const nm_whisper_model *m, const char *text);

@@ -131,7 +131,8 @@ static void choose(void) {
         // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them).
         const bool vnni = cpu->avx_vnni && !env_on("NM_NO_VNNI");
         if (vnni) overlay(nm_kernels_avxvnni());
-        // NM_NO_AVX512=1 keeps the AVX2 / AVX-VNNI decode dots and prefill tiles of q4_0, q4_1, q5_0, q8_0.
+        // NM_NO_AVX512=1 keeps the AVX2 / AVX-VNNI decode GEMV of q4_0, q4_1, q5_0, q8_0 and the prefill
+        // tiles of q4_0, q5_0, q8_0, q4_K, q6_K.
         if (cpu->avx512f && cpu->avx512bw && cpu->avx512dq && cpu->avx512vl && cpu->avx512vnni && cpu->avx512vbmi &&
             cpu->avx512bitalg && cpu->gfni && !env_on("NM_NO_AVX512")) {
             overlay(nm_kernels_avx512());

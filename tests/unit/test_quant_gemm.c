@@ -4,6 +4,7 @@
 // ldy > n_rows, in every SIMD table of this CPU. NM_TEST_BENCH=1 adds a speed
 // line per type: gemmq against the per-pair dotq loop of the same table.
 #include <stddef.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 #include <stdint.h>
@@ -20,7 +21,7 @@ static const char *tname(uint32_t t) { return nm_type_traits_get(t)->name; }
 
 #define MAX_ROWS 17
 #define MAX_TOK 64
-#define MAX_K 2048
+#define MAX_K 4608 // 18 K-quant super-blocks: past their tiles' K chunk of 8
 // Paddings: rows start off the SIMD (16/32-byte) alignment, and the pad bytes
 // are garbage a kernel must not read as data. They stay multiples of 4: rows in
 // a GGUF file always keep their element alignment (f32 rows 4 bytes, blocks
@@ -43,6 +44,11 @@ static uint8_t wq_buf[MAX_ROWS * (MAX_K * 4 + W_PAD)], xq_buf[MAX_TOK * (MAX_K *
 static float wd_buf[MAX_ROWS * MAX_K], xd_buf[MAX_TOK * MAX_K], tmp[MAX_K];
 
 static problem make_problem(uint32_t t, int64_t n_rows, int64_t n_tok, int64_t K) {
+    if (K > MAX_K || n_rows > MAX_ROWS || n_tok > MAX_TOK) { // the buffers are sized by these
+        fprintf(stderr, "make_problem: %lld x %lld, K=%lld is past the test's buffers\n", (long long)n_rows,
+                (long long)n_tok, (long long)K);
+        abort();
+    }
     problem p = {t, nm_vec_dot_type(t), n_rows, n_tok, K, 0, 0, wq_buf, xq_buf, wd_buf, xd_buf};
     p.w_stride = nm_row_size(t, K) + W_PAD;
     p.x_stride = nm_row_size(p.at, K) + X_PAD;
@@ -174,7 +180,7 @@ static int check_tables(int *nmtest_failed, const problem *p, const char *what) 
 
 NM_TEST(gemmq_matches_ref) {
     static const int64_t shapes[][2] = {{1, 1}, {3, 5}, {17, 7}, {16, 64}, {2, 4}, {5, 9}}; // rows x tokens
-    static const int64_t blocks[] = {1, 3, 8};
+    static const int64_t blocks[] = {1, 3, 8, 17}; // 17: past the K chunk of the K-quant tiles (8 super-blocks; <= MAX_K)
     int checked = 0;
     for (size_t ti = 0; ti < N_WTYPES; ti++) {
         uint32_t t = weight_types[ti];

@@ -210,6 +210,8 @@ int cmd_bench(int argc, char **argv) {
     // dots and GEMV; the f32 GEMM of prefill and the encoders).
     char cpu[128], feats[256], kern[160];
     nm_cpu_model_name(cpu, sizeof cpu);
+    for (char *q = cpu; *q; q++)
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = ' '; // a JSON string as it is
     nm_cpu_features_str(feats, sizeof feats);
     snprintf(kern, sizeof kern, "quant %s, f32 gemm %s", nm_kernels_get()->name,
              nm_gemm_f32_packed_get() ? "avx512-packed" : nm_gemm_f32_get() == nm_gemm_f32_ref ? "ref" : "avx2");

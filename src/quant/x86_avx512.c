@@ -33,6 +33,7 @@
 
 #include "quant/kernels_impl.h"
 #include "quant/x86_dotq_blocks.h"
+#include "quant/x86_gemmq_blocks.h" // gq_zero
 
 // Bytes of weights ahead of the current row that each row's pass prefetches
 // into L1: the integer work per byte is too high for the hardware prefetchers
@@ -404,10 +405,9 @@ static void q8k_prep_fill(const uint8_t *xq, size_t x_stride, int64_t t0, int nt
     }
 }
 
-static void gemmq_q4_K(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,
-                       size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {
-    const int64_t nbt = K / NM_QK_K;
-    q8k_prep pp;
+// One q4_K row x the 8 prepared tokens over nb super-blocks: v[t] (before the store).
+static inline __attribute__((always_inline)) void q4_K_tile_row(const nm_block_q4_K *row, int nb, const q8k_prep *pp,
+                                                                float v[GK4_TOK]) {
     const __m512i m4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
     const __m512i pick0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0);
     const __m512i sidx[4] = {
@@ -416,64 +416,45 @@ static void gemmq_q4_K(const void *restrict w, size_t w_stride, int64_t n_rows, 
         _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
         _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
     };
-    if (nbt == 0) {
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t r = 0; r < n_rows; r++) y[t * ldy + r] = 0.0f;
-        return;
-    }
-    for (int64_t t0 = 0; t0 < n_tok; t0 += GK4_TOK) {
-        const int nt = n_tok - t0 < GK4_TOK ? (int)(n_tok - t0) : GK4_TOK;
-        for (int64_t b0 = 0; b0 < nbt; b0 += GK4_CH) {
-            const int nb = nbt - b0 < GK4_CH ? (int)(nbt - b0) : GK4_CH;
-            q8k_prep_fill(xq, x_stride, t0, nt, b0, nb, &pp);
-            for (int64_t r = 0; r < n_rows; r++) {
-                const nm_block_q4_K *row = (const nm_block_q4_K *)((const uint8_t *)w + (size_t)r * w_stride) + b0;
-                __m512 acc[GK4_TOK];
-                for (int t = 0; t < GK4_TOK; t++) acc[t] = _mm512_setzero_ps();
-                __m256 accm = _mm256_setzero_ps();
-                for (int b = 0; b < nb; b++) {
-                    const nm_block_q4_K *x = row + b;
-                    uint32_t u[3];
-                    memcpy(u, x->scales, 12);
-                    const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
-                    const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-                    const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-                    const __m512i sm = _mm512_cvtepu8_epi32(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
-                    const __m512i A = _mm512_loadu_si512(x->qs), B = _mm512_loadu_si512(x->qs + 64);
-                    const __m512i q[4] = {_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_srli_epi16(A, 4), m4),
-                                          _mm512_and_si512(B, m4), _mm512_and_si512(_mm512_srli_epi16(B, 4), m4)};
-                    const __m512i S[4] = {_mm512_permutexvar_epi32(sidx[0], sm), _mm512_permutexvar_epi32(sidx[1], sm),
-                                          _mm512_permutexvar_epi32(sidx[2], sm), _mm512_permutexvar_epi32(sidx[3], sm)};
-                    // min term of the 8 tokens
-                    const __m512i M = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo)));
-                    __m512i h0 = _mm512_madd_epi16(M, pp.bs[b][0]), h1 = _mm512_madd_epi16(M, pp.bs[b][1]);
-                    h0 = _mm512_add_epi32(h0, _mm512_shuffle_epi32(h0, _MM_PERM_CDAB));
-                    h1 = _mm512_add_epi32(h1, _mm512_shuffle_epi32(h1, _MM_PERM_CDAB));
-                    h0 = _mm512_add_epi32(h0, _mm512_shuffle_epi32(h0, _MM_PERM_BADC));
-                    h1 = _mm512_add_epi32(h1, _mm512_shuffle_epi32(h1, _MM_PERM_BADC));
-                    const __m256i ms = _mm512_castsi512_si256(_mm512_permutex2var_epi32(h0, pick0, h1));
-                    const __m256 dx8 = _mm256_loadu_ps(pp.dx[b]);
-                    accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(_mm256_set1_ps(h2f_tab(x->dmin)), dx8), accm);
-                    const float d = h2f_tab(x->d);
-                    _Pragma("GCC unroll 8") for (int t = 0; t < GK4_TOK; t++) {
-                        const __m512i *xt = pp.x[b][t];
-                        __m512i a = _mm512_dpwssd_epi32(zero, _mm512_dpbusd_epi32(zero, q[0], xt[0]), S[0]);
-                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[1], xt[1]), S[1]);
-                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[2], xt[2]), S[2]);
-                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[3], xt[3]), S[3]);
-                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(d * pp.dx[b][t]), acc[t]);
-                    }
-                }
-                float mins[8];
-                _mm256_storeu_ps(mins, accm);
-                for (int t = 0; t < nt; t++) {
-                    float *yt = y + (size_t)(t0 + t) * (size_t)ldy + r;
-                    const float v = _mm512_reduce_add_ps(acc[t]) - mins[t];
-                    *yt = b0 ? *yt + v : v;
-                }
-            }
+    __m512 acc[GK4_TOK];
+    for (int t = 0; t < GK4_TOK; t++) acc[t] = _mm512_setzero_ps();
+    __m256 accm = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const nm_block_q4_K *x = row + b;
+        uint32_t u[3];
+        memcpy(u, x->scales, 12);
+        const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+        const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+        const __m512i sm = _mm512_cvtepu8_epi32(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
+        const __m512i A = _mm512_loadu_si512(x->qs), B = _mm512_loadu_si512(x->qs + 64);
+        const __m512i q[4] = {_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_srli_epi16(A, 4), m4),
+                              _mm512_and_si512(B, m4), _mm512_and_si512(_mm512_srli_epi16(B, 4), m4)};
+        const __m512i S[4] = {_mm512_permutexvar_epi32(sidx[0], sm), _mm512_permutexvar_epi32(sidx[1], sm),
+                              _mm512_permutexvar_epi32(sidx[2], sm), _mm512_permutexvar_epi32(sidx[3], sm)};
+        // min term of the 8 tokens
+        const __m512i M = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo)));
+        __m512i h0 = _mm512_madd_epi16(M, pp->bs[b][0]), h1 = _mm512_madd_epi16(M, pp->bs[b][1]);
+        h0 = _mm512_add_epi32(h0, _mm512_shuffle_epi32(h0, _MM_PERM_CDAB));
+        h1 = _mm512_add_epi32(h1, _mm512_shuffle_epi32(h1, _MM_PERM_CDAB));
+        h0 = _mm512_add_epi32(h0, _mm512_shuffle_epi32(h0, _MM_PERM_BADC));
+        h1 = _mm512_add_epi32(h1, _mm512_shuffle_epi32(h1, _MM_PERM_BADC));
+        const __m256i ms = _mm512_castsi512_si256(_mm512_permutex2var_epi32(h0, pick0, h1));
+        const __m256 dx8 = _mm256_loadu_ps(pp->dx[b]);
+        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_mul_ps(_mm256_set1_ps(h2f_tab(x->dmin)), dx8), accm);
+        const float d = h2f_tab(x->d);
+        _Pragma("GCC unroll 8") for (int t = 0; t < GK4_TOK; t++) {
+            const __m512i *xt = pp->x[b][t];
+            __m512i a = _mm512_dpwssd_epi32(zero, _mm512_dpbusd_epi32(zero, q[0], xt[0]), S[0]);
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[1], xt[1]), S[1]);
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[2], xt[2]), S[2]);
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[3], xt[3]), S[3]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(d * pp->dx[b][t]), acc[t]);
         }
     }
+    float mins[8];
+    _mm256_storeu_ps(mins, accm);
+    for (int t = 0; t < GK4_TOK; t++) v[t] = _mm512_reduce_add_ps(acc[t]) - mins[t];
 }
 
 // ---- prefill: q6_K . q8_K ------------------------------------------------------------------
@@ -504,10 +485,9 @@ static void q8k_prep_fill_q6(const uint8_t *xq, size_t x_stride, int64_t t0, int
         }
 }
 
-static void gemmq_q6_K(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,
-                       size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {
-    const int64_t nbt = K / NM_QK_K;
-    q8k_prep pp;
+// One q6_K row x the 8 prepared tokens over nb super-blocks: v[t] (before the store).
+static inline __attribute__((always_inline)) void q6_K_tile_row(const nm_block_q6_K *row, int nb, const q8k_prep *pp,
+                                                                float v[GK4_TOK]) {
     const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
     const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512(), lo16 = _mm512_set1_epi32(0xffff);
     // words 0-15 (bytes 0-31) and 16-31 (bytes 32-63) of the [qh | qh] vector
@@ -517,58 +497,74 @@ static void gemmq_q6_K(const void *restrict w, size_t w_stride, int64_t n_rows, 
     for (int z = 0; z < 4; z++)
         sidx[z] = _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
                                    4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z);
-    if (nbt == 0) {
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t r = 0; r < n_rows; r++) y[t * ldy + r] = 0.0f;
-        return;
+    __m512 acc[GK4_TOK];
+    for (int t = 0; t < GK4_TOK; t++) acc[t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const nm_block_q6_K *x = row + b;
+        const __m512i scd = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales)), lo16);
+        __m512i q[4], S[4], cc = zero;
+        for (int h = 0; h < 2; h++) {
+            const __m512i AB = _mm512_loadu_si512(x->ql + 64 * h);
+            const __m512i HH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+            const __m512i ql = _mm512_or_si512(_mm512_and_si512(AB, m4), _mm512_and_si512(_mm512_sllv_epi16(HH, cnt_lo), m3));
+            const __m512i qhh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(AB, 4), m4),
+                                                _mm512_and_si512(_mm512_srlv_epi16(HH, cnt_hi), m3));
+            q[2 * h] = _mm512_sub_epi8(ql, k32);
+            q[2 * h + 1] = _mm512_sub_epi8(qhh, k32);
+        }
+        for (int z = 0; z < 4; z++) {
+            S[z] = _mm512_permutexvar_epi32(sidx[z], scd);
+            cc = _mm512_dpwssd_epi32(cc, _mm512_dpbusd_epi32(zero, ones, q[z]), S[z]);
+        }
+        const __m512i init = _mm512_sub_epi32(zero, _mm512_slli_epi32(cc, 7));
+        const float d = h2f_tab(x->d);
+        _Pragma("GCC unroll 8") for (int t = 0; t < GK4_TOK; t++) {
+            const __m512i *xt = pp->x[b][t];
+            __m512i a = _mm512_dpwssd_epi32(init, _mm512_dpbusd_epi32(zero, xt[0], q[0]), S[0]);
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[1], q[1]), S[1]);
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[2], q[2]), S[2]);
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[3], q[3]), S[3]);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(d * pp->dx[b][t]), acc[t]);
+        }
     }
+    for (int t = 0; t < GK4_TOK; t++) v[t] = _mm512_reduce_add_ps(acc[t]);
+}
+
+// The K-format tiles' driver: 8 tokens prepared per K chunk, then every row.
+static inline __attribute__((always_inline)) void gemmq_k512(uint32_t type, const void *restrict w, size_t w_stride,
+                                                             int64_t n_rows, const void *restrict xq, size_t x_stride,
+                                                             int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {
+    const int64_t nbt = K / NM_QK_K;
+    if (nbt == 0) gq_zero(y, ldy, n_rows, n_tok);
+    q8k_prep pp;
     for (int64_t t0 = 0; t0 < n_tok; t0 += GK4_TOK) {
         const int nt = n_tok - t0 < GK4_TOK ? (int)(n_tok - t0) : GK4_TOK;
         for (int64_t b0 = 0; b0 < nbt; b0 += GK4_CH) {
             const int nb = nbt - b0 < GK4_CH ? (int)(nbt - b0) : GK4_CH;
-            q8k_prep_fill_q6(xq, x_stride, t0, nt, b0, nb, &pp);
+            if (type == NM_TYPE_Q4_K) q8k_prep_fill(xq, x_stride, t0, nt, b0, nb, &pp);
+            else q8k_prep_fill_q6(xq, x_stride, t0, nt, b0, nb, &pp);
             for (int64_t r = 0; r < n_rows; r++) {
-                const nm_block_q6_K *row = (const nm_block_q6_K *)((const uint8_t *)w + (size_t)r * w_stride) + b0;
-                __m512 acc[GK4_TOK];
-                for (int t = 0; t < GK4_TOK; t++) acc[t] = _mm512_setzero_ps();
-                for (int b = 0; b < nb; b++) {
-                    const nm_block_q6_K *x = row + b;
-                    const __m512i scd = _mm512_and_si512(
-                        _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales)), lo16);
-                    __m512i q[4], S[4], cc = zero;
-                    for (int h = 0; h < 2; h++) {
-                        const __m512i AB = _mm512_loadu_si512(x->ql + 64 * h);
-                        const __m512i HH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
-                        const __m512i ql = _mm512_or_si512(_mm512_and_si512(AB, m4),
-                                                           _mm512_and_si512(_mm512_sllv_epi16(HH, cnt_lo), m3));
-                        const __m512i qhh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(AB, 4), m4),
-                                                            _mm512_and_si512(_mm512_srlv_epi16(HH, cnt_hi), m3));
-                        q[2 * h] = _mm512_sub_epi8(ql, k32);
-                        q[2 * h + 1] = _mm512_sub_epi8(qhh, k32);
-                    }
-                    for (int z = 0; z < 4; z++) {
-                        S[z] = _mm512_permutexvar_epi32(sidx[z], scd);
-                        cc = _mm512_dpwssd_epi32(cc, _mm512_dpbusd_epi32(zero, ones, q[z]), S[z]);
-                    }
-                    const __m512i init = _mm512_sub_epi32(zero, _mm512_slli_epi32(cc, 7));
-                    const float d = h2f_tab(x->d);
-                    _Pragma("GCC unroll 8") for (int t = 0; t < GK4_TOK; t++) {
-                        const __m512i *xt = pp.x[b][t];
-                        __m512i a = _mm512_dpwssd_epi32(init, _mm512_dpbusd_epi32(zero, xt[0], q[0]), S[0]);
-                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[1], q[1]), S[1]);
-                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[2], q[2]), S[2]);
-                        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, xt[3], q[3]), S[3]);
-                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(d * pp.dx[b][t]), acc[t]);
-                    }
-                }
+                const uint8_t *row = (const uint8_t *)w + (size_t)r * w_stride;
+                float v[GK4_TOK];
+                if (type == NM_TYPE_Q4_K) q4_K_tile_row((const nm_block_q4_K *)row + b0, nb, &pp, v);
+                else q6_K_tile_row((const nm_block_q6_K *)row + b0, nb, &pp, v);
                 for (int t = 0; t < nt; t++) {
                     float *yt = y + (size_t)(t0 + t) * (size_t)ldy + r;
-                    const float v = _mm512_reduce_add_ps(acc[t]);
-                    *yt = b0 ? *yt + v : v;
+                    *yt = b0 ? *yt + v[t] : v[t];
                 }
             }
         }
     }
+}
+
+static void gemmq_q4_K(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,
+                       size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {
+    gemmq_k512(NM_TYPE_Q4_K, w, w_stride, n_rows, xq, x_stride, n_tok, K, y, ldy);
+}
+
+static void gemmq_q6_K(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict xq,
+                       size_t x_stride, int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {
+    gemmq_k512(NM_TYPE_Q6_K, w, w_stride, n_rows, xq, x_stride, n_tok, K, y, ldy);
 }
 
 #if defined(__clang__)

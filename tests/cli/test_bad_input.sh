@@ -40,25 +40,11 @@ case_say_existing_file_write_fails() {
 }
 expect say_failed_write_keeps_the_old_file 1 "File too large \\| file: kept, leftovers: 0 $" -- case_say_existing_file_write_fails
 
-case_say_read_only_folder() {
-    local d=$tmp/ro; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 666 "$d/a.wav"; chmod 555 "$d"; chmod 755 "$tmp"
-    local before out rc; before=$(state "$d/a.wav")
-    if [ "$(id -u)" = 0 ]; then # root writes anywhere: run as nobody
-        out=$(HOME=$tmp timeout "$NM_TIMEOUT" setpriv --reuid=65534 --regid=65534 --clear-groups "$NM" say hi -o "$d/a.wav" 2>&1)
-        rc=$?
-        echo "$rc" >> "$tmp/rc"
-    else
-        out=$(nm say hi -o "$d/a.wav" 2>&1)
-    fi
-    echo "$out | file: $([ "$(state "$d/a.wav")" = "$before" ] && echo kept || echo CHANGED), leftovers: $(leftovers "$d")" | tr '\n' ' '; echo
-    chmod 755 "$d"
-}
-expect say_read_only_folder_keeps_the_file 1 "cannot create a file in its folder: Permission denied \\| file: kept, leftovers: 0 $" -- case_say_read_only_folder
-
-case_say_read_only_file() {
-    local d=$tmp/rof; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 444 "$d/a.wav"; chmod 777 "$d"; chmod 755 "$tmp"
-    local before out; before=$(state "$d/a.wav")
-    if [ "$(id -u)" = 0 ]; then # root writes anywhere: run as nobody, in a folder anyone may write
+# say hi -o DIR/a.wav where a permission stops it (root writes anywhere: then as nobody), and what
+# became of the file and the folder.
+say_unprivileged() {
+    local d=$1 before out; before=$(state "$d/a.wav")
+    if [ "$(id -u)" = 0 ]; then
         out=$(HOME=$tmp timeout "$NM_TIMEOUT" setpriv --reuid=65534 --regid=65534 --clear-groups "$NM" say hi -o "$d/a.wav" 2>&1)
         echo "$?" >> "$tmp/rc"
     else
@@ -66,6 +52,16 @@ case_say_read_only_file() {
     fi
     echo "$out | file: $([ "$(state "$d/a.wav")" = "$before" ] && echo kept || echo CHANGED), leftovers: $(leftovers "$d")" | tr '\n' ' '; echo
     chmod 755 "$d"
+}
+case_say_read_only_folder() { # a file anyone may write, in a folder we may not
+    local d=$tmp/ro; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 666 "$d/a.wav"; chmod 555 "$d"; chmod 755 "$tmp"
+    say_unprivileged "$d"
+}
+expect say_read_only_folder_keeps_the_file 1 "cannot create a file in its folder: Permission denied \\| file: kept, leftovers: 0 $" -- case_say_read_only_folder
+
+case_say_read_only_file() { # a file we may not write, in a folder anyone may write
+    local d=$tmp/rof; mkdir -p "$d"; printf 'old\n' > "$d/a.wav"; chmod 444 "$d/a.wav"; chmod 777 "$d"; chmod 755 "$tmp"
+    say_unprivileged "$d"
 }
 expect say_read_only_file_keeps_the_file 1 "a.wav: cannot write: Permission denied \\| file: kept, leftovers: 0 $" -- case_say_read_only_file
 

@@ -70,6 +70,44 @@ NM_TEST(gemm_packed_equals_reference) {
             }
 }
 
+
+// The panel GEMM (activations packed, weights in place) gives the packed
+// kernel's bits: every row count of its blocks (1..12), one and two panels
+// (token counts around 16 and 32), odd K, a row stride past K, with and
+// without bias; rows of y past R and tokens past nt stay untouched.
+NM_TEST(gemm_xpanel_equals_packed_bit_for_bit) {
+    nm_gemm_packed_fn gp = nm_gemm_f32_packed_get();
+    nm_gemm_xpanel_fn gx = nm_gemm_f32_xpanel_get();
+    if (!gp || !gx) NM_SKIP("no AVX-512 GEMM on this CPU");
+    const int64_t Ts[] = {1, 5, 15, 16, 17, 31, 32}, Ks[] = {1, 7, 64, 130};
+    for (int64_t R = 1; R <= NM_GEMM_XPANEL_ROWS; R++)
+        for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+            for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+                const int64_t T = Ts[ti], K = Ks[ki], ldw = K + 3, ldy = R + 5, Tb = T + 2;
+                float *w = malloc(sizeof(float) * R * ldw), *x = malloc(sizeof(float) * T * K), *b = malloc(sizeof(float) * R);
+                float *y1 = malloc(sizeof(float) * Tb * ldy), *y2 = malloc(sizeof(float) * Tb * ldy);
+                float *wp = aligned_alloc(64, sizeof(float) * NM_GEMM_PACK_ROWS * (size_t)((K + 3) / 4 * 4));
+                float *xp = aligned_alloc(64, sizeof(float) * 2 * NM_GEMM_PACK_ROWS * (size_t)((K + 3) / 4 * 4));
+                for (int64_t i = 0; i < R * ldw; i++) w[i] = frand();
+                for (int64_t i = 0; i < T * K; i++) x[i] = frand();
+                for (int64_t i = 0; i < R; i++) b[i] = frand();
+                for (int64_t i = 0; i < Tb * ldy; i++) y1[i] = y2[i] = 777.0f;
+                const float *bias = (R + T + K) % 2 ? b : NULL;
+                nm_gemm_pack16(w, ldw, 1, R, K, wp);
+                gp(wp, R, x, T, K, y1, ldy, bias);
+                for (int64_t t0 = 0; t0 < T; t0 += NM_GEMM_PACK_ROWS)
+                    nm_gemm_pack16(x + t0 * K, K, 1, T - t0 < NM_GEMM_PACK_ROWS ? T - t0 : NM_GEMM_PACK_ROWS, K, xp + t0 * K);
+                gx(w, ldw, R, xp, T, K, y2, ldy, bias);
+                const bool same = !memcmp(y1, y2, sizeof(float) * Tb * ldy);
+                if (!same) fprintf(stderr, "  R=%lld T=%lld K=%lld: differs\n", (long long)R, (long long)T, (long long)K);
+                NM_CHECK(same);
+                bool untouched = true;
+                for (int64_t t = 0; t < Tb; t++)
+                    for (int64_t r = 0; r < ldy; r++) untouched &= (t < T && r < R) || y2[t * ldy + r] == 777.0f;
+                NM_CHECK(untouched);
+                free(w), free(x), free(b), free(y1), free(y2), free(wp), free(xp);
+            }
+}
 // MATMUL of quantized weights, decode (T = 1) and prefill (T > 1) paths, equals
 // dequantize-then-multiply with the activations rounded as the kernels round
 // them (to the weights' vec_dot_type: 8-bit blocks, f16, ...).
@@ -123,6 +161,53 @@ NM_TEST(matmul_quantized_decode_and_prefill) {
         }
     }
     free(wf), free(deq), free(x), free(y), free(wq), free(xr), free(xq);
+    nm_backend_free(be);
+}
+
+// The prefill matmul of f32 and f16 weights in chunks of rows against panel
+// pairs: rows in chunks and their remainders (O = 100), token counts of one
+// and of several panels, with a bias, at row lengths whose f32 rows are used
+// in place (1008) and copied into the padded tile (1024).
+NM_TEST(matmul_half_and_f32_prefill_chunks) {
+    const int64_t Ks[] = {1008, 1024}, Ts[] = {8, 40}, O = 100;
+    const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16};
+    nm_backend *be = nm_backend_cpu_create(2, 1024, 40);
+    NM_CHECK(be != NULL);
+    if (!be) return;
+    float *wf = malloc(sizeof(float) * 1024 * O), *x = malloc(sizeof(float) * 1024 * 40), *b = malloc(sizeof(float) * O);
+    float *y = malloc(sizeof(float) * O * 41);
+    void *wq = malloc(sizeof(float) * 1024 * O);
+    for (int64_t i = 0; i < 1024 * O; i++) wf[i] = frand();
+    for (int64_t i = 0; i < 1024 * 40; i++) x[i] = frand();
+    for (int64_t i = 0; i < O; i++) b[i] = frand();
+    for (size_t ki = 0; ki < 2; ki++)
+        for (size_t ti = 0; ti < 2; ti++)
+            for (size_t yi = 0; yi < 2; yi++) {
+                const int64_t K = Ks[ki], T = Ts[ti];
+                const uint32_t t = types[yi];
+                const size_t rb = nm_row_size(t, K);
+                for (int64_t o = 0; o < O; o++) nm_quantize_row_ref(t, wf + o * K, (uint8_t *)wq + o * rb, K);
+                nm_tensor W = {.type = t, .ne = {K, O, 1, 1}, .data = wq}, B = {.type = NM_TYPE_F32, .ne = {O, 1, 1, 1}, .data = b};
+                nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .data = x};
+                nm_tensor Y = {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = y};
+                for (int64_t i = 0; i < O * 41; i++) y[i] = 777.0f;
+                nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .src2 = &B, .dst = &Y};
+                NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+                double maxd = 0;
+                float wr[1024];
+                for (int64_t o = 0; o < O; o++) {
+                    nm_dequantize_row_ref(t, (uint8_t *)wq + o * rb, wr, K);
+                    for (int64_t tok = 0; tok < T; tok++) {
+                        double s = b[o];
+                        for (int64_t k = 0; k < K; k++) s += (double)wr[k] * x[tok * K + k];
+                        maxd = fmax(maxd, fabs(s - y[tok * O + o]));
+                    }
+                }
+                if (maxd > 1e-3) fprintf(stderr, "  %s K=%lld T=%lld: max diff %g\n", nm_type_traits_get(t)->name, (long long)K, (long long)T, maxd);
+                NM_CHECK(maxd < 1e-3);
+                NM_CHECK(y[T * O] == 777.0f); // nothing written past the T tokens
+            }
+    free(wf), free(x), free(b), free(y), free(wq);
     nm_backend_free(be);
 }
 

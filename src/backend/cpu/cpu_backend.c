@@ -19,10 +19,13 @@
 // Tokens per GEMM call: the block of activations (NM_MM_TOKENS x K floats)
 // stays in L2 while the tile's rows sweep over it.
 #define NM_MM_TOKENS 48
-// Tokens from which the packed GEMM pays for packing the tile (16 x K copies
-// against 16 x K x T multiply-adds).
+// Tokens from which the AVX-512 panel GEMM pays for packing the activations
+// (T x K copies, once per matmul).
 #define NM_MM_PACK_MIN_TOKENS 8
-_Static_assert(NM_MM_ROWS == NM_GEMM_PACK_ROWS, "the packed GEMM takes whole prefill tiles");
+// Rows of a chunk of the panel GEMM: four of its 12-row blocks share each
+// pair of activation panels while it is in L1/L2.
+#define NM_MM_XROWS (4 * NM_GEMM_XPANEL_ROWS)
+
 // Rows per chunk of a decode matmul: big enough that claiming a chunk (one
 // atomic) is noise next to its dots, small enough to balance the threads.
 #define NM_MM_DEC_ROWS 32
@@ -40,10 +43,11 @@ typedef struct nm_cpu {
     const nm_kernels *kref; // what supports_op checks: a type is supported if it has a reference
     nm_gemm_fn gemm;
     nm_gemm_packed_fn gemm_packed; // NULL: no packed kernel on this CPU
+    nm_gemm_xpanel_fn gemm_xpanel; // NULL exactly where gemm_packed is
     nm_expsum_fn expsum;
     int64_t max_row, max_tokens;
-    float *scratch; // (n_threads, NM_MM_ROWS, max_row)
-    float *packed;  // (n_threads, max_row, NM_GEMM_PACK_ROWS), 64-aligned: the tile for gemm_packed
+    float *scratch; // (n_threads, NM_MM_ROWS, max_row), or (n_threads, NM_MM_XROWS, max_row + 16) with gemm_xpanel
+    float *xpack;   // (ceil16(max_tokens), max_row), 64-aligned: activations in 16-token panels for gemm_xpanel
     uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
     uint8_t *gemv_prep; // (NM_MM_GROUP, gemv_prep_bytes), 64-aligned: decode activations as each gemv wants them
     size_t gemv_prep_bytes;
@@ -169,6 +173,44 @@ static int64_t mm_chunks(const nm_op *op) {
     return op->src1->ne[1] == 1 ? (O + NM_MM_DEC_ROWS - 1) / NM_MM_DEC_ROWS : (O + NM_MM_ROWS - 1) / NM_MM_ROWS;
 }
 
+// The activations (src1, or the rounded copy) packed for the panel GEMM:
+// chunk = one panel of 16 tokens.
+static void xpack_worker(void *arg, int64_t chunk, int ith) {
+    const mm_task *t = arg;
+    const int64_t K = t->op->src1->ne[0], T = t->op->src1->ne[1], t0 = chunk * NM_GEMM_PACK_ROWS;
+    const float *x = t->x ? t->x : t->op->src1->data;
+    nm_gemm_pack16(x + t0 * K, K, 1, T - t0 < NM_GEMM_PACK_ROWS ? T - t0 : NM_GEMM_PACK_ROWS, K, t->c->xpack + t0 * K);
+}
+
+// Prefill with the panel GEMM: a chunk of NM_MM_XROWS rows, widened once to
+// f32 (f32 weights are used in place), against every pair of 16-token panels.
+static void mmx_worker(void *arg, int64_t chunk, int ith) {
+    const mm_task *t = arg;
+    const nm_cpu *c = t->c;
+    const nm_tensor *w = t->op->src0, *bias = t->op->src2;
+    const int64_t K = w->ne[0], O = w->ne[1], T = t->op->src1->ne[1];
+    const size_t row_bytes = nm_row_size(w->type, K);
+    const uint8_t *wd = w->data;
+    const float *bd = bias ? bias->data : NULL;
+    float *yd = t->op->dst->data;
+    const int64_t r0 = chunk * NM_MM_XROWS, r1 = r0 + NM_MM_XROWS < O ? r0 + NM_MM_XROWS : O;
+    // rows K + 16 floats apart in the tile, off a multiple of 4 KiB (see
+    // gemm.h); f32 weights in place unless their stride is one
+    const float *tile = (const float *)(wd + (size_t)r0 * row_bytes);
+    int64_t ldw = K;
+    if (w->type != NM_TYPE_F32 || K % 1024 == 0) {
+        float *s = c->scratch + (size_t)ith * NM_MM_XROWS * (size_t)(c->max_row + 16);
+        ldw = K + 16;
+        for (int64_t o = r0; o < r1; o++) c->k->dequant[w->type](wd + (size_t)o * row_bytes, s + (o - r0) * ldw, K);
+        tile = s;
+    }
+    for (int64_t p = 0; p < T; p += 2 * NM_GEMM_PACK_ROWS)
+        for (int64_t r = r0; r < r1; r += NM_GEMM_XPANEL_ROWS)
+            c->gemm_xpanel(tile + (r - r0) * ldw, ldw, r1 - r < NM_GEMM_XPANEL_ROWS ? r1 - r : NM_GEMM_XPANEL_ROWS,
+                           c->xpack + p * K, T - p < 2 * NM_GEMM_PACK_ROWS ? T - p : 2 * NM_GEMM_PACK_ROWS, K,
+                           yd + p * O + r, O, bd ? bd + r : NULL);
+}
+
 static void mm_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
     const nm_cpu *c = t->c;
@@ -198,13 +240,6 @@ static void mm_worker(void *arg, int64_t chunk, int ith) {
     r0 = chunk * NM_MM_ROWS;
     r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
     for (int64_t o = r0; o < r1; o++) deq(wd + (size_t)o * row_bytes, tile + (o - r0) * K, K);
-    if (c->gemm_packed && T >= NM_MM_PACK_MIN_TOKENS) {
-        // the tile packed once for all tokens (outer-product kernel, see x86_gemm512.c)
-        float *wp = c->packed + (size_t)ith * (size_t)c->max_row * NM_GEMM_PACK_ROWS;
-        nm_gemm_pack16(tile, K, 1, r1 - r0, K, wp);
-        c->gemm_packed(wp, r1 - r0, xd, T, K, yd + r0, O, bd ? bd + r0 : NULL);
-        return;
-    }
     for (int64_t tb = 0; tb < T; tb += NM_MM_TOKENS) {
         int64_t nb = T - tb < NM_MM_TOKENS ? T - tb : NM_MM_TOKENS;
         c->gemm(tile, r1 - r0, xd + tb * K, nb, K, yd + tb * O + r0, O, bd ? bd + r0 : NULL);
@@ -682,7 +717,13 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
                     nm_pool_run(c->pool, round_worker, &t, op->src1->ne[1]);
                     t.x = (const float *)c->act_q;
                 }
-                nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
+                const int64_t T = op->src1->ne[1], O = op->src0->ne[1];
+                if (c->gemm_xpanel && T >= NM_MM_PACK_MIN_TOKENS) {
+                    nm_pool_run(c->pool, xpack_worker, &t, (T + NM_GEMM_PACK_ROWS - 1) / NM_GEMM_PACK_ROWS);
+                    nm_pool_run(c->pool, mmx_worker, &t, (O + NM_MM_XROWS - 1) / NM_MM_XROWS);
+                } else {
+                    nm_pool_run(c->pool, mm_worker, &t, mm_chunks(op));
+                }
                 break;
             }
             t.act_row = nm_row_size(t.act_type, op->src1->ne[0]);
@@ -732,7 +773,7 @@ static void cpu_free(nm_backend *b) {
     free(c->scratch);
     free(c->act_q);
     free(c->gemv_prep);
-    free(c->packed);
+    free(c->xpack);
     free(c->attn_ws);
     free(c);
     free(b);
@@ -763,16 +804,20 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_to
     c->kref = nm_kernels_ref();
     c->gemm = nm_gemm_f32_get();
     c->gemm_packed = nm_gemm_f32_packed_get();
+    c->gemm_xpanel = nm_gemm_f32_xpanel_get();
     c->expsum = nm_expsum_get();
     c->max_row = max_row;
     c->max_tokens = max_tokens;
-    c->scratch = calloc((size_t)nm_pool_size(c->pool) * NM_MM_ROWS * (size_t)max_row, sizeof(float));
+    // the panel GEMM's tile: NM_MM_XROWS rows of max_row + 16 floats
+    const size_t tile = c->gemm_xpanel ? NM_MM_XROWS * (size_t)(max_row + 16) : NM_MM_ROWS * (size_t)max_row;
+    c->scratch = calloc((size_t)nm_pool_size(c->pool) * tile, sizeof(float));
     c->act_q = malloc((size_t)max_tokens * (size_t)max_row * sizeof(float));
     c->gemv_prep_bytes = (NM_GEMV_PREP_BYTES(max_row) + 63) / 64 * 64;
     c->gemv_prep = aligned_alloc(64, NM_MM_GROUP * c->gemv_prep_bytes);
-    if (c->gemm_packed) {
-        c->packed = aligned_alloc(64, (size_t)nm_pool_size(c->pool) * (size_t)max_row * NM_GEMM_PACK_ROWS * sizeof(float));
-        if (!c->packed) goto fail;
+    if (c->gemm_xpanel) {
+        c->xpack = aligned_alloc(64, (size_t)(max_tokens + NM_GEMM_PACK_ROWS - 1) / NM_GEMM_PACK_ROWS *
+                                         NM_GEMM_PACK_ROWS * (size_t)max_row * sizeof(float));
+        if (!c->xpack) goto fail;
     }
     if (!c->scratch || !c->act_q || !c->gemv_prep) goto fail;
     b->iface = &cpu_iface;
@@ -784,7 +829,7 @@ fail:
         free(c->scratch);
         free(c->act_q);
         free(c->gemv_prep);
-        free(c->packed);
+        free(c->xpack);
     }
     free(c);
     free(b);

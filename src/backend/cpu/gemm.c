@@ -33,6 +33,13 @@ void nm_gemm_pack16(const float *restrict w, int64_t rs, int64_t ks, int64_t R, 
     }
 }
 
+nm_gemm_xpanel_fn nm_gemm_f32_xpanel_get(void) {
+#ifdef NM_HAVE_X86_SIMD
+    if (nm_gemm_f32_packed_get()) return nm_gemm_f32_xpanel_avx512;
+#endif
+    return NULL;
+}
+
 nm_gemm_packed_fn nm_gemm_f32_packed_get(void) {
     const char *force = getenv("NM_FORCE_REF"), *no512 = getenv("NM_NO_AVX512");
     if ((force && !strcmp(force, "1")) || (no512 && !strcmp(no512, "1"))) return NULL;

@@ -36,6 +36,24 @@ void nm_gemm_f32_packed_avx512(const float *restrict wp, int64_t R, const float 
 // NM_FORCE_REF=1 or NM_NO_AVX512=1): then use nm_gemm_f32_get.
 nm_gemm_packed_fn nm_gemm_f32_packed_get(void);
 
+// The same product from the other side, for matmuls: the activations packed
+// into panels of 16 tokens (nm_gemm_pack16(x + 16 p K, K, 1, n, K, xp + 16 p K):
+// xp[k * 16 + l] = x[l * K + k], zeros for lanes n..15; 64-byte aligned), R <= 12
+// weight rows read in place (row r at w + r * ldw; a row stride of K + 16
+// rather than a multiple of 4 KiB keeps the rows off one L1 set) against
+// nt <= 32 tokens (one panel, or two back to back), y[l * ldy + r] for l < nt.
+// Gives the same bits as the packed kernel (each output the same FMA chain:
+// bias, then k in order).
+#define NM_GEMM_XPANEL_ROWS 12
+typedef void (*nm_gemm_xpanel_fn)(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp, int64_t nt,
+                                  int64_t K, float *restrict y, int64_t ldy, const float *restrict bias);
+#ifdef NM_HAVE_X86_SIMD
+void nm_gemm_f32_xpanel_avx512(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp, int64_t nt,
+                               int64_t K, float *restrict y, int64_t ldy, const float *restrict bias);
+#endif
+// NULL exactly where nm_gemm_f32_packed_get is.
+nm_gemm_xpanel_fn nm_gemm_f32_xpanel_get(void);
+
 // Softmax numerators: s[j] = e^(s[j] - m) for j < n, returning their sum.
 // The exponential is Cody-Waite reduction + a degree-6 polynomial (relative
 // error < 2.5e-7); nm_expf is the same for one value.

@@ -55,6 +55,67 @@ void nm_gemm_f32_packed_avx512(const float *restrict wp, int64_t R, const float 
     }
 }
 
+// The same outer product with the roles swapped, for matmuls: the activations
+// are packed once per matmul into 16-token panels (xp[k * 16 + l], token l in
+// lane l) and nr <= 12 weight rows are read in place and broadcast against two
+// panels, so one k-step is 2 loads, nr broadcasts and 2 nr FMAs into 2 nr
+// accumulators of 16 tokens each (24 FMAs to 14 loads: the 16 x 14 form above
+// issues a load per FMA and reaches ~3/4 of the FMA ports' rate even in L1).
+// Packing x (T x K) once replaces packing every 16-row weight tile (O x K per
+// matmul), and a panel is one sequential stream where the tile form read 14
+// token rows at once. Each output is the same FMA chain as in
+// nm_gemm_f32_packed_avx512 (bias first, then k in order; w * x is the same
+// product), so the two give the same bits. Row j of the tile is at
+// p[j / 3] + (j % 3) * ldw, four pointers for twelve rows.
+#define XR NM_GEMM_XPANEL_ROWS // weight rows per block
+
+static inline __attribute__((always_inline)) void xblock(const float *restrict w, int64_t ldw, const float *restrict xp,
+                                                          int64_t K, float *restrict y, int64_t ldy, __mmask16 tm0,
+                                                          __mmask16 tm1, __m512i idx, const float *restrict bias,
+                                                          int nr, int np) {
+    __m512 a0[XR], a1[XR];
+    for (int j = 0; j < XR; j++) a0[j] = a1[j] = j < nr && bias ? _mm512_set1_ps(bias[j]) : _mm512_setzero_ps();
+    const float *p[4];
+    for (int i = 0; i < 4; i++) p[i] = 3 * i < nr ? w + 3 * i * ldw : w;
+    const float *xq = xp + (np > 1 ? K * NM_GEMM_PACK_ROWS : 0);
+    for (int64_t k = 0; k < K; k++) {
+        const __m512 x0 = _mm512_load_ps(xp + k * NM_GEMM_PACK_ROWS);
+        const __m512 x1 = np > 1 ? _mm512_load_ps(xq + k * NM_GEMM_PACK_ROWS) : x0;
+#pragma GCC unroll 12
+        for (int j = 0; j < XR; j++)
+            if (j < nr) {
+                const __m512 wv = _mm512_set1_ps(p[j / 3][k + (j % 3) * ldw]);
+                a0[j] = _mm512_fmadd_ps(wv, x0, a0[j]);
+                if (np > 1) a1[j] = _mm512_fmadd_ps(wv, x1, a1[j]);
+            }
+    }
+#pragma GCC unroll 12
+    for (int j = 0; j < XR; j++)
+        if (j < nr) {
+            _mm512_mask_i32scatter_ps(y + j, tm0, idx, a0[j], 4);
+            if (np > 1) _mm512_mask_i32scatter_ps(y + 16 * ldy + j, tm1, idx, a1[j], 4);
+        }
+}
+
+#define XBLOCK_CASE(n)                                                         \
+    case n:                                                                    \
+        if (np > 1) xblock(w, ldw, xp, K, y, ldy, tm0, tm1, idx, bias, n, 2); \
+        else xblock(w, ldw, xp, K, y, ldy, tm0, tm1, idx, bias, n, 1);        \
+        break;
+
+void nm_gemm_f32_xpanel_avx512(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp, int64_t nt,
+                               int64_t K, float *restrict y, int64_t ldy, const float *restrict bias) {
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)ldy));
+    const int np = nt > NM_GEMM_PACK_ROWS ? 2 : 1;
+    const __mmask16 tm0 = (__mmask16)((1u << (nt < 16 ? nt : 16)) - 1);
+    const __mmask16 tm1 = (__mmask16)((1u << (nt > 16 ? nt - 16 : 0)) - 1);
+    switch ((int)R) {
+        XBLOCK_CASE(1) XBLOCK_CASE(2) XBLOCK_CASE(3) XBLOCK_CASE(4) XBLOCK_CASE(5) XBLOCK_CASE(6) XBLOCK_CASE(7)
+        XBLOCK_CASE(8) XBLOCK_CASE(9) XBLOCK_CASE(10) XBLOCK_CASE(11) XBLOCK_CASE(12)
+    }
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

@@ -170,7 +170,7 @@ expect run_mlock 0 "^hi" "$M" -- nm run -m "$M" --mlock -p hi -n 1 --temp 0
 expect version_flag 0 "^nanomind [0-9]" -- nm --version
 expect run_version_flag 0 "^nanomind [0-9]" -- nm run --version
 expect help_command 0 "usage: nanomind run -m MODEL" -- nm help run
-expect bench_o_json 0 "^\\{\"cpu\": \"[^\"]+\", \"cpu_features\": \"[a-z0-9_ ]*\", \"kernels\": \"quant [a-z0-9+]+, f32 gemm (avx512-packed|avx2|ref)\", .*\"pp_tps\"" "$M" -- nm bench -m "$M" -p 8 -n 4 -r 1 -o json
+expect bench_o_json 0 "^\\{\"cpu\": \"[^\"]+\", \"cpu_features\": \"[a-z0-9_ ]*\", \"kernels\": \"quant [a-z0-9+]+, f32 gemm (avx512-panel|avx2|ref)\", .*\"pp_tps\"" "$M" -- nm bench -m "$M" -p 8 -n 4 -r 1 -o json
 case_bench_variant() { NM_NO_AVX512=1 NM_NO_VNNI=1 nm bench -m "$M" -p 8 -n 4 -r 1 -o json | grep -o '"kernels": "[^"]*"'; }
 expect bench_records_forced_variant 0 '^"kernels": "quant (avx2|ref|neon[a-z+]*), f32 gemm (avx2|ref)"$' "$M" -- case_bench_variant
 

@@ -371,7 +371,7 @@ NM_TEST(same_as_whisper_cli_reading_files) {
         "alsa_side_left_8k", "alsa_side_right", "tts_16k", "tts_48k", "tts_8k", "tts_long.ogg",
     };
     static const char *const k_resampled[] = {"alsa_front_center_8k", "tts_8k"};
-    const bool avx512 = nm_gemm_f32_packed_get() != NULL;
+    const bool avx512 = nm_gemm_panel_get() != NULL;
     int n_same = 0, n_differ = 0;
     for (size_t i = 0; i < sizeof k_clips / sizeof *k_clips; i++) {
         char path[512], exp_path[512];

@@ -214,7 +214,7 @@ int cmd_bench(int argc, char **argv) {
         if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = ' '; // a JSON string as it is
     nm_cpu_features_str(feats, sizeof feats);
     snprintf(kern, sizeof kern, "quant %s, f32 gemm %s", nm_kernels_get()->name,
-             nm_gemm_f32_packed_get() ? "avx512-packed" : nm_gemm_f32_get() == nm_gemm_f32_ref ? "ref" : "avx2");
+             nm_gemm_panel_get() ? "avx512-panel" : nm_gemm_f32_get() == nm_gemm_f32_ref ? "ref" : "avx2");
     if (json) {
         printf("{\"cpu\": \"%s\", \"cpu_features\": \"%s\", \"kernels\": \"%s\", ", cpu, feats, kern);
         printf("\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "

@@ -42,12 +42,12 @@ typedef struct nm_cpu {
     const nm_kernels *k;    // chosen for this CPU; the reference fills its holes
     const nm_kernels *kref; // what supports_op checks: a type is supported if it has a reference
     nm_gemm_fn gemm;
-    nm_gemm_packed_fn gemm_packed; // NULL: no packed kernel on this CPU
-    nm_gemm_xpanel_fn gemm_xpanel; // NULL exactly where gemm_packed is
+    const nm_gemm_panel_kernels *pk; // AVX-512 panel GEMM and softmax; NULL: none on this CPU
     nm_expsum_fn expsum;
+    nm_xsigmoid_fn xsigmoid;
     int64_t max_row, max_tokens;
-    float *scratch; // (n_threads, NM_MM_ROWS, max_row), or (n_threads, NM_MM_XROWS, max_row + 16) with gemm_xpanel
-    float *xpack;   // (ceil16(max_tokens), max_row), 64-aligned: activations in 16-token panels for gemm_xpanel
+    float *scratch; // (n_threads, NM_MM_ROWS, max_row), or (n_threads, NM_MM_XROWS, max_row + 16) with pk
+    float *xpack;   // (ceil16(max_tokens), max_row), 64-aligned: activations in 16-token panels for pk->gemm
     uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
     uint8_t *gemv_prep; // (NM_MM_GROUP, gemv_prep_bytes), 64-aligned: decode activations as each gemv wants them
     size_t gemv_prep_bytes;
@@ -206,7 +206,7 @@ static void mmx_worker(void *arg, int64_t chunk, int ith) {
     }
     for (int64_t p = 0; p < T; p += 2 * NM_GEMM_PACK_ROWS)
         for (int64_t r = r0; r < r1; r += NM_GEMM_XPANEL_ROWS)
-            c->gemm_xpanel(tile + (r - r0) * ldw, ldw, r1 - r < NM_GEMM_XPANEL_ROWS ? r1 - r : NM_GEMM_XPANEL_ROWS,
+            c->pk->gemm(tile + (r - r0) * ldw, ldw, r1 - r < NM_GEMM_XPANEL_ROWS ? r1 - r : NM_GEMM_XPANEL_ROWS,
                            c->xpack + p * K, T - p < 2 * NM_GEMM_PACK_ROWS ? T - p : 2 * NM_GEMM_PACK_ROWS, K,
                            yd + p * O + r, O, bd ? bd + r : NULL);
 }
@@ -334,19 +334,24 @@ static void attn_worker(void *arg, int64_t i, int ith) {
 
 // ---- bidirectional attention (encoders) -------------------------------------------------
 //
-// A chunk is one head and a contiguous group of queries. The chunk packs its
-// head's K (T x hd) and V transposed (hd x T) into the thread's workspace once
-// (in 16-row panels where the packed GEMM runs), then for blocks of NM_FA_QB
-// queries: S = (scale Q) K^T and O = softmax(S) V, both through the f32 GEMM
-// (which wants contiguous rows, hence the packing: T*hd copies against
-// NM_FA_QB*T*hd multiply-adds per block).
+// A chunk is one head and a contiguous group of queries, taken in blocks of
+// NM_FA_QB queries: S = (scale Q) K^T, softmax, O = S V.
+//
+// With the AVX-512 panel kernels, a block of queries is packed into two
+// 16-query panels, S = K Q^T comes out in panel layout (key j's 16 queries
+// in one zmm, K read in place) and is, after a per-lane softmax, the packed
+// activations of O = V^T S^T (V transposed once per chunk into rows of
+// T + 16 floats): no pass over S outside the kernels.
+//
+// Without them, the chunk copies K and V^T into the thread's workspace once
+// and both products go through the f32 GEMM (contiguous rows).
 #define NM_FA_QB 32
+_Static_assert(NM_FA_QB == 2 * NM_GEMM_PACK_ROWS, "a query block is two panels");
 
-// With the packed GEMM, K and V^T go straight into 16-row panels (ceil16(T)
-// x hd and ceil16(hd) x T) instead. Every part starts 64-byte aligned.
 #define FA_R16(n) (((n) + 15) / 16 * 16)
+// qp (QB x hd) | scores (QB x T) | V^T (hd x (T + 16)) | K copy (T x hd)
 static int64_t fa_ws_floats(int64_t T, int64_t hd) {
-    return FA_R16(NM_FA_QB * hd) + FA_R16(NM_FA_QB * T) + FA_R16(T) * hd + FA_R16(hd) * T;
+    return FA_R16(NM_FA_QB * hd) + FA_R16(NM_FA_QB * T) + FA_R16(hd * (T + 16)) + FA_R16(T * hd);
 }
 
 typedef struct fa_task {
@@ -354,6 +359,17 @@ typedef struct fa_task {
     const nm_op *op;
     int64_t n_groups; // query groups per head
 } fa_task;
+
+// ggml's softmax of one row of n scores (NM_OPF_GGML_F16), the row's element
+// j at s[j * step]: the scale after the dot, exact expf, the sum in order,
+// normalized (the caller rounds to f16).
+static void softmax_ggml(float *s, int64_t n, int64_t step, float scale) {
+    float m = -INFINITY, sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) m = (s[j * step] *= scale) > m ? s[j * step] : m;
+    for (int64_t j = 0; j < n; j++) sum += (s[j * step] = expf(s[j * step] - m));
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n; j++) s[j * step] *= inv;
+}
 
 static void fa_worker(void *arg, int64_t chunk, int ith) {
     const fa_task *t = arg;
@@ -368,61 +384,70 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
     const float *V = (const float *)op->src2->data + h * hd;
     float *O = (float *)op->dst->data + h * hd;
     const bool g16 = op->flags & NM_OPF_GGML_F16;
-    const nm_gemm_packed_fn gp = c->gemm_packed;
+    const nm_gemm_panel_kernels *pk = c->pk;
     float *ws = c->attn_ws + (size_t)ith * (size_t)c->attn_ws_floats;
-    float *qp = ws;                       // (QB, hd)
-    float *sc = qp + FA_R16(NM_FA_QB * hd); // (QB, T)
-    float *kp = sc + FA_R16(NM_FA_QB * T);  // gp: K in 16-key panels (FA_R16(T) x hd); else K (T, hd)
-    float *vt = kp + FA_R16(T) * hd;        // gp: V^T in 16-dim panels (FA_R16(hd) x T); else V^T (hd, T)
-    const int64_t nk = gp ? FA_R16(T) * hd : T * hd, nv = gp ? FA_R16(hd) * T : T * hd;
-    if (gp) {
-        for (int64_t j = 0; j < T; j += NM_GEMM_PACK_ROWS)
-            nm_gemm_pack16(K + j * stride, stride, 1, T - j < NM_GEMM_PACK_ROWS ? T - j : NM_GEMM_PACK_ROWS, hd,
-                           kp + j * hd);
-        for (int64_t d = 0; d < hd; d += NM_GEMM_PACK_ROWS)
-            nm_gemm_pack16(V + d, 1, stride, hd - d < NM_GEMM_PACK_ROWS ? hd - d : NM_GEMM_PACK_ROWS, T, vt + d * T);
-    } else {
-        for (int64_t j = 0; j < T; j++) {
-            memcpy(kp + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
-            for (int64_t d = 0; d < hd; d++) vt[d * T + j] = V[j * stride + d];
-        }
+    float *qp = ws;                         // pk: 2 panels of hd; else (QB, hd)
+    float *sc = qp + FA_R16(NM_FA_QB * hd); // pk: 2 panels of T; else (QB, T)
+    float *vt = sc + FA_R16(NM_FA_QB * T);  // V^T: (hd, ldv)
+    float *kc = vt + FA_R16(hd * (T + 16)); // K (T, hd), where it is copied
+    const int64_t ldv = pk ? T + 16 : T;
+    for (int64_t j = 0; j < T; j++)
+        for (int64_t d = 0; d < hd; d++) vt[d * ldv + j] = V[j * stride + d];
+    const float *kr = K; // K's rows: in place with pk unless rounded, else the copy
+    int64_t ldk = stride;
+    if (!pk || g16) {
+        for (int64_t j = 0; j < T; j++) memcpy(kc + j * hd, K + j * stride, sizeof(float) * (size_t)hd);
+        kr = kc;
+        ldk = hd;
     }
-    if (g16) { // ggml casts K and V to f16 (the panels' zero padding stays zero)
-        round_f16(c, kp, nk);
-        round_f16(c, vt, nv);
+    if (g16) { // ggml casts K and V to f16
+        round_f16(c, kc, T * hd);
+        for (int64_t d = 0; d < hd; d++) round_f16(c, vt + d * ldv, T);
     }
-    const float scale = op->f0;
+    const float scale = op->f0, qs = g16 ? 1.0f : scale; // ggml: Q to f16, the scale after the dot
     for (int64_t q0 = q_lo; q0 < q_hi; q0 += NM_FA_QB) {
         const int64_t nq = q_hi - q0 < NM_FA_QB ? q_hi - q0 : NM_FA_QB;
-        for (int64_t i = 0; i < nq; i++)
-            for (int64_t d = 0; d < hd; d++) qp[i * hd + d] = g16 ? Q[(q0 + i) * stride + d] : Q[(q0 + i) * stride + d] * scale;
-        if (g16) round_f16(c, qp, nq * hd); // Q to f16, the scale after the dot
-        if (gp) // sc[i * T + j] = q_i . k_j
-            for (int64_t j = 0; j < T; j += NM_GEMM_PACK_ROWS)
-                gp(kp + j * hd, T - j < NM_GEMM_PACK_ROWS ? T - j : NM_GEMM_PACK_ROWS, qp, nq, hd, sc + j, T, NULL);
-        else
-            c->gemm(kp, T, qp, nq, hd, sc, T, NULL);
+        if (pk) {
+            nm_gemm_pack16(Q + q0 * stride, stride, 1, nq < 16 ? nq : 16, hd, qp);
+            nm_gemm_pack16(Q + (q0 + 16) * stride, stride, 1, nq > 16 ? nq - 16 : 0, hd, qp + 16 * hd);
+            for (int64_t i = 0; i < NM_FA_QB * hd; i++) qp[i] *= qs;
+        } else {
+            for (int64_t i = 0; i < nq; i++)
+                for (int64_t d = 0; d < hd; d++) qp[i * hd + d] = Q[(q0 + i) * stride + d] * qs;
+        }
+        if (g16) round_f16(c, qp, pk ? NM_FA_QB * hd : nq * hd);
+        if (pk) { // sc[16 j + l] = k_j . q_l, the second panel at sc + 16 T
+            for (int64_t j = 0; j < T; j += NM_GEMM_XPANEL_ROWS)
+                pk->gemm_pout(kr + j * ldk, ldk, T - j < NM_GEMM_XPANEL_ROWS ? T - j : NM_GEMM_XPANEL_ROWS, qp, nq, hd,
+                              sc + 16 * j, 16 * T);
+            const int np = nq > 16 ? 2 : 1;
+            for (int p = 0; p < np; p++) {
+                float *sp = sc + 16 * T * p;
+                if (g16)
+                    for (int64_t l = 0; l < 16 && 16 * p + l < nq; l++) softmax_ggml(sp + l, T, 16, scale);
+                else
+                    pk->softmax(sp, T);
+            }
+            if (g16) round_f16(c, sc, np * 16 * T);
+            for (int64_t d = 0; d < hd; d += NM_GEMM_XPANEL_ROWS) // O[i, d] = sum_j p_ij v_j[d]
+                pk->gemm(vt + d * ldv, ldv, hd - d < NM_GEMM_XPANEL_ROWS ? hd - d : NM_GEMM_XPANEL_ROWS, sc, nq, T,
+                         O + q0 * stride + d, stride, NULL);
+            continue;
+        }
+        c->gemm(kr, T, qp, nq, hd, sc, T, NULL); // sc[i * T + j] = q_i . k_j
         for (int64_t i = 0; i < nq; i++) {
-            float *s = sc + i * T, m = -INFINITY, sum = 0.0f;
+            float *s = sc + i * T;
             if (g16) {
-                for (int64_t j = 0; j < T; j++) m = (s[j] *= scale) > m ? s[j] : m;
-                for (int64_t j = 0; j < T; j++) sum += (s[j] = expf(s[j] - m));
-                const float inv = 1.0f / sum;
-                for (int64_t j = 0; j < T; j++) s[j] *= inv;
+                softmax_ggml(s, T, 1, scale);
                 round_f16(c, s, T);
                 continue;
             }
+            float m = -INFINITY;
             for (int64_t j = 0; j < T; j++) m = s[j] > m ? s[j] : m;
-            sum = c->expsum(s, T, m);
-            const float inv = 1.0f / sum;
+            const float inv = 1.0f / c->expsum(s, T, m);
             for (int64_t j = 0; j < T; j++) s[j] *= inv;
         }
-        if (gp) // O[i, d] = sum_j p_ij v_j[d]
-            for (int64_t d = 0; d < hd; d += NM_GEMM_PACK_ROWS)
-                gp(vt + d * T, hd - d < NM_GEMM_PACK_ROWS ? hd - d : NM_GEMM_PACK_ROWS, sc, nq, T, O + q0 * stride + d,
-                   stride, NULL);
-        else
-            c->gemm(vt, hd, sc, nq, T, O + q0 * stride, stride, NULL);
+        c->gemm(vt, hd, sc, nq, T, O + q0 * stride, stride, NULL);
     }
 }
 
@@ -538,14 +563,12 @@ static void gelu_f16_init(void) {
     }
 }
 
-static void op_act(const nm_op *op, int64_t r0, int64_t r1) {
+static void op_act(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t w = op->dst->ne[0], b = r0 * w, e = r1 * w;
     const float *x = op->src0->data;
     float *y = op->dst->data;
     switch (op->i0) {
-    case NM_ACT_SILU:
-        for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
-        break;
+    case NM_ACT_SILU: c->xsigmoid(x + b, y + b, e - b, 1.0f, 0.0f); break;
     case NM_ACT_GELU_TANH: {
         if (op->flags & NM_OPF_GGML_F16) { // ggml's f16 table: gelu of the f16 input, rounded to f16
             pthread_once(&gelu_f16_once, gelu_f16_init);
@@ -564,12 +587,12 @@ static void op_act(const nm_op *op, int64_t r0, int64_t r1) {
             }
             break;
         }
-        const float k0 = 2.0f * 0.7978845608028654f, k1 = 0.044715f; // see op_glu
-        for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + expf(-k0 * x[i] * (1.0f + k1 * x[i] * x[i])));
+        const float k0 = 2.0f * 0.7978845608028654f; // see op_glu
+        c->xsigmoid(x + b, y + b, e - b, k0, k0 * 0.044715f);
         break;
     }
     default: // NM_ACT_GELU_QUICK
-        for (int64_t i = b; i < e; i++) y[i] = x[i] / (1.0f + expf(-1.702f * x[i]));
+        c->xsigmoid(x + b, y + b, e - b, 1.702f, 0.0f);
         break;
     }
 }
@@ -609,7 +632,7 @@ static void op_rows_run(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1
     case NM_OP_ADD: op_add(op, r0, r1); break;
     case NM_OP_SCALE: op_scale(op, r0, r1); break;
     case NM_OP_NORM: op_norm(op, r0, r1); break;
-    case NM_OP_ACT: op_act(op, r0, r1); break;
+    case NM_OP_ACT: op_act(c, op, r0, r1); break;
     default: break;
     }
 }
@@ -718,7 +741,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
                     t.x = (const float *)c->act_q;
                 }
                 const int64_t T = op->src1->ne[1], O = op->src0->ne[1];
-                if (c->gemm_xpanel && T >= NM_MM_PACK_MIN_TOKENS) {
+                if (c->pk && T >= NM_MM_PACK_MIN_TOKENS) {
                     nm_pool_run(c->pool, xpack_worker, &t, (T + NM_GEMM_PACK_ROWS - 1) / NM_GEMM_PACK_ROWS);
                     nm_pool_run(c->pool, mmx_worker, &t, (O + NM_MM_XROWS - 1) / NM_MM_XROWS);
                 } else {
@@ -803,18 +826,18 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_to
     c->k = nm_kernels_get();
     c->kref = nm_kernels_ref();
     c->gemm = nm_gemm_f32_get();
-    c->gemm_packed = nm_gemm_f32_packed_get();
-    c->gemm_xpanel = nm_gemm_f32_xpanel_get();
+    c->pk = nm_gemm_panel_get();
     c->expsum = nm_expsum_get();
+    c->xsigmoid = nm_xsigmoid_get();
     c->max_row = max_row;
     c->max_tokens = max_tokens;
     // the panel GEMM's tile: NM_MM_XROWS rows of max_row + 16 floats
-    const size_t tile = c->gemm_xpanel ? NM_MM_XROWS * (size_t)(max_row + 16) : NM_MM_ROWS * (size_t)max_row;
+    const size_t tile = c->pk ? NM_MM_XROWS * (size_t)(max_row + 16) : NM_MM_ROWS * (size_t)max_row;
     c->scratch = calloc((size_t)nm_pool_size(c->pool) * tile, sizeof(float));
     c->act_q = malloc((size_t)max_tokens * (size_t)max_row * sizeof(float));
     c->gemv_prep_bytes = (NM_GEMV_PREP_BYTES(max_row) + 63) / 64 * 64;
     c->gemv_prep = aligned_alloc(64, NM_MM_GROUP * c->gemv_prep_bytes);
-    if (c->gemm_xpanel) {
+    if (c->pk) {
         c->xpack = aligned_alloc(64, (size_t)(max_tokens + NM_GEMM_PACK_ROWS - 1) / NM_GEMM_PACK_ROWS *
                                          NM_GEMM_PACK_ROWS * (size_t)max_row * sizeof(float));
         if (!c->xpack) goto fail;

@@ -33,19 +33,14 @@ void nm_gemm_pack16(const float *restrict w, int64_t rs, int64_t ks, int64_t R, 
     }
 }
 
-nm_gemm_xpanel_fn nm_gemm_f32_xpanel_get(void) {
-#ifdef NM_HAVE_X86_SIMD
-    if (nm_gemm_f32_packed_get()) return nm_gemm_f32_xpanel_avx512;
-#endif
-    return NULL;
-}
-
-nm_gemm_packed_fn nm_gemm_f32_packed_get(void) {
+const nm_gemm_panel_kernels *nm_gemm_panel_get(void) {
     const char *force = getenv("NM_FORCE_REF"), *no512 = getenv("NM_NO_AVX512");
     if ((force && !strcmp(force, "1")) || (no512 && !strcmp(no512, "1"))) return NULL;
 #ifdef NM_HAVE_X86_SIMD
+    static const nm_gemm_panel_kernels k512 = {nm_gemm_f32_xpanel_avx512, nm_gemm_f32_xpanel_pout_avx512,
+                                               nm_softmax_panel_avx512};
     const nm_cpu_features *cpu = nm_cpu_features_get();
-    if (cpu->avx2 && cpu->fma && cpu->avx512f) return nm_gemm_f32_packed_avx512;
+    if (cpu->avx2 && cpu->fma && cpu->avx512f) return &k512;
 #endif
     return NULL;
 }
@@ -88,4 +83,21 @@ nm_expsum_fn nm_expsum_get(void) {
     if (cpu->avx2 && cpu->fma) return nm_expsum_avx2;
 #endif
     return nm_expsum_ref;
+}
+
+void nm_xsigmoid_ref(const float *x, float *y, int64_t n, float a, float b) {
+    for (int64_t i = 0; i < n; i++) {
+        const float v = x[i];
+        y[i] = v / (1.0f + poly_expf(-v * (a + b * v * v)));
+    }
+}
+
+nm_xsigmoid_fn nm_xsigmoid_get(void) {
+    const char *force = getenv("NM_FORCE_REF");
+    if (force && !strcmp(force, "1")) return nm_xsigmoid_ref;
+#ifdef NM_HAVE_X86_SIMD
+    const nm_cpu_features *cpu = nm_cpu_features_get();
+    if (cpu->avx2 && cpu->fma) return nm_xsigmoid_avx2;
+#endif
+    return nm_xsigmoid_ref;
 }

@@ -74,26 +74,43 @@ void nm_gemm_f32_avx2(const float *restrict w, int64_t R, const float *restrict 
         for (int64_t t = 0; t < T; t++) y[t * ldy + r] = dot1(w + r * K, x + t * K, K) + (bias ? bias[r] : 0.0f);
 }
 
+// nm_expsum_ref's polynomial, 8 lanes at a time (x already shifted).
+static inline __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    const __m256 nn = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic), magic);
+    const __m256 r = _mm256_fnmadd_ps(nn, _mm256_set1_ps(1.428606765330187e-6f),
+                                      _mm256_fnmadd_ps(nn, _mm256_set1_ps(0.693145751953125f), x));
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nn), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+void nm_xsigmoid_avx2(const float *x, float *y, int64_t n, float a, float b) {
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        const __m256 z = _mm256_mul_ps(v, _mm256_fmadd_ps(_mm256_mul_ps(vb, v), v, va)); // v (a + b v^2)
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), z));
+        _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+    }
+    if (i < n) nm_xsigmoid_ref(x + i, y + i, n - i, a, b);
+}
+
 // nm_expsum_ref's polynomial, 8 lanes at a time.
 float nm_expsum_avx2(float *s, int64_t n, float m) {
-    const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(88.0f);
-    const __m256 l2e = _mm256_set1_ps(1.44269504088896341f), magic = _mm256_set1_ps(12582912.0f);
+    const __m256 vm = _mm256_set1_ps(m);
     __m256 acc = _mm256_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= n; j += 8) {
-        __m256 x = _mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm), lo), hi);
-        const __m256 nn = _mm256_sub_ps(_mm256_fmadd_ps(x, l2e, magic), magic);
-        const __m256 r = _mm256_fnmadd_ps(nn, _mm256_set1_ps(1.428606765330187e-6f),
-                                          _mm256_fnmadd_ps(nn, _mm256_set1_ps(0.693145751953125f), x));
-        __m256 p = _mm256_set1_ps(1.0f / 720);
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(nn), _mm256_set1_epi32(127)), 23);
-        const __m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+        const __m256 v = exp256(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
         _mm256_storeu_ps(s + j, v);
         acc = _mm256_add_ps(acc, v);
     }

@@ -8,7 +8,12 @@
 # tile or the global image of a SmolVLM split) and time to first
 # token (s: from the prompt - image decoding, preprocessing, encoding and the
 # prompt's prefill - to the first generated token), best of 3 runs of each.
-#   nanomind:  the `vision:` (ms each) and `time to first token:` lines of --stats
+#   nanomind:  encode alone: `nanomind bench --mmproj MM -r 3` (mean ms of 3 runs
+#              after a warm-up, nothing else running: as llama.cpp encodes,
+#              before it decodes); encode in the pipeline and time to first
+#              token: the `vision:` (ms each) and `time to first token:` lines
+#              of `run --stats` (there the LLM prefills the text before the
+#              image on the same cores while the encoder runs)
 #   llama.cpp: the mean of its "mtmd batch encoding done in X ms" lines (one
 #              per image chunk) and, for time to
 #              first token, the log timestamps from the first media chunk to
@@ -55,8 +60,8 @@ print(sum(enc) / len(enc), end - start if start is not None and end is not None 
 
 best() { sort -g | head -1; } # nan sorts first with -g: a failed run makes the best nan
 
-echo "| mmproj | nanomind ms per encode | llama.cpp ms per encode | ratio | nanomind TTFT s | llama.cpp TTFT s | ratio |"
-echo "|---|---|---|---|---|---|---|"
+echo "| mmproj | nanomind ms per encode, alone | in the pipeline | llama.cpp ms per encode | ratio (alone) | nanomind TTFT s | llama.cpp TTFT s | ratio |"
+echo "|---|---|---|---|---|---|---|---|"
 for mm in "$@"; do
     a_e=() a_t=() b_e=() b_t=()
     for r in 1 2 3; do
@@ -65,11 +70,12 @@ for mm in "$@"; do
     done
     ae=$(printf '%s\n' "${a_e[@]}" | best); at=$(printf '%s\n' "${a_t[@]}" | best)
     be=$(printf '%s\n' "${b_e[@]}" | best); bt=$(printf '%s\n' "${b_t[@]}" | best)
-    python3 - "$mm" "$ae" "$be" "$at" "$bt" <<'PY'
+    al=$("$nm" bench --mmproj "$mm" -t "$threads" -r 3 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["encode_ms"])')
+    python3 - "$mm" "$al" "$ae" "$be" "$at" "$bt" <<'PY'
 import os, sys
-m, a, b, c, d = sys.argv[1], *map(float, sys.argv[2:])
+m, al, a, b, c, d = sys.argv[1], *map(float, sys.argv[2:])
 import math
 ttft = f"{d:.2f} | {d/c:.2f}x faster" if not math.isnan(d) else "n/a (stops after encoding) | -"
-print(f"| {os.path.basename(m)} | {a:.0f} | {b:.0f} | {b/a:.2f}x faster | {c:.2f} | {ttft} |")
+print(f"| {os.path.basename(m)} | {al:.0f} | {a:.0f} | {b:.0f} | {b/al:.2f}x faster | {c:.2f} | {ttft} |")
 PY
 done

@@ -156,18 +156,22 @@ NM_TEST(matmul_half_and_f32_prefill_chunks) {
     nm_backend_free(be);
 }
 
-// KV_STORE rounds K and V to f16 in the cache; attention with GQA and a
-// sliding window over that cache equals a two-pass softmax on the same values.
+// KV_STORE rounds K and V to f16 in the cache; attention with GQA, a sliding
+// window and a softcap over that cache equals a two-pass softmax on the same
+// values, for a decode-sized batch (5 tokens: one query at a time) and a
+// prefill (40: the panel path where the CPU has it, a full and a partial
+// block of 32).
 NM_TEST(attention_gqa_window_equals_naive) {
-    const int H = 4, KV = 2, hd = 16, n_ctx = 32, T = 5, pos0 = 20, win = 7;
+    enum { H = 4, KV = 2, hd = 16, n_ctx = 64, TMAX = 40 };
+    const int pos0 = 20, win = 7;
     nm_backend *be = nm_backend_cpu_create(2, 64, 16);
     float *kc = malloc(sizeof(float) * n_ctx * KV * hd), *vc = malloc(sizeof(float) * n_ctx * KV * hd);
     uint16_t *kh = calloc((size_t)n_ctx * KV * hd, 2), *vh = calloc((size_t)n_ctx * KV * hd, 2);
-    float q[5 * 4 * 16], out[5 * 4 * 16];
+    float *q = malloc(sizeof(float) * TMAX * H * hd), *out = malloc(sizeof(float) * TMAX * H * hd);
     for (int i = 0; i < n_ctx * KV * hd; i++) kc[i] = frand(), vc[i] = frand();
-    for (int i = 0; i < T * H * hd; i++) q[i] = frand();
-    int32_t pos[5];
-    for (int i = 0; i < T; i++) pos[i] = pos0 + i;
+    for (int i = 0; i < TMAX * H * hd; i++) q[i] = 3.0f * frand();
+    int32_t pos[TMAX];
+    for (int i = 0; i < TMAX; i++) pos[i] = pos0 + i;
     nm_kv_layer kv = {kh, vh};
     // fill the cache through the op, then read back what it holds
     nm_tensor Kt = {.ne = {KV * hd, n_ctx, 1, 1}, .data = kc}, Vt = {.ne = {KV * hd, n_ctx, 1, 1}, .data = vc};
@@ -179,32 +183,39 @@ NM_TEST(attention_gqa_window_equals_naive) {
     }
     st.pos = n_ctx - 3; // a store that would run past the cache is refused
     NM_CHECK(be->iface->compute(be, &st, 1) == NM_ERR_UNSUPPORTED);
-    nm_tensor Q = {.ne = {H * hd, T, 1, 1}, .data = q}, O = {.ne = {H * hd, T, 1, 1}, .data = out};
-    for (int w = 0; w <= win; w += win) {
-        nm_op op = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = pos, .kv = &kv, .f0 = 0.25f,
-                    .i0 = H, .i1 = KV, .i2 = hd, .i3 = w, .n_ctx = n_ctx};
-        NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
-        double maxd = 0;
-        for (int t = 0; t < T; t++)
-            for (int h = 0; h < H; h++) {
-                int g = h / (H / KV), lo = w ? pos[t] - w + 1 : 0;
-                double sc[64], mx = -1e30, sum = 0;
-                for (int j = lo; j <= pos[t]; j++) {
-                    double s = 0;
-                    for (int d = 0; d < hd; d++) s += q[(t * H + h) * hd + d] * kc[(j * KV + g) * hd + d];
-                    sc[j] = s * 0.25;
-                    mx = fmax(mx, sc[j]);
-                }
-                for (int j = lo; j <= pos[t]; j++) sum += exp(sc[j] - mx);
-                for (int d = 0; d < hd; d++) {
-                    double o = 0;
-                    for (int j = lo; j <= pos[t]; j++) o += exp(sc[j] - mx) / sum * vc[(j * KV + g) * hd + d];
-                    maxd = fmax(maxd, fabs(o - out[(t * H + h) * hd + d]));
-                }
+    const int Ts[2] = {5, TMAX};
+    const float caps[2] = {0.0f, 0.8f};
+    for (int ti = 0; ti < 2; ti++)
+        for (int w = 0; w <= win; w += win)
+            for (int ci = 0; ci < 2; ci++) {
+                const int T = Ts[ti];
+                const float cap = caps[ci];
+                nm_tensor Q = {.ne = {H * hd, T, 1, 1}, .data = q}, O = {.ne = {H * hd, T, 1, 1}, .data = out};
+                nm_op op = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = pos, .kv = &kv, .f0 = 0.25f,
+                            .f1 = cap, .i0 = H, .i1 = KV, .i2 = hd, .i3 = w, .n_ctx = n_ctx};
+                NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+                double maxd = 0;
+                for (int t = 0; t < T; t++)
+                    for (int h = 0; h < H; h++) {
+                        int g = h / (H / KV), lo = w ? pos[t] - w + 1 : 0;
+                        double sc[n_ctx], mx = -1e30, sum = 0;
+                        for (int j = lo; j <= pos[t]; j++) {
+                            double s = 0;
+                            for (int d = 0; d < hd; d++) s += q[(t * H + h) * hd + d] * kc[(j * KV + g) * hd + d];
+                            sc[j] = cap > 0 ? cap * tanh(s * 0.25 / cap) : s * 0.25;
+                            mx = fmax(mx, sc[j]);
+                        }
+                        for (int j = lo; j <= pos[t]; j++) sum += exp(sc[j] - mx);
+                        for (int d = 0; d < hd; d++) {
+                            double o = 0;
+                            for (int j = lo; j <= pos[t]; j++) o += exp(sc[j] - mx) / sum * vc[(j * KV + g) * hd + d];
+                            maxd = fmax(maxd, fabs(o - out[(t * H + h) * hd + d]));
+                        }
+                    }
+                if (maxd >= 1e-5) fprintf(stderr, "  T=%d window %d softcap %g: max diff %g\n", T, w, cap, maxd);
+                NM_CHECK(maxd < 1e-5);
             }
-        NM_CHECK(maxd < 1e-5);
-    }
-    free(kc), free(vc), free(kh), free(vh);
+    free(kc), free(vc), free(kh), free(vh), free(q), free(out);
     nm_backend_free(be);
 }
 

@@ -1,5 +1,6 @@
 // nanomind bench: prompt and generation throughput, peak memory, and the
-// decode roofline (memory bandwidth / bytes read per generated token).
+// decode roofline (memory bandwidth / bytes read per generated token); with
+// --mmproj, the vision encoder's time per image on its own.
 //
 // Measured like llama-bench: pp = one batch of p tokens decoded from an empty
 // context; tg = n tokens decoded one at a time from an empty context. Each
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "backend/cpu/gemm.h"
+#include "bricks/vision/clip.h"
 #include "cli.h"
 #include "core/cpu.h"
 #include "core/threadpool.h"
@@ -17,6 +19,7 @@
 
 static void bench_usage(void) {
     printf("usage: nanomind bench -m MODEL [-p 128] [-n 64] [-t N] [-r REPS] [--json | -o json]\n"
+           "       nanomind bench --mmproj MMPROJ [-t N] [-r REPS] [--json | -o json]\n"
            "\n"
            "  -p N      prompt tokens decoded as one batch (0: skip)\n"
            "  -n N      tokens generated one at a time (0: skip)\n"
@@ -27,10 +30,90 @@ static void bench_usage(void) {
            "            one JSON object: pp_tps, tg_tps, peak_rss_bytes (the model's run), process_peak_rss_bytes\n"
            "            (with the bandwidth probe's buffer), roofline_pct and details\n"
            "            (-o jsonl: the same, as llama-bench's one object per line)\n"
+           "  --mmproj F time the vision encoder + projector of F (llama.cpp's mmproj GGUF) instead: one\n"
+           "            input of its image size per run (the time does not depend on the pixels), after one\n"
+           "            warm-up run; nothing else runs meanwhile (in `run` the LLM prefills the text before\n"
+           "            the image at the same time). JSON: encode_ms, encode_ms_sd, n_tokens\n"
            "  -h, --help, --version\n"
            "\n"
            "The roofline: memory bandwidth measured by a STREAM-style read probe over all threads,\n"
            "divided by the bytes a decode step reads (weights + the KV cache at the mean position).\n");
+}
+
+// The CPU, its features and the kernels chosen for them (quantized dots and
+// GEMV; the f32 GEMM of prefill and the encoders), for the record.
+static void what_ran(char *cpu, size_t cpu_size, char *feats, size_t feats_size, char *kern, size_t kern_size) {
+    nm_cpu_model_name(cpu, cpu_size);
+    for (char *q = cpu; *q; q++)
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = ' '; // a JSON string as it is
+    nm_cpu_features_str(feats, feats_size);
+    snprintf(kern, kern_size, "quant %s, f32 gemm %s", nm_kernels_get()->name,
+             nm_gemm_panel_get() ? "avx512-panel" : nm_gemm_f32_get() == nm_gemm_f32_ref ? "ref" : "avx2");
+}
+
+static void json_str(const char *s) { // a path as a JSON string
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", (unsigned char)*s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+static void mean_sd(const double *v, int n, double *mean, double *sd);
+
+// bench --mmproj: the encoder alone, reps runs after a warm-up.
+static int bench_vision(const cli_opts *o, long reps, bool json) {
+    char err[512];
+    nm_clip *c = NULL;
+    nm_status st = nm_clip_load(o->mmproj, o->n_threads, &c, err, sizeof err);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: cannot load '%s': %s: %s\n", o->mmproj, nm_status_str(st), err);
+        return 1;
+    }
+    const nm_clip_info *in = nm_clip_get_info(c);
+    const size_t n_px = 3 * (size_t)in->image_size * (size_t)in->image_size;
+    float *px = malloc(sizeof(float) * n_px), *out = malloc(sizeof(float) * (size_t)in->n_out * (size_t)in->n_out_embd);
+    double *ms = calloc((size_t)reps, sizeof(double));
+    int rc = 1;
+    if (!px || !out || !ms) {
+        fprintf(stderr, "error: out of memory\n");
+        goto done;
+    }
+    for (size_t i = 0; i < n_px; i++) px[i] = (float)((i * 7919u) % 255u) / 127.5f - 1.0f; // any normalized image
+    for (long r = -1; r < reps; r++) {
+        const double t0 = cli_now();
+        if ((st = nm_clip_encode(c, px, out)) != NM_OK) {
+            fprintf(stderr, "error: encode failed: %s\n", nm_clip_last_error(c));
+            goto done;
+        }
+        if (r >= 0) ms[r] = 1e3 * (cli_now() - t0);
+    }
+    double m = 0, sd = 0;
+    mean_sd(ms, (int)reps, &m, &sd);
+    char cpu[128], feats[256], kern[160];
+    what_ran(cpu, sizeof cpu, feats, sizeof feats, kern, sizeof kern);
+    const int threads = o->n_threads > 0 ? o->n_threads : nm_cpu_count();
+    if (json) {
+        printf("{\"cpu\": \"%s\", \"cpu_features\": \"%s\", \"kernels\": \"%s\", \"mmproj\": ", cpu, feats, kern);
+        json_str(o->mmproj);
+        printf(", \"threads\": %d, \"reps\": %d, \"image_size\": %d, \"n_patches\": %d, \"n_tokens\": %d, "
+               "\"encode_ms\": %.3f, \"encode_ms_sd\": %.3f}\n",
+               threads, (int)reps, (int)in->image_size, (int)in->n_patches, (int)in->n_out, m, sd);
+    } else {
+        printf("vision encoder: %d px, %d patches, %d layers run -> %d embeddings of %d\n", (int)in->image_size,
+               (int)in->n_patches, (int)in->n_layer_run, (int)in->n_out, (int)in->n_out_embd);
+        printf("threads: %d, repetitions: %d\ncpu: %s (%s)\nkernels: %s\n", threads, (int)reps, cpu, feats, kern);
+        printf("encode %10.2f ± %.2f ms per image\n", m, sd);
+    }
+    rc = 0;
+done:
+    free(px);
+    free(out);
+    free(ms);
+    nm_clip_free(c);
+    return rc;
 }
 
 // ---- memory bandwidth probe ----------------------------------------------------
@@ -131,7 +214,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     cli_opts o;
-    bool ok = cli_parse("bench", CLI_MPATH | CLI_MODEL, n_args, args, &o, NULL);
+    bool ok = cli_parse("bench", CLI_MPATH | CLI_MODEL | CLI_VISION, n_args, args, &o, NULL);
     free(args);
     if (!ok) return 2;
     if (o.help) {
@@ -142,6 +225,15 @@ int cmd_bench(int argc, char **argv) {
         cli_print_version();
         return 0;
     }
+    if (o.n_images > 0) {
+        fprintf(stderr, "error: bench --mmproj times the encoder on its own input size: it takes no --image\n");
+        return 2;
+    }
+    if (o.mmproj && o.model) {
+        fprintf(stderr, "error: bench takes -m MODEL or --mmproj MMPROJ, one at a time\n");
+        return 2;
+    }
+    if (o.mmproj && reps >= 1) return bench_vision(&o, reps, json);
     if (!o.model || reps < 1 || (n_pp == 0 && n_tg == 0)) {
         fprintf(stderr, "error: need -m MODEL, -r >= 1, and -p or -n > 0 (see nanomind bench --help)\n");
         return 2;
@@ -206,15 +298,8 @@ int cmd_bench(int argc, char **argv) {
     const double bytes_tok =
         (double)nm_model_decode_weight_bytes(m) + (double)nm_model_kv_bytes_per_pos(m) * (n_tg / 2.0);
     const double roof = bw > 0 ? bw / bytes_tok : 0.0, pct = roof > 0 ? 100.0 * tg_m / roof : 0.0;
-    // What ran: the CPU, its features and the kernels chosen for them (quantized
-    // dots and GEMV; the f32 GEMM of prefill and the encoders).
     char cpu[128], feats[256], kern[160];
-    nm_cpu_model_name(cpu, sizeof cpu);
-    for (char *q = cpu; *q; q++)
-        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = ' '; // a JSON string as it is
-    nm_cpu_features_str(feats, sizeof feats);
-    snprintf(kern, sizeof kern, "quant %s, f32 gemm %s", nm_kernels_get()->name,
-             nm_gemm_panel_get() ? "avx512-panel" : nm_gemm_f32_get() == nm_gemm_f32_ref ? "ref" : "avx2");
+    what_ran(cpu, sizeof cpu, feats, sizeof feats, kern, sizeof kern);
     if (json) {
         printf("{\"cpu\": \"%s\", \"cpu_features\": \"%s\", \"kernels\": \"%s\", ", cpu, feats, kern);
         printf("\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "

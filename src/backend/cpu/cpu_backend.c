@@ -451,6 +451,78 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
     }
 }
 
+// Prefill (NM_ATTN_PANEL_MIN_TOKENS tokens or more) with the AVX-512 panel
+// kernels: a chunk is one head and a block of NM_FA_QB tokens. The block's
+// keys [klo, khi] (every key one of its queries sees) are widened from the
+// f16 cache once per chunk, K into rows, V transposed; S = K Q^T comes out in
+// panel layout, is scaled (after the dot, as attn_one), softcapped, masked
+// to each query's [lo, pos] (exact zeros after the softmax), and is the
+// packed activations of O = V^T S^T. The same function as attn_one, summed
+// in another order. The workspace is the encoders' (grown in compute).
+#define NM_ATTN_PANEL_MIN_TOKENS 16
+
+typedef struct attn_blocks {
+    const nm_cpu *c;
+    const nm_op *op;
+    int64_t n_blocks;
+} attn_blocks;
+
+static void attn_key_range(const nm_op *op, int64_t t0, int64_t t1, int64_t *klo, int64_t *khi) {
+    const int window = op->i3;
+    *klo = INT64_MAX, *khi = -1;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t pos = op->ids[t], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        *klo = lo < *klo ? lo : *klo;
+        *khi = pos > *khi ? pos : *khi;
+    }
+}
+
+static void attn_panel_worker(void *arg, int64_t chunk, int ith) {
+    const attn_blocks *t = arg;
+    const nm_cpu *c = t->c;
+    const nm_op *op = t->op;
+    const nm_gemm_panel_kernels *pk = c->pk;
+    const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
+    const int64_t stride = (int64_t)n_kv * hd, qstride = (int64_t)n_head * hd, T = op->src0->ne[1];
+    const int64_t b = t->n_blocks - 1 - chunk / n_head; // the longest blocks first
+    const int h = (int)(chunk % n_head), kvh = h / (n_head / n_kv);
+    const int64_t t0 = b * NM_FA_QB, nq = T - t0 < NM_FA_QB ? T - t0 : NM_FA_QB;
+    int64_t klo, khi;
+    attn_key_range(op, t0, t0 + nq, &klo, &khi);
+    const int64_t nk = khi - klo + 1, ldv = nk + 16;
+    float *qp = c->attn_ws + (size_t)ith * (size_t)c->attn_ws_floats;
+    float *sc = qp + FA_R16(NM_FA_QB * hd), *vt = sc + FA_R16(NM_FA_QB * nk), *kf = vt + FA_R16(hd * ldv);
+    const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
+    const uint16_t *kc = op->kv->k + kvh * hd, *vc = op->kv->v + kvh * hd;
+    for (int64_t j = 0; j < nk; j++) {
+        float v[1024];
+        widen(kc + (klo + j) * stride, kf + j * hd, hd);
+        widen(vc + (klo + j) * stride, v, hd);
+        for (int d = 0; d < hd; d++) vt[d * ldv + j] = v[d];
+    }
+    const float *q = (const float *)op->src0->data + (t0 * n_head + h) * hd;
+    nm_gemm_pack16(q, qstride, 1, nq < 16 ? nq : 16, hd, qp);
+    nm_gemm_pack16(q + 16 * qstride, qstride, 1, nq > 16 ? nq - 16 : 0, hd, qp + 16 * hd);
+    for (int64_t j = 0; j < nk; j += NM_GEMM_XPANEL_ROWS)
+        pk->gemm_pout(kf + j * hd, hd, nk - j < NM_GEMM_XPANEL_ROWS ? nk - j : NM_GEMM_XPANEL_ROWS, qp, nq, hd,
+                      sc + 16 * j, 16 * nk);
+    const float scale = op->f0, cap = op->f1;
+    for (int64_t i = 0; i < nq; i++) { // lanes past nq keep their zeros: finite, and never stored
+        float *s = sc + 16 * nk * (i / 16) + i % 16;
+        const int64_t pos = op->ids[t0 + i], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        for (int64_t j = 0; j < nk; j++) {
+            float v = s[16 * j] * scale;
+            if (cap > 0.0f) v = cap * tanhf(v / cap);
+            s[16 * j] = klo + j < lo || klo + j > pos ? -INFINITY : v;
+        }
+    }
+    for (int p = 0; p < (nq > 16 ? 2 : 1); p++) pk->softmax(sc + 16 * nk * p, nk);
+    float *out = (float *)op->dst->data + (t0 * n_head + h) * hd;
+    for (int64_t d = 0; d < hd; d += NM_GEMM_XPANEL_ROWS)
+        pk->gemm(vt + d * ldv, ldv, hd - d < NM_GEMM_XPANEL_ROWS ? hd - d : NM_GEMM_XPANEL_ROWS, sc, nq, nk, out + d,
+                 qstride, NULL);
+}
+
 static bool fa_supported(const nm_cpu *c, const nm_op *op) {
     const int64_t T = op->src0->ne[1], hd = op->i2;
     if (op->i0 <= 0 || hd <= 0 || op->src0->ne[0] != op->i0 * hd || !op->src1 || !op->src2) return false;
@@ -761,8 +833,22 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
             break;
         }
         case NM_OP_ATTENTION: {
+            const int64_t T = op->src0->ne[1];
+            if (c->pk && !(op->flags & NM_OPF_GGML_F16) && T >= NM_ATTN_PANEL_MIN_TOKENS) {
+                attn_blocks t = {c, op, (T + NM_FA_QB - 1) / NM_FA_QB};
+                int64_t nk_max = 0; // the workspace for the widest block's keys
+                for (int64_t q0 = 0; q0 < T; q0 += NM_FA_QB) {
+                    int64_t klo, khi;
+                    attn_key_range(op, q0, T < q0 + NM_FA_QB ? T : q0 + NM_FA_QB, &klo, &khi);
+                    nk_max = khi - klo + 1 > nk_max ? khi - klo + 1 : nk_max;
+                }
+                if (nm_backend_cpu_reserve_attn(b, nk_max, op->i2) == NM_OK) {
+                    nm_pool_run(c->pool, attn_panel_worker, &t, t.n_blocks * op->i0);
+                    break;
+                }
+            }
             attn_task t = {c, op};
-            nm_pool_run(c->pool, attn_worker, &t, op->src0->ne[1] * op->i0);
+            nm_pool_run(c->pool, attn_worker, &t, T * op->i0);
             break;
         }
         case NM_OP_ATTENTION_FULL: {

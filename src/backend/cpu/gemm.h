@@ -42,7 +42,8 @@ typedef void (*nm_gemm_xpanel_fn)(const float *restrict w, int64_t ldw, int64_t 
 typedef void (*nm_gemm_xpanel_pout_fn)(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp,
                                        int64_t nt, int64_t K, float *restrict y, int64_t ys);
 // Softmax over the n rows of one panel, per lane: sp[16 j + l] for j < n
-// becomes e^(s - max_l) / sum_l, with nm_expsum's exponential.
+// becomes e^(s - max_l) / sum_l, with nm_expsum's exponential; a score of
+// -inf (masked) gives exactly 0. Each lane needs one finite score.
 typedef void (*nm_softmax_panel_fn)(float *restrict sp, int64_t n);
 #ifdef NM_HAVE_X86_SIMD
 void nm_gemm_f32_xpanel_avx512(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp, int64_t nt,

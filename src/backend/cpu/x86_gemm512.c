@@ -111,7 +111,9 @@ void nm_softmax_panel_avx512(float *restrict sp, int64_t n) {
     __m512 m = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j++) m = _mm512_max_ps(m, _mm512_load_ps(sp + 16 * j));
     for (int64_t j = 0; j < n; j++) {
-        const __m512 e = exp512(_mm512_sub_ps(_mm512_load_ps(sp + 16 * j), m));
+        const __m512 x = _mm512_load_ps(sp + 16 * j);
+        const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_OQ); // masked: exact 0
+        const __m512 e = _mm512_maskz_mov_ps(live, exp512(_mm512_sub_ps(x, m)));
         _mm512_store_ps(sp + 16 * j, e);
         sum = _mm512_add_ps(sum, e);
     }

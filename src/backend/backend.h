@@ -78,6 +78,11 @@ typedef struct nm_op {
 // the scale applied after the dot, the softmax normalized and rounded to f16
 // before the weighted sum of V (ggml's K*Q, soft_max_ext, V*KQ), exact expf.
 #define NM_OPF_GGML_F16 1u
+// MATMUL: each token's row of the product exactly as a one-token call
+// computes it (the decode kernels, in their order of sums), the weights read
+// once for all the tokens: a batch of independent sequences, one token each
+// (Whisper's beams), gives what decoding them one by one gives.
+#define NM_OPF_ROWWISE 2u
 
 typedef struct nm_backend nm_backend;
 

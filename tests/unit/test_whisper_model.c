@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bricks/stt/whisper.h"
 #include "bricks/stt/whisper_model.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
@@ -782,6 +783,61 @@ static void roundtrip(int *nmtest_failed, uint32_t wtype) {
 NM_TEST(random_roundtrip_f16) { roundtrip(nmtest_failed, NM_TYPE_F16); }
 NM_TEST(random_roundtrip_f32) { roundtrip(nmtest_failed, NM_TYPE_F32); }
 NM_TEST(random_roundtrip_q8_0) { roundtrip(nmtest_failed, NM_TYPE_Q8_0); }
+// Beams in one pass: nm_whisper_decode_seqs gives each sequence exactly the
+// logits nm_whisper_decode of its token alone gives (f16 weights: the
+// batched decode dots; f32 and q8_0: their decode kernels one token at a
+// time), and refuses a repeated or unknown sequence and a position past the
+// text context.
+static void decode_seqs_equal_one_by_one(int *nmtest_failed, uint32_t wtype) {
+    rand_model *r = malloc(sizeof *r);
+    rand_model_init(r, wtype, 4321 + wtype);
+    buf gg = write_gguf(&r->m, true);
+    nm_whisper_model *m = NULL;
+    nm_whisper *w = NULL;
+    char err[512] = "";
+    NM_CHECK(load_buf(&gg, &m, err, sizeof err) == NM_OK);
+    NM_CHECK(m && nm_whisper_create(m, 2, 3, 0, &w, err, sizeof err) == NM_OK);
+    if (w) {
+        const nm_whisper_hparams *hp = &m->hp;
+        const int64_t n_len = 2 * hp->n_audio_ctx, nv = hp->n_vocab;
+        float *mel = malloc(sizeof(float) * (size_t)(hp->n_mels * n_len));
+        for (int64_t i = 0; i < hp->n_mels * n_len; i++) mel[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+        NM_CHECK(nm_whisper_encode(w, mel, n_len, 0) == NM_OK);
+        const int32_t prompt[2] = {50257, 50362}, seqs[3] = {2, 0, 1}, toks[3] = {11, 4000, 51000};
+        NM_CHECK(nm_whisper_decode(w, 0, prompt, 2, 0, false) == NM_OK);
+        NM_CHECK(nm_whisper_seq_copy(w, 1, 0, 2) == NM_OK && nm_whisper_seq_copy(w, 2, 0, 2) == NM_OK);
+        NM_CHECK(nm_whisper_decode_seqs(w, seqs, toks, 3, 2) == NM_OK);
+        float *batched = malloc(sizeof(float) * (size_t)(3 * nv));
+        for (int k = 0; k < 3; k++) {
+            const float *l = nm_whisper_logits(w, k);
+            NM_CHECK(l != NULL);
+            if (l) memcpy(batched + k * nv, l, sizeof(float) * (size_t)nv);
+        }
+        NM_CHECK(nm_whisper_logits(w, 3) == NULL);
+        for (int k = 0; k < 3; k++) { // the same token again at the same position: the same cache rows
+            NM_CHECK(nm_whisper_decode(w, seqs[k], &toks[k], 1, 2, false) == NM_OK);
+            const float *l = nm_whisper_logits(w, -1);
+            const bool same = l && !memcmp(l, batched + k * nv, sizeof(float) * (size_t)nv);
+            if (!same) fprintf(stderr, "  %s weights, sequence %d: logits differ\n", nm_type_traits_get(wtype)->name, seqs[k]);
+            NM_CHECK(same);
+        }
+        const int32_t dup[2] = {1, 1}, bad[2] = {0, 3};
+        NM_CHECK(nm_whisper_decode_seqs(w, dup, toks, 2, 2) == NM_ERR_INVALID_ARG && strstr(nm_whisper_last_error(w), "twice"));
+        NM_CHECK(nm_whisper_decode_seqs(w, bad, toks, 2, 2) == NM_ERR_RANGE && strstr(nm_whisper_last_error(w), "sequence 3 of 3"));
+        NM_CHECK(nm_whisper_decode_seqs(w, seqs, toks, 3, hp->n_text_ctx) == NM_ERR_RANGE);
+        free(mel);
+        free(batched);
+    }
+    nm_whisper_free(w);
+    nm_whisper_model_free(m);
+    free(gg.p);
+    rand_model_free(r);
+    free(r);
+}
+NM_TEST(decode_seqs_equal_one_by_one_f16) { decode_seqs_equal_one_by_one(nmtest_failed, NM_TYPE_F16); }
+NM_TEST(decode_seqs_equal_one_by_one_f32) { decode_seqs_equal_one_by_one(nmtest_failed, NM_TYPE_F32); }
+NM_TEST(decode_seqs_equal_one_by_one_q8_0) { decode_seqs_equal_one_by_one(nmtest_failed, NM_TYPE_Q8_0); }
+
 NM_TEST(random_roundtrip_q4_k) { // rows of 32 are not whole q4_K blocks: refused with a message
     rand_model *r = malloc(sizeof *r);
     rand_model_init(r, NM_TYPE_F16, 7);

@@ -114,13 +114,14 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     const nm_op *op = t->ops[g];
     const nm_tensor *w = op->src0, *bias = op->src2;
     const int64_t K = w->ne[0], O = w->ne[1], T = op->src1->ne[1];
-    const int64_t rows = T == 1 ? NM_MM_DEC_ROWS : NM_MM_ROWS;
+    const bool dec = T == 1 || (op->flags & NM_OPF_ROWWISE); // rows as decode computes them
+    const int64_t rows = dec ? NM_MM_DEC_ROWS : NM_MM_ROWS;
     const size_t row_bytes = nm_row_size(w->type, K);
     const uint8_t *wd = w->data;
     const float *bd = bias ? bias->data : NULL;
     float *yd = op->dst->data;
     int64_t r0 = chunk * rows, r1 = r0 + rows < O ? r0 + rows : O;
-    if (T > 1) {
+    if (!dec) {
         // prefill: register-blocked kernel, each weight block unpacked once per tile of tokens
         nm_gemmq_fn gemm = c->k->gemmq[w->type];
         gemm(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, c->act_q, t->act_row, T, K, yd + r0, O);
@@ -137,6 +138,8 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
             for (int64_t o = r0; o < r1; o++) yd[o] += bd[o];
         return;
     }
+    // one token, or (NM_OPF_ROWWISE, no gemv kernel for the type) each token
+    // against the chunk's rows while they are in L1
     nm_dotq_fn dot = c->k->dotq[w->type];
     for (int64_t tok = 0; tok < T; tok++) {
         const uint8_t *xq = c->act_q + tok * t->act_row;
@@ -170,7 +173,8 @@ static void round_worker(void *arg, int64_t chunk, int ith) {
 
 static int64_t mm_chunks(const nm_op *op) {
     const int64_t O = op->src0->ne[1];
-    return op->src1->ne[1] == 1 ? (O + NM_MM_DEC_ROWS - 1) / NM_MM_DEC_ROWS : (O + NM_MM_ROWS - 1) / NM_MM_ROWS;
+    return op->src1->ne[1] == 1 || (op->flags & NM_OPF_ROWWISE) ? (O + NM_MM_DEC_ROWS - 1) / NM_MM_DEC_ROWS
+                                                                : (O + NM_MM_ROWS - 1) / NM_MM_ROWS;
 }
 
 // The activations (src1, or the rounded copy) packed for the panel GEMM:
@@ -311,6 +315,47 @@ static void attn_one_ggml(const nm_cpu *c, const float *q, const uint16_t *kc, c
     }
 }
 
+// NM_OPF_GGML_F16 with several queries at one position over the same keys
+// (Whisper's cross-attention of a batch of beams): a chunk is one head; each
+// query's scores and softmax as attn_one_ggml computes them, then each V row
+// is widened once for all the queries, which add it in the same order.
+#define NM_ATTN_SHARED_MAX 16384 // queries x keys of the scores on the stack
+static void attn_shared_worker(void *arg, int64_t h, int ith) {
+    const attn_task *t = arg;
+    const nm_op *op = t->op;
+    const nm_cpu *c = t->c;
+    const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
+    const int64_t stride = (int64_t)n_kv * hd, T = op->src0->ne[1], pos = op->ids[0];
+    const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, nk = pos - lo + 1;
+    const int kvh = (int)h / (n_head / n_kv);
+    const uint16_t *kc = op->kv->k + kvh * hd, *vc = op->kv->v + kvh * hd;
+    const nm_dot_fn hdot = c->k->dot[NM_TYPE_F16];
+    const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
+    float p[NM_ATTN_SHARED_MAX], qh[1024], v[1024];
+    for (int64_t q = 0; q < T; q++) {
+        float *pq = p + q * nk, m = -INFINITY, sum = 0.0f;
+        memcpy(qh, (const float *)op->src0->data + (q * n_head + h) * hd, sizeof(float) * (size_t)hd);
+        round_f16(c, qh, hd);
+        for (int64_t j = 0; j < nk; j++) {
+            pq[j] = hdot(kc + (lo + j) * stride, qh, hd) * op->f0;
+            m = pq[j] > m ? pq[j] : m;
+        }
+        for (int64_t j = 0; j < nk; j++) sum += (pq[j] = expf(pq[j] - m));
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < nk; j++) pq[j] *= inv;
+        round_f16(c, pq, nk);
+        memset((float *)op->dst->data + (q * n_head + h) * hd, 0, sizeof(float) * (size_t)hd);
+    }
+    for (int64_t j = 0; j < nk; j++) {
+        widen(vc + (lo + j) * stride, v, hd);
+        for (int64_t q = 0; q < T; q++) {
+            const float pj = p[q * nk + j];
+            float *out = (float *)op->dst->data + (q * n_head + h) * hd;
+            for (int d = 0; d < hd; d++) out[d] += pj * v[d];
+        }
+    }
+}
+
 static void attn_worker(void *arg, int64_t i, int ith) {
     const attn_task *t = arg;
     const nm_op *op = t->op;
@@ -360,15 +405,32 @@ typedef struct fa_task {
     int64_t n_groups; // query groups per head
 } fa_task;
 
-// ggml's softmax of one row of n scores (NM_OPF_GGML_F16), the row's element
-// j at s[j * step]: the scale after the dot, exact expf, the sum in order,
-// normalized (the caller rounds to f16).
-static void softmax_ggml(float *s, int64_t n, int64_t step, float scale) {
+// ggml's softmax of one row of n scores (NM_OPF_GGML_F16): the scale after
+// the dot, exact expf, the sum in order, normalized (the caller rounds to f16).
+static void softmax_ggml(float *s, int64_t n, float scale) {
     float m = -INFINITY, sum = 0.0f;
-    for (int64_t j = 0; j < n; j++) m = (s[j * step] *= scale) > m ? s[j * step] : m;
-    for (int64_t j = 0; j < n; j++) sum += (s[j * step] = expf(s[j * step] - m));
+    for (int64_t j = 0; j < n; j++) m = (s[j] *= scale) > m ? s[j] : m;
+    for (int64_t j = 0; j < n; j++) sum += (s[j] = expf(s[j] - m));
     const float inv = 1.0f / sum;
-    for (int64_t j = 0; j < n; j++) s[j * step] *= inv;
+    for (int64_t j = 0; j < n; j++) s[j] *= inv;
+}
+
+// The same for the 16 lanes of a panel at once (sp[16 j + l], j < n): each
+// lane the same operations in the same order as softmax_ggml on its row, in
+// contiguous passes.
+static void softmax_ggml_panel(float *sp, int64_t n, float scale) {
+    float m[16], sum[16], inv[16];
+    for (int l = 0; l < 16; l++) m[l] = -INFINITY, sum[l] = 0.0f;
+    for (int64_t j = 0; j < n; j++)
+        for (int l = 0; l < 16; l++) {
+            const float v = sp[16 * j + l] *= scale;
+            m[l] = v > m[l] ? v : m[l];
+        }
+    for (int64_t j = 0; j < n; j++)
+        for (int l = 0; l < 16; l++) sum[l] += (sp[16 * j + l] = expf(sp[16 * j + l] - m[l]));
+    for (int l = 0; l < 16; l++) inv[l] = 1.0f / sum[l];
+    for (int64_t j = 0; j < n; j++)
+        for (int l = 0; l < 16; l++) sp[16 * j + l] *= inv[l];
 }
 
 static void fa_worker(void *arg, int64_t chunk, int ith) {
@@ -424,7 +486,7 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
             for (int p = 0; p < np; p++) {
                 float *sp = sc + 16 * T * p;
                 if (g16)
-                    for (int64_t l = 0; l < 16 && 16 * p + l < nq; l++) softmax_ggml(sp + l, T, 16, scale);
+                    softmax_ggml_panel(sp, T, scale);
                 else
                     pk->softmax(sp, T);
             }
@@ -438,7 +500,7 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
         for (int64_t i = 0; i < nq; i++) {
             float *s = sc + i * T;
             if (g16) {
-                softmax_ggml(s, T, 1, scale);
+                softmax_ggml(s, T, scale);
                 round_f16(c, s, T);
                 continue;
             }
@@ -786,9 +848,30 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
 // Whether ops[j] can join the quantized-matmul group started by ops[i]: same
 // activations (so the quantized copy is shared) and the same activation type.
 static bool joins_group(const nm_op *a, const nm_op *b) {
-    return b->kind == NM_OP_MATMUL && b->src1->data == a->src1->data && b->src1->ne[0] == a->src1->ne[0] &&
+    return b->kind == NM_OP_MATMUL && b->flags == a->flags && b->src1->data == a->src1->data &&
+           b->src1->ne[0] == a->src1->ne[0] &&
            b->src1->ne[1] == a->src1->ne[1] && nm_vec_dot_type(b->src0->type) == nm_vec_dot_type(a->src0->type) &&
            b->dst->data != a->src1->data;
+}
+
+static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops);
+
+// An NM_OPF_ROWWISE matmul as T one-token matmuls (row views of src1 and dst).
+static nm_status compute_rowwise_by_token(nm_backend *b, const nm_op *op) {
+    const int64_t K = op->src1->ne[0], O = op->dst->ne[0];
+    for (int64_t t = 0; t < op->src1->ne[1]; t++) {
+        nm_tensor x = *op->src1, y = *op->dst;
+        x.ne[1] = y.ne[1] = 1;
+        x.data = (float *)op->src1->data + t * K;
+        y.data = (float *)op->dst->data + t * O;
+        nm_op one = *op;
+        one.src1 = &x;
+        one.dst = &y;
+        one.flags &= ~NM_OPF_ROWWISE;
+        nm_status st = cpu_compute(b, &one, 1);
+        if (st != NM_OK) return st;
+    }
+    return NM_OK;
 }
 
 static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
@@ -801,12 +884,21 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         }
         switch (op->kind) {
         case NM_OP_MATMUL: {
+            if ((op->flags & NM_OPF_ROWWISE) && op->src1->ne[1] > 1 &&
+                (c->k->gemv[op->src0->type] || nm_vec_dot_type(op->src0->type) == NM_TYPE_F32)) {
+                // decode runs these through a gemv kernel (or the f32 dot) for one
+                // token: the same, one token at a time
+                nm_status st = compute_rowwise_by_token(b, op);
+                if (st != NM_OK) return st;
+                break;
+            }
             mm_task t = {.c = c, .op = op, .act_type = nm_vec_dot_type(op->src0->type)};
             // f32 weights, and f16/bf16 weights in prefill: tiles widened once to
             // f32 and the f32 GEMM (the pairwise half-precision dots re-read
             // and re-convert each weight row for every token).
             const bool half = t.act_type == NM_TYPE_F16 || t.act_type == NM_TYPE_BF16;
-            if (t.act_type == NM_TYPE_F32 || (half && op->src1->ne[1] > 1)) {
+            const bool rowwise = (op->flags & NM_OPF_ROWWISE) != 0;
+            if (t.act_type == NM_TYPE_F32 || (half && op->src1->ne[1] > 1 && !rowwise)) {
                 if (half && (op->flags & NM_OPF_GGML_F16)) {
                     // ggml rounds the inputs to f16: round them once, then the same f32 GEMM
                     nm_pool_run(c->pool, round_worker, &t, op->src1->ne[1]);
@@ -848,6 +940,13 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
                 }
             }
             attn_task t = {c, op};
+            bool shared = (op->flags & NM_OPF_GGML_F16) && T > 1 && op->i2 <= 1024;
+            for (int64_t q = 1; shared && q < T; q++) shared = op->ids[q] == op->ids[0];
+            const int64_t lo = op->i3 > 0 && op->ids[0] - op->i3 + 1 > 0 ? op->ids[0] - op->i3 + 1 : 0;
+            if (shared && T * (op->ids[0] - lo + 1) <= NM_ATTN_SHARED_MAX) {
+                nm_pool_run(c->pool, attn_shared_worker, &t, op->i0);
+                break;
+            }
             nm_pool_run(c->pool, attn_worker, &t, T * op->i0);
             break;
         }

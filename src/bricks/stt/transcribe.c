@@ -1158,19 +1158,25 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
                 t->tm.t_sample += now_s() - ts0;
                 if (all_done) break;
 
+                // every live decoder's last token in one pass (the weights read
+                // once), each one's logits as if it ran alone
                 const int32_t n_past = t->n_prompt + i;
+                int32_t seqs[NM_STT_MAX_DECODERS], toks[NM_STT_MAX_DECODERS], live[NM_STT_MAX_DECODERS], n_live = 0;
                 for (int32_t j = 0; j < n_cur; j++) {
                     decoder *d = &t->dec[j];
                     if (d->completed || d->failed) continue;
-                    int32_t tok = d->seq.tok[d->seq.n - 1].id;
-                    if ((st = nm_whisper_decode(t->w, d->phys, &tok, 1, n_past, false)) != NM_OK) {
-                        fwd_err(t, st, "decode", err, err_size);
-                        goto done;
-                    }
-                    ts0 = now_s();
-                    process_logits(t, d, nm_whisper_logits(t->w, -1), &p, tc);
-                    t->tm.t_sample += now_s() - ts0;
+                    seqs[n_live] = d->phys;
+                    toks[n_live] = d->seq.tok[d->seq.n - 1].id;
+                    live[n_live++] = j;
                 }
+                if ((st = nm_whisper_decode_seqs(t->w, seqs, toks, n_live, n_past)) != NM_OK) {
+                    fwd_err(t, st, "decode", err, err_size);
+                    goto done;
+                }
+                ts0 = now_s();
+                for (int32_t k = 0; k < n_live; k++)
+                    process_logits(t, &t->dec[live[k]], nm_whisper_logits(t->w, k), &p, tc);
+                t->tm.t_sample += now_s() - ts0;
             }
 
             // Rank the sequences.

@@ -49,6 +49,8 @@ struct nm_whisper {
     float *x, *cur, *q, *k, *v, *attn, *o, *ff;
     float *logits;         // (n_batch, n_vocab)
     int32_t *pos;          // (n_batch)
+    int32_t *seqs;         // (n_batch): the sequence of each token of a decode call
+    uint32_t mm_flags;     // NM_OPF_* added to the decoder's matmuls (NM_OPF_ROWWISE for nm_whisper_decode_seqs)
     int32_t n_out, out_first;
     bool encoded;
     nm_whisper_timings tm;
@@ -81,6 +83,7 @@ void nm_whisper_free(nm_whisper *w) {
     free(w->self_mem);
     free(w->cross_ids);
     free(w->pos);
+    free(w->seqs);
     free(w);
 }
 
@@ -133,7 +136,8 @@ nm_status nm_whisper_create(const nm_whisper_model *m, int32_t n_threads, int32_
     for (size_t i = 0; i < sizeof dec / sizeof dec[0]; i++) ok = ok && (*dec[i] = malloc(fs * (size_t)(n_batch * d)));
     ok = ok && (w->ff = malloc(fs * (size_t)(n_batch * ff)));
     ok = ok && (w->logits = calloc((size_t)n_batch * (size_t)w->n_vocab, fs)); // pages touched as used
-    ok = ok && (w->pos = calloc((size_t)n_batch, sizeof(int32_t))) && (w->cross_ids = malloc(sizeof(int32_t) * (size_t)n_batch));
+    ok = ok && (w->pos = calloc((size_t)n_batch, sizeof(int32_t))) && (w->cross_ids = malloc(sizeof(int32_t) * (size_t)n_batch)) &&
+         (w->seqs = calloc((size_t)n_batch, sizeof(int32_t)));
     ok = ok && (w->cross = calloc((size_t)L, sizeof *w->cross)) &&
          (w->cross_mem = calloc((size_t)(L * 2 * A * d), sizeof(uint16_t)));
     ok = ok && (w->self = calloc((size_t)(n_seq * L), sizeof *w->self)) &&
@@ -183,7 +187,8 @@ static nm_status norm(nm_whisper *w, float *dst, const float *src, const nm_tens
 static nm_status matmul(nm_whisper *w, float *dst, const nm_tensor *wt, const float *src, const nm_tensor *bias,
                         int64_t T) {
     nm_tensor s = act((float *)src, wt->ne[0], T), y = act(dst, wt->ne[1], T);
-    nm_op op = {.kind = NM_OP_MATMUL, .src0 = wt, .src1 = &s, .src2 = opt(bias), .dst = &y, .flags = NM_OPF_GGML_F16};
+    nm_op op = {.kind = NM_OP_MATMUL, .src0 = wt, .src1 = &s, .src2 = opt(bias), .dst = &y,
+                .flags = NM_OPF_GGML_F16 | w->mm_flags};
     return run(w, &op, 1);
 }
 
@@ -205,7 +210,7 @@ static nm_status qkv(nm_whisper *w, const nm_whisper_attn *a, const float *src, 
     nm_tensor s = act((float *)src, w->d, T), tq = act(q, w->d, T), tk = act(k, w->d, T), tv = act(v, w->d, T);
     nm_op ops[3];
     int n = 0;
-    const uint32_t f = NM_OPF_GGML_F16;
+    const uint32_t f = NM_OPF_GGML_F16 | w->mm_flags;
     if (want_q)
         ops[n++] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &a->q_w, .src1 = &s, .src2 = opt(&a->q_b), .dst = &tq, .flags = f};
     if (want_kv) {
@@ -288,47 +293,47 @@ nm_status nm_whisper_encode(nm_whisper *w, const float *mel, int64_t n_len, int6
 
 // ---- decoder --------------------------------------------------------------------------------
 
-nm_status nm_whisper_decode(nm_whisper *w, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
-                            bool all_logits) {
-    if (!w || !tokens) return NM_ERR_INVALID_ARG;
-    w->err[0] = '\0';
-    w->n_out = 0;
+// The decoder over n tokens, token i in sequence w->seqs[i] at position
+// w->pos[i] (both filled, checked): runs of consecutive tokens of one
+// sequence store and attend to its cache together.
+static nm_status decode_tokens(nm_whisper *w, const int32_t *tokens, int32_t n, bool all_logits) {
     const nm_whisper_model *m = w->m;
     const nm_whisper_hparams *hp = &m->hp;
-    if (!w->encoded) return wfail(w, NM_ERR_STATE, "whisper: decode before any window was encoded");
-    if (seq < 0 || seq >= w->n_seq) return wfail(w, NM_ERR_RANGE, "whisper: sequence %d of %d", seq, w->n_seq);
-    if (n <= 0 || n > w->n_batch) return wfail(w, NM_ERR_RANGE, "whisper: %d tokens per call (1..%d)", n, w->n_batch);
-    if (pos < 0 || pos > hp->n_text_ctx - n)
-        return wfail(w, NM_ERR_RANGE, "whisper: positions %d..%d past the text context of %d", pos, pos + n - 1,
-                     hp->n_text_ctx);
-    for (int32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= w->n_vocab)
-            return wfail(w, NM_ERR_RANGE, "whisper: token id %d out of range [0, %d)", tokens[i], w->n_vocab);
     const double t0 = now_s();
     const int64_t d = w->d, hd = d / hp->n_text_head, L = hp->n_text_layer;
     nm_status st;
-    for (int32_t i = 0; i < n; i++) w->pos[i] = pos + i;
     nm_tensor tx = act(w->x, d, n);
     nm_op emb = {.kind = NM_OP_GET_ROWS, .src0 = &m->d_te, .ids = tokens, .dst = &tx};
-    if ((st = run(w, &emb, 1)) || (st = add(w, w->x, w->x, (const float *)m->d_pe.data + (size_t)pos * d, d, n)))
-        return st;
+    if ((st = run(w, &emb, 1))) return st;
+    for (int32_t a = 0, b; a < n; a = b) { // positional embeddings, a run of positions at a time
+        for (b = a + 1; b < n && w->pos[b] == w->pos[b - 1] + 1; b++) {}
+        if ((st = add(w, w->x + (size_t)a * d, w->x + (size_t)a * d, (const float *)m->d_pe.data + (size_t)w->pos[a] * d,
+                      d, b - a)))
+            return st;
+    }
     const float scale = 1.0f / sqrtf((float)hd);
     for (int64_t il = 0; il < L; il++) {
         const nm_whisper_dec_layer *ly = &m->dec[il];
-        const nm_kv_layer *kv = &w->self[seq * L + il];
-        nm_tensor tq = act(w->q, d, n), tk = act(w->k, d, n), tv = act(w->v, d, n), ta = act(w->attn, d, n);
-        // causal self-attention over this sequence's cache
+        nm_tensor tq = act(w->q, d, n), ta = act(w->attn, d, n);
+        // causal self-attention over each sequence's cache
         if ((st = norm(w, w->cur, w->x, &ly->attn.ln_w, &ly->attn.ln_b, n)) ||
             (st = qkv(w, &ly->attn, w->cur, w->q, w->k, w->v, n, true, true)))
             return st;
-        nm_op sa[2] = {
-            {.kind = NM_OP_KV_STORE, .src0 = &tk, .src1 = &tv, .kv = kv, .pos = pos, .n_ctx = hp->n_text_ctx},
-            {.kind = NM_OP_ATTENTION, .src0 = &tq, .dst = &ta, .ids = w->pos, .kv = kv, .f0 = scale,
-             .i0 = hp->n_text_head, .i1 = hp->n_text_head, .i2 = (int32_t)hd, .n_ctx = hp->n_text_ctx,
-             .flags = NM_OPF_GGML_F16},
-        };
-        if ((st = run(w, sa, 2)) || (st = matmul(w, w->o, &ly->attn.o_w, w->attn, &ly->attn.o_b, n)) ||
-            (st = add(w, w->x, w->x, w->o, d, n)))
+        for (int32_t a = 0, b; a < n; a = b) {
+            for (b = a + 1; b < n && w->seqs[b] == w->seqs[a]; b++) {}
+            const nm_kv_layer *kv = &w->self[w->seqs[a] * L + il];
+            const size_t off = (size_t)a * d;
+            nm_tensor rq = act(w->q + off, d, b - a), rk = act(w->k + off, d, b - a), rv = act(w->v + off, d, b - a);
+            nm_tensor ra = act(w->attn + off, d, b - a);
+            nm_op sa[2] = {
+                {.kind = NM_OP_KV_STORE, .src0 = &rk, .src1 = &rv, .kv = kv, .pos = w->pos[a], .n_ctx = hp->n_text_ctx},
+                {.kind = NM_OP_ATTENTION, .src0 = &rq, .dst = &ra, .ids = w->pos + a, .kv = kv, .f0 = scale,
+                 .i0 = hp->n_text_head, .i1 = hp->n_text_head, .i2 = (int32_t)hd, .n_ctx = hp->n_text_ctx,
+                 .flags = NM_OPF_GGML_F16},
+            };
+            if ((st = run(w, sa, 2))) return st;
+        }
+        if ((st = matmul(w, w->o, &ly->attn.o_w, w->attn, &ly->attn.o_b, n)) || (st = add(w, w->x, w->x, w->o, d, n)))
             return st;
         // cross-attention: every query at the last audio position sees all of the window
         if ((st = norm(w, w->cur, w->x, &ly->cross.ln_w, &ly->cross.ln_b, n)) ||
@@ -351,6 +356,53 @@ nm_status nm_whisper_decode(nm_whisper *w, int32_t seq, const int32_t *tokens, i
     w->tm.n_decode_calls++;
     w->tm.n_decode_tokens += n;
     return NM_OK;
+}
+
+static nm_status decode_check(nm_whisper *w, const int32_t *tokens, int32_t n) {
+    if (!w->encoded) return wfail(w, NM_ERR_STATE, "whisper: decode before any window was encoded");
+    if (n <= 0 || n > w->n_batch) return wfail(w, NM_ERR_RANGE, "whisper: %d tokens per call (1..%d)", n, w->n_batch);
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= w->n_vocab)
+            return wfail(w, NM_ERR_RANGE, "whisper: token id %d out of range [0, %d)", tokens[i], w->n_vocab);
+    return NM_OK;
+}
+
+nm_status nm_whisper_decode(nm_whisper *w, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
+                            bool all_logits) {
+    if (!w || !tokens) return NM_ERR_INVALID_ARG;
+    w->err[0] = '\0';
+    w->n_out = 0;
+    const nm_whisper_hparams *hp = &w->m->hp;
+    nm_status st = decode_check(w, tokens, n);
+    if (st != NM_OK) return st;
+    if (seq < 0 || seq >= w->n_seq) return wfail(w, NM_ERR_RANGE, "whisper: sequence %d of %d", seq, w->n_seq);
+    if (pos < 0 || pos > hp->n_text_ctx - n)
+        return wfail(w, NM_ERR_RANGE, "whisper: positions %d..%d past the text context of %d", pos, pos + n - 1,
+                     hp->n_text_ctx);
+    for (int32_t i = 0; i < n; i++) w->pos[i] = pos + i, w->seqs[i] = seq;
+    w->mm_flags = 0;
+    return decode_tokens(w, tokens, n, all_logits);
+}
+
+nm_status nm_whisper_decode_seqs(nm_whisper *w, const int32_t *seqs, const int32_t *tokens, int32_t n, int32_t pos) {
+    if (!w || !seqs || !tokens) return NM_ERR_INVALID_ARG;
+    w->err[0] = '\0';
+    w->n_out = 0;
+    const nm_whisper_hparams *hp = &w->m->hp;
+    nm_status st = decode_check(w, tokens, n);
+    if (st != NM_OK) return st;
+    if (pos < 0 || pos >= hp->n_text_ctx)
+        return wfail(w, NM_ERR_RANGE, "whisper: position %d past the text context of %d", pos, hp->n_text_ctx);
+    for (int32_t i = 0; i < n; i++) {
+        if (seqs[i] < 0 || seqs[i] >= w->n_seq) return wfail(w, NM_ERR_RANGE, "whisper: sequence %d of %d", seqs[i], w->n_seq);
+        for (int32_t j = 0; j < i; j++)
+            if (seqs[j] == seqs[i]) return wfail(w, NM_ERR_INVALID_ARG, "whisper: sequence %d twice in one call", seqs[i]);
+        w->pos[i] = pos, w->seqs[i] = seqs[i];
+    }
+    w->mm_flags = NM_OPF_ROWWISE; // each row as a one-token call computes it
+    st = decode_tokens(w, tokens, n, true);
+    w->mm_flags = 0;
+    return st;
 }
 
 const float *nm_whisper_logits(const nm_whisper *w, int32_t i) {

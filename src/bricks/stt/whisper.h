@@ -44,6 +44,11 @@ const float *nm_whisper_encoder_output(const nm_whisper *w);
 // logits of every token if all_logits, else of the last one only.
 nm_status nm_whisper_decode(nm_whisper *w, int32_t seq, const int32_t *tokens, int32_t n, int32_t pos,
                             bool all_logits);
+// One token for each of n distinct sequences (seqs[i] gets tokens[i]), all at
+// position pos, in one pass: the weights are read once for all of them (beam
+// search), and each sequence's logits are exactly what nm_whisper_decode of
+// its token alone gives. Keeps every token's logits (i = the index in seqs).
+nm_status nm_whisper_decode_seqs(nm_whisper *w, const int32_t *seqs, const int32_t *tokens, int32_t n, int32_t pos);
 // Logits (n_vocab floats) of token i of the last decode call (-1: its last
 // token), NULL if not kept. Borrowed until the next decode.
 const float *nm_whisper_logits(const nm_whisper *w, int32_t i);

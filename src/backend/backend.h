@@ -76,7 +76,8 @@ typedef struct nm_op {
 // lookup table (input and result rounded; x <= -10 gives 0, x >= 10 gives x).
 // ATTENTION, ATTENTION_FULL: Q (and K, V for ATTENTION_FULL) rounded to f16,
 // the scale applied after the dot, the softmax normalized and rounded to f16
-// before the weighted sum of V (ggml's K*Q, soft_max_ext, V*KQ), exact expf.
+// before the weighted sum of V (ggml's K*Q, soft_max_ext, V*KQ), the C
+// library's expf (or, on AVX-512, a vector form checked to give its bits).
 #define NM_OPF_GGML_F16 1u
 // MATMUL: each token's row of the product exactly as a one-token call
 // computes it (the decode kernels, in their order of sums), the weights read

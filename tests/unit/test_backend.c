@@ -80,6 +80,65 @@ NM_TEST(gemm_panel_is_one_fma_chain_per_output) {
             }
 }
 
+// The vector expf equals this libm's expf bit for bit on floats in [-103.97, 0]
+// (every 61st float; every one with NM_TEST_EXHAUSTIVE=1, ~25 s) and gives 0
+// below; and ggml's panel softmax with it equals the scalar loop (s * scale,
+// max, expf(s - max) summed in order, times 1 / sum) bit for bit.
+// The kernel itself is tested (not only through the start-up check, which
+// would turn a broken kernel into the scalar path); under NM_CI=1 (Debian's
+// glibc) the start-up check must also have taken it.
+static void expf_libm_check(int *nmtest_failed, uint32_t step) {
+    const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
+    if (!pk) NM_SKIP("no AVX-512 kernels on this CPU");
+    if (!pk->expf_libm && !nmtest_ci()) NM_SKIP("this libm's expf is not glibc's algorithm: the scalar expf runs");
+    NM_CHECK(pk->expf_libm != NULL);
+    enum { B = 4096 };
+    static float x[B], y[B];
+    float lim = -0x1.9fe368p6f;
+    uint32_t hi;
+    memcpy(&hi, &lim, sizeof hi);
+    long n = 0, bad = 0;
+    int k = 0;
+    for (uint64_t u = 0x80000000u; u <= (uint64_t)hi + 64 * (uint64_t)step; u += step) {
+        const uint32_t v = (uint32_t)u;
+        memcpy(&x[k++], &v, sizeof v);
+        if (k < B && u + step <= (uint64_t)hi + 64 * (uint64_t)step) continue;
+        nm_expf_libm_avx512(x, y, k, nm_expf_libm_table());
+        for (int i = 0; i < k; i++) {
+            const float want = x[i] < lim ? 0.0f : expf(x[i]);
+            if (memcmp(&want, &y[i], sizeof want) && bad++ < 3)
+                fprintf(stderr, "  expf(%a): %a, libm %a\n", x[i], y[i], want);
+        }
+        n += k;
+        k = 0;
+    }
+    // the one float in [-103.97, 0] where r from a rounded product gives another result
+    // and far below the range (a softmax's s - max can be): 0
+    x[0] = -0x1.f8cbb2p+5f, x[1] = -200.0f, x[2] = -1e4f, x[3] = -INFINITY;
+    nm_expf_libm_avx512(x, y, 4, nm_expf_libm_table());
+    NM_CHECK(y[0] == expf(x[0]) && y[1] == 0.0f && y[2] == 0.0f && y[3] == 0.0f);
+    fprintf(stderr, "  %ld floats, %ld differ\n", n, bad);
+    NM_CHECK(bad == 0 && n > 1000);
+}
+NM_TEST(expf_libm_equals_expf) {
+    expf_libm_check(nmtest_failed, 61);
+    if (!nm_gemm_panel_get()) return;
+    const int64_t n = 1500;
+    float *sp = aligned_alloc(64, sizeof(float) * 16 * n), *ref = malloc(sizeof(float) * 16 * n);
+    for (int64_t i = 0; i < 16 * n; i++) ref[i] = sp[i] = 12.0f * frand();
+    nm_softmax_panel_ggml_avx512(sp, n, 0.125f, nm_expf_libm_table());
+    for (int l = 0; l < 16; l++) {
+        float m = -INFINITY, sum = 0.0f;
+        for (int64_t j = 0; j < n; j++) m = (ref[16 * j + l] *= 0.125f) > m ? ref[16 * j + l] : m;
+        for (int64_t j = 0; j < n; j++) sum += (ref[16 * j + l] = expf(ref[16 * j + l] - m));
+        const float inv = 1.0f / sum;
+        for (int64_t j = 0; j < n; j++) ref[16 * j + l] *= inv;
+    }
+    NM_CHECK(!memcmp(sp, ref, sizeof(float) * 16 * n));
+    free(sp), free(ref);
+}
+NM_TEST_OPTIN(expf_libm_equals_expf_every_float, "NM_TEST_EXHAUSTIVE") { expf_libm_check(nmtest_failed, 1); }
+
 // The panel softmax: each lane a softmax over the panel's rows, against
 // double precision (n around its loop ends). Relative error: the polynomial's
 // 2.5e-7 plus the f32 rounding of s - m, up to 2^-24 |s - m| (~2e-6 at the

@@ -485,7 +485,9 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
             const int np = nq > 16 ? 2 : 1;
             for (int p = 0; p < np; p++) {
                 float *sp = sc + 16 * T * p;
-                if (g16)
+                if (g16 && pk->softmax_ggml)
+                    pk->softmax_ggml(sp, T, scale, nm_expf_libm_table());
+                else if (g16)
                     softmax_ggml_panel(sp, T, scale);
                 else
                     pk->softmax(sp, T);

@@ -1,3 +1,6 @@
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,14 +36,59 @@ void nm_gemm_pack16(const float *restrict w, int64_t rs, int64_t ks, int64_t R, 
     }
 }
 
+static double expf_tab[32];
+static void expf_tab_init(void) {
+    for (int i = 0; i < 32; i++) {
+        const double v = exp2(i / 32.0);
+        uint64_t u;
+        memcpy(&u, &v, sizeof u);
+        u -= (uint64_t)i << 47;
+        memcpy(&expf_tab[i], &u, sizeof u);
+    }
+}
+
+const double *nm_expf_libm_table(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, expf_tab_init);
+    return expf_tab;
+}
+
+#ifdef NM_HAVE_X86_SIMD
+static nm_gemm_panel_kernels k512 = {nm_gemm_f32_xpanel_avx512, nm_gemm_f32_xpanel_pout_avx512, nm_softmax_panel_avx512,
+                                     NULL, NULL};
+// The vector expf where it gives this libm's bits: 2^16 inputs spread over
+// [-104, 0] (every 2^15th float, and their neighbours) and the range's ends.
+static void k512_init(void) {
+    enum { N = 3 * 65536 + 8 };
+    static float x[N], y[N];
+    int n = 0;
+    for (uint32_t u = 0x80000000u; u <= 0xc2d00000u && n < N - 11; u += 1u << 15)
+        for (uint32_t d = 0; d < 3; d++) {
+            const uint32_t v = u + d;
+            memcpy(&x[n++], &v, sizeof v);
+        }
+    const float ends[] = {-0.0f, -0x1.9fe368p6f, -0x1.9fe366p6f, -0x1.9fe36ap6f, -87.33654f, -1e-30f, -104.0f, -0x1.f8cbb2p+5f};
+    for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++) x[n++] = ends[i];
+    nm_expf_libm_avx512(x, y, n, nm_expf_libm_table());
+    for (int i = 0; i < n; i++) {
+        const float want = expf(x[i]);
+        if (memcmp(&want, &y[i], sizeof want)) return;
+    }
+    k512.expf_libm = nm_expf_libm_avx512;
+    k512.softmax_ggml = nm_softmax_panel_ggml_avx512;
+}
+#endif
+
 const nm_gemm_panel_kernels *nm_gemm_panel_get(void) {
     const char *force = getenv("NM_FORCE_REF"), *no512 = getenv("NM_NO_AVX512");
     if ((force && !strcmp(force, "1")) || (no512 && !strcmp(no512, "1"))) return NULL;
 #ifdef NM_HAVE_X86_SIMD
-    static const nm_gemm_panel_kernels k512 = {nm_gemm_f32_xpanel_avx512, nm_gemm_f32_xpanel_pout_avx512,
-                                               nm_softmax_panel_avx512};
     const nm_cpu_features *cpu = nm_cpu_features_get();
-    if (cpu->avx2 && cpu->fma && cpu->avx512f) return &k512;
+    if (cpu->avx2 && cpu->fma && cpu->avx512f) {
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, k512_init);
+        return &k512;
+    }
 #endif
     return NULL;
 }

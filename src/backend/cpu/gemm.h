@@ -45,12 +45,22 @@ typedef void (*nm_gemm_xpanel_pout_fn)(const float *restrict w, int64_t ldw, int
 // becomes e^(s - max_l) / sum_l, with nm_expsum's exponential; a score of
 // -inf (masked) gives exactly 0. Each lane needs one finite score.
 typedef void (*nm_softmax_panel_fn)(float *restrict sp, int64_t n);
+// The C library's expf on x <= 0 (x < -103.97: 0), in double as glibc
+// computes it; tab = nm_expf_libm_table(). And ggml's softmax of a panel
+// with it: per lane, s * scale, the max, expf(s - max) summed in order of
+// j, times 1 / sum - what the scalar loop computes, the same bits.
+typedef void (*nm_expf_libm_fn)(const float *x, float *y, int64_t n, const double *tab);
+typedef void (*nm_softmax_panel_ggml_fn)(float *restrict sp, int64_t n, float scale, const double *tab);
+// 2^(i / 32) for i < 32, as the bits of a double minus i << 47 (the table of glibc's expf).
+const double *nm_expf_libm_table(void);
 #ifdef NM_HAVE_X86_SIMD
 void nm_gemm_f32_xpanel_avx512(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp, int64_t nt,
                                int64_t K, float *restrict y, int64_t ldy, const float *restrict bias);
 void nm_gemm_f32_xpanel_pout_avx512(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp,
                                     int64_t nt, int64_t K, float *restrict y, int64_t ys);
 void nm_softmax_panel_avx512(float *restrict sp, int64_t n);
+void nm_expf_libm_avx512(const float *x, float *y, int64_t n, const double *tab);
+void nm_softmax_panel_ggml_avx512(float *restrict sp, int64_t n, float scale, const double *tab);
 #endif
 // The panel kernels for this CPU, or NULL where there are none (no AVX-512F,
 // NM_FORCE_REF=1 or NM_NO_AVX512=1): then use nm_gemm_f32_get.
@@ -58,6 +68,8 @@ typedef struct nm_gemm_panel_kernels {
     nm_gemm_xpanel_fn gemm;
     nm_gemm_xpanel_pout_fn gemm_pout;
     nm_softmax_panel_fn softmax;
+    nm_expf_libm_fn expf_libm;             // NULL where it disagrees with this libm's expf on
+    nm_softmax_panel_ggml_fn softmax_ggml; // a sample at start (then: scalar expf)
 } nm_gemm_panel_kernels;
 const nm_gemm_panel_kernels *nm_gemm_panel_get(void);
 

@@ -121,6 +121,70 @@ void nm_softmax_panel_avx512(float *restrict sp, int64_t n) {
     for (int64_t j = 0; j < n; j++) _mm512_store_ps(sp + 16 * j, _mm512_mul_ps(_mm512_load_ps(sp + 16 * j), inv));
 }
 
+// The C library's expf, 16 lanes at a time, for x <= 0: the same operations
+// in double precision as glibc's (since 2.27) - x widened, k = round(x 32 /
+// ln 2) by the 1.5 * 2^52 shift, r = x 32 / ln 2 - k in one FMA (as glibc's
+// FMA build: with r from a rounded product, one float in 1.1e9 differs), 2^(k / 32) from a
+// 32-entry table of 2^(i / 32) with k / 32 added to the exponent, a degree-3
+// polynomial in r with FMAs - then rounded to float; x < -103.97 gives 0
+// (glibc's underflow). tab: nm_expf_libm_table. Equal to expf on every float
+// in [-103.97, 0] with this machine's libm (tests/unit/test_backend.c
+// `expf_libm_equals_expf`, every float with NM_TEST_EXHAUSTIVE=1); gemm.c
+// checks a sample at start and uses it only if it agrees.
+static inline __m512 expf_libm16(__m512 x, const double *tab) {
+    const __m512d t0 = _mm512_loadu_pd(tab), t1 = _mm512_loadu_pd(tab + 8), t2 = _mm512_loadu_pd(tab + 16),
+                  t3 = _mm512_loadu_pd(tab + 24);
+    const __m512d invln2n = _mm512_set1_pd(0x1.71547652b82fep+0 * 32), shift = _mm512_set1_pd(0x1.8p+52);
+    const __m512d c0 = _mm512_set1_pd(0x1.c6af84b912394p-5 / 32 / 32 / 32), c1 = _mm512_set1_pd(0x1.ebfce50fac4f3p-3 / 32 / 32);
+    const __m512d c2 = _mm512_set1_pd(0x1.62e42ff0c52d6p-1 / 32), one = _mm512_set1_pd(1.0);
+    __m256 half[2];
+    for (int h = 0; h < 2; h++) {
+        const __m256 xh = h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)) : _mm512_castps512_ps256(x);
+        const __m512d xd = _mm512_cvtps_pd(xh);
+        __m512d kd = _mm512_fmadd_pd(invln2n, xd, shift);
+        const __m512i ki = _mm512_castpd_si512(kd);
+        kd = _mm512_sub_pd(kd, shift);
+        const __m512d r = _mm512_fmsub_pd(invln2n, xd, kd); // fused, as the FMA build of glibc: r exact
+        const __m512i idx = _mm512_and_si512(ki, _mm512_set1_epi64(31));
+        const __m512d lo = _mm512_permutex2var_pd(t0, idx, t1), hi = _mm512_permutex2var_pd(t2, idx, t3);
+        const __mmask8 up = _mm512_test_epi64_mask(idx, _mm512_set1_epi64(16));
+        const __m512i t = _mm512_add_epi64(_mm512_castpd_si512(_mm512_mask_blend_pd(up, lo, hi)), _mm512_slli_epi64(ki, 47));
+        const __m512d r2 = _mm512_mul_pd(r, r);
+        __m512d y = _mm512_fmadd_pd(_mm512_fmadd_pd(c0, r, c1), r2, _mm512_fmadd_pd(c2, r, one));
+        y = _mm512_mul_pd(y, _mm512_castsi512_pd(t));
+        half[h] = _mm512_cvtpd_ps(y);
+    }
+    const __m512 e = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(half[0])),
+                                                         _mm256_castps_pd(half[1]), 1));
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-0x1.9fe368p6f), _CMP_GE_OQ), e);
+}
+
+void nm_expf_libm_avx512(const float *x, float *y, int64_t n, const double *tab) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, expf_libm16(_mm512_loadu_ps(x + i), tab));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, expf_libm16(_mm512_maskz_loadu_ps(m, x + i), tab));
+    }
+}
+
+void nm_softmax_panel_ggml_avx512(float *restrict sp, int64_t n, float scale, const double *tab) {
+    const __m512 vs = _mm512_set1_ps(scale);
+    __m512 m = _mm512_set1_ps(-INFINITY), sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const __m512 v = _mm512_mul_ps(_mm512_load_ps(sp + 16 * j), vs);
+        _mm512_store_ps(sp + 16 * j, v);
+        m = _mm512_max_ps(m, v);
+    }
+    for (int64_t j = 0; j < n; j++) {
+        const __m512 e = expf_libm16(_mm512_sub_ps(_mm512_load_ps(sp + 16 * j), m), tab);
+        _mm512_store_ps(sp + 16 * j, e);
+        sum = _mm512_add_ps(sum, e);
+    }
+    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), sum);
+    for (int64_t j = 0; j < n; j++) _mm512_store_ps(sp + 16 * j, _mm512_mul_ps(_mm512_load_ps(sp + 16 * j), inv));
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

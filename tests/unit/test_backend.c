@@ -168,6 +168,113 @@ NM_TEST(softmax_panel_equals_softmax) {
     }
 }
 
+// MATMUL of quantized weights, decode (T = 1) and prefill (T > 1) paths, equals
+// dequantize-then-multiply with the activations rounded as the kernels round
+// them (to the weights' vec_dot_type: 8-bit blocks, f16, ...).
+NM_TEST(matmul_quantized_decode_and_prefill) {
+    const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
+                              NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
+    const int64_t K = 512, O = 37;
+    nm_backend *be = nm_backend_cpu_create(2, K, 16);
+    NM_CHECK(be != NULL);
+    if (!be) return;
+    float *wf = malloc(sizeof(float) * K * O), *deq = malloc(sizeof(float) * K * O);
+    float *x = malloc(sizeof(float) * K * 9), *y = malloc(sizeof(float) * O * 9);
+    float *xr = malloc(sizeof(float) * K * 9);
+    void *xq = malloc(sizeof(float) * K);
+    void *wq = malloc(nm_row_size(NM_TYPE_F32, K) * O);
+    for (int64_t i = 0; i < K * O; i++) wf[i] = frand();
+    for (int64_t i = 0; i < K * 9; i++) x[i] = frand();
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        uint32_t t = types[ti];
+        size_t rb = nm_row_size(t, K);
+        for (int64_t o = 0; o < O; o++) {
+            nm_quantize_row_ref(t, wf + o * K, (uint8_t *)wq + o * rb, K);
+            nm_dequantize_row_ref(t, (uint8_t *)wq + o * rb, deq + o * K, K);
+        }
+        nm_tensor W = {.type = t, .ne = {K, O, 1, 1}, .data = wq};
+        const uint32_t at = nm_vec_dot_type(t);
+        for (int tok = 0; tok < 9; tok++) { // the activations as the kernels see them
+            nm_kernels_ref()->quant_act[at](x + tok * K, xq, K);
+            nm_dequantize_row_ref(at, xq, xr + tok * K, K);
+        }
+        for (int T = 1; T <= 9; T += 8) {
+            nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .data = x};
+            nm_tensor Y = {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = y};
+            nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+            NM_CHECK(be->iface->supports_op(be, &op));
+            NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+            // error relative to sum |w x|: q4_1/q5_1 fold the block minimum with
+            // the fp16-rounded activation block sum, as llama.cpp does
+            double maxd = 0;
+            for (int tok = 0; tok < T; tok++)
+                for (int64_t o = 0; o < O; o++) {
+                    double s = 0, sa = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        s += (double)deq[o * K + k] * xr[tok * K + k];
+                        sa += fabs((double)deq[o * K + k] * xr[tok * K + k]);
+                    }
+                    maxd = fmax(maxd, fabs(s - y[tok * O + o]) / sa);
+                }
+            if (maxd > 1e-4) fprintf(stderr, "  type %s T=%d: max rel diff %g\n", nm_type_traits_get(t)->name, T, maxd);
+            NM_CHECK(maxd < 1e-4);
+        }
+    }
+    free(wf), free(deq), free(x), free(y), free(wq), free(xr), free(xq);
+    nm_backend_free(be);
+}
+
+// NM_OPF_ROWWISE: a batch of 9 tokens gives each row exactly what a one-token
+// call gives, for every weight type (the decode dots; types with a gemv
+// kernel, and f32, one token at a time), also in a group of two matmuls
+// over the same activations whose types share the activation format but not
+// the kernel (q8_0 has a gemv kernel, mxfp4 not).
+NM_TEST(matmul_rowwise_equals_one_token_calls) {
+    const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
+                              NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
+    enum { K = 512, O = 37, T = 9, NT = sizeof types / sizeof types[0] };
+    nm_backend *be = nm_backend_cpu_create(2, K, 16);
+    NM_CHECK(be != NULL);
+    if (!be) return;
+    float *wf = malloc(sizeof(float) * K * O), *x = malloc(sizeof(float) * K * T);
+    float *yb = malloc(sizeof(float) * O * T * 2), *y1 = malloc(sizeof(float) * O * 2);
+    uint8_t *wq[NT];
+    for (int64_t i = 0; i < K * O; i++) wf[i] = frand();
+    for (int64_t i = 0; i < K * T; i++) x[i] = frand();
+    nm_tensor W[NT];
+    for (int ti = 0; ti < NT; ti++) {
+        const size_t rb = nm_row_size(types[ti], K);
+        wq[ti] = malloc(rb * O);
+        for (int64_t o = 0; o < O; o++) nm_quantize_row_ref(types[ti], wf + o * K, wq[ti] + o * rb, K);
+        W[ti] = (nm_tensor){.type = types[ti], .ne = {K, O, 1, 1}, .data = wq[ti]};
+    }
+    // each type alone, then q8_0 and mxfp4 as one group
+    for (int ti = 0; ti <= NT; ti++) {
+        const int a = ti < NT ? ti : NT - 1, b = ti < NT ? -1 : 2, n_ops = b < 0 ? 1 : 2;
+        nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .data = x};
+        nm_tensor Y[2] = {{.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = yb}, {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = yb + O * T}};
+        nm_op ops[2] = {{.kind = NM_OP_MATMUL, .src0 = &W[a], .src1 = &X, .dst = &Y[0], .flags = NM_OPF_ROWWISE},
+                        {.kind = NM_OP_MATMUL, .src0 = &W[b < 0 ? a : b], .src1 = &X, .dst = &Y[1], .flags = NM_OPF_ROWWISE}};
+        for (int64_t i = 0; i < O * T * 2; i++) yb[i] = 777.0f;
+        NM_CHECK(be->iface->compute(be, ops, n_ops) == NM_OK);
+        bool same = true;
+        for (int g = 0; g < n_ops; g++)
+            for (int tok = 0; tok < T; tok++) {
+                nm_tensor X1 = {.type = NM_TYPE_F32, .ne = {K, 1, 1, 1}, .data = x + tok * K};
+                nm_tensor Y1 = {.type = NM_TYPE_F32, .ne = {O, 1, 1, 1}, .data = y1};
+                nm_op one = {.kind = NM_OP_MATMUL, .src0 = ops[g].src0, .src1 = &X1, .dst = &Y1};
+                NM_CHECK(be->iface->compute(be, &one, 1) == NM_OK);
+                same &= !memcmp(y1, yb + g * O * T + tok * O, sizeof(float) * O);
+            }
+        if (!same) fprintf(stderr, "  %s%s: rowwise differs from one-token calls\n", nm_type_traits_get(types[a])->name,
+                           b < 0 ? "" : " + q8_0 group");
+        NM_CHECK(same);
+    }
+    for (int ti = 0; ti < NT; ti++) free(wq[ti]);
+    free(wf), free(x), free(yb), free(y1);
+    nm_backend_free(be);
+}
+
 // The prefill matmul of f32 and f16 weights in chunks of rows against panel
 // pairs: rows in chunks and their remainders (O = 100), token counts of one
 // and of several panels, with a bias, at row lengths whose f32 rows are used
@@ -427,7 +534,8 @@ NM_TEST(attention_full_equals_naive) {
 // x sigmoid(x (a + b x^2)), reference and chosen kernel, for GELU(tanh),
 // quick GELU and SiLU, against double precision over [-60, 60] (past the
 // exponential's clamps: 0 far left, x far right), odd n (the scalar tail).
-// The error is measured against |x| (y = x s with s in [0, 1]): where s is
+// Computed in two pieces it gives the same bits (a thread's range can end
+// anywhere). The error is measured against |x| (y = x s with s in [0, 1]): where s is
 // tiny its relative error is the f32 rounding of the exponent's argument, up
 // to 2^-24 x 87.
 NM_TEST(xsigmoid_equals_gelu_and_silu) {
@@ -447,6 +555,13 @@ NM_TEST(xsigmoid_equals_gelu_and_silu) {
             }
             if (maxd >= 5e-7) fprintf(stderr, "  %s, a %g: max error / |x| %g\n", f ? "chosen" : "ref", as[a], maxd);
             NM_CHECK(maxd < 5e-7);
+            // split where a thread's range may end: every element the same bits
+            static float y2[N];
+            for (int cut = 8; cut < N; cut += 61) { // tails of every length
+                fns[f](x, y2, cut, as[a], bs[a]);
+                fns[f](x + cut, y2 + cut, N - cut, as[a], bs[a]);
+                NM_CHECK(!memcmp(y, y2, sizeof y));
+            }
         }
 }
 

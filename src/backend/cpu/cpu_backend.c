@@ -471,7 +471,7 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
         const int64_t nq = q_hi - q0 < NM_FA_QB ? q_hi - q0 : NM_FA_QB;
         if (pk) {
             nm_gemm_pack16(Q + q0 * stride, stride, 1, nq < 16 ? nq : 16, hd, qp);
-            nm_gemm_pack16(Q + (q0 + 16) * stride, stride, 1, nq > 16 ? nq - 16 : 0, hd, qp + 16 * hd);
+            nm_gemm_pack16(nq > 16 ? Q + (q0 + 16) * stride : Q, stride, 1, nq > 16 ? nq - 16 : 0, hd, qp + 16 * hd);
             for (int64_t i = 0; i < NM_FA_QB * hd; i++) qp[i] *= qs;
         } else {
             for (int64_t i = 0; i < nq; i++)
@@ -524,6 +524,10 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
 // packed activations of O = V^T S^T. The same function as attn_one, summed
 // in another order. The workspace is the encoders' (grown in compute).
 #define NM_ATTN_PANEL_MIN_TOKENS 16
+// Blocks that see more keys than this run one query at a time (attn_one),
+// which needs no workspace: the panel path's grows with the keys (4096 keys
+// of 128 dims: 4.7 MiB a thread).
+#define NM_ATTN_PANEL_MAX_KEYS 4096
 
 typedef struct attn_blocks {
     const nm_cpu *c;
@@ -566,7 +570,7 @@ static void attn_panel_worker(void *arg, int64_t chunk, int ith) {
     }
     const float *q = (const float *)op->src0->data + (t0 * n_head + h) * hd;
     nm_gemm_pack16(q, qstride, 1, nq < 16 ? nq : 16, hd, qp);
-    nm_gemm_pack16(q + 16 * qstride, qstride, 1, nq > 16 ? nq - 16 : 0, hd, qp + 16 * hd);
+    nm_gemm_pack16(nq > 16 ? q + 16 * qstride : q, qstride, 1, nq > 16 ? nq - 16 : 0, hd, qp + 16 * hd);
     for (int64_t j = 0; j < nk; j += NM_GEMM_XPANEL_ROWS)
         pk->gemm_pout(kf + j * hd, hd, nk - j < NM_GEMM_XPANEL_ROWS ? nk - j : NM_GEMM_XPANEL_ROWS, qp, nq, hd,
                       sc + 16 * j, 16 * nk);
@@ -849,8 +853,11 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
 
 // Whether ops[j] can join the quantized-matmul group started by ops[i]: same
 // activations (so the quantized copy is shared) and the same activation type.
+// NM_OPF_ROWWISE groups only one weight type (whether its rows run through a
+// gemv kernel, one token at a time, is decided per type).
 static bool joins_group(const nm_op *a, const nm_op *b) {
-    return b->kind == NM_OP_MATMUL && b->flags == a->flags && b->src1->data == a->src1->data &&
+    return b->kind == NM_OP_MATMUL && b->flags == a->flags &&
+           (!(a->flags & NM_OPF_ROWWISE) || b->src0->type == a->src0->type) && b->src1->data == a->src1->data &&
            b->src1->ne[0] == a->src1->ne[0] &&
            b->src1->ne[1] == a->src1->ne[1] && nm_vec_dot_type(b->src0->type) == nm_vec_dot_type(a->src0->type) &&
            b->dst->data != a->src1->data;
@@ -936,7 +943,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
                     attn_key_range(op, q0, T < q0 + NM_FA_QB ? T : q0 + NM_FA_QB, &klo, &khi);
                     nk_max = khi - klo + 1 > nk_max ? khi - klo + 1 : nk_max;
                 }
-                if (nm_backend_cpu_reserve_attn(b, nk_max, op->i2) == NM_OK) {
+                if (nk_max <= NM_ATTN_PANEL_MAX_KEYS && nm_backend_cpu_reserve_attn(b, nk_max, op->i2) == NM_OK) {
                     nm_pool_run(c->pool, attn_panel_worker, &t, t.n_blocks * op->i0);
                     break;
                 }

@@ -2,6 +2,7 @@
 // rows (already dequantized into L2-resident scratch) times a batch of token
 // activations. Compiled only for x86 with -mavx2 -mfma.
 #include <immintrin.h>
+#include <string.h>
 
 #include "backend/cpu/gemm.h"
 
@@ -92,16 +93,24 @@ static inline __m256 exp256(__m256 x) {
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+static inline __m256 xsigmoid8(__m256 v, __m256 va, __m256 vb) {
+    const __m256 z = _mm256_mul_ps(v, _mm256_fmadd_ps(_mm256_mul_ps(vb, v), v, va)); // v (a + b v^2)
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), z));
+    return _mm256_div_ps(v, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+// The tail goes through the same vector operations (zero-padded), so that an
+// element's value does not depend on where a thread's range ends.
 void nm_xsigmoid_avx2(const float *x, float *y, int64_t n, float a, float b) {
-    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b), one = _mm256_set1_ps(1.0f);
+    const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        const __m256 z = _mm256_mul_ps(v, _mm256_fmadd_ps(_mm256_mul_ps(vb, v), v, va)); // v (a + b v^2)
-        const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), z));
-        _mm256_storeu_ps(y + i, _mm256_div_ps(v, _mm256_add_ps(one, e)));
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, xsigmoid8(_mm256_loadu_ps(x + i), va, vb));
+    if (i < n) {
+        float t[8] = {0};
+        memcpy(t, x + i, sizeof(float) * (size_t)(n - i));
+        _mm256_storeu_ps(t, xsigmoid8(_mm256_loadu_ps(t), va, vb));
+        memcpy(y + i, t, sizeof(float) * (size_t)(n - i));
     }
-    if (i < n) nm_xsigmoid_ref(x + i, y + i, n - i, a, b);
 }
 
 // nm_expsum_ref's polynomial, 8 lanes at a time.

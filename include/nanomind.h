@@ -120,9 +120,36 @@ typedef struct nm_ctx_params {
     int32_t n_batch;   // max tokens per nm_decode call; <= 0: 512
     int32_t n_threads; // <= 0: the model's
     bool pin_threads;  // best effort: pin thread i to core i (the calling thread is thread 0); default off
+    const char *device; // "cpu" (NULL: the default), "opencl", "opencl:N", or "auto" (OpenCL if it can
+                        // run the model, else the CPU: nm_ctx_device_note says why)
+    int32_t n_gpu_layers; // with a device other than the CPU: the last N layers (and the output head)
+                          // there, the rest on the CPU, the hidden state handed over in place; < 0 (the
+                          // default): every layer there; 0: none (the CPU computes everything)
 } nm_ctx_params;
 
 nm_ctx_params nm_ctx_default_params(void);
+// The backend a context computes on ("cpu", "opencl").
+const char *nm_ctx_device(const nm_ctx *c);
+// Layers on that device (the rest, before them, on the CPU).
+int32_t nm_ctx_device_layers(const nm_ctx *c);
+// With device "auto": why the CPU was chosen ("" when the device was).
+const char *nm_ctx_device_note(const nm_ctx *c);
+// Bytes of host memory the device reads in place (wrapped) and bytes it had
+// copied to its own memory (uploaded): weights, and shared activations.
+void nm_ctx_device_stats(const nm_ctx *c, uint64_t *wrapped, uint64_t *uploaded);
+
+// A compute unit this process can place work on.
+typedef struct nm_device_info {
+    char name[32];       // what --device takes: "cpu", "opencl:0", ...
+    char desc[128];      // the device's own name
+    char driver[128];    // API version and driver
+    uint64_t mem_bytes;  // memory it can use (0 if unknown)
+    bool unified;        // it shares the host's memory (imports are wraps, not copies)
+    double read_gbps;    // measured read bandwidth (0 if not measured)
+} nm_device_info;
+// Up to n devices into out, the CPU first, then every OpenCL device; returns
+// how many exist. measure: time a read of a large buffer on each (slow).
+int32_t nm_list_devices(nm_device_info *out, int32_t n, bool measure);
 
 // Creates a context; all memory for a forward pass (KV cache, activations,
 // logits) is allocated here, none per token. `m` is borrowed and must outlive it.
@@ -260,6 +287,9 @@ int nm_ledger_endpoint(nm_ledger *l, const char *name);
 // Copies n bytes src -> dst (memcpy; the ranges must not overlap) and counts
 // them against (from, to). Lock-free. l may be NULL: a plain copy, uncounted.
 void nm_ledger_copy(nm_ledger *l, int from, int to, void *dst, const void *src, size_t n);
+// Counts a copy of n bytes someone else made (a device's DMA, an upload by a
+// driver) against (from, to), as nm_ledger_copy would.
+void nm_ledger_count(nm_ledger *l, int from, int to, size_t n);
 uint64_t nm_ledger_bytes(const nm_ledger *l, int from, int to);  // from or to -1: any
 uint64_t nm_ledger_copies(const nm_ledger *l, int from, int to); // number of calls
 uint64_t nm_ledger_total(const nm_ledger *l);                    // bytes, all pairs

@@ -1,9 +1,12 @@
-// Backend interface: a versioned vtable of function pointers (cf. sqlite3_vfs,
-// ggml-backend-impl.h). Members are only ever appended; a caller checks
-// `version` before using a member added later. Optional members may be NULL.
+// Backend interface v2: a versioned vtable of function pointers (cf.
+// sqlite3_vfs, ggml-backend-impl.h). From version 2 on, members are only ever
+// appended; a caller checks `version` before using a member added later.
+// Optional members may be NULL. (Version 1 had bare host pointers for
+// tensors and synchronous compute; nothing of it remains.)
 //
-// Bricks never #ifdef a backend: they describe ops (nm_op) and hand them to
-// the backend they were placed on; supports_op lets the scheduler decide.
+// Bricks never name a backend: they create one by device name, describe ops
+// (nm_op) on tensors in its buffers or in imported host memory, record them
+// once per batch shape and submit the list; supports_op lets a planner decide.
 #ifndef NM_BACKEND_H
 #define NM_BACKEND_H
 
@@ -15,14 +18,53 @@
 
 #define NM_MAX_DIMS 4
 
-// A view of a dense tensor. Rows (ne[0] elements) are contiguous and packed:
-// row r of a 2-D tensor starts at data + r * nm_row_size(type, ne[0]).
+typedef struct nm_backend nm_backend;
+
+// A block of memory a backend can read and write: allocated by one (device
+// memory, a CPU arena) or wrapping host memory imported into it. `host` is
+// where the host sees byte 0, NULL when the host cannot address it (device
+// memory of a discrete GPU): then only tensor_set/tensor_get reach it.
+typedef struct nm_buffer {
+    nm_backend *owner; // the backend that allocated it
+    uint8_t *host;     // host address of byte 0, or NULL
+    size_t size;
+    void *impl;        // the owner's handle (a cl_mem)
+} nm_buffer;
+
+// A dense tensor: (buffer, offset, type, shape). Rows (ne[0] elements) are
+// contiguous and packed: row r of a 2-D tensor starts nm_row_size(type, ne[0])
+// * r bytes after offs. buf == NULL is host memory (the process's own: a
+// mapped model file, malloc, a umem slot), where offs is the address itself;
+// a backend that is not the host's reads it where the caller imported the
+// range (buffer_import_host) - in place on unified memory, once copied on a
+// discrete device.
 typedef struct nm_tensor {
-    uint32_t type;          // enum nm_type
+    uint32_t type;           // enum nm_type
     int64_t ne[NM_MAX_DIMS]; // ne[0] = row length; unused dims are 1
-    void *data;             // borrowed (mmapped weights or backend buffer)
-    const char *name;       // borrowed, may be NULL
+    nm_buffer *buf;          // NULL: host memory
+    size_t offs;             // bytes into buf; the address when buf is NULL
+    const char *name;        // borrowed, may be NULL
 } nm_tensor;
+
+// Where the host sees element 0 of t, or NULL if it cannot (device memory).
+static inline void *nm_tensor_host(const nm_tensor *t) {
+    if (!t->buf) return (void *)(uintptr_t)t->offs;
+    return t->buf->host ? t->buf->host + t->offs : NULL;
+}
+// Whether t names memory (optional weights absent from a file have neither).
+static inline bool nm_tensor_is_set(const nm_tensor *t) { return t->buf != NULL || t->offs != 0; }
+// A tensor of host memory at p.
+static inline nm_tensor nm_tensor_at(const void *p, uint32_t type, int64_t ne0, int64_t ne1) {
+    nm_tensor t = {.type = type, .ne = {ne0, ne1, 1, 1}, .buf = NULL, .offs = (size_t)(uintptr_t)p, .name = NULL};
+    return t;
+}
+// The view of rows [r0, r0 + n) of a 2-D tensor.
+static inline nm_tensor nm_tensor_rows(const nm_tensor *t, size_t row_bytes, int64_t r0, int64_t n) {
+    nm_tensor v = *t;
+    v.offs += (size_t)r0 * row_bytes;
+    v.ne[1] = n;
+    return v;
+}
 
 enum nm_op_kind {
     NM_OP_GET_ROWS,  // dst[i,:] = dequant(src0[ids[i], :])              (embedding lookup)
@@ -33,39 +75,40 @@ enum nm_op_kind {
     NM_OP_GLU,       // dst = act(src0) * src1, act = SiLU or GELU(tanh)
     NM_OP_ADD,       // dst = src0 + src1
     NM_OP_SCALE,     // dst = src0 * f0
-    NM_OP_KV_STORE,  // write K (src0) and V (src1) rows of n_tok tokens into the cache at pos
+    NM_OP_KV_STORE,  // write K (src0) and V (src1) rows of n_tok tokens into the cache rows ids[t]
     NM_OP_NORM,      // dst[i,:] = (src0[i,:] - mean) / sqrt(var + f0) * src1 + src2   (layer norm; src1, src2 may be NULL)
     NM_OP_ACT,       // dst = act(src0), act = i0 (enum nm_act)
     NM_OP_ATTENTION_FULL, // bidirectional attention of n_tok queries over the same n_tok keys (encoders):
                           // src0 = Q, src1 = K, src2 = V, each [n_tok, n_head * head_dim] f32; dst like Q;
-                          // f0 = scale; i0 = n_head, i2 = head_dim. Needs nm_backend_cpu_reserve_attn on CPU.
+                          // f0 = scale; i0 = n_head, i2 = head_dim (up to the sizes in nm_backend_params)
+    NM_OP_SOFTCAP,   // dst = f0 * tanh(src0 / f0)   (final logit softcap)
     NM_OP_COUNT
 };
 
 enum nm_rope_mode { NM_ROPE_NORM = 0, NM_ROPE_NEOX = 2 };
 enum nm_act { NM_ACT_SILU = 0, NM_ACT_GELU_TANH = 1, NM_ACT_GELU_QUICK = 2 }; // GELU_QUICK: x * sigmoid(1.702 x), ACT only
 
-// The KV cache of one layer: [n_ctx, n_kv_head * head_dim] for K and for V,
+// The KV cache of one layer: K and V, each [n_kv_head * head_dim, n_ctx],
 // IEEE half precision (as llama.cpp's default cache): half the memory and half
 // the bytes a decode step reads per cached position.
 typedef struct nm_kv_layer {
-    uint16_t *k; // (n_ctx, n_kv_head * head_dim) f16
-    uint16_t *v; // (n_ctx, n_kv_head * head_dim) f16
+    nm_tensor k, v; // f16 (n_ctx rows of n_kv_head * head_dim)
 } nm_kv_layer;
 
 // One op. Shapes use ne[1] as the token count; f32 activations unless said.
+// Everything an op reads at run time is a tensor (token ids and positions
+// too), so a recorded op list replays with new inputs written into them.
 typedef struct nm_op {
     enum nm_op_kind kind;
     const nm_tensor *src0, *src1, *src2;
     nm_tensor *dst;
-    const int32_t *ids;   // GET_ROWS: token ids; ROPE/ATTENTION: positions
+    const nm_tensor *ids; // i32 (n_tok): GET_ROWS token ids; ROPE/ATTENTION/KV_STORE positions
     float f0, f1, f2;     // RMS_NORM: eps; ROPE: freq_base, freq_scale; ATTENTION: scale, softcap; SCALE: factor
     int32_t i0, i1, i2, i3; // ROPE: n_head, head_dim, mode, n_rot
                             // ATTENTION: n_head, n_kv_head, head_dim, sliding window (0 = none)
                             // GLU: act
-    const nm_kv_layer *kv; // ATTENTION, KV_STORE
-    int32_t pos;           // KV_STORE: first position
-    int32_t n_ctx;         // ATTENTION: cache capacity; KV_STORE too
+    const nm_kv_layer *kv; // ATTENTION, KV_STORE (rows at the positions in ids)
+    int32_t n_ctx;         // ATTENTION, KV_STORE: cache capacity (positions must lie below it)
     uint32_t flags;        // NM_OPF_*
 } nm_op;
 
@@ -85,12 +128,14 @@ typedef struct nm_op {
 // (Whisper's beams), gives what decoding them one by one gives.
 #define NM_OPF_ROWWISE 2u
 
-typedef struct nm_backend nm_backend;
-
 typedef struct nm_backend_caps {
-    bool unified_memory;   // host pointers are usable by the device without copies
+    bool unified_memory;   // host memory is the device's: an import wraps it in place, never copies
     bool static_shapes;    // needs fixed shapes (NPU-style)
+    bool async;            // submit returns before the work is done (wait on an event)
+    bool host_memory;      // ops read any host memory as it is, no import needed (the CPU)
     uint64_t weight_types; // bit (1 << nm_type) per weight type its matmul takes
+    int n_threads;         // CPU threads it computes on (0 for a device)
+    uint64_t mem_bytes;    // memory it can allocate (0 if unknown)
 } nm_backend_caps;
 
 typedef struct nm_backend_profile {
@@ -99,26 +144,63 @@ typedef struct nm_backend_profile {
     double idle_watts, active_watts; // from configuration, 0 if unknown
 } nm_backend_profile;
 
-#define NM_BACKEND_IFACE_VERSION 1
+// What a backend did with memory, for --stats.
+typedef struct nm_backend_stats {
+    uint64_t bytes_wrapped;  // host memory imported in place (no copy)
+    uint64_t bytes_uploaded; // host memory copied to the device (imports on a discrete device, repacks)
+    char device[128];        // the device's own name
+} nm_backend_stats;
+
+// A point in a backend's stream of work (see event_record). Backends extend
+// it (this struct first).
+typedef struct nm_event {
+    nm_backend *owner; // the backend that recorded it
+} nm_event;
+
+#define NM_BACKEND_IFACE_VERSION 2
 
 typedef struct nm_backend_i {
     uint32_t version; // NM_BACKEND_IFACE_VERSION it was built against
     const char *name; // "cpu", "opencl", "cuda", ...
     void (*get_caps)(const nm_backend *b, nm_backend_caps *caps);
     void (*get_profile)(const nm_backend *b, nm_backend_profile *prof); // optional
-    // Buffers for activations and caches, `align`-byte aligned; freed with buffer_free.
-    void *(*buffer_alloc)(nm_backend *b, size_t size, size_t align);
-    void (*buffer_free)(nm_backend *b, void *ptr);
-    // Makes host memory (mmapped weights, a umem slot) usable by the backend
-    // without a copy; returns the device-visible pointer or NULL if it cannot.
-    void *(*buffer_import_host)(nm_backend *b, void *host_ptr, size_t size); // optional
+    // A buffer of `size` bytes, contents unspecified (pages a device never
+    // touches may cost nothing); NULL on failure, last_error says why.
+    nm_buffer *(*buffer_alloc)(nm_backend *b, size_t size);
+    void (*buffer_free)(nm_backend *b, nm_buffer *buf);
+    // Makes host memory [p, p + size) (mapped weights, a umem slot) readable
+    // by the backend's ops: wrapped in place where memory is unified (nothing
+    // copied), uploaded once otherwise (counted in the ledger as a copy).
+    // Ops may then take host tensors inside the range. Writable: the host and
+    // the device both write it (a hand-over slot); fence with events.
+    nm_status (*buffer_import_host)(nm_backend *b, const void *p, size_t size, bool writable);
+    // Host <-> tensor bytes [offs, offs + n) of t (a buffer of this backend or
+    // imported host memory); ordered after the work submitted before, and
+    // complete on return.
+    nm_status (*tensor_set)(nm_backend *b, const nm_tensor *t, size_t offs, const void *src, size_t n);
+    nm_status (*tensor_get)(nm_backend *b, const nm_tensor *t, size_t offs, void *dst, size_t n);
+    // Whether the backend runs op, from its kind, types and shapes alone (plan
+    // time: the values in ids are checked when it runs).
     bool (*supports_op)(const nm_backend *b, const nm_op *op);
-    // Executes ops in order. On failure returns a status; the backend's message
-    // is available from last_error.
-    nm_status (*compute)(nm_backend *b, const nm_op *ops, int n_ops);
-    void (*synchronize)(nm_backend *b); // optional: NULL means compute is synchronous
+    // Runs an op list (a recorded graph) in order. Returns once it is queued
+    // where caps.async, else once it is done. On failure returns a status;
+    // the message is in last_error.
+    nm_status (*submit)(nm_backend *b, const nm_op *ops, int n_ops);
+    // An event marking the end of the work submitted so far; event_wait makes
+    // b's later work wait for an event of any backend; event_sync waits on
+    // the host. Events are freed by the backend that recorded them.
+    nm_event *(*event_record)(nm_backend *b);
+    nm_status (*event_wait)(nm_backend *b, nm_event *ev);
+    nm_status (*event_sync)(nm_backend *b, nm_event *ev);
+    void (*event_free)(nm_backend *b, nm_event *ev);
+    nm_status (*synchronize)(nm_backend *b); // waits for all submitted work
+    // Optional: lets a backend lay a weight out its own way at load (a
+    // repack, an upload), counted in the ledger and in --stats; ops then name
+    // the weight as before.
+    nm_status (*prepare_weight)(nm_backend *b, const nm_tensor *w);
     const char *(*last_error)(const nm_backend *b);
     void (*free)(nm_backend *b);
+    void (*get_stats)(const nm_backend *b, nm_backend_stats *s); // optional
 } nm_backend_i;
 
 struct nm_backend {
@@ -126,20 +208,36 @@ struct nm_backend {
     void *impl;
 };
 
-// ---- CPU backend -----------------------------------------------------------------
-// n_threads <= 0: all online cores. Scratch is sized at creation from max_row
-// (the longest weight row) and max_tokens (the most tokens of one matmul);
-// nothing is allocated per op.
-nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_tokens);
-// Pins the backend's threads to cores (see nm_pool_pin); 0 or -1.
-int nm_backend_cpu_pin(nm_backend *b);
-int nm_backend_cpu_n_threads(const nm_backend *b);
-// Sizes the per-thread workspace of NM_OP_ATTENTION_FULL for sequences up to
-// max_seq tokens of heads up to head_dim (load time; the op allocates nothing).
-nm_status nm_backend_cpu_reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim);
+// What a brick asks of a backend at creation: sizes of its largest ops, so
+// that nothing is allocated per op.
+typedef struct nm_backend_params {
+    int n_threads;          // CPU threads; <= 0: all online cores
+    bool pin_threads;       // pin the threads to cores (best effort)
+    int64_t max_row;        // longest weight row
+    int64_t max_tokens;     // most tokens of one matmul
+    int64_t attn_max_seq;   // NM_OP_ATTENTION_FULL: longest sequence (0: none)
+    int64_t attn_head_dim;  // and its head size
+    nm_ledger *ledger;      // where copies the backend makes are counted; may be NULL
+} nm_backend_params;
+
+// Creates a backend by device name: "cpu", "opencl" (the first OpenCL
+// device), "opencl:N". NM_ERR_UNSUPPORTED with a message in err when the
+// device does not exist here.
+nm_status nm_backend_create(const char *device, const nm_backend_params *p, nm_backend **out, char *err,
+                            size_t err_size);
+
+// The OpenCL devices of every platform, in the order of "opencl:N" (up to n
+// into out); returns how many exist (0 without an OpenCL runtime).
+int32_t nm_opencl_devices(nm_device_info *out, int32_t n);
 
 static inline void nm_backend_free(nm_backend *b) {
     if (b) b->iface->free(b);
+}
+
+// Submits ops and waits for them (the host reads their results next).
+static inline nm_status nm_backend_run(nm_backend *b, const nm_op *ops, int n_ops) {
+    nm_status st = b->iface->submit(b, ops, n_ops);
+    return st == NM_OK ? b->iface->synchronize(b) : st;
 }
 
 #endif

@@ -47,6 +47,10 @@ int nm_ledger_endpoint(nm_ledger *l, const char *name) {
 
 void nm_ledger_copy(nm_ledger *l, int from, int to, void *dst, const void *src, size_t n) {
     if (n) memcpy(dst, src, n);
+    nm_ledger_count(l, from, to, n);
+}
+
+void nm_ledger_count(nm_ledger *l, int from, int to, size_t n) {
     if (!l || from < 0 || to < 0 || from >= NEP || to >= NEP) return;
     atomic_fetch_add_explicit(&l->bytes[from][to], n, memory_order_relaxed);
     atomic_fetch_add_explicit(&l->copies[from][to], 1, memory_order_relaxed);

@@ -165,7 +165,7 @@ case_system_prompt() {
 expect run_system_prompt_flag 0 "^prompt tokens: 18 21$" "$M" -- case_system_prompt
 expect run_no_cnv 0 "^hi" "$M" -- nm run -m "$M" -no-cnv -p hi -n 1 --temp 0
 expect run_fa_accepted 0 "^hi" "$M" -- nm run -m "$M" -fa on -p hi -n 1 --temp 0
-expect run_ngl_notice 0 "note: -ngl 99: this build has no GPU backend" "$M" -- nm run -m "$M" -ngl 99 -p hi -n 1 --temp 0
+expect run_ngl_notice 0 "note: -ngl 99 without --device opencl: every layer runs on the CPU" "$M" -- nm run -m "$M" -ngl 99 -p hi -n 1 --temp 0
 expect run_mlock 0 "^hi" "$M" -- nm run -m "$M" --mlock -p hi -n 1 --temp 0
 expect version_flag 0 "^nanomind [0-9]" -- nm --version
 expect run_version_flag 0 "^nanomind [0-9]" -- nm run --version
@@ -295,6 +295,26 @@ case_no_mmap() {
     echo "same: $([ "$a" = "$b" ] && echo yes || echo no) | $(grep 'RSS now' "$tmp/nommap.err")"
 }
 expect run_no_mmap 0 "^same: yes \\| RSS now: ([0-9]|1[0-9])\\.[0-9] MiB mapped .*--no-mmap.* \\+ (9[0-9]|1[0-9][0-9])\\.[0-9] MiB allocated$" "$M" -- case_no_mmap
+
+# ---- OpenCL: no platform, kernels that fail to build, too little device memory, a type it lacks ----
+# (PoCL, installed by set-up, is the device here; OCL_ICD_VENDORS=an empty folder hides every platform.)
+mkdir -p "$tmp/no-icd"
+case_no_platform() { OCL_ICD_VENDORS="$tmp/no-icd" nm run -m "$M" --device "$1" -p "The capital of France is" -n 4 --temp 0; }
+expect opencl_no_platform 1 "^error: cannot create context: .*opencl: no OpenCL device" "$M" -- case_no_platform opencl
+expect opencl_no_platform_auto_falls_back 0 "^note: --device auto: opencl: no OpenCL device.*running on the CPU" "$M" -- case_no_platform auto
+expect opencl_no_such_device 1 "opencl: no device opencl:7 \\([0-9]+ devices?: opencl:0" "$M" -- nm run -m "$M" --device opencl:7 -p hi -n 1
+expect opencl_device_name_checked 2 "^error: --device 'gpu': expected cpu, auto, opencl or opencl:N" "$M" -- nm run -m "$M" --device gpu -p hi -n 1
+case_build_fails() { NM_OPENCL_FORCE_BUILD_FAIL=1 nm run -m "$M" --device "$1" -p "The capital of France is" -n 4 --temp 0; }
+expect opencl_build_failure 1 "opencl: the kernels do not build on .*NM_OPENCL_FORCE_BUILD_FAIL" "$M" -- case_build_fails opencl
+expect opencl_build_failure_auto_falls_back 0 "^note: --device auto: opencl: the kernels do not build.*running on the CPU" "$M" -- case_build_fails auto
+case_no_memory() { NM_OPENCL_MAX_ALLOC=1048576 nm run -m "$M" --device opencl -p hi -n 1; }
+expect opencl_device_memory_exhausted 1 "over the device's (buffer )?limit" "$M" -- case_no_memory
+case_type_lacking() {
+    [ -f "$tmp/q51.gguf" ] || "$(dirname "$NM")/nm-requant" --type q5_1 "$M" "$tmp/q51.gguf" > /dev/null || return 1
+    nm run -m "$tmp/q51.gguf" --device "$1" -p "The capital of France is" -n 2 --temp 0
+}
+expect opencl_weight_type_lacking 1 "opencl has no kernel for q5_1 weights \\(in layer 0\\)" "$M" -- case_type_lacking opencl
+expect opencl_weight_type_lacking_auto 0 "^note: --device auto: opencl has no kernel for q5_1 weights.*running on the CPU" "$M" -- case_type_lacking auto
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

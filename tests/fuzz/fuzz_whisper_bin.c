@@ -14,10 +14,10 @@
 static volatile uint64_t sink;
 
 static uint64_t touch(const nm_tensor *t) {
-    if (!t->data) return 0;
+    if (!nm_tensor_is_set(t)) return 0;
     const size_t n = nm_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
     if (n == 0) abort(); // a bound tensor always has a size
-    const uint8_t *p = t->data;
+    const uint8_t *p = nm_tensor_host(t);
     return p[0] + p[n - 1];
 }
 

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend_testutil.h"
 #include "backend/cpu/gemm.h"
 #include "nmtest.h"
 #include "quant/quant.h"
@@ -175,7 +176,7 @@ NM_TEST(matmul_quantized_decode_and_prefill) {
     const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
                               NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
     const int64_t K = 512, O = 37;
-    nm_backend *be = nm_backend_cpu_create(2, K, 16);
+    nm_backend *be = cpu_backend(2, K, 16);
     NM_CHECK(be != NULL);
     if (!be) return;
     float *wf = malloc(sizeof(float) * K * O), *deq = malloc(sizeof(float) * K * O);
@@ -192,18 +193,18 @@ NM_TEST(matmul_quantized_decode_and_prefill) {
             nm_quantize_row_ref(t, wf + o * K, (uint8_t *)wq + o * rb, K);
             nm_dequantize_row_ref(t, (uint8_t *)wq + o * rb, deq + o * K, K);
         }
-        nm_tensor W = {.type = t, .ne = {K, O, 1, 1}, .data = wq};
+        nm_tensor W = {.type = t, .ne = {K, O, 1, 1}, .offs = (size_t)(uintptr_t)(wq)};
         const uint32_t at = nm_vec_dot_type(t);
         for (int tok = 0; tok < 9; tok++) { // the activations as the kernels see them
             nm_kernels_ref()->quant_act[at](x + tok * K, xq, K);
             nm_dequantize_row_ref(at, xq, xr + tok * K, K);
         }
         for (int T = 1; T <= 9; T += 8) {
-            nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .data = x};
-            nm_tensor Y = {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = y};
+            nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .offs = (size_t)(uintptr_t)(x)};
+            nm_tensor Y = {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .offs = (size_t)(uintptr_t)(y)};
             nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
             NM_CHECK(be->iface->supports_op(be, &op));
-            NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+            NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
             // error relative to sum |w x|: q4_1/q5_1 fold the block minimum with
             // the fp16-rounded activation block sum, as llama.cpp does
             double maxd = 0;
@@ -233,7 +234,7 @@ NM_TEST(matmul_rowwise_equals_one_token_calls) {
     const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
                               NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
     enum { K = 512, O = 37, T = 9, NT = sizeof types / sizeof types[0] };
-    nm_backend *be = nm_backend_cpu_create(2, K, 16);
+    nm_backend *be = cpu_backend(2, K, 16);
     NM_CHECK(be != NULL);
     if (!be) return;
     float *wf = malloc(sizeof(float) * K * O), *x = malloc(sizeof(float) * K * T);
@@ -246,24 +247,24 @@ NM_TEST(matmul_rowwise_equals_one_token_calls) {
         const size_t rb = nm_row_size(types[ti], K);
         wq[ti] = malloc(rb * O);
         for (int64_t o = 0; o < O; o++) nm_quantize_row_ref(types[ti], wf + o * K, wq[ti] + o * rb, K);
-        W[ti] = (nm_tensor){.type = types[ti], .ne = {K, O, 1, 1}, .data = wq[ti]};
+        W[ti] = (nm_tensor){.type = types[ti], .ne = {K, O, 1, 1}, .offs = (size_t)(uintptr_t)(wq[ti])};
     }
     // each type alone, then q8_0 and mxfp4 as one group
     for (int ti = 0; ti <= NT; ti++) {
         const int a = ti < NT ? ti : NT - 1, b = ti < NT ? -1 : 2, n_ops = b < 0 ? 1 : 2;
-        nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .data = x};
-        nm_tensor Y[2] = {{.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = yb}, {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = yb + O * T}};
+        nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .offs = (size_t)(uintptr_t)(x)};
+        nm_tensor Y[2] = {{.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .offs = (size_t)(uintptr_t)(yb)}, {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .offs = (size_t)(uintptr_t)(yb + O * T)}};
         nm_op ops[2] = {{.kind = NM_OP_MATMUL, .src0 = &W[a], .src1 = &X, .dst = &Y[0], .flags = NM_OPF_ROWWISE},
                         {.kind = NM_OP_MATMUL, .src0 = &W[b < 0 ? a : b], .src1 = &X, .dst = &Y[1], .flags = NM_OPF_ROWWISE}};
         for (int64_t i = 0; i < O * T * 2; i++) yb[i] = 777.0f;
-        NM_CHECK(be->iface->compute(be, ops, n_ops) == NM_OK);
+        NM_CHECK(nm_backend_run(be, ops, n_ops) == NM_OK);
         bool same = true;
         for (int g = 0; g < n_ops; g++)
             for (int tok = 0; tok < T; tok++) {
-                nm_tensor X1 = {.type = NM_TYPE_F32, .ne = {K, 1, 1, 1}, .data = x + tok * K};
-                nm_tensor Y1 = {.type = NM_TYPE_F32, .ne = {O, 1, 1, 1}, .data = y1};
+                nm_tensor X1 = {.type = NM_TYPE_F32, .ne = {K, 1, 1, 1}, .offs = (size_t)(uintptr_t)(x + tok * K)};
+                nm_tensor Y1 = {.type = NM_TYPE_F32, .ne = {O, 1, 1, 1}, .offs = (size_t)(uintptr_t)(y1)};
                 nm_op one = {.kind = NM_OP_MATMUL, .src0 = ops[g].src0, .src1 = &X1, .dst = &Y1};
-                NM_CHECK(be->iface->compute(be, &one, 1) == NM_OK);
+                NM_CHECK(nm_backend_run(be, &one, 1) == NM_OK);
                 same &= !memcmp(y1, yb + g * O * T + tok * O, sizeof(float) * O);
             }
         if (!same) fprintf(stderr, "  %s%s: rowwise differs from one-token calls\n", nm_type_traits_get(types[a])->name,
@@ -282,7 +283,7 @@ NM_TEST(matmul_rowwise_equals_one_token_calls) {
 NM_TEST(matmul_half_and_f32_prefill_chunks) {
     const int64_t Ks[] = {1008, 1024}, Ts[] = {8, 40}, O = 100;
     const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16};
-    nm_backend *be = nm_backend_cpu_create(2, 1024, 40);
+    nm_backend *be = cpu_backend(2, 1024, 40);
     NM_CHECK(be != NULL);
     if (!be) return;
     float *wf = malloc(sizeof(float) * 1024 * O), *x = malloc(sizeof(float) * 1024 * 40), *b = malloc(sizeof(float) * O);
@@ -298,12 +299,12 @@ NM_TEST(matmul_half_and_f32_prefill_chunks) {
                 const uint32_t t = types[yi];
                 const size_t rb = nm_row_size(t, K);
                 for (int64_t o = 0; o < O; o++) nm_quantize_row_ref(t, wf + o * K, (uint8_t *)wq + o * rb, K);
-                nm_tensor W = {.type = t, .ne = {K, O, 1, 1}, .data = wq}, B = {.type = NM_TYPE_F32, .ne = {O, 1, 1, 1}, .data = b};
-                nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .data = x};
-                nm_tensor Y = {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .data = y};
+                nm_tensor W = {.type = t, .ne = {K, O, 1, 1}, .offs = (size_t)(uintptr_t)(wq)}, B = {.type = NM_TYPE_F32, .ne = {O, 1, 1, 1}, .offs = (size_t)(uintptr_t)(b)};
+                nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .offs = (size_t)(uintptr_t)(x)};
+                nm_tensor Y = {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .offs = (size_t)(uintptr_t)(y)};
                 for (int64_t i = 0; i < O * 41; i++) y[i] = 777.0f;
                 nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .src2 = &B, .dst = &Y};
-                NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+                NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
                 double maxd = 0;
                 float wr[1024];
                 for (int64_t o = 0; o < O; o++) {
@@ -330,7 +331,7 @@ NM_TEST(matmul_half_and_f32_prefill_chunks) {
 NM_TEST(attention_gqa_window_equals_naive) {
     enum { H = 4, KV = 2, hd = 16, n_ctx = 64, TMAX = 40 };
     const int pos0 = 20, win = 7;
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     float *kc = malloc(sizeof(float) * n_ctx * KV * hd), *vc = malloc(sizeof(float) * n_ctx * KV * hd);
     uint16_t *kh = calloc((size_t)n_ctx * KV * hd, 2), *vh = calloc((size_t)n_ctx * KV * hd, 2);
     float *q = malloc(sizeof(float) * TMAX * H * hd), *out = malloc(sizeof(float) * TMAX * H * hd);
@@ -338,17 +339,19 @@ NM_TEST(attention_gqa_window_equals_naive) {
     for (int i = 0; i < TMAX * H * hd; i++) q[i] = 3.0f * frand();
     int32_t pos[TMAX];
     for (int i = 0; i < TMAX; i++) pos[i] = pos0 + i;
-    nm_kv_layer kv = {kh, vh};
+    nm_kv_layer kv = kv_at(kh, vh, KV * hd, n_ctx);
+    int32_t ids[n_ctx];
     // fill the cache through the op, then read back what it holds
-    nm_tensor Kt = {.ne = {KV * hd, n_ctx, 1, 1}, .data = kc}, Vt = {.ne = {KV * hd, n_ctx, 1, 1}, .data = vc};
-    nm_op st = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .kv = &kv, .pos = 0, .n_ctx = n_ctx};
-    NM_CHECK(be->iface->compute(be, &st, 1) == NM_OK);
+    nm_tensor Kt = {.ne = {KV * hd, n_ctx, 1, 1}, .offs = (size_t)(uintptr_t)(kc)}, Vt = {.ne = {KV * hd, n_ctx, 1, 1}, .offs = (size_t)(uintptr_t)(vc)};
+    nm_op st = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .ids = IDT(seq_ids(ids, 0, n_ctx), n_ctx), .kv = &kv,
+                .n_ctx = n_ctx};
+    NM_CHECK(nm_backend_run(be, &st, 1) == NM_OK);
     for (int i = 0; i < n_ctx * KV * hd; i++) {
         NM_CHECK(kh[i] == nm_fp32_to_fp16(kc[i]) && vh[i] == nm_fp32_to_fp16(vc[i]));
         kc[i] = nm_fp16_to_fp32(kh[i]), vc[i] = nm_fp16_to_fp32(vh[i]);
     }
-    st.pos = n_ctx - 3; // a store that would run past the cache is refused
-    NM_CHECK(be->iface->compute(be, &st, 1) == NM_ERR_UNSUPPORTED);
+    st.ids = IDT(seq_ids(ids, n_ctx - 3, n_ctx), n_ctx); // a store that would run past the cache is refused
+    NM_CHECK(nm_backend_run(be, &st, 1) == NM_ERR_RANGE);
     const int Ts[2] = {5, TMAX};
     const float caps[2] = {0.0f, 0.8f};
     for (int ti = 0; ti < 2; ti++)
@@ -356,10 +359,10 @@ NM_TEST(attention_gqa_window_equals_naive) {
             for (int ci = 0; ci < 2; ci++) {
                 const int T = Ts[ti];
                 const float cap = caps[ci];
-                nm_tensor Q = {.ne = {H * hd, T, 1, 1}, .data = q}, O = {.ne = {H * hd, T, 1, 1}, .data = out};
-                nm_op op = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = pos, .kv = &kv, .f0 = 0.25f,
+                nm_tensor Q = {.ne = {H * hd, T, 1, 1}, .offs = (size_t)(uintptr_t)(q)}, O = {.ne = {H * hd, T, 1, 1}, .offs = (size_t)(uintptr_t)(out)};
+                nm_op op = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = IDT(pos, T), .kv = &kv, .f0 = 0.25f,
                             .f1 = cap, .i0 = H, .i1 = KV, .i2 = hd, .i3 = w, .n_ctx = n_ctx};
-                NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+                NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
                 double maxd = 0;
                 for (int t = 0; t < T; t++)
                     for (int h = 0; h < H; h++) {
@@ -388,22 +391,22 @@ NM_TEST(attention_gqa_window_equals_naive) {
 // RoPE at position 1 with base 1 rotates every pair by 1 radian; NORM pairs
 // adjacent elements, NEOX pairs i with i + n/2.
 NM_TEST(rope_orderings) {
-    nm_backend *be = nm_backend_cpu_create(1, 16, 16);
+    nm_backend *be = cpu_backend(1, 16, 16);
     float x[4] = {1, 0, 0, 1};
     int32_t pos = 1;
-    nm_tensor X = {.ne = {4, 1, 1, 1}, .data = x};
-    nm_op op = {.kind = NM_OP_ROPE, .src0 = &X, .dst = &X, .ids = &pos, .f0 = 1.0f, .f1 = 1.0f,
+    nm_tensor X = {.ne = {4, 1, 1, 1}, .offs = (size_t)(uintptr_t)(x)};
+    nm_op op = {.kind = NM_OP_ROPE, .src0 = &X, .dst = &X, .ids = IDT(&pos, 1), .f0 = 1.0f, .f1 = 1.0f,
                 .i0 = 1, .i1 = 4, .i2 = NM_ROPE_NORM, .i3 = 4};
-    NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+    NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
     float c = cosf(1), s = sinf(1);
     NM_CHECK_NEAR(x[0], c, 1e-6);  // (1,0) -> (c, s)
     NM_CHECK_NEAR(x[1], s, 1e-6);
     NM_CHECK_NEAR(x[2], -s, 1e-6); // (0,1) -> (-s, c)
     NM_CHECK_NEAR(x[3], c, 1e-6);
     float y[4] = {1, 0, 0, 1};
-    X.data = y;
+    X.offs = (size_t)(uintptr_t)y;
     op.i2 = NM_ROPE_NEOX; // pairs (y0, y2) = (1, 0) and (y1, y3) = (0, 1)
-    NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+    NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
     NM_CHECK_NEAR(y[0], c, 1e-6);
     NM_CHECK_NEAR(y[2], s, 1e-6);
     NM_CHECK_NEAR(y[1], -s, 1e-6);
@@ -414,14 +417,14 @@ NM_TEST(rope_orderings) {
 // GLU: SiLU and GELU(tanh) gates against their textbook formulas, over a wide
 // range (the backend evaluates GELU through the logistic identity).
 NM_TEST(glu_activations) {
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     enum { N = 4001 };
     static float g[N], u[N], y[N];
     for (int i = 0; i < N; i++) g[i] = (i - N / 2) * 0.02f, u[i] = 1.0f + 0.001f * i; // -40 .. 40
-    nm_tensor G = {.ne = {N, 1, 1, 1}, .data = g}, U = {.ne = {N, 1, 1, 1}, .data = u}, Y = {.ne = {N, 1, 1, 1}, .data = y};
+    nm_tensor G = {.ne = {N, 1, 1, 1}, .offs = (size_t)(uintptr_t)(g)}, U = {.ne = {N, 1, 1, 1}, .offs = (size_t)(uintptr_t)(u)}, Y = {.ne = {N, 1, 1, 1}, .offs = (size_t)(uintptr_t)(y)};
     for (int a = 0; a < 2; a++) {
         nm_op op = {.kind = NM_OP_GLU, .src0 = &G, .src1 = &U, .dst = &Y, .i0 = a};
-        NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+        NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
         double maxd = 0;
         for (int i = 0; i < N; i++) {
             double x = g[i], want = a == NM_ACT_SILU ? x / (1 + exp(-x))
@@ -435,17 +438,17 @@ NM_TEST(glu_activations) {
 }
 
 NM_TEST(layer_norm_and_activations) {
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     enum { D = 197, R = 300 }; // R * D above the parallel threshold
     static float x[R * D], y[R * D], w[D], b[D];
     for (int i = 0; i < R * D; i++) x[i] = frand() * 3.0f + 0.5f;
     for (int i = 0; i < D; i++) w[i] = 1.0f + 0.1f * frand(), b[i] = 0.2f * frand();
-    nm_tensor X = {.ne = {D, R, 1, 1}, .data = x}, Y = {.ne = {D, R, 1, 1}, .data = y};
-    nm_tensor Wt = {.ne = {D, 1, 1, 1}, .data = w}, Bt = {.ne = {D, 1, 1, 1}, .data = b};
+    nm_tensor X = {.ne = {D, R, 1, 1}, .offs = (size_t)(uintptr_t)(x)}, Y = {.ne = {D, R, 1, 1}, .offs = (size_t)(uintptr_t)(y)};
+    nm_tensor Wt = {.ne = {D, 1, 1, 1}, .offs = (size_t)(uintptr_t)(w)}, Bt = {.ne = {D, 1, 1, 1}, .offs = (size_t)(uintptr_t)(b)};
     for (int variant = 0; variant < 2; variant++) {
         nm_op op = {.kind = NM_OP_NORM, .src0 = &X, .src1 = variant ? &Wt : NULL, .src2 = variant ? &Bt : NULL,
                     .dst = &Y, .f0 = 1e-6f};
-        NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+        NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
         double maxd = 0;
         for (int r = 0; r < R; r++) {
             double m = 0, v = 0;
@@ -464,10 +467,10 @@ NM_TEST(layer_norm_and_activations) {
     enum { N = 4001 };
     static float a[N], o[N];
     for (int i = 0; i < N; i++) a[i] = (i - N / 2) * 0.02f; // -40 .. 40
-    nm_tensor A = {.ne = {N, 1, 1, 1}, .data = a}, O = {.ne = {N, 1, 1, 1}, .data = o};
+    nm_tensor A = {.ne = {N, 1, 1, 1}, .offs = (size_t)(uintptr_t)(a)}, O = {.ne = {N, 1, 1, 1}, .offs = (size_t)(uintptr_t)(o)};
     for (int act = NM_ACT_SILU; act <= NM_ACT_GELU_QUICK; act++) {
         nm_op op = {.kind = NM_OP_ACT, .src0 = &A, .dst = &O, .i0 = act};
-        NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+        NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
         double maxd = 0;
         for (int i = 0; i < N; i++) {
             double v = a[i];
@@ -479,7 +482,7 @@ NM_TEST(layer_norm_and_activations) {
         NM_CHECK(maxd < 1e-6);
     }
     nm_op bad = {.kind = NM_OP_ACT, .src0 = &A, .dst = &O, .i0 = 9};
-    NM_CHECK(be->iface->compute(be, &bad, 1) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(nm_backend_run(be, &bad, 1) == NM_ERR_UNSUPPORTED);
     nm_backend_free(be);
 }
 
@@ -490,18 +493,19 @@ NM_TEST(attention_full_equals_naive) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int T = shapes[si][0], H = shapes[si][1], hd = shapes[si][2], W = H * hd;
         for (int nth = 1; nth <= 2; nth++) {
-            nm_backend *be = nm_backend_cpu_create(nth, 64, 16);
+            nm_backend *be = cpu_backend(nth, 64, 16);
             float *q = malloc(sizeof(float) * T * W), *k = malloc(sizeof(float) * T * W);
             float *v = malloc(sizeof(float) * T * W), *o = malloc(sizeof(float) * T * W);
             for (int i = 0; i < T * W; i++) q[i] = 2 * frand(), k[i] = 2 * frand(), v[i] = frand();
-            nm_tensor Q = {.ne = {W, T, 1, 1}, .data = q}, K = {.ne = {W, T, 1, 1}, .data = k};
-            nm_tensor V = {.ne = {W, T, 1, 1}, .data = v}, O = {.ne = {W, T, 1, 1}, .data = o};
+            nm_tensor Q = {.ne = {W, T, 1, 1}, .offs = (size_t)(uintptr_t)(q)}, K = {.ne = {W, T, 1, 1}, .offs = (size_t)(uintptr_t)(k)};
+            nm_tensor V = {.ne = {W, T, 1, 1}, .offs = (size_t)(uintptr_t)(v)}, O = {.ne = {W, T, 1, 1}, .offs = (size_t)(uintptr_t)(o)};
             const float scale = 1.0f / sqrtf((float)hd);
             nm_op op = {.kind = NM_OP_ATTENTION_FULL, .src0 = &Q, .src1 = &K, .src2 = &V, .dst = &O, .f0 = scale,
                         .i0 = H, .i2 = hd};
-            NM_CHECK(!be->iface->supports_op(be, &op)); // no workspace reserved yet
-            NM_CHECK(nm_backend_cpu_reserve_attn(be, T, hd) == NM_OK);
-            NM_CHECK(be->iface->compute(be, &op, 1) == NM_OK);
+            NM_CHECK(!be->iface->supports_op(be, &op)); // no workspace reserved
+            nm_backend_free(be);
+            be = cpu_backend_attn(nth, 64, 16, T, hd);
+            NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
             double maxd = 0, *p = malloc(sizeof(double) * T);
             for (int h = 0; h < H; h++)
                 for (int i = 0; i < T; i++) {
@@ -600,13 +604,13 @@ NM_TEST(expsum_equals_exp) {
 }
 
 NM_TEST(unsupported_op_is_a_status) {
-    nm_backend *be = nm_backend_cpu_create(1, 64, 16);
+    nm_backend *be = cpu_backend(1, 64, 16);
     float w[128], x[128], y[2];
-    nm_tensor W = {.type = 77, .ne = {64, 2, 1, 1}, .data = w}, X = {.ne = {64, 1, 1, 1}, .data = x},
-              Y = {.ne = {2, 1, 1, 1}, .data = y};
+    nm_tensor W = {.type = 77, .ne = {64, 2, 1, 1}, .offs = (size_t)(uintptr_t)(w)}, X = {.ne = {64, 1, 1, 1}, .offs = (size_t)(uintptr_t)(x)},
+              Y = {.ne = {2, 1, 1, 1}, .offs = (size_t)(uintptr_t)(y)};
     nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
     NM_CHECK(!be->iface->supports_op(be, &op));
-    NM_CHECK(be->iface->compute(be, &op, 1) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(nm_backend_run(be, &op, 1) == NM_ERR_UNSUPPORTED);
     NM_CHECK(strlen(be->iface->last_error(be)) > 0);
     W.type = NM_TYPE_F32;
     W.ne[0] = 128; // longer than the backend's max row

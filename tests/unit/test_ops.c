@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend_testutil.h"
 #include "nmtest.h"
 #include "quant/quant.h"
 
@@ -48,10 +49,10 @@ static float *out_buf(int64_t n) {
 }
 
 static nm_tensor f32t(void *data, int64_t ne0, int64_t ne1) {
-    return (nm_tensor){.type = NM_TYPE_F32, .ne = {ne0, ne1, 1, 1}, .data = data};
+    return (nm_tensor){.type = NM_TYPE_F32, .ne = {ne0, ne1, 1, 1}, .offs = (size_t)(uintptr_t)(data)};
 }
 
-static nm_status run1(nm_backend *be, const nm_op *op) { return be->iface->compute(be, op, 1); }
+static nm_status run1(nm_backend *be, const nm_op *op) { return nm_backend_run(be, op, 1); }
 
 // ---- half precision, written from the IEEE 754 binary16 definition ------------------
 
@@ -117,7 +118,7 @@ NM_TEST(get_rows_f32_f16_q8_0_q4_0) {
     const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0};
     const size_t block_bytes[] = {4, 2, 34, 18}; // per element for f32/f16, per 32 for q8_0/q4_0
     enum { K = 512, V = 61, TMAX = 80 };
-    nm_backend *be = nm_backend_cpu_create(2, K, 16);
+    nm_backend *be = cpu_backend(2, K, 16);
     float *wf = malloc(sizeof(float) * V * K); // (V, K)
     for (int i = 0; i < V * K; i++) wf[i] = 2.0f * frand();
     int32_t ids[TMAX];
@@ -129,13 +130,13 @@ NM_TEST(get_rows_f32_f16_q8_0_q4_0) {
         NM_CHECK(rb == (t <= NM_TYPE_F16 ? block_bytes[ti] * K : block_bytes[ti] * K / 32));
         uint8_t *w = malloc(rb * V); // (V, rb)
         for (int r = 0; r < V; r++) nm_quantize_row_ref(t, wf + r * K, w + r * rb, K);
-        nm_tensor W = {.type = t, .ne = {K, V, 1, 1}, .data = w};
+        nm_tensor W = {.type = t, .ne = {K, V, 1, 1}, .offs = (size_t)(uintptr_t)(w)};
         const int Ts[] = {1, 3, TMAX};
         for (int k = 0; k < 3; k++) {
             const int T = Ts[k];
             float *y = out_buf((int64_t)T * K); // (T, K)
             nm_tensor Y = f32t(y, K, T);
-            nm_op op = {.kind = NM_OP_GET_ROWS, .src0 = &W, .dst = &Y, .ids = ids};
+            nm_op op = {.kind = NM_OP_GET_ROWS, .src0 = &W, .dst = &Y, .ids = IDT(ids, T)};
             NM_CHECK(run1(be, &op) == NM_OK);
             double maxd = 0, maxq = 0;
             for (int i = 0; i < T; i++)
@@ -166,8 +167,8 @@ static const int64_t norm_shapes[][3] = {{1, 3, 1},   {7, 5, 1},    {13, 4, 1}, 
                                          {4099, 9, 1}, {1000, 41, 1}, {64, 9, 61}, {197, 300, 1}};
 
 NM_TEST(rms_norm_with_and_without_weight) {
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
-    NM_CHECK(nm_backend_cpu_n_threads(be) == 2);
+    nm_backend *be = cpu_backend(2, 64, 16);
+    NM_CHECK(cpu_backend_threads(be) == 2);
     for (size_t si = 0; si < sizeof norm_shapes / sizeof norm_shapes[0]; si++) {
         const int64_t d = norm_shapes[si][0], r1 = norm_shapes[si][1], r2 = norm_shapes[si][2], R = r1 * r2;
         float *x = malloc(sizeof(float) * (size_t)(d * R)), *w = malloc(sizeof(float) * (size_t)d); // (R, d), (d)
@@ -179,8 +180,8 @@ NM_TEST(rms_norm_with_and_without_weight) {
         for (int wi = 0; wi < 2; wi++) {
             const float eps = wi ? 1e-6f : 1e-5f;
             float *y = out_buf(d * R);
-            nm_tensor X = {.type = NM_TYPE_F32, .ne = {d, r1, r2, 1}, .data = x}, Wt = f32t(w, d, 1);
-            nm_tensor Y = {.type = NM_TYPE_F32, .ne = {d, r1, r2, 1}, .data = y};
+            nm_tensor X = {.type = NM_TYPE_F32, .ne = {d, r1, r2, 1}, .offs = (size_t)(uintptr_t)(x)}, Wt = f32t(w, d, 1);
+            nm_tensor Y = {.type = NM_TYPE_F32, .ne = {d, r1, r2, 1}, .offs = (size_t)(uintptr_t)(y)};
             nm_op op = {.kind = NM_OP_RMS_NORM, .src0 = &X, .src1 = wi ? &Wt : NULL, .dst = &Y, .f0 = eps};
             NM_CHECK(run1(be, &op) == NM_OK);
             double maxd = 0;
@@ -208,7 +209,7 @@ NM_TEST(rms_norm_with_and_without_weight) {
 // Layer norm with each of weight and bias present or absent, on rows whose
 // mean is far from 0 (the variance is of the centred values).
 NM_TEST(layer_norm_weight_bias_variants) {
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     for (size_t si = 0; si < sizeof norm_shapes / sizeof norm_shapes[0]; si++) {
         const int64_t d = norm_shapes[si][0], R = norm_shapes[si][1] * norm_shapes[si][2];
         if (d == 1) continue; // variance 0: (x - mean) = 0 exactly, nothing to compare
@@ -255,7 +256,7 @@ NM_TEST(layer_norm_weight_bias_variants) {
 // One f32 add or multiply is correctly rounded, and so is the exact double
 // result rounded once to f32: the two must be equal.
 NM_TEST(add_and_scale_exact) {
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     const int64_t shapes[][2] = {{1, 1}, {37, 3}, {1001, 40}, {4096, 9}}; // the last two run on both threads
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int64_t d = shapes[si][0], R = shapes[si][1], n = d * R;
@@ -311,7 +312,7 @@ static void act_inputs(float *x) {
 }
 
 NM_TEST(act_silu_gelu_tanh_gelu_quick) {
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     static float x[ACT_D * ACT_R];
     act_inputs(x);
     const char *names[] = {"silu", "gelu_tanh", "gelu_quick"};
@@ -347,7 +348,7 @@ static float ggml_gelu_f32(float x) {
 // f32 formula, and within the f16 rounding (plus the f32 cancellation) of
 // gelu in double.
 NM_TEST(act_gelu_tanh_ggml_f16) {
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     static float x[ACT_D * ACT_R];
     act_inputs(x);
     const float edges[] = {-10.0f, 10.0f, -10.0001f, 9.999f, 10.0001f, -9.999f, 0.0f, -0.0f, 1e-5f, 123.456f};
@@ -374,7 +375,7 @@ NM_TEST(act_gelu_tanh_ggml_f16) {
 }
 
 NM_TEST(glu_silu_and_gelu_tanh) {
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     static float g[ACT_D * ACT_R], u[ACT_D * ACT_R];
     act_inputs(g);
     for (int i = 0; i < ACT_D * ACT_R; i++) u[i] = 2.0f * frand();
@@ -415,7 +416,7 @@ NM_TEST(rope_norm_neox_partial_bases_positions) {
     };
     const int32_t positions[] = {0, 1, 2, 7, 100, 1000, 4095, 40000, 131071};
     enum { NP = sizeof positions / sizeof positions[0] };
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     for (size_t ci = 0; ci < sizeof cfg / sizeof cfg[0]; ci++)
         for (int mode = NM_ROPE_NORM; mode <= NM_ROPE_NEOX; mode += NM_ROPE_NEOX - NM_ROPE_NORM) {
             const int H = cfg[ci].n_head, hd = cfg[ci].hd, nr = cfg[ci].n_rot, W = H * hd;
@@ -423,7 +424,7 @@ NM_TEST(rope_norm_neox_partial_bases_positions) {
             for (int i = 0; i < NP * W; i++) x0[i] = x[i] = frand();
             x[NP * W] = GUARD;
             nm_tensor X = f32t(x, W, NP);
-            nm_op op = {.kind = NM_OP_ROPE, .src0 = &X, .dst = &X, .ids = positions, .f0 = cfg[ci].base,
+            nm_op op = {.kind = NM_OP_ROPE, .src0 = &X, .dst = &X, .ids = IDT(positions, NP), .f0 = cfg[ci].base,
                         .f1 = cfg[ci].fscale, .i0 = H, .i1 = hd, .i2 = mode, .i3 = nr};
             NM_CHECK(be->iface->supports_op(be, &op));
             NM_CHECK(run1(be, &op) == NM_OK);
@@ -456,7 +457,7 @@ NM_TEST(rope_norm_neox_partial_bases_positions) {
 // Prefill: 130 tokens x 4 heads x 64 = 33280 elements, split over two threads.
 NM_TEST(rope_prefill_two_threads) {
     enum { T = 130, H = 4, HD = 64, W = H * HD };
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     static float x[T * W + 1], x0[T * W];
     static int32_t pos[T];
     for (int t = 0; t < T; t++) pos[t] = (t * 7919) % 50000;
@@ -464,7 +465,7 @@ NM_TEST(rope_prefill_two_threads) {
         for (int i = 0; i < T * W; i++) x0[i] = x[i] = frand();
         x[T * W] = GUARD;
         nm_tensor X = f32t(x, W, T);
-        nm_op op = {.kind = NM_OP_ROPE, .src0 = &X, .dst = &X, .ids = pos, .f0 = 1e6f, .f1 = 1.0f, .i0 = H,
+        nm_op op = {.kind = NM_OP_ROPE, .src0 = &X, .dst = &X, .ids = IDT(pos, T), .f0 = 1e6f, .f1 = 1.0f, .i0 = H,
                     .i1 = HD, .i2 = mode, .i3 = HD};
         NM_CHECK(run1(be, &op) == NM_OK);
         double maxn = 0;
@@ -490,10 +491,11 @@ NM_TEST(rope_prefill_two_threads) {
 // pos..pos+n_tok-1, and not one other element of either cache changes.
 NM_TEST(kv_store_exact_bits_and_nothing_else) {
     enum { KVH = 2, HD = 24, W = KVH * HD, NCTX = 40 };
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     static uint16_t kc[NCTX * W], vc[NCTX * W], kwant[NCTX * W], vwant[NCTX * W]; // (NCTX, W)
     for (int i = 0; i < NCTX * W; i++) kc[i] = kwant[i] = (uint16_t)(0x1234 + 7 * i), vc[i] = vwant[i] = (uint16_t)(0x4321 + 3 * i);
-    nm_kv_layer kv = {kc, vc};
+    nm_kv_layer kv = kv_at(kc, vc, W, NCTX);
+    int32_t ids[8];
     // ties to even at 1 and in the subnormals, the largest finite, overflow, underflow, signed zero
     const float special[] = {1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f, -(1.0f + 0x1p-11f), 3 * 0x1p-25f, 5 * 0x1p-25f,
                              0x1p-24f,        0x1p-26f,            0x1p-14f - 0x1p-26f, 65504.0f, 65519.0f,
@@ -509,7 +511,7 @@ NM_TEST(kv_store_exact_bits_and_nothing_else) {
         }
         for (int i = 0; i < T * W; i++) kwant[pos * W + i] = ref_half_bits(k[i]), vwant[pos * W + i] = ref_half_bits(v[i]);
         nm_tensor Kt = f32t(k, W, T), Vt = f32t(v, W, T);
-        nm_op op = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .kv = &kv, .pos = pos, .n_ctx = NCTX};
+        nm_op op = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .ids = IDT(seq_ids(ids, pos, T), T), .kv = &kv, .n_ctx = NCTX};
         NM_CHECK(run1(be, &op) == NM_OK);
         int bad = 0;
         for (int i = 0; i < NCTX * W; i++) bad += kc[i] != kwant[i] || vc[i] != vwant[i];
@@ -518,10 +520,11 @@ NM_TEST(kv_store_exact_bits_and_nothing_else) {
     // past the end or before the start: refused, the cache untouched
     float k[4 * W] = {0}, v[4 * W] = {0};
     nm_tensor Kt = f32t(k, W, 4), Vt = f32t(v, W, 4);
-    nm_op past = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .kv = &kv, .pos = NCTX - 3, .n_ctx = NCTX};
-    NM_CHECK(run1(be, &past) == NM_ERR_UNSUPPORTED);
-    past.pos = -1;
-    NM_CHECK(run1(be, &past) == NM_ERR_UNSUPPORTED);
+    nm_op past = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .ids = IDT(seq_ids(ids, NCTX - 3, 4), 4),
+                  .kv = &kv, .n_ctx = NCTX};
+    NM_CHECK(run1(be, &past) == NM_ERR_RANGE);
+    past.ids = IDT(seq_ids(ids, -1, 4), 4);
+    NM_CHECK(run1(be, &past) == NM_ERR_RANGE);
     NM_CHECK(!memcmp(kc, kwant, sizeof kc) && !memcmp(vc, vwant, sizeof vc));
     nm_backend_free(be);
 }
@@ -577,7 +580,7 @@ NM_TEST(attention_causal_gqa_window_softcap) {
     enum { HD = 40, NCTX = 64, T = 6, MAXW = 6 * HD };
     static const int heads[][2] = {{6, 2}, {4, 1}, {4, 4}};
     const int32_t pos[T] = {0, 1, 9, 33, 34, 63};
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
+    nm_backend *be = cpu_backend(2, 64, 16);
     for (int hi = 0; hi < 3; hi++) {
         const int H = heads[hi][0], KVH = heads[hi][1], KW = KVH * HD;
         static float k[NCTX * MAXW], v[NCTX * MAXW], kr[NCTX * MAXW], vr[NCTX * MAXW]; // (NCTX, KW)
@@ -588,10 +591,12 @@ NM_TEST(attention_causal_gqa_window_softcap) {
             kr[i] = f16_round(k[i]), vr[i] = f16_round(v[i]);
         }
         for (int i = 0; i < T * H * HD; i++) q[i] = 2.0f * frand(), qr[i] = f16_round(q[i]);
-        nm_kv_layer kv = {kc, vc};
+        nm_kv_layer kv = kv_at(kc, vc, KW, NCTX);
+        int32_t ids[32];
         for (int half = 0; half < 2; half++) {
             nm_tensor Kt = f32t(k + half * 32 * KW, KW, 32), Vt = f32t(v + half * 32 * KW, KW, 32);
-            nm_op st = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .kv = &kv, .pos = half * 32, .n_ctx = NCTX};
+            nm_op st = {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .ids = IDT(seq_ids(ids, half * 32, 32), 32), .kv = &kv,
+                        .n_ctx = NCTX};
             NM_CHECK(run1(be, &st) == NM_OK);
         }
         nm_tensor Q = f32t(q, H * HD, T), O = f32t(o, H * HD, T);
@@ -600,7 +605,7 @@ NM_TEST(attention_causal_gqa_window_softcap) {
             for (int win = 0; win <= 8; win += win ? 7 : 1)
                 for (int cap = 0; cap < 2; cap++) {
                     const float softcap = cap ? 2.5f : 0.0f;
-                    nm_op op = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = pos, .kv = &kv, .f0 = scale,
+                    nm_op op = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = IDT(pos, T), .kv = &kv, .f0 = scale,
                                 .f1 = softcap, .i0 = H, .i1 = KVH, .i2 = HD, .i3 = win, .n_ctx = NCTX,
                                 .flags = ggml ? NM_OPF_GGML_F16 : 0};
                     if (ggml && cap) { // ggml's path has no softcap: refused, not ignored
@@ -635,8 +640,7 @@ NM_TEST(attention_causal_gqa_window_softcap) {
 // split the queries of a head. ggml mode rounds Q, K, V and p to f16.
 NM_TEST(attention_full_heads_and_odd_lengths) {
     static const int shapes[][3] = {{1, 1, 8}, {17, 2, 24}, {45, 3, 24}, {77, 2, 40}, {100, 4, 16}}; // T, H, hd
-    nm_backend *be = nm_backend_cpu_create(2, 64, 16);
-    NM_CHECK(nm_backend_cpu_reserve_attn(be, 100, 40) == NM_OK);
+    nm_backend *be = cpu_backend_attn(2, 64, 16, 100, 40);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const int T = shapes[si][0], H = shapes[si][1], hd = shapes[si][2], W = H * hd;
         float *q = malloc(sizeof(float) * T * W), *k = malloc(sizeof(float) * T * W), *v = malloc(sizeof(float) * T * W);
@@ -692,7 +696,7 @@ static double ref_act_q8_0(const float *x, int64_t j) {
 // q8_0 activations. Error relative to sum_k |w x| + |b|.
 NM_TEST(matmul_f32_f16_q8_0_q4_0_bias) {
     enum { KMAX = 96, O = 21, TMAX = 20 };
-    nm_backend *be = nm_backend_cpu_create(2, KMAX, TMAX);
+    nm_backend *be = cpu_backend(2, KMAX, TMAX);
     static float wf[O * KMAX], x[TMAX * KMAX], bias[O]; // (O, K), (T, K)
     for (int i = 0; i < O * KMAX; i++) wf[i] = frand();
     for (int i = 0; i < TMAX * KMAX; i++) x[i] = 3.0f * frand();
@@ -704,7 +708,7 @@ NM_TEST(matmul_f32_f16_q8_0_q4_0_bias) {
         const size_t rb = nm_row_size(t, K);
         uint8_t *w = malloc(rb * O);
         for (int r = 0; r < O; r++) nm_quantize_row_ref(t, wf + r * K, w + r * rb, K);
-        nm_tensor Wt = {.type = t, .ne = {K, O, 1, 1}, .data = w}, Bt = f32t(bias, O, 1);
+        nm_tensor Wt = {.type = t, .ne = {K, O, 1, 1}, .offs = (size_t)(uintptr_t)(w)}, Bt = f32t(bias, O, 1);
         const int Ts[] = {1, 3, TMAX};
         for (int k = 0; k < 3; k++)
             for (int ggml = 0; ggml < 2; ggml++)

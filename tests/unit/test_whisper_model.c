@@ -211,7 +211,7 @@ static buf write_bin(const nm_whisper_model *m, int32_t ftype, bool with_epe, bi
         put_i32(&b, (int32_t)t->type);
         put(&b, ne, (size_t)nd * 4);
         put(&b, tr[i].name, strlen(tr[i].name));
-        put(&b, t->data, tensor_bytes(t));
+        put(&b, nm_tensor_host(t), tensor_bytes(t));
     }
     free(tr);
     return b;
@@ -266,7 +266,7 @@ static buf write_gguf(const nm_whisper_model *m, bool with_epe) {
         int64_t ne[3] = {t->ne[0], t->ne[1], t->ne[2]};
         int nd = tr[i].file_dims;
         if (nd == 2 && t->ne[1] == 1) ne[0] = 1, ne[1] = t->ne[0];
-        nm_gguf_writer_add_tensor(w, tr[i].name, t->type, (uint32_t)nd, ne, t->data);
+        nm_gguf_writer_add_tensor(w, tr[i].name, t->type, (uint32_t)nd, ne, nm_tensor_host(t));
     }
     buf b = {0};
     if (nm_gguf_writer_write_buf(w, &b.p, &b.n) != NM_OK) {
@@ -311,7 +311,7 @@ static void rand_tensor(rand_model *r, nm_tensor *t, uint32_t type, int64_t ne0,
     }
     free(row);
     r->store[r->n_store++] = d;
-    t->data = d;
+    t->offs = (size_t)(uintptr_t)d;
 }
 
 static const char *const test_langs[] = {
@@ -424,8 +424,8 @@ static bool same_values(const nm_tensor *x, const nm_tensor *y, double tol) {
     float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
     bool ok = rx && ry && a && b;
     for (int64_t r = 0; ok && r < rows; r++) {
-        nm_dequantize_row_ref(x->type, (const uint8_t *)x->data + (size_t)r * rx, a, n);
-        nm_dequantize_row_ref(y->type, (const uint8_t *)y->data + (size_t)r * ry, b, n);
+        nm_dequantize_row_ref(x->type, (const uint8_t *)nm_tensor_host(x) + (size_t)r * rx, a, n);
+        nm_dequantize_row_ref(y->type, (const uint8_t *)nm_tensor_host(y) + (size_t)r * ry, b, n);
         double mx = 0;
         for (int64_t i = 0; i < n; i++) mx = fmax(mx, fabs(a[i]));
         for (int64_t i = 0; i < n && ok; i++) ok = fabs(a[i] - b[i]) <= tol * mx + 1e-6;
@@ -467,18 +467,18 @@ static int same_model(const nm_whisper_model *a, const nm_whisper_model *b, int3
     if (n != nb) bad++;
     for (int i = 0; i < n && i < nb; i++) {
         const nm_tensor *x = ta[i].t, *y = tb[i].t;
-        if (x->type != y->type && !memcmp(x->ne, y->ne, sizeof x->ne) && x->data && y->data) {
+        if (x->type != y->type && !memcmp(x->ne, y->ne, sizeof x->ne) && nm_tensor_is_set(x) && nm_tensor_is_set(y)) {
             // A quantized copy (whisper.cpp's quantize tool): values within the
             // format's step of the row's range. A wrong layout is far off.
             if (same_values(x, y, 0.05)) continue;
             if (bad++ < 5) fprintf(stderr, "  tensor %s (%u vs %u) differs beyond quantization\n", ta[i].name, x->type, y->type);
             continue;
         }
-        if (x->type != y->type || memcmp(x->ne, y->ne, sizeof x->ne) || !x->data || !y->data ||
-            memcmp(x->data, y->data, tensor_bytes(x))) {
+        if (x->type != y->type || memcmp(x->ne, y->ne, sizeof x->ne) || !nm_tensor_is_set(x) || !nm_tensor_is_set(y) ||
+            memcmp(nm_tensor_host(x), nm_tensor_host(y), tensor_bytes(x))) {
             if (bad++ < 5) fprintf(stderr, "  tensor %s differs\n", ta[i].name);
         }
-        if (x->data && (uintptr_t)x->data % (x->type == NM_TYPE_F32 ? 4 : 2)) {
+        if (nm_tensor_is_set(x) && (uintptr_t)nm_tensor_host(x) % (x->type == NM_TYPE_F32 ? 4 : 2)) {
             if (bad++ < 5) fprintf(stderr, "  tensor %s is misaligned\n", ta[i].name);
         }
     }
@@ -577,7 +577,7 @@ NM_TEST(real_tiny_en_gguf) {
     float *pe = malloc(1500 * 384 * sizeof *pe);
     nm_whisper_sinusoids(pe, 1500, 384);
     double maxp = 0;
-    for (int i = 0; i < 1500 * 384; i++) maxp = fmax(maxp, fabs(((const float *)m->e_pe.data)[i] - pe[i]));
+    for (int i = 0; i < 1500 * 384; i++) maxp = fmax(maxp, fabs(((const float *)nm_tensor_host(&m->e_pe))[i] - pe[i]));
     NM_CHECK(maxp < 2e-3);
     free(pe);
     // Config lists from CTranslate2's config.json.
@@ -588,7 +588,7 @@ NM_TEST(real_tiny_en_gguf) {
     NM_CHECK(m->wtype == NM_TYPE_F16 && m->enc[0].attn.q_w.type == NM_TYPE_F16 && m->conv1_w.type == NM_TYPE_F16);
     NM_CHECK(m->conv1_w.ne[0] == 3 && m->conv1_w.ne[1] == 80 && m->conv1_w.ne[2] == 384);
     NM_CHECK(m->conv1_b.ne[0] == 384 && m->conv1_b.ne[1] == 1);
-    NM_CHECK(m->dec[3].cross.k_b.data == NULL && m->dec[3].cross.v_b.data != NULL);
+    NM_CHECK(!nm_tensor_is_set(&m->dec[3].cross.k_b) && nm_tensor_is_set(&m->dec[3].cross.v_b));
     NM_CHECK(m->bytes_copied == 0 && m->bytes_mapped > 70u * 1000 * 1000);
     if (getenv("NM_VERBOSE"))
         fprintf(stderr, "  %s: mel max |diff| %.3g, positions max |diff| %.3g, %llu bytes mapped\n", m->name, maxd, maxp,
@@ -864,7 +864,7 @@ NM_TEST(positions_computed_when_absent) {
     if (a && b) {
         NM_CHECK(a->e_pe_computed && b->e_pe_computed);
         NM_CHECK(a->e_pe.ne[0] == 32 && a->e_pe.ne[1] == 6 && a->e_pe.type == NM_TYPE_F32);
-        NM_CHECK(!memcmp(a->e_pe.data, pe, sizeof pe) && !memcmp(b->e_pe.data, pe, sizeof pe));
+        NM_CHECK(!memcmp(nm_tensor_host(&a->e_pe), pe, sizeof pe) && !memcmp(nm_tensor_host(&b->e_pe), pe, sizeof pe));
     }
     nm_whisper_model_free(a);
     nm_whisper_model_free(b);
@@ -1085,11 +1085,11 @@ NM_TEST(malformed_files) {
     r->m.d_ln_w.ne[0] = 32;
     free(bb.p);
     // Non-finite values in a vector.
-    ((float *)r->m.e_ln_b.data)[3] = NAN;
+    ((float *)nm_tensor_host(&r->m.e_ln_b))[3] = NAN;
     bb = write_bin(&r->m, 1, true, NULL);
     NM_CHECK(expect(&bb, NM_ERR_FORMAT, "non-finite"));
     free(bb.p);
-    ((float *)r->m.e_ln_b.data)[3] = 0.5f;
+    ((float *)nm_tensor_host(&r->m.e_ln_b))[3] = 0.5f;
     // GGUF: another architecture; a token that is not byte-level text.
     buf gg = write_gguf(&r->m, true);
     NM_CHECK(expect(&gg, NM_OK, ""));

@@ -43,7 +43,8 @@ typedef struct cli_opts {
     int32_t n_threads;      // -t: 0 (default, or -1) all cores
     int32_t n_ctx;          // -c: -1 not given (the model's training context, at most 4096); 0 the training context
     int32_t n_batch;        // -b
-    int32_t n_gpu_layers;   // -ngl: accepted; no GPU backend yet (a notice when > 0)
+    int32_t n_gpu_layers;   // -ngl: layers on --device (the last N); -1 (default, or all/auto) every one
+    const char *device;     // -dev, --device: cpu (default), opencl, opencl:N
     bool chat;              // --chat, -cnv; -no-cnv clears it
     bool stats;             // --stats
     bool help;              // -h
@@ -65,6 +66,9 @@ typedef struct cli_opts {
 // Returns false (after printing why) on a bad option or value.
 bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts *o, const char **positional);
 void cli_opts_free(cli_opts *o);
+// Prints, on stderr, where the context computes when it is not the CPU, and
+// why --device auto fell back to the CPU.
+void cli_ctx_note(const nm_ctx *c);
 // The context size for -c: the given value, the training context for 0, or the default.
 int32_t cli_ctx_size(const cli_opts *o, const nm_model *m);
 // --mlock, after the model is loaded: every mapped page kept in RAM (a

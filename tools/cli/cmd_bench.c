@@ -257,6 +257,8 @@ int cmd_bench(int argc, char **argv) {
     cp.n_batch = n_pp > 0 ? (int32_t)n_pp : 1;
     cp.n_threads = o.n_threads;
     cp.pin_threads = o.pin;
+    cp.device = o.device;
+    cp.n_gpu_layers = o.n_gpu_layers;
     int rc = 1;
     double *pp = calloc((size_t)reps, sizeof(double)), *tg = calloc((size_t)reps, sizeof(double));
     int32_t *toks = malloc(sizeof(int32_t) * (size_t)(n_pp > 1 ? n_pp : 1));
@@ -264,6 +266,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "error: cannot create context: %s\n", st != NM_OK ? err : "out of memory");
         goto done;
     }
+    cli_ctx_note(c);
     const int32_t nv = nm_model_n_vocab(m);
     for (int32_t i = 0; i < (n_pp > 1 ? (int32_t)n_pp : 1); i++) toks[i] = (int32_t)((i * 7919u + 17u) % (uint32_t)nv);
     int threads = o.n_threads > 0 ? o.n_threads : nm_cpu_count();

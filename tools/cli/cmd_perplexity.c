@@ -197,10 +197,13 @@ int cmd_perplexity(int argc, char **argv) {
     cp.n_batch = n_batch;
     cp.n_threads = o.n_threads;
     cp.pin_threads = o.pin;
+    cp.device = o.device;
+    cp.n_gpu_layers = o.n_gpu_layers;
     if ((st = nm_ctx_create(m, &cp, &c, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
+    cli_ctx_note(c);
     chunk = malloc(sizeof(int32_t) * (size_t)n_ctx);
     if (!chunk) goto done;
     fprintf(stderr, "perplexity: %d tokens, %d chunks of %d, batch %d\n", n_tok, n_chunk, n_ctx, n_batch);

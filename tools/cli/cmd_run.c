@@ -342,10 +342,13 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     cp.n_batch = o.n_batch;
     cp.n_threads = o.n_threads;
     cp.pin_threads = o.pin;
+    cp.device = o.device;
+    cp.n_gpu_layers = o.n_gpu_layers;
     if ((st = nm_ctx_create(S.m, &cp, &S.c, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
+    cli_ctx_note(S.c);
     if (o.mmproj) {
         if ((st = nm_vision_load(o.mmproj, o.n_threads, &S.vision, err, sizeof err)) != NM_OK) {
             fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", o.mmproj, nm_status_str(st), err);

@@ -28,6 +28,7 @@ static void usage(FILE *f) {
             "  transcribe  speech to text with a Whisper model (as whisper.cpp's whisper-cli)\n"
             "\n"
             "`nanomind COMMAND --help` (or `nanomind help COMMAND`) describes each command's options;\n"
+            "`nanomind --list-devices` lists the compute units (--device).\n"
             "`nanomind --version` prints the version. docs/cli.md maps them to llama.cpp's and whisper-cli's.\n",
             NM_VERSION_STRING);
 }
@@ -129,6 +130,7 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
     memset(o, 0, sizeof *o);
     o->n_predict = -1;
     o->n_ctx = -1;
+    o->n_gpu_layers = -1;
     o->sp = nm_sampler_default_params();
     o->seed_random = true;
     if (positional) *positional = NULL;
@@ -152,6 +154,14 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             if (v && (!strcmp(v, "all") || !strcmp(v, "auto"))) iv = -1;
             else ok = want_int_in(a, v, -1, 1 << 20, " (-1, all or auto: every layer)", &iv);
             o->n_gpu_layers = (int32_t)iv;
+        } else if (IS("-dev") || IS("--device")) {
+            g = CLI_MODEL;
+            o->device = v;
+            if (v && strcmp(v, "cpu") && strcmp(v, "auto") && strcmp(v, "opencl") && strncmp(v, "opencl:", 7)) {
+                fprintf(stderr, "error: %s '%s': expected cpu, auto, opencl or opencl:N (--list-devices lists them)\n",
+                        a, v);
+                ok = false;
+            }
         } else if (IS("-c") || IS("--ctx-size")) {
             g = CLI_CTX;
             ok = want_int_in(a, v, 0, 1 << 24, " (0: the model's training context)", &iv);
@@ -264,9 +274,8 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
         clock_gettime(CLOCK_REALTIME, &ts);
         o->sp.seed = (uint32_t)((uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 16));
     }
-    if (o->n_gpu_layers != 0)
-        fprintf(stderr, "note: %s %d: this build has no GPU backend; every layer runs on the CPU\n", "-ngl",
-                o->n_gpu_layers);
+    if (o->n_gpu_layers > 0 && (!o->device || !strcmp(o->device, "cpu")))
+        fprintf(stderr, "note: -ngl %d without --device opencl: every layer runs on the CPU\n", o->n_gpu_layers);
     if (o->prompt && !o->no_escape) {
         if (!(o->prompt_owned = unescape(o->prompt))) {
             fprintf(stderr, "error: out of memory\n");
@@ -344,7 +353,25 @@ char *cli_read_file(const char *path, size_t *len) {
     return buf;
 }
 
+void cli_ctx_note(const nm_ctx *c) {
+    if (nm_ctx_device_note(c)[0]) fprintf(stderr, "note: %s\n", nm_ctx_device_note(c));
+}
+
+// --list-devices: every unit --device takes, with its memory and measured read bandwidth.
+static int list_devices(void) {
+    nm_device_info d[17];
+    const int32_t n = nm_list_devices(d, 17, true);
+    printf("Available devices:\n");
+    for (int32_t i = 0; i < n && i < 17; i++)
+        printf("  %-10s %s (%s), %.1f GiB%s, read %.1f GB/s\n", d[i].name, d[i].desc, d[i].driver,
+               d[i].mem_bytes / 1073741824.0, d[i].unified ? ", shares host memory" : ", own memory", d[i].read_gbps);
+    if (n == 1) printf("  (no OpenCL device: install an OpenCL ICD, e.g. pocl-opencl-icd)\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--list-devices")) return list_devices();
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

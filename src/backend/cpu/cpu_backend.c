@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "backend/cpu/gemm.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
@@ -36,6 +37,15 @@
 #ifndef NM_PREFETCH_ROWS
 #define NM_PREFETCH_ROWS 8
 #endif
+
+// Host addresses of an op's tensors: the CPU computes on host memory only
+// (its own buffers and the host's; supports_op refuses others).
+#define TD(t) nm_tensor_host(t)
+#define IDS(op) ((const int32_t *)TD((op)->ids))
+#define KVK(op) ((uint16_t *)TD(&(op)->kv->k))
+#define KVV(op) ((uint16_t *)TD(&(op)->kv->v))
+
+static nm_status reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim);
 
 typedef struct nm_cpu {
     nm_pool *pool;
@@ -92,7 +102,7 @@ static void act_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
     const nm_cpu *c = t->c;
     const int64_t K = t->op->src1->ne[0];
-    c->k->quant_act[t->act_type]((const float *)t->op->src1->data + chunk * K, c->act_q + chunk * t->act_row, K);
+    c->k->quant_act[t->act_type]((const float *)TD(t->op->src1) + chunk * K, c->act_q + chunk * t->act_row, K);
     if (t->op->src1->ne[1] != 1) return;
     for (int g = 0; g < t->n_ops; g++) {
         nm_gemv_prep_fn prep = c->k->gemv_prep[t->ops[g]->src0->type];
@@ -117,9 +127,9 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     const bool dec = T == 1 || (op->flags & NM_OPF_ROWWISE); // rows as decode computes them
     const int64_t rows = dec ? NM_MM_DEC_ROWS : NM_MM_ROWS;
     const size_t row_bytes = nm_row_size(w->type, K);
-    const uint8_t *wd = w->data;
-    const float *bd = bias ? bias->data : NULL;
-    float *yd = op->dst->data;
+    const uint8_t *wd = TD(w);
+    const float *bd = bias ? TD(bias) : NULL;
+    float *yd = TD(op->dst);
     int64_t r0 = chunk * rows, r1 = r0 + rows < O ? r0 + rows : O;
     if (!dec) {
         // prefill: register-blocked kernel, each weight block unpacked once per tile of tokens
@@ -161,7 +171,7 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
 static void round_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
     const int64_t K = t->op->src1->ne[0];
-    const float *x = (const float *)t->op->src1->data + chunk * K;
+    const float *x = (const float *)TD(t->op->src1) + chunk * K;
     float *y = (float *)t->c->act_q + chunk * K;
     uint16_t h[512];
     for (int64_t k0 = 0; k0 < K; k0 += 512) {
@@ -182,7 +192,7 @@ static int64_t mm_chunks(const nm_op *op) {
 static void xpack_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
     const int64_t K = t->op->src1->ne[0], T = t->op->src1->ne[1], t0 = chunk * NM_GEMM_PACK_ROWS;
-    const float *x = t->x ? t->x : t->op->src1->data;
+    const float *x = t->x ? t->x : TD(t->op->src1);
     nm_gemm_pack16(x + t0 * K, K, 1, T - t0 < NM_GEMM_PACK_ROWS ? T - t0 : NM_GEMM_PACK_ROWS, K, t->c->xpack + t0 * K);
 }
 
@@ -194,9 +204,9 @@ static void mmx_worker(void *arg, int64_t chunk, int ith) {
     const nm_tensor *w = t->op->src0, *bias = t->op->src2;
     const int64_t K = w->ne[0], O = w->ne[1], T = t->op->src1->ne[1];
     const size_t row_bytes = nm_row_size(w->type, K);
-    const uint8_t *wd = w->data;
-    const float *bd = bias ? bias->data : NULL;
-    float *yd = t->op->dst->data;
+    const uint8_t *wd = TD(w);
+    const float *bd = bias ? TD(bias) : NULL;
+    float *yd = TD(t->op->dst);
     const int64_t r0 = chunk * NM_MM_XROWS, r1 = r0 + NM_MM_XROWS < O ? r0 + NM_MM_XROWS : O;
     // rows K + 16 floats apart in the tile, off a multiple of 4 KiB (see
     // gemm.h); f32 weights in place unless their stride is one
@@ -222,9 +232,9 @@ static void mm_worker(void *arg, int64_t chunk, int ith) {
     nm_tensor *y = t->op->dst;
     const int64_t K = w->ne[0], O = w->ne[1], T = x->ne[1];
     const size_t row_bytes = nm_row_size(w->type, K);
-    const uint8_t *wd = w->data;
-    const float *xd = t->x ? t->x : x->data, *bd = bias ? bias->data : NULL;
-    float *yd = y->data;
+    const uint8_t *wd = TD(w);
+    const float *xd = t->x ? t->x : TD(x), *bd = bias ? TD(bias) : NULL;
+    float *yd = TD(y);
     nm_dot_fn dot = c->k->dot[w->type];
 
     int64_t r0, r1;
@@ -325,16 +335,16 @@ static void attn_shared_worker(void *arg, int64_t h, int ith) {
     const nm_op *op = t->op;
     const nm_cpu *c = t->c;
     const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
-    const int64_t stride = (int64_t)n_kv * hd, T = op->src0->ne[1], pos = op->ids[0];
+    const int64_t stride = (int64_t)n_kv * hd, T = op->src0->ne[1], pos = IDS(op)[0];
     const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, nk = pos - lo + 1;
     const int kvh = (int)h / (n_head / n_kv);
-    const uint16_t *kc = op->kv->k + kvh * hd, *vc = op->kv->v + kvh * hd;
+    const uint16_t *kc = KVK(op) + kvh * hd, *vc = KVV(op) + kvh * hd;
     const nm_dot_fn hdot = c->k->dot[NM_TYPE_F16];
     const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
     float p[NM_ATTN_SHARED_MAX], qh[1024], v[1024];
     for (int64_t q = 0; q < T; q++) {
         float *pq = p + q * nk, m = -INFINITY, sum = 0.0f;
-        memcpy(qh, (const float *)op->src0->data + (q * n_head + h) * hd, sizeof(float) * (size_t)hd);
+        memcpy(qh, (const float *)TD(op->src0) + (q * n_head + h) * hd, sizeof(float) * (size_t)hd);
         round_f16(c, qh, hd);
         for (int64_t j = 0; j < nk; j++) {
             pq[j] = hdot(kc + (lo + j) * stride, qh, hd) * op->f0;
@@ -344,13 +354,13 @@ static void attn_shared_worker(void *arg, int64_t h, int ith) {
         const float inv = 1.0f / sum;
         for (int64_t j = 0; j < nk; j++) pq[j] *= inv;
         round_f16(c, pq, nk);
-        memset((float *)op->dst->data + (q * n_head + h) * hd, 0, sizeof(float) * (size_t)hd);
+        memset((float *)TD(op->dst) + (q * n_head + h) * hd, 0, sizeof(float) * (size_t)hd);
     }
     for (int64_t j = 0; j < nk; j++) {
         widen(vc + (lo + j) * stride, v, hd);
         for (int64_t q = 0; q < T; q++) {
             const float pj = p[q * nk + j];
-            float *out = (float *)op->dst->data + (q * n_head + h) * hd;
+            float *out = (float *)TD(op->dst) + (q * n_head + h) * hd;
             for (int d = 0; d < hd; d++) out[d] += pj * v[d];
         }
     }
@@ -361,19 +371,19 @@ static void attn_worker(void *arg, int64_t i, int ith) {
     const nm_op *op = t->op;
     const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
     const int64_t stride = (int64_t)n_kv * hd;
-    const float *q = op->src0->data;
-    float *out = op->dst->data;
+    const float *q = TD(op->src0);
+    float *out = TD(op->dst);
     // chunk i = one (token, head) pair
     int64_t tok = i / n_head;
     int h = (int)(i % n_head);
     int kvh = h / (n_head / n_kv); // grouped-query attention: heads share a KV head
-    int64_t pos = op->ids[tok];
+    int64_t pos = IDS(op)[tok];
     int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     if (op->flags & NM_OPF_GGML_F16)
-        attn_one_ggml(t->c, q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd, lo,
+        attn_one_ggml(t->c, q + (tok * n_head + h) * hd, KVK(op) + kvh * hd, KVV(op) + kvh * hd, stride, hd, lo,
                       pos, op->f0, out + (tok * n_head + h) * hd);
     else
-        attn_one(t->c, q + (tok * n_head + h) * hd, op->kv->k + kvh * hd, op->kv->v + kvh * hd, stride, hd, lo, pos,
+        attn_one(t->c, q + (tok * n_head + h) * hd, KVK(op) + kvh * hd, KVV(op) + kvh * hd, stride, hd, lo, pos,
                  op->f0, op->f1, out + (tok * n_head + h) * hd);
 }
 
@@ -442,9 +452,9 @@ static void fa_worker(void *arg, int64_t chunk, int ith) {
     int64_t q_lo, q_hi;
     nm_split_range(T, (int)(chunk % t->n_groups), (int)t->n_groups, &q_lo, &q_hi);
     if (q_lo >= q_hi) return;
-    const float *Q = (const float *)op->src0->data + h * hd, *K = (const float *)op->src1->data + h * hd;
-    const float *V = (const float *)op->src2->data + h * hd;
-    float *O = (float *)op->dst->data + h * hd;
+    const float *Q = (const float *)TD(op->src0) + h * hd, *K = (const float *)TD(op->src1) + h * hd;
+    const float *V = (const float *)TD(op->src2) + h * hd;
+    float *O = (float *)TD(op->dst) + h * hd;
     const bool g16 = op->flags & NM_OPF_GGML_F16;
     const nm_gemm_panel_kernels *pk = c->pk;
     float *ws = c->attn_ws + (size_t)ith * (size_t)c->attn_ws_floats;
@@ -539,7 +549,7 @@ static void attn_key_range(const nm_op *op, int64_t t0, int64_t t1, int64_t *klo
     const int window = op->i3;
     *klo = INT64_MAX, *khi = -1;
     for (int64_t t = t0; t < t1; t++) {
-        const int64_t pos = op->ids[t], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        const int64_t pos = IDS(op)[t], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
         *klo = lo < *klo ? lo : *klo;
         *khi = pos > *khi ? pos : *khi;
     }
@@ -561,14 +571,14 @@ static void attn_panel_worker(void *arg, int64_t chunk, int ith) {
     float *qp = c->attn_ws + (size_t)ith * (size_t)c->attn_ws_floats;
     float *sc = qp + FA_R16(NM_FA_QB * hd), *vt = sc + FA_R16(NM_FA_QB * nk), *kf = vt + FA_R16(hd * ldv);
     const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
-    const uint16_t *kc = op->kv->k + kvh * hd, *vc = op->kv->v + kvh * hd;
+    const uint16_t *kc = KVK(op) + kvh * hd, *vc = KVV(op) + kvh * hd;
     for (int64_t j = 0; j < nk; j++) {
         float v[1024];
         widen(kc + (klo + j) * stride, kf + j * hd, hd);
         widen(vc + (klo + j) * stride, v, hd);
         for (int d = 0; d < hd; d++) vt[d * ldv + j] = v[d];
     }
-    const float *q = (const float *)op->src0->data + (t0 * n_head + h) * hd;
+    const float *q = (const float *)TD(op->src0) + (t0 * n_head + h) * hd;
     nm_gemm_pack16(q, qstride, 1, nq < 16 ? nq : 16, hd, qp);
     nm_gemm_pack16(nq > 16 ? q + 16 * qstride : q, qstride, 1, nq > 16 ? nq - 16 : 0, hd, qp + 16 * hd);
     for (int64_t j = 0; j < nk; j += NM_GEMM_XPANEL_ROWS)
@@ -577,7 +587,7 @@ static void attn_panel_worker(void *arg, int64_t chunk, int ith) {
     const float scale = op->f0, cap = op->f1;
     for (int64_t i = 0; i < nq; i++) { // lanes past nq keep their zeros: finite, and never stored
         float *s = sc + 16 * nk * (i / 16) + i % 16;
-        const int64_t pos = op->ids[t0 + i], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        const int64_t pos = IDS(op)[t0 + i], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
         for (int64_t j = 0; j < nk; j++) {
             float v = s[16 * j] * scale;
             if (cap > 0.0f) v = cap * tanhf(v / cap);
@@ -585,7 +595,7 @@ static void attn_panel_worker(void *arg, int64_t chunk, int ith) {
         }
     }
     for (int p = 0; p < (nq > 16 ? 2 : 1); p++) pk->softmax(sc + 16 * nk * p, nk);
-    float *out = (float *)op->dst->data + (t0 * n_head + h) * hd;
+    float *out = (float *)TD(op->dst) + (t0 * n_head + h) * hd;
     for (int64_t d = 0; d < hd; d += NM_GEMM_XPANEL_ROWS)
         pk->gemm(vt + d * ldv, ldv, hd - d < NM_GEMM_XPANEL_ROWS ? hd - d : NM_GEMM_XPANEL_ROWS, sc, nq, nk, out + d,
                  qstride, NULL);
@@ -612,15 +622,15 @@ static void op_get_rows(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1
     const size_t rb = nm_row_size(w->type, K);
     nm_dequant_fn deq = c->k->dequant[w->type];
     for (int64_t i = r0; i < r1; i++)
-        deq((const uint8_t *)w->data + (size_t)op->ids[i] * rb, (float *)op->dst->data + i * K, K);
+        deq((const uint8_t *)TD(w) + (size_t)IDS(op)[i] * rb, (float *)TD(op->dst) + i * K, K);
 }
 
 static void op_rms_norm(const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t d = op->src0->ne[0];
-    const float *w = op->src1 ? op->src1->data : NULL;
+    const float *w = op->src1 ? TD(op->src1) : NULL;
     for (int64_t r = r0; r < r1; r++) {
-        const float *x = (const float *)op->src0->data + r * d;
-        float *y = (float *)op->dst->data + r * d;
+        const float *x = (const float *)TD(op->src0) + r * d;
+        float *y = (float *)TD(op->dst) + r * d;
         double ss = 0.0;
         for (int64_t i = 0; i < d; i++) ss += (double)x[i] * x[i];
         float scale = 1.0f / sqrtf((float)(ss / d) + op->f0);
@@ -633,14 +643,14 @@ static void op_rope(const nm_op *op, int64_t t0, int64_t t1) {
     const float base = op->f0, fscale = op->f1;
     float cs[512][2];
     for (int64_t t = t0; t < t1; t++) {
-        float p = (float)op->ids[t] * fscale;
+        float p = (float)IDS(op)[t] * fscale;
         for (int i = 0; i < n_rot / 2; i++) {
             float theta = p * powf(base, -2.0f * (float)i / (float)n_rot);
             cs[i][0] = cosf(theta);
             cs[i][1] = sinf(theta);
         }
         for (int h = 0; h < n_head; h++) {
-            float *x = (float *)op->src0->data + (t * n_head + h) * hd;
+            float *x = (float *)TD(op->src0) + (t * n_head + h) * hd;
             for (int i = 0; i < n_rot / 2; i++) {
                 // NORM rotates adjacent pairs; NEOX rotates element i with i + n_rot/2.
                 int a = mode == NM_ROPE_NEOX ? i : 2 * i;
@@ -655,8 +665,8 @@ static void op_rope(const nm_op *op, int64_t t0, int64_t t1) {
 
 static void op_glu(const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t w = op->src0->ne[0], b = r0 * w, e = r1 * w;
-    const float *g = op->src0->data, *u = op->src1->data;
-    float *y = op->dst->data;
+    const float *g = TD(op->src0), *u = TD(op->src1);
+    float *y = TD(op->dst);
     if (op->i0 == NM_ACT_SILU) {
         for (int64_t i = b; i < e; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
     } else {
@@ -673,10 +683,10 @@ static void op_glu(const nm_op *op, int64_t r0, int64_t r1) {
 
 static void op_norm(const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t d = op->src0->ne[0];
-    const float *w = op->src1 ? op->src1->data : NULL, *b = op->src2 ? op->src2->data : NULL;
+    const float *w = op->src1 ? TD(op->src1) : NULL, *b = op->src2 ? TD(op->src2) : NULL;
     for (int64_t r = r0; r < r1; r++) {
-        const float *x = (const float *)op->src0->data + r * d;
-        float *y = (float *)op->dst->data + r * d;
+        const float *x = (const float *)TD(op->src0) + r * d;
+        float *y = (float *)TD(op->dst) + r * d;
         double s = 0.0;
         for (int64_t i = 0; i < d; i++) s += x[i];
         const float mean = (float)(s / d);
@@ -705,8 +715,8 @@ static void gelu_f16_init(void) {
 
 static void op_act(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t w = op->dst->ne[0], b = r0 * w, e = r1 * w;
-    const float *x = op->src0->data;
-    float *y = op->dst->data;
+    const float *x = TD(op->src0);
+    float *y = TD(op->dst);
     switch (op->i0) {
     case NM_ACT_SILU: c->xsigmoid(x + b, y + b, e - b, 1.0f, 0.0f); break;
     case NM_ACT_GELU_TANH: {
@@ -739,24 +749,38 @@ static void op_act(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1) {
 
 static void op_add(const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t w = op->dst->ne[0];
-    const float *a = op->src0->data, *b = op->src1->data;
-    float *y = op->dst->data;
+    const float *a = TD(op->src0), *b = TD(op->src1);
+    float *y = TD(op->dst);
     for (int64_t i = r0 * w; i < r1 * w; i++) y[i] = a[i] + b[i];
 }
 
 static void op_scale(const nm_op *op, int64_t r0, int64_t r1) {
     const int64_t w = op->dst->ne[0];
-    const float *a = op->src0->data;
-    float *y = op->dst->data;
+    const float *a = TD(op->src0);
+    float *y = TD(op->dst);
     for (int64_t i = r0 * w; i < r1 * w; i++) y[i] = a[i] * op->f0;
+}
+
+static void op_softcap(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t w = op->dst->ne[0];
+    const float *a = TD(op->src0), cap = op->f0;
+    float *y = TD(op->dst);
+    for (int64_t i = r0 * w; i < r1 * w; i++) y[i] = cap * tanhf(a[i] / cap);
 }
 
 static void op_kv_store(const nm_cpu *c, const nm_op *op) {
     const int64_t w = op->src0->ne[0], T = op->src0->ne[1];
     // f32 -> f16 rounding to nearest even (the activation quantizer for f16 weights)
     const nm_quant_act_fn narrow = c->k->quant_act[NM_TYPE_F16];
-    narrow(op->src0->data, op->kv->k + (size_t)op->pos * w, w * T);
-    narrow(op->src1->data, op->kv->v + (size_t)op->pos * w, w * T);
+    const float *k = TD(op->src0), *v = TD(op->src1);
+    const int32_t *pos = IDS(op);
+    for (int64_t t = 0; t < T;) { // runs of consecutive positions in one call
+        int64_t n = 1;
+        while (t + n < T && pos[t + n] == pos[t] + n) n++;
+        narrow(k + t * w, KVK(op) + (size_t)pos[t] * w, w * n);
+        narrow(v + t * w, KVV(op) + (size_t)pos[t] * w, w * n);
+        t += n;
+    }
 }
 
 static int64_t op_rows(const nm_op *op) {
@@ -771,6 +795,7 @@ static void op_rows_run(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1
     case NM_OP_GLU: op_glu(op, r0, r1); break;
     case NM_OP_ADD: op_add(op, r0, r1); break;
     case NM_OP_SCALE: op_scale(op, r0, r1); break;
+    case NM_OP_SOFTCAP: op_softcap(op, r0, r1); break;
     case NM_OP_NORM: op_norm(op, r0, r1); break;
     case NM_OP_ACT: op_act(c, op, r0, r1); break;
     default: break;
@@ -811,21 +836,75 @@ static void cpu_get_caps(const nm_backend *b, nm_backend_caps *caps) {
     const nm_cpu *c = b->impl;
     caps->unified_memory = true;
     caps->static_shapes = false;
+    caps->async = false;
+    caps->host_memory = true;
+    caps->n_threads = nm_pool_size(c->pool);
+    caps->mem_bytes = 0;
     caps->weight_types = 0;
     for (uint32_t t = 0; t < NM_TYPE_COUNT; t++)
         if (c->kref->dot[t] && c->kref->dequant[t]) caps->weight_types |= 1ull << t;
 }
 
-static void *cpu_buffer_alloc(nm_backend *b, size_t size, size_t align) {
-    void *p = NULL;
-    if (align < sizeof(void *)) align = sizeof(void *);
-    if (posix_memalign(&p, align, size ? size : 1) != 0) return NULL;
-    return p;
+static nm_buffer *cpu_buffer_alloc(nm_backend *b, size_t size) {
+    nm_cpu *c = b->impl;
+    nm_buffer *buf = calloc(1, sizeof *buf);
+    // calloc of large blocks maps zero pages lazily: pages never touched (a
+    // long context's KV cache) cost no resident memory
+    void *p = calloc(1, (size + 63) / 64 * 64 + 64);
+    if (!buf || !p) {
+        free(buf);
+        free(p);
+        snprintf(c->err, sizeof c->err, "cpu backend: out of memory for a buffer of %zu bytes", size);
+        return NULL;
+    }
+    buf->owner = b;
+    buf->impl = p;
+    buf->host = (uint8_t *)p + (64 - (uintptr_t)p % 64) % 64;
+    buf->size = size;
+    return buf;
 }
 
-static void cpu_buffer_free(nm_backend *b, void *ptr) { free(ptr); }
+static void cpu_buffer_free(nm_backend *b, nm_buffer *buf) {
+    if (!buf) return;
+    free(buf->impl);
+    free(buf);
+}
 
-static void *cpu_buffer_import_host(nm_backend *b, void *host_ptr, size_t size) { return host_ptr; }
+// The CPU reads host memory where it is.
+static nm_status cpu_buffer_import_host(nm_backend *b, const void *p, size_t size, bool writable) {
+    return NM_OK;
+}
+
+static nm_status cpu_tensor_set(nm_backend *b, const nm_tensor *t, size_t offs, const void *src, size_t n) {
+    void *p = TD(t);
+    if (!p) return NM_ERR_UNSUPPORTED;
+    memcpy((uint8_t *)p + offs, src, n);
+    return NM_OK;
+}
+
+static nm_status cpu_tensor_get(nm_backend *b, const nm_tensor *t, size_t offs, void *dst, size_t n) {
+    const void *p = TD(t);
+    if (!p) return NM_ERR_UNSUPPORTED;
+    memcpy(dst, (const uint8_t *)p + offs, n);
+    return NM_OK;
+}
+
+// The CPU computes synchronously: an event is complete once recorded, and
+// waiting on another backend's event waits for it on the host.
+static nm_event *cpu_event_record(nm_backend *b) {
+    nm_event *ev = calloc(1, sizeof *ev);
+    if (ev) ev->owner = b;
+    return ev;
+}
+
+static nm_status cpu_event_wait(nm_backend *b, nm_event *ev) {
+    if (!ev || ev->owner == b) return NM_OK;
+    return ev->owner->iface->event_sync(ev->owner, ev);
+}
+
+static nm_status cpu_event_sync(nm_backend *b, nm_event *ev) { return NM_OK; }
+static void cpu_event_free(nm_backend *b, nm_event *ev) { free(ev); }
+static nm_status cpu_synchronize(nm_backend *b) { return NM_OK; }
 
 static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     const nm_cpu *c = b->impl;
@@ -839,12 +918,9 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
                op->src0->ne[0] <= c->max_row;
     case NM_OP_ATTENTION:
         if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0) return false;
-        if ((op->flags & NM_OPF_GGML_F16) && (op->n_ctx > NM_ATTN_GGML_MAX || op->f1 > 0.0f)) return false;
-        for (int64_t t = 0; t < op->src0->ne[1]; t++) // every query's keys lie in the cache
-            if (op->ids[t] < 0 || op->ids[t] >= op->n_ctx) return false;
-        return true;
+        return !(op->flags & NM_OPF_GGML_F16) || (op->n_ctx <= NM_ATTN_GGML_MAX && op->f1 <= 0.0f);
     case NM_OP_ROPE: return op->i3 <= 1024 && op->i3 <= op->i1;
-    case NM_OP_KV_STORE: return op->pos >= 0 && op->pos + op->src0->ne[1] <= op->n_ctx;
+    case NM_OP_KV_STORE: return op->src0->ne[1] <= op->n_ctx;
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
     default: return op->kind < NM_OP_COUNT;
@@ -857,10 +933,10 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
 // gemv kernel, one token at a time, is decided per type).
 static bool joins_group(const nm_op *a, const nm_op *b) {
     return b->kind == NM_OP_MATMUL && b->flags == a->flags &&
-           (!(a->flags & NM_OPF_ROWWISE) || b->src0->type == a->src0->type) && b->src1->data == a->src1->data &&
+           (!(a->flags & NM_OPF_ROWWISE) || b->src0->type == a->src0->type) && TD(b->src1) == TD(a->src1) &&
            b->src1->ne[0] == a->src1->ne[0] &&
            b->src1->ne[1] == a->src1->ne[1] && nm_vec_dot_type(b->src0->type) == nm_vec_dot_type(a->src0->type) &&
-           b->dst->data != a->src1->data;
+           TD(b->dst) != TD(a->src1);
 }
 
 static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops);
@@ -871,14 +947,38 @@ static nm_status compute_rowwise_by_token(nm_backend *b, const nm_op *op) {
     for (int64_t t = 0; t < op->src1->ne[1]; t++) {
         nm_tensor x = *op->src1, y = *op->dst;
         x.ne[1] = y.ne[1] = 1;
-        x.data = (float *)op->src1->data + t * K;
-        y.data = (float *)op->dst->data + t * O;
+        x.offs += (size_t)(t * K) * sizeof(float);
+        y.offs += (size_t)(t * O) * sizeof(float);
         nm_op one = *op;
         one.src1 = &x;
         one.dst = &y;
         one.flags &= ~NM_OPF_ROWWISE;
         nm_status st = cpu_compute(b, &one, 1);
         if (st != NM_OK) return st;
+    }
+    return NM_OK;
+}
+
+static bool host_visible(const nm_tensor *t) { return !t || TD(t) != NULL; }
+
+// What supports_op cannot know at plan time: that the host reaches every
+// operand, and the values of ids (positions inside the cache, token ids
+// inside the table).
+static nm_status check_operands(nm_cpu *c, const nm_op *op) {
+    if (!host_visible(op->src0) || !host_visible(op->src1) || !host_visible(op->src2) || !host_visible(op->dst) ||
+        !host_visible(op->ids) || (op->kv && (!host_visible(&op->kv->k) || !host_visible(&op->kv->v)))) {
+        snprintf(c->err, sizeof c->err, "cpu backend: op %d has an operand in memory the host cannot address", op->kind);
+        return NM_ERR_UNSUPPORTED;
+    }
+    const int64_t lim = op->kind == NM_OP_GET_ROWS ? op->src0->ne[1] : op->n_ctx;
+    if (op->kind == NM_OP_GET_ROWS || op->kind == NM_OP_ATTENTION || op->kind == NM_OP_KV_STORE) {
+        const int64_t n = op->kind == NM_OP_GET_ROWS ? op->dst->ne[1] : op->src0->ne[1];
+        for (int64_t t = 0; t < n; t++)
+            if (IDS(op)[t] < 0 || IDS(op)[t] >= lim) {
+                snprintf(c->err, sizeof c->err, "cpu backend: op %d: %s %d outside [0, %lld)", op->kind,
+                         op->kind == NM_OP_GET_ROWS ? "row" : "position", IDS(op)[t], (long long)lim);
+                return NM_ERR_RANGE;
+            }
     }
     return NM_OK;
 }
@@ -891,6 +991,8 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
             snprintf(c->err, sizeof c->err, "cpu backend: op %d not supported with these operands", op->kind);
             return NM_ERR_UNSUPPORTED;
         }
+        nm_status cst = check_operands(c, op);
+        if (cst != NM_OK) return cst;
         switch (op->kind) {
         case NM_OP_MATMUL: {
             if ((op->flags & NM_OPF_ROWWISE) && op->src1->ne[1] > 1 &&
@@ -943,16 +1045,16 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
                     attn_key_range(op, q0, T < q0 + NM_FA_QB ? T : q0 + NM_FA_QB, &klo, &khi);
                     nk_max = khi - klo + 1 > nk_max ? khi - klo + 1 : nk_max;
                 }
-                if (nk_max <= NM_ATTN_PANEL_MAX_KEYS && nm_backend_cpu_reserve_attn(b, nk_max, op->i2) == NM_OK) {
+                if (nk_max <= NM_ATTN_PANEL_MAX_KEYS && reserve_attn(b, nk_max, op->i2) == NM_OK) {
                     nm_pool_run(c->pool, attn_panel_worker, &t, t.n_blocks * op->i0);
                     break;
                 }
             }
             attn_task t = {c, op};
             bool shared = (op->flags & NM_OPF_GGML_F16) && T > 1 && op->i2 <= 1024;
-            for (int64_t q = 1; shared && q < T; q++) shared = op->ids[q] == op->ids[0];
-            const int64_t lo = op->i3 > 0 && op->ids[0] - op->i3 + 1 > 0 ? op->ids[0] - op->i3 + 1 : 0;
-            if (shared && T * (op->ids[0] - lo + 1) <= NM_ATTN_SHARED_MAX) {
+            for (int64_t q = 1; shared && q < T; q++) shared = IDS(op)[q] == IDS(op)[0];
+            const int64_t lo = op->i3 > 0 && IDS(op)[0] - op->i3 + 1 > 0 ? IDS(op)[0] - op->i3 + 1 : 0;
+            if (shared && T * (IDS(op)[0] - lo + 1) <= NM_ATTN_SHARED_MAX) {
                 nm_pool_run(c->pool, attn_shared_worker, &t, op->i0);
                 break;
             }
@@ -975,6 +1077,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         case NM_OP_GLU:
         case NM_OP_ADD:
         case NM_OP_SCALE: op_rows_dispatch(c, op); break;
+        case NM_OP_SOFTCAP: op_rows_dispatch(c, op); break;
         case NM_OP_KV_STORE: op_kv_store(c, op); break;
         case NM_OP_COUNT: break;
         }
@@ -1004,18 +1107,32 @@ static const nm_backend_i cpu_iface = {
     .buffer_alloc = cpu_buffer_alloc,
     .buffer_free = cpu_buffer_free,
     .buffer_import_host = cpu_buffer_import_host,
+    .tensor_set = cpu_tensor_set,
+    .tensor_get = cpu_tensor_get,
     .supports_op = cpu_supports_op,
-    .compute = cpu_compute,
-    .synchronize = NULL,
+    .submit = cpu_compute,
+    .event_record = cpu_event_record,
+    .event_wait = cpu_event_wait,
+    .event_sync = cpu_event_sync,
+    .event_free = cpu_event_free,
+    .synchronize = cpu_synchronize,
+    .prepare_weight = NULL,
     .last_error = cpu_last_error,
     .free = cpu_free,
 };
 
-nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_tokens) {
+nm_status nm_backend_cpu_new(const nm_backend_params *p, nm_backend **out, char *err, size_t err_size) {
+    *out = NULL;
+    const int64_t max_row = p->max_row, max_tokens = p->max_tokens;
+    if (max_row <= 0 || max_tokens <= 0 || max_row > (1 << 24) || max_tokens > (1 << 20)) {
+        snprintf(err, err_size, "cpu backend: rows of %lld and batches of %lld tokens are out of range",
+                 (long long)max_row, (long long)max_tokens);
+        return NM_ERR_INVALID_ARG;
+    }
     nm_backend *b = calloc(1, sizeof *b);
     nm_cpu *c = calloc(1, sizeof *c);
     if (!b || !c) goto fail;
-    c->pool = nm_pool_create(n_threads);
+    c->pool = nm_pool_create(p->n_threads);
     if (!c->pool) goto fail;
     c->k = nm_kernels_get();
     c->kref = nm_kernels_ref();
@@ -1039,7 +1156,14 @@ nm_backend *nm_backend_cpu_create(int n_threads, int64_t max_row, int64_t max_to
     if (!c->scratch || !c->act_q || !c->gemv_prep) goto fail;
     b->iface = &cpu_iface;
     b->impl = c;
-    return b;
+    if (p->attn_max_seq > 0 && reserve_attn(b, p->attn_max_seq, p->attn_head_dim) != NM_OK) {
+        cpu_free(b);
+        snprintf(err, err_size, "cpu backend: out of memory for attention over %lld tokens", (long long)p->attn_max_seq);
+        return NM_ERR_NOMEM;
+    }
+    if (p->pin_threads) (void)nm_pool_pin(c->pool); // best effort: unpinned still works
+    *out = b;
+    return NM_OK;
 fail:
     if (c) {
         nm_pool_free(c->pool);
@@ -1050,14 +1174,14 @@ fail:
     }
     free(c);
     free(b);
-    return NULL;
+    snprintf(err, err_size, "cpu backend: out of memory for rows of %lld and %lld tokens", (long long)max_row,
+             (long long)max_tokens);
+    return NM_ERR_NOMEM;
 }
 
-int nm_backend_cpu_pin(nm_backend *b) { return nm_pool_pin(((nm_cpu *)b->impl)->pool); }
-
-int nm_backend_cpu_n_threads(const nm_backend *b) { return nm_pool_size(((const nm_cpu *)b->impl)->pool); }
-
-nm_status nm_backend_cpu_reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim) {
+// Sizes the per-thread workspace of the panel attention (NM_OP_ATTENTION_FULL
+// and prefill) for sequences up to max_seq tokens of heads up to head_dim.
+static nm_status reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim) {
     nm_cpu *c = b->impl;
     if (max_seq <= 0 || head_dim <= 0 || max_seq > (1 << 20) || head_dim > 4096) return NM_ERR_INVALID_ARG;
     if (c->attn_ws && max_seq <= c->attn_max_seq && head_dim <= c->attn_max_hd) return NM_OK;

@@ -8,36 +8,106 @@
 #include <string.h>
 
 #include "bricks/llm/llm.h"
+#include "quant/quant.h"
+
+// The op list of one forward pass for one batch shape, recorded once and
+// replayed: its tensors live in `tens` (ops point at them), inputs (token
+// ids, positions, embeddings) are written into tensors before each submit.
+typedef struct graph {
+    int32_t T;         // tokens; 0: empty slot
+    bool all_logits, embd_in;
+    nm_op *ops;
+    uint8_t *unit;     // (cap_ops) the backend (index in nm_ctx.be) each op runs on
+    int n_ops, cap_ops;
+    nm_tensor *tens;
+    int n_tens, cap_tens;
+    nm_tensor *in;     // the input rows (embeddings read in place: offs set per call)
+    uint64_t used;     // tick of the last use (the least recent slot is re-recorded)
+    uint8_t cur_unit;  // where the ops being recorded go
+    bool overflow;
+} graph;
+
+#define NM_CTX_GRAPHS 4
 
 struct nm_ctx {
     nm_model *m;
-    nm_backend *be;
+    // be[0] runs the last n_dev layers and the output head; be[1], the CPU,
+    // the layers before them when the model is split (n_be == 2)
+    nm_backend *be[2];
+    int n_be;
+    int32_t n_dev;     // layers on be[0]
+    nm_backend *mem;   // the backend whose buffers hold the activations and the cache
+    nm_backend_caps caps; // of be[0]
     int32_t n_ctx, n_batch;
-    nm_kv_layer *kv;   // (n_layer)
-    uint16_t *kv_mem;  // backing store of all layers' K and V, f16: (n_layer, 2, n_ctx, n_head_kv * hd)
-    // activations, each (n_batch, width)
-    float *x;          // residual stream (n_embd)
-    float *cur;        // normed input (n_embd)
-    float *q, *attn;   // (n_head * hd)
-    float *k, *v;      // (n_head_kv * hd)
-    float *o;          // (n_embd)
-    float *g, *u;      // (n_ff)
-    float *logits;     // (n_batch, n_vocab)
-    int32_t *pos;      // (n_batch)
+    nm_buffer *arena;  // every activation, in the backend's memory
+    nm_buffer *kvbuf;  // all layers' K and V, f16: (n_layer, 2, n_ctx, n_head_kv * hd)
+    nm_kv_layer *kv;   // (n_layer) views of kvbuf
+    // activations, each (n_batch, width), views of the arena
+    nm_tensor x;       // residual stream (n_embd)
+    nm_tensor cur;     // normed input (n_embd)
+    nm_tensor q, attn; // (n_head * hd)
+    nm_tensor k, v;    // (n_head_kv * hd)
+    nm_tensor o;       // (n_embd)
+    nm_tensor g, u;    // (n_ff)
+    nm_tensor logits;  // (n_batch, n_vocab)
+    nm_tensor pos;     // i32 (n_batch)
+    nm_tensor tok;     // i32 (n_batch)
+    float *logits_host;  // where the host reads logits when it cannot address the arena
+    int32_t *pos_host;   // (n_batch) staging of the positions
+    graph graphs[NM_CTX_GRAPHS];
+    uint64_t tick;
     int32_t n_out;     // logits rows kept by the last decode
     int32_t out_first; // batch index of logits row 0
+    char note[512];    // why --device auto chose the CPU ("" otherwise)
     char err[256];
 };
 
 nm_ctx_params nm_ctx_default_params(void) {
-    nm_ctx_params p = {.n_ctx = 0, .n_batch = 0, .n_threads = 0, .pin_threads = false};
+    nm_ctx_params p = {.n_ctx = 0, .n_batch = 0, .n_threads = 0, .pin_threads = false, .device = NULL,
+                       .n_gpu_layers = -1};
     return p;
 }
 
-static void *zalloc(size_t n, size_t sz) {
-    // calloc of large blocks maps zero pages lazily: KV and logits pages that
-    // are never touched cost no resident memory.
-    return calloc(n ? n : 1, sz);
+static nm_tensor arena_view(nm_buffer *buf, size_t *at, uint32_t type, int64_t w, int64_t rows) {
+    nm_tensor t = {.type = type, .ne = {w, rows, 1, 1}, .buf = buf, .offs = *at, .name = NULL};
+    *at += ((size_t)w * (size_t)rows * 4 + 63) / 64 * 64; // f32 and i32: 4 bytes
+    return t;
+}
+
+// Whether the device multiplies every weight type of the model (and looks up
+// its embeddings): known from the types alone, before anything is placed.
+static nm_status weights_supported(const nm_model *m, nm_backend *b, const nm_backend_caps *caps, char *err,
+                                   size_t err_size) {
+    const nm_hparams *hp = &m->hp;
+    const nm_tensor *ws[16 + 1];
+    for (int il = 0; il <= hp->n_layer; il++) { // the layers, then the output head
+        int n = 0;
+        if (il == hp->n_layer) {
+            ws[n++] = &m->output;
+        } else {
+            const nm_layer *ly = &m->layers[il];
+            const nm_tensor *all[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ws[n++] = all[i];
+        }
+        for (int i = 0; i < n; i++)
+            if (ws[i]->type >= 64 || !(caps->weight_types >> ws[i]->type & 1)) {
+                const nm_type_traits *tr = nm_type_traits_get(ws[i]->type);
+                if (il == hp->n_layer) snprintf(err, err_size, "%s has no kernel for %s weights (the output head)", b->iface->name,
+                                     tr ? tr->name : "?");
+                else snprintf(err, err_size, "%s has no kernel for %s weights (in layer %d)", b->iface->name,
+                              tr ? tr->name : "?", il);
+                return NM_ERR_UNSUPPORTED;
+            }
+    }
+    nm_tensor ids = {.type = NM_TYPE_I32, .ne = {1, 1, 1, 1}};
+    nm_tensor row = {.type = NM_TYPE_F32, .ne = {hp->n_embd, 1, 1, 1}};
+    const nm_op lookup = {.kind = NM_OP_GET_ROWS, .src0 = &m->tok_embd, .ids = &ids, .dst = &row};
+    if (!b->iface->supports_op(b, &lookup)) {
+        const nm_type_traits *tr = nm_type_traits_get(m->tok_embd.type);
+        snprintf(err, err_size, "%s cannot look up %s embeddings", b->iface->name, tr ? tr->name : "?");
+        return NM_ERR_UNSUPPORTED;
+    }
+    return NM_OK;
 }
 
 nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, char *err, size_t err_size) {
@@ -52,7 +122,6 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
         if (err) snprintf(err, err_size, "context %d / batch %d too large", p.n_ctx, p.n_batch);
         return NM_ERR_RANGE;
     }
-    int n_threads = p.n_threads > 0 ? p.n_threads : m->n_threads;
     nm_ctx *c = calloc(1, sizeof *c);
     if (!c) return NM_ERR_NOMEM;
     c->m = m;
@@ -60,59 +129,141 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
     c->n_batch = p.n_batch;
     int64_t max_row = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
     if ((int64_t)hp->n_head * hp->head_dim > max_row) max_row = (int64_t)hp->n_head * hp->head_dim;
-    c->be = nm_backend_cpu_create(n_threads, max_row, p.n_batch);
-    if (c->be && p.pin_threads) (void)nm_backend_cpu_pin(c->be); // best effort: unpinned still works
+    const nm_backend_params bp = {.n_threads = p.n_threads > 0 ? p.n_threads : m->n_threads,
+                                  .pin_threads = p.pin_threads, .max_row = max_row, .max_tokens = p.n_batch};
+    char berr[512] = "";
+    const bool autodev = p.device && !strcmp(p.device, "auto");
+    const bool on_cpu = !p.device || !strcmp(p.device, "cpu") || p.n_gpu_layers == 0;
+    nm_status st = nm_backend_create(on_cpu ? "cpu" : autodev ? "opencl" : p.device, &bp, &c->be[0], berr, sizeof berr);
+    if (st == NM_OK && !on_cpu) {
+        c->be[0]->iface->get_caps(c->be[0], &c->caps);
+        if ((st = weights_supported(m, c->be[0], &c->caps, berr, sizeof berr)) != NM_OK) {
+            nm_backend_free(c->be[0]);
+            c->be[0] = NULL;
+        }
+    }
+    if (st != NM_OK && autodev) { // auto: the CPU, and why
+        snprintf(c->note, sizeof c->note, "--device auto: %s; running on the CPU", berr);
+        p.n_gpu_layers = 0;
+        st = nm_backend_create("cpu", &bp, &c->be[0], berr, sizeof berr);
+    }
+    if (st != NM_OK) {
+        nm_ctx_free(c);
+        if (err) snprintf(err, err_size, "%s", berr);
+        return st;
+    }
+    const bool dev_cpu = on_cpu || c->note[0];
+    c->n_be = 1;
+    c->be[0]->iface->get_caps(c->be[0], &c->caps);
+    c->n_dev = p.n_gpu_layers < 0 || p.n_gpu_layers > hp->n_layer || dev_cpu ? hp->n_layer : p.n_gpu_layers;
+    c->mem = c->be[0];
+    if (c->n_dev < hp->n_layer) { // a split: the first layers on the CPU, in host memory the device shares
+        if (!c->caps.unified_memory) {
+            nm_ctx_free(c);
+            if (err)
+                snprintf(err, err_size, "-ngl %d: a layer split hands the hidden state over in shared memory, and "
+                         "%s has its own (use every layer there, or the CPU)", p.n_gpu_layers, p.device);
+            return NM_ERR_UNSUPPORTED;
+        }
+        if ((st = nm_backend_create("cpu", &bp, &c->be[1], berr, sizeof berr)) != NM_OK) {
+            nm_ctx_free(c);
+            if (err) snprintf(err, err_size, "%s", berr);
+            return st;
+        }
+        c->n_be = 2;
+        c->mem = c->be[1];
+    }
     const size_t B = (size_t)p.n_batch, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t qw = (size_t)hp->n_head * hp->head_dim;
-    c->kv = zalloc((size_t)hp->n_layer, sizeof *c->kv);
-    c->kv_mem = zalloc((size_t)hp->n_layer * 2 * (size_t)p.n_ctx * kvw, sizeof(uint16_t));
-    c->x = zalloc(B * hp->n_embd, sizeof(float));
-    c->cur = zalloc(B * hp->n_embd, sizeof(float));
-    c->o = zalloc(B * hp->n_embd, sizeof(float));
-    c->q = zalloc(B * qw, sizeof(float));
-    c->attn = zalloc(B * qw, sizeof(float));
-    c->k = zalloc(B * kvw, sizeof(float));
-    c->v = zalloc(B * kvw, sizeof(float));
-    c->g = zalloc(B * hp->n_ff, sizeof(float));
-    c->u = zalloc(B * hp->n_ff, sizeof(float));
-    c->logits = zalloc(B * (size_t)hp->n_vocab, sizeof(float));
-    c->pos = zalloc(B, sizeof(int32_t));
-    if (!c->be || !c->kv || !c->kv_mem || !c->x || !c->cur || !c->o || !c->q || !c->attn || !c->k || !c->v ||
-        !c->g || !c->u || !c->logits || !c->pos) {
+    const int64_t widths[] = {hp->n_embd, hp->n_embd, hp->n_embd, (int64_t)qw, (int64_t)qw, (int64_t)kvw,
+                              (int64_t)kvw, hp->n_ff, hp->n_ff, hp->n_vocab, 1, 1};
+    size_t size = 0;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) size += ((size_t)widths[i] * B * 4 + 63) / 64 * 64;
+    c->arena = c->mem->iface->buffer_alloc(c->mem, size);
+    const size_t kv_layer = 2 * (size_t)p.n_ctx * kvw * sizeof(uint16_t);
+    c->kvbuf = c->arena ? c->mem->iface->buffer_alloc(c->mem, (size_t)hp->n_layer * kv_layer) : NULL;
+    c->kv = calloc((size_t)hp->n_layer + 1, sizeof *c->kv);
+    c->pos_host = calloc(B, sizeof(int32_t));
+    if (!c->arena || !c->kvbuf || !c->kv || !c->pos_host) {
+        if (err) snprintf(err, err_size, "out of memory for a context of %d positions%s%s", p.n_ctx,
+                          c->arena && c->kvbuf ? "" : ": ", c->arena && c->kvbuf ? "" : c->mem->iface->last_error(c->mem));
         nm_ctx_free(c);
-        if (err) snprintf(err, err_size, "out of memory for a context of %d positions", p.n_ctx);
         return NM_ERR_NOMEM;
     }
+    size_t at = 0;
+    nm_tensor *views[] = {&c->x, &c->cur, &c->o, &c->q, &c->attn, &c->k, &c->v, &c->g, &c->u, &c->logits};
+    for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
+        *views[i] = arena_view(c->arena, &at, NM_TYPE_F32, widths[i], (int64_t)B);
+    c->pos = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
+    c->tok = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
+    c->pos.ne[0] = c->tok.ne[0] = (int64_t)B; // one row of n_batch ids
+    c->pos.ne[1] = c->tok.ne[1] = 1;
     for (int il = 0; il < hp->n_layer; il++) {
-        c->kv[il].k = c->kv_mem + (size_t)il * 2 * p.n_ctx * kvw;
-        c->kv[il].v = c->kv[il].k + (size_t)p.n_ctx * kvw;
+        const nm_tensor k = {.type = NM_TYPE_F16, .ne = {(int64_t)kvw, p.n_ctx, 1, 1}, .buf = c->kvbuf,
+                             .offs = (size_t)il * kv_layer};
+        c->kv[il].k = k;
+        c->kv[il].v = k;
+        c->kv[il].v.offs += kv_layer / 2;
+    }
+    if (!c->arena->host && !(c->logits_host = malloc(B * (size_t)hp->n_vocab * sizeof(float)))) {
+        nm_ctx_free(c);
+        if (err) snprintf(err, err_size, "out of memory for the logits");
+        return NM_ERR_NOMEM;
+    }
+    // the weights, read where they are mapped (a copy only on a device that cannot see host memory)
+    if (m->wend > m->wbase &&
+        (st = c->be[0]->iface->buffer_import_host(c->be[0], m->wbase, (size_t)(m->wend - m->wbase), false)) != NM_OK) {
+        if (err) snprintf(err, err_size, "the weights: %s", c->be[0]->iface->last_error(c->be[0]));
+        nm_ctx_free(c);
+        return st;
+    }
+    // a split: the device works in the CPU's activations and cache, in place
+    if (c->n_be == 2 &&
+        ((st = c->be[0]->iface->buffer_import_host(c->be[0], c->arena->host, c->arena->size, true)) != NM_OK ||
+         (st = c->be[0]->iface->buffer_import_host(c->be[0], c->kvbuf->host, c->kvbuf->size, true)) != NM_OK)) {
+        if (err) snprintf(err, err_size, "sharing the activations: %s", c->be[0]->iface->last_error(c->be[0]));
+        nm_ctx_free(c);
+        return st;
     }
     *out = c;
     return NM_OK;
 }
 
+static void graph_clear(graph *g) {
+    free(g->ops);
+    free(g->unit);
+    free(g->tens);
+    memset(g, 0, sizeof *g);
+}
+
 void nm_ctx_free(nm_ctx *c) {
     if (!c) return;
-    nm_backend_free(c->be);
+    for (int i = 0; i < NM_CTX_GRAPHS; i++) graph_clear(&c->graphs[i]);
+    if (c->mem) {
+        c->mem->iface->buffer_free(c->mem, c->arena);
+        c->mem->iface->buffer_free(c->mem, c->kvbuf);
+    }
+    nm_backend_free(c->be[0]);
+    nm_backend_free(c->be[1]);
     free(c->kv);
-    free(c->kv_mem);
-    free(c->x);
-    free(c->cur);
-    free(c->o);
-    free(c->q);
-    free(c->attn);
-    free(c->k);
-    free(c->v);
-    free(c->g);
-    free(c->u);
-    free(c->logits);
-    free(c->pos);
+    free(c->logits_host);
+    free(c->pos_host);
     free(c);
 }
 
 int32_t nm_ctx_n_ctx(const nm_ctx *c) { return c->n_ctx; }
 int32_t nm_ctx_n_batch(const nm_ctx *c) { return c->n_batch; }
 const char *nm_ctx_last_error(const nm_ctx *c) { return c->err; }
+const char *nm_ctx_device(const nm_ctx *c) { return c->be[0]->iface->name; }
+int32_t nm_ctx_device_layers(const nm_ctx *c) { return c->n_dev; }
+const char *nm_ctx_device_note(const nm_ctx *c) { return c->note; }
+
+void nm_ctx_device_stats(const nm_ctx *c, uint64_t *wrapped, uint64_t *uploaded) {
+    nm_backend_stats s = {0};
+    if (c->be[0]->iface->get_stats) c->be[0]->iface->get_stats(c->be[0], &s);
+    *wrapped = s.bytes_wrapped;
+    *uploaded = s.bytes_uploaded;
+}
 
 static nm_status ctx_fail(nm_ctx *c, nm_status st, const char *fmt, ...) {
     va_list ap;
@@ -122,127 +273,226 @@ static nm_status ctx_fail(nm_ctx *c, nm_status st, const char *fmt, ...) {
     return st;
 }
 
-// An activation view of T rows of width w.
-static inline nm_tensor act(float *data, int64_t w, int64_t T) {
-    nm_tensor t = {.type = 0, .ne = {w, T, 1, 1}, .data = data, .name = NULL};
+// ---- recording -------------------------------------------------------------------------
+
+// A tensor of the graph: rows [r0, r0 + T) of an activation (f32 rows of width w).
+static nm_tensor *rows(graph *g, const nm_tensor *base, int64_t w, int64_t r0, int64_t T) {
+    if (g->n_tens == g->cap_tens) {
+        g->overflow = true;
+        return &g->tens[g->cap_tens - 1];
+    }
+    nm_tensor *t = &g->tens[g->n_tens++];
+    *t = *base;
+    t->ne[0] = w;
+    t->ne[1] = T;
+    t->offs += (size_t)(r0 * w) * sizeof(float);
     return t;
 }
 
-// Runs one op on the context's backend.
-static inline nm_status run(nm_ctx *c, const nm_op *op) {
-    nm_status st = c->be->iface->compute(c->be, op, 1);
-    if (st != NM_OK) ctx_fail(c, st, "%s", c->be->iface->last_error(c->be));
-    return st;
-}
-
-#define RUN(...)                                          \
-    do {                                                  \
-        nm_op op_ = {__VA_ARGS__};                        \
-        if ((st = run(c, &op_)) != NM_OK) return st;      \
-    } while (0)
-
-static nm_status norm(nm_ctx *c, float *dst, const float *src, const nm_tensor *w, int64_t width, int64_t rows) {
-    nm_status st;
-    nm_tensor s = act((float *)src, width, rows), d = act(dst, width, rows);
-    RUN(.kind = NM_OP_RMS_NORM, .src0 = &s, .src1 = w, .dst = &d, .f0 = c->m->hp.norm_eps);
-    return NM_OK;
-}
-
-static nm_status matmul(nm_ctx *c, float *dst, const nm_tensor *w, const float *src, const nm_tensor *bias,
-                        int64_t T) {
-    nm_status st;
-    nm_tensor s = act((float *)src, w->ne[0], T), d = act(dst, w->ne[1], T);
-    RUN(.kind = NM_OP_MATMUL, .src0 = w, .src1 = &s, .src2 = bias && bias->data ? bias : NULL, .dst = &d);
-    return NM_OK;
-}
-
-// Several matmuls of the same input, handed over together so the backend can
-// share the input's quantization and one synchronisation between them.
-static nm_status matmul_shared(nm_ctx *c, int n, float *const *dst, const nm_tensor *const *w,
-                               const nm_tensor *const *bias, const float *src, int64_t T) {
-    nm_tensor s = act((float *)src, w[0]->ne[0], T), d[3];
-    nm_op ops[3];
-    for (int i = 0; i < n; i++) {
-        d[i] = act(dst[i], w[i]->ne[1], T);
-        ops[i] = (nm_op){.kind = NM_OP_MATMUL, .src0 = w[i], .src1 = &s,
-                         .src2 = bias[i] && bias[i]->data ? bias[i] : NULL, .dst = &d[i]};
+static nm_op *emit(graph *g, nm_op op) {
+    if (g->n_ops == g->cap_ops) {
+        g->overflow = true;
+        return &g->ops[g->cap_ops - 1];
     }
-    nm_status st = c->be->iface->compute(c->be, ops, n);
-    if (st != NM_OK) ctx_fail(c, st, "%s", c->be->iface->last_error(c->be));
-    return st;
+    g->unit[g->n_ops] = g->cur_unit;
+    g->ops[g->n_ops] = op;
+    return &g->ops[g->n_ops++];
 }
 
-static nm_status add(nm_ctx *c, float *dst, const float *a, const float *b, int64_t width, int64_t T) {
-    nm_status st;
-    nm_tensor ta = act((float *)a, width, T), tb = act((float *)b, width, T), d = act(dst, width, T);
-    RUN(.kind = NM_OP_ADD, .src0 = &ta, .src1 = &tb, .dst = &d);
-    return NM_OK;
+static const nm_tensor *opt(const nm_tensor *t) { return t && nm_tensor_is_set(t) ? t : NULL; }
+
+static void norm(nm_ctx *c, graph *g, nm_tensor *dst, nm_tensor *src, const nm_tensor *w) {
+    emit(g, (nm_op){.kind = NM_OP_RMS_NORM, .src0 = src, .src1 = w, .dst = dst, .f0 = c->m->hp.norm_eps});
 }
 
-// x_in: the layer's input rows; layer 0 reads them where they are (the token
-// embeddings in c->x, or another brick's slot), every layer writes c->x.
-static nm_status layer_forward(nm_ctx *c, int il, const float *x_in, int32_t T, int32_t pos0) {
+static void matmul(graph *g, nm_tensor *dst, const nm_tensor *w, nm_tensor *src, const nm_tensor *bias) {
+    emit(g, (nm_op){.kind = NM_OP_MATMUL, .src0 = w, .src1 = src, .src2 = opt(bias), .dst = dst});
+}
+
+// Records one layer: its input rows in x_in, its output in x.
+static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T) {
     const nm_hparams *hp = &c->m->hp;
     const nm_layer *ly = &c->m->layers[il];
     const int64_t d = hp->n_embd, hd = hp->head_dim;
     const int64_t qw = (int64_t)hp->n_head * hd, kvw = (int64_t)hp->n_head_kv * hd;
-    nm_status st;
+    nm_tensor *x = rows(g, &c->x, d, 0, T), *cur = rows(g, &c->cur, d, 0, T), *o = rows(g, &c->o, d, 0, T);
+    nm_tensor *q = rows(g, &c->q, qw, 0, T), *k = rows(g, &c->k, kvw, 0, T), *v = rows(g, &c->v, kvw, 0, T);
+    nm_tensor *attn = rows(g, &c->attn, qw, 0, T), *pos = rows(g, &c->pos, T, 0, 1);
+    pos->type = NM_TYPE_I32;
 
-    // attention block
-    float *qkv[3] = {c->q, c->k, c->v};
-    const nm_tensor *wqkv[3] = {&ly->wq, &ly->wk, &ly->wv}, *bqkv[3] = {&ly->bq, &ly->bk, &ly->bv};
-    if ((st = norm(c, c->cur, x_in, &ly->attn_norm, d, T)) || (st = matmul_shared(c, 3, qkv, wqkv, bqkv, c->cur, T)))
-        return st;
-    if (ly->q_norm.data) { // gemma3: RMS norm of each head of q and k
-        if ((st = norm(c, c->q, c->q, &ly->q_norm, hd, T * hp->n_head)) ||
-            (st = norm(c, c->k, c->k, &ly->k_norm, hd, T * hp->n_head_kv)))
-            return st;
+    // attention block; q, k and v share the normed input (the backend may quantize it once)
+    norm(c, g, cur, x_in, &ly->attn_norm);
+    matmul(g, q, &ly->wq, cur, &ly->bq);
+    matmul(g, k, &ly->wk, cur, &ly->bk);
+    matmul(g, v, &ly->wv, cur, &ly->bv);
+    if (nm_tensor_is_set(&ly->q_norm)) { // gemma3: RMS norm of each head of q and k
+        norm(c, g, rows(g, &c->q, hd, 0, T * hp->n_head), rows(g, &c->q, hd, 0, T * hp->n_head), &ly->q_norm);
+        norm(c, g, rows(g, &c->k, hd, 0, T * hp->n_head_kv), rows(g, &c->k, hd, 0, T * hp->n_head_kv), &ly->k_norm);
     }
     const float base = ly->swa ? hp->rope_base_swa : hp->rope_base;
     const float fscale = ly->swa ? 1.0f : hp->rope_freq_scale;
-    nm_tensor tq = act(c->q, qw, T), tk = act(c->k, kvw, T), tv = act(c->v, kvw, T), ta = act(c->attn, qw, T);
-    RUN(.kind = NM_OP_ROPE, .src0 = &tq, .dst = &tq, .ids = c->pos, .f0 = base, .f1 = fscale, .i0 = hp->n_head,
-        .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot);
-    RUN(.kind = NM_OP_ROPE, .src0 = &tk, .dst = &tk, .ids = c->pos, .f0 = base, .f1 = fscale, .i0 = hp->n_head_kv,
-        .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot);
-    RUN(.kind = NM_OP_KV_STORE, .src0 = &tk, .src1 = &tv, .kv = &c->kv[il], .pos = pos0, .n_ctx = c->n_ctx);
-    RUN(.kind = NM_OP_ATTENTION, .src0 = &tq, .dst = &ta, .ids = c->pos, .kv = &c->kv[il], .f0 = hp->attn_scale,
-        .f1 = hp->attn_softcap, .i0 = hp->n_head, .i1 = hp->n_head_kv, .i2 = (int32_t)hd,
-        .i3 = ly->swa ? hp->n_swa : 0, .n_ctx = c->n_ctx);
-    if ((st = matmul(c, c->o, &ly->wo, c->attn, NULL, T))) return st;
-    if (ly->post_attn_norm.data && (st = norm(c, c->o, c->o, &ly->post_attn_norm, d, T))) return st;
-    if ((st = add(c, c->x, x_in, c->o, d, T))) return st;
+    emit(g, (nm_op){.kind = NM_OP_ROPE, .src0 = q, .dst = q, .ids = pos, .f0 = base, .f1 = fscale, .i0 = hp->n_head,
+                    .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot});
+    emit(g, (nm_op){.kind = NM_OP_ROPE, .src0 = k, .dst = k, .ids = pos, .f0 = base, .f1 = fscale,
+                    .i0 = hp->n_head_kv, .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot});
+    emit(g, (nm_op){.kind = NM_OP_KV_STORE, .src0 = k, .src1 = v, .ids = pos, .kv = &c->kv[il], .n_ctx = c->n_ctx});
+    emit(g, (nm_op){.kind = NM_OP_ATTENTION, .src0 = q, .dst = attn, .ids = pos, .kv = &c->kv[il],
+                    .f0 = hp->attn_scale, .f1 = hp->attn_softcap, .i0 = hp->n_head, .i1 = hp->n_head_kv,
+                    .i2 = (int32_t)hd, .i3 = ly->swa ? hp->n_swa : 0, .n_ctx = c->n_ctx});
+    matmul(g, o, &ly->wo, attn, NULL);
+    if (nm_tensor_is_set(&ly->post_attn_norm)) norm(c, g, o, o, &ly->post_attn_norm);
+    emit(g, (nm_op){.kind = NM_OP_ADD, .src0 = x_in, .src1 = o, .dst = x});
 
     // feed-forward block: down(act(gate(x)) * up(x))
-    float *gu[2] = {c->g, c->u};
-    const nm_tensor *wgu[2] = {&ly->ffn_gate, &ly->ffn_up}, *bgu[2] = {NULL, NULL};
-    if ((st = norm(c, c->cur, c->x, &ly->ffn_norm, d, T)) || (st = matmul_shared(c, 2, gu, wgu, bgu, c->cur, T)))
-        return st;
-    nm_tensor tg = act(c->g, hp->n_ff, T), tu = act(c->u, hp->n_ff, T);
-    RUN(.kind = NM_OP_GLU, .src0 = &tg, .src1 = &tu, .dst = &tg, .i0 = hp->act);
-    if ((st = matmul(c, c->o, &ly->ffn_down, c->g, NULL, T))) return st;
-    if (ly->post_ffn_norm.data && (st = norm(c, c->o, c->o, &ly->post_ffn_norm, d, T))) return st;
-    return add(c, c->x, c->x, c->o, d, T);
+    nm_tensor *gt = rows(g, &c->g, hp->n_ff, 0, T), *ut = rows(g, &c->u, hp->n_ff, 0, T);
+    norm(c, g, cur, x, &ly->ffn_norm);
+    matmul(g, gt, &ly->ffn_gate, cur, NULL);
+    matmul(g, ut, &ly->ffn_up, cur, NULL);
+    emit(g, (nm_op){.kind = NM_OP_GLU, .src0 = gt, .src1 = ut, .dst = gt, .i0 = hp->act});
+    matmul(g, o, &ly->ffn_down, gt, NULL);
+    if (nm_tensor_is_set(&ly->post_ffn_norm)) norm(c, g, o, o, &ly->post_ffn_norm);
+    emit(g, (nm_op){.kind = NM_OP_ADD, .src0 = x, .src1 = o, .dst = x});
 }
 
-// Runs all layers over the input rows x_in (T, n_embd), read in place, and the output head.
-static nm_status forward(nm_ctx *c, const float *x_in, int32_t T, int32_t pos0, bool all_logits) {
+// Records the pass for T tokens: the embedding lookup (or embeddings read
+// where the caller has them), every layer, the output head.
+static nm_status graph_record(nm_ctx *c, graph *g, int32_t T, bool all_logits, bool embd_in) {
     const nm_hparams *hp = &c->m->hp;
-    nm_status st;
-    for (int32_t i = 0; i < T; i++) c->pos[i] = pos0 + i;
-    for (int il = 0; il < hp->n_layer; il++)
-        if ((st = layer_forward(c, il, il == 0 ? x_in : c->x, T, pos0)) != NM_OK) return st;
-    const float *x_out = hp->n_layer > 0 ? c->x : x_in;
+    graph_clear(g);
+    g->cap_ops = 24 * hp->n_layer + 8;
+    g->cap_tens = 24 * hp->n_layer + 16;
+    g->ops = calloc((size_t)g->cap_ops, sizeof *g->ops);
+    g->unit = calloc((size_t)g->cap_ops, sizeof *g->unit);
+    g->tens = calloc((size_t)g->cap_tens, sizeof *g->tens);
+    if (!g->ops || !g->unit || !g->tens) {
+        graph_clear(g);
+        return ctx_fail(c, NM_ERR_NOMEM, "out of memory recording a pass of %d tokens", T);
+    }
+    const int64_t d = hp->n_embd;
+    const int32_t first_dev = hp->n_layer - c->n_dev; // layers before it run on be[1]
+    g->cur_unit = first_dev > 0 ? 1 : 0;
+    nm_tensor *x = rows(g, &c->x, d, 0, T);
+    if (embd_in) {
+        g->in = rows(g, &c->x, d, 0, T); // rebound to the caller's rows per call
+    } else {
+        nm_tensor *tok = rows(g, &c->tok, T, 0, 1);
+        tok->type = NM_TYPE_I32;
+        emit(g, (nm_op){.kind = NM_OP_GET_ROWS, .src0 = &c->m->tok_embd, .ids = tok, .dst = x});
+        if (hp->embd_scale != 1.0f) emit(g, (nm_op){.kind = NM_OP_SCALE, .src0 = x, .dst = x, .f0 = hp->embd_scale});
+        g->in = x;
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        g->cur_unit = il < first_dev ? 1 : 0;
+        layer_record(c, g, il, il == 0 ? g->in : x, T);
+    }
+    g->cur_unit = 0;
+    if (hp->n_layer == 0 && embd_in) emit(g, (nm_op){.kind = NM_OP_SCALE, .src0 = g->in, .dst = x, .f0 = 1.0f});
     // Only the rows whose logits are wanted go through the (large) output head.
     const int32_t first = all_logits ? 0 : T - 1, n = T - first;
-    const int64_t d = hp->n_embd;
-    if ((st = norm(c, c->cur, x_out + (size_t)first * d, &c->m->output_norm, d, n)) ||
-        (st = matmul(c, c->logits, &c->m->output, c->cur, NULL, n)))
-        return st;
-    if (hp->final_softcap > 0.0f) {
-        const float cap = hp->final_softcap;
-        for (size_t i = 0; i < (size_t)n * hp->n_vocab; i++) c->logits[i] = cap * tanhf(c->logits[i] / cap);
+    nm_tensor *x_out = rows(g, &c->x, d, first, n);
+    nm_tensor *cur = rows(g, &c->cur, d, 0, n), *logits = rows(g, &c->logits, hp->n_vocab, 0, n);
+    norm(c, g, cur, x_out, &c->m->output_norm);
+    matmul(g, logits, &c->m->output, cur, NULL);
+    if (hp->final_softcap > 0.0f)
+        emit(g, (nm_op){.kind = NM_OP_SOFTCAP, .src0 = logits, .dst = logits, .f0 = hp->final_softcap});
+    if (g->overflow) {
+        graph_clear(g);
+        return ctx_fail(c, NM_ERR_RANGE, "a pass of %d tokens has more ops than recorded for", T);
     }
+    for (int i = 0; i < g->n_ops; i++)
+        if (!c->be[g->unit[i]]->iface->supports_op(c->be[g->unit[i]], &g->ops[i])) {
+            const nm_op *op = &g->ops[i];
+            const nm_type_traits *tr = op->src0 ? nm_type_traits_get(op->src0->type) : NULL;
+            nm_status st = ctx_fail(c, NM_ERR_UNSUPPORTED, "device %s cannot run op %d (%s, %lld x %lld)",
+                                    c->be[g->unit[i]]->iface->name, op->kind, tr ? tr->name : "?",
+                                    (long long)(op->src0 ? op->src0->ne[0] : 0),
+                                    (long long)(op->src0 ? op->src0->ne[1] : 0));
+            graph_clear(g);
+            return st;
+        }
+    g->T = T;
+    g->all_logits = all_logits;
+    g->embd_in = embd_in;
+    return NM_OK;
+}
+
+// The recorded pass for this shape, recording it in the least recently used slot if new.
+static nm_status graph_get(nm_ctx *c, int32_t T, bool all_logits, bool embd_in, graph **out) {
+    graph *lru = &c->graphs[0];
+    for (int i = 0; i < NM_CTX_GRAPHS; i++) {
+        graph *g = &c->graphs[i];
+        if (g->T == T && g->all_logits == all_logits && g->embd_in == embd_in) {
+            g->used = ++c->tick;
+            *out = g;
+            return NM_OK;
+        }
+        if (g->used < lru->used) lru = g;
+    }
+    nm_status st = graph_record(c, lru, T, all_logits, embd_in);
+    if (st != NM_OK) return st;
+    lru->used = ++c->tick;
+    *out = lru;
+    return NM_OK;
+}
+
+// Runs the pass: each run of ops of one unit submitted there, after the
+// previous unit's work (an event: the hand-over is a fence, the data stays
+// where it is), then waits for the last.
+static nm_status submit(nm_ctx *c, const graph *g) {
+    nm_event *prev = NULL;
+    nm_backend *prev_be = NULL;
+    nm_status st = NM_OK;
+    for (int i = 0; i < g->n_ops && st == NM_OK;) {
+        int j = i + 1;
+        while (j < g->n_ops && g->unit[j] == g->unit[i]) j++;
+        nm_backend *b = c->be[g->unit[i]];
+        if (prev && (st = b->iface->event_wait(b, prev)) != NM_OK) break;
+        if (prev) prev_be->iface->event_free(prev_be, prev);
+        prev = NULL;
+        if ((st = b->iface->submit(b, g->ops + i, j - i)) != NM_OK) {
+            ctx_fail(c, st, "%s", b->iface->last_error(b));
+            break;
+        }
+        if (j < g->n_ops && !(prev = b->iface->event_record(b))) {
+            st = ctx_fail(c, NM_ERR_IO, "%s", b->iface->last_error(b));
+            break;
+        }
+        prev_be = b;
+        i = j;
+    }
+    if (prev) prev_be->iface->event_free(prev_be, prev);
+    for (int k = 0; k < c->n_be; k++) { // both, even after a failure: nothing of this pass left queued
+        nm_status s2 = c->be[k]->iface->synchronize(c->be[k]);
+        if (st == NM_OK && s2 != NM_OK) st = ctx_fail(c, s2, "%s", c->be[k]->iface->last_error(c->be[k]));
+    }
+    return st;
+}
+
+// Writes the inputs, submits the pass, waits, and exposes the logits.
+static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, int32_t T, int32_t pos0,
+                         bool all_logits) {
+    const nm_hparams *hp = &c->m->hp;
+    const nm_backend_i *be = c->mem->iface;
+    graph *g;
+    nm_status st = graph_get(c, T, all_logits, embd != NULL, &g);
+    if (st != NM_OK) return st;
+    for (int32_t i = 0; i < T; i++) c->pos_host[i] = pos0 + i;
+    if ((st = be->tensor_set(c->mem, &c->pos, 0, c->pos_host, sizeof(int32_t) * (size_t)T)) != NM_OK ||
+        (tokens && (st = be->tensor_set(c->mem, &c->tok, 0, tokens, sizeof(int32_t) * (size_t)T)) != NM_OK))
+        return ctx_fail(c, st, "writing the inputs: %s", be->last_error(c->mem));
+    if (embd) {
+        if (c->n_be == 2 || c->caps.host_memory) { // read where the caller put them (another brick's slot)
+            g->in->buf = NULL;
+            g->in->offs = (size_t)(uintptr_t)embd;
+        } else if ((st = be->tensor_set(c->mem, &c->x, 0, embd, sizeof(float) * (size_t)(T * hp->n_embd))) != NM_OK) {
+            return ctx_fail(c, st, "writing the embeddings: %s", be->last_error(c->mem));
+        }
+    }
+    if ((st = submit(c, g)) != NM_OK) return st;
+    const int32_t first = all_logits ? 0 : T - 1, n = T - first;
+    if (c->logits_host &&
+        (st = be->tensor_get(c->mem, &c->logits, 0, c->logits_host, sizeof(float) * (size_t)n * hp->n_vocab)) != NM_OK)
+        return ctx_fail(c, st, "reading the logits: %s", be->last_error(c->mem));
     c->n_out = n;
     c->out_first = first;
     return NM_OK;
@@ -265,23 +515,20 @@ nm_status nm_decode(nm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, bo
     for (int32_t i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
             return ctx_fail(c, NM_ERR_RANGE, "token id %d out of range [0, %d)", tokens[i], hp->n_vocab);
-    nm_tensor tx = act(c->x, hp->n_embd, n);
-    RUN(.kind = NM_OP_GET_ROWS, .src0 = &c->m->tok_embd, .ids = tokens, .dst = &tx);
-    if (hp->embd_scale != 1.0f) RUN(.kind = NM_OP_SCALE, .src0 = &tx, .dst = &tx, .f0 = hp->embd_scale);
-    return forward(c, c->x, n, pos, all_logits);
+    return forward(c, tokens, NULL, n, pos, all_logits);
 }
 
 nm_status nm_decode_embd(nm_ctx *c, const float *embd, int32_t n, int32_t pos, bool all_logits) {
     nm_status st;
     if (!c || !embd) return NM_ERR_INVALID_ARG;
     if ((st = check_batch(c, n, pos))) return st;
-    // read where the caller put them (another brick's slot): no copy into c->x
-    return forward(c, embd, n, pos, all_logits);
+    return forward(c, NULL, embd, n, pos, all_logits);
 }
 
 const float *nm_get_logits(const nm_ctx *c, int32_t i) {
     if (!c || c->n_out == 0) return NULL;
     if (i < 0) i = c->out_first + c->n_out - 1;
     if (i < c->out_first || i >= c->out_first + c->n_out) return NULL;
-    return c->logits + (size_t)(i - c->out_first) * c->m->hp.n_vocab;
+    const float *base = c->logits_host ? c->logits_host : nm_tensor_host(&c->logits);
+    return base + (size_t)(i - c->out_first) * c->m->hp.n_vocab;
 }

@@ -34,13 +34,13 @@ typedef struct nm_hparams {
 typedef struct nm_layer {
     nm_tensor attn_norm;                 // (n_embd)
     nm_tensor wq, wk, wv, wo;            // (n_embd -> n_head*hd), (-> n_head_kv*hd) x2, (n_head*hd -> n_embd)
-    nm_tensor bq, bk, bv;                // qwen2 biases; data NULL if absent
-    nm_tensor q_norm, k_norm;            // gemma3 per-head norms (head_dim); data NULL if absent
-    nm_tensor post_attn_norm;            // gemma3 (n_embd); data NULL if absent
+    nm_tensor bq, bk, bv;                // qwen2 biases; unset (nm_tensor_is_set) if absent
+    nm_tensor q_norm, k_norm;            // gemma3 per-head norms (head_dim); unset if absent
+    nm_tensor post_attn_norm;            // gemma3 (n_embd); unset if absent
     nm_tensor ffn_norm;                  // (n_embd)
     nm_tensor ffn_gate, ffn_up;          // (n_embd -> n_ff)
     nm_tensor ffn_down;                  // (n_ff -> n_embd)
-    nm_tensor post_ffn_norm;             // gemma3 (n_embd); data NULL if absent
+    nm_tensor post_ffn_norm;             // gemma3 (n_embd); unset if absent
     bool swa;                            // this layer attends within the sliding window
 } nm_layer;
 
@@ -56,6 +56,7 @@ struct nm_model {
     nm_chat_tmpl chat;                   // recognised template, NM_CHAT_UNKNOWN if none
     int32_t n_threads;
     uint64_t weight_bytes;               // bytes of all tensors (mmapped)
+    const uint8_t *wbase, *wend;         // the host range holding every tensor (what a backend imports)
 };
 
 #endif

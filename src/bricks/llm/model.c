@@ -81,7 +81,8 @@ static nm_status bind(loader *L, nm_tensor *t, const char *name, int64_t ne0, in
     t->ne[0] = ne0;
     t->ne[1] = ne1;
     t->ne[2] = t->ne[3] = 1;
-    t->data = (void *)gt->data; // read-only mapping: weights are never written
+    t->buf = NULL; // host memory: the read-only mapping (weights are never written)
+    t->offs = (size_t)(uintptr_t)gt->data;
     t->name = gt->name.ptr;
     return NM_OK;
 }
@@ -275,7 +276,7 @@ nm_status nm_model_load(const char *path, const nm_model_params *params, nm_mode
         (st = bind(&L, &m->output_norm, "output_norm.weight", hp->n_embd, 1, true, true)) ||
         (st = bind(&L, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false, false)))
         goto fail;
-    if (!m->output.data) m->output = m->tok_embd; // tied embeddings
+    if (!nm_tensor_is_set(&m->output)) m->output = m->tok_embd; // tied embeddings
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) { st = NM_ERR_NOMEM; goto fail; }
     for (int il = 0; il < hp->n_layer; il++)
@@ -292,7 +293,13 @@ nm_status nm_model_load(const char *path, const nm_model_params *params, nm_mode
         }
     }
 
-    for (int64_t i = 0; i < nm_gguf_n_tensors(m->gguf); i++) m->weight_bytes += nm_gguf_tensor_at(m->gguf, i)->nbytes;
+    for (int64_t i = 0; i < nm_gguf_n_tensors(m->gguf); i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(m->gguf, i);
+        m->weight_bytes += t->nbytes;
+        const uint8_t *lo = t->data, *hi = lo + t->nbytes;
+        if (!m->wbase || lo < m->wbase) m->wbase = lo;
+        if (hi > m->wend) m->wend = hi;
+    }
     m->chat = nm_tokenizer_chat_tmpl(m->tok);
     m->n_threads = params && params->n_threads > 0 ? params->n_threads : 0;
     *out = m;
@@ -318,7 +325,7 @@ int32_t nm_model_n_ctx_train(const nm_model *m) { return m->hp.n_ctx_train; }
 
 uint64_t nm_model_decode_weight_bytes(const nm_model *m) {
     const uint64_t embd = nm_row_size(m->tok_embd.type, m->tok_embd.ne[0]) * (uint64_t)m->tok_embd.ne[1];
-    const bool tied = m->output.data == m->tok_embd.data;
+    const bool tied = m->output.offs == m->tok_embd.offs;
     // all tensors, less the embedding table unless the output head reads it
     return m->weight_bytes - (tied ? 0 : embd) + nm_row_size(m->tok_embd.type, m->tok_embd.ne[0]);
 }

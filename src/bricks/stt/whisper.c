@@ -45,6 +45,7 @@ struct nm_whisper {
     nm_kv_layer *self;     // (n_seq, n_text_layer)
     uint16_t *self_mem;
     int32_t *cross_ids;    // (n_batch): all n_audio_ctx - 1
+    int32_t *cross_pos;    // (n_audio_ctx): 0, 1, ... (where the cross K/V rows go)
     // decoder activations, (n_batch, width)
     float *x, *cur, *q, *k, *v, *attn, *o, *ff;
     float *logits;         // (n_batch, n_vocab)
@@ -82,6 +83,7 @@ void nm_whisper_free(nm_whisper *w) {
     free(w->self);
     free(w->self_mem);
     free(w->cross_ids);
+    free(w->cross_pos);
     free(w->pos);
     free(w->seqs);
     free(w);
@@ -123,7 +125,14 @@ nm_status nm_whisper_create(const nm_whisper_model *m, int32_t n_threads, int32_
     int64_t max_row = 3 * M > 3 * d ? 3 * M : 3 * d;
     if (ff > max_row) max_row = ff;
     const int64_t max_tok = 2 * A > n_batch ? 2 * A : n_batch;
-    w->be = nm_backend_cpu_create(n_threads, max_row, max_tok);
+    const nm_backend_params bp = {.n_threads = n_threads, .max_row = max_row, .max_tokens = max_tok,
+                                  .attn_max_seq = A, .attn_head_dim = d / hp->n_audio_head};
+    char berr[256] = "";
+    if (nm_backend_create(NULL, &bp, &w->be, berr, sizeof berr) != NM_OK) {
+        nm_whisper_free(w);
+        if (err) snprintf(err, err_size, "whisper: %s", berr);
+        return NM_ERR_NOMEM;
+    }
     const size_t fs = sizeof(float);
     w->col1 = malloc(fs * (size_t)(2 * A * 3 * M));
     w->h1 = malloc(fs * (size_t)(2 * A * d));
@@ -137,27 +146,29 @@ nm_status nm_whisper_create(const nm_whisper_model *m, int32_t n_threads, int32_
     ok = ok && (w->ff = malloc(fs * (size_t)(n_batch * ff)));
     ok = ok && (w->logits = calloc((size_t)n_batch * (size_t)w->n_vocab, fs)); // pages touched as used
     ok = ok && (w->pos = calloc((size_t)n_batch, sizeof(int32_t))) && (w->cross_ids = malloc(sizeof(int32_t) * (size_t)n_batch)) &&
+         (w->cross_pos = malloc(sizeof(int32_t) * (size_t)A)) &&
          (w->seqs = calloc((size_t)n_batch, sizeof(int32_t)));
     ok = ok && (w->cross = calloc((size_t)L, sizeof *w->cross)) &&
          (w->cross_mem = calloc((size_t)(L * 2 * A * d), sizeof(uint16_t)));
     ok = ok && (w->self = calloc((size_t)(n_seq * L), sizeof *w->self)) &&
          (w->self_mem = calloc((size_t)n_seq * (size_t)(L * 2 * hp->n_text_ctx * d), sizeof(uint16_t)));
-    if (!ok || nm_backend_cpu_reserve_attn(w->be, A, d / hp->n_audio_head) != NM_OK) {
+    if (!ok) {
         nm_whisper_free(w);
         if (err) snprintf(err, err_size, "out of memory for the Whisper runtime");
         return NM_ERR_NOMEM;
     }
     for (int32_t i = 0; i < n_batch; i++) w->cross_ids[i] = (int32_t)A - 1;
+    for (int32_t i = 0; i < A; i++) w->cross_pos[i] = i;
     for (int64_t il = 0; il < L; il++) {
-        w->cross[il].k = w->cross_mem + (size_t)il * 2 * A * d;
-        w->cross[il].v = w->cross[il].k + (size_t)A * d;
+        w->cross[il].k = nm_tensor_at(w->cross_mem + (size_t)il * 2 * A * d, NM_TYPE_F16, d, A);
+        w->cross[il].v = nm_tensor_at(w->cross_mem + (size_t)(il * 2 + 1) * A * d, NM_TYPE_F16, d, A);
     }
     const size_t per = (size_t)hp->n_text_ctx * (size_t)d;
     for (int64_t s = 0; s < n_seq; s++)
         for (int64_t il = 0; il < L; il++) {
             nm_kv_layer *kv = &w->self[s * L + il];
-            kv->k = w->self_mem + (size_t)(s * L + il) * 2 * per;
-            kv->v = kv->k + per;
+            kv->k = nm_tensor_at(w->self_mem + (size_t)(s * L + il) * 2 * per, NM_TYPE_F16, d, hp->n_text_ctx);
+            kv->v = nm_tensor_at(w->self_mem + ((size_t)(s * L + il) * 2 + 1) * per, NM_TYPE_F16, d, hp->n_text_ctx);
         }
     *out = w;
     return NM_OK;
@@ -166,17 +177,16 @@ nm_status nm_whisper_create(const nm_whisper_model *m, int32_t n_threads, int32_
 // ---- op helpers ------------------------------------------------------------------------------
 
 static inline nm_tensor act(float *data, int64_t width, int64_t T) {
-    nm_tensor t = {.type = NM_TYPE_F32, .ne = {width, T, 1, 1}, .data = data, .name = NULL};
-    return t;
+    return nm_tensor_at(data, NM_TYPE_F32, width, T); // host memory: Whisper runs where the host computes
 }
 
 static nm_status run(nm_whisper *w, const nm_op *ops, int n) {
-    nm_status st = w->be->iface->compute(w->be, ops, n);
+    nm_status st = nm_backend_run(w->be, ops, n);
     if (st != NM_OK) wfail(w, st, "whisper: %s", w->be->iface->last_error(w->be));
     return st;
 }
 
-static const nm_tensor *opt(const nm_tensor *t) { return t && t->data ? t : NULL; }
+static const nm_tensor *opt(const nm_tensor *t) { return t && nm_tensor_is_set(t) ? t : NULL; }
 
 static nm_status norm(nm_whisper *w, float *dst, const float *src, const nm_tensor *g, const nm_tensor *b, int64_t T) {
     nm_tensor s = act((float *)src, w->d, T), y = act(dst, w->d, T);
@@ -261,7 +271,7 @@ nm_status nm_whisper_encode(nm_whisper *w, const float *mel, int64_t n_len, int6
         }
     }
     if ((st = matmul(w, w->ex, &c2, w->col2, &m->conv2_b, A)) || (st = gelu(w, w->ex, d, A)) ||
-        (st = add(w, w->ex, w->ex, m->e_pe.data, d, A)))
+        (st = add(w, w->ex, w->ex, nm_tensor_host(&m->e_pe), d, A)))
         return st;
     const int64_t hd = d / hp->n_audio_head;
     for (int il = 0; il < hp->n_audio_layer; il++) {
@@ -282,7 +292,9 @@ nm_status nm_whisper_encode(nm_whisper *w, const float *mel, int64_t n_len, int6
         const nm_whisper_attn *cr = &m->dec[il].cross;
         if ((st = qkv(w, cr, w->ex, NULL, w->ek, w->ev, A, false, true))) return st;
         nm_tensor tk = act(w->ek, d, A), tv = act(w->ev, d, A);
-        nm_op store = {.kind = NM_OP_KV_STORE, .src0 = &tk, .src1 = &tv, .kv = &w->cross[il], .pos = 0, .n_ctx = (int32_t)A};
+        nm_tensor tp = nm_tensor_at(w->cross_pos, NM_TYPE_I32, A, 1);
+        nm_op store = {.kind = NM_OP_KV_STORE, .src0 = &tk, .src1 = &tv, .ids = &tp, .kv = &w->cross[il],
+                       .n_ctx = (int32_t)A};
         if ((st = run(w, &store, 1))) return st;
     }
     w->encoded = true;
@@ -303,11 +315,12 @@ static nm_status decode_tokens(nm_whisper *w, const int32_t *tokens, int32_t n, 
     const int64_t d = w->d, hd = d / hp->n_text_head, L = hp->n_text_layer;
     nm_status st;
     nm_tensor tx = act(w->x, d, n);
-    nm_op emb = {.kind = NM_OP_GET_ROWS, .src0 = &m->d_te, .ids = tokens, .dst = &tx};
+    nm_tensor tt = nm_tensor_at(tokens, NM_TYPE_I32, n, 1);
+    nm_op emb = {.kind = NM_OP_GET_ROWS, .src0 = &m->d_te, .ids = &tt, .dst = &tx};
     if ((st = run(w, &emb, 1))) return st;
     for (int32_t a = 0, b; a < n; a = b) { // positional embeddings, a run of positions at a time
         for (b = a + 1; b < n && w->pos[b] == w->pos[b - 1] + 1; b++) {}
-        if ((st = add(w, w->x + (size_t)a * d, w->x + (size_t)a * d, (const float *)m->d_pe.data + (size_t)w->pos[a] * d,
+        if ((st = add(w, w->x + (size_t)a * d, w->x + (size_t)a * d, (const float *)nm_tensor_host(&m->d_pe) + (size_t)w->pos[a] * d,
                       d, b - a)))
             return st;
     }
@@ -324,10 +337,10 @@ static nm_status decode_tokens(nm_whisper *w, const int32_t *tokens, int32_t n, 
             const nm_kv_layer *kv = &w->self[w->seqs[a] * L + il];
             const size_t off = (size_t)a * d;
             nm_tensor rq = act(w->q + off, d, b - a), rk = act(w->k + off, d, b - a), rv = act(w->v + off, d, b - a);
-            nm_tensor ra = act(w->attn + off, d, b - a);
+            nm_tensor ra = act(w->attn + off, d, b - a), rp = nm_tensor_at(w->pos + a, NM_TYPE_I32, b - a, 1);
             nm_op sa[2] = {
-                {.kind = NM_OP_KV_STORE, .src0 = &rk, .src1 = &rv, .kv = kv, .pos = w->pos[a], .n_ctx = hp->n_text_ctx},
-                {.kind = NM_OP_ATTENTION, .src0 = &rq, .dst = &ra, .ids = w->pos + a, .kv = kv, .f0 = scale,
+                {.kind = NM_OP_KV_STORE, .src0 = &rk, .src1 = &rv, .ids = &rp, .kv = kv, .n_ctx = hp->n_text_ctx},
+                {.kind = NM_OP_ATTENTION, .src0 = &rq, .dst = &ra, .ids = &rp, .kv = kv, .f0 = scale,
                  .i0 = hp->n_text_head, .i1 = hp->n_text_head, .i2 = (int32_t)hd, .n_ctx = hp->n_text_ctx,
                  .flags = NM_OPF_GGML_F16},
             };
@@ -339,7 +352,8 @@ static nm_status decode_tokens(nm_whisper *w, const int32_t *tokens, int32_t n, 
         if ((st = norm(w, w->cur, w->x, &ly->cross.ln_w, &ly->cross.ln_b, n)) ||
             (st = matmul(w, w->q, &ly->cross.q_w, w->cur, &ly->cross.q_b, n)))
             return st;
-        nm_op ca = {.kind = NM_OP_ATTENTION, .src0 = &tq, .dst = &ta, .ids = w->cross_ids, .kv = &w->cross[il],
+        nm_tensor tc = nm_tensor_at(w->cross_ids, NM_TYPE_I32, n, 1);
+        nm_op ca = {.kind = NM_OP_ATTENTION, .src0 = &tq, .dst = &ta, .ids = &tc, .kv = &w->cross[il],
                     .f0 = scale, .i0 = hp->n_text_head, .i1 = hp->n_text_head, .i2 = (int32_t)hd,
                     .n_ctx = hp->n_audio_ctx, .flags = NM_OPF_GGML_F16};
         if ((st = run(w, &ca, 1)) || (st = matmul(w, w->o, &ly->cross.o_w, w->attn, &ly->cross.o_b, n)) ||
@@ -420,8 +434,8 @@ nm_status nm_whisper_seq_copy(nm_whisper *w, int32_t dst, int32_t src, int32_t n
     const int64_t L = hp->n_text_layer;
     const size_t bytes = sizeof(uint16_t) * (size_t)n_pos * (size_t)w->d;
     for (int64_t il = 0; il < L; il++) {
-        memcpy(w->self[dst * L + il].k, w->self[src * L + il].k, bytes);
-        memcpy(w->self[dst * L + il].v, w->self[src * L + il].v, bytes);
+        memcpy(nm_tensor_host(&w->self[dst * L + il].k), nm_tensor_host(&w->self[src * L + il].k), bytes);
+        memcpy(nm_tensor_host(&w->self[dst * L + il].v), nm_tensor_host(&w->self[src * L + il].v), bytes);
     }
     return NM_OK;
 }

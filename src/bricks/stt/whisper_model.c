@@ -233,20 +233,20 @@ static nm_status bind(loader *L, nm_tensor *t, const char *name, enum kind k, in
             }
         }
         t->type = NM_TYPE_F32;
-        t->data = dst;
+        t->offs = (size_t)(uintptr_t)dst; // host memory (buf NULL)
         m->bytes_copied += (uint64_t)n * sizeof(float);
     } else if ((uintptr_t)e->data % type_align(e->type) != 0) {
         void *dst = own(L, (size_t)e->nbytes);
         if (!dst) return fail(L, NM_ERR_NOMEM, "out of memory copying '%s'", name);
         memcpy(dst, e->data, (size_t)e->nbytes);
-        t->data = dst;
+        t->offs = (size_t)(uintptr_t)dst;
         m->bytes_copied += e->nbytes;
     } else {
-        t->data = (void *)e->data; // read-only mapping: weights are never written
+        t->offs = (size_t)(uintptr_t)e->data; // the read-only mapping: weights are never written
         m->bytes_mapped += e->nbytes;
     }
     if (k == K_VEC) {
-        const float *f = t->data;
+        const float *f = nm_tensor_host(t);
         for (int64_t i = 0; i < n; i++)
             if (!isfinite(f[i])) return fail(L, NM_ERR_FORMAT, "tensor '%s' holds non-finite values", name);
     }
@@ -299,11 +299,11 @@ static nm_status bind_all(loader *L) {
     char pre[MAX_NAME], ln[MAX_NAME];
 
     if ((st = B2(&m->e_pe, "encoder.positional_embedding", K_VEC, d, hp->n_audio_ctx, false))) return st;
-    if (!m->e_pe.data) {
+    if (!nm_tensor_is_set(&m->e_pe)) {
         float *pe = own(L, (size_t)d * (size_t)hp->n_audio_ctx * sizeof(float));
         if (!pe) return fail(L, NM_ERR_NOMEM, "out of memory for the encoder positions");
         nm_whisper_sinusoids(pe, hp->n_audio_ctx, (int32_t)d);
-        m->e_pe = (nm_tensor){.type = NM_TYPE_F32, .ne = {d, hp->n_audio_ctx, 1, 1}, .data = pe};
+        m->e_pe = nm_tensor_at(pe, NM_TYPE_F32, d, hp->n_audio_ctx);
         m->e_pe_computed = true;
     }
     if ((st = bind(L, &m->conv1_w, "encoder.conv1.weight", K_CONV, 3, (const int64_t[]){3, hp->n_mels, d}, true)) ||

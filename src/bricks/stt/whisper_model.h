@@ -63,13 +63,13 @@ typedef struct nm_whisper_special {
 
 // Per layer: views into the file (or owned f32 copies for vectors), shapes as
 // whisper.cpp: matrices [n_in, n_out] (ne[0] = n_in), vectors [n]. A bias that
-// Whisper does not have (the key projections) has data == NULL. nm_tensor.name
+// Whisper does not have (the key projections) is unset (nm_tensor_is_set). nm_tensor.name
 // is NULL (names in the files are not NUL-terminated). All live until
 // nm_whisper_model_free; a loaded model is read-only and may be shared by threads.
 typedef struct nm_whisper_attn {
     nm_tensor ln_w, ln_b;        // (d) f32: the layer norm before this attention
     nm_tensor q_w, q_b;          // [d, d], (d)
-    nm_tensor k_w, k_b;          // [d, d], k_b absent in Whisper (NULL data) unless the file has one
+    nm_tensor k_w, k_b;          // [d, d], k_b absent in Whisper (unset) unless the file has one
     nm_tensor v_w, v_b;          // [d, d], (d)
     nm_tensor o_w, o_b;          // [d, d], (d)
 } nm_whisper_attn;

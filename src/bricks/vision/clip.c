@@ -108,7 +108,8 @@ static nm_status find(loader *L, nm_tensor *t, const char *name, bool required, 
                      tr ? tr->name : "unknown");
     t->type = gt->type;
     for (int i = 0; i < 4; i++) t->ne[i] = gt->ne[i];
-    t->data = (void *)gt->data;
+    t->buf = NULL; // host memory: the mapping
+    t->offs = (size_t)(uintptr_t)gt->data;
     t->name = gt->name.ptr;
     return NM_OK;
 }
@@ -117,7 +118,7 @@ static nm_status find(loader *L, nm_tensor *t, const char *name, bool required, 
 static nm_status find_mat(loader *L, nm_tensor *t, const char *name, bool required, int64_t K, int64_t O) {
     int64_t ne[2] = {K, O};
     nm_status st = find(L, t, name, required, 2, ne);
-    if (st || !t->data) return st;
+    if (st || !nm_tensor_is_set(t)) return st;
     if (nm_row_size(t->type, K) == 0)
         return LFAIL(L, NM_ERR_FORMAT, "mmproj: tensor '%s' (%s) rows of %lld are not whole blocks", name,
                      nm_type_traits_get(t->type)->name, (long long)K);
@@ -128,7 +129,7 @@ static nm_status find_mat(loader *L, nm_tensor *t, const char *name, bool requir
 static nm_status find_vec(loader *L, nm_tensor *t, const char *name, bool required, int64_t n, int64_t rows) {
     int64_t ne[2] = {n, rows};
     nm_status st = find(L, t, name, required, 2, ne);
-    if (st || !t->data) return st;
+    if (st || !nm_tensor_is_set(t)) return st;
     nm_clip *c = L->c;
     const size_t count = (size_t)n * (size_t)rows;
     if (nm_row_size(t->type, n) == 0)
@@ -137,12 +138,12 @@ static nm_status find_vec(loader *L, nm_tensor *t, const char *name, bool requir
     float *dst = c->vec_mem + c->vec_used;
     const nm_kernels *k = nm_kernels_get();
     const size_t rb = nm_row_size(t->type, n);
-    for (int64_t r = 0; r < rows; r++) k->dequant[t->type]((const uint8_t *)t->data + (size_t)r * rb, dst + r * n, n);
+    for (int64_t r = 0; r < rows; r++) k->dequant[t->type]((const uint8_t *)nm_tensor_host(t) + (size_t)r * rb, dst + r * n, n);
     for (size_t i = 0; i < count; i++)
         if (!isfinite(dst[i])) return LFAIL(L, NM_ERR_FORMAT, "mmproj: tensor '%s' holds non-finite values", name);
     c->vec_used += count;
     t->type = NM_TYPE_F32;
-    t->data = dst;
+    t->offs = (size_t)(uintptr_t)dst;
     return NM_OK;
 }
 
@@ -325,7 +326,7 @@ static nm_status load_tensors(loader *L) {
     if ((st = find_vec(L, &c->patch_b, "v.patch_embd.bias", false, d, 1)) ||
         (st = find_vec(L, &c->class_embd, "v.class_embd", false, d, 1)))
         return st;
-    in->has_class_embd = c->class_embd.data != NULL;
+    in->has_class_embd = nm_tensor_is_set(&c->class_embd);
     c->n_pos = in->n_patches + (in->has_class_embd ? 1 : 0);
     if ((st = find_vec(L, &c->pos_embd, "v.position_embd.weight", true, d, c->n_pos)) ||
         (st = find_vec(L, &c->pre_ln_w, "v.pre_ln.weight", false, d, 1)) ||
@@ -415,14 +416,20 @@ static nm_status clip_load(const char *path, const void *data, size_t size, int3
     const int64_t widths[] = {d, in->n_ff, c->n_mm, d * mm * mm};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) max_row = widths[i] > max_row ? widths[i] : max_row;
     int64_t ffw = in->n_ff > c->n_mm ? in->n_ff : c->n_mm;
-    c->be = nm_backend_cpu_create(n_threads, max_row, T);
+    const nm_backend_params bp = {.n_threads = n_threads, .max_row = max_row, .max_tokens = T,
+                                  .attn_max_seq = T, .attn_head_dim = d / in->n_head};
+    char berr[256] = "";
+    if ((st = nm_backend_create(NULL, &bp, &c->be, berr, sizeof berr)) != NM_OK) {
+        nm_fail(st, err, err_size, "vision encoder: %s", berr);
+        goto fail;
+    }
     c->patches = malloc(sizeof(float) * (size_t)(in->n_patches * 3 * p * p));
     float **acts[] = {&c->x, &c->cur, &c->q, &c->k, &c->v, &c->attn, &c->o};
     bool ok = c->be && c->patches;
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) ok = ok && (*acts[i] = malloc(sizeof(float) * (size_t)(T * d)));
     ok = ok && (c->ff = malloc(sizeof(float) * (size_t)(T * ffw)));
     if (in->proj == NM_CLIP_PROJ_IDEFICS3) ok = ok && (c->shuf = malloc(sizeof(float) * (size_t)(in->n_patches * d)));
-    if (!ok || nm_backend_cpu_reserve_attn(c->be, T, d / in->n_head) != NM_OK) {
+    if (!ok) {
         st = nm_fail(NM_ERR_NOMEM, err, err_size, "out of memory for the encoder's activations");
         goto fail;
     }
@@ -450,17 +457,16 @@ const char *nm_clip_last_error(const nm_clip *c) { return c ? c->err : ""; }
 // ---- forward ---------------------------------------------------------------------------
 
 static inline nm_tensor act(float *data, int64_t w, int64_t T) {
-    nm_tensor t = {.type = NM_TYPE_F32, .ne = {w, T, 1, 1}, .data = data, .name = NULL};
-    return t;
+    return nm_tensor_at(data, NM_TYPE_F32, w, T); // host memory: the encoder runs where the host computes
 }
 
 static nm_status run(nm_clip *c, const nm_op *ops, int n) {
-    nm_status st = c->be->iface->compute(c->be, ops, n);
+    nm_status st = nm_backend_run(c->be, ops, n);
     if (st != NM_OK) nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", c->be->iface->last_error(c->be));
     return st;
 }
 
-static const nm_tensor *opt(const nm_tensor *t) { return t->data ? t : NULL; }
+static const nm_tensor *opt(const nm_tensor *t) { return nm_tensor_is_set(t) ? t : NULL; }
 
 static nm_status norm(nm_clip *c, float *dst, const float *src, const nm_tensor *w, const nm_tensor *b, int64_t T) {
     nm_tensor s = act((float *)src, c->info.n_embd, T), y = act(dst, c->info.n_embd, T);
@@ -529,18 +535,18 @@ nm_status nm_clip_encode(nm_clip *c, const float *pixels, float *out) {
                     memcpy(row + (ch * p + y) * p, pixels + (ch * S + py * p + y) * S + px * p, sizeof(float) * (size_t)p);
         }
     if ((st = matmul(c, c->x, &c->patch_w, c->patches, &c->patch_b, in->n_patches))) return st;
-    if (in->has_class_embd) memcpy(c->x + (size_t)in->n_patches * d, c->class_embd.data, sizeof(float) * (size_t)d);
-    if ((st = add(c, c->x, c->x, c->pos_embd.data, d, c->n_pos))) return st;
-    if (c->pre_ln_w.data && (st = norm(c, c->x, c->x, &c->pre_ln_w, &c->pre_ln_b, c->n_pos))) return st;
+    if (in->has_class_embd) memcpy(c->x + (size_t)in->n_patches * d, nm_tensor_host(&c->class_embd), sizeof(float) * (size_t)d);
+    if ((st = add(c, c->x, c->x, nm_tensor_host(&c->pos_embd), d, c->n_pos))) return st;
+    if (nm_tensor_is_set(&c->pre_ln_w) && (st = norm(c, c->x, c->x, &c->pre_ln_w, &c->pre_ln_b, c->n_pos))) return st;
     for (int il = 0; il < in->n_layer_run; il++)
         if ((st = layer_forward(c, &c->layers[il]))) return st;
-    if (c->post_ln_w.data && (st = norm(c, c->x, c->x, &c->post_ln_w, &c->post_ln_b, c->n_pos))) return st;
+    if (nm_tensor_is_set(&c->post_ln_w) && (st = norm(c, c->x, c->x, &c->post_ln_w, &c->post_ln_b, c->n_pos))) return st;
 
     if (in->proj == NM_CLIP_PROJ_MLP) {
         // rows 1..n_patches when there is a class token (llama.cpp's "patches" indices)
         const float *feat = c->x + (in->has_class_embd ? d : 0);
         const int64_t N = in->n_patches;
-        if (!c->mm2_w.data) {
+        if (!nm_tensor_is_set(&c->mm2_w)) {
             if ((st = matmul(c, out, &c->mm0_w, feat, &c->mm0_b, N))) return st;
             return activation(c, out, c->n_mm, N, NM_ACT_GELU_TANH);
         }

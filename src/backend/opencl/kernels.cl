@@ -1,0 +1,700 @@
+// nanomind's OpenCL C kernels: OpenCL C 1.2, no extension required (cl_khr_fp64
+// is used where present, for rope's angles only), no images, no subgroups, no
+// cl_khr_fp16 (f16 data goes through vload_half / vstore_half; math is f32).
+//
+// Build with "-cl-std=CL1.2" and nothing that relaxes math (-cl-fast-relaxed-math,
+// -cl-unsafe-math-optimizations, -cl-finite-math-only): the tests hold the kernels
+// to 1e-5 of a double reference and softmax relies on exp(-inf) = 0.
+//
+// Conventions of every kernel:
+// - Every buffer comes as `__global uchar *` plus a `ulong` byte offset, because
+//   tensors sit at arbitrary offsets inside larger buffers (the mmapped GGUF).
+//   Offsets must be 4-byte aligned (weights: GGUF gives 32; the kernels need 4).
+// - Activations are contiguous f32 rows: row t of width w starts at float t*w.
+// - Weight rows are ggml blocks (layouts in src/quant/kernels_impl.h; element
+//   order as in src/quant/ref_legacy.c and ref_kquants.c). Row n of a weight
+//   with K columns starts at byte n * nm_row_size(type, K).
+// - "LWS" is the local size the host picks: a power of two, 32 <= LWS <= 256
+//   (NM_MAX_LWS); kernels read it with get_local_size(0) and reduce through
+//   __local memory, so no warp or wavefront size is assumed.
+// - Integer arguments are cl_int (int), offsets cl_ulong, floats cl_float.
+
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define NM_HAVE_FP64 1
+#endif
+
+// Helpers are forced inline: NVIDIA's compiler otherwise may keep them as
+// calls, passing the float16/uchar16 arguments through memory.
+#define NM_INLINE static inline __attribute__((always_inline))
+
+#define NM_MAX_LWS 256 // largest local size of the 1-D kernels
+#define NM_MAX_HD 512  // largest head_dim of the attention kernels
+
+// ---- helpers --------------------------------------------------------------------------
+
+NM_INLINE float ld_half(__global const uchar *p) { return vload_half(0, (__global const half *)p); }
+
+// ggml's E8M0 scale for MXFP4, halved (2^(e-128)) because mxfp4_val gives
+// E2M1 values times two (ggml's kvalues_mxfp4); e = 0, 1 give fp32
+// subnormals (as the C reference).
+NM_INLINE float e8m0_half(uchar e) {
+    return e < 2 ? as_float(0x00200000u << e) : as_float((uint)(e - 1) << 23);
+}
+
+NM_INLINE float hsum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+NM_INLINE float hsum8(float8 v) { return hsum4(v.lo + v.hi); }
+NM_INLINE float hsum16(float16 v) { return hsum8(v.lo + v.hi); }
+
+// Sum over the work-group (1-D, power-of-two size), returned to every item.
+// red: __local float[get_local_size(0)]. Barriers inside: call from all items.
+NM_INLINE float wg_sum(float v, __local float *red) {
+    const int lid = get_local_id(0);
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = (int)get_local_size(0) >> 1; s > 0; s >>= 1) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    v = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE); // red is free again when we return
+    return v;
+}
+
+NM_INLINE float wg_max(float v, __local float *red) {
+    const int lid = get_local_id(0);
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = (int)get_local_size(0) >> 1; s > 0; s >>= 1) {
+        if (lid < s) red[lid] = fmax(red[lid], red[lid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    v = red[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return v;
+}
+
+// Scale and min of sub-block j (0..7) of a q4_K/q5_K super-block (q = its 12
+// scale bytes), as nm_get_scale_min_k4.
+NM_INLINE float2 scale_min_k4(int j, __global const uchar *q) {
+    uint sc, m;
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+    return (float2)((float)sc, (float)m);
+}
+
+// ---- dot units (matvec) ------------------------------------------------------------------
+//
+// dot_T(row, u, x): the dot of unit u of a weight row with the matching
+// elements of the f32 activation x (x = the row's start). Units are small
+// (4 bytes of quants: 8 elements, 16 for q6_K; 4 elements for f32/f16) and
+// numbered so that consecutive work-items read consecutive words of the row
+// AND consecutive 16-byte pieces of x: a unit per block (32 floats of x per
+// work-item) made x's reads strided and cost 4x on an H200.
+
+NM_INLINE uint ld32_a2(__global const uchar *p) { // 4 bytes at a 2-byte aligned address
+    __global const ushort *q = (__global const ushort *)p;
+    return (uint)q[0] | ((uint)q[1] << 16);
+}
+// Low / high nibbles of the 4 bytes of w, byte 0 first.
+NM_INLINE uint4 nib_lo(uint w) { return (uint4)(w, w >> 8, w >> 16, w >> 24) & 15u; }
+NM_INLINE uint4 nib_hi(uint w) { return (uint4)(w >> 4, w >> 12, w >> 20, w >> 28) & 15u; }
+NM_INLINE uint4 bytes4(uint w) { return (uint4)(w, w >> 8, w >> 16, w >> 24) & 255u; }
+
+NM_INLINE float dot_f32(__global const uchar *row, int u, __global const float *x) {
+    return dot(vload4(u, (__global const float *)row), vload4(u, x));
+}
+
+NM_INLINE float dot_f16(__global const uchar *row, int u, __global const float *x) {
+    return dot(vload_half4(u, (__global const half *)row), vload4(u, x));
+}
+
+// Legacy blocks: unit u = 4 b + i is bytes 4i..4i+3 of block b's nibbles,
+// elements 4i + j (low nibbles) and 16 + 4i + j (high).
+NM_INLINE float dot_q4_0(__global const uchar *row, int u, __global const float *x) {
+    const int b = u >> 2, i = u & 3;
+    __global const uchar *p = row + b * 18; // d | qs[16]; 2-byte aligned
+    const uint w = ld32_a2(p + 2 + 4 * i);
+    __global const float *xb = x + b * 32 + 4 * i;
+    const float s = dot(convert_float4(nib_lo(w)) - 8.0f, vload4(0, xb)) +
+                    dot(convert_float4(nib_hi(w)) - 8.0f, vload4(0, xb + 16));
+    return ld_half(p) * s;
+}
+
+NM_INLINE float dot_q4_1(__global const uchar *row, int u, __global const float *x) {
+    const int b = u >> 2, i = u & 3;
+    __global const uchar *p = row + b * 20; // d | m | qs[16]; 4-byte aligned
+    const uint w = *(__global const uint *)(p + 4 + 4 * i);
+    __global const float *xb = x + b * 32 + 4 * i;
+    const float4 x0 = vload4(0, xb), x1 = vload4(0, xb + 16);
+    return ld_half(p) * (dot(convert_float4(nib_lo(w)), x0) + dot(convert_float4(nib_hi(w)), x1)) +
+           ld_half(p + 2) * hsum4(x0 + x1);
+}
+
+NM_INLINE float dot_q5_0(__global const uchar *row, int u, __global const float *x) {
+    const int b = u >> 2, i = u & 3;
+    __global const uchar *p = row + b * 22; // d | qh[4] | qs[16]; 2-byte aligned
+    const uint qh = ld32_a2(p + 2), w = ld32_a2(p + 6 + 4 * i); // qh bit j: 5th bit of element j
+    const uint4 sh = (uint4)(0, 1, 2, 3);
+    const uint4 hl = ((uint4)(qh >> (4 * i)) >> sh) & 1u, hh = ((uint4)(qh >> (16 + 4 * i)) >> sh) & 1u;
+    __global const float *xb = x + b * 32 + 4 * i;
+    const float s = dot(convert_float4(nib_lo(w) | (hl << 4)) - 16.0f, vload4(0, xb)) +
+                    dot(convert_float4(nib_hi(w) | (hh << 4)) - 16.0f, vload4(0, xb + 16));
+    return ld_half(p) * s;
+}
+
+// q8_0: unit u = 4 b + i is elements 8i..8i+7 of block b.
+NM_INLINE float dot_q8_0(__global const uchar *row, int u, __global const float *x) {
+    const int b = u >> 2, i = u & 3;
+    __global const uchar *p = row + b * 34; // d | qs[32] (int8); 2-byte aligned
+    const float8 q = convert_float8(as_char8(vload4(0, (__global const ushort *)(p + 2 + 8 * i))));
+    const float8 v = vload8(0, x + b * 32 + 8 * i);
+    return ld_half(p) * (dot(q.lo, v.lo) + dot(q.hi, v.hi));
+}
+
+// E2M1 nibbles -> {0, 1, 2, 3, 4, 6, 8, 12, -0, -1, ..., -12} (times two), without a table: a
+// __constant lookup with 16 different addresses per warp serializes.
+NM_INLINE float4 mxfp4_val(uint4 v) {
+    const int4 e = convert_int4(v & 7u);
+    const int4 mag = select(select(4 * e - 16, 2 * e - 4, e < 6), e, e < 4);
+    return convert_float4(select(mag, -mag, convert_int4(v & 8u) != 0));
+}
+
+NM_INLINE float dot_mxfp4(__global const uchar *row, int u, __global const float *x) {
+    const int b = u >> 2, i = u & 3;
+    __global const uchar *p = row + b * 17; // e | qs[16]; byte aligned
+    const uint w = as_uint(vload4(0, p + 1 + 4 * i));
+    __global const float *xb = x + b * 32 + 4 * i;
+    const float s = dot(mxfp4_val(nib_lo(w)), vload4(0, xb)) + dot(mxfp4_val(nib_hi(w)), vload4(0, xb + 16));
+    return e8m0_half(p[0]) * s;
+}
+
+// q4_K (144 B: d | dmin | scales[12] | qs[128]): qs[32c + l] holds element
+// 64c + l (low nibble, sub-block 2c) and 64c + 32 + l (high, sub-block 2c + 1).
+// Unit u = 32 i + 8 c + m is qs[32c + 4m ..+4] of super-block i.
+NM_INLINE float dot_q4_K(__global const uchar *row, int u, __global const float *x) {
+    const int i = u >> 5, c = (u >> 3) & 3, m = u & 7;
+    __global const uchar *p = row + i * 144; // 4-byte aligned
+    const uint w = *(__global const uint *)(p + 16 + 32 * c + 4 * m);
+    __global const float *xb = x + i * 256 + 64 * c + 4 * m;
+    const float4 x0 = vload4(0, xb), x1 = vload4(0, xb + 32);
+    const float2 sm0 = scale_min_k4(2 * c, p + 4), sm1 = scale_min_k4(2 * c + 1, p + 4);
+    return ld_half(p) * (sm0.x * dot(convert_float4(nib_lo(w)), x0) + sm1.x * dot(convert_float4(nib_hi(w)), x1)) -
+           ld_half(p + 2) * (sm0.y * hsum4(x0) + sm1.y * hsum4(x1));
+}
+
+// q5_K (176 B: d | dmin | scales[12] | qh[32] | qs[128]): as q4_K, plus bit
+// 2c (low) or 2c + 1 (high) of qh[l] as the 5th bit.
+NM_INLINE float dot_q5_K(__global const uchar *row, int u, __global const float *x) {
+    const int i = u >> 5, c = (u >> 3) & 3, m = u & 7;
+    __global const uchar *p = row + i * 176; // 4-byte aligned
+    const uint w = *(__global const uint *)(p + 48 + 32 * c + 4 * m);
+    const uint qh = *(__global const uint *)(p + 16 + 4 * m);
+    const uint4 sh = (uint4)(0, 8, 16, 24) + (uint)(2 * c);
+    const uint4 hl = ((uint4)(qh) >> sh) & 1u, hh = ((uint4)(qh) >> (sh + 1u)) & 1u;
+    __global const float *xb = x + i * 256 + 64 * c + 4 * m;
+    const float4 x0 = vload4(0, xb), x1 = vload4(0, xb + 32);
+    const float2 sm0 = scale_min_k4(2 * c, p + 4), sm1 = scale_min_k4(2 * c + 1, p + 4);
+    return ld_half(p) * (sm0.x * dot(convert_float4(nib_lo(w) | (hl << 4)), x0) +
+                         sm1.x * dot(convert_float4(nib_hi(w) | (hh << 4)), x1)) -
+           ld_half(p + 2) * (sm0.y * hsum4(x0) + sm1.y * hsum4(x1));
+}
+
+// q6_K (210 B: ql[128] | qh[64] | scales[16] (int8) | d): element
+// 128h + 32k + l has low bits ql[64h + 32(k&1) + l] >> 4(k>>1) and high bits
+// qh[32h + l] >> 2k. Unit u = 16 i + 8 h + m covers l in [4m, 4m + 4) for the
+// four k (16 elements): 4 bytes of each of ql's two rows and of qh.
+NM_INLINE float dot_q6_K(__global const uchar *row, int u, __global const float *x) {
+    const int i = u >> 4, h = (u >> 3) & 1, l0 = (u & 7) * 4;
+    __global const uchar *p = row + i * 210; // 2-byte aligned
+    const uint4 a = bytes4(ld32_a2(p + 64 * h + l0)), b = bytes4(ld32_a2(p + 64 * h + 32 + l0));
+    const uint4 qh = bytes4(ld32_a2(p + 128 + 32 * h + l0));
+    __global const char *sc = (__global const char *)(p + 192) + 8 * h + (l0 >> 4);
+    __global const float *xb = x + i * 256 + 128 * h + l0;
+    const float4 q0 = convert_float4(convert_int4((a & 15u) | ((qh & 3u) << 4)) - 32);
+    const float4 q1 = convert_float4(convert_int4((b & 15u) | (((qh >> 2) & 3u) << 4)) - 32);
+    const float4 q2 = convert_float4(convert_int4((a >> 4) | (((qh >> 4) & 3u) << 4)) - 32);
+    const float4 q3 = convert_float4(convert_int4((b >> 4) | ((qh >> 6) << 4)) - 32);
+    const float s = (float)sc[0] * dot(q0, vload4(0, xb)) + (float)sc[2] * dot(q1, vload4(0, xb + 32)) +
+                    (float)sc[4] * dot(q2, vload4(0, xb + 64)) + (float)sc[6] * dot(q3, vload4(0, xb + 96));
+    return ld_half(p + 208) * s;
+}
+
+// ---- 4-element dequantization (matmul tiles, get_rows) ------------------------------------
+//
+// ld4_T(row, k, K): elements k..k+3 of a weight row, k % 4 == 0. Quantized
+// types need k + 3 < K (K is a multiple of their block); f32 and f16 return 0
+// past K, so their K may be anything.
+
+NM_INLINE float4 ld4_f32(__global const uchar *row, int k, int K) {
+    __global const float *w = (__global const float *)row;
+    if (k + 3 < K) return vload4(0, w + k);
+    return (float4)(w[k], k + 1 < K ? w[k + 1] : 0.0f, k + 2 < K ? w[k + 2] : 0.0f, 0.0f);
+}
+
+NM_INLINE float4 ld4_f16(__global const uchar *row, int k, int K) {
+    __global const half *w = (__global const half *)row;
+    if (k + 3 < K) return vload_half4(0, w + k);
+    return (float4)(vload_half(k, w), k + 1 < K ? vload_half(k + 1, w) : 0.0f, k + 2 < K ? vload_half(k + 2, w) : 0.0f,
+                    0.0f);
+}
+
+NM_INLINE float4 ld4_q4_0(__global const uchar *row, int k, int K) {
+    const int j = k & 31;
+    __global const uchar *p = row + (k >> 5) * 18;
+    const uchar4 q = vload4(0, p + 2 + (j & 15));
+    return (convert_float4(j < 16 ? (q & (uchar4)15) : (q >> (uchar4)4)) - 8.0f) * ld_half(p);
+}
+
+NM_INLINE float4 ld4_q4_1(__global const uchar *row, int k, int K) {
+    const int j = k & 31;
+    __global const uchar *p = row + (k >> 5) * 20;
+    const uchar4 q = vload4(0, p + 4 + (j & 15));
+    return convert_float4(j < 16 ? (q & (uchar4)15) : (q >> (uchar4)4)) * ld_half(p) + ld_half(p + 2);
+}
+
+NM_INLINE float4 ld4_q5_0(__global const uchar *row, int k, int K) {
+    const int j = k & 31;
+    __global const uchar *p = row + (k >> 5) * 22;
+    __global const ushort *p16 = (__global const ushort *)p;
+    const uint qh = (uint)p16[1] | ((uint)p16[2] << 16);
+    const uchar4 q = vload4(0, p + 6 + (j & 15));
+    const uint4 nib = convert_uint4(j < 16 ? (q & (uchar4)15) : (q >> (uchar4)4));
+    const uint4 hb = ((uint4)(qh) >> (uint4)(j, j + 1, j + 2, j + 3)) & 1u;
+    return (convert_float4(nib | (hb << 4)) - 16.0f) * ld_half(p);
+}
+
+NM_INLINE float4 ld4_q8_0(__global const uchar *row, int k, int K) {
+    __global const uchar *p = row + (k >> 5) * 34;
+    return convert_float4(vload4(0, (__global const char *)(p + 2 + (k & 31)))) * ld_half(p);
+}
+
+NM_INLINE float4 ld4_mxfp4(__global const uchar *row, int k, int K) {
+    const int j = k & 31;
+    __global const uchar *p = row + (k >> 5) * 17;
+    const uchar4 q = vload4(0, p + 1 + (j & 15));
+    return mxfp4_val(convert_uint4(j < 16 ? (q & (uchar4)15) : (q >> (uchar4)4))) * e8m0_half(p[0]);
+}
+
+NM_INLINE float4 ld4_q4_K(__global const uchar *row, int k, int K) {
+    const int r = k & 255, c = r >> 6, hi = (r >> 5) & 1, l = r & 31;
+    __global const uchar *p = row + (k >> 8) * 144;
+    const uchar4 q = vload4(0, p + 16 + 32 * c + l);
+    const float2 sm = scale_min_k4(2 * c + hi, p + 4);
+    const float d = ld_half(p) * sm.x, m = ld_half(p + 2) * sm.y;
+    return d * convert_float4(hi ? (q >> (uchar4)4) : (q & (uchar4)15)) - m;
+}
+
+NM_INLINE float4 ld4_q5_K(__global const uchar *row, int k, int K) {
+    const int r = k & 255, c = r >> 6, hi = (r >> 5) & 1, l = r & 31;
+    __global const uchar *p = row + (k >> 8) * 176;
+    const uchar4 q = vload4(0, p + 48 + 32 * c + l), qh = vload4(0, p + 16 + l);
+    const uchar4 nib = hi ? (q >> (uchar4)4) : (q & (uchar4)15);
+    const uchar4 h5 = ((qh >> (uchar4)(uchar)(2 * c + hi)) & (uchar4)1) << (uchar4)4;
+    const float2 sm = scale_min_k4(2 * c + hi, p + 4);
+    const float d = ld_half(p) * sm.x, m = ld_half(p + 2) * sm.y;
+    return d * convert_float4(nib | h5) - m;
+}
+
+NM_INLINE float4 ld4_q6_K(__global const uchar *row, int k, int K) {
+    const int r = k & 255, h = r >> 7, kk = (r >> 5) & 3, l = r & 31;
+    __global const uchar *p = row + (k >> 8) * 210;
+    const uchar4 a = vload4(0, p + 64 * h + 32 * (kk & 1) + l), qh = vload4(0, p + 128 + 32 * h + l);
+    const uchar4 lo = (a >> (uchar4)(uchar)(4 * (kk >> 1))) & (uchar4)15;
+    const uchar4 hb = (qh >> (uchar4)(uchar)(2 * kk)) & (uchar4)3;
+    const float d = ld_half(p + 208) * (float)((__global const char *)(p + 192))[r >> 4];
+    return d * convert_float4(convert_int4(lo | (hb << (uchar4)4)) - 32);
+}
+
+// ---- mv_T: decode matvec ----------------------------------------------------------------
+//
+// Y[n] = sum_k W[n,k] X[k] (+ Bias[n] if has_bias), n < N; W is N rows of K.
+// Launch: 1-D, global = N * LWS, local = LWS (one work-group per row).
+// K: a multiple of the type's block (32; 256 for q4_K/q5_K/q6_K); any K for
+// f32/f16. Local memory: NM_MAX_LWS floats.
+
+#define NM_MV(T, UE, BLK, BSZ, TAIL)                                                                              \
+    __kernel void mv_##T(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off,              \
+                         __global uchar *Y, ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias,   \
+                         int K, int N) {                                                                          \
+        __local float red[NM_MAX_LWS];                                                                            \
+        const int n = get_group_id(0), lid = get_local_id(0), lws = get_local_size(0);                           \
+        if (n >= N) return; /* the whole group: no barrier is skipped by part of it */                            \
+        __global const uchar *row = W + w_off + (ulong)n * (ulong)(K / (BLK)) * (BSZ);                            \
+        __global const float *x = (__global const float *)(X + x_off);                                           \
+        const int nu = K / (UE);                                                                                  \
+        float s = 0.0f;                                                                                           \
+        for (int u = lid; u < nu; u += lws) s += dot_##T(row, u, x);                                              \
+        TAIL                                                                                                      \
+        s = wg_sum(s, red);                                                                                       \
+        if (lid == 0) {                                                                                           \
+            if (has_bias) s += ((__global const float *)(Bias + b_off))[n];                                      \
+            ((__global float *)(Y + y_off))[n] = s;                                                               \
+        }                                                                                                         \
+    }
+
+NM_MV(f32, 4, 1, 4, for (int k = nu * 4 + lid; k < K; k += lws) s += ((__global const float *)row)[k] * x[k];)
+NM_MV(f16, 4, 1, 2, for (int k = nu * 4 + lid; k < K; k += lws) s += vload_half(k, (__global const half *)row) * x[k];)
+NM_MV(q4_0, 8, 32, 18, )
+NM_MV(q4_1, 8, 32, 20, )
+NM_MV(q5_0, 8, 32, 22, )
+NM_MV(q8_0, 8, 32, 34, )
+NM_MV(mxfp4, 8, 32, 17, )
+NM_MV(q4_K, 8, 256, 144, )
+NM_MV(q5_K, 8, 256, 176, )
+NM_MV(q6_K, 16, 256, 210, )
+
+// ---- mm_T: prefill matmul -----------------------------------------------------------------
+//
+// Y[t*N + n] = sum_k W[n,k] X[t*K + k] (+ Bias[n]), n < N, t < T.
+// Launch: 2-D, local = (16, 16) (required), global = (ceil(N/32) * 16,
+// ceil(T/32) * 16): a work-group computes a tile of 32 rows x 32 tokens, each
+// work-item 2 rows (lx, lx + 16) x 2 tokens (ly, ly + 16). Per step of 32
+// columns the group dequantizes the tile's 32 x 32 weights into __local floats
+// once (4 per work-item) and loads the 32 x 32 activations next to them; edges
+// past N or T load zeros and are not stored. K as for mv_T.
+// Local memory: 2 x 32 x 33 floats (8.25 KiB).
+
+#define MM_TILE 32
+#define MM_KS 32
+
+#define NM_MM(T, BLK, BSZ)                                                                                        \
+    __kernel __attribute__((reqd_work_group_size(16, 16, 1))) void mm_##T(                                        \
+        __global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off, __global uchar *Y, ulong y_off, \
+        __global const uchar *Bias, ulong b_off, int has_bias, int K, int N, int T) {                             \
+        __local float ws[MM_TILE][MM_KS + 1]; /* +1: rows in different banks */                                  \
+        __local float xs[MM_TILE][MM_KS + 1];                                                                     \
+        const int lx = get_local_id(0), ly = get_local_id(1), lid = ly * 16 + lx;                                 \
+        const int n0 = get_group_id(0) * MM_TILE, t0 = get_group_id(1) * MM_TILE;                                \
+        const int lr = lid >> 3, lq = (lid & 7) * 4; /* loader: tile row lr, columns lq..lq+3 */                  \
+        const int wn = n0 + lr, xt = t0 + lr;                                                                     \
+        __global const uchar *wrow = W + w_off + (ulong)min(wn, N - 1) * (ulong)(K / (BLK)) * (BSZ);             \
+        __global const float *xrow = (__global const float *)(X + x_off) + (ulong)min(xt, T - 1) * (ulong)K;    \
+        float a00 = 0.0f, a01 = 0.0f, a10 = 0.0f, a11 = 0.0f;                                                     \
+        for (int k0 = 0; k0 < K; k0 += MM_KS) {                                                                   \
+            const int k = k0 + lq;                                                                                \
+            float4 wv = (float4)(0.0f), xv = (float4)(0.0f);                                                      \
+            if (wn < N && k < K) wv = ld4_##T(wrow, k, K);                                                        \
+            if (xt < T && k < K) xv = ld4_f32((__global const uchar *)xrow, k, K);                               \
+            ws[lr][lq] = wv.x, ws[lr][lq + 1] = wv.y, ws[lr][lq + 2] = wv.z, ws[lr][lq + 3] = wv.w;               \
+            xs[lr][lq] = xv.x, xs[lr][lq + 1] = xv.y, xs[lr][lq + 2] = xv.z, xs[lr][lq + 3] = xv.w;               \
+            barrier(CLK_LOCAL_MEM_FENCE);                                                                         \
+            for (int kk = 0; kk < MM_KS; kk++) {                                                                  \
+                const float w0 = ws[lx][kk], w1 = ws[lx + 16][kk], x0 = xs[ly][kk], x1 = xs[ly + 16][kk];         \
+                a00 += w0 * x0, a01 += w0 * x1, a10 += w1 * x0, a11 += w1 * x1;                                   \
+            }                                                                                                     \
+            barrier(CLK_LOCAL_MEM_FENCE);                                                                         \
+        }                                                                                                         \
+        __global const float *bias = (__global const float *)(Bias + b_off);                                     \
+        __global float *y = (__global float *)(Y + y_off);                                                        \
+        const int na = n0 + lx, nb = n0 + lx + 16, ta = t0 + ly, tb = t0 + ly + 16;                               \
+        const float ba = has_bias && na < N ? bias[na] : 0.0f, bb = has_bias && nb < N ? bias[nb] : 0.0f;         \
+        if (na < N && ta < T) y[(ulong)ta * N + na] = a00 + ba;                                                   \
+        if (na < N && tb < T) y[(ulong)tb * N + na] = a01 + ba;                                                   \
+        if (nb < N && ta < T) y[(ulong)ta * N + nb] = a10 + bb;                                                   \
+        if (nb < N && tb < T) y[(ulong)tb * N + nb] = a11 + bb;                                                   \
+    }
+
+NM_MM(f32, 1, 4)
+NM_MM(f16, 1, 2)
+NM_MM(q4_0, 32, 18)
+NM_MM(q4_1, 32, 20)
+NM_MM(q5_0, 32, 22)
+NM_MM(q8_0, 32, 34)
+NM_MM(mxfp4, 32, 17)
+NM_MM(q4_K, 256, 144)
+NM_MM(q5_K, 256, 176)
+NM_MM(q6_K, 256, 210)
+
+// ---- get_rows_T: embedding lookup -------------------------------------------------------
+//
+// Dst[i*K + k] = dequant(W row Ids[i])[k], k < K.
+// Launch: 2-D, global = (round_up(ceil(K/4), L), n_ids), local = (L, 1) for
+// any L (or NULL); work-item (g, i) writes elements 4g..4g+3 of row i.
+// K as for mv_T.
+
+#define NM_GET_ROWS(T, BLK, BSZ)                                                                                  \
+    __kernel void get_rows_##T(__global const uchar *W, ulong w_off, __global const uchar *Ids, ulong ids_off,    \
+                               __global uchar *Dst, ulong dst_off, int K) {                                      \
+        const int k = (int)get_global_id(0) * 4, i = get_global_id(1);                                           \
+        if (k >= K) return;                                                                                       \
+        const int id = ((__global const int *)(Ids + ids_off))[i];                                               \
+        const float4 v = ld4_##T(W + w_off + (ulong)id * (ulong)(K / (BLK)) * (BSZ), k, K);                      \
+        __global float *d = (__global float *)(Dst + dst_off) + (ulong)i * K + k;                                 \
+        if (k + 3 < K) {                                                                                          \
+            vstore4(v, 0, d);                                                                                     \
+        } else {                                                                                                  \
+            d[0] = v.x;                                                                                           \
+            if (k + 1 < K) d[1] = v.y;                                                                            \
+            if (k + 2 < K) d[2] = v.z;                                                                            \
+        }                                                                                                         \
+    }
+
+NM_GET_ROWS(f32, 1, 4)
+NM_GET_ROWS(f16, 1, 2)
+NM_GET_ROWS(q4_0, 32, 18)
+NM_GET_ROWS(q4_1, 32, 20)
+NM_GET_ROWS(q5_0, 32, 22)
+NM_GET_ROWS(q8_0, 32, 34)
+NM_GET_ROWS(mxfp4, 32, 17)
+NM_GET_ROWS(q4_K, 256, 144)
+NM_GET_ROWS(q5_K, 256, 176)
+NM_GET_ROWS(q6_K, 256, 210)
+
+// ---- norms ------------------------------------------------------------------------------
+//
+// Launch: 1-D, global = n_rows * LWS, local = LWS (one work-group per row of d).
+// In place (X == Y, same offsets) is allowed: every item reads its elements
+// for the sums before the reduction's barriers and writes only those after.
+
+// y = x / sqrt(mean(x^2) + eps) * w (w: d floats, unless !has_w).
+__kernel void rms_norm(__global const uchar *X, ulong x_off, __global const uchar *W, ulong w_off, int has_w,
+                       __global uchar *Y, ulong y_off, int d, float eps) {
+    __local float red[NM_MAX_LWS];
+    const int r = get_group_id(0), lid = get_local_id(0), lws = get_local_size(0);
+    __global const float *x = (__global const float *)(X + x_off) + (ulong)r * d;
+    __global const float *w = (__global const float *)(W + w_off);
+    __global float *y = (__global float *)(Y + y_off) + (ulong)r * d;
+    float s = 0.0f;
+    for (int i = lid; i < d; i += lws) s += x[i] * x[i];
+    s = wg_sum(s, red);
+    const float scale = 1.0f / sqrt(s / (float)d + eps);
+    for (int i = lid; i < d; i += lws) y[i] = x[i] * scale * (has_w ? w[i] : 1.0f);
+}
+
+// y = (x - mean) / sqrt(var + eps) * w + b, var = mean((x - mean)^2).
+__kernel void layer_norm(__global const uchar *X, ulong x_off, __global const uchar *W, ulong w_off, int has_w,
+                         __global const uchar *Bias, ulong b_off, int has_b, __global uchar *Y, ulong y_off, int d,
+                         float eps) {
+    __local float red[NM_MAX_LWS];
+    const int r = get_group_id(0), lid = get_local_id(0), lws = get_local_size(0);
+    __global const float *x = (__global const float *)(X + x_off) + (ulong)r * d;
+    __global const float *w = (__global const float *)(W + w_off);
+    __global const float *b = (__global const float *)(Bias + b_off);
+    __global float *y = (__global float *)(Y + y_off) + (ulong)r * d;
+    float s = 0.0f;
+    for (int i = lid; i < d; i += lws) s += x[i];
+    const float mean = wg_sum(s, red) / (float)d;
+    float ss = 0.0f;
+    for (int i = lid; i < d; i += lws) ss += (x[i] - mean) * (x[i] - mean);
+    const float scale = 1.0f / sqrt(wg_sum(ss, red) / (float)d + eps);
+    for (int i = lid; i < d; i += lws) {
+        float v = (x[i] - mean) * scale;
+        if (has_w) v *= w[i];
+        if (has_b) v += b[i];
+        y[i] = v;
+    }
+}
+
+// ---- rope -------------------------------------------------------------------------------
+//
+// In place on X = [n_tok, n_head, head_dim] f32; token t at position Pos[t].
+// Pair i < n_rot/2 is (2i, 2i+1) for mode 0 (NORM), (i, i + n_rot/2) for
+// mode 2 (NEOX), turned by theta = (pos * freq_scale) * freq_base^(-2i/n_rot),
+// the same float operations as the CPU backend's op_rope (with fp64 the power
+// and cos/sin are correctly rounded, as glibc's powf/cosf/sinf are in
+// practice). Elements >= n_rot are untouched.
+// Launch: 3-D, global = (round_up(n_rot/2, L), n_head, n_tok), local any (NULL).
+__kernel void rope(__global uchar *X, ulong x_off, __global const uchar *Pos, ulong pos_off, int n_head, int head_dim,
+                   int n_rot, int mode, float freq_base, float freq_scale) {
+    const int i = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
+    if (i >= n_rot / 2 || h >= n_head) return;
+    const float p = (float)((__global const int *)(Pos + pos_off))[t] * freq_scale;
+    const float ex = -2.0f * (float)i / (float)n_rot;
+#ifdef NM_HAVE_FP64
+    const float theta = p * (float)pow((double)freq_base, (double)ex);
+    const float c = (float)cos((double)theta), s = (float)sin((double)theta);
+#else
+    const float theta = p * pow(freq_base, ex);
+    const float c = cos(theta), s = sin(theta);
+#endif
+    __global float *x = (__global float *)(X + x_off) + ((ulong)t * n_head + h) * head_dim;
+    const int a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
+    const float x0 = x[a], x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+}
+
+// ---- KV cache ---------------------------------------------------------------------------
+//
+// Cache row Pos[t] (width halves) = Src row t (width floats) rounded to
+// nearest even. Launch: 2-D, global = (round_up(width, L), n_tok), local any.
+__kernel void kv_store(__global const uchar *Src, ulong src_off, __global uchar *Cache, ulong cache_off,
+                       __global const uchar *Pos, ulong pos_off, int width) {
+    const int i = get_global_id(0), t = get_global_id(1);
+    if (i >= width) return;
+    const int pos = ((__global const int *)(Pos + pos_off))[t];
+    const float v = ((__global const float *)(Src + src_off))[(ulong)t * width + i];
+    vstore_half_rte(v, (ulong)pos * width + i, (__global half *)(Cache + cache_off));
+}
+
+// ---- attention --------------------------------------------------------------------------
+//
+// The core shared by both kernels: one query q against keys [lo, hi] of K/V
+// (rows `stride` elements apart, f16 if f16 else f32), in chunks of `chunk`
+// keys whose scores go to sc[0..chunk): scores, the chunk's max, exp and sum,
+// then O += p V, with the running max and sum of an online softmax carried
+// across chunks. Each work-item owns output dims lid, lid + LWS, ... (acc)
+// and, per chunk, keys lid, lid + LWS, ... (scores).
+// qv, acc: __local float[head_dim]; red: __local float[LWS].
+NM_INLINE float attn_kdot(__global const uchar *K, int f16, ulong e, __local const float *q, int n) {
+    float s = 0.0f;
+    int d = 0;
+    if (f16) {
+        __global const half *k = (__global const half *)K + e;
+        for (; d + 4 <= n; d += 4) s += dot(vload_half4(0, k + d), vload4(0, q + d));
+        for (; d < n; d++) s += vload_half(d, k) * q[d];
+    } else {
+        __global const float *k = (__global const float *)K + e;
+        for (; d + 4 <= n; d += 4) s += dot(vload4(0, k + d), vload4(0, q + d));
+        for (; d < n; d++) s += k[d] * q[d];
+    }
+    return s;
+}
+
+NM_INLINE void attn_core(__global const float *q, __global const uchar *K, __global const uchar *V, int f16, ulong stride,
+                      int lo, int hi, int chunk, int head_dim, float scale, float softcap, __global float *sc,
+                      __global float *o, __local float *qv, __local float *acc, __local float *red) {
+    const int lid = get_local_id(0), lws = get_local_size(0);
+    for (int d = lid; d < head_dim; d += lws) qv[d] = q[d], acc[d] = 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float m = -INFINITY, l = 0.0f;
+    for (int c0 = lo; c0 <= hi; c0 += chunk) {
+        const int nk = min(chunk, hi - c0 + 1);
+        float mx = -INFINITY;
+        for (int j = lid; j < nk; j += lws) {
+            float s = attn_kdot(K, f16, (ulong)(c0 + j) * stride, qv, head_dim) * scale;
+            if (softcap > 0.0f) s = softcap * tanh(s / softcap);
+            sc[j] = s;
+            mx = fmax(mx, s);
+        }
+        mx = wg_max(mx, red);
+        const float mn = fmax(m, mx), r = exp(m - mn); // r = 0 on the first chunk (m = -inf)
+        float ls = 0.0f;
+        for (int j = lid; j < nk; j += lws) {
+            const float e = exp(sc[j] - mn);
+            sc[j] = e;
+            ls += e;
+        }
+        ls = wg_sum(ls, red);
+        barrier(CLK_GLOBAL_MEM_FENCE); // every item's sc[] visible to all
+        l = l * r + ls;
+        for (int d = lid; d < head_dim; d += lws) {
+            float a = acc[d] * r;
+            if (f16) {
+                __global const half *v = (__global const half *)V + d;
+                for (int j = 0; j < nk; j++) a += sc[j] * vload_half((ulong)(c0 + j) * stride, v);
+            } else {
+                __global const float *v = (__global const float *)V + d;
+                for (int j = 0; j < nk; j++) a += sc[j] * v[(ulong)(c0 + j) * stride];
+            }
+            acc[d] = a;
+        }
+        m = mn;
+        barrier(CLK_GLOBAL_MEM_FENCE); // sc[] read by all before the next chunk writes it
+    }
+    const float inv = 1.0f / l;
+    for (int d = lid; d < head_dim; d += lws) o[d] = acc[d] * inv;
+}
+
+// Causal attention of n_tok queries over an f16 KV cache.
+// Q, O: [n_tok, n_head * head_dim] f32; Kc, Vc: rows of kv_width halves
+// (n_kv_head * head_dim), row j = position j. Query t at position Pos[t]
+// sees keys [lo, Pos[t]], lo = window > 0 ? max(0, Pos[t] - window + 1) : 0
+// (as the CPU backend's attn_worker). Head h reads KV head
+// h / (n_head / n_kv_head). score = (q . k) * scale, then
+// softcap * tanh(score / softcap) if softcap > 0; softmax in f32.
+// Launch: 2-D, global = (n_head * LWS, n_tok), local = (LWS, 1): work-group
+// (h, t). Scratch: n_tok * n_head regions of max_keys floats, group (h, t)
+// uses region t * n_head + h; any max_keys >= 1 works (more keys are taken
+// in chunks of max_keys), the window or context length avoids the chunk loop.
+// head_dim <= NM_MAX_HD. Local memory: 2 * NM_MAX_HD + NM_MAX_LWS floats.
+__kernel void attention(__global const uchar *Q, ulong q_off, __global const uchar *Kc, ulong k_off,
+                        __global const uchar *Vc, ulong v_off, __global const uchar *Pos, ulong pos_off,
+                        __global uchar *O, ulong o_off, int n_head, int n_kv_head, int head_dim, int kv_width,
+                        int window, float scale, float softcap, __global uchar *Scratch, ulong scratch_off,
+                        int max_keys) {
+    __local float qv[NM_MAX_HD], acc[NM_MAX_HD], red[NM_MAX_LWS];
+    const int h = get_group_id(0), t = get_group_id(1);
+    const int kvh = h / (n_head / n_kv_head);
+    const int pos = ((__global const int *)(Pos + pos_off))[t];
+    const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    const ulong qo = ((ulong)t * n_head + h) * head_dim;
+    __global float *sc = (__global float *)(Scratch + scratch_off) + ((ulong)t * n_head + h) * (ulong)max(max_keys, 1);
+    attn_core((__global const float *)(Q + q_off) + qo, Kc + k_off + (ulong)kvh * head_dim * 2,
+              Vc + v_off + (ulong)kvh * head_dim * 2, 1, (ulong)kv_width, lo, pos, max(max_keys, 1), head_dim, scale,
+              softcap, sc, (__global float *)(O + o_off) + qo, qv, acc, red);
+}
+
+// Bidirectional attention (vision encoders): queries over n_tok keys, all f32
+// [rows, n_head * head_dim]; no mask, no softcap.
+// Launch: 2-D, global = (n_head * LWS, n_q), local = (LWS, 1): work-group
+// (h, t) computes query t (usually n_q = n_tok; the host may take the queries
+// in batches by moving q_off/o_off). Scratch: n_q * n_head regions of n_tok
+// floats, group (h, t) uses region t * n_head + h. head_dim <= NM_MAX_HD.
+__kernel void attention_full(__global const uchar *Q, ulong q_off, __global const uchar *K, ulong k_off,
+                             __global const uchar *V, ulong v_off, __global uchar *O, ulong o_off, int n_tok,
+                             int n_head, int head_dim, float scale, __global uchar *Scratch, ulong scratch_off) {
+    __local float qv[NM_MAX_HD], acc[NM_MAX_HD], red[NM_MAX_LWS];
+    const int h = get_group_id(0), t = get_group_id(1);
+    const ulong stride = (ulong)n_head * head_dim, qo = (ulong)t * stride + (ulong)h * head_dim;
+    __global float *sc = (__global float *)(Scratch + scratch_off) + ((ulong)t * n_head + h) * (ulong)n_tok;
+    attn_core((__global const float *)(Q + q_off) + qo, K + k_off + (ulong)h * head_dim * 4,
+              V + v_off + (ulong)h * head_dim * 4, 0, stride, 0, n_tok - 1, n_tok, head_dim, scale, 0.0f, sc,
+              (__global float *)(O + o_off) + qo, qv, acc, red);
+}
+
+// ---- element-wise -----------------------------------------------------------------------
+//
+// Launch: 1-D, global = round_up(n, L), local any (NULL). In place (Y == an
+// input, same offset) is allowed.
+
+// act 0: SiLU x / (1 + e^-x); 1: GELU (tanh), written as x / (1 + e^(-2z)),
+// z = sqrt(2/pi) (x + 0.044715 x^3), the same function as 0.5 x (1 + tanh z)
+// and the CPU backend's form; 2: GELU quick x / (1 + e^(-1.702 x)).
+NM_INLINE float nm_act(float x, int act) {
+    if (act == 0) return x / (1.0f + exp(-x));
+    if (act == 1) return x / (1.0f + exp(-(2.0f * 0.7978845608028654f) * x * (1.0f + 0.044715f * x * x)));
+    return x / (1.0f + exp(-1.702f * x));
+}
+
+// y = act(g) * u (act 0 or 1).
+__kernel void glu(__global const uchar *G, ulong g_off, __global const uchar *U, ulong u_off, __global uchar *Y,
+                  ulong y_off, int n, int act) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    const float g = ((__global const float *)(G + g_off))[i], u = ((__global const float *)(U + u_off))[i];
+    ((__global float *)(Y + y_off))[i] = nm_act(g, act) * u;
+}
+
+__kernel void act(__global const uchar *X, ulong x_off, __global uchar *Y, ulong y_off, int n, int act) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    ((__global float *)(Y + y_off))[i] = nm_act(((__global const float *)(X + x_off))[i], act);
+}
+
+__kernel void add(__global const uchar *A, ulong a_off, __global const uchar *B, ulong b_off, __global uchar *Y,
+                  ulong y_off, int n) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    ((__global float *)(Y + y_off))[i] =
+        ((__global const float *)(A + a_off))[i] + ((__global const float *)(B + b_off))[i];
+}
+
+__kernel void scale(__global const uchar *A, ulong a_off, __global uchar *Y, ulong y_off, int n, float f) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    ((__global float *)(Y + y_off))[i] = ((__global const float *)(A + a_off))[i] * f;
+}
+
+// y = cap * tanh(a / cap).
+__kernel void softcap(__global const uchar *A, ulong a_off, __global uchar *Y, ulong y_off, int n, float cap) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    ((__global float *)(Y + y_off))[i] = cap * tanh(((__global const float *)(A + a_off))[i] / cap);
+}

@@ -1,0 +1,920 @@
+// OpenCL backend: the ICD loader opened at run time (cl_api.h), any OpenCL
+// 1.2+ device, kernels (kernels.cl, embedded) built at creation with a
+// program-binary cache under ~/.cache/nanomind/opencl. Weights and other host
+// memory are imported: wrapped in place (CL_MEM_USE_HOST_PTR on the page-
+// aligned range) where the device shares host memory, uploaded once (and
+// counted in the ledger) where it does not. Ops are enqueued in order on one
+// in-order queue; submit returns once they are queued.
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/opencl/cl_api.h"
+#include "backend/registry.h"
+#include "quant/quant.h"
+
+extern const unsigned char nm_cl_kernels_source[];
+extern const size_t nm_cl_kernels_source_len;
+
+// Work-group size of the reductions (decode matvec, norms, attention). A
+// power of two; the kernels reduce through __local float[256].
+#define NM_CL_LWS 64
+#define NM_CL_MAX_IMPORTS 32
+// The prefill matmul's geometry (kernels.cl, mm_T): work-groups of 16 x 16
+// items, each computing a tile of 32 weight rows x 32 tokens.
+#define NM_CL_MM_LX 16
+#define NM_CL_MM_LY 16
+#define NM_CL_MM_TN 32
+#define NM_CL_MM_TT 32
+#define NM_CL_MAX_HD 512 // attention: head_dim limit of the kernels
+
+typedef struct cl_import {
+    const uint8_t *base; // host address of the range (page-aligned)
+    size_t size;
+    cl_mem mem;
+    bool copied; // uploaded (the device does not share host memory)
+} cl_import;
+
+enum { K_MV, K_MM, K_GET_ROWS, K_NKINDS };
+
+// Kernels by weight type; NULL where the type has none.
+typedef struct cl_typed {
+    cl_kernel k[K_NKINDS][NM_TYPE_COUNT];
+} cl_typed;
+
+typedef struct nm_ocl {
+    nm_backend *self;
+    nm_cl_api api;
+    cl_platform_id platform;
+    cl_device_id dev;
+    cl_context ctx;
+    cl_command_queue q;
+    cl_program prog;
+    cl_typed typed;
+    cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
+        k_attention_full;
+    bool unified;
+    char dev_name[128], driver[64];
+    cl_ulong mem_bytes, max_alloc;
+    size_t max_wg;
+    cl_import imports[NM_CL_MAX_IMPORTS];
+    int n_imports;
+    cl_mem scratch; // attention scores
+    size_t scratch_bytes;
+    cl_mem dummy;   // bound where an optional operand is absent
+    int64_t max_row, max_tokens;
+    nm_ledger *ledger;
+    int ep_host, ep_dev;
+    uint64_t bytes_wrapped, bytes_uploaded;
+    char err[1024];
+} nm_ocl;
+
+typedef struct cl_event_wrap {
+    nm_event base;
+    cl_event ev;
+} cl_event_wrap;
+
+static nm_status ofail(nm_ocl *o, nm_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->err, sizeof o->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static const char *type_name(uint32_t t) {
+    const nm_type_traits *tr = nm_type_traits_get(t);
+    return tr ? tr->name : "?";
+}
+
+// ---- devices ---------------------------------------------------------------------------
+
+// The index-th device over all platforms, in order.
+static int find_device(const nm_cl_api *api, int index, cl_platform_id *plat, cl_device_id *dev, int *count) {
+    cl_platform_id ps[16];
+    cl_uint np = 0;
+    int n = 0, found = -1;
+    if (api->clGetPlatformIDs(16, ps, &np) != CL_SUCCESS) np = 0;
+    for (cl_uint i = 0; i < np && i < 16; i++) {
+        cl_device_id ds[16];
+        cl_uint nd = 0;
+        if (api->clGetDeviceIDs(ps[i], CL_DEVICE_TYPE_ALL, 16, ds, &nd) != CL_SUCCESS) continue;
+        for (cl_uint j = 0; j < nd && j < 16; j++, n++)
+            if (n == index) {
+                *plat = ps[i];
+                *dev = ds[j];
+                found = n;
+            }
+    }
+    if (count) *count = n;
+    return found;
+}
+
+static void dev_str(const nm_cl_api *api, cl_device_id d, cl_device_info what, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (api->clGetDeviceInfo(d, what, n, buf, NULL) != CL_SUCCESS) buf[0] = '\0';
+    buf[n - 1] = '\0';
+}
+
+static cl_ulong dev_ulong(const nm_cl_api *api, cl_device_id d, cl_device_info what) {
+    cl_ulong v = 0;
+    if (api->clGetDeviceInfo(d, what, sizeof v, &v, NULL) != CL_SUCCESS) return 0;
+    return v;
+}
+
+static bool dev_bool(const nm_cl_api *api, cl_device_id d, cl_device_info what) {
+    cl_bool v = CL_FALSE;
+    if (api->clGetDeviceInfo(d, what, sizeof v, &v, NULL) != CL_SUCCESS) return false;
+    return v == CL_TRUE;
+}
+
+// ---- program: build, binary cache ---------------------------------------------------------
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+// ~/.cache/nanomind/opencl/<hash>.bin: the hash covers the source, the build
+// options, the device and the driver. Empty if HOME is unset.
+static void cache_path(const nm_ocl *o, const char *opts, char *path, size_t n) {
+    const char *home = getenv("HOME");
+    path[0] = '\0';
+    if (!home || !*home) return;
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = fnv1a(h, nm_cl_kernels_source, nm_cl_kernels_source_len);
+    h = fnv1a(h, opts, strlen(opts));
+    h = fnv1a(h, o->dev_name, strlen(o->dev_name));
+    h = fnv1a(h, o->driver, strlen(o->driver));
+    snprintf(path, n, "%s/.cache/nanomind/opencl/%016llx.bin", home, (unsigned long long)h);
+}
+
+static void mkdirs(const char *path) { // the directories above the file at path
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            (void)mkdir(tmp, 0755);
+            *p = '/';
+        }
+}
+
+static bool build_log(nm_ocl *o, cl_program prog, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    if (o->api.clGetProgramBuildInfo(prog, o->dev, CL_PROGRAM_BUILD_LOG, n - 1, buf, &len) != CL_SUCCESS) return false;
+    buf[len < n ? len : n - 1] = '\0';
+    return true;
+}
+
+// From the cached binary if there is one that builds, else from source (and
+// then the binary is cached). NM_OPENCL_FORCE_BUILD_FAIL=1 makes the source
+// fail to compile (tests of the fallback path).
+static nm_status build_program(nm_ocl *o) {
+    const char *opts = "-cl-std=CL1.2";
+    char path[1024];
+    cache_path(o, opts, path, sizeof path);
+    const bool force_fail = getenv("NM_OPENCL_FORCE_BUILD_FAIL") && atoi(getenv("NM_OPENCL_FORCE_BUILD_FAIL")) == 1;
+    cl_int e = CL_SUCCESS;
+    if (path[0] && !force_fail) {
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            unsigned char *bin = NULL;
+            long n = -1;
+            if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+                (bin = malloc((size_t)n)) && fread(bin, 1, (size_t)n, f) == (size_t)n) {
+                size_t len = (size_t)n;
+                cl_int bst = CL_SUCCESS;
+                const unsigned char *bp = bin;
+                cl_program p = o->api.clCreateProgramWithBinary(o->ctx, 1, &o->dev, &len, &bp, &bst, &e);
+                if (p && e == CL_SUCCESS && bst == CL_SUCCESS &&
+                    o->api.clBuildProgram(p, 1, &o->dev, opts, NULL, NULL) == CL_SUCCESS) {
+                    o->prog = p;
+                } else if (p) {
+                    o->api.clReleaseProgram(p);
+                }
+            }
+            free(bin);
+            fclose(f);
+            if (o->prog) return NM_OK;
+        }
+    }
+    static const char broken[] = "#error NM_OPENCL_FORCE_BUILD_FAIL is set\n";
+    const char *srcs[2] = {broken, (const char *)nm_cl_kernels_source};
+    const size_t lens[2] = {sizeof broken - 1, nm_cl_kernels_source_len};
+    cl_program p = o->api.clCreateProgramWithSource(o->ctx, force_fail ? 2 : 1, force_fail ? srcs : srcs + 1,
+                                                    force_fail ? lens : lens + 1, &e);
+    if (!p || e != CL_SUCCESS) return ofail(o, NM_ERR_UNSUPPORTED, "opencl: cannot create the program: %s", nm_cl_strerror(e));
+    if ((e = o->api.clBuildProgram(p, 1, &o->dev, opts, NULL, NULL)) != CL_SUCCESS) {
+        char log[768];
+        build_log(o, p, log, sizeof log);
+        for (char *c = log; *c; c++) // one line: the message goes on after it
+            if (*c == '\n' || *c == '\r') *c = ' ';
+        o->api.clReleaseProgram(p);
+        return ofail(o, NM_ERR_UNSUPPORTED, "opencl: the kernels do not build on %s (%s): %s", o->dev_name,
+                     nm_cl_strerror(e), log[0] ? log : "no build log");
+    }
+    o->prog = p;
+    if (!path[0]) return NM_OK;
+    // cache the binary (best effort: a failure only costs the next start a build)
+    size_t bin_size = 0;
+    if (o->api.clGetProgramInfo(p, CL_PROGRAM_BINARY_SIZES, sizeof bin_size, &bin_size, NULL) != CL_SUCCESS || !bin_size)
+        return NM_OK;
+    unsigned char *bin = malloc(bin_size);
+    if (bin && o->api.clGetProgramInfo(p, CL_PROGRAM_BINARIES, sizeof bin, &bin, NULL) == CL_SUCCESS) {
+        mkdirs(path);
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+        FILE *f = fopen(tmp, "wb");
+        if (f) {
+            bool ok = fwrite(bin, 1, bin_size, f) == bin_size;
+            ok = fclose(f) == 0 && ok;
+            if (!ok || rename(tmp, path) != 0) (void)unlink(tmp);
+        }
+    }
+    free(bin);
+    return NM_OK;
+}
+
+static const uint32_t mm_types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0,
+                                    NM_TYPE_Q8_0, NM_TYPE_Q4_K, NM_TYPE_Q5_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
+
+static nm_status make_kernels(nm_ocl *o) {
+    static const char *prefix[K_NKINDS] = {"mv_", "mm_", "get_rows_"};
+    cl_int e;
+    for (int kind = 0; kind < K_NKINDS; kind++)
+        for (size_t i = 0; i < sizeof mm_types / sizeof mm_types[0]; i++) {
+            const uint32_t t = mm_types[i];
+            char name[64];
+            snprintf(name, sizeof name, "%s%s", prefix[kind], type_name(t));
+            o->typed.k[kind][t] = o->api.clCreateKernel(o->prog, name, &e);
+            if (!o->typed.k[kind][t] || e != CL_SUCCESS)
+                return ofail(o, NM_ERR_UNSUPPORTED, "opencl: kernel %s: %s", name, nm_cl_strerror(e));
+        }
+    struct { cl_kernel *k; const char *name; } named[] = {
+        {&o->k_rms_norm, "rms_norm"}, {&o->k_layer_norm, "layer_norm"}, {&o->k_rope, "rope"},
+        {&o->k_kv_store, "kv_store"}, {&o->k_attention, "attention"},   {&o->k_glu, "glu"},
+        {&o->k_act, "act"},           {&o->k_add, "add"},               {&o->k_scale, "scale"},
+        {&o->k_softcap, "softcap"},   {&o->k_attention_full, "attention_full"},
+    };
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
+        *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
+        if (!*named[i].k || e != CL_SUCCESS)
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: kernel %s: %s", named[i].name, nm_cl_strerror(e));
+    }
+    return NM_OK;
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+static size_t tensor_bytes(const nm_tensor *t) {
+    if (t->type == NM_TYPE_I32) return 4 * (size_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    return nm_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+}
+
+// The device buffer and byte offset of t: a buffer of this backend, or host
+// memory inside an imported range.
+static bool mem_of(nm_ocl *o, const nm_tensor *t, cl_mem *m, cl_ulong *off) {
+    if (t->buf && t->buf->owner == o->self) {
+        *m = (cl_mem)t->buf->impl;
+        *off = t->offs;
+        return t->offs + tensor_bytes(t) <= t->buf->size;
+    }
+    // host memory: the host's own, or another backend's buffer the host addresses
+    const uint8_t *p = t->buf ? t->buf->host : (const uint8_t *)(uintptr_t)t->offs;
+    if (!p) return false;
+    if (t->buf) p += t->offs;
+    const size_t n = tensor_bytes(t);
+    for (int i = 0; i < o->n_imports; i++) {
+        const cl_import *im = &o->imports[i];
+        if (p >= im->base && n <= im->size && (size_t)(p - im->base) <= im->size - n) {
+            *m = im->mem;
+            *off = (cl_ulong)(p - im->base);
+            return true;
+        }
+    }
+    return false;
+}
+
+static nm_buffer *ocl_buffer_alloc(nm_backend *b, size_t size) {
+    nm_ocl *o = b->impl;
+    if (size > o->max_alloc) {
+        ofail(o, NM_ERR_NOMEM, "opencl: a buffer of %zu bytes is over the device's limit of %llu", size,
+              (unsigned long long)o->max_alloc);
+        return NULL;
+    }
+    nm_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf) return NULL;
+    cl_int e;
+    const size_t n = size ? size : 64;
+    cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, n, NULL, &e);
+    if (!m || e != CL_SUCCESS) {
+        if (m) o->api.clReleaseMemObject(m);
+        free(buf);
+        ofail(o, NM_ERR_NOMEM, "opencl: out of device memory for %zu bytes (%s)", size, nm_cl_strerror(e));
+        return NULL;
+    }
+    buf->owner = b;
+    buf->impl = m;
+    buf->size = size;
+    buf->host = NULL; // reached through tensor_set/tensor_get
+    return buf;
+}
+
+static void ocl_buffer_free(nm_backend *b, nm_buffer *buf) {
+    nm_ocl *o = b->impl;
+    if (!buf) return;
+    if (buf->impl) o->api.clReleaseMemObject((cl_mem)buf->impl);
+    free(buf);
+}
+
+static nm_status ocl_buffer_import_host(nm_backend *b, const void *p, size_t size, bool writable) {
+    nm_ocl *o = b->impl;
+    if (!p || !size) return ofail(o, NM_ERR_INVALID_ARG, "opencl: import of an empty range");
+    const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    const uintptr_t lo = (uintptr_t)p / (uintptr_t)page * (uintptr_t)page;
+    const uintptr_t hi = ((uintptr_t)p + size + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    for (int i = 0; i < o->n_imports; i++) // already imported
+        if ((uintptr_t)o->imports[i].base <= lo && lo - (uintptr_t)o->imports[i].base + (hi - lo) <= o->imports[i].size)
+            return NM_OK;
+    if (o->n_imports == NM_CL_MAX_IMPORTS) return ofail(o, NM_ERR_RANGE, "opencl: more than %d imported ranges", NM_CL_MAX_IMPORTS);
+    if (hi - lo > o->max_alloc)
+        return ofail(o, NM_ERR_NOMEM, "opencl: %zu bytes of host memory are over the device's buffer limit of %llu",
+                     (size_t)(hi - lo), (unsigned long long)o->max_alloc);
+    cl_int e;
+    const cl_mem_flags rw = writable ? CL_MEM_READ_WRITE : CL_MEM_READ_ONLY;
+    // Unified: the device reads the pages where they are. Discrete: one upload.
+    const cl_mem_flags how = o->unified ? CL_MEM_USE_HOST_PTR : CL_MEM_COPY_HOST_PTR;
+    cl_mem m = o->api.clCreateBuffer(o->ctx, rw | how, hi - lo, (void *)lo, &e);
+    if (!m || e != CL_SUCCESS)
+        return ofail(o, NM_ERR_NOMEM, "opencl: cannot import %zu bytes of host memory (%s)", (size_t)(hi - lo),
+                     nm_cl_strerror(e));
+    cl_import *im = &o->imports[o->n_imports++];
+    im->base = (const uint8_t *)lo;
+    im->size = hi - lo;
+    im->mem = m;
+    im->copied = !o->unified;
+    if (im->copied) {
+        o->bytes_uploaded += im->size;
+        nm_ledger_count(o->ledger, o->ep_host, o->ep_dev, im->size);
+    } else {
+        o->bytes_wrapped += im->size;
+    }
+    return NM_OK;
+}
+
+static nm_status ocl_tensor_rw(nm_backend *b, const nm_tensor *t, size_t offs, void *host, size_t n, bool write) {
+    nm_ocl *o = b->impl;
+    if (!t->buf || (t->buf->owner != b && t->buf->host)) { // host memory: after the queued work
+        cl_int e = o->api.clFinish(o->q);
+        if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
+        uint8_t *p = (t->buf ? t->buf->host + t->offs : (uint8_t *)(uintptr_t)t->offs) + offs;
+        if (write) memcpy(p, host, n);
+        else memcpy(host, p, n);
+        return NM_OK;
+    }
+    if (t->buf->owner != b || offs + n > t->buf->size - t->offs)
+        return ofail(o, NM_ERR_INVALID_ARG, "opencl: %zu bytes at %zu are outside the tensor's buffer", n, offs);
+    cl_mem m = (cl_mem)t->buf->impl;
+    cl_int e = write ? o->api.clEnqueueWriteBuffer(o->q, m, CL_TRUE, t->offs + offs, n, host, 0, NULL, NULL)
+                     : o->api.clEnqueueReadBuffer(o->q, m, CL_TRUE, t->offs + offs, n, host, 0, NULL, NULL);
+    if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s %zu bytes: %s", write ? "writing" : "reading", n, nm_cl_strerror(e));
+    return NM_OK;
+}
+
+static nm_status ocl_tensor_set(nm_backend *b, const nm_tensor *t, size_t offs, const void *src, size_t n) {
+    return ocl_tensor_rw(b, t, offs, (void *)src, n, true);
+}
+
+static nm_status ocl_tensor_get(nm_backend *b, const nm_tensor *t, size_t offs, void *dst, size_t n) {
+    return ocl_tensor_rw(b, t, offs, dst, n, false);
+}
+
+// ---- ops -------------------------------------------------------------------------------
+
+static bool f32(const nm_tensor *t) { return t && t->type == NM_TYPE_F32; }
+
+static bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
+    const nm_ocl *o = b->impl;
+    if (op->flags & NM_OPF_GGML_F16) return false; // ggml's f16 rounding is the CPU's
+    switch (op->kind) {
+    case NM_OP_MATMUL: {
+        const uint32_t t = op->src0->type;
+        const nm_type_traits *tr = nm_type_traits_get(t);
+        return t < NM_TYPE_COUNT && o->typed.k[K_MV][t] && tr && op->src0->ne[0] % tr->blck_size == 0 &&
+               f32(op->src1) && f32(op->dst) && (!op->src2 || f32(op->src2)) && op->src1->ne[0] == op->src0->ne[0];
+    }
+    case NM_OP_GET_ROWS: {
+        const uint32_t t = op->src0->type;
+        return t < NM_TYPE_COUNT && o->typed.k[K_GET_ROWS][t] && op->ids && f32(op->dst);
+    }
+    case NM_OP_ATTENTION:
+        return op->i1 > 0 && op->i0 % op->i1 == 0 && op->i2 > 0 && op->i2 <= NM_CL_MAX_HD && op->kv && op->ids;
+    case NM_OP_ATTENTION_FULL: return op->i2 > 0 && op->i2 <= NM_CL_MAX_HD;
+    case NM_OP_ROPE: return op->i3 <= op->i1 && op->i3 % 2 == 0 && op->ids;
+    case NM_OP_KV_STORE: return op->kv && op->ids && op->src0->ne[1] <= op->n_ctx;
+    case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
+    case NM_OP_GLU: return op->i0 == NM_ACT_SILU || op->i0 == NM_ACT_GELU_TANH;
+    case NM_OP_RMS_NORM:
+    case NM_OP_NORM:
+    case NM_OP_ADD:
+    case NM_OP_SCALE:
+    case NM_OP_SOFTCAP: return true;
+    default: return false;
+    }
+}
+
+typedef struct karg {
+    size_t size;
+    const void *p;
+} karg;
+
+#define A(x) ((karg){sizeof(x), &(x)})
+
+static nm_status launch(nm_ocl *o, cl_kernel k, const char *what, cl_uint dim, const size_t *global,
+                        const size_t *local, const karg *args, int n_args) {
+    for (int i = 0; i < n_args; i++) {
+        cl_int e = o->api.clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].p);
+        if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s argument %d: %s", what, i, nm_cl_strerror(e));
+    }
+    for (cl_uint d = 0; d < dim; d++)
+        if (global[d] == 0) return NM_OK; // nothing to do
+    cl_int e = o->api.clEnqueueNDRangeKernel(o->q, k, dim, NULL, global, local, 0, NULL, NULL);
+    if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s: %s", what, nm_cl_strerror(e));
+    return NM_OK;
+}
+
+// A tensor's buffer and offset as kernel arguments.
+typedef struct dmem {
+    cl_mem m;
+    cl_ulong off;
+} dmem;
+
+#define RESOLVE(var, t)                                                                                  \
+    dmem var = {o->dummy, 0};                                                                            \
+    if ((t) && !mem_of(o, (t), &var.m, &var.off))                                                        \
+        return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d: an operand is in memory the device cannot reach " \
+                     "(host memory not imported)", op->kind)
+
+static nm_status scratch_reserve(nm_ocl *o, size_t bytes) {
+    if (bytes <= o->scratch_bytes) return NM_OK;
+    cl_int e = o->api.clFinish(o->q); // work queued may still read the old one
+    if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
+    if (o->scratch) o->api.clReleaseMemObject(o->scratch);
+    o->scratch_bytes = 0;
+    o->scratch = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
+    if (!o->scratch || e != CL_SUCCESS) {
+        o->scratch = NULL;
+        return ofail(o, NM_ERR_NOMEM, "opencl: out of device memory for %zu bytes of attention scores", bytes);
+    }
+    o->scratch_bytes = bytes;
+    return NM_OK;
+}
+
+static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
+    RESOLVE(w, op->src0);
+    RESOLVE(x, op->src1);
+    RESOLVE(y, op->dst);
+    RESOLVE(bias, op->src2);
+    const cl_int has_bias = op->src2 != NULL, K = (cl_int)op->src0->ne[0], N = (cl_int)op->src0->ne[1];
+    const int64_t T = op->src1->ne[1];
+    const uint32_t t = op->src0->type;
+    if (T == 1 || (op->flags & NM_OPF_ROWWISE)) { // each row as decode computes it
+        for (int64_t r = 0; r < T; r++) {
+            cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4;
+            const karg args[] = {A(w.m), A(w.off), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
+                                 A(has_bias), A(K), A(N)};
+            const size_t local = NM_CL_LWS, global = (size_t)N * NM_CL_LWS;
+            nm_status st = launch(o, o->typed.k[K_MV][t], "matvec", 1, &global, &local, args, 11);
+            if (st != NM_OK) return st;
+        }
+        return NM_OK;
+    }
+    const cl_int Tn = (cl_int)T;
+    const karg args[] = {A(w.m), A(w.off), A(x.m), A(x.off), A(y.m), A(y.off), A(bias.m), A(bias.off),
+                         A(has_bias), A(K), A(N), A(Tn)};
+    const size_t local[2] = {NM_CL_MM_LX, NM_CL_MM_LY};
+    const size_t global[2] = {((size_t)N + NM_CL_MM_TN - 1) / NM_CL_MM_TN * NM_CL_MM_LX,
+                              ((size_t)T + NM_CL_MM_TT - 1) / NM_CL_MM_TT * NM_CL_MM_LY};
+    return launch(o, o->typed.k[K_MM][t], "matmul", 2, global, local, args, 12);
+}
+
+static nm_status op_run(nm_ocl *o, const nm_op *op) {
+    const size_t lws = NM_CL_LWS;
+    switch (op->kind) {
+    case NM_OP_MATMUL: return op_matmul(o, op);
+    case NM_OP_GET_ROWS: {
+        RESOLVE(w, op->src0);
+        RESOLVE(ids, op->ids);
+        RESOLVE(y, op->dst);
+        const cl_int K = (cl_int)op->src0->ne[0];
+        const karg args[] = {A(w.m), A(w.off), A(ids.m), A(ids.off), A(y.m), A(y.off), A(K)};
+        const size_t global[2] = {(((size_t)K + 3) / 4 + 63) / 64 * 64, (size_t)op->dst->ne[1]}, local[2] = {64, 1};
+        return launch(o, o->typed.k[K_GET_ROWS][op->src0->type], "get_rows", 2, global, local, args, 7);
+    }
+    case NM_OP_RMS_NORM:
+    case NM_OP_NORM: {
+        RESOLVE(x, op->src0);
+        RESOLVE(w, op->src1);
+        RESOLVE(bb, op->src2);
+        RESOLVE(y, op->dst);
+        const cl_int has_w = op->src1 != NULL, has_b = op->src2 != NULL, d = (cl_int)op->src0->ne[0];
+        const float eps = op->f0;
+        const size_t rows = (size_t)(op->src0->ne[1] * op->src0->ne[2]), global = rows * lws;
+        if (op->kind == NM_OP_RMS_NORM) {
+            const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(y.m), A(y.off), A(d), A(eps)};
+            return launch(o, o->k_rms_norm, "rms_norm", 1, &global, &lws, args, 9);
+        }
+        const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(bb.m), A(bb.off), A(has_b),
+                             A(y.m), A(y.off), A(d), A(eps)};
+        return launch(o, o->k_layer_norm, "layer_norm", 1, &global, &lws, args, 12);
+    }
+    case NM_OP_ROPE: {
+        RESOLVE(x, op->src0);
+        RESOLVE(pos, op->ids);
+        if (op->dst != op->src0 && (op->dst->buf != op->src0->buf || op->dst->offs != op->src0->offs))
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
+        const cl_int n_head = op->i0, hd = op->i1, mode = op->i2, n_rot = op->i3;
+        const float base = op->f0, fscale = op->f1;
+        const karg args[] = {A(x.m), A(x.off), A(pos.m), A(pos.off), A(n_head), A(hd), A(n_rot), A(mode), A(base),
+                             A(fscale)};
+        const size_t global[3] = {(size_t)(op->i3 / 2), (size_t)op->i0, (size_t)op->src0->ne[1]};
+        return launch(o, o->k_rope, "rope", 3, global, NULL, args, 10);
+    }
+    case NM_OP_KV_STORE: {
+        RESOLVE(k, op->src0);
+        RESOLVE(v, op->src1);
+        RESOLVE(kc, &op->kv->k);
+        RESOLVE(vc, &op->kv->v);
+        RESOLVE(pos, op->ids);
+        const cl_int width = (cl_int)op->src0->ne[0];
+        const size_t global[2] = {(size_t)width, (size_t)op->src0->ne[1]};
+        const karg ak[] = {A(k.m), A(k.off), A(kc.m), A(kc.off), A(pos.m), A(pos.off), A(width)};
+        const karg av[] = {A(v.m), A(v.off), A(vc.m), A(vc.off), A(pos.m), A(pos.off), A(width)};
+        nm_status st = launch(o, o->k_kv_store, "kv_store", 2, global, NULL, ak, 7);
+        return st != NM_OK ? st : launch(o, o->k_kv_store, "kv_store", 2, global, NULL, av, 7);
+    }
+    case NM_OP_ATTENTION: {
+        RESOLVE(q, op->src0);
+        RESOLVE(kc, &op->kv->k);
+        RESOLVE(vc, &op->kv->v);
+        RESOLVE(pos, op->ids);
+        RESOLVE(out, op->dst);
+        const int64_t T = op->src0->ne[1];
+        const cl_int n_head = op->i0, n_kv = op->i1, hd = op->i2, kvw = op->i1 * op->i2, window = op->i3;
+        const cl_int max_keys = op->n_ctx;
+        const float scale = op->f0, softcap = op->f1;
+        nm_status st = scratch_reserve(o, (size_t)T * (size_t)n_head * (size_t)max_keys * sizeof(float));
+        if (st != NM_OK) return st;
+        const cl_ulong soff = 0;
+        const karg args[] = {A(q.m), A(q.off), A(kc.m), A(kc.off), A(vc.m), A(vc.off), A(pos.m), A(pos.off),
+                             A(out.m), A(out.off), A(n_head), A(n_kv), A(hd), A(kvw), A(window), A(scale),
+                             A(softcap), A(o->scratch), A(soff), A(max_keys)};
+        const size_t global[2] = {(size_t)n_head * lws, (size_t)T}, local[2] = {lws, 1};
+        return launch(o, o->k_attention, "attention", 2, global, local, args, 20);
+    }
+    case NM_OP_ATTENTION_FULL: {
+        RESOLVE(q, op->src0);
+        RESOLVE(k, op->src1);
+        RESOLVE(v, op->src2);
+        RESOLVE(out, op->dst);
+        const int64_t T = op->src0->ne[1];
+        const cl_int n_tok = (cl_int)T, n_head = op->i0, hd = op->i2;
+        const float scale = op->f0;
+        nm_status st = scratch_reserve(o, (size_t)T * (size_t)n_head * (size_t)T * sizeof(float));
+        if (st != NM_OK) return st;
+        const cl_ulong soff = 0;
+        const karg args[] = {A(q.m), A(q.off), A(k.m), A(k.off), A(v.m), A(v.off), A(out.m), A(out.off),
+                             A(n_tok), A(n_head), A(hd), A(scale), A(o->scratch), A(soff)};
+        const size_t global[2] = {(size_t)n_head * lws, (size_t)T}, local[2] = {lws, 1};
+        return launch(o, o->k_attention_full, "attention_full", 2, global, local, args, 14);
+    }
+    case NM_OP_GLU:
+    case NM_OP_ADD:
+    case NM_OP_SCALE:
+    case NM_OP_SOFTCAP:
+    case NM_OP_ACT: {
+        RESOLVE(a, op->src0);
+        RESOLVE(bb, op->src1);
+        RESOLVE(y, op->dst);
+        const cl_int n = (cl_int)(op->dst->ne[0] * op->dst->ne[1] * op->dst->ne[2]), act = op->i0;
+        const float f = op->f0;
+        const size_t global = (size_t)n;
+        if (op->kind == NM_OP_GLU) {
+            const karg args[] = {A(a.m), A(a.off), A(bb.m), A(bb.off), A(y.m), A(y.off), A(n), A(act)};
+            return launch(o, o->k_glu, "glu", 1, &global, NULL, args, 8);
+        }
+        if (op->kind == NM_OP_ADD) {
+            const karg args[] = {A(a.m), A(a.off), A(bb.m), A(bb.off), A(y.m), A(y.off), A(n)};
+            return launch(o, o->k_add, "add", 1, &global, NULL, args, 7);
+        }
+        if (op->kind == NM_OP_ACT) {
+            const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(n), A(act)};
+            return launch(o, o->k_act, "act", 1, &global, NULL, args, 6);
+        }
+        const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(n), A(f)};
+        return launch(o, op->kind == NM_OP_SCALE ? o->k_scale : o->k_softcap, "scale", 1, &global, NULL, args, 6);
+    }
+    default: return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d is not supported", op->kind);
+    }
+}
+
+static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
+    nm_ocl *o = b->impl;
+    for (int i = 0; i < n_ops; i++) {
+        if (!ocl_supports_op(b, &ops[i]))
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d (%s) not supported with these operands", ops[i].kind,
+                         ops[i].src0 ? type_name(ops[i].src0->type) : "-");
+        nm_status st = op_run(o, &ops[i]);
+        if (st != NM_OK) return st;
+    }
+    cl_int e = o->api.clFlush(o->q);
+    return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
+}
+
+static nm_status ocl_synchronize(nm_backend *b) {
+    nm_ocl *o = b->impl;
+    cl_int e = o->api.clFinish(o->q);
+    return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
+}
+
+static nm_event *ocl_event_record(nm_backend *b) {
+    nm_ocl *o = b->impl;
+    cl_event_wrap *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->base.owner = b;
+    if (o->api.clEnqueueMarkerWithWaitList(o->q, 0, NULL, &w->ev) != CL_SUCCESS) {
+        free(w);
+        ofail(o, NM_ERR_IO, "opencl: cannot record an event");
+        return NULL;
+    }
+    o->api.clFlush(o->q);
+    return &w->base;
+}
+
+static nm_status ocl_event_sync(nm_backend *b, nm_event *ev) {
+    nm_ocl *o = b->impl;
+    if (!ev) return NM_OK;
+    if (ev->owner != b) return ev->owner->iface->event_sync(ev->owner, ev);
+    cl_event_wrap *w = (cl_event_wrap *)ev;
+    cl_int e = o->api.clWaitForEvents(1, &w->ev);
+    return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: waiting for an event: %s", nm_cl_strerror(e));
+}
+
+// An event of this queue is already ordered (in-order queue); another
+// backend's event is waited for on the host before later work is queued.
+static nm_status ocl_event_wait(nm_backend *b, nm_event *ev) {
+    if (!ev || ev->owner == b) return NM_OK;
+    return ev->owner->iface->event_sync(ev->owner, ev);
+}
+
+static void ocl_event_free(nm_backend *b, nm_event *ev) {
+    nm_ocl *o = b->impl;
+    if (!ev) return;
+    cl_event_wrap *w = (cl_event_wrap *)ev;
+    if (w->ev) o->api.clReleaseEvent(w->ev);
+    free(w);
+}
+
+static void ocl_get_caps(const nm_backend *b, nm_backend_caps *caps) {
+    const nm_ocl *o = b->impl;
+    memset(caps, 0, sizeof *caps);
+    caps->unified_memory = o->unified;
+    caps->async = true;
+    caps->host_memory = false;
+    caps->mem_bytes = o->mem_bytes;
+    for (size_t i = 0; i < sizeof mm_types / sizeof mm_types[0]; i++) caps->weight_types |= 1ull << mm_types[i];
+}
+
+static void ocl_get_stats(const nm_backend *b, nm_backend_stats *s) {
+    const nm_ocl *o = b->impl;
+    s->bytes_wrapped = o->bytes_wrapped;
+    s->bytes_uploaded = o->bytes_uploaded;
+    snprintf(s->device, sizeof s->device, "%s", o->dev_name);
+}
+
+static const char *ocl_last_error(const nm_backend *b) { return ((const nm_ocl *)b->impl)->err; }
+
+static void ocl_release(nm_ocl *o) {
+    if (!o->api.lib) return;
+    if (o->q) o->api.clFinish(o->q);
+    for (int kind = 0; kind < K_NKINDS; kind++)
+        for (int t = 0; t < NM_TYPE_COUNT; t++)
+            if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
+    cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
+                         o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full};
+    for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+        if (named[i]) o->api.clReleaseKernel(named[i]);
+    for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);
+    if (o->scratch) o->api.clReleaseMemObject(o->scratch);
+    if (o->dummy) o->api.clReleaseMemObject(o->dummy);
+    if (o->prog) o->api.clReleaseProgram(o->prog);
+    if (o->q) o->api.clReleaseCommandQueue(o->q);
+    if (o->ctx) o->api.clReleaseContext(o->ctx);
+    nm_cl_api_unload(&o->api);
+}
+
+static void ocl_free(nm_backend *b) {
+    nm_ocl *o = b->impl;
+    ocl_release(o);
+    free(o);
+    free(b);
+}
+
+static const nm_backend_i ocl_iface = {
+    .version = NM_BACKEND_IFACE_VERSION,
+    .name = "opencl",
+    .get_caps = ocl_get_caps,
+    .get_profile = NULL,
+    .buffer_alloc = ocl_buffer_alloc,
+    .buffer_free = ocl_buffer_free,
+    .buffer_import_host = ocl_buffer_import_host,
+    .tensor_set = ocl_tensor_set,
+    .tensor_get = ocl_tensor_get,
+    .supports_op = ocl_supports_op,
+    .submit = ocl_submit,
+    .event_record = ocl_event_record,
+    .event_wait = ocl_event_wait,
+    .event_sync = ocl_event_sync,
+    .event_free = ocl_event_free,
+    .synchronize = ocl_synchronize,
+    .prepare_weight = NULL,
+    .last_error = ocl_last_error,
+    .free = ocl_free,
+    .get_stats = ocl_get_stats,
+};
+
+nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backend **out, char *err, size_t err_size) {
+    *out = NULL;
+    nm_ocl *o = calloc(1, sizeof *o);
+    nm_backend *b = calloc(1, sizeof *b);
+    nm_status st = NM_ERR_NOMEM;
+    if (!o || !b) {
+        snprintf(err, err_size, "opencl: out of memory");
+        goto fail;
+    }
+    if (nm_cl_api_load(&o->api, o->err, sizeof o->err) != 0) {
+        st = NM_ERR_UNSUPPORTED;
+        snprintf(err, err_size, "opencl: no OpenCL runtime here (%s)", o->err);
+        goto fail;
+    }
+    int count = 0;
+    if (find_device(&o->api, index, &o->platform, &o->dev, &count) < 0) {
+        st = NM_ERR_UNSUPPORTED;
+        if (count == 0) snprintf(err, err_size, "opencl: no OpenCL device (no platform is installed, or none has a device)");
+        else snprintf(err, err_size, "opencl: no device opencl:%d (%d device%s: opencl:0..%d)", index, count,
+                      count == 1 ? "" : "s", count - 1);
+        goto fail;
+    }
+    dev_str(&o->api, o->dev, CL_DEVICE_NAME, o->dev_name, sizeof o->dev_name);
+    dev_str(&o->api, o->dev, CL_DRIVER_VERSION, o->driver, sizeof o->driver);
+    o->unified = dev_bool(&o->api, o->dev, CL_DEVICE_HOST_UNIFIED_MEMORY);
+    o->mem_bytes = dev_ulong(&o->api, o->dev, CL_DEVICE_GLOBAL_MEM_SIZE);
+    o->max_alloc = dev_ulong(&o->api, o->dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    if (getenv("NM_OPENCL_MAX_ALLOC")) o->max_alloc = strtoull(getenv("NM_OPENCL_MAX_ALLOC"), NULL, 10);
+    if (o->api.clGetDeviceInfo(o->dev, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof o->max_wg, &o->max_wg, NULL) != CL_SUCCESS)
+        o->max_wg = 0;
+    if (o->max_wg < NM_CL_LWS || o->max_wg < NM_CL_MM_LX * NM_CL_MM_LY) {
+        st = NM_ERR_UNSUPPORTED;
+        snprintf(err, err_size, "opencl: %s runs work-groups of at most %zu items (%d needed)", o->dev_name, o->max_wg,
+                 NM_CL_MM_LX * NM_CL_MM_LY > NM_CL_LWS ? NM_CL_MM_LX * NM_CL_MM_LY : NM_CL_LWS);
+        goto fail;
+    }
+    cl_int e;
+    const cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)o->platform, 0};
+    o->ctx = o->api.clCreateContext(props, 1, &o->dev, NULL, NULL, &e);
+    if (!o->ctx || e != CL_SUCCESS) {
+        st = NM_ERR_UNSUPPORTED;
+        snprintf(err, err_size, "opencl: cannot open %s: %s", o->dev_name, nm_cl_strerror(e));
+        goto fail;
+    }
+    o->q = o->api.clCreateCommandQueue(o->ctx, o->dev, 0, &e);
+    if (!o->q || e != CL_SUCCESS) {
+        st = NM_ERR_UNSUPPORTED;
+        snprintf(err, err_size, "opencl: no queue on %s: %s", o->dev_name, nm_cl_strerror(e));
+        goto fail;
+    }
+    o->dummy = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, 64, NULL, &e);
+    if ((st = build_program(o)) != NM_OK || (st = make_kernels(o)) != NM_OK) {
+        snprintf(err, err_size, "%s", o->err);
+        goto fail;
+    }
+    o->max_row = p->max_row;
+    o->max_tokens = p->max_tokens;
+    o->ledger = p->ledger;
+    o->ep_host = o->ep_dev = -1;
+    if (o->ledger) {
+        o->ep_host = nm_ledger_endpoint(o->ledger, "host");
+        o->ep_dev = nm_ledger_endpoint(o->ledger, "opencl");
+    }
+    b->iface = &ocl_iface;
+    b->impl = o;
+    o->self = b;
+    *out = b;
+    return NM_OK;
+fail:
+    if (o) ocl_release(o);
+    free(o);
+    free(b);
+    return st;
+}
+
+int32_t nm_opencl_devices(nm_device_info *out, int32_t n) {
+    nm_cl_api api;
+    char e[256];
+    if (nm_cl_api_load(&api, e, sizeof e) != 0) return 0;
+    int count = 0;
+    cl_platform_id plat;
+    cl_device_id dev;
+    find_device(&api, -1, &plat, &dev, &count);
+    for (int i = 0; i < count && i < n; i++) {
+        if (find_device(&api, i, &plat, &dev, NULL) < 0) break;
+        nm_device_info *d = &out[i];
+        memset(d, 0, sizeof *d);
+        snprintf(d->name, sizeof d->name, "opencl:%d", i);
+        dev_str(&api, dev, CL_DEVICE_NAME, d->desc, sizeof d->desc);
+        char ver[128], drv[128];
+        dev_str(&api, dev, CL_DEVICE_VERSION, ver, sizeof ver);
+        dev_str(&api, dev, CL_DRIVER_VERSION, drv, sizeof drv);
+        snprintf(d->driver, sizeof d->driver, "%s, driver %s", ver, drv);
+        d->mem_bytes = dev_ulong(&api, dev, CL_DEVICE_GLOBAL_MEM_SIZE);
+        d->unified = dev_bool(&api, dev, CL_DEVICE_HOST_UNIFIED_MEMORY);
+    }
+    nm_cl_api_unload(&api);
+    return count;
+}
+
+// A float4 sum over 256 MiB, best of 5 (after one warm-up run).
+static const char bw_source[] =
+    "__kernel void bw_read(__global const float4 *a, __global float *out, int n) {\n"
+    "    int i = get_global_id(0), s = get_global_size(0);\n"
+    "    float4 acc = (float4)(0.0f);\n"
+    "    for (int j = i; j < n; j += s) acc += a[j];\n"
+    "    out[i] = acc.x + acc.y + acc.z + acc.w;\n"
+    "}\n";
+
+double nm_opencl_read_gbps(int index) {
+    nm_cl_api api;
+    char e[256];
+    if (nm_cl_api_load(&api, e, sizeof e) != 0) return 0.0;
+    cl_platform_id plat;
+    cl_device_id dev;
+    double best = 0.0;
+    cl_context ctx = NULL;
+    cl_command_queue q = NULL;
+    cl_program prog = NULL;
+    cl_kernel k = NULL;
+    cl_mem a = NULL, out = NULL;
+    cl_int err;
+    if (find_device(&api, index, &plat, &dev, NULL) < 0) goto done;
+    const cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat, 0};
+    if (!(ctx = api.clCreateContext(props, 1, &dev, NULL, NULL, &err)) ||
+        !(q = api.clCreateCommandQueue(ctx, dev, 0, &err)))
+        goto done;
+    const char *src = bw_source;
+    if (!(prog = api.clCreateProgramWithSource(ctx, 1, &src, NULL, &err)) ||
+        api.clBuildProgram(prog, 1, &dev, "-cl-std=CL1.2", NULL, NULL) != CL_SUCCESS ||
+        !(k = api.clCreateKernel(prog, "bw_read", &err)))
+        goto done;
+    size_t bytes = (size_t)256 << 20;
+    const cl_ulong max_alloc = dev_ulong(&api, dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
+    if (max_alloc && bytes > max_alloc / 2) bytes = (size_t)(max_alloc / 2) / 16 * 16;
+    const cl_int n = (cl_int)(bytes / 16);
+    const cl_ulong cu = dev_ulong(&api, dev, CL_DEVICE_MAX_COMPUTE_UNITS) & 0xffffffffu;
+    const size_t global = (size_t)(cu ? cu : 1) * 2048, local = 64;
+    if (!(a = api.clCreateBuffer(ctx, CL_MEM_READ_WRITE, bytes, NULL, &err)) ||
+        !(out = api.clCreateBuffer(ctx, CL_MEM_READ_WRITE, global * sizeof(float), NULL, &err)))
+        goto done;
+    const float one = 1.0f;
+    if (api.clEnqueueFillBuffer(q, a, &one, sizeof one, 0, bytes, 0, NULL, NULL) != CL_SUCCESS ||
+        api.clSetKernelArg(k, 0, sizeof a, &a) != CL_SUCCESS || api.clSetKernelArg(k, 1, sizeof out, &out) != CL_SUCCESS ||
+        api.clSetKernelArg(k, 2, sizeof n, &n) != CL_SUCCESS || api.clFinish(q) != CL_SUCCESS)
+        goto done;
+    for (int r = 0; r < 6; r++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (api.clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL) != CL_SUCCESS ||
+            api.clFinish(q) != CL_SUCCESS)
+            goto done;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        if (r > 0 && dt > 0 && bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+    }
+done:
+    if (a) api.clReleaseMemObject(a);
+    if (out) api.clReleaseMemObject(out);
+    if (k) api.clReleaseKernel(k);
+    if (prog) api.clReleaseProgram(prog);
+    if (q) api.clReleaseCommandQueue(q);
+    if (ctx) api.clReleaseContext(ctx);
+    nm_cl_api_unload(&api);
+    return best;
+}

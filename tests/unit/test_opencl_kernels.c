@@ -1,0 +1,734 @@
+// The OpenCL kernels (src/backend/opencl/kernels.cl) against plain C
+// references, on the first device of the first OpenCL platform. Every case is
+// a skip where no platform (or no libOpenCL) is there; a kernel file that does
+// not build is a failure, with the build log.
+//
+// Each buffer sits at an odd offset inside a larger cl_mem whose other bytes
+// are 0xff (NaN as f32), and the bytes past each output are checked to be
+// untouched: the kernels' offset arguments and edge guards are under test too.
+//
+// Build (from the repo root):
+//   gcc -O1 -std=c11 -Wall -Wextra -Isrc -Iinclude tests/unit/test_opencl_kernels.c
+//       src/backend/opencl/cl_api.c build/libnanomind.a -lm -ldl -lpthread -o /tmp/test_opencl_kernels
+// and run it from the repo root (NM_CL_SOURCE is relative to it).
+#include <stdint.h>
+#include <time.h>
+
+#include "backend/opencl/cl_api.h"
+#include "nmtest.h"
+#include "quant/quant.h"
+
+#ifndef NM_CL_SOURCE
+#define NM_CL_SOURCE "src/backend/opencl/kernels.cl"
+#endif
+
+// ---- random data ------------------------------------------------------------------------
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static double urand(void) { // xorshift64*, in (0, 1)
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return ((double)((rng * 2685821657736338717ull) >> 11) + 0.5) / 9007199254740992.0;
+}
+static float grand(void) { return (float)(sqrt(-2.0 * log(urand())) * cos(6.283185307179586 * urand())); }
+static void fill(float *x, size_t n, float s) {
+    for (size_t i = 0; i < n; i++) x[i] = grand() * s;
+}
+
+// max|a - b| / max|b|; a NaN in a counts as an infinite error.
+static double rel_err(const float *a, const double *b, size_t n) {
+    double e = 0, m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (d != d) return INFINITY;
+        e = d > e ? d : e;
+        m = fabs(b[i]) > m ? fabs(b[i]) : m;
+    }
+    return m > 0 ? e / m : e;
+}
+
+#define CHECK_REL(a, b, n, tol, ...)                                                           \
+    do {                                                                                       \
+        double e_ = rel_err(a, b, n);                                                          \
+        if (!(e_ <= (tol))) {                                                                  \
+            fprintf(stderr, "  %s:%d: rel err %.3g > %.3g: ", __FILE__, __LINE__, e_, (double)(tol)); \
+            fprintf(stderr, __VA_ARGS__);                                                      \
+            fprintf(stderr, "\n");                                                             \
+            *nmtest_failed = 1;                                                                \
+        }                                                                                      \
+    } while (0)
+
+// ---- OpenCL set-up, once -----------------------------------------------------------------
+
+static struct {
+    int state; // 0 not tried, 1 ready, 2 skip (no platform), 3 failed
+    char why[256];
+    nm_cl_api api;
+    cl_device_id dev;
+    cl_context ctx;
+    cl_command_queue q;
+    cl_program prog;
+} cl;
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+static int cl_setup(void) {
+    if (cl.state) return cl.state;
+    cl.state = 2;
+    if (nm_cl_api_load(&cl.api, cl.why, sizeof cl.why) != 0) {
+        fprintf(stderr, "  (%s)\n", cl.why);
+        snprintf(cl.why, sizeof cl.why, "no OpenCL platform");
+        return cl.state;
+    }
+    const nm_cl_api *a = &cl.api;
+    cl_platform_id plat;
+    cl_uint np = 0;
+    if (a->clGetPlatformIDs(1, &plat, &np) != CL_SUCCESS || np == 0 ||
+        a->clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &cl.dev, NULL) != CL_SUCCESS) {
+        snprintf(cl.why, sizeof cl.why, "no OpenCL platform");
+        return cl.state;
+    }
+    cl.state = 3;
+    char name[256] = "?", ver[256] = "?";
+    a->clGetDeviceInfo(cl.dev, CL_DEVICE_NAME, sizeof name, name, NULL);
+    a->clGetDeviceInfo(cl.dev, CL_DEVICE_VERSION, sizeof ver, ver, NULL);
+    fprintf(stderr, "  device: %s (%s)\n", name, ver);
+    cl_int err;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)plat, 0};
+    cl.ctx = a->clCreateContext(props, 1, &cl.dev, NULL, NULL, &err);
+    if (!cl.ctx) return snprintf(cl.why, sizeof cl.why, "clCreateContext: %s", nm_cl_strerror(err)), cl.state;
+    cl.q = a->clCreateCommandQueue(cl.ctx, cl.dev, 0, &err);
+    if (!cl.q) return snprintf(cl.why, sizeof cl.why, "clCreateCommandQueue: %s", nm_cl_strerror(err)), cl.state;
+    char *src = read_text(NM_CL_SOURCE);
+    if (!src) return snprintf(cl.why, sizeof cl.why, "cannot read %s (run from the repo root)", NM_CL_SOURCE), cl.state;
+    const char *srcs[] = {src};
+    cl.prog = a->clCreateProgramWithSource(cl.ctx, 1, srcs, NULL, &err);
+    free(src);
+    if (!cl.prog) return snprintf(cl.why, sizeof cl.why, "clCreateProgramWithSource: %s", nm_cl_strerror(err)), cl.state;
+    err = a->clBuildProgram(cl.prog, 1, &cl.dev, "-cl-std=CL1.2", NULL, NULL);
+    size_t n = 0;
+    a->clGetProgramBuildInfo(cl.prog, cl.dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
+    char *log = malloc(n + 1);
+    if (log && a->clGetProgramBuildInfo(cl.prog, cl.dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) == CL_SUCCESS) {
+        log[n] = 0;
+        if (err != CL_SUCCESS || getenv("NM_CL_LOG")) fprintf(stderr, "  build log of %s:\n%s\n", NM_CL_SOURCE, log);
+    }
+    free(log);
+    if (err != CL_SUCCESS) return snprintf(cl.why, sizeof cl.why, "clBuildProgram: %s", nm_cl_strerror(err)), cl.state;
+    return cl.state = 1;
+}
+
+// Every case starts with this: skip without a platform, fail if set-up failed.
+#define CL_READY()                                                                              \
+    do {                                                                                        \
+        int s_ = cl_setup();                                                                    \
+        if (s_ == 2) NM_SKIP(cl.why);                                                           \
+        if (s_ != 1) {                                                                          \
+            fprintf(stderr, "  %s:%d: OpenCL set-up: %s\n", __FILE__, __LINE__, cl.why);        \
+            *nmtest_failed = 1;                                                                 \
+            return;                                                                             \
+        }                                                                                       \
+    } while (0)
+
+// ---- buffers: data at an offset, guard bytes around it ----------------------------------
+
+#define GUARD 4096 // bytes of 0xff after the data (a row of writes past the end lands in them)
+
+typedef struct dbuf {
+    cl_mem m;
+    size_t off, bytes;
+} dbuf;
+
+// A cl_mem of off + bytes + GUARD bytes: 0xff everywhere, host[0..bytes) at
+// off (when host is not NULL).
+static dbuf dbuf_new(const void *host, size_t bytes, size_t off) {
+    dbuf b = {NULL, off, bytes};
+    size_t total = off + bytes + GUARD;
+    uint8_t *init = malloc(total);
+    memset(init, 0xff, total);
+    if (host) memcpy(init + off, host, bytes);
+    cl_int err;
+    b.m = cl.api.clCreateBuffer(cl.ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, total, init, &err);
+    free(init);
+    if (!b.m) fprintf(stderr, "  clCreateBuffer(%zu): %s\n", total, nm_cl_strerror(err));
+    return b;
+}
+
+// Reads the data back into host; returns 0 if the bytes before and after it
+// are still 0xff, -1 (with a message) if a kernel wrote outside.
+static int dbuf_read(const dbuf *b, void *host) {
+    size_t total = b->off + b->bytes + GUARD;
+    uint8_t *all = malloc(total);
+    cl_int err = cl.api.clEnqueueReadBuffer(cl.q, b->m, CL_TRUE, 0, total, all, 0, NULL, NULL);
+    int rc = err == CL_SUCCESS ? 0 : -1;
+    if (err != CL_SUCCESS) fprintf(stderr, "  clEnqueueReadBuffer: %s\n", nm_cl_strerror(err));
+    if (!rc) memcpy(host, all + b->off, b->bytes);
+    for (size_t i = 0; !rc && i < total; i++)
+        if ((i < b->off || i >= b->off + b->bytes) && all[i] != 0xff) {
+            fprintf(stderr, "  byte %zd relative to the data was written\n", (ptrdiff_t)i - (ptrdiff_t)b->off);
+            rc = -1;
+        }
+    free(all);
+    return rc;
+}
+
+static void dbuf_free(dbuf *b) {
+    if (b->m) cl.api.clReleaseMemObject(b->m);
+    b->m = NULL;
+}
+
+// ---- kernel calls -------------------------------------------------------------------------
+
+typedef struct kcall {
+    cl_kernel k;
+    cl_uint n; // next argument index
+    cl_int err;
+    const char *name;
+} kcall;
+
+static kcall kc_begin(const char *name) {
+    kcall c = {NULL, 0, CL_SUCCESS, name};
+    c.k = cl.api.clCreateKernel(cl.prog, name, &c.err);
+    return c;
+}
+static void kc_arg(kcall *c, size_t size, const void *v) {
+    if (c->err == CL_SUCCESS) c->err = cl.api.clSetKernelArg(c->k, c->n, size, v);
+    c->n++;
+}
+// A buffer is two arguments: the cl_mem and the ulong byte offset.
+static void kc_buf(kcall *c, const dbuf *b) {
+    cl_ulong off = b->off;
+    kc_arg(c, sizeof(cl_mem), &b->m);
+    kc_arg(c, sizeof off, &off);
+}
+static void kc_int(kcall *c, int v) {
+    cl_int x = v;
+    kc_arg(c, sizeof x, &x);
+}
+static void kc_float(kcall *c, float v) { kc_arg(c, sizeof v, &v); }
+
+// Enqueues over dim dimensions (l NULL: the implementation's choice), waits,
+// releases the kernel. Returns 0, or -1 with a message.
+static int kc_run(kcall *c, cl_uint dim, const size_t *g, const size_t *l) {
+    if (c->err == CL_SUCCESS) c->err = cl.api.clEnqueueNDRangeKernel(cl.q, c->k, dim, NULL, g, l, 0, NULL, NULL);
+    if (c->err == CL_SUCCESS) c->err = cl.api.clFinish(cl.q);
+    if (c->k) cl.api.clReleaseKernel(c->k);
+    if (c->err != CL_SUCCESS) {
+        fprintf(stderr, "  %s (arg %u): %s\n", c->name, c->n, nm_cl_strerror(c->err));
+        return -1;
+    }
+    return 0;
+}
+
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+// ---- weight types ---------------------------------------------------------------------------
+
+static const struct {
+    uint32_t type;
+    const char *name;
+} wtypes[] = {
+    {NM_TYPE_F32, "f32"},   {NM_TYPE_F16, "f16"},   {NM_TYPE_Q4_0, "q4_0"}, {NM_TYPE_Q4_1, "q4_1"},
+    {NM_TYPE_Q5_0, "q5_0"}, {NM_TYPE_Q8_0, "q8_0"}, {NM_TYPE_Q4_K, "q4_K"}, {NM_TYPE_Q5_K, "q5_K"},
+    {NM_TYPE_Q6_K, "q6_K"}, {NM_TYPE_MXFP4, "mxfp4"},
+};
+#define N_WT (sizeof wtypes / sizeof wtypes[0])
+
+// N rows of K random weights quantized to `type`; *deq gets the dequantized
+// rows (N * K floats, malloc'd), the return value the raw rows (malloc'd).
+static uint8_t *make_weights(uint32_t type, int K, int N, float **deq) {
+    const size_t rb = nm_row_size(type, K);
+    uint8_t *w = malloc(rb * (size_t)N);
+    float *src = malloc(sizeof(float) * (size_t)K);
+    *deq = malloc(sizeof(float) * (size_t)K * (size_t)N);
+    for (int n = 0; n < N; n++) {
+        // rows of different scales, a few outliers: exercises the per-block scales
+        fill(src, (size_t)K, 0.5f + (float)urand());
+        for (int k = 0; k < K; k += 61) src[k] *= 4.0f;
+        nm_quantize_row_ref(type, src, w + rb * (size_t)n, K);
+        nm_dequantize_row_ref(type, w + rb * (size_t)n, *deq + (size_t)K * n, K);
+    }
+    free(src);
+    return w;
+}
+
+// ---- mv_ / mm_ / get_rows_ --------------------------------------------------------------------
+
+// mv (T == 0) or mm (T >= 1) of every weight type against a double dot of
+// the dequantized rows.
+static void check_matmul(int *nmtest_failed, int K, int N, int T, size_t lws, int has_bias) {
+    for (size_t ti = 0; ti < N_WT; ti++) {
+        const uint32_t type = wtypes[ti].type;
+        const size_t rb = nm_row_size(type, K);
+        if (!rb) continue; // K not a multiple of the block
+        const int nt = T ? T : 1;
+        float *deq, *x = malloc(sizeof(float) * (size_t)K * nt), *bias = malloc(sizeof(float) * (size_t)N);
+        float *y = malloc(sizeof(float) * (size_t)N * nt);
+        double *ref = malloc(sizeof(double) * (size_t)N * nt);
+        uint8_t *w = make_weights(type, K, N, &deq);
+        fill(x, (size_t)K * nt, 1.0f);
+        fill(bias, (size_t)N, 1.0f);
+        for (int t = 0; t < nt; t++)
+            for (int n = 0; n < N; n++) {
+                double s = has_bias ? bias[n] : 0.0;
+                for (int k = 0; k < K; k++) s += (double)deq[(size_t)n * K + k] * x[(size_t)t * K + k];
+                ref[(size_t)t * N + n] = s;
+            }
+        dbuf bw = dbuf_new(w, rb * (size_t)N, 96), bx = dbuf_new(x, sizeof(float) * (size_t)K * nt, 20);
+        dbuf bb = dbuf_new(bias, sizeof(float) * (size_t)N, 8), by = dbuf_new(NULL, sizeof(float) * (size_t)N * nt, 12);
+        char name[32];
+        snprintf(name, sizeof name, "%s_%s", T ? "mm" : "mv", wtypes[ti].name);
+        kcall c = kc_begin(name);
+        kc_buf(&c, &bw), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &bb);
+        kc_int(&c, has_bias), kc_int(&c, K), kc_int(&c, N);
+        int rc;
+        if (T) {
+            kc_int(&c, T);
+            size_t g[2] = {round_up((size_t)N, 32) / 2, round_up((size_t)T, 32) / 2}, l[2] = {16, 16};
+            rc = kc_run(&c, 2, g, l);
+        } else {
+            size_t g = (size_t)N * lws;
+            rc = kc_run(&c, 1, &g, &lws);
+        }
+        NM_CHECK(rc == 0);
+        if (rc == 0) {
+            NM_CHECK(dbuf_read(&by, y) == 0);
+            CHECK_REL(y, ref, (size_t)N * nt, 1e-5, "%s K=%d N=%d T=%d lws=%zu bias=%d", name, K, N, T, lws, has_bias);
+        }
+        dbuf_free(&bw), dbuf_free(&bx), dbuf_free(&bb), dbuf_free(&by);
+        free(deq), free(x), free(bias), free(y), free(ref), free(w);
+    }
+}
+
+NM_TEST(mv_all_types) {
+    CL_READY();
+    check_matmul(nmtest_failed, 256 * 3, 37, 0, 64, 1);
+    check_matmul(nmtest_failed, 256 * 3, 37, 0, 256, 0);
+    check_matmul(nmtest_failed, 256, 5, 0, 32, 1);    // fewer units than work-items
+    check_matmul(nmtest_failed, 4096, 3, 0, 128, 0);  // long rows
+    check_matmul(nmtest_failed, 32 * 7, 9, 0, 64, 1); // legacy blocks only
+    check_matmul(nmtest_failed, 101, 6, 0, 32, 1);    // f32/f16 with a tail
+}
+
+NM_TEST(mm_all_types) {
+    CL_READY();
+    const int T[] = {1, 5, 33};
+    for (int i = 0; i < 3; i++) check_matmul(nmtest_failed, 256 * 3, 37, T[i], 0, i != 1);
+    check_matmul(nmtest_failed, 32 * 5, 70, 40, 0, 1); // two tiles each way
+    check_matmul(nmtest_failed, 256, 50, 21, 0, 1);    // edges in the second half of a tile (rows lx + 16)
+    check_matmul(nmtest_failed, 45, 3, 2, 0, 0);      // f32/f16, K not a multiple of the 32-column step
+}
+
+NM_TEST(get_rows_all_types) {
+    CL_READY();
+    const int Ks[] = {256 * 3, 256, 32 * 3, 37};
+    for (int ki = 0; ki < 4; ki++) {
+        const int K = Ks[ki], N = 11, n_ids = 6;
+        const int ids[6] = {3, 0, 10, 3, 7, 1};
+        for (size_t ti = 0; ti < N_WT; ti++) {
+            const uint32_t type = wtypes[ti].type;
+            const size_t rb = nm_row_size(type, K);
+            if (!rb) continue;
+            float *deq, *y = malloc(sizeof(float) * (size_t)K * n_ids);
+            double *ref = malloc(sizeof(double) * (size_t)K * n_ids);
+            uint8_t *w = make_weights(type, K, N, &deq);
+            for (int i = 0; i < n_ids; i++)
+                for (int k = 0; k < K; k++) ref[(size_t)i * K + k] = deq[(size_t)ids[i] * K + k];
+            dbuf bw = dbuf_new(w, rb * (size_t)N, 32), bi = dbuf_new(ids, sizeof ids, 4);
+            dbuf by = dbuf_new(NULL, sizeof(float) * (size_t)K * n_ids, 36);
+            char name[32];
+            snprintf(name, sizeof name, "get_rows_%s", wtypes[ti].name);
+            kcall c = kc_begin(name);
+            kc_buf(&c, &bw), kc_buf(&c, &bi), kc_buf(&c, &by), kc_int(&c, K);
+            size_t g[2] = {round_up(((size_t)K + 3) / 4, 64), (size_t)n_ids}, l[2] = {64, 1};
+            int rc = kc_run(&c, 2, g, l);
+            NM_CHECK(rc == 0);
+            if (rc == 0) {
+                NM_CHECK(dbuf_read(&by, y) == 0);
+                CHECK_REL(y, ref, (size_t)K * n_ids, 1e-6, "%s K=%d", name, K);
+            }
+            dbuf_free(&bw), dbuf_free(&bi), dbuf_free(&by);
+            free(deq), free(y), free(ref), free(w);
+        }
+    }
+}
+
+// ---- norms --------------------------------------------------------------------------------
+
+// rms_norm (layer = 0) or layer_norm (layer = 1) of rows x d, in place or not.
+static void check_norm(int *nmtest_failed, int layer, int rows, int d, size_t lws, int has_w, int has_b,
+                       int in_place) {
+    const size_t n = (size_t)rows * d;
+    float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * d), *b = malloc(sizeof(float) * d);
+    float *y = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    fill(x, n, 2.0f), fill(w, (size_t)d, 1.0f), fill(b, (size_t)d, 1.0f);
+    for (int i = 0; i < d; i++) x[i] += 3.0f; // a row with a mean far from 0
+    const float eps = 1e-5f;
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * d;
+        double mean = 0, ss = 0;
+        if (layer)
+            for (int i = 0; i < d; i++) mean += xr[i] / (double)d;
+        for (int i = 0; i < d; i++) ss += (xr[i] - mean) * (xr[i] - mean);
+        const double sc = 1.0 / sqrt(ss / d + eps);
+        for (int i = 0; i < d; i++)
+            ref[(size_t)r * d + i] = (xr[i] - mean) * sc * (has_w ? w[i] : 1.0) + (has_b ? b[i] : 0.0);
+    }
+    dbuf bx = dbuf_new(x, sizeof(float) * n, 16), bw = dbuf_new(w, sizeof(float) * d, 4);
+    dbuf bb = dbuf_new(b, sizeof(float) * d, 8), by = in_place ? bx : dbuf_new(NULL, sizeof(float) * n, 28);
+    kcall c = kc_begin(layer ? "layer_norm" : "rms_norm");
+    kc_buf(&c, &bx), kc_buf(&c, &bw), kc_int(&c, has_w);
+    if (layer) kc_buf(&c, &bb), kc_int(&c, has_b);
+    kc_buf(&c, &by), kc_int(&c, d), kc_float(&c, eps);
+    size_t g = (size_t)rows * lws;
+    int rc = kc_run(&c, 1, &g, &lws);
+    NM_CHECK(rc == 0);
+    if (rc == 0) {
+        NM_CHECK(dbuf_read(&by, y) == 0);
+        CHECK_REL(y, ref, n, 1e-5, "%s d=%d lws=%zu w=%d b=%d in_place=%d", layer ? "layer_norm" : "rms_norm", d,
+                  lws, has_w, has_b, in_place);
+    }
+    dbuf_free(&bx), dbuf_free(&bw), dbuf_free(&bb);
+    if (!in_place) dbuf_free(&by);
+    free(x), free(w), free(b), free(y), free(ref);
+}
+
+NM_TEST(rms_norm) {
+    CL_READY();
+    check_norm(nmtest_failed, 0, 3, 768, 64, 1, 0, 0);
+    check_norm(nmtest_failed, 0, 3, 768, 256, 1, 0, 1);
+    check_norm(nmtest_failed, 0, 4, 100, 32, 0, 0, 1);
+    check_norm(nmtest_failed, 0, 1, 4096, 128, 1, 0, 0);
+}
+
+NM_TEST(layer_norm) {
+    CL_READY();
+    check_norm(nmtest_failed, 1, 3, 768, 64, 1, 1, 0);
+    check_norm(nmtest_failed, 1, 3, 768, 256, 1, 1, 1);
+    check_norm(nmtest_failed, 1, 2, 100, 32, 0, 1, 1);
+    check_norm(nmtest_failed, 1, 2, 1000, 128, 1, 0, 0);
+    check_norm(nmtest_failed, 1, 2, 64, 64, 0, 0, 0);
+}
+
+// ---- rope ---------------------------------------------------------------------------------
+
+NM_TEST(rope_norm_and_neox) {
+    CL_READY();
+    const int n_tok = 4, n_head = 3, hd = 64, pos[4] = {0, 5, 17, 300};
+    const size_t n = (size_t)n_tok * n_head * hd;
+    float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    const struct { int mode, n_rot; float base, fscale; } cases[] = {
+        {0, 32, 10000.0f, 1.0f}, {2, 32, 10000.0f, 1.0f}, {0, 64, 500000.0f, 0.25f}, {2, 48, 1000000.0f, 1.0f}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int mode = cases[ci].mode, n_rot = cases[ci].n_rot;
+        fill(x, n, 1.0f);
+        for (size_t i = 0; i < n; i++) ref[i] = x[i];
+        // the CPU backend's op_rope: float angles, powf/cosf/sinf
+        for (int t = 0; t < n_tok; t++) {
+            const float p = (float)pos[t] * cases[ci].fscale;
+            for (int h = 0; h < n_head; h++)
+                for (int i = 0; i < n_rot / 2; i++) {
+                    const float theta = p * powf(cases[ci].base, -2.0f * (float)i / (float)n_rot);
+                    const double c = cosf(theta), s = sinf(theta);
+                    const size_t o = ((size_t)t * n_head + h) * hd;
+                    const int a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
+                    ref[o + a] = x[o + a] * c - x[o + b] * s;
+                    ref[o + b] = x[o + a] * s + x[o + b] * c;
+                }
+        }
+        dbuf bx = dbuf_new(x, sizeof(float) * n, 44), bp = dbuf_new(pos, sizeof pos, 12);
+        kcall c = kc_begin("rope");
+        kc_buf(&c, &bx), kc_buf(&c, &bp), kc_int(&c, n_head), kc_int(&c, hd), kc_int(&c, n_rot), kc_int(&c, mode);
+        kc_float(&c, cases[ci].base), kc_float(&c, cases[ci].fscale);
+        size_t g[3] = {round_up((size_t)n_rot / 2, 8), (size_t)n_head, (size_t)n_tok};
+        int rc = kc_run(&c, 3, g, NULL);
+        NM_CHECK(rc == 0);
+        if (rc == 0) {
+            NM_CHECK(dbuf_read(&bx, y) == 0);
+            CHECK_REL(y, ref, n, 1e-5, "mode %d n_rot %d", mode, n_rot);
+            int untouched = 1; // elements >= n_rot: bit-exact
+            for (int r = 0; r < n_tok * n_head; r++)
+                for (int i = n_rot; i < hd; i++) untouched &= y[(size_t)r * hd + i] == x[(size_t)r * hd + i];
+            NM_CHECK(untouched);
+        }
+        dbuf_free(&bx), dbuf_free(&bp);
+    }
+    free(x), free(y), free(ref);
+}
+
+// ---- KV cache store -----------------------------------------------------------------------
+
+NM_TEST(kv_store_rounds_to_nearest_even) {
+    CL_READY();
+    const int width = 96, n_tok = 3, n_ctx = 8, pos[3] = {2, 0, 5};
+    float *src = malloc(sizeof(float) * width * n_tok);
+    fill(src, (size_t)width * n_tok, 3.0f);
+    // ties: 1 + 2^-11 -> 1 (even), 1 + 3 * 2^-11 -> 1 + 2^-9 (even), subnormal and overflow edges
+    src[0] = 1.0f + ldexpf(1.0f, -11), src[1] = 1.0f + 3.0f * ldexpf(1.0f, -11), src[2] = -1.0f - ldexpf(1.0f, -11);
+    src[3] = ldexpf(1.0f, -25) * 3.0f, src[4] = 65519.0f, src[5] = 65520.0f, src[6] = -0.0f, src[7] = 1e-9f;
+    uint16_t *cache = malloc(sizeof(uint16_t) * width * n_ctx), *want = malloc(sizeof(uint16_t) * width * n_ctx);
+    for (int i = 0; i < width * n_ctx; i++) cache[i] = want[i] = (uint16_t)(0x1234 + i);
+    for (int t = 0; t < n_tok; t++)
+        for (int i = 0; i < width; i++) want[pos[t] * width + i] = nm_fp32_to_fp16(src[t * width + i]);
+    dbuf bs = dbuf_new(src, sizeof(float) * width * n_tok, 8), bc = dbuf_new(cache, sizeof(uint16_t) * width * n_ctx, 64);
+    dbuf bp = dbuf_new(pos, sizeof pos, 4);
+    kcall c = kc_begin("kv_store");
+    kc_buf(&c, &bs), kc_buf(&c, &bc), kc_buf(&c, &bp), kc_int(&c, width);
+    size_t g[2] = {round_up((size_t)width, 64), (size_t)n_tok};
+    int rc = kc_run(&c, 2, g, NULL);
+    NM_CHECK(rc == 0);
+    if (rc == 0) {
+        NM_CHECK(dbuf_read(&bc, cache) == 0);
+        int bad = 0;
+        for (int i = 0; i < width * n_ctx; i++)
+            if (cache[i] != want[i] && bad++ < 4)
+                fprintf(stderr, "  cache[%d] = 0x%04x, want 0x%04x\n", i, cache[i], want[i]);
+        NM_CHECK(bad == 0);
+    }
+    dbuf_free(&bs), dbuf_free(&bc), dbuf_free(&bp);
+    free(src), free(cache), free(want);
+}
+
+// ---- attention ----------------------------------------------------------------------------
+
+// The causal attention of n_tok queries at pos[] over an f16 cache of n_ctx
+// rows, against a double reference.
+static void check_attention(int *nmtest_failed, int n_head, int n_kv, int hd, int n_tok, const int *pos, int window,
+                            float softcap, int max_keys, size_t lws) {
+    const int n_ctx = 16, kvw = n_kv * hd, qw = n_head * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *q = malloc(sizeof(float) * qw * n_tok), *o = malloc(sizeof(float) * qw * n_tok);
+    float *kf = malloc(sizeof(float) * kvw * n_ctx), *vf = malloc(sizeof(float) * kvw * n_ctx);
+    uint16_t *kh = malloc(sizeof(uint16_t) * kvw * n_ctx), *vh = malloc(sizeof(uint16_t) * kvw * n_ctx);
+    double *ref = malloc(sizeof(double) * qw * n_tok), p[16];
+    fill(q, (size_t)qw * n_tok, 1.0f);
+    fill(kf, (size_t)kvw * n_ctx, 1.5f), fill(vf, (size_t)kvw * n_ctx, 1.0f);
+    for (int i = 0; i < kvw * n_ctx; i++) {
+        kh[i] = nm_fp32_to_fp16(kf[i]), kf[i] = nm_fp16_to_fp32(kh[i]);
+        vh[i] = nm_fp32_to_fp16(vf[i]), vf[i] = nm_fp16_to_fp32(vh[i]);
+    }
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_head; h++) {
+            const int kvh = h / (n_head / n_kv), lo = window > 0 && pos[t] - window + 1 > 0 ? pos[t] - window + 1 : 0;
+            const float *qr = q + (size_t)t * qw + (size_t)h * hd;
+            double m = -INFINITY, l = 0;
+            for (int j = lo; j <= pos[t]; j++) {
+                double s = 0;
+                for (int d = 0; d < hd; d++) s += (double)qr[d] * kf[(size_t)j * kvw + kvh * hd + d];
+                s *= scale;
+                if (softcap > 0) s = softcap * tanh(s / softcap);
+                p[j] = s, m = s > m ? s : m;
+            }
+            for (int j = lo; j <= pos[t]; j++) l += (p[j] = exp(p[j] - m));
+            for (int d = 0; d < hd; d++) {
+                double a = 0;
+                for (int j = lo; j <= pos[t]; j++) a += p[j] * vf[(size_t)j * kvw + kvh * hd + d];
+                ref[(size_t)t * qw + h * hd + d] = a / l;
+            }
+        }
+    const size_t scratch = sizeof(float) * (size_t)n_tok * n_head * max_keys;
+    dbuf bq = dbuf_new(q, sizeof(float) * qw * n_tok, 4), bk = dbuf_new(kh, sizeof(uint16_t) * kvw * n_ctx, 32);
+    dbuf bv = dbuf_new(vh, sizeof(uint16_t) * kvw * n_ctx, 96), bp = dbuf_new(pos, sizeof(int) * n_tok, 8);
+    dbuf bo = dbuf_new(NULL, sizeof(float) * qw * n_tok, 20), bs = dbuf_new(NULL, scratch, 16);
+    kcall c = kc_begin("attention");
+    kc_buf(&c, &bq), kc_buf(&c, &bk), kc_buf(&c, &bv), kc_buf(&c, &bp), kc_buf(&c, &bo);
+    kc_int(&c, n_head), kc_int(&c, n_kv), kc_int(&c, hd), kc_int(&c, kvw), kc_int(&c, window);
+    kc_float(&c, scale), kc_float(&c, softcap), kc_buf(&c, &bs), kc_int(&c, max_keys);
+    size_t g[2] = {(size_t)n_head * lws, (size_t)n_tok}, l[2] = {lws, 1};
+    int rc = kc_run(&c, 2, g, l);
+    NM_CHECK(rc == 0);
+    if (rc == 0) {
+        float *s = malloc(scratch);
+        NM_CHECK(dbuf_read(&bo, o) == 0);
+        NM_CHECK(dbuf_read(&bs, s) == 0); // the scratch regions: nothing written past them
+        CHECK_REL(o, ref, (size_t)qw * n_tok, 1e-5,
+                  "heads %d/%d hd %d n_tok %d window %d softcap %g max_keys %d lws %zu", n_head, n_kv, hd, n_tok,
+                  window, softcap, max_keys, lws);
+        free(s);
+    }
+    dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bp), dbuf_free(&bo), dbuf_free(&bs);
+    free(q), free(o), free(kf), free(vf), free(kh), free(vh), free(ref);
+}
+
+NM_TEST(attention_gqa_window_softcap) {
+    CL_READY();
+    const int p7[7] = {0, 1, 2, 9, 10, 11, 15}, p1[1] = {12};
+    check_attention(nmtest_failed, 4, 1, 64, 7, p7, 0, 0.0f, 16, 64);
+    check_attention(nmtest_failed, 4, 2, 64, 7, p7, 3, 0.0f, 16, 32);
+    check_attention(nmtest_failed, 4, 2, 256, 7, p7, 0, 0.0f, 16, 128);
+    check_attention(nmtest_failed, 4, 1, 256, 7, p7, 3, 1.5f, 16, 256);
+    check_attention(nmtest_failed, 4, 2, 64, 7, p7, 1, 0.0f, 16, 64); // every query sees one key
+    check_attention(nmtest_failed, 4, 1, 64, 1, p1, 0, 2.0f, 16, 64);
+    check_attention(nmtest_failed, 4, 2, 256, 1, p1, 5, 0.0f, 16, 64);
+    check_attention(nmtest_failed, 4, 2, 64, 7, p7, 0, 1.0f, 3, 32);  // chunks of 3 keys
+    check_attention(nmtest_failed, 4, 1, 256, 7, p7, 6, 0.0f, 4, 64); // chunks, window
+    check_attention(nmtest_failed, 4, 4, 36, 7, p7, 0, 0.0f, 16, 32); // no GQA, head_dim not a multiple of 8
+}
+
+static void check_attention_full(int *nmtest_failed, int n_tok, int n_head, int hd, size_t lws) {
+    const int w = n_head * hd;
+    const size_t n = (size_t)n_tok * w;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *q = malloc(sizeof(float) * n), *k = malloc(sizeof(float) * n), *v = malloc(sizeof(float) * n);
+    float *o = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n), *p = malloc(sizeof(double) * n_tok);
+    fill(q, n, 1.0f), fill(k, n, 1.5f), fill(v, n, 1.0f);
+    for (int t = 0; t < n_tok; t++)
+        for (int h = 0; h < n_head; h++) {
+            double m = -INFINITY, l = 0;
+            for (int j = 0; j < n_tok; j++) {
+                double s = 0;
+                for (int d = 0; d < hd; d++) s += (double)q[(size_t)t * w + h * hd + d] * k[(size_t)j * w + h * hd + d];
+                p[j] = s * scale, m = p[j] > m ? p[j] : m;
+            }
+            for (int j = 0; j < n_tok; j++) l += (p[j] = exp(p[j] - m));
+            for (int d = 0; d < hd; d++) {
+                double a = 0;
+                for (int j = 0; j < n_tok; j++) a += p[j] * v[(size_t)j * w + h * hd + d];
+                ref[(size_t)t * w + h * hd + d] = a / l;
+            }
+        }
+    dbuf bq = dbuf_new(q, sizeof(float) * n, 4), bk = dbuf_new(k, sizeof(float) * n, 8);
+    dbuf bv = dbuf_new(v, sizeof(float) * n, 12), bo = dbuf_new(NULL, sizeof(float) * n, 16);
+    dbuf bs = dbuf_new(NULL, sizeof(float) * (size_t)n_tok * n_head * n_tok, 20);
+    kcall c = kc_begin("attention_full");
+    kc_buf(&c, &bq), kc_buf(&c, &bk), kc_buf(&c, &bv), kc_buf(&c, &bo);
+    kc_int(&c, n_tok), kc_int(&c, n_head), kc_int(&c, hd), kc_float(&c, scale), kc_buf(&c, &bs);
+    size_t g[2] = {(size_t)n_head * lws, (size_t)n_tok}, l[2] = {lws, 1};
+    int rc = kc_run(&c, 2, g, l);
+    NM_CHECK(rc == 0);
+    if (rc == 0) {
+        NM_CHECK(dbuf_read(&bo, o) == 0);
+        CHECK_REL(o, ref, n, 1e-5, "n_tok %d heads %d hd %d lws %zu", n_tok, n_head, hd, lws);
+    }
+    dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bo), dbuf_free(&bs);
+    free(q), free(k), free(v), free(o), free(ref), free(p);
+}
+
+NM_TEST(attention_full) {
+    CL_READY();
+    check_attention_full(nmtest_failed, 7, 3, 64, 64);
+    check_attention_full(nmtest_failed, 40, 2, 72, 32);
+    check_attention_full(nmtest_failed, 1, 2, 64, 32);
+    check_attention_full(nmtest_failed, 300, 2, 64, 256); // more keys than work-items
+}
+
+// ---- element-wise -------------------------------------------------------------------------
+
+static double act_ref(double x, int act) {
+    if (act == 0) return x / (1 + exp(-x));
+    if (act == 1) return 0.5 * x * (1 + tanh(sqrt(2 / 3.141592653589793) * (x + 0.044715 * x * x * x)));
+    return x / (1 + exp(-1.702 * x));
+}
+
+// One element-wise kernel over n floats: op 0 glu, 1 act, 2 add, 3 scale, 4 softcap.
+static void check_ew(int *nmtest_failed, int op, int act, int n, int in_place) {
+    static const char *names[] = {"glu", "act", "add", "scale", "softcap"};
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+    double *ref = malloc(sizeof(double) * n);
+    fill(a, (size_t)n, 4.0f), fill(b, (size_t)n, 1.0f);
+    a[0] = -100.0f, a[1] = 100.0f, a[2] = 0.0f; // saturated ends
+    const float f = 0.37f, cap = 5.0f;
+    for (int i = 0; i < n; i++)
+        ref[i] = op == 0   ? act_ref(a[i], act) * b[i]
+                 : op == 1 ? act_ref(a[i], act)
+                 : op == 2 ? (double)a[i] + b[i]
+                 : op == 3 ? (double)a[i] * f
+                           : cap * tanh(a[i] / (double)cap);
+    dbuf ba = dbuf_new(a, sizeof(float) * n, 4), bb = dbuf_new(b, sizeof(float) * n, 8);
+    dbuf by = in_place ? ba : dbuf_new(NULL, sizeof(float) * n, 12);
+    kcall c = kc_begin(names[op]);
+    kc_buf(&c, &ba);
+    if (op == 0 || op == 2) kc_buf(&c, &bb);
+    kc_buf(&c, &by), kc_int(&c, n);
+    if (op <= 1) kc_int(&c, act);
+    if (op == 3) kc_float(&c, f);
+    if (op == 4) kc_float(&c, cap);
+    size_t g = round_up((size_t)n, 64);
+    int rc = kc_run(&c, 1, &g, NULL);
+    NM_CHECK(rc == 0);
+    if (rc == 0) {
+        NM_CHECK(dbuf_read(&by, y) == 0);
+        CHECK_REL(y, ref, (size_t)n, 1e-5, "%s act %d n %d in_place %d", names[op], act, n, in_place);
+    }
+    dbuf_free(&ba), dbuf_free(&bb);
+    if (!in_place) dbuf_free(&by);
+    free(a), free(b), free(y), free(ref);
+}
+
+NM_TEST(glu_and_act) {
+    CL_READY();
+    for (int act = 0; act < 2; act++) check_ew(nmtest_failed, 0, act, 1000, act);
+    for (int act = 0; act < 3; act++) check_ew(nmtest_failed, 1, act, 777, act & 1);
+}
+
+NM_TEST(add_scale_softcap) {
+    CL_READY();
+    check_ew(nmtest_failed, 2, 0, 1000, 0);
+    check_ew(nmtest_failed, 2, 0, 65, 1);
+    check_ew(nmtest_failed, 3, 0, 1000, 1);
+    check_ew(nmtest_failed, 4, 0, 513, 0);
+}
+
+// ---- bench (opt-in: NM_CL_BENCH=1) ---------------------------------------------------------
+
+static double now_s(void) {
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC); // C11: no POSIX clock under -std=c11
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Decode matvec bandwidth: a 4096 x 14336 weight of each type, as GB/s of
+// weight bytes read, for local sizes 64, 128 and 256.
+NM_TEST_OPTIN(bench_mv, "NM_CL_BENCH") {
+    CL_READY();
+    const int K = 4096, N = 14336, iters = 50;
+    float *x = malloc(sizeof(float) * K);
+    fill(x, (size_t)K, 1.0f);
+    for (size_t ti = 0; ti < N_WT; ti++) {
+        const size_t rb = nm_row_size(wtypes[ti].type, K), bytes = rb * (size_t)N;
+        uint8_t *w = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)(urand() * 256);
+        for (size_t i = 0; i < bytes / 2; i += 64) w[i] = 0; // keep some f16/f32 values small
+        dbuf bw = dbuf_new(w, bytes, 0), bx = dbuf_new(x, sizeof(float) * K, 0), by = dbuf_new(NULL, sizeof(float) * N, 0);
+        char name[32];
+        snprintf(name, sizeof name, "mv_%s", wtypes[ti].name);
+        printf("  %-9s %6.1f MB:", name, (double)bytes / 1e6);
+        for (size_t lws = 64; lws <= 256; lws *= 2) {
+            kcall c = kc_begin(name);
+            kc_buf(&c, &bw), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &by);
+            kc_int(&c, 0), kc_int(&c, K), kc_int(&c, N);
+            size_t g = (size_t)N * lws;
+            double t0 = 0;
+            for (int it = 0; it <= iters && c.err == CL_SUCCESS; it++) {
+                if (it == 1) cl.api.clFinish(cl.q), t0 = now_s(); // the first launch warms up
+                c.err = cl.api.clEnqueueNDRangeKernel(cl.q, c.k, 1, NULL, &g, &lws, 0, NULL, NULL);
+            }
+            if (c.err == CL_SUCCESS) c.err = cl.api.clFinish(cl.q);
+            const double dt = (now_s() - t0) / iters;
+            cl.api.clReleaseKernel(c.k);
+            if (c.err != CL_SUCCESS) printf("  lws %zu: %s", lws, nm_cl_strerror(c.err));
+            else printf("  lws %zu: %7.1f us %6.0f GB/s", lws, dt * 1e6, (double)bytes / dt / 1e9);
+        }
+        printf("\n");
+        dbuf_free(&bw), dbuf_free(&bx), dbuf_free(&by);
+        free(w);
+    }
+    free(x);
+}
+
+NM_TEST_MAIN()

@@ -10,6 +10,9 @@ PKGS=(build-essential cmake pkg-config libpcre2-dev libpng-dev libjpeg62-turbo-d
 PKGS+=(libespeak-ng-dev espeak-ng-data)
 # Speech tests (tests/unit/test_transcribe.c): the espeak-ng command speaks the round-trip sentences.
 PKGS+=(espeak-ng)
+# OpenCL (src/backend/opencl, loaded at run time): the ICD loader and PoCL, an OpenCL device on the CPU,
+# for the OpenCL tests; clinfo to look at the platforms.
+PKGS+=(ocl-icd-libopencl1 pocl-opencl-icd clinfo)
 
 missing=()
 for p in "${PKGS[@]}"; do

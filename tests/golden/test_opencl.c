@@ -231,6 +231,21 @@ NM_TEST(smollm2_layer_split_equals_cpu) {
     NEED_OPENCL(m);
     char dir[64];
     nm_model *ref = exact_twin(path_, dir, sizeof dir);
+    {
+        nm_ctx_params cp = nm_ctx_default_params();
+        cp.n_ctx = 16;
+        cp.device = device();
+        cp.n_gpu_layers = 15;
+        nm_ctx *probe = NULL;
+        char e[512];
+        nm_status st = nm_ctx_create(m, &cp, &probe, e, sizeof e);
+        nm_ctx_free(probe);
+        if (st == NM_ERR_UNSUPPORTED && strstr(e, "shared memory")) { // a discrete GPU
+            nm_model_free(ref);
+            nm_model_free(m);
+            NM_SKIP(e);
+        }
+    }
     nm_ctx *cpu = ctx_on(m, "cpu", -1, 256), *split = ctx_on(m, device(), 15, 256);
     nm_ctx *exact = ref ? ctx_on(ref, "cpu", -1, 256) : NULL;
     NM_CHECK(cpu && split && exact);

@@ -264,6 +264,8 @@ static uint8_t *make_weights(uint32_t type, int K, int N, float **deq) {
     return w;
 }
 
+#define MV_ROWS 4 // rows of a work-group of mv_T (kernels.cl NM_MV_ROWS)
+
 // ---- mv_ / mm_ / get_rows_ --------------------------------------------------------------------
 
 // mv (T == 0) or mm (T >= 1) of every weight type against a double dot of
@@ -299,7 +301,7 @@ static void check_matmul(int *nmtest_failed, int K, int N, int T, size_t lws, in
             size_t g[2] = {round_up((size_t)N, 32) / 2, round_up((size_t)T, 32) / 2}, l[2] = {16, 16};
             rc = kc_run(&c, 2, g, l);
         } else {
-            size_t g = (size_t)N * lws;
+            size_t g = (size_t)(N + MV_ROWS - 1) / MV_ROWS * lws;
             rc = kc_run(&c, 1, &g, &lws);
         }
         NM_CHECK(rc == 0);
@@ -712,7 +714,7 @@ NM_TEST_OPTIN(bench_mv, "NM_CL_BENCH") {
             kcall c = kc_begin(name);
             kc_buf(&c, &bw), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &by);
             kc_int(&c, 0), kc_int(&c, K), kc_int(&c, N);
-            size_t g = (size_t)N * lws;
+            size_t g = (size_t)(N + MV_ROWS - 1) / MV_ROWS * lws;
             double t0 = 0;
             for (int it = 0; it <= iters && c.err == CL_SUCCESS; it++) {
                 if (it == 1) cl.api.clFinish(cl.q), t0 = now_s(); // the first launch warms up

@@ -295,7 +295,18 @@ int cmd_bench(int argc, char **argv) {
     // The model's peak is taken before the bandwidth probe allocates its buffer;
     // the process's peak (what /usr/bin/time reports) includes that buffer.
     const long rss = cli_peak_rss_kb() * 1024;
-    const double bw = memory_bandwidth(threads);
+    // the roofline of the unit that decodes: the CPU's probe, or the device's read kernel
+    double bw = 0.0;
+    const char *dev = nm_ctx_device(c);
+    if (strcmp(dev, "cpu") != 0) {
+        nm_device_info d[17];
+        const int32_t nd = nm_list_devices(d, 17, true);
+        const char *want = o.device && strchr(o.device, ':') ? o.device : "opencl:0";
+        for (int32_t i = 0; i < nd && i < 17; i++)
+            if (!strcmp(d[i].name, want)) bw = d[i].read_gbps * 1e9;
+    } else {
+        bw = memory_bandwidth(threads);
+    }
     const long rss_process = cli_peak_rss_kb() * 1024;
     // bytes per generated token: weights + the KV cache at the mean position of tg
     const double bytes_tok =
@@ -304,7 +315,8 @@ int cmd_bench(int argc, char **argv) {
     char cpu[128], feats[256], kern[160];
     what_ran(cpu, sizeof cpu, feats, sizeof feats, kern, sizeof kern);
     if (json) {
-        printf("{\"cpu\": \"%s\", \"cpu_features\": \"%s\", \"kernels\": \"%s\", ", cpu, feats, kern);
+        printf("{\"cpu\": \"%s\", \"cpu_features\": \"%s\", \"kernels\": \"%s\", \"device\": \"%s\", \"device_layers\": %d, ",
+               cpu, feats, kern, dev, nm_ctx_device_layers(c));
         printf("\"model\": \"%s\", \"arch\": \"%s\", \"threads\": %d, \"n_prompt\": %d, \"n_gen\": %d, \"reps\": %d, "
                "\"pp_tps\": %.3f, \"pp_tps_sd\": %.3f, \"tg_tps\": %.3f, \"tg_tps_sd\": %.3f, "
                "\"peak_rss_bytes\": %ld, \"process_peak_rss_bytes\": %ld, \"mem_bw_bytes_per_s\": %.0f, "
@@ -316,11 +328,13 @@ int cmd_bench(int argc, char **argv) {
         nm_model_desc(m, desc, sizeof desc);
         printf("model: %s\nthreads: %d, repetitions: %d\n", desc, threads, (int)reps);
         printf("cpu: %s (%s)\nkernels: %s\n", cpu, feats, kern);
+        if (strcmp(dev, "cpu") != 0) printf("device: %s, %d layers there\n", o.device ? o.device : dev, nm_ctx_device_layers(c));
         if (n_pp > 0) printf("pp%-4d %10.2f ± %.2f tok/s\n", (int)n_pp, pp_m, pp_sd);
         if (n_tg > 0) printf("tg%-4d %10.2f ± %.2f tok/s\n", (int)n_tg, tg_m, tg_sd);
         printf("peak RSS: %.1f MiB (the model's run; with the bandwidth probe's buffer, as /usr/bin/time sees the "
                "process: %.1f MiB)\n", rss / 1048576.0, rss_process / 1048576.0);
-        printf("memory bandwidth (read probe): %.2f GB/s; bytes per generated token: %.1f MiB\n", bw / 1e9,
+        printf("memory bandwidth (read probe%s): %.2f GB/s; bytes per generated token: %.1f MiB\n",
+               strcmp(dev, "cpu") ? ", the device's" : "", bw / 1e9,
                bytes_tok / 1048576.0);
         printf("decode roofline: %.1f tok/s; achieved %.1f%%\n", roof, pct);
     }

@@ -314,33 +314,86 @@ NM_INLINE float4 ld4_q6_K(__global const uchar *row, int k, int K) {
 // ---- mv_T: decode matvec ----------------------------------------------------------------
 //
 // Y[n] = sum_k W[n,k] X[k] (+ Bias[n] if has_bias), n < N; W is N rows of K.
-// Launch: 1-D, global = N * LWS, local = LWS (one work-group per row).
+// Launch: 1-D, global = ceil(N / NM_MV_ROWS) * LWS, local = LWS: a work-group
+// computes NM_MV_ROWS consecutive rows, each work-item the same slice of K in
+// all of them (the activations it reads serve every row, from registers or
+// L1), and one reduction through __local memory serves the rows together: the
+// per-row cost of the group (its launch, the barriers) is shared.
 // K: a multiple of the type's block (32; 256 for q4_K/q5_K/q6_K); any K for
-// f32/f16. Local memory: NM_MAX_LWS floats.
+// f32/f16. Local memory: NM_MV_ROWS * NM_MAX_LWS floats.
+#define NM_MV_ROWS 4
 
 #define NM_MV(T, UE, BLK, BSZ, TAIL)                                                                              \
     __kernel void mv_##T(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off,              \
                          __global uchar *Y, ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias,   \
                          int K, int N) {                                                                          \
-        __local float red[NM_MAX_LWS];                                                                            \
-        const int n = get_group_id(0), lid = get_local_id(0), lws = get_local_size(0);                           \
-        if (n >= N) return; /* the whole group: no barrier is skipped by part of it */                            \
-        __global const uchar *row = W + w_off + (ulong)n * (ulong)(K / (BLK)) * (BSZ);                            \
+        __local float red[NM_MV_ROWS * NM_MAX_LWS];                                                               \
+        const int n0 = get_group_id(0) * NM_MV_ROWS, lid = get_local_id(0), lws = get_local_size(0);             \
+        const ulong rb = (ulong)(K / (BLK)) * (BSZ);                                                              \
         __global const float *x = (__global const float *)(X + x_off);                                           \
         const int nu = K / (UE);                                                                                  \
-        float s = 0.0f;                                                                                           \
-        for (int u = lid; u < nu; u += lws) s += dot_##T(row, u, x);                                              \
-        TAIL                                                                                                      \
-        s = wg_sum(s, red);                                                                                       \
-        if (lid == 0) {                                                                                           \
-            if (has_bias) s += ((__global const float *)(Bias + b_off))[n];                                      \
-            ((__global float *)(Y + y_off))[n] = s;                                                               \
+        float acc[NM_MV_ROWS];                                                                                    \
+        for (int r = 0; r < NM_MV_ROWS; r++) {                                                                    \
+            float s = 0.0f;                                                                                       \
+            if (n0 + r < N) {                                                                                     \
+                __global const uchar *row = W + w_off + (ulong)(n0 + r) * rb;                                     \
+                for (int u = lid; u < nu; u += lws) s += dot_##T(row, u, x);                                      \
+                TAIL                                                                                              \
+            }                                                                                                     \
+            acc[r] = s;                                                                                           \
+        }                                                                                                         \
+        for (int r = 0; r < NM_MV_ROWS; r++) red[r * lws + lid] = acc[r];                                         \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                                             \
+        for (int st = lws >> 1; st > 0; st >>= 1) {                                                               \
+            if (lid < st)                                                                                         \
+                for (int r = 0; r < NM_MV_ROWS; r++) red[r * lws + lid] += red[r * lws + lid + st];               \
+            barrier(CLK_LOCAL_MEM_FENCE);                                                                         \
+        }                                                                                                         \
+        if (lid < NM_MV_ROWS && n0 + lid < N) {                                                                   \
+            float s = red[lid * lws];                                                                             \
+            if (has_bias) s += ((__global const float *)(Bias + b_off))[n0 + lid];                               \
+            ((__global float *)(Y + y_off))[n0 + lid] = s;                                                        \
         }                                                                                                         \
     }
 
 NM_MV(f32, 4, 1, 4, for (int k = nu * 4 + lid; k < K; k += lws) s += ((__global const float *)row)[k] * x[k];)
 NM_MV(f16, 4, 1, 2, for (int k = nu * 4 + lid; k < K; k += lws) s += vload_half(k, (__global const half *)row) * x[k];)
-NM_MV(q4_0, 8, 32, 18, )
+// q4_0, the decode type of most models: the activations a work-item needs
+// (8 floats per 4 bytes of quants) are loaded once into registers and serve
+// the group's NM_MV_ROWS rows, so L1 carries 2 floats per weight byte, not 8.
+__kernel void mv_q4_0(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off, __global uchar *Y,
+                      ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, int N) {
+    __local float red[NM_MV_ROWS * NM_MAX_LWS];
+    const int n0 = get_group_id(0) * NM_MV_ROWS, lid = get_local_id(0), lws = get_local_size(0);
+    const ulong rb = (ulong)(K / 32) * 18;
+    __global const float *x = (__global const float *)(X + x_off);
+    __global const uchar *w0 = W + w_off + (ulong)n0 * rb;
+    const int nu = K / 8, nr = N - n0 < NM_MV_ROWS ? N - n0 : NM_MV_ROWS;
+    float acc[NM_MV_ROWS];
+    for (int r = 0; r < NM_MV_ROWS; r++) acc[r] = 0.0f;
+    for (int u = lid; u < nu; u += lws) {
+        const int b = u >> 2, i = u & 3;
+        const float4 x0 = vload4(0, x + b * 32 + 4 * i), x1 = vload4(0, x + b * 32 + 4 * i + 16);
+        for (int r = 0; r < NM_MV_ROWS; r++) {
+            if (r >= nr) break;
+            __global const uchar *p = w0 + (ulong)r * rb + b * 18;
+            const uint w = ld32_a2(p + 2 + 4 * i);
+            acc[r] += ld_half(p) * (dot(convert_float4(nib_lo(w)) - 8.0f, x0) + dot(convert_float4(nib_hi(w)) - 8.0f, x1));
+        }
+    }
+    for (int r = 0; r < NM_MV_ROWS; r++) red[r * lws + lid] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = lws >> 1; st > 0; st >>= 1) {
+        if (lid < st)
+            for (int r = 0; r < NM_MV_ROWS; r++) red[r * lws + lid] += red[r * lws + lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < nr) {
+        float s = red[lid * lws];
+        if (has_bias) s += ((__global const float *)(Bias + b_off))[n0 + lid];
+        ((__global float *)(Y + y_off))[n0 + lid] = s;
+    }
+}
 NM_MV(q4_1, 8, 32, 20, )
 NM_MV(q5_0, 8, 32, 22, )
 NM_MV(q8_0, 8, 32, 34, )

@@ -33,6 +33,7 @@ extern const size_t nm_cl_kernels_source_len;
 #define NM_CL_MM_TN 32
 #define NM_CL_MM_TT 32
 #define NM_CL_MAX_HD 512 // attention: head_dim limit of the kernels
+#define NM_CL_MV_ROWS 4  // rows per work-group of the decode matvec (kernels.cl NM_MV_ROWS)
 
 typedef struct cl_import {
     const uint8_t *base; // host address of the range (page-aligned)
@@ -63,6 +64,7 @@ typedef struct nm_ocl {
     char dev_name[128], driver[64];
     cl_ulong mem_bytes, max_alloc;
     size_t max_wg;
+    size_t mv_lws; // work-group size of the decode matvec (NM_OPENCL_MV_LWS: 32..256, a power of two)
     cl_import imports[NM_CL_MAX_IMPORTS];
     int n_imports;
     cl_mem scratch; // attention scores
@@ -492,7 +494,7 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
             cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4;
             const karg args[] = {A(w.m), A(w.off), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
                                  A(has_bias), A(K), A(N)};
-            const size_t local = NM_CL_LWS, global = (size_t)N * NM_CL_LWS;
+            const size_t local = o->mv_lws, global = ((size_t)N + NM_CL_MV_ROWS - 1) / NM_CL_MV_ROWS * o->mv_lws;
             nm_status st = launch(o, o->typed.k[K_MV][t], "matvec", 1, &global, &local, args, 11);
             if (st != NM_OK) return st;
         }
@@ -787,6 +789,11 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
         snprintf(err, err_size, "opencl: %s runs work-groups of at most %zu items (%d needed)", o->dev_name, o->max_wg,
                  NM_CL_MM_LX * NM_CL_MM_LY > NM_CL_LWS ? NM_CL_MM_LX * NM_CL_MM_LY : NM_CL_LWS);
         goto fail;
+    }
+    o->mv_lws = o->max_wg >= 256 ? 256 : NM_CL_LWS; // 256: best on the H200 (docs/benchmarks.md)
+    if (getenv("NM_OPENCL_MV_LWS")) {
+        const long v = atol(getenv("NM_OPENCL_MV_LWS"));
+        if (v >= 32 && v <= 256 && (v & (v - 1)) == 0 && (size_t)v <= o->max_wg) o->mv_lws = (size_t)v;
     }
     cl_int e;
     const cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)o->platform, 0};

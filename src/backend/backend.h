@@ -82,6 +82,16 @@ enum nm_op_kind {
                           // src0 = Q, src1 = K, src2 = V, each [n_tok, n_head * head_dim] f32; dst like Q;
                           // f0 = scale; i0 = n_head, i2 = head_dim (up to the sizes in nm_backend_params)
     NM_OP_SOFTCAP,   // dst = f0 * tanh(src0 / f0)   (final logit softcap)
+    NM_OP_COPY,      // dst = src0, the same number of elements and type (a row into place)
+    NM_OP_PATCHES,   // image patches as rows: src0 = 3 planes of i0 x i0 f32 (channel, y, x), patch side i1;
+                     // dst row (py * side + px) = the patch's (channel, y, x) elements, side = i0 / i1
+    NM_OP_PIXEL_SHUFFLE, // src0 [side * side, d] -> dst [(side / s)^2, d s s], side = i0, s = i1: output row
+                         // (yb, xb) = rows (yb s + dy, xb s + dx), dy outer, dx inner (idefics3)
+    NM_OP_IM2COL,    // a 1-D convolution's input windows as rows (then one MATMUL is the conv): dst row t,
+                     // element c * K + k = in(c, f) with f = stride t - K/2 + k, zero unless 0 <= f < T_out
+                     // stride and i3 + f < L. K = i0, stride = i1, i3 = frames of the input skipped;
+                     // i2 = 0: src0 is [L frames, C channels] channel-major (ne[0] = L, ne[1] = C),
+                     // 1: frame-major (ne[0] = C, ne[1] = L). dst [T_out, C K] (Whisper's convs)
     NM_OP_COUNT
 };
 

@@ -18,7 +18,7 @@ static volatile uint64_t sink;
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     nm_clip *c = NULL;
     char err[256];
-    nm_status st = nm_clip_load_memory(data, size, 1, &c, err, sizeof err);
+    nm_status st = nm_clip_load_memory(data, size, NULL, 1, &c, err, sizeof err);
     if (st != NM_OK) {
         if (c || err[0] == '\0') abort(); // failures leave *out NULL and say why
         return 0;

@@ -9,7 +9,10 @@
 
 #include "../unit/nmtest.h"
 #include "models.h"
+#include "bricks/vision/clip.h"
+#include "genmmproj.h"
 #include "genmodel.h"
+#include "gguf/gguf.h"
 #include "nanomind.h"
 #include "quant/quant.h"
 
@@ -282,6 +285,129 @@ NM_TEST(smollm2_layer_split_equals_cpu) {
     nm_ctx_free(exact);
     nm_model_free(ref);
     nm_model_free(m);
+}
+
+// The three architectures on small random-weight f32 models (qwen2's biases,
+// gemma3's sliding window of 8 over a 30-token prompt, its per-head norms and
+// embedding scale): f32 weights take f32 activations on both units, so the
+// logits agree to float rounding, in prefill and decode, through token ids and
+// through nm_decode_embd (the caller's rows copied to the device).
+NM_TEST(archs_equal_cpu_to_rounding) {
+    char tok[1024];
+    NM_NEED_MODEL(NM_SMOLLM2, tok);
+    static const char *archs[] = {"llama", "qwen2", "gemma3"};
+    for (int a = 0; a < 3; a++) {
+        char path[256];
+        snprintf(path, sizeof path, "/tmp/nm-opencl-%s-%d.gguf", archs[a], (int)getpid());
+        gen_opts o = nm_genmodel_defaults();
+        o.arch = archs[a];
+        o.tok_from = tok;
+        o.out = path;
+        o.type = NM_TYPE_F32;
+        o.layers = 3;
+        o.embd = 128;
+        o.heads = 4;
+        o.kv_heads = 2;
+        o.ff = 256;
+        o.swa = 8;
+        o.seed = 11;
+        NM_CHECK(nm_genmodel_write(&o) == 0);
+        nm_model *m = load(path);
+        nm_gguf *g = NULL;
+        NM_CHECK(nm_gguf_open(path, &g, NULL, 0) == NM_OK);
+        unlink(path); // the mappings stay readable
+        NM_CHECK(m != NULL);
+        if (!m || !g) {
+            nm_gguf_close(g);
+            nm_model_free(m);
+            continue;
+        }
+        const nm_gguf_tensor *te = nm_gguf_find_tensor(g, "token_embd.weight");
+        if (a == 0) NEED_OPENCL(m);
+        nm_ctx *cpu = ctx_on(m, "cpu", -1, 64), *dev = ctx_on(m, device(), -1, 64);
+        NM_CHECK(cpu && dev);
+        const int32_t nv = nm_model_n_vocab(m), d = nm_model_n_embd(m);
+        int32_t toks[31];
+        for (int i = 0; i < 31; i++) toks[i] = (i * 7919 + 13) % nv;
+        double maxd = 0, maxl = 0;
+        if (cpu && dev) {
+            // prefill of 30, then one more token; every logit compared
+            NM_CHECK(nm_decode(cpu, toks, 30, 0, true) == NM_OK && nm_decode(dev, toks, 30, 0, true) == NM_OK);
+            for (int i = 0; i < 30; i++)
+                for (int32_t v = 0; v < nv; v++) {
+                    maxd = fmax(maxd, fabs((double)nm_get_logits(cpu, i)[v] - nm_get_logits(dev, i)[v]));
+                    maxl = fmax(maxl, fabs((double)nm_get_logits(cpu, i)[v]));
+                }
+            NM_CHECK(nm_decode(cpu, toks + 30, 1, 30, false) == NM_OK && nm_decode(dev, toks + 30, 1, 30, false) == NM_OK);
+            for (int32_t v = 0; v < nv; v++)
+                maxd = fmax(maxd, fabs((double)nm_get_logits(cpu, -1)[v] - nm_get_logits(dev, -1)[v]));
+            // the embeddings entry point: rows the caller holds (gemma3's scale applied by the caller)
+            float *e = malloc(sizeof(float) * (size_t)d * 4);
+            const float sc = !strcmp(archs[a], "gemma3") ? sqrtf((float)d) : 1.0f;
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < d; j++) e[(size_t)i * d + j] = ((const float *)te->data)[(size_t)toks[i] * d + j] * sc;
+            NM_CHECK(nm_decode_embd(cpu, e, 4, 0, false) == NM_OK && nm_decode_embd(dev, e, 4, 0, false) == NM_OK);
+            for (int32_t v = 0; v < nv; v++)
+                maxd = fmax(maxd, fabs((double)nm_get_logits(cpu, -1)[v] - nm_get_logits(dev, -1)[v]));
+            free(e);
+        }
+        fprintf(stderr, "  %s f32: cpu vs %s: max |logit diff| %.2e (logits up to %.1f)\n", archs[a], device(), maxd, maxl);
+        NM_CHECK(maxd < 2e-3);
+        nm_ctx_free(cpu);
+        nm_ctx_free(dev);
+        nm_gguf_close(g);
+        nm_model_free(m);
+    }
+}
+
+// The vision encoder on the device: random-weight mmproj files of both
+// projectors (LLaVA's CLIP: class token, pre-LN, quick GELU, mlp; SmolVLM's
+// SigLIP: patch bias, post-LN, GELU, pixel shuffle), f32 and q8_0 weights,
+// against the CPU. f32: float rounding (the two sum in other orders); q8_0:
+// the CPU's 8-bit activations against the device's f32 ones.
+NM_TEST(vision_encoder_equals_cpu) {
+    static const char *projs[] = {"mlp", "idefics3"};
+    for (int k = 0; k < 4; k++) {
+        nm_genmmproj_params gp = nm_genmmproj_default_params(projs[k % 2]);
+        gp.wtype = k < 2 ? NM_TYPE_F32 : NM_TYPE_Q8_0;
+        gp.seed = 5 + (uint64_t)k;
+        char path[256], err[512];
+        snprintf(path, sizeof path, "/tmp/nm-opencl-mmproj-%d-%d.gguf", k, (int)getpid());
+        NM_CHECK(nm_genmmproj_write(path, &gp, err, sizeof err) == NM_OK);
+        nm_clip *cpu = NULL, *dev = NULL;
+        NM_CHECK(nm_clip_load(path, "cpu", 2, &cpu, err, sizeof err) == NM_OK);
+        nm_status st = nm_clip_load(path, device(), 2, &dev, err, sizeof err);
+        unlink(path);
+        if (st == NM_ERR_UNSUPPORTED && strstr(err, "no OpenCL")) {
+            nm_clip_free(cpu);
+            NM_SKIP(err);
+        }
+        NM_CHECK(st == NM_OK);
+        if (st != NM_OK) fprintf(stderr, "  %s\n", err);
+        if (!cpu || !dev) {
+            nm_clip_free(cpu);
+            nm_clip_free(dev);
+            continue;
+        }
+        NM_CHECK(!strcmp(nm_clip_device(dev), "opencl"));
+        const nm_clip_info *in = nm_clip_get_info(cpu);
+        const size_t n_pix = 3 * (size_t)in->image_size * in->image_size, n_out = (size_t)in->n_out * in->n_out_embd;
+        float *pix = malloc(sizeof(float) * n_pix), *a = malloc(sizeof(float) * n_out), *b = malloc(sizeof(float) * n_out);
+        uint64_t r = 0x9e3779b97f4a7c15ull + (uint64_t)k;
+        for (size_t i = 0; i < n_pix; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            pix[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+        }
+        NM_CHECK(nm_clip_encode(cpu, pix, a) == NM_OK && nm_clip_encode(dev, pix, b) == NM_OK);
+        double maxd = 0, maxa = 0;
+        for (size_t i = 0; i < n_out; i++) maxd = fmax(maxd, fabs((double)a[i] - b[i])), maxa = fmax(maxa, fabs((double)a[i]));
+        fprintf(stderr, "  %s %s: cpu vs %s: max |diff| %.2e of max |value| %.2f (%d x %d)\n", projs[k % 2],
+                k < 2 ? "f32" : "q8_0", device(), maxd, maxa, in->n_out, in->n_out_embd);
+        NM_CHECK(maxd <= (k < 2 ? 1e-4 : 2e-2) * maxa);
+        free(pix), free(a), free(b);
+        nm_clip_free(cpu);
+        nm_clip_free(dev);
+    }
 }
 
 NM_TEST_MAIN()

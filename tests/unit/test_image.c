@@ -1298,7 +1298,7 @@ static nm_clip *golden_clip(const golden_cfg *g) {
     char path[128], err[256];
     snprintf(path, sizeof path, "/tmp/nm-test-image-golden-%d.gguf", (int)getpid());
     nm_clip *c = NULL;
-    if (nm_genmmproj_write(path, &p, err, sizeof err) != NM_OK || nm_clip_load(path, 1, &c, err, sizeof err) != NM_OK)
+    if (nm_genmmproj_write(path, &p, err, sizeof err) != NM_OK || nm_clip_load(path, NULL, 1, &c, err, sizeof err) != NM_OK)
         fprintf(stderr, "  %s: %s\n", g->name, err);
     unlink(path);
     return c;

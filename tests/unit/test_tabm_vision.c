@@ -195,7 +195,7 @@ NM_TEST(tabm_vision_image_prompt_in_place) {
         nm_vision *v = NULL;
         char err[256];
         NM_CHECK(write_mmproj(tmp("mm.gguf"), proj[k], N_EMBD));
-        NM_CHECK(nm_vision_load(tmp("mm.gguf"), 2, &v, err, sizeof err) == NM_OK);
+        NM_CHECK(nm_vision_load(tmp("mm.gguf"), NULL, 2, &v, err, sizeof err) == NM_OK);
         if (!v) continue;
         nm_ledger *led = nm_ledger_create();
         int32_t got[64], want[64], n_pos = 0;
@@ -229,8 +229,8 @@ NM_TEST(tabm_vision_errors_write_nothing) {
     nm_vision *v = NULL, *wide = NULL;
     nm_tabm *in = NULL;
     NM_CHECK(write_mmproj(tmp("mm.gguf"), "mlp", N_EMBD) && write_mmproj(tmp("mm48.gguf"), "mlp", 48));
-    NM_CHECK(nm_vision_load(tmp("mm.gguf"), 1, &v, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_vision_load(tmp("mm48.gguf"), 1, &wide, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_vision_load(tmp("mm.gguf"), NULL, 1, &v, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_vision_load(tmp("mm48.gguf"), NULL, 1, &wide, err, sizeof err) == NM_OK);
     NM_CHECK(nm_tabm_create(NULL, 4, 1 << 16, &in, NULL, 0) == NM_OK);
     if (!v || !wide || !in) goto done;
     // an mmproj made for another width
@@ -259,7 +259,7 @@ NM_TEST(tabm_vision_errors_write_nothing) {
     nm_tabm_free(tiny);
     // a language model given as the mmproj
     nm_vision *notmm = NULL;
-    NM_CHECK(nm_vision_load(tmp("llm.gguf"), 1, &notmm, err, sizeof err) == NM_ERR_FORMAT && notmm == NULL);
+    NM_CHECK(nm_vision_load(tmp("llm.gguf"), NULL, 1, &notmm, err, sizeof err) == NM_ERR_FORMAT && notmm == NULL);
     NM_CHECK(strstr(err, "mmproj") != NULL);
 done:
     nm_tabm_free(in);
@@ -273,8 +273,8 @@ NM_TEST(tabm_vision_not_an_mmproj) {
     nm_vision *v = NULL;
     FILE *f = fopen(tmp("empty.gguf"), "wb");
     fclose(f);
-    NM_CHECK(nm_vision_load(tmp("empty.gguf"), 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
-    NM_CHECK(nm_vision_load(tmp("absent.gguf"), 1, &v, err, sizeof err) == NM_ERR_IO && v == NULL);
+    NM_CHECK(nm_vision_load(tmp("empty.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
+    NM_CHECK(nm_vision_load(tmp("absent.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_IO && v == NULL);
 }
 
 // Anyres pinpoints: read in order; an odd count, a resolution that is not a
@@ -283,7 +283,7 @@ NM_TEST(tabm_vision_anyres_pinpoints) {
     char err[256];
     nm_vision *v = NULL;
     NM_CHECK(write_mmproj(tmp("any.gguf"), "mlp-anyres", N_EMBD));
-    NM_CHECK(nm_vision_load(tmp("any.gguf"), 1, &v, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_vision_load(tmp("any.gguf"), NULL, 1, &v, err, sizeof err) == NM_OK);
     if (v) {
         const nm_clip_info *ci = nm_vision_info(v);
         NM_CHECK(ci->n_pinpoints == 3 && ci->pinpoints[0][0] == 64 && ci->pinpoints[0][1] == 32 &&
@@ -308,7 +308,7 @@ NM_TEST(tabm_vision_anyres_pinpoints) {
         memcpy(p.pinpoints, bad[i].pins, sizeof p.pinpoints);
         NM_CHECK(nm_genmmproj_write(tmp("bad-any.gguf"), &p, err, sizeof err) == NM_OK);
         v = NULL;
-        NM_CHECK(nm_vision_load(tmp("bad-any.gguf"), 1, &v, err, sizeof err) == NM_ERR_UNSUPPORTED && v == NULL);
+        NM_CHECK(nm_vision_load(tmp("bad-any.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_UNSUPPORTED && v == NULL);
         if (!strstr(err, bad[i].want)) fprintf(stderr, "  case %zu: %s\n", i, err);
         NM_CHECK(strstr(err, bad[i].want) != NULL);
     }
@@ -335,7 +335,7 @@ NM_TEST(tabm_vision_anyres_pinpoints) {
         NM_CHECK(nm_gguf_writer_write(gw, tmp("bad-any2.gguf")) == NM_OK);
         nm_gguf_writer_free(gw);
         v = NULL;
-        NM_CHECK(nm_vision_load(tmp("bad-any2.gguf"), 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
+        NM_CHECK(nm_vision_load(tmp("bad-any2.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
         if (!strstr(err, "image_grid_pinpoints")) fprintf(stderr, "  case %d: %s\n", k, err);
         NM_CHECK(strstr(err, "image_grid_pinpoints") != NULL);
     }

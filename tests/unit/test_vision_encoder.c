@@ -125,7 +125,7 @@ static err_stats run_case(int *nmtest_failed, const char *tag, const nm_genmmpro
     }
 
     nm_clip *c = NULL;
-    st = nm_clip_load(gguf, 2, &c, err, sizeof err);
+    st = nm_clip_load(gguf, NULL, 2, &c, err, sizeof err);
     if (st != NM_OK) fprintf(stderr, "  %s: nm_clip_load: %s\n", tag, err);
     NM_CHECK(st == NM_OK && c != NULL);
     if (!c) return e;
@@ -363,7 +363,7 @@ NM_TEST(vision_reference_discriminates) {
     NM_CHECK(nm_genmmproj_write(gguf, &p, err, sizeof err) == NM_OK);
     NM_CHECK(nm_genmmproj_write_input(in, p.image_size, 5, err, sizeof err) == NM_OK);
     nm_clip *c = NULL;
-    NM_CHECK(nm_clip_load(gguf, 1, &c, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_clip_load(gguf, NULL, 1, &c, err, sizeof err) == NM_OK);
     if (!c) return;
     const nm_clip_info *info = nm_clip_get_info(c);
     const size_t n_in = 3 * (size_t)p.image_size * p.image_size, n_out = (size_t)info->n_out * info->n_out_embd;
@@ -479,7 +479,7 @@ static int rewrite(const char *src, const char *dst, const char *drop, const cha
 static void expect_refused(int *nmtest_failed, const char *path, const char *want) {
     char err[512] = "";
     nm_clip *c = (nm_clip *)(uintptr_t)1;
-    nm_status st = nm_clip_load(path, 1, &c, err, sizeof err);
+    nm_status st = nm_clip_load(path, NULL, 1, &c, err, sizeof err);
     NM_CHECK(st < 0);
     NM_CHECK(c == NULL);
     if (st >= 0 && c) nm_clip_free(c);
@@ -494,11 +494,11 @@ NM_TEST(vision_bad_files_refused) {
     nm_genmmproj_params p = small_params("mlp", NM_TYPE_Q8_0, 51);
     NM_CHECK(nm_genmmproj_write(good, &p, err, sizeof err) == NM_OK);
     nm_clip *c = NULL;
-    NM_CHECK(nm_clip_load(good, 1, &c, err, sizeof err) == NM_OK); // the unmodified copy loads
+    NM_CHECK(nm_clip_load(good, NULL, 1, &c, err, sizeof err) == NM_OK); // the unmodified copy loads
     nm_clip_free(c);
     NM_CHECK(rewrite(good, bad, NULL, NULL, 0, 0, NULL, 0) == 0);
     c = NULL;
-    NM_CHECK(nm_clip_load(bad, 1, &c, err, sizeof err) == NM_OK); // and so does a plain rewrite
+    NM_CHECK(nm_clip_load(bad, NULL, 1, &c, err, sizeof err) == NM_OK); // and so does a plain rewrite
     nm_clip_free(c);
 
     NM_CHECK(rewrite(good, bad, "v.blk.1.attn_k.weight", NULL, 0, 0, NULL, 0) == 0);
@@ -612,7 +612,7 @@ NM_TEST(vision_bad_values_refused) {
                             kv_arr4("clip.vision.feature_layer", NM_GGUF_INT32, &layers[0], 1)};
     NM_CHECK(rewrite(good[0], bad, NULL, NULL, 0, 0, fine, 2) == 0);
     nm_clip *c = NULL;
-    NM_CHECK(nm_clip_load(bad, 1, &c, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_clip_load(bad, NULL, 1, &c, err, sizeof err) == NM_OK);
     nm_clip_free(c);
 }
 
@@ -718,7 +718,7 @@ NM_TEST_OPTIN(gen_corpus, "NM_GEN_CORPUS") {
         snprintf(path, sizeof path, "%s/%s", dir, seeds[i].name);
         NM_CHECK(nm_genmmproj_write(path, &p, err, sizeof err) == NM_OK);
         nm_clip *c = NULL;
-        NM_CHECK(nm_clip_load(path, 1, &c, err, sizeof err) == NM_OK); // every seed loads
+        NM_CHECK(nm_clip_load(path, NULL, 1, &c, err, sizeof err) == NM_OK); // every seed loads
         nm_clip_free(c);
     }
 }

@@ -45,6 +45,7 @@ typedef struct cli_opts {
     int32_t n_batch;        // -b
     int32_t n_gpu_layers;   // -ngl: layers on --device (the last N); -1 (default, or all/auto) every one
     const char *device;     // -dev, --device: cpu (default), opencl, opencl:N
+    const char *mmproj_device; // --mmproj-device: the vision encoder's (default: --device)
     bool chat;              // --chat, -cnv; -no-cnv clears it
     bool stats;             // --stats
     bool help;              // -h

@@ -67,7 +67,7 @@ static void mean_sd(const double *v, int n, double *mean, double *sd);
 static int bench_vision(const cli_opts *o, long reps, bool json) {
     char err[512];
     nm_clip *c = NULL;
-    nm_status st = nm_clip_load(o->mmproj, o->n_threads, &c, err, sizeof err);
+    nm_status st = nm_clip_load(o->mmproj, o->mmproj_device ? o->mmproj_device : o->device, o->n_threads, &c, err, sizeof err);
     if (st != NM_OK) {
         fprintf(stderr, "error: cannot load '%s': %s: %s\n", o->mmproj, nm_status_str(st), err);
         return 1;

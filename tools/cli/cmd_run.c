@@ -350,7 +350,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     }
     cli_ctx_note(S.c);
     if (o.mmproj) {
-        if ((st = nm_vision_load(o.mmproj, o.n_threads, &S.vision, err, sizeof err)) != NM_OK) {
+        if ((st = nm_vision_load(o.mmproj, o.mmproj_device ? o.mmproj_device : o.device, o.n_threads, &S.vision, err, sizeof err)) != NM_OK) {
             fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", o.mmproj, nm_status_str(st), err);
             goto done;
         }

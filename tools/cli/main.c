@@ -175,6 +175,14 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
         else if (IS("-sys") || IS("--system-prompt") || IS("--system")) g = CLI_GEN, o->system = v;
         else if (IS("--chat-template")) g = CLI_GEN, o->chat_tmpl = v;
         else if (IS("--mmproj")) g = CLI_VISION, o->mmproj = v;
+        else if (IS("--mmproj-device")) {
+            g = CLI_VISION;
+            o->mmproj_device = v;
+            if (v && strcmp(v, "cpu") && strcmp(v, "opencl") && strncmp(v, "opencl:", 7)) {
+                fprintf(stderr, "error: %s '%s': expected cpu, opencl or opencl:N (--list-devices lists them)\n", a, v);
+                ok = false;
+            }
+        }
         else if (IS("--image")) {
             g = CLI_VISION;
             if (o->n_images >= CLI_MAX_IMAGES) {

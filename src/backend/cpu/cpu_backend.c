@@ -768,6 +768,53 @@ static void op_softcap(const nm_op *op, int64_t r0, int64_t r1) {
     for (int64_t i = r0 * w; i < r1 * w; i++) y[i] = cap * tanhf(a[i] / cap);
 }
 
+// Patches as rows (channel, y, x), the order of a conv kernel's elements.
+static void op_patches(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t S = op->i0, p = op->i1, side = S / p, P = 3 * p * p;
+    const float *px = TD(op->src0);
+    float *y = TD(op->dst);
+    for (int64_t t = r0; t < r1; t++) {
+        const int64_t py = t / side, pxi = t % side;
+        for (int64_t ch = 0; ch < 3; ch++)
+            for (int64_t r = 0; r < p; r++)
+                memcpy(y + t * P + (ch * p + r) * p, px + (ch * S + py * p + r) * S + pxi * p, sizeof(float) * (size_t)p);
+    }
+}
+
+static void op_pixel_shuffle(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t side = op->i0, s = op->i1, sb = side / s, d = op->src0->ne[0];
+    const float *x = TD(op->src0);
+    float *y = TD(op->dst);
+    for (int64_t o = r0; o < r1; o++) {
+        const int64_t yb = o / sb, xb = o % sb;
+        for (int64_t dy = 0; dy < s; dy++)
+            for (int64_t dx = 0; dx < s; dx++)
+                memcpy(y + o * d * s * s + (dy * s + dx) * d, x + ((yb * s + dy) * side + xb * s + dx) * d,
+                       sizeof(float) * (size_t)d);
+    }
+}
+
+static void op_im2col(const nm_op *op, int64_t r0, int64_t r1) {
+    const int64_t K = op->i0, stride = op->i1, off = op->i3, W = op->dst->ne[1] * stride;
+    const bool frame_major = op->i2 == 1;
+    const int64_t C = frame_major ? op->src0->ne[0] : op->src0->ne[1], L = frame_major ? op->src0->ne[1] : op->src0->ne[0];
+    const float *x = TD(op->src0);
+    float *y = TD(op->dst);
+    for (int64_t t = r0; t < r1; t++) {
+        float *row = y + t * C * K;
+        for (int64_t k = 0; k < K; k++) {
+            const int64_t f = stride * t - K / 2 + k, g = off + f;
+            const bool in = f >= 0 && f < W && g < L;
+            for (int64_t c = 0; c < C; c++) row[c * K + k] = in ? x[frame_major ? g * C + c : c * L + g] : 0.0f;
+        }
+    }
+}
+
+static size_t tensor_bytes(const nm_tensor *t) {
+    const size_t row = t->type == NM_TYPE_I32 ? 4 * (size_t)t->ne[0] : nm_row_size(t->type, t->ne[0]);
+    return row * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+}
+
 static void op_kv_store(const nm_cpu *c, const nm_op *op) {
     const int64_t w = op->src0->ne[0], T = op->src0->ne[1];
     // f32 -> f16 rounding to nearest even (the activation quantizer for f16 weights)
@@ -796,6 +843,9 @@ static void op_rows_run(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1
     case NM_OP_ADD: op_add(op, r0, r1); break;
     case NM_OP_SCALE: op_scale(op, r0, r1); break;
     case NM_OP_SOFTCAP: op_softcap(op, r0, r1); break;
+    case NM_OP_PATCHES: op_patches(op, r0, r1); break;
+    case NM_OP_PIXEL_SHUFFLE: op_pixel_shuffle(op, r0, r1); break;
+    case NM_OP_IM2COL: op_im2col(op, r0, r1); break;
     case NM_OP_NORM: op_norm(op, r0, r1); break;
     case NM_OP_ACT: op_act(c, op, r0, r1); break;
     default: break;
@@ -923,6 +973,17 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_KV_STORE: return op->src0->ne[1] <= op->n_ctx;
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
+    case NM_OP_COPY: return op->src0->type == op->dst->type && tensor_bytes(op->src0) == tensor_bytes(op->dst);
+    case NM_OP_PATCHES:
+        return op->i1 > 0 && op->i0 % op->i1 == 0 && op->dst->ne[0] == 3 * (int64_t)op->i1 * op->i1 &&
+               op->dst->ne[1] == (int64_t)(op->i0 / op->i1) * (op->i0 / op->i1) &&
+               op->src0->ne[0] * op->src0->ne[1] >= 3 * (int64_t)op->i0 * op->i0;
+    case NM_OP_PIXEL_SHUFFLE:
+        return op->i1 > 0 && op->i0 % op->i1 == 0 && op->src0->ne[1] == (int64_t)op->i0 * op->i0 &&
+               op->dst->ne[0] == op->src0->ne[0] * op->i1 * op->i1;
+    case NM_OP_IM2COL:
+        return op->i0 > 0 && op->i1 > 0 && op->i3 >= 0 && (op->i2 == 0 || op->i2 == 1) &&
+               op->dst->ne[0] == (op->i2 ? op->src0->ne[0] : op->src0->ne[1]) * op->i0;
     default: return op->kind < NM_OP_COUNT;
     }
 }
@@ -1077,7 +1138,11 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         case NM_OP_GLU:
         case NM_OP_ADD:
         case NM_OP_SCALE: op_rows_dispatch(c, op); break;
-        case NM_OP_SOFTCAP: op_rows_dispatch(c, op); break;
+        case NM_OP_SOFTCAP:
+        case NM_OP_PATCHES:
+        case NM_OP_PIXEL_SHUFFLE:
+        case NM_OP_IM2COL: op_rows_dispatch(c, op); break;
+        case NM_OP_COPY: memmove(TD(op->dst), TD(op->src0), tensor_bytes(op->src0)); break;
         case NM_OP_KV_STORE: op_kv_store(c, op); break;
         case NM_OP_COUNT: break;
         }

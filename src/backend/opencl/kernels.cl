@@ -751,3 +751,28 @@ __kernel void softcap(__global const uchar *A, ulong a_off, __global uchar *Y, u
     if (i >= n) return;
     ((__global float *)(Y + y_off))[i] = cap * tanh(((__global const float *)(A + a_off))[i] / cap);
 }
+
+// ---- layout ops (vision) ----------------------------------------------------------------
+//
+// patches: Y row t = (py, px) of side x side patches of side p over 3 planes
+// of S x S floats, elements in (channel, y, x) order (a conv kernel's).
+// Launch: 2-D, global = (round_up(3 p p, L), side * side), local any.
+__kernel void patches(__global const uchar *X, ulong x_off, __global uchar *Y, ulong y_off, int S, int p) {
+    const int i = get_global_id(0), t = get_global_id(1), side = S / p, P = 3 * p * p;
+    if (i >= P || t >= side * side) return;
+    const int ch = i / (p * p), r = (i / p) % p, col = i % p, py = t / side, px = t % side;
+    ((__global float *)(Y + y_off))[(size_t)t * P + i] =
+        ((__global const float *)(X + x_off))[((size_t)ch * S + py * p + r) * S + px * p + col];
+}
+
+// pixel_shuffle: X [side * side, d] -> Y [(side/s)^2, d s s]; output row
+// (yb, xb) is rows (yb s + dy, xb s + dx) of X, dy outer, dx inner.
+// Launch: 2-D, global = (round_up(d s s, L), (side/s)^2), local any.
+__kernel void pixel_shuffle(__global const uchar *X, ulong x_off, __global uchar *Y, ulong y_off, int d, int side,
+                            int s) {
+    const int j = get_global_id(0), o = get_global_id(1), sb = side / s;
+    if (j >= d * s * s || o >= sb * sb) return;
+    const int q = j / d, c = j % d, dy = q / s, dx = q % s, yb = o / sb, xb = o % sb;
+    ((__global float *)(Y + y_off))[(size_t)o * d * s * s + j] =
+        ((__global const float *)(X + x_off))[((size_t)(yb * s + dy) * side + xb * s + dx) * d + c];
+}

@@ -59,7 +59,7 @@ typedef struct nm_ocl {
     cl_program prog;
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full;
+        k_attention_full, k_patches, k_pixel_shuffle;
     bool unified;
     char dev_name[128], driver[64];
     cl_ulong mem_bytes, max_alloc;
@@ -266,6 +266,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_kv_store, "kv_store"}, {&o->k_attention, "attention"},   {&o->k_glu, "glu"},
         {&o->k_act, "act"},           {&o->k_add, "add"},               {&o->k_scale, "scale"},
         {&o->k_softcap, "softcap"},   {&o->k_attention_full, "attention_full"},
+        {&o->k_patches, "patches"},   {&o->k_pixel_shuffle, "pixel_shuffle"},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
@@ -430,6 +431,13 @@ static bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_ADD:
     case NM_OP_SCALE:
     case NM_OP_SOFTCAP: return true;
+    case NM_OP_COPY: return op->src0->type == op->dst->type && tensor_bytes(op->src0) == tensor_bytes(op->dst);
+    case NM_OP_PATCHES:
+        return f32(op->src0) && op->i1 > 0 && op->i0 % op->i1 == 0 && op->dst->ne[0] == 3 * (int64_t)op->i1 * op->i1 &&
+               op->dst->ne[1] == (int64_t)(op->i0 / op->i1) * (op->i0 / op->i1);
+    case NM_OP_PIXEL_SHUFFLE:
+        return f32(op->src0) && op->i1 > 0 && op->i0 % op->i1 == 0 && op->src0->ne[1] == (int64_t)op->i0 * op->i0 &&
+               op->dst->ne[0] == op->src0->ne[0] * op->i1 * op->i1;
     default: return false;
     }
 }
@@ -625,6 +633,28 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(n), A(f)};
         return launch(o, op->kind == NM_OP_SCALE ? o->k_scale : o->k_softcap, "scale", 1, &global, NULL, args, 6);
     }
+    case NM_OP_COPY: {
+        RESOLVE(a, op->src0);
+        RESOLVE(y, op->dst);
+        cl_int e = o->api.clEnqueueCopyBuffer(o->q, a.m, y.m, a.off, y.off, tensor_bytes(op->src0), 0, NULL, NULL);
+        return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: copy: %s", nm_cl_strerror(e));
+    }
+    case NM_OP_PATCHES: {
+        RESOLVE(a, op->src0);
+        RESOLVE(y, op->dst);
+        const cl_int S = op->i0, p = op->i1;
+        const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(S), A(p)};
+        const size_t global[2] = {(size_t)(3 * p * p), (size_t)op->dst->ne[1]};
+        return launch(o, o->k_patches, "patches", 2, global, NULL, args, 6);
+    }
+    case NM_OP_PIXEL_SHUFFLE: {
+        RESOLVE(a, op->src0);
+        RESOLVE(y, op->dst);
+        const cl_int d = (cl_int)op->src0->ne[0], side = op->i0, s = op->i1;
+        const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(d), A(side), A(s)};
+        const size_t global[2] = {(size_t)(d * s * s), (size_t)op->dst->ne[1]};
+        return launch(o, o->k_pixel_shuffle, "pixel_shuffle", 2, global, NULL, args, 7);
+    }
     default: return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d is not supported", op->kind);
     }
 }
@@ -712,7 +742,8 @@ static void ocl_release(nm_ocl *o) {
         for (int t = 0; t < NM_TYPE_COUNT; t++)
             if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
-                         o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full};
+                         o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
+                         o->k_pixel_shuffle};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);

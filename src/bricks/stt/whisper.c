@@ -249,27 +249,19 @@ nm_status nm_whisper_encode(nm_whisper *w, const float *mel, int64_t n_len, int6
     const nm_whisper_hparams *hp = &m->hp;
     const int64_t d = w->d, A = hp->n_audio_ctx, F = 2 * A, M = hp->n_mels;
     nm_status st;
+    if (offset > INT32_MAX) return wfail(w, NM_ERR_RANGE, "whisper: offset %lld past the input", (long long)offset);
     // conv1: output frame t reads window frames t-1, t, t+1 (zero outside the window / past n_len)
-    for (int64_t t = 0; t < F; t++) {
-        float *row = w->col1 + t * 3 * M;
-        for (int64_t c = 0; c < M; c++)
-            for (int64_t k = 0; k < 3; k++) {
-                int64_t f = t - 1 + k, g = offset + f;
-                row[c * 3 + k] = (f >= 0 && f < F && g < n_len) ? mel[c * n_len + g] : 0.0f;
-            }
-    }
+    nm_tensor tmel = nm_tensor_at(mel, NM_TYPE_F32, n_len, M), tc1 = act(w->col1, 3 * M, F);
+    nm_op cols1 = {.kind = NM_OP_IM2COL, .src0 = &tmel, .dst = &tc1, .i0 = 3, .i1 = 1, .i2 = 0, .i3 = (int32_t)offset};
+    if ((st = run(w, &cols1, 1))) return st;
     nm_tensor c1 = m->conv1_w, c2 = m->conv2_w; // [3, C_in, d] viewed as [3 C_in, d]
     c1.ne[0] = 3 * M, c1.ne[1] = d, c1.ne[2] = 1;
     c2.ne[0] = 3 * d, c2.ne[1] = d, c2.ne[2] = 1;
     if ((st = matmul(w, w->h1, &c1, w->col1, &m->conv1_b, F)) || (st = gelu(w, w->h1, d, F))) return st;
     // conv2, stride 2: output t reads conv1 frames 2t-1, 2t, 2t+1
-    for (int64_t t = 0; t < A; t++) {
-        float *row = w->col2 + t * 3 * d;
-        for (int64_t k = 0; k < 3; k++) {
-            int64_t f = 2 * t - 1 + k;
-            for (int64_t c = 0; c < d; c++) row[c * 3 + k] = (f >= 0 && f < F) ? w->h1[f * d + c] : 0.0f;
-        }
-    }
+    nm_tensor th1 = act(w->h1, d, F), tc2 = act(w->col2, 3 * d, A);
+    nm_op cols2 = {.kind = NM_OP_IM2COL, .src0 = &th1, .dst = &tc2, .i0 = 3, .i1 = 2, .i2 = 1, .i3 = 0};
+    if ((st = run(w, &cols2, 1))) return st;
     if ((st = matmul(w, w->ex, &c2, w->col2, &m->conv2_b, A)) || (st = gelu(w, w->ex, d, A)) ||
         (st = add(w, w->ex, w->ex, nm_tensor_host(&m->e_pe), d, A)))
         return st;
@@ -432,10 +424,16 @@ nm_status nm_whisper_seq_copy(nm_whisper *w, int32_t dst, int32_t src, int32_t n
         return wfail(w, NM_ERR_RANGE, "whisper: seq_copy %d <- %d of %d positions", dst, src, n_pos);
     if (dst == src || n_pos == 0) return NM_OK;
     const int64_t L = hp->n_text_layer;
-    const size_t bytes = sizeof(uint16_t) * (size_t)n_pos * (size_t)w->d;
+    const size_t row = sizeof(uint16_t) * (size_t)w->d;
+    nm_tensor views[4];
     for (int64_t il = 0; il < L; il++) {
-        memcpy(nm_tensor_host(&w->self[dst * L + il].k), nm_tensor_host(&w->self[src * L + il].k), bytes);
-        memcpy(nm_tensor_host(&w->self[dst * L + il].v), nm_tensor_host(&w->self[src * L + il].v), bytes);
+        const nm_kv_layer *a = &w->self[src * L + il], *b = &w->self[dst * L + il];
+        views[0] = nm_tensor_rows(&a->k, row, 0, n_pos), views[1] = nm_tensor_rows(&b->k, row, 0, n_pos);
+        views[2] = nm_tensor_rows(&a->v, row, 0, n_pos), views[3] = nm_tensor_rows(&b->v, row, 0, n_pos);
+        const nm_op copies[2] = {{.kind = NM_OP_COPY, .src0 = &views[0], .dst = &views[1]},
+                                 {.kind = NM_OP_COPY, .src0 = &views[2], .dst = &views[3]}};
+        nm_status st = run(w, copies, 2);
+        if (st != NM_OK) return st;
     }
     return NM_OK;
 }

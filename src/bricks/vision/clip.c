@@ -44,11 +44,20 @@ struct nm_clip {
     float *vec_mem; // owned f32 copies of the vectors
     size_t vec_used, vec_cap;
     int32_t n_pos, n_mm; // tokens through the ViT; mlp hidden width
-    // activations
-    float *patches;      // (n_patches, 3 p^2)
-    float *x, *cur, *q, *k, *v, *attn, *o; // (n_pos, n_embd)
-    float *ff;           // (n_pos, max(n_ff, n_mm))
-    float *shuf;         // (n_out, n_embd n_merge^2): idefics3 pixel shuffle
+    nm_backend_caps caps;
+    // activations: views of one buffer of the backend
+    nm_buffer *arena;
+    nm_tensor pix;       // (3 planes of image_size^2) the input, where the device cannot read the caller's
+    nm_tensor patches;   // (n_patches, 3 p^2)
+    nm_tensor x, cur, q, k, v, attn, o; // (n_pos, n_embd)
+    nm_tensor ff;        // (n_pos, max(n_ff, n_mm))
+    nm_tensor shuf;      // (n_out, n_embd n_merge^2): idefics3 pixel shuffle
+    nm_tensor out;       // (n_out, n_out_embd) where the device cannot write the caller's
+    // the encoder's op list, recorded at load (one shape: the image size is fixed)
+    nm_op *ops;
+    nm_tensor *tens;
+    int n_ops, cap_ops, n_tens, cap_tens;
+    nm_tensor *in_pix, *in_out; // the graph's input and output tensors (bound per call to the caller's memory)
     char err[256];
 };
 
@@ -368,26 +377,21 @@ static nm_status load_tensors(loader *L) {
 
 void nm_clip_free(nm_clip *c) {
     if (!c) return;
+    if (c->be) c->be->iface->buffer_free(c->be, c->arena);
     nm_backend_free(c->be);
+    free(c->ops);
+    free(c->tens);
     free(c->layers);
     free(c->vec_mem);
-    free(c->patches);
-    free(c->x);
-    free(c->cur);
-    free(c->q);
-    free(c->k);
-    free(c->v);
-    free(c->attn);
-    free(c->o);
-    free(c->ff);
-    free(c->shuf);
     nm_gguf_close(c->g);
     free(c);
 }
 
 // From a file (path) or from memory (data, size).
-static nm_status clip_load(const char *path, const void *data, size_t size, int32_t n_threads, nm_clip **out,
-                           char *err, size_t err_size) {
+static nm_status record(nm_clip *c);
+
+static nm_status clip_load(const char *path, const void *data, size_t size, const char *device, int32_t n_threads,
+                           nm_clip **out, char *err, size_t err_size) {
     *out = NULL;
     nm_clip *c = calloc(1, sizeof *c);
     if (!c) return nm_fail(NM_ERR_NOMEM, err, err_size, "out of memory");
@@ -418,19 +422,44 @@ static nm_status clip_load(const char *path, const void *data, size_t size, int3
     int64_t ffw = in->n_ff > c->n_mm ? in->n_ff : c->n_mm;
     const nm_backend_params bp = {.n_threads = n_threads, .max_row = max_row, .max_tokens = T,
                                   .attn_max_seq = T, .attn_head_dim = d / in->n_head};
-    char berr[256] = "";
-    if ((st = nm_backend_create(NULL, &bp, &c->be, berr, sizeof berr)) != NM_OK) {
+    char berr[512] = "";
+    if ((st = nm_backend_create(device, &bp, &c->be, berr, sizeof berr)) != NM_OK) {
         nm_fail(st, err, err_size, "vision encoder: %s", berr);
         goto fail;
     }
-    c->patches = malloc(sizeof(float) * (size_t)(in->n_patches * 3 * p * p));
-    float **acts[] = {&c->x, &c->cur, &c->q, &c->k, &c->v, &c->attn, &c->o};
-    bool ok = c->be && c->patches;
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) ok = ok && (*acts[i] = malloc(sizeof(float) * (size_t)(T * d)));
-    ok = ok && (c->ff = malloc(sizeof(float) * (size_t)(T * ffw)));
-    if (in->proj == NM_CLIP_PROJ_IDEFICS3) ok = ok && (c->shuf = malloc(sizeof(float) * (size_t)(in->n_patches * d)));
-    if (!ok) {
-        st = nm_fail(NM_ERR_NOMEM, err, err_size, "out of memory for the encoder's activations");
+    c->be->iface->get_caps(c->be, &c->caps);
+    // the weights and the widened vectors, read in place (copied once only to a device that cannot)
+    const uint8_t *lo = NULL, *hi = NULL;
+    for (int64_t i = 0; i < nm_gguf_n_tensors(c->g); i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(c->g, i);
+        const uint8_t *tp = (const uint8_t *)t->data;
+        if (!lo || tp < lo) lo = tp;
+        if (tp + t->nbytes > hi) hi = tp + t->nbytes;
+    }
+    if ((hi > lo && (st = c->be->iface->buffer_import_host(c->be, lo, (size_t)(hi - lo), false)) != NM_OK) ||
+        (c->vec_used && (st = c->be->iface->buffer_import_host(c->be, c->vec_mem, c->vec_used * sizeof(float), false)) != NM_OK)) {
+        nm_fail(st, err, err_size, "vision encoder: the weights: %s", c->be->iface->last_error(c->be));
+        goto fail;
+    }
+    const int64_t S = in->image_size, n_out_rows = in->n_out, ow = in->n_out_embd;
+    const int64_t dims[][2] = {{3 * S * S, 1}, {3 * p * p, in->n_patches}, {d, T}, {d, T}, {d, T}, {d, T}, {d, T},
+                                 {d, T}, {d, T}, {ffw, T}, {d * mm * mm, n_out_rows}, {ow, n_out_rows}};
+    nm_tensor *views[] = {&c->pix, &c->patches, &c->x, &c->cur, &c->q, &c->k, &c->v, &c->attn, &c->o, &c->ff,
+                          &c->shuf, &c->out};
+    size_t bytes = 0;
+    for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
+        bytes += ((size_t)(dims[i][0] * dims[i][1]) * sizeof(float) + 63) / 64 * 64;
+    if (!(c->arena = c->be->iface->buffer_alloc(c->be, bytes))) {
+        st = nm_fail(NM_ERR_NOMEM, err, err_size, "vision encoder: the activations: %s", c->be->iface->last_error(c->be));
+        goto fail;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < sizeof views / sizeof views[0]; i++) {
+        *views[i] = (nm_tensor){.type = NM_TYPE_F32, .ne = {dims[i][0], dims[i][1], 1, 1}, .buf = c->arena, .offs = at};
+        at += ((size_t)(dims[i][0] * dims[i][1]) * sizeof(float) + 63) / 64 * 64;
+    }
+    if ((st = record(c)) != NM_OK) {
+        nm_fail(st, err, err_size, "%s", c->err);
         goto fail;
     }
     *out = c;
@@ -440,132 +469,148 @@ fail:
     return st;
 }
 
-nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char *err, size_t err_size) {
+nm_status nm_clip_load(const char *path, const char *device, int32_t n_threads, nm_clip **out, char *err,
+                       size_t err_size) {
     if (!path || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "nm_clip_load: NULL argument");
-    return clip_load(path, NULL, 0, n_threads, out, err, err_size);
+    return clip_load(path, NULL, 0, device, n_threads, out, err, err_size);
 }
 
-nm_status nm_clip_load_memory(const void *data, size_t size, int32_t n_threads, nm_clip **out, char *err,
-                              size_t err_size) {
+nm_status nm_clip_load_memory(const void *data, size_t size, const char *device, int32_t n_threads, nm_clip **out,
+                              char *err, size_t err_size) {
     if (!data || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "nm_clip_load_memory: NULL argument");
-    return clip_load(NULL, data, size, n_threads, out, err, err_size);
+    return clip_load(NULL, data, size, device, n_threads, out, err, err_size);
 }
+
+const char *nm_clip_device(const nm_clip *c) { return c->be->iface->name; }
 
 const nm_clip_info *nm_clip_get_info(const nm_clip *c) { return c ? &c->info : NULL; }
 const char *nm_clip_last_error(const nm_clip *c) { return c ? c->err : ""; }
 
 // ---- forward ---------------------------------------------------------------------------
 
-static inline nm_tensor act(float *data, int64_t w, int64_t T) {
-    return nm_tensor_at(data, NM_TYPE_F32, w, T); // host memory: the encoder runs where the host computes
+// A tensor of the graph: rows [r0, r0 + n) of an activation, rows of w floats.
+static nm_tensor *rows(nm_clip *c, const nm_tensor *base, int64_t w, int64_t r0, int64_t n) {
+    if (c->n_tens == c->cap_tens) return NULL;
+    nm_tensor *t = &c->tens[c->n_tens++];
+    *t = *base;
+    t->ne[0] = w;
+    t->ne[1] = n;
+    t->offs += (size_t)(r0 * w) * sizeof(float);
+    return t;
 }
 
-static nm_status run(nm_clip *c, const nm_op *ops, int n) {
-    nm_status st = nm_backend_run(c->be, ops, n);
-    if (st != NM_OK) nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", c->be->iface->last_error(c->be));
-    return st;
+static void emit(nm_clip *c, nm_op op) {
+    if (c->n_ops < c->cap_ops) c->ops[c->n_ops++] = op;
+    else c->n_ops = c->cap_ops + 1; // overflow: record() fails
 }
 
-static const nm_tensor *opt(const nm_tensor *t) { return nm_tensor_is_set(t) ? t : NULL; }
+static const nm_tensor *opt(const nm_tensor *t) { return t && nm_tensor_is_set(t) ? t : NULL; }
 
-static nm_status norm(nm_clip *c, float *dst, const float *src, const nm_tensor *w, const nm_tensor *b, int64_t T) {
-    nm_tensor s = act((float *)src, c->info.n_embd, T), y = act(dst, c->info.n_embd, T);
-    nm_op op = {.kind = NM_OP_NORM, .src0 = &s, .src1 = opt(w), .src2 = opt(b), .dst = &y, .f0 = c->info.eps};
-    return run(c, &op, 1);
-}
-
-static nm_status matmul(nm_clip *c, float *dst, const nm_tensor *w, const float *src, const nm_tensor *bias, int64_t T) {
-    nm_tensor s = act((float *)src, w->ne[0], T), y = act(dst, w->ne[1], T);
-    nm_op op = {.kind = NM_OP_MATMUL, .src0 = w, .src1 = &s, .src2 = bias ? opt(bias) : NULL, .dst = &y};
-    return run(c, &op, 1);
-}
-
-static nm_status add(nm_clip *c, float *dst, const float *a, const float *b, int64_t width, int64_t T) {
-    nm_tensor ta = act((float *)a, width, T), tb = act((float *)b, width, T), y = act(dst, width, T);
-    nm_op op = {.kind = NM_OP_ADD, .src0 = &ta, .src1 = &tb, .dst = &y};
-    return run(c, &op, 1);
-}
-
-static nm_status activation(nm_clip *c, float *x, int64_t width, int64_t T, int act_kind) {
-    nm_tensor t = act(x, width, T);
-    nm_op op = {.kind = NM_OP_ACT, .src0 = &t, .dst = &t, .i0 = act_kind};
-    return run(c, &op, 1);
-}
-
-static nm_status layer_forward(nm_clip *c, const clip_layer *ly) {
+static void layer_record(nm_clip *c, const clip_layer *ly) {
     const nm_clip_info *in = &c->info;
     const int64_t d = in->n_embd, T = c->n_pos, hd = d / in->n_head;
     static const int acts[] = {[NM_CLIP_ACT_GELU_QUICK] = NM_ACT_GELU_QUICK, [NM_CLIP_ACT_GELU] = NM_ACT_GELU_TANH,
                                [NM_CLIP_ACT_SILU] = NM_ACT_SILU};
-    nm_status st;
-    if ((st = norm(c, c->cur, c->x, &ly->ln1_w, &ly->ln1_b, T))) return st;
-    // Q, K and V read the same normed input: one job on the backend.
-    nm_tensor s = act(c->cur, d, T), tq = act(c->q, d, T), tk = act(c->k, d, T), tv = act(c->v, d, T);
-    nm_tensor ta = act(c->attn, d, T);
-    nm_op qkv[3] = {
-        {.kind = NM_OP_MATMUL, .src0 = &ly->wq, .src1 = &s, .src2 = opt(&ly->bq), .dst = &tq},
-        {.kind = NM_OP_MATMUL, .src0 = &ly->wk, .src1 = &s, .src2 = opt(&ly->bk), .dst = &tk},
-        {.kind = NM_OP_MATMUL, .src0 = &ly->wv, .src1 = &s, .src2 = opt(&ly->bv), .dst = &tv},
-    };
-    if ((st = run(c, qkv, 3))) return st;
-    nm_op fa = {.kind = NM_OP_ATTENTION_FULL, .src0 = &tq, .src1 = &tk, .src2 = &tv, .dst = &ta,
-                .f0 = 1.0f / sqrtf((float)hd), .i0 = in->n_head, .i2 = (int32_t)hd};
-    if ((st = run(c, &fa, 1)) || (st = matmul(c, c->o, &ly->wo, c->attn, &ly->bo, T)) ||
-        (st = add(c, c->x, c->x, c->o, d, T)))
-        return st;
-    if ((st = norm(c, c->cur, c->x, &ly->ln2_w, &ly->ln2_b, T)) ||
-        (st = matmul(c, c->ff, &ly->up, c->cur, &ly->bup, T)) || (st = activation(c, c->ff, in->n_ff, T, acts[in->act])) ||
-        (st = matmul(c, c->o, &ly->down, c->ff, &ly->bdown, T)))
-        return st;
-    return add(c, c->x, c->x, c->o, d, T);
+    nm_tensor *x = rows(c, &c->x, d, 0, T), *cur = rows(c, &c->cur, d, 0, T), *o = rows(c, &c->o, d, 0, T);
+    nm_tensor *q = rows(c, &c->q, d, 0, T), *k = rows(c, &c->k, d, 0, T), *v = rows(c, &c->v, d, 0, T);
+    nm_tensor *attn = rows(c, &c->attn, d, 0, T), *ff = rows(c, &c->ff, in->n_ff, 0, T);
+    emit(c, (nm_op){.kind = NM_OP_NORM, .src0 = x, .src1 = opt(&ly->ln1_w), .src2 = opt(&ly->ln1_b), .dst = cur,
+                    .f0 = in->eps});
+    // Q, K and V read the same normed input: consecutive, so a backend may share its preparation
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->wq, .src1 = cur, .src2 = opt(&ly->bq), .dst = q});
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->wk, .src1 = cur, .src2 = opt(&ly->bk), .dst = k});
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->wv, .src1 = cur, .src2 = opt(&ly->bv), .dst = v});
+    emit(c, (nm_op){.kind = NM_OP_ATTENTION_FULL, .src0 = q, .src1 = k, .src2 = v, .dst = attn,
+                    .f0 = 1.0f / sqrtf((float)hd), .i0 = in->n_head, .i2 = (int32_t)hd});
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->wo, .src1 = attn, .src2 = opt(&ly->bo), .dst = o});
+    emit(c, (nm_op){.kind = NM_OP_ADD, .src0 = x, .src1 = o, .dst = x});
+    emit(c, (nm_op){.kind = NM_OP_NORM, .src0 = x, .src1 = opt(&ly->ln2_w), .src2 = opt(&ly->ln2_b), .dst = cur,
+                    .f0 = in->eps});
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->up, .src1 = cur, .src2 = opt(&ly->bup), .dst = ff});
+    emit(c, (nm_op){.kind = NM_OP_ACT, .src0 = ff, .dst = ff, .i0 = acts[in->act]});
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->down, .src1 = ff, .src2 = opt(&ly->bdown), .dst = o});
+    emit(c, (nm_op){.kind = NM_OP_ADD, .src0 = x, .src1 = o, .dst = x});
+}
+
+// Records the encoder: patches (rows in the order of the conv kernel's
+// elements), their embedding, the class token, positions, the layers, the
+// projector. Every step an op of the backend.
+static nm_status record(nm_clip *c) {
+    const nm_clip_info *in = &c->info;
+    const int64_t d = in->n_embd, S = in->image_size, p = in->patch_size, side = S / p, P = 3 * p * p;
+    const int64_t T = c->n_pos, N = in->n_patches;
+    c->cap_ops = 16 * in->n_layer_run + 16;
+    c->cap_tens = 12 * in->n_layer_run + 24;
+    c->ops = calloc((size_t)c->cap_ops, sizeof *c->ops);
+    c->tens = calloc((size_t)c->cap_tens, sizeof *c->tens);
+    if (!c->ops || !c->tens) return nm_fail(NM_ERR_NOMEM, c->err, sizeof c->err, "out of memory recording the encoder");
+    c->in_pix = rows(c, &c->pix, 3 * S * S, 0, 1);
+    nm_tensor *patches = rows(c, &c->patches, P, 0, N), *x = rows(c, &c->x, d, 0, T);
+    nm_tensor *xp = rows(c, &c->x, d, 0, N);
+    emit(c, (nm_op){.kind = NM_OP_PATCHES, .src0 = c->in_pix, .dst = patches, .i0 = (int32_t)S, .i1 = (int32_t)p});
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->patch_w, .src1 = patches, .src2 = opt(&c->patch_b), .dst = xp});
+    if (in->has_class_embd)
+        emit(c, (nm_op){.kind = NM_OP_COPY, .src0 = &c->class_embd, .dst = rows(c, &c->x, d, N, 1)});
+    nm_tensor *pos = rows(c, &c->pos_embd, d, 0, T);
+    emit(c, (nm_op){.kind = NM_OP_ADD, .src0 = x, .src1 = pos, .dst = x});
+    if (nm_tensor_is_set(&c->pre_ln_w))
+        emit(c, (nm_op){.kind = NM_OP_NORM, .src0 = x, .src1 = &c->pre_ln_w, .src2 = opt(&c->pre_ln_b), .dst = x,
+                        .f0 = in->eps});
+    for (int il = 0; il < in->n_layer_run; il++) layer_record(c, &c->layers[il]);
+    if (nm_tensor_is_set(&c->post_ln_w))
+        emit(c, (nm_op){.kind = NM_OP_NORM, .src0 = x, .src1 = &c->post_ln_w, .src2 = opt(&c->post_ln_b), .dst = x,
+                        .f0 = in->eps});
+    c->in_out = rows(c, &c->out, in->n_out_embd, 0, in->n_out);
+    if (in->proj == NM_CLIP_PROJ_MLP) {
+        // rows 1..n_patches when there is a class token (llama.cpp's "patches" indices)
+        nm_tensor *feat = rows(c, &c->x, d, in->has_class_embd ? 1 : 0, N);
+        if (!nm_tensor_is_set(&c->mm2_w)) {
+            emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->mm0_w, .src1 = feat, .src2 = opt(&c->mm0_b), .dst = c->in_out});
+            emit(c, (nm_op){.kind = NM_OP_ACT, .src0 = c->in_out, .dst = c->in_out, .i0 = NM_ACT_GELU_TANH});
+        } else {
+            nm_tensor *h = rows(c, &c->ff, c->n_mm, 0, N);
+            emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->mm0_w, .src1 = feat, .src2 = opt(&c->mm0_b), .dst = h});
+            emit(c, (nm_op){.kind = NM_OP_ACT, .src0 = h, .dst = h, .i0 = NM_ACT_GELU_TANH});
+            emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->mm2_w, .src1 = h, .src2 = opt(&c->mm2_b), .dst = c->in_out});
+        }
+    } else {
+        // idefics3: pixel shuffle. Output token (yb, xb) of the (side/s)^2 grid is
+        // the concatenation, dy outer and dx inner, of the s*s patches
+        // (yb*s + dy, xb*s + dx) - the order of llama.cpp's reshape/permute chain.
+        const int64_t sm = in->n_merge;
+        nm_tensor *shuf = rows(c, &c->shuf, d * sm * sm, 0, in->n_out);
+        emit(c, (nm_op){.kind = NM_OP_PIXEL_SHUFFLE, .src0 = rows(c, &c->x, d, 0, N), .dst = shuf, .i0 = (int32_t)side,
+                        .i1 = (int32_t)sm});
+        emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->fc_w, .src1 = shuf, .dst = c->in_out});
+    }
+    if (c->n_ops > c->cap_ops || c->n_tens == c->cap_tens)
+        return nm_fail(NM_ERR_RANGE, c->err, sizeof c->err, "vision encoder: more ops than recorded for");
+    for (int i = 0; i < c->n_ops; i++)
+        if (!c->be->iface->supports_op(c->be, &c->ops[i])) {
+            const nm_type_traits *tr = c->ops[i].src0 ? nm_type_traits_get(c->ops[i].src0->type) : NULL;
+            return nm_fail(NM_ERR_UNSUPPORTED, c->err, sizeof c->err, "vision encoder: device %s cannot run op %d (%s)",
+                           c->be->iface->name, c->ops[i].kind, tr ? tr->name : "?");
+        }
+    return NM_OK;
 }
 
 nm_status nm_clip_encode(nm_clip *c, const float *pixels, float *out) {
     if (!c || !pixels || !out) return NM_ERR_INVALID_ARG;
     c->err[0] = '\0';
     const nm_clip_info *in = &c->info;
-    const int64_t d = in->n_embd, S = in->image_size, p = in->patch_size, side = S / p, P = 3 * p * p;
+    const nm_backend_i *be = c->be->iface;
+    const size_t n_pix = 3 * (size_t)in->image_size * (size_t)in->image_size;
+    const size_t n_out = (size_t)in->n_out * (size_t)in->n_out_embd * sizeof(float);
     nm_status st;
-    // Patches as rows (channel, y, x), the order of the conv kernel's elements.
-    for (int64_t py = 0; py < side; py++)
-        for (int64_t px = 0; px < side; px++) {
-            float *row = c->patches + (py * side + px) * P;
-            for (int64_t ch = 0; ch < 3; ch++)
-                for (int64_t y = 0; y < p; y++)
-                    memcpy(row + (ch * p + y) * p, pixels + (ch * S + py * p + y) * S + px * p, sizeof(float) * (size_t)p);
-        }
-    if ((st = matmul(c, c->x, &c->patch_w, c->patches, &c->patch_b, in->n_patches))) return st;
-    if (in->has_class_embd) memcpy(c->x + (size_t)in->n_patches * d, nm_tensor_host(&c->class_embd), sizeof(float) * (size_t)d);
-    if ((st = add(c, c->x, c->x, nm_tensor_host(&c->pos_embd), d, c->n_pos))) return st;
-    if (nm_tensor_is_set(&c->pre_ln_w) && (st = norm(c, c->x, c->x, &c->pre_ln_w, &c->pre_ln_b, c->n_pos))) return st;
-    for (int il = 0; il < in->n_layer_run; il++)
-        if ((st = layer_forward(c, &c->layers[il]))) return st;
-    if (nm_tensor_is_set(&c->post_ln_w) && (st = norm(c, c->x, c->x, &c->post_ln_w, &c->post_ln_b, c->n_pos))) return st;
-
-    if (in->proj == NM_CLIP_PROJ_MLP) {
-        // rows 1..n_patches when there is a class token (llama.cpp's "patches" indices)
-        const float *feat = c->x + (in->has_class_embd ? d : 0);
-        const int64_t N = in->n_patches;
-        if (!nm_tensor_is_set(&c->mm2_w)) {
-            if ((st = matmul(c, out, &c->mm0_w, feat, &c->mm0_b, N))) return st;
-            return activation(c, out, c->n_mm, N, NM_ACT_GELU_TANH);
-        }
-        if ((st = matmul(c, c->ff, &c->mm0_w, feat, &c->mm0_b, N)) ||
-            (st = activation(c, c->ff, c->n_mm, N, NM_ACT_GELU_TANH)))
-            return st;
-        return matmul(c, out, &c->mm2_w, c->ff, &c->mm2_b, N);
+    if (c->caps.host_memory) { // the CPU reads the caller's pixels and writes the caller's rows in place
+        *c->in_pix = nm_tensor_at(pixels, NM_TYPE_F32, (int64_t)n_pix, 1);
+        *c->in_out = nm_tensor_at(out, NM_TYPE_F32, in->n_out_embd, in->n_out);
+    } else if ((st = be->tensor_set(c->be, c->in_pix, 0, pixels, n_pix * sizeof(float))) != NM_OK) {
+        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", be->last_error(c->be));
     }
-    // idefics3: pixel shuffle. Output token (yb, xb) of the (side/s)^2 grid is
-    // the concatenation, dy outer and dx inner, of the s*s patches
-    // (yb*s + dy, xb*s + dx) - the order of llama.cpp's reshape/permute chain.
-    const int64_t s = in->n_merge, sb = side / s;
-    for (int64_t yb = 0; yb < sb; yb++)
-        for (int64_t xb = 0; xb < sb; xb++) {
-            float *dst = c->shuf + (yb * sb + xb) * d * s * s;
-            for (int64_t dy = 0; dy < s; dy++)
-                for (int64_t dx = 0; dx < s; dx++)
-                    memcpy(dst + (dy * s + dx) * d, c->x + ((yb * s + dy) * side + xb * s + dx) * d,
-                           sizeof(float) * (size_t)d);
-        }
-    return matmul(c, out, &c->fc_w, c->shuf, NULL, in->n_out);
+    if ((st = nm_backend_run(c->be, c->ops, c->n_ops)) != NM_OK)
+        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", be->last_error(c->be));
+    if (!c->caps.host_memory && (st = be->tensor_get(c->be, c->in_out, 0, out, n_out)) != NM_OK)
+        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", be->last_error(c->be));
+    return NM_OK;
 }

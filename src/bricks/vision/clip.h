@@ -59,11 +59,15 @@ typedef struct nm_clip_info {
 // of the LLM run through the same kernels. n_threads <= 0: all cores.
 // A file with missing tensors, inconsistent shapes or an unknown projector
 // gives an error naming the problem.
-nm_status nm_clip_load(const char *path, int32_t n_threads, nm_clip **out, char *err, size_t err_size);
+// device: where it computes ("cpu" or NULL, "opencl", "opencl:N").
+nm_status nm_clip_load(const char *path, const char *device, int32_t n_threads, nm_clip **out, char *err,
+                       size_t err_size);
 // The same from an mmproj image in memory, which must stay valid and unchanged
 // until nm_clip_free (the weights are used in place).
-nm_status nm_clip_load_memory(const void *data, size_t size, int32_t n_threads, nm_clip **out, char *err,
-                              size_t err_size);
+nm_status nm_clip_load_memory(const void *data, size_t size, const char *device, int32_t n_threads, nm_clip **out,
+                              char *err, size_t err_size);
+// The backend it computes on ("cpu", "opencl").
+const char *nm_clip_device(const nm_clip *c);
 void nm_clip_free(nm_clip *c);
 const nm_clip_info *nm_clip_get_info(const nm_clip *c);
 

@@ -35,12 +35,12 @@ static nm_status vfail(nm_vision *v, nm_status st, const char *fmt, ...) {
     return st;
 }
 
-nm_status nm_vision_load(const char *mmproj, int32_t n_threads, nm_vision **out, char *err, size_t err_size) {
+nm_status nm_vision_load(const char *mmproj, const char *device, int32_t n_threads, nm_vision **out, char *err, size_t err_size) {
     if (!mmproj || !out) return NM_ERR_INVALID_ARG;
     *out = NULL;
     nm_vision *v = calloc(1, sizeof *v);
     if (!v) return NM_ERR_NOMEM;
-    nm_status st = nm_clip_load(mmproj, n_threads, &v->clip, err, err_size);
+    nm_status st = nm_clip_load(mmproj, device, n_threads, &v->clip, err, err_size);
     if (st) {
         free(v);
         return st;

@@ -13,8 +13,8 @@
 
 typedef struct nm_vision nm_vision;
 
-// Loads the mmproj (see nm_clip_load). n_threads <= 0: all cores.
-nm_status nm_vision_load(const char *mmproj, int32_t n_threads, nm_vision **out, char *err, size_t err_size);
+// Loads the mmproj (see nm_clip_load) onto device (NULL: the CPU). n_threads <= 0: all cores.
+nm_status nm_vision_load(const char *mmproj, const char *device, int32_t n_threads, nm_vision **out, char *err, size_t err_size);
 void nm_vision_free(nm_vision *v);
 const nm_clip_info *nm_vision_info(const nm_vision *v);
 nm_clip *nm_vision_clip(nm_vision *v);

@@ -269,10 +269,14 @@ NM_TEST(smollm2_layer_split_equals_cpu) {
     int32_t n = 0, *toks = declaration(m, &n);
     NM_CHECK(toks && n >= 512);
     if (toks && n >= 512) {
+        nm_ctx *all = ctx_on(m, device(), -1, 256);
         const double pc = ppl(m, cpu, toks, 2), ps = ppl(m, split, toks, 2), pe = ppl(ref, exact, toks, 2);
-        fprintf(stderr, "  -ngl 15: perplexity cpu %.4f, split %.4f (%+.2f%% of cpu), exact %.4f\n", pc, ps,
-                100 * (ps / pc - 1), pe);
+        const double pd = all ? ppl(m, all, toks, 2) : NAN;
+        nm_ctx_free(all);
+        fprintf(stderr, "  -ngl 15: perplexity cpu %.4f, split %.4f (%+.2f%% of cpu), all on the device %.4f, exact %.4f\n",
+                pc, ps, 100 * (ps / pc - 1), pd, pe);
         NM_CHECK(ps >= fmin(pc, pe) * (1 - 2e-3) && ps <= fmax(pc, pe) * (1 + 2e-3));
+        NM_CHECK(ps != pd && ps != pc); // the two halves really ran on two units
     }
     uint64_t wrapped = 0, uploaded = 0;
     nm_ctx_device_stats(split, &wrapped, &uploaded);

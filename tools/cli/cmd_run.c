@@ -496,6 +496,13 @@ done_stats:
                     (int)vs.n_images, (int)vs.n_encoded, vs.t_encode,
                     vs.n_encoded ? 1e3 * vs.t_encode / (double)vs.n_encoded : 0.0, vs.t_decode);
         }
+        if (strcmp(nm_ctx_device(S.c), "cpu") != 0) {
+            uint64_t wrapped = 0, uploaded = 0;
+            nm_ctx_device_stats(S.c, &wrapped, &uploaded);
+            fprintf(stderr, "device: %s, %d of %d layers; host memory it reads in place %.1f MiB, copied to it %.1f MiB\n",
+                    o.device ? o.device : nm_ctx_device(S.c), nm_ctx_device_layers(S.c), nm_model_n_layer(S.m),
+                    wrapped / 1048576.0, uploaded / 1048576.0);
+        }
         if (S.t_first > 0) fprintf(stderr, "time to first token: %.3f s\n", S.t_first);
         char led[1024];
         if (nm_ledger_format(S.ledger, led, sizeof led) > 0) fputs(led, stderr);

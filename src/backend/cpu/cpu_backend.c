@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/registry.h"
@@ -895,28 +897,35 @@ static void cpu_get_caps(const nm_backend *b, nm_backend_caps *caps) {
         if (c->kref->dot[t] && c->kref->dequant[t]) caps->weight_types |= 1ull << t;
 }
 
+// Whole pages of their own (anonymous mappings): zero pages map lazily, so
+// pages never touched (a long context's KV cache) cost no resident memory,
+// and a device that imports the buffer (a layer split) wraps these pages
+// and no neighbour's.
+static size_t page_round(size_t n) {
+    const long pg = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    return (n + (size_t)pg - 1) / (size_t)pg * (size_t)pg;
+}
+
 static nm_buffer *cpu_buffer_alloc(nm_backend *b, size_t size) {
     nm_cpu *c = b->impl;
     nm_buffer *buf = calloc(1, sizeof *buf);
-    // calloc of large blocks maps zero pages lazily: pages never touched (a
-    // long context's KV cache) cost no resident memory
-    void *p = calloc(1, (size + 63) / 64 * 64 + 64);
-    if (!buf || !p) {
+    const size_t n = page_round(size ? size : 1);
+    void *p = buf ? mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) : MAP_FAILED;
+    if (!buf || p == MAP_FAILED) {
         free(buf);
-        free(p);
         snprintf(c->err, sizeof c->err, "cpu backend: out of memory for a buffer of %zu bytes", size);
         return NULL;
     }
     buf->owner = b;
     buf->impl = p;
-    buf->host = (uint8_t *)p + (64 - (uintptr_t)p % 64) % 64;
+    buf->host = p;
     buf->size = size;
     return buf;
 }
 
 static void cpu_buffer_free(nm_backend *b, nm_buffer *buf) {
     if (!buf) return;
-    free(buf->impl);
+    munmap(buf->impl, page_round(buf->size ? buf->size : 1));
     free(buf);
 }
 

@@ -580,7 +580,8 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         RESOLVE(out, op->dst);
         const int64_t T = op->src0->ne[1];
         const cl_int n_head = op->i0, n_kv = op->i1, hd = op->i2, kvw = op->i1 * op->i2, window = op->i3;
-        const cl_int max_keys = op->n_ctx;
+        // scores of up to 1024 keys per (head, query) at a time: longer ranges go in chunks (online softmax)
+        const cl_int max_keys = op->n_ctx < 1024 ? op->n_ctx : 1024;
         const float scale = op->f0, softcap = op->f1;
         nm_status st = scratch_reserve(o, (size_t)T * (size_t)n_head * (size_t)max_keys * sizeof(float));
         if (st != NM_OK) return st;

@@ -40,7 +40,7 @@ test: build models
 test-asan: setup models
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_SANITIZE=ON > /dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
-	cd $(ASAN_BUILD) && NM_CI=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	cd $(ASAN_BUILD) && NM_CI=1 ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/asan/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j1 -E 'golden_test_perplexity|golden_test_opencl|spin_|test_transcribe|check_docs'; rc=$$?; \
 		cd $(CURDIR) && bash tests/summary.sh $(ASAN_BUILD) && exit $$rc
 	# test_transcribe's whisper.cpp comparison and WER cases decode minutes of
@@ -68,7 +68,7 @@ test-arm:
 # a mutant's tests stopped after 150 s (the slowest passing set takes ~60 s;
 # a mutant that makes Whisper decode garbage to its token limit, or a TABM
 # wait hang, is killed by that timeout, not waited for).
-MUTATE_N ?= 8
+MUTATE_N ?= 6
 MUTATE_REPORT ?= /tmp/nm-mutate/report.md
 mutate: setup models
 	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --report $(MUTATE_REPORT)

@@ -191,11 +191,11 @@ static nm_model *exact_twin(const char *path, char *dir, size_t n) {
     return m;
 }
 
-// Perplexity (2 chunks) of the quantized model on the device against the
+// Perplexity (2 chunks; Gemma 3: 1) of the quantized model on the device against the
 // exact-math reference (f32 weights on the CPU): within 0.1%. The CPU's own
 // value on the quantized model is printed beside it; it differs by its 8-bit
 // activations (SmolLM2 ~0.4%, Gemma 3 ~3% on these chunks).
-static void perplexity_exact(const char *name, int *nmtest_failed) {
+static void perplexity_exact(const char *name, int n_chunks, int *nmtest_failed) {
     LOAD(m, name);
     NEED_OPENCL(m);
     char dir[64];
@@ -207,7 +207,7 @@ static void perplexity_exact(const char *name, int *nmtest_failed) {
     nm_ctx *exact = ref ? ctx_on(ref, "cpu", -1, 256) : NULL;
     NM_CHECK(cpu && dev && exact);
     if (toks && n >= 512 && cpu && dev && exact) {
-        const double pc = ppl(m, cpu, toks, 2), pd = ppl(m, dev, toks, 2), pe = ppl(ref, exact, toks, 2);
+        const double pc = ppl(m, cpu, toks, n_chunks), pd = ppl(m, dev, toks, n_chunks), pe = ppl(ref, exact, toks, n_chunks);
         fprintf(stderr, "  %s: perplexity exact (f32 weights, cpu) %.4f, %s %.4f (%+.3f%%), cpu %.4f (%+.2f%%)\n",
                 name, pe, device(), pd, 100 * (pd / pe - 1), pc, 100 * (pc / pe - 1));
         NM_CHECK(fabs(pd / pe - 1) <= 1e-3);
@@ -220,8 +220,9 @@ static void perplexity_exact(const char *name, int *nmtest_failed) {
     nm_model_free(m);
 }
 
-NM_TEST(smollm2_opencl_perplexity_is_exact_math) { perplexity_exact(NM_SMOLLM2, nmtest_failed); }
-NM_TEST(gemma3_opencl_perplexity_is_exact_math) { perplexity_exact(NM_GEMMA3, nmtest_failed); }
+NM_TEST(smollm2_opencl_perplexity_is_exact_math) { perplexity_exact(NM_SMOLLM2, 2, nmtest_failed); }
+// one chunk: Gemma's 262144-entry head makes each one slow on PoCL
+NM_TEST(gemma3_opencl_perplexity_is_exact_math) { perplexity_exact(NM_GEMMA3, 1, nmtest_failed); }
 
 // -ngl 15 on SmolLM2's 30 layers: the first 15 on the CPU, the last 15 and the
 // head on the device, the hidden state handed over in the memory both share.

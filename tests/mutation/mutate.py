@@ -277,7 +277,13 @@ def main():
            run(["cmake", "--build", build, f"-j{a.jobs}", "--target"] + targets, tree, base_log) != 0:
             print(f"mutate: the unmutated tree does not build (see {base_log})", file=sys.stderr)
             return 2
-        rc = run(["ctest", "-j1", "-R", "^(" + "|".join(tests) + ")$"], build, base_log)
+        # under the environment each mutant runs them with (a filter to the cases that matter)
+        groups = {}
+        for m in ctest_mut:
+            groups.setdefault(tuple(sorted(m.env.items())), set()).update(m.tests)
+        rc = 0
+        for env, ts in sorted(groups.items()):
+            rc = rc or run(["ctest", "-j1", "-R", "^(" + "|".join(sorted(ts)) + ")$"], build, base_log, env=dict(env))
         if rc != 0:
             print(f"mutate: the unmutated tree fails its tests (see {base_log})", file=sys.stderr)
             return 2

@@ -1,7 +1,8 @@
 // Tiny unit-test runner. In a test file:
 //   NM_TEST(name) { NM_CHECK(x == 1); NM_CHECK_NEAR(a, b, 1e-6); }
 //   ... and at the end: NM_TEST_MAIN()
-// Run: ./test_foo [--filter SUBSTR]. Prints "N passed, N failed, N skipped".
+// Run: ./test_foo [--filter SUBSTR] (or NM_TEST_FILTER=SUBSTR in the environment: what a mutant
+// runs through ctest). Prints "N passed, N failed, N skipped".
 //
 // Skips are counted apart, never as passes, and come in two kinds:
 //   NM_SKIP(why)          the machine or build cannot run the case (no AVX-512,
@@ -102,6 +103,7 @@ static int nmtest_main(int argc, char **argv) {
     const char *filter = NULL;
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
+    if (!filter && getenv("NM_TEST_FILTER") && *getenv("NM_TEST_FILTER")) filter = getenv("NM_TEST_FILTER");
     int passed = 0, failed = 0, skipped = 0;
     for (int i = 0; i < nmtest_n; i++) {
         const struct nmtest_case *tc = &nmtest_cases[i];

@@ -67,10 +67,10 @@ int nm_cl_api_load(nm_cl_api *api, char *err, size_t n) {
     return 0;
 }
 
-void nm_cl_api_unload(nm_cl_api *api) {
-    if (api->lib) dlclose(api->lib);
-    memset(api, 0, sizeof *api);
-}
+// The library stays loaded (dlopen's count is kept): ICDs and their compilers
+// keep state and threads past their last release, and are not made to be
+// unloaded from a running process; a later load finds it loaded.
+void nm_cl_api_unload(nm_cl_api *api) { memset(api, 0, sizeof *api); }
 
 const char *nm_cl_strerror(cl_int err) {
     switch (err) {

@@ -311,8 +311,9 @@ typedef struct nm_cl_api {
 // or any symbol is missing (then *api is zeroed and holds nothing to unload).
 // Thread safety: none; call once and share the filled struct read-only.
 int nm_cl_api_load(nm_cl_api *api, char *err, size_t n);
-// dlcloses the library and zeroes *api; a no-op on a zeroed struct. Every
-// OpenCL object made through it must have been released before.
+// Zeroes *api (the library itself stays loaded: ICDs are not made to be
+// unloaded); a no-op on a zeroed struct. Every OpenCL object made through it
+// must have been released before.
 void nm_cl_api_unload(nm_cl_api *api);
 // "CL_INVALID_VALUE" for -30, ...; "CL_UNKNOWN_ERROR" for codes not named above.
 const char *nm_cl_strerror(cl_int err);

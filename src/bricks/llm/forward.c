@@ -1,6 +1,10 @@
-// Forward pass of the decoder, readable top to bottom. Each step is an nm_op
-// handed to the context's backend; all buffers are sized at context creation,
-// so a decode call allocates nothing.
+// Forward pass of the decoder, readable top to bottom. Each step is an nm_op;
+// the pass for one batch size is recorded once into an op list over tensors
+// of the backend's arena and replayed with new inputs (token ids, positions)
+// written into its tensors. Buffers are sized at context creation; a decode
+// call allocates nothing once its shape has been recorded. With -ngl the
+// first layers' ops go to the CPU and the rest to the device, the two lists
+// submitted in turn with an event between them.
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>

@@ -120,8 +120,9 @@ typedef struct nm_ctx_params {
     int32_t n_batch;   // max tokens per nm_decode call; <= 0: 512
     int32_t n_threads; // <= 0: the model's
     bool pin_threads;  // best effort: pin thread i to core i (the calling thread is thread 0); default off
-    const char *device; // "cpu" (NULL: the default), "opencl", "opencl:N", or "auto" (OpenCL if it can
-                        // run the model, else the CPU: nm_ctx_device_note says why)
+    const char *device; // "cpu" (NULL: the default), "opencl", "opencl:N", or "auto" (the first OpenCL GPU
+                        // or accelerator if the model loads and fits there, else the CPU: nm_ctx_device_note
+                        // says why)
     int32_t n_gpu_layers; // with a device other than the CPU: the last N layers (and the output head)
                           // there, the rest on the CPU, the hidden state handed over in place; < 0 (the
                           // default): every layer there; 0: none (the CPU computes everything)
@@ -144,6 +145,7 @@ typedef struct nm_device_info {
     char desc[128];      // the device's own name
     char driver[128];    // API version and driver
     uint64_t mem_bytes;  // memory it can use (0 if unknown)
+    char type[16];       // "cpu", "gpu", "accelerator" (an OpenCL device's type), "other"
     bool unified;        // it shares the host's memory (imports are wraps, not copies)
     double read_gbps;    // measured read bandwidth (0 if not measured)
 } nm_device_info;

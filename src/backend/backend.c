@@ -14,6 +14,19 @@ nm_status nm_backend_create(const char *device, const nm_backend_params *p, nm_b
     if (!out || !p) return NM_ERR_INVALID_ARG;
     *out = NULL;
     if (!device || !*device || strcmp(device, "cpu") == 0) return nm_backend_cpu_new(p, out, err, err_size);
+    if (strcmp(device, "opencl:auto") == 0) {
+        // the first OpenCL GPU or accelerator: an OpenCL device on the CPU (PoCL) competes with the CPU
+        // backend for the same cores (NM_OPENCL_AUTO_CPU=1 takes it too, for tests)
+        nm_device_info d[16];
+        const int32_t n = nm_opencl_devices(d, 16);
+        const bool cpu_ok = getenv("NM_OPENCL_AUTO_CPU") && atoi(getenv("NM_OPENCL_AUTO_CPU")) == 1;
+        for (int32_t i = 0; i < n && i < 16; i++)
+            if (cpu_ok || strcmp(d[i].type, "cpu") != 0) return nm_backend_opencl_new(i, p, out, err, err_size);
+        if (n == 0) return nm_backend_opencl_new(0, p, out, err, err_size); // its message: no device
+        snprintf(err, err_size, "opencl: no OpenCL GPU or accelerator (%s is a CPU device: the CPU backend is "
+                 "faster there)", d[0].desc);
+        return NM_ERR_UNSUPPORTED;
+    }
     if (strncmp(device, "opencl", 6) == 0 && (device[6] == '\0' || device[6] == ':')) {
         int index = 0;
         if (device[6] == ':') {
@@ -84,6 +97,7 @@ int32_t nm_list_devices(nm_device_info *out, int32_t n, bool measure) {
     out[0].mem_bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     out[0].unified = true;
     if (measure) out[0].read_gbps = cpu_read_gbps();
+    snprintf(out[0].type, sizeof out[0].type, "cpu");
     const int32_t n_cl = nm_opencl_devices(out + 1, n - 1);
     for (int32_t i = 1; measure && i < n && i <= n_cl; i++) out[i].read_gbps = nm_opencl_read_gbps(i - 1);
     return 1 + n_cl;

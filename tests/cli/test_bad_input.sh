@@ -299,6 +299,8 @@ expect run_no_mmap 0 "^same: yes \\| RSS now: ([0-9]|1[0-9])\\.[0-9] MiB mapped 
 # ---- OpenCL: no platform, kernels that fail to build, too little device memory, a type it lacks ----
 # (PoCL, installed by set-up, is the device here; OCL_ICD_VENDORS=an empty folder hides every platform.)
 mkdir -p "$tmp/no-icd"
+# (--device auto passes over OpenCL devices on the CPU, like PoCL: NM_OPENCL_AUTO_CPU=1 takes them here.)
+export NM_OPENCL_AUTO_CPU=1
 case_no_platform() { OCL_ICD_VENDORS="$tmp/no-icd" nm run -m "$M" --device "$1" -p "The capital of France is" -n 4 --temp 0; }
 expect opencl_no_platform 1 "^error: cannot create context: .*opencl: no OpenCL device" "$M" -- case_no_platform opencl
 expect opencl_no_platform_auto_falls_back 0 "^note: --device auto: opencl: no OpenCL device.*running on the CPU" "$M" -- case_no_platform auto
@@ -315,6 +317,9 @@ case_type_lacking() {
 }
 expect opencl_weight_type_lacking 1 "opencl has no kernel for q5_1 weights \\(in layer 0\\)" "$M" -- case_type_lacking opencl
 expect opencl_weight_type_lacking_auto 0 "^note: --device auto: opencl has no kernel for q5_1 weights.*running on the CPU" "$M" -- case_type_lacking auto
+case_auto_skips_cpu_devices() { NM_OPENCL_AUTO_CPU=0 nm run -m "$M" --device auto -p "The capital of France is" -n 4 --temp 0; }
+expect opencl_auto_skips_cpu_devices 0 "^note: --device auto: opencl: no OpenCL GPU or accelerator \\(.* is a CPU device" "$M" -- case_auto_skips_cpu_devices
+unset NM_OPENCL_AUTO_CPU
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -178,8 +178,9 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
         else if (IS("--mmproj-device")) {
             g = CLI_VISION;
             o->mmproj_device = v;
-            if (v && strcmp(v, "cpu") && strcmp(v, "opencl") && strncmp(v, "opencl:", 7)) {
-                fprintf(stderr, "error: %s '%s': expected cpu, opencl or opencl:N (--list-devices lists them)\n", a, v);
+            if (v && strcmp(v, "cpu") && strcmp(v, "auto") && strcmp(v, "opencl") && strncmp(v, "opencl:", 7)) {
+                fprintf(stderr, "error: %s '%s': expected cpu, auto, opencl or opencl:N (--list-devices lists them)\n",
+                        a, v);
                 ok = false;
             }
         }
@@ -371,7 +372,7 @@ static int list_devices(void) {
     const int32_t n = nm_list_devices(d, 17, true);
     printf("Available devices:\n");
     for (int32_t i = 0; i < n && i < 17; i++)
-        printf("  %-10s %s (%s), %.1f GiB%s, read %.1f GB/s\n", d[i].name, d[i].desc, d[i].driver,
+        printf("  %-10s %s %s (%s), %.1f GiB%s, read %.1f GB/s\n", d[i].name, d[i].type, d[i].desc, d[i].driver,
                d[i].mem_bytes / 1073741824.0, d[i].unified ? ", shares host memory" : ", own memory", d[i].read_gbps);
     if (n == 1) printf("  (no OpenCL device: install an OpenCL ICD, e.g. pocl-opencl-icd)\n");
     return 0;

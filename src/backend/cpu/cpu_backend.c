@@ -936,14 +936,20 @@ static nm_status cpu_buffer_import_host(nm_backend *b, const void *p, size_t siz
 
 static nm_status cpu_tensor_set(nm_backend *b, const nm_tensor *t, size_t offs, const void *src, size_t n) {
     void *p = TD(t);
-    if (!p) return NM_ERR_UNSUPPORTED;
+    if (!p) {
+        snprintf(((nm_cpu *)b->impl)->err, sizeof ((nm_cpu *)b->impl)->err, "cpu backend: a tensor the host cannot address");
+        return NM_ERR_UNSUPPORTED;
+    }
     memcpy((uint8_t *)p + offs, src, n);
     return NM_OK;
 }
 
 static nm_status cpu_tensor_get(nm_backend *b, const nm_tensor *t, size_t offs, void *dst, size_t n) {
     const void *p = TD(t);
-    if (!p) return NM_ERR_UNSUPPORTED;
+    if (!p) {
+        snprintf(((nm_cpu *)b->impl)->err, sizeof ((nm_cpu *)b->impl)->err, "cpu backend: a tensor the host cannot address");
+        return NM_ERR_UNSUPPORTED;
+    }
     memcpy(dst, (const uint8_t *)p + offs, n);
     return NM_OK;
 }

@@ -39,7 +39,8 @@ typedef struct cl_import {
     const uint8_t *base; // host address of the range (page-aligned)
     size_t size;
     cl_mem mem;
-    bool copied; // uploaded (the device does not share host memory)
+    bool copied;   // the device holds its own copy (no shared host memory, or a driver that copies)
+    bool writable;
 } cl_import;
 
 enum { K_MV, K_MM, K_GET_ROWS, K_NKINDS };
@@ -345,9 +346,15 @@ static nm_status ocl_buffer_import_host(nm_backend *b, const void *p, size_t siz
     const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
     const uintptr_t lo = (uintptr_t)p / (uintptr_t)page * (uintptr_t)page;
     const uintptr_t hi = ((uintptr_t)p + size + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+    if (writable && !o->unified)
+        return ofail(o, NM_ERR_UNSUPPORTED, "opencl: %s has its own memory: host memory it writes cannot be shared",
+                     o->dev_name);
     for (int i = 0; i < o->n_imports; i++) // already imported
-        if ((uintptr_t)o->imports[i].base <= lo && lo - (uintptr_t)o->imports[i].base + (hi - lo) <= o->imports[i].size)
+        if ((uintptr_t)o->imports[i].base <= lo && lo - (uintptr_t)o->imports[i].base + (hi - lo) <= o->imports[i].size) {
+            if (writable && !o->imports[i].writable)
+                return ofail(o, NM_ERR_INVALID_ARG, "opencl: host memory imported read-only is now wanted writable");
             return NM_OK;
+        }
     if (o->n_imports == NM_CL_MAX_IMPORTS) return ofail(o, NM_ERR_RANGE, "opencl: more than %d imported ranges", NM_CL_MAX_IMPORTS);
     if (hi - lo > o->max_alloc)
         return ofail(o, NM_ERR_NOMEM, "opencl: %zu bytes of host memory are over the device's buffer limit of %llu",
@@ -360,11 +367,31 @@ static nm_status ocl_buffer_import_host(nm_backend *b, const void *p, size_t siz
     if (!m || e != CL_SUCCESS)
         return ofail(o, NM_ERR_NOMEM, "opencl: cannot import %zu bytes of host memory (%s)", (size_t)(hi - lo),
                      nm_cl_strerror(e));
+    // Zero copy is what the driver does, not what the flag asks: a mapping of
+    // the buffer must be the host's own pages, else the driver keeps a copy
+    // (some do on unified memory), which a shared (writable) range cannot be.
+    bool copied = !o->unified;
+    if (!copied) {
+        void *mp = o->api.clEnqueueMapBuffer(o->q, m, CL_TRUE, CL_MAP_READ, 0, hi - lo, 0, NULL, NULL, &e);
+        if (!mp || e != CL_SUCCESS) {
+            o->api.clReleaseMemObject(m);
+            return ofail(o, NM_ERR_IO, "opencl: cannot map imported host memory (%s)", nm_cl_strerror(e));
+        }
+        copied = mp != (void *)lo;
+        o->api.clEnqueueUnmapMemObject(o->q, m, mp, 0, NULL, NULL);
+        o->api.clFinish(o->q);
+        if (copied && writable) {
+            o->api.clReleaseMemObject(m);
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: %s copies host memory it is given: it cannot share it",
+                         o->dev_name);
+        }
+    }
     cl_import *im = &o->imports[o->n_imports++];
     im->base = (const uint8_t *)lo;
     im->size = hi - lo;
     im->mem = m;
-    im->copied = !o->unified;
+    im->copied = copied;
+    im->writable = writable;
     if (im->copied) {
         o->bytes_uploaded += im->size;
         nm_ledger_count(o->ledger, o->ep_host, o->ep_dev, im->size);
@@ -384,7 +411,8 @@ static nm_status ocl_tensor_rw(nm_backend *b, const nm_tensor *t, size_t offs, v
         else memcpy(host, p, n);
         return NM_OK;
     }
-    if (t->buf->owner != b || offs + n > t->buf->size - t->offs)
+    if (t->buf->owner != b || t->offs > t->buf->size || offs > t->buf->size - t->offs ||
+        n > t->buf->size - t->offs - offs)
         return ofail(o, NM_ERR_INVALID_ARG, "opencl: %zu bytes at %zu are outside the tensor's buffer", n, offs);
     cl_mem m = (cl_mem)t->buf->impl;
     cl_int e = write ? o->api.clEnqueueWriteBuffer(o->q, m, CL_TRUE, t->offs + offs, n, host, 0, NULL, NULL)
@@ -632,7 +660,8 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
             return launch(o, o->k_act, "act", 1, &global, NULL, args, 6);
         }
         const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(n), A(f)};
-        return launch(o, op->kind == NM_OP_SCALE ? o->k_scale : o->k_softcap, "scale", 1, &global, NULL, args, 6);
+        return launch(o, op->kind == NM_OP_SCALE ? o->k_scale : o->k_softcap, op->kind == NM_OP_SCALE ? "scale" : "softcap",
+                      1, &global, NULL, args, 6);
     }
     case NM_OP_COPY: {
         RESOLVE(a, op->src0);
@@ -786,6 +815,25 @@ static const nm_backend_i ocl_iface = {
     .get_stats = ocl_get_stats,
 };
 
+// What each kernel allows on this device (registers limit some below the
+// device's maximum): the matvec's work-group is clamped to it, the prefill
+// matmul needs its 16 x 16.
+static nm_status fit_work_groups(nm_ocl *o) {
+    for (size_t i = 0; i < sizeof mm_types / sizeof mm_types[0]; i++) {
+        size_t wg = 0;
+        const uint32_t t = mm_types[i];
+        if (o->api.clGetKernelWorkGroupInfo(o->typed.k[K_MV][t], o->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
+                                            NULL) == CL_SUCCESS)
+            while (o->mv_lws > wg && o->mv_lws > 32) o->mv_lws /= 2;
+        if (o->api.clGetKernelWorkGroupInfo(o->typed.k[K_MM][t], o->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
+                                            NULL) == CL_SUCCESS &&
+            wg < NM_CL_MM_LX * NM_CL_MM_LY)
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: %s runs mm_%s in work-groups of %zu items (%d needed)",
+                         o->dev_name, type_name(t), wg, NM_CL_MM_LX * NM_CL_MM_LY);
+    }
+    return NM_OK;
+}
+
 nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backend **out, char *err, size_t err_size) {
     *out = NULL;
     nm_ocl *o = calloc(1, sizeof *o);
@@ -842,7 +890,12 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
         goto fail;
     }
     o->dummy = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, 64, NULL, &e);
-    if ((st = build_program(o)) != NM_OK || (st = make_kernels(o)) != NM_OK) {
+    if (!o->dummy || e != CL_SUCCESS) {
+        st = NM_ERR_NOMEM;
+        snprintf(err, err_size, "opencl: no memory on %s: %s", o->dev_name, nm_cl_strerror(e));
+        goto fail;
+    }
+    if ((st = build_program(o)) != NM_OK || (st = make_kernels(o)) != NM_OK || (st = fit_work_groups(o)) != NM_OK) {
         snprintf(err, err_size, "%s", o->err);
         goto fail;
     }
@@ -885,6 +938,9 @@ int32_t nm_opencl_devices(nm_device_info *out, int32_t n) {
         dev_str(&api, dev, CL_DRIVER_VERSION, drv, sizeof drv);
         snprintf(d->driver, sizeof d->driver, "%s, driver %s", ver, drv);
         d->mem_bytes = dev_ulong(&api, dev, CL_DEVICE_GLOBAL_MEM_SIZE);
+        const cl_ulong ty = dev_ulong(&api, dev, CL_DEVICE_TYPE);
+        snprintf(d->type, sizeof d->type, "%s", ty & CL_DEVICE_TYPE_GPU ? "gpu" : ty & CL_DEVICE_TYPE_ACCELERATOR ? "accelerator"
+                                               : ty & CL_DEVICE_TYPE_CPU ? "cpu" : "other");
         d->unified = dev_bool(&api, dev, CL_DEVICE_HOST_UNIFIED_MEMORY);
     }
     nm_cl_api_unload(&api);

@@ -118,6 +118,17 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
     if (!m || !out) return NM_ERR_INVALID_ARG;
     *out = NULL;
     nm_ctx_params p = params ? *params : nm_ctx_default_params();
+    if (p.device && !strcmp(p.device, "auto")) { // OpenCL if it takes the model whole, else the CPU, saying why
+        char why[400] = "";
+        nm_ctx_params q = p;
+        q.device = "opencl:auto";
+        if (p.n_gpu_layers != 0 && nm_ctx_create(m, &q, out, why, sizeof why) == NM_OK) return NM_OK;
+        q.device = "cpu";
+        nm_status st = nm_ctx_create(m, &q, out, err, err_size);
+        if (st == NM_OK && p.n_gpu_layers != 0)
+            snprintf((*out)->note, sizeof (*out)->note, "--device auto: %s; running on the CPU", why);
+        return st;
+    }
     const nm_hparams *hp = &m->hp;
     if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (p.n_batch <= 0) p.n_batch = 512;
@@ -136,27 +147,18 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
     const nm_backend_params bp = {.n_threads = p.n_threads > 0 ? p.n_threads : m->n_threads,
                                   .pin_threads = p.pin_threads, .max_row = max_row, .max_tokens = p.n_batch};
     char berr[512] = "";
-    const bool autodev = p.device && !strcmp(p.device, "auto");
     const bool on_cpu = !p.device || !strcmp(p.device, "cpu") || p.n_gpu_layers == 0;
-    nm_status st = nm_backend_create(on_cpu ? "cpu" : autodev ? "opencl" : p.device, &bp, &c->be[0], berr, sizeof berr);
+    nm_status st = nm_backend_create(on_cpu ? "cpu" : p.device, &bp, &c->be[0], berr, sizeof berr);
     if (st == NM_OK && !on_cpu) {
         c->be[0]->iface->get_caps(c->be[0], &c->caps);
-        if ((st = weights_supported(m, c->be[0], &c->caps, berr, sizeof berr)) != NM_OK) {
-            nm_backend_free(c->be[0]);
-            c->be[0] = NULL;
-        }
-    }
-    if (st != NM_OK && autodev) { // auto: the CPU, and why
-        snprintf(c->note, sizeof c->note, "--device auto: %s; running on the CPU", berr);
-        p.n_gpu_layers = 0;
-        st = nm_backend_create("cpu", &bp, &c->be[0], berr, sizeof berr);
+        st = weights_supported(m, c->be[0], &c->caps, berr, sizeof berr);
     }
     if (st != NM_OK) {
         nm_ctx_free(c);
         if (err) snprintf(err, err_size, "%s", berr);
         return st;
     }
-    const bool dev_cpu = on_cpu || c->note[0];
+    const bool dev_cpu = on_cpu;
     c->n_be = 1;
     c->be[0]->iface->get_caps(c->be[0], &c->caps);
     c->n_dev = p.n_gpu_layers < 0 || p.n_gpu_layers > hp->n_layer || dev_cpu ? hp->n_layer : p.n_gpu_layers;
@@ -243,6 +245,11 @@ static void graph_clear(graph *g) {
 void nm_ctx_free(nm_ctx *c) {
     if (!c) return;
     for (int i = 0; i < NM_CTX_GRAPHS; i++) graph_clear(&c->graphs[i]);
+    // a split: the device first (it wraps the CPU's pages), then the CPU's buffers
+    if (c->n_be == 2) {
+        nm_backend_free(c->be[0]);
+        c->be[0] = NULL;
+    }
     if (c->mem) {
         c->mem->iface->buffer_free(c->mem, c->arena);
         c->mem->iface->buffer_free(c->mem, c->kvbuf);
@@ -450,7 +457,10 @@ static nm_status submit(nm_ctx *c, const graph *g) {
         int j = i + 1;
         while (j < g->n_ops && g->unit[j] == g->unit[i]) j++;
         nm_backend *b = c->be[g->unit[i]];
-        if (prev && (st = b->iface->event_wait(b, prev)) != NM_OK) break;
+        if (prev && (st = b->iface->event_wait(b, prev)) != NM_OK) {
+            ctx_fail(c, st, "%s", b->iface->last_error(b));
+            break;
+        }
         if (prev) prev_be->iface->event_free(prev_be, prev);
         prev = NULL;
         if ((st = b->iface->submit(b, g->ops + i, j - i)) != NM_OK) {
@@ -488,7 +498,7 @@ static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, in
         if (c->n_be == 2 || c->caps.host_memory) { // read where the caller put them (another brick's slot)
             g->in->buf = NULL;
             g->in->offs = (size_t)(uintptr_t)embd;
-        } else if ((st = be->tensor_set(c->mem, &c->x, 0, embd, sizeof(float) * (size_t)(T * hp->n_embd))) != NM_OK) {
+        } else if ((st = be->tensor_set(c->mem, &c->x, 0, embd, sizeof(float) * (size_t)T * (size_t)hp->n_embd)) != NM_OK) {
             return ctx_fail(c, st, "writing the embeddings: %s", be->last_error(c->mem));
         }
     }

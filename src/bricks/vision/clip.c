@@ -469,16 +469,24 @@ fail:
     return st;
 }
 
+// device "auto": OpenCL if it loads and runs the encoder, else the CPU.
+static nm_status clip_load_auto(const char *path, const void *data, size_t size, const char *device,
+                                int32_t n_threads, nm_clip **out, char *err, size_t err_size) {
+    if (!device || strcmp(device, "auto") != 0) return clip_load(path, data, size, device, n_threads, out, err, err_size);
+    if (clip_load(path, data, size, "opencl:auto", n_threads, out, err, err_size) == NM_OK) return NM_OK;
+    return clip_load(path, data, size, "cpu", n_threads, out, err, err_size);
+}
+
 nm_status nm_clip_load(const char *path, const char *device, int32_t n_threads, nm_clip **out, char *err,
                        size_t err_size) {
     if (!path || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "nm_clip_load: NULL argument");
-    return clip_load(path, NULL, 0, device, n_threads, out, err, err_size);
+    return clip_load_auto(path, NULL, 0, device, n_threads, out, err, err_size);
 }
 
 nm_status nm_clip_load_memory(const void *data, size_t size, const char *device, int32_t n_threads, nm_clip **out,
                               char *err, size_t err_size) {
     if (!data || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "nm_clip_load_memory: NULL argument");
-    return clip_load(NULL, data, size, device, n_threads, out, err, err_size);
+    return clip_load_auto(NULL, data, size, device, n_threads, out, err, err_size);
 }
 
 const char *nm_clip_device(const nm_clip *c) { return c->be->iface->name; }

@@ -59,7 +59,8 @@ typedef struct nm_clip_info {
 // of the LLM run through the same kernels. n_threads <= 0: all cores.
 // A file with missing tensors, inconsistent shapes or an unknown projector
 // gives an error naming the problem.
-// device: where it computes ("cpu" or NULL, "opencl", "opencl:N").
+// device: where it computes ("cpu" or NULL, "opencl", "opencl:N", "auto": OpenCL if the
+// encoder loads there, else the CPU).
 nm_status nm_clip_load(const char *path, const char *device, int32_t n_threads, nm_clip **out, char *err,
                        size_t err_size);
 // The same from an mmproj image in memory, which must stay valid and unchanged

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 
 #include "nanomind.h"
+#include "quant/quant.h"
 
 #define NM_MAX_DIMS 4
 
@@ -57,6 +58,10 @@ static inline bool nm_tensor_is_set(const nm_tensor *t) { return t->buf != NULL 
 static inline nm_tensor nm_tensor_at(const void *p, uint32_t type, int64_t ne0, int64_t ne1) {
     nm_tensor t = {.type = type, .ne = {ne0, ne1, 1, 1}, .buf = NULL, .offs = (size_t)(uintptr_t)p, .name = NULL};
     return t;
+}
+// Bytes of t's elements (rows of nm_row_size each); 0 if the type is unknown.
+static inline size_t nm_tensor_bytes(const nm_tensor *t) {
+    return nm_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
 }
 // The view of rows [r0, r0 + n) of a 2-D tensor.
 static inline nm_tensor nm_tensor_rows(const nm_tensor *t, size_t row_bytes, int64_t r0, int64_t n) {

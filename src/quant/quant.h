@@ -28,7 +28,7 @@ enum nm_type {
     NM_TYPE_Q5_K = 13,
     NM_TYPE_Q6_K = 14,
     NM_TYPE_Q8_K = 15,
-    NM_TYPE_I32 = 26, // ids and positions (nm_op.ids); no kernels, no row size
+    NM_TYPE_I32 = 26, // ids and positions (nm_op.ids); a row size, no kernels (traits: not supported)
     NM_TYPE_BF16 = 30,
     NM_TYPE_MXFP4 = 39,
     NM_TYPE_COUNT = 40

@@ -18,6 +18,8 @@ static const nm_type_traits traits[NM_TYPE_COUNT] = {
     [NM_TYPE_Q8_K] = {"q8_K", NM_QK_K, sizeof(nm_block_q8_K), true},
     [NM_TYPE_BF16] = {"bf16", 1, sizeof(uint16_t), true},
     [NM_TYPE_MXFP4] = {"mxfp4", NM_QK, sizeof(nm_block_mxfp4), true},
+    // ids and positions of ops: sized like any tensor, never a weight (no kernels)
+    [NM_TYPE_I32] = {"i32", 1, sizeof(int32_t), false},
 };
 
 const nm_type_traits *nm_type_traits_get(uint32_t type) {

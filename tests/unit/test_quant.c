@@ -79,6 +79,7 @@ NM_TEST(row_size) {
     NM_CHECK(nm_row_size(NM_TYPE_Q4_K, 512) == 288);
     NM_CHECK(nm_row_size(NM_TYPE_MXFP4, 2880) == 90 * 17);
     NM_CHECK(nm_row_size(NM_TYPE_Q4_0, 0) == 0);
+    NM_CHECK(nm_row_size(NM_TYPE_I32, 3) == 12 && !nm_type_traits_get(NM_TYPE_I32)->supported); // op ids, no kernels
     // errors: not a multiple of the block, unknown type, negative, overflow
     NM_CHECK(nm_row_size(NM_TYPE_Q4_0, 33) == 0);
     NM_CHECK(nm_row_size(NM_TYPE_Q6_K, 128) == 0);

@@ -812,11 +812,6 @@ static void op_im2col(const nm_op *op, int64_t r0, int64_t r1) {
     }
 }
 
-static size_t tensor_bytes(const nm_tensor *t) {
-    const size_t row = t->type == NM_TYPE_I32 ? 4 * (size_t)t->ne[0] : nm_row_size(t->type, t->ne[0]);
-    return row * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
-}
-
 static void op_kv_store(const nm_cpu *c, const nm_op *op) {
     const int64_t w = op->src0->ne[0], T = op->src0->ne[1];
     // f32 -> f16 rounding to nearest even (the activation quantizer for f16 weights)
@@ -988,7 +983,7 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_KV_STORE: return op->src0->ne[1] <= op->n_ctx;
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
-    case NM_OP_COPY: return op->src0->type == op->dst->type && tensor_bytes(op->src0) == tensor_bytes(op->dst);
+    case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
     case NM_OP_PATCHES:
         return op->i1 > 0 && op->i0 % op->i1 == 0 && op->dst->ne[0] == 3 * (int64_t)op->i1 * op->i1 &&
                op->dst->ne[1] == (int64_t)(op->i0 / op->i1) * (op->i0 / op->i1) &&
@@ -1157,7 +1152,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         case NM_OP_PATCHES:
         case NM_OP_PIXEL_SHUFFLE:
         case NM_OP_IM2COL: op_rows_dispatch(c, op); break;
-        case NM_OP_COPY: memmove(TD(op->dst), TD(op->src0), tensor_bytes(op->src0)); break;
+        case NM_OP_COPY: memmove(TD(op->dst), TD(op->src0), nm_tensor_bytes(op->src0)); break;
         case NM_OP_KV_STORE: op_kv_store(c, op); break;
         case NM_OP_COUNT: break;
         }

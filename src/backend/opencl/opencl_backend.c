@@ -279,24 +279,19 @@ static nm_status make_kernels(nm_ocl *o) {
 
 // ---- memory ----------------------------------------------------------------------------
 
-static size_t tensor_bytes(const nm_tensor *t) {
-    if (t->type == NM_TYPE_I32) return 4 * (size_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
-    return nm_row_size(t->type, t->ne[0]) * (size_t)(t->ne[1] * t->ne[2] * t->ne[3]);
-}
-
 // The device buffer and byte offset of t: a buffer of this backend, or host
 // memory inside an imported range.
 static bool mem_of(nm_ocl *o, const nm_tensor *t, cl_mem *m, cl_ulong *off) {
     if (t->buf && t->buf->owner == o->self) {
         *m = (cl_mem)t->buf->impl;
         *off = t->offs;
-        return t->offs + tensor_bytes(t) <= t->buf->size;
+        return t->offs + nm_tensor_bytes(t) <= t->buf->size;
     }
     // host memory: the host's own, or another backend's buffer the host addresses
     const uint8_t *p = t->buf ? t->buf->host : (const uint8_t *)(uintptr_t)t->offs;
     if (!p) return false;
     if (t->buf) p += t->offs;
-    const size_t n = tensor_bytes(t);
+    const size_t n = nm_tensor_bytes(t);
     for (int i = 0; i < o->n_imports; i++) {
         const cl_import *im = &o->imports[i];
         if (p >= im->base && n <= im->size && (size_t)(p - im->base) <= im->size - n) {
@@ -459,7 +454,7 @@ static bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_ADD:
     case NM_OP_SCALE:
     case NM_OP_SOFTCAP: return true;
-    case NM_OP_COPY: return op->src0->type == op->dst->type && tensor_bytes(op->src0) == tensor_bytes(op->dst);
+    case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
     case NM_OP_PATCHES:
         return f32(op->src0) && op->i1 > 0 && op->i0 % op->i1 == 0 && op->dst->ne[0] == 3 * (int64_t)op->i1 * op->i1 &&
                op->dst->ne[1] == (int64_t)(op->i0 / op->i1) * (op->i0 / op->i1);
@@ -666,7 +661,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
     case NM_OP_COPY: {
         RESOLVE(a, op->src0);
         RESOLVE(y, op->dst);
-        cl_int e = o->api.clEnqueueCopyBuffer(o->q, a.m, y.m, a.off, y.off, tensor_bytes(op->src0), 0, NULL, NULL);
+        cl_int e = o->api.clEnqueueCopyBuffer(o->q, a.m, y.m, a.off, y.off, nm_tensor_bytes(op->src0), 0, NULL, NULL);
         return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: copy: %s", nm_cl_strerror(e));
     }
     case NM_OP_PATCHES: {

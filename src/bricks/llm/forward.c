@@ -149,19 +149,17 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
     char berr[512] = "";
     const bool on_cpu = !p.device || !strcmp(p.device, "cpu") || p.n_gpu_layers == 0;
     nm_status st = nm_backend_create(on_cpu ? "cpu" : p.device, &bp, &c->be[0], berr, sizeof berr);
-    if (st == NM_OK && !on_cpu) {
+    if (st == NM_OK) {
         c->be[0]->iface->get_caps(c->be[0], &c->caps);
-        st = weights_supported(m, c->be[0], &c->caps, berr, sizeof berr);
+        if (!on_cpu) st = weights_supported(m, c->be[0], &c->caps, berr, sizeof berr);
     }
     if (st != NM_OK) {
         nm_ctx_free(c);
         if (err) snprintf(err, err_size, "%s", berr);
         return st;
     }
-    const bool dev_cpu = on_cpu;
     c->n_be = 1;
-    c->be[0]->iface->get_caps(c->be[0], &c->caps);
-    c->n_dev = p.n_gpu_layers < 0 || p.n_gpu_layers > hp->n_layer || dev_cpu ? hp->n_layer : p.n_gpu_layers;
+    c->n_dev = p.n_gpu_layers < 0 || p.n_gpu_layers > hp->n_layer || on_cpu ? hp->n_layer : p.n_gpu_layers;
     c->mem = c->be[0];
     if (c->n_dev < hp->n_layer) { // a split: the first layers on the CPU, in host memory the device shares
         if (!c->caps.unified_memory) {

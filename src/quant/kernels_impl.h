@@ -196,6 +196,9 @@ const nm_kernels *nm_kernels_avx2(void);
 // AVX-VNNI overrides of some dotq entries (x86_vnni.c); the rest NULL. Only
 // for CPUs whose nm_cpu_features_get()->avx_vnni is set.
 const nm_kernels *nm_kernels_avxvnni(void);
+// The same table built with AVX512-VNNI + VL's EVEX vpdpbusd on ymm
+// (x86_vnni512.c): same results; for CPUs with those and without AVX-VNNI.
+const nm_kernels *nm_kernels_avx512vnni_ymm(void);
 // AVX-512 (F, BW, DQ, VL, VNNI, VBMI, BITALG) + GFNI decode GEMV entries (x86_avx512.c);
 // the rest NULL. Only for CPUs that report all of these.
 const nm_kernels *nm_kernels_avx512(void);

@@ -43,12 +43,21 @@ static inline float e8m0_half(uint8_t e) {
 
 static inline __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+// vpdpbusd on ymm: the VEX encoding of AVX-VNNI (Alder Lake, Sapphire Rapids,
+// Zen 5), or the EVEX one of AVX512-VNNI + VL (NM_X86_VNNI_EVEX: Ice Lake,
+// Zen 4, which lack AVX-VNNI). One instruction, the same sums.
+#if defined(NM_X86_VNNI_EVEX)
+#define nm_dpbusd256 _mm256_dpbusd_epi32
+#elif defined(NM_X86_VNNI)
+#define nm_dpbusd256 _mm256_dpbusd_avx_epi32
+#endif
+
 // sum of u8 a[i] * i8 b[i] as 8 x i32 (four products per lane): one vpdpbusd
-// with AVX-VNNI, else vpmaddubsw + vpmaddwd (same sums: no operand range here
+// with VNNI, else vpmaddubsw + vpmaddwd (same sums: no operand range here
 // reaches the int16 saturation of vpmaddubsw).
 static inline __m256i dot_u8i8(__m256i a, __m256i b) {
 #ifdef NM_X86_VNNI
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b);
+    return nm_dpbusd256(_mm256_setzero_si256(), a, b);
 #else
     return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
 #endif

@@ -33,8 +33,8 @@ NM_GQ_INLINE __m256i gq_reduce4_i32(__m256i a0, __m256i a1, __m256i a2, __m256i 
 NM_GQ_INLINE __m256i gq_dot4_u8(__m256i q, __m256i y0, __m256i y1, __m256i y2, __m256i y3) {
 #ifdef NM_X86_VNNI
     const __m256i z = _mm256_setzero_si256();
-    return gq_reduce4_i32(_mm256_dpbusd_avx_epi32(z, q, y0), _mm256_dpbusd_avx_epi32(z, q, y1),
-                          _mm256_dpbusd_avx_epi32(z, q, y2), _mm256_dpbusd_avx_epi32(z, q, y3));
+    return gq_reduce4_i32(nm_dpbusd256(z, q, y0), nm_dpbusd256(z, q, y1),
+                          nm_dpbusd256(z, q, y2), nm_dpbusd256(z, q, y3));
 #else
     __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(_mm256_maddubs_epi16(q, y0), _mm256_maddubs_epi16(q, y1)),
                                   _mm256_hadd_epi16(_mm256_maddubs_epi16(q, y2), _mm256_maddubs_epi16(q, y3)));

@@ -209,14 +209,16 @@ NM_TEST(dotq_close_to_f32_dot) {
 // AVX-VNNI overrides must stay right for CPUs without it; aarch64: the plain
 // NEON dots that dotprod overrides). Entries may be NULL. None under
 // NM_FORCE_REF=1. Returns the count.
-static int simd_tables(const nm_kernels *out[4]) {
+static int simd_tables(const nm_kernels *out[5]) {
     int n = 0;
     const nm_kernels *k = nm_kernels_get();
     if (k == nm_kernels_ref()) return 0;
     out[n++] = k;
 #if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
     out[n++] = nm_kernels_avx2(); // not ref, so dispatch found AVX2+FMA+F16C
-    if (nm_cpu_features_get()->avx_vnni) out[n++] = nm_kernels_avxvnni();
+    const nm_cpu_features *f = nm_cpu_features_get();
+    if (f->avx_vnni) out[n++] = nm_kernels_avxvnni();
+    if (f->avx512f && f->avx512vl && f->avx512vnni) out[n++] = nm_kernels_avx512vnni_ymm();
 #elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)
     out[n++] = nm_kernels_neon(); // plain NEON dots: what CPUs without dotprod run
     if (nm_cpu_features_get()->dotprod) out[n++] = nm_kernels_neon_dotprod();
@@ -225,7 +227,7 @@ static int simd_tables(const nm_kernels *out[4]) {
 }
 
 NM_TEST(simd_quant_act_bytes_equal_ref) {
-    const nm_kernels *tabs[4], *r = nm_kernels_ref();
+    const nm_kernels *tabs[5], *r = nm_kernels_ref();
     int ntab = simd_tables(tabs);
     if (!ntab) NM_SKIP("reference table chosen");
     static float x[NMAX + 8];
@@ -257,7 +259,7 @@ NM_TEST(simd_quant_act_bytes_equal_ref) {
 }
 
 NM_TEST(simd_dotq_matches_ref) {
-    const nm_kernels *tabs[4], *r = nm_kernels_ref();
+    const nm_kernels *tabs[5], *r = nm_kernels_ref();
     int ntab = simd_tables(tabs);
     if (!ntab) NM_SKIP("reference table chosen");
     static const int blocks[] = {1, 3, 7, 16};

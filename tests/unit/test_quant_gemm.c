@@ -132,13 +132,15 @@ NM_TEST(gemmq_ref_is_the_dotq_loop) {
 // The chosen table and every SIMD table under it (the AVX2 gemmq that
 // AVX-VNNI overrides must stay right for CPUs without it; the plain NEON
 // tiles for ARM CPUs without dotprod). Returns the count.
-static int tables(const nm_kernels *out[4]) {
+static int tables(const nm_kernels *out[5]) {
     int n = 0;
     out[n++] = nm_kernels_get();
 #if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
     if (out[0] != nm_kernels_ref()) {
         out[n++] = nm_kernels_avx2();
-        if (nm_cpu_features_get()->avx_vnni) out[n++] = nm_kernels_avxvnni();
+        const nm_cpu_features *f = nm_cpu_features_get();
+        if (f->avx_vnni) out[n++] = nm_kernels_avxvnni();
+        if (f->avx512f && f->avx512vl && f->avx512vnni) out[n++] = nm_kernels_avx512vnni_ymm();
     }
 #elif defined(NM_HAVE_ARM_SIMD) && defined(__aarch64__)
     if (out[0] != nm_kernels_ref()) {
@@ -153,7 +155,7 @@ static int tables(const nm_kernels *out[4]) {
 // Y_PAD). Returns the number of tables checked; prints the first misses and
 // fails the calling test (its nmtest_failed) on any.
 static int check_tables(int *nmtest_failed, const problem *p, const char *what) {
-    const nm_kernels *tabs[4], *r = nm_kernels_ref();
+    const nm_kernels *tabs[5], *r = nm_kernels_ref();
     const int ntab = tables(tabs);
     const int64_t ldy = p->n_rows + Y_PAD;
     int checked = 0;
@@ -176,6 +178,50 @@ static int check_tables(int *nmtest_failed, const problem *p, const char *what) 
         checked++;
     }
     return checked;
+}
+
+// The VNNI builds (AVX-VNNI's VEX vpdpbusd, AVX512-VNNI's EVEX one on ymm)
+// sum the same integers as the AVX2 build (vpmaddubsw + vpmaddwd, no operand
+// reaching its saturation): bit for bit the AVX2 results, dotq and gemmq, for
+// every type they take. Skipped where the CPU has neither.
+NM_TEST(vnni_builds_equal_avx2_bits) {
+#if defined(NM_HAVE_X86_SIMD) && (defined(__x86_64__) || defined(__i386__))
+    const nm_cpu_features *f = nm_cpu_features_get();
+    const nm_kernels *v[2];
+    int nv = 0;
+    if (f->avx_vnni) v[nv++] = nm_kernels_avxvnni();
+    if (f->avx512f && f->avx512vl && f->avx512vnni) v[nv++] = nm_kernels_avx512vnni_ymm();
+    if (nv == 0 || nm_kernels_get() == nm_kernels_ref()) NM_SKIP("this CPU has no VNNI (AVX-VNNI or AVX512-VNNI)");
+    const nm_kernels *a = nm_kernels_avx2();
+    int checked = 0;
+    for (size_t ti = 0; ti < N_WTYPES; ti++) {
+        const uint32_t t = weight_types[ti];
+        const int64_t bs = nm_type_traits_get(t)->blck_size;
+        if (bs == 1) continue;
+        problem p = make_problem(t, 17, 9, 17 * (bs >= 256 ? bs : 8 * bs));
+        const int64_t ldy = p.n_rows + Y_PAD;
+        for (int k = 0; k < nv; k++) {
+            if (v[k]->gemmq[t] && a->gemmq[t]) {
+                run(a->gemmq[t], &p, y_ref, ldy);
+                run(v[k]->gemmq[t], &p, y_got, ldy);
+                NM_CHECK(memcmp(y_ref, y_got, sizeof y_ref) == 0);
+                checked++;
+            }
+            if (v[k]->dotq[t] && a->dotq[t]) {
+                for (int64_t r = 0; r < p.n_rows; r++) {
+                    const float want = a->dotq[t](p.wq + r * p.w_stride, p.xq, p.K);
+                    const float got = v[k]->dotq[t](p.wq + r * p.w_stride, p.xq, p.K);
+                    NM_CHECK(memcmp(&want, &got, sizeof want) == 0);
+                }
+                checked++;
+            }
+        }
+    }
+    NM_CHECK(checked > 0);
+    printf("  %d (build, type, kernel) sets bit-identical to AVX2\n", checked);
+#else
+    NM_SKIP("not an x86 SIMD build");
+#endif
 }
 
 NM_TEST(gemmq_matches_ref) {
@@ -303,7 +349,7 @@ static int check_gemv(int *nmtest_failed, const nm_kernels *k, const problem *p,
 }
 
 NM_TEST(gemv_entries_paired) {
-    const nm_kernels *tabs[4];
+    const nm_kernels *tabs[5];
     const int ntab = tables(tabs);
     for (int k = 0; k < ntab; k++)
         for (int t = 0; t < NM_TYPE_COUNT; t++) {
@@ -428,7 +474,7 @@ NM_TEST_OPTIN(gemmq_speed, "NM_TEST_BENCH") {
     static const uint32_t types[] = {NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0, NM_TYPE_Q8_0,
                                      NM_TYPE_MXFP4, NM_TYPE_Q4_K, NM_TYPE_Q5_K, NM_TYPE_Q6_K};
     static const int64_t Ks[] = {576, 2048};
-    const nm_kernels *tabs[4];
+    const nm_kernels *tabs[5];
     const int ntab = tables(tabs);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ki = 0; ki < 2; ki++) {

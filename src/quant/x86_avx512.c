@@ -148,21 +148,21 @@ static inline float q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_1
 }
 
 // The rows of one call, each prefetched GEMV_PREFETCH_ROWS rows ahead.
-#define GEMV_DEFINE(name, block, row_fn)                                                                      \
+#define GEMV_DEFINE(name, block, qk, row_fn)                                                                  \
     static void name(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,              \
                      const void *restrict prep, int64_t K, float *restrict y) {                              \
         const uint8_t *wd = w;                                                                              \
-        const size_t row_bytes = (size_t)(K / NM_QK) * sizeof(block);                                       \
+        const size_t row_bytes = (size_t)(K / (qk)) * sizeof(block);                                        \
         for (int64_t r = 0; r < n_rows; r++) {                                                              \
             if (r + GEMV_PREFETCH_ROWS < n_rows + n_ahead) {                                                \
                 const uint8_t *ahead = wd + (size_t)(r + GEMV_PREFETCH_ROWS) * w_stride;                    \
                 for (size_t off = 0; off < row_bytes; off += 64) _mm_prefetch((const char *)ahead + off, _MM_HINT_T0); \
             }                                                                                               \
-            y[r] = row_fn(wd + (size_t)r * w_stride, K / NM_QK, prep);                                      \
+            y[r] = row_fn(wd + (size_t)r * w_stride, K / (qk), prep);                                      \
         }                                                                                                   \
     }
 
-GEMV_DEFINE(gemv_q4_1, nm_block_q4_1, q4_1_row)
+GEMV_DEFINE(gemv_q4_1, nm_block_q4_1, NM_QK, q4_1_row)
 
 
 // ---- q4_0, q5_0, q8_0 x q8_0: two blocks per zmm --------------------------------------
@@ -295,9 +295,9 @@ PAIR_ROW(q4_0_row, nm_block_q4_0, pair_q4_0, NM_TYPE_Q4_0)
 PAIR_ROW(q5_0_row, nm_block_q5_0, pair_q5_0, NM_TYPE_Q5_0)
 PAIR_ROW(q8_0_row, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0)
 
-GEMV_DEFINE(gemv_q4_0, nm_block_q4_0, q4_0_row)
-GEMV_DEFINE(gemv_q5_0, nm_block_q5_0, q5_0_row)
-GEMV_DEFINE(gemv_q8_0, nm_block_q8_0, q8_0_row)
+GEMV_DEFINE(gemv_q4_0, nm_block_q4_0, NM_QK, q4_0_row)
+GEMV_DEFINE(gemv_q5_0, nm_block_q5_0, NM_QK, q5_0_row)
+GEMV_DEFINE(gemv_q8_0, nm_block_q8_0, NM_QK, q8_0_row)
 
 // ---- prefill: many rows x many tokens for the pair formats -----------------------------
 //
@@ -567,6 +567,123 @@ static void gemmq_q6_K(const void *restrict w, size_t w_stride, int64_t n_rows, 
     gemmq_k512(NM_TYPE_Q6_K, w, w_stride, n_rows, xq, x_stride, n_tok, K, y, ldy);
 }
 
+// ---- decode: q4_K and q6_K x q8_K --------------------------------------------------------
+//
+// The tiles above with one token: the activation is laid out once per op (the
+// weights' nibble order for q4_K with the pair sums of its 16-element sums;
+// element order for q6_K with the 16-element sums as they are), and each row's
+// super-block is unpacked and dotted in zmm registers: four vpdpbusd and four
+// vpdpwssd (the scales per dword) into one int32 vector, one vcvtdq2ps, one
+// fma by d * dx. The other term is integer too: q4_K's mins by vpmaddwd on
+// the pair sums (into its own f32 accumulator, scaled by dmin * dx), q6_K's
+// offset 32 * sum_j sc_j * bsums_j by vpmaddwd, taken off the int32 vector.
+// Same integers as the reference; only the order of the f32 sums differs.
+typedef struct {
+    __m512i x[4];    // q4_K: sub-blocks (0, 2), (1, 3), (4, 6), (5, 7); q6_K: elements 64z..64z+63
+    int16_t bs[16];  // q4_K: the 8 pair sums bsums[2j] + bsums[2j+1]; q6_K: the 16 bsums
+    float dx;
+    float pad[7];
+} qk_gv;             // 320 bytes per super-block
+
+static void gemv_prep_q4_K(const void *restrict xq, int64_t K, void *restrict prep) {
+    const nm_block_q8_K *y = xq;
+    qk_gv *g = prep;
+    for (int64_t b = 0; b < K / NM_QK_K; b++, g++) {
+        const int8_t *q = y[b].qs;
+        for (int z = 0; z < 4; z++) { // as q8k_prep_fill
+            const int lo = (z / 2) * 128 + (z % 2) * 32;
+            g->x[z] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(q + lo)), load256(q + lo + 64), 1);
+        }
+        memset(g->bs, 0, sizeof g->bs);
+        for (int j = 0; j < 8; j++) g->bs[j] = (int16_t)(y[b].bsums[2 * j] + y[b].bsums[2 * j + 1]);
+        g->dx = y[b].d;
+    }
+}
+
+static void gemv_prep_q6_K(const void *restrict xq, int64_t K, void *restrict prep) {
+    const nm_block_q8_K *y = xq;
+    qk_gv *g = prep;
+    for (int64_t b = 0; b < K / NM_QK_K; b++, g++) {
+        for (int z = 0; z < 4; z++) g->x[z] = _mm512_loadu_si512(y[b].qs + 64 * z);
+        memcpy(g->bs, y[b].bsums, sizeof g->bs);
+        g->dx = y[b].d;
+    }
+}
+
+static inline float q4_K_row(const uint8_t *restrict row, int64_t nb, const qk_gv *restrict g) {
+    const __m512i m4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
+    const __m512i sidx0 = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i sidx1 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i sidx2 = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
+    const __m512i sidx3 = _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5);
+    const nm_block_q4_K *x = (const nm_block_q4_K *)row;
+    __m512 acc = _mm512_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g++) {
+        uint32_t u[3];
+        memcpy(u, x[b].scales, 12);
+        const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+        const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+        const __m128i smb = _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
+        const __m512i sm = _mm512_cvtepu8_epi32(smb);
+        // mins . pair sums: 8 int16 products summed in pairs to 4 int32
+        const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(smb, 8));
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, _mm_load_si128((const __m128i *)g->bs))),
+                            _mm_set1_ps(h2f_tab(x[b].dmin) * g->dx), accm);
+        const __m512i A = _mm512_loadu_si512(x[b].qs), B = _mm512_loadu_si512(x[b].qs + 64);
+        __m512i a = _mm512_dpwssd_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_and_si512(A, m4), g->x[0]),
+                                        _mm512_permutexvar_epi32(sidx0, sm));
+        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, _mm512_and_si512(_mm512_srli_epi16(A, 4), m4), g->x[1]),
+                                _mm512_permutexvar_epi32(sidx1, sm));
+        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, _mm512_and_si512(B, m4), g->x[2]),
+                                _mm512_permutexvar_epi32(sidx2, sm));
+        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, _mm512_and_si512(_mm512_srli_epi16(B, 4), m4), g->x[3]),
+                                _mm512_permutexvar_epi32(sidx3, sm));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(h2f_tab(x[b].d) * g->dx), acc);
+    }
+    accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
+    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(_mm_add_ss(accm, _mm_movehdup_ps(accm)));
+}
+
+// q6_K: the quants unsigned (0..63), so that vpdpbusd takes the activations
+// as they are (dword sums |.| <= 4 * 63 * 128 < 2^15: vpdpwssd's low int16).
+static inline float q6_K_row(const uint8_t *restrict row, int64_t nb, const qk_gv *restrict g) {
+    const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(0x30), zero = _mm512_setzero_si512();
+    const __m512i lo16 = _mm512_set1_epi32(0xffff);
+    const __m512i cnt_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    const __m512i cnt_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    __m512i sidx[4]; // zmm z holds elements 64z..64z+63: scales 4z..4z+3, one per 4 dwords
+    for (int z = 0; z < 4; z++)
+        sidx[z] = _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
+                                   4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z);
+    const nm_block_q6_K *x = (const nm_block_q6_K *)row;
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, g++) {
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
+        const __m512i scd = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), lo16);
+        // 32 * sum_j sc_j * bsums_j, as 8 int32 in the low lanes
+        const __m256i off = _mm256_slli_epi32(
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_load_si256((const __m256i *)g->bs)), 5);
+        __m512i a = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), off));
+        for (int h = 0; h < 2; h++) {
+            const __m512i AB = _mm512_loadu_si512(x[b].ql + 64 * h);
+            const __m512i HH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h)));
+            const __m512i ql = _mm512_or_si512(_mm512_and_si512(AB, m4), _mm512_and_si512(_mm512_sllv_epi16(HH, cnt_lo), m3));
+            const __m512i qhh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(AB, 4), m4),
+                                                _mm512_and_si512(_mm512_srlv_epi16(HH, cnt_hi), m3));
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, ql, g->x[2 * h]), _mm512_permutexvar_epi32(sidx[2 * h], scd));
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, qhh, g->x[2 * h + 1]),
+                                    _mm512_permutexvar_epi32(sidx[2 * h + 1], scd));
+        }
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(h2f_tab(x[b].d) * g->dx), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+GEMV_DEFINE(gemv_q4_K, nm_block_q4_K, NM_QK_K, q4_K_row)
+GEMV_DEFINE(gemv_q6_K, nm_block_q6_K, NM_QK_K, q6_K_row)
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
@@ -574,15 +691,17 @@ static void gemmq_q6_K(const void *restrict w, size_t w_stride, int64_t n_rows, 
 _Static_assert(sizeof(q4_1_group) == 768, "q4_1 group layout");
 _Static_assert(NM_GEMV_PREP_BYTES(NM_QK * Q4_1_GROUP) >= sizeof(q4_1_group), "q4_1 prep size");
 _Static_assert(sizeof(q8_pair) == 192 && NM_GEMV_PREP_BYTES(1024) >= 16 * sizeof(q8_pair), "pair prep size");
+_Static_assert(sizeof(qk_gv) == 320 && NM_GEMV_PREP_BYTES(1024) >= 4 * sizeof(qk_gv), "K-quant prep size");
 
 static const nm_kernels avx512_table = {
     .name = "avx512",
     .gemv_prep = {[NM_TYPE_Q4_0] = gemv_prep_q4_0, [NM_TYPE_Q4_1] = gemv_prep_q4_1,
-                  [NM_TYPE_Q5_0] = gemv_prep_q5_0, [NM_TYPE_Q8_0] = gemv_prep_q8_0},
+                  [NM_TYPE_Q5_0] = gemv_prep_q5_0, [NM_TYPE_Q8_0] = gemv_prep_q8_0,
+                  [NM_TYPE_Q4_K] = gemv_prep_q4_K, [NM_TYPE_Q6_K] = gemv_prep_q6_K},
     .gemmq = {[NM_TYPE_Q4_0] = gemmq_q4_0, [NM_TYPE_Q5_0] = gemmq_q5_0, [NM_TYPE_Q8_0] = gemmq_q8_0,
               [NM_TYPE_Q4_K] = gemmq_q4_K, [NM_TYPE_Q6_K] = gemmq_q6_K},
     .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
-             [NM_TYPE_Q8_0] = gemv_q8_0},
+             [NM_TYPE_Q8_0] = gemv_q8_0, [NM_TYPE_Q4_K] = gemv_q4_K, [NM_TYPE_Q6_K] = gemv_q6_K},
 };
 
 // Called once, under dispatch.c's pthread_once.

@@ -376,8 +376,9 @@ NM_TEST(gemv_matches_ref) {
                 problem p = make_problem(t, rows[ri], 1, nb * bs);
                 checked += check_gemv(nmtest_failed, k, &p, "gauss");
             }
-        static const int64_t widths[] = {576, 640, 1536, 2048};
+        static const int64_t widths[] = {576, 640, 1024, 1536, 2048};
         for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+            if (widths[wi] % bs) continue; // the K formats: 256 | K
             problem p = make_problem(t, 9, 1, widths[wi]);
             checked += check_gemv(nmtest_failed, k, &p, "model width");
         }
@@ -395,7 +396,8 @@ NM_TEST(gemv_extreme_quants) {
         if (!k->gemv[t]) continue;
         for (size_t pi = 0; pi < sizeof patterns; pi++)
             for (int sign = 0; sign < 3; sign++) {
-                problem p = make_problem(t, 5, 1, 37 * nm_type_traits_get(t)->blck_size);
+                const int64_t bs = nm_type_traits_get(t)->blck_size;
+                problem p = make_problem(t, 5, 1, (37 * bs <= MAX_K ? 37 : MAX_K / bs) * bs);
                 for (int64_t r = 0; r < p.n_rows; r++) memset(p.wq + r * p.w_stride, patterns[pi], nm_row_size(t, p.K));
                 tame_scales(&p);
                 for (int64_t r = 0; r < p.n_rows; r++) nm_dequantize_row_ref(t, p.wq + r * p.w_stride, p.wd + r * p.K, p.K);
@@ -420,7 +422,7 @@ NM_TEST(gemv_stops_at_the_row_end) {
     for (size_t ti = 0; ti < N_WTYPES; ti++) {
         const uint32_t t = weight_types[ti];
         if (!k->gemv[t]) continue;
-        for (int64_t nb = 1; nb <= 40; nb++) {
+        for (int64_t nb = 1; nb <= 40 && nb * nm_type_traits_get(t)->blck_size <= MAX_K; nb++) {
             problem p = make_problem(t, 3, 1, nb * nm_type_traits_get(t)->blck_size);
             const size_t rb = nm_row_size(t, p.K);
             uint8_t *w = map + len - 3 * rb; // packed rows, the last one flush with the guard page
@@ -520,10 +522,11 @@ static double time_gemv_ns(const nm_kernels *k, const problem *p, int gemv) {
 NM_TEST_OPTIN(gemv_speed, "NM_TEST_BENCH") {
     const nm_kernels *k = gemv_table();
     if (!k) NM_SKIP("no gemv kernels on this CPU");
-    static const int64_t Ks[] = {576, 640, 2048};
+    static const int64_t Ks[] = {576, 640, 1024, 2048};
     for (int t = 0; t < NM_TYPE_COUNT; t++) {
         if (!k->gemv[t]) continue;
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            if (Ks[ki] % nm_type_traits_get((uint32_t)t)->blck_size) continue;
             problem p = make_problem((uint32_t)t, 16, 1, Ks[ki]);
             double g = 1e30, d = 1e30;
             for (int rep = 0; rep < 5; rep++) {

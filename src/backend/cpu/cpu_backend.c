@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/registry.h"
@@ -65,6 +66,12 @@ typedef struct nm_cpu {
     size_t gemv_prep_bytes;
     float *attn_ws; // (n_threads, attn_ws_floats): NM_OP_ATTENTION_FULL workspace
     int64_t attn_ws_floats, attn_max_seq, attn_max_hd;
+    // NM_PROFILE=1: wall time per (op kind, weight type), printed to stderr by cpu_free
+    bool prof;
+    struct {
+        double s, bytes;
+        int64_t calls;
+    } prof_acc[NM_OP_COUNT][NM_TYPE_COUNT];
     char err[256];
 } nm_cpu;
 
@@ -1054,10 +1061,63 @@ static nm_status check_operands(nm_cpu *c, const nm_op *op) {
     return NM_OK;
 }
 
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Adds the time since t0 to the (kind, weight type) of ops[first], and the
+// bytes of the weights of ops[first..last] (a group of matmuls is one job).
+static void prof_add(nm_cpu *c, const nm_op *ops, int first, int last, double t0) {
+    const nm_op *op = &ops[first];
+    const uint32_t t = op->kind == NM_OP_MATMUL && op->src0->type < NM_TYPE_COUNT ? op->src0->type : NM_TYPE_F32;
+    c->prof_acc[op->kind][t].s += prof_now() - t0;
+    c->prof_acc[op->kind][t].calls++;
+    if (op->kind == NM_OP_MATMUL)
+        for (int j = first; j <= last; j++) c->prof_acc[op->kind][t].bytes += (double)nm_tensor_bytes(ops[j].src0);
+}
+
+// Prints the profile, largest time first (and clears it).
+static void prof_print(nm_cpu *c) {
+    static const char *kinds[NM_OP_COUNT] = {
+        [NM_OP_GET_ROWS] = "get_rows", [NM_OP_RMS_NORM] = "rms_norm", [NM_OP_MATMUL] = "matmul",
+        [NM_OP_ROPE] = "rope", [NM_OP_ATTENTION] = "attention", [NM_OP_GLU] = "glu", [NM_OP_ADD] = "add",
+        [NM_OP_SCALE] = "scale", [NM_OP_KV_STORE] = "kv_store", [NM_OP_NORM] = "norm", [NM_OP_ACT] = "act",
+        [NM_OP_ATTENTION_FULL] = "attention_full", [NM_OP_SOFTCAP] = "softcap", [NM_OP_COPY] = "copy",
+        [NM_OP_PATCHES] = "patches", [NM_OP_PIXEL_SHUFFLE] = "pixel_shuffle", [NM_OP_IM2COL] = "im2col"};
+    double total = 0;
+    for (int k = 0; k < NM_OP_COUNT; k++)
+        for (int t = 0; t < NM_TYPE_COUNT; t++) total += c->prof_acc[k][t].s;
+    if (total <= 0) return;
+    fprintf(stderr, "cpu profile (NM_PROFILE): %.1f ms in ops\n%-15s %-6s %9s %10s %9s %6s %8s\n", total * 1e3, "op",
+            "weight", "calls", "ms", "us/call", "share", "GB/s");
+    for (;;) {
+        int bk = -1, bt = -1;
+        for (int k = 0; k < NM_OP_COUNT; k++)
+            for (int t = 0; t < NM_TYPE_COUNT; t++)
+                if (c->prof_acc[k][t].calls > 0 && (bk < 0 || c->prof_acc[k][t].s > c->prof_acc[bk][bt].s)) {
+                    bk = k;
+                    bt = t;
+                }
+        if (bk < 0) break;
+        const double s = c->prof_acc[bk][bt].s, by = c->prof_acc[bk][bt].bytes;
+        const int64_t n = c->prof_acc[bk][bt].calls;
+        fprintf(stderr, "%-15s %-6s %9lld %10.2f %9.2f %5.1f%% ", kinds[bk] ? kinds[bk] : "?",
+                bk == NM_OP_MATMUL ? nm_type_traits_get((uint32_t)bt)->name : "", (long long)n, s * 1e3,
+                s * 1e6 / (double)n, 100 * s / total);
+        if (by > 0) fprintf(stderr, "%8.1f\n", by / s * 1e-9);
+        else fprintf(stderr, "%8s\n", "");
+        c->prof_acc[bk][bt].calls = 0;
+    }
+}
+
 static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
     nm_cpu *c = b->impl;
     for (int i = 0; i < n_ops; i++) {
         const nm_op *op = &ops[i];
+        const int first = i;
+        const double t0 = c->prof ? prof_now() : 0;
         if (!cpu_supports_op(b, op)) {
             snprintf(c->err, sizeof c->err, "cpu backend: op %d not supported with these operands", op->kind);
             return NM_ERR_UNSUPPORTED;
@@ -1156,6 +1216,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         case NM_OP_KV_STORE: op_kv_store(c, op); break;
         case NM_OP_COUNT: break;
         }
+        if (c->prof) prof_add(c, ops, first, i, t0);
     }
     return NM_OK;
 }
@@ -1164,6 +1225,7 @@ static const char *cpu_last_error(const nm_backend *b) { return ((const nm_cpu *
 
 static void cpu_free(nm_backend *b) {
     nm_cpu *c = b->impl;
+    if (c->prof) prof_print(c);
     nm_pool_free(c->pool);
     free(c->scratch);
     free(c->act_q);
@@ -1206,6 +1268,7 @@ nm_status nm_backend_cpu_new(const nm_backend_params *p, nm_backend **out, char 
     }
     nm_backend *b = calloc(1, sizeof *b);
     nm_cpu *c = calloc(1, sizeof *c);
+    if (c) c->prof = getenv("NM_PROFILE") && getenv("NM_PROFILE")[0] == '1';
     if (!b || !c) goto fail;
     c->pool = nm_pool_create(p->n_threads);
     if (!c->pool) goto fail;

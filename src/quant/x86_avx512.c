@@ -39,7 +39,9 @@
 // into L1: the integer work per byte is too high for the hardware prefetchers
 // to stay ahead of the DRAM stream on their own (see NM_PREFETCH_ROWS in the
 // CPU backend, which this replaces for the rows these kernels take).
+#ifndef GEMV_PREFETCH_ROWS
 #define GEMV_PREFETCH_ROWS 8
+#endif
 
 // The 64 bytes at p of which only the first n (may be <= 0) belong to the row:
 // a plain load inside the row, a masked one (which does not fault) at its end.

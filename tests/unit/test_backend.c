@@ -172,11 +172,13 @@ NM_TEST(softmax_panel_equals_softmax) {
 // MATMUL of quantized weights, decode (T = 1) and prefill (T > 1) paths, equals
 // dequantize-then-multiply with the activations rounded as the kernels round
 // them (to the weights' vec_dot_type: 8-bit blocks, f16, ...).
-NM_TEST(matmul_quantized_decode_and_prefill) {
+// O = 1037: decode splits the rows into a few long chunks per thread (more
+// than 32 rows each, the last one short), with 2 and 3 threads.
+static void check_matmul_quantized(int *nmtest_failed, int n_threads, int64_t O) {
     const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
                               NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
-    const int64_t K = 512, O = 37;
-    nm_backend *be = cpu_backend(2, K, 16);
+    const int64_t K = 512;
+    nm_backend *be = cpu_backend(n_threads, K, 16);
     NM_CHECK(be != NULL);
     if (!be) return;
     float *wf = malloc(sizeof(float) * K * O), *deq = malloc(sizeof(float) * K * O);
@@ -217,12 +219,20 @@ NM_TEST(matmul_quantized_decode_and_prefill) {
                     }
                     maxd = fmax(maxd, fabs(s - y[tok * O + o]) / sa);
                 }
-            if (maxd > 1e-4) fprintf(stderr, "  type %s T=%d: max rel diff %g\n", nm_type_traits_get(t)->name, T, maxd);
+            if (maxd > 1e-4)
+                fprintf(stderr, "  type %s O=%lld T=%d, %d threads: max rel diff %g\n", nm_type_traits_get(t)->name,
+                        (long long)O, T, n_threads, maxd);
             NM_CHECK(maxd < 1e-4);
         }
     }
     free(wf), free(deq), free(x), free(y), free(wq), free(xr), free(xq);
     nm_backend_free(be);
+}
+
+NM_TEST(matmul_quantized_decode_and_prefill) {
+    check_matmul_quantized(nmtest_failed, 2, 37);
+    check_matmul_quantized(nmtest_failed, 2, 1037);
+    check_matmul_quantized(nmtest_failed, 3, 1037);
 }
 
 // NM_OPF_ROWWISE: a batch of 9 tokens gives each row exactly what a one-token

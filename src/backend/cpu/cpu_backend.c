@@ -30,22 +30,40 @@
 // pair of activation panels while it is in L1/L2.
 #define NM_MM_XROWS (4 * NM_GEMM_XPANEL_ROWS)
 
-// Rows per chunk of a decode matmul: at least NM_MM_DEC_ROWS (claiming a
-// chunk, one atomic, stays noise next to its dots), and no more than
-// NM_MM_DEC_CHUNKS chunks per thread, so that each thread streams long runs of
-// consecutive rows: 32-row chunks taken in turn by two threads cut the
-// hardware prefetchers' streams every 20 KB (Gemma 3's head, 262144 x 640
-// q8_0, two threads on an AMD EPYC: 19-20 GB/s with 32-row chunks, 28-30
-// with 256 rows or more, against 43 GB/s that plain loads reach).
+// Chunks of a decode matmul, guided: each takes 1 / (2 n_threads) of the rows
+// not yet given out (at least NM_MM_DEC_ROWS; claiming a chunk, one atomic,
+// stays noise next to its dots), so the first chunks are long runs of
+// consecutive rows and the last ones short. Long runs: 32-row chunks taken in
+// turn by two threads cut the hardware prefetchers' streams every 20 KB
+// (Gemma 3's head, 262144 x 640 q8_0, two threads on an AMD EPYC: 19-20 GB/s
+// with 32-row chunks, 28-30 with 256 rows or more, against 43 GB/s that plain
+// loads reach). Short last chunks: a thread that is held up (the OS, another
+// process) leaves the other thread a short wait, not a quarter of the matrix.
 #define NM_MM_DEC_ROWS 32
-#ifndef NM_MM_DEC_CHUNKS
-#define NM_MM_DEC_CHUNKS 4
-#endif
 
-static int64_t dec_rows(const nm_op *op, int n_threads) {
-    const int64_t O = op->src0->ne[1], n = (int64_t)NM_MM_DEC_CHUNKS * n_threads, per = (O + n - 1) / n;
-    return per > NM_MM_DEC_ROWS ? per : NM_MM_DEC_ROWS;
+// Rows [*r0, *r1) of decode chunk c of a matmul of O rows; false past the last.
+static bool dec_chunk(int64_t O, int n_threads, int64_t c, int64_t *r0, int64_t *r1) {
+    int64_t start = 0;
+    for (int64_t i = 0;; i++) {
+        if (start >= O) return false;
+        const int64_t want = (O - start + 2 * n_threads - 1) / (2 * n_threads);
+        int64_t n = want > NM_MM_DEC_ROWS ? want : NM_MM_DEC_ROWS;
+        if (start + n > O) n = O - start;
+        if (i == c) {
+            *r0 = start;
+            *r1 = start + n;
+            return true;
+        }
+        start += n;
+    }
 }
+
+static int64_t dec_chunks(int64_t O, int n_threads) {
+    int64_t n = 0, r0, r1;
+    while (dec_chunk(O, n_threads, n, &r0, &r1)) n++;
+    return n;
+}
+
 // Decode reads each weight row once per token, from DRAM. Prefetching the row
 // NM_PREFETCH_ROWS ahead into L1 (prefetcht0; the non-temporal hint was much
 // worse) lifts SmolLM2 decode from ~110 to ~180 tok/s on 2 threads: the
@@ -147,12 +165,12 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     const nm_tensor *w = op->src0, *bias = op->src2;
     const int64_t K = w->ne[0], O = w->ne[1], T = op->src1->ne[1];
     const bool dec = T == 1 || (op->flags & NM_OPF_ROWWISE); // rows as decode computes them
-    const int64_t rows = dec ? dec_rows(op, nm_pool_size(c->pool)) : NM_MM_ROWS;
     const size_t row_bytes = nm_row_size(w->type, K);
     const uint8_t *wd = TD(w);
     const float *bd = bias ? TD(bias) : NULL;
     float *yd = TD(op->dst);
-    int64_t r0 = chunk * rows, r1 = r0 + rows < O ? r0 + rows : O;
+    int64_t r0 = chunk * NM_MM_ROWS, r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
+    if (dec && !dec_chunk(O, nm_pool_size(c->pool), chunk, &r0, &r1)) return;
     if (!dec) {
         // prefill: register-blocked kernel, each weight block unpacked once per tile of tokens
         nm_gemmq_fn gemm = c->k->gemmq[w->type];
@@ -206,8 +224,7 @@ static void round_worker(void *arg, int64_t chunk, int ith) {
 static int64_t mm_chunks(const nm_cpu *c, const nm_op *op) {
     const int64_t O = op->src0->ne[1];
     if (op->src1->ne[1] == 1 || (op->flags & NM_OPF_ROWWISE)) {
-        const int64_t rows = dec_rows(op, nm_pool_size(c->pool));
-        return (O + rows - 1) / rows;
+        return dec_chunks(O, nm_pool_size(c->pool));
     }
     return (O + NM_MM_ROWS - 1) / NM_MM_ROWS;
 }
@@ -265,9 +282,7 @@ static void mm_worker(void *arg, int64_t chunk, int ith) {
     int64_t r0, r1;
     if (T == 1) {
         // Decode: one pass over the weights, memory-bound.
-        const int64_t rows = dec_rows(t->op, nm_pool_size(c->pool));
-        r0 = chunk * rows;
-        r1 = r0 + rows < O ? r0 + rows : O;
+        if (!dec_chunk(O, nm_pool_size(c->pool), chunk, &r0, &r1)) return;
         for (int64_t o = r0; o < r1; o++) {
             float s = dot(wd + (size_t)o * row_bytes, xd, K);
             yd[o] = bd ? s + bd[o] : s;

@@ -130,8 +130,9 @@ static void choose(void) {
         overlay(nm_kernels_avx2());
         // NM_NO_VNNI=1 keeps the AVX2 dots (to compare, or to test them). The
         // VNNI dots take AVX-VNNI's encoding, or AVX512-VNNI's on ymm where a
-        // CPU has only that (Zen 4): the same sums either way.
-        const bool evex_vnni = cpu->avx512f && cpu->avx512vl && cpu->avx512vnni;
+        // CPU has only that (Zen 4): the same sums either way. That one is an
+        // AVX-512 instruction: NM_NO_AVX512=1 (a CPU without AVX-512) leaves it out.
+        const bool evex_vnni = cpu->avx512f && cpu->avx512vl && cpu->avx512vnni && !env_on("NM_NO_AVX512");
         const bool vnni = (cpu->avx_vnni || evex_vnni) && !env_on("NM_NO_VNNI");
         if (vnni) overlay(cpu->avx_vnni ? nm_kernels_avxvnni() : nm_kernels_avx512vnni_ymm());
         // NM_NO_AVX512=1 keeps the AVX2 / AVX-VNNI decode GEMV of q4_0, q4_1, q5_0, q8_0 and the prefill

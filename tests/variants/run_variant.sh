@@ -3,8 +3,7 @@
 # variant against the same golden transcripts and perplexities):
 #   run_variant.sh avx2|avx2vnni PROGRAM [ARGS...]
 # avx2: NM_NO_AVX512=1 NM_NO_VNNI=1 (the AVX2 + FMA + F16C kernels);
-# avx2vnni: NM_NO_AVX512=1 (AVX2 with the VNNI dots: AVX-VNNI's, or AVX512-VNNI's
-# on ymm). The default run of
+# avx2vnni: NM_NO_AVX512=1 (AVX2 with the AVX-VNNI dots). The default run of
 # each program is the best variant the CPU has (AVX-512 where it has the set).
 # A CPU without the variant's instructions: exit 77, which ctest counts as
 # skipped (SKIP_RETURN_CODE), with the reason.
@@ -14,9 +13,7 @@ flags=$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
 has() { for f in "$@"; do [[ " $flags " == *" $f "* ]] || return 1; done; }
 case $variant in
     avx2) need=(avx2 fma f16c); export NM_NO_AVX512=1 NM_NO_VNNI=1 ;;
-    # AVX-VNNI, or AVX512-VNNI on ymm where a CPU has only that (Zen 4): the same dots
-    avx2vnni) need=(avx2 fma f16c avx_vnni); has avx_vnni || need=(avx2 fma f16c avx512f avx512vl avx512_vnni)
-              export NM_NO_AVX512=1 ;;
+    avx2vnni) need=(avx2 fma f16c avx_vnni); export NM_NO_AVX512=1 ;;
     *) echo "run_variant.sh: unknown variant '$variant' (avx2, avx2vnni)" >&2; exit 2 ;;
 esac
 if ! has "${need[@]}"; then

@@ -374,6 +374,48 @@ GEMMQ_PAIRS(gemmq_q8_0, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0, 128)
 // dmin * dx * sum_j m_j * (bsums[2j] + bsums[2j+1]) is one vpmaddwd per 4
 // tokens on the prepared pair sums. Same integers as the reference; only the
 // order of the f32 sums differs.
+// A q4_K super-block's 8 6-bit scales and 8 6-bit mins (nm_get_scale_min_k4's
+// packing) as bytes: scales 0-3, 4-7, mins 0-3, 4-7.
+static inline __m128i q4k_scales_mins(const uint8_t scales[12]) {
+    uint32_t u[3];
+    memcpy(u, scales, 12);
+    const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
+    const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
+    const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
+    return _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
+}
+
+// A q6_K super-block's quants, unsigned (0..63), in element order: q[z] holds
+// elements 64z..64z+63. Each half's 64 ql bytes are a zmm whose low nibbles
+// are its elements 0-63 and high nibbles 64-127; the two high bits come from
+// qh by one variable shift per 16-bit lane (4 and 2 for the low zmm, 0 and 2
+// for the high one).
+static inline void q6k_quants(const nm_block_q6_K *x, __m512i q[4]) {
+    const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(0x30);
+    // words 0-15 (bytes 0-31) and 16-31 (bytes 32-63) of the [qh | qh] vector
+    const __m512i cnt_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
+    const __m512i cnt_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
+    for (int h = 0; h < 2; h++) {
+        const __m512i AB = _mm512_loadu_si512(x->ql + 64 * h);
+        const __m512i HH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
+        q[2 * h] = _mm512_or_si512(_mm512_and_si512(AB, m4), _mm512_and_si512(_mm512_sllv_epi16(HH, cnt_lo), m3));
+        q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(AB, 4), m4),
+                                       _mm512_and_si512(_mm512_srlv_epi16(HH, cnt_hi), m3));
+    }
+}
+
+// q6_K's 16 scales (one per 16 elements) as dwords, the scale in the low
+// int16 and 0 above (what vpdpwssd multiplies the dword sums' low int16 by);
+// the scales of q6k_quants' q[z] are lanes 4z..4z+3, one per 4 dwords:
+// q6k_sidx(z) picks them.
+static inline __m512i q6k_scales(const int8_t scales[16]) {
+    return _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)scales)), _mm512_set1_epi32(0xffff));
+}
+static inline __m512i q6k_sidx(int z) {
+    return _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
+                            4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z);
+}
+
 #define GK4_TOK 8
 #define GK4_CH 8 // super-blocks per K chunk: the prepared tokens take 17 KB of L1
 
@@ -423,19 +465,15 @@ static inline __attribute__((always_inline)) void q4_K_tile_row(const nm_block_q
     __m256 accm = _mm256_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const nm_block_q4_K *x = row + b;
-        uint32_t u[3];
-        memcpy(u, x->scales, 12);
-        const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
-        const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-        const __m512i sm = _mm512_cvtepu8_epi32(_mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo));
+        const __m128i smb = q4k_scales_mins(x->scales);
+        const __m512i sm = _mm512_cvtepu8_epi32(smb);
         const __m512i A = _mm512_loadu_si512(x->qs), B = _mm512_loadu_si512(x->qs + 64);
         const __m512i q[4] = {_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_srli_epi16(A, 4), m4),
                               _mm512_and_si512(B, m4), _mm512_and_si512(_mm512_srli_epi16(B, 4), m4)};
         const __m512i S[4] = {_mm512_permutexvar_epi32(sidx[0], sm), _mm512_permutexvar_epi32(sidx[1], sm),
                               _mm512_permutexvar_epi32(sidx[2], sm), _mm512_permutexvar_epi32(sidx[3], sm)};
         // min term of the 8 tokens
-        const __m512i M = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)mn_hi, (int)mn_lo)));
+        const __m512i M = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_srli_si128(smb, 8)));
         __m512i h0 = _mm512_madd_epi16(M, pp->bs[b][0]), h1 = _mm512_madd_epi16(M, pp->bs[b][1]);
         h0 = _mm512_add_epi32(h0, _mm512_shuffle_epi32(h0, _MM_PERM_CDAB));
         h1 = _mm512_add_epi32(h1, _mm512_shuffle_epi32(h1, _MM_PERM_CDAB));
@@ -461,10 +499,7 @@ static inline __attribute__((always_inline)) void q4_K_tile_row(const nm_block_q
 
 // ---- prefill: q6_K . q8_K ------------------------------------------------------------------
 //
-// Tile: one weight row x 8 tokens. Each half super-block's 64 ql bytes are a
-// zmm whose low nibbles are its elements 0-63 and high nibbles 64-127, in
-// element order; the two high bits come from qh by one variable shift per
-// 16-bit lane (4 and 2 for the low zmm, 0 and 2 for the high one). The quants
+// Tile: one weight row x 8 tokens, the quants as q6k_quants unpacks them. They
 // go signed (q - 32, in -32..31) and the activations unsigned (x + 128, by the
 // prepared copy): vpdpbusd of x + 128 and q - 32 has dword sums of at most
 // 4 * 255 * 32 < 2^15, so vpdpwssd multiplies them by the signed scale of
@@ -490,30 +525,16 @@ static void q8k_prep_fill_q6(const uint8_t *xq, size_t x_stride, int64_t t0, int
 // One q6_K row x the 8 prepared tokens over nb super-blocks: v[t] (before the store).
 static inline __attribute__((always_inline)) void q6_K_tile_row(const nm_block_q6_K *row, int nb, const q8k_prep *pp,
                                                                 float v[GK4_TOK]) {
-    const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(0x30), k32 = _mm512_set1_epi8(32);
-    const __m512i ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512(), lo16 = _mm512_set1_epi32(0xffff);
-    // words 0-15 (bytes 0-31) and 16-31 (bytes 32-63) of the [qh | qh] vector
-    const __m512i cnt_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
-    const __m512i cnt_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
-    __m512i sidx[4]; // zmm z holds elements 64z..64z+63: scales 4z..4z+3, one per 4 dwords
-    for (int z = 0; z < 4; z++)
-        sidx[z] = _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
-                                   4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z);
+    const __m512i k32 = _mm512_set1_epi8(32), ones = _mm512_set1_epi8(1), zero = _mm512_setzero_si512();
+    const __m512i sidx[4] = {q6k_sidx(0), q6k_sidx(1), q6k_sidx(2), q6k_sidx(3)};
     __m512 acc[GK4_TOK];
     for (int t = 0; t < GK4_TOK; t++) acc[t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const nm_block_q6_K *x = row + b;
-        const __m512i scd = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)x->scales)), lo16);
+        const __m512i scd = q6k_scales(x->scales);
         __m512i q[4], S[4], cc = zero;
-        for (int h = 0; h < 2; h++) {
-            const __m512i AB = _mm512_loadu_si512(x->ql + 64 * h);
-            const __m512i HH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x->qh + 32 * h)));
-            const __m512i ql = _mm512_or_si512(_mm512_and_si512(AB, m4), _mm512_and_si512(_mm512_sllv_epi16(HH, cnt_lo), m3));
-            const __m512i qhh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(AB, 4), m4),
-                                                _mm512_and_si512(_mm512_srlv_epi16(HH, cnt_hi), m3));
-            q[2 * h] = _mm512_sub_epi8(ql, k32);
-            q[2 * h + 1] = _mm512_sub_epi8(qhh, k32);
-        }
+        q6k_quants(x, q);
+        for (int z = 0; z < 4; z++) q[z] = _mm512_sub_epi8(q[z], k32);
         for (int z = 0; z < 4; z++) {
             S[z] = _mm512_permutexvar_epi32(sidx[z], scd);
             cc = _mm512_dpwssd_epi32(cc, _mm512_dpbusd_epi32(zero, ones, q[z]), S[z]);
@@ -622,12 +643,7 @@ static inline float q4_K_row(const uint8_t *restrict row, int64_t nb, const qk_g
     __m512 acc = _mm512_setzero_ps();
     __m128 accm = _mm_setzero_ps();
     for (int64_t b = 0; b < nb; b++, g++) {
-        uint32_t u[3];
-        memcpy(u, x[b].scales, 12);
-        const uint32_t sc_lo = u[0] & 0x3f3f3f3f, mn_lo = u[1] & 0x3f3f3f3f;
-        const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | (((u[0] >> 6) & 0x03030303) << 4);
-        const uint32_t mn_hi = ((u[2] >> 4) & 0x0f0f0f0f) | (((u[1] >> 6) & 0x03030303) << 4);
-        const __m128i smb = _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
+        const __m128i smb = q4k_scales_mins(x[b].scales);
         const __m512i sm = _mm512_cvtepu8_epi32(smb);
         // mins . pair sums: 8 int16 products summed in pairs to 4 int32
         const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(smb, 8));
@@ -651,33 +667,22 @@ static inline float q4_K_row(const uint8_t *restrict row, int64_t nb, const qk_g
 // q6_K: the quants unsigned (0..63), so that vpdpbusd takes the activations
 // as they are (dword sums |.| <= 4 * 63 * 128 < 2^15: vpdpwssd's low int16).
 static inline float q6_K_row(const uint8_t *restrict row, int64_t nb, const qk_gv *restrict g) {
-    const __m512i m4 = _mm512_set1_epi8(15), m3 = _mm512_set1_epi8(0x30), zero = _mm512_setzero_si512();
-    const __m512i lo16 = _mm512_set1_epi32(0xffff);
-    const __m512i cnt_lo = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(4), _mm512_set1_epi16(2));
-    const __m512i cnt_hi = _mm512_mask_blend_epi16(0xffff0000u, _mm512_set1_epi16(0), _mm512_set1_epi16(2));
-    __m512i sidx[4]; // zmm z holds elements 64z..64z+63: scales 4z..4z+3, one per 4 dwords
-    for (int z = 0; z < 4; z++)
-        sidx[z] = _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
-                                   4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i sidx[4] = {q6k_sidx(0), q6k_sidx(1), q6k_sidx(2), q6k_sidx(3)};
     const nm_block_q6_K *x = (const nm_block_q6_K *)row;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++, g++) {
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[b].scales);
-        const __m512i scd = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), lo16);
+        const __m512i scd = q6k_scales(x[b].scales);
         // 32 * sum_j sc_j * bsums_j, as 8 int32 in the low lanes
         const __m256i off = _mm256_slli_epi32(
-            _mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), _mm256_load_si256((const __m256i *)g->bs)), 5);
+            _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales)),
+                              _mm256_load_si256((const __m256i *)g->bs)),
+            5);
         __m512i a = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), off));
-        for (int h = 0; h < 2; h++) {
-            const __m512i AB = _mm512_loadu_si512(x[b].ql + 64 * h);
-            const __m512i HH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(x[b].qh + 32 * h)));
-            const __m512i ql = _mm512_or_si512(_mm512_and_si512(AB, m4), _mm512_and_si512(_mm512_sllv_epi16(HH, cnt_lo), m3));
-            const __m512i qhh = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(AB, 4), m4),
-                                                _mm512_and_si512(_mm512_srlv_epi16(HH, cnt_hi), m3));
-            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, ql, g->x[2 * h]), _mm512_permutexvar_epi32(sidx[2 * h], scd));
-            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, qhh, g->x[2 * h + 1]),
-                                    _mm512_permutexvar_epi32(sidx[2 * h + 1], scd));
-        }
+        __m512i q[4];
+        q6k_quants(x + b, q);
+        for (int z = 0; z < 4; z++)
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[z], g->x[z]), _mm512_permutexvar_epi32(sidx[z], scd));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(h2f_tab(x[b].d) * g->dx), acc);
     }
     return _mm512_reduce_add_ps(acc);

@@ -135,8 +135,8 @@ static void choose(void) {
         const bool evex_vnni = cpu->avx512f && cpu->avx512vl && cpu->avx512vnni && !env_on("NM_NO_AVX512");
         const bool vnni = (cpu->avx_vnni || evex_vnni) && !env_on("NM_NO_VNNI");
         if (vnni) overlay(cpu->avx_vnni ? nm_kernels_avxvnni() : nm_kernels_avx512vnni_ymm());
-        // NM_NO_AVX512=1 keeps the AVX2 / AVX-VNNI decode GEMV of q4_0, q4_1, q5_0, q8_0 and the prefill
-        // tiles of q4_0, q5_0, q8_0, q4_K, q6_K.
+        // NM_NO_AVX512=1 keeps the AVX2 / AVX-VNNI dots in place of the AVX-512 decode GEMV of q4_0, q4_1,
+        // q5_0, q8_0, q4_K, q6_K and the prefill tiles of q4_0, q5_0, q8_0, q4_K, q6_K.
         if (cpu->avx512f && cpu->avx512bw && cpu->avx512dq && cpu->avx512vl && cpu->avx512vnni && cpu->avx512vbmi &&
             cpu->avx512bitalg && cpu->gfni && !env_on("NM_NO_AVX512")) {
             overlay(nm_kernels_avx512());

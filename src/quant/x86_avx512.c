@@ -1,6 +1,7 @@
 // AVX-512 kernels (F, BW, DQ, VL, VNNI, VBMI, BITALG and GFNI, as on Ice Lake,
 // Sapphire Rapids and Zen 4): the decode GEMV (one token, many weight rows)
-// for q4_0, q4_1, q5_0 and q8_0, and the prefill gemmq of q4_0, q5_0, q8_0, q4_K and q6_K.
+// for q4_0, q4_1, q5_0, q8_0, q4_K and q6_K, and the prefill gemmq of q4_0,
+// q5_0, q8_0, q4_K and q6_K.
 //
 // q4_1 (20-byte blocks = 5 dwords): load the weight row as it lies, 64
 // bytes at a time, and give the activation the row's byte layout instead of
@@ -361,19 +362,8 @@ GEMMQ_PAIRS(gemmq_q4_0, nm_block_q4_0, pair_q4_0, NM_TYPE_Q4_0, 8)
 GEMMQ_PAIRS(gemmq_q5_0, nm_block_q5_0, pair_q5_0, NM_TYPE_Q5_0, 16)
 GEMMQ_PAIRS(gemmq_q8_0, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0, 128)
 
-// ---- prefill: q4_K . q8_K ------------------------------------------------------------------
-//
-// Tile: one weight row x 8 tokens. A super-block's 128 nibble bytes are two
-// zmm: the low nibbles of the first hold sub-blocks 0 and 2, its high
-// nibbles 1 and 3, the second's 4, 6 and 5, 7; the tokens' activations are
-// prepared once per 8 tokens and K chunk in that order. Per (row,
-// super-block, token): four vpdpbusd (q . x, dword sums of 4 products, |.| <=
-// 4 * 15 * 128: an int16) and four vpdpwssd that multiply each dword's low
-// int16 by its sub-block's scale and add up (the high int16, a sign
-// extension, meets a zero), one vcvtdq2ps and one fma by d * dx. The min term
-// dmin * dx * sum_j m_j * (bsums[2j] + bsums[2j+1]) is one vpmaddwd per 4
-// tokens on the prepared pair sums. Same integers as the reference; only the
-// order of the f32 sums differs.
+// ---- the K formats' unpacking, shared by the prefill tiles and the decode GEMV --------------
+
 // A q4_K super-block's 8 6-bit scales and 8 6-bit mins (nm_get_scale_min_k4's
 // packing) as bytes: scales 0-3, 4-7, mins 0-3, 4-7.
 static inline __m128i q4k_scales_mins(const uint8_t scales[12]) {
@@ -416,6 +406,19 @@ static inline __m512i q6k_sidx(int z) {
                             4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z);
 }
 
+// ---- prefill: q4_K . q8_K ------------------------------------------------------------------
+//
+// Tile: one weight row x 8 tokens. A super-block's 128 nibble bytes are two
+// zmm: the low nibbles of the first hold sub-blocks 0 and 2, its high
+// nibbles 1 and 3, the second's 4, 6 and 5, 7; the tokens' activations are
+// prepared once per 8 tokens and K chunk in that order. Per (row,
+// super-block, token): four vpdpbusd (q . x, dword sums of 4 products, |.| <=
+// 4 * 15 * 128: an int16) and four vpdpwssd that multiply each dword's low
+// int16 by its sub-block's scale and add up (the high int16, a sign
+// extension, meets a zero), one vcvtdq2ps and one fma by d * dx. The min term
+// dmin * dx * sum_j m_j * (bsums[2j] + bsums[2j+1]) is one vpmaddwd per 4
+// tokens on the prepared pair sums. Same integers as the reference; only the
+// order of the f32 sums differs.
 #define GK4_TOK 8
 #define GK4_CH 8 // super-blocks per K chunk: the prepared tokens take 17 KB of L1
 

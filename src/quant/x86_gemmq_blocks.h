@@ -1,7 +1,8 @@
 // Internal to src/quant/x86_*.c: gemmq (many weight rows x many activation
 // rows) for the 32-element formats . q8_0 / q8_1. Included by x86_gemmq.c
-// (AVX2) and x86_vnni.c (NM_X86_VNNI: vpdpbusd), after x86_dotq_blocks.h;
-// each file exports the bodies under its own names.
+// (AVX2) and x86_vnni_body.h (NM_X86_VNNI: vpdpbusd; from x86_vnni.c and
+// x86_vnni512.c), after x86_dotq_blocks.h; each file exports the bodies under
+// its own names.
 //
 // Register tile: 2 weight rows x 8 tokens (two groups of 4). A weight block
 // is unpacked once per tile and multiplied with the 8 token blocks. The four

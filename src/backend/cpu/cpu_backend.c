@@ -30,37 +30,45 @@
 // pair of activation panels while it is in L1/L2.
 #define NM_MM_XROWS (4 * NM_GEMM_XPANEL_ROWS)
 
-// Chunks of a decode matmul, guided: each takes 1 / (2 n_threads) of the rows
-// not yet given out (at least NM_MM_DEC_ROWS; claiming a chunk, one atomic,
-// stays noise next to its dots), so the first chunks are long runs of
-// consecutive rows and the last ones short. Long runs: 32-row chunks taken in
-// turn by two threads cut the hardware prefetchers' streams every 20 KB
-// (Gemma 3's head, 262144 x 640 q8_0, two threads on an AMD EPYC: 19-20 GB/s
-// with 32-row chunks, 28-30 with 256 rows or more, against 43 GB/s that plain
-// loads reach). Short last chunks: a thread that is held up (the OS, another
-// process) leaves the other thread a short wait, not a quarter of the matrix.
+// Chunks of a decode matmul, guided, in rounds: each round gives every thread
+// one chunk of 1/(2 n_threads) of the rows left (at least NM_MM_DEC_ROWS;
+// claiming a chunk, one atomic, stays noise next to its dots), so the first
+// chunks are long runs of consecutive rows and the last ones short. Long
+// runs: 32-row chunks taken in turn by two threads cut the hardware
+// prefetchers' streams every 20 KB (Gemma 3's head, 262144 x 640 q8_0, two
+// threads on an AMD EPYC: 19-20 GB/s with 32-row chunks, 28-30 with 256 rows
+// or more, against 43 GB/s that plain loads reach). Short last chunks: a
+// thread that is held up (the OS, another process) leaves the other threads a
+// short wait, not a quarter of the matrix. A chunk's rows are found in one
+// step per round (the rows left halve each round).
 #define NM_MM_DEC_ROWS 32
 
 // Rows [*r0, *r1) of decode chunk c of a matmul of O rows; false past the last.
 static bool dec_chunk(int64_t O, int n_threads, int64_t c, int64_t *r0, int64_t *r1) {
-    int64_t start = 0;
-    for (int64_t i = 0;; i++) {
-        if (start >= O) return false;
-        const int64_t want = (O - start + 2 * n_threads - 1) / (2 * n_threads);
-        int64_t n = want > NM_MM_DEC_ROWS ? want : NM_MM_DEC_ROWS;
-        if (start + n > O) n = O - start;
-        if (i == c) {
-            *r0 = start;
-            *r1 = start + n;
+    for (int64_t start = 0; start < O;) {
+        const int64_t left = O - start, want = (left + 2 * n_threads - 1) / (2 * n_threads);
+        const int64_t size = want > NM_MM_DEC_ROWS ? want : NM_MM_DEC_ROWS;
+        const int64_t fit = (left + size - 1) / size, in_round = fit < n_threads ? fit : n_threads;
+        if (c < in_round) {
+            *r0 = start + c * size;
+            *r1 = *r0 + size < O ? *r0 + size : O;
             return true;
         }
-        start += n;
+        c -= in_round;
+        start += in_round * size;
     }
+    return false;
 }
 
 static int64_t dec_chunks(int64_t O, int n_threads) {
-    int64_t n = 0, r0, r1;
-    while (dec_chunk(O, n_threads, n, &r0, &r1)) n++;
+    int64_t n = 0;
+    for (int64_t start = 0; start < O;) {
+        const int64_t left = O - start, want = (left + 2 * n_threads - 1) / (2 * n_threads);
+        const int64_t size = want > NM_MM_DEC_ROWS ? want : NM_MM_DEC_ROWS;
+        const int64_t fit = (left + size - 1) / size, in_round = fit < n_threads ? fit : n_threads;
+        n += in_round;
+        start += in_round * size;
+    }
     return n;
 }
 
@@ -97,8 +105,9 @@ typedef struct nm_cpu {
     size_t gemv_prep_bytes;
     float *attn_ws; // (n_threads, attn_ws_floats): NM_OP_ATTENTION_FULL workspace
     int64_t attn_ws_floats, attn_max_seq, attn_max_hd;
-    // NM_PROFILE=1: wall time per (op kind, weight type), printed to stderr by cpu_free
-    bool prof;
+    // NM_PROFILE=1: wall time per (op kind, weight type), printed to stderr by cpu_free;
+    // prof_inner: inside compute_rowwise_by_token, whose op is counted once, outside
+    bool prof, prof_inner;
     struct {
         double s, bytes;
         int64_t calls;
@@ -1063,7 +1072,10 @@ static nm_status compute_rowwise_by_token(nm_backend *b, const nm_op *op) {
         one.src1 = &x;
         one.dst = &y;
         one.flags &= ~NM_OPF_ROWWISE;
+        nm_cpu *c = b->impl;
+        c->prof_inner = true;
         nm_status st = cpu_compute(b, &one, 1);
+        c->prof_inner = false;
         if (st != NM_OK) return st;
     }
     return NM_OK;
@@ -1100,7 +1112,8 @@ static double prof_now(void) {
 }
 
 // Adds the time since t0 to the (kind, weight type) of ops[first], and the
-// bytes of the weights of ops[first..last] (a group of matmuls is one job).
+// bytes of the weights of ops[first..last]: a group of matmuls over the same
+// activations (Q, K, V; gate, up) is one job, counted under its first op's type.
 static void prof_add(nm_cpu *c, const nm_op *ops, int first, int last, double t0) {
     const nm_op *op = &ops[first];
     const uint32_t t = op->kind == NM_OP_MATMUL && op->src0->type < NM_TYPE_COUNT ? op->src0->type : NM_TYPE_F32;
@@ -1110,7 +1123,7 @@ static void prof_add(nm_cpu *c, const nm_op *ops, int first, int last, double t0
         for (int j = first; j <= last; j++) c->prof_acc[op->kind][t].bytes += (double)nm_tensor_bytes(ops[j].src0);
 }
 
-// Prints the profile, largest time first (and clears it).
+// Prints the profile, largest time first.
 static void prof_print(nm_cpu *c) {
     static const char *kinds[NM_OP_COUNT] = {
         [NM_OP_GET_ROWS] = "get_rows", [NM_OP_RMS_NORM] = "rms_norm", [NM_OP_MATMUL] = "matmul",
@@ -1122,7 +1135,10 @@ static void prof_print(nm_cpu *c) {
     for (int k = 0; k < NM_OP_COUNT; k++)
         for (int t = 0; t < NM_TYPE_COUNT; t++) total += c->prof_acc[k][t].s;
     if (total <= 0) return;
-    fprintf(stderr, "cpu profile (NM_PROFILE): %.1f ms in ops\n%-15s %-6s %9s %10s %9s %6s %8s\n", total * 1e3, "op",
+    fprintf(stderr,
+            "cpu profile (NM_PROFILE): %.1f ms in ops (a group of matmuls over the same activations counts under "
+            "its first's weight type)\n%-15s %-6s %9s %10s %9s %6s %8s\n",
+            total * 1e3, "op",
             "weight", "calls", "ms", "us/call", "share", "GB/s");
     for (;;) {
         int bk = -1, bt = -1;
@@ -1248,7 +1264,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         case NM_OP_KV_STORE: op_kv_store(c, op); break;
         case NM_OP_COUNT: break;
         }
-        if (c->prof) prof_add(c, ops, first, i, t0);
+        if (c->prof && !c->prof_inner) prof_add(c, ops, first, i, t0);
     }
     return NM_OK;
 }

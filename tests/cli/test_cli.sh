@@ -53,6 +53,9 @@ case_no_ledger() {
 }
 expect no_ledger_without_stats 0 "^bytes=[1-9][0-9]* ledger_lines=0$" "$M" -- case_no_ledger
 expect bench_tg_only 0 "tg4 " "$M" -- nm bench -m "$M" -p 0 -n 4 -r 1
+# NM_PROFILE=1: the CPU backend's time per (op, weight type) on stderr when it is freed
+case_profile() { NM_PROFILE=1 nm run -m "$M" -p "The capital of France is" -n 4 --temp 0; }
+expect profile_ops 0 "matmul +q4_1 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+% +[0-9.]+" "$M" -- case_profile
 expect bench_json 0 "\"pp_tps\": [0-9.]+, .*\"tg_tps\": [0-9.]+, .*\"peak_rss_bytes\": [0-9]+, .*\"roofline_pct\": [0-9.]+" "$M" -- nm bench -m "$M" -p 8 -n 4 -r 1 --json
 
 # images: a random-weight mmproj sized for SmolLM2 (576-wide embeddings) from the

@@ -375,6 +375,23 @@ static inline __m128i q4k_scales_mins(const uint8_t scales[12]) {
     return _mm_set_epi32((int)mn_hi, (int)mn_lo, (int)sc_hi, (int)sc_lo);
 }
 
+// A q4_K super-block's 128 nibble bytes as four zmm of quants (0..15): the low
+// nibbles of the first 64 bytes hold sub-blocks 0 and 2, their high nibbles 1
+// and 3, the second 64 bytes' 4, 6 and 5, 7. q4k_sidx(z) picks the scale (or
+// min) of q[z]'s sub-blocks from q4k_scales_mins widened to dwords.
+static inline void q4k_quants(const nm_block_q4_K *x, __m512i q[4]) {
+    const __m512i low4 = _mm512_set1_epi8(15);
+    const __m512i A = _mm512_loadu_si512(x->qs), B = _mm512_loadu_si512(x->qs + 64);
+    q[0] = _mm512_and_si512(A, low4);
+    q[1] = _mm512_and_si512(_mm512_srli_epi16(A, 4), low4);
+    q[2] = _mm512_and_si512(B, low4);
+    q[3] = _mm512_and_si512(_mm512_srli_epi16(B, 4), low4);
+}
+static inline __m512i q4k_sidx(int z) {
+    const int lo = (z / 2) * 4 + z % 2, hi = lo + 2; // lanes 0-7: sub-block lo, 8-15: hi
+    return _mm512_set_epi32(hi, hi, hi, hi, hi, hi, hi, hi, lo, lo, lo, lo, lo, lo, lo, lo);
+}
+
 // A q6_K super-block's quants, unsigned (0..63), in element order: q[z] holds
 // elements 64z..64z+63. Each half's 64 ql bytes are a zmm whose low nibbles
 // are its elements 0-63 and high nibbles 64-127; the two high bits come from
@@ -455,14 +472,9 @@ static void q8k_prep_fill(const uint8_t *xq, size_t x_stride, int64_t t0, int nt
 // One q4_K row x the 8 prepared tokens over nb super-blocks: v[t] (before the store).
 static inline __attribute__((always_inline)) void q4_K_tile_row(const nm_block_q4_K *row, int nb, const q8k_prep *pp,
                                                                 float v[GK4_TOK]) {
-    const __m512i m4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
+    const __m512i zero = _mm512_setzero_si512();
     const __m512i pick0 = _mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 28, 24, 20, 16, 12, 8, 4, 0);
-    const __m512i sidx[4] = {
-        _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1),
-        _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4),
-        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5),
-    };
+    const __m512i sidx[4] = {q4k_sidx(0), q4k_sidx(1), q4k_sidx(2), q4k_sidx(3)};
     __m512 acc[GK4_TOK];
     for (int t = 0; t < GK4_TOK; t++) acc[t] = _mm512_setzero_ps();
     __m256 accm = _mm256_setzero_ps();
@@ -470,9 +482,8 @@ static inline __attribute__((always_inline)) void q4_K_tile_row(const nm_block_q
         const nm_block_q4_K *x = row + b;
         const __m128i smb = q4k_scales_mins(x->scales);
         const __m512i sm = _mm512_cvtepu8_epi32(smb);
-        const __m512i A = _mm512_loadu_si512(x->qs), B = _mm512_loadu_si512(x->qs + 64);
-        const __m512i q[4] = {_mm512_and_si512(A, m4), _mm512_and_si512(_mm512_srli_epi16(A, 4), m4),
-                              _mm512_and_si512(B, m4), _mm512_and_si512(_mm512_srli_epi16(B, 4), m4)};
+        __m512i q[4];
+        q4k_quants(x, q);
         const __m512i S[4] = {_mm512_permutexvar_epi32(sidx[0], sm), _mm512_permutexvar_epi32(sidx[1], sm),
                               _mm512_permutexvar_epi32(sidx[2], sm), _mm512_permutexvar_epi32(sidx[3], sm)};
         // min term of the 8 tokens
@@ -637,11 +648,8 @@ static void gemv_prep_q6_K(const void *restrict xq, int64_t K, void *restrict pr
 }
 
 static inline float q4_K_row(const uint8_t *restrict row, int64_t nb, const qk_gv *restrict g) {
-    const __m512i m4 = _mm512_set1_epi8(15), zero = _mm512_setzero_si512();
-    const __m512i sidx0 = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m512i sidx1 = _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i sidx2 = _mm512_set_epi32(6, 6, 6, 6, 6, 6, 6, 6, 4, 4, 4, 4, 4, 4, 4, 4);
-    const __m512i sidx3 = _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i sidx[4] = {q4k_sidx(0), q4k_sidx(1), q4k_sidx(2), q4k_sidx(3)};
     const nm_block_q4_K *x = (const nm_block_q4_K *)row;
     __m512 acc = _mm512_setzero_ps();
     __m128 accm = _mm_setzero_ps();
@@ -652,15 +660,10 @@ static inline float q4_K_row(const uint8_t *restrict row, int64_t nb, const qk_g
         const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(smb, 8));
         accm = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, _mm_load_si128((const __m128i *)g->bs))),
                             _mm_set1_ps(h2f_tab(x[b].dmin) * g->dx), accm);
-        const __m512i A = _mm512_loadu_si512(x[b].qs), B = _mm512_loadu_si512(x[b].qs + 64);
-        __m512i a = _mm512_dpwssd_epi32(zero, _mm512_dpbusd_epi32(zero, _mm512_and_si512(A, m4), g->x[0]),
-                                        _mm512_permutexvar_epi32(sidx0, sm));
-        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, _mm512_and_si512(_mm512_srli_epi16(A, 4), m4), g->x[1]),
-                                _mm512_permutexvar_epi32(sidx1, sm));
-        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, _mm512_and_si512(B, m4), g->x[2]),
-                                _mm512_permutexvar_epi32(sidx2, sm));
-        a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, _mm512_and_si512(_mm512_srli_epi16(B, 4), m4), g->x[3]),
-                                _mm512_permutexvar_epi32(sidx3, sm));
+        __m512i q[4], a = zero;
+        q4k_quants(x + b, q);
+        for (int z = 0; z < 4; z++)
+            a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[z], g->x[z]), _mm512_permutexvar_epi32(sidx[z], sm));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(h2f_tab(x[b].d) * g->dx), acc);
     }
     accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));

@@ -2,8 +2,9 @@
 // product is a plain int8 dot. Included by x86_dotq.c (AVX2) and by
 // x86_vnni_body.h (from x86_vnni.c and x86_vnni512.c), which defines
 // NM_X86_VNNI and compiles the same bodies with vpdpbusd instead of vpmaddubsw
-// + vpmaddwd; each file exports them under its own names. The K-format dots scale int16 pairs per 16 elements
-// with vpmaddwd, which VNNI does not shorten, so they live in x86_dotq.c only.
+// + vpmaddwd; each file exports them under its own names. The K-format dots
+// scale int16 pairs per 16 elements with vpmaddwd, which VNNI does not
+// shorten, so they live in x86_dotq.c only.
 #ifndef NM_QUANT_X86_DOTQ_BLOCKS_H
 #define NM_QUANT_X86_DOTQ_BLOCKS_H
 

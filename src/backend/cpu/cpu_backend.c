@@ -43,33 +43,37 @@
 // step per round (the rows left halve each round).
 #define NM_MM_DEC_ROWS 32
 
+// The round that starts at row `start`: its chunks' size (*size) and count.
+static int64_t dec_round(int64_t O, int n_threads, int64_t start, int64_t *size) {
+    const int64_t left = O - start, want = (left + 2 * n_threads - 1) / (2 * n_threads);
+    *size = want > NM_MM_DEC_ROWS ? want : NM_MM_DEC_ROWS;
+    const int64_t fit = (left + *size - 1) / *size;
+    return fit < n_threads ? fit : n_threads;
+}
+
 // Rows [*r0, *r1) of decode chunk c of a matmul of O rows; false past the last.
 static bool dec_chunk(int64_t O, int n_threads, int64_t c, int64_t *r0, int64_t *r1) {
-    for (int64_t start = 0; start < O;) {
-        const int64_t left = O - start, want = (left + 2 * n_threads - 1) / (2 * n_threads);
-        const int64_t size = want > NM_MM_DEC_ROWS ? want : NM_MM_DEC_ROWS;
-        const int64_t fit = (left + size - 1) / size, in_round = fit < n_threads ? fit : n_threads;
-        if (c < in_round) {
+    for (int64_t start = 0, size; start < O;) {
+        const int64_t n = dec_round(O, n_threads, start, &size);
+        if (c < n) {
             *r0 = start + c * size;
             *r1 = *r0 + size < O ? *r0 + size : O;
             return true;
         }
-        c -= in_round;
-        start += in_round * size;
+        c -= n;
+        start += n * size;
     }
     return false;
 }
 
 static int64_t dec_chunks(int64_t O, int n_threads) {
-    int64_t n = 0;
-    for (int64_t start = 0; start < O;) {
-        const int64_t left = O - start, want = (left + 2 * n_threads - 1) / (2 * n_threads);
-        const int64_t size = want > NM_MM_DEC_ROWS ? want : NM_MM_DEC_ROWS;
-        const int64_t fit = (left + size - 1) / size, in_round = fit < n_threads ? fit : n_threads;
-        n += in_round;
-        start += in_round * size;
+    int64_t count = 0;
+    for (int64_t start = 0, size; start < O;) {
+        const int64_t n = dec_round(O, n_threads, start, &size);
+        count += n;
+        start += n * size;
     }
-    return n;
+    return count;
 }
 
 // Decode reads each weight row once per token, from DRAM. Prefetching the row
@@ -178,8 +182,13 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     const uint8_t *wd = TD(w);
     const float *bd = bias ? TD(bias) : NULL;
     float *yd = TD(op->dst);
-    int64_t r0 = chunk * NM_MM_ROWS, r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
-    if (dec && !dec_chunk(O, nm_pool_size(c->pool), chunk, &r0, &r1)) return;
+    int64_t r0, r1;
+    if (dec) {
+        if (!dec_chunk(O, nm_pool_size(c->pool), chunk, &r0, &r1)) return;
+    } else {
+        r0 = chunk * NM_MM_ROWS;
+        r1 = r0 + NM_MM_ROWS < O ? r0 + NM_MM_ROWS : O;
+    }
     if (!dec) {
         // prefill: register-blocked kernel, each weight block unpacked once per tile of tokens
         nm_gemmq_fn gemm = c->k->gemmq[w->type];

@@ -1,8 +1,11 @@
 // Random-weight GGUF language models (see genmodel.h).
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "genmodel.h"
 #include "gguf/gguf.h"
@@ -17,32 +20,81 @@ typedef struct gen_state {
     const char *bad_3d; // gen_opts.bad_3d
 } gen_state;
 
-static double urand(gen_state *g) { // xorshift64*, uniform in [0, 1)
-    g->rng ^= g->rng >> 12;
-    g->rng ^= g->rng << 25;
-    g->rng ^= g->rng >> 27;
-    return (double)((g->rng * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0;
+static uint64_t xs_next(uint64_t *s) { // xorshift64*: the next 64-bit draw
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545F4914F6CDD1Dull;
 }
-static float nrand(gen_state *g) { // standard normal (Box-Muller)
-    double u = urand(g), v = urand(g);
-    return (float)(sqrt(-2.0 * log(u + 1e-300)) * cos(6.283185307179586 * v));
+static double u53(uint64_t r) { return (double)(r >> 11) / 9007199254740992.0; } // uniform in [0, 1)
+static float box_muller(uint64_t a, uint64_t b) { // a standard normal from two draws
+    return (float)(sqrt(-2.0 * log(u53(a) + 1e-300)) * cos(6.283185307179586 * u53(b)));
+}
+
+// Rows of a tensor filled and quantized by threads: the draws are made in
+// order first (the stream is sequential), the normals and the quantization
+// of rows [r0, r1) are a thread's (the same bytes as one thread makes).
+typedef struct fill_job {
+    const uint64_t *draws; // 2 per value, from row r0 on
+    float *f;              // scratch for rows [r0, r1)
+    uint8_t *q;            // row r0's quantized bytes
+    uint32_t type;
+    int64_t ne0, r0, r1;
+    size_t rb;
+    float mean, std;
+} fill_job;
+
+static void *fill_rows(void *arg) {
+    fill_job *j = arg;
+    for (int64_t r = j->r0; r < j->r1; r++) {
+        float *f = j->f + (r - j->r0) * j->ne0;
+        const uint64_t *d = j->draws + 2 * (size_t)((r - j->r0) * j->ne0);
+        for (int64_t i = 0; i < j->ne0; i++) f[i] = j->mean + j->std * box_muller(d[2 * i], d[2 * i + 1]);
+        nm_quantize_row_ref(j->type, f, j->q + (size_t)(r - j->r0) * j->rb, j->ne0);
+    }
+    return NULL;
 }
 
 static int add(gen_state *g, nm_gguf_writer *w, const char *name, uint32_t type, int64_t ne0, int64_t ne1,
                float mean, float std) {
     int64_t ne[2] = {ne0, ne1};
-    size_t n = (size_t)(ne0 * ne1);
-    float *f = malloc(n * sizeof(float));
     size_t rb = nm_row_size(type, ne0);
+    // chunks of rows of about 4M values: draws (2 per value) and floats for them
+    int64_t chunk = ((int64_t)1 << 22) / ne0;
+    chunk = chunk < 1 ? 1 : chunk > ne1 ? ne1 : chunk;
+    uint64_t *draws = malloc(2 * sizeof(uint64_t) * (size_t)(chunk * ne0));
+    float *f = malloc(sizeof(float) * (size_t)(chunk * ne0));
     void *q = rb ? malloc(rb * (size_t)ne1) : NULL;
-    if (!f || !q || g->n_keep >= g->cap) {
+    if (!draws || !f || !q || g->n_keep >= g->cap) {
         fprintf(stderr, "nm-genmodel: cannot make tensor %s (type %u, row %lld)\n", name, type, (long long)ne0);
+        free(draws);
         free(f);
         free(q);
         return 1;
     }
-    for (size_t i = 0; i < n; i++) f[i] = mean + std * nrand(g);
-    for (int64_t r = 0; r < ne1; r++) nm_quantize_row_ref(type, f + r * ne0, (uint8_t *)q + r * rb, ne0);
+    long nt = sysconf(_SC_NPROCESSORS_ONLN);
+    nt = nt < 1 ? 1 : nt > 64 ? 64 : nt;
+    for (int64_t c0 = 0; c0 < ne1; c0 += chunk) {
+        const int64_t c1 = c0 + chunk < ne1 ? c0 + chunk : ne1;
+        for (size_t i = 0; i < 2 * (size_t)((c1 - c0) * ne0); i++) draws[i] = xs_next(&g->rng);
+        fill_job jobs[64];
+        pthread_t th[64];
+        bool started[64] = {false};
+        const int64_t per = (c1 - c0 + nt - 1) / nt;
+        for (long t = 0; t < nt; t++) {
+            const int64_t r0 = c0 + t * per < c1 ? c0 + t * per : c1, r1 = r0 + per < c1 ? r0 + per : c1;
+            jobs[t] = (fill_job){.draws = draws + 2 * (size_t)((r0 - c0) * ne0), .f = f + (size_t)((r0 - c0) * ne0),
+                                 .q = (uint8_t *)q + (size_t)r0 * rb, .type = type, .ne0 = ne0, .r0 = r0,
+                                 .r1 = r1 > r0 ? r1 : r0, .rb = rb, .mean = mean, .std = std};
+            started[t] = t > 0 && r1 > r0 && pthread_create(&th[t], NULL, fill_rows, &jobs[t]) == 0;
+        }
+        for (long t = 1; t < nt; t++)
+            if (!started[t]) fill_rows(&jobs[t]); // no thread: this one does it
+        fill_rows(&jobs[0]);
+        for (long t = 1; t < nt; t++)
+            if (started[t]) pthread_join(th[t], NULL);
+    }
+    free(draws);
     free(f);
     g->keep[g->n_keep++] = q;
     // bad_3d: this tensor written with a third dimension of 1 (a shape no loader may take)

@@ -61,6 +61,7 @@ int nm_cl_api_load(nm_cl_api *api, char *err, size_t n) {
     NM_CL_SYM(clGetEventInfo);
     NM_CL_SYM(clFinish);
     NM_CL_SYM(clFlush);
+    NM_CL_SYM(clGetEventProfilingInfo);
     NM_CL_SYM(clGetKernelWorkGroupInfo);
 #undef NM_CL_SYM
     api->lib = lib;

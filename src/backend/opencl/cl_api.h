@@ -40,6 +40,7 @@ typedef cl_uint cl_program_build_info;
 typedef cl_int cl_build_status;
 typedef cl_uint cl_kernel_work_group_info;
 typedef cl_uint cl_event_info;
+typedef cl_uint cl_profiling_info;
 
 // ---- constants ------------------------------------------------------------------------
 // error codes
@@ -175,6 +176,10 @@ typedef cl_uint cl_event_info;
 #define CL_KERNEL_PREFERRED_WORK_GROUP_SIZE_MULTIPLE 0x11B3
 #define CL_KERNEL_PRIVATE_MEM_SIZE 0x11B4
 
+// cl_profiling_info (ns of the device's clock)
+#define CL_PROFILING_COMMAND_START 0x1282
+#define CL_PROFILING_COMMAND_END 0x1283
+
 // cl_event_info, command execution status
 #define CL_EVENT_COMMAND_QUEUE 0x11D0
 #define CL_EVENT_COMMAND_TYPE 0x11D1
@@ -261,6 +266,8 @@ typedef cl_int (*nm_clGetEventInfo_fn)(cl_event event, cl_event_info param_name,
                                        void *param_value, size_t *param_value_size_ret);
 typedef cl_int (*nm_clFinish_fn)(cl_command_queue command_queue);
 typedef cl_int (*nm_clFlush_fn)(cl_command_queue command_queue);
+typedef cl_int (*nm_clGetEventProfilingInfo_fn)(cl_event event, cl_profiling_info param_name, size_t param_value_size,
+                                               void *param_value, size_t *param_value_size_ret);
 typedef cl_int (*nm_clGetKernelWorkGroupInfo_fn)(cl_kernel kernel, cl_device_id device,
                                                  cl_kernel_work_group_info param_name, size_t param_value_size,
                                                  void *param_value, size_t *param_value_size_ret);
@@ -303,6 +310,7 @@ typedef struct nm_cl_api {
     nm_clGetEventInfo_fn clGetEventInfo;
     nm_clFinish_fn clFinish;
     nm_clFlush_fn clFlush;
+    nm_clGetEventProfilingInfo_fn clGetEventProfilingInfo;
     nm_clGetKernelWorkGroupInfo_fn clGetKernelWorkGroupInfo;
 } nm_cl_api;
 

@@ -50,6 +50,35 @@ typedef struct cl_typed {
     cl_kernel k[K_NKINDS][NM_TYPE_COUNT];
 } cl_typed;
 
+// NM_PROFILE=1: every kernel's time on the device (the queue's profiling),
+// summed per (kernel, weight type), printed to stderr when the backend is
+// freed, with the span from the first kernel's start to the last's end of
+// each synchronized stretch of work (the difference is the device idle
+// between kernels: launches, the host's work, transfers).
+#define NM_CL_PROF_PEND 4096
+#define NM_CL_PROF_KEYS 32
+
+typedef struct cl_prof_pend {
+    const char *what;
+    uint32_t type; // weight type, NM_TYPE_COUNT: none
+    double bytes;  // weight bytes the kernel reads
+    cl_event ev;
+} cl_prof_pend;
+
+typedef struct cl_prof {
+    cl_prof_pend pend[NM_CL_PROF_PEND];
+    int n_pend;
+    const char *keys[NM_CL_PROF_KEYS];
+    struct {
+        double ns, bytes;
+        int64_t calls;
+    } acc[NM_CL_PROF_KEYS][NM_TYPE_COUNT + 1];
+    double busy_ns, span_ns;
+    int64_t windows;
+    uint32_t cur_type; // of the op being enqueued
+    double cur_bytes;
+} cl_prof;
+
 typedef struct nm_ocl {
     nm_backend *self;
     nm_cl_api api;
@@ -75,6 +104,7 @@ typedef struct nm_ocl {
     nm_ledger *ledger;
     int ep_host, ep_dev;
     uint64_t bytes_wrapped, bytes_uploaded;
+    cl_prof *prof; // NM_PROFILE=1, else NULL
     char err[1024];
 } nm_ocl;
 
@@ -465,6 +495,73 @@ static bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     }
 }
 
+// ---- profile (NM_PROFILE=1) -------------------------------------------------------------
+
+// Sums the finished kernels' times (the queue is idle: after clFinish).
+static void prof_collect(nm_ocl *o) {
+    cl_prof *p = o->prof;
+    cl_ulong lo = ~(cl_ulong)0, hi = 0;
+    for (int i = 0; i < p->n_pend; i++) {
+        cl_prof_pend *e = &p->pend[i];
+        cl_ulong t0 = 0, t1 = 0;
+        if (o->api.clGetEventProfilingInfo(e->ev, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL) == CL_SUCCESS &&
+            o->api.clGetEventProfilingInfo(e->ev, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL) == CL_SUCCESS &&
+            t1 >= t0) {
+            int key = 0;
+            while (key < NM_CL_PROF_KEYS - 1 && p->keys[key] && p->keys[key] != e->what) key++;
+            p->keys[key] = e->what;
+            p->acc[key][e->type].ns += (double)(t1 - t0);
+            p->acc[key][e->type].bytes += e->bytes;
+            p->acc[key][e->type].calls++;
+            p->busy_ns += (double)(t1 - t0);
+            lo = t0 < lo ? t0 : lo;
+            hi = t1 > hi ? t1 : hi;
+        }
+        o->api.clReleaseEvent(e->ev);
+    }
+    if (p->n_pend && hi > lo) {
+        p->span_ns += (double)(hi - lo);
+        p->windows++;
+    }
+    p->n_pend = 0;
+}
+
+static void prof_push(nm_ocl *o, const char *what, cl_event ev) {
+    cl_prof *p = o->prof;
+    if (p->n_pend == NM_CL_PROF_PEND) { // full: wait for the queue and sum
+        o->api.clFinish(o->q);
+        prof_collect(o);
+    }
+    p->pend[p->n_pend++] = (cl_prof_pend){.what = what, .type = p->cur_type, .bytes = p->cur_bytes, .ev = ev};
+}
+
+static void prof_print(nm_ocl *o) {
+    cl_prof *p = o->prof;
+    if (p->busy_ns <= 0) return;
+    fprintf(stderr,
+            "opencl profile (NM_PROFILE): %.2f ms in kernels, %.2f ms from the first kernel's start to the last's end "
+            "over %lld synchronized stretches (%.1f%% busy)\n%-15s %-6s %9s %10s %9s %6s %8s\n",
+            p->busy_ns * 1e-6, p->span_ns * 1e-6, (long long)p->windows, 100 * p->busy_ns / (p->span_ns > 0 ? p->span_ns : 1),
+            "kernel", "weight", "calls", "ms", "us/call", "share", "GB/s");
+    for (;;) {
+        int bk = -1, bt = -1;
+        for (int k = 0; k < NM_CL_PROF_KEYS && p->keys[k]; k++)
+            for (int t = 0; t <= NM_TYPE_COUNT; t++)
+                if (p->acc[k][t].calls > 0 && (bk < 0 || p->acc[k][t].ns > p->acc[bk][bt].ns)) {
+                    bk = k;
+                    bt = t;
+                }
+        if (bk < 0) break;
+        const double ns = p->acc[bk][bt].ns, by = p->acc[bk][bt].bytes;
+        const int64_t n = p->acc[bk][bt].calls;
+        fprintf(stderr, "%-15s %-6s %9lld %10.3f %9.2f %5.1f%% ", p->keys[bk], bt < NM_TYPE_COUNT ? type_name((uint32_t)bt) : "",
+                (long long)n, ns * 1e-6, ns * 1e-3 / (double)n, 100 * ns / p->busy_ns);
+        if (by > 0) fprintf(stderr, "%8.1f\n", by / ns);
+        else fprintf(stderr, "%8s\n", "");
+        p->acc[bk][bt].calls = 0;
+    }
+}
+
 typedef struct karg {
     size_t size;
     const void *p;
@@ -480,8 +577,10 @@ static nm_status launch(nm_ocl *o, cl_kernel k, const char *what, cl_uint dim, c
     }
     for (cl_uint d = 0; d < dim; d++)
         if (global[d] == 0) return NM_OK; // nothing to do
-    cl_int e = o->api.clEnqueueNDRangeKernel(o->q, k, dim, NULL, global, local, 0, NULL, NULL);
+    cl_event ev = NULL;
+    cl_int e = o->api.clEnqueueNDRangeKernel(o->q, k, dim, NULL, global, local, 0, NULL, o->prof ? &ev : NULL);
     if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s: %s", what, nm_cl_strerror(e));
+    if (o->prof) prof_push(o, what, ev);
     return NM_OK;
 }
 
@@ -542,6 +641,11 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
 
 static nm_status op_run(nm_ocl *o, const nm_op *op) {
     const size_t lws = NM_CL_LWS;
+    if (o->prof) {
+        const bool w = op->kind == NM_OP_MATMUL || op->kind == NM_OP_GET_ROWS;
+        o->prof->cur_type = w && op->src0->type < NM_TYPE_COUNT ? op->src0->type : NM_TYPE_COUNT;
+        o->prof->cur_bytes = op->kind == NM_OP_MATMUL ? (double)nm_tensor_bytes(op->src0) : 0;
+    }
     switch (op->kind) {
     case NM_OP_MATMUL: return op_matmul(o, op);
     case NM_OP_GET_ROWS: {
@@ -700,6 +804,7 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
 static nm_status ocl_synchronize(nm_backend *b) {
     nm_ocl *o = b->impl;
     cl_int e = o->api.clFinish(o->q);
+    if (o->prof && e == CL_SUCCESS) prof_collect(o);
     return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
 }
 
@@ -763,6 +868,12 @@ static const char *ocl_last_error(const nm_backend *b) { return ((const nm_ocl *
 static void ocl_release(nm_ocl *o) {
     if (!o->api.lib) return;
     if (o->q) o->api.clFinish(o->q);
+    if (o->prof) {
+        prof_collect(o);
+        prof_print(o);
+        free(o->prof);
+        o->prof = NULL;
+    }
     for (int kind = 0; kind < K_NKINDS; kind++)
         for (int t = 0; t < NM_TYPE_COUNT; t++)
             if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
@@ -878,7 +989,11 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
         snprintf(err, err_size, "opencl: cannot open %s: %s", o->dev_name, nm_cl_strerror(e));
         goto fail;
     }
-    o->q = o->api.clCreateCommandQueue(o->ctx, o->dev, 0, &e);
+    if (getenv("NM_PROFILE") && getenv("NM_PROFILE")[0] == '1' && !(o->prof = calloc(1, sizeof *o->prof))) {
+        snprintf(err, err_size, "opencl: out of memory");
+        goto fail;
+    }
+    o->q = o->api.clCreateCommandQueue(o->ctx, o->dev, o->prof ? CL_QUEUE_PROFILING_ENABLE : 0, &e);
     if (!o->q || e != CL_SUCCESS) {
         st = NM_ERR_UNSUPPORTED;
         snprintf(err, err_size, "opencl: no queue on %s: %s", o->dev_name, nm_cl_strerror(e));

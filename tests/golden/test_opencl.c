@@ -365,6 +365,65 @@ NM_TEST(archs_equal_cpu_to_rounding) {
     }
 }
 
+// q4_0 weights laid out again by prepare_weight (a device with its own
+// memory does it; NM_OPENCL_REPACK=1 makes PoCL do it too): the decode matvec
+// on the repacked copy gives the plain kernel's logits to float rounding
+// (the two sum in other orders), and the copy is counted as uploaded.
+NM_TEST(q4_0_repacked_equals_plain) {
+    char tok[1024], path[256];
+    NM_NEED_MODEL(NM_SMOLLM2, tok);
+    snprintf(path, sizeof path, "/tmp/nm-opencl-q4_0-%d.gguf", (int)getpid());
+    gen_opts o = nm_genmodel_defaults();
+    o.arch = "llama";
+    o.tok_from = tok;
+    o.out = path;
+    o.type = NM_TYPE_Q4_0;
+    o.layers = 2;
+    o.embd = 256;
+    o.heads = 4;
+    o.kv_heads = 2;
+    o.ff = 544; // 17 blocks: a last step of the staged activations with idle items
+    o.seed = 7;
+    NM_CHECK(nm_genmodel_write(&o) == 0);
+    nm_model *m = load(path);
+    unlink(path);
+    NM_CHECK(m != NULL);
+    if (!m) return;
+    NEED_OPENCL(m);
+    const char *old = getenv("NM_OPENCL_REPACK");
+    char saved[16] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    setenv("NM_OPENCL_REPACK", "0", 1);
+    nm_ctx *plain = ctx_on(m, device(), -1, 64);
+    setenv("NM_OPENCL_REPACK", "1", 1);
+    nm_ctx *rep = ctx_on(m, device(), -1, 64);
+    if (old) setenv("NM_OPENCL_REPACK", saved, 1);
+    else unsetenv("NM_OPENCL_REPACK");
+    NM_CHECK(plain && rep);
+    if (plain && rep) {
+        uint64_t w0, up0, w1, up1;
+        nm_ctx_device_stats(plain, &w0, &up0);
+        nm_ctx_device_stats(rep, &w1, &up1);
+        fprintf(stderr, "  uploaded: plain %.1f MiB, repacked %.1f MiB\n", up0 / 1048576.0, up1 / 1048576.0);
+        NM_CHECK(up1 > up0); // the repacked copies
+        const int32_t nv = nm_model_n_vocab(m);
+        double maxd = 0, maxl = 0;
+        for (int32_t i = 0; i < 8; i++) { // decode: one token at a time (the matvec)
+            const int32_t t = (i * 7919 + 13) % nv;
+            NM_CHECK(nm_decode(plain, &t, 1, i, false) == NM_OK && nm_decode(rep, &t, 1, i, false) == NM_OK);
+            for (int32_t v = 0; v < nv; v++) {
+                maxd = fmax(maxd, fabs((double)nm_get_logits(plain, -1)[v] - nm_get_logits(rep, -1)[v]));
+                maxl = fmax(maxl, fabs((double)nm_get_logits(plain, -1)[v]));
+            }
+        }
+        fprintf(stderr, "  q4_0 plain vs repacked: max |logit diff| %.2e (logits up to %.1f)\n", maxd, maxl);
+        NM_CHECK(maxd < 1e-4 * (maxl > 1 ? maxl : 1));
+    }
+    nm_ctx_free(plain);
+    nm_ctx_free(rep);
+    nm_model_free(m);
+}
+
 // The vision encoder on the device: random-weight mmproj files of both
 // projectors (LLaVA's CLIP: class token, pre-LN, quick GELU, mlp; SmolVLM's
 // SigLIP: patch bias, post-LN, GELU, pixel shuffle), f32 and q8_0 weights,

@@ -93,10 +93,12 @@ static int cl_setup(void) {
         return cl.state;
     }
     const nm_cl_api *a = &cl.api;
-    cl_platform_id plat;
+    // the first platform, or NM_CL_TEST_PLATFORM=N (several installed: PoCL and a GPU's)
+    cl_platform_id plats[8], plat = NULL;
     cl_uint np = 0;
-    if (a->clGetPlatformIDs(1, &plat, &np) != CL_SUCCESS || np == 0 ||
-        a->clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &cl.dev, NULL) != CL_SUCCESS) {
+    const int pi = getenv("NM_CL_TEST_PLATFORM") ? atoi(getenv("NM_CL_TEST_PLATFORM")) : 0;
+    if (a->clGetPlatformIDs(8, plats, &np) == CL_SUCCESS && pi >= 0 && (cl_uint)pi < np) plat = plats[pi];
+    if (!plat || a->clGetDeviceIDs(plat, CL_DEVICE_TYPE_ALL, 1, &cl.dev, NULL) != CL_SUCCESS) {
         snprintf(cl.why, sizeof cl.why, "no OpenCL platform");
         return cl.state;
     }
@@ -264,7 +266,8 @@ static uint8_t *make_weights(uint32_t type, int K, int N, float **deq) {
     return w;
 }
 
-#define MV_ROWS 4 // rows of a work-group of mv_T (kernels.cl NM_MV_ROWS)
+#define MV_ROWS 4  // rows of a work-group of mv_T (kernels.cl NM_MV_ROWS)
+#define MVR_ROWS 8 // and of mv_q4_0r (NM_MVR_ROWS)
 
 // ---- mv_ / mm_ / get_rows_ --------------------------------------------------------------------
 
@@ -322,6 +325,55 @@ NM_TEST(mv_all_types) {
     check_matmul(nmtest_failed, 4096, 3, 0, 128, 0);  // long rows
     check_matmul(nmtest_failed, 32 * 7, 9, 0, 64, 1); // legacy blocks only
     check_matmul(nmtest_failed, 101, 6, 0, 32, 1);    // f32/f16 with a tail
+}
+
+// q4_0 rows as prepare_weight lays them out for mv_q4_0r: quants of every
+// block (16 bytes), then the scales.
+static uint8_t *repack_q4_0(const uint8_t *w, int K, int N) {
+    const size_t nb = (size_t)K / 32;
+    uint8_t *r = malloc(nb * 18 * (size_t)N);
+    for (size_t i = 0; i < nb * (size_t)N; i++) {
+        memcpy(r + i * 16, w + i * 18 + 2, 16);
+        memcpy(r + nb * (size_t)N * 16 + i * 2, w + i * 18, 2);
+    }
+    return r;
+}
+
+static void check_mv_q4_0r(int *nmtest_failed, int K, int N, size_t lws, int has_bias) {
+    float *deq, *x = malloc(sizeof(float) * (size_t)K), *bias = malloc(sizeof(float) * (size_t)N);
+    float *y = malloc(sizeof(float) * (size_t)N);
+    double *ref = malloc(sizeof(double) * (size_t)N);
+    uint8_t *w = make_weights(NM_TYPE_Q4_0, K, N, &deq), *r = repack_q4_0(w, K, N);
+    fill(x, (size_t)K, 1.0f);
+    fill(bias, (size_t)N, 1.0f);
+    for (int n = 0; n < N; n++) {
+        double s = has_bias ? bias[n] : 0.0;
+        for (int k = 0; k < K; k++) s += (double)deq[(size_t)n * K + k] * x[k];
+        ref[n] = s;
+    }
+    dbuf bw = dbuf_new(r, (size_t)K / 32 * 18 * N, 0), bx = dbuf_new(x, sizeof(float) * (size_t)K, 20);
+    dbuf bb = dbuf_new(bias, sizeof(float) * (size_t)N, 8), by = dbuf_new(NULL, sizeof(float) * (size_t)N, 12);
+    kcall c = kc_begin("mv_q4_0r");
+    kc_buf(&c, &bw), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &bb);
+    kc_int(&c, has_bias), kc_int(&c, K), kc_int(&c, N);
+    size_t g = (size_t)(N + MVR_ROWS - 1) / MVR_ROWS * lws;
+    const int rc = kc_run(&c, 1, &g, &lws);
+    NM_CHECK(rc == 0);
+    if (rc == 0) {
+        NM_CHECK(dbuf_read(&by, y) == 0);
+        CHECK_REL(y, ref, (size_t)N, 1e-5, "mv_q4_0r K=%d N=%d lws=%zu bias=%d", K, N, lws, has_bias);
+    }
+    dbuf_free(&bw), dbuf_free(&bx), dbuf_free(&bb), dbuf_free(&by);
+    free(deq), free(x), free(bias), free(y), free(ref), free(w), free(r);
+}
+
+NM_TEST(mv_q4_0_repacked) {
+    CL_READY();
+    check_mv_q4_0r(nmtest_failed, 32 * 7, 37, 64, 1); // rows past the last group's 8
+    check_mv_q4_0r(nmtest_failed, 4096, 16, 128, 0);  // 128 blocks: one per item at 128, two steps at 64
+    check_mv_q4_0r(nmtest_failed, 32 * 200, 8, 128, 0); // a last step of 72 blocks (items left idle)
+    check_mv_q4_0r(nmtest_failed, 4096, 9, 64, 1);
+    check_mv_q4_0r(nmtest_failed, 32, 3, 32, 1);      // one block, fewer rows than a group
 }
 
 NM_TEST(mm_all_types) {
@@ -477,32 +529,40 @@ NM_TEST(rope_norm_and_neox) {
 NM_TEST(kv_store_rounds_to_nearest_even) {
     CL_READY();
     const int width = 96, n_tok = 3, n_ctx = 8, pos[3] = {2, 0, 5};
-    float *src = malloc(sizeof(float) * width * n_tok);
+    const size_t nc = (size_t)width * n_ctx;
+    float *src = malloc(sizeof(float) * width * n_tok), *vsrc = malloc(sizeof(float) * width * n_tok);
     fill(src, (size_t)width * n_tok, 3.0f);
     // ties: 1 + 2^-11 -> 1 (even), 1 + 3 * 2^-11 -> 1 + 2^-9 (even), subnormal and overflow edges
     src[0] = 1.0f + ldexpf(1.0f, -11), src[1] = 1.0f + 3.0f * ldexpf(1.0f, -11), src[2] = -1.0f - ldexpf(1.0f, -11);
     src[3] = ldexpf(1.0f, -25) * 3.0f, src[4] = 65519.0f, src[5] = 65520.0f, src[6] = -0.0f, src[7] = 1e-9f;
-    uint16_t *cache = malloc(sizeof(uint16_t) * width * n_ctx), *want = malloc(sizeof(uint16_t) * width * n_ctx);
-    for (int i = 0; i < width * n_ctx; i++) cache[i] = want[i] = (uint16_t)(0x1234 + i);
+    for (int i = 0; i < width * n_tok; i++) vsrc[i] = -src[width * n_tok - 1 - i]; // V: other values
+    // K's cache then V's, each n_ctx rows; rows not stored keep their bytes
+    uint16_t *cache = malloc(sizeof(uint16_t) * 2 * nc), *want = malloc(sizeof(uint16_t) * 2 * nc);
+    for (size_t i = 0; i < 2 * nc; i++) cache[i] = want[i] = (uint16_t)(0x1234 + i);
     for (int t = 0; t < n_tok; t++)
-        for (int i = 0; i < width; i++) want[pos[t] * width + i] = nm_fp32_to_fp16(src[t * width + i]);
-    dbuf bs = dbuf_new(src, sizeof(float) * width * n_tok, 8), bc = dbuf_new(cache, sizeof(uint16_t) * width * n_ctx, 64);
+        for (int i = 0; i < width; i++) {
+            want[pos[t] * width + i] = nm_fp32_to_fp16(src[t * width + i]);
+            want[nc + (size_t)pos[t] * width + i] = nm_fp32_to_fp16(vsrc[t * width + i]);
+        }
+    dbuf bs = dbuf_new(src, sizeof(float) * width * n_tok, 8), bc = dbuf_new(cache, sizeof(uint16_t) * nc, 64);
+    dbuf bvs = dbuf_new(vsrc, sizeof(float) * width * n_tok, 4), bvc = dbuf_new(cache + nc, sizeof(uint16_t) * nc, 32);
     dbuf bp = dbuf_new(pos, sizeof pos, 4);
     kcall c = kc_begin("kv_store");
-    kc_buf(&c, &bs), kc_buf(&c, &bc), kc_buf(&c, &bp), kc_int(&c, width);
-    size_t g[2] = {round_up((size_t)width, 64), (size_t)n_tok};
-    int rc = kc_run(&c, 2, g, NULL);
+    kc_buf(&c, &bs), kc_buf(&c, &bc), kc_buf(&c, &bvs), kc_buf(&c, &bvc), kc_buf(&c, &bp), kc_int(&c, width);
+    size_t g[3] = {round_up((size_t)width, 64), (size_t)n_tok, 2};
+    int rc = kc_run(&c, 3, g, NULL);
     NM_CHECK(rc == 0);
     if (rc == 0) {
         NM_CHECK(dbuf_read(&bc, cache) == 0);
+        NM_CHECK(dbuf_read(&bvc, cache + nc) == 0);
         int bad = 0;
-        for (int i = 0; i < width * n_ctx; i++)
+        for (size_t i = 0; i < 2 * nc; i++)
             if (cache[i] != want[i] && bad++ < 4)
-                fprintf(stderr, "  cache[%d] = 0x%04x, want 0x%04x\n", i, cache[i], want[i]);
+                fprintf(stderr, "  %s cache[%zu] = 0x%04x, want 0x%04x\n", i < nc ? "K" : "V", i % nc, cache[i], want[i]);
         NM_CHECK(bad == 0);
     }
-    dbuf_free(&bs), dbuf_free(&bc), dbuf_free(&bp);
-    free(src), free(cache), free(want);
+    dbuf_free(&bs), dbuf_free(&bc), dbuf_free(&bvs), dbuf_free(&bvc), dbuf_free(&bp);
+    free(src), free(vsrc), free(cache), free(want);
 }
 
 // ---- attention ----------------------------------------------------------------------------
@@ -542,27 +602,23 @@ static void check_attention(int *nmtest_failed, int n_head, int n_kv, int hd, in
                 ref[(size_t)t * qw + h * hd + d] = a / l;
             }
         }
-    const size_t scratch = sizeof(float) * (size_t)n_tok * n_head * max_keys;
     dbuf bq = dbuf_new(q, sizeof(float) * qw * n_tok, 4), bk = dbuf_new(kh, sizeof(uint16_t) * kvw * n_ctx, 32);
     dbuf bv = dbuf_new(vh, sizeof(uint16_t) * kvw * n_ctx, 96), bp = dbuf_new(pos, sizeof(int) * n_tok, 8);
-    dbuf bo = dbuf_new(NULL, sizeof(float) * qw * n_tok, 20), bs = dbuf_new(NULL, scratch, 16);
+    dbuf bo = dbuf_new(NULL, sizeof(float) * qw * n_tok, 20);
     kcall c = kc_begin("attention");
     kc_buf(&c, &bq), kc_buf(&c, &bk), kc_buf(&c, &bv), kc_buf(&c, &bp), kc_buf(&c, &bo);
     kc_int(&c, n_head), kc_int(&c, n_kv), kc_int(&c, hd), kc_int(&c, kvw), kc_int(&c, window);
-    kc_float(&c, scale), kc_float(&c, softcap), kc_buf(&c, &bs), kc_int(&c, max_keys);
+    kc_float(&c, scale), kc_float(&c, softcap), kc_int(&c, max_keys);
     size_t g[2] = {(size_t)n_head * lws, (size_t)n_tok}, l[2] = {lws, 1};
     int rc = kc_run(&c, 2, g, l);
     NM_CHECK(rc == 0);
     if (rc == 0) {
-        float *s = malloc(scratch);
         NM_CHECK(dbuf_read(&bo, o) == 0);
-        NM_CHECK(dbuf_read(&bs, s) == 0); // the scratch regions: nothing written past them
         CHECK_REL(o, ref, (size_t)qw * n_tok, 1e-5,
                   "heads %d/%d hd %d n_tok %d window %d softcap %g max_keys %d lws %zu", n_head, n_kv, hd, n_tok,
                   window, softcap, max_keys, lws);
-        free(s);
     }
-    dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bp), dbuf_free(&bo), dbuf_free(&bs);
+    dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bp), dbuf_free(&bo);
     free(q), free(o), free(kf), free(vf), free(kh), free(vh), free(ref);
 }
 
@@ -579,6 +635,10 @@ NM_TEST(attention_gqa_window_softcap) {
     check_attention(nmtest_failed, 4, 2, 64, 7, p7, 0, 1.0f, 3, 32);  // chunks of 3 keys
     check_attention(nmtest_failed, 4, 1, 256, 7, p7, 6, 0.0f, 4, 64); // chunks, window
     check_attention(nmtest_failed, 4, 4, 36, 7, p7, 0, 0.0f, 16, 32); // no GQA, head_dim not a multiple of 8
+    // work-groups of 2+ head_dim items: p V in key groups (4; 3 with items left idle), also in chunks
+    check_attention(nmtest_failed, 4, 1, 64, 7, p7, 0, 0.0f, 16, 256);
+    check_attention(nmtest_failed, 4, 4, 36, 7, p7, 2, 1.0f, 16, 128);
+    check_attention(nmtest_failed, 4, 2, 64, 7, p7, 0, 0.0f, 3, 256);
 }
 
 static void check_attention_full(int *nmtest_failed, int n_tok, int n_head, int hd, size_t lws) {
@@ -606,10 +666,9 @@ static void check_attention_full(int *nmtest_failed, int n_tok, int n_head, int 
         }
     dbuf bq = dbuf_new(q, sizeof(float) * n, 4), bk = dbuf_new(k, sizeof(float) * n, 8);
     dbuf bv = dbuf_new(v, sizeof(float) * n, 12), bo = dbuf_new(NULL, sizeof(float) * n, 16);
-    dbuf bs = dbuf_new(NULL, sizeof(float) * (size_t)n_tok * n_head * n_tok, 20);
     kcall c = kc_begin("attention_full");
     kc_buf(&c, &bq), kc_buf(&c, &bk), kc_buf(&c, &bv), kc_buf(&c, &bo);
-    kc_int(&c, n_tok), kc_int(&c, n_head), kc_int(&c, hd), kc_float(&c, scale), kc_buf(&c, &bs);
+    kc_int(&c, n_tok), kc_int(&c, n_head), kc_int(&c, hd), kc_float(&c, scale);
     size_t g[2] = {(size_t)n_head * lws, (size_t)n_tok}, l[2] = {lws, 1};
     int rc = kc_run(&c, 2, g, l);
     NM_CHECK(rc == 0);
@@ -617,7 +676,7 @@ static void check_attention_full(int *nmtest_failed, int n_tok, int n_head, int 
         NM_CHECK(dbuf_read(&bo, o) == 0);
         CHECK_REL(o, ref, n, 1e-5, "n_tok %d heads %d hd %d lws %zu", n_tok, n_head, hd, lws);
     }
-    dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bo), dbuf_free(&bs);
+    dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bo);
     free(q), free(k), free(v), free(o), free(ref), free(p);
 }
 
@@ -627,6 +686,8 @@ NM_TEST(attention_full) {
     check_attention_full(nmtest_failed, 40, 2, 72, 32);
     check_attention_full(nmtest_failed, 1, 2, 64, 32);
     check_attention_full(nmtest_failed, 300, 2, 64, 256); // more keys than work-items
+    check_attention_full(nmtest_failed, 40, 2, 72, 256);  // p V in 3 key groups
+    check_attention_full(nmtest_failed, 1100, 1, 32, 64); // keys in two chunks (NM_ATT_CHUNK 1024)
 }
 
 // ---- element-wise -------------------------------------------------------------------------
@@ -727,6 +788,30 @@ NM_TEST_OPTIN(bench_mv, "NM_CL_BENCH") {
             else printf("  lws %zu: %7.1f us %6.0f GB/s", lws, dt * 1e6, (double)bytes / dt / 1e9);
         }
         printf("\n");
+        if (wtypes[ti].type == NM_TYPE_Q4_0) { // and repacked
+            uint8_t *r = repack_q4_0(w, K, N);
+            dbuf br = dbuf_new(r, bytes, 0);
+            printf("  %-9s %6.1f MB:", "mv_q4_0r", (double)bytes / 1e6);
+            for (size_t lws = 32; lws <= 128; lws *= 2) {
+                kcall c = kc_begin("mv_q4_0r");
+                kc_buf(&c, &br), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &by);
+                kc_int(&c, 0), kc_int(&c, K), kc_int(&c, N);
+                size_t g = (size_t)(N + MVR_ROWS - 1) / MVR_ROWS * lws;
+                double t0 = 0;
+                for (int it = 0; it <= iters && c.err == CL_SUCCESS; it++) {
+                    if (it == 1) cl.api.clFinish(cl.q), t0 = now_s();
+                    c.err = cl.api.clEnqueueNDRangeKernel(cl.q, c.k, 1, NULL, &g, &lws, 0, NULL, NULL);
+                }
+                if (c.err == CL_SUCCESS) c.err = cl.api.clFinish(cl.q);
+                const double dt = (now_s() - t0) / iters;
+                cl.api.clReleaseKernel(c.k);
+                if (c.err != CL_SUCCESS) printf("  lws %zu: %s", lws, nm_cl_strerror(c.err));
+                else printf("  lws %zu: %7.1f us %6.0f GB/s", lws, dt * 1e6, (double)bytes / dt / 1e9);
+            }
+            printf("\n");
+            dbuf_free(&br);
+            free(r);
+        }
         dbuf_free(&bw), dbuf_free(&bx), dbuf_free(&by);
         free(w);
     }

@@ -105,6 +105,12 @@ NM_INLINE uint ld32_a2(__global const uchar *p) { // 4 bytes at a 2-byte aligned
 NM_INLINE uint4 nib_lo(uint w) { return (uint4)(w, w >> 8, w >> 16, w >> 24) & 15u; }
 NM_INLINE uint4 nib_hi(uint w) { return (uint4)(w >> 4, w >> 12, w >> 20, w >> 28) & 15u; }
 NM_INLINE uint4 bytes4(uint w) { return (uint4)(w, w >> 8, w >> 16, w >> 24) & 255u; }
+// Low / high nibbles of w as floats minus 8 (q4_0's values), made by their
+// bits (2^23 + n, minus 2^23 + 8: exact) rather than by int-to-float
+// conversions, which run at an eighth of the rate of float arithmetic on
+// NVIDIA GPUs.
+NM_INLINE float4 q4_lo(uint w) { return as_float4(((uint4)(w, w >> 8, w >> 16, w >> 24) & 15u) | 0x4B000000u) - 8388616.0f; }
+NM_INLINE float4 q4_hi(uint w) { return as_float4(((uint4)(w >> 4, w >> 12, w >> 20, w >> 28) & 15u) | 0x4B000000u) - 8388616.0f; }
 
 NM_INLINE float dot_f32(__global const uchar *row, int u, __global const float *x) {
     return dot(vload4(u, (__global const float *)row), vload4(u, x));
@@ -374,12 +380,15 @@ __kernel void mv_q4_0(__global const uchar *W, ulong w_off, __global const uchar
     for (int u = lid; u < nu; u += lws) {
         const int b = u >> 2, i = u & 3;
         const float4 x0 = vload4(0, x + b * 32 + 4 * i), x1 = vload4(0, x + b * 32 + 4 * i + 16);
+        uint w[NM_MV_ROWS]; // every row's loads first (see mv_q4_0r)
+        float d[NM_MV_ROWS];
         for (int r = 0; r < NM_MV_ROWS; r++) {
-            if (r >= nr) break;
-            __global const uchar *p = w0 + (ulong)r * rb + b * 18;
-            const uint w = ld32_a2(p + 2 + 4 * i);
-            acc[r] += ld_half(p) * (dot(convert_float4(nib_lo(w)) - 8.0f, x0) + dot(convert_float4(nib_hi(w)) - 8.0f, x1));
+            __global const uchar *p = w0 + (ulong)(r < nr ? r : 0) * rb + b * 18;
+            w[r] = ld32_a2(p + 2 + 4 * i);
+            d[r] = ld_half(p);
         }
+        for (int r = 0; r < NM_MV_ROWS; r++)
+            acc[r] += d[r] * (dot(q4_lo(w[r]), x0) + dot(q4_hi(w[r]), x1));
     }
     for (int r = 0; r < NM_MV_ROWS; r++) red[r * lws + lid] = acc[r];
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -401,6 +410,74 @@ NM_MV(mxfp4, 8, 32, 17, )
 NM_MV(q4_K, 8, 256, 144, )
 NM_MV(q5_K, 8, 256, 176, )
 NM_MV(q6_K, 16, 256, 210, )
+
+// q4_0 repacked (prepare_weight on a device with its own memory, where the
+// weights are copied anyway): the N x K/32 blocks' quants first, 16 bytes
+// each and 16-byte aligned (row n, block b at (n * K/32 + b) * 16), then their
+// f16 scales in the same order. A work-item takes a whole block: one 16-byte
+// load and one scale per row for NM_MVR_ROWS rows. The activations of the
+// group's LWS blocks are staged in local memory first, read from global
+// memory by consecutive items at consecutive addresses (each item reading its
+// own block's 128 bytes from global memory would touch 32 cache lines per
+// warp and load instruction), 36 floats per block so that items reading
+// their blocks' float4s at once hit different banks. Nibbles: q4_lo/q4_hi.
+// Launch: 1-D, global = ceil(N / NM_MVR_ROWS) * LWS, local = LWS <= NM_MVR_LWS.
+#define NM_MVR_ROWS 8
+#define NM_MVR_LWS 128
+#define NM_MVR_XS 36 // floats per staged block
+
+
+__kernel void mv_q4_0r(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off, __global uchar *Y,
+                       ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, int N) {
+    __local float red[NM_MVR_ROWS * NM_MVR_LWS];
+    __local float xs[NM_MVR_LWS * NM_MVR_XS];
+    const int n0 = get_group_id(0) * NM_MVR_ROWS, lid = get_local_id(0), lws = get_local_size(0);
+    const int nb = K / 32, nr = N - n0 < NM_MVR_ROWS ? N - n0 : NM_MVR_ROWS;
+    __global const uint4 *qs = (__global const uint4 *)(W + w_off) + (ulong)n0 * nb;
+    __global const half *ds = (__global const half *)(W + w_off + (ulong)N * nb * 16) + (ulong)n0 * nb;
+    __global const float *x = (__global const float *)(X + x_off);
+    float acc[NM_MVR_ROWS];
+    for (int r = 0; r < NM_MVR_ROWS; r++) acc[r] = 0.0f;
+    for (int b0 = 0; b0 < nb; b0 += lws) {
+        const int nbk = min(lws, nb - b0); // blocks of this step
+        barrier(CLK_LOCAL_MEM_FENCE);      // the last step's reads are done
+        for (int i = lid; i < nbk * 8; i += lws) vstore4(vload4(8 * b0 + i, x), 0, xs + (i >> 3) * NM_MVR_XS + 4 * (i & 7));
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < nbk) {
+            const int b = b0 + lid;
+            float4 xv[8];
+            for (int i = 0; i < 8; i++) xv[i] = vload4(0, xs + lid * NM_MVR_XS + 4 * i);
+            // every row's loads first, then the arithmetic: a loop that may stop early
+            // (rows past N) would issue them one after the other, each waiting for memory
+            uint4 q[NM_MVR_ROWS];
+            float d[NM_MVR_ROWS];
+            for (int r = 0; r < NM_MVR_ROWS; r++) {
+                const int rr = r < nr ? r : 0; // rows past N read row 0 again, unused
+                q[r] = qs[(ulong)rr * nb + b];
+                d[r] = vload_half((ulong)rr * nb + b, ds);
+            }
+            for (int r = 0; r < NM_MVR_ROWS; r++) {
+                const float s = (dot(q4_lo(q[r].x), xv[0]) + dot(q4_lo(q[r].y), xv[1])) +
+                                (dot(q4_lo(q[r].z), xv[2]) + dot(q4_lo(q[r].w), xv[3])) +
+                                (dot(q4_hi(q[r].x), xv[4]) + dot(q4_hi(q[r].y), xv[5])) +
+                                (dot(q4_hi(q[r].z), xv[6]) + dot(q4_hi(q[r].w), xv[7]));
+                acc[r] += d[r] * s;
+            }
+        }
+    }
+    for (int r = 0; r < NM_MVR_ROWS; r++) red[r * lws + lid] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = lws >> 1; st > 0; st >>= 1) {
+        if (lid < st)
+            for (int r = 0; r < NM_MVR_ROWS; r++) red[r * lws + lid] += red[r * lws + lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < nr) {
+        float s = red[lid * lws];
+        if (has_bias) s += ((__global const float *)(Bias + b_off))[n0 + lid];
+        ((__global float *)(Y + y_off))[n0 + lid] = s;
+    }
+}
 
 // ---- mm_T: prefill matmul -----------------------------------------------------------------
 //
@@ -514,10 +591,16 @@ __kernel void rms_norm(__global const uchar *X, ulong x_off, __global const ucha
     __global const float *w = (__global const float *)(W + w_off);
     __global float *y = (__global float *)(Y + y_off) + (ulong)r * d;
     float s = 0.0f;
-    for (int i = lid; i < d; i += lws) s += x[i] * x[i];
+    const int d4 = (d & 3) == 0 ? d / 4 : 0; // rows of whole float4s: one load per 4 elements
+    for (int i = lid; i < d4; i += lws) {
+        const float4 v = vload4(i, x);
+        s += dot(v, v);
+    }
+    for (int i = 4 * d4 + lid; i < d; i += lws) s += x[i] * x[i];
     s = wg_sum(s, red);
     const float scale = 1.0f / sqrt(s / (float)d + eps);
-    for (int i = lid; i < d; i += lws) y[i] = x[i] * scale * (has_w ? w[i] : 1.0f);
+    for (int i = lid; i < d4; i += lws) vstore4(vload4(i, x) * scale * (has_w ? vload4(i, w) : (float4)(1.0f)), i, y);
+    for (int i = 4 * d4 + lid; i < d; i += lws) y[i] = x[i] * scale * (has_w ? w[i] : 1.0f);
 }
 
 // y = (x - mean) / sqrt(var + eps) * w + b, var = mean((x - mean)^2).
@@ -576,25 +659,34 @@ __kernel void rope(__global uchar *X, ulong x_off, __global const uchar *Pos, ul
 // ---- KV cache ---------------------------------------------------------------------------
 //
 // Cache row Pos[t] (width halves) = Src row t (width floats) rounded to
-// nearest even. Launch: 2-D, global = (round_up(width, L), n_tok), local any.
-__kernel void kv_store(__global const uchar *Src, ulong src_off, __global uchar *Cache, ulong cache_off,
+// nearest even, for K (z = 0: Ks into Kc) and V (z = 1: Vs into Vc) in one
+// launch. Launch: 3-D, global = (round_up(width, L), n_tok, 2), local any.
+__kernel void kv_store(__global const uchar *Ks, ulong ks_off, __global uchar *Kc, ulong kc_off,
+                       __global const uchar *Vs, ulong vs_off, __global uchar *Vc, ulong vc_off,
                        __global const uchar *Pos, ulong pos_off, int width) {
-    const int i = get_global_id(0), t = get_global_id(1);
+    const int i = get_global_id(0), t = get_global_id(1), z = get_global_id(2);
     if (i >= width) return;
     const int pos = ((__global const int *)(Pos + pos_off))[t];
-    const float v = ((__global const float *)(Src + src_off))[(ulong)t * width + i];
-    vstore_half_rte(v, (ulong)pos * width + i, (__global half *)(Cache + cache_off));
+    __global const uchar *src = z ? Vs + vs_off : Ks + ks_off;
+    __global uchar *cache = z ? Vc + vc_off : Kc + kc_off;
+    const float v = ((__global const float *)src)[(ulong)t * width + i];
+    vstore_half_rte(v, (ulong)pos * width + i, (__global half *)cache);
 }
 
 // ---- attention --------------------------------------------------------------------------
 //
 // The core shared by both kernels: one query q against keys [lo, hi] of K/V
 // (rows `stride` elements apart, f16 if f16 else f32), in chunks of `chunk`
-// keys whose scores go to sc[0..chunk): scores, the chunk's max, exp and sum,
-// then O += p V, with the running max and sum of an online softmax carried
-// across chunks. Each work-item owns output dims lid, lid + LWS, ... (acc)
-// and, per chunk, keys lid, lid + LWS, ... (scores).
-// qv, acc: __local float[head_dim]; red: __local float[LWS].
+// (<= NM_ATT_CHUNK) keys whose scores stay in local memory: scores, the
+// chunk's max, exp and sum, then O += p V, with the running max and sum of
+// an online softmax carried across chunks. Scores: work-item lid takes keys
+// lid, lid + LWS, ... For p V, where LWS >= 2 head_dim the work-items form
+// ng = LWS / head_dim groups, group g summing keys g, g + ng, ... for dim
+// lid % head_dim (the groups' sums then added in order); else work-item lid
+// owns dims lid, lid + LWS, ... over every key.
+// qv, acc: __local float[head_dim]; red: __local float[LWS]; sc: __local float[NM_ATT_CHUNK].
+#define NM_ATT_CHUNK 1024
+
 NM_INLINE float attn_kdot(__global const uchar *K, int f16, ulong e, __local const float *q, int n) {
     float s = 0.0f;
     int d = 0;
@@ -610,10 +702,16 @@ NM_INLINE float attn_kdot(__global const uchar *K, int f16, ulong e, __local con
     return s;
 }
 
+NM_INLINE float attn_v(__global const uchar *V, int f16, ulong e) {
+    return f16 ? vload_half(e, (__global const half *)V) : ((__global const float *)V)[e];
+}
+
 NM_INLINE void attn_core(__global const float *q, __global const uchar *K, __global const uchar *V, int f16, ulong stride,
-                      int lo, int hi, int chunk, int head_dim, float scale, float softcap, __global float *sc,
-                      __global float *o, __local float *qv, __local float *acc, __local float *red) {
+                      int lo, int hi, int chunk, int head_dim, float scale, float softcap, __global float *o,
+                      __local float *qv, __local float *acc, __local float *red, __local float *sc) {
     const int lid = get_local_id(0), lws = get_local_size(0);
+    const int ng = lws >= 2 * head_dim ? lws / head_dim : 1, g = lid / head_dim, gd = lid - g * head_dim;
+    chunk = clamp(chunk, 1, NM_ATT_CHUNK);
     for (int d = lid; d < head_dim; d += lws) qv[d] = q[d], acc[d] = 0.0f;
     barrier(CLK_LOCAL_MEM_FENCE);
     float m = -INFINITY, l = 0.0f;
@@ -634,22 +732,27 @@ NM_INLINE void attn_core(__global const float *q, __global const uchar *K, __glo
             sc[j] = e;
             ls += e;
         }
-        ls = wg_sum(ls, red);
-        barrier(CLK_GLOBAL_MEM_FENCE); // every item's sc[] visible to all
+        ls = wg_sum(ls, red); // its barriers make every sc[] visible to all
         l = l * r + ls;
-        for (int d = lid; d < head_dim; d += lws) {
-            float a = acc[d] * r;
-            if (f16) {
-                __global const half *v = (__global const half *)V + d;
-                for (int j = 0; j < nk; j++) a += sc[j] * vload_half((ulong)(c0 + j) * stride, v);
-            } else {
-                __global const float *v = (__global const float *)V + d;
-                for (int j = 0; j < nk; j++) a += sc[j] * v[(ulong)(c0 + j) * stride];
+        // (the barrier below is outside any branch: some compilers reject one inside, uniform or not)
+        float a = 0.0f;
+        if (ng > 1 && g < ng)
+            for (int j = g; j < nk; j += ng) a += sc[j] * attn_v(V, f16, (ulong)(c0 + j) * stride + gd);
+        if (ng == 1)
+            for (int d = lid; d < head_dim; d += lws) {
+                float t = acc[d] * r;
+                for (int j = 0; j < nk; j++) t += sc[j] * attn_v(V, f16, (ulong)(c0 + j) * stride + d);
+                acc[d] = t;
             }
-            acc[d] = a;
+        red[lid] = a;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (ng > 1 && lid < head_dim) {
+            float t = acc[lid] * r;
+            for (int k = 0; k < ng; k++) t += red[k * head_dim + lid];
+            acc[lid] = t;
         }
         m = mn;
-        barrier(CLK_GLOBAL_MEM_FENCE); // sc[] read by all before the next chunk writes it
+        barrier(CLK_LOCAL_MEM_FENCE); // sc[] and red[] read by all before the next chunk writes them
     }
     const float inv = 1.0f / l;
     for (int d = lid; d < head_dim; d += lws) o[d] = acc[d] * inv;
@@ -663,43 +766,38 @@ NM_INLINE void attn_core(__global const float *q, __global const uchar *K, __glo
 // h / (n_head / n_kv_head). score = (q . k) * scale, then
 // softcap * tanh(score / softcap) if softcap > 0; softmax in f32.
 // Launch: 2-D, global = (n_head * LWS, n_tok), local = (LWS, 1): work-group
-// (h, t). Scratch: n_tok * n_head regions of max_keys floats, group (h, t)
-// uses region t * n_head + h; any max_keys >= 1 works (more keys are taken
-// in chunks of max_keys), the window or context length avoids the chunk loop.
-// head_dim <= NM_MAX_HD. Local memory: 2 * NM_MAX_HD + NM_MAX_LWS floats.
+// (h, t). Keys go in chunks of max_keys (1..NM_ATT_CHUNK; more: NM_ATT_CHUNK).
+// head_dim <= NM_MAX_HD. Local memory: 2 * NM_MAX_HD + NM_MAX_LWS + NM_ATT_CHUNK floats.
 __kernel void attention(__global const uchar *Q, ulong q_off, __global const uchar *Kc, ulong k_off,
                         __global const uchar *Vc, ulong v_off, __global const uchar *Pos, ulong pos_off,
                         __global uchar *O, ulong o_off, int n_head, int n_kv_head, int head_dim, int kv_width,
-                        int window, float scale, float softcap, __global uchar *Scratch, ulong scratch_off,
-                        int max_keys) {
-    __local float qv[NM_MAX_HD], acc[NM_MAX_HD], red[NM_MAX_LWS];
+                        int window, float scale, float softcap, int max_keys) {
+    __local float qv[NM_MAX_HD], acc[NM_MAX_HD], red[NM_MAX_LWS], sc[NM_ATT_CHUNK];
     const int h = get_group_id(0), t = get_group_id(1);
     const int kvh = h / (n_head / n_kv_head);
     const int pos = ((__global const int *)(Pos + pos_off))[t];
     const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     const ulong qo = ((ulong)t * n_head + h) * head_dim;
-    __global float *sc = (__global float *)(Scratch + scratch_off) + ((ulong)t * n_head + h) * (ulong)max(max_keys, 1);
     attn_core((__global const float *)(Q + q_off) + qo, Kc + k_off + (ulong)kvh * head_dim * 2,
-              Vc + v_off + (ulong)kvh * head_dim * 2, 1, (ulong)kv_width, lo, pos, max(max_keys, 1), head_dim, scale,
-              softcap, sc, (__global float *)(O + o_off) + qo, qv, acc, red);
+              Vc + v_off + (ulong)kvh * head_dim * 2, 1, (ulong)kv_width, lo, pos, max_keys, head_dim, scale, softcap,
+              (__global float *)(O + o_off) + qo, qv, acc, red, sc);
 }
 
 // Bidirectional attention (vision encoders): queries over n_tok keys, all f32
 // [rows, n_head * head_dim]; no mask, no softcap.
 // Launch: 2-D, global = (n_head * LWS, n_q), local = (LWS, 1): work-group
 // (h, t) computes query t (usually n_q = n_tok; the host may take the queries
-// in batches by moving q_off/o_off). Scratch: n_q * n_head regions of n_tok
-// floats, group (h, t) uses region t * n_head + h. head_dim <= NM_MAX_HD.
+// in batches by moving q_off/o_off). Keys in chunks of NM_ATT_CHUNK.
+// head_dim <= NM_MAX_HD.
 __kernel void attention_full(__global const uchar *Q, ulong q_off, __global const uchar *K, ulong k_off,
                              __global const uchar *V, ulong v_off, __global uchar *O, ulong o_off, int n_tok,
-                             int n_head, int head_dim, float scale, __global uchar *Scratch, ulong scratch_off) {
-    __local float qv[NM_MAX_HD], acc[NM_MAX_HD], red[NM_MAX_LWS];
+                             int n_head, int head_dim, float scale) {
+    __local float qv[NM_MAX_HD], acc[NM_MAX_HD], red[NM_MAX_LWS], sc[NM_ATT_CHUNK];
     const int h = get_group_id(0), t = get_group_id(1);
     const ulong stride = (ulong)n_head * head_dim, qo = (ulong)t * stride + (ulong)h * head_dim;
-    __global float *sc = (__global float *)(Scratch + scratch_off) + ((ulong)t * n_head + h) * (ulong)n_tok;
     attn_core((__global const float *)(Q + q_off) + qo, K + k_off + (ulong)h * head_dim * 4,
-              V + v_off + (ulong)h * head_dim * 4, 0, stride, 0, n_tok - 1, n_tok, head_dim, scale, 0.0f, sc,
-              (__global float *)(O + o_off) + qo, qv, acc, red);
+              V + v_off + (ulong)h * head_dim * 4, 0, stride, 0, n_tok - 1, NM_ATT_CHUNK, head_dim, scale, 0.0f,
+              (__global float *)(O + o_off) + qo, qv, acc, red, sc);
 }
 
 // ---- element-wise -----------------------------------------------------------------------

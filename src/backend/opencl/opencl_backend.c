@@ -34,6 +34,16 @@ extern const size_t nm_cl_kernels_source_len;
 #define NM_CL_MM_TT 32
 #define NM_CL_MAX_HD 512 // attention: head_dim limit of the kernels
 #define NM_CL_MV_ROWS 4  // rows per work-group of the decode matvec (kernels.cl NM_MV_ROWS)
+#define NM_CL_MVR_ROWS 8 // and of the repacked q4_0 one (NM_MVR_ROWS)
+
+// A weight laid out the device's way at load (prepare_weight): found by the
+// host address the ops name it by.
+typedef struct cl_packed {
+    const uint8_t *host; // the weight's bytes on the host (its ops' src0)
+    uint32_t type;       // the type of the original
+    int64_t K, N;        // its shape
+    cl_mem mem;          // the repacked copy
+} cl_packed;
 
 typedef struct cl_import {
     const uint8_t *base; // host address of the range (page-aligned)
@@ -89,16 +99,19 @@ typedef struct nm_ocl {
     cl_program prog;
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full, k_patches, k_pixel_shuffle;
+        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r;
     bool unified;
     char dev_name[128], driver[64];
     cl_ulong mem_bytes, max_alloc;
     size_t max_wg;
     size_t mv_lws; // work-group size of the decode matvec (NM_OPENCL_MV_LWS: 32..256, a power of two)
+    size_t mvr_lws; // and of the repacked q4_0 one (NM_OPENCL_MVR_LWS: 32..128)
     cl_import imports[NM_CL_MAX_IMPORTS];
     int n_imports;
-    cl_mem scratch; // attention scores
-    size_t scratch_bytes;
+    size_t lws_norm, lws_attn; // work-group sizes of the norms and the attention (up to 256, what each kernel allows)
+    cl_packed *packed; // repacked weights (prepare_weight), sorted by host address
+    int n_packed, cap_packed;
+    bool repack;       // prepare_weight re-lays weights (device memory of its own; NM_OPENCL_REPACK=0: never)
     cl_mem dummy;   // bound where an optional operand is absent
     int64_t max_row, max_tokens;
     nm_ledger *ledger;
@@ -298,6 +311,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_act, "act"},           {&o->k_add, "add"},               {&o->k_scale, "scale"},
         {&o->k_softcap, "softcap"},   {&o->k_attention_full, "attention_full"},
         {&o->k_patches, "patches"},   {&o->k_pixel_shuffle, "pixel_shuffle"},
+        {&o->k_mv_q4_0r, "mv_q4_0r"},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
@@ -596,18 +610,62 @@ typedef struct dmem {
         return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d: an operand is in memory the device cannot reach " \
                      "(host memory not imported)", op->kind)
 
-static nm_status scratch_reserve(nm_ocl *o, size_t bytes) {
-    if (bytes <= o->scratch_bytes) return NM_OK;
-    cl_int e = o->api.clFinish(o->q); // work queued may still read the old one
-    if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
-    if (o->scratch) o->api.clReleaseMemObject(o->scratch);
-    o->scratch_bytes = 0;
-    o->scratch = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
-    if (!o->scratch || e != CL_SUCCESS) {
-        o->scratch = NULL;
-        return ofail(o, NM_ERR_NOMEM, "opencl: out of device memory for %zu bytes of attention scores", bytes);
+// ---- repacked weights -------------------------------------------------------------------
+
+// The repacked copy of the weight at host address h, or NULL.
+static const cl_packed *packed_find(const nm_ocl *o, const uint8_t *h) {
+    int lo = 0, hi = o->n_packed;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (o->packed[mid].host < h) lo = mid + 1;
+        else hi = mid;
     }
-    o->scratch_bytes = bytes;
+    return lo < o->n_packed && o->packed[lo].host == h ? &o->packed[lo] : NULL;
+}
+
+// On a device with its own memory, where the weights are uploaded anyway,
+// (or with NM_OPENCL_REPACK=1) q4_0 weights get a second copy laid out for mv_q4_0r (decode): the 16-byte
+// quants of every block first, aligned, then the scales. On shared memory
+// nothing is done: the weights are read in place, never copied. A copy that
+// does not fit is left out (the plain kernel reads the original).
+static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
+    nm_ocl *o = b->impl;
+    const uint8_t *h = nm_tensor_host(w);
+    if (!o->repack || w->type != NM_TYPE_Q4_0 || !h || packed_find(o, h)) return NM_OK;
+    const int64_t K = w->ne[0], N = w->ne[1] * w->ne[2] * w->ne[3];
+    if (K % 32 != 0 || N <= 0) return NM_OK;
+    const size_t nb = (size_t)(K / 32), rb = nb * 18, bytes = (size_t)N * rb;
+    if (bytes > o->max_alloc) return NM_OK;
+    if (o->n_packed == o->cap_packed) {
+        const int cap = o->cap_packed ? 2 * o->cap_packed : 64;
+        cl_packed *np = realloc(o->packed, sizeof *np * (size_t)cap);
+        if (!np) return ofail(o, NM_ERR_NOMEM, "opencl: out of memory");
+        o->packed = np;
+        o->cap_packed = cap;
+    }
+    uint8_t *tmp = malloc(bytes);
+    if (!tmp) return ofail(o, NM_ERR_NOMEM, "opencl: out of memory repacking %s", w->name ? w->name : "a weight");
+    uint8_t *qs = tmp, *ds = tmp + (size_t)N * nb * 16;
+    for (size_t n = 0; n < (size_t)N; n++)
+        for (size_t k = 0; k < nb; k++) {
+            const uint8_t *blk = h + n * rb + k * 18;
+            memcpy(qs + (n * nb + k) * 16, blk + 2, 16);
+            memcpy(ds + (n * nb + k) * 2, blk, 2);
+        }
+    cl_int e;
+    cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, tmp, &e);
+    free(tmp);
+    if (!m || e != CL_SUCCESS) {
+        if (m) o->api.clReleaseMemObject(m);
+        return NM_OK; // no room: the original serves
+    }
+    int at = 0;
+    while (at < o->n_packed && o->packed[at].host < h) at++;
+    memmove(&o->packed[at + 1], &o->packed[at], sizeof *o->packed * (size_t)(o->n_packed - at));
+    o->packed[at] = (cl_packed){.host = h, .type = w->type, .K = K, .N = N, .mem = m};
+    o->n_packed++;
+    o->bytes_uploaded += bytes;
+    nm_ledger_count(o->ledger, o->ep_host, o->ep_dev, bytes);
     return NM_OK;
 }
 
@@ -620,7 +678,17 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     const int64_t T = op->src1->ne[1];
     const uint32_t t = op->src0->type;
     if (T == 1 || (op->flags & NM_OPF_ROWWISE)) { // each row as decode computes it
-        for (int64_t r = 0; r < T; r++) {
+        const cl_packed *pk = o->n_packed ? packed_find(o, nm_tensor_host(op->src0)) : NULL;
+        if (pk && (pk->K != K || pk->N != N)) pk = NULL;
+        for (int64_t r = 0; r < T && pk; r++) {
+            const cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4, po = 0;
+            const karg args[] = {A(pk->mem), A(po), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
+                                 A(has_bias), A(K), A(N)};
+            const size_t local = o->mvr_lws, global = ((size_t)N + NM_CL_MVR_ROWS - 1) / NM_CL_MVR_ROWS * o->mvr_lws;
+            nm_status st = launch(o, o->k_mv_q4_0r, "matvec", 1, &global, &local, args, 11);
+            if (st != NM_OK) return st;
+        }
+        for (int64_t r = 0; r < T && !pk; r++) {
             cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4;
             const karg args[] = {A(w.m), A(w.off), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
                                  A(has_bias), A(K), A(N)};
@@ -640,7 +708,6 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
 }
 
 static nm_status op_run(nm_ocl *o, const nm_op *op) {
-    const size_t lws = NM_CL_LWS;
     if (o->prof) {
         const bool w = op->kind == NM_OP_MATMUL || op->kind == NM_OP_GET_ROWS;
         o->prof->cur_type = w && op->src0->type < NM_TYPE_COUNT ? op->src0->type : NM_TYPE_COUNT;
@@ -665,14 +732,14 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         RESOLVE(y, op->dst);
         const cl_int has_w = op->src1 != NULL, has_b = op->src2 != NULL, d = (cl_int)op->src0->ne[0];
         const float eps = op->f0;
-        const size_t rows = (size_t)(op->src0->ne[1] * op->src0->ne[2]), global = rows * lws;
+        const size_t rows = (size_t)(op->src0->ne[1] * op->src0->ne[2]), nl = o->lws_norm, global = rows * nl;
         if (op->kind == NM_OP_RMS_NORM) {
             const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(y.m), A(y.off), A(d), A(eps)};
-            return launch(o, o->k_rms_norm, "rms_norm", 1, &global, &lws, args, 9);
+            return launch(o, o->k_rms_norm, "rms_norm", 1, &global, &nl, args, 9);
         }
         const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(bb.m), A(bb.off), A(has_b),
                              A(y.m), A(y.off), A(d), A(eps)};
-        return launch(o, o->k_layer_norm, "layer_norm", 1, &global, &lws, args, 12);
+        return launch(o, o->k_layer_norm, "layer_norm", 1, &global, &nl, args, 12);
     }
     case NM_OP_ROPE: {
         RESOLVE(x, op->src0);
@@ -693,11 +760,10 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         RESOLVE(vc, &op->kv->v);
         RESOLVE(pos, op->ids);
         const cl_int width = (cl_int)op->src0->ne[0];
-        const size_t global[2] = {(size_t)width, (size_t)op->src0->ne[1]};
-        const karg ak[] = {A(k.m), A(k.off), A(kc.m), A(kc.off), A(pos.m), A(pos.off), A(width)};
-        const karg av[] = {A(v.m), A(v.off), A(vc.m), A(vc.off), A(pos.m), A(pos.off), A(width)};
-        nm_status st = launch(o, o->k_kv_store, "kv_store", 2, global, NULL, ak, 7);
-        return st != NM_OK ? st : launch(o, o->k_kv_store, "kv_store", 2, global, NULL, av, 7);
+        const size_t global[3] = {(size_t)width, (size_t)op->src0->ne[1], 2};
+        const karg args[] = {A(k.m), A(k.off), A(kc.m), A(kc.off), A(v.m), A(v.off), A(vc.m), A(vc.off),
+                             A(pos.m), A(pos.off), A(width)};
+        return launch(o, o->k_kv_store, "kv_store", 3, global, NULL, args, 11);
     }
     case NM_OP_ATTENTION: {
         RESOLVE(q, op->src0);
@@ -710,14 +776,11 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         // scores of up to 1024 keys per (head, query) at a time: longer ranges go in chunks (online softmax)
         const cl_int max_keys = op->n_ctx < 1024 ? op->n_ctx : 1024;
         const float scale = op->f0, softcap = op->f1;
-        nm_status st = scratch_reserve(o, (size_t)T * (size_t)n_head * (size_t)max_keys * sizeof(float));
-        if (st != NM_OK) return st;
-        const cl_ulong soff = 0;
         const karg args[] = {A(q.m), A(q.off), A(kc.m), A(kc.off), A(vc.m), A(vc.off), A(pos.m), A(pos.off),
                              A(out.m), A(out.off), A(n_head), A(n_kv), A(hd), A(kvw), A(window), A(scale),
-                             A(softcap), A(o->scratch), A(soff), A(max_keys)};
-        const size_t global[2] = {(size_t)n_head * lws, (size_t)T}, local[2] = {lws, 1};
-        return launch(o, o->k_attention, "attention", 2, global, local, args, 20);
+                             A(softcap), A(max_keys)};
+        const size_t global[2] = {(size_t)n_head * o->lws_attn, (size_t)T}, local[2] = {o->lws_attn, 1};
+        return launch(o, o->k_attention, "attention", 2, global, local, args, 18);
     }
     case NM_OP_ATTENTION_FULL: {
         RESOLVE(q, op->src0);
@@ -727,13 +790,10 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const int64_t T = op->src0->ne[1];
         const cl_int n_tok = (cl_int)T, n_head = op->i0, hd = op->i2;
         const float scale = op->f0;
-        nm_status st = scratch_reserve(o, (size_t)T * (size_t)n_head * (size_t)T * sizeof(float));
-        if (st != NM_OK) return st;
-        const cl_ulong soff = 0;
         const karg args[] = {A(q.m), A(q.off), A(k.m), A(k.off), A(v.m), A(v.off), A(out.m), A(out.off),
-                             A(n_tok), A(n_head), A(hd), A(scale), A(o->scratch), A(soff)};
-        const size_t global[2] = {(size_t)n_head * lws, (size_t)T}, local[2] = {lws, 1};
-        return launch(o, o->k_attention_full, "attention_full", 2, global, local, args, 14);
+                             A(n_tok), A(n_head), A(hd), A(scale)};
+        const size_t global[2] = {(size_t)n_head * o->lws_attn, (size_t)T}, local[2] = {o->lws_attn, 1};
+        return launch(o, o->k_attention_full, "attention_full", 2, global, local, args, 12);
     }
     case NM_OP_GLU:
     case NM_OP_ADD:
@@ -796,6 +856,8 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
                          ops[i].src0 ? type_name(ops[i].src0->type) : "-");
         nm_status st = op_run(o, &ops[i]);
         if (st != NM_OK) return st;
+        // the device starts on the first ops while the host queues the rest
+        if (i % 32 == 31 && o->api.clFlush(o->q) != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: flush failed");
     }
     cl_int e = o->api.clFlush(o->q);
     return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
@@ -879,11 +941,12 @@ static void ocl_release(nm_ocl *o) {
             if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
-                         o->k_pixel_shuffle};
+                         o->k_pixel_shuffle, o->k_mv_q4_0r};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);
-    if (o->scratch) o->api.clReleaseMemObject(o->scratch);
+    for (int i = 0; i < o->n_packed; i++) o->api.clReleaseMemObject(o->packed[i].mem);
+    free(o->packed);
     if (o->dummy) o->api.clReleaseMemObject(o->dummy);
     if (o->prog) o->api.clReleaseProgram(o->prog);
     if (o->q) o->api.clReleaseCommandQueue(o->q);
@@ -915,7 +978,7 @@ static const nm_backend_i ocl_iface = {
     .event_sync = ocl_event_sync,
     .event_free = ocl_event_free,
     .synchronize = ocl_synchronize,
-    .prepare_weight = NULL,
+    .prepare_weight = ocl_prepare_weight,
     .last_error = ocl_last_error,
     .free = ocl_free,
     .get_stats = ocl_get_stats,
@@ -924,7 +987,24 @@ static const nm_backend_i ocl_iface = {
 // What each kernel allows on this device (registers limit some below the
 // device's maximum): the matvec's work-group is clamped to it, the prefill
 // matmul needs its 16 x 16.
+static size_t kernel_wg(nm_ocl *o, cl_kernel k) {
+    size_t wg = 0;
+    if (o->api.clGetKernelWorkGroupInfo(k, o->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) != CL_SUCCESS) wg = 0;
+    return wg ? wg : o->max_wg;
+}
+
+// The largest power of two <= 256 that kernels a and b both run in (at least 32).
+static size_t fit_lws(nm_ocl *o, cl_kernel a, cl_kernel b) {
+    size_t lws = 256;
+    const size_t wa = kernel_wg(o, a), wb = kernel_wg(o, b);
+    while (lws > 32 && (lws > wa || lws > wb || lws > o->max_wg)) lws /= 2;
+    return lws;
+}
+
 static nm_status fit_work_groups(nm_ocl *o) {
+    o->lws_norm = fit_lws(o, o->k_rms_norm, o->k_layer_norm);
+    o->lws_attn = fit_lws(o, o->k_attention, o->k_attention_full);
+    while (o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) && o->mvr_lws > 32) o->mvr_lws /= 2;
     for (size_t i = 0; i < sizeof mm_types / sizeof mm_types[0]; i++) {
         size_t wg = 0;
         const uint32_t t = mm_types[i];
@@ -965,6 +1045,9 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
     dev_str(&o->api, o->dev, CL_DEVICE_NAME, o->dev_name, sizeof o->dev_name);
     dev_str(&o->api, o->dev, CL_DRIVER_VERSION, o->driver, sizeof o->driver);
     o->unified = dev_bool(&o->api, o->dev, CL_DEVICE_HOST_UNIFIED_MEMORY);
+    // NM_OPENCL_REPACK=0: never; =1: on shared memory too (a copy there: for tests)
+    const char *rp = getenv("NM_OPENCL_REPACK");
+    o->repack = rp && (!strcmp(rp, "0") || !strcmp(rp, "1")) ? rp[0] == '1' : !o->unified;
     o->mem_bytes = dev_ulong(&o->api, o->dev, CL_DEVICE_GLOBAL_MEM_SIZE);
     o->max_alloc = dev_ulong(&o->api, o->dev, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
     if (getenv("NM_OPENCL_MAX_ALLOC")) o->max_alloc = strtoull(getenv("NM_OPENCL_MAX_ALLOC"), NULL, 10);
@@ -977,6 +1060,11 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
         goto fail;
     }
     o->mv_lws = o->max_wg >= 256 ? 256 : NM_CL_LWS; // 256: best on the H200 (docs/benchmarks.md)
+    o->mvr_lws = 128;
+    if (getenv("NM_OPENCL_MVR_LWS")) {
+        const long v = atol(getenv("NM_OPENCL_MVR_LWS"));
+        if (v >= 32 && v <= 128 && (v & (v - 1)) == 0) o->mvr_lws = (size_t)v;
+    }
     if (getenv("NM_OPENCL_MV_LWS")) {
         const long v = atol(getenv("NM_OPENCL_MV_LWS"));
         if (v >= 32 && v <= 256 && (v & (v - 1)) == 0 && (size_t)v <= o->max_wg) o->mv_lws = (size_t)v;

@@ -221,6 +221,21 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
         nm_ctx_free(c);
         return st;
     }
+    // the device's own layout for the weights of its layers, where it has one
+    if (c->be[0]->iface->prepare_weight) {
+        const nm_backend_i *bi = c->be[0]->iface;
+        st = bi->prepare_weight(c->be[0], &m->output);
+        for (int il = hp->n_layer - c->n_dev; il < hp->n_layer && st == NM_OK; il++) {
+            const nm_layer *ly = &m->layers[il];
+            const nm_tensor *ws[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0] && st == NM_OK; i++) st = bi->prepare_weight(c->be[0], ws[i]);
+        }
+        if (st != NM_OK) {
+            if (err) snprintf(err, err_size, "the weights: %s", bi->last_error(c->be[0]));
+            nm_ctx_free(c);
+            return st;
+        }
+    }
     // a split: the device works in the CPU's activations and cache, in place
     if (c->n_be == 2 &&
         ((st = c->be[0]->iface->buffer_import_host(c->be[0], c->arena->host, c->arena->size, true)) != NM_OK ||

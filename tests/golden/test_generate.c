@@ -121,7 +121,7 @@ static void batch_equals_incremental(const char *name, int *nmtest_failed) {
         double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
         int ta = 0, tb = 0;
         for (int32_t v = 0; v < nv; v++) {
-            maxd = fmax(maxd, fabs((double)la[v] - lb[v]));
+            maxd = nm_maxdiff(maxd, la[v], lb[v]);
             if (la[v] > ma) ma = la[v], ta = v;
             if (lb[v] > mb) mb = lb[v], tb = v;
         }

@@ -188,7 +188,10 @@ def copy_tree(scratch):
             continue
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if not os.path.exists(dst) or open(src, "rb").read() != open(dst, "rb").read():
-            shutil.copy2(src, dst)
+            # a new mtime (not the source's, which may be older than the scratch
+            # build's objects): the build recompiles what changed
+            shutil.copyfile(src, dst)
+            shutil.copymode(src, dst)
     return tree
 
 

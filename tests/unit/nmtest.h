@@ -61,6 +61,13 @@ static int nmtest_skipped;
         }                                                                   \
     } while (0)
 
+// The larger of m and |a - b|, INFINITY where a or b is NaN (fmax passes
+// over a NaN: a running maximum of differences would hide one).
+static inline double nm_maxdiff(double m, double a, double b) {
+    if (isnan(a) || isnan(b)) return INFINITY;
+    return fmax(m, fabs(a - b));
+}
+
 static inline int nmtest_ci(void) {
     const char *ci = getenv("NM_CI");
     return ci && *ci && strcmp(ci, "0") != 0;

@@ -27,7 +27,7 @@ NM_TEST(gemm_simd_equals_reference_odd_sizes) {
         g(w, R, x, T, K, y2, R + 3, b);
         double maxd = 0;
         for (int64_t t = 0; t < T; t++)
-            for (int64_t r = 0; r < R; r++) maxd = fmax(maxd, fabs(y1[t * (R + 3) + r] - y2[t * (R + 3) + r]));
+            for (int64_t r = 0; r < R; r++) maxd = nm_maxdiff(maxd, y1[t * (R + 3) + r], y2[t * (R + 3) + r]);
         NM_CHECK(maxd < 1e-4 * sqrt((double)K));
         free(w), free(x), free(b), free(y1), free(y2);
     }
@@ -325,7 +325,7 @@ NM_TEST(matmul_half_and_f32_prefill_chunks) {
                     for (int64_t tok = 0; tok < T; tok++) {
                         double s = b[o];
                         for (int64_t k = 0; k < K; k++) s += (double)wr[k] * x[tok * K + k];
-                        maxd = fmax(maxd, fabs(s - y[tok * O + o]));
+                        maxd = nm_maxdiff(maxd, s, y[tok * O + o]);
                     }
                 }
                 if (maxd > 1e-3) fprintf(stderr, "  %s K=%lld T=%lld: max diff %g\n", nm_type_traits_get(t)->name, (long long)K, (long long)T, maxd);

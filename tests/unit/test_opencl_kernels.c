@@ -466,6 +466,7 @@ NM_TEST(rms_norm) {
     check_norm(nmtest_failed, 0, 3, 768, 256, 1, 0, 1);
     check_norm(nmtest_failed, 0, 4, 100, 32, 0, 0, 1);
     check_norm(nmtest_failed, 0, 1, 4096, 128, 1, 0, 0);
+    check_norm(nmtest_failed, 0, 2, 101, 64, 1, 0, 0); // not whole float4s: the scalar tail
 }
 
 NM_TEST(layer_norm) {

@@ -62,9 +62,9 @@ typedef struct cl_typed {
 
 // NM_PROFILE=1: every kernel's time on the device (the queue's profiling),
 // summed per (kernel, weight type), printed to stderr when the backend is
-// freed, with the span from the first kernel's start to the last's end of
-// each synchronized stretch of work (the difference is the device idle
-// between kernels: launches, the host's work, transfers).
+// freed. (Device idle time between kernels is the wall time less this: the
+// start and end stamps of different commands are not comparable on every
+// driver.)
 #define NM_CL_PROF_PEND 4096
 #define NM_CL_PROF_KEYS 32
 
@@ -83,8 +83,7 @@ typedef struct cl_prof {
         double ns, bytes;
         int64_t calls;
     } acc[NM_CL_PROF_KEYS][NM_TYPE_COUNT + 1];
-    double busy_ns, span_ns;
-    int64_t windows;
+    double busy_ns;
     uint32_t cur_type; // of the op being enqueued
     double cur_bytes;
 } cl_prof;
@@ -514,7 +513,6 @@ static bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
 // Sums the finished kernels' times (the queue is idle: after clFinish).
 static void prof_collect(nm_ocl *o) {
     cl_prof *p = o->prof;
-    cl_ulong lo = ~(cl_ulong)0, hi = 0;
     for (int i = 0; i < p->n_pend; i++) {
         cl_prof_pend *e = &p->pend[i];
         cl_ulong t0 = 0, t1 = 0;
@@ -528,14 +526,8 @@ static void prof_collect(nm_ocl *o) {
             p->acc[key][e->type].bytes += e->bytes;
             p->acc[key][e->type].calls++;
             p->busy_ns += (double)(t1 - t0);
-            lo = t0 < lo ? t0 : lo;
-            hi = t1 > hi ? t1 : hi;
         }
         o->api.clReleaseEvent(e->ev);
-    }
-    if (p->n_pend && hi > lo) {
-        p->span_ns += (double)(hi - lo);
-        p->windows++;
     }
     p->n_pend = 0;
 }
@@ -553,10 +545,8 @@ static void prof_print(nm_ocl *o) {
     cl_prof *p = o->prof;
     if (p->busy_ns <= 0) return;
     fprintf(stderr,
-            "opencl profile (NM_PROFILE): %.2f ms in kernels, %.2f ms from the first kernel's start to the last's end "
-            "over %lld synchronized stretches (%.1f%% busy)\n%-15s %-6s %9s %10s %9s %6s %8s\n",
-            p->busy_ns * 1e-6, p->span_ns * 1e-6, (long long)p->windows, 100 * p->busy_ns / (p->span_ns > 0 ? p->span_ns : 1),
-            "kernel", "weight", "calls", "ms", "us/call", "share", "GB/s");
+            "opencl profile (NM_PROFILE): %.2f ms in kernels (device time)\n%-15s %-6s %9s %10s %9s %6s %8s\n",
+            p->busy_ns * 1e-6, "kernel", "weight", "calls", "ms", "us/call", "share", "GB/s");
     for (;;) {
         int bk = -1, bt = -1;
         for (int k = 0; k < NM_CL_PROF_KEYS && p->keys[k]; k++)

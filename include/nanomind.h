@@ -240,9 +240,13 @@ typedef struct nm_umem_params {
 nm_umem_params nm_umem_default_params(void);
 // Creates a pool (probes the heap once). On failure *out is NULL and err gets a message.
 nm_status nm_umem_create(const nm_umem_params *params, nm_umem **out, char *err, size_t err_size);
-// Frees the pool. Buffers still allocated from it are freed too (their pointers die).
+// Frees the pool. Buffers still allocated from it are freed too (their pointers
+// die), except the memory of TABM rings made in it: a ring keeps it (and the
+// pool's bookkeeping) until nm_tabm_free, so the two may be freed in any order.
 void nm_umem_free(nm_umem *p);
-const char *nm_umem_last_error(const nm_umem *p); // "" if none; last failing call of any thread
+// "" if none; the last failing call of any thread. The text is the calling
+// thread's copy, valid until this thread calls the function again.
+const char *nm_umem_last_error(const nm_umem *p);
 // Which kind a new buffer gets (the first allowed one that works on this machine).
 nm_umem_kind nm_umem_default_kind(const nm_umem *p);
 
@@ -357,7 +361,7 @@ void nm_tabm_free(nm_tabm *r);
 int nm_tabm_fd(const nm_tabm *r); // borrowed
 uint32_t nm_tabm_n_slots(const nm_tabm *r);
 size_t nm_tabm_max_payload(const nm_tabm *r);
-const char *nm_tabm_last_error(const nm_tabm *r); // "" if none; best effort across threads
+const char *nm_tabm_last_error(const nm_tabm *r); // "" if none; as nm_umem_last_error
 
 // timeout_ns: < 0 wait forever, 0 try once (NM_ERR_AGAIN if none), > 0 wait at most that long (NM_ERR_TIMEOUT).
 // Takes a FREE slot to write (blocks while the ring is full: backpressure).
@@ -481,7 +485,8 @@ nm_status nm_llm_brick_step(nm_llm_brick *b, nm_tabm *in, nm_tabm *out);
 nm_status nm_llm_brick_run(nm_llm_brick *b, nm_tabm *in, nm_tabm *out);
 // Where the next slot without NM_LLM_IN_AT_POS starts.
 int32_t nm_llm_brick_pos(const nm_llm_brick *b);
-// "" if none. Read it while the brick is idle (after the END slot, or after run returned).
+// "" if none. Any thread may read it, also while the brick runs (the text is
+// the reader's copy, as nm_umem_last_error's); after the END slot it is the run's.
 const char *nm_llm_brick_last_error(const nm_llm_brick *b);
 
 typedef struct nm_llm_brick_stats {

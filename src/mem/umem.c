@@ -29,6 +29,7 @@ struct nm_umem_buf {
     size_t align;
     int fd;                   // -1 for anon
     nm_umem_kind kind;
+    bool held;                // a ring's memory: outlives nm_umem_free (nm_umem_buf_hold)
 };
 
 struct nm_umem {
@@ -36,8 +37,9 @@ struct nm_umem {
     char heap_path[256];
     int heap_fd;              // -1: no heap (absent, or disallowed)
     nm_umem_kind default_kind;
-    pthread_mutex_t lock;     // the buffer list and the error message
+    pthread_mutex_t lock;     // the buffer list, `closed` and the error message
     nm_umem_buf *bufs;
+    bool closed;              // nm_umem_free ran; the last held buffer's free frees the pool
     _Atomic uint64_t live, peak, n_live, n_allocs;
     _Atomic uint64_t by_kind[4];
     char err[256];
@@ -112,7 +114,17 @@ nm_status nm_umem_create(const nm_umem_params *params, nm_umem **out, char *err,
 
 nm_umem_kind nm_umem_default_kind(const nm_umem *p) { return p ? p->default_kind : 0; }
 
-const char *nm_umem_last_error(const nm_umem *p) { return p ? p->err : ""; }
+// The message is copied out under the lock into the calling thread's own
+// buffer: another thread's failure cannot change it while the caller reads.
+const char *nm_umem_last_error(const nm_umem *p) {
+    static _Thread_local char msg[sizeof p->err];
+    if (!p) return "";
+    nm_umem *q = (nm_umem *)p; // the lock only
+    pthread_mutex_lock(&q->lock);
+    memcpy(msg, p->err, sizeof msg);
+    pthread_mutex_unlock(&q->lock);
+    return msg;
+}
 
 void *nm_umem_map_aligned(int fd, size_t size, size_t align) {
     int flags = fd >= 0 ? MAP_SHARED : MAP_SHARED | MAP_ANONYMOUS;
@@ -153,15 +165,13 @@ static void account(nm_umem *p, nm_umem_buf *b, int sign) {
         if (p->bufs) p->bufs->prev = b;
         p->bufs = b;
         pthread_mutex_unlock(&p->lock);
-    } else {
+    } else { // the caller holds p->lock
         atomic_fetch_sub(&p->live, b->size);
         atomic_fetch_sub(&p->n_live, 1);
         atomic_fetch_sub(&p->by_kind[b->kind], b->size);
-        pthread_mutex_lock(&p->lock);
         if (b->prev) b->prev->next = b->next;
         else p->bufs = b->next;
         if (b->next) b->next->prev = b->prev;
-        pthread_mutex_unlock(&p->lock);
     }
 }
 
@@ -284,18 +294,51 @@ static void buf_release(nm_umem_buf *b) {
     free(b);
 }
 
-void nm_umem_buf_free(nm_umem_buf *b) {
-    if (!b) return;
-    account(b->pool, b, -1);
-    buf_release(b);
-}
-
-void nm_umem_free(nm_umem *p) {
-    if (!p) return;
-    while (p->bufs) nm_umem_buf_free(p->bufs);
+static void pool_destroy(nm_umem *p) {
     if (p->heap_fd >= 0) close(p->heap_fd);
     pthread_mutex_destroy(&p->lock);
     free(p);
+}
+
+void nm_umem_hold(nm_umem_buf *b) {
+    pthread_mutex_lock(&b->pool->lock);
+    b->held = true;
+    pthread_mutex_unlock(&b->pool->lock);
+}
+
+void nm_umem_buf_free(nm_umem_buf *b) {
+    if (!b) return;
+    nm_umem *p = b->pool;
+    pthread_mutex_lock(&p->lock);
+    account(p, b, -1);
+    const bool last = p->closed && !p->bufs; // the pool was freed while a ring held this
+    pthread_mutex_unlock(&p->lock);
+    buf_release(b);
+    if (last) pool_destroy(p);
+}
+
+// Frees the buffers the caller allocated; those a ring holds (its memory) stay
+// mapped, and the pool with them, until the ring frees them: freeing the pool
+// before a ring made in it is allowed.
+void nm_umem_free(nm_umem *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    p->closed = true;
+    nm_umem_buf *dead = NULL;
+    for (nm_umem_buf *b = p->bufs, *next; b; b = next) {
+        next = b->next;
+        if (b->held) continue;
+        account(p, b, -1);
+        b->next = dead;
+        dead = b;
+    }
+    const bool empty = !p->bufs;
+    pthread_mutex_unlock(&p->lock);
+    for (nm_umem_buf *b = dead, *next; b; b = next) {
+        next = b->next;
+        buf_release(b);
+    }
+    if (empty) pool_destroy(p);
 }
 
 void *nm_umem_buf_data(const nm_umem_buf *b) { return b ? b->data : NULL; }

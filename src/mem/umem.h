@@ -22,6 +22,10 @@ uint64_t nm_now_ns(void);
 
 // Maps fd (size bytes, shared, read-write) at an address aligned to align.
 // Returns MAP_FAILED on failure (errno set).
+// Marks b as held by a structure built in it (a TABM ring): nm_umem_free of
+// its pool leaves it (and the pool) alive until nm_umem_buf_free(b).
+void nm_umem_hold(nm_umem_buf *b);
+
 void *nm_umem_map_aligned(int fd, size_t size, size_t align);
 void nm_umem_unmap_aligned(void *p, size_t size);
 

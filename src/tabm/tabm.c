@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <stdalign.h>
@@ -98,6 +99,7 @@ struct nm_tabm {
     uint64_t qmask, stride;
     size_t max_payload;
     _Atomic int polling;
+    pthread_mutex_t err_lock; // err: written by failing calls of any thread
     char err[256];
 };
 
@@ -124,9 +126,25 @@ static void compute_layout(uint32_t n_slots, uint64_t max_payload, layout *L) {
 static nm_status fail(nm_tabm *r, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    pthread_mutex_lock(&r->err_lock);
     vsnprintf(r->err, sizeof r->err, fmt, ap);
+    pthread_mutex_unlock(&r->err_lock);
     va_end(ap);
     return st;
+}
+
+static nm_tabm *ring_new(void) {
+    nm_tabm *r = calloc(1, sizeof *r);
+    if (r && pthread_mutex_init(&r->err_lock, NULL) != 0) {
+        free(r);
+        r = NULL;
+    }
+    return r;
+}
+
+static void ring_delete(nm_tabm *r) {
+    pthread_mutex_destroy(&r->err_lock);
+    free(r);
 }
 
 // ---- futex words ---------------------------------------------------------------
@@ -244,7 +262,7 @@ nm_status nm_tabm_create(nm_umem *pool, uint32_t n_slots, size_t max_payload, nm
     }
     layout L;
     compute_layout(n_slots, max_payload, &L);
-    nm_tabm *r = calloc(1, sizeof *r);
+    nm_tabm *r = ring_new();
     if (!r) return NM_ERR_NOMEM;
     r->efd = -1;
     nm_status st;
@@ -261,6 +279,7 @@ nm_status nm_tabm_create(nm_umem *pool, uint32_t n_slots, size_t max_payload, nm
         if (err) snprintf(err, err_size, "tabm: %s", nm_umem_last_error(pool));
         goto fail;
     }
+    nm_umem_hold(r->buf); // the ring outlives an nm_umem_free of its pool
     r->base = nm_umem_buf_data(r->buf);
     r->map_size = nm_umem_buf_size(r->buf);
     r->fd = nm_umem_buf_fd(r->buf);
@@ -299,7 +318,7 @@ fail:
     if (r->efd >= 0) close(r->efd);
     nm_umem_buf_free(r->buf);
     nm_umem_free(r->own_pool);
-    free(r);
+    ring_delete(r);
     return st;
 }
 
@@ -314,7 +333,7 @@ nm_status nm_tabm_attach(int fd, int efd, nm_tabm **out, char *err, size_t err_s
         goto fail;                                                \
     } while (0)
     nm_status st = NM_OK;
-    nm_tabm *r = calloc(1, sizeof *r);
+    nm_tabm *r = ring_new();
     if (!r) return NM_ERR_NOMEM;
     r->fd = r->efd = -1;
     r->base = MAP_FAILED;
@@ -348,7 +367,7 @@ fail:
     if (r->base != MAP_FAILED) munmap(r->base, r->map_size);
     if (r->fd >= 0) close(r->fd);
     if (r->efd >= 0) close(r->efd);
-    free(r);
+    ring_delete(r);
     return st;
 }
 
@@ -362,13 +381,22 @@ void nm_tabm_free(nm_tabm *r) {
         close(r->fd);
     }
     if (r->efd >= 0) close(r->efd);
-    free(r);
+    ring_delete(r);
 }
 
 int nm_tabm_fd(const nm_tabm *r) { return r ? r->fd : -1; }
 uint32_t nm_tabm_n_slots(const nm_tabm *r) { return r ? r->n_slots : 0; }
 size_t nm_tabm_max_payload(const nm_tabm *r) { return r ? r->max_payload : 0; }
-const char *nm_tabm_last_error(const nm_tabm *r) { return r ? r->err : ""; }
+// Copied out under the lock into the calling thread's own buffer (see nm_umem_last_error).
+const char *nm_tabm_last_error(const nm_tabm *r) {
+    static _Thread_local char msg[sizeof r->err];
+    if (!r) return "";
+    nm_tabm *q = (nm_tabm *)r; // the lock only
+    pthread_mutex_lock(&q->err_lock);
+    memcpy(msg, r->err, sizeof msg);
+    pthread_mutex_unlock(&q->err_lock);
+    return msg;
+}
 
 int nm_tabm_poll_fd(nm_tabm *r) {
     if (!r || r->efd < 0) return -1;

@@ -5,6 +5,7 @@
 // are written straight into the output slot. Nothing is copied between the
 // rings and the brick, so the ledger this brick is given stays at 0 bytes.
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,10 +45,16 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// The error texts of every brick (failures are rare): a brick runs on its
+// lane's thread while another reads its last error.
+static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static nm_status fail(nm_llm_brick *b, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+    pthread_mutex_lock(&err_lock);
     vsnprintf(b->err, sizeof b->err, fmt, ap);
+    pthread_mutex_unlock(&err_lock);
     va_end(ap);
     return st;
 }
@@ -140,7 +147,15 @@ static bool reached_stop(nm_llm_brick *b, nm_detok *dt, int32_t tok) {
 }
 
 int32_t nm_llm_brick_pos(const nm_llm_brick *b) { return b ? b->pos : 0; }
-const char *nm_llm_brick_last_error(const nm_llm_brick *b) { return b ? b->err : ""; }
+// Copied out under the lock into the calling thread's own buffer (as nm_umem_last_error).
+const char *nm_llm_brick_last_error(const nm_llm_brick *b) {
+    static _Thread_local char msg[sizeof b->err];
+    if (!b) return "";
+    pthread_mutex_lock(&err_lock);
+    memcpy(msg, b->err, sizeof msg);
+    pthread_mutex_unlock(&err_lock);
+    return msg;
+}
 nm_llm_brick_stats nm_llm_brick_get_stats(const nm_llm_brick *b) {
     nm_llm_brick_stats z = {0};
     return b ? b->st : z;

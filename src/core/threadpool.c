@@ -67,6 +67,12 @@ struct nm_pool {
     _Atomic(void *) arg;
     _Atomic int64_t base;      // chunk index of the round's first chunk
     uint32_t seq;              // caller-side copy of the current sequence
+    // nm_pool_pin: the thread that drives a job is pinned to the first core when
+    // it first does (the creating thread is left alone: threads it starts later,
+    // such as another brick's, would inherit a one-core mask)
+    bool pin_caller;
+    bool caller_pinned;
+    pthread_t caller;          // the driving thread pinned last
 };
 
 struct nm_worker_arg {
@@ -172,17 +178,30 @@ void nm_pool_free(nm_pool *p) {
 
 int nm_pool_size(const nm_pool *p) { return p->n; }
 
+static int pin_to(pthread_t t, int core) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(core, &set);
+    return pthread_setaffinity_np(t, sizeof set, &set) == 0 ? 0 : -1;
+}
+
 int nm_pool_pin(nm_pool *p) {
     const int cores = nm_cpu_count();
     int rc = 0;
-    for (int i = 0; i < p->n; i++) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(i % cores, &set);
-        pthread_t t = i == 0 ? pthread_self() : p->threads[i - 1];
-        if (pthread_setaffinity_np(t, sizeof set, &set) != 0) rc = -1;
-    }
+    for (int i = 1; i < p->n; i++)
+        if (pin_to(p->threads[i - 1], i % cores) != 0) rc = -1;
+    p->pin_caller = true;
+    p->caller_pinned = false;
     return rc;
+}
+
+// The driving thread on the first core, once per thread that drives the pool.
+static void pin_caller(nm_pool *p) {
+    const pthread_t self = pthread_self();
+    if (p->caller_pinned && pthread_equal(p->caller, self)) return;
+    (void)pin_to(self, 0); // best effort, as nm_pool_pin
+    p->caller = self;
+    p->caller_pinned = true;
 }
 
 static void run_round(nm_pool *p, nm_pool_fn fn, void *arg, int64_t base, int64_t n) {
@@ -202,6 +221,7 @@ static void run_round(nm_pool *p, nm_pool_fn fn, void *arg, int64_t base, int64_
 
 void nm_pool_run(nm_pool *p, nm_pool_fn fn, void *arg, int64_t n_chunks) {
     if (n_chunks <= 0) return;
+    if (p->pin_caller) pin_caller(p);
     if (p->n == 1 || n_chunks == 1) {
         for (int64_t c = 0; c < n_chunks; c++) fn(arg, c, 0);
         return;

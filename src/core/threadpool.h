@@ -23,9 +23,10 @@ typedef void (*nm_pool_fn)(void *arg, int64_t chunk, int ith);
 nm_pool *nm_pool_create(int n_threads);
 void nm_pool_free(nm_pool *p); // NULL is a no-op; joins the workers
 int nm_pool_size(const nm_pool *p);
-// Optional core affinity: thread i (the caller is thread 0) is pinned to
-// online core i mod cores. Returns 0, or -1 if the OS refused (the pool still
-// works, unpinned). Call from the thread that drives the pool.
+// Optional core affinity: worker i is pinned to online core i mod cores now,
+// and the thread that drives a job (thread 0) to core 0 when it first runs one
+// (not the thread calling this: threads it starts later inherit its mask).
+// Returns 0, or -1 if the OS refused (the pool still works, unpinned).
 int nm_pool_pin(nm_pool *p);
 // Runs fn for every chunk in [0, n_chunks) and returns when all are done. One
 // job at a time per pool (the caller's thread drives it). More than

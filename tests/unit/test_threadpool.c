@@ -130,15 +130,30 @@ NM_TEST(pool_job_larger_than_a_round) {
     free((void *)hits);
 }
 
+static void *affinity_count(void *arg) {
+    cpu_set_t set;
+    *(int *)arg = pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0 ? CPU_COUNT(&set) : -1;
+    return NULL;
+}
+
 NM_TEST(pool_pinned_still_runs_every_chunk) {
     nm_pool *p = nm_pool_create(2);
     NM_CHECK(p != NULL);
     if (!p) return;
-    NM_CHECK(nm_pool_pin(p) == 0);
     cpu_set_t set;
-    NM_CHECK(pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0 && CPU_COUNT(&set) == 1 && CPU_ISSET(0, &set));
+    NM_CHECK(pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0);
+    const int all = CPU_COUNT(&set);
+    NM_CHECK(nm_pool_pin(p) == 0);
+    // the creating thread keeps its cores until it drives a job: a thread it
+    // starts now (another brick's lane) inherits them all, not core 0 alone
+    pthread_t t;
+    int inherited = -1;
+    NM_CHECK(pthread_create(&t, NULL, affinity_count, &inherited) == 0);
+    pthread_join(t, NULL);
+    NM_CHECK(inherited == all);
     count_job j = {.n = 50};
     nm_pool_run(p, count_fn, &j, j.n);
+    NM_CHECK(pthread_getaffinity_np(pthread_self(), sizeof set, &set) == 0 && CPU_COUNT(&set) == 1 && CPU_ISSET(0, &set));
     bool ok = atomic_load(&j.extra) == 0;
     for (int64_t c = 0; c < j.n; c++) ok = ok && atomic_load(&j.hits[c]) == 1;
     NM_CHECK(ok);

@@ -137,6 +137,47 @@ NM_TEST(smollm2_opencl_equals_cpu) {
     same_as_cpu(NM_SMOLLM2, "The capital of France is", 24, 28, 0.01, nmtest_failed);
 }
 
+// Every layer on a device that shares host memory (PoCL): the activations and
+// the KV cache are host pages the device wraps (the host writes the inputs and
+// reads the logits in place), against NM_DEVICE_ARENA=1 (the device's own
+// buffers, inputs and logits copied): the same kernels, so the same logits
+// bit for bit, and the wrapped bytes grow by at least the cache.
+NM_TEST(activations_in_shared_memory) {
+    char path[1024];
+    NM_NEED_MODEL(NM_SMOLLM2, path);
+    nm_model *m = load(path);
+    NM_CHECK(m != NULL);
+    if (!m) return;
+    NEED_OPENCL(m);
+    nm_ctx *host = ctx_on(m, device(), -1, 64);
+    setenv("NM_DEVICE_ARENA", "1", 1);
+    nm_ctx *own = ctx_on(m, device(), -1, 64);
+    unsetenv("NM_DEVICE_ARENA");
+    NM_CHECK(host && own);
+    if (host && own) {
+        uint64_t wh, uh, wo, uo;
+        nm_ctx_device_stats(host, &wh, &uh);
+        nm_ctx_device_stats(own, &wo, &uo);
+        const uint64_t cache = 2ull * 64 * (uint64_t)nm_model_n_layer(m) * 64 * 3 * 2; // K and V, f16
+        fprintf(stderr, "  wrapped: shared activations %.1f MiB, own buffers %.1f MiB (cache %.1f MiB)\n",
+                wh / 1048576.0, wo / 1048576.0, cache / 1048576.0);
+        NM_CHECK(wh >= wo + cache && uh == 0 && uo == 0);
+        const int32_t nv = nm_model_n_vocab(m);
+        int32_t toks[6] = {504, 3458, 282, 4649, 314, 2}; // any ids
+        bool same = nm_decode(host, toks, 5, 0, false) == NM_OK && nm_decode(own, toks, 5, 0, false) == NM_OK &&
+                    !memcmp(nm_get_logits(host, -1), nm_get_logits(own, -1), sizeof(float) * (size_t)nv);
+        for (int i = 0; i < 4 && same; i++) {
+            const int32_t t = argmax(nm_get_logits(host, -1), nv);
+            same = nm_decode(host, &t, 1, 5 + i, false) == NM_OK && nm_decode(own, &t, 1, 5 + i, false) == NM_OK &&
+                   !memcmp(nm_get_logits(host, -1), nm_get_logits(own, -1), sizeof(float) * (size_t)nv);
+        }
+        NM_CHECK(same);
+    }
+    nm_ctx_free(host);
+    nm_ctx_free(own);
+    nm_model_free(m);
+}
+
 // Gemma 3: the CPU quantizes activations to 8 bits (as llama.cpp's CPU
 // backend); the OpenCL kernels multiply them in f32, so the two differ by
 // that rounding (docs/correctness.md: the OpenCL perplexity equals the CPU's

@@ -41,6 +41,8 @@ struct nm_ctx {
     int n_be;
     int32_t n_dev;     // layers on be[0]
     nm_backend *mem;   // the backend whose buffers hold the activations and the cache
+    nm_backend *host;  // a device sharing host memory, whole model there: the CPU backend whose
+                       // buffers (host pages, wrapped by the device) hold them; it runs no op
     nm_backend_caps caps; // of be[0]
     int32_t n_ctx, n_batch;
     nm_buffer *arena;  // every activation, in the backend's memory
@@ -114,7 +116,18 @@ static nm_status weights_supported(const nm_model *m, nm_backend *b, const nm_ba
     return NM_OK;
 }
 
+static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool device_arena, nm_ctx **out, char *err,
+                            size_t err_size);
+
 nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, char *err, size_t err_size) {
+    const char *da = getenv("NM_DEVICE_ARENA");
+    return ctx_create(m, params, da && !strcmp(da, "1"), out, err, err_size);
+}
+
+// device_arena: the activations and the cache in the device's own buffers even
+// where it shares host memory.
+static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool device_arena, nm_ctx **out, char *err,
+                            size_t err_size) {
     if (!m || !out) return NM_ERR_INVALID_ARG;
     *out = NULL;
     nm_ctx_params p = params ? *params : nm_ctx_default_params();
@@ -176,6 +189,14 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
         }
         c->n_be = 2;
         c->mem = c->be[1];
+    } else if (!on_cpu && c->caps.unified_memory && !device_arena) {
+        // every layer on a device that shares host memory: the activations and the
+        // cache in host pages it wraps, so the host writes the inputs and reads the
+        // logits in place (NM_DEVICE_ARENA=1: in the device's own buffers, copied)
+        nm_backend_params hb = bp;
+        hb.n_threads = 1; // memory only: no pool
+        hb.pin_threads = false;
+        if (nm_backend_create("cpu", &hb, &c->host, berr, sizeof berr) == NM_OK) c->mem = c->host;
     }
     const size_t B = (size_t)p.n_batch, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t qw = (size_t)hp->n_head * hp->head_dim;
@@ -236,13 +257,14 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out, 
             return st;
         }
     }
-    // a split: the device works in the CPU's activations and cache, in place
-    if (c->n_be == 2 &&
+    // a split, or host memory the device shares: the device works in the CPU's activations and cache, in place
+    if (c->mem != c->be[0] &&
         ((st = c->be[0]->iface->buffer_import_host(c->be[0], c->arena->host, c->arena->size, true)) != NM_OK ||
          (st = c->be[0]->iface->buffer_import_host(c->be[0], c->kvbuf->host, c->kvbuf->size, true)) != NM_OK)) {
+        const bool retry = c->host != NULL; // not a split: the device's own buffers will do
         if (err) snprintf(err, err_size, "sharing the activations: %s", c->be[0]->iface->last_error(c->be[0]));
         nm_ctx_free(c);
-        return st;
+        return retry ? ctx_create(m, params, true, out, err, err_size) : st;
     }
     *out = c;
     return NM_OK;
@@ -259,7 +281,7 @@ void nm_ctx_free(nm_ctx *c) {
     if (!c) return;
     for (int i = 0; i < NM_CTX_GRAPHS; i++) graph_clear(&c->graphs[i]);
     // a split: the device first (it wraps the CPU's pages), then the CPU's buffers
-    if (c->n_be == 2) {
+    if (c->n_be == 2 || c->host) {
         nm_backend_free(c->be[0]);
         c->be[0] = NULL;
     }
@@ -269,6 +291,7 @@ void nm_ctx_free(nm_ctx *c) {
     }
     nm_backend_free(c->be[0]);
     nm_backend_free(c->be[1]);
+    nm_backend_free(c->host);
     free(c->kv);
     free(c->logits_host);
     free(c->pos_host);

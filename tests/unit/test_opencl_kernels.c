@@ -756,6 +756,30 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// One line of the bench: kernel `name` over weights bw (rows rows per
+// work-group) at each local size from lo to hi, as time and GB/s of `bytes`.
+static void bench_row(const char *name, dbuf *bw, dbuf *bx, dbuf *by, int K, int N, int rows, size_t lo, size_t hi,
+                      size_t bytes, int iters) {
+    printf("  %-9s %6.1f MB:", name, (double)bytes / 1e6);
+    for (size_t lws = lo; lws <= hi; lws *= 2) {
+        kcall c = kc_begin(name);
+        kc_buf(&c, bw), kc_buf(&c, bx), kc_buf(&c, by), kc_buf(&c, by);
+        kc_int(&c, 0), kc_int(&c, K), kc_int(&c, N);
+        size_t g = (size_t)(N + rows - 1) / rows * lws;
+        double t0 = 0;
+        for (int it = 0; it <= iters && c.err == CL_SUCCESS; it++) {
+            if (it == 1) cl.api.clFinish(cl.q), t0 = now_s(); // the first launch warms up
+            c.err = cl.api.clEnqueueNDRangeKernel(cl.q, c.k, 1, NULL, &g, &lws, 0, NULL, NULL);
+        }
+        if (c.err == CL_SUCCESS) c.err = cl.api.clFinish(cl.q);
+        const double dt = (now_s() - t0) / iters;
+        cl.api.clReleaseKernel(c.k);
+        if (c.err != CL_SUCCESS) printf("  lws %zu: %s", lws, nm_cl_strerror(c.err));
+        else printf("  lws %zu: %7.1f us %6.0f GB/s", lws, dt * 1e6, (double)bytes / dt / 1e9);
+    }
+    printf("\n");
+}
+
 // Decode matvec bandwidth: a 4096 x 14336 weight of each type, as GB/s of
 // weight bytes read, for local sizes 64, 128 and 256.
 NM_TEST_OPTIN(bench_mv, "NM_CL_BENCH") {
@@ -771,45 +795,11 @@ NM_TEST_OPTIN(bench_mv, "NM_CL_BENCH") {
         dbuf bw = dbuf_new(w, bytes, 0), bx = dbuf_new(x, sizeof(float) * K, 0), by = dbuf_new(NULL, sizeof(float) * N, 0);
         char name[32];
         snprintf(name, sizeof name, "mv_%s", wtypes[ti].name);
-        printf("  %-9s %6.1f MB:", name, (double)bytes / 1e6);
-        for (size_t lws = 64; lws <= 256; lws *= 2) {
-            kcall c = kc_begin(name);
-            kc_buf(&c, &bw), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &by);
-            kc_int(&c, 0), kc_int(&c, K), kc_int(&c, N);
-            size_t g = (size_t)(N + MV_ROWS - 1) / MV_ROWS * lws;
-            double t0 = 0;
-            for (int it = 0; it <= iters && c.err == CL_SUCCESS; it++) {
-                if (it == 1) cl.api.clFinish(cl.q), t0 = now_s(); // the first launch warms up
-                c.err = cl.api.clEnqueueNDRangeKernel(cl.q, c.k, 1, NULL, &g, &lws, 0, NULL, NULL);
-            }
-            if (c.err == CL_SUCCESS) c.err = cl.api.clFinish(cl.q);
-            const double dt = (now_s() - t0) / iters;
-            cl.api.clReleaseKernel(c.k);
-            if (c.err != CL_SUCCESS) printf("  lws %zu: %s", lws, nm_cl_strerror(c.err));
-            else printf("  lws %zu: %7.1f us %6.0f GB/s", lws, dt * 1e6, (double)bytes / dt / 1e9);
-        }
-        printf("\n");
+        bench_row(name, &bw, &bx, &by, K, N, MV_ROWS, 64, 256, bytes, iters);
         if (wtypes[ti].type == NM_TYPE_Q4_0) { // and repacked
             uint8_t *r = repack_q4_0(w, K, N);
             dbuf br = dbuf_new(r, bytes, 0);
-            printf("  %-9s %6.1f MB:", "mv_q4_0r", (double)bytes / 1e6);
-            for (size_t lws = 32; lws <= 128; lws *= 2) {
-                kcall c = kc_begin("mv_q4_0r");
-                kc_buf(&c, &br), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &by);
-                kc_int(&c, 0), kc_int(&c, K), kc_int(&c, N);
-                size_t g = (size_t)(N + MVR_ROWS - 1) / MVR_ROWS * lws;
-                double t0 = 0;
-                for (int it = 0; it <= iters && c.err == CL_SUCCESS; it++) {
-                    if (it == 1) cl.api.clFinish(cl.q), t0 = now_s();
-                    c.err = cl.api.clEnqueueNDRangeKernel(cl.q, c.k, 1, NULL, &g, &lws, 0, NULL, NULL);
-                }
-                if (c.err == CL_SUCCESS) c.err = cl.api.clFinish(cl.q);
-                const double dt = (now_s() - t0) / iters;
-                cl.api.clReleaseKernel(c.k);
-                if (c.err != CL_SUCCESS) printf("  lws %zu: %s", lws, nm_cl_strerror(c.err));
-                else printf("  lws %zu: %7.1f us %6.0f GB/s", lws, dt * 1e6, (double)bytes / dt / 1e9);
-            }
-            printf("\n");
+            bench_row("mv_q4_0r", &br, &bx, &by, K, N, MVR_ROWS, 32, 128, bytes, iters);
             dbuf_free(&br);
             free(r);
         }

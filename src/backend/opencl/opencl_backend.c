@@ -39,8 +39,7 @@ extern const size_t nm_cl_kernels_source_len;
 // A weight laid out the device's way at load (prepare_weight): found by the
 // host address the ops name it by.
 typedef struct cl_packed {
-    const uint8_t *host; // the weight's bytes on the host (its ops' src0)
-    uint32_t type;       // the type of the original
+    const uint8_t *host; // the weight's bytes on the host (its ops' src0); q4_0
     int64_t K, N;        // its shape
     cl_mem mem;          // the repacked copy
 } cl_packed;
@@ -602,15 +601,21 @@ typedef struct dmem {
 
 // ---- repacked weights -------------------------------------------------------------------
 
-// The repacked copy of the weight at host address h, or NULL.
-static const cl_packed *packed_find(const nm_ocl *o, const uint8_t *h) {
+// The index of the first repacked weight at host address >= h.
+static int packed_lower(const nm_ocl *o, const uint8_t *h) {
     int lo = 0, hi = o->n_packed;
     while (lo < hi) {
         const int mid = (lo + hi) / 2;
         if (o->packed[mid].host < h) lo = mid + 1;
         else hi = mid;
     }
-    return lo < o->n_packed && o->packed[lo].host == h ? &o->packed[lo] : NULL;
+    return lo;
+}
+
+// The repacked copy of the weight at host address h, or NULL.
+static const cl_packed *packed_find(const nm_ocl *o, const uint8_t *h) {
+    const int i = packed_lower(o, h);
+    return i < o->n_packed && o->packed[i].host == h ? &o->packed[i] : NULL;
 }
 
 // On a device with its own memory, where the weights are uploaded anyway,
@@ -649,10 +654,9 @@ static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
         if (m) o->api.clReleaseMemObject(m);
         return NM_OK; // no room: the original serves
     }
-    int at = 0;
-    while (at < o->n_packed && o->packed[at].host < h) at++;
+    const int at = packed_lower(o, h);
     memmove(&o->packed[at + 1], &o->packed[at], sizeof *o->packed * (size_t)(o->n_packed - at));
-    o->packed[at] = (cl_packed){.host = h, .type = w->type, .K = K, .N = N, .mem = m};
+    o->packed[at] = (cl_packed){.host = h, .K = K, .N = N, .mem = m};
     o->n_packed++;
     o->bytes_uploaded += bytes;
     nm_ledger_count(o->ledger, o->ep_host, o->ep_dev, bytes);
@@ -668,22 +672,19 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     const int64_t T = op->src1->ne[1];
     const uint32_t t = op->src0->type;
     if (T == 1 || (op->flags & NM_OPF_ROWWISE)) { // each row as decode computes it
+        // the repacked copy where prepare_weight made one, else the weight as it is
         const cl_packed *pk = o->n_packed ? packed_find(o, nm_tensor_host(op->src0)) : NULL;
         if (pk && (pk->K != K || pk->N != N)) pk = NULL;
-        for (int64_t r = 0; r < T && pk; r++) {
-            const cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4, po = 0;
-            const karg args[] = {A(pk->mem), A(po), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
+        const cl_kernel k = pk ? o->k_mv_q4_0r : o->typed.k[K_MV][t];
+        const cl_mem wm = pk ? pk->mem : w.m;
+        const cl_ulong wo = pk ? 0 : w.off;
+        const size_t rows = pk ? NM_CL_MVR_ROWS : NM_CL_MV_ROWS, local = pk ? o->mvr_lws : o->mv_lws;
+        const size_t global = ((size_t)N + rows - 1) / rows * local;
+        for (int64_t r = 0; r < T; r++) {
+            const cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4;
+            const karg args[] = {A(wm), A(wo), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
                                  A(has_bias), A(K), A(N)};
-            const size_t local = o->mvr_lws, global = ((size_t)N + NM_CL_MVR_ROWS - 1) / NM_CL_MVR_ROWS * o->mvr_lws;
-            nm_status st = launch(o, o->k_mv_q4_0r, "matvec", 1, &global, &local, args, 11);
-            if (st != NM_OK) return st;
-        }
-        for (int64_t r = 0; r < T && !pk; r++) {
-            cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4;
-            const karg args[] = {A(w.m), A(w.off), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
-                                 A(has_bias), A(K), A(N)};
-            const size_t local = o->mv_lws, global = ((size_t)N + NM_CL_MV_ROWS - 1) / NM_CL_MV_ROWS * o->mv_lws;
-            nm_status st = launch(o, o->typed.k[K_MV][t], "matvec", 1, &global, &local, args, 11);
+            nm_status st = launch(o, k, "matvec", 1, &global, &local, args, 11);
             if (st != NM_OK) return st;
         }
         return NM_OK;

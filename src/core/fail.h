@@ -5,10 +5,22 @@
 #ifndef NM_CORE_FAIL_H
 #define NM_CORE_FAIL_H
 
+#include <pthread.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "nanomind.h"
 
 nm_status nm_fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+// A handle's last-error text as *_last_error returns it where other threads
+// may be failing on the same handle: copied under the lock that guards its
+// writes into dst (the function's own _Thread_local buffer of n bytes).
+static inline const char *nm_err_snapshot(pthread_mutex_t *lock, const char *err, char *dst, size_t n) {
+    pthread_mutex_lock(lock);
+    memcpy(dst, err, n);
+    pthread_mutex_unlock(lock);
+    return dst;
+}
 
 #endif

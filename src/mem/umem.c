@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/fail.h"
+
 #define NM_DEFAULT_HEAP "/dev/dma_heap/system"
 
 struct nm_umem_buf {
@@ -29,7 +31,7 @@ struct nm_umem_buf {
     size_t align;
     int fd;                   // -1 for anon
     nm_umem_kind kind;
-    bool held;                // a ring's memory: outlives nm_umem_free (nm_umem_buf_hold)
+    bool held;                // a ring's memory: outlives nm_umem_free (nm_umem_hold)
 };
 
 struct nm_umem {
@@ -118,12 +120,7 @@ nm_umem_kind nm_umem_default_kind(const nm_umem *p) { return p ? p->default_kind
 // buffer: another thread's failure cannot change it while the caller reads.
 const char *nm_umem_last_error(const nm_umem *p) {
     static _Thread_local char msg[sizeof p->err];
-    if (!p) return "";
-    nm_umem *q = (nm_umem *)p; // the lock only
-    pthread_mutex_lock(&q->lock);
-    memcpy(msg, p->err, sizeof msg);
-    pthread_mutex_unlock(&q->lock);
-    return msg;
+    return p ? nm_err_snapshot(&((nm_umem *)p)->lock, p->err, msg, sizeof msg) : "";
 }
 
 void *nm_umem_map_aligned(int fd, size_t size, size_t align) {

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "mem/umem.h"
+#include "core/fail.h"
 
 #define TABM_MAGIC "NMTABM\0"
 #define TABM_VERSION 1u
@@ -390,12 +391,7 @@ size_t nm_tabm_max_payload(const nm_tabm *r) { return r ? r->max_payload : 0; }
 // Copied out under the lock into the calling thread's own buffer (see nm_umem_last_error).
 const char *nm_tabm_last_error(const nm_tabm *r) {
     static _Thread_local char msg[sizeof r->err];
-    if (!r) return "";
-    nm_tabm *q = (nm_tabm *)r; // the lock only
-    pthread_mutex_lock(&q->err_lock);
-    memcpy(msg, r->err, sizeof msg);
-    pthread_mutex_unlock(&q->err_lock);
-    return msg;
+    return r ? nm_err_snapshot(&((nm_tabm *)r)->err_lock, r->err, msg, sizeof msg) : "";
 }
 
 int nm_tabm_poll_fd(nm_tabm *r) {

@@ -158,7 +158,8 @@ NM_TEST(activations_in_shared_memory) {
         uint64_t wh, uh, wo, uo;
         nm_ctx_device_stats(host, &wh, &uh);
         nm_ctx_device_stats(own, &wo, &uo);
-        const uint64_t cache = 2ull * 64 * (uint64_t)nm_model_n_layer(m) * 64 * 3 * 2; // K and V, f16
+        // K and V, f16: 64 positions of SmolLM2's 3 KV heads of 64 per layer
+        const uint64_t cache = 2ull * 64 * (uint64_t)nm_model_n_layer(m) * 64 * 3 * 2;
         fprintf(stderr, "  wrapped: shared activations %.1f MiB, own buffers %.1f MiB (cache %.1f MiB)\n",
                 wh / 1048576.0, wo / 1048576.0, cache / 1048576.0);
         NM_CHECK(wh >= wo + cache && uh == 0 && uo == 0);

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "bricks/llm/llm.h"
+#include "core/fail.h"
 
 struct nm_llm_brick {
     nm_model *m;
@@ -150,11 +151,7 @@ int32_t nm_llm_brick_pos(const nm_llm_brick *b) { return b ? b->pos : 0; }
 // Copied out under the lock into the calling thread's own buffer (as nm_umem_last_error).
 const char *nm_llm_brick_last_error(const nm_llm_brick *b) {
     static _Thread_local char msg[sizeof b->err];
-    if (!b) return "";
-    pthread_mutex_lock(&err_lock);
-    memcpy(msg, b->err, sizeof msg);
-    pthread_mutex_unlock(&err_lock);
-    return msg;
+    return b ? nm_err_snapshot(&err_lock, b->err, msg, sizeof msg) : "";
 }
 nm_llm_brick_stats nm_llm_brick_get_stats(const nm_llm_brick *b) {
     nm_llm_brick_stats z = {0};

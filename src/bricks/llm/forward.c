@@ -280,8 +280,8 @@ static void graph_clear(graph *g) {
 void nm_ctx_free(nm_ctx *c) {
     if (!c) return;
     for (int i = 0; i < NM_CTX_GRAPHS; i++) graph_clear(&c->graphs[i]);
-    // a split: the device first (it wraps the CPU's pages), then the CPU's buffers
-    if (c->n_be == 2 || c->host) {
+    // a split or host memory the device wraps: the device first (it wraps the CPU backend's pages), then those buffers
+    if (c->mem != c->be[0]) {
         nm_backend_free(c->be[0]);
         c->be[0] = NULL;
     }

@@ -53,8 +53,8 @@ test-asan: setup models
 # TABM ring (its stress test runs a smaller count under TSan) and the LLM brick on rings.
 test-tsan: setup
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_TSAN=ON > /dev/null
-	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend test_tabm test_tabm_stress test_tabm_xproc test_tabm_llm_brick test_tabm_vision test_tts
-	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend|test_tabm|test_tts'
+	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend test_tabm test_tabm_stress test_tabm_xproc test_tabm_llm_brick test_tabm_vision test_tts test_brick
+	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend|test_tabm|test_tts|test_brick'
 
 # The quant kernels cross-built for aarch64 and run under qemu, with and
 # without dotprod (correctness only). Installs the cross toolchain if missing.

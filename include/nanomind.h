@@ -320,11 +320,14 @@ typedef enum nm_tabm_kind {
     NM_TABM_EMBD_F16 = 3, // IEEE half embeddings, shape [n_tokens, n_embd]
     NM_TABM_PCM_S16 = 4,  // int16 samples, shape [n_frames, channels], sample_rate set
     NM_TABM_PCM_F32 = 5,  // float samples, same
+    NM_TABM_TEXT = 6,     // UTF-8 text (not NUL-terminated), shape [n_bytes]
+    NM_TABM_IMAGE = 7,    // an image file's bytes (PNG, JPEG, PPM), shape [n_bytes]
 } nm_tabm_kind;
 
 // A slot's header, in the ring's shared memory. The writer fills kind, ndim,
-// shape, size (and sample_rate, user) between acquire_write and publish; the
-// ring sets producer, seq and the timestamps. Readers must not modify it.
+// shape, size (and sample_rate, user, request) between acquire_write and
+// publish; the ring sets producer, seq and the timestamps (acquire_write
+// zeroes the rest). Readers must not modify it.
 typedef struct nm_tabm_meta {
     uint32_t kind;         // nm_tabm_kind
     uint32_t producer;     // as given to acquire_write
@@ -336,7 +339,8 @@ typedef struct nm_tabm_meta {
     uint64_t t_acquire_ns; // CLOCK_MONOTONIC at acquire_write, publish, acquire_read
     uint64_t t_publish_ns;
     uint64_t t_read_ns;
-    uint64_t user;         // free for the producer (frame id, position, ...)
+    uint64_t user;         // free for the producer; bricks: flags (NM_BRICK_MORE, ...)
+    uint64_t request;      // request id: a brick's output slots carry their request's (0: none)
 } nm_tabm_meta;
 
 // A held slot. Filled by acquire_*; pass it back to publish / release / cancel.
@@ -405,110 +409,391 @@ typedef struct nm_tabm_stats {
 // Ring-wide (all processes). Counters are read one by one, not as a snapshot.
 nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
 
-// ---- LLM brick on TABM rings ------------------------------------------------------------
-// Owner: src/bricks/llm/brick.c; docs/tabm.md ("LLM brick") has the slot protocol.
-// The decoder as a brick: prompts arrive as slots of an input ring and are
-// decoded in place (the pointer given to nm_decode / nm_decode_embd is the
-// slot's payload); sampled tokens leave as slots of an output ring.
+// ==== end of zero-copy plumbing =============================================================
+
+// ==== bricks: one interface for speech-to-text, vision, the decoder, text-to-speech ====
+// Owner: src/bricks/brick.c (the handle, the dispatch) and one implementation
+// per brick (src/bricks/*/brick_*.c). docs/bricks.md has the slot protocols
+// in full.
 //
-// Input: a prompt is one or more slots, decoded at consecutive positions:
-//   NM_TABM_TOKENS   int32 ids, ndim 1, shape [n], n >= 1
-//   NM_TABM_EMBD_F32 floats, ndim 2, shape [n, n_embd of the model], n >= 1
-//   meta->user: NM_LLM_IN_MORE set: more slots of this prompt follow (text,
-//   image, text ...); clear: the slot ends the prompt and generation starts.
-//   NM_LLM_IN_AT_POS set: the slot starts at position NM_LLM_IN_POS_OF(user)
-//   (a new conversation: 0); clear: where the brick stands (after the last
-//   slot or generated token). Leading tokens of a token slot that the cache
-//   already holds at those positions are not decoded again (prefix reuse).
-// Output: NM_TABM_TOKENS slots, ndim 1, up to out_batch tokens each (1: a slot
-//   per token, as it is sampled). The last slot of each prompt's generation
-//   has NM_LLM_OUT_END in meta->user and the reason in NM_LLM_OUT_STOP_OF(user);
-//   it holds the tokens still pending (ndim 0, size 0 when there are none).
-//   The end-of-generation token itself is not written.
-// A malformed input slot (other kind, wrong n_embd, empty, past the context)
-// is released, its prompt dropped (the rest of its slots skipped), the reason
-// kept in nm_llm_brick_last_error, and an END slot with NM_LLM_STOP_BAD_INPUT
-// is written; the brick goes on with the next prompt.
-#define NM_LLM_IN_MORE 1u
-#define NM_LLM_IN_AT_POS 2u
+// A brick is one model (or engine) placed on one compute unit. It reads
+// requests from an input ring and writes what it makes into an output ring,
+// in place: a payload is written once, into the slot its reader reads.
+//
+//   kind    input slots (port)                  output slots (port)
+//   STT     NM_TABM_PCM_F32, 16 kHz mono (PCM)  NM_TABM_TEXT, one per segment (TEXT)
+//   VISION  NM_TABM_IMAGE (IMAGE)                the image's prompt segment for the LLM
+//                                                brick: NM_TABM_TOKENS + NM_TABM_EMBD_F32
+//   LLM     NM_TABM_TOKENS / NM_TABM_EMBD_F32    NM_TABM_TOKENS, the sampled tokens (TOKENS)
+//           (TOKENS, EMBD): a prompt
+//   TTS     NM_TABM_TEXT (TEXT)                  NM_TABM_PCM_S16 mono (PCM)
+//
+// Requests. A request is one or more slots: every slot of it but the last has
+// NM_BRICK_MORE in meta->user, in and out alike, so one brick's output is the
+// next one's input (STT segments -> TTS, the vision segment -> LLM). Output
+// slots carry their request's id in meta->request (the first input slot's).
+// The last output slot of a failed request has NM_BRICK_ERROR (its message:
+// nm_brick_last_error); the brick goes on with the next request. A malformed
+// input slot (another kind, a wrong shape) fails its request: its remaining
+// slots are read and dropped.
+//
+// Per kind:
+//   STT    a request is one PCM slot (an utterance, any length: 30 s windows
+//          are decoded in turn). Each segment is a TEXT slot, written as its
+//          window ends; meta->shape[1], shape[2]: its start and end in 10 ms
+//          units of the audio (ndim 1; a segment without text, which
+//          whisper.cpp keeps too, has ndim 0). An empty TEXT slot without
+//          NM_BRICK_MORE ends the request (only the end of the audio tells
+//          which segment is the last).
+//   VISION a request is one IMAGE slot. Its segment (marker tokens and the
+//          encoder's embeddings, written by the encoder straight into the
+//          slots) carries the IMAGE slot's flags on: NM_LLM_IN_AT_POS and its
+//          position go to the first slot, NM_BRICK_MORE (more of the prompt
+//          follows: text, another image) to the last.
+//   LLM    a request is a prompt, decoded in place; NM_LLM_IN_AT_POS set: the
+//          slot starts at position NM_LLM_IN_POS_OF(user) (0: a new
+//          conversation; leading tokens the cache already holds at those
+//          positions are not decoded again), clear: where the brick stands.
+//          Output: up to out_batch tokens per slot; the last slot holds the
+//          tokens still pending (maybe none: ndim 0, size 0) and the reason
+//          generation stopped in NM_LLM_STOP_OF(user). The end-of-generation
+//          token itself is not written.
+//   TTS    each TEXT slot of a request is spoken in turn; PCM slots (shape
+//          [n_frames, 1], sample_rate set) as the engine makes them.
+#define NM_BRICK_MORE 1u   // meta->user: more slots of this request follow
+#define NM_LLM_IN_AT_POS 2u // LLM input: the slot starts at NM_LLM_IN_POS_OF(user)
+#define NM_BRICK_ERROR 4u  // meta->user of a request's last output slot: the request failed
 #define NM_LLM_IN_POS(pos) (((uint64_t)(uint32_t)(pos) << 32) | NM_LLM_IN_AT_POS)
 #define NM_LLM_IN_POS_OF(user) ((int32_t)((user) >> 32))
-#define NM_LLM_OUT_END 1u
-#define NM_LLM_OUT_STOP_OF(user) ((nm_llm_stop)(((user) >> 8) & 0xff))
+#define NM_LLM_STOP_OF(user) ((nm_llm_stop)(((user) >> 8) & 0xff))
 
 typedef enum nm_llm_stop {
-    NM_LLM_STOP_NONE = 0,      // not an END slot
+    NM_LLM_STOP_NONE = 0,      // not a request's last slot
     NM_LLM_STOP_EOG = 1,       // the model sampled an end-of-generation token
     NM_LLM_STOP_N_PREDICT = 2, // n_predict tokens written
     NM_LLM_STOP_CTX_FULL = 3,  // the context has no room for another token
-    NM_LLM_STOP_BAD_INPUT = 4, // a slot of the prompt was malformed (see last error)
-    NM_LLM_STOP_ERROR = 5,     // a decode failed (see last error)
+    NM_LLM_STOP_BAD_INPUT = 4, // a slot of the prompt was malformed (NM_BRICK_ERROR set)
+    NM_LLM_STOP_ERROR = 5,     // a decode failed (NM_BRICK_ERROR set)
     NM_LLM_STOP_STRING = 6,    // the text reached a stop string
 } nm_llm_stop;
 
-typedef struct nm_llm_brick nm_llm_brick;
+typedef enum nm_brick_kind {
+    NM_BRICK_STT = 1,
+    NM_BRICK_VISION = 2,
+    NM_BRICK_LLM = 3,
+    NM_BRICK_TTS = 4,
+} nm_brick_kind;
 
-typedef struct nm_llm_brick_params {
-    int32_t n_predict;  // tokens per prompt; < 0: until end of generation or a full context. Default 128
-    int32_t out_batch;  // tokens per output slot (<= 1: one, streaming); the output ring's slots must hold them
-    uint32_t producer;  // producer id of the output slots
-    int64_t timeout_ns; // every wait on either ring (as in nm_tabm_*); default -1: forever
-    const char *name;   // the brick's endpoint in the ledger; NULL: "llm"
+// Ports: what a ring between bricks carries. NM_PORT_BIT(p) in the masks below.
+typedef enum nm_port {
+    NM_PORT_PCM = 0,    // NM_TABM_PCM_F32 or NM_TABM_PCM_S16
+    NM_PORT_IMAGE = 1,  // NM_TABM_IMAGE
+    NM_PORT_TOKENS = 2, // NM_TABM_TOKENS
+    NM_PORT_EMBD = 3,   // NM_TABM_EMBD_F32
+    NM_PORT_TEXT = 4,   // NM_TABM_TEXT
+} nm_port;
+#define NM_PORT_BIT(p) (1u << (p))
+
+// Compute units a brick can run on. NM_UNIT_BIT(u) in nm_brick_i.units.
+typedef enum nm_unit {
+    NM_UNIT_CPU = 0,
+    NM_UNIT_OPENCL = 1,
+} nm_unit;
+#define NM_UNIT_BIT(u) (1u << (u))
+
+// ---- parameters of each kind ------------------------------------------------------------
+
+// The decoder's generation (LLM).
+typedef struct nm_llm_params {
+    int32_t n_predict; // tokens per prompt; < 0: until end of generation or a full context. Default 128
+    int32_t out_batch; // tokens per output slot (<= 1: one, streaming); the output ring's slots must hold them
     // Stop strings (llama.cpp's -r/--reverse-prompt): generation ends once the
     // text generated for the prompt contains one (the token that completes it
-    // is written and decoded). Borrowed; at most NM_LLM_MAX_STOP of at most
-    // NM_LLM_MAX_STOP_LEN bytes each.
+    // is written and decoded). Borrowed for the brick's life; at most
+    // NM_LLM_MAX_STOP of at most NM_LLM_MAX_STOP_LEN bytes each.
     const char *const *stop;
     int32_t n_stop;
-    bool ignore_eos;    // never sample an end-of-generation token (llama.cpp's --ignore-eos)
-} nm_llm_brick_params;
+    bool ignore_eos;   // never sample an end-of-generation token (llama.cpp's --ignore-eos)
+} nm_llm_params;
 #define NM_LLM_MAX_STOP 16
 #define NM_LLM_MAX_STOP_LEN 256
 
-nm_llm_brick_params nm_llm_brick_default_params(void);
-// A brick over a context `c` made from `m`, sampling with `s`; all three and
-// `ledger` (may be NULL) are borrowed and must outlive the brick, and are used
-// by the brick's thread only while it runs. The brick copies nothing between
-// rings; a copy it ever has to make goes through nm_ledger_copy on `ledger`.
-nm_status nm_llm_brick_create(nm_model *m, nm_ctx *c, nm_sampler *s, const nm_llm_brick_params *p,
-                              nm_ledger *ledger, nm_llm_brick **out, char *err, size_t err_size);
-void nm_llm_brick_free(nm_llm_brick *b);
-// Serves one prompt: reads its slots from `in`, decodes them, generates into
-// `out`, and returns NM_OK once the END slot is published (also for a prompt
-// dropped as malformed: see the END slot's reason). NM_ERR_SHUTDOWN when
-// either ring is shut down (the input one once drained): then the brick shuts
-// down the other ring too, so both neighbours wake and end. NM_ERR_TIMEOUT
-// when a wait ran past timeout_ns (the prompt is abandoned).
-nm_status nm_llm_brick_step(nm_llm_brick *b, nm_tabm *in, nm_tabm *out);
-// Serves prompts until a ring shuts down (NM_ERR_SHUTDOWN) or a wait times out.
-// Run it on the brick's own thread (lane).
-nm_status nm_llm_brick_run(nm_llm_brick *b, nm_tabm *in, nm_tabm *out);
-// Where the next slot without NM_LLM_IN_AT_POS starts.
-int32_t nm_llm_brick_pos(const nm_llm_brick *b);
-// "" if none. Any thread may read it, also while the brick runs (the text is
-// the reader's copy, as nm_umem_last_error's); after the END slot it is the run's.
-const char *nm_llm_brick_last_error(const nm_llm_brick *b);
+// Speech-to-text (Whisper), written to give the same transcripts as
+// whisper.cpp's whisper_full on the same model file (docs/correctness.md).
+typedef enum nm_stt_strategy {
+    NM_STT_GREEDY = 0,
+    NM_STT_BEAM = 1,
+} nm_stt_strategy;
 
-typedef struct nm_llm_brick_stats {
-    uint64_t n_prompts;         // prompts served (END slots written)
-    uint64_t n_prompt_tokens;   // prompt positions decoded (tokens and embedding rows, not reused ones)
-    uint64_t n_gen;             // tokens sampled and decoded
-    uint64_t n_in_slots, n_out_slots, n_bad_slots;
-    double t_prompt, t_gen;     // seconds decoding prompts / generating (sampling, decoding, writing)
-} nm_llm_brick_stats;
-// Cumulative. Read it while the brick is idle, like the last error.
-nm_llm_brick_stats nm_llm_brick_get_stats(const nm_llm_brick *b);
+#define NM_STT_MAX_DECODERS 8 // best_of and beam_size cap (whisper.cpp's WHISPER_MAX_DECODERS)
 
-// ---- TTS brick output on TABM rings ---------------------------------------------------
-// Owner: src/bricks/tts/ (tts.h); docs/tts.md has the protocol. The
-// text-to-speech brick writes NM_TABM_PCM_S16 slots (ndim 2, shape
-// [n_frames, 1], sample_rate set). The last slot of an utterance has
-// NM_TTS_OUT_END in meta->user; NM_TTS_OUT_ERROR beside it: the utterance was
-// cut short by an error (the slot holds what was synthesized, maybe nothing:
-// ndim 0, size 0).
-#define NM_TTS_OUT_END 1u
-#define NM_TTS_OUT_ERROR 2u
-// ==== end of zero-copy plumbing =============================================================
+typedef struct nm_transcript nm_transcript;
+
+typedef struct nm_stt_params {
+    nm_stt_strategy strategy;
+    int32_t best_of;         // sequences sampled at T > 0 (greedy: 5)
+    int32_t beam_size;       // hypotheses at T = 0 with NM_STT_BEAM (5)
+    float patience;          // unused (whisper.cpp: "not implemented"); -1
+
+    const char *language;    // "en", "de", ... or "auto" (multilingual models: detect from the first
+                             // window); NULL = "en". English-only models always use English.
+    bool translate;          // <|translate|> instead of <|transcribe|> (multilingual models)
+    bool no_timestamps;      // decode with <|notimestamps|>: one segment per window
+    bool single_segment;     // one segment per window even with timestamps
+    bool no_context;         // do not condition on the previous window's text (default true)
+    int32_t n_max_text_ctx;  // cap on the previous-text tokens (16384: n_text_ctx / 2 decides)
+    const int32_t *prompt_tokens; // initial prompt (whisper-cli --prompt), read during a request;
+    int32_t n_prompt_tokens;      // it goes before the previous text
+    bool carry_initial_prompt;    // the prompt leads every window's prompt (whisper-cli --carry-initial-prompt)
+
+    bool suppress_blank;     // true
+    bool suppress_nst;       // false: whisper.cpp's non-speech symbol list
+
+    float temperature;       // 0
+    float temperature_inc;   // 0.2 (0: no fallback)
+    float entropy_thold;     // 2.4
+    float logprob_thold;     // -1
+    float no_speech_thold;   // 0.6
+    float max_initial_ts;    // 1.0 s
+    float length_penalty;    // -1: score = sum logprob / length
+    int32_t max_tokens;      // 0: no limit on the tokens of a segment
+
+    // Token-level timestamps (whisper.cpp's experimental heuristic): each
+    // token's t0, t1. Needed by max_len.
+    bool token_timestamps;   // false
+    float thold_pt;          // 0.01: a token's own timestamp is used above this probability
+    float thold_ptsum;       // 0.01: ... and above this summed timestamp probability
+    int32_t max_len;         // 0; > 0: segments split to at most this many characters (UTF-8 code points)
+    bool split_on_word;      // with max_len: split only before a token that starts with a blank
+
+    int64_t offset_ms;       // start of the audio to transcribe (0)
+    int64_t duration_ms;     // 0: to the end
+
+    // Called after each window with its new segments [i0, n) of the
+    // transcript so far. Optional; the STT brick writes them as slots.
+    void (*on_segments)(const nm_transcript *t, int32_t i0, void *user);
+    void *user;
+} nm_stt_params;
+
+// whisper.cpp's whisper_full_default_params(strategy) in our terms.
+nm_stt_params nm_stt_default_params(nm_stt_strategy strategy);
+
+typedef struct nm_stt_token {
+    int32_t id;    // token id
+    int32_t tid;   // likeliest timestamp token at this step (id itself for a timestamp)
+    float p, plog; // probability and log-probability it was chosen with
+    float pt;      // probability of tid among the timestamps
+    float ptsum;   // summed probability of the timestamps
+    int64_t t0, t1; // token-level timestamps (10 ms units; -1 when not computed)
+    float vlen;    // its "voice length" (token_timestamps)
+} nm_stt_token;
+
+typedef struct nm_stt_segment {
+    int64_t t0, t1;        // 10 ms units from the start of the audio
+    char *text;            // UTF-8 (the tokens' bytes), NUL-terminated; owned by the transcript
+    nm_stt_token *tokens;  // (n_tokens): text and timestamp tokens of the segment; owned
+    int32_t n_tokens;
+    float avg_logprob;     // average log-probability of the window's sequence
+    float no_speech_prob;  // P(<|nospeech|>) after the window's prompt
+    float temperature;     // the temperature the window was decoded at
+} nm_stt_segment;
+
+struct nm_transcript {
+    nm_stt_segment *seg;   // (n_seg), owned
+    int32_t n_seg, cap_seg;
+    char language[8];      // the language used ("en", or the detected one)
+    float language_prob;   // probability of the detected language (1 if not detected)
+    int64_t n_samples;     // audio length
+    int32_t n_windows;     // windows encoded
+    int32_t n_fallbacks;   // windows decoded again at a higher temperature
+};
+
+// Text-to-speech.
+typedef struct nm_tts_params {
+    const char *engine;   // NULL or "espeak-ng" (the only engine so far)
+    const char *voice;    // engine voice: espeak-ng language or voice name, e.g. "en-us", "en", "de",
+                          // "en+f3" (a variant); NULL: "en-us"
+    int32_t rate_wpm;     // speaking rate, words per minute; espeak-ng: 80..450, default 175
+    int32_t pitch;        // 0..100, default 50 (espeak-ng's base pitch)
+    int32_t volume;       // 0..200, default 100 (espeak-ng's amplitude, in percent)
+    int32_t sample_rate;  // output rate in Hz; 0: the engine's native rate (espeak-ng 22050), else 8000..192000
+    const char *data_dir; // espeak-ng-data directory (or a directory holding one); NULL: espeak-ng's
+                          // own search (ESPEAK_DATA_PATH, then the installed data)
+} nm_tts_params;
+
+// engine NULL, voice "en-us", 175 wpm, pitch 50, volume 100, native rate, data_dir NULL.
+nm_tts_params nm_tts_default_params(void);
+
+// ---- the brick ------------------------------------------------------------------------
+typedef struct nm_brick nm_brick;
+
+typedef struct nm_brick_params {
+    nm_brick_kind kind;
+    const char *model;      // the model file: LLM a GGUF decoder; VISION an mmproj GGUF; STT a Whisper GGUF
+                            // or whisper.cpp ggml .bin; TTS none (the engine is tts.engine)
+    nm_model *llm_model;    // LLM: a loaded model to run instead of loading `model` (borrowed: outlives the brick)
+    const nm_brick *feeds;  // VISION: the LLM brick whose input ring it writes (required: its tokenizer writes
+                            // the image markers, its embedding width is checked); borrowed
+    // placement
+    const char *device;     // LLM, VISION: "cpu" (NULL), "opencl", "opencl:N", "auto" (as nm_ctx_params);
+                            // STT, TTS: the CPU only
+    int32_t n_threads;      // <= 0: all cores
+    bool pin_threads;       // LLM: pin thread i to core i (as nm_ctx_params)
+    // plumbing
+    const char *name;       // its endpoint in the ledger; NULL: the kind's name ("llm", "vision", "stt", "tts")
+    nm_ledger *ledger;      // borrowed, may be NULL: the copies the brick makes between bricks are counted there
+    uint32_t producer;      // producer id of its output slots
+    int64_t timeout_ns;     // each wait on a ring (as nm_tabm_*); default -1: forever
+    // LLM
+    int32_t n_ctx, n_batch, n_gpu_layers; // as nm_ctx_params
+    bool no_mmap;                          // as nm_model_params
+    nm_sampler_params sampling;
+    nm_llm_params llm;
+    // STT
+    nm_stt_params stt;
+    int32_t stt_max_decoders; // room for best_of / beam_size sequences (<= 0: 5)
+    // TTS
+    nm_tts_params tts;
+} nm_brick_params;
+
+// The defaults of every field for a brick of `kind`.
+nm_brick_params nm_brick_default_params(nm_brick_kind kind);
+
+// What a brick is asked to estimate: the size of one request.
+typedef struct nm_brick_input {
+    int64_t n_tokens;      // LLM: prompt positions to decode (tokens and embedding rows)
+    int64_t n_past;        // LLM: positions already in the cache before them
+    int64_t n_predict;     // LLM: tokens to generate
+    int64_t n_samples;     // STT: 16 kHz samples
+    int32_t width, height; // VISION: the image, in pixels
+    int64_t n_bytes;       // TTS: bytes of text
+} nm_brick_input;
+
+#define NM_EST_TYPES 48 // GGUF tensor type ids 0..47
+// A brick's cost for one request, from its shapes (no run): what the planner
+// multiplies with a unit's measured speeds.
+typedef struct nm_brick_cost {
+    double flops;                       // all arithmetic (a multiply-add counts 2)
+    double flops_by_type[NM_EST_TYPES]; // of it, the matmuls by their weight's GGUF type; [0] (F32) also holds
+                                        // attention, convolutions, norms and activations
+    double weight_bytes_read;           // weight bytes streamed: every forward pass reads its matmul weights
+    double act_bytes;                   // activations and KV cache read and written (an approximation)
+    uint64_t weight_bytes;              // weights resident (mapped from the file)
+    uint64_t peak_bytes;                // memory held at the peak: weights and every buffer
+    int64_t n_passes;                   // forward passes: prefill batches + decode steps, encoder runs, windows
+    int64_t n_out;                      // what it makes: tokens, embedding rows, segments (upper bound), samples
+} nm_brick_cost;
+
+// Cumulative counters, read while the brick is idle (or from the lane that runs it).
+typedef struct nm_brick_stats {
+    uint64_t n_requests, n_in_slots, n_out_slots, n_bad_requests;
+    double t_busy;                // seconds working on requests (LLM t_prompt + t_gen, VISION decode + encode,
+                                  // STT transcription, TTS synthesis), waits on the output ring included
+    // LLM
+    uint64_t n_prompt_tokens;     // prompt positions decoded (not the reused ones)
+    uint64_t n_gen;               // tokens sampled and decoded
+    double t_prompt, t_gen;
+    // VISION
+    uint64_t n_images, n_encoded; // images, encoder runs (tiles and overviews)
+    double t_decode, t_encode;    // reading + preprocessing the images, the encoder
+    // STT, TTS
+    uint64_t n_samples;           // audio samples in (STT) or out (TTS)
+    uint64_t n_segments;          // STT
+} nm_brick_stats;
+
+// A brick's implementation. Members are only ever appended (version says how
+// many are there); optional ones may be NULL. The four built in: nm_brick_builtin.
+#define NM_BRICK_I_VERSION 1
+typedef struct nm_brick_i {
+    uint32_t version;   // NM_BRICK_I_VERSION when written
+    nm_brick_kind kind;
+    const char *name;   // "llm", ...
+    uint32_t in_ports;  // NM_PORT_BIT mask of the slots it reads
+    uint32_t out_ports; // ... and writes
+    uint32_t units;     // NM_UNIT_BIT mask of where it can run
+    // Loads the model onto p->device; *state is the implementation's.
+    nm_status (*load)(const nm_brick_params *p, void **state, char *err, size_t err_size);
+    // Serves one request (the protocol above). NM_OK also for a request that
+    // failed: its last slot says so, and its message goes to
+    // nm_brick_set_error(self, ...) before that slot is published (a reader
+    // that sees the slot then finds the message). NM_ERR_SHUTDOWN when a ring
+    // is shut down (the input one once drained); NM_ERR_TIMEOUT.
+    nm_status (*run)(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out);
+    void (*release)(void *state); // NULL state: a no-op
+    // Optional: the cost of a request of the given size.
+    nm_status (*estimate)(void *state, const nm_brick_input *in, nm_brick_cost *out);
+    // Optional: the kind's counters (the handle fills the common ones).
+    void (*stats)(void *state, nm_brick_stats *out);
+    // Optional: the unit it computes on ("cpu" when NULL).
+    const char *(*device)(void *state);
+    // Bytes the slots of its input ring (out false) or output ring (out true)
+    // must hold: see nm_brick_in_slot_bytes.
+    size_t (*slot_bytes)(void *state, bool out);
+    // Optional: takes the per-request parameters of p for the next requests
+    // (LLM sampling and llm, STT stt); the rest of p is ignored.
+    nm_status (*set_params)(void *state, const nm_brick_params *p, char *err, size_t err_size);
+} nm_brick_i;
+
+// For implementations, from run: the text nm_brick_last_error returns from
+// now on (printf-style; longer than 511 bytes is cut).
+void nm_brick_set_error(nm_brick *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// The built-in implementation of a kind (NULL for an unknown one).
+const nm_brick_i *nm_brick_builtin(nm_brick_kind kind);
+
+// Loads a brick: impl NULL takes the built-in one of p->kind. On failure
+// *out is NULL and err says why (the file, the device, the parameter).
+nm_status nm_brick_load(const nm_brick_i *impl, const nm_brick_params *p, nm_brick **out, char *err,
+                        size_t err_size);
+// Releases the model and every buffer. Not while a lane runs it. NULL: a no-op.
+void nm_brick_free(nm_brick *b);
+
+const nm_brick_i *nm_brick_impl(const nm_brick *b);
+nm_brick_kind nm_brick_get_kind(const nm_brick *b);
+const char *nm_brick_name(const nm_brick *b);   // the ledger endpoint's name
+const char *nm_brick_device(const nm_brick *b); // the unit it computes on ("cpu", "opencl")
+
+// Changes the per-request parameters for the next requests: LLM sampling and
+// llm (the sampler starts afresh), STT stt. Not while a lane runs the brick.
+// NM_ERR_UNSUPPORTED for a kind without them (TTS: load another voice);
+// NM_ERR_INVALID_ARG (err says why) for bad values, the old ones kept.
+nm_status nm_brick_set_params(nm_brick *b, const nm_brick_params *p, char *err, size_t err_size);
+// Serves one request from `in` into `out` (see nm_brick_i.run); the brick's
+// own thread (lane) or the caller's.
+nm_status nm_brick_step(nm_brick *b, nm_tabm *in, nm_tabm *out);
+// Serves requests until a ring shuts down or a wait times out, then shuts
+// down the other ring too, so both neighbours wake and end. Returns
+// NM_ERR_SHUTDOWN or NM_ERR_TIMEOUT (or an error that stopped the brick).
+nm_status nm_brick_run(nm_brick *b, nm_tabm *in, nm_tabm *out);
+// Bytes an input ring's slots must hold: LLM a context of token ids, VISION
+// an image file of up to 64 MiB, STT 30 s of audio (longer requests need
+// larger slots), TTS 4 KiB of text (a sentence or a few; a slot may hold up to
+// 1 MiB). For the output ring: nm_brick_out_slot_bytes.
+size_t nm_brick_in_slot_bytes(const nm_brick *b);
+// LLM out_batch tokens; VISION an image's embeddings (its output is an LLM
+// input ring: that ring's slots need the larger of the two); STT 4 KiB; TTS
+// 100 ms of samples (larger chunks are split).
+size_t nm_brick_out_slot_bytes(const nm_brick *b);
+// The cost of a request of the given size. NM_ERR_UNSUPPORTED if the
+// implementation has no estimate.
+nm_status nm_brick_estimate(const nm_brick *b, const nm_brick_input *in, nm_brick_cost *out);
+// "" if none. Any thread may read it, also while a lane runs the brick (the
+// text is the reader's copy, valid until it calls again).
+const char *nm_brick_last_error(const nm_brick *b);
+nm_brick_stats nm_brick_get_stats(const nm_brick *b);
+
+// ---- what each kind offers beside the rings -----------------------------------------------
+// LLM: the model (tokenizer, chat template: nm_tokenize, nm_chat_format ...)
+// and the context it decodes into; borrowed, live as long as the brick.
+nm_model *nm_brick_llm_model(const nm_brick *b);
+nm_ctx *nm_brick_llm_ctx(const nm_brick *b);
+int32_t nm_brick_llm_pos(const nm_brick *b); // where the next slot without NM_LLM_IN_AT_POS starts
+// STT: the whole transcript of the last request (segments with their tokens,
+// probabilities, the language); borrowed until the next request.
+const nm_transcript *nm_brick_stt_transcript(const nm_brick *b);
+// TTS: the rate of the PCM slots it writes (Hz).
+int32_t nm_brick_tts_sample_rate(const nm_brick *b);
+
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,7 @@
 #include "core/fail.h"
 
 #define TABM_MAGIC "NMTABM\0"
-#define TABM_VERSION 1u
+#define TABM_VERSION 2u
 #define CL 128 // cache line (128 on Apple/some ARM; harmless elsewhere)
 #define MAX_SLOTS 65536u
 #define MAX_PAYLOAD (1ull << 40)
@@ -496,6 +496,8 @@ static size_t kind_elsize(uint32_t kind) {
     case NM_TABM_EMBD_F16: return 2;
     case NM_TABM_PCM_S16: return 2;
     case NM_TABM_PCM_F32: return 4;
+    case NM_TABM_TEXT: return 1;
+    case NM_TABM_IMAGE: return 1;
     }
     return 0;
 }
@@ -519,7 +521,7 @@ nm_status nm_tabm_publish(nm_tabm *r, nm_tabm_slot *s) {
     if (m->size > r->max_payload)
         return fail(r, NM_ERR_RANGE, "tabm: payload of %llu bytes, slots hold %zu", (unsigned long long)m->size,
                     r->max_payload);
-    if (m->kind > NM_TABM_PCM_F32) return fail(r, NM_ERR_INVALID_ARG, "tabm: unknown payload kind %u", m->kind);
+    if (m->kind > NM_TABM_IMAGE) return fail(r, NM_ERR_INVALID_ARG, "tabm: unknown payload kind %u", m->kind);
     if (m->ndim < 0 || m->ndim > 4) return fail(r, NM_ERR_INVALID_ARG, "tabm: ndim %d not in 0..4", m->ndim);
     size_t es = kind_elsize(m->kind);
     if (es && m->ndim > 0) {

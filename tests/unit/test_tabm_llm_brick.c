@@ -61,6 +61,17 @@ static nm_sampler *greedy(nm_model *m) {
     return nm_sampler_create(&sp, nm_model_n_vocab(m));
 }
 
+// The LLM brick's parameters for the rig: the shared model, the plain loop's context shape, greedy.
+static nm_brick_params brick_params(nm_model *m) {
+    nm_brick_params bp = nm_brick_default_params(NM_BRICK_LLM);
+    bp.llm_model = m;
+    bp.n_ctx = N_CTX;
+    bp.n_batch = N_BATCH;
+    bp.n_threads = 1;
+    bp.sampling.temp = 0;
+    return bp;
+}
+
 // One part of a prompt: token ids or f32 embedding rows.
 typedef struct part {
     int kind; // NM_TABM_TOKENS or NM_TABM_EMBD_F32; anything else: a raw slot (ndim/shape below)
@@ -116,6 +127,7 @@ static nm_status put_parts(nm_tabm *r, const part *p, int n_parts) {
         nm_tabm_meta *mt = s.meta;
         mt->kind = (uint32_t)p[k].kind;
         mt->user = p[k].user;
+        mt->request = 1000 + (uint64_t)k; // the brick answers with the id of the prompt's first slot
         if (p[k].kind == NM_TABM_TOKENS && p[k].tok) {
             memcpy(s.data, p[k].tok, sizeof(int32_t) * (size_t)p[k].n); // the producer fills its slot
             mt->ndim = 1;
@@ -153,19 +165,21 @@ static void *producer_main(void *arg) {
 }
 
 typedef struct lane {
-    nm_llm_brick *b;
+    nm_brick *b;
     nm_tabm *in, *out;
     nm_status st;
 } lane;
 
 static void *lane_main(void *arg) {
     lane *L = arg;
-    L->st = nm_llm_brick_run(L->b, L->in, L->out);
+    L->st = nm_brick_run(L->b, L->in, L->out);
     return NULL;
 }
 
 // Reads output slots until an END slot; tokens into out. Returns the count
 // (-1 on a ring error); *why gets the stop reason, *slots the slot count.
+static uint64_t g_last_user; // meta->user of the last slot read_gen read
+
 static int32_t read_gen(nm_tabm *r, int32_t *out, int32_t max, nm_llm_stop *why, int *slots) {
     int32_t n = 0;
     *slots = 0;
@@ -173,14 +187,15 @@ static int32_t read_gen(nm_tabm *r, int32_t *out, int32_t max, nm_llm_stop *why,
         nm_tabm_slot s;
         if (nm_tabm_acquire_read(r, 10ll * 1000000000, &s) != NM_OK) return -1;
         (*slots)++;
-        if (s.meta->kind != NM_TABM_TOKENS) return -1;
+        if (s.meta->kind != NM_TABM_TOKENS || s.meta->request != 1000) return -1;
         int32_t k = s.meta->ndim == 1 ? (int32_t)s.meta->shape[0] : 0;
         const int32_t *t = s.data;
         for (int32_t i = 0; i < k && n < max; i++) out[n++] = t[i];
         uint64_t user = s.meta->user;
+        g_last_user = user;
         nm_tabm_release(r, &s);
-        if (user & NM_LLM_OUT_END) {
-            *why = NM_LLM_OUT_STOP_OF(user);
+        if (!(user & NM_BRICK_MORE)) {
+            *why = NM_LLM_STOP_OF(user);
             return n;
         }
     }
@@ -188,10 +203,8 @@ static int32_t read_gen(nm_tabm *r, int32_t *out, int32_t max, nm_llm_stop *why,
 
 typedef struct rig {
     nm_model *m;
-    nm_ctx *c;
-    nm_sampler *s;
     nm_ledger *led;
-    nm_llm_brick *b;
+    nm_brick *b;
     nm_tabm *in, *out;
     lane L;
     pthread_t th;
@@ -202,15 +215,13 @@ static bool rig_up(rig *R, int32_t n_predict, int32_t out_batch, uint32_t out_sl
     memset(R, 0, sizeof *R);
     R->m = model();
     if (!R->m) return false;
-    R->c = new_ctx(R->m);
-    R->s = greedy(R->m);
     R->led = nm_ledger_create();
-    nm_llm_brick_params bp = nm_llm_brick_default_params();
-    bp.n_predict = n_predict;
-    bp.out_batch = out_batch;
+    nm_brick_params bp = brick_params(R->m);
+    bp.llm.n_predict = n_predict;
+    bp.llm.out_batch = out_batch;
+    bp.ledger = R->led;
     char err[256];
-    if (!R->c || !R->s || !R->led || nm_llm_brick_create(R->m, R->c, R->s, &bp, R->led, &R->b, err, sizeof err) != NM_OK)
-        return false;
+    if (!R->led || nm_brick_load(NULL, &bp, &R->b, err, sizeof err) != NM_OK) return false;
     if (nm_tabm_create(NULL, 4, sizeof(float) * N_CTX * N_EMBD, &R->in, err, sizeof err) != NM_OK) return false;
     if (nm_tabm_create(NULL, out_slots, sizeof(int32_t) * (size_t)out_batch, &R->out, err, sizeof err) != NM_OK)
         return false;
@@ -227,12 +238,10 @@ static nm_status rig_down(rig *R) {
         pthread_join(R->th, NULL);
         st = R->L.st;
     }
-    nm_llm_brick_free(R->b);
+    nm_brick_free(R->b);
     nm_tabm_free(R->in);
     nm_tabm_free(R->out);
     nm_ledger_free(R->led);
-    nm_sampler_free(R->s);
-    nm_ctx_free(R->c);
     return st;
 }
 
@@ -263,9 +272,9 @@ static void same_as_plain(int *nmtest_failed, const part *p, int n_parts, int32_
     NM_CHECK(n > 0 && !memcmp(got, want, sizeof(int32_t) * (size_t)(n < nw ? n : nw)));
     NM_CHECK(why == (nw == n_predict ? NM_LLM_STOP_N_PREDICT : NM_LLM_STOP_EOG));
     NM_CHECK(slots == n / out_batch + 1); // full slots, then the END slot with what is left (maybe nothing)
-    NM_CHECK(nm_llm_brick_pos(R.b) == pos);
-    nm_llm_brick_stats bs = nm_llm_brick_get_stats(R.b);
-    NM_CHECK(bs.n_prompts == 1 && bs.n_gen == (uint64_t)n && bs.n_in_slots == (uint64_t)n_parts && bs.n_bad_slots == 0);
+    NM_CHECK(nm_brick_llm_pos(R.b) == pos);
+    nm_brick_stats bs = nm_brick_get_stats(R.b);
+    NM_CHECK(bs.n_requests == 1 && bs.n_gen == (uint64_t)n && bs.n_in_slots == (uint64_t)n_parts && bs.n_bad_requests == 0);
     NM_CHECK(nm_ledger_total(R.led) == 0 && nm_ledger_copies(R.led, -1, -1) == 0);
     nm_tabm_stats is = nm_tabm_get_stats(R.in);
     NM_CHECK(is.published == (uint64_t)n_parts && is.released == (uint64_t)n_parts && is.occupancy == 0);
@@ -290,8 +299,8 @@ NM_TEST(tabm_llm_brick_mixed_prompt_several_slots) {
     static float img[20 * N_EMBD];
     for (int32_t r = 0; r < 20; r++)
         for (int32_t e = 0; e < N_EMBD; e++) img[r * N_EMBD + e] = embd_val(r, e);
-    part p[] = {TOKS(TEXT_A, 5, NM_LLM_IN_POS(0) | NM_LLM_IN_MORE),
-                EMBD(img, 20, NM_LLM_IN_MORE),
+    part p[] = {TOKS(TEXT_A, 5, NM_LLM_IN_POS(0) | NM_BRICK_MORE),
+                EMBD(img, 20, NM_BRICK_MORE),
                 TOKS(TEXT_B, 6, 0)};
     same_as_plain(nmtest_failed, p, 3, 16, 1);
 }
@@ -315,14 +324,14 @@ NM_TEST(tabm_llm_brick_prefix_reuse) {
     memcpy(p2t + 12, a1, sizeof(int32_t) * 8);
     memcpy(p2t + 20, TEXT_B, sizeof TEXT_B);
     part p2 = TOKS(p2t, 26, NM_LLM_IN_POS(0));
-    uint64_t before = nm_llm_brick_get_stats(R.b).n_prompt_tokens;
+    uint64_t before = nm_brick_get_stats(R.b).n_prompt_tokens;
     NM_CHECK(before == 12);
     NM_CHECK(put_parts(R.in, &p2, 1) == NM_OK);
     int32_t n2 = read_gen(R.out, a2, 16, &why, &slots);
     NM_CHECK(n2 == 8);
     // The last generated token of prompt 1 was decoded too (as the plain loop
     // does), so 6 new positions.
-    NM_CHECK(nm_llm_brick_get_stats(R.b).n_prompt_tokens - before == 6);
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 6);
 
     nm_ctx *rc = new_ctx(R.m);
     nm_sampler *rs = greedy(R.m);
@@ -333,11 +342,11 @@ NM_TEST(tabm_llm_brick_prefix_reuse) {
     NM_CHECK(!memcmp(a1, w1, sizeof(int32_t) * 8) && !memcmp(a2, w2, sizeof(int32_t) * 8));
     // prompt 3 = prompt 1 again: all cached; its last token is decoded again
     // for fresh logits, so the answer is prompt 1's.
-    before = nm_llm_brick_get_stats(R.b).n_prompt_tokens;
+    before = nm_brick_get_stats(R.b).n_prompt_tokens;
     NM_CHECK(put_parts(R.in, &p1, 1) == NM_OK);
     int32_t a3[16];
     NM_CHECK(read_gen(R.out, a3, 16, &why, &slots) == 8 && !memcmp(a3, a1, sizeof(int32_t) * 8));
-    NM_CHECK(nm_llm_brick_get_stats(R.b).n_prompt_tokens - before == 1);
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 1);
     NM_CHECK(nm_ledger_total(R.led) == 0);
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
     nm_ctx_free(rc);
@@ -364,7 +373,7 @@ NM_TEST(tabm_llm_brick_shutdown_while_output_full) {
     R.running = false;
     NM_CHECK(R.L.st == NM_ERR_SHUTDOWN);
     NM_CHECK(nm_tabm_is_shutdown(R.in));
-    NM_CHECK(strstr(nm_llm_brick_last_error(R.b), "output ring was shut down") != NULL);
+    NM_CHECK(strstr(nm_brick_last_error(R.b), "output ring was shut down") != NULL);
     os = nm_tabm_get_stats(R.out);
     NM_CHECK(os.published == 2 && os.occupancy == 2); // the two unread token slots, nothing held for write
     NM_CHECK(nm_tabm_get_stats(R.in).occupancy == 0);
@@ -405,8 +414,8 @@ NM_TEST(tabm_llm_brick_malformed_slots) {
         {{TOKS(TEXT_A, 4, NM_LLM_IN_POS(N_CTX - 2))}, 1, "do not fit the context of 96"},
         // a bad slot in the middle of a prompt drops the whole prompt
         // (at position 40, so the good prompt at 0 below shares no cached prefix with it)
-        {{TOKS(TEXT_A, 4, NM_LLM_IN_POS(40) | NM_LLM_IN_MORE),
-          RAW(NM_TABM_BYTES, NM_LLM_IN_MORE, 1, 16, 0, 16),
+        {{TOKS(TEXT_A, 4, NM_LLM_IN_POS(40) | NM_BRICK_MORE),
+          RAW(NM_TABM_BYTES, NM_BRICK_MORE, 1, 16, 0, 16),
           EMBD(img, 2, 0)},
          3, "kind 0 (bytes) is not taken"},
     };
@@ -416,15 +425,15 @@ NM_TEST(tabm_llm_brick_malformed_slots) {
         nm_llm_stop why = NM_LLM_STOP_NONE;
         int slots = 0;
         int32_t n = read_gen(R.out, toks, 16, &why, &slots);
-        NM_CHECK(n == 0 && slots == 1 && why == NM_LLM_STOP_BAD_INPUT);
-        const char *e = nm_llm_brick_last_error(R.b);
+        NM_CHECK(n == 0 && slots == 1 && why == NM_LLM_STOP_BAD_INPUT && (g_last_user & NM_BRICK_ERROR));
+        const char *e = nm_brick_last_error(R.b);
         if (!strstr(e, cases[k].msg)) {
             fprintf(stderr, "  case %zu: error '%s' lacks '%s'\n", k, e, cases[k].msg);
             NM_CHECK(0);
         }
     }
-    NM_CHECK(nm_llm_brick_get_stats(R.b).n_bad_slots == sizeof cases / sizeof cases[0]);
-    NM_CHECK(nm_llm_brick_pos(R.b) == 0); // dropped prompts leave no position behind
+    NM_CHECK(nm_brick_get_stats(R.b).n_bad_requests == sizeof cases / sizeof cases[0]);
+    NM_CHECK(nm_brick_llm_pos(R.b) == 0); // dropped prompts leave no position behind
     // ... and the brick goes on: a good prompt gives the plain loop's tokens.
     part good = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
     NM_CHECK(put_parts(R.in, &good, 1) == NM_OK);
@@ -444,28 +453,44 @@ NM_TEST(tabm_llm_brick_malformed_slots) {
 
 // Bad arguments: clear statuses, no crash.
 NM_TEST(tabm_llm_brick_bad_args) {
-    nm_llm_brick *b = (nm_llm_brick *)1;
+    nm_brick *b = (nm_brick *)1;
     char err[128] = "";
-    NM_CHECK(nm_llm_brick_create(NULL, NULL, NULL, NULL, NULL, &b, err, sizeof err) == NM_ERR_INVALID_ARG);
-    NM_CHECK(b == NULL && strstr(err, "required") != NULL);
-    NM_CHECK(nm_llm_brick_step(NULL, NULL, NULL) == NM_ERR_INVALID_ARG);
-    nm_llm_brick_free(NULL);
+    nm_brick_params none = nm_brick_default_params(NM_BRICK_LLM); // no model, no file
+    NM_CHECK(nm_brick_load(NULL, &none, &b, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(b == NULL && strstr(err, "no model") != NULL);
+    NM_CHECK(nm_brick_load(NULL, NULL, &b, err, sizeof err) == NM_ERR_INVALID_ARG && b == NULL);
+    NM_CHECK(nm_brick_step(NULL, NULL, NULL) == NM_ERR_INVALID_ARG);
+    nm_brick_free(NULL);
     nm_model *m = model();
     if (!m) NM_NEED_SMALL_MODEL(g_model_r);
-    nm_ctx *c = new_ctx(m);
-    nm_sampler *s = greedy(m);
-    nm_llm_brick_params bp = nm_llm_brick_default_params();
-    bp.out_batch = 4;
+    nm_brick_params bp = brick_params(m);
+    const char *empty[] = {""};
+    bp.llm.stop = empty;
+    bp.llm.n_stop = 1;
+    NM_CHECK(nm_brick_load(NULL, &bp, &b, err, sizeof err) == NM_ERR_INVALID_ARG && b == NULL);
+    NM_CHECK(strstr(err, "stop string 0 is empty") != NULL);
+    bp.llm.n_stop = 0;
+    bp.llm.out_batch = 4;
     nm_tabm *in = NULL, *out = NULL;
-    NM_CHECK(nm_llm_brick_create(m, c, s, &bp, NULL, &b, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_brick_load(NULL, &bp, &b, err, sizeof err) == NM_OK);
     NM_CHECK(nm_tabm_create(NULL, 2, 64, &in, NULL, 0) == NM_OK && nm_tabm_create(NULL, 2, 8, &out, NULL, 0) == NM_OK);
-    NM_CHECK(nm_llm_brick_step(b, in, out) == NM_ERR_INVALID_ARG); // 4 tokens do not fit 8-byte slots
-    NM_CHECK(strstr(nm_llm_brick_last_error(b), "cannot hold 4 tokens") != NULL);
-    nm_llm_brick_free(b);
+    NM_CHECK(nm_brick_step(b, in, out) == NM_ERR_INVALID_ARG); // 4 tokens do not fit 8-byte slots
+    NM_CHECK(strstr(nm_brick_last_error(b), "cannot hold 4 tokens") != NULL);
+    NM_CHECK(nm_brick_out_slot_bytes(b) == 16 && nm_brick_in_slot_bytes(b) == sizeof(int32_t) * N_CTX);
+    // set_params checks what it takes and keeps the old values on a bad one
+    bp.llm.stop = empty;
+    bp.llm.n_stop = 1;
+    NM_CHECK(nm_brick_set_params(b, &bp, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_brick_out_slot_bytes(b) == 16);
+    bp.llm.n_stop = 0;
+    bp.llm.out_batch = 2;
+    NM_CHECK(nm_brick_set_params(b, &bp, err, sizeof err) == NM_OK && nm_brick_out_slot_bytes(b) == 8);
+    NM_CHECK(nm_brick_get_kind(b) == NM_BRICK_LLM && !strcmp(nm_brick_name(b), "llm") &&
+             !strcmp(nm_brick_device(b), "cpu") && nm_brick_llm_model(b) == m && nm_brick_llm_ctx(b) != NULL);
+    NM_CHECK(nm_brick_stt_transcript(b) == NULL && nm_brick_tts_sample_rate(b) == 0); // not those kinds
+    nm_brick_free(b);
     nm_tabm_free(in);
     nm_tabm_free(out);
-    nm_sampler_free(s);
-    nm_ctx_free(c);
 }
 
 NM_TEST_MAIN()

@@ -1,15 +1,16 @@
-// The vision brick feeding the LLM brick through a TABM ring: an image prompt
-// gives the same tokens as the direct path (encode, then nm_decode_embd), with
-// the ledger at 0 bytes copied; bad images and a mismatched mmproj are clear
-// errors that write nothing into the ring.
+// The vision brick feeding the LLM brick through a TABM ring: an image file
+// in an IMAGE slot gives the same tokens as the direct path (encode, then
+// nm_decode_embd), with the ledger at 0 bytes copied; bad images end the
+// request with one error slot and nothing of a segment; a mismatched mmproj
+// is a clear load error.
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "bricks/vision/clip.h"
 #include "bricks/vision/image.h"
-#include "bricks/vision/vision.h"
 #include "gguf/gguf.h"
 #include "genmmproj.h"
 #include "genmodel.h"
@@ -77,15 +78,38 @@ static void write_ppm(const char *path, int w, int h) {
 }
 
 typedef struct lane {
-    nm_llm_brick *b;
+    nm_brick *b;
     nm_tabm *in, *out;
     nm_status st;
 } lane;
 
 static void *lane_main(void *arg) {
     lane *l = arg;
-    l->st = nm_llm_brick_run(l->b, l->in, l->out);
+    l->st = nm_brick_run(l->b, l->in, l->out);
     return NULL;
+}
+
+// The LLM brick on model m (greedy, N_GEN tokens).
+static nm_brick *llm_brick(nm_model *m, nm_ledger *led) {
+    nm_brick_params p = nm_brick_default_params(NM_BRICK_LLM);
+    p.llm_model = m;
+    p.n_ctx = 256;
+    p.n_threads = 2;
+    p.sampling.temp = 0;
+    p.llm.n_predict = N_GEN;
+    p.ledger = led;
+    nm_brick *b = NULL;
+    return nm_brick_load(NULL, &p, &b, NULL, 0) == NM_OK ? b : NULL;
+}
+
+static nm_status vision_brick(const char *mmproj, const nm_brick *llm, nm_ledger *led, nm_brick **out, char *err,
+                              size_t err_size) {
+    nm_brick_params p = nm_brick_default_params(NM_BRICK_VISION);
+    p.model = mmproj;
+    p.feeds = llm;
+    p.n_threads = 2;
+    p.ledger = led;
+    return nm_brick_load(NULL, &p, out, err, err_size);
 }
 
 // Writes a token slot of `text`.
@@ -98,72 +122,105 @@ static bool put_text(nm_tabm *in, const nm_model *m, const char *text, bool more
     s.meta->ndim = 1;
     s.meta->shape[0] = n;
     s.meta->size = 4 * (size_t)n;
-    s.meta->user = more ? NM_LLM_IN_MORE : 0;
+    s.meta->user = more ? NM_BRICK_MORE : 0;
     return nm_tabm_publish(in, &s) == NM_OK;
 }
 
-// Runs "before <image> after" through the rings; tokens into out (returns count).
-static int ring_generate(nm_model *m, nm_vision *v, const char *image, int32_t *out, nm_ledger *led, int32_t *n_pos) {
-    nm_ctx *c = NULL;
-    nm_ctx_params cp = nm_ctx_default_params();
-    cp.n_ctx = 256;
-    nm_sampler_params sp = nm_sampler_default_params();
-    sp.temp = 0;
-    nm_sampler *s = nm_sampler_create(&sp, nm_model_n_vocab(m));
-    nm_tabm *in = NULL, *outr = NULL;
-    nm_llm_brick *b = NULL;
-    nm_llm_brick_params bp = nm_llm_brick_default_params();
-    bp.n_predict = N_GEN;
+// Publishes n bytes as an IMAGE slot with `user` flags and request id 7.
+static bool put_image_bytes(nm_tabm *r, const void *data, size_t n, uint64_t user) {
+    nm_tabm_slot s;
+    if (nm_tabm_acquire_write(r, 0, -1, &s) != NM_OK) return false;
+    if (n > s.capacity) return nm_tabm_cancel(r, &s), false;
+    memcpy(s.data, data, n);
+    s.meta->kind = NM_TABM_IMAGE;
+    s.meta->ndim = 1;
+    s.meta->shape[0] = (int64_t)n;
+    s.meta->size = n;
+    s.meta->user = user;
+    s.meta->request = 7;
+    return nm_tabm_publish(r, &s) == NM_OK;
+}
+
+static char *read_all(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *b = malloc(1 << 20);
+    *n = b ? fread(b, 1, 1 << 20, f) : 0;
+    fclose(f);
+    return b;
+}
+
+// Runs "before <image> after" through the rings: text slots, the image file
+// in an IMAGE slot that the vision brick turns into its segment, in order;
+// tokens into out (returns the count); *n_pos: the positions of the segment.
+static int ring_generate(nm_model *m, const char *mmproj, const char *image, int32_t *out, nm_ledger *led,
+                         int32_t *n_pos) {
+    nm_tabm *in = NULL, *outr = NULL, *img = NULL;
+    nm_brick *llm = llm_brick(m, led), *v = NULL;
     int n = -1;
     lane l = {0};
     pthread_t th;
-    if (nm_ctx_create(m, &cp, &c, NULL, 0) || nm_tabm_create(NULL, 4, nm_vision_slot_bytes(v) + 4096, &in, NULL, 0) ||
-        nm_tabm_create(NULL, 4, 64, &outr, NULL, 0) || nm_llm_brick_create(m, c, s, &bp, led, &b, NULL, 0))
+    size_t n_img = 0;
+    char *bytes = read_all(image, &n_img);
+    if (!llm || !bytes || vision_brick(mmproj, llm, led, &v, NULL, 0) ||
+        nm_tabm_create(NULL, 4, nm_brick_out_slot_bytes(v) + 4096, &in, NULL, 0) ||
+        nm_tabm_create(NULL, 4, 64, &outr, NULL, 0) || nm_tabm_create(NULL, 1, n_img, &img, NULL, 0))
         goto done;
-    l = (lane){b, in, outr, NM_OK};
+    l = (lane){llm, in, outr, NM_OK};
     pthread_create(&th, NULL, lane_main, &l);
-    bool ok = put_text(in, m, "Look:", true) && nm_vision_put_image(v, m, image, in, 0, -1, 0, true, n_pos) == NM_OK &&
-              put_text(in, m, " it is", false);
+    bool ok = put_text(in, m, "Look:", true) && put_image_bytes(img, bytes, n_img, NM_BRICK_MORE) &&
+              nm_brick_step(v, img, in) == NM_OK && put_text(in, m, " it is", false);
     n = 0;
     while (ok) {
         nm_tabm_slot r;
         if (nm_tabm_acquire_read(outr, -1, &r) != NM_OK) break;
         const int32_t *t = r.data;
         for (uint64_t i = 0; i < r.meta->size / 4 && n < 64; i++) out[n++] = t[i];
-        bool end = r.meta->user & NM_LLM_OUT_END;
+        bool end = !(r.meta->user & NM_BRICK_MORE);
         nm_tabm_release(outr, &r);
         if (end) break;
     }
     nm_tabm_shutdown(in);
     pthread_join(th, NULL);
+    // what the LLM brick decoded: the two texts, the segment, the generated tokens
+    int32_t t1 = -nm_tokenize(m, "Look:", 5, NULL, 0, false, true), t2 = -nm_tokenize(m, " it is", 6, NULL, 0, false, true);
+    *n_pos = nm_brick_llm_pos(llm) - t1 - t2 - n;
+    nm_brick_stats vs = nm_brick_get_stats(v);
+    if (vs.n_requests != 1 || vs.n_images != 1 || vs.n_bad_requests != 0 || vs.n_in_slots != 1) n = -2;
 done:
-    nm_llm_brick_free(b);
+    free(bytes);
+    nm_brick_free(v);
+    nm_brick_free(llm);
     nm_tabm_free(in);
     nm_tabm_free(outr);
-    nm_sampler_free(s);
-    nm_ctx_free(c);
+    nm_tabm_free(img);
     return n;
 }
 
 // The same prompt the direct way (mlp: the image is its embeddings alone;
 // anyres: the tiles' then the overview's, nothing between them).
-static int direct_generate(nm_model *m, nm_vision *v, const char *image, int32_t *out) {
-    const nm_clip_info *ci = nm_vision_info(v);
+static int direct_generate(nm_model *m, const char *mmproj, const char *image, int32_t *out) {
+    nm_clip *clip = NULL;
+    if (nm_clip_load(mmproj, NULL, 2, &clip, NULL, 0)) return -1;
+    const nm_clip_info *ci = nm_clip_get_info(clip);
     nm_ctx *c = NULL;
     nm_ctx_params cp = nm_ctx_default_params();
     cp.n_ctx = 256;
-    if (nm_ctx_create(m, &cp, &c, NULL, 0)) return -1;
+    if (nm_ctx_create(m, &cp, &c, NULL, 0)) {
+        nm_clip_free(clip);
+        return -1;
+    }
     nm_image img = {0};
     nm_image_batch bt = {0};
     nm_image_params ip = nm_image_params_from_clip(ci);
-    float *embd = malloc(nm_vision_slot_bytes(v));
+    float *embd = malloc(sizeof(float) * (size_t)ci->n_out * (size_t)ci->n_out_embd);
     int32_t tok[64], n = 0, pos = 0;
     if (nm_image_load(image, &img, NULL, 0) || nm_image_preprocess(&img, &ip, &bt, NULL, 0)) goto done;
     int32_t nt = nm_tokenize(m, "Look:", 5, tok, 64, false, true);
     nm_decode(c, tok, nt, pos, false);
     pos += nt;
     for (int32_t i = 0; i < bt.n; i++) {
-        if (nm_clip_encode(nm_vision_clip(v), bt.data + (size_t)i * 3 * ci->image_size * ci->image_size, embd)) goto done;
+        if (nm_clip_encode(clip, bt.data + (size_t)i * 3 * ci->image_size * ci->image_size, embd)) goto done;
         nm_decode_embd(c, embd, ci->n_out, pos, false);
         pos += ci->n_out;
     }
@@ -183,6 +240,7 @@ done:
     nm_image_free(&img);
     nm_image_batch_free(&bt);
     nm_ctx_free(c);
+    nm_clip_free(clip);
     return n;
 }
 
@@ -192,103 +250,124 @@ NM_TEST(tabm_vision_image_prompt_in_place) {
     const char *proj[3] = {"mlp", "idefics3", "mlp-anyres"};
     write_ppm(tmp("img.ppm"), 50, 40);
     for (int k = 0; k < 3; k++) {
-        nm_vision *v = NULL;
-        char err[256];
         NM_CHECK(write_mmproj(tmp("mm.gguf"), proj[k], N_EMBD));
-        NM_CHECK(nm_vision_load(tmp("mm.gguf"), NULL, 2, &v, err, sizeof err) == NM_OK);
-        if (!v) continue;
+        nm_clip *clip = NULL;
+        NM_CHECK(nm_clip_load(tmp("mm.gguf"), NULL, 1, &clip, NULL, 0) == NM_OK);
+        if (!clip) continue;
+        const nm_clip_info ci = *nm_clip_get_info(clip);
+        nm_clip_free(clip);
         nm_ledger *led = nm_ledger_create();
         int32_t got[64], want[64], n_pos = 0;
-        int n = ring_generate(m, v, tmp("img.ppm"), got, led, &n_pos);
+        int n = ring_generate(m, tmp("mm.gguf"), tmp("img.ppm"), got, led, &n_pos);
         NM_CHECK(n == N_GEN); // a random model does not stop early (EOG is one id of 49152)
         NM_CHECK(nm_ledger_total(led) == 0); // the embeddings were decoded where the encoder wrote them
-        const nm_clip_info *ci = nm_vision_info(v);
         if (k != 1) {
             // mlp: the embeddings alone; anyres (50x40 -> the 64x64 pinpoint): 2x2 tiles + the overview
-            NM_CHECK(n_pos == (k == 0 ? 1 : 5) * ci->n_out);
-            NM_CHECK(ci->n_pinpoints == (k == 0 ? 0 : 3));
-            int nd = direct_generate(m, v, tmp("img.ppm"), want);
+            NM_CHECK(n_pos == (k == 0 ? 1 : 5) * ci.n_out);
+            NM_CHECK(ci.n_pinpoints == (k == 0 ? 0 : 3));
+            int nd = direct_generate(m, tmp("mm.gguf"), tmp("img.ppm"), want);
             NM_CHECK(nd == n);
             for (int i = 0; i < n && i < nd; i++) NM_CHECK(got[i] == want[i]);
             if (getenv("NM_TEST_VERBOSE")) for (int i = 0; i < n; i++) fprintf(stderr, "  token %d: ring %d direct %d\n", i, got[i], want[i]);
         } else {
             // tiles and the global image, each n_out embeddings, plus marker tokens
-            NM_CHECK(n_pos > 2 * ci->n_out);
+            NM_CHECK(n_pos > 2 * ci.n_out);
             NM_CHECK(n > 0);
         }
         nm_ledger_free(led);
-        nm_vision_free(v);
     }
     nm_model_free(m);
 }
 
-NM_TEST(tabm_vision_errors_write_nothing) {
+// One request's output on `r`: exactly one slot, empty, NM_BRICK_ERROR, the
+// request id and the image slot's NM_BRICK_MORE carried.
+static bool one_error_slot(nm_tabm *r, bool more) {
+    nm_tabm_slot s;
+    if (nm_tabm_acquire_read(r, 0, &s) != NM_OK) return false;
+    bool ok = s.meta->kind == NM_TABM_TOKENS && s.meta->ndim == 0 && s.meta->size == 0 &&
+              (s.meta->user & NM_BRICK_ERROR) && !!(s.meta->user & NM_BRICK_MORE) == more && s.meta->request == 7;
+    nm_tabm_release(r, &s);
+    return ok && nm_tabm_acquire_read(r, 0, &s) == NM_ERR_AGAIN;
+}
+
+NM_TEST(tabm_vision_errors_write_no_segment) {
     nm_model *m = small_model();
     if (!m) NM_NEED_SMALL_MODEL(g_small_r);
     char err[256];
-    nm_vision *v = NULL, *wide = NULL;
-    nm_tabm *in = NULL;
+    nm_brick *llm = llm_brick(m, NULL), *v = NULL, *wide = NULL;
+    nm_tabm *in = NULL, *img = NULL;
+    NM_CHECK(llm != NULL);
     NM_CHECK(write_mmproj(tmp("mm.gguf"), "mlp", N_EMBD) && write_mmproj(tmp("mm48.gguf"), "mlp", 48));
-    NM_CHECK(nm_vision_load(tmp("mm.gguf"), NULL, 1, &v, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_vision_load(tmp("mm48.gguf"), NULL, 1, &wide, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_tabm_create(NULL, 4, 1 << 16, &in, NULL, 0) == NM_OK);
-    if (!v || !wide || !in) goto done;
-    // an mmproj made for another width
-    NM_CHECK(nm_vision_check_model(wide, m, err, sizeof err) == NM_ERR_FORMAT);
+    // an mmproj made for another width, and none without the LLM brick it feeds
+    NM_CHECK(vision_brick(tmp("mm48.gguf"), llm, NULL, &wide, err, sizeof err) == NM_ERR_FORMAT && wide == NULL);
     NM_CHECK(strstr(err, "48") != NULL && strstr(err, "64") != NULL);
-    write_ppm(tmp("img.ppm"), 20, 20);
-    NM_CHECK(nm_vision_put_image(wide, m, tmp("img.ppm"), in, 0, 0, 0, false, NULL) == NM_ERR_FORMAT);
-    // a corrupt and a truncated image, a missing file
-    FILE *f = fopen(tmp("bad.png"), "wb");
-    fwrite("\x89PNG\r\n\x1a\n garbage that is not a png", 1, 33, f);
-    fclose(f);
-    NM_CHECK(nm_vision_put_image(v, m, tmp("bad.png"), in, 0, 0, 0, false, NULL) == NM_ERR_FORMAT);
-    NM_CHECK(strlen(nm_vision_last_error(v)) > 0);
-    f = fopen(tmp("trunc.ppm"), "wb");
-    fprintf(f, "P6\n20 20\n255\n");
-    fwrite("abcdef", 1, 6, f);
-    fclose(f);
-    NM_CHECK(nm_vision_put_image(v, m, tmp("trunc.ppm"), in, 0, 0, 0, false, NULL) == NM_ERR_FORMAT);
-    NM_CHECK(nm_vision_put_image(v, m, tmp("absent.png"), in, 0, 0, 0, false, NULL) == NM_ERR_IO);
-    nm_tabm_stats st = nm_tabm_get_stats(in);
-    NM_CHECK(st.published == 0 && st.occupancy == 0);
+    NM_CHECK(vision_brick(tmp("mm.gguf"), NULL, NULL, &wide, err, sizeof err) == NM_ERR_INVALID_ARG && wide == NULL);
+    NM_CHECK(strstr(err, "feeds") != NULL);
+    NM_CHECK(vision_brick(tmp("mm.gguf"), llm, NULL, &v, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 4, 1 << 16, &in, NULL, 0) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 1, 1 << 16, &img, NULL, 0) == NM_OK);
+    if (!v || !in || !img) goto done;
+    // a corrupt and a truncated image, then a slot that is no image at all
+    static const char bad_png[] = "\x89PNG\r\n\x1a\n garbage that is not a png";
+    NM_CHECK(put_image_bytes(img, bad_png, 33, 0) && nm_brick_step(v, img, in) == NM_OK);
+    NM_CHECK(one_error_slot(in, false));
+    NM_CHECK(strlen(nm_brick_last_error(v)) > 0);
+    static const char trunc[] = "P6\n20 20\n255\nabcdef";
+    NM_CHECK(put_image_bytes(img, trunc, sizeof trunc - 1, NM_BRICK_MORE) && nm_brick_step(v, img, in) == NM_OK);
+    NM_CHECK(one_error_slot(in, true)); // the rest of the prompt follows: the LLM brick skips it
+    nm_tabm_slot s;
+    NM_CHECK(nm_tabm_acquire_write(img, 0, -1, &s) == NM_OK);
+    s.meta->kind = NM_TABM_TOKENS;
+    s.meta->request = 7;
+    NM_CHECK(nm_tabm_publish(img, &s) == NM_OK && nm_brick_step(v, img, in) == NM_OK);
+    NM_CHECK(one_error_slot(in, false));
+    NM_CHECK(strstr(nm_brick_last_error(v), "not an image file") != NULL);
     // slots too small for an image's embeddings
+    write_ppm(tmp("img.ppm"), 20, 20);
+    size_t n_img = 0;
+    char *ppm = read_all(tmp("img.ppm"), &n_img);
     nm_tabm *tiny = NULL;
     NM_CHECK(nm_tabm_create(NULL, 2, 256, &tiny, NULL, 0) == NM_OK);
-    NM_CHECK(nm_vision_put_image(v, m, tmp("img.ppm"), tiny, 0, 0, 0, false, NULL) == NM_ERR_RANGE);
+    NM_CHECK(ppm && put_image_bytes(img, ppm, n_img, 0) && nm_brick_step(v, img, tiny) == NM_OK);
+    NM_CHECK(one_error_slot(tiny, false));
+    NM_CHECK(strstr(nm_brick_last_error(v), "cannot hold") != NULL);
+    nm_brick_stats vs = nm_brick_get_stats(v);
+    NM_CHECK(vs.n_requests == 4 && vs.n_bad_requests == 4 && vs.n_images == 0 && vs.n_encoded == 0);
+    free(ppm);
     nm_tabm_free(tiny);
     // a language model given as the mmproj
-    nm_vision *notmm = NULL;
-    NM_CHECK(nm_vision_load(tmp("llm.gguf"), NULL, 1, &notmm, err, sizeof err) == NM_ERR_FORMAT && notmm == NULL);
+    nm_brick *notmm = NULL;
+    NM_CHECK(vision_brick(tmp("llm.gguf"), llm, NULL, &notmm, err, sizeof err) == NM_ERR_FORMAT && notmm == NULL);
     NM_CHECK(strstr(err, "mmproj") != NULL);
 done:
     nm_tabm_free(in);
-    nm_vision_free(v);
-    nm_vision_free(wide);
+    nm_tabm_free(img);
+    nm_brick_free(v);
+    nm_brick_free(llm);
     nm_model_free(m);
 }
 
 NM_TEST(tabm_vision_not_an_mmproj) {
     char err[256];
-    nm_vision *v = NULL;
+    nm_clip *v = NULL;
     FILE *f = fopen(tmp("empty.gguf"), "wb");
     fclose(f);
-    NM_CHECK(nm_vision_load(tmp("empty.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
-    NM_CHECK(nm_vision_load(tmp("absent.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_IO && v == NULL);
+    NM_CHECK(nm_clip_load(tmp("empty.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
+    NM_CHECK(nm_clip_load(tmp("absent.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_IO && v == NULL);
 }
 
 // Anyres pinpoints: read in order; an odd count, a resolution that is not a
 // multiple of the tile and a non-numeric array are clear errors.
 NM_TEST(tabm_vision_anyres_pinpoints) {
     char err[256];
-    nm_vision *v = NULL;
+    nm_clip *v = NULL;
     NM_CHECK(write_mmproj(tmp("any.gguf"), "mlp-anyres", N_EMBD));
-    NM_CHECK(nm_vision_load(tmp("any.gguf"), NULL, 1, &v, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_clip_load(tmp("any.gguf"), NULL, 1, &v, err, sizeof err) == NM_OK);
     if (v) {
-        const nm_clip_info *ci = nm_vision_info(v);
+        const nm_clip_info *ci = nm_clip_get_info(v);
         NM_CHECK(ci->n_pinpoints == 3 && ci->pinpoints[0][0] == 64 && ci->pinpoints[0][1] == 32 &&
                  ci->pinpoints[2][0] == 64 && ci->pinpoints[2][1] == 64);
-        nm_vision_free(v);
+        nm_clip_free(v);
     }
     struct {
         int32_t pins[64][2];
@@ -308,7 +387,7 @@ NM_TEST(tabm_vision_anyres_pinpoints) {
         memcpy(p.pinpoints, bad[i].pins, sizeof p.pinpoints);
         NM_CHECK(nm_genmmproj_write(tmp("bad-any.gguf"), &p, err, sizeof err) == NM_OK);
         v = NULL;
-        NM_CHECK(nm_vision_load(tmp("bad-any.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_UNSUPPORTED && v == NULL);
+        NM_CHECK(nm_clip_load(tmp("bad-any.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_UNSUPPORTED && v == NULL);
         if (!strstr(err, bad[i].want)) fprintf(stderr, "  case %zu: %s\n", i, err);
         NM_CHECK(strstr(err, bad[i].want) != NULL);
     }
@@ -335,7 +414,7 @@ NM_TEST(tabm_vision_anyres_pinpoints) {
         NM_CHECK(nm_gguf_writer_write(gw, tmp("bad-any2.gguf")) == NM_OK);
         nm_gguf_writer_free(gw);
         v = NULL;
-        NM_CHECK(nm_vision_load(tmp("bad-any2.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
+        NM_CHECK(nm_clip_load(tmp("bad-any2.gguf"), NULL, 1, &v, err, sizeof err) == NM_ERR_FORMAT && v == NULL);
         if (!strstr(err, "image_grid_pinpoints")) fprintf(stderr, "  case %d: %s\n", k, err);
         NM_CHECK(strstr(err, "image_grid_pinpoints") != NULL);
     }

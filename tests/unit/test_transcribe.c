@@ -606,37 +606,81 @@ NM_TEST(slot_path_and_errors) {
     NM_CHECK(nm_transcribe(tr, a.pcm, a.n, &p, &direct, err, sizeof err) == NM_OK);
     NM_CHECK(direct.n_seg >= 1);
 
-    nm_tabm *ring = NULL;
+    // The STT brick: a PCM slot in, one TEXT slot per segment (with its
+    // times), then an empty one that ends the request.
+    char path[1100];
+    snprintf(path, sizeof path, "%s/whisper-tiny.en.gguf", model_dir());
+    nm_brick_params bp = nm_brick_default_params(NM_BRICK_STT);
+    bp.model = path;
+    bp.n_threads = 2;
+    bp.stt = p;
+    nm_brick *stt = NULL;
+    nm_tabm *ring = NULL, *text = NULL;
+    NM_CHECK(nm_brick_load(NULL, &bp, &stt, err, sizeof err) == NM_OK);
     NM_CHECK(nm_tabm_create(NULL, 2, sizeof(float) * (size_t)a.n, &ring, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 16, 1024, &text, err, sizeof err) == NM_OK);
+    if (!stt || !ring || !text) goto out;
     nm_tabm_slot sl;
-    // A well-formed slot: the same transcript as the direct call.
     NM_CHECK(nm_tabm_acquire_write(ring, 0, -1, &sl) == NM_OK);
     memcpy(sl.data, a.pcm, sizeof(float) * (size_t)a.n);
     *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {a.n}, .size = sizeof(float) * (uint64_t)a.n,
-                              .sample_rate = 16000};
+                              .sample_rate = 16000, .request = 42};
     NM_CHECK(nm_tabm_publish(ring, &sl) == NM_OK);
-    NM_CHECK(nm_transcribe_slot(tr, ring, 0, &p, &slot, err, sizeof err) == NM_OK);
-    NM_CHECK(slot.n_seg == direct.n_seg);
-    for (int32_t i = 0; i < slot.n_seg && i < direct.n_seg; i++) NM_CHECK(!strcmp(slot.seg[i].text, direct.seg[i].text));
-    nm_transcript_free(&slot);
-    // Malformed slots: wrong kind, wrong rate, stereo, size not matching the shape. Each is released.
+    NM_CHECK(nm_brick_step(stt, ring, text) == NM_OK);
+    for (int32_t i = 0; i <= direct.n_seg; i++) {
+        nm_tabm_slot t;
+        if (nm_tabm_acquire_read(text, 0, &t) != NM_OK) {
+            NM_CHECK(!"a slot for each segment and the end");
+            break;
+        }
+        NM_CHECK(t.meta->kind == NM_TABM_TEXT && t.meta->request == 42 && !(t.meta->user & NM_BRICK_ERROR));
+        if (i < direct.n_seg) { // a segment: its text and times, more to come
+            const nm_stt_segment *sg = &direct.seg[i];
+            NM_CHECK(t.meta->size == strlen(sg->text) && !memcmp(t.data, sg->text, t.meta->size));
+            NM_CHECK(t.meta->shape[1] == sg->t0 && t.meta->shape[2] == sg->t1 && (t.meta->user & NM_BRICK_MORE));
+        } else { // the end
+            NM_CHECK(t.meta->ndim == 0 && t.meta->size == 0 && !(t.meta->user & NM_BRICK_MORE));
+        }
+        nm_tabm_release(text, &t);
+    }
+    NM_CHECK(nm_tabm_acquire_read(text, 0, &sl) == NM_ERR_AGAIN);
+    const nm_transcript *bt = nm_brick_stt_transcript(stt);
+    NM_CHECK(bt && bt->n_seg == direct.n_seg && bt->n_seg > 0 && !strcmp(bt->seg[0].text, direct.seg[0].text));
+    // Malformed slots: wrong kind, wrong rate, stereo, a token slot, a PCM slot
+    // that says more follow. Each is released and answered by one empty TEXT
+    // slot with NM_BRICK_ERROR; the brick goes on.
     const nm_tabm_meta bad[] = {
         {.kind = NM_TABM_PCM_S16, .ndim = 1, .shape = {1000}, .size = 2000, .sample_rate = 16000},
         {.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {1000}, .size = 4000, .sample_rate = 8000},
         {.kind = NM_TABM_PCM_F32, .ndim = 2, .shape = {500, 2}, .size = 4000, .sample_rate = 16000},
         {.kind = NM_TABM_TOKENS, .ndim = 1, .shape = {10}, .size = 40},
+        {.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {1000}, .size = 4000, .sample_rate = 16000, .user = NM_BRICK_MORE},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         NM_CHECK(nm_tabm_acquire_write(ring, 0, -1, &sl) == NM_OK);
         memset(sl.data, 0, bad[i].size);
         *sl.meta = bad[i];
         NM_CHECK(nm_tabm_publish(ring, &sl) == NM_OK);
-        err[0] = '\0';
-        NM_CHECK(nm_transcribe_slot(tr, ring, 0, &p, &slot, err, sizeof err) == NM_ERR_FORMAT);
-        NM_CHECK(strlen(err) > 10);
+        NM_CHECK(nm_brick_step(stt, ring, text) == NM_OK);
+        nm_tabm_slot t;
+        NM_CHECK(nm_tabm_acquire_read(text, 0, &t) == NM_OK);
+        NM_CHECK(t.meta->kind == NM_TABM_TEXT && t.meta->size == 0 && (t.meta->user & NM_BRICK_ERROR) &&
+                 !(t.meta->user & NM_BRICK_MORE));
+        nm_tabm_release(text, &t);
+        NM_CHECK(strstr(nm_brick_last_error(stt), "NM_ERR_FORMAT") != NULL ||
+                 strstr(nm_brick_last_error(stt), nm_status_str(NM_ERR_FORMAT)) != NULL);
     }
-    NM_CHECK(nm_transcribe_slot(tr, ring, 0, &p, &slot, err, sizeof err) == NM_ERR_AGAIN); // all released, none left
+    NM_CHECK(nm_tabm_acquire_read(ring, 0, &sl) == NM_ERR_AGAIN); // all released, none left
+    nm_brick_stats bs = nm_brick_get_stats(stt);
+    NM_CHECK(bs.n_requests == 6 && bs.n_bad_requests == 5 && bs.n_segments == (uint64_t)direct.n_seg &&
+             bs.n_samples == (uint64_t)a.n);
+    // Shutdown of the input ring ends the brick and passes on to the output ring.
+    nm_tabm_shutdown(ring);
+    NM_CHECK(nm_brick_step(stt, ring, text) == NM_ERR_SHUTDOWN && nm_tabm_is_shutdown(text));
+out:
     nm_tabm_free(ring);
+    nm_tabm_free(text);
+    nm_brick_free(stt);
 
     // Bad parameters and input.
     nm_stt_params q = p;

@@ -1,10 +1,10 @@
 // nanomind run: text completion, a one-shot chat turn, or an interactive chat.
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/vision/vision.h"
 #include "cli.h"
 
 #define MEDIA_MARKER "<__media__>" // where an image goes in a prompt (llama.cpp's mtmd marker)
@@ -54,18 +54,19 @@ static void run_usage(void) {
 }
 
 // The generation runs as the LLM brick on its own thread (a lane): a prompt
-// goes in as slots of the input ring (text tokenized straight into a slot),
-// the sampled tokens come back one per slot of the output ring and are
-// printed as they arrive. Both sides share one copy ledger (--stats prints
-// it), so "0 bytes copied" is measured on the path that produced the text.
+// goes in as slots of the input ring (text tokenized straight into a slot,
+// images as the vision brick's segments), the sampled tokens come back one
+// per slot of the output ring and are printed as they arrive. Every brick
+// shares one copy ledger (--stats prints it), so "0 bytes copied" is
+// measured on the path that produced the text.
 typedef struct session {
-    nm_model *m;
+    nm_brick *llm;      // owns the model and the context
+    nm_model *m;        // the LLM brick's (tokenizer, template)
     nm_ctx *c;
-    nm_sampler *s;
-    nm_llm_brick *b;
-    nm_tabm *in, *out;  // prompt slots -> brick -> token slots
+    nm_tabm *in, *out;  // prompt slots -> LLM brick -> token slots
     nm_ledger *ledger;
-    nm_vision *vision;  // --mmproj: writes image embeddings into input slots
+    nm_brick *vision;   // --mmproj: an IMAGE slot in, its segment out into `in`
+    nm_tabm *img;       // the vision brick's input: image files, read into its slot
     double t_first;     // seconds from the first prompt slot to the first generated token
     pthread_t lane;
     bool lane_started;
@@ -73,36 +74,35 @@ typedef struct session {
 
 static void *lane_main(void *arg) {
     session *S = arg;
-    (void)nm_llm_brick_run(S->b, S->in, S->out); // returns when a ring is shut down
+    (void)nm_brick_run(S->llm, S->in, S->out); // returns when a ring is shut down
     return NULL;
 }
 
-// Creates the rings and the brick and starts its lane. Input slots hold a
-// whole context of token ids; image embeddings would need n_tokens * n_embd
-// floats per slot (size the ring for the largest part of a prompt).
+// Creates the rings and starts the LLM brick's lane. Input slots hold a whole
+// context of token ids or one encoder run's embeddings; the image ring one
+// file (the largest given).
 static bool start_lane(session *S, const cli_opts *o, char *err, size_t err_size) {
-    size_t in_bytes = sizeof(int32_t) * (size_t)nm_ctx_n_ctx(S->c);
-    if (S->vision && nm_vision_slot_bytes(S->vision) > in_bytes) in_bytes = nm_vision_slot_bytes(S->vision);
+    size_t in_bytes = nm_brick_in_slot_bytes(S->llm);
+    if (S->vision && nm_brick_out_slot_bytes(S->vision) > in_bytes) in_bytes = nm_brick_out_slot_bytes(S->vision);
     nm_status st = nm_tabm_create(NULL, 4, in_bytes, &S->in, err, err_size);
-    if (st == NM_OK) st = nm_tabm_create(NULL, 16, 64, &S->out, err, err_size);
+    if (st == NM_OK) st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S->llm), &S->out, err, err_size);
+    if (st == NM_OK && S->vision) {
+        size_t img_bytes = 1;
+        for (int i = 0; i < o->n_images; i++) {
+            FILE *f = fopen(o->images[i], "rb");
+            if (f && fseek(f, 0, SEEK_END) == 0) {
+                long n = ftell(f);
+                if (n > 0 && (size_t)n > img_bytes) img_bytes = (size_t)n;
+            }
+            if (f) fclose(f);
+        }
+        st = nm_tabm_create(NULL, 1, img_bytes, &S->img, err, err_size);
+    }
     if (st != NM_OK) {
         fprintf(stderr, "error: cannot create the TABM rings: %s: %s\n", nm_status_str(st), err);
         return false;
     }
-    S->ledger = nm_ledger_create();
-    nm_llm_brick_params bp = nm_llm_brick_default_params();
-    bp.n_predict = o->n_predict; // < 0: until end of text or a full context
-    bp.out_batch = 1;            // a slot per token: printed as it is sampled
-    bp.stop = o->stop;
-    bp.n_stop = o->n_stop;
-    bp.ignore_eos = o->ignore_eos;
-    if (!S->ledger || (st = nm_llm_brick_create(S->m, S->c, S->s, &bp, S->ledger, &S->b, err, err_size)) != NM_OK) {
-        fprintf(stderr, "error: cannot create the LLM brick: %s: %s\n", nm_status_str(S->ledger ? st : NM_ERR_NOMEM),
-                S->ledger ? err : "out of memory");
-        return false;
-    }
-    if (nm_ledger_endpoint(S->ledger, "cli") < 0 || (S->vision && nm_ledger_endpoint(S->ledger, "vision") < 0) ||
-        pthread_create(&S->lane, NULL, lane_main, S) != 0) {
+    if (nm_ledger_endpoint(S->ledger, "cli") < 0 || pthread_create(&S->lane, NULL, lane_main, S) != 0) {
         fprintf(stderr, "error: cannot start the LLM brick's thread\n");
         return false;
     }
@@ -121,7 +121,7 @@ static void stop_lane(session *S) {
 
 // Tokenizes `text` straight into a slot of the input ring and publishes it as
 // one part of a prompt. user: NM_LLM_IN_POS(0) for a prompt (the brick reuses
-// the cached prefix it shares with the last one), | NM_LLM_IN_MORE when more
+// the cached prefix it shares with the last one), | NM_BRICK_MORE when more
 // parts follow (e.g. image embeddings, then more text). add_special: BOS on
 // the first part. False (error printed) if it gives no tokens or does not fit.
 static bool send_text(session *S, const char *text, uint64_t user, bool add_special) {
@@ -153,9 +153,56 @@ static bool send_text(session *S, const char *text, uint64_t user, bool add_spec
     return true;
 }
 
+// Reads an image file into the vision brick's input slot (the file's bytes go
+// from the page cache into the slot once; the brick decodes them there), then
+// runs the brick on this thread: it writes the image's segment into the LLM
+// brick's input ring, in order with the text around it. user: the segment's
+// flags (its position, NM_BRICK_MORE). False (error printed) on a bad image.
+static bool send_image(session *S, const char *path, uint64_t user) {
+    nm_tabm_slot sl;
+    nm_status st = nm_tabm_acquire_write(S->img, 0, -1, &sl);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: the vision brick's input ring: %s\n", nm_status_str(st));
+        return false;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "error: image %s: cannot open: %s (%s)\n", path, strerror(errno), nm_status_str(NM_ERR_IO));
+        nm_tabm_cancel(S->img, &sl);
+        return false;
+    }
+    size_t n = fread(sl.data, 1, sl.capacity, f);
+    const bool bad = ferror(f) || n == 0;
+    fclose(f);
+    if (bad) {
+        fprintf(stderr, "error: image %s: %s (%s)\n", path, n == 0 ? "empty file" : "cannot read the file",
+                nm_status_str(n == 0 ? NM_ERR_FORMAT : NM_ERR_IO));
+        nm_tabm_cancel(S->img, &sl);
+        return false;
+    }
+    sl.meta->kind = NM_TABM_IMAGE;
+    sl.meta->ndim = 1;
+    sl.meta->shape[0] = (int64_t)n;
+    sl.meta->size = n;
+    sl.meta->user = user;
+    if ((st = nm_tabm_publish(S->img, &sl)) != NM_OK) {
+        fprintf(stderr, "error: the vision brick's input ring: %s\n", nm_status_str(st));
+        nm_tabm_cancel(S->img, &sl);
+        return false;
+    }
+    const uint64_t bad_before = nm_brick_get_stats(S->vision).n_bad_requests;
+    st = nm_brick_step(S->vision, S->img, S->in);
+    if (st != NM_OK || nm_brick_get_stats(S->vision).n_bad_requests != bad_before) {
+        // the brick's messages say what is wrong with the image (and where in it)
+        fprintf(stderr, "error: image %s: %s\n", path, st != NM_OK ? nm_status_str(st) : nm_brick_last_error(S->vision));
+        return false;
+    }
+    return true;
+}
+
 // Sends a prompt that may hold images: the text between media markers goes
 // as token slots, each image as the vision brick's slots (embeddings encoded
-// in place), in order, all but the last flagged NM_LLM_IN_MORE. The first text
+// in place), in order, all but the last flagged NM_BRICK_MORE. The first text
 // part carries BOS (even when empty, as llama.cpp's mtmd does).
 static bool send_prompt(session *S, const char *prompt, const char *const *images, int n_images) {
     if (n_images == 0) return send_text(S, prompt, NM_LLM_IN_POS(0), true);
@@ -166,7 +213,7 @@ static bool send_prompt(session *S, const char *prompt, const char *const *image
         const char *end = k < n_images ? strstr(p, MEDIA_MARKER) : p + strlen(p);
         char *part = strndup(p, (size_t)(end - p));
         if (!part) return false;
-        uint64_t user = (first ? NM_LLM_IN_POS(0) : 0) | (k < n_images ? NM_LLM_IN_MORE : 0);
+        uint64_t user = (first ? NM_LLM_IN_POS(0) : 0) | (k < n_images ? NM_BRICK_MORE : 0);
         // nothing between two images or after the last, or an empty start without a BOS to send
         bool skip = part[0] == '\0' && (k > 0 || nm_tokenize(S->m, "", 0, NULL, 0, true, true) == 0);
         if (k == n_images && skip) {
@@ -179,16 +226,9 @@ static bool send_prompt(session *S, const char *prompt, const char *const *image
         if (!ok) return false;
         first = first && skip;
         if (k == n_images) break;
-        int32_t n_pos = 0;
         const bool more = end[ml] != '\0' || k + 1 < n_images;
-        nm_status st = nm_vision_put_image(S->vision, S->m, images[k], S->in, 0, -1, first ? NM_LLM_IN_POS(0) : 0,
-                                           more, &n_pos);
+        if (!send_image(S, images[k], (first ? NM_LLM_IN_POS(0) : 0) | (more ? NM_BRICK_MORE : 0))) return false;
         first = false;
-        if (st != NM_OK) {
-            // the vision brick's messages name the file (and where in it)
-            fprintf(stderr, "error: image %s (%s)\n", nm_vision_last_error(S->vision), nm_status_str(st));
-            return false;
-        }
         p = end + ml;
     }
     return true;
@@ -206,14 +246,14 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
         nm_tabm_slot sl;
         nm_status st = nm_tabm_acquire_read(S->out, -1, &sl);
         if (st != NM_OK) {
-            fprintf(stderr, "\nerror: the LLM brick stopped: %s (%s)\n", nm_status_str(st), nm_llm_brick_last_error(S->b));
+            fprintf(stderr, "\nerror: the LLM brick stopped: %s (%s)\n", nm_status_str(st), nm_brick_last_error(S->llm));
             ok = false;
             break;
         }
         const int32_t *toks = sl.data;
         const int32_t n = sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
         // the first sampled token: a text token, or an end-of-generation token the brick does not pass on
-        const bool eog_end = (sl.meta->user & NM_LLM_OUT_END) && NM_LLM_OUT_STOP_OF(sl.meta->user) == NM_LLM_STOP_EOG;
+        const bool eog_end = !(sl.meta->user & NM_BRICK_MORE) && NM_LLM_STOP_OF(sl.meta->user) == NM_LLM_STOP_EOG;
         if ((n > 0 || eog_end) && S->t_first == 0.0) S->t_first = cli_now() - t_sent;
         for (int32_t i = 0; i < n; i++) {
             int32_t k = nm_detok_push(S->m, &dt, toks[i], piece, (int32_t)sizeof piece);
@@ -227,13 +267,13 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
         }
         const uint64_t user = sl.meta->user;
         nm_tabm_release(S->out, &sl);
-        if (!(user & NM_LLM_OUT_END)) continue;
+        if (user & NM_BRICK_MORE) continue;
         end = true;
-        nm_llm_stop why = NM_LLM_OUT_STOP_OF(user);
+        nm_llm_stop why = NM_LLM_STOP_OF(user);
         if (why == NM_LLM_STOP_CTX_FULL) {
             fprintf(stderr, "\n[context full: %d tokens]\n", nm_ctx_n_ctx(S->c));
         } else if (why == NM_LLM_STOP_ERROR || why == NM_LLM_STOP_BAD_INPUT) {
-            fprintf(stderr, "\nerror: %s\n", nm_llm_brick_last_error(S->b));
+            fprintf(stderr, "\nerror: %s\n", nm_brick_last_error(S->llm));
             ok = false;
         }
     }
@@ -337,25 +377,46 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         return 1;
     }
     cli_mlock(&o);
-    nm_ctx_params cp = nm_ctx_default_params();
-    cp.n_ctx = cli_ctx_size(&o, S.m);
-    cp.n_batch = o.n_batch;
-    cp.n_threads = o.n_threads;
-    cp.pin_threads = o.pin;
-    cp.device = o.device;
-    cp.n_gpu_layers = o.n_gpu_layers;
-    if ((st = nm_ctx_create(S.m, &cp, &S.c, err, sizeof err)) != NM_OK) {
+    // The LLM brick decodes on the model loaded here (the command reads its
+    // training context for -c 0, its tokenizer and template for the prompt).
+    S.ledger = nm_ledger_create();
+    if (!S.ledger) {
+        fprintf(stderr, "error: out of memory\n");
+        goto done;
+    }
+    nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
+    lp.llm_model = S.m;
+    lp.n_ctx = cli_ctx_size(&o, S.m);
+    lp.n_batch = o.n_batch;
+    lp.n_threads = o.n_threads;
+    lp.pin_threads = o.pin;
+    lp.device = o.device;
+    lp.n_gpu_layers = o.n_gpu_layers;
+    lp.sampling = o.sp;
+    lp.llm.n_predict = o.n_predict; // < 0: until end of text or a full context
+    lp.llm.out_batch = 1;           // a slot per token: printed as it is sampled
+    lp.llm.stop = o.stop;
+    lp.llm.n_stop = o.n_stop;
+    lp.llm.ignore_eos = o.ignore_eos;
+    lp.ledger = S.ledger;
+    if ((st = nm_brick_load(NULL, &lp, &S.llm, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
+    S.c = nm_brick_llm_ctx(S.llm);
     cli_ctx_note(S.c);
     if (o.mmproj) {
-        if ((st = nm_vision_load(o.mmproj, o.mmproj_device ? o.mmproj_device : o.device, o.n_threads, &S.vision, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", o.mmproj, nm_status_str(st), err);
-            goto done;
-        }
-        if ((st = nm_vision_check_model(S.vision, S.m, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: '%s' does not fit '%s': %s\n", o.mmproj, o.model, err);
+        nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
+        vp.model = o.mmproj;
+        vp.feeds = S.llm;
+        vp.device = o.mmproj_device ? o.mmproj_device : o.device;
+        vp.n_threads = o.n_threads;
+        vp.ledger = S.ledger;
+        if ((st = nm_brick_load(NULL, &vp, &S.vision, err, sizeof err)) != NM_OK) {
+            if (st == NM_ERR_FORMAT && strstr(err, "belongs to another model"))
+                fprintf(stderr, "error: '%s' does not fit '%s': %s\n", o.mmproj, o.model, err);
+            else
+                fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", o.mmproj, nm_status_str(st), err);
             goto done;
         }
     }
@@ -382,12 +443,6 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         free(f);
     }
     t_load = cli_now() - t_load;
-    if (o.sp.repeat_last_n < 0) o.sp.repeat_last_n = nm_ctx_n_ctx(S.c); // llama.cpp's -1: the whole context
-    S.s = nm_sampler_create(&o.sp, nm_model_n_vocab(S.m));
-    if (!S.s) {
-        fprintf(stderr, "error: out of memory\n");
-        goto done;
-    }
     if (!start_lane(&S, &o, err, sizeof err)) goto done;
     if (o.stats) {
         char desc[256];
@@ -484,14 +539,14 @@ done_chat:
 done_stats:
     stop_lane(&S);
     if (o.stats) {
-        nm_llm_brick_stats bs = nm_llm_brick_get_stats(S.b);
+        nm_brick_stats bs = nm_brick_get_stats(S.llm);
         fprintf(stderr, "load: %.2f s\n", t_load);
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_prompt_tokens, bs.t_prompt,
                 bs.t_prompt > 0 ? bs.n_prompt_tokens / bs.t_prompt : 0.0);
         fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_gen, bs.t_gen,
                 bs.t_gen > 0 ? bs.n_gen / bs.t_gen : 0.0);
         if (S.vision) {
-            nm_vision_stats vs = nm_vision_get_stats(S.vision);
+            nm_brick_stats vs = nm_brick_get_stats(S.vision);
             fprintf(stderr, "vision: %d images, %d encoder runs in %.3f s (%.1f ms each), decode+preprocess %.3f s\n",
                     (int)vs.n_images, (int)vs.n_encoded, vs.t_encode,
                     vs.n_encoded ? 1e3 * vs.t_encode / (double)vs.n_encoded : 0.0, vs.t_decode);
@@ -514,14 +569,13 @@ done_stats:
     }
 done:
     stop_lane(&S);
-    nm_llm_brick_free(S.b);
-    nm_vision_free(S.vision);
+    nm_brick_free(S.vision);
+    nm_brick_free(S.llm);
     free(media_prompt);
     nm_tabm_free(S.in);
     nm_tabm_free(S.out);
+    nm_tabm_free(S.img);
     nm_ledger_free(S.ledger);
-    nm_sampler_free(S.s);
-    nm_ctx_free(S.c);
     nm_model_free(S.m);
     free(file_prompt);
     return rc;

@@ -1,9 +1,11 @@
 // nanomind say: text to speech into a WAV file, through the TTS brick.
 //
-// The brick runs on its own thread (a lane) and writes the PCM into slots of
-// a TABM ring; this thread writes each slot's bytes to the file straight from
-// the slot (no intermediate buffer), so the ledger (--stats) shows 0 bytes
-// copied between bricks. The WAV header is the audio module's
+// The text goes to the brick as one TEXT slot; the brick runs on its own
+// thread (a lane) and writes the PCM into slots of a TABM ring; this thread
+// writes each slot's bytes to the file straight from the slot (no
+// intermediate buffer). The ledger (--stats) counts what is copied: the text
+// into espeak-ng's input and its samples out of espeak-ng's buffer (it
+// allocates them itself), nothing else. The WAV header is the audio module's
 // (nm_audio_wav_header); its two sizes are filled in once the utterance has
 // ended. The file is a temporary beside OUT, renamed over it on success, so a
 // failure never damages an existing OUT (core/outfile.h). Where OUT cannot
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "bricks/audio/audio.h"
+#include "bricks/brick_impl.h"
 #include "bricks/tts/tts.h"
 #include "cli.h"
 #include "core/outfile.h"
@@ -83,17 +86,16 @@ static char *read_stream(FILE *f) {
 }
 
 typedef struct lane {
-    nm_tts *tts;
-    nm_tabm *ring;
-    const char *text;
+    nm_brick *tts;
+    nm_tabm *in, *ring;
     nm_status st;
 } lane;
 
 static void *lane_main(void *arg) {
     lane *L = arg;
-    L->st = nm_tts_synth_ring(L->tts, L->text, L->ring, 0, -1);
-    // On an error the END slot (if one could be written) is flagged; shutting
-    // the ring down also wakes the reader if none could.
+    L->st = nm_brick_step(L->tts, L->in, L->ring); // the one request
+    // On an error the request's last slot (if one could be written) is
+    // flagged; shutting the ring down also wakes the reader if none could.
     if (L->st != NM_OK) nm_tabm_shutdown(L->ring);
     return NULL;
 }
@@ -194,8 +196,9 @@ int cmd_say(int argc, char **argv) {
 
     int rc = 1;
     nm_ledger *ledger = nm_ledger_create();
+    nm_brick *brick = NULL;
     nm_tts *tts = NULL;
-    nm_tabm *ring = NULL;
+    nm_tabm *in = NULL, *ring = NULL;
     nm_outfile wav = {0};
     uint8_t *held = NULL; // the samples, where the output cannot seek
     size_t n_held = 0, cap_held = 0;
@@ -205,10 +208,14 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
     }
-    if ((st = nm_tts_open(&p, ledger, &tts, err, sizeof err)) != NM_OK) {
+    nm_brick_params bp = nm_brick_default_params(NM_BRICK_TTS);
+    bp.tts = p;
+    bp.ledger = ledger;
+    if ((st = nm_brick_load(NULL, &bp, &brick, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
+    tts = nm_brick_tts_handle(brick);
     // The output first: an unwritable path fails before any synthesis.
     if ((st = nm_outfile_open(&wav, out, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: %s\n", err);
@@ -221,12 +228,29 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno ? errno : EIO));
         goto done;
     }
-    if ((st = nm_tabm_create(NULL, SAY_SLOTS, SAY_SLOT_BYTES, &ring, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot create the TABM ring: %s: %s\n", nm_status_str(st), err);
+    const size_t text_len = strlen(text);
+    if ((st = nm_tabm_create(NULL, SAY_SLOTS, SAY_SLOT_BYTES, &ring, err, sizeof err)) != NM_OK ||
+        (st = nm_tabm_create(NULL, 1, text_len, &in, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot create the TABM rings: %s: %s\n", nm_status_str(st), err);
+        goto done;
+    }
+    nm_tabm_slot ts;
+    if ((st = nm_tabm_acquire_write(in, 0, -1, &ts)) != NM_OK) {
+        fprintf(stderr, "error: the TTS brick's input ring: %s\n", nm_status_str(st));
+        goto done;
+    }
+    memcpy(ts.data, text, text_len); // the command's text becomes the request: written once, into its slot
+    ts.meta->kind = NM_TABM_TEXT;
+    ts.meta->ndim = 1;
+    ts.meta->shape[0] = (int64_t)text_len;
+    ts.meta->size = text_len;
+    if ((st = nm_tabm_publish(in, &ts)) != NM_OK) {
+        fprintf(stderr, "error: the TTS brick's input ring: %s\n", nm_status_str(st));
+        nm_tabm_cancel(in, &ts);
         goto done;
     }
 
-    lane L = {.tts = tts, .ring = ring, .text = text, .st = NM_OK};
+    lane L = {.tts = brick, .in = in, .ring = ring, .st = NM_OK};
     pthread_t th;
     if (pthread_create(&th, NULL, lane_main, &L) != 0) {
         fprintf(stderr, "error: cannot start the TTS brick's thread\n");
@@ -269,8 +293,8 @@ int cmd_say(int argc, char **argv) {
             }
             data_bytes += m->size;
         }
-        ended = (m->user & NM_TTS_OUT_END) != 0;
-        cut = (m->user & NM_TTS_OUT_ERROR) != 0;
+        ended = !(m->user & NM_BRICK_MORE);
+        cut = (m->user & NM_BRICK_ERROR) != 0;
         nm_tabm_release(ring, &s);
     }
     pthread_join(th, NULL);
@@ -281,7 +305,7 @@ int cmd_say(int argc, char **argv) {
     }
     if (L.st != NM_OK || cut || !ended) {
         fprintf(stderr, "error: synthesis failed: %s: %s\n", nm_status_str(L.st != NM_OK ? L.st : NM_ERR_IO),
-                nm_tts_last_error(tts));
+                nm_brick_last_error(brick));
         goto done;
     }
     if (data_bytes > 0xffffffffull - 36) {
@@ -312,13 +336,13 @@ int cmd_say(int argc, char **argv) {
     }
     rc = 0;
     if (stats) {
-        nm_tts_stats ts = nm_tts_get_stats(tts);
-        int32_t rate = nm_tts_sample_rate(tts);
-        double audio_s = (double)ts.n_samples / rate;
+        nm_brick_stats bs = nm_brick_get_stats(brick);
+        int32_t rate = nm_brick_tts_sample_rate(brick);
+        double audio_s = (double)bs.n_samples / rate;
         fprintf(stderr, "voice: %s (%s), %d wpm, %d Hz%s\n", p.voice, nm_tts_engine_name(tts), (int)p.rate_wpm,
                 (int)rate, rate != nm_tts_native_rate(tts) ? " (resampled)" : "");
-        fprintf(stderr, "synthesis: %.3f s for %.3f s of audio (real-time factor %.4f), %llu slots\n", ts.t_synth,
-                audio_s, audio_s > 0 ? ts.t_synth / audio_s : 0.0, (unsigned long long)ts.n_slots);
+        fprintf(stderr, "synthesis: %.3f s for %.3f s of audio (real-time factor %.4f), %llu slots\n", bs.t_busy,
+                audio_s, audio_s > 0 ? bs.t_busy / audio_s : 0.0, (unsigned long long)bs.n_out_slots);
         fprintf(stderr, "total: %.3f s (open, synthesis, file)\n", t_total);
         char led[1024];
         if (nm_ledger_format(ledger, led, sizeof led) > 0) fputs(led, stderr);
@@ -328,7 +352,8 @@ done:
     nm_outfile_abort(&wav); // after a commit, nothing; else only our temporary goes
     free(held);
     nm_tabm_free(ring);
-    nm_tts_free(tts);
+    nm_tabm_free(in);
+    nm_brick_free(brick);
     nm_ledger_free(ledger);
     free(owned);
     return rc;

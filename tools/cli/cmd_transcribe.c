@@ -2,13 +2,17 @@
 // whisper.cpp's ggml .bin). The decoding follows whisper.cpp's whisper-cli
 // (src/bricks/stt/transcribe.h), so the same model, file and options give the
 // same transcript. The audio goes to the STT brick as one PCM slot of a TABM
-// ring, which the brick reads in place.
+// ring, which the brick reads in place; the brick runs on its own thread (a
+// lane) and its segments come back as TEXT slots, printed as they arrive.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
 #include "bricks/audio/audio.h"
+#include "bricks/brick_impl.h"
 #include "bricks/stt/transcribe.h"
 #include "bricks/stt/whisper_model.h"
 #include "cli.h"
@@ -80,26 +84,39 @@ typedef struct live {
     double secs; // audio duration, for the progress
 } live;
 
-static void print_live(const nm_transcript *t, int32_t i0, void *user) {
-    const live *L = user;
+// A segment's TEXT slot (its times in shape[1], shape[2]), as whisper-cli prints it.
+static void print_live(const live *L, const nm_tabm_slot *sl) {
     char a[32], b[32];
-    for (int32_t i = i0; i < t->n_seg; i++) {
-        if (L->timestamps) {
-            nm_stt_timestamp(t->seg[i].t0, false, a);
-            nm_stt_timestamp(t->seg[i].t1, false, b);
-            printf("[%s --> %s]  ", a, b);
-        }
-        const char *s = t->seg[i].text;
-        if (!L->timestamps)
-            while (*s == ' ' || *s == '\t') s++; // as whisper-cli -otxt writes it
-        printf("%s\n", s);
+    if (L->timestamps) {
+        nm_stt_timestamp(sl->meta->shape[1], false, a);
+        nm_stt_timestamp(sl->meta->shape[2], false, b);
+        printf("[%s --> %s]  ", a, b);
     }
+    const char *s = sl->data;
+    size_t n = (size_t)sl->meta->size;
+    if (!L->timestamps)
+        while (n > 0 && (*s == ' ' || *s == '\t')) s++, n--; // as whisper-cli -otxt writes it
+    fwrite(s, 1, n, stdout);
+    putchar('\n');
     fflush(stdout);
 }
 
+typedef struct stt_lane {
+    nm_brick *stt;
+    nm_tabm *in, *out;
+    nm_status st;
+} stt_lane;
+
+static void *stt_lane_main(void *arg) {
+    stt_lane *L = arg;
+    L->st = nm_brick_step(L->stt, L->in, L->out); // one request: this file
+    if (L->st != NM_OK) nm_tabm_shutdown(L->out);  // wakes the reader
+    return NULL;
+}
+
+// After each window, on the brick's lane (the text comes as slots).
 static void progress(const nm_transcript *t, int32_t i0, void *user) {
     const live *L = user;
-    print_live(t, i0, user);
     if (L->progress && t->n_seg > 0 && L->secs > 0) {
         double done = (double)t->seg[t->n_seg - 1].t1 / 100.0 / L->secs;
         fprintf(stderr, "progress = %3d%%\n", (int)(100 * (done > 1 ? 1 : done)));
@@ -396,20 +413,35 @@ int cmd_transcribe(int argc, char **argv) {
 
     int rc = 1;
     char err[512] = "";
-    nm_whisper_model *m = NULL;
-    nm_transcriber *tr = NULL;
+    nm_brick *stt = NULL;
+    const nm_whisper_model *m = NULL;
     nm_audio pcm = {0};
-    nm_tabm *ring = NULL;
+    nm_tabm *ring = NULL, *text = NULL;
     nm_ledger *ledger = NULL;
-    nm_transcript out = {0};
     int32_t *prompt_tok = NULL, n_prompt_tok = 0;
+    nm_status st;
 
-    double t0 = cli_now();
-    nm_status st = nm_whisper_model_load(model, &m, err, sizeof err);
-    if (st != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", model, nm_status_str(st), err);
+    ledger = nm_ledger_create();
+    const int ep_audio = ledger ? nm_ledger_endpoint(ledger, "audio-decoder") : -1;
+    if (!ledger || ep_audio < 0) {
+        fprintf(stderr, "error: out of memory\n");
         goto done;
     }
+    double t0 = cli_now();
+    nm_brick_params bp = nm_brick_default_params(NM_BRICK_STT);
+    bp.model = model;
+    bp.n_threads = n_threads;
+    bp.stt_max_decoders = beam > best_of ? beam : best_of;
+    bp.ledger = ledger;
+    if ((st = nm_brick_load(NULL, &bp, &stt, err, sizeof err)) != NM_OK) {
+        if (strstr(err, "transcriber") || st == NM_ERR_NOMEM)
+            fprintf(stderr, "error: cannot set up the transcriber: %s: %s\n", nm_status_str(st), err);
+        else
+            fprintf(stderr, "error: cannot load '%s': %s: %s\n", model, nm_status_str(st), err);
+        goto done;
+    }
+    m = nm_brick_stt_whisper(stt);
+    const int ep_stt = nm_ledger_endpoint(ledger, nm_brick_name(stt));
     const double t_load = cli_now() - t0;
 
     // Language: a known code, "auto" (multilingual models), English for .en models.
@@ -442,18 +474,12 @@ int cmd_transcribe(int argc, char **argv) {
         else if (most <= 0)
             fprintf(stderr, "warning: --prompt is not used with -mc %d (no previous text)\n", (int)max_ctx);
     }
-    int32_t n_dec = beam > best_of ? beam : best_of;
-    if ((st = nm_transcriber_create(m, n_threads, n_dec, &tr, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot set up the transcriber: %s: %s\n", nm_status_str(st), err);
+    // the segments' ring: a segment is at most a window's 224 tokens of text
+    if ((st = nm_tabm_create(NULL, 8, 2 * nm_brick_out_slot_bytes(stt), &text, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot create the text ring: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
-    ledger = nm_ledger_create();
-    const int ep_audio = ledger ? nm_ledger_endpoint(ledger, "audio-decoder") : -1;
-    const int ep_stt = ledger ? nm_ledger_endpoint(ledger, "stt") : -1;
-    if (!ledger || ep_audio < 0 || ep_stt < 0) {
-        fprintf(stderr, "error: out of memory\n");
-        goto done;
-    }
+    live L = {.timestamps = timestamps, .progress = pp};
 
     for (int fi = 0; fi < n_inputs; fi++) {
         const char *audio = inputs[fi];
@@ -528,21 +554,39 @@ int cmd_transcribe(int argc, char **argv) {
         // Text without --timestamps decodes as whisper-cli -nt; SRT, JSON and the files need the times.
         // -ml splits at token times: it decodes with timestamps too (whisper-cli without -nt).
         p.no_timestamps = pfmt == PRINT_TXT && !timestamps && !(formats & ~OF_TXT) && max_len == 0;
-        live L = {.timestamps = timestamps, .progress = pp, .secs = (double)n_samples / NM_AUDIO_RATE};
-        if (pfmt == PRINT_TXT) {
-            p.on_segments = progress; // printed as each 30 s window finishes
-            p.user = &L;
-        }
-
-        t0 = cli_now();
-        nm_transcript_free(&out);
-        st = nm_transcribe_slot(tr, ring, -1, &p, &out, err, sizeof err);
-        const double t_run = cli_now() - t0;
-        if (st != NM_OK) {
-            fprintf(stderr, "error: transcription of '%s' failed: %s: %s\n", audio, nm_status_str(st), err);
-            rc = st == NM_ERR_INVALID_ARG ? 2 : 1;
+        L.secs = (double)n_samples / NM_AUDIO_RATE;
+        p.on_segments = progress; // -pp: after each 30 s window
+        p.user = &L;
+        bp.stt = p;
+        if ((st = nm_brick_set_params(stt, &bp, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: %s: %s\n", nm_status_str(st), err);
             goto done;
         }
+
+        // The brick on its lane; its segments printed here as they come.
+        t0 = cli_now();
+        stt_lane SL = {.stt = stt, .in = ring, .out = text, .st = NM_OK};
+        pthread_t th;
+        if (pthread_create(&th, NULL, stt_lane_main, &SL) != 0) {
+            fprintf(stderr, "error: cannot start the STT brick's thread\n");
+            goto done;
+        }
+        bool failed = false;
+        for (bool end = false; !end;) {
+            nm_tabm_slot ts;
+            if (nm_tabm_acquire_read(text, -1, &ts) != NM_OK) break; // shut down: the lane failed
+            end = !(ts.meta->user & NM_BRICK_MORE);
+            failed = failed || (ts.meta->user & NM_BRICK_ERROR);
+            if (pfmt == PRINT_TXT && !end && !failed) print_live(&L, &ts); // a segment (maybe of no text)
+            nm_tabm_release(text, &ts);
+        }
+        pthread_join(th, NULL);
+        const double t_run = cli_now() - t0;
+        if (SL.st != NM_OK || failed) { // the brick's message starts with the status
+            fprintf(stderr, "error: transcription of '%s' failed: %s\n", audio, nm_brick_last_error(stt));
+            goto done;
+        }
+        const nm_transcript out = *nm_brick_stt_transcript(stt);
         if (span < 100)
             fprintf(stderr, "notice: '%s': %lld ms of audio%s: Whisper decodes nothing under 100 ms (as whisper.cpp); "
                             "pad it with silence\n",
@@ -562,7 +606,7 @@ int cmd_transcribe(int argc, char **argv) {
             goto done;
 
         if (stats) {
-            const nm_stt_timings tm = nm_transcriber_timings(tr);
+            const nm_stt_timings tm = nm_transcriber_timings(nm_brick_stt_transcriber(stt));
             const double secs = (double)n_samples / NM_AUDIO_RATE;
             fprintf(stderr, "model: %s (%s), %d+%d layers, d %d, load %.3f s\n", m->name,
                     m->format == NM_WHISPER_GGUF ? "gguf" : "ggml .bin", m->hp.n_audio_layer, m->hp.n_text_layer,
@@ -585,12 +629,11 @@ int cmd_transcribe(int argc, char **argv) {
     }
     rc = 0;
 done:
-    nm_transcript_free(&out);
     nm_tabm_free(ring);
+    nm_tabm_free(text);
+    nm_brick_free(stt);
     nm_ledger_free(ledger);
     nm_audio_free(&pcm);
-    nm_transcriber_free(tr);
-    nm_whisper_model_free(m);
     free(prompt_tok);
     return rc;
 }

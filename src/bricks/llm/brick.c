@@ -13,32 +13,37 @@
 #include <time.h>
 
 #include "bricks/llm/llm.h"
+#include "bricks/brick_impl.h"
 #include "core/fail.h"
 
-struct nm_llm_brick {
+typedef struct llm_stats {
+    uint64_t n_prompts, n_prompt_tokens, n_gen, n_in_slots, n_out_slots, n_bad_slots;
+    double t_prompt, t_gen;
+} llm_stats;
+
+typedef struct llm_brick {
     nm_model *m;
     nm_ctx *c;
     nm_sampler *s;
+    bool own_model;           // loaded by the brick (else borrowed: nm_brick_params.llm_model)
     nm_ledger *ledger;
     int ep;                   // this brick's ledger endpoint (-1 without a ledger)
-    nm_llm_brick_params p;
+    nm_llm_params p;
+    uint32_t producer;
+    int64_t timeout_ns;
     int32_t n_ctx, n_batch, n_embd, n_vocab;
     int32_t pos;              // where the next slot without NM_LLM_IN_AT_POS starts
     int32_t *cached;          // (n_ctx) token id at each cached position; -1: an embedding row
     int32_t n_cached;         // positions [0, n_cached) of the KV cache hold what cached[] says
-    nm_llm_brick_stats st;
+    uint64_t request;         // the id of the prompt being served
+    llm_stats st;
     float *masked;            // (n_vocab) with ignore_eos: the logits, end-of-generation tokens at -inf
-    int32_t *eog;             // with ignore_eos: the end-of-generation token ids
+    int32_t *eog;             // the end-of-generation token ids (for ignore_eos)
     int32_t n_eog;
     char tail[2 * NM_LLM_MAX_STOP_LEN + 64]; // with stop strings: the end of the text generated so far
     int32_t n_tail;
-    char err[256];
-};
-
-nm_llm_brick_params nm_llm_brick_default_params(void) {
-    nm_llm_brick_params p = {.n_predict = 128, .out_batch = 1, .producer = 0, .timeout_ns = -1, .name = NULL};
-    return p;
-}
+    nm_brick *self;           // the handle, while it runs the brick: failures are reported there
+} llm_brick;
 
 static double now_s(void) {
     struct timespec ts;
@@ -46,89 +51,108 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// The error texts of every brick (failures are rare): a brick runs on its
-// lane's thread while another reads its last error.
-static pthread_mutex_t err_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static nm_status fail(nm_llm_brick *b, nm_status st, const char *fmt, ...) {
+static nm_status fail(llm_brick *b, nm_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// The message goes to the handle at once: before the slot that reports the failure.
+static nm_status fail(llm_brick *b, nm_status st, const char *fmt, ...) {
+    char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    pthread_mutex_lock(&err_lock);
-    vsnprintf(b->err, sizeof b->err, fmt, ap);
-    pthread_mutex_unlock(&err_lock);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    nm_brick_set_error(b->self, "%s", msg);
     return st;
 }
 
-nm_status nm_llm_brick_create(nm_model *m, nm_ctx *c, nm_sampler *s, const nm_llm_brick_params *p,
-                              nm_ledger *ledger, nm_llm_brick **out, char *err, size_t err_size) {
-    if (!out) return NM_ERR_INVALID_ARG;
-    *out = NULL;
-    if (!m || !c || !s) {
-        if (err) snprintf(err, err_size, "llm brick: model, context and sampler are required");
-        return NM_ERR_INVALID_ARG;
-    }
-    nm_llm_brick *b = calloc(1, sizeof *b);
-    if (!b) return NM_ERR_NOMEM;
-    b->m = m;
-    b->c = c;
-    b->s = s;
-    b->p = p ? *p : nm_llm_brick_default_params();
-    if (b->p.out_batch < 1) b->p.out_batch = 1;
-    b->n_ctx = nm_ctx_n_ctx(c);
-    b->n_batch = nm_ctx_n_batch(c);
-    b->n_embd = nm_model_n_embd(m);
-    b->n_vocab = nm_model_n_vocab(m);
-    b->cached = malloc(sizeof(int32_t) * (size_t)b->n_ctx);
-    if (!b->cached) {
-        free(b);
-        return NM_ERR_NOMEM;
-    }
-    if (b->p.n_stop < 0 || b->p.n_stop > NM_LLM_MAX_STOP || (b->p.n_stop > 0 && !b->p.stop)) {
-        if (err) snprintf(err, err_size, "llm brick: %d stop strings (0..%d)", b->p.n_stop, NM_LLM_MAX_STOP);
-        free(b->cached);
-        free(b);
-        return NM_ERR_INVALID_ARG;
-    }
-    for (int32_t i = 0; i < b->p.n_stop; i++)
-        if (!b->p.stop[i] || !b->p.stop[i][0] || strlen(b->p.stop[i]) > NM_LLM_MAX_STOP_LEN) {
-            if (err) snprintf(err, err_size, "llm brick: stop string %d is empty or over %d bytes", i, NM_LLM_MAX_STOP_LEN);
-            free(b->cached);
-            free(b);
-            return NM_ERR_INVALID_ARG;
-        }
-    if (b->p.ignore_eos) {
-        b->masked = malloc(sizeof(float) * (size_t)b->n_vocab);
-        b->eog = malloc(sizeof(int32_t) * (size_t)b->n_vocab);
-        if (!b->masked || !b->eog) {
-            nm_llm_brick_free(b);
-            return NM_ERR_NOMEM;
-        }
-        for (int32_t t = 0; t < b->n_vocab; t++)
-            if (nm_token_is_eog(m, t)) b->eog[b->n_eog++] = t;
-    }
-    b->ledger = ledger;
-    b->ep = ledger ? nm_ledger_endpoint(ledger, b->p.name ? b->p.name : "llm") : -1;
-    if (ledger && b->ep < 0) {
-        if (err) snprintf(err, err_size, "llm brick: the ledger has no room for another endpoint");
-        nm_llm_brick_free(b);
-        return NM_ERR_RANGE;
-    }
-    *out = b;
-    return NM_OK;
-}
-
-void nm_llm_brick_free(nm_llm_brick *b) {
+static void llm_release(void *state) {
+    llm_brick *b = state;
     if (!b) return;
+    nm_sampler_free(b->s);
+    nm_ctx_free(b->c);
+    if (b->own_model) nm_model_free(b->m);
     free(b->cached);
     free(b->masked);
     free(b->eog);
     free(b);
 }
 
+static nm_status check_llm_params(const nm_llm_params *p, char *err, size_t err_size) {
+    if (p->n_stop < 0 || p->n_stop > NM_LLM_MAX_STOP || (p->n_stop > 0 && !p->stop))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: %d stop strings (0..%d)", p->n_stop,
+                       NM_LLM_MAX_STOP);
+    for (int32_t i = 0; i < p->n_stop; i++)
+        if (!p->stop[i] || !p->stop[i][0] || strlen(p->stop[i]) > NM_LLM_MAX_STOP_LEN)
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: stop string %d is empty or over %d bytes", i,
+                           NM_LLM_MAX_STOP_LEN);
+    return NM_OK;
+}
+
+static nm_status llm_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
+    llm_brick *b = calloc(1, sizeof *b);
+    if (!b) return nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
+    nm_status st;
+    b->p = p->llm;
+    b->producer = p->producer;
+    b->timeout_ns = p->timeout_ns;
+    if (b->p.out_batch < 1) b->p.out_batch = 1;
+    if ((st = check_llm_params(&b->p, err, err_size)) != NM_OK) goto fail;
+    if (p->llm_model) {
+        b->m = p->llm_model;
+    } else {
+        if (!p->model) {
+            st = nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: no model (a file or a loaded model)");
+            goto fail;
+        }
+        nm_model_params mp = nm_model_default_params();
+        mp.n_threads = p->n_threads;
+        mp.no_mmap = p->no_mmap;
+        if ((st = nm_model_load(p->model, &mp, &b->m, err, err_size)) != NM_OK) goto fail;
+        b->own_model = true;
+    }
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = p->n_ctx;
+    cp.n_batch = p->n_batch;
+    cp.n_threads = p->n_threads;
+    cp.pin_threads = p->pin_threads;
+    cp.device = p->device;
+    cp.n_gpu_layers = p->n_gpu_layers;
+    if ((st = nm_ctx_create(b->m, &cp, &b->c, err, err_size)) != NM_OK) goto fail;
+    b->n_ctx = nm_ctx_n_ctx(b->c);
+    b->n_batch = nm_ctx_n_batch(b->c);
+    b->n_embd = nm_model_n_embd(b->m);
+    b->n_vocab = nm_model_n_vocab(b->m);
+    nm_sampler_params sp = p->sampling;
+    if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx; // llama.cpp's -1: the whole context
+    b->s = nm_sampler_create(&sp, b->n_vocab);
+    b->cached = malloc(sizeof(int32_t) * (size_t)b->n_ctx);
+    if (!b->s || !b->cached) {
+        st = nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
+        goto fail;
+    }
+    // the end-of-generation tokens, for ignore_eos (also when set later)
+    b->masked = malloc(sizeof(float) * (size_t)b->n_vocab);
+    b->eog = malloc(sizeof(int32_t) * (size_t)b->n_vocab);
+    if (!b->masked || !b->eog) {
+        st = nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
+        goto fail;
+    }
+    for (int32_t t = 0; t < b->n_vocab; t++)
+        if (nm_token_is_eog(b->m, t)) b->eog[b->n_eog++] = t;
+    b->ledger = p->ledger;
+    b->ep = p->ledger ? nm_ledger_endpoint(p->ledger, p->name ? p->name : "llm") : -1;
+    if (p->ledger && b->ep < 0) {
+        st = nm_fail(NM_ERR_RANGE, err, err_size, "llm brick: the ledger has no room for another endpoint");
+        goto fail;
+    }
+    *state = b;
+    return NM_OK;
+fail:
+    llm_release(b);
+    return st;
+}
+
 // With stop strings: appends tok's text to the tail and says whether the text
 // now holds a stop string. The tail keeps the last bytes, enough for any.
-static bool reached_stop(nm_llm_brick *b, nm_detok *dt, int32_t tok) {
+static bool reached_stop(llm_brick *b, nm_detok *dt, int32_t tok) {
     char piece[256];
     int32_t k = nm_detok_push(b->m, dt, tok, piece, (int32_t)sizeof piece);
     if (k <= 0) return false;
@@ -147,26 +171,57 @@ static bool reached_stop(nm_llm_brick *b, nm_detok *dt, int32_t tok) {
     return false;
 }
 
-int32_t nm_llm_brick_pos(const nm_llm_brick *b) { return b ? b->pos : 0; }
-// Copied out under the lock into the calling thread's own buffer (as nm_umem_last_error).
-const char *nm_llm_brick_last_error(const nm_llm_brick *b) {
-    static _Thread_local char msg[sizeof b->err];
-    return b ? nm_err_snapshot(&err_lock, b->err, msg, sizeof msg) : "";
+// New generation and sampling parameters; the sampler starts afresh.
+static nm_status llm_set_params(void *state, const nm_brick_params *p, char *err, size_t err_size) {
+    llm_brick *b = state;
+    nm_llm_params lp = p->llm;
+    if (lp.out_batch < 1) lp.out_batch = 1;
+    nm_status st = check_llm_params(&lp, err, err_size);
+    if (st != NM_OK) return st;
+    nm_sampler_params sp = p->sampling;
+    if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx;
+    nm_sampler *s = nm_sampler_create(&sp, b->n_vocab);
+    if (!s) return nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
+    nm_sampler_free(b->s);
+    b->s = s;
+    b->p = lp;
+    return NM_OK;
 }
-nm_llm_brick_stats nm_llm_brick_get_stats(const nm_llm_brick *b) {
-    nm_llm_brick_stats z = {0};
-    return b ? b->st : z;
+
+nm_model *nm_llm_state_model(void *state) { return state ? ((llm_brick *)state)->m : NULL; }
+nm_ctx *nm_llm_state_ctx(void *state) { return state ? ((llm_brick *)state)->c : NULL; }
+int32_t nm_llm_state_pos(void *state) { return state ? ((llm_brick *)state)->pos : 0; }
+
+static void llm_stats_of(void *state, nm_brick_stats *o) {
+    const llm_brick *b = state;
+    o->n_requests = b->st.n_prompts;
+    o->n_in_slots = b->st.n_in_slots;
+    o->n_out_slots = b->st.n_out_slots;
+    o->n_bad_requests = b->st.n_bad_slots;
+    o->n_prompt_tokens = b->st.n_prompt_tokens;
+    o->n_gen = b->st.n_gen;
+    o->t_prompt = b->st.t_prompt;
+    o->t_gen = b->st.t_gen;
+    o->t_busy = b->st.t_prompt + b->st.t_gen;
+}
+
+static const char *llm_device(void *state) { return nm_ctx_device(((llm_brick *)state)->c); }
+
+static size_t llm_slot_bytes(void *state, bool out) {
+    const llm_brick *b = state;
+    return sizeof(int32_t) * (size_t)(out ? b->p.out_batch : b->n_ctx);
 }
 
 static const char *kind_name(uint32_t k) {
-    static const char *names[] = {"bytes", "tokens", "embeddings f32", "embeddings f16", "pcm s16", "pcm f32"};
+    static const char *names[] = {"bytes", "tokens", "embeddings f32", "embeddings f16", "pcm s16", "pcm f32",
+                                  "text", "image"};
     return k < sizeof names / sizeof names[0] ? names[k] : "unknown";
 }
 
 // Checks an input slot against the model and the context; on success *n is
 // its token/row count and *start its first position. NM_ERR_FORMAT (bad
-// slot) or NM_ERR_RANGE (does not fit) with the reason in b->err.
-static nm_status check_input(nm_llm_brick *b, const nm_tabm_slot *s, int32_t *n, int32_t *start) {
+// slot) or NM_ERR_RANGE (does not fit), the reason reported.
+static nm_status check_input(llm_brick *b, const nm_tabm_slot *s, int32_t *n, int32_t *start) {
     const nm_tabm_meta *mt = s->meta;
     const unsigned long long seq = (unsigned long long)mt->seq;
     int64_t rows;
@@ -205,7 +260,7 @@ static nm_status check_input(nm_llm_brick *b, const nm_tabm_slot *s, int32_t *n,
 
 // Decodes one valid input slot in place, in batches of n_batch. last: the
 // slot ends the prompt (its last position must be decoded for the logits).
-static nm_status decode_slot(nm_llm_brick *b, const nm_tabm_slot *s, int32_t n, int32_t p0, bool last) {
+static nm_status decode_slot(llm_brick *b, const nm_tabm_slot *s, int32_t n, int32_t p0, bool last) {
     double t0 = now_s();
     nm_status st = NM_OK;
     int32_t k = 0;
@@ -253,13 +308,14 @@ static nm_status decode_slot(nm_llm_brick *b, const nm_tabm_slot *s, int32_t n, 
 }
 
 // Publishes a held output slot with n tokens (ndim 0 when none) and `user`.
-static nm_status put_out(nm_llm_brick *b, nm_tabm *out, nm_tabm_slot *o, int32_t n, uint64_t user) {
+static nm_status put_out(llm_brick *b, nm_tabm *out, nm_tabm_slot *o, int32_t n, uint64_t user) {
     nm_tabm_meta *mt = o->meta;
     mt->kind = NM_TABM_TOKENS;
     mt->ndim = n > 0 ? 1 : 0;
     mt->shape[0] = n;
     mt->size = sizeof(int32_t) * (uint64_t)n;
     mt->user = user;
+    mt->request = b->request;
     b->st.n_out_slots++; // stats and the last error are written before the slot is visible
     nm_status st = nm_tabm_publish(out, o);
     if (st != NM_OK) {
@@ -271,8 +327,8 @@ static nm_status put_out(nm_llm_brick *b, nm_tabm *out, nm_tabm_slot *o, int32_t
 }
 
 // Takes an output slot; on shutdown of the output ring, shuts the input one too.
-static nm_status take_out(nm_llm_brick *b, nm_tabm *in, nm_tabm *out, nm_tabm_slot *o) {
-    nm_status st = nm_tabm_acquire_write(out, b->p.producer, b->p.timeout_ns, o);
+static nm_status take_out(llm_brick *b, nm_tabm *in, nm_tabm *out, nm_tabm_slot *o) {
+    nm_status st = nm_tabm_acquire_write(out, b->producer, b->timeout_ns, o);
     if (st == NM_ERR_SHUTDOWN) {
         nm_tabm_shutdown(in);
         return fail(b, st, "llm brick: the output ring was shut down");
@@ -281,11 +337,15 @@ static nm_status take_out(nm_llm_brick *b, nm_tabm *in, nm_tabm *out, nm_tabm_sl
     return NM_OK;
 }
 
-static uint64_t end_user(nm_llm_stop why) { return NM_LLM_OUT_END | ((uint64_t)why << 8); }
+// The last slot of a prompt's output: the stop reason, and NM_BRICK_ERROR when the prompt failed.
+static uint64_t end_user(nm_llm_stop why) {
+    const bool failed = why == NM_LLM_STOP_BAD_INPUT || why == NM_LLM_STOP_ERROR;
+    return ((uint64_t)why << 8) | (failed ? NM_BRICK_ERROR : 0);
+}
 
 // Samples and decodes up to n_predict tokens after the prompt, writing them
 // to `out`; ends with the END slot.
-static nm_status generate(nm_llm_brick *b, nm_tabm *in, nm_tabm *out) {
+static nm_status generate(llm_brick *b, nm_tabm *in, nm_tabm *out) {
     double t0 = now_s();
     nm_tabm_slot o;
     bool held = false;
@@ -321,7 +381,7 @@ static nm_status generate(nm_llm_brick *b, nm_tabm *in, nm_tabm *out) {
         ((int32_t *)o.data)[n_held++] = tok;
         if (n_held == b->p.out_batch) {
             held = false;
-            st = put_out(b, out, &o, n_held, 0);
+            st = put_out(b, out, &o, n_held, NM_BRICK_MORE);
             n_held = 0;
             if (st != NM_OK) goto out;
         }
@@ -355,7 +415,7 @@ out:
 }
 
 // Writes the END slot of a prompt that was dropped.
-static nm_status end_dropped(nm_llm_brick *b, nm_tabm *in, nm_tabm *out, nm_llm_stop why) {
+static nm_status end_dropped(llm_brick *b, nm_tabm *in, nm_tabm *out, nm_llm_stop why) {
     nm_tabm_slot o;
     nm_status st = take_out(b, in, out, &o);
     if (st != NM_OK) return st;
@@ -364,23 +424,25 @@ static nm_status end_dropped(nm_llm_brick *b, nm_tabm *in, nm_tabm *out, nm_llm_
     return st;
 }
 
-nm_status nm_llm_brick_step(nm_llm_brick *b, nm_tabm *in, nm_tabm *out) {
-    if (!b || !in || !out) return NM_ERR_INVALID_ARG;
+static nm_status llm_step(llm_brick *b, nm_tabm *in, nm_tabm *out) {
     if (sizeof(int32_t) * (size_t)b->p.out_batch > nm_tabm_max_payload(out))
         return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold %d tokens",
                     nm_tabm_max_payload(out), b->p.out_batch);
     const int32_t prompt_pos = b->pos;
     nm_llm_stop dropped = NM_LLM_STOP_NONE; // set once a slot of this prompt failed: skip the rest
+    bool first = true;
     for (;;) {
         nm_tabm_slot s;
-        nm_status st = nm_tabm_acquire_read(in, b->p.timeout_ns, &s);
+        nm_status st = nm_tabm_acquire_read(in, b->timeout_ns, &s);
         if (st == NM_ERR_SHUTDOWN) {
             nm_tabm_shutdown(out);
             return fail(b, st, "llm brick: the input ring was shut down");
         }
         if (st != NM_OK) return fail(b, st, "llm brick: waiting for an input slot: %s", nm_status_str(st));
         b->st.n_in_slots++;
-        const bool last = !(s.meta->user & NM_LLM_IN_MORE);
+        const bool last = !(s.meta->user & NM_BRICK_MORE);
+        if (first) b->request = s.meta->request;
+        first = false;
         if (dropped == NM_LLM_STOP_NONE) {
             int32_t n = 0, p0 = 0;
             st = check_input(b, &s, &n, &p0);
@@ -399,9 +461,32 @@ nm_status nm_llm_brick_step(nm_llm_brick *b, nm_tabm *in, nm_tabm *out) {
     return generate(b, in, out);
 }
 
-nm_status nm_llm_brick_run(nm_llm_brick *b, nm_tabm *in, nm_tabm *out) {
-    nm_status st;
-    while ((st = nm_llm_brick_step(b, in, out)) == NM_OK) {
-    }
-    return st;
+// One prompt.
+static nm_status llm_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
+    llm_brick *b = state;
+    b->self = self;
+    return llm_step(b, in, out);
+}
+
+const nm_brick_i nm_brick_llm_i = {
+    .version = NM_BRICK_I_VERSION,
+    .kind = NM_BRICK_LLM,
+    .name = "llm",
+    .in_ports = NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_EMBD),
+    .out_ports = NM_PORT_BIT(NM_PORT_TOKENS),
+    .units = NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL),
+    .load = llm_load,
+    .run = llm_run,
+    .release = llm_release,
+    .estimate = nm_llm_estimate,
+    .stats = llm_stats_of,
+    .device = llm_device,
+    .slot_bytes = llm_slot_bytes,
+    .set_params = llm_set_params,
+};
+
+nm_status nm_llm_estimate(void *state, const nm_brick_input *in, nm_brick_cost *out) {
+    const llm_brick *b = state;
+    nm_llm_estimate_model(b->m, b->c, in, out);
+    return NM_OK;
 }

@@ -582,3 +582,7 @@ const float *nm_get_logits(const nm_ctx *c, int32_t i) {
     const float *base = c->logits_host ? c->logits_host : nm_tensor_host(&c->logits);
     return base + (size_t)(i - c->out_first) * c->m->hp.n_vocab;
 }
+
+uint64_t nm_ctx_buffer_bytes(const nm_ctx *c) {
+    return (c->arena ? c->arena->size : 0) + (c->kvbuf ? c->kvbuf->size : 0);
+}

@@ -59,4 +59,11 @@ struct nm_model {
     const uint8_t *wbase, *wend;         // the host range holding every tensor (what a backend imports)
 };
 
+// Bytes of the context's own buffers: activations and the KV cache.
+uint64_t nm_ctx_buffer_bytes(const nm_ctx *c);
+// The brick's estimate (nm_brick_i.estimate) of model m decoding into c.
+void nm_llm_estimate_model(const nm_model *m, const nm_ctx *c, const nm_brick_input *in, nm_brick_cost *out);
+// nm_brick_i.estimate of the LLM brick (brick.c's state).
+nm_status nm_llm_estimate(void *state, const nm_brick_input *in, nm_brick_cost *out);
+
 #endif

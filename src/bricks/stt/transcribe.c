@@ -1258,44 +1258,6 @@ done: {
     return st;
 }
 
-nm_status nm_transcribe_slot(nm_transcriber *t, nm_tabm *in, int64_t timeout_ns, const nm_stt_params *p,
-                             nm_transcript *out, char *err, size_t err_size) {
-    if (out) memset(out, 0, sizeof *out);
-    if (!t || !in || !p || !out) {
-        set_err(err, err_size, "transcribe: NULL argument");
-        return NM_ERR_INVALID_ARG;
-    }
-    nm_tabm_slot sl;
-    nm_status st = nm_tabm_acquire_read(in, timeout_ns, &sl);
-    if (st != NM_OK) {
-        set_err(err, err_size, "transcribe: PCM ring: %s (%s)", nm_status_str(st), nm_tabm_last_error(in));
-        return st;
-    }
-    const nm_tabm_meta *mt = sl.meta;
-    int64_t n = mt->ndim >= 1 ? mt->shape[0] : 0;
-    if (mt->kind != NM_TABM_PCM_F32) {
-        set_err(err, err_size, "transcribe: slot of kind %u, want PCM f32 (%d)", mt->kind, NM_TABM_PCM_F32);
-        st = NM_ERR_FORMAT;
-    } else if (mt->ndim < 1 || mt->ndim > 2 || (mt->ndim == 2 && mt->shape[1] != 1) || n < 0 ||
-               (uint64_t)n * sizeof(float) != mt->size || mt->size > sl.capacity) {
-        set_err(err, err_size, "transcribe: PCM slot must be mono float [n] or [n, 1] with size 4n bytes");
-        st = NM_ERR_FORMAT;
-    } else if (mt->sample_rate != NM_MEL_SAMPLE_RATE) {
-        set_err(err, err_size, "transcribe: PCM slot at %d Hz, Whisper needs %d Hz", mt->sample_rate,
-                NM_MEL_SAMPLE_RATE);
-        st = NM_ERR_FORMAT;
-    } else {
-        st = nm_transcribe(t, (const float *)sl.data, n, p, out, err, err_size);
-    }
-    nm_status rs = nm_tabm_release(in, &sl);
-    if (st == NM_OK && rs != NM_OK) {
-        set_err(err, err_size, "transcribe: releasing the PCM slot: %s", nm_status_str(rs));
-        nm_transcript_free(out);
-        st = rs;
-    }
-    return st;
-}
-
 // ---- output formats ------------------------------------------------------------------
 
 void nm_stt_timestamp(int64_t t, bool comma, char *buf) {

@@ -50,96 +50,6 @@
 #include "bricks/stt/whisper.h"
 #include "nanomind.h"
 
-#define NM_STT_MAX_DECODERS 8 // best_of and beam_size cap (whisper.cpp's WHISPER_MAX_DECODERS)
-
-typedef struct nm_transcript nm_transcript;
-
-typedef enum nm_stt_strategy {
-    NM_STT_GREEDY = 0,
-    NM_STT_BEAM = 1,
-} nm_stt_strategy;
-
-typedef struct nm_stt_params {
-    nm_stt_strategy strategy;
-    int32_t best_of;         // sequences sampled at T > 0 (greedy: 5)
-    int32_t beam_size;       // hypotheses at T = 0 with NM_STT_BEAM (5)
-    float patience;          // unused (whisper.cpp: "not implemented"); -1
-
-    const char *language;    // "en", "de", ... or "auto" (multilingual models: detect from the first
-                             // window); NULL = "en". English-only models always use English.
-    bool translate;          // <|translate|> instead of <|transcribe|> (multilingual models)
-    bool no_timestamps;      // decode with <|notimestamps|>: one segment per window
-    bool single_segment;     // one segment per window even with timestamps
-    bool no_context;         // do not condition on the previous window's text (default true)
-    int32_t n_max_text_ctx;  // cap on the previous-text tokens (16384: n_text_ctx / 2 decides)
-    const int32_t *prompt_tokens; // initial prompt (whisper-cli --prompt; nm_whisper_tokenize), read
-    int32_t n_prompt_tokens;      // during the call; it goes before the previous text
-    bool carry_initial_prompt;    // the prompt leads every window's prompt (whisper-cli --carry-initial-prompt)
-
-    bool suppress_blank;     // true
-    bool suppress_nst;       // false: whisper.cpp's non-speech symbol list
-
-    float temperature;       // 0
-    float temperature_inc;   // 0.2 (0: no fallback)
-    float entropy_thold;     // 2.4
-    float logprob_thold;     // -1
-    float no_speech_thold;   // 0.6
-    float max_initial_ts;    // 1.0 s
-    float length_penalty;    // -1: score = sum logprob / length
-    int32_t max_tokens;      // 0: no limit on the tokens of a segment
-
-    // Token-level timestamps (whisper.cpp's experimental heuristic: the
-    // timestamp the model finds likeliest at each token where it is sure
-    // enough, the rest shared by "voice length", then moved to the edges of
-    // the signal's energy): each token's t0, t1. Needed by max_len.
-    bool token_timestamps;   // false
-    float thold_pt;          // 0.01: a token's own timestamp is used above this probability
-    float thold_ptsum;       // 0.01: ... and above this summed timestamp probability
-    int32_t max_len;         // 0; > 0: segments split to at most this many characters (UTF-8 code points)
-    bool split_on_word;      // with max_len: split only before a token that starts with a blank
-
-    int64_t offset_ms;       // start of the audio to transcribe (0)
-    int64_t duration_ms;     // 0: to the end
-
-    // Called after each window with its new segments [i0, n) of the transcript
-    // so far (for printing as it goes). Optional.
-    void (*on_segments)(const nm_transcript *t, int32_t i0, void *user);
-    void *user;
-} nm_stt_params;
-
-// whisper.cpp's whisper_full_default_params(strategy) in our terms.
-nm_stt_params nm_stt_default_params(nm_stt_strategy strategy);
-
-typedef struct nm_stt_token {
-    int32_t id;    // token id
-    int32_t tid;   // likeliest timestamp token at this step (id itself for a timestamp)
-    float p, plog; // probability and log-probability it was chosen with
-    float pt;      // probability of tid among the timestamps
-    float ptsum;   // summed probability of the timestamps
-    int64_t t0, t1; // token-level timestamps (10 ms units; -1 when not computed)
-    float vlen;    // its "voice length" (token_timestamps)
-} nm_stt_token;
-
-typedef struct nm_stt_segment {
-    int64_t t0, t1;        // 10 ms units from the start of the audio
-    char *text;            // UTF-8 (the tokens' bytes), NUL-terminated; owned by the transcript
-    nm_stt_token *tokens;  // (n_tokens): text and timestamp tokens of the segment; owned
-    int32_t n_tokens;
-    float avg_logprob;     // average log-probability of the window's sequence
-    float no_speech_prob;  // P(<|nospeech|>) after the window's prompt
-    float temperature;     // the temperature the window was decoded at
-} nm_stt_segment;
-
-struct nm_transcript {
-    nm_stt_segment *seg;   // (n_seg), owned
-    int32_t n_seg, cap_seg;
-    char language[8];      // the language used ("en", or the detected one)
-    float language_prob;   // probability of the detected language (1 if not detected)
-    int64_t n_samples;     // audio length
-    int32_t n_windows;     // windows encoded
-    int32_t n_fallbacks;   // windows decoded again at a higher temperature
-};
-
 void nm_transcript_free(nm_transcript *t); // frees the segments; NULL and an empty one are no-ops
 
 typedef struct nm_transcriber nm_transcriber;
@@ -160,14 +70,6 @@ void nm_transcriber_free(nm_transcriber *t); // NULL is a no-op
 // the forward pass's status; err says which.
 nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm_stt_params *p,
                         nm_transcript *out, char *err, size_t err_size);
-
-// The same on audio that arrives in a TABM ring: takes one published slot
-// (NM_TABM_PCM_F32, ndim 1 [n] or ndim 2 [n, 1], sample_rate 16000), decodes
-// it in place (the slot's payload is what the mel spectrogram reads: no copy)
-// and releases it. A malformed slot is released and reported as NM_ERR_FORMAT.
-// timeout_ns as nm_tabm_acquire_read.
-nm_status nm_transcribe_slot(nm_transcriber *t, nm_tabm *in, int64_t timeout_ns, const nm_stt_params *p,
-                             nm_transcript *out, char *err, size_t err_size);
 
 typedef struct nm_stt_timings {
     double t_mel, t_encode, t_decode, t_sample; // seconds, last nm_transcribe

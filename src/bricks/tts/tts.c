@@ -20,6 +20,8 @@ struct nm_tts {
     nm_ledger *ledger;    // borrowed: counts the engine's samples copied out of its buffers
     int ep_engine, ep_tts; // ledger endpoints (-1 without a ledger)
     nm_tts_stats stats;
+    void (*report)(void *user, const char *msg); // told of a failure before its slot goes out
+    void *report_user;
     char err[512];
 };
 
@@ -262,6 +264,7 @@ typedef struct ring_out {
     nm_tabm *ring;
     uint32_t producer;
     int64_t timeout_ns;
+    uint64_t request;
     nm_tabm_slot slot; // held when `held`
     bool held;
     int64_t n;         // samples written
@@ -269,6 +272,7 @@ typedef struct ring_out {
 
 static nm_status ring_publish(ring_out *r, uint64_t user) {
     nm_tabm_meta *m = r->slot.meta;
+    if ((user & NM_BRICK_ERROR) && r->t->report) r->t->report(r->t->report_user, r->t->err);
     m->user = user;
     nm_status st = nm_tabm_publish(r->ring, &r->slot);
     if (st != NM_OK) {
@@ -292,6 +296,7 @@ static nm_status ring_take(ring_out *r) {
     m->size = 0;
     m->sample_rate = r->t->rate;
     m->user = 0;
+    m->request = r->request;
     return NM_OK;
 }
 
@@ -303,7 +308,7 @@ static nm_status ring_write(ring_out *r, const int16_t *pcm, const float *pcmf, 
     int64_t per = (int64_t)(nm_tabm_max_payload(r->ring) / sizeof(int16_t));
     while (n > 0) {
         nm_status st;
-        if (r->held && (st = ring_publish(r, 0)) != NM_OK) return st;
+        if (r->held && (st = ring_publish(r, NM_BRICK_MORE)) != NM_OK) return st;
         if ((st = ring_take(r)) != NM_OK) return st;
         int64_t k = n < per ? n : per;
         int16_t *dst = r->slot.data;
@@ -333,7 +338,8 @@ static nm_status ring_sink(void *user, const int16_t *pcm, int64_t n) {
     return ring_write(r, pcm, NULL, n);
 }
 
-nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t producer, int64_t timeout_ns) {
+nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t producer, int64_t timeout_ns,
+                            uint64_t request, bool more) {
     if (!t) return NM_ERR_INVALID_ARG;
     if (!ring) return nm_fail(NM_ERR_INVALID_ARG, t->err, sizeof t->err, "tts: NULL ring");
     if (nm_tabm_max_payload(ring) < sizeof(int16_t))
@@ -342,7 +348,7 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
     nm_status st = check_text(t, text);
     if (st != NM_OK) return st;
     double t0 = now_s();
-    ring_out r = {.t = t, .ring = ring, .producer = producer, .timeout_ns = timeout_ns};
+    ring_out r = {.t = t, .ring = ring, .producer = producer, .timeout_ns = timeout_ns, .request = request};
     if (t->rate == t->native_rate) {
         st = run_engine(t, text, ring_sink, &r); // a slot per engine chunk, as it comes
     } else {
@@ -355,9 +361,10 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
         if (st == NM_OK) st = ring_write(&r, NULL, a.pcm, a.n);
         nm_audio_free(&a);
     }
-    // The END slot: the one in hand, or an empty one. After an error a slot in
-    // hand still ends the utterance (flagged), so the reader is not left waiting.
-    uint64_t end = NM_TTS_OUT_END | (st != NM_OK ? NM_TTS_OUT_ERROR : 0);
+    // The utterance's last slot: the one in hand, or an empty one. After an
+    // error a slot in hand still ends the request (flagged), so the reader is
+    // not left waiting.
+    uint64_t end = st != NM_OK ? NM_BRICK_ERROR : more ? NM_BRICK_MORE : 0;
     bool ring_gone = st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT || st == NM_ERR_AGAIN;
     if (!r.held && !ring_gone) {
         nm_status st2 = ring_take(&r);
@@ -372,6 +379,15 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
     t->stats.n_utterances++;
     t->stats.n_samples += (uint64_t)r.n;
     return NM_OK;
+}
+
+void nm_tts_set_reporter(nm_tts *t, void (*fn)(void *user, const char *msg), void *user) {
+    t->report = fn;
+    t->report_user = user;
+}
+
+void nm_tts_copy_text(nm_tts *t, char *dst, const char *src, size_t n) {
+    nm_ledger_copy(t->ledger, t->ep_tts, t->ep_engine, dst, src, n);
 }
 
 nm_status nm_tts_list_voices(const char *engine, const char *data_dir, nm_tts_voice_fn fn, void *user, char *err,

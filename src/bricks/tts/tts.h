@@ -13,7 +13,7 @@
 //   per engine chunk (espeak-ng: ~100 ms), split when it exceeds the slot
 //   capacity; with resampling the utterance is synthesized whole, resampled,
 //   then written in slots of at most the capacity. The last slot of each
-//   utterance has NM_TTS_OUT_END in meta->user (include/nanomind.h); it holds
+//   utterance lacks NM_BRICK_MORE in meta->user (include/nanomind.h); it holds
 //   samples, or none (ndim 0, size 0) only when the engine produced none.
 //
 // Determinism: the same sequence of calls in a fresh process gives the same
@@ -47,22 +47,6 @@
 #include "nanomind.h"
 
 #define NM_TTS_MAX_TEXT (1u << 20) // bytes of text per call (about an hour of speech)
-
-typedef struct nm_tts_params {
-    const char *engine;   // NULL or "espeak-ng" (the only engine so far)
-    const char *voice;    // engine voice: espeak-ng language or voice name, e.g. "en-us", "en", "de",
-                          // "en+f3" (a variant); NULL: "en-us". nm_tts_list_voices lists them
-    int32_t rate_wpm;     // speaking rate, words per minute; espeak-ng: 80..450, default 175
-    int32_t pitch;        // 0..100, default 50 (espeak-ng's base pitch)
-    int32_t volume;       // 0..200, default 100 (espeak-ng's amplitude, in percent)
-    int32_t sample_rate;  // output rate in Hz; 0: the engine's native rate (espeak-ng 22050).
-                          // Otherwise NM_AUDIO_MIN_RATE..NM_AUDIO_MAX_RATE (src/bricks/audio/audio.h)
-    const char *data_dir; // espeak-ng-data directory (or a directory holding one); NULL: espeak-ng's
-                          // own search (ESPEAK_DATA_PATH, then the installed data)
-} nm_tts_params;
-
-// engine NULL, voice "en-us", 175 wpm, pitch 50, volume 100, native rate, data_dir NULL.
-nm_tts_params nm_tts_default_params(void);
 
 // ---- engine interface ---------------------------------------------------------------
 // Receives n >= 1 mono s16 samples at the engine's native rate, borrowed for
@@ -124,17 +108,25 @@ nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, i
 nm_status nm_tts_synth_alloc(nm_tts *t, const char *text, int16_t **pcm, int64_t *n);
 
 // Synthesizes text into slots of `ring` (protocol above), written in place and
-// published in order; the last one carries NM_TTS_OUT_END. producer: the
-// slots' producer id; timeout_ns bounds every wait for a free slot (as in
-// nm_tabm_acquire_write). On error no slot stays held: a slot in hand is
-// published with NM_TTS_OUT_END | NM_TTS_OUT_ERROR (what was synthesized);
-// with none in hand, an engine error still writes an empty END|ERROR slot,
-// while a shut-down ring or a timed-out wait writes nothing more (a reader
-// then sees the shutdown, or must bound its own wait). The ring's slots must
-// hold at least one sample (2 bytes), else NM_ERR_RANGE before anything is
-// written.
+// published in order, every one with NM_BRICK_MORE but the utterance's last,
+// which has it only if `more` (more text of the request follows). Each carries
+// `request`. producer: the slots' producer id; timeout_ns bounds every wait
+// for a free slot (as in nm_tabm_acquire_write). On error no slot stays held:
+// a slot in hand is published with NM_BRICK_ERROR (what was synthesized);
+// with none in hand, an engine error still writes an empty NM_BRICK_ERROR
+// slot, while a shut-down ring or a timed-out wait writes nothing more (a
+// reader then sees the shutdown, or must bound its own wait). The ring's
+// slots must hold at least one sample (2 bytes), else NM_ERR_RANGE before
+// anything is written.
 nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t producer,
-                            int64_t timeout_ns);
+                            int64_t timeout_ns, uint64_t request, bool more);
+// fn(user, message) is called before a slot flagged NM_BRICK_ERROR is
+// published (the TTS brick hands the message to its handle first); NULL: none.
+void nm_tts_set_reporter(nm_tts *t, void (*fn)(void *user, const char *msg), void *user);
+// Copies n bytes of text from a slot into the engine's input buffer (dst),
+// counted in the ledger (tts -> engine): the engine reads NUL-terminated text
+// it owns, not a slot.
+void nm_tts_copy_text(nm_tts *t, char *dst, const char *src, size_t n);
 
 typedef struct nm_tts_stats {
     uint64_t n_utterances; // successful synth calls

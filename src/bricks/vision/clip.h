@@ -78,4 +78,8 @@ const nm_clip_info *nm_clip_get_info(const nm_clip *c);
 nm_status nm_clip_encode(nm_clip *c, const float *pixels, float *out);
 const char *nm_clip_last_error(const nm_clip *c); // "" if none
 
+// Adds the cost of one encoder run (one image or tile) to e: its matmuls by
+// weight type, attention, the weights it streams, its buffers.
+void nm_clip_estimate_run(const nm_clip *c, nm_brick_cost *e);
+
 #endif

@@ -1,23 +1,31 @@
-// The vision brick as the rest of the runtime sees it: an encoder plus the
-// preprocessing and prompt layout of its projector, writing straight into the
-// LLM brick's input ring. Each encoder output goes into the payload of a TABM
-// slot (nm_clip_encode's destination is the slot), and the LLM brick decodes
-// that payload in place: no byte of an embedding is copied between the bricks.
+// The vision brick (nm_brick_i, include/nanomind.h): an mmproj encoder
+// (clip.h) with its projector's image preprocessing (image.h) and prompt
+// layout, turning each IMAGE slot of its input ring into that image's prompt
+// segment in the LLM brick's input ring. Each encoder output goes into the
+// payload of a TABM slot (nm_clip_encode's destination is the slot), and the
+// LLM brick decodes that payload in place: no byte of an embedding is copied
+// between the bricks. The image file is decoded from its slot in place too.
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "bricks/brick_impl.h"
+#include "bricks/vision/clip.h"
 #include "bricks/vision/image.h"
-#include "bricks/vision/vision.h"
+#include "core/fail.h"
 
-struct nm_vision {
+typedef struct vision_brick {
     nm_clip *clip;
+    const nm_model *m;  // the LLM brick's model: its tokenizer writes the markers
     nm_image_params ip;
-    nm_vision_stats stats;
+    uint32_t producer;
+    int64_t timeout_ns;
+    uint64_t request;
+    nm_brick_stats st;
     char err[256];
-};
+} vision_brick;
 
 static double now_s(void) {
     struct timespec ts;
@@ -25,9 +33,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-nm_vision_stats nm_vision_get_stats(const nm_vision *v) { return v->stats; }
-
-static nm_status vfail(nm_vision *v, nm_status st, const char *fmt, ...) {
+static nm_status vfail(vision_brick *v, nm_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static nm_status vfail(vision_brick *v, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(v->err, sizeof v->err, fmt, ap);
@@ -35,42 +42,54 @@ static nm_status vfail(nm_vision *v, nm_status st, const char *fmt, ...) {
     return st;
 }
 
-nm_status nm_vision_load(const char *mmproj, const char *device, int32_t n_threads, nm_vision **out, char *err, size_t err_size) {
-    if (!mmproj || !out) return NM_ERR_INVALID_ARG;
-    *out = NULL;
-    nm_vision *v = calloc(1, sizeof *v);
-    if (!v) return NM_ERR_NOMEM;
-    nm_status st = nm_clip_load(mmproj, device, n_threads, &v->clip, err, err_size);
-    if (st) {
-        free(v);
-        return st;
-    }
-    v->ip = nm_image_params_from_clip(nm_clip_get_info(v->clip));
-    *out = v;
-    return NM_OK;
-}
-
-void nm_vision_free(nm_vision *v) {
+static void vision_release(void *state) {
+    vision_brick *v = state;
     if (!v) return;
     nm_clip_free(v->clip);
     free(v);
 }
 
-const char *nm_vision_last_error(const nm_vision *v) { return v ? v->err : ""; }
-const nm_clip_info *nm_vision_info(const nm_vision *v) { return nm_clip_get_info(v->clip); }
-nm_clip *nm_vision_clip(nm_vision *v) { return v->clip; }
-
-nm_status nm_vision_check_model(const nm_vision *v, const nm_model *m, char *err, size_t err_size) {
+static nm_status vision_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
+    if (!p->model) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "vision brick: no mmproj file");
+    const nm_model *m = nm_brick_feeds_model(p->feeds);
+    if (!m)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                       "vision brick: it needs the LLM brick it feeds (nm_brick_params.feeds)");
+    vision_brick *v = calloc(1, sizeof *v);
+    if (!v) return nm_fail(NM_ERR_NOMEM, err, err_size, "vision brick: out of memory");
+    nm_status st = nm_clip_load(p->model, p->device, p->n_threads, &v->clip, err, err_size);
+    if (st) {
+        free(v);
+        return st;
+    }
     const nm_clip_info *in = nm_clip_get_info(v->clip);
     if (in->n_out_embd != nm_model_n_embd(m)) {
-        if (err)
-            snprintf(err, err_size,
-                     "the mmproj projects images to %d-wide embeddings but the language model's embedding width is %d: "
-                     "this mmproj belongs to another model",
+        st = nm_fail(NM_ERR_FORMAT, err, err_size,
+                     "the mmproj projects images to %d-wide embeddings but the language model's embedding width is "
+                     "%d: this mmproj belongs to another model",
                      in->n_out_embd, nm_model_n_embd(m));
-        return NM_ERR_FORMAT;
+        vision_release(v);
+        return st;
     }
+    v->m = m;
+    v->ip = nm_image_params_from_clip(in);
+    v->producer = p->producer;
+    v->timeout_ns = p->timeout_ns;
+    *state = v;
     return NM_OK;
+}
+
+static void vision_stats(void *state, nm_brick_stats *o) {
+    *o = ((vision_brick *)state)->st;
+    o->t_busy = o->t_decode + o->t_encode;
+}
+static const char *vision_device(void *state) { return nm_clip_device(((vision_brick *)state)->clip); }
+
+// Input: an image file of up to 64 MiB; output: one encoder run's embeddings
+// (the marker token slots are far smaller).
+static size_t vision_slot_bytes(void *state, bool out) {
+    const nm_clip_info *in = nm_clip_get_info(((vision_brick *)state)->clip);
+    return out ? sizeof(float) * (size_t)in->n_out * (size_t)in->n_out_embd : (size_t)64 << 20;
 }
 
 // ---- the prompt segment of one image -------------------------------------------------------
@@ -86,7 +105,7 @@ typedef struct piece {
 // embeddings alone (anyres: the tiles', then the overview's, nothing between
 // them); idefics3 wraps tiles and the global image in SmolVLM's markers.
 // Returns the number of pieces written to p (at most max).
-static int layout(const nm_vision *v, const nm_image_batch *b, piece *p, int max) {
+static int layout(const vision_brick *v, const nm_image_batch *b, piece *p, int max) {
     int n = 0;
 #define TEXT(...) (n < max ? (snprintf(p[n].text, sizeof p[n].text, __VA_ARGS__), p[n].image = -1, n++) : n)
 #define IMAGE(i) (n < max ? (p[n].text[0] = '\0', p[n].image = (i), n++) : n)
@@ -109,41 +128,35 @@ static int layout(const nm_vision *v, const nm_image_batch *b, piece *p, int max
 #undef IMAGE
 }
 
-nm_status nm_vision_put_image(nm_vision *v, const nm_model *m, const char *image_path, nm_tabm *ring,
-                              uint32_t producer, int64_t timeout_ns, uint64_t first_flags, bool more_follows,
-                              int32_t *n_pos_out) {
-    if (!v || !m || !image_path || !ring) return NM_ERR_INVALID_ARG;
-    v->err[0] = '\0';
+// Writes the segment of a decoded image into `ring` (see the top of the
+// file): every slot carries NM_BRICK_MORE but the last, which carries it only
+// if more_follows; first_flags go to the first slot.
+static nm_status put_segment(vision_brick *v, const nm_image *img, nm_tabm *ring, uint64_t first_flags,
+                             bool more_follows, int32_t *n_published) {
     const nm_clip_info *in = nm_clip_get_info(v->clip);
     char err[256];
-    nm_status st = nm_vision_check_model(v, m, err, sizeof err);
-    if (st) return vfail(v, st, "%s", err);
-    nm_image img = {0};
     nm_image_batch b = {0};
     double t0 = now_s();
-    if ((st = nm_image_load(image_path, &img, err, sizeof err))) return vfail(v, st, "%s", err); // names the file
-    st = nm_image_preprocess(&img, &v->ip, &b, err, sizeof err);
-    nm_image_free(&img);
-    if (st) return vfail(v, st, "%s: %s", image_path, err);
-    v->stats.t_decode += now_s() - t0;
+    nm_status st = nm_image_preprocess(img, &v->ip, &b, err, sizeof err);
+    if (st) return vfail(v, st, "%s", err);
+    v->st.t_decode += now_s() - t0;
     enum { MAX_PIECES = 2 * 64 + 8 };
     piece pieces[MAX_PIECES];
     const int n_pieces = layout(v, &b, pieces, MAX_PIECES);
     if (b.n > 64 || n_pieces >= MAX_PIECES) {
         nm_image_batch_free(&b);
-        return vfail(v, NM_ERR_RANGE, "%s: %d tiles is more than the 64 we lay out", image_path, b.n);
+        return vfail(v, NM_ERR_RANGE, "%d tiles is more than the 64 we lay out", b.n);
     }
     const size_t S = (size_t)in->image_size, embd_bytes = sizeof(float) * (size_t)in->n_out * (size_t)in->n_out_embd;
     if (embd_bytes > nm_tabm_max_payload(ring)) {
         nm_image_batch_free(&b);
-        return vfail(v, NM_ERR_RANGE, "ring slots of %zu bytes cannot hold an image's %zu bytes of embeddings",
+        return vfail(v, NM_ERR_RANGE, "output ring slots of %zu bytes cannot hold an image's %zu bytes of embeddings",
                      nm_tabm_max_payload(ring), embd_bytes);
     }
-    int32_t n_pos = 0, n_published = 0;
     for (int i = 0; i < n_pieces && st == NM_OK; i++) {
         nm_tabm_slot slot;
-        if ((st = nm_tabm_acquire_write(ring, producer, timeout_ns, &slot))) {
-            vfail(v, st, "input ring: %s", nm_tabm_last_error(ring));
+        if ((st = nm_tabm_acquire_write(ring, v->producer, v->timeout_ns, &slot))) {
+            vfail(v, st, "output ring: %s", nm_tabm_last_error(ring));
             break;
         }
         nm_tabm_meta *meta = slot.meta;
@@ -151,8 +164,8 @@ nm_status nm_vision_put_image(nm_vision *v, const nm_model *m, const char *image
             // The encoder writes its output straight into the slot.
             double te = now_s();
             st = nm_clip_encode(v->clip, b.data + (size_t)pieces[i].image * 3 * S * S, slot.data);
-            v->stats.t_encode += now_s() - te;
-            v->stats.n_encoded++;
+            v->st.t_encode += now_s() - te;
+            v->st.n_encoded++;
             if (st) {
                 vfail(v, st, "%s", nm_clip_last_error(v->clip));
                 nm_tabm_cancel(ring, &slot);
@@ -163,10 +176,9 @@ nm_status nm_vision_put_image(nm_vision *v, const nm_model *m, const char *image
             meta->shape[0] = in->n_out;
             meta->shape[1] = in->n_out_embd;
             meta->size = embd_bytes;
-            n_pos += in->n_out;
         } else {
             const int32_t cap = (int32_t)(slot.capacity / sizeof(int32_t) < INT32_MAX ? slot.capacity / sizeof(int32_t) : INT32_MAX);
-            int32_t nt = nm_tokenize(m, pieces[i].text, strlen(pieces[i].text), slot.data, cap, false, true);
+            int32_t nt = nm_tokenize(v->m, pieces[i].text, strlen(pieces[i].text), slot.data, cap, false, true);
             if (nt <= 0) {
                 st = vfail(v, nt < 0 ? NM_ERR_RANGE : NM_ERR_FORMAT, "image marker '%s' gives %d tokens", pieces[i].text, nt);
                 nm_tabm_cancel(ring, &slot);
@@ -176,35 +188,104 @@ nm_status nm_vision_put_image(nm_vision *v, const nm_model *m, const char *image
             meta->ndim = 1;
             meta->shape[0] = nt;
             meta->size = sizeof(int32_t) * (size_t)nt;
-            n_pos += nt;
         }
-        meta->user = ((i + 1 < n_pieces || more_follows) ? NM_LLM_IN_MORE : 0) | (i == 0 ? first_flags : 0);
+        meta->user = ((i + 1 < n_pieces || more_follows) ? NM_BRICK_MORE : 0) | (i == 0 ? first_flags : 0);
+        meta->request = v->request;
         if ((st = nm_tabm_publish(ring, &slot))) {
-            vfail(v, st, "input ring: %s", nm_tabm_last_error(ring));
+            vfail(v, st, "output ring: %s", nm_tabm_last_error(ring));
             nm_tabm_cancel(ring, &slot);
         } else {
-            n_published++;
+            (*n_published)++;
+            v->st.n_out_slots++;
         }
     }
     nm_image_batch_free(&b);
-    if (st == NM_OK) v->stats.n_images++;
-    if (st && n_published > 0) {
-        // The brick holds a prompt that says more follows: an empty slot ends
-        // it (the brick drops a prompt with a malformed slot and goes on).
-        nm_tabm_slot slot;
-        if (nm_tabm_acquire_write(ring, producer, timeout_ns, &slot) == NM_OK) {
-            slot.meta->kind = NM_TABM_TOKENS;
-            slot.meta->ndim = 0;
-            slot.meta->size = 0;
-            slot.meta->user = 0;
-            if (nm_tabm_publish(ring, &slot) != NM_OK) nm_tabm_cancel(ring, &slot);
-        }
-    }
-    if (n_pos_out) *n_pos_out = n_pos;
     return st;
 }
 
-size_t nm_vision_slot_bytes(const nm_vision *v) {
-    const nm_clip_info *in = nm_clip_get_info(v->clip);
-    return sizeof(float) * (size_t)in->n_out * (size_t)in->n_out_embd;
+// One IMAGE slot -> its segment. A bad image (corrupt, truncated, another
+// kind of slot) writes nothing of a segment, only an empty TOKENS slot with
+// NM_BRICK_ERROR (and the image slot's NM_BRICK_MORE): the LLM brick drops
+// the prompt. So does a failure half way through the segment.
+static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
+    vision_brick *v = state;
+    v->err[0] = '\0';
+    nm_tabm_slot s;
+    nm_status st = nm_tabm_acquire_read(in, v->timeout_ns, &s);
+    if (st != NM_OK) {
+        if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
+        else nm_brick_set_error(self, "vision brick: waiting for an image slot: %s", nm_status_str(st));
+        return st;
+    }
+    v->st.n_in_slots++;
+    const nm_tabm_meta *mt = s.meta;
+    const uint64_t user = mt->user;
+    const bool more = user & NM_BRICK_MORE;
+    v->request = mt->request;
+    nm_image img = {0};
+    int32_t n_published = 0;
+    char msg[256];
+    const double t0 = now_s();
+    if (mt->kind != NM_TABM_IMAGE || mt->size == 0 || mt->size > s.capacity) {
+        st = vfail(v, NM_ERR_FORMAT, "vision brick: input slot %llu is not an image file (kind %u, %llu bytes)",
+                   (unsigned long long)mt->seq, mt->kind, (unsigned long long)mt->size);
+    } else if ((st = nm_image_decode(s.data, (size_t)mt->size, &img, msg, sizeof msg)) != NM_OK) {
+        vfail(v, st, "%s", msg);
+    }
+    v->st.t_decode += now_s() - t0;
+    if (st == NM_OK) {
+        st = put_segment(v, &img, out, user & ~(uint64_t)(NM_BRICK_MORE | NM_BRICK_ERROR), more, &n_published);
+        nm_image_free(&img);
+    }
+    nm_tabm_release(in, &s);
+    v->st.n_requests++;
+    if (st == NM_OK) {
+        v->st.n_images++;
+        return NM_OK;
+    }
+    v->st.n_bad_requests++;
+    nm_brick_set_error(self, "%s (%s)", v->err, nm_status_str(st));
+    if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;
+    // the LLM brick learns that this part of its prompt failed
+    nm_status ps = nm_brick_put_error(out, v->producer, v->timeout_ns, NM_TABM_TOKENS, v->request,
+                                      more ? NM_BRICK_MORE : 0);
+    if (ps == NM_OK) v->st.n_out_slots++;
+    return ps == NM_OK ? NM_OK : ps;
 }
+
+static nm_status vision_estimate(void *state, const nm_brick_input *in, nm_brick_cost *e) {
+    vision_brick *v = state;
+    const nm_clip_info *ci = nm_clip_get_info(v->clip);
+    const int32_t S = ci->image_size;
+    const int32_t w = in->width > 0 ? in->width : S, h = in->height > 0 ? in->height : S;
+    int32_t runs = 1;
+    if (ci->proj == NM_CLIP_PROJ_IDEFICS3) {
+        int32_t rows = 0, cols = 0;
+        if (nm_image_idefics3_grid(w, h, &v->ip, &rows, &cols) != NM_OK) return NM_ERR_RANGE;
+        runs = rows * cols + 1;
+    } else if (ci->n_pinpoints > 0 && (w > S || h > S)) {
+        int32_t rw = 0, rh = 0;
+        if (nm_image_anyres_resolution(w, h, &v->ip, &rw, &rh) != NM_OK) return NM_ERR_RANGE;
+        runs = (rw / S) * (rh / S) + 1;
+    }
+    for (int32_t i = 0; i < runs; i++) nm_clip_estimate_run(v->clip, e);
+    // the decoded image and its preprocessed inputs
+    e->peak_bytes += 3ull * (uint64_t)w * (uint64_t)h + sizeof(float) * 3ull * (uint64_t)S * (uint64_t)S * (uint64_t)runs;
+    return NM_OK;
+}
+
+const nm_brick_i nm_brick_vision_i = {
+    .version = NM_BRICK_I_VERSION,
+    .kind = NM_BRICK_VISION,
+    .name = "vision",
+    .in_ports = NM_PORT_BIT(NM_PORT_IMAGE),
+    .out_ports = NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_EMBD),
+    .units = NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL),
+    .load = vision_load,
+    .run = vision_run,
+    .release = vision_release,
+    .estimate = vision_estimate,
+    .stats = vision_stats,
+    .device = vision_device,
+    .slot_bytes = vision_slot_bytes,
+};

@@ -1,0 +1,219 @@
+// The brick handle: one interface (nm_brick_i) over the four built-in bricks
+// and any other implementation. It owns the last-error text (written by the
+// lane that runs the brick through nm_brick_set_error, read by any thread)
+// and the run loop.
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bricks/brick_impl.h"
+#include "core/fail.h"
+
+struct nm_brick {
+    const nm_brick_i *impl;
+    void *state;
+    nm_brick_kind kind;
+    char name[32];
+    pthread_mutex_t lock; // guards err
+    char err[512];
+};
+
+static const char *kind_str(nm_brick_kind k) {
+    switch (k) {
+    case NM_BRICK_STT: return "stt";
+    case NM_BRICK_VISION: return "vision";
+    case NM_BRICK_LLM: return "llm";
+    case NM_BRICK_TTS: return "tts";
+    }
+    return "brick";
+}
+
+nm_brick_params nm_brick_default_params(nm_brick_kind kind) {
+    nm_brick_params p;
+    memset(&p, 0, sizeof p);
+    p.kind = kind;
+    p.timeout_ns = -1;
+    p.n_gpu_layers = -1;
+    p.n_ctx = 0;
+    p.n_batch = 0;
+    p.sampling = nm_sampler_default_params();
+    p.llm = (nm_llm_params){.n_predict = 128, .out_batch = 1};
+    p.stt = nm_stt_default_params(NM_STT_BEAM);
+    p.stt_max_decoders = 0;
+    p.tts = nm_tts_default_params();
+    return p;
+}
+
+const nm_brick_i *nm_brick_builtin(nm_brick_kind kind) {
+    switch (kind) {
+    case NM_BRICK_STT: return &nm_brick_stt_i;
+    case NM_BRICK_VISION: return &nm_brick_vision_i;
+    case NM_BRICK_LLM: return &nm_brick_llm_i;
+    case NM_BRICK_TTS: return &nm_brick_tts_i;
+    }
+    return NULL;
+}
+
+nm_status nm_brick_load(const nm_brick_i *impl, const nm_brick_params *p, nm_brick **out, char *err,
+                        size_t err_size) {
+    if (err && err_size) err[0] = '\0';
+    if (!out) return NM_ERR_INVALID_ARG;
+    *out = NULL;
+    if (!p) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "brick: no parameters");
+    if (!impl) impl = nm_brick_builtin(p->kind);
+    if (!impl) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "brick: unknown kind %d", (int)p->kind);
+    if (impl->version < 1 || !impl->load || !impl->run || !impl->release)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "brick: implementation '%s' (version %u) lacks load, run "
+                       "or release", impl->name ? impl->name : "?", impl->version);
+    if (impl->kind != p->kind)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "brick: implementation '%s' is a %s brick, the parameters "
+                       "ask for a %s one", impl->name ? impl->name : "?", kind_str(impl->kind), kind_str(p->kind));
+    nm_brick *b = calloc(1, sizeof *b);
+    if (!b) return nm_fail(NM_ERR_NOMEM, err, err_size, "brick: out of memory");
+    b->impl = impl;
+    b->kind = p->kind;
+    snprintf(b->name, sizeof b->name, "%s", p->name ? p->name : kind_str(p->kind));
+    pthread_mutex_init(&b->lock, NULL);
+    nm_status st = impl->load(p, &b->state, err, err_size);
+    if (st != NM_OK) {
+        pthread_mutex_destroy(&b->lock);
+        free(b);
+        return st;
+    }
+    *out = b;
+    return NM_OK;
+}
+
+void nm_brick_free(nm_brick *b) {
+    if (!b) return;
+    b->impl->release(b->state);
+    pthread_mutex_destroy(&b->lock);
+    free(b);
+}
+
+const nm_brick_i *nm_brick_impl(const nm_brick *b) { return b ? b->impl : NULL; }
+nm_brick_kind nm_brick_get_kind(const nm_brick *b) { return b ? b->kind : (nm_brick_kind)0; }
+const char *nm_brick_name(const nm_brick *b) { return b ? b->name : ""; }
+const char *nm_brick_device(const nm_brick *b) {
+    return b && b->impl->device ? b->impl->device(b->state) : "cpu";
+}
+
+nm_status nm_brick_set_params(nm_brick *b, const nm_brick_params *p, char *err, size_t err_size) {
+    if (err && err_size) err[0] = '\0';
+    if (!b || !p) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "brick: NULL brick or parameters");
+    if (!b->impl->set_params)
+        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "brick: a %s brick takes no parameters after load",
+                       kind_str(b->kind));
+    return b->impl->set_params(b->state, p, err, err_size);
+}
+
+void nm_brick_set_error(nm_brick *b, const char *fmt, ...) {
+    if (!b) return;
+    char msg[sizeof b->err];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&b->lock);
+    memcpy(b->err, msg, sizeof msg);
+    pthread_mutex_unlock(&b->lock);
+}
+
+nm_status nm_brick_step(nm_brick *b, nm_tabm *in, nm_tabm *out) {
+    if (!b || !in || !out) return NM_ERR_INVALID_ARG;
+    return b->impl->run(b->state, b, in, out);
+}
+
+nm_status nm_brick_run(nm_brick *b, nm_tabm *in, nm_tabm *out) {
+    if (!b || !in || !out) return NM_ERR_INVALID_ARG;
+    nm_status st;
+    while ((st = nm_brick_step(b, in, out)) == NM_OK) {
+    }
+    // whichever side ended it, both neighbours wake and end
+    nm_tabm_shutdown(in);
+    nm_tabm_shutdown(out);
+    return st;
+}
+
+size_t nm_brick_in_slot_bytes(const nm_brick *b) {
+    return b && b->impl->slot_bytes ? b->impl->slot_bytes(b->state, false) : 0;
+}
+size_t nm_brick_out_slot_bytes(const nm_brick *b) {
+    return b && b->impl->slot_bytes ? b->impl->slot_bytes(b->state, true) : 0;
+}
+
+nm_status nm_brick_estimate(const nm_brick *b, const nm_brick_input *in, nm_brick_cost *out) {
+    if (!b || !in || !out) return NM_ERR_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    if (!b->impl->estimate) return NM_ERR_UNSUPPORTED;
+    return b->impl->estimate(b->state, in, out);
+}
+
+const char *nm_brick_last_error(const nm_brick *b) {
+    static _Thread_local char msg[sizeof b->err];
+    if (!b) return "";
+    return nm_err_snapshot((pthread_mutex_t *)&b->lock, b->err, msg, sizeof msg);
+}
+
+nm_brick_stats nm_brick_get_stats(const nm_brick *b) {
+    nm_brick_stats s;
+    memset(&s, 0, sizeof s);
+    if (b && b->impl->stats) b->impl->stats(b->state, &s);
+    return s;
+}
+
+// ---- what each built-in kind offers beside the rings ----------------------------------------
+nm_model *nm_brick_llm_model(const nm_brick *b) {
+    return b && b->impl == &nm_brick_llm_i ? nm_llm_state_model(b->state) : NULL;
+}
+nm_ctx *nm_brick_llm_ctx(const nm_brick *b) {
+    return b && b->impl == &nm_brick_llm_i ? nm_llm_state_ctx(b->state) : NULL;
+}
+int32_t nm_brick_llm_pos(const nm_brick *b) {
+    return b && b->impl == &nm_brick_llm_i ? nm_llm_state_pos(b->state) : 0;
+}
+const nm_transcript *nm_brick_stt_transcript(const nm_brick *b) {
+    return b && b->impl == &nm_brick_stt_i ? nm_stt_state_transcript(b->state) : NULL;
+}
+int32_t nm_brick_tts_sample_rate(const nm_brick *b) {
+    return b && b->impl == &nm_brick_tts_i ? nm_tts_state_sample_rate(b->state) : 0;
+}
+const struct nm_whisper_model *nm_brick_stt_whisper(const nm_brick *b) {
+    return b && b->impl == &nm_brick_stt_i ? nm_stt_state_model(b->state) : NULL;
+}
+struct nm_transcriber *nm_brick_stt_transcriber(const nm_brick *b) {
+    return b && b->impl == &nm_brick_stt_i ? nm_stt_state_transcriber(b->state) : NULL;
+}
+struct nm_tts *nm_brick_tts_handle(const nm_brick *b) {
+    return b && b->impl == &nm_brick_tts_i ? nm_tts_state_handle(b->state) : NULL;
+}
+nm_model *nm_brick_feeds_model(const nm_brick *llm) { return nm_brick_llm_model(llm); }
+
+// ---- helpers of the implementations ------------------------------------------------------------
+nm_status nm_brick_put_error(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
+                             uint64_t extra) {
+    nm_tabm_slot o;
+    nm_status st = nm_tabm_acquire_write(out, producer, timeout_ns, &o);
+    if (st != NM_OK) return st;
+    o.meta->kind = kind;
+    o.meta->ndim = 0;
+    o.meta->size = 0;
+    o.meta->user = NM_BRICK_ERROR | extra;
+    o.meta->request = request;
+    if ((st = nm_tabm_publish(out, &o)) != NM_OK) nm_tabm_cancel(out, &o);
+    return st;
+}
+
+nm_status nm_brick_drain_request(nm_tabm *in, uint64_t user, int64_t timeout_ns, uint64_t *n_slots) {
+    while (user & NM_BRICK_MORE) {
+        nm_tabm_slot s;
+        nm_status st = nm_tabm_acquire_read(in, timeout_ns, &s);
+        if (st != NM_OK) return st;
+        user = s.meta->user;
+        nm_tabm_release(in, &s);
+        if (n_slots) (*n_slots)++;
+    }
+    return NM_OK;
+}

@@ -1,0 +1,73 @@
+// The decoder's cost for a request, from its shapes: what the planner
+// multiplies with a unit's measured speeds (docs/bricks.md, "Estimates").
+//
+// A forward pass over n rows multiplies every matmul weight of the layers by
+// n rows (2 * rows * cols FLOPs per row) and reads the weight once; the
+// output head runs on the last row only (the logits of a prompt's last token,
+// or of each generated token). Attention at position t reads t + 1 cached
+// positions (a sliding-window layer at most the window): q.k and p.v are
+// 2 * head_dim FLOPs per head and position each.
+#include <string.h>
+
+#include "bricks/llm/llm.h"
+#include "quant/quant.h"
+
+static void add_matmul(nm_brick_cost *e, const nm_tensor *w, double rows) {
+    if (!nm_tensor_is_set(w)) return;
+    const double f = 2.0 * (double)w->ne[0] * (double)w->ne[1] * rows;
+    e->flops += f;
+    e->flops_by_type[w->type < NM_EST_TYPES ? w->type : 0] += f;
+}
+
+static double layer_weight_bytes(const nm_layer *L) {
+    const nm_tensor *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+    double b = 0;
+    for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+        if (nm_tensor_is_set(w[i])) b += (double)nm_row_size(w[i]->type, w[i]->ne[0]) * (double)w[i]->ne[1];
+    return b;
+}
+
+// Positions a query at position t attends in layer L.
+static double attended(const nm_hparams *hp, const nm_layer *L, int64_t t) {
+    double n = (double)t + 1;
+    if (L->swa && hp->n_swa > 0 && n > hp->n_swa) n = hp->n_swa;
+    return n;
+}
+
+void nm_llm_estimate_model(const nm_model *m, const nm_ctx *c, const nm_brick_input *in, nm_brick_cost *e) {
+    memset(e, 0, sizeof *e);
+    const nm_hparams *hp = &m->hp;
+    const int64_t n_batch = c ? nm_ctx_n_batch(c) : 512;
+    const int64_t n_tok = in->n_tokens > 0 ? in->n_tokens : 0, n_gen = in->n_predict > 0 ? in->n_predict : 0;
+    const int64_t past = in->n_past > 0 ? in->n_past : 0;
+    const int64_t passes_prompt = (n_tok + n_batch - 1) / n_batch;
+    const double rows = (double)(n_tok + n_gen); // every position through every layer once
+    double wbytes_layers = 0;
+    for (int32_t il = 0; il < hp->n_layer; il++) {
+        const nm_layer *L = &m->layers[il];
+        const nm_tensor *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) add_matmul(e, w[i], rows);
+        wbytes_layers += layer_weight_bytes(L);
+        double att = 0; // positions attended, summed over the request's rows
+        for (int64_t t = past; t < past + n_tok + n_gen; t++) att += attended(hp, L, t);
+        const double f = 4.0 * (double)hp->n_head * (double)hp->head_dim * att;
+        e->flops += f;
+        e->flops_by_type[0] += f;
+        // K and V read per attended position, K and V written per row (f16)
+        e->act_bytes += 2.0 * 2.0 * (double)hp->n_head_kv * (double)hp->head_dim * (att + rows);
+    }
+    // norms, activations, residual adds: a few operations per element of each row
+    const double elem = rows * (double)hp->n_layer * (8.0 * hp->n_embd + 4.0 * hp->n_ff);
+    e->flops += elem;
+    e->flops_by_type[0] += elem;
+    e->act_bytes += 4.0 * elem;
+    // the output head: the last row of each prompt pass that ends the prompt, and every generated token
+    const double head_rows = (double)((n_tok > 0 ? 1 : 0) + n_gen);
+    add_matmul(e, &m->output, head_rows);
+    const double head_bytes = (double)nm_row_size(m->output.type, m->output.ne[0]) * (double)m->output.ne[1];
+    e->n_passes = passes_prompt + n_gen;
+    e->weight_bytes_read = (wbytes_layers) * (double)e->n_passes + head_bytes * head_rows;
+    e->weight_bytes = m->weight_bytes;
+    e->peak_bytes = m->weight_bytes + (c ? nm_ctx_buffer_bytes(c) : 0);
+    e->n_out = n_gen;
+}

@@ -1,0 +1,183 @@
+// The text-to-speech brick (nm_brick_i, include/nanomind.h): TEXT slots in,
+// PCM slots out as the engine makes them. Each TEXT slot of a request is
+// spoken in turn (the STT brick's segments, an LLM answer's sentences), so
+// speech starts before the request's text is complete.
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bricks/brick_impl.h"
+#include "bricks/tts/tts.h"
+#include "core/fail.h"
+
+#define TTS_TEXT_SLOT 4096 // the input ring's slot size it suggests (a sentence or a few)
+
+typedef struct tts_brick {
+    nm_tts *tts;
+    uint32_t producer;
+    int64_t timeout_ns;
+    int32_t rate_wpm;
+    char *text;                  // the engine's input: a slot's text, NUL-terminated (grown to the
+    size_t text_cap;             // largest slot, at most NM_TTS_MAX_TEXT bytes)
+    nm_brick_stats st;
+} tts_brick;
+
+static void tts_release(void *state) {
+    tts_brick *b = state;
+    if (!b) return;
+    nm_tts_free(b->tts);
+    free(b->text);
+    free(b);
+}
+
+static nm_status tts_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
+    if (p->device && strcmp(p->device, "cpu") != 0)
+        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "tts brick: runs on the CPU only, not on '%s'", p->device);
+    tts_brick *b = calloc(1, sizeof *b);
+    if (!b) return nm_fail(NM_ERR_NOMEM, err, err_size, "tts brick: out of memory");
+    nm_status st = nm_tts_open(&p->tts, p->ledger, &b->tts, err, err_size);
+    if (st != NM_OK) {
+        free(b);
+        return st;
+    }
+    b->producer = p->producer;
+    b->timeout_ns = p->timeout_ns;
+    b->rate_wpm = p->tts.rate_wpm > 0 ? p->tts.rate_wpm : 175;
+    *state = b;
+    return NM_OK;
+}
+
+static void report(void *self, const char *msg) { nm_brick_set_error(self, "%s", msg); }
+
+static bool blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isspace((unsigned char)s[i])) return false;
+    return true;
+}
+
+// One request: its TEXT slots in order. A blank slot is skipped (an STT
+// request without speech ends with an empty one); a request with no text at
+// all gives one empty PCM slot. A slot of another kind, or text over
+// NM_TTS_MAX_TEXT, fails the request: the rest of its slots are read and dropped.
+static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
+    tts_brick *b = state;
+    nm_tts_set_reporter(b->tts, report, self); // an engine failure is reported before its slot goes out
+    bool spoke = false;
+    for (;;) {
+        nm_tabm_slot s;
+        nm_status st = nm_tabm_acquire_read(in, b->timeout_ns, &s);
+        if (st != NM_OK) {
+            if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
+            else nm_brick_set_error(self, "tts brick: waiting for a text slot: %s", nm_status_str(st));
+            return st;
+        }
+        b->st.n_in_slots++;
+        const uint64_t user = s.meta->user, request = s.meta->request;
+        const bool more = user & NM_BRICK_MORE;
+        const size_t n = (size_t)s.meta->size;
+        if (s.meta->kind == NM_TABM_TEXT && n <= NM_TTS_MAX_TEXT && n <= s.capacity && n + 1 > b->text_cap) {
+            char *t = realloc(b->text, n + 1);
+            if (t) b->text = t, b->text_cap = n + 1;
+        }
+        if (s.meta->kind != NM_TABM_TEXT || n > NM_TTS_MAX_TEXT || n > s.capacity || n + 1 > b->text_cap) {
+            nm_brick_set_error(self, "tts brick: input slot %llu: %s", (unsigned long long)s.meta->seq,
+                     s.meta->kind != NM_TABM_TEXT ? "not a text slot"
+                     : n + 1 > b->text_cap && n <= NM_TTS_MAX_TEXT ? "out of memory for its text"
+                                                                     : "text longer than 1 MiB");
+            nm_tabm_release(in, &s);
+            b->st.n_requests++;
+            b->st.n_bad_requests++;
+            st = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+            nm_status ps = nm_brick_put_error(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, 0);
+            if (ps == NM_OK) b->st.n_out_slots++;
+            return st != NM_OK ? st : ps;
+        }
+        const bool speak = n > 0 && !blank(s.data, n);
+        if (speak) nm_tts_copy_text(b->tts, b->text, s.data, n);
+        b->text[n] = '\0';
+        nm_tabm_release(in, &s);
+        if (speak || (!more && !spoke)) {
+            const nm_tts_stats before = nm_tts_get_stats(b->tts);
+            if (speak) {
+                st = nm_tts_synth_ring(b->tts, b->text, out, b->producer, b->timeout_ns, request, more);
+            } else { // nothing to say: the request still ends with a slot
+                nm_tabm_slot o;
+                if ((st = nm_tabm_acquire_write(out, b->producer, b->timeout_ns, &o)) == NM_OK) {
+                    o.meta->kind = NM_TABM_PCM_S16;
+                    o.meta->sample_rate = nm_tts_sample_rate(b->tts);
+                    o.meta->request = request;
+                    if ((st = nm_tabm_publish(out, &o)) != NM_OK) nm_tabm_cancel(out, &o);
+                    else b->st.n_out_slots++;
+                }
+            }
+            const nm_tts_stats after = nm_tts_get_stats(b->tts);
+            b->st.n_out_slots += after.n_slots - before.n_slots;
+            b->st.n_samples += after.n_samples - before.n_samples;
+            b->st.t_busy += after.t_synth - before.t_synth;
+            spoke = spoke || speak;
+            if (st != NM_OK) {
+                nm_brick_set_error(self, "%s", nm_tts_last_error(b->tts)); // (again, if a slot said so)
+                b->st.n_requests++;
+                b->st.n_bad_requests++;
+                if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;
+                // the request's last slot (flagged) is out: drop the rest of it
+                return nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+            }
+        } else if (!more) {
+            // blank last slot after speech: the previous utterance's last slot said more follows
+            nm_tabm_slot o;
+            if ((st = nm_tabm_acquire_write(out, b->producer, b->timeout_ns, &o)) != NM_OK) return st;
+            o.meta->kind = NM_TABM_PCM_S16;
+            o.meta->sample_rate = nm_tts_sample_rate(b->tts);
+            o.meta->request = request;
+            if ((st = nm_tabm_publish(out, &o)) != NM_OK) {
+                nm_tabm_cancel(out, &o);
+                return st;
+            }
+            b->st.n_out_slots++;
+        }
+        if (!more) break;
+    }
+    b->st.n_requests++;
+    return NM_OK;
+}
+
+static void tts_stats(void *state, nm_brick_stats *o) { *o = ((tts_brick *)state)->st; }
+
+static size_t tts_slot_bytes(void *state, bool out) {
+    const tts_brick *b = state;
+    return out ? sizeof(int16_t) * (size_t)(nm_tts_sample_rate(b->tts) / 10) : TTS_TEXT_SLOT;
+}
+
+nm_tts *nm_tts_state_handle(void *state) { return state ? ((tts_brick *)state)->tts : NULL; }
+int32_t nm_tts_state_sample_rate(void *state) { return state ? nm_tts_sample_rate(((tts_brick *)state)->tts) : 0; }
+
+// espeak-ng has no weights and little arithmetic: its cost is the speech it
+// makes, about 6 bytes of English text per word at rate_wpm.
+static nm_status tts_estimate(void *state, const nm_brick_input *in, nm_brick_cost *e) {
+    const tts_brick *b = state;
+    const double words = (double)(in->n_bytes > 0 ? in->n_bytes : 0) / 6.0;
+    const double seconds = words * 60.0 / b->rate_wpm;
+    e->n_out = (int64_t)(seconds * nm_tts_sample_rate(b->tts));
+    e->act_bytes = 2.0 * (double)e->n_out;
+    e->peak_bytes = (uint64_t)(2.0 * seconds * nm_tts_native_rate(b->tts)) + sizeof *b;
+    e->n_passes = in->n_bytes > 0 ? 1 : 0;
+    return NM_OK;
+}
+
+const nm_brick_i nm_brick_tts_i = {
+    .version = NM_BRICK_I_VERSION,
+    .kind = NM_BRICK_TTS,
+    .name = "tts",
+    .in_ports = NM_PORT_BIT(NM_PORT_TEXT),
+    .out_ports = NM_PORT_BIT(NM_PORT_PCM),
+    .units = NM_UNIT_BIT(NM_UNIT_CPU),
+    .load = tts_load,
+    .run = tts_run,
+    .release = tts_release,
+    .estimate = tts_estimate,
+    .stats = tts_stats,
+    .device = NULL,
+    .slot_bytes = tts_slot_bytes,
+};

@@ -1,0 +1,396 @@
+// The brick interface (include/nanomind.h, "bricks"): the four built-in
+// implementations as the table says; a brick written outside the library
+// plugs in through the same nm_brick_i; the run loop and its shutdown; the
+// cost estimates against what the models are; and a pipeline of two bricks
+// on their own lanes, speech in, speech out, with every copy counted.
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bricks/audio/audio.h"
+#include "genmmproj.h"
+#include "nmtest.h"
+
+// ---- the table --------------------------------------------------------------------------
+
+NM_TEST(builtin_table) {
+    const struct {
+        nm_brick_kind kind;
+        const char *name;
+        uint32_t in, out, units;
+    } want[] = {
+        {NM_BRICK_STT, "stt", NM_PORT_BIT(NM_PORT_PCM), NM_PORT_BIT(NM_PORT_TEXT), NM_UNIT_BIT(NM_UNIT_CPU)},
+        {NM_BRICK_VISION, "vision", NM_PORT_BIT(NM_PORT_IMAGE), NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_EMBD),
+         NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL)},
+        {NM_BRICK_LLM, "llm", NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_EMBD), NM_PORT_BIT(NM_PORT_TOKENS),
+         NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL)},
+        {NM_BRICK_TTS, "tts", NM_PORT_BIT(NM_PORT_TEXT), NM_PORT_BIT(NM_PORT_PCM), NM_UNIT_BIT(NM_UNIT_CPU)},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const nm_brick_i *b = nm_brick_builtin(want[i].kind);
+        NM_CHECK(b != NULL);
+        if (!b) continue;
+        NM_CHECK(b->version == NM_BRICK_I_VERSION && b->kind == want[i].kind && !strcmp(b->name, want[i].name));
+        NM_CHECK(b->in_ports == want[i].in && b->out_ports == want[i].out && b->units == want[i].units);
+        NM_CHECK(b->load && b->run && b->release && b->estimate && b->stats && b->slot_bytes);
+    }
+    NM_CHECK(nm_brick_builtin((nm_brick_kind)99) == NULL);
+    // the defaults of each kind
+    nm_brick_params p = nm_brick_default_params(NM_BRICK_LLM);
+    NM_CHECK(p.kind == NM_BRICK_LLM && p.timeout_ns == -1 && p.n_gpu_layers == -1 && p.llm.n_predict == 128 &&
+             p.llm.out_batch == 1 && p.stt.strategy == NM_STT_BEAM && p.tts.rate_wpm == 175);
+    nm_brick *b = (nm_brick *)1;
+    char err[256];
+    p.kind = (nm_brick_kind)99;
+    NM_CHECK(nm_brick_load(NULL, &p, &b, err, sizeof err) == NM_ERR_INVALID_ARG && b == NULL);
+    NM_CHECK(strstr(err, "unknown kind 99") != NULL);
+    p = nm_brick_default_params(NM_BRICK_STT);
+    p.model = "/nonexistent/whisper.gguf";
+    NM_CHECK(nm_brick_load(NULL, &p, &b, err, sizeof err) == NM_ERR_IO && b == NULL);
+    NM_CHECK(strstr(err, "/nonexistent/whisper.gguf") != NULL);
+    NM_CHECK(nm_brick_get_kind(NULL) == 0 && !strcmp(nm_brick_last_error(NULL), "") &&
+             nm_brick_estimate(NULL, NULL, NULL) == NM_ERR_INVALID_ARG);
+}
+
+// ---- a brick from outside the library ----------------------------------------------------
+// "upper": TEXT in, the same text in capitals out, one slot per input slot;
+// a slot holding "fail" fails its request with a message.
+typedef struct upper {
+    int *released; // set on release, so the test sees it
+    uint64_t n;
+} upper;
+
+static nm_status upper_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
+    if (!p->model) {
+        snprintf(err, err_size, "upper: the model names the release flag");
+        return NM_ERR_INVALID_ARG;
+    }
+    upper *u = calloc(1, sizeof *u);
+    if (!u) return NM_ERR_NOMEM;
+    u->released = (int *)(uintptr_t)strtoull(p->model, NULL, 16);
+    *state = u;
+    return NM_OK;
+}
+
+static nm_status upper_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
+    upper *u = state;
+    for (;;) {
+        nm_tabm_slot s, o;
+        nm_status st = nm_tabm_acquire_read(in, -1, &s);
+        if (st != NM_OK) return st;
+        const uint64_t user = s.meta->user;
+        if ((st = nm_tabm_acquire_write(out, 0, -1, &o)) != NM_OK) {
+            nm_tabm_release(in, &s);
+            return st;
+        }
+        const bool fail = s.meta->size == 4 && !memcmp(s.data, "fail", 4);
+        if (fail) nm_brick_set_error(self, "upper: asked to %s", "fail"); // before the slot that says so
+        size_t n = fail ? 0 : (size_t)s.meta->size;
+        for (size_t i = 0; i < n; i++) {
+            char c = ((const char *)s.data)[i];
+            ((char *)o.data)[i] = c >= 'a' && c <= 'z' ? (char)(c - 32) : c;
+        }
+        *o.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n,
+                                 .user = fail ? NM_BRICK_ERROR : user & NM_BRICK_MORE, .request = s.meta->request};
+        nm_tabm_release(in, &s);
+        if ((st = nm_tabm_publish(out, &o)) != NM_OK) return st;
+        u->n++;
+        if (fail) return NM_OK;
+        if (!(user & NM_BRICK_MORE)) return NM_OK;
+    }
+}
+
+static void upper_release(void *state) {
+    upper *u = state;
+    if (!u) return;
+    *u->released = 1;
+    free(u);
+}
+
+static void upper_stats(void *state, nm_brick_stats *s) { s->n_out_slots = ((upper *)state)->n; }
+
+static const nm_brick_i upper_i = {
+    .version = NM_BRICK_I_VERSION,
+    .kind = NM_BRICK_TTS, // a kind the planner knows: it stands where a TTS brick would
+    .name = "upper",
+    .in_ports = NM_PORT_BIT(NM_PORT_TEXT),
+    .out_ports = NM_PORT_BIT(NM_PORT_TEXT),
+    .units = NM_UNIT_BIT(NM_UNIT_CPU),
+    .load = upper_load,
+    .run = upper_run,
+    .release = upper_release,
+    .stats = upper_stats,
+};
+
+static bool put_text(nm_tabm *r, const char *text, uint64_t user, uint64_t request) {
+    nm_tabm_slot s;
+    if (nm_tabm_acquire_write(r, 0, -1, &s) != NM_OK) return false;
+    size_t n = strlen(text);
+    memcpy(s.data, text, n);
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = 1, .shape = {(int64_t)n}, .size = n, .user = user,
+                             .request = request};
+    return nm_tabm_publish(r, &s) == NM_OK;
+}
+
+// The text of the next slot into buf; its flags into *user (false if none).
+static bool get_text(nm_tabm *r, char *buf, size_t size, uint64_t *user, uint64_t *request) {
+    nm_tabm_slot s;
+    if (nm_tabm_acquire_read(r, 2000000000ll, &s) != NM_OK) return false;
+    size_t n = s.meta->size < size - 1 ? (size_t)s.meta->size : size - 1;
+    memcpy(buf, s.data, n);
+    buf[n] = '\0';
+    *user = s.meta->user;
+    *request = s.meta->request;
+    nm_tabm_release(r, &s);
+    return true;
+}
+
+typedef struct lane {
+    nm_brick *b;
+    nm_tabm *in, *out;
+    nm_status st;
+} lane;
+
+static void *lane_main(void *arg) {
+    lane *l = arg;
+    l->st = nm_brick_run(l->b, l->in, l->out);
+    return NULL;
+}
+
+NM_TEST(outside_implementation) {
+    int released = 0;
+    char flag[32], err[256];
+    snprintf(flag, sizeof flag, "%llx", (unsigned long long)(uintptr_t)&released);
+    nm_brick_params p = nm_brick_default_params(NM_BRICK_TTS);
+    p.model = flag;
+    nm_brick *b = NULL;
+    // versions and kinds are checked
+    nm_brick_i old = upper_i;
+    old.version = 0;
+    NM_CHECK(nm_brick_load(&old, &p, &b, err, sizeof err) == NM_ERR_INVALID_ARG && b == NULL);
+    nm_brick_params other = p;
+    other.kind = NM_BRICK_STT;
+    NM_CHECK(nm_brick_load(&upper_i, &other, &b, err, sizeof err) == NM_ERR_INVALID_ARG && b == NULL);
+    NM_CHECK(strstr(err, "is a tts brick, the parameters ask for a stt one") != NULL);
+    p.model = NULL;
+    NM_CHECK(nm_brick_load(&upper_i, &p, &b, err, sizeof err) == NM_ERR_INVALID_ARG && b == NULL);
+    NM_CHECK(strstr(err, "release flag") != NULL);
+    p.model = flag;
+    p.name = "shouter";
+    NM_CHECK(nm_brick_load(&upper_i, &p, &b, err, sizeof err) == NM_OK);
+    if (!b) return;
+    NM_CHECK(nm_brick_impl(b) == &upper_i && !strcmp(nm_brick_name(b), "shouter") && !strcmp(nm_brick_device(b), "cpu"));
+    // the optional members it lacks
+    nm_brick_input in = {.n_bytes = 10};
+    nm_brick_cost e;
+    NM_CHECK(nm_brick_estimate(b, &in, &e) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(nm_brick_set_params(b, &p, err, sizeof err) == NM_ERR_UNSUPPORTED && nm_brick_in_slot_bytes(b) == 0);
+    NM_CHECK(nm_brick_tts_sample_rate(b) == 0); // not the built-in TTS brick
+    // on a lane: two requests, the second failing, then shutdown
+    nm_tabm *ri = NULL, *ro = NULL;
+    NM_CHECK(nm_tabm_create(NULL, 4, 64, &ri, NULL, 0) == NM_OK && nm_tabm_create(NULL, 4, 64, &ro, NULL, 0) == NM_OK);
+    lane l = {b, ri, ro, NM_OK};
+    pthread_t th;
+    NM_CHECK(pthread_create(&th, NULL, lane_main, &l) == 0);
+    NM_CHECK(put_text(ri, "hello, ", NM_BRICK_MORE, 3) && put_text(ri, "bricks", 0, 3));
+    char buf[64];
+    uint64_t user = 0, req = 0;
+    NM_CHECK(get_text(ro, buf, sizeof buf, &user, &req) && !strcmp(buf, "HELLO, ") && user == NM_BRICK_MORE && req == 3);
+    NM_CHECK(get_text(ro, buf, sizeof buf, &user, &req) && !strcmp(buf, "BRICKS") && user == 0 && req == 3);
+    NM_CHECK(put_text(ri, "fail", 0, 4));
+    NM_CHECK(get_text(ro, buf, sizeof buf, &user, &req) && buf[0] == '\0' && user == NM_BRICK_ERROR && req == 4);
+    NM_CHECK(!strcmp(nm_brick_last_error(b), "upper: asked to fail")); // there once the slot is
+    nm_tabm_shutdown(ri);
+    pthread_join(th, NULL);
+    NM_CHECK(l.st == NM_ERR_SHUTDOWN && nm_tabm_is_shutdown(ro)); // the run loop ends the other side too
+    NM_CHECK(nm_brick_get_stats(b).n_out_slots == 3);
+    nm_brick_free(b);
+    NM_CHECK(released == 1);
+    nm_tabm_free(ri);
+    nm_tabm_free(ro);
+}
+
+// ---- estimates ---------------------------------------------------------------------------
+
+static double sum_types(const nm_brick_cost *e) {
+    double s = 0;
+    for (int i = 0; i < NM_EST_TYPES; i++) s += e->flops_by_type[i];
+    return s;
+}
+
+// The decoder's estimate against the model: a decode step streams the bytes
+// nm_model_decode_weight_bytes says (less its norms); its matmuls are 2 FLOPs
+// per weight; prompt batches read the weights once each; attention grows with
+// the positions before.
+NM_TEST(llm_estimate) {
+    char path[1024];
+    if (!nmtest_model_path("SmolLM2-135M-Instruct.Q4_1.gguf", path, sizeof path))
+        NM_SKIP_MISSING("SmolLM2-135M-Instruct.Q4_1.gguf not in the model cache");
+    nm_brick_params p = nm_brick_default_params(NM_BRICK_LLM);
+    p.model = path;
+    p.n_ctx = 1024;
+    p.n_batch = 256;
+    p.n_threads = 1;
+    nm_brick *b = NULL;
+    char err[256];
+    NM_CHECK(nm_brick_load(NULL, &p, &b, err, sizeof err) == NM_OK);
+    if (!b) return;
+    const nm_model *m = nm_brick_llm_model(b);
+    nm_brick_cost one, ten, prompt, late;
+    NM_CHECK(nm_brick_estimate(b, &(nm_brick_input){.n_predict = 1}, &one) == NM_OK);
+    NM_CHECK(nm_brick_estimate(b, &(nm_brick_input){.n_predict = 10}, &ten) == NM_OK);
+    NM_CHECK(nm_brick_estimate(b, &(nm_brick_input){.n_tokens = 600}, &prompt) == NM_OK);
+    NM_CHECK(nm_brick_estimate(b, &(nm_brick_input){.n_predict = 1, .n_past = 900}, &late) == NM_OK);
+    const double dw = (double)nm_model_decode_weight_bytes(m);
+    printf("  decode step: %.1f MB streamed (the model says %.1f MB), %.1f MFLOP; 600-token prompt %.2f GFLOP in %lld "
+           "passes\n",
+           one.weight_bytes_read / 1e6, dw / 1e6, one.flops / 1e6, prompt.flops / 1e9, (long long)prompt.n_passes);
+    NM_CHECK(one.weight_bytes_read <= dw && one.weight_bytes_read > 0.995 * dw);
+    NM_CHECK(fabs(ten.weight_bytes_read - 10 * one.weight_bytes_read) < 1 && ten.n_passes == 10 && ten.n_out == 10);
+    // 135 M weights at 2 FLOPs each (the tied head is 49152 x 576 of them), and the rest small
+    NM_CHECK(one.flops > 2 * 1.3e8 && one.flops < 2 * 1.45e8);
+    NM_CHECK(fabs(sum_types(&one) - one.flops) < 1e-6 * one.flops);
+    NM_CHECK(one.flops_by_type[3] > 0.5 * one.flops); // Q4_1 (GGUF type 3) carries most of it
+    // a prompt of 600 in batches of 256: 3 passes, the weights read 3 times, logits once
+    NM_CHECK(prompt.n_passes == 3 && prompt.n_out == 0);
+    NM_CHECK(prompt.flops > 590 * (one.flops - 2.0 * 49152 * 576) && prompt.weight_bytes_read < 3.01 * dw);
+    // attention over 900 earlier positions: more arithmetic and KV reads, the same weights
+    NM_CHECK(late.flops > one.flops && late.act_bytes > one.act_bytes && late.weight_bytes_read == one.weight_bytes_read);
+    // the memory it holds: the mapped weights and the context (KV cache of 1024 positions, activations)
+    NM_CHECK(one.weight_bytes > 0.99 * dw && one.peak_bytes > one.weight_bytes + 1024 * nm_model_kv_bytes_per_pos(m));
+    nm_brick_free(b);
+}
+
+// The vision brick's estimate counts encoder runs from the image's size: one
+// for mlp (no pinpoints), tiles and the overview for idefics3.
+NM_TEST(vision_estimate) {
+    char path[1024], mm[64];
+    if (!nmtest_model_path("SmolLM2-135M-Instruct.Q4_1.gguf", path, sizeof path))
+        NM_SKIP_MISSING("SmolLM2-135M-Instruct.Q4_1.gguf not in the model cache");
+    nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
+    lp.model = path;
+    lp.n_ctx = 64;
+    lp.n_threads = 1;
+    nm_brick *llm = NULL;
+    char err[256];
+    NM_CHECK(nm_brick_load(NULL, &lp, &llm, err, sizeof err) == NM_OK);
+    if (!llm) return;
+    const char *proj[2] = {"mlp", "idefics3"};
+    nm_brick_cost small[2], big[2];
+    for (int k = 0; k < 2; k++) {
+        snprintf(mm, sizeof mm, "/tmp/nm-brick-mm-%d-%d.gguf", (int)getpid(), k);
+        nm_genmmproj_params gp = nm_genmmproj_default_params(proj[k]);
+        gp.image_size = 64;
+        gp.patch_size = 16;
+        gp.n_embd = 64;
+        gp.n_ff = 128;
+        gp.n_head = 4;
+        gp.n_layer = 2;
+        gp.n_out_embd = 576;
+        if (k == 1) gp.preproc_image_size = 128;
+        NM_CHECK(nm_genmmproj_write(mm, &gp, err, sizeof err) == NM_OK);
+        nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
+        vp.model = mm;
+        vp.feeds = llm;
+        vp.n_threads = 1;
+        nm_brick *v = NULL;
+        NM_CHECK(nm_brick_load(NULL, &vp, &v, err, sizeof err) == NM_OK);
+        unlink(mm);
+        if (!v) continue;
+        NM_CHECK(nm_brick_estimate(v, &(nm_brick_input){.width = 400, .height = 40}, &small[k]) == NM_OK);
+        NM_CHECK(nm_brick_estimate(v, &(nm_brick_input){.width = 640, .height = 480}, &big[k]) == NM_OK);
+        NM_CHECK(fabs(sum_types(&small[k]) - small[k].flops) < 1e-6 * small[k].flops && small[k].flops > 0);
+        nm_brick_free(v);
+    }
+    printf("  encoder runs: mlp %lld and %lld, idefics3 %lld and %lld\n", (long long)small[0].n_passes,
+           (long long)big[0].n_passes, (long long)small[1].n_passes, (long long)big[1].n_passes);
+    NM_CHECK(small[0].n_passes == 1 && big[0].n_passes == 1 && small[0].flops == big[0].flops);
+    // the longest edge to 128 px, then tiles of 64: 400x40 -> 128x13, 2x1 tiles; 640x480 -> 128x96, 2x2; + the overview
+    NM_CHECK(small[1].n_passes == 2 * 1 + 1 && big[1].n_passes == 2 * 2 + 1);
+    NM_CHECK(fabs(big[1].flops - 5 * small[1].flops / 3) < 1e-6 * big[1].flops);
+    nm_brick_free(llm);
+}
+
+// ---- a pipeline: PCM -> STT lane -> TEXT ring -> TTS lane -> PCM ------------------------
+NM_TEST(pipeline_stt_to_tts) {
+    char path[1024];
+    if (!nmtest_model_path("whisper-tiny.en.gguf", path, sizeof path))
+        NM_SKIP_MISSING("whisper-tiny.en.gguf not in the model cache");
+    nm_audio a = {0};
+    char err[512];
+    NM_CHECK(nm_audio_load("tests/data/speech/tts_16k.wav", 16000, &a, err, sizeof err) == NM_OK);
+    if (!a.pcm) return;
+    nm_ledger *led = nm_ledger_create();
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+    sp.model = path;
+    sp.n_threads = 1;
+    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
+    sp.ledger = led;
+    nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
+    tp.ledger = led;
+    nm_brick *stt = NULL, *tts = NULL;
+    nm_tabm *pcm = NULL, *text = NULL, *speech = NULL;
+    NM_CHECK(nm_brick_load(NULL, &sp, &stt, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_brick_load(NULL, &tp, &tts, err, sizeof err) == NM_OK);
+    if (!stt || !tts) goto done;
+    NM_CHECK(nm_tabm_create(NULL, 1, sizeof(float) * (size_t)a.n, &pcm, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 4, nm_brick_out_slot_bytes(stt), &text, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 64, nm_brick_out_slot_bytes(tts), &speech, err, sizeof err) == NM_OK);
+    if (!pcm || !text || !speech) goto done;
+    lane ls = {stt, pcm, text, NM_OK}, lt = {tts, text, speech, NM_OK};
+    pthread_t t1, t2;
+    NM_CHECK(pthread_create(&t1, NULL, lane_main, &ls) == 0 && pthread_create(&t2, NULL, lane_main, &lt) == 0);
+    nm_tabm_slot s;
+    NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
+    // the decoded audio into the slot: the one copy, counted
+    nm_ledger_copy(led, nm_ledger_endpoint(led, "audio-decoder"), nm_ledger_endpoint(led, "stt"), s.data, a.pcm,
+                   sizeof(float) * (size_t)a.n);
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {a.n}, .size = sizeof(float) * (uint64_t)a.n,
+                             .sample_rate = 16000, .request = 11};
+    NM_CHECK(nm_tabm_publish(pcm, &s) == NM_OK);
+    int64_t samples = 0;
+    int n_slots = 0;
+    bool ok = true;
+    for (;;) {
+        if (nm_tabm_acquire_read(speech, 60000000000ll, &s) != NM_OK) {
+            ok = false;
+            break;
+        }
+        samples += (int64_t)(s.meta->size / 2);
+        n_slots++;
+        ok = ok && s.meta->request == 11 && !(s.meta->user & NM_BRICK_ERROR) && s.meta->kind == NM_TABM_PCM_S16;
+        const bool end = !(s.meta->user & NM_BRICK_MORE);
+        nm_tabm_release(speech, &s);
+        if (end) break;
+    }
+    nm_tabm_shutdown(pcm); // ends the STT lane, which ends the TTS lane
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    NM_CHECK(ok && ls.st == NM_ERR_SHUTDOWN && lt.st == NM_ERR_SHUTDOWN);
+    const nm_transcript *tr = nm_brick_stt_transcript(stt);
+    size_t text_bytes = 0;
+    for (int32_t i = 0; tr && i < tr->n_seg; i++) text_bytes += strlen(tr->seg[i].text);
+    printf("  %.2f s of speech -> %d segments, %zu bytes of text -> %.2f s of speech in %d slots\n", a.n / 16000.0,
+           tr ? tr->n_seg : 0, text_bytes, samples / 22050.0, n_slots);
+    NM_CHECK(tr && tr->n_seg >= 1 && samples > 22050 && n_slots >= 2);
+    // the copies: the audio into its slot, the text into espeak-ng, the samples out of espeak-ng; nothing else
+    const int ep_dec = nm_ledger_endpoint(led, "audio-decoder"), ep_stt = nm_ledger_endpoint(led, "stt"),
+              ep_tts = nm_ledger_endpoint(led, "tts"), ep_eng = nm_ledger_endpoint(led, "espeak-ng");
+    NM_CHECK(nm_ledger_bytes(led, ep_dec, ep_stt) == sizeof(float) * (uint64_t)a.n);
+    NM_CHECK(nm_ledger_bytes(led, ep_tts, ep_eng) <= text_bytes && nm_ledger_bytes(led, ep_tts, ep_eng) > 0);
+    NM_CHECK(nm_ledger_bytes(led, ep_eng, ep_tts) == 2 * (uint64_t)samples);
+    NM_CHECK(nm_ledger_total(led) == sizeof(float) * (uint64_t)a.n + nm_ledger_bytes(led, ep_tts, ep_eng) +
+                                         2 * (uint64_t)samples);
+done:
+    nm_tabm_free(pcm);
+    nm_tabm_free(text);
+    nm_tabm_free(speech);
+    nm_brick_free(stt);
+    nm_brick_free(tts);
+    nm_ledger_free(led);
+    nm_audio_free(&a);
+}
+
+NM_TEST_MAIN()

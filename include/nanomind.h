@@ -13,10 +13,15 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// The library is built with hidden visibility: what this header declares is
+// its whole exported API.
+#pragma GCC visibility push(default)
 
 #define NM_VERSION_STRING "0.1.0"
 
@@ -37,6 +42,48 @@ typedef enum nm_status {
 
 // Static string naming the status; never NULL.
 const char *nm_status_str(nm_status s);
+
+// ---- the machine ---------------------------------------------------------------------
+int32_t nm_cpu_count(void); // online cores, >= 1
+// "CPU MODEL | FEATURES | quant X, f32 gemm Y": the CPU, the features found
+// and the kernels chosen for them (what ran, for the record) into buf;
+// returns buf.
+const char *nm_system_info(char *buf, size_t size);
+// Read bandwidth of host memory in GB/s: the best of 5 passes over a 512 MiB
+// buffer (far beyond the caches), n_threads (<= 0: all cores) reading disjoint
+// slices. Takes about a second; 0 if the buffer cannot be had.
+double nm_cpu_read_gbps(int32_t n_threads);
+
+// ---- GGUF files ------------------------------------------------------------------------
+// Prints a GGUF file's version, every metadata key (arrays abbreviated) and its
+// tensor table (name, type, shape, bytes) to f. A corrupt or truncated file is
+// an error naming the problem (nothing is printed).
+nm_status nm_gguf_print_file(const char *path, FILE *f, char *err, size_t err_size);
+
+// ---- output files ----------------------------------------------------------------------
+// Files written without damaging what is on disk (every writer of nanomind
+// goes through these): "-" is stdout; a regular file (or a new path) is
+// written to a temporary beside it and renamed over it on commit, so until
+// then the old file is untouched and a failure removes only the temporary (an
+// existing file keeps its mode; a symlink's target is replaced; a file we may
+// not write is refused); a device, FIFO or socket is written in place, never
+// truncated or removed (a FIFO without a reader is an error, not a hang); a
+// folder is an error. Errors name the path and the errno of the call that failed.
+typedef struct nm_outfile {
+    FILE *f;         // write here between open and commit
+    char *path;      // as given (for messages)
+    char *final;     // what commit renames onto; NULL when written in place
+    char *tmp;       // the temporary file; NULL when written in place
+    bool seekable;   // f can seek (the temporary file): a header can be rewritten
+    bool is_stdout;
+} nm_outfile;
+
+nm_status nm_outfile_open(nm_outfile *o, const char *path, char *err, size_t err_size);
+// Flushes (and syncs a temporary file), closes, renames. On failure the
+// temporary is removed and the old file, if any, is as it was.
+nm_status nm_outfile_commit(nm_outfile *o, char *err, size_t err_size);
+// Closes and removes the temporary (a no-op after commit or on a zeroed o).
+void nm_outfile_abort(nm_outfile *o);
 
 // ---- model -------------------------------------------------------------------
 typedef struct nm_model nm_model;
@@ -517,6 +564,7 @@ typedef struct nm_llm_params {
 } nm_llm_params;
 #define NM_LLM_MAX_STOP 16
 #define NM_LLM_MAX_STOP_LEN 256
+#define NM_TTS_MAX_TEXT (1u << 20) // bytes of text per TTS slot (about an hour of speech)
 
 // Speech-to-text (Whisper), written to give the same transcripts as
 // whisper.cpp's whisper_full on the same model file (docs/correctness.md).
@@ -632,8 +680,9 @@ typedef struct nm_brick_params {
     const char *model;      // the model file: LLM a GGUF decoder; VISION an mmproj GGUF; STT a Whisper GGUF
                             // or whisper.cpp ggml .bin; TTS none (the engine is tts.engine)
     nm_model *llm_model;    // LLM: a loaded model to run instead of loading `model` (borrowed: outlives the brick)
-    const nm_brick *feeds;  // VISION: the LLM brick whose input ring it writes (required: its tokenizer writes
-                            // the image markers, its embedding width is checked); borrowed
+    const nm_brick *feeds;  // VISION: the LLM brick whose input ring it writes (its tokenizer writes the image
+                            // markers, its embedding width is checked); borrowed. NULL: the encoder alone,
+                            // one EMBD_F32 slot per encoder run (tiles, then the overview), no markers
     // placement
     const char *device;     // LLM, VISION: "cpu" (NULL), "opencl", "opencl:N", "auto" (as nm_ctx_params);
                             // STT, TTS: the CPU only
@@ -791,9 +840,165 @@ int32_t nm_brick_llm_pos(const nm_brick *b); // where the next slot without NM_L
 // STT: the whole transcript of the last request (segments with their tokens,
 // probabilities, the language); borrowed until the next request.
 const nm_transcript *nm_brick_stt_transcript(const nm_brick *b);
-// TTS: the rate of the PCM slots it writes (Hz).
-int32_t nm_brick_tts_sample_rate(const nm_brick *b);
+// STT: the Whisper model it runs.
+typedef struct nm_stt_model_info {
+    const char *name;   // general.name, or "ggml" + the size for .bin files; borrowed
+    const char *format; // "gguf" or "ggml .bin"
+    bool multilingual;
+    int32_t n_vocab, n_audio_ctx, n_audio_state, n_audio_head, n_audio_layer;
+    int32_t n_text_ctx, n_text_state, n_text_head, n_text_layer, n_mels;
+    uint32_t wtype;     // GGUF type of the big matrices
+} nm_stt_model_info;
+// false (and *out zeroed) for a brick of another kind.
+bool nm_brick_stt_info(const nm_brick *b, nm_stt_model_info *out);
+// The id of a language code ("en", "de", ...) among the model's, or -1.
+int32_t nm_brick_stt_lang_id(const nm_brick *b, const char *code);
+// Tokens of text as whisper.cpp's whisper_tokenize gives them (an initial
+// prompt): up to cap ids to out; returns how many the text has (more than
+// cap: call again with room), or -1.
+int32_t nm_brick_stt_tokenize(const nm_brick *b, const char *text, int32_t *out, int32_t cap);
+// The text whisper.cpp gives a token (whisper_token_to_str: its bytes below
+// <|endoftext|>, whisper.cpp's own names from there on), into buf; its length
+// in *len. NULL if out of range.
+const char *nm_brick_stt_token_text(const nm_brick *b, int32_t id, char buf[24], uint32_t *len);
+typedef struct nm_stt_timings {
+    double t_mel, t_encode, t_decode, t_sample; // seconds, last request
+    int64_t n_encode, n_decode_calls, n_decode_tokens;
+} nm_stt_timings;
+nm_stt_timings nm_brick_stt_timings(const nm_brick *b);
 
+// Transcript formats; each writes the whole transcript to f and returns false
+// on a write error.
+//   text:  one segment per line, leading blanks trimmed (whisper-cli -otxt); with
+//          timestamps as whisper-cli prints them, text untrimmed
+//          ("[00:00:00.000 --> 00:00:02.500]  text").
+//   SRT:   numbered cues "HH:MM:SS,mmm --> HH:MM:SS,mmm", text trimmed.
+//   JSON:  {"model": model_name, "language": "en", "duration": seconds,
+//          "segments": [{"t0": s, "t1": s, "text": "...", "avg_logprob": x,
+//          "no_speech_prob": x, "temperature": x, "tokens": [id, ...]}]} (times in
+//          seconds, 2 decimals; docs/correctness.md, Whisper). model_name may be NULL.
+bool nm_transcript_write_text(const nm_transcript *t, bool timestamps, FILE *f);
+bool nm_transcript_write_srt(const nm_transcript *t, FILE *f);
+bool nm_transcript_write_json(const nm_transcript *t, const char *model_name, FILE *f);
+// "HH:MM:SS.mmm" (comma: ',' as SRT wants) of t in 10 ms units into buf (>= 16 bytes).
+void nm_stt_timestamp(int64_t t, bool comma, char *buf);
+// VISION: the encoder it runs.
+typedef struct nm_vision_info {
+    const char *projector;  // "mlp" or "idefics3"
+    int32_t image_size;     // one encoder input is image_size x image_size
+    int32_t patch_size, n_patches, n_layer, n_layer_run;
+    int32_t n_out, n_out_embd; // embeddings one encoder run yields, and their width
+} nm_vision_info;
+// false (and *out zeroed) for a brick of another kind.
+bool nm_brick_vision_info(const nm_brick *b, nm_vision_info *out);
+
+// TTS: the rate of the PCM slots it writes (Hz), the engine's own rate (Hz;
+// the output is resampled from it when they differ), the engine's name.
+int32_t nm_brick_tts_sample_rate(const nm_brick *b);
+int32_t nm_brick_tts_native_rate(const nm_brick *b);
+const char *nm_brick_tts_engine(const nm_brick *b); // "" for another kind
+
+// TTS voices, listed without loading a brick.
+typedef struct nm_tts_voice_info {
+    const char *name;        // what nm_tts_params.voice takes (espeak-ng: the language, e.g. "en-us")
+    const char *description; // human name ("English_(America)")
+    const char *identifier;  // engine's own id (espeak-ng: "gmw/en-US")
+} nm_tts_voice_info;
+// Called once per voice, the strings borrowed for the call. Return false to stop.
+typedef bool (*nm_tts_voice_fn)(void *user, const nm_tts_voice_info *v);
+// Lists an engine's voices (engine NULL: espeak-ng; data_dir as in nm_tts_params).
+nm_status nm_tts_list_voices(const char *engine, const char *data_dir, nm_tts_voice_fn fn, void *user,
+                             char *err, size_t err_size);
+
+
+// ==== audio files ==========================================================================
+// Owner: src/bricks/audio/ (audio.h has the full contract). Every reader gives
+// one shape: mono float PCM at a chosen rate, nominally in [-1, 1]: libsndfile
+// opens the container (WAV, FLAC, OGG Vorbis/Opus, AIFF, ...), channels are
+// averaged, soxr (HQ) resamples when the rates differ. The writer stores 16-bit
+// PCM WAV. Limits are errors, never crashes: rates NM_AUDIO_MIN_RATE..
+// NM_AUDIO_MAX_RATE, 1..NM_AUDIO_MAX_CHANNELS channels, at most
+// NM_AUDIO_MAX_SECONDS, NaN/inf samples rejected. Statuses: NM_ERR_INVALID_ARG
+// (a caller's argument), NM_ERR_IO, NM_ERR_FORMAT (corrupt, truncated, empty),
+// NM_ERR_UNSUPPORTED (a format libsndfile does not read), NM_ERR_RANGE, NM_ERR_NOMEM;
+// err says which and where.
+
+#define NM_AUDIO_RATE 16000               // Whisper's input rate
+#define NM_AUDIO_MIN_RATE 1000            // Hz, inclusive
+#define NM_AUDIO_MAX_RATE 384000          // Hz, inclusive
+#define NM_AUDIO_MAX_CHANNELS 32
+#define NM_AUDIO_MAX_SECONDS (4 * 3600)   // default cap on duration (4 h: 230.4 M samples at 16 kHz)
+#define NM_AUDIO_MAX_BUFFER_BYTES (1ull << 30) // stdin / pipes are read whole, up to 1 GiB
+
+// Mono float PCM. pcm is owned: release with nm_audio_free.
+typedef struct nm_audio {
+    float *pcm;   // (n,) samples
+    int64_t n;    // samples (= frames: mono)
+    int32_t rate; // Hz
+} nm_audio;
+
+// Raw (headerless) PCM sample formats, little-endian, channels interleaved.
+typedef enum nm_pcm_format {
+    NM_PCM_S16LE = 1, // int16, v / 32768
+    NM_PCM_F32LE = 2, // IEEE float32, as is
+} nm_pcm_format;
+
+// ---- reading ------------------------------------------------------------------------
+//
+// target_rate: the output rate (NM_AUDIO_MIN_RATE..NM_AUDIO_MAX_RATE), or <= 0
+// to keep the input's own rate. On success *out owns a new buffer of n >= 1
+// samples; on failure *out is {NULL, 0, 0} and err says why (see above).
+
+// Decodes a whole audio file held in memory (any container libsndfile opens;
+// it is read through sf_open_virtual, no temporary file). data is only read
+// during the call.
+nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_audio *out, char *err,
+                          size_t err_size);
+
+// Reads and decodes a file. A regular file is streamed by libsndfile; "-"
+// (stdin), a pipe or another non-seekable file is first read whole (up to
+// NM_AUDIO_MAX_BUFFER_BYTES), then decoded as nm_audio_decode does.
+nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, char *err, size_t err_size);
+
+// Raw PCM from a buffer: n bytes of interleaved frames of `channels` samples in
+// fmt at `rate`. n must be a whole number of frames (>= 1); a partial frame is
+// NM_ERR_FORMAT. rate / channels outside the limits are NM_ERR_INVALID_ARG.
+nm_status nm_audio_from_raw(const void *data, size_t n, nm_pcm_format fmt, int32_t rate, int32_t channels,
+                            int32_t target_rate, nm_audio *out, char *err, size_t err_size);
+// Raw PCM from a path or "-" (stdin), streamed in chunks (no size cap beyond
+// the duration limit). Same contract as nm_audio_from_raw.
+nm_status nm_audio_load_raw(const char *path, nm_pcm_format fmt, int32_t rate, int32_t channels,
+                            int32_t target_rate, nm_audio *out, char *err, size_t err_size);
+
+// Resamples n mono samples from rate_in to rate_out (both within the limits;
+// equal rates copy) with the settings above. *out is a new buffer of about
+// n * rate_out / rate_in samples (soxr's count after flushing its filter,
+// within one sample of that; exactly round(n * rate_out / rate_in) in all
+// the cases tested). An input too short to give one sample, or NaN/inf, is
+// NM_ERR_FORMAT.
+nm_status nm_audio_resample(const float *in, int64_t n, int32_t rate_in, int32_t rate_out, nm_audio *out,
+                            char *err, size_t err_size);
+
+// Frees a->pcm and zeroes *a. NULL and an empty struct are no-ops.
+void nm_audio_free(nm_audio *a);
+
+// ---- writing ------------------------------------------------------------------------
+
+// The canonical 44-byte header of a 16-bit PCM WAV file (RIFF/WAVE,
+// WAVE_FORMAT_PCM) whose data chunk holds data_bytes (<= 4 GiB - 37).
+#define NM_WAV_HEADER_BYTES 44
+void nm_audio_wav_header(uint8_t h[NM_WAV_HEADER_BYTES], uint32_t data_bytes, int32_t rate, int32_t channels);
+
+// Writes n_frames frames of `channels` interleaved floats (pcm holds
+// n_frames * channels values) as a 16-bit PCM WAV file (that header). path "-"
+// writes to stdout; an existing file is replaced only once the new one is
+// complete, a device or FIFO is written in place (core/outfile.h). Samples are clamped to
+// the 16-bit range (see the top of this file); NaN/inf are NM_ERR_INVALID_ARG;
+// a data chunk over 4 GiB is NM_ERR_RANGE; n_frames 0 writes a valid empty file.
+nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frames, int32_t rate,
+                             int32_t channels, char *err, size_t err_size);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,10 @@
 
 #include "backend/backend.h"
 #include "backend/registry.h"
+#include "backend/cpu/gemm.h"
+#include "core/cpu.h"
+#include "core/threadpool.h"
+#include "quant/quant.h"
 
 nm_status nm_backend_create(const char *device, const nm_backend_params *p, nm_backend **out, char *err,
                             size_t err_size) {
@@ -50,27 +54,66 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Read bandwidth of the host: the best of 5 sums over 256 MiB (beyond any cache).
-static double cpu_read_gbps(void) {
-    const size_t n = (size_t)64 << 20; // floats
-    float *a = malloc(n * sizeof *a);
-    if (!a) return 0.0;
-    for (size_t i = 0; i < n; i++) a[i] = (float)(i & 7);
-    double best = 0.0;
-    volatile float sink = 0.0f;
-    for (int r = 0; r < 5; r++) {
-        const double t0 = now_s();
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
-        for (size_t i = 0; i < n; i += 8)
-            s0 += a[i], s1 += a[i + 1], s2 += a[i + 2], s3 += a[i + 3], s4 += a[i + 4], s5 += a[i + 5],
-                s6 += a[i + 6], s7 += a[i + 7];
-        sink = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
-        const double dt = now_s() - t0;
-        if (dt > 0 && n * sizeof *a / dt / 1e9 > best) best = n * sizeof *a / dt / 1e9;
+// ---- the host's read bandwidth: a STREAM-style sum over all threads -------------------------
+
+typedef struct probe {
+    const double *buf;
+    int64_t n;       // doubles
+    double sums[64]; // per chunk, so the reads cannot be optimised away
+} probe;
+
+#define PROBE_CHUNKS 64
+
+static void probe_fn(void *arg, int64_t chunk, int ith) {
+    probe *p = arg;
+    int64_t b, e;
+    nm_split_range(p->n, (int)chunk, PROBE_CHUNKS, &b, &e);
+    // four independent sums: the loop is bound by loads, not by the add latency
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = b;
+    for (; i + 4 <= e; i += 4) {
+        s0 += p->buf[i];
+        s1 += p->buf[i + 1];
+        s2 += p->buf[i + 2];
+        s3 += p->buf[i + 3];
     }
-    (void)sink;
-    free(a);
+    for (; i < e; i++) s0 += p->buf[i];
+    p->sums[chunk] = s0 + s1 + s2 + s3;
+}
+
+double nm_cpu_read_gbps(int32_t n_threads) {
+    const int64_t n = (512ll << 20) / (int64_t)sizeof(double);
+    double *buf = malloc((size_t)n * sizeof(double));
+    nm_pool *pool = nm_pool_create(n_threads > 0 ? n_threads : nm_cpu_count());
+    if (!buf || !pool) {
+        free(buf);
+        nm_pool_free(pool);
+        return 0.0;
+    }
+    for (int64_t i = 0; i < n; i++) buf[i] = (double)(i & 1023);
+    probe p = {.buf = buf, .n = n};
+    double best = 0.0;
+    for (int rep = 0; rep < 5; rep++) {
+        const double t0 = now_s();
+        nm_pool_run(pool, probe_fn, &p, PROBE_CHUNKS);
+        const double dt = now_s() - t0, gbps = (double)n * sizeof(double) / dt / 1e9;
+        if (dt > 0 && gbps > best) best = gbps;
+    }
+    volatile double check = 0;
+    for (int c = 0; c < PROBE_CHUNKS; c++) check += p.sums[c]; // keeps the sums observable
+    (void)check;
+    nm_pool_free(pool);
+    free(buf);
     return best;
+}
+
+const char *nm_system_info(char *buf, size_t size) {
+    char cpu[128], feats[256];
+    nm_cpu_model_name(cpu, sizeof cpu);
+    nm_cpu_features_str(feats, sizeof feats);
+    snprintf(buf, size, "%s | %s | quant %s, f32 gemm %s", cpu, feats, nm_kernels_get()->name,
+             nm_gemm_panel_get() ? "avx512-panel" : nm_gemm_f32_get() == nm_gemm_f32_ref ? "ref" : "avx2");
+    return buf;
 }
 
 static void cpu_name(char *buf, size_t n) {
@@ -96,7 +139,7 @@ int32_t nm_list_devices(nm_device_info *out, int32_t n, bool measure) {
     snprintf(out[0].driver, sizeof out[0].driver, "%ld online cores", sysconf(_SC_NPROCESSORS_ONLN));
     out[0].mem_bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
     out[0].unified = true;
-    if (measure) out[0].read_gbps = cpu_read_gbps();
+    if (measure) out[0].read_gbps = nm_cpu_read_gbps(0);
     snprintf(out[0].type, sizeof out[0].type, "cpu");
     const int32_t n_cl = nm_opencl_devices(out + 1, n - 1);
     for (int32_t i = 1; measure && i < n && i <= n_cl; i++) out[i].read_gbps = nm_opencl_read_gbps(i - 1);

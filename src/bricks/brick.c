@@ -164,32 +164,7 @@ nm_brick_stats nm_brick_get_stats(const nm_brick *b) {
     return s;
 }
 
-// ---- what each built-in kind offers beside the rings ----------------------------------------
-nm_model *nm_brick_llm_model(const nm_brick *b) {
-    return b && b->impl == &nm_brick_llm_i ? nm_llm_state_model(b->state) : NULL;
-}
-nm_ctx *nm_brick_llm_ctx(const nm_brick *b) {
-    return b && b->impl == &nm_brick_llm_i ? nm_llm_state_ctx(b->state) : NULL;
-}
-int32_t nm_brick_llm_pos(const nm_brick *b) {
-    return b && b->impl == &nm_brick_llm_i ? nm_llm_state_pos(b->state) : 0;
-}
-const nm_transcript *nm_brick_stt_transcript(const nm_brick *b) {
-    return b && b->impl == &nm_brick_stt_i ? nm_stt_state_transcript(b->state) : NULL;
-}
-int32_t nm_brick_tts_sample_rate(const nm_brick *b) {
-    return b && b->impl == &nm_brick_tts_i ? nm_tts_state_sample_rate(b->state) : 0;
-}
-const struct nm_whisper_model *nm_brick_stt_whisper(const nm_brick *b) {
-    return b && b->impl == &nm_brick_stt_i ? nm_stt_state_model(b->state) : NULL;
-}
-struct nm_transcriber *nm_brick_stt_transcriber(const nm_brick *b) {
-    return b && b->impl == &nm_brick_stt_i ? nm_stt_state_transcriber(b->state) : NULL;
-}
-struct nm_tts *nm_brick_tts_handle(const nm_brick *b) {
-    return b && b->impl == &nm_brick_tts_i ? nm_tts_state_handle(b->state) : NULL;
-}
-nm_model *nm_brick_feeds_model(const nm_brick *llm) { return nm_brick_llm_model(llm); }
+void *nm_brick_state_of(const nm_brick *b, const nm_brick_i *impl) { return b && b->impl == impl ? b->state : NULL; }
 
 // ---- helpers of the implementations ------------------------------------------------------------
 nm_status nm_brick_put_error(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,

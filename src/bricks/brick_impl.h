@@ -1,5 +1,5 @@
 // The built-in bricks' implementations (nm_brick_i, include/nanomind.h) and
-// what the handle (brick.c) asks of each beyond the interface.
+// the helpers they share with the handle (brick.c).
 #ifndef NM_BRICK_IMPL_H
 #define NM_BRICK_IMPL_H
 
@@ -10,25 +10,9 @@ extern const nm_brick_i nm_brick_vision_i; // bricks/vision/vision.c
 extern const nm_brick_i nm_brick_stt_i;    // bricks/stt/brick_stt.c
 extern const nm_brick_i nm_brick_tts_i;    // bricks/tts/brick_tts.c
 
-// The states of the built-in implementations (NULL-safe).
-nm_model *nm_llm_state_model(void *state);
-nm_ctx *nm_llm_state_ctx(void *state);
-int32_t nm_llm_state_pos(void *state);
-const nm_transcript *nm_stt_state_transcript(void *state);
-struct nm_whisper_model;
-const struct nm_whisper_model *nm_stt_state_model(void *state);
-// The STT brick's Whisper model (tokenizer, languages) for the transcribe command; NULL for another brick.
-const struct nm_whisper_model *nm_brick_stt_whisper(const nm_brick *b);
-struct nm_transcriber;
-struct nm_transcriber *nm_stt_state_transcriber(void *state);
-struct nm_transcriber *nm_brick_stt_transcriber(const nm_brick *b); // its timings
-int32_t nm_tts_state_sample_rate(void *state);
-struct nm_tts;
-struct nm_tts *nm_tts_state_handle(void *state);
-// The TTS brick's engine handle (its voice, native rate) for the say command; NULL for another brick.
-struct nm_tts *nm_brick_tts_handle(const nm_brick *b);
-// The vision brick writes into the LLM brick's input ring: the model it tokenizes markers with.
-nm_model *nm_brick_feeds_model(const nm_brick *llm);
+// The state of b when `impl` runs it, else NULL: each kind's own calls
+// (nm_brick_llm_model, nm_brick_stt_info, ...) live beside its implementation.
+void *nm_brick_state_of(const nm_brick *b, const nm_brick_i *impl);
 
 // Ends a request whose output is not written yet: an empty slot of `kind`
 // with NM_BRICK_ERROR (and `extra` flags) carrying `request`. For the

@@ -23,20 +23,6 @@
 
 #include "nanomind.h"
 
-typedef struct nm_outfile {
-    FILE *f;         // write here between open and commit
-    char *path;      // as given (for messages)
-    char *final;     // what commit renames onto; NULL when written in place
-    char *tmp;       // the temporary file; NULL when written in place
-    bool seekable;   // f can seek (the temporary file): a header can be rewritten
-    bool is_stdout;
-} nm_outfile;
-
-nm_status nm_outfile_open(nm_outfile *o, const char *path, char *err, size_t err_size);
-// Flushes (and syncs a temporary file), closes, renames. On failure the
-// temporary is removed and the old file, if any, is as it was.
-nm_status nm_outfile_commit(nm_outfile *o, char *err, size_t err_size);
-// Closes and removes the temporary (a no-op after commit or on a zeroed o).
-void nm_outfile_abort(nm_outfile *o);
+// nm_outfile and its calls are public (include/nanomind.h, "output files").
 
 #endif

@@ -139,7 +139,7 @@ static void *worker_main(void *varg) {
     return NULL;
 }
 
-int nm_cpu_count(void) {
+int32_t nm_cpu_count(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }

@@ -13,6 +13,8 @@
 
 #include <stdint.h>
 
+#include "nanomind.h"
+
 typedef struct nm_pool nm_pool;
 
 // Runs chunk `chunk` of a job on thread `ith` (in [0, nth): use it to pick
@@ -41,6 +43,6 @@ static inline void nm_split_range(int64_t n, int ith, int nth, int64_t *begin, i
     *end = *begin + per + (ith < rem ? 1 : 0);
 }
 
-int nm_cpu_count(void); // online cores, >= 1
+// nm_cpu_count: include/nanomind.h
 
 #endif

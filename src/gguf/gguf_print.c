@@ -105,3 +105,12 @@ void nm_gguf_print_info(const nm_gguf *g, FILE *f) {
     fprintf(f, "  total tensor data: %" PRIu64 " bytes (%.1f MiB)\n", total,
             (double)total / (1024.0 * 1024.0));
 }
+
+nm_status nm_gguf_print_file(const char *path, FILE *f, char *err, size_t err_size) {
+    nm_gguf *g = NULL;
+    nm_status st = nm_gguf_open(path, &g, err, err_size);
+    if (st != NM_OK) return st;
+    nm_gguf_print_info(g, f);
+    nm_gguf_close(g);
+    return NM_OK;
+}

@@ -230,11 +230,12 @@ static bool rig_up(rig *R, int32_t n_predict, int32_t out_batch, uint32_t out_sl
     return R->running;
 }
 
-// Shuts the input ring; the brick must return NM_ERR_SHUTDOWN. Frees all.
+// Shuts the rings; the brick must return NM_ERR_SHUTDOWN. Frees all.
 static nm_status rig_down(rig *R) {
     nm_status st = NM_OK;
     if (R->running) {
         nm_tabm_shutdown(R->in);
+        nm_tabm_shutdown(R->out); // also when a failed check left the brick waiting on a full output ring
         pthread_join(R->th, NULL);
         st = R->L.st;
     }

@@ -298,11 +298,15 @@ NM_TEST(tabm_vision_errors_write_no_segment) {
     nm_tabm *in = NULL, *img = NULL;
     NM_CHECK(llm != NULL);
     NM_CHECK(write_mmproj(tmp("mm.gguf"), "mlp", N_EMBD) && write_mmproj(tmp("mm48.gguf"), "mlp", 48));
-    // an mmproj made for another width, and none without the LLM brick it feeds
+    // an mmproj made for another width, and a brick to feed that is no LLM brick
     NM_CHECK(vision_brick(tmp("mm48.gguf"), llm, NULL, &wide, err, sizeof err) == NM_ERR_FORMAT && wide == NULL);
     NM_CHECK(strstr(err, "48") != NULL && strstr(err, "64") != NULL);
-    NM_CHECK(vision_brick(tmp("mm.gguf"), NULL, NULL, &wide, err, sizeof err) == NM_ERR_INVALID_ARG && wide == NULL);
-    NM_CHECK(strstr(err, "feeds") != NULL);
+    nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
+    nm_brick *tts = NULL;
+    NM_CHECK(nm_brick_load(NULL, &tp, &tts, err, sizeof err) == NM_OK);
+    NM_CHECK(vision_brick(tmp("mm.gguf"), tts, NULL, &wide, err, sizeof err) == NM_ERR_INVALID_ARG && wide == NULL);
+    NM_CHECK(strstr(err, "not an LLM brick") != NULL);
+    nm_brick_free(tts);
     NM_CHECK(vision_brick(tmp("mm.gguf"), llm, NULL, &v, err, sizeof err) == NM_OK);
     NM_CHECK(nm_tabm_create(NULL, 4, 1 << 16, &in, NULL, 0) == NM_OK);
     NM_CHECK(nm_tabm_create(NULL, 1, 1 << 16, &img, NULL, 0) == NM_OK);
@@ -345,6 +349,55 @@ done:
     nm_brick_free(v);
     nm_brick_free(llm);
     nm_model_free(m);
+}
+
+// Feeding no LLM: the encoder runs' embeddings alone, one slot each (tiles,
+// then the overview), each what nm_clip_encode makes of that input.
+NM_TEST(tabm_vision_encoder_alone) {
+    NM_CHECK(write_mmproj(tmp("any.gguf"), "mlp-anyres", N_EMBD));
+    write_ppm(tmp("img.ppm"), 50, 40);
+    char err[256];
+    nm_brick *v = NULL;
+    nm_clip *clip = NULL;
+    nm_tabm *img = NULL, *out = NULL;
+    size_t n_img = 0;
+    char *bytes = read_all(tmp("img.ppm"), &n_img);
+    NM_CHECK(vision_brick(tmp("any.gguf"), NULL, NULL, &v, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_clip_load(tmp("any.gguf"), NULL, 2, &clip, err, sizeof err) == NM_OK);
+    NM_CHECK(bytes && nm_tabm_create(NULL, 1, n_img, &img, NULL, 0) == NM_OK);
+    if (!v || !clip || !img) goto done;
+    NM_CHECK(nm_tabm_create(NULL, 8, nm_brick_out_slot_bytes(v), &out, NULL, 0) == NM_OK);
+    NM_CHECK(put_image_bytes(img, bytes, n_img, 0) && nm_brick_step(v, img, out) == NM_OK);
+    const nm_clip_info *ci = nm_clip_get_info(clip);
+    nm_image im = {0};
+    nm_image_batch bt = {0};
+    nm_image_params ip = nm_image_params_from_clip(ci);
+    NM_CHECK(nm_image_load(tmp("img.ppm"), &im, NULL, 0) == NM_OK && nm_image_preprocess(&im, &ip, &bt, NULL, 0) == NM_OK);
+    NM_CHECK(bt.n == 5); // 2x2 tiles and the overview
+    float *want = malloc(nm_brick_out_slot_bytes(v));
+    for (int32_t i = 0; i < bt.n && want; i++) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(out, 0, &s) != NM_OK) {
+            NM_CHECK(!"a slot per encoder run");
+            break;
+        }
+        NM_CHECK(s.meta->kind == NM_TABM_EMBD_F32 && s.meta->shape[0] == ci->n_out && s.meta->request == 7);
+        NM_CHECK(!!(s.meta->user & NM_BRICK_MORE) == (i + 1 < bt.n));
+        NM_CHECK(nm_clip_encode(clip, bt.data + (size_t)i * 3 * ci->image_size * ci->image_size, want) == NM_OK);
+        NM_CHECK(!memcmp(s.data, want, nm_brick_out_slot_bytes(v)));
+        nm_tabm_release(out, &s);
+    }
+    nm_tabm_slot s;
+    NM_CHECK(nm_tabm_acquire_read(out, 0, &s) == NM_ERR_AGAIN);
+    free(want);
+    nm_image_free(&im);
+    nm_image_batch_free(&bt);
+done:
+    free(bytes);
+    nm_tabm_free(img);
+    nm_tabm_free(out);
+    nm_clip_free(clip);
+    nm_brick_free(v);
 }
 
 NM_TEST(tabm_vision_not_an_mmproj) {

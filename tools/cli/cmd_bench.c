@@ -10,12 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/cpu/gemm.h"
-#include "bricks/vision/clip.h"
 #include "cli.h"
-#include "core/cpu.h"
-#include "core/threadpool.h"
-#include "quant/quant.h"
 
 static void bench_usage(void) {
     printf("usage: nanomind bench -m MODEL [-p 128] [-n 64] [-t N] [-r REPS] [--json | -o json]\n"
@@ -30,10 +25,12 @@ static void bench_usage(void) {
            "            one JSON object: pp_tps, tg_tps, peak_rss_bytes (the model's run), process_peak_rss_bytes\n"
            "            (with the bandwidth probe's buffer), roofline_pct and details\n"
            "            (-o jsonl: the same, as llama-bench's one object per line)\n"
-           "  --mmproj F time the vision encoder + projector of F (llama.cpp's mmproj GGUF) instead: one\n"
-           "            input of its image size per run (the time does not depend on the pixels), after one\n"
-           "            warm-up run; nothing else runs meanwhile (in `run` the LLM prefills the text before\n"
-           "            the image at the same time). JSON: encode_ms, encode_ms_sd, n_tokens\n"
+           "  --mmproj F time the vision encoder + projector of F (llama.cpp's mmproj GGUF) instead: an\n"
+           "            image of its input size per repetition through the vision brick, after one warm-up;\n"
+           "            the time per encoder run (idefics3 cuts even that image into tiles and an overview),\n"
+           "            which does not depend on the pixels; nothing else runs meanwhile (in `run` the LLM\n"
+           "            prefills the text before the image at the same time). JSON: encode_ms, encode_ms_sd,\n"
+           "            n_tokens, runs_per_image\n"
            "  -h, --help, --version\n"
            "\n"
            "The roofline: memory bandwidth measured by a STREAM-style read probe over all threads,\n"
@@ -41,14 +38,19 @@ static void bench_usage(void) {
 }
 
 // The CPU, its features and the kernels chosen for them (quantized dots and
-// GEMV; the f32 GEMM of prefill and the encoders), for the record.
+// GEMV; the f32 GEMM of prefill and the encoders), for the record: the three
+// fields of nm_system_info.
 static void what_ran(char *cpu, size_t cpu_size, char *feats, size_t feats_size, char *kern, size_t kern_size) {
-    nm_cpu_model_name(cpu, cpu_size);
+    char info[640];
+    nm_system_info(info, sizeof info);
+    char *f = strstr(info, " | "), *k = f ? strstr(f + 3, " | ") : NULL;
+    if (f) *f = '\0';
+    if (k) *k = '\0';
+    snprintf(cpu, cpu_size, "%.*s", (int)(cpu_size - 1), info);
+    snprintf(feats, feats_size, "%.*s", (int)(feats_size - 1), f ? f + 3 : "");
+    snprintf(kern, kern_size, "%.*s", (int)(kern_size - 1), k ? k + 3 : "");
     for (char *q = cpu; *q; q++)
         if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = ' '; // a JSON string as it is
-    nm_cpu_features_str(feats, feats_size);
-    snprintf(kern, kern_size, "quant %s, f32 gemm %s", nm_kernels_get()->name,
-             nm_gemm_panel_get() ? "avx512-panel" : nm_gemm_f32_get() == nm_gemm_f32_ref ? "ref" : "avx2");
 }
 
 static void json_str(const char *s) { // a path as a JSON string
@@ -63,32 +65,67 @@ static void json_str(const char *s) { // a path as a JSON string
 
 static void mean_sd(const double *v, int n, double *mean, double *sd);
 
-// bench --mmproj: the encoder alone, reps runs after a warm-up.
+// A PPM image (P6) of w x h pixels into buf (cap bytes); returns its size, 0 if it does not fit.
+static size_t make_ppm(uint8_t *buf, size_t cap, int w, int h) {
+    int k = snprintf((char *)buf, cap, "P6\n%d %d\n255\n", w, h);
+    if (k < 0 || (size_t)k + 3ull * (size_t)w * (size_t)h > cap) return 0;
+    for (size_t i = 0; i < 3ull * (size_t)w * (size_t)h; i++) buf[k + i] = (uint8_t)((i * 7919u) % 255u); // any image
+    return (size_t)k + 3ull * (size_t)w * (size_t)h;
+}
+
+// bench --mmproj: the vision brick alone (feeding no LLM), an image of its
+// input size per request, reps requests after a warm-up; the time per
+// encoder run is the brick's own count (idefics3 cuts even that image into
+// tiles and an overview: several runs a request).
 static int bench_vision(const cli_opts *o, long reps, bool json) {
     char err[512];
-    nm_clip *c = NULL;
-    nm_status st = nm_clip_load(o->mmproj, o->mmproj_device ? o->mmproj_device : o->device, o->n_threads, &c, err, sizeof err);
+    nm_brick_params p = nm_brick_default_params(NM_BRICK_VISION);
+    p.model = o->mmproj;
+    p.device = o->mmproj_device ? o->mmproj_device : o->device;
+    p.n_threads = o->n_threads;
+    nm_brick *v = NULL;
+    nm_tabm *img = NULL, *out = NULL;
+    nm_status st = nm_brick_load(NULL, &p, &v, err, sizeof err);
     if (st != NM_OK) {
         fprintf(stderr, "error: cannot load '%s': %s: %s\n", o->mmproj, nm_status_str(st), err);
         return 1;
     }
-    const nm_clip_info *in = nm_clip_get_info(c);
-    const size_t n_px = 3 * (size_t)in->image_size * (size_t)in->image_size;
-    float *px = malloc(sizeof(float) * n_px), *out = malloc(sizeof(float) * (size_t)in->n_out * (size_t)in->n_out_embd);
+    nm_vision_info in;
+    nm_brick_vision_info(v, &in);
+    const size_t img_bytes = 64 + 3ull * (size_t)in.image_size * (size_t)in.image_size;
     double *ms = calloc((size_t)reps, sizeof(double));
     int rc = 1;
-    if (!px || !out || !ms) {
+    if (!ms || nm_tabm_create(NULL, 1, img_bytes, &img, err, sizeof err) != NM_OK ||
+        nm_tabm_create(NULL, 4, nm_brick_out_slot_bytes(v), &out, err, sizeof err) != NM_OK) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
     }
-    for (size_t i = 0; i < n_px; i++) px[i] = (float)((i * 7919u) % 255u) / 127.5f - 1.0f; // any normalized image
+    int64_t runs_per = 0;
     for (long r = -1; r < reps; r++) {
-        const double t0 = cli_now();
-        if ((st = nm_clip_encode(c, px, out)) != NM_OK) {
-            fprintf(stderr, "error: encode failed: %s\n", nm_clip_last_error(c));
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_write(img, 0, -1, &s) != NM_OK) goto done;
+        const size_t n = make_ppm(s.data, s.capacity, in.image_size, in.image_size);
+        s.meta->kind = NM_TABM_IMAGE;
+        s.meta->ndim = 1;
+        s.meta->shape[0] = (int64_t)n;
+        s.meta->size = n;
+        if (n == 0 || nm_tabm_publish(img, &s) != NM_OK) {
+            nm_tabm_cancel(img, &s);
             goto done;
         }
-        if (r >= 0) ms[r] = 1e3 * (cli_now() - t0);
+        const nm_brick_stats before = nm_brick_get_stats(v);
+        if ((st = nm_brick_step(v, img, out)) != NM_OK || nm_brick_get_stats(v).n_bad_requests != before.n_bad_requests) {
+            fprintf(stderr, "error: encode failed: %s\n", nm_brick_last_error(v));
+            goto done;
+        }
+        for (bool end = false; !end;) { // the embeddings, read and let go
+            if (nm_tabm_acquire_read(out, 0, &s) != NM_OK) goto done;
+            end = !(s.meta->user & NM_BRICK_MORE);
+            nm_tabm_release(out, &s);
+        }
+        const nm_brick_stats after = nm_brick_get_stats(v);
+        runs_per = (int64_t)(after.n_encoded - before.n_encoded);
+        if (r >= 0) ms[r] = 1e3 * (after.t_encode - before.t_encode) / (double)(runs_per > 0 ? runs_per : 1);
     }
     double m = 0, sd = 0;
     mean_sd(ms, (int)reps, &m, &sd);
@@ -99,76 +136,21 @@ static int bench_vision(const cli_opts *o, long reps, bool json) {
         printf("{\"cpu\": \"%s\", \"cpu_features\": \"%s\", \"kernels\": \"%s\", \"mmproj\": ", cpu, feats, kern);
         json_str(o->mmproj);
         printf(", \"threads\": %d, \"reps\": %d, \"image_size\": %d, \"n_patches\": %d, \"n_tokens\": %d, "
-               "\"encode_ms\": %.3f, \"encode_ms_sd\": %.3f}\n",
-               threads, (int)reps, (int)in->image_size, (int)in->n_patches, (int)in->n_out, m, sd);
+               "\"runs_per_image\": %d, \"encode_ms\": %.3f, \"encode_ms_sd\": %.3f}\n",
+               threads, (int)reps, (int)in.image_size, (int)in.n_patches, (int)in.n_out, (int)runs_per, m, sd);
     } else {
-        printf("vision encoder: %d px, %d patches, %d layers run -> %d embeddings of %d\n", (int)in->image_size,
-               (int)in->n_patches, (int)in->n_layer_run, (int)in->n_out, (int)in->n_out_embd);
+        printf("vision encoder: %d px, %d patches, %d layers run -> %d embeddings of %d\n", (int)in.image_size,
+               (int)in.n_patches, (int)in.n_layer_run, (int)in.n_out, (int)in.n_out_embd);
         printf("threads: %d, repetitions: %d\ncpu: %s (%s)\nkernels: %s\n", threads, (int)reps, cpu, feats, kern);
-        printf("encode %10.2f ± %.2f ms per image\n", m, sd);
+        printf("encode %10.2f ± %.2f ms per encoder run (%d a request)\n", m, sd, (int)runs_per);
     }
     rc = 0;
 done:
-    free(px);
-    free(out);
     free(ms);
-    nm_clip_free(c);
+    nm_tabm_free(img);
+    nm_tabm_free(out);
+    nm_brick_free(v);
     return rc;
-}
-
-// ---- memory bandwidth probe ----------------------------------------------------
-
-typedef struct probe {
-    const double *buf;
-    int64_t n;       // doubles
-    double sums[64]; // per chunk, so the reads cannot be optimised away
-} probe;
-
-#define PROBE_CHUNKS 64
-
-static void probe_fn(void *arg, int64_t chunk, int ith) {
-    probe *p = arg;
-    int64_t b, e;
-    nm_split_range(p->n, (int)chunk, PROBE_CHUNKS, &b, &e);
-    // four independent sums: the loop is bound by loads, not by the add latency
-    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    int64_t i = b;
-    for (; i + 4 <= e; i += 4) {
-        s0 += p->buf[i];
-        s1 += p->buf[i + 1];
-        s2 += p->buf[i + 2];
-        s3 += p->buf[i + 3];
-    }
-    for (; i < e; i++) s0 += p->buf[i];
-    p->sums[chunk] = s0 + s1 + s2 + s3;
-}
-
-// Read bandwidth in bytes/s: best of 5 passes over a 512 MiB buffer (far
-// beyond the caches), all threads reading disjoint slices.
-static double memory_bandwidth(int n_threads) {
-    const int64_t n = (512ll << 20) / (int64_t)sizeof(double);
-    double *buf = malloc((size_t)n * sizeof(double));
-    nm_pool *pool = nm_pool_create(n_threads);
-    if (!buf || !pool) {
-        free(buf);
-        nm_pool_free(pool);
-        return 0.0;
-    }
-    for (int64_t i = 0; i < n; i++) buf[i] = (double)(i & 1023);
-    probe p = {.buf = buf, .n = n};
-    double best = 0.0;
-    for (int rep = 0; rep < 5; rep++) {
-        double t0 = cli_now();
-        nm_pool_run(pool, probe_fn, &p, PROBE_CHUNKS);
-        double dt = cli_now() - t0, bw = (double)n * sizeof(double) / dt;
-        if (bw > best) best = bw;
-    }
-    double check = 0;
-    for (int c = 0; c < PROBE_CHUNKS; c++) check += p.sums[c];
-    if (check < 0) fprintf(stderr, "?"); // keeps the sums observable
-    nm_pool_free(pool);
-    free(buf);
-    return best;
 }
 
 static void mean_sd(const double *v, int n, double *mean, double *sd) {
@@ -305,7 +287,7 @@ int cmd_bench(int argc, char **argv) {
         for (int32_t i = 0; i < nd && i < 17; i++)
             if (!strcmp(d[i].name, want)) bw = d[i].read_gbps * 1e9;
     } else {
-        bw = memory_bandwidth(threads);
+        bw = nm_cpu_read_gbps(threads) * 1e9;
     }
     const long rss_process = cli_peak_rss_kb() * 1024;
     // bytes per generated token: weights + the KV cache at the mean position of tg

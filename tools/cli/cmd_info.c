@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "gguf/gguf.h"
 
 int cmd_info(int argc, char **argv) {
     cli_opts o;
@@ -26,13 +25,10 @@ int cmd_info(int argc, char **argv) {
         return 2;
     }
     char err[512];
-    nm_gguf *g = NULL;
-    nm_status st = nm_gguf_open(path, &g, err, sizeof err);
+    nm_status st = nm_gguf_print_file(path, stdout, err, sizeof err);
     if (st != NM_OK) {
         fprintf(stderr, "error: %s: %s: %s\n", path, nm_status_str(st), err);
         return 1;
     }
-    nm_gguf_print_info(g, stdout);
-    nm_gguf_close(g);
     return 0;
 }

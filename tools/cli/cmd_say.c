@@ -17,11 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/audio/audio.h"
-#include "bricks/brick_impl.h"
-#include "bricks/tts/tts.h"
 #include "cli.h"
-#include "core/outfile.h"
 
 // The slots' int16 samples go to the file as they lie in memory; WAV is little-endian.
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "cmd_say writes host-order samples as WAV");
@@ -197,7 +193,6 @@ int cmd_say(int argc, char **argv) {
     int rc = 1;
     nm_ledger *ledger = nm_ledger_create();
     nm_brick *brick = NULL;
-    nm_tts *tts = NULL;
     nm_tabm *in = NULL, *ring = NULL;
     nm_outfile wav = {0};
     uint8_t *held = NULL; // the samples, where the output cannot seek
@@ -215,14 +210,13 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "error: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
-    tts = nm_brick_tts_handle(brick);
     // The output first: an unwritable path fails before any synthesis.
     if ((st = nm_outfile_open(&wav, out, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: %s\n", err);
         goto done;
     }
     uint8_t hdr[NM_WAV_HEADER_BYTES];
-    nm_audio_wav_header(hdr, 0, nm_tts_sample_rate(tts), 1);
+    nm_audio_wav_header(hdr, 0, nm_brick_tts_sample_rate(brick), 1);
     errno = 0;
     if (!raw && wav.seekable && fwrite(hdr, 1, sizeof hdr, wav.f) != sizeof hdr) {
         fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno ? errno : EIO));
@@ -323,7 +317,7 @@ int cmd_say(int argc, char **argv) {
         put_u32le(sz, (uint32_t)data_bytes);
         ok = ok && fseek(wav.f, 40, SEEK_SET) == 0 && fwrite(sz, 1, 4, wav.f) == 4;
     } else {
-        nm_audio_wav_header(hdr, (uint32_t)data_bytes, nm_tts_sample_rate(tts), 1);
+        nm_audio_wav_header(hdr, (uint32_t)data_bytes, nm_brick_tts_sample_rate(brick), 1);
         ok = fwrite(hdr, 1, sizeof hdr, wav.f) == sizeof hdr && fwrite(held, 1, n_held, wav.f) == n_held;
     }
     if (!ok) {
@@ -339,8 +333,8 @@ int cmd_say(int argc, char **argv) {
         nm_brick_stats bs = nm_brick_get_stats(brick);
         int32_t rate = nm_brick_tts_sample_rate(brick);
         double audio_s = (double)bs.n_samples / rate;
-        fprintf(stderr, "voice: %s (%s), %d wpm, %d Hz%s\n", p.voice, nm_tts_engine_name(tts), (int)p.rate_wpm,
-                (int)rate, rate != nm_tts_native_rate(tts) ? " (resampled)" : "");
+        fprintf(stderr, "voice: %s (%s), %d wpm, %d Hz%s\n", p.voice, nm_brick_tts_engine(brick), (int)p.rate_wpm,
+                (int)rate, rate != nm_brick_tts_native_rate(brick) ? " (resampled)" : "");
         fprintf(stderr, "synthesis: %.3f s for %.3f s of audio (real-time factor %.4f), %llu slots\n", bs.t_busy,
                 audio_s, audio_s > 0 ? bs.t_busy / audio_s : 0.0, (unsigned long long)bs.n_out_slots);
         fprintf(stderr, "total: %.3f s (open, synthesis, file)\n", t_total);

@@ -11,14 +11,7 @@
 
 #include <pthread.h>
 
-#include "bricks/audio/audio.h"
-#include "bricks/brick_impl.h"
-#include "bricks/stt/transcribe.h"
-#include "bricks/stt/whisper_model.h"
 #include "cli.h"
-#include "core/outfile.h"
-#include "core/threadpool.h"
-#include "quant/quant.h"
 
 static void transcribe_usage(void) {
     printf("usage: nanomind transcribe -m MODEL AUDIO... [options]      (AUDIO: a path, - for stdin, or -f FILE)\n"
@@ -135,8 +128,8 @@ static void put_escaped(FILE *f, const char *s, bool csv) {
     }
 }
 
-static const char *model_type(const nm_whisper_model *m) {
-    switch (m->hp.n_audio_layer) {
+static const char *model_type(const nm_stt_model_info *m) {
+    switch (m->n_audio_layer) {
     case 4: return "tiny";
     case 6: return "base";
     case 12: return "small";
@@ -146,22 +139,23 @@ static const char *model_type(const nm_whisper_model *m) {
     }
 }
 
-// whisper.cpp's ftype (ggml_ftype) of the model's big matrices, as its JSON prints it.
+// whisper.cpp's ftype (ggml_ftype) of the model's big matrices, as its JSON
+// prints it, from their GGUF tensor type.
 static int ggml_ftype(uint32_t type) {
     switch (type) {
-    case NM_TYPE_F32: return 0;
-    case NM_TYPE_F16: return 1;
-    case NM_TYPE_Q4_0: return 2;
-    case NM_TYPE_Q4_1: return 3;
-    case NM_TYPE_Q8_0: return 7;
-    case NM_TYPE_Q5_0: return 8;
-    case NM_TYPE_Q5_1: return 9;
-    case NM_TYPE_Q2_K: return 10;
-    case NM_TYPE_Q3_K: return 11;
-    case NM_TYPE_Q4_K: return 12;
-    case NM_TYPE_Q5_K: return 13;
-    case NM_TYPE_Q6_K: return 14;
-    case NM_TYPE_BF16: return 24;
+    case 0: return 0;   // F32
+    case 1: return 1;   // F16
+    case 2: return 2;   // Q4_0
+    case 3: return 3;   // Q4_1
+    case 8: return 7;   // Q8_0
+    case 6: return 8;   // Q5_0
+    case 7: return 9;   // Q5_1
+    case 10: return 10; // Q2_K
+    case 11: return 11; // Q3_K
+    case 12: return 12; // Q4_K
+    case 13: return 13; // Q5_K
+    case 14: return 14; // Q6_K
+    case 30: return 24; // BF16
     default: return -1;
     }
 }
@@ -180,18 +174,18 @@ static int utf8_missing(const char *s, size_t n) {
 
 // whisper-cli -ojf's "tokens" of one segment: tokens whose bytes end inside a
 // UTF-8 character are merged with the next ones (their t1 the last known).
-static void write_json_tokens(FILE *f, const nm_stt_segment *g, const nm_whisper_model *m) {
+static void write_json_tokens(FILE *f, const nm_stt_segment *g, const nm_brick *m) {
     char a[32], b[32], name[24], text[512];
     fputs(",\n\t\t\t\"tokens\": [\n", f);
     for (int32_t j = 0; j < g->n_tokens;) {
         const nm_stt_token *tk = &g->tokens[j];
         uint32_t len;
-        const char *s = nm_whisper_token_text_cpp(m, tk->id, name, &len);
+        const char *s = nm_brick_stt_token_text(m, tk->id, name, &len);
         size_t n = 0;
         int64_t t1 = tk->t1;
         if (s && len < sizeof text) memcpy(text, s, len), n = len;
         for (j++; j < g->n_tokens && utf8_missing(text, n) > 0; j++) {
-            s = nm_whisper_token_text_cpp(m, g->tokens[j].id, name, &len);
+            s = nm_brick_stt_token_text(m, g->tokens[j].id, name, &len);
             if (s && n + len < sizeof text) memcpy(text + n, s, len), n += len;
             if (g->tokens[j].t1 > -1) t1 = g->tokens[j].t1;
         }
@@ -213,9 +207,12 @@ static void write_json_tokens(FILE *f, const nm_stt_segment *g, const nm_whisper
     fputs("\t\t\t]", f);
 }
 
-static void write_format(FILE *f, int fmt, bool full, const nm_transcript *t, const nm_whisper_model *m,
+static void write_format(FILE *f, int fmt, bool full, const nm_transcript *t, const nm_brick *stt,
                          const char *model_path, const char *lang, bool translate) {
     char a[32], b[32];
+    nm_stt_model_info mi;
+    nm_brick_stt_info(stt, &mi);
+    const nm_stt_model_info *m = &mi;
     if (fmt == OF_TXT) { // the library's writers are whisper-cli's -otxt and -osrt
         nm_transcript_write_text(t, false, f);
         return;
@@ -232,9 +229,9 @@ static void write_format(FILE *f, int fmt, bool full, const nm_transcript *t, co
                    "\t\t\"audio\": {\n\t\t\t\"ctx\": %d,\n\t\t\t\"state\": %d,\n\t\t\t\"head\": %d,\n\t\t\t\"layer\": %d\n\t\t},\n"
                    "\t\t\"text\": {\n\t\t\t\"ctx\": %d,\n\t\t\t\"state\": %d,\n\t\t\t\"head\": %d,\n\t\t\t\"layer\": %d\n\t\t},\n"
                    "\t\t\"mels\": %d,\n\t\t\"ftype\": %d\n\t},\n\t\"params\": {\n\t\t\"model\": \"",
-                NM_VERSION_STRING, model_type(m), nm_whisper_is_multilingual(m) ? "true" : "false", m->hp.n_vocab,
-                m->hp.n_audio_ctx, m->hp.n_audio_state, m->hp.n_audio_head, m->hp.n_audio_layer, m->hp.n_text_ctx,
-                m->hp.n_text_state, m->hp.n_text_head, m->hp.n_text_layer, m->hp.n_mels, ggml_ftype(m->wtype));
+                NM_VERSION_STRING, model_type(m), m->multilingual ? "true" : "false", m->n_vocab, m->n_audio_ctx,
+                m->n_audio_state, m->n_audio_head, m->n_audio_layer, m->n_text_ctx, m->n_text_state, m->n_text_head,
+                m->n_text_layer, m->n_mels, ggml_ftype(m->wtype));
         put_escaped(f, model_path, false);
         fprintf(f, "\",\n\t\t\"language\": \"%s\",\n\t\t\"translate\": %s\n\t},\n\t\"result\": {\n\t\t\"language\": \"%s\"\n"
                    "\t},\n\t\"transcription\": [\n",
@@ -262,7 +259,7 @@ static void write_format(FILE *f, int fmt, bool full, const nm_transcript *t, co
                     a, b, (long long)(10 * g->t0), (long long)(10 * g->t1));
             put_escaped(f, s, false);
             fputc('"', f);
-            if (full) write_json_tokens(f, g, m);
+            if (full) write_json_tokens(f, g, stt);
             fprintf(f, "\n\t\t}%s\n", i + 1 < t->n_seg ? "," : "");
             break;
         }
@@ -271,7 +268,7 @@ static void write_format(FILE *f, int fmt, bool full, const nm_transcript *t, co
 }
 
 // Writes every requested format for one input: BASE.txt, ... (BASE: -of NAME, or the input's path).
-static bool write_outputs(int formats, const char *base, const nm_transcript *t, const nm_whisper_model *m,
+static bool write_outputs(int formats, const char *base, const nm_transcript *t, const nm_brick *m,
                           const char *model_path, const char *lang, bool translate, bool quiet) {
     static const struct { int fmt; const char *ext; } F[] = {
         {OF_TXT, ".txt"}, {OF_VTT, ".vtt"}, {OF_SRT, ".srt"}, {OF_CSV, ".csv"}, {OF_JSON, ".json"}};
@@ -414,7 +411,8 @@ int cmd_transcribe(int argc, char **argv) {
     int rc = 1;
     char err[512] = "";
     nm_brick *stt = NULL;
-    const nm_whisper_model *m = NULL;
+    nm_stt_model_info mi = {0};
+    const nm_stt_model_info *m = &mi;
     nm_audio pcm = {0};
     nm_tabm *ring = NULL, *text = NULL;
     nm_ledger *ledger = NULL;
@@ -440,17 +438,17 @@ int cmd_transcribe(int argc, char **argv) {
             fprintf(stderr, "error: cannot load '%s': %s: %s\n", model, nm_status_str(st), err);
         goto done;
     }
-    m = nm_brick_stt_whisper(stt);
+    nm_brick_stt_info(stt, &mi);
     const int ep_stt = nm_ledger_endpoint(ledger, nm_brick_name(stt));
     const double t_load = cli_now() - t0;
 
     // Language: a known code, "auto" (multilingual models), English for .en models.
-    if (strcmp(lang, "auto") && nm_stt_lang_id(m, lang) < 0) {
+    if (strcmp(lang, "auto") && nm_brick_stt_lang_id(stt, lang) < 0) {
         fprintf(stderr, "error: unknown language '%s' (a code such as en, de, fr, es, ja, or auto)\n", lang);
         rc = 2;
         goto done;
     }
-    if (!nm_whisper_is_multilingual(m)) {
+    if (!m->multilingual) {
         if (strcmp(lang, "en") && strcmp(lang, "auto"))
             fprintf(stderr, "warning: %s is an English-only model: transcribing as English, not '%s'\n", m->name,
                     lang);
@@ -459,15 +457,15 @@ int cmd_transcribe(int argc, char **argv) {
         translate = false;
     }
     if (prompt && *prompt) {
-        n_prompt_tok = nm_whisper_tokenize(m, prompt, NULL, 0);
+        n_prompt_tok = nm_brick_stt_tokenize(stt, prompt, NULL, 0);
         if (n_prompt_tok < 0 || !(prompt_tok = malloc(sizeof(int32_t) * (size_t)(n_prompt_tok + 1)))) {
             fprintf(stderr, "error: out of memory for the prompt\n");
             goto done;
         }
-        nm_whisper_tokenize(m, prompt, prompt_tok, n_prompt_tok);
+        nm_brick_stt_tokenize(stt, prompt, prompt_tok, n_prompt_tok);
         // As whisper.cpp: the last min(-mc, n_text_ctx / 2) - 1 tokens lead the first window
         // (carried: at least 1); -mc 0 turns all previous text off.
-        const int32_t half = m->hp.n_text_ctx / 2, mpc = max_ctx >= 0 && max_ctx < half ? max_ctx : half;
+        const int32_t half = m->n_text_ctx / 2, mpc = max_ctx >= 0 && max_ctx < half ? max_ctx : half;
         const int32_t most = max_ctx == 0 ? 0 : carry_prompt && mpc - 1 < 1 ? 1 : mpc - 1;
         if (n_prompt_tok > most && most > 0)
             fprintf(stderr, "warning: the prompt has %d tokens: only its last %d are used\n", n_prompt_tok, most);
@@ -595,22 +593,21 @@ int cmd_transcribe(int argc, char **argv) {
             fprintf(stderr, "notice: '%s': no speech found\n", audio);
         bool wrote = true;
         if (pfmt == PRINT_SRT) wrote = nm_transcript_write_srt(&out, stdout);
-        else if (pfmt == PRINT_JSON) wrote = nm_transcript_write_json(&out, m, stdout);
+        else if (pfmt == PRINT_JSON) wrote = nm_transcript_write_json(&out, m->name, stdout);
         fflush(stdout);
         if (!wrote || ferror(stdout)) {
             fprintf(stderr, "error: cannot write the transcript to stdout\n");
             goto done;
         }
-        if (formats && !write_outputs(formats, fi < n_outnames ? outnames[fi] : audio, &out, m, model, lang, translate,
+        if (formats && !write_outputs(formats, fi < n_outnames ? outnames[fi] : audio, &out, stt, model, lang, translate,
                                       quiet))
             goto done;
 
         if (stats) {
-            const nm_stt_timings tm = nm_transcriber_timings(nm_brick_stt_transcriber(stt));
+            const nm_stt_timings tm = nm_brick_stt_timings(stt);
             const double secs = (double)n_samples / NM_AUDIO_RATE;
-            fprintf(stderr, "model: %s (%s), %d+%d layers, d %d, load %.3f s\n", m->name,
-                    m->format == NM_WHISPER_GGUF ? "gguf" : "ggml .bin", m->hp.n_audio_layer, m->hp.n_text_layer,
-                    m->hp.n_audio_state, t_load);
+            fprintf(stderr, "model: %s (%s), %d+%d layers, d %d, load %.3f s\n", m->name, m->format,
+                    m->n_audio_layer, m->n_text_layer, m->n_audio_state, t_load);
             fprintf(stderr, "audio: %.2f s (%lld samples at 16 kHz), read + resample %.3f s\n", secs,
                     (long long)n_samples, t_audio);
             fprintf(stderr, "mel: %.3f s\n", tm.t_mel);

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "core/threadpool.h"
 
 static void usage(FILE *f) {
     fprintf(f,

@@ -50,37 +50,8 @@
 
 #include "nanomind.h"
 
-#define NM_AUDIO_RATE 16000               // Whisper's input rate
-#define NM_AUDIO_MIN_RATE 1000            // Hz, inclusive
-#define NM_AUDIO_MAX_RATE 384000          // Hz, inclusive
-#define NM_AUDIO_MAX_CHANNELS 32
-#define NM_AUDIO_MAX_SECONDS (4 * 3600)   // default cap on duration (4 h: 230.4 M samples at 16 kHz)
-#define NM_AUDIO_MAX_BUFFER_BYTES (1ull << 30) // stdin / pipes are read whole, up to 1 GiB
-
-// Mono float PCM. pcm is owned: release with nm_audio_free.
-typedef struct nm_audio {
-    float *pcm;   // (n,) samples
-    int64_t n;    // samples (= frames: mono)
-    int32_t rate; // Hz
-} nm_audio;
-
-// Raw (headerless) PCM sample formats, little-endian, channels interleaved.
-typedef enum nm_pcm_format {
-    NM_PCM_S16LE = 1, // int16, v / 32768
-    NM_PCM_F32LE = 2, // IEEE float32, as is
-} nm_pcm_format;
-
-// ---- reading ------------------------------------------------------------------------
-//
-// target_rate: the output rate (NM_AUDIO_MIN_RATE..NM_AUDIO_MAX_RATE), or <= 0
-// to keep the input's own rate. On success *out owns a new buffer of n >= 1
-// samples; on failure *out is {NULL, 0, 0} and err says why (see above).
-
-// Decodes a whole audio file held in memory (any container libsndfile opens;
-// it is read through sf_open_virtual, no temporary file). data is only read
-// during the call.
-nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_audio *out, char *err,
-                          size_t err_size);
+// The reading and writing calls, the limits and nm_audio are public
+// (include/nanomind.h, "audio"); the contract above is theirs. Internal:
 
 // As nm_audio_decode with a cap on the output's samples instead of
 // NM_AUDIO_MAX_SECONDS * rate (max_samples <= 0: that default). The fuzzer
@@ -88,52 +59,10 @@ nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_au
 nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, int64_t max_samples,
                               nm_audio *out, char *err, size_t err_size);
 
-// Reads and decodes a file. A regular file is streamed by libsndfile; "-"
-// (stdin), a pipe or another non-seekable file is first read whole (up to
-// NM_AUDIO_MAX_BUFFER_BYTES), then decoded as nm_audio_decode does.
-nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, char *err, size_t err_size);
-
-// Raw PCM from a buffer: n bytes of interleaved frames of `channels` samples in
-// fmt at `rate`. n must be a whole number of frames (>= 1); a partial frame is
-// NM_ERR_FORMAT. rate / channels outside the limits are NM_ERR_INVALID_ARG.
-nm_status nm_audio_from_raw(const void *data, size_t n, nm_pcm_format fmt, int32_t rate, int32_t channels,
-                            int32_t target_rate, nm_audio *out, char *err, size_t err_size);
+// As nm_audio_from_raw with the same cap.
 nm_status nm_audio_from_raw_max(const void *data, size_t n, nm_pcm_format fmt, int32_t rate,
                                 int32_t channels, int32_t target_rate, int64_t max_samples, nm_audio *out,
                                 char *err, size_t err_size);
-
-// Raw PCM from a path or "-" (stdin), streamed in chunks (no size cap beyond
-// the duration limit). Same contract as nm_audio_from_raw.
-nm_status nm_audio_load_raw(const char *path, nm_pcm_format fmt, int32_t rate, int32_t channels,
-                            int32_t target_rate, nm_audio *out, char *err, size_t err_size);
-
-// Resamples n mono samples from rate_in to rate_out (both within the limits;
-// equal rates copy) with the settings above. *out is a new buffer of about
-// n * rate_out / rate_in samples (soxr's count after flushing its filter,
-// within one sample of that; exactly round(n * rate_out / rate_in) in all
-// the cases tested). An input too short to give one sample, or NaN/inf, is
-// NM_ERR_FORMAT.
-nm_status nm_audio_resample(const float *in, int64_t n, int32_t rate_in, int32_t rate_out, nm_audio *out,
-                            char *err, size_t err_size);
-
-// Frees a->pcm and zeroes *a. NULL and an empty struct are no-ops.
-void nm_audio_free(nm_audio *a);
-
-// ---- writing ------------------------------------------------------------------------
-
-// The canonical 44-byte header of a 16-bit PCM WAV file (RIFF/WAVE,
-// WAVE_FORMAT_PCM) whose data chunk holds data_bytes (<= 4 GiB - 37).
-#define NM_WAV_HEADER_BYTES 44
-void nm_audio_wav_header(uint8_t h[NM_WAV_HEADER_BYTES], uint32_t data_bytes, int32_t rate, int32_t channels);
-
-// Writes n_frames frames of `channels` interleaved floats (pcm holds
-// n_frames * channels values) as a 16-bit PCM WAV file (that header). path "-"
-// writes to stdout; an existing file is replaced only once the new one is
-// complete, a device or FIFO is written in place (core/outfile.h). Samples are clamped to
-// the 16-bit range (see the top of this file); NaN/inf are NM_ERR_INVALID_ARG;
-// a data chunk over 4 GiB is NM_ERR_RANGE; n_frames 0 writes a valid empty file.
-nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frames, int32_t rate,
-                             int32_t channels, char *err, size_t err_size);
 
 // ---- microphone capture (ALSA) ------------------------------------------------------
 

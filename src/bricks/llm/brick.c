@@ -188,9 +188,10 @@ static nm_status llm_set_params(void *state, const nm_brick_params *p, char *err
     return NM_OK;
 }
 
-nm_model *nm_llm_state_model(void *state) { return state ? ((llm_brick *)state)->m : NULL; }
-nm_ctx *nm_llm_state_ctx(void *state) { return state ? ((llm_brick *)state)->c : NULL; }
-int32_t nm_llm_state_pos(void *state) { return state ? ((llm_brick *)state)->pos : 0; }
+static llm_brick *of(const nm_brick *b) { return nm_brick_state_of(b, &nm_brick_llm_i); }
+nm_model *nm_brick_llm_model(const nm_brick *b) { return of(b) ? of(b)->m : NULL; }
+nm_ctx *nm_brick_llm_ctx(const nm_brick *b) { return of(b) ? of(b)->c : NULL; }
+int32_t nm_brick_llm_pos(const nm_brick *b) { return of(b) ? of(b)->pos : 0; }
 
 static void llm_stats_of(void *state, nm_brick_stats *o) {
     const llm_brick *b = state;

@@ -188,9 +188,39 @@ static size_t stt_slot_bytes(void *state, bool out) {
     return out ? 4096 : sizeof(float) * 30 * (size_t)NM_MEL_SAMPLE_RATE;
 }
 
-const nm_transcript *nm_stt_state_transcript(void *state) { return state ? &((stt_brick *)state)->last : NULL; }
-nm_transcriber *nm_stt_state_transcriber(void *state) { return state ? ((stt_brick *)state)->tr : NULL; }
-const nm_whisper_model *nm_stt_state_model(void *state) { return state ? ((stt_brick *)state)->model : NULL; }
+static stt_brick *of(const nm_brick *b) { return nm_brick_state_of(b, &nm_brick_stt_i); }
+const nm_transcript *nm_brick_stt_transcript(const nm_brick *b) { return of(b) ? &of(b)->last : NULL; }
+
+bool nm_brick_stt_info(const nm_brick *b, nm_stt_model_info *o) {
+    memset(o, 0, sizeof *o);
+    if (!of(b)) return false;
+    const nm_whisper_model *m = of(b)->model;
+    *o = (nm_stt_model_info){.name = m->name, .format = m->format == NM_WHISPER_GGUF ? "gguf" : "ggml .bin",
+                             .multilingual = nm_whisper_is_multilingual(m), .n_vocab = m->hp.n_vocab,
+                             .n_audio_ctx = m->hp.n_audio_ctx, .n_audio_state = m->hp.n_audio_state,
+                             .n_audio_head = m->hp.n_audio_head, .n_audio_layer = m->hp.n_audio_layer,
+                             .n_text_ctx = m->hp.n_text_ctx, .n_text_state = m->hp.n_text_state,
+                             .n_text_head = m->hp.n_text_head, .n_text_layer = m->hp.n_text_layer,
+                             .n_mels = m->hp.n_mels, .wtype = m->wtype};
+    return true;
+}
+
+int32_t nm_brick_stt_lang_id(const nm_brick *b, const char *code) {
+    return of(b) && code ? nm_stt_lang_id(of(b)->model, code) : -1;
+}
+
+int32_t nm_brick_stt_tokenize(const nm_brick *b, const char *text, int32_t *out, int32_t cap) {
+    return of(b) ? nm_whisper_tokenize(of(b)->model, text, out, cap) : -1;
+}
+
+const char *nm_brick_stt_token_text(const nm_brick *b, int32_t id, char buf[24], uint32_t *len) {
+    return of(b) ? nm_whisper_token_text_cpp(of(b)->model, id, buf, len) : NULL;
+}
+
+nm_stt_timings nm_brick_stt_timings(const nm_brick *b) {
+    nm_stt_timings z = {0};
+    return of(b) ? nm_transcriber_timings(of(b)->tr) : z;
+}
 
 // ---- estimate ---------------------------------------------------------------------------
 static double mm(nm_brick_cost *e, const nm_tensor *w, double rows, double passes) {

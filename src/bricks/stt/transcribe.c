@@ -1312,9 +1312,9 @@ static void json_string(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-bool nm_transcript_write_json(const nm_transcript *t, const nm_whisper_model *m, FILE *f) {
+bool nm_transcript_write_json(const nm_transcript *t, const char *model_name, FILE *f) {
     fprintf(f, "{\n  \"model\": ");
-    json_string(f, m ? m->name : "");
+    json_string(f, model_name ? model_name : "");
     fprintf(f, ",\n  \"language\": ");
     json_string(f, t->language);
     fprintf(f, ",\n  \"duration\": %.3f,\n  \"segments\": [", (double)t->n_samples / NM_MEL_SAMPLE_RATE);

@@ -71,29 +71,11 @@ void nm_transcriber_free(nm_transcriber *t); // NULL is a no-op
 nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm_stt_params *p,
                         nm_transcript *out, char *err, size_t err_size);
 
-typedef struct nm_stt_timings {
-    double t_mel, t_encode, t_decode, t_sample; // seconds, last nm_transcribe
-    int64_t n_encode, n_decode_calls, n_decode_tokens;
-} nm_stt_timings;
 nm_stt_timings nm_transcriber_timings(const nm_transcriber *t);
 
 // Language id (index into the model's lang_codes) of a code, or -1.
 int32_t nm_stt_lang_id(const nm_whisper_model *m, const char *code);
 
-// Output formats. Each writes the whole transcript to f and returns false on
-// a write error.
-//   text:  one segment per line, leading blanks trimmed (whisper-cli -otxt); with
-//          timestamps as whisper-cli prints them, text untrimmed
-//          ("[00:00:00.000 --> 00:00:02.500]  text").
-//   SRT:   numbered cues "HH:MM:SS,mmm --> HH:MM:SS,mmm", text trimmed.
-//   JSON:  {"language": "en", "duration": seconds, "segments": [{"t0": s,
-//          "t1": s, "text": "...", "avg_logprob": x, "no_speech_prob": x,
-//          "temperature": x, "tokens": [id, ...]}]} (times in seconds, 2 decimals;
-//          docs/correctness.md, Whisper).
-bool nm_transcript_write_text(const nm_transcript *t, bool timestamps, FILE *f);
-bool nm_transcript_write_srt(const nm_transcript *t, FILE *f);
-bool nm_transcript_write_json(const nm_transcript *t, const nm_whisper_model *m, FILE *f);
-// "HH:MM:SS.mmm" (comma: ',' as SRT wants) of t in 10 ms units into buf (>= 16 bytes).
-void nm_stt_timestamp(int64_t t, bool comma, char *buf);
+// The transcript writers and nm_stt_timestamp are public (include/nanomind.h).
 
 #endif

@@ -150,8 +150,10 @@ static size_t tts_slot_bytes(void *state, bool out) {
     return out ? sizeof(int16_t) * (size_t)(nm_tts_sample_rate(b->tts) / 10) : TTS_TEXT_SLOT;
 }
 
-nm_tts *nm_tts_state_handle(void *state) { return state ? ((tts_brick *)state)->tts : NULL; }
-int32_t nm_tts_state_sample_rate(void *state) { return state ? nm_tts_sample_rate(((tts_brick *)state)->tts) : 0; }
+static tts_brick *of(const nm_brick *b) { return nm_brick_state_of(b, &nm_brick_tts_i); }
+int32_t nm_brick_tts_sample_rate(const nm_brick *b) { return of(b) ? nm_tts_sample_rate(of(b)->tts) : 0; }
+int32_t nm_brick_tts_native_rate(const nm_brick *b) { return of(b) ? nm_tts_native_rate(of(b)->tts) : 0; }
+const char *nm_brick_tts_engine(const nm_brick *b) { return of(b) ? nm_tts_engine_name(of(b)->tts) : ""; }
 
 // espeak-ng has no weights and little arithmetic: its cost is the speech it
 // makes, about 6 bytes of English text per word at rate_wpm.

@@ -46,7 +46,7 @@
 
 #include "nanomind.h"
 
-#define NM_TTS_MAX_TEXT (1u << 20) // bytes of text per call (about an hour of speech)
+// NM_TTS_MAX_TEXT (bytes of text per call): include/nanomind.h
 
 // ---- engine interface ---------------------------------------------------------------
 // Receives n >= 1 mono s16 samples at the engine's native rate, borrowed for
@@ -54,13 +54,7 @@
 // engine's synth returns that status.
 typedef nm_status (*nm_tts_sink_fn)(void *user, const int16_t *pcm, int64_t n);
 
-typedef struct nm_tts_voice_info {
-    const char *name;        // what nm_tts_params.voice takes (espeak-ng: the language, e.g. "en-us")
-    const char *description; // human name ("English_(America)")
-    const char *identifier;  // engine's own id (espeak-ng: "gmw/en-US")
-} nm_tts_voice_info;
-// Called once per voice, the strings borrowed for the call. Return false to stop.
-typedef bool (*nm_tts_voice_fn)(void *user, const nm_tts_voice_info *v);
+// nm_tts_voice_info and nm_tts_voice_fn: include/nanomind.h
 
 #define NM_TTS_ENGINE_VERSION 1
 // An engine. Members are only ever appended (version says how many are
@@ -135,9 +129,5 @@ typedef struct nm_tts_stats {
     double t_synth;        // seconds in synthesis calls (engine, resampling, slot writes, ring waits)
 } nm_tts_stats;
 nm_tts_stats nm_tts_get_stats(const nm_tts *t); // cumulative
-
-// Lists an engine's voices (engine NULL: espeak-ng) through fn.
-nm_status nm_tts_list_voices(const char *engine, const char *data_dir, nm_tts_voice_fn fn, void *user,
-                             char *err, size_t err_size);
 
 #endif

@@ -18,7 +18,7 @@
 
 typedef struct vision_brick {
     nm_clip *clip;
-    const nm_model *m;  // the LLM brick's model: its tokenizer writes the markers
+    const nm_model *m;  // the LLM brick's model: its tokenizer writes the markers (NULL: embeddings alone)
     nm_image_params ip;
     uint32_t producer;
     int64_t timeout_ns;
@@ -51,10 +51,10 @@ static void vision_release(void *state) {
 
 static nm_status vision_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
     if (!p->model) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "vision brick: no mmproj file");
-    const nm_model *m = nm_brick_feeds_model(p->feeds);
-    if (!m)
+    const nm_model *m = p->feeds ? nm_brick_llm_model(p->feeds) : NULL;
+    if (p->feeds && !m)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
-                       "vision brick: it needs the LLM brick it feeds (nm_brick_params.feeds)");
+                       "vision brick: nm_brick_params.feeds is not an LLM brick");
     vision_brick *v = calloc(1, sizeof *v);
     if (!v) return nm_fail(NM_ERR_NOMEM, err, err_size, "vision brick: out of memory");
     nm_status st = nm_clip_load(p->model, p->device, p->n_threads, &v->clip, err, err_size);
@@ -63,7 +63,7 @@ static nm_status vision_load(const nm_brick_params *p, void **state, char *err, 
         return st;
     }
     const nm_clip_info *in = nm_clip_get_info(v->clip);
-    if (in->n_out_embd != nm_model_n_embd(m)) {
+    if (m && in->n_out_embd != nm_model_n_embd(m)) {
         st = nm_fail(NM_ERR_FORMAT, err, err_size,
                      "the mmproj projects images to %d-wide embeddings but the language model's embedding width is "
                      "%d: this mmproj belongs to another model",
@@ -77,6 +77,18 @@ static nm_status vision_load(const nm_brick_params *p, void **state, char *err, 
     v->timeout_ns = p->timeout_ns;
     *state = v;
     return NM_OK;
+}
+
+bool nm_brick_vision_info(const nm_brick *b, nm_vision_info *o) {
+    memset(o, 0, sizeof *o);
+    const vision_brick *v = nm_brick_state_of(b, &nm_brick_vision_i);
+    if (!v) return false;
+    const nm_clip_info *in = nm_clip_get_info(v->clip);
+    *o = (nm_vision_info){.projector = in->proj == NM_CLIP_PROJ_MLP ? "mlp" : "idefics3",
+                          .image_size = in->image_size, .patch_size = in->patch_size, .n_patches = in->n_patches,
+                          .n_layer = in->n_layer, .n_layer_run = in->n_layer_run, .n_out = in->n_out,
+                          .n_out_embd = in->n_out_embd};
+    return true;
 }
 
 static void vision_stats(void *state, nm_brick_stats *o) {
@@ -107,6 +119,10 @@ typedef struct piece {
 // Returns the number of pieces written to p (at most max).
 static int layout(const vision_brick *v, const nm_image_batch *b, piece *p, int max) {
     int n = 0;
+    if (!v->m) { // feeding no LLM: the encoder runs' embeddings, nothing between them
+        for (int i = 0; i < b->n && n < max; i++) p[n].text[0] = '\0', p[n].image = i, n++;
+        return n;
+    }
 #define TEXT(...) (n < max ? (snprintf(p[n].text, sizeof p[n].text, __VA_ARGS__), p[n].image = -1, n++) : n)
 #define IMAGE(i) (n < max ? (p[n].text[0] = '\0', p[n].image = (i), n++) : n)
     if (nm_clip_get_info(v->clip)->proj == NM_CLIP_PROJ_MLP) {

@@ -54,6 +54,33 @@ const char *nm_system_info(char *buf, size_t size);
 // slices. Takes about a second; 0 if the buffer cannot be had.
 double nm_cpu_read_gbps(int32_t n_threads);
 
+// CPU topology from sysfs: the online cores in clusters, the fastest first
+// (big.LITTLE: cores of the same cpu_capacity and top frequency; x86: a
+// package, or P- and E-cores apart by their top frequency).
+#define NM_MAX_CPUS 256
+#define NM_MAX_CLUSTERS 16
+typedef struct nm_cpu_cluster {
+    int32_t n_cpus;
+    int32_t cpus[NM_MAX_CPUS]; // ascending
+    int32_t capacity;          // cpu_capacity (1024: the biggest core); 0 where the kernel does not say (x86)
+    int64_t max_khz;           // cpuinfo_max_freq; 0 if unknown (a VM)
+    int64_t package;           // physical_package_id
+    int64_t cache_bytes;       // the highest-level cache its cores share (ARM L2 or L3, x86 L3); 0 if unknown
+} nm_cpu_cluster;
+typedef struct nm_cpu_topology {
+    int32_t n_cpus;     // online
+    int32_t n_clusters;
+    nm_cpu_cluster clusters[NM_MAX_CLUSTERS];
+} nm_cpu_topology;
+// Reads ROOT/devices/system/cpu (root NULL: "/sys"; tests give a fake tree).
+// Only `online` is required; the rest refines the clusters.
+nm_status nm_cpu_topology_read(const char *root, nm_cpu_topology *out, char *err, size_t err_size);
+// A lane's cores from a spec: a list ("0-3,6"), "big" (the fastest cluster),
+// "little" (the slowest), "cluster:N". Every core must be online. Ascending
+// into cores (room for max); *n their count.
+nm_status nm_cores_parse(const nm_cpu_topology *t, const char *spec, int32_t *cores, int32_t max, int32_t *n,
+                         char *err, size_t err_size);
+
 // ---- GGUF files ------------------------------------------------------------------------
 // Prints a GGUF file's version, every metadata key (arrays abbreviated) and its
 // tensor table (name, type, shape, bytes) to f. A corrupt or truncated file is
@@ -686,8 +713,11 @@ typedef struct nm_brick_params {
     // placement
     const char *device;     // LLM, VISION: "cpu" (NULL), "opencl", "opencl:N", "auto" (as nm_ctx_params);
                             // STT, TTS: the CPU only
-    int32_t n_threads;      // <= 0: all cores
-    bool pin_threads;       // LLM: pin thread i to core i (as nm_ctx_params)
+    int32_t n_threads;      // <= 0: all cores (with `cores`: one per core of the lane)
+    bool pin_threads;       // LLM: pin each thread to a core of its lane (as nm_ctx_params)
+    const char *cores;      // the lane's cores (nm_cores_parse: "0-3,6", "big", "little", "cluster:N"): its
+                            // threads are made there at load, and the thread that serves a request is
+                            // bound there while it does; NULL: anywhere
     // plumbing
     const char *name;       // its endpoint in the ledger; NULL: the kind's name ("llm", "vision", "stt", "tts")
     nm_ledger *ledger;      // borrowed, may be NULL: the copies the brick makes between bricks are counted there
@@ -811,7 +841,9 @@ nm_status nm_brick_set_params(nm_brick *b, const nm_brick_params *p, char *err, 
 // own thread (lane) or the caller's.
 nm_status nm_brick_step(nm_brick *b, nm_tabm *in, nm_tabm *out);
 // Serves requests until a ring shuts down or a wait times out, then shuts
-// down the other ring too, so both neighbours wake and end. Returns
+// down the other ring too, so both neighbours wake and end. The calling
+// thread is the brick's lane: with cores set it stays bound to them
+// (nm_brick_step binds a thread only while it serves the request). Returns
 // NM_ERR_SHUTDOWN or NM_ERR_TIMEOUT (or an error that stopped the brick).
 nm_status nm_brick_run(nm_brick *b, nm_tabm *in, nm_tabm *out);
 // Bytes an input ring's slots must hold: LLM a context of token ids, VISION

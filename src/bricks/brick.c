@@ -3,6 +3,7 @@
 // lane that runs the brick through nm_brick_set_error, read by any thread)
 // and the run loop.
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,15 @@ struct nm_brick {
     char name[32];
     pthread_mutex_t lock; // guards err
     char err[512];
+    bool has_cores;       // nm_brick_params.cores: the lane's cores
+    cpu_set_t cores;
 };
+
+// Binds the calling thread to `set`, the mask it had into *old; false if the OS refused.
+static bool bind_to(const cpu_set_t *set, cpu_set_t *old) {
+    return pthread_getaffinity_np(pthread_self(), sizeof *old, old) == 0 &&
+           pthread_setaffinity_np(pthread_self(), sizeof *set, set) == 0;
+}
 
 static const char *kind_str(nm_brick_kind k) {
     switch (k) {
@@ -76,7 +85,34 @@ nm_status nm_brick_load(const nm_brick_i *impl, const nm_brick_params *p, nm_bri
     b->kind = p->kind;
     snprintf(b->name, sizeof b->name, "%s", p->name ? p->name : kind_str(p->kind));
     pthread_mutex_init(&b->lock, NULL);
-    nm_status st = impl->load(p, &b->state, err, err_size);
+    cpu_set_t old;
+    bool bound = false;
+    if (p->cores) {
+        // the lane's cores: the pools the brick makes at load take them (their
+        // threads inherit the loading thread's mask)
+        nm_cpu_topology *t = malloc(sizeof *t);
+        int32_t list[NM_MAX_CPUS], n = 0;
+        nm_status cs = t ? nm_cpu_topology_read(NULL, t, err, err_size) : NM_ERR_NOMEM;
+        if (cs == NM_OK) cs = nm_cores_parse(t, p->cores, list, NM_MAX_CPUS, &n, err, err_size);
+        free(t);
+        if (cs != NM_OK) {
+            pthread_mutex_destroy(&b->lock);
+            free(b);
+            return cs;
+        }
+        CPU_ZERO(&b->cores);
+        for (int32_t i = 0; i < n; i++) CPU_SET(list[i], &b->cores);
+        b->has_cores = true;
+        if (!(bound = bind_to(&b->cores, &old))) {
+            pthread_mutex_destroy(&b->lock);
+            free(b);
+            return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "brick: cannot bind a thread to cores '%s'", p->cores);
+        }
+    }
+    nm_brick_params lp = *p;
+    if (b->has_cores && lp.n_threads <= 0) lp.n_threads = CPU_COUNT(&b->cores); // a thread per core of the lane
+    nm_status st = impl->load(&lp, &b->state, err, err_size);
+    if (bound) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
     if (st != NM_OK) {
         pthread_mutex_destroy(&b->lock);
         free(b);
@@ -123,13 +159,19 @@ void nm_brick_set_error(nm_brick *b, const char *fmt, ...) {
 
 nm_status nm_brick_step(nm_brick *b, nm_tabm *in, nm_tabm *out) {
     if (!b || !in || !out) return NM_ERR_INVALID_ARG;
-    return b->impl->run(b->state, b, in, out);
+    cpu_set_t old;
+    const bool bound = b->has_cores && bind_to(&b->cores, &old); // the serving thread on the lane's cores
+    nm_status st = b->impl->run(b->state, b, in, out);
+    if (bound) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+    return st;
 }
 
 nm_status nm_brick_run(nm_brick *b, nm_tabm *in, nm_tabm *out) {
     if (!b || !in || !out) return NM_ERR_INVALID_ARG;
+    cpu_set_t old;
+    if (b->has_cores) (void)bind_to(&b->cores, &old); // the lane's thread: bound for good (a pool may pin it further)
     nm_status st;
-    while ((st = nm_brick_step(b, in, out)) == NM_OK) {
+    while ((st = b->impl->run(b->state, b, in, out)) == NM_OK) {
     }
     // whichever side ended it, both neighbours wake and end
     nm_tabm_shutdown(in);

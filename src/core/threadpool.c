@@ -73,6 +73,10 @@ struct nm_pool {
     bool pin_caller;
     bool caller_pinned;
     pthread_t caller;          // the driving thread pinned last
+    // the cores the creating thread could run on (its lane's, or all): workers
+    // inherit that mask, and nm_pool_pin pins within it
+    int n_cores;
+    int cores[NM_MAX_CPUS];
 };
 
 struct nm_worker_arg {
@@ -149,6 +153,13 @@ nm_pool *nm_pool_create(int n_threads) {
     nm_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n = n_threads;
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    if (pthread_getaffinity_np(pthread_self(), sizeof mask, &mask) == 0)
+        for (int c = 0; c < NM_MAX_CPUS; c++)
+            if (CPU_ISSET(c, &mask)) p->cores[p->n_cores++] = c;
+    if (p->n_cores == 0) // unknown: the online cores
+        for (int c = 0; c < nm_cpu_count() && c < NM_MAX_CPUS; c++) p->cores[p->n_cores++] = c;
     p->threads = calloc((size_t)n_threads, sizeof *p->threads);
     if (!p->threads) {
         free(p);
@@ -186,10 +197,9 @@ static int pin_to(pthread_t t, int core) {
 }
 
 int nm_pool_pin(nm_pool *p) {
-    const int cores = nm_cpu_count();
     int rc = 0;
     for (int i = 1; i < p->n; i++)
-        if (pin_to(p->threads[i - 1], i % cores) != 0) rc = -1;
+        if (pin_to(p->threads[i - 1], p->cores[i % p->n_cores]) != 0) rc = -1;
     p->pin_caller = true;
     p->caller_pinned = false;
     return rc;
@@ -199,7 +209,7 @@ int nm_pool_pin(nm_pool *p) {
 static void pin_caller(nm_pool *p) {
     const pthread_t self = pthread_self();
     if (p->caller_pinned && pthread_equal(p->caller, self)) return;
-    (void)pin_to(self, 0); // best effort, as nm_pool_pin
+    (void)pin_to(self, p->cores[0]); // best effort, as nm_pool_pin
     p->caller = self;
     p->caller_pinned = true;
 }

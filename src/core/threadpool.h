@@ -25,9 +25,12 @@ typedef void (*nm_pool_fn)(void *arg, int64_t chunk, int ith);
 nm_pool *nm_pool_create(int n_threads);
 void nm_pool_free(nm_pool *p); // NULL is a no-op; joins the workers
 int nm_pool_size(const nm_pool *p);
-// Optional core affinity: worker i is pinned to online core i mod cores now,
-// and the thread that drives a job (thread 0) to core 0 when it first runs one
-// (not the thread calling this: threads it starts later inherit its mask).
+// A pool's cores are those its creating thread could run on (all, or its
+// lane's set: nm_brick_params.cores); its workers inherit that mask.
+// Optional core affinity: worker i is pinned to the i-th of them (mod their
+// count) now, and the thread that drives a job (thread 0) to the first when it
+// first runs one (not the thread calling this: threads it starts later
+// inherit its mask).
 // Returns 0, or -1 if the OS refused (the pool still works, unpinned).
 int nm_pool_pin(nm_pool *p);
 // Runs fn for every chunk in [0, n_chunks) and returns when all are done. One

@@ -62,6 +62,8 @@ typedef struct upper {
     uint64_t n;
 } upper;
 
+static int g_upper_mask_cpus, g_upper_mask_first; // the serving thread's allowed cores (count, first) at the last request
+
 static nm_status upper_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
     if (!p->model) {
         snprintf(err, err_size, "upper: the model names the release flag");
@@ -76,6 +78,13 @@ static nm_status upper_load(const nm_brick_params *p, void **state, char *err, s
 
 static nm_status upper_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     upper *u = state;
+    cpu_set_t m;
+    if (pthread_getaffinity_np(pthread_self(), sizeof m, &m) == 0) {
+        g_upper_mask_cpus = CPU_COUNT(&m);
+        for (g_upper_mask_first = 0; g_upper_mask_first < CPU_SETSIZE && !CPU_ISSET(g_upper_mask_first, &m);
+             g_upper_mask_first++) {
+        }
+    }
     for (;;) {
         nm_tabm_slot s, o;
         nm_status st = nm_tabm_acquire_read(in, -1, &s);
@@ -210,6 +219,41 @@ NM_TEST(outside_implementation) {
     NM_CHECK(released == 1);
     nm_tabm_free(ri);
     nm_tabm_free(ro);
+}
+
+// A lane's cores: the thread that serves a request runs on them while it
+// does, and has its own mask back after; a bad list is a load error.
+NM_TEST(lane_cores) {
+    int released = 0;
+    char flag[32], err[256], cores[16];
+    snprintf(flag, sizeof flag, "%llx", (unsigned long long)(uintptr_t)&released);
+    cpu_set_t mine;
+    NM_CHECK(pthread_getaffinity_np(pthread_self(), sizeof mine, &mine) == 0);
+    int last = -1;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mine)) last = c;
+    snprintf(cores, sizeof cores, "%d", last);
+    nm_brick_params p = nm_brick_default_params(NM_BRICK_TTS);
+    p.model = flag;
+    nm_brick *b = NULL;
+    const char *bad[] = {"999", "0-", "little-ish", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        p.cores = bad[i];
+        NM_CHECK(nm_brick_load(&upper_i, &p, &b, err, sizeof err) == NM_ERR_INVALID_ARG && b == NULL);
+        NM_CHECK(strstr(err, "cores") != NULL);
+    }
+    p.cores = cores;
+    NM_CHECK(nm_brick_load(&upper_i, &p, &b, err, sizeof err) == NM_OK);
+    if (!b) return;
+    nm_tabm *ri = NULL, *ro = NULL;
+    NM_CHECK(nm_tabm_create(NULL, 2, 64, &ri, NULL, 0) == NM_OK && nm_tabm_create(NULL, 2, 64, &ro, NULL, 0) == NM_OK);
+    NM_CHECK(put_text(ri, "x", 0, 1) && nm_brick_step(b, ri, ro) == NM_OK);
+    cpu_set_t after;
+    NM_CHECK(pthread_getaffinity_np(pthread_self(), sizeof after, &after) == 0 && CPU_EQUAL(&after, &mine));
+    nm_brick_free(b);
+    nm_tabm_free(ri);
+    nm_tabm_free(ro);
+    NM_CHECK(g_upper_mask_cpus == 1 && g_upper_mask_first == last);
 }
 
 // ---- estimates ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ enum {
     CLI_GEN = 1 << 5,    // -n, sampling, --chat, -sys, --chat-template
     CLI_VISION = 1 << 6, // --mmproj --image
     CLI_STATS = 1 << 7,  // --stats
+    CLI_LANE = 1 << 8,   // --cores --mmproj-cores
 };
 
 typedef struct cli_opts {
@@ -46,6 +47,8 @@ typedef struct cli_opts {
     int32_t n_gpu_layers;   // -ngl: layers on --device (the last N); -1 (default, or all/auto) every one
     const char *device;     // -dev, --device: cpu (default), opencl, opencl:N
     const char *mmproj_device; // --mmproj-device: the vision encoder's (default: --device)
+    const char *cores;      // --cores: the LLM brick's lane (a core list, big, little, cluster:N)
+    const char *mmproj_cores; // --mmproj-cores: the vision brick's lane
     bool chat;              // --chat, -cnv; -no-cnv clears it
     bool stats;             // --stats
     bool help;              // -h

@@ -20,7 +20,11 @@ static void run_usage(void) {
            "  -f, --file FILE          read the prompt from a file (as written)\n"
            "  -n, --n-predict N        tokens to generate (default -1: until end of text or a full context)\n"
            "  -t, --threads N          threads (default, or -1: all cores)\n"
-           "  --pin                    pin thread i to core i\n"
+           "  --pin                    pin each thread to a core (of its lane, with --cores)\n"
+           "  --cores LIST             the LLM brick's lane: its threads on these cores (0-3,6 / big / little /\n"
+           "                           cluster:N; nanomind --list-devices shows the clusters)\n"
+           "  --mmproj-cores LIST      the vision brick's lane (disjoint from --cores: encoder and decoder\n"
+           "                           run at the same time without taking each other's cores)\n"
            "  -c, --ctx-size N         context size (default: min(train context, 4096); 0: the training context)\n"
            "  -b, --batch-size N       prompt tokens per forward pass (default 512)\n"
            "  --chat, -cnv, --conversation\n"
@@ -302,7 +306,7 @@ static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg 
 }
 
 static int run_main(cli_opts *op, int argc, char **argv) {
-    if (!cli_parse("run", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_FILE | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS,
+    if (!cli_parse("run", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_FILE | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS | CLI_LANE,
                    argc, argv, op, NULL))
         return 2;
     cli_opts o = *op;
@@ -390,6 +394,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     lp.n_batch = o.n_batch;
     lp.n_threads = o.n_threads;
     lp.pin_threads = o.pin;
+    lp.cores = o.cores;
     lp.device = o.device;
     lp.n_gpu_layers = o.n_gpu_layers;
     lp.sampling = o.sp;
@@ -411,6 +416,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         vp.feeds = S.llm;
         vp.device = o.mmproj_device ? o.mmproj_device : o.device;
         vp.n_threads = o.n_threads;
+        vp.cores = o.mmproj_cores;
         vp.ledger = S.ledger;
         if ((st = nm_brick_load(NULL, &vp, &S.vision, err, sizeof err)) != NM_OK) {
             if (st == NM_ERR_FORMAT && strstr(err, "belongs to another model"))

@@ -174,7 +174,19 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
         else if (IS("-sys") || IS("--system-prompt") || IS("--system")) g = CLI_GEN, o->system = v;
         else if (IS("--chat-template")) g = CLI_GEN, o->chat_tmpl = v;
         else if (IS("--mmproj")) g = CLI_VISION, o->mmproj = v;
-        else if (IS("--mmproj-device")) {
+        else if (IS("--cores") || IS("--mmproj-cores")) {
+            g = CLI_LANE;
+            *(IS("--cores") ? &o->cores : &o->mmproj_cores) = v;
+            nm_cpu_topology *t = malloc(sizeof *t);
+            int32_t cores[NM_MAX_CPUS], n = 0;
+            char err[256];
+            if (v && (!t || nm_cpu_topology_read(NULL, t, err, sizeof err) != NM_OK ||
+                      nm_cores_parse(t, v, cores, NM_MAX_CPUS, &n, err, sizeof err) != NM_OK)) {
+                fprintf(stderr, "error: %s: %s\n", a, t ? err : "out of memory");
+                ok = false;
+            }
+            free(t);
+        } else if (IS("--mmproj-device")) {
             g = CLI_VISION;
             o->mmproj_device = v;
             if (v && strcmp(v, "cpu") && strcmp(v, "auto") && strcmp(v, "opencl") && strncmp(v, "opencl:", 7)) {
@@ -374,6 +386,26 @@ static int list_devices(void) {
         printf("  %-10s %s %s (%s), %.1f GiB%s, read %.1f GB/s\n", d[i].name, d[i].type, d[i].desc, d[i].driver,
                d[i].mem_bytes / 1073741824.0, d[i].unified ? ", shares host memory" : ", own memory", d[i].read_gbps);
     if (n == 1) printf("  (no OpenCL device: install an OpenCL ICD, e.g. pocl-opencl-icd)\n");
+    // the CPU's clusters: what --cores takes (big, little, cluster:N or a list)
+    nm_cpu_topology *t = malloc(sizeof *t);
+    char err[256];
+    if (t && nm_cpu_topology_read(NULL, t, err, sizeof err) == NM_OK) {
+        printf("CPU clusters (--cores):\n");
+        for (int32_t c = 0; c < t->n_clusters; c++) {
+            const nm_cpu_cluster *k = &t->clusters[c];
+            printf("  cluster:%d%s cores ", (int)c, t->n_clusters > 1 ? (c == 0 ? " (big)" : c == t->n_clusters - 1 ? " (little)" : "") : "");
+            for (int32_t i = 0; i < k->n_cpus; i++) {
+                int32_t j = i;
+                while (j + 1 < k->n_cpus && k->cpus[j + 1] == k->cpus[j] + 1) j++;
+                printf("%s%d", i ? "," : "", (int)k->cpus[i]);
+                if (j > i) printf("-%d", (int)k->cpus[j]);
+                i = j;
+            }
+            printf(", capacity %d, max %.2f GHz, shared cache %lld KiB\n", (int)k->capacity, k->max_khz / 1e6,
+                   (long long)(k->cache_bytes >> 10));
+        }
+    }
+    free(t);
     return 0;
 }
 

@@ -40,8 +40,10 @@ static void remove_tree(void) {
     if (system(cmd) != 0) fprintf(stderr, "  cannot remove %s\n", root);
 }
 
-// cpus 0-3: little (capacity 446, 1.8 GHz), 4-7: big (1024, 2.4 GHz), an L2
-// per cluster, an L3 over all (DynamIQ), private L1s.
+// cpus 0-3: little (capacity 446, 1.8 GHz), 4-5: middle (800, 2.4 GHz), 6-7:
+// big (1024, 2.4 GHz: the same top frequency as the middle ones, so only the
+// capacity tells them apart), an L2 per group of four, an L3 over all
+// (DynamIQ), private L1s.
 static void phone(void) {
     fresh_tree("phone");
     put("online", "0-7\n");
@@ -49,7 +51,7 @@ static void phone(void) {
         char rel[128], v[64];
         const bool big = c >= 4;
         snprintf(rel, sizeof rel, "cpu%d/cpu_capacity", c);
-        put(rel, big ? "1024\n" : "446\n");
+        put(rel, c >= 6 ? "1024\n" : big ? "800\n" : "446\n");
         snprintf(rel, sizeof rel, "cpu%d/cpufreq/cpuinfo_max_freq", c);
         put(rel, big ? "2400000\n" : "1800000\n");
         snprintf(rel, sizeof rel, "cpu%d/cache/index0/level", c);
@@ -83,22 +85,23 @@ NM_TEST(big_little_clusters) {
     nm_cpu_topology t;
     char err[256];
     NM_CHECK(nm_cpu_topology_read(root, &t, err, sizeof err) == NM_OK);
-    NM_CHECK(t.n_cpus == 8 && t.n_clusters == 2);
-    const int32_t big[] = {4, 5, 6, 7}, little[] = {0, 1, 2, 3};
-    NM_CHECK(list_is(t.clusters[0].cpus, t.clusters[0].n_cpus, big, 4)); // the fastest first
+    NM_CHECK(t.n_cpus == 8 && t.n_clusters == 3);
+    const int32_t big[] = {6, 7}, mid[] = {4, 5}, little[] = {0, 1, 2, 3};
+    NM_CHECK(list_is(t.clusters[0].cpus, t.clusters[0].n_cpus, big, 2)); // the fastest first
     NM_CHECK(t.clusters[0].capacity == 1024 && t.clusters[0].max_khz == 2400000 && t.clusters[0].cache_bytes == 4 << 20);
-    NM_CHECK(list_is(t.clusters[1].cpus, t.clusters[1].n_cpus, little, 4) && t.clusters[1].capacity == 446);
+    NM_CHECK(list_is(t.clusters[1].cpus, t.clusters[1].n_cpus, mid, 2) && t.clusters[1].capacity == 800);
+    NM_CHECK(list_is(t.clusters[2].cpus, t.clusters[2].n_cpus, little, 4) && t.clusters[2].capacity == 446);
     int32_t c[NM_MAX_CPUS], n = 0;
-    NM_CHECK(nm_cores_parse(&t, "big", c, NM_MAX_CPUS, &n, err, sizeof err) == NM_OK && list_is(c, n, big, 4));
+    NM_CHECK(nm_cores_parse(&t, "big", c, NM_MAX_CPUS, &n, err, sizeof err) == NM_OK && list_is(c, n, big, 2));
     NM_CHECK(nm_cores_parse(&t, "little", c, NM_MAX_CPUS, &n, err, sizeof err) == NM_OK && list_is(c, n, little, 4));
-    NM_CHECK(nm_cores_parse(&t, "cluster:1", c, NM_MAX_CPUS, &n, err, sizeof err) == NM_OK && list_is(c, n, little, 4));
+    NM_CHECK(nm_cores_parse(&t, "cluster:1", c, NM_MAX_CPUS, &n, err, sizeof err) == NM_OK && list_is(c, n, mid, 2));
     const int32_t mix[] = {0, 1, 2, 5};
     NM_CHECK(nm_cores_parse(&t, "5,0-2", c, NM_MAX_CPUS, &n, err, sizeof err) == NM_OK && list_is(c, n, mix, 4));
     // bad lists name the problem
     const struct {
         const char *spec, *want;
     } bad[] = {{"9", "core 9 is not online"}, {"3-1", "not a range"}, {"x", "not a core number"},
-               {"cluster:2", "clusters 0..1"}, {"", "an empty list"}, {"1,", "not a core number"},
+               {"cluster:3", "clusters 0..2"}, {"", "an empty list"}, {"1,", "not a core number"},
                {"0-3 junk", "after the list"}, {"300", "past the 256"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';

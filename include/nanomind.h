@@ -572,6 +572,7 @@ typedef enum nm_port {
 typedef enum nm_unit {
     NM_UNIT_CPU = 0,
     NM_UNIT_OPENCL = 1,
+    NM_UNIT_NPU = 2, // a vendor plugin (static shapes): the planner's profiles may name one
 } nm_unit;
 #define NM_UNIT_BIT(u) (1u << (u))
 
@@ -942,6 +943,80 @@ typedef bool (*nm_tts_voice_fn)(void *user, const nm_tts_voice_info *v);
 nm_status nm_tts_list_voices(const char *engine, const char *data_dir, nm_tts_voice_fn fn, void *user,
                              char *err, size_t err_size);
 
+
+// ==== the planner: bricks onto units ========================================================
+// Owner: src/sched/planner.c; docs/scheduler.md. A pipeline is a chain of
+// bricks every request passes through in order (STT -> LLM -> TTS, VISION ->
+// LLM); the planner maps each brick, and the decoder's layers (two ranges,
+// on two units), to a unit, from the units' profiles and the bricks'
+// estimates (nm_brick_estimate), under the units' memory, for a goal.
+//
+// A brick's time on a unit is the roofline of its estimate: the larger of
+// its arithmetic (each weight type's FLOPs at the unit's speed for that type,
+// the rest at its f32 speed) and its streamed bytes (weights + activations at
+// the unit's read bandwidth), plus a launch overhead per forward pass. A
+// request's latency is the sum over the chain (each brick waits for the
+// previous one's output); the period (the time between two requests in a
+// stream, e.g. camera frames) is the busiest unit's summed time; the energy
+// of a request is each unit's busy time at its active watts plus, over the
+// latency, the idle watts of the units that wait.
+
+#define NM_PLAN_MAX_UNITS 8
+#define NM_PLAN_MAX_BRICKS 8
+
+typedef struct nm_unit_profile {
+    char name[32];                 // "cpu:big", "opencl:0", "npu" ...
+    nm_unit unit;
+    double read_gbps;              // memory read bandwidth
+    double gflops[NM_EST_TYPES];   // matmul speed by weight type (GGUF type id); 0: the unit cannot run it
+    double gflops_f32;             // everything else (attention, norms, convolutions)
+    double launch_us;              // overhead per forward pass
+    uint64_t mem_bytes;            // memory it may hold bricks in; 0: no limit
+    double idle_w, active_w;       // watts (configuration)
+    uint32_t kinds;                // bit (1 << nm_brick_kind) per kind it takes; 0: all (a static-shape NPU: vision)
+} nm_unit_profile;
+
+typedef struct nm_plan_brick {
+    nm_brick_kind kind;
+    const char *name;              // for the plan's text; borrowed
+    nm_brick_cost cost;            // its estimate for a typical request
+    uint32_t units;                // NM_UNIT_BIT mask of the kinds of unit it can run on (nm_brick_i.units)
+    int32_t n_layer;               // LLM: layers (> 1: it may be split in two ranges); 0: never split
+} nm_plan_brick;
+
+typedef enum nm_plan_goal {
+    NM_PLAN_LATENCY = 0,    // the shortest request, then the shortest period
+    NM_PLAN_THROUGHPUT = 1, // the shortest period (most frames a second), then latency
+    NM_PLAN_ENERGY = 2,     // the fewest joules a request, then latency
+} nm_plan_goal;
+
+typedef struct nm_plan_step {
+    int32_t unit;           // index into the profiles
+    int32_t unit2;          // LLM split: the unit of its last layers (-1: not split)
+    int32_t split;          // layers on `unit` (the first ones) when split
+    double seconds;         // its time
+    double joules;
+    char why[160];          // the reason: what bounds it there, and the best other unit's time
+} nm_plan_step;
+
+typedef struct nm_plan {
+    int32_t n;                                 // bricks
+    nm_plan_step steps[NM_PLAN_MAX_BRICKS];
+    double latency_s, period_s, joules;
+    double busy_s[NM_PLAN_MAX_UNITS];          // per unit, a request's work there
+    uint64_t mem[NM_PLAN_MAX_UNITS];           // per unit, the bricks' peak bytes
+    int64_t n_considered;                      // placements looked at
+} nm_plan;
+
+// The best placement of the chain for the goal; deterministic (ties go to the
+// lower unit index, then to no split). NM_ERR_UNSUPPORTED (err names the
+// brick) when some brick fits no unit (kind, weight type, memory).
+nm_status nm_plan_make(const nm_unit_profile *units, int32_t n_units, const nm_plan_brick *bricks, int32_t n_bricks,
+                       nm_plan_goal goal, nm_plan *out, char *err, size_t err_size);
+// The plan as text: a line per brick (unit, time, why), then latency, period,
+// energy and each unit's memory. Returns the length, or -(needed).
+int32_t nm_plan_format(const nm_plan *p, const nm_unit_profile *units, const nm_plan_brick *bricks, char *buf,
+                       int32_t size);
 
 // ==== audio files ==========================================================================
 // Owner: src/bricks/audio/ (audio.h has the full contract). Every reader gives

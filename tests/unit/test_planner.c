@@ -1,0 +1,152 @@
+// The planner (src/sched/planner.c) on synthetic profiles: a phone with a
+// 4+4 big.LITTLE CPU, a weak GPU and a static-shape NPU that only takes the
+// vision encoder. The plans one expects, worked out by hand from the roofline
+// in the comments: latency puts each brick on its fastest unit, throughput
+// splits the decoder's layers between the big cores and the GPU, energy moves
+// it to the little cores; memory limits and missing kernels are respected;
+// the same inputs give the same plan.
+#include <math.h>
+#include <string.h>
+
+#include "nanomind.h"
+#include "nmtest.h"
+
+enum { BIG, LITTLE, GPU, NPU };
+
+static void phone(nm_unit_profile u[4]) {
+    memset(u, 0, 4 * sizeof u[0]);
+    // big: 20 GB/s, q4_0 60 GFLOP/s, f16 40, f32 30, 3.5 W busy
+    u[BIG] = (nm_unit_profile){.name = "cpu:big", .unit = NM_UNIT_CPU, .read_gbps = 20, .gflops_f32 = 30,
+                               .launch_us = 20, .idle_w = 0.3, .active_w = 3.5};
+    u[BIG].gflops[2] = 60, u[BIG].gflops[1] = 40;
+    // little: 8 GB/s, q4_0 12, f16 8, f32 6, 0.5 W busy
+    u[LITTLE] = (nm_unit_profile){.name = "cpu:little", .unit = NM_UNIT_CPU, .read_gbps = 8, .gflops_f32 = 6,
+                                  .launch_us = 20, .idle_w = 0.1, .active_w = 0.5};
+    u[LITTLE].gflops[2] = 12, u[LITTLE].gflops[1] = 8;
+    // a weak GPU: 15 GB/s, q4_0 30, f16 60, f32 40, 150 us a launch, 2 GiB, 2.5 W
+    u[GPU] = (nm_unit_profile){.name = "gpu", .unit = NM_UNIT_OPENCL, .read_gbps = 15, .gflops_f32 = 40,
+                               .launch_us = 150, .mem_bytes = 2ull << 30, .idle_w = 0.2, .active_w = 2.5};
+    u[GPU].gflops[2] = 30, u[GPU].gflops[1] = 60;
+    // an NPU that takes only the vision encoder (static shapes), f16 400, 1 W
+    u[NPU] = (nm_unit_profile){.name = "npu", .unit = NM_UNIT_NPU, .read_gbps = 10, .gflops_f32 = 200,
+                               .launch_us = 500, .mem_bytes = 1ull << 30, .idle_w = 0.05, .active_w = 1.0,
+                               .kinds = 1u << NM_BRICK_VISION};
+    u[NPU].gflops[1] = 400;
+}
+
+// vision: 20 GFLOP of f16 matmuls and 2 of the rest, 0.25 GB moved, 300 MB held.
+// llm (32 tokens of a 135M q4_0 model): 8.6 GFLOP q4_0 + 1 of the rest, 3.2 GB streamed, 33 passes.
+static void bricks(nm_plan_brick b[2]) {
+    memset(b, 0, 2 * sizeof b[0]);
+    b[0] = (nm_plan_brick){.kind = NM_BRICK_VISION, .name = "vision",
+                           .units = NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL) | NM_UNIT_BIT(NM_UNIT_NPU)};
+    b[0].cost.flops_by_type[1] = 20e9, b[0].cost.flops_by_type[0] = 2e9, b[0].cost.flops = 22e9;
+    b[0].cost.weight_bytes_read = 0.2e9, b[0].cost.act_bytes = 0.05e9, b[0].cost.n_passes = 1;
+    b[0].cost.peak_bytes = 300ull << 20;
+    b[1] = (nm_plan_brick){.kind = NM_BRICK_LLM, .name = "llm", .n_layer = 30,
+                           .units = NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL)};
+    b[1].cost.flops_by_type[2] = 8.6e9, b[1].cost.flops_by_type[0] = 1e9, b[1].cost.flops = 9.6e9;
+    b[1].cost.weight_bytes_read = 3.2e9, b[1].cost.n_passes = 33, b[1].cost.peak_bytes = 200ull << 20;
+}
+
+static void show(const nm_plan *p, const nm_unit_profile *u, const nm_plan_brick *b, const char *title) {
+    char buf[4096];
+    if (nm_plan_format(p, u, b, buf, sizeof buf) > 0) printf("  -- %s\n%s", title, buf);
+}
+
+NM_TEST(latency_each_on_its_fastest_unit) {
+    nm_unit_profile u[4];
+    nm_plan_brick b[2];
+    phone(u), bricks(b);
+    nm_plan p;
+    char err[256];
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
+    show(&p, u, b, "latency");
+    // vision: npu 20/400 + 2/200 = 60 ms (+0.5) against gpu 383, big 567; llm: big max(8.6/60 + 1/30,
+    // 3.2/20) = 177 ms (+0.7) against gpu 317 (+5), little 883
+    NM_CHECK(p.steps[0].unit == NPU && p.steps[0].unit2 == -1 && fabs(p.steps[0].seconds - 0.0605) < 1e-4);
+    NM_CHECK(p.steps[1].unit == BIG && p.steps[1].unit2 == -1 && fabs(p.steps[1].seconds - (0.14333 + 0.03333 + 0.00066)) < 1e-4);
+    NM_CHECK(fabs(p.latency_s - (p.steps[0].seconds + p.steps[1].seconds)) < 1e-12 && fabs(p.period_s - p.steps[1].seconds) < 1e-12);
+    NM_CHECK(strstr(p.steps[1].why, "compute-bound") && strstr(p.steps[1].why, "alone on gpu"));
+    NM_CHECK(p.n_considered > 4 * 4);
+    // the same inputs, the same plan
+    nm_plan q;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &q, err, sizeof err) == NM_OK);
+    NM_CHECK(!memcmp(p.steps, q.steps, sizeof p.steps) && p.latency_s == q.latency_s);
+}
+
+NM_TEST(throughput_splits_the_decoder) {
+    nm_unit_profile u[4];
+    nm_plan_brick b[2];
+    phone(u), bricks(b);
+    nm_plan lat, thr;
+    char err[256];
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &lat, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_THROUGHPUT, &thr, err, sizeof err) == NM_OK);
+    show(&thr, u, b, "throughput");
+    // big and the GPU each take a share of the layers; balanced near 19 / 11
+    // (19/30 * 177 = 112 ms on big against 11/30 * 312 + 5 = 119 ms on the GPU)
+    const nm_plan_step *s = &thr.steps[1];
+    NM_CHECK(s->unit2 >= 0 && ((s->unit == BIG && s->unit2 == GPU) || (s->unit == GPU && s->unit2 == BIG)));
+    const int32_t on_big = s->unit == BIG ? s->split : 30 - s->split;
+    NM_CHECK(on_big >= 17 && on_big <= 21);
+    NM_CHECK(thr.period_s < 0.75 * lat.period_s && thr.latency_s >= lat.latency_s);
+    NM_CHECK(thr.steps[0].unit == NPU);
+}
+
+NM_TEST(energy_prefers_the_little_cores) {
+    nm_unit_profile u[4];
+    nm_plan_brick b[2];
+    phone(u), bricks(b);
+    nm_plan lat, en;
+    char err[256];
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &lat, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_ENERGY, &en, err, sizeof err) == NM_OK);
+    show(&en, u, b, "energy");
+    // llm on little: 883 ms at 0.5 W = 0.44 J against 0.62 J on big
+    NM_CHECK(en.steps[1].unit == LITTLE && en.steps[1].unit2 == -1 && en.steps[0].unit == NPU);
+    NM_CHECK(en.joules < lat.joules && en.latency_s > lat.latency_s);
+}
+
+NM_TEST(memory_and_kernels_respected) {
+    nm_unit_profile u[4];
+    nm_plan_brick b[2];
+    phone(u), bricks(b);
+    nm_plan p;
+    char err[256];
+    // an NPU with 128 MiB cannot hold the 300 MB encoder: the GPU takes it (383 ms against 567 on big)
+    u[NPU].mem_bytes = 128ull << 20;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
+    NM_CHECK(p.steps[0].unit == GPU && p.mem[GPU] <= u[GPU].mem_bytes);
+    // the GPU without q4_0 kernels: the decoder cannot go there, so no split for throughput
+    phone(u);
+    u[GPU].gflops[2] = 0;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_THROUGHPUT, &p, err, sizeof err) == NM_OK);
+    NM_CHECK(p.steps[1].unit != GPU && p.steps[1].unit2 != GPU);
+    // a weight type no unit runs (q4_K, GGUF type 12): an error naming the brick and why
+    phone(u);
+    b[1].cost.flops_by_type[12] = 1e9;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(strstr(err, "llm") && strstr(err, "weight type"));
+    // a vision brick only the NPU could run, on a phone without one: no unit takes it
+    bricks(b);
+    b[0].units = NM_UNIT_BIT(NM_UNIT_NPU);
+    NM_CHECK(nm_plan_make(u, 3, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(strstr(err, "vision") && strstr(err, "no implementation"));
+    // two bricks that each fit the GPU's 2 GiB but not together: one goes elsewhere
+    phone(u), bricks(b);
+    for (int i = 0; i < 4; i++) u[i].mem_bytes = i == GPU ? 2ull << 30 : (i == NPU ? 0 : 64ull << 20);
+    u[NPU].kinds = 1u << NM_BRICK_TTS; // takes nothing here
+    b[0].cost.peak_bytes = b[1].cost.peak_bytes = 1500ull << 20;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(strstr(err, "memory"));
+    // bad arguments
+    NM_CHECK(nm_plan_make(u, 0, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_plan_make(u, 4, b, 2, (nm_plan_goal)7, &p, err, sizeof err) == NM_ERR_INVALID_ARG);
+    char small[8];
+    phone(u), bricks(b);
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_plan_format(&p, u, b, small, sizeof small) < -(int32_t)sizeof small);
+}
+
+NM_TEST_MAIN()

@@ -1008,6 +1008,22 @@ typedef struct nm_plan {
     int64_t n_considered;                      // placements looked at
 } nm_plan;
 
+// Measures a unit: "cpu" (every core), "cpu:big", "cpu:little",
+// "cpu:cluster:N" or "cpu:LIST" (a lane: the measuring thread and its pool on
+// those cores), "opencl", "opencl:N": read bandwidth, matmul GFLOP/s by
+// weight type (64 tokens of a 1024 x 2048 weight; 0 where the unit has no
+// kernel for the type), launch overhead. Watts are not measured (0). Takes a
+// few seconds.
+nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, size_t err_size);
+// The profiles as JSON ({"version": 1, "units": [{"name", "unit", "read_gbps",
+// "gflops_f32", "gflops": {"q4_0": x, ...}, "launch_us", "mem_bytes",
+// "idle_w", "active_w", "kinds"}]}) through nm_outfile, and back (a file
+// edited by hand is checked: unknown weight types, negative numbers, missing
+// keys are NM_ERR_FORMAT naming the unit).
+nm_status nm_units_save(const char *path, const nm_unit_profile *units, int32_t n, char *err, size_t err_size);
+nm_status nm_units_load(const char *path, nm_unit_profile *units, int32_t max, int32_t *n, char *err,
+                        size_t err_size);
+
 // The best placement of the chain for the goal; deterministic (ties go to the
 // lower unit index, then to no split). NM_ERR_UNSUPPORTED (err names the
 // brick) when some brick fits no unit (kind, weight type, memory).

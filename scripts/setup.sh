@@ -13,6 +13,8 @@ PKGS+=(espeak-ng)
 # OpenCL (src/backend/opencl, loaded at run time): the ICD loader and PoCL, an OpenCL device on the CPU,
 # for the OpenCL tests; clinfo to look at the platforms.
 PKGS+=(ocl-icd-libopencl1 pocl-opencl-icd clinfo)
+# JSON (unit profiles, src/sched/profile.c; the server later).
+PKGS+=(libcjson-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do

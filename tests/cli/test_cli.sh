@@ -52,6 +52,25 @@ case_no_ledger() {
     echo "bytes=$(wc -c < "$tmp/noledger.txt") ledger_lines=$(grep -c ledger "$tmp/noledger.txt")"
 }
 expect no_ledger_without_stats 0 "^bytes=[1-9][0-9]* ledger_lines=0$" "$M" -- case_no_ledger
+# profile and the planner: the CPU measured into a file, shown back, and run --plan placing the bricks from it
+case_profile() {
+    nm profile --units cpu -o "$tmp/prof.json" > "$tmp/prof.txt" 2>&1
+    grep -E '^cpu +[0-9.]+' "$tmp/prof.txt" | head -1 | tr -s ' ' | cut -d' ' -f1-3 | tr '\n' ' '
+    nm profile --show -o "$tmp/prof.json" > "$tmp/show.txt"
+    echo "shown: $(grep -c '^cpu ' "$tmp/show.txt")"
+}
+expect profile_cpu 0 "^cpu [0-9.]+ [0-9.]+ shown: 1$" -- case_profile
+case_plan() {
+    nm profile --units cpu,cpu:0 -o "$tmp/prof2.json" > /dev/null 2>&1
+    nm run -m "$M" -p "Hello there" -n 8 --plan --plan-goal throughput --profile "$tmp/prof2.json" | tr '\n' ' '
+}
+expect run_plan 0 "request: [0-9]+ prompt positions .* 8 generated; goal: throughput; .*llm +estimate: [0-9.]+ GFLOP.*plan: [0-9]+ placements considered.* llm .*(on|layers).*latency [0-9.]+ ms a request, period" "$M" -- case_plan
+expect run_plan_no_profile 1 "none.json: cannot open \\(i/o error\\): measure the units first with .nanomind profile." "$M" -- nm run -m "$M" -p hi --plan --profile "$tmp/none.json"
+expect run_plan_goal_bad 2 "--plan-goal 'fast': latency, throughput or energy" "$M" -- nm run -m "$M" -p hi --plan --plan-goal fast
+expect run_plan_goal_without_plan 2 "--plan-goal and --profile go with --plan" "$M" -- nm run -m "$M" -p hi --plan-goal energy
+expect profile_bad_unit 2 "unit 'gpu': cpu, cpu:big" -- nm profile --units gpu -o "$tmp/x.json"
+expect run_cores_offline 2 "--cores: cores '999': core 999 is past the 256|--cores: cores '999'" "$M" -- nm run -m "$M" -p hi --cores 999
+expect bench_no_cores 2 "nanomind bench does not take --cores" "$M" -- nm bench -m "$M" --cores 0
 expect bench_tg_only 0 "tg4 " "$M" -- nm bench -m "$M" -p 0 -n 4 -r 1
 # NM_PROFILE=1: the CPU backend's time per (op, weight type) on stderr when it is freed
 case_profile() { NM_PROFILE=1 nm run -m "$M" -p "The capital of France is" -n 4 --temp 0; }

@@ -6,7 +6,9 @@
 // it to the little cores; memory limits and missing kernels are respected;
 // the same inputs give the same plan.
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nanomind.h"
 #include "nmtest.h"
@@ -147,6 +149,59 @@ NM_TEST(memory_and_kernels_respected) {
     phone(u), bricks(b);
     NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
     NM_CHECK(nm_plan_format(&p, u, b, small, sizeof small) < -(int32_t)sizeof small);
+}
+
+// Profiles measured here and kept in a file: the CPU runs every type the
+// profile measures; the file reads back the same; a file edited by hand is
+// checked.
+NM_TEST(profile_measure_save_load) {
+    nm_unit_profile u[2];
+    char err[256], path[64];
+    NM_CHECK(nm_unit_measure("cpu", &u[0], err, sizeof err) == NM_OK);
+    printf("  cpu: read %.1f GB/s, f32 %.1f, f16 %.1f, q4_0 %.1f, q8_0 %.1f GFLOP/s, launch %.1f us\n", u[0].read_gbps,
+           u[0].gflops[0], u[0].gflops[1], u[0].gflops[2], u[0].gflops[8], u[0].launch_us);
+    NM_CHECK(u[0].unit == NM_UNIT_CPU && u[0].read_gbps > 0.5 && u[0].gflops_f32 > 0.5 && u[0].launch_us > 0);
+    const int types[] = {0, 1, 2, 3, 6, 8, 12, 13, 14};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) NM_CHECK(u[0].gflops[types[i]] > 0.5);
+    NM_CHECK(nm_unit_measure("cpu:0", &u[1], err, sizeof err) == NM_OK && u[1].gflops[2] > 0); // a lane of one core
+    NM_CHECK(nm_unit_measure("gpu", &u[1], err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "'gpu'"));
+    NM_CHECK(nm_unit_measure("cpu:999", &u[1], err, sizeof err) == NM_ERR_INVALID_ARG);
+    // round trip
+    nm_unit_profile ph[4], back[8];
+    phone(ph);
+    snprintf(path, sizeof path, "/tmp/nm-profile-%d.json", (int)getpid());
+    int32_t n = 0;
+    NM_CHECK(nm_units_save(path, ph, 4, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_units_load(path, back, 8, &n, err, sizeof err) == NM_OK && n == 4);
+    for (int32_t i = 0; i < n && i < 4; i++) {
+        NM_CHECK(!strcmp(back[i].name, ph[i].name) && back[i].unit == ph[i].unit && back[i].read_gbps == ph[i].read_gbps);
+        NM_CHECK(!memcmp(back[i].gflops, ph[i].gflops, sizeof ph[i].gflops) && back[i].gflops_f32 == ph[i].gflops_f32);
+        NM_CHECK(back[i].mem_bytes == ph[i].mem_bytes && back[i].kinds == ph[i].kinds &&
+                 back[i].active_w == ph[i].active_w && back[i].launch_us == ph[i].launch_us);
+    }
+    NM_CHECK(nm_units_load(path, back, 2, &n, err, sizeof err) == NM_ERR_RANGE && n == 0);
+    // hand-edited files: each mistake named
+    const struct {
+        const char *text, *want;
+    } bad[] = {
+        {"not json", "not a unit profile"},
+        {"{\"units\": 3}", "not a unit profile"},
+        {"{\"units\": [{\"name\": \"x\"}]}", "needs name, unit, read_gbps and gflops"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"tpu\", \"read_gbps\": 1, \"gflops\": {}}]}", "unknown kind 'tpu'"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {\"q9_9\": 1}}]}", "\"q9_9\" is not a weight type"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 0, \"gflops\": {}}]}", "read_gbps must be > 0"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"active_w\": -2}]}", "active_w must be a number >= 0"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(path, "w");
+        if (f) fputs(bad[i].text, f), fclose(f);
+        err[0] = '\0';
+        NM_CHECK(nm_units_load(path, back, 8, &n, err, sizeof err) == NM_ERR_FORMAT && n == 0);
+        if (!strstr(err, bad[i].want)) fprintf(stderr, "  case %zu: %s\n", i, err);
+        NM_CHECK(strstr(err, bad[i].want) != NULL);
+    }
+    unlink(path);
+    NM_CHECK(nm_units_load(path, back, 8, &n, err, sizeof err) == NM_ERR_IO);
 }
 
 NM_TEST_MAIN()

@@ -367,7 +367,8 @@ NM_TEST(tabm_vision_encoder_alone) {
     NM_CHECK(bytes && nm_tabm_create(NULL, 1, n_img, &img, NULL, 0) == NM_OK);
     if (!v || !clip || !img) goto done;
     NM_CHECK(nm_tabm_create(NULL, 8, nm_brick_out_slot_bytes(v), &out, NULL, 0) == NM_OK);
-    NM_CHECK(put_image_bytes(img, bytes, n_img, 0) && nm_brick_step(v, img, out) == NM_OK);
+    // the image starts a prompt at position 5: its first slot says so, the others do not
+    NM_CHECK(put_image_bytes(img, bytes, n_img, NM_LLM_IN_POS(5)) && nm_brick_step(v, img, out) == NM_OK);
     const nm_clip_info *ci = nm_clip_get_info(clip);
     nm_image im = {0};
     nm_image_batch bt = {0};
@@ -383,6 +384,7 @@ NM_TEST(tabm_vision_encoder_alone) {
         }
         NM_CHECK(s.meta->kind == NM_TABM_EMBD_F32 && s.meta->shape[0] == ci->n_out && s.meta->request == 7);
         NM_CHECK(!!(s.meta->user & NM_BRICK_MORE) == (i + 1 < bt.n));
+        NM_CHECK(!!(s.meta->user & NM_LLM_IN_AT_POS) == (i == 0) && (i > 0 || NM_LLM_IN_POS_OF(s.meta->user) == 5));
         NM_CHECK(nm_clip_encode(clip, bt.data + (size_t)i * 3 * ci->image_size * ci->image_size, want) == NM_OK);
         NM_CHECK(!memcmp(s.data, want, nm_brick_out_slot_bytes(v)));
         nm_tabm_release(out, &s);

@@ -14,6 +14,9 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_say(int argc, char **argv);
 int cmd_transcribe(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+// ~/.cache/nanomind/profile.json into buf; false without a HOME.
+bool cli_profile_path(char *buf, size_t size);
 
 // Options llama.cpp users know, parsed the same way by every subcommand that
 // takes them. Each command names the groups it takes; any other option is an
@@ -28,6 +31,7 @@ enum {
     CLI_VISION = 1 << 6, // --mmproj --image
     CLI_STATS = 1 << 7,  // --stats
     CLI_LANE = 1 << 8,   // --cores --mmproj-cores
+    CLI_PLAN = 1 << 9,   // --plan --plan-goal --profile
 };
 
 typedef struct cli_opts {
@@ -49,6 +53,9 @@ typedef struct cli_opts {
     const char *mmproj_device; // --mmproj-device: the vision encoder's (default: --device)
     const char *cores;      // --cores: the LLM brick's lane (a core list, big, little, cluster:N)
     const char *mmproj_cores; // --mmproj-cores: the vision brick's lane
+    bool plan;              // --plan: print the planner's placement and exit
+    int plan_goal;          // --plan-goal: nm_plan_goal
+    const char *profile;    // --profile FILE: unit profiles (default ~/.cache/nanomind/profile.json)
     bool chat;              // --chat, -cnv; -no-cnv clears it
     bool stats;             // --stats
     bool help;              // -h

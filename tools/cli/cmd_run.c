@@ -51,6 +51,10 @@ static void run_usage(void) {
            "  -ngl, --n-gpu-layers N   accepted; this build has no GPU backend (a notice when N != 0)\n"
            "  --mlock                  keep the model's pages in RAM\n"
            "  --no-mmap                read the model into memory instead of mapping the file\n"
+           "  --plan                   print where the planner would run each brick (from `nanomind profile`'s\n"
+           "                           measurements and the bricks' estimates for this prompt) and exit\n"
+           "  --plan-goal G            latency (default), throughput or energy\n"
+           "  --profile FILE           the unit profiles (default ~/.cache/nanomind/profile.json)\n"
            "  --stats                  print timings, the seed, the bytes copied between bricks, and memory\n"
            "                           to stderr\n"
            "  -h, --help               this help;  --version  the version\n",
@@ -305,8 +309,81 @@ static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg 
     return buf;
 }
 
+// --plan: the planner's placement of this run's bricks on the profiled units,
+// from their estimates for this prompt (its tokens, the images' embeddings,
+// -n tokens generated: 128 when -n is -1). The images are taken at the
+// encoder's input size. Printed; nothing is generated.
+static int print_plan(const session *S, const cli_opts *o) {
+    char path[1024], err[512];
+    const char *file = o->profile;
+    if (!file && !cli_profile_path(path, sizeof path)) {
+        fprintf(stderr, "error: no HOME: give --profile FILE\n");
+        return 2;
+    }
+    if (!file) file = path;
+    nm_unit_profile units[NM_PLAN_MAX_UNITS];
+    int32_t n_units = 0;
+    nm_status st = nm_units_load(file, units, NM_PLAN_MAX_UNITS, &n_units, err, sizeof err);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: %s (%s)%s\n", err, nm_status_str(st),
+                st == NM_ERR_IO ? ": measure the units first with `nanomind profile`" : "");
+        return 1;
+    }
+    nm_plan_brick b[2];
+    int32_t n = 0;
+    int64_t image_rows = 0;
+    if (S->vision) {
+        memset(&b[n], 0, sizeof b[n]);
+        b[n].kind = NM_BRICK_VISION;
+        b[n].name = "vision";
+        b[n].units = nm_brick_impl(S->vision)->units;
+        for (int i = 0; i < o->n_images; i++) {
+            nm_brick_cost c;
+            if (nm_brick_estimate(S->vision, &(nm_brick_input){0}, &c) != NM_OK) break;
+            image_rows += c.n_out;
+            b[n].cost.flops += c.flops;
+            for (int t = 0; t < NM_EST_TYPES; t++) b[n].cost.flops_by_type[t] += c.flops_by_type[t];
+            b[n].cost.weight_bytes_read += c.weight_bytes_read;
+            b[n].cost.act_bytes += c.act_bytes;
+            b[n].cost.n_passes += c.n_passes;
+            b[n].cost.n_out += c.n_out;
+            b[n].cost.weight_bytes = c.weight_bytes;
+            if (c.peak_bytes > b[n].cost.peak_bytes) b[n].cost.peak_bytes = c.peak_bytes;
+        }
+        n++;
+    }
+    const int32_t n_tok = o->prompt ? -nm_tokenize(S->m, o->prompt, strlen(o->prompt), NULL, 0, true, true) : 0;
+    const nm_brick_input li = {.n_tokens = n_tok + image_rows, .n_predict = o->n_predict > 0 ? o->n_predict : 128};
+    memset(&b[n], 0, sizeof b[n]);
+    b[n].kind = NM_BRICK_LLM;
+    b[n].name = "llm";
+    b[n].units = nm_brick_impl(S->llm)->units;
+    b[n].n_layer = nm_model_n_layer(S->m);
+    if ((st = nm_brick_estimate(S->llm, &li, &b[n].cost)) != NM_OK) {
+        fprintf(stderr, "error: the LLM brick's estimate: %s\n", nm_status_str(st));
+        return 1;
+    }
+    n++;
+    nm_plan p;
+    if ((st = nm_plan_make(units, n_units, b, n, (nm_plan_goal)o->plan_goal, &p, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    static const char *goals[] = {"latency", "throughput", "energy"};
+    printf("request: %lld prompt positions (%d text tokens, %lld image embeddings), %lld generated; goal: %s; "
+           "units from %s\n",
+           (long long)li.n_tokens, (int)n_tok, (long long)image_rows, (long long)li.n_predict, goals[o->plan_goal], file);
+    for (int32_t i = 0; i < n; i++)
+        printf("  %-6s estimate: %.2f GFLOP, %.1f MB of weights streamed, %lld passes, %.1f MiB held\n", b[i].name,
+               b[i].cost.flops / 1e9, b[i].cost.weight_bytes_read / 1e6, (long long)b[i].cost.n_passes,
+               b[i].cost.peak_bytes / 1048576.0);
+    char buf[4096];
+    if (nm_plan_format(&p, units, b, buf, sizeof buf) > 0) fputs(buf, stdout);
+    return 0;
+}
+
 static int run_main(cli_opts *op, int argc, char **argv) {
-    if (!cli_parse("run", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_FILE | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS | CLI_LANE,
+    if (!cli_parse("run", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_FILE | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS | CLI_LANE | CLI_PLAN,
                    argc, argv, op, NULL))
         return 2;
     cli_opts o = *op;
@@ -358,6 +435,11 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     }
     if (o.chat_tmpl && !nm_chat_template_known(o.chat_tmpl)) {
         fprintf(stderr, "error: unknown chat template '%s' (known: %s)\n", o.chat_tmpl, nm_chat_template_names());
+        return 2;
+    }
+    if ((o.plan_goal || o.profile) && !o.plan) {
+        fprintf(stderr, "error: --plan-goal and --profile go with --plan\n");
+        free(file_prompt);
         return 2;
     }
     if (!o.prompt && !o.chat) {
@@ -449,6 +531,10 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         free(f);
     }
     t_load = cli_now() - t_load;
+    if (o.plan) {
+        rc = print_plan(&S, &o);
+        goto done;
+    }
     if (!start_lane(&S, &o, err, sizeof err)) goto done;
     if (o.stats) {
         char desc[256];

@@ -25,6 +25,7 @@ static void usage(FILE *f) {
             "  bench       prompt/generation speed, peak memory, decode roofline\n"
             "  say         text to speech into a WAV file (espeak-ng)\n"
             "  transcribe  speech to text with a Whisper model (as whisper.cpp's whisper-cli)\n"
+            "  profile     measure each compute unit for the planner (run --plan)\n"
             "\n"
             "`nanomind COMMAND --help` (or `nanomind help COMMAND`) describes each command's options;\n"
             "`nanomind --list-devices` lists the compute units (--device).\n"
@@ -243,6 +244,17 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             ok = want_int_in(a, v, -1, 4294967295L, " (-1: a random seed)", &iv);
             o->seed_random = iv < 0;
             o->sp.seed = (uint64_t)iv;
+        } else if (IS("--plan-goal")) {
+            g = CLI_PLAN;
+            if (v && !strcmp(v, "latency")) o->plan_goal = NM_PLAN_LATENCY;
+            else if (v && !strcmp(v, "throughput")) o->plan_goal = NM_PLAN_THROUGHPUT;
+            else if (v && !strcmp(v, "energy")) o->plan_goal = NM_PLAN_ENERGY;
+            else if (v) {
+                fprintf(stderr, "error: %s '%s': latency, throughput or energy\n", a, v);
+                ok = false;
+            }
+        } else if (IS("--profile")) {
+            g = CLI_PLAN, o->profile = v;
         } else if ((IS("-fa") || IS("--flash-attn"))) {
             g = CLI_MODEL;
             // the value is optional (on|off|auto); attention here is one fused kernel either way
@@ -254,6 +266,7 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             else if (IS("-e") || IS("--escape")) g = CLI_PROMPT, o->no_escape = false;
             else if (IS("--no-escape")) g = CLI_PROMPT, o->no_escape = true;
             else if (IS("--stats")) g = CLI_STATS, o->stats = true;
+            else if (IS("--plan")) g = CLI_PLAN, o->plan = true;
             else if (IS("--pin")) g = CLI_MODEL, o->pin = true;
             else if (IS("--mlock")) g = CLI_MODEL, o->mlock = true;
             else if (IS("--no-mmap")) g = CLI_MODEL, o->no_mmap = true;
@@ -442,6 +455,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "say")) return cmd_say(argc - 1, argv + 1);
     if (!strcmp(cmd, "transcribe")) return cmd_transcribe(argc - 1, argv + 1);
+    if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     fprintf(stderr, "nanomind: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

@@ -1,0 +1,289 @@
+// Unit profiles (include/nanomind.h, "the planner"; docs/scheduler.md): each
+// compute unit measured once, through the same backend interface the bricks
+// use, and kept in a JSON file for the planner.
+//
+//   read_gbps   CPU: a STREAM-style sum over every core of the cluster
+//               (nm_cpu_read_gbps on a thread bound to it); OpenCL: the
+//               device's read kernel (nm_list_devices' figure).
+//   gflops[t]   a 64-token matmul of a 1024 x 2048 weight of type t (random
+//               values, quantized), best of 3 after a warm-up; 0 where the
+//               backend does not run that type.
+//   gflops_f32  the same with f32 weights (what the other arithmetic runs at).
+//   launch_us   the mean time of one tiny matmul, submitted and waited for.
+//   watts       not measured: 0 unless the file says otherwise (edit it, or
+//               the power issue's meters fill them).
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/registry.h"
+#include "core/fail.h"
+#include "quant/quant.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// The weight types the profile measures: those of the default models and llama.cpp's common files.
+static const uint32_t measured[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0,
+                                    NM_TYPE_Q8_0, NM_TYPE_Q4_K, NM_TYPE_Q5_K, NM_TYPE_Q6_K};
+
+#define MM_O 1024
+#define MM_K 2048
+#define MM_T 64
+
+// GFLOP/s of a MM_T-token matmul of type t on backend be (0: it does not run it).
+static double matmul_gflops(nm_backend *be, uint32_t t, const float *wf, const float *x, float *y, void *wq) {
+    const size_t rb = nm_row_size(t, MM_K);
+    for (int64_t o = 0; o < MM_O; o++) nm_quantize_row_ref(t, wf + o * MM_K, (uint8_t *)wq + o * rb, MM_K);
+    nm_tensor W = {.type = t, .ne = {MM_K, MM_O, 1, 1}, .offs = (size_t)(uintptr_t)wq};
+    nm_tensor X = {.type = NM_TYPE_F32, .ne = {MM_K, MM_T, 1, 1}, .offs = (size_t)(uintptr_t)x};
+    nm_tensor Y = {.type = NM_TYPE_F32, .ne = {MM_O, MM_T, 1, 1}, .offs = (size_t)(uintptr_t)y};
+    nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+    if (!be->iface->supports_op(be, &op)) return 0;
+    if (nm_backend_run(be, &op, 1) != NM_OK) return 0; // warm-up
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = now_s();
+        if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
+        const double dt = now_s() - t0, gf = 2.0 * MM_O * MM_K * MM_T / dt / 1e9;
+        if (dt > 0 && gf > best) best = gf;
+    }
+    return best;
+}
+
+// Launch overhead: a 64 x 64 f32 matmul of one token, submitted and waited for, 50 times.
+static double launch_us(nm_backend *be, const float *wf, const float *x, float *y) {
+    nm_tensor W = {.type = NM_TYPE_F32, .ne = {64, 64, 1, 1}, .offs = (size_t)(uintptr_t)wf};
+    nm_tensor X = {.type = NM_TYPE_F32, .ne = {64, 1, 1, 1}, .offs = (size_t)(uintptr_t)x};
+    nm_tensor Y = {.type = NM_TYPE_F32, .ne = {64, 1, 1, 1}, .offs = (size_t)(uintptr_t)y};
+    nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+    if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
+    const double t0 = now_s();
+    for (int r = 0; r < 50; r++)
+        if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
+    return (now_s() - t0) / 50 * 1e6;
+}
+
+nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, size_t err_size) {
+    if (!unit || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "profile: NULL unit or output");
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", unit);
+    const bool cpu = !strcmp(unit, "cpu") || !strncmp(unit, "cpu:", 4);
+    const bool cl = !strcmp(unit, "opencl") || !strncmp(unit, "opencl:", 7);
+    if (!cpu && !cl)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                       "profile: unit '%s': cpu, cpu:big, cpu:little, cpu:cluster:N, a core list after cpu:, "
+                       "opencl or opencl:N", unit);
+    // a CPU lane: this thread bound to its cores while the backend's pool is made and runs
+    cpu_set_t set, old;
+    bool bound = false;
+    int32_t n_cores = nm_cpu_count();
+    if (cpu && unit[3] == ':') {
+        nm_cpu_topology *t = malloc(sizeof *t);
+        int32_t cores[NM_MAX_CPUS];
+        nm_status st = t ? nm_cpu_topology_read(NULL, t, err, err_size) : NM_ERR_NOMEM;
+        if (st == NM_OK) st = nm_cores_parse(t, unit + 4, cores, NM_MAX_CPUS, &n_cores, err, err_size);
+        free(t);
+        if (st != NM_OK) return st;
+        CPU_ZERO(&set);
+        for (int32_t i = 0; i < n_cores; i++) CPU_SET(cores[i], &set);
+        bound = pthread_getaffinity_np(pthread_self(), sizeof old, &old) == 0 &&
+                pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+        if (!bound) return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "profile: cannot bind a thread to %s", unit);
+    }
+    nm_backend *be = NULL;
+    const nm_backend_params bp = {.n_threads = n_cores, .max_row = MM_K, .max_tokens = MM_T};
+    float *wf = malloc(sizeof(float) * MM_O * MM_K), *x = malloc(sizeof(float) * MM_K * MM_T);
+    float *y = malloc(sizeof(float) * MM_O * MM_T);
+    void *wq = malloc(sizeof(float) * MM_O * MM_K);
+    nm_status st = wf && x && y && wq ? nm_backend_create(cpu ? "cpu" : unit, &bp, &be, err, err_size) : NM_ERR_NOMEM;
+    if (st == NM_OK) {
+        uint32_t seed = 12345;
+        for (int64_t i = 0; i < (int64_t)MM_O * MM_K; i++) { // any values: the time does not depend on them
+            seed = seed * 1664525u + 1013904223u;
+            wf[i] = (float)(seed >> 9) / 8388608.0f - 1.0f;
+        }
+        for (int64_t i = 0; i < (int64_t)MM_K * MM_T; i++) x[i] = wf[i % ((int64_t)MM_O * MM_K)];
+        // activations and outputs readable (and, for y, writable) by the backend
+        if ((st = be->iface->buffer_import_host(be, x, sizeof(float) * MM_K * MM_T, false)) == NM_OK)
+            st = be->iface->buffer_import_host(be, y, sizeof(float) * MM_O * MM_T, true);
+        if (st == NM_OK) st = be->iface->buffer_import_host(be, wf, sizeof(float) * 64 * 64, false);
+        // the weights of every type in one range (a device with its own memory keeps the first
+        // upload's values: the time of a matmul does not depend on them)
+        if (st == NM_OK) st = be->iface->buffer_import_host(be, wq, sizeof(float) * MM_O * MM_K, false);
+        if (st != NM_OK) nm_fail(st, err, err_size, "profile: %s: %s", unit, be->iface->last_error(be));
+    } else if (st == NM_ERR_NOMEM) {
+        nm_fail(st, err, err_size, "profile: out of memory");
+    }
+    if (st == NM_OK) {
+        out->unit = cpu ? NM_UNIT_CPU : NM_UNIT_OPENCL;
+        for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
+            out->gflops[measured[i]] = matmul_gflops(be, measured[i], wf, x, y, wq);
+        out->gflops_f32 = out->gflops[NM_TYPE_F32];
+        out->launch_us = launch_us(be, wf, x, y);
+        if (cpu) {
+            out->read_gbps = nm_cpu_read_gbps(n_cores);
+        } else {
+            nm_device_info d[17];
+            const int32_t n = nm_list_devices(d, 17, true);
+            const char *want = strchr(unit, ':') ? unit : "opencl:0";
+            for (int32_t i = 0; i < n && i < 17; i++)
+                if (!strcmp(d[i].name, want)) {
+                    out->read_gbps = d[i].read_gbps;
+                    out->mem_bytes = d[i].unified ? 0 : d[i].mem_bytes;
+                }
+        }
+    }
+    nm_backend_free(be);
+    free(wf), free(x), free(y), free(wq);
+    if (bound) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+    return st;
+}
+
+// ---- the file -------------------------------------------------------------------------------
+
+static const char *unit_name(nm_unit u) {
+    return u == NM_UNIT_CPU ? "cpu" : u == NM_UNIT_OPENCL ? "opencl" : u == NM_UNIT_NPU ? "npu" : "?";
+}
+
+nm_status nm_units_save(const char *path, const nm_unit_profile *u, int32_t n, char *err, size_t err_size) {
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "units");
+    cJSON_AddNumberToObject(root, "version", 1);
+    for (int32_t i = 0; i < n && arr; i++) {
+        cJSON *o = cJSON_CreateObject(), *g = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", u[i].name);
+        cJSON_AddStringToObject(o, "unit", unit_name(u[i].unit));
+        cJSON_AddNumberToObject(o, "read_gbps", u[i].read_gbps);
+        cJSON_AddNumberToObject(o, "gflops_f32", u[i].gflops_f32);
+        for (int t = 0; t < NM_EST_TYPES; t++) {
+            const nm_type_traits *tr = nm_type_traits_get((uint32_t)t);
+            if (u[i].gflops[t] > 0 && tr) cJSON_AddNumberToObject(g, tr->name, u[i].gflops[t]);
+        }
+        cJSON_AddItemToObject(o, "gflops", g);
+        cJSON_AddNumberToObject(o, "launch_us", u[i].launch_us);
+        cJSON_AddNumberToObject(o, "mem_bytes", (double)u[i].mem_bytes);
+        cJSON_AddNumberToObject(o, "idle_w", u[i].idle_w);
+        cJSON_AddNumberToObject(o, "active_w", u[i].active_w);
+        cJSON_AddNumberToObject(o, "kinds", u[i].kinds);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *text = root && arr ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return nm_fail(NM_ERR_NOMEM, err, err_size, "profile: out of memory");
+    nm_outfile f;
+    nm_status st = nm_outfile_open(&f, path, err, err_size);
+    if (st == NM_OK) {
+        fputs(text, f.f);
+        fputc('\n', f.f);
+        st = nm_outfile_commit(&f, err, err_size);
+    }
+    cJSON_free(text);
+    return st;
+}
+
+nm_status nm_units_load(const char *path, nm_unit_profile *u, int32_t max, int32_t *n, char *err, size_t err_size) {
+    if (n) *n = 0;
+    if (!path || !u || !n) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "profile: NULL argument");
+    FILE *f = fopen(path, "rb");
+    if (!f) return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot open", path);
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            char *t = cap > (16u << 20) ? NULL : realloc(text, cap = cap ? 2 * cap : 8192);
+            if (!t) {
+                free(text);
+                fclose(f);
+                return nm_fail(NM_ERR_RANGE, err, err_size, "%s: too large for a profile", path);
+            }
+            text = t;
+        }
+        size_t r = fread(text + len, 1, cap - len - 1, f);
+        len += r;
+        if (r == 0) break;
+    }
+    fclose(f);
+    text[len] = '\0';
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    nm_status st = NM_OK;
+    const cJSON *arr = root ? cJSON_GetObjectItemCaseSensitive(root, "units") : NULL;
+    if (!root || !cJSON_IsArray(arr)) {
+        st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: not a unit profile (a JSON object with a \"units\" array)", path);
+        goto done;
+    }
+    const cJSON *o;
+    cJSON_ArrayForEach(o, arr) {
+        if (*n == max) {
+            st = nm_fail(NM_ERR_RANGE, err, err_size, "%s: more than %d units", path, max);
+            goto done;
+        }
+        nm_unit_profile *p = &u[*n];
+        memset(p, 0, sizeof *p);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name"), *kind = cJSON_GetObjectItemCaseSensitive(o, "unit");
+        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(o, "read_gbps"), *g = cJSON_GetObjectItemCaseSensitive(o, "gflops");
+        if (!cJSON_IsString(name) || !cJSON_IsString(kind) || !cJSON_IsNumber(bw) || !cJSON_IsObject(g)) {
+            st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %d needs name, unit, read_gbps and gflops", path, (int)*n);
+            goto done;
+        }
+        snprintf(p->name, sizeof p->name, "%s", name->valuestring);
+        if (!strcmp(kind->valuestring, "cpu")) p->unit = NM_UNIT_CPU;
+        else if (!strcmp(kind->valuestring, "opencl")) p->unit = NM_UNIT_OPENCL;
+        else if (!strcmp(kind->valuestring, "npu")) p->unit = NM_UNIT_NPU;
+        else {
+            st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: unknown kind '%s' (cpu, opencl, npu)", path,
+                         p->name, kind->valuestring);
+            goto done;
+        }
+        p->read_gbps = bw->valuedouble;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, g) {
+            int t = 0;
+            for (; t < NM_EST_TYPES; t++) {
+                const nm_type_traits *tr = nm_type_traits_get((uint32_t)t);
+                if (tr && e->string && !strcmp(tr->name, e->string)) break;
+            }
+            if (t == NM_EST_TYPES || !cJSON_IsNumber(e) || e->valuedouble < 0) {
+                st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: gflops \"%s\" is not a weight type with a "
+                             "number", path, p->name, e->string ? e->string : "?");
+                goto done;
+            }
+            p->gflops[t] = e->valuedouble;
+        }
+        const struct {
+            const char *key;
+            double *dst;
+        } nums[] = {{"gflops_f32", &p->gflops_f32}, {"launch_us", &p->launch_us}, {"idle_w", &p->idle_w},
+                    {"active_w", &p->active_w}};
+        for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, nums[k].key);
+            if (v && (!cJSON_IsNumber(v) || v->valuedouble < 0)) {
+                st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: %s must be a number >= 0", path, p->name,
+                             nums[k].key);
+                goto done;
+            }
+            if (v) *nums[k].dst = v->valuedouble;
+        }
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(o, "mem_bytes"), *kinds = cJSON_GetObjectItemCaseSensitive(o, "kinds");
+        if (cJSON_IsNumber(mem) && mem->valuedouble > 0) p->mem_bytes = (uint64_t)mem->valuedouble;
+        if (cJSON_IsNumber(kinds) && kinds->valuedouble > 0) p->kinds = (uint32_t)kinds->valuedouble;
+        if (!(p->read_gbps > 0)) {
+            st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: read_gbps must be > 0", path, p->name);
+            goto done;
+        }
+        (*n)++;
+    }
+done:
+    cJSON_Delete(root);
+    if (st != NM_OK) *n = 0;
+    return st;
+}

@@ -1,0 +1,130 @@
+// nanomind profile: measure every compute unit once (each CPU cluster, each
+// OpenCL device) into the profile file the planner reads (`run --plan`).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void profile_usage(void) {
+    printf("usage: nanomind profile [--units LIST] [-o FILE] [--show]\n"
+           "\n"
+           "Measures each compute unit: read bandwidth, matmul GFLOP/s by weight type (64 tokens of a\n"
+           "1024 x 2048 weight), launch overhead; saves them for the planner (run --plan).\n"
+           "\n"
+           "  --units LIST  comma-separated units (default: each CPU cluster, then each OpenCL device):\n"
+           "                cpu, cpu:big, cpu:little, cpu:cluster:N, cpu:CORES, opencl, opencl:N\n"
+           "  -o FILE       where to save (default %s; \"-\": stdout)\n"
+           "  --show        print the saved profile; measure nothing\n"
+           "  -h, --help    this help\n"
+           "\n"
+           "Watts are not measured: edit idle_w and active_w in the file for the energy goal.\n",
+           "~/.cache/nanomind/profile.json");
+}
+
+bool cli_profile_path(char *buf, size_t size) {
+    const char *home = getenv("HOME");
+    if (!home || !*home) return false;
+    snprintf(buf, size, "%s/.cache/nanomind/profile.json", home);
+    return true;
+}
+
+static void print_units(const nm_unit_profile *u, int32_t n) {
+    // GGUF type ids: f32 0, f16 1, q4_0 2, q4_1 3, q5_0 6, q8_0 8, q4_K 12, q6_K 14
+    printf("%-16s %9s %8s %8s %8s %8s %8s %8s %8s %9s\n", "unit", "read GB/s", "f32", "f16", "q4_0", "q4_1", "q8_0",
+           "q4_K", "q6_K", "launch us");
+    for (int32_t i = 0; i < n; i++)
+        printf("%-16s %9.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %9.1f\n", u[i].name, u[i].read_gbps,
+               u[i].gflops[0], u[i].gflops[1], u[i].gflops[2], u[i].gflops[3], u[i].gflops[8], u[i].gflops[12],
+               u[i].gflops[14], u[i].launch_us);
+    printf("(matmul GFLOP/s; 0: no kernel for that type)\n");
+}
+
+int cmd_profile(int argc, char **argv) {
+    const char *units = NULL, *out = NULL;
+    bool show = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            profile_usage();
+            return 0;
+        } else if (!strcmp(a, "--version")) {
+            cli_print_version();
+            return 0;
+        } else if (!strcmp(a, "--show")) {
+            show = true;
+        } else if (!strcmp(a, "--units") || !strcmp(a, "-o")) {
+            if (!v || !*v) {
+                fprintf(stderr, "error: %s needs a value\n", a);
+                return 2;
+            }
+            *(!strcmp(a, "-o") ? &out : &units) = v;
+            i++;
+        } else {
+            fprintf(stderr, "error: nanomind profile does not take %s (see nanomind profile --help)\n", a);
+            return 2;
+        }
+    }
+    char path[1024], err[512];
+    if (!out && !cli_profile_path(path, sizeof path)) {
+        fprintf(stderr, "error: no HOME to keep the profile in: give -o FILE\n");
+        return 2;
+    }
+    if (!out) out = path;
+    nm_unit_profile u[NM_PLAN_MAX_UNITS];
+    int32_t n = 0;
+    nm_status st;
+    if (show) {
+        if ((st = nm_units_load(out, u, NM_PLAN_MAX_UNITS, &n, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: %s (%s)\n", err, nm_status_str(st));
+            return 1;
+        }
+        print_units(u, n);
+        return 0;
+    }
+    // the units: as asked, or every CPU cluster and every OpenCL device
+    char names[NM_PLAN_MAX_UNITS][64];
+    int32_t n_names = 0;
+    if (units) {
+        const char *p = units;
+        while (*p && n_names < NM_PLAN_MAX_UNITS) {
+            size_t k = strcspn(p, ",");
+            snprintf(names[n_names++], sizeof names[0], "%.*s", (int)k, p);
+            p += k + (p[k] == ',');
+        }
+        if (*p) {
+            fprintf(stderr, "error: --units: at most %d units\n", NM_PLAN_MAX_UNITS);
+            return 2;
+        }
+    } else {
+        nm_cpu_topology *t = malloc(sizeof *t);
+        if (t && nm_cpu_topology_read(NULL, t, err, sizeof err) == NM_OK && t->n_clusters > 1) {
+            for (int32_t c = 0; c < t->n_clusters && n_names < NM_PLAN_MAX_UNITS; c++)
+                snprintf(names[n_names++], sizeof names[0], "cpu:cluster:%d", (int)c);
+        } else {
+            snprintf(names[n_names++], sizeof names[0], "cpu");
+        }
+        free(t);
+        nm_device_info d[NM_PLAN_MAX_UNITS + 1];
+        const int32_t nd = nm_list_devices(d, NM_PLAN_MAX_UNITS + 1, false);
+        for (int32_t i = 1; i < nd && i <= NM_PLAN_MAX_UNITS && n_names < NM_PLAN_MAX_UNITS; i++)
+            snprintf(names[n_names++], sizeof names[0], "%s", d[i].name);
+    }
+    for (int32_t i = 0; i < n_names; i++) {
+        fprintf(stderr, "measuring %s ...\n", names[i]);
+        const double t0 = cli_now();
+        if ((st = nm_unit_measure(names[i], &u[n], err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: %s (%s)\n", err, nm_status_str(st));
+            return st == NM_ERR_INVALID_ARG ? 2 : 1;
+        }
+        fprintf(stderr, "  %.1f s\n", cli_now() - t0);
+        n++;
+    }
+    print_units(u, n);
+    if ((st = nm_units_save(out, u, n, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    if (strcmp(out, "-")) fprintf(stderr, "saved %s\n", out);
+    return 0;
+}

@@ -108,6 +108,10 @@ NM_TEST(energy_prefers_the_little_cores) {
     // llm on little: 883 ms at 0.5 W = 0.44 J against 0.62 J on big
     NM_CHECK(en.steps[1].unit == LITTLE && en.steps[1].unit2 == -1 && en.steps[0].unit == NPU);
     NM_CHECK(en.joules < lat.joules && en.latency_s > lat.latency_s);
+    // an NPU that draws 3 W while it waits for the decoder costs more than it saves: left out
+    u[NPU].idle_w = 3.0;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_ENERGY, &en, err, sizeof err) == NM_OK);
+    NM_CHECK(en.steps[0].unit != NPU && en.busy_s[NPU] == 0);
 }
 
 NM_TEST(memory_and_kernels_respected) {

@@ -11,6 +11,7 @@
 
 #include "bricks/brick_impl.h"
 #include "core/fail.h"
+#include "quant/quant.h"
 
 struct nm_brick {
     const nm_brick_i *impl;
@@ -209,6 +210,16 @@ nm_brick_stats nm_brick_get_stats(const nm_brick *b) {
 void *nm_brick_state_of(const nm_brick *b, const nm_brick_i *impl) { return b && b->impl == impl ? b->state : NULL; }
 
 // ---- helpers of the implementations ------------------------------------------------------------
+double nm_cost_matmul(nm_brick_cost *e, const nm_tensor *w, double rows, double passes) {
+    if (!nm_tensor_is_set(w)) return 0;
+    const double f = 2.0 * (double)w->ne[0] * (double)w->ne[1] * rows;
+    e->flops += f;
+    e->flops_by_type[w->type < NM_EST_TYPES ? w->type : 0] += f;
+    const double bytes = (double)nm_row_size(w->type, w->ne[0]) * (double)w->ne[1];
+    e->weight_bytes_read += bytes * passes;
+    return bytes;
+}
+
 nm_status nm_brick_put_error(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
                              uint64_t extra) {
     nm_tabm_slot o;

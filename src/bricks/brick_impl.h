@@ -3,6 +3,7 @@
 #ifndef NM_BRICK_IMPL_H
 #define NM_BRICK_IMPL_H
 
+#include "backend/backend.h"
 #include "nanomind.h"
 
 extern const nm_brick_i nm_brick_llm_i;    // bricks/llm/brick.c
@@ -19,6 +20,11 @@ void *nm_brick_state_of(const nm_brick *b, const nm_brick_i *impl);
 // implementations' failure paths.
 nm_status nm_brick_put_error(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
                              uint64_t extra);
+// The estimates' one step: a matmul of weight w over `rows` rows (2 FLOPs a
+// weight and row, under w's type) whose weight is streamed `passes` times
+// (added to weight_bytes_read). Returns the weight's bytes; nothing for an
+// absent weight.
+double nm_cost_matmul(nm_brick_cost *e, const nm_tensor *w, double rows, double passes);
 // Reads and releases the rest of a request whose slot `user` flags say more follow.
 nm_status nm_brick_drain_request(nm_tabm *in, uint64_t user, int64_t timeout_ns, uint64_t *n_slots);
 

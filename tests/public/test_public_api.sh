@@ -20,7 +20,8 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' 
 if out=$(cmake --install "$build" --prefix "$tmp/prefix" 2>&1); then ok install; else bad install "$out"; fi
 lib=$(ls "$tmp"/prefix/lib*/libnanomind.so.0 2>/dev/null | head -1)
 if [ -n "$lib" ]; then
-    nm -D --defined-only "$lib" | awk '{print $3}' | sort > "$tmp/exported"
+    # (names starting with _ are the toolchain's and the sanitizers': _init, __odr_asan_gen_* ...)
+    nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^_' | sort > "$tmp/exported"
     grep -oE '\bnm_[a-z0-9_]+\(' "$root/include/nanomind.h" | tr -d '(' | sort -u > "$tmp/declared"
     extra=$(comm -23 "$tmp/exported" "$tmp/declared")
     missing=$(comm -13 "$tmp/exported" "$tmp/declared")
@@ -34,7 +35,11 @@ fi
 # 2. a program built with the installed header and pkg-config alone
 export PKG_CONFIG_PATH=$(dirname "$(ls "$tmp"/prefix/lib*/pkgconfig/nanomind.pc | head -1)")
 flags=$(pkg-config --cflags --libs nanomind 2>&1)
-if out=$(cc -std=c11 -Wall -Wextra -Werror -o "$tmp/pipeline" "$src/pipeline.c" $flags -pthread 2>&1); then
+# a sanitizer build's library needs its runtime in the program too
+san=
+if [ -n "$lib" ] && nm -D "$lib" | grep -q ' __asan_init'; then san="-fsanitize=address,undefined"; fi
+if [ -n "$lib" ] && nm -D "$lib" | grep -q ' __tsan_init'; then san="-fsanitize=thread"; fi
+if out=$(cc -std=c11 -Wall -Wextra -Werror $san -o "$tmp/pipeline" "$src/pipeline.c" $flags -pthread 2>&1); then
     ok "builds_with_pkg_config ($flags)"
 else
     bad builds_with_pkg_config "$out"
@@ -45,7 +50,7 @@ cat > "$tmp/internal.c" <<'C'
 int nm_cpu_features_str(void); /* internal: src/core/cpu.h */
 int main(void) { return nm_cpu_features_str(); }
 C
-if out=$(cc -o "$tmp/internal" "$tmp/internal.c" $flags 2>&1); then bad internal_symbols_hidden "linked"
+if out=$(cc $san -o "$tmp/internal" "$tmp/internal.c" $flags 2>&1); then bad internal_symbols_hidden "linked"
 else ok internal_symbols_hidden; fi
 
 # 3. run it on the default model

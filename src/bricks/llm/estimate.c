@@ -9,15 +9,9 @@
 // 2 * head_dim FLOPs per head and position each.
 #include <string.h>
 
+#include "bricks/brick_impl.h"
 #include "bricks/llm/llm.h"
 #include "quant/quant.h"
-
-static void add_matmul(nm_brick_cost *e, const nm_tensor *w, double rows) {
-    if (!nm_tensor_is_set(w)) return;
-    const double f = 2.0 * (double)w->ne[0] * (double)w->ne[1] * rows;
-    e->flops += f;
-    e->flops_by_type[w->type < NM_EST_TYPES ? w->type : 0] += f;
-}
 
 static double layer_weight_bytes(const nm_layer *L) {
     const nm_tensor *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
@@ -46,7 +40,7 @@ void nm_llm_estimate_model(const nm_model *m, const nm_ctx *c, const nm_brick_in
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const nm_layer *L = &m->layers[il];
         const nm_tensor *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) add_matmul(e, w[i], rows);
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) nm_cost_matmul(e, w[i], rows, 0);
         wbytes_layers += layer_weight_bytes(L);
         double att = 0; // positions attended, summed over the request's rows
         for (int64_t t = past; t < past + n_tok + n_gen; t++) att += attended(hp, L, t);
@@ -63,7 +57,7 @@ void nm_llm_estimate_model(const nm_model *m, const nm_ctx *c, const nm_brick_in
     e->act_bytes += 4.0 * elem;
     // the output head: the last row of each prompt pass that ends the prompt, and every generated token
     const double head_rows = (double)((n_tok > 0 ? 1 : 0) + n_gen);
-    add_matmul(e, &m->output, head_rows);
+    nm_cost_matmul(e, &m->output, head_rows, 0);
     const double head_bytes = (double)nm_row_size(m->output.type, m->output.ne[0]) * (double)m->output.ne[1];
     e->n_passes = passes_prompt + n_gen;
     e->weight_bytes_read = (wbytes_layers) * (double)e->n_passes + head_bytes * head_rows;

@@ -223,19 +223,9 @@ nm_stt_timings nm_brick_stt_timings(const nm_brick *b) {
 }
 
 // ---- estimate ---------------------------------------------------------------------------
-static double mm(nm_brick_cost *e, const nm_tensor *w, double rows, double passes) {
-    if (!nm_tensor_is_set(w)) return 0;
-    const double f = 2.0 * (double)w->ne[0] * (double)w->ne[1] * rows;
-    e->flops += f;
-    e->flops_by_type[w->type < NM_EST_TYPES ? w->type : 0] += f;
-    const double bytes = (double)nm_row_size(w->type, w->ne[0]) * (double)w->ne[1];
-    e->weight_bytes_read += bytes * passes;
-    return bytes;
-}
-
 static double attn_mm(nm_brick_cost *e, const nm_whisper_attn *a, double rows, double passes, bool qo_only) {
-    double b = mm(e, &a->q_w, rows, passes) + mm(e, &a->o_w, rows, passes);
-    if (!qo_only) b += mm(e, &a->k_w, rows, passes) + mm(e, &a->v_w, rows, passes);
+    double b = nm_cost_matmul(e, &a->q_w, rows, passes) + nm_cost_matmul(e, &a->o_w, rows, passes);
+    if (!qo_only) b += nm_cost_matmul(e, &a->k_w, rows, passes) + nm_cost_matmul(e, &a->v_w, rows, passes);
     return b;
 }
 
@@ -263,7 +253,7 @@ static nm_status stt_estimate(void *state, const nm_brick_input *in, nm_brick_co
     for (int32_t il = 0; il < hp->n_audio_layer; il++) {
         const nm_whisper_enc_layer *L = &m->enc[il];
         wb += attn_mm(e, &L->attn, actx * windows, windows, false);
-        wb += mm(e, &L->mlp.fc1_w, actx * windows, windows) + mm(e, &L->mlp.fc2_w, actx * windows, windows);
+        wb += nm_cost_matmul(e, &L->mlp.fc1_w, actx * windows, windows) + nm_cost_matmul(e, &L->mlp.fc2_w, actx * windows, windows);
         const double att = 4.0 * actx * actx * d * windows;
         e->flops += att;
         e->flops_by_type[0] += att;
@@ -273,14 +263,14 @@ static nm_status stt_estimate(void *state, const nm_brick_input *in, nm_brick_co
         const nm_whisper_dec_layer *L = &m->dec[il];
         wb += attn_mm(e, &L->attn, rows, steps * windows, false);
         wb += attn_mm(e, &L->cross, rows, steps * windows, true);
-        wb += mm(e, &L->cross.k_w, actx * windows, windows) + mm(e, &L->cross.v_w, actx * windows, windows);
-        wb += mm(e, &L->mlp.fc1_w, rows, steps * windows) + mm(e, &L->mlp.fc2_w, rows, steps * windows);
+        wb += nm_cost_matmul(e, &L->cross.k_w, actx * windows, windows) + nm_cost_matmul(e, &L->cross.v_w, actx * windows, windows);
+        wb += nm_cost_matmul(e, &L->mlp.fc1_w, rows, steps * windows) + nm_cost_matmul(e, &L->mlp.fc2_w, rows, steps * windows);
         const double att = 4.0 * rows * d * (actx + tokens / 2.0);
         e->flops += att;
         e->flops_by_type[0] += att;
         e->act_bytes += 2.0 * 4.0 * rows * d * actx; // cross K and V read per row
     }
-    wb += mm(e, &m->d_te, rows, steps * windows); // the tied output head
+    wb += nm_cost_matmul(e, &m->d_te, rows, steps * windows); // the tied output head
     e->n_passes = (int64_t)(windows * (1 + steps));
     e->n_out = (int64_t)(tokens * windows);
     e->weight_bytes = m->bytes_mapped + m->bytes_copied;

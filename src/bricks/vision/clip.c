@@ -26,6 +26,7 @@
 #include "bricks/vision/clip.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "bricks/brick_impl.h"
 #include "core/fail.h"
 
 typedef struct clip_layer {
@@ -624,34 +625,24 @@ nm_status nm_clip_encode(nm_clip *c, const float *pixels, float *out) {
 }
 
 // ---- cost of one encoder run (nm_brick_i.estimate of the vision brick) -------------------------
-static double mm_cost(nm_brick_cost *e, const nm_tensor *w, double rows) {
-    if (!nm_tensor_is_set(w)) return 0;
-    const double f = 2.0 * (double)w->ne[0] * (double)w->ne[1] * rows;
-    e->flops += f;
-    e->flops_by_type[w->type < NM_EST_TYPES ? w->type : 0] += f;
-    const double bytes = (double)nm_row_size(w->type, w->ne[0]) * (double)w->ne[1];
-    e->weight_bytes_read += bytes;
-    return bytes;
-}
-
 void nm_clip_estimate_run(const nm_clip *c, nm_brick_cost *e) {
     const nm_clip_info *in = &c->info;
     const double np = (double)in->n_patches, npos = (double)c->n_pos, d = (double)in->n_embd;
-    double wb = mm_cost(e, &c->patch_w, np);
+    double wb = nm_cost_matmul(e, &c->patch_w, np, 1);
     for (int32_t il = 0; il < in->n_layer_run; il++) {
         const clip_layer *L = &c->layers[il];
         const nm_tensor *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->up, &L->down};
-        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) wb += mm_cost(e, w[i], npos);
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) wb += nm_cost_matmul(e, w[i], npos, 1);
         const double att = 4.0 * npos * npos * d; // q.k and p.v over every pair of positions
         e->flops += att;
         e->flops_by_type[0] += att;
         e->act_bytes += 4.0 * npos * npos * (double)in->n_head; // the score rows
     }
     if (in->proj == NM_CLIP_PROJ_MLP) {
-        wb += mm_cost(e, &c->mm0_w, (double)in->n_out);
-        wb += mm_cost(e, &c->mm2_w, (double)in->n_out);
+        wb += nm_cost_matmul(e, &c->mm0_w, (double)in->n_out, 1);
+        wb += nm_cost_matmul(e, &c->mm2_w, (double)in->n_out, 1);
     } else {
-        wb += mm_cost(e, &c->fc_w, (double)in->n_out);
+        wb += nm_cost_matmul(e, &c->fc_w, (double)in->n_out, 1);
     }
     const double elem = npos * (double)in->n_layer_run * (8.0 * d + 2.0 * in->n_ff);
     e->flops += elem;

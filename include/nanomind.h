@@ -55,8 +55,8 @@ const char *nm_system_info(char *buf, size_t size);
 double nm_cpu_read_gbps(int32_t n_threads);
 
 // CPU topology from sysfs: the online cores in clusters, the fastest first
-// (big.LITTLE: cores of the same cpu_capacity and top frequency; x86: a
-// package, or P- and E-cores apart by their top frequency).
+// (big.LITTLE: cores of the same cpu_capacity and top frequency within 10%;
+// x86: a package, or P- and E-cores apart by their top frequency).
 #define NM_MAX_CPUS 256
 #define NM_MAX_CLUSTERS 16
 typedef struct nm_cpu_cluster {
@@ -802,7 +802,7 @@ typedef struct nm_brick_i {
     void (*release)(void *state); // NULL state: a no-op
     // Optional: the cost of a request of the given size.
     nm_status (*estimate)(void *state, const nm_brick_input *in, nm_brick_cost *out);
-    // Optional: the kind's counters (the handle fills the common ones).
+    // Optional: the counters (nm_brick_stats, zeroed before; all of them are the implementation's).
     void (*stats)(void *state, nm_brick_stats *out);
     // Optional: the unit it computes on ("cpu" when NULL).
     const char *(*device)(void *state);
@@ -836,7 +836,8 @@ const char *nm_brick_device(const nm_brick *b); // the unit it computes on ("cpu
 // Changes the per-request parameters for the next requests: LLM sampling and
 // llm (the sampler starts afresh), STT stt. Not while a lane runs the brick.
 // NM_ERR_UNSUPPORTED for a kind without them (TTS: load another voice);
-// NM_ERR_INVALID_ARG (err says why) for bad values, the old ones kept.
+// NM_ERR_INVALID_ARG (err says why) for bad LLM values, the old ones kept;
+// Whisper's are checked by each request (a bad one fails it, flagged).
 nm_status nm_brick_set_params(nm_brick *b, const nm_brick_params *p, char *err, size_t err_size);
 // Serves one request from `in` into `out` (see nm_brick_i.run); the brick's
 // own thread (lane) or the caller's.
@@ -963,6 +964,7 @@ nm_status nm_tts_list_voices(const char *engine, const char *data_dir, nm_tts_vo
 
 #define NM_PLAN_MAX_UNITS 8
 #define NM_PLAN_MAX_BRICKS 8
+#define NM_PLAN_MAX_PLACEMENTS 20000000 // the search's bound (a few seconds); more: NM_ERR_RANGE
 
 typedef struct nm_unit_profile {
     char name[32];                 // "cpu:big", "opencl:0", "npu" ...
@@ -1026,7 +1028,8 @@ nm_status nm_units_load(const char *path, nm_unit_profile *units, int32_t max, i
 
 // The best placement of the chain for the goal; deterministic (ties go to the
 // lower unit index, then to no split). NM_ERR_UNSUPPORTED (err names the
-// brick) when some brick fits no unit (kind, weight type, memory).
+// brick) when some brick fits no unit (kind, weight type, memory);
+// NM_ERR_RANGE when there are more than NM_PLAN_MAX_PLACEMENTS placements.
 nm_status nm_plan_make(const nm_unit_profile *units, int32_t n_units, const nm_plan_brick *bricks, int32_t n_bricks,
                        nm_plan_goal goal, nm_plan *out, char *err, size_t err_size);
 // The plan as text: a line per brick (unit, time, why), then latency, period,

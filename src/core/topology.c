@@ -91,6 +91,14 @@ static void shared_cache(const char *root, int cpu, int64_t *bytes) {
     }
 }
 
+// Top frequencies within 10% are one cluster's: Intel's Turbo Boost Max 3.0
+// and AMD's preferred cores give a few cores of one kind a slightly higher
+// maximum; big and little cores differ far more.
+static bool same_khz(int64_t a, int64_t b) {
+    const int64_t hi = a > b ? a : b, lo = a > b ? b : a;
+    return hi - lo <= hi / 10;
+}
+
 static int cmp_cluster(const void *a, const void *b) {
     const nm_cpu_cluster *x = a, *y = b;
     if (x->capacity != y->capacity) return x->capacity > y->capacity ? -1 : 1;
@@ -124,7 +132,7 @@ nm_status nm_cpu_topology_read(const char *root, nm_cpu_topology *t, char *err, 
         int c = 0;
         for (; c < t->n_clusters; c++) {
             const nm_cpu_cluster *k = &t->clusters[c];
-            if (k->capacity == cap && k->max_khz == khz && k->package == pkg) break;
+            if (k->capacity == cap && same_khz(k->max_khz, khz) && k->package == pkg) break;
         }
         if (c == t->n_clusters) {
             if (c == NM_MAX_CLUSTERS)
@@ -134,6 +142,7 @@ nm_status nm_cpu_topology_read(const char *root, nm_cpu_topology *t, char *err, 
         }
         nm_cpu_cluster *k = &t->clusters[c];
         k->cpus[k->n_cpus++] = cpu;
+        if (khz > k->max_khz) k->max_khz = khz; // the cluster's best core
         if (cache > k->cache_bytes) k->cache_bytes = cache;
     }
     qsort(t->clusters, (size_t)t->n_clusters, sizeof t->clusters[0], cmp_cluster);

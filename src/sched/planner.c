@@ -1,9 +1,9 @@
 // The planner (include/nanomind.h, "the planner"; docs/scheduler.md): every
 // placement of a chain of bricks on the units, the decoder also split in two
 // layer ranges on two units, scored by the roofline of each brick's estimate
-// on each unit's profile. The search is exhaustive (at most 8 units and 8
-// bricks; in practice 2..4 of each: a few thousand placements), so the plan
-// is the best one the model knows, not a heuristic's guess, and it is
+// on each unit's profile. The search is exhaustive (up to
+// NM_PLAN_MAX_PLACEMENTS placements; a phone's 4 units and 2 bricks are 708),
+// so the plan is the best one the model knows, not a heuristic's guess, and it is
 // deterministic: a placement replaces the best so far only when strictly
 // better, and placements are visited in unit order, unsplit before split.
 #include <math.h>
@@ -163,19 +163,26 @@ nm_status nm_plan_make(const nm_unit_profile *units, int32_t n_units, const nm_p
                        NM_PLAN_MAX_UNITS, NM_PLAN_MAX_BRICKS, n_units, n_bricks);
     if (goal < NM_PLAN_LATENCY || goal > NM_PLAN_ENERGY)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "plan: unknown goal %d", (int)goal);
-    // a brick no unit takes is named before any search
+    // a brick no unit takes is named before any search (memory alone: a decoder
+    // too large for any one unit may still fit split over two)
+    double placements = 1;
     for (int32_t i = 0; i < n_bricks; i++) {
         const char *why = NULL;
         bool any = false;
+        const bool splits = bricks[i].kind == NM_BRICK_LLM && bricks[i].n_layer > 1;
         for (int32_t u = 0; u < n_units && !any; u++) {
             const fit f = cost_on(&units[u], &bricks[i], 1.0);
-            any = f.seconds >= 0 && (!units[u].mem_bytes || f.mem <= units[u].mem_bytes);
+            any = f.seconds >= 0 && (splits || !units[u].mem_bytes || f.mem <= units[u].mem_bytes);
             if (!any && !why) why = f.seconds < 0 ? f.why_not : "does not fit its memory";
         }
+        placements *= n_units + (splits ? (double)n_units * (n_units - 1) * (bricks[i].n_layer - 1) : 0);
         if (!any)
             return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "plan: no unit can run brick %d (%s): %s", (int)i,
                            bricks[i].name ? bricks[i].name : "?", why ? why : "?");
     }
+    if (placements > NM_PLAN_MAX_PLACEMENTS)
+        return nm_fail(NM_ERR_RANGE, err, err_size, "plan: %.3g placements to look at, more than %d: fewer units, "
+                       "bricks or layers", placements, NM_PLAN_MAX_PLACEMENTS);
     search *s = calloc(1, sizeof *s);
     if (!s) return nm_fail(NM_ERR_NOMEM, err, err_size, "plan: out of memory");
     *s = (search){.units = units, .n_units = n_units, .bricks = bricks, .n_bricks = n_bricks, .goal = goal};
@@ -206,17 +213,17 @@ nm_status nm_plan_make(const nm_unit_profile *units, int32_t n_units, const nm_p
 
 int32_t nm_plan_format(const nm_plan *p, const nm_unit_profile *units, const nm_plan_brick *bricks, char *buf,
                        int32_t size) {
-    char tmp[4096];
+    char tmp[8192]; // 8 bricks of at most ~330 bytes and 8 units: it always fits
     size_t n = 0;
-#define PUT(...) (n += (size_t)snprintf(tmp + n, n < sizeof tmp ? sizeof tmp - n : 0, __VA_ARGS__))
+#define PUT(...) (n += (size_t)snprintf(tmp + (n < sizeof tmp ? n : sizeof tmp - 1), n < sizeof tmp ? sizeof tmp - n : 1, __VA_ARGS__))
     PUT("plan: %lld placements considered\n", (long long)p->n_considered);
     for (int32_t i = 0; i < p->n; i++) {
         const nm_plan_step *st = &p->steps[i];
         const char *name = bricks[i].name ? bricks[i].name : "brick";
         if (st->unit2 < 0)
-            PUT("  %-8s on %-12s %9.2f ms  %s\n", name, units[st->unit].name, 1e3 * st->seconds, st->why);
+            PUT("  %-8.24s on %-12s %9.2f ms  %s\n", name, units[st->unit].name, 1e3 * st->seconds, st->why);
         else
-            PUT("  %-8s layers 0-%d on %s, %d-%d on %s: %.2f ms  %s\n", name, st->split - 1, units[st->unit].name,
+            PUT("  %-8.24s layers 0-%d on %s, %d-%d on %s: %.2f ms  %s\n", name, st->split - 1, units[st->unit].name,
                 st->split, bricks[i].n_layer - 1, units[st->unit2].name, 1e3 * st->seconds, st->why);
     }
     PUT("latency %.2f ms a request, period %.2f ms (%.1f a second), %.3f J a request\n", 1e3 * p->latency_s,

@@ -274,8 +274,19 @@ nm_status nm_units_load(const char *path, nm_unit_profile *u, int32_t max, int32
             if (v) *nums[k].dst = v->valuedouble;
         }
         const cJSON *mem = cJSON_GetObjectItemCaseSensitive(o, "mem_bytes"), *kinds = cJSON_GetObjectItemCaseSensitive(o, "kinds");
-        if (cJSON_IsNumber(mem) && mem->valuedouble > 0) p->mem_bytes = (uint64_t)mem->valuedouble;
-        if (cJSON_IsNumber(kinds) && kinds->valuedouble > 0) p->kinds = (uint32_t)kinds->valuedouble;
+        if ((mem && (!cJSON_IsNumber(mem) || !(mem->valuedouble >= 0 && mem->valuedouble < 0x1p62))) ||
+            (kinds && (!cJSON_IsNumber(kinds) || !(kinds->valuedouble >= 0 && kinds->valuedouble < 0x1p31)))) {
+            st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: mem_bytes and kinds must be numbers >= 0", path,
+                         p->name);
+            goto done;
+        }
+        if (mem) p->mem_bytes = (uint64_t)mem->valuedouble;
+        if (kinds) p->kinds = (uint32_t)kinds->valuedouble;
+        if (!cJSON_GetObjectItemCaseSensitive(o, "gflops_f32")) {
+            st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s needs gflops_f32 (the speed of its other arithmetic)",
+                         path, p->name);
+            goto done;
+        }
         if (!(p->read_gbps > 0)) {
             st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: read_gbps must be > 0", path, p->name);
             goto done;

@@ -97,6 +97,10 @@ expect image_marker_count 1 "2 <__media__> markers for 1 images" "$M" -- nm run 
 # an image prompt through the rings: the embeddings are decoded where the encoder wrote them
 expect bench_mmproj 0 "^encode +[0-9.]+ ± [0-9.]+ ms per encoder run \\(1 a request\\)" -- nm bench --mmproj "$tmp/mm.gguf" -r 2 -t 2
 expect bench_mmproj_json 0 "^\\{\"cpu\": .*\"mmproj\": \"[^\"]*mm.gguf\", \"threads\": 2, \"reps\": 2, \"image_size\": 64, \"n_patches\": 16, \"n_tokens\": 16, \"runs_per_image\": 1, \"encode_ms\": [0-9.]+, \"encode_ms_sd\": [0-9.]+\\}$" -- nm bench --mmproj "$tmp/mm.gguf" -r 2 -t 2 -o json
+# idefics3 cuts even an image of the input size into tiles when its longest edge is larger:
+# 256 px in tiles of 64, 4 x 4 and the overview, each a slot of the bench's ring (it hung on 4)
+setup "nm-genmmproj mm-sv256.gguf" /dev/null "$GEN" -o "$tmp/mm-sv256.gguf" --proj idefics3 --n-out 576 --image-size 64 --patch-size 8 --preproc-image-size 256
+expect bench_mmproj_tiles 0 "ms per encoder run \\(17 a request\\)" -- nm bench --mmproj "$tmp/mm-sv256.gguf" -r 1 -t 2
 expect bench_mmproj_no_image 2 "it takes no --image" -- nm bench --mmproj "$tmp/mm.gguf" --image "$tmp/img.ppm"
 expect bench_mmproj_and_model 2 "-m MODEL or --mmproj MMPROJ, one at a time" "$M" -- nm bench -m "$M" --mmproj "$tmp/mm.gguf"
 expect bench_mmproj_not_mmproj 1 "not an mmproj file: no clip.projector_type key" "$M" -- nm bench --mmproj "$M"

@@ -147,6 +147,20 @@ NM_TEST(memory_and_kernels_respected) {
     b[0].cost.peak_bytes = b[1].cost.peak_bytes = 1500ull << 20;
     NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_ERR_UNSUPPORTED);
     NM_CHECK(strstr(err, "memory"));
+    // a decoder too large for any one unit that fits split over two
+    phone(u), bricks(b);
+    u[BIG].mem_bytes = u[LITTLE].mem_bytes = u[GPU].mem_bytes = 1ull << 30;
+    b[1].cost.peak_bytes = 1536ull << 20;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
+    NM_CHECK(p.steps[1].unit2 >= 0 && p.mem[p.steps[1].unit] <= 1ull << 30 && p.mem[p.steps[1].unit2] <= 1ull << 30);
+    // more placements than the search takes
+    phone(u), bricks(b);
+    nm_unit_profile many[8];
+    nm_plan_brick llms[4];
+    for (int i = 0; i < 8; i++) many[i] = u[BIG];
+    for (int i = 0; i < 4; i++) llms[i] = b[1], llms[i].n_layer = 80;
+    NM_CHECK(nm_plan_make(many, 8, llms, 4, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_ERR_RANGE);
+    NM_CHECK(strstr(err, "placements to look at"));
     // bad arguments
     NM_CHECK(nm_plan_make(u, 0, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_ERR_INVALID_ARG);
     NM_CHECK(nm_plan_make(u, 4, b, 2, (nm_plan_goal)7, &p, err, sizeof err) == NM_ERR_INVALID_ARG);
@@ -194,7 +208,9 @@ NM_TEST(profile_measure_save_load) {
         {"{\"units\": [{\"name\": \"x\"}]}", "needs name, unit, read_gbps and gflops"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"tpu\", \"read_gbps\": 1, \"gflops\": {}}]}", "unknown kind 'tpu'"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {\"q9_9\": 1}}]}", "\"q9_9\" is not a weight type"},
-        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 0, \"gflops\": {}}]}", "read_gbps must be > 0"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 0, \"gflops\": {}, \"gflops_f32\": 1}]}", "read_gbps must be > 0"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}}]}", "needs gflops_f32"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"gflops_f32\": 1, \"mem_bytes\": -5}]}", "mem_bytes and kinds must be numbers >= 0"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"active_w\": -2}]}", "active_w must be a number >= 0"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -413,6 +413,8 @@ NM_TEST(tabm_llm_brick_malformed_slots) {
         {{RAW(NM_TABM_EMBD_F32, 0, 0, 0, 0, 0)}, 1, "at least one row"},
         {{TOKS(big_id, 2, 0)}, 1, "is 1073741824, not in [0, 49152)"},
         {{TOKS(TEXT_A, 4, NM_LLM_IN_POS(N_CTX - 2))}, 1, "do not fit the context of 96"},
+        // a part another brick failed (the vision brick's error slot)
+        {{RAW(NM_TABM_TOKENS, NM_BRICK_ERROR, 0, 0, 0, 0)}, 1, "the brick before this one failed this part"},
         // a bad slot in the middle of a prompt drops the whole prompt
         // (at position 40, so the good prompt at 0 below shares no cached prefix with it)
         {{TOKS(TEXT_A, 4, NM_LLM_IN_POS(40) | NM_BRICK_MORE),

@@ -113,6 +113,27 @@ NM_TEST(big_little_clusters) {
     remove_tree();
 }
 
+// A hybrid x86: P-cores 0-3 (two of them favoured, 4.8 GHz against 4.6: one
+// cluster all the same) and E-cores 4-7 at 3.2 GHz.
+NM_TEST(hybrid_x86_turbo_max) {
+    fresh_tree("hybrid");
+    put("online", "0-7\n");
+    const char *khz[8] = {"4600000\n", "4800000\n", "4800000\n", "4600000\n", "3200000\n", "3200000\n", "3200000\n", "3200000\n"};
+    for (int c = 0; c < 8; c++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "cpu%d/cpufreq/cpuinfo_max_freq", c);
+        put(rel, khz[c]);
+    }
+    nm_cpu_topology t;
+    char err[256];
+    NM_CHECK(nm_cpu_topology_read(root, &t, err, sizeof err) == NM_OK);
+    const int32_t p[] = {0, 1, 2, 3}, e[] = {4, 5, 6, 7};
+    NM_CHECK(t.n_clusters == 2 && list_is(t.clusters[0].cpus, t.clusters[0].n_cpus, p, 4) &&
+             list_is(t.clusters[1].cpus, t.clusters[1].n_cpus, e, 4));
+    NM_CHECK(t.clusters[0].max_khz == 4800000 && t.clusters[1].max_khz == 3200000);
+    remove_tree();
+}
+
 // x86: no capacity, no frequency (a VM): one cluster per package; offline cores left out.
 NM_TEST(packages_and_offline_cores) {
     fresh_tree("x86");

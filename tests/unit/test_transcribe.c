@@ -661,6 +661,11 @@ NM_TEST(slot_path_and_errors) {
         memset(sl.data, 0, bad[i].size);
         *sl.meta = bad[i];
         NM_CHECK(nm_tabm_publish(ring, &sl) == NM_OK);
+        if (bad[i].user & NM_BRICK_MORE) { // the slot it says follows: read and dropped with it
+            NM_CHECK(nm_tabm_acquire_write(ring, 0, -1, &sl) == NM_OK);
+            *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {10}, .size = 40, .sample_rate = 16000};
+            NM_CHECK(nm_tabm_publish(ring, &sl) == NM_OK);
+        }
         NM_CHECK(nm_brick_step(stt, ring, text) == NM_OK);
         nm_tabm_slot t;
         NM_CHECK(nm_tabm_acquire_read(text, 0, &t) == NM_OK);

@@ -603,8 +603,21 @@ NM_TEST(brick_requests) {
     NM_CHECK(nm_brick_step(b, in, out) == NM_OK);
     n = read_request(out, pcm, cap, &slots, &flags, 8, &bad);
     NM_CHECK(bad == 0 && n == 0 && slots == 1 && !(flags & NM_BRICK_ERROR));
+    // a request another brick failed (the STT brick's flagged last slot) stays failed; a NUL in the text fails it
+    NM_CHECK(put_text_slot(in, NM_TABM_TEXT, "", NM_BRICK_ERROR, 9) && nm_brick_step(b, in, out) == NM_OK);
+    n = read_request(out, pcm, cap, &slots, &flags, 9, &bad);
+    NM_CHECK(bad == 0 && n == 0 && slots == 1 && (flags & NM_BRICK_ERROR) && strstr(nm_brick_last_error(b), "failed the request"));
+    {
+        nm_tabm_slot s;
+        NM_CHECK(nm_tabm_acquire_write(in, 0, -1, &s) == NM_OK);
+        memcpy(s.data, "\0hi", 3);
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = 1, .shape = {3}, .size = 3, .request = 10};
+        NM_CHECK(nm_tabm_publish(in, &s) == NM_OK && nm_brick_step(b, in, out) == NM_OK);
+    }
+    n = read_request(out, pcm, cap, &slots, &flags, 10, &bad);
+    NM_CHECK(bad == 0 && slots == 1 && (flags & NM_BRICK_ERROR) && strstr(nm_brick_last_error(b), "a NUL byte"));
     nm_brick_stats st = nm_brick_get_stats(b);
-    NM_CHECK(st.n_requests == 3 && st.n_bad_requests == 1 && st.n_in_slots == 7);
+    NM_CHECK(st.n_requests == 5 && st.n_bad_requests == 3 && st.n_in_slots == 9);
     nm_brick_cost e;
     nm_brick_input ein = {.n_bytes = 600}; // ~100 words: ~34 s at 175 wpm
     NM_CHECK(nm_brick_estimate(b, &ein, &e) == NM_OK && e.n_out > 22050 * 25 && e.n_out < 22050 * 45 &&

@@ -93,10 +93,14 @@ static int bench_vision(const cli_opts *o, long reps, bool json) {
     nm_vision_info in;
     nm_brick_vision_info(v, &in);
     const size_t img_bytes = 64 + 3ull * (size_t)in.image_size * (size_t)in.image_size;
+    // a slot per encoder run of the request (idefics3: tiles and the overview), read after the step
+    nm_brick_cost cost;
+    const nm_brick_input ein = {.width = in.image_size, .height = in.image_size};
+    const int64_t runs = nm_brick_estimate(v, &ein, &cost) == NM_OK && cost.n_passes > 0 ? cost.n_passes : 1;
     double *ms = calloc((size_t)reps, sizeof(double));
     int rc = 1;
-    if (!ms || nm_tabm_create(NULL, 1, img_bytes, &img, err, sizeof err) != NM_OK ||
-        nm_tabm_create(NULL, 4, nm_brick_out_slot_bytes(v), &out, err, sizeof err) != NM_OK) {
+    if (!ms || runs > 4096 || nm_tabm_create(NULL, 1, img_bytes, &img, err, sizeof err) != NM_OK ||
+        nm_tabm_create(NULL, (uint32_t)runs, nm_brick_out_slot_bytes(v), &out, err, sizeof err) != NM_OK) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
     }

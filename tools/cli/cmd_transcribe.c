@@ -581,7 +581,9 @@ int cmd_transcribe(int argc, char **argv) {
         pthread_join(th, NULL);
         const double t_run = cli_now() - t0;
         if (SL.st != NM_OK || failed) { // the brick's message starts with the status
-            fprintf(stderr, "error: transcription of '%s' failed: %s\n", audio, nm_brick_last_error(stt));
+            const char *why = nm_brick_last_error(stt), *bad = nm_status_str(NM_ERR_INVALID_ARG);
+            fprintf(stderr, "error: transcription of '%s' failed: %s\n", audio, why);
+            if (!strncmp(why, bad, strlen(bad))) rc = 2; // parameters the request refused (as before the brick)
             goto done;
         }
         const nm_transcript out = *nm_brick_stt_transcript(stt);

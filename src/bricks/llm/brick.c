@@ -226,6 +226,9 @@ static nm_status check_input(llm_brick *b, const nm_tabm_slot *s, int32_t *n, in
     const nm_tabm_meta *mt = s->meta;
     const unsigned long long seq = (unsigned long long)mt->seq;
     int64_t rows;
+    if (mt->user & NM_BRICK_ERROR)
+        return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: the brick before this one failed this part of the "
+                    "prompt (NM_BRICK_ERROR; its own last error says why)", seq);
     if (mt->kind == NM_TABM_TOKENS) {
         if (mt->ndim != 1 || mt->shape[0] < 1 || mt->size != sizeof(int32_t) * (uint64_t)mt->shape[0])
             return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: a token slot needs ndim 1 and at least one "

@@ -80,11 +80,15 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             char *t = realloc(b->text, n + 1);
             if (t) b->text = t, b->text_cap = n + 1;
         }
-        if (s.meta->kind != NM_TABM_TEXT || n > NM_TTS_MAX_TEXT || n > s.capacity || n + 1 > b->text_cap) {
+        const bool upstream = user & NM_BRICK_ERROR;
+        if (upstream || s.meta->kind != NM_TABM_TEXT || n > NM_TTS_MAX_TEXT || n > s.capacity || n + 1 > b->text_cap ||
+            memchr(s.data, '\0', n)) {
             nm_brick_set_error(self, "tts brick: input slot %llu: %s", (unsigned long long)s.meta->seq,
-                     s.meta->kind != NM_TABM_TEXT ? "not a text slot"
-                     : n + 1 > b->text_cap && n <= NM_TTS_MAX_TEXT ? "out of memory for its text"
-                                                                     : "text longer than 1 MiB");
+                     upstream ? "the brick before this one failed the request (NM_BRICK_ERROR)"
+                     : s.meta->kind != NM_TABM_TEXT ? "not a text slot"
+                     : n > NM_TTS_MAX_TEXT || n > s.capacity ? "text longer than 1 MiB"
+                     : n + 1 > b->text_cap ? "out of memory for its text"
+                                           : "a NUL byte in the text");
             nm_tabm_release(in, &s);
             b->st.n_requests++;
             b->st.n_bad_requests++;
@@ -121,7 +125,13 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
                 b->st.n_requests++;
                 b->st.n_bad_requests++;
                 if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;
-                // the request's last slot (flagged) is out: drop the rest of it
+                // the request must end with a flagged slot: one went out unless synthesis
+                // refused the text before writing any
+                if (after.n_slots == before.n_slots) {
+                    nm_status ps = nm_brick_put_error(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, 0);
+                    if (ps != NM_OK) return ps;
+                    b->st.n_out_slots++;
+                }
                 return nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
             }
         } else if (!more) {

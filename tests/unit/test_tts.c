@@ -616,8 +616,16 @@ NM_TEST(brick_requests) {
     }
     n = read_request(out, pcm, cap, &slots, &flags, 10, &bad);
     NM_CHECK(bad == 0 && slots == 1 && (flags & NM_BRICK_ERROR) && strstr(nm_brick_last_error(b), "a NUL byte"));
+    // an output ring whose slots cannot hold a sample: synthesis refuses before writing any, and the
+    // request still ends with one flagged (empty) slot
+    nm_tabm *tiny = NULL;
+    NM_CHECK(nm_tabm_create(NULL, 2, 1, &tiny, err, sizeof err) == NM_OK);
+    NM_CHECK(put_text_slot(in, NM_TABM_TEXT, "Hello.", 0, 11) && nm_brick_step(b, in, tiny) == NM_OK);
+    n = read_request(tiny, pcm, cap, &slots, &flags, 11, &bad);
+    NM_CHECK(bad == 0 && n == 0 && slots == 1 && (flags & NM_BRICK_ERROR) && strstr(nm_brick_last_error(b), "cannot hold a sample"));
+    nm_tabm_free(tiny);
     nm_brick_stats st = nm_brick_get_stats(b);
-    NM_CHECK(st.n_requests == 5 && st.n_bad_requests == 3 && st.n_in_slots == 9);
+    NM_CHECK(st.n_requests == 6 && st.n_bad_requests == 4 && st.n_in_slots == 10);
     nm_brick_cost e;
     nm_brick_input ein = {.n_bytes = 600}; // ~100 words: ~34 s at 175 wpm
     NM_CHECK(nm_brick_estimate(b, &ein, &e) == NM_OK && e.n_out > 22050 * 25 && e.n_out < 22050 * 45 &&

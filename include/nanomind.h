@@ -649,6 +649,11 @@ typedef struct nm_stt_params {
     // transcript so far. Optional; the STT brick writes them as slots.
     void (*on_segments)(const nm_transcript *t, int32_t i0, void *user);
     void *user;
+    // Called before each 30 s window (whisper.cpp's abort_callback): true
+    // stops the transcription, which fails with NM_ERR_SHUTDOWN. Optional;
+    // the STT brick stops so when its output ring is gone.
+    bool (*abort_callback)(void *user);
+    void *abort_user;
 } nm_stt_params;
 
 // whisper.cpp's whisper_full_default_params(strategy) in our terms.

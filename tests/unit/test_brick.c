@@ -437,4 +437,51 @@ done:
     nm_audio_free(&a);
 }
 
+// The STT brick stops a long recording once its output ring is gone: the
+// reader takes one segment and shuts the ring; Whisper stops before its next
+// 30 s window instead of decoding the whole minute for nobody.
+NM_TEST(stt_stops_when_its_output_goes) {
+    char path[1024];
+    if (!nmtest_model_path("whisper-tiny.en.gguf", path, sizeof path))
+        NM_SKIP_MISSING("whisper-tiny.en.gguf not in the model cache");
+    nm_audio a = {0};
+    char err[512];
+    NM_CHECK(nm_audio_load("tests/data/speech/tts_16k.wav", 16000, &a, err, sizeof err) == NM_OK);
+    if (!a.pcm) return;
+    const int64_t reps = 12, n = reps * a.n; // about a minute: three windows
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+    sp.model = path;
+    sp.n_threads = 2;
+    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
+    nm_brick *stt = NULL;
+    nm_tabm *pcm = NULL, *text = NULL;
+    NM_CHECK(nm_brick_load(NULL, &sp, &stt, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 1, sizeof(float) * (size_t)n, &pcm, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 1, 4096, &text, err, sizeof err) == NM_OK);
+    if (!stt || !pcm || !text) goto done;
+    nm_tabm_slot s;
+    NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
+    for (int64_t r = 0; r < reps; r++) memcpy((float *)s.data + r * a.n, a.pcm, sizeof(float) * (size_t)a.n);
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {n}, .size = sizeof(float) * (uint64_t)n,
+                             .sample_rate = 16000};
+    NM_CHECK(nm_tabm_publish(pcm, &s) == NM_OK);
+    lane l = {stt, pcm, text, NM_OK};
+    pthread_t th;
+    NM_CHECK(pthread_create(&th, NULL, lane_main, &l) == 0);
+    NM_CHECK(nm_tabm_acquire_read(text, 60000000000ll, &s) == NM_OK && (s.meta->user & NM_BRICK_MORE));
+    nm_tabm_release(text, &s);
+    nm_tabm_shutdown(text); // nobody reads the rest
+    pthread_join(th, NULL);
+    const nm_stt_timings tm = nm_brick_stt_timings(stt);
+    printf("  %.1f s of audio: %lld of its windows encoded before the brick stopped\n", n / 16000.0,
+           (long long)tm.n_encode);
+    NM_CHECK(l.st == NM_ERR_SHUTDOWN && tm.n_encode <= 2);
+    NM_CHECK(strstr(nm_brick_last_error(stt), "stopped by its caller") != NULL);
+done:
+    nm_tabm_free(pcm);
+    nm_tabm_free(text);
+    nm_brick_free(stt);
+    nm_audio_free(&a);
+}
+
 NM_TEST_MAIN()

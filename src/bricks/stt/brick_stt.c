@@ -106,6 +106,14 @@ static void on_segments(const nm_transcript *t, int32_t i0, void *user) {
     if (b->p.on_segments) b->p.on_segments(t, i0, b->p.user);
 }
 
+// Whisper stops before its next window once the output ring is gone (a long
+// recording would otherwise be decoded for nobody, and the lane could not end).
+static bool output_gone(void *user) {
+    const stt_brick *b = user;
+    return b->out_st != NM_OK || nm_tabm_is_shutdown(b->out) ||
+           (b->p.abort_callback && b->p.abort_callback(b->p.abort_user)); // and the caller's own
+}
+
 static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     stt_brick *b = state;
     nm_tabm_slot s;
@@ -144,6 +152,8 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
         nm_stt_params p = b->p;
         p.on_segments = on_segments;
         p.user = b;
+        p.abort_callback = output_gone;
+        p.abort_user = b;
         nm_transcript t;
         const double t0 = now_s();
         st = nm_transcribe(b->tr, (const float *)s.data, n, &p, &t, b->err, sizeof b->err);

@@ -1008,6 +1008,11 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
     int32_t from[NM_STT_MAX_DECODERS];
 
     while (seek + DELTA_MIN < seek_end) {
+        if (p.abort_callback && p.abort_callback(p.abort_user)) {
+            st = NM_ERR_SHUTDOWN;
+            set_err(err, err_size, "transcribe: stopped by its caller after %d windows", out->n_windows);
+            goto done;
+        }
         if ((st = nm_whisper_encode(t->w, mel, n_len, seek)) != NM_OK) {
             fwd_err(t, st, "encode", err, err_size);
             goto done;

@@ -456,8 +456,18 @@ nm_status nm_tabm_cancel(nm_tabm *r, nm_tabm_slot *slot);
 nm_status nm_tabm_acquire_read(nm_tabm *r, int64_t timeout_ns, nm_tabm_slot *slot);
 // Returns a read slot to FREE. NM_ERR_STATE if not held for read (e.g. released twice).
 nm_status nm_tabm_release(nm_tabm *r, nm_tabm_slot *slot);
-// Stops new writes and wakes every waiter (all processes). Idempotent.
+// Stops new writes and wakes every waiter (all processes), then reclaims what
+// dead processes hold (nm_tabm_reclaim). Idempotent.
 void nm_tabm_shutdown(nm_tabm *r);
+// Dead peers. A process that dies (kill -9, a crash) holding slots or inside a
+// ring call stalls no one: the ring lock it held is taken over and its
+// half-done step undone, and the slots it held for write (never published) or
+// read (the message is lost) go back to FREE. Waiters that could be waiting on
+// a dead process look every 100 ms; this call looks now (e.g. for a poller, or
+// a supervisor that saw a child die) and returns the number of slots taken
+// back. Every process of a ring must be in one pid namespace; a ring attached
+// from another one trusts every holder to be alive.
+uint32_t nm_tabm_reclaim(nm_tabm *r);
 bool nm_tabm_is_shutdown(const nm_tabm *r);
 // An eventfd that becomes readable when a slot is published or the ring shuts
 // down, for poll/epoll beside other fds. Usage: poll; read() the eventfd to
@@ -473,6 +483,8 @@ typedef struct nm_tabm_stats {
     uint64_t published, released, bytes_published;
     uint64_t full_waits;    // acquire_write calls that found the ring full (backpressure)
     uint64_t empty_waits;   // acquire_read calls that found it empty
+    uint64_t reclaimed_write, reclaimed_read; // slots taken back from dead processes (see nm_tabm_reclaim)
+    uint64_t recoveries;    // ring locks taken over from a dead process (its half-done step undone)
     double seconds;         // since create
     double slots_per_s, bytes_per_s; // published / seconds
     // Wait time in acquire_write / acquire_read: bucket 0 no wait, bucket 1 a

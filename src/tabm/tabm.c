@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -24,7 +25,7 @@
 #include "core/fail.h"
 
 #define TABM_MAGIC "NMTABM\0"
-#define TABM_VERSION 2u
+#define TABM_VERSION 3u
 #define CL 128 // cache line (128 on Apple/some ARM; harmless elsewhere)
 #define MAX_SLOTS 65536u
 #define MAX_PAYLOAD (1ull << 40)
@@ -38,18 +39,23 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-typedef struct qcell {
-    _Atomic uint64_t seq; // Vyukov: == pos: empty for push pos; == pos+1: full for pop pos
-    uint32_t val;         // slot index
-    uint32_t pad;
-} qcell;
-
 // A futex word bumped on every event, and how many wait on it (a wake costs a
 // syscall only when someone sleeps; see wait_ev/signal_ev for the ordering).
 typedef struct tabm_event {
     alignas(CL) _Atomic uint32_t word;
     _Atomic uint32_t sleepers;
 } tabm_event;
+
+// What a critical section is about to change, written before it changes
+// anything: a process killed inside one leaves it valid, and whoever takes the
+// lock from the dead owner puts these values back (recover). Every section
+// changes at most one slot's header.
+typedef struct tabm_journal {
+    _Atomic uint32_t valid;
+    uint32_t slot, state, owner;
+    uint64_t fq_head, fq_tail, rq_head, rq_tail;
+    uint32_t n_write, in_use;
+} tabm_journal;
 
 typedef struct tabm_ctl {
     char magic[8];
@@ -60,23 +66,28 @@ typedef struct tabm_ctl {
 
     alignas(CL) _Atomic uint32_t shutdown;
     _Atomic uint32_t n_pollers; // handles that asked for the eventfd
-    _Atomic uint32_t writers;   // slots held for write + acquire_write calls in their take step
-    _Atomic uint32_t in_use;    // slots not FREE
-    tabm_event ev_free;         // a slot went back to FREE (or shutdown)
-    tabm_event ev_ready;        // a slot was published, a writer left (or shutdown)
-    alignas(CL) _Atomic uint64_t fq_head;
-    alignas(CL) _Atomic uint64_t fq_tail;
-    alignas(CL) _Atomic uint64_t rq_head;
-    alignas(CL) _Atomic uint64_t rq_tail;
+    _Atomic uint32_t foreign;   // a peer attached from another pid namespace: pids mean nothing
+    _Atomic uint64_t pidns;     // the creator's pid namespace (inode of /proc/self/ns/pid; 0: unknown)
+    tabm_event ev_free;         // a slot went back to FREE (or shutdown, or a reap)
+    tabm_event ev_ready;        // a slot was published, a writer left (or shutdown, or a reap)
+    // The ring lock: 0, or the owner's pid | LOCK_WAIT. Everything from here
+    // to the stats is read and written under it (relaxed atomics: the stats
+    // read some of it without the lock).
+    alignas(CL) _Atomic uint32_t lock;
+    tabm_journal jn;
+    _Atomic uint64_t fq_head, fq_tail, rq_head, rq_tail;
+    _Atomic uint32_t n_write; // slots ALLOCATED_FOR_WRITE
+    _Atomic uint32_t in_use;  // slots not FREE
 
     alignas(CL) _Atomic uint64_t published, released, bytes, full_waits, empty_waits;
+    _Atomic uint64_t reclaimed_write, reclaimed_read, recoveries;
     _Atomic uint32_t max_occ;
     _Atomic uint64_t wh[NM_TABM_HIST_BUCKETS], rh[NM_TABM_HIST_BUCKETS];
 } tabm_ctl;
 
 typedef struct tabm_hdr {
     alignas(CL) _Atomic uint32_t state; // gen << 2 | state
-    uint32_t pad;
+    _Atomic uint32_t owner;             // pid of the process holding the slot (0: none)
     nm_tabm_meta meta;
 } tabm_hdr;
 _Static_assert(sizeof(tabm_hdr) == CL, "slot header is one 128-byte line");
@@ -94,7 +105,7 @@ struct nm_tabm {
     int efd;            // owned eventfd, or -1
     tabm_ctl *ctl;
     tabm_hdr *hdr;
-    qcell *fq, *rq;
+    _Atomic uint32_t *fq, *rq; // queue cells: slot indices
     uint8_t *payload;
     uint32_t n_slots;
     uint64_t qmask, stride;
@@ -116,11 +127,11 @@ static void compute_layout(uint32_t n_slots, uint64_t max_payload, layout *L) {
     L->ctl_size = round_up(sizeof(tabm_ctl), CL);
     L->hdr_off = L->ctl_size;
     L->freeq_off = round_up(L->hdr_off + (uint64_t)n_slots * sizeof(tabm_hdr), CL);
-    L->readyq_off = round_up(L->freeq_off + L->qcap * sizeof(qcell), CL);
+    L->readyq_off = round_up(L->freeq_off + L->qcap * sizeof(uint32_t), CL);
     // Page-aligned slots once a payload is a page or more: a GPU driver can
     // import each slot as a host pointer.
     L->stride = max_payload >= 4096 ? round_up(max_payload, 4096) : round_up(max_payload, CL);
-    L->payload_off = round_up(L->readyq_off + L->qcap * sizeof(qcell), 4096);
+    L->payload_off = round_up(L->readyq_off + L->qcap * sizeof(uint32_t), 4096);
     L->total = round_up(L->payload_off + (uint64_t)n_slots * L->stride, 4096);
 }
 
@@ -153,8 +164,8 @@ static void ring_delete(nm_tabm *r) {
 static void futex_wait(_Atomic uint32_t *a, uint32_t val, const struct timespec *rel) {
     syscall(SYS_futex, (uint32_t *)a, FUTEX_WAIT, val, rel, NULL, 0);
 }
-static void futex_wake_all(_Atomic uint32_t *a) {
-    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+static void futex_wake(_Atomic uint32_t *a, int n) {
+    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
 // [WAKE_*] Waker: bump the word, then read sleepers; waiter: sleepers++, then
@@ -162,16 +173,20 @@ static void futex_wake_all(_Atomic uint32_t *a) {
 // word or the waker sees the sleeper; FUTEX_WAIT re-checks the word in the kernel.
 static void signal_ev(tabm_event *e) {
     atomic_fetch_add(&e->word, 1);
-    if (atomic_load(&e->sleepers) > 0) futex_wake_all(&e->word);
+    if (atomic_load(&e->sleepers) > 0) futex_wake(&e->word, INT_MAX);
 }
 
-// [SLEEP_*] Waits until e->word != seen, or the deadline (0: none). false on timeout.
-static bool wait_ev(tabm_event *e, uint32_t seen, uint64_t deadline) {
+// [SLEEP_*] Waits until e->word != seen, or the deadline (0: none), in sleeps
+// of at most `chunk` ns (0: unbounded). false on timeout or at the end of a
+// chunk (the caller looks for dead peers, then waits again).
+static bool wait_ev(tabm_event *e, uint32_t seen, uint64_t deadline, uint64_t chunk) {
     for (int i = 0; i < SPIN_ITERS; i++) {
         if (atomic_load_explicit(&e->word, memory_order_acquire) != seen) return true;
         CPU_RELAX();
     }
     bool ok = true;
+    uint64_t end = chunk ? nm_now_ns() + chunk : 0;
+    if (end && (!deadline || end < deadline)) deadline = end;
     atomic_fetch_add(&e->sleepers, 1);
     while (atomic_load(&e->word) == seen) {
         struct timespec ts, *tp = NULL;
@@ -192,58 +207,199 @@ static bool wait_ev(tabm_event *e, uint32_t seen, uint64_t deadline) {
     return ok;
 }
 
-// ---- bounded MPMC queue of slot indices (Vyukov) ------------------------------------
-// Never full by construction (see tabm.h). *ticket (may be NULL) gets the
-// position, written to the slot's header before the cell becomes visible.
-static void q_push(qcell *q, uint64_t mask, _Atomic uint64_t *tail, uint32_t val, tabm_hdr *hdr) {
-    uint64_t pos = atomic_load_explicit(tail, memory_order_relaxed);
-    qcell *c;
-    for (;;) {
-        c = &q[pos & mask];
-        uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
-        int64_t dif = (int64_t)(seq - pos);
-        if (dif == 0) {
-            if (atomic_compare_exchange_weak_explicit(tail, &pos, pos + 1, memory_order_relaxed,
-                                                      memory_order_relaxed))
-                break;
-        } else {
-            // dif < 0 would mean full: impossible, there are only n_slots indices.
-            pos = atomic_load_explicit(tail, memory_order_relaxed);
-        }
+// ---- peers: who holds what, and whether they still live ------------------------------
+// A slot held for write or read, and the ring lock, name their holder by pid
+// (the process: any of its threads may publish or release). A holder that died
+// (kill -9, a crash) is found by the peers that wait on it, and what it held is
+// taken back: the lock by recover(), slots by reap(). All peers of a ring must
+// share a pid namespace for this; a peer attaching from another one switches
+// it off for the ring (ctl->foreign), which then trusts every holder to live.
+#define LOCK_WAIT 0x40000000u // someone sleeps on the lock word
+#define LOCK_PID(w) ((w)&0x3fffffffu)
+#define PEER_CHECK_NS 100000000ull // a sleeper that could be waiting on a dead peer looks this often
+
+static _Atomic uint32_t g_pid; // getpid(), cached; forgotten in a forked child
+static pthread_once_t g_pid_once = PTHREAD_ONCE_INIT;
+static void pid_forget(void) { atomic_store(&g_pid, 0); }
+static void pid_once(void) { pthread_atfork(NULL, NULL, pid_forget); }
+static uint32_t my_pid(void) {
+    uint32_t p = atomic_load_explicit(&g_pid, memory_order_relaxed);
+    if (!p) {
+        pthread_once(&g_pid_once, pid_once);
+        p = (uint32_t)getpid();
+        atomic_store_explicit(&g_pid, p, memory_order_relaxed);
     }
-    if (hdr) hdr[val].meta.seq = pos; // publish order (ready queue only)
-    c->val = val;
-    atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+    return p;
 }
 
-static bool q_pop(qcell *q, uint64_t mask, _Atomic uint64_t *head, uint32_t *val) {
-    uint64_t pos = atomic_load_explicit(head, memory_order_relaxed);
-    qcell *c;
-    for (;;) {
-        c = &q[pos & mask];
-        uint64_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
-        int64_t dif = (int64_t)(seq - (pos + 1));
-        if (dif == 0) {
-            if (atomic_compare_exchange_weak_explicit(head, &pos, pos + 1, memory_order_relaxed,
-                                                      memory_order_relaxed))
-                break;
-        } else if (dif < 0) {
-            return false; // empty (or the next push has its ticket but not yet its value)
-        } else {
-            pos = atomic_load_explicit(head, memory_order_relaxed);
+static uint64_t pid_ns(void) {
+    struct stat st;
+    return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+// false only when pid is surely gone: no such process, or a zombie (dead,
+// not yet reaped by its parent).
+static bool peer_alive(const nm_tabm *r, uint32_t pid) {
+    if (pid == 0 || pid == my_pid() || atomic_load_explicit(&r->ctl->foreign, memory_order_relaxed)) return true;
+    if (kill((pid_t)pid, 0) < 0 && errno == ESRCH) return false;
+    char path[40], buf[512];
+    snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno != ENOENT;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return true;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); // the name may hold spaces and parentheses
+    return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
+}
+
+// Tests kill the process at the n-th step inside a critical section (tabm.h).
+_Atomic int nm_tabm_crash_countdown;
+#define CRASH_POINT()                                                                        \
+    do {                                                                                     \
+        if (atomic_load_explicit(&nm_tabm_crash_countdown, memory_order_relaxed) > 0 &&      \
+            atomic_fetch_sub(&nm_tabm_crash_countdown, 1) == 1)                              \
+            raise(SIGKILL);                                                                  \
+    } while (0)
+
+// ---- the ring lock and its journal ------------------------------------------------------------
+// Every change to the queues, the counters and a slot's state is made under one
+// lock, a futex word holding its owner's pid ([L1]). Each critical section
+// first writes a journal of what it will change ([J1]), then changes it, then
+// clears the journal ([J2]); one that finds the owner dead takes the word over
+// and undoes the half-done section from the journal ([REC]). The sections are
+// a few stores long: contention costs a few spins, rarely a sleep.
+static void recover(nm_tabm *r) {
+    tabm_ctl *c = r->ctl;
+    tabm_journal *j = &c->jn;
+    if (atomic_load(&j->valid)) { // [REC] undo; idempotent if we die here too
+        atomic_store_explicit(&c->fq_head, j->fq_head, memory_order_relaxed);
+        atomic_store_explicit(&c->fq_tail, j->fq_tail, memory_order_relaxed);
+        CRASH_POINT();
+        atomic_store_explicit(&c->rq_head, j->rq_head, memory_order_relaxed);
+        atomic_store_explicit(&c->rq_tail, j->rq_tail, memory_order_relaxed);
+        atomic_store_explicit(&c->n_write, j->n_write, memory_order_relaxed);
+        atomic_store_explicit(&c->in_use, j->in_use, memory_order_relaxed);
+        if (j->slot < r->n_slots) {
+            atomic_store_explicit(&r->hdr[j->slot].state, j->state, memory_order_relaxed);
+            atomic_store_explicit(&r->hdr[j->slot].owner, j->owner, memory_order_relaxed);
         }
+        CRASH_POINT();
+        atomic_store(&j->valid, 0);
     }
-    *val = c->val;
-    atomic_store_explicit(&c->seq, pos + mask + 1, memory_order_release);
-    return true;
+    atomic_fetch_add_explicit(&c->recoveries, 1, memory_order_relaxed);
+}
+
+// [L1] check_now: look at the owner's liveness at once (the caller suspects
+// it is dead), not after PEER_CHECK_NS of waiting.
+static void ring_lock_ex(nm_tabm *r, bool check_now) {
+    _Atomic uint32_t *lk = &r->ctl->lock;
+    uint32_t me = my_pid(), v = 0;
+    if (atomic_compare_exchange_strong(lk, &v, me)) { // [L1]
+        CRASH_POINT();
+        return;
+    }
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        CPU_RELAX();
+        v = 0;
+        if (atomic_load_explicit(lk, memory_order_relaxed) == 0 && atomic_compare_exchange_strong(lk, &v, me))
+            return;
+    }
+    // Having slept, we may not be the last sleeper: keep LOCK_WAIT in the word.
+    uint32_t want = me | LOCK_WAIT;
+    uint64_t next_check = check_now ? 0 : nm_now_ns() + PEER_CHECK_NS;
+    for (;;) {
+        v = atomic_load(lk);
+        if (v == 0) {
+            if (atomic_compare_exchange_strong(lk, &v, want)) return;
+            continue;
+        }
+        uint64_t now = nm_now_ns();
+        if (now >= next_check) {
+            next_check = now + PEER_CHECK_NS;
+            if (!peer_alive(r, LOCK_PID(v))) {
+                if (atomic_compare_exchange_strong(lk, &v, want)) { // the owner died holding it
+                    CRASH_POINT();
+                    recover(r);
+                    // The wakes it may have owed (it died between a step and its signal).
+                    signal_ev(&r->ctl->ev_free);
+                    signal_ev(&r->ctl->ev_ready);
+                    return;
+                }
+                continue;
+            }
+        }
+        if (!(v & LOCK_WAIT) && !atomic_compare_exchange_strong(lk, &v, v | LOCK_WAIT)) continue;
+        struct timespec ts = {0, (long)PEER_CHECK_NS};
+        futex_wait(lk, v | LOCK_WAIT, &ts);
+    }
+}
+
+static void ring_lock(nm_tabm *r) { ring_lock_ex(r, false); }
+
+static void ring_unlock(nm_tabm *r) {
+    if (atomic_exchange(&r->ctl->lock, 0) & LOCK_WAIT) futex_wake(&r->ctl->lock, 1);
+}
+
+// [J1] Under the lock: note what the section may change (slot: the one
+// header it changes, or UINT32_MAX).
+static void journal(nm_tabm *r, uint32_t slot) {
+    tabm_ctl *c = r->ctl;
+    tabm_journal *j = &c->jn;
+    j->fq_head = atomic_load_explicit(&c->fq_head, memory_order_relaxed);
+    j->fq_tail = atomic_load_explicit(&c->fq_tail, memory_order_relaxed);
+    j->rq_head = atomic_load_explicit(&c->rq_head, memory_order_relaxed);
+    j->rq_tail = atomic_load_explicit(&c->rq_tail, memory_order_relaxed);
+    j->n_write = atomic_load_explicit(&c->n_write, memory_order_relaxed);
+    j->in_use = atomic_load_explicit(&c->in_use, memory_order_relaxed);
+    j->slot = slot;
+    if (slot < r->n_slots) {
+        j->state = atomic_load_explicit(&r->hdr[slot].state, memory_order_relaxed);
+        j->owner = atomic_load_explicit(&r->hdr[slot].owner, memory_order_relaxed);
+    }
+    atomic_store(&j->valid, 1); // seq_cst: after the copy, before any change
+    CRASH_POINT();
+}
+static void commit(nm_tabm *r) { // [J2]
+    atomic_store(&r->ctl->jn.valid, 0);
+    CRASH_POINT();
+}
+
+// A store inside a critical section (a crash point after it, for the tests).
+static void set_word(_Atomic uint32_t *a, uint32_t v) {
+    atomic_store_explicit(a, v, memory_order_relaxed);
+    CRASH_POINT();
+}
+static void cnt_add(_Atomic uint32_t *a, int d) {
+    set_word(a, atomic_load_explicit(a, memory_order_relaxed) + (uint32_t)d);
+}
+
+// ---- the two queues of slot indices (FIFO arrays, changed under the lock) ---------------
+static void q_push(_Atomic uint32_t *q, uint64_t mask, _Atomic uint64_t *tail, uint32_t val) {
+    uint64_t t = atomic_load_explicit(tail, memory_order_relaxed);
+    atomic_store_explicit(&q[t & mask], val, memory_order_relaxed);
+    CRASH_POINT();
+    atomic_store_explicit(tail, t + 1, memory_order_relaxed);
+    CRASH_POINT();
+}
+// The index at the head, or UINT32_MAX when empty; q_pop then drops it.
+static uint32_t q_peek(const _Atomic uint32_t *q, uint64_t mask, _Atomic uint64_t *head, _Atomic uint64_t *tail) {
+    uint64_t h = atomic_load_explicit(head, memory_order_relaxed);
+    if (h == atomic_load_explicit(tail, memory_order_relaxed)) return UINT32_MAX;
+    return atomic_load_explicit(&q[h & mask], memory_order_relaxed);
+}
+static void q_pop(_Atomic uint64_t *head) {
+    atomic_store_explicit(head, atomic_load_explicit(head, memory_order_relaxed) + 1, memory_order_relaxed);
+    CRASH_POINT();
 }
 
 // ---- create / attach ------------------------------------------------------------------
 static void bind(nm_tabm *r, const layout *L) {
     r->ctl = (tabm_ctl *)r->base;
     r->hdr = (tabm_hdr *)(r->base + L->hdr_off);
-    r->fq = (qcell *)(r->base + L->freeq_off);
-    r->rq = (qcell *)(r->base + L->readyq_off);
+    r->fq = (_Atomic uint32_t *)(r->base + L->freeq_off);
+    r->rq = (_Atomic uint32_t *)(r->base + L->readyq_off);
     r->payload = r->base + L->payload_off;
     r->n_slots = r->ctl->n_slots;
     r->qmask = L->qcap - 1;
@@ -307,11 +463,9 @@ nm_status nm_tabm_create(nm_umem *pool, uint32_t n_slots, size_t max_payload, nm
     c->total_size = L.total;
     c->t_create_ns = nm_now_ns();
     bind(r, &L);
-    for (uint64_t i = 0; i < L.qcap; i++) {
-        atomic_init(&r->fq[i].seq, i);
-        atomic_init(&r->rq[i].seq, i);
-    }
-    for (uint32_t i = 0; i < n_slots; i++) q_push(r->fq, r->qmask, &c->fq_tail, i, NULL);
+    for (uint32_t i = 0; i < n_slots; i++) atomic_init(&r->fq[i], i);
+    atomic_init(&c->fq_tail, n_slots);
+    atomic_init(&c->pidns, pid_ns());
     atomic_thread_fence(memory_order_seq_cst);
     *out = r;
     return NM_OK;
@@ -361,6 +515,8 @@ nm_status nm_tabm_attach(int fd, int efd, nm_tabm **out, char *err, size_t err_s
     r->base = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
     if (r->base == MAP_FAILED) AFAIL(NM_ERR_IO, "mmap of %zu bytes: %s", r->map_size, strerror(errno));
     bind(r, &L);
+    uint64_t ns = pid_ns(), theirs = atomic_load(&r->ctl->pidns);
+    if (!ns || !theirs || ns != theirs) atomic_store(&r->ctl->foreign, 1); // pids are not comparable: trust every holder
     *out = r;
     return NM_OK;
 #undef AFAIL
@@ -437,13 +593,84 @@ static void fill_slot(nm_tabm *r, uint32_t idx, uint32_t gen, nm_tabm_slot *s) {
     s->gen = gen;
 }
 
-// A writer stops counting itself in `writers`; once the ring is shut down,
-// readers waiting for the last writer must hear of it.
-static void writer_leave(nm_tabm *r) {
-    atomic_fetch_sub(&r->ctl->writers, 1); // [W3]
-    if (atomic_load(&r->ctl->shutdown)) signal_ev(&r->ctl->ev_ready);
+// ---- dead peers ----------------------------------------------------------------------
+// [REAP] Slots held (for write or read) by processes that died go back to
+// FREE, in one critical section each; a dead writer's slot no longer counts
+// in n_write, so readers draining a shut-down ring can end. Returns how many.
+static uint32_t reap(nm_tabm *r) {
+    tabm_ctl *c = r->ctl;
+    uint32_t n = 0, dead_pid = 0, live_pid = 0;
+    uint32_t v = atomic_load(&c->lock);
+    if (v && !peer_alive(r, LOCK_PID(v))) { // died inside a step: undo it (the slot may then be reaped)
+        ring_lock_ex(r, true);
+        ring_unlock(r);
+    }
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        uint32_t w = atomic_load_explicit(&r->hdr[i].state, memory_order_relaxed);
+        if (ST(w) != NM_TABM_ALLOCATED_FOR_WRITE && ST(w) != NM_TABM_ALLOCATED_FOR_READ) continue;
+        uint32_t o = atomic_load_explicit(&r->hdr[i].owner, memory_order_relaxed);
+        if (o == live_pid || (o != dead_pid && peer_alive(r, o))) {
+            live_pid = o;
+            continue;
+        }
+        dead_pid = o;
+        ring_lock(r);
+        w = atomic_load_explicit(&r->hdr[i].state, memory_order_relaxed);
+        if ((ST(w) == NM_TABM_ALLOCATED_FOR_WRITE || ST(w) == NM_TABM_ALLOCATED_FOR_READ) &&
+            atomic_load_explicit(&r->hdr[i].owner, memory_order_relaxed) == o) {
+            journal(r, i);
+            set_word(&r->hdr[i].state, WORD((GEN(w) + 1) & 0x3fffffffu, NM_TABM_FREE));
+            set_word(&r->hdr[i].owner, 0);
+            q_push(r->fq, r->qmask, &c->fq_tail, i);
+            if (ST(w) == NM_TABM_ALLOCATED_FOR_WRITE)
+                cnt_add(&c->n_write, -1);
+            cnt_add(&c->in_use, -1);
+            commit(r);
+            n++;
+            atomic_fetch_add_explicit(ST(w) == NM_TABM_ALLOCATED_FOR_WRITE ? &c->reclaimed_write : &c->reclaimed_read,
+                                      1, memory_order_relaxed);
+        }
+        ring_unlock(r);
+    }
+    if (n) {
+        signal_ev(&c->ev_free);
+        signal_ev(&c->ev_ready);
+    }
+    return n;
 }
 
+uint32_t nm_tabm_reclaim(nm_tabm *r) { return r ? reap(r) : 0; }
+
+// How long a waiter may sleep at once: unbounded when nothing it waits for can
+// be stuck in a dead process (every slot FREE or held by this process), else
+// PEER_CHECK_NS, after which it reaps. A FREE slot becoming held by another
+// process wakes no one, but it cannot strand this waiter: a writer waits on a
+// full ring (the slot would have been freed first, a wake), and a reader cares
+// about writers only after shutdown, which wakes every sleeper.
+static uint64_t sleep_chunk(nm_tabm *r) {
+    uint32_t me = my_pid(), lk = LOCK_PID(atomic_load(&r->ctl->lock));
+    if (lk && lk != me) return PEER_CHECK_NS;
+    for (uint32_t i = 0; i < r->n_slots; i++) {
+        uint32_t w = atomic_load_explicit(&r->hdr[i].state, memory_order_relaxed);
+        if (ST(w) == NM_TABM_FREE) continue;
+        if (ST(w) == NM_TABM_READY_TO_READ || atomic_load_explicit(&r->hdr[i].owner, memory_order_relaxed) != me)
+            return PEER_CHECK_NS;
+    }
+    return 0;
+}
+
+// Waits on e (seen: its word before the failed try) until it changes or the
+// deadline passes (false); at the end of a bounded chunk, reaps what dead
+// peers hold and returns for the caller to look again (a peer that died
+// between a step and its wake owed this waiter that wake).
+static bool wait_or_reap(nm_tabm *r, tabm_event *e, uint32_t seen, uint64_t deadline) {
+    if (wait_ev(e, seen, deadline, sleep_chunk(r))) return true;
+    if (deadline && nm_now_ns() >= deadline) return false;
+    reap(r);
+    return true;
+}
+
+// ---- the slot protocol: each step one critical section ---------------------------------
 nm_status nm_tabm_acquire_write(nm_tabm *r, uint32_t producer, int64_t timeout_ns, nm_tabm_slot *slot) {
     if (!r || !slot) return NM_ERR_INVALID_ARG;
     tabm_ctl *c = r->ctl;
@@ -451,33 +678,38 @@ nm_status nm_tabm_acquire_write(nm_tabm *r, uint32_t producer, int64_t timeout_n
     bool waited = false;
     for (;;) {
         uint32_t seen = atomic_load(&c->ev_free.word);
-        atomic_fetch_add(&c->writers, 1); // [W0] count ourselves before looking at shutdown
-        if (atomic_load(&c->shutdown)) {
-            writer_leave(r);
+        ring_lock(r);
+        if (atomic_load(&c->shutdown)) { // [W0]
+            ring_unlock(r);
             return NM_ERR_SHUTDOWN;
         }
-        uint32_t idx;
-        if (q_pop(r->fq, r->qmask, &c->fq_head, &idx)) { // [W1] take a FREE slot
-            tabm_hdr *h = &r->hdr[idx];
-            uint32_t w = atomic_load_explicit(&h->state, memory_order_relaxed);
-            if (ST(w) != NM_TABM_FREE) { // only a corrupted ring (a peer writing headers) gets here
-                writer_leave(r);
+        uint32_t idx = q_peek(r->fq, r->qmask, &c->fq_head, &c->fq_tail);
+        if (idx != UINT32_MAX) { // [W1] take a FREE slot
+            uint32_t w = idx < r->n_slots ? atomic_load_explicit(&r->hdr[idx].state, memory_order_relaxed) : 0;
+            if (idx >= r->n_slots || ST(w) != NM_TABM_FREE) { // only a corrupted ring (a peer writing headers) gets here
+                ring_unlock(r);
                 return fail(r, NM_ERR_FORMAT, "tabm: slot %u in the free queue is in state %u", idx, ST(w));
             }
-            atomic_store_explicit(&h->state, WORD(GEN(w), NM_TABM_ALLOCATED_FOR_WRITE), memory_order_relaxed);
+            journal(r, idx);
+            q_pop(&c->fq_head);
+            set_word(&r->hdr[idx].state, WORD(GEN(w), NM_TABM_ALLOCATED_FOR_WRITE));
+            set_word(&r->hdr[idx].owner, my_pid());
+            cnt_add(&c->n_write, 1);
+            uint32_t occ = atomic_load_explicit(&c->in_use, memory_order_relaxed) + 1;
+            set_word(&c->in_use, occ);
+            commit(r);
+            if (occ > atomic_load_explicit(&c->max_occ, memory_order_relaxed))
+                atomic_store_explicit(&c->max_occ, occ, memory_order_relaxed);
+            ring_unlock(r);
             uint64_t now = nm_now_ns();
+            tabm_hdr *h = &r->hdr[idx];
             h->meta = (nm_tabm_meta){.producer = producer, .t_acquire_ns = now};
             fill_slot(r, idx, GEN(w), slot);
-            uint32_t occ = atomic_fetch_add_explicit(&c->in_use, 1, memory_order_relaxed) + 1;
-            uint32_t mx = atomic_load_explicit(&c->max_occ, memory_order_relaxed);
-            while (occ > mx && !atomic_compare_exchange_weak_explicit(&c->max_occ, &mx, occ, memory_order_relaxed,
-                                                                      memory_order_relaxed)) {
-            }
             int b = waited ? hist_bucket(now - t0) : 0;
             atomic_fetch_add_explicit(&c->wh[b], 1, memory_order_relaxed);
-            return NM_OK; // still counted in `writers` until publish or cancel
+            return NM_OK;
         }
-        writer_leave(r);
+        ring_unlock(r);
         if (timeout_ns == 0) return NM_ERR_AGAIN;
         if (!waited) {
             waited = true;
@@ -485,7 +717,7 @@ nm_status nm_tabm_acquire_write(nm_tabm *r, uint32_t producer, int64_t timeout_n
             deadline = deadline_of(timeout_ns);
             atomic_fetch_add_explicit(&c->full_waits, 1, memory_order_relaxed); // backpressure
         }
-        if (!wait_ev(&c->ev_free, seen, deadline)) return NM_ERR_TIMEOUT; // [SLEEP_F]
+        if (!wait_or_reap(r, &c->ev_free, seen, deadline)) return NM_ERR_TIMEOUT; // [SLEEP_F]
     }
 }
 
@@ -536,37 +768,57 @@ nm_status nm_tabm_publish(nm_tabm *r, nm_tabm_slot *s) {
                         (unsigned long long)m->size);
     }
     m->t_publish_ns = nm_now_ns();
-    // [W2] ALLOCATED_FOR_WRITE -> READY_TO_READ, then into the ready queue
-    // (the ticket taken there is the publish order, m->seq).
-    if (!atomic_compare_exchange_strong_explicit(&h->state, &expect, WORD(s->gen, NM_TABM_READY_TO_READ),
-                                                 memory_order_release, memory_order_relaxed))
-        return fail(r, NM_ERR_STATE, "tabm: slot %u changed state during publish (published twice?)", s->index);
     uint64_t size = m->size; // the slot is the readers' once pushed
-    q_push(r->rq, r->qmask, &r->ctl->rq_tail, s->index, r->hdr);
-    atomic_fetch_add_explicit(&r->ctl->published, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&r->ctl->bytes, size, memory_order_relaxed);
-    atomic_fetch_sub(&r->ctl->writers, 1); // [W3]
-    signal_ev(&r->ctl->ev_ready);          // [WAKE_R]
+    tabm_ctl *c = r->ctl;
+    ring_lock(r);
+    // [W2] ALLOCATED_FOR_WRITE -> READY_TO_READ, into the ready queue (its
+    // position there is the publish order, m->seq); [W3] one writer less.
+    if (atomic_load_explicit(&h->state, memory_order_relaxed) != expect) {
+        ring_unlock(r);
+        return fail(r, NM_ERR_STATE, "tabm: slot %u changed state during publish (published twice?)", s->index);
+    }
+    journal(r, s->index);
+    m->seq = atomic_load_explicit(&c->rq_tail, memory_order_relaxed);
+    set_word(&h->state, WORD(s->gen, NM_TABM_READY_TO_READ));
+    set_word(&h->owner, 0);
+    q_push(r->rq, r->qmask, &c->rq_tail, s->index);
+    cnt_add(&c->n_write, -1);
+    commit(r);
+    ring_unlock(r);
+    atomic_fetch_add_explicit(&c->published, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c->bytes, size, memory_order_relaxed);
+    signal_ev(&c->ev_ready); // [WAKE_R]
     poke_pollers(r);
     s->data = NULL; // the writer's handle is spent
     return NM_OK;
 }
 
-// Returns slot idx (generation gen, in state `from`) to FREE.
+// Returns a held slot (state `from`, the handle's generation) to FREE.
 static nm_status to_free(nm_tabm *r, nm_tabm_slot *s, uint32_t from, const char *what) {
     nm_status st = check_handle(r, s, what);
     if (st) return st;
+    tabm_ctl *c = r->ctl;
     tabm_hdr *h = &r->hdr[s->index];
     uint32_t expect = WORD(s->gen, from);
-    // [R2] (release) / cancel: X -> FREE with the next generation
-    if (!atomic_compare_exchange_strong_explicit(&h->state, &expect, WORD((s->gen + 1) & 0x3fffffffu, NM_TABM_FREE),
-                                                 memory_order_release, memory_order_relaxed))
+    ring_lock(r);
+    uint32_t w = atomic_load_explicit(&h->state, memory_order_relaxed);
+    if (w != expect) {
+        ring_unlock(r);
         return fail(r, NM_ERR_STATE, "tabm: %s of slot %u, which is not held for %s (state %u gen %u, handle gen %u)",
-                    what, s->index, from == NM_TABM_ALLOCATED_FOR_READ ? "read (released twice?)" : "write",
-                    ST(expect), GEN(expect), s->gen);
-    atomic_fetch_sub_explicit(&r->ctl->in_use, 1, memory_order_relaxed);
-    q_push(r->fq, r->qmask, &r->ctl->fq_tail, s->index, NULL);
-    signal_ev(&r->ctl->ev_free); // [WAKE_F]
+                    what, s->index, from == NM_TABM_ALLOCATED_FOR_READ ? "read (released twice?)" : "write", ST(w),
+                    GEN(w), s->gen);
+    }
+    // [R2] (release) / cancel: X -> FREE with the next generation
+    journal(r, s->index);
+    set_word(&h->state, WORD((s->gen + 1) & 0x3fffffffu, NM_TABM_FREE));
+    set_word(&h->owner, 0);
+    q_push(r->fq, r->qmask, &c->fq_tail, s->index);
+    if (from == NM_TABM_ALLOCATED_FOR_WRITE)
+        cnt_add(&c->n_write, -1);
+    cnt_add(&c->in_use, -1);
+    commit(r);
+    ring_unlock(r);
+    signal_ev(&c->ev_free); // [WAKE_F]
     s->data = NULL;
     return NM_OK;
 }
@@ -579,7 +831,8 @@ nm_status nm_tabm_release(nm_tabm *r, nm_tabm_slot *s) {
 
 nm_status nm_tabm_cancel(nm_tabm *r, nm_tabm_slot *s) {
     nm_status st = to_free(r, s, NM_TABM_ALLOCATED_FOR_WRITE, "cancel");
-    if (st == NM_OK) writer_leave(r);
+    // One writer less: readers draining a shut-down ring may be waiting for it.
+    if (st == NM_OK && atomic_load(&r->ctl->shutdown)) signal_ev(&r->ctl->ev_ready);
     return st;
 }
 
@@ -587,39 +840,49 @@ nm_status nm_tabm_acquire_read(nm_tabm *r, int64_t timeout_ns, nm_tabm_slot *slo
     if (!r || !slot) return NM_ERR_INVALID_ARG;
     tabm_ctl *c = r->ctl;
     uint64_t deadline = 0, t0 = 0;
-    bool waited = false;
+    bool waited = false, reaped = false;
     for (;;) {
         uint32_t seen = atomic_load(&c->ev_ready.word);
-        uint32_t idx;
-        bool got = q_pop(r->rq, r->qmask, &c->rq_head, &idx); // [R1]
-        if (!got && atomic_load(&c->shutdown) && atomic_load(&c->writers) == 0) {
-            // [R3] Shut down and no writer holds a slot: what is still queued
-            // was pushed before the last writer left; one more look, then stop.
-            got = q_pop(r->rq, r->qmask, &c->rq_head, &idx);
-            if (!got) return NM_ERR_SHUTDOWN;
-        }
-        if (got) {
-            // [R1] READY_TO_READ -> ALLOCATED_FOR_READ
-            tabm_hdr *h = &r->hdr[idx];
-            uint32_t w = atomic_load_explicit(&h->state, memory_order_relaxed);
-            if (ST(w) != NM_TABM_READY_TO_READ)
+        ring_lock(r);
+        uint32_t idx = q_peek(r->rq, r->qmask, &c->rq_head, &c->rq_tail);
+        if (idx != UINT32_MAX) { // [R1] READY_TO_READ -> ALLOCATED_FOR_READ
+            uint32_t w = idx < r->n_slots ? atomic_load_explicit(&r->hdr[idx].state, memory_order_relaxed) : 0;
+            if (idx >= r->n_slots || ST(w) != NM_TABM_READY_TO_READ) {
+                ring_unlock(r);
                 return fail(r, NM_ERR_FORMAT, "tabm: slot %u in the ready queue is in state %u", idx, ST(w));
-            atomic_store_explicit(&h->state, WORD(GEN(w), NM_TABM_ALLOCATED_FOR_READ), memory_order_relaxed);
+            }
+            journal(r, idx);
+            q_pop(&c->rq_head);
+            set_word(&r->hdr[idx].state, WORD(GEN(w), NM_TABM_ALLOCATED_FOR_READ));
+            set_word(&r->hdr[idx].owner, my_pid());
+            commit(r);
+            ring_unlock(r);
             uint64_t now = nm_now_ns();
-            h->meta.t_read_ns = now;
+            r->hdr[idx].meta.t_read_ns = now;
             fill_slot(r, idx, GEN(w), slot);
             int b = waited ? hist_bucket(now - t0) : 0;
             atomic_fetch_add_explicit(&c->rh[b], 1, memory_order_relaxed);
             return NM_OK;
         }
-        if (timeout_ns == 0) return NM_ERR_AGAIN;
+        // [R3] Shut down, nothing queued and no writer holds a slot: the end.
+        bool end = atomic_load(&c->shutdown) && atomic_load_explicit(&c->n_write, memory_order_relaxed) == 0;
+        ring_unlock(r);
+        if (end) return NM_ERR_SHUTDOWN;
+        if (timeout_ns == 0) {
+            // A poller draining a shut-down ring: a dead writer's slot must not keep it waiting.
+            if (!reaped && atomic_load(&c->shutdown) && reap(r)) {
+                reaped = true;
+                continue;
+            }
+            return NM_ERR_AGAIN;
+        }
         if (!waited) {
             waited = true;
             t0 = nm_now_ns();
             deadline = deadline_of(timeout_ns);
             atomic_fetch_add_explicit(&c->empty_waits, 1, memory_order_relaxed);
         }
-        if (!wait_ev(&c->ev_ready, seen, deadline)) return NM_ERR_TIMEOUT; // [SLEEP_R]
+        if (!wait_or_reap(r, &c->ev_ready, seen, deadline)) return NM_ERR_TIMEOUT; // [SLEEP_R]
     }
 }
 
@@ -633,6 +896,54 @@ void nm_tabm_shutdown(nm_tabm *r) {
         ssize_t w = write(r->efd, &one, sizeof one);
         (void)w;
     }
+    reap(r); // what dead peers hold would keep readers waiting
+}
+
+nm_status nm_tabm_check(nm_tabm *r, char *err, size_t err_size) {
+    if (!r) return NM_ERR_INVALID_ARG;
+    tabm_ctl *c = r->ctl;
+    ring_lock(r); // takes it over from a dead owner, undoing its step
+    nm_status st = NM_OK;
+    uint32_t n = r->n_slots, n_write = 0, in_use = 0;
+    uint8_t *seen = calloc(n, 1);
+    if (!seen) {
+        ring_unlock(r);
+        return NM_ERR_NOMEM;
+    }
+    uint64_t fh = atomic_load(&c->fq_head), ft = atomic_load(&c->fq_tail);
+    uint64_t rh = atomic_load(&c->rq_head), rt = atomic_load(&c->rq_tail);
+    if (atomic_load(&c->jn.valid)) st = nm_fail(NM_ERR_FORMAT, err, err_size, "journal still valid under the lock");
+    for (int q = 0; q < 2 && !st; q++) {
+        uint64_t h = q ? rh : fh, t = q ? rt : ft;
+        if (t - h > n) st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s queue holds %llu > %u", q ? "ready" : "free",
+                                    (unsigned long long)(t - h), n);
+        for (uint64_t i = h; i < t && !st; i++) {
+            uint32_t idx = atomic_load((q ? r->rq : r->fq) + (i & r->qmask));
+            uint32_t want = q ? NM_TABM_READY_TO_READ : NM_TABM_FREE;
+            if (idx >= n || seen[idx]++)
+                st = nm_fail(NM_ERR_FORMAT, err, err_size, "slot %u twice in the queues (or out of range)", idx);
+            else if (ST(atomic_load(&r->hdr[idx].state)) != want)
+                st = nm_fail(NM_ERR_FORMAT, err, err_size, "slot %u in the %s queue is in state %u", idx,
+                             q ? "ready" : "free", ST(atomic_load(&r->hdr[idx].state)));
+        }
+    }
+    for (uint32_t i = 0; i < n && !st; i++) {
+        uint32_t w = atomic_load(&r->hdr[i].state);
+        n_write += ST(w) == NM_TABM_ALLOCATED_FOR_WRITE;
+        in_use += ST(w) != NM_TABM_FREE;
+        bool held = ST(w) == NM_TABM_ALLOCATED_FOR_WRITE || ST(w) == NM_TABM_ALLOCATED_FOR_READ;
+        if (held == (seen[i] != 0))
+            st = nm_fail(NM_ERR_FORMAT, err, err_size, "slot %u (state %u) is %s", i, ST(w),
+                         held ? "held and queued" : "in no queue and held by no one");
+        else if (held && !atomic_load(&r->hdr[i].owner))
+            st = nm_fail(NM_ERR_FORMAT, err, err_size, "slot %u is held by no process", i);
+    }
+    if (!st && (n_write != atomic_load(&c->n_write) || in_use != atomic_load(&c->in_use)))
+        st = nm_fail(NM_ERR_FORMAT, err, err_size, "counts: %u writing, %u in use; the ring says %u, %u", n_write,
+                     in_use, atomic_load(&c->n_write), atomic_load(&c->in_use));
+    free(seen);
+    ring_unlock(r);
+    return st;
 }
 
 bool nm_tabm_is_shutdown(const nm_tabm *r) { return r && atomic_load(&r->ctl->shutdown); }
@@ -647,6 +958,9 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r) {
     uint64_t t = atomic_load(&c->rq_tail), h = atomic_load(&c->rq_head);
     s.ready = t > h ? (uint32_t)(t - h) : 0;
     s.max_occupancy = atomic_load(&c->max_occ);
+    s.reclaimed_write = atomic_load(&c->reclaimed_write);
+    s.reclaimed_read = atomic_load(&c->reclaimed_read);
+    s.recoveries = atomic_load(&c->recoveries);
     s.published = atomic_load(&c->published);
     s.released = atomic_load(&c->released);
     s.bytes_published = atomic_load(&c->bytes);

@@ -68,6 +68,8 @@ typedef struct tabm_ctl {
     _Atomic uint32_t n_pollers; // handles that asked for the eventfd
     _Atomic uint32_t foreign;   // a peer attached from another pid namespace: pids mean nothing
     _Atomic uint64_t pidns;     // the creator's pid namespace (inode of /proc/self/ns/pid; 0: unknown)
+    _Atomic uint32_t creator;   // the creator's pid
+    _Atomic uint32_t multi;     // another process has used the ring (sticky)
     tabm_event ev_free;         // a slot went back to FREE (or shutdown, or a reap)
     tabm_event ev_ready;        // a slot was published, a writer left (or shutdown, or a reap)
     // The ring lock: 0, or the owner's pid | LOCK_WAIT. Everything from here
@@ -217,6 +219,7 @@ static bool wait_ev(tabm_event *e, uint32_t seen, uint64_t deadline, uint64_t ch
 #define LOCK_WAIT 0x40000000u // someone sleeps on the lock word
 #define LOCK_PID(w) ((w)&0x3fffffffu)
 #define PEER_CHECK_NS 100000000ull // a sleeper that could be waiting on a dead peer looks this often
+#define PEER_IDLE_NS 1000000000ull // and one on a ring of several processes, in any case
 
 static _Atomic uint32_t g_pid; // getpid(), cached; forgotten in a forked child
 static pthread_once_t g_pid_once = PTHREAD_ONCE_INIT;
@@ -291,11 +294,23 @@ static void recover(nm_tabm *r) {
     atomic_fetch_add_explicit(&c->recoveries, 1, memory_order_relaxed);
 }
 
+// The ring has a second process: sleepers that chose unbounded sleeps
+// (sleep_chunk) wake and choose again.
+static void become_multi(nm_tabm *r) {
+    if (atomic_exchange(&r->ctl->multi, 1) == 0) {
+        signal_ev(&r->ctl->ev_free);
+        signal_ev(&r->ctl->ev_ready);
+    }
+}
+
 // [L1] check_now: look at the owner's liveness at once (the caller suspects
 // it is dead), not after PEER_CHECK_NS of waiting.
 static void ring_lock_ex(nm_tabm *r, bool check_now) {
     _Atomic uint32_t *lk = &r->ctl->lock;
     uint32_t me = my_pid(), v = 0;
+    if (me != atomic_load_explicit(&r->ctl->creator, memory_order_relaxed) &&
+        !atomic_load_explicit(&r->ctl->multi, memory_order_relaxed))
+        become_multi(r); // e.g. a forked child on the creator's handle
     if (atomic_compare_exchange_strong(lk, &v, me)) { // [L1]
         CRASH_POINT();
         return;
@@ -466,6 +481,7 @@ nm_status nm_tabm_create(nm_umem *pool, uint32_t n_slots, size_t max_payload, nm
     for (uint32_t i = 0; i < n_slots; i++) atomic_init(&r->fq[i], i);
     atomic_init(&c->fq_tail, n_slots);
     atomic_init(&c->pidns, pid_ns());
+    atomic_init(&c->creator, my_pid());
     atomic_thread_fence(memory_order_seq_cst);
     *out = r;
     return NM_OK;
@@ -515,6 +531,7 @@ nm_status nm_tabm_attach(int fd, int efd, nm_tabm **out, char *err, size_t err_s
     r->base = mmap(NULL, r->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
     if (r->base == MAP_FAILED) AFAIL(NM_ERR_IO, "mmap of %zu bytes: %s", r->map_size, strerror(errno));
     bind(r, &L);
+    become_multi(r);
     uint64_t ns = pid_ns(), theirs = atomic_load(&r->ctl->pidns);
     if (!ns || !theirs || ns != theirs) atomic_store(&r->ctl->foreign, 1); // pids are not comparable: trust every holder
     *out = r;
@@ -641,13 +658,15 @@ static uint32_t reap(nm_tabm *r) {
 
 uint32_t nm_tabm_reclaim(nm_tabm *r) { return r ? reap(r) : 0; }
 
-// How long a waiter may sleep at once: unbounded when nothing it waits for can
-// be stuck in a dead process (every slot FREE or held by this process), else
-// PEER_CHECK_NS, after which it reaps. A FREE slot becoming held by another
-// process wakes no one, but it cannot strand this waiter: a writer waits on a
-// full ring (the slot would have been freed first, a wake), and a reader cares
-// about writers only after shutdown, which wakes every sleeper.
+// How long a waiter may sleep at once. A process killed between a step and
+// its wake leaves nothing behind but a waiter that needed the wake, so on a
+// ring that more than one process uses every sleep is bounded: PEER_CHECK_NS
+// while another process holds the lock or a slot or a slot is READY (what it
+// waits for may be stuck in a dead process), PEER_IDLE_NS otherwise. The
+// threads of one process die together: their sleeps are unbounded (no timer
+// wakes an idle brick).
 static uint64_t sleep_chunk(nm_tabm *r) {
+    if (!atomic_load_explicit(&r->ctl->multi, memory_order_relaxed)) return 0;
     uint32_t me = my_pid(), lk = LOCK_PID(atomic_load(&r->ctl->lock));
     if (lk && lk != me) return PEER_CHECK_NS;
     for (uint32_t i = 0; i < r->n_slots; i++) {
@@ -656,7 +675,7 @@ static uint64_t sleep_chunk(nm_tabm *r) {
         if (ST(w) == NM_TABM_READY_TO_READ || atomic_load_explicit(&r->hdr[i].owner, memory_order_relaxed) != me)
             return PEER_CHECK_NS;
     }
-    return 0;
+    return PEER_IDLE_NS;
 }
 
 // Waits on e (seen: its word before the failed try) until it changes or the
@@ -785,6 +804,7 @@ nm_status nm_tabm_publish(nm_tabm *r, nm_tabm_slot *s) {
     cnt_add(&c->n_write, -1);
     commit(r);
     ring_unlock(r);
+    CRASH_POINT(); // published, the readers not yet woken
     atomic_fetch_add_explicit(&c->published, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&c->bytes, size, memory_order_relaxed);
     signal_ev(&c->ev_ready); // [WAKE_R]

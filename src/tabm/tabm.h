@@ -36,8 +36,8 @@ enum { NM_TABM_FREE = 0, NM_TABM_ALLOCATED_FOR_WRITE = 1, NM_TABM_READY_TO_READ 
        NM_TABM_ALLOCATED_FOR_READ = 3 };
 
 // Tests: when > 0, counts down at every step inside the ring's critical
-// sections (lock taken, journal written, each store, journal cleared) and
-// kills this process with SIGKILL at 0 (tests/unit/test_tabm_deadpeer.c).
+// sections (lock taken, journal written, each store, journal cleared; and
+// after publish's, before its wake) and kills this process with SIGKILL at 0 (tests/unit/test_tabm_deadpeer.c).
 extern _Atomic int nm_tabm_crash_countdown;
 
 // Checks the ring's bookkeeping under its lock (taking it over from a dead

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Checks tests/spin/tabm.pml with spin: 2 producers x 2 consumers, safety
-# (assertions + invalid end states = deadlocks / waiters never woken).
-# Supertrace (bitstate, 2^28 bits) search: the exhaustive state space of even
-# one message per producer is 6e7 states (3 GB, 2 min), too big for CI here.
-# Two mutants of the protocol must be caught, so the check can fail.
-# NM_SPIN_FULL=1 adds 2 messages per producer (~2.5 min); NM_SPIN_EXHAUSTIVE=1
-# adds the exhaustive search (-DCOLLAPSE, no bitstate) of 1 message each with
-# 2 slots (6e7 states, ~3 GB, a few minutes). Prints "N passed,
-# N failed, N skipped". Without spin: exit 77 (ctest counts it skipped), or a
-# failure under NM_CI=1 (scripts/setup.sh installs spin).
+# Checks tests/spin/tabm.pml with spin: safety (assertions + invalid end
+# states = deadlocks / waiters never woken), exhaustive searches (-DCOLLAPSE):
+#   - one process's threads (KILL=9, no kill, unbounded sleeps): 2 producers x
+#     2 consumers, one message each, 1 slot (2e7 states, ~50 s);
+#   - a ring of processes, one of which is killed (SIGKILL) at any step, inside
+#     a critical section or between two: 1 producer x 2 consumers and 2 x 1,
+#     the producer or a consumer killed, 1 and 2 slots (8 searches of 7e6 to
+#     1.1e7 states, ~90 s in all).
+# Six mutants of the protocol must be caught, so the check can fail.
+# NM_SPIN_FULL=1 adds 2 x 2 with 2 slots without a kill (4e7 states, ~2 min)
+# and 2 x 2 with any one process killed (supertrace: too big to exhaust here).
+# Prints "N passed, N failed, N skipped". Without spin: exit 77 (ctest counts
+# it skipped), or a failure under NM_CI=1 (scripts/setup.sh installs spin).
 set -u
 model="$(cd "$(dirname "$0")" && pwd)/tabm.pml"
 if ! command -v spin >/dev/null; then
@@ -26,7 +29,7 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 passed=0 failed=0
 # run NAME EXPECT(ok|fail) SPIN-DEFINES... (the search: $search, pan's flags: $panflags)
-search="-DBITSTATE" panflags="-w28"
+search="-DCOLLAPSE -DMEMLIM=6000" panflags=""
 run() {
     local name=$1 expect=$2
     shift 2
@@ -39,28 +42,35 @@ run() {
     local states
     states=$(grep -E "states, stored" pan.log | awk '{print $1}')
     if grep -q "max search depth too small" pan.log; then errs=depth; fi
+    if grep -q "out of memory" pan.log; then errs=memory; fi
     if [ "$expect" = ok ] && [ "$errs" = 0 ]; then
         echo "ok   $name ($states states, errors: 0)"; passed=$((passed + 1))
-    elif [ "$expect" = fail ] && [ -n "$errs" ] && [ "$errs" != 0 ] && [ "$errs" != depth ]; then
+    elif [ "$expect" = fail ] && [ -n "$errs" ] && [ "$errs" != 0 ] && [ "$errs" != depth ] && [ "$errs" != memory ]; then
         echo "ok   $name (mutant caught: $(grep -m1 -E 'assertion violated|invalid end state' pan.log | sed 's/^pan:1: //'))"
         passed=$((passed + 1))
     else
-        echo "FAIL $name (expected $expect, errors: ${errs:-?})"; cat pan.log; failed=$((failed + 1))
+        echo "FAIL $name (expected $expect, errors: ${errs:-?})"; tail -30 pan.log; failed=$((failed + 1))
     fi
 }
-run "tabm 2x2, 1 message each, 1 slot" ok -DK=1 -DNSLOTS=1
-run "tabm 2x2, 1 message each, 2 slots" ok -DK=1 -DNSLOTS=2
+run "threads 2x2, 1 slot" ok -DKILL=9 -DNSLOTS=1
+for ns in 1 2; do
+    run "processes 1x2, the producer killed, $ns slot(s)" ok -DNPROD=1 -DNCONS=2 -DKILL=1 -DNSLOTS=$ns
+    run "processes 1x2, a consumer killed, $ns slot(s)" ok -DNPROD=1 -DNCONS=2 -DKILL=3 -DNSLOTS=$ns
+    run "processes 2x1, a producer killed, $ns slot(s)" ok -DNPROD=2 -DNCONS=1 -DKILL=1 -DNSLOTS=$ns
+    run "processes 2x1, the consumer killed, $ns slot(s)" ok -DNPROD=2 -DNCONS=1 -DKILL=3 -DNSLOTS=$ns
+done
 if [ "${NM_SPIN_FULL:-0}" = 1 ]; then
-    run "tabm 2x2, 2 messages each, 2 slots" ok -DK=2 -DNSLOTS=2
+    run "threads 2x2, 2 slots" ok -DKILL=9 -DNSLOTS=2
+    search="-DBITSTATE" panflags="-w30"
+    run "processes 2x2, any one killed, 2 slots (supertrace)" ok -DKILL=0 -DNSLOTS=2
+    search="-DCOLLAPSE -DMEMLIM=6000" panflags=""
 fi
-if [ "${NM_SPIN_EXHAUSTIVE:-0}" = 1 ]; then
-    search="-DCOLLAPSE -DMEMLIM=8000" panflags=""
-    run "tabm 2x2, 1 message each, 2 slots, exhaustive" ok -DK=1 -DNSLOTS=2
-    search="-DBITSTATE" panflags="-w28"
-fi
-run "mutant: readers stop without waiting for writers" fail -DBUG_NO_WRITERS
-run "mutant: waiter not counted as sleeping" fail -DBUG_NO_SLEEPERS
-run "mutant: writers-- before the ready-queue push" fail -DBUG_W3_EARLY
-run "mutant: no second look at the queue on shutdown" fail -DBUG_R3_NO_SECOND_LOOK
+k="-DNPROD=1 -DNCONS=2 -DKILL=1 -DNSLOTS=1"
+run "mutant: the lock's taker does not undo the dead owner's step" fail -DBUG_NO_UNDO $k
+run "mutant: a dead owner's lock is never taken over" fail -DBUG_NO_STEAL $k
+run "mutant: a dead process's slots are never reaped" fail -DBUG_NO_REAP -DNPROD=1 -DNCONS=2 -DKILL=3 -DNSLOTS=1
+run "mutant: waiters of several processes sleep unbounded" fail -DBUG_UNBOUNDED_SLEEP $k
+run "mutant: readers stop without waiting for writers" fail -DBUG_NO_WRITERS -DKILL=9 -DNSLOTS=1
+run "mutant: waiter not counted as sleeping" fail -DBUG_NO_SLEEPERS -DKILL=9 -DNSLOTS=1
 echo "$passed passed, $failed failed, 0 skipped"
 [ "$failed" = 0 ]

@@ -295,4 +295,65 @@ NM_TEST(deadpeer_killed_at_every_step) {
     NM_CHECK(total > 20);
 }
 
+// A reader asleep on an empty ring while a writer of another process
+// publishes and is killed at each step of it, the last one between the
+// publish and its wake: the reader gets the message (from the dead writer's
+// undone or finished step, through the lock's take-over or its bounded
+// sleep), or, when the step was undone, nothing until shutdown; never a hang.
+typedef struct reader_arg {
+    nm_tabm *r;
+    nm_status st;
+    int32_t v;
+    _Atomic int done;
+} reader_arg;
+static void *read_one(void *arg) {
+    reader_arg *a = arg;
+    nm_tabm_slot s;
+    a->st = nm_tabm_acquire_read(a->r, 30 * SEC, &s);
+    if (a->st == NM_OK) {
+        a->v = *(int32_t *)s.data;
+        nm_tabm_release(a->r, &s);
+    }
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+NM_TEST(deadpeer_publisher_killed_before_its_wake) {
+    alarm(120);
+    atomic_store(&g_op, OP_PUBLISH);
+    int got = 0, undone = 0;
+    for (int k = 1; k <= 64; k++) {
+        nm_tabm *r = NULL;
+        NM_CHECK(nm_tabm_create(NULL, 2, 64, &r, NULL, 0) == NM_OK);
+        reader_arg a = {.r = r};
+        pthread_t th;
+        pthread_create(&th, NULL, read_one, &a);
+        usleep(20000); // the reader sleeps on the empty ring
+        int fd, ws = 0;
+        pid_t pid = spawn(r, step_child, k, &fd);
+        close(fd);
+        NM_CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid);
+        bool killed = WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL;
+        // A published message must reach the sleeping reader with no help.
+        for (int i = 0; i < 300 && !atomic_load(&a.done); i++) {
+            if (nm_tabm_get_stats(r).ready == 0 && nm_tabm_get_stats(r).occupancy == 0 && i > 50) break;
+            usleep(10000);
+        }
+        if (!atomic_load(&a.done)) {
+            NM_CHECK(nm_tabm_get_stats(r).ready == 0); // left waiting with a message there: a lost wake
+            nm_tabm_shutdown(r);
+            undone++;
+        } else {
+            got++;
+        }
+        pthread_join(th, NULL);
+        NM_CHECK(a.st == NM_OK ? a.v == 100 : a.st == NM_ERR_SHUTDOWN);
+        check_ring(r, nmtest_failed);
+        nm_tabm_free(r);
+        if (!killed) break; // the call finished: every step was tried
+    }
+    fprintf(stderr, "  reader got the message %d times, the publish was undone %d times\n", got, undone);
+    NM_CHECK(got >= 2 && undone >= 1);
+}
+
 NM_TEST_MAIN()

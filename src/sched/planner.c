@@ -83,7 +83,6 @@ static void consider(search *s) {
         if (p->busy_s[u] > p->period_s) p->period_s = p->busy_s[u];
         if (used) p->joules += p->busy_s[u] * s->units[u].active_w + (p->latency_s - p->busy_s[u]) * s->units[u].idle_w;
     }
-    p->n_considered = s->cur.n_considered;
     double k1, k2, b1, b2;
     switch (s->goal) {
     case NM_PLAN_THROUGHPUT: k1 = p->period_s, k2 = p->latency_s, b1 = s->best.period_s, b2 = s->best.latency_s; break;

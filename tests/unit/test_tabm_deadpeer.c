@@ -96,17 +96,24 @@ static void check_ring(nm_tabm *r, int *nmtest_failed) {
     NM_CHECK(st == NM_OK);
 }
 
+// A ring of n_slots holding message `first`, and a child that attached it and
+// holds a slot (hold_write or hold_read) until killed.
+static pid_t ring_with_holder(nm_tabm **r, uint32_t n_slots, int32_t first, child_fn hold, int *nmtest_failed) {
+    NM_CHECK(nm_tabm_create(NULL, n_slots, 64, r, NULL, 0) == NM_OK);
+    NM_CHECK(put(*r, first, 0) == NM_OK);
+    int fd;
+    pid_t pid = spawn(*r, hold, 0, &fd);
+    NM_CHECK(pid > 0 && wait_ready(fd));
+    return pid;
+}
+
 // The first case: a producer dies holding a slot for write; a reader
 // of the shut-down ring waits for that writer and must end anyway. The child
 // is not waited for until the end: a zombie is dead too.
 NM_TEST(deadpeer_writer_killed_while_reader_drains) {
     alarm(120); // a hang ends the test (SIGALRM) instead of blocking ctest
     nm_tabm *r = NULL;
-    NM_CHECK(nm_tabm_create(NULL, 2, 64, &r, NULL, 0) == NM_OK);
-    NM_CHECK(put(r, 11, 0) == NM_OK);
-    int fd;
-    pid_t pid = spawn(r, hold_write, 0, &fd);
-    NM_CHECK(pid > 0 && wait_ready(fd));
+    pid_t pid = ring_with_holder(&r, 2, 11, hold_write, nmtest_failed);
     nm_tabm_shutdown(r); // the child lives: nothing to reclaim yet
     NM_CHECK(nm_tabm_get_stats(r).reclaimed_write == 0);
     nm_tabm_slot s;
@@ -133,11 +140,7 @@ NM_TEST(deadpeer_writer_killed_while_reader_drains) {
 NM_TEST(deadpeer_reader_killed_while_writer_waits) {
     alarm(120); // a hang ends the test (SIGALRM) instead of blocking ctest
     nm_tabm *r = NULL;
-    NM_CHECK(nm_tabm_create(NULL, 1, 64, &r, NULL, 0) == NM_OK);
-    NM_CHECK(put(r, 5, 0) == NM_OK);
-    int fd;
-    pid_t pid = spawn(r, hold_read, 0, &fd);
-    NM_CHECK(pid > 0 && wait_ready(fd));
+    pid_t pid = ring_with_holder(&r, 1, 5, hold_read, nmtest_failed);
     NM_CHECK(put(r, 6, 0) == NM_ERR_AGAIN); // full: the child holds the slot
     pthread_t th;
     killer k = {pid, 50};

@@ -50,10 +50,10 @@ test-asan: setup models
 		NM_CI=1 NM_MODEL_DIR=$(MODELS) ./$(ASAN_BUILD)/test_transcribe --filter $$t || exit 1; done
 
 # The concurrent code under ThreadSanitizer: the pool, the ops it runs, and the
-# TABM ring (its stress test runs a smaller count under TSan) and the LLM brick on rings.
+# TABM ring (its stress test runs a smaller count under TSan; its dead-peer kills) and the LLM brick on rings.
 test-tsan: setup
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_TSAN=ON > /dev/null
-	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend test_tabm test_tabm_stress test_tabm_xproc test_tabm_llm_brick test_tabm_vision test_tts test_brick
+	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend test_tabm test_tabm_stress test_tabm_xproc test_tabm_deadpeer test_tabm_llm_brick test_tabm_vision test_tts test_brick
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend|test_tabm|test_tts|test_brick'
 
 # The quant kernels cross-built for aarch64 and run under qemu, with and

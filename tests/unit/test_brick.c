@@ -357,6 +357,12 @@ NM_TEST(vision_estimate) {
     nm_brick_free(llm);
 }
 
+// The spoken test sentence at 16 kHz (the STT tests' input); false (a failed check) if it cannot load.
+static bool load_speech(nm_audio *a, char *err, size_t n, int *nmtest_failed) {
+    NM_CHECK(nm_audio_load("tests/data/speech/tts_16k.wav", 16000, a, err, n) == NM_OK);
+    return a->pcm != NULL;
+}
+
 // ---- a pipeline: PCM -> STT lane -> TEXT ring -> TTS lane -> PCM ------------------------
 NM_TEST(pipeline_stt_to_tts) {
     char path[1024];
@@ -364,8 +370,7 @@ NM_TEST(pipeline_stt_to_tts) {
         NM_SKIP_MISSING("whisper-tiny.en.gguf not in the model cache");
     nm_audio a = {0};
     char err[512];
-    NM_CHECK(nm_audio_load("tests/data/speech/tts_16k.wav", 16000, &a, err, sizeof err) == NM_OK);
-    if (!a.pcm) return;
+    if (!load_speech(&a, err, sizeof err, nmtest_failed)) return;
     nm_ledger *led = nm_ledger_create();
     nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
     sp.model = path;
@@ -446,8 +451,7 @@ NM_TEST(stt_stops_when_its_output_goes) {
         NM_SKIP_MISSING("whisper-tiny.en.gguf not in the model cache");
     nm_audio a = {0};
     char err[512];
-    NM_CHECK(nm_audio_load("tests/data/speech/tts_16k.wav", 16000, &a, err, sizeof err) == NM_OK);
-    if (!a.pcm) return;
+    if (!load_speech(&a, err, sizeof err, nmtest_failed)) return;
     const int64_t reps = 12, n = reps * a.n; // about a minute: three windows
     nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
     sp.model = path;

@@ -38,6 +38,7 @@ typedef enum nm_status {
     NM_ERR_TIMEOUT = -9,     // a blocking call ran out of time
     NM_ERR_SHUTDOWN = -10,   // the ring was shut down (and, for reads, drained)
     NM_ERR_STATE = -11,      // the slot is not in the state the call needs
+    NM_ERR_CANCELLED = -12,  // the request was cancelled (nm_tabm_cancel_request)
 } nm_status;
 
 // Static string naming the status; never NULL.
@@ -396,6 +397,8 @@ typedef enum nm_tabm_kind {
     NM_TABM_PCM_F32 = 5,  // float samples, same
     NM_TABM_TEXT = 6,     // UTF-8 text (not NUL-terminated), shape [n_bytes]
     NM_TABM_IMAGE = 7,    // an image file's bytes (PNG, JPEG, PPM), shape [n_bytes]
+    NM_TABM_PARAMS = 8,   // a request's own parameters: a JSON object (UTF-8, not NUL-terminated), shape
+                          // [n_bytes]; a brick takes it as the first slot of a request (see "Requests")
 } nm_tabm_kind;
 
 // A slot's header, in the ring's shared memory. The writer fills kind, ndim,
@@ -469,6 +472,16 @@ void nm_tabm_shutdown(nm_tabm *r);
 // from another one trusts every holder to be alive.
 uint32_t nm_tabm_reclaim(nm_tabm *r);
 bool nm_tabm_is_shutdown(const nm_tabm *r);
+// Cancellation. Marks a request id cancelled, for every process of the ring:
+// a brick reading the request from this ring stops it at its next check
+// (between slots, prefill batches, tokens, windows, sentences), reads and
+// drops the request's remaining input slots, ends its output with a last slot
+// flagged NM_BRICK_CANCELLED, and marks the request on its output ring too,
+// so what is downstream stops as well. The ring keeps the last
+// NM_TABM_MAX_CANCELLED marks. NM_ERR_INVALID_ARG for id 0 (no request).
+#define NM_TABM_MAX_CANCELLED 64
+nm_status nm_tabm_cancel_request(nm_tabm *r, uint64_t request);
+bool nm_tabm_request_cancelled(const nm_tabm *r, uint64_t request);
 // An eventfd that becomes readable when a slot is published or the ring shuts
 // down, for poll/epoll beside other fds. Usage: poll; read() the eventfd to
 // clear it; then acquire_read with timeout 0 until NM_ERR_AGAIN. Borrowed.
@@ -485,6 +498,7 @@ typedef struct nm_tabm_stats {
     uint64_t empty_waits;   // acquire_read calls that found it empty
     uint64_t reclaimed_write, reclaimed_read; // slots taken back from dead processes (see nm_tabm_reclaim)
     uint64_t recoveries;    // ring locks taken over from a dead process (its half-done step undone)
+    uint64_t cancelled;     // marks made by nm_tabm_cancel_request (a request already marked is not marked again)
     double seconds;         // since create
     double slots_per_s, bytes_per_s; // published / seconds
     // Wait time in acquire_write / acquire_read: bucket 0 no wait, bucket 1 a
@@ -523,6 +537,27 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
 // input slot (another kind, a wrong shape) fails its request: its remaining
 // slots are read and dropped.
 //
+// Parameters of one request. A request may start with an NM_TABM_PARAMS slot
+// (NM_BRICK_MORE set): a JSON object whose fields replace the brick's own
+// parameters for this request only (the next request has the brick's again).
+// The names are the peers' (llama-server's /completion, whisper-server's
+// /inference, OpenAI's /v1/audio/speech); unknown fields are ignored, as
+// llama-server does, and a known one of the wrong type or out of range fails
+// the request (flagged, the field named).
+//   LLM    temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n
+//          (-1: the context), presence_penalty, frequency_penalty, seed (-1: a
+//          random one), n_predict (or max_tokens; -1: no limit), stop (a
+//          string or an array of up to NM_LLM_MAX_STOP), ignore_eos
+//   STT    language, translate, temperature, temperature_inc, beam_size (> 1:
+//          beam search), best_of, no_timestamps
+//   TTS, VISION none yet (a PARAMS slot fails the request)
+//
+// Cancellation (nm_tabm_cancel_request): a brick stops a cancelled request at
+// its next check, drops the rest of its input, ends it with a last slot
+// flagged NM_BRICK_CANCELLED (no NM_BRICK_ERROR: nothing failed) and marks the
+// request cancelled on its output ring. A slot flagged NM_BRICK_CANCELLED from
+// upstream cancels the request the same way.
+//
 // Per kind:
 //   STT    a request is one PCM slot (an utterance, any length: 30 s windows
 //          are decoded in turn). Each segment is a TEXT slot, written as its
@@ -549,6 +584,7 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
 #define NM_BRICK_MORE 1u   // meta->user: more slots of this request follow
 #define NM_LLM_IN_AT_POS 2u // LLM input: the slot starts at NM_LLM_IN_POS_OF(user)
 #define NM_BRICK_ERROR 4u  // meta->user of a request's last output slot: the request failed
+#define NM_BRICK_CANCELLED 8u // meta->user of a request's last output slot: the request was cancelled
 #define NM_LLM_IN_POS(pos) (((uint64_t)(uint32_t)(pos) << 32) | NM_LLM_IN_AT_POS)
 #define NM_LLM_IN_POS_OF(user) ((int32_t)((user) >> 32))
 #define NM_LLM_STOP_OF(user) ((nm_llm_stop)(((user) >> 8) & 0xff))
@@ -561,6 +597,7 @@ typedef enum nm_llm_stop {
     NM_LLM_STOP_BAD_INPUT = 4, // a slot of the prompt was malformed (NM_BRICK_ERROR set)
     NM_LLM_STOP_ERROR = 5,     // a decode failed (NM_BRICK_ERROR set)
     NM_LLM_STOP_STRING = 6,    // the text reached a stop string
+    NM_LLM_STOP_CANCELLED = 7, // the request was cancelled (NM_BRICK_CANCELLED set)
 } nm_llm_stop;
 
 typedef enum nm_brick_kind {
@@ -784,6 +821,7 @@ typedef struct nm_brick_cost {
 // Cumulative counters, read while the brick is idle (or from the lane that runs it).
 typedef struct nm_brick_stats {
     uint64_t n_requests, n_in_slots, n_out_slots, n_bad_requests;
+    uint64_t n_cancelled;         // requests ended cancelled (counted in n_requests, not n_bad_requests)
     double t_busy;                // seconds working on requests (LLM t_prompt + t_gen, VISION decode + encode,
                                   // STT transcription, TTS synthesis), waits on the output ring included
     // LLM

@@ -220,28 +220,3 @@ double nm_cost_matmul(nm_brick_cost *e, const nm_tensor *w, double rows, double 
     return bytes;
 }
 
-nm_status nm_brick_put_error(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
-                             uint64_t extra) {
-    nm_tabm_slot o;
-    nm_status st = nm_tabm_acquire_write(out, producer, timeout_ns, &o);
-    if (st != NM_OK) return st;
-    o.meta->kind = kind;
-    o.meta->ndim = 0;
-    o.meta->size = 0;
-    o.meta->user = NM_BRICK_ERROR | extra;
-    o.meta->request = request;
-    if ((st = nm_tabm_publish(out, &o)) != NM_OK) nm_tabm_cancel(out, &o);
-    return st;
-}
-
-nm_status nm_brick_drain_request(nm_tabm *in, uint64_t user, int64_t timeout_ns, uint64_t *n_slots) {
-    while (user & NM_BRICK_MORE) {
-        nm_tabm_slot s;
-        nm_status st = nm_tabm_acquire_read(in, timeout_ns, &s);
-        if (st != NM_OK) return st;
-        user = s.meta->user;
-        nm_tabm_release(in, &s);
-        if (n_slots) (*n_slots)++;
-    }
-    return NM_OK;
-}

@@ -16,10 +16,31 @@ extern const nm_brick_i nm_brick_tts_i;    // bricks/tts/brick_tts.c
 void *nm_brick_state_of(const nm_brick *b, const nm_brick_i *impl);
 
 // Ends a request whose output is not written yet: an empty slot of `kind`
-// with NM_BRICK_ERROR (and `extra` flags) carrying `request`. For the
-// implementations' failure paths.
-nm_status nm_brick_put_error(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
-                             uint64_t extra);
+// carrying `request` and `flags` (NM_BRICK_ERROR or NM_BRICK_CANCELLED, and
+// NM_BRICK_MORE where the request goes on downstream). With
+// NM_BRICK_CANCELLED the request is first marked cancelled on `out`.
+nm_status nm_brick_put_end(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
+                           uint64_t flags);
+// A slot of `request` with flags `user` read from `in`: is its request cancelled
+// (flagged upstream, or marked on the ring)?
+bool nm_req_cancelled(nm_tabm *in, uint64_t user, uint64_t request);
+
+// A request's PARAMS slot (include/nanomind.h, "Parameters of one request"):
+// the JSON object, or NULL with the reason in err (who: the brick's name).
+// Free with nm_req_free. The field readers return 1 (read into *v), 0
+// (absent or null: keep the brick's value) or -1 (wrong type or out of
+// range: err names the field).
+typedef struct cJSON cJSON;
+cJSON *nm_req_parse(const nm_tabm_slot *s, const char *who, char *err, size_t err_size);
+void nm_req_free(cJSON *o);
+int nm_req_number(const cJSON *o, const char *key, double lo, double hi, double *v, char *err, size_t err_size);
+int nm_req_int(const cJSON *o, const char *key, double lo, double hi, int64_t *v, char *err, size_t err_size);
+int nm_req_bool(const cJSON *o, const char *key, bool *v, char *err, size_t err_size);
+int nm_req_string(const cJSON *o, const char *key, size_t max_len, const char **v, char *err, size_t err_size);
+// A string or an array of at most max_n strings into v[0..*n) (borrowed from o).
+int nm_req_strings(const cJSON *o, const char *key, int32_t max_n, size_t max_len, const char **v, int32_t *n,
+                   char *err, size_t err_size);
+
 // The estimates' one step: a matmul of weight w over `rows` rows (2 FLOPs a
 // weight and row, under w's type) whose weight is streamed `passes` times
 // (added to weight_bytes_read). Returns the weight's bytes; nothing for an

@@ -18,6 +18,7 @@ const char *nm_status_str(nm_status s) {
     case NM_ERR_TIMEOUT: return "timed out";
     case NM_ERR_SHUTDOWN: return "shut down";
     case NM_ERR_STATE: return "wrong state";
+    case NM_ERR_CANCELLED: return "cancelled";
     }
     return "unknown status";
 }

@@ -25,7 +25,7 @@
 #include "core/fail.h"
 
 #define TABM_MAGIC "NMTABM\0"
-#define TABM_VERSION 3u
+#define TABM_VERSION 4u
 #define CL 128 // cache line (128 on Apple/some ARM; harmless elsewhere)
 #define MAX_SLOTS 65536u
 #define MAX_PAYLOAD (1ull << 40)
@@ -70,6 +70,10 @@ typedef struct tabm_ctl {
     _Atomic uint64_t pidns;     // the creator's pid namespace (inode of /proc/self/ns/pid; 0: unknown)
     _Atomic uint32_t creator;   // the creator's pid
     _Atomic uint32_t multi;     // another process has used the ring (sticky)
+    // Cancelled request ids, the last NM_TABM_MAX_CANCELLED: written round
+    // robin (n_cancel counts every mark), read by the bricks between steps.
+    _Atomic uint64_t n_cancel;
+    _Atomic uint64_t cancelled[NM_TABM_MAX_CANCELLED];
     tabm_event ev_free;         // a slot went back to FREE (or shutdown, or a reap)
     tabm_event ev_ready;        // a slot was published, a writer left (or shutdown, or a reap)
     // The ring lock: 0, or the owner's pid | LOCK_WAIT. Everything from here
@@ -749,6 +753,7 @@ static size_t kind_elsize(uint32_t kind) {
     case NM_TABM_PCM_F32: return 4;
     case NM_TABM_TEXT: return 1;
     case NM_TABM_IMAGE: return 1;
+    case NM_TABM_PARAMS: return 1;
     }
     return 0;
 }
@@ -772,7 +777,7 @@ nm_status nm_tabm_publish(nm_tabm *r, nm_tabm_slot *s) {
     if (m->size > r->max_payload)
         return fail(r, NM_ERR_RANGE, "tabm: payload of %llu bytes, slots hold %zu", (unsigned long long)m->size,
                     r->max_payload);
-    if (m->kind > NM_TABM_IMAGE) return fail(r, NM_ERR_INVALID_ARG, "tabm: unknown payload kind %u", m->kind);
+    if (m->kind > NM_TABM_PARAMS) return fail(r, NM_ERR_INVALID_ARG, "tabm: unknown payload kind %u", m->kind);
     if (m->ndim < 0 || m->ndim > 4) return fail(r, NM_ERR_INVALID_ARG, "tabm: ndim %d not in 0..4", m->ndim);
     size_t es = kind_elsize(m->kind);
     if (es && m->ndim > 0) {
@@ -968,6 +973,25 @@ nm_status nm_tabm_check(nm_tabm *r, char *err, size_t err_size) {
 
 bool nm_tabm_is_shutdown(const nm_tabm *r) { return r && atomic_load(&r->ctl->shutdown); }
 
+// A mark is one atomic store into a cell that no other mark takes until
+// NM_TABM_MAX_CANCELLED more marks are made; readers scan every cell.
+nm_status nm_tabm_cancel_request(nm_tabm *r, uint64_t request) {
+    if (!r) return NM_ERR_INVALID_ARG;
+    if (request == 0) return fail(r, NM_ERR_INVALID_ARG, "tabm: request id 0 means none: it cannot be cancelled");
+    if (nm_tabm_request_cancelled(r, request)) return NM_OK;
+    tabm_ctl *c = r->ctl;
+    uint64_t i = atomic_fetch_add(&c->n_cancel, 1);
+    atomic_store(&c->cancelled[i % NM_TABM_MAX_CANCELLED], request);
+    return NM_OK;
+}
+
+bool nm_tabm_request_cancelled(const nm_tabm *r, uint64_t request) {
+    if (!r || request == 0) return false;
+    for (uint32_t i = 0; i < NM_TABM_MAX_CANCELLED; i++)
+        if (atomic_load_explicit(&r->ctl->cancelled[i], memory_order_acquire) == request) return true;
+    return false;
+}
+
 nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r) {
     nm_tabm_stats s;
     memset(&s, 0, sizeof s);
@@ -981,6 +1005,7 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r) {
     s.reclaimed_write = atomic_load(&c->reclaimed_write);
     s.reclaimed_read = atomic_load(&c->reclaimed_read);
     s.recoveries = atomic_load(&c->recoveries);
+    s.cancelled = atomic_load(&c->n_cancel);
     s.published = atomic_load(&c->published);
     s.released = atomic_load(&c->released);
     s.bytes_published = atomic_load(&c->bytes);

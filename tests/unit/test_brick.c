@@ -488,4 +488,207 @@ done:
     nm_audio_free(&a);
 }
 
+// A request cancelled while Whisper works through a long recording: it stops
+// before the next window, the request ends with a slot flagged
+// NM_BRICK_CANCELLED (not an error), the mark goes on to the text ring, and
+// the brick serves the next request; one cancelled before it starts is not
+// transcribed at all.
+NM_TEST(stt_request_cancelled) {
+    char path[1024];
+    if (!nmtest_model_path("whisper-tiny.en.gguf", path, sizeof path))
+        NM_SKIP_MISSING("whisper-tiny.en.gguf not in the model cache");
+    nm_audio a = {0};
+    char err[512];
+    if (!load_speech(&a, err, sizeof err, nmtest_failed)) return;
+    const int64_t reps = 12, n = reps * a.n; // about a minute: three windows
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+    sp.model = path;
+    sp.n_threads = 2;
+    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
+    nm_brick *stt = NULL;
+    nm_tabm *pcm = NULL, *text = NULL;
+    NM_CHECK(nm_brick_load(NULL, &sp, &stt, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 2, sizeof(float) * (size_t)n, &pcm, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 1, 4096, &text, err, sizeof err) == NM_OK);
+    if (!stt || !pcm || !text) goto done;
+    NM_CHECK(nm_tabm_cancel_request(pcm, 32) == NM_OK); // the second request, before it is written
+    for (uint64_t req = 31; req <= 32; req++) {
+        nm_tabm_slot s;
+        NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
+        for (int64_t r = 0; r < reps; r++) memcpy((float *)s.data + r * a.n, a.pcm, sizeof(float) * (size_t)a.n);
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {n}, .size = sizeof(float) * (uint64_t)n,
+                                 .sample_rate = 16000, .request = req};
+        NM_CHECK(nm_tabm_publish(pcm, &s) == NM_OK);
+    }
+    lane l = {stt, pcm, text, NM_OK};
+    pthread_t th;
+    NM_CHECK(pthread_create(&th, NULL, lane_main, &l) == 0);
+    char buf[4096];
+    uint64_t user = 0, req = 0;
+    NM_CHECK(get_text(text, buf, sizeof buf, &user, &req) && req == 31 && (user & NM_BRICK_MORE));
+    NM_CHECK(nm_tabm_cancel_request(pcm, 31) == NM_OK);
+    int more = 0;
+    while (get_text(text, buf, sizeof buf, &user, &req) && req == 31 && (user & NM_BRICK_MORE)) more++;
+    NM_CHECK(req == 31 && (user & NM_BRICK_CANCELLED) && !(user & NM_BRICK_ERROR) && !(user & NM_BRICK_MORE));
+    NM_CHECK(nm_tabm_request_cancelled(text, 31));
+    const int64_t encoded = nm_brick_stt_timings(stt).n_encode;
+    // request 32: one flagged slot, nothing encoded
+    NM_CHECK(get_text(text, buf, sizeof buf, &user, &req) && req == 32 && (user & NM_BRICK_CANCELLED) && !buf[0]);
+    nm_tabm_shutdown(pcm);
+    pthread_join(th, NULL);
+    printf("  %.1f s of audio cancelled after its first segment: %lld windows encoded, %d more segments\n",
+           n / 16000.0, (long long)encoded, more);
+    NM_CHECK(encoded <= 2 && nm_brick_stt_timings(stt).n_encode == encoded);
+    nm_brick_stats bs = nm_brick_get_stats(stt);
+    NM_CHECK(bs.n_cancelled == 2 && bs.n_bad_requests == 0 && bs.n_requests == 2 && l.st == NM_ERR_SHUTDOWN);
+done:
+    nm_tabm_free(pcm);
+    nm_tabm_free(text);
+    nm_brick_free(stt);
+    nm_audio_free(&a);
+}
+
+// A request's own Whisper parameters (a PARAMS slot, then the audio): they
+// give what set_params would, for that request only; a wrong one fails the
+// request, named.
+NM_TEST(stt_request_params) {
+    char path[1024];
+    if (!nmtest_model_path("whisper-tiny.en.gguf", path, sizeof path))
+        NM_SKIP_MISSING("whisper-tiny.en.gguf not in the model cache");
+    nm_audio a = {0};
+    char err[512];
+    if (!load_speech(&a, err, sizeof err, nmtest_failed)) return;
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+    sp.model = path;
+    sp.n_threads = 2;
+    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
+    nm_brick *stt = NULL;
+    nm_tabm *pcm = NULL, *text = NULL;
+    NM_CHECK(nm_brick_load(NULL, &sp, &stt, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 4, sizeof(float) * (size_t)a.n, &pcm, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 8, 4096, &text, err, sizeof err) == NM_OK);
+    if (!stt || !pcm || !text) goto done;
+    static const char *const js[] = {"{\"no_timestamps\": true, \"beam_size\": 1, \"temperature_inc\": 0}",
+                                     "{\"beam_size\": 99}", NULL};
+    char first[3][1024];
+    for (int k = 0; k < 3; k++) {
+        nm_tabm_slot s;
+        if (js[k]) {
+            const size_t m = strlen(js[k]);
+            NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
+            memcpy(s.data, js[k], m);
+            *s.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)m}, .size = m,
+                                     .user = NM_BRICK_MORE, .request = 40 + (uint64_t)k};
+            NM_CHECK(nm_tabm_publish(pcm, &s) == NM_OK);
+        }
+        NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
+        memcpy(s.data, a.pcm, sizeof(float) * (size_t)a.n);
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {a.n},
+                                 .size = sizeof(float) * (uint64_t)a.n, .sample_rate = 16000, .request = 40 + (uint64_t)k};
+        NM_CHECK(nm_tabm_publish(pcm, &s) == NM_OK);
+        NM_CHECK(nm_brick_step(stt, pcm, text) == NM_OK);
+        uint64_t user = 0, req = 0;
+        int segs = 0;
+        first[k][0] = '\0';
+        char buf[1024];
+        while (get_text(text, buf, sizeof buf, &user, &req) && (user & NM_BRICK_MORE))
+            if (segs++ == 0) snprintf(first[k], sizeof first[k], "%s", buf);
+        NM_CHECK(req == 40 + (uint64_t)k);
+        if (k == 0) NM_CHECK(segs == 1 && !(user & NM_BRICK_ERROR)); // no timestamps: one segment a window
+        if (k == 1) {
+            NM_CHECK(segs == 0 && (user & NM_BRICK_ERROR));
+            NM_CHECK(strstr(nm_brick_last_error(stt), "\"beam_size\" must be a number in [1, 8]") != NULL);
+        }
+        const nm_transcript *t = nm_brick_stt_transcript(stt);
+        int ts = 0; // timestamp tokens in the transcript
+        for (int32_t i = 0; t && i < t->n_seg; i++)
+            for (int32_t j = 0; j < t->seg[i].n_tokens; j++) ts += t->seg[i].tokens[j].id == t->seg[i].tokens[j].tid;
+        if (k == 0) NM_CHECK(ts == 0);
+        if (k == 2) NM_CHECK(segs >= 1 && ts >= 2 && !(user & NM_BRICK_ERROR)); // the brick's own: timestamps again
+    }
+    // the same as the brick set to those parameters
+    nm_brick_params q = sp;
+    q.stt.no_timestamps = true;
+    q.stt.temperature_inc = 0;
+    NM_CHECK(nm_brick_set_params(stt, &q, err, sizeof err) == NM_OK);
+    const nm_transcript *tr = NULL;
+    {
+        nm_tabm_slot s;
+        NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
+        memcpy(s.data, a.pcm, sizeof(float) * (size_t)a.n);
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {a.n},
+                                 .size = sizeof(float) * (uint64_t)a.n, .sample_rate = 16000, .request = 50};
+        NM_CHECK(nm_tabm_publish(pcm, &s) == NM_OK);
+        NM_CHECK(nm_brick_step(stt, pcm, text) == NM_OK);
+        tr = nm_brick_stt_transcript(stt);
+        NM_CHECK(tr && tr->n_seg == 1 && !strcmp(tr->seg[0].text, first[0]));
+        char buf[1024];
+        uint64_t user = 0, req = 0;
+        while (get_text(text, buf, sizeof buf, &user, &req) && (user & NM_BRICK_MORE)) {}
+    }
+    printf("  one segment with a request's no_timestamps: \"%s\"\n", first[0]);
+done:
+    nm_tabm_free(pcm);
+    nm_tabm_free(text);
+    nm_brick_free(stt);
+    nm_audio_free(&a);
+}
+
+// A TTS request cancelled while it speaks: what was said stays, the rest of
+// the text (this slot's and the request's next ones) is dropped, the last
+// slot is flagged NM_BRICK_CANCELLED, and the next request is spoken whole.
+NM_TEST(tts_request_cancelled) {
+    nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
+    nm_brick *tts = NULL;
+    nm_tabm *text = NULL, *speech = NULL;
+    char err[256];
+    NM_CHECK(nm_brick_load(NULL, &tp, &tts, err, sizeof err) == NM_OK);
+    if (!tts) return;
+    NM_CHECK(nm_tabm_create(NULL, 4, 4096, &text, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 2, nm_brick_out_slot_bytes(tts), &speech, err, sizeof err) == NM_OK);
+    if (!text || !speech) goto done;
+    const char *long_text = "This sentence goes on for a long while, so that the speech it makes lasts many seconds, "
+                            "far longer than the little that is heard before the request is cancelled by its reader, "
+                            "who has heard enough of it and wants to ask something else instead of listening on.";
+    NM_CHECK(put_text(text, long_text, NM_BRICK_MORE, 61) && put_text(text, "And more text.", 0, 61));
+    NM_CHECK(put_text(text, "Hello.", 0, 62));
+    lane l = {tts, text, speech, NM_OK};
+    pthread_t th;
+    NM_CHECK(pthread_create(&th, NULL, lane_main, &l) == 0);
+    int64_t samples[2] = {0, 0};
+    uint64_t last_user[2] = {0, 0};
+    for (int r = 0; r < 2; r++) {
+        for (;;) {
+            nm_tabm_slot s;
+            if (nm_tabm_acquire_read(speech, 20000000000ll, &s) != NM_OK) break;
+            NM_CHECK(s.meta->request == 61 + (uint64_t)r);
+            samples[r] += (int64_t)(s.meta->size / 2);
+            const uint64_t user = s.meta->user;
+            nm_tabm_release(speech, &s);
+            if (r == 0 && samples[0] > 0 && !nm_tabm_request_cancelled(text, 61))
+                NM_CHECK(nm_tabm_cancel_request(text, 61) == NM_OK);
+            if (!(user & NM_BRICK_MORE)) {
+                last_user[r] = user;
+                break;
+            }
+        }
+    }
+    nm_tabm_shutdown(text);
+    pthread_join(th, NULL);
+    const int32_t rate = nm_brick_tts_sample_rate(tts);
+    printf("  cancelled after %.2f s of speech; the next request: %.2f s\n", (double)samples[0] / rate,
+           (double)samples[1] / rate);
+    // the long text is over 10 s of speech: cancelled within the slots the ring holds
+    NM_CHECK(samples[0] > 0 && samples[0] < rate);
+    NM_CHECK((last_user[0] & NM_BRICK_CANCELLED) && !(last_user[0] & NM_BRICK_ERROR));
+    NM_CHECK(nm_tabm_request_cancelled(speech, 61) && !nm_tabm_request_cancelled(speech, 62));
+    NM_CHECK(samples[1] > rate / 4 && !(last_user[1] & (NM_BRICK_CANCELLED | NM_BRICK_ERROR)));
+    nm_brick_stats bs = nm_brick_get_stats(tts);
+    NM_CHECK(bs.n_cancelled == 1 && bs.n_bad_requests == 0 && bs.n_requests == 2 && bs.n_in_slots == 3);
+done:
+    nm_tabm_free(text);
+    nm_tabm_free(speech);
+    nm_brick_free(tts);
+}
+
 NM_TEST_MAIN()

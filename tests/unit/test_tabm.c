@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "nmtest.h"
@@ -332,6 +333,46 @@ NM_TEST(tabm_cancel_then_shutdown_ends_readers) {
     nm_tabm_shutdown(r);
     NM_CHECK(nm_tabm_acquire_read(r, 200000000, &s) == NM_ERR_SHUTDOWN); // 0.2 s: a wait would time out
     NM_CHECK(nm_tabm_get_stats(r).occupancy == 0);
+    nm_tabm_free(r);
+}
+
+// Cancellation marks: shared by every process of the ring, the last
+// NM_TABM_MAX_CANCELLED kept, id 0 refused, a second mark of an id not counted.
+NM_TEST(tabm_cancel_request_marks) {
+    nm_tabm *r = NULL;
+    NM_CHECK(nm_tabm_create(NULL, 2, 64, &r, NULL, 0) == NM_OK);
+    if (!r) return;
+    NM_CHECK(nm_tabm_cancel_request(r, 0) == NM_ERR_INVALID_ARG);
+    NM_CHECK(strstr(nm_tabm_last_error(r), "request id 0") != NULL);
+    NM_CHECK(nm_tabm_cancel_request(NULL, 5) == NM_ERR_INVALID_ARG && !nm_tabm_request_cancelled(NULL, 5));
+    NM_CHECK(!nm_tabm_request_cancelled(r, 5) && !nm_tabm_request_cancelled(r, 0));
+    NM_CHECK(nm_tabm_cancel_request(r, 5) == NM_OK && nm_tabm_cancel_request(r, 5) == NM_OK);
+    NM_CHECK(nm_tabm_request_cancelled(r, 5) && !nm_tabm_request_cancelled(r, 6));
+    NM_CHECK(nm_tabm_get_stats(r).cancelled == 1);
+    // a child process marks 100..100+MAX-1: the parent sees them, and 5 (the oldest) is forgotten
+    pid_t pid = fork();
+    if (pid == 0) {
+        for (uint64_t i = 0; i < NM_TABM_MAX_CANCELLED; i++)
+            if (nm_tabm_cancel_request(r, 100 + i) != NM_OK) _exit(1);
+        _exit(0);
+    }
+    int ws = 0;
+    NM_CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    int seen = 0;
+    for (uint64_t i = 0; i < NM_TABM_MAX_CANCELLED; i++) seen += nm_tabm_request_cancelled(r, 100 + i);
+    NM_CHECK(seen == NM_TABM_MAX_CANCELLED && !nm_tabm_request_cancelled(r, 5));
+    NM_CHECK(nm_tabm_get_stats(r).cancelled == 1 + NM_TABM_MAX_CANCELLED);
+    // a mark changes no slot: the ring still moves
+    nm_tabm_slot s;
+    NM_CHECK(nm_tabm_acquire_write(r, 0, 0, &s) == NM_OK);
+    s.meta->kind = NM_TABM_PARAMS;
+    s.meta->size = 2;
+    s.meta->ndim = 1;
+    s.meta->shape[0] = 2;
+    memcpy(s.data, "{}", 2);
+    NM_CHECK(nm_tabm_publish(r, &s) == NM_OK);
+    NM_CHECK(nm_tabm_acquire_read(r, 0, &s) == NM_OK && s.meta->kind == NM_TABM_PARAMS);
+    NM_CHECK(nm_tabm_release(r, &s) == NM_OK);
     nm_tabm_free(r);
 }
 

@@ -82,11 +82,15 @@ typedef struct part {
     int32_t ndim;       // for raw slots
     int64_t shape[2];
     uint64_t size;
+    const char *json;   // NM_TABM_PARAMS: the request's parameters
 } part;
 
-#define TOKS(t, n, u) {NM_TABM_TOKENS, t, NULL, n, u, 0, {0, 0}, 0}
-#define EMBD(x, n, u) {NM_TABM_EMBD_F32, NULL, x, n, u, 0, {0, 0}, 0}
-#define RAW(kind, u, nd, s0, s1, sz) {kind, NULL, NULL, 0, u, nd, {s0, s1}, sz}
+#define TOKS(t, n, u) {NM_TABM_TOKENS, t, NULL, n, u, 0, {0, 0}, 0, NULL}
+#define EMBD(x, n, u) {NM_TABM_EMBD_F32, NULL, x, n, u, 0, {0, 0}, 0, NULL}
+#define RAW(kind, u, nd, s0, s1, sz) {kind, NULL, NULL, 0, u, nd, {s0, s1}, sz, NULL}
+#define PARAMS(js, u) {NM_TABM_PARAMS, NULL, NULL, 0, u, 1, {0, 0}, 0, js}
+
+static uint64_t g_request = 1000; // the id put_parts gives a prompt's first slot, and read_gen wants
 
 static float embd_val(int32_t r, int32_t e) { return 0.02f * (float)((r * 37 + e * 11) % 53) - 0.5f; }
 
@@ -127,8 +131,14 @@ static nm_status put_parts(nm_tabm *r, const part *p, int n_parts) {
         nm_tabm_meta *mt = s.meta;
         mt->kind = (uint32_t)p[k].kind;
         mt->user = p[k].user;
-        mt->request = 1000 + (uint64_t)k; // the brick answers with the id of the prompt's first slot
-        if (p[k].kind == NM_TABM_TOKENS && p[k].tok) {
+        mt->request = g_request + (uint64_t)k; // the brick answers with the id of the prompt's first slot
+        if (p[k].kind == NM_TABM_PARAMS && p[k].json) {
+            size_t n = strlen(p[k].json);
+            memcpy(s.data, p[k].json, n);
+            mt->ndim = 1;
+            mt->shape[0] = (int64_t)n;
+            mt->size = n;
+        } else if (p[k].kind == NM_TABM_TOKENS && p[k].tok) {
             memcpy(s.data, p[k].tok, sizeof(int32_t) * (size_t)p[k].n); // the producer fills its slot
             mt->ndim = 1;
             mt->shape[0] = p[k].n;
@@ -187,7 +197,7 @@ static int32_t read_gen(nm_tabm *r, int32_t *out, int32_t max, nm_llm_stop *why,
         nm_tabm_slot s;
         if (nm_tabm_acquire_read(r, 10ll * 1000000000, &s) != NM_OK) return -1;
         (*slots)++;
-        if (s.meta->kind != NM_TABM_TOKENS || s.meta->request != 1000) return -1;
+        if (s.meta->kind != NM_TABM_TOKENS || s.meta->request != g_request) return -1;
         int32_t k = s.meta->ndim == 1 ? (int32_t)s.meta->shape[0] : 0;
         const int32_t *t = s.data;
         for (int32_t i = 0; i < k && n < max; i++) out[n++] = t[i];
@@ -452,6 +462,274 @@ NM_TEST(tabm_llm_brick_malformed_slots) {
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
     nm_ctx_free(rc);
     nm_sampler_free(rs);
+}
+
+// ---- a request's own parameters (an NM_TABM_PARAMS slot first) -------------------------
+
+// A request with a PARAMS slot samples as a brick loaded with those
+// parameters would (the plain loop with that sampler); the next request has
+// the brick's own again (greedy, its n_predict).
+NM_TEST(tabm_llm_brick_request_params_this_request_only) {
+    rig R;
+    RIG_UP(R, 8, 1, 4);
+    part p1[] = {PARAMS("{\"temperature\": 0.9, \"top_k\": 40, \"top_p\": 0.95, \"min_p\": 0.01, \"seed\": 4242, "
+                        "\"repeat_penalty\": 1.2, \"repeat_last_n\": 16, \"presence_penalty\": 0.3, "
+                        "\"frequency_penalty\": 0.2, \"n_predict\": 12, \"unknown_field\": [1, 2]}", NM_BRICK_MORE),
+                 TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+    int32_t got[32], want[32];
+    nm_llm_stop why = NM_LLM_STOP_NONE;
+    int slots = 0;
+    NM_CHECK(put_parts(R.in, p1, 2) == NM_OK);
+    int32_t n = read_gen(R.out, got, 32, &why, &slots);
+    nm_sampler_params sp = nm_sampler_default_params();
+    sp.temp = 0.9f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.01f;
+    sp.seed = 4242;
+    sp.repeat_penalty = 1.2f;
+    sp.repeat_last_n = 16;
+    sp.presence_penalty = 0.3f;
+    sp.frequency_penalty = 0.2f;
+    nm_ctx *rc = new_ctx(R.m);
+    nm_sampler *rs = nm_sampler_create(&sp, nm_model_n_vocab(R.m));
+    int32_t pos = 0;
+    int32_t nw = plain(rc, rs, &p1[1], 1, &pos, 12, want);
+    NM_CHECK(nw > 0 && n == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)nw));
+    NM_CHECK(why == (nw == 12 ? NM_LLM_STOP_N_PREDICT : NM_LLM_STOP_EOG));
+    // greedy would have chosen otherwise somewhere (else the parameters proved nothing)
+    nm_ctx *gc = new_ctx(R.m);
+    nm_sampler *gs = greedy(R.m);
+    int32_t gpos = 0, gw[32];
+    int32_t ng = plain(gc, gs, &p1[1], 1, &gpos, 12, gw);
+    NM_CHECK(ng != nw || memcmp(gw, want, sizeof(int32_t) * (size_t)nw) != 0);
+    // the next request: the brick's own parameters (greedy, 8 tokens)
+    part p2 = TOKS(TEXT_B, 6, NM_LLM_IN_POS(0));
+    NM_CHECK(put_parts(R.in, &p2, 1) == NM_OK);
+    n = read_gen(R.out, got, 32, &why, &slots);
+    nm_ctx *rc2 = new_ctx(R.m);
+    nm_sampler *rs2 = greedy(R.m);
+    pos = 0;
+    nw = plain(rc2, rs2, &p2, 1, &pos, 8, want);
+    NM_CHECK(nw > 0 && n == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)nw));
+    NM_CHECK(why == (nw == 8 ? NM_LLM_STOP_N_PREDICT : NM_LLM_STOP_EOG));
+    NM_CHECK(nm_brick_get_stats(R.b).n_bad_requests == 0 && nm_ledger_total(R.led) == 0);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+    nm_ctx_free(rc);
+    nm_ctx_free(rc2);
+    nm_ctx_free(gc);
+    nm_sampler_free(rs);
+    nm_sampler_free(rs2);
+    nm_sampler_free(gs);
+}
+
+// JSON text of s, escaped.
+static void json_str(char *dst, size_t cap, const char *s) {
+    size_t k = 0;
+    dst[k++] = '"';
+    for (; *s && k + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') k += (size_t)snprintf(dst + k, cap - k, "\\%c", c);
+        else if (c < 0x20) k += (size_t)snprintf(dst + k, cap - k, "\\u%04x", c);
+        else dst[k++] = (char)c;
+    }
+    dst[k++] = '"';
+    dst[k] = '\0';
+}
+
+// n_predict / max_tokens and stop strings of one request.
+NM_TEST(tabm_llm_brick_request_params_limits_and_stop) {
+    rig R;
+    RIG_UP(R, 10, 1, 4);
+    part prompt = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
+    int32_t all[16], got[16];
+    nm_llm_stop why;
+    int slots;
+    NM_CHECK(put_parts(R.in, &prompt, 1) == NM_OK);
+    int32_t n_all = read_gen(R.out, all, 16, &why, &slots);
+    NM_CHECK(n_all == 10);
+    struct {
+        const char *json;
+        int32_t n;
+    } lim[] = {{"{\"max_tokens\": 3}", 3}, {"{\"n_predict\": 2, \"max_tokens\": 5}", 2}, {"{\"n_predict\": null}", 10}};
+    for (size_t k = 0; k < sizeof lim / sizeof lim[0]; k++) {
+        part p[] = {PARAMS(lim[k].json, NM_BRICK_MORE), prompt};
+        NM_CHECK(put_parts(R.in, p, 2) == NM_OK);
+        int32_t n = read_gen(R.out, got, 16, &why, &slots);
+        NM_CHECK(n == lim[k].n && why == NM_LLM_STOP_N_PREDICT && !memcmp(got, all, sizeof(int32_t) * (size_t)n));
+    }
+    // a stop string: the text of a generated token that does not occur earlier
+    char text[2048] = "", piece[256];
+    int32_t at = -1;
+    size_t len = 0;
+    nm_detok dt = {0};
+    for (int32_t i = 0; i < n_all && at < 0; i++) {
+        int32_t k = nm_detok_push(R.m, &dt, all[i], piece, (int32_t)sizeof piece - 1);
+        if (k <= 0) continue;
+        piece[k] = '\0';
+        if (i >= 2 && !strstr(text, piece) && strlen(piece) >= 2) at = i;
+        if (len + (size_t)k < sizeof text - 1) {
+            memcpy(text + len, piece, (size_t)k);
+            len += (size_t)k;
+            text[len] = '\0';
+        }
+    }
+    if (at < 0) {
+        NM_SKIP("the random model's output has no token text to stop at");
+    } else {
+        char js[1200], esc[600];
+        json_str(esc, sizeof esc, piece);
+        snprintf(js, sizeof js, "{\"stop\": [\"never in this text\", %s]}", esc);
+        part p[] = {PARAMS(js, NM_BRICK_MORE), prompt};
+        NM_CHECK(put_parts(R.in, p, 2) == NM_OK);
+        int32_t n = read_gen(R.out, got, 16, &why, &slots);
+        NM_CHECK(n == at + 1 && why == NM_LLM_STOP_STRING && !memcmp(got, all, sizeof(int32_t) * (size_t)n));
+        // one string, not an array, as OpenAI's API allows
+        snprintf(js, sizeof js, "{\"stop\": %s}", esc);
+        part q[] = {PARAMS(js, NM_BRICK_MORE), prompt};
+        NM_CHECK(put_parts(R.in, q, 2) == NM_OK);
+        n = read_gen(R.out, got, 16, &why, &slots);
+        NM_CHECK(n == at + 1 && why == NM_LLM_STOP_STRING);
+        // and the next request has no stop strings again
+        NM_CHECK(put_parts(R.in, &prompt, 1) == NM_OK);
+        n = read_gen(R.out, got, 16, &why, &slots);
+        NM_CHECK(n == 10 && why == NM_LLM_STOP_N_PREDICT);
+    }
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+}
+
+// A wrong parameter fails its request (flagged, the field named); the brick
+// goes on with its own parameters.
+NM_TEST(tabm_llm_brick_request_params_refused) {
+    rig R;
+    RIG_UP(R, 6, 1, 4);
+    struct {
+        const char *json;
+        uint64_t user;
+        const char *msg;
+    } cases[] = {
+        {"{\"temperature\": \"hot\"}", NM_BRICK_MORE, "\"temperature\" must be a number"},
+        {"{\"top_p\": 1.5}", NM_BRICK_MORE, "\"top_p\" must be a number in [0, 1]"},
+        {"{\"top_k\": 2.5}", NM_BRICK_MORE, "\"top_k\" must be a whole number"},
+        {"{\"n_predict\": -3}", NM_BRICK_MORE, "\"n_predict\" must be a number in [-2,"},
+        {"{\"repeat_last_n\": 97}", NM_BRICK_MORE, "\"repeat_last_n\" must be a number in [-1, 96]"},
+        {"{\"seed\": -2}", NM_BRICK_MORE, "\"seed\""},
+        {"{\"ignore_eos\": 1}", NM_BRICK_MORE, "\"ignore_eos\" must be true or false"},
+        {"{\"stop\": [\"a\", 7]}", NM_BRICK_MORE, "\"stop\": element 1 must be a non-empty string"},
+        {"{\"stop\": \"\"}", NM_BRICK_MORE, "\"stop\" must be a non-empty string"},
+        {"{\"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+         NM_BRICK_MORE, "an array of at most 16 strings"},
+        {"{\"temperature\": 0.5", NM_BRICK_MORE, "is not JSON"},
+        {"[1, 2]", NM_BRICK_MORE, "JSON but not an object"},
+        {"{} {}", NM_BRICK_MORE, "bytes after the JSON object"},
+        {"{\"n_predict\": 4}", 0, "parameters alone: no prompt follows"},
+    };
+    int32_t toks[16];
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        part p[] = {PARAMS(cases[k].json, cases[k].user), TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+        NM_CHECK(put_parts(R.in, p, cases[k].user ? 2 : 1) == NM_OK);
+        nm_llm_stop why = NM_LLM_STOP_NONE;
+        int slots = 0;
+        int32_t n = read_gen(R.out, toks, 16, &why, &slots);
+        NM_CHECK(n == 0 && slots == 1 && why == NM_LLM_STOP_BAD_INPUT && (g_last_user & NM_BRICK_ERROR));
+        const char *e = nm_brick_last_error(R.b);
+        if (!strstr(e, cases[k].msg)) {
+            fprintf(stderr, "  case %zu: error '%s' lacks '%s'\n", k, e, cases[k].msg);
+            NM_CHECK(0);
+        }
+    }
+    NM_CHECK(nm_brick_get_stats(R.b).n_bad_requests == sizeof cases / sizeof cases[0]);
+    // a PARAMS slot anywhere but first is a malformed part of the prompt
+    part late[] = {TOKS(TEXT_A, 4, NM_LLM_IN_POS(0) | NM_BRICK_MORE), PARAMS("{}", 0)};
+    NM_CHECK(put_parts(R.in, late, 2) == NM_OK);
+    nm_llm_stop why;
+    int slots;
+    NM_CHECK(read_gen(R.out, toks, 16, &why, &slots) == 0 && why == NM_LLM_STOP_BAD_INPUT);
+    NM_CHECK(strstr(nm_brick_last_error(R.b), "kind 8 (parameters (only as a request's first slot))") != NULL);
+    // the brick's own parameters are intact: greedy, 6 tokens
+    part good = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
+    NM_CHECK(put_parts(R.in, &good, 1) == NM_OK);
+    int32_t n = read_gen(R.out, toks, 16, &why, &slots);
+    nm_ctx *rc = new_ctx(R.m);
+    nm_sampler *rs = greedy(R.m);
+    int32_t pos = 0, want[16];
+    int32_t nw = plain(rc, rs, &good, 1, &pos, 6, want);
+    NM_CHECK(n == nw && n > 0 && !memcmp(toks, want, sizeof(int32_t) * (size_t)n));
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+}
+
+// ---- cancellation ------------------------------------------------------------------------
+
+// A request cancelled before the brick reads it: no token, its last slot
+// flagged NM_BRICK_CANCELLED (not an error), the mark passed to the output
+// ring; the next request is served.
+NM_TEST(tabm_llm_brick_cancelled_before_it_starts) {
+    rig R;
+    RIG_UP(R, 6, 1, 4);
+    g_request = 3000;
+    NM_CHECK(nm_tabm_cancel_request(R.in, 3000) == NM_OK);
+    part p[] = {TOKS(TEXT_A, 4, NM_LLM_IN_POS(0) | NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
+    NM_CHECK(put_parts(R.in, p, 2) == NM_OK);
+    int32_t toks[16];
+    nm_llm_stop why = NM_LLM_STOP_NONE;
+    int slots = 0;
+    NM_CHECK(read_gen(R.out, toks, 16, &why, &slots) == 0 && slots == 1);
+    NM_CHECK(why == NM_LLM_STOP_CANCELLED && (g_last_user & NM_BRICK_CANCELLED) && !(g_last_user & NM_BRICK_ERROR));
+    NM_CHECK(nm_tabm_request_cancelled(R.out, 3000) && !nm_tabm_request_cancelled(R.out, 3001));
+    nm_brick_stats bs = nm_brick_get_stats(R.b);
+    NM_CHECK(bs.n_cancelled == 1 && bs.n_bad_requests == 0 && bs.n_in_slots == 2 && bs.n_prompt_tokens == 0);
+    NM_CHECK(nm_brick_llm_pos(R.b) == 0);
+    // a slot flagged cancelled by the brick before this one cancels its request too
+    g_request = 3100;
+    part f[] = {RAW(NM_TABM_TOKENS, NM_BRICK_CANCELLED | NM_BRICK_MORE, 0, 0, 0, 0), TOKS(TEXT_B, 6, 0)};
+    NM_CHECK(put_parts(R.in, f, 2) == NM_OK);
+    NM_CHECK(read_gen(R.out, toks, 16, &why, &slots) == 0 && why == NM_LLM_STOP_CANCELLED);
+    NM_CHECK(nm_tabm_request_cancelled(R.out, 3100));
+    g_request = 3200;
+    part good = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
+    NM_CHECK(put_parts(R.in, &good, 1) == NM_OK);
+    NM_CHECK(read_gen(R.out, toks, 16, &why, &slots) == 6 && why == NM_LLM_STOP_N_PREDICT);
+    NM_CHECK(nm_brick_get_stats(R.b).n_cancelled == 2);
+    g_request = 1000;
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+}
+
+// Cancelled while it generates without limit: it stops within the tokens
+// the output ring holds, and the next request has the brick's parameters.
+NM_TEST(tabm_llm_brick_cancelled_while_generating) {
+    rig R;
+    RIG_UP(R, 5, 1, 2);
+    g_request = 4000;
+    part p[] = {PARAMS("{\"n_predict\": -1, \"ignore_eos\": true}", NM_BRICK_MORE), TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+    NM_CHECK(put_parts(R.in, p, 2) == NM_OK);
+    int32_t n = 0;
+    uint64_t user = 0;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(R.out, 10ll * 1000000000, &s) != NM_OK) break;
+        n += s.meta->ndim == 1 ? (int32_t)s.meta->shape[0] : 0;
+        user = s.meta->user;
+        NM_CHECK(s.meta->request == 4000);
+        nm_tabm_release(R.out, &s);
+        if (n == 3) NM_CHECK(nm_tabm_cancel_request(R.in, 4000) == NM_OK);
+        if (!(user & NM_BRICK_MORE)) break;
+    }
+    // 3 read, then at most the two the ring held and the one in hand
+    NM_CHECK(n >= 3 && n <= 6);
+    NM_CHECK(NM_LLM_STOP_OF(user) == NM_LLM_STOP_CANCELLED && (user & NM_BRICK_CANCELLED) && !(user & NM_BRICK_ERROR));
+    NM_CHECK(nm_tabm_request_cancelled(R.out, 4000));
+    NM_CHECK(nm_brick_llm_pos(R.b) == 12 + n); // what went out stays in the conversation
+    g_request = 4100;
+    part q = TOKS(TEXT_B, 6, NM_LLM_IN_POS(0));
+    NM_CHECK(put_parts(R.in, &q, 1) == NM_OK);
+    int32_t toks[16];
+    nm_llm_stop why;
+    int slots;
+    NM_CHECK(read_gen(R.out, toks, 16, &why, &slots) == 5 && why == NM_LLM_STOP_N_PREDICT);
+    g_request = 1000;
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
 }
 
 // Bad arguments: clear statuses, no crash.

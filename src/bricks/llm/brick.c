@@ -17,14 +17,18 @@
 #include "core/fail.h"
 
 typedef struct llm_stats {
-    uint64_t n_prompts, n_prompt_tokens, n_gen, n_in_slots, n_out_slots, n_bad_slots;
+    uint64_t n_prompts, n_prompt_tokens, n_gen, n_in_slots, n_out_slots, n_bad_slots, n_cancelled;
     double t_prompt, t_gen;
 } llm_stats;
 
 typedef struct llm_brick {
     nm_model *m;
     nm_ctx *c;
-    nm_sampler *s;
+    nm_sampler *s;            // the brick's sampler (its parameters: sp)
+    nm_sampler *cur;          // the request's: s, or req_s (a PARAMS slot's own parameters)
+    nm_sampler *req_s;
+    nm_sampler_params sp;
+    nm_llm_params base;       // the brick's generation parameters while a request has its own in p
     bool own_model;           // loaded by the brick (else borrowed: nm_brick_params.llm_model)
     nm_ledger *ledger;
     int ep;                   // this brick's ledger endpoint (-1 without a ledger)
@@ -36,6 +40,9 @@ typedef struct llm_brick {
     int32_t *cached;          // (n_ctx) token id at each cached position; -1: an embedding row
     int32_t n_cached;         // positions [0, n_cached) of the KV cache hold what cached[] says
     uint64_t request;         // the id of the prompt being served
+    nm_tabm *in;              // the rings of the request being served (cancellation is marked there)
+    char req_stop[NM_LLM_MAX_STOP][NM_LLM_MAX_STOP_LEN + 1]; // a PARAMS slot's stop strings
+    const char *req_stop_p[NM_LLM_MAX_STOP];
     llm_stats st;
     float *masked;            // (n_vocab) with ignore_eos: the logits, end-of-generation tokens at -inf
     int32_t *eog;             // the end-of-generation token ids (for ignore_eos)
@@ -67,6 +74,7 @@ static void llm_release(void *state) {
     llm_brick *b = state;
     if (!b) return;
     nm_sampler_free(b->s);
+    nm_sampler_free(b->req_s);
     nm_ctx_free(b->c);
     if (b->own_model) nm_model_free(b->m);
     free(b->cached);
@@ -122,7 +130,8 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     b->n_vocab = nm_model_n_vocab(b->m);
     nm_sampler_params sp = p->sampling;
     if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx; // llama.cpp's -1: the whole context
-    b->s = nm_sampler_create(&sp, b->n_vocab);
+    b->s = b->cur = nm_sampler_create(&sp, b->n_vocab);
+    b->sp = sp;
     b->cached = malloc(sizeof(int32_t) * (size_t)b->n_ctx);
     if (!b->s || !b->cached) {
         st = nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
@@ -183,9 +192,72 @@ static nm_status llm_set_params(void *state, const nm_brick_params *p, char *err
     nm_sampler *s = nm_sampler_create(&sp, b->n_vocab);
     if (!s) return nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
     nm_sampler_free(b->s);
-    b->s = s;
+    b->s = b->cur = s;
+    b->sp = sp;
     b->p = lp;
     return NM_OK;
+}
+
+// A request's PARAMS slot: its fields over the brick's parameters, for this
+// request only (end_request puts the brick's back). NM_ERR_FORMAT, the field
+// named, for a wrong one: the brick's parameters stay.
+static nm_status take_params(llm_brick *b, const nm_tabm_slot *s) {
+    char why[200] = "";
+    cJSON *o = nm_req_parse(s, "llm brick", why, sizeof why);
+    if (!o) return fail(b, NM_ERR_FORMAT, "%s", why);
+    nm_sampler_params sp = b->sp;
+    nm_llm_params lp = b->p;
+    const char *stop[NM_LLM_MAX_STOP];
+    int32_t n_stop = 0;
+    double d = 0;
+    int64_t i = 0;
+    int k = 0;
+#define NUM(key, lo, hi, dst) \
+    if (k >= 0 && (k = nm_req_number(o, key, lo, hi, &d, why, sizeof why)) == 1) dst = (float)d
+#define INT(key, lo, hi, dst) \
+    if (k >= 0 && (k = nm_req_int(o, key, lo, hi, &i, why, sizeof why)) == 1) dst = (int32_t)i
+    NUM("temperature", -100, 100, sp.temp);
+    INT("top_k", INT32_MIN, INT32_MAX, sp.top_k);
+    NUM("top_p", 0, 1, sp.top_p);
+    NUM("min_p", 0, 1, sp.min_p);
+    NUM("repeat_penalty", 0, 100, sp.repeat_penalty);
+    INT("repeat_last_n", -1, b->n_ctx, sp.repeat_last_n);
+    NUM("presence_penalty", -100, 100, sp.presence_penalty);
+    NUM("frequency_penalty", -100, 100, sp.frequency_penalty);
+    INT("max_tokens", -2, INT32_MAX, lp.n_predict); // OpenAI's name; n_predict wins when both are given
+    INT("n_predict", -2, INT32_MAX, lp.n_predict);
+#undef NUM
+#undef INT
+    if (k >= 0 && (k = nm_req_int(o, "seed", -1, 9007199254740992.0, &i, why, sizeof why)) == 1)
+        sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(now_s() * 1e9) ^ b->request; // llama-server's -1: a random seed
+    if (k >= 0) k = nm_req_bool(o, "ignore_eos", &lp.ignore_eos, why, sizeof why);
+    if (k >= 0 && (k = nm_req_strings(o, "stop", NM_LLM_MAX_STOP, NM_LLM_MAX_STOP_LEN, stop, &n_stop, why,
+                                      sizeof why)) == 1) {
+        for (int32_t j = 0; j < n_stop; j++) {
+            snprintf(b->req_stop[j], sizeof b->req_stop[j], "%s", stop[j]);
+            b->req_stop_p[j] = b->req_stop[j];
+        }
+        lp.stop = b->req_stop_p;
+        lp.n_stop = n_stop;
+    }
+    nm_req_free(o);
+    if (k < 0) return fail(b, NM_ERR_FORMAT, "llm brick: parameters slot %llu: %s", (unsigned long long)s->meta->seq, why);
+    if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx;
+    nm_sampler *rs = nm_sampler_create(&sp, b->n_vocab);
+    if (!rs) return fail(b, NM_ERR_NOMEM, "llm brick: out of memory for a request's sampler");
+    nm_sampler_free(b->req_s);
+    b->req_s = b->cur = rs;
+    b->base = b->p;
+    b->p = lp;
+    return NM_OK;
+}
+
+// The next request has the brick's own parameters again.
+static void end_request(llm_brick *b) {
+    if (b->cur == b->req_s) {
+        b->p = b->base;
+        b->cur = b->s;
+    }
 }
 
 static llm_brick *of(const nm_brick *b) { return nm_brick_state_of(b, &nm_brick_llm_i); }
@@ -199,6 +271,7 @@ static void llm_stats_of(void *state, nm_brick_stats *o) {
     o->n_in_slots = b->st.n_in_slots;
     o->n_out_slots = b->st.n_out_slots;
     o->n_bad_requests = b->st.n_bad_slots;
+    o->n_cancelled = b->st.n_cancelled;
     o->n_prompt_tokens = b->st.n_prompt_tokens;
     o->n_gen = b->st.n_gen;
     o->t_prompt = b->st.t_prompt;
@@ -215,7 +288,7 @@ static size_t llm_slot_bytes(void *state, bool out) {
 
 static const char *kind_name(uint32_t k) {
     static const char *names[] = {"bytes", "tokens", "embeddings f32", "embeddings f16", "pcm s16", "pcm f32",
-                                  "text", "image"};
+                                  "text", "image", "parameters (only as a request's first slot)"};
     return k < sizeof names / sizeof names[0] ? names[k] : "unknown";
 }
 
@@ -278,11 +351,15 @@ static nm_status decode_slot(llm_brick *b, const nm_tabm_slot *s, int32_t n, int
         if (k == n && last) k--; // the last position is decoded again for its logits
         for (int32_t i = k; i < n && st == NM_OK; i += b->n_batch) {
             int32_t nb = n - i < b->n_batch ? n - i : b->n_batch;
+            if (nm_tabm_request_cancelled(b->in, b->request)) {
+                st = NM_ERR_CANCELLED;
+                break;
+            }
             st = nm_decode(b->c, t + i, nb, p0 + i, false);
             if (st != NM_OK) break;
             for (int32_t j = 0; j < nb; j++) {
                 b->cached[p0 + i + j] = t[i + j];
-                nm_sampler_accept(b->s, t[i + j]);
+                nm_sampler_accept(b->cur, t[i + j]);
             }
             b->n_cached = p0 + i + nb;
         }
@@ -290,13 +367,19 @@ static nm_status decode_slot(llm_brick *b, const nm_tabm_slot *s, int32_t n, int
         const float *x = s->data; // (n, n_embd), read in place
         for (int32_t i = 0; i < n && st == NM_OK; i += b->n_batch) {
             int32_t nb = n - i < b->n_batch ? n - i : b->n_batch;
+            if (nm_tabm_request_cancelled(b->in, b->request)) {
+                st = NM_ERR_CANCELLED;
+                break;
+            }
             st = nm_decode_embd(b->c, x + (size_t)i * (size_t)b->n_embd, nb, p0 + i, false);
             if (st != NM_OK) break;
             for (int32_t j = 0; j < nb; j++) b->cached[p0 + i + j] = -1;
             b->n_cached = p0 + i + nb;
         }
     }
-    if (st != NM_OK) {
+    if (st == NM_ERR_CANCELLED) {
+        // stopped between batches: what is cached is whole
+    } else if (st != NM_OK) {
         // A failed decode may have written part of the cache from its first position on.
         int32_t bad_from = p0 + k;
         if (b->n_cached > bad_from) b->n_cached = bad_from;
@@ -344,7 +427,7 @@ static nm_status take_out(llm_brick *b, nm_tabm *in, nm_tabm *out, nm_tabm_slot 
 // The last slot of a prompt's output: the stop reason, and NM_BRICK_ERROR when the prompt failed.
 static uint64_t end_user(nm_llm_stop why) {
     const bool failed = why == NM_LLM_STOP_BAD_INPUT || why == NM_LLM_STOP_ERROR;
-    return ((uint64_t)why << 8) | (failed ? NM_BRICK_ERROR : 0);
+    return ((uint64_t)why << 8) | (failed ? NM_BRICK_ERROR : 0) | (why == NM_LLM_STOP_CANCELLED ? NM_BRICK_CANCELLED : 0);
 }
 
 // Samples and decodes up to n_predict tokens after the prompt, writing them
@@ -364,18 +447,22 @@ static nm_status generate(llm_brick *b, nm_tabm *in, nm_tabm *out) {
             why = NM_LLM_STOP_CTX_FULL;
             break;
         }
+        if (nm_tabm_request_cancelled(in, b->request)) {
+            why = NM_LLM_STOP_CANCELLED;
+            break;
+        }
         const float *logits = nm_get_logits(b->c, -1);
         if (b->p.ignore_eos) { // as llama.cpp's logit bias of -inf on every end-of-generation token
             memcpy(b->masked, logits, sizeof(float) * (size_t)b->n_vocab);
             for (int32_t e = 0; e < b->n_eog; e++) b->masked[b->eog[e]] = -INFINITY;
             logits = b->masked;
         }
-        int32_t tok = nm_sampler_sample(b->s, logits);
+        int32_t tok = nm_sampler_sample(b->cur, logits);
         if (nm_token_is_eog(b->m, tok)) {
             why = NM_LLM_STOP_EOG;
             break;
         }
-        nm_sampler_accept(b->s, tok);
+        nm_sampler_accept(b->cur, tok);
         // The token goes out before it is decoded, so the consumer works on it
         // (prints it) while the next step runs.
         if (!held) {
@@ -406,6 +493,10 @@ static nm_status generate(llm_brick *b, nm_tabm *in, nm_tabm *out) {
             break;
         }
     }
+    if (why == NM_LLM_STOP_CANCELLED) {
+        nm_tabm_cancel_request(out, b->request); // what went out may still be queued downstream
+        b->st.n_cancelled++;
+    }
     if (!held && (st = take_out(b, in, out, &o)) != NM_OK) goto out;
     // The END slot makes the brick idle for its reader: account first.
     b->st.n_prompts++;
@@ -420,6 +511,10 @@ out:
 
 // Writes the END slot of a prompt that was dropped.
 static nm_status end_dropped(llm_brick *b, nm_tabm *in, nm_tabm *out, nm_llm_stop why) {
+    if (why == NM_LLM_STOP_CANCELLED) {
+        nm_tabm_cancel_request(out, b->request);
+        b->st.n_cancelled++;
+    }
     nm_tabm_slot o;
     nm_status st = take_out(b, in, out, &o);
     if (st != NM_OK) return st;
@@ -446,18 +541,30 @@ static nm_status llm_step(llm_brick *b, nm_tabm *in, nm_tabm *out) {
         b->st.n_in_slots++;
         const bool last = !(s.meta->user & NM_BRICK_MORE);
         if (first) b->request = s.meta->request;
+        const bool params = first && s.meta->kind == NM_TABM_PARAMS;
         first = false;
-        if (dropped == NM_LLM_STOP_NONE) {
+        if (dropped == NM_LLM_STOP_NONE && params) {
+            st = last ? fail(b, NM_ERR_FORMAT, "llm brick: request %llu is parameters alone: no prompt follows (the "
+                             "parameters slot lacks NM_BRICK_MORE)", (unsigned long long)b->request)
+                      : take_params(b, &s);
+            if (st != NM_OK) {
+                dropped = NM_LLM_STOP_BAD_INPUT;
+                b->st.n_bad_slots++;
+            }
+        } else if (dropped == NM_LLM_STOP_NONE && nm_req_cancelled(in, s.meta->user, b->request)) {
+            dropped = NM_LLM_STOP_CANCELLED;
+        } else if (dropped == NM_LLM_STOP_NONE) {
             int32_t n = 0, p0 = 0;
             st = check_input(b, &s, &n, &p0);
             if (st == NM_OK) {
-                if ((st = decode_slot(b, &s, n, p0, last)) != NM_OK) dropped = NM_LLM_STOP_ERROR;
+                st = decode_slot(b, &s, n, p0, last);
+                if (st != NM_OK) dropped = st == NM_ERR_CANCELLED ? NM_LLM_STOP_CANCELLED : NM_LLM_STOP_ERROR;
             } else {
                 dropped = NM_LLM_STOP_BAD_INPUT;
                 b->st.n_bad_slots++;
             }
-            if (dropped != NM_LLM_STOP_NONE) b->pos = prompt_pos; // the dropped prompt leaves no position behind
         }
+        if (dropped != NM_LLM_STOP_NONE) b->pos = prompt_pos; // the dropped prompt leaves no position behind
         nm_tabm_release(in, &s); // decoded: the payload is no longer read
         if (last) break;
     }
@@ -469,7 +576,10 @@ static nm_status llm_step(llm_brick *b, nm_tabm *in, nm_tabm *out) {
 static nm_status llm_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     llm_brick *b = state;
     b->self = self;
-    return llm_step(b, in, out);
+    b->in = in;
+    nm_status st = llm_step(b, in, out);
+    end_request(b);
+    return st;
 }
 
 const nm_brick_i nm_brick_llm_i = {

@@ -29,8 +29,10 @@ typedef struct stt_brick {
     uint32_t producer;
     int64_t timeout_ns;
     // the request being served
-    nm_tabm *out;
+    nm_tabm *in, *out;
     uint64_t request;
+    bool cancelled;      // its cancellation stopped the transcription
+    char req_lang[16];   // a PARAMS slot's language
     int32_t n_written;   // segments of `last` written as slots
     nm_status out_st;    // the first failure writing them
     nm_brick_stats st;
@@ -106,10 +108,41 @@ static void on_segments(const nm_transcript *t, int32_t i0, void *user) {
     if (b->p.on_segments) b->p.on_segments(t, i0, b->p.user);
 }
 
+// A request's PARAMS slot over the brick's parameters, into *p (this request only).
+static nm_status take_params(stt_brick *b, const nm_tabm_slot *s, nm_stt_params *p) {
+    char why[200] = "";
+    cJSON *o = nm_req_parse(s, "stt brick", why, sizeof why);
+    if (!o) return nm_fail(NM_ERR_FORMAT, b->err, sizeof b->err, "%s", why);
+    const char *lang = NULL;
+    double d = 0;
+    int64_t i = 0;
+    int k = nm_req_string(o, "language", sizeof b->req_lang - 1, &lang, why, sizeof why);
+    if (k == 1) {
+        snprintf(b->req_lang, sizeof b->req_lang, "%s", lang); // checked by the transcription
+        p->language = b->req_lang;
+    }
+    if (k >= 0) k = nm_req_bool(o, "translate", &p->translate, why, sizeof why);
+    if (k >= 0) k = nm_req_bool(o, "no_timestamps", &p->no_timestamps, why, sizeof why);
+    if (k >= 0 && (k = nm_req_number(o, "temperature", 0, 2, &d, why, sizeof why)) == 1) p->temperature = (float)d;
+    if (k >= 0 && (k = nm_req_number(o, "temperature_inc", 0, 2, &d, why, sizeof why)) == 1) p->temperature_inc = (float)d;
+    if (k >= 0 && (k = nm_req_int(o, "best_of", 1, NM_STT_MAX_DECODERS, &i, why, sizeof why)) == 1) p->best_of = (int32_t)i;
+    // whisper-server's beam_size: above 1 a beam search of that width, else greedy
+    if (k >= 0 && (k = nm_req_int(o, "beam_size", 1, NM_STT_MAX_DECODERS, &i, why, sizeof why)) == 1) {
+        p->strategy = i > 1 ? NM_STT_BEAM : NM_STT_GREEDY;
+        p->beam_size = (int32_t)i;
+    }
+    nm_req_free(o);
+    if (k < 0)
+        return nm_fail(NM_ERR_FORMAT, b->err, sizeof b->err, "stt brick: parameters slot %llu: %s",
+                       (unsigned long long)s->meta->seq, why);
+    return NM_OK;
+}
+
 // Whisper stops before its next window once the output ring is gone (a long
 // recording would otherwise be decoded for nobody, and the lane could not end).
 static bool output_gone(void *user) {
-    const stt_brick *b = user;
+    stt_brick *b = user;
+    if (nm_tabm_request_cancelled(b->in, b->request)) return b->cancelled = true; // and a cancelled request
     return b->out_st != NM_OK || nm_tabm_is_shutdown(b->out) ||
            (b->p.abort_callback && b->p.abort_callback(b->p.abort_user)); // and the caller's own
 }
@@ -117,25 +150,42 @@ static bool output_gone(void *user) {
 static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     stt_brick *b = state;
     nm_tabm_slot s;
-    nm_status st = nm_tabm_acquire_read(in, b->timeout_ns, &s);
-    if (st != NM_OK) {
-        if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
-        else nm_brick_set_error(self, "stt brick: waiting for a PCM slot: %s", nm_status_str(st));
-        return st;
+    nm_stt_params p = b->p;
+    b->err[0] = '\0';
+    bool first = true;
+    nm_status pst = NM_OK; // the PARAMS slot's verdict
+    for (;;) {
+        nm_status st = nm_tabm_acquire_read(in, b->timeout_ns, &s);
+        if (st != NM_OK) {
+            if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
+            else nm_brick_set_error(self, "stt brick: waiting for a PCM slot: %s", nm_status_str(st));
+            return st;
+        }
+        b->st.n_in_slots++;
+        if (!first || s.meta->kind != NM_TABM_PARAMS || !(s.meta->user & NM_BRICK_MORE)) break;
+        b->request = s.meta->request; // a request's parameters, then its audio
+        pst = take_params(b, &s, &p);
+        nm_tabm_release(in, &s);
+        first = false;
     }
-    b->st.n_in_slots++;
+    nm_status st = pst;
     b->st.n_requests++;
     nm_transcript_free(&b->last);
     memset(&b->last, 0, sizeof b->last);
+    b->in = in;
     b->out = out;
-    b->request = s.meta->request;
+    if (first) b->request = s.meta->request;
     b->n_written = 0;
     b->out_st = NM_OK;
+    b->cancelled = false;
     const nm_tabm_meta *mt = s.meta;
     const uint64_t user = mt->user;
     int64_t n = mt->ndim >= 1 ? mt->shape[0] : 0;
-    b->err[0] = '\0';
-    if (mt->kind != NM_TABM_PCM_F32) {
+    if (st != NM_OK) {
+        // the parameters were refused: the request fails
+    } else if (nm_req_cancelled(in, user, b->request)) {
+        b->cancelled = true;
+    } else if (mt->kind != NM_TABM_PCM_F32) {
         st = nm_fail(NM_ERR_FORMAT, b->err, sizeof b->err, "stt brick: slot of kind %u, want PCM f32 (%d)", mt->kind,
                      NM_TABM_PCM_F32);
     } else if (mt->ndim < 1 || mt->ndim > 2 || (mt->ndim == 2 && mt->shape[1] != 1) || n < 0 ||
@@ -149,7 +199,6 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
         st = nm_fail(NM_ERR_FORMAT, b->err, sizeof b->err,
                      "stt brick: a request is one PCM slot (this one says more follow)");
     } else {
-        nm_stt_params p = b->p;
         p.on_segments = on_segments;
         p.user = b;
         p.abort_callback = output_gone;
@@ -167,6 +216,14 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
         }
     }
     nm_tabm_release(in, &s);
+    if (b->cancelled && b->out_st == NM_OK) { // the segments written stay; the request ends flagged
+        b->st.n_cancelled++;
+        nm_status ds = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+        if (ds != NM_OK) return ds;
+        nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_TEXT, b->request, NM_BRICK_CANCELLED);
+        if (ps == NM_OK) b->st.n_out_slots++;
+        return ps;
+    }
     if (st == NM_OK) {
         // any segment not out yet, then the empty slot that ends the request
         for (; b->out_st == NM_OK && b->n_written < b->last.n_seg; b->n_written++)
@@ -185,7 +242,7 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     // a request is one slot: any that said more follow are read and dropped with it
     nm_status ds = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
     if (ds != NM_OK) return ds;
-    nm_status ps = nm_brick_put_error(out, b->producer, b->timeout_ns, NM_TABM_TEXT, b->request, 0);
+    nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_TEXT, b->request, NM_BRICK_ERROR);
     if (ps == NM_OK) b->st.n_out_slots++;
     return ps;
 }

@@ -21,6 +21,8 @@ typedef struct tts_brick {
     char *text;                  // the engine's input: a slot's text, NUL-terminated (grown to the
     size_t text_cap;             // largest slot, at most NM_TTS_MAX_TEXT bytes)
     nm_brick_stats st;
+    nm_tabm *in;                 // the request being served: its cancellation is marked there
+    uint64_t request;
 } tts_brick;
 
 static void tts_release(void *state) {
@@ -50,6 +52,25 @@ static nm_status tts_load(const nm_brick_params *p, void **state, char *err, siz
 
 static void report(void *self, const char *msg) { nm_brick_set_error(self, "%s", msg); }
 
+static bool cancelled(void *user) {
+    const tts_brick *b = user;
+    return nm_tabm_request_cancelled(b->in, b->request);
+}
+
+// A cancelled request: what it said stays said, the rest of its text is
+// dropped, and it ends with a slot flagged NM_BRICK_CANCELLED (`ended`: that
+// slot is out already).
+static nm_status end_cancelled(tts_brick *b, nm_tabm *in, nm_tabm *out, uint64_t user, uint64_t request, bool ended) {
+    b->st.n_requests++;
+    b->st.n_cancelled++;
+    if (ended) nm_tabm_cancel_request(out, request);
+    nm_status st = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+    if (st != NM_OK || ended) return st;
+    if ((st = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, NM_BRICK_CANCELLED)) == NM_OK)
+        b->st.n_out_slots++;
+    return st;
+}
+
 static bool blank(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!isspace((unsigned char)s[i])) return false;
@@ -63,6 +84,8 @@ static bool blank(const char *s, size_t n) {
 static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     tts_brick *b = state;
     nm_tts_set_reporter(b->tts, report, self); // an engine failure is reported before its slot goes out
+    nm_tts_set_cancel(b->tts, cancelled, b);
+    b->in = in;
     bool spoke = false;
     for (;;) {
         nm_tabm_slot s;
@@ -76,6 +99,11 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
         const uint64_t user = s.meta->user, request = s.meta->request;
         const bool more = user & NM_BRICK_MORE;
         const size_t n = (size_t)s.meta->size;
+        b->request = request;
+        if (nm_req_cancelled(in, user, request)) {
+            nm_tabm_release(in, &s);
+            return end_cancelled(b, in, out, user, request, false);
+        }
         if (s.meta->kind == NM_TABM_TEXT && n <= NM_TTS_MAX_TEXT && n <= s.capacity && n + 1 > b->text_cap) {
             char *t = realloc(b->text, n + 1);
             if (t) b->text = t, b->text_cap = n + 1;
@@ -93,7 +121,7 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             b->st.n_requests++;
             b->st.n_bad_requests++;
             st = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
-            nm_status ps = nm_brick_put_error(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, 0);
+            nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR);
             if (ps == NM_OK) b->st.n_out_slots++;
             return st != NM_OK ? st : ps;
         }
@@ -120,6 +148,7 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             b->st.n_samples += after.n_samples - before.n_samples;
             b->st.t_busy += after.t_synth - before.t_synth;
             spoke = spoke || speak;
+            if (st == NM_ERR_CANCELLED) return end_cancelled(b, in, out, user, request, true);
             if (st != NM_OK) {
                 nm_brick_set_error(self, "%s", nm_tts_last_error(b->tts)); // (again, if a slot said so)
                 b->st.n_requests++;
@@ -128,7 +157,8 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
                 // the request must end with a flagged slot: one went out unless synthesis
                 // refused the text before writing any
                 if (after.n_slots == before.n_slots) {
-                    nm_status ps = nm_brick_put_error(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, 0);
+                    nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request,
+                                                    NM_BRICK_ERROR);
                     if (ps != NM_OK) return ps;
                     b->st.n_out_slots++;
                 }

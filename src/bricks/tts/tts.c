@@ -22,6 +22,8 @@ struct nm_tts {
     nm_tts_stats stats;
     void (*report)(void *user, const char *msg); // told of a failure before its slot goes out
     void *report_user;
+    bool (*cancel)(void *user); // asked before each chunk written into a ring (nm_tts_set_cancel)
+    void *cancel_user;
     char err[512];
 };
 
@@ -308,6 +310,8 @@ static nm_status ring_write(ring_out *r, const int16_t *pcm, const float *pcmf, 
     int64_t per = (int64_t)(nm_tabm_max_payload(r->ring) / sizeof(int16_t));
     while (n > 0) {
         nm_status st;
+        if (r->t->cancel && r->t->cancel(r->t->cancel_user))
+            return nm_fail(NM_ERR_CANCELLED, r->t->err, sizeof r->t->err, "tts: the request was cancelled");
         if (r->held && (st = ring_publish(r, NM_BRICK_MORE)) != NM_OK) return st;
         if ((st = ring_take(r)) != NM_OK) return st;
         int64_t k = n < per ? n : per;
@@ -364,7 +368,7 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
     // The utterance's last slot: the one in hand, or an empty one. After an
     // error a slot in hand still ends the request (flagged), so the reader is
     // not left waiting.
-    uint64_t end = st != NM_OK ? NM_BRICK_ERROR : more ? NM_BRICK_MORE : 0;
+    uint64_t end = st == NM_ERR_CANCELLED ? NM_BRICK_CANCELLED : st != NM_OK ? NM_BRICK_ERROR : more ? NM_BRICK_MORE : 0;
     bool ring_gone = st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT || st == NM_ERR_AGAIN;
     if (!r.held && !ring_gone) {
         nm_status st2 = ring_take(&r);
@@ -384,6 +388,11 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
 void nm_tts_set_reporter(nm_tts *t, void (*fn)(void *user, const char *msg), void *user) {
     t->report = fn;
     t->report_user = user;
+}
+
+void nm_tts_set_cancel(nm_tts *t, bool (*fn)(void *user), void *user) {
+    t->cancel = fn;
+    t->cancel_user = user;
 }
 
 void nm_tts_copy_text(nm_tts *t, char *dst, const char *src, size_t n) {

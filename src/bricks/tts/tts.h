@@ -117,6 +117,10 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
 // fn(user, message) is called before a slot flagged NM_BRICK_ERROR is
 // published (the TTS brick hands the message to its handle first); NULL: none.
 void nm_tts_set_reporter(nm_tts *t, void (*fn)(void *user, const char *msg), void *user);
+// fn(user) is asked before each chunk nm_tts_synth_ring writes: true stops
+// the synthesis, whose last slot is then flagged NM_BRICK_CANCELLED (not
+// NM_BRICK_ERROR), and nm_tts_synth_ring returns NM_ERR_CANCELLED. NULL: never.
+void nm_tts_set_cancel(nm_tts *t, bool (*fn)(void *user), void *user);
 // Copies n bytes of text from a slot into the engine's input buffer (dst),
 // counted in the ledger (tts -> engine): the engine reads NUL-terminated text
 // it owns, not a slot.

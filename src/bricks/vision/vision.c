@@ -242,6 +242,15 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     int32_t n_published = 0;
     char msg[256];
     const double t0 = now_s();
+    if (nm_req_cancelled(in, user, v->request)) { // the LLM brick learns it from a flagged slot, and the mark
+        nm_tabm_release(in, &s);
+        v->st.n_requests++;
+        v->st.n_cancelled++;
+        nm_status ps = nm_brick_put_end(out, v->producer, v->timeout_ns, NM_TABM_TOKENS, v->request,
+                                        NM_BRICK_CANCELLED | (more ? NM_BRICK_MORE : 0));
+        if (ps == NM_OK) v->st.n_out_slots++;
+        return ps;
+    }
     if (mt->kind != NM_TABM_IMAGE || mt->size == 0 || mt->size > s.capacity) {
         st = vfail(v, NM_ERR_FORMAT, "vision brick: input slot %llu is not an image file (kind %u, %llu bytes)",
                    (unsigned long long)mt->seq, mt->kind, (unsigned long long)mt->size);
@@ -263,8 +272,8 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     nm_brick_set_error(self, "%s (%s)", v->err, nm_status_str(st));
     if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;
     // the LLM brick learns that this part of its prompt failed
-    nm_status ps = nm_brick_put_error(out, v->producer, v->timeout_ns, NM_TABM_TOKENS, v->request,
-                                      more ? NM_BRICK_MORE : 0);
+    nm_status ps = nm_brick_put_end(out, v->producer, v->timeout_ns, NM_TABM_TOKENS, v->request,
+                                    NM_BRICK_ERROR | (more ? NM_BRICK_MORE : 0));
     if (ps == NM_OK) v->st.n_out_slots++;
     return ps == NM_OK ? NM_OK : ps;
 }

@@ -39,6 +39,40 @@ case_seeded_same() {
     if [ "$a" = "$b" ]; then echo "same: $a"; else printf 'differ:\n%s\n---\n%s\n' "$a" "$b"; fi
 }
 expect run_seeded_same 0 "^same: Once.+" "$M" -- case_seeded_same
+# Ctrl-C while the model answers: the answer is cancelled (the request marked
+# on the LLM brick's ring), the stats still print, and the one-shot run exits
+# 130 as llama-cli does; a chat goes back to its prompt. (A run killed by the
+# signal would print neither "[cancelled]" nor the stats.)
+# interrupt FILE ARGS...: runs nanomind ARGS, stdout to FILE, and sends SIGINT
+# once FILE holds 40 bytes of the answer; its status goes to $tmp/rc.
+interrupt() {
+    local out=$1 pid rc i
+    shift
+    "$NM" "$@" <&0 > "$out" 2> "$out.err" & # (stdin named: a background job would get /dev/null)
+    pid=$!
+    for i in $(seq 600); do [ "$(wc -c < "$out")" -ge 40 ] && break; sleep 0.1; done
+    kill -INT "$pid"
+    for i in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && { echo "still running 30 s after Ctrl-C"; kill -9 "$pid"; }
+    wait "$pid"
+    rc=$?
+    { cat "$out.err"; echo "exit $rc"; } | tr '\n' ' '
+    [ "$rc" = 130 ] && rc=0 # the status the command chose (its stats above say it was not killed)
+    echo "$rc" >> "$tmp/rc"
+}
+case_ctrl_c() { interrupt "$tmp/ctrlc.txt" run -m "$M" -p "Once upon a time" -n -1 --ignore-eos -t 2 --stats; }
+expect run_ctrl_c_cancels 0 "\\[cancelled\\].*generation: [0-9]+ tokens.*exit 130" "$M" -- case_ctrl_c
+case_ctrl_c_chat() {
+    mkfifo "$tmp/chat.in"
+    # the question, then the end of input once the answer was cancelled
+    { echo "Tell me a very long story."
+      for i in $(seq 600); do grep -q cancelled "$tmp/ctrlc-chat.txt.err" 2>/dev/null && break; sleep 0.1; done
+    } > "$tmp/chat.in" &
+    local feeder=$!
+    interrupt "$tmp/ctrlc-chat.txt" run -m "$M" --chat -n -1 --ignore-eos -t 2 --stats < "$tmp/chat.in"
+    kill "$feeder" 2>/dev/null
+}
+expect run_ctrl_c_chat_goes_on 0 "> .*\\[cancelled\\].*> .*generation: [0-9]+ tokens.*exit 0" "$M" -- case_ctrl_c_chat
 case_chat_stdin() { printf 'Name the capital of France.\n' | nm run -m "$M" --chat --temp 0 -n 16 -t 2; }
 expect chat_stdin 0 "Paris" "$M" -- case_chat_stdin
 expect stats_ledger 0 "mapped from the model file" "$M" -- nm run -m "$M" -p "Hi" -n 2 --temp 0 --stats

@@ -652,12 +652,13 @@ NM_TEST(tts_request_cancelled) {
                             "who has heard enough of it and wants to ask something else instead of listening on.";
     NM_CHECK(put_text(text, long_text, NM_BRICK_MORE, 61) && put_text(text, "And more text.", 0, 61));
     NM_CHECK(put_text(text, "Hello.", 0, 62));
+    NM_CHECK(put_text(text, "Cancelled upstream.", NM_BRICK_CANCELLED, 63)); // a brick before this one cancelled it
     lane l = {tts, text, speech, NM_OK};
     pthread_t th;
     NM_CHECK(pthread_create(&th, NULL, lane_main, &l) == 0);
-    int64_t samples[2] = {0, 0};
-    uint64_t last_user[2] = {0, 0};
-    for (int r = 0; r < 2; r++) {
+    int64_t samples[3] = {0, 0, 0};
+    uint64_t last_user[3] = {0, 0, 0};
+    for (int r = 0; r < 3; r++) {
         for (;;) {
             nm_tabm_slot s;
             if (nm_tabm_acquire_read(speech, 20000000000ll, &s) != NM_OK) break;
@@ -683,8 +684,9 @@ NM_TEST(tts_request_cancelled) {
     NM_CHECK((last_user[0] & NM_BRICK_CANCELLED) && !(last_user[0] & NM_BRICK_ERROR));
     NM_CHECK(nm_tabm_request_cancelled(speech, 61) && !nm_tabm_request_cancelled(speech, 62));
     NM_CHECK(samples[1] > rate / 4 && !(last_user[1] & (NM_BRICK_CANCELLED | NM_BRICK_ERROR)));
+    NM_CHECK(samples[2] == 0 && (last_user[2] & NM_BRICK_CANCELLED) && nm_tabm_request_cancelled(speech, 63));
     nm_brick_stats bs = nm_brick_get_stats(tts);
-    NM_CHECK(bs.n_cancelled == 1 && bs.n_bad_requests == 0 && bs.n_requests == 2 && bs.n_in_slots == 3);
+    NM_CHECK(bs.n_cancelled == 2 && bs.n_bad_requests == 0 && bs.n_requests == 3 && bs.n_in_slots == 4);
 done:
     nm_tabm_free(text);
     nm_tabm_free(speech);

@@ -1,6 +1,7 @@
 // nanomind run: text completion, a one-shot chat turn, or an interactive chat.
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,9 +77,24 @@ typedef struct session {
     nm_brick *vision;   // --mmproj: an IMAGE slot in, its segment out into `in`
     nm_tabm *img;       // the vision brick's input: image files, read into its slot
     double t_first;     // seconds from the first prompt slot to the first generated token
+    uint64_t request;   // the id of the prompt being sent and answered (1, 2, ...)
+    bool cancelled;     // the last answer was cut short by Ctrl-C
     pthread_t lane;
     bool lane_started;
 } session;
+
+// Ctrl-C while the model answers cancels the answer (the request's id is
+// marked on the LLM brick's input ring; it stops before its next token); a
+// second one before the answer ends, or one at the chat prompt, ends the
+// command as SIGINT does.
+static volatile sig_atomic_t g_interrupts, g_at_prompt;
+
+static void on_sigint(int sig) {
+    if (g_at_prompt || g_interrupts++ > 0) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
 
 static void *lane_main(void *arg) {
     session *S = arg;
@@ -153,6 +169,7 @@ static bool send_text(session *S, const char *text, uint64_t user, bool add_spec
     sl.meta->shape[0] = n;
     sl.meta->size = sizeof(int32_t) * (uint64_t)n;
     sl.meta->user = user;
+    sl.meta->request = S->request;
     if ((st = nm_tabm_publish(S->in, &sl)) != NM_OK) {
         fprintf(stderr, "error: the LLM brick's input ring: %s (%s)\n", nm_status_str(st), nm_tabm_last_error(S->in));
         nm_tabm_cancel(S->in, &sl);
@@ -193,6 +210,7 @@ static bool send_image(session *S, const char *path, uint64_t user) {
     sl.meta->shape[0] = (int64_t)n;
     sl.meta->size = n;
     sl.meta->user = user;
+    sl.meta->request = S->request;
     if ((st = nm_tabm_publish(S->img, &sl)) != NM_OK) {
         fprintf(stderr, "error: the vision brick's input ring: %s\n", nm_status_str(st));
         nm_tabm_cancel(S->img, &sl);
@@ -250,9 +268,15 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
     char piece[256];
     size_t tl = 0;
     bool ok = true;
+    S->cancelled = false;
     for (bool end = false; !end;) {
         nm_tabm_slot sl;
-        nm_status st = nm_tabm_acquire_read(S->out, -1, &sl);
+        if (g_interrupts > 0 && !S->cancelled) { // Ctrl-C: stop this answer
+            nm_tabm_cancel_request(S->in, S->request);
+            S->cancelled = true;
+        }
+        nm_status st = nm_tabm_acquire_read(S->out, 100000000, &sl); // looks at Ctrl-C every 100 ms
+        if (st == NM_ERR_TIMEOUT) continue;
         if (st != NM_OK) {
             fprintf(stderr, "\nerror: the LLM brick stopped: %s (%s)\n", nm_status_str(st), nm_brick_last_error(S->llm));
             ok = false;
@@ -278,7 +302,10 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
         if (user & NM_BRICK_MORE) continue;
         end = true;
         nm_llm_stop why = NM_LLM_STOP_OF(user);
-        if (why == NM_LLM_STOP_CTX_FULL) {
+        if (why == NM_LLM_STOP_CANCELLED) {
+            fprintf(stderr, "\n[cancelled]\n");
+            g_interrupts = 0; // the next Ctrl-C cancels the next answer (or, at the chat prompt, ends)
+        } else if (why == NM_LLM_STOP_CTX_FULL) {
             fprintf(stderr, "\n[context full: %d tokens]\n", nm_ctx_n_ctx(S->c));
         } else if (why == NM_LLM_STOP_ERROR || why == NM_LLM_STOP_BAD_INPUT) {
             fprintf(stderr, "\nerror: %s\n", nm_brick_last_error(S->llm));
@@ -536,6 +563,9 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         goto done;
     }
     if (!start_lane(&S, &o, err, sizeof err)) goto done;
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART}; // kept until the command ends
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
     if (o.stats) {
         char desc[256];
         nm_model_desc(S.m, desc, sizeof desc);
@@ -547,11 +577,12 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     if (!o.chat) {
         // plain completion: the prompt is printed, then continued
         double t_sent = cli_now();
+        S.request++;
         if (!send_prompt(&S, o.prompt, o.images, o.n_images)) goto done_stats;
         fputs(o.prompt, stdout);
         if (!receive(&S, NULL, 0, t_sent)) goto done_stats;
         putchar('\n');
-        rc = 0;
+        rc = S.cancelled ? 130 : 0; // as a shell reports SIGINT, after the stats
         goto done_stats;
     }
 
@@ -566,7 +597,10 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         const char *user = o.prompt;
         if (interactive) {
             fprintf(stderr, "> ");
-            if (!fgets(line, sizeof line, stdin)) break;
+            g_at_prompt = 1; // Ctrl-C here ends the command
+            char *got = fgets(line, sizeof line, stdin);
+            g_at_prompt = 0;
+            if (!got) break;
             line[strcspn(line, "\n")] = '\0';
             if (!line[0]) continue;
             if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
@@ -611,6 +645,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         // The whole conversation from position 0: the brick decodes only what
         // its cache does not already hold.
         double t_sent = cli_now();
+        S.request++;
         bool ok = send_prompt(&S, formatted, o.images, o.n_images);
         free(formatted);
         if (!ok) goto done_chat;
@@ -622,10 +657,10 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         putchar('\n');
         fflush(stdout);
         owned[n_owned++] = answer;
-        msgs[n_msgs++] = (nm_chat_msg){"assistant", answer};
+        msgs[n_msgs++] = (nm_chat_msg){"assistant", answer}; // a cancelled answer as far as it went
         if (!interactive) break;
     }
-    rc = 0;
+    rc = !interactive && S.cancelled ? 130 : 0;
 done_chat:
     for (size_t i = 0; i < n_owned; i++) free(owned[i]);
 done_stats:

@@ -58,7 +58,8 @@ static void run_usage(void) {
            "  --profile FILE           the unit profiles (default ~/.cache/nanomind/profile.json)\n"
            "  --stats                  print timings, the seed, the bytes copied between bricks, and memory\n"
            "                           to stderr\n"
-           "  -h, --help               this help;  --version  the version\n",
+           "  -h, --help               this help;  --version  the version\n"
+           "Ctrl-C while the model answers cancels the answer (a chat goes on; a one-shot run exits 130).\n",
            nm_chat_template_names());
 }
 

@@ -206,6 +206,47 @@ case_transcribe_stdin() { nm transcribe -m "$WM" - -t 2 --beam-size 1 < $SPEECH/
 expect transcribe_stdin_8k 0 "leave your name" "$WM" -- case_transcribe_stdin
 case_transcribe_stats() { nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --stats 2>&1 | tr '\n' ' '; }
 expect transcribe_stats 0 "real-time factor [0-9.]+.*ledger: [0-9]+ bytes copied between bricks \\(1 copies\\)" "$WM" -- case_transcribe_stats
+# assistant: the whole loop in one process (errors first; real runs on the default models)
+expect help_assistant 0 "usage: nanomind assistant" -- nm assistant --help
+expect assistant_no_question 2 "give the questions: --audio FILE\\|DIR .* or -p TEXT" "$M" -- nm assistant -m "$M"
+expect assistant_both_questions 2 "one of the two" "$M" -- nm assistant -m "$M" -p hi --audio $SPEECH/tts_16k.wav --stt "$WM"
+expect assistant_audio_needs_stt 2 "--audio needs a Whisper model: --stt FILE" "$M" -- nm assistant -m "$M" --audio $SPEECH/tts_16k.wav
+expect assistant_frames_need_mmproj 2 "--frames and --mmproj go together" "$M" -- nm assistant -m "$M" -p hi --frames "$tmp"
+expect assistant_fps_needs_frames 2 "--fps goes with --frames" "$M" -- nm assistant -m "$M" -p hi --fps 2
+expect assistant_bad_fps 2 "--fps needs a number in \\[0, 1000\\], got 'fast'" "$M" -- nm assistant -m "$M" -p hi --fps fast
+expect assistant_bad_tts 2 "--tts takes espeak-ng or none, not 'festival'" "$M" -- nm assistant -m "$M" -p hi --tts festival
+expect assistant_out_not_folder 2 "--out '/nonexistent/dir': No such file or directory" "$M" -- nm assistant -m "$M" -p hi --out /nonexistent/dir
+expect assistant_no_image_flag 2 "takes its images from --frames, not --image" "$M" -- nm assistant -m "$M" -p hi --image "$tmp/img.ppm"
+expect assistant_unknown_flag 2 "unknown option '--bogus' \\(see nanomind assistant --help\\)" "$M" -- nm assistant -m "$M" -p hi --bogus
+expect assistant_missing_audio 1 "error: --audio '/nonexistent.wav': No such file or directory" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio /nonexistent.wav
+mkdir -p "$tmp/frames3" "$tmp/asked" "$tmp/answers"
+for f in a b c; do cp "$tmp/img.ppm" "$tmp/frames3/$f.ppm"; done
+expect assistant_frames_questions_mismatch 1 "3 frames and 1 spoken questions" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "$tmp/frames3"
+# a typed question, text only
+expect assistant_typed 0 "^> The capital of France is" "$M" -- nm assistant -m "$M" -p "The capital of France is" -n 8 --temp 0 -t 2
+# a spoken question answered aloud: the transcript, the answer's WAV, the latency figures
+case_assistant_spoken() {
+    rm -f "$tmp/answers/"*
+    nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --out "$tmp/answers" -n 24 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '
+    python3 -c "import sys,wave; w=wave.open(sys.argv[1]); print('answer_wav_frames=%d rate=%d' % (w.getnframes(), w.getframerate()))" "$tmp/answers/answer-001.wav" 2>&1
+}
+expect assistant_spoken 0 "^> The quick brown fox.*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]+ s of speech\\).*end of question -> first audio sample: median [0-9.]+ s.*the decoded questions into their slots [1-9][0-9]*, espeak-ng's text and samples [1-9][0-9]*, between the other bricks [1-9][0-9]* .*answer_wav_frames=[1-9][0-9]* rate=22050" "$M" "$WM" -- case_assistant_spoken
+# frames and spoken questions, pipelined and sequential: the same answers (greedy), one per frame, in order
+case_assistant_frames() {
+    cp $SPEECH/tts_16k.wav "$tmp/asked/1.wav"; cp $SPEECH/tts_16k.wav "$tmp/asked/2.wav"; cp $SPEECH/tts_16k.wav "$tmp/asked/3.wav"
+    nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" --mmproj "$tmp/mm.gguf" --frames "$tmp/frames3" -n 6 --temp 0 -t 2 > "$tmp/pipelined.txt" 2>/dev/null
+    nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" --mmproj "$tmp/mm.gguf" --frames "$tmp/frames3" -n 6 --temp 0 -t 2 --sequential > "$tmp/sequential.txt" 2>/dev/null
+    local same=differ
+    cmp -s "$tmp/pipelined.txt" "$tmp/sequential.txt" && same="pipelined = sequential"
+    echo "questions: $(grep -c '^> The quick' "$tmp/pipelined.txt") $same"
+}
+expect assistant_frames 0 "questions: 3 pipelined = sequential" "$M" "$WM" -- case_assistant_frames
+# a question that cannot be read fails alone: the others are answered, the exit status says one failed
+case_assistant_bad_question() {
+    printf 'RIFF....WAVEjunk' > "$tmp/asked/2.wav"
+    nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '
+}
+expect assistant_bad_question 1 "error: question .*2.wav: .*> The quick.*> The quick" "$M" "$WM" -- case_assistant_bad_question
 expect say_unwritable 1 "/nonexistent/dir/x.wav: cannot create a file in its folder: No such file or directory" -- nm say hello -o /nonexistent/dir/x.wav
 expect say_bad_rate 2 "--rate needs an integer in \\[80, 450\\]" -- nm say hello -o "$tmp/r.wav" --rate 5
 expect say_rate_trailing_garbage 2 "--rate needs an integer in \\[80, 450\\], got '100x'" -- nm say hello -o "$tmp/r.wav" --rate 100x

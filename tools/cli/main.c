@@ -26,6 +26,8 @@ static void usage(FILE *f) {
             "  say         text to speech into a WAV file (espeak-ng)\n"
             "  transcribe  speech to text with a Whisper model (as whisper.cpp's whisper-cli)\n"
             "  profile     measure each compute unit for the planner (run --plan)\n"
+            "  assistant   the assistant's loop: spoken questions and camera frames in, spoken answers out,\n"
+            "              every model on its own lane\n"
             "\n"
             "`nanomind COMMAND --help` (or `nanomind help COMMAND`) describes each command's options;\n"
             "`nanomind --list-devices` lists the compute units (--device).\n"
@@ -456,6 +458,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "say")) return cmd_say(argc - 1, argv + 1);
     if (!strcmp(cmd, "transcribe")) return cmd_transcribe(argc - 1, argv + 1);
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
+    if (!strcmp(cmd, "assistant")) return cmd_assistant(argc - 1, argv + 1);
     fprintf(stderr, "nanomind: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 2;

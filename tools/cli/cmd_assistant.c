@@ -1,0 +1,868 @@
+// nanomind assistant: the assistant's loop in one process, every brick on its
+// own lane, joined by rings (docs/cli.md, docs/bricks.md):
+//
+//   question audio -> [STT lane] -> transcript --------+
+//   frame (image)  -> [vision lane: this thread] ------+-> [LLM lane] -> tokens
+//   tokens -> [answer thread: text on stdout, sentences] -> [TTS lane] -> speech -> [sink thread: WAV files]
+//
+// Pipelined: the next question is transcribed and the next frame encoded
+// while the decoder answers, and an answer's first sentence is spoken while
+// the rest is decoded. --sequential waits for each answer to be spoken
+// before the next question starts (the baseline the benchmark compares
+// with). Each question is its own request, with the same id on every ring.
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#define MEDIA_MARKER "<__media__>"
+#define MAX_ITEMS 4096
+#define MAX_QUESTION_S 60     // seconds of audio a question slot holds
+#define SAY_SLOT_BYTES 4096   // text of a sentence (or a few) for the TTS brick
+#define LLM_IN_SLOTS 8        // a prompt's parts (text, image segment, text) for two questions
+#define SPEECH_SLOTS 64
+#define SENTINEL "\x1fQUESTION\x1f"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nanomind assistant -m LLM.gguf [--stt WHISPER.gguf] (--audio FILE|DIR | -p TEXT)\n"
+            "                          [--mmproj MM.gguf --frames DIR [--fps F]] [--out DIR] [options]\n"
+            "\n"
+            "The assistant's loop: each question (spoken, or typed with -p), with a camera frame if\n"
+            "given, is transcribed, answered by the language model (a chat turn of its own) and\n"
+            "spoken, every model on its own lane, the next question heard and the next frame encoded\n"
+            "while the current answer is decoded, and the first sentence spoken before the answer ends.\n"
+            "\n"
+            "sources and sinks:\n"
+            "  --stt FILE               Whisper model for spoken questions (GGUF or whisper.cpp .bin)\n"
+            "  --audio FILE|DIR         the questions: an audio file, or a folder of them (one question\n"
+            "                           each, in name order; WAV, FLAC, OGG, MP3), up to %d s each\n"
+            "  -p, --prompt TEXT        a typed question (with --frames: asked of every frame)\n"
+            "  --mmproj FILE            vision encoder for the frames (llama.cpp's mmproj GGUF)\n"
+            "  --frames DIR             the camera frames: a folder of images (PNG, JPEG, PPM) in name\n"
+            "                           order, one per question (as many as the questions, or any number\n"
+            "                           with -p)\n"
+            "  --fps F                  take at most F frames a second (a camera's rate); 0 (default):\n"
+            "                           as fast as the pipeline goes\n"
+            "  --out DIR                speak the answers into DIR/answer-NNN.wav (text goes to stdout\n"
+            "                           always); without it nothing is spoken\n"
+            "  --tts ENGINE             espeak-ng (default) or none;  --voice V  its voice (en-us)\n"
+            "  --sequential             one question at a time: the next starts once the answer is\n"
+            "                           spoken (the baseline of the pipelined loop)\n"
+            "lanes (core lists as run --cores: 0-3,6, big, little, cluster:N):\n"
+            "  --cores LIST             the language model's lane;  --mmproj-cores LIST  the vision\n"
+            "                           encoder's;  --stt-cores LIST, --tts-cores LIST\n"
+            "also: -t, -c, -b, -n (default 128), --temp and the other sampling options, -sys,\n"
+            "--chat-template, -dev, -ngl, --mmproj-device, --pin, --no-mmap, --mlock, as `run`.\n"
+            "  --stats                  per question: seconds from the end of the question to its\n"
+            "                           transcript, first token, first audio sample, last token and\n"
+            "                           last sample; questions a second; the copy ledger\n"
+            "  -h, --help               this help\n",
+            MAX_QUESTION_S);
+}
+
+typedef struct item {
+    const char *audio;   // the question's audio file, or NULL (typed)
+    const char *frame;   // its frame, or NULL
+    char question[2048]; // transcript (or -p)
+    bool failed;         // heard nothing or a brick failed it: the answer is empty
+    int32_t n_tokens;
+    int64_t n_samples;
+    // seconds, from the loop's start
+    double t_start;      // the question is whole (its audio read)
+    double t_heard, t_first_tok, t_answered, t_first_audio, t_spoken;
+} item;
+
+typedef struct app {
+    // options
+    const char *stt_model, *audio, *frames, *out_dir, *tts_engine, *voice, *stt_cores, *tts_cores;
+    float fps;
+    bool sequential;
+    cli_opts o;
+    // bricks and rings
+    nm_model *m;
+    nm_brick *llm, *vision, *stt, *tts;
+    nm_tabm *pcm, *heard, *llm_in, *tok, *img, *say, *speech;
+    nm_ledger *ledger;
+    int ep_decoder, ep_stt, ep_llm;
+    // the questions
+    item *items;
+    int n_items;
+    char **owned; // paths listed from the folders
+    int n_owned;
+    double t0;
+    // progress, for --sequential and the end
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int n_answered, n_spoken;
+    bool answers_gone, speech_gone; // their thread ended
+} app;
+
+typedef struct lane {
+    nm_brick *b;
+    nm_tabm *in, *out;
+    pthread_t th;
+    bool started;
+} lane;
+
+static void *lane_main(void *arg) {
+    lane *L = arg;
+    (void)nm_brick_run(L->b, L->in, L->out); // ends when a ring is shut down (and shuts the other)
+    return NULL;
+}
+
+static double now(const app *A) { return cli_now() - A->t0; }
+
+// ---- the questions -----------------------------------------------------------------------
+
+static bool has_ext(const char *name, const char *const *exts) {
+    const char *dot = strrchr(name, '.');
+    if (!dot) return false;
+    for (; *exts; exts++)
+        if (!strcasecmp(dot + 1, *exts)) return true;
+    return false;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// A file, or a folder's files with one of exts in name order, into A->owned;
+// *first and *n say where. False (error printed) on an unreadable path or an
+// empty folder.
+static bool list_files(app *A, const char *path, const char *what, const char *const *exts, int *first, int *n) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "error: %s '%s': %s\n", what, path, strerror(errno));
+        return false;
+    }
+    *first = A->n_owned;
+    *n = 0;
+    if (!S_ISDIR(sb.st_mode)) {
+        A->owned[A->n_owned++] = strdup(path);
+        *n = 1;
+        return A->owned[*first] != NULL;
+    }
+    DIR *d = opendir(path);
+    if (!d) {
+        fprintf(stderr, "error: %s folder '%s': %s\n", what, path, strerror(errno));
+        return false;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || !has_ext(e->d_name, exts)) continue;
+        if (A->n_owned >= 2 * MAX_ITEMS) {
+            fprintf(stderr, "error: %s folder '%s': more than %d files\n", what, path, MAX_ITEMS);
+            closedir(d);
+            return false;
+        }
+        size_t len = strlen(path) + strlen(e->d_name) + 2;
+        char *p = malloc(len);
+        if (!p) break;
+        snprintf(p, len, "%s/%s", path, e->d_name);
+        A->owned[A->n_owned++] = p;
+        (*n)++;
+    }
+    closedir(d);
+    if (*n == 0) {
+        fprintf(stderr, "error: %s folder '%s' holds no %s file\n", what, path, exts[0]);
+        return false;
+    }
+    qsort(A->owned + *first, (size_t)*n, sizeof(char *), cmp_str);
+    return true;
+}
+
+static bool make_items(app *A) {
+    static const char *const audio_exts[] = {"wav", "flac", "ogg", "mp3", "opus", "aiff", "au", NULL};
+    static const char *const image_exts[] = {"png", "jpg", "jpeg", "ppm", NULL};
+    A->owned = calloc(2 * MAX_ITEMS, sizeof(char *));
+    if (!A->owned) return false;
+    int a0 = 0, na = 0, f0 = 0, nf = 0;
+    if (A->audio && !list_files(A, A->audio, "--audio", audio_exts, &a0, &na)) return false;
+    if (A->frames && !list_files(A, A->frames, "--frames", image_exts, &f0, &nf)) return false;
+    if (na && nf && na != nf) {
+        fprintf(stderr, "error: %d frames and %d spoken questions: give one question per frame (or -p for all)\n",
+                nf, na);
+        return false;
+    }
+    A->n_items = na ? na : nf ? nf : 1;
+    A->items = calloc((size_t)A->n_items, sizeof(item));
+    if (!A->items) return false;
+    for (int i = 0; i < A->n_items; i++) {
+        item *it = &A->items[i];
+        it->audio = na ? A->owned[a0 + i] : NULL;
+        it->frame = nf ? A->owned[f0 + i] : NULL;
+        if (!na) snprintf(it->question, sizeof it->question, "%s", A->o.prompt);
+    }
+    return true;
+}
+
+// The vision ring's slot: the largest frame file (at least a byte; at most
+// what the brick takes: a larger file is refused when its turn comes).
+static size_t frame_bytes(const app *A) {
+    size_t most = 1;
+    for (int i = 0; i < A->n_items; i++) {
+        struct stat sb;
+        if (A->items[i].frame && stat(A->items[i].frame, &sb) == 0 && (size_t)sb.st_size > most)
+            most = (size_t)sb.st_size;
+    }
+    const size_t cap = nm_brick_in_slot_bytes(A->vision);
+    return most < cap ? most : cap;
+}
+
+// ---- prompts -------------------------------------------------------------------------------
+
+// The chat for one question: [system], user (MEDIA_MARKER first when there is
+// a frame) with the assistant's turn opened. malloc'd, NULL on failure.
+static char *chat(const app *A, const char *question, bool frame) {
+    char *content = malloc(strlen(question) + sizeof MEDIA_MARKER);
+    if (!content) return NULL;
+    sprintf(content, "%s%s", frame ? MEDIA_MARKER : "", question);
+    nm_chat_msg msgs[2];
+    size_t n = 0;
+    if (A->o.system) msgs[n++] = (nm_chat_msg){"system", A->o.system};
+    msgs[n++] = (nm_chat_msg){"user", content};
+    int32_t need = nm_chat_format(A->m, A->o.chat_tmpl, msgs, n, true, NULL, 0);
+    char *buf = NULL;
+    if (need != NM_ERR_TEMPLATE) {
+        if (need < 0) need = -need;
+        buf = malloc((size_t)need + 1);
+        if (buf && nm_chat_format(A->m, A->o.chat_tmpl, msgs, n, true, buf, need + 1) < 0) {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    free(content);
+    return buf;
+}
+
+// Tokenizes text straight into a slot of the LLM brick's input ring and
+// publishes it as a part of request `id`.
+static bool send_text(app *A, const char *text, uint64_t user, bool bos, uint64_t id) {
+    nm_tabm_slot sl;
+    nm_status st = nm_tabm_acquire_write(A->llm_in, 0, -1, &sl);
+    if (st != NM_OK) return false;
+    const int32_t cap = (int32_t)(sl.capacity / sizeof(int32_t));
+    int32_t n = nm_tokenize(A->m, text, strlen(text), sl.data, cap, bos, true);
+    if (n <= 0 || n >= nm_ctx_n_ctx(nm_brick_llm_ctx(A->llm))) {
+        fprintf(stderr, "error: question %llu: %s\n", (unsigned long long)id,
+                n == 0 ? "the prompt gives no tokens" : "the prompt does not fit the context (-c)");
+        n = 0; // an empty part: the brick fails the request, flagged
+    }
+    sl.meta->kind = NM_TABM_TOKENS;
+    sl.meta->ndim = n > 0 ? 1 : 0;
+    sl.meta->shape[0] = n;
+    sl.meta->size = sizeof(int32_t) * (uint64_t)n;
+    sl.meta->user = user;
+    sl.meta->request = id;
+    if ((st = nm_tabm_publish(A->llm_in, &sl)) != NM_OK) {
+        nm_tabm_cancel(A->llm_in, &sl);
+        return false;
+    }
+    return true;
+}
+
+// The frame's file into the vision brick's slot, encoded on this thread into
+// the LLM brick's ring (the segment flagged MORE: the question follows).
+static bool send_frame(app *A, const char *path, uint64_t id) {
+    nm_tabm_slot sl;
+    if (nm_tabm_acquire_write(A->img, 0, -1, &sl) != NM_OK) return false;
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(sl.data, 1, sl.capacity, f) : 0;
+    const bool big = f && n == sl.capacity && fgetc(f) != EOF;
+    if (f) fclose(f);
+    sl.meta->kind = NM_TABM_IMAGE;
+    sl.meta->ndim = n > 0 ? 1 : 0;
+    sl.meta->shape[0] = (int64_t)n;
+    sl.meta->size = big ? 0 : n; // an unreadable or oversized file: an empty slot, failed by the brick
+    sl.meta->user = NM_BRICK_MORE;
+    sl.meta->request = id;
+    if (!f || big) fprintf(stderr, "error: frame %s: %s\n", path, !f ? strerror(errno) : "larger than 64 MiB");
+    if (nm_tabm_publish(A->img, &sl) != NM_OK) {
+        nm_tabm_cancel(A->img, &sl);
+        return false;
+    }
+    const uint64_t bad = nm_brick_get_stats(A->vision).n_bad_requests;
+    nm_status st = nm_brick_step(A->vision, A->img, A->llm_in);
+    if (st == NM_OK && nm_brick_get_stats(A->vision).n_bad_requests != bad)
+        fprintf(stderr, "error: frame %s: %s\n", path, nm_brick_last_error(A->vision));
+    return st == NM_OK;
+}
+
+// The question's audio into the STT brick's slot (decoded, then copied in
+// once: counted), published as request `id`. False: the question is skipped.
+static bool send_audio(app *A, item *it, uint64_t id) {
+    nm_audio a = {0};
+    char err[512];
+    nm_status st = nm_audio_load(it->audio, 16000, &a, err, sizeof err);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: question %s: %s (%s)\n", it->audio, err, nm_status_str(st));
+        return false;
+    }
+    nm_tabm_slot sl;
+    bool ok = false;
+    if ((uint64_t)a.n * sizeof(float) > nm_tabm_max_payload(A->pcm)) {
+        fprintf(stderr, "error: question %s: %.1f s of audio, at most %d s\n", it->audio, a.n / 16000.0,
+                MAX_QUESTION_S);
+    } else if (nm_tabm_acquire_write(A->pcm, 0, -1, &sl) == NM_OK) {
+        nm_ledger_copy(A->ledger, A->ep_decoder, A->ep_stt, sl.data, a.pcm, sizeof(float) * (size_t)a.n);
+        *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {a.n},
+                                  .size = sizeof(float) * (uint64_t)a.n, .sample_rate = 16000, .request = id};
+        ok = nm_tabm_publish(A->pcm, &sl) == NM_OK;
+        if (!ok) nm_tabm_cancel(A->pcm, &sl);
+    }
+    nm_audio_free(&a);
+    return ok;
+}
+
+// The STT brick's segments of request id, joined into it->question.
+static bool read_transcript(app *A, item *it, uint64_t id) {
+    size_t len = 0;
+    bool failed = false;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(A->heard, -1, &s) != NM_OK) return false;
+        const uint64_t user = s.meta->user;
+        if (s.meta->request == id && !(user & NM_BRICK_ERROR)) {
+            const char *t = s.data;
+            size_t n = (size_t)s.meta->size;
+            if (len == 0)
+                while (n > 0 && *t == ' ') t++, n--; // Whisper's leading blank
+            if (len + n >= sizeof it->question) n = sizeof it->question - 1 - len;
+            // the transcript into the chat's text (then tokenized into the decoder's slot): counted
+            nm_ledger_copy(A->ledger, A->ep_stt, A->ep_llm, it->question + len, t, n);
+            len += n;
+        }
+        failed = failed || (user & NM_BRICK_ERROR);
+        nm_tabm_release(A->heard, &s);
+        if (!(user & NM_BRICK_MORE)) break;
+    }
+    it->question[len] = '\0';
+    if (failed) fprintf(stderr, "error: question %s: %s\n", it->audio, nm_brick_last_error(A->stt));
+    return !failed && len > 0;
+}
+
+// Waits for --sequential, and for the end: counter >= n.
+static void wait_for(app *A, int *counter, int n, bool *gone) {
+    pthread_mutex_lock(&A->lock);
+    while (*counter < n && !*gone) pthread_cond_wait(&A->cond, &A->lock);
+    pthread_mutex_unlock(&A->lock);
+}
+
+// One question: its audio to the STT lane, its frame through the vision
+// brick (on this thread) while Whisper transcribes, then the question's text.
+static void ask(app *A, int i) {
+    item *it = &A->items[i];
+    const uint64_t id = (uint64_t)i + 1;
+    it->t_start = now(A);
+    const bool heard = it->audio && send_audio(A, it, id);
+    bool sent_first = false; // a part of the prompt is in the ring: the rest must follow
+    if (it->frame && A->vision) {
+        char *probe = chat(A, SENTINEL, true);
+        char *mark = probe ? strstr(probe, MEDIA_MARKER) : NULL;
+        if (mark) {
+            *mark = '\0';
+            sent_first = send_text(A, probe, NM_LLM_IN_POS(0) | NM_BRICK_MORE, true, id) && send_frame(A, it->frame, id);
+        }
+        free(probe);
+    }
+    bool ok = it->audio ? heard && read_transcript(A, it, id) : true;
+    if (it->audio && heard && !ok && !it->question[0]) fprintf(stderr, "question %d: no speech heard\n", i + 1);
+    it->t_heard = now(A);
+    char *full = ok ? chat(A, it->question, it->frame && A->vision) : NULL;
+    const char *rest = full;
+    if (full && sent_first) { // the part after the image: what the full chat has after its marker
+        const char *mark = strstr(full, MEDIA_MARKER);
+        rest = mark ? mark + strlen(MEDIA_MARKER) : NULL;
+    }
+    if (!rest) {
+        it->failed = true;
+        if (sent_first) { // the brick drops the rest of a cancelled request
+            nm_tabm_cancel_request(A->llm_in, id);
+            send_text(A, " ", 0, false, id);
+        } else { // nothing of it went to the decoder: the answer is empty
+            pthread_mutex_lock(&A->lock);
+            it->t_answered = it->t_spoken = now(A);
+            A->n_answered++;
+            if (!A->tts) A->n_spoken++;
+            pthread_cond_broadcast(&A->cond);
+            pthread_mutex_unlock(&A->lock);
+            if (A->tts) { // an empty request ends its speech file
+                nm_tabm_slot s;
+                if (nm_tabm_acquire_write(A->say, 0, -1, &s) == NM_OK) {
+                    *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .request = id};
+                    if (nm_tabm_publish(A->say, &s) != NM_OK) nm_tabm_cancel(A->say, &s);
+                }
+            }
+        }
+    } else {
+        send_text(A, rest, sent_first ? 0 : NM_LLM_IN_POS(0), !sent_first, id);
+    }
+    free(full);
+}
+
+// ---- answers ---------------------------------------------------------------------------
+
+typedef struct sentence {
+    nm_tabm_slot s;
+    bool held;
+    size_t len;
+} sentence;
+
+static void say_out(app *A, sentence *S, uint64_t id, bool more) {
+    if (!S->held) {
+        if (more) return; // nothing to say yet
+        if (nm_tabm_acquire_write(A->say, 0, -1, &S->s) != NM_OK) return;
+        S->len = 0;
+    }
+    nm_tabm_meta *m = S->s.meta;
+    *m = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = S->len ? 1 : 0, .shape = {(int64_t)S->len}, .size = S->len,
+                        .user = more ? NM_BRICK_MORE : 0, .request = id};
+    if (nm_tabm_publish(A->say, &S->s) != NM_OK) nm_tabm_cancel(A->say, &S->s);
+    S->held = false;
+}
+
+// Reads the decoder's tokens: the text to stdout as it comes, and, with a
+// voice, into TEXT slots for the TTS brick, one sentence each, detokenized
+// straight into the slot (it is what this thread makes; the TTS brick reads
+// it there).
+static void *answers_main(void *arg) {
+    app *A = arg;
+    uint64_t cur = 0;
+    nm_detok dt = {0};
+    sentence S = {0};
+    bool ended_sentence = false;
+    for (;;) {
+        nm_tabm_slot sl;
+        if (nm_tabm_acquire_read(A->tok, -1, &sl) != NM_OK) break;
+        const uint64_t id = sl.meta->request, user = sl.meta->user;
+        item *it = id >= 1 && id <= (uint64_t)A->n_items ? &A->items[id - 1] : NULL;
+        if (id != cur && it) {
+            cur = id;
+            memset(&dt, 0, sizeof dt);
+            ended_sentence = false;
+            it->t_first_tok = 0;
+            printf("> %s\n", it->question);
+        }
+        const int32_t *toks = sl.data;
+        const int32_t n = sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
+        for (int32_t k = 0; k < n && it; k++) {
+            if (it->t_first_tok == 0) it->t_first_tok = now(A);
+            it->n_tokens++;
+            char piece[256];
+            int32_t pn = nm_detok_push(A->m, &dt, toks[k], piece, (int32_t)sizeof piece);
+            if (pn <= 0) continue;
+            fwrite(piece, 1, (size_t)pn, stdout);
+            fflush(stdout);
+            if (!A->tts) continue;
+            // a sentence ends where a blank follows . ! ? (or at a line's end)
+            if (ended_sentence && (piece[0] == ' ' || piece[0] == '\n')) say_out(A, &S, id, true);
+            if (!S.held) {
+                if (nm_tabm_acquire_write(A->say, 0, -1, &S.s) != NM_OK) continue;
+                S.held = true;
+                S.len = 0;
+            }
+            if (S.len + (size_t)pn > S.s.capacity) say_out(A, &S, id, true); // a very long sentence: cut
+            if (!S.held) {
+                if (nm_tabm_acquire_write(A->say, 0, -1, &S.s) != NM_OK) continue;
+                S.held = true;
+                S.len = 0;
+            }
+            // the text this thread makes from the tokens, written once into the TTS brick's slot
+            memcpy((char *)S.s.data + S.len, piece, (size_t)pn);
+            S.len += (size_t)pn;
+            char last = piece[pn - 1];
+            ended_sentence = last == '.' || last == '!' || last == '?';
+            if (last == '\n') say_out(A, &S, id, true);
+        }
+        nm_tabm_release(A->tok, &sl);
+        if (user & NM_BRICK_MORE || !it) continue;
+        // the answer's end
+        printf("\n");
+        fflush(stdout);
+        const nm_llm_stop why = NM_LLM_STOP_OF(user);
+        if (user & NM_BRICK_ERROR) {
+            fprintf(stderr, "error: question %llu: %s\n", (unsigned long long)id, nm_brick_last_error(A->llm));
+            it->failed = true;
+        } else if (why == NM_LLM_STOP_CTX_FULL) {
+            fprintf(stderr, "[question %llu: the context is full]\n", (unsigned long long)id);
+        }
+        if (A->tts) say_out(A, &S, id, false);
+        pthread_mutex_lock(&A->lock);
+        it->t_answered = now(A);
+        A->n_answered++;
+        if (!A->tts) A->n_spoken++;
+        pthread_cond_broadcast(&A->cond);
+        pthread_mutex_unlock(&A->lock);
+    }
+    if (S.held) nm_tabm_cancel(A->say, &S.s);
+    pthread_mutex_lock(&A->lock);
+    A->answers_gone = true;
+    pthread_cond_broadcast(&A->cond);
+    pthread_mutex_unlock(&A->lock);
+    return NULL;
+}
+
+// Writes each answer's speech to OUT/answer-NNN.wav as it comes (the slots'
+// samples straight to the file).
+static void *speech_main(void *arg) {
+    app *A = arg;
+    nm_outfile f = {0};
+    bool open = false, bad = false;
+    uint64_t bytes = 0;
+    char path[4096], err[512];
+    const int32_t rate = nm_brick_tts_sample_rate(A->tts);
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(A->speech, -1, &s) != NM_OK) break;
+        const uint64_t id = s.meta->request, user = s.meta->user;
+        item *it = id >= 1 && id <= (uint64_t)A->n_items ? &A->items[id - 1] : NULL;
+        if (!open && it) {
+            snprintf(path, sizeof path, "%s/answer-%03llu.wav", A->out_dir, (unsigned long long)id);
+            bad = nm_outfile_open(&f, path, err, sizeof err) != NM_OK;
+            uint8_t h[NM_WAV_HEADER_BYTES];
+            nm_audio_wav_header(h, 0, rate, 1);
+            bad = bad || fwrite(h, 1, sizeof h, f.f) != sizeof h;
+            if (bad) fprintf(stderr, "error: %s: %s\n", path, err[0] ? err : strerror(errno));
+            open = true;
+            bytes = 0;
+        }
+        if (it && s.meta->size > 0) {
+            if (it->t_first_audio == 0) it->t_first_audio = now(A);
+            it->n_samples += (int64_t)(s.meta->size / 2);
+            if (!bad && fwrite(s.data, 1, (size_t)s.meta->size, f.f) != s.meta->size) {
+                fprintf(stderr, "error: %s: %s\n", path, strerror(errno));
+                bad = true;
+            }
+            bytes += s.meta->size;
+        }
+        nm_tabm_release(A->speech, &s);
+        if ((user & NM_BRICK_MORE) || !it) continue;
+        if (open && !bad) {
+            uint8_t h[NM_WAV_HEADER_BYTES];
+            nm_audio_wav_header(h, (uint32_t)bytes, rate, 1);
+            if (!f.seekable || fseek(f.f, 0, SEEK_SET) != 0 || fwrite(h, 1, sizeof h, f.f) != sizeof h ||
+                nm_outfile_commit(&f, err, sizeof err) != NM_OK) {
+                fprintf(stderr, "error: %s: %s\n", path, err[0] ? err : "cannot write the header");
+                nm_outfile_abort(&f);
+            }
+        } else if (open) {
+            nm_outfile_abort(&f);
+        }
+        open = false;
+        pthread_mutex_lock(&A->lock);
+        it->t_spoken = now(A);
+        A->n_spoken++;
+        pthread_cond_broadcast(&A->cond);
+        pthread_mutex_unlock(&A->lock);
+    }
+    if (open) nm_outfile_abort(&f);
+    pthread_mutex_lock(&A->lock);
+    A->speech_gone = true;
+    pthread_cond_broadcast(&A->cond);
+    pthread_mutex_unlock(&A->lock);
+    return NULL;
+}
+
+// ---- the command ---------------------------------------------------------------------------
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void print_stats(app *A, double wall) {
+    double *first_audio = calloc((size_t)A->n_items, sizeof(double));
+    int n_fa = 0;
+    for (int i = 0; i < A->n_items; i++) {
+        const item *it = &A->items[i];
+        fprintf(stderr, "question %d: from its end: heard %.3f s, first token %.3f s, last token %.3f s", i + 1,
+                it->t_heard - it->t_start, it->t_first_tok > 0 ? it->t_first_tok - it->t_start : 0.0,
+                it->t_answered - it->t_start);
+        if (A->tts)
+            fprintf(stderr, ", first audio %.3f s, spoken %.3f s (%.2f s of speech)",
+                    it->t_first_audio > 0 ? it->t_first_audio - it->t_start : 0.0, it->t_spoken - it->t_start,
+                    (double)it->n_samples / nm_brick_tts_sample_rate(A->tts));
+        fprintf(stderr, "; %d tokens%s\n", it->n_tokens, it->failed ? " (failed)" : "");
+        if (first_audio && it->t_first_audio > 0) first_audio[n_fa++] = it->t_first_audio - it->t_start;
+    }
+    fprintf(stderr, "%d questions in %.3f s: %.3f questions/s (%s)\n", A->n_items, wall, A->n_items / wall,
+            A->sequential ? "sequential" : "pipelined");
+    if (n_fa > 0) {
+        qsort(first_audio, (size_t)n_fa, sizeof(double), cmp_double);
+        fprintf(stderr, "end of question -> first audio sample: median %.3f s, min %.3f s, max %.3f s\n",
+                first_audio[n_fa / 2], first_audio[0], first_audio[n_fa - 1]);
+    }
+    free(first_audio);
+    const nm_brick *bricks[4] = {A->stt, A->vision, A->llm, A->tts};
+    for (int k = 0; k < 4; k++) {
+        if (!bricks[k]) continue;
+        nm_brick_stats bs = nm_brick_get_stats(bricks[k]);
+        fprintf(stderr, "%s brick (%s): %llu requests, busy %.3f s (%.0f%% of the run)\n", nm_brick_name(bricks[k]),
+                nm_brick_device(bricks[k]), (unsigned long long)bs.n_requests, bs.t_busy, 100.0 * bs.t_busy / wall);
+    }
+    const int ep_eng = nm_ledger_endpoint(A->ledger, "espeak-ng"), ep_tts = nm_ledger_endpoint(A->ledger, "tts");
+    const uint64_t audio_in = nm_ledger_bytes(A->ledger, A->ep_decoder, A->ep_stt);
+    const uint64_t engine = nm_ledger_bytes(A->ledger, ep_tts, ep_eng) + nm_ledger_bytes(A->ledger, ep_eng, ep_tts);
+    fprintf(stderr, "ledger: %llu bytes copied (%llu copies): the decoded questions into their slots %llu, "
+                    "espeak-ng's text and samples %llu, between the other bricks %llu\n",
+            (unsigned long long)nm_ledger_total(A->ledger), (unsigned long long)nm_ledger_copies(A->ledger, -1, -1),
+            (unsigned long long)audio_in, (unsigned long long)engine,
+            (unsigned long long)(nm_ledger_total(A->ledger) - audio_in - engine));
+    fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
+}
+
+// Takes the assistant's own options out of argv (the rest is `run`'s).
+static bool take_own(app *A, int *argc, char **argv) {
+    int w = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        const char **dst = !strcmp(a, "--stt") ? &A->stt_model : !strcmp(a, "--audio") ? &A->audio
+                           : !strcmp(a, "--frames") ? &A->frames : !strcmp(a, "--out") ? &A->out_dir
+                           : !strcmp(a, "--tts") ? &A->tts_engine : !strcmp(a, "--voice") ? &A->voice
+                           : !strcmp(a, "--stt-cores") ? &A->stt_cores : !strcmp(a, "--tts-cores") ? &A->tts_cores
+                                                                                                : NULL;
+        if (dst) {
+            if (i + 1 >= *argc || !argv[i + 1][0]) {
+                fprintf(stderr, "error: %s needs a value\n", a);
+                return false;
+            }
+            *dst = argv[++i];
+        } else if (!strcmp(a, "--fps")) {
+            if (i + 1 >= *argc || !cli_arg_float("--fps", argv[i + 1], 0.0f, 1000.0f, &A->fps)) {
+                if (i + 1 >= *argc) fprintf(stderr, "error: --fps needs a value\n");
+                return false;
+            }
+            i++;
+        } else if (!strcmp(a, "--sequential")) {
+            A->sequential = true;
+        } else {
+            argv[w++] = argv[i];
+        }
+    }
+    *argc = w;
+    return true;
+}
+
+int cmd_assistant(int argc, char **argv) {
+    app A;
+    memset(&A, 0, sizeof A);
+    A.tts_engine = "espeak-ng";
+    if (!take_own(&A, &argc, argv)) return 2;
+    if (!cli_parse("assistant", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS | CLI_LANE,
+                   argc, argv, &A.o, NULL))
+        return 2;
+    cli_opts *o = &A.o;
+    int rc = 2;
+    if (o->help) {
+        usage(stdout);
+        cli_opts_free(o);
+        return 0;
+    }
+    if (o->version) {
+        cli_print_version();
+        cli_opts_free(o);
+        return 0;
+    }
+    if (!o->model) {
+        fprintf(stderr, "error: give the language model with -m FILE\n");
+        goto out;
+    }
+    if (!A.audio == !o->prompt) {
+        fprintf(stderr, "error: give the questions: --audio FILE|DIR (spoken, with --stt) or -p TEXT (typed), one "
+                        "of the two\n");
+        goto out;
+    }
+    if (A.audio && !A.stt_model) {
+        fprintf(stderr, "error: --audio needs a Whisper model: --stt FILE\n");
+        goto out;
+    }
+    if (!A.frames != !o->mmproj) {
+        fprintf(stderr, "error: --frames and --mmproj go together\n");
+        goto out;
+    }
+    if (o->n_images > 0) {
+        fprintf(stderr, "error: the assistant takes its images from --frames, not --image\n");
+        goto out;
+    }
+    if (A.fps > 0 && !A.frames) {
+        fprintf(stderr, "error: --fps goes with --frames\n");
+        goto out;
+    }
+    if (strcmp(A.tts_engine, "espeak-ng") && strcmp(A.tts_engine, "none")) {
+        fprintf(stderr, "error: --tts takes espeak-ng or none, not '%s'\n", A.tts_engine);
+        goto out;
+    }
+    if (A.out_dir && !strcmp(A.tts_engine, "none")) {
+        fprintf(stderr, "error: --out writes speech: it needs a voice (not --tts none)\n");
+        goto out;
+    }
+    if (o->chat_tmpl && !nm_chat_template_known(o->chat_tmpl)) {
+        fprintf(stderr, "error: unknown chat template '%s' (known: %s)\n", o->chat_tmpl, nm_chat_template_names());
+        goto out;
+    }
+    if (A.out_dir) {
+        struct stat sb;
+        if (stat(A.out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "error: --out '%s': %s\n", A.out_dir, errno ? strerror(errno) : "not a folder");
+            goto out;
+        }
+    }
+    rc = 1;
+    if (!make_items(&A)) goto out;
+    pthread_mutex_init(&A.lock, NULL);
+    pthread_cond_init(&A.cond, NULL);
+
+    char err[512];
+    nm_status st;
+    nm_model_params mp = nm_model_default_params();
+    mp.n_threads = o->n_threads;
+    mp.no_mmap = o->no_mmap;
+    if ((st = nm_model_load(o->model, &mp, &A.m, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot load '%s': %s: %s\n", o->model, nm_status_str(st), err);
+        goto out;
+    }
+    cli_mlock(o);
+    {
+        nm_chat_msg probe = {"user", "hi"};
+        char buf[16];
+        if (nm_chat_format(A.m, o->chat_tmpl, &probe, 1, true, buf, sizeof buf) == NM_ERR_TEMPLATE) {
+            fprintf(stderr, "error: the model names no chat template we know: name one with --chat-template (%s)\n",
+                    nm_chat_template_names());
+            goto out;
+        }
+    }
+    A.ledger = nm_ledger_create();
+    if (!A.ledger) goto out;
+    A.ep_decoder = nm_ledger_endpoint(A.ledger, "audio-decoder");
+    A.ep_llm = nm_ledger_endpoint(A.ledger, "llm");
+    nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
+    lp.llm_model = A.m;
+    lp.n_ctx = cli_ctx_size(o, A.m);
+    lp.n_batch = o->n_batch;
+    lp.n_threads = o->n_threads;
+    lp.pin_threads = o->pin;
+    lp.cores = o->cores;
+    lp.device = o->device;
+    lp.n_gpu_layers = o->n_gpu_layers;
+    lp.sampling = o->sp;
+    lp.llm.n_predict = o->n_predict < 0 ? 128 : o->n_predict;
+    lp.llm.stop = o->stop;
+    lp.llm.n_stop = o->n_stop;
+    lp.llm.ignore_eos = o->ignore_eos;
+    lp.ledger = A.ledger;
+    if ((st = nm_brick_load(NULL, &lp, &A.llm, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
+        goto out;
+    }
+    cli_ctx_note(nm_brick_llm_ctx(A.llm));
+    if (o->mmproj) {
+        nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
+        vp.model = o->mmproj;
+        vp.feeds = A.llm;
+        vp.device = o->mmproj_device ? o->mmproj_device : o->device;
+        vp.n_threads = o->n_threads;
+        vp.cores = o->mmproj_cores;
+        vp.ledger = A.ledger;
+        if ((st = nm_brick_load(NULL, &vp, &A.vision, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", o->mmproj, nm_status_str(st), err);
+            goto out;
+        }
+    }
+    if (A.stt_model) {
+        nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+        sp.model = A.stt_model;
+        sp.n_threads = o->n_threads;
+        sp.cores = A.stt_cores;
+        sp.stt = nm_stt_default_params(NM_STT_GREEDY); // whisper.cpp's stream example decodes greedily too
+        sp.ledger = A.ledger;
+        if ((st = nm_brick_load(NULL, &sp, &A.stt, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot load '%s': %s: %s\n", A.stt_model, nm_status_str(st), err);
+            goto out;
+        }
+        A.ep_stt = nm_ledger_endpoint(A.ledger, nm_brick_name(A.stt));
+    }
+    if (A.out_dir) {
+        nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
+        tp.cores = A.tts_cores;
+        tp.ledger = A.ledger;
+        if (A.voice) tp.tts.voice = A.voice;
+        if ((st = nm_brick_load(NULL, &tp, &A.tts, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: the voice: %s: %s\n", nm_status_str(st), err);
+            goto out;
+        }
+    }
+    // the rings
+    size_t llm_slot = nm_brick_in_slot_bytes(A.llm);
+    if (A.vision && nm_brick_out_slot_bytes(A.vision) > llm_slot) llm_slot = nm_brick_out_slot_bytes(A.vision);
+    if ((st = nm_tabm_create(NULL, LLM_IN_SLOTS, llm_slot, &A.llm_in, err, sizeof err)) != NM_OK ||
+        (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(A.llm), &A.tok, err, sizeof err)) != NM_OK ||
+        (A.vision && (st = nm_tabm_create(NULL, 1, frame_bytes(&A), &A.img, err, sizeof err)) != NM_OK) ||
+        (A.stt && (st = nm_tabm_create(NULL, 2, sizeof(float) * 16000 * MAX_QUESTION_S, &A.pcm, err, sizeof err)) != NM_OK) ||
+        (A.stt && (st = nm_tabm_create(NULL, 8, nm_brick_out_slot_bytes(A.stt), &A.heard, err, sizeof err)) != NM_OK) ||
+        (A.tts && (st = nm_tabm_create(NULL, 16, SAY_SLOT_BYTES, &A.say, err, sizeof err)) != NM_OK) ||
+        (A.tts && (st = nm_tabm_create(NULL, SPEECH_SLOTS, nm_brick_out_slot_bytes(A.tts), &A.speech, err, sizeof err)) != NM_OK)) {
+        fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
+        goto out;
+    }
+    // the lanes
+    lane L_llm = {.b = A.llm, .in = A.llm_in, .out = A.tok}, L_stt = {.b = A.stt, .in = A.pcm, .out = A.heard},
+         L_tts = {.b = A.tts, .in = A.say, .out = A.speech};
+    pthread_t th_answers, th_speech;
+    bool answers = false, speech = false;
+    L_llm.started = pthread_create(&L_llm.th, NULL, lane_main, &L_llm) == 0;
+    if (A.stt) L_stt.started = pthread_create(&L_stt.th, NULL, lane_main, &L_stt) == 0;
+    if (A.tts) L_tts.started = pthread_create(&L_tts.th, NULL, lane_main, &L_tts) == 0;
+    answers = pthread_create(&th_answers, NULL, answers_main, &A) == 0;
+    if (A.tts) speech = pthread_create(&th_speech, NULL, speech_main, &A) == 0;
+    if (!L_llm.started || !answers || (A.stt && !L_stt.started) || (A.tts && (!L_tts.started || !speech))) {
+        fprintf(stderr, "error: cannot start the lanes' threads\n");
+        A.n_items = 0;
+    }
+
+    A.t0 = cli_now();
+    for (int i = 0; i < A.n_items; i++) {
+        if (A.sequential && i > 0) wait_for(&A, &A.n_spoken, i, A.tts ? &A.speech_gone : &A.answers_gone);
+        if (A.fps > 0) { // a camera gives a frame every 1/fps s
+            const double due = i / A.fps, t = now(&A);
+            if (due > t) {
+                struct timespec ts = {(time_t)(due - t), (long)((due - t - (double)(time_t)(due - t)) * 1e9)};
+                nanosleep(&ts, NULL);
+            }
+        }
+        ask(&A, i);
+    }
+    wait_for(&A, &A.n_spoken, A.n_items, A.tts ? &A.speech_gone : &A.answers_gone);
+    const double wall = now(&A);
+    // every ring shut: each lane ends and shuts its other ring, the readers end
+    nm_tabm *rings[] = {A.pcm, A.heard, A.llm_in, A.tok, A.img, A.say, A.speech};
+    for (size_t k = 0; k < sizeof rings / sizeof rings[0]; k++)
+        if (rings[k]) nm_tabm_shutdown(rings[k]);
+    lane *lanes[] = {&L_llm, &L_stt, &L_tts};
+    for (int k = 0; k < 3; k++)
+        if (lanes[k]->started) pthread_join(lanes[k]->th, NULL);
+    if (answers) pthread_join(th_answers, NULL);
+    if (speech) pthread_join(th_speech, NULL);
+    rc = 0;
+    for (int i = 0; i < A.n_items; i++) rc = A.items[i].failed ? 1 : rc;
+    if (o->stats) print_stats(&A, wall);
+out:
+    nm_brick_free(A.vision);
+    nm_brick_free(A.stt);
+    nm_brick_free(A.tts);
+    nm_brick_free(A.llm);
+    nm_tabm *all[] = {A.pcm, A.heard, A.llm_in, A.tok, A.img, A.say, A.speech};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) nm_tabm_free(all[k]);
+    nm_ledger_free(A.ledger);
+    nm_model_free(A.m);
+    for (int i = 0; i < A.n_owned; i++) free(A.owned[i]);
+    free(A.owned);
+    free(A.items);
+    cli_opts_free(o);
+    return rc;
+}

@@ -534,6 +534,7 @@ NM_TEST(stt_request_cancelled) {
     // request 32: one flagged slot, no text
     NM_CHECK(get_text(text, buf, sizeof buf, &user, &req) && req == 32 && (user & NM_BRICK_CANCELLED) && !buf[0]);
     nm_tabm_shutdown(pcm);
+    nm_tabm_shutdown(text); // also wakes a lane left waiting on a full text ring by a failed check
     pthread_join(th, NULL);
     const int64_t encoded = nm_brick_stt_timings(stt).n_encode; // read once the lane is done
     printf("  %.1f s of audio cancelled after its first segment: %lld windows encoded, %d more segments\n",
@@ -675,6 +676,7 @@ NM_TEST(tts_request_cancelled) {
         }
     }
     nm_tabm_shutdown(text);
+    nm_tabm_shutdown(speech); // also wakes a lane left waiting on a full ring by a failed check
     pthread_join(th, NULL);
     const int32_t rate = nm_brick_tts_sample_rate(tts);
     printf("  cancelled after %.2f s of speech; the next request: %.2f s\n", (double)samples[0] / rate,

@@ -576,9 +576,17 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+// The median, min and max of the n values of v (sorted in place).
+static void spread(const char *what, double *v, int n) {
+    if (n == 0) return;
+    qsort(v, (size_t)n, sizeof(double), cmp_double);
+    fprintf(stderr, "end of question -> %s: median %.3f s, min %.3f s, max %.3f s\n", what, v[n / 2], v[0], v[n - 1]);
+}
+
 static void print_stats(app *A, double wall) {
     double *first_audio = calloc((size_t)A->n_items, sizeof(double));
-    int n_fa = 0;
+    double *done = calloc((size_t)A->n_items, sizeof(double));
+    int n_fa = 0, n_done = 0;
     for (int i = 0; i < A->n_items; i++) {
         const item *it = &A->items[i];
         fprintf(stderr, "question %d: from its end: heard %.3f s, first token %.3f s, last token %.3f s", i + 1,
@@ -590,15 +598,14 @@ static void print_stats(app *A, double wall) {
                     (double)it->n_samples / nm_brick_tts_sample_rate(A->tts));
         fprintf(stderr, "; %d tokens%s\n", it->n_tokens, it->failed ? " (failed)" : "");
         if (first_audio && it->t_first_audio > 0) first_audio[n_fa++] = it->t_first_audio - it->t_start;
+        if (done && !it->failed) done[n_done++] = (A->tts ? it->t_spoken : it->t_answered) - it->t_start;
     }
     fprintf(stderr, "%d questions in %.3f s: %.3f questions/s (%s)\n", A->n_items, wall, A->n_items / wall,
             A->sequential ? "sequential" : "pipelined");
-    if (n_fa > 0) {
-        qsort(first_audio, (size_t)n_fa, sizeof(double), cmp_double);
-        fprintf(stderr, "end of question -> first audio sample: median %.3f s, min %.3f s, max %.3f s\n",
-                first_audio[n_fa / 2], first_audio[0], first_audio[n_fa - 1]);
-    }
+    if (first_audio) spread("first audio sample", first_audio, n_fa);
+    if (done) spread(A->tts ? "answer spoken" : "answer written", done, n_done);
     free(first_audio);
+    free(done);
     const nm_brick *bricks[4] = {A->stt, A->vision, A->llm, A->tts};
     for (int k = 0; k < 4; k++) {
         if (!bricks[k]) continue;

@@ -225,22 +225,39 @@ expect assistant_frames_questions_mismatch 1 "3 frames and 1 spoken questions" "
 # a typed question, text only
 expect assistant_typed 0 "^> The capital of France is" "$M" -- nm assistant -m "$M" -p "The capital of France is" -n 8 --temp 0 -t 2
 # a spoken question answered aloud: the transcript, the answer's WAV, the latency figures
+# (the first sentence is spoken before the answer's last token: speech starts while the decoder goes on)
 case_assistant_spoken() {
     rm -f "$tmp/answers/"*
-    nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --out "$tmp/answers" -n 24 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '
-    python3 -c "import sys,wave; w=wave.open(sys.argv[1]); print('answer_wav_frames=%d rate=%d' % (w.getnframes(), w.getframerate()))" "$tmp/answers/answer-001.wav" 2>&1
+    nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --out "$tmp/answers" -n 48 --temp 0 -t 2 --stats > "$tmp/spoken.txt" 2>&1
+    tr '\n' ' ' < "$tmp/spoken.txt"
+    python3 - "$tmp/spoken.txt" "$tmp/answers/answer-001.wav" <<'PY' 2>&1 | tr '\n' ' '
+import re, sys, wave
+t = open(sys.argv[1]).read()
+m = re.search(r"last token ([0-9.]+) s, first audio ([0-9.]+) s", t)
+print("spoken before the last token" if m and float(m.group(2)) < float(m.group(1)) else "spoken after the answer: %s" % (m and m.groups(),))
+w = wave.open(sys.argv[2])
+print("answer_wav_frames=%d rate=%d" % (w.getnframes(), w.getframerate()))
+PY
 }
-expect assistant_spoken 0 "^> The quick brown fox.*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]+ s of speech\\).*end of question -> first audio sample: median [0-9.]+ s.*the decoded questions into their slots [1-9][0-9]*, espeak-ng's text and samples [1-9][0-9]*, between the other bricks [1-9][0-9]* .*answer_wav_frames=[1-9][0-9]* rate=22050" "$M" "$WM" -- case_assistant_spoken
+expect assistant_spoken 0 "^> The quick brown fox.*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]+ s of speech\\).*end of question -> first audio sample: median [0-9.]+ s.*the decoded questions into their slots [1-9][0-9]*, espeak-ng's text and samples [1-9][0-9]*, between the other bricks [1-9][0-9]* .*spoken before the last token answer_wav_frames=[1-9][0-9]* rate=22050" "$M" "$WM" -- case_assistant_spoken
 # frames and spoken questions, pipelined and sequential: the same answers (greedy), one per frame, in order
 case_assistant_frames() {
     cp $SPEECH/tts_16k.wav "$tmp/asked/1.wav"; cp $SPEECH/tts_16k.wav "$tmp/asked/2.wav"; cp $SPEECH/tts_16k.wav "$tmp/asked/3.wav"
-    nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" --mmproj "$tmp/mm.gguf" --frames "$tmp/frames3" -n 6 --temp 0 -t 2 > "$tmp/pipelined.txt" 2>/dev/null
-    nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" --mmproj "$tmp/mm.gguf" --frames "$tmp/frames3" -n 6 --temp 0 -t 2 --sequential > "$tmp/sequential.txt" 2>/dev/null
+    nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" --mmproj "$tmp/mm.gguf" --frames "$tmp/frames3" -n 6 --temp 0 -t 2 --stats > "$tmp/pipelined.txt" 2> "$tmp/pipelined.err"
+    nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" --mmproj "$tmp/mm.gguf" --frames "$tmp/frames3" -n 6 --temp 0 -t 2 --stats --sequential > "$tmp/sequential.txt" 2> "$tmp/sequential.err"
     local same=differ
     cmp -s "$tmp/pipelined.txt" "$tmp/sequential.txt" && same="pipelined = sequential"
-    echo "questions: $(grep -c '^> The quick' "$tmp/pipelined.txt") $same"
+    echo -n "questions: $(grep -c '^> The quick' "$tmp/pipelined.txt") $same "
+    # sequential: each question taken once the last answer was written; pipelined: some taken before
+    python3 - "$tmp/pipelined.err" "$tmp/sequential.err" <<'PY' 2>&1 | tr '\n' ' '
+import re, sys
+for name, path in zip(("pipelined", "sequential"), sys.argv[1:]):
+    q = [(float(a), float(b)) for a, b in re.findall(r"\(at ([0-9.]+) s\):.*last token ([0-9.]+) s", open(path).read())]
+    after = all(q[i][0] >= q[i - 1][0] + q[i - 1][1] - 0.002 for i in range(1, len(q)))
+    print("%s: %d questions, each after the last answer: %s" % (name, len(q), after))
+PY
 }
-expect assistant_frames 0 "questions: 3 pipelined = sequential" "$M" "$WM" -- case_assistant_frames
+expect assistant_frames 0 "questions: 3 pipelined = sequential pipelined: 3 questions, each after the last answer: False sequential: 3 questions, each after the last answer: True" "$M" "$WM" -- case_assistant_frames
 # a question that cannot be read fails alone: the others are answered, the exit status says one failed
 case_assistant_bad_question() {
     printf 'RIFF....WAVEjunk' > "$tmp/asked/2.wav"

@@ -589,8 +589,8 @@ static void print_stats(app *A, double wall) {
     int n_fa = 0, n_done = 0;
     for (int i = 0; i < A->n_items; i++) {
         const item *it = &A->items[i];
-        fprintf(stderr, "question %d: from its end: heard %.3f s, first token %.3f s, last token %.3f s", i + 1,
-                it->t_heard - it->t_start, it->t_first_tok > 0 ? it->t_first_tok - it->t_start : 0.0,
+        fprintf(stderr, "question %d (at %.3f s): from its end: heard %.3f s, first token %.3f s, last token %.3f s",
+                i + 1, it->t_start, it->t_heard - it->t_start, it->t_first_tok > 0 ? it->t_first_tok - it->t_start : 0.0,
                 it->t_answered - it->t_start);
         if (A->tts)
             fprintf(stderr, ", first audio %.3f s, spoken %.3f s (%.2f s of speech)",

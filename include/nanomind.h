@@ -1163,6 +1163,88 @@ nm_status nm_audio_resample(const float *in, int64_t n, int32_t rate_in, int32_t
 // Frees a->pcm and zeroes *a. NULL and an empty struct are no-ops.
 void nm_audio_free(nm_audio *a);
 
+// ---- microphone capture (ALSA) ------------------------------------------------------
+
+// Called with each captured chunk (mono float at the capture rate, about
+// 100 ms), borrowed for the call. Return true to stop capturing.
+typedef bool (*nm_audio_capture_cb)(const float *pcm, int64_t n, void *user);
+
+typedef struct nm_audio_capture_params {
+    const char *device;      // ALSA PCM name ("default", "hw:1,0", "null", ...); NULL: "default"
+    int32_t rate;            // capture rate, NM_AUDIO_MIN_RATE..NM_AUDIO_MAX_RATE (16000)
+    nm_pcm_format format;    // what the device is asked for: NM_PCM_S16LE (default) or NM_PCM_F32LE;
+                             // the output is float either way
+    double seconds;          // stop after this long; <= 0: only on_chunk stops it (then it must be
+                             // set), still capped at NM_AUDIO_MAX_SECONDS
+    nm_audio_capture_cb on_chunk; // optional, see above
+    void *user;              // passed to on_chunk
+    bool stream;             // the samples go to on_chunk only (which must be set): *out stays empty,
+                             // so a capture may run for hours (seconds <= 0: until on_chunk stops it)
+} nm_audio_capture_params;
+
+// device "default", 16 kHz, s16, 5 seconds, no callback.
+nm_audio_capture_params nm_audio_capture_default_params(void);
+
+// True when the library was built with ALSA (NM_HAVE_ALSA).
+bool nm_audio_capture_available(void);
+
+// Records from an ALSA capture device into *out (mono float at p->rate; a
+// device that will not give mono is opened in stereo and averaged). Blocks
+// until `seconds` have been captured or on_chunk returns true. Without ALSA:
+// NM_ERR_UNSUPPORTED. No such device, or one that refuses the format / rate:
+// NM_ERR_IO with ALSA's reason. ALSA's own stderr chatter is silenced while
+// the device is opened (a process-wide ALSA setting, restored afterwards).
+nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char *err, size_t err_size);
+
+// Playback through ALSA: 16-bit mono at a rate, written as it comes (e.g. the
+// TTS brick's slots, in place). Without ALSA: NM_ERR_UNSUPPORTED.
+typedef struct nm_audio_player nm_audio_player;
+// device: an ALSA PCM name ("default", "hw:0,0", "null"; NULL: "default").
+// No such device, or one that refuses mono s16 at `rate`: NM_ERR_IO with ALSA's reason.
+nm_status nm_audio_player_open(const char *device, int32_t rate, nm_audio_player **out, char *err,
+                               size_t err_size);
+// Queues n samples; blocks while the device's buffer is full (so a writer
+// goes at the speed of playback). An underrun is recovered from.
+nm_status nm_audio_player_write(nm_audio_player *p, const int16_t *pcm, int64_t n, char *err, size_t err_size);
+// Waits until everything written has been played.
+nm_status nm_audio_player_drain(nm_audio_player *p, char *err, size_t err_size);
+void nm_audio_player_close(nm_audio_player *p); // NULL: a no-op
+
+// ---- utterances: where speech starts and ends --------------------------------------
+// Cuts a stream of mono samples into utterances (speech between silences),
+// as a microphone's questions: an energy detector. A frame is speech when its
+// level is threshold_db over the noise floor (the quietest recent frames: the
+// floor follows a quieter frame at once and a louder room at 5 dB a second)
+// and above min_level_dbfs; an utterance starts after start_frames speech
+// frames in a row (with pre_ms of audio before them) and ends after
+// end_silence_ms without speech (keeping post_ms of it), or at max_ms.
+typedef struct nm_vad_params {
+    int32_t rate;           // Hz (16000)
+    int32_t frame_ms;       // 20
+    float threshold_db;     // 12
+    float min_level_dbfs;   // -50
+    int32_t start_frames;   // 3
+    int32_t end_silence_ms; // 800
+    int32_t pre_ms;         // 300
+    int32_t post_ms;        // 200
+    int32_t max_ms;         // 30000 (Whisper's window)
+} nm_vad_params;
+nm_vad_params nm_vad_default_params(void);
+
+typedef struct nm_vad nm_vad;
+// An utterance: n samples (borrowed for the call) starting at sample t0 of the stream.
+typedef void (*nm_vad_fn)(void *user, const float *pcm, int64_t n, int64_t t0);
+// NM_ERR_INVALID_ARG (err says which) for a parameter out of range.
+nm_status nm_vad_create(const nm_vad_params *p, nm_vad **out, char *err, size_t err_size);
+void nm_vad_free(nm_vad *v);
+// Feeds n samples: fn is called for each utterance that ends in them.
+void nm_vad_push(nm_vad *v, const float *pcm, int64_t n, nm_vad_fn fn, void *user);
+// The stream's end: an utterance still open ends here.
+void nm_vad_flush(nm_vad *v, nm_vad_fn fn, void *user);
+// Samples fed so far, and whether an utterance is open now.
+int64_t nm_vad_position(const nm_vad *v);
+bool nm_vad_in_speech(const nm_vad *v);
+
 // ---- writing ------------------------------------------------------------------------
 
 // The canonical 44-byte header of a 16-bit PCM WAV file (RIFF/WAVE,

@@ -239,7 +239,7 @@ w = wave.open(sys.argv[2])
 print("answer_wav_frames=%d rate=%d" % (w.getnframes(), w.getframerate()))
 PY
 }
-expect assistant_spoken 0 "^> The quick brown fox.*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]+ s of speech\\).*end of question -> first audio sample: median [0-9.]+ s.*the decoded questions into their slots [1-9][0-9]*, espeak-ng's text and samples [1-9][0-9]*, between the other bricks [1-9][0-9]* .*spoken before the last token answer_wav_frames=[1-9][0-9]* rate=22050" "$M" "$WM" -- case_assistant_spoken
+expect assistant_spoken 0 "^> The quick brown fox.*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]+ s of speech\\).*end of question -> first audio sample: median [0-9.]+ s.*the questions' audio into their slots [1-9][0-9]*, espeak-ng's text and samples [1-9][0-9]*, between the other bricks [1-9][0-9]* .*spoken before the last token answer_wav_frames=[1-9][0-9]* rate=22050" "$M" "$WM" -- case_assistant_spoken
 # frames and spoken questions, pipelined and sequential: the same answers (greedy), one per frame, in order
 case_assistant_frames() {
     cp $SPEECH/tts_16k.wav "$tmp/asked/1.wav"; cp $SPEECH/tts_16k.wav "$tmp/asked/2.wav"; cp $SPEECH/tts_16k.wav "$tmp/asked/3.wav"
@@ -258,6 +258,28 @@ for name, path in zip(("pipelined", "sequential"), sys.argv[1:]):
 PY
 }
 expect assistant_frames 0 "questions: 3 pipelined = sequential pipelined: 3 questions, each after the last answer: False sequential: 3 questions, each after the last answer: True" "$M" "$WM" -- case_assistant_frames
+# devices (ALSA, which set-up installs): a microphone and a speaker. The microphone is ALSA's file
+# plugin reading two spoken sentences with silence around them (its .asoundrc in a HOME of the
+# test's own): the utterance cutter makes them two questions; the speaker is ALSA's null device.
+# Absent devices: the microphone is an error, the speaker is skipped with a message.
+mkdir -p "$tmp/home"
+python3 - "$tmp/mic.raw" <<'PY'
+import random, struct, sys, wave
+w = wave.open("tests/data/speech/tts_16k.wav")
+speech = w.readframes(w.getnframes())
+random.seed(1)
+quiet = lambda s: b"".join(struct.pack("<h", random.randint(-30, 30)) for _ in range(int(16000 * s)))
+open(sys.argv[1], "wb").write(quiet(1.0) + speech + quiet(1.5) + speech + quiet(1.5))
+PY
+printf 'pcm.questions {\n type file\n slave.pcm null\n file "/dev/null"\n infile "%s"\n format "raw"\n}\n' "$tmp/mic.raw" > "$tmp/home/.asoundrc"
+case_assistant_mic() { HOME="$tmp/home" nm assistant -m "$M" --stt "$WM" --audio mic:questions --listen 12 -n 4 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
+expect assistant_mic 0 "listening on 'questions'.*> The quick brown fox.*> The quick brown fox.*2 questions in .*the questions' audio into their slots [1-9]" "$M" "$WM" -- case_assistant_mic
+expect assistant_mic_absent 1 "error: microphone: audio: cannot open capture device 'nm-no-such-mic'" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio mic:nm-no-such-mic --listen 1
+expect assistant_listen_needs_mic 2 "--listen goes with --audio mic" "$M" -- nm assistant -m "$M" -p hi --listen 3
+case_assistant_speaker() { nm assistant -m "$M" -p "Say hello." --out speaker:null -n 8 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
+expect assistant_speaker 0 "> Say hello\\..*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]*[1-9][0-9.]* s of speech\\)" "$M" -- case_assistant_speaker
+case_assistant_speaker_absent() { nm assistant -m "$M" -p "Say hello." --out speaker:nm-no-such-speaker -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '; }
+expect assistant_speaker_absent 0 "speaker skipped: audio: cannot play on 'nm-no-such-speaker'.*> Say hello" "$M" -- case_assistant_speaker_absent
 # a question that cannot be read fails alone: the others are answered, the exit status says one failed
 case_assistant_bad_question() {
     printf 'RIFF....WAVEjunk' > "$tmp/asked/2.wav"

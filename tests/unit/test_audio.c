@@ -1051,6 +1051,155 @@ NM_TEST(capture) {
     nm_audio_free(&a);
 }
 
+// A streamed capture keeps nothing: every sample goes to the callback once.
+static bool count_chunk(const float *pcm, int64_t n, void *user) {
+    (void)pcm;
+    *(int64_t *)user += n;
+    return false;
+}
+
+NM_TEST(capture_streamed_and_playback) {
+    char err[256];
+    nm_audio a = {0};
+    nm_audio_capture_params p = nm_audio_capture_default_params();
+    p.stream = true; // without a callback: refused
+    NM_CHECK(nm_audio_capture(&p, &a, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "on_chunk"));
+    nm_audio_player *pl = NULL;
+    NM_CHECK(nm_audio_player_open("null", 5, &pl, err, sizeof err) == NM_ERR_INVALID_ARG && !pl);
+    if (!nm_audio_capture_available()) {
+        NM_CHECK(nm_audio_player_open("null", 16000, &pl, err, sizeof err) == NM_ERR_UNSUPPORTED);
+        NM_SKIP("built without ALSA: capture and playback checked to say so");
+    }
+    NM_CHECK(nm_audio_player_open("nm-no-such-device", 16000, &pl, err, sizeof err) == NM_ERR_IO && !pl);
+    NM_CHECK(strstr(err, "nm-no-such-device") != NULL);
+    int64_t seen = 0;
+    p.device = "null";
+    p.seconds = 0.3;
+    p.on_chunk = count_chunk;
+    p.user = &seen;
+    nm_status st = nm_audio_capture(&p, &a, err, sizeof err);
+    if (st != NM_OK) {
+        fprintf(stderr, "  skipped ALSA null device: %s\n", err);
+        NM_CHECK(st == NM_ERR_IO && err[0]);
+        return;
+    }
+    NM_CHECK(seen == 4800 && a.pcm == NULL && a.n == 0);
+    // playback: 0.2 s to the null device, drained, closed
+    int16_t tone[3200];
+    for (int i = 0; i < 3200; i++) tone[i] = (int16_t)(8000 * sin(2 * M_PI * 440 * i / 16000.0));
+    NM_CHECK(nm_audio_player_open("null", 16000, &pl, err, sizeof err) == NM_OK && pl);
+    NM_CHECK(nm_audio_player_write(pl, tone, 3200, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_audio_player_write(pl, tone, -1, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_audio_player_drain(pl, err, sizeof err) == NM_OK);
+    nm_audio_player_close(pl);
+    nm_audio_player_close(NULL);
+}
+
+// ---- the utterance cutter ------------------------------------------------------------
+
+typedef struct utts {
+    int n;
+    int64_t t0[8], len[8];
+} utts;
+
+static void on_utt(void *user, const float *pcm, int64_t n, int64_t t0) {
+    utts *u = user;
+    (void)pcm;
+    if (u->n < 8) u->t0[u->n] = t0, u->len[u->n] = n;
+    u->n++;
+}
+
+// Quiet noise (about -60 dBFS), deterministic.
+static void noise(float *x, int64_t n, uint32_t *seed) {
+    for (int64_t i = 0; i < n; i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        x[i] = ((float)(*seed >> 8) / 16777216.0f - 0.5f) * 0.002f;
+    }
+}
+
+// The first and last sample of the speech file louder than -40 dBFS.
+static void loud_span(const nm_audio *a, int64_t *first, int64_t *last) {
+    *first = -1;
+    *last = -1;
+    for (int64_t i = 0; i < a->n; i++)
+        if (fabsf(a->pcm[i]) > 0.01f) {
+            if (*first < 0) *first = i;
+            *last = i;
+        }
+}
+
+// Two spoken sentences in a room: silence, speech, 1.5 s of silence, speech,
+// silence: two utterances, each holding its speech, fed in odd-sized chunks.
+NM_TEST(vad_two_questions) {
+    nm_audio sp = {0};
+    char err[256];
+    NM_CHECK(nm_audio_load("tests/data/speech/tts_16k.wav", 16000, &sp, err, sizeof err) == NM_OK);
+    if (!sp.pcm) return;
+    int64_t first = 0, last = 0;
+    loud_span(&sp, &first, &last);
+    const int64_t gap0 = 16000, gap1 = 24000, gap2 = 16000;
+    const int64_t n = gap0 + sp.n + gap1 + sp.n + gap2;
+    float *x = malloc(sizeof(float) * (size_t)n);
+    uint32_t seed = 7;
+    noise(x, n, &seed);
+    for (int64_t i = 0; i < sp.n; i++) {
+        x[gap0 + i] += sp.pcm[i];
+        x[gap0 + sp.n + gap1 + i] += sp.pcm[i];
+    }
+    nm_vad_params p = nm_vad_default_params();
+    nm_vad *v = NULL;
+    NM_CHECK(nm_vad_create(&p, &v, err, sizeof err) == NM_OK);
+    utts u = {0};
+    for (int64_t i = 0; i < n;) {
+        int64_t k = n - i < 777 ? n - i : 777;
+        nm_vad_push(v, x + i, k, on_utt, &u);
+        i += k;
+    }
+    nm_vad_flush(v, on_utt, &u);
+    NM_CHECK(nm_vad_position(v) == n && !nm_vad_in_speech(v));
+    printf("  speech at %.2f-%.2f s and %.2f-%.2f s; utterances:", (gap0 + first) / 16000.0, (gap0 + last) / 16000.0,
+           (gap0 + sp.n + gap1 + first) / 16000.0, (gap0 + sp.n + gap1 + last) / 16000.0);
+    for (int i = 0; i < u.n && i < 8; i++) printf(" %.2f-%.2f s", u.t0[i] / 16000.0, (u.t0[i] + u.len[i]) / 16000.0);
+    printf("\n");
+    NM_CHECK(u.n == 2);
+    for (int k = 0; k < 2 && u.n == 2; k++) {
+        const int64_t s0 = (k ? gap0 + sp.n + gap1 : gap0) + first, s1 = (k ? gap0 + sp.n + gap1 : gap0) + last;
+        NM_CHECK(u.t0[k] <= s0 && u.t0[k] >= s0 - 16000 * 4 / 10);                  // starts at most 0.4 s early
+        NM_CHECK(u.t0[k] + u.len[k] >= s1 && u.t0[k] + u.len[k] <= s1 + 16000 * 3 / 10); // ends within 0.3 s after
+    }
+    nm_vad_free(v);
+    // a steady noise is no speech; a loud tone after silence is cut at max_ms
+    NM_CHECK(nm_vad_create(&p, &v, err, sizeof err) == NM_OK);
+    u.n = 0;
+    seed = 9;
+    noise(x, n, &seed);
+    for (int64_t i = 0; i < n; i++) x[i] *= 100.0f; // -20 dBFS, from the first frame on
+    nm_vad_push(v, x, n, on_utt, &u);
+    nm_vad_flush(v, on_utt, &u);
+    NM_CHECK(u.n == 0);
+    nm_vad_free(v);
+    p.max_ms = 5000;
+    NM_CHECK(nm_vad_create(&p, &v, err, sizeof err) == NM_OK);
+    u.n = 0;
+    for (int64_t i = 0; i < 16000 * 9; i++) x[i] = i < 16000 ? 0.0f : 0.1f * (float)sin(2 * M_PI * 300 * i / 16000.0);
+    nm_vad_push(v, x, 16000 * 9, on_utt, &u);
+    NM_CHECK(u.n >= 1 && u.len[0] == 16000 * 5 && u.t0[0] >= 16000 - 16000 * 3 / 10 && u.t0[0] <= 16000);
+    nm_vad_free(v);
+    // parameters out of range
+    p = nm_vad_default_params();
+    p.post_ms = 900; // more than end_silence_ms
+    NM_CHECK(nm_vad_create(&p, &v, err, sizeof err) == NM_ERR_INVALID_ARG && !v && strstr(err, "post_ms"));
+    p = nm_vad_default_params();
+    p.rate = 10;
+    NM_CHECK(nm_vad_create(&p, &v, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_vad_create(NULL, &v, err, sizeof err) == NM_ERR_INVALID_ARG);
+    nm_vad_push(NULL, x, 10, on_utt, &u); // no-ops
+    nm_vad_flush(NULL, on_utt, &u);
+    free(x);
+    nm_audio_free(&sp);
+}
+
+
 int main(int argc, char **argv) {
     atexit(cleanup_tmp);
     return nmtest_main(argc, argv);

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,9 @@ static void usage(FILE *f) {
             "  --stt FILE               Whisper model for spoken questions (GGUF or whisper.cpp .bin)\n"
             "  --audio FILE|DIR         the questions: an audio file, or a folder of them (one question\n"
             "                           each, in name order; WAV, FLAC, OGG, MP3), up to %d s each\n"
+            "  --audio mic[:DEVICE]     the questions from a microphone (ALSA; default device \"default\"):\n"
+            "                           each utterance (speech until 0.8 s of silence) is a question\n"
+            "  --listen S               with mic: listen S seconds; 0 (default): until Ctrl-C\n"
             "  -p, --prompt TEXT        a typed question (with --frames: asked of every frame)\n"
             "  --mmproj FILE            vision encoder for the frames (llama.cpp's mmproj GGUF)\n"
             "  --frames DIR             the camera frames: a folder of images (PNG, JPEG, PPM) in name\n"
@@ -53,6 +57,8 @@ static void usage(FILE *f) {
             "                           as fast as the pipeline goes\n"
             "  --out DIR                speak the answers into DIR/answer-NNN.wav (text goes to stdout\n"
             "                           always); without it nothing is spoken\n"
+            "  --out speaker[:DEVICE]   speak them on a speaker (ALSA; an absent one is skipped with a\n"
+            "                           message)\n"
             "  --tts ENGINE             espeak-ng (default) or none;  --voice V  its voice (en-us)\n"
             "  --sequential             one question at a time: the next starts once the answer is\n"
             "                           spoken (the baseline of the pipelined loop)\n"
@@ -72,6 +78,7 @@ typedef struct item {
     const char *audio;   // the question's audio file, or NULL (typed)
     const char *frame;   // its frame, or NULL
     char question[2048]; // transcript (or -p)
+    bool from_mic;       // an utterance the microphone heard: its audio is in the STT ring already
     bool failed;         // heard nothing or a brick failed it: the answer is empty
     int32_t n_tokens;
     int64_t n_samples;
@@ -83,15 +90,21 @@ typedef struct item {
 typedef struct app {
     // options
     const char *stt_model, *audio, *frames, *out_dir, *tts_engine, *voice, *stt_cores, *tts_cores;
-    float fps;
+    float fps, listen_s;
     bool sequential;
+    const char *mic_dev, *speaker_dev; // --audio mic[:DEV], --out speaker[:DEV]
     cli_opts o;
     // bricks and rings
     nm_model *m;
     nm_brick *llm, *vision, *stt, *tts;
     nm_tabm *pcm, *heard, *llm_in, *tok, *img, *say, *speech;
     nm_ledger *ledger;
-    int ep_decoder, ep_stt, ep_llm;
+    int ep_decoder, ep_stt, ep_llm, ep_mic;
+    nm_audio_player *player; // --out speaker
+    nm_vad *vad;             // --audio mic: cuts the capture into questions
+    bool mic_done;           // the capture has ended (its questions are all in items)
+    bool mic_failed;
+    int cap_items;
     // the questions
     item *items;
     int n_items;
@@ -182,6 +195,12 @@ static bool make_items(app *A) {
     static const char *const image_exts[] = {"png", "jpg", "jpeg", "ppm", NULL};
     A->owned = calloc(2 * MAX_ITEMS, sizeof(char *));
     if (!A->owned) return false;
+    if (A->mic_dev) { // questions come as they are heard
+        A->items = calloc(MAX_ITEMS, sizeof(item));
+        A->cap_items = MAX_ITEMS;
+        A->n_items = 0;
+        return A->items != NULL;
+    }
     int a0 = 0, na = 0, f0 = 0, nf = 0;
     if (A->audio && !list_files(A, A->audio, "--audio", audio_exts, &a0, &na)) return false;
     if (A->frames && !list_files(A, A->frames, "--frames", image_exts, &f0, &nf)) return false;
@@ -191,6 +210,7 @@ static bool make_items(app *A) {
         return false;
     }
     A->n_items = na ? na : nf ? nf : 1;
+    A->cap_items = A->n_items;
     A->items = calloc((size_t)A->n_items, sizeof(item));
     if (!A->items) return false;
     for (int i = 0; i < A->n_items; i++) {
@@ -343,8 +363,74 @@ static bool read_transcript(app *A, item *it, uint64_t id) {
         if (!(user & NM_BRICK_MORE)) break;
     }
     it->question[len] = '\0';
-    if (failed) fprintf(stderr, "error: question %s: %s\n", it->audio, nm_brick_last_error(A->stt));
+    if (failed)
+        fprintf(stderr, "error: question %s: %s\n", it->audio ? it->audio : "(microphone)", nm_brick_last_error(A->stt));
     return !failed && len > 0;
+}
+
+// ---- the microphone ------------------------------------------------------------------------
+
+static volatile sig_atomic_t g_stop; // Ctrl-C while listening: stop (what was heard is answered); twice: quit
+
+static void on_sigint(int sig) {
+    if (g_stop++) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+// An utterance the cutter found: copied once from the capture into a PCM slot
+// of the STT ring (counted), as the next question.
+static void heard_utterance(void *user, const float *pcm, int64_t n, int64_t t0) {
+    app *A = user;
+    (void)t0;
+    const double t = now(A);
+    const int i = A->n_items; // only this thread adds items
+    if (i >= A->cap_items) return;
+    nm_tabm_slot sl;
+    if (nm_tabm_acquire_write(A->pcm, 0, -1, &sl) != NM_OK) return;
+    if ((uint64_t)n * sizeof(float) > sl.capacity) n = (int64_t)(sl.capacity / sizeof(float));
+    nm_ledger_copy(A->ledger, A->ep_mic, A->ep_stt, sl.data, pcm, sizeof(float) * (size_t)n);
+    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {n}, .size = sizeof(float) * (uint64_t)n,
+                              .sample_rate = 16000, .request = (uint64_t)i + 1};
+    if (nm_tabm_publish(A->pcm, &sl) != NM_OK) {
+        nm_tabm_cancel(A->pcm, &sl);
+        return;
+    }
+    pthread_mutex_lock(&A->lock);
+    A->items[i].from_mic = true;
+    A->items[i].t_start = t; // the cutter's end of the utterance (end_silence_ms after the speech)
+    A->n_items = i + 1;
+    pthread_cond_broadcast(&A->cond);
+    pthread_mutex_unlock(&A->lock);
+}
+
+static bool mic_chunk(const float *pcm, int64_t n, void *user) {
+    app *A = user;
+    nm_vad_push(A->vad, pcm, n, heard_utterance, A);
+    return g_stop || A->n_items >= A->cap_items;
+}
+
+// Listens until --listen seconds have passed or Ctrl-C; each utterance is a question.
+static void *mic_main(void *arg) {
+    app *A = arg;
+    nm_audio_capture_params p = nm_audio_capture_default_params();
+    p.device = A->mic_dev;
+    p.stream = true;
+    p.seconds = A->listen_s;
+    p.on_chunk = mic_chunk;
+    p.user = A;
+    nm_audio none = {0};
+    char err[512];
+    nm_status st = nm_audio_capture(&p, &none, err, sizeof err);
+    if (st != NM_OK) fprintf(stderr, "error: microphone: %s\n", err);
+    nm_vad_flush(A->vad, heard_utterance, A);
+    pthread_mutex_lock(&A->lock);
+    A->mic_done = true;
+    A->mic_failed = st != NM_OK;
+    pthread_cond_broadcast(&A->cond);
+    pthread_mutex_unlock(&A->lock);
+    return NULL;
 }
 
 // Waits for --sequential, and for the end: counter >= n.
@@ -360,7 +446,8 @@ static void ask(app *A, int i) {
     item *it = &A->items[i];
     const uint64_t id = (uint64_t)i + 1;
     it->t_start = now(A);
-    const bool heard = it->audio && send_audio(A, it, id);
+    const bool spoken = it->audio || it->from_mic;
+    const bool heard = it->from_mic || (it->audio && send_audio(A, it, id));
     bool sent_first = false; // a part of the prompt is in the ring: the rest must follow
     if (it->frame && A->vision) {
         char *probe = chat(A, SENTINEL, true);
@@ -371,8 +458,8 @@ static void ask(app *A, int i) {
         }
         free(probe);
     }
-    bool ok = it->audio ? heard && read_transcript(A, it, id) : true;
-    if (it->audio && heard && !ok && !it->question[0]) fprintf(stderr, "question %d: no speech heard\n", i + 1);
+    bool ok = spoken ? heard && read_transcript(A, it, id) : true;
+    if (spoken && heard && !ok && !it->question[0]) fprintf(stderr, "question %d: no speech heard\n", i + 1);
     it->t_heard = now(A);
     char *full = ok ? chat(A, it->question, it->frame && A->vision) : NULL;
     const char *rest = full;
@@ -441,7 +528,7 @@ static void *answers_main(void *arg) {
         nm_tabm_slot sl;
         if (nm_tabm_acquire_read(A->tok, -1, &sl) != NM_OK) break;
         const uint64_t id = sl.meta->request, user = sl.meta->user;
-        item *it = id >= 1 && id <= (uint64_t)A->n_items ? &A->items[id - 1] : NULL;
+        item *it = id >= 1 && id <= (uint64_t)A->cap_items ? &A->items[id - 1] : NULL;
         if (id != cur && it) {
             cur = id;
             memset(&dt, 0, sizeof dt);
@@ -521,8 +608,8 @@ static void *speech_main(void *arg) {
         nm_tabm_slot s;
         if (nm_tabm_acquire_read(A->speech, -1, &s) != NM_OK) break;
         const uint64_t id = s.meta->request, user = s.meta->user;
-        item *it = id >= 1 && id <= (uint64_t)A->n_items ? &A->items[id - 1] : NULL;
-        if (!open && it) {
+        item *it = id >= 1 && id <= (uint64_t)A->cap_items ? &A->items[id - 1] : NULL;
+        if (!open && it && !A->player) {
             snprintf(path, sizeof path, "%s/answer-%03llu.wav", A->out_dir, (unsigned long long)id);
             bad = nm_outfile_open(&f, path, err, sizeof err) != NM_OK;
             uint8_t h[NM_WAV_HEADER_BYTES];
@@ -535,7 +622,11 @@ static void *speech_main(void *arg) {
         if (it && s.meta->size > 0) {
             if (it->t_first_audio == 0) it->t_first_audio = now(A);
             it->n_samples += (int64_t)(s.meta->size / 2);
-            if (!bad && fwrite(s.data, 1, (size_t)s.meta->size, f.f) != s.meta->size) {
+            if (A->player && !bad && nm_audio_player_write(A->player, s.data, (int64_t)(s.meta->size / 2), err,
+                                                           sizeof err) != NM_OK) { // the slot's samples, in place
+                fprintf(stderr, "error: speaker: %s\n", err);
+                bad = true;
+            } else if (!A->player && !bad && fwrite(s.data, 1, (size_t)s.meta->size, f.f) != s.meta->size) {
                 fprintf(stderr, "error: %s: %s\n", path, strerror(errno));
                 bad = true;
             }
@@ -614,9 +705,10 @@ static void print_stats(app *A, double wall) {
                 nm_brick_device(bricks[k]), (unsigned long long)bs.n_requests, bs.t_busy, 100.0 * bs.t_busy / wall);
     }
     const int ep_eng = nm_ledger_endpoint(A->ledger, "espeak-ng"), ep_tts = nm_ledger_endpoint(A->ledger, "tts");
-    const uint64_t audio_in = nm_ledger_bytes(A->ledger, A->ep_decoder, A->ep_stt);
+    const uint64_t audio_in = nm_ledger_bytes(A->ledger, A->ep_decoder, A->ep_stt) +
+                              (A->mic_dev ? nm_ledger_bytes(A->ledger, A->ep_mic, A->ep_stt) : 0);
     const uint64_t engine = nm_ledger_bytes(A->ledger, ep_tts, ep_eng) + nm_ledger_bytes(A->ledger, ep_eng, ep_tts);
-    fprintf(stderr, "ledger: %llu bytes copied (%llu copies): the decoded questions into their slots %llu, "
+    fprintf(stderr, "ledger: %llu bytes copied (%llu copies): the questions' audio into their slots %llu, "
                     "espeak-ng's text and samples %llu, between the other bricks %llu\n",
             (unsigned long long)nm_ledger_total(A->ledger), (unsigned long long)nm_ledger_copies(A->ledger, -1, -1),
             (unsigned long long)audio_in, (unsigned long long)engine,
@@ -646,6 +738,12 @@ static bool take_own(app *A, int *argc, char **argv) {
                 return false;
             }
             i++;
+        } else if (!strcmp(a, "--listen")) {
+            if (i + 1 >= *argc || !cli_arg_float("--listen", argv[i + 1], 0.0f, 86400.0f, &A->listen_s)) {
+                if (i + 1 >= *argc) fprintf(stderr, "error: --listen needs a value\n");
+                return false;
+            }
+            i++;
         } else if (!strcmp(a, "--sequential")) {
             A->sequential = true;
         } else {
@@ -653,6 +751,11 @@ static bool take_own(app *A, int *argc, char **argv) {
         }
     }
     *argc = w;
+    // the devices: mic[:DEV] and speaker[:DEV] (ALSA names; "default" without one)
+    if (A->audio && (!strcmp(A->audio, "mic") || !strncmp(A->audio, "mic:", 4)))
+        A->mic_dev = A->audio[3] ? A->audio + 4 : "default";
+    if (A->out_dir && (!strcmp(A->out_dir, "speaker") || !strncmp(A->out_dir, "speaker:", 8)))
+        A->speaker_dev = A->out_dir[7] ? A->out_dir + 8 : "default";
     return true;
 }
 
@@ -697,6 +800,14 @@ int cmd_assistant(int argc, char **argv) {
         fprintf(stderr, "error: the assistant takes its images from --frames, not --image\n");
         goto out;
     }
+    if (A.listen_s > 0 && !A.mic_dev) {
+        fprintf(stderr, "error: --listen goes with --audio mic\n");
+        goto out;
+    }
+    if (A.mic_dev && A.frames) {
+        fprintf(stderr, "error: --frames pairs a folder's frames with a folder's questions, not with a microphone\n");
+        goto out;
+    }
     if (A.fps > 0 && !A.frames) {
         fprintf(stderr, "error: --fps goes with --frames\n");
         goto out;
@@ -713,7 +824,7 @@ int cmd_assistant(int argc, char **argv) {
         fprintf(stderr, "error: unknown chat template '%s' (known: %s)\n", o->chat_tmpl, nm_chat_template_names());
         goto out;
     }
-    if (A.out_dir) {
+    if (A.out_dir && !A.speaker_dev) {
         struct stat sb;
         if (stat(A.out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
             fprintf(stderr, "error: --out '%s': %s\n", A.out_dir, errno ? strerror(errno) : "not a folder");
@@ -794,6 +905,14 @@ int cmd_assistant(int argc, char **argv) {
         }
         A.ep_stt = nm_ledger_endpoint(A.ledger, nm_brick_name(A.stt));
     }
+    if (A.mic_dev) {
+        nm_vad_params vp = nm_vad_default_params();
+        if ((st = nm_vad_create(&vp, &A.vad, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: %s\n", err);
+            goto out;
+        }
+        A.ep_mic = nm_ledger_endpoint(A.ledger, "microphone");
+    }
     if (A.out_dir) {
         nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
         tp.cores = A.tts_cores;
@@ -802,6 +921,12 @@ int cmd_assistant(int argc, char **argv) {
         if ((st = nm_brick_load(NULL, &tp, &A.tts, err, sizeof err)) != NM_OK) {
             fprintf(stderr, "error: the voice: %s: %s\n", nm_status_str(st), err);
             goto out;
+        }
+        if (A.speaker_dev && nm_audio_player_open(A.speaker_dev, nm_brick_tts_sample_rate(A.tts), &A.player, err,
+                                                  sizeof err) != NM_OK) { // an absent device is skipped
+            fprintf(stderr, "speaker skipped: %s: the answers are printed, not spoken\n", err);
+            nm_brick_free(A.tts);
+            A.tts = NULL;
         }
     }
     // the rings
@@ -830,10 +955,30 @@ int cmd_assistant(int argc, char **argv) {
     if (!L_llm.started || !answers || (A.stt && !L_stt.started) || (A.tts && (!L_tts.started || !speech))) {
         fprintf(stderr, "error: cannot start the lanes' threads\n");
         A.n_items = 0;
+        A.mic_dev = NULL; // nothing is asked
     }
 
     A.t0 = cli_now();
-    for (int i = 0; i < A.n_items; i++) {
+    pthread_t th_mic;
+    bool mic = false;
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART};
+    if (A.mic_dev) {
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL); // Ctrl-C stops listening; the questions heard are answered
+        mic = pthread_create(&th_mic, NULL, mic_main, &A) == 0;
+        if (!mic) A.mic_done = true;
+        fprintf(stderr, "listening on '%s'%s\n", A.mic_dev, A.listen_s > 0 ? "" : " (Ctrl-C stops)");
+    }
+    for (int i = 0;; i++) {
+        if (A.mic_dev) { // the next question once it is heard, until the capture ends
+            pthread_mutex_lock(&A.lock);
+            while (i >= A.n_items && !A.mic_done) pthread_cond_wait(&A.cond, &A.lock);
+            const bool more = i < A.n_items;
+            pthread_mutex_unlock(&A.lock);
+            if (!more) break;
+        } else if (i >= A.n_items) {
+            break;
+        }
         if (A.sequential && i > 0) wait_for(&A, &A.n_spoken, i, A.tts ? &A.speech_gone : &A.answers_gone);
         if (A.fps > 0) { // a camera gives a frame every 1/fps s
             const double due = i / A.fps, t = now(&A);
@@ -844,7 +989,9 @@ int cmd_assistant(int argc, char **argv) {
         }
         ask(&A, i);
     }
+    if (mic) pthread_join(th_mic, NULL);
     wait_for(&A, &A.n_spoken, A.n_items, A.tts ? &A.speech_gone : &A.answers_gone);
+    if (A.player) nm_audio_player_drain(A.player, err, sizeof err); // the last answer, played to its end
     const double wall = now(&A);
     // every ring shut: each lane ends and shuts its other ring, the readers end
     nm_tabm *rings[] = {A.pcm, A.heard, A.llm_in, A.tok, A.img, A.say, A.speech};
@@ -855,8 +1002,9 @@ int cmd_assistant(int argc, char **argv) {
         if (lanes[k]->started) pthread_join(lanes[k]->th, NULL);
     if (answers) pthread_join(th_answers, NULL);
     if (speech) pthread_join(th_speech, NULL);
-    rc = 0;
+    rc = A.mic_failed ? 1 : 0;
     for (int i = 0; i < A.n_items; i++) rc = A.items[i].failed ? 1 : rc;
+    if (A.mic_dev && A.n_items == 0 && !A.mic_failed) fprintf(stderr, "heard no question\n");
     if (o->stats) print_stats(&A, wall);
 out:
     nm_brick_free(A.vision);
@@ -867,6 +1015,8 @@ out:
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) nm_tabm_free(all[k]);
     nm_ledger_free(A.ledger);
     nm_model_free(A.m);
+    nm_vad_free(A.vad);
+    nm_audio_player_close(A.player);
     for (int i = 0; i < A.n_owned; i++) free(A.owned[i]);
     free(A.owned);
     free(A.items);

@@ -64,35 +64,6 @@ nm_status nm_audio_from_raw_max(const void *data, size_t n, nm_pcm_format fmt, i
                                 int32_t channels, int32_t target_rate, int64_t max_samples, nm_audio *out,
                                 char *err, size_t err_size);
 
-// ---- microphone capture (ALSA) ------------------------------------------------------
-
-// Called with each captured chunk (mono float at the capture rate, about
-// 100 ms), borrowed for the call. Return true to stop capturing.
-typedef bool (*nm_audio_capture_cb)(const float *pcm, int64_t n, void *user);
-
-typedef struct nm_audio_capture_params {
-    const char *device;      // ALSA PCM name ("default", "hw:1,0", "null", ...); NULL: "default"
-    int32_t rate;            // capture rate, NM_AUDIO_MIN_RATE..NM_AUDIO_MAX_RATE (16000)
-    nm_pcm_format format;    // what the device is asked for: NM_PCM_S16LE (default) or NM_PCM_F32LE;
-                             // the output is float either way
-    double seconds;          // stop after this long; <= 0: only on_chunk stops it (then it must be
-                             // set), still capped at NM_AUDIO_MAX_SECONDS
-    nm_audio_capture_cb on_chunk; // optional, see above
-    void *user;              // passed to on_chunk
-} nm_audio_capture_params;
-
-// device "default", 16 kHz, s16, 5 seconds, no callback.
-nm_audio_capture_params nm_audio_capture_default_params(void);
-
-// True when the library was built with ALSA (NM_HAVE_ALSA).
-bool nm_audio_capture_available(void);
-
-// Records from an ALSA capture device into *out (mono float at p->rate; a
-// device that will not give mono is opened in stereo and averaged). Blocks
-// until `seconds` have been captured or on_chunk returns true. Without ALSA:
-// NM_ERR_UNSUPPORTED. No such device, or one that refuses the format / rate:
-// NM_ERR_IO with ALSA's reason. ALSA's own stderr chatter is silenced while
-// the device is opened (a process-wide ALSA setting, restored afterwards).
-nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char *err, size_t err_size);
+// Microphone capture, playback and the utterance cutter: include/nanomind.h ("audio").
 
 #endif

@@ -2,6 +2,8 @@
 // NM_HAVE_ALSA). Without it, nm_audio_capture says so with NM_ERR_UNSUPPORTED.
 #include "bricks/audio/audio_impl.h"
 
+#include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +47,8 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
     if (st != NM_OK) return st;
     if (p->format != NM_PCM_S16LE && p->format != NM_PCM_F32LE)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: unknown capture format %d", (int)p->format);
+    if (p->stream && !p->on_chunk)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: a streamed capture needs an on_chunk callback");
     if (!(p->seconds > 0) && !p->on_chunk)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
                        "audio: capture needs a duration (seconds > 0) or an on_chunk callback to stop it");
@@ -55,7 +59,8 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
                    dev);
 #else
     const double max_s = NM_AUDIO_MAX_SECONDS;
-    const int64_t want = (int64_t)((p->seconds > 0 && p->seconds < max_s ? p->seconds : max_s) * p->rate + 0.5);
+    int64_t want = (int64_t)((p->seconds > 0 && p->seconds < max_s ? p->seconds : max_s) * p->rate + 0.5);
+    if (p->stream && !(p->seconds > 0)) want = INT64_MAX; // kept nowhere: no cap
     if (want < 1) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: capture of %g s is empty", p->seconds);
 
     snd_pcm_t *pcm = NULL;
@@ -86,11 +91,13 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
     uint8_t *raw = malloc((size_t)chunk * channels * bs);
     float *mono = malloc((size_t)chunk * sizeof *mono);
     nm_audio_sink s;
-    st = nm_audio_sink_init(&s, p->rate, p->rate, want, err, err_size);
+    memset(&s, 0, sizeof s);
+    int64_t taken = 0; // samples captured (s.n when they are kept)
+    if (!p->stream) st = nm_audio_sink_init(&s, p->rate, p->rate, want, err, err_size);
     if (st == NM_OK && (!raw || !mono)) st = nm_fail(NM_ERR_NOMEM, err, err_size, "audio: out of memory");
     int overruns = 0;
-    while (st == NM_OK && s.n < want) {
-        int64_t k = want - s.n < chunk ? want - s.n : chunk;
+    while (st == NM_OK && taken < want) {
+        int64_t k = want - taken < chunk ? want - taken : chunk;
         // Some plugins (ALSA's "null") report frames without writing them:
         // start from silence so they read as such, not as stale memory.
         memset(raw, 0, (size_t)k * channels * bs);
@@ -124,14 +131,96 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
             }
             mono[i] = acc / (float)channels;
         }
+        taken += got;
+        if (p->stream) {
+            if (p->on_chunk(mono, got, p->user)) break;
+            continue;
+        }
         st = nm_audio_sink_push(&s, mono, got, err, err_size);
         if (st == NM_OK && p->on_chunk && p->on_chunk(s.pcm + s.n - got, got, p->user)) break;
     }
-    if (st == NM_OK) st = nm_audio_sink_finish(&s, out, err, err_size);
-    nm_audio_sink_free(&s);
+    if (st == NM_OK && !p->stream) st = nm_audio_sink_finish(&s, out, err, err_size);
+    if (!p->stream) nm_audio_sink_free(&s);
     free(raw);
     free(mono);
     close_quietly(pcm);
     return st;
 #endif
+}
+
+// ---- playback -------------------------------------------------------------------------
+struct nm_audio_player {
+#ifdef NM_HAVE_ALSA
+    snd_pcm_t *pcm;
+#endif
+    char device[128];
+};
+
+nm_status nm_audio_player_open(const char *device, int32_t rate, nm_audio_player **out, char *err, size_t err_size) {
+    if (err && err_size) err[0] = '\0';
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no output");
+    *out = NULL;
+    nm_status st = nm_audio_check_rate("playback rate", rate, err, err_size);
+    if (st != NM_OK) return st;
+    const char *dev = device ? device : "default";
+#ifndef NM_HAVE_ALSA
+    return nm_fail(NM_ERR_UNSUPPORTED, err, err_size,
+                   "audio: cannot play on %s: nanomind was built without ALSA (install libasound2-dev and rebuild)", dev);
+#else
+    nm_audio_player *p = calloc(1, sizeof *p);
+    if (!p) return nm_fail(NM_ERR_NOMEM, err, err_size, "audio: out of memory");
+    snprintf(p->device, sizeof p->device, "%s", dev);
+    snd_lib_error_set_handler(alsa_quiet);
+    int rc = snd_pcm_open(&p->pcm, dev, SND_PCM_STREAM_PLAYBACK, 0);
+    if (rc >= 0) rc = snd_pcm_set_params(p->pcm, SND_PCM_FORMAT_S16, SND_PCM_ACCESS_RW_INTERLEAVED, 1, (unsigned)rate, 1,
+                                         200000);
+    snd_lib_error_set_handler(NULL);
+    if (rc < 0) {
+        st = nm_fail(NM_ERR_IO, err, err_size, "audio: cannot play on '%s' (mono s16 at %d Hz): %s", dev, (int)rate,
+                     snd_strerror(rc));
+        if (p->pcm) close_quietly(p->pcm);
+        free(p);
+        return st;
+    }
+    *out = p;
+    return NM_OK;
+#endif
+}
+
+nm_status nm_audio_player_write(nm_audio_player *p, const int16_t *pcm, int64_t n, char *err, size_t err_size) {
+    if (!p || (n > 0 && !pcm) || n < 0) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: bad playback buffer");
+#ifdef NM_HAVE_ALSA
+    int recovered = 0;
+    while (n > 0) {
+        snd_pcm_sframes_t w = snd_pcm_writei(p->pcm, pcm, (snd_pcm_uframes_t)n);
+        if (w == -EAGAIN || w == -EINTR) continue;
+        if (w < 0) {
+            if (++recovered > 100 || snd_pcm_recover(p->pcm, (int)w, 1) < 0)
+                return nm_fail(NM_ERR_IO, err, err_size, "audio: playback on '%s' failed: %s", p->device,
+                               snd_strerror((int)w));
+            continue; // an underrun: the device starts again
+        }
+        pcm += w;
+        n -= w;
+    }
+#endif
+    return NM_OK;
+}
+
+nm_status nm_audio_player_drain(nm_audio_player *p, char *err, size_t err_size) {
+    if (!p) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no player");
+#ifdef NM_HAVE_ALSA
+    int rc = snd_pcm_drain(p->pcm);
+    if (rc < 0) return nm_fail(NM_ERR_IO, err, err_size, "audio: playback on '%s': %s", p->device, snd_strerror(rc));
+    snd_pcm_prepare(p->pcm); // ready for more
+#endif
+    return NM_OK;
+}
+
+void nm_audio_player_close(nm_audio_player *p) {
+    if (!p) return;
+#ifdef NM_HAVE_ALSA
+    close_quietly(p->pcm);
+#endif
+    free(p);
 }

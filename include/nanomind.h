@@ -1141,6 +1141,17 @@ nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_au
 // NM_AUDIO_MAX_BUFFER_BYTES), then decoded as nm_audio_decode does.
 nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, char *err, size_t err_size);
 
+// As nm_audio_load, decoding (and resampling to target_rate, which is
+// required) straight into dst, e.g. a TABM slot, so the samples are written
+// once where their reader reads them: *n samples. NM_ERR_RANGE when the audio
+// needs more than cap samples.
+nm_status nm_audio_load_into(const char *path, int32_t target_rate, float *dst, int64_t cap, int64_t *n, char *err,
+                             size_t err_size);
+// The most samples nm_audio_load_into can write for a regular file at
+// target_rate, from its header (to size a buffer first). NM_ERR_UNSUPPORTED
+// for stdin, a pipe, or a header without a length.
+nm_status nm_audio_probe(const char *path, int32_t target_rate, int64_t *max_samples, char *err, size_t err_size);
+
 // Raw PCM from a buffer: n bytes of interleaved frames of `channels` samples in
 // fmt at `rate`. n must be a whole number of frames (>= 1); a partial frame is
 // NM_ERR_FORMAT. rate / channels outside the limits are NM_ERR_INVALID_ARG.

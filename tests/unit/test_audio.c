@@ -1185,6 +1185,22 @@ NM_TEST(vad_two_questions) {
     nm_vad_push(v, x, 16000 * 9, on_utt, &u);
     NM_CHECK(u.n >= 1 && u.len[0] == 16000 * 5 && u.t0[0] >= 16000 - 16000 * 3 / 10 && u.t0[0] <= 16000);
     nm_vad_free(v);
+    // a room that gets louder (a fan starts): speech for a while, until the floor has risen to it;
+    // then no more utterances however long it lasts
+    p = nm_vad_default_params();
+    NM_CHECK(nm_vad_create(&p, &v, err, sizeof err) == NM_OK);
+    u.n = 0;
+    float *room = malloc(sizeof(float) * 16000 * 61);
+    seed = 11;
+    noise(room, 16000 * 61, &seed);
+    for (int64_t i = 16000; i < 16000 * 61; i++) room[i] *= 100.0f; // -60 dBFS for 1 s, then -20 dBFS
+    nm_vad_push(v, room, 16000 * 61, on_utt, &u);
+    nm_vad_flush(v, on_utt, &u);
+    printf("  a fan from 1 s to 61 s: %d utterance(s), the first %.2f-%.2f s\n", u.n, u.t0[0] / 16000.0,
+           (u.t0[0] + u.len[0]) / 16000.0);
+    NM_CHECK(u.n == 1 && u.t0[0] + u.len[0] < 16000 * 25);
+    free(room);
+    nm_vad_free(v);
     // parameters out of range
     p = nm_vad_default_params();
     p.post_ms = 900; // more than end_silence_ms
@@ -1199,6 +1215,40 @@ NM_TEST(vad_two_questions) {
     nm_audio_free(&sp);
 }
 
+
+// Decoding straight into a caller's buffer (a slot) gives the samples
+// nm_audio_load gives, bit for bit, resampled or not; a buffer too small is
+// NM_ERR_RANGE; the probe sizes the buffer from the header.
+NM_TEST(load_into_a_slot) {
+    static const char *files[] = {"tests/data/speech/tts_16k.wav", "tests/data/speech/tts_48k.wav",
+                                  "tests/data/speech/tts_8k.wav", "tests/data/speech/tts_long.ogg"};
+    char err[256];
+    for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
+        nm_audio a = {0};
+        NM_CHECK(nm_audio_load(files[k], 16000, &a, err, sizeof err) == NM_OK);
+        int64_t cap = 0, n = -1;
+        NM_CHECK(nm_audio_probe(files[k], 16000, &cap, err, sizeof err) == NM_OK);
+        NM_CHECK(cap >= a.n && cap <= a.n + 70);
+        float *dst = malloc(sizeof(float) * (size_t)(cap + 1));
+        dst[cap] = 12345.0f; // past the end: never written
+        NM_CHECK(nm_audio_load_into(files[k], 16000, dst, cap, &n, err, sizeof err) == NM_OK);
+        NM_CHECK(n == a.n && a.pcm && !memcmp(dst, a.pcm, sizeof(float) * (size_t)a.n) && dst[cap] == 12345.0f);
+        // one sample short of the audio: refused, nothing past the buffer written
+        dst[a.n - 1] = 12345.0f;
+        nm_status st = nm_audio_load_into(files[k], 16000, dst, a.n - 1, &n, err, sizeof err);
+        NM_CHECK(st == NM_ERR_RANGE && n == 0 && dst[a.n - 1] == 12345.0f);
+        if (st != NM_ERR_RANGE) fprintf(stderr, "  %s: %s (%s)\n", files[k], nm_status_str(st), err);
+        free(dst);
+        nm_audio_free(&a);
+    }
+    int64_t cap = 0, n = 0;
+    float one;
+    NM_CHECK(nm_audio_probe("-", 16000, &cap, err, sizeof err) == NM_ERR_UNSUPPORTED && cap == 0);
+    NM_CHECK(nm_audio_probe("/nonexistent.wav", 16000, &cap, err, sizeof err) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(nm_audio_load_into("tests/data/speech/tts_16k.wav", 0, &one, 1, &n, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_audio_load_into("tests/data/speech/tts_16k.wav", 16000, NULL, 1, &n, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_audio_load_into("/nonexistent.wav", 16000, &one, 1, &n, err, sizeof err) == NM_ERR_IO);
+}
 
 int main(int argc, char **argv) {
     atexit(cleanup_tmp);

@@ -99,7 +99,7 @@ typedef struct app {
     nm_brick *llm, *vision, *stt, *tts;
     nm_tabm *pcm, *heard, *llm_in, *tok, *img, *say, *speech;
     nm_ledger *ledger;
-    int ep_decoder, ep_stt, ep_llm, ep_mic;
+    int ep_stt, ep_llm, ep_mic;
     nm_audio_player *player; // --out speaker
     nm_vad *vad;             // --audio mic: cuts the capture into questions
     bool mic_done;           // the capture has ended (its questions are all in items)
@@ -314,30 +314,30 @@ static bool send_frame(app *A, const char *path, uint64_t id) {
     return st == NM_OK;
 }
 
-// The question's audio into the STT brick's slot (decoded, then copied in
-// once: counted), published as request `id`. False: the question is skipped.
+// The question's audio decoded straight into the STT brick's slot (nothing
+// copied), published as request `id`. False: the question is skipped.
 static bool send_audio(app *A, item *it, uint64_t id) {
-    nm_audio a = {0};
+    nm_tabm_slot sl;
+    if (nm_tabm_acquire_write(A->pcm, 0, -1, &sl) != NM_OK) return false;
     char err[512];
-    nm_status st = nm_audio_load(it->audio, 16000, &a, err, sizeof err);
+    int64_t n = 0;
+    nm_status st = nm_audio_load_into(it->audio, 16000, sl.data, (int64_t)(sl.capacity / sizeof(float)), &n, err,
+                                      sizeof err);
     if (st != NM_OK) {
-        fprintf(stderr, "error: question %s: %s (%s)\n", it->audio, err, nm_status_str(st));
+        if (st == NM_ERR_RANGE)
+            fprintf(stderr, "error: question %s: longer than %d s\n", it->audio, MAX_QUESTION_S);
+        else
+            fprintf(stderr, "error: question %s: %s (%s)\n", it->audio, err, nm_status_str(st));
+        nm_tabm_cancel(A->pcm, &sl);
         return false;
     }
-    nm_tabm_slot sl;
-    bool ok = false;
-    if ((uint64_t)a.n * sizeof(float) > nm_tabm_max_payload(A->pcm)) {
-        fprintf(stderr, "error: question %s: %.1f s of audio, at most %d s\n", it->audio, a.n / 16000.0,
-                MAX_QUESTION_S);
-    } else if (nm_tabm_acquire_write(A->pcm, 0, -1, &sl) == NM_OK) {
-        nm_ledger_copy(A->ledger, A->ep_decoder, A->ep_stt, sl.data, a.pcm, sizeof(float) * (size_t)a.n);
-        *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {a.n},
-                                  .size = sizeof(float) * (uint64_t)a.n, .sample_rate = 16000, .request = id};
-        ok = nm_tabm_publish(A->pcm, &sl) == NM_OK;
-        if (!ok) nm_tabm_cancel(A->pcm, &sl);
+    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {n}, .size = sizeof(float) * (uint64_t)n,
+                              .sample_rate = 16000, .request = id};
+    if (nm_tabm_publish(A->pcm, &sl) != NM_OK) {
+        nm_tabm_cancel(A->pcm, &sl);
+        return false;
     }
-    nm_audio_free(&a);
-    return ok;
+    return true;
 }
 
 // The STT brick's segments of request id, joined into it->question.
@@ -705,14 +705,14 @@ static void print_stats(app *A, double wall) {
                 nm_brick_device(bricks[k]), (unsigned long long)bs.n_requests, bs.t_busy, 100.0 * bs.t_busy / wall);
     }
     const int ep_eng = nm_ledger_endpoint(A->ledger, "espeak-ng"), ep_tts = nm_ledger_endpoint(A->ledger, "tts");
-    const uint64_t audio_in = nm_ledger_bytes(A->ledger, A->ep_decoder, A->ep_stt) +
-                              (A->mic_dev ? nm_ledger_bytes(A->ledger, A->ep_mic, A->ep_stt) : 0);
+    const uint64_t mic = A->mic_dev ? nm_ledger_bytes(A->ledger, A->ep_mic, A->ep_stt) : 0;
+    const uint64_t heard = A->stt ? nm_ledger_bytes(A->ledger, A->ep_stt, A->ep_llm) : 0;
     const uint64_t engine = nm_ledger_bytes(A->ledger, ep_tts, ep_eng) + nm_ledger_bytes(A->ledger, ep_eng, ep_tts);
-    fprintf(stderr, "ledger: %llu bytes copied (%llu copies): the questions' audio into their slots %llu, "
-                    "espeak-ng's text and samples %llu, between the other bricks %llu\n",
-            (unsigned long long)nm_ledger_total(A->ledger), (unsigned long long)nm_ledger_copies(A->ledger, -1, -1),
-            (unsigned long long)audio_in, (unsigned long long)engine,
-            (unsigned long long)(nm_ledger_total(A->ledger) - audio_in - engine));
+    const uint64_t total = nm_ledger_total(A->ledger);
+    fprintf(stderr, "ledger: %llu bytes copied (%llu copies): the microphone's audio into the STT slots %llu, the "
+                    "transcripts into the chats %llu, espeak-ng's text and samples %llu, anything else %llu\n",
+            (unsigned long long)total, (unsigned long long)nm_ledger_copies(A->ledger, -1, -1), (unsigned long long)mic,
+            (unsigned long long)heard, (unsigned long long)engine, (unsigned long long)(total - mic - heard - engine));
     fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
 }
 
@@ -857,7 +857,6 @@ int cmd_assistant(int argc, char **argv) {
     }
     A.ledger = nm_ledger_create();
     if (!A.ledger) goto out;
-    A.ep_decoder = nm_ledger_endpoint(A.ledger, "audio-decoder");
     A.ep_llm = nm_ledger_endpoint(A.ledger, "llm");
     nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
     lp.llm_model = A.m;

@@ -482,16 +482,41 @@ int cmd_transcribe(int argc, char **argv) {
     for (int fi = 0; fi < n_inputs; fi++) {
         const char *audio = inputs[fi];
         t0 = cli_now();
-        st = nm_audio_load(audio, NM_AUDIO_RATE, &pcm, err, sizeof err);
+        // A file whose header gives its length is decoded straight into the
+        // brick's slot (sized from the header): nothing is copied. stdin, a
+        // pipe: decoded into the decoder's buffer first, then one counted copy.
+        int64_t max_n = 0, n_pcm = 0;
+        const bool direct = nm_audio_probe(audio, NM_AUDIO_RATE, &max_n, err, sizeof err) == NM_OK;
+        nm_tabm_slot sl;
+        if (!direct) {
+            st = nm_audio_load(audio, NM_AUDIO_RATE, &pcm, err, sizeof err);
+            max_n = n_pcm = pcm.n;
+        }
+        nm_tabm_free(ring);
+        ring = NULL;
+        if (st == NM_OK && (st = nm_tabm_create(NULL, 1, sizeof(float) * (size_t)max_n, &ring, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot create the PCM ring (%zu bytes): %s: %s\n", sizeof(float) * (size_t)max_n,
+                    nm_status_str(st), err);
+            goto done;
+        }
+        if (st == NM_OK && (st = nm_tabm_acquire_write(ring, 0, -1, &sl)) != NM_OK) {
+            fprintf(stderr, "error: the PCM ring: %s\n", nm_tabm_last_error(ring));
+            goto done;
+        }
+        if (st == NM_OK && direct) {
+            st = nm_audio_load_into(audio, NM_AUDIO_RATE, sl.data, max_n, &n_pcm, err, sizeof err);
+            if (st != NM_OK) nm_tabm_cancel(ring, &sl);
+        }
         if (st != NM_OK) {
             fprintf(stderr, "error: cannot read audio %s (%s)\n", err, nm_status_str(st)); // err names the input
             goto done;
         }
         const double t_audio = cli_now() - t0;
-        const int64_t total_ms = pcm.n * 1000 / NM_AUDIO_RATE;
+        const int64_t total_ms = n_pcm * 1000 / NM_AUDIO_RATE;
         if (offset_ms > 0 && offset_ms >= total_ms) {
             fprintf(stderr, "error: --offset-ms %d is past the end of '%s' (%lld ms of audio)\n", (int)offset_ms, audio,
                     (long long)total_ms);
+            nm_tabm_cancel(ring, &sl);
             rc = 2;
             goto done;
         }
@@ -500,24 +525,11 @@ int cmd_transcribe(int argc, char **argv) {
 
         // The PCM goes to the brick as one slot (Whisper's spectrogram is
         // normalised over the whole recording, so the brick needs all of it).
-        const size_t bytes = sizeof(float) * (size_t)pcm.n;
-        nm_tabm_free(ring);
-        ring = NULL;
-        if ((st = nm_tabm_create(NULL, 1, bytes, &ring, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot create the PCM ring (%zu bytes): %s: %s\n", bytes, nm_status_str(st), err);
-            goto done;
-        }
-        nm_tabm_slot sl;
-        if ((st = nm_tabm_acquire_write(ring, 0, -1, &sl)) != NM_OK) {
-            fprintf(stderr, "error: the PCM ring: %s\n", nm_tabm_last_error(ring));
-            goto done;
-        }
-        // The decoder (libsndfile + soxr) wrote its own buffer: one counted copy
-        // into the slot. From here the brick reads the slot in place.
-        nm_ledger_copy(ledger, ep_audio, ep_stt, sl.data, pcm.pcm, bytes);
+        const size_t bytes = sizeof(float) * (size_t)n_pcm;
+        if (!direct) nm_ledger_copy(ledger, ep_audio, ep_stt, sl.data, pcm.pcm, bytes); // the one counted copy
         sl.meta->kind = NM_TABM_PCM_F32;
         sl.meta->ndim = 2;
-        sl.meta->shape[0] = pcm.n;
+        sl.meta->shape[0] = n_pcm;
         sl.meta->shape[1] = 1;
         sl.meta->size = bytes;
         sl.meta->sample_rate = NM_AUDIO_RATE;
@@ -526,7 +538,7 @@ int cmd_transcribe(int argc, char **argv) {
             nm_tabm_cancel(ring, &sl);
             goto done;
         }
-        const int64_t n_samples = pcm.n;
+        const int64_t n_samples = n_pcm;
         nm_audio_free(&pcm);
 
         nm_stt_params p = nm_stt_default_params(beam > 1 ? NM_STT_BEAM : NM_STT_GREEDY);

@@ -71,9 +71,15 @@ static nm_status open_status(int sferr) {
     }
 }
 
-// Decodes an open file into *out. name is for messages. Closes nothing.
+// Where a decode writes: its own buffer (dst NULL), or the caller's dst of cap samples.
+typedef struct dest {
+    float *dst;
+    int64_t cap;
+} dest;
+
+// Decodes an open file into *out (out->pcm is d->dst when given). name is for messages. Closes nothing.
 static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, int32_t target_rate,
-                           int64_t max_samples, nm_audio *out, char *err, size_t err_size) {
+                           int64_t max_samples, const dest *d, nm_audio *out, char *err, size_t err_size) {
     if (info->channels <= 0 || info->channels > NM_AUDIO_MAX_CHANNELS)
         return nm_fail(NM_ERR_RANGE, err, err_size, "%s: %d channels (1..%d supported)", name,
                        info->channels, NM_AUDIO_MAX_CHANNELS);
@@ -83,7 +89,8 @@ static nm_status decode_sf(SNDFILE *sf, const SF_INFO *info, const char *name, i
     if (info->frames == 0) return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: no audio frames", name);
     int32_t rate_out = target_rate > 0 ? target_rate : info->samplerate;
     nm_audio_sink s;
-    nm_status st = nm_audio_sink_init(&s, info->samplerate, rate_out, max_samples, err, err_size);
+    nm_status st = d && d->dst ? nm_audio_sink_init_into(&s, info->samplerate, rate_out, d->dst, d->cap, err, err_size)
+                               : nm_audio_sink_init(&s, info->samplerate, rate_out, max_samples, err, err_size);
     if (st != NM_OK) return st;
     // A header announcing more than the cap fails before any decoding. (A
     // negative or unknown count, SF_COUNT_MAX, is checked as we go instead.)
@@ -180,8 +187,8 @@ static nm_status check_target(int32_t target_rate, nm_audio *out, char *err, siz
     return NM_OK;
 }
 
-nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, int64_t max_samples,
-                              nm_audio *out, char *err, size_t err_size) {
+static nm_status decode_mem(const void *data, size_t n, int32_t target_rate, int64_t max_samples, const dest *d,
+                            nm_audio *out, char *err, size_t err_size) {
     nm_status st = check_target(target_rate, out, err, err_size);
     if (st != NM_OK) return st;
     if (!data && n) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no data");
@@ -197,9 +204,14 @@ nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, i
         return nm_fail(open_status(e), err, err_size, "audio: cannot decode (%zu bytes): %s", n,
                        sf_strerror(NULL));
     }
-    st = decode_sf(sf, &info, "audio", target_rate, max_samples, out, err, err_size);
+    st = decode_sf(sf, &info, "audio", target_rate, max_samples, d, out, err, err_size);
     sf_close(sf);
     return st;
+}
+
+nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, int64_t max_samples,
+                              nm_audio *out, char *err, size_t err_size) {
+    return decode_mem(data, n, target_rate, max_samples, NULL, out, err, err_size);
 }
 
 nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_audio *out, char *err,
@@ -320,7 +332,8 @@ static void close_input(FILE *f) {
     if (f && f != stdin) fclose(f);
 }
 
-nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, char *err, size_t err_size) {
+static nm_status load(const char *path, int32_t target_rate, const dest *d, nm_audio *out, char *err,
+                      size_t err_size) {
     nm_status st = check_target(target_rate, out, err, err_size);
     if (st != NM_OK) return st;
     FILE *f;
@@ -336,7 +349,7 @@ nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, ch
         close_input(f);
         if (st != NM_OK) return st;
         char sub[256] = "";
-        st = nm_audio_decode(data, n, target_rate, out, sub, sizeof sub);
+        st = decode_mem(data, n, target_rate, 0, d, out, sub, sizeof sub);
         free(data);
         if (st != NM_OK) relabel(st, err, err_size, name, sub);
         return st;
@@ -361,10 +374,45 @@ nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, ch
             return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: %s", path, hint);
         return nm_fail(open_status(e), err, err_size, "%s: cannot decode: %s", path, sf_strerror(NULL));
     }
-    st = decode_sf(sf, &info, path, target_rate, 0, out, err, err_size);
+    st = decode_sf(sf, &info, path, target_rate, 0, d, out, err, err_size);
     sf_close(sf);
     close_input(f);
     return st;
+}
+
+nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, char *err, size_t err_size) {
+    return load(path, target_rate, NULL, out, err, err_size);
+}
+
+nm_status nm_audio_load_into(const char *path, int32_t target_rate, float *dst, int64_t cap, int64_t *n, char *err,
+                             size_t err_size) {
+    if (n) *n = 0;
+    if (!dst || cap < 1 || !n) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no destination buffer");
+    if (target_rate <= 0) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: a target rate is needed");
+    nm_audio a;
+    dest d = {dst, cap};
+    nm_status st = load(path, target_rate, &d, &a, err, err_size);
+    if (st == NM_OK) *n = a.n; // a.pcm is dst: nothing to free
+    return st;
+}
+
+nm_status nm_audio_probe(const char *path, int32_t target_rate, int64_t *max_samples, char *err, size_t err_size) {
+    clear(err, err_size);
+    if (max_samples) *max_samples = 0;
+    if (!path || !max_samples || target_rate <= 0)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: probe needs a path, a target rate and an output");
+    struct stat sb;
+    if (!strcmp(path, "-") || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "%s: not a regular file: its length is known once read", path);
+    SF_INFO info = {0};
+    SNDFILE *sf = sf_open(path, SFM_READ, &info);
+    if (!sf) return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: cannot decode: %s", path, sf_strerror(NULL));
+    sf_close(sf);
+    if (info.frames <= 0 || info.frames == SF_COUNT_MAX || info.samplerate <= 0)
+        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "%s: the header does not say how long it is", path);
+    // soxr's count is within a sample of round(frames * out / in); a margin for its tail
+    *max_samples = (int64_t)ceil((double)info.frames * target_rate / info.samplerate) + 64;
+    return NM_OK;
 }
 
 void nm_audio_free(nm_audio *a) {

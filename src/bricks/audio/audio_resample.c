@@ -33,10 +33,22 @@ nm_status nm_audio_sink_init(nm_audio_sink *s, int32_t rate_in, int32_t rate_out
     return NM_OK;
 }
 
+nm_status nm_audio_sink_init_into(nm_audio_sink *s, int32_t rate_in, int32_t rate_out, float *dst, int64_t cap,
+                                  char *err, size_t err_size) {
+    nm_status st = nm_audio_sink_init(s, rate_in, rate_out, cap, err, err_size);
+    s->pcm = dst;
+    s->cap = cap;
+    s->external = true;
+    return st;
+}
+
 // Room for `more` samples past s->n.
 static nm_status reserve(nm_audio_sink *s, int64_t more, char *err, size_t err_size) {
     int64_t need = s->n + more;
     if (need <= s->cap) return NM_OK;
+    if (s->external)
+        return nm_fail(NM_ERR_RANGE, err, err_size, "audio: more than the %lld samples the buffer holds",
+                       (long long)s->cap);
     int64_t cap = s->cap ? s->cap : 16384;
     while (cap < need) cap *= 2;
     // Growth past the cap (+ soxr's flush margin) is never needed: push stops first.
@@ -57,6 +69,14 @@ static nm_status run_soxr(nm_audio_sink *s, const float *in, int64_t n, char *er
         // Enough room that soxr can take all of `in` in one call (it keeps
         // the filter's history internally); flushing drains in a few rounds.
         int64_t room = (int64_t)ceil((double)n * ratio) + 4096;
+        if (s->external && room > s->cap - s->n) { // the caller's buffer: what is left of it
+            room = s->cap - s->n;
+            if (room == 0) { // full: the filter's tail past the cap is dropped, as finish drops it
+                if (!in) return NM_OK;
+                return nm_fail(NM_ERR_RANGE, err, err_size, "audio: more than the %lld samples the buffer holds",
+                               (long long)s->cap);
+            }
+        }
         nm_status st = reserve(s, room, err, err_size);
         if (st != NM_OK) return st;
         size_t idone = 0, odone = 0;
@@ -115,7 +135,7 @@ nm_status nm_audio_sink_finish(nm_audio_sink *s, nm_audio *out, char *err, size_
         if (!isfinite(s->pcm[i]))
             return nm_fail(NM_ERR_FORMAT, err, err_size,
                            "audio: samples too large to resample (output %lld is not finite)", (long long)i);
-    float *p = realloc(s->pcm, (size_t)s->n * sizeof *p); // shrink to fit
+    float *p = s->external ? s->pcm : realloc(s->pcm, (size_t)s->n * sizeof *p); // shrink to fit
     if (p) s->pcm = p;
     *out = (nm_audio){.pcm = s->pcm, .n = s->n, .rate = s->rate_out};
     s->pcm = NULL;
@@ -125,7 +145,7 @@ nm_status nm_audio_sink_finish(nm_audio_sink *s, nm_audio *out, char *err, size_
 
 void nm_audio_sink_free(nm_audio_sink *s) {
     if (s->soxr) soxr_delete(s->soxr);
-    free(s->pcm);
+    if (!s->external) free(s->pcm);
     *s = (nm_audio_sink){0};
 }
 

@@ -1031,6 +1031,8 @@ typedef struct nm_unit_profile {
     uint64_t mem_bytes;            // memory it may hold bricks in; 0: no limit
     double idle_w, active_w;       // watts (configuration)
     uint32_t kinds;                // bit (1 << nm_brick_kind) per kind it takes; 0: all (a static-shape NPU: vision)
+    double matvec_gbps[NM_EST_TYPES]; // decoding: the weight bytes a second a one-token matmul streams from
+                                      // memory, by weight type; 0: not measured (read_gbps is used)
 } nm_unit_profile;
 
 typedef struct nm_plan_brick {
@@ -1039,6 +1041,8 @@ typedef struct nm_plan_brick {
     nm_brick_cost cost;            // its estimate for a typical request
     uint32_t units;                // NM_UNIT_BIT mask of the kinds of unit it can run on (nm_brick_i.units)
     int32_t n_layer;               // LLM: layers (> 1: it may be split in two ranges); 0: never split
+    nm_brick_cost decode;          // LLM: the generation's part of `cost` (one token a pass), scored apart from
+                                   // the prompt's (compute-bound) at the unit's matvec_gbps; zero: one phase
 } nm_plan_brick;
 
 typedef enum nm_plan_goal {

@@ -12,32 +12,70 @@
 #include <string.h>
 
 #include "core/fail.h"
+#include "quant/quant.h"
 
 // What one brick costs on one unit for a fraction of its work (1: all of it;
 // a split decoder's layer range: its share). Negative when it cannot run there.
 typedef struct fit {
     double seconds, compute_s, memory_s;
+    double prompt_s; // with a decode phase: the prompt's part of seconds (0: one phase)
     uint64_t mem;
     const char *why_not; // when it cannot
 } fit;
+
+// The roofline of one phase: the larger of its arithmetic (at the unit's
+// speed for each weight type) and its bytes (weights at the unit's matvec
+// speed for their type when decoding, else at the read bandwidth), plus a
+// launch per pass. False (why_not set) where the unit cannot run it.
+static bool roofline(const nm_unit_profile *u, const nm_brick_cost *c, bool decoding, double share, fit *f) {
+    double compute = 0, weights_by_type = 0, memory = 0;
+    for (int t = 0; t < NM_EST_TYPES; t++) {
+        if (c->flops_by_type[t] <= 0) continue;
+        const double gf = t == 0 ? u->gflops_f32 : u->gflops[t];
+        if (gf <= 0) return f->why_not = "cannot run its weight type", false;
+        compute += c->flops_by_type[t] / (gf * 1e9);
+        // a token a pass: the weights of type t streamed are its multiply-adds (f32 also holds attention)
+        if (decoding && t > 0 && u->matvec_gbps[t] > 0) {
+            const double bytes = c->flops_by_type[t] / 2.0 * (double)nm_row_size((uint32_t)t, 256) / 256.0;
+            memory += bytes / (u->matvec_gbps[t] * 1e9);
+            weights_by_type += bytes;
+        }
+    }
+    if (u->read_gbps <= 0) return f->why_not = "no bandwidth measured", false;
+    const double rest = c->weight_bytes_read - weights_by_type;
+    memory += ((rest > 0 ? rest : 0) + c->act_bytes) / (u->read_gbps * 1e9);
+    compute *= share;
+    memory *= share;
+    f->compute_s += compute;
+    f->memory_s += memory;
+    f->seconds += (compute > memory ? compute : memory) + (double)c->n_passes * u->launch_us * 1e-6;
+    return true;
+}
 
 static fit cost_on(const nm_unit_profile *u, const nm_plan_brick *b, double share) {
     fit f = {.seconds = -1};
     if (u->kinds && !(u->kinds & (1u << b->kind))) return f.why_not = "does not take this kind of brick", f;
     if (!(b->units & NM_UNIT_BIT(u->unit))) return f.why_not = "the brick has no implementation for it", f;
-    const nm_brick_cost *c = &b->cost;
-    double compute = 0;
-    for (int t = 0; t < NM_EST_TYPES; t++) {
-        if (c->flops_by_type[t] <= 0) continue;
-        const double gf = t == 0 ? u->gflops_f32 : u->gflops[t];
-        if (gf <= 0) return f.why_not = "cannot run its weight type", f;
-        compute += c->flops_by_type[t] / (gf * 1e9);
+    f.seconds = 0;
+    const nm_brick_cost *c = &b->cost, *d = &b->decode;
+    bool ok;
+    if (d->n_passes > 0) { // the prompt (what the generation leaves of the whole), then the generation
+        nm_brick_cost prompt = *c;
+        prompt.flops -= d->flops;
+        for (int t = 0; t < NM_EST_TYPES; t++) prompt.flops_by_type[t] -= d->flops_by_type[t];
+        prompt.weight_bytes_read -= d->weight_bytes_read;
+        prompt.act_bytes -= d->act_bytes;
+        prompt.n_passes -= d->n_passes;
+        ok = roofline(u, &prompt, false, share, &f);
+        f.prompt_s = f.seconds;
+        ok = ok && roofline(u, d, true, share, &f);
+    } else {
+        ok = roofline(u, c, false, share, &f);
     }
-    if (u->read_gbps <= 0) return f.why_not = "no bandwidth measured", f;
-    const double bytes = c->weight_bytes_read + c->act_bytes;
-    f.compute_s = compute * share;
-    f.memory_s = bytes * share / (u->read_gbps * 1e9);
-    f.seconds = (f.compute_s > f.memory_s ? f.compute_s : f.memory_s) + (double)c->n_passes * u->launch_us * 1e-6;
+    if (!ok) {
+        f.seconds = -1;
+        return f;
+    }
     f.mem = (uint64_t)((double)c->peak_bytes * share);
     return f;
 }
@@ -130,8 +168,12 @@ static void explain(search *s, int32_t i) {
     nm_plan_step *st = &s->best.steps[i];
     const nm_plan_brick *b = &s->bricks[i];
     const fit f = cost_on(&s->units[st->unit], b, st->unit2 < 0 ? 1.0 : (double)st->split / b->n_layer);
-    int n = snprintf(st->why, sizeof st->why, "%s-bound there (%.1f ms compute, %.1f ms memory)",
-                     f.compute_s > f.memory_s ? "compute" : "memory", 1e3 * f.compute_s, 1e3 * f.memory_s);
+    int n = f.prompt_s > 0
+                ? snprintf(st->why, sizeof st->why, "prompt %.1f ms, generation %.1f ms there (%.1f ms compute, %.1f ms "
+                           "memory in all)", 1e3 * f.prompt_s, 1e3 * (f.seconds - f.prompt_s), 1e3 * f.compute_s,
+                           1e3 * f.memory_s)
+                : snprintf(st->why, sizeof st->why, "%s-bound there (%.1f ms compute, %.1f ms memory)",
+                           f.compute_s > f.memory_s ? "compute" : "memory", 1e3 * f.compute_s, 1e3 * f.memory_s);
     // the best other unit for the whole brick, and what keeps it out
     int32_t alt = -1;
     double alt_s = 0;

@@ -9,6 +9,9 @@
 //               values, quantized), best of 3 after a warm-up; 0 where the
 //               backend does not run that type.
 //   gflops_f32  the same with f32 weights (what the other arithmetic runs at).
+//   matvec_gbps[t]  decoding: a one-token matmul over 160 MiB of weights of
+//               type t (far past any last-level cache: streamed from memory),
+//               its weight bytes over its time, best of 3 after a warm-up.
 //   launch_us   the mean time of one tiny matmul, submitted and waited for.
 //   watts       not measured: 0 unless the file says otherwise (edit it, or
 //               the power issue's meters fill them).
@@ -60,6 +63,33 @@ static double matmul_gflops(nm_backend *be, uint32_t t, const float *wf, const f
     return best;
 }
 
+#define MV_K 4096
+#define MV_BYTES (160u << 20)
+#define MV_MAX_ROWS (MV_BYTES / 2304 + 1) // rows of the fewest bytes (4.5 bits a weight at K 4096)
+
+// Weight GB/s of a one-token matmul of type t over MV_BYTES of weights (0:
+// the backend does not run it). The first 64 rows are quantized from wf, the
+// rest repeat them: the time does not depend on the values.
+static double matvec_gbps(nm_backend *be, uint32_t t, const float *wf, const float *x, float *y, uint8_t *big) {
+    const size_t rb = nm_row_size(t, MV_K);
+    const int64_t rows = (int64_t)(MV_BYTES / rb) < MV_MAX_ROWS ? (int64_t)(MV_BYTES / rb) : MV_MAX_ROWS;
+    for (int64_t o = 0; o < 64; o++) nm_quantize_row_ref(t, wf + o * MV_K, big + o * rb, MV_K);
+    for (int64_t o = 64; o < rows; o++) memcpy(big + o * rb, big + (o % 64) * rb, rb);
+    nm_tensor W = {.type = t, .ne = {MV_K, rows, 1, 1}, .offs = (size_t)(uintptr_t)big};
+    nm_tensor X = {.type = NM_TYPE_F32, .ne = {MV_K, 1, 1, 1}, .offs = (size_t)(uintptr_t)x};
+    nm_tensor Y = {.type = NM_TYPE_F32, .ne = {rows, 1, 1, 1}, .offs = (size_t)(uintptr_t)y};
+    nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+    if (!be->iface->supports_op(be, &op) || nm_backend_run(be, &op, 1) != NM_OK) return 0;
+    double best = 0;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = now_s();
+        if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
+        const double dt = now_s() - t0, gbps = (double)rows * (double)rb / dt / 1e9;
+        if (dt > 0 && gbps > best) best = gbps;
+    }
+    return best;
+}
+
 // Launch overhead: a 64 x 64 f32 matmul of one token, submitted and waited for, 50 times.
 static double launch_us(nm_backend *be, const float *wf, const float *x, float *y) {
     nm_tensor W = {.type = NM_TYPE_F32, .ne = {64, 64, 1, 1}, .offs = (size_t)(uintptr_t)wf};
@@ -101,11 +131,14 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
         if (!bound) return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "profile: cannot bind a thread to %s", unit);
     }
     nm_backend *be = NULL;
-    const nm_backend_params bp = {.n_threads = n_cores, .max_row = MM_K, .max_tokens = MM_T};
+    const nm_backend_params bp = {.n_threads = n_cores, .max_row = MV_K, .max_tokens = MM_T};
     float *wf = malloc(sizeof(float) * MM_O * MM_K), *x = malloc(sizeof(float) * MM_K * MM_T);
     float *y = malloc(sizeof(float) * MM_O * MM_T);
     void *wq = malloc(sizeof(float) * MM_O * MM_K);
-    nm_status st = wf && x && y && wq ? nm_backend_create(cpu ? "cpu" : unit, &bp, &be, err, err_size) : NM_ERR_NOMEM;
+    uint8_t *big = malloc(MV_BYTES);
+    float *ybig = malloc(sizeof(float) * MV_MAX_ROWS);
+    nm_status st = wf && x && y && wq && big && ybig ? nm_backend_create(cpu ? "cpu" : unit, &bp, &be, err, err_size)
+                                                     : NM_ERR_NOMEM;
     if (st == NM_OK) {
         uint32_t seed = 12345;
         for (int64_t i = 0; i < (int64_t)MM_O * MM_K; i++) { // any values: the time does not depend on them
@@ -120,6 +153,8 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
         // the weights of every type in one range (a device with its own memory keeps the first
         // upload's values: the time of a matmul does not depend on them)
         if (st == NM_OK) st = be->iface->buffer_import_host(be, wq, sizeof(float) * MM_O * MM_K, false);
+        if (st == NM_OK) st = be->iface->buffer_import_host(be, big, MV_BYTES, false);
+        if (st == NM_OK) st = be->iface->buffer_import_host(be, ybig, sizeof(float) * MV_MAX_ROWS, true);
         if (st != NM_OK) nm_fail(st, err, err_size, "profile: %s: %s", unit, be->iface->last_error(be));
     } else if (st == NM_ERR_NOMEM) {
         nm_fail(st, err, err_size, "profile: out of memory");
@@ -129,6 +164,9 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
         for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
             out->gflops[measured[i]] = matmul_gflops(be, measured[i], wf, x, y, wq);
         out->gflops_f32 = out->gflops[NM_TYPE_F32];
+        for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
+            if (measured[i] != NM_TYPE_F32) // f32 weights are the planner's "other" bytes (read_gbps)
+                out->matvec_gbps[measured[i]] = matvec_gbps(be, measured[i], wf, x, ybig, big);
         out->launch_us = launch_us(be, wf, x, y);
         if (cpu) {
             out->read_gbps = nm_cpu_read_gbps(n_cores);
@@ -144,7 +182,7 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
         }
     }
     nm_backend_free(be);
-    free(wf), free(x), free(y), free(wq);
+    free(wf), free(x), free(y), free(wq), free(big), free(ybig);
     if (bound) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
     return st;
 }
@@ -169,6 +207,12 @@ nm_status nm_units_save(const char *path, const nm_unit_profile *u, int32_t n, c
             if (u[i].gflops[t] > 0 && tr) cJSON_AddNumberToObject(g, tr->name, u[i].gflops[t]);
         }
         cJSON_AddItemToObject(o, "gflops", g);
+        cJSON *mv = cJSON_CreateObject();
+        for (int t = 0; t < NM_EST_TYPES; t++) {
+            const nm_type_traits *tr = nm_type_traits_get((uint32_t)t);
+            if (u[i].matvec_gbps[t] > 0 && tr) cJSON_AddNumberToObject(mv, tr->name, u[i].matvec_gbps[t]);
+        }
+        cJSON_AddItemToObject(o, "matvec_gbps", mv);
         cJSON_AddNumberToObject(o, "launch_us", u[i].launch_us);
         cJSON_AddNumberToObject(o, "mem_bytes", (double)u[i].mem_bytes);
         cJSON_AddNumberToObject(o, "idle_w", u[i].idle_w);
@@ -188,6 +232,26 @@ nm_status nm_units_save(const char *path, const nm_unit_profile *u, int32_t n, c
     }
     cJSON_free(text);
     return st;
+}
+
+// An object of numbers >= 0 keyed by weight type names ("q4_0": 12.5, ...) into v[type].
+static nm_status per_type(const char *path, const char *unit, const char *key, const cJSON *obj, double *v, char *err,
+                          size_t err_size) {
+    if (!cJSON_IsObject(obj))
+        return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: %s must be an object", path, unit, key);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, obj) {
+        int t = 0;
+        for (; t < NM_EST_TYPES; t++) {
+            const nm_type_traits *tr = nm_type_traits_get((uint32_t)t);
+            if (tr && e->string && !strcmp(tr->name, e->string)) break;
+        }
+        if (t == NM_EST_TYPES || !cJSON_IsNumber(e) || !(e->valuedouble >= 0))
+            return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: %s \"%s\" is not a weight type with a number",
+                           path, unit, key, e->string ? e->string : "?");
+        v[t] = e->valuedouble;
+    }
+    return NM_OK;
 }
 
 nm_status nm_units_load(const char *path, nm_unit_profile *u, int32_t max, int32_t *n, char *err, size_t err_size) {
@@ -245,20 +309,10 @@ nm_status nm_units_load(const char *path, nm_unit_profile *u, int32_t max, int32
             goto done;
         }
         p->read_gbps = bw->valuedouble;
-        const cJSON *e;
-        cJSON_ArrayForEach(e, g) {
-            int t = 0;
-            for (; t < NM_EST_TYPES; t++) {
-                const nm_type_traits *tr = nm_type_traits_get((uint32_t)t);
-                if (tr && e->string && !strcmp(tr->name, e->string)) break;
-            }
-            if (t == NM_EST_TYPES || !cJSON_IsNumber(e) || e->valuedouble < 0) {
-                st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: unit %s: gflops \"%s\" is not a weight type with a "
-                             "number", path, p->name, e->string ? e->string : "?");
-                goto done;
-            }
-            p->gflops[t] = e->valuedouble;
-        }
+        const cJSON *mv = cJSON_GetObjectItemCaseSensitive(o, "matvec_gbps"); // optional (older files lack it)
+        if ((st = per_type(path, p->name, "gflops", g, p->gflops, err, err_size)) != NM_OK ||
+            (mv && (st = per_type(path, p->name, "matvec_gbps", mv, p->matvec_gbps, err, err_size)) != NM_OK))
+            goto done;
         const struct {
             const char *key;
             double *dst;

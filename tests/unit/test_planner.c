@@ -170,6 +170,48 @@ NM_TEST(memory_and_kernels_respected) {
     NM_CHECK(nm_plan_format(&p, u, b, small, sizeof small) < -(int32_t)sizeof small);
 }
 
+// A decoder with its generation scored apart: the prompt at the roofline of
+// its arithmetic, then the tokens at the unit's measured matvec speed for
+// their weight type (not the read bandwidth the old one-phase model took for
+// both). Worked by hand on the big cores: prompt 8 GFLOP q4_0 + 0.5 f32 over
+// 0.1 GB; 32 tokens 0.6 GFLOP q4_0 + 0.5 f32 over 0.34 GB of q4_0 weights and
+// 0.05 GB of f32 and activations.
+NM_TEST(decoder_in_two_phases) {
+    nm_unit_profile u[4];
+    nm_plan_brick b[2];
+    phone(u), bricks(b);
+    nm_plan_brick *l = &b[1];
+    memset(&l->cost, 0, sizeof l->cost);
+    l->decode.flops_by_type[2] = 0.6e9, l->decode.flops_by_type[0] = 0.5e9, l->decode.flops = 1.1e9;
+    // 0.3e9 q4_0 weights at 18 bytes a block of 32: 0.16875 GB; plus 0.05 GB of the rest
+    const double q4_bytes = 0.6e9 / 2 * 18.0 / 32.0;
+    l->decode.weight_bytes_read = q4_bytes + 0.03e9, l->decode.act_bytes = 0.02e9, l->decode.n_passes = 32;
+    l->cost = l->decode; // the whole: the generation and the prompt
+    l->cost.flops_by_type[2] += 8e9, l->cost.flops_by_type[0] += 0.5e9, l->cost.flops += 8.5e9;
+    l->cost.weight_bytes_read += 0.1e9, l->cost.n_passes += 1, l->cost.peak_bytes = 200ull << 20;
+    u[BIG].matvec_gbps[2] = 5; // a quarter of the read bandwidth: what decoding really gets here
+    nm_plan p;
+    char err[256];
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
+    show(&p, u, b, "a decoder in two phases");
+    // prompt: max(8/60 + 0.5/30, 0.1/20) = 150.0 ms + 20 us; generation: max(0.6/60 + 0.5/30 = 26.7 ms,
+    // 0.16875/5 + 0.05/20 = 36.25 ms) = 36.25 ms + 32 x 20 us
+    const double want = (8.0 / 60 + 0.5 / 30) + 20e-6 + (q4_bytes / 5e9 + 0.05e9 / 20e9) + 32 * 20e-6;
+    NM_CHECK(p.steps[1].unit == BIG && fabs(p.steps[1].seconds - want) < 1e-6);
+    NM_CHECK(strstr(p.steps[1].why, "prompt 150.0 ms, generation 36.9 ms") != NULL);
+    // without a matvec figure the generation's weights go at the read bandwidth
+    u[BIG].matvec_gbps[2] = 0;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
+    const double at_read = (8.0 / 60 + 0.5 / 30) + 20e-6 + 26.6667e-3 + 32 * 20e-6; // compute-bound then
+    NM_CHECK(fabs(p.steps[1].seconds - at_read) < 1e-6);
+    // the one-phase model of the same request: one roofline over both, shorter than either sum
+    nm_plan_brick one[2] = {b[0], b[1]};
+    memset(&one[1].decode, 0, sizeof one[1].decode);
+    u[BIG].matvec_gbps[2] = 5;
+    NM_CHECK(nm_plan_make(u, 4, one, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
+    NM_CHECK(fabs(p.steps[1].seconds - ((8.6 / 60 + 1.0 / 30) + 33 * 20e-6)) < 1e-6 && p.steps[1].seconds < want);
+}
+
 // Profiles measured here and kept in a file: the CPU runs every type the
 // profile measures; the file reads back the same; a file edited by hand is
 // checked.
@@ -182,12 +224,19 @@ NM_TEST(profile_measure_save_load) {
     NM_CHECK(u[0].unit == NM_UNIT_CPU && u[0].read_gbps > 0.5 && u[0].gflops_f32 > 0.5 && u[0].launch_us > 0);
     const int types[] = {0, 1, 2, 3, 6, 8, 12, 13, 14};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) NM_CHECK(u[0].gflops[types[i]] > 0.5);
+    // decoding streams the weights from memory: near the read bandwidth, never above it by much
+    printf("  cpu matvec: q4_0 %.1f, q8_0 %.1f, f16 %.1f, q4_K %.1f GB/s of weights (read %.1f GB/s)\n",
+           u[0].matvec_gbps[2], u[0].matvec_gbps[8], u[0].matvec_gbps[1], u[0].matvec_gbps[12], u[0].read_gbps);
+    for (size_t i = 1; i < sizeof types / sizeof types[0]; i++)
+        NM_CHECK(u[0].matvec_gbps[types[i]] > 0.1 && u[0].matvec_gbps[types[i]] < 3 * u[0].read_gbps);
+    NM_CHECK(u[0].matvec_gbps[0] == 0); // f32 weights: read_gbps
     NM_CHECK(nm_unit_measure("cpu:0", &u[1], err, sizeof err) == NM_OK && u[1].gflops[2] > 0); // a lane of one core
     NM_CHECK(nm_unit_measure("gpu", &u[1], err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "'gpu'"));
     NM_CHECK(nm_unit_measure("cpu:999", &u[1], err, sizeof err) == NM_ERR_INVALID_ARG);
     // round trip
     nm_unit_profile ph[4], back[8];
     phone(ph);
+    ph[BIG].matvec_gbps[2] = 7.5, ph[GPU].matvec_gbps[8] = 11.25;
     snprintf(path, sizeof path, "/tmp/nm-profile-%d.json", (int)getpid());
     int32_t n = 0;
     NM_CHECK(nm_units_save(path, ph, 4, err, sizeof err) == NM_OK);
@@ -195,6 +244,7 @@ NM_TEST(profile_measure_save_load) {
     for (int32_t i = 0; i < n && i < 4; i++) {
         NM_CHECK(!strcmp(back[i].name, ph[i].name) && back[i].unit == ph[i].unit && back[i].read_gbps == ph[i].read_gbps);
         NM_CHECK(!memcmp(back[i].gflops, ph[i].gflops, sizeof ph[i].gflops) && back[i].gflops_f32 == ph[i].gflops_f32);
+        NM_CHECK(!memcmp(back[i].matvec_gbps, ph[i].matvec_gbps, sizeof ph[i].matvec_gbps));
         NM_CHECK(back[i].mem_bytes == ph[i].mem_bytes && back[i].kinds == ph[i].kinds &&
                  back[i].active_w == ph[i].active_w && back[i].launch_us == ph[i].launch_us);
     }
@@ -212,6 +262,8 @@ NM_TEST(profile_measure_save_load) {
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}}]}", "needs gflops_f32"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"gflops_f32\": 1, \"mem_bytes\": -5}]}", "mem_bytes and kinds must be numbers >= 0"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"active_w\": -2}]}", "active_w must be a number >= 0"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"gflops_f32\": 1, \"matvec_gbps\": {\"q4_0\": -1}}]}", "matvec_gbps \"q4_0\" is not a weight type with a number"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"gflops_f32\": 1, \"matvec_gbps\": 3}]}", "matvec_gbps must be an object"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         FILE *f = fopen(path, "w");

@@ -445,7 +445,7 @@ static void wait_for(app *A, int *counter, int n, bool *gone) {
 static void ask(app *A, int i) {
     item *it = &A->items[i];
     const uint64_t id = (uint64_t)i + 1;
-    it->t_start = now(A);
+    if (!it->from_mic) it->t_start = now(A); // (a heard question's end is when the cutter closed it)
     const bool spoken = it->audio || it->from_mic;
     const bool heard = it->from_mic || (it->audio && send_audio(A, it, id));
     bool sent_first = false; // a part of the prompt is in the ring: the rest must follow

@@ -10,7 +10,8 @@ static void profile_usage(void) {
     printf("usage: nanomind profile [--units LIST] [-o FILE] [--show]\n"
            "\n"
            "Measures each compute unit: read bandwidth, matmul GFLOP/s by weight type (64 tokens of a\n"
-           "1024 x 2048 weight), launch overhead; saves them for the planner (run --plan).\n"
+           "1024 x 2048 weight), decoding's weight GB/s by type (one token over 160 MiB of weights),\n"
+           "launch overhead; saves them for the planner (run --plan).\n"
            "\n"
            "  --units LIST  comma-separated units (default: each CPU cluster, then each OpenCL device):\n"
            "                cpu, cpu:big, cpu:little, cpu:cluster:N, cpu:CORES, opencl, opencl:N\n"
@@ -38,6 +39,12 @@ static void print_units(const nm_unit_profile *u, int32_t n) {
                u[i].gflops[0], u[i].gflops[1], u[i].gflops[2], u[i].gflops[3], u[i].gflops[8], u[i].gflops[12],
                u[i].gflops[14], u[i].launch_us);
     printf("(matmul GFLOP/s; 0: no kernel for that type)\n");
+    printf("%-16s %9s %8s %8s %8s %8s %8s %8s %8s\n", "decode", "", "", "f16", "q4_0", "q4_1", "q8_0", "q4_K", "q6_K");
+    for (int32_t i = 0; i < n; i++)
+        printf("%-16s %9s %8s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f\n", u[i].name, "", "", u[i].matvec_gbps[1],
+               u[i].matvec_gbps[2], u[i].matvec_gbps[3], u[i].matvec_gbps[8], u[i].matvec_gbps[12],
+               u[i].matvec_gbps[14]);
+    printf("(one-token matmul over 160 MiB of weights: GB/s of weights; 0: not measured)\n");
 }
 
 int cmd_profile(int argc, char **argv) {

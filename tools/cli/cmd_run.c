@@ -387,7 +387,10 @@ static int print_plan(const session *S, const cli_opts *o) {
     b[n].name = "llm";
     b[n].units = nm_brick_impl(S->llm)->units;
     b[n].n_layer = nm_model_n_layer(S->m);
-    if ((st = nm_brick_estimate(S->llm, &li, &b[n].cost)) != NM_OK) {
+    // the whole request, and its generation alone (scored apart: compute-bound prompt, memory-bound tokens)
+    const nm_brick_input gi = {.n_past = li.n_tokens, .n_predict = li.n_predict};
+    if ((st = nm_brick_estimate(S->llm, &li, &b[n].cost)) != NM_OK ||
+        (st = nm_brick_estimate(S->llm, &gi, &b[n].decode)) != NM_OK) {
         fprintf(stderr, "error: the LLM brick's estimate: %s\n", nm_status_str(st));
         return 1;
     }

@@ -283,6 +283,15 @@ case_assistant_speaker() { nm assistant -m "$M" -p "Say hello." --out speaker:nu
 expect assistant_speaker 0 "> Say hello\\..*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]*[1-9][0-9.]* s of speech\\)" "$M" -- case_assistant_speaker
 case_assistant_speaker_absent() { nm assistant -m "$M" -p "Say hello." --out speaker:nm-no-such-speaker -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '; }
 expect assistant_speaker_absent 0 "speaker skipped: audio: cannot play on 'nm-no-such-speaker'.*> Say hello" "$M" -- case_assistant_speaker_absent
+# --plan: the bricks placed by the planner from a profile (here one written by hand: core 0 takes
+# everything but vision, core 1 only vision), then the question answered on those lanes
+printf '{"units": [{"name": "cpu:0", "unit": "cpu", "read_gbps": 20, "gflops_f32": 50, "gflops": {"f16": 50, "q4_0": 60, "q4_1": 60, "q8_0": 60, "q6_K": 60}, "launch_us": 1, "kinds": 26}, {"name": "cpu:1", "unit": "cpu", "read_gbps": 20, "gflops_f32": 50, "gflops": {"f16": 400}, "launch_us": 1, "kinds": 4}]}' > "$tmp/lanes.json"
+mkdir -p "$tmp/frame1"; cp "$tmp/img.ppm" "$tmp/frame1/"
+case_assistant_plan() { nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "$tmp/frame1" --plan --profile "$tmp/lanes.json" -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '; }
+expect assistant_plan 0 "stt +on cpu:0 .*vision +on cpu:1 .*llm +on cpu:0 .*placed: stt on cpu, cores 0 placed: vision on cpu, cores 1 placed: llm on cpu, cores 0 > The quick brown fox" "$M" "$WM" -- case_assistant_plan
+expect assistant_plan_and_cores 2 "--plan places the bricks: drop --cores" "$M" -- nm assistant -m "$M" -p hi --plan --cores 0
+expect assistant_plan_goal_alone 2 "--plan-goal and --profile go with --plan" "$M" -- nm assistant -m "$M" -p hi --plan-goal energy
+expect assistant_plan_no_profile 1 "none.json: cannot open \\(i/o error\\): measure the units first" "$M" -- nm assistant -m "$M" -p hi --plan --profile "$tmp/none.json"
 # a question that cannot be read fails alone: the others are answered, the exit status says one failed
 case_assistant_bad_question() {
     printf 'RIFF....WAVEjunk' > "$tmp/asked/2.wav"

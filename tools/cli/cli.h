@@ -18,6 +18,9 @@ int cmd_profile(int argc, char **argv);
 int cmd_assistant(int argc, char **argv);
 // ~/.cache/nanomind/profile.json into buf; false without a HOME.
 bool cli_profile_path(char *buf, size_t size);
+// The unit profiles from file (NULL: cli_profile_path) into units (NM_PLAN_MAX_UNITS);
+// 0, or the exit status after printing why (2: no HOME, 1: a missing or bad file).
+int cli_load_units(const char *file, nm_unit_profile *units, int32_t *n_units);
 
 // Options llama.cpp users know, parsed the same way by every subcommand that
 // takes them. Each command names the groups it takes; any other option is an

@@ -62,6 +62,9 @@ static void usage(FILE *f) {
             "  --tts ENGINE             espeak-ng (default) or none;  --voice V  its voice (en-us)\n"
             "  --sequential             one question at a time: the next starts once the answer is\n"
             "                           spoken (the baseline of the pipelined loop)\n"
+            "  --plan                   place the bricks where the planner puts them (the plan goes to\n"
+            "                           stderr) from the unit profiles (`nanomind profile`);\n"
+            "                           --plan-goal latency|throughput|energy, --profile FILE\n"
             "lanes (core lists as run --cores: 0-3,6, big, little, cluster:N):\n"
             "  --cores LIST             the language model's lane;  --mmproj-cores LIST  the vision\n"
             "                           encoder's;  --stt-cores LIST, --tts-cores LIST\n"
@@ -105,6 +108,10 @@ typedef struct app {
     bool mic_done;           // the capture has ended (its questions are all in items)
     bool mic_failed;
     int cap_items;
+    // the bricks' parameters (kept: --plan loads them again where the planner puts them)
+    nm_brick_params lp, vp, sp, tp;
+    nm_unit_profile units[NM_PLAN_MAX_UNITS]; // --plan: the profiles (the cores strings point into them)
+    int32_t n_units;
     // the questions
     item *items;
     int n_items;
@@ -716,6 +723,140 @@ static void print_stats(app *A, double wall) {
     fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
 }
 
+// Loads the bricks the parameters ask for (the vision brick feeds the LLM brick).
+static nm_status load_bricks(app *A) {
+    char err[512];
+    nm_status st;
+    if ((st = nm_brick_load(NULL, &A->lp, &A->llm, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
+        return st;
+    }
+    A->vp.feeds = A->llm;
+    if (A->vp.model && (st = nm_brick_load(NULL, &A->vp, &A->vision, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", A->vp.model, nm_status_str(st), err);
+        return st;
+    }
+    if (A->sp.model && (st = nm_brick_load(NULL, &A->sp, &A->stt, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->sp.model, nm_status_str(st), err);
+        return st;
+    }
+    if (A->out_dir && (st = nm_brick_load(NULL, &A->tp, &A->tts, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: the voice: %s: %s\n", nm_status_str(st), err);
+        return st;
+    }
+    return NM_OK;
+}
+
+static void free_bricks(app *A) {
+    nm_brick_free(A->vision);
+    nm_brick_free(A->stt);
+    nm_brick_free(A->tts);
+    nm_brick_free(A->llm);
+    A->vision = A->stt = A->tts = A->llm = NULL;
+}
+
+// A unit's name as a brick's placement: "cpu", "cpu:SPEC" (a lane: its cores),
+// "opencl[:N]" (a device). False for a unit this build cannot place on (an NPU).
+static bool placement(const nm_unit_profile *u, const char **device, const char **cores) {
+    if (!strcmp(u->name, "cpu") || !strncmp(u->name, "cpu:", 4)) {
+        *device = "cpu";
+        *cores = u->name[3] ? u->name + 4 : NULL;
+        return true;
+    }
+    if (!strcmp(u->name, "opencl") || !strncmp(u->name, "opencl:", 7)) {
+        *device = u->name;
+        *cores = NULL;
+        return true;
+    }
+    return false;
+}
+
+// --plan: the planner places the bricks on the profiled units from their
+// estimates for a typical question (3 s of speech, a frame at the encoder's
+// size, 40 tokens of text around it, -n tokens of answer, ~4 bytes of text a
+// token spoken); the plan is printed and the bricks are loaded again there.
+// 0, or an exit status.
+static int place_by_plan(app *A) {
+    int rc = cli_load_units(A->o.profile, A->units, &A->n_units);
+    if (rc) return rc;
+    nm_plan_brick b[4];
+    nm_brick *which[4];
+    int32_t n = 0;
+    nm_status st = NM_OK;
+    int64_t image_rows = 0;
+    memset(b, 0, sizeof b);
+    if (A->stt) {
+        b[n] = (nm_plan_brick){.kind = NM_BRICK_STT, .name = "stt", .units = nm_brick_impl(A->stt)->units};
+        which[n] = A->stt;
+        st = nm_brick_estimate(A->stt, &(nm_brick_input){.n_samples = 3 * 16000}, &b[n++].cost);
+    }
+    if (st == NM_OK && A->vision) {
+        b[n] = (nm_plan_brick){.kind = NM_BRICK_VISION, .name = "vision", .units = nm_brick_impl(A->vision)->units};
+        which[n] = A->vision;
+        st = nm_brick_estimate(A->vision, &(nm_brick_input){0}, &b[n].cost);
+        image_rows = b[n++].cost.n_out;
+    }
+    const int64_t n_predict = A->lp.llm.n_predict;
+    if (st == NM_OK) {
+        b[n] = (nm_plan_brick){.kind = NM_BRICK_LLM, .name = "llm", .units = nm_brick_impl(A->llm)->units,
+                               .n_layer = nm_model_n_layer(A->m)};
+        which[n] = A->llm;
+        const nm_brick_input li = {.n_tokens = 40 + image_rows, .n_predict = n_predict};
+        st = nm_brick_estimate(A->llm, &li, &b[n].cost);
+        if (st == NM_OK)
+            st = nm_brick_estimate(A->llm, &(nm_brick_input){.n_past = li.n_tokens, .n_predict = n_predict},
+                                   &b[n].decode);
+        n++;
+    }
+    if (st == NM_OK && A->tts) {
+        b[n] = (nm_plan_brick){.kind = NM_BRICK_TTS, .name = "tts", .units = nm_brick_impl(A->tts)->units};
+        which[n] = A->tts;
+        st = nm_brick_estimate(A->tts, &(nm_brick_input){.n_bytes = 4 * n_predict}, &b[n++].cost);
+    }
+    if (st != NM_OK) {
+        fprintf(stderr, "error: a brick's estimate: %s\n", nm_status_str(st));
+        return 1;
+    }
+    nm_plan p;
+    char err[512], buf[4096];
+    if ((st = nm_plan_make(A->units, A->n_units, b, n, (nm_plan_goal)A->o.plan_goal, &p, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    if (nm_plan_format(&p, A->units, b, buf, sizeof buf) > 0) fputs(buf, stderr);
+    for (int32_t i = 0; i < n; i++) {
+        const nm_plan_step *stp = &p.steps[i];
+        const nm_unit_profile *u = &A->units[stp->unit], *u2 = stp->unit2 >= 0 ? &A->units[stp->unit2] : NULL;
+        const char *dev = NULL, *cores = NULL, *dev2 = NULL, *cores2 = NULL;
+        if (!placement(u, &dev, &cores) || (u2 && !placement(u2, &dev2, &cores2))) {
+            fprintf(stderr, "error: the plan puts %s on %s, which this build cannot run bricks on\n", b[i].name,
+                    u2 && placement(u, &dev, &cores) ? u2->name : u->name);
+            return 1;
+        }
+        nm_brick_params *bp = which[i] == A->llm ? &A->lp : which[i] == A->vision ? &A->vp
+                              : which[i] == A->stt ? &A->sp : &A->tp;
+        int32_t ngl = -1;
+        if (u2) { // the decoder's first `split` layers on u, the rest on u2
+            if (!strcmp(dev, "cpu") && strcmp(dev2, "cpu")) { // the last layers on a device: -ngl
+                dev = dev2;
+                ngl = b[i].n_layer - stp->split;
+            } else { // two CPU lanes (or a device first): not a split we run; the larger share's unit
+                if (stp->split * 2 < b[i].n_layer) dev = dev2, cores = cores2, u = u2;
+                fprintf(stderr, "note: the plan splits %s over %s and %s; it runs whole on %s\n", b[i].name,
+                        A->units[stp->unit].name, A->units[stp->unit2].name, u->name);
+            }
+        }
+        bp->device = dev;
+        bp->cores = cores;
+        if (which[i] == A->llm) bp->n_gpu_layers = ngl;
+        fprintf(stderr, "placed: %s on %s%s%s", b[i].name, dev, cores ? ", cores " : "", cores ? cores : "");
+        if (ngl >= 0) fprintf(stderr, ", its last %d layers there and the others on the CPU", ngl);
+        fprintf(stderr, "\n");
+    }
+    free_bricks(A);
+    return load_bricks(A) == NM_OK ? 0 : 1;
+}
+
 // Takes the assistant's own options out of argv (the rest is `run`'s).
 static bool take_own(app *A, int *argc, char **argv) {
     int w = 1;
@@ -764,7 +905,7 @@ int cmd_assistant(int argc, char **argv) {
     memset(&A, 0, sizeof A);
     A.tts_engine = "espeak-ng";
     if (!take_own(&A, &argc, argv)) return 2;
-    if (!cli_parse("assistant", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS | CLI_LANE,
+    if (!cli_parse("assistant", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS | CLI_LANE | CLI_PLAN,
                    argc, argv, &A.o, NULL))
         return 2;
     cli_opts *o = &A.o;
@@ -798,6 +939,16 @@ int cmd_assistant(int argc, char **argv) {
     }
     if (o->n_images > 0) {
         fprintf(stderr, "error: the assistant takes its images from --frames, not --image\n");
+        goto out;
+    }
+    if (o->plan && (o->cores || o->mmproj_cores || A.stt_cores || A.tts_cores || o->device || o->mmproj_device ||
+                    o->n_gpu_layers != -1)) {
+        fprintf(stderr, "error: --plan places the bricks: drop --cores, --mmproj-cores, --stt-cores, --tts-cores, -dev, "
+                        "--mmproj-device and -ngl\n");
+        goto out;
+    }
+    if ((o->plan_goal || o->profile) && !o->plan) {
+        fprintf(stderr, "error: --plan-goal and --profile go with --plan\n");
         goto out;
     }
     if (A.listen_s > 0 && !A.mic_dev) {
@@ -858,52 +1009,54 @@ int cmd_assistant(int argc, char **argv) {
     A.ledger = nm_ledger_create();
     if (!A.ledger) goto out;
     A.ep_llm = nm_ledger_endpoint(A.ledger, "llm");
-    nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
-    lp.llm_model = A.m;
-    lp.n_ctx = cli_ctx_size(o, A.m);
-    lp.n_batch = o->n_batch;
-    lp.n_threads = o->n_threads;
-    lp.pin_threads = o->pin;
-    lp.cores = o->cores;
-    lp.device = o->device;
-    lp.n_gpu_layers = o->n_gpu_layers;
-    lp.sampling = o->sp;
-    lp.llm.n_predict = o->n_predict < 0 ? 128 : o->n_predict;
-    lp.llm.stop = o->stop;
-    lp.llm.n_stop = o->n_stop;
-    lp.llm.ignore_eos = o->ignore_eos;
-    lp.ledger = A.ledger;
-    if ((st = nm_brick_load(NULL, &lp, &A.llm, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
-        goto out;
-    }
-    cli_ctx_note(nm_brick_llm_ctx(A.llm));
+    nm_brick_params *lp = &A.lp;
+    *lp = nm_brick_default_params(NM_BRICK_LLM);
+    lp->llm_model = A.m;
+    lp->n_ctx = cli_ctx_size(o, A.m);
+    lp->n_batch = o->n_batch;
+    lp->n_threads = o->n_threads;
+    lp->pin_threads = o->pin;
+    lp->cores = o->cores;
+    lp->device = o->device;
+    lp->n_gpu_layers = o->n_gpu_layers;
+    lp->sampling = o->sp;
+    lp->llm.n_predict = o->n_predict < 0 ? 128 : o->n_predict;
+    lp->llm.stop = o->stop;
+    lp->llm.n_stop = o->n_stop;
+    lp->llm.ignore_eos = o->ignore_eos;
+    lp->ledger = A.ledger;
     if (o->mmproj) {
-        nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
-        vp.model = o->mmproj;
-        vp.feeds = A.llm;
-        vp.device = o->mmproj_device ? o->mmproj_device : o->device;
-        vp.n_threads = o->n_threads;
-        vp.cores = o->mmproj_cores;
-        vp.ledger = A.ledger;
-        if ((st = nm_brick_load(NULL, &vp, &A.vision, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", o->mmproj, nm_status_str(st), err);
-            goto out;
-        }
+        A.vp = nm_brick_default_params(NM_BRICK_VISION);
+        A.vp.model = o->mmproj;
+        A.vp.device = o->mmproj_device ? o->mmproj_device : o->device;
+        A.vp.n_threads = o->n_threads;
+        A.vp.cores = o->mmproj_cores;
+        A.vp.ledger = A.ledger;
     }
     if (A.stt_model) {
-        nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
-        sp.model = A.stt_model;
-        sp.n_threads = o->n_threads;
-        sp.cores = A.stt_cores;
-        sp.stt = nm_stt_default_params(NM_STT_GREEDY); // whisper.cpp's stream example decodes greedily too
-        sp.ledger = A.ledger;
-        if ((st = nm_brick_load(NULL, &sp, &A.stt, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot load '%s': %s: %s\n", A.stt_model, nm_status_str(st), err);
+        A.sp = nm_brick_default_params(NM_BRICK_STT);
+        A.sp.model = A.stt_model;
+        A.sp.n_threads = o->n_threads;
+        A.sp.cores = A.stt_cores;
+        A.sp.stt = nm_stt_default_params(NM_STT_GREEDY); // whisper.cpp's stream example decodes greedily too
+        A.sp.ledger = A.ledger;
+    }
+    if (A.out_dir) {
+        A.tp = nm_brick_default_params(NM_BRICK_TTS);
+        A.tp.cores = A.tts_cores;
+        A.tp.ledger = A.ledger;
+        if (A.voice) A.tp.tts.voice = A.voice;
+    }
+    if (load_bricks(&A) != NM_OK) goto out;
+    cli_ctx_note(nm_brick_llm_ctx(A.llm));
+    if (o->plan) { // the bricks again, where the planner puts them
+        int prc = place_by_plan(&A);
+        if (prc) {
+            rc = prc;
             goto out;
         }
-        A.ep_stt = nm_ledger_endpoint(A.ledger, nm_brick_name(A.stt));
     }
+    if (A.stt) A.ep_stt = nm_ledger_endpoint(A.ledger, nm_brick_name(A.stt));
     if (A.mic_dev) {
         nm_vad_params vp = nm_vad_default_params();
         if ((st = nm_vad_create(&vp, &A.vad, err, sizeof err)) != NM_OK) {
@@ -912,21 +1065,11 @@ int cmd_assistant(int argc, char **argv) {
         }
         A.ep_mic = nm_ledger_endpoint(A.ledger, "microphone");
     }
-    if (A.out_dir) {
-        nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
-        tp.cores = A.tts_cores;
-        tp.ledger = A.ledger;
-        if (A.voice) tp.tts.voice = A.voice;
-        if ((st = nm_brick_load(NULL, &tp, &A.tts, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: the voice: %s: %s\n", nm_status_str(st), err);
-            goto out;
-        }
-        if (A.speaker_dev && nm_audio_player_open(A.speaker_dev, nm_brick_tts_sample_rate(A.tts), &A.player, err,
-                                                  sizeof err) != NM_OK) { // an absent device is skipped
-            fprintf(stderr, "speaker skipped: %s: the answers are printed, not spoken\n", err);
-            nm_brick_free(A.tts);
-            A.tts = NULL;
-        }
+    if (A.tts && A.speaker_dev &&
+        nm_audio_player_open(A.speaker_dev, nm_brick_tts_sample_rate(A.tts), &A.player, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "speaker skipped: %s: the answers are printed, not spoken\n", err); // an absent device
+        nm_brick_free(A.tts);
+        A.tts = NULL;
     }
     // the rings
     size_t llm_slot = nm_brick_in_slot_bytes(A.llm);
@@ -1006,10 +1149,7 @@ int cmd_assistant(int argc, char **argv) {
     if (A.mic_dev && A.n_items == 0 && !A.mic_failed) fprintf(stderr, "heard no question\n");
     if (o->stats) print_stats(&A, wall);
 out:
-    nm_brick_free(A.vision);
-    nm_brick_free(A.stt);
-    nm_brick_free(A.tts);
-    nm_brick_free(A.llm);
+    free_bricks(&A);
     nm_tabm *all[] = {A.pcm, A.heard, A.llm_in, A.tok, A.img, A.say, A.speech};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) nm_tabm_free(all[k]);
     nm_ledger_free(A.ledger);

@@ -30,6 +30,22 @@ bool cli_profile_path(char *buf, size_t size) {
     return true;
 }
 
+int cli_load_units(const char *file, nm_unit_profile *units, int32_t *n_units) {
+    char path[1024], err[512];
+    if (!file && !cli_profile_path(path, sizeof path)) {
+        fprintf(stderr, "error: no HOME: give --profile FILE\n");
+        return 2;
+    }
+    if (!file) file = path;
+    nm_status st = nm_units_load(file, units, NM_PLAN_MAX_UNITS, n_units, err, sizeof err);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: %s (%s)%s\n", err, nm_status_str(st),
+                st == NM_ERR_IO ? ": measure the units first with `nanomind profile`" : "");
+        return 1;
+    }
+    return 0;
+}
+
 static void print_units(const nm_unit_profile *u, int32_t n) {
     // GGUF type ids: f32 0, f16 1, q4_0 2, q4_1 3, q5_0 6, q8_0 8, q4_K 12, q6_K 14
     printf("%-16s %9s %8s %8s %8s %8s %8s %8s %8s %9s\n", "unit", "read GB/s", "f32", "f16", "q4_0", "q4_1", "q8_0",

@@ -344,19 +344,12 @@ static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg 
 static int print_plan(const session *S, const cli_opts *o) {
     char path[1024], err[512];
     const char *file = o->profile;
-    if (!file && !cli_profile_path(path, sizeof path)) {
-        fprintf(stderr, "error: no HOME: give --profile FILE\n");
-        return 2;
-    }
-    if (!file) file = path;
+    if (!file && cli_profile_path(path, sizeof path)) file = path;
     nm_unit_profile units[NM_PLAN_MAX_UNITS];
     int32_t n_units = 0;
-    nm_status st = nm_units_load(file, units, NM_PLAN_MAX_UNITS, &n_units, err, sizeof err);
-    if (st != NM_OK) {
-        fprintf(stderr, "error: %s (%s)%s\n", err, nm_status_str(st),
-                st == NM_ERR_IO ? ": measure the units first with `nanomind profile`" : "");
-        return 1;
-    }
+    int rc = cli_load_units(file, units, &n_units);
+    if (rc) return rc;
+    nm_status st;
     nm_plan_brick b[2];
     int32_t n = 0;
     int64_t image_rows = 0;

@@ -442,6 +442,21 @@ done:
     nm_audio_free(&a);
 }
 
+// A greedy STT brick on two threads, a PCM ring of pcm_slots slots of n
+// samples, a text ring of one 4 KiB slot; false (a failed check) if any is missing.
+static bool stt_rig(int *nmtest_failed, const char *path, uint32_t pcm_slots, int64_t n, nm_brick **stt, nm_tabm **pcm,
+                    nm_tabm **text) {
+    char err[512];
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+    sp.model = path;
+    sp.n_threads = 2;
+    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
+    NM_CHECK(nm_brick_load(NULL, &sp, stt, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, pcm_slots, sizeof(float) * (size_t)n, pcm, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 1, 4096, text, err, sizeof err) == NM_OK);
+    return *stt && *pcm && *text;
+}
+
 // The STT brick stops a long recording once its output ring is gone: the
 // reader takes one segment and shuts the ring; Whisper stops before its next
 // 30 s window instead of decoding the whole minute for nobody.
@@ -453,16 +468,9 @@ NM_TEST(stt_stops_when_its_output_goes) {
     char err[512];
     if (!load_speech(&a, err, sizeof err, nmtest_failed)) return;
     const int64_t reps = 12, n = reps * a.n; // about a minute: three windows
-    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
-    sp.model = path;
-    sp.n_threads = 2;
-    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
     nm_brick *stt = NULL;
     nm_tabm *pcm = NULL, *text = NULL;
-    NM_CHECK(nm_brick_load(NULL, &sp, &stt, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_tabm_create(NULL, 1, sizeof(float) * (size_t)n, &pcm, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_tabm_create(NULL, 1, 4096, &text, err, sizeof err) == NM_OK);
-    if (!stt || !pcm || !text) goto done;
+    if (!stt_rig(nmtest_failed, path, 1, n, &stt, &pcm, &text)) goto done;
     nm_tabm_slot s;
     NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
     for (int64_t r = 0; r < reps; r++) memcpy((float *)s.data + r * a.n, a.pcm, sizeof(float) * (size_t)a.n);
@@ -501,16 +509,9 @@ NM_TEST(stt_request_cancelled) {
     char err[512];
     if (!load_speech(&a, err, sizeof err, nmtest_failed)) return;
     const int64_t reps = 12, n = reps * a.n; // about a minute: three windows
-    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
-    sp.model = path;
-    sp.n_threads = 2;
-    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
     nm_brick *stt = NULL;
     nm_tabm *pcm = NULL, *text = NULL;
-    NM_CHECK(nm_brick_load(NULL, &sp, &stt, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_tabm_create(NULL, 2, sizeof(float) * (size_t)n, &pcm, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_tabm_create(NULL, 1, 4096, &text, err, sizeof err) == NM_OK);
-    if (!stt || !pcm || !text) goto done;
+    if (!stt_rig(nmtest_failed, path, 2, n, &stt, &pcm, &text)) goto done;
     NM_CHECK(nm_tabm_cancel_request(pcm, 32) == NM_OK); // the second request, before it is written
     for (uint64_t req = 31; req <= 32; req++) {
         nm_tabm_slot s;

@@ -256,6 +256,25 @@ static nm_status rig_down(rig *R) {
     return st;
 }
 
+// One prompt through the rig's brick against the plain greedy loop on a
+// fresh context: the same tokens (the brick answers with its own, greedy,
+// parameters), n_predict of them or up to the end of generation.
+static void greedy_as_plain(int *nmtest_failed, rig *R, const part *p, int32_t n_predict) {
+    int32_t got[64], want[64];
+    nm_llm_stop why;
+    int slots;
+    NM_CHECK(put_parts(R->in, p, 1) == NM_OK);
+    int32_t n = read_gen(R->out, got, 64, &why, &slots);
+    nm_ctx *rc = new_ctx(R->m);
+    nm_sampler *rs = greedy(R->m);
+    int32_t pos = 0;
+    int32_t nw = plain(rc, rs, p, 1, &pos, n_predict, want);
+    NM_CHECK(nw > 0 && n == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)nw));
+    NM_CHECK(why == (nw == n_predict ? NM_LLM_STOP_N_PREDICT : NM_LLM_STOP_EOG));
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+}
+
 static const int32_t TEXT_A[] = {1, 504, 3458, 282, 4649, 314, 12, 2500, 77, 9, 1046, 30};
 static const int32_t TEXT_B[] = {2010, 34, 8, 905, 217, 15};
 
@@ -449,19 +468,9 @@ NM_TEST(tabm_llm_brick_malformed_slots) {
     NM_CHECK(nm_brick_llm_pos(R.b) == 0); // dropped prompts leave no position behind
     // ... and the brick goes on: a good prompt gives the plain loop's tokens.
     part good = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
-    NM_CHECK(put_parts(R.in, &good, 1) == NM_OK);
-    nm_llm_stop why;
-    int slots;
-    int32_t n = read_gen(R.out, toks, 16, &why, &slots);
-    nm_ctx *rc = new_ctx(R.m);
-    nm_sampler *rs = greedy(R.m);
-    int32_t pos = 0, want[16];
-    int32_t nw = plain(rc, rs, &good, 1, &pos, 6, want);
-    NM_CHECK(n == nw && n > 0 && !memcmp(toks, want, sizeof(int32_t) * (size_t)n));
+    greedy_as_plain(nmtest_failed, &R, &good, 6);
     NM_CHECK(nm_ledger_total(R.led) == 0);
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
-    nm_ctx_free(rc);
-    nm_sampler_free(rs);
 }
 
 // ---- a request's own parameters (an NM_TABM_PARAMS slot first) -------------------------
@@ -505,21 +514,12 @@ NM_TEST(tabm_llm_brick_request_params_this_request_only) {
     NM_CHECK(ng != nw || memcmp(gw, want, sizeof(int32_t) * (size_t)nw) != 0);
     // the next request: the brick's own parameters (greedy, 8 tokens)
     part p2 = TOKS(TEXT_B, 6, NM_LLM_IN_POS(0));
-    NM_CHECK(put_parts(R.in, &p2, 1) == NM_OK);
-    n = read_gen(R.out, got, 32, &why, &slots);
-    nm_ctx *rc2 = new_ctx(R.m);
-    nm_sampler *rs2 = greedy(R.m);
-    pos = 0;
-    nw = plain(rc2, rs2, &p2, 1, &pos, 8, want);
-    NM_CHECK(nw > 0 && n == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)nw));
-    NM_CHECK(why == (nw == 8 ? NM_LLM_STOP_N_PREDICT : NM_LLM_STOP_EOG));
+    greedy_as_plain(nmtest_failed, &R, &p2, 8);
     NM_CHECK(nm_brick_get_stats(R.b).n_bad_requests == 0 && nm_ledger_total(R.led) == 0);
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
     nm_ctx_free(rc);
-    nm_ctx_free(rc2);
     nm_ctx_free(gc);
     nm_sampler_free(rs);
-    nm_sampler_free(rs2);
     nm_sampler_free(gs);
 }
 
@@ -648,16 +648,8 @@ NM_TEST(tabm_llm_brick_request_params_refused) {
     NM_CHECK(strstr(nm_brick_last_error(R.b), "kind 8 (parameters (only as a request's first slot))") != NULL);
     // the brick's own parameters are intact: greedy, 6 tokens
     part good = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
-    NM_CHECK(put_parts(R.in, &good, 1) == NM_OK);
-    int32_t n = read_gen(R.out, toks, 16, &why, &slots);
-    nm_ctx *rc = new_ctx(R.m);
-    nm_sampler *rs = greedy(R.m);
-    int32_t pos = 0, want[16];
-    int32_t nw = plain(rc, rs, &good, 1, &pos, 6, want);
-    NM_CHECK(n == nw && n > 0 && !memcmp(toks, want, sizeof(int32_t) * (size_t)n));
+    greedy_as_plain(nmtest_failed, &R, &good, 6);
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
-    nm_ctx_free(rc);
-    nm_sampler_free(rs);
 }
 
 // ---- cancellation ------------------------------------------------------------------------

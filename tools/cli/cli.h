@@ -86,6 +86,10 @@ void cli_opts_free(cli_opts *o);
 void cli_ctx_note(const nm_ctx *c);
 // The context size for -c: the given value, the training context for 0, or the default.
 int32_t cli_ctx_size(const cli_opts *o, const nm_model *m);
+// The LLM brick's parameters from the options (run's and the assistant's):
+// the loaded model, context, threads, lane, device, sampling, -n, stop strings,
+// a slot per token; counted in ledger.
+nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger);
 // --mlock, after the model is loaded: every mapped page kept in RAM (a
 // warning, not an error, when the system refuses, as llama.cpp).
 void cli_mlock(const cli_opts *o);

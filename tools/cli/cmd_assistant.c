@@ -1009,22 +1009,8 @@ int cmd_assistant(int argc, char **argv) {
     A.ledger = nm_ledger_create();
     if (!A.ledger) goto out;
     A.ep_llm = nm_ledger_endpoint(A.ledger, "llm");
-    nm_brick_params *lp = &A.lp;
-    *lp = nm_brick_default_params(NM_BRICK_LLM);
-    lp->llm_model = A.m;
-    lp->n_ctx = cli_ctx_size(o, A.m);
-    lp->n_batch = o->n_batch;
-    lp->n_threads = o->n_threads;
-    lp->pin_threads = o->pin;
-    lp->cores = o->cores;
-    lp->device = o->device;
-    lp->n_gpu_layers = o->n_gpu_layers;
-    lp->sampling = o->sp;
-    lp->llm.n_predict = o->n_predict < 0 ? 128 : o->n_predict;
-    lp->llm.stop = o->stop;
-    lp->llm.n_stop = o->n_stop;
-    lp->llm.ignore_eos = o->ignore_eos;
-    lp->ledger = A.ledger;
+    A.lp = cli_llm_params(o, A.m, A.ledger);
+    if (A.lp.llm.n_predict < 0) A.lp.llm.n_predict = 128; // an answer must end
     if (o->mmproj) {
         A.vp = nm_brick_default_params(NM_BRICK_VISION);
         A.vp.model = o->mmproj;

@@ -494,22 +494,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
     }
-    nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
-    lp.llm_model = S.m;
-    lp.n_ctx = cli_ctx_size(&o, S.m);
-    lp.n_batch = o.n_batch;
-    lp.n_threads = o.n_threads;
-    lp.pin_threads = o.pin;
-    lp.cores = o.cores;
-    lp.device = o.device;
-    lp.n_gpu_layers = o.n_gpu_layers;
-    lp.sampling = o.sp;
-    lp.llm.n_predict = o.n_predict; // < 0: until end of text or a full context
-    lp.llm.out_batch = 1;           // a slot per token: printed as it is sampled
-    lp.llm.stop = o.stop;
-    lp.llm.n_stop = o.n_stop;
-    lp.llm.ignore_eos = o.ignore_eos;
-    lp.ledger = S.ledger;
+    nm_brick_params lp = cli_llm_params(&o, S.m, S.ledger);
     if ((st = nm_brick_load(NULL, &lp, &S.llm, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err);
         goto done;

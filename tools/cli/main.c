@@ -326,6 +326,26 @@ void cli_opts_free(cli_opts *o) {
     o->prompt_owned = NULL;
 }
 
+nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger) {
+    nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
+    lp.llm_model = m;
+    lp.n_ctx = cli_ctx_size(o, m);
+    lp.n_batch = o->n_batch;
+    lp.n_threads = o->n_threads;
+    lp.pin_threads = o->pin;
+    lp.cores = o->cores;
+    lp.device = o->device;
+    lp.n_gpu_layers = o->n_gpu_layers;
+    lp.sampling = o->sp;
+    lp.llm.n_predict = o->n_predict; // < 0: until end of text or a full context
+    lp.llm.out_batch = 1;            // a slot per token: shown as it is sampled
+    lp.llm.stop = o->stop;
+    lp.llm.n_stop = o->n_stop;
+    lp.llm.ignore_eos = o->ignore_eos;
+    lp.ledger = ledger;
+    return lp;
+}
+
 int32_t cli_ctx_size(const cli_opts *o, const nm_model *m) {
     if (o->n_ctx < 0) return 0; // the library's default: the training context, at most 4096
     if (o->n_ctx == 0) return nm_model_n_ctx_train(m);

@@ -218,6 +218,7 @@ def main():
     ap.add_argument("--sample", type=int)
     ap.add_argument("--only", nargs="+")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--check", action="store_true")
     ap.add_argument("--scratch", default=os.environ.get("NM_MUTATE_DIR", "/tmp/nm-mutate"))
     ap.add_argument("--report")
     ap.add_argument("--timeout", type=int, default=600)
@@ -232,7 +233,9 @@ def main():
             print(f"{m.name:44s} {m.file:44s} {what}{eq}")
         print(f"{len(mutants)} mutants")
         return 0
-    if a.only:
+    if a.check:
+        chosen = mutants
+    elif a.only:
         byname = {m.name: m for m in mutants}
         unknown = [n for n in a.only if n not in byname]
         if unknown:
@@ -259,6 +262,10 @@ def main():
             bad += 1
     if bad:
         return 2
+    if a.check:
+        print(f"mutate: every search text of the {len(chosen)} mutants occurs once")
+        print(f"{len(chosen)} passed, 0 failed, 0 skipped")
+        return 0
 
     os.makedirs(a.scratch, exist_ok=True)
     tree = copy_tree(a.scratch)

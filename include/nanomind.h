@@ -478,7 +478,9 @@ bool nm_tabm_is_shutdown(const nm_tabm *r);
 // drops the request's remaining input slots, ends its output with a last slot
 // flagged NM_BRICK_CANCELLED, and marks the request on its output ring too,
 // so what is downstream stops as well. The ring keeps the last
-// NM_TABM_MAX_CANCELLED marks. NM_ERR_INVALID_ARG for id 0 (no request).
+// NM_TABM_MAX_CANCELLED marks, so request ids must not be reused while a
+// mark may still be there (ids that count up, as the bricks' users here do).
+// NM_ERR_INVALID_ARG for id 0 (no request).
 #define NM_TABM_MAX_CANCELLED 64
 nm_status nm_tabm_cancel_request(nm_tabm *r, uint64_t request);
 bool nm_tabm_request_cancelled(const nm_tabm *r, uint64_t request);
@@ -498,7 +500,8 @@ typedef struct nm_tabm_stats {
     uint64_t empty_waits;   // acquire_read calls that found it empty
     uint64_t reclaimed_write, reclaimed_read; // slots taken back from dead processes (see nm_tabm_reclaim)
     uint64_t recoveries;    // ring locks taken over from a dead process (its half-done step undone)
-    uint64_t cancelled;     // marks made by nm_tabm_cancel_request (a request already marked is not marked again)
+    uint64_t cancelled;     // marks made by nm_tabm_cancel_request (a request already marked is not marked again,
+                            // unless two threads mark it at the same moment)
     double seconds;         // since create
     double slots_per_s, bytes_per_s; // published / seconds
     // Wait time in acquire_write / acquire_read: bucket 0 no wait, bucket 1 a

@@ -17,7 +17,7 @@ cJSON *nm_req_parse(const nm_tabm_slot *s, const char *who, char *err, size_t er
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(s->data, (size_t)mt->size, &end, false);
     if (!o) {
-        const char *at = cJSON_GetErrorPtr();
+        const char *at = end; // where parsing stopped (cJSON's global error pointer is shared by every thread)
         long off = at && at >= (const char *)s->data && at <= (const char *)s->data + mt->size
                        ? (long)(at - (const char *)s->data) : -1;
         nm_fail(NM_ERR_FORMAT, err, err_size, "%s: parameters slot %llu is not JSON (syntax error near byte %ld)", who,

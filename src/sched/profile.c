@@ -137,6 +137,7 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
     void *wq = malloc(sizeof(float) * MM_O * MM_K);
     uint8_t *big = malloc(MV_BYTES);
     float *ybig = malloc(sizeof(float) * MV_MAX_ROWS);
+    bool mv_ok = true;
     nm_status st = wf && x && y && wq && big && ybig ? nm_backend_create(cpu ? "cpu" : unit, &bp, &be, err, err_size)
                                                      : NM_ERR_NOMEM;
     if (st == NM_OK) {
@@ -153,8 +154,11 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
         // the weights of every type in one range (a device with its own memory keeps the first
         // upload's values: the time of a matmul does not depend on them)
         if (st == NM_OK) st = be->iface->buffer_import_host(be, wq, sizeof(float) * MM_O * MM_K, false);
-        if (st == NM_OK) st = be->iface->buffer_import_host(be, big, MV_BYTES, false);
-        if (st == NM_OK) st = be->iface->buffer_import_host(be, ybig, sizeof(float) * MV_MAX_ROWS, true);
+        // the decoding figure's 160 MiB: a device that cannot take them has no matvec figure (the read
+        // bandwidth stands in for it), the rest is measured
+        if (st == NM_OK && (be->iface->buffer_import_host(be, big, MV_BYTES, false) != NM_OK ||
+                            be->iface->buffer_import_host(be, ybig, sizeof(float) * MV_MAX_ROWS, true) != NM_OK))
+            mv_ok = false;
         if (st != NM_OK) nm_fail(st, err, err_size, "profile: %s: %s", unit, be->iface->last_error(be));
     } else if (st == NM_ERR_NOMEM) {
         nm_fail(st, err, err_size, "profile: out of memory");
@@ -165,7 +169,7 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
             out->gflops[measured[i]] = matmul_gflops(be, measured[i], wf, x, y, wq);
         out->gflops_f32 = out->gflops[NM_TYPE_F32];
         for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
-            if (measured[i] != NM_TYPE_F32) // f32 weights are the planner's "other" bytes (read_gbps)
+            if (mv_ok && measured[i] != NM_TYPE_F32) // f32 weights are the planner's "other" bytes (read_gbps)
                 out->matvec_gbps[measured[i]] = matvec_gbps(be, measured[i], wf, x, ybig, big);
         out->launch_us = launch_us(be, wf, x, y);
         if (cpu) {

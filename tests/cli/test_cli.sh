@@ -298,6 +298,18 @@ case_assistant_bad_question() {
     nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '
 }
 expect assistant_bad_question 1 "error: question .*2.wav: .*> The quick.*> The quick" "$M" "$WM" -- case_assistant_bad_question
+# ... also with speech, pipelined: each answer's speech in its own file, the failed one's empty
+case_assistant_bad_question_spoken() {
+    rm -rf "$tmp/spoken3"; mkdir -p "$tmp/spoken3"
+    nm assistant -m "$M" --stt "$WM" --audio "$tmp/asked" --out "$tmp/spoken3" -n 12 --temp 0 -t 2 > /dev/null 2>&1
+    python3 - "$tmp/spoken3" <<'PY' 2>&1 | tr '\n' ' '
+import sys, wave
+for k in (1, 2, 3):
+    w = wave.open("%s/answer-%03d.wav" % (sys.argv[1], k))
+    print("answer %d: %s" % (k, "speech" if w.getnframes() > 11025 else "empty" if w.getnframes() == 0 else "%d frames" % w.getnframes()))
+PY
+}
+expect assistant_bad_question_spoken 1 "answer 1: speech answer 2: empty answer 3: speech" "$M" "$WM" -- case_assistant_bad_question_spoken
 expect say_unwritable 1 "/nonexistent/dir/x.wav: cannot create a file in its folder: No such file or directory" -- nm say hello -o /nonexistent/dir/x.wav
 expect say_bad_rate 2 "--rate needs an integer in \\[80, 450\\]" -- nm say hello -o "$tmp/r.wav" --rate 5
 expect say_rate_trailing_garbage 2 "--rate needs an integer in \\[80, 450\\], got '100x'" -- nm say hello -o "$tmp/r.wav" --rate 100x

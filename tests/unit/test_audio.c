@@ -1198,7 +1198,27 @@ NM_TEST(vad_two_questions) {
     nm_vad_flush(v, on_utt, &u);
     printf("  a fan from 1 s to 61 s: %d utterance(s), the first %.2f-%.2f s\n", u.n, u.t0[0] / 16000.0,
            (u.t0[0] + u.len[0]) / 16000.0);
-    NM_CHECK(u.n == 1 && u.t0[0] + u.len[0] < 16000 * 25);
+    NM_CHECK(u.n == 1 && u.t0[0] + u.len[0] < 16000 * 31);
+    nm_vad_free(v);
+    // a steady sound 20 dB over the room (a long vowel, a hum) for 6 s: one utterance, all of it
+    NM_CHECK(nm_vad_create(&p, &v, err, sizeof err) == NM_OK);
+    u.n = 0;
+    seed = 13;
+    noise(room, 16000 * 9, &seed); // -60 dBFS
+    for (int64_t i = 16000; i < 16000 * 7; i++) room[i] += 0.0141f * (float)sin(2 * M_PI * 200 * i / 16000.0); // -40 dBFS
+    nm_vad_push(v, room, 16000 * 9, on_utt, &u);
+    nm_vad_flush(v, on_utt, &u);
+    printf("  6 s of a steady sound 20 dB over the room: %d utterance(s), the first %.2f-%.2f s\n", u.n,
+           u.t0[0] / 16000.0, (u.t0[0] + u.len[0]) / 16000.0);
+    NM_CHECK(u.n == 1 && u.t0[0] <= 16000 && u.t0[0] + u.len[0] >= 16000 * 7);
+    nm_vad_free(v);
+    // a NaN in the stream is a silent frame, and the cutter goes on
+    NM_CHECK(nm_vad_create(&p, &v, err, sizeof err) == NM_OK);
+    u.n = 0;
+    room[0] = NAN;
+    nm_vad_push(v, room, 16000 * 9, on_utt, &u);
+    nm_vad_flush(v, on_utt, &u);
+    NM_CHECK(u.n == 1);
     free(room);
     nm_vad_free(v);
     // parameters out of range

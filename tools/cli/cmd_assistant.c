@@ -395,7 +395,13 @@ static void heard_utterance(void *user, const float *pcm, int64_t n, int64_t t0)
     const int i = A->n_items; // only this thread adds items
     if (i >= A->cap_items) return;
     nm_tabm_slot sl;
-    if (nm_tabm_acquire_write(A->pcm, 0, -1, &sl) != NM_OK) return;
+    // never wait here: a capture that stops reading loses audio (an overrun)
+    nm_status st = nm_tabm_acquire_write(A->pcm, 0, 0, &sl);
+    if (st != NM_OK) {
+        if (st == NM_ERR_AGAIN)
+            fprintf(stderr, "a question was dropped: %u heard ones wait for Whisper\n", nm_tabm_n_slots(A->pcm));
+        return;
+    }
     if ((uint64_t)n * sizeof(float) > sl.capacity) n = (int64_t)(sl.capacity / sizeof(float));
     nm_ledger_copy(A->ledger, A->ep_mic, A->ep_stt, sl.data, pcm, sizeof(float) * (size_t)n);
     *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {n}, .size = sizeof(float) * (uint64_t)n,
@@ -456,16 +462,19 @@ static void ask(app *A, int i) {
     const bool spoken = it->audio || it->from_mic;
     const bool heard = it->from_mic || (it->audio && send_audio(A, it, id));
     bool sent_first = false; // a part of the prompt is in the ring: the rest must follow
+    bool ok = true;
     if (it->frame && A->vision) {
         char *probe = chat(A, SENTINEL, true);
         char *mark = probe ? strstr(probe, MEDIA_MARKER) : NULL;
         if (mark) {
             *mark = '\0';
-            sent_first = send_text(A, probe, NM_LLM_IN_POS(0) | NM_BRICK_MORE, true, id) && send_frame(A, it->frame, id);
+            sent_first = send_text(A, probe, NM_LLM_IN_POS(0) | NM_BRICK_MORE, true, id);
+            ok = sent_first && send_frame(A, it->frame, id);
         }
+        ok = ok && mark;
         free(probe);
     }
-    bool ok = spoken ? heard && read_transcript(A, it, id) : true;
+    if (spoken) ok = heard && read_transcript(A, it, id) && ok; // (the transcript is read in any case)
     if (spoken && heard && !ok && !it->question[0]) fprintf(stderr, "question %d: no speech heard\n", i + 1);
     it->t_heard = now(A);
     char *full = ok ? chat(A, it->question, it->frame && A->vision) : NULL;
@@ -475,25 +484,12 @@ static void ask(app *A, int i) {
         rest = mark ? mark + strlen(MEDIA_MARKER) : NULL;
     }
     if (!rest) {
+        // The request still goes through the decoder, cancelled: the brick drops
+        // what was sent of it and ends it, so its (empty) answer and its speech
+        // end in order with the others'.
         it->failed = true;
-        if (sent_first) { // the brick drops the rest of a cancelled request
-            nm_tabm_cancel_request(A->llm_in, id);
-            send_text(A, " ", 0, false, id);
-        } else { // nothing of it went to the decoder: the answer is empty
-            pthread_mutex_lock(&A->lock);
-            it->t_answered = it->t_spoken = now(A);
-            A->n_answered++;
-            if (!A->tts) A->n_spoken++;
-            pthread_cond_broadcast(&A->cond);
-            pthread_mutex_unlock(&A->lock);
-            if (A->tts) { // an empty request ends its speech file
-                nm_tabm_slot s;
-                if (nm_tabm_acquire_write(A->say, 0, -1, &s) == NM_OK) {
-                    *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .request = id};
-                    if (nm_tabm_publish(A->say, &s) != NM_OK) nm_tabm_cancel(A->say, &s);
-                }
-            }
-        }
+        nm_tabm_cancel_request(A->llm_in, id);
+        send_text(A, " ", sent_first ? 0 : NM_LLM_IN_POS(0), false, id);
     } else {
         send_text(A, rest, sent_first ? 0 : NM_LLM_IN_POS(0), !sent_first, id);
     }
@@ -595,6 +591,7 @@ static void *answers_main(void *arg) {
         pthread_mutex_unlock(&A->lock);
     }
     if (S.held) nm_tabm_cancel(A->say, &S.s);
+    if (A->say) nm_tabm_shutdown(A->say); // the voice ends too, and the speech thread after it
     pthread_mutex_lock(&A->lock);
     A->answers_gone = true;
     pthread_cond_broadcast(&A->cond);
@@ -1063,7 +1060,8 @@ int cmd_assistant(int argc, char **argv) {
     if ((st = nm_tabm_create(NULL, LLM_IN_SLOTS, llm_slot, &A.llm_in, err, sizeof err)) != NM_OK ||
         (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(A.llm), &A.tok, err, sizeof err)) != NM_OK ||
         (A.vision && (st = nm_tabm_create(NULL, 1, frame_bytes(&A), &A.img, err, sizeof err)) != NM_OK) ||
-        (A.stt && (st = nm_tabm_create(NULL, 2, sizeof(float) * 16000 * MAX_QUESTION_S, &A.pcm, err, sizeof err)) != NM_OK) ||
+        (A.stt && (st = nm_tabm_create(NULL, A.mic_dev ? 8 : 2, sizeof(float) * 16000 * MAX_QUESTION_S, &A.pcm, err,
+                                       sizeof err)) != NM_OK) ||
         (A.stt && (st = nm_tabm_create(NULL, 8, nm_brick_out_slot_bytes(A.stt), &A.heard, err, sizeof err)) != NM_OK) ||
         (A.tts && (st = nm_tabm_create(NULL, 16, SAY_SLOT_BYTES, &A.say, err, sizeof err)) != NM_OK) ||
         (A.tts && (st = nm_tabm_create(NULL, SPEECH_SLOTS, nm_brick_out_slot_bytes(A.tts), &A.speech, err, sizeof err)) != NM_OK)) {
@@ -1074,7 +1072,7 @@ int cmd_assistant(int argc, char **argv) {
     lane L_llm = {.b = A.llm, .in = A.llm_in, .out = A.tok}, L_stt = {.b = A.stt, .in = A.pcm, .out = A.heard},
          L_tts = {.b = A.tts, .in = A.say, .out = A.speech};
     pthread_t th_answers, th_speech;
-    bool answers = false, speech = false;
+    bool answers = false, speech = false, lanes_failed = false;
     L_llm.started = pthread_create(&L_llm.th, NULL, lane_main, &L_llm) == 0;
     if (A.stt) L_stt.started = pthread_create(&L_stt.th, NULL, lane_main, &L_stt) == 0;
     if (A.tts) L_tts.started = pthread_create(&L_tts.th, NULL, lane_main, &L_tts) == 0;
@@ -1083,6 +1081,7 @@ int cmd_assistant(int argc, char **argv) {
     if (!L_llm.started || !answers || (A.stt && !L_stt.started) || (A.tts && (!L_tts.started || !speech))) {
         fprintf(stderr, "error: cannot start the lanes' threads\n");
         A.n_items = 0;
+        lanes_failed = true;
         A.mic_dev = NULL; // nothing is asked
     }
 
@@ -1130,7 +1129,7 @@ int cmd_assistant(int argc, char **argv) {
         if (lanes[k]->started) pthread_join(lanes[k]->th, NULL);
     if (answers) pthread_join(th_answers, NULL);
     if (speech) pthread_join(th_speech, NULL);
-    rc = A.mic_failed ? 1 : 0;
+    rc = A.mic_failed || lanes_failed ? 1 : 0;
     for (int i = 0; i < A.n_items; i++) rc = A.items[i].failed ? 1 : rc;
     if (A.mic_dev && A.n_items == 0 && !A.mic_failed) fprintf(stderr, "heard no question\n");
     if (o->stats) print_stats(&A, wall);

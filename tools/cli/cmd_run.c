@@ -270,11 +270,12 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
     size_t tl = 0;
     bool ok = true;
     S->cancelled = false;
+    bool asked = false; // the request was marked cancelled
     for (bool end = false; !end;) {
         nm_tabm_slot sl;
-        if (g_interrupts > 0 && !S->cancelled) { // Ctrl-C: stop this answer
+        if (g_interrupts > 0 && !asked) { // Ctrl-C: stop this answer
             nm_tabm_cancel_request(S->in, S->request);
-            S->cancelled = true;
+            asked = true;
         }
         nm_status st = nm_tabm_acquire_read(S->out, 100000000, &sl); // looks at Ctrl-C every 100 ms
         if (st == NM_ERR_TIMEOUT) continue;
@@ -305,7 +306,7 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
         nm_llm_stop why = NM_LLM_STOP_OF(user);
         if (why == NM_LLM_STOP_CANCELLED) {
             fprintf(stderr, "\n[cancelled]\n");
-            g_interrupts = 0; // the next Ctrl-C cancels the next answer (or, at the chat prompt, ends)
+            S->cancelled = true; // (a Ctrl-C after the answer's last token cancels nothing)
         } else if (why == NM_LLM_STOP_CTX_FULL) {
             fprintf(stderr, "\n[context full: %d tokens]\n", nm_ctx_n_ctx(S->c));
         } else if (why == NM_LLM_STOP_ERROR || why == NM_LLM_STOP_BAD_INPUT) {
@@ -314,6 +315,7 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
         }
     }
     if (text) text[tl < text_size ? tl : text_size - 1] = '\0';
+    g_interrupts = 0; // a Ctrl-C during this answer is spent: the next one cancels the next answer
     return ok;
 }
 

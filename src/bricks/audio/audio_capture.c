@@ -115,6 +115,7 @@ nm_status nm_audio_capture(const nm_audio_capture_params *p, nm_audio *out, char
             break;
         }
         if (got == 0) continue;
+        overruns = 0; // "keeps failing" means 100 in a row, not 100 in an hour of listening
         for (snd_pcm_sframes_t i = 0; i < got; i++) {
             float acc = 0.0f;
             for (int c = 0; c < channels; c++) {

@@ -411,6 +411,9 @@ nm_status nm_audio_probe(const char *path, int32_t target_rate, int64_t *max_sam
     if (info.frames <= 0 || info.frames == SF_COUNT_MAX || info.samplerate <= 0)
         return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "%s: the header does not say how long it is", path);
     // soxr's count is within a sample of round(frames * out / in); a margin for its tail
+    if ((double)info.frames / info.samplerate > NM_AUDIO_MAX_SECONDS)
+        return nm_fail(NM_ERR_RANGE, err, err_size, "%s: too long: %.1f s, the limit is %d s", path,
+                       (double)info.frames / info.samplerate, NM_AUDIO_MAX_SECONDS);
     *max_samples = (int64_t)ceil((double)info.frames * target_rate / info.samplerate) + 64;
     return NM_OK;
 }

@@ -101,9 +101,13 @@ static void end_utterance(nm_vad *v, nm_vad_fn fn, void *user) {
 static void frame_done(nm_vad *v, nm_vad_fn fn, void *user) {
     double e = 0;
     for (int64_t i = 0; i < v->frame; i++) e += (double)v->cur[i] * v->cur[i];
+    if (!isfinite(e)) e = 0; // a NaN or infinite sample: the frame counts as silence
     const double db = 10.0 * log10(e / (double)v->frame + 1e-12);
+    // A louder room: the floor rises 5 dB a second between utterances, 1 dB a
+    // second inside one (a long vowel or a steady voice stays speech for
+    // (level - floor - threshold) seconds; speech's dips between words reset it).
     if (!v->have_floor || db < v->floor_db) v->floor_db = db, v->have_floor = true;
-    else v->floor_db += 5.0 * v->p.frame_ms / 1000.0; // a louder room: the floor rises 5 dB a second
+    else v->floor_db += (v->in ? 1.0 : 5.0) * v->p.frame_ms / 1000.0;
     if (v->floor_db > db) v->floor_db = db;
     const bool speech = db > v->floor_db + v->p.threshold_db && db > v->p.min_level_dbfs;
     const int64_t t_end = v->pos; // the stream position after this frame

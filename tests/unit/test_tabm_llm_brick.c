@@ -275,6 +275,21 @@ static void greedy_as_plain(int *nmtest_failed, rig *R, const part *p, int32_t n
     nm_sampler_free(rs);
 }
 
+// The answer to a refused prompt: one END slot, no token, NM_LLM_STOP_BAD_INPUT
+// flagged NM_BRICK_ERROR, and the brick's last error says `msg` (case k).
+static void refused(int *nmtest_failed, rig *R, size_t k, const char *msg) {
+    int32_t toks[16];
+    nm_llm_stop why = NM_LLM_STOP_NONE;
+    int slots = 0;
+    int32_t n = read_gen(R->out, toks, 16, &why, &slots);
+    NM_CHECK(n == 0 && slots == 1 && why == NM_LLM_STOP_BAD_INPUT && (g_last_user & NM_BRICK_ERROR));
+    const char *e = nm_brick_last_error(R->b);
+    if (!strstr(e, msg)) {
+        fprintf(stderr, "  case %zu: error '%s' lacks '%s'\n", k, e, msg);
+        NM_CHECK(0);
+    }
+}
+
 static const int32_t TEXT_A[] = {1, 504, 3458, 282, 4649, 314, 12, 2500, 77, 9, 1046, 30};
 static const int32_t TEXT_B[] = {2010, 34, 8, 905, 217, 15};
 
@@ -451,18 +466,9 @@ NM_TEST(tabm_llm_brick_malformed_slots) {
           EMBD(img, 2, 0)},
          3, "kind 0 (bytes) is not taken"},
     };
-    int32_t toks[16];
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         NM_CHECK(put_parts(R.in, cases[k].p, cases[k].n) == NM_OK);
-        nm_llm_stop why = NM_LLM_STOP_NONE;
-        int slots = 0;
-        int32_t n = read_gen(R.out, toks, 16, &why, &slots);
-        NM_CHECK(n == 0 && slots == 1 && why == NM_LLM_STOP_BAD_INPUT && (g_last_user & NM_BRICK_ERROR));
-        const char *e = nm_brick_last_error(R.b);
-        if (!strstr(e, cases[k].msg)) {
-            fprintf(stderr, "  case %zu: error '%s' lacks '%s'\n", k, e, cases[k].msg);
-            NM_CHECK(0);
-        }
+        refused(nmtest_failed, &R, k, cases[k].msg);
     }
     NM_CHECK(nm_brick_get_stats(R.b).n_bad_requests == sizeof cases / sizeof cases[0]);
     NM_CHECK(nm_brick_llm_pos(R.b) == 0); // dropped prompts leave no position behind
@@ -624,28 +630,16 @@ NM_TEST(tabm_llm_brick_request_params_refused) {
         {"{} {}", NM_BRICK_MORE, "bytes after the JSON object"},
         {"{\"n_predict\": 4}", 0, "parameters alone: no prompt follows"},
     };
-    int32_t toks[16];
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         part p[] = {PARAMS(cases[k].json, cases[k].user), TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
         NM_CHECK(put_parts(R.in, p, cases[k].user ? 2 : 1) == NM_OK);
-        nm_llm_stop why = NM_LLM_STOP_NONE;
-        int slots = 0;
-        int32_t n = read_gen(R.out, toks, 16, &why, &slots);
-        NM_CHECK(n == 0 && slots == 1 && why == NM_LLM_STOP_BAD_INPUT && (g_last_user & NM_BRICK_ERROR));
-        const char *e = nm_brick_last_error(R.b);
-        if (!strstr(e, cases[k].msg)) {
-            fprintf(stderr, "  case %zu: error '%s' lacks '%s'\n", k, e, cases[k].msg);
-            NM_CHECK(0);
-        }
+        refused(nmtest_failed, &R, k, cases[k].msg);
     }
     NM_CHECK(nm_brick_get_stats(R.b).n_bad_requests == sizeof cases / sizeof cases[0]);
     // a PARAMS slot anywhere but first is a malformed part of the prompt
     part late[] = {TOKS(TEXT_A, 4, NM_LLM_IN_POS(0) | NM_BRICK_MORE), PARAMS("{}", 0)};
     NM_CHECK(put_parts(R.in, late, 2) == NM_OK);
-    nm_llm_stop why;
-    int slots;
-    NM_CHECK(read_gen(R.out, toks, 16, &why, &slots) == 0 && why == NM_LLM_STOP_BAD_INPUT);
-    NM_CHECK(strstr(nm_brick_last_error(R.b), "kind 8 (parameters (only as a request's first slot))") != NULL);
+    refused(nmtest_failed, &R, 99, "kind 8 (parameters (only as a request's first slot))");
     // the brick's own parameters are intact: greedy, 6 tokens
     part good = TOKS(TEXT_A, 12, NM_LLM_IN_POS(0));
     greedy_as_plain(nmtest_failed, &R, &good, 6);

@@ -109,6 +109,8 @@ static void overlay(const nm_kernels *simd) {
             chosen.gemv_prep[t] = simd->gemv_prep[t];
             chosen.gemv[t] = simd->gemv[t];
         }
+        if (simd->gemmq_pack[t]) chosen.gemmq_pack[t] = simd->gemmq_pack[t];
+        if (simd->gemmq_packed[t]) chosen.gemmq_packed[t] = simd->gemmq_packed[t];
         if (simd->gemmq[t]) chosen.gemmq[t] = simd->gemmq[t];
         else if (simd->dotq[t] && chosen.gemmq[t] == ref_table.gemmq[t]) chosen.gemmq[t] = gemmq_via_dotq[t];
     }

@@ -108,6 +108,25 @@ typedef void (*nm_gemv_prep_fn)(const void *restrict xq, int64_t K, void *restri
 typedef void (*nm_gemv_fn)(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,
                            const void *restrict prep, int64_t K, float *restrict y);
 
+// Prefill over packed activations (tables where the CPU pays for it: the
+// AVX-512 one). gemmq_pack lays out one group of n_tok <= NM_GQP_TOK
+// activation rows xq (of the ACTIVATION type it is indexed by: q8_0 or q8_1)
+// as the packed kernels read them, NM_GQP_BYTES(K) bytes at pack (64-byte
+// aligned; lanes past n_tok are zero activations). The layout is the same for
+// every weight type of one activation type, so the matmuls of a group share
+// it. gemmq_packed then computes, for r < n_rows, t < n_tok,
+//   y[t*ldy + r] = dotq_ref(w + r*w_stride, xq row t, K)
+// from the packed groups (group g at pack + g * NM_GQP_BYTES(K)), bit for bit
+// the reference's sums (the same integer block sums, the same f32 operations
+// in the same order). Cheaper than gemmq from about NM_GQP_MIN_TOKENS tokens.
+#define NM_GQP_TOK 16
+#define NM_GQP_MIN_TOKENS 8
+#define NM_GQP_BYTES(K) ((size_t)(K) / 32 * 640)
+typedef void (*nm_gemmq_pack_fn)(const void *restrict xq, size_t x_stride, int64_t n_tok, int64_t K,
+                                 void *restrict pack);
+typedef void (*nm_gemmq_packed_fn)(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict pack,
+                                   int64_t n_tok, int64_t K, float *restrict y, int64_t ldy);
+
 typedef struct nm_kernels {
     const char *name;                  // "ref", "avx2", "neon"
     nm_dot_fn dot[NM_TYPE_COUNT];      // NULL where the type is unsupported
@@ -117,6 +136,8 @@ typedef struct nm_kernels {
     nm_gemmq_fn gemmq[NM_TYPE_COUNT];         // by WEIGHT type, where dotq is set (see nm_gemmq_fn)
     nm_gemv_prep_fn gemv_prep[NM_TYPE_COUNT]; // by WEIGHT type; NULL: no gemv (see nm_gemv_fn)
     nm_gemv_fn gemv[NM_TYPE_COUNT];           // set exactly where gemv_prep is
+    nm_gemmq_pack_fn gemmq_pack[NM_TYPE_COUNT];     // by ACTIVATION type (q8_0, q8_1)
+    nm_gemmq_packed_fn gemmq_packed[NM_TYPE_COUNT]; // by WEIGHT type; its activation type has a gemmq_pack
 } nm_kernels;
 
 // The kernel table for this CPU, chosen once (thread-safe) from the CPU

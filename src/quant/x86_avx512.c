@@ -362,6 +362,170 @@ GEMMQ_PAIRS(gemmq_q4_0, nm_block_q4_0, pair_q4_0, NM_TYPE_Q4_0, 8)
 GEMMQ_PAIRS(gemmq_q5_0, nm_block_q5_0, pair_q5_0, NM_TYPE_Q5_0, 16)
 GEMMQ_PAIRS(gemmq_q8_0, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0, 128)
 
+// ---- prefill over packed activations: 16 tokens per vector ---------------------------------
+//
+// The tiles above put a block's elements in the lanes, so every (row, token)
+// pair pays a convert, a scale multiply and an FMA per block on a whole
+// vector: three float ops per vpdpbusd. Here the lanes are 16 tokens: each
+// activation block is packed once per matmul (gemmq_pack) as 8 zmm whose lane
+// t holds token t's quants 4j..4j+3 (as u8: x + 128), and a weight block's 8
+// dwords of signed quants are the broadcast operand of 8 vpdpbusd, which leave
+// the block's 16 integer dots in one register. The float work per block is
+// then a convert and the reference's multiplies and add for 16 tokens at once:
+// four ops per 8 vpdpbusd. The + 128 is taken off through the weight block's
+// sum (the accumulator starts at -128 * sum w). Each row's sum runs over the
+// blocks in order with the reference's operations (dotq_ref in ref_dotq.c;
+// the build does not contract them), so the results are the reference's bits.
+//
+// A weight row tile (8 rows, up to GQP_KC blocks) is unpacked once and meets
+// every token group; a K longer than the chunk keeps the partial sums in y.
+typedef struct {
+    uint8_t q[8][64]; // q[j][4t..4t+3]: token t's quants 4j..4j+3, + 128
+    float dx[NM_GQP_TOK];
+    float sx[NM_GQP_TOK]; // q8_1's s (d * sum of the quants); 0 for q8_0
+} gqp_block;
+
+typedef struct {
+    int32_t q[8]; // the 32 quants, signed
+    float d, m;   // scale and (q4_1, q5_1) min; d = 0 on a pad row
+    int32_t corr; // -128 * sum of the quants
+    int32_t pad;
+} gqp_w;
+
+#define GQP_R 8
+#define GQP_KC 64
+
+static inline void gemmq_pack_body(const void *restrict xq, size_t x_stride, int64_t n_tok, int64_t K,
+                                   void *restrict pack, bool q81) {
+    const size_t ysz = q81 ? sizeof(nm_block_q8_1) : sizeof(nm_block_q8_0), qo = ysz - NM_QK;
+    gqp_block *out = pack;
+    for (int64_t b = 0; b < K / NM_QK; b++) {
+        gqp_block *o = &out[b];
+        for (int t = 0; t < NM_GQP_TOK; t++) {
+            uint32_t v[8];
+            if (t < n_tok) {
+                const uint8_t *blk = (const uint8_t *)xq + (size_t)t * x_stride + (size_t)b * ysz;
+                uint16_t d, sh = 0;
+                memcpy(&d, blk, 2);
+                if (q81) memcpy(&sh, blk + 2, 2);
+                o->dx[t] = h2f_tab(d);
+                o->sx[t] = q81 ? h2f_tab(sh) : 0.0f;
+                memcpy(v, blk + qo, 32);
+                for (int j = 0; j < 8; j++) v[j] ^= 0x80808080u;
+            } else {
+                o->dx[t] = o->sx[t] = 0.0f;
+                for (int j = 0; j < 8; j++) v[j] = 0x80808080u;
+            }
+            for (int j = 0; j < 8; j++) memcpy(&o->q[j][4 * t], &v[j], 4);
+        }
+    }
+}
+
+static void gemmq_pack_q8_0(const void *restrict xq, size_t x_stride, int64_t n_tok, int64_t K, void *restrict pack) {
+    gemmq_pack_body(xq, x_stride, n_tok, K, pack, false);
+}
+static void gemmq_pack_q8_1(const void *restrict xq, size_t x_stride, int64_t n_tok, int64_t K, void *restrict pack) {
+    gemmq_pack_body(xq, x_stride, n_tok, K, pack, true);
+}
+
+// Weight block -> signed quants, scales and the offset correction.
+static inline void gqp_unpack(uint32_t type, const uint8_t *wb, gqp_w *o) {
+    float dw, mw;
+    __m256i q = gq_unpack(type, wb, &dw, &mw); // q + 8 / + 16 / + 12 for the offset formats, q8_0 as it is
+    const int off = type == NM_TYPE_Q4_0 ? 8 : type == NM_TYPE_Q5_0 ? 16 : type == NM_TYPE_MXFP4 ? 12 : 0;
+    q = _mm256_sub_epi8(q, _mm256_set1_epi8((char)off));
+    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+    const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    const int32_t sum = (int32_t)(_mm_cvtsi128_si64(s2) + _mm_extract_epi64(s2, 1)) - 32 * 128;
+    _mm256_storeu_si256((__m256i *)o->q, q);
+    o->d = dw;
+    o->m = mw;
+    o->corr = -128 * sum;
+}
+
+// Rows wt[r][0..nbk) (GQP_R of them, pad rows zero) against one token group's
+// blocks x[0..nbk), continuing the sums in acc.
+static inline __attribute__((always_inline)) void gqp_tile(uint32_t type, const gqp_w wt[GQP_R][GQP_KC],
+                                                           const gqp_block *restrict x, int64_t nbk,
+                                                           __m512 acc[GQP_R]) {
+    for (int64_t b = 0; b < nbk; b++) {
+        const gqp_block *xb = &x[b];
+        __m512i X[8];
+        for (int j = 0; j < 8; j++) X[j] = _mm512_load_si512(xb->q[j]);
+        const __m512 dx = _mm512_load_ps(xb->dx);
+        _Pragma("GCC unroll 8") for (int r = 0; r < GQP_R; r++) {
+            const gqp_w *w = &wt[r][b];
+            __m512i s = _mm512_set1_epi32(w->corr);
+            for (int j = 0; j < 8; j++) s = _mm512_dpbusd_epi32(s, X[j], _mm512_set1_epi32(w->q[j]));
+            const __m512 f = _mm512_cvtepi32_ps(s);
+            __m512 v;
+            if (type == NM_TYPE_Q4_0) { // (sumi * d_w) * d_x
+                v = _mm512_mul_ps(_mm512_mul_ps(f, _mm512_set1_ps(w->d)), dx);
+            } else { // (d_w * d_x) * sumi; mxfp4's d_x * e and q8_0's sumi * (d_w * d_x) are the same products
+                v = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(w->d), dx), f);
+                if (type == NM_TYPE_Q4_1 || type == NM_TYPE_Q5_1)
+                    v = _mm512_add_ps(v, _mm512_mul_ps(_mm512_set1_ps(w->m), _mm512_load_ps(xb->sx)));
+            }
+            acc[r] = _mm512_add_ps(acc[r], v);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void gemmq_packed_body(uint32_t type, const void *restrict w,
+                                                                    size_t w_stride, int64_t n_rows,
+                                                                    const void *restrict pack, int64_t n_tok,
+                                                                    int64_t K, float *restrict y, int64_t ldy) {
+    const int64_t nb = K / NM_QK, ng = (n_tok + NM_GQP_TOK - 1) / NM_GQP_TOK;
+    const size_t wsz = nm_row_size(type, NM_QK);
+    const gqp_block *xp = pack;
+    if (nb == 0) gq_zero(y, ldy, n_rows, n_tok);
+    gqp_w wt[GQP_R][GQP_KC] __attribute__((aligned(64)));
+    for (int64_t r0 = 0; r0 < n_rows; r0 += GQP_R) {
+        const int nr = n_rows - r0 < GQP_R ? (int)(n_rows - r0) : GQP_R;
+        for (int64_t b0 = 0; b0 < nb; b0 += GQP_KC) {
+            const int64_t nbk = nb - b0 < GQP_KC ? nb - b0 : GQP_KC;
+            for (int r = 0; r < GQP_R; r++) {
+                if (r < nr) {
+                    const uint8_t *row = (const uint8_t *)w + (size_t)(r0 + r) * w_stride + (size_t)b0 * wsz;
+                    for (int64_t b = 0; b < nbk; b++) gqp_unpack(type, row + (size_t)b * wsz, &wt[r][b]);
+                } else {
+                    memset(wt[r], 0, (size_t)nbk * sizeof(gqp_w));
+                }
+            }
+            for (int64_t g = 0; g < ng; g++) {
+                const int64_t t0 = g * NM_GQP_TOK, nt = n_tok - t0 < NM_GQP_TOK ? n_tok - t0 : NM_GQP_TOK;
+                float v[NM_GQP_TOK] __attribute__((aligned(64)));
+                __m512 acc[GQP_R];
+                for (int r = 0; r < GQP_R; r++) {
+                    if (b0 == 0 || r >= nr) {
+                        acc[r] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    for (int64_t t = 0; t < nt; t++) v[t] = y[(t0 + t) * ldy + r0 + r]; // the sums so far
+                    acc[r] = _mm512_maskz_loadu_ps((__mmask16)((1u << nt) - 1), v);
+                }
+                gqp_tile(type, (const gqp_w(*)[GQP_KC])wt, xp + (size_t)g * (size_t)nb + (size_t)b0, nbk, acc);
+                for (int r = 0; r < nr; r++) {
+                    _mm512_store_ps(v, acc[r]);
+                    for (int64_t t = 0; t < nt; t++) y[(t0 + t) * ldy + r0 + r] = v[t];
+                }
+            }
+        }
+    }
+}
+
+#define GEMMQ_PACKED(name, type)                                                                                 \
+    static void name(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict pack,         \
+                     int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {                                 \
+        gemmq_packed_body(type, w, w_stride, n_rows, pack, n_tok, K, y, ldy);                                    \
+    }
+GEMMQ_PACKED(gemmq_packed_q4_0, NM_TYPE_Q4_0)
+GEMMQ_PACKED(gemmq_packed_q4_1, NM_TYPE_Q4_1)
+GEMMQ_PACKED(gemmq_packed_q5_0, NM_TYPE_Q5_0)
+GEMMQ_PACKED(gemmq_packed_q5_1, NM_TYPE_Q5_1)
+GEMMQ_PACKED(gemmq_packed_q8_0, NM_TYPE_Q8_0)
+GEMMQ_PACKED(gemmq_packed_mxfp4, NM_TYPE_MXFP4)
+
 // ---- the K formats' unpacking, shared by the prefill tiles and the decode GEMV --------------
 
 // A q4_K super-block's 8 6-bit scales and 8 6-bit mins (nm_get_scale_min_k4's
@@ -704,6 +868,7 @@ GEMV_DEFINE(gemv_q6_K, nm_block_q6_K, NM_QK_K, q6_K_row)
 _Static_assert(sizeof(q4_1_group) == 768, "q4_1 group layout");
 _Static_assert(NM_GEMV_PREP_BYTES(NM_QK * Q4_1_GROUP) >= sizeof(q4_1_group), "q4_1 prep size");
 _Static_assert(sizeof(q8_pair) == 192 && NM_GEMV_PREP_BYTES(1024) >= 16 * sizeof(q8_pair), "pair prep size");
+_Static_assert(sizeof(gqp_block) == NM_GQP_BYTES(NM_QK) && sizeof(gqp_w) == 48, "packed prefill layout");
 _Static_assert(sizeof(qk_gv) == 320 && NM_GEMV_PREP_BYTES(1024) >= 4 * sizeof(qk_gv), "K-quant prep size");
 
 static const nm_kernels avx512_table = {
@@ -715,6 +880,10 @@ static const nm_kernels avx512_table = {
               [NM_TYPE_Q4_K] = gemmq_q4_K, [NM_TYPE_Q6_K] = gemmq_q6_K},
     .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
              [NM_TYPE_Q8_0] = gemv_q8_0, [NM_TYPE_Q4_K] = gemv_q4_K, [NM_TYPE_Q6_K] = gemv_q6_K},
+    .gemmq_pack = {[NM_TYPE_Q8_0] = gemmq_pack_q8_0, [NM_TYPE_Q8_1] = gemmq_pack_q8_1},
+    .gemmq_packed = {[NM_TYPE_Q4_0] = gemmq_packed_q4_0, [NM_TYPE_Q4_1] = gemmq_packed_q4_1,
+                     [NM_TYPE_Q5_0] = gemmq_packed_q5_0, [NM_TYPE_Q5_1] = gemmq_packed_q5_1,
+                     [NM_TYPE_Q8_0] = gemmq_packed_q8_0, [NM_TYPE_MXFP4] = gemmq_packed_mxfp4},
 };
 
 // Called once, under dispatch.c's pthread_once.

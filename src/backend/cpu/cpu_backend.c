@@ -106,6 +106,8 @@ typedef struct nm_cpu {
     float *xpack;   // (ceil16(max_tokens), max_row), 64-aligned: activations in 16-token panels for pk->gemm
     uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
     uint8_t *gemv_prep; // (NM_MM_GROUP, gemv_prep_bytes), 64-aligned: decode activations as each gemv wants them
+    uint8_t *act_pack;  // (ceil(max_tokens / NM_GQP_TOK), NM_GQP_BYTES(max_row)), 64-aligned, where the
+                        // kernels have packed prefill: act_q in token groups for gemmq_packed; else NULL
     size_t gemv_prep_bytes;
     float *attn_ws; // (n_threads, attn_ws_floats): NM_OP_ATTENTION_FULL workspace
     int64_t attn_ws_floats, attn_max_seq, attn_max_hd;
@@ -146,6 +148,7 @@ typedef struct mm_task {
     const nm_op *ops[NM_MM_GROUP];
     int n_ops;
     const float *x; // mm_worker: activations to use instead of src1 (NULL: src1)
+    bool packed;    // act_q is also in c->act_pack (prefill): ops with a gemmq_packed kernel use it
     int64_t off[NM_MM_GROUP + 1];
 } mm_task;
 
@@ -161,6 +164,16 @@ static void act_worker(void *arg, int64_t chunk, int ith) {
         nm_gemv_prep_fn prep = c->k->gemv_prep[t->ops[g]->src0->type];
         if (prep) prep(c->act_q, K, c->gemv_prep + (size_t)g * c->gemv_prep_bytes);
     }
+}
+
+// act_q's token group `chunk` into act_pack (prefill, once for the group of matmuls).
+static void pack_worker(void *arg, int64_t chunk, int ith) {
+    const mm_task *t = arg;
+    const nm_cpu *c = t->c;
+    const int64_t K = t->op->src1->ne[0], T = t->op->src1->ne[1], t0 = chunk * NM_GQP_TOK;
+    c->k->gemmq_pack[t->act_type](c->act_q + (size_t)t0 * t->act_row, t->act_row,
+                                  T - t0 < NM_GQP_TOK ? T - t0 : NM_GQP_TOK, K,
+                                  c->act_pack + (size_t)chunk * NM_GQP_BYTES(K));
 }
 
 // Quantized weights: activations were quantized once per op to the weights'
@@ -191,8 +204,10 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     }
     if (!dec) {
         // prefill: register-blocked kernel, each weight block unpacked once per tile of tokens
+        nm_gemmq_packed_fn packed = t->packed ? c->k->gemmq_packed[w->type] : NULL;
         nm_gemmq_fn gemm = c->k->gemmq[w->type];
-        gemm(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, c->act_q, t->act_row, T, K, yd + r0, O);
+        if (packed) packed(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, c->act_pack, T, K, yd + r0, O);
+        else gemm(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, c->act_q, t->act_row, T, K, yd + r0, O);
         if (bd)
             for (int64_t tok = 0; tok < T; tok++)
                 for (int64_t o = r0; o < r1; o++) yd[tok * O + o] += bd[o];
@@ -1220,6 +1235,11 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
             }
             for (int g = 0; g < t.n_ops; g++) t.off[g + 1] = t.off[g] + mm_chunks(c, t.ops[g]);
             nm_pool_run(c->pool, act_worker, &t, op->src1->ne[1]);
+            const int64_t T = op->src1->ne[1];
+            if (c->act_pack && c->k->gemmq_pack[t.act_type] && T >= NM_GQP_MIN_TOKENS && !(op->flags & NM_OPF_ROWWISE)) {
+                for (int g = 0; g < t.n_ops; g++) t.packed |= c->k->gemmq_packed[t.ops[g]->src0->type] != NULL;
+                if (t.packed) nm_pool_run(c->pool, pack_worker, &t, (T + NM_GQP_TOK - 1) / NM_GQP_TOK);
+            }
             nm_pool_run(c->pool, mmq_worker, &t, t.off[t.n_ops]);
             break;
         }
@@ -1287,6 +1307,7 @@ static void cpu_free(nm_backend *b) {
     free(c->scratch);
     free(c->act_q);
     free(c->gemv_prep);
+    free(c->act_pack);
     free(c->xpack);
     free(c->attn_ws);
     free(c);
@@ -1348,6 +1369,12 @@ nm_status nm_backend_cpu_new(const nm_backend_params *p, nm_backend **out, char 
                                          NM_GEMM_PACK_ROWS * (size_t)max_row * sizeof(float));
         if (!c->xpack) goto fail;
     }
+    bool any_packed = false;
+    for (int ty = 0; ty < NM_TYPE_COUNT; ty++) any_packed |= c->k->gemmq_pack[ty] != NULL;
+    if (any_packed && max_tokens >= NM_GQP_MIN_TOKENS) {
+        c->act_pack = aligned_alloc(64, (size_t)(max_tokens + NM_GQP_TOK - 1) / NM_GQP_TOK * NM_GQP_BYTES(max_row) + 64);
+        if (!c->act_pack) goto fail;
+    }
     if (!c->scratch || !c->act_q || !c->gemv_prep) goto fail;
     b->iface = &cpu_iface;
     b->impl = c;
@@ -1365,6 +1392,7 @@ fail:
         free(c->scratch);
         free(c->act_q);
         free(c->gemv_prep);
+        free(c->act_pack);
         free(c->xpack);
     }
     free(c);

@@ -549,9 +549,9 @@ NM_TEST(golden_gemma3) {
     loaded L;
     double t0 = now_ms();
     NEED_LOADED("gemma-3-270m-q4_k_m.gguf", L);
-    double ms = now_ms() - t0;
-    fprintf(stderr, "  create: %.1f ms (incl. open)\n", ms);
-    NM_CHECK(ms < 1000);
+    // A figure, not a check: its speed is measured by benchmarks, and a
+    // timed assertion fails under sanitizers or a loaded machine.
+    fprintf(stderr, "  create: %.1f ms (incl. open)\n", now_ms() - t0);
     NM_CHECK(nm_tokenizer_n_vocab(L.t) == 262144);
     NM_CHECK(nm_tokenizer_bos(L.t) == 2 && nm_tokenizer_eos(L.t) == 1);
     NM_CHECK(nm_tokenizer_is_eog(L.t, 1) && nm_tokenizer_is_eog(L.t, 106));

@@ -378,7 +378,7 @@ GEMMQ_PAIRS(gemmq_q8_0, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0, 128)
 // the build does not contract them), so the results are the reference's bits.
 //
 // A weight row tile (8 rows, up to GQP_KC blocks) is unpacked once and meets
-// every token group; a K longer than the chunk keeps the partial sums in y.
+// every token group (gemmq_packed_body).
 typedef struct {
     uint8_t q[8][64]; // q[j][4t..4t+3]: token t's quants 4j..4j+3, + 128
     float dx[NM_GQP_TOK];
@@ -471,60 +471,7 @@ static inline __attribute__((always_inline)) void gqp_tile(uint32_t type, const 
     }
 }
 
-static inline __attribute__((always_inline)) void gemmq_packed_body(uint32_t type, const void *restrict w,
-                                                                    size_t w_stride, int64_t n_rows,
-                                                                    const void *restrict pack, int64_t n_tok,
-                                                                    int64_t K, float *restrict y, int64_t ldy) {
-    const int64_t nb = K / NM_QK, ng = (n_tok + NM_GQP_TOK - 1) / NM_GQP_TOK;
-    const size_t wsz = nm_row_size(type, NM_QK);
-    const gqp_block *xp = pack;
-    if (nb == 0) gq_zero(y, ldy, n_rows, n_tok);
-    gqp_w wt[GQP_R][GQP_KC] __attribute__((aligned(64)));
-    for (int64_t r0 = 0; r0 < n_rows; r0 += GQP_R) {
-        const int nr = n_rows - r0 < GQP_R ? (int)(n_rows - r0) : GQP_R;
-        for (int64_t b0 = 0; b0 < nb; b0 += GQP_KC) {
-            const int64_t nbk = nb - b0 < GQP_KC ? nb - b0 : GQP_KC;
-            for (int r = 0; r < GQP_R; r++) {
-                if (r < nr) {
-                    const uint8_t *row = (const uint8_t *)w + (size_t)(r0 + r) * w_stride + (size_t)b0 * wsz;
-                    for (int64_t b = 0; b < nbk; b++) gqp_unpack(type, row + (size_t)b * wsz, &wt[r][b]);
-                } else {
-                    memset(wt[r], 0, (size_t)nbk * sizeof(gqp_w));
-                }
-            }
-            for (int64_t g = 0; g < ng; g++) {
-                const int64_t t0 = g * NM_GQP_TOK, nt = n_tok - t0 < NM_GQP_TOK ? n_tok - t0 : NM_GQP_TOK;
-                float v[NM_GQP_TOK] __attribute__((aligned(64)));
-                __m512 acc[GQP_R];
-                for (int r = 0; r < GQP_R; r++) {
-                    if (b0 == 0 || r >= nr) {
-                        acc[r] = _mm512_setzero_ps();
-                        continue;
-                    }
-                    for (int64_t t = 0; t < nt; t++) v[t] = y[(t0 + t) * ldy + r0 + r]; // the sums so far
-                    acc[r] = _mm512_maskz_loadu_ps((__mmask16)((1u << nt) - 1), v);
-                }
-                gqp_tile(type, (const gqp_w(*)[GQP_KC])wt, xp + (size_t)g * (size_t)nb + (size_t)b0, nbk, acc);
-                for (int r = 0; r < nr; r++) {
-                    _mm512_store_ps(v, acc[r]);
-                    for (int64_t t = 0; t < nt; t++) y[(t0 + t) * ldy + r0 + r] = v[t];
-                }
-            }
-        }
-    }
-}
-
-#define GEMMQ_PACKED(name, type)                                                                                 \
-    static void name(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict pack,         \
-                     int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {                                 \
-        gemmq_packed_body(type, w, w_stride, n_rows, pack, n_tok, K, y, ldy);                                    \
-    }
-GEMMQ_PACKED(gemmq_packed_q4_0, NM_TYPE_Q4_0)
-GEMMQ_PACKED(gemmq_packed_q4_1, NM_TYPE_Q4_1)
-GEMMQ_PACKED(gemmq_packed_q5_0, NM_TYPE_Q5_0)
-GEMMQ_PACKED(gemmq_packed_q5_1, NM_TYPE_Q5_1)
-GEMMQ_PACKED(gemmq_packed_q8_0, NM_TYPE_Q8_0)
-GEMMQ_PACKED(gemmq_packed_mxfp4, NM_TYPE_MXFP4)
+// (the driver, gemmq_packed_body, follows the K formats' packed form below)
 
 // ---- the K formats' unpacking, shared by the prefill tiles and the decode GEMV --------------
 
@@ -586,6 +533,257 @@ static inline __m512i q6k_sidx(int z) {
     return _mm512_set_epi32(4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 3, 4 * z + 2, 4 * z + 2, 4 * z + 2, 4 * z + 2,
                             4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z + 1, 4 * z, 4 * z, 4 * z, 4 * z);
 }
+
+// ---- prefill over packed activations: the K formats ----------------------------------------
+//
+// The packed form of q4_K, q5_K and q6_K against q8_K activations: as the
+// 32-element formats above, lane t is token t and a weight dword the
+// broadcast operand of vpdpbusd, the activations + 128 as u8 (gqk_block: one
+// 256-element super-block of 16 tokens, in element order). A q4_K/q5_K
+// sub-block (32 elements) takes 8 vpdpbusd into a fresh dword sum, which a
+// vpmulld by its scale adds to the super-block's isum (a q6_K group of 16
+// elements: 4 and its signed scale); isum starts at -128 * sum_j sc_j * sum q_j,
+// which takes the + 128 off. The min term sum_j m_j * (bsums[2j] + bsums[2j+1])
+// is 4 vpdpwssd on the tokens' pair sums. The floats are the reference's:
+// d * isum - dmin * summs (q4_K, q5_K; d = d_w * d_x), (d_w * d_x) * isum
+// (q6_K), added per super-block in order: the reference's bits.
+typedef struct {
+    uint8_t q[64][64];    // q[i][4t..4t+3]: token t's quants 4i..4i+3, + 128
+    int32_t pairs[4][16]; // lane t: bsum pair 2i (bsums[4i] + bsums[4i+1]) low, pair 2i+1 high
+    float dx[NM_GQP_TOK];
+} gqk_block;
+
+typedef struct {
+    int32_t q[64];  // the 256 quants, signed bytes in element order (q6_K: q - 32)
+    int32_t sc[16]; // q4_K/q5_K: the 8 sub-block scales; q6_K: the 16 group scales
+    int32_t mp[4];  // q4_K/q5_K: min 2i (low int16) and min 2i+1 (high)
+    int32_t corr;   // -128 * sum over sub-blocks (groups) of scale * sum of quants
+    float d, dmin;  // d = 0 on a pad row
+    int32_t pad[9];
+} gqk_w;
+
+#define GQK_KC 4 // super-blocks per K chunk: 8 rows x 4 x 384 B of unpacked weights
+
+static void gemmq_pack_q8_K(const void *restrict xq, size_t x_stride, int64_t n_tok, int64_t K, void *restrict pack) {
+    gqk_block *out = pack;
+    for (int64_t b = 0; b < K / NM_QK_K; b++) {
+        gqk_block *o = &out[b];
+        int16_t pr[NM_GQP_TOK][8];
+        for (int t = 0; t < NM_GQP_TOK; t++) {
+            uint32_t v[64];
+            if (t < n_tok) {
+                const nm_block_q8_K *y = (const nm_block_q8_K *)((const uint8_t *)xq + (size_t)t * x_stride) + b;
+                o->dx[t] = y->d;
+                memcpy(v, y->qs, sizeof v);
+                for (int i = 0; i < 64; i++) v[i] ^= 0x80808080u;
+                for (int j = 0; j < 8; j++) pr[t][j] = (int16_t)(y->bsums[2 * j] + y->bsums[2 * j + 1]);
+            } else {
+                o->dx[t] = 0.0f;
+                for (int i = 0; i < 64; i++) v[i] = 0x80808080u;
+                memset(pr[t], 0, sizeof pr[t]);
+            }
+            for (int i = 0; i < 64; i++) memcpy(&o->q[i][4 * t], &v[i], 4);
+            for (int i = 0; i < 4; i++)
+                o->pairs[i][t] = (int32_t)(((uint32_t)(uint16_t)pr[t][2 * i + 1] << 16) | (uint16_t)pr[t][2 * i]);
+        }
+    }
+}
+
+// Sums of the bytes of q (unsigned) per 16: s[0..1] for q[0..31].
+static inline void sums16(__m256i q, int32_t s[2]) {
+    const __m256i sad = _mm256_sad_epu8(q, _mm256_setzero_si256()); // qwords: bytes 0-7, 8-15, 16-23, 24-31
+    int64_t w[4];
+    _mm256_storeu_si256((__m256i *)w, sad);
+    s[0] = (int32_t)(w[0] + w[1]);
+    s[1] = (int32_t)(w[2] + w[3]);
+}
+
+// q4_K/q5_K super-block -> gqk_w. Elements 64c..64c+31 are the low nibbles of
+// qs[32c..32c+31], 64c+32.. their high nibbles; q5_K's fifth bit of element
+// 64c + l is bit 2c of qh[l], of 64c + 32 + l bit 2c + 1.
+static inline void gqk_unpack_q45(const uint8_t *qs, const uint8_t *qh, const uint8_t scales[12], uint16_t d,
+                                  uint16_t dmin, gqk_w *o) {
+    const __m256i low4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+    const __m256i H = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    uint8_t sm[16];
+    _mm_storeu_si128((__m128i *)sm, q4k_scales_mins(scales)); // scales 0-7, mins 0-7
+    int32_t corr = 0;
+    for (int c = 0; c < 4; c++) {
+        const __m256i A = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+        __m256i lo = _mm256_and_si256(A, low4), hi = _mm256_and_si256(_mm256_srli_epi16(A, 4), low4);
+        if (qh) {
+            const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(H, 2 * c), one);
+            const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(H, 2 * c + 1), one);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+        }
+        _mm256_storeu_si256((__m256i *)(o->q + 16 * c), lo);
+        _mm256_storeu_si256((__m256i *)(o->q + 16 * c + 8), hi);
+        int32_t s[2];
+        sums16(lo, s);
+        corr += sm[2 * c] * (s[0] + s[1]);
+        sums16(hi, s);
+        corr += sm[2 * c + 1] * (s[0] + s[1]);
+    }
+    for (int j = 0; j < 8; j++) o->sc[j] = sm[j];
+    for (int j = 8; j < 16; j++) o->sc[j] = 0;
+    for (int i = 0; i < 4; i++) o->mp[i] = (int32_t)((uint32_t)sm[8 + 2 * i + 1] << 16 | sm[8 + 2 * i]);
+    o->corr = -128 * corr;
+    o->d = h2f_tab(d);
+    o->dmin = h2f_tab(dmin);
+}
+
+// q6_K super-block -> gqk_w (element 128h + 32k + l: ql[64h + 32(k & 1) + l]'s
+// nibble k >> 1, with bits 2k, 2k + 1 of qh[32h + l] above it; minus 32).
+static inline void gqk_unpack_q6(const nm_block_q6_K *x, gqk_w *o) {
+    const __m256i low4 = _mm256_set1_epi8(15), three = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    int32_t corr = 0;
+    for (int h = 0; h < 2; h++) {
+        const __m256i H = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        for (int k = 0; k < 4; k++) {
+            const __m256i L = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32 * (k & 1)));
+            const __m256i lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(L, 4) : L, low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(H, 2 * k), three);
+            const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)); // 0..63
+            const int e = 128 * h + 32 * k;
+            int32_t s[2];
+            sums16(q, s);
+            corr += x->scales[e / 16] * (s[0] - 16 * 32) + x->scales[e / 16 + 1] * (s[1] - 16 * 32);
+            _mm256_storeu_si256((__m256i *)(o->q + e / 4), _mm256_sub_epi8(q, k32));
+        }
+    }
+    for (int g = 0; g < 16; g++) o->sc[g] = x->scales[g];
+    for (int i = 0; i < 4; i++) o->mp[i] = 0;
+    o->corr = -128 * corr;
+    o->d = h2f_tab(x->d);
+    o->dmin = 0.0f;
+}
+
+static inline void gqk_unpack(uint32_t type, const uint8_t *wb, gqk_w *o) {
+    if (type == NM_TYPE_Q4_K) {
+        const nm_block_q4_K *x = (const nm_block_q4_K *)wb;
+        gqk_unpack_q45(x->qs, NULL, x->scales, x->d, x->dmin, o);
+    } else if (type == NM_TYPE_Q5_K) {
+        const nm_block_q5_K *x = (const nm_block_q5_K *)wb;
+        gqk_unpack_q45(x->qs, x->qh, x->scales, x->d, x->dmin, o);
+    } else {
+        gqk_unpack_q6((const nm_block_q6_K *)wb, o);
+    }
+}
+
+// Rows wt[r][0..nbk) against one token group's super-blocks x[0..nbk),
+// continuing the sums in acc.
+static inline __attribute__((always_inline)) void gqk_tile(uint32_t type, const gqk_w wt[GQP_R][GQK_KC],
+                                                           const gqk_block *restrict x, int64_t nbk,
+                                                           __m512 acc[GQP_R]) {
+    const bool q6 = type == NM_TYPE_Q6_K;
+    const int per = q6 ? 4 : 8; // dwords per scale
+    for (int64_t b = 0; b < nbk; b++) {
+        const gqk_block *xb = &x[b];
+        __m512i isum[GQP_R];
+        for (int r = 0; r < GQP_R; r++) isum[r] = _mm512_set1_epi32(wt[r][b].corr);
+        for (int j = 0; j < 64 / per; j++) {
+            __m512i X[8];
+            for (int i = 0; i < per; i++) X[i] = _mm512_load_si512(xb->q[per * j + i]);
+            _Pragma("GCC unroll 8") for (int r = 0; r < GQP_R; r++) {
+                const gqk_w *w = &wt[r][b];
+                __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), X[0], _mm512_set1_epi32(w->q[per * j]));
+                for (int i = 1; i < per; i++) s = _mm512_dpbusd_epi32(s, X[i], _mm512_set1_epi32(w->q[per * j + i]));
+                isum[r] = _mm512_add_epi32(isum[r], _mm512_mullo_epi32(s, _mm512_set1_epi32(w->sc[j])));
+            }
+        }
+        const __m512 dx = _mm512_load_ps(xb->dx);
+        if (q6) {
+            _Pragma("GCC unroll 8") for (int r = 0; r < GQP_R; r++) {
+                const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(wt[r][b].d), dx), _mm512_cvtepi32_ps(isum[r]));
+                acc[r] = _mm512_add_ps(acc[r], v);
+            }
+        } else {
+            __m512i P[4];
+            for (int i = 0; i < 4; i++) P[i] = _mm512_load_si512(xb->pairs[i]);
+            _Pragma("GCC unroll 8") for (int r = 0; r < GQP_R; r++) {
+                const gqk_w *w = &wt[r][b];
+                __m512i ms = _mm512_dpwssd_epi32(_mm512_setzero_si512(), P[0], _mm512_set1_epi32(w->mp[0]));
+                for (int i = 1; i < 4; i++) ms = _mm512_dpwssd_epi32(ms, P[i], _mm512_set1_epi32(w->mp[i]));
+                const __m512 d = _mm512_mul_ps(_mm512_set1_ps(w->d), dx), dm = _mm512_mul_ps(_mm512_set1_ps(w->dmin), dx);
+                const __m512 v = _mm512_sub_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(isum[r])),
+                                               _mm512_mul_ps(dm, _mm512_cvtepi32_ps(ms)));
+                acc[r] = _mm512_add_ps(acc[r], v);
+            }
+        }
+    }
+}
+
+// The driver of both packed forms: a row tile's weights are unpacked once per
+// K chunk and meet every token group (group g at pack + g * NM_GQP_BYTES(K));
+// a K longer than the chunk keeps the partial sums in y.
+static inline __attribute__((always_inline)) void gemmq_packed_body(uint32_t type, const void *restrict w,
+                                                                    size_t w_stride, int64_t n_rows,
+                                                                    const void *restrict pack, int64_t n_tok,
+                                                                    int64_t K, float *restrict y, int64_t ldy) {
+    const bool kf = type == NM_TYPE_Q4_K || type == NM_TYPE_Q5_K || type == NM_TYPE_Q6_K;
+    const int64_t qk = kf ? NM_QK_K : NM_QK, kc = kf ? GQK_KC : GQP_KC;
+    const int64_t nb = K / qk, ng = (n_tok + NM_GQP_TOK - 1) / NM_GQP_TOK;
+    const size_t wsz = nm_row_size(type, qk), usz = kf ? sizeof(gqk_w) : sizeof(gqp_w);
+    const size_t xsz = kf ? sizeof(gqk_block) : sizeof(gqp_block);
+    if (nb == 0) gq_zero(y, ldy, n_rows, n_tok);
+    union {
+        gqp_w p[GQP_R][GQP_KC];
+        gqk_w k[GQP_R][GQK_KC];
+    } wt __attribute__((aligned(64)));
+    for (int64_t r0 = 0; r0 < n_rows; r0 += GQP_R) {
+        const int nr = n_rows - r0 < GQP_R ? (int)(n_rows - r0) : GQP_R;
+        for (int64_t b0 = 0; b0 < nb; b0 += kc) {
+            const int64_t nbk = nb - b0 < kc ? nb - b0 : kc;
+            for (int r = 0; r < GQP_R; r++) {
+                if (r < nr) {
+                    const uint8_t *row = (const uint8_t *)w + (size_t)(r0 + r) * w_stride + (size_t)b0 * wsz;
+                    for (int64_t b = 0; b < nbk; b++) {
+                        if (kf) gqk_unpack(type, row + (size_t)b * wsz, &wt.k[r][b]);
+                        else gqp_unpack(type, row + (size_t)b * wsz, &wt.p[r][b]);
+                    }
+                } else {
+                    memset(kf ? (void *)wt.k[r] : (void *)wt.p[r], 0, (size_t)nbk * usz);
+                }
+            }
+            for (int64_t g = 0; g < ng; g++) {
+                const int64_t t0 = g * NM_GQP_TOK, nt = n_tok - t0 < NM_GQP_TOK ? n_tok - t0 : NM_GQP_TOK;
+                const uint8_t *xg = (const uint8_t *)pack + (size_t)g * NM_GQP_BYTES(K) + (size_t)b0 * xsz;
+                float v[NM_GQP_TOK] __attribute__((aligned(64)));
+                __m512 acc[GQP_R];
+                for (int r = 0; r < GQP_R; r++) {
+                    if (b0 == 0 || r >= nr) {
+                        acc[r] = _mm512_setzero_ps();
+                        continue;
+                    }
+                    for (int64_t t = 0; t < nt; t++) v[t] = y[(t0 + t) * ldy + r0 + r]; // the sums so far
+                    acc[r] = _mm512_maskz_loadu_ps((__mmask16)((1u << nt) - 1), v);
+                }
+                if (kf) gqk_tile(type, (const gqk_w(*)[GQK_KC])wt.k, (const gqk_block *)xg, nbk, acc);
+                else gqp_tile(type, (const gqp_w(*)[GQP_KC])wt.p, (const gqp_block *)xg, nbk, acc);
+                for (int r = 0; r < nr; r++) {
+                    _mm512_store_ps(v, acc[r]);
+                    for (int64_t t = 0; t < nt; t++) y[(t0 + t) * ldy + r0 + r] = v[t];
+                }
+            }
+        }
+    }
+}
+
+#define GEMMQ_PACKED(name, type)                                                                                 \
+    static void name(const void *restrict w, size_t w_stride, int64_t n_rows, const void *restrict pack,         \
+                     int64_t n_tok, int64_t K, float *restrict y, int64_t ldy) {                                 \
+        gemmq_packed_body(type, w, w_stride, n_rows, pack, n_tok, K, y, ldy);                                    \
+    }
+GEMMQ_PACKED(gemmq_packed_q4_0, NM_TYPE_Q4_0)
+GEMMQ_PACKED(gemmq_packed_q4_1, NM_TYPE_Q4_1)
+GEMMQ_PACKED(gemmq_packed_q5_0, NM_TYPE_Q5_0)
+GEMMQ_PACKED(gemmq_packed_q5_1, NM_TYPE_Q5_1)
+GEMMQ_PACKED(gemmq_packed_q8_0, NM_TYPE_Q8_0)
+GEMMQ_PACKED(gemmq_packed_mxfp4, NM_TYPE_MXFP4)
+GEMMQ_PACKED(gemmq_packed_q4_K, NM_TYPE_Q4_K)
+GEMMQ_PACKED(gemmq_packed_q5_K, NM_TYPE_Q5_K)
+GEMMQ_PACKED(gemmq_packed_q6_K, NM_TYPE_Q6_K)
 
 // ---- prefill: q4_K . q8_K ------------------------------------------------------------------
 //
@@ -869,6 +1067,8 @@ _Static_assert(sizeof(q4_1_group) == 768, "q4_1 group layout");
 _Static_assert(NM_GEMV_PREP_BYTES(NM_QK * Q4_1_GROUP) >= sizeof(q4_1_group), "q4_1 prep size");
 _Static_assert(sizeof(q8_pair) == 192 && NM_GEMV_PREP_BYTES(1024) >= 16 * sizeof(q8_pair), "pair prep size");
 _Static_assert(sizeof(gqp_block) == NM_GQP_BYTES(NM_QK) && sizeof(gqp_w) == 48, "packed prefill layout");
+_Static_assert(sizeof(gqk_block) % 64 == 0 && sizeof(gqk_block) <= NM_GQP_BYTES(NM_QK_K) && sizeof(gqk_w) == 384,
+               "packed K-format prefill layout");
 _Static_assert(sizeof(qk_gv) == 320 && NM_GEMV_PREP_BYTES(1024) >= 4 * sizeof(qk_gv), "K-quant prep size");
 
 static const nm_kernels avx512_table = {
@@ -880,10 +1080,12 @@ static const nm_kernels avx512_table = {
               [NM_TYPE_Q4_K] = gemmq_q4_K, [NM_TYPE_Q6_K] = gemmq_q6_K},
     .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
              [NM_TYPE_Q8_0] = gemv_q8_0, [NM_TYPE_Q4_K] = gemv_q4_K, [NM_TYPE_Q6_K] = gemv_q6_K},
-    .gemmq_pack = {[NM_TYPE_Q8_0] = gemmq_pack_q8_0, [NM_TYPE_Q8_1] = gemmq_pack_q8_1},
+    .gemmq_pack = {[NM_TYPE_Q8_0] = gemmq_pack_q8_0, [NM_TYPE_Q8_1] = gemmq_pack_q8_1, [NM_TYPE_Q8_K] = gemmq_pack_q8_K},
     .gemmq_packed = {[NM_TYPE_Q4_0] = gemmq_packed_q4_0, [NM_TYPE_Q4_1] = gemmq_packed_q4_1,
                      [NM_TYPE_Q5_0] = gemmq_packed_q5_0, [NM_TYPE_Q5_1] = gemmq_packed_q5_1,
-                     [NM_TYPE_Q8_0] = gemmq_packed_q8_0, [NM_TYPE_MXFP4] = gemmq_packed_mxfp4},
+                     [NM_TYPE_Q8_0] = gemmq_packed_q8_0, [NM_TYPE_MXFP4] = gemmq_packed_mxfp4,
+                     [NM_TYPE_Q4_K] = gemmq_packed_q4_K, [NM_TYPE_Q5_K] = gemmq_packed_q5_K,
+                     [NM_TYPE_Q6_K] = gemmq_packed_q6_K},
 };
 
 // Called once, under dispatch.c's pthread_once.

@@ -353,20 +353,22 @@ static int check_packed(int *nmtest_failed, const problem *p, const char *what) 
 }
 
 // Row tiles of 8 (and tails), token groups of 16 (and tails), K chunks of 64
-// blocks (and a K past two of them).
+// blocks (the K formats: 4 super-blocks) and a K past two of them.
 NM_TEST(gemmq_packed_equals_ref_bits) {
     const nm_kernels *k = nm_kernels_get();
     int n_types = 0;
     for (int t = 0; t < NM_TYPE_COUNT; t++) n_types += k->gemmq_packed[t] != NULL;
     if (n_types == 0) NM_SKIP("no packed prefill kernels on this CPU (they need AVX-512 with VNNI)");
-    static const int64_t rows[] = {1, 7, 8, 9, 16, 17}, toks[] = {1, 2, 15, 16, 17, 33, 64}, blocks[] = {1, 3, 64, 65, 144};
+    static const int64_t rows[] = {1, 7, 8, 9, 16, 17}, toks[] = {1, 2, 15, 16, 17, 33, 64}, blocks[] = {1, 3, 64, 65, 144},
+                         sblocks[] = {1, 3, 4, 5, 9}; // K formats: super-blocks
     int checked = 0;
     for (size_t ti = 0; ti < N_WTYPES; ti++)
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
             for (size_t ki = 0; ki < sizeof toks / sizeof toks[0]; ki++)
                 for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
                     if ((rows[ri] > 9 || toks[ki] > 17) && blocks[bi] > 3 && bi % 2) continue; // keep it short
-                    problem p = make_problem(weight_types[ti], rows[ri], toks[ki], NM_QK * blocks[bi]);
+                    const int64_t bs = nm_type_traits_get(weight_types[ti])->blck_size;
+                    problem p = make_problem(weight_types[ti], rows[ri], toks[ki], bs * (bs == NM_QK_K ? sblocks[bi] : blocks[bi]));
                     checked += check_packed(nmtest_failed, &p, "gauss");
                 }
     NM_CHECK(checked > 0);
@@ -381,7 +383,7 @@ NM_TEST(gemmq_packed_extreme_quants) {
     for (size_t ti = 0; ti < N_WTYPES; ti++) {
         const uint32_t t = weight_types[ti];
         for (size_t pi = 0; pi < sizeof patterns; pi++) {
-            problem p = make_problem(t, 9, 18, 4 * NM_QK);
+            problem p = make_problem(t, 9, 18, 4 * nm_type_traits_get(t)->blck_size);
             for (int64_t r = 0; r < p.n_rows; r++) memset(p.wq + r * p.w_stride, patterns[pi], nm_row_size(t, p.K));
             tame_scales(&p);
             for (int64_t i = 0; i < 3; i++) {

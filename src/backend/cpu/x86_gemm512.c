@@ -46,15 +46,30 @@ static inline __attribute__((always_inline)) void xblock(const float *restrict w
                 if (np > 1) a1[j] = _mm512_fmadd_ps(wv, x1, a1[j]);
             }
     }
+    if (pout) {
 #pragma GCC unroll 12
-    for (int j = 0; j < XR; j++)
-        if (j < nr && pout) {
+        for (int j = 0; j < nr; j++) {
             _mm512_store_ps(y + 16 * j, a0[j]);
             if (np > 1) _mm512_store_ps(y + ys + 16 * j, a1[j]);
-        } else if (j < nr) {
-            _mm512_mask_i32scatter_ps(y + j, tm0, idx, a0[j], 4);
-            if (np > 1) _mm512_mask_i32scatter_ps(y + 16 * ldy + j, tm1, idx, a1[j], 4);
         }
+        return;
+    }
+    // Token l's nr sums are one masked store to y + l * ldy: a scatter per row
+    // would touch every token's line once per row, and with a row stride that
+    // is a multiple of 4 KiB (3072 floats: a ViT's FFN) all of them fall in one
+    // L1 set, so each row's scatter evicted the lines the one before it wrote.
+    float buf[2][XR][16] __attribute__((aligned(64)));
+#pragma GCC unroll 12
+    for (int j = 0; j < nr; j++) {
+        _mm512_store_ps(buf[0][j], a0[j]);
+        if (np > 1) _mm512_store_ps(buf[1][j], a1[j]);
+    }
+    const __mmask16 rm = (__mmask16)((1u << nr) - 1);
+    for (int h = 0; h < np; h++) {
+        const int n = _mm_popcnt_u32(h ? tm1 : tm0);
+        for (int l = 0; l < n; l++)
+            _mm512_mask_storeu_ps(y + (16 * h + l) * ldy, rm, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rm, idx, &buf[h][0][l], 4));
+    }
 }
 
 #define XBLOCK_CASE(n)                                                                        \
@@ -68,7 +83,7 @@ static inline __attribute__((always_inline)) void xblock(const float *restrict w
 static inline void xpanel(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp, int64_t nt,
                           int64_t K, float *restrict y, int64_t ldy, int64_t ys, const float *restrict bias, int pout) {
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)ldy));
+                                           _mm512_set1_epi32(16)); // row j of a panel's sums in xblock's buf
     const int np = nt > NM_GEMM_PACK_ROWS ? 2 : 1;
     const __mmask16 tm0 = (__mmask16)((1u << (nt < 16 ? nt : 16)) - 1);
     const __mmask16 tm1 = (__mmask16)((1u << (nt > 16 ? nt - 16 : 0)) - 1);

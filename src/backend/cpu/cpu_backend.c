@@ -80,6 +80,10 @@ static int64_t dec_chunks(int64_t O, int n_threads) {
 // NM_PREFETCH_ROWS ahead into L1 (prefetcht0; the non-temporal hint was much
 // worse) lifts SmolLM2 decode from ~110 to ~180 tok/s on 2 threads: the
 // integer dot is too busy per byte for the hardware prefetchers to keep ahead.
+// Rows per block of the one-token-at-a-time dot loop over several tokens
+// (mmq_worker): this many bytes of weights, read from L1 by every token.
+#define NM_ROWWISE_BLOCK_BYTES 16384
+
 #ifndef NM_PREFETCH_ROWS
 #define NM_PREFETCH_ROWS 8
 #endif
@@ -221,19 +225,25 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
             for (int64_t o = r0; o < r1; o++) yd[o] += bd[o];
         return;
     }
-    // one token, or (NM_OPF_ROWWISE, no gemv kernel for the type) each token
-    // against the chunk's rows while they are in L1
+    // one token, or (NM_OPF_ROWWISE, no gemv kernel for the type: Whisper's
+    // beams) each token against a block of the chunk's rows while they are in
+    // L1: a decode chunk is a large share of the rows (dec_chunk), which T
+    // tokens would otherwise stream T times (the vocabulary head: 40 MB each)
     nm_dotq_fn dot = c->k->dotq[w->type];
-    for (int64_t tok = 0; tok < T; tok++) {
-        const uint8_t *xq = c->act_q + tok * t->act_row;
-        float *yr = yd + tok * O;
-        for (int64_t o = r0; o < r1; o++) {
-            if (o + NM_PREFETCH_ROWS < O) {
-                const uint8_t *ahead = wd + (size_t)(o + NM_PREFETCH_ROWS) * row_bytes;
-                for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 3);
+    const int64_t blk = T == 1 ? r1 - r0 : row_bytes >= NM_ROWWISE_BLOCK_BYTES ? 1 : NM_ROWWISE_BLOCK_BYTES / (int64_t)row_bytes;
+    for (int64_t b0 = r0; b0 < r1; b0 += blk) {
+        const int64_t b1 = b0 + blk < r1 ? b0 + blk : r1;
+        for (int64_t tok = 0; tok < T; tok++) {
+            const uint8_t *xq = c->act_q + tok * t->act_row;
+            float *yr = yd + tok * O;
+            for (int64_t o = b0; o < b1; o++) {
+                if (tok == 0 && o + NM_PREFETCH_ROWS < O) {
+                    const uint8_t *ahead = wd + (size_t)(o + NM_PREFETCH_ROWS) * row_bytes;
+                    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 3);
+                }
+                float s = dot(wd + (size_t)o * row_bytes, xq, K);
+                yr[o] = bd ? s + bd[o] : s;
             }
-            float s = dot(wd + (size_t)o * row_bytes, xq, K);
-            yr[o] = bd ? s + bd[o] : s;
         }
     }
 }

@@ -410,7 +410,10 @@ NM_TEST(archs_equal_cpu_to_rounding) {
 // q4_0 weights laid out again by prepare_weight (a device with its own
 // memory does it; NM_OPENCL_REPACK=1 makes PoCL do it too): the decode matvec
 // on the repacked copy gives the plain kernel's logits to float rounding
-// (the two sum in other orders), and the copy is counted as uploaded.
+// (the two sum in other orders), and the copy is counted as uploaded. With
+// NM_OPENCL_Q8MV=1 (the default where dp4a is native) the repacked matvec
+// takes 8-bit activations: logits within 3% of the largest, as the CPU's
+// q8_0 activations give.
 NM_TEST(q4_0_repacked_equals_plain) {
     char tok[1024], path[256];
     NM_NEED_MODEL(NM_SMOLLM2, tok);
@@ -438,35 +441,45 @@ NM_TEST(q4_0_repacked_equals_plain) {
     setenv("NM_OPENCL_REPACK", "0", 1);
     nm_ctx *plain = ctx_on(m, device(), -1, 64);
     setenv("NM_OPENCL_REPACK", "1", 1);
+    setenv("NM_OPENCL_Q8MV", "0", 1);
     nm_ctx *rep = ctx_on(m, device(), -1, 64);
+    setenv("NM_OPENCL_Q8MV", "1", 1);
+    nm_ctx *rep8 = ctx_on(m, device(), -1, 64);
+    unsetenv("NM_OPENCL_Q8MV");
     if (old) setenv("NM_OPENCL_REPACK", saved, 1);
     else unsetenv("NM_OPENCL_REPACK");
-    NM_CHECK(plain && rep);
-    if (plain && rep) {
+    NM_CHECK(plain && rep && rep8);
+    if (plain && rep && rep8) {
         uint64_t w0, up0, w1, up1;
         nm_ctx_device_stats(plain, &w0, &up0);
         nm_ctx_device_stats(rep, &w1, &up1);
         fprintf(stderr, "  uploaded: plain %.1f MiB, repacked %.1f MiB\n", up0 / 1048576.0, up1 / 1048576.0);
         NM_CHECK(up1 > up0); // the repacked copies
         const int32_t nv = nm_model_n_vocab(m);
-        double maxd = 0, maxl = 0;
+        double maxd = 0, maxd8 = 0, maxl = 0;
         int64_t nonfinite = 0;
         for (int32_t i = 0; i < 8; i++) { // decode: one token at a time (the matvec)
             const int32_t t = (i * 7919 + 13) % nv;
-            NM_CHECK(nm_decode(plain, &t, 1, i, false) == NM_OK && nm_decode(rep, &t, 1, i, false) == NM_OK);
+            NM_CHECK(nm_decode(plain, &t, 1, i, false) == NM_OK && nm_decode(rep, &t, 1, i, false) == NM_OK &&
+                     nm_decode(rep8, &t, 1, i, false) == NM_OK);
             for (int32_t v = 0; v < nv; v++) {
                 const double a = nm_get_logits(plain, -1)[v], b = nm_get_logits(rep, -1)[v];
-                if (!isfinite(a) || !isfinite(b)) nonfinite++; // fmax would pass over a NaN
+                const double c = nm_get_logits(rep8, -1)[v];
+                if (!isfinite(a) || !isfinite(b) || !isfinite(c)) nonfinite++; // fmax would pass over a NaN
                 maxd = nm_maxdiff(maxd, a, b);
+                maxd8 = nm_maxdiff(maxd8, a, c);
                 maxl = fmax(maxl, fabs(a));
             }
         }
         NM_CHECK(nonfinite == 0);
-        fprintf(stderr, "  q4_0 plain vs repacked: max |logit diff| %.2e (logits up to %.1f)\n", maxd, maxl);
+        fprintf(stderr, "  q4_0 plain vs repacked: max |logit diff| %.2e, with 8-bit activations %.2e (logits up to %.1f)\n",
+                maxd, maxd8, maxl);
         NM_CHECK(maxd < 1e-4 * (maxl > 1 ? maxl : 1));
+        NM_CHECK(maxd8 > maxd && maxd8 < 3e-2 * (maxl > 1 ? maxl : 1)); // it did round x, and not wildly
     }
     nm_ctx_free(plain);
     nm_ctx_free(rep);
+    nm_ctx_free(rep8);
     nm_model_free(m);
 }
 

@@ -119,7 +119,12 @@ static int cl_setup(void) {
     cl.prog = a->clCreateProgramWithSource(cl.ctx, 1, srcs, NULL, &err);
     free(src);
     if (!cl.prog) return snprintf(cl.why, sizeof cl.why, "clCreateProgramWithSource: %s", nm_cl_strerror(err)), cl.state;
-    err = a->clBuildProgram(cl.prog, 1, &cl.dev, "-cl-std=CL1.2", NULL, NULL);
+    // as the backend builds it: with inline PTX (dp4a) on NVIDIA's platform
+    char pname[128] = "";
+    a->clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+    const bool ptx = strstr(pname, "NVIDIA") != NULL;
+    if (ptx) fprintf(stderr, "  built with NM_DP4A_PTX (inline PTX dp4a)\n");
+    err = a->clBuildProgram(cl.prog, 1, &cl.dev, ptx ? "-cl-std=CL1.2 -DNM_DP4A_PTX=1" : "-cl-std=CL1.2", NULL, NULL);
     size_t n = 0;
     a->clGetProgramBuildInfo(cl.prog, cl.dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
     char *log = malloc(n + 1);
@@ -339,21 +344,35 @@ static uint8_t *repack_q4_0(const uint8_t *w, int K, int N) {
     return r;
 }
 
-static void check_mv_q4_0r(int *nmtest_failed, int K, int N, size_t lws, int has_bias) {
+// kern: mv_q4_0r (f32 activations, within 1e-5 of the f64 sum of the
+// dequantized weights) or mv_q4_0r8 (the activations rounded to 8 bits per
+// block of 32: against the same sum with x quantized as the kernel does it,
+// within 1e-5; and within 2% of the f32 product).
+static void check_mv_q4_0r(int *nmtest_failed, const char *kern, int K, int N, size_t lws, int has_bias) {
     float *deq, *x = malloc(sizeof(float) * (size_t)K), *bias = malloc(sizeof(float) * (size_t)N);
     float *y = malloc(sizeof(float) * (size_t)N);
     double *ref = malloc(sizeof(double) * (size_t)N);
     uint8_t *w = make_weights(NM_TYPE_Q4_0, K, N, &deq), *r = repack_q4_0(w, K, N);
     fill(x, (size_t)K, 1.0f);
     fill(bias, (size_t)N, 1.0f);
+    const bool q8 = strcmp(kern, "mv_q4_0r8") == 0;
+    float *xr = malloc(sizeof(float) * (size_t)K); // x as the kernel rounds it
+    for (int b = 0; b < K / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int i = 0; i < 32; i++) xr[32 * b + i] = q8 ? roundf(x[32 * b + i] * id) * d : x[32 * b + i];
+    }
+    double *exact = malloc(sizeof(double) * (size_t)N);
     for (int n = 0; n < N; n++) {
-        double s = has_bias ? bias[n] : 0.0;
-        for (int k = 0; k < K; k++) s += (double)deq[(size_t)n * K + k] * x[k];
-        ref[n] = s;
+        double s = has_bias ? bias[n] : 0.0, e = s;
+        for (int k = 0; k < K; k++) s += (double)deq[(size_t)n * K + k] * xr[k];
+        for (int k = 0; k < K; k++) e += (double)deq[(size_t)n * K + k] * x[k];
+        ref[n] = s, exact[n] = e;
     }
     dbuf bw = dbuf_new(r, (size_t)K / 32 * 18 * N, 0), bx = dbuf_new(x, sizeof(float) * (size_t)K, 20);
     dbuf bb = dbuf_new(bias, sizeof(float) * (size_t)N, 8), by = dbuf_new(NULL, sizeof(float) * (size_t)N, 12);
-    kcall c = kc_begin("mv_q4_0r");
+    kcall c = kc_begin(kern);
     kc_buf(&c, &bw), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &bb);
     kc_int(&c, has_bias), kc_int(&c, K), kc_int(&c, N);
     size_t g = (size_t)(N + MVR_ROWS - 1) / MVR_ROWS * lws;
@@ -361,19 +380,23 @@ static void check_mv_q4_0r(int *nmtest_failed, int K, int N, size_t lws, int has
     NM_CHECK(rc == 0);
     if (rc == 0) {
         NM_CHECK(dbuf_read(&by, y) == 0);
-        CHECK_REL(y, ref, (size_t)N, 1e-5, "mv_q4_0r K=%d N=%d lws=%zu bias=%d", K, N, lws, has_bias);
+        CHECK_REL(y, ref, (size_t)N, 1e-5, "%s K=%d N=%d lws=%zu bias=%d", kern, K, N, lws, has_bias);
+        if (q8) CHECK_REL(y, exact, (size_t)N, 2e-2, "%s against f32 x, K=%d N=%d", kern, K, N);
     }
     dbuf_free(&bw), dbuf_free(&bx), dbuf_free(&bb), dbuf_free(&by);
-    free(deq), free(x), free(bias), free(y), free(ref), free(w), free(r);
+    free(deq), free(x), free(bias), free(y), free(ref), free(w), free(r), free(xr), free(exact);
 }
 
 NM_TEST(mv_q4_0_repacked) {
     CL_READY();
-    check_mv_q4_0r(nmtest_failed, 32 * 7, 37, 64, 1); // rows past the last group's 8
-    check_mv_q4_0r(nmtest_failed, 4096, 16, 128, 0);  // 128 blocks: one per item at 128, two steps at 64
-    check_mv_q4_0r(nmtest_failed, 32 * 200, 8, 128, 0); // a last step of 72 blocks (items left idle)
-    check_mv_q4_0r(nmtest_failed, 4096, 9, 64, 1);
-    check_mv_q4_0r(nmtest_failed, 32, 3, 32, 1);      // one block, fewer rows than a group
+    static const char *const kerns[] = {"mv_q4_0r", "mv_q4_0r8"};
+    for (int i = 0; i < 2; i++) {
+        check_mv_q4_0r(nmtest_failed, kerns[i], 32 * 7, 37, 64, 1); // rows past the last group's 8
+        check_mv_q4_0r(nmtest_failed, kerns[i], 4096, 16, 128, 0);  // 128 blocks: one per item at 128, two steps at 64
+        check_mv_q4_0r(nmtest_failed, kerns[i], 32 * 200, 8, 128, 0); // a last step of 72 blocks (items left idle)
+        check_mv_q4_0r(nmtest_failed, kerns[i], 4096, 9, 64, 1);
+        check_mv_q4_0r(nmtest_failed, kerns[i], 32, 3, 32, 1);      // one block, fewer rows than a group
+    }
 }
 
 NM_TEST(mm_all_types) {
@@ -800,6 +823,7 @@ NM_TEST_OPTIN(bench_mv, "NM_CL_BENCH") {
             uint8_t *r = repack_q4_0(w, K, N);
             dbuf br = dbuf_new(r, bytes, 0);
             bench_row("mv_q4_0r", &br, &bx, &by, K, N, MVR_ROWS, 32, 128, bytes, iters);
+            bench_row("mv_q4_0r8", &br, &bx, &by, K, N, MVR_ROWS, 32, 128, bytes, iters);
             dbuf_free(&br);
             free(r);
         }

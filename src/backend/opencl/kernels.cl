@@ -427,10 +427,71 @@ NM_MV(q6_K, 16, 256, 210, )
 #define NM_MVR_XS 36 // floats per staged block
 
 
-__kernel void mv_q4_0r(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off, __global uchar *Y,
-                       ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, int N) {
-    __local float red[NM_MVR_ROWS * NM_MVR_LWS];
-    __local float xs[NM_MVR_LWS * NM_MVR_XS];
+// The same product with the activations in 8 bits (mv_q4_0r8): each
+// work-item quantizes its own block of the staged activations as q8_0 does
+// (d = max |x| / 127, q = round(x / d), in f32 here), and a block's sum is
+// d_w * d_x * (sum q_w q_x - 8 sum q_x) from four-byte integer dot products:
+// PTX dp4a where the program is built with NM_DP4A_PTX (NVIDIA's compiler
+// takes inline PTX), the same sum in C elsewhere. Per block and row that is 8
+// dot instructions and the nibble masks instead of 32 float multiply-adds and
+// 32 conversions. The rounding of x to 8 bits is the CPU backend's for q4_0
+// (its activations are q8_0 there too).
+NM_INLINE int dp4(uint a, uint b, int c) {
+#ifdef NM_DP4A_PTX
+    int r;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    const char4 x = as_char4(a), y = as_char4(b);
+    return c + x.s0 * y.s0 + x.s1 * y.s1 + x.s2 * y.s2 + x.s3 * y.s3;
+#endif
+}
+
+// One block of the product: f32 activations (q8 = 0, mv_q4_0r) or 8-bit (q8 = 1, mv_q4_0r8).
+NM_INLINE void mvr_block(const uint4 *q, const float *d, __local const float *xs, float *acc, const int q8) {
+    float4 xv[8];
+    for (int i = 0; i < 8; i++) xv[i] = vload4(0, xs + 4 * i);
+    if (!q8) {
+        for (int r = 0; r < NM_MVR_ROWS; r++) {
+            const float s = (dot(q4_lo(q[r].x), xv[0]) + dot(q4_lo(q[r].y), xv[1])) +
+                            (dot(q4_lo(q[r].z), xv[2]) + dot(q4_lo(q[r].w), xv[3])) +
+                            (dot(q4_hi(q[r].x), xv[4]) + dot(q4_hi(q[r].y), xv[5])) +
+                            (dot(q4_hi(q[r].z), xv[6]) + dot(q4_hi(q[r].w), xv[7]));
+            acc[r] += d[r] * s;
+        }
+        return;
+    }
+    float amax = 0.0f;
+    for (int i = 0; i < 8; i++) {
+        const float4 a = fabs(xv[i]);
+        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
+    }
+    const float dx = amax / 127.0f, idx = dx != 0.0f ? 1.0f / dx : 0.0f;
+    uint xq[8];
+    int sx = 0;
+    for (int i = 0; i < 8; i++) {
+        const int4 v = convert_int4(round(xv[i] * idx));
+        sx += (v.x + v.y) + (v.z + v.w);
+        xq[i] = as_uint(convert_char4(v));
+    }
+    const uint m = 0x0F0F0F0Fu;
+    for (int r = 0; r < NM_MVR_ROWS; r++) {
+        int s = -8 * sx;
+        s = dp4(q[r].x & m, xq[0], s);
+        s = dp4(q[r].y & m, xq[1], s);
+        s = dp4(q[r].z & m, xq[2], s);
+        s = dp4(q[r].w & m, xq[3], s);
+        s = dp4((q[r].x >> 4) & m, xq[4], s);
+        s = dp4((q[r].y >> 4) & m, xq[5], s);
+        s = dp4((q[r].z >> 4) & m, xq[6], s);
+        s = dp4((q[r].w >> 4) & m, xq[7], s);
+        acc[r] += d[r] * (dx * (float)s);
+    }
+}
+
+NM_INLINE void mvr(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off, __global uchar *Y,
+                   ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, int N,
+                   __local float *red, __local float *xs, const int q8) {
     const int n0 = get_group_id(0) * NM_MVR_ROWS, lid = get_local_id(0), lws = get_local_size(0);
     const int nb = K / 32, nr = N - n0 < NM_MVR_ROWS ? N - n0 : NM_MVR_ROWS;
     __global const uint4 *qs = (__global const uint4 *)(W + w_off) + (ulong)n0 * nb;
@@ -445,8 +506,6 @@ __kernel void mv_q4_0r(__global const uchar *W, ulong w_off, __global const ucha
         barrier(CLK_LOCAL_MEM_FENCE);
         if (lid < nbk) {
             const int b = b0 + lid;
-            float4 xv[8];
-            for (int i = 0; i < 8; i++) xv[i] = vload4(0, xs + lid * NM_MVR_XS + 4 * i);
             // every row's loads first, then the arithmetic: a loop that may stop early
             // (rows past N) would issue them one after the other, each waiting for memory
             uint4 q[NM_MVR_ROWS];
@@ -456,13 +515,7 @@ __kernel void mv_q4_0r(__global const uchar *W, ulong w_off, __global const ucha
                 q[r] = qs[(ulong)rr * nb + b];
                 d[r] = vload_half((ulong)rr * nb + b, ds);
             }
-            for (int r = 0; r < NM_MVR_ROWS; r++) {
-                const float s = (dot(q4_lo(q[r].x), xv[0]) + dot(q4_lo(q[r].y), xv[1])) +
-                                (dot(q4_lo(q[r].z), xv[2]) + dot(q4_lo(q[r].w), xv[3])) +
-                                (dot(q4_hi(q[r].x), xv[4]) + dot(q4_hi(q[r].y), xv[5])) +
-                                (dot(q4_hi(q[r].z), xv[6]) + dot(q4_hi(q[r].w), xv[7]));
-                acc[r] += d[r] * s;
-            }
+            mvr_block(q, d, xs + lid * NM_MVR_XS, acc, q8);
         }
     }
     for (int r = 0; r < NM_MVR_ROWS; r++) red[r * lws + lid] = acc[r];
@@ -478,6 +531,17 @@ __kernel void mv_q4_0r(__global const uchar *W, ulong w_off, __global const ucha
         ((__global float *)(Y + y_off))[n0 + lid] = s;
     }
 }
+
+#define NM_MVR_KERNEL(name, q8)                                                                                   \
+    __kernel void name(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off,                \
+                       __global uchar *Y, ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, \
+                       int N) {                                                                                   \
+        __local float red[NM_MVR_ROWS * NM_MVR_LWS];                                                              \
+        __local float xs[NM_MVR_LWS * NM_MVR_XS];                                                                 \
+        mvr(W, w_off, X, x_off, Y, y_off, Bias, b_off, has_bias, K, N, red, xs, q8);                              \
+    }
+NM_MVR_KERNEL(mv_q4_0r, 0)
+NM_MVR_KERNEL(mv_q4_0r8, 1)
 
 // ---- mm_T: prefill matmul -----------------------------------------------------------------
 //

@@ -97,8 +97,10 @@ typedef struct nm_ocl {
     cl_program prog;
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r;
+        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8;
     bool unified;
+    bool ptx;  // NVIDIA's compiler: the program is built with NM_DP4A_PTX (inline PTX dp4a)
+    bool q8mv; // decode of repacked q4_0 with 8-bit activations (mv_q4_0r8): where dp4a is native, or NM_OPENCL_Q8MV=1
     char dev_name[128], driver[64];
     cl_ulong mem_bytes, max_alloc;
     size_t max_wg;
@@ -223,7 +225,7 @@ static bool build_log(nm_ocl *o, cl_program prog, char *buf, size_t n) {
 // then the binary is cached). NM_OPENCL_FORCE_BUILD_FAIL=1 makes the source
 // fail to compile (tests of the fallback path).
 static nm_status build_program(nm_ocl *o) {
-    const char *opts = "-cl-std=CL1.2";
+    const char *opts = o->ptx ? "-cl-std=CL1.2 -DNM_DP4A_PTX=1" : "-cl-std=CL1.2";
     char path[1024];
     cache_path(o, opts, path, sizeof path);
     const bool force_fail = getenv("NM_OPENCL_FORCE_BUILD_FAIL") && atoi(getenv("NM_OPENCL_FORCE_BUILD_FAIL")) == 1;
@@ -309,7 +311,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_act, "act"},           {&o->k_add, "add"},               {&o->k_scale, "scale"},
         {&o->k_softcap, "softcap"},   {&o->k_attention_full, "attention_full"},
         {&o->k_patches, "patches"},   {&o->k_pixel_shuffle, "pixel_shuffle"},
-        {&o->k_mv_q4_0r, "mv_q4_0r"},
+        {&o->k_mv_q4_0r, "mv_q4_0r"}, {&o->k_mv_q4_0r8, "mv_q4_0r8"},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
@@ -675,7 +677,7 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
         // the repacked copy where prepare_weight made one, else the weight as it is
         const cl_packed *pk = o->n_packed ? packed_find(o, nm_tensor_host(op->src0)) : NULL;
         if (pk && (pk->K != K || pk->N != N)) pk = NULL;
-        const cl_kernel k = pk ? o->k_mv_q4_0r : o->typed.k[K_MV][t];
+        const cl_kernel k = pk ? (o->q8mv ? o->k_mv_q4_0r8 : o->k_mv_q4_0r) : o->typed.k[K_MV][t];
         const cl_mem wm = pk ? pk->mem : w.m;
         const cl_ulong wo = pk ? 0 : w.off;
         const size_t rows = pk ? NM_CL_MVR_ROWS : NM_CL_MV_ROWS, local = pk ? o->mvr_lws : o->mv_lws;
@@ -932,7 +934,7 @@ static void ocl_release(nm_ocl *o) {
             if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
-                         o->k_pixel_shuffle, o->k_mv_q4_0r};
+                         o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);
@@ -995,7 +997,8 @@ static size_t fit_lws(nm_ocl *o, cl_kernel a, cl_kernel b) {
 static nm_status fit_work_groups(nm_ocl *o) {
     o->lws_norm = fit_lws(o, o->k_rms_norm, o->k_layer_norm);
     o->lws_attn = fit_lws(o, o->k_attention, o->k_attention_full);
-    while (o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) && o->mvr_lws > 32) o->mvr_lws /= 2;
+    while ((o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) || o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r8)) && o->mvr_lws > 32)
+        o->mvr_lws /= 2;
     for (size_t i = 0; i < sizeof mm_types / sizeof mm_types[0]; i++) {
         size_t wg = 0;
         const uint32_t t = mm_types[i];
@@ -1084,7 +1087,20 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
         snprintf(err, err_size, "opencl: no memory on %s: %s", o->dev_name, nm_cl_strerror(e));
         goto fail;
     }
-    if ((st = build_program(o)) != NM_OK || (st = make_kernels(o)) != NM_OK || (st = fit_work_groups(o)) != NM_OK) {
+    // NVIDIA's platform compiles OpenCL C to PTX and takes inline PTX: the
+    // 8-bit decode matvec uses dp4a there (NM_OPENCL_PTX=0: not); if the
+    // program does not build that way, it is built without.
+    char plat[128] = "";
+    if (o->api.clGetPlatformInfo(o->platform, CL_PLATFORM_NAME, sizeof plat - 1, plat, NULL) != CL_SUCCESS) plat[0] = 0;
+    const char *px = getenv("NM_OPENCL_PTX");
+    o->ptx = strstr(plat, "NVIDIA") != NULL && !(px && !strcmp(px, "0"));
+    if ((st = build_program(o)) != NM_OK && o->ptx) {
+        o->ptx = false;
+        st = build_program(o);
+    }
+    const char *q8 = getenv("NM_OPENCL_Q8MV"); // 1: the 8-bit decode matvec anywhere (tests); 0: never
+    o->q8mv = q8 && (!strcmp(q8, "0") || !strcmp(q8, "1")) ? q8[0] == '1' : o->ptx;
+    if (st != NM_OK || (st = make_kernels(o)) != NM_OK || (st = fit_work_groups(o)) != NM_OK) {
         snprintf(err, err_size, "%s", o->err);
         goto fail;
     }

@@ -345,8 +345,8 @@ static uint8_t *repack_q4_0(const uint8_t *w, int K, int N) {
 }
 
 // kern: mv_q4_0r (f32 activations, within 1e-5 of the f64 sum of the
-// dequantized weights) or mv_q4_0r8 (x rounded to 8 bits per block of 32 by
-// quant_q8b first: against the same sum with x rounded as q8_0 rounds it,
+// dequantized weights) or mv_q4_0r8 (the activations rounded to 8 bits per
+// block of 32: against the same sum with x quantized as the kernel does it,
 // within 1e-5; and within 2% of the f32 product).
 static void check_mv_q4_0r(int *nmtest_failed, const char *kern, int K, int N, size_t lws, int has_bias) {
     float *deq, *x = malloc(sizeof(float) * (size_t)K), *bias = malloc(sizeof(float) * (size_t)N);
@@ -372,15 +372,8 @@ static void check_mv_q4_0r(int *nmtest_failed, const char *kern, int K, int N, s
     }
     dbuf bw = dbuf_new(r, (size_t)K / 32 * 18 * N, 0), bx = dbuf_new(x, sizeof(float) * (size_t)K, 20);
     dbuf bb = dbuf_new(bias, sizeof(float) * (size_t)N, 8), by = dbuf_new(NULL, sizeof(float) * (size_t)N, 12);
-    dbuf bq = dbuf_new(NULL, (size_t)K / 32 * 40, 64); // x rounded by quant_q8b (mv_q4_0r8)
-    if (q8) {
-        kcall qc = kc_begin("quant_q8b");
-        kc_buf(&qc, &bx), kc_buf(&qc, &bq), kc_int(&qc, K);
-        size_t qg = round_up((size_t)K / 32, 32), ql = 32;
-        NM_CHECK(kc_run(&qc, 1, &qg, &ql) == 0);
-    }
     kcall c = kc_begin(kern);
-    kc_buf(&c, &bw), kc_buf(&c, q8 ? &bq : &bx), kc_buf(&c, &by), kc_buf(&c, &bb);
+    kc_buf(&c, &bw), kc_buf(&c, &bx), kc_buf(&c, &by), kc_buf(&c, &bb);
     kc_int(&c, has_bias), kc_int(&c, K), kc_int(&c, N);
     size_t g = (size_t)(N + MVR_ROWS - 1) / MVR_ROWS * lws;
     const int rc = kc_run(&c, 1, &g, &lws);
@@ -390,7 +383,7 @@ static void check_mv_q4_0r(int *nmtest_failed, const char *kern, int K, int N, s
         CHECK_REL(y, ref, (size_t)N, 1e-5, "%s K=%d N=%d lws=%zu bias=%d", kern, K, N, lws, has_bias);
         if (q8) CHECK_REL(y, exact, (size_t)N, 2e-2, "%s against f32 x, K=%d N=%d", kern, K, N);
     }
-    dbuf_free(&bw), dbuf_free(&bx), dbuf_free(&bb), dbuf_free(&by), dbuf_free(&bq);
+    dbuf_free(&bw), dbuf_free(&bx), dbuf_free(&bb), dbuf_free(&by);
     free(deq), free(x), free(bias), free(y), free(ref), free(w), free(r), free(xr), free(exact);
 }
 
@@ -830,25 +823,7 @@ NM_TEST_OPTIN(bench_mv, "NM_CL_BENCH") {
             uint8_t *r = repack_q4_0(w, K, N);
             dbuf br = dbuf_new(r, bytes, 0);
             bench_row("mv_q4_0r", &br, &bx, &by, K, N, MVR_ROWS, 32, 128, bytes, iters);
-            dbuf bq = dbuf_new(NULL, (size_t)K / 32 * 40, 0);
-            kcall qc = kc_begin("quant_q8b");
-            kc_buf(&qc, &bx), kc_buf(&qc, &bq), kc_int(&qc, K);
-            size_t qg = (size_t)K / 32, ql = 32;
-            NM_CHECK(kc_run(&qc, 1, &qg, &ql) == 0);
-            bench_row("mv_q4_0r8", &br, &bq, &by, K, N, MVR_ROWS, 32, 256, bytes, iters);
-            {
-                kcall bc = kc_begin("quant_q8b");
-                kc_buf(&bc, &bx), kc_buf(&bc, &bq), kc_int(&bc, K);
-                double t0 = 0;
-                for (int it = 0; it <= iters && bc.err == CL_SUCCESS; it++) {
-                    if (it == 1) cl.api.clFinish(cl.q), t0 = now_s();
-                    bc.err = cl.api.clEnqueueNDRangeKernel(cl.q, bc.k, 1, NULL, &qg, &ql, 0, NULL, NULL);
-                }
-                cl.api.clFinish(cl.q);
-                printf("  quant_q8b K=%d: %.1f us per launch\n", K, (now_s() - t0) / iters * 1e6);
-                cl.api.clReleaseKernel(bc.k);
-            }
-            dbuf_free(&bq);
+            bench_row("mv_q4_0r8", &br, &bx, &by, K, N, MVR_ROWS, 32, 128, bytes, iters);
             dbuf_free(&br);
             free(r);
         }
@@ -856,33 +831,6 @@ NM_TEST_OPTIN(bench_mv, "NM_CL_BENCH") {
         free(w);
     }
     free(x);
-}
-
-// The repacked q4_0 matvecs at the shapes of a Llama-3-8B layer (K and V:
-// 1024 rows; Q and O: 4096; gate and up: 14336; down: K = 14336).
-NM_TEST_OPTIN(bench_mv_q4_0r_shapes, "NM_CL_BENCH") {
-    CL_READY();
-    static const int shapes[][2] = {{4096, 1024}, {4096, 4096}, {4096, 14336}, {14336, 4096}};
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int K = shapes[si][0], N = shapes[si][1], iters = 50;
-        const size_t bytes = (size_t)K / 32 * 18 * (size_t)N;
-        float *x = malloc(sizeof(float) * (size_t)K);
-        fill(x, (size_t)K, 1.0f);
-        uint8_t *w = malloc(bytes);
-        for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)(urand() * 256);
-        uint8_t *r = repack_q4_0(w, K, N);
-        dbuf br = dbuf_new(r, bytes, 0), bx = dbuf_new(x, sizeof(float) * (size_t)K, 0);
-        dbuf by = dbuf_new(NULL, sizeof(float) * (size_t)N, 0), bq = dbuf_new(NULL, (size_t)K / 32 * 40, 0);
-        kcall qc = kc_begin("quant_q8b");
-        kc_buf(&qc, &bx), kc_buf(&qc, &bq), kc_int(&qc, K);
-        size_t qg = round_up((size_t)K / 32, 32), ql = 32;
-        NM_CHECK(kc_run(&qc, 1, &qg, &ql) == 0);
-        printf("  K=%d N=%d\n", K, N);
-        bench_row("mv_q4_0r", &br, &bx, &by, K, N, MVR_ROWS, 64, 128, bytes, iters);
-        bench_row("mv_q4_0r8", &br, &bq, &by, K, N, MVR_ROWS, 32, 256, bytes, iters);
-        dbuf_free(&br), dbuf_free(&bx), dbuf_free(&by), dbuf_free(&bq);
-        free(x), free(w), free(r);
-    }
 }
 
 NM_TEST_MAIN()

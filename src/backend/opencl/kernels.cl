@@ -362,24 +362,6 @@ NM_INLINE float4 ld4_q6_K(__global const uchar *row, int k, int K) {
         }                                                                                                         \
     }
 
-// The work-group's sums of its `rows` rows (acc of each item) added up in
-// local memory; row n0 + r (r < nr) to Y, plus its bias.
-NM_INLINE void rows_reduce(const float *acc, const int rows, __local float *red, int lid, int lws, int n0, int nr,
-                           __global const uchar *Bias, ulong b_off, int has_bias, __global uchar *Y, ulong y_off) {
-    for (int r = 0; r < rows; r++) red[r * lws + lid] = acc[r];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int st = lws >> 1; st > 0; st >>= 1) {
-        if (lid < st)
-            for (int r = 0; r < rows; r++) red[r * lws + lid] += red[r * lws + lid + st];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid < nr) {
-        float s = red[lid * lws];
-        if (has_bias) s += ((__global const float *)(Bias + b_off))[n0 + lid];
-        ((__global float *)(Y + y_off))[n0 + lid] = s;
-    }
-}
-
 NM_MV(f32, 4, 1, 4, for (int k = nu * 4 + lid; k < K; k += lws) s += ((__global const float *)row)[k] * x[k];)
 NM_MV(f16, 4, 1, 2, for (int k = nu * 4 + lid; k < K; k += lws) s += vload_half(k, (__global const half *)row) * x[k];)
 // q4_0, the decode type of most models: the activations a work-item needs
@@ -408,7 +390,18 @@ __kernel void mv_q4_0(__global const uchar *W, ulong w_off, __global const uchar
         for (int r = 0; r < NM_MV_ROWS; r++)
             acc[r] += d[r] * (dot(q4_lo(w[r]), x0) + dot(q4_hi(w[r]), x1));
     }
-    rows_reduce(acc, NM_MV_ROWS, red, lid, lws, n0, nr, Bias, b_off, has_bias, Y, y_off);
+    for (int r = 0; r < NM_MV_ROWS; r++) red[r * lws + lid] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = lws >> 1; st > 0; st >>= 1) {
+        if (lid < st)
+            for (int r = 0; r < NM_MV_ROWS; r++) red[r * lws + lid] += red[r * lws + lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < nr) {
+        float s = red[lid * lws];
+        if (has_bias) s += ((__global const float *)(Bias + b_off))[n0 + lid];
+        ((__global float *)(Y + y_off))[n0 + lid] = s;
+    }
 }
 NM_MV(q4_1, 8, 32, 20, )
 NM_MV(q5_0, 8, 32, 22, )
@@ -434,16 +427,15 @@ NM_MV(q6_K, 16, 256, 210, )
 #define NM_MVR_XS 36 // floats per staged block
 
 
-// The same product with the activations in 8 bits (mv_q4_0r8, where the
-// backend takes it: NVIDIA's platform, NM_OPENCL_Q8MV): quant_q8b rounds x
-// once per matmul input as q8_0 does (d = max |x| / 127, q = round(x / d),
-// in f32 here), and a block's sum is d_w * d_x * (sum q_w q_x - 8 sum q_x)
-// from four-byte integer dot products: PTX dp4a where the program is built
-// with NM_DP4A_PTX (NVIDIA's compiler takes inline PTX), the same sum in C
-// elsewhere. Per block and row: 8 dot instructions and the nibble masks
-// instead of 32 float multiply-adds, and the activations read as 40 bytes
-// per block from the cache (no staging, no barriers in the loop). The
-// rounding of x is the CPU backend's for q4_0 (its activations are q8_0).
+// The same product with the activations in 8 bits (mv_q4_0r8): each
+// work-item quantizes its own block of the staged activations as q8_0 does
+// (d = max |x| / 127, q = round(x / d), in f32 here), and a block's sum is
+// d_w * d_x * (sum q_w q_x - 8 sum q_x) from four-byte integer dot products:
+// PTX dp4a where the program is built with NM_DP4A_PTX (NVIDIA's compiler
+// takes inline PTX), the same sum in C elsewhere. Per block and row that is 8
+// dot instructions and the nibble masks instead of 32 float multiply-adds and
+// 32 conversions. The rounding of x to 8 bits is the CPU backend's for q4_0
+// (its activations are q8_0 there too).
 NM_INLINE int dp4(uint a, uint b, int c) {
 #ifdef NM_DP4A_PTX
     int r;
@@ -455,22 +447,51 @@ NM_INLINE int dp4(uint a, uint b, int c) {
 #endif
 }
 
-// One block of the product with f32 activations (mv_q4_0r).
-NM_INLINE void mvr_block(const uint4 *q, const float *d, __local const float *xs, float *acc) {
+// One block of the product: f32 activations (q8 = 0, mv_q4_0r) or 8-bit (q8 = 1, mv_q4_0r8).
+NM_INLINE void mvr_block(const uint4 *q, const float *d, __local const float *xs, float *acc, const int q8) {
     float4 xv[8];
     for (int i = 0; i < 8; i++) xv[i] = vload4(0, xs + 4 * i);
+    if (!q8) {
+        for (int r = 0; r < NM_MVR_ROWS; r++) {
+            const float s = (dot(q4_lo(q[r].x), xv[0]) + dot(q4_lo(q[r].y), xv[1])) +
+                            (dot(q4_lo(q[r].z), xv[2]) + dot(q4_lo(q[r].w), xv[3])) +
+                            (dot(q4_hi(q[r].x), xv[4]) + dot(q4_hi(q[r].y), xv[5])) +
+                            (dot(q4_hi(q[r].z), xv[6]) + dot(q4_hi(q[r].w), xv[7]));
+            acc[r] += d[r] * s;
+        }
+        return;
+    }
+    float amax = 0.0f;
+    for (int i = 0; i < 8; i++) {
+        const float4 a = fabs(xv[i]);
+        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
+    }
+    const float dx = amax / 127.0f, idx = dx != 0.0f ? 1.0f / dx : 0.0f;
+    uint xq[8];
+    int sx = 0;
+    for (int i = 0; i < 8; i++) {
+        const int4 v = convert_int4(round(xv[i] * idx));
+        sx += (v.x + v.y) + (v.z + v.w);
+        xq[i] = as_uint(convert_char4(v));
+    }
+    const uint m = 0x0F0F0F0Fu;
     for (int r = 0; r < NM_MVR_ROWS; r++) {
-        const float s = (dot(q4_lo(q[r].x), xv[0]) + dot(q4_lo(q[r].y), xv[1])) +
-                        (dot(q4_lo(q[r].z), xv[2]) + dot(q4_lo(q[r].w), xv[3])) +
-                        (dot(q4_hi(q[r].x), xv[4]) + dot(q4_hi(q[r].y), xv[5])) +
-                        (dot(q4_hi(q[r].z), xv[6]) + dot(q4_hi(q[r].w), xv[7]));
-        acc[r] += d[r] * s;
+        int s = -8 * sx;
+        s = dp4(q[r].x & m, xq[0], s);
+        s = dp4(q[r].y & m, xq[1], s);
+        s = dp4(q[r].z & m, xq[2], s);
+        s = dp4(q[r].w & m, xq[3], s);
+        s = dp4((q[r].x >> 4) & m, xq[4], s);
+        s = dp4((q[r].y >> 4) & m, xq[5], s);
+        s = dp4((q[r].z >> 4) & m, xq[6], s);
+        s = dp4((q[r].w >> 4) & m, xq[7], s);
+        acc[r] += d[r] * (dx * (float)s);
     }
 }
 
 NM_INLINE void mvr(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off, __global uchar *Y,
                    ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, int N,
-                   __local float *red, __local float *xs) {
+                   __local float *red, __local float *xs, const int q8) {
     const int n0 = get_group_id(0) * NM_MVR_ROWS, lid = get_local_id(0), lws = get_local_size(0);
     const int nb = K / 32, nr = N - n0 < NM_MVR_ROWS ? N - n0 : NM_MVR_ROWS;
     __global const uint4 *qs = (__global const uint4 *)(W + w_off) + (ulong)n0 * nb;
@@ -494,88 +515,33 @@ NM_INLINE void mvr(__global const uchar *W, ulong w_off, __global const uchar *X
                 q[r] = qs[(ulong)rr * nb + b];
                 d[r] = vload_half((ulong)rr * nb + b, ds);
             }
-            mvr_block(q, d, xs + lid * NM_MVR_XS, acc);
+            mvr_block(q, d, xs + lid * NM_MVR_XS, acc, q8);
         }
     }
-    rows_reduce(acc, NM_MVR_ROWS, red, lid, lws, n0, nr, Bias, b_off, has_bias, Y, y_off);
+    for (int r = 0; r < NM_MVR_ROWS; r++) red[r * lws + lid] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = lws >> 1; st > 0; st >>= 1) {
+        if (lid < st)
+            for (int r = 0; r < NM_MVR_ROWS; r++) red[r * lws + lid] += red[r * lws + lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < nr) {
+        float s = red[lid * lws];
+        if (has_bias) s += ((__global const float *)(Bias + b_off))[n0 + lid];
+        ((__global float *)(Y + y_off))[n0 + lid] = s;
+    }
 }
 
-// x (K floats at X + x_off) rounded to 8 bits per block of 32 as q8_0
-// rounds it: Q + q_off holds the nb blocks' 32 int8, then nb float2 (d, sum of q).
-// Launch: 1-D, global >= K / 32, any local size.
-__kernel void quant_q8b(__global const uchar *X, ulong x_off, __global uchar *Q, ulong q_off, int K) {
-    const int b = get_global_id(0), nb = K / 32;
-    if (b >= nb) return;
-    __global const float *x = (__global const float *)(X + x_off) + 32 * b;
-    float4 xv[8];
-    float amax = 0.0f;
-    for (int i = 0; i < 8; i++) {
-        xv[i] = vload4(i, x);
-        const float4 a = fabs(xv[i]);
-        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
+#define NM_MVR_KERNEL(name, q8)                                                                                   \
+    __kernel void name(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off,                \
+                       __global uchar *Y, ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, \
+                       int N) {                                                                                   \
+        __local float red[NM_MVR_ROWS * NM_MVR_LWS];                                                              \
+        __local float xs[NM_MVR_LWS * NM_MVR_XS];                                                                 \
+        mvr(W, w_off, X, x_off, Y, y_off, Bias, b_off, has_bias, K, N, red, xs, q8);                              \
     }
-    const float dx = amax / 127.0f, idx = dx != 0.0f ? 1.0f / dx : 0.0f;
-    uint xq[8];
-    int sx = 0;
-    for (int i = 0; i < 8; i++) {
-        const int4 v = convert_int4(round(xv[i] * idx));
-        sx += (v.x + v.y) + (v.z + v.w);
-        xq[i] = as_uint(convert_char4(v));
-    }
-    __global uint4 *o = (__global uint4 *)(Q + q_off);
-    o[2 * b] = (uint4)(xq[0], xq[1], xq[2], xq[3]);
-    o[2 * b + 1] = (uint4)(xq[4], xq[5], xq[6], xq[7]);
-    ((__global float2 *)(Q + q_off + (ulong)nb * 32))[b] = (float2)(dx, (float)sx);
-}
-
-// Launch: 1-D, global = ceil(N / NM_MVR_ROWS) * LWS, local = LWS <= NM_MVR8_LWS;
-// Q + q_off as quant_q8b wrote it for this K (16-byte aligned).
-#define NM_MVR8_LWS 256
-__kernel void mv_q4_0r8(__global const uchar *W, ulong w_off, __global const uchar *Q, ulong q_off, __global uchar *Y,
-                        ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, int N) {
-    __local float red[NM_MVR_ROWS * NM_MVR8_LWS];
-    const int n0 = get_group_id(0) * NM_MVR_ROWS, lid = get_local_id(0), lws = get_local_size(0);
-    const int nb = K / 32, nr = N - n0 < NM_MVR_ROWS ? N - n0 : NM_MVR_ROWS;
-    __global const uint4 *qs = (__global const uint4 *)(W + w_off) + (ulong)n0 * nb;
-    __global const half *ds = (__global const half *)(W + w_off + (ulong)N * nb * 16) + (ulong)n0 * nb;
-    __global const uint4 *xq = (__global const uint4 *)(Q + q_off);
-    __global const float2 *xe = (__global const float2 *)(Q + q_off + (ulong)nb * 32);
-    float acc[NM_MVR_ROWS];
-    for (int r = 0; r < NM_MVR_ROWS; r++) acc[r] = 0.0f;
-    for (int b = lid; b < nb; b += lws) {
-        const uint4 xa = xq[2 * b], xb = xq[2 * b + 1];
-        const float2 e = xe[b];
-        uint4 q[NM_MVR_ROWS];
-        float d[NM_MVR_ROWS];
-        for (int r = 0; r < NM_MVR_ROWS; r++) {
-            const int rr = r < nr ? r : 0;
-            q[r] = qs[(ulong)rr * nb + b];
-            d[r] = vload_half((ulong)rr * nb + b, ds);
-        }
-        const uint m = 0x0F0F0F0Fu;
-        const int s0 = -8 * (int)e.y;
-        for (int r = 0; r < NM_MVR_ROWS; r++) {
-            int s = s0;
-            s = dp4(q[r].x & m, xa.x, s);
-            s = dp4(q[r].y & m, xa.y, s);
-            s = dp4(q[r].z & m, xa.z, s);
-            s = dp4(q[r].w & m, xa.w, s);
-            s = dp4((q[r].x >> 4) & m, xb.x, s);
-            s = dp4((q[r].y >> 4) & m, xb.y, s);
-            s = dp4((q[r].z >> 4) & m, xb.z, s);
-            s = dp4((q[r].w >> 4) & m, xb.w, s);
-            acc[r] += d[r] * (e.x * (float)s);
-        }
-    }
-    rows_reduce(acc, NM_MVR_ROWS, red, lid, lws, n0, nr, Bias, b_off, has_bias, Y, y_off);
-}
-
-__kernel void mv_q4_0r(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off, __global uchar *Y,
-                       ulong y_off, __global const uchar *Bias, ulong b_off, int has_bias, int K, int N) {
-    __local float red[NM_MVR_ROWS * NM_MVR_LWS];
-    __local float xs[NM_MVR_LWS * NM_MVR_XS];
-    mvr(W, w_off, X, x_off, Y, y_off, Bias, b_off, has_bias, K, N, red, xs);
-}
+NM_MVR_KERNEL(mv_q4_0r, 0)
+NM_MVR_KERNEL(mv_q4_0r8, 1)
 
 // ---- mm_T: prefill matmul -----------------------------------------------------------------
 //

@@ -35,7 +35,6 @@ extern const size_t nm_cl_kernels_source_len;
 #define NM_CL_MAX_HD 512 // attention: head_dim limit of the kernels
 #define NM_CL_MV_ROWS 4  // rows per work-group of the decode matvec (kernels.cl NM_MV_ROWS)
 #define NM_CL_MVR_ROWS 8 // and of the repacked q4_0 one (NM_MVR_ROWS)
-#define NM_CL_MVR8_LWS_MAX 256 // mv_q4_0r8's largest work-group (NM_MVR8_LWS)
 
 // A weight laid out the device's way at load (prepare_weight): found by the
 // host address the ops name it by.
@@ -98,15 +97,10 @@ typedef struct nm_ocl {
     cl_program prog;
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_quant_q8b;
+        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8;
     bool unified;
     bool ptx;  // NVIDIA's compiler: the program is built with NM_DP4A_PTX (inline PTX dp4a)
     bool q8mv; // decode of repacked q4_0 with 8-bit activations (mv_q4_0r8): where dp4a is native, or NM_OPENCL_Q8MV=1
-    cl_mem xq;        // x as quant_q8b rounds it (max_row / 32 * 40 bytes), made at first use
-    cl_mem xq_src;    // what xq holds: x at (xq_src, xq_off), xq_k elements; NULL: nothing
-    cl_ulong xq_off;
-    cl_int xq_k;
-    size_t mvr8_max;  // what mv_q4_0r8 allows (its work-group size limit on this device)
     char dev_name[128], driver[64];
     cl_ulong mem_bytes, max_alloc;
     size_t max_wg;
@@ -317,7 +311,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_act, "act"},           {&o->k_add, "add"},               {&o->k_scale, "scale"},
         {&o->k_softcap, "softcap"},   {&o->k_attention_full, "attention_full"},
         {&o->k_patches, "patches"},   {&o->k_pixel_shuffle, "pixel_shuffle"},
-        {&o->k_mv_q4_0r, "mv_q4_0r"}, {&o->k_mv_q4_0r8, "mv_q4_0r8"}, {&o->k_quant_q8b, "quant_q8b"},
+        {&o->k_mv_q4_0r, "mv_q4_0r"}, {&o->k_mv_q4_0r8, "mv_q4_0r8"},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
@@ -671,38 +665,6 @@ static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
     return NM_OK;
 }
 
-// Work-group size of mv_q4_0r8 for N rows: enough items in flight (about
-// 48k: groups of 32 for 14336 rows, 128 for 4096; measured on the H200,
-// docs/benchmarks.md), at most what the kernel allows.
-static size_t mvr8_lws(const nm_ocl *o, cl_int N) {
-    const size_t groups = ((size_t)N + NM_CL_MVR_ROWS - 1) / NM_CL_MVR_ROWS;
-    size_t lws = 32;
-    while (lws < NM_CL_MVR8_LWS_MAX && lws < o->mvr8_max && groups * lws < 48 * 1024) lws *= 2;
-    return lws;
-}
-
-// x (K floats at (m, off)) into o->xq by quant_q8b, unless xq holds it already.
-static nm_status quantize_x(nm_ocl *o, cl_mem m, cl_ulong off, cl_int K) {
-    if (o->xq_src == m && o->xq_off == off && o->xq_k == K) return NM_OK;
-    if (!o->xq) {
-        cl_int e;
-        const size_t bytes = (size_t)(o->max_row > K ? o->max_row : K) / 32 * 40 + 64;
-        o->xq = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, bytes, NULL, &e);
-        if (!o->xq || e != CL_SUCCESS) {
-            o->xq = NULL;
-            return ofail(o, NM_ERR_NOMEM, "opencl: no memory for the 8-bit activations: %s", nm_cl_strerror(e));
-        }
-    }
-    const cl_ulong zero = 0;
-    const size_t local = 64, global = ((size_t)K / 32 + local - 1) / local * local;
-    const karg args[] = {A(m), A(off), A(o->xq), A(zero), A(K)};
-    o->xq_src = NULL; // until it is written
-    nm_status st = launch(o, o->k_quant_q8b, "quant_q8", 1, &global, &local, args, 5);
-    if (st != NM_OK) return st;
-    o->xq_src = m, o->xq_off = off, o->xq_k = K;
-    return NM_OK;
-}
-
 static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     RESOLVE(w, op->src0);
     RESOLVE(x, op->src1);
@@ -715,23 +677,14 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
         // the repacked copy where prepare_weight made one, else the weight as it is
         const cl_packed *pk = o->n_packed ? packed_find(o, nm_tensor_host(op->src0)) : NULL;
         if (pk && (pk->K != K || pk->N != N)) pk = NULL;
-        const bool q8 = pk && o->q8mv;
-        const cl_kernel k = pk ? (q8 ? o->k_mv_q4_0r8 : o->k_mv_q4_0r) : o->typed.k[K_MV][t];
+        const cl_kernel k = pk ? (o->q8mv ? o->k_mv_q4_0r8 : o->k_mv_q4_0r) : o->typed.k[K_MV][t];
         const cl_mem wm = pk ? pk->mem : w.m;
         const cl_ulong wo = pk ? 0 : w.off;
-        const size_t rows = pk ? NM_CL_MVR_ROWS : NM_CL_MV_ROWS;
-        const size_t local = q8 ? mvr8_lws(o, N) : pk ? o->mvr_lws : o->mv_lws;
+        const size_t rows = pk ? NM_CL_MVR_ROWS : NM_CL_MV_ROWS, local = pk ? o->mvr_lws : o->mv_lws;
         const size_t global = ((size_t)N + rows - 1) / rows * local;
         for (int64_t r = 0; r < T; r++) {
             const cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4;
-            cl_mem xm = x.m;
-            cl_ulong xmo = xo;
-            if (q8) { // x rounded to 8 bits once for the matmuls that read it (Q, K, V; gate, up)
-                nm_status st = quantize_x(o, x.m, xo, K);
-                if (st != NM_OK) return st;
-                xm = o->xq, xmo = 0;
-            }
-            const karg args[] = {A(wm), A(wo), A(xm), A(xmo), A(y.m), A(yo), A(bias.m), A(bias.off),
+            const karg args[] = {A(wm), A(wo), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
                                  A(has_bias), A(K), A(N)};
             nm_status st = launch(o, k, "matvec", 1, &global, &local, args, 11);
             if (st != NM_OK) return st;
@@ -753,18 +706,8 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         o->prof->cur_type = w && op->src0->type < NM_TYPE_COUNT ? op->src0->type : NM_TYPE_COUNT;
         o->prof->cur_bytes = op->kind == NM_OP_MATMUL ? (double)nm_tensor_bytes(op->src0) : 0;
     }
-    if (o->xq_src && op->kind != NM_OP_MATMUL) o->xq_src = NULL; // x may change: round it again
     switch (op->kind) {
-    case NM_OP_MATMUL: {
-        const nm_status st = op_matmul(o, op);
-        cl_mem dm;
-        cl_ulong doff;
-        if (o->xq_src && (st != NM_OK || !mem_of(o, op->dst, &dm, &doff) ||
-                          (dm == o->xq_src && doff < o->xq_off + 4 * (cl_ulong)o->xq_k &&
-                           o->xq_off < doff + nm_tensor_bytes(op->dst))))
-            o->xq_src = NULL; // it wrote over the rounded x's source
-        return st;
-    }
+    case NM_OP_MATMUL: return op_matmul(o, op);
     case NM_OP_GET_ROWS: {
         RESOLVE(w, op->src0);
         RESOLVE(ids, op->ids);
@@ -991,14 +934,13 @@ static void ocl_release(nm_ocl *o) {
             if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
-                         o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_quant_q8b};
+                         o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);
     for (int i = 0; i < o->n_packed; i++) o->api.clReleaseMemObject(o->packed[i].mem);
     free(o->packed);
     if (o->dummy) o->api.clReleaseMemObject(o->dummy);
-    if (o->xq) o->api.clReleaseMemObject(o->xq);
     if (o->prog) o->api.clReleaseProgram(o->prog);
     if (o->q) o->api.clReleaseCommandQueue(o->q);
     if (o->ctx) o->api.clReleaseContext(o->ctx);
@@ -1055,8 +997,8 @@ static size_t fit_lws(nm_ocl *o, cl_kernel a, cl_kernel b) {
 static nm_status fit_work_groups(nm_ocl *o) {
     o->lws_norm = fit_lws(o, o->k_rms_norm, o->k_layer_norm);
     o->lws_attn = fit_lws(o, o->k_attention, o->k_attention_full);
-    while (o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) && o->mvr_lws > 32) o->mvr_lws /= 2;
-    o->mvr8_max = kernel_wg(o, o->k_mv_q4_0r8);
+    while ((o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) || o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r8)) && o->mvr_lws > 32)
+        o->mvr_lws /= 2;
     for (size_t i = 0; i < sizeof mm_types / sizeof mm_types[0]; i++) {
         size_t wg = 0;
         const uint32_t t = mm_types[i];

@@ -503,6 +503,55 @@ NM_TEST(layer_norm) {
 
 // ---- rope ---------------------------------------------------------------------------------
 
+// The CPU backend's op_rope on x [n_tok, nh, hd]: float angles, powf/cosf/sinf.
+static void rope_ref(const float *x, double *ref, int n_tok, int nh, int hd, const int *pos, int mode, int n_rot,
+                     float base, float fscale) {
+    for (size_t i = 0; i < (size_t)n_tok * nh * hd; i++) ref[i] = x[i];
+    for (int t = 0; t < n_tok; t++) {
+        const float p = (float)pos[t] * fscale;
+        for (int h = 0; h < nh; h++)
+            for (int i = 0; i < n_rot / 2; i++) {
+                const float theta = p * powf(base, -2.0f * (float)i / (float)n_rot);
+                const double c = cosf(theta), s = sinf(theta);
+                const size_t o = ((size_t)t * nh + h) * hd;
+                const int a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
+                ref[o + a] = x[o + a] * c - x[o + b] * s;
+                ref[o + b] = x[o + a] * s + x[o + b] * c;
+            }
+    }
+}
+
+// Q (3 heads) and K (2 heads) rotated in one launch, as the backend pairs them.
+NM_TEST(rope_two_tensors_in_one_launch) {
+    CL_READY();
+    const int n_tok = 3, hd = 64, nq = 3, nk = 2, n_rot = 48, pos[3] = {1, 9, 40};
+    const size_t n1 = (size_t)n_tok * nq * hd, n2 = (size_t)n_tok * nk * hd;
+    float *q = malloc(sizeof(float) * n1), *k = malloc(sizeof(float) * n2), *y = malloc(sizeof(float) * n1);
+    double *r1 = malloc(sizeof(double) * n1), *r2 = malloc(sizeof(double) * n2);
+    for (int mode = 0; mode <= 2; mode += 2) {
+        fill(q, n1, 1.0f), fill(k, n2, 2.0f);
+        rope_ref(q, r1, n_tok, nq, hd, pos, mode, n_rot, 10000.0f, 1.0f);
+        rope_ref(k, r2, n_tok, nk, hd, pos, mode, n_rot, 10000.0f, 1.0f);
+        dbuf bq = dbuf_new(q, sizeof(float) * n1, 20), bk = dbuf_new(k, sizeof(float) * n2, 36);
+        dbuf bp = dbuf_new(pos, sizeof pos, 12);
+        kcall c = kc_begin("rope");
+        kc_buf(&c, &bq), kc_buf(&c, &bp), kc_int(&c, nq), kc_int(&c, hd), kc_int(&c, n_rot), kc_int(&c, mode);
+        kc_float(&c, 10000.0f), kc_float(&c, 1.0f);
+        kc_buf(&c, &bk), kc_int(&c, nk);
+        size_t g[3] = {round_up((size_t)n_rot / 2, 8), (size_t)(nq + nk), (size_t)n_tok};
+        int rc = kc_run(&c, 3, g, NULL);
+        NM_CHECK(rc == 0);
+        if (rc == 0) {
+            NM_CHECK(dbuf_read(&bq, y) == 0);
+            CHECK_REL(y, r1, n1, 1e-5, "Q, mode %d", mode);
+            NM_CHECK(dbuf_read(&bk, y) == 0);
+            CHECK_REL(y, r2, n2, 1e-5, "K, mode %d", mode);
+        }
+        dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bp);
+    }
+    free(q), free(k), free(y), free(r1), free(r2);
+}
+
 NM_TEST(rope_norm_and_neox) {
     CL_READY();
     const int n_tok = 4, n_head = 3, hd = 64, pos[4] = {0, 5, 17, 300};
@@ -514,24 +563,12 @@ NM_TEST(rope_norm_and_neox) {
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         const int mode = cases[ci].mode, n_rot = cases[ci].n_rot;
         fill(x, n, 1.0f);
-        for (size_t i = 0; i < n; i++) ref[i] = x[i];
-        // the CPU backend's op_rope: float angles, powf/cosf/sinf
-        for (int t = 0; t < n_tok; t++) {
-            const float p = (float)pos[t] * cases[ci].fscale;
-            for (int h = 0; h < n_head; h++)
-                for (int i = 0; i < n_rot / 2; i++) {
-                    const float theta = p * powf(cases[ci].base, -2.0f * (float)i / (float)n_rot);
-                    const double c = cosf(theta), s = sinf(theta);
-                    const size_t o = ((size_t)t * n_head + h) * hd;
-                    const int a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
-                    ref[o + a] = x[o + a] * c - x[o + b] * s;
-                    ref[o + b] = x[o + a] * s + x[o + b] * c;
-                }
-        }
+        rope_ref(x, ref, n_tok, n_head, hd, pos, mode, n_rot, cases[ci].base, cases[ci].fscale);
         dbuf bx = dbuf_new(x, sizeof(float) * n, 44), bp = dbuf_new(pos, sizeof pos, 12);
         kcall c = kc_begin("rope");
         kc_buf(&c, &bx), kc_buf(&c, &bp), kc_int(&c, n_head), kc_int(&c, hd), kc_int(&c, n_rot), kc_int(&c, mode);
         kc_float(&c, cases[ci].base), kc_float(&c, cases[ci].fscale);
+        kc_buf(&c, &bx), kc_int(&c, 0); // no second tensor
         size_t g[3] = {round_up((size_t)n_rot / 2, 8), (size_t)n_head, (size_t)n_tok};
         int rc = kc_run(&c, 3, g, NULL);
         NM_CHECK(rc == 0);

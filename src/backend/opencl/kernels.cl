@@ -698,12 +698,16 @@ __kernel void layer_norm(__global const uchar *X, ulong x_off, __global const uc
 // mode 2 (NEOX), turned by theta = (pos * freq_scale) * freq_base^(-2i/n_rot),
 // the same float operations as the CPU backend's op_rope (with fp64 the power
 // and cos/sin are correctly rounded, as glibc's powf/cosf/sinf are in
-// practice). Elements >= n_rot are untouched.
-// Launch: 3-D, global = (round_up(n_rot/2, L), n_head, n_tok), local any (NULL).
+// practice). Elements >= n_rot are untouched. X2 = [n_tok, n_head2,
+// head_dim] is rotated the same way in the same launch (n_head2 = 0: none).
+// Launch: 3-D, global = (round_up(n_rot/2, L), n_head + n_head2, n_tok), local any (NULL).
 __kernel void rope(__global uchar *X, ulong x_off, __global const uchar *Pos, ulong pos_off, int n_head, int head_dim,
-                   int n_rot, int mode, float freq_base, float freq_scale) {
-    const int i = get_global_id(0), h = get_global_id(1), t = get_global_id(2);
-    if (i >= n_rot / 2 || h >= n_head) return;
+                   int n_rot, int mode, float freq_base, float freq_scale, __global uchar *X2, ulong x2_off,
+                   int n_head2) {
+    const int i = get_global_id(0), hh = get_global_id(1), t = get_global_id(2);
+    if (i >= n_rot / 2 || hh >= n_head + n_head2) return;
+    // heads n_head.. are X2's (Q and K in one launch): the same positions and rotation
+    const int second = hh >= n_head, h = second ? hh - n_head : hh, nh = second ? n_head2 : n_head;
     const float p = (float)((__global const int *)(Pos + pos_off))[t] * freq_scale;
     const float ex = -2.0f * (float)i / (float)n_rot;
 #ifdef NM_HAVE_FP64
@@ -713,7 +717,7 @@ __kernel void rope(__global uchar *X, ulong x_off, __global const uchar *Pos, ul
     const float theta = p * pow(freq_base, ex);
     const float c = cos(theta), s = sin(theta);
 #endif
-    __global float *x = (__global float *)(X + x_off) + ((ulong)t * n_head + h) * head_dim;
+    __global float *x = (__global float *)(second ? X2 + x2_off : X + x_off) + ((ulong)t * nh + h) * head_dim;
     const int a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
     const float x0 = x[a], x1 = x[b];
     x[a] = x0 * c - x1 * s;

@@ -700,6 +700,30 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     return launch(o, o->typed.k[K_MM][t], "matmul", 2, global, local, args, 12);
 }
 
+// Rope of op, and of op2 (NULL: none) in the same launch: rope_pairs.
+static nm_status op_rope(nm_ocl *o, const nm_op *op, const nm_op *op2) {
+    RESOLVE(x, op->src0);
+    RESOLVE(pos, op->ids);
+    RESOLVE(x2, op2 ? op2->src0 : op->src0);
+    for (const nm_op *r = op; r; r = r == op ? op2 : NULL)
+        if (r->dst != r->src0 && (r->dst->buf != r->src0->buf || r->dst->offs != r->src0->offs))
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
+    const cl_int n_head = op->i0, hd = op->i1, mode = op->i2, n_rot = op->i3, n_head2 = op2 ? op2->i0 : 0;
+    const float base = op->f0, fscale = op->f1;
+    const karg args[] = {A(x.m),    A(x.off),  A(pos.m), A(pos.off), A(n_head), A(hd),     A(n_rot),
+                         A(mode),   A(base),   A(fscale), A(x2.m),  A(x2.off), A(n_head2)};
+    const size_t global[3] = {(size_t)(op->i3 / 2), (size_t)(n_head + n_head2), (size_t)op->src0->ne[1]};
+    return launch(o, o->k_rope, "rope", 3, global, NULL, args, 13);
+}
+
+// Two ropes in a row that one launch can do (Q's and K's: the same
+// positions, head size, rotation and tokens, different tensors).
+static bool rope_pairs(const nm_op *a, const nm_op *b) {
+    return a->kind == NM_OP_ROPE && b->kind == NM_OP_ROPE && a->ids == b->ids && a->i1 == b->i1 && a->i2 == b->i2 &&
+           a->i3 == b->i3 && a->f0 == b->f0 && a->f1 == b->f1 && a->src0->ne[1] == b->src0->ne[1] &&
+           a->src0 != b->src0;
+}
+
 static nm_status op_run(nm_ocl *o, const nm_op *op) {
     if (o->prof) {
         const bool w = op->kind == NM_OP_MATMUL || op->kind == NM_OP_GET_ROWS;
@@ -734,18 +758,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
                              A(y.m), A(y.off), A(d), A(eps)};
         return launch(o, o->k_layer_norm, "layer_norm", 1, &global, &nl, args, 12);
     }
-    case NM_OP_ROPE: {
-        RESOLVE(x, op->src0);
-        RESOLVE(pos, op->ids);
-        if (op->dst != op->src0 && (op->dst->buf != op->src0->buf || op->dst->offs != op->src0->offs))
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
-        const cl_int n_head = op->i0, hd = op->i1, mode = op->i2, n_rot = op->i3;
-        const float base = op->f0, fscale = op->f1;
-        const karg args[] = {A(x.m), A(x.off), A(pos.m), A(pos.off), A(n_head), A(hd), A(n_rot), A(mode), A(base),
-                             A(fscale)};
-        const size_t global[3] = {(size_t)(op->i3 / 2), (size_t)op->i0, (size_t)op->src0->ne[1]};
-        return launch(o, o->k_rope, "rope", 3, global, NULL, args, 10);
-    }
+    case NM_OP_ROPE: return op_rope(o, op, NULL);
     case NM_OP_KV_STORE: {
         RESOLVE(k, op->src0);
         RESOLVE(v, op->src1);
@@ -847,7 +860,14 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
         if (!ocl_supports_op(b, &ops[i]))
             return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d (%s) not supported with these operands", ops[i].kind,
                          ops[i].src0 ? type_name(ops[i].src0->type) : "-");
-        nm_status st = op_run(o, &ops[i]);
+        nm_status st;
+        if (i + 1 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && ocl_supports_op(b, &ops[i + 1])) {
+            if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
+            st = op_rope(o, &ops[i], &ops[i + 1]); // Q and K in one launch
+            i++;
+        } else {
+            st = op_run(o, &ops[i]);
+        }
         if (st != NM_OK) return st;
         // the device starts on the first ops while the host queues the rest
         if (i % 32 == 31 && o->api.clFlush(o->q) != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: flush failed");

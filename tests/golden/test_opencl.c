@@ -12,6 +12,7 @@
 #include "bricks/vision/clip.h"
 #include "genmmproj.h"
 #include "genmodel.h"
+#include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "nanomind.h"
 #include "quant/quant.h"
@@ -531,6 +532,54 @@ NM_TEST(vision_encoder_equals_cpu) {
         nm_clip_free(cpu);
         nm_clip_free(dev);
     }
+}
+
+// The backend runs an add and the RMS norm of its sum in one launch: an add
+// followed by the norm of another tensor must not be fused (each op as it
+// gives alone), the norm of the sum after that as usual. Host memory, imported.
+NM_TEST(fused_neighbours_only_when_they_pair) {
+    nm_backend_params bp = {.n_threads = 1, .max_row = 256, .max_tokens = 4};
+    nm_backend *be = NULL;
+    char err[512];
+    const nm_status cst = nm_backend_create(device(), &bp, &be, err, sizeof err);
+    if (cst == NM_ERR_UNSUPPORTED && strstr(err, "no OpenCL")) NM_SKIP(err);
+    NM_CHECK(cst == NM_OK && be != NULL);
+    if (!be) return;
+    enum { D = 256, R = 3, N = D * R };
+    float *mem = aligned_alloc(4096, 8 * 4096 * 4); // a, b, s, other, y, w, -, y2 (4096 floats each)
+    memset(mem, 0, 8 * 4096 * 4);
+    float *a = mem, *b = mem + 4096, *s = mem + 2 * 4096, *other = mem + 3 * 4096, *y = mem + 4 * 4096;
+    float *w = mem + 5 * 4096, *y2 = mem + 7 * 4096;
+    for (int i = 0; i < N; i++) a[i] = sinf(0.1f * i), b[i] = cosf(0.07f * i), other[i] = 0.5f + 0.01f * (i % 97);
+    for (int i = 0; i < D; i++) w[i] = 1.0f + 0.001f * i;
+    NM_CHECK(be->iface->buffer_import_host(be, mem, 8 * 4096 * 4, true) == NM_OK);
+#define HT(p, n0, n1) ((nm_tensor){.type = NM_TYPE_F32, .ne = {(n0), (n1), 1, 1}, .offs = (size_t)(uintptr_t)(p)})
+    nm_tensor tA = HT(a, D, R), tB = HT(b, D, R), tS = HT(s, D, R), tO = HT(other, D, R), tY = HT(y, D, R);
+    nm_tensor tW = HT(w, D, 1), tY2 = HT(y2, D, R);
+    // an add, then the norm of another tensor (must not take the sum), then of the sum
+    nm_op ops[3] = {{.kind = NM_OP_ADD, .src0 = &tA, .src1 = &tB, .dst = &tS},
+                    {.kind = NM_OP_RMS_NORM, .src0 = &tO, .src1 = &tW, .dst = &tY, .f0 = 1e-5f},
+                    {.kind = NM_OP_RMS_NORM, .src0 = &tS, .src1 = &tW, .dst = &tY2, .f0 = 1e-5f}};
+    NM_CHECK(nm_backend_run(be, ops, 3) == NM_OK);
+    double e_other = 0, e_sum = 0;
+    int s_exact = 1;
+    for (int r = 0; r < R; r++) {
+        double so = 0, ss = 0;
+        for (int i = 0; i < D; i++) so += (double)other[r * D + i] * other[r * D + i];
+        for (int i = 0; i < D; i++) ss += ((double)a[r * D + i] + b[r * D + i]) * ((double)a[r * D + i] + b[r * D + i]);
+        const double sco = 1.0 / sqrt(so / D + 1e-5), scs = 1.0 / sqrt(ss / D + 1e-5);
+        for (int i = 0; i < D; i++) {
+            s_exact &= s[r * D + i] == a[r * D + i] + b[r * D + i];
+            e_other = fmax(e_other, fabs(y[r * D + i] - other[r * D + i] * sco * w[i]));
+            e_sum = fmax(e_sum, fabs(y2[r * D + i] - ((double)a[r * D + i] + b[r * D + i]) * scs * w[i]));
+        }
+    }
+    fprintf(stderr, "  add, norm of another tensor, norm of the sum: max errors %.2e, %.2e\n", e_other, e_sum);
+    NM_CHECK(s_exact);
+    NM_CHECK(e_other < 1e-5 && e_sum < 1e-5);
+#undef HT
+    nm_backend_free(be);
+    free(mem);
 }
 
 NM_TEST_MAIN()

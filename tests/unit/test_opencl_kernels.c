@@ -445,14 +445,18 @@ NM_TEST(get_rows_all_types) {
 // ---- norms --------------------------------------------------------------------------------
 
 // rms_norm (layer = 0) or layer_norm (layer = 1) of rows x d, in place or not.
+// add (rms_norm only): x = xa + xb is computed by the kernel and written to
+// X (the fused residual add), bit-exact, before the norm of it.
 static void check_norm(int *nmtest_failed, int layer, int rows, int d, size_t lws, int has_w, int has_b,
-                       int in_place) {
+                       int in_place, int add) {
     const size_t n = (size_t)rows * d;
     float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * d), *b = malloc(sizeof(float) * d);
-    float *y = malloc(sizeof(float) * n);
+    float *y = malloc(sizeof(float) * n), *xa = malloc(sizeof(float) * n), *xb = malloc(sizeof(float) * n);
     double *ref = malloc(sizeof(double) * n);
     fill(x, n, 2.0f), fill(w, (size_t)d, 1.0f), fill(b, (size_t)d, 1.0f);
     for (int i = 0; i < d; i++) x[i] += 3.0f; // a row with a mean far from 0
+    fill(xa, n, 1.0f);
+    for (size_t i = 0; i < n; i++) xb[i] = x[i] - xa[i], x[i] = add ? xa[i] + xb[i] : x[i];
     const float eps = 1e-5f;
     for (int r = 0; r < rows; r++) {
         const float *xr = x + (size_t)r * d;
@@ -464,41 +468,51 @@ static void check_norm(int *nmtest_failed, int layer, int rows, int d, size_t lw
         for (int i = 0; i < d; i++)
             ref[(size_t)r * d + i] = (xr[i] - mean) * sc * (has_w ? w[i] : 1.0) + (has_b ? b[i] : 0.0);
     }
-    dbuf bx = dbuf_new(x, sizeof(float) * n, 16), bw = dbuf_new(w, sizeof(float) * d, 4);
+    dbuf bx = dbuf_new(add ? NULL : x, sizeof(float) * n, 16), bw = dbuf_new(w, sizeof(float) * d, 4);
     dbuf bb = dbuf_new(b, sizeof(float) * d, 8), by = in_place ? bx : dbuf_new(NULL, sizeof(float) * n, 28);
+    dbuf ba = dbuf_new(xa, sizeof(float) * n, 12), bb2 = dbuf_new(xb, sizeof(float) * n, 20);
     kcall c = kc_begin(layer ? "layer_norm" : "rms_norm");
     kc_buf(&c, &bx), kc_buf(&c, &bw), kc_int(&c, has_w);
     if (layer) kc_buf(&c, &bb), kc_int(&c, has_b);
     kc_buf(&c, &by), kc_int(&c, d), kc_float(&c, eps);
+    if (!layer) kc_buf(&c, &ba), kc_buf(&c, &bb2), kc_int(&c, add);
     size_t g = (size_t)rows * lws;
     int rc = kc_run(&c, 1, &g, &lws);
     NM_CHECK(rc == 0);
     if (rc == 0) {
         NM_CHECK(dbuf_read(&by, y) == 0);
-        CHECK_REL(y, ref, n, 1e-5, "%s d=%d lws=%zu w=%d b=%d in_place=%d", layer ? "layer_norm" : "rms_norm", d,
-                  lws, has_w, has_b, in_place);
+        CHECK_REL(y, ref, n, 1e-5, "%s d=%d lws=%zu w=%d b=%d in_place=%d add=%d", layer ? "layer_norm" : "rms_norm",
+                  d, lws, has_w, has_b, in_place, add);
+        if (add && !in_place) { // the sum itself, as the add op writes it
+            NM_CHECK(dbuf_read(&bx, y) == 0);
+            NM_CHECK(memcmp(y, x, sizeof(float) * n) == 0);
+        }
     }
-    dbuf_free(&bx), dbuf_free(&bw), dbuf_free(&bb);
+    dbuf_free(&bx), dbuf_free(&bw), dbuf_free(&bb), dbuf_free(&ba), dbuf_free(&bb2);
     if (!in_place) dbuf_free(&by);
-    free(x), free(w), free(b), free(y), free(ref);
+    free(x), free(w), free(b), free(y), free(ref), free(xa), free(xb);
 }
 
 NM_TEST(rms_norm) {
     CL_READY();
-    check_norm(nmtest_failed, 0, 3, 768, 64, 1, 0, 0);
-    check_norm(nmtest_failed, 0, 3, 768, 256, 1, 0, 1);
-    check_norm(nmtest_failed, 0, 4, 100, 32, 0, 0, 1);
-    check_norm(nmtest_failed, 0, 1, 4096, 128, 1, 0, 0);
-    check_norm(nmtest_failed, 0, 2, 101, 64, 1, 0, 0); // not whole float4s: the scalar tail
+    check_norm(nmtest_failed, 0, 3, 768, 64, 1, 0, 0, 0);
+    check_norm(nmtest_failed, 0, 3, 768, 256, 1, 0, 1, 0);
+    check_norm(nmtest_failed, 0, 4, 100, 32, 0, 0, 1, 0);
+    check_norm(nmtest_failed, 0, 1, 4096, 128, 1, 0, 0, 0);
+    check_norm(nmtest_failed, 0, 2, 101, 64, 1, 0, 0, 0); // not whole float4s: the scalar tail
+    // with the residual add before it (the backend fuses an add and the norm of its sum)
+    check_norm(nmtest_failed, 0, 3, 768, 64, 1, 0, 0, 1);
+    check_norm(nmtest_failed, 0, 2, 101, 64, 1, 0, 0, 1);
+    check_norm(nmtest_failed, 0, 4, 4096, 256, 0, 0, 1, 1);
 }
 
 NM_TEST(layer_norm) {
     CL_READY();
-    check_norm(nmtest_failed, 1, 3, 768, 64, 1, 1, 0);
-    check_norm(nmtest_failed, 1, 3, 768, 256, 1, 1, 1);
-    check_norm(nmtest_failed, 1, 2, 100, 32, 0, 1, 1);
-    check_norm(nmtest_failed, 1, 2, 1000, 128, 1, 0, 0);
-    check_norm(nmtest_failed, 1, 2, 64, 64, 0, 0, 0);
+    check_norm(nmtest_failed, 1, 3, 768, 64, 1, 1, 0, 0);
+    check_norm(nmtest_failed, 1, 3, 768, 256, 1, 1, 1, 0);
+    check_norm(nmtest_failed, 1, 2, 100, 32, 0, 1, 1, 0);
+    check_norm(nmtest_failed, 1, 2, 1000, 128, 1, 0, 0, 0);
+    check_norm(nmtest_failed, 1, 2, 64, 64, 0, 0, 0, 0);
 }
 
 // ---- rope ---------------------------------------------------------------------------------

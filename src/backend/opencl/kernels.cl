@@ -646,21 +646,31 @@ NM_GET_ROWS(q6_K, 256, 210)
 // In place (X == Y, same offsets) is allowed: every item reads its elements
 // for the sums before the reduction's barriers and writes only those after.
 
-// y = x / sqrt(mean(x^2) + eps) * w (w: d floats, unless !has_w).
-__kernel void rms_norm(__global const uchar *X, ulong x_off, __global const uchar *W, ulong w_off, int has_w,
-                       __global uchar *Y, ulong y_off, int d, float eps) {
+// y = x / sqrt(mean(x^2) + eps) * w (w: d floats, unless !has_w). With
+// has_add, x = a + b is computed first and written to X (a residual add and
+// the norm after it in one launch; each item reads back only what it wrote).
+__kernel void rms_norm(__global uchar *X, ulong x_off, __global const uchar *W, ulong w_off, int has_w,
+                       __global uchar *Y, ulong y_off, int d, float eps, __global const uchar *A, ulong a_off,
+                       __global const uchar *B, ulong b_off, int has_add) {
     __local float red[NM_MAX_LWS];
     const int r = get_group_id(0), lid = get_local_id(0), lws = get_local_size(0);
-    __global const float *x = (__global const float *)(X + x_off) + (ulong)r * d;
+    __global float *x = (__global float *)(X + x_off) + (ulong)r * d;
+    __global const float *a = (__global const float *)(A + a_off) + (ulong)r * d;
+    __global const float *b = (__global const float *)(B + b_off) + (ulong)r * d;
     __global const float *w = (__global const float *)(W + w_off);
     __global float *y = (__global float *)(Y + y_off) + (ulong)r * d;
     float s = 0.0f;
     const int d4 = (d & 3) == 0 ? d / 4 : 0; // rows of whole float4s: one load per 4 elements
     for (int i = lid; i < d4; i += lws) {
-        const float4 v = vload4(i, x);
+        float4 v;
+        if (has_add) vstore4(v = vload4(i, a) + vload4(i, b), i, x);
+        else v = vload4(i, x);
         s += dot(v, v);
     }
-    for (int i = 4 * d4 + lid; i < d; i += lws) s += x[i] * x[i];
+    for (int i = 4 * d4 + lid; i < d; i += lws) {
+        if (has_add) x[i] = a[i] + b[i];
+        s += x[i] * x[i];
+    }
     s = wg_sum(s, red);
     const float scale = 1.0f / sqrt(s / (float)d + eps);
     for (int i = lid; i < d4; i += lws) vstore4(vload4(i, x) * scale * (has_w ? vload4(i, w) : (float4)(1.0f)), i, y);

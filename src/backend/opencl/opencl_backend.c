@@ -700,6 +700,33 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     return launch(o, o->typed.k[K_MM][t], "matmul", 2, global, local, args, 12);
 }
 
+// RMS norm of op; with add (NULL: none), the add whose sum op normalizes in
+// the same launch (add_norm_pairs).
+static nm_status op_rms_norm(nm_ocl *o, const nm_op *op, const nm_op *add) {
+    RESOLVE(x, op->src0);
+    RESOLVE(w, op->src1);
+    RESOLVE(y, op->dst);
+    RESOLVE(a, add ? add->src0 : op->src0);
+    RESOLVE(bb, add ? add->src1 : op->src0);
+    const cl_int has_w = op->src1 != NULL, d = (cl_int)op->src0->ne[0], has_add = add != NULL;
+    const float eps = op->f0;
+    const size_t rows = (size_t)(op->src0->ne[1] * op->src0->ne[2]), nl = o->lws_norm, global = rows * nl;
+    const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(y.m), A(y.off), A(d), A(eps),
+                         A(a.m), A(a.off), A(bb.m), A(bb.off), A(has_add)};
+    return launch(o, o->k_rms_norm, add ? "add_rms_norm" : "rms_norm", 1, &global, &nl, args, 14);
+}
+
+// An add and the RMS norm of its sum right after it, which one launch can
+// do: the norm reads the add's output, elementwise over the same elements.
+static bool add_norm_pairs(const nm_op *add, const nm_op *norm) {
+    if (add->kind != NM_OP_ADD || norm->kind != NM_OP_RMS_NORM) return false;
+    const nm_tensor *s = add->dst, *x = norm->src0;
+    const int64_t n = s->ne[0] * s->ne[1] * s->ne[2];
+    return (x == s || (x->buf == s->buf && x->offs == s->offs)) && n == x->ne[0] * x->ne[1] * x->ne[2] &&
+           add->src0->ne[0] * add->src0->ne[1] * add->src0->ne[2] == n &&
+           add->src1->ne[0] * add->src1->ne[1] * add->src1->ne[2] == n;
+}
+
 // Rope of op, and of op2 (NULL: none) in the same launch: rope_pairs.
 static nm_status op_rope(nm_ocl *o, const nm_op *op, const nm_op *op2) {
     RESOLVE(x, op->src0);
@@ -750,10 +777,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const cl_int has_w = op->src1 != NULL, has_b = op->src2 != NULL, d = (cl_int)op->src0->ne[0];
         const float eps = op->f0;
         const size_t rows = (size_t)(op->src0->ne[1] * op->src0->ne[2]), nl = o->lws_norm, global = rows * nl;
-        if (op->kind == NM_OP_RMS_NORM) {
-            const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(y.m), A(y.off), A(d), A(eps)};
-            return launch(o, o->k_rms_norm, "rms_norm", 1, &global, &nl, args, 9);
-        }
+        if (op->kind == NM_OP_RMS_NORM) return op_rms_norm(o, op, NULL);
         const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(bb.m), A(bb.off), A(has_b),
                              A(y.m), A(y.off), A(d), A(eps)};
         return launch(o, o->k_layer_norm, "layer_norm", 1, &global, &nl, args, 12);
@@ -864,6 +888,10 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
         if (i + 1 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && ocl_supports_op(b, &ops[i + 1])) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
             st = op_rope(o, &ops[i], &ops[i + 1]); // Q and K in one launch
+            i++;
+        } else if (i + 1 < n_ops && add_norm_pairs(&ops[i], &ops[i + 1]) && ocl_supports_op(b, &ops[i + 1])) {
+            if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
+            st = op_rms_norm(o, &ops[i + 1], &ops[i]); // the residual add and the next norm
             i++;
         } else {
             st = op_run(o, &ops[i]);

@@ -768,7 +768,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const size_t global[2] = {(((size_t)K + 3) / 4 + 63) / 64 * 64, (size_t)op->dst->ne[1]}, local[2] = {64, 1};
         return launch(o, o->typed.k[K_GET_ROWS][op->src0->type], "get_rows", 2, global, local, args, 7);
     }
-    case NM_OP_RMS_NORM:
+    case NM_OP_RMS_NORM: return op_rms_norm(o, op, NULL);
     case NM_OP_NORM: {
         RESOLVE(x, op->src0);
         RESOLVE(w, op->src1);
@@ -777,7 +777,6 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const cl_int has_w = op->src1 != NULL, has_b = op->src2 != NULL, d = (cl_int)op->src0->ne[0];
         const float eps = op->f0;
         const size_t rows = (size_t)(op->src0->ne[1] * op->src0->ne[2]), nl = o->lws_norm, global = rows * nl;
-        if (op->kind == NM_OP_RMS_NORM) return op_rms_norm(o, op, NULL);
         const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(bb.m), A(bb.off), A(has_b),
                              A(y.m), A(y.off), A(d), A(eps)};
         return launch(o, o->k_layer_norm, "layer_norm", 1, &global, &nl, args, 12);

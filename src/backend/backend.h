@@ -125,6 +125,10 @@ typedef struct nm_op {
     const nm_kv_layer *kv; // ATTENTION, KV_STORE (rows at the positions in ids)
     int32_t n_ctx;         // ATTENTION, KV_STORE: cache capacity (positions must lie below it)
     uint32_t flags;        // NM_OPF_*
+    // ATTENTION, KV_STORE: i32 (>= n_ctx entries), the cache row that holds
+    // each position; NULL: position p is row p. Sequences that share a prefix
+    // (Whisper's beams) point at the same rows instead of copying them.
+    const nm_tensor *kv_rows;
 } nm_op;
 
 // Round as ggml's CPU backend does around half-precision tensors, for bricks
@@ -172,7 +176,7 @@ typedef struct nm_event {
     nm_backend *owner; // the backend that recorded it
 } nm_event;
 
-#define NM_BACKEND_IFACE_VERSION 2
+#define NM_BACKEND_IFACE_VERSION 3 // 3: nm_op.kv_rows
 
 typedef struct nm_backend_i {
     uint32_t version; // NM_BACKEND_IFACE_VERSION it was built against

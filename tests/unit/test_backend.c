@@ -401,6 +401,64 @@ NM_TEST(attention_gqa_window_equals_naive) {
     nm_backend_free(be);
 }
 
+// A position -> row map (kv_rows): KV_STORE writes each position's row of the
+// map and ATTENTION reads through it, giving the bits the same cache laid out
+// by position gives, on each path (online softmax, ggml's f16 rounding one
+// query at a time, and several queries at one position sharing the V rows).
+// A row outside the cache and a map shorter than n_ctx are refused.
+NM_TEST(attention_through_a_row_map_equals_contiguous) {
+    enum { H = 4, KV = 2, hd = 16, n_ctx = 24, ROWS = 3 * n_ctx, T = 4, W = KV * hd };
+    nm_backend *be = cpu_backend(2, 64, 16);
+    float *kf = malloc(sizeof(float) * n_ctx * W), *vf = malloc(sizeof(float) * n_ctx * W);
+    uint16_t *kh = calloc((size_t)n_ctx * W, 2), *vh = calloc((size_t)n_ctx * W, 2);
+    uint16_t *kp = calloc((size_t)ROWS * W, 2), *vp = calloc((size_t)ROWS * W, 2);
+    float *q = malloc(sizeof(float) * T * H * hd), *o1 = malloc(sizeof(float) * T * H * hd),
+          *o2 = malloc(sizeof(float) * T * H * hd);
+    for (int i = 0; i < n_ctx * W; i++) kf[i] = frand(), vf[i] = frand();
+    for (int i = 0; i < T * H * hd; i++) q[i] = 3.0f * frand();
+    int32_t map[n_ctx], ids[n_ctx];
+    for (int p = 0; p < n_ctx; p++) map[p] = (p * 7 + 5) % ROWS; // scattered, no two positions on one row
+    nm_kv_layer kc = kv_at(kh, vh, W, n_ctx), kvp = kv_at(kp, vp, W, ROWS);
+    nm_tensor Kt = {.ne = {W, n_ctx, 1, 1}, .offs = (size_t)(uintptr_t)(kf)}, Vt = {.ne = {W, n_ctx, 1, 1}, .offs = (size_t)(uintptr_t)(vf)};
+    nm_op st[2] = {{.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .ids = IDT(seq_ids(ids, 0, n_ctx), n_ctx), .kv = &kc,
+                    .n_ctx = n_ctx},
+                   {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .ids = IDT(ids, n_ctx), .kv = &kvp, .n_ctx = n_ctx,
+                    .kv_rows = IDT(map, n_ctx)}};
+    NM_CHECK(be->iface->supports_op(be, &st[1]) && nm_backend_run(be, st, 2) == NM_OK);
+    bool placed = true;
+    for (int p = 0; p < n_ctx; p++)
+        placed = placed && !memcmp(kp + (size_t)map[p] * W, kh + (size_t)p * W, 2 * W) &&
+                 !memcmp(vp + (size_t)map[p] * W, vh + (size_t)p * W, 2 * W);
+    NM_CHECK(placed);
+    const int32_t spread[T] = {3, 11, 17, 23}, same[T] = {19, 19, 19, 19};
+    const struct { const int32_t *pos; uint32_t flags; float cap; } cases[] = {
+        {spread, 0, 0.0f}, {spread, 0, 0.7f}, {spread, NM_OPF_GGML_F16, 0.0f}, {same, NM_OPF_GGML_F16, 0.0f}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        nm_tensor Q = {.ne = {H * hd, T, 1, 1}, .offs = (size_t)(uintptr_t)(q)};
+        nm_tensor O1 = {.ne = {H * hd, T, 1, 1}, .offs = (size_t)(uintptr_t)(o1)}, O2 = O1;
+        O2.offs = (size_t)(uintptr_t)(o2);
+        nm_op a = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O1, .ids = IDT(cases[ci].pos, T), .kv = &kc,
+                   .f0 = 0.25f, .f1 = cases[ci].cap, .i0 = H, .i1 = KV, .i2 = hd, .n_ctx = n_ctx, .flags = cases[ci].flags};
+        nm_op b = a;
+        b.dst = &O2, b.kv = &kvp, b.kv_rows = IDT(map, n_ctx);
+        NM_CHECK(nm_backend_run(be, &a, 1) == NM_OK && nm_backend_run(be, &b, 1) == NM_OK);
+        const bool eq = !memcmp(o1, o2, sizeof(float) * T * H * hd);
+        if (!eq) fprintf(stderr, "  case %zu: attention through the map differs\n", ci);
+        NM_CHECK(eq);
+    }
+    map[2] = ROWS; // one row past the pool
+    nm_tensor Q = {.ne = {H * hd, 1, 1, 1}, .offs = (size_t)(uintptr_t)(q)}, O = {.ne = {H * hd, 1, 1, 1}, .offs = (size_t)(uintptr_t)(o1)};
+    nm_op bad = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = IDT(spread, 1), .kv = &kvp, .f0 = 0.25f,
+                 .i0 = H, .i1 = KV, .i2 = hd, .n_ctx = n_ctx, .kv_rows = IDT(map, n_ctx)};
+    NM_CHECK(nm_backend_run(be, &bad, 1) == NM_ERR_RANGE && strstr(be->iface->last_error(be), "cache row"));
+    st[1].ids = IDT(seq_ids(ids, 2, 1), 1);
+    NM_CHECK(nm_backend_run(be, &st[1], 1) == NM_ERR_RANGE);
+    bad.kv_rows = IDT(map, n_ctx - 1); // a map that does not cover the context
+    NM_CHECK(!be->iface->supports_op(be, &bad));
+    free(kf), free(vf), free(kh), free(vh), free(kp), free(vp), free(q), free(o1), free(o2);
+    nm_backend_free(be);
+}
+
 // RoPE at position 1 with base 1 rotates every pair by 1 radian; NORM pairs
 // adjacent elements, NEOX pairs i with i + n/2.
 NM_TEST(rope_orderings) {

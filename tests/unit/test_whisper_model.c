@@ -805,7 +805,7 @@ static void decode_seqs_equal_one_by_one(int *nmtest_failed, uint32_t wtype) {
         NM_CHECK(nm_whisper_encode(w, mel, n_len, 0) == NM_OK);
         const int32_t prompt[2] = {50257, 50362}, seqs[3] = {2, 0, 1}, toks[3] = {11, 4000, 51000};
         NM_CHECK(nm_whisper_decode(w, 0, prompt, 2, 0, false) == NM_OK);
-        NM_CHECK(nm_whisper_seq_copy(w, 1, 0, 2) == NM_OK && nm_whisper_seq_copy(w, 2, 0, 2) == NM_OK);
+        NM_CHECK(nm_whisper_seq_share(w, 1, 0, 2) == NM_OK && nm_whisper_seq_share(w, 2, 0, 2) == NM_OK);
         NM_CHECK(nm_whisper_decode_seqs(w, seqs, toks, 3, 2) == NM_OK);
         float *batched = malloc(sizeof(float) * (size_t)(3 * nv));
         for (int k = 0; k < 3; k++) {
@@ -837,6 +837,73 @@ static void decode_seqs_equal_one_by_one(int *nmtest_failed, uint32_t wtype) {
 NM_TEST(decode_seqs_equal_one_by_one_f16) { decode_seqs_equal_one_by_one(nmtest_failed, NM_TYPE_F16); }
 NM_TEST(decode_seqs_equal_one_by_one_f32) { decode_seqs_equal_one_by_one(nmtest_failed, NM_TYPE_F32); }
 NM_TEST(decode_seqs_equal_one_by_one_q8_0) { decode_seqs_equal_one_by_one(nmtest_failed, NM_TYPE_Q8_0); }
+
+// Shared cache rows: sequences share their prefixes (nm_whisper_seq_share)
+// and overwrite positions at random, far more often than the pool has spare
+// rows; after every step each sequence's next logits equal those of its own
+// token history decoded alone, one token at a time, in a cache nobody shares
+// (a write to a shared row must not reach the other sequences, and the pool
+// must never run dry).
+NM_TEST(shared_rows_copy_on_write) {
+    rand_model *r = malloc(sizeof *r);
+    rand_model_init(r, NM_TYPE_F16, 99);
+    buf gg = write_gguf(&r->m, true);
+    nm_whisper_model *m = NULL;
+    nm_whisper *w = NULL, *solo = NULL;
+    char err[512] = "";
+    enum { S = 3 };
+    NM_CHECK(load_buf(&gg, &m, err, sizeof err) == NM_OK);
+    NM_CHECK(m && nm_whisper_create(m, 1, S, 0, &w, err, sizeof err) == NM_OK &&
+             nm_whisper_create(m, 1, 1, 0, &solo, err, sizeof err) == NM_OK);
+    if (w && solo) {
+        const nm_whisper_hparams *hp = &m->hp;
+        const int32_t C = hp->n_text_ctx, nv = hp->n_vocab;
+        const int64_t n_len = 2 * hp->n_audio_ctx;
+        float *mel = malloc(sizeof(float) * (size_t)(hp->n_mels * n_len));
+        for (int64_t i = 0; i < hp->n_mels * n_len; i++) mel[i] = (float)((i * 53) % 97) / 48.0f - 1.0f;
+        NM_CHECK(nm_whisper_encode(w, mel, n_len, 0) == NM_OK && nm_whisper_encode(solo, mel, n_len, 0) == NM_OK);
+        int32_t hist[S][8] = {{0}}, len[S] = {0};
+        float *got = malloc(sizeof(float) * (size_t)nv);
+        uint32_t rs = 12345;
+        int bad = 0, shares = 0;
+        for (int step = 0; step < 120 && !bad; step++) {
+            rs ^= rs << 13, rs ^= rs >> 17, rs ^= rs << 5; // xorshift32
+            const int32_t s = (int32_t)((rs >> 16) % S), o = (int32_t)((rs >> 8) % S);
+            if ((rs >> 4) % 3 == 0 && o != s && len[o] > 0) { // s takes o's first n positions
+                const int32_t n = 1 + (int32_t)((rs >> 20) % (uint32_t)len[o]);
+                NM_CHECK(nm_whisper_seq_share(w, s, o, n) == NM_OK);
+                memcpy(hist[s], hist[o], sizeof(int32_t) * (size_t)n);
+                len[s] = n;
+                shares++;
+                continue;
+            }
+            // a token at the end (or, when full, over a random earlier position)
+            const int32_t p = len[s] < C ? len[s] : (int32_t)((rs >> 20) % (uint32_t)C);
+            const int32_t tok = (int32_t)((rs >> 3) % 50000u);
+            NM_CHECK(nm_whisper_decode(w, s, &tok, 1, p, false) == NM_OK);
+            hist[s][p] = tok;
+            len[s] = p + 1;
+            const float *l = nm_whisper_logits(w, -1);
+            if (l) memcpy(got, l, sizeof(float) * (size_t)nv);
+            for (int32_t k = 0; k < len[s]; k++) NM_CHECK(nm_whisper_decode(solo, 0, &hist[s][k], 1, k, false) == NM_OK);
+            const float *want = nm_whisper_logits(solo, -1);
+            if (!l || !want || memcmp(got, want, sizeof(float) * (size_t)nv)) {
+                fprintf(stderr, "  step %d: sequence %d at position %d differs from its history decoded alone\n", step, s, p);
+                bad = 1;
+            }
+        }
+        if (shares <= 20) fprintf(stderr, "  only %d shares\n", shares);
+        NM_CHECK(!bad && shares > 20);
+        free(mel);
+        free(got);
+    }
+    nm_whisper_free(w);
+    nm_whisper_free(solo);
+    nm_whisper_model_free(m);
+    free(gg.p);
+    rand_model_free(r);
+    free(r);
+}
 
 NM_TEST(random_roundtrip_q4_k) { // rows of 32 are not whole q4_K blocks: refused with a message
     rand_model *r = malloc(sizeof *r);

@@ -94,6 +94,9 @@ static int64_t dec_chunks(int64_t O, int n_threads) {
 #define IDS(op) ((const int32_t *)TD((op)->ids))
 #define KVK(op) ((uint16_t *)TD(&(op)->kv->k))
 #define KVV(op) ((uint16_t *)TD(&(op)->kv->v))
+#define KVROWS(op) ((op)->kv_rows ? (const int32_t *)TD((op)->kv_rows) : NULL)
+// The cache row of position j: rows[j] when the op maps positions to rows.
+#define KVROW(rows, j) ((rows) ? (int64_t)(rows)[j] : (int64_t)(j))
 
 static nm_status reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim);
 
@@ -356,16 +359,17 @@ typedef struct attn_task {
 // K and V rows are f16: K goes through the f16 x f32 dot kernel, each V row is
 // widened once into `v` (1 KiB of stack at most).
 static void attn_one(const nm_cpu *c, const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride, int hd,
-                     int64_t k_lo, int64_t k_hi, float scale, float softcap, float *out) {
+                     const int32_t *rows, int64_t k_lo, int64_t k_hi, float scale, float softcap, float *out) {
     const nm_dot_fn hdot = c->k->dot[NM_TYPE_F16];
     const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
     float acc[1024], v[1024];
     float m = -INFINITY, l = 0.0f;
     memset(acc, 0, sizeof(float) * (size_t)hd);
     for (int64_t j = k_lo; j <= k_hi; j++) {
-        float s = hdot(kc + j * stride, q, hd) * scale;
+        const int64_t row = KVROW(rows, j);
+        float s = hdot(kc + row * stride, q, hd) * scale;
         if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-        widen(vc + j * stride, v, hd);
+        widen(vc + row * stride, v, hd);
         if (s > m) {
             float r = nm_expf(m - s); // rescale what was accumulated under the old max
             for (int d = 0; d < hd; d++) acc[d] = acc[d] * r + v[d];
@@ -386,7 +390,7 @@ static void attn_one(const nm_cpu *c, const float *q, const uint16_t *kc, const 
 // f16, then sum_j p_j v_j in f32. At most NM_ATTN_GGML_MAX keys.
 #define NM_ATTN_GGML_MAX 8192
 static void attn_one_ggml(const nm_cpu *c, const float *q, const uint16_t *kc, const uint16_t *vc, int64_t stride,
-                          int hd, int64_t k_lo, int64_t k_hi, float scale, float *out) {
+                          int hd, const int32_t *rows, int64_t k_lo, int64_t k_hi, float scale, float *out) {
     const nm_dot_fn hdot = c->k->dot[NM_TYPE_F16];
     const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
     float qh[1024], v[1024], p[NM_ATTN_GGML_MAX];
@@ -394,7 +398,7 @@ static void attn_one_ggml(const nm_cpu *c, const float *q, const uint16_t *kc, c
     round_f16(c, qh, hd);
     float m = -INFINITY, sum = 0.0f;
     for (int64_t j = k_lo; j <= k_hi; j++) {
-        p[j - k_lo] = hdot(kc + j * stride, qh, hd) * scale;
+        p[j - k_lo] = hdot(kc + KVROW(rows, j) * stride, qh, hd) * scale;
         m = p[j - k_lo] > m ? p[j - k_lo] : m;
     }
     for (int64_t j = k_lo; j <= k_hi; j++) sum += (p[j - k_lo] = expf(p[j - k_lo] - m));
@@ -404,7 +408,7 @@ static void attn_one_ggml(const nm_cpu *c, const float *q, const uint16_t *kc, c
     memset(out, 0, sizeof(float) * (size_t)hd);
     for (int64_t j = k_lo; j <= k_hi; j++) {
         const float pj = p[j - k_lo];
-        widen(vc + j * stride, v, hd);
+        widen(vc + KVROW(rows, j) * stride, v, hd);
         for (int d = 0; d < hd; d++) out[d] += pj * v[d];
     }
 }
@@ -423,6 +427,7 @@ static void attn_shared_worker(void *arg, int64_t h, int ith) {
     const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, nk = pos - lo + 1;
     const int kvh = (int)h / (n_head / n_kv);
     const uint16_t *kc = KVK(op) + kvh * hd, *vc = KVV(op) + kvh * hd;
+    const int32_t *rows = KVROWS(op);
     const nm_dot_fn hdot = c->k->dot[NM_TYPE_F16];
     const nm_dequant_fn widen = c->k->dequant[NM_TYPE_F16];
     float p[NM_ATTN_SHARED_MAX], qh[1024], v[1024];
@@ -431,7 +436,7 @@ static void attn_shared_worker(void *arg, int64_t h, int ith) {
         memcpy(qh, (const float *)TD(op->src0) + (q * n_head + h) * hd, sizeof(float) * (size_t)hd);
         round_f16(c, qh, hd);
         for (int64_t j = 0; j < nk; j++) {
-            pq[j] = hdot(kc + (lo + j) * stride, qh, hd) * op->f0;
+            pq[j] = hdot(kc + KVROW(rows, lo + j) * stride, qh, hd) * op->f0;
             m = pq[j] > m ? pq[j] : m;
         }
         for (int64_t j = 0; j < nk; j++) sum += (pq[j] = expf(pq[j] - m));
@@ -441,7 +446,7 @@ static void attn_shared_worker(void *arg, int64_t h, int ith) {
         memset((float *)TD(op->dst) + (q * n_head + h) * hd, 0, sizeof(float) * (size_t)hd);
     }
     for (int64_t j = 0; j < nk; j++) {
-        widen(vc + (lo + j) * stride, v, hd);
+        widen(vc + KVROW(rows, lo + j) * stride, v, hd);
         for (int64_t q = 0; q < T; q++) {
             const float pj = p[q * nk + j];
             float *out = (float *)TD(op->dst) + (q * n_head + h) * hd;
@@ -464,11 +469,11 @@ static void attn_worker(void *arg, int64_t i, int ith) {
     int64_t pos = IDS(op)[tok];
     int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
     if (op->flags & NM_OPF_GGML_F16)
-        attn_one_ggml(t->c, q + (tok * n_head + h) * hd, KVK(op) + kvh * hd, KVV(op) + kvh * hd, stride, hd, lo,
-                      pos, op->f0, out + (tok * n_head + h) * hd);
+        attn_one_ggml(t->c, q + (tok * n_head + h) * hd, KVK(op) + kvh * hd, KVV(op) + kvh * hd, stride, hd,
+                      KVROWS(op), lo, pos, op->f0, out + (tok * n_head + h) * hd);
     else
-        attn_one(t->c, q + (tok * n_head + h) * hd, KVK(op) + kvh * hd, KVV(op) + kvh * hd, stride, hd, lo, pos,
-                 op->f0, op->f1, out + (tok * n_head + h) * hd);
+        attn_one(t->c, q + (tok * n_head + h) * hd, KVK(op) + kvh * hd, KVV(op) + kvh * hd, stride, hd, KVROWS(op),
+                 lo, pos, op->f0, op->f1, out + (tok * n_head + h) * hd);
 }
 
 // ---- bidirectional attention (encoders) -------------------------------------------------
@@ -899,12 +904,13 @@ static void op_kv_store(const nm_cpu *c, const nm_op *op) {
     // f32 -> f16 rounding to nearest even (the activation quantizer for f16 weights)
     const nm_quant_act_fn narrow = c->k->quant_act[NM_TYPE_F16];
     const float *k = TD(op->src0), *v = TD(op->src1);
-    const int32_t *pos = IDS(op);
-    for (int64_t t = 0; t < T;) { // runs of consecutive positions in one call
+    const int32_t *pos = IDS(op), *rows = KVROWS(op);
+    for (int64_t t = 0; t < T;) { // runs of consecutive cache rows in one call
+        const int64_t r = KVROW(rows, pos[t]);
         int64_t n = 1;
-        while (t + n < T && pos[t + n] == pos[t] + n) n++;
-        narrow(k + t * w, KVK(op) + (size_t)pos[t] * w, w * n);
-        narrow(v + t * w, KVV(op) + (size_t)pos[t] * w, w * n);
+        while (t + n < T && pos[t + n] == pos[t] + n && KVROW(rows, pos[t + n]) == r + n) n++;
+        narrow(k + t * w, KVK(op) + (size_t)r * w, w * n);
+        narrow(v + t * w, KVV(op) + (size_t)r * w, w * n);
         t += n;
     }
 }
@@ -1048,6 +1054,11 @@ static nm_status cpu_event_sync(nm_backend *b, nm_event *ev) { return NM_OK; }
 static void cpu_event_free(nm_backend *b, nm_event *ev) { free(ev); }
 static nm_status cpu_synchronize(nm_backend *b) { return NM_OK; }
 
+// A position -> row map covers the positions below n_ctx.
+static bool kv_rows_ok(const nm_op *op) {
+    return !op->kv_rows || (op->kv_rows->type == NM_TYPE_I32 && op->kv_rows->ne[0] >= op->n_ctx);
+}
+
 static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     const nm_cpu *c = b->impl;
     switch (op->kind) {
@@ -1059,10 +1070,10 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
                c->kref->dequant[op->src0->type] && c->kref->dotq[op->src0->type] &&
                op->src0->ne[0] <= c->max_row;
     case NM_OP_ATTENTION:
-        if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0) return false;
+        if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0 || !kv_rows_ok(op)) return false;
         return !(op->flags & NM_OPF_GGML_F16) || (op->n_ctx <= NM_ATTN_GGML_MAX && op->f1 <= 0.0f);
     case NM_OP_ROPE: return op->i3 <= 1024 && op->i3 <= op->i1;
-    case NM_OP_KV_STORE: return op->src0->ne[1] <= op->n_ctx;
+    case NM_OP_KV_STORE: return op->src0->ne[1] <= op->n_ctx && kv_rows_ok(op);
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
     case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
@@ -1122,7 +1133,8 @@ static bool host_visible(const nm_tensor *t) { return !t || TD(t) != NULL; }
 // inside the table).
 static nm_status check_operands(nm_cpu *c, const nm_op *op) {
     if (!host_visible(op->src0) || !host_visible(op->src1) || !host_visible(op->src2) || !host_visible(op->dst) ||
-        !host_visible(op->ids) || (op->kv && (!host_visible(&op->kv->k) || !host_visible(&op->kv->v)))) {
+        !host_visible(op->ids) || !host_visible(op->kv_rows) ||
+        (op->kv && (!host_visible(&op->kv->k) || !host_visible(&op->kv->v)))) {
         snprintf(c->err, sizeof c->err, "cpu backend: op %d has an operand in memory the host cannot address", op->kind);
         return NM_ERR_UNSUPPORTED;
     }
@@ -1135,6 +1147,21 @@ static nm_status check_operands(nm_cpu *c, const nm_op *op) {
                          op->kind == NM_OP_GET_ROWS ? "row" : "position", IDS(op)[t], (long long)lim);
                 return NM_ERR_RANGE;
             }
+    }
+    if (op->kv_rows && (op->kind == NM_OP_ATTENTION || op->kind == NM_OP_KV_STORE)) {
+        // every row the op reads or writes lies in the cache: positions [0, max] (attention) or the ids
+        const int32_t *rows = KVROWS(op), *pos = IDS(op);
+        const int64_t n = op->src0->ne[1], cap = op->kv->k.ne[1] < op->kv->v.ne[1] ? op->kv->k.ne[1] : op->kv->v.ne[1];
+        int64_t hi = 0;
+        for (int64_t t = 0; t < n; t++) hi = pos[t] > hi ? pos[t] : hi;
+        for (int64_t t = 0; t < (op->kind == NM_OP_ATTENTION ? hi + 1 : n); t++) {
+            const int32_t r = rows[op->kind == NM_OP_ATTENTION ? t : pos[t]];
+            if (r < 0 || r >= cap) {
+                snprintf(c->err, sizeof c->err, "cpu backend: op %d: cache row %d of position %lld outside [0, %lld)",
+                         op->kind, r, (long long)(op->kind == NM_OP_ATTENTION ? t : pos[t]), (long long)cap);
+                return NM_ERR_RANGE;
+            }
+        }
     }
     return NM_OK;
 }
@@ -1255,7 +1282,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         }
         case NM_OP_ATTENTION: {
             const int64_t T = op->src0->ne[1];
-            if (c->pk && !(op->flags & NM_OPF_GGML_F16) && T >= NM_ATTN_PANEL_MIN_TOKENS) {
+            if (c->pk && !(op->flags & NM_OPF_GGML_F16) && !op->kv_rows && T >= NM_ATTN_PANEL_MIN_TOKENS) {
                 attn_blocks t = {c, op, (T + NM_FA_QB - 1) / NM_FA_QB};
                 int64_t nk_max = 0; // the workspace for the widest block's keys
                 for (int64_t q0 = 0; q0 < T; q0 += NM_FA_QB) {

@@ -475,6 +475,7 @@ static bool f32(const nm_tensor *t) { return t && t->type == NM_TYPE_F32; }
 static bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     const nm_ocl *o = b->impl;
     if (op->flags & NM_OPF_GGML_F16) return false; // ggml's f16 rounding is the CPU's
+    if (op->kv_rows) return false;                  // caches with shared rows are the CPU's (Whisper's beams)
     switch (op->kind) {
     case NM_OP_MATMUL: {
         const uint32_t t = op->src0->type;

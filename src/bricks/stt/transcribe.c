@@ -164,8 +164,8 @@ nm_status nm_transcriber_create(const nm_whisper_model *m, int32_t n_threads, in
     t->n_vocab = m->hp.n_vocab;
     t->n_text_ctx = m->hp.n_text_ctx;
     t->max_dec = max_decoders;
-    // Beam search moves caches between hypotheses: twice the slots lets every
-    // move be one copy into a free slot (transcribe.c, beam_reassign).
+    // Beam search moves caches between hypotheses: twice the sequences lets
+    // every move share a source's rows into a free sequence (beam_reassign).
     t->n_phys = max_decoders > 1 ? 2 * max_decoders : 1;
     nm_status st = nm_whisper_create(m, n_threads, t->n_phys, 0, &t->w, err, err_size);
     if (st != NM_OK) {
@@ -781,9 +781,10 @@ static nm_status emit_window(nm_transcriber *t, nm_transcript *tr, const nm_stt_
 
 // After beam selection decoder j continues candidate src[j]'s hypothesis, whose
 // cache sits in forward-pass sequence from[j]. The first decoder to take a
-// source keeps that sequence as is; the others get a copy in a free sequence.
-// Sources and inactive decoders' sequences are never written, so the order of
-// the copies does not matter.
+// source keeps that sequence as is; the others get a free sequence that shares
+// the source's cache rows (nm_whisper_seq_share: no bytes move). Sources and
+// inactive decoders' sequences are never written, so the order of the shares
+// does not matter.
 static nm_status beam_reassign(nm_transcriber *t, int32_t n_dec, const int32_t *from, int32_t n_pos) {
     bool reserved[2 * NM_STT_MAX_DECODERS] = {0}, taken[2 * NM_STT_MAX_DECODERS] = {0};
     for (int32_t j = 0; j < n_dec; j++) {
@@ -804,7 +805,7 @@ static nm_status beam_reassign(nm_transcriber *t, int32_t n_dec, const int32_t *
         if (next_free >= t->n_phys) return NM_ERR_RANGE; // cannot happen: n_phys = 2 * max_dec
         taken[next_free] = true;
         d->phys = next_free;
-        nm_status st = nm_whisper_seq_copy(t->w, d->phys, s, n_pos);
+        nm_status st = nm_whisper_seq_share(t->w, d->phys, s, n_pos);
         if (st != NM_OK) return st;
     }
     return NM_OK;
@@ -1073,8 +1074,8 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
             process_logits(t, &t->dec[0], raw, &p, tc);
             for (int32_t j = 1; j < n_cur; j++) {
                 decoder *d = &t->dec[j];
-                if ((st = nm_whisper_seq_copy(t->w, d->phys, t->dec[0].phys, t->n_prompt)) != NM_OK) {
-                    fwd_err(t, st, "cache copy", err, err_size);
+                if ((st = nm_whisper_seq_share(t->w, d->phys, t->dec[0].phys, t->n_prompt)) != NM_OK) {
+                    fwd_err(t, st, "cache share", err, err_size);
                     goto done;
                 }
                 memcpy(d->probs, t->dec[0].probs, sizeof(float) * (size_t)nv);
@@ -1114,7 +1115,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
                         from[j] = t->dec[cur->decoder_idx].phys;
                     }
                     if ((st = beam_reassign(t, n_cur, from, t->n_prompt + i)) != NM_OK) {
-                        fwd_err(t, st, "cache copy", err, err_size);
+                        fwd_err(t, st, "cache share", err, err_size);
                         goto done;
                     }
                 }

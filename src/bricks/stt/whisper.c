@@ -42,8 +42,19 @@ struct nm_whisper {
     // caches (f16)
     nm_kv_layer *cross;    // (n_text_layer)
     uint16_t *cross_mem;
-    nm_kv_layer *self;     // (n_seq, n_text_layer)
+    // Self-attention caches: per layer one pool of n_seq * n_text_ctx rows.
+    // Sequence s keeps position p in row rowmap[s * n_text_ctx + p]; sequences
+    // that share a prefix (beams forked from one hypothesis) point at the same
+    // rows, each reference counted in rowref. Every map entry holds one
+    // reference, so the references always number the pool's rows and a row
+    // is free whenever one is shared: a write to a shared row takes a free one
+    // (copy on write, and nothing is copied, the whole row is written).
+    nm_kv_layer *self;     // (n_text_layer)
     uint16_t *self_mem;
+    int32_t *rowmap;       // (n_seq, n_text_ctx)
+    int32_t *rowref;       // (n_seq * n_text_ctx)
+    int32_t *freerows;     // stack of rows no entry holds
+    int32_t n_free;
     int32_t *cross_ids;    // (n_batch): all n_audio_ctx - 1
     int32_t *cross_pos;    // (n_audio_ctx): 0, 1, ... (where the cross K/V rows go)
     // decoder activations, (n_batch, width)
@@ -82,6 +93,9 @@ void nm_whisper_free(nm_whisper *w) {
     free(w->cross_mem);
     free(w->self);
     free(w->self_mem);
+    free(w->rowmap);
+    free(w->rowref);
+    free(w->freerows);
     free(w->cross_ids);
     free(w->cross_pos);
     free(w->pos);
@@ -150,8 +164,11 @@ nm_status nm_whisper_create(const nm_whisper_model *m, int32_t n_threads, int32_
          (w->seqs = calloc((size_t)n_batch, sizeof(int32_t)));
     ok = ok && (w->cross = calloc((size_t)L, sizeof *w->cross)) &&
          (w->cross_mem = calloc((size_t)(L * 2 * A * d), sizeof(uint16_t)));
-    ok = ok && (w->self = calloc((size_t)(n_seq * L), sizeof *w->self)) &&
-         (w->self_mem = calloc((size_t)n_seq * (size_t)(L * 2 * hp->n_text_ctx * d), sizeof(uint16_t)));
+    const size_t n_rows = (size_t)n_seq * (size_t)hp->n_text_ctx;
+    ok = ok && (w->self = calloc((size_t)L, sizeof *w->self)) &&
+         (w->self_mem = calloc(n_rows * (size_t)(L * 2 * d), sizeof(uint16_t)));
+    ok = ok && (w->rowmap = malloc(sizeof(int32_t) * n_rows)) && (w->rowref = malloc(sizeof(int32_t) * n_rows)) &&
+         (w->freerows = malloc(sizeof(int32_t) * n_rows));
     if (!ok) {
         nm_whisper_free(w);
         if (err) snprintf(err, err_size, "out of memory for the Whisper runtime");
@@ -163,13 +180,13 @@ nm_status nm_whisper_create(const nm_whisper_model *m, int32_t n_threads, int32_
         w->cross[il].k = nm_tensor_at(w->cross_mem + (size_t)il * 2 * A * d, NM_TYPE_F16, d, A);
         w->cross[il].v = nm_tensor_at(w->cross_mem + (size_t)(il * 2 + 1) * A * d, NM_TYPE_F16, d, A);
     }
-    const size_t per = (size_t)hp->n_text_ctx * (size_t)d;
-    for (int64_t s = 0; s < n_seq; s++)
-        for (int64_t il = 0; il < L; il++) {
-            nm_kv_layer *kv = &w->self[s * L + il];
-            kv->k = nm_tensor_at(w->self_mem + (size_t)(s * L + il) * 2 * per, NM_TYPE_F16, d, hp->n_text_ctx);
-            kv->v = nm_tensor_at(w->self_mem + ((size_t)(s * L + il) * 2 + 1) * per, NM_TYPE_F16, d, hp->n_text_ctx);
-        }
+    const size_t per = n_rows * (size_t)d;
+    for (int64_t il = 0; il < L; il++) {
+        w->self[il].k = nm_tensor_at(w->self_mem + (size_t)il * 2 * per, NM_TYPE_F16, d, (int64_t)n_rows);
+        w->self[il].v = nm_tensor_at(w->self_mem + ((size_t)il * 2 + 1) * per, NM_TYPE_F16, d, (int64_t)n_rows);
+    }
+    for (size_t r = 0; r < n_rows; r++) w->rowmap[r] = (int32_t)r, w->rowref[r] = 1; // sequence s: rows s n_ctx + p
+    w->n_free = 0;
     *out = w;
     return NM_OK;
 }
@@ -297,6 +314,22 @@ nm_status nm_whisper_encode(nm_whisper *w, const float *mel, int64_t n_len, int6
 
 // ---- decoder --------------------------------------------------------------------------------
 
+// ---- cache rows --------------------------------------------------------------------------
+
+static void row_release(nm_whisper *w, int32_t r) {
+    if (--w->rowref[r] == 0) w->freerows[w->n_free++] = r;
+}
+
+// Sequence s's entry for position p points at a row only it holds (the row
+// the decoder is about to write).
+static void row_own(nm_whisper *w, int32_t s, int32_t p) {
+    int32_t *e = &w->rowmap[(size_t)s * (size_t)w->m->hp.n_text_ctx + (size_t)p];
+    if (w->rowref[*e] == 1) return;
+    row_release(w, *e); // still held by another sequence, so a row is free (the pool's invariant)
+    *e = w->freerows[--w->n_free];
+    w->rowref[*e] = 1;
+}
+
 // The decoder over n tokens, token i in sequence w->seqs[i] at position
 // w->pos[i] (both filled, checked): runs of consecutive tokens of one
 // sequence store and attend to its cache together.
@@ -317,6 +350,7 @@ static nm_status decode_tokens(nm_whisper *w, const int32_t *tokens, int32_t n, 
             return st;
     }
     const float scale = 1.0f / sqrtf((float)hd);
+    for (int32_t i = 0; i < n; i++) row_own(w, w->seqs[i], w->pos[i]);
     for (int64_t il = 0; il < L; il++) {
         const nm_whisper_dec_layer *ly = &m->dec[il];
         nm_tensor tq = act(w->q, d, n), ta = act(w->attn, d, n);
@@ -326,15 +360,18 @@ static nm_status decode_tokens(nm_whisper *w, const int32_t *tokens, int32_t n, 
             return st;
         for (int32_t a = 0, b; a < n; a = b) {
             for (b = a + 1; b < n && w->seqs[b] == w->seqs[a]; b++) {}
-            const nm_kv_layer *kv = &w->self[w->seqs[a] * L + il];
+            const nm_kv_layer *kv = &w->self[il];
             const size_t off = (size_t)a * d;
             nm_tensor rq = act(w->q + off, d, b - a), rk = act(w->k + off, d, b - a), rv = act(w->v + off, d, b - a);
             nm_tensor ra = act(w->attn + off, d, b - a), rp = nm_tensor_at(w->pos + a, NM_TYPE_I32, b - a, 1);
+            nm_tensor rows = nm_tensor_at(w->rowmap + (size_t)w->seqs[a] * (size_t)hp->n_text_ctx, NM_TYPE_I32,
+                                          hp->n_text_ctx, 1);
             nm_op sa[2] = {
-                {.kind = NM_OP_KV_STORE, .src0 = &rk, .src1 = &rv, .ids = &rp, .kv = kv, .n_ctx = hp->n_text_ctx},
+                {.kind = NM_OP_KV_STORE, .src0 = &rk, .src1 = &rv, .ids = &rp, .kv = kv, .n_ctx = hp->n_text_ctx,
+                 .kv_rows = &rows},
                 {.kind = NM_OP_ATTENTION, .src0 = &rq, .dst = &ra, .ids = &rp, .kv = kv, .f0 = scale,
                  .i0 = hp->n_text_head, .i1 = hp->n_text_head, .i2 = (int32_t)hd, .n_ctx = hp->n_text_ctx,
-                 .flags = NM_OPF_GGML_F16},
+                 .flags = NM_OPF_GGML_F16, .kv_rows = &rows},
             };
             if ((st = run(w, sa, 2))) return st;
         }
@@ -418,22 +455,16 @@ const float *nm_whisper_logits(const nm_whisper *w, int32_t i) {
     return w->logits + (size_t)(i - w->out_first) * (size_t)w->n_vocab;
 }
 
-nm_status nm_whisper_seq_copy(nm_whisper *w, int32_t dst, int32_t src, int32_t n_pos) {
+nm_status nm_whisper_seq_share(nm_whisper *w, int32_t dst, int32_t src, int32_t n_pos) {
     const nm_whisper_hparams *hp = &w->m->hp;
     if (dst < 0 || dst >= w->n_seq || src < 0 || src >= w->n_seq || n_pos < 0 || n_pos > hp->n_text_ctx)
-        return wfail(w, NM_ERR_RANGE, "whisper: seq_copy %d <- %d of %d positions", dst, src, n_pos);
-    if (dst == src || n_pos == 0) return NM_OK;
-    const int64_t L = hp->n_text_layer;
-    const size_t row = sizeof(uint16_t) * (size_t)w->d;
-    nm_tensor views[4];
-    for (int64_t il = 0; il < L; il++) {
-        const nm_kv_layer *a = &w->self[src * L + il], *b = &w->self[dst * L + il];
-        views[0] = nm_tensor_rows(&a->k, row, 0, n_pos), views[1] = nm_tensor_rows(&b->k, row, 0, n_pos);
-        views[2] = nm_tensor_rows(&a->v, row, 0, n_pos), views[3] = nm_tensor_rows(&b->v, row, 0, n_pos);
-        const nm_op copies[2] = {{.kind = NM_OP_COPY, .src0 = &views[0], .dst = &views[1]},
-                                 {.kind = NM_OP_COPY, .src0 = &views[2], .dst = &views[3]}};
-        nm_status st = run(w, copies, 2);
-        if (st != NM_OK) return st;
+        return wfail(w, NM_ERR_RANGE, "whisper: seq_share %d <- %d of %d positions", dst, src, n_pos);
+    int32_t *a = w->rowmap + (size_t)src * (size_t)hp->n_text_ctx, *b = w->rowmap + (size_t)dst * (size_t)hp->n_text_ctx;
+    for (int32_t p = 0; p < n_pos; p++) { // dst's entries take src's rows: references, not bytes
+        if (b[p] == a[p]) continue;
+        w->rowref[a[p]]++;
+        row_release(w, b[p]);
+        b[p] = a[p];
     }
     return NM_OK;
 }

@@ -52,9 +52,11 @@ nm_status nm_whisper_decode_seqs(nm_whisper *w, const int32_t *seqs, const int32
 // Logits (n_vocab floats) of token i of the last decode call (-1: its last
 // token), NULL if not kept. Borrowed until the next decode.
 const float *nm_whisper_logits(const nm_whisper *w, int32_t i);
-// Copies sequence src's cache rows [0, n_pos) into sequence dst (beam search
-// forks a hypothesis).
-nm_status nm_whisper_seq_copy(nm_whisper *w, int32_t dst, int32_t src, int32_t n_pos);
+// Gives sequence dst sequence src's cache for positions [0, n_pos) (beam
+// search forks a hypothesis): dst's positions point at src's rows, shared
+// and reference counted, no bytes copied; the first write to a shared
+// position gives the writer a row of its own.
+nm_status nm_whisper_seq_share(nm_whisper *w, int32_t dst, int32_t src, int32_t n_pos);
 
 typedef struct nm_whisper_timings {
     double t_encode, t_decode; // seconds

@@ -442,13 +442,165 @@ NM_TEST(get_rows_all_types) {
     }
 }
 
+static double act_ref(double x, int act) {
+    if (act == 0) return x / (1 + exp(-x));
+    if (act == 1) return 0.5 * x * (1 + tanh(sqrt(2 / 3.141592653589793) * (x + 0.044715 * x * x * x)));
+    return x / (1 + exp(-1.702 * x));
+}
+
+// ---- the x8 path: matvecs from activations rounded once -------------------------------------
+
+// x8 of K values as the kernels lay it out: K int8, then (d, sum q) per block.
+static uint8_t *make_x8(const float *x, int K, float *xr) {
+    uint8_t *x8 = malloc((size_t)K + (size_t)K / 32 * 8);
+    for (int b = 0; b < K / 32; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+            const int q = (int)roundf(x[32 * b + i] * id);
+            x8[32 * b + i] = (uint8_t)(int8_t)q, sum += q, xr[32 * b + i] = (float)q * d;
+        }
+        const float ds[2] = {d, (float)sum};
+        memcpy(x8 + K + 8 * b, ds, 8);
+    }
+    return x8;
+}
+
+// The x8 a kernel wrote for the values v: each block's scale max|v| / 127
+// (within an ulp: a device may divide in approximation), each q = round(v / d)
+// give or take 1 where v / d lies within 1e-4 of a half, the sums exact.
+// Returns the number of values off.
+static int check_x8(const float *v, const uint8_t *x8, int K) {
+    int bad = 0;
+    for (int b = 0; b < K / 32; b++) {
+        float amax = 0.0f, ds[2];
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[32 * b + i]));
+        memcpy(ds, x8 + K + 8 * b, 8);
+        const float d = amax / 127.0f;
+        if (fabsf(ds[0] - d) > 2e-7f * d) bad++;
+        int sum = 0;
+        for (int i = 0; i < 32; i++) {
+            const int q = (int8_t)x8[32 * b + i];
+            const double t = d != 0.0f ? v[32 * b + i] / (double)d : 0.0;
+            const bool tie = fabs(fabs(t - floor(t)) - 0.5) < 1e-4;
+            if (q != (int)lround(t) && !(tie && abs(q - (int)lround(t)) <= 1)) bad++;
+            sum += q;
+        }
+        if ((float)sum != ds[1]) bad++;
+    }
+    return bad;
+}
+
+// mvq_q4_0 over n_mat matrices (rows Ns[m]) of one x8 input, one launch:
+// each output within 1e-5 of the f64 sum of the dequantized weights times x
+// as rounded.
+static void check_mvq(int *nmtest_failed, int K, const int *Ns, int n_mat, size_t lws) {
+    float *x = malloc(sizeof(float) * (size_t)K), *xr = malloc(sizeof(float) * (size_t)K);
+    fill(x, (size_t)K, 1.0f);
+    uint8_t *x8 = make_x8(x, K, xr);
+    dbuf bq = dbuf_new(x8, (size_t)K + (size_t)K / 32 * 8, 64), bw[3], by[3];
+    float *deq[3] = {NULL, NULL, NULL};
+    uint8_t *w[3] = {NULL, NULL, NULL}, *r[3] = {NULL, NULL, NULL};
+    kcall c = kc_begin("mvq_q4_0");
+    size_t groups = 0;
+    for (int m = 0; m < 3; m++) {
+        const int N = m < n_mat ? Ns[m] : 0;
+        if (m < n_mat) {
+            w[m] = make_weights(NM_TYPE_Q4_0, K, N, &deq[m]), r[m] = repack_q4_0(w[m], K, N);
+            bw[m] = dbuf_new(r[m], (size_t)K / 32 * 18 * N, 0), by[m] = dbuf_new(NULL, sizeof(float) * (size_t)N, 4 * m);
+        }
+        groups += (size_t)(N + 1) / 2;
+    }
+    for (int m = 0; m < 3; m++) kc_arg(&c, sizeof(cl_mem), &bw[m < n_mat ? m : 0].m);
+    for (int m = 0; m < 3; m++) kc_int(&c, m < n_mat ? Ns[m] : 0);
+    kc_buf(&c, &bq);
+    for (int m = 0; m < 3; m++) kc_buf(&c, &by[m < n_mat ? m : 0]);
+    kc_int(&c, K);
+    size_t g = groups * lws;
+    const int rc = kc_run(&c, 1, &g, &lws);
+    NM_CHECK(rc == 0);
+    for (int m = 0; m < n_mat; m++) {
+        const int N = Ns[m];
+        float *y = malloc(sizeof(float) * (size_t)N);
+        double *ref = malloc(sizeof(double) * (size_t)N);
+        for (int n = 0; n < N; n++) {
+            double sacc = 0;
+            for (int k = 0; k < K; k++) sacc += (double)deq[m][(size_t)n * K + k] * xr[k];
+            ref[n] = sacc;
+        }
+        if (rc == 0) {
+            NM_CHECK(dbuf_read(&by[m], y) == 0);
+            CHECK_REL(y, ref, (size_t)N, 1e-5, "mvq_q4_0 matrix %d of %d, K=%d N=%d lws=%zu", m, n_mat, K, N, lws);
+        }
+        free(y), free(ref);
+        dbuf_free(&bw[m]), dbuf_free(&by[m]);
+        free(deq[m]), free(w[m]), free(r[m]);
+    }
+    dbuf_free(&bq);
+    free(x), free(xr), free(x8);
+}
+
+// mvq_glu_q4_0: h = act(W_g x) (W_u x) within 1e-5 of the f64 reference, and
+// h's own x8 (check_x8).
+static void check_mvq_glu(int *nmtest_failed, int K, int N, int act) {
+    float *x = malloc(sizeof(float) * (size_t)K), *xr = malloc(sizeof(float) * (size_t)K), *dg, *du;
+    fill(x, (size_t)K, 1.0f);
+    uint8_t *x8 = make_x8(x, K, xr);
+    uint8_t *wg = make_weights(NM_TYPE_Q4_0, K, N, &dg), *wu = make_weights(NM_TYPE_Q4_0, K, N, &du);
+    uint8_t *rg = repack_q4_0(wg, K, N), *ru = repack_q4_0(wu, K, N);
+    dbuf bq = dbuf_new(x8, (size_t)K + (size_t)K / 32 * 8, 64), bo = dbuf_new(NULL, (size_t)N + (size_t)N / 32 * 8, 32);
+    dbuf bg = dbuf_new(rg, (size_t)K / 32 * 18 * N, 0), bu = dbuf_new(ru, (size_t)K / 32 * 18 * N, 0);
+    dbuf by = dbuf_new(NULL, sizeof(float) * (size_t)N, 12);
+    kcall c = kc_begin("mvq_glu_q4_0");
+    kc_arg(&c, sizeof(cl_mem), &bg.m), kc_arg(&c, sizeof(cl_mem), &bu.m), kc_int(&c, N);
+    kc_buf(&c, &bq), kc_buf(&c, &by), kc_buf(&c, &bo), kc_int(&c, K), kc_int(&c, act);
+    size_t lws = 256, g = (size_t)N / 32 * lws;
+    const int rc = kc_run(&c, 1, &g, &lws);
+    NM_CHECK(rc == 0);
+    float *y = malloc(sizeof(float) * (size_t)N);
+    double *ref = malloc(sizeof(double) * (size_t)N);
+    for (int n = 0; n < N; n++) {
+        double a = 0, u = 0;
+        for (int k = 0; k < K; k++) a += (double)dg[(size_t)n * K + k] * xr[k], u += (double)du[(size_t)n * K + k] * xr[k];
+        ref[n] = act_ref(a, act) * u;
+    }
+    if (rc == 0) {
+        NM_CHECK(dbuf_read(&by, y) == 0);
+        CHECK_REL(y, ref, (size_t)N, 1e-5, "mvq_glu_q4_0 K=%d N=%d act=%d", K, N, act);
+        uint8_t *o8 = malloc((size_t)N + (size_t)N / 32 * 8);
+        NM_CHECK(dbuf_read(&bo, o8) == 0);
+        const int bad = check_x8(y, o8, N);
+        if (bad) fprintf(stderr, "  mvq_glu_q4_0 K=%d N=%d: %d values of h's x8 off\n", K, N, bad);
+        NM_CHECK(bad == 0);
+        free(o8);
+    }
+    dbuf_free(&bq), dbuf_free(&bo), dbuf_free(&bg), dbuf_free(&bu), dbuf_free(&by);
+    free(x), free(xr), free(x8), free(dg), free(du), free(wg), free(wu), free(rg), free(ru), free(y), free(ref);
+}
+
+NM_TEST(mvq_x8_matvecs) {
+    CL_READY();
+    const int qkv[3] = {64, 16, 16}, odd[3] = {37, 5, 1}, one[1] = {96};
+    check_mvq(nmtest_failed, 4096, qkv, 3, 128); // Q, K and V shaped: three matrices in one launch
+    check_mvq(nmtest_failed, 32 * 7, odd, 3, 32); // odd rows: a group's second row past the matrix
+    check_mvq(nmtest_failed, 32 * 300, one, 1, 64); // blocks past a step's last (items left idle)
+    check_mvq(nmtest_failed, 32 * 7, odd, 2, 128);
+    check_mvq_glu(nmtest_failed, 4096, 64, 0);   // SiLU
+    check_mvq_glu(nmtest_failed, 32 * 7, 96, 1); // GELU (tanh); 7 blocks: items idle, a partial step
+}
+
 // ---- norms --------------------------------------------------------------------------------
 
 // rms_norm (layer = 0) or layer_norm (layer = 1) of rows x d, in place or not.
 // add (rms_norm only): x = xa + xb is computed by the kernel and written to
 // X (the fused residual add), bit-exact, before the norm of it.
+static int check_x8(const float *v, const uint8_t *x8, int K);
+
+// q8 (rms_norm, one row): the x8 of the output too (check_x8).
 static void check_norm(int *nmtest_failed, int layer, int rows, int d, size_t lws, int has_w, int has_b,
-                       int in_place, int add) {
+                       int in_place, int add, int q8) {
     const size_t n = (size_t)rows * d;
     float *x = malloc(sizeof(float) * n), *w = malloc(sizeof(float) * d), *b = malloc(sizeof(float) * d);
     float *y = malloc(sizeof(float) * n), *xa = malloc(sizeof(float) * n), *xb = malloc(sizeof(float) * n);
@@ -471,11 +623,12 @@ static void check_norm(int *nmtest_failed, int layer, int rows, int d, size_t lw
     dbuf bx = dbuf_new(add ? NULL : x, sizeof(float) * n, 16), bw = dbuf_new(w, sizeof(float) * d, 4);
     dbuf bb = dbuf_new(b, sizeof(float) * d, 8), by = in_place ? bx : dbuf_new(NULL, sizeof(float) * n, 28);
     dbuf ba = dbuf_new(xa, sizeof(float) * n, 12), bb2 = dbuf_new(xb, sizeof(float) * n, 20);
+    dbuf bq = dbuf_new(NULL, (size_t)d + (size_t)d / 32 * 8, 32);
     kcall c = kc_begin(layer ? "layer_norm" : "rms_norm");
     kc_buf(&c, &bx), kc_buf(&c, &bw), kc_int(&c, has_w);
     if (layer) kc_buf(&c, &bb), kc_int(&c, has_b);
     kc_buf(&c, &by), kc_int(&c, d), kc_float(&c, eps);
-    if (!layer) kc_buf(&c, &ba), kc_buf(&c, &bb2), kc_int(&c, add);
+    if (!layer) kc_buf(&c, &ba), kc_buf(&c, &bb2), kc_int(&c, add), kc_buf(&c, &bq), kc_int(&c, q8);
     size_t g = (size_t)rows * lws;
     int rc = kc_run(&c, 1, &g, &lws);
     NM_CHECK(rc == 0);
@@ -483,36 +636,47 @@ static void check_norm(int *nmtest_failed, int layer, int rows, int d, size_t lw
         NM_CHECK(dbuf_read(&by, y) == 0);
         CHECK_REL(y, ref, n, 1e-5, "%s d=%d lws=%zu w=%d b=%d in_place=%d add=%d", layer ? "layer_norm" : "rms_norm",
                   d, lws, has_w, has_b, in_place, add);
+        if (q8) { // y as 8-bit blocks, read before the sum overwrites y below
+            uint8_t *x8 = malloc((size_t)d + (size_t)d / 32 * 8);
+            NM_CHECK(dbuf_read(&bq, x8) == 0);
+            const int bad = check_x8(y, x8, d);
+            if (bad) fprintf(stderr, "  rms_norm d=%d: %d values of the x8 off\n", d, bad);
+            NM_CHECK(bad == 0);
+            free(x8);
+        }
         if (add && !in_place) { // the sum itself, as the add op writes it
             NM_CHECK(dbuf_read(&bx, y) == 0);
             NM_CHECK(memcmp(y, x, sizeof(float) * n) == 0);
         }
     }
-    dbuf_free(&bx), dbuf_free(&bw), dbuf_free(&bb), dbuf_free(&ba), dbuf_free(&bb2);
+    dbuf_free(&bx), dbuf_free(&bw), dbuf_free(&bb), dbuf_free(&ba), dbuf_free(&bb2), dbuf_free(&bq);
     if (!in_place) dbuf_free(&by);
     free(x), free(w), free(b), free(y), free(ref), free(xa), free(xb);
 }
 
 NM_TEST(rms_norm) {
     CL_READY();
-    check_norm(nmtest_failed, 0, 3, 768, 64, 1, 0, 0, 0);
-    check_norm(nmtest_failed, 0, 3, 768, 256, 1, 0, 1, 0);
-    check_norm(nmtest_failed, 0, 4, 100, 32, 0, 0, 1, 0);
-    check_norm(nmtest_failed, 0, 1, 4096, 128, 1, 0, 0, 0);
-    check_norm(nmtest_failed, 0, 2, 101, 64, 1, 0, 0, 0); // not whole float4s: the scalar tail
+    check_norm(nmtest_failed, 0, 3, 768, 64, 1, 0, 0, 0, 0);
+    check_norm(nmtest_failed, 0, 3, 768, 256, 1, 0, 1, 0, 0);
+    check_norm(nmtest_failed, 0, 4, 100, 32, 0, 0, 1, 0, 0);
+    check_norm(nmtest_failed, 0, 1, 4096, 128, 1, 0, 0, 0, 0);
+    check_norm(nmtest_failed, 0, 2, 101, 64, 1, 0, 0, 0, 0); // not whole float4s: the scalar tail
     // with the residual add before it (the backend fuses an add and the norm of its sum)
-    check_norm(nmtest_failed, 0, 3, 768, 64, 1, 0, 0, 1);
-    check_norm(nmtest_failed, 0, 2, 101, 64, 1, 0, 0, 1);
-    check_norm(nmtest_failed, 0, 4, 4096, 256, 0, 0, 1, 1);
+    check_norm(nmtest_failed, 0, 3, 768, 64, 1, 0, 0, 1, 0);
+    check_norm(nmtest_failed, 0, 2, 101, 64, 1, 0, 0, 1, 0);
+    check_norm(nmtest_failed, 0, 4, 4096, 256, 0, 0, 1, 1, 0);
+    // one row, also rounded to 8 bits for the matvecs after it (the x8 path)
+    check_norm(nmtest_failed, 0, 1, 4096, 256, 1, 0, 0, 1, 1);
+    check_norm(nmtest_failed, 0, 1, 96, 32, 1, 0, 1, 0, 1);
 }
 
 NM_TEST(layer_norm) {
     CL_READY();
-    check_norm(nmtest_failed, 1, 3, 768, 64, 1, 1, 0, 0);
-    check_norm(nmtest_failed, 1, 3, 768, 256, 1, 1, 1, 0);
-    check_norm(nmtest_failed, 1, 2, 100, 32, 0, 1, 1, 0);
-    check_norm(nmtest_failed, 1, 2, 1000, 128, 1, 0, 0, 0);
-    check_norm(nmtest_failed, 1, 2, 64, 64, 0, 0, 0, 0);
+    check_norm(nmtest_failed, 1, 3, 768, 64, 1, 1, 0, 0, 0);
+    check_norm(nmtest_failed, 1, 3, 768, 256, 1, 1, 1, 0, 0);
+    check_norm(nmtest_failed, 1, 2, 100, 32, 0, 1, 1, 0, 0);
+    check_norm(nmtest_failed, 1, 2, 1000, 128, 1, 0, 0, 0, 0);
+    check_norm(nmtest_failed, 1, 2, 64, 64, 0, 0, 0, 0, 0);
 }
 
 // ---- rope ---------------------------------------------------------------------------------
@@ -766,12 +930,6 @@ NM_TEST(attention_full) {
 }
 
 // ---- element-wise -------------------------------------------------------------------------
-
-static double act_ref(double x, int act) {
-    if (act == 0) return x / (1 + exp(-x));
-    if (act == 1) return 0.5 * x * (1 + tanh(sqrt(2 / 3.141592653589793) * (x + 0.044715 * x * x * x)));
-    return x / (1 + exp(-1.702 * x));
-}
 
 // One element-wise kernel over n floats: op 0 glu, 1 act, 2 add, 3 scale, 4 softcap.
 static void check_ew(int *nmtest_failed, int op, int act, int n, int in_place) {

@@ -543,6 +543,219 @@ NM_INLINE void mvr(__global const uchar *W, ulong w_off, __global const uchar *X
 NM_MVR_KERNEL(mv_q4_0r, 0)
 NM_MVR_KERNEL(mv_q4_0r8, 1)
 
+// ---- decode of repacked q4_0 from activations rounded once ------------------------------
+//
+// mv_q4_0r8 rounds the activations to 8 bits in every work-group; here the
+// kernel that produces a matvec's input rounds it once, as it writes it, and
+// the matvecs read the result ("x8": the K int8 of q8_0's rounding of each
+// block of 32, then at byte K the K/32 float2 (d, sum of the block's q)). The
+// rounding is mv_q4_0r8's (q8_store). Producers: rms_norm with has_q8, and
+// mvq_glu_q4_0 (gate and up with the GLU). Consumers: mvq_q4_0, which also
+// takes up to three matrices of one input in one launch (Q, K and V).
+// On NVIDIA's OpenCL a launch costs ~5 us of host time, as much as a 4096 x
+// 4096 q4_0 matvec on the H200: fewer launches is most of the gain.
+
+// The rounding of the 32 values v (8 float4) into block b of an x8 of K values.
+NM_INLINE void q8_store(const float4 *v, __global uchar *Q8, ulong q8_off, int K, int b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 8; i++) {
+        const float4 a = fabs(v[i]);
+        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
+    }
+    const float dx = amax / 127.0f, idx = dx != 0.0f ? 1.0f / dx : 0.0f;
+    uint q[8];
+    int sx = 0;
+    for (int i = 0; i < 8; i++) {
+        const int4 t = convert_int4(round(v[i] * idx));
+        sx += (t.x + t.y) + (t.z + t.w);
+        q[i] = as_uint(convert_char4(t));
+    }
+    __global uint4 *qs = (__global uint4 *)(Q8 + q8_off) + 2 * (ulong)b;
+    qs[0] = (uint4)(q[0], q[1], q[2], q[3]);
+    qs[1] = (uint4)(q[4], q[5], q[6], q[7]);
+    ((__global float2 *)(Q8 + q8_off + (ulong)K))[b] = (float2)(dx, (float)sx);
+}
+
+// sum_i (q_i - 8) x_i of one q4_0 block (16 bytes of nibbles) and one x8 block
+// (x0: elements 0..15, x1: 16..31), s0 = -8 sum x_i: as mvr_block's q8 path.
+NM_INLINE int q4x8(const uint4 q, const uint4 x0, const uint4 x1, int s) {
+    const uint m = 0x0F0F0F0Fu;
+    s = dp4(q.x & m, x0.x, s);
+    s = dp4(q.y & m, x0.y, s);
+    s = dp4(q.z & m, x0.z, s);
+    s = dp4(q.w & m, x0.w, s);
+    s = dp4((q.x >> 4) & m, x1.x, s);
+    s = dp4((q.y >> 4) & m, x1.y, s);
+    s = dp4((q.z >> 4) & m, x1.z, s);
+    s = dp4((q.w >> 4) & m, x1.w, s);
+    return s;
+}
+
+#ifdef NM_DP4A_PTX
+// The sum over the 32 threads of a warp (NVIDIA: a work-group's items 32k..32k+31).
+NM_INLINE float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) {
+        uint t;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(t) : "r"(as_uint(v)), "r"(o));
+        v += as_float(t);
+    }
+    return v;
+}
+#endif
+
+// y_m[n] = sum_k W_m[n, k] x[k] for up to three repacked q4_0 matrices m of
+// one input (N_m rows each, N_m = 0: absent), x as x8. A work-group takes
+// NM_MVQ_ROWS rows of one matrix; an item NM_MVQ_B blocks of each per step,
+// every load issued before the arithmetic.
+// Launch: 1-D, global = sum_m ceil(N_m / NM_MVQ_ROWS) * LWS, local = LWS, a
+// power of two, 32 <= LWS <= NM_MVQ_LWS.
+#define NM_MVQ_ROWS 2
+#define NM_MVQ_B 2
+#define NM_MVQ_LWS 128
+__kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __global const uchar *W2, int N0, int N1,
+                       int N2, __global const uchar *Q8, ulong q8_off, __global uchar *Y0, ulong y0_off,
+                       __global uchar *Y1, ulong y1_off, __global uchar *Y2, ulong y2_off, int K) {
+#ifdef NM_DP4A_PTX
+    __local float red[NM_MVQ_ROWS * NM_MVQ_LWS / 32];
+#else
+    __local float red[NM_MVQ_ROWS * NM_MVQ_LWS];
+#endif
+    const int lid = get_local_id(0), lws = get_local_size(0), nb = K >> 5;
+    const int g0 = (N0 + NM_MVQ_ROWS - 1) / NM_MVQ_ROWS, g1 = (N1 + NM_MVQ_ROWS - 1) / NM_MVQ_ROWS;
+    int g = get_group_id(0), N = N0;
+    __global const uchar *W = W0;
+    __global uchar *Y = Y0 + y0_off;
+    if (g >= g0 + g1) g -= g0 + g1, N = N2, W = W2, Y = Y2 + y2_off;
+    else if (g >= g0) g -= g0, N = N1, W = W1, Y = Y1 + y1_off;
+    const int n0 = g * NM_MVQ_ROWS;
+    __global const uint4 *qs = (__global const uint4 *)W;
+    __global const half *ds = (__global const half *)(W + (ulong)N * nb * 16);
+    __global const uint4 *xq = (__global const uint4 *)(Q8 + q8_off);
+    __global const float2 *xd = (__global const float2 *)(Q8 + q8_off + (ulong)K);
+    float acc[NM_MVQ_ROWS];
+    for (int r = 0; r < NM_MVQ_ROWS; r++) acc[r] = 0.0f;
+    for (int b0 = lid; b0 < nb; b0 += lws * NM_MVQ_B) {
+        uint4 q[NM_MVQ_B][NM_MVQ_ROWS];
+        float d[NM_MVQ_B][NM_MVQ_ROWS];
+        for (int j = 0; j < NM_MVQ_B; j++) {
+            const int b = min(b0 + j * lws, nb - 1); // past the row: block nb - 1 again, unused
+            for (int r = 0; r < NM_MVQ_ROWS; r++) {
+                const ulong i = (ulong)min(n0 + r, N - 1) * nb + b;
+                q[j][r] = qs[i];
+                d[j][r] = vload_half(i, ds);
+            }
+        }
+        for (int j = 0; j < NM_MVQ_B; j++) {
+            const int b = b0 + j * lws;
+            if (b < nb) {
+                const uint4 x0 = xq[2 * b], x1 = xq[2 * b + 1];
+                const float2 xs = xd[b];
+                for (int r = 0; r < NM_MVQ_ROWS; r++) acc[r] += d[j][r] * (xs.x * (float)q4x8(q[j][r], x0, x1, -8 * (int)xs.y));
+            }
+        }
+    }
+#ifdef NM_DP4A_PTX
+    const int nw = lws >> 5;
+    for (int r = 0; r < NM_MVQ_ROWS; r++) acc[r] = warp_sum(acc[r]);
+    if ((lid & 31) == 0)
+        for (int r = 0; r < NM_MVQ_ROWS; r++) red[r * nw + (lid >> 5)] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < NM_MVQ_ROWS && n0 + lid < N) {
+        float s = 0.0f;
+        for (int i = 0; i < nw; i++) s += red[lid * nw + i];
+        ((__global float *)Y)[n0 + lid] = s;
+    }
+#else
+    for (int r = 0; r < NM_MVQ_ROWS; r++) red[r * lws + lid] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int st = lws >> 1; st > 0; st >>= 1) {
+        if (lid < st)
+            for (int r = 0; r < NM_MVQ_ROWS; r++) red[r * lws + lid] += red[r * lws + lid + st];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < NM_MVQ_ROWS && n0 + lid < N) ((__global float *)Y)[n0 + lid] = red[lid * lws];
+#endif
+}
+
+// act 0: SiLU x / (1 + e^-x); 1: GELU (tanh), written as x / (1 + e^(-2z)),
+// z = sqrt(2/pi) (x + 0.044715 x^3), the same function as 0.5 x (1 + tanh z)
+// and the CPU backend's form; 2: GELU quick x / (1 + e^(-1.702 x)).
+NM_INLINE float nm_act(float x, int act) {
+    if (act == 0) return x / (1.0f + exp(-x));
+    if (act == 1) return x / (1.0f + exp(-(2.0f * 0.7978845608028654f) * x * (1.0f + 0.044715f * x * x)));
+    return x / (1.0f + exp(-1.702f * x));
+}
+
+// Gate and up of one input (x8) with the GLU: h[n] = act(g[n]) u[n], n < N
+// (N a multiple of 32), written as f32 to Y and as x8 (of N values) to Q8o:
+// the down projection's input, rounded once. A work-group takes 32 rows of
+// both matrices (one x8 block of h); its 8 groups of 32 items 4 rows each.
+// Launch: 1-D, global = N / 32 * 256, local = 256.
+#define NM_MVG_ROWS 32
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mvq_glu_q4_0(
+    __global const uchar *Wg, __global const uchar *Wu, int N, __global const uchar *Q8, ulong q8_off,
+    __global uchar *Y, ulong y_off, __global uchar *Q8o, ulong q8o_off, int K, int act) {
+    __local float gu[2 * NM_MVG_ROWS], hv[NM_MVG_ROWS];
+#ifndef NM_DP4A_PTX
+    __local float part[8 * 256];
+#endif
+    const int lid = get_local_id(0), lane = lid & 31, w = lid >> 5, nb = K >> 5;
+    const int n0 = get_group_id(0) * NM_MVG_ROWS + 4 * w;
+    __global const uint4 *qg = (__global const uint4 *)Wg, *qu = (__global const uint4 *)Wu;
+    __global const half *dg = (__global const half *)(Wg + (ulong)N * nb * 16);
+    __global const half *du = (__global const half *)(Wu + (ulong)N * nb * 16);
+    __global const uint4 *xq = (__global const uint4 *)(Q8 + q8_off);
+    __global const float2 *xd = (__global const float2 *)(Q8 + q8_off + (ulong)K);
+    float acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = 0.0f;
+    for (int b0 = lane; b0 < nb; b0 += 64) {
+        uint4 q[2][8];
+        float d[2][8];
+        for (int j = 0; j < 2; j++) {
+            const int b = min(b0 + 32 * j, nb - 1);
+            for (int r = 0; r < 4; r++) {
+                const ulong i = (ulong)(n0 + r) * nb + b;
+                q[j][r] = qg[i], d[j][r] = vload_half(i, dg);
+                q[j][4 + r] = qu[i], d[j][4 + r] = vload_half(i, du);
+            }
+        }
+        for (int j = 0; j < 2; j++) {
+            const int b = b0 + 32 * j;
+            if (b < nb) {
+                const uint4 x0 = xq[2 * b], x1 = xq[2 * b + 1];
+                const float2 xs = xd[b];
+                for (int r = 0; r < 8; r++) acc[r] += d[j][r] * (xs.x * (float)q4x8(q[j][r], x0, x1, -8 * (int)xs.y));
+            }
+        }
+    }
+#ifdef NM_DP4A_PTX
+    for (int r = 0; r < 8; r++) acc[r] = warp_sum(acc[r]);
+    if (lane == 0)
+        for (int r = 0; r < 4; r++) gu[4 * w + r] = acc[r], gu[NM_MVG_ROWS + 4 * w + r] = acc[4 + r];
+#else
+    for (int r = 0; r < 8; r++) part[r * 256 + lid] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < 2 * NM_MVG_ROWS) { // row (lid & 31) of gate (lid < 32) or up
+        const int row = lid & 31, r = (row & 3) + 4 * (lid >> 5), base = r * 256 + (row >> 2) * 32;
+        float s = 0.0f;
+        for (int l = 0; l < 32; l++) s += part[base + l];
+        gu[lid] = s;
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < NM_MVG_ROWS) {
+        const float h = nm_act(gu[lid], act) * gu[NM_MVG_ROWS + lid];
+        ((__global float *)(Y + y_off))[get_group_id(0) * NM_MVG_ROWS + lid] = h;
+        hv[lid] = h;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        float4 v[8];
+        for (int i = 0; i < 8; i++) v[i] = vload4(i, hv);
+        q8_store(v, Q8o, q8o_off, N, get_group_id(0));
+    }
+}
+
 // ---- mm_T: prefill matmul -----------------------------------------------------------------
 //
 // Y[t*N + n] = sum_k W[n,k] X[t*K + k] (+ Bias[n]), n < N, t < T.
@@ -651,7 +864,8 @@ NM_GET_ROWS(q6_K, 256, 210)
 // the norm after it in one launch; each item reads back only what it wrote).
 __kernel void rms_norm(__global uchar *X, ulong x_off, __global const uchar *W, ulong w_off, int has_w,
                        __global uchar *Y, ulong y_off, int d, float eps, __global const uchar *A, ulong a_off,
-                       __global const uchar *B, ulong b_off, int has_add) {
+                       __global const uchar *B, ulong b_off, int has_add, __global uchar *Q8, ulong q8_off,
+                       int has_q8) {
     __local float red[NM_MAX_LWS];
     const int r = get_group_id(0), lid = get_local_id(0), lws = get_local_size(0);
     __global float *x = (__global float *)(X + x_off) + (ulong)r * d;
@@ -675,6 +889,14 @@ __kernel void rms_norm(__global uchar *X, ulong x_off, __global const uchar *W, 
     const float scale = 1.0f / sqrt(s / (float)d + eps);
     for (int i = lid; i < d4; i += lws) vstore4(vload4(i, x) * scale * (has_w ? vload4(i, w) : (float4)(1.0f)), i, y);
     for (int i = 4 * d4 + lid; i < d; i += lws) y[i] = x[i] * scale * (has_w ? w[i] : 1.0f);
+    if (has_q8) { // one row, d a multiple of 32: y's rounding to 8 bits too, block by block (mvq_q4_0 reads it)
+        barrier(CLK_GLOBAL_MEM_FENCE); // y as the other items wrote it
+        for (int b = lid; b < d / 32; b += lws) {
+            float4 v[8];
+            for (int i = 0; i < 8; i++) v[i] = vload4(8 * b + i, y);
+            q8_store(v, Q8, q8_off, d, b);
+        }
+    }
 }
 
 // y = (x - mean) / sqrt(var + eps) * w + b, var = mean((x - mean)^2).
@@ -883,14 +1105,6 @@ __kernel void attention_full(__global const uchar *Q, ulong q_off, __global cons
 // Launch: 1-D, global = round_up(n, L), local any (NULL). In place (Y == an
 // input, same offset) is allowed.
 
-// act 0: SiLU x / (1 + e^-x); 1: GELU (tanh), written as x / (1 + e^(-2z)),
-// z = sqrt(2/pi) (x + 0.044715 x^3), the same function as 0.5 x (1 + tanh z)
-// and the CPU backend's form; 2: GELU quick x / (1 + e^(-1.702 x)).
-NM_INLINE float nm_act(float x, int act) {
-    if (act == 0) return x / (1.0f + exp(-x));
-    if (act == 1) return x / (1.0f + exp(-(2.0f * 0.7978845608028654f) * x * (1.0f + 0.044715f * x * x)));
-    return x / (1.0f + exp(-1.702f * x));
-}
 
 // y = act(g) * u (act 0 or 1).
 __kernel void glu(__global const uchar *G, ulong g_off, __global const uchar *U, ulong u_off, __global uchar *Y,

@@ -35,6 +35,9 @@ extern const size_t nm_cl_kernels_source_len;
 #define NM_CL_MAX_HD 512 // attention: head_dim limit of the kernels
 #define NM_CL_MV_ROWS 4  // rows per work-group of the decode matvec (kernels.cl NM_MV_ROWS)
 #define NM_CL_MVR_ROWS 8 // and of the repacked q4_0 one (NM_MVR_ROWS)
+#define NM_CL_MVQ_ROWS 2   // mvq_q4_0 (NM_MVQ_ROWS)
+#define NM_CL_MVQ_LWS 128  // its local size (NM_MVQ_LWS)
+#define NM_CL_MVG_ROWS 32  // mvq_glu_q4_0 (NM_MVG_ROWS), local size 256
 
 // A weight laid out the device's way at load (prepare_weight): found by the
 // host address the ops name it by.
@@ -97,7 +100,7 @@ typedef struct nm_ocl {
     cl_program prog;
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8;
+        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu;
     bool unified;
     bool ptx;  // NVIDIA's compiler: the program is built with NM_DP4A_PTX (inline PTX dp4a)
     bool q8mv; // decode of repacked q4_0 with 8-bit activations (mv_q4_0r8): where dp4a is native, or NM_OPENCL_Q8MV=1
@@ -106,6 +109,10 @@ typedef struct nm_ocl {
     size_t max_wg;
     size_t mv_lws; // work-group size of the decode matvec (NM_OPENCL_MV_LWS: 32..256, a power of two)
     size_t mvr_lws; // and of the repacked q4_0 one (NM_OPENCL_MVR_LWS: 32..128)
+    size_t mvq_lws; // of mvq_q4_0 (0: the x8 path is off); mvq_glu_q4_0 needs 256 (glu_ok)
+    bool glu_ok;
+    cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels.cl, mvq_q4_0)
+    size_t x8_slot;
     cl_import imports[NM_CL_MAX_IMPORTS];
     int n_imports;
     size_t lws_norm, lws_attn; // work-group sizes of the norms and the attention (up to 256, what each kernel allows)
@@ -312,6 +319,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_softcap, "softcap"},   {&o->k_attention_full, "attention_full"},
         {&o->k_patches, "patches"},   {&o->k_pixel_shuffle, "pixel_shuffle"},
         {&o->k_mv_q4_0r, "mv_q4_0r"}, {&o->k_mv_q4_0r8, "mv_q4_0r8"},
+        {&o->k_mvq, "mvq_q4_0"},      {&o->k_mvq_glu, "mvq_glu_q4_0"},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
@@ -702,8 +710,9 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
 }
 
 // RMS norm of op; with add (NULL: none), the add whose sum op normalizes in
-// the same launch (add_norm_pairs).
-static nm_status op_rms_norm(nm_ocl *o, const nm_op *op, const nm_op *add) {
+// the same launch (add_norm_pairs); with slot >= 0, also the x8 of its output
+// (one row) into that slot of o->x8.
+static nm_status op_rms_norm(nm_ocl *o, const nm_op *op, const nm_op *add, int slot) {
     RESOLVE(x, op->src0);
     RESOLVE(w, op->src1);
     RESOLVE(y, op->dst);
@@ -712,9 +721,12 @@ static nm_status op_rms_norm(nm_ocl *o, const nm_op *op, const nm_op *add) {
     const cl_int has_w = op->src1 != NULL, d = (cl_int)op->src0->ne[0], has_add = add != NULL;
     const float eps = op->f0;
     const size_t rows = (size_t)(op->src0->ne[1] * op->src0->ne[2]), nl = o->lws_norm, global = rows * nl;
+    const cl_int has_q8 = slot >= 0;
+    const cl_mem q8 = has_q8 ? o->x8 : o->dummy;
+    const cl_ulong q8_off = has_q8 ? (cl_ulong)slot * o->x8_slot : 0;
     const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(y.m), A(y.off), A(d), A(eps),
-                         A(a.m), A(a.off), A(bb.m), A(bb.off), A(has_add)};
-    return launch(o, o->k_rms_norm, add ? "add_rms_norm" : "rms_norm", 1, &global, &nl, args, 14);
+                         A(a.m), A(a.off), A(bb.m), A(bb.off), A(has_add), A(q8), A(q8_off), A(has_q8)};
+    return launch(o, o->k_rms_norm, add ? "add_rms_norm" : "rms_norm", 1, &global, &nl, args, 17);
 }
 
 // An add and the RMS norm of its sum right after it, which one launch can
@@ -769,7 +781,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const size_t global[2] = {(((size_t)K + 3) / 4 + 63) / 64 * 64, (size_t)op->dst->ne[1]}, local[2] = {64, 1};
         return launch(o, o->typed.k[K_GET_ROWS][op->src0->type], "get_rows", 2, global, local, args, 7);
     }
-    case NM_OP_RMS_NORM: return op_rms_norm(o, op, NULL);
+    case NM_OP_RMS_NORM: return op_rms_norm(o, op, NULL, -1);
     case NM_OP_NORM: {
         RESOLVE(x, op->src0);
         RESOLVE(w, op->src1);
@@ -878,21 +890,152 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
     }
 }
 
+// ---- the x8 path: decode of repacked q4_0 from activations rounded once -----------------
+//
+// With 8-bit activations (q8mv) and repacked q4_0 weights, the op that writes
+// a matvec's input also writes its rounding to 8 bits into a slot of o->x8
+// (kernels.cl, "x8"), and the matvecs that read that input take it from there:
+// an RMS norm (or residual add and norm) before Q, K and V, the FFN and the
+// output head; gate and up, fused with the GLU, before the down projection.
+// Q, K and V (or any run of up to three matvecs of one input) go in one
+// launch, gate, up and the GLU in one. A slot is valid for the op right after
+// its producer only.
+
+static bool same_tensor(const nm_tensor *a, const nm_tensor *b) {
+    return a == b || (a->buf == b->buf && a->offs == b->offs && a->type == b->type && a->ne[0] == b->ne[0] &&
+                      a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2]);
+}
+
+// The repacked weight of a one-token matmul the x8 path takes, else NULL.
+static const cl_packed *x8_weight(const nm_ocl *o, const nm_op *op) {
+    if (!o->q8mv || !o->mvq_lws || !o->n_packed || op->kind != NM_OP_MATMUL || op->src2 ||
+        op->src0->type != NM_TYPE_Q4_0 || op->src1->ne[1] != 1 || op->src1->ne[2] * op->src1->ne[3] != 1 ||
+        op->src0->ne[0] % 32 != 0)
+        return NULL;
+    const cl_packed *pk = packed_find(o, nm_tensor_host(op->src0));
+    return pk && pk->K == op->src0->ne[0] && pk->N == op->src0->ne[1] ? pk : NULL;
+}
+
+static size_t x8_bytes(int64_t K) { return (size_t)K + (size_t)K / 32 * 8; }
+
+// Room for x8s of K values in both slots (a new buffer only between uses).
+static bool x8_reserve(nm_ocl *o, int64_t K) {
+    if (o->x8 && o->x8_slot >= x8_bytes(K)) return true;
+    const size_t slot = (x8_bytes(K > o->max_row ? K : o->max_row) + 255) & ~(size_t)255;
+    cl_int e;
+    cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, 2 * slot, NULL, &e);
+    if (!m || e != CL_SUCCESS) return false; // the f32 path serves
+    if (o->x8) o->api.clReleaseMemObject(o->x8); // queued kernels keep it until they are done
+    o->x8 = m;
+    o->x8_slot = slot;
+    return true;
+}
+
+// The slot (0) an RMS norm at ops[j] writes its x8 to, or -1: one row whose
+// next op is a matvec of the x8 path reading the norm's output.
+static int x8_producer(nm_ocl *o, const nm_op *ops, int j, int n_ops) {
+    const nm_op *nm = &ops[j];
+    if (j + 1 >= n_ops || nm->src0->ne[1] * nm->src0->ne[2] != 1 || nm->src0->ne[0] % 32 != 0 ||
+        !x8_weight(o, &ops[j + 1]) || !same_tensor(ops[j + 1].src1, nm->dst) || !x8_reserve(o, nm->src0->ne[0]))
+        return -1;
+    return 0;
+}
+
+static void prof_weights(nm_ocl *o, const cl_packed *const *pk, int n) {
+    if (!o->prof) return;
+    o->prof->cur_type = NM_TYPE_Q4_0;
+    o->prof->cur_bytes = 0;
+    for (int m = 0; m < n; m++) o->prof->cur_bytes += (double)pk[m]->N * (double)(pk[m]->K / 32) * 18.0;
+}
+
+// n (1..3) matvecs of the input in x8 slot `slot`, one launch.
+static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk, int n, int slot) {
+    cl_mem wm[3], ym[3];
+    cl_ulong yo[3];
+    cl_int N[3];
+    size_t groups = 0;
+    for (int m = 0; m < 3; m++) {
+        wm[m] = pk[m < n ? m : 0]->mem;
+        N[m] = m < n ? (cl_int)pk[m]->N : 0;
+        ym[m] = o->dummy, yo[m] = 0;
+        if (m < n && !mem_of(o, ops[m].dst, &ym[m], &yo[m]))
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: a matmul's output is in memory the device cannot reach");
+        groups += ((size_t)N[m] + NM_CL_MVQ_ROWS - 1) / NM_CL_MVQ_ROWS;
+    }
+    const cl_int K = (cl_int)pk[0]->K;
+    const cl_ulong q8_off = (cl_ulong)slot * o->x8_slot;
+    const karg args[] = {A(wm[0]), A(wm[1]), A(wm[2]), A(N[0]), A(N[1]), A(N[2]), A(o->x8), A(q8_off),
+                         A(ym[0]), A(yo[0]), A(ym[1]), A(yo[1]), A(ym[2]), A(yo[2]), A(K)};
+    const size_t local = o->mvq_lws, global = groups * local;
+    prof_weights(o, pk, n);
+    return launch(o, o->k_mvq, "matvec_x8", 1, &global, &local, args, 15);
+}
+
+// Gate (ops[0]) and up (ops[1]) of the input in x8 slot 0 with the GLU
+// (ops[2]): h to the GLU's output and its x8 to slot 1.
+static nm_status op_mvq_glu(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk) {
+    cl_mem ym;
+    cl_ulong yo;
+    if (!mem_of(o, ops[2].dst, &ym, &yo))
+        return ofail(o, NM_ERR_UNSUPPORTED, "opencl: a GLU's output is in memory the device cannot reach");
+    const cl_int N = (cl_int)pk[0]->N, K = (cl_int)pk[0]->K, act = ops[2].i0;
+    const cl_ulong in_off = 0, out_off = o->x8_slot;
+    const karg args[] = {A(pk[0]->mem), A(pk[1]->mem), A(N), A(o->x8), A(in_off), A(ym), A(yo), A(o->x8), A(out_off),
+                         A(K), A(act)};
+    const size_t local = 256, global = (size_t)N / NM_CL_MVG_ROWS * local;
+    prof_weights(o, pk, 2);
+    return launch(o, o->k_mvq_glu, "matvec_x8_glu", 1, &global, &local, args, 11);
+}
+
+// Gate, up and their GLU at ops[i..i+2], all on the input x, fusable.
+static bool glu_fusable(nm_ocl *o, const nm_op *ops, int i, int n_ops, const nm_tensor *x, const cl_packed **pk) {
+    if (!o->glu_ok || i + 2 >= n_ops) return false;
+    const nm_op *g = &ops[i], *u = &ops[i + 1], *glu = &ops[i + 2];
+    pk[0] = x8_weight(o, g), pk[1] = x8_weight(o, u);
+    return pk[0] && pk[1] && same_tensor(g->src1, x) && same_tensor(u->src1, x) && pk[0]->N == pk[1]->N &&
+           pk[0]->K == pk[1]->K && pk[0]->N % NM_CL_MVG_ROWS == 0 && glu->kind == NM_OP_GLU &&
+           (glu->i0 == NM_ACT_SILU || glu->i0 == NM_ACT_GELU_TANH) && same_tensor(glu->src0, g->dst) &&
+           same_tensor(glu->src1, u->dst) && glu->dst->ne[0] == pk[0]->N && glu->dst->ne[1] == 1 &&
+           o->x8_slot >= x8_bytes(pk[0]->N);
+}
+
 static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
     nm_ocl *o = b->impl;
+    int x8_at = -1, x8_slot = 0; // x8 slot x8_slot holds x8_of for the op at x8_at
+    const nm_tensor *x8_of = NULL;
     for (int i = 0; i < n_ops; i++) {
         if (!ocl_supports_op(b, &ops[i]))
             return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d (%s) not supported with these operands", ops[i].kind,
                          ops[i].src0 ? type_name(ops[i].src0->type) : "-");
         nm_status st;
-        if (i + 1 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && ocl_supports_op(b, &ops[i + 1])) {
+        const cl_packed *pk[3];
+        const bool x8_in = i == x8_at && x8_weight(o, &ops[i]) && same_tensor(ops[i].src1, x8_of);
+        int slot;
+        if (x8_in && x8_slot == 0 && glu_fusable(o, ops, i, n_ops, x8_of, pk)) {
+            st = op_mvq_glu(o, &ops[i], pk); // gate, up, GLU; h's x8 for the down projection
+            x8_at = i + 3, x8_slot = 1, x8_of = ops[i + 2].dst;
+            i += 2;
+        } else if (x8_in) {
+            int n = 0;
+            while (n < 3 && i + n < n_ops && (pk[n] = x8_weight(o, &ops[i + n])) && pk[n]->K == pk[0]->K &&
+                   same_tensor(ops[i + n].src1, x8_of))
+                n++;
+            st = op_mvq(o, &ops[i], pk, n, x8_slot);
+            i += n - 1;
+        } else if (i + 1 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && ocl_supports_op(b, &ops[i + 1])) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
             st = op_rope(o, &ops[i], &ops[i + 1]); // Q and K in one launch
             i++;
         } else if (i + 1 < n_ops && add_norm_pairs(&ops[i], &ops[i + 1]) && ocl_supports_op(b, &ops[i + 1])) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
-            st = op_rms_norm(o, &ops[i + 1], &ops[i]); // the residual add and the next norm
+            slot = x8_producer(o, ops, i + 1, n_ops);
+            st = op_rms_norm(o, &ops[i + 1], &ops[i], slot); // the residual add and the next norm
+            if (slot >= 0) x8_at = i + 2, x8_slot = slot, x8_of = ops[i + 1].dst;
             i++;
+        } else if (ops[i].kind == NM_OP_RMS_NORM && (slot = x8_producer(o, ops, i, n_ops)) >= 0) {
+            if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
+            st = op_rms_norm(o, &ops[i], NULL, slot);
+            x8_at = i + 1, x8_slot = slot, x8_of = ops[i].dst;
         } else {
             st = op_run(o, &ops[i]);
         }
@@ -982,13 +1125,14 @@ static void ocl_release(nm_ocl *o) {
             if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
-                         o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8};
+                         o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_mvq, o->k_mvq_glu};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);
     for (int i = 0; i < o->n_packed; i++) o->api.clReleaseMemObject(o->packed[i].mem);
     free(o->packed);
     if (o->dummy) o->api.clReleaseMemObject(o->dummy);
+    if (o->x8) o->api.clReleaseMemObject(o->x8);
     if (o->prog) o->api.clReleaseProgram(o->prog);
     if (o->q) o->api.clReleaseCommandQueue(o->q);
     if (o->ctx) o->api.clReleaseContext(o->ctx);
@@ -1047,6 +1191,10 @@ static nm_status fit_work_groups(nm_ocl *o) {
     o->lws_attn = fit_lws(o, o->k_attention, o->k_attention_full);
     while ((o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) || o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r8)) && o->mvr_lws > 32)
         o->mvr_lws /= 2;
+    o->mvq_lws = NM_CL_MVQ_LWS;
+    while (o->mvq_lws > 32 && (o->mvq_lws > kernel_wg(o, o->k_mvq) || o->mvq_lws > o->max_wg)) o->mvq_lws /= 2;
+    if (o->mvq_lws > kernel_wg(o, o->k_mvq)) o->mvq_lws = 0;
+    o->glu_ok = kernel_wg(o, o->k_mvq_glu) >= 256 && o->max_wg >= 256;
     for (size_t i = 0; i < sizeof mm_types / sizeof mm_types[0]; i++) {
         size_t wg = 0;
         const uint32_t t = mm_types[i];
@@ -1152,6 +1300,8 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
         snprintf(err, err_size, "%s", o->err);
         goto fail;
     }
+    const char *x8 = getenv("NM_OPENCL_X8"); // 0: no x8 path (the matvecs round in each work-group)
+    if (x8 && !strcmp(x8, "0")) o->mvq_lws = 0;
     o->max_row = p->max_row;
     o->max_tokens = p->max_tokens;
     o->ledger = p->ledger;

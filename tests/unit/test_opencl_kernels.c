@@ -69,6 +69,7 @@ static struct {
     cl_context ctx;
     cl_command_queue q;
     cl_program prog;
+    bool ptx; // NVIDIA's platform: built with NM_DP4A_PTX (warp kernels such as attention_dec exist)
 } cl;
 
 static char *read_text(const char *path) {
@@ -122,7 +123,7 @@ static int cl_setup(void) {
     // as the backend builds it: with inline PTX (dp4a) on NVIDIA's platform
     char pname[128] = "";
     a->clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
-    const bool ptx = strstr(pname, "NVIDIA") != NULL;
+    const bool ptx = cl.ptx = strstr(pname, "NVIDIA") != NULL;
     if (ptx) fprintf(stderr, "  built with NM_DP4A_PTX (inline PTX dp4a)\n");
     err = a->clBuildProgram(cl.prog, 1, &cl.dev, ptx ? "-cl-std=CL1.2 -DNM_DP4A_PTX=1" : "-cl-std=CL1.2", NULL, NULL);
     size_t n = 0;
@@ -806,16 +807,20 @@ NM_TEST(kv_store_rounds_to_nearest_even) {
 
 // ---- attention ----------------------------------------------------------------------------
 
-// The causal attention of n_tok queries at pos[] over an f16 cache of n_ctx
-// rows, against a double reference.
-static void check_attention(int *nmtest_failed, int n_head, int n_kv, int hd, int n_tok, const int *pos, int window,
-                            float softcap, int max_keys, size_t lws) {
-    const int n_ctx = 16, kvw = n_kv * hd, qw = n_head * hd;
+// The causal attention of n_tok queries at pos[] over an f16 cache (16 rows,
+// or up to the last position), against a double reference. dec: the decode
+// kernel attention_dec (one token; NVIDIA's platform) instead, with the x8 of
+// its output (check_x8).
+static void check_attention_k(int *nmtest_failed, int dec, int n_head, int n_kv, int hd, int n_tok, const int *pos,
+                              int window, float softcap, int max_keys, size_t lws) {
+    int n_ctx = 16;
+    for (int t = 0; t < n_tok; t++) n_ctx = pos[t] + 1 > n_ctx ? pos[t] + 1 : n_ctx;
+    const int kvw = n_kv * hd, qw = n_head * hd;
     const float scale = 1.0f / sqrtf((float)hd);
     float *q = malloc(sizeof(float) * qw * n_tok), *o = malloc(sizeof(float) * qw * n_tok);
     float *kf = malloc(sizeof(float) * kvw * n_ctx), *vf = malloc(sizeof(float) * kvw * n_ctx);
     uint16_t *kh = malloc(sizeof(uint16_t) * kvw * n_ctx), *vh = malloc(sizeof(uint16_t) * kvw * n_ctx);
-    double *ref = malloc(sizeof(double) * qw * n_tok), p[16];
+    double *ref = malloc(sizeof(double) * qw * n_tok), *p = malloc(sizeof(double) * n_ctx);
     fill(q, (size_t)qw * n_tok, 1.0f);
     fill(kf, (size_t)kvw * n_ctx, 1.5f), fill(vf, (size_t)kvw * n_ctx, 1.0f);
     for (int i = 0; i < kvw * n_ctx; i++) {
@@ -843,22 +848,49 @@ static void check_attention(int *nmtest_failed, int n_head, int n_kv, int hd, in
         }
     dbuf bq = dbuf_new(q, sizeof(float) * qw * n_tok, 4), bk = dbuf_new(kh, sizeof(uint16_t) * kvw * n_ctx, 32);
     dbuf bv = dbuf_new(vh, sizeof(uint16_t) * kvw * n_ctx, 96), bp = dbuf_new(pos, sizeof(int) * n_tok, 8);
-    dbuf bo = dbuf_new(NULL, sizeof(float) * qw * n_tok, 20);
-    kcall c = kc_begin("attention");
+    dbuf bo = dbuf_new(NULL, sizeof(float) * qw * n_tok, 20), b8 = dbuf_new(NULL, (size_t)qw + (size_t)qw / 32 * 8, 48);
+    kcall c = kc_begin(dec ? "attention_dec" : "attention");
     kc_buf(&c, &bq), kc_buf(&c, &bk), kc_buf(&c, &bv), kc_buf(&c, &bp), kc_buf(&c, &bo);
     kc_int(&c, n_head), kc_int(&c, n_kv), kc_int(&c, hd), kc_int(&c, kvw), kc_int(&c, window);
-    kc_float(&c, scale), kc_float(&c, softcap), kc_int(&c, max_keys);
+    kc_float(&c, scale), kc_float(&c, softcap);
+    if (dec) kc_buf(&c, &b8), kc_int(&c, 1);
+    else kc_int(&c, max_keys);
     size_t g[2] = {(size_t)n_head * lws, (size_t)n_tok}, l[2] = {lws, 1};
-    int rc = kc_run(&c, 2, g, l);
+    int rc = kc_run(&c, dec ? 1 : 2, g, l);
     NM_CHECK(rc == 0);
     if (rc == 0) {
         NM_CHECK(dbuf_read(&bo, o) == 0);
         CHECK_REL(o, ref, (size_t)qw * n_tok, 1e-5,
-                  "heads %d/%d hd %d n_tok %d window %d softcap %g max_keys %d lws %zu", n_head, n_kv, hd, n_tok,
-                  window, softcap, max_keys, lws);
+                  "%s heads %d/%d hd %d n_tok %d window %d softcap %g max_keys %d lws %zu", dec ? "attention_dec" : "attention",
+                  n_head, n_kv, hd, n_tok, window, softcap, max_keys, lws);
+        if (dec) {
+            uint8_t *x8 = malloc((size_t)qw + (size_t)qw / 32 * 8);
+            NM_CHECK(dbuf_read(&b8, x8) == 0);
+            const int bad = check_x8(o, x8, qw);
+            if (bad) fprintf(stderr, "  attention_dec hd %d: %d values of the x8 off\n", hd, bad);
+            NM_CHECK(bad == 0);
+            free(x8);
+        }
     }
-    dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bp), dbuf_free(&bo);
-    free(q), free(o), free(kf), free(vf), free(kh), free(vh), free(ref);
+    dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bp), dbuf_free(&bo), dbuf_free(&b8);
+    free(q), free(o), free(kf), free(vf), free(kh), free(vh), free(ref), free(p);
+}
+
+static void check_attention(int *nmtest_failed, int n_head, int n_kv, int hd, int n_tok, const int *pos, int window,
+                            float softcap, int max_keys, size_t lws) {
+    check_attention_k(nmtest_failed, 0, n_head, n_kv, hd, n_tok, pos, window, softcap, max_keys, lws);
+}
+
+// The decode attention on warps (NVIDIA's platform only: the kernel needs
+// its shuffles): one token, against the same reference.
+NM_TEST(attention_decode_on_warps) {
+    CL_READY();
+    if (!cl.ptx) NM_SKIP("attention_dec is built for NVIDIA's platform only (warp shuffles)");
+    const int p1[1] = {12}, p300[1] = {300}, p0[1] = {0};
+    check_attention_k(nmtest_failed, 1, 32, 8, 128, 1, p300, 0, 0.0f, 0, 256); // Llama-3-8B's heads, 301 keys
+    check_attention_k(nmtest_failed, 1, 4, 2, 64, 1, p1, 0, 0.0f, 0, 256);     // 2 elements per lane
+    check_attention_k(nmtest_failed, 1, 4, 1, 256, 1, p300, 100, 1.5f, 0, 256); // window, softcap, 8 per lane
+    check_attention_k(nmtest_failed, 1, 4, 4, 32, 1, p0, 0, 0.0f, 0, 256);      // one key, one element per lane
 }
 
 NM_TEST(attention_gqa_window_softcap) {

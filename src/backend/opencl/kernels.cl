@@ -548,7 +548,8 @@ NM_MVR_KERNEL(mv_q4_0r8, 1)
 // mv_q4_0r8 rounds the activations to 8 bits in every work-group; here the
 // kernel that produces a matvec's input rounds it once, as it writes it, and
 // the matvecs read the result ("x8": the K int8 of q8_0's rounding of each
-// block of 32, then at byte K the K/32 float2 (d, sum of the block's q)). The
+// block of 32, then at byte K the K/32 float2 (d, sum of the block's q); its
+// offset a multiple of 16, K of 32: the int8 go as uint4 stores). The
 // rounding is mv_q4_0r8's (q8_store). Producers: rms_norm with has_q8, and
 // mvq_glu_q4_0 (gate and up with the GLU). Consumers: mvq_q4_0, which also
 // takes up to three matrices of one input in one launch (Q, K and V).
@@ -593,6 +594,12 @@ NM_INLINE int q4x8(const uint4 q, const uint4 x0, const uint4 x1, int s) {
 
 #ifdef NM_DP4A_PTX
 // The sum over the 32 threads of a warp (NVIDIA: a work-group's items 32k..32k+31).
+NM_INLINE float shfl_xor(float v, int o) {
+    uint t;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(t) : "r"(as_uint(v)), "r"(o));
+    return as_float(t);
+}
+
 NM_INLINE float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) {
         uint t;
@@ -887,6 +894,27 @@ __kernel void rms_norm(__global uchar *X, ulong x_off, __global const uchar *W, 
     }
     s = wg_sum(s, red);
     const float scale = 1.0f / sqrt(s / (float)d + eps);
+#ifdef NM_DP4A_PTX
+    if (has_q8 && (lws & 7) == 0) { // y and its x8 from registers: a block's 8 float4s lie with 8 neighbouring items
+        for (int i0 = 0; i0 < d4; i0 += lws) { // the same rounds for all items (the shuffles)
+            const int i = i0 + lid;
+            const float4 v = i < d4 ? vload4(i, x) * scale * (has_w ? vload4(i, w) : (float4)(1.0f)) : (float4)(0.0f);
+            if (i < d4) vstore4(v, i, y);
+            const float4 a = fabs(v);
+            float amax = fmax(fmax(a.x, a.y), fmax(a.z, a.w));
+            for (int o = 1; o < 8; o <<= 1) amax = fmax(amax, shfl_xor(amax, o));
+            const float dx = amax / 127.0f, idx = dx != 0.0f ? 1.0f / dx : 0.0f;
+            const int4 t = convert_int4(round(v * idx));
+            float sx = (float)((t.x + t.y) + (t.z + t.w));
+            for (int o = 1; o < 8; o <<= 1) sx += shfl_xor(sx, o);
+            if (i < d4) {
+                ((__global uint *)(Q8 + q8_off))[i] = as_uint(convert_char4(t));
+                if ((i & 7) == 0) ((__global float2 *)(Q8 + q8_off + (ulong)d))[i >> 3] = (float2)(dx, sx);
+            }
+        }
+        return;
+    }
+#endif
     for (int i = lid; i < d4; i += lws) vstore4(vload4(i, x) * scale * (has_w ? vload4(i, w) : (float4)(1.0f)), i, y);
     for (int i = 4 * d4 + lid; i < d; i += lws) y[i] = x[i] * scale * (has_w ? w[i] : 1.0f);
     if (has_q8) { // one row, d a multiple of 32: y's rounding to 8 bits too, block by block (mvq_q4_0 reads it)
@@ -1082,6 +1110,91 @@ __kernel void attention(__global const uchar *Q, ulong q_off, __global const uch
               Vc + v_off + (ulong)kvh * head_dim * 2, 1, (ulong)kv_width, lo, pos, max_keys, head_dim, scale, softcap,
               (__global float *)(O + o_off) + qo, qv, acc, red, sc);
 }
+
+#ifdef NM_DP4A_PTX
+// Decode attention (one query per head) on NVIDIA's platform, where warps and
+// their shuffles are at hand: the same result as `attention` for one token,
+// computed for speed. A work-group (8 warps) takes one head; each warp a key
+// at a time (keys w, w + 8, ...), its 32 lanes head_dim / 32 elements each,
+// so a key's row is one coalesced load and its dot a warp sum; the scores
+// stay in local memory (up to NM_ATT_DEC_KEYS keys: the host checks n_ctx),
+// then p V the same way, the warps' partial sums added in local memory. With
+// has_x8, the head's output is also rounded to 8 bits (q8_store) into X8, an
+// x8 of n_head * head_dim values (the O projection reads it: the x8 path).
+// head_dim: a multiple of 32 up to 256.
+// Launch: 1-D, global = n_head * 256, local = 256.
+#define NM_ATT_DEC_KEYS 4096
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void attention_dec(
+    __global const uchar *Q, ulong q_off, __global const uchar *Kc, ulong k_off, __global const uchar *Vc, ulong v_off,
+    __global const uchar *Pos, ulong pos_off, __global uchar *O, ulong o_off, int n_head, int n_kv_head, int head_dim,
+    int kv_width, int window, float scale, float softcap, __global uchar *X8, ulong x8_off, int has_x8) {
+    __local float sc[NM_ATT_DEC_KEYS], part[8 * 256], wred[16];
+    const int h = get_group_id(0), lid = get_local_id(0), lane = lid & 31, w = lid >> 5;
+    const int kvh = h / (n_head / n_kv_head), E = head_dim >> 5; // elements per lane: 1..8
+    const int pos = ((__global const int *)(Pos + pos_off))[0];
+    const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, n = pos - lo + 1;
+    __global const float *q = (__global const float *)(Q + q_off) + (ulong)h * head_dim + lane * E;
+    __global const half *kc = (__global const half *)(Kc + k_off) + (ulong)kvh * head_dim + lane * E;
+    __global const half *vc = (__global const half *)(Vc + v_off) + (ulong)kvh * head_dim + lane * E;
+    float qr[8];
+    for (int e = 0; e < 8; e++) qr[e] = e < E ? q[e] : 0.0f;
+    float mx = -INFINITY;
+#pragma unroll 4
+    for (int j = w; j < n; j += 8) {
+        __global const half *k = kc + (ulong)(lo + j) * kv_width;
+        float s = 0.0f;
+        for (int e = 0; e < 8; e++)
+            if (e < E) s += vload_half(e, k) * qr[e];
+        s = warp_sum(s) * scale;
+        if (softcap > 0.0f) s = softcap * tanh(s / softcap);
+        if (lane == 0) sc[j] = s;
+        mx = fmax(mx, s);
+    }
+    if (lane == 0) wred[w] = mx;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float m = wred[0];
+    for (int i = 1; i < 8; i++) m = fmax(m, wred[i]);
+    float l = 0.0f;
+    for (int j = lid; j < n; j += 256) {
+        const float e = exp(sc[j] - m);
+        sc[j] = e;
+        l += e;
+    }
+    l = warp_sum(l);
+    if (lane == 0) wred[8 + w] = l;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float L = 0.0f;
+    for (int i = 0; i < 8; i++) L += wred[8 + i];
+    float acc[8];
+    for (int e = 0; e < 8; e++) acc[e] = 0.0f;
+#pragma unroll 4
+    for (int j = w; j < n; j += 8) {
+        const float pj = sc[j];
+        __global const half *v = vc + (ulong)(lo + j) * kv_width;
+        for (int e = 0; e < 8; e++)
+            if (e < E) acc[e] += pj * vload_half(e, v);
+    }
+    for (int e = 0; e < 8; e++)
+        if (e < E) part[w * 256 + lane * E + e] = acc[e];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global float *o = (__global float *)(O + o_off) + (ulong)h * head_dim;
+    const float inv = 1.0f / L;
+    for (int d = lid; d < head_dim; d += 256) {
+        float t = 0.0f;
+        for (int i = 0; i < 8; i++) t += part[i * 256 + d];
+        o[d] = t * inv;
+        sc[d] = t * inv; // the scores are no longer needed
+    }
+    if (has_x8) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < head_dim / 32) {
+            float4 v[8];
+            for (int i = 0; i < 8; i++) v[i] = vload4(8 * lid + i, sc);
+            q8_store(v, X8, x8_off, n_head * head_dim, h * (head_dim / 32) + lid);
+        }
+    }
+}
+#endif
 
 // Bidirectional attention (vision encoders): queries over n_tok keys, all f32
 // [rows, n_head * head_dim]; no mask, no softcap.

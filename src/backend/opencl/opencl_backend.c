@@ -38,6 +38,7 @@ extern const size_t nm_cl_kernels_source_len;
 #define NM_CL_MVQ_ROWS 2   // mvq_q4_0 (NM_MVQ_ROWS)
 #define NM_CL_MVQ_LWS 128  // its local size (NM_MVQ_LWS)
 #define NM_CL_MVG_ROWS 32  // mvq_glu_q4_0 (NM_MVG_ROWS), local size 256
+#define NM_CL_ATT_DEC_KEYS 4096 // attention_dec's most keys (NM_ATT_DEC_KEYS)
 
 // A weight laid out the device's way at load (prepare_weight): found by the
 // host address the ops name it by.
@@ -100,7 +101,8 @@ typedef struct nm_ocl {
     cl_program prog;
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu;
+        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu,
+        k_attention_dec; // NULL unless the program has PTX (warp shuffles)
     bool unified;
     bool ptx;  // NVIDIA's compiler: the program is built with NM_DP4A_PTX (inline PTX dp4a)
     bool q8mv; // decode of repacked q4_0 with 8-bit activations (mv_q4_0r8): where dp4a is native, or NM_OPENCL_Q8MV=1
@@ -111,6 +113,7 @@ typedef struct nm_ocl {
     size_t mvr_lws; // and of the repacked q4_0 one (NM_OPENCL_MVR_LWS: 32..128)
     size_t mvq_lws; // of mvq_q4_0 (0: the x8 path is off); mvq_glu_q4_0 needs 256 (glu_ok)
     bool glu_ok;
+    bool attn_dec;  // attention_dec for one-token attention where the program has it (NM_OPENCL_ATTN_DEC=0: never)
     cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels.cl, mvq_q4_0)
     size_t x8_slot;
     cl_import imports[NM_CL_MAX_IMPORTS];
@@ -325,6 +328,11 @@ static nm_status make_kernels(nm_ocl *o) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
         if (!*named[i].k || e != CL_SUCCESS)
             return ofail(o, NM_ERR_UNSUPPORTED, "opencl: kernel %s: %s", named[i].name, nm_cl_strerror(e));
+    }
+    if (o->ptx) { // built with NM_DP4A_PTX: the decode attention on warps
+        o->k_attention_dec = o->api.clCreateKernel(o->prog, "attention_dec", &e);
+        if (!o->k_attention_dec || e != CL_SUCCESS)
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: kernel attention_dec: %s", nm_cl_strerror(e));
     }
     return NM_OK;
 }
@@ -764,6 +772,32 @@ static bool rope_pairs(const nm_op *a, const nm_op *b) {
            a->src0 != b->src0;
 }
 
+// attention_dec takes the op: one token, where the program has warps, a head
+// size it handles and at most NM_CL_ATT_DEC_KEYS keys.
+static bool attn_dec_ok(const nm_ocl *o, const nm_op *op) {
+    return o->k_attention_dec && o->attn_dec && op->src0->ne[1] == 1 && op->i2 % 32 == 0 && op->i2 <= 256 &&
+           op->n_ctx <= NM_CL_ATT_DEC_KEYS;
+}
+
+// The decode attention; with slot >= 0 its output's x8 into that slot.
+static nm_status op_attention_dec(nm_ocl *o, const nm_op *op, int slot) {
+    RESOLVE(q, op->src0);
+    RESOLVE(kc, &op->kv->k);
+    RESOLVE(vc, &op->kv->v);
+    RESOLVE(pos, op->ids);
+    RESOLVE(out, op->dst);
+    const cl_int n_head = op->i0, n_kv = op->i1, hd = op->i2, kvw = op->i1 * op->i2, window = op->i3;
+    const float scale = op->f0, softcap = op->f1;
+    const cl_int has_x8 = slot >= 0;
+    const cl_mem x8 = has_x8 ? o->x8 : o->dummy;
+    const cl_ulong x8_off = has_x8 ? (cl_ulong)slot * o->x8_slot : 0;
+    const karg args[] = {A(q.m),  A(q.off), A(kc.m),   A(kc.off), A(vc.m),    A(vc.off), A(pos.m),
+                         A(pos.off), A(out.m), A(out.off), A(n_head), A(n_kv),  A(hd),     A(kvw),
+                         A(window), A(scale), A(softcap), A(x8),     A(x8_off), A(has_x8)};
+    const size_t local = 256, global = (size_t)n_head * local;
+    return launch(o, o->k_attention_dec, "attention_dec", 1, &global, &local, args, 20);
+}
+
 static nm_status op_run(nm_ocl *o, const nm_op *op) {
     if (o->prof) {
         const bool w = op->kind == NM_OP_MATMUL || op->kind == NM_OP_GET_ROWS;
@@ -808,6 +842,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         return launch(o, o->k_kv_store, "kv_store", 3, global, NULL, args, 11);
     }
     case NM_OP_ATTENTION: {
+        if (attn_dec_ok(o, op)) return op_attention_dec(o, op, -1);
         RESOLVE(q, op->src0);
         RESOLVE(kc, &op->kv->k);
         RESOLVE(vc, &op->kv->v);
@@ -931,8 +966,8 @@ static bool x8_reserve(nm_ocl *o, int64_t K) {
     return true;
 }
 
-// The slot (0) an RMS norm at ops[j] writes its x8 to, or -1: one row whose
-// next op is a matvec of the x8 path reading the norm's output.
+// The slot (0) an RMS norm or the attention at ops[j] writes its x8 to, or
+// -1: one row whose next op is a matvec of the x8 path reading its output.
 static int x8_producer(nm_ocl *o, const nm_op *ops, int j, int n_ops) {
     const nm_op *nm = &ops[j];
     if (j + 1 >= n_ops || nm->src0->ne[1] * nm->src0->ne[2] != 1 || nm->src0->ne[0] % 32 != 0 ||
@@ -1032,6 +1067,11 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
             st = op_rms_norm(o, &ops[i + 1], &ops[i], slot); // the residual add and the next norm
             if (slot >= 0) x8_at = i + 2, x8_slot = slot, x8_of = ops[i + 1].dst;
             i++;
+        } else if (ops[i].kind == NM_OP_ATTENTION && attn_dec_ok(o, &ops[i]) &&
+                   (slot = x8_producer(o, ops, i, n_ops)) >= 0) {
+            if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
+            st = op_attention_dec(o, &ops[i], slot); // and the x8 of its output for the O projection
+            x8_at = i + 1, x8_slot = slot, x8_of = ops[i].dst;
         } else if (ops[i].kind == NM_OP_RMS_NORM && (slot = x8_producer(o, ops, i, n_ops)) >= 0) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
             st = op_rms_norm(o, &ops[i], NULL, slot);
@@ -1125,7 +1165,8 @@ static void ocl_release(nm_ocl *o) {
             if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
-                         o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_mvq, o->k_mvq_glu};
+                         o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_mvq, o->k_mvq_glu,
+                         o->k_attention_dec};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);
@@ -1195,6 +1236,10 @@ static nm_status fit_work_groups(nm_ocl *o) {
     while (o->mvq_lws > 32 && (o->mvq_lws > kernel_wg(o, o->k_mvq) || o->mvq_lws > o->max_wg)) o->mvq_lws /= 2;
     if (o->mvq_lws > kernel_wg(o, o->k_mvq)) o->mvq_lws = 0;
     o->glu_ok = kernel_wg(o, o->k_mvq_glu) >= 256 && o->max_wg >= 256;
+    if (o->k_attention_dec && (kernel_wg(o, o->k_attention_dec) < 256 || o->max_wg < 256)) {
+        o->api.clReleaseKernel(o->k_attention_dec);
+        o->k_attention_dec = NULL;
+    }
     for (size_t i = 0; i < sizeof mm_types / sizeof mm_types[0]; i++) {
         size_t wg = 0;
         const uint32_t t = mm_types[i];
@@ -1302,6 +1347,8 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
     }
     const char *x8 = getenv("NM_OPENCL_X8"); // 0: no x8 path (the matvecs round in each work-group)
     if (x8 && !strcmp(x8, "0")) o->mvq_lws = 0;
+    const char *ad = getenv("NM_OPENCL_ATTN_DEC"); // 0: the general attention kernel for decode too
+    o->attn_dec = !(ad && !strcmp(ad, "0"));
     o->max_row = p->max_row;
     o->max_tokens = p->max_tokens;
     o->ledger = p->ledger;

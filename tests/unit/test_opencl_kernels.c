@@ -512,7 +512,7 @@ static void check_mvq(int *nmtest_failed, int K, const int *Ns, int n_mat, size_
             w[m] = make_weights(NM_TYPE_Q4_0, K, N, &deq[m]), r[m] = repack_q4_0(w[m], K, N);
             bw[m] = dbuf_new(r[m], (size_t)K / 32 * 18 * N, 0), by[m] = dbuf_new(NULL, sizeof(float) * (size_t)N, 4 * m);
         }
-        groups += (size_t)(N + 1) / 2;
+        groups += (size_t)(N + 1) / 2; // NM_MVQ_ROWS
     }
     for (int m = 0; m < 3; m++) kc_arg(&c, sizeof(cl_mem), &bw[m < n_mat ? m : 0].m);
     for (int m = 0; m < 3; m++) kc_int(&c, m < n_mat ? Ns[m] : 0);
@@ -729,6 +729,60 @@ NM_TEST(rope_two_tensors_in_one_launch) {
         dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bp);
     }
     free(q), free(k), free(y), free(r1), free(r2);
+}
+
+// Q's and K's ropes and the KV store in one launch (rope_kv): Q and K
+// within 1e-5 of the reference rotation (elements past n_rot untouched), the
+// cache rows at the positions the f16 rounding (to nearest even) of the K it
+// wrote and of V, every other row untouched; partial rotation, both modes.
+NM_TEST(rope_and_kv_store_in_one_launch) {
+    CL_READY();
+    const int n_tok = 3, hd = 64, nq = 4, nk = 2, n_ctx = 48, pos[3] = {1, 9, 40}, width = nk * hd;
+    const size_t n1 = (size_t)n_tok * nq * hd, n2 = (size_t)n_tok * width, nc = (size_t)n_ctx * width;
+    float *q = malloc(sizeof(float) * n1), *k = malloc(sizeof(float) * n2), *v = malloc(sizeof(float) * n2);
+    float *y = malloc(sizeof(float) * n1), *ky = malloc(sizeof(float) * n2);
+    uint16_t *kc = malloc(2 * nc), *vc = malloc(2 * nc);
+    double *r1 = malloc(sizeof(double) * n1), *r2 = malloc(sizeof(double) * n2);
+    for (int ci = 0; ci < 3; ci++) {
+        const int mode = ci == 1 ? 2 : 0, n_rot = ci == 2 ? 48 : 64;
+        fill(q, n1, 1.0f), fill(k, n2, 2.0f), fill(v, n2, 1.5f);
+        rope_ref(q, r1, n_tok, nq, hd, pos, mode, n_rot, 10000.0f, 1.0f);
+        rope_ref(k, r2, n_tok, nk, hd, pos, mode, n_rot, 10000.0f, 1.0f);
+        dbuf bq = dbuf_new(q, sizeof(float) * n1, 20), bk = dbuf_new(k, sizeof(float) * n2, 36);
+        dbuf bv = dbuf_new(v, sizeof(float) * n2, 4), bp = dbuf_new(pos, sizeof pos, 12);
+        dbuf bkc = dbuf_new(NULL, 2 * nc, 64), bvc = dbuf_new(NULL, 2 * nc, 96);
+        kcall c = kc_begin("rope_kv");
+        kc_buf(&c, &bq), kc_buf(&c, &bp), kc_int(&c, nq), kc_int(&c, hd), kc_int(&c, n_rot), kc_int(&c, mode);
+        kc_float(&c, 10000.0f), kc_float(&c, 1.0f);
+        kc_buf(&c, &bk), kc_int(&c, nk), kc_buf(&c, &bv), kc_buf(&c, &bkc), kc_buf(&c, &bvc);
+        size_t g[3] = {round_up((size_t)hd / 2, 8), (size_t)(nq + 2 * nk), (size_t)n_tok};
+        int rc = kc_run(&c, 3, g, NULL);
+        NM_CHECK(rc == 0);
+        if (rc == 0) {
+            NM_CHECK(dbuf_read(&bq, y) == 0);
+            CHECK_REL(y, r1, n1, 1e-5, "rope_kv Q, mode %d n_rot %d", mode, n_rot);
+            NM_CHECK(dbuf_read(&bk, ky) == 0);
+            CHECK_REL(ky, r2, n2, 1e-5, "rope_kv K, mode %d n_rot %d", mode, n_rot);
+            int untouched = 1, cache_ok = 1;
+            for (int r = 0; r < n_tok * nq; r++)
+                for (int i = n_rot; i < hd; i++) untouched &= y[(size_t)r * hd + i] == q[(size_t)r * hd + i];
+            NM_CHECK(dbuf_read(&bkc, kc) == 0 && dbuf_read(&bvc, vc) == 0);
+            for (int row = 0; row < n_ctx; row++) {
+                int t = -1;
+                for (int u = 0; u < n_tok; u++) t = pos[u] == row ? u : t;
+                for (int i = 0; i < width; i++) {
+                    const size_t e = (size_t)row * width + i;
+                    if (t < 0) cache_ok &= kc[e] == 0xffff && vc[e] == 0xffff; // dbuf_new's fill: not written
+                    else cache_ok &= kc[e] == nm_fp32_to_fp16(ky[(size_t)t * width + i]) &&
+                                     vc[e] == nm_fp32_to_fp16(v[(size_t)t * width + i]);
+                }
+            }
+            if (!cache_ok) fprintf(stderr, "  rope_kv mode %d n_rot %d: the cache rows differ\n", mode, n_rot);
+            NM_CHECK(untouched && cache_ok);
+        }
+        dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bp), dbuf_free(&bkc), dbuf_free(&bvc);
+    }
+    free(q), free(k), free(v), free(y), free(ky), free(kc), free(vc), free(r1), free(r2);
 }
 
 NM_TEST(rope_norm_and_neox) {

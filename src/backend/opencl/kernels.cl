@@ -961,6 +961,19 @@ __kernel void layer_norm(__global const uchar *X, ulong x_off, __global const uc
 // practice). Elements >= n_rot are untouched. X2 = [n_tok, n_head2,
 // head_dim] is rotated the same way in the same launch (n_head2 = 0: none).
 // Launch: 3-D, global = (round_up(n_rot/2, L), n_head + n_head2, n_tok), local any (NULL).
+// cos and sin of pair i's angle at position pos.
+NM_INLINE float2 rope_cs(int pos, int i, int n_rot, float freq_base, float freq_scale) {
+    const float p = (float)pos * freq_scale;
+    const float ex = -2.0f * (float)i / (float)n_rot;
+#ifdef NM_HAVE_FP64
+    const float theta = p * (float)pow((double)freq_base, (double)ex);
+    return (float2)((float)cos((double)theta), (float)sin((double)theta));
+#else
+    const float theta = p * pow(freq_base, ex);
+    return (float2)(cos(theta), sin(theta));
+#endif
+}
+
 __kernel void rope(__global uchar *X, ulong x_off, __global const uchar *Pos, ulong pos_off, int n_head, int head_dim,
                    int n_rot, int mode, float freq_base, float freq_scale, __global uchar *X2, ulong x2_off,
                    int n_head2) {
@@ -968,20 +981,56 @@ __kernel void rope(__global uchar *X, ulong x_off, __global const uchar *Pos, ul
     if (i >= n_rot / 2 || hh >= n_head + n_head2) return;
     // heads n_head.. are X2's (Q and K in one launch): the same positions and rotation
     const int second = hh >= n_head, h = second ? hh - n_head : hh, nh = second ? n_head2 : n_head;
-    const float p = (float)((__global const int *)(Pos + pos_off))[t] * freq_scale;
-    const float ex = -2.0f * (float)i / (float)n_rot;
-#ifdef NM_HAVE_FP64
-    const float theta = p * (float)pow((double)freq_base, (double)ex);
-    const float c = (float)cos((double)theta), s = (float)sin((double)theta);
-#else
-    const float theta = p * pow(freq_base, ex);
-    const float c = cos(theta), s = sin(theta);
-#endif
+    const float2 cs = rope_cs(((__global const int *)(Pos + pos_off))[t], i, n_rot, freq_base, freq_scale);
+    const float c = cs.x, s = cs.y;
     __global float *x = (__global float *)(second ? X2 + x2_off : X + x_off) + ((ulong)t * nh + h) * head_dim;
     const int a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
     const float x0 = x[a], x1 = x[b];
     x[a] = x0 * c - x1 * s;
     x[b] = x0 * s + x1 * c;
+}
+
+// Q's and K's ropes and the KV store after them in one launch (the backend
+// joins a rope of Q, a rope of K and the store of that K and a V): heads
+// [0, n_head) rotate X (Q) in place, [n_head, n_head + n_kv) rotate X2 (K) in
+// place and write its elements to row Pos[t] of Kc, [n_head + n_kv, n_head +
+// 2 n_kv) write V's (Vs) to row Pos[t] of Vc; the cache rows, n_kv *
+// head_dim halves, rounded to nearest even as kv_store does. Item i of a head
+// takes the pair the rope rotates (i < n_rot / 2, as `rope`) or elements n_rot
+// + 2 (i - n_rot / 2) and the next (past n_rot: only stored). head_dim and
+// n_rot even.
+// Launch: 3-D, global = (head_dim / 2, n_head + 2 n_kv, n_tok), local any.
+__kernel void rope_kv(__global uchar *X, ulong x_off, __global const uchar *Pos, ulong pos_off, int n_head,
+                      int head_dim, int n_rot, int mode, float freq_base, float freq_scale, __global uchar *X2,
+                      ulong x2_off, int n_kv, __global const uchar *Vs, ulong vs_off, __global uchar *Kc,
+                      ulong kc_off, __global uchar *Vc, ulong vc_off) {
+    const int i = get_global_id(0), hh = get_global_id(1), t = get_global_id(2);
+    if (i >= head_dim / 2 || hh >= n_head + 2 * n_kv) return;
+    const int pos = ((__global const int *)(Pos + pos_off))[t], width = n_kv * head_dim;
+    const int kind = hh < n_head ? 0 : hh < n_head + n_kv ? 1 : 2; // Q, K, V
+    const int h = kind == 0 ? hh : kind == 1 ? hh - n_head : hh - n_head - n_kv;
+    const bool rot = i < n_rot / 2;
+    const int a = rot ? (mode == 2 ? i : 2 * i) : n_rot + 2 * (i - n_rot / 2);
+    const int b = rot ? (mode == 2 ? i + n_rot / 2 : 2 * i + 1) : a + 1;
+    const ulong row = (ulong)pos * width + (ulong)h * head_dim;
+    if (kind == 2) {
+        __global const float *v = (__global const float *)(Vs + vs_off) + (ulong)t * width + (ulong)h * head_dim;
+        vstore_half_rte(v[a], row + a, (__global half *)(Vc + vc_off));
+        vstore_half_rte(v[b], row + b, (__global half *)(Vc + vc_off));
+        return;
+    }
+    __global float *x = (__global float *)(kind ? X2 + x2_off : X + x_off) + ((ulong)t * (kind ? n_kv : n_head) + h) * head_dim;
+    float x0 = x[a], x1 = x[b];
+    if (rot) {
+        const float2 cs = rope_cs(pos, i, n_rot, freq_base, freq_scale);
+        const float y0 = x0 * cs.x - x1 * cs.y, y1 = x0 * cs.y + x1 * cs.x;
+        x[a] = x0 = y0;
+        x[b] = x1 = y1;
+    }
+    if (kind == 1) {
+        vstore_half_rte(x0, row + a, (__global half *)(Kc + kc_off));
+        vstore_half_rte(x1, row + b, (__global half *)(Kc + kc_off));
+    }
 }
 
 // ---- KV cache ---------------------------------------------------------------------------

@@ -102,7 +102,8 @@ typedef struct nm_ocl {
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
         k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu,
-        k_attention_dec; // NULL unless the program has PTX (warp shuffles)
+        k_attention_dec, // NULL unless the program has PTX (warp shuffles)
+        k_rope_kv;
     bool unified;
     bool ptx;  // NVIDIA's compiler: the program is built with NM_DP4A_PTX (inline PTX dp4a)
     bool q8mv; // decode of repacked q4_0 with 8-bit activations (mv_q4_0r8): where dp4a is native, or NM_OPENCL_Q8MV=1
@@ -111,8 +112,7 @@ typedef struct nm_ocl {
     size_t max_wg;
     size_t mv_lws; // work-group size of the decode matvec (NM_OPENCL_MV_LWS: 32..256, a power of two)
     size_t mvr_lws; // and of the repacked q4_0 one (NM_OPENCL_MVR_LWS: 32..128)
-    size_t mvq_lws; // of mvq_q4_0 (0: the x8 path is off); mvq_glu_q4_0 needs 256 (glu_ok)
-    bool glu_ok;
+    bool x8_ok;     // the x8 path (mvq_q4_0 runs work-groups of 128, mvq_glu_q4_0 of 256; NM_OPENCL_X8=0: off)
     bool attn_dec;  // attention_dec for one-token attention where the program has it (NM_OPENCL_ATTN_DEC=0: never)
     cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels.cl, mvq_q4_0)
     size_t x8_slot;
@@ -323,6 +323,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_patches, "patches"},   {&o->k_pixel_shuffle, "pixel_shuffle"},
         {&o->k_mv_q4_0r, "mv_q4_0r"}, {&o->k_mv_q4_0r8, "mv_q4_0r8"},
         {&o->k_mvq, "mvq_q4_0"},      {&o->k_mvq_glu, "mvq_glu_q4_0"},
+        {&o->k_rope_kv, "rope_kv"},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
@@ -764,6 +765,41 @@ static nm_status op_rope(nm_ocl *o, const nm_op *op, const nm_op *op2) {
     return launch(o, o->k_rope, "rope", 3, global, NULL, args, 13);
 }
 
+// The same tensor: one object, or the same place, type and shape.
+static bool same_tensor(const nm_tensor *a, const nm_tensor *b) {
+    return a == b || (a->buf == b->buf && a->offs == b->offs && a->type == b->type && a->ne[0] == b->ne[0] &&
+                      a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2]);
+}
+
+// Q's and K's ropes (rope_pairs) and the KV store of that K, one launch.
+static nm_status op_rope_kv(nm_ocl *o, const nm_op *rq, const nm_op *rk, const nm_op *st) {
+    const nm_op *op = rq;
+    for (const nm_op *r = rq; r; r = r == rq ? rk : NULL)
+        if (r->dst != r->src0 && (r->dst->buf != r->src0->buf || r->dst->offs != r->src0->offs))
+            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
+    RESOLVE(x, rq->src0);
+    RESOLVE(pos, rq->ids);
+    RESOLVE(x2, rk->src0);
+    RESOLVE(v, st->src1);
+    RESOLVE(kc, &st->kv->k);
+    RESOLVE(vc, &st->kv->v);
+    const cl_int n_head = rq->i0, hd = rq->i1, mode = rq->i2, n_rot = rq->i3, n_kv = rk->i0;
+    const float base = rq->f0, fscale = rq->f1;
+    const karg args[] = {A(x.m),  A(x.off), A(pos.m), A(pos.off), A(n_head), A(hd),   A(n_rot),
+                         A(mode), A(base),  A(fscale), A(x2.m),   A(x2.off), A(n_kv), A(v.m),
+                         A(v.off), A(kc.m), A(kc.off), A(vc.m),   A(vc.off)};
+    const size_t global[3] = {(size_t)(hd / 2), (size_t)(n_head + 2 * n_kv), (size_t)rq->src0->ne[1]};
+    return launch(o, o->k_rope_kv, "rope_kv", 3, global, NULL, args, 19);
+}
+
+// A rope pair (Q, K) and the KV store of that K right after them.
+static bool rope_kv_joins(const nm_op *rq, const nm_op *rk, const nm_op *st) {
+    return st->kind == NM_OP_KV_STORE && same_tensor(st->src0, rk->src0) && same_tensor(st->ids, rq->ids) &&
+           st->src0->ne[1] == rq->src0->ne[1] && st->src1->ne[1] == st->src0->ne[1] &&
+           (int64_t)rk->i0 * rk->i1 == st->src0->ne[0] && st->src1->ne[0] == st->src0->ne[0] && rq->i1 % 2 == 0 &&
+           rq->i3 % 2 == 0 && rq->src0->ne[0] == (int64_t)rq->i0 * rq->i1;
+}
+
 // Two ropes in a row that one launch can do (Q's and K's: the same
 // positions, head size, rotation and tokens, different tensors).
 static bool rope_pairs(const nm_op *a, const nm_op *b) {
@@ -936,14 +972,10 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
 // launch, gate, up and the GLU in one. A slot is valid for the op right after
 // its producer only.
 
-static bool same_tensor(const nm_tensor *a, const nm_tensor *b) {
-    return a == b || (a->buf == b->buf && a->offs == b->offs && a->type == b->type && a->ne[0] == b->ne[0] &&
-                      a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2]);
-}
 
 // The repacked weight of a one-token matmul the x8 path takes, else NULL.
 static const cl_packed *x8_weight(const nm_ocl *o, const nm_op *op) {
-    if (!o->q8mv || !o->mvq_lws || !o->n_packed || op->kind != NM_OP_MATMUL || op->src2 ||
+    if (!o->q8mv || !o->x8_ok || !o->n_packed || op->kind != NM_OP_MATMUL || op->src2 ||
         op->src0->type != NM_TYPE_Q4_0 || op->src1->ne[1] != 1 || op->src1->ne[2] * op->src1->ne[3] != 1 ||
         op->src0->ne[0] % 32 != 0)
         return NULL;
@@ -1001,7 +1033,7 @@ static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk,
     const cl_ulong q8_off = (cl_ulong)slot * o->x8_slot;
     const karg args[] = {A(wm[0]), A(wm[1]), A(wm[2]), A(N[0]), A(N[1]), A(N[2]), A(o->x8), A(q8_off),
                          A(ym[0]), A(yo[0]), A(ym[1]), A(yo[1]), A(ym[2]), A(yo[2]), A(K)};
-    const size_t local = o->mvq_lws, global = groups * local;
+    const size_t local = NM_CL_MVQ_LWS, global = groups * local;
     prof_weights(o, pk, n);
     return launch(o, o->k_mvq, "matvec_x8", 1, &global, &local, args, 15);
 }
@@ -1024,7 +1056,7 @@ static nm_status op_mvq_glu(nm_ocl *o, const nm_op *ops, const cl_packed *const 
 
 // Gate, up and their GLU at ops[i..i+2], all on the input x, fusable.
 static bool glu_fusable(nm_ocl *o, const nm_op *ops, int i, int n_ops, const nm_tensor *x, const cl_packed **pk) {
-    if (!o->glu_ok || i + 2 >= n_ops) return false;
+    if (i + 2 >= n_ops) return false;
     const nm_op *g = &ops[i], *u = &ops[i + 1], *glu = &ops[i + 2];
     pk[0] = x8_weight(o, g), pk[1] = x8_weight(o, u);
     return pk[0] && pk[1] && same_tensor(g->src1, x) && same_tensor(u->src1, x) && pk[0]->N == pk[1]->N &&
@@ -1057,6 +1089,11 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
                 n++;
             st = op_mvq(o, &ops[i], pk, n, x8_slot);
             i += n - 1;
+        } else if (i + 2 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && rope_kv_joins(&ops[i], &ops[i + 1], &ops[i + 2]) &&
+                   ocl_supports_op(b, &ops[i + 1]) && ocl_supports_op(b, &ops[i + 2])) {
+            if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
+            st = op_rope_kv(o, &ops[i], &ops[i + 1], &ops[i + 2]); // Q's and K's ropes and the KV store
+            i += 2;
         } else if (i + 1 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && ocl_supports_op(b, &ops[i + 1])) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
             st = op_rope(o, &ops[i], &ops[i + 1]); // Q and K in one launch
@@ -1166,7 +1203,7 @@ static void ocl_release(nm_ocl *o) {
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
                          o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_mvq, o->k_mvq_glu,
-                         o->k_attention_dec};
+                         o->k_attention_dec, o->k_rope_kv};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);
@@ -1232,10 +1269,7 @@ static nm_status fit_work_groups(nm_ocl *o) {
     o->lws_attn = fit_lws(o, o->k_attention, o->k_attention_full);
     while ((o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) || o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r8)) && o->mvr_lws > 32)
         o->mvr_lws /= 2;
-    o->mvq_lws = NM_CL_MVQ_LWS;
-    while (o->mvq_lws > 32 && (o->mvq_lws > kernel_wg(o, o->k_mvq) || o->mvq_lws > o->max_wg)) o->mvq_lws /= 2;
-    if (o->mvq_lws > kernel_wg(o, o->k_mvq)) o->mvq_lws = 0;
-    o->glu_ok = kernel_wg(o, o->k_mvq_glu) >= 256 && o->max_wg >= 256;
+    o->x8_ok = kernel_wg(o, o->k_mvq) >= NM_CL_MVQ_LWS && kernel_wg(o, o->k_mvq_glu) >= 256 && o->max_wg >= 256;
     if (o->k_attention_dec && (kernel_wg(o, o->k_attention_dec) < 256 || o->max_wg < 256)) {
         o->api.clReleaseKernel(o->k_attention_dec);
         o->k_attention_dec = NULL;
@@ -1346,7 +1380,7 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
         goto fail;
     }
     const char *x8 = getenv("NM_OPENCL_X8"); // 0: no x8 path (the matvecs round in each work-group)
-    if (x8 && !strcmp(x8, "0")) o->mvq_lws = 0;
+    if (x8 && !strcmp(x8, "0")) o->x8_ok = false;
     const char *ad = getenv("NM_OPENCL_ATTN_DEC"); // 0: the general attention kernel for decode too
     o->attn_dec = !(ad && !strcmp(ad, "0"));
     o->max_row = p->max_row;

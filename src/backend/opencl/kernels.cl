@@ -447,6 +447,41 @@ NM_INLINE int dp4(uint a, uint b, int c) {
 #endif
 }
 
+// x8's rounding of 32 values v (8 float4), as q8_0 rounds a block: d = max|v|
+// / 127 into *dx, q = round(v / d) (through 1 / d) packed 4 to a uint into q;
+// returns the sum of the q.
+NM_INLINE int q8_round(const float4 *v, uint *q, float *dx) {
+    float amax = 0.0f;
+    for (int i = 0; i < 8; i++) {
+        const float4 a = fabs(v[i]);
+        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
+    }
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sx = 0;
+    for (int i = 0; i < 8; i++) {
+        const int4 t = convert_int4(round(v[i] * id));
+        sx += (t.x + t.y) + (t.z + t.w);
+        q[i] = as_uint(convert_char4(t));
+    }
+    *dx = d;
+    return sx;
+}
+
+// sum_i (q_i - 8) x_i of one q4_0 block (16 bytes of nibbles) and one x8 block
+// (x0: elements 0..15, x1: 16..31) added to s (start: -8 sum x_i).
+NM_INLINE int q4x8(const uint4 q, const uint4 x0, const uint4 x1, int s) {
+    const uint m = 0x0F0F0F0Fu;
+    s = dp4(q.x & m, x0.x, s);
+    s = dp4(q.y & m, x0.y, s);
+    s = dp4(q.z & m, x0.z, s);
+    s = dp4(q.w & m, x0.w, s);
+    s = dp4((q.x >> 4) & m, x1.x, s);
+    s = dp4((q.y >> 4) & m, x1.y, s);
+    s = dp4((q.z >> 4) & m, x1.z, s);
+    s = dp4((q.w >> 4) & m, x1.w, s);
+    return s;
+}
+
 // One block of the product: f32 activations (q8 = 0, mv_q4_0r) or 8-bit (q8 = 1, mv_q4_0r8).
 NM_INLINE void mvr_block(const uint4 *q, const float *d, __local const float *xs, float *acc, const int q8) {
     float4 xv[8];
@@ -461,32 +496,11 @@ NM_INLINE void mvr_block(const uint4 *q, const float *d, __local const float *xs
         }
         return;
     }
-    float amax = 0.0f;
-    for (int i = 0; i < 8; i++) {
-        const float4 a = fabs(xv[i]);
-        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
-    }
-    const float dx = amax / 127.0f, idx = dx != 0.0f ? 1.0f / dx : 0.0f;
     uint xq[8];
-    int sx = 0;
-    for (int i = 0; i < 8; i++) {
-        const int4 v = convert_int4(round(xv[i] * idx));
-        sx += (v.x + v.y) + (v.z + v.w);
-        xq[i] = as_uint(convert_char4(v));
-    }
-    const uint m = 0x0F0F0F0Fu;
-    for (int r = 0; r < NM_MVR_ROWS; r++) {
-        int s = -8 * sx;
-        s = dp4(q[r].x & m, xq[0], s);
-        s = dp4(q[r].y & m, xq[1], s);
-        s = dp4(q[r].z & m, xq[2], s);
-        s = dp4(q[r].w & m, xq[3], s);
-        s = dp4((q[r].x >> 4) & m, xq[4], s);
-        s = dp4((q[r].y >> 4) & m, xq[5], s);
-        s = dp4((q[r].z >> 4) & m, xq[6], s);
-        s = dp4((q[r].w >> 4) & m, xq[7], s);
-        acc[r] += d[r] * (dx * (float)s);
-    }
+    float dx;
+    const int sx = q8_round(xv, xq, &dx);
+    const uint4 x0 = (uint4)(xq[0], xq[1], xq[2], xq[3]), x1 = (uint4)(xq[4], xq[5], xq[6], xq[7]);
+    for (int r = 0; r < NM_MVR_ROWS; r++) acc[r] += d[r] * (dx * (float)q4x8(q[r], x0, x1, -8 * sx));
 }
 
 NM_INLINE void mvr(__global const uchar *W, ulong w_off, __global const uchar *X, ulong x_off, __global uchar *Y,
@@ -558,39 +572,15 @@ NM_MVR_KERNEL(mv_q4_0r8, 1)
 
 // The rounding of the 32 values v (8 float4) into block b of an x8 of K values.
 NM_INLINE void q8_store(const float4 *v, __global uchar *Q8, ulong q8_off, int K, int b) {
-    float amax = 0.0f;
-    for (int i = 0; i < 8; i++) {
-        const float4 a = fabs(v[i]);
-        amax = fmax(amax, fmax(fmax(a.x, a.y), fmax(a.z, a.w)));
-    }
-    const float dx = amax / 127.0f, idx = dx != 0.0f ? 1.0f / dx : 0.0f;
     uint q[8];
-    int sx = 0;
-    for (int i = 0; i < 8; i++) {
-        const int4 t = convert_int4(round(v[i] * idx));
-        sx += (t.x + t.y) + (t.z + t.w);
-        q[i] = as_uint(convert_char4(t));
-    }
+    float dx;
+    const int sx = q8_round(v, q, &dx);
     __global uint4 *qs = (__global uint4 *)(Q8 + q8_off) + 2 * (ulong)b;
     qs[0] = (uint4)(q[0], q[1], q[2], q[3]);
     qs[1] = (uint4)(q[4], q[5], q[6], q[7]);
     ((__global float2 *)(Q8 + q8_off + (ulong)K))[b] = (float2)(dx, (float)sx);
 }
 
-// sum_i (q_i - 8) x_i of one q4_0 block (16 bytes of nibbles) and one x8 block
-// (x0: elements 0..15, x1: 16..31), s0 = -8 sum x_i: as mvr_block's q8 path.
-NM_INLINE int q4x8(const uint4 q, const uint4 x0, const uint4 x1, int s) {
-    const uint m = 0x0F0F0F0Fu;
-    s = dp4(q.x & m, x0.x, s);
-    s = dp4(q.y & m, x0.y, s);
-    s = dp4(q.z & m, x0.z, s);
-    s = dp4(q.w & m, x0.w, s);
-    s = dp4((q.x >> 4) & m, x1.x, s);
-    s = dp4((q.y >> 4) & m, x1.y, s);
-    s = dp4((q.z >> 4) & m, x1.z, s);
-    s = dp4((q.w >> 4) & m, x1.w, s);
-    return s;
-}
 
 #ifdef NM_DP4A_PTX
 // The sum over the 32 threads of a warp (NVIDIA: a work-group's items 32k..32k+31).

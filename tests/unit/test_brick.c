@@ -696,4 +696,89 @@ done:
     nm_brick_free(tts);
 }
 
+static bool put_params(nm_tabm *r, const char *json, uint64_t request) {
+    nm_tabm_slot s;
+    if (nm_tabm_acquire_write(r, 0, -1, &s) != NM_OK) return false;
+    const size_t n = strlen(json);
+    memcpy(s.data, json, n);
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)n}, .size = n,
+                             .user = NM_BRICK_MORE, .request = request};
+    return nm_tabm_publish(r, &s) == NM_OK;
+}
+
+// A TTS request's own voice (a PARAMS slot, then its text): "speed" 2 speaks
+// the same text in clearly fewer samples, another voice and pitch speak, and
+// the next request without parameters is the brick's own voice again (its
+// length as before); a bad value, an unknown voice, a rate the speed takes
+// out of the engine's range and a slot that is not JSON each fail their
+// request with the cause named, and the brick serves the next one.
+NM_TEST(tts_request_params) {
+    nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
+    nm_brick *tts = NULL;
+    nm_tabm *text = NULL, *speech = NULL;
+    char err[256];
+    NM_CHECK(nm_brick_load(NULL, &tp, &tts, err, sizeof err) == NM_OK);
+    if (!tts) return;
+    NM_CHECK(nm_tabm_create(NULL, 32, 4096, &text, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 4, nm_brick_out_slot_bytes(tts), &speech, err, sizeof err) == NM_OK);
+    if (!text || !speech) goto done;
+    static const struct { const char *json; const char *error; } rq[] = {
+        {NULL, NULL},                                     // the brick's own voice
+        {"{\"speed\": 2.0}", NULL},                       // twice as fast
+        {"{\"voice\": \"en+f3\", \"pitch\": 80, \"volume\": 120, \"unknown\": 1}", NULL},
+        {"{\"speed\": 9}", "\"speed\" must be a number in [0.25, 4]"},
+        {"{\"voice\": \"xx-nonexistent\"}", "unknown espeak-ng voice 'xx-nonexistent'"},
+        {"{\"speed\": 0.25}", "outside 80..450 (the rate after \"speed\")"},
+        {"{\"pitch\": ", "is not JSON"},
+        {NULL, NULL},                                     // the brick's own voice again
+    };
+    enum { NQ = sizeof rq / sizeof rq[0] };
+    const char *say = "The quick brown fox jumps over the lazy dog.";
+    lane l = {tts, text, speech, NM_OK};
+    pthread_t th;
+    NM_CHECK(pthread_create(&th, NULL, lane_main, &l) == 0);
+    int64_t samples[NQ] = {0};
+    uint64_t last[NQ] = {0};
+    char errs[NQ][256];
+    for (int r = 0; r < NQ; r++) { // one at a time: the error text is the brick's last
+        if (rq[r].json) NM_CHECK(put_params(text, rq[r].json, 70 + (uint64_t)r));
+        NM_CHECK(put_text(text, say, 0, 70 + (uint64_t)r));
+        errs[r][0] = '\0';
+        for (;;) {
+            nm_tabm_slot s;
+            if (nm_tabm_acquire_read(speech, 20000000000ll, &s) != NM_OK) break;
+            NM_CHECK(s.meta->request == 70 + (uint64_t)r);
+            samples[r] += (int64_t)(s.meta->size / 2);
+            const uint64_t user = s.meta->user;
+            if (!(user & NM_BRICK_MORE) && (user & NM_BRICK_ERROR)) // the message is set before the slot goes out
+                snprintf(errs[r], sizeof errs[r], "%s", nm_brick_last_error(tts));
+            nm_tabm_release(speech, &s);
+            if (!(user & NM_BRICK_MORE)) {
+                last[r] = user;
+                break;
+            }
+        }
+    }
+    nm_tabm_shutdown(text);
+    nm_tabm_shutdown(speech);
+    pthread_join(th, NULL);
+    printf("  samples: own %lld, speed 2 %lld, en+f3 %lld, own again %lld\n", (long long)samples[0],
+           (long long)samples[1], (long long)samples[2], (long long)samples[NQ - 1]);
+    NM_CHECK(samples[0] > 0 && samples[1] > 0 && samples[1] < samples[0] * 3 / 4);
+    NM_CHECK(samples[2] > 0 && !(last[2] & NM_BRICK_ERROR));
+    NM_CHECK(llabs(samples[NQ - 1] - samples[0]) < samples[0] / 100 && !(last[NQ - 1] & NM_BRICK_ERROR));
+    for (int r = 3; r < NQ - 1; r++) {
+        const bool named = (last[r] & NM_BRICK_ERROR) && samples[r] == 0 && strstr(errs[r], rq[r].error);
+        if (!named) fprintf(stderr, "  request %d: flags %llx, %lld samples, error \"%s\"\n", r,
+                            (unsigned long long)last[r], (long long)samples[r], errs[r]);
+        NM_CHECK(named);
+    }
+    nm_brick_stats bs = nm_brick_get_stats(tts);
+    NM_CHECK(bs.n_requests == NQ && bs.n_bad_requests == 4);
+done:
+    nm_tabm_free(text);
+    nm_tabm_free(speech);
+    nm_brick_free(tts);
+}
+
 NM_TEST_MAIN()

@@ -402,6 +402,59 @@ done:
     nm_brick_free(v);
 }
 
+// A request's PARAMS slot before its image: the encoder has no parameters of
+// its own, so valid JSON is skipped (the same embeddings as the image alone,
+// unknown fields ignored as the other bricks ignore them) and a malformed
+// slot fails the request with the cause named, its image read and dropped.
+NM_TEST(tabm_vision_request_params) {
+    NM_CHECK(write_mmproj(tmp("p.gguf"), "mlp", N_EMBD));
+    write_ppm(tmp("imgp.ppm"), 24, 20);
+    char err[256];
+    nm_brick *v = NULL;
+    nm_tabm *img = NULL, *out = NULL;
+    size_t n_img = 0;
+    char *bytes = read_all(tmp("imgp.ppm"), &n_img);
+    NM_CHECK(vision_brick(tmp("p.gguf"), NULL, NULL, &v, err, sizeof err) == NM_OK);
+    NM_CHECK(bytes && nm_tabm_create(NULL, 2, n_img > 256 ? n_img : 256, &img, NULL, 0) == NM_OK);
+    if (!v || !img) goto done;
+    NM_CHECK(nm_tabm_create(NULL, 4, nm_brick_out_slot_bytes(v), &out, NULL, 0) == NM_OK);
+    float *embd[2] = {malloc(nm_brick_out_slot_bytes(v)), malloc(nm_brick_out_slot_bytes(v))};
+    static const char *const js[3] = {NULL, "{\"temperature\": 0.5, \"anything\": [1, 2]}", "{\"n_predict\": "};
+    for (int k = 0; k < 3; k++) {
+        if (js[k]) {
+            nm_tabm_slot s;
+            NM_CHECK(nm_tabm_acquire_write(img, 0, -1, &s) == NM_OK);
+            const size_t m = strlen(js[k]);
+            memcpy(s.data, js[k], m);
+            *s.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)m}, .size = m,
+                                     .user = NM_BRICK_MORE, .request = 7};
+            NM_CHECK(nm_tabm_publish(img, &s) == NM_OK);
+        }
+        NM_CHECK(put_image_bytes(img, bytes, n_img, 0) && nm_brick_step(v, img, out) == NM_OK);
+        if (k == 2) {
+            NM_CHECK(one_error_slot(out, false));
+            NM_CHECK(strstr(nm_brick_last_error(v), "parameters slot") && strstr(nm_brick_last_error(v), "not JSON"));
+            break;
+        }
+        nm_tabm_slot s;
+        NM_CHECK(nm_tabm_acquire_read(out, 0, &s) == NM_OK);
+        NM_CHECK(s.meta->kind == NM_TABM_EMBD_F32 && !(s.meta->user & (NM_BRICK_MORE | NM_BRICK_ERROR)));
+        if (embd[k]) memcpy(embd[k], s.data, nm_brick_out_slot_bytes(v));
+        nm_tabm_release(out, &s);
+    }
+    NM_CHECK(embd[0] && embd[1] && !memcmp(embd[0], embd[1], nm_brick_out_slot_bytes(v)));
+    nm_tabm_slot s;
+    NM_CHECK(nm_tabm_acquire_read(img, 0, &s) == NM_ERR_AGAIN); // every input slot read
+    nm_brick_stats vs = nm_brick_get_stats(v);
+    NM_CHECK(vs.n_requests == 3 && vs.n_bad_requests == 1 && vs.n_in_slots == 5);
+    free(embd[0]), free(embd[1]);
+done:
+    free(bytes);
+    nm_tabm_free(img);
+    nm_tabm_free(out);
+    nm_brick_free(v);
+}
+
 NM_TEST(tabm_vision_not_an_mmproj) {
     char err[256];
     nm_clip *v = NULL;

@@ -2,7 +2,9 @@
 // PCM slots out as the engine makes them. Each TEXT slot of a request is
 // spoken in turn (the STT brick's segments, an LLM answer's sentences), so
 // speech starts before the request's text is complete.
+#include <cjson/cJSON.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,9 @@ typedef struct tts_brick {
     nm_brick_stats st;
     nm_tabm *in;                 // the request being served: its cancellation is marked there
     uint64_t request;
+    nm_tts_params base;          // the voice and settings it was loaded with (voice in base_voice)
+    char base_voice[80], req_voice[80];
+    bool retuned;                // a request's parameters changed them: restored before the next request
 } tts_brick;
 
 static void tts_release(void *state) {
@@ -46,6 +51,9 @@ static nm_status tts_load(const nm_brick_params *p, void **state, char *err, siz
     b->producer = p->producer;
     b->timeout_ns = p->timeout_ns;
     b->rate_wpm = p->tts.rate_wpm > 0 ? p->tts.rate_wpm : 175;
+    b->base = p->tts;
+    snprintf(b->base_voice, sizeof b->base_voice, "%s", p->tts.voice ? p->tts.voice : "en-us");
+    b->base.voice = b->base_voice;
     *state = b;
     return NM_OK;
 }
@@ -77,16 +85,59 @@ static bool blank(const char *s, size_t n) {
     return true;
 }
 
+// A request's PARAMS slot (OpenAI's speech names where it has them): "voice"
+// (the engine's voice name), "speed" (0.25..4, times the brick's rate),
+// "pitch" (0..100), "volume" (0..200); others ignored. Applied for this
+// request (nm_tts_retune); an unknown voice or a value outside the engine's
+// range fails the request with the parameter named.
+static nm_status take_params(tts_brick *b, const nm_tabm_slot *s, char *why, size_t why_size) {
+    cJSON *o = nm_req_parse(s, "tts brick", why, why_size);
+    if (!o) return NM_ERR_FORMAT;
+    nm_tts_params p = b->base;
+    const char *voice = NULL;
+    double speed = 1.0;
+    int64_t i = 0;
+    int k = nm_req_string(o, "voice", 64, &voice, why, why_size);
+    if (k == 1) snprintf(b->req_voice, sizeof b->req_voice, "%s", voice), p.voice = b->req_voice;
+    if (k >= 0 && (k = nm_req_number(o, "speed", 0.25, 4.0, &speed, why, why_size)) == 1)
+        p.rate_wpm = (int32_t)lround(b->rate_wpm * speed);
+    if (k >= 0 && (k = nm_req_int(o, "pitch", 0, 100, &i, why, why_size)) == 1) p.pitch = (int32_t)i;
+    if (k >= 0 && (k = nm_req_int(o, "volume", 0, 200, &i, why, why_size)) == 1) p.volume = (int32_t)i;
+    nm_req_free(o);
+    const unsigned long long seq = (unsigned long long)s->meta->seq;
+    if (k < 0) {
+        char m[256];
+        snprintf(m, sizeof m, "%s", why);
+        snprintf(why, why_size, "tts brick: parameters slot %llu: %s", seq, m);
+        return NM_ERR_FORMAT;
+    }
+    b->retuned = true; // (a failed retune changes nothing, but restoring is harmless)
+    nm_status st = nm_tts_retune(b->tts, &p);
+    if (st != NM_OK)
+        snprintf(why, why_size, "tts brick: parameters slot %llu: %s%s", seq, nm_tts_last_error(b->tts),
+                 p.rate_wpm != b->rate_wpm ? " (the rate after \"speed\")" : "");
+    return st;
+}
+
 // One request: its TEXT slots in order. A blank slot is skipped (an STT
 // request without speech ends with an empty one); a request with no text at
 // all gives one empty PCM slot. A slot of another kind, or text over
 // NM_TTS_MAX_TEXT, fails the request: the rest of its slots are read and dropped.
+// A first slot of kind NM_TABM_PARAMS (take_params) sets the voice for it.
 static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     tts_brick *b = state;
     nm_tts_set_reporter(b->tts, report, self); // an engine failure is reported before its slot goes out
     nm_tts_set_cancel(b->tts, cancelled, b);
     b->in = in;
-    bool spoke = false;
+    if (b->retuned) { // the last request's voice: back to the brick's own
+        nm_status rs = nm_tts_retune(b->tts, &b->base);
+        if (rs != NM_OK) {
+            nm_brick_set_error(self, "tts brick: restoring its voice: %s", nm_tts_last_error(b->tts));
+            return rs;
+        }
+        b->retuned = false;
+    }
+    bool spoke = false, first = true;
     for (;;) {
         nm_tabm_slot s;
         nm_status st = nm_tabm_acquire_read(in, b->timeout_ns, &s);
@@ -104,6 +155,21 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             nm_tabm_release(in, &s);
             return end_cancelled(b, in, out, user, request, false);
         }
+        if (first && s.meta->kind == NM_TABM_PARAMS && more) {
+            char why[400] = "";
+            st = take_params(b, &s, why, sizeof why);
+            nm_tabm_release(in, &s);
+            first = false;
+            if (st == NM_OK) continue;
+            nm_brick_set_error(self, "%s", why);
+            b->st.n_requests++;
+            b->st.n_bad_requests++;
+            st = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+            nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR);
+            if (ps == NM_OK) b->st.n_out_slots++;
+            return st != NM_OK ? st : ps;
+        }
+        first = false;
         if (s.meta->kind == NM_TABM_TEXT && n <= NM_TTS_MAX_TEXT && n <= s.capacity && n + 1 > b->text_cap) {
             char *t = realloc(b->text, n + 1);
             if (t) b->text = t, b->text_cap = n + 1;

@@ -92,6 +92,15 @@ void nm_tts_free(nm_tts *t) {
 int32_t nm_tts_sample_rate(const nm_tts *t) { return t->rate; }
 int32_t nm_tts_native_rate(const nm_tts *t) { return t->native_rate; }
 const char *nm_tts_engine_name(const nm_tts *t) { return t->eng->name; }
+
+nm_status nm_tts_retune(nm_tts *t, const nm_tts_params *p) {
+    if (!t || !p) return NM_ERR_INVALID_ARG;
+    t->err[0] = '\0';
+    if (t->eng->version < 2 || !t->eng->retune)
+        return nm_fail(NM_ERR_UNSUPPORTED, t->err, sizeof t->err, "tts: engine %s cannot change its voice",
+                       t->eng->name);
+    return t->eng->retune(t->state, p, t->err, sizeof t->err);
+}
 const char *nm_tts_last_error(const nm_tts *t) { return t->err; }
 nm_tts_stats nm_tts_get_stats(const nm_tts *t) { return t->stats; }
 

@@ -56,7 +56,7 @@ typedef nm_status (*nm_tts_sink_fn)(void *user, const int16_t *pcm, int64_t n);
 
 // nm_tts_voice_info and nm_tts_voice_fn: include/nanomind.h
 
-#define NM_TTS_ENGINE_VERSION 1
+#define NM_TTS_ENGINE_VERSION 2 // 2: retune
 // An engine. Members are only ever appended (version says how many are
 // there); optional ones may be NULL. Each call gets err/err_size for a message.
 typedef struct nm_tts_engine_i {
@@ -72,6 +72,10 @@ typedef struct nm_tts_engine_i {
     void (*close)(void *state); // NULL state is a no-op
     // Optional. Lists the voices (data_dir as in nm_tts_params).
     nm_status (*list_voices)(const char *data_dir, nm_tts_voice_fn fn, void *user, char *err, size_t err_size);
+    // Optional (version 2). The voice, rate, pitch and volume of p for the
+    // syntheses that follow, checked as open checks them (an unknown voice
+    // fails here); on error the state is unchanged. The native rate stays.
+    nm_status (*retune)(void *state, const nm_tts_params *p, char *err, size_t err_size);
 } nm_tts_engine_i;
 
 extern const nm_tts_engine_i nm_tts_espeak_engine; // tts_espeak.c
@@ -93,6 +97,11 @@ int32_t nm_tts_sample_rate(const nm_tts *t); // output rate (Hz)
 int32_t nm_tts_native_rate(const nm_tts *t); // the engine's own rate (Hz)
 const char *nm_tts_engine_name(const nm_tts *t);
 const char *nm_tts_last_error(const nm_tts *t); // "" if none
+// p's voice, rate_wpm, pitch and volume for the syntheses that follow (the
+// engine, data_dir and sample_rate given to nm_tts_open stay; p's are not
+// read). Checked as nm_tts_open checks them; on error nothing changes.
+// NM_ERR_UNSUPPORTED: an engine that cannot change them.
+nm_status nm_tts_retune(nm_tts *t, const nm_tts_params *p);
 
 // Synthesizes text into pcm (cap samples). *n: the utterance's samples. If
 // they do not fit, the first cap are written, *n is the number needed and

@@ -185,8 +185,8 @@ static nm_status set_params_locked(const espeak_state *v, char *err, size_t err_
     return NM_OK;
 }
 
-static nm_status es_open(const nm_tts_params *p, void **state, int32_t *native_rate, char *err, size_t err_size) {
-    *state = NULL;
+// p's voice, rate, pitch and volume within espeak-ng's ranges.
+static nm_status check_params(const nm_tts_params *p, char *err, size_t err_size) {
     const char *voice = p->voice ? p->voice : "en-us";
     if (!voice[0]) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: empty voice name");
     if (strlen(voice) > VOICE_MAX)
@@ -198,6 +198,33 @@ static nm_status es_open(const nm_tts_params *p, void **state, int32_t *native_r
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: pitch %d is outside 0..100", (int)p->pitch);
     if (p->volume < 0 || p->volume > 200)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: volume %d is outside 0..200", (int)p->volume);
+    return NM_OK;
+}
+
+// Another voice and settings for the syntheses that follow: the voice is
+// loaded now, so an unknown one fails here and the state stays as it was.
+static nm_status es_retune(void *state, const nm_tts_params *p, char *err, size_t err_size) {
+    espeak_state *v = state;
+    nm_status st = check_params(p, err, err_size);
+    if (st != NM_OK) return st;
+    const char *voice = p->voice ? p->voice : "en-us";
+    pthread_mutex_lock(&g_lock);
+    st = g_ready ? set_voice_locked(voice, err, err_size)
+                 : nm_fail(NM_ERR_STATE, err, err_size, "tts: espeak-ng is not initialized");
+    pthread_mutex_unlock(&g_lock);
+    if (st != NM_OK) return st;
+    snprintf(v->voice, sizeof v->voice, "%s", voice);
+    v->rate_wpm = p->rate_wpm;
+    v->pitch = p->pitch;
+    v->volume = p->volume;
+    return NM_OK;
+}
+
+static nm_status es_open(const nm_tts_params *p, void **state, int32_t *native_rate, char *err, size_t err_size) {
+    *state = NULL;
+    const char *voice = p->voice ? p->voice : "en-us";
+    nm_status cst = check_params(p, err, err_size);
+    if (cst != NM_OK) return cst;
     espeak_state *v = calloc(1, sizeof *v);
     if (!v) return nm_fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
     snprintf(v->voice, sizeof v->voice, "%s", voice);
@@ -297,4 +324,5 @@ const nm_tts_engine_i nm_tts_espeak_engine = {
     .synth = es_synth,
     .close = es_close,
     .list_voices = es_list_voices,
+    .retune = es_retune,
 };

@@ -234,6 +234,23 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
         return st;
     }
     v->st.n_in_slots++;
+    // A PARAMS slot before the image (the request's parameters, as the other
+    // bricks take them): the encoder has none of its own, so it is checked as
+    // JSON and skipped; a malformed one fails the request.
+    char pwhy[256] = "";
+    bool bad_params = false;
+    if (s.meta->kind == NM_TABM_PARAMS && (s.meta->user & NM_BRICK_MORE)) {
+        cJSON *o = nm_req_parse(&s, "vision brick", pwhy, sizeof pwhy);
+        bad_params = !o;
+        nm_req_free(o);
+        nm_tabm_release(in, &s);
+        if ((st = nm_tabm_acquire_read(in, v->timeout_ns, &s)) != NM_OK) {
+            if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
+            else nm_brick_set_error(self, "vision brick: waiting for an image slot: %s", nm_status_str(st));
+            return st;
+        }
+        v->st.n_in_slots++;
+    }
     const nm_tabm_meta *mt = s.meta;
     const uint64_t user = mt->user;
     const bool more = user & NM_BRICK_MORE;
@@ -251,7 +268,9 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
         if (ps == NM_OK) v->st.n_out_slots++;
         return ps;
     }
-    if (mt->kind != NM_TABM_IMAGE || mt->size == 0 || mt->size > s.capacity) {
+    if (bad_params) {
+        st = vfail(v, NM_ERR_FORMAT, "%s", pwhy);
+    } else if (mt->kind != NM_TABM_IMAGE || mt->size == 0 || mt->size > s.capacity) {
         st = vfail(v, NM_ERR_FORMAT, "vision brick: input slot %llu is not an image file (kind %u, %llu bytes)",
                    (unsigned long long)mt->seq, mt->kind, (unsigned long long)mt->size);
     } else if ((st = nm_image_decode(s.data, (size_t)mt->size, &img, msg, sizeof msg)) != NM_OK) {

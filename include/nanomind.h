@@ -553,8 +553,9 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
 //          string or an array of up to NM_LLM_MAX_STOP), ignore_eos
 //   STT    language, translate, temperature, temperature_inc, beam_size (> 1:
 //          beam search), best_of, no_timestamps
-//   TTS    voice, speed (0.25..4: times the brick's rate, OpenAI's name),
-//          pitch (0..100), volume (0..200)
+//   TTS    voice, speed (0.25..4: times the brick's rate, OpenAI's name;
+//          the rate must stay in the engine's range, espeak-ng 80..450
+//          words per minute), pitch (0..100), volume (0..200)
 //   VISION none (the slot is checked as JSON and skipped)
 //
 // Cancellation (nm_tabm_cancel_request): a brick stops a cancelled request at

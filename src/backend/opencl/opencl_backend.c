@@ -1059,11 +1059,22 @@ static bool glu_fusable(nm_ocl *o, const nm_op *ops, int i, int n_ops, const nm_
     if (i + 2 >= n_ops) return false;
     const nm_op *g = &ops[i], *u = &ops[i + 1], *glu = &ops[i + 2];
     pk[0] = x8_weight(o, g), pk[1] = x8_weight(o, u);
-    return pk[0] && pk[1] && same_tensor(g->src1, x) && same_tensor(u->src1, x) && pk[0]->N == pk[1]->N &&
-           pk[0]->K == pk[1]->K && pk[0]->N % NM_CL_MVG_ROWS == 0 && glu->kind == NM_OP_GLU &&
-           (glu->i0 == NM_ACT_SILU || glu->i0 == NM_ACT_GELU_TANH) && same_tensor(glu->src0, g->dst) &&
-           same_tensor(glu->src1, u->dst) && glu->dst->ne[0] == pk[0]->N && glu->dst->ne[1] == 1 &&
-           o->x8_slot >= x8_bytes(pk[0]->N);
+    if (!(pk[0] && pk[1] && same_tensor(g->src1, x) && same_tensor(u->src1, x) && pk[0]->N == pk[1]->N &&
+          pk[0]->K == pk[1]->K && pk[0]->N % NM_CL_MVG_ROWS == 0 && glu->kind == NM_OP_GLU &&
+          (glu->i0 == NM_ACT_SILU || glu->i0 == NM_ACT_GELU_TANH) && same_tensor(glu->src0, g->dst) &&
+          same_tensor(glu->src1, u->dst) && same_tensor(glu->dst, g->dst) && !same_tensor(g->dst, u->dst) &&
+          !same_tensor(g->dst, x) && !same_tensor(u->dst, x) && glu->dst->ne[0] == pk[0]->N && glu->dst->ne[1] == 1 &&
+          o->x8_slot >= x8_bytes(pk[0]->N) && ocl_supports_op(o->self, u) && ocl_supports_op(o->self, glu)))
+        return false;
+    // the fused launch never writes up's output: nothing may read it before it is written again
+    for (int j = i + 3; j < n_ops; j++) {
+        const nm_op *r = &ops[j];
+        if ((r->src0 && same_tensor(r->src0, u->dst)) || (r->src1 && same_tensor(r->src1, u->dst)) ||
+            (r->src2 && same_tensor(r->src2, u->dst)))
+            return false;
+        if (r->dst && same_tensor(r->dst, u->dst)) break;
+    }
+    return true;
 }
 
 static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
@@ -1084,8 +1095,10 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
             i += 2;
         } else if (x8_in) {
             int n = 0;
+            // a matmul joins while it reads the same input and none before it wrote that input
             while (n < 3 && i + n < n_ops && (pk[n] = x8_weight(o, &ops[i + n])) && pk[n]->K == pk[0]->K &&
-                   same_tensor(ops[i + n].src1, x8_of))
+                   same_tensor(ops[i + n].src1, x8_of) && (n == 0 || ocl_supports_op(b, &ops[i + n])) &&
+                   (n == 0 || !same_tensor(ops[i + n - 1].dst, x8_of)))
                 n++;
             st = op_mvq(o, &ops[i], pk, n, x8_slot);
             i += n - 1;

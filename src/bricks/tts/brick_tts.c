@@ -111,9 +111,9 @@ static nm_status take_params(tts_brick *b, const nm_tabm_slot *s, char *why, siz
         snprintf(why, why_size, "tts brick: parameters slot %llu: %s", seq, m);
         return NM_ERR_FORMAT;
     }
-    b->retuned = true; // (a failed retune changes nothing, but restoring is harmless)
-    nm_status st = nm_tts_retune(b->tts, &p);
-    if (st != NM_OK)
+    nm_status st = nm_tts_retune(b->tts, &p); // a failed one changes nothing
+    if (st == NM_OK) b->retuned = true;
+    else
         snprintf(why, why_size, "tts brick: parameters slot %llu: %s%s", seq, nm_tts_last_error(b->tts),
                  p.rate_wpm != b->rate_wpm ? " (the rate after \"speed\")" : "");
     return st;

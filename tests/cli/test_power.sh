@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# nanomind power (issue 16; docs/power.md): a battery day replayed through the
+# policy (states at the thresholds, hysteresis, alpha linear in B, the rates
+# and the DVFS writes following it, nonsense readings rejected), the plot, the
+# battery-life table, and bad input (unreadable or garbled traces, a sysfs root
+# without permission, a governor the kernel lacks): clear messages, nothing
+# half-written, frequencies restored.
+# usage: test_power.sh path/to/nanomind ; prints "N passed, N failed, N skipped".
+set -u
+NM=$1
+NM_TIMEOUT=60
+. "$(dirname "$0")/lib.sh"
+DAY=$(cd "$(dirname "$0")/../data/power" && pwd)/day.csv
+# A case's output (stdout and stderr) on one line, for a pattern across its lines.
+oneline() { "$@" 2>&1 | tr '\n' ' '; echo; }
+
+# A fake board under $1: two cpufreq policies, a memory controller, a GPU.
+make_tree() {
+    local r=$1 p
+    rm -rf "$r"
+    for p in 0 4; do
+        local d=$r/devices/system/cpu/cpufreq/policy$p; mkdir -p "$d"
+        echo 408000 > "$d/cpuinfo_min_freq"; echo 1800000 > "$d/cpuinfo_max_freq"
+        echo "408000 816000 1200000 1608000 1800000" > "$d/scaling_available_frequencies"
+        echo 408000 > "$d/scaling_min_freq"; echo 1800000 > "$d/scaling_max_freq"
+        echo schedutil > "$d/scaling_governor"; echo "userspace schedutil performance" > "$d/scaling_available_governors"
+        echo '<unsupported>' > "$d/scaling_setspeed"
+    done
+    local m=$r/class/devfreq/dmc; mkdir -p "$m"
+    echo "324000000 528000000 780000000 1056000000" > "$m/available_frequencies"
+    echo 324000000 > "$m/min_freq"; echo 1056000000 > "$m/max_freq"; echo dmc_ondemand > "$m/governor"
+    echo "dmc_ondemand userspace" > "$m/available_governors"
+}
+tree_sum() { find "$1" -type f | sort | xargs cat | sha256sum | cut -c1-16; }
+
+# ---- the day replayed -------------------------------------------------------------------
+case_day() {
+    local o=$tmp/day
+    nm power simulate --trace "$DAY" --out "$o" --workload camera=on || return
+    # the states where the charge crosses the thresholds, and nowhere else
+    awk -F, 'NR > 1 && $4 != prev { printf "%s:%s ", $1, $4; prev = $4 } END { print "" }' "$o/timeline.csv"
+    # alpha linear in B and fps, the decoder's pace and the frequency share linear in alpha
+    awk -F, 'NR > 1 && $4 == "proportional" && $3 < 60 {
+        a = ($3 - 20) / 40; if (a < 0) a = 0
+        if (($5 - a)^2 > 1e-8 || ($6 - (0.25 + 1.75 * a))^2 > 1e-6 || ($7 - (0.25 + 0.75 * a))^2 > 1e-8 || $8 != $7) bad++
+        n++ }
+        END { printf "proportional rows %d, off the line %d\n", n, bad + 0 }' "$o/timeline.csv"
+    # the charger takes B past t_high but not past t_high + hysteresis: still proportional
+    awk -F, 'NR > 1 && $3 >= 60 && $1 > 20000 && $1 < 30000 { n++; if ($4 != "proportional") bad++ }
+        END { printf "above t_high after lunch %d, left proportional %d\n", n, bad + 0 }' "$o/timeline.csv"
+    grep -c 'outside 0..100\|no charge readable\|held' "$o/timeline.csv"
+    grep -c '<polyline' "$o/timeline.svg"
+}
+expect simulate_day_states_alpha_and_rates 0 \
+    " 0:unconstrained 8580:proportional 32220:critical +proportional rows [0-9]{3}, off the line 0 above t_high after lunch [1-9][0-9]*, left proportional 0 4 4 $" \
+    -- oneline case_day
+
+case_day_dvfs() {
+    local r=$tmp/board o=$tmp/dvfs; make_tree "$r"
+    local before; before=$(tree_sum "$r")
+    nm power simulate --trace "$DAY" --out "$o" --sysfs "$r" --record "$tmp/rec" || return
+    # each state change writes the caps: unconstrained none, proportional at ~60 %, critical at share_min
+    grep -c '^write .*policy0/scaling_max_freq' "$o/dvfs.log"
+    grep '^write .*policy0/scaling_max_freq' "$o/dvfs.log" | tail -1
+    grep '^write .*dmc/max_freq' "$o/dvfs.log" | tail -1
+    grep -q '^restore ' "$o/dvfs.log" && echo "restores logged"
+    echo "tree: $([ "$(tree_sum "$r")" = "$before" ] && echo restored || echo CHANGED), record: $([ -e "$tmp/rec" ] && echo LEFT || echo gone)"
+}
+expect simulate_drives_and_restores_dvfs 0 \
+    "dvfs.log [1-9][0-9]* write [^ ]*/policy0/scaling_max_freq 816000 write [^ ]*/dmc/max_freq 528000000 restores logged tree: restored, record: gone" \
+    -- oneline case_day_dvfs
+
+case_dry_run() {
+    local r=$tmp/board2 o=$tmp/dry; make_tree "$r"
+    local before; before=$(tree_sum "$r")
+    nm power simulate --trace "$DAY" --out "$o" --sysfs "$r" --dry-run --record "$tmp/rec2" || return
+    grep -c '^would write' "$o/dvfs.log"
+    echo "tree: $([ "$(tree_sum "$r")" = "$before" ] && echo kept || echo CHANGED), record: $([ -e "$tmp/rec2" ] && echo MADE || echo none)"
+}
+expect simulate_dry_run_writes_nothing 0 "dvfs.log [1-9][0-9]* tree: kept, record: none" -- oneline case_dry_run
+
+case_status() {
+    local r=$tmp/board3; make_tree "$r"
+    mkdir -p "$r/class/power_supply/BAT0" "$r/class/powercap/intel-rapl:0"
+    echo Battery > "$r/class/power_supply/BAT0/type"; echo 64 > "$r/class/power_supply/BAT0/capacity"
+    echo Discharging > "$r/class/power_supply/BAT0/status"; echo 900000 > "$r/class/power_supply/BAT0/power_now"
+    echo 12345 > "$r/class/powercap/intel-rapl:0/energy_uj"; echo package-0 > "$r/class/powercap/intel-rapl:0/name"
+    nm power status --sysfs "$r" --no-nvml
+}
+expect status_lists_battery_meters_actuators 0 \
+    "64.0 %, 0.900 W, discharging.*rapl:package-0.*battery:BAT0.*cpufreq:policy0.*devfreq:dmc +memory" -- oneline case_status
+
+expect project_table 0 "voice-only +unconstrained throughout.*camera +the policy, 100 % to 0 %.*the paper.*assumptions" \
+    -- oneline nm power project --capacity-mah 2000 --voltage 3.7
+case_project_scales() { # twice the battery, twice the hours
+    local a b
+    a=$(nm power project --capacity-mah 1000 | awk '/voice-only +the policy/ { print $NF }')
+    b=$(nm power project --capacity-mah 2000 | awk '/voice-only +the policy/ { print $NF }')
+    awk -v a="$a" -v b="$b" 'BEGIN { print (a > 0 && (b / a - 2)^2 < 1e-3) ? "scales" : "does not scale: " a " " b }'
+}
+expect project_hours_scale_with_capacity 0 "^scales$" -- case_project_scales
+case_project_rows() { # each row's hours are the battery's watt-hours over its watts, its watts the sum of its parts
+    nm power project --capacity-mah 2000 --voltage 3.7 | awk '/throughout/ {
+        n++; w = $(NF-4); if ((7.4 / w - $NF)^2 > 0.0025 || (w - $(NF-3) - $(NF-2) - $(NF-1))^2 > 4e-6) bad++ }
+        END { printf "rows %d, inconsistent %d\n", n, bad + 0 }'
+}
+expect project_rows_consistent 0 "^rows 6, inconsistent 0$" -- case_project_rows
+
+# ---- bad input ---------------------------------------------------------------------------
+expect simulate_missing_trace 1 "trace /nonexistent/day.csv: No such file or directory" \
+    -- nm power simulate --trace /nonexistent/day.csv --out "$tmp/x"
+case_garbled() {
+    printf 'seconds,percent\n0,80\n60,eighty\n' > "$tmp/garbled.csv"
+    nm power simulate --trace "$tmp/garbled.csv" --out "$tmp/g"
+    echo "timeline: $([ -e "$tmp/g/timeline.csv" ] && echo WRITTEN || echo none)"
+}
+expect simulate_garbled_trace 1 "garbled.csv:3: expected 'seconds,percent\\[,watts\\]', got '60,eighty'.*timeline: none" \
+    -- oneline case_garbled
+expect simulate_trace_is_a_folder 1 "trace $tmp: Is a directory" -- nm power simulate --trace "$tmp" --out "$tmp/y"
+case_out_is_file() { : > "$tmp/afile"; nm power simulate --trace "$DAY" --out "$tmp/afile"; }
+expect simulate_out_not_a_folder 1 "--out .*afile: not a folder" -- case_out_is_file
+
+case_governor_missing() {
+    local r=$tmp/board4; make_tree "$r"
+    local before; before=$(tree_sum "$r")
+    nm power simulate --trace "$DAY" --out "$tmp/gov" --sysfs "$r" --cpu-governor conservative --record "$tmp/rec4"
+    echo "tree: $([ "$(tree_sum "$r")" = "$before" ] && echo kept || echo CHANGED)"
+}
+expect simulate_governor_the_kernel_lacks 1 \
+    "policy0: governor 'conservative' is not offered by the kernel \\(offered: userspace schedutil performance\\).*tree: kept" \
+    -- oneline case_governor_missing
+
+case_no_permission() {
+    local r=$tmp/board5; make_tree "$r"; chmod -R a+rX "$tmp"
+    local before out; before=$(tree_sum "$r")
+    if [ "$(id -u)" = 0 ]; then
+        out=$(HOME=$tmp timeout "$NM_TIMEOUT" setpriv --reuid=65534 --regid=65534 --clear-groups \
+            "$NM" power simulate --trace "$DAY" --out "$tmp/np-out" --sysfs "$r" --record "$tmp/np.rec" 2>&1)
+        echo "$?" >> "$tmp/rc"
+    else
+        chmod -R a-w "$r"
+        out=$(nm power simulate --trace "$DAY" --out "$tmp/np-out" --sysfs "$r" --record "$tmp/np.rec" 2>&1)
+        chmod -R u+w "$r"
+    fi
+    echo "$out | tree: $([ "$(tree_sum "$r")" = "$before" ] && echo kept || echo CHANGED)"
+}
+mkdir -p "$tmp/np-out" && chmod 777 "$tmp/np-out"
+expect simulate_sysfs_without_permission 1 "scaling_max_freq: Permission denied \\(nothing was written\\) \\| tree: kept" \
+    -- case_no_permission
+
+case_killed_then_restore() {
+    local r=$tmp/board6; make_tree "$r"
+    local before; before=$(tree_sum "$r")
+    # what a killed run leaves: a record of a process that is gone, and a frequency changed
+    printf 'nanomind power restore record 1\npid 999999999\n%s\t1800000\n' \
+        "$r/devices/system/cpu/cpufreq/policy0/scaling_max_freq" > "$tmp/rec6"
+    echo 816000 > "$r/devices/system/cpu/cpufreq/policy0/scaling_max_freq"
+    nm power restore --record "$tmp/rec6"
+    echo "tree: $([ "$(tree_sum "$r")" = "$before" ] && echo restored || echo CHANGED), record: $([ -e "$tmp/rec6" ] && echo LEFT || echo gone)"
+    nm power restore --record "$tmp/rec6"
+}
+expect restore_after_a_kill 0 "restored; .*rec6 removed.*tree: restored, record: gone.*nothing to restore" \
+    -- oneline case_killed_then_restore
+case_restore_live_owner() {
+    printf 'nanomind power restore record 1\npid 1\n/nonexistent\t1\n' > "$tmp/rec7"
+    nm power restore --record "$tmp/rec7"
+}
+expect restore_refused_while_the_owner_lives 1 "its owner \\(pid 1\\) is running" -- case_restore_live_owner
+
+expect project_bad_capacity 2 "--capacity-mah needs a number in \\[1, 1e\\+07\\], got '0'" \
+    -- nm power project --capacity-mah 0
+expect project_unknown_workload_key 2 "--workload: unknown key 'cpus'" -- nm power project --workload cpus=4
+expect project_bad_workload_value 2 "--workload: camera needs on or off, got 'maybe'" -- nm power project --workload camera=maybe
+expect policy_thresholds_checked 2 "thresholds need 0 <= t_low < t_high <= 100 %, got t_low 70, t_high 60" \
+    -- nm power project --t-low 70
+expect simulate_needs_trace_and_out 2 "needs --trace CSV and --out DIR" -- nm power simulate --out "$tmp/z"
+expect dry_run_needs_sysfs 2 "need --sysfs ROOT" -- nm power simulate --trace "$DAY" --out "$tmp/z" --dry-run
+expect unknown_subcommand 2 "unknown subcommand 'boost'" -- nm power boost
+expect unknown_option 2 "power status: unknown option '--trace'" -- nm power status --trace x
+
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" = 0 ]

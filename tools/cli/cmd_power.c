@@ -408,7 +408,7 @@ static int power_simulate(const power_opts *o, const workload *w) {
         return 1;
     }
     fprintf(csv.f, "time_s,battery_raw_pct,battery_pct,state,alpha,fps,decode_share,freq_share,threads,watts,"
-                   "energy_j,note\n");
+                   "energy_j,battery_w,note\n");
     double energy = 0;
     int changes = 0, rejected = 0;
     nm_power_state prev = (nm_power_state)-1;
@@ -432,9 +432,9 @@ static int power_simulate(const power_opts *o, const workload *w) {
         }
         rows[i] = (sim_row){t, r.raw_pct, r.pct, tg.alpha, tg.fps, tg.decode_share, tg.freq_share, wp.total, energy,
                             (int)tg.state, tg.n_threads};
-        fprintf(csv.f, "%g,%g,%g,%s,%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.1f,%s\n", t, r.raw_pct, r.pct,
+        fprintf(csv.f, "%g,%g,%g,%s,%.4f,%.4f,%.4f,%.4f,%d,%.4f,%.1f,%g,%s\n", t, r.raw_pct, r.pct,
                 nm_power_state_name(tg.state), tg.alpha, tg.fps, tg.decode_share, tg.freq_share, tg.n_threads,
-                wp.total, energy, r.note);
+                wp.total, energy, r.watts, r.note);
     }
     if (act) {
         if (nm_power_actuators_restore(act, err, sizeof err) != NM_OK) {

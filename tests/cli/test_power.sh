@@ -178,5 +178,70 @@ expect dry_run_needs_sysfs 2 "need --sysfs ROOT" -- nm power simulate --trace "$
 expect unknown_subcommand 2 "unknown subcommand 'boost'" -- nm power boost
 expect unknown_option 2 "power status: unknown option '--trace'" -- nm power status --trace x
 
+# ---- the assistant: the cascade and the battery ---------------------------------------------
+Q=$tmp/questions
+mkdir -p "$Q"
+setup "two spoken questions" /dev/null bash -c "'$NM' say 'What color is the sky?' -o '$Q/q1.wav' && cp '$Q/q1.wav' '$Q/q2.wav'"
+
+case_cascade_same_answer() {
+    mkdir -p "$tmp/res" "$tmp/cas"
+    nm assistant -m "$M" --stt "$WM" --audio "$Q/q1.wav" --out "$tmp/res" -n 24 --temp 0 --stats 2> "$tmp/res.err" > /dev/null
+    nm assistant -m "$M" --stt "$WM" --audio "$Q/q1.wav" --out "$tmp/cas" -n 24 --temp 0 --stats --cascade 2> "$tmp/cas.err" > /dev/null
+    cmp -s "$tmp/res/answer-001.wav" "$tmp/cas/answer-001.wav" && echo "same answer spoken"
+    grep -o 'cascade: 1 of 1 questions' "$tmp/cas.err"
+    local pr pc
+    pr=$(sed -n 's/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/res.err"); pc=$(sed -n 's/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/cas.err")
+    awk -v r="$pr" -v c="$pc" 'BEGIN { print (c > 0 && c < r) ? "cascade peak below resident" : "cascade peak " c " resident " r }'
+}
+expect cascade_speaks_the_same_answer_in_less_memory 0 \
+    "same answer spoken cascade: 1 of 1 questions cascade peak below resident" "$M" "$WM" -- oneline case_cascade_same_answer
+
+case_battery_switches() {
+    # 25 % for the first question, 15 % (critical) from 0.05 s on: the second runs as the cascade
+    # (10 points apart: a larger step would be held by the battery filter as a jump)
+    printf 'seconds,percent\n0,25\n500000,15\n' > "$tmp/drop.csv"
+    mkdir -p "$tmp/bat"
+    nm assistant -m "$M" --stt "$WM" --audio "$Q" --out "$tmp/bat" -n 8 --temp 0 --stats \
+        --battery "trace:$tmp/drop.csv" --battery-speed 10000000 2>&1 > /dev/null | grep -E '^power:|^cascade:|questions/s'
+    ls "$tmp/bat"
+}
+expect battery_critical_switches_to_the_cascade 0 \
+    "power: battery 25.0 %: proportional, alpha 0.12.*power: battery 15.0 %: critical.*2 questions in .*\\(pipelined and cascade\\) cascade: 1 of 2 questions.* answer-001.wav answer-002.wav" \
+    "$M" "$WM" -- oneline case_battery_switches
+
+case_assistant_dvfs() {
+    local r=$tmp/board7; make_tree "$r"
+    local before; before=$(tree_sum "$r")
+    HOME=$tmp nm assistant -m "$M" -p "Hi" -n 4 --temp 0 --battery 30 --power-sysfs "$r" > /dev/null 2> "$tmp/dvfs.err"
+    grep -o 'power: battery 30.0 %: proportional, alpha 0.25' "$tmp/dvfs.err"
+    echo "tree: $([ "$(tree_sum "$r")" = "$before" ] && echo restored || echo CHANGED), record: $([ -e "$tmp/.cache/nanomind/power-restore.txt" ] && echo LEFT || echo gone)"
+}
+expect assistant_dvfs_restored_at_exit 0 "power: battery 30.0 %: proportional, alpha 0.25 tree: restored, record: gone" \
+    "$M" -- oneline case_assistant_dvfs
+case_assistant_dvfs_written() { # the caps are there while it runs: a question that takes a while, read meanwhile
+    local r=$tmp/board8; make_tree "$r"
+    (HOME=$tmp timeout 60 "$NM" assistant -m "$M" -p "Tell me a long story." -n 400 --temp 0 --ignore-eos --battery 30 \
+        --power-sysfs "$r" > /dev/null 2>&1; echo "$?" >> "$tmp/rc") &
+    local k=0
+    while [ "$k" -lt 100 ] && [ "$(cat "$r/devices/system/cpu/cpufreq/policy0/scaling_max_freq")" = 1800000 ]; do
+        sleep 0.05; k=$((k + 1)); done
+    cat "$r/devices/system/cpu/cpufreq/policy0/scaling_max_freq"
+    wait
+    cat "$r/devices/system/cpu/cpufreq/policy0/scaling_max_freq"
+}
+# alpha 0.25 -> share 0.4375 -> 408000 + 0.4375 x 1392000 = 1017000 -> 1200000; then back
+expect assistant_dvfs_caps_while_running 0 "^1200000 1800000 $" "$M" -- oneline case_assistant_dvfs_written
+
+expect assistant_battery_bad_source 2 "--battery takes a percent, sysfs\\[:NAME\\] or trace:FILE, not 'lots'" "$M" \
+    -- nm assistant -m "$M" -p hi --battery lots
+expect assistant_battery_out_of_range 2 "a fixed charge must be in 0..100 %, got 150" "$M" \
+    -- nm assistant -m "$M" -p hi --battery 150
+expect assistant_battery_missing_trace 1 "trace /nonexistent.csv: No such file or directory" "$M" \
+    -- nm assistant -m "$M" -p hi --battery trace:/nonexistent.csv
+expect assistant_cascade_no_microphone 2 "the microphone and the speaker are not supported with them yet" "$M" "$WM" \
+    -- nm assistant -m "$M" --stt "$WM" --audio mic --cascade
+expect assistant_battery_speed_alone 2 "--battery-speed and --power-sysfs go with --battery" "$M" \
+    -- nm assistant -m "$M" -p hi --battery-speed 10
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

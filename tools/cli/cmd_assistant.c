@@ -62,6 +62,15 @@ static void usage(FILE *f) {
             "  --tts ENGINE             espeak-ng (default) or none;  --voice V  its voice (en-us)\n"
             "  --sequential             one question at a time: the next starts once the answer is\n"
             "                           spoken (the baseline of the pipelined loop)\n"
+            "power (docs/power.md):\n"
+            "  --battery SRC            the battery: a percent, sysfs[:NAME] (Linux power_supply) or\n"
+            "                           trace:FILE (seconds,percent rows); before each question the policy\n"
+            "                           sets the frame rate, the decoder's pace and, when critical, runs\n"
+            "                           the question as the cascade\n"
+            "  --battery-speed X        trace seconds per second of the loop (default 1)\n"
+            "  --power-sysfs ROOT       write the policy's DVFS caps under ROOT (/sys), restored at exit\n"
+            "  --cascade                every question as the cascade: each brick loaded, run once and\n"
+            "                           released in turn (the least memory; --audio FILE|DIR, --out DIR)\n"
             "  --plan                   place the bricks where the planner puts them (the plan goes to\n"
             "                           stderr) from the unit profiles (`nanomind profile`);\n"
             "                           --plan-goal latency|throughput|energy, --profile FILE\n"
@@ -89,6 +98,13 @@ typedef struct item {
     double t_start;      // the question is whole (its audio read)
     double t_heard, t_first_tok, t_answered, t_first_audio, t_spoken;
 } item;
+
+typedef struct lane {
+    nm_brick *b;
+    nm_tabm *in, *out;
+    pthread_t th;
+    bool started;
+} lane;
 
 typedef struct app {
     // options
@@ -118,19 +134,35 @@ typedef struct app {
     char **owned; // paths listed from the folders
     int n_owned;
     double t0;
+    // power: --battery (a source and the policy), --power-sysfs (DVFS), --cascade
+    nm_battery *battery;
+    nm_power_policy policy;
+    nm_power_actuators *dvfs;
+    double battery_speed;      // trace seconds a second of the loop
+    const char *battery_src, *power_sysfs; // --battery, --power-sysfs
+    bool cascade_always;       // --cascade
+    bool cascading;            // this question runs as the cascade
+    double decode_cap;         // tokens/s the answer reader paces the decoder to (0: none; under lock)
+    double fps_cap;            // frames/s the policy allows (0: none)
+    int n_cascaded;
+    int32_t tts_rate;          // the voice's sample rate once it has been loaded
+    long stage_peak_kb[4];     // the cascade: each stage's peak RSS (stt, vision + llm, llm, tts), the largest seen
+    // the bricks' counters, kept across loads (the cascade frees each brick after its question)
+    struct { char name[24], device[24]; uint64_t n; double busy; } acc[4];
+    // the resident pipeline's lanes and threads
+    bool resident, planned;
+    bool no_voice;             // the speaker could not be opened: answers printed only
+    lane L_llm, L_stt, L_tts;
+    pthread_t th_answers, th_speech;
+    bool answers_started, speech_started;
+    int n_asked;               // questions asked of the resident pipeline so far
+    double full_tps;           // the decoder's tokens/s on the last answer it decoded unpaced
     // progress, for --sequential and the end
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int n_answered, n_spoken;
     bool answers_gone, speech_gone; // their thread ended
 } app;
-
-typedef struct lane {
-    nm_brick *b;
-    nm_tabm *in, *out;
-    pthread_t th;
-    bool started;
-} lane;
 
 static void *lane_main(void *arg) {
     lane *L = arg;
@@ -458,8 +490,8 @@ static void wait_for(app *A, int *counter, int n, bool *gone) {
 static void ask(app *A, int i) {
     item *it = &A->items[i];
     const uint64_t id = (uint64_t)i + 1;
-    if (!it->from_mic) it->t_start = now(A); // (a heard question's end is when the cutter closed it)
-    const bool spoken = it->audio || it->from_mic;
+    if (!it->from_mic && !A->cascading) it->t_start = now(A); // (a heard question's end is when the cutter closed it)
+    const bool spoken = (it->audio || it->from_mic) && !A->cascading; // (the cascade transcribed it already)
     const bool heard = it->from_mic || (it->audio && send_audio(A, it, id));
     bool sent_first = false; // a part of the prompt is in the ring: the rest must follow
     bool ok = true;
@@ -517,6 +549,28 @@ static void say_out(app *A, sentence *S, uint64_t id, bool more) {
     S->held = false;
 }
 
+// The policy's decode cap: the reader holds each token until its time, and
+// the full token ring holds the decoder (it waits, idle, for a free slot).
+static void pace(app *A, const item *it) {
+    pthread_mutex_lock(&A->lock);
+    const double cap = A->decode_cap;
+    pthread_mutex_unlock(&A->lock);
+    if (cap <= 0) return;
+    const double due = it->t_first_tok + (it->n_tokens - 1) / cap, t = now(A);
+    if (due > t) {
+        struct timespec ts = {(time_t)(due - t), (long)((due - t - (double)(time_t)(due - t)) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+// An answer's end: its unpaced speed is what the policy's decode share scales.
+static void note_speed(app *A, const item *it, double t_end) {
+    pthread_mutex_lock(&A->lock);
+    if (A->decode_cap <= 0 && it->n_tokens > 1 && t_end > it->t_first_tok)
+        A->full_tps = (it->n_tokens - 1) / (t_end - it->t_first_tok);
+    pthread_mutex_unlock(&A->lock);
+}
+
 // Reads the decoder's tokens: the text to stdout as it comes, and, with a
 // voice, into TEXT slots for the TTS brick, one sentence each, detokenized
 // straight into the slot (it is what this thread makes; the TTS brick reads
@@ -544,6 +598,7 @@ static void *answers_main(void *arg) {
         for (int32_t k = 0; k < n && it; k++) {
             if (it->t_first_tok == 0) it->t_first_tok = now(A);
             it->n_tokens++;
+            pace(A, it);
             char piece[256];
             int32_t pn = nm_detok_push(A->m, &dt, toks[k], piece, (int32_t)sizeof piece);
             if (pn <= 0) continue;
@@ -583,6 +638,7 @@ static void *answers_main(void *arg) {
             fprintf(stderr, "[question %llu: the context is full]\n", (unsigned long long)id);
         }
         if (A->tts) say_out(A, &S, id, false);
+        note_speed(A, it, now(A));
         pthread_mutex_lock(&A->lock);
         it->t_answered = now(A);
         A->n_answered++;
@@ -687,37 +743,43 @@ static void print_stats(app *A, double wall) {
         fprintf(stderr, "question %d (at %.3f s): from its end: heard %.3f s, first token %.3f s, last token %.3f s",
                 i + 1, it->t_start, it->t_heard - it->t_start, it->t_first_tok > 0 ? it->t_first_tok - it->t_start : 0.0,
                 it->t_answered - it->t_start);
-        if (A->tts)
+        if (A->tts_rate > 0)
             fprintf(stderr, ", first audio %.3f s, spoken %.3f s (%.2f s of speech)",
                     it->t_first_audio > 0 ? it->t_first_audio - it->t_start : 0.0, it->t_spoken - it->t_start,
-                    (double)it->n_samples / nm_brick_tts_sample_rate(A->tts));
+                    (double)it->n_samples / A->tts_rate);
         fprintf(stderr, "; %d tokens%s\n", it->n_tokens, it->failed ? " (failed)" : "");
         if (first_audio && it->t_first_audio > 0) first_audio[n_fa++] = it->t_first_audio - it->t_start;
-        if (done && !it->failed) done[n_done++] = (A->tts ? it->t_spoken : it->t_answered) - it->t_start;
+        if (done && !it->failed) done[n_done++] = (A->tts_rate > 0 ? it->t_spoken : it->t_answered) - it->t_start;
     }
     fprintf(stderr, "%d questions in %.3f s: %.3f questions/s (%s)\n", A->n_items, wall, A->n_items / wall,
-            A->sequential ? "sequential" : "pipelined");
+            A->n_cascaded == A->n_items ? "cascade" : A->n_cascaded > 0 ? "pipelined and cascade"
+            : A->sequential ? "sequential" : "pipelined");
     if (first_audio) spread("first audio sample", first_audio, n_fa);
-    if (done) spread(A->tts ? "answer spoken" : "answer written", done, n_done);
+    if (done) spread(A->tts_rate > 0 ? "answer spoken" : "answer written", done, n_done);
     free(first_audio);
     free(done);
-    const nm_brick *bricks[4] = {A->stt, A->vision, A->llm, A->tts};
     for (int k = 0; k < 4; k++) {
-        if (!bricks[k]) continue;
-        nm_brick_stats bs = nm_brick_get_stats(bricks[k]);
-        fprintf(stderr, "%s brick (%s): %llu requests, busy %.3f s (%.0f%% of the run)\n", nm_brick_name(bricks[k]),
-                nm_brick_device(bricks[k]), (unsigned long long)bs.n_requests, bs.t_busy, 100.0 * bs.t_busy / wall);
+        if (!A->acc[k].name[0]) continue;
+        fprintf(stderr, "%s brick (%s): %llu requests, busy %.3f s (%.0f%% of the run)\n", A->acc[k].name,
+                A->acc[k].device, (unsigned long long)A->acc[k].n, A->acc[k].busy, 100.0 * A->acc[k].busy / wall);
     }
+    if (A->n_cascaded > 0)
+        fprintf(stderr, "cascade: %d of %d questions, each brick loaded, run and released in turn; peak RSS by stage: "
+                        "whisper %.1f MiB, vision %.1f MiB, decoder %.1f MiB, voice %.1f MiB\n",
+                A->n_cascaded, A->n_items, A->stage_peak_kb[0] / 1024.0, A->stage_peak_kb[1] / 1024.0,
+                A->stage_peak_kb[2] / 1024.0, A->stage_peak_kb[3] / 1024.0);
     const int ep_eng = nm_ledger_endpoint(A->ledger, "espeak-ng"), ep_tts = nm_ledger_endpoint(A->ledger, "tts");
     const uint64_t mic = A->mic_dev ? nm_ledger_bytes(A->ledger, A->ep_mic, A->ep_stt) : 0;
-    const uint64_t heard = A->stt ? nm_ledger_bytes(A->ledger, A->ep_stt, A->ep_llm) : 0;
+    const uint64_t heard = A->stt_model ? nm_ledger_bytes(A->ledger, A->ep_stt, A->ep_llm) : 0;
     const uint64_t engine = nm_ledger_bytes(A->ledger, ep_tts, ep_eng) + nm_ledger_bytes(A->ledger, ep_eng, ep_tts);
     const uint64_t total = nm_ledger_total(A->ledger);
     fprintf(stderr, "ledger: %llu bytes copied (%llu copies): the microphone's audio into the STT slots %llu, the "
                     "transcripts into the chats %llu, espeak-ng's text and samples %llu, anything else %llu\n",
             (unsigned long long)total, (unsigned long long)nm_ledger_copies(A->ledger, -1, -1), (unsigned long long)mic,
             (unsigned long long)heard, (unsigned long long)engine, (unsigned long long)(total - mic - heard - engine));
-    fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
+    long peak = cli_peak_rss_kb(); // (the cascade's resets of VmHWM reset this too: its stages' peaks count)
+    for (int k = 0; k < 4; k++) peak = A->stage_peak_kb[k] > peak ? A->stage_peak_kb[k] : peak;
+    fprintf(stderr, "peak RSS: %.1f MiB\n", peak / 1024.0);
 }
 
 // Loads the bricks the parameters ask for (the vision brick feeds the LLM brick).
@@ -737,14 +799,29 @@ static nm_status load_bricks(app *A) {
         fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->sp.model, nm_status_str(st), err);
         return st;
     }
-    if (A->out_dir && (st = nm_brick_load(NULL, &A->tp, &A->tts, err, sizeof err)) != NM_OK) {
+    if (A->out_dir && !A->no_voice && (st = nm_brick_load(NULL, &A->tp, &A->tts, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: the voice: %s: %s\n", nm_status_str(st), err);
         return st;
     }
+    if (A->tts) A->tts_rate = nm_brick_tts_sample_rate(A->tts);
     return NM_OK;
 }
 
+// A brick's counters into A->acc[k] before it is freed (0 stt, 1 vision, 2 llm, 3 tts).
+static void keep_stats(app *A, int k, const nm_brick *b) {
+    if (!b) return;
+    nm_brick_stats bs = nm_brick_get_stats(b);
+    snprintf(A->acc[k].name, sizeof A->acc[k].name, "%s", nm_brick_name(b));
+    snprintf(A->acc[k].device, sizeof A->acc[k].device, "%s", nm_brick_device(b));
+    A->acc[k].n += bs.n_requests;
+    A->acc[k].busy += bs.t_busy;
+}
+
 static void free_bricks(app *A) {
+    keep_stats(A, 0, A->stt);
+    keep_stats(A, 1, A->vision);
+    keep_stats(A, 2, A->llm);
+    keep_stats(A, 3, A->tts);
     nm_brick_free(A->vision);
     nm_brick_free(A->stt);
     nm_brick_free(A->tts);
@@ -854,6 +931,421 @@ static int place_by_plan(app *A) {
     return load_bricks(A) == NM_OK ? 0 : 1;
 }
 
+// ---- the cascade ---------------------------------------------------------------------------
+// The critical battery state (or --cascade): each brick is loaded, runs this
+// question once and is released before the next one loads, and only the
+// transcript and the answer (text) pass between them; the frame's embeddings
+// go straight into the decoder's input ring (the decoder's brick is made, its
+// weights mapped and not yet read, while the encoder runs). Nothing stays
+// resident between questions but the process itself.
+
+// The peak RSS from here on (Linux: clear_refs 5 resets VmHWM), and what it is now.
+static void peak_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
+static long peak_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+static void stage_done(app *A, int k) {
+    long kb = peak_kb();
+    if (kb > A->stage_peak_kb[k]) A->stage_peak_kb[k] = kb;
+}
+
+typedef struct step_arg {
+    nm_brick *b;
+    nm_tabm *in, *out;
+    nm_status st;
+} step_arg;
+static void *step_main(void *p) {
+    step_arg *a = p;
+    a->st = nm_brick_step(a->b, a->in, a->out);
+    return NULL;
+}
+
+static void free_ring(nm_tabm **r) {
+    nm_tabm_free(*r);
+    *r = NULL;
+}
+
+// The decoder's answer to request id from A->tok, printed as it comes and
+// returned (malloc'd; NULL when it failed), with where the pipelined reader
+// would cut it into the voice's slots (cuts[], at most MAX_CUTS: after a
+// line's end, before the blank after a sentence's end), so that both speak
+// alike. The decoder runs on another thread.
+#define MAX_CUTS 256
+static char *collect_answer(app *A, item *it, uint64_t id, size_t *cuts, int *n_cuts) {
+    nm_detok dt = {0};
+    size_t cap = 1024, len = 0;
+    char *text = malloc(cap);
+    bool failed = text == NULL, ended_sentence = false;
+    *n_cuts = 0;
+    printf("> %s\n", it->question);
+    for (;;) {
+        nm_tabm_slot sl;
+        if (nm_tabm_acquire_read(A->tok, -1, &sl) != NM_OK) {
+            failed = true;
+            break;
+        }
+        const uint64_t user = sl.meta->user;
+        const int32_t *toks = sl.data;
+        const int32_t n = sl.meta->request == id && sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
+        for (int32_t k = 0; k < n; k++) {
+            if (it->t_first_tok == 0) it->t_first_tok = now(A);
+            it->n_tokens++;
+            pace(A, it);
+            char piece[256];
+            int32_t pn = nm_detok_push(A->m, &dt, toks[k], piece, (int32_t)sizeof piece);
+            if (pn <= 0) continue;
+            fwrite(piece, 1, (size_t)pn, stdout);
+            fflush(stdout);
+            if (text && len + (size_t)pn + 1 > cap) {
+                char *t = realloc(text, cap * 2 + (size_t)pn);
+                if (!t) {
+                    failed = true;
+                    continue;
+                }
+                text = t;
+                cap = cap * 2 + (size_t)pn;
+            }
+            if (ended_sentence && (piece[0] == ' ' || piece[0] == '\n') && *n_cuts < MAX_CUTS) cuts[(*n_cuts)++] = len;
+            if (text) {
+                memcpy(text + len, piece, (size_t)pn);
+                len += (size_t)pn;
+            }
+            const char last = piece[pn - 1];
+            ended_sentence = last == '.' || last == '!' || last == '?';
+            if (last == '\n' && *n_cuts < MAX_CUTS) cuts[(*n_cuts)++] = len;
+        }
+        nm_tabm_release(A->tok, &sl);
+        if (user & NM_BRICK_MORE) continue;
+        if (user & NM_BRICK_ERROR) {
+            fprintf(stderr, "error: question %llu: %s\n", (unsigned long long)id, nm_brick_last_error(A->llm));
+            failed = true;
+        }
+        break;
+    }
+    printf("\n");
+    fflush(stdout);
+    if (failed) {
+        free(text);
+        return NULL;
+    }
+    text[len] = '\0';
+    return text;
+}
+
+// The answer spoken into OUT/answer-NNN.wav: the voice loaded, fed the text a
+// sentence (or a slot) at a time while its samples are written, released.
+static bool cascade_speak(app *A, item *it, uint64_t id, const char *text, const size_t *cuts, int n_cuts) {
+    char err[512];
+    nm_status st;
+    peak_reset();
+    if ((st = nm_brick_load(NULL, &A->tp, &A->tts, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: the voice: %s: %s\n", nm_status_str(st), err);
+        return false;
+    }
+    A->tts_rate = nm_brick_tts_sample_rate(A->tts);
+    bool ok = nm_tabm_create(NULL, 16, SAY_SLOT_BYTES, &A->say, err, sizeof err) == NM_OK &&
+              nm_tabm_create(NULL, SPEECH_SLOTS, nm_brick_out_slot_bytes(A->tts), &A->speech, err, sizeof err) == NM_OK;
+    step_arg sa = {A->tts, A->say, A->speech, NM_OK};
+    pthread_t th_step, th_sink;
+    bool step = false, sink = false;
+    A->speech_gone = false;
+    if (ok) sink = pthread_create(&th_sink, NULL, speech_main, A) == 0;
+    if (sink) step = pthread_create(&th_step, NULL, step_main, &sa) == 0;
+    ok = ok && sink && step;
+    // the text in slots, cut where the pipelined reader cuts it (and at SAY_SLOT_BYTES), the last one
+    // (maybe empty) ending the request
+    const size_t len = strlen(text);
+    size_t at = 0;
+    for (int c = 0; ok && c <= n_cuts; c++) {
+        const size_t end = c < n_cuts ? cuts[c] : len;
+        const bool last = c == n_cuts;
+        while (ok && (at < end || last)) {
+            nm_tabm_slot sl;
+            if (nm_tabm_acquire_write(A->say, 0, -1, &sl) != NM_OK) {
+                ok = false;
+                break;
+            }
+            const size_t n = end - at < sl.capacity ? end - at : sl.capacity;
+            memcpy(sl.data, text + at, n);
+            at += n;
+            const bool more = !(last && at == end);
+            *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n,
+                                      .user = more ? NM_BRICK_MORE : 0, .request = id};
+            if (nm_tabm_publish(A->say, &sl) != NM_OK) {
+                nm_tabm_cancel(A->say, &sl);
+                ok = false;
+            }
+            if (!more) break;
+        }
+    }
+    if (step) pthread_join(th_step, NULL);
+    if (A->speech) nm_tabm_shutdown(A->speech); // the sink drains the answer's samples and ends
+    if (sink) pthread_join(th_sink, NULL);
+    ok = ok && sa.st == NM_OK;
+    if (!ok) fprintf(stderr, "error: question %llu: the voice failed%s%s\n", (unsigned long long)id, err[0] ? ": " : "",
+                     err);
+    keep_stats(A, 3, A->tts);
+    nm_brick_free(A->tts);
+    A->tts = NULL;
+    free_ring(&A->say);
+    free_ring(&A->speech);
+    stage_done(A, 3);
+    (void)it;
+    return ok;
+}
+
+// One question as the cascade: Whisper, then the decoder with the frame's
+// encoder feeding it, then the voice; each released before the next loads.
+static void cascade_question(app *A, int i) {
+    item *it = &A->items[i];
+    const uint64_t id = (uint64_t)i + 1;
+    char err[512];
+    nm_status st;
+    it->t_start = now(A);
+    A->n_cascaded++;
+    bool ok = true;
+    if (it->audio) { // Whisper: load, transcribe, release
+        peak_reset();
+        if ((st = nm_brick_load(NULL, &A->sp, &A->stt, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->sp.model, nm_status_str(st), err);
+            ok = false;
+        }
+        if (ok) A->ep_stt = nm_ledger_endpoint(A->ledger, nm_brick_name(A->stt));
+        ok = ok && nm_tabm_create(NULL, 1, sizeof(float) * 16000 * MAX_QUESTION_S, &A->pcm, err, sizeof err) == NM_OK &&
+             nm_tabm_create(NULL, 64, nm_brick_out_slot_bytes(A->stt), &A->heard, err, sizeof err) == NM_OK;
+        ok = ok && send_audio(A, it, id);
+        step_arg sa = {A->stt, A->pcm, A->heard, NM_OK};
+        pthread_t th;
+        const bool started = ok && pthread_create(&th, NULL, step_main, &sa) == 0;
+        ok = started && read_transcript(A, it, id);
+        if (started) pthread_join(th, NULL);
+        if (!ok && !it->question[0]) fprintf(stderr, "question %d: no speech heard\n", i + 1);
+        keep_stats(A, 0, A->stt);
+        nm_brick_free(A->stt);
+        A->stt = NULL;
+        free_ring(&A->pcm);
+        free_ring(&A->heard);
+        stage_done(A, 0);
+    }
+    it->t_heard = now(A);
+    if (!ok) {
+        it->failed = true;
+        it->t_answered = it->t_spoken = now(A);
+        return;
+    }
+    // the decoder: its model mapped and its brick made; the frame's encoder loaded to feed it
+    peak_reset();
+    nm_model_params mp = nm_model_default_params();
+    mp.n_threads = A->o.n_threads;
+    mp.no_mmap = A->o.no_mmap;
+    if (!A->m && (st = nm_model_load(A->o.model, &mp, &A->m, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->o.model, nm_status_str(st), err);
+        ok = false;
+    }
+    A->lp.llm_model = A->m;
+    if (ok && (st = nm_brick_load(NULL, &A->lp, &A->llm, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
+        ok = false;
+    }
+    const bool frame = ok && it->frame && A->vp.model;
+    if (frame) {
+        A->vp.feeds = A->llm;
+        if ((st = nm_brick_load(NULL, &A->vp, &A->vision, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", A->vp.model, nm_status_str(st), err);
+            ok = false;
+        }
+    }
+    size_t llm_slot = ok ? nm_brick_in_slot_bytes(A->llm) : 0;
+    if (A->vision && nm_brick_out_slot_bytes(A->vision) > llm_slot) llm_slot = nm_brick_out_slot_bytes(A->vision);
+    ok = ok && nm_tabm_create(NULL, LLM_IN_SLOTS, llm_slot, &A->llm_in, err, sizeof err) == NM_OK &&
+         nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(A->llm), &A->tok, err, sizeof err) == NM_OK &&
+         (!A->vision || nm_tabm_create(NULL, 1, frame_bytes(A), &A->img, err, sizeof err) == NM_OK);
+    if (ok) {
+        ask(A, i); // the prompt (the frame encoded on this thread into the decoder's ring)
+        if (A->vision) { // the encoder is done with this question: released before the decoder runs
+            keep_stats(A, 1, A->vision);
+            nm_brick_free(A->vision);
+            A->vision = NULL;
+            free_ring(&A->img);
+            stage_done(A, 1);
+            peak_reset();
+        }
+    }
+    char *answer = NULL;
+    size_t cuts[MAX_CUTS];
+    int n_cuts = 0;
+    if (ok && !it->failed) {
+        step_arg sa = {A->llm, A->llm_in, A->tok, NM_OK};
+        pthread_t th;
+        if (pthread_create(&th, NULL, step_main, &sa) == 0) {
+            answer = collect_answer(A, it, id, cuts, &n_cuts);
+            pthread_join(th, NULL);
+        }
+    }
+    it->t_answered = now(A);
+    if (!answer) it->failed = true;
+    else note_speed(A, it, it->t_answered);
+    keep_stats(A, 1, A->vision);
+    nm_brick_free(A->vision);
+    A->vision = NULL;
+    keep_stats(A, 2, A->llm);
+    nm_brick_free(A->llm);
+    A->llm = NULL;
+    nm_model_free(A->m); // its pages go with the mapping
+    A->m = NULL;
+    free_ring(&A->img);
+    free_ring(&A->llm_in);
+    free_ring(&A->tok);
+    stage_done(A, 2);
+    // the voice
+    if (answer && A->out_dir && !cascade_speak(A, it, id, answer, cuts, n_cuts)) it->failed = true;
+    if (!A->out_dir || !answer) it->t_spoken = now(A);
+    free(answer);
+    pthread_mutex_lock(&A->lock);
+    A->n_answered++;
+    if (!A->out_dir || !answer) A->n_spoken++;
+    pthread_mutex_unlock(&A->lock);
+}
+
+// ---- the resident pipeline ----------------------------------------------------------------
+
+// Every brick loaded (where --plan puts them, the first time), the rings, the
+// lanes and the reader threads started. 0, or the exit status.
+static int start_resident(app *A) {
+    char err[512];
+    nm_status st;
+    if (!A->m) {
+        nm_model_params mp = nm_model_default_params();
+        mp.n_threads = A->o.n_threads;
+        mp.no_mmap = A->o.no_mmap;
+        if ((st = nm_model_load(A->o.model, &mp, &A->m, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->o.model, nm_status_str(st), err);
+            return 1;
+        }
+    }
+    A->lp.llm_model = A->m;
+    if (load_bricks(A) != NM_OK) return 1;
+    if (!A->planned) cli_ctx_note(nm_brick_llm_ctx(A->llm));
+    if (A->o.plan && !A->planned) { // the bricks again, where the planner puts them
+        int prc = place_by_plan(A);
+        if (prc) return prc;
+    }
+    A->planned = true;
+    if (A->stt) A->ep_stt = nm_ledger_endpoint(A->ledger, nm_brick_name(A->stt));
+    if (A->tts && A->speaker_dev && !A->player &&
+        nm_audio_player_open(A->speaker_dev, nm_brick_tts_sample_rate(A->tts), &A->player, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "speaker skipped: %s: the answers are printed, not spoken\n", err); // an absent device
+        A->no_voice = true;
+        nm_brick_free(A->tts);
+        A->tts = NULL;
+    }
+    // the rings
+    size_t llm_slot = nm_brick_in_slot_bytes(A->llm);
+    if (A->vision && nm_brick_out_slot_bytes(A->vision) > llm_slot) llm_slot = nm_brick_out_slot_bytes(A->vision);
+    if ((st = nm_tabm_create(NULL, LLM_IN_SLOTS, llm_slot, &A->llm_in, err, sizeof err)) != NM_OK ||
+        (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(A->llm), &A->tok, err, sizeof err)) != NM_OK ||
+        (A->vision && (st = nm_tabm_create(NULL, 1, frame_bytes(A), &A->img, err, sizeof err)) != NM_OK) ||
+        (A->stt && (st = nm_tabm_create(NULL, A->mic_dev ? 8 : 2, sizeof(float) * 16000 * MAX_QUESTION_S, &A->pcm,
+                                        err, sizeof err)) != NM_OK) ||
+        (A->stt && (st = nm_tabm_create(NULL, 8, nm_brick_out_slot_bytes(A->stt), &A->heard, err, sizeof err)) != NM_OK) ||
+        (A->tts && (st = nm_tabm_create(NULL, 16, SAY_SLOT_BYTES, &A->say, err, sizeof err)) != NM_OK) ||
+        (A->tts && (st = nm_tabm_create(NULL, SPEECH_SLOTS, nm_brick_out_slot_bytes(A->tts), &A->speech, err,
+                                        sizeof err)) != NM_OK)) {
+        fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
+        return 1;
+    }
+    // the lanes
+    A->L_llm = (lane){.b = A->llm, .in = A->llm_in, .out = A->tok};
+    A->L_stt = (lane){.b = A->stt, .in = A->pcm, .out = A->heard};
+    A->L_tts = (lane){.b = A->tts, .in = A->say, .out = A->speech};
+    A->answers_gone = A->speech_gone = false;
+    A->resident = true; // (stop_resident undoes what started, whatever fails below)
+    A->L_llm.started = pthread_create(&A->L_llm.th, NULL, lane_main, &A->L_llm) == 0;
+    if (A->stt) A->L_stt.started = pthread_create(&A->L_stt.th, NULL, lane_main, &A->L_stt) == 0;
+    if (A->tts) A->L_tts.started = pthread_create(&A->L_tts.th, NULL, lane_main, &A->L_tts) == 0;
+    A->answers_started = pthread_create(&A->th_answers, NULL, answers_main, A) == 0;
+    if (A->tts) A->speech_started = pthread_create(&A->th_speech, NULL, speech_main, A) == 0;
+    if (!A->L_llm.started || !A->answers_started || (A->stt && !A->L_stt.started) ||
+        (A->tts && (!A->L_tts.started || !A->speech_started))) {
+        fprintf(stderr, "error: cannot start the lanes' threads\n");
+        return 1;
+    }
+    return 0;
+}
+
+// Waits until every question asked of the pipeline is answered (and
+// spoken), then shuts the rings (each lane ends and shuts its other ring, the
+// readers end), and frees the rings, the bricks and the model.
+static void stop_resident(app *A) {
+    if (A->answers_started)
+        wait_for(A, &A->n_spoken, A->n_asked + A->n_cascaded, A->tts ? &A->speech_gone : &A->answers_gone);
+    nm_tabm *rings[] = {A->pcm, A->heard, A->llm_in, A->tok, A->img, A->say, A->speech};
+    for (size_t k = 0; k < sizeof rings / sizeof rings[0]; k++)
+        if (rings[k]) nm_tabm_shutdown(rings[k]);
+    lane *lanes[] = {&A->L_llm, &A->L_stt, &A->L_tts};
+    for (int k = 0; k < 3; k++)
+        if (lanes[k]->started) pthread_join(lanes[k]->th, NULL);
+    if (A->answers_started) pthread_join(A->th_answers, NULL);
+    if (A->speech_started) pthread_join(A->th_speech, NULL);
+    A->answers_started = A->speech_started = false;
+    memset(&A->L_llm, 0, sizeof(lane) );
+    memset(&A->L_stt, 0, sizeof(lane));
+    memset(&A->L_tts, 0, sizeof(lane));
+    free_ring(&A->pcm);
+    free_ring(&A->heard);
+    free_ring(&A->llm_in);
+    free_ring(&A->tok);
+    free_ring(&A->img);
+    free_ring(&A->say);
+    free_ring(&A->speech);
+    free_bricks(A);
+    nm_model_free(A->m);
+    A->m = NULL;
+    A->resident = false;
+}
+
+// ---- the battery -----------------------------------------------------------------------------
+
+// Reads the battery and steps the policy before a question: the frame rate,
+// the decoder's pace and the DVFS caps follow it. True when the state is critical
+// (the question runs as the cascade).
+static bool power_step(app *A) {
+    double t0, t1;
+    nm_battery_span(A->battery, &t0, &t1);
+    nm_battery_reading r;
+    nm_battery_read(A->battery, t0 + now(A) * A->battery_speed, &r);
+    if (r.note[0]) fprintf(stderr, "battery: %s\n", r.note);
+    const bool started = A->policy.started;
+    const nm_power_state before = A->policy.state;
+    nm_power_targets tg = nm_power_policy_step(&A->policy, r.pct);
+    pthread_mutex_lock(&A->lock);
+    A->decode_cap = tg.decode_share < 1 && A->full_tps > 0 ? tg.decode_share * A->full_tps : 0;
+    const double cap = A->decode_cap;
+    pthread_mutex_unlock(&A->lock);
+    A->fps_cap = tg.state == NM_POWER_CRITICAL ? 0 : tg.fps;
+    if (!started || tg.state != before)
+        fprintf(stderr, "power: battery %.1f %%: %s, alpha %.2f: frames %.2f/s, decoder %.0f%% of its speed%s%s\n",
+                r.pct, nm_power_state_name(tg.state), tg.alpha, tg.fps, 100 * tg.decode_share,
+                tg.cascade ? ", each brick loaded, run and released in turn" : "",
+                cap > 0 ? "" : tg.decode_share < 1 ? " (once an answer has measured it)" : "");
+    char err[512];
+    if (A->dvfs && nm_power_actuators_apply(A->dvfs, &tg, err, sizeof err) != NM_OK)
+        fprintf(stderr, "power: DVFS not applied: %s\n", err);
+    return tg.state == NM_POWER_CRITICAL;
+}
+
 // Takes the assistant's own options out of argv (the rest is `run`'s).
 static bool take_own(app *A, int *argc, char **argv) {
     int w = 1;
@@ -884,6 +1376,22 @@ static bool take_own(app *A, int *argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--sequential")) {
             A->sequential = true;
+        } else if (!strcmp(a, "--cascade")) {
+            A->cascade_always = true;
+        } else if (!strcmp(a, "--battery") || !strcmp(a, "--power-sysfs")) {
+            if (i + 1 >= *argc || !argv[i + 1][0]) {
+                fprintf(stderr, "error: %s needs a value\n", a);
+                return false;
+            }
+            *(!strcmp(a, "--battery") ? &A->battery_src : &A->power_sysfs) = argv[++i];
+        } else if (!strcmp(a, "--battery-speed")) {
+            float x;
+            if (i + 1 >= *argc || !cli_arg_float("--battery-speed", argv[i + 1], 0.001f, 1e9f, &x)) {
+                if (i + 1 >= *argc) fprintf(stderr, "error: --battery-speed needs a value\n");
+                return false;
+            }
+            A->battery_speed = x;
+            i++;
         } else {
             argv[w++] = argv[i];
         }
@@ -972,6 +1480,19 @@ int cmd_assistant(int argc, char **argv) {
         fprintf(stderr, "error: unknown chat template '%s' (known: %s)\n", o->chat_tmpl, nm_chat_template_names());
         goto out;
     }
+    if ((A.cascade_always || A.battery_src) && (A.mic_dev || A.speaker_dev)) {
+        fprintf(stderr, "error: --cascade and --battery take questions from files and speak into a folder (--audio "
+                        "FILE|DIR, --out DIR); the microphone and the speaker are not supported with them yet\n");
+        goto out;
+    }
+    if (A.cascade_always && o->plan) {
+        fprintf(stderr, "error: --cascade runs each brick alone on every core: drop --plan\n");
+        goto out;
+    }
+    if ((A.battery_speed > 0 || A.power_sysfs) && !A.battery_src) {
+        fprintf(stderr, "error: --battery-speed and --power-sysfs go with --battery\n");
+        goto out;
+    }
     if (A.out_dir && !A.speaker_dev) {
         struct stat sb;
         if (stat(A.out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
@@ -1005,6 +1526,37 @@ int cmd_assistant(int argc, char **argv) {
     }
     A.ledger = nm_ledger_create();
     if (!A.ledger) goto out;
+    if (A.battery_src) { // PCT, sysfs[:NAME] or trace:CSV
+        char *end;
+        const double pct = strtod(A.battery_src, &end);
+        if (!strncmp(A.battery_src, "trace:", 6))
+            st = nm_battery_open_trace(A.battery_src + 6, &A.battery, err, sizeof err);
+        else if (!strcmp(A.battery_src, "sysfs") || !strncmp(A.battery_src, "sysfs:", 6))
+            st = nm_battery_open_sysfs(NULL, A.battery_src[5] ? A.battery_src + 6 : NULL, &A.battery, err, sizeof err);
+        else if (end != A.battery_src && !*end)
+            st = nm_battery_open_fixed(pct, &A.battery, err, sizeof err);
+        else
+        {
+            snprintf(err, sizeof err, "--battery takes a percent, sysfs[:NAME] or trace:FILE, not '%s'", A.battery_src);
+            st = NM_ERR_INVALID_ARG;
+        }
+        if (st != NM_OK) {
+            fprintf(stderr, "error: %s\n", err);
+            rc = st == NM_ERR_INVALID_ARG ? 2 : 1;
+            goto out;
+        }
+        nm_power_policy_init(&A.policy, NULL, NULL, 0);
+        if (A.battery_speed <= 0) A.battery_speed = 1;
+        if (A.power_sysfs) {
+            nm_actuator_params ap = nm_actuator_default_params();
+            ap.sysfs_root = A.power_sysfs;
+            if ((st = nm_power_actuators_open(&ap, &A.dvfs, err, sizeof err)) != NM_OK) {
+                fprintf(stderr, "error: --power-sysfs: %s\n", err);
+                goto out;
+            }
+            nm_power_actuators_guard(A.dvfs);
+        }
+    }
     A.ep_llm = nm_ledger_endpoint(A.ledger, "llm");
     A.lp = cli_llm_params(o, A.m, A.ledger);
     if (A.lp.llm.n_predict < 0) A.lp.llm.n_predict = 128; // an answer must end
@@ -1030,16 +1582,6 @@ int cmd_assistant(int argc, char **argv) {
         A.tp.ledger = A.ledger;
         if (A.voice) A.tp.tts.voice = A.voice;
     }
-    if (load_bricks(&A) != NM_OK) goto out;
-    cli_ctx_note(nm_brick_llm_ctx(A.llm));
-    if (o->plan) { // the bricks again, where the planner puts them
-        int prc = place_by_plan(&A);
-        if (prc) {
-            rc = prc;
-            goto out;
-        }
-    }
-    if (A.stt) A.ep_stt = nm_ledger_endpoint(A.ledger, nm_brick_name(A.stt));
     if (A.mic_dev) {
         nm_vad_params vp = nm_vad_default_params();
         if ((st = nm_vad_create(&vp, &A.vad, err, sizeof err)) != NM_OK) {
@@ -1048,56 +1590,22 @@ int cmd_assistant(int argc, char **argv) {
         }
         A.ep_mic = nm_ledger_endpoint(A.ledger, "microphone");
     }
-    if (A.tts && A.speaker_dev &&
-        nm_audio_player_open(A.speaker_dev, nm_brick_tts_sample_rate(A.tts), &A.player, err, sizeof err) != NM_OK) {
-        fprintf(stderr, "speaker skipped: %s: the answers are printed, not spoken\n", err); // an absent device
-        nm_brick_free(A.tts);
-        A.tts = NULL;
-    }
-    // the rings
-    size_t llm_slot = nm_brick_in_slot_bytes(A.llm);
-    if (A.vision && nm_brick_out_slot_bytes(A.vision) > llm_slot) llm_slot = nm_brick_out_slot_bytes(A.vision);
-    if ((st = nm_tabm_create(NULL, LLM_IN_SLOTS, llm_slot, &A.llm_in, err, sizeof err)) != NM_OK ||
-        (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(A.llm), &A.tok, err, sizeof err)) != NM_OK ||
-        (A.vision && (st = nm_tabm_create(NULL, 1, frame_bytes(&A), &A.img, err, sizeof err)) != NM_OK) ||
-        (A.stt && (st = nm_tabm_create(NULL, A.mic_dev ? 8 : 2, sizeof(float) * 16000 * MAX_QUESTION_S, &A.pcm, err,
-                                       sizeof err)) != NM_OK) ||
-        (A.stt && (st = nm_tabm_create(NULL, 8, nm_brick_out_slot_bytes(A.stt), &A.heard, err, sizeof err)) != NM_OK) ||
-        (A.tts && (st = nm_tabm_create(NULL, 16, SAY_SLOT_BYTES, &A.say, err, sizeof err)) != NM_OK) ||
-        (A.tts && (st = nm_tabm_create(NULL, SPEECH_SLOTS, nm_brick_out_slot_bytes(A.tts), &A.speech, err, sizeof err)) != NM_OK)) {
-        fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
-        goto out;
-    }
-    // the lanes
-    lane L_llm = {.b = A.llm, .in = A.llm_in, .out = A.tok}, L_stt = {.b = A.stt, .in = A.pcm, .out = A.heard},
-         L_tts = {.b = A.tts, .in = A.say, .out = A.speech};
-    pthread_t th_answers, th_speech;
-    bool answers = false, speech = false, lanes_failed = false;
-    L_llm.started = pthread_create(&L_llm.th, NULL, lane_main, &L_llm) == 0;
-    if (A.stt) L_stt.started = pthread_create(&L_stt.th, NULL, lane_main, &L_stt) == 0;
-    if (A.tts) L_tts.started = pthread_create(&L_tts.th, NULL, lane_main, &L_tts) == 0;
-    answers = pthread_create(&th_answers, NULL, answers_main, &A) == 0;
-    if (A.tts) speech = pthread_create(&th_speech, NULL, speech_main, &A) == 0;
-    if (!L_llm.started || !answers || (A.stt && !L_stt.started) || (A.tts && (!L_tts.started || !speech))) {
-        fprintf(stderr, "error: cannot start the lanes' threads\n");
-        A.n_items = 0;
-        lanes_failed = true;
-        A.mic_dev = NULL; // nothing is asked
-    }
-
     A.t0 = cli_now();
+    bool lanes_failed = false;
     pthread_t th_mic;
     bool mic = false;
     struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART};
-    if (A.mic_dev) {
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGINT, &sa, NULL); // Ctrl-C stops listening; the questions heard are answered
-        mic = pthread_create(&th_mic, NULL, mic_main, &A) == 0;
-        if (!mic) A.mic_done = true;
-        fprintf(stderr, "listening on '%s'%s\n", A.mic_dev, A.listen_s > 0 ? "" : " (Ctrl-C stops)");
-    }
+    double next_frame = 0; // when the camera's next frame is due
     for (int i = 0;; i++) {
         if (A.mic_dev) { // the next question once it is heard, until the capture ends
+            if (!A.resident) { // the microphone writes into the resident Whisper's ring
+                if ((rc = start_resident(&A)) != 0) break;
+                sigemptyset(&sa.sa_mask);
+                sigaction(SIGINT, &sa, NULL); // Ctrl-C stops listening; the questions heard are answered
+                mic = pthread_create(&th_mic, NULL, mic_main, &A) == 0;
+                if (!mic) A.mic_done = true;
+                fprintf(stderr, "listening on '%s'%s\n", A.mic_dev, A.listen_s > 0 ? "" : " (Ctrl-C stops)");
+            }
             pthread_mutex_lock(&A.lock);
             while (i >= A.n_items && !A.mic_done) pthread_cond_wait(&A.cond, &A.lock);
             const bool more = i < A.n_items;
@@ -1106,34 +1614,45 @@ int cmd_assistant(int argc, char **argv) {
         } else if (i >= A.n_items) {
             break;
         }
-        if (A.sequential && i > 0) wait_for(&A, &A.n_spoken, i, A.tts ? &A.speech_gone : &A.answers_gone);
-        if (A.fps > 0) { // a camera gives a frame every 1/fps s
-            const double due = i / A.fps, t = now(&A);
-            if (due > t) {
-                struct timespec ts = {(time_t)(due - t), (long)((due - t - (double)(time_t)(due - t)) * 1e9)};
+        bool cascade = A.cascade_always;
+        if (A.battery) cascade = power_step(&A) || cascade;
+        if (cascade && A.resident) stop_resident(&A);
+        if (!cascade && !A.resident && (rc = start_resident(&A)) != 0) {
+            lanes_failed = true;
+            break;
+        }
+        A.cascading = cascade;
+        if (!cascade && A.sequential && A.n_asked > 0)
+            wait_for(&A, &A.n_spoken, A.n_asked, A.tts ? &A.speech_gone : &A.answers_gone);
+        float fps = A.fps;
+        if (A.fps_cap > 0 && (fps == 0 || A.fps_cap < fps)) fps = (float)A.fps_cap;
+        if (A.items[i].frame && fps > 0) { // a camera gives a frame every 1/fps s
+            const double t = now(&A);
+            if (next_frame > t) {
+                struct timespec ts = {(time_t)(next_frame - t),
+                                      (long)((next_frame - t - (double)(time_t)(next_frame - t)) * 1e9)};
                 nanosleep(&ts, NULL);
             }
+            next_frame = (next_frame > t ? next_frame : t) + 1.0 / fps;
         }
-        ask(&A, i);
+        if (cascade) {
+            cascade_question(&A, i);
+        } else {
+            ask(&A, i);
+            A.n_asked++;
+        }
     }
     if (mic) pthread_join(th_mic, NULL);
-    wait_for(&A, &A.n_spoken, A.n_items, A.tts ? &A.speech_gone : &A.answers_gone);
+    if (A.resident) stop_resident(&A);
     if (A.player) nm_audio_player_drain(A.player, err, sizeof err); // the last answer, played to its end
     const double wall = now(&A);
-    // every ring shut: each lane ends and shuts its other ring, the readers end
-    nm_tabm *rings[] = {A.pcm, A.heard, A.llm_in, A.tok, A.img, A.say, A.speech};
-    for (size_t k = 0; k < sizeof rings / sizeof rings[0]; k++)
-        if (rings[k]) nm_tabm_shutdown(rings[k]);
-    lane *lanes[] = {&L_llm, &L_stt, &L_tts};
-    for (int k = 0; k < 3; k++)
-        if (lanes[k]->started) pthread_join(lanes[k]->th, NULL);
-    if (answers) pthread_join(th_answers, NULL);
-    if (speech) pthread_join(th_speech, NULL);
-    rc = A.mic_failed || lanes_failed ? 1 : 0;
+    rc = rc > 1 ? rc : A.mic_failed || lanes_failed ? 1 : 0;
     for (int i = 0; i < A.n_items; i++) rc = A.items[i].failed ? 1 : rc;
     if (A.mic_dev && A.n_items == 0 && !A.mic_failed) fprintf(stderr, "heard no question\n");
     if (o->stats) print_stats(&A, wall);
 out:
+    nm_power_actuators_free(A.dvfs); // the frequencies as they were
+    nm_battery_free(A.battery);
     free_bricks(&A);
     nm_tabm *all[] = {A.pcm, A.heard, A.llm_in, A.tok, A.img, A.say, A.speech};
     for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) nm_tabm_free(all[k]);

@@ -192,12 +192,14 @@ case_cascade_same_answer() {
     local pr pc
     pr=$(sed -n 's/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/res.err"); pc=$(sed -n 's/^peak RSS: \([0-9.]*\) MiB/\1/p' "$tmp/cas.err")
     awk -v r="$pr" -v c="$pc" 'BEGIN { print (c > 0 && c < r) ? "cascade peak below resident" : "cascade peak " c " resident " r }'
-    # each brick released before the next: the voice's stage holds none of the decoder's pages
+    # each brick released before the next: the voice's stage holds none of the decoder's pages (not
+    # measurable under ASan: its quarantine keeps freed memory resident)
+    if ldd "$NM" 2> /dev/null | grep -q libasan; then echo "release not measurable under ASan"; return; fi
     sed -n 's/.*whisper \([0-9.]*\) MiB, vision [0-9.]* MiB, decoder \([0-9.]*\) MiB, voice \([0-9.]*\) MiB/\1 \2 \3/p' "$tmp/cas.err" |
         awk '{ print ($3 > 0 && $3 < $2 / 2 && $3 < $1 / 2) ? "released in turn" : "voice stage " $3 " MiB: something stayed" }'
 }
 expect cascade_speaks_the_same_answer_in_less_memory 0 \
-    "same answer spoken cascade: 1 of 1 questions cascade peak below resident released in turn" "$M" "$WM" -- oneline case_cascade_same_answer
+    "same answer spoken cascade: 1 of 1 questions cascade peak below resident (released in turn|release not measurable under ASan) $" "$M" "$WM" -- oneline case_cascade_same_answer
 
 case_battery_switches() {
     # 25 % for the first question, 15 % (critical) from 0.05 s on: the second runs as the cascade

@@ -248,5 +248,51 @@ expect assistant_cascade_no_microphone 2 "the microphone and the speaker are not
 expect assistant_battery_speed_alone 2 "--battery-speed and --power-sysfs go with --battery" "$M" \
     -- nm assistant -m "$M" -p hi --battery-speed 10
 
+# ---- energy: the model of a run, and the assistant's report ----------------------------------
+# 2 CPU-s on 2 cores in 2 s: the cluster busy 1 s (0.25 W + 2.25 W), idle 1 s (0.25 W), 1 GB at 80 pJ
+expect energy_model_of_a_run 0 "^modelled: 2.830 J, 0.708 J a question \\(4\\): 2.000 CPU-s on 2 cores in 2.000 s, 1000.0 MB" \
+    -- nm power energy --cpu-s 2 --wall-s 2 --cores 2 --bytes 1e9 --questions 4
+# more CPU time than the cores give: counted busy the whole time (1 s x 2.5 W), with a note
+expect energy_model_caps_busy_at_wall 0 "^modelled: 2.500 J.*more than 2 cores give" \
+    -- oneline nm power energy --cpu-s 5 --wall-s 1 --cores 2
+# 4 CPU-s on 4 cores in 2 s at 1 W idle, 5 W busy: 1 s x 5 W + 1 s x 1 W
+expect energy_model_watts_given 0 "^modelled: 6.000 J" -- nm power energy --cpu-s 4 --wall-s 2 --cores 4 --idle-w 1 \
+    --active-w 5 --pj-byte 1
+expect energy_needs_the_run 2 "power energy needs --cpu-s and --wall-s" -- nm power energy --cpu-s 1
+expect energy_active_below_idle 2 "--active-w 1.000 is below --idle-w 2.000" \
+    -- nm power energy --cpu-s 1 --wall-s 1 --idle-w 2 --active-w 1
+expect energy_bad_number 2 "--wall-s needs a number in \\[1e-09, 1e\\+09\\], got 'soon'" \
+    -- nm power energy --cpu-s 1 --wall-s soon
+
+case_assistant_json() {
+    mkdir -p "$tmp/js"
+    nm assistant -m "$M" --stt "$WM" --audio "$Q" --out "$tmp/js" -n 8 --temp 0 --json "$tmp/js/r.json" --stats \
+        > /dev/null 2> "$tmp/js.err" || return
+    grep -o '^  llm brick: .* J over idle (modelled)' "$tmp/js.err" | sed 's/[0-9.]\+/N/g'
+    python3 - "$tmp/js/r.json" "$NM" <<'PY'
+import json, re, subprocess, sys
+r = json.load(open(sys.argv[1]))
+qs, bricks, run = r["questions"], {b["name"]: b for b in r["bricks"]}, r["run"]
+print("questions", len(qs), "tokens", [q["tokens"] for q in qs], "bricks", sorted(bricks))
+# every brick streamed something and cost something; the decoder's traffic grows with its prompt and answer
+print("traffic", all(b["dram_bytes"] > 0 and b["joules"] > 0 and b["energy"] == "modelled" for b in bricks.values()),
+      "prompt", all(q["prompt_tokens"] > 10 for q in qs))
+print("sum", abs(sum(b["dram_bytes"] for b in bricks.values()) - run["dram_bytes"]) < 1)
+m = run["energy"][0]
+assert m["source"] == "model" and m["energy"] == "modelled"
+# the run's figure is the model's for what the run used (power energy gives the same)
+out = subprocess.run([sys.argv[2], "power", "energy", "--cpu-s", repr(run["cpu_s"]), "--wall-s", repr(run["wall_s"]),
+                      "--bytes", repr(run["dram_bytes"]), "--questions", "2"], capture_output=True, text=True).stdout
+j = float(re.match(r"modelled: ([0-9.]+) J", out).group(1))
+print("model", abs(j - m["joules"]) < 0.002, abs(m["joules_per_question"] * 2 - m["joules"]) < 1e-9,
+      "measured", [e["source"] for e in run["energy"][1:] if e["energy"] != "measured"] == [])
+PY
+}
+expect assistant_json_energy_per_brick_and_question 0 \
+    "llm brick: N s busy x N threads, N MB streamed: N J over idle \\(modelled\\) questions 2 tokens \\[8, 8\\] bricks \\['llm', 'stt', 'tts'\\] traffic True prompt True sum True model True True measured True $" \
+    "$M" "$WM" -- oneline case_assistant_json
+expect assistant_json_folder_missing 2 "--json '/nonexistent/r.json': No such file or directory" "$M" \
+    -- nm assistant -m "$M" -p hi --json /nonexistent/r.json
+
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -106,4 +106,23 @@ bool cli_rss_split(long *anon_kb, long *file_kb);
 // Reads a whole file into a NUL-terminated malloc'd buffer; NULL on failure.
 char *cli_read_file(const char *path, size_t *len);
 
+// ---- energy of a run (the assistant's --stats and --json, `power energy`):
+// the model of docs/power.md (nm_energy_model_joules) for the machine's CPU
+// cluster, from what a run used. The default watts are the board docs/power.md
+// assumes (an RK3566-class board, screen off).
+#define CLI_BOARD_IDLE_W 0.25
+#define CLI_BOARD_ACTIVE_W 2.5 // its CPU cluster, every core busy at the top clock
+typedef struct cli_energy {
+    double idle_w, active_w; // the board idle; with every core busy
+    double pj_byte;          // DRAM energy a byte (0: the model's default)
+    int32_t n_cores;         // the cluster's cores (the machine's online CPUs)
+} cli_energy;
+cli_energy cli_energy_default(void);
+// A run that used cpu_s CPU-seconds (every thread, user + system) over wall_s
+// seconds and moved dram_bytes: the cluster busy cpu_s / n_cores, idle the rest.
+double cli_energy_run(const cli_energy *e, double cpu_s, double wall_s, double dram_bytes);
+// Work of thread_s thread-seconds moving dram_bytes: what it adds over idle.
+double cli_energy_work(const cli_energy *e, double thread_s, double dram_bytes);
+double cli_cpu_seconds(void); // this process's user + system time
+
 #endif

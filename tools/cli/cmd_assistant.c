@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 
 #define MEDIA_MARKER "<__media__>"
@@ -81,7 +83,9 @@ static void usage(FILE *f) {
             "--chat-template, -dev, -ngl, --mmproj-device, --pin, --no-mmap, --mlock, as `run`.\n"
             "  --stats                  per question: seconds from the end of the question to its\n"
             "                           transcript, first token, first audio sample, last token and\n"
-            "                           last sample; questions a second; the copy ledger\n"
+            "                           last sample; questions a second; the copy ledger; energy per\n"
+            "                           brick and per question (modelled; measured where a meter exists)\n"
+            "  --json FILE              the same as one JSON object in FILE\n"
             "  -h, --help               this help\n",
             MAX_QUESTION_S);
 }
@@ -93,6 +97,8 @@ typedef struct item {
     bool from_mic;       // an utterance the microphone heard: its audio is in the STT ring already
     bool failed;         // heard nothing or a brick failed it: the answer is empty
     int32_t n_tokens;
+    int32_t n_prompt;    // prompt positions sent to the decoder (text tokens and image rows)
+    size_t n_said;       // bytes of the answer given to the voice
     int64_t n_samples;
     // seconds, from the loop's start
     double t_start;      // the question is whole (its audio read)
@@ -105,6 +111,12 @@ typedef struct lane {
     pthread_t th;
     bool started;
 } lane;
+
+typedef struct energy_report {
+    cli_energy model;
+    double cpu_s, dram, run_j, brick_j[4];
+    nm_energy_reading measured;
+} energy_report;
 
 typedef struct app {
     // options
@@ -148,7 +160,14 @@ typedef struct app {
     int32_t tts_rate;          // the voice's sample rate once it has been loaded
     long stage_peak_kb[4];     // the cascade: each stage's peak RSS (stt, vision + llm, llm, tts), the largest seen
     // the bricks' counters, kept across loads (the cascade frees each brick after its question)
-    struct { char name[24], device[24]; uint64_t n; double busy; } acc[4];
+    struct { char name[24], device[24]; uint64_t n; double busy; int32_t threads; } acc[4];
+    // energy (--stats, --json): each brick's DRAM traffic (its estimate for each request's size, under
+    // lock), the meters where the machine has some, the process's CPU time at the loop's start
+    double dram[4];
+    nm_energy_meters *meters;
+    double cpu0;
+    const char *json_path;     // --json FILE
+    energy_report energy;
     // the resident pipeline's lanes and threads
     bool resident, planned;
     bool no_voice;             // the speaker could not be opened: answers printed only
@@ -171,6 +190,16 @@ static void *lane_main(void *arg) {
 }
 
 static double now(const app *A) { return cli_now() - A->t0; }
+
+// A request's DRAM traffic as brick k's estimate for its size has it (0 stt,
+// 1 vision, 2 llm, 3 tts): the weights its passes stream and the activations.
+static void add_traffic(app *A, int k, const nm_brick *b, nm_brick_input in) {
+    nm_brick_cost c = {0};
+    if (!b || nm_brick_estimate(b, &in, &c) != NM_OK) return;
+    pthread_mutex_lock(&A->lock);
+    A->dram[k] += c.weight_bytes_read + c.act_bytes;
+    pthread_mutex_unlock(&A->lock);
+}
 
 // ---- the questions -----------------------------------------------------------------------
 
@@ -313,6 +342,7 @@ static bool send_text(app *A, const char *text, uint64_t user, bool bos, uint64_
                 n == 0 ? "the prompt gives no tokens" : "the prompt does not fit the context (-c)");
         n = 0; // an empty part: the brick fails the request, flagged
     }
+    if (id >= 1 && id <= (uint64_t)A->cap_items) A->items[id - 1].n_prompt += n > 0 ? n : 0;
     sl.meta->kind = NM_TABM_TOKENS;
     sl.meta->ndim = n > 0 ? 1 : 0;
     sl.meta->shape[0] = n;
@@ -350,6 +380,13 @@ static bool send_frame(app *A, const char *path, uint64_t id) {
     nm_status st = nm_brick_step(A->vision, A->img, A->llm_in);
     if (st == NM_OK && nm_brick_get_stats(A->vision).n_bad_requests != bad)
         fprintf(stderr, "error: frame %s: %s\n", path, nm_brick_last_error(A->vision));
+    nm_brick_cost c = {0}; // the encoder's traffic, and its rows in the prompt
+    if (st == NM_OK && nm_brick_estimate(A->vision, &(nm_brick_input){0}, &c) == NM_OK) {
+        pthread_mutex_lock(&A->lock);
+        A->dram[1] += c.weight_bytes_read + c.act_bytes;
+        pthread_mutex_unlock(&A->lock);
+        if (id >= 1 && id <= (uint64_t)A->cap_items) A->items[id - 1].n_prompt += (int32_t)c.n_out;
+    }
     return st == NM_OK;
 }
 
@@ -376,6 +413,7 @@ static bool send_audio(app *A, item *it, uint64_t id) {
         nm_tabm_cancel(A->pcm, &sl);
         return false;
     }
+    add_traffic(A, 0, A->stt, (nm_brick_input){.n_samples = n});
     return true;
 }
 
@@ -442,6 +480,7 @@ static void heard_utterance(void *user, const float *pcm, int64_t n, int64_t t0)
         nm_tabm_cancel(A->pcm, &sl);
         return;
     }
+    add_traffic(A, 0, A->stt, (nm_brick_input){.n_samples = n});
     pthread_mutex_lock(&A->lock);
     A->items[i].from_mic = true;
     A->items[i].t_start = t; // the cutter's end of the utterance (end_silence_ms after the speech)
@@ -621,6 +660,7 @@ static void *answers_main(void *arg) {
             // the text this thread makes from the tokens, written once into the TTS brick's slot
             memcpy((char *)S.s.data + S.len, piece, (size_t)pn);
             S.len += (size_t)pn;
+            it->n_said += (size_t)pn;
             char last = piece[pn - 1];
             ended_sentence = last == '.' || last == '!' || last == '?';
             if (last == '\n') say_out(A, &S, id, true);
@@ -638,6 +678,8 @@ static void *answers_main(void *arg) {
             fprintf(stderr, "[question %llu: the context is full]\n", (unsigned long long)id);
         }
         if (A->tts) say_out(A, &S, id, false);
+        add_traffic(A, 2, A->llm, (nm_brick_input){.n_tokens = it->n_prompt, .n_predict = it->n_tokens});
+        add_traffic(A, 3, A->tts, (nm_brick_input){.n_bytes = (int64_t)it->n_said});
         note_speed(A, it, now(A));
         pthread_mutex_lock(&A->lock);
         it->t_answered = now(A);
@@ -734,6 +776,116 @@ static void spread(const char *what, double *v, int n) {
     fprintf(stderr, "end of question -> %s: median %.3f s, min %.3f s, max %.3f s\n", what, v[n / 2], v[0], v[n - 1]);
 }
 
+static long peak_rss_kb(const app *A) {
+    long peak = cli_peak_rss_kb(); // (the cascade's resets of VmHWM reset this too: its stages' peaks count)
+    for (int k = 0; k < 4; k++) peak = A->stage_peak_kb[k] > peak ? A->stage_peak_kb[k] : peak;
+    return peak;
+}
+
+// The run's energy, at its end: modelled for each brick (its busy threads and
+// its traffic, over idle) and for the run (the process's CPU time and all the
+// traffic, idle included); measured by each meter the machine has.
+static void energy_end(app *A, double wall) {
+    energy_report *E = &A->energy;
+    E->model = cli_energy_default();
+    E->cpu_s = cli_cpu_seconds() - A->cpu0;
+    E->dram = 0;
+    for (int k = 0; k < 4; k++) {
+        E->brick_j[k] = cli_energy_work(&E->model, A->acc[k].busy * A->acc[k].threads, A->dram[k]);
+        E->dram += A->dram[k];
+    }
+    E->run_j = cli_energy_run(&E->model, E->cpu_s, wall, E->dram);
+    char err[256];
+    if (A->meters && nm_energy_meters_stop(A->meters, &E->measured, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "energy meters: %s\n", err);
+        E->measured.n = 0;
+    }
+}
+
+static void json_time(cJSON *o, const char *key, double t, double t0) {
+    cJSON_AddNumberToObject(o, key, t > 0 ? t - t0 : 0);
+}
+
+// --json FILE: the questions, the bricks and the energy as one object.
+static bool write_json(app *A, double wall) {
+    const energy_report *E = &A->energy;
+    cJSON *root = cJSON_CreateObject(), *qs = cJSON_AddArrayToObject(root, "questions");
+    for (int i = 0; i < A->n_items; i++) {
+        const item *it = &A->items[i];
+        cJSON *q = cJSON_CreateObject();
+        cJSON_AddItemToArray(qs, q);
+        cJSON_AddStringToObject(q, "question", it->question);
+        cJSON_AddNumberToObject(q, "start_s", it->t_start);
+        json_time(q, "heard_s", it->t_heard, it->t_start);
+        json_time(q, "first_token_s", it->t_first_tok, it->t_start);
+        json_time(q, "answered_s", it->t_answered, it->t_start);
+        json_time(q, "first_audio_s", it->t_first_audio, it->t_start);
+        json_time(q, "spoken_s", it->t_spoken, it->t_start);
+        cJSON_AddNumberToObject(q, "prompt_tokens", it->n_prompt);
+        cJSON_AddNumberToObject(q, "tokens", it->n_tokens);
+        cJSON_AddNumberToObject(q, "samples", (double)it->n_samples);
+        cJSON_AddBoolToObject(q, "failed", it->failed);
+    }
+    cJSON *bs = cJSON_AddArrayToObject(root, "bricks");
+    for (int k = 0; k < 4; k++) {
+        if (!A->acc[k].name[0]) continue;
+        cJSON *b = cJSON_CreateObject();
+        cJSON_AddItemToArray(bs, b);
+        cJSON_AddStringToObject(b, "name", A->acc[k].name);
+        cJSON_AddStringToObject(b, "device", A->acc[k].device);
+        cJSON_AddNumberToObject(b, "requests", (double)A->acc[k].n);
+        cJSON_AddNumberToObject(b, "busy_s", A->acc[k].busy);
+        cJSON_AddNumberToObject(b, "threads", A->acc[k].threads);
+        cJSON_AddNumberToObject(b, "dram_bytes", A->dram[k]);
+        cJSON_AddNumberToObject(b, "joules", E->brick_j[k]);
+        cJSON_AddStringToObject(b, "energy", "modelled");
+    }
+    cJSON *run = cJSON_AddObjectToObject(root, "run");
+    cJSON_AddNumberToObject(run, "questions", A->n_items);
+    cJSON_AddStringToObject(run, "mode", A->n_cascaded == A->n_items ? "cascade" : A->n_cascaded > 0 ? "mixed"
+                                         : A->sequential ? "sequential" : "pipelined");
+    cJSON_AddNumberToObject(run, "wall_s", wall);
+    cJSON_AddNumberToObject(run, "cpu_s", E->cpu_s);
+    cJSON_AddNumberToObject(run, "dram_bytes", E->dram);
+    cJSON_AddNumberToObject(run, "peak_rss_mib", peak_rss_kb(A) / 1024.0);
+    cJSON_AddNumberToObject(run, "copied_bytes", (double)nm_ledger_total(A->ledger));
+    cJSON *en = cJSON_AddArrayToObject(run, "energy");
+    cJSON *mo = cJSON_CreateObject();
+    cJSON_AddItemToArray(en, mo);
+    cJSON_AddStringToObject(mo, "source", "model");
+    cJSON_AddStringToObject(mo, "energy", "modelled");
+    cJSON_AddNumberToObject(mo, "joules", E->run_j);
+    cJSON_AddNumberToObject(mo, "joules_per_question", A->n_items ? E->run_j / A->n_items : 0);
+    cJSON_AddNumberToObject(mo, "idle_w", E->model.idle_w);
+    cJSON_AddNumberToObject(mo, "active_w", E->model.active_w);
+    cJSON_AddNumberToObject(mo, "cores", E->model.n_cores);
+    cJSON_AddNumberToObject(mo, "pj_byte", E->model.pj_byte > 0 ? E->model.pj_byte : 80);
+    for (int32_t m = 0; m < E->measured.n; m++) {
+        cJSON *me = cJSON_CreateObject();
+        cJSON_AddItemToArray(en, me);
+        cJSON_AddStringToObject(me, "source", E->measured.name[m]);
+        cJSON_AddStringToObject(me, "energy", "measured");
+        cJSON_AddNumberToObject(me, "joules", E->measured.joules[m]);
+        cJSON_AddNumberToObject(me, "joules_per_question", A->n_items ? E->measured.joules[m] / A->n_items : 0);
+        cJSON_AddNumberToObject(me, "seconds", E->measured.seconds);
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    nm_outfile f = {0};
+    char err[512] = "";
+    bool ok = text && nm_outfile_open(&f, A->json_path, err, sizeof err) == NM_OK;
+    if (ok && (fputs(text, f.f) == EOF || fputc('\n', f.f) == EOF)) {
+        nm_outfile_abort(&f);
+        snprintf(err, sizeof err, "%s", strerror(errno));
+        ok = false;
+    } else if (ok) {
+        ok = nm_outfile_commit(&f, err, sizeof err) == NM_OK;
+    }
+    if (!ok) fprintf(stderr, "error: --json %s: %s\n", A->json_path, err[0] ? err : "out of memory");
+    free(text);
+    return ok;
+}
+
 static void print_stats(app *A, double wall) {
     double *first_audio = calloc((size_t)A->n_items, sizeof(double));
     double *done = calloc((size_t)A->n_items, sizeof(double));
@@ -777,9 +929,21 @@ static void print_stats(app *A, double wall) {
                     "transcripts into the chats %llu, espeak-ng's text and samples %llu, anything else %llu\n",
             (unsigned long long)total, (unsigned long long)nm_ledger_copies(A->ledger, -1, -1), (unsigned long long)mic,
             (unsigned long long)heard, (unsigned long long)engine, (unsigned long long)(total - mic - heard - engine));
-    long peak = cli_peak_rss_kb(); // (the cascade's resets of VmHWM reset this too: its stages' peaks count)
-    for (int k = 0; k < 4; k++) peak = A->stage_peak_kb[k] > peak ? A->stage_peak_kb[k] : peak;
-    fprintf(stderr, "peak RSS: %.1f MiB\n", peak / 1024.0);
+    fprintf(stderr, "peak RSS: %.1f MiB\n", peak_rss_kb(A) / 1024.0);
+    const energy_report *E = &A->energy;
+    fprintf(stderr, "energy (modelled: %.2f W idle, %.2f W with all %d cores busy, %.0f pJ a DRAM byte; docs/power.md):\n",
+            E->model.idle_w, E->model.active_w, E->model.n_cores, E->model.pj_byte > 0 ? E->model.pj_byte : 80.0);
+    for (int k = 0; k < 4; k++) {
+        if (!A->acc[k].name[0]) continue;
+        fprintf(stderr, "  %s brick: %.3f s busy x %d threads, %.1f MB streamed: %.3f J over idle (modelled)\n",
+                A->acc[k].name, A->acc[k].busy, A->acc[k].threads, A->dram[k] / 1e6, E->brick_j[k]);
+    }
+    fprintf(stderr, "  the run: %.3f CPU-s in %.3f s, %.1f MB streamed: %.3f J (modelled), %.3f J a question\n",
+            E->cpu_s, wall, E->dram / 1e6, E->run_j, A->n_items ? E->run_j / A->n_items : 0.0);
+    for (int32_t m = 0; m < E->measured.n; m++)
+        fprintf(stderr, "  %s: %.3f J in %.3f s (measured), %.3f J a question\n", E->measured.name[m],
+                E->measured.joules[m], E->measured.seconds, A->n_items ? E->measured.joules[m] / A->n_items : 0.0);
+    if (E->measured.n == 0) fprintf(stderr, "  no energy meter on this machine: modelled only\n");
 }
 
 // Loads the bricks the parameters ask for (the vision brick feeds the LLM brick).
@@ -815,6 +979,9 @@ static void keep_stats(app *A, int k, const nm_brick *b) {
     snprintf(A->acc[k].device, sizeof A->acc[k].device, "%s", nm_brick_device(b));
     A->acc[k].n += bs.n_requests;
     A->acc[k].busy += bs.t_busy;
+    const nm_brick_params *p = k == 0 ? &A->sp : k == 1 ? &A->vp : k == 2 ? &A->lp : &A->tp;
+    const int32_t cores = cli_energy_default().n_cores;
+    A->acc[k].threads = k == 3 ? 1 : p->n_threads > 0 && p->n_threads < cores ? p->n_threads : cores; // espeak-ng: one
 }
 
 static void free_bricks(app *A) {
@@ -1096,13 +1263,14 @@ static bool cascade_speak(app *A, item *it, uint64_t id, const char *text, const
     ok = ok && sa.st == NM_OK;
     if (!ok) fprintf(stderr, "error: question %llu: the voice failed%s%s\n", (unsigned long long)id, err[0] ? ": " : "",
                      err);
+    it->n_said = len;
+    add_traffic(A, 3, A->tts, (nm_brick_input){.n_bytes = (int64_t)len});
     keep_stats(A, 3, A->tts);
     nm_brick_free(A->tts);
     A->tts = NULL;
     free_ring(&A->say);
     free_ring(&A->speech);
     stage_done(A, 3);
-    (void)it;
     return ok;
 }
 
@@ -1197,6 +1365,7 @@ static void cascade_question(app *A, int i) {
     it->t_answered = now(A);
     if (!answer) it->failed = true;
     else note_speed(A, it, it->t_answered);
+    add_traffic(A, 2, A->llm, (nm_brick_input){.n_tokens = it->n_prompt, .n_predict = it->n_tokens});
     keep_stats(A, 1, A->vision);
     nm_brick_free(A->vision);
     A->vision = NULL;
@@ -1355,6 +1524,7 @@ static bool take_own(app *A, int *argc, char **argv) {
                            : !strcmp(a, "--frames") ? &A->frames : !strcmp(a, "--out") ? &A->out_dir
                            : !strcmp(a, "--tts") ? &A->tts_engine : !strcmp(a, "--voice") ? &A->voice
                            : !strcmp(a, "--stt-cores") ? &A->stt_cores : !strcmp(a, "--tts-cores") ? &A->tts_cores
+                           : !strcmp(a, "--json") ? &A->json_path
                                                                                                 : NULL;
         if (dst) {
             if (i + 1 >= *argc || !argv[i + 1][0]) {
@@ -1493,6 +1663,16 @@ int cmd_assistant(int argc, char **argv) {
         fprintf(stderr, "error: --battery-speed and --power-sysfs go with --battery\n");
         goto out;
     }
+    if (A.json_path) { // its folder must be there now, not after the run
+        char *dir = strdup(A.json_path), *slash = dir ? strrchr(dir, '/') : NULL;
+        struct stat sb;
+        if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+        errno = 0;
+        const bool there = dir && stat(slash ? dir : ".", &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (!there) fprintf(stderr, "error: --json '%s': %s\n", A.json_path, errno ? strerror(errno) : "not in a folder");
+        free(dir);
+        if (!there) goto out;
+    }
     if (A.out_dir && !A.speaker_dev) {
         struct stat sb;
         if (stat(A.out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
@@ -1590,7 +1770,16 @@ int cmd_assistant(int argc, char **argv) {
         }
         A.ep_mic = nm_ledger_endpoint(A.ledger, "microphone");
     }
+    if (o->stats || A.json_path) { // the machine's energy meters, if any (else the energy is modelled only)
+        if (nm_energy_meters_open(NULL, true, &A.meters, err, sizeof err) != NM_OK) {
+            fprintf(stderr, "energy meters: %s: the energy is modelled only\n", err);
+        } else if (nm_energy_meters_count(A.meters) == 0 || nm_energy_meters_start(A.meters, err, sizeof err) != NM_OK) {
+            nm_energy_meters_free(A.meters);
+            A.meters = NULL;
+        }
+    }
     A.t0 = cli_now();
+    A.cpu0 = cli_cpu_seconds();
     bool lanes_failed = false;
     pthread_t th_mic;
     bool mic = false;
@@ -1649,8 +1838,11 @@ int cmd_assistant(int argc, char **argv) {
     rc = rc > 1 ? rc : A.mic_failed || lanes_failed ? 1 : 0;
     for (int i = 0; i < A.n_items; i++) rc = A.items[i].failed ? 1 : rc;
     if (A.mic_dev && A.n_items == 0 && !A.mic_failed) fprintf(stderr, "heard no question\n");
+    if (o->stats || A.json_path) energy_end(&A, wall);
     if (o->stats) print_stats(&A, wall);
+    if (A.json_path && !write_json(&A, wall)) rc = 1;
 out:
+    nm_energy_meters_free(A.meters);
     nm_power_actuators_free(A.dvfs); // the frequencies as they were
     nm_battery_free(A.battery);
     free_bricks(&A);

@@ -18,6 +18,8 @@ static void power_usage(void) {
            "                                [--devfreq-governor G]]\n"
            "       nanomind power project  [--capacity-mah MAH] [--voltage V] [--workload SPEC] [policy options]\n"
            "       nanomind power restore  [--record FILE]\n"
+           "       nanomind power energy   --cpu-s S --wall-s S [--bytes B] [--questions N] [--cores N]\n"
+           "                               [--idle-w W] [--active-w W] [--pj-byte P]\n"
            "\n"
            "status    the battery, the energy meters and the DVFS actuators found on this machine\n"
            "simulate  replays a battery trace (CSV rows seconds,percent[,watts]) through the policy and the\n"
@@ -26,6 +28,9 @@ static void power_usage(void) {
            "          and put back at the end\n"
            "project   battery hours for voice-only and camera use, from the model (assumptions printed)\n"
            "restore   writes back the frequencies a killed nanomind left changed (its restore record)\n"
+           "energy    the energy model of a run that used S CPU-seconds (all threads) over S seconds and moved\n"
+           "          B bytes of DRAM, on N cores (default this machine's) at the board's watts (0.25 idle,\n"
+           "          2.5 busy) and 80 pJ a byte: the figure `assistant --stats` gives, for any program\n"
            "\n"
            "policy options: --t-high PCT (60) --t-low PCT (20) --hysteresis PTS (2) --fps-max F (2)\n"
            "                --fps-min F (0.25) --share-min S (0.25)\n"
@@ -55,7 +60,7 @@ typedef struct workload {
 } workload;
 
 static workload workload_default(void) {
-    return (workload){.requests = 20, .camera = false, .idle_w = 0.25, .active_w = 2.5, .camera_w = 0.35,
+    return (workload){.requests = 20, .camera = false, .idle_w = CLI_BOARD_IDLE_W, .active_w = CLI_BOARD_ACTIVE_W, .camera_w = 0.35,
                       .resident_w = 0.05, .request_s = 6, .frame_s = 0.25, .request_mb = 600, .frame_mb = 120,
                       .load_s = 1.5, .load_mb = 400, .events = 30, .fmin = 0.3, .pj_byte = 80};
 }
@@ -153,6 +158,8 @@ typedef struct power_opts {
     bool dry_run, no_nvml;
     double step, capacity_mah, voltage;
     nm_power_params pp;
+    // energy
+    double cpu_s, wall_s, bytes, questions, cores, idle_w, active_w, pj_byte;
 } power_opts;
 
 static bool num_opt(const char *opt, const char *v, double lo, double hi, double *out) {
@@ -210,6 +217,14 @@ static int parse_opts(const char *sub, int argc, char **argv, const char *allowe
         else if (!strcmp(a, "--fps-max")) ok = num_opt(a, v, 0, 1000, &o->pp.fps_max);
         else if (!strcmp(a, "--fps-min")) ok = num_opt(a, v, 0, 1000, &o->pp.fps_min);
         else if (!strcmp(a, "--share-min")) ok = num_opt(a, v, 0, 1, &o->pp.share_min);
+        else if (!strcmp(a, "--cpu-s")) ok = num_opt(a, v, 0, 1e9, &o->cpu_s);
+        else if (!strcmp(a, "--wall-s")) ok = num_opt(a, v, 1e-9, 1e9, &o->wall_s);
+        else if (!strcmp(a, "--bytes")) ok = num_opt(a, v, 0, 1e18, &o->bytes);
+        else if (!strcmp(a, "--questions")) ok = num_opt(a, v, 1, 1e9, &o->questions);
+        else if (!strcmp(a, "--cores")) ok = num_opt(a, v, 1, 4096, &o->cores);
+        else if (!strcmp(a, "--idle-w")) ok = num_opt(a, v, 0, 1e5, &o->idle_w);
+        else if (!strcmp(a, "--active-w")) ok = num_opt(a, v, 0, 1e5, &o->active_w);
+        else if (!strcmp(a, "--pj-byte")) ok = num_opt(a, v, 0, 1e5, &o->pj_byte);
         if (!ok) return 2;
     }
     char err[256];
@@ -529,6 +544,40 @@ static int power_project(const power_opts *o, const workload *base) {
     return 0;
 }
 
+// ---- energy
+
+static bool given(int argc, char **argv, const char *opt) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], opt)) return true;
+    return false;
+}
+
+static int power_energy(const power_opts *o, int argc, char **argv) {
+    if (!given(argc, argv, "--cpu-s") || !given(argc, argv, "--wall-s")) {
+        fprintf(stderr, "error: power energy needs --cpu-s and --wall-s (what the run used)\n");
+        return 2;
+    }
+    cli_energy e = cli_energy_default();
+    if (given(argc, argv, "--cores")) e.n_cores = (int32_t)o->cores;
+    if (given(argc, argv, "--idle-w")) e.idle_w = o->idle_w;
+    if (given(argc, argv, "--active-w")) e.active_w = o->active_w;
+    if (given(argc, argv, "--pj-byte")) e.pj_byte = o->pj_byte;
+    if (e.active_w < e.idle_w) {
+        fprintf(stderr, "error: --active-w %.3f is below --idle-w %.3f\n", e.active_w, e.idle_w);
+        return 2;
+    }
+    const double q = o->questions > 0 ? o->questions : 1, j = cli_energy_run(&e, o->cpu_s, o->wall_s, o->bytes);
+    printf("modelled: %.3f J, %.3f J a question (%.0f): %.3f CPU-s on %d cores in %.3f s, %.1f MB at %.0f pJ a byte; "
+           "%.2f W idle, %.2f W with every core busy\n",
+           j, j / q, q, o->cpu_s, e.n_cores, o->wall_s, o->bytes / 1e6, e.pj_byte > 0 ? e.pj_byte : 80.0, e.idle_w,
+           e.active_w);
+    fflush(stdout);
+    if (o->cpu_s > o->wall_s * e.n_cores * 1.05)
+        fprintf(stderr, "note: %.3f CPU-s in %.3f s is more than %d cores give: the cores are counted busy the whole "
+                        "time\n", o->cpu_s, o->wall_s, e.n_cores);
+    return 0;
+}
+
 int cmd_power(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         power_usage();
@@ -590,6 +639,12 @@ int cmd_power(int argc, char **argv) {
         if (o.workload && !parse_workload(o.workload, &w)) return 2;
         return power_project(&o, &w);
     }
-    fprintf(stderr, "error: power: unknown subcommand '%s' (status, simulate, project, restore)\n", sub);
+    if (!strcmp(sub, "energy")) {
+        rc = parse_opts(sub, argc - 2, argv + 2, " --cpu-s --wall-s --bytes --questions --cores --idle-w --active-w "
+                        "--pj-byte ", &o);
+        if (rc) return rc < 0 ? 0 : rc;
+        return power_energy(&o, argc - 2, argv + 2);
+    }
+    fprintf(stderr, "error: power: unknown subcommand '%s' (status, simulate, project, restore, energy)\n", sub);
     return 2;
 }

@@ -372,6 +372,30 @@ long cli_peak_rss_kb(void) {
     return ru.ru_maxrss;
 }
 
+cli_energy cli_energy_default(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return (cli_energy){.idle_w = CLI_BOARD_IDLE_W, .active_w = CLI_BOARD_ACTIVE_W, .n_cores = n > 0 ? (int32_t)n : 1};
+}
+
+double cli_energy_run(const cli_energy *e, double cpu_s, double wall_s, double dram_bytes) {
+    const nm_unit_profile u = {.idle_w = e->idle_w, .active_w = e->active_w};
+    double busy = cpu_s / (e->n_cores > 0 ? e->n_cores : 1);
+    if (busy > wall_s) busy = wall_s;
+    return nm_energy_model_joules(&u, busy, wall_s, 1, dram_bytes, e->pj_byte);
+}
+
+double cli_energy_work(const cli_energy *e, double thread_s, double dram_bytes) {
+    const nm_unit_profile u = {.idle_w = 0, .active_w = e->active_w - e->idle_w};
+    return nm_energy_model_joules(&u, thread_s / (e->n_cores > 0 ? e->n_cores : 1), 0, 1, dram_bytes, e->pj_byte);
+}
+
+double cli_cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
 bool cli_rss_split(long *anon_kb, long *file_kb) {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];

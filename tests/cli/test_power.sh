@@ -264,6 +264,20 @@ expect energy_active_below_idle 2 "--active-w 1.000 is below --idle-w 2.000" \
 expect energy_bad_number 2 "--wall-s needs a number in \\[1e-09, 1e\\+09\\], got 'soon'" \
     -- nm power energy --cpu-s 1 --wall-s soon
 
+# power measure: a command's energy from a meter (a fake hwmon counter the command itself advances by
+# 5 J), its exit status passed on
+case_measure() {
+    local r=$tmp/meter; rm -rf "$r"; mkdir -p "$r/class/hwmon/hwmon0"
+    echo testchip > "$r/class/hwmon/hwmon0/name"; echo 1000000 > "$r/class/hwmon/hwmon0/energy1_input"
+    nm power measure --sysfs "$r" --no-nvml --questions 2 -- sh -c "echo 6000000 > '$r/class/hwmon/hwmon0/energy1_input'; exit 3"
+}
+expect measure_a_command_with_a_meter 3 \
+    "sh exited 3: .* CPU-s .* modelled: [0-9.]+ J, [0-9.]+ J a question \\(2\\).* measured: hwmon:testchip:energy1_input: 5.000 J, 2.500 J a question" \
+    -- oneline case_measure
+expect measure_no_such_command 127 "power measure: /nonexistent: No such file or directory.*exited 127" \
+    -- oneline nm power measure --no-nvml -- /nonexistent
+expect measure_needs_a_command 2 "power measure needs the command after --" -- nm power measure --no-nvml
+
 case_assistant_json() {
     mkdir -p "$tmp/js"
     nm assistant -m "$M" --stt "$WM" --audio "$Q" --out "$tmp/js" -n 8 --temp 0 --json "$tmp/js/r.json" --stats \

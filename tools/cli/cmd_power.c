@@ -4,10 +4,14 @@
 // frequencies a killed process left changed (restore). docs/power.md.
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -20,6 +24,7 @@ static void power_usage(void) {
            "       nanomind power restore  [--record FILE]\n"
            "       nanomind power energy   --cpu-s S --wall-s S [--bytes B] [--questions N] [--cores N]\n"
            "                               [--idle-w W] [--active-w W] [--pj-byte P]\n"
+           "       nanomind power measure  [--sysfs ROOT] [--no-nvml] [--bytes B] [--questions N] -- COMMAND [ARGS]\n"
            "\n"
            "status    the battery, the energy meters and the DVFS actuators found on this machine\n"
            "simulate  replays a battery trace (CSV rows seconds,percent[,watts]) through the policy and the\n"
@@ -31,6 +36,8 @@ static void power_usage(void) {
            "energy    the energy model of a run that used S CPU-seconds (all threads) over S seconds and moved\n"
            "          B bytes of DRAM, on N cores (default this machine's) at the board's watts (0.25 idle,\n"
            "          2.5 busy) and 80 pJ a byte: the figure `assistant --stats` gives, for any program\n"
+           "measure   runs COMMAND and gives its energy: measured by every meter found (RAPL, hwmon, the battery,\n"
+           "          NVML) over its run, and modelled from its CPU time (and B bytes); exits with its status\n"
            "\n"
            "policy options: --t-high PCT (60) --t-low PCT (20) --hysteresis PTS (2) --fps-max F (2)\n"
            "                --fps-min F (0.25) --share-min S (0.25)\n"
@@ -578,6 +585,70 @@ static int power_energy(const power_opts *o, int argc, char **argv) {
     return 0;
 }
 
+// Runs argv (after "--") and reports its energy, measured and modelled; its exit status.
+static int power_measure(const power_opts *o, int argc, char **argv) {
+    char err[512];
+    nm_energy_meters *m = NULL;
+    if (nm_energy_meters_open(o->sysfs, !o->no_nvml, &m, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "error: energy meters: %s\n", err);
+        return 1;
+    }
+    if (nm_energy_meters_count(m) > 0 && nm_energy_meters_start(m, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "error: energy meters: %s\n", err);
+        nm_energy_meters_free(m);
+        return 1;
+    }
+    fflush(NULL);
+    const double t0 = cli_now();
+    const pid_t pid = fork();
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        fprintf(stderr, "error: power measure: %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    int status = 0;
+    struct rusage ru = {0};
+    bool waited = false;
+    if (pid > 0) {
+        // the command's Ctrl-C is its own: this process waits for it (and reports) rather than dying first
+        struct sigaction ign = {.sa_handler = SIG_IGN}, old_int, old_quit;
+        sigemptyset(&ign.sa_mask);
+        sigaction(SIGINT, &ign, &old_int);
+        sigaction(SIGQUIT, &ign, &old_quit);
+        pid_t w;
+        while ((w = wait4(pid, &status, 0, &ru)) < 0 && errno == EINTR) {
+        }
+        waited = w == pid;
+        sigaction(SIGINT, &old_int, NULL);
+        sigaction(SIGQUIT, &old_quit, NULL);
+    } else {
+        fprintf(stderr, "error: power measure: fork: %s\n", strerror(errno));
+    }
+    const double wall = cli_now() - t0;
+    nm_energy_reading r = {0};
+    bool measured = nm_energy_meters_count(m) > 0;
+    if (measured && nm_energy_meters_stop(m, &r, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "energy meters: %s\n", err);
+        measured = false;
+    }
+    nm_energy_meters_free(m);
+    if (!waited) return 1;
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    const double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+                       ru.ru_stime.tv_usec * 1e-6;
+    const double q = o->questions > 0 ? o->questions : 1;
+    cli_energy e = cli_energy_default();
+    const double j = cli_energy_run(&e, cpu, wall, o->bytes);
+    fprintf(stderr, "power measure: %s exited %d: %.3f s, %.3f CPU-s (children included)\n", argv[0], rc, wall, cpu);
+    fprintf(stderr, "  modelled: %.3f J, %.3f J a question (%.0f): the CPU time on %d cores at %.2f W idle, %.2f W busy, "
+                    "%.1f MB at 80 pJ a byte\n", j, j / q, q, e.n_cores, e.idle_w, e.active_w, o->bytes / 1e6);
+    for (int32_t i = 0; measured && i < r.n; i++)
+        fprintf(stderr, "  measured: %s: %.3f J, %.3f J a question, %.3f W on average\n", r.name[i], r.joules[i],
+                r.joules[i] / q, r.seconds > 0 ? r.joules[i] / r.seconds : 0.0);
+    if (!measured) fprintf(stderr, "  measured: no energy meter on this machine\n");
+    return rc;
+}
+
 int cmd_power(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         power_usage();
@@ -645,6 +716,17 @@ int cmd_power(int argc, char **argv) {
         if (rc) return rc < 0 ? 0 : rc;
         return power_energy(&o, argc - 2, argv + 2);
     }
-    fprintf(stderr, "error: power: unknown subcommand '%s' (status, simulate, project, restore, energy)\n", sub);
+    if (!strcmp(sub, "measure")) {
+        int dash = 2;
+        while (dash < argc && strcmp(argv[dash], "--")) dash++;
+        rc = parse_opts(sub, dash - 2, argv + 2, " --sysfs --no-nvml --bytes --questions ", &o);
+        if (rc) return rc < 0 ? 0 : rc;
+        if (dash + 1 >= argc) {
+            fprintf(stderr, "error: power measure needs the command after --\n");
+            return 2;
+        }
+        return power_measure(&o, argc - dash - 1, argv + dash + 1);
+    }
+    fprintf(stderr, "error: power: unknown subcommand '%s' (status, simulate, project, restore, energy, measure)\n", sub);
     return 2;
 }

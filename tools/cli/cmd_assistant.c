@@ -610,6 +610,42 @@ static void note_speed(app *A, const item *it, double t_end) {
     pthread_mutex_unlock(&A->lock);
 }
 
+// One token of an answer: its time, its count, the policy's pace, and its
+// text into piece, printed as it comes. The piece's length (0 while the
+// detokenizer holds bytes back).
+static int32_t answer_piece(app *A, item *it, nm_detok *dt, int32_t tok, char *piece, int32_t size) {
+    if (it->t_first_tok == 0) it->t_first_tok = now(A);
+    it->n_tokens++;
+    pace(A, it);
+    const int32_t pn = nm_detok_push(A->m, dt, tok, piece, size);
+    if (pn > 0) {
+        fwrite(piece, 1, (size_t)pn, stdout);
+        fflush(stdout);
+    }
+    return pn;
+}
+
+// Where an answer is cut into the voice's slots, the pipelined reader's and
+// the cascade's alike: before a piece that starts with a blank after a
+// sentence's end (. ! ?), and after a line's end.
+static bool ends_sentence(const char *piece, int32_t pn) {
+    const char last = piece[pn - 1];
+    return last == '.' || last == '!' || last == '?';
+}
+static bool cut_before(bool ended_sentence, const char *piece) {
+    return ended_sentence && (piece[0] == ' ' || piece[0] == '\n');
+}
+static bool cut_after(const char *piece, int32_t pn) { return piece[pn - 1] == '\n'; }
+
+// A TEXT slot of the voice's ring held for the sentence being read; false if none can be had.
+static bool say_hold(app *A, sentence *S) {
+    if (S->held) return true;
+    if (nm_tabm_acquire_write(A->say, 0, -1, &S->s) != NM_OK) return false;
+    S->held = true;
+    S->len = 0;
+    return true;
+}
+
 // Reads the decoder's tokens: the text to stdout as it comes, and, with a
 // voice, into TEXT slots for the TTS brick, one sentence each, detokenized
 // straight into the slot (it is what this thread makes; the TTS brick reads
@@ -635,35 +671,19 @@ static void *answers_main(void *arg) {
         const int32_t *toks = sl.data;
         const int32_t n = sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
         for (int32_t k = 0; k < n && it; k++) {
-            if (it->t_first_tok == 0) it->t_first_tok = now(A);
-            it->n_tokens++;
-            pace(A, it);
             char piece[256];
-            int32_t pn = nm_detok_push(A->m, &dt, toks[k], piece, (int32_t)sizeof piece);
-            if (pn <= 0) continue;
-            fwrite(piece, 1, (size_t)pn, stdout);
-            fflush(stdout);
-            if (!A->tts) continue;
-            // a sentence ends where a blank follows . ! ? (or at a line's end)
-            if (ended_sentence && (piece[0] == ' ' || piece[0] == '\n')) say_out(A, &S, id, true);
-            if (!S.held) {
-                if (nm_tabm_acquire_write(A->say, 0, -1, &S.s) != NM_OK) continue;
-                S.held = true;
-                S.len = 0;
-            }
+            const int32_t pn = answer_piece(A, it, &dt, toks[k], piece, (int32_t)sizeof piece);
+            if (pn <= 0 || !A->tts) continue;
+            if (cut_before(ended_sentence, piece)) say_out(A, &S, id, true);
+            if (!say_hold(A, &S)) continue;
             if (S.len + (size_t)pn > S.s.capacity) say_out(A, &S, id, true); // a very long sentence: cut
-            if (!S.held) {
-                if (nm_tabm_acquire_write(A->say, 0, -1, &S.s) != NM_OK) continue;
-                S.held = true;
-                S.len = 0;
-            }
+            if (!say_hold(A, &S)) continue;
             // the text this thread makes from the tokens, written once into the TTS brick's slot
             memcpy((char *)S.s.data + S.len, piece, (size_t)pn);
             S.len += (size_t)pn;
             it->n_said += (size_t)pn;
-            char last = piece[pn - 1];
-            ended_sentence = last == '.' || last == '!' || last == '?';
-            if (last == '\n') say_out(A, &S, id, true);
+            ended_sentence = ends_sentence(piece, pn);
+            if (cut_after(piece, pn)) say_out(A, &S, id, true);
         }
         nm_tabm_release(A->tok, &sl);
         if (user & NM_BRICK_MORE || !it) continue;
@@ -1167,14 +1187,9 @@ static char *collect_answer(app *A, item *it, uint64_t id, size_t *cuts, int *n_
         const int32_t *toks = sl.data;
         const int32_t n = sl.meta->request == id && sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
         for (int32_t k = 0; k < n; k++) {
-            if (it->t_first_tok == 0) it->t_first_tok = now(A);
-            it->n_tokens++;
-            pace(A, it);
             char piece[256];
-            int32_t pn = nm_detok_push(A->m, &dt, toks[k], piece, (int32_t)sizeof piece);
+            const int32_t pn = answer_piece(A, it, &dt, toks[k], piece, (int32_t)sizeof piece);
             if (pn <= 0) continue;
-            fwrite(piece, 1, (size_t)pn, stdout);
-            fflush(stdout);
             if (text && len + (size_t)pn + 1 > cap) {
                 char *t = realloc(text, cap * 2 + (size_t)pn);
                 if (!t) {
@@ -1184,14 +1199,13 @@ static char *collect_answer(app *A, item *it, uint64_t id, size_t *cuts, int *n_
                 text = t;
                 cap = cap * 2 + (size_t)pn;
             }
-            if (ended_sentence && (piece[0] == ' ' || piece[0] == '\n') && *n_cuts < MAX_CUTS) cuts[(*n_cuts)++] = len;
+            if (cut_before(ended_sentence, piece) && *n_cuts < MAX_CUTS) cuts[(*n_cuts)++] = len;
             if (text) {
                 memcpy(text + len, piece, (size_t)pn);
                 len += (size_t)pn;
             }
-            const char last = piece[pn - 1];
-            ended_sentence = last == '.' || last == '!' || last == '?';
-            if (last == '\n' && *n_cuts < MAX_CUTS) cuts[(*n_cuts)++] = len;
+            ended_sentence = ends_sentence(piece, pn);
+            if (cut_after(piece, pn) && *n_cuts < MAX_CUTS) cuts[(*n_cuts)++] = len;
         }
         nm_tabm_release(A->tok, &sl);
         if (user & NM_BRICK_MORE) continue;

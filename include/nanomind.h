@@ -987,6 +987,24 @@ typedef struct nm_vision_info {
 // false (and *out zeroed) for a brick of another kind.
 bool nm_brick_vision_info(const nm_brick *b, nm_vision_info *out);
 
+// A camera's frame in brief, to tell a frame that changed from one that did
+// not (the cascade's camera event): the image's luma (BT.601 integer weights,
+// (77 R + 150 G + 29 B + 128) >> 8) averaged over a NM_FRAME_SIG_SIDE x
+// NM_FRAME_SIG_SIDE grid of equal cells (cell x spans columns
+// [x w / S, (x + 1) w / S), rows likewise; integer sums, rounded), so the
+// same file gives the same bytes on every CPU. Frames of any size compare.
+#define NM_FRAME_SIG_SIDE 32
+typedef struct nm_frame_sig {
+    uint8_t luma[NM_FRAME_SIG_SIDE * NM_FRAME_SIG_SIDE];
+    int32_t width, height; // the frame's
+} nm_frame_sig;
+// The signature of an image file (PNG, JPEG, PPM). NM_ERR_IO / NM_ERR_FORMAT /
+// NM_ERR_RANGE as the vision brick's decoder, err saying why.
+nm_status nm_frame_signature(const char *path, nm_frame_sig *out, char *err, size_t err_size);
+// How much b differs from a: the mean absolute difference of their cells,
+// 0 (the same) .. 255 (black against white).
+double nm_frame_difference(const nm_frame_sig *a, const nm_frame_sig *b);
+
 // TTS: the rate of the PCM slots it writes (Hz), the engine's own rate (Hz;
 // the output is resampled from it when they differ), the engine's name.
 int32_t nm_brick_tts_sample_rate(const nm_brick *b);

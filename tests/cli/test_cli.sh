@@ -187,6 +187,8 @@ expect say_no_output 2 "no output: give -o OUT.wav or --stdout" -- nm say hello
 
 # transcribe: Whisper speech to text (errors first; real runs need whisper-tiny.en.gguf from set-up)
 SPEECH=tests/data/speech
+# A case's output (stdout and stderr) on one line, for a pattern across its lines.
+oneline() { "$@" 2>&1 | tr '\n' ' '; echo; }
 expect help_transcribe 0 "usage: nanomind transcribe" -- nm transcribe --help
 expect transcribe_no_audio 2 "no audio file" -- nm transcribe -m "$WM"
 expect transcribe_missing_model 1 "cannot load '/nonexistent.bin'" -- nm transcribe -m /nonexistent.bin $SPEECH/tts_16k.wav
@@ -283,6 +285,71 @@ case_assistant_speaker() { nm assistant -m "$M" -p "Say hello." --out speaker:nu
 expect assistant_speaker 0 "> Say hello\\..*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]*[1-9][0-9.]* s of speech\\)" "$M" -- case_assistant_speaker
 case_assistant_speaker_absent() { nm assistant -m "$M" -p "Say hello." --out speaker:nm-no-such-speaker -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '; }
 expect assistant_speaker_absent 0 "speaker skipped: audio: cannot play on 'nm-no-such-speaker'.*> Say hello" "$M" -- case_assistant_speaker_absent
+# events: a watched folder (each audio file written and closed there, or moved in, is a question;
+# other files and files already there are not), wake words (a question without one is not
+# answered; the word is taken off the question; "the qui" is not a word "The quick" starts with), a camera's frames arriving in a folder with
+# --frame-change (a frame like the last one asked about wakes nothing)
+# drop ERR DIR SRC:NAME...: once the assistant says it is watching (in ERR), each SRC into DIR/NAME,
+# the first by a rename (a writer's atomic way), the others written in place; 0.7 s apart
+drop() {
+    local err=$1 dir=$2 k=0 f
+    shift 2
+    for _ in $(seq 300); do grep -q "^watching" "$err" 2>/dev/null && break; sleep 0.1; done
+    for f in "$@"; do
+        if [ $k = 0 ]; then cp "${f%%:*}" "$dir/.part" && mv "$dir/.part" "$dir/${f#*:}"; else cp "${f%%:*}" "$dir/${f#*:}"; fi
+        k=$((k + 1)); sleep 0.7
+    done
+}
+case_assistant_watch() {
+    rm -rf "$tmp/watch" "$tmp/watch.out"; mkdir -p "$tmp/watch" "$tmp/watch.out"
+    cp $SPEECH/tts_16k.wav "$tmp/watch/already-there.wav"; echo "not a question" > "$tmp/notes.txt"
+    drop "$tmp/watch.err" "$tmp/watch" $SPEECH/tts_16k.wav:q1.wav "$tmp/notes.txt:notes.txt" $SPEECH/tts_16k.wav:q2.wav &
+    nm assistant -m "$M" --stt "$WM" --audio "watch:$tmp/watch" --listen 8 --wake-words "Hey nano, the quick" \
+        --out "$tmp/watch.out" -n 4 --temp 0 -t 2 > "$tmp/watch.txt" 2> "$tmp/watch.err"
+    wait
+    cat "$tmp/watch.txt" "$tmp/watch.err"; ls "$tmp/watch.out"
+}
+expect assistant_watch_folder 0 "^> brown fox jump.*> brown fox jump.*watching '.*/watch' for questions answer-001.wav answer-002.wav $" "$M" "$WM" -- oneline case_assistant_watch
+case_assistant_no_wake_word() { nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --wake-words "computer,the qui" -n 4 --temp 0 -t 2 --stats; }
+expect assistant_no_wake_word 0 "question 1: no wake word: \"The quick brown fox.*; 0 tokens \(not answered: no wake word\) 1 questions in" "$M" "$WM" -- oneline case_assistant_no_wake_word
+python3 - "$tmp" <<'PY'
+import sys
+def ppm(path, shade, dot=None):
+    w, h = 40, 30
+    px = bytearray()
+    for y in range(h):
+        for x in range(w):
+            v = 255 - shade if dot and abs(x - dot[0]) < 6 and abs(y - dot[1]) < 6 else shade
+            px += bytes((v, v, v))
+    open(path, "wb").write(b"P6\n%d %d\n255\n" % (w, h) + px)
+ppm(sys.argv[1] + "/cam1.ppm", 60)
+ppm(sys.argv[1] + "/cam2.ppm", 61)            # the same scene, one grey level of sensor noise
+ppm(sys.argv[1] + "/cam3.ppm", 60, (20, 15))  # something came into view
+PY
+case_assistant_camera() {
+    rm -rf "$tmp/cam"; mkdir -p "$tmp/cam"
+    drop "$tmp/cam.err" "$tmp/cam" "$tmp/cam1.ppm:f1.ppm" "$tmp/cam2.ppm:f2.ppm" "$tmp/cam3.ppm:f3.ppm" &
+    nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames "watch:$tmp/cam" -p "What is there?" --frame-change 4 \
+        --listen 6 -n 2 --temp 0 -t 2 --stats > "$tmp/cam.txt" 2> "$tmp/cam.err"
+    wait
+    cat "$tmp/cam.err" "$tmp/cam.txt"
+}
+expect assistant_camera_frame_change 0 "question 2: frame .*f2.ppm unchanged \(difference 1.00 <= 4.00\): not asked.*vision brick \(cpu\): 2 requests.*> What is there\?.*> What is there\?" "$M" -- oneline case_assistant_camera
+expect assistant_watch_missing 1 "error: --audio watch:/nonexistent: No such file or directory" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio watch:/nonexistent
+expect assistant_watch_frames_need_prompt 2 "--frames watch:DIR asks a typed question of each frame: give it with -p" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "watch:$tmp"
+expect assistant_watch_two 2 "watch one folder" "$M" -- nm assistant -m "$M" --audio "watch:$tmp" --frames "watch:$tmp"
+expect assistant_frame_change_needs_prompt 2 "--frame-change goes with --frames and -p" "$M" -- nm assistant -m "$M" -p hi --frame-change 3
+expect assistant_frame_change_range 2 "--frame-change needs a number in \[0, 254\], got '300'" "$M" -- nm assistant -m "$M" -p hi --frame-change 300
+expect assistant_wake_empty 2 "--wake-words: an empty word in 'hey,,you'" "$M" -- nm assistant -m "$M" -p hi --wake-words hey,,you
+expect assistant_wake_needs_speech 2 "--wake-words goes with spoken questions" "$M" -- nm assistant -m "$M" -p hi --wake-words hey
+case_assistant_watch_gone() {
+    rm -rf "$tmp/gone"; mkdir -p "$tmp/gone"
+    (for _ in $(seq 300); do grep -q "^watching" "$tmp/gone.err" 2>/dev/null && break; sleep 0.1; done; rmdir "$tmp/gone") &
+    nm assistant -m "$M" --stt "$WM" --audio "watch:$tmp/gone" -n 2 2> "$tmp/gone.err"
+    wait
+    cat "$tmp/gone.err"
+}
+expect assistant_watch_folder_removed 1 "watching .*the folder was removed or moved away $" "$M" "$WM" -- oneline case_assistant_watch_gone
 # --plan: the bricks placed by the planner from a profile (here one written by hand: core 0 takes
 # everything but vision, core 1 only vision), then the question answered on those lanes
 printf '{"units": [{"name": "cpu:0", "unit": "cpu", "read_gbps": 20, "gflops_f32": 50, "gflops": {"f16": 50, "q4_0": 60, "q4_1": 60, "q8_0": 60, "q6_K": 60}, "launch_us": 1, "kinds": 26}, {"name": "cpu:1", "unit": "cpu", "read_gbps": 20, "gflops_f32": 50, "gflops": {"f16": 400}, "launch_us": 1, "kinds": 4}]}' > "$tmp/lanes.json"

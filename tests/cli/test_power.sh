@@ -243,8 +243,63 @@ expect assistant_battery_out_of_range 2 "a fixed charge must be in 0..100 %, got
     -- nm assistant -m "$M" -p hi --battery 150
 expect assistant_battery_missing_trace 1 "trace /nonexistent.csv: No such file or directory" "$M" \
     -- nm assistant -m "$M" -p hi --battery trace:/nonexistent.csv
-expect assistant_cascade_no_microphone 2 "the microphone and the speaker are not supported with them yet" "$M" "$WM" \
-    -- nm assistant -m "$M" --stt "$WM" --audio mic --cascade
+# the cascade woken by the microphone (ALSA's file plugin reading two spoken questions with silence
+# around them), speaking on a speaker (ALSA's null device): each utterance heard into the
+# microphone's ring, Whisper loaded to read it there, then the decoder, then the voice
+mkdir -p "$tmp/home"
+python3 - "$tmp/mic.raw" "$(dirname "$0")/../data/speech/tts_16k.wav" <<'PY'
+import random, struct, sys, wave
+w = wave.open(sys.argv[2])
+speech = w.readframes(w.getnframes())
+random.seed(1)
+quiet = lambda s: b"".join(struct.pack("<h", random.randint(-30, 30)) for _ in range(int(16000 * s)))
+open(sys.argv[1], "wb").write(quiet(1.0) + speech + quiet(1.5) + speech + quiet(1.5))
+PY
+printf 'pcm.questions {\n type file\n slave.pcm null\n file "/dev/null"\n infile "%s"\n format "raw"\n}\n' "$tmp/mic.raw" > "$tmp/home/.asoundrc"
+case_cascade_mic() {
+    HOME="$tmp/home" nm assistant -m "$M" --stt "$WM" --audio mic:questions --listen 12 --out speaker:null -n 4 --temp 0 \
+        -t 2 --stats --cascade
+}
+expect cascade_woken_by_the_microphone_speaks 0 \
+    "listening on 'questions'.*> The quick brown fox.*> The quick brown fox.*question 2 .*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]*[1-9][0-9.]* s of speech\\).*cascade: 2 of 2 questions.*the microphone's audio into the STT slots [1-9][0-9]*," \
+    "$M" "$WM" -- oneline case_cascade_mic
+# a wake word list: a question without one loads nothing but Whisper
+case_cascade_no_wake_word() {
+    mkdir -p "$tmp/nowake"
+    nm assistant -m "$M" --stt "$WM" --audio "$Q/q1.wav" --out "$tmp/nowake" -n 4 --temp 0 --stats --cascade \
+        --wake-words "computer"
+    ls "$tmp/nowake"; echo "files: $(ls "$tmp/nowake" | wc -l)"
+}
+expect cascade_without_wake_word_loads_whisper_only 0 \
+    "question 1: no wake word: \"What color .*\".*stt brick \\(cpu\\): 1 requests.*peak RSS by stage: whisper [1-9][0-9.]* MiB, vision 0.0 MiB, decoder 0.0 MiB, voice 0.0 MiB.*files: 0 $" \
+    "$M" "$WM" -- oneline case_cascade_no_wake_word
+# the policy's threads target: 2 threads at 40 % (alpha 0.5), 1 at 30 %: the pipeline is made again
+# between the questions, and the bricks' threads in --json are their busy time's mean
+case_battery_threads() {
+    printf 'seconds,percent\n0,40\n500000,30\n' > "$tmp/thr.csv"
+    mkdir -p "$tmp/thr"
+    nm assistant -m "$M" --stt "$WM" --audio "$Q" --out "$tmp/thr" -n 8 --temp 0 -t 2 --json "$tmp/thr/r.json" \
+        --battery "trace:$tmp/thr.csv" --battery-speed 10000000 2>&1 > /dev/null | grep -E '^power:'
+    python3 -c "import json, sys; b = {x['name']: x for x in json.load(open(sys.argv[1]))['bricks']}
+print('threads', all(1 < b[k]['threads'] < 2 for k in ('stt', 'llm')))" "$tmp/thr/r.json"
+}
+expect battery_threads_follow_the_policy 0 \
+    "power: battery 40.0 %: proportional, alpha 0.50.* power: 1 thread a brick \\(was 2\\): the pipeline is made again threads True $" \
+    "$M" "$WM" -- oneline case_battery_threads
+# a question the cascade fails (its audio unreadable) in the critical state, then the charge back
+# above the threshold: the resident pipeline answers the next one and the run ends (it waits for as
+# many answers as questions were asked, the failed one counted)
+case_cascade_failed_then_resident() {
+    mkdir -p "$tmp/fq" "$tmp/fq.out"
+    printf 'RIFF....WAVEjunk' > "$tmp/fq/1.wav"; cp "$Q/q1.wav" "$tmp/fq/2.wav"
+    printf 'seconds,percent\n0,15\n1000,25\n' > "$tmp/fq.csv" # (25 % from 1 ms on)
+    nm assistant -m "$M" --stt "$WM" --audio "$tmp/fq" --out "$tmp/fq.out" -n 4 --temp 0 --stats \
+        --battery "trace:$tmp/fq.csv" --battery-speed 1000000
+    ls "$tmp/fq.out"
+}
+expect cascade_failed_question_then_resident_ends 1 \
+    "power: battery 15.0 %: critical.*error: question .*1.wav.*power: battery 25.0 %: proportional.*> What color .*2 questions in .*\\(pipelined and cascade\\).*answer-002.wav $" \
+    "$M" "$WM" -- oneline case_cascade_failed_then_resident
 expect assistant_battery_speed_alone 2 "--battery-speed and --power-sysfs go with --battery" "$M" \
     -- nm assistant -m "$M" -p hi --battery-speed 10
 

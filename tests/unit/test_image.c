@@ -1368,4 +1368,58 @@ NM_TEST(preprocess_equals_llama_cpp) {
     NM_CHECK(n_lines == 11 * 51);
 }
 
+// ---- a camera frame's signature (nm_frame_signature / nm_frame_difference) ----------------------
+
+// A P6 file of w x h grey pixels v(x, y) at path.
+static bool write_grey_ppm(const char *path, int w, int h, uint8_t (*v)(int x, int y)) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    fprintf(f, "P6\n%d %d\n255\n", w, h);
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            const uint8_t g = v(x, y);
+            fputc(g, f), fputc(g, f), fputc(g, f);
+        }
+    return fclose(f) == 0;
+}
+static uint8_t stripes(int x, int y) { return (void)y, x % 2 ? 255 : 0; }       // 64 wide: two columns a cell
+static uint8_t bars(int x, int y) { return (void)x, y < 32 ? 10 : 200; }        // top half dark
+static uint8_t flat60(int x, int y) { return (void)x, (void)y, 60; }
+static uint8_t flat61(int x, int y) { return (void)x, (void)y, 61; }
+
+NM_TEST(frame_signature_averages_cells_and_differences) {
+    char dir[] = "/tmp/nm-frame-XXXXXX", p[4][64];
+    NM_CHECK(mkdtemp(dir) != NULL);
+    const char *names[4] = {"stripes", "bars", "flat60", "flat61"};
+    uint8_t (*fns[4])(int, int) = {stripes, bars, flat60, flat61};
+    nm_frame_sig sig[4];
+    char err[256];
+    for (int k = 0; k < 4; k++) {
+        snprintf(p[k], sizeof p[k], "%s/%s.ppm", dir, names[k]);
+        // the flat frames are small (8 x 6): each cell takes its nearest pixel
+        NM_CHECK(write_grey_ppm(p[k], k < 2 ? 64 : 8, k < 2 ? 64 : 6, fns[k]));
+        NM_CHECK(nm_frame_signature(p[k], &sig[k], err, sizeof err) == NM_OK);
+    }
+    int bad = 0;
+    for (int i = 0; i < NM_FRAME_SIG_SIDE * NM_FRAME_SIG_SIDE; i++) {
+        bad += sig[0].luma[i] != 128;                                     // (0 + 255) / 2, rounded up
+        bad += sig[1].luma[i] != (i / NM_FRAME_SIG_SIDE < 16 ? 10 : 200); // two rows a cell, one half each
+        bad += sig[2].luma[i] != 60 || sig[3].luma[i] != 61;
+    }
+    NM_CHECK(bad == 0);
+    NM_CHECK(sig[0].width == 64 && sig[0].height == 64 && sig[2].width == 8 && sig[2].height == 6);
+    NM_CHECK_NEAR(nm_frame_difference(&sig[2], &sig[3]), 1.0, 1e-12);
+    NM_CHECK_NEAR(nm_frame_difference(&sig[3], &sig[2]), 1.0, 1e-12);
+    NM_CHECK_NEAR(nm_frame_difference(&sig[1], &sig[1]), 0.0, 1e-12);
+    NM_CHECK_NEAR(nm_frame_difference(&sig[0], &sig[2]), 68.0, 1e-12); // 128 against 60 everywhere
+    // bad input: named, nothing left in the output
+    NM_CHECK(nm_frame_signature("/nonexistent.ppm", &sig[0], err, sizeof err) == NM_ERR_IO && strstr(err, "nonexistent"));
+    NM_CHECK(sig[0].width == 0);
+    FILE *f = fopen(p[0], "wb");
+    if (f) fputs("P6\n4 4\n255\nxx", f), fclose(f);
+    NM_CHECK(nm_frame_signature(p[0], &sig[0], err, sizeof err) != NM_OK);
+    for (int k = 0; k < 4; k++) unlink(p[k]);
+    rmdir(dir);
+}
+
 NM_TEST_MAIN()

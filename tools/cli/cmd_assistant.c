@@ -10,10 +10,8 @@
 // the rest is decoded. --sequential waits for each answer to be spoken
 // before the next question starts (the baseline the benchmark compares
 // with). Each question is its own request, with the same id on every ring.
-#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,17 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cjson/cJSON.h>
-
-#include "cli.h"
-
-#define MEDIA_MARKER "<__media__>"
-#define MAX_ITEMS 4096
-#define MAX_QUESTION_S 60     // seconds of audio a question slot holds
-#define SAY_SLOT_BYTES 4096   // text of a sentence (or a few) for the TTS brick
-#define LLM_IN_SLOTS 8        // a prompt's parts (text, image segment, text) for two questions
-#define SPEECH_SLOTS 64
-#define SENTINEL "\x1fQUESTION\x1f"
+#include "assistant.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -49,12 +37,22 @@ static void usage(FILE *f) {
             "                           each, in name order; WAV, FLAC, OGG, MP3), up to %d s each\n"
             "  --audio mic[:DEVICE]     the questions from a microphone (ALSA; default device \"default\"):\n"
             "                           each utterance (speech until 0.8 s of silence) is a question\n"
-            "  --listen S               with mic: listen S seconds; 0 (default): until Ctrl-C\n"
+            "  --audio watch:DIR        the questions as audio files arrive in DIR (written and closed\n"
+            "                           there, or moved in; files already there are not questions)\n"
+            "  --listen S               with mic or watch: listen S seconds; 0 (default): until Ctrl-C\n"
+            "  --wake-words LIST        answer only a spoken question that starts with one of these\n"
+            "                           (comma-separated; case and punctuation ignored); the word is\n"
+            "                           taken off the question. Others are not answered (in the\n"
+            "                           cascade, nothing but Whisper is loaded for them)\n"
             "  -p, --prompt TEXT        a typed question (with --frames: asked of every frame)\n"
             "  --mmproj FILE            vision encoder for the frames (llama.cpp's mmproj GGUF)\n"
             "  --frames DIR             the camera frames: a folder of images (PNG, JPEG, PPM) in name\n"
             "                           order, one per question (as many as the questions, or any number\n"
             "                           with -p)\n"
+            "  --frames watch:DIR       the frames as a camera writes them into DIR, each asked -p\n"
+            "  --frame-change T         with -p: ask about a frame only if it differs from the last one\n"
+            "                           asked about by more than T (mean absolute difference of 32x32\n"
+            "                           grey thumbnails, 0..255; e.g. 4); the others wake nothing\n"
             "  --fps F                  take at most F frames a second (a camera's rate); 0 (default):\n"
             "                           as fast as the pipeline goes\n"
             "  --out DIR                speak the answers into DIR/answer-NNN.wav (text goes to stdout\n"
@@ -67,12 +65,13 @@ static void usage(FILE *f) {
             "power (docs/power.md):\n"
             "  --battery SRC            the battery: a percent, sysfs[:NAME] (Linux power_supply) or\n"
             "                           trace:FILE (seconds,percent rows); before each question the policy\n"
-            "                           sets the frame rate, the decoder's pace and, when critical, runs\n"
+            "                           sets the frame rate, the decoder's pace, the bricks' threads (the\n"
+            "                           pipeline made again when they change) and, when critical, runs\n"
             "                           the question as the cascade\n"
             "  --battery-speed X        trace seconds per second of the loop (default 1)\n"
             "  --power-sysfs ROOT       write the policy's DVFS caps under ROOT (/sys), restored at exit\n"
             "  --cascade                every question as the cascade: each brick loaded, run once and\n"
-            "                           released in turn (the least memory; --audio FILE|DIR, --out DIR)\n"
+            "                           released in turn (the least memory), when a question comes\n"
             "  --plan                   place the bricks where the planner puts them (the plan goes to\n"
             "                           stderr) from the unit profiles (`nanomind profile`);\n"
             "                           --plan-goal latency|throughput|energy, --profile FILE\n"
@@ -90,98 +89,6 @@ static void usage(FILE *f) {
             MAX_QUESTION_S);
 }
 
-typedef struct item {
-    const char *audio;   // the question's audio file, or NULL (typed)
-    const char *frame;   // its frame, or NULL
-    char question[2048]; // transcript (or -p)
-    bool from_mic;       // an utterance the microphone heard: its audio is in the STT ring already
-    bool failed;         // heard nothing or a brick failed it: the answer is empty
-    int32_t n_tokens;
-    int32_t n_prompt;    // prompt positions sent to the decoder (text tokens and image rows)
-    size_t n_said;       // bytes of the answer given to the voice
-    int64_t n_samples;
-    // seconds, from the loop's start
-    double t_start;      // the question is whole (its audio read)
-    double t_heard, t_first_tok, t_answered, t_first_audio, t_spoken;
-} item;
-
-typedef struct lane {
-    nm_brick *b;
-    nm_tabm *in, *out;
-    pthread_t th;
-    bool started;
-} lane;
-
-typedef struct energy_report {
-    cli_energy model;
-    double cpu_s, dram, run_j, brick_j[4];
-    nm_energy_reading measured;
-} energy_report;
-
-typedef struct app {
-    // options
-    const char *stt_model, *audio, *frames, *out_dir, *tts_engine, *voice, *stt_cores, *tts_cores;
-    float fps, listen_s;
-    bool sequential;
-    const char *mic_dev, *speaker_dev; // --audio mic[:DEV], --out speaker[:DEV]
-    cli_opts o;
-    // bricks and rings
-    nm_model *m;
-    nm_brick *llm, *vision, *stt, *tts;
-    nm_tabm *pcm, *heard, *llm_in, *tok, *img, *say, *speech;
-    nm_ledger *ledger;
-    int ep_stt, ep_llm, ep_mic;
-    nm_audio_player *player; // --out speaker
-    nm_vad *vad;             // --audio mic: cuts the capture into questions
-    bool mic_done;           // the capture has ended (its questions are all in items)
-    bool mic_failed;
-    int cap_items;
-    // the bricks' parameters (kept: --plan loads them again where the planner puts them)
-    nm_brick_params lp, vp, sp, tp;
-    nm_unit_profile units[NM_PLAN_MAX_UNITS]; // --plan: the profiles (the cores strings point into them)
-    int32_t n_units;
-    // the questions
-    item *items;
-    int n_items;
-    char **owned; // paths listed from the folders
-    int n_owned;
-    double t0;
-    // power: --battery (a source and the policy), --power-sysfs (DVFS), --cascade
-    nm_battery *battery;
-    nm_power_policy policy;
-    nm_power_actuators *dvfs;
-    double battery_speed;      // trace seconds a second of the loop
-    const char *battery_src, *power_sysfs; // --battery, --power-sysfs
-    bool cascade_always;       // --cascade
-    bool cascading;            // this question runs as the cascade
-    double decode_cap;         // tokens/s the answer reader paces the decoder to (0: none; under lock)
-    double fps_cap;            // frames/s the policy allows (0: none)
-    int n_cascaded;
-    int32_t tts_rate;          // the voice's sample rate once it has been loaded
-    long stage_peak_kb[4];     // the cascade: each stage's peak RSS (stt, vision + llm, llm, tts), the largest seen
-    // the bricks' counters, kept across loads (the cascade frees each brick after its question)
-    struct { char name[24], device[24]; uint64_t n; double busy; int32_t threads; } acc[4];
-    // energy (--stats, --json): each brick's DRAM traffic (its estimate for each request's size, under
-    // lock), the meters where the machine has some, the process's CPU time at the loop's start
-    double dram[4];
-    nm_energy_meters *meters;
-    double cpu0;
-    const char *json_path;     // --json FILE
-    energy_report energy;
-    // the resident pipeline's lanes and threads
-    bool resident, planned;
-    bool no_voice;             // the speaker could not be opened: answers printed only
-    lane L_llm, L_stt, L_tts;
-    pthread_t th_answers, th_speech;
-    bool answers_started, speech_started;
-    int n_asked;               // questions asked of the resident pipeline so far
-    double full_tps;           // the decoder's tokens/s on the last answer it decoded unpaced
-    // progress, for --sequential and the end
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    int n_answered, n_spoken;
-    bool answers_gone, speech_gone; // their thread ended
-} app;
 
 static void *lane_main(void *arg) {
     lane *L = arg;
@@ -189,117 +96,18 @@ static void *lane_main(void *arg) {
     return NULL;
 }
 
-static double now(const app *A) { return cli_now() - A->t0; }
-
-// A request's DRAM traffic as brick k's estimate for its size has it (0 stt,
-// 1 vision, 2 llm, 3 tts): the weights its passes stream and the activations.
-static void add_traffic(app *A, int k, const nm_brick *b, nm_brick_input in) {
-    nm_brick_cost c = {0};
-    if (!b || nm_brick_estimate(b, &in, &c) != NM_OK) return;
-    pthread_mutex_lock(&A->lock);
-    A->dram[k] += c.weight_bytes_read + c.act_bytes;
-    pthread_mutex_unlock(&A->lock);
-}
-
-// ---- the questions -----------------------------------------------------------------------
-
-static bool has_ext(const char *name, const char *const *exts) {
-    const char *dot = strrchr(name, '.');
-    if (!dot) return false;
-    for (; *exts; exts++)
-        if (!strcasecmp(dot + 1, *exts)) return true;
-    return false;
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-// A file, or a folder's files with one of exts in name order, into A->owned;
-// *first and *n say where. False (error printed) on an unreadable path or an
-// empty folder.
-static bool list_files(app *A, const char *path, const char *what, const char *const *exts, int *first, int *n) {
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
-        fprintf(stderr, "error: %s '%s': %s\n", what, path, strerror(errno));
-        return false;
-    }
-    *first = A->n_owned;
-    *n = 0;
-    if (!S_ISDIR(sb.st_mode)) {
-        A->owned[A->n_owned++] = strdup(path);
-        *n = 1;
-        return A->owned[*first] != NULL;
-    }
-    DIR *d = opendir(path);
-    if (!d) {
-        fprintf(stderr, "error: %s folder '%s': %s\n", what, path, strerror(errno));
-        return false;
-    }
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.' || !has_ext(e->d_name, exts)) continue;
-        if (A->n_owned >= 2 * MAX_ITEMS) {
-            fprintf(stderr, "error: %s folder '%s': more than %d files\n", what, path, MAX_ITEMS);
-            closedir(d);
-            return false;
-        }
-        size_t len = strlen(path) + strlen(e->d_name) + 2;
-        char *p = malloc(len);
-        if (!p) break;
-        snprintf(p, len, "%s/%s", path, e->d_name);
-        A->owned[A->n_owned++] = p;
-        (*n)++;
-    }
-    closedir(d);
-    if (*n == 0) {
-        fprintf(stderr, "error: %s folder '%s' holds no %s file\n", what, path, exts[0]);
-        return false;
-    }
-    qsort(A->owned + *first, (size_t)*n, sizeof(char *), cmp_str);
-    return true;
-}
-
-static bool make_items(app *A) {
-    static const char *const audio_exts[] = {"wav", "flac", "ogg", "mp3", "opus", "aiff", "au", NULL};
-    static const char *const image_exts[] = {"png", "jpg", "jpeg", "ppm", NULL};
-    A->owned = calloc(2 * MAX_ITEMS, sizeof(char *));
-    if (!A->owned) return false;
-    if (A->mic_dev) { // questions come as they are heard
-        A->items = calloc(MAX_ITEMS, sizeof(item));
-        A->cap_items = MAX_ITEMS;
-        A->n_items = 0;
-        return A->items != NULL;
-    }
-    int a0 = 0, na = 0, f0 = 0, nf = 0;
-    if (A->audio && !list_files(A, A->audio, "--audio", audio_exts, &a0, &na)) return false;
-    if (A->frames && !list_files(A, A->frames, "--frames", image_exts, &f0, &nf)) return false;
-    if (na && nf && na != nf) {
-        fprintf(stderr, "error: %d frames and %d spoken questions: give one question per frame (or -p for all)\n",
-                nf, na);
-        return false;
-    }
-    A->n_items = na ? na : nf ? nf : 1;
-    A->cap_items = A->n_items;
-    A->items = calloc((size_t)A->n_items, sizeof(item));
-    if (!A->items) return false;
-    for (int i = 0; i < A->n_items; i++) {
-        item *it = &A->items[i];
-        it->audio = na ? A->owned[a0 + i] : NULL;
-        it->frame = nf ? A->owned[f0 + i] : NULL;
-        if (!na) snprintf(it->question, sizeof it->question, "%s", A->o.prompt);
-    }
-    return true;
-}
 
 // The vision ring's slot: the largest frame file (at least a byte; at most
 // what the brick takes: a larger file is refused when its turn comes).
 static size_t frame_bytes(const app *A) {
+    const size_t cap = nm_brick_in_slot_bytes(A->vision);
+    if (A->watch_frames) return cap; // frames still to come: as large as the brick takes
     size_t most = 1;
     for (int i = 0; i < A->n_items; i++) {
         struct stat sb;
         if (A->items[i].frame && stat(A->items[i].frame, &sb) == 0 && (size_t)sb.st_size > most)
             most = (size_t)sb.st_size;
     }
-    const size_t cap = nm_brick_in_slot_bytes(A->vision);
     return most < cap ? most : cap;
 }
 
@@ -445,75 +253,16 @@ static bool read_transcript(app *A, item *it, uint64_t id) {
     return !failed && len > 0;
 }
 
-// ---- the microphone ------------------------------------------------------------------------
-
-static volatile sig_atomic_t g_stop; // Ctrl-C while listening: stop (what was heard is answered); twice: quit
-
-static void on_sigint(int sig) {
-    if (g_stop++) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-    }
-}
-
-// An utterance the cutter found: copied once from the capture into a PCM slot
-// of the STT ring (counted), as the next question.
-static void heard_utterance(void *user, const float *pcm, int64_t n, int64_t t0) {
-    app *A = user;
-    (void)t0;
-    const double t = now(A);
-    const int i = A->n_items; // only this thread adds items
-    if (i >= A->cap_items) return;
-    nm_tabm_slot sl;
-    // never wait here: a capture that stops reading loses audio (an overrun)
-    nm_status st = nm_tabm_acquire_write(A->pcm, 0, 0, &sl);
-    if (st != NM_OK) {
-        if (st == NM_ERR_AGAIN)
-            fprintf(stderr, "a question was dropped: %u heard ones wait for Whisper\n", nm_tabm_n_slots(A->pcm));
-        return;
-    }
-    if ((uint64_t)n * sizeof(float) > sl.capacity) n = (int64_t)(sl.capacity / sizeof(float));
-    nm_ledger_copy(A->ledger, A->ep_mic, A->ep_stt, sl.data, pcm, sizeof(float) * (size_t)n);
-    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {n}, .size = sizeof(float) * (uint64_t)n,
-                              .sample_rate = 16000, .request = (uint64_t)i + 1};
-    if (nm_tabm_publish(A->pcm, &sl) != NM_OK) {
-        nm_tabm_cancel(A->pcm, &sl);
-        return;
-    }
-    add_traffic(A, 0, A->stt, (nm_brick_input){.n_samples = n});
-    pthread_mutex_lock(&A->lock);
-    A->items[i].from_mic = true;
-    A->items[i].t_start = t; // the cutter's end of the utterance (end_silence_ms after the speech)
-    A->n_items = i + 1;
-    pthread_cond_broadcast(&A->cond);
-    pthread_mutex_unlock(&A->lock);
-}
-
-static bool mic_chunk(const float *pcm, int64_t n, void *user) {
-    app *A = user;
-    nm_vad_push(A->vad, pcm, n, heard_utterance, A);
-    return g_stop || A->n_items >= A->cap_items;
-}
-
-// Listens until --listen seconds have passed or Ctrl-C; each utterance is a question.
-static void *mic_main(void *arg) {
-    app *A = arg;
-    nm_audio_capture_params p = nm_audio_capture_default_params();
-    p.device = A->mic_dev;
-    p.stream = true;
-    p.seconds = A->listen_s;
-    p.on_chunk = mic_chunk;
-    p.user = A;
-    nm_audio none = {0};
-    char err[512];
-    nm_status st = nm_audio_capture(&p, &none, err, sizeof err);
-    if (st != NM_OK) fprintf(stderr, "error: microphone: %s\n", err);
-    nm_vad_flush(A->vad, heard_utterance, A);
-    pthread_mutex_lock(&A->lock);
-    A->mic_done = true;
-    A->mic_failed = st != NM_OK;
-    pthread_cond_broadcast(&A->cond);
-    pthread_mutex_unlock(&A->lock);
+// A brick serving one request on a thread of its own (the cascade's bricks,
+// and Whisper on a heard question, whose audio waits in the microphone's ring).
+typedef struct step_arg {
+    nm_brick *b;
+    nm_tabm *in, *out;
+    nm_status st;
+} step_arg;
+static void *step_main(void *p) {
+    step_arg *a = p;
+    a->st = nm_brick_step(a->b, a->in, a->out);
     return NULL;
 }
 
@@ -531,7 +280,17 @@ static void ask(app *A, int i) {
     const uint64_t id = (uint64_t)i + 1;
     if (!it->from_mic && !A->cascading) it->t_start = now(A); // (a heard question's end is when the cutter closed it)
     const bool spoken = (it->audio || it->from_mic) && !A->cascading; // (the cascade transcribed it already)
-    const bool heard = it->from_mic || (it->audio && send_audio(A, it, id));
+    // a heard question's audio waits in the microphone's ring: Whisper serves it now, on a thread of its own
+    step_arg stt = {A->stt, A->pcm, A->heard, NM_OK};
+    pthread_t th_stt;
+    bool stepping = false;
+    if (spoken && it->from_mic) {
+        stepping = pthread_create(&th_stt, NULL, step_main, &stt) == 0;
+        nm_tabm_slot lost;
+        if (!stepping && nm_tabm_acquire_read(A->pcm, 0, &lost) == NM_OK) nm_tabm_release(A->pcm, &lost);
+        add_traffic(A, 0, A->stt, (nm_brick_input){.n_samples = it->n_heard});
+    }
+    const bool heard = stepping || (spoken && it->audio && send_audio(A, it, id));
     bool sent_first = false; // a part of the prompt is in the ring: the rest must follow
     bool ok = true;
     if (it->frame && A->vision) {
@@ -546,7 +305,9 @@ static void ask(app *A, int i) {
         free(probe);
     }
     if (spoken) ok = heard && read_transcript(A, it, id) && ok; // (the transcript is read in any case)
+    if (stepping) pthread_join(th_stt, NULL);
     if (spoken && heard && !ok && !it->question[0]) fprintf(stderr, "question %d: no speech heard\n", i + 1);
+    if (spoken && ok && !assistant_woken(A, it, i)) ok = false; // (skipped: not a failure)
     it->t_heard = now(A);
     char *full = ok ? chat(A, it->question, it->frame && A->vision) : NULL;
     const char *rest = full;
@@ -558,7 +319,7 @@ static void ask(app *A, int i) {
         // The request still goes through the decoder, cancelled: the brick drops
         // what was sent of it and ends it, so its (empty) answer and its speech
         // end in order with the others'.
-        it->failed = true;
+        it->failed = !it->skipped;
         nm_tabm_cancel_request(A->llm_in, id);
         send_text(A, " ", sent_first ? 0 : NM_LLM_IN_POS(0), false, id);
     } else {
@@ -666,7 +427,7 @@ static void *answers_main(void *arg) {
             memset(&dt, 0, sizeof dt);
             ended_sentence = false;
             it->t_first_tok = 0;
-            printf("> %s\n", it->question);
+            if (!it->skipped) printf("> %s\n", it->question);
         }
         const int32_t *toks = sl.data;
         const int32_t n = sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
@@ -688,7 +449,7 @@ static void *answers_main(void *arg) {
         nm_tabm_release(A->tok, &sl);
         if (user & NM_BRICK_MORE || !it) continue;
         // the answer's end
-        printf("\n");
+        if (!it->skipped) printf("\n");
         fflush(stdout);
         const nm_llm_stop why = NM_LLM_STOP_OF(user);
         if (user & NM_BRICK_ERROR) {
@@ -784,192 +545,16 @@ static void *speech_main(void *arg) {
 
 // ---- the command ---------------------------------------------------------------------------
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-// The median, min and max of the n values of v (sorted in place).
-static void spread(const char *what, double *v, int n) {
-    if (n == 0) return;
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    fprintf(stderr, "end of question -> %s: median %.3f s, min %.3f s, max %.3f s\n", what, v[n / 2], v[0], v[n - 1]);
-}
-
-static long peak_rss_kb(const app *A) {
-    long peak = cli_peak_rss_kb(); // (the cascade's resets of VmHWM reset this too: its stages' peaks count)
-    for (int k = 0; k < 4; k++) peak = A->stage_peak_kb[k] > peak ? A->stage_peak_kb[k] : peak;
-    return peak;
-}
-
-// The run's energy, at its end: modelled for each brick (its busy threads and
-// its traffic, over idle) and for the run (the process's CPU time and all the
-// traffic, idle included); measured by each meter the machine has.
-static void energy_end(app *A, double wall) {
-    energy_report *E = &A->energy;
-    E->model = cli_energy_default();
-    E->cpu_s = cli_cpu_seconds() - A->cpu0;
-    E->dram = 0;
-    for (int k = 0; k < 4; k++) {
-        E->brick_j[k] = cli_energy_work(&E->model, A->acc[k].busy * A->acc[k].threads, A->dram[k]);
-        E->dram += A->dram[k];
-    }
-    E->run_j = cli_energy_run(&E->model, E->cpu_s, wall, E->dram);
-    char err[256];
-    if (A->meters && nm_energy_meters_stop(A->meters, &E->measured, err, sizeof err) != NM_OK) {
-        fprintf(stderr, "energy meters: %s\n", err);
-        E->measured.n = 0;
-    }
-}
-
-static void json_time(cJSON *o, const char *key, double t, double t0) {
-    cJSON_AddNumberToObject(o, key, t > 0 ? t - t0 : 0);
-}
-
-// --json FILE: the questions, the bricks and the energy as one object.
-static bool write_json(app *A, double wall) {
-    const energy_report *E = &A->energy;
-    cJSON *root = cJSON_CreateObject(), *qs = cJSON_AddArrayToObject(root, "questions");
-    for (int i = 0; i < A->n_items; i++) {
-        const item *it = &A->items[i];
-        cJSON *q = cJSON_CreateObject();
-        cJSON_AddItemToArray(qs, q);
-        cJSON_AddStringToObject(q, "question", it->question);
-        cJSON_AddNumberToObject(q, "start_s", it->t_start);
-        json_time(q, "heard_s", it->t_heard, it->t_start);
-        json_time(q, "first_token_s", it->t_first_tok, it->t_start);
-        json_time(q, "answered_s", it->t_answered, it->t_start);
-        json_time(q, "first_audio_s", it->t_first_audio, it->t_start);
-        json_time(q, "spoken_s", it->t_spoken, it->t_start);
-        cJSON_AddNumberToObject(q, "prompt_tokens", it->n_prompt);
-        cJSON_AddNumberToObject(q, "tokens", it->n_tokens);
-        cJSON_AddNumberToObject(q, "samples", (double)it->n_samples);
-        cJSON_AddBoolToObject(q, "failed", it->failed);
-    }
-    cJSON *bs = cJSON_AddArrayToObject(root, "bricks");
-    for (int k = 0; k < 4; k++) {
-        if (!A->acc[k].name[0]) continue;
-        cJSON *b = cJSON_CreateObject();
-        cJSON_AddItemToArray(bs, b);
-        cJSON_AddStringToObject(b, "name", A->acc[k].name);
-        cJSON_AddStringToObject(b, "device", A->acc[k].device);
-        cJSON_AddNumberToObject(b, "requests", (double)A->acc[k].n);
-        cJSON_AddNumberToObject(b, "busy_s", A->acc[k].busy);
-        cJSON_AddNumberToObject(b, "threads", A->acc[k].threads);
-        cJSON_AddNumberToObject(b, "dram_bytes", A->dram[k]);
-        cJSON_AddNumberToObject(b, "joules", E->brick_j[k]);
-        cJSON_AddStringToObject(b, "energy", "modelled");
-    }
-    cJSON *run = cJSON_AddObjectToObject(root, "run");
-    cJSON_AddNumberToObject(run, "questions", A->n_items);
-    cJSON_AddStringToObject(run, "mode", A->n_cascaded == A->n_items ? "cascade" : A->n_cascaded > 0 ? "mixed"
-                                         : A->sequential ? "sequential" : "pipelined");
-    cJSON_AddNumberToObject(run, "wall_s", wall);
-    cJSON_AddNumberToObject(run, "cpu_s", E->cpu_s);
-    cJSON_AddNumberToObject(run, "dram_bytes", E->dram);
-    cJSON_AddNumberToObject(run, "peak_rss_mib", peak_rss_kb(A) / 1024.0);
-    cJSON_AddNumberToObject(run, "copied_bytes", (double)nm_ledger_total(A->ledger));
-    cJSON *en = cJSON_AddArrayToObject(run, "energy");
-    cJSON *mo = cJSON_CreateObject();
-    cJSON_AddItemToArray(en, mo);
-    cJSON_AddStringToObject(mo, "source", "model");
-    cJSON_AddStringToObject(mo, "energy", "modelled");
-    cJSON_AddNumberToObject(mo, "joules", E->run_j);
-    cJSON_AddNumberToObject(mo, "joules_per_question", A->n_items ? E->run_j / A->n_items : 0);
-    cJSON_AddNumberToObject(mo, "idle_w", E->model.idle_w);
-    cJSON_AddNumberToObject(mo, "active_w", E->model.active_w);
-    cJSON_AddNumberToObject(mo, "cores", E->model.n_cores);
-    cJSON_AddNumberToObject(mo, "pj_byte", E->model.pj_byte > 0 ? E->model.pj_byte : 80);
-    for (int32_t m = 0; m < E->measured.n; m++) {
-        cJSON *me = cJSON_CreateObject();
-        cJSON_AddItemToArray(en, me);
-        cJSON_AddStringToObject(me, "source", E->measured.name[m]);
-        cJSON_AddStringToObject(me, "energy", "measured");
-        cJSON_AddNumberToObject(me, "joules", E->measured.joules[m]);
-        cJSON_AddNumberToObject(me, "joules_per_question", A->n_items ? E->measured.joules[m] / A->n_items : 0);
-        cJSON_AddNumberToObject(me, "seconds", E->measured.seconds);
-    }
-    char *text = cJSON_Print(root);
-    cJSON_Delete(root);
-    nm_outfile f = {0};
-    char err[512] = "";
-    bool ok = text && nm_outfile_open(&f, A->json_path, err, sizeof err) == NM_OK;
-    if (ok && (fputs(text, f.f) == EOF || fputc('\n', f.f) == EOF)) {
-        nm_outfile_abort(&f);
-        snprintf(err, sizeof err, "%s", strerror(errno));
-        ok = false;
-    } else if (ok) {
-        ok = nm_outfile_commit(&f, err, sizeof err) == NM_OK;
-    }
-    if (!ok) fprintf(stderr, "error: --json %s: %s\n", A->json_path, err[0] ? err : "out of memory");
-    free(text);
-    return ok;
-}
-
-static void print_stats(app *A, double wall) {
-    double *first_audio = calloc((size_t)A->n_items, sizeof(double));
-    double *done = calloc((size_t)A->n_items, sizeof(double));
-    int n_fa = 0, n_done = 0;
-    for (int i = 0; i < A->n_items; i++) {
-        const item *it = &A->items[i];
-        fprintf(stderr, "question %d (at %.3f s): from its end: heard %.3f s, first token %.3f s, last token %.3f s",
-                i + 1, it->t_start, it->t_heard - it->t_start, it->t_first_tok > 0 ? it->t_first_tok - it->t_start : 0.0,
-                it->t_answered - it->t_start);
-        if (A->tts_rate > 0)
-            fprintf(stderr, ", first audio %.3f s, spoken %.3f s (%.2f s of speech)",
-                    it->t_first_audio > 0 ? it->t_first_audio - it->t_start : 0.0, it->t_spoken - it->t_start,
-                    (double)it->n_samples / A->tts_rate);
-        fprintf(stderr, "; %d tokens%s\n", it->n_tokens, it->failed ? " (failed)" : "");
-        if (first_audio && it->t_first_audio > 0) first_audio[n_fa++] = it->t_first_audio - it->t_start;
-        if (done && !it->failed) done[n_done++] = (A->tts_rate > 0 ? it->t_spoken : it->t_answered) - it->t_start;
-    }
-    fprintf(stderr, "%d questions in %.3f s: %.3f questions/s (%s)\n", A->n_items, wall, A->n_items / wall,
-            A->n_cascaded == A->n_items ? "cascade" : A->n_cascaded > 0 ? "pipelined and cascade"
-            : A->sequential ? "sequential" : "pipelined");
-    if (first_audio) spread("first audio sample", first_audio, n_fa);
-    if (done) spread(A->tts_rate > 0 ? "answer spoken" : "answer written", done, n_done);
-    free(first_audio);
-    free(done);
-    for (int k = 0; k < 4; k++) {
-        if (!A->acc[k].name[0]) continue;
-        fprintf(stderr, "%s brick (%s): %llu requests, busy %.3f s (%.0f%% of the run)\n", A->acc[k].name,
-                A->acc[k].device, (unsigned long long)A->acc[k].n, A->acc[k].busy, 100.0 * A->acc[k].busy / wall);
-    }
-    if (A->n_cascaded > 0)
-        fprintf(stderr, "cascade: %d of %d questions, each brick loaded, run and released in turn; peak RSS by stage: "
-                        "whisper %.1f MiB, vision %.1f MiB, decoder %.1f MiB, voice %.1f MiB\n",
-                A->n_cascaded, A->n_items, A->stage_peak_kb[0] / 1024.0, A->stage_peak_kb[1] / 1024.0,
-                A->stage_peak_kb[2] / 1024.0, A->stage_peak_kb[3] / 1024.0);
-    const int ep_eng = nm_ledger_endpoint(A->ledger, "espeak-ng"), ep_tts = nm_ledger_endpoint(A->ledger, "tts");
-    const uint64_t mic = A->mic_dev ? nm_ledger_bytes(A->ledger, A->ep_mic, A->ep_stt) : 0;
-    const uint64_t heard = A->stt_model ? nm_ledger_bytes(A->ledger, A->ep_stt, A->ep_llm) : 0;
-    const uint64_t engine = nm_ledger_bytes(A->ledger, ep_tts, ep_eng) + nm_ledger_bytes(A->ledger, ep_eng, ep_tts);
-    const uint64_t total = nm_ledger_total(A->ledger);
-    fprintf(stderr, "ledger: %llu bytes copied (%llu copies): the microphone's audio into the STT slots %llu, the "
-                    "transcripts into the chats %llu, espeak-ng's text and samples %llu, anything else %llu\n",
-            (unsigned long long)total, (unsigned long long)nm_ledger_copies(A->ledger, -1, -1), (unsigned long long)mic,
-            (unsigned long long)heard, (unsigned long long)engine, (unsigned long long)(total - mic - heard - engine));
-    fprintf(stderr, "peak RSS: %.1f MiB\n", peak_rss_kb(A) / 1024.0);
-    const energy_report *E = &A->energy;
-    fprintf(stderr, "energy (modelled: %.2f W idle, %.2f W with all %d cores busy, %.0f pJ a DRAM byte; docs/power.md):\n",
-            E->model.idle_w, E->model.active_w, E->model.n_cores, E->model.pj_byte > 0 ? E->model.pj_byte : 80.0);
-    for (int k = 0; k < 4; k++) {
-        if (!A->acc[k].name[0]) continue;
-        fprintf(stderr, "  %s brick: %.3f s busy x %d threads, %.1f MB streamed: %.3f J over idle (modelled)\n",
-                A->acc[k].name, A->acc[k].busy, A->acc[k].threads, A->dram[k] / 1e6, E->brick_j[k]);
-    }
-    fprintf(stderr, "  the run: %.3f CPU-s in %.3f s, %.1f MB streamed: %.3f J (modelled), %.3f J a question\n",
-            E->cpu_s, wall, E->dram / 1e6, E->run_j, A->n_items ? E->run_j / A->n_items : 0.0);
-    for (int32_t m = 0; m < E->measured.n; m++)
-        fprintf(stderr, "  %s: %.3f J in %.3f s (measured), %.3f J a question\n", E->measured.name[m],
-                E->measured.joules[m], E->measured.seconds, A->n_items ? E->measured.joules[m] / A->n_items : 0.0);
-    if (E->measured.n == 0) fprintf(stderr, "  no energy meter on this machine: modelled only\n");
+// The battery policy's threads target into the bricks' parameters, for the loads to come.
+static void policy_threads(app *A) {
+    if (A->threads_now > 0) A->lp.n_threads = A->vp.n_threads = A->sp.n_threads = A->threads_now;
 }
 
 // Loads the bricks the parameters ask for (the vision brick feeds the LLM brick).
 static nm_status load_bricks(app *A) {
     char err[512];
     nm_status st;
+    policy_threads(A);
     if ((st = nm_brick_load(NULL, &A->lp, &A->llm, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
         return st;
@@ -1002,6 +587,7 @@ static void keep_stats(app *A, int k, const nm_brick *b) {
     const nm_brick_params *p = k == 0 ? &A->sp : k == 1 ? &A->vp : k == 2 ? &A->lp : &A->tp;
     const int32_t cores = cli_energy_default().n_cores;
     A->acc[k].threads = k == 3 ? 1 : p->n_threads > 0 && p->n_threads < cores ? p->n_threads : cores; // espeak-ng: one
+    A->acc[k].thread_s += bs.t_busy * A->acc[k].threads; // (the policy may change the threads between loads)
 }
 
 static void free_bricks(app *A) {
@@ -1080,7 +666,10 @@ static int place_by_plan(app *A) {
     }
     nm_plan p;
     char err[512], buf[4096];
-    if ((st = nm_plan_make(A->units, A->n_units, b, n, (nm_plan_goal)A->o.plan_goal, &p, err, sizeof err)) != NM_OK) {
+    // under the battery's constraint (proportional), the fewest joules; else the goal asked for
+    const nm_plan_goal goal = A->battery && A->policy.state == NM_POWER_PROPORTIONAL ? NM_PLAN_ENERGY
+                                                                                       : (nm_plan_goal)A->o.plan_goal;
+    if ((st = nm_plan_make(A->units, A->n_units, b, n, goal, &p, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
@@ -1146,17 +735,6 @@ static long peak_kb(void) {
 static void stage_done(app *A, int k) {
     long kb = peak_kb();
     if (kb > A->stage_peak_kb[k]) A->stage_peak_kb[k] = kb;
-}
-
-typedef struct step_arg {
-    nm_brick *b;
-    nm_tabm *in, *out;
-    nm_status st;
-} step_arg;
-static void *step_main(void *p) {
-    step_arg *a = p;
-    a->st = nm_brick_step(a->b, a->in, a->out);
-    return NULL;
 }
 
 static void free_ring(nm_tabm **r) {
@@ -1236,6 +814,14 @@ static bool cascade_speak(app *A, item *it, uint64_t id, const char *text, const
         return false;
     }
     A->tts_rate = nm_brick_tts_sample_rate(A->tts);
+    if (A->speaker_dev && !A->player &&
+        nm_audio_player_open(A->speaker_dev, A->tts_rate, &A->player, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "speaker skipped: %s: the answers are printed, not spoken\n", err); // an absent device
+        A->no_voice = true;
+        nm_brick_free(A->tts);
+        A->tts = NULL;
+        return true;
+    }
     bool ok = nm_tabm_create(NULL, 16, SAY_SLOT_BYTES, &A->say, err, sizeof err) == NM_OK &&
               nm_tabm_create(NULL, SPEECH_SLOTS, nm_brick_out_slot_bytes(A->tts), &A->speech, err, sizeof err) == NM_OK;
     step_arg sa = {A->tts, A->say, A->speech, NM_OK};
@@ -1295,37 +881,52 @@ static void cascade_question(app *A, int i) {
     const uint64_t id = (uint64_t)i + 1;
     char err[512];
     nm_status st;
-    it->t_start = now(A);
+    if (!it->from_mic) it->t_start = now(A); // (a heard question's end is when the cutter closed it)
     A->n_cascaded++;
+    policy_threads(A);
+    pthread_mutex_lock(&A->lock);
+    const int answered0 = A->n_answered, spoken0 = A->n_spoken;
+    pthread_mutex_unlock(&A->lock);
     bool ok = true;
-    if (it->audio) { // Whisper: load, transcribe, release
+    if (it->audio || it->from_mic) { // Whisper: load, transcribe, release
         peak_reset();
         if ((st = nm_brick_load(NULL, &A->sp, &A->stt, err, sizeof err)) != NM_OK) {
             fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->sp.model, nm_status_str(st), err);
             ok = false;
         }
         if (ok) A->ep_stt = nm_ledger_endpoint(A->ledger, nm_brick_name(A->stt));
-        ok = ok && nm_tabm_create(NULL, 1, sizeof(float) * 16000 * MAX_QUESTION_S, &A->pcm, err, sizeof err) == NM_OK &&
+        // a file's audio goes into a ring of one slot made for it; a heard question's waits in the microphone's
+        ok = ok && (it->from_mic ||
+                    nm_tabm_create(NULL, 1, sizeof(float) * 16000 * MAX_QUESTION_S, &A->pcm, err, sizeof err) == NM_OK) &&
              nm_tabm_create(NULL, 64, nm_brick_out_slot_bytes(A->stt), &A->heard, err, sizeof err) == NM_OK;
-        ok = ok && send_audio(A, it, id);
+        ok = ok && (it->from_mic || send_audio(A, it, id));
         step_arg sa = {A->stt, A->pcm, A->heard, NM_OK};
         pthread_t th;
         const bool started = ok && pthread_create(&th, NULL, step_main, &sa) == 0;
+        if (it->from_mic) {
+            nm_tabm_slot lost; // not transcribed: its audio leaves the ring, so that the next question's is next
+            if (!started && nm_tabm_acquire_read(A->pcm, 0, &lost) == NM_OK) nm_tabm_release(A->pcm, &lost);
+            add_traffic(A, 0, A->stt, (nm_brick_input){.n_samples = it->n_heard});
+        }
         ok = started && read_transcript(A, it, id);
         if (started) pthread_join(th, NULL);
         if (!ok && !it->question[0]) fprintf(stderr, "question %d: no speech heard\n", i + 1);
         keep_stats(A, 0, A->stt);
         nm_brick_free(A->stt);
         A->stt = NULL;
-        free_ring(&A->pcm);
+        if (!it->from_mic) free_ring(&A->pcm);
         free_ring(&A->heard);
         stage_done(A, 0);
+        if (ok && !assistant_woken(A, it, i)) { // no wake word: neither the decoder nor the voice is loaded
+            it->t_heard = it->t_answered = it->t_spoken = now(A);
+            goto done;
+        }
     }
     it->t_heard = now(A);
     if (!ok) {
         it->failed = true;
         it->t_answered = it->t_spoken = now(A);
-        return;
+        goto done;
     }
     // the decoder: its model mapped and its brick made; the frame's encoder loaded to feed it
     peak_reset();
@@ -1393,12 +994,17 @@ static void cascade_question(app *A, int i) {
     free_ring(&A->tok);
     stage_done(A, 2);
     // the voice
-    if (answer && A->out_dir && !cascade_speak(A, it, id, answer, cuts, n_cuts)) it->failed = true;
-    if (!A->out_dir || !answer) it->t_spoken = now(A);
+    const bool voice = answer && A->out_dir && !A->no_voice;
+    if (voice && !cascade_speak(A, it, id, answer, cuts, n_cuts)) it->failed = true;
+    if (!voice || it->t_spoken == 0) it->t_spoken = now(A);
     free(answer);
+done:
+    // this question is answered and spoken, whatever failed (the resident pipeline, started again later,
+    // waits for as many as were asked and cascaded)
     pthread_mutex_lock(&A->lock);
-    A->n_answered++;
-    if (!A->out_dir || !answer) A->n_spoken++;
+    A->n_answered = answered0 + 1;
+    A->n_spoken = spoken0 + 1;
+    pthread_cond_broadcast(&A->cond);
     pthread_mutex_unlock(&A->lock);
 }
 
@@ -1440,8 +1046,8 @@ static int start_resident(app *A) {
     if ((st = nm_tabm_create(NULL, LLM_IN_SLOTS, llm_slot, &A->llm_in, err, sizeof err)) != NM_OK ||
         (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(A->llm), &A->tok, err, sizeof err)) != NM_OK ||
         (A->vision && (st = nm_tabm_create(NULL, 1, frame_bytes(A), &A->img, err, sizeof err)) != NM_OK) ||
-        (A->stt && (st = nm_tabm_create(NULL, A->mic_dev ? 8 : 2, sizeof(float) * 16000 * MAX_QUESTION_S, &A->pcm,
-                                        err, sizeof err)) != NM_OK) ||
+        (A->stt && !A->mic_dev &&
+         (st = nm_tabm_create(NULL, 2, sizeof(float) * 16000 * MAX_QUESTION_S, &A->pcm, err, sizeof err)) != NM_OK) ||
         (A->stt && (st = nm_tabm_create(NULL, 8, nm_brick_out_slot_bytes(A->stt), &A->heard, err, sizeof err)) != NM_OK) ||
         (A->tts && (st = nm_tabm_create(NULL, 16, SAY_SLOT_BYTES, &A->say, err, sizeof err)) != NM_OK) ||
         (A->tts && (st = nm_tabm_create(NULL, SPEECH_SLOTS, nm_brick_out_slot_bytes(A->tts), &A->speech, err,
@@ -1456,11 +1062,12 @@ static int start_resident(app *A) {
     A->answers_gone = A->speech_gone = false;
     A->resident = true; // (stop_resident undoes what started, whatever fails below)
     A->L_llm.started = pthread_create(&A->L_llm.th, NULL, lane_main, &A->L_llm) == 0;
-    if (A->stt) A->L_stt.started = pthread_create(&A->L_stt.th, NULL, lane_main, &A->L_stt) == 0;
+    // (a heard question's Whisper is stepped when its turn comes: the microphone's ring outlives the lanes)
+    if (A->stt && !A->mic_dev) A->L_stt.started = pthread_create(&A->L_stt.th, NULL, lane_main, &A->L_stt) == 0;
     if (A->tts) A->L_tts.started = pthread_create(&A->L_tts.th, NULL, lane_main, &A->L_tts) == 0;
     A->answers_started = pthread_create(&A->th_answers, NULL, answers_main, A) == 0;
     if (A->tts) A->speech_started = pthread_create(&A->th_speech, NULL, speech_main, A) == 0;
-    if (!A->L_llm.started || !A->answers_started || (A->stt && !A->L_stt.started) ||
+    if (!A->L_llm.started || !A->answers_started || (A->stt && !A->mic_dev && !A->L_stt.started) ||
         (A->tts && (!A->L_tts.started || !A->speech_started))) {
         fprintf(stderr, "error: cannot start the lanes' threads\n");
         return 1;
@@ -1474,7 +1081,7 @@ static int start_resident(app *A) {
 static void stop_resident(app *A) {
     if (A->answers_started)
         wait_for(A, &A->n_spoken, A->n_asked + A->n_cascaded, A->tts ? &A->speech_gone : &A->answers_gone);
-    nm_tabm *rings[] = {A->pcm, A->heard, A->llm_in, A->tok, A->img, A->say, A->speech};
+    nm_tabm *rings[] = {A->mic_dev ? NULL : A->pcm, A->heard, A->llm_in, A->tok, A->img, A->say, A->speech};
     for (size_t k = 0; k < sizeof rings / sizeof rings[0]; k++)
         if (rings[k]) nm_tabm_shutdown(rings[k]);
     lane *lanes[] = {&A->L_llm, &A->L_stt, &A->L_tts};
@@ -1486,7 +1093,7 @@ static void stop_resident(app *A) {
     memset(&A->L_llm, 0, sizeof(lane) );
     memset(&A->L_stt, 0, sizeof(lane));
     memset(&A->L_tts, 0, sizeof(lane));
-    free_ring(&A->pcm);
+    if (!A->mic_dev) free_ring(&A->pcm); // (the microphone's lives as long as the capture)
     free_ring(&A->heard);
     free_ring(&A->llm_in);
     free_ring(&A->tok);
@@ -1518,6 +1125,14 @@ static bool power_step(app *A) {
     const double cap = A->decode_cap;
     pthread_mutex_unlock(&A->lock);
     A->fps_cap = tg.state == NM_POWER_CRITICAL ? 0 : tg.fps;
+    // the threads target: each brick made with it (a resident pipeline again, between two questions)
+    if (tg.n_threads != A->threads_now) {
+        if (A->threads_now > 0)
+            fprintf(stderr, "power: %d thread%s a brick (was %d)%s\n", tg.n_threads, tg.n_threads == 1 ? "" : "s",
+                    A->threads_now, A->resident ? ": the pipeline is made again" : "");
+        A->threads_now = tg.n_threads; // (the bricks loaded from now on; those running keep theirs)
+        A->rebuild = A->resident;
+    }
     if (!started || tg.state != before)
         fprintf(stderr, "power: battery %.1f %%: %s, alpha %.2f: frames %.2f/s, decoder %.0f%% of its speed%s%s\n",
                 r.pct, nm_power_state_name(tg.state), tg.alpha, tg.fps, 100 * tg.decode_share,
@@ -1558,6 +1173,18 @@ static bool take_own(app *A, int *argc, char **argv) {
                 return false;
             }
             i++;
+        } else if (!strcmp(a, "--frame-change")) {
+            if (i + 1 >= *argc || !cli_arg_float("--frame-change", argv[i + 1], 0.0f, 254.0f, &A->frame_change)) {
+                if (i + 1 >= *argc) fprintf(stderr, "error: --frame-change needs a value\n");
+                return false;
+            }
+            i++;
+        } else if (!strcmp(a, "--wake-words")) {
+            if (i + 1 >= *argc) {
+                fprintf(stderr, "error: --wake-words needs a value\n");
+                return false;
+            }
+            if (!assistant_wake_words(A, argv[++i])) return false;
         } else if (!strcmp(a, "--sequential")) {
             A->sequential = true;
         } else if (!strcmp(a, "--cascade")) {
@@ -1586,6 +1213,23 @@ static bool take_own(app *A, int *argc, char **argv) {
         A->mic_dev = A->audio[3] ? A->audio + 4 : "default";
     if (A->out_dir && (!strcmp(A->out_dir, "speaker") || !strncmp(A->out_dir, "speaker:", 8)))
         A->speaker_dev = A->out_dir[7] ? A->out_dir + 8 : "default";
+    // watch:DIR: the questions (or the frames) as files arrive in DIR
+    if (A->audio && !strncmp(A->audio, "watch:", 6)) A->watch_dir = A->audio + 6;
+    if (A->frames && !strncmp(A->frames, "watch:", 6)) {
+        if (A->watch_dir) {
+            fprintf(stderr, "error: watch one folder: the spoken questions' (--audio watch:DIR) or the frames' "
+                            "(--frames watch:DIR, with -p)\n");
+            return false;
+        }
+        A->watch_dir = A->frames + 6;
+        A->watch_frames = true;
+    }
+    if (A->watch_dir && !A->watch_dir[0]) {
+        fprintf(stderr, "error: watch: needs a folder (watch:DIR)\n");
+        return false;
+    }
+    A->live = A->mic_dev || A->watch_dir;
+    A->watch_fd = -1;
     return true;
 }
 
@@ -1640,12 +1284,26 @@ int cmd_assistant(int argc, char **argv) {
         fprintf(stderr, "error: --plan-goal and --profile go with --plan\n");
         goto out;
     }
-    if (A.listen_s > 0 && !A.mic_dev) {
-        fprintf(stderr, "error: --listen goes with --audio mic\n");
+    if (A.listen_s > 0 && !A.live) {
+        fprintf(stderr, "error: --listen goes with --audio mic, --audio watch:DIR or --frames watch:DIR\n");
         goto out;
     }
-    if (A.mic_dev && A.frames) {
-        fprintf(stderr, "error: --frames pairs a folder's frames with a folder's questions, not with a microphone\n");
+    if (A.watch_frames && !o->prompt) {
+        fprintf(stderr, "error: --frames watch:DIR asks a typed question of each frame: give it with -p\n");
+        goto out;
+    }
+    if (A.audio && A.frames && A.live) {
+        fprintf(stderr, "error: --frames pairs a folder's frames with a folder's questions, not with %s\n",
+                A.mic_dev ? "a microphone" : "a watched folder");
+        goto out;
+    }
+    if (A.n_wake > 0 && !A.audio) {
+        fprintf(stderr, "error: --wake-words goes with spoken questions (--audio)\n");
+        goto out;
+    }
+    if (A.frame_change > 0 && (!A.frames || !o->prompt)) {
+        fprintf(stderr, "error: --frame-change goes with --frames and -p (a typed question asked of each frame that "
+                        "changed)\n");
         goto out;
     }
     if (A.fps > 0 && !A.frames) {
@@ -1662,11 +1320,6 @@ int cmd_assistant(int argc, char **argv) {
     }
     if (o->chat_tmpl && !nm_chat_template_known(o->chat_tmpl)) {
         fprintf(stderr, "error: unknown chat template '%s' (known: %s)\n", o->chat_tmpl, nm_chat_template_names());
-        goto out;
-    }
-    if ((A.cascade_always || A.battery_src) && (A.mic_dev || A.speaker_dev)) {
-        fprintf(stderr, "error: --cascade and --battery take questions from files and speak into a folder (--audio "
-                        "FILE|DIR, --out DIR); the microphone and the speaker are not supported with them yet\n");
         goto out;
     }
     if (A.cascade_always && o->plan) {
@@ -1695,7 +1348,7 @@ int cmd_assistant(int argc, char **argv) {
         }
     }
     rc = 1;
-    if (!make_items(&A)) goto out;
+    if (!assistant_make_items(&A)) goto out;
     pthread_mutex_init(&A.lock, NULL);
     pthread_cond_init(&A.cond, NULL);
 
@@ -1739,7 +1392,9 @@ int cmd_assistant(int argc, char **argv) {
             rc = st == NM_ERR_INVALID_ARG ? 2 : 1;
             goto out;
         }
-        nm_power_policy_init(&A.policy, NULL, NULL, 0);
+        nm_power_params pp = nm_power_default_params();
+        pp.n_threads = o->n_threads > 0 ? o->n_threads : 0; // the policy's threads target scales -t
+        nm_power_policy_init(&A.policy, &pp, NULL, 0);
         if (A.battery_speed <= 0) A.battery_speed = 1;
         if (A.power_sysfs) {
             nm_actuator_params ap = nm_actuator_default_params();
@@ -1783,7 +1438,14 @@ int cmd_assistant(int argc, char **argv) {
             goto out;
         }
         A.ep_mic = nm_ledger_endpoint(A.ledger, "microphone");
+        A.ep_stt = nm_ledger_endpoint(A.ledger, "stt");
+        // the heard questions' audio: a ring that outlives the resident pipeline (the cascade reads it too)
+        if ((st = nm_tabm_create(NULL, 8, sizeof(float) * 16000 * MAX_QUESTION_S, &A.pcm, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: the microphone's ring: %s: %s\n", nm_status_str(st), err);
+            goto out;
+        }
     }
+    if (A.watch_dir && !assistant_watch_open(&A)) goto out;
     if (o->stats || A.json_path) { // the machine's energy meters, if any (else the energy is modelled only)
         if (nm_energy_meters_open(NULL, true, &A.meters, err, sizeof err) != NM_OK) {
             fprintf(stderr, "energy meters: %s: the energy is modelled only\n", err);
@@ -1795,22 +1457,29 @@ int cmd_assistant(int argc, char **argv) {
     A.t0 = cli_now();
     A.cpu0 = cli_cpu_seconds();
     bool lanes_failed = false;
-    pthread_t th_mic;
-    bool mic = false;
-    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART};
+    pthread_t th_src;
+    bool src = false, src_started = false;
     double next_frame = 0; // when the camera's next frame is due
     for (int i = 0;; i++) {
-        if (A.mic_dev) { // the next question once it is heard, until the capture ends
-            if (!A.resident) { // the microphone writes into the resident Whisper's ring
-                if ((rc = start_resident(&A)) != 0) break;
-                sigemptyset(&sa.sa_mask);
-                sigaction(SIGINT, &sa, NULL); // Ctrl-C stops listening; the questions heard are answered
-                mic = pthread_create(&th_mic, NULL, mic_main, &A) == 0;
-                if (!mic) A.mic_done = true;
-                fprintf(stderr, "listening on '%s'%s\n", A.mic_dev, A.listen_s > 0 ? "" : " (Ctrl-C stops)");
+        if (A.live) { // the next question once it is heard or its file arrives, until the source ends
+            if (!src_started) {
+                src_started = true;
+                // without a battery to ask first, the pipeline is there before the first question comes
+                if (!A.cascade_always && !A.battery && (rc = start_resident(&A)) != 0) {
+                    lanes_failed = true;
+                    break;
+                }
+                assistant_catch_sigint(); // Ctrl-C stops listening; the questions heard are answered
+                src = pthread_create(&th_src, NULL, A.mic_dev ? assistant_mic_main : assistant_watch_main, &A) == 0;
+                if (!src) A.src_done = true;
+                if (A.mic_dev)
+                    fprintf(stderr, "listening on '%s'%s\n", A.mic_dev, A.listen_s > 0 ? "" : " (Ctrl-C stops)");
+                else
+                    fprintf(stderr, "watching '%s' for %s%s\n", A.watch_dir, A.watch_frames ? "frames" : "questions",
+                            A.listen_s > 0 ? "" : " (Ctrl-C stops)");
             }
             pthread_mutex_lock(&A.lock);
-            while (i >= A.n_items && !A.mic_done) pthread_cond_wait(&A.cond, &A.lock);
+            while (i >= A.n_items && !A.src_done) pthread_cond_wait(&A.cond, &A.lock);
             const bool more = i < A.n_items;
             pthread_mutex_unlock(&A.lock);
             if (!more) break;
@@ -1819,14 +1488,6 @@ int cmd_assistant(int argc, char **argv) {
         }
         bool cascade = A.cascade_always;
         if (A.battery) cascade = power_step(&A) || cascade;
-        if (cascade && A.resident) stop_resident(&A);
-        if (!cascade && !A.resident && (rc = start_resident(&A)) != 0) {
-            lanes_failed = true;
-            break;
-        }
-        A.cascading = cascade;
-        if (!cascade && A.sequential && A.n_asked > 0)
-            wait_for(&A, &A.n_spoken, A.n_asked, A.tts ? &A.speech_gone : &A.answers_gone);
         float fps = A.fps;
         if (A.fps_cap > 0 && (fps == 0 || A.fps_cap < fps)) fps = (float)A.fps_cap;
         if (A.items[i].frame && fps > 0) { // a camera gives a frame every 1/fps s
@@ -1838,6 +1499,23 @@ int cmd_assistant(int argc, char **argv) {
             }
             next_frame = (next_frame > t ? next_frame : t) + 1.0 / fps;
         }
+        // the camera's event: a frame like the last one asked about wakes nothing
+        if (A.frame_change > 0 && A.items[i].frame && !assistant_frame_changed(&A, &A.items[i], i)) {
+            A.n_skipped++;
+            continue;
+        }
+        if (A.resident && (cascade || A.rebuild)) {
+            stop_resident(&A);
+            A.planned = false; // (--plan: placed again, for the new state)
+        }
+        A.rebuild = false;
+        if (!cascade && !A.resident && (rc = start_resident(&A)) != 0) {
+            lanes_failed = true;
+            break;
+        }
+        A.cascading = cascade;
+        if (!cascade && A.sequential && A.n_asked > 0)
+            wait_for(&A, &A.n_spoken, A.n_asked + A.n_cascaded, A.tts ? &A.speech_gone : &A.answers_gone);
         if (cascade) {
             cascade_question(&A, i);
         } else {
@@ -1845,16 +1523,20 @@ int cmd_assistant(int argc, char **argv) {
             A.n_asked++;
         }
     }
-    if (mic) pthread_join(th_mic, NULL);
+    if (src) {
+        if (lanes_failed) assistant_stop_listening(); // nothing would answer what comes
+        pthread_join(th_src, NULL);
+    }
     if (A.resident) stop_resident(&A);
     if (A.player) nm_audio_player_drain(A.player, err, sizeof err); // the last answer, played to its end
     const double wall = now(&A);
-    rc = rc > 1 ? rc : A.mic_failed || lanes_failed ? 1 : 0;
+    rc = rc > 1 ? rc : A.src_failed || lanes_failed ? 1 : 0;
     for (int i = 0; i < A.n_items; i++) rc = A.items[i].failed ? 1 : rc;
-    if (A.mic_dev && A.n_items == 0 && !A.mic_failed) fprintf(stderr, "heard no question\n");
-    if (o->stats || A.json_path) energy_end(&A, wall);
-    if (o->stats) print_stats(&A, wall);
-    if (A.json_path && !write_json(&A, wall)) rc = 1;
+    if (A.live && A.n_items == 0 && !A.src_failed)
+        fprintf(stderr, A.mic_dev ? "heard no question\n" : "no file arrived: no question\n");
+    if (o->stats || A.json_path) assistant_energy_end(&A, wall);
+    if (o->stats) assistant_print_stats(&A, wall);
+    if (A.json_path && !assistant_write_json(&A, wall)) rc = 1;
 out:
     nm_energy_meters_free(A.meters);
     nm_power_actuators_free(A.dvfs); // the frequencies as they were
@@ -1865,6 +1547,7 @@ out:
     nm_ledger_free(A.ledger);
     nm_model_free(A.m);
     nm_vad_free(A.vad);
+    if (A.watch_fd >= 0) close(A.watch_fd);
     nm_audio_player_close(A.player);
     for (int i = 0; i < A.n_owned; i++) free(A.owned[i]);
     free(A.owned);

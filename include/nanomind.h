@@ -550,7 +550,8 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
 //   LLM    temperature, top_k, top_p, min_p, repeat_penalty, repeat_last_n
 //          (-1: the context), presence_penalty, frequency_penalty, seed (-1: a
 //          random one), n_predict (or max_tokens; -1: no limit), stop (a
-//          string or an array of up to NM_LLM_MAX_STOP), ignore_eos
+//          string or an array of up to NM_LLM_MAX_STOP), ignore_eos,
+//          cache_prompt
 //   STT    language, translate, temperature, temperature_inc, beam_size (> 1:
 //          beam search), best_of, no_timestamps
 //   TTS    voice, speed (0.25..4: times the brick's rate, OpenAI's name;
@@ -644,6 +645,13 @@ typedef struct nm_llm_params {
     const char *const *stop;
     int32_t n_stop;
     bool ignore_eos;   // never sample an end-of-generation token (llama.cpp's --ignore-eos)
+    // A prompt at a position the cache already holds with the same tokens is
+    // not decoded again there, only its last position (for its logits).
+    // Default true (llama-server's cache_prompt). The reused entries were
+    // computed in another batch shape than a fresh decode would use, so a
+    // request's text may differ from a cold run's in the last bits (as
+    // llama-server says of its own); false decodes every prompt whole.
+    bool cache_prompt;
 } nm_llm_params;
 #define NM_LLM_MAX_STOP 16
 #define NM_LLM_MAX_STOP_LEN 256

@@ -13,8 +13,10 @@ PKGS+=(espeak-ng)
 # OpenCL (src/backend/opencl, loaded at run time): the ICD loader and PoCL, an OpenCL device on the CPU,
 # for the OpenCL tests; clinfo to look at the platforms.
 PKGS+=(ocl-icd-libopencl1 pocl-opencl-icd clinfo)
-# JSON (unit profiles, src/sched/profile.c; the server later).
+# JSON (unit profiles, src/sched/profile.c; the server).
 PKGS+=(libcjson-dev)
+# HTTP for `nanomind serve` (tools/cli/cmd_serve.c).
+PKGS+=(libcivetweb-dev)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -55,6 +57,15 @@ if ! python3 -c 'import numpy' 2>/dev/null; then
     echo "setup: installing numpy for $(command -v python3)"
     if ! python3 -m pip install -q numpy; then
         echo "setup: pip install numpy failed: is PyPI reachable?" >&2
+        exit 1
+    fi
+fi
+
+# The official OpenAI client, which the server's tests (tests/server) use against `nanomind serve`.
+if ! python3 -c 'import openai' 2>/dev/null; then
+    echo "setup: installing openai (the client) for $(command -v python3)"
+    if ! python3 -m pip install -q openai; then
+        echo "setup: pip install openai failed: is PyPI reachable?" >&2
         exit 1
     fi
 fi

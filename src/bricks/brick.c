@@ -49,7 +49,7 @@ nm_brick_params nm_brick_default_params(nm_brick_kind kind) {
     p.n_ctx = 0;
     p.n_batch = 0;
     p.sampling = nm_sampler_default_params();
-    p.llm = (nm_llm_params){.n_predict = 128, .out_batch = 1};
+    p.llm = (nm_llm_params){.n_predict = 128, .out_batch = 1, .cache_prompt = true};
     p.stt = nm_stt_default_params(NM_STT_BEAM);
     p.stt_max_decoders = 0;
     p.tts = nm_tts_default_params();

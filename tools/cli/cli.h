@@ -16,6 +16,7 @@ int cmd_say(int argc, char **argv);
 int cmd_transcribe(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_assistant(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_power(int argc, char **argv);
 // ~/.cache/nanomind/profile.json into buf; false without a HOME.
 bool cli_profile_path(char *buf, size_t size);

@@ -29,6 +29,7 @@ static void usage(FILE *f) {
             "  assistant   the assistant's loop: spoken questions and camera frames in, spoken answers out,\n"
             "              every model on its own lane\n"
             "  power       battery policy, DVFS and energy: status, simulate a battery day, project battery life\n"
+            "  serve       an OpenAI-compatible HTTP server (chat and text completions, models, health, metrics)\n"
             "\n"
             "`nanomind COMMAND --help` (or `nanomind help COMMAND`) describes each command's options;\n"
             "`nanomind --list-devices` lists the compute units (--device).\n"
@@ -504,6 +505,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "transcribe")) return cmd_transcribe(argc - 1, argv + 1);
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "assistant")) return cmd_assistant(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "power")) return cmd_power(argc - 1, argv + 1);
     fprintf(stderr, "nanomind: unknown command '%s'\n\n", cmd);
     usage(stderr);

@@ -231,6 +231,7 @@ static nm_status take_params(llm_brick *b, const nm_tabm_slot *s) {
     if (k >= 0 && (k = nm_req_int(o, "seed", -1, 9007199254740992.0, &i, why, sizeof why)) == 1)
         sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(now_s() * 1e9) ^ b->request; // llama-server's -1: a random seed
     if (k >= 0) k = nm_req_bool(o, "ignore_eos", &lp.ignore_eos, why, sizeof why);
+    if (k >= 0) k = nm_req_bool(o, "cache_prompt", &lp.cache_prompt, why, sizeof why);
     if (k >= 0 && (k = nm_req_strings(o, "stop", NM_LLM_MAX_STOP, NM_LLM_MAX_STOP_LEN, stop, &n_stop, why,
                                       sizeof why)) == 1) {
         for (int32_t j = 0; j < n_stop; j++) {
@@ -347,7 +348,7 @@ static nm_status decode_slot(llm_brick *b, const nm_tabm_slot *s, int32_t n, int
     if (s->meta->kind == NM_TABM_TOKENS) {
         const int32_t *t = s->data; // the slot's payload, read in place
         // Prefix reuse: positions the cache already holds with the same tokens.
-        while (k < n && p0 + k < b->n_cached && b->cached[p0 + k] == t[k]) k++;
+        while (b->p.cache_prompt && k < n && p0 + k < b->n_cached && b->cached[p0 + k] == t[k]) k++;
         if (k == n && last) k--; // the last position is decoded again for its logits
         for (int32_t i = k; i < n && st == NM_OK; i += b->n_batch) {
             int32_t nb = n - i < b->n_batch ? n - i : b->n_batch;

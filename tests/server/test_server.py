@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""nanomind serve against the official `openai` client and raw HTTP (docs/server.md).
+
+usage: test_server.py path/to/nanomind
+Starts the server on a free loopback port (stopped at the end, by SIGTERM),
+runs the cases, prints "N passed, N failed, N skipped". A case needing the
+default model is a skip without it (a failure under NM_CI), and the whole
+file is a skip without the `openai` package (a failure under NM_CI: set-up
+installs it).
+"""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+NM = os.path.abspath(sys.argv[1])
+MODELS = os.environ.get("NM_MODEL_DIR", os.path.expanduser("~/.cache/nanomind/models"))
+M = os.path.join(MODELS, "SmolLM2-135M-Instruct.Q4_1.gguf")
+CI = os.environ.get("NM_CI", "0") not in ("", "0")
+KEY = "test-key-1"
+passed = failed = skipped = 0
+
+
+def result(name, ok, why=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("ok   " + name)
+    else:
+        failed += 1
+        print("FAIL %s (%s)" % (name, why))
+
+
+def skip_all(why):
+    global skipped, failed
+    if CI:
+        failed += 1
+        print("FAIL server (%s, and NM_CI is set)" % why)
+    else:
+        skipped += 1
+        print("skip server (%s)" % why)
+    print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+    sys.exit(1 if failed else 0)
+
+
+try:
+    import openai
+except ImportError:
+    skip_all("the openai package is not installed (scripts/setup.sh installs it)")
+if not os.path.exists(M):
+    skip_all("needs %s" % M)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start(*extra):
+    port = free_port()
+    p = subprocess.Popen([NM, "serve", "-m", M, "--port", str(port), "-t", "2", *extra],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for _ in range(300):
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/health")
+            if c.getresponse().status == 200:
+                return p, port
+        except OSError:
+            time.sleep(0.1)
+        if p.poll() is not None:
+            break
+    raise RuntimeError("the server did not start: " + (p.stderr.read() if p.poll() is not None else "timeout"))
+
+
+def stop(p):
+    p.send_signal(signal.SIGTERM)
+    try:
+        rc = p.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        rc = "hung"
+    return rc, p.stderr.read()
+
+
+def raw(port, method, path, body=None, headers=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Authorization": "Bearer " + KEY}
+    h.update(headers or {})
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def err_of(data):
+    try:
+        e = json.loads(data)["error"]
+        return e["code"], e["message"], e.get("param")
+    except (ValueError, KeyError, TypeError):
+        return None, data[:200], None
+
+
+def run_nm(*args):  # run's text, without the newline it ends with
+    out = subprocess.run([NM, "run", "-m", M, "-t", "2", *args], capture_output=True, text=True, timeout=300).stdout
+    return out[:-1] if out.endswith("\n") else out
+
+
+def case(name, fn):
+    try:
+        fn(name)
+    except Exception as e:  # a case that raises is a failure, named
+        result(name, False, "%s: %s" % (type(e).__name__, e))
+
+
+p, port = start("--api-key", KEY, "--max-body", "4096", "--queue", "0", "-c", "512")
+# cache_prompt false: every prompt decoded whole, as `run` decodes it, so the text is run's to the bit (the
+# cache's reuse recomputes a reused prompt's last position alone: another batch shape)
+EXACT = {"cache_prompt": False}
+client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key=KEY, max_retries=0, timeout=120)
+Q = "What is the capital of France?"
+
+
+def t_models(name):
+    ids = [m.id for m in client.models.list().data]
+    result(name, ids == ["SmolLM2-135M-Instruct.Q4_1.gguf"], ids)
+
+
+def t_chat(name):
+    r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": Q}], max_tokens=12,
+                                       temperature=0, extra_body=EXACT)
+    want = run_nm("--chat", "-p", Q, "-n", "12", "--temp", "0")
+    got = r.choices[0].message.content
+    ok = got == want and r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 12 \
+        and r.usage.prompt_tokens > 10 and r.object == "chat.completion"
+    result(name, ok, "%r against run's %r, %s" % (got, want, r.usage))
+
+
+def t_chat_stream(name):
+    s = client.chat.completions.create(model="x", messages=[{"role": "user", "content": Q}], max_tokens=12,
+                                       temperature=0, stream=True, stream_options={"include_usage": True},
+                                       extra_body=EXACT)
+    text, finish, usage, n = "", None, None, 0
+    for ch in s:
+        if ch.choices:
+            n += 1
+            text += ch.choices[0].delta.content or ""
+            finish = ch.choices[0].finish_reason or finish
+        if ch.usage:
+            usage = ch.usage
+    want = run_nm("--chat", "-p", Q, "-n", "12", "--temp", "0")
+    ok = text == want and finish == "length" and usage is not None and usage.completion_tokens == 12 and n >= 12
+    result(name, ok, "%r (%d chunks, %s, %s) against %r" % (text, n, finish, usage, want))
+
+
+def t_completion(name):
+    r = client.completions.create(model="x", prompt="The capital of France is", max_tokens=6, temperature=0,
+                                  extra_body=EXACT)
+    want = run_nm("-p", "The capital of France is", "-n", "6", "--temp", "0")
+    got = "The capital of France is" + r.choices[0].text
+    result(name, got == want and r.usage.completion_tokens == 6, "%r against run's %r" % (got, want))
+
+
+def t_stop(name):
+    r = client.completions.create(model="x", prompt="The capital of France is", max_tokens=20, temperature=0,
+                                  stop=["."], extra_body=EXACT)
+    s = client.completions.create(model="x", prompt="The capital of France is", max_tokens=20, temperature=0,
+                                  stop=[".\n", "zzz"], stream=True, extra_body=EXACT)
+    streamed = "".join(ch.choices[0].text for ch in s if ch.choices)
+    # the answer is " Paris.\n\nThe answer ...": cut before the stop, which is not part of it
+    result(name, r.choices[0].text == " Paris" and r.choices[0].finish_reason == "stop" and streamed == " Paris",
+           "%r, streamed %r" % (r.choices[0], streamed))
+
+
+def t_bad_key(name):
+    bad = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key="wrong", max_retries=0)
+    try:
+        bad.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        result(name, False, "answered with a wrong key")
+    except openai.AuthenticationError as e:
+        result(name, e.status_code == 401, str(e))
+
+
+def t_bad_requests(name):
+    cases = [
+        ("POST", "/v1/chat/completions", b"{not json", 400, None),
+        ("POST", "/v1/chat/completions", b'{"messages": "hi"}', 400, "messages"),
+        ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}',
+         400, "temperature"),
+        ("POST", "/v1/chat/completions", b'{"messages": [{"role": "user", "content": "hi"}], "n": 2}', 400, "n"),
+        ("POST", "/v1/chat/completions", b'{"messages": [{"role": "wizard", "content": "hi"}]}', 400, "messages"),
+        ("POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}).encode(), 400, "messages"),
+        ("POST", "/v1/completions", b'{"prompt": 5}', 400, "prompt"),
+        ("POST", "/v1/completions", b'{"prompt": "x", "stop": [1]}', 400, "stop"),
+        ("POST", "/v1/completions", b'{"prompt": "x", "max_tokens": 1.5}', 400, "max_tokens"),
+        ("POST", "/v1/completions", json.dumps({"prompt": "x" * 5000}).encode(), 413, None),
+        ("GET", "/v1/chat/completions", None, 405, None),
+        ("GET", "/v1/nothing", None, 404, None),
+    ]
+    bad = []
+    for method, path, body, want, param in cases:
+        st, data = raw(port, method, path, body)
+        code, msg, got_param = err_of(data)
+        if st != want or code != want or (param and got_param != param):
+            bad.append("%s %s %r: %s %s %s" % (method, path, (body or b"")[:40], st, msg, got_param))
+    st, _ = raw(port, "GET", "/health")
+    result(name, not bad and st == 200, "; ".join(bad))
+
+
+def t_prompt_too_long(name):
+    st, data = raw(port, "POST", "/v1/completions", json.dumps({"prompt": "word " * 700}).encode())
+    result(name, st == 400 and "does not fit the context" in err_of(data)[1], (st, data[:200]))
+
+
+def metrics():
+    st, data = raw(port, "GET", "/metrics")
+    return dict(l.rsplit(" ", 1) for l in data.decode().splitlines() if l and not l.startswith("#"))
+
+
+def t_disconnect_and_busy(name):
+    # a long stream (until the 512-position context is full: ~480 tokens); while it runs a second request
+    # is refused (--queue 0: 429); the first client then goes away mid-stream and the decoder stops it: far
+    # fewer tokens are decoded than the context allows, and the next request is answered
+    before = int(metrics()["nanomind_tokens_predicted_total"])
+    s = socket.create_connection(("127.0.0.1", port))
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True, "stream": True,
+                       "temperature": 0}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = b""
+    while got.count(b"data: ") < 3:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    st, data = raw(port, "POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 2}')
+    busy = st == 429 and err_of(data)[0] == 429
+    s.close()
+    t0 = time.time()
+    for _ in range(100):  # the server notices at its next write; the decoder stops at its next token
+        st, data = raw(port, "POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "temperature": 0}')
+        if st != 429:
+            break
+        time.sleep(0.1)
+    took = time.time() - t0
+    m = metrics()
+    decoded = int(m["nanomind_tokens_predicted_total"]) - before - 2
+    result(name, b"200 OK" in got and busy and st == 200 and 3 <= decoded < 150 and int(m["nanomind_rejected_total"]) >= 1,
+           "stream %r, busy %s, next %s after %.1f s, %d tokens decoded for the stream, metrics %s"
+           % (got[:60], busy, st, took, decoded, m))
+
+
+for n, f in [("models", t_models), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
+             ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
+             ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long),
+             ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy)]:
+    case(n, f)
+rc, err = stop(p)
+result("sigterm_exits_0", rc == 0, "exit %s: %s" % (rc, err[-300:]))
+
+
+# SIGTERM with a request in flight: the answer is finished, then the server exits 0
+def t_sigterm_in_flight(name):
+    p2, port2 = start()
+    out = {}
+
+    def ask():
+        st, data = raw(port2, "POST", "/v1/completions",
+                       json.dumps({"prompt": "Once upon a time", "max_tokens": 64, "ignore_eos": True,
+                                   "temperature": 0}).encode())
+        out["st"], out["data"] = st, data
+
+    th = threading.Thread(target=ask)
+    th.start()
+    time.sleep(0.3)
+    rc2, _ = stop(p2)
+    th.join(60)
+    n = json.loads(out.get("data", b"{}") or b"{}").get("usage", {}).get("completion_tokens")
+    result(name, rc2 == 0 and out.get("st") == 200 and n == 64, "exit %s, status %s, %s tokens" % (rc2, out.get("st"), n))
+
+
+case("sigterm_finishes_the_request_in_flight", t_sigterm_in_flight)
+st = subprocess.run([NM, "serve", "-m", M, "--parallel", "4"], capture_output=True, text=True, timeout=60)
+result("parallel_not_built_refused", st.returncode == 2 and "one sequence at a time" in st.stderr, st.stderr)
+st = subprocess.run([NM, "serve", "-m", M, "--port", "70000"], capture_output=True, text=True, timeout=60)
+result("bad_port_refused", st.returncode == 2 and "--port" in st.stderr, st.stderr)
+print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
+sys.exit(1 if failed else 0)

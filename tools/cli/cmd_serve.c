@@ -1,0 +1,934 @@
+// nanomind serve: an OpenAI-compatible HTTP server over the LLM brick
+// (docs/server.md). HTTP through civetweb (Debian's libcivetweb: a thread per
+// open connection and a blocking chunk writer, so a streamed answer is a loop
+// in its handler), JSON through cJSON.
+//
+// The decoder is one brick on its own lane, fed through its input ring and
+// read from its output ring. This first version serves one sequence at a
+// time: a request waits its turn (at most --queue of them wait; more get 429),
+// sends its parameters and prompt as one request of the brick (a new
+// conversation at position 0: the prompt's leading tokens the cache already
+// holds, a repeated system prompt, are not decoded again) and reads its
+// tokens back. A client that goes away mid-stream cancels its request.
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <civetweb.h>
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+
+#define MAX_KEYS 16
+
+typedef struct server {
+    cli_opts o;
+    const char *host, *alias;
+    int32_t port, queue_max, timeout_s;
+    int64_t body_max;
+    char *keys[MAX_KEYS];
+    int n_keys;
+    nm_model *m;
+    nm_brick *llm;
+    nm_tabm *in, *out;
+    pthread_t lane;
+    bool lane_started;
+    time_t created;
+    // one sequence at a time: the turn's lock, and how many wait for it
+    pthread_mutex_t turn, lock;
+    int waiting, busy;
+    int active;    // requests being handled
+    bool stopping; // SIGTERM: new requests get 503, those in flight finish
+    uint64_t next_id;
+    // counters for /metrics
+    uint64_t n_requests, n_errors, n_prompt_tokens, n_gen_tokens, n_rejected;
+} server;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: nanomind serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
+            "\n"
+            "An OpenAI-compatible server (docs/server.md): POST /v1/chat/completions, POST /v1/completions,\n"
+            "GET /v1/models, GET /health, GET /metrics; streaming as server-sent events.\n"
+            "\n"
+            "  --host ADDR              address to listen on (default 127.0.0.1)\n"
+            "  --port N                 port (default 8080)\n"
+            "  --api-key KEY            require 'Authorization: Bearer KEY' (repeatable, or KEY1,KEY2);\n"
+            "                           /health and /v1/models stay open, as llama-server\n"
+            "  --api-key-file FILE      the keys, one a line\n"
+            "  -a, --alias NAME         the model's id in /v1/models and the answers (default: the file name)\n"
+            "  --parallel N             sequences decoded together: 1 (the only value this build serves)\n"
+            "  --queue N                requests that may wait their turn (default 16; more get 429)\n"
+            "  --timeout S              seconds a connection may stay idle (default 600)\n"
+            "  --max-body BYTES         the largest request body (default 8388608; larger get 413)\n"
+            "also: -c, -b, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
+            "--chat-template, -sys (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock.\n");
+}
+
+static void *lane_main(void *arg) {
+    server *S = arg;
+    (void)nm_brick_run(S->llm, S->in, S->out);
+    return NULL;
+}
+
+// ---- replies ----------------------------------------------------------------------------
+
+static const char *status_text(int code) {
+    switch (code) {
+    case 200: return "OK";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 503: return "Service Unavailable";
+    default: return "Internal Server Error";
+    }
+}
+
+static int send_json_text(struct mg_connection *c, int code, const char *body) {
+    const size_t n = strlen(body);
+    mg_printf(c,
+              "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+              "Cache-Control: no-cache\r\n\r\n",
+              code, status_text(code), n);
+    mg_write(c, body, n);
+    return code;
+}
+
+static int send_json(struct mg_connection *c, int code, cJSON *root) {
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    const int r = send_json_text(c, text ? code : 500, text ? text : "{}");
+    free(text);
+    return r;
+}
+
+// An OpenAI-style error: {"error": {"message", "type", "param", "code"}}.
+static int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&S->lock);
+    S->n_errors++;
+    pthread_mutex_unlock(&S->lock);
+    cJSON *root = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", code == 401 ? "authentication_error" : code == 429 ? "rate_limit_error"
+                                       : code >= 500 ? "server_error" : "invalid_request_error");
+    if (param) cJSON_AddStringToObject(e, "param", param);
+    else cJSON_AddNullToObject(e, "param");
+    cJSON_AddNumberToObject(e, "code", code);
+    return send_json(c, code, root);
+}
+
+// ---- requests ---------------------------------------------------------------------------
+
+static bool authorized(const server *S, struct mg_connection *c) {
+    if (S->n_keys == 0) return true;
+    const char *h = mg_get_header(c, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    for (int k = 0; k < S->n_keys; k++)
+        if (!strcmp(h + 7, S->keys[k])) return true;
+    return false;
+}
+
+// The body, NUL-terminated (malloc'd), or NULL with the error sent (*code).
+static char *read_body(server *S, struct mg_connection *c, int *code) {
+    const struct mg_request_info *ri = mg_get_request_info(c);
+    if (ri->content_length > S->body_max) {
+        *code = send_error(S, c, 413, NULL, "the body is %lld bytes; the limit is %lld (--max-body)",
+                           (long long)ri->content_length, (long long)S->body_max);
+        return NULL;
+    }
+    size_t cap = ri->content_length >= 0 ? (size_t)ri->content_length + 1 : 65536, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (!buf) {
+            *code = send_error(S, c, 500, NULL, "out of memory");
+            return NULL;
+        }
+        if (len + 1 >= cap) {
+            if ((int64_t)cap > S->body_max) {
+                free(buf);
+                *code = send_error(S, c, 413, NULL, "the body is over %lld bytes (--max-body)", (long long)S->body_max);
+                return NULL;
+            }
+            char *b = realloc(buf, cap * 2);
+            if (!b) free(buf);
+            buf = b;
+            cap *= 2;
+            continue;
+        }
+        const int n = mg_read(c, buf + len, cap - 1 - len);
+        if (n < 0) {
+            free(buf);
+            *code = send_error(S, c, 400, NULL, "the body could not be read (the connection ended early)");
+            return NULL;
+        }
+        if (n == 0) break;
+        len += (size_t)n;
+    }
+    if (ri->content_length >= 0 && (int64_t)len != ri->content_length) {
+        free(buf);
+        *code = send_error(S, c, 400, NULL, "the body is %zu bytes, Content-Length says %lld", len,
+                           (long long)ri->content_length);
+        return NULL;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+// A request's generation parameters, checked; the brick's PARAMS object.
+// NULL with the error sent (*code).
+static cJSON *take_params(server *S, struct mg_connection *c, const cJSON *req, int *code) {
+    cJSON *p = cJSON_CreateObject();
+    static const struct { const char *name, *as; double lo, hi; bool integer; } num[] = {
+        {"temperature", "temperature", 0, 2, false},          {"top_p", "top_p", 0, 1, false},
+        {"top_k", "top_k", 0, 1e9, true},                     {"min_p", "min_p", 0, 1, false},
+        {"presence_penalty", "presence_penalty", -2, 2, false}, {"frequency_penalty", "frequency_penalty", -2, 2, false},
+        {"seed", "seed", -1, 4294967295.0, true},            {"max_tokens", "n_predict", -1, 1e9, true},
+        {"max_completion_tokens", "n_predict", -1, 1e9, true}, {"repeat_penalty", "repeat_penalty", 0, 10, false},
+    };
+    for (size_t k = 0; k < sizeof num / sizeof num[0]; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, num[k].name);
+        if (!v || cJSON_IsNull(v)) continue;
+        const double x = cJSON_GetNumberValue(v);
+        if (!cJSON_IsNumber(v) || !(x >= num[k].lo && x <= num[k].hi) || (num[k].integer && x != (double)(int64_t)x)) {
+            cJSON_Delete(p);
+            *code = send_error(S, c, 400, num[k].name, "'%s' must be %s in [%g, %g]", num[k].name,
+                               num[k].integer ? "an integer" : "a number", num[k].lo, num[k].hi);
+            return NULL;
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(p, num[k].as);
+        cJSON_AddNumberToObject(p, num[k].as, x);
+    }
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(req, "stop");
+    if (stop && !cJSON_IsNull(stop)) {
+        bool ok = cJSON_IsString(stop) || (cJSON_IsArray(stop) && cJSON_GetArraySize(stop) <= NM_LLM_MAX_STOP);
+        for (const cJSON *e = cJSON_IsArray(stop) ? stop->child : NULL; e && ok; e = e->next) ok = cJSON_IsString(e);
+        for (const cJSON *e = cJSON_IsArray(stop) ? stop->child : stop; e && ok; e = cJSON_IsArray(stop) ? e->next : NULL)
+            ok = strlen(e->valuestring) <= NM_LLM_MAX_STOP_LEN;
+        if (!ok) {
+            cJSON_Delete(p);
+            *code = send_error(S, c, 400, "stop", "'stop' must be a string or an array of up to %d strings of up to %d bytes",
+                               NM_LLM_MAX_STOP, NM_LLM_MAX_STOP_LEN);
+            return NULL;
+        }
+        cJSON_AddItemToObject(p, "stop", cJSON_Duplicate(stop, true));
+    }
+    static const char *const bools[] = {"ignore_eos", "cache_prompt"}; // (llama-server's)
+    for (size_t k = 0; k < sizeof bools / sizeof bools[0]; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, bools[k]);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsBool(v)) {
+            cJSON_Delete(p);
+            *code = send_error(S, c, 400, bools[k], "'%s' must be true or false", bools[k]);
+            return NULL;
+        }
+        cJSON_AddBoolToObject(p, bools[k], cJSON_IsTrue(v));
+    }
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(req, "n");
+    if (n && !cJSON_IsNull(n) && (!cJSON_IsNumber(n) || cJSON_GetNumberValue(n) != 1)) {
+        cJSON_Delete(p);
+        *code = send_error(S, c, 400, "n", "'n' must be 1 (one choice a request in this build)");
+        return NULL;
+    }
+    return p;
+}
+
+// The chat's text through the model's template. NULL with the error sent (*code).
+static char *chat_prompt(server *S, struct mg_connection *c, const cJSON *messages, int *code) {
+    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
+        *code = send_error(S, c, 400, "messages", "'messages' must be a non-empty array");
+        return NULL;
+    }
+    const int n = cJSON_GetArraySize(messages);
+    nm_chat_msg *msgs = calloc((size_t)n + 1, sizeof *msgs);
+    char **owned = calloc((size_t)n, sizeof *owned);
+    char *buf = NULL;
+    int k = 0;
+    bool has_system = false, ok = msgs && owned;
+    for (const cJSON *m = messages->child; m && ok; m = m->next) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+        const char *r = cJSON_GetStringValue(role);
+        if (!r || (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user") && strcmp(r, "assistant"))) {
+            *code = send_error(S, c, 400, "messages", "message %d: 'role' must be system, developer, user or assistant", k);
+            ok = false;
+            break;
+        }
+        const char *text = cJSON_GetStringValue(content);
+        if (!text && cJSON_IsArray(content)) { // parts: text ones joined; others refused
+            size_t len = 1;
+            for (const cJSON *part = content->child; part && ok; part = part->next) {
+                const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type"));
+                const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
+                if (!type || strcmp(type, "text") || !t) {
+                    *code = send_error(S, c, 400, "messages", "message %d: a part of type '%s' is not served yet (text only)",
+                                       k, type ? type : "?");
+                    ok = false;
+                }
+                else len += strlen(t);
+            }
+            if (ok && (owned[k] = malloc(len))) {
+                owned[k][0] = '\0';
+                for (const cJSON *part = content->child; part; part = part->next)
+                    strcat(owned[k], cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text")));
+                text = owned[k];
+            }
+        }
+        if (ok && !text) {
+            *code = send_error(S, c, 400, "messages", "message %d: 'content' must be a string or an array of text parts", k);
+            ok = false;
+        }
+        if (!ok) break;
+        has_system = has_system || !strcmp(r, "system") || !strcmp(r, "developer");
+        msgs[k].role = !strcmp(r, "developer") ? "system" : r;
+        msgs[k++].content = text;
+    }
+    if (ok && !has_system && S->o.system) { // -sys: the server's system message when a chat has none
+        memmove(msgs + 1, msgs, sizeof *msgs * (size_t)k);
+        msgs[0] = (nm_chat_msg){"system", S->o.system};
+        k++;
+    }
+    if (ok) {
+        int32_t need = nm_chat_format(S->m, S->o.chat_tmpl, msgs, (size_t)k, true, NULL, 0);
+        if (need == NM_ERR_TEMPLATE) {
+            *code = send_error(S, c, 500, NULL, "the model names no chat template we know (start with --chat-template)");
+        } else {
+            if (need < 0) need = -need;
+            buf = malloc((size_t)need + 1);
+            if (buf && nm_chat_format(S->m, S->o.chat_tmpl, msgs, (size_t)k, true, buf, need + 1) < 0) {
+                free(buf);
+                buf = NULL;
+            }
+            if (!buf) *code = send_error(S, c, 500, NULL, "the chat could not be formatted");
+        }
+    } else if (!msgs || !owned) {
+        *code = send_error(S, c, 500, NULL, "out of memory");
+    }
+    for (int i = 0; owned && i < n; i++) free(owned[i]);
+    free(owned);
+    free(msgs);
+    return buf;
+}
+
+// ---- the decoder's turn -----------------------------------------------------------------
+
+typedef struct gen {
+    server *S;
+    struct mg_connection *c;
+    bool chat, stream, usage_in_stream;
+    uint64_t id;
+    char cid[48];
+    int32_t n_prompt, n_tokens;
+    nm_llm_stop why;
+    bool gone; // the client went away
+    char *text;
+    size_t len, cap;
+    // stop strings: the text is cut before the first (OpenAI's stop is not part of the answer); what may
+    // still begin one is held back until it cannot
+    const char *stop[NM_LLM_MAX_STOP];
+    int n_stop;
+    char held[NM_LLM_MAX_STOP_LEN + 256];
+    size_t n_held;
+    bool stopped;
+} gen;
+
+static bool sse(gen *g, cJSON *obj) {
+    char *t = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    if (!t) return false;
+    const size_t n = strlen(t);
+    char *ev = malloc(n + 9);
+    bool ok = ev != NULL;
+    if (ok) {
+        memcpy(ev, "data: ", 6);
+        memcpy(ev + 6, t, n);
+        memcpy(ev + 6 + n, "\n\n", 3);
+        ok = mg_send_chunk(g->c, ev, (unsigned)(n + 8)) > 0;
+    }
+    free(ev);
+    free(t);
+    return ok;
+}
+
+static const char *finish_reason(nm_llm_stop why) {
+    return why == NM_LLM_STOP_N_PREDICT || why == NM_LLM_STOP_CTX_FULL ? "length" : "stop";
+}
+
+// A chunk or a whole answer's envelope: id, object, created, model, choices[0].
+static cJSON *envelope(const gen *g, bool chunk, cJSON **choice) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "id", g->cid);
+    cJSON_AddStringToObject(r, "object", g->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
+    cJSON_AddNumberToObject(r, "created", (double)g->S->created);
+    cJSON_AddStringToObject(r, "model", g->S->alias);
+    cJSON *cs = cJSON_AddArrayToObject(r, "choices");
+    *choice = cJSON_CreateObject();
+    cJSON_AddItemToArray(cs, *choice);
+    cJSON_AddNumberToObject(*choice, "index", 0);
+    return r;
+}
+
+static void add_usage(const gen *g, cJSON *r) {
+    cJSON *u = cJSON_AddObjectToObject(r, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", g->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", g->n_tokens);
+    cJSON_AddNumberToObject(u, "total_tokens", g->n_prompt + g->n_tokens);
+}
+
+// A piece of the answer: streamed as a chunk, or kept for the whole reply.
+static void emit(gen *g, const char *p, int32_t n) {
+    if (n <= 0) return;
+    if (g->stream) {
+        if (g->gone) return;
+        cJSON *ch, *r = envelope(g, true, &ch);
+        char *t = strndup(p, (size_t)n);
+        if (g->chat) {
+            cJSON *d = cJSON_AddObjectToObject(ch, "delta");
+            cJSON_AddStringToObject(d, "content", t ? t : "");
+        } else {
+            cJSON_AddStringToObject(ch, "text", t ? t : "");
+        }
+        cJSON_AddNullToObject(ch, "finish_reason");
+        free(t);
+        if (!sse(g, r)) g->gone = true;
+        return;
+    }
+    if (g->len + (size_t)n + 1 > g->cap) {
+        size_t cap = g->cap * 2 + (size_t)n + 64;
+        char *t = realloc(g->text, cap);
+        if (!t) return;
+        g->text = t;
+        g->cap = cap;
+    }
+    memcpy(g->text + g->len, p, (size_t)n);
+    g->len += (size_t)n;
+    g->text[g->len] = '\0';
+}
+
+// A piece through the stop strings: cut before a whole one (and nothing after it), hold back a tail that
+// may begin one. end: the answer is over (what is held goes out).
+static void piece(gen *g, const char *p, int32_t n, bool end) {
+    if (g->stopped) return;
+    if (g->n_stop == 0) {
+        emit(g, p, n);
+        return;
+    }
+    if (g->n_held + (size_t)n > sizeof g->held) { // (a piece longer than any stop string: the held part goes)
+        emit(g, g->held, (int32_t)g->n_held);
+        g->n_held = 0;
+    }
+    if ((size_t)n > sizeof g->held) {
+        emit(g, p, n);
+        return;
+    }
+    memcpy(g->held + g->n_held, p, (size_t)n);
+    g->n_held += (size_t)n;
+    size_t cut = g->n_held; // the first stop string's start
+    for (int k = 0; k < g->n_stop; k++) {
+        const size_t sl = strlen(g->stop[k]);
+        for (size_t i = 0; sl && i + sl <= g->n_held && i < cut; i++)
+            if (!memcmp(g->held + i, g->stop[k], sl)) cut = i;
+    }
+    if (cut < g->n_held) {
+        emit(g, g->held, (int32_t)cut);
+        g->stopped = true;
+        g->n_held = 0;
+        return;
+    }
+    size_t keep = 0; // the longest tail that begins a stop string
+    for (int k = 0; k < g->n_stop && !end; k++) {
+        const size_t sl = strlen(g->stop[k]);
+        for (size_t t = sl > 1 ? sl - 1 : 0; t > keep; t--)
+            if (t <= g->n_held && !memcmp(g->held + g->n_held - t, g->stop[k], t)) {
+                keep = t;
+                break;
+            }
+    }
+    emit(g, g->held, (int32_t)(g->n_held - keep));
+    memmove(g->held, g->held + g->n_held - keep, keep);
+    g->n_held = keep;
+}
+
+// Sends the request (parameters, then the prompt's tokens at position 0) and
+// reads its tokens back. False with the error sent (*code) if it could not start.
+static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *code) {
+    server *S = g->S;
+    nm_tabm_slot sl;
+    char *pj = cJSON_PrintUnformatted(params);
+    if (!pj || nm_tabm_acquire_write(S->in, 0, -1, &sl) != NM_OK) {
+        free(pj);
+        *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
+        return false;
+    }
+    const size_t pn = strlen(pj) < sl.capacity ? strlen(pj) : sl.capacity;
+    memcpy(sl.data, pj, pn);
+    free(pj);
+    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)pn}, .size = pn,
+                              .user = NM_BRICK_MORE, .request = g->id};
+    if (nm_tabm_publish(S->in, &sl) != NM_OK) {
+        nm_tabm_cancel(S->in, &sl);
+        *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
+        return false;
+    }
+    if (nm_tabm_acquire_write(S->in, 0, -1, &sl) != NM_OK) {
+        *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
+        return false;
+    }
+    const int32_t cap = (int32_t)(sl.capacity / sizeof(int32_t));
+    int32_t n = nm_tokenize(S->m, prompt, strlen(prompt), sl.data, cap, bos, true);
+    const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(S->llm));
+    const bool fits = n > 0 && n < n_ctx;
+    g->n_prompt = n > 0 ? n : 0;
+    // a prompt that does not fit still ends its request (empty: the brick fails it), so the ring stays in step
+    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .ndim = fits ? 1 : 0, .shape = {fits ? n : 0},
+                              .size = fits ? sizeof(int32_t) * (uint64_t)n : 0, .user = NM_LLM_IN_POS(0),
+                              .request = g->id};
+    if (nm_tabm_publish(S->in, &sl) != NM_OK) nm_tabm_cancel(S->in, &sl);
+    bool started = false, failed = false;
+    char err[600] = "";
+    nm_detok dt = {0};
+    for (;;) {
+        nm_tabm_slot o;
+        if (nm_tabm_acquire_read(S->out, -1, &o) != NM_OK) {
+            failed = true;
+            snprintf(err, sizeof err, "the decoder stopped");
+            break;
+        }
+        const uint64_t user = o.meta->user;
+        const bool mine = o.meta->request == g->id;
+        const int32_t *toks = o.data;
+        const int32_t k = mine && o.meta->ndim == 1 ? (int32_t)o.meta->shape[0] : 0;
+        for (int32_t t = 0; t < k; t++) {
+            if (!started && fits) { // the headers once the first token is there (an error before it is a status)
+                started = true;
+                if (g->stream) mg_send_http_ok(g->c, "text/event-stream", -1);
+            }
+            g->n_tokens++;
+            char p[256];
+            const int32_t m = nm_detok_push(S->m, &dt, toks[t], p, (int32_t)sizeof p);
+            if (m > 0) piece(g, p, m, false);
+            if (g->gone) nm_tabm_cancel_request(S->in, g->id); // the client left: the brick stops it
+        }
+        nm_tabm_release(S->out, &o);
+        if (!mine || (user & NM_BRICK_MORE)) continue;
+        g->why = NM_LLM_STOP_OF(user);
+        piece(g, "", 0, true); // (what was held back)
+        if (user & NM_BRICK_ERROR) {
+            failed = true;
+            snprintf(err, sizeof err, "%s", !fits ? "" : nm_brick_last_error(S->llm));
+        }
+        break;
+    }
+    if (!fits && n == 0) {
+        *code = send_error(S, g->c, 400, g->chat ? "messages" : "prompt", "the prompt gives no tokens");
+        return false;
+    }
+    if (!fits) {
+        *code = send_error(S, g->c, 400, g->chat ? "messages" : "prompt",
+                           "the prompt (%d tokens) does not fit the context (%d tokens, -c)", n < 0 ? -n : n, n_ctx);
+        return false;
+    }
+    if (failed && (!started || !g->stream)) {
+        *code = send_error(S, g->c, 500, NULL, "the decoder failed: %s", err);
+        return false;
+    }
+    if (failed && g->stream && !g->gone) { // mid-stream: an error event, as llama-server
+        cJSON *r = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(r, "error");
+        cJSON_AddStringToObject(e, "message", err);
+        cJSON_AddStringToObject(e, "type", "server_error");
+        sse(g, r);
+    }
+    if (!started && g->stream) mg_send_http_ok(g->c, "text/event-stream", -1); // (an empty answer)
+    return true;
+}
+
+// POST /v1/chat/completions and /v1/completions.
+static int handle_generate(server *S, struct mg_connection *c, bool chat) {
+    int code = 200;
+    char *body = read_body(S, c, &code);
+    if (!body) return code;
+    cJSON *req = cJSON_Parse(body);
+    free(body);
+    if (!cJSON_IsObject(req)) {
+        cJSON_Delete(req);
+        return send_error(S, c, 400, NULL, "the body is not a JSON object");
+    }
+    gen g = {.S = S, .c = c, .chat = chat};
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(req, "stream");
+    if (st && !cJSON_IsBool(st) && !cJSON_IsNull(st)) {
+        cJSON_Delete(req);
+        return send_error(S, c, 400, "stream", "'stream' must be true or false");
+    }
+    g.stream = cJSON_IsTrue(st);
+    g.usage_in_stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(req, "stream_options"), "include_usage"));
+    cJSON *params = take_params(S, c, req, &code);
+    const cJSON *stp = params ? cJSON_GetObjectItemCaseSensitive(params, "stop") : NULL;
+    for (const cJSON *e = cJSON_IsArray(stp) ? stp->child : stp; e && g.n_stop < NM_LLM_MAX_STOP;
+         e = cJSON_IsArray(stp) ? e->next : NULL)
+        g.stop[g.n_stop++] = e->valuestring;
+    for (int k = 0; !stp && k < S->o.n_stop; k++) g.stop[g.n_stop++] = S->o.stop[k]; // -r: the server's own
+    char *prompt = NULL;
+    if (params) {
+        if (chat) {
+            prompt = chat_prompt(S, c, cJSON_GetObjectItemCaseSensitive(req, "messages"), &code);
+        } else {
+            const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt"));
+            if (!p) code = send_error(S, c, 400, "prompt", "'prompt' must be a string");
+            else prompt = strdup(p);
+        }
+    }
+    cJSON_Delete(req);
+    if (!prompt) {
+        cJSON_Delete(params);
+        return code;
+    }
+    // the decoder's turn: wait, or 429 when --queue requests already wait behind the one it decodes
+    pthread_mutex_lock(&S->lock);
+    const bool room = S->waiting + S->busy < S->queue_max + 1;
+    if (room) S->waiting++;
+    else S->n_rejected++;
+    pthread_mutex_unlock(&S->lock);
+    if (!room) {
+        free(prompt);
+        cJSON_Delete(params);
+        return send_error(S, c, 429, NULL, "%d requests already wait for the decoder (--queue)", S->queue_max);
+    }
+    pthread_mutex_lock(&S->turn);
+    pthread_mutex_lock(&S->lock);
+    S->waiting--;
+    S->busy = 1;
+    g.id = ++S->next_id;
+    S->n_requests++;
+    pthread_mutex_unlock(&S->lock);
+    snprintf(g.cid, sizeof g.cid, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)g.id);
+    const bool ok = decode(&g, params, prompt, true, &code); // (BOS as the model asks: add_special)
+    pthread_mutex_lock(&S->lock);
+    S->busy = 0;
+    S->n_prompt_tokens += (uint64_t)g.n_prompt;
+    S->n_gen_tokens += (uint64_t)g.n_tokens;
+    pthread_mutex_unlock(&S->lock);
+    pthread_mutex_unlock(&S->turn);
+    free(prompt);
+    cJSON_Delete(params);
+    if (!ok) {
+        free(g.text);
+        return code;
+    }
+    cJSON *ch, *r;
+    if (g.stream) {
+        if (!g.gone) {
+            r = envelope(&g, true, &ch);
+            if (chat) cJSON_AddObjectToObject(ch, "delta");
+            else cJSON_AddStringToObject(ch, "text", "");
+            cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g.why));
+            sse(&g, r);
+            if (g.usage_in_stream) { // OpenAI: a last chunk with no choices and the usage
+                r = envelope(&g, true, &ch);
+                cJSON_DeleteItemFromObjectCaseSensitive(r, "choices");
+                cJSON_AddArrayToObject(r, "choices");
+                add_usage(&g, r);
+                sse(&g, r);
+            }
+            mg_send_chunk(c, "data: [DONE]\n\n", 14);
+            mg_send_chunk(c, "", 0);
+        }
+        return 200;
+    }
+    r = envelope(&g, false, &ch);
+    if (chat) {
+        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+        cJSON_AddStringToObject(msg, "role", "assistant");
+        cJSON_AddStringToObject(msg, "content", g.text ? g.text : "");
+    } else {
+        cJSON_AddStringToObject(ch, "text", g.text ? g.text : "");
+    }
+    cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g.why));
+    add_usage(&g, r);
+    free(g.text);
+    return send_json(c, 200, r);
+}
+
+// ---- routes -------------------------------------------------------------------------------
+
+static int route(server *S, struct mg_connection *c) {
+    const struct mg_request_info *ri = mg_get_request_info(c);
+    const char *u = ri->local_uri ? ri->local_uri : "";
+    const bool get = !strcmp(ri->request_method, "GET"), post = !strcmp(ri->request_method, "POST");
+    if (!strcmp(u, "/health") || !strcmp(u, "/v1/health")) {
+        if (!get) return send_error(S, c, 405, NULL, "%s takes GET", u);
+        return send_json_text(c, 200, "{\"status\":\"ok\"}");
+    }
+    if (!strcmp(u, "/v1/models") || !strcmp(u, "/models")) {
+        if (!get) return send_error(S, c, 405, NULL, "%s takes GET", u);
+        cJSON *r = cJSON_CreateObject(), *d;
+        cJSON_AddStringToObject(r, "object", "list");
+        d = cJSON_AddArrayToObject(r, "data");
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddItemToArray(d, m);
+        cJSON_AddStringToObject(m, "id", S->alias);
+        cJSON_AddStringToObject(m, "object", "model");
+        cJSON_AddNumberToObject(m, "created", (double)S->created);
+        cJSON_AddStringToObject(m, "owned_by", "nanomind");
+        return send_json(c, 200, r);
+    }
+    if (!authorized(S, c)) return send_error(S, c, 401, NULL, "a valid API key is needed (Authorization: Bearer KEY)");
+    if (!strcmp(u, "/metrics")) {
+        if (!get) return send_error(S, c, 405, NULL, "%s takes GET", u);
+        char buf[2048];
+        pthread_mutex_lock(&S->lock);
+        const int n = snprintf(buf, sizeof buf,
+                               "# HELP nanomind_requests_total Generation requests served.\n# TYPE nanomind_requests_total counter\n"
+                               "nanomind_requests_total %llu\n"
+                               "# TYPE nanomind_errors_total counter\nnanomind_errors_total %llu\n"
+                               "# TYPE nanomind_rejected_total counter\nnanomind_rejected_total %llu\n"
+                               "# TYPE nanomind_prompt_tokens_total counter\nnanomind_prompt_tokens_total %llu\n"
+                               "# TYPE nanomind_tokens_predicted_total counter\nnanomind_tokens_predicted_total %llu\n"
+                               "# TYPE nanomind_requests_waiting gauge\nnanomind_requests_waiting %d\n"
+                               "# TYPE nanomind_slots_busy gauge\nnanomind_slots_busy %d\n"
+                               "# TYPE nanomind_bytes_copied_total counter\nnanomind_bytes_copied_total 0\n",
+                               (unsigned long long)S->n_requests, (unsigned long long)S->n_errors,
+                               (unsigned long long)S->n_rejected, (unsigned long long)S->n_prompt_tokens,
+                               (unsigned long long)S->n_gen_tokens, S->waiting, S->busy);
+        pthread_mutex_unlock(&S->lock);
+        mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n", n);
+        mg_write(c, buf, (size_t)n);
+        return 200;
+    }
+    const bool is_chat = !strcmp(u, "/v1/chat/completions") || !strcmp(u, "/chat/completions");
+    if (is_chat || !strcmp(u, "/v1/completions") || !strcmp(u, "/completions")) {
+        if (!post) return send_error(S, c, 405, NULL, "%s takes POST", u);
+        return handle_generate(S, c, is_chat);
+    }
+    return send_error(S, c, 404, NULL, "no route %s %s", ri->request_method, u);
+}
+
+static int on_request(struct mg_connection *c, void *cb) {
+    server *S = cb;
+    pthread_mutex_lock(&S->lock);
+    const bool stopping = S->stopping;
+    if (!stopping) S->active++;
+    pthread_mutex_unlock(&S->lock);
+    if (stopping) return send_error(S, c, 503, NULL, "the server is shutting down");
+    const int r = route(S, c);
+    pthread_mutex_lock(&S->lock);
+    S->active--;
+    pthread_mutex_unlock(&S->lock);
+    return r;
+}
+
+// ---- the command ----------------------------------------------------------------------------
+
+static bool add_keys(server *S, const char *list) {
+    for (const char *p = list; *p;) {
+        const char *end = strpbrk(p, ",\n");
+        if (!end) end = p + strlen(p);
+        size_t n = (size_t)(end - p);
+        while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ')) n--;
+        if (n > 0) {
+            if (S->n_keys >= MAX_KEYS) {
+                fprintf(stderr, "error: more than %d API keys\n", MAX_KEYS);
+                return false;
+            }
+            if (!(S->keys[S->n_keys++] = strndup(p, n))) return false;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return true;
+}
+
+static bool take_own(server *S, int *argc, char **argv) {
+    int w = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        const bool has = i + 1 < *argc;
+        if (!strcmp(a, "--host") || !strcmp(a, "-a") || !strcmp(a, "--alias") || !strcmp(a, "--api-key") ||
+            !strcmp(a, "--api-key-file")) {
+            if (!has || !argv[i + 1][0]) {
+                fprintf(stderr, "error: %s needs a value\n", a);
+                return false;
+            }
+            const char *v = argv[++i];
+            if (!strcmp(a, "--host")) S->host = v;
+            else if (!strcmp(a, "--api-key")) {
+                if (!add_keys(S, v)) return false;
+            } else if (!strcmp(a, "--api-key-file")) {
+                FILE *f = fopen(v, "r");
+                char buf[8192];
+                const size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+                if (f) fclose(f);
+                if (!f) {
+                    fprintf(stderr, "error: --api-key-file '%s': %s\n", v, strerror(errno));
+                    return false;
+                }
+                buf[n] = '\0';
+                if (!add_keys(S, buf)) return false;
+                if (S->n_keys == 0) {
+                    fprintf(stderr, "error: --api-key-file '%s' holds no key\n", v);
+                    return false;
+                }
+            } else S->alias = v;
+        } else if (!strcmp(a, "--port") || !strcmp(a, "--parallel") || !strcmp(a, "-np") || !strcmp(a, "--queue") ||
+                   !strcmp(a, "--timeout") || !strcmp(a, "-to")) {
+            int32_t v;
+            const bool port = !strcmp(a, "--port"), par = !strcmp(a, "--parallel") || !strcmp(a, "-np");
+            if (!has || !cli_arg_int(a, argv[i + 1], port ? 1 : par ? 1 : 0, port ? 65535 : 1000000, &v)) {
+                if (!has) fprintf(stderr, "error: %s needs a value\n", a);
+                return false;
+            }
+            i++;
+            if (par && v != 1) {
+                fprintf(stderr, "error: --parallel %d: this build decodes one sequence at a time (continuous batching "
+                                "is not built yet): give 1\n", v);
+                return false;
+            }
+            if (port) S->port = v;
+            else if (!strcmp(a, "--queue")) S->queue_max = v;
+            else if (!par) S->timeout_s = v;
+        } else if (!strcmp(a, "--max-body")) {
+            int32_t v;
+            if (!has || !cli_arg_int(a, argv[i + 1], 1024, 1 << 30, &v)) {
+                if (!has) fprintf(stderr, "error: --max-body needs a value\n");
+                return false;
+            }
+            i++;
+            S->body_max = v;
+        } else {
+            argv[w++] = argv[i];
+        }
+    }
+    *argc = w;
+    return true;
+}
+
+int cmd_serve(int argc, char **argv) {
+    server S;
+    memset(&S, 0, sizeof S);
+    S.host = "127.0.0.1";
+    S.port = 8080;
+    S.queue_max = 16;
+    S.timeout_s = 600;
+    S.body_max = 8 << 20;
+    int rc = 2;
+    if (!take_own(&S, &argc, argv)) goto keys;
+    if (!cli_parse("serve", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_GEN | CLI_LANE, argc, argv, &S.o, NULL)) goto keys;
+    if (S.o.help) {
+        usage(stdout);
+        rc = 0;
+        goto out;
+    }
+    if (S.o.version) {
+        cli_print_version();
+        rc = 0;
+        goto out;
+    }
+    if (!S.o.model) {
+        fprintf(stderr, "error: give the language model with -m FILE\n");
+        goto out;
+    }
+    if (S.o.chat_tmpl && !nm_chat_template_known(S.o.chat_tmpl)) {
+        fprintf(stderr, "error: unknown chat template '%s' (known: %s)\n", S.o.chat_tmpl, nm_chat_template_names());
+        goto out;
+    }
+    rc = 1;
+    char err[512];
+    nm_status st;
+    nm_model_params mp = nm_model_default_params();
+    mp.n_threads = S.o.n_threads;
+    mp.no_mmap = S.o.no_mmap;
+    if ((st = nm_model_load(S.o.model, &mp, &S.m, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot load '%s': %s: %s\n", S.o.model, nm_status_str(st), err);
+        goto out;
+    }
+    cli_mlock(&S.o);
+    if (!S.alias) {
+        const char *slash = strrchr(S.o.model, '/');
+        S.alias = slash ? slash + 1 : S.o.model;
+    }
+    nm_brick_params lp = cli_llm_params(&S.o, S.m, NULL);
+    if (lp.llm.n_predict < 0) lp.llm.n_predict = -1; // (a request's max_tokens, or until the end or a full context)
+    lp.llm.out_batch = 1;                            // a token a slot: streamed as it is sampled
+    if ((st = nm_brick_load(NULL, &lp, &S.llm, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
+        goto out;
+    }
+    cli_ctx_note(nm_brick_llm_ctx(S.llm));
+    if ((st = nm_tabm_create(NULL, 4, nm_brick_in_slot_bytes(S.llm), &S.in, err, sizeof err)) != NM_OK ||
+        (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S.llm), &S.out, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
+        goto out;
+    }
+    pthread_mutex_init(&S.turn, NULL);
+    pthread_mutex_init(&S.lock, NULL);
+    S.created = time(NULL);
+    if (pthread_create(&S.lane, NULL, lane_main, &S) != 0) {
+        fprintf(stderr, "error: cannot start the decoder's lane\n");
+        goto out;
+    }
+    S.lane_started = true;
+    // SIGTERM / SIGINT end the server: blocked here (every thread made after inherits it) and waited for below
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGTERM);
+    sigaddset(&stop, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    char port[80], timeout[32];
+    snprintf(port, sizeof port, "%s%s:%d", strchr(S.host, ':') ? "[" : "", S.host, S.port);
+    if (strchr(S.host, ':')) snprintf(port, sizeof port, "[%s]:%d", S.host, S.port);
+    snprintf(timeout, sizeof timeout, "%d", S.timeout_s * 1000);
+    const char *options[] = {"listening_ports", port, "num_threads", "64", "request_timeout_ms", timeout,
+                             "enable_keep_alive", "yes", NULL};
+    struct mg_callbacks cbs;
+    memset(&cbs, 0, sizeof cbs);
+    mg_init_library(0);
+    struct mg_context *ctx = mg_start(&cbs, &S, options);
+    if (!ctx) {
+        fprintf(stderr, "error: cannot listen on %s:%d (in use, or not an address of this machine)\n", S.host, S.port);
+        mg_exit_library();
+        goto out;
+    }
+    mg_set_request_handler(ctx, "/", on_request, &S);
+    fprintf(stderr, "serving %s on http://%s:%d (one sequence at a time; Ctrl-C or SIGTERM stops)\n", S.alias,
+            S.host, S.port);
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr, "%s: finishing the requests in flight\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    pthread_mutex_lock(&S.lock);
+    S.stopping = true; // new requests: 503
+    pthread_mutex_unlock(&S.lock);
+    for (int k = 0; k < S.timeout_s * 20; k++) { // those in flight end (civetweb drops writes once stopped)
+        pthread_mutex_lock(&S.lock);
+        const int active = S.active;
+        pthread_mutex_unlock(&S.lock);
+        if (active == 0) break;
+        struct timespec ts = {0, 50 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    mg_stop(ctx);
+    mg_exit_library();
+    rc = 0;
+out:
+    if (S.in) nm_tabm_shutdown(S.in);
+    if (S.lane_started) pthread_join(S.lane, NULL);
+    nm_tabm_free(S.in);
+    nm_tabm_free(S.out);
+    nm_brick_free(S.llm);
+    nm_model_free(S.m);
+    cli_opts_free(&S.o);
+keys:
+    for (int k = 0; k < S.n_keys; k++) free(S.keys[k]);
+    return rc;
+}

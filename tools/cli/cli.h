@@ -88,6 +88,10 @@ void cli_opts_free(cli_opts *o);
 void cli_ctx_note(const nm_ctx *c);
 // The context size for -c: the given value, the training context for 0, or the default.
 int32_t cli_ctx_size(const cli_opts *o, const nm_model *m);
+// The conversation through the chat template (tmpl: a name, or NULL for the
+// model's own) with the assistant's turn opened: malloc'd, or NULL with *st
+// NM_ERR_TEMPLATE (no template we know) or NM_ERR_NOMEM. Nothing printed.
+char *cli_chat_text(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs, size_t n, nm_status *st);
 // The LLM brick's parameters from the options (run's and the assistant's):
 // the loaded model, context, threads, lane, device, sampling, -n, stop strings,
 // a slot per token; counted in ledger.

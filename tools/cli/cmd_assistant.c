@@ -123,16 +123,8 @@ static char *chat(const app *A, const char *question, bool frame) {
     size_t n = 0;
     if (A->o.system) msgs[n++] = (nm_chat_msg){"system", A->o.system};
     msgs[n++] = (nm_chat_msg){"user", content};
-    int32_t need = nm_chat_format(A->m, A->o.chat_tmpl, msgs, n, true, NULL, 0);
-    char *buf = NULL;
-    if (need != NM_ERR_TEMPLATE) {
-        if (need < 0) need = -need;
-        buf = malloc((size_t)need + 1);
-        if (buf && nm_chat_format(A->m, A->o.chat_tmpl, msgs, n, true, buf, need + 1) < 0) {
-            free(buf);
-            buf = NULL;
-        }
-    }
+    nm_status st;
+    char *buf = cli_chat_text(A->m, A->o.chat_tmpl, msgs, n, &st);
     free(content);
     return buf;
 }

@@ -321,21 +321,14 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
 
 // Formats the conversation; returns a malloc'd string or NULL (error printed).
 static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs, size_t n) {
-    int32_t need = nm_chat_format(m, tmpl, msgs, n, true, NULL, 0);
-    if (need == NM_ERR_TEMPLATE) {
+    nm_status st;
+    char *buf = cli_chat_text(m, tmpl, msgs, n, &st);
+    if (st == NM_ERR_TEMPLATE)
         fprintf(stderr,
                 "error: the model names no chat template we know (tokenizer.chat_template is absent or not one we "
                 "read; a base model such as Gemma 3 270M has none and is not made for chat): run it without --chat, "
                 "or name a template with --chat-template (%s)\n",
                 nm_chat_template_names());
-        return NULL;
-    }
-    if (need < 0) need = -need;
-    char *buf = malloc((size_t)need + 1);
-    if (buf && nm_chat_format(m, tmpl, msgs, n, true, buf, need + 1) < 0) {
-        free(buf);
-        buf = NULL;
-    }
     return buf;
 }
 

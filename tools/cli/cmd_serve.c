@@ -302,18 +302,12 @@ static char *chat_prompt(server *S, struct mg_connection *c, const cJSON *messag
         k++;
     }
     if (ok) {
-        int32_t need = nm_chat_format(S->m, S->o.chat_tmpl, msgs, (size_t)k, true, NULL, 0);
-        if (need == NM_ERR_TEMPLATE) {
-            *code = send_error(S, c, 500, NULL, "the model names no chat template we know (start with --chat-template)");
-        } else {
-            if (need < 0) need = -need;
-            buf = malloc((size_t)need + 1);
-            if (buf && nm_chat_format(S->m, S->o.chat_tmpl, msgs, (size_t)k, true, buf, need + 1) < 0) {
-                free(buf);
-                buf = NULL;
-            }
-            if (!buf) *code = send_error(S, c, 500, NULL, "the chat could not be formatted");
-        }
+        nm_status st;
+        buf = cli_chat_text(S->m, S->o.chat_tmpl, msgs, (size_t)k, &st);
+        if (!buf)
+            *code = send_error(S, c, 500, NULL, st == NM_ERR_TEMPLATE
+                                                    ? "the model names no chat template we know (start with --chat-template)"
+                                                    : "out of memory formatting the chat");
     } else if (!msgs || !owned) {
         *code = send_error(S, c, 500, NULL, "out of memory");
     }

@@ -373,6 +373,20 @@ long cli_peak_rss_kb(void) {
     return ru.ru_maxrss;
 }
 
+char *cli_chat_text(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs, size_t n, nm_status *st) {
+    int32_t need = nm_chat_format(m, tmpl, msgs, n, true, NULL, 0);
+    *st = need == NM_ERR_TEMPLATE ? NM_ERR_TEMPLATE : NM_ERR_NOMEM;
+    if (need == NM_ERR_TEMPLATE) return NULL;
+    if (need < 0) need = -need;
+    char *buf = malloc((size_t)need + 1);
+    if (buf && nm_chat_format(m, tmpl, msgs, n, true, buf, need + 1) < 0) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf) *st = NM_OK;
+    return buf;
+}
+
 cli_energy cli_energy_default(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return (cli_energy){.idle_w = CLI_BOARD_IDLE_W, .active_w = CLI_BOARD_ACTIVE_W, .n_cores = n > 0 ? (int32_t)n : 1};

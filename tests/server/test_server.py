@@ -167,7 +167,12 @@ def t_completion(name):
                                   extra_body=EXACT)
     want = run_nm("-p", "The capital of France is", "-n", "6", "--temp", "0")
     got = "The capital of France is" + r.choices[0].text
-    result(name, got == want and r.usage.completion_tokens == 6, "%r against run's %r" % (got, want))
+    # streamed: the same text (newlines and all, escaped in each chunk's JSON)
+    s = client.completions.create(model="x", prompt="The capital of France is", max_tokens=6, temperature=0,
+                                  stream=True, extra_body=EXACT)
+    streamed = "The capital of France is" + "".join(ch.choices[0].text for ch in s if ch.choices)
+    result(name, got == want and streamed == want and "\n" in got and r.usage.completion_tokens == 6,
+           "%r, streamed %r, against run's %r" % (got, streamed, want))
 
 
 def t_stop(name):
@@ -259,7 +264,9 @@ def t_disconnect_and_busy(name):
     took = time.time() - t0
     m = metrics()
     decoded = int(m["nanomind_tokens_predicted_total"]) - before - 2
-    result(name, b"200 OK" in got and busy and st == 200 and 3 <= decoded < 150 and int(m["nanomind_rejected_total"]) >= 1,
+    copied = int(m["nanomind_bytes_copied_total"])  # the prompt goes into the decoder's slot: nothing copied
+    result(name, b"200 OK" in got and busy and st == 200 and 3 <= decoded < 150 and int(m["nanomind_rejected_total"]) >= 1
+           and copied == 0,
            "stream %r, busy %s, next %s after %.1f s, %d tokens decoded for the stream, metrics %s"
            % (got[:60], busy, st, took, decoded, m))
 

@@ -29,6 +29,8 @@
 typedef struct server {
     cli_opts o;
     const char *host, *alias;
+    cJSON *alias_json;
+    char *alias_text; // the alias as a JSON string (quoted, escaped): the streamed chunks' "model"
     int32_t port, queue_max, timeout_s;
     int64_t body_max;
     char *keys[MAX_KEYS];
@@ -36,6 +38,7 @@ typedef struct server {
     nm_model *m;
     nm_brick *llm;
     nm_tabm *in, *out;
+    nm_ledger *ledger; // bytes copied between the server and the brick (/metrics)
     pthread_t lane;
     bool lane_started;
     time_t created;
@@ -43,6 +46,7 @@ typedef struct server {
     pthread_mutex_t turn, lock;
     int waiting, busy;
     int active;    // requests being handled
+    pthread_cond_t idle; // active dropped to 0
     bool stopping; // SIGTERM: new requests get 503, those in flight finish
     uint64_t next_id;
     // counters for /metrics
@@ -78,26 +82,12 @@ static void *lane_main(void *arg) {
 
 // ---- replies ----------------------------------------------------------------------------
 
-static const char *status_text(int code) {
-    switch (code) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 503: return "Service Unavailable";
-    default: return "Internal Server Error";
-    }
-}
-
 static int send_json_text(struct mg_connection *c, int code, const char *body) {
     const size_t n = strlen(body);
     mg_printf(c,
               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
               "Cache-Control: no-cache\r\n\r\n",
-              code, status_text(code), n);
+              code, mg_get_response_code_text(c, code), n);
     mg_write(c, body, n);
     return code;
 }
@@ -215,10 +205,10 @@ static cJSON *take_params(server *S, struct mg_connection *c, const cJSON *req, 
     }
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(req, "stop");
     if (stop && !cJSON_IsNull(stop)) {
-        bool ok = cJSON_IsString(stop) || (cJSON_IsArray(stop) && cJSON_GetArraySize(stop) <= NM_LLM_MAX_STOP);
-        for (const cJSON *e = cJSON_IsArray(stop) ? stop->child : NULL; e && ok; e = e->next) ok = cJSON_IsString(e);
-        for (const cJSON *e = cJSON_IsArray(stop) ? stop->child : stop; e && ok; e = cJSON_IsArray(stop) ? e->next : NULL)
-            ok = strlen(e->valuestring) <= NM_LLM_MAX_STOP_LEN;
+        const bool list = cJSON_IsArray(stop);
+        bool ok = cJSON_IsString(stop) || (list && cJSON_GetArraySize(stop) <= NM_LLM_MAX_STOP);
+        for (const cJSON *e = list ? stop->child : stop; e && ok; e = list ? e->next : NULL)
+            ok = cJSON_IsString(e) && strlen(e->valuestring) <= NM_LLM_MAX_STOP_LEN;
         if (!ok) {
             cJSON_Delete(p);
             *code = send_error(S, c, 400, "stop", "'stop' must be a string or an array of up to %d strings of up to %d bytes",
@@ -337,7 +327,54 @@ typedef struct gen {
     char held[NM_LLM_MAX_STOP_LEN + 256];
     size_t n_held;
     bool stopped;
+    // a streamed token's event, written in place: the chunk's JSON up to the text (made once a request),
+    // the text escaped, the rest (nothing allocated a token)
+    char *ev;
+    size_t n_pre;
 } gen;
+
+#define EV_TEXT_MAX (6 * (NM_LLM_MAX_STOP_LEN + 256)) // the largest piece, every byte escaped as \u00XX
+#define EV_SUFFIX_CHAT "\"},\"finish_reason\":null}]}\n\n"
+#define EV_SUFFIX_TEXT "\",\"finish_reason\":null}]}\n\n"
+
+// The streamed chunks' common start, into g->ev (malloc'd once a request). False: out of memory.
+static bool ev_begin(gen *g) {
+    char pre[512];
+    const int n = snprintf(pre, sizeof pre, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->cid,
+                           g->chat ? "chat.completion.chunk" : "text_completion", (long long)g->S->created);
+    const char *tail = g->chat ? ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" : ",\"choices\":[{\"index\":0,\"text\":\"";
+    g->n_pre = (size_t)n + strlen(g->S->alias_text) + strlen(tail);
+    if (!(g->ev = malloc(g->n_pre + EV_TEXT_MAX + sizeof EV_SUFFIX_CHAT))) return false;
+    snprintf(g->ev, g->n_pre + 1, "%s%s%s", pre, g->S->alias_text, tail);
+    return true;
+}
+
+// One piece of text as a streamed chunk: escaped for JSON into g->ev after the common start.
+static void ev_send(gen *g, const char *p, int32_t n) {
+    static const char hex[] = "0123456789abcdef";
+    char *o = g->ev + g->n_pre;
+    for (int32_t i = 0; i < n; i++) {
+        const unsigned char ch = (unsigned char)p[i];
+        if (ch == '"' || ch == '\\') {
+            *o++ = '\\';
+            *o++ = (char)ch;
+        } else if (ch == '\n') {
+            *o++ = '\\';
+            *o++ = 'n';
+        } else if (ch < 0x20) {
+            memcpy(o, "\\u00", 4);
+            o[4] = hex[ch >> 4];
+            o[5] = hex[ch & 15];
+            o += 6;
+        } else {
+            *o++ = (char)ch;
+        }
+    }
+    const char *suffix = g->chat ? EV_SUFFIX_CHAT : EV_SUFFIX_TEXT;
+    const size_t ns = strlen(suffix);
+    memcpy(o, suffix, ns);
+    if (mg_send_chunk(g->c, g->ev, (unsigned)(o + ns - g->ev)) <= 0) g->gone = true;
+}
 
 static bool sse(gen *g, cJSON *obj) {
     char *t = cJSON_PrintUnformatted(obj);
@@ -386,18 +423,7 @@ static void add_usage(const gen *g, cJSON *r) {
 static void emit(gen *g, const char *p, int32_t n) {
     if (n <= 0) return;
     if (g->stream) {
-        if (g->gone) return;
-        cJSON *ch, *r = envelope(g, true, &ch);
-        char *t = strndup(p, (size_t)n);
-        if (g->chat) {
-            cJSON *d = cJSON_AddObjectToObject(ch, "delta");
-            cJSON_AddStringToObject(d, "content", t ? t : "");
-        } else {
-            cJSON_AddStringToObject(ch, "text", t ? t : "");
-        }
-        cJSON_AddNullToObject(ch, "finish_reason");
-        free(t);
-        if (!sse(g, r)) g->gone = true;
+        if (!g->gone) ev_send(g, p, n);
         return;
     }
     if (g->len + (size_t)n + 1 > g->cap) {
@@ -609,7 +635,9 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     S->n_requests++;
     pthread_mutex_unlock(&S->lock);
     snprintf(g.cid, sizeof g.cid, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)g.id);
-    const bool ok = decode(&g, params, prompt, true, &code); // (BOS as the model asks: add_special)
+    bool ok = !g.stream || ev_begin(&g);
+    if (!ok) code = send_error(S, c, 500, NULL, "out of memory");
+    ok = ok && decode(&g, params, prompt, true, &code); // (BOS as the model asks: add_special)
     pthread_mutex_lock(&S->lock);
     S->busy = 0;
     S->n_prompt_tokens += (uint64_t)g.n_prompt;
@@ -617,6 +645,7 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     pthread_mutex_unlock(&S->lock);
     pthread_mutex_unlock(&S->turn);
     free(prompt);
+    free(g.ev);
     cJSON_Delete(params);
     if (!ok) {
         free(g.text);
@@ -693,10 +722,11 @@ static int route(server *S, struct mg_connection *c) {
                                "# TYPE nanomind_tokens_predicted_total counter\nnanomind_tokens_predicted_total %llu\n"
                                "# TYPE nanomind_requests_waiting gauge\nnanomind_requests_waiting %d\n"
                                "# TYPE nanomind_slots_busy gauge\nnanomind_slots_busy %d\n"
-                               "# TYPE nanomind_bytes_copied_total counter\nnanomind_bytes_copied_total 0\n",
+                               "# TYPE nanomind_bytes_copied_total counter\nnanomind_bytes_copied_total %llu\n",
                                (unsigned long long)S->n_requests, (unsigned long long)S->n_errors,
                                (unsigned long long)S->n_rejected, (unsigned long long)S->n_prompt_tokens,
-                               (unsigned long long)S->n_gen_tokens, S->waiting, S->busy);
+                               (unsigned long long)S->n_gen_tokens, S->waiting, S->busy,
+                               (unsigned long long)nm_ledger_total(S->ledger));
         pthread_mutex_unlock(&S->lock);
         mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n", n);
         mg_write(c, buf, (size_t)n);
@@ -719,7 +749,7 @@ static int on_request(struct mg_connection *c, void *cb) {
     if (stopping) return send_error(S, c, 503, NULL, "the server is shutting down");
     const int r = route(S, c);
     pthread_mutex_lock(&S->lock);
-    S->active--;
+    if (--S->active == 0) pthread_cond_broadcast(&S->idle);
     pthread_mutex_unlock(&S->lock);
     return r;
 }
@@ -852,9 +882,13 @@ int cmd_serve(int argc, char **argv) {
         const char *slash = strrchr(S.o.model, '/');
         S.alias = slash ? slash + 1 : S.o.model;
     }
-    nm_brick_params lp = cli_llm_params(&S.o, S.m, NULL);
-    if (lp.llm.n_predict < 0) lp.llm.n_predict = -1; // (a request's max_tokens, or until the end or a full context)
-    lp.llm.out_batch = 1;                            // a token a slot: streamed as it is sampled
+    // (-n: the default max_tokens, -1 until the end or a full context; a token a slot, streamed as sampled)
+    if (!(S.ledger = nm_ledger_create()) || !(S.alias_json = cJSON_CreateString(S.alias)) ||
+        !(S.alias_text = cJSON_PrintUnformatted(S.alias_json))) {
+        fprintf(stderr, "error: out of memory\n");
+        goto out;
+    }
+    nm_brick_params lp = cli_llm_params(&S.o, S.m, S.ledger);
     if ((st = nm_brick_load(NULL, &lp, &S.llm, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
         goto out;
@@ -867,6 +901,7 @@ int cmd_serve(int argc, char **argv) {
     }
     pthread_mutex_init(&S.turn, NULL);
     pthread_mutex_init(&S.lock, NULL);
+    pthread_cond_init(&S.idle, NULL);
     S.created = time(NULL);
     if (pthread_create(&S.lane, NULL, lane_main, &S) != 0) {
         fprintf(stderr, "error: cannot start the decoder's lane\n");
@@ -880,8 +915,7 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     char port[80], timeout[32];
-    snprintf(port, sizeof port, "%s%s:%d", strchr(S.host, ':') ? "[" : "", S.host, S.port);
-    if (strchr(S.host, ':')) snprintf(port, sizeof port, "[%s]:%d", S.host, S.port);
+    snprintf(port, sizeof port, strchr(S.host, ':') ? "[%s]:%d" : "%s:%d", S.host, S.port); // (IPv6 in brackets)
     snprintf(timeout, sizeof timeout, "%d", S.timeout_s * 1000);
     const char *options[] = {"listening_ports", port, "num_threads", "64", "request_timeout_ms", timeout,
                              "enable_keep_alive", "yes", NULL};
@@ -900,17 +934,14 @@ int cmd_serve(int argc, char **argv) {
     int sig = 0;
     sigwait(&stop, &sig);
     fprintf(stderr, "%s: finishing the requests in flight\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += S.timeout_s;
     pthread_mutex_lock(&S.lock);
-    S.stopping = true; // new requests: 503
-    pthread_mutex_unlock(&S.lock);
-    for (int k = 0; k < S.timeout_s * 20; k++) { // those in flight end (civetweb drops writes once stopped)
-        pthread_mutex_lock(&S.lock);
-        const int active = S.active;
-        pthread_mutex_unlock(&S.lock);
-        if (active == 0) break;
-        struct timespec ts = {0, 50 * 1000 * 1000};
-        nanosleep(&ts, NULL);
+    S.stopping = true; // new requests: 503; those in flight end first (civetweb drops writes once stopped)
+    while (S.active > 0 && pthread_cond_timedwait(&S.idle, &S.lock, &until) == 0) {
     }
+    pthread_mutex_unlock(&S.lock);
     mg_stop(ctx);
     mg_exit_library();
     rc = 0;
@@ -920,6 +951,9 @@ out:
     nm_tabm_free(S.in);
     nm_tabm_free(S.out);
     nm_brick_free(S.llm);
+    nm_ledger_free(S.ledger);
+    cJSON_Delete(S.alias_json);
+    free(S.alias_text);
     nm_model_free(S.m);
     cli_opts_free(&S.o);
 keys:

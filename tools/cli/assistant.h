@@ -96,7 +96,6 @@ typedef struct app {
     double decode_cap;         // tokens/s the answer reader paces the decoder to (0: none; under lock)
     double fps_cap;            // frames/s the policy allows (0: none)
     int n_cascaded;
-    int n_skipped;
     int32_t threads_now;       // the bricks' threads as the policy last set them (0: as the options say)
     bool rebuild;              // the policy changed the threads: the resident pipeline is made again
     int32_t tts_rate;          // the voice's sample rate once it has been loaded

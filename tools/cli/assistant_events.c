@@ -113,8 +113,9 @@ bool assistant_make_items(app *A) {
 bool assistant_watch_open(app *A) {
     const char *what = A->watch_frames ? "--frames" : "--audio";
     struct stat sb;
-    if (stat(A->watch_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "error: %s watch:%s: %s\n", what, A->watch_dir, errno ? strerror(errno) : "not a folder");
+    const bool there = stat(A->watch_dir, &sb) == 0;
+    if (!there || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "error: %s watch:%s: %s\n", what, A->watch_dir, there ? "not a folder" : strerror(errno));
         return false;
     }
     A->watch_fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);

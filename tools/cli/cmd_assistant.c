@@ -258,6 +258,21 @@ static void *step_main(void *p) {
     return NULL;
 }
 
+// Whisper serves the question's audio on a thread of its own (*th; false if it
+// did not start: can false, or no thread). A heard question's audio waits in
+// the microphone's ring: its traffic is counted here, and it is taken out
+// unheard when Whisper does not start, so that the next question's is next.
+static bool start_whisper(app *A, const item *it, bool can, step_arg *sa, pthread_t *th) {
+    *sa = (step_arg){A->stt, A->pcm, A->heard, NM_OK};
+    const bool started = can && pthread_create(th, NULL, step_main, sa) == 0;
+    if (it->from_mic) {
+        nm_tabm_slot lost;
+        if (!started && nm_tabm_acquire_read(A->pcm, 0, &lost) == NM_OK) nm_tabm_release(A->pcm, &lost);
+        add_traffic(A, 0, A->stt, (nm_brick_input){.n_samples = it->n_heard});
+    }
+    return started;
+}
+
 // Waits for --sequential, and for the end: counter >= n.
 static void wait_for(app *A, int *counter, int n, bool *gone) {
     pthread_mutex_lock(&A->lock);
@@ -273,15 +288,9 @@ static void ask(app *A, int i) {
     if (!it->from_mic && !A->cascading) it->t_start = now(A); // (a heard question's end is when the cutter closed it)
     const bool spoken = (it->audio || it->from_mic) && !A->cascading; // (the cascade transcribed it already)
     // a heard question's audio waits in the microphone's ring: Whisper serves it now, on a thread of its own
-    step_arg stt = {A->stt, A->pcm, A->heard, NM_OK};
+    step_arg stt;
     pthread_t th_stt;
-    bool stepping = false;
-    if (spoken && it->from_mic) {
-        stepping = pthread_create(&th_stt, NULL, step_main, &stt) == 0;
-        nm_tabm_slot lost;
-        if (!stepping && nm_tabm_acquire_read(A->pcm, 0, &lost) == NM_OK) nm_tabm_release(A->pcm, &lost);
-        add_traffic(A, 0, A->stt, (nm_brick_input){.n_samples = it->n_heard});
-    }
+    const bool stepping = spoken && it->from_mic && start_whisper(A, it, true, &stt, &th_stt);
     const bool heard = stepping || (spoken && it->audio && send_audio(A, it, id));
     bool sent_first = false; // a part of the prompt is in the ring: the rest must follow
     bool ok = true;
@@ -892,14 +901,9 @@ static void cascade_question(app *A, int i) {
                     nm_tabm_create(NULL, 1, sizeof(float) * 16000 * MAX_QUESTION_S, &A->pcm, err, sizeof err) == NM_OK) &&
              nm_tabm_create(NULL, 64, nm_brick_out_slot_bytes(A->stt), &A->heard, err, sizeof err) == NM_OK;
         ok = ok && (it->from_mic || send_audio(A, it, id));
-        step_arg sa = {A->stt, A->pcm, A->heard, NM_OK};
+        step_arg sa;
         pthread_t th;
-        const bool started = ok && pthread_create(&th, NULL, step_main, &sa) == 0;
-        if (it->from_mic) {
-            nm_tabm_slot lost; // not transcribed: its audio leaves the ring, so that the next question's is next
-            if (!started && nm_tabm_acquire_read(A->pcm, 0, &lost) == NM_OK) nm_tabm_release(A->pcm, &lost);
-            add_traffic(A, 0, A->stt, (nm_brick_input){.n_samples = it->n_heard});
-        }
+        const bool started = start_whisper(A, it, ok, &sa, &th);
         ok = started && read_transcript(A, it, id);
         if (started) pthread_join(th, NULL);
         if (!ok && !it->question[0]) fprintf(stderr, "question %d: no speech heard\n", i + 1);
@@ -1136,16 +1140,29 @@ static bool power_step(app *A) {
     return tg.state == NM_POWER_CRITICAL;
 }
 
+// The assistant's options that take a number: their ranges (as --help states them).
+static const struct { const char *name; float lo, hi; } floats[] = {
+    {"--fps", 0.0f, 1000.0f}, {"--listen", 0.0f, 86400.0f}, {"--frame-change", 0.0f, 254.0f},
+    {"--battery-speed", 0.001f, 1e9f}};
+static int float_opt(const char *a) {
+    for (int k = 0; k < (int)(sizeof floats / sizeof floats[0]); k++)
+        if (!strcmp(a, floats[k].name)) return k;
+    return -1;
+}
+
 // Takes the assistant's own options out of argv (the rest is `run`'s).
 static bool take_own(app *A, int *argc, char **argv) {
-    int w = 1;
+    int w = 1, f;
+    float speed = 0;
+    const char *wake = NULL;
+    float *fdst[] = {&A->fps, &A->listen_s, &A->frame_change, &speed};
     for (int i = 1; i < *argc; i++) {
         const char *a = argv[i];
         const char **dst = !strcmp(a, "--stt") ? &A->stt_model : !strcmp(a, "--audio") ? &A->audio
                            : !strcmp(a, "--frames") ? &A->frames : !strcmp(a, "--out") ? &A->out_dir
                            : !strcmp(a, "--tts") ? &A->tts_engine : !strcmp(a, "--voice") ? &A->voice
                            : !strcmp(a, "--stt-cores") ? &A->stt_cores : !strcmp(a, "--tts-cores") ? &A->tts_cores
-                           : !strcmp(a, "--json") ? &A->json_path
+                           : !strcmp(a, "--json") ? &A->json_path : !strcmp(a, "--wake-words") ? &wake
                                                                                                 : NULL;
         if (dst) {
             if (i + 1 >= *argc || !argv[i + 1][0]) {
@@ -1153,30 +1170,12 @@ static bool take_own(app *A, int *argc, char **argv) {
                 return false;
             }
             *dst = argv[++i];
-        } else if (!strcmp(a, "--fps")) {
-            if (i + 1 >= *argc || !cli_arg_float("--fps", argv[i + 1], 0.0f, 1000.0f, &A->fps)) {
-                if (i + 1 >= *argc) fprintf(stderr, "error: --fps needs a value\n");
+        } else if ((f = float_opt(a)) >= 0) {
+            if (i + 1 >= *argc || !cli_arg_float(a, argv[i + 1], floats[f].lo, floats[f].hi, fdst[f])) {
+                if (i + 1 >= *argc) fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
             }
             i++;
-        } else if (!strcmp(a, "--listen")) {
-            if (i + 1 >= *argc || !cli_arg_float("--listen", argv[i + 1], 0.0f, 86400.0f, &A->listen_s)) {
-                if (i + 1 >= *argc) fprintf(stderr, "error: --listen needs a value\n");
-                return false;
-            }
-            i++;
-        } else if (!strcmp(a, "--frame-change")) {
-            if (i + 1 >= *argc || !cli_arg_float("--frame-change", argv[i + 1], 0.0f, 254.0f, &A->frame_change)) {
-                if (i + 1 >= *argc) fprintf(stderr, "error: --frame-change needs a value\n");
-                return false;
-            }
-            i++;
-        } else if (!strcmp(a, "--wake-words")) {
-            if (i + 1 >= *argc) {
-                fprintf(stderr, "error: --wake-words needs a value\n");
-                return false;
-            }
-            if (!assistant_wake_words(A, argv[++i])) return false;
         } else if (!strcmp(a, "--sequential")) {
             A->sequential = true;
         } else if (!strcmp(a, "--cascade")) {
@@ -1187,19 +1186,13 @@ static bool take_own(app *A, int *argc, char **argv) {
                 return false;
             }
             *(!strcmp(a, "--battery") ? &A->battery_src : &A->power_sysfs) = argv[++i];
-        } else if (!strcmp(a, "--battery-speed")) {
-            float x;
-            if (i + 1 >= *argc || !cli_arg_float("--battery-speed", argv[i + 1], 0.001f, 1e9f, &x)) {
-                if (i + 1 >= *argc) fprintf(stderr, "error: --battery-speed needs a value\n");
-                return false;
-            }
-            A->battery_speed = x;
-            i++;
         } else {
             argv[w++] = argv[i];
         }
     }
     *argc = w;
+    if (speed > 0) A->battery_speed = speed;
+    if (wake && !assistant_wake_words(A, wake)) return false;
     // the devices: mic[:DEV] and speaker[:DEV] (ALSA names; "default" without one)
     if (A->audio && (!strcmp(A->audio, "mic") || !strncmp(A->audio, "mic:", 4)))
         A->mic_dev = A->audio[3] ? A->audio + 4 : "default";
@@ -1492,10 +1485,7 @@ int cmd_assistant(int argc, char **argv) {
             next_frame = (next_frame > t ? next_frame : t) + 1.0 / fps;
         }
         // the camera's event: a frame like the last one asked about wakes nothing
-        if (A.frame_change > 0 && A.items[i].frame && !assistant_frame_changed(&A, &A.items[i], i)) {
-            A.n_skipped++;
-            continue;
-        }
+        if (A.frame_change > 0 && A.items[i].frame && !assistant_frame_changed(&A, &A.items[i], i)) continue;
         if (A.resident && (cascade || A.rebuild)) {
             stop_resident(&A);
             A.planned = false; // (--plan: placed again, for the new state)

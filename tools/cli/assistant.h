@@ -1,6 +1,7 @@
 // nanomind assistant's parts (cmd_assistant.c: the loop, the pipeline and
-// the cascade; assistant_events.c: where the questions come from;
-// assistant_report.c: --stats, --json and the energy). docs/cli.md.
+// the cascade; assistant_options.c: the command line; assistant_events.c:
+// where the questions come from; assistant_report.c: --stats, --json and the
+// energy). docs/cli.md.
 #ifndef NM_CLI_ASSISTANT_H
 #define NM_CLI_ASSISTANT_H
 
@@ -135,6 +136,12 @@ static inline void add_traffic(app *A, int k, const nm_brick *b, nm_brick_input 
     A->dram[k] += c.weight_bytes_read + c.act_bytes;
     pthread_mutex_unlock(&A->lock);
 }
+
+// ---- assistant_options.c: the command line
+// The options into A (argv: the command's, argv[0] its name), checked. -1: go
+// on; else the exit status (0 after --help or --version, 2 on a usage error,
+// said on stderr), the options freed.
+int assistant_options(app *A, int argc, char **argv);
 
 // ---- assistant_events.c: the questions
 // The questions from the options: a file or a folder's files (in name order)

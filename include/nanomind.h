@@ -1061,7 +1061,7 @@ typedef struct nm_unit_profile {
     double gflops_f32;             // everything else (attention, norms, convolutions)
     double launch_us;              // overhead per forward pass
     uint64_t mem_bytes;            // memory it may hold bricks in; 0: no limit
-    double idle_w, active_w;       // watts (configuration)
+    double idle_w, active_w;       // watts: measured (nm_unit_measure_watts) or configured; 0: unknown
     uint32_t kinds;                // bit (1 << nm_brick_kind) per kind it takes; 0: all (a static-shape NPU: vision)
     double matvec_gbps[NM_EST_TYPES]; // decoding: the weight bytes a second a one-token matmul streams from
                                       // memory, by weight type; 0: not measured (read_gbps is used)
@@ -1105,9 +1105,20 @@ typedef struct nm_plan {
 // "cpu:cluster:N" or "cpu:LIST" (a lane: the measuring thread and its pool on
 // those cores), "opencl", "opencl:N": read bandwidth, matmul GFLOP/s by
 // weight type (64 tokens of a 1024 x 2048 weight; 0 where the unit has no
-// kernel for the type), launch overhead. Watts are not measured (0). Takes a
-// few seconds.
+// kernel for the type), launch overhead. Watts are not measured here (0: see
+// nm_unit_measure_watts). Takes a few seconds.
 nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, size_t err_size);
+// The unit's watts into io->idle_w and io->active_w, measured by the energy
+// meters under root (NULL: "/sys"; see nm_energy_meters_open) that see it: a
+// CPU unit the RAPL packages (summed), else the board's input (an INA3221
+// VDD_IN rail, the battery, a socket or package hwmon input, else the first
+// hwmon input: they see the whole board); an OpenCL unit its GPU's NVML meter.
+// Idle over idle_s seconds (nothing of ours running), then busy_s seconds of
+// the unit's f32 matmul on all of it, over and over. source gets the meters'
+// names. NM_ERR_UNSUPPORTED (why in err, io untouched) when no meter sees the
+// unit or the meter did not move.
+nm_status nm_unit_measure_watts(const char *unit, const char *root, double idle_s, double busy_s,
+                                nm_unit_profile *io, char *source, size_t source_size, char *err, size_t err_size);
 // The profiles as JSON ({"version": 1, "units": [{"name", "unit", "read_gbps",
 // "gflops_f32", "gflops": {"q4_0": x, ...}, "launch_us", "mem_bytes",
 // "idle_w", "active_w", "kinds"}]}) through nm_outfile, and back (a file

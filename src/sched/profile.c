@@ -13,8 +13,8 @@
 //               type t (far past any last-level cache: streamed from memory),
 //               its weight bytes over its time, best of 3 after a warm-up.
 //   launch_us   the mean time of one tiny matmul, submitted and waited for.
-//   watts       not measured: 0 unless the file says otherwise (edit it, or
-//               the power issue's meters fill them).
+//   watts       measured apart (nm_unit_measure_watts) where a meter sees the
+//               unit: idle, then busy with its f32 matmul; else 0 (edit them).
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
@@ -103,91 +103,220 @@ static double launch_us(nm_backend *be, const float *wf, const float *x, float *
     return (now_s() - t0) / 50 * 1e6;
 }
 
-nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, size_t err_size) {
-    if (!unit || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "profile: NULL unit or output");
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", unit);
-    const bool cpu = !strcmp(unit, "cpu") || !strncmp(unit, "cpu:", 4);
+// A unit set up for measuring: this thread bound to a CPU lane's cores, the
+// backend made, the buffers imported.
+typedef struct unit_bench {
+    bool cpu, bound, mv_ok;
+    cpu_set_t old;
+    int32_t n_cores;
+    nm_backend *be;
+    float *wf, *x, *y, *ybig;
+    void *wq;
+    uint8_t *big;
+} unit_bench;
+
+static void bench_close(unit_bench *b) {
+    nm_backend_free(b->be);
+    free(b->wf), free(b->x), free(b->y), free(b->wq), free(b->big), free(b->ybig);
+    if (b->bound) pthread_setaffinity_np(pthread_self(), sizeof b->old, &b->old);
+    memset(b, 0, sizeof *b);
+}
+
+// Sets the unit up; with_big: the decoding figure's 160 MiB too.
+static nm_status bench_open(const char *unit, bool with_big, unit_bench *b, char *err, size_t err_size) {
+    memset(b, 0, sizeof *b);
+    b->cpu = !strcmp(unit, "cpu") || !strncmp(unit, "cpu:", 4);
     const bool cl = !strcmp(unit, "opencl") || !strncmp(unit, "opencl:", 7);
-    if (!cpu && !cl)
+    if (!b->cpu && !cl)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
                        "profile: unit '%s': cpu, cpu:big, cpu:little, cpu:cluster:N, a core list after cpu:, "
                        "opencl or opencl:N", unit);
     // a CPU lane: this thread bound to its cores while the backend's pool is made and runs
-    cpu_set_t set, old;
-    bool bound = false;
-    int32_t n_cores = nm_cpu_count();
-    if (cpu && unit[3] == ':') {
+    b->n_cores = nm_cpu_count();
+    if (b->cpu && unit[3] == ':') {
         nm_cpu_topology *t = malloc(sizeof *t);
         int32_t cores[NM_MAX_CPUS];
         nm_status st = t ? nm_cpu_topology_read(NULL, t, err, err_size) : NM_ERR_NOMEM;
-        if (st == NM_OK) st = nm_cores_parse(t, unit + 4, cores, NM_MAX_CPUS, &n_cores, err, err_size);
+        if (st == NM_OK) st = nm_cores_parse(t, unit + 4, cores, NM_MAX_CPUS, &b->n_cores, err, err_size);
         free(t);
         if (st != NM_OK) return st;
+        cpu_set_t set;
         CPU_ZERO(&set);
-        for (int32_t i = 0; i < n_cores; i++) CPU_SET(cores[i], &set);
-        bound = pthread_getaffinity_np(pthread_self(), sizeof old, &old) == 0 &&
-                pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
-        if (!bound) return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "profile: cannot bind a thread to %s", unit);
+        for (int32_t i = 0; i < b->n_cores; i++) CPU_SET(cores[i], &set);
+        b->bound = pthread_getaffinity_np(pthread_self(), sizeof b->old, &b->old) == 0 &&
+                   pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
+        if (!b->bound) return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "profile: cannot bind a thread to %s", unit);
     }
-    nm_backend *be = NULL;
-    const nm_backend_params bp = {.n_threads = n_cores, .max_row = MV_K, .max_tokens = MM_T};
-    float *wf = malloc(sizeof(float) * MM_O * MM_K), *x = malloc(sizeof(float) * MM_K * MM_T);
-    float *y = malloc(sizeof(float) * MM_O * MM_T);
-    void *wq = malloc(sizeof(float) * MM_O * MM_K);
-    uint8_t *big = malloc(MV_BYTES);
-    float *ybig = malloc(sizeof(float) * MV_MAX_ROWS);
-    bool mv_ok = true;
-    nm_status st = wf && x && y && wq && big && ybig ? nm_backend_create(cpu ? "cpu" : unit, &bp, &be, err, err_size)
-                                                     : NM_ERR_NOMEM;
-    if (st == NM_OK) {
-        uint32_t seed = 12345;
-        for (int64_t i = 0; i < (int64_t)MM_O * MM_K; i++) { // any values: the time does not depend on them
-            seed = seed * 1664525u + 1013904223u;
-            wf[i] = (float)(seed >> 9) / 8388608.0f - 1.0f;
+    const nm_backend_params bp = {.n_threads = b->n_cores, .max_row = MV_K, .max_tokens = MM_T};
+    b->wf = malloc(sizeof(float) * MM_O * MM_K), b->x = malloc(sizeof(float) * MM_K * MM_T);
+    b->y = malloc(sizeof(float) * MM_O * MM_T);
+    b->wq = malloc(sizeof(float) * MM_O * MM_K);
+    if (with_big) b->big = malloc(MV_BYTES), b->ybig = malloc(sizeof(float) * MV_MAX_ROWS);
+    nm_status st = b->wf && b->x && b->y && b->wq && (!with_big || (b->big && b->ybig))
+                       ? nm_backend_create(b->cpu ? "cpu" : unit, &bp, &b->be, err, err_size)
+                       : nm_fail(NM_ERR_NOMEM, err, err_size, "profile: out of memory");
+    if (st != NM_OK) {
+        bench_close(b);
+        return st;
+    }
+    nm_backend *be = b->be;
+    uint32_t seed = 12345;
+    for (int64_t i = 0; i < (int64_t)MM_O * MM_K; i++) { // any values: the time does not depend on them
+        seed = seed * 1664525u + 1013904223u;
+        b->wf[i] = (float)(seed >> 9) / 8388608.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < (int64_t)MM_K * MM_T; i++) b->x[i] = b->wf[i % ((int64_t)MM_O * MM_K)];
+    // activations and outputs readable (and, for y, writable) by the backend
+    if ((st = be->iface->buffer_import_host(be, b->x, sizeof(float) * MM_K * MM_T, false)) == NM_OK)
+        st = be->iface->buffer_import_host(be, b->y, sizeof(float) * MM_O * MM_T, true);
+    if (st == NM_OK) st = be->iface->buffer_import_host(be, b->wf, sizeof(float) * 64 * 64, false);
+    // the weights of every type in one range (a device with its own memory keeps the first
+    // upload's values: the time of a matmul does not depend on them)
+    if (st == NM_OK) st = be->iface->buffer_import_host(be, b->wq, sizeof(float) * MM_O * MM_K, false);
+    // the decoding figure's 160 MiB: a device that cannot take them has no matvec figure (the read
+    // bandwidth stands in for it), the rest is measured
+    b->mv_ok = with_big && st == NM_OK && be->iface->buffer_import_host(be, b->big, MV_BYTES, false) == NM_OK &&
+               be->iface->buffer_import_host(be, b->ybig, sizeof(float) * MV_MAX_ROWS, true) == NM_OK;
+    if (st != NM_OK) {
+        nm_fail(st, err, err_size, "profile: %s: %s", unit, be->iface->last_error(be));
+        bench_close(b);
+    }
+    return st;
+}
+
+nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, size_t err_size) {
+    if (!unit || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "profile: NULL unit or output");
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", unit);
+    unit_bench b;
+    nm_status st = bench_open(unit, true, &b, err, err_size);
+    if (st != NM_OK) return st;
+    out->unit = b.cpu ? NM_UNIT_CPU : NM_UNIT_OPENCL;
+    for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
+        out->gflops[measured[i]] = matmul_gflops(b.be, measured[i], b.wf, b.x, b.y, b.wq);
+    out->gflops_f32 = out->gflops[NM_TYPE_F32];
+    for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
+        if (b.mv_ok && measured[i] != NM_TYPE_F32) // f32 weights are the planner's "other" bytes (read_gbps)
+            out->matvec_gbps[measured[i]] = matvec_gbps(b.be, measured[i], b.wf, b.x, b.ybig, b.big);
+    out->launch_us = launch_us(b.be, b.wf, b.x, b.y);
+    if (b.cpu) {
+        out->read_gbps = nm_cpu_read_gbps(b.n_cores);
+    } else {
+        nm_device_info d[17];
+        const int32_t n = nm_list_devices(d, 17, true);
+        const char *want = strchr(unit, ':') ? unit : "opencl:0";
+        for (int32_t i = 0; i < n && i < 17; i++)
+            if (!strcmp(d[i].name, want)) {
+                out->read_gbps = d[i].read_gbps;
+                out->mem_bytes = d[i].unified ? 0 : d[i].mem_bytes;
+            }
+    }
+    bench_close(&b);
+    return NM_OK;
+}
+
+// ---- watts ----------------------------------------------------------------------------------
+
+// Which of the meters (named as nm_energy_reading names them) see the unit:
+// a CPU unit the RAPL packages, else the board's input (an INA3221 VDD_IN
+// rail, the battery, a socket or package hwmon input, else the first hwmon
+// input); an OpenCL unit its NVIDIA GPU's NVML meter (the one named like the
+// device, or the only one). Returns how many were chosen into pick.
+static int pick_meters(const char *unit, const nm_energy_reading *r, bool pick[NM_ENERGY_MAX_METERS]) {
+    memset(pick, 0, sizeof(bool) * NM_ENERGY_MAX_METERS);
+    int n = 0;
+    if (!strncmp(unit, "cpu", 3)) {
+        for (int32_t i = 0; i < r->n; i++)
+            if (!strncmp(r->name[i], "rapl:", 5)) pick[i] = true, n++;
+        if (n) return n;
+        static const char *board[] = {"VDD_IN", "battery:", "socket", "Socket", "package", "PPT", "hwmon:"};
+        for (size_t k = 0; k < sizeof board / sizeof board[0]; k++)
+            for (int32_t i = 0; i < r->n; i++)
+                if (strstr(r->name[i], board[k])) return pick[i] = true, 1;
+        return 0;
+    }
+    nm_device_info d[17];
+    const int32_t nd = nm_list_devices(d, 17, false);
+    const char *want = strchr(unit, ':') ? unit : "opencl:0", *desc = NULL;
+    for (int32_t i = 0; i < nd && i < 17; i++)
+        if (!strcmp(d[i].name, want)) desc = d[i].desc;
+    int n_nvml = 0, last = -1;
+    for (int32_t i = 0; i < r->n; i++) {
+        if (strncmp(r->name[i], "nvml:", 5)) continue;
+        n_nvml++, last = i;
+        const char *model = strchr(r->name[i], ' ');
+        if (desc && model && model[1] && strstr(desc, model + 1)) return pick[i] = true, 1;
+    }
+    if (n_nvml == 1 && desc && strstr(desc, "NVIDIA")) return pick[last] = true, 1;
+    return 0;
+}
+
+static double picked_watts(const nm_energy_reading *r, const bool pick[NM_ENERGY_MAX_METERS]) {
+    double j = 0;
+    for (int32_t i = 0; i < r->n; i++)
+        if (pick[i]) j += r->joules[i];
+    return r->seconds > 0 ? j / r->seconds : 0;
+}
+
+nm_status nm_unit_measure_watts(const char *unit, const char *root, double idle_s, double busy_s,
+                                nm_unit_profile *io, char *source, size_t source_size, char *err, size_t err_size) {
+    if (!unit || !io || idle_s <= 0 || busy_s <= 0)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "profile: watts: NULL unit or profile, or no time");
+    if (source && source_size) source[0] = '\0';
+    const bool cl = !strncmp(unit, "opencl", 6);
+    nm_energy_meters *m = NULL;
+    nm_status st = nm_energy_meters_open(root, cl, &m, err, err_size);
+    if (st != NM_OK) return st;
+    if (nm_energy_meters_count(m) == 0) {
+        nm_energy_meters_free(m);
+        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "no energy meter on this machine");
+    }
+    // idle: nothing of ours runs
+    nm_energy_reading idle = {0}, busy = {0};
+    if ((st = nm_energy_meters_start(m, err, err_size)) == NM_OK) {
+        struct timespec ts = {(time_t)idle_s, (long)((idle_s - (double)(time_t)idle_s) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) {
         }
-        for (int64_t i = 0; i < (int64_t)MM_K * MM_T; i++) x[i] = wf[i % ((int64_t)MM_O * MM_K)];
-        // activations and outputs readable (and, for y, writable) by the backend
-        if ((st = be->iface->buffer_import_host(be, x, sizeof(float) * MM_K * MM_T, false)) == NM_OK)
-            st = be->iface->buffer_import_host(be, y, sizeof(float) * MM_O * MM_T, true);
-        if (st == NM_OK) st = be->iface->buffer_import_host(be, wf, sizeof(float) * 64 * 64, false);
-        // the weights of every type in one range (a device with its own memory keeps the first
-        // upload's values: the time of a matmul does not depend on them)
-        if (st == NM_OK) st = be->iface->buffer_import_host(be, wq, sizeof(float) * MM_O * MM_K, false);
-        // the decoding figure's 160 MiB: a device that cannot take them has no matvec figure (the read
-        // bandwidth stands in for it), the rest is measured
-        if (st == NM_OK && (be->iface->buffer_import_host(be, big, MV_BYTES, false) != NM_OK ||
-                            be->iface->buffer_import_host(be, ybig, sizeof(float) * MV_MAX_ROWS, true) != NM_OK))
-            mv_ok = false;
-        if (st != NM_OK) nm_fail(st, err, err_size, "profile: %s: %s", unit, be->iface->last_error(be));
-    } else if (st == NM_ERR_NOMEM) {
-        nm_fail(st, err, err_size, "profile: out of memory");
+        st = nm_energy_meters_stop(m, &idle, err, err_size);
+    }
+    bool pick[NM_ENERGY_MAX_METERS];
+    int n_pick = st == NM_OK ? pick_meters(unit, &idle, pick) : 0;
+    if (st == NM_OK && n_pick == 0)
+        st = nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "no energy meter sees %s (%d found, none %s)", unit, idle.n,
+                     cl ? "an NVML meter of this device" : "RAPL or a board input");
+    // busy: the unit's f32 matmul on all its cores, over and over
+    unit_bench b;
+    if (st == NM_OK && (st = bench_open(unit, false, &b, err, err_size)) == NM_OK) {
+        nm_tensor W = {.type = NM_TYPE_F32, .ne = {MM_K, MM_O, 1, 1}, .offs = (size_t)(uintptr_t)b.wq};
+        nm_tensor X = {.type = NM_TYPE_F32, .ne = {MM_K, MM_T, 1, 1}, .offs = (size_t)(uintptr_t)b.x};
+        nm_tensor Y = {.type = NM_TYPE_F32, .ne = {MM_O, MM_T, 1, 1}, .offs = (size_t)(uintptr_t)b.y};
+        nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+        memcpy(b.wq, b.wf, sizeof(float) * MM_O * MM_K);
+        st = nm_backend_run(b.be, &op, 1); // warm-up (a device builds its kernels)
+        if (st == NM_OK) st = nm_energy_meters_start(m, err, err_size);
+        const double t0 = now_s();
+        while (st == NM_OK && now_s() - t0 < busy_s) st = nm_backend_run(b.be, &op, 1);
+        if (st == NM_OK) st = nm_energy_meters_stop(m, &busy, err, err_size);
+        else nm_fail(st, err, err_size, "profile: %s: %s", unit, b.be->iface->last_error(b.be));
+        bench_close(&b);
     }
     if (st == NM_OK) {
-        out->unit = cpu ? NM_UNIT_CPU : NM_UNIT_OPENCL;
-        for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
-            out->gflops[measured[i]] = matmul_gflops(be, measured[i], wf, x, y, wq);
-        out->gflops_f32 = out->gflops[NM_TYPE_F32];
-        for (size_t i = 0; i < sizeof measured / sizeof measured[0]; i++)
-            if (mv_ok && measured[i] != NM_TYPE_F32) // f32 weights are the planner's "other" bytes (read_gbps)
-                out->matvec_gbps[measured[i]] = matvec_gbps(be, measured[i], wf, x, ybig, big);
-        out->launch_us = launch_us(be, wf, x, y);
-        if (cpu) {
-            out->read_gbps = nm_cpu_read_gbps(n_cores);
+        const double iw = picked_watts(&idle, pick), aw = picked_watts(&busy, pick);
+        if (!(iw > 0) || !(aw > 0)) {
+            st = nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "the energy meter of %s did not move (%.3f W idle, %.3f W busy)",
+                         unit, iw, aw);
         } else {
-            nm_device_info d[17];
-            const int32_t n = nm_list_devices(d, 17, true);
-            const char *want = strchr(unit, ':') ? unit : "opencl:0";
-            for (int32_t i = 0; i < n && i < 17; i++)
-                if (!strcmp(d[i].name, want)) {
-                    out->read_gbps = d[i].read_gbps;
-                    out->mem_bytes = d[i].unified ? 0 : d[i].mem_bytes;
-                }
+            io->idle_w = iw;
+            io->active_w = aw > iw ? aw : iw; // busy below idle: the meter's noise
+            if (source && source_size) {
+                size_t used = 0;
+                for (int32_t i = 0; i < idle.n && used < source_size; i++)
+                    if (pick[i])
+                        used += (size_t)snprintf(source + used, source_size - used, "%s%s", used ? " + " : "", idle.name[i]);
+            }
         }
     }
-    nm_backend_free(be);
-    free(wf), free(x), free(y), free(wq), free(big), free(ybig);
-    if (bound) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+    nm_energy_meters_free(m);
     return st;
 }
 

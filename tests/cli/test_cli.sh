@@ -91,9 +91,9 @@ case_profile() {
     nm profile --units cpu -o "$tmp/prof.json" > "$tmp/prof.txt" 2>&1
     grep -E '^cpu +[0-9.]+' "$tmp/prof.txt" | head -1 | tr -s ' ' | cut -d' ' -f1-3 | tr '\n' ' '
     nm profile --show -o "$tmp/prof.json" > "$tmp/show.txt"
-    echo "shown: $(grep -c '^cpu ' "$tmp/show.txt")" # its matmul row and its decode row
+    echo "shown: $(grep -c '^cpu ' "$tmp/show.txt")" # its matmul, decode and watts rows
 }
-expect profile_cpu 0 "^cpu [0-9.]+ [0-9.]+ shown: 2$" -- case_profile
+expect profile_cpu 0 "^cpu [0-9.]+ [0-9.]+ shown: 3$" -- case_profile
 case_plan() {
     nm profile --units cpu,cpu:0 -o "$tmp/prof2.json" > /dev/null 2>&1
     nm run -m "$M" -p "Hello there" -n 8 --plan --plan-goal throughput --profile "$tmp/prof2.json" | tr '\n' ' '

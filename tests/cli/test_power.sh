@@ -11,6 +11,18 @@ NM=$1
 NM_TIMEOUT=60
 . "$(dirname "$0")/lib.sh"
 DAY=$(cd "$(dirname "$0")/../data/power" && pwd)/day.csv
+# the energy model's watts come from no unit profile but those the cases write (the user's
+# ~/.cache/nanomind/profile.json stays out of it)
+REAL_HOME=$HOME
+export HOME=$tmp/home
+mkdir -p "$HOME"
+# a profile written by hand: core 0 alone, 1 W idle and 3 W busy
+write_profile() {
+    printf '{"version": 1, "units": [{"name": "cpu:0", "unit": "cpu", "read_gbps": 10, "gflops_f32": 50,
+      "gflops": {"f32": 50}, "launch_us": 1, "mem_bytes": 0, "idle_w": %s, "active_w": %s, "kinds": 0}]}\n' \
+        "$2" "$3" > "$1"
+}
+write_profile "$tmp/wprof.json" 1 3
 # A case's output (stdout and stderr) on one line, for a pattern across its lines.
 oneline() { "$@" 2>&1 | tr '\n' ' '; echo; }
 
@@ -336,9 +348,9 @@ expect measure_needs_a_command 2 "power measure needs the command after --" -- n
 case_assistant_json() {
     mkdir -p "$tmp/js"
     nm assistant -m "$M" --stt "$WM" --audio "$Q" --out "$tmp/js" -n 8 --temp 0 --json "$tmp/js/r.json" --stats \
-        > /dev/null 2> "$tmp/js.err" || return
+        --profile "$tmp/wprof.json" > /dev/null 2> "$tmp/js.err" || return
     grep -o '^  llm brick: .* J over idle (modelled)' "$tmp/js.err" | sed 's/[0-9.]\+/N/g'
-    python3 - "$tmp/js/r.json" "$NM" <<'PY'
+    python3 - "$tmp/js/r.json" "$NM" "$tmp/wprof.json" <<'PY'
 import json, re, subprocess, sys
 r = json.load(open(sys.argv[1]))
 qs, bricks, run = r["questions"], {b["name"]: b for b in r["bricks"]}, r["run"]
@@ -349,9 +361,13 @@ print("traffic", all(b["dram_bytes"] > 0 and b["joules"] > 0 and b["energy"] == 
 print("sum", abs(sum(b["dram_bytes"] for b in bricks.values()) - run["dram_bytes"]) < 1)
 m = run["energy"][0]
 assert m["source"] == "model" and m["energy"] == "modelled"
+# the watts of the profile's CPU unit (core 0: 1 W idle, 3 W busy), for the run and each brick
+assert m["idle_w"] == 1 and m["active_w"] == 3 and m["cores"] == 1, m
+assert all(b["watts_from"].endswith("wprof.json, unit cpu:0") for b in [m, *bricks.values()]), m
 # the run's figure is the model's for what the run used (power energy gives the same)
 out = subprocess.run([sys.argv[2], "power", "energy", "--cpu-s", repr(run["cpu_s"]), "--wall-s", repr(run["wall_s"]),
-                      "--bytes", repr(run["dram_bytes"]), "--questions", "2"], capture_output=True, text=True).stdout
+                      "--bytes", repr(run["dram_bytes"]), "--questions", "2", "--profile", sys.argv[3]],
+                     capture_output=True, text=True).stdout
 j = float(re.match(r"modelled: ([0-9.]+) J", out).group(1))
 print("model", abs(j - m["joules"]) < 0.002, abs(m["joules_per_question"] * 2 - m["joules"]) < 1e-9)
 PY
@@ -359,8 +375,103 @@ PY
 expect assistant_json_energy_per_brick_and_question 0 \
     "llm brick: N s busy x N threads, N MB streamed: N J over idle \\(modelled\\) questions 2 tokens \\[8, 8\\] bricks \\['llm', 'stt', 'tts'\\] traffic True prompt True sum True model True True $" \
     "$M" "$WM" -- oneline case_assistant_json
+# a brick on an OpenCL device whose watts the profile knows (2 W idle, 10 W busy): its busy time at
+# them, and the run's figure the CPU's model plus the device's busy and idle time (PoCL here; the
+# real HOME for PoCL's kernel cache: the profile is named)
+case_assistant_device_watts() {
+    cp "$tmp/wprof.json" "$tmp/gprof.json"
+    python3 - "$tmp/gprof.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["units"].append(dict(p["units"][0], name="opencl:0", unit="opencl", idle_w=2, active_w=10))
+json.dump(p, open(sys.argv[1], "w"))
+PY
+    mkdir -p "$tmp/gj"
+    HOME=$REAL_HOME nm assistant -m "$M" -p "What is the capital of France?" -n 4 --temp 0 -dev opencl --out "$tmp/gj" \
+        --json "$tmp/gj/r.json" --profile "$tmp/gprof.json" 2> "$tmp/gj.err" > /dev/null || { cat "$tmp/gj.err"; return 1; }
+    python3 - "$tmp/gj/r.json" "$NM" "$tmp/gprof.json" <<'PY'
+import json, re, subprocess, sys
+r = json.load(open(sys.argv[1]))
+b, run = {b["name"]: b for b in r["bricks"]}, r["run"]
+llm, m = b["llm"], run["energy"][0]
+print("llm on", llm["device"], llm["watts_from"].split(", ")[-1], "tts", b["tts"]["watts_from"].split(", ")[-1])
+print("brick", abs(llm["joules"] - (llm["busy_s"] * 8 + llm["dram_bytes"] * 80e-12)) < 1e-6)
+out = subprocess.run([sys.argv[2], "power", "energy", "--cpu-s", repr(run["cpu_s"]), "--wall-s", repr(run["wall_s"]),
+                      "--bytes", repr(run["dram_bytes"]), "--profile", sys.argv[3]], capture_output=True, text=True).stdout
+cpu_j = float(re.match(r"modelled: ([0-9.]+) J", out).group(1))
+dev_j = llm["busy_s"] * 10 + (run["wall_s"] - llm["busy_s"]) * 2
+print("run", abs(m["joules"] - cpu_j - dev_j) < 0.002)
+PY
+}
+if [ -e /etc/OpenCL/vendors/pocl.icd ] || ls /etc/OpenCL/vendors/*.icd > /dev/null 2>&1; then
+    NM_TIMEOUT=240 expect assistant_device_watts_from_the_profile 0 \
+        "^llm on opencl unit opencl:0 tts unit cpu:0 brick True run True $" "$M" -- oneline case_assistant_device_watts
+else
+    skip=$((skip + 1)); echo "skip assistant_device_watts_from_the_profile (no OpenCL ICD)"
+fi
 expect assistant_json_folder_missing 2 "--json '/nonexistent/r.json': No such file or directory" "$M" \
     -- nm assistant -m "$M" -p hi --json /nonexistent/r.json
+
+# ---- the unit profile's watts: measured by a meter that sees the unit, and the model's from them
+# 1 CPU-s on core 0 in 2 s: busy 1 s at 3 W, idle 1 s at 1 W
+expect energy_model_from_the_profile 0 "^modelled: 4.000 J.* on 1 cores in 2.000 s.*1.00 W idle, 3.00 W with every core busy \\(profile .*wprof.json, unit cpu:0\\)" \
+    -- nm power energy --cpu-s 1 --wall-s 2 --profile "$tmp/wprof.json"
+case_default_profile() {
+    mkdir -p "$HOME/.cache/nanomind"; cp "$tmp/wprof.json" "$HOME/.cache/nanomind/profile.json"
+    nm power energy --cpu-s 1 --wall-s 2; local rc=$?
+    rm "$HOME/.cache/nanomind/profile.json"; return $rc
+}
+expect energy_model_from_the_default_profile 0 "^modelled: 4.000 J.*\\(profile .*/.cache/nanomind/profile.json, unit cpu:0\\)" \
+    -- case_default_profile
+# a profile without watts: the board's
+write_profile "$tmp/nowatts.json" 0 0
+expect energy_model_profile_without_watts 0 "^modelled: 2.500 J.*0.25 W idle, 2.50 W .*\\(the board of docs/power.md" \
+    -- nm power energy --cpu-s 2 --wall-s 1 --cores 2 --profile "$tmp/nowatts.json"
+expect energy_model_profile_missing 1 "error: --profile: .*none.json: cannot open" \
+    -- nm power energy --cpu-s 1 --wall-s 1 --profile "$tmp/none.json"
+echo '{"version": 1, "units": [{"name": "cpu"' > "$tmp/cut.json"
+case_measure_garbled_profile() {
+    nm power measure --no-nvml --profile "$tmp/cut.json" -- touch "$tmp/ran"; local rc=$?
+    [ -e "$tmp/ran" ] && echo "the command ran" || echo "the command did not run"
+    return $rc
+}
+expect measure_profile_garbled_runs_nothing 1 "error: --profile: .*cut.json.*the command did not run" \
+    -- oneline case_measure_garbled_profile
+# nanomind profile --watts-only: a board input of 3.5 W (a fake hwmon power meter) seen by the CPU unit;
+# the rest of the profile kept
+case_profile_watts() {
+    local r=$tmp/psu; rm -rf "$r"; mkdir -p "$r/class/hwmon/hwmon0"
+    echo fakepsu > "$r/class/hwmon/hwmon0/name"; echo 3500000 > "$r/class/hwmon/hwmon0/power1_input"
+    write_profile "$tmp/mprof.json" 0 0
+    nm profile --watts-only --sysfs "$r" --watt-seconds 0.2 -o "$tmp/mprof.json" 2>&1 | grep 'W idle' | tr '\n' ' '
+    python3 -c "import json,sys; u=json.load(open(sys.argv[1]))['units'][0]; print(u['idle_w'], u['active_w'], u['read_gbps'])" \
+        "$tmp/mprof.json"
+    # no meter: the watts kept, said so
+    nm profile --watts-only --sysfs "$tmp/none" --watt-seconds 0.2 -o "$tmp/mprof.json" 2>&1 | grep 'not measured ('
+}
+expect profile_watts_from_a_meter 0 \
+    "3.50 W idle, 3.50 W busy \\(measured: hwmon:fakepsu:power1_input\\).*3.5 3.5 10 .*not measured \\(no energy meter on this machine\\): kept 3.50 W idle" \
+    -- oneline case_profile_watts
+# a RAPL counter that does not move: not a measurement
+case_profile_watts_still() {
+    local r=$tmp/rapl; rm -rf "$r"; mkdir -p "$r/class/powercap/intel-rapl:0"
+    echo package-0 > "$r/class/powercap/intel-rapl:0/name"; echo 123456 > "$r/class/powercap/intel-rapl:0/energy_uj"
+    write_profile "$tmp/sprof.json" 0 0
+    nm profile --watts-only --sysfs "$r" --watt-seconds 0.2 -o "$tmp/sprof.json" 2>&1 | grep 'not measured ('
+}
+expect profile_watts_meter_still 0 "not measured \\(the energy meter of cpu:0 did not move" -- case_profile_watts_still
+# a unit measured again where no meter sees it keeps the saved profile's watts
+case_profile_again() {
+    cp "$tmp/wprof.json" "$tmp/again.json"
+    nm profile --units cpu:0 --sysfs "$tmp/none" --watt-seconds 0.2 -o "$tmp/again.json" 2>&1 | grep 'not measured ('
+    python3 -c "import json,sys; u=json.load(open(sys.argv[1]))['units'][0]; print(u['name'], u['idle_w'], u['active_w'], u['read_gbps'] != 10)" \
+        "$tmp/again.json"
+}
+expect profile_again_keeps_watts 0 "kept 1.00 W idle, 3.00 W busy.*cpu:0 1 3 True" -- oneline case_profile_again
+expect profile_watts_only_no_profile 1 "none.json: cannot open.*measure the units first" \
+    -- nm profile --watts-only -o "$tmp/none.json"
+expect profile_watts_only_and_units 2 "--watts-only goes with neither --units" -- nm profile --watts-only --units cpu
+expect profile_watt_seconds_bad 2 "--watt-seconds needs a number in \\[0.1, 600\\], got '0'" -- nm profile --watt-seconds 0
 
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -46,6 +46,8 @@ typedef struct lane {
 typedef struct energy_report {
     cli_energy model;
     double cpu_s, dram, run_j, brick_j[4];
+    bool brick_on_device[4];      // a device's watts from the profile (else the CPU's, by its threads)
+    char brick_source[4][1100];
     nm_energy_reading measured;
 } energy_report;
 

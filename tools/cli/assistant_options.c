@@ -62,7 +62,8 @@ static void usage(FILE *f) {
             "                           released in turn (the least memory), when a question comes\n"
             "  --plan                   place the bricks where the planner puts them (the plan goes to\n"
             "                           stderr) from the unit profiles (`nanomind profile`);\n"
-            "                           --plan-goal latency|throughput|energy, --profile FILE\n"
+            "                           --plan-goal latency|throughput|energy, --profile FILE (its\n"
+            "                           watts are the energy model's in --stats and --json too)\n"
             "lanes (core lists as run --cores: 0-3,6, big, little, cluster:N):\n"
             "  --cores LIST             the language model's lane;  --mmproj-cores LIST  the vision\n"
             "                           encoder's;  --stt-cores LIST, --tts-cores LIST\n"
@@ -195,8 +196,12 @@ int assistant_options(app *A, int argc, char **argv) {
                         "--mmproj-device and -ngl\n");
         goto bad;
     }
-    if ((o->plan_goal || o->profile) && !o->plan) {
+    if (o->plan_goal && !o->plan) {
         fprintf(stderr, "error: --plan-goal and --profile go with --plan\n");
+        goto bad;
+    }
+    if (o->profile && !o->plan && !o->stats && !A->json_path) { // its watts feed the energy figures
+        fprintf(stderr, "error: --profile goes with --plan, --stats or --json\n");
         goto bad;
     }
     if (A->listen_s > 0 && !A->live) {

@@ -29,18 +29,29 @@ static long peak_rss_kb(const app *A) {
 }
 
 // The run's energy, at its end: modelled for each brick (its busy threads and
-// its traffic, over idle) and for the run (the process's CPU time and all the
-// traffic, idle included); measured by each meter the machine has.
+// its traffic, over idle; a brick on a device whose watts the profile knows:
+// its busy time at that device's watts) and for the run (the process's CPU
+// time and all the traffic, idle included, plus each such device's busy and
+// idle time); measured by each meter the machine has.
 void assistant_energy_end(app *A, double wall) {
-    energy_report *E = &A->energy;
-    E->model = cli_energy_default();
+    energy_report *E = &A->energy; // E->model: cli_energy_load's, at the start
     E->cpu_s = cli_cpu_seconds() - A->cpu0;
     E->dram = 0;
+    double device_j = 0;
     for (int k = 0; k < 4; k++) {
-        E->brick_j[k] = cli_energy_work(&E->model, A->acc[k].thread_s, A->dram[k]);
+        cli_energy dev;
+        E->brick_on_device[k] = A->acc[k].name[0] && cli_energy_device(&E->model, A->acc[k].device, &dev);
+        if (E->brick_on_device[k]) {
+            E->brick_j[k] = cli_energy_work(&dev, A->acc[k].busy, A->dram[k]);
+            const double busy = A->acc[k].busy < wall ? A->acc[k].busy : wall;
+            device_j += busy * dev.active_w + (wall - busy) * dev.idle_w;
+            snprintf(E->brick_source[k], sizeof E->brick_source[k], "%s", dev.source);
+        } else {
+            E->brick_j[k] = cli_energy_work(&E->model, A->acc[k].thread_s, A->dram[k]);
+        }
         E->dram += A->dram[k];
     }
-    E->run_j = cli_energy_run(&E->model, E->cpu_s, wall, E->dram);
+    E->run_j = cli_energy_run(&E->model, E->cpu_s, wall, E->dram) + device_j;
     char err[256];
     if (A->meters && nm_energy_meters_stop(A->meters, &E->measured, err, sizeof err) != NM_OK) {
         fprintf(stderr, "energy meters: %s\n", err);
@@ -92,6 +103,7 @@ bool assistant_write_json(app *A, double wall) {
         cJSON_AddNumberToObject(b, "dram_bytes", A->dram[k]);
         cJSON_AddNumberToObject(b, "joules", E->brick_j[k]);
         cJSON_AddStringToObject(b, "energy", "modelled");
+        cJSON_AddStringToObject(b, "watts_from", E->brick_on_device[k] ? E->brick_source[k] : E->model.source);
     }
     cJSON *run = cJSON_AddObjectToObject(root, "run");
     cJSON_AddNumberToObject(run, "questions", A->n_items);
@@ -112,6 +124,7 @@ bool assistant_write_json(app *A, double wall) {
     cJSON_AddNumberToObject(mo, "idle_w", E->model.idle_w);
     cJSON_AddNumberToObject(mo, "active_w", E->model.active_w);
     cJSON_AddNumberToObject(mo, "cores", E->model.n_cores);
+    cJSON_AddStringToObject(mo, "watts_from", E->model.source);
     cJSON_AddNumberToObject(mo, "pj_byte", E->model.pj_byte > 0 ? E->model.pj_byte : 80);
     for (int32_t m = 0; m < E->measured.n; m++) {
         cJSON *me = cJSON_CreateObject();
@@ -189,12 +202,19 @@ void assistant_print_stats(app *A, double wall) {
             (unsigned long long)heard, (unsigned long long)engine, (unsigned long long)(total - mic - heard - engine));
     fprintf(stderr, "peak RSS: %.1f MiB\n", peak_rss_kb(A) / 1024.0);
     const energy_report *E = &A->energy;
-    fprintf(stderr, "energy (modelled: %.2f W idle, %.2f W with all %d cores busy, %.0f pJ a DRAM byte; docs/power.md):\n",
-            E->model.idle_w, E->model.active_w, E->model.n_cores, E->model.pj_byte > 0 ? E->model.pj_byte : 80.0);
+    fprintf(stderr, "energy (modelled: %.2f W idle, %.2f W with all %d cores busy, from %s; %.0f pJ a DRAM byte; "
+                    "docs/power.md):\n",
+            E->model.idle_w, E->model.active_w, E->model.n_cores, E->model.source,
+            E->model.pj_byte > 0 ? E->model.pj_byte : 80.0);
     for (int k = 0; k < 4; k++) {
         if (!A->acc[k].name[0]) continue;
-        fprintf(stderr, "  %s brick: %.3f s busy x %.3g threads, %.1f MB streamed: %.3f J over idle (modelled)\n",
-                A->acc[k].name, A->acc[k].busy, avg_threads(A, k), A->dram[k] / 1e6, E->brick_j[k]);
+        if (E->brick_on_device[k])
+            fprintf(stderr, "  %s brick: %.3f s busy on %s, %.1f MB streamed: %.3f J over idle (modelled: %s)\n",
+                    A->acc[k].name, A->acc[k].busy, A->acc[k].device, A->dram[k] / 1e6, E->brick_j[k],
+                    E->brick_source[k]);
+        else
+            fprintf(stderr, "  %s brick: %.3f s busy x %.3g threads, %.1f MB streamed: %.3f J over idle (modelled)\n",
+                    A->acc[k].name, A->acc[k].busy, avg_threads(A, k), A->dram[k] / 1e6, E->brick_j[k]);
     }
     fprintf(stderr, "  the run: %.3f CPU-s in %.3f s, %.1f MB streamed: %.3f J (modelled), %.3f J a question\n",
             E->cpu_s, wall, E->dram / 1e6, E->run_j, A->n_items ? E->run_j / A->n_items : 0.0);

@@ -113,16 +113,32 @@ char *cli_read_file(const char *path, size_t *len);
 
 // ---- energy of a run (the assistant's --stats and --json, `power energy`):
 // the model of docs/power.md (nm_energy_model_joules) for the machine's CPU
-// cluster, from what a run used. The default watts are the board docs/power.md
-// assumes (an RK3566-class board, screen off).
+// unit, from what a run used. Its watts are the unit profile's (`nanomind
+// profile`: measured where a meter sees the unit, or written there by hand);
+// else those of the board docs/power.md assumes (an RK3566-class board,
+// screen off).
 #define CLI_BOARD_IDLE_W 0.25
 #define CLI_BOARD_ACTIVE_W 2.5 // its CPU cluster, every core busy at the top clock
 typedef struct cli_energy {
-    double idle_w, active_w; // the board idle; with every core busy
+    double idle_w, active_w; // the unit idle; with every core of it busy
     double pj_byte;          // DRAM energy a byte (0: the model's default)
-    int32_t n_cores;         // the cluster's cores (the machine's online CPUs)
+    int32_t n_cores;         // the unit's cores (the machine's online CPUs for "cpu")
+    char source[1100];       // where the watts come from: "profile FILE, unit cpu" or the board's
+    char file[1024];         // the profile read ("": none)
+    nm_unit_profile units[NM_PLAN_MAX_UNITS]; // its units (other units' watts: cli_energy_device)
+    int32_t n_units;
 } cli_energy;
+// The board's figures, the machine's online CPUs.
 cli_energy cli_energy_default(void);
+// The figures from the profile (NULL: the default one, ~/.cache/nanomind/
+// profile.json, whose absence is no error): its CPU unit's watts ("cpu", else
+// the first CPU unit with watts), else the board's. false (after a message)
+// where a profile named by the caller cannot be read; a broken default one is
+// reported and the board used.
+bool cli_energy_load(const char *profile, cli_energy *e);
+// The watts of the unit a brick ran on ("opencl:0" ...) where the profile
+// knows them: true and the unit's figures in *out.
+bool cli_energy_device(const cli_energy *e, const char *device, cli_energy *out);
 // A run that used cpu_s CPU-seconds (every thread, user + system) over wall_s
 // seconds and moved dram_bytes: the cluster busy cpu_s / n_cores, idle the rest.
 double cli_energy_run(const cli_energy *e, double cpu_s, double wall_s, double dram_bytes);

@@ -517,7 +517,7 @@ static void keep_stats(app *A, int k, const nm_brick *b) {
     A->acc[k].n += bs.n_requests;
     A->acc[k].busy += bs.t_busy;
     const nm_brick_params *p = k == 0 ? &A->sp : k == 1 ? &A->vp : k == 2 ? &A->lp : &A->tp;
-    const int32_t cores = cli_energy_default().n_cores;
+    const int32_t cores = nm_cpu_count();
     A->acc[k].threads = k == 3 ? 1 : p->n_threads > 0 && p->n_threads < cores ? p->n_threads : cores; // espeak-ng: one
     A->acc[k].thread_s += bs.t_busy * A->acc[k].threads; // (the policy may change the threads between loads)
 }
@@ -1079,6 +1079,7 @@ int cmd_assistant(int argc, char **argv) {
     cli_opts *o = &A.o;
     rc = 1;
     if (!assistant_make_items(&A)) goto out;
+    if ((o->stats || A.json_path) && !cli_energy_load(o->profile, &A.energy.model)) goto out; // the model's watts
     pthread_mutex_init(&A.lock, NULL);
     pthread_cond_init(&A.cond, NULL);
 

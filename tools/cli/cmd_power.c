@@ -23,8 +23,9 @@ static void power_usage(void) {
            "       nanomind power project  [--capacity-mah MAH] [--voltage V] [--workload SPEC] [policy options]\n"
            "       nanomind power restore  [--record FILE]\n"
            "       nanomind power energy   --cpu-s S --wall-s S [--bytes B] [--questions N] [--cores N]\n"
-           "                               [--idle-w W] [--active-w W] [--pj-byte P]\n"
-           "       nanomind power measure  [--sysfs ROOT] [--no-nvml] [--bytes B] [--questions N] -- COMMAND [ARGS]\n"
+           "                               [--idle-w W] [--active-w W] [--pj-byte P] [--profile FILE]\n"
+           "       nanomind power measure  [--sysfs ROOT] [--no-nvml] [--bytes B] [--questions N] [--profile FILE]\n"
+           "                               -- COMMAND [ARGS]\n"
            "\n"
            "status    the battery, the energy meters and the DVFS actuators found on this machine\n"
            "simulate  replays a battery trace (CSV rows seconds,percent[,watts]) through the policy and the\n"
@@ -34,8 +35,9 @@ static void power_usage(void) {
            "project   battery hours for voice-only and camera use, from the model (assumptions printed)\n"
            "restore   writes back the frequencies a killed nanomind left changed (its restore record)\n"
            "energy    the energy model of a run that used S CPU-seconds (all threads) over S seconds and moved\n"
-           "          B bytes of DRAM, on N cores (default this machine's) at the board's watts (0.25 idle,\n"
-           "          2.5 busy) and 80 pJ a byte: the figure `assistant --stats` gives, for any program\n"
+           "          B bytes of DRAM, on N cores (default the CPU unit's) at the CPU unit's watts in the unit\n"
+           "          profile (--profile, default ~/.cache/nanomind/profile.json: `nanomind profile`), else the\n"
+           "          board's (0.25 idle, 2.5 busy), and 80 pJ a byte: the figure `assistant --stats` gives\n"
            "measure   runs COMMAND and gives its energy: measured by every meter found (RAPL, hwmon, the battery,\n"
            "          NVML) over its run, and modelled from its CPU time (and B bytes); exits with its status\n"
            "\n"
@@ -161,7 +163,7 @@ static watts_parts workload_watts(const workload *w, const nm_power_targets *t, 
 // ---- options
 
 typedef struct power_opts {
-    const char *sysfs, *trace, *out, *record, *cpu_gov, *dev_gov, *workload;
+    const char *sysfs, *trace, *out, *record, *cpu_gov, *dev_gov, *workload, *profile;
     bool dry_run, no_nvml;
     double step, capacity_mah, voltage;
     nm_power_params pp;
@@ -215,6 +217,7 @@ static int parse_opts(const char *sub, int argc, char **argv, const char *allowe
         else if (!strcmp(a, "--cpu-governor")) o->cpu_gov = v;
         else if (!strcmp(a, "--devfreq-governor")) o->dev_gov = v;
         else if (!strcmp(a, "--workload")) o->workload = v;
+        else if (!strcmp(a, "--profile")) o->profile = v;
         else if (!strcmp(a, "--step")) ok = num_opt(a, v, 0.001, 86400, &o->step);
         else if (!strcmp(a, "--capacity-mah")) ok = num_opt(a, v, 1, 1e7, &o->capacity_mah);
         else if (!strcmp(a, "--voltage")) ok = num_opt(a, v, 0.1, 1000, &o->voltage);
@@ -564,10 +567,14 @@ static int power_energy(const power_opts *o, int argc, char **argv) {
         fprintf(stderr, "error: power energy needs --cpu-s and --wall-s (what the run used)\n");
         return 2;
     }
-    cli_energy e = cli_energy_default();
+    cli_energy e;
+    if (!cli_energy_load(o->profile, &e)) return 1;
     if (given(argc, argv, "--cores")) e.n_cores = (int32_t)o->cores;
     if (given(argc, argv, "--idle-w")) e.idle_w = o->idle_w;
     if (given(argc, argv, "--active-w")) e.active_w = o->active_w;
+    if (given(argc, argv, "--idle-w") || given(argc, argv, "--active-w"))
+        snprintf(e.source, sizeof e.source, "--idle-w and --active-w%s", given(argc, argv, "--idle-w") &&
+                 given(argc, argv, "--active-w") ? "" : ", the other one's default");
     if (given(argc, argv, "--pj-byte")) e.pj_byte = o->pj_byte;
     if (e.active_w < e.idle_w) {
         fprintf(stderr, "error: --active-w %.3f is below --idle-w %.3f\n", e.active_w, e.idle_w);
@@ -575,9 +582,9 @@ static int power_energy(const power_opts *o, int argc, char **argv) {
     }
     const double q = o->questions > 0 ? o->questions : 1, j = cli_energy_run(&e, o->cpu_s, o->wall_s, o->bytes);
     printf("modelled: %.3f J, %.3f J a question (%.0f): %.3f CPU-s on %d cores in %.3f s, %.1f MB at %.0f pJ a byte; "
-           "%.2f W idle, %.2f W with every core busy\n",
+           "%.2f W idle, %.2f W with every core busy (%s)\n",
            j, j / q, q, o->cpu_s, e.n_cores, o->wall_s, o->bytes / 1e6, e.pj_byte > 0 ? e.pj_byte : 80.0, e.idle_w,
-           e.active_w);
+           e.active_w, e.source);
     fflush(stdout);
     if (o->cpu_s > o->wall_s * e.n_cores * 1.05)
         fprintf(stderr, "note: %.3f CPU-s in %.3f s is more than %d cores give: the cores are counted busy the whole "
@@ -588,6 +595,8 @@ static int power_energy(const power_opts *o, int argc, char **argv) {
 // Runs argv (after "--") and reports its energy, measured and modelled; its exit status.
 static int power_measure(const power_opts *o, int argc, char **argv) {
     char err[512];
+    cli_energy e; // the model's watts (a --profile that cannot be read: nothing runs)
+    if (!cli_energy_load(o->profile, &e)) return 1;
     nm_energy_meters *m = NULL;
     if (nm_energy_meters_open(o->sysfs, !o->no_nvml, &m, err, sizeof err) != NM_OK) {
         fprintf(stderr, "error: energy meters: %s\n", err);
@@ -637,11 +646,11 @@ static int power_measure(const power_opts *o, int argc, char **argv) {
     const double cpu = (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
                        ru.ru_stime.tv_usec * 1e-6;
     const double q = o->questions > 0 ? o->questions : 1;
-    cli_energy e = cli_energy_default();
     const double j = cli_energy_run(&e, cpu, wall, o->bytes);
     fprintf(stderr, "power measure: %s exited %d: %.3f s, %.3f CPU-s (children included)\n", argv[0], rc, wall, cpu);
-    fprintf(stderr, "  modelled: %.3f J, %.3f J a question (%.0f): the CPU time on %d cores at %.2f W idle, %.2f W busy, "
-                    "%.1f MB at 80 pJ a byte\n", j, j / q, q, e.n_cores, e.idle_w, e.active_w, o->bytes / 1e6);
+    fprintf(stderr, "  modelled: %.3f J, %.3f J a question (%.0f): the CPU time on %d cores at %.2f W idle, %.2f W busy "
+                    "(%s), %.1f MB at 80 pJ a byte\n", j, j / q, q, e.n_cores, e.idle_w, e.active_w, e.source,
+            o->bytes / 1e6);
     for (int32_t i = 0; measured && i < r.n; i++)
         fprintf(stderr, "  measured: %s: %.3f J, %.3f J a question, %.3f W on average\n", r.name[i], r.joules[i],
                 r.joules[i] / q, r.seconds > 0 ? r.joules[i] / r.seconds : 0.0);
@@ -712,14 +721,14 @@ int cmd_power(int argc, char **argv) {
     }
     if (!strcmp(sub, "energy")) {
         rc = parse_opts(sub, argc - 2, argv + 2, " --cpu-s --wall-s --bytes --questions --cores --idle-w --active-w "
-                        "--pj-byte ", &o);
+                        "--pj-byte --profile ", &o);
         if (rc) return rc < 0 ? 0 : rc;
         return power_energy(&o, argc - 2, argv + 2);
     }
     if (!strcmp(sub, "measure")) {
         int dash = 2;
         while (dash < argc && strcmp(argv[dash], "--")) dash++;
-        rc = parse_opts(sub, dash - 2, argv + 2, " --sysfs --no-nvml --bytes --questions ", &o);
+        rc = parse_opts(sub, dash - 2, argv + 2, " --sysfs --no-nvml --bytes --questions --profile ", &o);
         if (rc) return rc < 0 ? 0 : rc;
         if (dash + 1 >= argc) {
             fprintf(stderr, "error: power measure needs the command after --\n");

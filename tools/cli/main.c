@@ -388,8 +388,70 @@ char *cli_chat_text(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs
 }
 
 cli_energy cli_energy_default(void) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return (cli_energy){.idle_w = CLI_BOARD_IDLE_W, .active_w = CLI_BOARD_ACTIVE_W, .n_cores = n > 0 ? (int32_t)n : 1};
+    cli_energy e = {.idle_w = CLI_BOARD_IDLE_W, .active_w = CLI_BOARD_ACTIVE_W, .n_cores = nm_cpu_count()};
+    snprintf(e.source, sizeof e.source, "the board of docs/power.md (no watts in a unit profile)");
+    return e;
+}
+
+// The cores of a CPU unit's name ("cpu", "cpu:big", "cpu:cluster:1", "cpu:0-3").
+static int32_t unit_cores(const char *name) {
+    int32_t n = nm_cpu_count(), cores[NM_MAX_CPUS];
+    if (strncmp(name, "cpu:", 4)) return n;
+    nm_cpu_topology *t = malloc(sizeof *t);
+    char err[256];
+    if (!t || nm_cpu_topology_read(NULL, t, err, sizeof err) != NM_OK ||
+        nm_cores_parse(t, name + 4, cores, NM_MAX_CPUS, &n, err, sizeof err) != NM_OK)
+        n = nm_cpu_count();
+    free(t);
+    return n > 0 ? n : 1;
+}
+
+bool cli_energy_load(const char *profile, cli_energy *e) {
+    *e = cli_energy_default();
+    char path[1024], err[512];
+    const char *file = profile ? profile : cli_profile_path(path, sizeof path) ? path : NULL;
+    if (!file) return true;
+    nm_status st = nm_units_load(file, e->units, NM_PLAN_MAX_UNITS, &e->n_units, err, sizeof err);
+    if (st != NM_OK) {
+        e->n_units = 0;
+        if (profile) {
+            fprintf(stderr, "error: --profile: %s (%s)\n", err, nm_status_str(st));
+            return false;
+        }
+        if (st != NM_ERR_IO) fprintf(stderr, "warning: %s (%s): the energy model uses the board of docs/power.md\n",
+                                     err, nm_status_str(st));
+        return true;
+    }
+    snprintf(e->file, sizeof e->file, "%s", file);
+    const nm_unit_profile *cpu = NULL;
+    for (int32_t i = 0; i < e->n_units; i++) {
+        const nm_unit_profile *u = &e->units[i];
+        if (u->unit != NM_UNIT_CPU || !(u->active_w > 0) || u->active_w < u->idle_w) continue;
+        if (!cpu || !strcmp(u->name, "cpu")) cpu = u;
+    }
+    if (cpu) {
+        e->idle_w = cpu->idle_w;
+        e->active_w = cpu->active_w;
+        e->n_cores = unit_cores(cpu->name);
+        snprintf(e->source, sizeof e->source, "profile %s, unit %s", e->file, cpu->name);
+    }
+    return true;
+}
+
+bool cli_energy_device(const cli_energy *e, const char *device, cli_energy *out) {
+    const bool cl0 = !strcmp(device, "opencl") || !strcmp(device, "opencl:0");
+    for (int32_t i = 0; i < e->n_units; i++) {
+        const nm_unit_profile *u = &e->units[i];
+        const bool same = !strcmp(u->name, device) || (cl0 && (!strcmp(u->name, "opencl") || !strcmp(u->name, "opencl:0")));
+        if (!same || u->unit == NM_UNIT_CPU || !(u->active_w > 0) || u->active_w < u->idle_w) continue;
+        *out = *e;
+        out->idle_w = u->idle_w;
+        out->active_w = u->active_w;
+        out->n_cores = 1; // a device: busy or not, as a whole
+        snprintf(out->source, sizeof out->source, "profile %s, unit %s", e->file, u->name);
+        return true;
+    }
+    return false;
 }
 
 double cli_energy_run(const cli_energy *e, double cpu_s, double wall_s, double dram_bytes) {

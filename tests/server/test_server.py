@@ -10,6 +10,7 @@ installs it).
 """
 import http.client
 import json
+import re
 import os
 import signal
 import socket
@@ -271,7 +272,24 @@ def t_disconnect_and_busy(name):
            % (got[:60], busy, st, took, decoded, m))
 
 
-for n, f in [("models", t_models), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
+def t_metrics_energy(name):
+    # the modelled energy: what `nanomind power energy` gives for the CPU time, uptime and DRAM traffic it reports;
+    # a request adds traffic (its estimate) and energy
+    m0 = metrics()
+    st, _ = raw(port, "POST", "/v1/completions", b'{"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0}')
+    m = metrics()
+    key = 'nanomind_energy_joules_total{energy="modelled"}'
+    j, cpu, wall, dram = (float(m[k]) for k in (key, "nanomind_cpu_seconds_total", "nanomind_uptime_seconds",
+                                                  "nanomind_dram_bytes_total"))
+    out = subprocess.run([NM, "power", "energy", "--cpu-s", repr(cpu), "--wall-s", repr(wall), "--bytes", repr(dram)],
+                         capture_output=True, text=True).stdout
+    want = float(re.match(r"modelled: ([0-9.]+) J", out).group(1))
+    grew = dram > float(m0["nanomind_dram_bytes_total"]) + 1e6 and j > float(m0[key])
+    result(name, st == 200 and grew and abs(j - want) <= 0.002 + 1e-4 * want,
+           "status %s, %.4f J against power energy's %.4f (%s), before %s" % (st, j, want, out.strip(), m0))
+
+
+for n, f in [("models", t_models), ("metrics_energy", t_metrics_energy), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
              ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long),
              ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy)]:

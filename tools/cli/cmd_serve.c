@@ -51,6 +51,10 @@ typedef struct server {
     uint64_t next_id;
     // counters for /metrics
     uint64_t n_requests, n_errors, n_prompt_tokens, n_gen_tokens, n_rejected;
+    // energy (modelled, docs/power.md): the process's CPU time since t0 at the unit profile's watts, and the
+    // decoder's DRAM traffic as its estimate has it for each request
+    cli_energy energy;
+    double t0, cpu0, dram;
 } server;
 
 static void usage(FILE *f) {
@@ -643,6 +647,12 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     S->n_prompt_tokens += (uint64_t)g.n_prompt;
     S->n_gen_tokens += (uint64_t)g.n_tokens;
     pthread_mutex_unlock(&S->lock);
+    nm_brick_cost cost = {0};
+    if (nm_brick_estimate(S->llm, &(nm_brick_input){.n_tokens = g.n_prompt, .n_predict = g.n_tokens}, &cost) == NM_OK) {
+        pthread_mutex_lock(&S->lock);
+        S->dram += cost.weight_bytes_read + cost.act_bytes;
+        pthread_mutex_unlock(&S->lock);
+    }
     pthread_mutex_unlock(&S->turn);
     free(prompt);
     free(g.ev);
@@ -711,9 +721,11 @@ static int route(server *S, struct mg_connection *c) {
     if (!authorized(S, c)) return send_error(S, c, 401, NULL, "a valid API key is needed (Authorization: Bearer KEY)");
     if (!strcmp(u, "/metrics")) {
         if (!get) return send_error(S, c, 405, NULL, "%s takes GET", u);
-        char buf[2048];
+        char buf[4096];
         pthread_mutex_lock(&S->lock);
-        const int n = snprintf(buf, sizeof buf,
+        const double cpu = cli_cpu_seconds() - S->cpu0, wall = cli_now() - S->t0;
+        const double joules = cli_energy_run(&S->energy, cpu, wall, S->dram);
+        int n = snprintf(buf, sizeof buf,
                                "# HELP nanomind_requests_total Generation requests served.\n# TYPE nanomind_requests_total counter\n"
                                "nanomind_requests_total %llu\n"
                                "# TYPE nanomind_errors_total counter\nnanomind_errors_total %llu\n"
@@ -727,6 +739,15 @@ static int route(server *S, struct mg_connection *c) {
                                (unsigned long long)S->n_rejected, (unsigned long long)S->n_prompt_tokens,
                                (unsigned long long)S->n_gen_tokens, S->waiting, S->busy,
                                (unsigned long long)nm_ledger_total(S->ledger));
+        n += snprintf(buf + n, sizeof buf - (size_t)n,
+                      "# HELP nanomind_energy_joules_total Energy since the start, modelled (docs/power.md): the CPU "
+                      "time at the watts of %s, plus the DRAM traffic.\n"
+                      "# TYPE nanomind_energy_joules_total counter\nnanomind_energy_joules_total{energy=\"modelled\"} %.6f\n"
+                      "# TYPE nanomind_cpu_seconds_total counter\nnanomind_cpu_seconds_total %.6f\n"
+                      "# TYPE nanomind_uptime_seconds gauge\nnanomind_uptime_seconds %.6f\n"
+                      "# HELP nanomind_dram_bytes_total The decoder's DRAM traffic, its estimate for each request.\n"
+                      "# TYPE nanomind_dram_bytes_total counter\nnanomind_dram_bytes_total %.0f\n",
+                      S->energy.source, joules, cpu, wall, S->dram);
         pthread_mutex_unlock(&S->lock);
         mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n", n);
         mg_write(c, buf, (size_t)n);
@@ -903,6 +924,9 @@ int cmd_serve(int argc, char **argv) {
     pthread_mutex_init(&S.lock, NULL);
     pthread_cond_init(&S.idle, NULL);
     S.created = time(NULL);
+    if (!cli_energy_load(NULL, &S.energy)) goto out; // (the default profile: never fails)
+    S.t0 = cli_now();
+    S.cpu0 = cli_cpu_seconds();
     if (pthread_create(&S.lane, NULL, lane_main, &S) != 0) {
         fprintf(stderr, "error: cannot start the decoder's lane\n");
         goto out;

@@ -862,9 +862,10 @@ NM_TEST(kv_store_rounds_to_nearest_even) {
 // ---- attention ----------------------------------------------------------------------------
 
 // The causal attention of n_tok queries at pos[] over an f16 cache (16 rows,
-// or up to the last position), against a double reference. dec: the decode
-// kernel attention_dec (one token; NVIDIA's platform) instead, with the x8 of
-// its output (check_x8).
+// or up to the last position), against a double reference. dec > 0: the
+// decode kernel attention_dec (one token; NVIDIA's platform) instead, its keys
+// split over dec work-groups a head, with the x8 of its output (check_x8) and
+// its counters back at 0 after it.
 static void check_attention_k(int *nmtest_failed, int dec, int n_head, int n_kv, int hd, int n_tok, const int *pos,
                               int window, float softcap, int max_keys, size_t lws) {
     int n_ctx = 16;
@@ -907,16 +908,38 @@ static void check_attention_k(int *nmtest_failed, int dec, int n_head, int n_kv,
     kc_buf(&c, &bq), kc_buf(&c, &bk), kc_buf(&c, &bv), kc_buf(&c, &bp), kc_buf(&c, &bo);
     kc_int(&c, n_head), kc_int(&c, n_kv), kc_int(&c, hd), kc_int(&c, kvw), kc_int(&c, window);
     kc_float(&c, scale), kc_float(&c, softcap);
-    if (dec) kc_buf(&c, &b8), kc_int(&c, 1);
-    else kc_int(&c, max_keys);
-    size_t g[2] = {(size_t)n_head * lws, (size_t)n_tok}, l[2] = {lws, 1};
-    int rc = kc_run(&c, dec ? 1 : 2, g, l);
+    cl_mem part = NULL, cnt = NULL;
+    int *counts = calloc((size_t)n_head, sizeof(int));
+    if (dec) {
+        cl_int e1, e2;
+        part = cl.api.clCreateBuffer(cl.ctx, CL_MEM_READ_WRITE, sizeof(float) * n_head * dec * (hd + 2), NULL, &e1);
+        cnt = cl.api.clCreateBuffer(cl.ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, sizeof(int) * n_head, counts, &e2);
+        NM_CHECK(e1 == CL_SUCCESS && e2 == CL_SUCCESS);
+        kc_buf(&c, &b8), kc_int(&c, 1);
+        kc_arg(&c, sizeof(cl_mem), &part), kc_arg(&c, sizeof(cl_mem), &cnt);
+    } else {
+        kc_int(&c, max_keys);
+    }
+    size_t g[2] = {(size_t)n_head * lws, dec ? (size_t)dec : (size_t)n_tok}, l[2] = {lws, 1};
+    int rc = kc_run(&c, 2, g, l);
     NM_CHECK(rc == 0);
+    if (rc == 0 && dec) {
+        for (int h = 0; h < n_head; h++) counts[h] = -1;
+        NM_CHECK(cl.api.clEnqueueReadBuffer(cl.q, cnt, CL_TRUE, 0, sizeof(int) * n_head, counts, 0, NULL, NULL) ==
+                 CL_SUCCESS);
+        int left = 0;
+        for (int h = 0; h < n_head; h++) left += counts[h] != 0;
+        if (left) fprintf(stderr, "  attention_dec split %d: %d counters not back at 0\n", dec, left);
+        NM_CHECK(left == 0);
+    }
+    if (part) cl.api.clReleaseMemObject(part);
+    if (cnt) cl.api.clReleaseMemObject(cnt);
+    free(counts);
     if (rc == 0) {
         NM_CHECK(dbuf_read(&bo, o) == 0);
         CHECK_REL(o, ref, (size_t)qw * n_tok, 1e-5,
-                  "%s heads %d/%d hd %d n_tok %d window %d softcap %g max_keys %d lws %zu", dec ? "attention_dec" : "attention",
-                  n_head, n_kv, hd, n_tok, window, softcap, max_keys, lws);
+                  "%s heads %d/%d hd %d n_tok %d window %d softcap %g max_keys %d lws %zu split %d",
+                  dec ? "attention_dec" : "attention", n_head, n_kv, hd, n_tok, window, softcap, max_keys, lws, dec);
         if (dec) {
             uint8_t *x8 = malloc((size_t)qw + (size_t)qw / 32 * 8);
             NM_CHECK(dbuf_read(&b8, x8) == 0);
@@ -941,10 +964,15 @@ NM_TEST(attention_decode_on_warps) {
     CL_READY();
     if (!cl.ptx) NM_SKIP("attention_dec is built for NVIDIA's platform only (warp shuffles)");
     const int p1[1] = {12}, p300[1] = {300}, p0[1] = {0};
-    check_attention_k(nmtest_failed, 1, 32, 8, 128, 1, p300, 0, 0.0f, 0, 256); // Llama-3-8B's heads, 301 keys
-    check_attention_k(nmtest_failed, 1, 4, 2, 64, 1, p1, 0, 0.0f, 0, 256);     // 2 elements per lane
-    check_attention_k(nmtest_failed, 1, 4, 1, 256, 1, p300, 100, 1.5f, 0, 256); // window, softcap, 8 per lane
-    check_attention_k(nmtest_failed, 1, 4, 4, 32, 1, p0, 0, 0.0f, 0, 256);      // one key, one element per lane
+    // the keys of a head in one work-group, and split over several (the last to finish merging)
+    static const int splits[] = {1, 3, 8, 32};
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
+        const int sp = splits[i];
+        check_attention_k(nmtest_failed, sp, 32, 8, 128, 1, p300, 0, 0.0f, 0, 256); // Llama-3-8B's heads, 301 keys
+        check_attention_k(nmtest_failed, sp, 4, 2, 64, 1, p1, 0, 0.0f, 0, 256);     // 2 a lane (13 keys: empty shares at 32)
+        check_attention_k(nmtest_failed, sp, 4, 1, 256, 1, p300, 100, 1.5f, 0, 256); // window, softcap, 8 per lane
+        check_attention_k(nmtest_failed, sp, 4, 4, 32, 1, p0, 0, 0.0f, 0, 256);      // one key, one element a lane
+    }
 }
 
 NM_TEST(attention_gqa_window_softcap) {

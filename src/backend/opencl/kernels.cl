@@ -1152,26 +1152,38 @@ __kernel void attention(__global const uchar *Q, ulong q_off, __global const uch
 
 #ifdef NM_DP4A_PTX
 // Decode attention (one query per head) on NVIDIA's platform, where warps and
-// their shuffles are at hand: the same result as `attention` for one token,
-// computed for speed. A work-group (8 warps) takes one head; each warp a key
-// at a time (keys w, w + 8, ...), its 32 lanes head_dim / 32 elements each,
-// so a key's row is one coalesced load and its dot a warp sum; the scores
-// stay in local memory (up to NM_ATT_DEC_KEYS keys: the host checks n_ctx),
-// then p V the same way, the warps' partial sums added in local memory. With
-// has_x8, the head's output is also rounded to 8 bits (q8_store) into X8, an
-// x8 of n_head * head_dim values (the O projection reads it: the x8 path).
-// head_dim: a multiple of 32 up to 256.
-// Launch: 1-D, global = n_head * 256, local = 256.
+// their shuffles are at hand: the same result as `attention` for one token
+// (up to the order of the sums), computed for speed. The keys of a head are
+// split over n_split work-groups (8 warps each), so a short context still
+// fills the GPU: work-group (h, s) takes keys [s * per, (s + 1) * per), per =
+// ceil(n / n_split); each warp a key at a time (w, w + 8, ...), its 32 lanes
+// head_dim / 32 elements each, so a key's row is one coalesced load and its
+// dot a warp sum; the scores stay in local memory (up to NM_ATT_DEC_KEYS keys
+// a work-group: the host checks n_ctx / n_split), then p V the same way, the
+// warps' partial sums added in local memory. With n_split > 1 each work-group
+// writes its max, its sum of exp and its unnormalised p V to Part
+// ([n_head][n_split][head_dim + 2] floats) and counts itself in Cnt[h]; the
+// head's last work-group to finish (the one that counts n_split) merges them
+// (each scaled by exp(its max - the max of all)) and sets Cnt[h] back to 0
+// for the next launch. With has_x8, the head's output is also rounded to 8
+// bits (q8_store) into X8, an x8 of n_head * head_dim values (the O projection
+// reads it: the x8 path). head_dim: a multiple of 32 up to 256.
+// Launch: 2-D, global = (n_head * 256, n_split), local = (256, 1).
 #define NM_ATT_DEC_KEYS 4096
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void attention_dec(
     __global const uchar *Q, ulong q_off, __global const uchar *Kc, ulong k_off, __global const uchar *Vc, ulong v_off,
     __global const uchar *Pos, ulong pos_off, __global uchar *O, ulong o_off, int n_head, int n_kv_head, int head_dim,
-    int kv_width, int window, float scale, float softcap, __global uchar *X8, ulong x8_off, int has_x8) {
+    int kv_width, int window, float scale, float softcap, __global uchar *X8, ulong x8_off, int has_x8,
+    __global float *Part, __global int *Cnt) {
     __local float sc[NM_ATT_DEC_KEYS], part[8 * 256], wred[16];
-    const int h = get_group_id(0), lid = get_local_id(0), lane = lid & 31, w = lid >> 5;
+    __local int last;
+    const int h = get_group_id(0), s = get_group_id(1), n_split = get_num_groups(1);
+    const int lid = get_local_id(0), lane = lid & 31, w = lid >> 5;
     const int kvh = h / (n_head / n_kv_head), E = head_dim >> 5; // elements per lane: 1..8
     const int pos = ((__global const int *)(Pos + pos_off))[0];
-    const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, n = pos - lo + 1;
+    const int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, n_all = pos - lo + 1;
+    const int per = (n_all + n_split - 1) / n_split, j0 = s * per;
+    const int n = n_all - j0 < per ? (n_all - j0 > 0 ? n_all - j0 : 0) : per; // this work-group's keys
     __global const float *q = (__global const float *)(Q + q_off) + (ulong)h * head_dim + lane * E;
     __global const half *kc = (__global const half *)(Kc + k_off) + (ulong)kvh * head_dim + lane * E;
     __global const half *vc = (__global const half *)(Vc + v_off) + (ulong)kvh * head_dim + lane * E;
@@ -1180,14 +1192,14 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void attention_dec(
     float mx = -INFINITY;
 #pragma unroll 4
     for (int j = w; j < n; j += 8) {
-        __global const half *k = kc + (ulong)(lo + j) * kv_width;
-        float s = 0.0f;
+        __global const half *k = kc + (ulong)(lo + j0 + j) * kv_width;
+        float t = 0.0f;
         for (int e = 0; e < 8; e++)
-            if (e < E) s += vload_half(e, k) * qr[e];
-        s = warp_sum(s) * scale;
-        if (softcap > 0.0f) s = softcap * tanh(s / softcap);
-        if (lane == 0) sc[j] = s;
-        mx = fmax(mx, s);
+            if (e < E) t += vload_half(e, k) * qr[e];
+        t = warp_sum(t) * scale;
+        if (softcap > 0.0f) t = softcap * tanh(t / softcap);
+        if (lane == 0) sc[j] = t;
+        mx = fmax(mx, t);
     }
     if (lane == 0) wred[w] = mx;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -1209,7 +1221,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void attention_dec(
 #pragma unroll 4
     for (int j = w; j < n; j += 8) {
         const float pj = sc[j];
-        __global const half *v = vc + (ulong)(lo + j) * kv_width;
+        __global const half *v = vc + (ulong)(lo + j0 + j) * kv_width;
         for (int e = 0; e < 8; e++)
             if (e < E) acc[e] += pj * vload_half(e, v);
     }
@@ -1217,12 +1229,50 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void attention_dec(
         if (e < E) part[w * 256 + lane * E + e] = acc[e];
     barrier(CLK_LOCAL_MEM_FENCE);
     __global float *o = (__global float *)(O + o_off) + (ulong)h * head_dim;
-    const float inv = 1.0f / L;
-    for (int d = lid; d < head_dim; d += 256) {
-        float t = 0.0f;
-        for (int i = 0; i < 8; i++) t += part[i * 256 + d];
-        o[d] = t * inv;
-        sc[d] = t * inv; // the scores are no longer needed
+    if (n_split == 1) {
+        const float inv = 1.0f / L;
+        for (int d = lid; d < head_dim; d += 256) {
+            float t = 0.0f;
+            for (int i = 0; i < 8; i++) t += part[i * 256 + d];
+            o[d] = t * inv;
+            sc[d] = t * inv; // the scores are no longer needed
+        }
+    } else {
+        // this work-group's share, then the count; the last one merges
+        __global float *my = Part + ((ulong)h * n_split + s) * (head_dim + 2);
+        for (int d = lid; d < head_dim; d += 256) {
+            float t = 0.0f;
+            for (int i = 0; i < 8; i++) t += part[i * 256 + d];
+            my[2 + d] = t;
+        }
+        if (lid == 0) my[0] = m, my[1] = L; // (an empty share: m = -inf, L = 0)
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        if (lid == 0) {
+            asm volatile("membar.gl;" ::: "memory"); // the share is visible before the count says so
+            last = atomic_inc(Cnt + h) == n_split - 1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!last) return;
+        asm volatile("membar.gl;" ::: "memory");
+        __global volatile const float *all = Part + (ulong)h * n_split * (head_dim + 2);
+        float M = -INFINITY;
+        for (int i = 0; i < n_split; i++) M = fmax(M, all[i * (head_dim + 2)]);
+        float LL = 0.0f;
+        for (int i = 0; i < n_split; i++) {
+            const float mi = all[i * (head_dim + 2)];
+            LL += mi == -INFINITY ? 0.0f : all[i * (head_dim + 2) + 1] * exp(mi - M);
+        }
+        const float inv = 1.0f / LL;
+        for (int d = lid; d < head_dim; d += 256) {
+            float t = 0.0f;
+            for (int i = 0; i < n_split; i++) {
+                const float mi = all[i * (head_dim + 2)];
+                if (mi != -INFINITY) t += all[i * (head_dim + 2) + 2 + d] * exp(mi - M);
+            }
+            o[d] = t * inv;
+            sc[d] = t * inv;
+        }
+        if (lid == 0) Cnt[h] = 0; // for the next launch (it starts after this one ends: an in-order queue)
     }
     if (has_x8) {
         barrier(CLK_LOCAL_MEM_FENCE);

@@ -116,6 +116,11 @@ typedef struct nm_ocl {
     bool attn_dec;  // attention_dec for one-token attention where the program has it (NM_OPENCL_ATTN_DEC=0: never)
     cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels.cl, mvq_q4_0)
     size_t x8_slot;
+    int attn_split;       // attention_dec's work-groups a head (0: from the compute units and the heads;
+                          // NM_OPENCL_ATTN_SPLIT=N: N)
+    cl_ulong n_cu;        // compute units
+    cl_mem attn_part, attn_cnt; // attention_dec's shares and counters (attn_part_bytes, attn_cnt_heads)
+    size_t attn_part_bytes, attn_cnt_heads;
     cl_import imports[NM_CL_MAX_IMPORTS];
     int n_imports;
     size_t lws_norm, lws_attn; // work-group sizes of the norms and the attention (up to 256, what each kernel allows)
@@ -808,11 +813,45 @@ static bool rope_pairs(const nm_op *a, const nm_op *b) {
            a->src0 != b->src0;
 }
 
+// attention_dec's work-groups a head: two work-groups a compute unit over the
+// heads, 1..32 (NM_OPENCL_ATTN_SPLIT=N: N).
+static int attn_split(const nm_ocl *o, int n_head) {
+    if (o->attn_split > 0) return o->attn_split;
+    const int64_t s = n_head > 0 ? (int64_t)(2 * o->n_cu) / n_head : 1;
+    return s < 1 ? 1 : s > 32 ? 32 : (int)s;
+}
+
 // attention_dec takes the op: one token, where the program has warps, a head
-// size it handles and at most NM_CL_ATT_DEC_KEYS keys.
+// size it handles and at most NM_CL_ATT_DEC_KEYS keys a work-group.
 static bool attn_dec_ok(const nm_ocl *o, const nm_op *op) {
     return o->k_attention_dec && o->attn_dec && op->src0->ne[1] == 1 && op->i2 % 32 == 0 && op->i2 <= 256 &&
-           op->n_ctx <= NM_CL_ATT_DEC_KEYS;
+           op->n_ctx <= (int64_t)NM_CL_ATT_DEC_KEYS * attn_split(o, op->i0);
+}
+
+// Room for attention_dec's shares (n_head x n_split x (head_dim + 2) floats)
+// and its counters (n_head ints, zero between launches).
+static nm_status attn_reserve(nm_ocl *o, int n_head, int n_split, int head_dim) {
+    const size_t part = (size_t)n_head * (size_t)n_split * (size_t)(head_dim + 2) * sizeof(float);
+    cl_int e = CL_SUCCESS;
+    if (o->attn_part_bytes < part) {
+        cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, part, NULL, &e);
+        if (!m || e != CL_SUCCESS) return ofail(o, NM_ERR_NOMEM, "opencl: attention_dec shares: %s", nm_cl_strerror(e));
+        if (o->attn_part) o->api.clReleaseMemObject(o->attn_part); // queued kernels keep it until they are done
+        o->attn_part = m, o->attn_part_bytes = part;
+    }
+    if (o->attn_cnt_heads < (size_t)n_head) {
+        const cl_int zero = 0;
+        cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, (size_t)n_head * sizeof(cl_int), NULL, &e);
+        if (m && e == CL_SUCCESS)
+            e = o->api.clEnqueueFillBuffer(o->q, m, &zero, sizeof zero, 0, (size_t)n_head * sizeof(cl_int), 0, NULL, NULL);
+        if (!m || e != CL_SUCCESS) {
+            if (m) o->api.clReleaseMemObject(m);
+            return ofail(o, NM_ERR_NOMEM, "opencl: attention_dec counters: %s", nm_cl_strerror(e));
+        }
+        if (o->attn_cnt) o->api.clReleaseMemObject(o->attn_cnt);
+        o->attn_cnt = m, o->attn_cnt_heads = (size_t)n_head;
+    }
+    return NM_OK;
 }
 
 // The decode attention; with slot >= 0 its output's x8 into that slot.
@@ -827,11 +866,15 @@ static nm_status op_attention_dec(nm_ocl *o, const nm_op *op, int slot) {
     const cl_int has_x8 = slot >= 0;
     const cl_mem x8 = has_x8 ? o->x8 : o->dummy;
     const cl_ulong x8_off = has_x8 ? (cl_ulong)slot * o->x8_slot : 0;
+    const int n_split = attn_split(o, n_head);
+    nm_status st = n_split > 1 ? attn_reserve(o, n_head, n_split, hd) : NM_OK;
+    if (st != NM_OK) return st;
+    const cl_mem part = n_split > 1 ? o->attn_part : o->dummy, cnt = n_split > 1 ? o->attn_cnt : o->dummy;
     const karg args[] = {A(q.m),  A(q.off), A(kc.m),   A(kc.off), A(vc.m),    A(vc.off), A(pos.m),
                          A(pos.off), A(out.m), A(out.off), A(n_head), A(n_kv),  A(hd),     A(kvw),
-                         A(window), A(scale), A(softcap), A(x8),     A(x8_off), A(has_x8)};
-    const size_t local = 256, global = (size_t)n_head * local;
-    return launch(o, o->k_attention_dec, "attention_dec", 1, &global, &local, args, 20);
+                         A(window), A(scale), A(softcap), A(x8),     A(x8_off), A(has_x8), A(part), A(cnt)};
+    const size_t local[2] = {256, 1}, global[2] = {(size_t)n_head * 256, (size_t)n_split};
+    return launch(o, o->k_attention_dec, "attention_dec", 2, global, local, args, 22);
 }
 
 static nm_status op_run(nm_ocl *o, const nm_op *op) {
@@ -1224,6 +1267,8 @@ static void ocl_release(nm_ocl *o) {
     free(o->packed);
     if (o->dummy) o->api.clReleaseMemObject(o->dummy);
     if (o->x8) o->api.clReleaseMemObject(o->x8);
+    if (o->attn_part) o->api.clReleaseMemObject(o->attn_part);
+    if (o->attn_cnt) o->api.clReleaseMemObject(o->attn_cnt);
     if (o->prog) o->api.clReleaseProgram(o->prog);
     if (o->q) o->api.clReleaseCommandQueue(o->q);
     if (o->ctx) o->api.clReleaseContext(o->ctx);
@@ -1396,6 +1441,10 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
     if (x8 && !strcmp(x8, "0")) o->x8_ok = false;
     const char *ad = getenv("NM_OPENCL_ATTN_DEC"); // 0: the general attention kernel for decode too
     o->attn_dec = !(ad && !strcmp(ad, "0"));
+    const char *as = getenv("NM_OPENCL_ATTN_SPLIT"); // N: attention_dec's work-groups a head (1: no split)
+    o->attn_split = as ? atoi(as) : 0;
+    if (o->attn_split < 0 || o->attn_split > 32) o->attn_split = 0;
+    o->n_cu = dev_ulong(&o->api, o->dev, CL_DEVICE_MAX_COMPUTE_UNITS) & 0xffffffffu;
     o->max_row = p->max_row;
     o->max_tokens = p->max_tokens;
     o->ledger = p->ledger;

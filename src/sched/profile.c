@@ -16,6 +16,7 @@
 //   watts       measured apart (nm_unit_measure_watts) where a meter sees the
 //               unit: idle, then busy with its f32 matmul; else 0 (edit them).
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -271,19 +272,19 @@ nm_status nm_unit_measure_watts(const char *unit, const char *root, double idle_
         nm_energy_meters_free(m);
         return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "no energy meter on this machine");
     }
-    // idle: nothing of ours runs
+    // the meters by name (a reading of no time), then idle: nothing of ours runs
     nm_energy_reading idle = {0}, busy = {0};
-    if ((st = nm_energy_meters_start(m, err, err_size)) == NM_OK) {
+    bool pick[NM_ENERGY_MAX_METERS];
+    if ((st = nm_energy_meters_start(m, err, err_size)) == NM_OK) st = nm_energy_meters_stop(m, &idle, err, err_size);
+    if (st == NM_OK && pick_meters(unit, &idle, pick) == 0)
+        st = nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "no energy meter sees %s (%d found, none %s)", unit, idle.n,
+                     cl ? "an NVML meter of this device" : "RAPL or a board input");
+    if (st == NM_OK && (st = nm_energy_meters_start(m, err, err_size)) == NM_OK) {
         struct timespec ts = {(time_t)idle_s, (long)((idle_s - (double)(time_t)idle_s) * 1e9)};
-        while (nanosleep(&ts, &ts) != 0) {
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
         }
         st = nm_energy_meters_stop(m, &idle, err, err_size);
     }
-    bool pick[NM_ENERGY_MAX_METERS];
-    int n_pick = st == NM_OK ? pick_meters(unit, &idle, pick) : 0;
-    if (st == NM_OK && n_pick == 0)
-        st = nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "no energy meter sees %s (%d found, none %s)", unit, idle.n,
-                     cl ? "an NVML meter of this device" : "RAPL or a board input");
     // busy: the unit's f32 matmul on all its cores, over and over
     unit_bench b;
     if (st == NM_OK && (st = bench_open(unit, false, &b, err, err_size)) == NM_OK) {

@@ -375,9 +375,10 @@ PY
 expect assistant_json_energy_per_brick_and_question 0 \
     "llm brick: N s busy x N threads, N MB streamed: N J over idle \\(modelled\\) questions 2 tokens \\[8, 8\\] bricks \\['llm', 'stt', 'tts'\\] traffic True prompt True sum True model True True $" \
     "$M" "$WM" -- oneline case_assistant_json
-# a brick on an OpenCL device whose watts the profile knows (2 W idle, 10 W busy): its busy time at
-# them, and the run's figure the CPU's model plus the device's busy and idle time (PoCL here; the
-# real HOME for PoCL's kernel cache: the profile is named)
+# bricks on an OpenCL device whose watts the profile knows (2 W idle, 10 W busy): each brick's busy
+# time at them, and the run's figure the CPU's model plus the device's busy time (the encoder's and the
+# decoder's) and its idle time, once (PoCL here; the real HOME for PoCL's kernel cache: the profile is
+# named; a small random-weight mmproj and a 64x64 frame)
 case_assistant_device_watts() {
     cp "$tmp/wprof.json" "$tmp/gprof.json"
     python3 - "$tmp/gprof.json" <<'PY'
@@ -387,25 +388,32 @@ p["units"].append(dict(p["units"][0], name="opencl:0", unit="opencl", idle_w=2, 
 json.dump(p, open(sys.argv[1], "w"))
 PY
     mkdir -p "$tmp/gj"
-    HOME=$REAL_HOME nm assistant -m "$M" -p "What is the capital of France?" -n 4 --temp 0 -dev opencl --out "$tmp/gj" \
-        --json "$tmp/gj/r.json" --profile "$tmp/gprof.json" 2> "$tmp/gj.err" > /dev/null || { cat "$tmp/gj.err"; return 1; }
+    "$(dirname "$NM")/nm-genmmproj" -o "$tmp/gj/mm.gguf" --proj mlp --n-out 576 --image-size 64 --patch-size 16 \
+        > /dev/null || return 1
+    python3 -c "import sys; open(sys.argv[1], 'wb').write(b'P6\n64 64\n255\n' + bytes(i % 251 for i in range(64 * 64 * 3)))" \
+        "$tmp/gj/frame.ppm"
+    HOME=$REAL_HOME nm assistant -m "$M" --mmproj "$tmp/gj/mm.gguf" --frames "$tmp/gj/frame.ppm" -p "What is it?" -n 4 \
+        --temp 0 -dev opencl --mmproj-device opencl --out "$tmp/gj" --json "$tmp/gj/r.json" --profile "$tmp/gprof.json" \
+        2> "$tmp/gj.err" > /dev/null || { cat "$tmp/gj.err"; return 1; }
     python3 - "$tmp/gj/r.json" "$NM" "$tmp/gprof.json" <<'PY'
 import json, re, subprocess, sys
 r = json.load(open(sys.argv[1]))
 b, run = {b["name"]: b for b in r["bricks"]}, r["run"]
-llm, m = b["llm"], run["energy"][0]
-print("llm on", llm["device"], llm["watts_from"].split(", ")[-1], "tts", b["tts"]["watts_from"].split(", ")[-1])
-print("brick", abs(llm["joules"] - (llm["busy_s"] * 8 + llm["dram_bytes"] * 80e-12)) < 1e-6)
+llm, vis, m = b["llm"], b["vision"], run["energy"][0]
+print("llm on", llm["device"], llm["watts_from"].split(", ")[-1], "vision on", vis["device"],
+      vis["watts_from"].split(", ")[-1], "tts", b["tts"]["watts_from"].split(", ")[-1])
+print("brick", all(abs(x["joules"] - (x["busy_s"] * 8 + x["dram_bytes"] * 80e-12)) < 1e-6 for x in (llm, vis)))
 out = subprocess.run([sys.argv[2], "power", "energy", "--cpu-s", repr(run["cpu_s"]), "--wall-s", repr(run["wall_s"]),
                       "--bytes", repr(run["dram_bytes"]), "--profile", sys.argv[3]], capture_output=True, text=True).stdout
 cpu_j = float(re.match(r"modelled: ([0-9.]+) J", out).group(1))
-dev_j = llm["busy_s"] * 10 + (run["wall_s"] - llm["busy_s"]) * 2
+busy = min(llm["busy_s"] + vis["busy_s"], run["wall_s"])  # (the two may overlap: the device is busy the run at most)
+dev_j = busy * 10 + (run["wall_s"] - busy) * 2
 print("run", abs(m["joules"] - cpu_j - dev_j) < 0.002)
 PY
 }
 if [ -e /etc/OpenCL/vendors/pocl.icd ] || ls /etc/OpenCL/vendors/*.icd > /dev/null 2>&1; then
     NM_TIMEOUT=240 expect assistant_device_watts_from_the_profile 0 \
-        "^llm on opencl unit opencl:0 tts unit cpu:0 brick True run True $" "$M" -- oneline case_assistant_device_watts
+        "^llm on opencl unit opencl:0 vision on opencl unit opencl:0 tts unit cpu:0 brick True run True $" "$M" -- oneline case_assistant_device_watts
 else
     skip=$((skip + 1)); echo "skip assistant_device_watts_from_the_profile (no OpenCL ICD)"
 fi

@@ -28,6 +28,11 @@ static long peak_rss_kb(const app *A) {
     return peak;
 }
 
+typedef struct device_use {
+    const char *source; // the profile's unit (cli_energy_device's source)
+    double busy, idle_w, active_w;
+} device_use;
+
 // The run's energy, at its end: modelled for each brick (its busy threads and
 // its traffic, over idle; a brick on a device whose watts the profile knows:
 // its busy time at that device's watts) and for the run (the process's CPU
@@ -37,21 +42,29 @@ void assistant_energy_end(app *A, double wall) {
     energy_report *E = &A->energy; // E->model: cli_energy_load's, at the start
     E->cpu_s = cli_cpu_seconds() - A->cpu0;
     E->dram = 0;
-    double device_j = 0;
+    // the devices the bricks ran on: each busy its bricks' seconds, idle the rest of the run (once a device)
+    device_use dev_use[4];
+    int n_dev = 0;
     for (int k = 0; k < 4; k++) {
         cli_energy dev;
         E->brick_on_device[k] = A->acc[k].name[0] && cli_energy_device(&E->model, A->acc[k].device, &dev);
         if (E->brick_on_device[k]) {
             E->brick_j[k] = cli_energy_work(&dev, A->acc[k].busy, A->dram[k]);
-            const double busy = A->acc[k].busy < wall ? A->acc[k].busy : wall;
-            device_j += busy * dev.active_w + (wall - busy) * dev.idle_w;
             snprintf(E->brick_source[k], sizeof E->brick_source[k], "%s", dev.source);
+            int d = 0;
+            while (d < n_dev && strcmp(dev_use[d].source, E->brick_source[k])) d++;
+            if (d == n_dev) dev_use[n_dev++] = (device_use){E->brick_source[k], 0, dev.idle_w, dev.active_w};
+            dev_use[d].busy += A->acc[k].busy;
         } else {
             E->brick_j[k] = cli_energy_work(&E->model, A->acc[k].thread_s, A->dram[k]);
         }
         E->dram += A->dram[k];
     }
-    E->run_j = cli_energy_run(&E->model, E->cpu_s, wall, E->dram) + device_j;
+    E->run_j = cli_energy_run(&E->model, E->cpu_s, wall, E->dram);
+    for (int d = 0; d < n_dev; d++) {
+        const double busy = dev_use[d].busy < wall ? dev_use[d].busy : wall;
+        E->run_j += busy * dev_use[d].active_w + (wall - busy) * dev_use[d].idle_w;
+    }
     char err[256];
     if (A->meters && nm_energy_meters_stop(A->meters, &E->measured, err, sizeof err) != NM_OK) {
         fprintf(stderr, "energy meters: %s\n", err);

@@ -337,6 +337,12 @@ case_assistant_camera() {
 expect assistant_camera_frame_change 0 "question 2: frame .*f2.ppm unchanged \(difference 1.00 <= 4.00\): not asked.*vision brick \(cpu\): 2 requests.*> What is there\?.*> What is there\?" "$M" -- oneline case_assistant_camera
 expect assistant_watch_missing 1 "error: --audio watch:/nonexistent: No such file or directory" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio watch:/nonexistent
 expect assistant_watch_frames_need_prompt 2 "--frames watch:DIR asks a typed question of each frame: give it with -p" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "watch:$tmp"
+# the answers go elsewhere than the watched folder (written there, each would arrive as a question); the same
+# folder under another name too
+expect assistant_watch_into_itself 2 "--out '.*/watch/\\.' is the watched folder" "$M" "$WM" \
+    -- nm assistant -m "$M" --stt "$WM" --audio "watch:$tmp/watch" --out "$tmp/watch/."
+expect assistant_out_is_a_file 2 "--out '.*/notes.txt': not a folder" "$M" \
+    -- nm assistant -m "$M" -p hi --out "$tmp/notes.txt"
 expect assistant_watch_two 2 "watch one folder" "$M" -- nm assistant -m "$M" --audio "watch:$tmp" --frames "watch:$tmp"
 expect assistant_frame_change_needs_prompt 2 "--frame-change goes with --frames and -p" "$M" -- nm assistant -m "$M" -p hi --frame-change 3
 expect assistant_frame_change_range 2 "--frame-change needs a number in \[0, 254\], got '300'" "$M" -- nm assistant -m "$M" -p hi --frame-change 300

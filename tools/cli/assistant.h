@@ -123,7 +123,7 @@ typedef struct app {
     // progress, for --sequential and the end
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int n_answered, n_spoken;
+    int n_spoken;
     bool answers_gone, speech_gone; // their thread ended
 } app;
 

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,7 +131,9 @@ bool assistant_watch_open(app *A) {
     return true;
 }
 
-static volatile sig_atomic_t g_stop; // Ctrl-C while listening: stop (what was heard is answered); twice: quit
+// Ctrl-C while listening: stop (what was heard is answered); twice: quit. Atomic: the main thread sets it
+// too (assistant_stop_listening) and the source thread reads it.
+static atomic_int g_stop;
 
 // A file that arrived: the next question (its audio, or its frame with the typed question).
 static void arrived(app *A, const char *name) {
@@ -292,7 +295,7 @@ bool assistant_frame_changed(app *A, item *it, int i) {
 // ---- the microphone ------------------------------------------------------------------------
 
 static void on_sigint(int sig) {
-    if (g_stop++) {
+    if (atomic_fetch_add(&g_stop, 1)) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
@@ -366,4 +369,4 @@ void assistant_catch_sigint(void) {
     sigaction(SIGINT, &sa, NULL);
 }
 
-void assistant_stop_listening(void) { g_stop = 1; }
+void assistant_stop_listening(void) { atomic_store(&g_stop, 1); }

@@ -261,9 +261,16 @@ int assistant_options(app *A, int argc, char **argv) {
         if (!there) goto bad;
     }
     if (A->out_dir && !A->speaker_dev) {
-        struct stat sb;
-        if (stat(A->out_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            fprintf(stderr, "error: --out '%s': %s\n", A->out_dir, errno ? strerror(errno) : "not a folder");
+        struct stat sb, wb;
+        const bool there = stat(A->out_dir, &sb) == 0;
+        if (!there || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "error: --out '%s': %s\n", A->out_dir, there ? "not a folder" : strerror(errno));
+            goto bad;
+        }
+        // the answers written into the watched folder would arrive there as questions, without end
+        if (A->watch_dir && stat(A->watch_dir, &wb) == 0 && wb.st_dev == sb.st_dev && wb.st_ino == sb.st_ino) {
+            fprintf(stderr, "error: --out '%s' is the watched folder: its answers would be taken as questions\n",
+                    A->out_dir);
             goto bad;
         }
     }

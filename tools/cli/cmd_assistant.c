@@ -396,7 +396,6 @@ static void *answers_main(void *arg) {
         note_speed(A, it, now(A));
         pthread_mutex_lock(&A->lock);
         it->t_answered = now(A);
-        A->n_answered++;
         if (!A->tts) A->n_spoken++;
         pthread_cond_broadcast(&A->cond);
         pthread_mutex_unlock(&A->lock);
@@ -817,7 +816,7 @@ static void cascade_question(app *A, int i) {
     A->n_cascaded++;
     policy_threads(A);
     pthread_mutex_lock(&A->lock);
-    const int answered0 = A->n_answered, spoken0 = A->n_spoken;
+    const int spoken0 = A->n_spoken;
     pthread_mutex_unlock(&A->lock);
     bool ok = true;
     if (it->audio || it->from_mic) { // Whisper: load, transcribe, release
@@ -929,7 +928,6 @@ done:
     // this question is answered and spoken, whatever failed (the resident pipeline, started again later,
     // waits for as many as were asked and cascaded)
     pthread_mutex_lock(&A->lock);
-    A->n_answered = answered0 + 1;
     A->n_spoken = spoken0 + 1;
     pthread_cond_broadcast(&A->cond);
     pthread_mutex_unlock(&A->lock);

@@ -38,7 +38,9 @@ typedef struct server {
     nm_model *m;
     nm_brick *llm;
     nm_tabm *in, *out;
-    nm_ledger *ledger; // bytes copied between the server and the brick (/metrics)
+    nm_ledger *ledger; // bytes copied between the server and the brick (/metrics): the parameters' JSON into
+                       // the decoder's slot; the prompt is tokenized into it (nothing copied)
+    int ep_server, ep_llm;
     pthread_t lane;
     bool lane_started;
     time_t created;
@@ -145,19 +147,22 @@ static char *read_body(server *S, struct mg_connection *c, int *code) {
                            (long long)ri->content_length, (long long)S->body_max);
         return NULL;
     }
-    size_t cap = ri->content_length >= 0 ? (size_t)ri->content_length + 1 : 65536, len = 0;
+    // a known length: that many bytes and no growth; chunked: grown as it comes, the limit checked each read
+    const bool known = ri->content_length >= 0;
+    size_t cap = known ? (size_t)ri->content_length + 1 : 65536, len = 0;
     char *buf = malloc(cap);
     for (;;) {
         if (!buf) {
             *code = send_error(S, c, 500, NULL, "out of memory");
             return NULL;
         }
-        if (len + 1 >= cap) {
-            if ((int64_t)cap > S->body_max) {
-                free(buf);
-                *code = send_error(S, c, 413, NULL, "the body is over %lld bytes (--max-body)", (long long)S->body_max);
-                return NULL;
-            }
+        if ((int64_t)len > S->body_max) {
+            free(buf);
+            *code = send_error(S, c, 413, NULL, "the body is over %lld bytes (--max-body)", (long long)S->body_max);
+            return NULL;
+        }
+        if (known && len + 1 == cap) break; // all of it
+        if (len + 1 == cap) {
             char *b = realloc(buf, cap * 2);
             if (!b) free(buf);
             buf = b;
@@ -212,10 +217,11 @@ static cJSON *take_params(server *S, struct mg_connection *c, const cJSON *req, 
         const bool list = cJSON_IsArray(stop);
         bool ok = cJSON_IsString(stop) || (list && cJSON_GetArraySize(stop) <= NM_LLM_MAX_STOP);
         for (const cJSON *e = list ? stop->child : stop; e && ok; e = list ? e->next : NULL)
-            ok = cJSON_IsString(e) && strlen(e->valuestring) <= NM_LLM_MAX_STOP_LEN;
+            ok = cJSON_IsString(e) && e->valuestring[0] && strlen(e->valuestring) <= NM_LLM_MAX_STOP_LEN;
         if (!ok) {
             cJSON_Delete(p);
-            *code = send_error(S, c, 400, "stop", "'stop' must be a string or an array of up to %d strings of up to %d bytes",
+            *code = send_error(S, c, 400, "stop",
+                               "'stop' must be a string or an array of up to %d strings of 1 to %d bytes",
                                NM_LLM_MAX_STOP, NM_LLM_MAX_STOP_LEN);
             return NULL;
         }
@@ -497,8 +503,15 @@ static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *cod
         *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
         return false;
     }
-    const size_t pn = strlen(pj) < sl.capacity ? strlen(pj) : sl.capacity;
-    memcpy(sl.data, pj, pn);
+    const size_t pn = strlen(pj);
+    if (pn > sl.capacity) { // (a cut object would fail the request in the brick)
+        free(pj);
+        nm_tabm_cancel(S->in, &sl);
+        *code = send_error(S, g->c, 400, NULL, "the request's parameters take %zu bytes; the decoder's slot holds %zu "
+                           "(fewer or shorter stop strings, or a larger -c)", pn, (size_t)sl.capacity);
+        return false;
+    }
+    nm_ledger_copy(S->ledger, S->ep_server, S->ep_llm, sl.data, pj, pn);
     free(pj);
     *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)pn}, .size = pn,
                               .user = NM_BRICK_MORE, .request = g->id};
@@ -515,7 +528,7 @@ static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *cod
     int32_t n = nm_tokenize(S->m, prompt, strlen(prompt), sl.data, cap, bos, true);
     const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(S->llm));
     const bool fits = n > 0 && n < n_ctx;
-    g->n_prompt = n > 0 ? n : 0;
+    g->n_prompt = fits ? n : 0; // (the metrics count decoded prompts only)
     // a prompt that does not fit still ends its request (empty: the brick fails it), so the ring stays in step
     *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .ndim = fits ? 1 : 0, .shape = {fits ? n : 0},
                               .size = fits ? sizeof(int32_t) * (uint64_t)n : 0, .user = NM_LLM_IN_POS(0),
@@ -648,7 +661,7 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     S->n_gen_tokens += (uint64_t)g.n_tokens;
     pthread_mutex_unlock(&S->lock);
     nm_brick_cost cost = {0};
-    if (nm_brick_estimate(S->llm, &(nm_brick_input){.n_tokens = g.n_prompt, .n_predict = g.n_tokens}, &cost) == NM_OK) {
+    if (g.n_prompt > 0 && nm_brick_estimate(S->llm, &(nm_brick_input){.n_tokens = g.n_prompt, .n_predict = g.n_tokens}, &cost) == NM_OK) {
         pthread_mutex_lock(&S->lock);
         S->dram += cost.weight_bytes_read + cost.act_bytes;
         pthread_mutex_unlock(&S->lock);
@@ -910,6 +923,8 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     nm_brick_params lp = cli_llm_params(&S.o, S.m, S.ledger);
+    S.ep_server = nm_ledger_endpoint(S.ledger, "server");
+    S.ep_llm = nm_ledger_endpoint(S.ledger, lp.name ? lp.name : "llm");
     if ((st = nm_brick_load(NULL, &lp, &S.llm, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
         goto out;

@@ -347,6 +347,29 @@ def t_sigterm_in_flight(name):
 
 
 case("sigterm_finishes_the_request_in_flight", t_sigterm_in_flight)
+# --api-key-file read whole: 16 keys of 600 bytes (9.6 KB): the last one admits a request, a key not there does not
+def t_key_file(name):
+    import tempfile
+    keys = ["k%02d" % i + "x" * 597 for i in range(16)]
+    with tempfile.NamedTemporaryFile("w", suffix=".keys", delete=False) as f:
+        f.write("\n".join(keys) + "\n")
+    p3, port3 = start("--api-key-file", f.name)
+    try:
+        got = []
+        for k in (keys[-1], keys[0], "k99"):
+            c = http.client.HTTPConnection("127.0.0.1", port3, timeout=60)
+            c.request("GET", "/metrics", headers={"Authorization": "Bearer " + k})  # (/v1/models is open)
+            r = c.getresponse()
+            r.read()
+            got.append(r.status)
+            c.close()
+    finally:
+        stop(p3)
+        os.unlink(f.name)
+    result(name, got == [200, 200, 401], got)
+
+
+case("api_key_file_read_whole", t_key_file)
 st = subprocess.run([NM, "serve", "-m", M, "--parallel", "4"], capture_output=True, text=True, timeout=60)
 result("parallel_not_built_refused", st.returncode == 2 and "one sequence at a time" in st.stderr, st.stderr)
 st = subprocess.run([NM, "serve", "-m", M, "--port", "70000"], capture_output=True, text=True, timeout=60)

@@ -824,16 +824,15 @@ static bool take_own(server *S, int *argc, char **argv) {
             else if (!strcmp(a, "--api-key")) {
                 if (!add_keys(S, v)) return false;
             } else if (!strcmp(a, "--api-key-file")) {
-                FILE *f = fopen(v, "r");
-                char buf[8192];
-                const size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-                if (f) fclose(f);
-                if (!f) {
-                    fprintf(stderr, "error: --api-key-file '%s': %s\n", v, strerror(errno));
+                errno = 0;
+                char *text = cli_read_file(v, NULL); // (whole: a long file is not cut mid-key)
+                if (!text) {
+                    fprintf(stderr, "error: --api-key-file '%s': %s\n", v, errno ? strerror(errno) : "cannot read it");
                     return false;
                 }
-                buf[n] = '\0';
-                if (!add_keys(S, buf)) return false;
+                const bool ok = add_keys(S, text);
+                free(text);
+                if (!ok) return false;
                 if (S->n_keys == 0) {
                     fprintf(stderr, "error: --api-key-file '%s' holds no key\n", v);
                     return false;

@@ -36,13 +36,12 @@
 #include "quant/x86_dotq_blocks.h"
 #include "quant/x86_gemmq_blocks.h" // gq_zero
 
-// Bytes of weights ahead of the current row that each row's pass prefetches
-// into L1: the integer work per byte is too high for the hardware prefetchers
-// to stay ahead of the DRAM stream on their own (see NM_PREFETCH_ROWS in the
-// CPU backend, which this replaces for the rows these kernels take).
-#ifndef GEMV_PREFETCH_ROWS
-#define GEMV_PREFETCH_ROWS 8
-#endif
+// _mm_prefetch's hint must be a constant: hence a macro.
+#define prefetch_row(p, bytes, hint)                                                               \
+    do {                                                                                           \
+        const char *p_ = (const char *)(p);                                                        \
+        for (size_t off_ = 0; off_ < (bytes); off_ += 64) _mm_prefetch(p_ + off_, hint);           \
+    } while (0)
 
 // The 64 bytes at p of which only the first n (may be <= 0) belong to the row:
 // a plain load inside the row, a masked one (which does not fault) at its end.
@@ -112,7 +111,7 @@ static const int32_t q4_1_scale_idx[5][16] __attribute__((aligned(64))) = {SROW(
 // result is bit i + 4 of x for i < 4, else 0.
 #define GF_SHR4 0x1020408000000000ll
 
-static inline float q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_1_group *restrict g) {
+static inline __m512 q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_1_group *restrict g) {
     // (d, m) of block b is dword 5b of the group: 0..30 in r0:r1, 35..60 in r2:r3, 65..75 in r4
     const __m512i ia = _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 0, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i ib = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 3, 8, 13, 18, 23, 28, 0, 0, 0);
@@ -147,21 +146,26 @@ static inline float q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_1
         STEPS_BY_4(nr);
 #undef STEP
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc, acc1), _mm512_add_ps(_mm512_add_ps(acc2, acc3), accm)));
+    return _mm512_add_ps(_mm512_add_ps(acc, acc1), _mm512_add_ps(_mm512_add_ps(acc2, acc3), accm));
 }
 
-// The rows of one call, each prefetched GEMV_PREFETCH_ROWS rows ahead.
+// The rows of one call, prefetched ahead into L1 and L2 (NM_PREFETCH_ROWS in
+// quant.h): the integer work per byte is too high for the hardware
+// prefetchers to stay ahead of the DRAM stream on their own. The L2 prefetch
+// stays within the call's rows: past them are other threads' rows. (Summing
+// four rows' vectors across lanes together, a third of the shuffles, was
+// slower in decode: 143 against 171 tok/s, SmolLM2 on Zen 4.)
 #define GEMV_DEFINE(name, block, qk, row_fn)                                                                  \
     static void name(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,              \
                      const void *restrict prep, int64_t K, float *restrict y) {                              \
         const uint8_t *wd = w;                                                                              \
         const size_t row_bytes = (size_t)(K / (qk)) * sizeof(block);                                        \
+        const int64_t far = nm_prefetch_far_rows(w_stride);                                                 \
         for (int64_t r = 0; r < n_rows; r++) {                                                              \
-            if (r + GEMV_PREFETCH_ROWS < n_rows + n_ahead) {                                                \
-                const uint8_t *ahead = wd + (size_t)(r + GEMV_PREFETCH_ROWS) * w_stride;                    \
-                for (size_t off = 0; off < row_bytes; off += 64) _mm_prefetch((const char *)ahead + off, _MM_HINT_T0); \
-            }                                                                                               \
-            y[r] = row_fn(wd + (size_t)r * w_stride, K / (qk), prep);                                      \
+            if (r + NM_PREFETCH_ROWS < n_rows + n_ahead)                                                    \
+                prefetch_row(wd + (size_t)(r + NM_PREFETCH_ROWS) * w_stride, row_bytes, _MM_HINT_T0);       \
+            if (r + far < n_rows) prefetch_row(wd + (size_t)(r + far) * w_stride, row_bytes, _MM_HINT_T2);  \
+            y[r] = _mm512_reduce_add_ps(row_fn(wd + (size_t)r * w_stride, K / (qk), prep));                 \
         }                                                                                                   \
     }
 
@@ -273,7 +277,7 @@ static inline __m512i pair_q8_0(const nm_block_q8_0 *xb, int64_t n, const pair_c
 // the row from the pair's first block on (a nibble pair's 64-byte load
 // reaches past the pair, so it is masked near the row's end).
 #define PAIR_ROW(name, block, unpack, type)                                                       \
-    static inline float name(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) { \
+    static inline __m512 name(const uint8_t *restrict row, int64_t nb, const q8_pair *restrict g) { \
         const pair_consts c = pair_consts_for(type);                                              \
         const block *x = (const block *)row;                                                      \
         __m512 acc0 = _mm512_setzero_ps(), acc1 = acc0, sw;                                       \
@@ -291,7 +295,7 @@ static inline __m512i pair_q8_0(const nm_block_q8_0 *xb, int64_t n, const pair_c
             const __m512i p = _mm512_dpbusd_epi32(g[b / 2].corr, q, g[b / 2].x);                  \
             acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, g[b / 2].dy), acc0);   \
         }                                                                                         \
-        return _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));                                   \
+        return _mm512_add_ps(acc0, acc1);                                                         \
     }
 
 PAIR_ROW(q4_0_row, nm_block_q4_0, pair_q4_0, NM_TYPE_Q4_0)
@@ -1009,7 +1013,7 @@ static void gemv_prep_q6_K(const void *restrict xq, int64_t K, void *restrict pr
     }
 }
 
-static inline float q4_K_row(const uint8_t *restrict row, int64_t nb, const qk_gv *restrict g) {
+static inline __m512 q4_K_row(const uint8_t *restrict row, int64_t nb, const qk_gv *restrict g) {
     const __m512i zero = _mm512_setzero_si512();
     const __m512i sidx[4] = {q4k_sidx(0), q4k_sidx(1), q4k_sidx(2), q4k_sidx(3)};
     const nm_block_q4_K *x = (const nm_block_q4_K *)row;
@@ -1028,13 +1032,12 @@ static inline float q4_K_row(const uint8_t *restrict row, int64_t nb, const qk_g
             a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[z], g->x[z]), _mm512_permutexvar_epi32(sidx[z], sm));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(h2f_tab(x[b].d) * g->dx), acc);
     }
-    accm = _mm_add_ps(accm, _mm_movehl_ps(accm, accm));
-    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(_mm_add_ss(accm, _mm_movehdup_ps(accm)));
+    return _mm512_sub_ps(acc, _mm512_zextps128_ps512(accm));
 }
 
 // q6_K: the quants unsigned (0..63), so that vpdpbusd takes the activations
 // as they are (dword sums |.| <= 4 * 63 * 128 < 2^15: vpdpwssd's low int16).
-static inline float q6_K_row(const uint8_t *restrict row, int64_t nb, const qk_gv *restrict g) {
+static inline __m512 q6_K_row(const uint8_t *restrict row, int64_t nb, const qk_gv *restrict g) {
     const __m512i zero = _mm512_setzero_si512();
     const __m512i sidx[4] = {q6k_sidx(0), q6k_sidx(1), q6k_sidx(2), q6k_sidx(3)};
     const nm_block_q6_K *x = (const nm_block_q6_K *)row;
@@ -1053,7 +1056,7 @@ static inline float q6_K_row(const uint8_t *restrict row, int64_t nb, const qk_g
             a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[z], g->x[z]), _mm512_permutexvar_epi32(sidx[z], scd));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(h2f_tab(x[b].d) * g->dx), acc);
     }
-    return _mm512_reduce_add_ps(acc);
+    return acc;
 }
 
 GEMV_DEFINE(gemv_q4_K, nm_block_q4_K, NM_QK_K, q4_K_row)

@@ -77,16 +77,14 @@ static int64_t dec_chunks(int64_t O, int n_threads) {
 }
 
 // Decode reads each weight row once per token, from DRAM. Prefetching the row
-// NM_PREFETCH_ROWS ahead into L1 (prefetcht0; the non-temporal hint was much
-// worse) lifts SmolLM2 decode from ~110 to ~180 tok/s on 2 threads: the
-// integer dot is too busy per byte for the hardware prefetchers to keep ahead.
+// NM_PREFETCH_ROWS ahead into L1 (quant.h; prefetcht0: the non-temporal hint
+// was much worse) lifts SmolLM2 decode from ~110 to ~180 tok/s on 2 threads:
+// the integer dot is too busy per byte for the hardware prefetchers to keep
+// ahead. A second prefetch NM_PREFETCH_FAR_BYTES ahead into L2 keeps more
+// lines in flight than L1's miss buffers allow.
 // Rows per block of the one-token-at-a-time dot loop over several tokens
 // (mmq_worker): this many bytes of weights, read from L1 by every token.
 #define NM_ROWWISE_BLOCK_BYTES 16384
-
-#ifndef NM_PREFETCH_ROWS
-#define NM_PREFETCH_ROWS 8
-#endif
 
 // Host addresses of an op's tensors: the CPU computes on host memory only
 // (its own buffers and the host's; supports_op refuses others).
@@ -234,6 +232,7 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     // tokens would otherwise stream T times (the vocabulary head: 40 MB each)
     nm_dotq_fn dot = c->k->dotq[w->type];
     const int64_t blk = T == 1 ? r1 - r0 : row_bytes >= NM_ROWWISE_BLOCK_BYTES ? 1 : NM_ROWWISE_BLOCK_BYTES / (int64_t)row_bytes;
+    const int64_t far = nm_prefetch_far_rows(row_bytes);
     for (int64_t b0 = r0; b0 < r1; b0 += blk) {
         const int64_t b1 = b0 + blk < r1 ? b0 + blk : r1;
         for (int64_t tok = 0; tok < T; tok++) {
@@ -243,6 +242,10 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
                 if (tok == 0 && o + NM_PREFETCH_ROWS < O) {
                     const uint8_t *ahead = wd + (size_t)(o + NM_PREFETCH_ROWS) * row_bytes;
                     for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 3);
+                }
+                if (tok == 0 && o + far < r1) {
+                    const uint8_t *ahead = wd + (size_t)(o + far) * row_bytes;
+                    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 1);
                 }
                 float s = dot(wd + (size_t)o * row_bytes, xq, K);
                 yr[o] = bd ? s + bd[o] : s;

@@ -115,6 +115,13 @@ static inline int64_t nm_prefetch_far_rows(size_t row_bytes) {
     const int64_t far = (int64_t)(NM_PREFETCH_FAR_BYTES / (row_bytes ? row_bytes : 1));
     return far > 2 * NM_PREFETCH_ROWS ? far : 2 * NM_PREFETCH_ROWS;
 }
+// The bytes of one row into L1 (prefetcht0 on x86), or into L2 (prefetcht2).
+static inline void nm_prefetch_l1(const void *p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char *)p + off, 0, 3);
+}
+static inline void nm_prefetch_l2(const void *p, size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch((const char *)p + off, 0, 1);
+}
 #define NM_GEMV_PREP_BYTES(K) ((size_t)((K) + 1023) / 1024 * 4096 + 256)
 typedef void (*nm_gemv_prep_fn)(const void *restrict xq, int64_t K, void *restrict prep);
 typedef void (*nm_gemv_fn)(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,

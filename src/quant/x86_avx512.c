@@ -36,13 +36,6 @@
 #include "quant/x86_dotq_blocks.h"
 #include "quant/x86_gemmq_blocks.h" // gq_zero
 
-// _mm_prefetch's hint must be a constant: hence a macro.
-#define prefetch_row(p, bytes, hint)                                                               \
-    do {                                                                                           \
-        const char *p_ = (const char *)(p);                                                        \
-        for (size_t off_ = 0; off_ < (bytes); off_ += 64) _mm_prefetch(p_ + off_, hint);           \
-    } while (0)
-
 // The 64 bytes at p of which only the first n (may be <= 0) belong to the row:
 // a plain load inside the row, a masked one (which does not fault) at its end.
 static inline __m512i load_upto(const uint8_t *p, int64_t n) {
@@ -163,8 +156,8 @@ static inline __m512 q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_
         const int64_t far = nm_prefetch_far_rows(w_stride);                                                 \
         for (int64_t r = 0; r < n_rows; r++) {                                                              \
             if (r + NM_PREFETCH_ROWS < n_rows + n_ahead)                                                    \
-                prefetch_row(wd + (size_t)(r + NM_PREFETCH_ROWS) * w_stride, row_bytes, _MM_HINT_T0);       \
-            if (r + far < n_rows) prefetch_row(wd + (size_t)(r + far) * w_stride, row_bytes, _MM_HINT_T2);  \
+                nm_prefetch_l1(wd + (size_t)(r + NM_PREFETCH_ROWS) * w_stride, row_bytes);                  \
+            if (r + far < n_rows) nm_prefetch_l2(wd + (size_t)(r + far) * w_stride, row_bytes);             \
             y[r] = _mm512_reduce_add_ps(row_fn(wd + (size_t)r * w_stride, K / (qk), prep));                 \
         }                                                                                                   \
     }

@@ -185,6 +185,18 @@ static nm_status bench_open(const char *unit, bool with_big, unit_bench *b, char
     return st;
 }
 
+// The OpenCL device an "opencl" or "opencl:N" unit names ("opencl": opencl:0),
+// as nm_list_devices gives it (probe: its read bandwidth measured); false
+// where there is none.
+static bool unit_device(const char *unit, bool probe, nm_device_info *out) {
+    nm_device_info d[17];
+    const int32_t n = nm_list_devices(d, 17, probe);
+    const char *want = strchr(unit, ':') ? unit : "opencl:0";
+    for (int32_t i = 0; i < n && i < 17; i++)
+        if (!strcmp(d[i].name, want)) return *out = d[i], true;
+    return false;
+}
+
 nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, size_t err_size) {
     if (!unit || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "profile: NULL unit or output");
     memset(out, 0, sizeof *out);
@@ -203,14 +215,8 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
     if (b.cpu) {
         out->read_gbps = nm_cpu_read_gbps(b.n_cores);
     } else {
-        nm_device_info d[17];
-        const int32_t n = nm_list_devices(d, 17, true);
-        const char *want = strchr(unit, ':') ? unit : "opencl:0";
-        for (int32_t i = 0; i < n && i < 17; i++)
-            if (!strcmp(d[i].name, want)) {
-                out->read_gbps = d[i].read_gbps;
-                out->mem_bytes = d[i].unified ? 0 : d[i].mem_bytes;
-            }
+        nm_device_info d;
+        if (unit_device(unit, true, &d)) out->read_gbps = d.read_gbps, out->mem_bytes = d.unified ? 0 : d.mem_bytes;
     }
     bench_close(&b);
     return NM_OK;
@@ -236,11 +242,8 @@ static int pick_meters(const char *unit, const nm_energy_reading *r, bool pick[N
                 if (strstr(r->name[i], board[k])) return pick[i] = true, 1;
         return 0;
     }
-    nm_device_info d[17];
-    const int32_t nd = nm_list_devices(d, 17, false);
-    const char *want = strchr(unit, ':') ? unit : "opencl:0", *desc = NULL;
-    for (int32_t i = 0; i < nd && i < 17; i++)
-        if (!strcmp(d[i].name, want)) desc = d[i].desc;
+    nm_device_info d;
+    const char *desc = unit_device(unit, false, &d) ? d.desc : NULL;
     int n_nvml = 0, last = -1;
     for (int32_t i = 0; i < r->n; i++) {
         if (strncmp(r->name[i], "nvml:", 5)) continue;

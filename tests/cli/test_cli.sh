@@ -363,7 +363,7 @@ mkdir -p "$tmp/frame1"; cp "$tmp/img.ppm" "$tmp/frame1/"
 case_assistant_plan() { nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "$tmp/frame1" --plan --profile "$tmp/lanes.json" -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '; }
 expect assistant_plan 0 "stt +on cpu:0 .*vision +on cpu:1 .*llm +on cpu:0 .*placed: stt on cpu, cores 0 placed: vision on cpu, cores 1 placed: llm on cpu, cores 0 > The quick brown fox" "$M" "$WM" -- case_assistant_plan
 expect assistant_plan_and_cores 2 "--plan places the bricks: drop --cores" "$M" -- nm assistant -m "$M" -p hi --plan --cores 0
-expect assistant_plan_goal_alone 2 "--plan-goal and --profile go with --plan" "$M" -- nm assistant -m "$M" -p hi --plan-goal energy
+expect assistant_plan_goal_alone 2 "--plan-goal goes with --plan" "$M" -- nm assistant -m "$M" -p hi --plan-goal energy
 expect assistant_plan_no_profile 1 "none.json: cannot open \\(i/o error\\): measure the units first" "$M" -- nm assistant -m "$M" -p hi --plan --profile "$tmp/none.json"
 # a question that cannot be read fails alone: the others are answered, the exit status says one failed
 case_assistant_bad_question() {

@@ -197,7 +197,7 @@ int assistant_options(app *A, int argc, char **argv) {
         goto bad;
     }
     if (o->plan_goal && !o->plan) {
-        fprintf(stderr, "error: --plan-goal and --profile go with --plan\n");
+        fprintf(stderr, "error: --plan-goal goes with --plan\n");
         goto bad;
     }
     if (o->profile && !o->plan && !o->stats && !A->json_path) { // its watts feed the energy figures

@@ -239,14 +239,8 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
             const uint8_t *xq = c->act_q + tok * t->act_row;
             float *yr = yd + tok * O;
             for (int64_t o = b0; o < b1; o++) {
-                if (tok == 0 && o + NM_PREFETCH_ROWS < O) {
-                    const uint8_t *ahead = wd + (size_t)(o + NM_PREFETCH_ROWS) * row_bytes;
-                    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 3);
-                }
-                if (tok == 0 && o + far < r1) {
-                    const uint8_t *ahead = wd + (size_t)(o + far) * row_bytes;
-                    for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 1);
-                }
+                if (tok == 0 && o + NM_PREFETCH_ROWS < O) nm_prefetch_l1(wd + (size_t)(o + NM_PREFETCH_ROWS) * row_bytes, row_bytes);
+                if (tok == 0 && o + far < r1) nm_prefetch_l2(wd + (size_t)(o + far) * row_bytes, row_bytes);
                 float s = dot(wd + (size_t)o * row_bytes, xq, K);
                 yr[o] = bd ? s + bd[o] : s;
             }

@@ -494,16 +494,30 @@ static int check_x8(const float *v, const uint8_t *x8, int K) {
     return bad;
 }
 
+// A buffer of n_part pieces of a sum of squares (n_part > 0; else 1 unused
+// float) and the norm factor 1 / sqrt(sum / K + eps) they give.
+static dbuf norm_parts(int n_part, int K, float eps, double *factor) {
+    float *p = malloc(sizeof(float) * (size_t)(n_part > 0 ? n_part : 1));
+    double sum = 0;
+    for (int i = 0; i < (n_part > 0 ? n_part : 1); i++) p[i] = 0.5f + (float)(i % 7) * 0.75f, sum += p[i];
+    *factor = n_part > 0 ? 1 / sqrt(sum / K + eps) : 1.0;
+    dbuf b = dbuf_new(p, sizeof(float) * (size_t)(n_part > 0 ? n_part : 1), 0);
+    free(p);
+    return b;
+}
+
 // mvq_q4_0 over n_mat matrices (rows Ns[m]) of one x8 input, one launch:
 // each output within 1e-5 of the f64 sum of the dequantized weights times x
-// as rounded.
-static void check_mvq(int *nmtest_failed, int K, const int *Ns, int n_mat, size_t lws) {
+// as rounded; with n_part > 0 times the norm factor of n_part pieces.
+static void check_mvq(int *nmtest_failed, int K, const int *Ns, int n_mat, size_t lws, int n_part) {
     float *x = malloc(sizeof(float) * (size_t)K), *xr = malloc(sizeof(float) * (size_t)K);
     fill(x, (size_t)K, 1.0f);
     uint8_t *x8 = make_x8(x, K, xr);
     dbuf bq = dbuf_new(x8, (size_t)K + (size_t)K / 32 * 8, 64), bw[3], by[3];
     float *deq[3] = {NULL, NULL, NULL};
     uint8_t *w[3] = {NULL, NULL, NULL}, *r[3] = {NULL, NULL, NULL};
+    double factor;
+    dbuf bp = norm_parts(n_part, K, 1e-5f, &factor);
     kcall c = kc_begin("mvq_q4_0");
     size_t groups = 0;
     for (int m = 0; m < 3; m++) {
@@ -519,6 +533,7 @@ static void check_mvq(int *nmtest_failed, int K, const int *Ns, int n_mat, size_
     kc_buf(&c, &bq);
     for (int m = 0; m < 3; m++) kc_buf(&c, &by[m < n_mat ? m : 0]);
     kc_int(&c, K);
+    kc_arg(&c, sizeof(cl_mem), &bp.m), kc_int(&c, n_part), kc_float(&c, 1e-5f);
     size_t g = groups * lws;
     const int rc = kc_run(&c, 1, &g, &lws);
     NM_CHECK(rc == 0);
@@ -529,23 +544,24 @@ static void check_mvq(int *nmtest_failed, int K, const int *Ns, int n_mat, size_
         for (int n = 0; n < N; n++) {
             double sacc = 0;
             for (int k = 0; k < K; k++) sacc += (double)deq[m][(size_t)n * K + k] * xr[k];
-            ref[n] = sacc;
+            ref[n] = sacc * factor;
         }
         if (rc == 0) {
             NM_CHECK(dbuf_read(&by[m], y) == 0);
-            CHECK_REL(y, ref, (size_t)N, 1e-5, "mvq_q4_0 matrix %d of %d, K=%d N=%d lws=%zu", m, n_mat, K, N, lws);
+            CHECK_REL(y, ref, (size_t)N, 1e-5, "mvq_q4_0 matrix %d of %d, K=%d N=%d lws=%zu n_part=%d", m, n_mat, K, N,
+                      lws, n_part);
         }
         free(y), free(ref);
         dbuf_free(&bw[m]), dbuf_free(&by[m]);
         free(deq[m]), free(w[m]), free(r[m]);
     }
-    dbuf_free(&bq);
+    dbuf_free(&bq), dbuf_free(&bp);
     free(x), free(xr), free(x8);
 }
 
 // mvq_glu_q4_0: h = act(W_g x) (W_u x) within 1e-5 of the f64 reference, and
-// h's own x8 (check_x8).
-static void check_mvq_glu(int *nmtest_failed, int K, int N, int act) {
+// h's own x8 (check_x8); with n_part > 0 both sums times the norm factor.
+static void check_mvq_glu(int *nmtest_failed, int K, int N, int act, int n_part) {
     float *x = malloc(sizeof(float) * (size_t)K), *xr = malloc(sizeof(float) * (size_t)K), *dg, *du;
     fill(x, (size_t)K, 1.0f);
     uint8_t *x8 = make_x8(x, K, xr);
@@ -554,9 +570,12 @@ static void check_mvq_glu(int *nmtest_failed, int K, int N, int act) {
     dbuf bq = dbuf_new(x8, (size_t)K + (size_t)K / 32 * 8, 64), bo = dbuf_new(NULL, (size_t)N + (size_t)N / 32 * 8, 32);
     dbuf bg = dbuf_new(rg, (size_t)K / 32 * 18 * N, 0), bu = dbuf_new(ru, (size_t)K / 32 * 18 * N, 0);
     dbuf by = dbuf_new(NULL, sizeof(float) * (size_t)N, 12);
+    double factor;
+    dbuf bp = norm_parts(n_part, K, 1e-6f, &factor);
     kcall c = kc_begin("mvq_glu_q4_0");
     kc_arg(&c, sizeof(cl_mem), &bg.m), kc_arg(&c, sizeof(cl_mem), &bu.m), kc_int(&c, N);
     kc_buf(&c, &bq), kc_buf(&c, &by), kc_buf(&c, &bo), kc_int(&c, K), kc_int(&c, act);
+    kc_arg(&c, sizeof(cl_mem), &bp.m), kc_int(&c, n_part), kc_float(&c, 1e-6f);
     size_t lws = 256, g = (size_t)N / 32 * lws;
     const int rc = kc_run(&c, 1, &g, &lws);
     NM_CHECK(rc == 0);
@@ -565,11 +584,11 @@ static void check_mvq_glu(int *nmtest_failed, int K, int N, int act) {
     for (int n = 0; n < N; n++) {
         double a = 0, u = 0;
         for (int k = 0; k < K; k++) a += (double)dg[(size_t)n * K + k] * xr[k], u += (double)du[(size_t)n * K + k] * xr[k];
-        ref[n] = act_ref(a, act) * u;
+        ref[n] = act_ref(a * factor, act) * (u * factor);
     }
     if (rc == 0) {
         NM_CHECK(dbuf_read(&by, y) == 0);
-        CHECK_REL(y, ref, (size_t)N, 1e-5, "mvq_glu_q4_0 K=%d N=%d act=%d", K, N, act);
+        CHECK_REL(y, ref, (size_t)N, 1e-5, "mvq_glu_q4_0 K=%d N=%d act=%d n_part=%d", K, N, act, n_part);
         uint8_t *o8 = malloc((size_t)N + (size_t)N / 32 * 8);
         NM_CHECK(dbuf_read(&bo, o8) == 0);
         const int bad = check_x8(y, o8, N);
@@ -577,19 +596,124 @@ static void check_mvq_glu(int *nmtest_failed, int K, int N, int act) {
         NM_CHECK(bad == 0);
         free(o8);
     }
-    dbuf_free(&bq), dbuf_free(&bo), dbuf_free(&bg), dbuf_free(&bu), dbuf_free(&by);
+    dbuf_free(&bq), dbuf_free(&bo), dbuf_free(&bg), dbuf_free(&bu), dbuf_free(&by), dbuf_free(&bp);
     free(x), free(xr), free(x8), free(dg), free(du), free(wg), free(wu), free(rg), free(ru), free(y), free(ref);
+}
+
+// The largest work-group the device runs a kernel in (its registers may allow
+// less than the device's maximum).
+static size_t kernel_max_wg(const char *name) {
+    cl_int e;
+    cl_kernel k = cl.api.clCreateKernel(cl.prog, name, &e);
+    size_t n = 0;
+    if (k && e == CL_SUCCESS) cl.api.clGetKernelWorkGroupInfo(k, cl.dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof n, &n, NULL);
+    if (k) cl.api.clReleaseKernel(k);
+    return n;
+}
+
+// mvq_res_q4_0, then mvq_q4_0 on what it leaves (the residual add and an RMS
+// norm between two matvecs, with no launch of their own): y = W x within
+// 1e-5 of the f64 sum, s = a + y bit for bit (in place: S is A), the x8 of
+// s w (check_x8), the pieces summing to sum s^2, and the next matvec equal
+// to W2 (s w / sqrt(mean s^2 + eps)) as rounded to 8 bits, within 1e-5.
+static void check_mvq_res(int *nmtest_failed, int K, int N, int has_w, size_t lws) {
+    const float eps = 1e-5f;
+    float *x = malloc(sizeof(float) * (size_t)K), *xr = malloc(sizeof(float) * (size_t)K), *dw, *d2;
+    float *a = malloc(sizeof(float) * (size_t)N), *wn = malloc(sizeof(float) * (size_t)N);
+    fill(x, (size_t)K, 1.0f), fill(a, (size_t)N, 2.0f), fill(wn, (size_t)N, 1.5f);
+    uint8_t *x8 = make_x8(x, K, xr);
+    const int N2 = 40; // the next matvec's rows
+    uint8_t *w = make_weights(NM_TYPE_Q4_0, K, N, &dw), *r = repack_q4_0(w, K, N);
+    uint8_t *w2 = make_weights(NM_TYPE_Q4_0, N, N2, &d2), *r2 = repack_q4_0(w2, N, N2);
+    const size_t x8n = (size_t)N + (size_t)N / 32 * 8;
+    dbuf bq = dbuf_new(x8, (size_t)K + (size_t)K / 32 * 8, 64), bo = dbuf_new(NULL, x8n, 32);
+    dbuf bw = dbuf_new(r, (size_t)K / 32 * 18 * N, 0), bw2 = dbuf_new(r2, (size_t)N / 32 * 18 * N2, 0);
+    dbuf by = dbuf_new(NULL, sizeof(float) * (size_t)N, 8), ba = dbuf_new(a, sizeof(float) * (size_t)N, 4);
+    dbuf bn = dbuf_new(wn, sizeof(float) * (size_t)N, 0), bp = dbuf_new(NULL, sizeof(float) * (size_t)N / 32, 0);
+    dbuf by2 = dbuf_new(NULL, sizeof(float) * (size_t)N2, 0);
+    kcall c = kc_begin("mvq_res_q4_0");
+    kc_arg(&c, sizeof(cl_mem), &bw.m), kc_int(&c, N), kc_buf(&c, &bq), kc_buf(&c, &by), kc_buf(&c, &ba);
+    kc_buf(&c, &ba), kc_buf(&c, &bn), kc_int(&c, has_w), kc_buf(&c, &bo), kc_arg(&c, sizeof(cl_mem), &bp.m);
+    kc_int(&c, K);
+    size_t g = (size_t)N / 32 * lws;
+    int rc = kc_run(&c, 1, &g, &lws);
+    NM_CHECK(rc == 0);
+    const int n_part = N / 32;
+    kcall c2 = kc_begin("mvq_q4_0");
+    kc_arg(&c2, sizeof(cl_mem), &bw2.m), kc_arg(&c2, sizeof(cl_mem), &bw2.m), kc_arg(&c2, sizeof(cl_mem), &bw2.m);
+    kc_int(&c2, N2), kc_int(&c2, 0), kc_int(&c2, 0), kc_buf(&c2, &bo);
+    kc_buf(&c2, &by2), kc_buf(&c2, &by2), kc_buf(&c2, &by2), kc_int(&c2, N);
+    kc_arg(&c2, sizeof(cl_mem), &bp.m), kc_int(&c2, n_part), kc_float(&c2, eps);
+    size_t lws2 = 128, g2 = (size_t)(N2 + 1) / 2 * lws2;
+    if (rc == 0) rc = kc_run(&c2, 1, &g2, &lws2);
+    NM_CHECK(rc == 0);
+    if (rc == 0) {
+        float *y = malloc(sizeof(float) * (size_t)N), *sd = malloc(sizeof(float) * (size_t)N);
+        float *h = malloc(sizeof(float) * (size_t)N), *hr = malloc(sizeof(float) * (size_t)N);
+        float *parts = malloc(sizeof(float) * (size_t)n_part), *y2 = malloc(sizeof(float) * (size_t)N2);
+        double *ref = malloc(sizeof(double) * (size_t)N), *ref2 = malloc(sizeof(double) * (size_t)N2);
+        uint8_t *o8 = malloc(x8n);
+        NM_CHECK(dbuf_read(&by, y) == 0 && dbuf_read(&ba, sd) == 0 && dbuf_read(&bo, o8) == 0 &&
+                 dbuf_read(&bp, parts) == 0 && dbuf_read(&by2, y2) == 0);
+        for (int n = 0; n < N; n++) {
+            double t = 0;
+            for (int k = 0; k < K; k++) t += (double)dw[(size_t)n * K + k] * xr[k];
+            ref[n] = t;
+        }
+        CHECK_REL(y, ref, (size_t)N, 1e-5, "mvq_res_q4_0 K=%d N=%d lws=%zu: y", K, N, lws);
+        int bad_s = 0;
+        double ss = 0, sp = 0;
+        for (int n = 0; n < N; n++) {
+            bad_s += sd[n] != a[n] + y[n];
+            ss += (double)sd[n] * sd[n];
+            h[n] = has_w ? sd[n] * wn[n] : sd[n];
+        }
+        for (int i = 0; i < n_part; i++) sp += parts[i];
+        if (bad_s) fprintf(stderr, "  mvq_res_q4_0 K=%d N=%d: %d sums a + y off\n", K, N, bad_s);
+        NM_CHECK(bad_s == 0);
+        NM_CHECK(fabs(sp - ss) <= 1e-5 * ss);
+        const int bad = check_x8(h, o8, N);
+        if (bad) fprintf(stderr, "  mvq_res_q4_0 K=%d N=%d: %d values of the norm's x8 off\n", K, N, bad);
+        NM_CHECK(bad == 0);
+        for (int b = 0; b < N / 32; b++) { // the next matvec's input: the rounding as the kernel wrote it
+            float ds[2];
+            memcpy(ds, o8 + N + 8 * b, 8);
+            for (int i = 0; i < 32; i++) hr[32 * b + i] = (float)(int8_t)o8[32 * b + i] * ds[0];
+        }
+        const double factor = 1 / sqrt((double)(float)sp / N + eps);
+        for (int n = 0; n < N2; n++) {
+            double t = 0;
+            for (int k = 0; k < N; k++) t += (double)d2[(size_t)n * N + k] * hr[k];
+            ref2[n] = t * factor;
+        }
+        CHECK_REL(y2, ref2, (size_t)N2, 1e-5, "mvq_q4_0 after mvq_res_q4_0 K=%d N=%d", K, N);
+        free(y), free(sd), free(h), free(hr), free(parts), free(y2), free(ref), free(ref2), free(o8);
+    }
+    dbuf_free(&bq), dbuf_free(&bo), dbuf_free(&bw), dbuf_free(&bw2), dbuf_free(&by), dbuf_free(&ba);
+    dbuf_free(&bn), dbuf_free(&bp), dbuf_free(&by2);
+    free(x), free(xr), free(a), free(wn), free(x8), free(dw), free(d2), free(w), free(r), free(w2), free(r2);
 }
 
 NM_TEST(mvq_x8_matvecs) {
     CL_READY();
     const int qkv[3] = {64, 16, 16}, odd[3] = {37, 5, 1}, one[1] = {96};
-    check_mvq(nmtest_failed, 4096, qkv, 3, 128); // Q, K and V shaped: three matrices in one launch
-    check_mvq(nmtest_failed, 32 * 7, odd, 3, 32); // odd rows: a group's second row past the matrix
-    check_mvq(nmtest_failed, 32 * 300, one, 1, 64); // blocks past a step's last (items left idle)
-    check_mvq(nmtest_failed, 32 * 7, odd, 2, 128);
-    check_mvq_glu(nmtest_failed, 4096, 64, 0);   // SiLU
-    check_mvq_glu(nmtest_failed, 32 * 7, 96, 1); // GELU (tanh); 7 blocks: items idle, a partial step
+    check_mvq(nmtest_failed, 4096, qkv, 3, 128, 0); // Q, K and V shaped: three matrices in one launch
+    check_mvq(nmtest_failed, 32 * 7, odd, 3, 32, 0); // odd rows: a group's second row past the matrix
+    check_mvq(nmtest_failed, 32 * 300, one, 1, 64, 0); // blocks past a step's last (items left idle)
+    check_mvq(nmtest_failed, 32 * 7, odd, 2, 128, 0);
+    check_mvq(nmtest_failed, 4096, qkv, 3, 128, 4096 / 32); // after mvq_res_q4_0: the norm's factor
+    check_mvq(nmtest_failed, 32 * 300, one, 1, 64, 300);     // more pieces than items
+    check_mvq_glu(nmtest_failed, 4096, 64, 0, 0);   // SiLU
+    check_mvq_glu(nmtest_failed, 32 * 7, 96, 1, 0); // GELU (tanh); 7 blocks: items idle, a partial step
+    check_mvq_glu(nmtest_failed, 32 * 300, 64, 0, 300); // the norm's factor, more pieces than items
+    for (size_t lws = 256; lws <= 1024; lws *= 2) { // 4, 2 and 1 rows a group of 32 items
+        if (lws > kernel_max_wg("mvq_res_q4_0")) {
+            fprintf(stderr, "  mvq_res_q4_0 in work-groups of %zu: more than the kernel allows here\n", lws);
+            break;
+        }
+        check_mvq_res(nmtest_failed, 4096, 256, 1, lws);
+        check_mvq_res(nmtest_failed, 32 * 7, 96, 0, lws); // no norm weight; 7 blocks: items idle
+    }
 }
 
 // ---- norms --------------------------------------------------------------------------------

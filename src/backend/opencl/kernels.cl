@@ -581,6 +581,14 @@ NM_INLINE void q8_store(const float4 *v, __global uchar *Q8, ulong q8_off, int K
     ((__global float2 *)(Q8 + q8_off + (ulong)K))[b] = (float2)(dx, (float)sx);
 }
 
+// An RMS norm's factor 1 / sqrt(sum / d + eps), the sum being that of every
+// item's pv (each work-group sums the same pieces in the same order: the same
+// factor everywhere). Barriers inside: call from all items; red: __local
+// float[local size].
+NM_INLINE float norm_scale(float pv, __local float *red, int d, float eps) {
+    return 1.0f / sqrt(wg_sum(pv, red) / (float)d + eps);
+}
+
 
 #ifdef NM_DP4A_PTX
 // The sum over the 32 threads of a warp (NVIDIA: a work-group's items 32k..32k+31).
@@ -609,15 +617,22 @@ NM_INLINE float warp_sum(float v) {
 #define NM_MVQ_ROWS 2
 #define NM_MVQ_B 2
 #define NM_MVQ_LWS 128
+// With n_part > 0 the input is the x8 of an RMS norm's x w without its
+// 1 / sqrt(mean(x^2) + eps) (mvq_res_q4_0 wrote it, and sum x^2 in n_part
+// pieces to Part): the sums are multiplied by that factor (norm_scale).
 __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __global const uchar *W2, int N0, int N1,
                        int N2, __global const uchar *Q8, ulong q8_off, __global uchar *Y0, ulong y0_off,
-                       __global uchar *Y1, ulong y1_off, __global uchar *Y2, ulong y2_off, int K) {
+                       __global uchar *Y1, ulong y1_off, __global uchar *Y2, ulong y2_off, int K,
+                       __global const float *Part, int n_part, float eps) {
 #ifdef NM_DP4A_PTX
     __local float red[NM_MVQ_ROWS * NM_MVQ_LWS / 32];
 #else
     __local float red[NM_MVQ_ROWS * NM_MVQ_LWS];
 #endif
+    __local float nred[NM_MVQ_LWS];
     const int lid = get_local_id(0), lws = get_local_size(0), nb = K >> 5;
+    float pv = 0.0f; // this item's pieces of sum x^2, loaded before the weights
+    for (int i = lid; i < n_part; i += lws) pv += Part[i];
     const int g0 = (N0 + NM_MVQ_ROWS - 1) / NM_MVQ_ROWS, g1 = (N1 + NM_MVQ_ROWS - 1) / NM_MVQ_ROWS;
     int g = get_group_id(0), N = N0;
     __global const uchar *W = W0;
@@ -651,6 +666,7 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
             }
         }
     }
+    const float sc = n_part > 0 ? norm_scale(pv, nred, K, eps) : 1.0f;
 #ifdef NM_DP4A_PTX
     const int nw = lws >> 5;
     for (int r = 0; r < NM_MVQ_ROWS; r++) acc[r] = warp_sum(acc[r]);
@@ -660,7 +676,7 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
     if (lid < NM_MVQ_ROWS && n0 + lid < N) {
         float s = 0.0f;
         for (int i = 0; i < nw; i++) s += red[lid * nw + i];
-        ((__global float *)Y)[n0 + lid] = s;
+        ((__global float *)Y)[n0 + lid] = s * sc;
     }
 #else
     for (int r = 0; r < NM_MVQ_ROWS; r++) red[r * lws + lid] = acc[r];
@@ -670,8 +686,92 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
             for (int r = 0; r < NM_MVQ_ROWS; r++) red[r * lws + lid] += red[r * lws + lid + st];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (lid < NM_MVQ_ROWS && n0 + lid < N) ((__global float *)Y)[n0 + lid] = red[lid * lws];
+    if (lid < NM_MVQ_ROWS && n0 + lid < N) ((__global float *)Y)[n0 + lid] = red[lid * lws] * sc;
 #endif
+}
+
+// y = W x (one repacked q4_0 matrix, x as x8) with the residual add and the
+// first half of the RMS norm after it: s = a + y to S (S may be A), y to Y;
+// for the 32 rows of each work-group (one block), the x8 of s w (Wn, the
+// norm's weight; has_w = 0: s) into that block of Q8o and sum s^2 into
+// Part[block]. The matvecs that read Q8o multiply by the norm's factor
+// (mvq_q4_0 and mvq_glu_q4_0 with n_part = N / 32): the norm costs no launch
+// of its own. N a multiple of 32. The work-group's groups of 32 items take 32 /
+// (LWS / 32) rows each: a 4096-row matrix is only 128 work-groups, so the
+// host takes the largest LWS the kernel allows (up to 1024: a row a group).
+// Launch: 1-D, global = N / 32 * LWS, local = LWS in {256, 512, 1024}.
+#define NM_MVS_ROWS 32
+__kernel void mvq_res_q4_0(__global const uchar *W, int N, __global const uchar *Q8, ulong q8_off, __global uchar *Y,
+                           ulong y_off, __global const uchar *A, ulong a_off, __global uchar *S, ulong s_off,
+                           __global const uchar *Wn, ulong wn_off, int has_w, __global uchar *Q8o, ulong q8o_off,
+                           __global float *Part, int K) {
+    __local float yv[NM_MVS_ROWS], hv[NM_MVS_ROWS], sq[NM_MVS_ROWS];
+#ifndef NM_DP4A_PTX
+    __local float part[4 * 256]; // 32 rows of 32 items' sums
+#endif
+    const int lid = get_local_id(0), lane = lid & 31, w = lid >> 5, nb = K >> 5, g = get_group_id(0);
+    const int rpw = NM_MVS_ROWS / ((int)get_local_size(0) >> 5); // rows a group of 32: 1, 2 or 4
+    const int n0 = g * NM_MVS_ROWS + w * rpw;
+    __global const uint4 *qs = (__global const uint4 *)W;
+    __global const half *ds = (__global const half *)(W + (ulong)N * nb * 16);
+    __global const uint4 *xq = (__global const uint4 *)(Q8 + q8_off);
+    __global const float2 *xd = (__global const float2 *)(Q8 + q8_off + (ulong)K);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b0 = lane; b0 < nb; b0 += 64) {
+        uint4 q[2][4];
+        float d[2][4];
+        for (int j = 0; j < 2; j++) {
+            const int b = min(b0 + 32 * j, nb - 1);
+            for (int r = 0; r < 4; r++)
+                if (r < rpw) {
+                    const ulong i = (ulong)(n0 + r) * nb + b;
+                    q[j][r] = qs[i], d[j][r] = vload_half(i, ds);
+                }
+        }
+        for (int j = 0; j < 2; j++) {
+            const int b = b0 + 32 * j;
+            if (b < nb) {
+                const uint4 x0 = xq[2 * b], x1 = xq[2 * b + 1];
+                const float2 xs = xd[b];
+                for (int r = 0; r < 4; r++)
+                    if (r < rpw) acc[r] += d[j][r] * (xs.x * (float)q4x8(q[j][r], x0, x1, -8 * (int)xs.y));
+            }
+        }
+    }
+#ifdef NM_DP4A_PTX
+    for (int r = 0; r < 4; r++)
+        if (r < rpw) acc[r] = warp_sum(acc[r]);
+    if (lane == 0)
+        for (int r = 0; r < 4; r++)
+            if (r < rpw) yv[w * rpw + r] = acc[r];
+#else
+    for (int r = 0; r < 4; r++)
+        if (r < rpw) part[(w * rpw + r) * 32 + lane] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < NM_MVS_ROWS) { // row lid's 32 items
+        float t = 0.0f;
+        for (int l = 0; l < 32; l++) t += part[lid * 32 + l];
+        yv[lid] = t;
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < NM_MVS_ROWS) {
+        const int r = g * NM_MVS_ROWS + lid;
+        const float y = yv[lid], s = ((__global const float *)(A + a_off))[r] + y;
+        ((__global float *)(Y + y_off))[r] = y;
+        ((__global float *)(S + s_off))[r] = s; // after y: S may be Y
+        hv[lid] = has_w ? s * ((__global const float *)(Wn + wn_off))[r] : s;
+        sq[lid] = s * s;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {
+        float4 v[8];
+        for (int i = 0; i < 8; i++) v[i] = vload4(i, hv);
+        q8_store(v, Q8o, q8o_off, N, g);
+        float t = 0.0f;
+        for (int i = 0; i < NM_MVS_ROWS; i++) t += sq[i];
+        Part[g] = t;
+    }
 }
 
 // act 0: SiLU x / (1 + e^-x); 1: GELU (tanh), written as x / (1 + e^(-2z)),
@@ -689,14 +789,18 @@ NM_INLINE float nm_act(float x, int act) {
 // both matrices (one x8 block of h); its 8 groups of 32 items 4 rows each.
 // Launch: 1-D, global = N / 32 * 256, local = 256.
 #define NM_MVG_ROWS 32
+// With n_part > 0, the input's norm factor as in mvq_q4_0, on g and u.
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mvq_glu_q4_0(
     __global const uchar *Wg, __global const uchar *Wu, int N, __global const uchar *Q8, ulong q8_off,
-    __global uchar *Y, ulong y_off, __global uchar *Q8o, ulong q8o_off, int K, int act) {
-    __local float gu[2 * NM_MVG_ROWS], hv[NM_MVG_ROWS];
+    __global uchar *Y, ulong y_off, __global uchar *Q8o, ulong q8o_off, int K, int act, __global const float *Part,
+    int n_part, float eps) {
+    __local float gu[2 * NM_MVG_ROWS], hv[NM_MVG_ROWS], nred[256];
 #ifndef NM_DP4A_PTX
     __local float part[8 * 256];
 #endif
     const int lid = get_local_id(0), lane = lid & 31, w = lid >> 5, nb = K >> 5;
+    float pv = 0.0f;
+    for (int i = lid; i < n_part; i += 256) pv += Part[i];
     const int n0 = get_group_id(0) * NM_MVG_ROWS + 4 * w;
     __global const uint4 *qg = (__global const uint4 *)Wg, *qu = (__global const uint4 *)Wu;
     __global const half *dg = (__global const half *)(Wg + (ulong)N * nb * 16);
@@ -739,9 +843,10 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mvq_glu_q4_0(
         gu[lid] = s;
     }
 #endif
+    const float sc = n_part > 0 ? norm_scale(pv, nred, K, eps) : 1.0f; // its barriers: gu[] visible
     barrier(CLK_LOCAL_MEM_FENCE);
     if (lid < NM_MVG_ROWS) {
-        const float h = nm_act(gu[lid], act) * gu[NM_MVG_ROWS + lid];
+        const float h = nm_act(gu[lid] * sc, act) * (gu[NM_MVG_ROWS + lid] * sc);
         ((__global float *)(Y + y_off))[get_group_id(0) * NM_MVG_ROWS + lid] = h;
         hv[lid] = h;
     }

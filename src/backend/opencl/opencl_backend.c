@@ -38,6 +38,7 @@ extern const size_t nm_cl_kernels_source_len;
 #define NM_CL_MVQ_ROWS 2   // mvq_q4_0 (NM_MVQ_ROWS)
 #define NM_CL_MVQ_LWS 128  // its local size (NM_MVQ_LWS)
 #define NM_CL_MVG_ROWS 32  // mvq_glu_q4_0 (NM_MVG_ROWS), local size 256
+#define NM_CL_MVS_ROWS 32  // mvq_res_q4_0 (NM_MVS_ROWS)
 #define NM_CL_ATT_DEC_KEYS 4096 // attention_dec's most keys (NM_ATT_DEC_KEYS)
 
 // A weight laid out the device's way at load (prepare_weight): found by the
@@ -101,7 +102,7 @@ typedef struct nm_ocl {
     cl_program prog;
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu,
+        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu, k_mvq_res,
         k_attention_dec, // NULL unless the program has PTX (warp shuffles)
         k_rope_kv;
     bool unified;
@@ -116,6 +117,9 @@ typedef struct nm_ocl {
     bool attn_dec;  // attention_dec for one-token attention where the program has it (NM_OPENCL_ATTN_DEC=0: never)
     cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels.cl, mvq_q4_0)
     size_t x8_slot;
+    cl_mem x8_part; // x8_slot / 32 floats: mvq_res_q4_0's pieces of an RMS norm's sum of squares
+    bool x8_res;    // mvq_res_q4_0: the residual add and the norm in the matvec before them (NM_OPENCL_X8_RES=0: off)
+    size_t mvs_lws; // its work-group size (256, 512 or 1024)
     int attn_split;       // attention_dec's work-groups a head (0: from the compute units and the heads;
                           // NM_OPENCL_ATTN_SPLIT=N: N)
     cl_ulong n_cu;        // compute units
@@ -328,7 +332,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_patches, "patches"},   {&o->k_pixel_shuffle, "pixel_shuffle"},
         {&o->k_mv_q4_0r, "mv_q4_0r"}, {&o->k_mv_q4_0r8, "mv_q4_0r8"},
         {&o->k_mvq, "mvq_q4_0"},      {&o->k_mvq_glu, "mvq_glu_q4_0"},
-        {&o->k_rope_kv, "rope_kv"},
+        {&o->k_mvq_res, "mvq_res_q4_0"}, {&o->k_rope_kv, "rope_kv"},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
@@ -1032,11 +1036,17 @@ static size_t x8_bytes(int64_t K) { return (size_t)K + (size_t)K / 32 * 8; }
 static bool x8_reserve(nm_ocl *o, int64_t K) {
     if (o->x8 && o->x8_slot >= x8_bytes(K)) return true;
     const size_t slot = (x8_bytes(K > o->max_row ? K : o->max_row) + 255) & ~(size_t)255;
-    cl_int e;
+    cl_int e, e2 = CL_SUCCESS;
     cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, 2 * slot, NULL, &e);
-    if (!m || e != CL_SUCCESS) return false; // the f32 path serves
-    if (o->x8) o->api.clReleaseMemObject(o->x8); // queued kernels keep it until they are done
-    o->x8 = m;
+    cl_mem mp = m ? o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, slot / 32 * sizeof(float), NULL, &e2) : NULL;
+    if (!m || !mp || e != CL_SUCCESS || e2 != CL_SUCCESS) { // the f32 path serves
+        if (m) o->api.clReleaseMemObject(m);
+        if (mp) o->api.clReleaseMemObject(mp);
+        return false;
+    }
+    if (o->x8) o->api.clReleaseMemObject(o->x8); // queued kernels keep them until they are done
+    if (o->x8_part) o->api.clReleaseMemObject(o->x8_part);
+    o->x8 = m, o->x8_part = mp;
     o->x8_slot = slot;
     return true;
 }
@@ -1058,8 +1068,16 @@ static void prof_weights(nm_ocl *o, const cl_packed *const *pk, int n) {
     for (int m = 0; m < n; m++) o->prof->cur_bytes += (double)pk[m]->N * (double)(pk[m]->K / 32) * 18.0;
 }
 
-// n (1..3) matvecs of the input in x8 slot `slot`, one launch.
-static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk, int n, int slot) {
+// The input of an x8 matvec: its slot, and with n_part > 0 the RMS norm whose
+// factor the matvec applies (mvq_res_q4_0 left it out: eps, the pieces in o->x8_part).
+typedef struct x8_src {
+    int slot;
+    cl_int n_part;
+    float eps;
+} x8_src;
+
+// n (1..3) matvecs of the input in, one launch.
+static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk, int n, x8_src in) {
     cl_mem wm[3], ym[3];
     cl_ulong yo[3];
     cl_int N[3];
@@ -1073,28 +1091,30 @@ static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk,
         groups += ((size_t)N[m] + NM_CL_MVQ_ROWS - 1) / NM_CL_MVQ_ROWS;
     }
     const cl_int K = (cl_int)pk[0]->K;
-    const cl_ulong q8_off = (cl_ulong)slot * o->x8_slot;
-    const karg args[] = {A(wm[0]), A(wm[1]), A(wm[2]), A(N[0]), A(N[1]), A(N[2]), A(o->x8), A(q8_off),
-                         A(ym[0]), A(yo[0]), A(ym[1]), A(yo[1]), A(ym[2]), A(yo[2]), A(K)};
+    const cl_ulong q8_off = (cl_ulong)in.slot * o->x8_slot;
+    const cl_mem part = in.n_part > 0 ? o->x8_part : o->dummy;
+    const karg args[] = {A(wm[0]), A(wm[1]), A(wm[2]), A(N[0]), A(N[1]), A(N[2]),  A(o->x8),    A(q8_off), A(ym[0]),
+                         A(yo[0]), A(ym[1]), A(yo[1]), A(ym[2]), A(yo[2]), A(K), A(part), A(in.n_part), A(in.eps)};
     const size_t local = NM_CL_MVQ_LWS, global = groups * local;
     prof_weights(o, pk, n);
-    return launch(o, o->k_mvq, "matvec_x8", 1, &global, &local, args, 15);
+    return launch(o, o->k_mvq, "matvec_x8", 1, &global, &local, args, 18);
 }
 
-// Gate (ops[0]) and up (ops[1]) of the input in x8 slot 0 with the GLU
-// (ops[2]): h to the GLU's output and its x8 to slot 1.
-static nm_status op_mvq_glu(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk) {
+// Gate (ops[0]) and up (ops[1]) of the input in with the GLU (ops[2]): h to
+// the GLU's output and its x8 to the other slot.
+static nm_status op_mvq_glu(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk, x8_src in) {
     cl_mem ym;
     cl_ulong yo;
     if (!mem_of(o, ops[2].dst, &ym, &yo))
         return ofail(o, NM_ERR_UNSUPPORTED, "opencl: a GLU's output is in memory the device cannot reach");
     const cl_int N = (cl_int)pk[0]->N, K = (cl_int)pk[0]->K, act = ops[2].i0;
-    const cl_ulong in_off = 0, out_off = o->x8_slot;
-    const karg args[] = {A(pk[0]->mem), A(pk[1]->mem), A(N), A(o->x8), A(in_off), A(ym), A(yo), A(o->x8), A(out_off),
-                         A(K), A(act)};
+    const cl_ulong in_off = (cl_ulong)in.slot * o->x8_slot, out_off = (cl_ulong)(1 - in.slot) * o->x8_slot;
+    const cl_mem part = in.n_part > 0 ? o->x8_part : o->dummy;
+    const karg args[] = {A(pk[0]->mem), A(pk[1]->mem), A(N), A(o->x8), A(in_off), A(ym), A(yo),
+                         A(o->x8), A(out_off), A(K), A(act), A(part), A(in.n_part), A(in.eps)};
     const size_t local = 256, global = (size_t)N / NM_CL_MVG_ROWS * local;
     prof_weights(o, pk, 2);
-    return launch(o, o->k_mvq_glu, "matvec_x8_glu", 1, &global, &local, args, 11);
+    return launch(o, o->k_mvq_glu, "matvec_x8_glu", 1, &global, &local, args, 14);
 }
 
 // Gate, up and their GLU at ops[i..i+2], all on the input x, fusable.
@@ -1120,9 +1140,69 @@ static bool glu_fusable(nm_ocl *o, const nm_op *ops, int i, int n_ops, const nm_
     return true;
 }
 
+// How many matvecs from ops[i] on (1..3) go in one launch on the input x: a
+// matmul joins while it reads x and none before it wrote x.
+static int mvq_join(nm_ocl *o, const nm_op *ops, int i, int n_ops, const nm_tensor *x, const cl_packed **pk) {
+    int n = 0;
+    while (n < 3 && i + n < n_ops && (pk[n] = x8_weight(o, &ops[i + n])) && pk[n]->K == pk[0]->K &&
+           same_tensor(ops[i + n].src1, x) && (n == 0 || ocl_supports_op(o->self, &ops[i + n])) &&
+           (n == 0 || !same_tensor(ops[i + n - 1].dst, x)))
+        n++;
+    return n;
+}
+
+// The matvec at ops[i] (one matrix, on an x8 without a norm factor), the
+// residual add of its output at i + 1 and the RMS norm of the sum at i + 2
+// as one launch (mvq_res_q4_0): where the norm's output is one row read by
+// nothing but the x8 matvecs right after it (never written as f32: they
+// apply its factor).
+static bool res_fusable(nm_ocl *o, const nm_op *ops, int i, int n_ops, const cl_packed *pk, x8_src in) {
+    if (!o->x8_res || in.n_part > 0 || i + 3 >= n_ops) return false;
+    const nm_op *mm = &ops[i], *add = &ops[i + 1], *nm = &ops[i + 2];
+    const int64_t N = pk->N;
+    if (!add_norm_pairs(add, nm) || N % NM_CL_MVS_ROWS != 0 || nm->src0->ne[0] != N ||
+        nm->src0->ne[1] * nm->src0->ne[2] != 1 || (nm->src1 && nm->src1->ne[0] != N) ||
+        !(same_tensor(add->src0, mm->dst) || same_tensor(add->src1, mm->dst)) ||
+        same_tensor(add->src0, add->src1) || !ocl_supports_op(o->self, add) || !ocl_supports_op(o->self, nm) ||
+        x8_producer(o, ops, i + 2, n_ops) < 0)
+        return false;
+    const cl_packed *pk2[3];
+    int j = i + 3;
+    if (glu_fusable(o, ops, j, n_ops, nm->dst, pk2)) j += 3;
+    else j += mvq_join(o, ops, j, n_ops, nm->dst, pk2);
+    for (; j < n_ops; j++) { // nothing after those reads the norm's output before it is written again
+        const nm_op *r = &ops[j];
+        if ((r->src0 && same_tensor(r->src0, nm->dst)) || (r->src1 && same_tensor(r->src1, nm->dst)) ||
+            (r->src2 && same_tensor(r->src2, nm->dst)) || (r->ids && same_tensor(r->ids, nm->dst)))
+            return false;
+        if (r->dst && same_tensor(r->dst, nm->dst)) break;
+    }
+    return true;
+}
+
+// ops[0..2] as res_fusable says: the matvec on the input in, the add, the norm's
+// x8 (without its factor) into the other slot, its sum of squares in pieces
+// into o->x8_part.
+static nm_status op_mvq_res(nm_ocl *o, const nm_op *ops, const cl_packed *pk, x8_src in) {
+    const nm_op *op = &ops[0], *add = &ops[1], *nm = &ops[2];
+    const nm_tensor *a = same_tensor(add->src0, op->dst) ? add->src1 : add->src0;
+    RESOLVE(y, op->dst);
+    RESOLVE(ra, a);
+    RESOLVE(sm, add->dst);
+    RESOLVE(wn, nm->src1 ? nm->src1 : nm->src0);
+    const cl_int N = (cl_int)pk->N, K = (cl_int)pk->K, has_w = nm->src1 != NULL;
+    const cl_ulong in_off = (cl_ulong)in.slot * o->x8_slot, out_off = (cl_ulong)(1 - in.slot) * o->x8_slot;
+    const karg args[] = {A(pk->mem), A(N),     A(o->x8),  A(in_off), A(y.m),  A(y.off),    A(ra.m),       A(ra.off),
+                         A(sm.m),    A(sm.off), A(wn.m),  A(wn.off), A(has_w), A(o->x8), A(out_off), A(o->x8_part), A(K)};
+    const size_t local = o->mvs_lws, global = (size_t)N / NM_CL_MVS_ROWS * local;
+    prof_weights(o, &pk, 1);
+    return launch(o, o->k_mvq_res, "matvec_x8_res", 1, &global, &local, args, 17);
+}
+
 static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
     nm_ocl *o = b->impl;
-    int x8_at = -1, x8_slot = 0; // x8 slot x8_slot holds x8_of for the op at x8_at
+    int x8_at = -1; // the op at x8_at reads x8_of from the x8 input cur
+    x8_src cur = {0, 0, 0.0f};
     const nm_tensor *x8_of = NULL;
     for (int i = 0; i < n_ops; i++) {
         if (!ocl_supports_op(b, &ops[i]))
@@ -1132,18 +1212,18 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
         const cl_packed *pk[3];
         const bool x8_in = i == x8_at && x8_weight(o, &ops[i]) && same_tensor(ops[i].src1, x8_of);
         int slot;
-        if (x8_in && x8_slot == 0 && glu_fusable(o, ops, i, n_ops, x8_of, pk)) {
-            st = op_mvq_glu(o, &ops[i], pk); // gate, up, GLU; h's x8 for the down projection
-            x8_at = i + 3, x8_slot = 1, x8_of = ops[i + 2].dst;
+        if (x8_in && glu_fusable(o, ops, i, n_ops, x8_of, pk)) {
+            st = op_mvq_glu(o, &ops[i], pk, cur); // gate, up, GLU; h's x8 for the down projection
+            x8_at = i + 3, cur = (x8_src){1 - cur.slot, 0, 0.0f}, x8_of = ops[i + 2].dst;
+            i += 2;
+        } else if (x8_in && mvq_join(o, ops, i, n_ops, x8_of, pk) == 1 && res_fusable(o, ops, i, n_ops, pk[0], cur)) {
+            st = op_mvq_res(o, &ops[i], pk[0], cur); // the matvec, the residual add, the norm but its factor
+            x8_at = i + 3, x8_of = ops[i + 2].dst;
+            cur = (x8_src){1 - cur.slot, (cl_int)(pk[0]->N / NM_CL_MVS_ROWS), ops[i + 2].f0};
             i += 2;
         } else if (x8_in) {
-            int n = 0;
-            // a matmul joins while it reads the same input and none before it wrote that input
-            while (n < 3 && i + n < n_ops && (pk[n] = x8_weight(o, &ops[i + n])) && pk[n]->K == pk[0]->K &&
-                   same_tensor(ops[i + n].src1, x8_of) && (n == 0 || ocl_supports_op(b, &ops[i + n])) &&
-                   (n == 0 || !same_tensor(ops[i + n - 1].dst, x8_of)))
-                n++;
-            st = op_mvq(o, &ops[i], pk, n, x8_slot);
+            const int n = mvq_join(o, ops, i, n_ops, x8_of, pk);
+            st = op_mvq(o, &ops[i], pk, n, cur);
             i += n - 1;
         } else if (i + 2 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && rope_kv_joins(&ops[i], &ops[i + 1], &ops[i + 2]) &&
                    ocl_supports_op(b, &ops[i + 1]) && ocl_supports_op(b, &ops[i + 2])) {
@@ -1158,17 +1238,17 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
             slot = x8_producer(o, ops, i + 1, n_ops);
             st = op_rms_norm(o, &ops[i + 1], &ops[i], slot); // the residual add and the next norm
-            if (slot >= 0) x8_at = i + 2, x8_slot = slot, x8_of = ops[i + 1].dst;
+            if (slot >= 0) x8_at = i + 2, cur = (x8_src){slot, 0, 0.0f}, x8_of = ops[i + 1].dst;
             i++;
         } else if (ops[i].kind == NM_OP_ATTENTION && attn_dec_ok(o, &ops[i]) &&
                    (slot = x8_producer(o, ops, i, n_ops)) >= 0) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
             st = op_attention_dec(o, &ops[i], slot); // and the x8 of its output for the O projection
-            x8_at = i + 1, x8_slot = slot, x8_of = ops[i].dst;
+            x8_at = i + 1, cur = (x8_src){slot, 0, 0.0f}, x8_of = ops[i].dst;
         } else if (ops[i].kind == NM_OP_RMS_NORM && (slot = x8_producer(o, ops, i, n_ops)) >= 0) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
             st = op_rms_norm(o, &ops[i], NULL, slot);
-            x8_at = i + 1, x8_slot = slot, x8_of = ops[i].dst;
+            x8_at = i + 1, cur = (x8_src){slot, 0, 0.0f}, x8_of = ops[i].dst;
         } else {
             st = op_run(o, &ops[i]);
         }
@@ -1259,7 +1339,7 @@ static void ocl_release(nm_ocl *o) {
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
                          o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_mvq, o->k_mvq_glu,
-                         o->k_attention_dec, o->k_rope_kv};
+                         o->k_mvq_res, o->k_attention_dec, o->k_rope_kv};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);
@@ -1267,6 +1347,7 @@ static void ocl_release(nm_ocl *o) {
     free(o->packed);
     if (o->dummy) o->api.clReleaseMemObject(o->dummy);
     if (o->x8) o->api.clReleaseMemObject(o->x8);
+    if (o->x8_part) o->api.clReleaseMemObject(o->x8_part);
     if (o->attn_part) o->api.clReleaseMemObject(o->attn_part);
     if (o->attn_cnt) o->api.clReleaseMemObject(o->attn_cnt);
     if (o->prog) o->api.clReleaseProgram(o->prog);
@@ -1328,6 +1409,9 @@ static nm_status fit_work_groups(nm_ocl *o) {
     while ((o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) || o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r8)) && o->mvr_lws > 32)
         o->mvr_lws /= 2;
     o->x8_ok = kernel_wg(o, o->k_mvq) >= NM_CL_MVQ_LWS && kernel_wg(o, o->k_mvq_glu) >= 256 && o->max_wg >= 256;
+    o->mvs_lws = 1024; // the largest of 1024, 512, 256 the kernel and the device allow
+    while (o->mvs_lws > 256 && (o->mvs_lws > kernel_wg(o, o->k_mvq_res) || o->mvs_lws > o->max_wg)) o->mvs_lws /= 2;
+    o->x8_res = o->x8_ok && kernel_wg(o, o->k_mvq_res) >= o->mvs_lws && o->max_wg >= o->mvs_lws;
     if (o->k_attention_dec && (kernel_wg(o, o->k_attention_dec) < 256 || o->max_wg < 256)) {
         o->api.clReleaseKernel(o->k_attention_dec);
         o->k_attention_dec = NULL;
@@ -1439,6 +1523,8 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
     }
     const char *x8 = getenv("NM_OPENCL_X8"); // 0: no x8 path (the matvecs round in each work-group)
     if (x8 && !strcmp(x8, "0")) o->x8_ok = false;
+    const char *xr = getenv("NM_OPENCL_X8_RES"); // 0: the residual add and the norm in a launch of their own
+    if (xr && !strcmp(xr, "0")) o->x8_res = false;
     const char *ad = getenv("NM_OPENCL_ATTN_DEC"); // 0: the general attention kernel for decode too
     o->attn_dec = !(ad && !strcmp(ad, "0"));
     const char *as = getenv("NM_OPENCL_ATTN_SPLIT"); // N: attention_dec's work-groups a head (1: no split)

@@ -975,13 +975,17 @@ nm_stt_timings nm_brick_stt_timings(const nm_brick *b);
 //   text:  one segment per line, leading blanks trimmed (whisper-cli -otxt); with
 //          timestamps as whisper-cli prints them, text untrimmed
 //          ("[00:00:00.000 --> 00:00:02.500]  text").
-//   SRT:   numbered cues "HH:MM:SS,mmm --> HH:MM:SS,mmm", text trimmed.
+//   SRT:   numbered cues "HH:MM:SS,mmm --> HH:MM:SS,mmm", text as the segment has it
+//          (its leading blank too, as whisper-cli -osrt).
+//   WebVTT: "WEBVTT", then cues "HH:MM:SS.mmm --> HH:MM:SS.mmm" and the text as is
+//          (whisper-cli -ovtt).
 //   JSON:  {"model": model_name, "language": "en", "duration": seconds,
 //          "segments": [{"t0": s, "t1": s, "text": "...", "avg_logprob": x,
 //          "no_speech_prob": x, "temperature": x, "tokens": [id, ...]}]} (times in
 //          seconds, 2 decimals; docs/correctness.md, Whisper). model_name may be NULL.
 bool nm_transcript_write_text(const nm_transcript *t, bool timestamps, FILE *f);
 bool nm_transcript_write_srt(const nm_transcript *t, FILE *f);
+bool nm_transcript_write_vtt(const nm_transcript *t, FILE *f);
 bool nm_transcript_write_json(const nm_transcript *t, const char *model_name, FILE *f);
 // "HH:MM:SS.mmm" (comma: ',' as SRT wants) of t in 10 ms units into buf (>= 16 bytes).
 void nm_stt_timestamp(int64_t t, bool comma, char *buf);

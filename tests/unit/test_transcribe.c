@@ -117,6 +117,7 @@ static char *render(const nm_transcript *t, int fmt) {
     if (fmt == 0) nm_transcript_write_text(t, false, f);
     else if (fmt == 1) nm_transcript_write_text(t, true, f);
     else if (fmt == 2) nm_transcript_write_srt(t, f);
+    else if (fmt == 4) nm_transcript_write_vtt(t, f);
     else nm_transcript_write_json(t, NULL, f);
     fclose(f);
     return buf;
@@ -134,6 +135,10 @@ NM_TEST(output_formats) {
     s = render(&t, 2);
     NM_CHECK(!strcmp(s, "1\n00:00:00,000 --> 00:00:02,500\n Hello \"world\".\n\n" // text as it is, as whisper-cli
                         "2\n01:00:20,000 --> 01:00:23,450\n Bye.\n\n"));
+    free(s);
+    s = render(&t, 4);
+    NM_CHECK(!strcmp(s, "WEBVTT\n\n00:00:00.000 --> 00:00:02.500\n Hello \"world\".\n\n" // whisper-cli -ovtt's
+                        "01:00:20.000 --> 01:00:23.450\n Bye.\n\n"));
     free(s);
     s = render(&t, 3);
     NM_CHECK(strstr(s, "\"language\": \"en\"") != NULL);

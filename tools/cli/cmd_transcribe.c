@@ -221,7 +221,10 @@ static void write_format(FILE *f, int fmt, bool full, const nm_transcript *t, co
         nm_transcript_write_srt(t, f);
         return;
     }
-    if (fmt == OF_VTT) fputs("WEBVTT\n\n", f);
+    if (fmt == OF_VTT) {
+        nm_transcript_write_vtt(t, f);
+        return;
+    }
     if (fmt == OF_CSV) fputs("start,end,text\n", f);
     if (fmt == OF_JSON) {
         fprintf(f, "{\n\t\"systeminfo\": \"nanomind %s\",\n\t\"model\": {\n\t\t\"type\": \"%s\",\n"
@@ -241,11 +244,6 @@ static void write_format(FILE *f, int fmt, bool full, const nm_transcript *t, co
         const nm_stt_segment *g = &t->seg[i];
         const char *s = g->text;
         switch (fmt) {
-        case OF_VTT:
-            nm_stt_timestamp(g->t0, false, a);
-            nm_stt_timestamp(g->t1, false, b);
-            fprintf(f, "%s --> %s\n%s\n\n", a, b, s);
-            break;
         case OF_CSV:
             fprintf(f, "%lld,%lld,\"", (long long)(10 * g->t0), (long long)(10 * g->t1));
             put_escaped(f, s, true);

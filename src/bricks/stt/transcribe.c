@@ -1305,6 +1305,17 @@ bool nm_transcript_write_srt(const nm_transcript *t, FILE *f) {
     return !ferror(f);
 }
 
+bool nm_transcript_write_vtt(const nm_transcript *t, FILE *f) {
+    char a[32], b[32];
+    fputs("WEBVTT\n\n", f);
+    for (int32_t i = 0; i < t->n_seg; i++) { // the text as it is, as whisper-cli -ovtt
+        nm_stt_timestamp(t->seg[i].t0, false, a);
+        nm_stt_timestamp(t->seg[i].t1, false, b);
+        fprintf(f, "%s --> %s\n%s\n\n", a, b, t->seg[i].text);
+    }
+    return !ferror(f);
+}
+
 static void json_string(FILE *f, const char *s) {
     fputc('"', f);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {

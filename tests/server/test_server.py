@@ -317,7 +317,13 @@ def t_metrics_energy(name):
            "status %s, %.4f J against power energy's %.4f (%s), before %s" % (st, j, want, out.strip(), m0))
 
 
-for n, f in [("models", t_models), ("metrics_energy", t_metrics_energy), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
+def t_stt_absent(name):  # the first server has no --stt: 404, named
+    st, data = raw(port0, "POST", "/v1/audio/transcriptions", b"x", {"Content-Type": "multipart/form-data; boundary=b"})
+    result(name, st == 404 and "--stt" in err_of(data)[1], (st, data[:200]))
+
+
+port0 = port
+for n, f in [("models", t_models), ("stt_absent_404", t_stt_absent), ("metrics_energy", t_metrics_energy), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
              ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("copied_params_not_prompt", t_copied),
              ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy)]:
@@ -370,6 +376,136 @@ def t_key_file(name):
 
 
 case("api_key_file_read_whole", t_key_file)
+# ---- speech to text: POST /v1/audio/transcriptions with --stt ---------------------------------
+W = os.path.join(MODELS, "whisper-tiny.en.gguf")
+SPEECH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "speech")
+WAV, OGG = os.path.join(SPEECH, "tts_16k.wav"), os.path.join(SPEECH, "tts_long.ogg")
+
+
+def transcribe_cli(path, *extra):  # `nanomind transcribe`'s stdout for the same file
+    return subprocess.run([NM, "transcribe", "-m", W, "-t", "2", path, *extra], capture_output=True, text=True,
+                          timeout=300).stdout
+
+
+def t_transcription(name):
+    with open(WAV, "rb") as f:
+        r = sclient.audio.transcriptions.create(model="whisper-1", file=f)
+    want = transcribe_cli(WAV).strip()
+    with open(os.path.join(SPEECH, "expected", "tts_16k.nt.txt")) as f:
+        stored = f.read().strip()  # whisper-cli's text for this file
+    result(name, r.text == want == stored, "%r; transcribe: %r; whisper-cli: %r" % (r.text, want, stored))
+
+
+def t_transcription_formats(name):
+    with open(OGG, "rb") as f:  # 33 s of Ogg Vorbis: two windows, several segments
+        srt = sclient.audio.transcriptions.create(model="whisper-1", file=f, response_format="srt")
+    with open(OGG, "rb") as f:
+        vtt = sclient.audio.transcriptions.create(model="whisper-1", file=f, response_format="vtt")
+    with open(OGG, "rb") as f:
+        txt = sclient.audio.transcriptions.create(model="whisper-1", file=f, response_format="text")
+    with open(OGG, "rb") as f:
+        vj = sclient.audio.transcriptions.create(model="whisper-1", file=f, response_format="verbose_json",
+                                                 timestamp_granularities=["segment"])
+    want_srt = transcribe_cli(OGG, "--print-srt")
+    want_txt = " ".join(transcribe_cli(OGG).split("\n")).strip()
+    segs = vj.segments or []
+    ok = (srt == want_srt and vtt.startswith("WEBVTT\n\n00:00:00.000 --> ") and vtt.count(" --> ") == srt.count(" --> ")
+          and txt.strip() == want_txt and vj.language == "en" and abs(vj.duration - 32.9) < 0.5 and len(segs) >= 3
+          and segs[0].start == 0.0 and all(a.end <= b.start + 1e-9 for a, b in zip(segs, segs[1:]))
+          and segs[-1].end <= vj.duration + 0.5)
+    result(name, ok, "srt %r against %r; text %r against %r; verbose %s" % (srt[:80], want_srt[:80], txt[:60],
+                                                                         want_txt[:60], str(vj)[:200]))
+
+
+def multipart(fields, boundary="nmtestboundary"):
+    out = b""
+    for k, v, fn in fields:
+        out += b"--" + boundary.encode() + b"\r\n"
+        out += b'Content-Disposition: form-data; name="' + k.encode() + b'"'
+        if fn:
+            out += b'; filename="' + fn.encode() + b'"\r\nContent-Type: application/octet-stream'
+        out += b"\r\n\r\n" + v + b"\r\n"
+    return out + b"--" + boundary.encode() + b"--\r\n", {"Content-Type": "multipart/form-data; boundary=" + boundary}
+
+
+def t_transcription_bad_requests(name):
+    wav = open(WAV, "rb").read()
+    cases = [
+        (multipart([("model", b"whisper-1", None)]), 400, "file"),
+        (multipart([("file", b"", "a.wav")]), 400, "file"),
+        (multipart([("file", b"RIFF....not audio at all" * 20, "a.wav")]), 400, "file"),
+        (multipart([("file", wav, "a.wav"), ("response_format", b"xml", None)]), 400, "response_format"),
+        (multipart([("file", wav, "a.wav"), ("temperature", b"hot", None)]), 400, "temperature"),
+        (multipart([("file", wav, "a.wav"), ("temperature", b"1.5", None)]), 400, "temperature"),
+        (multipart([("file", wav, "a.wav"), ("language", b"xx", None)]), 400, "language"),
+        (multipart([("file", wav, "a.wav"), ("language", b"de", None)]), 400, "language"),  # an English-only model
+        (multipart([("file", wav, "a.wav"), ("timestamp_granularities[]", b"word", None)]), 400,
+         "timestamp_granularities[]"),
+        (multipart([("file", wav, "a.wav"), ("prompt", b"p" * 9000, None)]), 400, "prompt"),
+        ((b'{"file": "x"}', {"Content-Type": "application/json"}), 400, "file"),
+    ]
+    bad = []
+    for (body, headers), want, param in cases:
+        st, data = raw(sport, "POST", "/v1/audio/transcriptions", body, headers)
+        code, msg, got_param = err_of(data)
+        if st != want or code != want or got_param != param:
+            bad.append("%r: %s %s %s" % (body[:60], st, msg, got_param))
+    # the audio limit (--max-audio 60): 70 s of silence is refused, named; translation needs a multilingual model
+    import io
+    import wave
+    b = io.BytesIO()
+    with wave.open(b, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(16000), w.writeframes(b"\0\0" * 16000 * 70)
+    body, headers = multipart([("file", b.getvalue(), "a.wav")])
+    st, data = raw(sport, "POST", "/v1/audio/transcriptions", body, headers)
+    if st != 400 or "--max-audio" not in err_of(data)[1]:
+        bad.append("long audio: %s %r" % (st, data[:200]))
+    body, headers = multipart([("file", wav, "a.wav")])
+    st, data = raw(sport, "POST", "/v1/audio/translations", body, headers)
+    if st != 400 or "English-only" not in err_of(data)[1]:
+        bad.append("translation: %s %r" % (st, data[:200]))
+    # and it still serves, through whisper.cpp's route too
+    st, data = raw(sport, "POST", "/inference", *multipart([("file", wav, "a.wav"), ("response_format", b"text", None)]))
+    result(name, not bad and st == 200 and data.decode().startswith("The quick brown fox"), "; ".join(bad) +
+           " then %s %r" % (st, data[:80]))
+
+
+def t_transcription_metrics(name):
+    def m():
+        st, data = raw(sport, "GET", "/metrics")
+        return dict(l.rsplit(" ", 1) for l in data.decode().splitlines() if l and not l.startswith("#"))
+    m0 = m()
+    body, headers = multipart([("file", open(WAV, "rb").read(), "a.wav")])
+    st, _ = raw(sport, "POST", "/v1/audio/transcriptions", body, headers)
+    m1 = m()
+    n = int(m1["nanomind_transcriptions_total"]) - int(m0["nanomind_transcriptions_total"])
+    secs = float(m1["nanomind_audio_seconds_total"]) - float(m0["nanomind_audio_seconds_total"])
+    copied = int(m1["nanomind_bytes_copied_total"]) - int(m0["nanomind_bytes_copied_total"])
+    # the decoded PCM goes into the transcriber's slot once: 4 bytes a sample (the file is at 16 kHz), counted
+    import wave
+    with wave.open(WAV) as w:
+        samples = w.getnframes()
+    result(name, st == 200 and n == 1 and abs(secs - samples / 16000) < 1e-3 and copied == 4 * samples,
+           "status %s, %d requests, %.3f s, %d bytes copied" % (st, n, secs, copied))
+
+
+if not os.path.exists(W):
+    if CI:
+        result("speech_to_text", False, "needs %s (NM_CI is set)" % W)
+    else:
+        skipped += 1
+        print("skip speech_to_text (needs %s)" % W)
+else:
+    p4, sport = start("--stt", W, "--api-key", KEY, "--max-audio", "60")
+    sclient = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % sport, api_key=KEY, max_retries=0, timeout=300)
+    for n, f in [("transcription_equals_transcribe_and_whisper_cli", t_transcription),
+                 ("transcription_formats", t_transcription_formats),
+                 ("transcription_bad_requests_4xx_then_serves", t_transcription_bad_requests),
+                 ("transcription_metrics_and_copy", t_transcription_metrics)]:
+        case(n, f)
+    rc4, err4 = stop(p4)
+    result("stt_server_sigterm_exits_0", rc4 == 0, "exit %s: %s" % (rc4, err4[-300:]))
+
 st = subprocess.run([NM, "serve", "-m", M, "--parallel", "4"], capture_output=True, text=True, timeout=60)
 result("parallel_not_built_refused", st.returncode == 2 and "one sequence at a time" in st.stderr, st.stderr)
 st = subprocess.run([NM, "serve", "-m", M, "--port", "70000"], capture_output=True, text=True, timeout=60)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <civetweb.h>
@@ -38,6 +39,19 @@ typedef struct server {
     nm_model *m;
     nm_brick *llm;
     nm_tabm *in, *out;
+    // speech to text (--stt): one transcription at a time, on the brick's own thread pool; its
+    // segments come through stt_text
+    const char *stt_path, *stt_alias;
+    nm_brick *stt;
+    nm_brick_params stt_params;
+    nm_stt_model_info stt_info;
+    nm_tabm *stt_text;
+    int ep_stt;
+    int32_t audio_max_s;
+    pthread_mutex_t stt_turn;
+    int stt_waiting, stt_busy;
+    uint64_t n_audio_requests;
+    double audio_seconds, stt_wall;
     nm_ledger *ledger; // bytes copied between the server and the brick (/metrics): the parameters' JSON into
                        // the decoder's slot; the prompt is tokenized into it (nothing copied)
     int ep_server, ep_llm;
@@ -64,7 +78,8 @@ static void usage(FILE *f) {
             "usage: nanomind serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
             "\n"
             "An OpenAI-compatible server (docs/server.md): POST /v1/chat/completions, POST /v1/completions,\n"
-            "GET /v1/models, GET /health, GET /metrics; streaming as server-sent events.\n"
+            "POST /v1/audio/transcriptions (with --stt), GET /v1/models, GET /health, GET /metrics; streaming\n"
+            "as server-sent events.\n"
             "\n"
             "  --host ADDR              address to listen on (default 127.0.0.1)\n"
             "  --port N                 port (default 8080)\n"
@@ -76,6 +91,8 @@ static void usage(FILE *f) {
             "  --queue N                requests that may wait their turn (default 16; more get 429)\n"
             "  --timeout S              seconds a connection may stay idle (default 600)\n"
             "  --max-body BYTES         the largest request body (default 8388608; larger get 413)\n"
+            "  --stt FILE               a Whisper model (GGUF or whisper.cpp .bin): POST /v1/audio/transcriptions\n"
+            "  --max-audio S            the longest audio a transcription takes, in seconds (default 1800)\n"
             "also: -c, -b, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
             "--chat-template, -sys (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock.\n");
 }
@@ -708,6 +725,375 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     return send_json(c, 200, r);
 }
 
+// ---- speech to text -------------------------------------------------------------------------
+
+// A multipart body's fields as mg_handle_form_request hands them over: the
+// audio file, and the small text fields (a field of a name not here is skipped).
+enum { F_MODEL, F_LANGUAGE, F_PROMPT, F_TEMPERATURE, F_FORMAT, F_GRAN, F_COUNT };
+static const char *const form_names[F_COUNT] = {"model", "language", "prompt", "temperature", "response_format",
+                                                "timestamp_granularities[]"};
+#define FORM_FIELD_MAX 8192 // a text field's bytes
+
+typedef struct form {
+    const server *S;
+    char *file;
+    size_t n_file, cap_file;
+    bool has_file;
+    char *field[F_COUNT];
+    size_t n_field[F_COUNT];
+    int cur;               // the field being read: F_*, F_FILE (civetweb names a field in its first
+                           // chunk only: the key of the chunks after it is empty)
+    bool too_big;          // the body went past --max-body
+    const char *too_long;  // a text field past FORM_FIELD_MAX
+} form;
+#define F_FILE F_COUNT
+
+static int form_index(const char *key) {
+    for (int i = 0; i < F_COUNT; i++)
+        if (!strcmp(key, form_names[i])) return i;
+    return -1;
+}
+
+static int form_found(const char *key, const char *filename, char *path, size_t pathlen, void *user) {
+    (void)filename, (void)path, (void)pathlen;
+    form *f = user;
+    if (!strcmp(key, "file")) {
+        f->has_file = true;
+        f->cur = F_FILE;
+        return MG_FORM_FIELD_STORAGE_GET;
+    }
+    const int i = form_index(key);
+    f->cur = i;
+    if (i < 0) return MG_FORM_FIELD_STORAGE_SKIP;
+    if (i == F_GRAN && f->n_field[i] > 0) { // repeated: the values ','-separated
+        char *b = realloc(f->field[i], f->n_field[i] + 2);
+        if (!b) return MG_FORM_FIELD_STORAGE_ABORT;
+        f->field[i] = b;
+        b[f->n_field[i]++] = ',';
+        b[f->n_field[i]] = '\0';
+    }
+    return MG_FORM_FIELD_STORAGE_GET;
+}
+
+static bool form_append(char **buf, size_t *n, size_t *cap, const char *v, size_t len) {
+    if (*n + len + 1 > *cap) {
+        size_t c = *cap ? *cap : 65536;
+        while (c < *n + len + 1) c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b) return false;
+        *buf = b, *cap = c;
+    }
+    memcpy(*buf + *n, v, len);
+    *n += len;
+    (*buf)[*n] = '\0';
+    return true;
+}
+
+static int form_get(const char *key, const char *value, size_t len, void *user) {
+    (void)key; // (see cur)
+    form *f = user;
+    size_t total = f->n_file + len;
+    for (int i = 0; i < F_COUNT; i++) total += f->n_field[i];
+    if ((int64_t)total > f->S->body_max) {
+        f->too_big = true;
+        return MG_FORM_FIELD_HANDLE_ABORT;
+    }
+    if (f->cur == F_FILE) {
+        if (!form_append(&f->file, &f->n_file, &f->cap_file, value, len)) return MG_FORM_FIELD_HANDLE_ABORT;
+        return MG_FORM_FIELD_HANDLE_GET;
+    }
+    const int i = f->cur;
+    if (i < 0) return MG_FORM_FIELD_HANDLE_GET;
+    if (f->n_field[i] + len > FORM_FIELD_MAX) {
+        f->too_long = form_names[i];
+        return MG_FORM_FIELD_HANDLE_ABORT;
+    }
+    size_t cap = f->field[i] ? f->n_field[i] + 1 : 0;
+    if (!form_append(&f->field[i], &f->n_field[i], &cap, value, len)) return MG_FORM_FIELD_HANDLE_ABORT;
+    return MG_FORM_FIELD_HANDLE_GET;
+}
+
+static void form_free(form *f) {
+    free(f->file);
+    for (int i = 0; i < F_COUNT; i++) free(f->field[i]);
+}
+
+typedef struct stt_run {
+    nm_brick *stt;
+    nm_tabm *in, *out;
+    nm_status st;
+} stt_run;
+
+static void *stt_lane_main(void *arg) {
+    stt_run *R = arg;
+    R->st = nm_brick_step(R->stt, R->in, R->out); // one request: this audio
+    if (R->st != NM_OK) nm_tabm_shutdown(R->out); // wakes the reader
+    return NULL;
+}
+
+// The transcript's text as OpenAI gives it: the segments one after the other, the blanks at
+// either end trimmed. malloc'd, or NULL.
+static char *transcript_text(const nm_transcript *t) {
+    size_t n = 0;
+    for (int32_t i = 0; i < t->n_seg; i++) n += strlen(t->seg[i].text);
+    char *s = malloc(n + 1), *p = s;
+    if (!s) return NULL;
+    for (int32_t i = 0; i < t->n_seg; i++) p = stpcpy(p, t->seg[i].text);
+    *p = '\0';
+    const char *b = s;
+    while (*b == ' ' || *b == '\n' || *b == '\t') b++;
+    size_t len = strlen(b);
+    while (len > 0 && (b[len - 1] == ' ' || b[len - 1] == '\n' || b[len - 1] == '\t')) len--;
+    memmove(s, b, len);
+    s[len] = '\0';
+    return s;
+}
+
+static int send_text(struct mg_connection *c, const char *type, const char *body, size_t n) {
+    mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-cache\r\n\r\n", type,
+              n);
+    mg_write(c, body, n);
+    return 200;
+}
+
+// The reply in response_format fmt (checked before).
+static int send_transcript(server *S, struct mg_connection *c, const nm_transcript *t, const char *fmt,
+                           bool translate) {
+    if (!strcmp(fmt, "srt") || !strcmp(fmt, "vtt")) {
+        char *buf = NULL;
+        size_t n = 0;
+        FILE *f = open_memstream(&buf, &n);
+        const bool ok = f && (!strcmp(fmt, "srt") ? nm_transcript_write_srt(t, f) : nm_transcript_write_vtt(t, f));
+        if (f) fclose(f);
+        const int r = ok && buf ? send_text(c, !strcmp(fmt, "vtt") ? "text/vtt; charset=utf-8" : "text/plain; charset=utf-8",
+                                            buf, n)
+                                : send_error(S, c, 500, NULL, "out of memory");
+        free(buf);
+        return r;
+    }
+    char *text = transcript_text(t);
+    if (!text) return send_error(S, c, 500, NULL, "out of memory");
+    if (!strcmp(fmt, "text")) {
+        const size_t n = strlen(text);
+        text[n] = '\n'; // (its NUL: the reply is its bytes and the newline)
+        const int r = send_text(c, "text/plain; charset=utf-8", text, n + 1);
+        free(text);
+        return r;
+    }
+    cJSON *r = cJSON_CreateObject();
+    if (!strcmp(fmt, "verbose_json")) {
+        cJSON_AddStringToObject(r, "task", translate ? "translate" : "transcribe");
+        cJSON_AddStringToObject(r, "language", t->language);
+        cJSON_AddNumberToObject(r, "duration", (double)t->n_samples / NM_AUDIO_RATE);
+    }
+    cJSON_AddStringToObject(r, "text", text);
+    free(text);
+    if (!strcmp(fmt, "verbose_json")) {
+        cJSON *segs = cJSON_AddArrayToObject(r, "segments");
+        for (int32_t i = 0; i < t->n_seg; i++) {
+            const nm_stt_segment *g = &t->seg[i];
+            cJSON *o = cJSON_CreateObject(), *tok;
+            cJSON_AddItemToArray(segs, o);
+            cJSON_AddNumberToObject(o, "id", i);
+            cJSON_AddNumberToObject(o, "seek", (double)g->t0); // (10 ms units, as Whisper's)
+            cJSON_AddNumberToObject(o, "start", (double)g->t0 / 100);
+            cJSON_AddNumberToObject(o, "end", (double)g->t1 / 100);
+            cJSON_AddStringToObject(o, "text", g->text);
+            tok = cJSON_AddArrayToObject(o, "tokens");
+            for (int32_t k = 0; k < g->n_tokens; k++) cJSON_AddItemToArray(tok, cJSON_CreateNumber(g->tokens[k].id));
+            cJSON_AddNumberToObject(o, "temperature", g->temperature);
+            cJSON_AddNumberToObject(o, "avg_logprob", g->avg_logprob);
+            cJSON_AddNumberToObject(o, "no_speech_prob", g->no_speech_prob);
+        }
+    }
+    return send_json(c, 200, r);
+}
+
+// POST /v1/audio/transcriptions (and whisper.cpp's /inference): multipart with
+// file, model (any: the server has one), language, prompt, temperature,
+// response_format, timestamp_granularities[] (segment). /v1/audio/translations
+// (translate): the same into English, a multilingual model only.
+static int handle_transcription(server *S, struct mg_connection *c, bool translate) {
+    if (!S->stt) return send_error(S, c, 404, NULL, "no speech-to-text model: start the server with --stt FILE");
+    if (translate && !S->stt_info.multilingual)
+        return send_error(S, c, 400, NULL, "%s is an English-only model: it does not translate", S->stt_info.name);
+    const struct mg_request_info *ri = mg_get_request_info(c);
+    const char *ct = mg_get_header(c, "Content-Type");
+    if (!ct || strncasecmp(ct, "multipart/form-data", 19))
+        return send_error(S, c, 400, "file", "send the audio as multipart/form-data, in a field named 'file'");
+    if (ri->content_length > S->body_max)
+        return send_error(S, c, 413, NULL, "the body is %lld bytes; the limit is %lld (--max-body)",
+                          (long long)ri->content_length, (long long)S->body_max);
+    form f = {.S = S, .cur = -1};
+    struct mg_form_data_handler h = {form_found, form_get, NULL, &f};
+    const int nf = mg_handle_form_request(c, &h);
+    int code;
+    if (f.too_big) {
+        code = send_error(S, c, 413, NULL, "the body is over %lld bytes (--max-body)", (long long)S->body_max);
+        goto out;
+    }
+    if (f.too_long) {
+        code = send_error(S, c, 400, f.too_long, "'%s' is over %d bytes", f.too_long, FORM_FIELD_MAX);
+        goto out;
+    }
+    if (nf < 0) {
+        code = send_error(S, c, 400, NULL, "the multipart body could not be read");
+        goto out;
+    }
+    if (!f.has_file || f.n_file == 0) {
+        code = send_error(S, c, 400, "file", "no audio: a non-empty field named 'file' is needed");
+        goto out;
+    }
+    const char *fmt = f.field[F_FORMAT] && *f.field[F_FORMAT] ? f.field[F_FORMAT] : "json";
+    if (strcmp(fmt, "json") && strcmp(fmt, "text") && strcmp(fmt, "srt") && strcmp(fmt, "vtt") &&
+        strcmp(fmt, "verbose_json")) {
+        code = send_error(S, c, 400, "response_format",
+                          "'response_format' must be json, text, srt, vtt or verbose_json");
+        goto out;
+    }
+    float temp = 0.0f;
+    if (f.field[F_TEMPERATURE] && *f.field[F_TEMPERATURE]) {
+        char *end;
+        errno = 0;
+        const double v = strtod(f.field[F_TEMPERATURE], &end);
+        if (errno || *end || !(v >= 0 && v <= 1)) {
+            code = send_error(S, c, 400, "temperature", "'temperature' must be a number in [0, 1]");
+            goto out;
+        }
+        temp = (float)v;
+    }
+    for (char *g = f.field[F_GRAN], *save = NULL, *tok = g ? strtok_r(g, ",", &save) : NULL; tok;
+         tok = strtok_r(NULL, ",", &save))
+        if (strcmp(tok, "segment")) {
+            code = send_error(S, c, 400, "timestamp_granularities[]",
+                              "timestamp granularity '%.40s': only 'segment' is served", tok);
+            goto out;
+        }
+    const char *lang = f.field[F_LANGUAGE] && *f.field[F_LANGUAGE] ? f.field[F_LANGUAGE] : NULL;
+    if (lang && nm_brick_stt_lang_id(S->stt, lang) < 0) {
+        code = send_error(S, c, 400, "language", "unknown language '%.40s' (an ISO-639-1 code such as en, de, fr)", lang);
+        goto out;
+    }
+    if (!S->stt_info.multilingual && lang && strcmp(lang, "en")) {
+        code = send_error(S, c, 400, "language", "%s is an English-only model: language '%.40s' is not served",
+                          S->stt_info.name, lang);
+        goto out;
+    }
+    if (!lang) lang = S->stt_info.multilingual ? "auto" : "en";
+    char err[512];
+    nm_audio pcm = {0};
+    nm_status st = nm_audio_decode(f.file, f.n_file, NM_AUDIO_RATE, &pcm, err, sizeof err);
+    if (st != NM_OK) {
+        code = send_error(S, c, 400, "file", "the audio cannot be decoded: %s", err);
+        goto out;
+    }
+    free(f.file);
+    f.file = NULL;
+    const double secs = (double)pcm.n / NM_AUDIO_RATE;
+    if (secs > S->audio_max_s) {
+        nm_audio_free(&pcm);
+        code = send_error(S, c, 400, "file", "the audio is %.1f s long; the limit is %d s (--max-audio)", secs,
+                          S->audio_max_s);
+        goto out;
+    }
+    // the transcriber's turn: wait, or 429 when --queue requests already wait behind the one it runs
+    pthread_mutex_lock(&S->lock);
+    const bool room = S->stt_waiting + S->stt_busy < S->queue_max + 1;
+    if (room) S->stt_waiting++;
+    else S->n_rejected++;
+    pthread_mutex_unlock(&S->lock);
+    if (!room) {
+        nm_audio_free(&pcm);
+        code = send_error(S, c, 429, NULL, "%d requests already wait for the transcriber (--queue)", S->queue_max);
+        goto out;
+    }
+    pthread_mutex_lock(&S->stt_turn);
+    pthread_mutex_lock(&S->lock);
+    S->stt_waiting--;
+    S->stt_busy = 1;
+    S->n_audio_requests++;
+    pthread_mutex_unlock(&S->lock);
+    int32_t *prompt_tok = NULL, n_prompt_tok = 0;
+    nm_tabm *ring = NULL;
+    code = 0;
+    if (f.field[F_PROMPT] && *f.field[F_PROMPT]) {
+        n_prompt_tok = nm_brick_stt_tokenize(S->stt, f.field[F_PROMPT], NULL, 0);
+        if (n_prompt_tok < 0 || !(prompt_tok = malloc(sizeof(int32_t) * (size_t)(n_prompt_tok + 1))))
+            code = send_error(S, c, 500, NULL, "out of memory for the prompt");
+        else
+            nm_brick_stt_tokenize(S->stt, f.field[F_PROMPT], prompt_tok, n_prompt_tok);
+    }
+    // the PCM as one slot (Whisper normalises the spectrogram over the whole recording)
+    nm_tabm_slot sl;
+    const size_t bytes = sizeof(float) * (size_t)pcm.n;
+    if (!code && (nm_tabm_create(NULL, 1, bytes, &ring, err, sizeof err) != NM_OK ||
+                  nm_tabm_acquire_write(ring, 0, -1, &sl) != NM_OK))
+        code = send_error(S, c, 500, NULL, "cannot make room for %zu bytes of audio", bytes);
+    if (!code) {
+        nm_ledger_copy(S->ledger, S->ep_server, S->ep_stt, sl.data, pcm.pcm, bytes); // the one counted copy
+        sl.meta->kind = NM_TABM_PCM_F32;
+        sl.meta->ndim = 2;
+        sl.meta->shape[0] = pcm.n;
+        sl.meta->shape[1] = 1;
+        sl.meta->size = bytes;
+        sl.meta->sample_rate = NM_AUDIO_RATE;
+        if (nm_tabm_publish(ring, &sl) != NM_OK) code = send_error(S, c, 500, NULL, "the PCM ring failed");
+    }
+    nm_audio_free(&pcm);
+    nm_brick_params bp = S->stt_params;
+    if (!code) { // whisper-cli's defaults (beam 5), the request's language, prompt and temperature
+        nm_stt_params p = nm_stt_default_params(NM_STT_BEAM);
+        p.language = lang;
+        p.translate = translate;
+        p.temperature = temp;
+        p.prompt_tokens = prompt_tok;
+        p.n_prompt_tokens = n_prompt_tok;
+        p.no_timestamps = !strcmp(fmt, "json") || !strcmp(fmt, "text"); // the text alone: as whisper-cli -nt
+        bp.stt = p;
+        if ((st = nm_brick_set_params(S->stt, &bp, err, sizeof err)) != NM_OK)
+            code = send_error(S, c, 400, NULL, "%s", err);
+    }
+    bool failed = false;
+    const double t0 = cli_now();
+    if (!code) {
+        stt_run R = {.stt = S->stt, .in = ring, .out = S->stt_text, .st = NM_OK};
+        pthread_t th;
+        if (pthread_create(&th, NULL, stt_lane_main, &R) != 0) {
+            code = send_error(S, c, 500, NULL, "cannot start the transcriber's thread");
+        } else {
+            for (bool end = false; !end;) {
+                nm_tabm_slot ts;
+                if (nm_tabm_acquire_read(S->stt_text, -1, &ts) != NM_OK) break; // shut down: the lane failed
+                end = !(ts.meta->user & NM_BRICK_MORE);
+                failed = failed || (ts.meta->user & NM_BRICK_ERROR);
+                nm_tabm_release(S->stt_text, &ts);
+            }
+            pthread_join(th, NULL);
+            if (R.st != NM_OK) { // the ring was shut down to wake this thread: a new one for the next request
+                nm_tabm *fresh = NULL;
+                if (nm_tabm_create(NULL, 8, 2 * nm_brick_out_slot_bytes(S->stt), &fresh, err, sizeof err) == NM_OK) {
+                    nm_tabm_free(S->stt_text);
+                    S->stt_text = fresh;
+                }
+            }
+            if (R.st != NM_OK || failed)
+                code = send_error(S, c, 500, NULL, "the transcription failed: %s", nm_brick_last_error(S->stt));
+        }
+    }
+    if (!code) code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate);
+    pthread_mutex_lock(&S->lock);
+    S->stt_busy = 0;
+    S->audio_seconds += secs;
+    S->stt_wall += cli_now() - t0;
+    pthread_mutex_unlock(&S->lock);
+    pthread_mutex_unlock(&S->stt_turn);
+    nm_tabm_free(ring);
+    free(prompt_tok);
+out:
+    form_free(&f);
+    return code;
+}
+
 // ---- routes -------------------------------------------------------------------------------
 
 static int route(server *S, struct mg_connection *c) {
@@ -729,6 +1115,14 @@ static int route(server *S, struct mg_connection *c) {
         cJSON_AddStringToObject(m, "object", "model");
         cJSON_AddNumberToObject(m, "created", (double)S->created);
         cJSON_AddStringToObject(m, "owned_by", "nanomind");
+        if (S->stt) {
+            cJSON *w = cJSON_CreateObject();
+            cJSON_AddItemToArray(d, w);
+            cJSON_AddStringToObject(w, "id", S->stt_alias);
+            cJSON_AddStringToObject(w, "object", "model");
+            cJSON_AddNumberToObject(w, "created", (double)S->created);
+            cJSON_AddStringToObject(w, "owned_by", "nanomind");
+        }
         return send_json(c, 200, r);
     }
     if (!authorized(S, c)) return send_error(S, c, 401, NULL, "a valid API key is needed (Authorization: Bearer KEY)");
@@ -759,12 +1153,24 @@ static int route(server *S, struct mg_connection *c) {
                       "# TYPE nanomind_cpu_seconds_total counter\nnanomind_cpu_seconds_total %.6f\n"
                       "# TYPE nanomind_uptime_seconds gauge\nnanomind_uptime_seconds %.6f\n"
                       "# HELP nanomind_dram_bytes_total The decoder's DRAM traffic, its estimate for each request.\n"
-                      "# TYPE nanomind_dram_bytes_total counter\nnanomind_dram_bytes_total %.0f\n",
-                      S->energy.source, joules, cpu, wall, S->dram);
+                      "# TYPE nanomind_dram_bytes_total counter\nnanomind_dram_bytes_total %.0f\n"
+                      "# HELP nanomind_transcriptions_total Transcription and translation requests served.\n"
+                      "# TYPE nanomind_transcriptions_total counter\nnanomind_transcriptions_total %llu\n"
+                      "# TYPE nanomind_audio_seconds_total counter\nnanomind_audio_seconds_total %.3f\n"
+                      "# TYPE nanomind_transcribe_seconds_total counter\nnanomind_transcribe_seconds_total %.6f\n"
+                      "# TYPE nanomind_transcriptions_waiting gauge\nnanomind_transcriptions_waiting %d\n",
+                      S->energy.source, joules, cpu, wall, S->dram, (unsigned long long)S->n_audio_requests,
+                      S->audio_seconds, S->stt_wall, S->stt_waiting);
         pthread_mutex_unlock(&S->lock);
         mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n", n);
         mg_write(c, buf, (size_t)n);
         return 200;
+    }
+    const bool is_tr = !strcmp(u, "/v1/audio/translations") || !strcmp(u, "/audio/translations");
+    if (is_tr || !strcmp(u, "/v1/audio/transcriptions") || !strcmp(u, "/audio/transcriptions") ||
+        !strcmp(u, "/inference")) {
+        if (!post) return send_error(S, c, 405, NULL, "%s takes POST", u);
+        return handle_transcription(S, c, is_tr);
     }
     const bool is_chat = !strcmp(u, "/v1/chat/completions") || !strcmp(u, "/chat/completions");
     if (is_chat || !strcmp(u, "/v1/completions") || !strcmp(u, "/completions")) {
@@ -814,13 +1220,14 @@ static bool take_own(server *S, int *argc, char **argv) {
         const char *a = argv[i];
         const bool has = i + 1 < *argc;
         if (!strcmp(a, "--host") || !strcmp(a, "-a") || !strcmp(a, "--alias") || !strcmp(a, "--api-key") ||
-            !strcmp(a, "--api-key-file")) {
+            !strcmp(a, "--api-key-file") || !strcmp(a, "--stt")) {
             if (!has || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
             }
             const char *v = argv[++i];
             if (!strcmp(a, "--host")) S->host = v;
+            else if (!strcmp(a, "--stt")) S->stt_path = v;
             else if (!strcmp(a, "--api-key")) {
                 if (!add_keys(S, v)) return false;
             } else if (!strcmp(a, "--api-key-file")) {
@@ -839,10 +1246,11 @@ static bool take_own(server *S, int *argc, char **argv) {
                 }
             } else S->alias = v;
         } else if (!strcmp(a, "--port") || !strcmp(a, "--parallel") || !strcmp(a, "-np") || !strcmp(a, "--queue") ||
-                   !strcmp(a, "--timeout") || !strcmp(a, "-to")) {
+                   !strcmp(a, "--timeout") || !strcmp(a, "-to") || !strcmp(a, "--max-audio")) {
             int32_t v;
             const bool port = !strcmp(a, "--port"), par = !strcmp(a, "--parallel") || !strcmp(a, "-np");
-            if (!has || !cli_arg_int(a, argv[i + 1], port ? 1 : par ? 1 : 0, port ? 65535 : 1000000, &v)) {
+            const bool at_least_1 = port || par || !strcmp(a, "--max-audio");
+            if (!has || !cli_arg_int(a, argv[i + 1], at_least_1 ? 1 : 0, port ? 65535 : 1000000, &v)) {
                 if (!has) fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
             }
@@ -854,6 +1262,7 @@ static bool take_own(server *S, int *argc, char **argv) {
             }
             if (port) S->port = v;
             else if (!strcmp(a, "--queue")) S->queue_max = v;
+            else if (!strcmp(a, "--max-audio")) S->audio_max_s = v;
             else if (!par) S->timeout_s = v;
         } else if (!strcmp(a, "--max-body")) {
             int32_t v;
@@ -879,6 +1288,7 @@ int cmd_serve(int argc, char **argv) {
     S.queue_max = 16;
     S.timeout_s = 600;
     S.body_max = 8 << 20;
+    S.audio_max_s = 1800;
     int rc = 2;
     if (!take_own(&S, &argc, argv)) goto keys;
     if (!cli_parse("serve", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_GEN | CLI_LANE, argc, argv, &S.o, NULL)) goto keys;
@@ -934,7 +1344,28 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
         goto out;
     }
+    if (S.stt_path) { // the transcriber: its own thread pool, beam 5 as whisper-cli, on the same ledger
+        S.stt_params = nm_brick_default_params(NM_BRICK_STT);
+        S.stt_params.model = S.stt_path;
+        S.stt_params.n_threads = S.o.n_threads;
+        S.stt_params.stt_max_decoders = 5;
+        S.stt_params.ledger = S.ledger;
+        if ((st = nm_brick_load(NULL, &S.stt_params, &S.stt, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot load the speech-to-text model '%s': %s: %s\n", S.stt_path,
+                    nm_status_str(st), err);
+            goto out;
+        }
+        nm_brick_stt_info(S.stt, &S.stt_info);
+        S.ep_stt = nm_ledger_endpoint(S.ledger, nm_brick_name(S.stt));
+        const char *slash = strrchr(S.stt_path, '/');
+        S.stt_alias = slash ? slash + 1 : S.stt_path;
+        if ((st = nm_tabm_create(NULL, 8, 2 * nm_brick_out_slot_bytes(S.stt), &S.stt_text, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot create the transcriber's ring: %s: %s\n", nm_status_str(st), err);
+            goto out;
+        }
+    }
     pthread_mutex_init(&S.turn, NULL);
+    pthread_mutex_init(&S.stt_turn, NULL);
     pthread_mutex_init(&S.lock, NULL);
     pthread_cond_init(&S.idle, NULL);
     S.created = time(NULL);
@@ -988,7 +1419,9 @@ out:
     if (S.lane_started) pthread_join(S.lane, NULL);
     nm_tabm_free(S.in);
     nm_tabm_free(S.out);
+    nm_tabm_free(S.stt_text);
     nm_brick_free(S.llm);
+    nm_brick_free(S.stt);
     nm_ledger_free(S.ledger);
     cJSON_Delete(S.alias_json);
     free(S.alias_text);

@@ -317,9 +317,11 @@ def t_metrics_energy(name):
            "status %s, %.4f J against power energy's %.4f (%s), before %s" % (st, j, want, out.strip(), m0))
 
 
-def t_stt_absent(name):  # the first server has no --stt: 404, named
+def t_stt_absent(name):  # the first server has no --stt and no --tts: 404, naming the flag
     st, data = raw(port0, "POST", "/v1/audio/transcriptions", b"x", {"Content-Type": "multipart/form-data; boundary=b"})
-    result(name, st == 404 and "--stt" in err_of(data)[1], (st, data[:200]))
+    st2, data2 = raw(port0, "POST", "/v1/audio/speech", b'{"input": "hi"}')
+    result(name, st == 404 and "--stt" in err_of(data)[1] and st2 == 404 and "--tts" in err_of(data2)[1],
+           (st, data[:200], st2, data2[:200]))
 
 
 port0 = port
@@ -489,6 +491,111 @@ def t_transcription_metrics(name):
            "status %s, %d requests, %.3f s, %d bytes copied" % (st, n, secs, copied))
 
 
+# ---- text to speech: POST /v1/audio/speech with --tts espeak (the same server) ------------------
+SAY = "Hello there, this is a test of the speech endpoint."
+
+
+def say_cli(text, *extra):  # `nanomind say`'s raw samples at 24 kHz
+    return subprocess.run([NM, "say", text, "--output-raw", "--sample-rate", "24000", *extra], capture_output=True,
+                          timeout=120).stdout
+
+
+def t_speech(name):
+    import struct
+    wav = sclient.audio.speech.create(model="tts-1", voice="alloy", input=SAY, response_format="wav").content
+    fmt_tag, ch, rate, _, _, bits = struct.unpack("<HHIIHH", wav[20:36])
+    pcm = wav[44:]
+    want = say_cli(SAY, "--voice", "en-us")
+    result(name, wav[:4] == b"RIFF" and wav[36:40] == b"data" and (fmt_tag, ch, rate, bits) == (1, 1, 24000, 16)
+           and pcm == want and len(pcm) > 24000,  # the same samples as `say`, over half a second of them
+           "%r %s, %d bytes against say's %d" % (wav[:4], (fmt_tag, ch, rate, bits), len(pcm), len(want)))
+
+
+def t_speech_pcm_voice_speed(name):
+    # (the first request of the server is `say`'s to the sample; espeak-ng carries a little state from one
+    # utterance to the next in a process - a later one's length moves by up to ~1% - so later ones are compared
+    # by length)
+    one = sclient.audio.speech.create(model="tts-1", voice="nova", input=SAY, response_format="pcm").content
+    two = sclient.audio.speech.create(model="tts-1", voice="nova", input=SAY, response_format="pcm", speed=2.0).content
+    alloy = sclient.audio.speech.create(model="tts-1", voice="alloy", input=SAY, response_format="pcm").content
+    want = say_cli(SAY, "--voice", "en-us+f3")  # nova: espeak-ng's en-us with the f3 variant
+    same_len = abs(len(one) - len(want)) <= 0.03 * len(want)
+    result(name, same_len and one[:20000] != alloy[:20000] and 0.35 < len(two) / len(one) < 0.65,
+           "%d bytes (say %d), at speed 2: %d" % (len(one), len(want), len(two)))
+
+
+def t_speech_round_trip(name):  # what the server says, it hears: the words come back
+    wav = sclient.audio.speech.create(model="tts-1", voice="alloy", input=SAY, response_format="wav").content
+    # (the streamed header's sizes say 0xffffffff; the transcriber reads to the end)
+    t = sclient.audio.transcriptions.create(model="whisper-1", file=("speech.wav", wav)).text.lower()
+    result(name, "hello there" in t and "test" in t, t)
+
+
+def t_speech_streams(name):
+    # a long input goes out as the brick makes it: an HTTP chunk a PCM slot (0.1 s of audio), not one body
+    # at the end (espeak-ng speaks ~700x faster than real time here, so the proof is the chunks, not the clock)
+    text = " ".join(["The quick brown fox jumps over the lazy dog."] * 30)
+    body = json.dumps({"input": text, "response_format": "pcm"}).encode()
+    s = socket.create_connection(("127.0.0.1", sport), timeout=120)
+    s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + str(len(body)).encode() +
+              b"\r\n\r\n" + body)
+    got = b""
+    while True:
+        d = s.recv(1 << 16)
+        if not d:
+            break
+        got += d
+    s.close()
+    head, _, rest = got.partition(b"\r\n\r\n")
+    chunks, n = 0, 0
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if size == 0:
+            break
+        chunks += 1
+        n += size
+        rest = rest[size + 2:]
+    result(name, b"200 OK" in head and b"chunked" in head and n > 24000 * 2 * 60 and chunks >= n // 4800 // 2,
+           "%r, %d bytes (%.1f s of audio) in %d chunks" % (head[:40], n, n / 48000, chunks))
+
+
+def t_speech_bad_requests(name):
+    cases = [
+        (b"{not json", 400, None),
+        (b'{"voice": "alloy"}', 400, "input"),
+        (b'{"input": ""}', 400, "input"),
+        (json.dumps({"input": "x" * 2001}).encode(), 400, "input"),  # --max-speech 2000
+        (b'{"input": "hi", "voice": "zzqq"}', 400, "voice"),
+        (b'{"input": "hi", "voice": 7}', 400, "voice"),
+        (b'{"input": "hi", "response_format": "mp3"}', 400, "response_format"),
+        (b'{"input": "hi", "speed": 5}', 400, "speed"),
+        (b'{"input": "hi", "speed": "fast"}', 400, "speed"),
+    ]
+    bad = []
+    for body, want, param in cases:
+        st, data = raw(sport, "POST", "/v1/audio/speech", body, {"Content-Type": "application/json"})
+        code, msg, got_param = err_of(data)
+        if st != want or code != want or got_param != param:
+            bad.append("%r: %s %s %s" % (body[:40], st, msg, got_param))
+    st, data = raw(sport, "POST", "/v1/audio/speech", b'{"input": "still here", "response_format": "pcm"}')
+    result(name, not bad and st == 200 and len(data) > 4800, "; ".join(bad) + " then %s %d" % (st, len(data)))
+
+
+def t_speech_metrics(name):
+    def m():
+        st, data = raw(sport, "GET", "/metrics")
+        return dict(l.rsplit(" ", 1) for l in data.decode().splitlines() if l and not l.startswith("#"))
+    m0 = m()
+    st, data = raw(sport, "POST", "/v1/audio/speech", json.dumps({"input": SAY, "response_format": "pcm"}).encode())
+    m1 = m()
+    n = int(m1["nanomind_speech_requests_total"]) - int(m0["nanomind_speech_requests_total"])
+    secs = float(m1["nanomind_speech_seconds_total"]) - float(m0["nanomind_speech_seconds_total"])
+    result(name, st == 200 and n == 1 and abs(secs - len(data) / 48000) < 1e-3, "%s, %d requests, %.3f s for %d bytes"
+           % (st, n, secs, len(data)))
+
+
 if not os.path.exists(W):
     if CI:
         result("speech_to_text", False, "needs %s (NM_CI is set)" % W)
@@ -496,12 +603,16 @@ if not os.path.exists(W):
         skipped += 1
         print("skip speech_to_text (needs %s)" % W)
 else:
-    p4, sport = start("--stt", W, "--api-key", KEY, "--max-audio", "60")
+    p4, sport = start("--stt", W, "--tts", "espeak", "--max-speech", "2000", "--api-key", KEY, "--max-audio", "60")
     sclient = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % sport, api_key=KEY, max_retries=0, timeout=300)
     for n, f in [("transcription_equals_transcribe_and_whisper_cli", t_transcription),
                  ("transcription_formats", t_transcription_formats),
                  ("transcription_bad_requests_4xx_then_serves", t_transcription_bad_requests),
-                 ("transcription_metrics_and_copy", t_transcription_metrics)]:
+                 ("transcription_metrics_and_copy", t_transcription_metrics),
+                 ("speech_equals_say", t_speech), ("speech_pcm_voice_and_speed", t_speech_pcm_voice_speed),
+                 ("speech_round_trip_through_the_transcriber", t_speech_round_trip),
+                 ("speech_streamed_as_made", t_speech_streams), ("speech_bad_requests_4xx_then_serves", t_speech_bad_requests),
+                 ("speech_metrics", t_speech_metrics)]:
         case(n, f)
     rc4, err4 = stop(p4)
     result("stt_server_sigterm_exits_0", rc4 == 0, "exit %s: %s" % (rc4, err4[-300:]))

@@ -10,6 +10,8 @@
 // conversation at position 0: the prompt's leading tokens the cache already
 // holds, a repeated system prompt, are not decoded again) and reads its
 // tokens back. A client that goes away mid-stream cancels its request.
+// With --stt, transcriptions run on the STT brick (its own thread pool, one
+// at a time); with --tts, speech on the TTS brick's lane, streamed as made.
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -52,6 +54,18 @@ typedef struct server {
     int stt_waiting, stt_busy;
     uint64_t n_audio_requests;
     double audio_seconds, stt_wall;
+    // text to speech (--tts): the brick on its lane, one synthesis at a time
+    const char *tts_engine;
+    nm_brick *tts;
+    nm_tabm *tts_in, *tts_out;
+    int ep_tts;
+    int32_t speech_max_chars;
+    pthread_t tts_lane;
+    bool tts_lane_started;
+    pthread_mutex_t tts_turn;
+    int tts_waiting, tts_busy;
+    uint64_t n_speech_requests;
+    double speech_seconds;
     nm_ledger *ledger; // bytes copied between the server and the brick (/metrics): the parameters' JSON into
                        // the decoder's slot; the prompt is tokenized into it (nothing copied)
     int ep_server, ep_llm;
@@ -78,8 +92,8 @@ static void usage(FILE *f) {
             "usage: nanomind serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
             "\n"
             "An OpenAI-compatible server (docs/server.md): POST /v1/chat/completions, POST /v1/completions,\n"
-            "POST /v1/audio/transcriptions (with --stt), GET /v1/models, GET /health, GET /metrics; streaming\n"
-            "as server-sent events.\n"
+            "POST /v1/audio/transcriptions (with --stt), POST /v1/audio/speech (with --tts), GET /v1/models,\n"
+            "GET /health, GET /metrics; streaming as server-sent events.\n"
             "\n"
             "  --host ADDR              address to listen on (default 127.0.0.1)\n"
             "  --port N                 port (default 8080)\n"
@@ -93,6 +107,8 @@ static void usage(FILE *f) {
             "  --max-body BYTES         the largest request body (default 8388608; larger get 413)\n"
             "  --stt FILE               a Whisper model (GGUF or whisper.cpp .bin): POST /v1/audio/transcriptions\n"
             "  --max-audio S            the longest audio a transcription takes, in seconds (default 1800)\n"
+            "  --tts espeak             text to speech through espeak-ng: POST /v1/audio/speech (24 kHz)\n"
+            "  --max-speech N           the most characters a speech request's input may have (default 4096)\n"
             "also: -c, -b, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
             "--chat-template, -sys (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock.\n");
 }
@@ -100,6 +116,12 @@ static void usage(FILE *f) {
 static void *lane_main(void *arg) {
     server *S = arg;
     (void)nm_brick_run(S->llm, S->in, S->out);
+    return NULL;
+}
+
+static void *tts_lane_main(void *arg) {
+    server *S = arg;
+    (void)nm_brick_run(S->tts, S->tts_in, S->tts_out);
     return NULL;
 }
 
@@ -1012,6 +1034,7 @@ static int handle_transcription(server *S, struct mg_connection *c, bool transla
     S->stt_waiting--;
     S->stt_busy = 1;
     S->n_audio_requests++;
+    S->audio_seconds += secs; // (counted before the answer goes: a client reading /metrics after it sees it)
     pthread_mutex_unlock(&S->lock);
     int32_t *prompt_tok = NULL, n_prompt_tok = 0;
     nm_tabm *ring = NULL;
@@ -1083,7 +1106,6 @@ static int handle_transcription(server *S, struct mg_connection *c, bool transla
     if (!code) code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate);
     pthread_mutex_lock(&S->lock);
     S->stt_busy = 0;
-    S->audio_seconds += secs;
     S->stt_wall += cli_now() - t0;
     pthread_mutex_unlock(&S->lock);
     pthread_mutex_unlock(&S->stt_turn);
@@ -1091,6 +1113,146 @@ static int handle_transcription(server *S, struct mg_connection *c, bool transla
     free(prompt_tok);
 out:
     form_free(&f);
+    return code;
+}
+
+// ---- text to speech -------------------------------------------------------------------------
+
+// OpenAI's voices as espeak-ng voices (a name not here goes to espeak-ng as it is: "en-gb", "de",
+// "en-us+f3"...).
+static const char *espeak_voice(const char *v) {
+    static const char *const map[][2] = {
+        {"alloy", "en-us"},      {"ash", "en-us+m3"},  {"ballad", "en-gb+m2"}, {"coral", "en-us+f2"},
+        {"echo", "en-us+m1"},    {"fable", "en-gb"},   {"onyx", "en-us+m7"},   {"nova", "en-us+f3"},
+        {"sage", "en-us+f4"},    {"shimmer", "en-us+f5"}, {"verse", "en-us+m2"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (!strcmp(v, map[i][0])) return map[i][1];
+    return v;
+}
+
+// One slot into the TTS brick's input ring (the request's PARAMS or its TEXT).
+static bool tts_put(server *S, uint32_t kind, const void *data, size_t n, uint64_t user, uint64_t id) {
+    nm_tabm_slot sl;
+    if (nm_tabm_acquire_write(S->tts_in, 0, -1, &sl) != NM_OK) return false;
+    if (n > sl.capacity) {
+        nm_tabm_cancel(S->tts_in, &sl);
+        return false;
+    }
+    nm_ledger_copy(S->ledger, S->ep_server, S->ep_tts, sl.data, data, n); // (the text into the brick's slot)
+    *sl.meta = (nm_tabm_meta){.kind = kind, .ndim = 1, .shape = {(int64_t)n}, .size = n, .user = user, .request = id};
+    if (nm_tabm_publish(S->tts_in, &sl) != NM_OK) {
+        nm_tabm_cancel(S->tts_in, &sl);
+        return false;
+    }
+    return true;
+}
+
+// POST /v1/audio/speech: {"input", "voice", "response_format": wav | pcm, "speed", "model"}. The
+// audio is sent as the brick makes it (chunked): WAV with the streaming sizes (0xffffffff) in its
+// header, or raw 16-bit little-endian mono PCM at the server's rate (24 kHz, OpenAI's).
+static int handle_speech(server *S, struct mg_connection *c) {
+    if (!S->tts) return send_error(S, c, 404, NULL, "no text-to-speech engine: start the server with --tts espeak");
+    int code = 200;
+    char *body = read_body(S, c, &code);
+    if (!body) return code;
+    cJSON *req = cJSON_Parse(body);
+    free(body);
+    if (!cJSON_IsObject(req)) {
+        cJSON_Delete(req);
+        return send_error(S, c, 400, NULL, "the body is not a JSON object");
+    }
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(req, "input"), *vo = cJSON_GetObjectItemCaseSensitive(req, "voice");
+    const cJSON *fm = cJSON_GetObjectItemCaseSensitive(req, "response_format"), *sp = cJSON_GetObjectItemCaseSensitive(req, "speed");
+    const char *text = cJSON_GetStringValue(in), *fmt = "wav";
+    size_t chars = 0;
+    for (const unsigned char *p = (const unsigned char *)(text ? text : ""); *p; p++) chars += (*p & 0xc0) != 0x80;
+    if (!text || chars == 0) code = send_error(S, c, 400, "input", "'input' must be a non-empty string");
+    else if ((int64_t)chars > S->speech_max_chars)
+        code = send_error(S, c, 400, "input", "'input' has %zu characters; the limit is %d (--max-speech)", chars,
+                          S->speech_max_chars);
+    else if (vo && !cJSON_IsNull(vo) && (!cJSON_IsString(vo) || !vo->valuestring[0] || strlen(vo->valuestring) > 48))
+        code = send_error(S, c, 400, "voice", "'voice' must be a voice's name");
+    else if (fm && !cJSON_IsNull(fm) && (!cJSON_IsString(fm) || (strcmp(fm->valuestring, "wav") && strcmp(fm->valuestring, "pcm"))))
+        code = send_error(S, c, 400, "response_format", "'response_format' must be wav or pcm (mp3, opus, aac and flac "
+                                                        "are not made here)");
+    else if (sp && !cJSON_IsNull(sp) && (!cJSON_IsNumber(sp) || !(sp->valuedouble >= 0.25 && sp->valuedouble <= 4.0)))
+        code = send_error(S, c, 400, "speed", "'speed' must be a number in [0.25, 4]");
+    if (code != 200) {
+        cJSON_Delete(req);
+        return code;
+    }
+    if (cJSON_IsString(fm)) fmt = fm->valuestring;
+    const bool wav = !strcmp(fmt, "wav");
+    cJSON *params = cJSON_CreateObject();
+    if (cJSON_IsString(vo)) cJSON_AddStringToObject(params, "voice", espeak_voice(vo->valuestring));
+    if (cJSON_IsNumber(sp)) cJSON_AddNumberToObject(params, "speed", sp->valuedouble);
+    char *pj = cJSON_PrintUnformatted(params);
+    cJSON_Delete(params);
+    // the engine's turn: one synthesis at a time, --queue waiting
+    pthread_mutex_lock(&S->lock);
+    const bool room = S->tts_waiting + S->tts_busy < S->queue_max + 1;
+    if (room) S->tts_waiting++;
+    else S->n_rejected++;
+    pthread_mutex_unlock(&S->lock);
+    if (!room || !pj) {
+        free(pj);
+        cJSON_Delete(req);
+        return !pj ? send_error(S, c, 500, NULL, "out of memory")
+                   : send_error(S, c, 429, NULL, "%d requests already wait for the speech engine (--queue)", S->queue_max);
+    }
+    pthread_mutex_lock(&S->tts_turn);
+    pthread_mutex_lock(&S->lock);
+    S->tts_waiting--;
+    S->tts_busy = 1;
+    const uint64_t id = ++S->next_id;
+    S->n_speech_requests++;
+    pthread_mutex_unlock(&S->lock);
+    const bool put = tts_put(S, NM_TABM_PARAMS, pj, strlen(pj), NM_BRICK_MORE, id) &&
+                     tts_put(S, NM_TABM_TEXT, text, strlen(text), 0, id);
+    free(pj);
+    cJSON_Delete(req);
+    code = put ? 0 : send_error(S, c, 500, NULL, "the speech engine's input ring failed");
+    bool sent_head = false, gone = false;
+    uint64_t samples = 0;
+    for (bool end = !put; !end;) { // its slots, to the end of the request (also after a failure or a gone client)
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(S->tts_out, -1, &s) != NM_OK) {
+            if (!code && !sent_head) code = send_error(S, c, 500, NULL, "the speech engine stopped");
+            break;
+        }
+        end = !(s.meta->user & NM_BRICK_MORE);
+        const bool failed = (s.meta->user & NM_BRICK_ERROR) != 0;
+        if (failed && !sent_head && !code) { // nothing sent yet: a proper error (an unknown voice, a bad speed)
+            const char *why = nm_brick_last_error(S->tts);
+            code = send_error(S, c, strstr(why, "parameters") ? 400 : 500, strstr(why, "voice") ? "voice" : NULL,
+                              "%s", why);
+        } else if (!failed && !code && !gone) {
+            if (!sent_head) {
+                mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n"
+                             "Cache-Control: no-cache\r\n\r\n", wav ? "audio/wav" : "audio/pcm");
+                sent_head = true;
+                if (wav) {
+                    uint8_t h[NM_WAV_HEADER_BYTES];
+                    nm_audio_wav_header(h, 0xffffffffu - 36, nm_brick_tts_sample_rate(S->tts), 1);
+                    gone = mg_send_chunk(c, (const char *)h, sizeof h) < 0;
+                }
+            }
+            if (!gone && s.meta->size > 0) gone = mg_send_chunk(c, s.data, (unsigned)s.meta->size) < 0;
+            samples += s.meta->size / 2;
+            if (gone) nm_tabm_cancel_request(S->tts_in, id); // the client left: the brick stops it
+        }
+        nm_tabm_release(S->tts_out, &s);
+    }
+    pthread_mutex_lock(&S->lock); // (before the last chunk: a client reading /metrics after it sees it)
+    S->tts_busy = 0;
+    S->speech_seconds += (double)samples / nm_brick_tts_sample_rate(S->tts);
+    pthread_mutex_unlock(&S->lock);
+    pthread_mutex_unlock(&S->tts_turn);
+    if (sent_head) {
+        if (!gone) mg_send_chunk(c, "", 0);
+        code = 200;
+    }
     return code;
 }
 
@@ -1158,15 +1320,23 @@ static int route(server *S, struct mg_connection *c) {
                       "# TYPE nanomind_transcriptions_total counter\nnanomind_transcriptions_total %llu\n"
                       "# TYPE nanomind_audio_seconds_total counter\nnanomind_audio_seconds_total %.3f\n"
                       "# TYPE nanomind_transcribe_seconds_total counter\nnanomind_transcribe_seconds_total %.6f\n"
-                      "# TYPE nanomind_transcriptions_waiting gauge\nnanomind_transcriptions_waiting %d\n",
+                      "# TYPE nanomind_transcriptions_waiting gauge\nnanomind_transcriptions_waiting %d\n"
+                      "# HELP nanomind_speech_requests_total Speech (text to speech) requests served.\n"
+                      "# TYPE nanomind_speech_requests_total counter\nnanomind_speech_requests_total %llu\n"
+                      "# TYPE nanomind_speech_seconds_total counter\nnanomind_speech_seconds_total %.3f\n",
                       S->energy.source, joules, cpu, wall, S->dram, (unsigned long long)S->n_audio_requests,
-                      S->audio_seconds, S->stt_wall, S->stt_waiting);
+                      S->audio_seconds, S->stt_wall, S->stt_waiting, (unsigned long long)S->n_speech_requests,
+                      S->speech_seconds);
         pthread_mutex_unlock(&S->lock);
         mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n", n);
         mg_write(c, buf, (size_t)n);
         return 200;
     }
     const bool is_tr = !strcmp(u, "/v1/audio/translations") || !strcmp(u, "/audio/translations");
+    if (!strcmp(u, "/v1/audio/speech") || !strcmp(u, "/audio/speech")) {
+        if (!post) return send_error(S, c, 405, NULL, "%s takes POST", u);
+        return handle_speech(S, c);
+    }
     if (is_tr || !strcmp(u, "/v1/audio/transcriptions") || !strcmp(u, "/audio/transcriptions") ||
         !strcmp(u, "/inference")) {
         if (!post) return send_error(S, c, 405, NULL, "%s takes POST", u);
@@ -1220,7 +1390,7 @@ static bool take_own(server *S, int *argc, char **argv) {
         const char *a = argv[i];
         const bool has = i + 1 < *argc;
         if (!strcmp(a, "--host") || !strcmp(a, "-a") || !strcmp(a, "--alias") || !strcmp(a, "--api-key") ||
-            !strcmp(a, "--api-key-file") || !strcmp(a, "--stt")) {
+            !strcmp(a, "--api-key-file") || !strcmp(a, "--stt") || !strcmp(a, "--tts")) {
             if (!has || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
@@ -1228,6 +1398,13 @@ static bool take_own(server *S, int *argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(a, "--host")) S->host = v;
             else if (!strcmp(a, "--stt")) S->stt_path = v;
+            else if (!strcmp(a, "--tts")) {
+                if (strcmp(v, "espeak") && strcmp(v, "espeak-ng")) {
+                    fprintf(stderr, "error: --tts '%s': the engine is espeak (espeak-ng)\n", v);
+                    return false;
+                }
+                S->tts_engine = "espeak-ng";
+            }
             else if (!strcmp(a, "--api-key")) {
                 if (!add_keys(S, v)) return false;
             } else if (!strcmp(a, "--api-key-file")) {
@@ -1246,10 +1423,11 @@ static bool take_own(server *S, int *argc, char **argv) {
                 }
             } else S->alias = v;
         } else if (!strcmp(a, "--port") || !strcmp(a, "--parallel") || !strcmp(a, "-np") || !strcmp(a, "--queue") ||
-                   !strcmp(a, "--timeout") || !strcmp(a, "-to") || !strcmp(a, "--max-audio")) {
+                   !strcmp(a, "--timeout") || !strcmp(a, "-to") || !strcmp(a, "--max-audio") ||
+                   !strcmp(a, "--max-speech")) {
             int32_t v;
             const bool port = !strcmp(a, "--port"), par = !strcmp(a, "--parallel") || !strcmp(a, "-np");
-            const bool at_least_1 = port || par || !strcmp(a, "--max-audio");
+            const bool at_least_1 = port || par || !strcmp(a, "--max-audio") || !strcmp(a, "--max-speech");
             if (!has || !cli_arg_int(a, argv[i + 1], at_least_1 ? 1 : 0, port ? 65535 : 1000000, &v)) {
                 if (!has) fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
@@ -1263,6 +1441,7 @@ static bool take_own(server *S, int *argc, char **argv) {
             if (port) S->port = v;
             else if (!strcmp(a, "--queue")) S->queue_max = v;
             else if (!strcmp(a, "--max-audio")) S->audio_max_s = v;
+            else if (!strcmp(a, "--max-speech")) S->speech_max_chars = v;
             else if (!par) S->timeout_s = v;
         } else if (!strcmp(a, "--max-body")) {
             int32_t v;
@@ -1289,6 +1468,7 @@ int cmd_serve(int argc, char **argv) {
     S.timeout_s = 600;
     S.body_max = 8 << 20;
     S.audio_max_s = 1800;
+    S.speech_max_chars = 4096;
     int rc = 2;
     if (!take_own(&S, &argc, argv)) goto keys;
     if (!cli_parse("serve", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_GEN | CLI_LANE, argc, argv, &S.o, NULL)) goto keys;
@@ -1364,7 +1544,30 @@ int cmd_serve(int argc, char **argv) {
             goto out;
         }
     }
+    if (S.tts_engine) { // OpenAI's rate: 24 kHz, 16-bit mono
+        nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
+        tp.tts.engine = S.tts_engine;
+        tp.tts.sample_rate = 24000;
+        tp.ledger = S.ledger;
+        if ((st = nm_brick_load(NULL, &tp, &S.tts, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot start the speech engine: %s: %s\n", nm_status_str(st), err);
+            goto out;
+        }
+        S.ep_tts = nm_ledger_endpoint(S.ledger, nm_brick_name(S.tts));
+        const size_t text_slot = 4 * (size_t)S.speech_max_chars + 1024; // (UTF-8: up to 4 bytes a character)
+        if ((st = nm_tabm_create(NULL, 4, text_slot, &S.tts_in, err, sizeof err)) != NM_OK ||
+            (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S.tts), &S.tts_out, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot create the speech engine's rings: %s: %s\n", nm_status_str(st), err);
+            goto out;
+        }
+        if (pthread_create(&S.tts_lane, NULL, tts_lane_main, &S) != 0) {
+            fprintf(stderr, "error: cannot start the speech engine's lane\n");
+            goto out;
+        }
+        S.tts_lane_started = true;
+    }
     pthread_mutex_init(&S.turn, NULL);
+    pthread_mutex_init(&S.tts_turn, NULL);
     pthread_mutex_init(&S.stt_turn, NULL);
     pthread_mutex_init(&S.lock, NULL);
     pthread_cond_init(&S.idle, NULL);
@@ -1417,6 +1620,11 @@ int cmd_serve(int argc, char **argv) {
 out:
     if (S.in) nm_tabm_shutdown(S.in);
     if (S.lane_started) pthread_join(S.lane, NULL);
+    if (S.tts_in) nm_tabm_shutdown(S.tts_in);
+    if (S.tts_lane_started) pthread_join(S.tts_lane, NULL);
+    nm_tabm_free(S.tts_in);
+    nm_tabm_free(S.tts_out);
+    nm_brick_free(S.tts);
     nm_tabm_free(S.in);
     nm_tabm_free(S.out);
     nm_tabm_free(S.stt_text);

@@ -439,6 +439,9 @@ NM_TEST(archs_equal_cpu_to_rounding) {
 // norm's x8 rounded before its factor, which the next matvecs apply); with
 // NM_OPENCL_X8_RES=0 the add and the norm have a launch of their own: the
 // same to 1e-3 of the largest logit, not bit for bit (the rounding differs).
+// Q/K/V's launch also turns Q and K and stores K and V in the cache
+// (mode 0 ropes, one token); with NM_OPENCL_X8_ROPE=0 the ropes and the store
+// have a launch of their own: the same operations, the same logits bit for bit.
 NM_TEST(q4_0_repacked_equals_plain) {
     char tok[1024], path[256];
     NM_NEED_MODEL(NM_SMOLLM2, tok);
@@ -473,27 +476,30 @@ NM_TEST(q4_0_repacked_equals_plain) {
     setenv("NM_OPENCL_X8_RES", "0", 1);
     nm_ctx *unfused = ctx_on(m, device(), -1, 64);
     unsetenv("NM_OPENCL_X8_RES");
+    setenv("NM_OPENCL_X8_ROPE", "0", 1);
+    nm_ctx *ropes = ctx_on(m, device(), -1, 64);
+    unsetenv("NM_OPENCL_X8_ROPE");
     setenv("NM_OPENCL_X8", "0", 1);
     nm_ctx *staged = ctx_on(m, device(), -1, 64);
     unsetenv("NM_OPENCL_X8");
     unsetenv("NM_OPENCL_Q8MV");
     if (old) setenv("NM_OPENCL_REPACK", saved, 1);
     else unsetenv("NM_OPENCL_REPACK");
-    NM_CHECK(plain && rep && rep8 && staged && unfused);
-    if (plain && rep && rep8 && staged && unfused) {
+    NM_CHECK(plain && rep && rep8 && staged && unfused && ropes);
+    if (plain && rep && rep8 && staged && unfused && ropes) {
         uint64_t w0, up0, w1, up1;
         nm_ctx_device_stats(plain, &w0, &up0);
         nm_ctx_device_stats(rep, &w1, &up1);
         fprintf(stderr, "  uploaded: plain %.1f MiB, repacked %.1f MiB\n", up0 / 1048576.0, up1 / 1048576.0);
         NM_CHECK(up1 > up0); // the repacked copies
         const int32_t nv = nm_model_n_vocab(m);
-        double maxd = 0, maxd8 = 0, maxdx = 0, maxdr = 0, maxl = 0;
+        double maxd = 0, maxd8 = 0, maxdx = 0, maxdr = 0, maxdo = 0, maxl = 0;
         int64_t nonfinite = 0;
         for (int32_t i = 0; i < 8; i++) { // decode: one token at a time (the matvec)
             const int32_t t = (i * 7919 + 13) % nv;
             NM_CHECK(nm_decode(plain, &t, 1, i, false) == NM_OK && nm_decode(rep, &t, 1, i, false) == NM_OK &&
                      nm_decode(rep8, &t, 1, i, false) == NM_OK && nm_decode(staged, &t, 1, i, false) == NM_OK &&
-                     nm_decode(unfused, &t, 1, i, false) == NM_OK);
+                     nm_decode(unfused, &t, 1, i, false) == NM_OK && nm_decode(ropes, &t, 1, i, false) == NM_OK);
             for (int32_t v = 0; v < nv; v++) {
                 const double a = nm_get_logits(plain, -1)[v], b = nm_get_logits(rep, -1)[v];
                 const double c = nm_get_logits(rep8, -1)[v], e = nm_get_logits(staged, -1)[v];
@@ -504,17 +510,20 @@ NM_TEST(q4_0_repacked_equals_plain) {
                 maxd8 = nm_maxdiff(maxd8, a, c);
                 maxdx = nm_maxdiff(maxdx, e, u);
                 maxdr = nm_maxdiff(maxdr, u, c);
+                maxdo = nm_maxdiff(maxdo, nm_get_logits(ropes, -1)[v], c);
                 maxl = fmax(maxl, fabs(a));
             }
         }
         NM_CHECK(nonfinite == 0);
         fprintf(stderr, "  q4_0 plain vs repacked: max |logit diff| %.2e, with 8-bit activations %.2e (logits up to %.1f); "
-                "x8 path vs rounding in each matvec %.2e; add and norm in the matvec vs a launch of their own %.2e\n",
-                maxd, maxd8, maxl, maxdx, maxdr);
+                "x8 path vs rounding in each matvec %.2e; add and norm in the matvec vs a launch of their own %.2e; "
+                "ropes and KV store in the Q/K/V launch vs their own %.2e\n",
+                maxd, maxd8, maxl, maxdx, maxdr, maxdo);
         NM_CHECK(maxd < 1e-4 * (maxl > 1 ? maxl : 1));
         NM_CHECK(maxd8 > maxd && maxd8 < 3e-2 * (maxl > 1 ? maxl : 1)); // it did round x, and not wildly
         NM_CHECK(maxdx < 1e-3 * (maxl > 1 ? maxl : 1));
         NM_CHECK(maxdr > 0.0 && maxdr < 1e-3 * (maxl > 1 ? maxl : 1)); // it ran (another rounding), and agrees
+        NM_CHECK(maxdo == 0.0);
         // That the x8 path ran shows where its sums go in another order than the
         // staged kernel's: PoCL (no warps: the GLU kernel adds its 32 partial
         // sums in a row). NVIDIA's warp sums pair them as the staged tree does,
@@ -526,6 +535,7 @@ NM_TEST(q4_0_repacked_equals_plain) {
     nm_ctx_free(rep8);
     nm_ctx_free(staged);
     nm_ctx_free(unfused);
+    nm_ctx_free(ropes);
     nm_model_free(m);
 }
 

@@ -494,6 +494,12 @@ static int check_x8(const float *v, const uint8_t *x8, int K) {
     return bad;
 }
 
+// mvq_q4_0's rope arguments when it has none (any buffer where one is due).
+static void kc_no_rope(kcall *c, const dbuf *any) {
+    kc_int(c, 0), kc_buf(c, any), kc_int(c, 0), kc_int(c, 0), kc_float(c, 0.0f), kc_float(c, 0.0f);
+    kc_buf(c, any), kc_buf(c, any);
+}
+
 // A buffer of n_part pieces of a sum of squares (n_part > 0; else 1 unused
 // float) and the norm factor 1 / sqrt(sum / K + eps) they give.
 static dbuf norm_parts(int n_part, int K, float eps, double *factor) {
@@ -534,6 +540,7 @@ static void check_mvq(int *nmtest_failed, int K, const int *Ns, int n_mat, size_
     for (int m = 0; m < 3; m++) kc_buf(&c, &by[m < n_mat ? m : 0]);
     kc_int(&c, K);
     kc_arg(&c, sizeof(cl_mem), &bp.m), kc_int(&c, n_part), kc_float(&c, 1e-5f);
+    kc_no_rope(&c, &bp);
     size_t g = groups * lws;
     const int rc = kc_run(&c, 1, &g, &lws);
     NM_CHECK(rc == 0);
@@ -644,6 +651,7 @@ static void check_mvq_res(int *nmtest_failed, int K, int N, int has_w, size_t lw
     kc_int(&c2, N2), kc_int(&c2, 0), kc_int(&c2, 0), kc_buf(&c2, &bo);
     kc_buf(&c2, &by2), kc_buf(&c2, &by2), kc_buf(&c2, &by2), kc_int(&c2, N);
     kc_arg(&c2, sizeof(cl_mem), &bp.m), kc_int(&c2, n_part), kc_float(&c2, eps);
+    kc_no_rope(&c2, &bp);
     size_t lws2 = 128, g2 = (size_t)(N2 + 1) / 2 * lws2;
     if (rc == 0) rc = kc_run(&c2, 1, &g2, &lws2);
     NM_CHECK(rc == 0);
@@ -821,6 +829,76 @@ static void rope_ref(const float *x, double *ref, int n_tok, int nh, int hd, con
                 ref[o + a] = x[o + a] * c - x[o + b] * s;
                 ref[o + b] = x[o + a] * s + x[o + b] * c;
             }
+    }
+}
+
+// mvq_q4_0 with rope = 1: one token's Q (4 heads), K and V (2 heads each) of
+// one x8 input in one launch, Q's and K's pairs turned as rope_ref turns the
+// f64 products (within 1e-5 of the largest), K and V at row Pos[0] of the
+// caches as the f16 rounding of what the kernel wrote to Y1 and Y2 (every
+// other cache byte untouched); all of head_dim turned and only its first half.
+NM_TEST(mvq_with_rope_and_kv_store) {
+    CL_READY();
+    const int K = 256, hd = 64, nq = 4, nkv = 2, pos = 37, n_ctx = 48, Ns[3] = {nq * hd, nkv * hd, nkv * hd};
+    for (int n_rot = hd; n_rot >= hd / 2; n_rot /= 2) {
+        float *x = malloc(sizeof(float) * K), *xr = malloc(sizeof(float) * K), *deq[3];
+        fill(x, (size_t)K, 1.0f);
+        uint8_t *x8 = make_x8(x, K, xr), *w[3], *r[3];
+        dbuf bq = dbuf_new(x8, (size_t)K + (size_t)K / 32 * 8, 64), bw[3], by[3];
+        for (int m = 0; m < 3; m++) {
+            w[m] = make_weights(NM_TYPE_Q4_0, K, Ns[m], &deq[m]), r[m] = repack_q4_0(w[m], K, Ns[m]);
+            bw[m] = dbuf_new(r[m], (size_t)K / 32 * 18 * Ns[m], 0), by[m] = dbuf_new(NULL, sizeof(float) * Ns[m], 4 * m);
+        }
+        const size_t cache = (size_t)n_ctx * nkv * hd;
+        uint16_t *ones = malloc(2 * cache);
+        memset(ones, 0xff, 2 * cache);
+        dbuf bk = dbuf_new(ones, 2 * cache, 0), bv = dbuf_new(ones, 2 * cache, 0), bpos = dbuf_new(&pos, 4, 8);
+        kcall c = kc_begin("mvq_q4_0");
+        for (int m = 0; m < 3; m++) kc_arg(&c, sizeof(cl_mem), &bw[m].m);
+        for (int m = 0; m < 3; m++) kc_int(&c, Ns[m]);
+        kc_buf(&c, &bq);
+        for (int m = 0; m < 3; m++) kc_buf(&c, &by[m]);
+        kc_int(&c, K), kc_arg(&c, sizeof(cl_mem), &bq.m), kc_int(&c, 0), kc_float(&c, 0.0f);
+        kc_int(&c, 1), kc_buf(&c, &bpos), kc_int(&c, hd), kc_int(&c, n_rot), kc_float(&c, 10000.0f), kc_float(&c, 1.0f);
+        kc_buf(&c, &bk), kc_buf(&c, &bv);
+        size_t lws = 128, g = (size_t)(Ns[0] + Ns[1] + Ns[2]) / 2 * lws;
+        const int rc = kc_run(&c, 1, &g, &lws);
+        NM_CHECK(rc == 0);
+        if (rc == 0) {
+            float *y[3];
+            uint16_t *kc = malloc(2 * cache), *vc = malloc(2 * cache);
+            for (int m = 0; m < 3; m++) {
+                y[m] = malloc(sizeof(float) * Ns[m]);
+                NM_CHECK(dbuf_read(&by[m], y[m]) == 0);
+                float *prod = malloc(sizeof(float) * Ns[m]);
+                double *ref = malloc(sizeof(double) * Ns[m]);
+                for (int n = 0; n < Ns[m]; n++) {
+                    double t = 0;
+                    for (int k = 0; k < K; k++) t += (double)deq[m][(size_t)n * K + k] * xr[k];
+                    prod[n] = (float)t;
+                }
+                if (m < 2) rope_ref(prod, ref, 1, Ns[m] / hd, hd, &pos, 0, n_rot, 10000.0f, 1.0f);
+                else
+                    for (int n = 0; n < Ns[m]; n++) ref[n] = prod[n];
+                CHECK_REL(y[m], ref, (size_t)Ns[m], 1e-5, "mvq_q4_0 with rope, matrix %d, n_rot %d", m, n_rot);
+                free(prod), free(ref);
+            }
+            NM_CHECK(dbuf_read(&bk, kc) == 0 && dbuf_read(&bv, vc) == 0);
+            int bad = 0;
+            for (size_t i = 0; i < cache; i++) {
+                const bool row = i / (size_t)(nkv * hd) == (size_t)pos;
+                const size_t e = i % (size_t)(nkv * hd);
+                bad += kc[i] != (row ? nm_fp32_to_fp16(y[1][e]) : 0xffff);
+                bad += vc[i] != (row ? nm_fp32_to_fp16(y[2][e]) : 0xffff);
+            }
+            if (bad) fprintf(stderr, "  mvq_q4_0 with rope, n_rot %d: %d cache values off\n", n_rot, bad);
+            NM_CHECK(bad == 0);
+            for (int m = 0; m < 3; m++) free(y[m]);
+            free(kc), free(vc);
+        }
+        for (int m = 0; m < 3; m++) dbuf_free(&bw[m]), dbuf_free(&by[m]), free(w[m]), free(r[m]), free(deq[m]);
+        dbuf_free(&bq), dbuf_free(&bk), dbuf_free(&bv), dbuf_free(&bpos);
+        free(x), free(xr), free(x8), free(ones);
     }
 }
 

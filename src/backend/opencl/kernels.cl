@@ -581,6 +581,19 @@ NM_INLINE void q8_store(const float4 *v, __global uchar *Q8, ulong q8_off, int K
     ((__global float2 *)(Q8 + q8_off + (ulong)K))[b] = (float2)(dx, (float)sx);
 }
 
+// Rope's turn (see "rope" below): cos and sin of pair i's angle at position pos.
+NM_INLINE float2 rope_cs(int pos, int i, int n_rot, float freq_base, float freq_scale) {
+    const float p = (float)pos * freq_scale;
+    const float ex = -2.0f * (float)i / (float)n_rot;
+#ifdef NM_HAVE_FP64
+    const float theta = p * (float)pow((double)freq_base, (double)ex);
+    return (float2)((float)cos((double)theta), (float)sin((double)theta));
+#else
+    const float theta = p * pow(freq_base, ex);
+    return (float2)(cos(theta), sin(theta));
+#endif
+}
+
 // An RMS norm's factor 1 / sqrt(sum / d + eps), the sum being that of every
 // item's pv (each work-group sums the same pieces in the same order: the same
 // factor everywhere). Barriers inside: call from all items; red: __local
@@ -620,10 +633,18 @@ NM_INLINE float warp_sum(float v) {
 // With n_part > 0 the input is the x8 of an RMS norm's x w without its
 // 1 / sqrt(mean(x^2) + eps) (mvq_res_q4_0 wrote it, and sum x^2 in n_part
 // pieces to Part): the sums are multiplied by that factor (norm_scale).
+// With rope = 1 the three matrices are one token's Q, K and V: Q's and K's
+// pairs (2i, 2i + 1) of each head of head_dim (rope mode 0: a work-group's two
+// rows are a pair) are turned as `rope` turns them at position Pos[0], and K
+// and V go on to row Pos[0] of the caches Kc and Vc too (N1 = N2 halves a row,
+// rounded to nearest even as kv_store does): the ropes and the KV store cost
+// no launch of their own.
 __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __global const uchar *W2, int N0, int N1,
                        int N2, __global const uchar *Q8, ulong q8_off, __global uchar *Y0, ulong y0_off,
                        __global uchar *Y1, ulong y1_off, __global uchar *Y2, ulong y2_off, int K,
-                       __global const float *Part, int n_part, float eps) {
+                       __global const float *Part, int n_part, float eps, int rope, __global const uchar *Pos,
+                       ulong pos_off, int head_dim, int n_rot, float freq_base, float freq_scale, __global uchar *Kc,
+                       ulong kc_off, __global uchar *Vc, ulong vc_off) {
 #ifdef NM_DP4A_PTX
     __local float red[NM_MVQ_ROWS * NM_MVQ_LWS / 32];
 #else
@@ -634,11 +655,11 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
     float pv = 0.0f; // this item's pieces of sum x^2, loaded before the weights
     for (int i = lid; i < n_part; i += lws) pv += Part[i];
     const int g0 = (N0 + NM_MVQ_ROWS - 1) / NM_MVQ_ROWS, g1 = (N1 + NM_MVQ_ROWS - 1) / NM_MVQ_ROWS;
-    int g = get_group_id(0), N = N0;
+    int g = get_group_id(0), N = N0, m = 0;
     __global const uchar *W = W0;
     __global uchar *Y = Y0 + y0_off;
-    if (g >= g0 + g1) g -= g0 + g1, N = N2, W = W2, Y = Y2 + y2_off;
-    else if (g >= g0) g -= g0, N = N1, W = W1, Y = Y1 + y1_off;
+    if (g >= g0 + g1) g -= g0 + g1, N = N2, W = W2, Y = Y2 + y2_off, m = 2;
+    else if (g >= g0) g -= g0, N = N1, W = W1, Y = Y1 + y1_off, m = 1;
     const int n0 = g * NM_MVQ_ROWS;
     __global const uint4 *qs = (__global const uint4 *)W;
     __global const half *ds = (__global const half *)(W + (ulong)N * nb * 16);
@@ -667,17 +688,15 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
         }
     }
     const float sc = n_part > 0 ? norm_scale(pv, nred, K, eps) : 1.0f;
+    float mine = 0.0f; // row n0 + lid's sum, lid < NM_MVQ_ROWS
 #ifdef NM_DP4A_PTX
     const int nw = lws >> 5;
     for (int r = 0; r < NM_MVQ_ROWS; r++) acc[r] = warp_sum(acc[r]);
     if ((lid & 31) == 0)
         for (int r = 0; r < NM_MVQ_ROWS; r++) red[r * nw + (lid >> 5)] = acc[r];
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < NM_MVQ_ROWS && n0 + lid < N) {
-        float s = 0.0f;
-        for (int i = 0; i < nw; i++) s += red[lid * nw + i];
-        ((__global float *)Y)[n0 + lid] = s * sc;
-    }
+    if (lid < NM_MVQ_ROWS)
+        for (int i = 0; i < nw; i++) mine += red[lid * nw + i];
 #else
     for (int r = 0; r < NM_MVQ_ROWS; r++) red[r * lws + lid] = acc[r];
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -686,8 +705,23 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
             for (int r = 0; r < NM_MVQ_ROWS; r++) red[r * lws + lid] += red[r * lws + lid + st];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (lid < NM_MVQ_ROWS && n0 + lid < N) ((__global float *)Y)[n0 + lid] = red[lid * lws] * sc;
+    if (lid < NM_MVQ_ROWS) mine = red[lid * lws];
 #endif
+    mine *= sc;
+    if (rope) { // the pair's other row (NM_MVQ_ROWS = 2: the group's rows are a pair)
+        if (lid < NM_MVQ_ROWS) nred[lid] = mine;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < NM_MVQ_ROWS && n0 + lid < N) {
+        const int r = n0 + lid, pos = rope ? ((__global const int *)(Pos + pos_off))[0] : 0, i = (r % head_dim) >> 1;
+        if (rope && m < 2 && i < n_rot / 2) {
+            const float2 cs = rope_cs(pos, i, n_rot, freq_base, freq_scale);
+            const float x0 = nred[0], x1 = nred[1];
+            mine = lid == 0 ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
+        }
+        ((__global float *)Y)[r] = mine;
+        if (rope && m > 0) vstore_half_rte(mine, (ulong)pos * N + r, (__global half *)(m == 1 ? Kc + kc_off : Vc + vc_off));
+    }
 }
 
 // y = W x (one repacked q4_0 matrix, x as x8) with the residual add and the
@@ -1056,18 +1090,6 @@ __kernel void layer_norm(__global const uchar *X, ulong x_off, __global const uc
 // practice). Elements >= n_rot are untouched. X2 = [n_tok, n_head2,
 // head_dim] is rotated the same way in the same launch (n_head2 = 0: none).
 // Launch: 3-D, global = (round_up(n_rot/2, L), n_head + n_head2, n_tok), local any (NULL).
-// cos and sin of pair i's angle at position pos.
-NM_INLINE float2 rope_cs(int pos, int i, int n_rot, float freq_base, float freq_scale) {
-    const float p = (float)pos * freq_scale;
-    const float ex = -2.0f * (float)i / (float)n_rot;
-#ifdef NM_HAVE_FP64
-    const float theta = p * (float)pow((double)freq_base, (double)ex);
-    return (float2)((float)cos((double)theta), (float)sin((double)theta));
-#else
-    const float theta = p * pow(freq_base, ex);
-    return (float2)(cos(theta), sin(theta));
-#endif
-}
 
 __kernel void rope(__global uchar *X, ulong x_off, __global const uchar *Pos, ulong pos_off, int n_head, int head_dim,
                    int n_rot, int mode, float freq_base, float freq_scale, __global uchar *X2, ulong x2_off,

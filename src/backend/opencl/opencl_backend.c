@@ -119,6 +119,7 @@ typedef struct nm_ocl {
     size_t x8_slot;
     cl_mem x8_part; // x8_slot / 32 floats: mvq_res_q4_0's pieces of an RMS norm's sum of squares
     bool x8_res;    // mvq_res_q4_0: the residual add and the norm in the matvec before them (NM_OPENCL_X8_RES=0: off)
+    bool x8_rope;   // Q's and K's ropes and the KV store in the Q/K/V launch (NM_OPENCL_X8_ROPE=0: off)
     size_t mvs_lws; // its work-group size (256, 512 or 1024)
     int attn_split;       // attention_dec's work-groups a head (0: from the compute units and the heads;
                           // NM_OPENCL_ATTN_SPLIT=N: N)
@@ -1076,8 +1077,11 @@ typedef struct x8_src {
     float eps;
 } x8_src;
 
-// n (1..3) matvecs of the input in, one launch.
-static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk, int n, x8_src in) {
+// n (1..3) matvecs of the input in, one launch. With rope (NULL: none): ops
+// are Q, K and V and rope[0..2] their ropes and KV store (rope_fusable), done
+// in the same launch.
+static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk, int n, x8_src in,
+                        const nm_op *rope) {
     cl_mem wm[3], ym[3];
     cl_ulong yo[3];
     cl_int N[3];
@@ -1093,11 +1097,19 @@ static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk,
     const cl_int K = (cl_int)pk[0]->K;
     const cl_ulong q8_off = (cl_ulong)in.slot * o->x8_slot;
     const cl_mem part = in.n_part > 0 ? o->x8_part : o->dummy;
-    const karg args[] = {A(wm[0]), A(wm[1]), A(wm[2]), A(N[0]), A(N[1]), A(N[2]),  A(o->x8),    A(q8_off), A(ym[0]),
-                         A(yo[0]), A(ym[1]), A(yo[1]), A(ym[2]), A(yo[2]), A(K), A(part), A(in.n_part), A(in.eps)};
+    const nm_op *op = rope ? &rope[2] : &ops[0]; // (for RESOLVE's message)
+    RESOLVE(pos, rope ? rope[0].ids : NULL);
+    RESOLVE(kc, rope ? &rope[2].kv->k : NULL);
+    RESOLVE(vc, rope ? &rope[2].kv->v : NULL);
+    const cl_int has_rope = rope != NULL, hd = rope ? rope[0].i1 : 0, n_rot = rope ? rope[0].i3 : 0;
+    const float base = rope ? rope[0].f0 : 0.0f, fscale = rope ? rope[0].f1 : 0.0f;
+    const karg args[] = {A(wm[0]),    A(wm[1]),  A(wm[2]), A(N[0]),   A(N[1]),   A(N[2]),   A(o->x8),  A(q8_off),
+                         A(ym[0]),    A(yo[0]),  A(ym[1]), A(yo[1]),  A(ym[2]),  A(yo[2]),  A(K),      A(part),
+                         A(in.n_part), A(in.eps), A(has_rope), A(pos.m), A(pos.off), A(hd),   A(n_rot),  A(base),
+                         A(fscale),   A(kc.m),   A(kc.off), A(vc.m),   A(vc.off)};
     const size_t local = NM_CL_MVQ_LWS, global = groups * local;
     prof_weights(o, pk, n);
-    return launch(o, o->k_mvq, "matvec_x8", 1, &global, &local, args, 18);
+    return launch(o, o->k_mvq, rope ? "matvec_x8_rope_kv" : "matvec_x8", 1, &global, &local, args, 29);
 }
 
 // Gate (ops[0]) and up (ops[1]) of the input in with the GLU (ops[2]): h to
@@ -1199,6 +1211,20 @@ static nm_status op_mvq_res(nm_ocl *o, const nm_op *ops, const cl_packed *pk, x8
     return launch(o, o->k_mvq_res, "matvec_x8_res", 1, &global, &local, args, 17);
 }
 
+// Q, K and V at ops[i..i+2] (one launch of 3 matvecs), then the ropes of Q
+// and K in place (mode 0: the pairs are neighbouring rows) and the KV store of
+// that K and that V, for one token: all in the matvecs' launch.
+static bool rope_fusable(const nm_ocl *o, const nm_op *ops, int i, int n_ops, const cl_packed *const *pk) {
+    if (!o->x8_rope || i + 5 >= n_ops) return false;
+    const nm_op *rq = &ops[i + 3], *rk = &ops[i + 4], *st = &ops[i + 5];
+    return rope_pairs(rq, rk) && rope_kv_joins(rq, rk, st) && rq->i2 == 0 && rq->src0->ne[1] == 1 &&
+           rq->i3 <= rq->i1 && rq->dst == rq->src0 && rk->dst == rk->src0 && same_tensor(rq->src0, ops[i].dst) &&
+           same_tensor(rk->src0, ops[i + 1].dst) && same_tensor(st->src1, ops[i + 2].dst) && rk->i1 == rq->i1 &&
+           pk[0]->N == rq->src0->ne[0] && pk[1]->N == st->src0->ne[0] && pk[2]->N == st->src1->ne[0] &&
+           st->kv && st->kv->k.type == NM_TYPE_F16 && st->kv->v.type == NM_TYPE_F16 &&
+           ocl_supports_op(o->self, rq) && ocl_supports_op(o->self, rk) && ocl_supports_op(o->self, st);
+}
+
 static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
     nm_ocl *o = b->impl;
     int x8_at = -1; // the op at x8_at reads x8_of from the x8 input cur
@@ -1223,8 +1249,9 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
             i += 2;
         } else if (x8_in) {
             const int n = mvq_join(o, ops, i, n_ops, x8_of, pk);
-            st = op_mvq(o, &ops[i], pk, n, cur);
-            i += n - 1;
+            const bool rope = n == 3 && rope_fusable(o, ops, i, n_ops, pk);
+            st = op_mvq(o, &ops[i], pk, n, cur, rope ? &ops[i + 3] : NULL); // with Q's and K's ropes and the KV store
+            i += n - 1 + (rope ? 3 : 0);
         } else if (i + 2 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && rope_kv_joins(&ops[i], &ops[i + 1], &ops[i + 2]) &&
                    ocl_supports_op(b, &ops[i + 1]) && ocl_supports_op(b, &ops[i + 2])) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;
@@ -1412,6 +1439,7 @@ static nm_status fit_work_groups(nm_ocl *o) {
     o->mvs_lws = 1024; // the largest of 1024, 512, 256 the kernel and the device allow
     while (o->mvs_lws > 256 && (o->mvs_lws > kernel_wg(o, o->k_mvq_res) || o->mvs_lws > o->max_wg)) o->mvs_lws /= 2;
     o->x8_res = o->x8_ok && kernel_wg(o, o->k_mvq_res) >= o->mvs_lws && o->max_wg >= o->mvs_lws;
+    o->x8_rope = o->x8_ok;
     if (o->k_attention_dec && (kernel_wg(o, o->k_attention_dec) < 256 || o->max_wg < 256)) {
         o->api.clReleaseKernel(o->k_attention_dec);
         o->k_attention_dec = NULL;
@@ -1525,6 +1553,8 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
     if (x8 && !strcmp(x8, "0")) o->x8_ok = false;
     const char *xr = getenv("NM_OPENCL_X8_RES"); // 0: the residual add and the norm in a launch of their own
     if (xr && !strcmp(xr, "0")) o->x8_res = false;
+    const char *xo = getenv("NM_OPENCL_X8_ROPE"); // 0: the ropes and the KV store in a launch of their own
+    if (xo && !strcmp(xo, "0")) o->x8_rope = false;
     const char *ad = getenv("NM_OPENCL_ATTN_DEC"); // 0: the general attention kernel for decode too
     o->attn_dec = !(ad && !strcmp(ad, "0"));
     const char *as = getenv("NM_OPENCL_ATTN_SPLIT"); // N: attention_dec's work-groups a head (1: no split)

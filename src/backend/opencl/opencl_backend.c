@@ -1221,7 +1221,6 @@ static bool rope_fusable(const nm_ocl *o, const nm_op *ops, int i, int n_ops, co
            rq->i3 <= rq->i1 && rq->dst == rq->src0 && rk->dst == rk->src0 && same_tensor(rq->src0, ops[i].dst) &&
            same_tensor(rk->src0, ops[i + 1].dst) && same_tensor(st->src1, ops[i + 2].dst) && rk->i1 == rq->i1 &&
            pk[0]->N == rq->src0->ne[0] && pk[1]->N == st->src0->ne[0] && pk[2]->N == st->src1->ne[0] &&
-           st->kv && st->kv->k.type == NM_TYPE_F16 && st->kv->v.type == NM_TYPE_F16 &&
            ocl_supports_op(o->self, rq) && ocl_supports_op(o->self, rk) && ocl_supports_op(o->self, st);
 }
 
@@ -1242,16 +1241,18 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
             st = op_mvq_glu(o, &ops[i], pk, cur); // gate, up, GLU; h's x8 for the down projection
             x8_at = i + 3, cur = (x8_src){1 - cur.slot, 0, 0.0f}, x8_of = ops[i + 2].dst;
             i += 2;
-        } else if (x8_in && mvq_join(o, ops, i, n_ops, x8_of, pk) == 1 && res_fusable(o, ops, i, n_ops, pk[0], cur)) {
-            st = op_mvq_res(o, &ops[i], pk[0], cur); // the matvec, the residual add, the norm but its factor
-            x8_at = i + 3, x8_of = ops[i + 2].dst;
-            cur = (x8_src){1 - cur.slot, (cl_int)(pk[0]->N / NM_CL_MVS_ROWS), ops[i + 2].f0};
-            i += 2;
         } else if (x8_in) {
             const int n = mvq_join(o, ops, i, n_ops, x8_of, pk);
-            const bool rope = n == 3 && rope_fusable(o, ops, i, n_ops, pk);
-            st = op_mvq(o, &ops[i], pk, n, cur, rope ? &ops[i + 3] : NULL); // with Q's and K's ropes and the KV store
-            i += n - 1 + (rope ? 3 : 0);
+            if (n == 1 && res_fusable(o, ops, i, n_ops, pk[0], cur)) {
+                st = op_mvq_res(o, &ops[i], pk[0], cur); // the matvec, the residual add, the norm but its factor
+                x8_at = i + 3, x8_of = ops[i + 2].dst;
+                cur = (x8_src){1 - cur.slot, (cl_int)(pk[0]->N / NM_CL_MVS_ROWS), ops[i + 2].f0};
+                i += 2;
+            } else {
+                const bool rope = n == 3 && rope_fusable(o, ops, i, n_ops, pk);
+                st = op_mvq(o, &ops[i], pk, n, cur, rope ? &ops[i + 3] : NULL); // with Q's and K's ropes, the KV store
+                i += n - 1 + (rope ? 3 : 0);
+            }
         } else if (i + 2 < n_ops && rope_pairs(&ops[i], &ops[i + 1]) && rope_kv_joins(&ops[i], &ops[i + 1], &ops[i + 2]) &&
                    ocl_supports_op(b, &ops[i + 1]) && ocl_supports_op(b, &ops[i + 2])) {
             if (o->prof) o->prof->cur_type = NM_TYPE_COUNT, o->prof->cur_bytes = 0;

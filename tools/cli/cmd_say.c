@@ -81,21 +81,6 @@ static char *read_stream(FILE *f) {
     return buf;
 }
 
-typedef struct lane {
-    nm_brick *tts;
-    nm_tabm *in, *ring;
-    nm_status st;
-} lane;
-
-static void *lane_main(void *arg) {
-    lane *L = arg;
-    L->st = nm_brick_step(L->tts, L->in, L->ring); // the one request
-    // On an error the request's last slot (if one could be written) is
-    // flagged; shutting the ring down also wakes the reader if none could.
-    if (L->st != NM_OK) nm_tabm_shutdown(L->ring);
-    return NULL;
-}
-
 static void put_u32le(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
 }
@@ -244,9 +229,9 @@ int cmd_say(int argc, char **argv) {
         goto done;
     }
 
-    lane L = {.tts = brick, .in = in, .ring = ring, .st = NM_OK};
+    cli_step L = {.b = brick, .in = in, .out = ring, .st = NM_OK}; // the one request
     pthread_t th;
-    if (pthread_create(&th, NULL, lane_main, &L) != 0) {
+    if (pthread_create(&th, NULL, cli_step_main, &L) != 0) {
         fprintf(stderr, "error: cannot start the TTS brick's thread\n");
         goto done;
     }

@@ -22,70 +22,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include <civetweb.h>
-#include <cjson/cJSON.h>
-
-#include "cli.h"
-
-#define MAX_KEYS 16
-
-typedef struct server {
-    cli_opts o;
-    const char *host, *alias;
-    cJSON *alias_json;
-    char *alias_text; // the alias as a JSON string (quoted, escaped): the streamed chunks' "model"
-    int32_t port, queue_max, timeout_s;
-    int64_t body_max;
-    char *keys[MAX_KEYS];
-    int n_keys;
-    nm_model *m;
-    nm_brick *llm;
-    nm_tabm *in, *out;
-    // speech to text (--stt): one transcription at a time, on the brick's own thread pool; its
-    // segments come through stt_text
-    const char *stt_path, *stt_alias;
-    nm_brick *stt;
-    nm_brick_params stt_params;
-    nm_stt_model_info stt_info;
-    nm_tabm *stt_text;
-    int ep_stt;
-    int32_t audio_max_s;
-    pthread_mutex_t stt_turn;
-    int stt_waiting, stt_busy;
-    uint64_t n_audio_requests;
-    double audio_seconds, stt_wall;
-    // text to speech (--tts): the brick on its lane, one synthesis at a time
-    const char *tts_engine;
-    nm_brick *tts;
-    nm_tabm *tts_in, *tts_out;
-    int ep_tts;
-    int32_t speech_max_chars;
-    pthread_t tts_lane;
-    bool tts_lane_started;
-    pthread_mutex_t tts_turn;
-    int tts_waiting, tts_busy;
-    uint64_t n_speech_requests;
-    double speech_seconds;
-    nm_ledger *ledger; // bytes copied between the server and the brick (/metrics): the parameters' JSON into
-                       // the decoder's slot; the prompt is tokenized into it (nothing copied)
-    int ep_server, ep_llm;
-    pthread_t lane;
-    bool lane_started;
-    time_t created;
-    // one sequence at a time: the turn's lock, and how many wait for it
-    pthread_mutex_t turn, lock;
-    int waiting, busy;
-    int active;    // requests being handled
-    pthread_cond_t idle; // active dropped to 0
-    bool stopping; // SIGTERM: new requests get 503, those in flight finish
-    uint64_t next_id;
-    // counters for /metrics
-    uint64_t n_requests, n_errors, n_prompt_tokens, n_gen_tokens, n_rejected;
-    // energy (modelled, docs/power.md): the process's CPU time since t0 at the unit profile's watts, and the
-    // decoder's DRAM traffic as its estimate has it for each request
-    cli_energy energy;
-    double t0, cpu0, dram;
-} server;
+#include "serve.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -119,15 +56,9 @@ static void *lane_main(void *arg) {
     return NULL;
 }
 
-static void *tts_lane_main(void *arg) {
-    server *S = arg;
-    (void)nm_brick_run(S->tts, S->tts_in, S->tts_out);
-    return NULL;
-}
-
 // ---- replies ----------------------------------------------------------------------------
 
-static int send_json_text(struct mg_connection *c, int code, const char *body) {
+int send_json_text(struct mg_connection *c, int code, const char *body) {
     const size_t n = strlen(body);
     mg_printf(c,
               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
@@ -137,7 +68,7 @@ static int send_json_text(struct mg_connection *c, int code, const char *body) {
     return code;
 }
 
-static int send_json(struct mg_connection *c, int code, cJSON *root) {
+int send_json(struct mg_connection *c, int code, cJSON *root) {
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     const int r = send_json_text(c, text ? code : 500, text ? text : "{}");
@@ -146,9 +77,7 @@ static int send_json(struct mg_connection *c, int code, cJSON *root) {
 }
 
 // An OpenAI-style error: {"error": {"message", "type", "param", "code"}}.
-static int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...) {
+int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -169,6 +98,28 @@ static int send_error(server *S, struct mg_connection *c, int code, const char *
 
 // ---- requests ---------------------------------------------------------------------------
 
+bool serve_turn_take(server *S, serve_turn *t) {
+    pthread_mutex_lock(&S->lock);
+    const bool room = t->waiting + t->busy < S->queue_max + 1;
+    if (room) t->waiting++;
+    else S->n_rejected++;
+    pthread_mutex_unlock(&S->lock);
+    if (!room) return false;
+    pthread_mutex_lock(&t->m);
+    pthread_mutex_lock(&S->lock);
+    t->waiting--;
+    t->busy = 1;
+    pthread_mutex_unlock(&S->lock);
+    return true;
+}
+
+void serve_turn_give(server *S, serve_turn *t) {
+    pthread_mutex_lock(&S->lock);
+    t->busy = 0;
+    pthread_mutex_unlock(&S->lock);
+    pthread_mutex_unlock(&t->m);
+}
+
 static bool authorized(const server *S, struct mg_connection *c) {
     if (S->n_keys == 0) return true;
     const char *h = mg_get_header(c, "Authorization");
@@ -178,8 +129,7 @@ static bool authorized(const server *S, struct mg_connection *c) {
     return false;
 }
 
-// The body, NUL-terminated (malloc'd), or NULL with the error sent (*code).
-static char *read_body(server *S, struct mg_connection *c, int *code) {
+char *read_body(server *S, struct mg_connection *c, int *code) {
     const struct mg_request_info *ri = mg_get_request_info(c);
     if (ri->content_length > S->body_max) {
         *code = send_error(S, c, 413, NULL, "the body is %lld bytes; the limit is %lld (--max-body)",
@@ -672,21 +622,12 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
         cJSON_Delete(params);
         return code;
     }
-    // the decoder's turn: wait, or 429 when --queue requests already wait behind the one it decodes
-    pthread_mutex_lock(&S->lock);
-    const bool room = S->waiting + S->busy < S->queue_max + 1;
-    if (room) S->waiting++;
-    else S->n_rejected++;
-    pthread_mutex_unlock(&S->lock);
-    if (!room) {
+    if (!serve_turn_take(S, &S->turn)) { // the decoder's turn
         free(prompt);
         cJSON_Delete(params);
         return send_error(S, c, 429, NULL, "%d requests already wait for the decoder (--queue)", S->queue_max);
     }
-    pthread_mutex_lock(&S->turn);
     pthread_mutex_lock(&S->lock);
-    S->waiting--;
-    S->busy = 1;
     g.id = ++S->next_id;
     S->n_requests++;
     pthread_mutex_unlock(&S->lock);
@@ -695,7 +636,6 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     if (!ok) code = send_error(S, c, 500, NULL, "out of memory");
     ok = ok && decode(&g, params, prompt, true, &code); // (BOS as the model asks: add_special)
     pthread_mutex_lock(&S->lock);
-    S->busy = 0;
     S->n_prompt_tokens += (uint64_t)g.n_prompt;
     S->n_gen_tokens += (uint64_t)g.n_tokens;
     pthread_mutex_unlock(&S->lock);
@@ -705,7 +645,7 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
         S->dram += cost.weight_bytes_read + cost.act_bytes;
         pthread_mutex_unlock(&S->lock);
     }
-    pthread_mutex_unlock(&S->turn);
+    serve_turn_give(S, &S->turn);
     free(prompt);
     free(g.ev);
     cJSON_Delete(params);
@@ -745,515 +685,6 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     add_usage(&g, r);
     free(g.text);
     return send_json(c, 200, r);
-}
-
-// ---- speech to text -------------------------------------------------------------------------
-
-// A multipart body's fields as mg_handle_form_request hands them over: the
-// audio file, and the small text fields (a field of a name not here is skipped).
-enum { F_MODEL, F_LANGUAGE, F_PROMPT, F_TEMPERATURE, F_FORMAT, F_GRAN, F_COUNT };
-static const char *const form_names[F_COUNT] = {"model", "language", "prompt", "temperature", "response_format",
-                                                "timestamp_granularities[]"};
-#define FORM_FIELD_MAX 8192 // a text field's bytes
-
-typedef struct form {
-    const server *S;
-    char *file;
-    size_t n_file, cap_file;
-    bool has_file;
-    char *field[F_COUNT];
-    size_t n_field[F_COUNT];
-    int cur;               // the field being read: F_*, F_FILE (civetweb names a field in its first
-                           // chunk only: the key of the chunks after it is empty)
-    bool too_big;          // the body went past --max-body
-    const char *too_long;  // a text field past FORM_FIELD_MAX
-} form;
-#define F_FILE F_COUNT
-
-static int form_index(const char *key) {
-    for (int i = 0; i < F_COUNT; i++)
-        if (!strcmp(key, form_names[i])) return i;
-    return -1;
-}
-
-static int form_found(const char *key, const char *filename, char *path, size_t pathlen, void *user) {
-    (void)filename, (void)path, (void)pathlen;
-    form *f = user;
-    if (!strcmp(key, "file")) {
-        f->has_file = true;
-        f->cur = F_FILE;
-        return MG_FORM_FIELD_STORAGE_GET;
-    }
-    const int i = form_index(key);
-    f->cur = i;
-    if (i < 0) return MG_FORM_FIELD_STORAGE_SKIP;
-    if (i == F_GRAN && f->n_field[i] > 0) { // repeated: the values ','-separated
-        char *b = realloc(f->field[i], f->n_field[i] + 2);
-        if (!b) return MG_FORM_FIELD_STORAGE_ABORT;
-        f->field[i] = b;
-        b[f->n_field[i]++] = ',';
-        b[f->n_field[i]] = '\0';
-    }
-    return MG_FORM_FIELD_STORAGE_GET;
-}
-
-static bool form_append(char **buf, size_t *n, size_t *cap, const char *v, size_t len) {
-    if (*n + len + 1 > *cap) {
-        size_t c = *cap ? *cap : 65536;
-        while (c < *n + len + 1) c *= 2;
-        char *b = realloc(*buf, c);
-        if (!b) return false;
-        *buf = b, *cap = c;
-    }
-    memcpy(*buf + *n, v, len);
-    *n += len;
-    (*buf)[*n] = '\0';
-    return true;
-}
-
-static int form_get(const char *key, const char *value, size_t len, void *user) {
-    (void)key; // (see cur)
-    form *f = user;
-    size_t total = f->n_file + len;
-    for (int i = 0; i < F_COUNT; i++) total += f->n_field[i];
-    if ((int64_t)total > f->S->body_max) {
-        f->too_big = true;
-        return MG_FORM_FIELD_HANDLE_ABORT;
-    }
-    if (f->cur == F_FILE) {
-        if (!form_append(&f->file, &f->n_file, &f->cap_file, value, len)) return MG_FORM_FIELD_HANDLE_ABORT;
-        return MG_FORM_FIELD_HANDLE_GET;
-    }
-    const int i = f->cur;
-    if (i < 0) return MG_FORM_FIELD_HANDLE_GET;
-    if (f->n_field[i] + len > FORM_FIELD_MAX) {
-        f->too_long = form_names[i];
-        return MG_FORM_FIELD_HANDLE_ABORT;
-    }
-    size_t cap = f->field[i] ? f->n_field[i] + 1 : 0;
-    if (!form_append(&f->field[i], &f->n_field[i], &cap, value, len)) return MG_FORM_FIELD_HANDLE_ABORT;
-    return MG_FORM_FIELD_HANDLE_GET;
-}
-
-static void form_free(form *f) {
-    free(f->file);
-    for (int i = 0; i < F_COUNT; i++) free(f->field[i]);
-}
-
-typedef struct stt_run {
-    nm_brick *stt;
-    nm_tabm *in, *out;
-    nm_status st;
-} stt_run;
-
-static void *stt_lane_main(void *arg) {
-    stt_run *R = arg;
-    R->st = nm_brick_step(R->stt, R->in, R->out); // one request: this audio
-    if (R->st != NM_OK) nm_tabm_shutdown(R->out); // wakes the reader
-    return NULL;
-}
-
-// The transcript's text as OpenAI gives it: the segments one after the other, the blanks at
-// either end trimmed. malloc'd, or NULL.
-static char *transcript_text(const nm_transcript *t) {
-    size_t n = 0;
-    for (int32_t i = 0; i < t->n_seg; i++) n += strlen(t->seg[i].text);
-    char *s = malloc(n + 1), *p = s;
-    if (!s) return NULL;
-    for (int32_t i = 0; i < t->n_seg; i++) p = stpcpy(p, t->seg[i].text);
-    *p = '\0';
-    const char *b = s;
-    while (*b == ' ' || *b == '\n' || *b == '\t') b++;
-    size_t len = strlen(b);
-    while (len > 0 && (b[len - 1] == ' ' || b[len - 1] == '\n' || b[len - 1] == '\t')) len--;
-    memmove(s, b, len);
-    s[len] = '\0';
-    return s;
-}
-
-static int send_text(struct mg_connection *c, const char *type, const char *body, size_t n) {
-    mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %zu\r\nCache-Control: no-cache\r\n\r\n", type,
-              n);
-    mg_write(c, body, n);
-    return 200;
-}
-
-// The reply in response_format fmt (checked before).
-static int send_transcript(server *S, struct mg_connection *c, const nm_transcript *t, const char *fmt,
-                           bool translate) {
-    if (!strcmp(fmt, "srt") || !strcmp(fmt, "vtt")) {
-        char *buf = NULL;
-        size_t n = 0;
-        FILE *f = open_memstream(&buf, &n);
-        const bool ok = f && (!strcmp(fmt, "srt") ? nm_transcript_write_srt(t, f) : nm_transcript_write_vtt(t, f));
-        if (f) fclose(f);
-        const int r = ok && buf ? send_text(c, !strcmp(fmt, "vtt") ? "text/vtt; charset=utf-8" : "text/plain; charset=utf-8",
-                                            buf, n)
-                                : send_error(S, c, 500, NULL, "out of memory");
-        free(buf);
-        return r;
-    }
-    char *text = transcript_text(t);
-    if (!text) return send_error(S, c, 500, NULL, "out of memory");
-    if (!strcmp(fmt, "text")) {
-        const size_t n = strlen(text);
-        text[n] = '\n'; // (its NUL: the reply is its bytes and the newline)
-        const int r = send_text(c, "text/plain; charset=utf-8", text, n + 1);
-        free(text);
-        return r;
-    }
-    cJSON *r = cJSON_CreateObject();
-    if (!strcmp(fmt, "verbose_json")) {
-        cJSON_AddStringToObject(r, "task", translate ? "translate" : "transcribe");
-        cJSON_AddStringToObject(r, "language", t->language);
-        cJSON_AddNumberToObject(r, "duration", (double)t->n_samples / NM_AUDIO_RATE);
-    }
-    cJSON_AddStringToObject(r, "text", text);
-    free(text);
-    if (!strcmp(fmt, "verbose_json")) {
-        cJSON *segs = cJSON_AddArrayToObject(r, "segments");
-        for (int32_t i = 0; i < t->n_seg; i++) {
-            const nm_stt_segment *g = &t->seg[i];
-            cJSON *o = cJSON_CreateObject(), *tok;
-            cJSON_AddItemToArray(segs, o);
-            cJSON_AddNumberToObject(o, "id", i);
-            cJSON_AddNumberToObject(o, "seek", (double)g->t0); // (10 ms units, as Whisper's)
-            cJSON_AddNumberToObject(o, "start", (double)g->t0 / 100);
-            cJSON_AddNumberToObject(o, "end", (double)g->t1 / 100);
-            cJSON_AddStringToObject(o, "text", g->text);
-            tok = cJSON_AddArrayToObject(o, "tokens");
-            for (int32_t k = 0; k < g->n_tokens; k++) cJSON_AddItemToArray(tok, cJSON_CreateNumber(g->tokens[k].id));
-            cJSON_AddNumberToObject(o, "temperature", g->temperature);
-            cJSON_AddNumberToObject(o, "avg_logprob", g->avg_logprob);
-            cJSON_AddNumberToObject(o, "no_speech_prob", g->no_speech_prob);
-        }
-    }
-    return send_json(c, 200, r);
-}
-
-// POST /v1/audio/transcriptions (and whisper.cpp's /inference): multipart with
-// file, model (any: the server has one), language, prompt, temperature,
-// response_format, timestamp_granularities[] (segment). /v1/audio/translations
-// (translate): the same into English, a multilingual model only.
-static int handle_transcription(server *S, struct mg_connection *c, bool translate) {
-    if (!S->stt) return send_error(S, c, 404, NULL, "no speech-to-text model: start the server with --stt FILE");
-    if (translate && !S->stt_info.multilingual)
-        return send_error(S, c, 400, NULL, "%s is an English-only model: it does not translate", S->stt_info.name);
-    const struct mg_request_info *ri = mg_get_request_info(c);
-    const char *ct = mg_get_header(c, "Content-Type");
-    if (!ct || strncasecmp(ct, "multipart/form-data", 19))
-        return send_error(S, c, 400, "file", "send the audio as multipart/form-data, in a field named 'file'");
-    if (ri->content_length > S->body_max)
-        return send_error(S, c, 413, NULL, "the body is %lld bytes; the limit is %lld (--max-body)",
-                          (long long)ri->content_length, (long long)S->body_max);
-    form f = {.S = S, .cur = -1};
-    struct mg_form_data_handler h = {form_found, form_get, NULL, &f};
-    const int nf = mg_handle_form_request(c, &h);
-    int code;
-    if (f.too_big) {
-        code = send_error(S, c, 413, NULL, "the body is over %lld bytes (--max-body)", (long long)S->body_max);
-        goto out;
-    }
-    if (f.too_long) {
-        code = send_error(S, c, 400, f.too_long, "'%s' is over %d bytes", f.too_long, FORM_FIELD_MAX);
-        goto out;
-    }
-    if (nf < 0) {
-        code = send_error(S, c, 400, NULL, "the multipart body could not be read");
-        goto out;
-    }
-    if (!f.has_file || f.n_file == 0) {
-        code = send_error(S, c, 400, "file", "no audio: a non-empty field named 'file' is needed");
-        goto out;
-    }
-    const char *fmt = f.field[F_FORMAT] && *f.field[F_FORMAT] ? f.field[F_FORMAT] : "json";
-    if (strcmp(fmt, "json") && strcmp(fmt, "text") && strcmp(fmt, "srt") && strcmp(fmt, "vtt") &&
-        strcmp(fmt, "verbose_json")) {
-        code = send_error(S, c, 400, "response_format",
-                          "'response_format' must be json, text, srt, vtt or verbose_json");
-        goto out;
-    }
-    float temp = 0.0f;
-    if (f.field[F_TEMPERATURE] && *f.field[F_TEMPERATURE]) {
-        char *end;
-        errno = 0;
-        const double v = strtod(f.field[F_TEMPERATURE], &end);
-        if (errno || *end || !(v >= 0 && v <= 1)) {
-            code = send_error(S, c, 400, "temperature", "'temperature' must be a number in [0, 1]");
-            goto out;
-        }
-        temp = (float)v;
-    }
-    for (char *g = f.field[F_GRAN], *save = NULL, *tok = g ? strtok_r(g, ",", &save) : NULL; tok;
-         tok = strtok_r(NULL, ",", &save))
-        if (strcmp(tok, "segment")) {
-            code = send_error(S, c, 400, "timestamp_granularities[]",
-                              "timestamp granularity '%.40s': only 'segment' is served", tok);
-            goto out;
-        }
-    const char *lang = f.field[F_LANGUAGE] && *f.field[F_LANGUAGE] ? f.field[F_LANGUAGE] : NULL;
-    if (lang && nm_brick_stt_lang_id(S->stt, lang) < 0) {
-        code = send_error(S, c, 400, "language", "unknown language '%.40s' (an ISO-639-1 code such as en, de, fr)", lang);
-        goto out;
-    }
-    if (!S->stt_info.multilingual && lang && strcmp(lang, "en")) {
-        code = send_error(S, c, 400, "language", "%s is an English-only model: language '%.40s' is not served",
-                          S->stt_info.name, lang);
-        goto out;
-    }
-    if (!lang) lang = S->stt_info.multilingual ? "auto" : "en";
-    char err[512];
-    nm_audio pcm = {0};
-    nm_status st = nm_audio_decode(f.file, f.n_file, NM_AUDIO_RATE, &pcm, err, sizeof err);
-    if (st != NM_OK) {
-        code = send_error(S, c, 400, "file", "the audio cannot be decoded: %s", err);
-        goto out;
-    }
-    free(f.file);
-    f.file = NULL;
-    const double secs = (double)pcm.n / NM_AUDIO_RATE;
-    if (secs > S->audio_max_s) {
-        nm_audio_free(&pcm);
-        code = send_error(S, c, 400, "file", "the audio is %.1f s long; the limit is %d s (--max-audio)", secs,
-                          S->audio_max_s);
-        goto out;
-    }
-    // the transcriber's turn: wait, or 429 when --queue requests already wait behind the one it runs
-    pthread_mutex_lock(&S->lock);
-    const bool room = S->stt_waiting + S->stt_busy < S->queue_max + 1;
-    if (room) S->stt_waiting++;
-    else S->n_rejected++;
-    pthread_mutex_unlock(&S->lock);
-    if (!room) {
-        nm_audio_free(&pcm);
-        code = send_error(S, c, 429, NULL, "%d requests already wait for the transcriber (--queue)", S->queue_max);
-        goto out;
-    }
-    pthread_mutex_lock(&S->stt_turn);
-    pthread_mutex_lock(&S->lock);
-    S->stt_waiting--;
-    S->stt_busy = 1;
-    S->n_audio_requests++;
-    S->audio_seconds += secs; // (counted before the answer goes: a client reading /metrics after it sees it)
-    pthread_mutex_unlock(&S->lock);
-    int32_t *prompt_tok = NULL, n_prompt_tok = 0;
-    nm_tabm *ring = NULL;
-    code = 0;
-    if (f.field[F_PROMPT] && *f.field[F_PROMPT]) {
-        n_prompt_tok = nm_brick_stt_tokenize(S->stt, f.field[F_PROMPT], NULL, 0);
-        if (n_prompt_tok < 0 || !(prompt_tok = malloc(sizeof(int32_t) * (size_t)(n_prompt_tok + 1))))
-            code = send_error(S, c, 500, NULL, "out of memory for the prompt");
-        else
-            nm_brick_stt_tokenize(S->stt, f.field[F_PROMPT], prompt_tok, n_prompt_tok);
-    }
-    // the PCM as one slot (Whisper normalises the spectrogram over the whole recording)
-    nm_tabm_slot sl;
-    const size_t bytes = sizeof(float) * (size_t)pcm.n;
-    if (!code && (nm_tabm_create(NULL, 1, bytes, &ring, err, sizeof err) != NM_OK ||
-                  nm_tabm_acquire_write(ring, 0, -1, &sl) != NM_OK))
-        code = send_error(S, c, 500, NULL, "cannot make room for %zu bytes of audio", bytes);
-    if (!code) {
-        nm_ledger_copy(S->ledger, S->ep_server, S->ep_stt, sl.data, pcm.pcm, bytes); // the one counted copy
-        sl.meta->kind = NM_TABM_PCM_F32;
-        sl.meta->ndim = 2;
-        sl.meta->shape[0] = pcm.n;
-        sl.meta->shape[1] = 1;
-        sl.meta->size = bytes;
-        sl.meta->sample_rate = NM_AUDIO_RATE;
-        if (nm_tabm_publish(ring, &sl) != NM_OK) code = send_error(S, c, 500, NULL, "the PCM ring failed");
-    }
-    nm_audio_free(&pcm);
-    nm_brick_params bp = S->stt_params;
-    if (!code) { // whisper-cli's defaults (beam 5), the request's language, prompt and temperature
-        nm_stt_params p = nm_stt_default_params(NM_STT_BEAM);
-        p.language = lang;
-        p.translate = translate;
-        p.temperature = temp;
-        p.prompt_tokens = prompt_tok;
-        p.n_prompt_tokens = n_prompt_tok;
-        p.no_timestamps = !strcmp(fmt, "json") || !strcmp(fmt, "text"); // the text alone: as whisper-cli -nt
-        bp.stt = p;
-        if ((st = nm_brick_set_params(S->stt, &bp, err, sizeof err)) != NM_OK)
-            code = send_error(S, c, 400, NULL, "%s", err);
-    }
-    bool failed = false;
-    const double t0 = cli_now();
-    if (!code) {
-        stt_run R = {.stt = S->stt, .in = ring, .out = S->stt_text, .st = NM_OK};
-        pthread_t th;
-        if (pthread_create(&th, NULL, stt_lane_main, &R) != 0) {
-            code = send_error(S, c, 500, NULL, "cannot start the transcriber's thread");
-        } else {
-            for (bool end = false; !end;) {
-                nm_tabm_slot ts;
-                if (nm_tabm_acquire_read(S->stt_text, -1, &ts) != NM_OK) break; // shut down: the lane failed
-                end = !(ts.meta->user & NM_BRICK_MORE);
-                failed = failed || (ts.meta->user & NM_BRICK_ERROR);
-                nm_tabm_release(S->stt_text, &ts);
-            }
-            pthread_join(th, NULL);
-            if (R.st != NM_OK) { // the ring was shut down to wake this thread: a new one for the next request
-                nm_tabm *fresh = NULL;
-                if (nm_tabm_create(NULL, 8, 2 * nm_brick_out_slot_bytes(S->stt), &fresh, err, sizeof err) == NM_OK) {
-                    nm_tabm_free(S->stt_text);
-                    S->stt_text = fresh;
-                }
-            }
-            if (R.st != NM_OK || failed)
-                code = send_error(S, c, 500, NULL, "the transcription failed: %s", nm_brick_last_error(S->stt));
-        }
-    }
-    if (!code) code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate);
-    pthread_mutex_lock(&S->lock);
-    S->stt_busy = 0;
-    S->stt_wall += cli_now() - t0;
-    pthread_mutex_unlock(&S->lock);
-    pthread_mutex_unlock(&S->stt_turn);
-    nm_tabm_free(ring);
-    free(prompt_tok);
-out:
-    form_free(&f);
-    return code;
-}
-
-// ---- text to speech -------------------------------------------------------------------------
-
-// OpenAI's voices as espeak-ng voices (a name not here goes to espeak-ng as it is: "en-gb", "de",
-// "en-us+f3"...).
-static const char *espeak_voice(const char *v) {
-    static const char *const map[][2] = {
-        {"alloy", "en-us"},      {"ash", "en-us+m3"},  {"ballad", "en-gb+m2"}, {"coral", "en-us+f2"},
-        {"echo", "en-us+m1"},    {"fable", "en-gb"},   {"onyx", "en-us+m7"},   {"nova", "en-us+f3"},
-        {"sage", "en-us+f4"},    {"shimmer", "en-us+f5"}, {"verse", "en-us+m2"},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (!strcmp(v, map[i][0])) return map[i][1];
-    return v;
-}
-
-// One slot into the TTS brick's input ring (the request's PARAMS or its TEXT).
-static bool tts_put(server *S, uint32_t kind, const void *data, size_t n, uint64_t user, uint64_t id) {
-    nm_tabm_slot sl;
-    if (nm_tabm_acquire_write(S->tts_in, 0, -1, &sl) != NM_OK) return false;
-    if (n > sl.capacity) {
-        nm_tabm_cancel(S->tts_in, &sl);
-        return false;
-    }
-    nm_ledger_copy(S->ledger, S->ep_server, S->ep_tts, sl.data, data, n); // (the text into the brick's slot)
-    *sl.meta = (nm_tabm_meta){.kind = kind, .ndim = 1, .shape = {(int64_t)n}, .size = n, .user = user, .request = id};
-    if (nm_tabm_publish(S->tts_in, &sl) != NM_OK) {
-        nm_tabm_cancel(S->tts_in, &sl);
-        return false;
-    }
-    return true;
-}
-
-// POST /v1/audio/speech: {"input", "voice", "response_format": wav | pcm, "speed", "model"}. The
-// audio is sent as the brick makes it (chunked): WAV with the streaming sizes (0xffffffff) in its
-// header, or raw 16-bit little-endian mono PCM at the server's rate (24 kHz, OpenAI's).
-static int handle_speech(server *S, struct mg_connection *c) {
-    if (!S->tts) return send_error(S, c, 404, NULL, "no text-to-speech engine: start the server with --tts espeak");
-    int code = 200;
-    char *body = read_body(S, c, &code);
-    if (!body) return code;
-    cJSON *req = cJSON_Parse(body);
-    free(body);
-    if (!cJSON_IsObject(req)) {
-        cJSON_Delete(req);
-        return send_error(S, c, 400, NULL, "the body is not a JSON object");
-    }
-    const cJSON *in = cJSON_GetObjectItemCaseSensitive(req, "input"), *vo = cJSON_GetObjectItemCaseSensitive(req, "voice");
-    const cJSON *fm = cJSON_GetObjectItemCaseSensitive(req, "response_format"), *sp = cJSON_GetObjectItemCaseSensitive(req, "speed");
-    const char *text = cJSON_GetStringValue(in), *fmt = "wav";
-    size_t chars = 0;
-    for (const unsigned char *p = (const unsigned char *)(text ? text : ""); *p; p++) chars += (*p & 0xc0) != 0x80;
-    if (!text || chars == 0) code = send_error(S, c, 400, "input", "'input' must be a non-empty string");
-    else if ((int64_t)chars > S->speech_max_chars)
-        code = send_error(S, c, 400, "input", "'input' has %zu characters; the limit is %d (--max-speech)", chars,
-                          S->speech_max_chars);
-    else if (vo && !cJSON_IsNull(vo) && (!cJSON_IsString(vo) || !vo->valuestring[0] || strlen(vo->valuestring) > 48))
-        code = send_error(S, c, 400, "voice", "'voice' must be a voice's name");
-    else if (fm && !cJSON_IsNull(fm) && (!cJSON_IsString(fm) || (strcmp(fm->valuestring, "wav") && strcmp(fm->valuestring, "pcm"))))
-        code = send_error(S, c, 400, "response_format", "'response_format' must be wav or pcm (mp3, opus, aac and flac "
-                                                        "are not made here)");
-    else if (sp && !cJSON_IsNull(sp) && (!cJSON_IsNumber(sp) || !(sp->valuedouble >= 0.25 && sp->valuedouble <= 4.0)))
-        code = send_error(S, c, 400, "speed", "'speed' must be a number in [0.25, 4]");
-    if (code != 200) {
-        cJSON_Delete(req);
-        return code;
-    }
-    if (cJSON_IsString(fm)) fmt = fm->valuestring;
-    const bool wav = !strcmp(fmt, "wav");
-    cJSON *params = cJSON_CreateObject();
-    if (cJSON_IsString(vo)) cJSON_AddStringToObject(params, "voice", espeak_voice(vo->valuestring));
-    if (cJSON_IsNumber(sp)) cJSON_AddNumberToObject(params, "speed", sp->valuedouble);
-    char *pj = cJSON_PrintUnformatted(params);
-    cJSON_Delete(params);
-    // the engine's turn: one synthesis at a time, --queue waiting
-    pthread_mutex_lock(&S->lock);
-    const bool room = S->tts_waiting + S->tts_busy < S->queue_max + 1;
-    if (room) S->tts_waiting++;
-    else S->n_rejected++;
-    pthread_mutex_unlock(&S->lock);
-    if (!room || !pj) {
-        free(pj);
-        cJSON_Delete(req);
-        return !pj ? send_error(S, c, 500, NULL, "out of memory")
-                   : send_error(S, c, 429, NULL, "%d requests already wait for the speech engine (--queue)", S->queue_max);
-    }
-    pthread_mutex_lock(&S->tts_turn);
-    pthread_mutex_lock(&S->lock);
-    S->tts_waiting--;
-    S->tts_busy = 1;
-    const uint64_t id = ++S->next_id;
-    S->n_speech_requests++;
-    pthread_mutex_unlock(&S->lock);
-    const bool put = tts_put(S, NM_TABM_PARAMS, pj, strlen(pj), NM_BRICK_MORE, id) &&
-                     tts_put(S, NM_TABM_TEXT, text, strlen(text), 0, id);
-    free(pj);
-    cJSON_Delete(req);
-    code = put ? 0 : send_error(S, c, 500, NULL, "the speech engine's input ring failed");
-    bool sent_head = false, gone = false;
-    uint64_t samples = 0;
-    for (bool end = !put; !end;) { // its slots, to the end of the request (also after a failure or a gone client)
-        nm_tabm_slot s;
-        if (nm_tabm_acquire_read(S->tts_out, -1, &s) != NM_OK) {
-            if (!code && !sent_head) code = send_error(S, c, 500, NULL, "the speech engine stopped");
-            break;
-        }
-        end = !(s.meta->user & NM_BRICK_MORE);
-        const bool failed = (s.meta->user & NM_BRICK_ERROR) != 0;
-        if (failed && !sent_head && !code) { // nothing sent yet: a proper error (an unknown voice, a bad speed)
-            const char *why = nm_brick_last_error(S->tts);
-            code = send_error(S, c, strstr(why, "parameters") ? 400 : 500, strstr(why, "voice") ? "voice" : NULL,
-                              "%s", why);
-        } else if (!failed && !code && !gone) {
-            if (!sent_head) {
-                mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n"
-                             "Cache-Control: no-cache\r\n\r\n", wav ? "audio/wav" : "audio/pcm");
-                sent_head = true;
-                if (wav) {
-                    uint8_t h[NM_WAV_HEADER_BYTES];
-                    nm_audio_wav_header(h, 0xffffffffu - 36, nm_brick_tts_sample_rate(S->tts), 1);
-                    gone = mg_send_chunk(c, (const char *)h, sizeof h) < 0;
-                }
-            }
-            if (!gone && s.meta->size > 0) gone = mg_send_chunk(c, s.data, (unsigned)s.meta->size) < 0;
-            samples += s.meta->size / 2;
-            if (gone) nm_tabm_cancel_request(S->tts_in, id); // the client left: the brick stops it
-        }
-        nm_tabm_release(S->tts_out, &s);
-    }
-    pthread_mutex_lock(&S->lock); // (before the last chunk: a client reading /metrics after it sees it)
-    S->tts_busy = 0;
-    S->speech_seconds += (double)samples / nm_brick_tts_sample_rate(S->tts);
-    pthread_mutex_unlock(&S->lock);
-    pthread_mutex_unlock(&S->tts_turn);
-    if (sent_head) {
-        if (!gone) mg_send_chunk(c, "", 0);
-        code = 200;
-    }
-    return code;
 }
 
 // ---- routes -------------------------------------------------------------------------------
@@ -1306,7 +737,7 @@ static int route(server *S, struct mg_connection *c) {
                                "# TYPE nanomind_bytes_copied_total counter\nnanomind_bytes_copied_total %llu\n",
                                (unsigned long long)S->n_requests, (unsigned long long)S->n_errors,
                                (unsigned long long)S->n_rejected, (unsigned long long)S->n_prompt_tokens,
-                               (unsigned long long)S->n_gen_tokens, S->waiting, S->busy,
+                               (unsigned long long)S->n_gen_tokens, S->turn.waiting, S->turn.busy,
                                (unsigned long long)nm_ledger_total(S->ledger));
         n += snprintf(buf + n, sizeof buf - (size_t)n,
                       "# HELP nanomind_energy_joules_total Energy since the start, modelled (docs/power.md): the CPU "
@@ -1315,18 +746,9 @@ static int route(server *S, struct mg_connection *c) {
                       "# TYPE nanomind_cpu_seconds_total counter\nnanomind_cpu_seconds_total %.6f\n"
                       "# TYPE nanomind_uptime_seconds gauge\nnanomind_uptime_seconds %.6f\n"
                       "# HELP nanomind_dram_bytes_total The decoder's DRAM traffic, its estimate for each request.\n"
-                      "# TYPE nanomind_dram_bytes_total counter\nnanomind_dram_bytes_total %.0f\n"
-                      "# HELP nanomind_transcriptions_total Transcription and translation requests served.\n"
-                      "# TYPE nanomind_transcriptions_total counter\nnanomind_transcriptions_total %llu\n"
-                      "# TYPE nanomind_audio_seconds_total counter\nnanomind_audio_seconds_total %.3f\n"
-                      "# TYPE nanomind_transcribe_seconds_total counter\nnanomind_transcribe_seconds_total %.6f\n"
-                      "# TYPE nanomind_transcriptions_waiting gauge\nnanomind_transcriptions_waiting %d\n"
-                      "# HELP nanomind_speech_requests_total Speech (text to speech) requests served.\n"
-                      "# TYPE nanomind_speech_requests_total counter\nnanomind_speech_requests_total %llu\n"
-                      "# TYPE nanomind_speech_seconds_total counter\nnanomind_speech_seconds_total %.3f\n",
-                      S->energy.source, joules, cpu, wall, S->dram, (unsigned long long)S->n_audio_requests,
-                      S->audio_seconds, S->stt_wall, S->stt_waiting, (unsigned long long)S->n_speech_requests,
-                      S->speech_seconds);
+                      "# TYPE nanomind_dram_bytes_total counter\nnanomind_dram_bytes_total %.0f\n",
+                      S->energy.source, joules, cpu, wall, S->dram);
+        n += serve_audio_metrics(S, buf + n, sizeof buf - (size_t)n);
         pthread_mutex_unlock(&S->lock);
         mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n", n);
         mg_write(c, buf, (size_t)n);
@@ -1524,51 +946,10 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
         goto out;
     }
-    if (S.stt_path) { // the transcriber: its own thread pool, beam 5 as whisper-cli, on the same ledger
-        S.stt_params = nm_brick_default_params(NM_BRICK_STT);
-        S.stt_params.model = S.stt_path;
-        S.stt_params.n_threads = S.o.n_threads;
-        S.stt_params.stt_max_decoders = 5;
-        S.stt_params.ledger = S.ledger;
-        if ((st = nm_brick_load(NULL, &S.stt_params, &S.stt, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot load the speech-to-text model '%s': %s: %s\n", S.stt_path,
-                    nm_status_str(st), err);
-            goto out;
-        }
-        nm_brick_stt_info(S.stt, &S.stt_info);
-        S.ep_stt = nm_ledger_endpoint(S.ledger, nm_brick_name(S.stt));
-        const char *slash = strrchr(S.stt_path, '/');
-        S.stt_alias = slash ? slash + 1 : S.stt_path;
-        if ((st = nm_tabm_create(NULL, 8, 2 * nm_brick_out_slot_bytes(S.stt), &S.stt_text, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot create the transcriber's ring: %s: %s\n", nm_status_str(st), err);
-            goto out;
-        }
-    }
-    if (S.tts_engine) { // OpenAI's rate: 24 kHz, 16-bit mono
-        nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
-        tp.tts.engine = S.tts_engine;
-        tp.tts.sample_rate = 24000;
-        tp.ledger = S.ledger;
-        if ((st = nm_brick_load(NULL, &tp, &S.tts, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot start the speech engine: %s: %s\n", nm_status_str(st), err);
-            goto out;
-        }
-        S.ep_tts = nm_ledger_endpoint(S.ledger, nm_brick_name(S.tts));
-        const size_t text_slot = 4 * (size_t)S.speech_max_chars + 1024; // (UTF-8: up to 4 bytes a character)
-        if ((st = nm_tabm_create(NULL, 4, text_slot, &S.tts_in, err, sizeof err)) != NM_OK ||
-            (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S.tts), &S.tts_out, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot create the speech engine's rings: %s: %s\n", nm_status_str(st), err);
-            goto out;
-        }
-        if (pthread_create(&S.tts_lane, NULL, tts_lane_main, &S) != 0) {
-            fprintf(stderr, "error: cannot start the speech engine's lane\n");
-            goto out;
-        }
-        S.tts_lane_started = true;
-    }
-    pthread_mutex_init(&S.turn, NULL);
-    pthread_mutex_init(&S.tts_turn, NULL);
-    pthread_mutex_init(&S.stt_turn, NULL);
+    if (!serve_audio_start(&S)) goto out; // --stt, --tts
+    pthread_mutex_init(&S.turn.m, NULL);
+    pthread_mutex_init(&S.tts_turn.m, NULL);
+    pthread_mutex_init(&S.stt_turn.m, NULL);
     pthread_mutex_init(&S.lock, NULL);
     pthread_cond_init(&S.idle, NULL);
     S.created = time(NULL);
@@ -1620,16 +1001,10 @@ int cmd_serve(int argc, char **argv) {
 out:
     if (S.in) nm_tabm_shutdown(S.in);
     if (S.lane_started) pthread_join(S.lane, NULL);
-    if (S.tts_in) nm_tabm_shutdown(S.tts_in);
-    if (S.tts_lane_started) pthread_join(S.tts_lane, NULL);
-    nm_tabm_free(S.tts_in);
-    nm_tabm_free(S.tts_out);
-    nm_brick_free(S.tts);
+    serve_audio_stop(&S);
     nm_tabm_free(S.in);
     nm_tabm_free(S.out);
-    nm_tabm_free(S.stt_text);
     nm_brick_free(S.llm);
-    nm_brick_free(S.stt);
     nm_ledger_free(S.ledger);
     cJSON_Delete(S.alias_json);
     free(S.alias_text);

@@ -94,19 +94,6 @@ static void print_live(const live *L, const nm_tabm_slot *sl) {
     fflush(stdout);
 }
 
-typedef struct stt_lane {
-    nm_brick *stt;
-    nm_tabm *in, *out;
-    nm_status st;
-} stt_lane;
-
-static void *stt_lane_main(void *arg) {
-    stt_lane *L = arg;
-    L->st = nm_brick_step(L->stt, L->in, L->out); // one request: this file
-    if (L->st != NM_OK) nm_tabm_shutdown(L->out);  // wakes the reader
-    return NULL;
-}
-
 // After each window, on the brick's lane (the text comes as slots).
 static void progress(const nm_transcript *t, int32_t i0, void *user) {
     const live *L = user;
@@ -573,9 +560,9 @@ int cmd_transcribe(int argc, char **argv) {
 
         // The brick on its lane; its segments printed here as they come.
         t0 = cli_now();
-        stt_lane SL = {.stt = stt, .in = ring, .out = text, .st = NM_OK};
+        cli_step SL = {.b = stt, .in = ring, .out = text, .st = NM_OK}; // one request: this file
         pthread_t th;
-        if (pthread_create(&th, NULL, stt_lane_main, &SL) != 0) {
+        if (pthread_create(&th, NULL, cli_step_main, &SL) != 0) {
             fprintf(stderr, "error: cannot start the STT brick's thread\n");
             goto done;
         }

@@ -1,0 +1,101 @@
+// nanomind serve's parts (tools/cli/cmd_serve.c: HTTP, routes, the LLM's
+// endpoints; serve_audio.c: speech to text and text to speech).
+#ifndef NM_SERVE_H
+#define NM_SERVE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <civetweb.h>
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+
+// A brick's turn: one request at a time holds m; --queue of them may wait
+// (waiting, busy: counted under the server's lock, for 429 and /metrics).
+typedef struct serve_turn {
+    pthread_mutex_t m;
+    int waiting, busy;
+} serve_turn;
+
+#define MAX_KEYS 16
+
+typedef struct server {
+    cli_opts o;
+    const char *host, *alias;
+    cJSON *alias_json;
+    char *alias_text; // the alias as a JSON string (quoted, escaped): the streamed chunks' "model"
+    int32_t port, queue_max, timeout_s;
+    int64_t body_max;
+    char *keys[MAX_KEYS];
+    int n_keys;
+    nm_model *m;
+    nm_brick *llm;
+    nm_tabm *in, *out;
+    // speech to text (--stt): one transcription at a time, on the brick's own thread pool; its
+    // segments come through stt_text
+    const char *stt_path, *stt_alias;
+    nm_brick *stt;
+    nm_brick_params stt_params;
+    nm_stt_model_info stt_info;
+    nm_tabm *stt_text;
+    int ep_stt;
+    int32_t audio_max_s;
+    serve_turn stt_turn;
+    uint64_t n_audio_requests;
+    double audio_seconds, stt_wall;
+    // text to speech (--tts): the brick on its lane, one synthesis at a time
+    const char *tts_engine;
+    nm_brick *tts;
+    nm_tabm *tts_in, *tts_out;
+    int ep_tts;
+    int32_t speech_max_chars;
+    pthread_t tts_lane;
+    bool tts_lane_started;
+    serve_turn tts_turn;
+    uint64_t n_speech_requests;
+    double speech_seconds;
+    nm_ledger *ledger; // bytes copied between the server and the brick (/metrics): the parameters' JSON into
+                       // the decoder's slot; the prompt is tokenized into it (nothing copied)
+    int ep_server, ep_llm;
+    pthread_t lane;
+    bool lane_started;
+    time_t created;
+    serve_turn turn; // the decoder's: one sequence at a time
+    pthread_mutex_t lock; // the counters, the turns' counts
+    int active;    // requests being handled
+    pthread_cond_t idle; // active dropped to 0
+    bool stopping; // SIGTERM: new requests get 503, those in flight finish
+    uint64_t next_id;
+    // counters for /metrics
+    uint64_t n_requests, n_errors, n_prompt_tokens, n_gen_tokens, n_rejected;
+    // energy (modelled, docs/power.md): the process's CPU time since t0 at the unit profile's watts, and the
+    // decoder's DRAM traffic as its estimate has it for each request
+    cli_energy energy;
+    double t0, cpu0, dram;
+} server;
+
+
+// Replies (cmd_serve.c). send_error: OpenAI's error object; counts the error.
+int send_json_text(struct mg_connection *c, int code, const char *body);
+int send_json(struct mg_connection *c, int code, cJSON *root); // takes root
+int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+// The body, NUL-terminated (malloc'd), or NULL with the error sent (*code).
+char *read_body(server *S, struct mg_connection *c, int *code);
+// Waits for t (true: held, busy), or counts a rejection and returns false when
+// --queue requests already wait behind the one it serves.
+bool serve_turn_take(server *S, serve_turn *t);
+void serve_turn_give(server *S, serve_turn *t);
+
+// serve_audio.c: the STT and TTS bricks of --stt and --tts (false: a message
+// printed), their end, their routes and their /metrics lines (under S->lock).
+bool serve_audio_start(server *S);
+void serve_audio_stop(server *S);
+int handle_transcription(server *S, struct mg_connection *c, bool translate);
+int handle_speech(server *S, struct mg_connection *c);
+int serve_audio_metrics(const server *S, char *buf, size_t size);
+
+#endif

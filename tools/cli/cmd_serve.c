@@ -120,6 +120,17 @@ void serve_turn_give(server *S, serve_turn *t) {
     pthread_mutex_unlock(&t->m);
 }
 
+cJSON *read_json(server *S, struct mg_connection *c, int *code) {
+    char *body = read_body(S, c, code);
+    if (!body) return NULL;
+    cJSON *req = cJSON_Parse(body);
+    free(body);
+    if (cJSON_IsObject(req)) return req;
+    cJSON_Delete(req);
+    *code = send_error(S, c, 400, NULL, "the body is not a JSON object");
+    return NULL;
+}
+
 static bool authorized(const server *S, struct mg_connection *c) {
     if (S->n_keys == 0) return true;
     const char *h = mg_get_header(c, "Authorization");
@@ -584,14 +595,8 @@ static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *cod
 // POST /v1/chat/completions and /v1/completions.
 static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     int code = 200;
-    char *body = read_body(S, c, &code);
-    if (!body) return code;
-    cJSON *req = cJSON_Parse(body);
-    free(body);
-    if (!cJSON_IsObject(req)) {
-        cJSON_Delete(req);
-        return send_error(S, c, 400, NULL, "the body is not a JSON object");
-    }
+    cJSON *req = read_json(S, c, &code);
+    if (!req) return code;
     gen g = {.S = S, .c = c, .chat = chat};
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(req, "stream");
     if (st && !cJSON_IsBool(st) && !cJSON_IsNull(st)) {

@@ -85,6 +85,8 @@ int send_error(server *S, struct mg_connection *c, int code, const char *param, 
     __attribute__((format(printf, 5, 6)));
 // The body, NUL-terminated (malloc'd), or NULL with the error sent (*code).
 char *read_body(server *S, struct mg_connection *c, int *code);
+// The body as a JSON object, or NULL with the error sent (*code).
+cJSON *read_json(server *S, struct mg_connection *c, int *code);
 // Waits for t (true: held, busy), or counts a rejection and returns false when
 // --queue requests already wait behind the one it serves.
 bool serve_turn_take(server *S, serve_turn *t);

@@ -473,14 +473,8 @@ static bool tts_put(server *S, uint32_t kind, const void *data, size_t n, uint64
 int handle_speech(server *S, struct mg_connection *c) {
     if (!S->tts) return send_error(S, c, 404, NULL, "no text-to-speech engine: start the server with --tts espeak");
     int code = 200;
-    char *body = read_body(S, c, &code);
-    if (!body) return code;
-    cJSON *req = cJSON_Parse(body);
-    free(body);
-    if (!cJSON_IsObject(req)) {
-        cJSON_Delete(req);
-        return send_error(S, c, 400, NULL, "the body is not a JSON object");
-    }
+    cJSON *req = read_json(S, c, &code);
+    if (!req) return code;
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(req, "input"), *vo = cJSON_GetObjectItemCaseSensitive(req, "voice");
     const cJSON *fm = cJSON_GetObjectItemCaseSensitive(req, "response_format"), *sp = cJSON_GetObjectItemCaseSensitive(req, "speed");
     const char *text = cJSON_GetStringValue(in), *fmt = "wav";

@@ -25,6 +25,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_writer import ALIGN, GgufWriter  # noqa: E402
+
 # ---- CTranslate2 model.bin ---------------------------------------------------------------
 # Layout (little-endian), as CTranslate2's ModelSpec._serialize writes it, binary version >= 4:
 #   u32 binary_version; str spec_name; u32 spec_revision; u32 n_variables;
@@ -391,71 +394,28 @@ def build(model_dir):
 
 # ---- GGUF writer -------------------------------------------------------------------------
 # https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (v3, little-endian)
-GGUF_U32, GGUF_I32, GGUF_STR, GGUF_ARR, GGUF_U64 = 4, 5, 8, 9, 10
-GGML_F32, GGML_F16 = 0, 1
-ALIGN = 32
-
-
-def gstr(s):
-    b = s.encode("utf-8") if isinstance(s, str) else s
-    return struct.pack("<Q", len(b)) + b
-
-
-def gkv(key, vtype, payload):
-    return gstr(key) + struct.pack("<I", vtype) + payload
-
-
-def tensor_data(a, kind, outtype):
-    """(ggml type, bytes): matrices in outtype, vectors and position tables in f32 (as whisper.cpp)."""
-    if kind == "mat" and outtype == "f16":
-        return GGML_F16, a.astype("<f2").tobytes()
-    return GGML_F32, a.astype("<f4").tobytes()
-
-
 def write_gguf(m, path, outtype, name):
-    kvs = []
-    kvs.append(gkv("general.architecture", GGUF_STR, gstr("whisper")))
-    kvs.append(gkv("general.name", GGUF_STR, gstr(name)))
-    kvs.append(gkv("general.alignment", GGUF_U32, struct.pack("<I", ALIGN)))
-    kvs.append(gkv("general.file_type", GGUF_U32, struct.pack("<I", 1 if outtype == "f16" else 0)))
-    kvs.append(gkv("whisper.source", GGUF_STR, gstr("ctranslate2")))
-    kvs.append(gkv("whisper.source.sha256", GGUF_STR, gstr(m.source_sha256)))
+    """Matrices in outtype, vectors and position tables in f32 (as whisper.cpp)."""
+    w = GgufWriter()
+    w.add_str("general.architecture", "whisper")
+    w.add_str("general.name", name)
+    w.add_u32("general.alignment", ALIGN)
+    w.add_u32("general.file_type", 1 if outtype == "f16" else 0)
+    w.add_str("whisper.source", "ctranslate2")
+    w.add_str("whisper.source.sha256", m.source_sha256)
     for k in ("n_vocab", "n_audio_ctx", "n_audio_state", "n_audio_head", "n_audio_layer", "n_text_ctx",
               "n_text_state", "n_text_head", "n_text_layer", "n_mels"):
-        kvs.append(gkv("whisper." + k, GGUF_U32, struct.pack("<I", m.hp[k])))
+        w.add_u32("whisper." + k, m.hp[k])
     for k, t in m.special.items():
-        kvs.append(gkv("whisper.token." + k, GGUF_U32, struct.pack("<I", t)))
-
-    def arr_str(strs):
-        return struct.pack("<IQ", GGUF_STR, len(strs)) + b"".join(gstr(s) for s in strs)
-
-    def arr_i32(xs):
-        return struct.pack("<IQ", GGUF_I32, len(xs)) + np.asarray(xs, dtype="<i4").tobytes()
-
-    kvs.append(gkv("whisper.tokenizer.tokens", GGUF_ARR, arr_str(m.tokens)))
-    kvs.append(gkv("whisper.languages", GGUF_ARR, arr_str(m.languages)))
-    kvs.append(gkv("whisper.suppress_tokens", GGUF_ARR, arr_i32(m.suppress)))
-    kvs.append(gkv("whisper.begin_suppress_tokens", GGUF_ARR, arr_i32(m.begin_suppress)))
-    kvs.append(gkv("whisper.alignment_heads", GGUF_ARR, arr_i32([x for p in m.alignment_heads for x in p])))
-
-    tensors = [("mel_filters", m.filters, "vec")] + m.tensors
-    infos, blobs, off = [], [], 0
-    for nm, a, kind in tensors:
-        ttype, data = tensor_data(a, kind, outtype)
-        ne = list(reversed(a.shape))  # ne[0] is the contiguous dimension
-        infos.append(gstr(nm) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", x) for x in ne) +
-                     struct.pack("<IQ", ttype, off))
-        pad = (-len(data)) % ALIGN
-        blobs.append(data + b"\0" * pad)
-        off += len(data) + pad
-    head = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs) + b"".join(infos)
-    head += b"\0" * ((-len(head)) % ALIGN)
-    tmp = path + ".partial"
-    with open(tmp, "wb") as f:
-        f.write(head)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+        w.add_u32("whisper.token." + k, t)
+    w.add_str_array("whisper.tokenizer.tokens", m.tokens)
+    w.add_str_array("whisper.languages", m.languages)
+    w.add_i32_array("whisper.suppress_tokens", m.suppress)
+    w.add_i32_array("whisper.begin_suppress_tokens", m.begin_suppress)
+    w.add_i32_array("whisper.alignment_heads", [x for p in m.alignment_heads for x in p])
+    for nm, a, kind in [("mel_filters", m.filters, "vec")] + m.tensors:
+        w.add_tensor(nm, a, "f16" if kind == "mat" and outtype == "f16" else "f32")
+    w.write(path)
 
 
 # ---- whisper.cpp legacy ggml .bin -------------------------------------------------------------

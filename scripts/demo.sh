@@ -7,6 +7,9 @@
 #      answer is decoded. --stats prints, per question, the seconds from its end
 #      to its transcript, first token, first audio sample and last sample, and
 #      the copy ledger.
+#   3. an image question: a held-out synthetic scene (tools/train_vlm/scenes.py)
+#      asked about through the trained test VLM (tests/data/vlm, docs/vlm.md) on
+#      SmolLM2: `nanomind run --mmproj --image --chat`.
 # Files go to $DEMO_DIR (default /tmp/nanomind-demo).
 set -euo pipefail
 B=${BUILD:-build}/nanomind
@@ -23,3 +26,11 @@ echo "== 2. assistant: hear $D/question.wav, answer, speak -> $D/answer-001.wav"
     --audio "$D/question.wav" --out "$D" -n 120 --temp 0 --stats
 echo
 echo "the answer, spoken: $D/answer-001.wav"
+echo
+scene=$(python3 "$(dirname "$0")/../tools/train_vlm/scenes.py" --one "$D/scene.ppm" --seed 4242 --index 1)
+echo "== 3. an image question about $D/scene.ppm ($scene)"
+for q in "What colour is the shape?" "What shape is it?" "Where is the shape?"; do
+    printf '%s  ' "$q"
+    "$B" run -m "$M/SmolLM2-135M-Instruct.Q4_1.gguf" --mmproj "$(dirname "$0")/../tests/data/vlm/vlm-mmproj-q8_0.gguf" \
+        --image "$D/scene.ppm" --chat -p "$q" --temp 0 -n 12 2>/dev/null
+done

@@ -557,7 +557,8 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
 //   TTS    voice, speed (0.25..4: times the brick's rate, OpenAI's name;
 //          the rate must stay in the engine's range, espeak-ng 80..450
 //          words per minute), pitch (0..100), volume (0..200)
-//   VISION none (the slot is checked as JSON and skipped)
+//   VISION max_pixels (the image's width x height may not exceed it: a
+//          server's limit; default 2^26, the decoder's own)
 //
 // Cancellation (nm_tabm_cancel_request): a brick stops a cancelled request at
 // its next check, drops the rest of its input, ends it with a last slot

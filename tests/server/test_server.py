@@ -267,6 +267,40 @@ def metrics():
     return dict(l.rsplit(" ", 1) for l in data.decode().splitlines() if l and not l.startswith("#"))
 
 
+LE = ["0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "30", "60"]
+
+
+def hist_one_more(m0, m1, name, wall):
+    """The histogram `name` took one observation between the /metrics dicts m0 and m1: its count, +Inf
+    and sum moved by one and by the observation (at most `wall`, the client's own time), and exactly the
+    buckets whose bound holds it moved, by one. Returns a reason when not."""
+    g = lambda m, k: float(m.get(name + k, "nan"))
+    obs = g(m1, "_sum") - g(m0, "_sum")
+    if g(m1, "_count") - g(m0, "_count") != 1 or g(m1, '_bucket{le="+Inf"}') - g(m0, '_bucket{le="+Inf"}') != 1:
+        return "%s: count %s -> %s" % (name, m0.get(name + "_count"), m1.get(name + "_count"))
+    if not 0 < obs <= wall + 1e-3:
+        return "%s: observed %.4f s, the client saw %.4f s" % (name, obs, wall)
+    for le in LE:
+        d = g(m1, '_bucket{le="%s"}' % le) - g(m0, '_bucket{le="%s"}' % le)
+        if d != (1 if obs <= float(le) else 0):
+            return "%s: bucket le=%s moved by %s for %.4f s" % (name, le, d, obs)
+    return None
+
+
+def t_latency_histograms(name):
+    m0 = metrics()
+    t = time.time()
+    r = client.chat.completions.create(model="x", messages=[{"role": "user", "content": Q}], max_tokens=8)
+    wall = time.time() - t
+    m1 = metrics()
+    why = [w for w in (hist_one_more(m0, m1, "nanomind_request_seconds", wall),
+                       hist_one_more(m0, m1, "nanomind_first_token_seconds", wall)) if w]
+    # the first token comes before the last byte
+    ttft = float(m1["nanomind_first_token_seconds_sum"]) - float(m0["nanomind_first_token_seconds_sum"])
+    total = float(m1["nanomind_request_seconds_sum"]) - float(m0["nanomind_request_seconds_sum"])
+    result(name, not why and r.choices[0].message.content and ttft <= total, "%s; ttft %.4f total %.4f" % (why, ttft, total))
+
+
 def t_disconnect_and_busy(name):
     # a long stream (until the 512-position context is full: ~480 tokens); while it runs a second request
     # is refused (--queue 0: 429); the first client then goes away mid-stream and the decoder stops it: far
@@ -324,11 +358,24 @@ def t_stt_absent(name):  # the first server has no --stt and no --tts: 404, nami
            (st, data[:200], st2, data2[:200]))
 
 
+def image_part(data, mime="image/x-portable-pixmap"):
+    import base64
+    return {"type": "image_url", "image_url": {"url": "data:%s;base64,%s" % (mime, base64.b64encode(data).decode())}}
+
+
+def t_image_absent(name):  # the first server has no --mmproj: 400, naming the flag
+    st, data = raw(port, "POST", "/v1/chat/completions", json.dumps({"messages": [{"role": "user", "content": [
+        image_part(b"P6\n1 1\n255\n\0\0\0"), {"type": "text", "text": "hi"}]}]}))
+    c, msg, _ = err_of(data)
+    result(name, st == 400 and "--mmproj" in str(msg), "%s %s" % (st, msg))
+
+
+
 port0 = port
-for n, f in [("models", t_models), ("stt_absent_404", t_stt_absent), ("metrics_energy", t_metrics_energy), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
+for n, f in [("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
              ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("copied_params_not_prompt", t_copied),
-             ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy)]:
+             ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("latency_histograms", t_latency_histograms)]:
     case(n, f)
 rc, err = stop(p)
 result("sigterm_exits_0", rc == 0, "exit %s: %s" % (rc, err[-300:]))
@@ -478,8 +525,11 @@ def t_transcription_metrics(name):
         return dict(l.rsplit(" ", 1) for l in data.decode().splitlines() if l and not l.startswith("#"))
     m0 = m()
     body, headers = multipart([("file", open(WAV, "rb").read(), "a.wav")])
+    t = time.time()
     st, _ = raw(sport, "POST", "/v1/audio/transcriptions", body, headers)
+    wall = time.time() - t
     m1 = m()
+    hist = hist_one_more(m0, m1, "nanomind_transcription_seconds", wall)
     n = int(m1["nanomind_transcriptions_total"]) - int(m0["nanomind_transcriptions_total"])
     secs = float(m1["nanomind_audio_seconds_total"]) - float(m0["nanomind_audio_seconds_total"])
     copied = int(m1["nanomind_bytes_copied_total"]) - int(m0["nanomind_bytes_copied_total"])
@@ -487,8 +537,8 @@ def t_transcription_metrics(name):
     import wave
     with wave.open(WAV) as w:
         samples = w.getnframes()
-    result(name, st == 200 and n == 1 and abs(secs - samples / 16000) < 1e-3 and copied == 4 * samples,
-           "status %s, %d requests, %.3f s, %d bytes copied" % (st, n, secs, copied))
+    result(name, st == 200 and n == 1 and abs(secs - samples / 16000) < 1e-3 and copied == 4 * samples and not hist,
+           "status %s, %d requests, %.3f s, %d bytes copied; %s" % (st, n, secs, copied, hist))
 
 
 # ---- text to speech: POST /v1/audio/speech with --tts espeak (the same server) ------------------
@@ -588,12 +638,15 @@ def t_speech_metrics(name):
         st, data = raw(sport, "GET", "/metrics")
         return dict(l.rsplit(" ", 1) for l in data.decode().splitlines() if l and not l.startswith("#"))
     m0 = m()
+    t = time.time()
     st, data = raw(sport, "POST", "/v1/audio/speech", json.dumps({"input": SAY, "response_format": "pcm"}).encode())
+    wall = time.time() - t
     m1 = m()
     n = int(m1["nanomind_speech_requests_total"]) - int(m0["nanomind_speech_requests_total"])
     secs = float(m1["nanomind_speech_seconds_total"]) - float(m0["nanomind_speech_seconds_total"])
-    result(name, st == 200 and n == 1 and abs(secs - len(data) / 48000) < 1e-3, "%s, %d requests, %.3f s for %d bytes"
-           % (st, n, secs, len(data)))
+    hist = hist_one_more(m0, m1, "nanomind_speech_seconds", wall)
+    result(name, st == 200 and n == 1 and abs(secs - len(data) / 48000) < 1e-3 and not hist,
+           "%s, %d requests, %.3f s for %d bytes; %s" % (st, n, secs, len(data), hist))
 
 
 if not os.path.exists(W):
@@ -616,6 +669,113 @@ else:
         case(n, f)
     rc4, err4 = stop(p4)
     result("stt_server_sigterm_exits_0", rc4 == 0, "exit %s: %s" % (rc4, err4[-300:]))
+
+# ---- images in chats: image_url parts with --mmproj (the trained test VLM, docs/vlm.md) ----------
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VLM = os.path.join(ROOT, "tests", "data", "vlm", "vlm-mmproj-q8_0.gguf")
+sys.path.insert(0, os.path.join(ROOT, "tools", "train_vlm"))
+
+
+def ppm_bytes(img):
+    return b"P6\n%d %d\n255\n" % (img.shape[1], img.shape[0]) + img.tobytes()
+
+
+def t_image_chat(name):
+    # a held-out scene (an orange triangle, top left): the answer through the server is `run`'s, and right
+    q = "What colour is the shape?"
+    r = iclient.chat.completions.create(model="x", messages=[{"role": "user", "content": [
+        image_part(open(SCENE, "rb").read()), {"type": "text", "text": q}]}], max_tokens=12, temperature=0,
+        extra_body=EXACT)
+    want = run_nm("--mmproj", VLM, "--image", SCENE, "--chat", "-p", q, "--temp", "0", "-n", "12")
+    got = r.choices[0].message.content
+    # the usage counts the image's 196 embeddings with the text's tokens
+    result(name, got == want == "orange" and r.usage.prompt_tokens > 196 + 20,
+           "%r, run %r, usage %s" % (got, want, r.usage))
+
+
+def t_image_stream_and_file(name):
+    q = "Where is the shape?"
+    parts = iclient.chat.completions.create(model="x", stream=True, max_tokens=12, temperature=0, extra_body=EXACT,
+                                            messages=[{"role": "user", "content": [
+                                                image_part(open(SCENE, "rb").read()), {"type": "text", "text": q}]}])
+    streamed = "".join(c.choices[0].delta.content or "" for c in parts if c.choices)
+    answers = []
+    for url in ("scene.ppm", "file://" + SCENE):  # a name under --image-dir, an absolute file:// URL there
+        r = iclient.chat.completions.create(model="x", max_tokens=12, temperature=0, extra_body=EXACT, messages=[
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": q}]}])
+        answers.append(r.choices[0].message.content)
+    result(name, streamed == "top left" and answers == [streamed] * 2, "%r %r" % (streamed, answers))
+
+
+def t_image_bad_requests(name):
+    import numpy as np
+    bad = []
+
+    def expect(content, code, words):
+        st, data = raw(iport, "POST", "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": content}], "max_tokens": 4}))
+        c, msg, _ = err_of(data)
+        if st != code or not all(w in str(msg) for w in words):
+            bad.append((words, st, msg))
+
+    q = {"type": "text", "text": "What colour is the shape?"}
+    expect([{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}, q], 400, ["not fetched", "data:"])
+    expect([{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBO!!"}}, q], 400, ["not base64"])
+    expect([{"type": "image_url", "image_url": {"url": "data:text/plain;base64,aGk="}}, q], 400, ["base64"])
+    expect([{"type": "image_url", "image_url": {"url": "data:image/png;base64,aGVsbG8gd29ybGQ="}}, q], 400,
+           ["unknown format"])
+    expect([image_part(ppm_bytes(np.zeros((300, 300, 3), np.uint8))), q], 400, ["60000"])  # --max-image-pixels
+    # a file beside the directory, named through "..", and a link inside it to a file outside: both refused
+    expect([{"type": "image_url", "image_url": {"url": "../" + os.path.basename(OUTSIDE)}}, q], 400,
+           ["not under --image-dir"])
+    expect([{"type": "image_url", "image_url": {"url": "link.ppm"}}, q], 400, ["not under --image-dir"])
+    expect([{"type": "image_url", "image_url": {"url": "nothere.ppm"}}, q], 400, ["No such file"])
+    expect([{"type": "image_url", "image_url": {}}, q], 400, ["image_url.url"])
+    expect([{"type": "text", "text": "<__media__>"}, image_part(open(SCENE, "rb").read())], 400, ["media marker"])
+    expect([image_part(open(SCENE, "rb").read())] * 17 + [q], 400, ["more than 16"])
+    # the rings stay in step: the next request with an image is answered (second image too: both encoded)
+    r = iclient.chat.completions.create(model="x", max_tokens=12, temperature=0, messages=[{"role": "user", "content": [
+        image_part(ppm_bytes(np.zeros((8, 8, 3), np.uint8))), image_part(open(SCENE, "rb").read()), q]}])
+    ok = r.choices[0].message.content != "" and r.usage.prompt_tokens > 2 * 196
+    result(name, not bad and ok, "%s; then %r %s" % (bad, r.choices[0].message.content, r.usage))
+
+
+def t_image_metrics(name):
+    st, data = raw(iport, "GET", "/metrics")
+    m = re.search(r"^nanomind_images_total (\d+)$", data.decode(), re.M)
+    result(name, st == 200 and m and int(m.group(1)) >= 6, data.decode()[-400:])
+
+
+try:
+    import numpy  # noqa: F401
+    import scenes
+    have_numpy = True
+except ImportError:
+    have_numpy = False
+if not have_numpy:
+    if CI:
+        result("images_in_chat", False, "needs numpy (NM_CI is set)")
+    else:
+        skipped += 1
+        print("skip images_in_chat (needs numpy)")
+else:
+    import tempfile
+    idir = tempfile.mkdtemp(prefix="nm-test-images-")
+    SCENE = os.path.join(idir, "scene.ppm")
+    scenes.write_ppm(SCENE, scenes.scene(4242, 1)[0])  # an orange triangle, top left (docs/vlm.md)
+    OUTSIDE = idir + "-outside.ppm"
+    scenes.write_ppm(OUTSIDE, scenes.scene(4242, 1)[0])
+    os.symlink(OUTSIDE, os.path.join(idir, "link.ppm"))
+    p5, iport = start("--mmproj", VLM, "--image-dir", idir, "--max-image-pixels", "60000", "--api-key", KEY)
+    iclient = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % iport, api_key=KEY, max_retries=0, timeout=120)
+    for n, f in [("image_chat_equals_run", t_image_chat), ("image_stream_and_image_dir", t_image_stream_and_file),
+                 ("image_bad_requests_4xx_then_serves", t_image_bad_requests), ("image_metrics", t_image_metrics)]:
+        case(n, f)
+    rc5, err5 = stop(p5)
+    result("image_server_sigterm_exits_0", rc5 == 0, "exit %s: %s" % (rc5, err5[-300:]))
+    for f in (SCENE, os.path.join(idir, "link.ppm"), OUTSIDE):
+        os.remove(f)
+    os.rmdir(idir)
 
 st = subprocess.run([NM, "serve", "-m", M, "--parallel", "4"], capture_output=True, text=True, timeout=60)
 result("parallel_not_built_refused", st.returncode == 2 and "one sequence at a time" in st.stderr, st.stderr)

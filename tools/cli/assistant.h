@@ -11,7 +11,6 @@
 
 #include "cli.h"
 
-#define MEDIA_MARKER "<__media__>"
 #define MAX_ITEMS 4096
 #define MAX_QUESTION_S 60     // seconds of audio a question slot holds
 #define SAY_SLOT_BYTES 4096   // text of a sentence (or a few) for the TTS brick

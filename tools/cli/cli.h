@@ -48,6 +48,7 @@ typedef struct cli_opts {
     const char *chat_tmpl;  // --chat-template
     const char *mmproj;     // --mmproj: vision encoder + projector (llama.cpp's mmproj GGUF)
 #define CLI_MAX_IMAGES 16
+#define MEDIA_MARKER "<__media__>" // where an image goes in a prompt (llama.cpp's mtmd marker)
     const char *images[CLI_MAX_IMAGES]; // --image, repeatable
     int32_t n_images;
     int32_t n_predict;      // -n: -1 (default) until end of text or a full context

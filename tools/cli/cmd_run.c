@@ -8,7 +8,6 @@
 
 #include "cli.h"
 
-#define MEDIA_MARKER "<__media__>" // where an image goes in a prompt (llama.cpp's mtmd marker)
 
 static void run_usage(void) {
     printf("usage: nanomind run -m MODEL [-p PROMPT] [options]\n"

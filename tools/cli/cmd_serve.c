@@ -30,6 +30,7 @@ static void usage(FILE *f) {
             "\n"
             "An OpenAI-compatible server (docs/server.md): POST /v1/chat/completions, POST /v1/completions,\n"
             "POST /v1/audio/transcriptions (with --stt), POST /v1/audio/speech (with --tts), GET /v1/models,\n"
+            "images in chats (with --mmproj), "
             "GET /health, GET /metrics; streaming as server-sent events.\n"
             "\n"
             "  --host ADDR              address to listen on (default 127.0.0.1)\n"
@@ -46,6 +47,11 @@ static void usage(FILE *f) {
             "  --max-audio S            the longest audio a transcription takes, in seconds (default 1800)\n"
             "  --tts espeak             text to speech through espeak-ng: POST /v1/audio/speech (24 kHz)\n"
             "  --max-speech N           the most characters a speech request's input may have (default 4096)\n"
+            "  --mmproj FILE            a vision encoder (llama.cpp mmproj GGUF): image_url parts in chat messages\n"
+            "                           (data: URLs with base64; http(s) URLs are refused)\n"
+            "  --image-dir DIR          also read image_url paths (or file:// URLs) of files under DIR\n"
+            "  --max-image-pixels N     the largest image, width x height (default 16777216; larger get 400)\n"
+            "  --mmproj-device DEV      the vision encoder's unit (default: -dev); --mmproj-cores its lane\n"
             "also: -c, -b, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
             "--chat-template, -sys (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock.\n");
 }
@@ -54,6 +60,32 @@ static void *lane_main(void *arg) {
     server *S = arg;
     (void)nm_brick_run(S->llm, S->in, S->out);
     return NULL;
+}
+
+// ---- latency histograms ---------------------------------------------------------------
+
+static const double LE[SERVE_N_LE] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+
+void serve_hist_add(serve_hist *h, double seconds) {
+    for (int i = 0; i < SERVE_N_LE; i++)
+        if (seconds <= LE[i]) h->bucket[i]++;
+    h->sum += seconds;
+    h->count++;
+}
+
+int serve_hist_print(const serve_hist *h, const char *name, const char *help, char *buf, size_t size) {
+    size_t n = 0;
+#define PUT(...) \
+    do { \
+        int k_ = snprintf(buf + n, n < size ? size - n : 0, __VA_ARGS__); \
+        if (k_ > 0) n += (size_t)k_; \
+    } while (0)
+    PUT("# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < SERVE_N_LE; i++) PUT("%s_bucket{le=\"%g\"} %llu\n", name, LE[i], (unsigned long long)h->bucket[i]);
+    PUT("%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->count, name, h->sum,
+        name, (unsigned long long)h->count);
+#undef PUT
+    return n < size ? (int)n : size ? (int)size - 1 : 0;
 }
 
 // ---- replies ----------------------------------------------------------------------------
@@ -247,8 +279,9 @@ static cJSON *take_params(server *S, struct mg_connection *c, const cJSON *req, 
     return p;
 }
 
-// The chat's text through the model's template. NULL with the error sent (*code).
-static char *chat_prompt(server *S, struct mg_connection *c, const cJSON *messages, int *code) {
+// The chat's text through the model's template, a media marker where each image
+// part was (the images into im, in order). NULL with the error sent (*code).
+static char *chat_prompt(server *S, struct mg_connection *c, const cJSON *messages, serve_images *im, int *code) {
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
         *code = send_error(S, c, 400, "messages", "'messages' must be a non-empty array");
         return NULL;
@@ -268,22 +301,29 @@ static char *chat_prompt(server *S, struct mg_connection *c, const cJSON *messag
             break;
         }
         const char *text = cJSON_GetStringValue(content);
-        if (!text && cJSON_IsArray(content)) { // parts: text ones joined; others refused
+        if (!text && cJSON_IsArray(content)) { // parts: text ones joined, a media marker for each image
             size_t len = 1;
             for (const cJSON *part = content->child; part && ok; part = part->next) {
                 const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type"));
                 const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
-                if (!type || strcmp(type, "text") || !t) {
-                    *code = send_error(S, c, 400, "messages", "message %d: a part of type '%s' is not served yet (text only)",
-                                       k, type ? type : "?");
+                if (type && !strcmp(type, "image_url")) {
+                    ok = serve_image_part(S, c, part, k, im, code);
+                    len += strlen(MEDIA_MARKER);
+                } else if (!type || strcmp(type, "text") || !t) {
+                    *code = send_error(S, c, 400, "messages", "message %d: a part of type '%s' is not served (text and "
+                                       "image_url)", k, type ? type : "?");
                     ok = false;
+                } else {
+                    len += strlen(t);
                 }
-                else len += strlen(t);
             }
             if (ok && (owned[k] = malloc(len))) {
                 owned[k][0] = '\0';
-                for (const cJSON *part = content->child; part; part = part->next)
-                    strcat(owned[k], cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text")));
+                for (const cJSON *part = content->child; part; part = part->next) {
+                    const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
+                    strcat(owned[k], strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type")),
+                                            "image_url") ? t : MEDIA_MARKER);
+                }
                 text = owned[k];
             }
         }
@@ -308,6 +348,14 @@ static char *chat_prompt(server *S, struct mg_connection *c, const cJSON *messag
             *code = send_error(S, c, 500, NULL, st == NM_ERR_TEMPLATE
                                                     ? "the model names no chat template we know (start with --chat-template)"
                                                     : "out of memory formatting the chat");
+        int n_markers = 0;
+        for (const char *q = buf; q && (q = strstr(q, MEDIA_MARKER)); q += strlen(MEDIA_MARKER)) n_markers++;
+        if (buf && im->n > 0 && n_markers != im->n) { // the text itself holds the marker: where would the images go?
+            free(buf);
+            buf = NULL;
+            *code = send_error(S, c, 400, "messages", "the messages' text holds the media marker %s, which marks where "
+                               "an image goes: leave it out of the text of a chat with images", MEDIA_MARKER);
+        }
     } else if (!msgs || !owned) {
         *code = send_error(S, c, 500, NULL, "out of memory");
     }
@@ -328,6 +376,7 @@ typedef struct gen {
     int32_t n_prompt, n_tokens;
     nm_llm_stop why;
     bool gone; // the client went away
+    double t0, t_first; // the body read, the first token come (0: none)
     char *text;
     size_t len, cap;
     // stop strings: the text is cut before the first (OpenAI's stop is not part of the answer); what may
@@ -492,9 +541,94 @@ static void piece(gen *g, const char *p, int32_t n, bool end) {
     g->n_held = keep;
 }
 
-// Sends the request (parameters, then the prompt's tokens at position 0) and
+// One text part of the prompt, tokenized straight into a slot of the decoder's
+// ring. Returns its token count; when it gives none or needs `room` positions
+// or more (the return is then 0 or its count) the slot goes empty and without
+// NM_BRICK_MORE, which ends the request in the brick (it fails it), so the
+// ring stays in step. *down: the decoder's ring is shut.
+static int32_t text_part(gen *g, const char *text, size_t len, uint64_t user, bool bos, int32_t room, bool *down) {
+    server *S = g->S;
+    nm_tabm_slot sl;
+    if (nm_tabm_acquire_write(S->in, 0, -1, &sl) != NM_OK) {
+        *down = true;
+        return 0;
+    }
+    const int32_t cap = (int32_t)(sl.capacity / sizeof(int32_t));
+    int32_t n = nm_tokenize(S->m, text, len, sl.data, cap, bos, true);
+    const bool fits = n > 0 && n < room;
+    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .ndim = fits ? 1 : 0, .shape = {fits ? n : 0},
+                              .size = fits ? sizeof(int32_t) * (uint64_t)n : 0,
+                              .user = fits ? user : user & ~(uint64_t)NM_BRICK_MORE, .request = g->id};
+    if (nm_tabm_publish(S->in, &sl) != NM_OK) nm_tabm_cancel(S->in, &sl);
+    return n < 0 ? -n : n;
+}
+
+// The prompt's parts: the text between media markers as token slots, each
+// image through the vision brick, in order, all but the last flagged
+// NM_BRICK_MORE; the first text part carries BOS (even when empty, as llama.cpp's
+// mtmd does). *n_text, *rows: the tokens and image embeddings sent. False when
+// a part failed (the request is ended in the ring): *ierr says why, *bad_image
+// when the image was at fault, *too_long when the text did not fit.
+typedef struct prompt_sent {
+    int32_t n_text;
+    int64_t rows;
+    bool down, too_long, image_failed, bad_image;
+    char ierr[400];
+} prompt_sent;
+
+static bool send_parts(gen *g, const char *prompt, const serve_images *im, bool bos, int32_t n_ctx, prompt_sent *ps) {
+    server *S = g->S;
+    if (im->n == 0) {
+        ps->n_text = text_part(g, prompt, strlen(prompt), NM_LLM_IN_POS(0), bos, n_ctx, &ps->down);
+        ps->too_long = !ps->down && (ps->n_text == 0 || ps->n_text >= n_ctx);
+        return !ps->down && !ps->too_long;
+    }
+    const size_t ml = strlen(MEDIA_MARKER);
+    const char *p = prompt;
+    bool first = true; // nothing sent yet: the next slot starts the prompt at position 0
+    for (int k = 0; k <= im->n; k++) {
+        const char *end = k < im->n ? strstr(p, MEDIA_MARKER) : p + strlen(p);
+        const bool last = k == im->n;
+        // nothing between two images or after the last, or an empty start without a BOS to send
+        const bool skip = end == p && (k > 0 || nm_tokenize(S->m, "", 0, NULL, 0, bos, true) == 0);
+        if (last && skip) break; // the prompt ends with an image: that image's last slot ended it
+        if (!skip) {
+            const int32_t room = n_ctx - ps->n_text - (int32_t)ps->rows;
+            const int32_t n = text_part(g, p, (size_t)(end - p), (first ? NM_LLM_IN_POS(0) : 0) | (last ? 0 : NM_BRICK_MORE),
+                                        bos && k == 0, room, &ps->down);
+            ps->n_text += n;
+            if (ps->down || n == 0 || n >= room) {
+                ps->too_long = !ps->down;
+                return false;
+            }
+            first = false;
+        }
+        if (last) break;
+        const bool more = end[ml] != '\0' || k + 1 < im->n; // text or images follow
+        int64_t r = 0;
+        if (!serve_image_send(S, &im->v[k], (first ? NM_LLM_IN_POS(0) : 0) | (more ? NM_BRICK_MORE : 0), g->id, &r,
+                              &ps->bad_image, ps->ierr, sizeof ps->ierr)) {
+            ps->image_failed = true;
+            snprintf(ps->ierr + strlen(ps->ierr), sizeof ps->ierr - strlen(ps->ierr), " (image %d)", k + 1);
+            // The rest of the request will not come: an empty last slot ends it in the brick, unless the
+            // vision brick's own failed last slot did
+            nm_tabm_slot sl;
+            if ((more || !ps->bad_image) && nm_tabm_acquire_write(S->in, 0, -1, &sl) == NM_OK) {
+                *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .request = g->id};
+                if (nm_tabm_publish(S->in, &sl) != NM_OK) nm_tabm_cancel(S->in, &sl);
+            }
+            return false;
+        }
+        ps->rows += r;
+        first = false;
+        p = end + ml;
+    }
+    return true;
+}
+
+// Sends the request (parameters, then the prompt's parts from position 0) and
 // reads its tokens back. False with the error sent (*code) if it could not start.
-static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *code) {
+static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images *im, bool bos, int *code) {
     server *S = g->S;
     nm_tabm_slot sl;
     char *pj = cJSON_PrintUnformatted(params);
@@ -520,20 +654,14 @@ static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *cod
         *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
         return false;
     }
-    if (nm_tabm_acquire_write(S->in, 0, -1, &sl) != NM_OK) {
+    const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(S->llm));
+    prompt_sent ps = {0};
+    const bool fits = send_parts(g, prompt, im, bos, n_ctx, &ps);
+    if (ps.down) {
         *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
         return false;
     }
-    const int32_t cap = (int32_t)(sl.capacity / sizeof(int32_t));
-    int32_t n = nm_tokenize(S->m, prompt, strlen(prompt), sl.data, cap, bos, true);
-    const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(S->llm));
-    const bool fits = n > 0 && n < n_ctx;
-    g->n_prompt = fits ? n : 0; // (the metrics count decoded prompts only)
-    // a prompt that does not fit still ends its request (empty: the brick fails it), so the ring stays in step
-    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .ndim = fits ? 1 : 0, .shape = {fits ? n : 0},
-                              .size = fits ? sizeof(int32_t) * (uint64_t)n : 0, .user = NM_LLM_IN_POS(0),
-                              .request = g->id};
-    if (nm_tabm_publish(S->in, &sl) != NM_OK) nm_tabm_cancel(S->in, &sl);
+    g->n_prompt = fits ? ps.n_text + (int32_t)ps.rows : 0; // (the metrics count decoded prompts only)
     bool started = false, failed = false;
     char err[600] = "";
     nm_detok dt = {0};
@@ -551,6 +679,7 @@ static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *cod
         for (int32_t t = 0; t < k; t++) {
             if (!started && fits) { // the headers once the first token is there (an error before it is a status)
                 started = true;
+                g->t_first = cli_now();
                 if (g->stream) mg_send_http_ok(g->c, "text/event-stream", -1);
             }
             g->n_tokens++;
@@ -569,13 +698,19 @@ static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *cod
         }
         break;
     }
-    if (!fits && n == 0) {
+    if (ps.image_failed) {
+        if (ps.bad_image) *code = send_error(S, g->c, 400, "messages", "%s", ps.ierr);
+        else *code = send_error(S, g->c, 500, NULL, "the vision encoder failed: %s", ps.ierr);
+        return false;
+    }
+    if (ps.too_long && ps.n_text == 0) {
         *code = send_error(S, g->c, 400, g->chat ? "messages" : "prompt", "the prompt gives no tokens");
         return false;
     }
-    if (!fits) {
+    if (ps.too_long || (failed && ps.rows > 0 && ps.n_text + ps.rows >= n_ctx)) { // (images: the brick finds it)
         *code = send_error(S, g->c, 400, g->chat ? "messages" : "prompt",
-                           "the prompt (%d tokens) does not fit the context (%d tokens, -c)", n < 0 ? -n : n, n_ctx);
+                           "the prompt (%d tokens%s) does not fit the context (%d tokens, -c)",
+                           ps.n_text + (int32_t)ps.rows, ps.rows ? ", image embeddings included" : "", n_ctx);
         return false;
     }
     if (failed && (!started || !g->stream)) {
@@ -592,12 +727,21 @@ static bool decode(gen *g, cJSON *params, const char *prompt, bool bos, int *cod
     return true;
 }
 
+// An answered generation's latencies, into the histograms.
+static void generation_latency(const gen *g) {
+    const double t = cli_now();
+    pthread_mutex_lock(&g->S->lock);
+    serve_hist_add(&g->S->lat_generation, t - g->t0);
+    if (g->t_first > 0) serve_hist_add(&g->S->lat_first_token, g->t_first - g->t0);
+    pthread_mutex_unlock(&g->S->lock);
+}
+
 // POST /v1/chat/completions and /v1/completions.
 static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     int code = 200;
     cJSON *req = read_json(S, c, &code);
     if (!req) return code;
-    gen g = {.S = S, .c = c, .chat = chat};
+    gen g = {.S = S, .c = c, .chat = chat, .t0 = cli_now()};
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(req, "stream");
     if (st && !cJSON_IsBool(st) && !cJSON_IsNull(st)) {
         cJSON_Delete(req);
@@ -613,22 +757,26 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
         g.stop[g.n_stop++] = e->valuestring;
     for (int k = 0; !stp && k < S->o.n_stop; k++) g.stop[g.n_stop++] = S->o.stop[k]; // -r: the server's own
     char *prompt = NULL;
+    serve_images im = {.n = 0}; // (their data: URLs point into req, kept until the decode ends)
     if (params) {
         if (chat) {
-            prompt = chat_prompt(S, c, cJSON_GetObjectItemCaseSensitive(req, "messages"), &code);
+            prompt = chat_prompt(S, c, cJSON_GetObjectItemCaseSensitive(req, "messages"), &im, &code);
         } else {
             const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt"));
             if (!p) code = send_error(S, c, 400, "prompt", "'prompt' must be a string");
             else prompt = strdup(p);
         }
     }
-    cJSON_Delete(req);
     if (!prompt) {
+        serve_images_free(&im);
+        cJSON_Delete(req);
         cJSON_Delete(params);
         return code;
     }
     if (!serve_turn_take(S, &S->turn)) { // the decoder's turn
         free(prompt);
+        serve_images_free(&im);
+        cJSON_Delete(req);
         cJSON_Delete(params);
         return send_error(S, c, 429, NULL, "%d requests already wait for the decoder (--queue)", S->queue_max);
     }
@@ -639,7 +787,7 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     snprintf(g.cid, sizeof g.cid, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)g.id);
     bool ok = !g.stream || ev_begin(&g);
     if (!ok) code = send_error(S, c, 500, NULL, "out of memory");
-    ok = ok && decode(&g, params, prompt, true, &code); // (BOS as the model asks: add_special)
+    ok = ok && decode(&g, params, prompt, &im, true, &code); // (BOS as the model asks: add_special)
     pthread_mutex_lock(&S->lock);
     S->n_prompt_tokens += (uint64_t)g.n_prompt;
     S->n_gen_tokens += (uint64_t)g.n_tokens;
@@ -652,6 +800,8 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     }
     serve_turn_give(S, &S->turn);
     free(prompt);
+    serve_images_free(&im);
+    cJSON_Delete(req);
     free(g.ev);
     cJSON_Delete(params);
     if (!ok) {
@@ -675,6 +825,7 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
             }
             mg_send_chunk(c, "data: [DONE]\n\n", 14);
             mg_send_chunk(c, "", 0);
+            generation_latency(&g);
         }
         return 200;
     }
@@ -689,7 +840,9 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g.why));
     add_usage(&g, r);
     free(g.text);
-    return send_json(c, 200, r);
+    code = send_json(c, 200, r);
+    generation_latency(&g);
+    return code;
 }
 
 // ---- routes -------------------------------------------------------------------------------
@@ -726,7 +879,7 @@ static int route(server *S, struct mg_connection *c) {
     if (!authorized(S, c)) return send_error(S, c, 401, NULL, "a valid API key is needed (Authorization: Bearer KEY)");
     if (!strcmp(u, "/metrics")) {
         if (!get) return send_error(S, c, 405, NULL, "%s takes GET", u);
-        char buf[4096];
+        char buf[16384];
         pthread_mutex_lock(&S->lock);
         const double cpu = cli_cpu_seconds() - S->cpu0, wall = cli_now() - S->t0;
         const double joules = cli_energy_run(&S->energy, cpu, wall, S->dram);
@@ -754,6 +907,17 @@ static int route(server *S, struct mg_connection *c) {
                       "# TYPE nanomind_dram_bytes_total counter\nnanomind_dram_bytes_total %.0f\n",
                       S->energy.source, joules, cpu, wall, S->dram);
         n += serve_audio_metrics(S, buf + n, sizeof buf - (size_t)n);
+        n += serve_vision_metrics(S, buf + n, sizeof buf - (size_t)n);
+        n += serve_hist_print(&S->lat_generation, "nanomind_request_seconds", "Generation requests answered: "
+                              "seconds from the request's body to its last byte.", buf + n, sizeof buf - (size_t)n);
+        n += serve_hist_print(&S->lat_first_token, "nanomind_first_token_seconds", "Generation requests answered: "
+                              "seconds from the request's body to its first token.", buf + n, sizeof buf - (size_t)n);
+        if (S->stt)
+            n += serve_hist_print(&S->lat_transcription, "nanomind_transcription_seconds", "Transcriptions answered: "
+                                  "seconds from the request to the transcript sent.", buf + n, sizeof buf - (size_t)n);
+        if (S->tts)
+            n += serve_hist_print(&S->lat_speech, "nanomind_speech_seconds", "Speech requests answered: seconds from "
+                                  "the request to the last audio sent.", buf + n, sizeof buf - (size_t)n);
         pthread_mutex_unlock(&S->lock);
         mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n", n);
         mg_write(c, buf, (size_t)n);
@@ -817,7 +981,8 @@ static bool take_own(server *S, int *argc, char **argv) {
         const char *a = argv[i];
         const bool has = i + 1 < *argc;
         if (!strcmp(a, "--host") || !strcmp(a, "-a") || !strcmp(a, "--alias") || !strcmp(a, "--api-key") ||
-            !strcmp(a, "--api-key-file") || !strcmp(a, "--stt") || !strcmp(a, "--tts")) {
+            !strcmp(a, "--api-key-file") || !strcmp(a, "--stt") || !strcmp(a, "--tts") || !strcmp(a, "--mmproj") ||
+            !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir")) {
             if (!has || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
@@ -825,6 +990,9 @@ static bool take_own(server *S, int *argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(a, "--host")) S->host = v;
             else if (!strcmp(a, "--stt")) S->stt_path = v;
+            else if (!strcmp(a, "--mmproj")) S->mmproj = v;
+            else if (!strcmp(a, "--mmproj-device")) S->mmproj_device = v;
+            else if (!strcmp(a, "--image-dir")) S->image_dir = v;
             else if (!strcmp(a, "--tts")) {
                 if (strcmp(v, "espeak") && strcmp(v, "espeak-ng")) {
                     fprintf(stderr, "error: --tts '%s': the engine is espeak (espeak-ng)\n", v);
@@ -870,6 +1038,14 @@ static bool take_own(server *S, int *argc, char **argv) {
             else if (!strcmp(a, "--max-audio")) S->audio_max_s = v;
             else if (!strcmp(a, "--max-speech")) S->speech_max_chars = v;
             else if (!par) S->timeout_s = v;
+        } else if (!strcmp(a, "--max-image-pixels")) {
+            int32_t v; // (at most 2^26, the image decoder's own limit)
+            if (!has || !cli_arg_int(a, argv[i + 1], 1, 1 << 26, &v)) {
+                if (!has) fprintf(stderr, "error: %s needs a value\n", a);
+                return false;
+            }
+            i++;
+            S->image_max_pixels = v;
         } else if (!strcmp(a, "--max-body")) {
             int32_t v;
             if (!has || !cli_arg_int(a, argv[i + 1], 1024, 1 << 30, &v)) {
@@ -896,6 +1072,7 @@ int cmd_serve(int argc, char **argv) {
     S.body_max = 8 << 20;
     S.audio_max_s = 1800;
     S.speech_max_chars = 4096;
+    S.image_max_pixels = 4096 * 4096;
     int rc = 2;
     if (!take_own(&S, &argc, argv)) goto keys;
     if (!cli_parse("serve", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_GEN | CLI_LANE, argc, argv, &S.o, NULL)) goto keys;
@@ -946,7 +1123,10 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     cli_ctx_note(nm_brick_llm_ctx(S.llm));
-    if ((st = nm_tabm_create(NULL, 4, nm_brick_in_slot_bytes(S.llm), &S.in, err, sizeof err)) != NM_OK ||
+    if (!serve_vision_start(&S)) goto out; // --mmproj: its segments go into the decoder's ring
+    size_t in_bytes = nm_brick_in_slot_bytes(S.llm);
+    if (S.vision && nm_brick_out_slot_bytes(S.vision) > in_bytes) in_bytes = nm_brick_out_slot_bytes(S.vision);
+    if ((st = nm_tabm_create(NULL, 4, in_bytes, &S.in, err, sizeof err)) != NM_OK ||
         (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S.llm), &S.out, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
         goto out;
@@ -1007,6 +1187,7 @@ out:
     if (S.in) nm_tabm_shutdown(S.in);
     if (S.lane_started) pthread_join(S.lane, NULL);
     serve_audio_stop(&S);
+    serve_vision_stop(&S);
     nm_tabm_free(S.in);
     nm_tabm_free(S.out);
     nm_brick_free(S.llm);

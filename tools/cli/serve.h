@@ -22,6 +22,18 @@ typedef struct serve_turn {
 
 #define MAX_KEYS 16
 
+// A Prometheus histogram of seconds (latency): per bucket the observations at
+// most its bound (cumulative, as Prometheus reads them), their sum and count.
+#define SERVE_N_LE 12
+typedef struct serve_hist {
+    uint64_t bucket[SERVE_N_LE];
+    double sum;
+    uint64_t count;
+} serve_hist;
+void serve_hist_add(serve_hist *h, double seconds); // under the server's lock
+// Its lines (HELP, TYPE, buckets, +Inf, sum, count) into buf; the bytes written.
+int serve_hist_print(const serve_hist *h, const char *name, const char *help, char *buf, size_t size);
+
 typedef struct server {
     cli_opts o;
     const char *host, *alias;
@@ -57,6 +69,15 @@ typedef struct server {
     serve_turn tts_turn;
     uint64_t n_speech_requests;
     double speech_seconds;
+    // images in chats (--mmproj): the vision brick runs on the request's thread while it holds the
+    // decoder's turn, reading the image from img and writing its embeddings into the decoder's ring
+    const char *mmproj, *mmproj_device, *image_dir;
+    char *image_dir_real; // image_dir resolved (realpath), for the containment check
+    nm_brick *vision;
+    nm_tabm *img;
+    int64_t image_max_pixels;
+    uint64_t n_images;
+    double image_seconds;
     nm_ledger *ledger; // bytes copied between the server and the brick (/metrics): the parameters' JSON into
                        // the decoder's slot; the prompt is tokenized into it (nothing copied)
     int ep_server, ep_llm;
@@ -71,6 +92,9 @@ typedef struct server {
     uint64_t next_id;
     // counters for /metrics
     uint64_t n_requests, n_errors, n_prompt_tokens, n_gen_tokens, n_rejected;
+    // latencies of the requests answered (200): a generation's whole time and its first token's, from the
+    // body read; a transcription's and a speech request's whole time
+    serve_hist lat_generation, lat_first_token, lat_transcription, lat_speech;
     // energy (modelled, docs/power.md): the process's CPU time since t0 at the unit profile's watts, and the
     // decoder's DRAM traffic as its estimate has it for each request
     cli_energy energy;
@@ -91,6 +115,30 @@ cJSON *read_json(server *S, struct mg_connection *c, int *code);
 // --queue requests already wait behind the one it serves.
 bool serve_turn_take(server *S, serve_turn *t);
 void serve_turn_give(server *S, serve_turn *t);
+
+// An image of a chat message: a data: URL's base64 payload (borrowed from the
+// request, which outlives the decode) or a file under --image-dir (owned).
+typedef struct serve_image {
+    const char *b64;
+    size_t b64_len;
+    char *path;
+} serve_image;
+typedef struct serve_images {
+    serve_image v[CLI_MAX_IMAGES];
+    int n;
+} serve_images;
+
+// serve_image.c: the vision brick of --mmproj (false: a message printed), its end,
+// an image_url part read into im (false with the error sent: *code), an image sent
+// through the vision brick into the decoder's ring as one part of request `id`
+// (false: err says why, the client's fault when *bad), and its /metrics lines.
+bool serve_vision_start(server *S);
+void serve_vision_stop(server *S);
+bool serve_image_part(server *S, struct mg_connection *c, const cJSON *part, int msg, serve_images *im, int *code);
+void serve_images_free(serve_images *im);
+bool serve_image_send(server *S, const serve_image *img, uint64_t user, uint64_t id, int64_t *rows, bool *bad,
+                      char *err, size_t err_size);
+int serve_vision_metrics(const server *S, char *buf, size_t size);
 
 // serve_audio.c: the STT and TTS bricks of --stt and --tts (false: a message
 // printed), their end, their routes and their /metrics lines (under S->lock).

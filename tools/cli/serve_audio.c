@@ -265,6 +265,7 @@ static int send_transcript(server *S, struct mg_connection *c, const nm_transcri
 // response_format, timestamp_granularities[] (segment). /v1/audio/translations
 // (translate): the same into English, a multilingual model only.
 int handle_transcription(server *S, struct mg_connection *c, bool translate) {
+    const double t_req = cli_now();
     if (!S->stt) return send_error(S, c, 404, NULL, "no speech-to-text model: start the server with --stt FILE");
     if (translate && !S->stt_info.multilingual)
         return send_error(S, c, 400, NULL, "%s is an English-only model: it does not translate", S->stt_info.name);
@@ -432,6 +433,11 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
     free(prompt_tok);
 out:
     form_free(&f);
+    if (code == 200) {
+        pthread_mutex_lock(&S->lock);
+        serve_hist_add(&S->lat_transcription, cli_now() - t_req);
+        pthread_mutex_unlock(&S->lock);
+    }
     return code;
 }
 
@@ -471,6 +477,7 @@ static bool tts_put(server *S, uint32_t kind, const void *data, size_t n, uint64
 // audio is sent as the brick makes it (chunked): WAV with the streaming sizes (0xffffffff) in its
 // header, or raw 16-bit little-endian mono PCM at the server's rate (24 kHz, OpenAI's).
 int handle_speech(server *S, struct mg_connection *c) {
+    const double t_req = cli_now();
     if (!S->tts) return send_error(S, c, 404, NULL, "no text-to-speech engine: start the server with --tts espeak");
     int code = 200;
     cJSON *req = read_json(S, c, &code);
@@ -555,6 +562,9 @@ int handle_speech(server *S, struct mg_connection *c) {
     if (sent_head) {
         if (!gone) mg_send_chunk(c, "", 0);
         code = 200;
+        pthread_mutex_lock(&S->lock);
+        if (!gone) serve_hist_add(&S->lat_speech, cli_now() - t_req);
+        pthread_mutex_unlock(&S->lock);
     }
     return code;
 }

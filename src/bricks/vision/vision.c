@@ -239,9 +239,11 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     // JSON and skipped; a malformed one fails the request.
     char pwhy[256] = "";
     bool bad_params = false;
+    int64_t max_pixels = 0; // the request's "max_pixels" (a server's limit); 0: the decoder's own
     if (s.meta->kind == NM_TABM_PARAMS && (s.meta->user & NM_BRICK_MORE)) {
         cJSON *o = nm_req_parse(&s, "vision brick", pwhy, sizeof pwhy);
         bad_params = !o;
+        if (o && nm_req_int(o, "max_pixels", 1, 1e15, &max_pixels, pwhy, sizeof pwhy) < 0) bad_params = true;
         nm_req_free(o);
         nm_tabm_release(in, &s);
         if ((st = nm_tabm_acquire_read(in, v->timeout_ns, &s)) != NM_OK) {
@@ -273,7 +275,7 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     } else if (mt->kind != NM_TABM_IMAGE || mt->size == 0 || mt->size > s.capacity) {
         st = vfail(v, NM_ERR_FORMAT, "vision brick: input slot %llu is not an image file (kind %u, %llu bytes)",
                    (unsigned long long)mt->seq, mt->kind, (unsigned long long)mt->size);
-    } else if ((st = nm_image_decode(s.data, (size_t)mt->size, &img, msg, sizeof msg)) != NM_OK) {
+    } else if ((st = nm_image_decode_max(s.data, (size_t)mt->size, max_pixels, &img, msg, sizeof msg)) != NM_OK) {
         vfail(v, st, "%s", msg);
     }
     v->st.t_decode += now_s() - t0;

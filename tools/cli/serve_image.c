@@ -1,0 +1,287 @@
+// nanomind serve: images in chat messages (--mmproj). OpenAI's image_url parts:
+// data: URLs with base64 (decoded straight into the vision brick's input slot),
+// files under --image-dir (read into it), http(s) URLs refused (the server
+// fetches nothing). The vision brick runs on the request's thread while it holds
+// the decoder's turn and writes the image's embeddings into the decoder's ring,
+// in order with the text around it.
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "serve.h"
+
+bool serve_vision_start(server *S) {
+    if (!S->mmproj) {
+        if (S->image_dir || S->mmproj_device || S->o.mmproj_cores) {
+            fprintf(stderr, "error: %s needs --mmproj (the vision encoder)\n",
+                    S->image_dir ? "--image-dir" : S->mmproj_device ? "--mmproj-device" : "--mmproj-cores");
+            return false;
+        }
+        return true;
+    }
+    if (S->image_dir) {
+        struct stat st;
+        S->image_dir_real = realpath(S->image_dir, NULL);
+        if (!S->image_dir_real || stat(S->image_dir_real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            fprintf(stderr, "error: --image-dir '%s': %s\n", S->image_dir,
+                    S->image_dir_real ? "not a directory" : strerror(errno));
+            return false;
+        }
+    }
+    nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
+    vp.model = S->mmproj;
+    vp.feeds = S->llm;
+    vp.device = S->mmproj_device ? S->mmproj_device : S->o.device;
+    vp.n_threads = S->o.n_threads;
+    vp.cores = S->o.mmproj_cores;
+    vp.ledger = S->ledger;
+    char err[512];
+    nm_status st = nm_brick_load(NULL, &vp, &S->vision, err, sizeof err);
+    if (st != NM_OK) {
+        if (st == NM_ERR_FORMAT && strstr(err, "belongs to another model"))
+            fprintf(stderr, "error: '%s' does not fit '%s': %s\n", S->mmproj, S->o.model, err);
+        else
+            fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", S->mmproj, nm_status_str(st), err);
+        return false;
+    }
+    // two slots: the request's parameters, then the image file (a data: URL's bytes are at most 3/4 of the
+    // body it came in; a file under --image-dir may be as large)
+    const size_t cap = (size_t)S->body_max / 4 * 3 + 4;
+    if ((st = nm_tabm_create(NULL, 2, cap, &S->img, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: cannot create the vision brick's ring: %s: %s\n", nm_status_str(st), err);
+        return false;
+    }
+    return true;
+}
+
+void serve_vision_stop(server *S) {
+    if (S->img) nm_tabm_shutdown(S->img);
+    nm_brick_free(S->vision);
+    nm_tabm_free(S->img);
+    free(S->image_dir_real);
+    S->vision = NULL;
+    S->img = NULL;
+    S->image_dir_real = NULL;
+}
+
+void serve_images_free(serve_images *im) {
+    for (int i = 0; i < im->n; i++) free(im->v[i].path);
+    im->n = 0;
+}
+
+bool serve_image_part(server *S, struct mg_connection *c, const cJSON *part, int msg, serve_images *im, int *code) {
+    if (!S->vision) {
+        *code = send_error(S, c, 400, "messages", "message %d: an image needs a vision encoder: this server was started "
+                           "without --mmproj", msg);
+        return false;
+    }
+    if (im->n == CLI_MAX_IMAGES) {
+        *code = send_error(S, c, 400, "messages", "message %d: more than %d images in one request", msg, CLI_MAX_IMAGES);
+        return false;
+    }
+    const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+    const char *url = cJSON_IsString(iu) ? iu->valuestring
+                                         : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(iu, "url"));
+    if (!url) {
+        *code = send_error(S, c, 400, "messages", "message %d: an image_url part needs image_url.url (a string)", msg);
+        return false;
+    }
+    serve_image *img = &im->v[im->n];
+    *img = (serve_image){0};
+    if (!strncasecmp(url, "data:", 5)) {
+        const char *hdr = url + 5, *comma = strchr(hdr, ',');
+        const size_t hl = comma ? (size_t)(comma - hdr) : 0;
+        const bool b64 = comma && hl >= 7 && !strncasecmp(comma - 7, ";base64", 7);
+        const bool image = comma && (hl == 7 || !strncasecmp(hdr, "image/", 6));
+        if (!b64 || !image) {
+            *code = send_error(S, c, 400, "messages", "message %d: an image's data: URL must hold an image in base64 "
+                               "(data:image/png;base64,...)", msg);
+            return false;
+        }
+        img->b64 = comma + 1;
+        img->b64_len = strlen(comma + 1);
+        if (img->b64_len == 0) {
+            *code = send_error(S, c, 400, "messages", "message %d: the image's data: URL holds no data", msg);
+            return false;
+        }
+    } else if (!strncasecmp(url, "http://", 7) || !strncasecmp(url, "https://", 8)) {
+        *code = send_error(S, c, 400, "messages", "message %d: image URLs are not fetched (this server reaches no "
+                           "network): send the image as a data: URL (base64)", msg);
+        return false;
+    } else if (!S->image_dir_real) {
+        *code = send_error(S, c, 400, "messages", "message %d: the image '%.200s' is neither a data: URL nor served: local "
+                           "files are read only under --image-dir", msg, url);
+        return false;
+    } else {
+        const char *p = !strncasecmp(url, "file://", 7) ? url + 7 : url;
+        char *full = NULL;
+        if (p[0] == '/') full = strdup(p);
+        else if ((full = malloc(strlen(S->image_dir_real) + strlen(p) + 2))) sprintf(full, "%s/%s", S->image_dir_real, p);
+        errno = 0;
+        char *real = full ? realpath(full, NULL) : NULL;
+        const int e = errno;
+        free(full);
+        const size_t dl = strlen(S->image_dir_real);
+        struct stat st;
+        const char *why = !real ? (e ? strerror(e) : "out of memory")
+                          : strncmp(real, S->image_dir_real, dl) || real[dl] != '/' ? "not under --image-dir"
+                          : stat(real, &st) != 0 || !S_ISREG(st.st_mode) ? "not a regular file" : NULL;
+        if (why) {
+            free(real);
+            *code = send_error(S, c, 400, "messages", "message %d: image file '%.200s': %s", msg, p, why);
+            return false;
+        }
+        img->path = real;
+    }
+    im->n++;
+    return true;
+}
+
+// Base64 (RFC 4648, padding optional, line breaks and spaces skipped) into out.
+static bool b64_decode(const char *s, size_t n, uint8_t *out, size_t cap, size_t *len, char *err, size_t es) {
+    uint32_t acc = 0;
+    int bits = 0;
+    size_t o = 0, pad = 0;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char ch = (unsigned char)s[i];
+        int v;
+        if (ch >= 'A' && ch <= 'Z') v = ch - 'A';
+        else if (ch >= 'a' && ch <= 'z') v = ch - 'a' + 26;
+        else if (ch >= '0' && ch <= '9') v = ch - '0' + 52;
+        else if (ch == '+') v = 62;
+        else if (ch == '/') v = 63;
+        else if (ch == '=') {
+            pad++;
+            continue;
+        } else if (ch == '\r' || ch == '\n' || ch == ' ' || ch == '\t') {
+            continue;
+        } else {
+            snprintf(err, es, "the image's base64 has a byte 0x%02x at offset %zu that is not base64", ch, i);
+            return false;
+        }
+        if (pad) {
+            snprintf(err, es, "the image's base64 goes on after its '=' padding (offset %zu)", i);
+            return false;
+        }
+        acc = acc << 6 | (uint32_t)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            if (o == cap) {
+                snprintf(err, es, "the image is over %zu bytes (3/4 of --max-body)", cap);
+                return false;
+            }
+            out[o++] = (uint8_t)(acc >> bits);
+        }
+    }
+    if (bits >= 6 || pad > 2) {
+        snprintf(err, es, "the image's base64 is cut short (its length is not a whole number of bytes)");
+        return false;
+    }
+    *len = o;
+    return true;
+}
+
+// A regular file into out, opened without blocking (a FIFO put there cannot hang the request).
+static bool read_image_file(const char *path, uint8_t *out, size_t cap, size_t *len, char *err, size_t es) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, es, "image file '%s': %s", path, fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0) close(fd);
+        return false;
+    }
+    if ((uint64_t)st.st_size > cap) {
+        snprintf(err, es, "image file '%s' is %lld bytes; the largest taken is %zu (3/4 of --max-body)", path,
+                 (long long)st.st_size, cap);
+        close(fd);
+        return false;
+    }
+    size_t n = 0;
+    while (n < (size_t)st.st_size) {
+        ssize_t k = read(fd, out + n, (size_t)st.st_size - n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    close(fd);
+    if (n == 0) {
+        snprintf(err, es, "image file '%s' is empty", path);
+        return false;
+    }
+    *len = n;
+    return true;
+}
+
+bool serve_image_send(server *S, const serve_image *img, uint64_t user, uint64_t id, int64_t *rows, bool *bad,
+                      char *err, size_t err_size) {
+    *bad = false;
+    *rows = 0;
+    nm_tabm_slot sl;
+    if (nm_tabm_acquire_write(S->img, 0, -1, &sl) != NM_OK) {
+        snprintf(err, err_size, "the vision brick is not running");
+        return false;
+    }
+    // the request's parameters first: the pixel limit (--max-image-pixels)
+    const int pn = snprintf(sl.data, sl.capacity, "{\"max_pixels\":%lld}", (long long)S->image_max_pixels);
+    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {pn}, .size = (uint64_t)pn,
+                              .user = NM_BRICK_MORE, .request = id};
+    if (nm_tabm_publish(S->img, &sl) != NM_OK) {
+        nm_tabm_cancel(S->img, &sl);
+        snprintf(err, err_size, "the vision brick's ring: %s", nm_tabm_last_error(S->img));
+        return false;
+    }
+    if (nm_tabm_acquire_write(S->img, 0, -1, &sl) != NM_OK) {
+        snprintf(err, err_size, "the vision brick is not running");
+        return false;
+    }
+    size_t n = 0;
+    const bool read = img->b64 ? b64_decode(img->b64, img->b64_len, sl.data, sl.capacity, &n, err, err_size)
+                               : read_image_file(img->path, sl.data, sl.capacity, &n, err, err_size);
+    // a bad image still goes, empty: the brick fails it and ends this part in the decoder's ring, in step
+    *bad = !read;
+    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n,
+                              .user = user, .request = id};
+    if (nm_tabm_publish(S->img, &sl) != NM_OK) {
+        nm_tabm_cancel(S->img, &sl);
+        snprintf(err, err_size, "the vision brick's ring: %s", nm_tabm_last_error(S->img));
+        *bad = false;
+        return false;
+    }
+    const nm_brick_stats before = nm_brick_get_stats(S->vision);
+    const double t0 = cli_now();
+    const nm_status st = nm_brick_step(S->vision, S->img, S->in);
+    const nm_brick_stats after = nm_brick_get_stats(S->vision);
+    pthread_mutex_lock(&S->lock);
+    S->n_images++;
+    S->image_seconds += cli_now() - t0;
+    pthread_mutex_unlock(&S->lock);
+    if (st != NM_OK) {
+        snprintf(err, err_size, "the vision brick stopped: %s", nm_status_str(st));
+        return false;
+    }
+    if (after.n_bad_requests != before.n_bad_requests || *bad) {
+        if (!*bad) snprintf(err, err_size, "%s", nm_brick_last_error(S->vision)); // what is wrong with the image
+        *bad = true;
+        return false;
+    }
+    nm_vision_info vi;
+    if (nm_brick_vision_info(S->vision, &vi)) *rows = (int64_t)(after.n_encoded - before.n_encoded) * vi.n_out;
+    return true;
+}
+
+int serve_vision_metrics(const server *S, char *buf, size_t size) {
+    if (!S->vision) return 0;
+    int n = snprintf(buf, size,
+                     "# TYPE nanomind_images_total counter\nnanomind_images_total %llu\n"
+                     "# HELP nanomind_image_seconds_total Reading, preprocessing and encoding the images.\n"
+                     "# TYPE nanomind_image_seconds_total counter\nnanomind_image_seconds_total %.6f\n",
+                     (unsigned long long)S->n_images, S->image_seconds);
+    return n < 0 ? 0 : n >= (int)size ? (int)size - 1 : n;
+}

@@ -231,6 +231,103 @@ def t_bad_requests(name):
     result(name, not bad and st == 200, "; ".join(bad))
 
 
+def random_body(rng):
+    """A body that must be refused (4xx): random bytes, cut JSON, deep nesting, a value that is not an
+    object, messages or a prompt of the wrong shape, a known field of the wrong type, bad UTF-8 in the text
+    with a wrong field; unknown fields sprinkled in (ignored, as llama-server)."""
+    def val(d=0):
+        k = rng.randrange(8 if d < 3 else 5)
+        return [lambda: rng.randrange(-10 ** 9, 10 ** 9), lambda: rng.random() * 10 ** rng.randrange(-5, 300),
+                lambda: "".join(chr(rng.randrange(1, 0x2FFF)) for _ in range(rng.randrange(20))),
+                lambda: rng.random() < 0.5, lambda: None,
+                lambda: [val(d + 1) for _ in range(rng.randrange(4))],
+                lambda: {"k%d" % rng.randrange(99): val(d + 1) for _ in range(rng.randrange(4))},
+                lambda: "x" * rng.randrange(300)][k]()
+
+    def unknown(o):
+        for _ in range(rng.randrange(3)):
+            o["zz_%d" % rng.randrange(1000)] = val()
+        return o
+    good_msgs = [{"role": "user", "content": "hi"}]
+    kind = rng.randrange(8)
+    if kind == 0:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(300)))
+    if kind == 1:
+        t = json.dumps(unknown({"messages": good_msgs, "max_tokens": 2}))
+        return t[:rng.randrange(len(t))].encode()
+    if kind == 2:
+        d = rng.randrange(100, 3000)
+        return b"[" * d + (b"]" * d if rng.random() < 0.5 else b"") if rng.random() < 0.5 else \
+            b'{"messages": ' + b"[" * d + b"]" * d + b"}"
+    if kind == 3:
+        return json.dumps(rng.choice([5, "x", [], None, True, [{"messages": good_msgs}], 1e308])).encode()
+    if kind == 4:
+        msgs = rng.choice([val(), [], [{"role": "wizard%d" % rng.randrange(9), "content": "hi"}],
+                           [{"role": "user", "content": val()} if rng.random() < 0.5 else {"role": "user"}],
+                           [{"role": "user", "content": [{"type": "audio", "x": val()}]}], "hi"])
+        if isinstance(msgs, list) and msgs and isinstance(msgs[0], dict) and \
+                isinstance(msgs[0].get("content"), (str, list)) and msgs[0].get("role") == "user":
+            msgs = 7  # (val() gave a string or a list, [] say: not a wrong shape after all)
+        return json.dumps(unknown({"messages": msgs, "max_tokens": 2})).encode()
+    field, bad = rng.choice([("temperature", "hot"), ("top_p", [1]), ("top_k", {"a": 1}), ("min_p", "0.1"),
+                             ("seed", "s"), ("max_tokens", 1.5), ("max_tokens", "many"), ("stop", 5),
+                             ("stop", [""]), ("stop", [1, 2]), ("n", 2), ("stream", "yes"), ("presence_penalty", "p"),
+                             ("frequency_penalty", [0]), ("repeat_penalty", "r"), ("ignore_eos", 1),
+                             ("max_completion_tokens", "m"), ("cache_prompt", "no")])
+    o = unknown({field: bad, "max_tokens": 2})
+    if field == "max_tokens":
+        o[field] = bad
+    if kind == 5:
+        o["prompt"] = rng.choice(["x", val()]) if rng.random() < 0.5 else None
+        return ("C", json.dumps(o).encode())  # to /v1/completions
+    o["messages"] = good_msgs
+    t = json.dumps(o).encode()
+    if kind == 7:  # invalid UTF-8 in the text (the wrong field still makes it a 400)
+        t = t.replace(b'"hi"', b'"h\xff\xfei"')
+    return t
+
+
+def t_random_bodies(name):
+    # 10,000 requests with random bodies (random_body: each must be refused): each answer a 4xx with
+    # OpenAI's error object of the same code, no crash, /health afterwards, every one counted an error
+    import random
+    rng = random.Random(17)
+    before = int(metrics()["nanomind_errors_total"])
+    bad, codes, conn = [], {}, None
+    for i in range(10000):
+        b = random_body(rng)
+        path = "/v1/chat/completions"
+        if isinstance(b, tuple):
+            path, b = "/v1/completions", b[1]
+        for attempt in range(2):  # (a connection the server closed after an error is opened again)
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+                conn.request("POST", path, body=b, headers={"Authorization": "Bearer " + KEY,
+                                                            "Content-Type": "application/json"})
+                r = conn.getresponse()
+                data = r.read()
+                break
+            except (http.client.HTTPException, OSError):
+                conn.close()
+                conn = None
+                if attempt:
+                    raise
+        if r.will_close:
+            conn.close()
+            conn = None
+        code, msg, _ = err_of(data)
+        codes[r.status] = codes.get(r.status, 0) + 1
+        if not 400 <= r.status < 500 or code != r.status or not msg:
+            bad.append((i, r.status, b[:80], data[:120]))
+    if conn:
+        conn.close()
+    st, _ = raw(port, "GET", "/health")
+    errors = int(metrics()["nanomind_errors_total"]) - before
+    result(name, not bad and st == 200 and errors == 10000, "%d bad (first %s); codes %s; health %s; %d errors counted"
+           % (len(bad), bad[:3], codes, st, errors))
+
+
 def t_copied(name):
     # the bytes copied into the decoder are its parameters' JSON (the same for both requests), never the prompt
     # (tokenized straight into the decoder's slot): a 300-word prompt copies as much as a one-word one
@@ -375,7 +472,8 @@ port0 = port
 for n, f in [("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
              ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("copied_params_not_prompt", t_copied),
-             ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("latency_histograms", t_latency_histograms)]:
+             ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("latency_histograms", t_latency_histograms),
+             ("random_bodies_10000_each_4xx", t_random_bodies)]:
     case(n, f)
 rc, err = stop(p)
 result("sigterm_exits_0", rc == 0, "exit %s: %s" % (rc, err[-300:]))

@@ -152,9 +152,36 @@ void serve_turn_give(server *S, serve_turn *t) {
     pthread_mutex_unlock(&t->m);
 }
 
+// The deepest nesting of arrays and objects in a JSON text (strings skipped).
+// cJSON parses (and frees) recursively, a frame a level, up to 1000 levels: on a
+// connection thread's stack that is a crash, so deeper bodies are refused first.
+#define JSON_MAX_DEPTH 64
+static int json_depth(const char *t) {
+    int depth = 0, most = 0;
+    bool in_str = false;
+    for (; *t; t++) {
+        if (in_str) {
+            if (*t == '\\' && t[1]) t++;
+            else if (*t == '"') in_str = false;
+        } else if (*t == '"') {
+            in_str = true;
+        } else if (*t == '[' || *t == '{') {
+            if (++depth > most) most = depth;
+        } else if ((*t == ']' || *t == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return most;
+}
+
 cJSON *read_json(server *S, struct mg_connection *c, int *code) {
     char *body = read_body(S, c, code);
     if (!body) return NULL;
+    if (json_depth(body) > JSON_MAX_DEPTH) {
+        free(body);
+        *code = send_error(S, c, 400, NULL, "the body's JSON nests deeper than %d levels", JSON_MAX_DEPTH);
+        return NULL;
+    }
     cJSON *req = cJSON_Parse(body);
     free(body);
     if (cJSON_IsObject(req)) return req;
@@ -1155,8 +1182,10 @@ int cmd_serve(int argc, char **argv) {
     char port[80], timeout[32];
     snprintf(port, sizeof port, strchr(S.host, ':') ? "[%s]:%d" : "%s:%d", S.host, S.port); // (IPv6 in brackets)
     snprintf(timeout, sizeof timeout, "%d", S.timeout_s * 1000);
+    // tcp_nodelay: a reply's header and body, and each streamed token, are separate writes; with Nagle's
+    // algorithm the second waits for the client's delayed ACK of the first (up to 40 ms each)
     const char *options[] = {"listening_ports", port, "num_threads", "64", "request_timeout_ms", timeout,
-                             "enable_keep_alive", "yes", NULL};
+                             "enable_keep_alive", "yes", "tcp_nodelay", "1", NULL};
     struct mg_callbacks cbs;
     memset(&cbs, 0, sizeof cbs);
     mg_init_library(0);

@@ -774,20 +774,34 @@ VLM = os.path.join(ROOT, "tests", "data", "vlm", "vlm-mmproj-q8_0.gguf")
 sys.path.insert(0, os.path.join(ROOT, "tools", "train_vlm"))
 
 
+def png_bytes(img):  # an RGB PNG (zlib, CRCs): a byte decoded wrong anywhere makes it fail to decode
+    import struct
+    import zlib
+    raw_rows = b"".join(b"\0" + img[y].tobytes() for y in range(img.shape[0]))
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", img.shape[1], img.shape[0], 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(raw_rows, 9)) + chunk(b"IEND", b""))
+
+
 def ppm_bytes(img):
     return b"P6\n%d %d\n255\n" % (img.shape[1], img.shape[0]) + img.tobytes()
 
 
 def t_image_chat(name):
     # a held-out scene (an orange triangle, top left): the answer through the server is `run`'s, and right
+    # as a PNG: its base64 holds '+' and '/' (checked), and a byte decoded wrong breaks its zlib stream or CRCs
     q = "What colour is the shape?"
+    png = open(SCENE_PNG, "rb").read()
+    part = image_part(png, "image/png")
     r = iclient.chat.completions.create(model="x", messages=[{"role": "user", "content": [
-        image_part(open(SCENE, "rb").read()), {"type": "text", "text": q}]}], max_tokens=12, temperature=0,
-        extra_body=EXACT)
-    want = run_nm("--mmproj", VLM, "--image", SCENE, "--chat", "-p", q, "--temp", "0", "-n", "12")
+        part, {"type": "text", "text": q}]}], max_tokens=12, temperature=0, extra_body=EXACT)
+    want = run_nm("--mmproj", VLM, "--image", SCENE_PNG, "--chat", "-p", q, "--temp", "0", "-n", "12")
     got = r.choices[0].message.content
+    url = part["image_url"]["url"]
     # the usage counts the image's 196 embeddings with the text's tokens
-    result(name, got == want == "orange" and r.usage.prompt_tokens > 196 + 20,
+    result(name, got == want == "orange" and r.usage.prompt_tokens > 196 + 20 and "+" in url and "/" in url[22:],
            "%r, run %r, usage %s" % (got, want, r.usage))
 
 
@@ -861,6 +875,9 @@ else:
     idir = tempfile.mkdtemp(prefix="nm-test-images-")
     SCENE = os.path.join(idir, "scene.ppm")
     scenes.write_ppm(SCENE, scenes.scene(4242, 1)[0])  # an orange triangle, top left (docs/vlm.md)
+    SCENE_PNG = os.path.join(idir, "scene.png")
+    with open(SCENE_PNG, "wb") as f:
+        f.write(png_bytes(scenes.scene(4242, 1)[0]))
     OUTSIDE = idir + "-outside.ppm"
     scenes.write_ppm(OUTSIDE, scenes.scene(4242, 1)[0])
     os.symlink(OUTSIDE, os.path.join(idir, "link.ppm"))
@@ -871,7 +888,7 @@ else:
         case(n, f)
     rc5, err5 = stop(p5)
     result("image_server_sigterm_exits_0", rc5 == 0, "exit %s: %s" % (rc5, err5[-300:]))
-    for f in (SCENE, os.path.join(idir, "link.ppm"), OUTSIDE):
+    for f in (SCENE, SCENE_PNG, os.path.join(idir, "link.ppm"), OUTSIDE):
         os.remove(f)
     os.rmdir(idir)
 

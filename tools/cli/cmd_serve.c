@@ -154,7 +154,8 @@ void serve_turn_give(server *S, serve_turn *t) {
 
 // The deepest nesting of arrays and objects in a JSON text (strings skipped).
 // cJSON parses (and frees) recursively, a frame a level, up to 1000 levels: on a
-// connection thread's stack that is a crash, so deeper bodies are refused first.
+// connection thread's stack (civetweb's are 100 KB in Debian's build) that was a
+// crash, so deeper bodies are refused first.
 #define JSON_MAX_DEPTH 64
 static int json_depth(const char *t) {
     int depth = 0, most = 0;

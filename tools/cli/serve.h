@@ -69,8 +69,8 @@ typedef struct server {
     serve_turn tts_turn;
     uint64_t n_speech_requests;
     double speech_seconds;
-    // images in chats (--mmproj): the vision brick runs on the request's thread while it holds the
-    // decoder's turn, reading the image from img and writing its embeddings into the decoder's ring
+    // images in chats (--mmproj): the vision brick runs for the request (a thread of its own) while it
+    // holds the decoder's turn, reading the image from img and writing its embeddings into the decoder's ring
     const char *mmproj, *mmproj_device, *image_dir;
     char *image_dir_real; // image_dir resolved (realpath), for the containment check
     nm_brick *vision;

@@ -1,12 +1,13 @@
 // nanomind serve: images in chat messages (--mmproj). OpenAI's image_url parts:
 // data: URLs with base64 (decoded straight into the vision brick's input slot),
 // files under --image-dir (read into it), http(s) URLs refused (the server
-// fetches nothing). The vision brick runs on the request's thread while it holds
-// the decoder's turn and writes the image's embeddings into the decoder's ring,
-// in order with the text around it.
+// fetches nothing). The vision brick runs for the request while it holds the
+// decoder's turn (on a thread of its own: see serve_image_send) and writes the
+// image's embeddings into the decoder's ring, in order with the text around it.
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,9 +255,19 @@ bool serve_image_send(server *S, const serve_image *img, uint64_t user, uint64_t
         *bad = false;
         return false;
     }
+    // The encoder runs on a thread of its own: civetweb's connection threads have a 100 KB stack (Debian
+    // builds it with USE_STACK_SIZE=102400), and the encoder's kernels outgrew it under ASan.
     const nm_brick_stats before = nm_brick_get_stats(S->vision);
     const double t0 = cli_now();
-    const nm_status st = nm_brick_step(S->vision, S->img, S->in);
+    cli_step R = {.b = S->vision, .in = S->img, .out = S->in, .st = NM_OK};
+    pthread_t th;
+    if (pthread_create(&th, NULL, cli_step_main, &R) != 0) {
+        snprintf(err, err_size, "cannot start the vision encoder's thread");
+        *bad = false;
+        return false; // (the image slots stay: a server that cannot make a thread is going down)
+    }
+    pthread_join(th, NULL);
+    const nm_status st = R.st;
     const nm_brick_stats after = nm_brick_get_stats(S->vision);
     pthread_mutex_lock(&S->lock);
     S->n_images++;

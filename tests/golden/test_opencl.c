@@ -438,10 +438,12 @@ NM_TEST(archs_equal_cpu_to_rounding) {
 // the residual add and the next norm into their launch (mvq_res_q4_0: the
 // norm's x8 rounded before its factor, which the next matvecs apply); with
 // NM_OPENCL_X8_RES=0 the add and the norm have a launch of their own: the
-// same to 1e-3 of the largest logit, not bit for bit (the rounding differs).
+// same to 3e-3 of the largest logit, not bit for bit (the rounding differs).
 // Q/K/V's launch also turns Q and K and stores K and V in the cache
 // (mode 0 ropes, one token); with NM_OPENCL_X8_ROPE=0 the ropes and the store
 // have a launch of their own: the same operations, the same logits bit for bit.
+// Another geometry of the x8 matvecs (NM_OPENCL_MVQ/MVS/MVG: rows a work-group,
+// blocks a step) sums in another order at most: within 3e-3 of the largest.
 NM_TEST(q4_0_repacked_equals_plain) {
     char tok[1024], path[256];
     NM_NEED_MODEL(NM_SMOLLM2, tok);
@@ -482,24 +484,30 @@ NM_TEST(q4_0_repacked_equals_plain) {
     setenv("NM_OPENCL_X8", "0", 1);
     nm_ctx *staged = ctx_on(m, device(), -1, 64);
     unsetenv("NM_OPENCL_X8");
+    setenv("NM_OPENCL_MVQ", "4,32,4", 1); // another geometry of the x8 matvecs (a tuning setting)
+    setenv("NM_OPENCL_MVS", "2,4,128", 1);
+    setenv("NM_OPENCL_MVG", "4", 1);
+    nm_ctx *geom = ctx_on(m, device(), -1, 64);
+    unsetenv("NM_OPENCL_MVQ"), unsetenv("NM_OPENCL_MVS"), unsetenv("NM_OPENCL_MVG");
     unsetenv("NM_OPENCL_Q8MV");
     if (old) setenv("NM_OPENCL_REPACK", saved, 1);
     else unsetenv("NM_OPENCL_REPACK");
-    NM_CHECK(plain && rep && rep8 && staged && unfused && ropes);
-    if (plain && rep && rep8 && staged && unfused && ropes) {
+    NM_CHECK(plain && rep && rep8 && staged && unfused && ropes && geom);
+    if (plain && rep && rep8 && staged && unfused && ropes && geom) {
         uint64_t w0, up0, w1, up1;
         nm_ctx_device_stats(plain, &w0, &up0);
         nm_ctx_device_stats(rep, &w1, &up1);
         fprintf(stderr, "  uploaded: plain %.1f MiB, repacked %.1f MiB\n", up0 / 1048576.0, up1 / 1048576.0);
         NM_CHECK(up1 > up0); // the repacked copies
         const int32_t nv = nm_model_n_vocab(m);
-        double maxd = 0, maxd8 = 0, maxdx = 0, maxdr = 0, maxdo = 0, maxl = 0;
+        double maxd = 0, maxd8 = 0, maxdx = 0, maxdr = 0, maxdo = 0, maxdg = 0, maxl = 0;
         int64_t nonfinite = 0;
         for (int32_t i = 0; i < 8; i++) { // decode: one token at a time (the matvec)
             const int32_t t = (i * 7919 + 13) % nv;
             NM_CHECK(nm_decode(plain, &t, 1, i, false) == NM_OK && nm_decode(rep, &t, 1, i, false) == NM_OK &&
                      nm_decode(rep8, &t, 1, i, false) == NM_OK && nm_decode(staged, &t, 1, i, false) == NM_OK &&
-                     nm_decode(unfused, &t, 1, i, false) == NM_OK && nm_decode(ropes, &t, 1, i, false) == NM_OK);
+                     nm_decode(unfused, &t, 1, i, false) == NM_OK && nm_decode(ropes, &t, 1, i, false) == NM_OK &&
+                     nm_decode(geom, &t, 1, i, false) == NM_OK);
             for (int32_t v = 0; v < nv; v++) {
                 const double a = nm_get_logits(plain, -1)[v], b = nm_get_logits(rep, -1)[v];
                 const double c = nm_get_logits(rep8, -1)[v], e = nm_get_logits(staged, -1)[v];
@@ -511,19 +519,23 @@ NM_TEST(q4_0_repacked_equals_plain) {
                 maxdx = nm_maxdiff(maxdx, e, u);
                 maxdr = nm_maxdiff(maxdr, u, c);
                 maxdo = nm_maxdiff(maxdo, nm_get_logits(ropes, -1)[v], c);
+                maxdg = nm_maxdiff(maxdg, nm_get_logits(geom, -1)[v], c);
                 maxl = fmax(maxl, fabs(a));
             }
         }
         NM_CHECK(nonfinite == 0);
         fprintf(stderr, "  q4_0 plain vs repacked: max |logit diff| %.2e, with 8-bit activations %.2e (logits up to %.1f); "
                 "x8 path vs rounding in each matvec %.2e; add and norm in the matvec vs a launch of their own %.2e; "
-                "ropes and KV store in the Q/K/V launch vs their own %.2e\n",
-                maxd, maxd8, maxl, maxdx, maxdr, maxdo);
+                "ropes and KV store in the Q/K/V launch vs their own %.2e; another geometry %.2e\n",
+                maxd, maxd8, maxl, maxdx, maxdr, maxdo, maxdg);
         NM_CHECK(maxd < 1e-4 * (maxl > 1 ? maxl : 1));
         NM_CHECK(maxd8 > maxd && maxd8 < 3e-2 * (maxl > 1 ? maxl : 1)); // it did round x, and not wildly
         NM_CHECK(maxdx < 1e-3 * (maxl > 1 ? maxl : 1));
-        NM_CHECK(maxdr > 0.0 && maxdr < 1e-3 * (maxl > 1 ? maxl : 1)); // it ran (another rounding), and agrees
+        // it ran (another rounding), and agrees: a value's 8-bit rounding one step
+        // apart here and there (PoCL 1.9e-5, the H200 1.4e-3 of the largest logit)
+        NM_CHECK(maxdr > 0.0 && maxdr < 3e-3 * (maxl > 1 ? maxl : 1));
         NM_CHECK(maxdo == 0.0);
+        NM_CHECK(maxdg < 3e-3 * (maxl > 1 ? maxl : 1)); // the sums in another order at most (as maxdr's)
         // That the x8 path ran shows where its sums go in another order than the
         // staged kernel's: PoCL (no warps: the GLU kernel adds its 32 partial
         // sums in a row). NVIDIA's warp sums pair them as the staged tree does,
@@ -536,6 +548,7 @@ NM_TEST(q4_0_repacked_equals_plain) {
     nm_ctx_free(staged);
     nm_ctx_free(unfused);
     nm_ctx_free(ropes);
+    nm_ctx_free(geom);
     nm_model_free(m);
 }
 

@@ -72,6 +72,8 @@ static struct {
     bool ptx; // NVIDIA's platform: built with NM_DP4A_PTX (warp kernels such as attention_dec exist)
 } cl;
 
+static nm_cl_x8_geom geom; // the x8 matvecs' geometry the program is built with (NM_OPENCL_MVQ, ...)
+
 static char *read_text(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -125,7 +127,11 @@ static int cl_setup(void) {
     a->clGetPlatformInfo(plat, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
     const bool ptx = cl.ptx = strstr(pname, "NVIDIA") != NULL;
     if (ptx) fprintf(stderr, "  built with NM_DP4A_PTX (inline PTX dp4a)\n");
-    err = a->clBuildProgram(cl.prog, 1, &cl.dev, ptx ? "-cl-std=CL1.2 -DNM_DP4A_PTX=1" : "-cl-std=CL1.2", NULL, NULL);
+    char opts[256];
+    geom = nm_cl_x8_geom_get();
+    nm_cl_build_opts(&geom, ptx, opts, sizeof opts);
+    if (getenv("NM_OPENCL_MVQ") || getenv("NM_OPENCL_MVS") || getenv("NM_OPENCL_MVG")) fprintf(stderr, "  %s\n", opts);
+    err = a->clBuildProgram(cl.prog, 1, &cl.dev, opts, NULL, NULL);
     size_t n = 0;
     a->clGetProgramBuildInfo(cl.prog, cl.dev, CL_PROGRAM_BUILD_LOG, 0, NULL, &n);
     char *log = malloc(n + 1);
@@ -494,6 +500,9 @@ static int check_x8(const float *v, const uint8_t *x8, int K) {
     return bad;
 }
 
+// mvq_q4_0's local size: want, or the most the program was built for.
+static size_t mvq_lws(size_t want) { return want < (size_t)geom.mvq_lws ? want : (size_t)geom.mvq_lws; }
+
 // mvq_q4_0's rope arguments when it has none (any buffer where one is due).
 static void kc_no_rope(kcall *c, const dbuf *any) {
     kc_int(c, 0), kc_buf(c, any), kc_int(c, 0), kc_int(c, 0), kc_float(c, 0.0f), kc_float(c, 0.0f);
@@ -532,8 +541,9 @@ static void check_mvq(int *nmtest_failed, int K, const int *Ns, int n_mat, size_
             w[m] = make_weights(NM_TYPE_Q4_0, K, N, &deq[m]), r[m] = repack_q4_0(w[m], K, N);
             bw[m] = dbuf_new(r[m], (size_t)K / 32 * 18 * N, 0), by[m] = dbuf_new(NULL, sizeof(float) * (size_t)N, 4 * m);
         }
-        groups += (size_t)(N + 1) / 2; // NM_MVQ_ROWS
+        groups += (size_t)(N + geom.mvq_rows - 1) / geom.mvq_rows;
     }
+    lws = mvq_lws(lws);
     for (int m = 0; m < 3; m++) kc_arg(&c, sizeof(cl_mem), &bw[m < n_mat ? m : 0].m);
     for (int m = 0; m < 3; m++) kc_int(&c, m < n_mat ? Ns[m] : 0);
     kc_buf(&c, &bq);
@@ -623,6 +633,7 @@ static size_t kernel_max_wg(const char *name) {
 // 1e-5 of the f64 sum, s = a + y bit for bit (in place: S is A), the x8 of
 // s w (check_x8), the pieces summing to sum s^2, and the next matvec equal
 // to W2 (s w / sqrt(mean s^2 + eps)) as rounded to 8 bits, within 1e-5.
+// The counters of work-groups a block (R < 32 rows a work-group) end at 0.
 static void check_mvq_res(int *nmtest_failed, int K, int N, int has_w, size_t lws) {
     const float eps = 1e-5f;
     float *x = malloc(sizeof(float) * (size_t)K), *xr = malloc(sizeof(float) * (size_t)K), *dw, *d2;
@@ -636,29 +647,30 @@ static void check_mvq_res(int *nmtest_failed, int K, int N, int has_w, size_t lw
     dbuf bq = dbuf_new(x8, (size_t)K + (size_t)K / 32 * 8, 64), bo = dbuf_new(NULL, x8n, 32);
     dbuf bw = dbuf_new(r, (size_t)K / 32 * 18 * N, 0), bw2 = dbuf_new(r2, (size_t)N / 32 * 18 * N2, 0);
     dbuf by = dbuf_new(NULL, sizeof(float) * (size_t)N, 8), ba = dbuf_new(a, sizeof(float) * (size_t)N, 4);
-    dbuf bn = dbuf_new(wn, sizeof(float) * (size_t)N, 0), bp = dbuf_new(NULL, sizeof(float) * (size_t)N / 32, 0);
+    const int n_part = N / 32;
+    float *zeros = calloc(2 * (size_t)n_part, sizeof(float)); // the pieces, then the counters at 0
+    dbuf bn = dbuf_new(wn, sizeof(float) * (size_t)N, 0), bp = dbuf_new(zeros, sizeof(float) * 2 * (size_t)n_part, 0);
     dbuf by2 = dbuf_new(NULL, sizeof(float) * (size_t)N2, 0);
     kcall c = kc_begin("mvq_res_q4_0");
     kc_arg(&c, sizeof(cl_mem), &bw.m), kc_int(&c, N), kc_buf(&c, &bq), kc_buf(&c, &by), kc_buf(&c, &ba);
     kc_buf(&c, &ba), kc_buf(&c, &bn), kc_int(&c, has_w), kc_buf(&c, &bo), kc_arg(&c, sizeof(cl_mem), &bp.m);
-    kc_int(&c, K);
-    size_t g = (size_t)N / 32 * lws;
+    kc_int(&c, n_part), kc_int(&c, K);
+    size_t g = (size_t)N / ((size_t)geom.mvs_rpw * lws / 32) * lws; // R rows a work-group
     int rc = kc_run(&c, 1, &g, &lws);
     NM_CHECK(rc == 0);
-    const int n_part = N / 32;
     kcall c2 = kc_begin("mvq_q4_0");
     kc_arg(&c2, sizeof(cl_mem), &bw2.m), kc_arg(&c2, sizeof(cl_mem), &bw2.m), kc_arg(&c2, sizeof(cl_mem), &bw2.m);
     kc_int(&c2, N2), kc_int(&c2, 0), kc_int(&c2, 0), kc_buf(&c2, &bo);
     kc_buf(&c2, &by2), kc_buf(&c2, &by2), kc_buf(&c2, &by2), kc_int(&c2, N);
     kc_arg(&c2, sizeof(cl_mem), &bp.m), kc_int(&c2, n_part), kc_float(&c2, eps);
     kc_no_rope(&c2, &bp);
-    size_t lws2 = 128, g2 = (size_t)(N2 + 1) / 2 * lws2;
+    size_t lws2 = mvq_lws(128), g2 = (size_t)(N2 + geom.mvq_rows - 1) / geom.mvq_rows * lws2;
     if (rc == 0) rc = kc_run(&c2, 1, &g2, &lws2);
     NM_CHECK(rc == 0);
     if (rc == 0) {
         float *y = malloc(sizeof(float) * (size_t)N), *sd = malloc(sizeof(float) * (size_t)N);
         float *h = malloc(sizeof(float) * (size_t)N), *hr = malloc(sizeof(float) * (size_t)N);
-        float *parts = malloc(sizeof(float) * (size_t)n_part), *y2 = malloc(sizeof(float) * (size_t)N2);
+        float *parts = malloc(sizeof(float) * 2 * (size_t)n_part), *y2 = malloc(sizeof(float) * (size_t)N2);
         double *ref = malloc(sizeof(double) * (size_t)N), *ref2 = malloc(sizeof(double) * (size_t)N2);
         uint8_t *o8 = malloc(x8n);
         NM_CHECK(dbuf_read(&by, y) == 0 && dbuf_read(&ba, sd) == 0 && dbuf_read(&bo, o8) == 0 &&
@@ -679,6 +691,14 @@ static void check_mvq_res(int *nmtest_failed, int K, int N, int has_w, size_t lw
         for (int i = 0; i < n_part; i++) sp += parts[i];
         if (bad_s) fprintf(stderr, "  mvq_res_q4_0 K=%d N=%d: %d sums a + y off\n", K, N, bad_s);
         NM_CHECK(bad_s == 0);
+        int counted = 0; // the counters of work-groups a block, back at 0 for the next launch
+        for (int i = 0; i < n_part; i++) {
+            int32_t v;
+            memcpy(&v, &parts[n_part + i], 4);
+            counted += v != 0;
+        }
+        if (counted) fprintf(stderr, "  mvq_res_q4_0 K=%d N=%d lws=%zu: %d counters not back at 0\n", K, N, lws, counted);
+        NM_CHECK(counted == 0);
         NM_CHECK(fabs(sp - ss) <= 1e-5 * ss);
         const int bad = check_x8(h, o8, N);
         if (bad) fprintf(stderr, "  mvq_res_q4_0 K=%d N=%d: %d values of the norm's x8 off\n", K, N, bad);
@@ -699,7 +719,7 @@ static void check_mvq_res(int *nmtest_failed, int K, int N, int has_w, size_t lw
     }
     dbuf_free(&bq), dbuf_free(&bo), dbuf_free(&bw), dbuf_free(&bw2), dbuf_free(&by), dbuf_free(&ba);
     dbuf_free(&bn), dbuf_free(&bp), dbuf_free(&by2);
-    free(x), free(xr), free(a), free(wn), free(x8), free(dw), free(d2), free(w), free(r), free(w2), free(r2);
+    free(zeros), free(x), free(xr), free(a), free(wn), free(x8), free(dw), free(d2), free(w), free(r), free(w2), free(r2);
 }
 
 NM_TEST(mvq_x8_matvecs) {
@@ -714,7 +734,10 @@ NM_TEST(mvq_x8_matvecs) {
     check_mvq_glu(nmtest_failed, 4096, 64, 0, 0);   // SiLU
     check_mvq_glu(nmtest_failed, 32 * 7, 96, 1, 0); // GELU (tanh); 7 blocks: items idle, a partial step
     check_mvq_glu(nmtest_failed, 32 * 300, 64, 0, 300); // the norm's factor, more pieces than items
-    for (size_t lws = 256; lws <= 1024; lws *= 2) { // 4, 2 and 1 rows a group of 32 items
+    // A block of 32 rows a work-group (lws = 1024 / rpw), or with PTX fewer: the
+    // block's work-groups count themselves and the last one finishes it.
+    for (size_t lws = 32; lws * (size_t)geom.mvs_rpw <= 1024; lws *= 2) {
+        if (lws * (size_t)geom.mvs_rpw < 1024 && !cl.ptx) continue;
         if (lws > kernel_max_wg("mvq_res_q4_0")) {
             fprintf(stderr, "  mvq_res_q4_0 in work-groups of %zu: more than the kernel allows here\n", lws);
             break;
@@ -861,7 +884,7 @@ NM_TEST(mvq_with_rope_and_kv_store) {
         kc_int(&c, K), kc_arg(&c, sizeof(cl_mem), &bq.m), kc_int(&c, 0), kc_float(&c, 0.0f);
         kc_int(&c, 1), kc_buf(&c, &bpos), kc_int(&c, hd), kc_int(&c, n_rot), kc_float(&c, 10000.0f), kc_float(&c, 1.0f);
         kc_buf(&c, &bk), kc_buf(&c, &bv);
-        size_t lws = 128, g = (size_t)(Ns[0] + Ns[1] + Ns[2]) / 2 * lws;
+        size_t lws = mvq_lws(128), g = (size_t)(Ns[0] + Ns[1] + Ns[2]) / geom.mvq_rows * lws;
         const int rc = kc_run(&c, 1, &g, &lws);
         NM_CHECK(rc == 0);
         if (rc == 0) {

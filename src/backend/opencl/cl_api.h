@@ -326,4 +326,23 @@ void nm_cl_api_unload(nm_cl_api *api);
 // "CL_INVALID_VALUE" for -30, ...; "CL_UNKNOWN_ERROR" for codes not named above.
 const char *nm_cl_strerror(cl_int err);
 
+// The geometry of the x8 matvecs (kernels.cl), given to the program as build
+// options: mvq_q4_0's rows a work-group, its local size and the blocks an item
+// loads a step (NM_MVQ_ROWS, NM_MVQ_LWS, NM_MVQ_B); mvq_res_q4_0's rows a
+// group of 32 items and blocks a step (NM_MVS_RPW, NM_MVS_B); mvq_glu_q4_0's
+// blocks a step (NM_MVG_B). mvs_lws is mvq_res_q4_0's local size where the
+// program has NM_DP4A_PTX (elsewhere 1024 / mvs_rpw: a block of 32 rows a
+// work-group). The backend and the kernel tests build with the same.
+typedef struct nm_cl_x8_geom {
+    int mvq_rows, mvq_lws, mvq_b, mvs_rpw, mvs_b, mvs_lws, mvg_b;
+} nm_cl_x8_geom;
+// The defaults, or the tuning settings NM_OPENCL_MVQ=ROWS,LWS,B (ROWS 2..16,
+// LWS 32..256, B 1..8), NM_OPENCL_MVS=RPW,B,LWS (RPW 1..4, LWS 32..1024) and
+// NM_OPENCL_MVG=B, each a power of two (a setting out of range keeps the
+// defaults).
+nm_cl_x8_geom nm_cl_x8_geom_get(void);
+// The program's build options into buf[0..n): OpenCL C 1.2, the geometry, and
+// with ptx NM_DP4A_PTX (NVIDIA's inline PTX).
+void nm_cl_build_opts(const nm_cl_x8_geom *g, int ptx, char *buf, size_t n);
+
 #endif

@@ -626,10 +626,17 @@ NM_INLINE float warp_sum(float v) {
 // NM_MVQ_ROWS rows of one matrix; an item NM_MVQ_B blocks of each per step,
 // every load issued before the arithmetic.
 // Launch: 1-D, global = sum_m ceil(N_m / NM_MVQ_ROWS) * LWS, local = LWS, a
-// power of two, 32 <= LWS <= NM_MVQ_LWS.
+// power of two, 32 <= LWS <= NM_MVQ_LWS. The three are build options the host
+// sets (NM_OPENCL_MVQ; NM_MVQ_ROWS even: rope's pairs stay in a work-group).
+#ifndef NM_MVQ_ROWS
 #define NM_MVQ_ROWS 2
+#endif
+#ifndef NM_MVQ_B
 #define NM_MVQ_B 2
+#endif
+#ifndef NM_MVQ_LWS
 #define NM_MVQ_LWS 128
+#endif
 // With n_part > 0 the input is the x8 of an RMS norm's x w without its
 // 1 / sqrt(mean(x^2) + eps) (mvq_res_q4_0 wrote it, and sum x^2 in n_part
 // pieces to Part): the sums are multiplied by that factor (norm_scale).
@@ -708,7 +715,7 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
     if (lid < NM_MVQ_ROWS) mine = red[lid * lws];
 #endif
     mine *= sc;
-    if (rope) { // the pair's other row (NM_MVQ_ROWS = 2: the group's rows are a pair)
+    if (rope) { // the pair's other row (n0 even, NM_MVQ_ROWS even: rows lid and lid ^ 1 are a pair)
         if (lid < NM_MVQ_ROWS) nred[lid] = mine;
         barrier(CLK_LOCAL_MEM_FENCE);
     }
@@ -716,8 +723,8 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
         const int r = n0 + lid, pos = rope ? ((__global const int *)(Pos + pos_off))[0] : 0, i = (r % head_dim) >> 1;
         if (rope && m < 2 && i < n_rot / 2) {
             const float2 cs = rope_cs(pos, i, n_rot, freq_base, freq_scale);
-            const float x0 = nred[0], x1 = nred[1];
-            mine = lid == 0 ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
+            const float x0 = nred[lid & ~1], x1 = nred[lid | 1];
+            mine = (lid & 1) == 0 ? x0 * cs.x - x1 * cs.y : x0 * cs.y + x1 * cs.x;
         }
         ((__global float *)Y)[r] = mine;
         if (rope && m > 0) vstore_half_rte(mine, (ulong)pos * N + r, (__global half *)(m == 1 ? Kc + kc_off : Vc + vc_off));
@@ -726,74 +733,105 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
 
 // y = W x (one repacked q4_0 matrix, x as x8) with the residual add and the
 // first half of the RMS norm after it: s = a + y to S (S may be A), y to Y;
-// for the 32 rows of each work-group (one block), the x8 of s w (Wn, the
-// norm's weight; has_w = 0: s) into that block of Q8o and sum s^2 into
-// Part[block]. The matvecs that read Q8o multiply by the norm's factor
-// (mvq_q4_0 and mvq_glu_q4_0 with n_part = N / 32): the norm costs no launch
-// of its own. N a multiple of 32. The work-group's groups of 32 items take 32 /
-// (LWS / 32) rows each: a 4096-row matrix is only 128 work-groups, so the
-// host takes the largest LWS the kernel allows (up to 1024: a row a group).
-// Launch: 1-D, global = N / 32 * LWS, local = LWS in {256, 512, 1024}.
+// for each block of 32 rows, the x8 of s w (Wn, the norm's weight; has_w = 0:
+// s) into that block of Q8o and sum s^2 into Part[block]. The matvecs that
+// read Q8o multiply by the norm's factor (mvq_q4_0 and mvq_glu_q4_0 with
+// n_part = N / 32): the norm costs no launch of its own. N a multiple of 32.
+// A group of 32 items takes NM_MVS_RPW rows (a build option, 1, 2 or 4), a
+// work-group LWS / 32 groups: R = NM_MVS_RPW * LWS / 32 rows, R dividing 32.
+// With R = 32 the work-group finishes its block itself. With R < 32 (NVIDIA:
+// more work-groups, more loads in flight; a 4096-row matrix is only 128
+// blocks) the block's 32 / R work-groups count themselves in Cnt[block] and
+// the last one finishes it from the sums they stored (in a fixed order: a run
+// repeats bit for bit), then sets the count back to 0 for the next launch.
+// NM_MVS_B: the blocks of each row an item loads before the arithmetic.
+// Launch: 1-D, global = N / R * LWS, local = LWS; R < 32 only with
+// NM_DP4A_PTX (the fence is PTX's). Cnt: N / 32 ints, 0 before the first.
 #define NM_MVS_ROWS 32
+#ifndef NM_MVS_RPW
+#define NM_MVS_RPW 1
+#endif
+#ifndef NM_MVS_B
+#define NM_MVS_B 2
+#endif
 __kernel void mvq_res_q4_0(__global const uchar *W, int N, __global const uchar *Q8, ulong q8_off, __global uchar *Y,
                            ulong y_off, __global const uchar *A, ulong a_off, __global uchar *S, ulong s_off,
                            __global const uchar *Wn, ulong wn_off, int has_w, __global uchar *Q8o, ulong q8o_off,
-                           __global float *Part, int K) {
-    __local float yv[NM_MVS_ROWS], hv[NM_MVS_ROWS], sq[NM_MVS_ROWS];
+                           __global float *Part, int cnt_off, int K) {
+    __local float hv[NM_MVS_ROWS], sq[NM_MVS_ROWS];
+    __local int last;
 #ifndef NM_DP4A_PTX
-    __local float part[4 * 256]; // 32 rows of 32 items' sums
+    __local float part[32 * 32]; // R rows of 32 items' sums
 #endif
     const int lid = get_local_id(0), lane = lid & 31, w = lid >> 5, nb = K >> 5, g = get_group_id(0);
-    const int rpw = NM_MVS_ROWS / ((int)get_local_size(0) >> 5); // rows a group of 32: 1, 2 or 4
-    const int n0 = g * NM_MVS_ROWS + w * rpw;
+    const int R = NM_MVS_RPW * ((int)get_local_size(0) >> 5), blk = g / (NM_MVS_ROWS / R);
+    const int n0 = g * R + w * NM_MVS_RPW;
     __global const uint4 *qs = (__global const uint4 *)W;
     __global const half *ds = (__global const half *)(W + (ulong)N * nb * 16);
     __global const uint4 *xq = (__global const uint4 *)(Q8 + q8_off);
     __global const float2 *xd = (__global const float2 *)(Q8 + q8_off + (ulong)K);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int b0 = lane; b0 < nb; b0 += 64) {
-        uint4 q[2][4];
-        float d[2][4];
-        for (int j = 0; j < 2; j++) {
+    __global float *y = (__global float *)(Y + y_off), *sv = (__global float *)(S + s_off);
+    __global const float *av = (__global const float *)(A + a_off);
+    float acc[NM_MVS_RPW];
+    for (int r = 0; r < NM_MVS_RPW; r++) acc[r] = 0.0f;
+    for (int b0 = lane; b0 < nb; b0 += 32 * NM_MVS_B) {
+        uint4 q[NM_MVS_B][NM_MVS_RPW];
+        float d[NM_MVS_B][NM_MVS_RPW];
+        for (int j = 0; j < NM_MVS_B; j++) {
             const int b = min(b0 + 32 * j, nb - 1);
-            for (int r = 0; r < 4; r++)
-                if (r < rpw) {
-                    const ulong i = (ulong)(n0 + r) * nb + b;
-                    q[j][r] = qs[i], d[j][r] = vload_half(i, ds);
-                }
+            for (int r = 0; r < NM_MVS_RPW; r++) {
+                const ulong i = (ulong)(n0 + r) * nb + b;
+                q[j][r] = qs[i], d[j][r] = vload_half(i, ds);
+            }
         }
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < NM_MVS_B; j++) {
             const int b = b0 + 32 * j;
             if (b < nb) {
                 const uint4 x0 = xq[2 * b], x1 = xq[2 * b + 1];
                 const float2 xs = xd[b];
-                for (int r = 0; r < 4; r++)
-                    if (r < rpw) acc[r] += d[j][r] * (xs.x * (float)q4x8(q[j][r], x0, x1, -8 * (int)xs.y));
+                for (int r = 0; r < NM_MVS_RPW; r++)
+                    acc[r] += d[j][r] * (xs.x * (float)q4x8(q[j][r], x0, x1, -8 * (int)xs.y));
             }
         }
     }
+    // the rows' y and s = a + y (y before s: S may be Y)
 #ifdef NM_DP4A_PTX
-    for (int r = 0; r < 4; r++)
-        if (r < rpw) acc[r] = warp_sum(acc[r]);
+    for (int r = 0; r < NM_MVS_RPW; r++) acc[r] = warp_sum(acc[r]);
     if (lane == 0)
-        for (int r = 0; r < 4; r++)
-            if (r < rpw) yv[w * rpw + r] = acc[r];
+        for (int r = 0; r < NM_MVS_RPW; r++) {
+            const int n = n0 + r;
+            const float s = av[n] + acc[r];
+            y[n] = acc[r], sv[n] = s;
+        }
 #else
-    for (int r = 0; r < 4; r++)
-        if (r < rpw) part[(w * rpw + r) * 32 + lane] = acc[r];
+    for (int r = 0; r < NM_MVS_RPW; r++) part[(w * NM_MVS_RPW + r) * 32 + lane] = acc[r];
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (lid < NM_MVS_ROWS) { // row lid's 32 items
+    if (lid < R) { // row lid's 32 items
         float t = 0.0f;
         for (int l = 0; l < 32; l++) t += part[lid * 32 + l];
-        yv[lid] = t;
+        const int n = g * R + lid;
+        const float s = av[n] + t;
+        y[n] = t, sv[n] = s;
     }
 #endif
-    barrier(CLK_LOCAL_MEM_FENCE);
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+    __global volatile const float *sb = (__global volatile const float *)sv + (ulong)blk * NM_MVS_ROWS;
+    if (R < NM_MVS_ROWS) {
+#ifdef NM_DP4A_PTX
+        __global int *cnt = (__global int *)(Part + cnt_off) + blk;
+        if (lid == 0) {
+            asm volatile("membar.gl;" ::: "memory"); // the sums are visible before the count says so
+            last = atomic_inc(cnt) == NM_MVS_ROWS / R - 1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (!last) return;
+        asm volatile("membar.gl;" ::: "memory");
+        if (lid == 0) *cnt = 0; // for the next launch (it starts after this one ends: an in-order queue)
+#endif
+    }
     if (lid < NM_MVS_ROWS) {
-        const int r = g * NM_MVS_ROWS + lid;
-        const float y = yv[lid], s = ((__global const float *)(A + a_off))[r] + y;
-        ((__global float *)(Y + y_off))[r] = y;
-        ((__global float *)(S + s_off))[r] = s; // after y: S may be Y
+        const int r = blk * NM_MVS_ROWS + lid;
+        const float s = sb[lid];
         hv[lid] = has_w ? s * ((__global const float *)(Wn + wn_off))[r] : s;
         sq[lid] = s * s;
     }
@@ -801,10 +839,10 @@ __kernel void mvq_res_q4_0(__global const uchar *W, int N, __global const uchar 
     if (lid == 0) {
         float4 v[8];
         for (int i = 0; i < 8; i++) v[i] = vload4(i, hv);
-        q8_store(v, Q8o, q8o_off, N, g);
+        q8_store(v, Q8o, q8o_off, N, blk);
         float t = 0.0f;
         for (int i = 0; i < NM_MVS_ROWS; i++) t += sq[i];
-        Part[g] = t;
+        Part[blk] = t;
     }
 }
 
@@ -821,8 +859,12 @@ NM_INLINE float nm_act(float x, int act) {
 // (N a multiple of 32), written as f32 to Y and as x8 (of N values) to Q8o:
 // the down projection's input, rounded once. A work-group takes 32 rows of
 // both matrices (one x8 block of h); its 8 groups of 32 items 4 rows each.
-// Launch: 1-D, global = N / 32 * 256, local = 256.
+// Launch: 1-D, global = N / 32 * 256, local = 256. NM_MVG_B (a build option,
+// NM_OPENCL_MVG): the blocks of each row an item loads before the arithmetic.
 #define NM_MVG_ROWS 32
+#ifndef NM_MVG_B
+#define NM_MVG_B 2
+#endif
 // With n_part > 0, the input's norm factor as in mvq_q4_0, on g and u.
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mvq_glu_q4_0(
     __global const uchar *Wg, __global const uchar *Wu, int N, __global const uchar *Q8, ulong q8_off,
@@ -843,10 +885,10 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mvq_glu_q4_0(
     __global const float2 *xd = (__global const float2 *)(Q8 + q8_off + (ulong)K);
     float acc[8];
     for (int r = 0; r < 8; r++) acc[r] = 0.0f;
-    for (int b0 = lane; b0 < nb; b0 += 64) {
-        uint4 q[2][8];
-        float d[2][8];
-        for (int j = 0; j < 2; j++) {
+    for (int b0 = lane; b0 < nb; b0 += 32 * NM_MVG_B) {
+        uint4 q[NM_MVG_B][8];
+        float d[NM_MVG_B][8];
+        for (int j = 0; j < NM_MVG_B; j++) {
             const int b = min(b0 + 32 * j, nb - 1);
             for (int r = 0; r < 4; r++) {
                 const ulong i = (ulong)(n0 + r) * nb + b;
@@ -854,7 +896,7 @@ __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void mvq_glu_q4_0(
                 q[j][4 + r] = qu[i], d[j][4 + r] = vload_half(i, du);
             }
         }
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < NM_MVG_B; j++) {
             const int b = b0 + 32 * j;
             if (b < nb) {
                 const uint4 x0 = xq[2 * b], x1 = xq[2 * b + 1];

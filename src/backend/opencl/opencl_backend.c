@@ -35,8 +35,6 @@ extern const size_t nm_cl_kernels_source_len;
 #define NM_CL_MAX_HD 512 // attention: head_dim limit of the kernels
 #define NM_CL_MV_ROWS 4  // rows per work-group of the decode matvec (kernels.cl NM_MV_ROWS)
 #define NM_CL_MVR_ROWS 8 // and of the repacked q4_0 one (NM_MVR_ROWS)
-#define NM_CL_MVQ_ROWS 2   // mvq_q4_0 (NM_MVQ_ROWS)
-#define NM_CL_MVQ_LWS 128  // its local size (NM_MVQ_LWS)
 #define NM_CL_MVG_ROWS 32  // mvq_glu_q4_0 (NM_MVG_ROWS), local size 256
 #define NM_CL_MVS_ROWS 32  // mvq_res_q4_0 (NM_MVS_ROWS)
 #define NM_CL_ATT_DEC_KEYS 4096 // attention_dec's most keys (NM_ATT_DEC_KEYS)
@@ -113,14 +111,16 @@ typedef struct nm_ocl {
     size_t max_wg;
     size_t mv_lws; // work-group size of the decode matvec (NM_OPENCL_MV_LWS: 32..256, a power of two)
     size_t mvr_lws; // and of the repacked q4_0 one (NM_OPENCL_MVR_LWS: 32..128)
-    bool x8_ok;     // the x8 path (mvq_q4_0 runs work-groups of 128, mvq_glu_q4_0 of 256; NM_OPENCL_X8=0: off)
+    bool x8_ok;     // the x8 path (mvq_q4_0 runs work-groups of mvq_lws, mvq_glu_q4_0 of 256; NM_OPENCL_X8=0: off)
     bool attn_dec;  // attention_dec for one-token attention where the program has it (NM_OPENCL_ATTN_DEC=0: never)
     cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels.cl, mvq_q4_0)
     size_t x8_slot;
-    cl_mem x8_part; // x8_slot / 32 floats: mvq_res_q4_0's pieces of an RMS norm's sum of squares
+    cl_mem x8_part; // x8_slot / 32 floats: mvq_res_q4_0's pieces of an RMS norm's sum of squares, then
+                    // x8_slot / 32 ints: its counters of work-groups a block
     bool x8_res;    // mvq_res_q4_0: the residual add and the norm in the matvec before them (NM_OPENCL_X8_RES=0: off)
     bool x8_rope;   // Q's and K's ropes and the KV store in the Q/K/V launch (NM_OPENCL_X8_ROPE=0: off)
-    size_t mvs_lws; // its work-group size (256, 512 or 1024)
+    size_t mvs_lws; // its work-group size (rows a work-group: geom.mvs_rpw * mvs_lws / 32)
+    nm_cl_x8_geom geom; // the x8 matvecs' geometry (build options of the program)
     int attn_split;       // attention_dec's work-groups a head (0: from the compute units and the heads;
                           // NM_OPENCL_ATTN_SPLIT=N: N)
     cl_ulong n_cu;        // compute units
@@ -245,7 +245,11 @@ static bool build_log(nm_ocl *o, cl_program prog, char *buf, size_t n) {
 // then the binary is cached). NM_OPENCL_FORCE_BUILD_FAIL=1 makes the source
 // fail to compile (tests of the fallback path).
 static nm_status build_program(nm_ocl *o) {
-    const char *opts = o->ptx ? "-cl-std=CL1.2 -DNM_DP4A_PTX=1" : "-cl-std=CL1.2";
+    // without PTX mvq_res_q4_0 takes a block of 32 rows a work-group: of 1024 /
+    // mvs_rpw items, so more rows a group of 32 where the device runs fewer
+    while (!o->ptx && o->geom.mvs_rpw < 4 && (size_t)(1024 / o->geom.mvs_rpw) > o->max_wg) o->geom.mvs_rpw *= 2;
+    char opts[256];
+    nm_cl_build_opts(&o->geom, o->ptx, opts, sizeof opts);
     char path[1024];
     cache_path(o, opts, path, sizeof path);
     const bool force_fail = getenv("NM_OPENCL_FORCE_BUILD_FAIL") && atoi(getenv("NM_OPENCL_FORCE_BUILD_FAIL")) == 1;
@@ -1039,7 +1043,11 @@ static bool x8_reserve(nm_ocl *o, int64_t K) {
     const size_t slot = (x8_bytes(K > o->max_row ? K : o->max_row) + 255) & ~(size_t)255;
     cl_int e, e2 = CL_SUCCESS;
     cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, 2 * slot, NULL, &e);
-    cl_mem mp = m ? o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, slot / 32 * sizeof(float), NULL, &e2) : NULL;
+    // the pieces, then as many counters (mvq_res_q4_0's), 0 before the first launch
+    cl_mem mp = m ? o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, slot / 32 * 2 * sizeof(float), NULL, &e2) : NULL;
+    const cl_int zero = 0;
+    if (mp && e2 == CL_SUCCESS)
+        e2 = o->api.clEnqueueFillBuffer(o->q, mp, &zero, sizeof zero, 0, slot / 32 * 2 * sizeof(float), 0, NULL, NULL);
     if (!m || !mp || e != CL_SUCCESS || e2 != CL_SUCCESS) { // the f32 path serves
         if (m) o->api.clReleaseMemObject(m);
         if (mp) o->api.clReleaseMemObject(mp);
@@ -1092,7 +1100,7 @@ static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk,
         ym[m] = o->dummy, yo[m] = 0;
         if (m < n && !mem_of(o, ops[m].dst, &ym[m], &yo[m]))
             return ofail(o, NM_ERR_UNSUPPORTED, "opencl: a matmul's output is in memory the device cannot reach");
-        groups += ((size_t)N[m] + NM_CL_MVQ_ROWS - 1) / NM_CL_MVQ_ROWS;
+        groups += ((size_t)N[m] + o->geom.mvq_rows - 1) / o->geom.mvq_rows;
     }
     const cl_int K = (cl_int)pk[0]->K;
     const cl_ulong q8_off = (cl_ulong)in.slot * o->x8_slot;
@@ -1107,7 +1115,7 @@ static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk,
                          A(ym[0]),    A(yo[0]),  A(ym[1]), A(yo[1]),  A(ym[2]),  A(yo[2]),  A(K),      A(part),
                          A(in.n_part), A(in.eps), A(has_rope), A(pos.m), A(pos.off), A(hd),   A(n_rot),  A(base),
                          A(fscale),   A(kc.m),   A(kc.off), A(vc.m),   A(vc.off)};
-    const size_t local = NM_CL_MVQ_LWS, global = groups * local;
+    const size_t local = (size_t)o->geom.mvq_lws, global = groups * local;
     prof_weights(o, pk, n);
     return launch(o, o->k_mvq, rope ? "matvec_x8_rope_kv" : "matvec_x8", 1, &global, &local, args, 29);
 }
@@ -1204,11 +1212,13 @@ static nm_status op_mvq_res(nm_ocl *o, const nm_op *ops, const cl_packed *pk, x8
     RESOLVE(wn, nm->src1 ? nm->src1 : nm->src0);
     const cl_int N = (cl_int)pk->N, K = (cl_int)pk->K, has_w = nm->src1 != NULL;
     const cl_ulong in_off = (cl_ulong)in.slot * o->x8_slot, out_off = (cl_ulong)(1 - in.slot) * o->x8_slot;
-    const karg args[] = {A(pk->mem), A(N),     A(o->x8),  A(in_off), A(y.m),  A(y.off),    A(ra.m),       A(ra.off),
-                         A(sm.m),    A(sm.off), A(wn.m),  A(wn.off), A(has_w), A(o->x8), A(out_off), A(o->x8_part), A(K)};
-    const size_t local = o->mvs_lws, global = (size_t)N / NM_CL_MVS_ROWS * local;
+    const cl_int cnt_off = (cl_int)(o->x8_slot / 32);
+    const karg args[] = {A(pk->mem), A(N),      A(o->x8),  A(in_off), A(y.m),   A(y.off),   A(ra.m),
+                         A(ra.off),  A(sm.m),   A(sm.off), A(wn.m),   A(wn.off), A(has_w),  A(o->x8),
+                         A(out_off), A(o->x8_part), A(cnt_off), A(K)};
+    const size_t local = o->mvs_lws, rows = (size_t)o->geom.mvs_rpw * (local / 32), global = (size_t)N / rows * local;
     prof_weights(o, &pk, 1);
-    return launch(o, o->k_mvq_res, "matvec_x8_res", 1, &global, &local, args, 17);
+    return launch(o, o->k_mvq_res, "matvec_x8_res", 1, &global, &local, args, 18);
 }
 
 // Q, K and V at ops[i..i+2] (one launch of 3 matvecs), then the ropes of Q
@@ -1436,9 +1446,11 @@ static nm_status fit_work_groups(nm_ocl *o) {
     o->lws_attn = fit_lws(o, o->k_attention, o->k_attention_full);
     while ((o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r) || o->mvr_lws > kernel_wg(o, o->k_mv_q4_0r8)) && o->mvr_lws > 32)
         o->mvr_lws /= 2;
-    o->x8_ok = kernel_wg(o, o->k_mvq) >= NM_CL_MVQ_LWS && kernel_wg(o, o->k_mvq_glu) >= 256 && o->max_wg >= 256;
-    o->mvs_lws = 1024; // the largest of 1024, 512, 256 the kernel and the device allow
-    while (o->mvs_lws > 256 && (o->mvs_lws > kernel_wg(o, o->k_mvq_res) || o->mvs_lws > o->max_wg)) o->mvs_lws /= 2;
+    o->x8_ok = kernel_wg(o, o->k_mvq) >= (size_t)o->geom.mvq_lws && kernel_wg(o, o->k_mvq_glu) >= 256 && o->max_wg >= 256;
+    // mvq_res_q4_0: a block of 32 rows a work-group, or with PTX (its fence)
+    // geom.mvs_lws items (fewer rows: the block's work-groups count themselves)
+    o->mvs_lws = o->ptx ? (size_t)o->geom.mvs_lws : (size_t)(1024 / o->geom.mvs_rpw);
+    if (o->mvs_lws * (size_t)o->geom.mvs_rpw > 1024) o->mvs_lws = (size_t)(1024 / o->geom.mvs_rpw);
     o->x8_res = o->x8_ok && kernel_wg(o, o->k_mvq_res) >= o->mvs_lws && o->max_wg >= o->mvs_lws;
     o->x8_rope = o->x8_ok;
     if (o->k_attention_dec && (kernel_wg(o, o->k_attention_dec) < 256 || o->max_wg < 256)) {
@@ -1540,6 +1552,7 @@ nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backen
     if (o->api.clGetPlatformInfo(o->platform, CL_PLATFORM_NAME, sizeof plat - 1, plat, NULL) != CL_SUCCESS) plat[0] = 0;
     const char *px = getenv("NM_OPENCL_PTX");
     o->ptx = strstr(plat, "NVIDIA") != NULL && !(px && !strcmp(px, "0"));
+    o->geom = nm_cl_x8_geom_get();
     if ((st = build_program(o)) != NM_OK && o->ptx) {
         o->ptx = false;
         st = build_program(o);

@@ -97,6 +97,12 @@ char *cli_chat_text(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs
 // the loaded model, context, threads, lane, device, sampling, -n, stop strings,
 // a slot per token; counted in ledger.
 nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger);
+// The vision brick of --mmproj FILE `mmproj` (media.c) feeding the LLM brick
+// `llm` (o->model's), on `device` (NULL: -dev), with -t and --mmproj-cores,
+// counted in ledger: true and the brick in *vision (the caller frees it), or
+// false after printing why (it belongs to another model, or cannot be loaded).
+bool cli_vision_load(const cli_opts *o, const char *mmproj, const char *device, nm_brick *llm, nm_ledger *ledger,
+                     nm_brick **vision);
 // --mlock, after the model is loaded: every mapped page kept in RAM (a
 // warning, not an error, when the system refuses, as llama.cpp).
 void cli_mlock(const cli_opts *o);

@@ -495,22 +495,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     }
     S.c = nm_brick_llm_ctx(S.llm);
     cli_ctx_note(S.c);
-    if (o.mmproj) {
-        nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
-        vp.model = o.mmproj;
-        vp.feeds = S.llm;
-        vp.device = o.mmproj_device ? o.mmproj_device : o.device;
-        vp.n_threads = o.n_threads;
-        vp.cores = o.mmproj_cores;
-        vp.ledger = S.ledger;
-        if ((st = nm_brick_load(NULL, &vp, &S.vision, err, sizeof err)) != NM_OK) {
-            if (st == NM_ERR_FORMAT && strstr(err, "belongs to another model"))
-                fprintf(stderr, "error: '%s' does not fit '%s': %s\n", o.mmproj, o.model, err);
-            else
-                fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", o.mmproj, nm_status_str(st), err);
-            goto done;
-        }
-    }
+    if (o.mmproj && !cli_vision_load(&o, o.mmproj, o.mmproj_device, S.llm, S.ledger, &S.vision)) goto done;
     // The prompt's media markers: one per image, or none (then the images go first).
     if (o.n_images > 0) {
         int n_markers = 0;

@@ -35,26 +35,13 @@ bool serve_vision_start(server *S) {
             return false;
         }
     }
-    nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
-    vp.model = S->mmproj;
-    vp.feeds = S->llm;
-    vp.device = S->mmproj_device ? S->mmproj_device : S->o.device;
-    vp.n_threads = S->o.n_threads;
-    vp.cores = S->o.mmproj_cores;
-    vp.ledger = S->ledger;
-    char err[512];
-    nm_status st = nm_brick_load(NULL, &vp, &S->vision, err, sizeof err);
-    if (st != NM_OK) {
-        if (st == NM_ERR_FORMAT && strstr(err, "belongs to another model"))
-            fprintf(stderr, "error: '%s' does not fit '%s': %s\n", S->mmproj, S->o.model, err);
-        else
-            fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", S->mmproj, nm_status_str(st), err);
-        return false;
-    }
+    if (!cli_vision_load(&S->o, S->mmproj, S->mmproj_device, S->llm, S->ledger, &S->vision)) return false;
     // two slots: the request's parameters, then the image file (a data: URL's bytes are at most 3/4 of the
     // body it came in; a file under --image-dir may be as large)
     const size_t cap = (size_t)S->body_max / 4 * 3 + 4;
-    if ((st = nm_tabm_create(NULL, 2, cap, &S->img, err, sizeof err)) != NM_OK) {
+    char err[512];
+    const nm_status st = nm_tabm_create(NULL, 2, cap, &S->img, err, sizeof err);
+    if (st != NM_OK) {
         fprintf(stderr, "error: cannot create the vision brick's ring: %s: %s\n", nm_status_str(st), err);
         return false;
     }

@@ -76,6 +76,7 @@ typedef struct session {
     nm_ledger *ledger;
     nm_brick *vision;   // --mmproj: an IMAGE slot in, its segment out into `in`
     nm_tabm *img;       // the vision brick's input: image files, read into its slot
+    const char *const *images; // --image files, in the order of the prompt's media markers
     double t_first;     // seconds from the first prompt slot to the first generated token
     uint64_t request;   // the id of the prompt being sent and answered (1, 2, ...)
     bool cancelled;     // the last answer was cut short by Ctrl-C
@@ -143,12 +144,14 @@ static void stop_lane(session *S) {
     S->lane_started = false;
 }
 
-// Tokenizes `text` straight into a slot of the input ring and publishes it as
-// one part of a prompt. user: NM_LLM_IN_POS(0) for a prompt (the brick reuses
-// the cached prefix it shares with the last one), | NM_BRICK_MORE when more
-// parts follow (e.g. image embeddings, then more text). add_special: BOS on
-// the first part. False (error printed) if it gives no tokens or does not fit.
-static bool send_text(session *S, const char *text, uint64_t user, bool add_special) {
+// A prompt's text part (cli_prompt_i.text; ctx: the session): tokenizes
+// [text, text + len) straight into a slot of the input ring and publishes it.
+// user: NM_LLM_IN_POS(0) for a prompt (the brick reuses the cached prefix it
+// shares with the last one), | NM_BRICK_MORE when more parts follow (e.g.
+// image embeddings, then more text). add_special: BOS on the first part.
+// False (error printed) if it gives no tokens or does not fit.
+static bool send_text(void *ctx, const char *text, size_t len, uint64_t user, bool add_special) {
+    session *S = ctx;
     nm_tabm_slot sl;
     nm_status st = nm_tabm_acquire_write(S->in, 0, -1, &sl);
     if (st != NM_OK) {
@@ -157,7 +160,7 @@ static bool send_text(session *S, const char *text, uint64_t user, bool add_spec
     }
     const int32_t n_ctx = nm_ctx_n_ctx(S->c);
     int32_t cap = (int32_t)(sl.capacity / sizeof(int32_t));
-    int32_t n = nm_tokenize(S->m, text, strlen(text), sl.data, cap, add_special, true);
+    int32_t n = nm_tokenize(S->m, text, len, sl.data, cap, add_special, true);
     if (n == 0 || n < 0 || n >= n_ctx) {
         if (n == 0) fprintf(stderr, "error: the prompt gives no tokens\n");
         else fprintf(stderr, "error: prompt of %d tokens does not fit the context of %d (-c)\n", n < 0 ? -n : n, n_ctx);
@@ -178,12 +181,15 @@ static bool send_text(session *S, const char *text, uint64_t user, bool add_spec
     return true;
 }
 
-// Reads an image file into the vision brick's input slot (the file's bytes go
-// from the page cache into the slot once; the brick decodes them there), then
-// runs the brick on this thread: it writes the image's segment into the LLM
-// brick's input ring, in order with the text around it. user: the segment's
-// flags (its position, NM_BRICK_MORE). False (error printed) on a bad image.
-static bool send_image(session *S, const char *path, uint64_t user) {
+// A prompt's image k (cli_prompt_i.image; ctx: the session): reads the file
+// into the vision brick's input slot (the file's bytes go from the page cache
+// into the slot once; the brick decodes them there), then runs the brick on
+// this thread: it writes the image's segment into the LLM brick's input ring,
+// in order with the text around it. user: the segment's flags (its position,
+// NM_BRICK_MORE). False (error printed) on a bad image.
+static bool send_image(void *ctx, int k, uint64_t user) {
+    session *S = ctx;
+    const char *path = S->images[k];
     nm_tabm_slot sl;
     nm_status st = nm_tabm_acquire_write(S->img, 0, -1, &sl);
     if (st != NM_OK) {
@@ -226,39 +232,8 @@ static bool send_image(session *S, const char *path, uint64_t user) {
     return true;
 }
 
-// Sends a prompt that may hold images: the text between media markers goes
-// as token slots, each image as the vision brick's slots (embeddings encoded
-// in place), in order, all but the last flagged NM_BRICK_MORE. The first text
-// part carries BOS (even when empty, as llama.cpp's mtmd does).
-static bool send_prompt(session *S, const char *prompt, const char *const *images, int n_images) {
-    if (n_images == 0) return send_text(S, prompt, NM_LLM_IN_POS(0), true);
-    const size_t ml = strlen(MEDIA_MARKER);
-    const char *p = prompt;
-    bool first = true; // nothing sent yet: the next slot starts the prompt at position 0
-    for (int k = 0; k <= n_images; k++) {
-        const char *end = k < n_images ? strstr(p, MEDIA_MARKER) : p + strlen(p);
-        char *part = strndup(p, (size_t)(end - p));
-        if (!part) return false;
-        uint64_t user = (first ? NM_LLM_IN_POS(0) : 0) | (k < n_images ? NM_BRICK_MORE : 0);
-        // nothing between two images or after the last, or an empty start without a BOS to send
-        bool skip = part[0] == '\0' && (k > 0 || nm_tokenize(S->m, "", 0, NULL, 0, true, true) == 0);
-        if (k == n_images && skip) {
-            // the prompt ends with an image: that image's last slot ended it
-            free(part);
-            break;
-        }
-        bool ok = skip || send_text(S, part, user, k == 0);
-        free(part);
-        if (!ok) return false;
-        first = first && skip;
-        if (k == n_images) break;
-        const bool more = end[ml] != '\0' || k + 1 < n_images;
-        if (!send_image(S, images[k], (first ? NM_LLM_IN_POS(0) : 0) | (more ? NM_BRICK_MORE : 0))) return false;
-        first = false;
-        p = end + ml;
-    }
-    return true;
-}
+// The prompt's parts, text and images, go into the LLM brick's input ring.
+static const cli_prompt_i to_llm = {send_text, send_image};
 
 // Reads the brick's token slots until the END slot of the generation,
 // printing the text as it arrives; the text also goes to `text` (may be
@@ -470,7 +445,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     nm_model_params mp = nm_model_default_params();
     mp.n_threads = o.n_threads;
     mp.no_mmap = o.no_mmap;
-    session S = {0};
+    session S = {.images = o.images};
     char *media_prompt = NULL;
     int rc = 1;
     double t_load = cli_now();
@@ -539,7 +514,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         // plain completion: the prompt is printed, then continued
         double t_sent = cli_now();
         S.request++;
-        if (!send_prompt(&S, o.prompt, o.images, o.n_images)) goto done_stats;
+        if (!cli_prompt_send(S.m, o.prompt, o.n_images, true, &to_llm, &S)) goto done_stats;
         fputs(o.prompt, stdout);
         if (!receive(&S, NULL, 0, t_sent)) goto done_stats;
         putchar('\n');
@@ -607,7 +582,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         // its cache does not already hold.
         double t_sent = cli_now();
         S.request++;
-        bool ok = send_prompt(&S, formatted, o.images, o.n_images);
+        bool ok = cli_prompt_send(S.m, formatted, o.n_images, true, &to_llm, &S);
         free(formatted);
         if (!ok) goto done_chat;
         char *answer = malloc(65536);

@@ -591,12 +591,10 @@ static int32_t text_part(gen *g, const char *text, size_t len, uint64_t user, bo
     return n < 0 ? -n : n;
 }
 
-// The prompt's parts: the text between media markers as token slots, each
-// image through the vision brick, in order, all but the last flagged
-// NM_BRICK_MORE; the first text part carries BOS (even when empty, as llama.cpp's
-// mtmd does). *n_text, *rows: the tokens and image embeddings sent. False when
-// a part failed (the request is ended in the ring): *ierr says why, *bad_image
-// when the image was at fault, *too_long when the text did not fit.
+// What went of the prompt (its parts: cli_prompt_send). *n_text, *rows: the
+// tokens and image embeddings sent. A part that failed ends the request in
+// the ring: *ierr says why, *bad_image when the image was at fault, *too_long
+// when the text did not fit.
 typedef struct prompt_sent {
     int32_t n_text;
     int64_t rows;
@@ -604,55 +602,48 @@ typedef struct prompt_sent {
     char ierr[400];
 } prompt_sent;
 
-static bool send_parts(gen *g, const char *prompt, const serve_images *im, bool bos, int32_t n_ctx, prompt_sent *ps) {
-    server *S = g->S;
-    if (im->n == 0) {
-        ps->n_text = text_part(g, prompt, strlen(prompt), NM_LLM_IN_POS(0), bos, n_ctx, &ps->down);
-        ps->too_long = !ps->down && (ps->n_text == 0 || ps->n_text >= n_ctx);
-        return !ps->down && !ps->too_long;
-    }
-    const size_t ml = strlen(MEDIA_MARKER);
-    const char *p = prompt;
-    bool first = true; // nothing sent yet: the next slot starts the prompt at position 0
-    for (int k = 0; k <= im->n; k++) {
-        const char *end = k < im->n ? strstr(p, MEDIA_MARKER) : p + strlen(p);
-        const bool last = k == im->n;
-        // nothing between two images or after the last, or an empty start without a BOS to send
-        const bool skip = end == p && (k > 0 || nm_tokenize(S->m, "", 0, NULL, 0, bos, true) == 0);
-        if (last && skip) break; // the prompt ends with an image: that image's last slot ended it
-        if (!skip) {
-            const int32_t room = n_ctx - ps->n_text - (int32_t)ps->rows;
-            const int32_t n = text_part(g, p, (size_t)(end - p), (first ? NM_LLM_IN_POS(0) : 0) | (last ? 0 : NM_BRICK_MORE),
-                                        bos && k == 0, room, &ps->down);
-            ps->n_text += n;
-            if (ps->down || n == 0 || n >= room) {
-                ps->too_long = !ps->down;
-                return false;
-            }
-            first = false;
-        }
-        if (last) break;
-        const bool more = end[ml] != '\0' || k + 1 < im->n; // text or images follow
-        int64_t r = 0;
-        if (!serve_image_send(S, &im->v[k], (first ? NM_LLM_IN_POS(0) : 0) | (more ? NM_BRICK_MORE : 0), g->id, &r,
-                              &ps->bad_image, ps->ierr, sizeof ps->ierr)) {
-            ps->image_failed = true;
-            snprintf(ps->ierr + strlen(ps->ierr), sizeof ps->ierr - strlen(ps->ierr), " (image %d)", k + 1);
-            // The rest of the request will not come: an empty last slot ends it in the brick, unless the
-            // vision brick's own failed last slot did
-            nm_tabm_slot sl;
-            if ((more || !ps->bad_image) && nm_tabm_acquire_write(S->in, 0, -1, &sl) == NM_OK) {
-                *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .request = g->id};
-                if (nm_tabm_publish(S->in, &sl) != NM_OK) nm_tabm_cancel(S->in, &sl);
-            }
-            return false;
-        }
-        ps->rows += r;
-        first = false;
-        p = end + ml;
-    }
-    return true;
+// The request whose prompt's parts go into the decoder's ring (ctx of to_decoder).
+typedef struct prompt_parts {
+    gen *g;
+    const serve_images *im;
+    int32_t n_ctx;
+    prompt_sent *ps;
+} prompt_parts;
+
+// A text part (cli_prompt_i.text): into the room left in the context.
+static bool part_text(void *ctx, const char *text, size_t len, uint64_t user, bool bos) {
+    prompt_parts *P = ctx;
+    prompt_sent *ps = P->ps;
+    const int32_t room = P->n_ctx - ps->n_text - (int32_t)ps->rows;
+    const int32_t n = text_part(P->g, text, len, user, bos, room, &ps->down);
+    ps->n_text += n;
+    ps->too_long = !ps->down && (n == 0 || n >= room);
+    return !ps->down && !ps->too_long;
 }
+
+// Image k (cli_prompt_i.image) through the vision brick. When it fails the
+// rest of the request will not come: an empty last slot ends it in the
+// decoder, unless the vision brick's own failed last slot did.
+static bool part_image(void *ctx, int k, uint64_t user) {
+    prompt_parts *P = ctx;
+    prompt_sent *ps = P->ps;
+    server *S = P->g->S;
+    int64_t r = 0;
+    if (serve_image_send(S, &P->im->v[k], user, P->g->id, &r, &ps->bad_image, ps->ierr, sizeof ps->ierr)) {
+        ps->rows += r;
+        return true;
+    }
+    ps->image_failed = true;
+    snprintf(ps->ierr + strlen(ps->ierr), sizeof ps->ierr - strlen(ps->ierr), " (image %d)", k + 1);
+    nm_tabm_slot sl;
+    if (((user & NM_BRICK_MORE) || !ps->bad_image) && nm_tabm_acquire_write(S->in, 0, -1, &sl) == NM_OK) {
+        *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .request = P->g->id};
+        if (nm_tabm_publish(S->in, &sl) != NM_OK) nm_tabm_cancel(S->in, &sl);
+    }
+    return false;
+}
+
+static const cli_prompt_i to_decoder = {part_text, part_image};
 
 // Sends the request (parameters, then the prompt's parts from position 0) and
 // reads its tokens back. False with the error sent (*code) if it could not start.
@@ -684,7 +675,8 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
     }
     const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(S->llm));
     prompt_sent ps = {0};
-    const bool fits = send_parts(g, prompt, im, bos, n_ctx, &ps);
+    prompt_parts parts = {g, im, n_ctx, &ps};
+    const bool fits = cli_prompt_send(S->m, prompt, im->n, bos, &to_decoder, &parts);
     if (ps.down) {
         *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
         return false;

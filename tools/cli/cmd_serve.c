@@ -843,9 +843,9 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
                 add_usage(&g, r);
                 sse(&g, r);
             }
+            generation_latency(&g); // before the end: a client reading /metrics after it sees it
             mg_send_chunk(c, "data: [DONE]\n\n", 14);
             mg_send_chunk(c, "", 0);
-            generation_latency(&g);
         }
         return 200;
     }
@@ -860,8 +860,8 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g.why));
     add_usage(&g, r);
     free(g.text);
+    generation_latency(&g); // before the reply, as above
     code = send_json(c, 200, r);
-    generation_latency(&g);
     return code;
 }
 

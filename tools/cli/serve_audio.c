@@ -424,20 +424,16 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
                 code = send_error(S, c, 500, NULL, "the transcription failed: %s", nm_brick_last_error(S->stt));
         }
     }
-    if (!code) code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate);
-    pthread_mutex_lock(&S->lock);
+    pthread_mutex_lock(&S->lock); // before the reply: a client reading /metrics after it sees this request
     S->stt_wall += cli_now() - t0;
+    if (!code) serve_hist_add(&S->lat_transcription, cli_now() - t_req);
     pthread_mutex_unlock(&S->lock);
+    if (!code) code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate);
     serve_turn_give(S, &S->stt_turn);
     nm_tabm_free(ring);
     free(prompt_tok);
 out:
     form_free(&f);
-    if (code == 200) {
-        pthread_mutex_lock(&S->lock);
-        serve_hist_add(&S->lat_transcription, cli_now() - t_req);
-        pthread_mutex_unlock(&S->lock);
-    }
     return code;
 }
 
@@ -557,14 +553,12 @@ int handle_speech(server *S, struct mg_connection *c) {
     }
     pthread_mutex_lock(&S->lock); // (before the last chunk: a client reading /metrics after it sees it)
     S->speech_seconds += (double)samples / nm_brick_tts_sample_rate(S->tts);
+    if (sent_head && !gone) serve_hist_add(&S->lat_speech, cli_now() - t_req);
     pthread_mutex_unlock(&S->lock);
     serve_turn_give(S, &S->tts_turn);
     if (sent_head) {
         if (!gone) mg_send_chunk(c, "", 0);
         code = 200;
-        pthread_mutex_lock(&S->lock);
-        if (!gone) serve_hist_add(&S->lat_speech, cli_now() - t_req);
-        pthread_mutex_unlock(&S->lock);
     }
     return code;
 }

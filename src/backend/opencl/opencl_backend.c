@@ -822,11 +822,11 @@ static bool rope_pairs(const nm_op *a, const nm_op *b) {
            a->src0 != b->src0;
 }
 
-// attention_dec's work-groups a head: two work-groups a compute unit over the
+// attention_dec's work-groups a head: a work-group a compute unit over the
 // heads, 1..32 (NM_OPENCL_ATTN_SPLIT=N: N).
 static int attn_split(const nm_ocl *o, int n_head) {
     if (o->attn_split > 0) return o->attn_split;
-    const int64_t s = n_head > 0 ? (int64_t)(2 * o->n_cu) / n_head : 1;
+    const int64_t s = n_head > 0 ? (int64_t)o->n_cu / n_head : 1;
     return s < 1 ? 1 : s > 32 ? 32 : (int)s;
 }
 

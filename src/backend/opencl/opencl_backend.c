@@ -4,7 +4,9 @@
 // memory are imported: wrapped in place (CL_MEM_USE_HOST_PTR on the page-
 // aligned range) where the device shares host memory, uploaded once (and
 // counted in the ledger) where it does not. Ops are enqueued in order on one
-// in-order queue; submit returns once they are queued.
+// in-order queue; submit returns once they are queued. The x8 path (decode
+// of repacked q4_0 from activations rounded once) is opencl_x8.c; the state
+// both files share, opencl_impl.h.
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -16,137 +18,19 @@
 
 #include "backend/backend.h"
 #include "backend/opencl/cl_api.h"
+#include "backend/opencl/opencl_impl.h"
 #include "backend/registry.h"
 #include "quant/quant.h"
 
 extern const unsigned char nm_cl_kernels_source[];
 extern const size_t nm_cl_kernels_source_len;
 
-// Work-group size of the reductions (decode matvec, norms, attention). A
-// power of two; the kernels reduce through __local float[256].
-#define NM_CL_LWS 64
-#define NM_CL_MAX_IMPORTS 32
-// The prefill matmul's geometry (kernels.cl, mm_T): work-groups of 16 x 16
-// items, each computing a tile of 32 weight rows x 32 tokens.
-#define NM_CL_MM_LX 16
-#define NM_CL_MM_LY 16
-#define NM_CL_MM_TN 32
-#define NM_CL_MM_TT 32
-#define NM_CL_MAX_HD 512 // attention: head_dim limit of the kernels
-#define NM_CL_MV_ROWS 4  // rows per work-group of the decode matvec (kernels.cl NM_MV_ROWS)
-#define NM_CL_MVR_ROWS 8 // and of the repacked q4_0 one (NM_MVR_ROWS)
-#define NM_CL_MVG_ROWS 32  // mvq_glu_q4_0 (NM_MVG_ROWS), local size 256
-#define NM_CL_MVS_ROWS 32  // mvq_res_q4_0 (NM_MVS_ROWS)
-#define NM_CL_ATT_DEC_KEYS 4096 // attention_dec's most keys (NM_ATT_DEC_KEYS)
-
-// A weight laid out the device's way at load (prepare_weight): found by the
-// host address the ops name it by.
-typedef struct cl_packed {
-    const uint8_t *host; // the weight's bytes on the host (its ops' src0); q4_0
-    int64_t K, N;        // its shape
-    cl_mem mem;          // the repacked copy
-} cl_packed;
-
-typedef struct cl_import {
-    const uint8_t *base; // host address of the range (page-aligned)
-    size_t size;
-    cl_mem mem;
-    bool copied;   // the device holds its own copy (no shared host memory, or a driver that copies)
-    bool writable;
-} cl_import;
-
-enum { K_MV, K_MM, K_GET_ROWS, K_NKINDS };
-
-// Kernels by weight type; NULL where the type has none.
-typedef struct cl_typed {
-    cl_kernel k[K_NKINDS][NM_TYPE_COUNT];
-} cl_typed;
-
-// NM_PROFILE=1: every kernel's time on the device (the queue's profiling),
-// summed per (kernel, weight type), printed to stderr when the backend is
-// freed. (Device idle time between kernels is the wall time less this: the
-// start and end stamps of different commands are not comparable on every
-// driver.)
-#define NM_CL_PROF_PEND 4096
-#define NM_CL_PROF_KEYS 32
-
-typedef struct cl_prof_pend {
-    const char *what;
-    uint32_t type; // weight type, NM_TYPE_COUNT: none
-    double bytes;  // weight bytes the kernel reads
-    cl_event ev;
-} cl_prof_pend;
-
-typedef struct cl_prof {
-    cl_prof_pend pend[NM_CL_PROF_PEND];
-    int n_pend;
-    const char *keys[NM_CL_PROF_KEYS];
-    struct {
-        double ns, bytes;
-        int64_t calls;
-    } acc[NM_CL_PROF_KEYS][NM_TYPE_COUNT + 1];
-    double busy_ns;
-    uint32_t cur_type; // of the op being enqueued
-    double cur_bytes;
-} cl_prof;
-
-typedef struct nm_ocl {
-    nm_backend *self;
-    nm_cl_api api;
-    cl_platform_id platform;
-    cl_device_id dev;
-    cl_context ctx;
-    cl_command_queue q;
-    cl_program prog;
-    cl_typed typed;
-    cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu, k_mvq_res,
-        k_attention_dec, // NULL unless the program has PTX (warp shuffles)
-        k_rope_kv;
-    bool unified;
-    bool ptx;  // NVIDIA's compiler: the program is built with NM_DP4A_PTX (inline PTX dp4a)
-    bool q8mv; // decode of repacked q4_0 with 8-bit activations (mv_q4_0r8): where dp4a is native, or NM_OPENCL_Q8MV=1
-    char dev_name[128], driver[64];
-    cl_ulong mem_bytes, max_alloc;
-    size_t max_wg;
-    size_t mv_lws; // work-group size of the decode matvec (NM_OPENCL_MV_LWS: 32..256, a power of two)
-    size_t mvr_lws; // and of the repacked q4_0 one (NM_OPENCL_MVR_LWS: 32..128)
-    bool x8_ok;     // the x8 path (mvq_q4_0 runs work-groups of mvq_lws, mvq_glu_q4_0 of 256; NM_OPENCL_X8=0: off)
-    bool attn_dec;  // attention_dec for one-token attention where the program has it (NM_OPENCL_ATTN_DEC=0: never)
-    cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels.cl, mvq_q4_0)
-    size_t x8_slot;
-    cl_mem x8_part; // x8_slot / 32 floats: mvq_res_q4_0's pieces of an RMS norm's sum of squares, then
-                    // x8_slot / 32 ints: its counters of work-groups a block
-    bool x8_res;    // mvq_res_q4_0: the residual add and the norm in the matvec before them (NM_OPENCL_X8_RES=0: off)
-    bool x8_rope;   // Q's and K's ropes and the KV store in the Q/K/V launch (NM_OPENCL_X8_ROPE=0: off)
-    size_t mvs_lws; // its work-group size (rows a work-group: geom.mvs_rpw * mvs_lws / 32)
-    nm_cl_x8_geom geom; // the x8 matvecs' geometry (build options of the program)
-    int attn_split;       // attention_dec's work-groups a head (0: from the compute units and the heads;
-                          // NM_OPENCL_ATTN_SPLIT=N: N)
-    cl_ulong n_cu;        // compute units
-    cl_mem attn_part, attn_cnt; // attention_dec's shares and counters (attn_part_bytes, attn_cnt_heads)
-    size_t attn_part_bytes, attn_cnt_heads;
-    cl_import imports[NM_CL_MAX_IMPORTS];
-    int n_imports;
-    size_t lws_norm, lws_attn; // work-group sizes of the norms and the attention (up to 256, what each kernel allows)
-    cl_packed *packed; // repacked weights (prepare_weight), sorted by host address
-    int n_packed, cap_packed;
-    bool repack;       // prepare_weight re-lays weights (device memory of its own; NM_OPENCL_REPACK=0: never)
-    cl_mem dummy;   // bound where an optional operand is absent
-    int64_t max_row, max_tokens;
-    nm_ledger *ledger;
-    int ep_host, ep_dev;
-    uint64_t bytes_wrapped, bytes_uploaded;
-    cl_prof *prof; // NM_PROFILE=1, else NULL
-    char err[1024];
-} nm_ocl;
-
 typedef struct cl_event_wrap {
     nm_event base;
     cl_event ev;
 } cl_event_wrap;
 
-static nm_status ofail(nm_ocl *o, nm_status st, const char *fmt, ...) {
+nm_status ocl_fail(nm_ocl *o, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(o->err, sizeof o->err, fmt, ap);
@@ -282,15 +166,15 @@ static nm_status build_program(nm_ocl *o) {
     const size_t lens[2] = {sizeof broken - 1, nm_cl_kernels_source_len};
     cl_program p = o->api.clCreateProgramWithSource(o->ctx, force_fail ? 2 : 1, force_fail ? srcs : srcs + 1,
                                                     force_fail ? lens : lens + 1, &e);
-    if (!p || e != CL_SUCCESS) return ofail(o, NM_ERR_UNSUPPORTED, "opencl: cannot create the program: %s", nm_cl_strerror(e));
+    if (!p || e != CL_SUCCESS) return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: cannot create the program: %s", nm_cl_strerror(e));
     if ((e = o->api.clBuildProgram(p, 1, &o->dev, opts, NULL, NULL)) != CL_SUCCESS) {
         char log[768];
         build_log(o, p, log, sizeof log);
         for (char *c = log; *c; c++) // one line: the message goes on after it
             if (*c == '\n' || *c == '\r') *c = ' ';
         o->api.clReleaseProgram(p);
-        return ofail(o, NM_ERR_UNSUPPORTED, "opencl: the kernels do not build on %s (%s): %s", o->dev_name,
-                     nm_cl_strerror(e), log[0] ? log : "no build log");
+        return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: the kernels do not build on %s (%s): %s", o->dev_name,
+                        nm_cl_strerror(e), log[0] ? log : "no build log");
     }
     o->prog = p;
     if (!path[0]) return NM_OK;
@@ -327,7 +211,7 @@ static nm_status make_kernels(nm_ocl *o) {
             snprintf(name, sizeof name, "%s%s", prefix[kind], type_name(t));
             o->typed.k[kind][t] = o->api.clCreateKernel(o->prog, name, &e);
             if (!o->typed.k[kind][t] || e != CL_SUCCESS)
-                return ofail(o, NM_ERR_UNSUPPORTED, "opencl: kernel %s: %s", name, nm_cl_strerror(e));
+                return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: kernel %s: %s", name, nm_cl_strerror(e));
         }
     struct { cl_kernel *k; const char *name; } named[] = {
         {&o->k_rms_norm, "rms_norm"}, {&o->k_layer_norm, "layer_norm"}, {&o->k_rope, "rope"},
@@ -342,12 +226,12 @@ static nm_status make_kernels(nm_ocl *o) {
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
         if (!*named[i].k || e != CL_SUCCESS)
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: kernel %s: %s", named[i].name, nm_cl_strerror(e));
+            return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: kernel %s: %s", named[i].name, nm_cl_strerror(e));
     }
     if (o->ptx) { // built with NM_DP4A_PTX: the decode attention on warps
         o->k_attention_dec = o->api.clCreateKernel(o->prog, "attention_dec", &e);
         if (!o->k_attention_dec || e != CL_SUCCESS)
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: kernel attention_dec: %s", nm_cl_strerror(e));
+            return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: kernel attention_dec: %s", nm_cl_strerror(e));
     }
     return NM_OK;
 }
@@ -356,7 +240,7 @@ static nm_status make_kernels(nm_ocl *o) {
 
 // The device buffer and byte offset of t: a buffer of this backend, or host
 // memory inside an imported range.
-static bool mem_of(nm_ocl *o, const nm_tensor *t, cl_mem *m, cl_ulong *off) {
+bool ocl_mem_of(nm_ocl *o, const nm_tensor *t, cl_mem *m, cl_ulong *off) {
     if (t->buf && t->buf->owner == o->self) {
         *m = (cl_mem)t->buf->impl;
         *off = t->offs;
@@ -381,8 +265,8 @@ static bool mem_of(nm_ocl *o, const nm_tensor *t, cl_mem *m, cl_ulong *off) {
 static nm_buffer *ocl_buffer_alloc(nm_backend *b, size_t size) {
     nm_ocl *o = b->impl;
     if (size > o->max_alloc) {
-        ofail(o, NM_ERR_NOMEM, "opencl: a buffer of %zu bytes is over the device's limit of %llu", size,
-              (unsigned long long)o->max_alloc);
+        ocl_fail(o, NM_ERR_NOMEM, "opencl: a buffer of %zu bytes is over the device's limit of %llu", size,
+                 (unsigned long long)o->max_alloc);
         return NULL;
     }
     nm_buffer *buf = calloc(1, sizeof *buf);
@@ -393,7 +277,7 @@ static nm_buffer *ocl_buffer_alloc(nm_backend *b, size_t size) {
     if (!m || e != CL_SUCCESS) {
         if (m) o->api.clReleaseMemObject(m);
         free(buf);
-        ofail(o, NM_ERR_NOMEM, "opencl: out of device memory for %zu bytes (%s)", size, nm_cl_strerror(e));
+        ocl_fail(o, NM_ERR_NOMEM, "opencl: out of device memory for %zu bytes (%s)", size, nm_cl_strerror(e));
         return NULL;
     }
     buf->owner = b;
@@ -412,31 +296,31 @@ static void ocl_buffer_free(nm_backend *b, nm_buffer *buf) {
 
 static nm_status ocl_buffer_import_host(nm_backend *b, const void *p, size_t size, bool writable) {
     nm_ocl *o = b->impl;
-    if (!p || !size) return ofail(o, NM_ERR_INVALID_ARG, "opencl: import of an empty range");
+    if (!p || !size) return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: import of an empty range");
     const long page = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
     const uintptr_t lo = (uintptr_t)p / (uintptr_t)page * (uintptr_t)page;
     const uintptr_t hi = ((uintptr_t)p + size + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
     if (writable && !o->unified)
-        return ofail(o, NM_ERR_UNSUPPORTED, "opencl: %s has its own memory: host memory it writes cannot be shared",
-                     o->dev_name);
+        return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: %s has its own memory: host memory it writes cannot be shared",
+                        o->dev_name);
     for (int i = 0; i < o->n_imports; i++) // already imported
         if ((uintptr_t)o->imports[i].base <= lo && lo - (uintptr_t)o->imports[i].base + (hi - lo) <= o->imports[i].size) {
             if (writable && !o->imports[i].writable)
-                return ofail(o, NM_ERR_INVALID_ARG, "opencl: host memory imported read-only is now wanted writable");
+                return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: host memory imported read-only is now wanted writable");
             return NM_OK;
         }
-    if (o->n_imports == NM_CL_MAX_IMPORTS) return ofail(o, NM_ERR_RANGE, "opencl: more than %d imported ranges", NM_CL_MAX_IMPORTS);
+    if (o->n_imports == NM_CL_MAX_IMPORTS) return ocl_fail(o, NM_ERR_RANGE, "opencl: more than %d imported ranges", NM_CL_MAX_IMPORTS);
     if (hi - lo > o->max_alloc)
-        return ofail(o, NM_ERR_NOMEM, "opencl: %zu bytes of host memory are over the device's buffer limit of %llu",
-                     (size_t)(hi - lo), (unsigned long long)o->max_alloc);
+        return ocl_fail(o, NM_ERR_NOMEM, "opencl: %zu bytes of host memory are over the device's buffer limit of %llu",
+                        (size_t)(hi - lo), (unsigned long long)o->max_alloc);
     cl_int e;
     const cl_mem_flags rw = writable ? CL_MEM_READ_WRITE : CL_MEM_READ_ONLY;
     // Unified: the device reads the pages where they are. Discrete: one upload.
     const cl_mem_flags how = o->unified ? CL_MEM_USE_HOST_PTR : CL_MEM_COPY_HOST_PTR;
     cl_mem m = o->api.clCreateBuffer(o->ctx, rw | how, hi - lo, (void *)lo, &e);
     if (!m || e != CL_SUCCESS)
-        return ofail(o, NM_ERR_NOMEM, "opencl: cannot import %zu bytes of host memory (%s)", (size_t)(hi - lo),
-                     nm_cl_strerror(e));
+        return ocl_fail(o, NM_ERR_NOMEM, "opencl: cannot import %zu bytes of host memory (%s)", (size_t)(hi - lo),
+                        nm_cl_strerror(e));
     // Zero copy is what the driver does, not what the flag asks: a mapping of
     // the buffer must be the host's own pages, else the driver keeps a copy
     // (some do on unified memory), which a shared (writable) range cannot be.
@@ -445,15 +329,15 @@ static nm_status ocl_buffer_import_host(nm_backend *b, const void *p, size_t siz
         void *mp = o->api.clEnqueueMapBuffer(o->q, m, CL_TRUE, CL_MAP_READ, 0, hi - lo, 0, NULL, NULL, &e);
         if (!mp || e != CL_SUCCESS) {
             o->api.clReleaseMemObject(m);
-            return ofail(o, NM_ERR_IO, "opencl: cannot map imported host memory (%s)", nm_cl_strerror(e));
+            return ocl_fail(o, NM_ERR_IO, "opencl: cannot map imported host memory (%s)", nm_cl_strerror(e));
         }
         copied = mp != (void *)lo;
         o->api.clEnqueueUnmapMemObject(o->q, m, mp, 0, NULL, NULL);
         o->api.clFinish(o->q);
         if (copied && writable) {
             o->api.clReleaseMemObject(m);
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: %s copies host memory it is given: it cannot share it",
-                         o->dev_name);
+            return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: %s copies host memory it is given: it cannot share it",
+                            o->dev_name);
         }
     }
     cl_import *im = &o->imports[o->n_imports++];
@@ -475,7 +359,7 @@ static nm_status ocl_tensor_rw(nm_backend *b, const nm_tensor *t, size_t offs, v
     nm_ocl *o = b->impl;
     if (!t->buf || (t->buf->owner != b && t->buf->host)) { // host memory: after the queued work
         cl_int e = o->api.clFinish(o->q);
-        if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
+        if (e != CL_SUCCESS) return ocl_fail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
         uint8_t *p = (t->buf ? t->buf->host + t->offs : (uint8_t *)(uintptr_t)t->offs) + offs;
         if (write) memcpy(p, host, n);
         else memcpy(host, p, n);
@@ -483,11 +367,11 @@ static nm_status ocl_tensor_rw(nm_backend *b, const nm_tensor *t, size_t offs, v
     }
     if (t->buf->owner != b || t->offs > t->buf->size || offs > t->buf->size - t->offs ||
         n > t->buf->size - t->offs - offs)
-        return ofail(o, NM_ERR_INVALID_ARG, "opencl: %zu bytes at %zu are outside the tensor's buffer", n, offs);
+        return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: %zu bytes at %zu are outside the tensor's buffer", n, offs);
     cl_mem m = (cl_mem)t->buf->impl;
     cl_int e = write ? o->api.clEnqueueWriteBuffer(o->q, m, CL_TRUE, t->offs + offs, n, host, 0, NULL, NULL)
                      : o->api.clEnqueueReadBuffer(o->q, m, CL_TRUE, t->offs + offs, n, host, 0, NULL, NULL);
-    if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s %zu bytes: %s", write ? "writing" : "reading", n, nm_cl_strerror(e));
+    if (e != CL_SUCCESS) return ocl_fail(o, NM_ERR_IO, "opencl: %s %zu bytes: %s", write ? "writing" : "reading", n, nm_cl_strerror(e));
     return NM_OK;
 }
 
@@ -503,7 +387,7 @@ static nm_status ocl_tensor_get(nm_backend *b, const nm_tensor *t, size_t offs, 
 
 static bool f32(const nm_tensor *t) { return t && t->type == NM_TYPE_F32; }
 
-static bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
+bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     const nm_ocl *o = b->impl;
     if (op->flags & NM_OPF_GGML_F16) return false; // ggml's f16 rounding is the CPU's
     if (op->kv_rows) return false;                  // caches with shared rows are the CPU's (Whisper's beams)
@@ -599,39 +483,20 @@ static void prof_print(nm_ocl *o) {
     }
 }
 
-typedef struct karg {
-    size_t size;
-    const void *p;
-} karg;
-
-#define A(x) ((karg){sizeof(x), &(x)})
-
-static nm_status launch(nm_ocl *o, cl_kernel k, const char *what, cl_uint dim, const size_t *global,
-                        const size_t *local, const karg *args, int n_args) {
+nm_status ocl_launch(nm_ocl *o, cl_kernel k, const char *what, cl_uint dim, const size_t *global,
+                     const size_t *local, const karg *args, int n_args) {
     for (int i = 0; i < n_args; i++) {
         cl_int e = o->api.clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].p);
-        if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s argument %d: %s", what, i, nm_cl_strerror(e));
+        if (e != CL_SUCCESS) return ocl_fail(o, NM_ERR_IO, "opencl: %s argument %d: %s", what, i, nm_cl_strerror(e));
     }
     for (cl_uint d = 0; d < dim; d++)
         if (global[d] == 0) return NM_OK; // nothing to do
     cl_event ev = NULL;
     cl_int e = o->api.clEnqueueNDRangeKernel(o->q, k, dim, NULL, global, local, 0, NULL, o->prof ? &ev : NULL);
-    if (e != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: %s: %s", what, nm_cl_strerror(e));
+    if (e != CL_SUCCESS) return ocl_fail(o, NM_ERR_IO, "opencl: %s: %s", what, nm_cl_strerror(e));
     if (o->prof) prof_push(o, what, ev);
     return NM_OK;
 }
-
-// A tensor's buffer and offset as kernel arguments.
-typedef struct dmem {
-    cl_mem m;
-    cl_ulong off;
-} dmem;
-
-#define RESOLVE(var, t)                                                                                  \
-    dmem var = {o->dummy, 0};                                                                            \
-    if ((t) && !mem_of(o, (t), &var.m, &var.off))                                                        \
-        return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d: an operand is in memory the device cannot reach " \
-                     "(host memory not imported)", op->kind)
 
 // ---- repacked weights -------------------------------------------------------------------
 
@@ -647,7 +512,7 @@ static int packed_lower(const nm_ocl *o, const uint8_t *h) {
 }
 
 // The repacked copy of the weight at host address h, or NULL.
-static const cl_packed *packed_find(const nm_ocl *o, const uint8_t *h) {
+const cl_packed *ocl_packed_find(const nm_ocl *o, const uint8_t *h) {
     const int i = packed_lower(o, h);
     return i < o->n_packed && o->packed[i].host == h ? &o->packed[i] : NULL;
 }
@@ -660,7 +525,7 @@ static const cl_packed *packed_find(const nm_ocl *o, const uint8_t *h) {
 static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
     nm_ocl *o = b->impl;
     const uint8_t *h = nm_tensor_host(w);
-    if (!o->repack || w->type != NM_TYPE_Q4_0 || !h || packed_find(o, h)) return NM_OK;
+    if (!o->repack || w->type != NM_TYPE_Q4_0 || !h || ocl_packed_find(o, h)) return NM_OK;
     const int64_t K = w->ne[0], N = w->ne[1] * w->ne[2] * w->ne[3];
     if (K % 32 != 0 || N <= 0) return NM_OK;
     const size_t nb = (size_t)(K / 32), rb = nb * 18, bytes = (size_t)N * rb;
@@ -668,12 +533,12 @@ static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
     if (o->n_packed == o->cap_packed) {
         const int cap = o->cap_packed ? 2 * o->cap_packed : 64;
         cl_packed *np = realloc(o->packed, sizeof *np * (size_t)cap);
-        if (!np) return ofail(o, NM_ERR_NOMEM, "opencl: out of memory");
+        if (!np) return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory");
         o->packed = np;
         o->cap_packed = cap;
     }
     uint8_t *tmp = malloc(bytes);
-    if (!tmp) return ofail(o, NM_ERR_NOMEM, "opencl: out of memory repacking %s", w->name ? w->name : "a weight");
+    if (!tmp) return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory repacking %s", w->name ? w->name : "a weight");
     uint8_t *qs = tmp, *ds = tmp + (size_t)N * nb * 16;
     for (size_t n = 0; n < (size_t)N; n++)
         for (size_t k = 0; k < nb; k++) {
@@ -707,7 +572,7 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     const uint32_t t = op->src0->type;
     if (T == 1 || (op->flags & NM_OPF_ROWWISE)) { // each row as decode computes it
         // the repacked copy where prepare_weight made one, else the weight as it is
-        const cl_packed *pk = o->n_packed ? packed_find(o, nm_tensor_host(op->src0)) : NULL;
+        const cl_packed *pk = o->n_packed ? ocl_packed_find(o, nm_tensor_host(op->src0)) : NULL;
         if (pk && (pk->K != K || pk->N != N)) pk = NULL;
         const cl_kernel k = pk ? (o->q8mv ? o->k_mv_q4_0r8 : o->k_mv_q4_0r) : o->typed.k[K_MV][t];
         const cl_mem wm = pk ? pk->mem : w.m;
@@ -718,7 +583,7 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
             const cl_ulong xo = x.off + (cl_ulong)(r * K) * 4, yo = y.off + (cl_ulong)(r * N) * 4;
             const karg args[] = {A(wm), A(wo), A(x.m), A(xo), A(y.m), A(yo), A(bias.m), A(bias.off),
                                  A(has_bias), A(K), A(N)};
-            nm_status st = launch(o, k, "matvec", 1, &global, &local, args, 11);
+            nm_status st = ocl_launch(o, k, "matvec", 1, &global, &local, args, 11);
             if (st != NM_OK) return st;
         }
         return NM_OK;
@@ -729,7 +594,7 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     const size_t local[2] = {NM_CL_MM_LX, NM_CL_MM_LY};
     const size_t global[2] = {((size_t)N + NM_CL_MM_TN - 1) / NM_CL_MM_TN * NM_CL_MM_LX,
                               ((size_t)T + NM_CL_MM_TT - 1) / NM_CL_MM_TT * NM_CL_MM_LY};
-    return launch(o, o->typed.k[K_MM][t], "matmul", 2, global, local, args, 12);
+    return ocl_launch(o, o->typed.k[K_MM][t], "matmul", 2, global, local, args, 12);
 }
 
 // RMS norm of op; with add (NULL: none), the add whose sum op normalizes in
@@ -749,12 +614,12 @@ static nm_status op_rms_norm(nm_ocl *o, const nm_op *op, const nm_op *add, int s
     const cl_ulong q8_off = has_q8 ? (cl_ulong)slot * o->x8_slot : 0;
     const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(y.m), A(y.off), A(d), A(eps),
                          A(a.m), A(a.off), A(bb.m), A(bb.off), A(has_add), A(q8), A(q8_off), A(has_q8)};
-    return launch(o, o->k_rms_norm, add ? "add_rms_norm" : "rms_norm", 1, &global, &nl, args, 17);
+    return ocl_launch(o, o->k_rms_norm, add ? "add_rms_norm" : "rms_norm", 1, &global, &nl, args, 17);
 }
 
 // An add and the RMS norm of its sum right after it, which one launch can
 // do: the norm reads the add's output, elementwise over the same elements.
-static bool add_norm_pairs(const nm_op *add, const nm_op *norm) {
+bool add_norm_pairs(const nm_op *add, const nm_op *norm) {
     if (add->kind != NM_OP_ADD || norm->kind != NM_OP_RMS_NORM) return false;
     const nm_tensor *s = add->dst, *x = norm->src0;
     const int64_t n = s->ne[0] * s->ne[1] * s->ne[2];
@@ -770,17 +635,17 @@ static nm_status op_rope(nm_ocl *o, const nm_op *op, const nm_op *op2) {
     RESOLVE(x2, op2 ? op2->src0 : op->src0);
     for (const nm_op *r = op; r; r = r == op ? op2 : NULL)
         if (r->dst != r->src0 && (r->dst->buf != r->src0->buf || r->dst->offs != r->src0->offs))
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
+            return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
     const cl_int n_head = op->i0, hd = op->i1, mode = op->i2, n_rot = op->i3, n_head2 = op2 ? op2->i0 : 0;
     const float base = op->f0, fscale = op->f1;
     const karg args[] = {A(x.m),    A(x.off),  A(pos.m), A(pos.off), A(n_head), A(hd),     A(n_rot),
                          A(mode),   A(base),   A(fscale), A(x2.m),  A(x2.off), A(n_head2)};
     const size_t global[3] = {(size_t)(op->i3 / 2), (size_t)(n_head + n_head2), (size_t)op->src0->ne[1]};
-    return launch(o, o->k_rope, "rope", 3, global, NULL, args, 13);
+    return ocl_launch(o, o->k_rope, "rope", 3, global, NULL, args, 13);
 }
 
 // The same tensor: one object, or the same place, type and shape.
-static bool same_tensor(const nm_tensor *a, const nm_tensor *b) {
+bool ocl_same_tensor(const nm_tensor *a, const nm_tensor *b) {
     return a == b || (a->buf == b->buf && a->offs == b->offs && a->type == b->type && a->ne[0] == b->ne[0] &&
                       a->ne[1] == b->ne[1] && a->ne[2] == b->ne[2]);
 }
@@ -790,7 +655,7 @@ static nm_status op_rope_kv(nm_ocl *o, const nm_op *rq, const nm_op *rk, const n
     const nm_op *op = rq;
     for (const nm_op *r = rq; r; r = r == rq ? rk : NULL)
         if (r->dst != r->src0 && (r->dst->buf != r->src0->buf || r->dst->offs != r->src0->offs))
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
+            return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
     RESOLVE(x, rq->src0);
     RESOLVE(pos, rq->ids);
     RESOLVE(x2, rk->src0);
@@ -803,12 +668,12 @@ static nm_status op_rope_kv(nm_ocl *o, const nm_op *rq, const nm_op *rk, const n
                          A(mode), A(base),  A(fscale), A(x2.m),   A(x2.off), A(n_kv), A(v.m),
                          A(v.off), A(kc.m), A(kc.off), A(vc.m),   A(vc.off)};
     const size_t global[3] = {(size_t)(hd / 2), (size_t)(n_head + 2 * n_kv), (size_t)rq->src0->ne[1]};
-    return launch(o, o->k_rope_kv, "rope_kv", 3, global, NULL, args, 19);
+    return ocl_launch(o, o->k_rope_kv, "rope_kv", 3, global, NULL, args, 19);
 }
 
 // A rope pair (Q, K) and the KV store of that K right after them.
-static bool rope_kv_joins(const nm_op *rq, const nm_op *rk, const nm_op *st) {
-    return st->kind == NM_OP_KV_STORE && same_tensor(st->src0, rk->src0) && same_tensor(st->ids, rq->ids) &&
+bool rope_kv_joins(const nm_op *rq, const nm_op *rk, const nm_op *st) {
+    return st->kind == NM_OP_KV_STORE && ocl_same_tensor(st->src0, rk->src0) && ocl_same_tensor(st->ids, rq->ids) &&
            st->src0->ne[1] == rq->src0->ne[1] && st->src1->ne[1] == st->src0->ne[1] &&
            (int64_t)rk->i0 * rk->i1 == st->src0->ne[0] && st->src1->ne[0] == st->src0->ne[0] && rq->i1 % 2 == 0 &&
            rq->i3 % 2 == 0 && rq->src0->ne[0] == (int64_t)rq->i0 * rq->i1;
@@ -816,7 +681,7 @@ static bool rope_kv_joins(const nm_op *rq, const nm_op *rk, const nm_op *st) {
 
 // Two ropes in a row that one launch can do (Q's and K's: the same
 // positions, head size, rotation and tokens, different tensors).
-static bool rope_pairs(const nm_op *a, const nm_op *b) {
+bool rope_pairs(const nm_op *a, const nm_op *b) {
     return a->kind == NM_OP_ROPE && b->kind == NM_OP_ROPE && a->ids == b->ids && a->i1 == b->i1 && a->i2 == b->i2 &&
            a->i3 == b->i3 && a->f0 == b->f0 && a->f1 == b->f1 && a->src0->ne[1] == b->src0->ne[1] &&
            a->src0 != b->src0;
@@ -844,7 +709,7 @@ static nm_status attn_reserve(nm_ocl *o, int n_head, int n_split, int head_dim) 
     cl_int e = CL_SUCCESS;
     if (o->attn_part_bytes < part) {
         cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, part, NULL, &e);
-        if (!m || e != CL_SUCCESS) return ofail(o, NM_ERR_NOMEM, "opencl: attention_dec shares: %s", nm_cl_strerror(e));
+        if (!m || e != CL_SUCCESS) return ocl_fail(o, NM_ERR_NOMEM, "opencl: attention_dec shares: %s", nm_cl_strerror(e));
         if (o->attn_part) o->api.clReleaseMemObject(o->attn_part); // queued kernels keep it until they are done
         o->attn_part = m, o->attn_part_bytes = part;
     }
@@ -855,7 +720,7 @@ static nm_status attn_reserve(nm_ocl *o, int n_head, int n_split, int head_dim) 
             e = o->api.clEnqueueFillBuffer(o->q, m, &zero, sizeof zero, 0, (size_t)n_head * sizeof(cl_int), 0, NULL, NULL);
         if (!m || e != CL_SUCCESS) {
             if (m) o->api.clReleaseMemObject(m);
-            return ofail(o, NM_ERR_NOMEM, "opencl: attention_dec counters: %s", nm_cl_strerror(e));
+            return ocl_fail(o, NM_ERR_NOMEM, "opencl: attention_dec counters: %s", nm_cl_strerror(e));
         }
         if (o->attn_cnt) o->api.clReleaseMemObject(o->attn_cnt);
         o->attn_cnt = m, o->attn_cnt_heads = (size_t)n_head;
@@ -883,7 +748,7 @@ static nm_status op_attention_dec(nm_ocl *o, const nm_op *op, int slot) {
                          A(pos.off), A(out.m), A(out.off), A(n_head), A(n_kv),  A(hd),     A(kvw),
                          A(window), A(scale), A(softcap), A(x8),     A(x8_off), A(has_x8), A(part), A(cnt)};
     const size_t local[2] = {256, 1}, global[2] = {(size_t)n_head * 256, (size_t)n_split};
-    return launch(o, o->k_attention_dec, "attention_dec", 2, global, local, args, 22);
+    return ocl_launch(o, o->k_attention_dec, "attention_dec", 2, global, local, args, 22);
 }
 
 static nm_status op_run(nm_ocl *o, const nm_op *op) {
@@ -901,7 +766,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const cl_int K = (cl_int)op->src0->ne[0];
         const karg args[] = {A(w.m), A(w.off), A(ids.m), A(ids.off), A(y.m), A(y.off), A(K)};
         const size_t global[2] = {(((size_t)K + 3) / 4 + 63) / 64 * 64, (size_t)op->dst->ne[1]}, local[2] = {64, 1};
-        return launch(o, o->typed.k[K_GET_ROWS][op->src0->type], "get_rows", 2, global, local, args, 7);
+        return ocl_launch(o, o->typed.k[K_GET_ROWS][op->src0->type], "get_rows", 2, global, local, args, 7);
     }
     case NM_OP_RMS_NORM: return op_rms_norm(o, op, NULL, -1);
     case NM_OP_NORM: {
@@ -914,7 +779,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const size_t rows = (size_t)(op->src0->ne[1] * op->src0->ne[2]), nl = o->lws_norm, global = rows * nl;
         const karg args[] = {A(x.m), A(x.off), A(w.m), A(w.off), A(has_w), A(bb.m), A(bb.off), A(has_b),
                              A(y.m), A(y.off), A(d), A(eps)};
-        return launch(o, o->k_layer_norm, "layer_norm", 1, &global, &nl, args, 12);
+        return ocl_launch(o, o->k_layer_norm, "layer_norm", 1, &global, &nl, args, 12);
     }
     case NM_OP_ROPE: return op_rope(o, op, NULL);
     case NM_OP_KV_STORE: {
@@ -927,7 +792,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const size_t global[3] = {(size_t)width, (size_t)op->src0->ne[1], 2};
         const karg args[] = {A(k.m), A(k.off), A(kc.m), A(kc.off), A(v.m), A(v.off), A(vc.m), A(vc.off),
                              A(pos.m), A(pos.off), A(width)};
-        return launch(o, o->k_kv_store, "kv_store", 3, global, NULL, args, 11);
+        return ocl_launch(o, o->k_kv_store, "kv_store", 3, global, NULL, args, 11);
     }
     case NM_OP_ATTENTION: {
         if (attn_dec_ok(o, op)) return op_attention_dec(o, op, -1);
@@ -945,7 +810,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
                              A(out.m), A(out.off), A(n_head), A(n_kv), A(hd), A(kvw), A(window), A(scale),
                              A(softcap), A(max_keys)};
         const size_t global[2] = {(size_t)n_head * o->lws_attn, (size_t)T}, local[2] = {o->lws_attn, 1};
-        return launch(o, o->k_attention, "attention", 2, global, local, args, 18);
+        return ocl_launch(o, o->k_attention, "attention", 2, global, local, args, 18);
     }
     case NM_OP_ATTENTION_FULL: {
         RESOLVE(q, op->src0);
@@ -958,7 +823,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const karg args[] = {A(q.m), A(q.off), A(k.m), A(k.off), A(v.m), A(v.off), A(out.m), A(out.off),
                              A(n_tok), A(n_head), A(hd), A(scale)};
         const size_t global[2] = {(size_t)n_head * o->lws_attn, (size_t)T}, local[2] = {o->lws_attn, 1};
-        return launch(o, o->k_attention_full, "attention_full", 2, global, local, args, 12);
+        return ocl_launch(o, o->k_attention_full, "attention_full", 2, global, local, args, 12);
     }
     case NM_OP_GLU:
     case NM_OP_ADD:
@@ -973,25 +838,25 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const size_t global = (size_t)n;
         if (op->kind == NM_OP_GLU) {
             const karg args[] = {A(a.m), A(a.off), A(bb.m), A(bb.off), A(y.m), A(y.off), A(n), A(act)};
-            return launch(o, o->k_glu, "glu", 1, &global, NULL, args, 8);
+            return ocl_launch(o, o->k_glu, "glu", 1, &global, NULL, args, 8);
         }
         if (op->kind == NM_OP_ADD) {
             const karg args[] = {A(a.m), A(a.off), A(bb.m), A(bb.off), A(y.m), A(y.off), A(n)};
-            return launch(o, o->k_add, "add", 1, &global, NULL, args, 7);
+            return ocl_launch(o, o->k_add, "add", 1, &global, NULL, args, 7);
         }
         if (op->kind == NM_OP_ACT) {
             const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(n), A(act)};
-            return launch(o, o->k_act, "act", 1, &global, NULL, args, 6);
+            return ocl_launch(o, o->k_act, "act", 1, &global, NULL, args, 6);
         }
         const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(n), A(f)};
-        return launch(o, op->kind == NM_OP_SCALE ? o->k_scale : o->k_softcap, op->kind == NM_OP_SCALE ? "scale" : "softcap",
-                      1, &global, NULL, args, 6);
+        return ocl_launch(o, op->kind == NM_OP_SCALE ? o->k_scale : o->k_softcap, op->kind == NM_OP_SCALE ? "scale" : "softcap",
+                          1, &global, NULL, args, 6);
     }
     case NM_OP_COPY: {
         RESOLVE(a, op->src0);
         RESOLVE(y, op->dst);
         cl_int e = o->api.clEnqueueCopyBuffer(o->q, a.m, y.m, a.off, y.off, nm_tensor_bytes(op->src0), 0, NULL, NULL);
-        return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: copy: %s", nm_cl_strerror(e));
+        return e == CL_SUCCESS ? NM_OK : ocl_fail(o, NM_ERR_IO, "opencl: copy: %s", nm_cl_strerror(e));
     }
     case NM_OP_PATCHES: {
         RESOLVE(a, op->src0);
@@ -999,7 +864,7 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const cl_int S = op->i0, p = op->i1;
         const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(S), A(p)};
         const size_t global[2] = {(size_t)(3 * p * p), (size_t)op->dst->ne[1]};
-        return launch(o, o->k_patches, "patches", 2, global, NULL, args, 6);
+        return ocl_launch(o, o->k_patches, "patches", 2, global, NULL, args, 6);
     }
     case NM_OP_PIXEL_SHUFFLE: {
         RESOLVE(a, op->src0);
@@ -1007,231 +872,10 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const cl_int d = (cl_int)op->src0->ne[0], side = op->i0, s = op->i1;
         const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(d), A(side), A(s)};
         const size_t global[2] = {(size_t)(d * s * s), (size_t)op->dst->ne[1]};
-        return launch(o, o->k_pixel_shuffle, "pixel_shuffle", 2, global, NULL, args, 7);
+        return ocl_launch(o, o->k_pixel_shuffle, "pixel_shuffle", 2, global, NULL, args, 7);
     }
-    default: return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d is not supported", op->kind);
+    default: return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: op %d is not supported", op->kind);
     }
-}
-
-// ---- the x8 path: decode of repacked q4_0 from activations rounded once -----------------
-//
-// With 8-bit activations (q8mv) and repacked q4_0 weights, the op that writes
-// a matvec's input also writes its rounding to 8 bits into a slot of o->x8
-// (kernels.cl, "x8"), and the matvecs that read that input take it from there:
-// an RMS norm (or residual add and norm) before Q, K and V, the FFN and the
-// output head; gate and up, fused with the GLU, before the down projection.
-// Q, K and V (or any run of up to three matvecs of one input) go in one
-// launch, gate, up and the GLU in one. A slot is valid for the op right after
-// its producer only.
-
-
-// The repacked weight of a one-token matmul the x8 path takes, else NULL.
-static const cl_packed *x8_weight(const nm_ocl *o, const nm_op *op) {
-    if (!o->q8mv || !o->x8_ok || !o->n_packed || op->kind != NM_OP_MATMUL || op->src2 ||
-        op->src0->type != NM_TYPE_Q4_0 || op->src1->ne[1] != 1 || op->src1->ne[2] * op->src1->ne[3] != 1 ||
-        op->src0->ne[0] % 32 != 0)
-        return NULL;
-    const cl_packed *pk = packed_find(o, nm_tensor_host(op->src0));
-    return pk && pk->K == op->src0->ne[0] && pk->N == op->src0->ne[1] ? pk : NULL;
-}
-
-static size_t x8_bytes(int64_t K) { return (size_t)K + (size_t)K / 32 * 8; }
-
-// Room for x8s of K values in both slots (a new buffer only between uses).
-static bool x8_reserve(nm_ocl *o, int64_t K) {
-    if (o->x8 && o->x8_slot >= x8_bytes(K)) return true;
-    const size_t slot = (x8_bytes(K > o->max_row ? K : o->max_row) + 255) & ~(size_t)255;
-    cl_int e, e2 = CL_SUCCESS;
-    cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, 2 * slot, NULL, &e);
-    // the pieces, then as many counters (mvq_res_q4_0's), 0 before the first launch
-    cl_mem mp = m ? o->api.clCreateBuffer(o->ctx, CL_MEM_READ_WRITE, slot / 32 * 2 * sizeof(float), NULL, &e2) : NULL;
-    const cl_int zero = 0;
-    if (mp && e2 == CL_SUCCESS)
-        e2 = o->api.clEnqueueFillBuffer(o->q, mp, &zero, sizeof zero, 0, slot / 32 * 2 * sizeof(float), 0, NULL, NULL);
-    if (!m || !mp || e != CL_SUCCESS || e2 != CL_SUCCESS) { // the f32 path serves
-        if (m) o->api.clReleaseMemObject(m);
-        if (mp) o->api.clReleaseMemObject(mp);
-        return false;
-    }
-    if (o->x8) o->api.clReleaseMemObject(o->x8); // queued kernels keep them until they are done
-    if (o->x8_part) o->api.clReleaseMemObject(o->x8_part);
-    o->x8 = m, o->x8_part = mp;
-    o->x8_slot = slot;
-    return true;
-}
-
-// The slot (0) an RMS norm or the attention at ops[j] writes its x8 to, or
-// -1: one row whose next op is a matvec of the x8 path reading its output.
-static int x8_producer(nm_ocl *o, const nm_op *ops, int j, int n_ops) {
-    const nm_op *nm = &ops[j];
-    if (j + 1 >= n_ops || nm->src0->ne[1] * nm->src0->ne[2] != 1 || nm->src0->ne[0] % 32 != 0 ||
-        !x8_weight(o, &ops[j + 1]) || !same_tensor(ops[j + 1].src1, nm->dst) || !x8_reserve(o, nm->src0->ne[0]))
-        return -1;
-    return 0;
-}
-
-static void prof_weights(nm_ocl *o, const cl_packed *const *pk, int n) {
-    if (!o->prof) return;
-    o->prof->cur_type = NM_TYPE_Q4_0;
-    o->prof->cur_bytes = 0;
-    for (int m = 0; m < n; m++) o->prof->cur_bytes += (double)pk[m]->N * (double)(pk[m]->K / 32) * 18.0;
-}
-
-// The input of an x8 matvec: its slot, and with n_part > 0 the RMS norm whose
-// factor the matvec applies (mvq_res_q4_0 left it out: eps, the pieces in o->x8_part).
-typedef struct x8_src {
-    int slot;
-    cl_int n_part;
-    float eps;
-} x8_src;
-
-// n (1..3) matvecs of the input in, one launch. With rope (NULL: none): ops
-// are Q, K and V and rope[0..2] their ropes and KV store (rope_fusable), done
-// in the same launch.
-static nm_status op_mvq(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk, int n, x8_src in,
-                        const nm_op *rope) {
-    cl_mem wm[3], ym[3];
-    cl_ulong yo[3];
-    cl_int N[3];
-    size_t groups = 0;
-    for (int m = 0; m < 3; m++) {
-        wm[m] = pk[m < n ? m : 0]->mem;
-        N[m] = m < n ? (cl_int)pk[m]->N : 0;
-        ym[m] = o->dummy, yo[m] = 0;
-        if (m < n && !mem_of(o, ops[m].dst, &ym[m], &yo[m]))
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: a matmul's output is in memory the device cannot reach");
-        groups += ((size_t)N[m] + o->geom.mvq_rows - 1) / o->geom.mvq_rows;
-    }
-    const cl_int K = (cl_int)pk[0]->K;
-    const cl_ulong q8_off = (cl_ulong)in.slot * o->x8_slot;
-    const cl_mem part = in.n_part > 0 ? o->x8_part : o->dummy;
-    const nm_op *op = rope ? &rope[2] : &ops[0]; // (for RESOLVE's message)
-    RESOLVE(pos, rope ? rope[0].ids : NULL);
-    RESOLVE(kc, rope ? &rope[2].kv->k : NULL);
-    RESOLVE(vc, rope ? &rope[2].kv->v : NULL);
-    const cl_int has_rope = rope != NULL, hd = rope ? rope[0].i1 : 0, n_rot = rope ? rope[0].i3 : 0;
-    const float base = rope ? rope[0].f0 : 0.0f, fscale = rope ? rope[0].f1 : 0.0f;
-    const karg args[] = {A(wm[0]),    A(wm[1]),  A(wm[2]), A(N[0]),   A(N[1]),   A(N[2]),   A(o->x8),  A(q8_off),
-                         A(ym[0]),    A(yo[0]),  A(ym[1]), A(yo[1]),  A(ym[2]),  A(yo[2]),  A(K),      A(part),
-                         A(in.n_part), A(in.eps), A(has_rope), A(pos.m), A(pos.off), A(hd),   A(n_rot),  A(base),
-                         A(fscale),   A(kc.m),   A(kc.off), A(vc.m),   A(vc.off)};
-    const size_t local = (size_t)o->geom.mvq_lws, global = groups * local;
-    prof_weights(o, pk, n);
-    return launch(o, o->k_mvq, rope ? "matvec_x8_rope_kv" : "matvec_x8", 1, &global, &local, args, 29);
-}
-
-// Gate (ops[0]) and up (ops[1]) of the input in with the GLU (ops[2]): h to
-// the GLU's output and its x8 to the other slot.
-static nm_status op_mvq_glu(nm_ocl *o, const nm_op *ops, const cl_packed *const *pk, x8_src in) {
-    cl_mem ym;
-    cl_ulong yo;
-    if (!mem_of(o, ops[2].dst, &ym, &yo))
-        return ofail(o, NM_ERR_UNSUPPORTED, "opencl: a GLU's output is in memory the device cannot reach");
-    const cl_int N = (cl_int)pk[0]->N, K = (cl_int)pk[0]->K, act = ops[2].i0;
-    const cl_ulong in_off = (cl_ulong)in.slot * o->x8_slot, out_off = (cl_ulong)(1 - in.slot) * o->x8_slot;
-    const cl_mem part = in.n_part > 0 ? o->x8_part : o->dummy;
-    const karg args[] = {A(pk[0]->mem), A(pk[1]->mem), A(N), A(o->x8), A(in_off), A(ym), A(yo),
-                         A(o->x8), A(out_off), A(K), A(act), A(part), A(in.n_part), A(in.eps)};
-    const size_t local = 256, global = (size_t)N / NM_CL_MVG_ROWS * local;
-    prof_weights(o, pk, 2);
-    return launch(o, o->k_mvq_glu, "matvec_x8_glu", 1, &global, &local, args, 14);
-}
-
-// Gate, up and their GLU at ops[i..i+2], all on the input x, fusable.
-static bool glu_fusable(nm_ocl *o, const nm_op *ops, int i, int n_ops, const nm_tensor *x, const cl_packed **pk) {
-    if (i + 2 >= n_ops) return false;
-    const nm_op *g = &ops[i], *u = &ops[i + 1], *glu = &ops[i + 2];
-    pk[0] = x8_weight(o, g), pk[1] = x8_weight(o, u);
-    if (!(pk[0] && pk[1] && same_tensor(g->src1, x) && same_tensor(u->src1, x) && pk[0]->N == pk[1]->N &&
-          pk[0]->K == pk[1]->K && pk[0]->N % NM_CL_MVG_ROWS == 0 && glu->kind == NM_OP_GLU &&
-          (glu->i0 == NM_ACT_SILU || glu->i0 == NM_ACT_GELU_TANH) && same_tensor(glu->src0, g->dst) &&
-          same_tensor(glu->src1, u->dst) && same_tensor(glu->dst, g->dst) && !same_tensor(g->dst, u->dst) &&
-          !same_tensor(g->dst, x) && !same_tensor(u->dst, x) && glu->dst->ne[0] == pk[0]->N && glu->dst->ne[1] == 1 &&
-          o->x8_slot >= x8_bytes(pk[0]->N) && ocl_supports_op(o->self, u) && ocl_supports_op(o->self, glu)))
-        return false;
-    // the fused launch never writes up's output: nothing may read it before it is written again
-    for (int j = i + 3; j < n_ops; j++) {
-        const nm_op *r = &ops[j];
-        if ((r->src0 && same_tensor(r->src0, u->dst)) || (r->src1 && same_tensor(r->src1, u->dst)) ||
-            (r->src2 && same_tensor(r->src2, u->dst)))
-            return false;
-        if (r->dst && same_tensor(r->dst, u->dst)) break;
-    }
-    return true;
-}
-
-// How many matvecs from ops[i] on (1..3) go in one launch on the input x: a
-// matmul joins while it reads x and none before it wrote x.
-static int mvq_join(nm_ocl *o, const nm_op *ops, int i, int n_ops, const nm_tensor *x, const cl_packed **pk) {
-    int n = 0;
-    while (n < 3 && i + n < n_ops && (pk[n] = x8_weight(o, &ops[i + n])) && pk[n]->K == pk[0]->K &&
-           same_tensor(ops[i + n].src1, x) && (n == 0 || ocl_supports_op(o->self, &ops[i + n])) &&
-           (n == 0 || !same_tensor(ops[i + n - 1].dst, x)))
-        n++;
-    return n;
-}
-
-// The matvec at ops[i] (one matrix, on an x8 without a norm factor), the
-// residual add of its output at i + 1 and the RMS norm of the sum at i + 2
-// as one launch (mvq_res_q4_0): where the norm's output is one row read by
-// nothing but the x8 matvecs right after it (never written as f32: they
-// apply its factor).
-static bool res_fusable(nm_ocl *o, const nm_op *ops, int i, int n_ops, const cl_packed *pk, x8_src in) {
-    if (!o->x8_res || in.n_part > 0 || i + 3 >= n_ops) return false;
-    const nm_op *mm = &ops[i], *add = &ops[i + 1], *nm = &ops[i + 2];
-    const int64_t N = pk->N;
-    if (!add_norm_pairs(add, nm) || N % NM_CL_MVS_ROWS != 0 || nm->src0->ne[0] != N ||
-        nm->src0->ne[1] * nm->src0->ne[2] != 1 || (nm->src1 && nm->src1->ne[0] != N) ||
-        !(same_tensor(add->src0, mm->dst) || same_tensor(add->src1, mm->dst)) ||
-        same_tensor(add->src0, add->src1) || !ocl_supports_op(o->self, add) || !ocl_supports_op(o->self, nm) ||
-        x8_producer(o, ops, i + 2, n_ops) < 0)
-        return false;
-    const cl_packed *pk2[3];
-    int j = i + 3;
-    if (glu_fusable(o, ops, j, n_ops, nm->dst, pk2)) j += 3;
-    else j += mvq_join(o, ops, j, n_ops, nm->dst, pk2);
-    for (; j < n_ops; j++) { // nothing after those reads the norm's output before it is written again
-        const nm_op *r = &ops[j];
-        if ((r->src0 && same_tensor(r->src0, nm->dst)) || (r->src1 && same_tensor(r->src1, nm->dst)) ||
-            (r->src2 && same_tensor(r->src2, nm->dst)) || (r->ids && same_tensor(r->ids, nm->dst)))
-            return false;
-        if (r->dst && same_tensor(r->dst, nm->dst)) break;
-    }
-    return true;
-}
-
-// ops[0..2] as res_fusable says: the matvec on the input in, the add, the norm's
-// x8 (without its factor) into the other slot, its sum of squares in pieces
-// into o->x8_part.
-static nm_status op_mvq_res(nm_ocl *o, const nm_op *ops, const cl_packed *pk, x8_src in) {
-    const nm_op *op = &ops[0], *add = &ops[1], *nm = &ops[2];
-    const nm_tensor *a = same_tensor(add->src0, op->dst) ? add->src1 : add->src0;
-    RESOLVE(y, op->dst);
-    RESOLVE(ra, a);
-    RESOLVE(sm, add->dst);
-    RESOLVE(wn, nm->src1 ? nm->src1 : nm->src0);
-    const cl_int N = (cl_int)pk->N, K = (cl_int)pk->K, has_w = nm->src1 != NULL;
-    const cl_ulong in_off = (cl_ulong)in.slot * o->x8_slot, out_off = (cl_ulong)(1 - in.slot) * o->x8_slot;
-    const cl_int cnt_off = (cl_int)(o->x8_slot / 32);
-    const karg args[] = {A(pk->mem), A(N),      A(o->x8),  A(in_off), A(y.m),   A(y.off),   A(ra.m),
-                         A(ra.off),  A(sm.m),   A(sm.off), A(wn.m),   A(wn.off), A(has_w),  A(o->x8),
-                         A(out_off), A(o->x8_part), A(cnt_off), A(K)};
-    const size_t local = o->mvs_lws, rows = (size_t)o->geom.mvs_rpw * (local / 32), global = (size_t)N / rows * local;
-    prof_weights(o, &pk, 1);
-    return launch(o, o->k_mvq_res, "matvec_x8_res", 1, &global, &local, args, 18);
-}
-
-// Q, K and V at ops[i..i+2] (one launch of 3 matvecs), then the ropes of Q
-// and K in place (mode 0: the pairs are neighbouring rows) and the KV store of
-// that K and that V, for one token: all in the matvecs' launch.
-static bool rope_fusable(const nm_ocl *o, const nm_op *ops, int i, int n_ops, const cl_packed *const *pk) {
-    if (!o->x8_rope || i + 5 >= n_ops) return false;
-    const nm_op *rq = &ops[i + 3], *rk = &ops[i + 4], *st = &ops[i + 5];
-    return rope_pairs(rq, rk) && rope_kv_joins(rq, rk, st) && rq->i2 == 0 && rq->src0->ne[1] == 1 &&
-           rq->i3 <= rq->i1 && rq->dst == rq->src0 && rk->dst == rk->src0 && same_tensor(rq->src0, ops[i].dst) &&
-           same_tensor(rk->src0, ops[i + 1].dst) && same_tensor(st->src1, ops[i + 2].dst) && rk->i1 == rq->i1 &&
-           pk[0]->N == rq->src0->ne[0] && pk[1]->N == st->src0->ne[0] && pk[2]->N == st->src1->ne[0] &&
-           ocl_supports_op(o->self, rq) && ocl_supports_op(o->self, rk) && ocl_supports_op(o->self, st);
 }
 
 static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
@@ -1241,11 +885,11 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
     const nm_tensor *x8_of = NULL;
     for (int i = 0; i < n_ops; i++) {
         if (!ocl_supports_op(b, &ops[i]))
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: op %d (%s) not supported with these operands", ops[i].kind,
-                         ops[i].src0 ? type_name(ops[i].src0->type) : "-");
+            return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: op %d (%s) not supported with these operands", ops[i].kind,
+                            ops[i].src0 ? type_name(ops[i].src0->type) : "-");
         nm_status st;
         const cl_packed *pk[3];
-        const bool x8_in = i == x8_at && x8_weight(o, &ops[i]) && same_tensor(ops[i].src1, x8_of);
+        const bool x8_in = i == x8_at && x8_weight(o, &ops[i]) && ocl_same_tensor(ops[i].src1, x8_of);
         int slot;
         if (x8_in && glu_fusable(o, ops, i, n_ops, x8_of, pk)) {
             st = op_mvq_glu(o, &ops[i], pk, cur); // gate, up, GLU; h's x8 for the down projection
@@ -1292,17 +936,17 @@ static nm_status ocl_submit(nm_backend *b, const nm_op *ops, int n_ops) {
         }
         if (st != NM_OK) return st;
         // the device starts on the first ops while the host queues the rest
-        if (i % 32 == 31 && o->api.clFlush(o->q) != CL_SUCCESS) return ofail(o, NM_ERR_IO, "opencl: flush failed");
+        if (i % 32 == 31 && o->api.clFlush(o->q) != CL_SUCCESS) return ocl_fail(o, NM_ERR_IO, "opencl: flush failed");
     }
     cl_int e = o->api.clFlush(o->q);
-    return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
+    return e == CL_SUCCESS ? NM_OK : ocl_fail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
 }
 
 static nm_status ocl_synchronize(nm_backend *b) {
     nm_ocl *o = b->impl;
     cl_int e = o->api.clFinish(o->q);
     if (o->prof && e == CL_SUCCESS) prof_collect(o);
-    return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
+    return e == CL_SUCCESS ? NM_OK : ocl_fail(o, NM_ERR_IO, "opencl: %s", nm_cl_strerror(e));
 }
 
 static nm_event *ocl_event_record(nm_backend *b) {
@@ -1312,7 +956,7 @@ static nm_event *ocl_event_record(nm_backend *b) {
     w->base.owner = b;
     if (o->api.clEnqueueMarkerWithWaitList(o->q, 0, NULL, &w->ev) != CL_SUCCESS) {
         free(w);
-        ofail(o, NM_ERR_IO, "opencl: cannot record an event");
+        ocl_fail(o, NM_ERR_IO, "opencl: cannot record an event");
         return NULL;
     }
     o->api.clFlush(o->q);
@@ -1325,7 +969,7 @@ static nm_status ocl_event_sync(nm_backend *b, nm_event *ev) {
     if (ev->owner != b) return ev->owner->iface->event_sync(ev->owner, ev);
     cl_event_wrap *w = (cl_event_wrap *)ev;
     cl_int e = o->api.clWaitForEvents(1, &w->ev);
-    return e == CL_SUCCESS ? NM_OK : ofail(o, NM_ERR_IO, "opencl: waiting for an event: %s", nm_cl_strerror(e));
+    return e == CL_SUCCESS ? NM_OK : ocl_fail(o, NM_ERR_IO, "opencl: waiting for an event: %s", nm_cl_strerror(e));
 }
 
 // An event of this queue is already ordered (in-order queue); another
@@ -1466,8 +1110,8 @@ static nm_status fit_work_groups(nm_ocl *o) {
         if (o->api.clGetKernelWorkGroupInfo(o->typed.k[K_MM][t], o->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
                                             NULL) == CL_SUCCESS &&
             wg < NM_CL_MM_LX * NM_CL_MM_LY)
-            return ofail(o, NM_ERR_UNSUPPORTED, "opencl: %s runs mm_%s in work-groups of %zu items (%d needed)",
-                         o->dev_name, type_name(t), wg, NM_CL_MM_LX * NM_CL_MM_LY);
+            return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: %s runs mm_%s in work-groups of %zu items (%d needed)",
+                            o->dev_name, type_name(t), wg, NM_CL_MM_LX * NM_CL_MM_LY);
     }
     return NM_OK;
 }

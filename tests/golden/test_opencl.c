@@ -650,4 +650,53 @@ NM_TEST(fused_neighbours_only_when_they_pair) {
     free(mem);
 }
 
+// Q's and K's ropes with no KV store after them go in one launch (rope_pairs,
+// op_rope with two tensors): each turned as the CPU backend turns it, at
+// three positions, both halves of the rotation (n_rot < head_dim), the Llama
+// and the NEOX layouts. Host memory, imported.
+NM_TEST(rope_pair_without_kv_store) {
+    nm_backend_params bp = {.n_threads = 1, .max_row = 256, .max_tokens = 4};
+    nm_backend *be = NULL, *cpu = NULL;
+    char err[512];
+    const nm_status cst = nm_backend_create(device(), &bp, &be, err, sizeof err);
+    if (cst == NM_ERR_UNSUPPORTED && strstr(err, "no OpenCL")) NM_SKIP(err);
+    NM_CHECK(cst == NM_OK && be != NULL && nm_backend_create("cpu", &bp, &cpu, err, sizeof err) == NM_OK);
+    if (!be || !cpu) {
+        nm_backend_free(be);
+        return;
+    }
+    enum { HD = 64, NQ = 4, NK = 2, T = 3 };
+    for (int mode = 0; mode <= 2; mode += 2) { // 0: Llama's pairs, 2: NEOX's halves
+        float *mem = aligned_alloc(4096, 2 * 4096 * 4); // q, k, positions (device); then the CPU's copies
+        memset(mem, 0, 2 * 4096 * 4);
+        float *q = mem, *k = mem + NQ * HD * T, *qc = mem + 4096, *kc = qc + NQ * HD * T;
+        int32_t *pos = (int32_t *)(k + NK * HD * T);
+        for (int i = 0; i < NQ * HD * T; i++) q[i] = qc[i] = sinf(0.37f * i);
+        for (int i = 0; i < NK * HD * T; i++) k[i] = kc[i] = cosf(0.23f * i);
+        for (int t = 0; t < T; t++) pos[t] = 5 + 11 * t;
+        NM_CHECK(be->iface->buffer_import_host(be, mem, 2 * 4096 * 4, true) == NM_OK);
+#define HT(p, n0, n1, ty) ((nm_tensor){.type = (ty), .ne = {(n0), (n1), 1, 1}, .offs = (size_t)(uintptr_t)(p)})
+        nm_tensor tq = HT(q, NQ * HD, T, NM_TYPE_F32), tk = HT(k, NK * HD, T, NM_TYPE_F32);
+        nm_tensor tqc = HT(qc, NQ * HD, T, NM_TYPE_F32), tkc = HT(kc, NK * HD, T, NM_TYPE_F32);
+        nm_tensor tp = HT(pos, T, 1, NM_TYPE_I32);
+#undef HT
+        const nm_op rq = {.kind = NM_OP_ROPE, .src0 = &tq, .dst = &tq, .ids = &tp, .f0 = 10000.0f, .f1 = 1.0f,
+                          .i0 = NQ, .i1 = HD, .i2 = mode, .i3 = HD / 2};
+        nm_op ops[2] = {rq, rq}, ops_c[2] = {rq, rq};
+        ops[1].src0 = ops[1].dst = &tk, ops[1].i0 = NK;
+        ops_c[0].src0 = ops_c[0].dst = &tqc;
+        ops_c[1].src0 = ops_c[1].dst = &tkc, ops_c[1].i0 = NK;
+        NM_CHECK(nm_backend_run(be, ops, 2) == NM_OK && nm_backend_run(cpu, ops_c, 2) == NM_OK);
+        double eq = 0, ek = 0;
+        for (int i = 0; i < NQ * HD * T; i++) eq = fmax(eq, fabs((double)q[i] - qc[i]));
+        for (int i = 0; i < NK * HD * T; i++) ek = fmax(ek, fabs((double)k[i] - kc[i]));
+        fprintf(stderr, "  rope mode %d, Q and K in one launch: max |diff| from the CPU %.2e (Q), %.2e (K)\n", mode,
+                eq, ek);
+        NM_CHECK(eq < 1e-5 && ek < 1e-5);
+        free(mem);
+    }
+    nm_backend_free(cpu);
+    nm_backend_free(be);
+}
+
 NM_TEST_MAIN()

@@ -629,13 +629,13 @@ NM_INLINE float warp_sum(float v) {
 // power of two, 32 <= LWS <= NM_MVQ_LWS. The three are build options the host
 // sets (NM_OPENCL_MVQ; NM_MVQ_ROWS even: rope's pairs stay in a work-group).
 #ifndef NM_MVQ_ROWS
-#define NM_MVQ_ROWS 2
+#define NM_MVQ_ROWS 8 // (nm_cl_x8_geom_get's defaults)
 #endif
 #ifndef NM_MVQ_B
 #define NM_MVQ_B 2
 #endif
 #ifndef NM_MVQ_LWS
-#define NM_MVQ_LWS 128
+#define NM_MVQ_LWS 64
 #endif
 // With n_part > 0 the input is the x8 of an RMS norm's x w without its
 // 1 / sqrt(mean(x^2) + eps) (mvq_res_q4_0 wrote it, and sum x^2 in n_part
@@ -741,12 +741,13 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
 // work-group LWS / 32 groups: R = NM_MVS_RPW * LWS / 32 rows, R dividing 32.
 // With R = 32 the work-group finishes its block itself. With R < 32 (NVIDIA:
 // more work-groups, more loads in flight; a 4096-row matrix is only 128
-// blocks) the block's 32 / R work-groups count themselves in Cnt[block] and
+// blocks) the block's 32 / R work-groups count themselves (a counter a block) and
 // the last one finishes it from the sums they stored (in a fixed order: a run
 // repeats bit for bit), then sets the count back to 0 for the next launch.
 // NM_MVS_B: the blocks of each row an item loads before the arithmetic.
 // Launch: 1-D, global = N / R * LWS, local = LWS; R < 32 only with
-// NM_DP4A_PTX (the fence is PTX's). Cnt: N / 32 ints, 0 before the first.
+// NM_DP4A_PTX (the fence is PTX's). The counters: N / 32 ints at Part +
+// cnt_off, 0 before the first launch.
 #define NM_MVS_ROWS 32
 #ifndef NM_MVS_RPW
 #define NM_MVS_RPW 1

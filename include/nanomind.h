@@ -831,6 +831,7 @@ typedef struct nm_brick_cost {
     uint64_t peak_bytes;                // memory held at the peak: weights and every buffer
     int64_t n_passes;                   // forward passes: prefill batches + decode steps, encoder runs, windows
     int64_t n_out;                      // what it makes: tokens, embedding rows, segments (upper bound), samples
+    double n_ops;                       // ops dispatched, summed over the passes (0: not counted)
 } nm_brick_cost;
 
 // Cumulative counters, read while the brick is idle (or from the lane that runs it).
@@ -1047,7 +1048,8 @@ nm_status nm_tts_list_voices(const char *engine, const char *data_dir, nm_tts_vo
 // A brick's time on a unit is the roofline of its estimate: the larger of
 // its arithmetic (each weight type's FLOPs at the unit's speed for that type,
 // the rest at its f32 speed) and its streamed bytes (weights + activations at
-// the unit's read bandwidth), plus a launch overhead per forward pass. A
+// the unit's read bandwidth), plus a launch overhead per forward pass and a
+// dispatch cost per op (n_ops x op_us). A
 // request's latency is the sum over the chain (each brick waits for the
 // previous one's output); the period (the time between two requests in a
 // stream, e.g. camera frames) is the busiest unit's summed time; the energy
@@ -1070,6 +1072,7 @@ typedef struct nm_unit_profile {
     uint32_t kinds;                // bit (1 << nm_brick_kind) per kind it takes; 0: all (a static-shape NPU: vision)
     double matvec_gbps[NM_EST_TYPES]; // decoding: the weight bytes a second a one-token matmul streams from
                                       // memory, by weight type; 0: not measured (read_gbps is used)
+    double op_us;                  // dispatch cost of one op inside a pass (its barrier); 0: not measured
 } nm_unit_profile;
 
 typedef struct nm_plan_brick {
@@ -1125,7 +1128,7 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
 nm_status nm_unit_measure_watts(const char *unit, const char *root, double idle_s, double busy_s,
                                 nm_unit_profile *io, char *source, size_t source_size, char *err, size_t err_size);
 // The profiles as JSON ({"version": 1, "units": [{"name", "unit", "read_gbps",
-// "gflops_f32", "gflops": {"q4_0": x, ...}, "launch_us", "mem_bytes",
+// "gflops_f32", "gflops": {"q4_0": x, ...}, "launch_us", "op_us", "mem_bytes",
 // "idle_w", "active_w", "kinds"}]}) through nm_outfile, and back (a file
 // edited by hand is checked: unknown weight types, negative numbers, missing
 // keys are NM_ERR_FORMAT naming the unit).

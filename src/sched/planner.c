@@ -48,7 +48,8 @@ static bool roofline(const nm_unit_profile *u, const nm_brick_cost *c, bool deco
     memory *= share;
     f->compute_s += compute;
     f->memory_s += memory;
-    f->seconds += (compute > memory ? compute : memory) + (double)c->n_passes * u->launch_us * 1e-6;
+    f->seconds += (compute > memory ? compute : memory) + (double)c->n_passes * u->launch_us * 1e-6 +
+                  c->n_ops * share * u->op_us * 1e-6;
     return true;
 }
 
@@ -66,6 +67,7 @@ static fit cost_on(const nm_unit_profile *u, const nm_plan_brick *b, double shar
         prompt.weight_bytes_read -= d->weight_bytes_read;
         prompt.act_bytes -= d->act_bytes;
         prompt.n_passes -= d->n_passes;
+        prompt.n_ops -= d->n_ops;
         ok = roofline(u, &prompt, false, share, &f);
         f.prompt_s = f.seconds;
         ok = ok && roofline(u, d, true, share, &f);

@@ -13,6 +13,8 @@
 //               type t (far past any last-level cache: streamed from memory),
 //               its weight bytes over its time, best of 3 after a warm-up.
 //   launch_us   the mean time of one tiny matmul, submitted and waited for.
+//   op_us       the cost of one op beyond its bytes: the 160 MiB q4_0 matvec
+//               cut into ~1,100 matmuls of 64 rows, against it in one op.
 //   watts       measured apart (nm_unit_measure_watts) where a meter sees the
 //               unit: idle, then busy with its f32 matmul; else 0 (edit them).
 #include <cjson/cJSON.h>
@@ -102,6 +104,50 @@ static double launch_us(nm_backend *be, const float *wf, const float *x, float *
     for (int r = 0; r < 50; r++)
         if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
     return (now_s() - t0) / 50 * 1e6;
+}
+
+#define OPS_ROWS 64
+
+// Dispatch cost of one op inside a pass: the 160 MiB q4_0 matvec above cut
+// into matmuls of OPS_ROWS rows (~147 KiB of weights each, as a small model's
+// projections), submitted as one pass, against the same bytes in one op:
+// (t_cut - t_whole) / ops, best of 3 each. Each op's split over the threads
+// and its barrier are what a decode step pays beyond its bytes.
+static double op_us(nm_backend *be, const float *wf, const float *x, float *y, uint8_t *big) {
+    const uint32_t t = NM_TYPE_Q4_0;
+    const size_t rb = nm_row_size(t, MV_K);
+    const int64_t n_ops = (int64_t)(MV_BYTES / rb) / OPS_ROWS, rows = n_ops * OPS_ROWS;
+    for (int64_t o = 0; o < 64; o++) nm_quantize_row_ref(t, wf + o * MV_K, big + o * rb, MV_K);
+    for (int64_t o = 64; o < rows; o++) memcpy(big + o * rb, big + (o % 64) * rb, rb);
+    nm_tensor X = {.type = NM_TYPE_F32, .ne = {MV_K, 1, 1, 1}, .offs = (size_t)(uintptr_t)x};
+    nm_tensor W = {.type = t, .ne = {MV_K, rows, 1, 1}, .offs = (size_t)(uintptr_t)big};
+    nm_tensor Y = {.type = NM_TYPE_F32, .ne = {rows, 1, 1, 1}, .offs = (size_t)(uintptr_t)y};
+    nm_op whole = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+    nm_tensor *wt = malloc(sizeof *wt * (size_t)n_ops), *yt = malloc(sizeof *yt * (size_t)n_ops);
+    nm_op *ops = malloc(sizeof *ops * (size_t)n_ops);
+    double best_whole = 0, best_cut = 0;
+    if (!wt || !yt || !ops || !be->iface->supports_op(be, &whole) || nm_backend_run(be, &whole, 1) != NM_OK)
+        goto done;
+    for (int64_t i = 0; i < n_ops; i++) {
+        wt[i] = nm_tensor_rows(&W, rb, i * OPS_ROWS, OPS_ROWS);
+        yt[i] = (nm_tensor){.type = NM_TYPE_F32, .ne = {OPS_ROWS, 1, 1, 1},
+                            .offs = (size_t)(uintptr_t)(y + i * OPS_ROWS)};
+        ops[i] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &wt[i], .src1 = &X, .dst = &yt[i]};
+    }
+    for (int r = 0; r < 3; r++) { // alternated, so both see the same machine
+        double t0 = now_s();
+        if (nm_backend_run(be, ops, (int32_t)n_ops) != NM_OK) goto done;
+        double dt = now_s() - t0;
+        if (r == 0 || dt < best_cut) best_cut = dt;
+        t0 = now_s();
+        if (nm_backend_run(be, &whole, 1) != NM_OK) goto done;
+        dt = now_s() - t0;
+        if (r == 0 || dt < best_whole) best_whole = dt;
+    }
+done:
+    free(wt), free(yt), free(ops);
+    const double us = (best_cut - best_whole) / (double)n_ops * 1e6;
+    return us > 0 ? us : 0;
 }
 
 // A unit set up for measuring: this thread bound to a CPU lane's cores, the
@@ -212,6 +258,7 @@ nm_status nm_unit_measure(const char *unit, nm_unit_profile *out, char *err, siz
         if (b.mv_ok && measured[i] != NM_TYPE_F32) // f32 weights are the planner's "other" bytes (read_gbps)
             out->matvec_gbps[measured[i]] = matvec_gbps(b.be, measured[i], b.wf, b.x, b.ybig, b.big);
     out->launch_us = launch_us(b.be, b.wf, b.x, b.y);
+    if (b.mv_ok) out->op_us = op_us(b.be, b.wf, b.x, b.ybig, b.big);
     if (b.cpu) {
         out->read_gbps = nm_cpu_read_gbps(b.n_cores);
     } else {
@@ -351,6 +398,7 @@ nm_status nm_units_save(const char *path, const nm_unit_profile *u, int32_t n, c
         }
         cJSON_AddItemToObject(o, "matvec_gbps", mv);
         cJSON_AddNumberToObject(o, "launch_us", u[i].launch_us);
+        cJSON_AddNumberToObject(o, "op_us", u[i].op_us);
         cJSON_AddNumberToObject(o, "mem_bytes", (double)u[i].mem_bytes);
         cJSON_AddNumberToObject(o, "idle_w", u[i].idle_w);
         cJSON_AddNumberToObject(o, "active_w", u[i].active_w);
@@ -453,7 +501,7 @@ nm_status nm_units_load(const char *path, nm_unit_profile *u, int32_t max, int32
         const struct {
             const char *key;
             double *dst;
-        } nums[] = {{"gflops_f32", &p->gflops_f32}, {"launch_us", &p->launch_us}, {"idle_w", &p->idle_w},
+        } nums[] = {{"gflops_f32", &p->gflops_f32}, {"launch_us", &p->launch_us}, {"op_us", &p->op_us}, {"idle_w", &p->idle_w},
                     {"active_w", &p->active_w}};
         for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, nums[k].key);

@@ -299,6 +299,9 @@ NM_TEST(llm_estimate) {
     NM_CHECK(one.flops_by_type[3] > 0.5 * one.flops); // Q4_1 (GGUF type 3) carries most of it
     // a prompt of 600 in batches of 256: 3 passes, the weights read 3 times, logits once
     NM_CHECK(prompt.n_passes == 3 && prompt.n_out == 0);
+    // the ops each pass dispatches (forward.c's layer_record: 15 a llama layer; lookup, norm, head)
+    const double ops = 15.0 * nm_model_n_layer(m) + 3;
+    NM_CHECK(one.n_ops == ops && ten.n_ops == 10 * ops && prompt.n_ops == 3 * ops);
     NM_CHECK(prompt.flops > 590 * (one.flops - 2.0 * 49152 * 576) && prompt.weight_bytes_read < 3.01 * dw);
     // attention over 900 earlier positions: more arithmetic and KV reads, the same weights
     NM_CHECK(late.flops > one.flops && late.act_bytes > one.act_bytes && late.weight_bytes_read == one.weight_bytes_read);

@@ -210,6 +210,12 @@ NM_TEST(decoder_in_two_phases) {
     u[BIG].matvec_gbps[2] = 5;
     NM_CHECK(nm_plan_make(u, 4, one, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
     NM_CHECK(fabs(p.steps[1].seconds - ((8.6 / 60 + 1.0 / 30) + 33 * 20e-6)) < 1e-6 && p.steps[1].seconds < want);
+    // a dispatch cost per op: 400 ops a pass, 33 passes, 3 us an op, charged in each phase
+    u[BIG].op_us = 3;
+    l->cost.n_ops = 33 * 400, l->decode.n_ops = 32 * 400;
+    NM_CHECK(nm_plan_make(u, 4, b, 2, NM_PLAN_LATENCY, &p, err, sizeof err) == NM_OK);
+    NM_CHECK(fabs(p.steps[1].seconds - (want + 33 * 400 * 3e-6)) < 1e-6);
+    NM_CHECK(strstr(p.steps[1].why, "prompt 151.2 ms, generation 75.3 ms") != NULL);
 }
 
 // Profiles measured here and kept in a file: the CPU runs every type the
@@ -222,6 +228,8 @@ NM_TEST(profile_measure_save_load) {
     printf("  cpu: read %.1f GB/s, f32 %.1f, f16 %.1f, q4_0 %.1f, q8_0 %.1f GFLOP/s, launch %.1f us\n", u[0].read_gbps,
            u[0].gflops[0], u[0].gflops[1], u[0].gflops[2], u[0].gflops[8], u[0].launch_us);
     NM_CHECK(u[0].unit == NM_UNIT_CPU && u[0].read_gbps > 0.5 && u[0].gflops_f32 > 0.5 && u[0].launch_us > 0);
+    printf("  cpu: %.2f us an op beyond its bytes\n", u[0].op_us);
+    NM_CHECK(u[0].op_us > 0 && u[0].op_us < 1000);
     const int types[] = {0, 1, 2, 3, 6, 8, 12, 13, 14};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) NM_CHECK(u[0].gflops[types[i]] > 0.5);
     // decoding streams the weights from memory: near the read bandwidth, never above it by much
@@ -236,7 +244,7 @@ NM_TEST(profile_measure_save_load) {
     // round trip
     nm_unit_profile ph[4], back[8];
     phone(ph);
-    ph[BIG].matvec_gbps[2] = 7.5, ph[GPU].matvec_gbps[8] = 11.25;
+    ph[BIG].matvec_gbps[2] = 7.5, ph[GPU].matvec_gbps[8] = 11.25, ph[GPU].op_us = 12.5;
     snprintf(path, sizeof path, "/tmp/nm-profile-%d.json", (int)getpid());
     int32_t n = 0;
     NM_CHECK(nm_units_save(path, ph, 4, err, sizeof err) == NM_OK);
@@ -246,7 +254,8 @@ NM_TEST(profile_measure_save_load) {
         NM_CHECK(!memcmp(back[i].gflops, ph[i].gflops, sizeof ph[i].gflops) && back[i].gflops_f32 == ph[i].gflops_f32);
         NM_CHECK(!memcmp(back[i].matvec_gbps, ph[i].matvec_gbps, sizeof ph[i].matvec_gbps));
         NM_CHECK(back[i].mem_bytes == ph[i].mem_bytes && back[i].kinds == ph[i].kinds &&
-                 back[i].active_w == ph[i].active_w && back[i].launch_us == ph[i].launch_us);
+                 back[i].active_w == ph[i].active_w && back[i].launch_us == ph[i].launch_us &&
+                 back[i].op_us == ph[i].op_us);
     }
     NM_CHECK(nm_units_load(path, back, 2, &n, err, sizeof err) == NM_ERR_RANGE && n == 0);
     // hand-edited files: each mistake named
@@ -262,6 +271,7 @@ NM_TEST(profile_measure_save_load) {
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}}]}", "needs gflops_f32"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"gflops_f32\": 1, \"mem_bytes\": -5}]}", "mem_bytes and kinds must be numbers >= 0"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"active_w\": -2}]}", "active_w must be a number >= 0"},
+        {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"op_us\": \"3\"}]}", "op_us must be a number >= 0"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"gflops_f32\": 1, \"matvec_gbps\": {\"q4_0\": -1}}]}", "matvec_gbps \"q4_0\" is not a weight type with a number"},
         {"{\"units\": [{\"name\": \"x\", \"unit\": \"cpu\", \"read_gbps\": 1, \"gflops\": {}, \"gflops_f32\": 1, \"matvec_gbps\": 3}]}", "matvec_gbps must be an object"},
     };

@@ -56,12 +56,12 @@ int cli_load_units(const char *file, nm_unit_profile *units, int32_t *n_units) {
 
 static void print_units(const nm_unit_profile *u, int32_t n) {
     // GGUF type ids: f32 0, f16 1, q4_0 2, q4_1 3, q5_0 6, q8_0 8, q4_K 12, q6_K 14
-    printf("%-16s %9s %8s %8s %8s %8s %8s %8s %8s %9s\n", "unit", "read GB/s", "f32", "f16", "q4_0", "q4_1", "q8_0",
-           "q4_K", "q6_K", "launch us");
+    printf("%-16s %9s %8s %8s %8s %8s %8s %8s %8s %9s %6s\n", "unit", "read GB/s", "f32", "f16", "q4_0", "q4_1",
+           "q8_0", "q4_K", "q6_K", "launch us", "op us");
     for (int32_t i = 0; i < n; i++)
-        printf("%-16s %9.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %9.1f\n", u[i].name, u[i].read_gbps,
+        printf("%-16s %9.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %9.1f %6.2f\n", u[i].name, u[i].read_gbps,
                u[i].gflops[0], u[i].gflops[1], u[i].gflops[2], u[i].gflops[3], u[i].gflops[8], u[i].gflops[12],
-               u[i].gflops[14], u[i].launch_us);
+               u[i].gflops[14], u[i].launch_us, u[i].op_us);
     printf("(matmul GFLOP/s; 0: no kernel for that type)\n");
     printf("%-16s %9s %8s %8s %8s %8s %8s %8s %8s\n", "decode", "", "", "f16", "q4_0", "q4_1", "q8_0", "q4_K", "q6_K");
     for (int32_t i = 0; i < n; i++)

@@ -336,6 +336,7 @@ static int print_plan(const session *S, const cli_opts *o) {
             b[n].cost.weight_bytes_read += c.weight_bytes_read;
             b[n].cost.act_bytes += c.act_bytes;
             b[n].cost.n_passes += c.n_passes;
+            b[n].cost.n_ops += c.n_ops;
             b[n].cost.n_out += c.n_out;
             b[n].cost.weight_bytes = c.weight_bytes;
             if (c.peak_bytes > b[n].cost.peak_bytes) b[n].cost.peak_bytes = c.peak_bytes;

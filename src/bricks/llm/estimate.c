@@ -21,6 +21,14 @@ static double layer_weight_bytes(const nm_layer *L) {
     return b;
 }
 
+// Ops a pass dispatches for layer L: those forward.c's layer_record emits
+// (norm, q/k/v, rope x2, KV store, attention, o, add, norm, gate, up, GLU,
+// down, add; gemma3's head norms and post-norms where the layer has them).
+static double layer_ops(const nm_layer *L) {
+    return 15.0 + (nm_tensor_is_set(&L->q_norm) ? 2 : 0) + (nm_tensor_is_set(&L->post_attn_norm) ? 1 : 0) +
+           (nm_tensor_is_set(&L->post_ffn_norm) ? 1 : 0);
+}
+
 // Positions a query at position t attends in layer L.
 static double attended(const nm_hparams *hp, const nm_layer *L, int64_t t) {
     double n = (double)t + 1;
@@ -36,9 +44,10 @@ void nm_llm_estimate_model(const nm_model *m, const nm_ctx *c, const nm_brick_in
     const int64_t past = in->n_past > 0 ? in->n_past : 0;
     const int64_t passes_prompt = (n_tok + n_batch - 1) / n_batch;
     const double rows = (double)(n_tok + n_gen); // every position through every layer once
-    double wbytes_layers = 0;
+    double wbytes_layers = 0, ops_pass = 0;
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const nm_layer *L = &m->layers[il];
+        ops_pass += layer_ops(L);
         const nm_tensor *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) nm_cost_matmul(e, w[i], rows, 0);
         wbytes_layers += layer_weight_bytes(L);
@@ -60,6 +69,9 @@ void nm_llm_estimate_model(const nm_model *m, const nm_ctx *c, const nm_brick_in
     nm_cost_matmul(e, &m->output, head_rows, 0);
     const double head_bytes = (double)nm_row_size(m->output.type, m->output.ne[0]) * (double)m->output.ne[1];
     e->n_passes = passes_prompt + n_gen;
+    // and per pass: the embedding lookup (and its scale), the output norm, the head (and its softcap)
+    ops_pass += 3.0 + (hp->embd_scale != 1.0f ? 1 : 0) + (hp->final_softcap > 0.0f ? 1 : 0);
+    e->n_ops = ops_pass * (double)e->n_passes;
     e->weight_bytes_read = (wbytes_layers) * (double)e->n_passes + head_bytes * head_rows;
     e->weight_bytes = m->weight_bytes;
     e->peak_bytes = m->weight_bytes + (c ? nm_ctx_buffer_bytes(c) : 0);

@@ -383,6 +383,30 @@ for k in (1, 2, 3):
 PY
 }
 expect assistant_bad_question_spoken 1 "answer 1: speech answer 2: empty answer 3: speech" "$M" "$WM" -- case_assistant_bad_question_spoken
+# ... and a question dropped while the answer before it is being spoken: the first answer is long
+# (160 tokens, ~2 s of decoding), the second question (silence, no wake word) is dropped ~0.7 s after
+# its start, mid-answer; its empty speech must end after the first answer's, not inside it (the first
+# answer's file whole: as long as the third's, the same question and answer)
+case_assistant_dropped_mid_answer() {
+    rm -rf "$tmp/race"; mkdir -p "$tmp/race/asked" "$tmp/race/out"
+    cp $SPEECH/tts_16k.wav "$tmp/race/asked/1.wav"; cp $SPEECH/tts_16k.wav "$tmp/race/asked/3.wav"
+    python3 -c "import wave; w = wave.open('$tmp/race/asked/2.wav', 'wb'); w.setnchannels(1); w.setsampwidth(2); w.setframerate(16000); w.writeframes(bytes(64000)); w.close()"
+    nm assistant -m "$M" --stt "$WM" --audio "$tmp/race/asked" --out "$tmp/race/out" --wake-words "the quick" \
+        -n 160 --ignore-eos --temp 0 -t 2 --stats > "$tmp/race/stats.txt" 2>&1
+    python3 - "$tmp/race" <<'PY' 2>&1 | tr '\n' ' '
+import re, sys, wave
+d = sys.argv[1]
+st = open(d + "/stats.txt").read()
+q1 = re.search(r"question 1 \(at ([0-9.]+) s\): from its end: .*last token ([0-9.]+) s", st)
+q2 = re.search(r"question 2 \(at ([0-9.]+) s\): from its end: heard ([0-9.]+) s", st)
+if q1 and q2:
+    drop, last = float(q2[1]) + float(q2[2]), float(q1[1]) + float(q1[2])
+    print("question 2 dropped at %.2f s, %s answer 1's last token (%.2f s);" % (drop, "before" if drop < last else "AFTER", last))
+n = [wave.open("%s/out/answer-%03d.wav" % (d, k)).getnframes() for k in (1, 2, 3)]
+print("frames %s; answer 1 %s answer 3; answer 2 %s" % (n, "as long as" if n[2] > 22050 * 10 and abs(n[0] - n[2]) < 0.05 * n[2] else "NOT as long as", "empty" if n[1] == 0 else "not empty"))
+PY
+}
+expect assistant_dropped_mid_answer 0 "question 2 dropped at [0-9.]+ s, before answer 1's last token .*answer 1 as long as answer 3; answer 2 empty" "$M" "$WM" -- case_assistant_dropped_mid_answer
 expect say_unwritable 1 "/nonexistent/dir/x.wav: cannot create a file in its folder: No such file or directory" -- nm say hello -o /nonexistent/dir/x.wav
 expect say_bad_rate 2 "--rate needs an integer in \\[80, 450\\]" -- nm say hello -o "$tmp/r.wav" --rate 5
 expect say_rate_trailing_garbage 2 "--rate needs an integer in \\[80, 450\\], got '100x'" -- nm say hello -o "$tmp/r.wav" --rate 100x

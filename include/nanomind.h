@@ -201,6 +201,8 @@ typedef struct nm_ctx_params {
     int32_t n_gpu_layers; // with a device other than the CPU: the last N layers (and the output head)
                           // there, the rest on the CPU, the hidden state handed over in place; < 0 (the
                           // default): every layer there; 0: none (the CPU computes everything)
+    int32_t n_seq;        // sequences decoded together (nm_decode_seqs), each with n_ctx positions of its
+                          // own in the KV cache; <= 0: 1. More than one: the CPU backend (1..256)
 } nm_ctx_params;
 
 nm_ctx_params nm_ctx_default_params(void);
@@ -235,6 +237,7 @@ nm_status nm_ctx_create(nm_model *m, const nm_ctx_params *params, nm_ctx **out,
 void nm_ctx_free(nm_ctx *c);
 int32_t nm_ctx_n_ctx(const nm_ctx *c);
 int32_t nm_ctx_n_batch(const nm_ctx *c); // max tokens per nm_decode call
+int32_t nm_ctx_n_seq(const nm_ctx *c);   // sequences it holds (nm_ctx_params.n_seq)
 
 // Runs the decoder on tokens[0..n) at positions pos..pos+n-1 (n <= n_batch,
 // pos+n <= n_ctx). Cache entries at positions >= pos are overwritten.
@@ -245,6 +248,18 @@ nm_status nm_decode(nm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, bo
 // first layer reads the rows where they are (a slot in shared memory): they
 // are never copied, and nothing writes to them.
 nm_status nm_decode_embd(nm_ctx *c, const float *embd, int32_t n, int32_t pos, bool all_logits);
+// Continuous batching: one forward pass over n rows of any of the context's
+// sequences, row i token tokens[i] at position pos[i] of sequence seq[i]
+// (each pos + 1 <= n_ctx; a sequence's cache entries at the rows' positions
+// are overwritten, and row i attends its sequence's positions 0..pos[i],
+// those of this batch included: the rows of one sequence may come in any
+// order). The last n_logits rows keep their logits (0 <= n_logits <= n):
+// put the rows whose logits are wanted last. nm_decode is this on sequence
+// 0 with consecutive positions.
+nm_status nm_decode_seqs(nm_ctx *c, const int32_t *tokens, const int32_t *pos, const int32_t *seq, int32_t n,
+                         int32_t n_logits);
+// nm_decode_embd into sequence seq (0..n_seq-1).
+nm_status nm_decode_embd_seq(nm_ctx *c, const float *embd, int32_t n, int32_t pos, int32_t seq, bool all_logits);
 // Logits (n_vocab floats) of token i of the last batch; i = -1: the last token.
 // Borrowed until the next decode. NULL if i was not kept.
 const float *nm_get_logits(const nm_ctx *c, int32_t i);

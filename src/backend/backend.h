@@ -123,7 +123,9 @@ typedef struct nm_op {
                             // ATTENTION: n_head, n_kv_head, head_dim, sliding window (0 = none)
                             // GLU: act
     const nm_kv_layer *kv; // ATTENTION, KV_STORE (rows at the positions in ids)
-    int32_t n_ctx;         // ATTENTION, KV_STORE: cache capacity (positions must lie below it)
+    int32_t n_ctx;         // ATTENTION, KV_STORE: cache capacity of a sequence. Without kv_rows the cache
+                           // may hold several sequences of n_ctx rows each (rows = n_seq x n_ctx): an id
+                           // is then s x n_ctx + position, and a query attends only its sequence's rows
     uint32_t flags;        // NM_OPF_*
     // ATTENTION, KV_STORE: i32 (>= n_ctx entries), the cache row that holds
     // each position; NULL: position p is row p. Sequences that share a prefix

@@ -1,4 +1,6 @@
 // Golden generation checks on the real default models.
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../unit/nmtest.h"
@@ -146,5 +148,126 @@ static void batch_equals_incremental(const char *name, int *nmtest_failed) {
 
 NM_TEST(smollm2_batch_equals_incremental) { batch_equals_incremental(NM_SMOLLM2, nmtest_failed); }
 NM_TEST(gemma3_batch_equals_incremental) { batch_equals_incremental(NM_GEMMA3, nmtest_failed); }
+
+// Mean KL(a || b) of two logit rows and whether their top-1 agree.
+static double kl_row(const float *la, const float *lb, int32_t nv, bool *same_top) {
+    double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
+    int ta = 0, tb = 0;
+    for (int32_t v = 0; v < nv; v++) {
+        if (la[v] > ma) ma = la[v], ta = v;
+        if (lb[v] > mb) mb = lb[v], tb = v;
+    }
+    for (int32_t v = 0; v < nv; v++) sa += exp(la[v] - ma), sb += exp(lb[v] - mb);
+    for (int32_t v = 0; v < nv; v++) {
+        const double pa = exp(la[v] - ma) / sa;
+        if (pa > 1e-12) kl += pa * ((la[v] - ma - log(sa)) - (lb[v] - mb - log(sb)));
+    }
+    *same_top = ta == tb;
+    return kl;
+}
+
+// Continuous batching (nm_decode_seqs): three prompts of different lengths in
+// one context of three sequences, their prompts in one pass (the rows whose
+// logits are wanted last), then a pass a step with one token of each, against
+// each prompt alone in a context of its own fed the same tokens: the same
+// distributions (as above: other kernels, not the same bits). A row's logits
+// do not depend on the other sequences' rows in its batch (bit for bit); bad
+// batches are refused with the reason.
+#define SEQ_STEPS 12
+static void seqs_equal_alone(const char *name, int *nmtest_failed) {
+    char path[1024];
+    NM_NEED_MODEL(name, path);
+    nm_model *m = NULL;
+    NM_CHECK(nm_model_load(path, NULL, &m, NULL, 0) == NM_OK);
+    if (!m) return;
+    const char *prompts[3] = {"The capital of France is", "Once upon a time, in a small village by the sea, there lived",
+                              "1, 2, 3, 4,"};
+    const int32_t nv = nm_model_n_vocab(m);
+    int32_t toks[3][64 + SEQ_STEPS], nt[3];
+    float *ref = malloc(sizeof(float) * 3 * (SEQ_STEPS + 1) * (size_t)nv);
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = 64;
+    nm_sampler_params sp = nm_sampler_default_params();
+    sp.temp = 0.0f;
+    nm_sampler *s = nm_sampler_create(&sp, nv);
+    for (int k = 0; k < 3 && ref; k++) { // alone: the prompt, then greedy tokens one at a time
+        nm_ctx *a = NULL;
+        NM_CHECK(nm_ctx_create(m, &cp, &a, NULL, 0) == NM_OK);
+        if (!a) break;
+        nt[k] = nm_tokenize(m, prompts[k], strlen(prompts[k]), toks[k], 64, true, false);
+        NM_CHECK(nt[k] > 0 && nm_decode(a, toks[k], nt[k], 0, false) == NM_OK);
+        for (int i = 0; i <= SEQ_STEPS; i++) {
+            const float *l = nm_get_logits(a, -1);
+            memcpy(ref + ((size_t)k * (SEQ_STEPS + 1) + (size_t)i) * (size_t)nv, l, sizeof(float) * (size_t)nv);
+            if (i == SEQ_STEPS) break;
+            toks[k][nt[k] + i] = nm_sampler_sample(s, l);
+            NM_CHECK(nm_decode(a, &toks[k][nt[k] + i], 1, nt[k] + i, false) == NM_OK);
+        }
+        nm_ctx_free(a);
+    }
+    nm_sampler_free(s);
+    cp.n_seq = 3;
+    nm_ctx *c = NULL;
+    NM_CHECK(nm_ctx_create(m, &cp, &c, NULL, 0) == NM_OK && nm_ctx_n_seq(c) == 3);
+    if (!c || !ref) {
+        free(ref);
+        nm_ctx_free(c);
+        nm_model_free(m);
+        return;
+    }
+    // the prompts in one pass: every row but the prompts' last, then their last three
+    int32_t bt[192], bp[192], bs[192], n = 0;
+    for (int k = 0; k < 3; k++)
+        for (int32_t i = 0; i < nt[k] - 1; i++) bt[n] = toks[k][i], bp[n] = i, bs[n++] = k;
+    for (int k = 0; k < 3; k++) bt[n] = toks[k][nt[k] - 1], bp[n] = nt[k] - 1, bs[n++] = k;
+    NM_CHECK(nm_decode_seqs(c, bt, bp, bs, n, 3) == NM_OK);
+    double kl_sum = 0;
+    int same = 0, rows = 0;
+    for (int i = 0; i <= SEQ_STEPS; i++) {
+        for (int k = 0; k < 3; k++) {
+            const float *l = nm_get_logits(c, (i == 0 ? n - 3 : 0) + k);
+            bool top;
+            NM_CHECK(l != NULL);
+            if (!l) continue;
+            kl_sum += kl_row(ref + ((size_t)k * (SEQ_STEPS + 1) + (size_t)i) * (size_t)nv, l, nv, &top);
+            same += top, rows++;
+        }
+        if (i == SEQ_STEPS) break;
+        for (int k = 0; k < 3; k++) bt[k] = toks[k][nt[k] + i], bp[k] = nt[k] + i, bs[k] = k;
+        NM_CHECK(nm_decode_seqs(c, bt, bp, bs, 3, 3) == NM_OK);
+    }
+    fprintf(stderr, "  %s: 3 sequences together vs alone over %d rows: same top-1 %d, mean KL %.2e\n", name, rows, same,
+            kl_sum / rows);
+    NM_CHECK(rows == 3 * (SEQ_STEPS + 1) && kl_sum / rows < 0.005 && same >= rows - 1);
+    // isolation: sequence 0's row, the same bits whatever the other rows hold
+    const int32_t p0 = nt[0] + SEQ_STEPS;
+    int32_t t1[3] = {toks[0][3], toks[1][2], toks[2][1]}, t2[3] = {toks[0][3], toks[2][0], toks[1][4]};
+    int32_t ps[3] = {p0, nt[1] + SEQ_STEPS, nt[2] + SEQ_STEPS}, sq[3] = {0, 1, 2};
+    float *keep = malloc(sizeof(float) * (size_t)nv);
+    NM_CHECK(keep && nm_decode_seqs(c, t1, ps, sq, 3, 3) == NM_OK);
+    if (keep) memcpy(keep, nm_get_logits(c, 0), sizeof(float) * (size_t)nv);
+    NM_CHECK(nm_decode_seqs(c, t2, ps, sq, 3, 3) == NM_OK);
+    NM_CHECK(keep && !memcmp(keep, nm_get_logits(c, 0), sizeof(float) * (size_t)nv));
+    NM_CHECK(memcmp(nm_get_logits(c, 1), nm_get_logits(c, 2), sizeof(float) * (size_t)nv) != 0);
+    free(keep);
+    // bad batches
+    int32_t bad_seq[2] = {0, 3}, dup_pos[2] = {5, 5}, far[2] = {5, 64}, two[2] = {0, 0}, ok_pos[2] = {5, 6};
+    NM_CHECK(nm_decode_seqs(c, t1, ok_pos, bad_seq, 2, 1) == NM_ERR_RANGE && strstr(nm_ctx_last_error(c), "sequence 3"));
+    NM_CHECK(nm_decode_seqs(c, t1, dup_pos, two, 2, 1) == NM_ERR_INVALID_ARG && strstr(nm_ctx_last_error(c), "same position 5"));
+    NM_CHECK(nm_decode_seqs(c, t1, far, two, 2, 1) == NM_ERR_RANGE && strstr(nm_ctx_last_error(c), "position 64"));
+    NM_CHECK(nm_decode_seqs(c, t1, ok_pos, two, 2, 3) == NM_ERR_RANGE && nm_get_logits(c, 0) == NULL);
+    NM_CHECK(nm_decode_embd_seq(c, (const float[1]){0}, 1, 0, 5, false) == NM_ERR_RANGE);
+    nm_ctx_free(c);
+    // a device context decodes one sequence (the CPU backend several)
+    cp.device = "opencl";
+    char err[300] = "";
+    NM_CHECK(nm_ctx_create(m, &cp, &c, err, sizeof err) != NM_OK && c == NULL);
+    NM_CHECK(strstr(err, "3 sequences") || strstr(err, "OpenCL") || strstr(err, "opencl"));
+    free(ref);
+    nm_model_free(m);
+}
+
+NM_TEST(smollm2_seqs_equal_alone) { seqs_equal_alone(NM_SMOLLM2, nmtest_failed); }
+NM_TEST(gemma3_seqs_equal_alone) { seqs_equal_alone(NM_GEMMA3, nmtest_failed); }
 
 NM_TEST_MAIN()

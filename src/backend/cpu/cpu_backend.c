@@ -95,6 +95,13 @@ static int64_t dec_chunks(int64_t O, int n_threads) {
 #define KVROWS(op) ((op)->kv_rows ? (const int32_t *)TD((op)->kv_rows) : NULL)
 // The cache row of position j: rows[j] when the op maps positions to rows.
 #define KVROW(rows, j) ((rows) ? (int64_t)(rows)[j] : (int64_t)(j))
+// The first key a query with cache id p attends: its sequence's first row
+// (ids are s x n_ctx + position when the cache holds several), or the
+// sliding window's start.
+static inline int64_t attn_lo(const nm_op *op, int64_t p) {
+    const int64_t base = p / op->n_ctx * op->n_ctx, w = op->i3;
+    return w > 0 && p - w + 1 > base ? p - w + 1 : base;
+}
 
 static nm_status reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim);
 
@@ -419,9 +426,9 @@ static void attn_shared_worker(void *arg, int64_t h, int ith) {
     const attn_task *t = arg;
     const nm_op *op = t->op;
     const nm_cpu *c = t->c;
-    const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
+    const int n_head = op->i0, n_kv = op->i1, hd = op->i2;
     const int64_t stride = (int64_t)n_kv * hd, T = op->src0->ne[1], pos = IDS(op)[0];
-    const int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0, nk = pos - lo + 1;
+    const int64_t lo = attn_lo(op, pos), nk = pos - lo + 1;
     const int kvh = (int)h / (n_head / n_kv);
     const uint16_t *kc = KVK(op) + kvh * hd, *vc = KVV(op) + kvh * hd;
     const int32_t *rows = KVROWS(op);
@@ -455,7 +462,7 @@ static void attn_shared_worker(void *arg, int64_t h, int ith) {
 static void attn_worker(void *arg, int64_t i, int ith) {
     const attn_task *t = arg;
     const nm_op *op = t->op;
-    const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
+    const int n_head = op->i0, n_kv = op->i1, hd = op->i2;
     const int64_t stride = (int64_t)n_kv * hd;
     const float *q = TD(op->src0);
     float *out = TD(op->dst);
@@ -464,7 +471,7 @@ static void attn_worker(void *arg, int64_t i, int ith) {
     int h = (int)(i % n_head);
     int kvh = h / (n_head / n_kv); // grouped-query attention: heads share a KV head
     int64_t pos = IDS(op)[tok];
-    int64_t lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    int64_t lo = attn_lo(op, pos);
     if (op->flags & NM_OPF_GGML_F16)
         attn_one_ggml(t->c, q + (tok * n_head + h) * hd, KVK(op) + kvh * hd, KVV(op) + kvh * hd, stride, hd,
                       KVROWS(op), lo, pos, op->f0, out + (tok * n_head + h) * hd);
@@ -632,10 +639,9 @@ typedef struct attn_blocks {
 } attn_blocks;
 
 static void attn_key_range(const nm_op *op, int64_t t0, int64_t t1, int64_t *klo, int64_t *khi) {
-    const int window = op->i3;
     *klo = INT64_MAX, *khi = -1;
     for (int64_t t = t0; t < t1; t++) {
-        const int64_t pos = IDS(op)[t], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        const int64_t pos = IDS(op)[t], lo = attn_lo(op, pos);
         *klo = lo < *klo ? lo : *klo;
         *khi = pos > *khi ? pos : *khi;
     }
@@ -646,7 +652,7 @@ static void attn_panel_worker(void *arg, int64_t chunk, int ith) {
     const nm_cpu *c = t->c;
     const nm_op *op = t->op;
     const nm_gemm_panel_kernels *pk = c->pk;
-    const int n_head = op->i0, n_kv = op->i1, hd = op->i2, window = op->i3;
+    const int n_head = op->i0, n_kv = op->i1, hd = op->i2;
     const int64_t stride = (int64_t)n_kv * hd, qstride = (int64_t)n_head * hd, T = op->src0->ne[1];
     const int64_t b = t->n_blocks - 1 - chunk / n_head; // the longest blocks first
     const int h = (int)(chunk % n_head), kvh = h / (n_head / n_kv);
@@ -673,7 +679,7 @@ static void attn_panel_worker(void *arg, int64_t chunk, int ith) {
     const float scale = op->f0, cap = op->f1;
     for (int64_t i = 0; i < nq; i++) { // lanes past nq keep their zeros: finite, and never stored
         float *s = sc + 16 * nk * (i / 16) + i % 16;
-        const int64_t pos = IDS(op)[t0 + i], lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+        const int64_t pos = IDS(op)[t0 + i], lo = attn_lo(op, pos);
         for (int64_t j = 0; j < nk; j++) {
             float v = s[16 * j] * scale;
             if (cap > 0.0f) v = cap * tanhf(v / cap);
@@ -1067,10 +1073,10 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
                c->kref->dequant[op->src0->type] && c->kref->dotq[op->src0->type] &&
                op->src0->ne[0] <= c->max_row;
     case NM_OP_ATTENTION:
-        if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0 || !kv_rows_ok(op)) return false;
+        if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0 || op->n_ctx <= 0 || !kv_rows_ok(op)) return false;
         return !(op->flags & NM_OPF_GGML_F16) || (op->n_ctx <= NM_ATTN_GGML_MAX && op->f1 <= 0.0f);
     case NM_OP_ROPE: return op->i3 <= 1024 && op->i3 <= op->i1;
-    case NM_OP_KV_STORE: return op->src0->ne[1] <= op->n_ctx && kv_rows_ok(op);
+    case NM_OP_KV_STORE: return op->n_ctx > 0 && op->src0->ne[1] <= op->n_ctx && kv_rows_ok(op);
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
     case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
@@ -1135,7 +1141,11 @@ static nm_status check_operands(nm_cpu *c, const nm_op *op) {
         snprintf(c->err, sizeof c->err, "cpu backend: op %d has an operand in memory the host cannot address", op->kind);
         return NM_ERR_UNSUPPORTED;
     }
-    const int64_t lim = op->kind == NM_OP_GET_ROWS ? op->src0->ne[1] : op->n_ctx;
+    int64_t lim = op->kind == NM_OP_GET_ROWS ? op->src0->ne[1] : op->n_ctx;
+    if (op->kv && !op->kv_rows && op->n_ctx > 0) { // ids s x n_ctx + position: every sequence the cache holds
+        const int64_t rows = op->kv->k.ne[1] < op->kv->v.ne[1] ? op->kv->k.ne[1] : op->kv->v.ne[1];
+        lim = rows / op->n_ctx * op->n_ctx;
+    }
     if (op->kind == NM_OP_GET_ROWS || op->kind == NM_OP_ATTENTION || op->kind == NM_OP_KV_STORE) {
         const int64_t n = op->kind == NM_OP_GET_ROWS ? op->dst->ne[1] : op->src0->ne[1];
         for (int64_t t = 0; t < n; t++)
@@ -1279,7 +1289,10 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         }
         case NM_OP_ATTENTION: {
             const int64_t T = op->src0->ne[1];
-            if (c->pk && !(op->flags & NM_OPF_GGML_F16) && !op->kv_rows && T >= NM_ATTN_PANEL_MIN_TOKENS) {
+            // the panel path widens a block's keys from its lowest to its highest: queries of one sequence
+            bool one_seq = true;
+            for (int64_t q = 1; q < T && one_seq; q++) one_seq = IDS(op)[q] / op->n_ctx == IDS(op)[0] / op->n_ctx;
+            if (c->pk && !(op->flags & NM_OPF_GGML_F16) && !op->kv_rows && T >= NM_ATTN_PANEL_MIN_TOKENS && one_seq) {
                 attn_blocks t = {c, op, (T + NM_FA_QB - 1) / NM_FA_QB};
                 int64_t nk_max = 0; // the workspace for the widest block's keys
                 for (int64_t q0 = 0; q0 < T; q0 += NM_FA_QB) {
@@ -1295,7 +1308,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
             attn_task t = {c, op};
             bool shared = (op->flags & NM_OPF_GGML_F16) && T > 1 && op->i2 <= 1024;
             for (int64_t q = 1; shared && q < T; q++) shared = IDS(op)[q] == IDS(op)[0];
-            const int64_t lo = op->i3 > 0 && IDS(op)[0] - op->i3 + 1 > 0 ? IDS(op)[0] - op->i3 + 1 : 0;
+            const int64_t lo = attn_lo(op, IDS(op)[0]);
             if (shared && T * (IDS(op)[0] - lo + 1) <= NM_ATTN_SHARED_MAX) {
                 nm_pool_run(c->pool, attn_shared_worker, &t, op->i0);
                 break;

@@ -19,7 +19,8 @@
 // ids, positions, embeddings) are written into tensors before each submit.
 typedef struct graph {
     int32_t T;         // tokens; 0: empty slot
-    bool all_logits, embd_in;
+    int32_t n_out;     // the last n_out rows go through the output head
+    bool embd_in;
     nm_op *ops;
     uint8_t *unit;     // (cap_ops) the backend (index in nm_ctx.be) each op runs on
     int n_ops, cap_ops;
@@ -45,8 +46,9 @@ struct nm_ctx {
                        // buffers (host pages, wrapped by the device) hold them; it runs no op
     nm_backend_caps caps; // of be[0]
     int32_t n_ctx, n_batch;
+    int32_t n_seq;     // sequences, n_ctx cache rows each (sequence s: rows s n_ctx ..)
     nm_buffer *arena;  // every activation, in the backend's memory
-    nm_buffer *kvbuf;  // all layers' K and V, f16: (n_layer, 2, n_ctx, n_head_kv * hd)
+    nm_buffer *kvbuf;  // all layers' K and V, f16: (n_layer, 2, n_seq x n_ctx, n_head_kv * hd)
     nm_kv_layer *kv;   // (n_layer) views of kvbuf
     // activations, each (n_batch, width), views of the arena
     nm_tensor x;       // residual stream (n_embd)
@@ -57,9 +59,10 @@ struct nm_ctx {
     nm_tensor g, u;    // (n_ff)
     nm_tensor logits;  // (n_batch, n_vocab)
     nm_tensor pos;     // i32 (n_batch)
+    nm_tensor kvpos;   // i32 (n_batch): the rows' cache ids, s n_ctx + position (n_seq > 1; else pos)
     nm_tensor tok;     // i32 (n_batch)
     float *logits_host;  // where the host reads logits when it cannot address the arena
-    int32_t *pos_host;   // (n_batch) staging of the positions
+    int32_t *pos_host;   // (2 n_batch) staging of the positions, then of the cache ids
     graph graphs[NM_CTX_GRAPHS];
     uint64_t tick;
     int32_t n_out;     // logits rows kept by the last decode
@@ -70,7 +73,7 @@ struct nm_ctx {
 
 nm_ctx_params nm_ctx_default_params(void) {
     nm_ctx_params p = {.n_ctx = 0, .n_batch = 0, .n_threads = 0, .pin_threads = false, .device = NULL,
-                       .n_gpu_layers = -1};
+                       .n_gpu_layers = -1, .n_seq = 1};
     return p;
 }
 
@@ -146,8 +149,9 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     if (p.n_ctx <= 0) p.n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
-    if (p.n_ctx > (1 << 24) || p.n_batch > (1 << 16)) {
-        if (err) snprintf(err, err_size, "context %d / batch %d too large", p.n_ctx, p.n_batch);
+    if (p.n_seq <= 0) p.n_seq = 1;
+    if (p.n_ctx > (1 << 24) || p.n_batch > (1 << 16) || p.n_seq > 256 || (int64_t)p.n_ctx * p.n_seq > (1 << 24)) {
+        if (err) snprintf(err, err_size, "context %d x %d sequences / batch %d too large", p.n_ctx, p.n_seq, p.n_batch);
         return NM_ERR_RANGE;
     }
     nm_ctx *c = calloc(1, sizeof *c);
@@ -155,12 +159,19 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     c->m = m;
     c->n_ctx = p.n_ctx;
     c->n_batch = p.n_batch;
+    c->n_seq = p.n_seq;
     int64_t max_row = hp->n_embd > hp->n_ff ? hp->n_embd : hp->n_ff;
     if ((int64_t)hp->n_head * hp->head_dim > max_row) max_row = (int64_t)hp->n_head * hp->head_dim;
     const nm_backend_params bp = {.n_threads = p.n_threads > 0 ? p.n_threads : m->n_threads,
                                   .pin_threads = p.pin_threads, .max_row = max_row, .max_tokens = p.n_batch};
     char berr[512] = "";
     const bool on_cpu = !p.device || !strcmp(p.device, "cpu") || p.n_gpu_layers == 0;
+    if (!on_cpu && p.n_seq > 1) {
+        nm_ctx_free(c);
+        if (err) snprintf(err, err_size, "%d sequences in one context: the CPU backend decodes several together, %s "
+                          "does not yet (use the CPU, or one sequence)", p.n_seq, p.device);
+        return NM_ERR_UNSUPPORTED;
+    }
     nm_status st = nm_backend_create(on_cpu ? "cpu" : p.device, &bp, &c->be[0], berr, sizeof berr);
     if (st == NM_OK) {
         c->be[0]->iface->get_caps(c->be[0], &c->caps);
@@ -201,14 +212,14 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     const size_t B = (size_t)p.n_batch, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t qw = (size_t)hp->n_head * hp->head_dim;
     const int64_t widths[] = {hp->n_embd, hp->n_embd, hp->n_embd, (int64_t)qw, (int64_t)qw, (int64_t)kvw,
-                              (int64_t)kvw, hp->n_ff, hp->n_ff, hp->n_vocab, 1, 1};
+                              (int64_t)kvw, hp->n_ff, hp->n_ff, hp->n_vocab, 1, 1, 1};
     size_t size = 0;
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) size += ((size_t)widths[i] * B * 4 + 63) / 64 * 64;
     c->arena = c->mem->iface->buffer_alloc(c->mem, size);
-    const size_t kv_layer = 2 * (size_t)p.n_ctx * kvw * sizeof(uint16_t);
+    const size_t kv_rows = (size_t)p.n_ctx * (size_t)p.n_seq, kv_layer = 2 * kv_rows * kvw * sizeof(uint16_t);
     c->kvbuf = c->arena ? c->mem->iface->buffer_alloc(c->mem, (size_t)hp->n_layer * kv_layer) : NULL;
     c->kv = calloc((size_t)hp->n_layer + 1, sizeof *c->kv);
-    c->pos_host = calloc(B, sizeof(int32_t));
+    c->pos_host = calloc(2 * B, sizeof(int32_t));
     if (!c->arena || !c->kvbuf || !c->kv || !c->pos_host) {
         if (err) snprintf(err, err_size, "out of memory for a context of %d positions%s%s", p.n_ctx,
                           c->arena && c->kvbuf ? "" : ": ", c->arena && c->kvbuf ? "" : c->mem->iface->last_error(c->mem));
@@ -220,11 +231,12 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
         *views[i] = arena_view(c->arena, &at, NM_TYPE_F32, widths[i], (int64_t)B);
     c->pos = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
+    c->kvpos = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
     c->tok = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
-    c->pos.ne[0] = c->tok.ne[0] = (int64_t)B; // one row of n_batch ids
-    c->pos.ne[1] = c->tok.ne[1] = 1;
+    c->pos.ne[0] = c->kvpos.ne[0] = c->tok.ne[0] = (int64_t)B; // one row of n_batch ids
+    c->pos.ne[1] = c->kvpos.ne[1] = c->tok.ne[1] = 1;
     for (int il = 0; il < hp->n_layer; il++) {
-        const nm_tensor k = {.type = NM_TYPE_F16, .ne = {(int64_t)kvw, p.n_ctx, 1, 1}, .buf = c->kvbuf,
+        const nm_tensor k = {.type = NM_TYPE_F16, .ne = {(int64_t)kvw, (int64_t)kv_rows, 1, 1}, .buf = c->kvbuf,
                              .offs = (size_t)il * kv_layer};
         c->kv[il].k = k;
         c->kv[il].v = k;
@@ -300,6 +312,7 @@ void nm_ctx_free(nm_ctx *c) {
 
 int32_t nm_ctx_n_ctx(const nm_ctx *c) { return c->n_ctx; }
 int32_t nm_ctx_n_batch(const nm_ctx *c) { return c->n_batch; }
+int32_t nm_ctx_n_seq(const nm_ctx *c) { return c->n_seq; }
 const char *nm_ctx_last_error(const nm_ctx *c) { return c->err; }
 const char *nm_ctx_device(const nm_ctx *c) { return c->be[0]->iface->name; }
 int32_t nm_ctx_device_layers(const nm_ctx *c) { return c->n_dev; }
@@ -366,6 +379,11 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
     nm_tensor *q = rows(g, &c->q, qw, 0, T), *k = rows(g, &c->k, kvw, 0, T), *v = rows(g, &c->v, kvw, 0, T);
     nm_tensor *attn = rows(g, &c->attn, qw, 0, T), *pos = rows(g, &c->pos, T, 0, 1);
     pos->type = NM_TYPE_I32;
+    nm_tensor *kvpos = pos; // the cache ids: the positions, or s n_ctx + position with several sequences
+    if (c->n_seq > 1) {
+        kvpos = rows(g, &c->kvpos, T, 0, 1);
+        kvpos->type = NM_TYPE_I32;
+    }
 
     // attention block; q, k and v share the normed input (the backend may quantize it once)
     norm(c, g, cur, x_in, &ly->attn_norm);
@@ -382,8 +400,8 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
                     .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot});
     emit(g, (nm_op){.kind = NM_OP_ROPE, .src0 = k, .dst = k, .ids = pos, .f0 = base, .f1 = fscale,
                     .i0 = hp->n_head_kv, .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot});
-    emit(g, (nm_op){.kind = NM_OP_KV_STORE, .src0 = k, .src1 = v, .ids = pos, .kv = &c->kv[il], .n_ctx = c->n_ctx});
-    emit(g, (nm_op){.kind = NM_OP_ATTENTION, .src0 = q, .dst = attn, .ids = pos, .kv = &c->kv[il],
+    emit(g, (nm_op){.kind = NM_OP_KV_STORE, .src0 = k, .src1 = v, .ids = kvpos, .kv = &c->kv[il], .n_ctx = c->n_ctx});
+    emit(g, (nm_op){.kind = NM_OP_ATTENTION, .src0 = q, .dst = attn, .ids = kvpos, .kv = &c->kv[il],
                     .f0 = hp->attn_scale, .f1 = hp->attn_softcap, .i0 = hp->n_head, .i1 = hp->n_head_kv,
                     .i2 = (int32_t)hd, .i3 = ly->swa ? hp->n_swa : 0, .n_ctx = c->n_ctx});
     matmul(g, o, &ly->wo, attn, NULL);
@@ -403,7 +421,7 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
 
 // Records the pass for T tokens: the embedding lookup (or embeddings read
 // where the caller has them), every layer, the output head.
-static nm_status graph_record(nm_ctx *c, graph *g, int32_t T, bool all_logits, bool embd_in) {
+static nm_status graph_record(nm_ctx *c, graph *g, int32_t T, int32_t n_out, bool embd_in) {
     const nm_hparams *hp = &c->m->hp;
     graph_clear(g);
     g->cap_ops = 24 * hp->n_layer + 8;
@@ -434,14 +452,16 @@ static nm_status graph_record(nm_ctx *c, graph *g, int32_t T, bool all_logits, b
     }
     g->cur_unit = 0;
     if (hp->n_layer == 0 && embd_in) emit(g, (nm_op){.kind = NM_OP_SCALE, .src0 = g->in, .dst = x, .f0 = 1.0f});
-    // Only the rows whose logits are wanted go through the (large) output head.
-    const int32_t first = all_logits ? 0 : T - 1, n = T - first;
-    nm_tensor *x_out = rows(g, &c->x, d, first, n);
-    nm_tensor *cur = rows(g, &c->cur, d, 0, n), *logits = rows(g, &c->logits, hp->n_vocab, 0, n);
-    norm(c, g, cur, x_out, &c->m->output_norm);
-    matmul(g, logits, &c->m->output, cur, NULL);
-    if (hp->final_softcap > 0.0f)
-        emit(g, (nm_op){.kind = NM_OP_SOFTCAP, .src0 = logits, .dst = logits, .f0 = hp->final_softcap});
+    // Only the rows whose logits are wanted (the last n_out) go through the (large) output head.
+    const int32_t first = T - n_out, n = n_out;
+    if (n > 0) {
+        nm_tensor *x_out = rows(g, &c->x, d, first, n);
+        nm_tensor *cur = rows(g, &c->cur, d, 0, n), *logits = rows(g, &c->logits, hp->n_vocab, 0, n);
+        norm(c, g, cur, x_out, &c->m->output_norm);
+        matmul(g, logits, &c->m->output, cur, NULL);
+        if (hp->final_softcap > 0.0f)
+            emit(g, (nm_op){.kind = NM_OP_SOFTCAP, .src0 = logits, .dst = logits, .f0 = hp->final_softcap});
+    }
     if (g->overflow) {
         graph_clear(g);
         return ctx_fail(c, NM_ERR_RANGE, "a pass of %d tokens has more ops than recorded for", T);
@@ -458,24 +478,24 @@ static nm_status graph_record(nm_ctx *c, graph *g, int32_t T, bool all_logits, b
             return st;
         }
     g->T = T;
-    g->all_logits = all_logits;
+    g->n_out = n_out;
     g->embd_in = embd_in;
     return NM_OK;
 }
 
 // The recorded pass for this shape, recording it in the least recently used slot if new.
-static nm_status graph_get(nm_ctx *c, int32_t T, bool all_logits, bool embd_in, graph **out) {
+static nm_status graph_get(nm_ctx *c, int32_t T, int32_t n_out, bool embd_in, graph **out) {
     graph *lru = &c->graphs[0];
     for (int i = 0; i < NM_CTX_GRAPHS; i++) {
         graph *g = &c->graphs[i];
-        if (g->T == T && g->all_logits == all_logits && g->embd_in == embd_in) {
+        if (g->T == T && g->n_out == n_out && g->embd_in == embd_in) {
             g->used = ++c->tick;
             *out = g;
             return NM_OK;
         }
         if (g->used < lru->used) lru = g;
     }
-    nm_status st = graph_record(c, lru, T, all_logits, embd_in);
+    nm_status st = graph_record(c, lru, T, n_out, embd_in);
     if (st != NM_OK) return st;
     lru->used = ++c->tick;
     *out = lru;
@@ -518,16 +538,17 @@ static nm_status submit(nm_ctx *c, const graph *g) {
     return st;
 }
 
-// Writes the inputs, submits the pass, waits, and exposes the logits.
-static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, int32_t T, int32_t pos0,
-                         bool all_logits) {
+// Writes the inputs (the positions and cache ids already in pos_host),
+// submits the pass, waits, and exposes the logits of the last n_out rows.
+static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, int32_t T, int32_t n_out) {
     const nm_hparams *hp = &c->m->hp;
     const nm_backend_i *be = c->mem->iface;
     graph *g;
-    nm_status st = graph_get(c, T, all_logits, embd != NULL, &g);
+    nm_status st = graph_get(c, T, n_out, embd != NULL, &g);
     if (st != NM_OK) return st;
-    for (int32_t i = 0; i < T; i++) c->pos_host[i] = pos0 + i;
     if ((st = be->tensor_set(c->mem, &c->pos, 0, c->pos_host, sizeof(int32_t) * (size_t)T)) != NM_OK ||
+        (c->n_seq > 1 &&
+         (st = be->tensor_set(c->mem, &c->kvpos, 0, c->pos_host + c->n_batch, sizeof(int32_t) * (size_t)T)) != NM_OK) ||
         (tokens && (st = be->tensor_set(c->mem, &c->tok, 0, tokens, sizeof(int32_t) * (size_t)T)) != NM_OK))
         return ctx_fail(c, st, "writing the inputs: %s", be->last_error(c->mem));
     if (embd) {
@@ -539,40 +560,79 @@ static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, in
         }
     }
     if ((st = submit(c, g)) != NM_OK) return st;
-    const int32_t first = all_logits ? 0 : T - 1, n = T - first;
-    if (c->logits_host &&
-        (st = be->tensor_get(c->mem, &c->logits, 0, c->logits_host, sizeof(float) * (size_t)n * hp->n_vocab)) != NM_OK)
+    if (c->logits_host && n_out > 0 &&
+        (st = be->tensor_get(c->mem, &c->logits, 0, c->logits_host, sizeof(float) * (size_t)n_out * hp->n_vocab)) != NM_OK)
         return ctx_fail(c, st, "reading the logits: %s", be->last_error(c->mem));
-    c->n_out = n;
-    c->out_first = first;
+    c->n_out = n_out;
+    c->out_first = T - n_out;
     return NM_OK;
 }
 
-static nm_status check_batch(nm_ctx *c, int32_t n, int32_t pos) {
+// Checks a run of n positions from pos in sequence seq and stages them.
+static nm_status check_batch(nm_ctx *c, int32_t n, int32_t pos, int32_t seq) {
     c->err[0] = '\0';
     c->n_out = 0;
     if (n <= 0 || n > c->n_batch) return ctx_fail(c, NM_ERR_RANGE, "batch of %d tokens (1..%d allowed)", n, c->n_batch);
     if (pos < 0 || pos > c->n_ctx - n)
         return ctx_fail(c, NM_ERR_RANGE, "positions %d..%d do not fit in a context of %d", pos, pos + n - 1, c->n_ctx);
+    if (seq < 0 || seq >= c->n_seq)
+        return ctx_fail(c, NM_ERR_RANGE, "sequence %d: the context holds %d (0..%d)", seq, c->n_seq, c->n_seq - 1);
+    for (int32_t i = 0; i < n; i++) {
+        c->pos_host[i] = pos + i;
+        c->pos_host[c->n_batch + i] = seq * c->n_ctx + pos + i;
+    }
+    return NM_OK;
+}
+
+static nm_status check_tokens(nm_ctx *c, const int32_t *tokens, int32_t n) {
+    const int32_t n_vocab = c->m->hp.n_vocab;
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= n_vocab)
+            return ctx_fail(c, NM_ERR_RANGE, "token id %d out of range [0, %d)", tokens[i], n_vocab);
     return NM_OK;
 }
 
 nm_status nm_decode(nm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, bool all_logits) {
     nm_status st;
     if (!c || !tokens) return NM_ERR_INVALID_ARG;
-    if ((st = check_batch(c, n, pos))) return st;
-    const nm_hparams *hp = &c->m->hp;
-    for (int32_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab)
-            return ctx_fail(c, NM_ERR_RANGE, "token id %d out of range [0, %d)", tokens[i], hp->n_vocab);
-    return forward(c, tokens, NULL, n, pos, all_logits);
+    if ((st = check_batch(c, n, pos, 0)) || (st = check_tokens(c, tokens, n))) return st;
+    return forward(c, tokens, NULL, n, all_logits ? n : 1);
 }
 
 nm_status nm_decode_embd(nm_ctx *c, const float *embd, int32_t n, int32_t pos, bool all_logits) {
+    return nm_decode_embd_seq(c, embd, n, pos, 0, all_logits);
+}
+
+nm_status nm_decode_embd_seq(nm_ctx *c, const float *embd, int32_t n, int32_t pos, int32_t seq, bool all_logits) {
     nm_status st;
     if (!c || !embd) return NM_ERR_INVALID_ARG;
-    if ((st = check_batch(c, n, pos))) return st;
-    return forward(c, NULL, embd, n, pos, all_logits);
+    if ((st = check_batch(c, n, pos, seq))) return st;
+    return forward(c, NULL, embd, n, all_logits ? n : 1);
+}
+
+nm_status nm_decode_seqs(nm_ctx *c, const int32_t *tokens, const int32_t *pos, const int32_t *seq, int32_t n,
+                         int32_t n_logits) {
+    if (!c || !tokens || !pos || !seq) return NM_ERR_INVALID_ARG;
+    c->err[0] = '\0';
+    c->n_out = 0;
+    if (n <= 0 || n > c->n_batch) return ctx_fail(c, NM_ERR_RANGE, "batch of %d tokens (1..%d allowed)", n, c->n_batch);
+    if (n_logits < 0 || n_logits > n)
+        return ctx_fail(c, NM_ERR_RANGE, "logits of the last %d rows of a batch of %d", n_logits, n);
+    for (int32_t i = 0; i < n; i++) {
+        if (seq[i] < 0 || seq[i] >= c->n_seq)
+            return ctx_fail(c, NM_ERR_RANGE, "row %d: sequence %d: the context holds %d (0..%d)", i, seq[i], c->n_seq,
+                            c->n_seq - 1);
+        if (pos[i] < 0 || pos[i] >= c->n_ctx)
+            return ctx_fail(c, NM_ERR_RANGE, "row %d: position %d outside a context of %d", i, pos[i], c->n_ctx);
+        for (int32_t j = 0; j < i; j++) // (a batch is at most n_batch rows, and checked once)
+            if (seq[j] == seq[i] && pos[j] == pos[i])
+                return ctx_fail(c, NM_ERR_INVALID_ARG, "rows %d and %d: the same position %d of sequence %d", j, i,
+                                pos[i], seq[i]);
+        c->pos_host[i] = pos[i];
+        c->pos_host[c->n_batch + i] = seq[i] * c->n_ctx + pos[i];
+    }
+    nm_status st = check_tokens(c, tokens, n);
+    return st != NM_OK ? st : forward(c, tokens, NULL, n, n_logits);
 }
 
 const float *nm_get_logits(const nm_ctx *c, int32_t i) {

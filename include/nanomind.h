@@ -818,6 +818,9 @@ typedef struct nm_brick_params {
     int32_t stt_max_decoders; // room for best_of / beam_size sequences (<= 0: 5)
     // TTS
     nm_tts_params tts;
+    // LLM: requests decoded together (continuous batching), each on a sequence of its own of n_ctx
+    // positions (llama-server's --parallel); <= 1: one at a time. More than one: the CPU backend
+    int32_t n_parallel;
 } nm_brick_params;
 
 // The defaults of every field for a brick of `kind`.

@@ -21,34 +21,81 @@ typedef struct llm_stats {
     double t_prompt, t_gen;
 } llm_stats;
 
+// The part of an input slot a pass takes, and what a request's row in the pass is.
+enum { ROW_NONE, ROW_PROMPT, ROW_PROMPT_END, ROW_GEN };
+
+#define NM_LLM_MAX_PARTS 64 // input slots of one request held at once
+
+// A request being served: its input slots (held, decoded in place), the
+// sequence it is bound to, its parameters and sampler, its output.
+typedef struct llm_req {
+    bool used;
+    uint64_t id;
+    uint64_t arrival;          // order of its first slot
+    int32_t seq;               // its sequence (-1: not bound yet)
+    nm_tabm_slot parts[NM_LLM_MAX_PARTS];
+    int32_t n_parts, head;     // held slots; parts[head] is the one being decoded
+    bool got_last;             // its last input slot has been read
+    bool started;              // a part of it has been checked (a PARAMS slot must come first)
+    bool checked;              // parts[head] is checked: n, p0, last, off below
+    int32_t n, p0, off;        // the head part's rows, first position, rows decoded (or reused)
+    bool last;                 // the head part ends the prompt
+    nm_llm_stop dropped;       // set: the prompt failed or was cancelled; ended once its last slot is read
+    nm_llm_stop end_why;       // with dropped: the END is written when its last slot comes
+    int32_t prompt_pos;        // the sequence's position when the request began
+    // generation
+    bool generating;
+    int32_t pending;           // the token sampled, decoded by the next pass
+    bool stop_after;           // it completed a stop string: ends once decoded
+    int32_t n_gen;
+    nm_sampler *cur;           // the sequence's sampler, or own_s
+    nm_sampler *own_s;         // a PARAMS slot's own
+    nm_llm_params p;           // the brick's, or with the PARAMS slot's fields over them
+    char stop[NM_LLM_MAX_STOP][NM_LLM_MAX_STOP_LEN + 1]; // a PARAMS slot's stop strings
+    const char *stop_p[NM_LLM_MAX_STOP];
+    nm_detok dt;               // the stop strings look at this request's generated text only
+    char tail[2 * NM_LLM_MAX_STOP_LEN + 64]; // with stop strings: the end of the text generated so far
+    int32_t n_tail;
+    nm_tabm_slot out;          // the output slot being filled (out_batch tokens)
+    bool held;
+    int32_t n_held;
+    // this pass
+    int row_kind, row, chunk;
+} llm_req;
+
+// A sequence of the context: its cache's contents and position.
+typedef struct llm_seq {
+    llm_req *r;               // the request on it (NULL: free)
+    nm_sampler *s;            // its sampler (the brick's parameters), kept across its requests
+    int32_t pos;              // where its next slot without NM_LLM_IN_AT_POS starts
+    int32_t *cached;          // (n_ctx) token id at each cached position; -1: an embedding row
+    int32_t n_cached;         // positions [0, n_cached) of its cache hold what cached[] says
+    uint64_t used;            // tick of its last binding
+} llm_seq;
+
 typedef struct llm_brick {
     nm_model *m;
     nm_ctx *c;
-    nm_sampler *s;            // the brick's sampler (its parameters: sp)
-    nm_sampler *cur;          // the request's: s, or req_s (a PARAMS slot's own parameters)
-    nm_sampler *req_s;
-    nm_sampler_params sp;
-    nm_llm_params base;       // the brick's generation parameters while a request has its own in p
+    nm_sampler_params sp;     // the brick's sampling parameters
+    nm_llm_params p;          // the brick's generation parameters
     bool own_model;           // loaded by the brick (else borrowed: nm_brick_params.llm_model)
     nm_ledger *ledger;
     int ep;                   // this brick's ledger endpoint (-1 without a ledger)
-    nm_llm_params p;
     uint32_t producer;
     int64_t timeout_ns;
     int32_t n_ctx, n_batch, n_embd, n_vocab;
-    int32_t pos;              // where the next slot without NM_LLM_IN_AT_POS starts
-    int32_t *cached;          // (n_ctx) token id at each cached position; -1: an embedding row
-    int32_t n_cached;         // positions [0, n_cached) of the KV cache hold what cached[] says
-    uint64_t request;         // the id of the prompt being served
-    nm_tabm *in;              // the rings of the request being served (cancellation is marked there)
-    char req_stop[NM_LLM_MAX_STOP][NM_LLM_MAX_STOP_LEN + 1]; // a PARAMS slot's stop strings
-    const char *req_stop_p[NM_LLM_MAX_STOP];
+    int32_t n_seq;            // sequences (n_parallel)
+    llm_seq *seq;
+    llm_req *req;             // (n_req) requests held: those on sequences and those waiting for one
+    int32_t n_req;
+    int32_t *bt, *bp, *bs;    // (n_batch) a pass's tokens, positions, sequences
+    uint64_t tick;
+    nm_tabm *in, *out;        // the rings of the run
+    bool in_shut;             // the input ring was shut down (and drained)
     llm_stats st;
     float *masked;            // (n_vocab) with ignore_eos: the logits, end-of-generation tokens at -inf
     int32_t *eog;             // the end-of-generation token ids (for ignore_eos)
     int32_t n_eog;
-    char tail[2 * NM_LLM_MAX_STOP_LEN + 64]; // with stop strings: the end of the text generated so far
-    int32_t n_tail;
     nm_brick *self;           // the handle, while it runs the brick: failures are reported there
 } llm_brick;
 
@@ -70,14 +117,31 @@ static nm_status fail(llm_brick *b, nm_status st, const char *fmt, ...) {
     return st;
 }
 
+static void release_held(llm_brick *b) {
+    for (int32_t i = 0; i < b->n_req; i++) {
+        llm_req *r = &b->req[i];
+        if (!r->used) continue;
+        for (int32_t k = r->head; k < r->n_parts; k++) nm_tabm_release(b->in, &r->parts[k]);
+        if (r->held) nm_tabm_cancel(b->out, &r->out);
+        nm_sampler_free(r->own_s);
+        memset(r, 0, sizeof *r);
+    }
+    for (int32_t s = 0; s < b->n_seq; s++) b->seq[s].r = NULL;
+}
+
 static void llm_release(void *state) {
     llm_brick *b = state;
     if (!b) return;
-    nm_sampler_free(b->s);
-    nm_sampler_free(b->req_s);
+    for (int32_t i = 0; b->req && i < b->n_req; i++) nm_sampler_free(b->req[i].own_s);
+    for (int32_t s = 0; b->seq && s < b->n_seq; s++) {
+        nm_sampler_free(b->seq[s].s);
+        free(b->seq[s].cached);
+    }
+    free(b->seq);
+    free(b->req);
+    free(b->bt), free(b->bp), free(b->bs);
     nm_ctx_free(b->c);
     if (b->own_model) nm_model_free(b->m);
-    free(b->cached);
     free(b->masked);
     free(b->eog);
     free(b);
@@ -94,6 +158,8 @@ static nm_status check_llm_params(const nm_llm_params *p, char *err, size_t err_
     return NM_OK;
 }
 
+#define NM_LLM_MAX_SEQ 256
+
 static nm_status llm_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
     llm_brick *b = calloc(1, sizeof *b);
     if (!b) return nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
@@ -101,8 +167,14 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     b->p = p->llm;
     b->producer = p->producer;
     b->timeout_ns = p->timeout_ns;
+    b->n_seq = p->n_parallel > 1 ? p->n_parallel : 1;
     if (b->p.out_batch < 1) b->p.out_batch = 1;
     if ((st = check_llm_params(&b->p, err, err_size)) != NM_OK) goto fail;
+    if (b->n_seq > NM_LLM_MAX_SEQ) {
+        st = nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: %d sequences in parallel (1..%d)", b->n_seq,
+                     NM_LLM_MAX_SEQ);
+        goto fail;
+    }
     if (p->llm_model) {
         b->m = p->llm_model;
     } else {
@@ -123,6 +195,7 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     cp.pin_threads = p->pin_threads;
     cp.device = p->device;
     cp.n_gpu_layers = p->n_gpu_layers;
+    cp.n_seq = b->n_seq;
     if ((st = nm_ctx_create(b->m, &cp, &b->c, err, err_size)) != NM_OK) goto fail;
     b->n_ctx = nm_ctx_n_ctx(b->c);
     b->n_batch = nm_ctx_n_batch(b->c);
@@ -130,17 +203,23 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     b->n_vocab = nm_model_n_vocab(b->m);
     nm_sampler_params sp = p->sampling;
     if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx; // llama.cpp's -1: the whole context
-    b->s = b->cur = nm_sampler_create(&sp, b->n_vocab);
     b->sp = sp;
-    b->cached = malloc(sizeof(int32_t) * (size_t)b->n_ctx);
-    if (!b->s || !b->cached) {
-        st = nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
-        goto fail;
-    }
+    b->n_req = b->n_seq + 64; // those on sequences, and as many waiting
+    b->seq = calloc((size_t)b->n_seq, sizeof *b->seq);
+    b->req = calloc((size_t)b->n_req, sizeof *b->req);
+    b->bt = malloc(sizeof(int32_t) * (size_t)b->n_batch);
+    b->bp = malloc(sizeof(int32_t) * (size_t)b->n_batch);
+    b->bs = malloc(sizeof(int32_t) * (size_t)b->n_batch);
     // the end-of-generation tokens, for ignore_eos (also when set later)
     b->masked = malloc(sizeof(float) * (size_t)b->n_vocab);
     b->eog = malloc(sizeof(int32_t) * (size_t)b->n_vocab);
-    if (!b->masked || !b->eog) {
+    bool ok = b->seq && b->req && b->bt && b->bp && b->bs && b->masked && b->eog;
+    for (int32_t s = 0; ok && s < b->n_seq; s++) {
+        b->seq[s].s = nm_sampler_create(&sp, b->n_vocab);
+        b->seq[s].cached = malloc(sizeof(int32_t) * (size_t)b->n_ctx);
+        ok = b->seq[s].s && b->seq[s].cached;
+    }
+    if (!ok) {
         st = nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
         goto fail;
     }
@@ -159,28 +238,29 @@ fail:
     return st;
 }
 
-// With stop strings: appends tok's text to the tail and says whether the text
-// now holds a stop string. The tail keeps the last bytes, enough for any.
-static bool reached_stop(llm_brick *b, nm_detok *dt, int32_t tok) {
+// With stop strings: appends tok's text to the request's tail and says
+// whether the text now holds a stop string. The tail keeps the last bytes,
+// enough for any.
+static bool reached_stop(llm_brick *b, llm_req *r, int32_t tok) {
     char piece[256];
-    int32_t k = nm_detok_push(b->m, dt, tok, piece, (int32_t)sizeof piece);
+    int32_t k = nm_detok_push(b->m, &r->dt, tok, piece, (int32_t)sizeof piece);
     if (k <= 0) return false;
-    const int32_t cap = (int32_t)sizeof b->tail - 1;
-    if (b->n_tail + k > cap) { // keep the last NM_LLM_MAX_STOP_LEN bytes
-        int32_t keep = b->n_tail < NM_LLM_MAX_STOP_LEN ? b->n_tail : NM_LLM_MAX_STOP_LEN;
-        memmove(b->tail, b->tail + b->n_tail - keep, (size_t)keep);
-        b->n_tail = keep;
+    const int32_t cap = (int32_t)sizeof r->tail - 1;
+    if (r->n_tail + k > cap) { // keep the last NM_LLM_MAX_STOP_LEN bytes
+        int32_t keep = r->n_tail < NM_LLM_MAX_STOP_LEN ? r->n_tail : NM_LLM_MAX_STOP_LEN;
+        memmove(r->tail, r->tail + r->n_tail - keep, (size_t)keep);
+        r->n_tail = keep;
     }
-    if (k > cap - b->n_tail) k = cap - b->n_tail;
-    memcpy(b->tail + b->n_tail, piece, (size_t)k);
-    b->n_tail += k;
-    b->tail[b->n_tail] = '\0';
-    for (int32_t i = 0; i < b->p.n_stop; i++)
-        if (strstr(b->tail, b->p.stop[i])) return true;
+    if (k > cap - r->n_tail) k = cap - r->n_tail;
+    memcpy(r->tail + r->n_tail, piece, (size_t)k);
+    r->n_tail += k;
+    r->tail[r->n_tail] = '\0';
+    for (int32_t i = 0; i < r->p.n_stop; i++)
+        if (strstr(r->tail, r->p.stop[i])) return true;
     return false;
 }
 
-// New generation and sampling parameters; the sampler starts afresh.
+// New generation and sampling parameters; the sequences' samplers start afresh.
 static nm_status llm_set_params(void *state, const nm_brick_params *p, char *err, size_t err_size) {
     llm_brick *b = state;
     nm_llm_params lp = p->llm;
@@ -189,19 +269,27 @@ static nm_status llm_set_params(void *state, const nm_brick_params *p, char *err
     if (st != NM_OK) return st;
     nm_sampler_params sp = p->sampling;
     if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx;
-    nm_sampler *s = nm_sampler_create(&sp, b->n_vocab);
-    if (!s) return nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
-    nm_sampler_free(b->s);
-    b->s = b->cur = s;
+    nm_sampler **fresh = calloc((size_t)b->n_seq, sizeof *fresh);
+    bool ok = fresh != NULL;
+    for (int32_t s = 0; ok && s < b->n_seq; s++) ok = (fresh[s] = nm_sampler_create(&sp, b->n_vocab)) != NULL;
+    if (!ok) {
+        for (int32_t s = 0; fresh && s < b->n_seq; s++) nm_sampler_free(fresh[s]);
+        free(fresh);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "llm brick: out of memory");
+    }
+    for (int32_t s = 0; s < b->n_seq; s++) {
+        nm_sampler_free(b->seq[s].s);
+        b->seq[s].s = fresh[s];
+    }
+    free(fresh);
     b->sp = sp;
     b->p = lp;
     return NM_OK;
 }
 
 // A request's PARAMS slot: its fields over the brick's parameters, for this
-// request only (end_request puts the brick's back). NM_ERR_FORMAT, the field
-// named, for a wrong one: the brick's parameters stay.
-static nm_status take_params(llm_brick *b, const nm_tabm_slot *s) {
+// request only. NM_ERR_FORMAT, the field named, for a wrong one.
+static nm_status take_params(llm_brick *b, llm_req *r, const nm_tabm_slot *s) {
     char why[200] = "";
     cJSON *o = nm_req_parse(s, "llm brick", why, sizeof why);
     if (!o) return fail(b, NM_ERR_FORMAT, "%s", why);
@@ -229,16 +317,16 @@ static nm_status take_params(llm_brick *b, const nm_tabm_slot *s) {
 #undef NUM
 #undef INT
     if (k >= 0 && (k = nm_req_int(o, "seed", -1, 9007199254740992.0, &i, why, sizeof why)) == 1)
-        sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(now_s() * 1e9) ^ b->request; // llama-server's -1: a random seed
+        sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(now_s() * 1e9) ^ r->id; // llama-server's -1: a random seed
     if (k >= 0) k = nm_req_bool(o, "ignore_eos", &lp.ignore_eos, why, sizeof why);
     if (k >= 0) k = nm_req_bool(o, "cache_prompt", &lp.cache_prompt, why, sizeof why);
     if (k >= 0 && (k = nm_req_strings(o, "stop", NM_LLM_MAX_STOP, NM_LLM_MAX_STOP_LEN, stop, &n_stop, why,
                                       sizeof why)) == 1) {
         for (int32_t j = 0; j < n_stop; j++) {
-            snprintf(b->req_stop[j], sizeof b->req_stop[j], "%s", stop[j]);
-            b->req_stop_p[j] = b->req_stop[j];
+            snprintf(r->stop[j], sizeof r->stop[j], "%s", stop[j]);
+            r->stop_p[j] = r->stop[j];
         }
-        lp.stop = b->req_stop_p;
+        lp.stop = r->stop_p;
         lp.n_stop = n_stop;
     }
     nm_req_free(o);
@@ -246,25 +334,16 @@ static nm_status take_params(llm_brick *b, const nm_tabm_slot *s) {
     if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx;
     nm_sampler *rs = nm_sampler_create(&sp, b->n_vocab);
     if (!rs) return fail(b, NM_ERR_NOMEM, "llm brick: out of memory for a request's sampler");
-    nm_sampler_free(b->req_s);
-    b->req_s = b->cur = rs;
-    b->base = b->p;
-    b->p = lp;
+    nm_sampler_free(r->own_s);
+    r->own_s = r->cur = rs;
+    r->p = lp;
     return NM_OK;
-}
-
-// The next request has the brick's own parameters again.
-static void end_request(llm_brick *b) {
-    if (b->cur == b->req_s) {
-        b->p = b->base;
-        b->cur = b->s;
-    }
 }
 
 static llm_brick *of(const nm_brick *b) { return nm_brick_state_of(b, &nm_brick_llm_i); }
 nm_model *nm_brick_llm_model(const nm_brick *b) { return of(b) ? of(b)->m : NULL; }
 nm_ctx *nm_brick_llm_ctx(const nm_brick *b) { return of(b) ? of(b)->c : NULL; }
-int32_t nm_brick_llm_pos(const nm_brick *b) { return of(b) ? of(b)->pos : 0; }
+int32_t nm_brick_llm_pos(const nm_brick *b) { return of(b) ? of(b)->seq[0].pos : 0; }
 
 static void llm_stats_of(void *state, nm_brick_stats *o) {
     const llm_brick *b = state;
@@ -293,10 +372,11 @@ static const char *kind_name(uint32_t k) {
     return k < sizeof names / sizeof names[0] ? names[k] : "unknown";
 }
 
-// Checks an input slot against the model and the context; on success *n is
-// its token/row count and *start its first position. NM_ERR_FORMAT (bad
-// slot) or NM_ERR_RANGE (does not fit), the reason reported.
-static nm_status check_input(llm_brick *b, const nm_tabm_slot *s, int32_t *n, int32_t *start) {
+// Checks an input slot against the model and the context (q: its request's
+// sequence); on success *n is its token/row count and *start its first
+// position. NM_ERR_FORMAT (bad slot) or NM_ERR_RANGE (does not fit), the
+// reason reported.
+static nm_status check_input(llm_brick *b, const llm_seq *q, const nm_tabm_slot *s, int32_t *n, int32_t *start) {
     const nm_tabm_meta *mt = s->meta;
     const unsigned long long seq = (unsigned long long)mt->seq;
     int64_t rows;
@@ -320,7 +400,7 @@ static nm_status check_input(llm_brick *b, const nm_tabm_slot *s, int32_t *n, in
         return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: payload kind %u (%s) is not taken: token ids or "
                     "f32 embeddings", seq, mt->kind, kind_name(mt->kind));
     }
-    int64_t p0 = (mt->user & NM_LLM_IN_AT_POS) ? NM_LLM_IN_POS_OF(mt->user) : b->pos;
+    int64_t p0 = (mt->user & NM_LLM_IN_AT_POS) ? NM_LLM_IN_POS_OF(mt->user) : q->pos;
     if (p0 < 0 || rows > b->n_ctx || p0 > b->n_ctx - rows)
         return fail(b, NM_ERR_RANGE, "llm brick: input slot %llu: %lld positions from %lld do not fit the context of %d",
                     seq, (long long)rows, (long long)p0, b->n_ctx);
@@ -336,250 +416,512 @@ static nm_status check_input(llm_brick *b, const nm_tabm_slot *s, int32_t *n, in
     return NM_OK;
 }
 
-// Decodes one valid input slot in place, in batches of n_batch. last: the
-// slot ends the prompt (its last position must be decoded for the logits).
-static nm_status decode_slot(llm_brick *b, const nm_tabm_slot *s, int32_t n, int32_t p0, bool last) {
-    double t0 = now_s();
-    nm_status st = NM_OK;
-    int32_t k = 0;
-    // Positions skipped over (a slot placed past what is cached) hold unknown entries.
-    for (int32_t i = b->n_cached; i < p0; i++) b->cached[i] = -1;
-    if (b->n_cached < p0) b->n_cached = p0;
-    if (s->meta->kind == NM_TABM_TOKENS) {
-        const int32_t *t = s->data; // the slot's payload, read in place
-        // Prefix reuse: positions the cache already holds with the same tokens.
-        while (b->p.cache_prompt && k < n && p0 + k < b->n_cached && b->cached[p0 + k] == t[k]) k++;
-        if (k == n && last) k--; // the last position is decoded again for its logits
-        for (int32_t i = k; i < n && st == NM_OK; i += b->n_batch) {
-            int32_t nb = n - i < b->n_batch ? n - i : b->n_batch;
-            if (nm_tabm_request_cancelled(b->in, b->request)) {
-                st = NM_ERR_CANCELLED;
-                break;
-            }
-            st = nm_decode(b->c, t + i, nb, p0 + i, false);
-            if (st != NM_OK) break;
-            for (int32_t j = 0; j < nb; j++) {
-                b->cached[p0 + i + j] = t[i + j];
-                nm_sampler_accept(b->cur, t[i + j]);
-            }
-            b->n_cached = p0 + i + nb;
-        }
-    } else {
-        const float *x = s->data; // (n, n_embd), read in place
-        for (int32_t i = 0; i < n && st == NM_OK; i += b->n_batch) {
-            int32_t nb = n - i < b->n_batch ? n - i : b->n_batch;
-            if (nm_tabm_request_cancelled(b->in, b->request)) {
-                st = NM_ERR_CANCELLED;
-                break;
-            }
-            st = nm_decode_embd(b->c, x + (size_t)i * (size_t)b->n_embd, nb, p0 + i, false);
-            if (st != NM_OK) break;
-            for (int32_t j = 0; j < nb; j++) b->cached[p0 + i + j] = -1;
-            b->n_cached = p0 + i + nb;
-        }
-    }
-    if (st == NM_ERR_CANCELLED) {
-        // stopped between batches: what is cached is whole
-    } else if (st != NM_OK) {
-        // A failed decode may have written part of the cache from its first position on.
-        int32_t bad_from = p0 + k;
-        if (b->n_cached > bad_from) b->n_cached = bad_from;
-        fail(b, st, "llm brick: decode of input slot %llu failed: %s (%s)", (unsigned long long)s->meta->seq,
-             nm_status_str(st), nm_ctx_last_error(b->c));
-    } else {
-        if (b->n_cached < p0 + n) b->n_cached = p0 + n; // a fully reused slot
-        b->st.n_prompt_tokens += (uint64_t)(n - k);
-    }
-    b->pos = p0 + n;
-    b->st.t_prompt += now_s() - t0;
-    return st;
-}
-
 // Publishes a held output slot with n tokens (ndim 0 when none) and `user`.
-static nm_status put_out(llm_brick *b, nm_tabm *out, nm_tabm_slot *o, int32_t n, uint64_t user) {
+static nm_status put_out(llm_brick *b, const llm_req *r, nm_tabm_slot *o, int32_t n, uint64_t user) {
     nm_tabm_meta *mt = o->meta;
     mt->kind = NM_TABM_TOKENS;
     mt->ndim = n > 0 ? 1 : 0;
     mt->shape[0] = n;
     mt->size = sizeof(int32_t) * (uint64_t)n;
     mt->user = user;
-    mt->request = b->request;
+    mt->request = r->id;
     b->st.n_out_slots++; // stats and the last error are written before the slot is visible
-    nm_status st = nm_tabm_publish(out, o);
+    nm_status st = nm_tabm_publish(b->out, o);
     if (st != NM_OK) {
         b->st.n_out_slots--;
-        fail(b, st, "llm brick: publish on the output ring: %s", nm_tabm_last_error(out));
-        nm_tabm_cancel(out, o);
+        fail(b, st, "llm brick: publish on the output ring: %s", nm_tabm_last_error(b->out));
+        nm_tabm_cancel(b->out, o);
     }
     return st;
 }
 
 // Takes an output slot; on shutdown of the output ring, shuts the input one too.
-static nm_status take_out(llm_brick *b, nm_tabm *in, nm_tabm *out, nm_tabm_slot *o) {
-    nm_status st = nm_tabm_acquire_write(out, b->producer, b->timeout_ns, o);
+static nm_status take_out(llm_brick *b, nm_tabm_slot *o) {
+    nm_status st = nm_tabm_acquire_write(b->out, b->producer, b->timeout_ns, o);
     if (st == NM_ERR_SHUTDOWN) {
-        nm_tabm_shutdown(in);
+        nm_tabm_shutdown(b->in);
         return fail(b, st, "llm brick: the output ring was shut down");
     }
     if (st != NM_OK) return fail(b, st, "llm brick: waiting for an output slot: %s", nm_status_str(st));
     return NM_OK;
 }
 
-// The last slot of a prompt's output: the stop reason, and NM_BRICK_ERROR when the prompt failed.
+// The last slot of a request's output: the stop reason, and NM_BRICK_ERROR when the request failed.
 static uint64_t end_user(nm_llm_stop why) {
     const bool failed = why == NM_LLM_STOP_BAD_INPUT || why == NM_LLM_STOP_ERROR;
     return ((uint64_t)why << 8) | (failed ? NM_BRICK_ERROR : 0) | (why == NM_LLM_STOP_CANCELLED ? NM_BRICK_CANCELLED : 0);
 }
 
-// Samples and decodes up to n_predict tokens after the prompt, writing them
-// to `out`; ends with the END slot.
-static nm_status generate(llm_brick *b, nm_tabm *in, nm_tabm *out) {
-    double t0 = now_s();
-    nm_tabm_slot o;
-    bool held = false;
-    int32_t n_held = 0;
-    nm_llm_stop why = NM_LLM_STOP_N_PREDICT;
-    nm_status st = NM_OK;
-    nm_detok dt = {0}; // the stop strings look at this prompt's generated text only
-    b->n_tail = 0;
-    b->tail[0] = '\0';
-    for (int32_t i = 0; b->p.n_predict < 0 || i < b->p.n_predict; i++) {
-        if (b->pos >= b->n_ctx) {
-            why = NM_LLM_STOP_CTX_FULL;
-            break;
-        }
-        if (nm_tabm_request_cancelled(in, b->request)) {
-            why = NM_LLM_STOP_CANCELLED;
-            break;
-        }
-        const float *logits = nm_get_logits(b->c, -1);
-        if (b->p.ignore_eos) { // as llama.cpp's logit bias of -inf on every end-of-generation token
-            memcpy(b->masked, logits, sizeof(float) * (size_t)b->n_vocab);
-            for (int32_t e = 0; e < b->n_eog; e++) b->masked[b->eog[e]] = -INFINITY;
-            logits = b->masked;
-        }
-        int32_t tok = nm_sampler_sample(b->cur, logits);
-        if (nm_token_is_eog(b->m, tok)) {
-            why = NM_LLM_STOP_EOG;
-            break;
-        }
-        nm_sampler_accept(b->cur, tok);
-        // The token goes out before it is decoded, so the consumer works on it
-        // (prints it) while the next step runs.
-        if (!held) {
-            if ((st = take_out(b, in, out, &o)) != NM_OK) goto out;
-            held = true;
-        }
-        ((int32_t *)o.data)[n_held++] = tok;
-        if (n_held == b->p.out_batch) {
-            held = false;
-            st = put_out(b, out, &o, n_held, NM_BRICK_MORE);
-            n_held = 0;
-            if (st != NM_OK) goto out;
-        }
-        b->cached[b->pos] = tok;
-        st = nm_decode(b->c, &tok, 1, b->pos, false);
-        if (st != NM_OK) {
-            fail(b, st, "llm brick: decode failed at position %d: %s (%s)", b->pos, nm_status_str(st),
-                 nm_ctx_last_error(b->c));
-            if (b->n_cached > b->pos) b->n_cached = b->pos;
-            why = NM_LLM_STOP_ERROR;
-            break;
-        }
-        b->pos++;
-        if (b->n_cached < b->pos) b->n_cached = b->pos;
-        b->st.n_gen++;
-        if (b->p.n_stop > 0 && reached_stop(b, &dt, tok)) {
-            why = NM_LLM_STOP_STRING;
-            break;
-        }
-    }
-    if (why == NM_LLM_STOP_CANCELLED) {
-        nm_tabm_cancel_request(out, b->request); // what went out may still be queued downstream
-        b->st.n_cancelled++;
-    }
-    if (!held && (st = take_out(b, in, out, &o)) != NM_OK) goto out;
-    // The END slot makes the brick idle for its reader: account first.
-    b->st.n_prompts++;
-    b->st.t_gen += now_s() - t0;
-    if ((st = put_out(b, out, &o, n_held, end_user(why))) != NM_OK) b->st.n_prompts--;
-    return st;
-out:
-    if (held) nm_tabm_cancel(out, &o);
-    b->st.t_gen += now_s() - t0;
-    return st;
+// ---- the engine: requests on sequences, decoded together ---------------------------------
+//
+// Each request is bound to one of the context's sequences and goes through
+// it: its input slots are held in order and decoded in place (token parts
+// in prefill chunks, embedding parts in passes of their own), then it
+// generates a token a step. A step is one forward pass (nm_decode_seqs)
+// carrying the pending token of every generating request and prompt chunks
+// of the others, up to n_batch rows, those whose logits are wanted last.
+// With one sequence a run serves one request (the next is not read before
+// it ends, as the brick protocol's step); with several, every request that
+// comes while others are served, returning once none is left.
+
+static bool req_bound(const llm_req *r) { return r->used && r->seq >= 0; }
+
+// The request a slot belongs to, or NULL: with one sequence the one still
+// reading its input (its slots may carry other ids: it answers with its
+// first slot's), with several the one of the slot's id.
+static llm_req *req_of(llm_brick *b, uint64_t id) {
+    for (int32_t i = 0; i < b->n_req; i++)
+        if (b->req[i].used && !b->req[i].got_last && (b->n_seq == 1 || b->req[i].id == id)) return &b->req[i];
+    return NULL;
 }
 
-// Writes the END slot of a prompt that was dropped.
-static nm_status end_dropped(llm_brick *b, nm_tabm *in, nm_tabm *out, nm_llm_stop why) {
-    if (why == NM_LLM_STOP_CANCELLED) {
-        nm_tabm_cancel_request(out, b->request);
-        b->st.n_cancelled++;
-    }
-    nm_tabm_slot o;
-    nm_status st = take_out(b, in, out, &o);
-    if (st != NM_OK) return st;
-    b->st.n_prompts++;
-    if ((st = put_out(b, out, &o, 0, end_user(why))) != NM_OK) b->st.n_prompts--;
-    return st;
+// Releases the head part (decoded, or dropped).
+static void part_done(llm_brick *b, llm_req *r) {
+    nm_tabm_release(b->in, &r->parts[r->head]);
+    r->head++;
+    r->off = 0;
+    r->checked = false;
 }
 
-static nm_status llm_step(llm_brick *b, nm_tabm *in, nm_tabm *out) {
-    if (sizeof(int32_t) * (size_t)b->p.out_batch > nm_tabm_max_payload(out))
-        return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold %d tokens",
-                    nm_tabm_max_payload(out), b->p.out_batch);
-    const int32_t prompt_pos = b->pos;
-    nm_llm_stop dropped = NM_LLM_STOP_NONE; // set once a slot of this prompt failed: skip the rest
-    bool first = true;
+// Holds a slot read from the input: onto its request's parts, or a new request's.
+static void take_slot(llm_brick *b, nm_tabm_slot *s) {
+    b->st.n_in_slots++;
+    llm_req *r = req_of(b, s->meta->request);
+    if (!r) {
+        for (int32_t i = 0; i < b->n_req && !r; i++)
+            if (!b->req[i].used) r = &b->req[i];
+        memset(r, 0, sizeof *r); // (the reader reads only while a request struct is free)
+        r->used = true;
+        r->id = s->meta->request;
+        r->seq = -1;
+        r->arrival = ++b->tick;
+    }
+    if (!(s->meta->user & NM_BRICK_MORE)) r->got_last = true;
+    if (r->n_parts == NM_LLM_MAX_PARTS && r->head > 0) { // room again: what was decoded goes
+        memmove(r->parts, r->parts + r->head, sizeof r->parts[0] * (size_t)(r->n_parts - r->head));
+        r->n_parts -= r->head;
+        r->head = 0;
+    }
+    if (r->dropped != NM_LLM_STOP_NONE) { // a dropped request's rest: read and dropped
+        nm_tabm_release(b->in, s);
+    } else if (r->n_parts == NM_LLM_MAX_PARTS) {
+        nm_tabm_release(b->in, s);
+        fail(b, NM_ERR_RANGE, "llm brick: request %llu: more than %d of its input slots wait to be decoded",
+             (unsigned long long)r->id, NM_LLM_MAX_PARTS);
+        r->dropped = NM_LLM_STOP_BAD_INPUT;
+        b->st.n_bad_slots++;
+    } else {
+        r->parts[r->n_parts++] = *s;
+    }
+}
+
+// How many of the slot's tokens the sequence's cache holds from its position.
+static int32_t cached_run(const llm_seq *q, const nm_tabm_slot *s) {
+    if (s->meta->kind != NM_TABM_TOKENS || s->meta->ndim != 1 || !(s->meta->user & NM_LLM_IN_AT_POS)) return 0;
+    const int32_t *t = s->data, p0 = NM_LLM_IN_POS_OF(s->meta->user);
+    const int64_t n = s->meta->shape[0];
+    int32_t k = 0;
+    while (p0 >= 0 && k < n && p0 + k < q->n_cached && q->cached[p0 + k] == t[k]) k++;
+    return k;
+}
+
+// Binds the requests that wait, in arrival order, to free sequences: the one
+// whose cache holds the longest start of the request's first prompt part (a
+// repeated system prompt is not decoded again), else the least recently used.
+static void bind_requests(llm_brick *b) {
     for (;;) {
+        llm_req *r = NULL;
+        for (int32_t i = 0; i < b->n_req; i++) {
+            llm_req *x = &b->req[i];
+            if (x->used && x->seq < 0 && x->dropped == NM_LLM_STOP_NONE && (!r || x->arrival < r->arrival)) r = x;
+        }
+        if (!r) return;
+        const nm_tabm_slot *first = NULL; // its first prompt part (after its PARAMS), if it has come
+        for (int32_t k = r->head; k < r->n_parts && !first; k++)
+            if (r->parts[k].meta->kind != NM_TABM_PARAMS) first = &r->parts[k];
+        if (!first && !r->got_last && b->n_seq > 1) return; // the choice waits for it
+        int32_t best = -1, best_run = -1;
+        for (int32_t s = 0; s < b->n_seq; s++) {
+            const llm_seq *q = &b->seq[s];
+            if (q->r) continue;
+            const int32_t run = first ? cached_run(q, first) : 0;
+            if (run > best_run || (run == best_run && q->used < b->seq[best].used)) best = s, best_run = run;
+        }
+        if (best < 0) return; // every sequence is busy
+        llm_seq *q = &b->seq[best];
+        q->r = r;
+        q->used = ++b->tick;
+        r->seq = best;
+        r->prompt_pos = q->pos;
+        r->cur = q->s; // the sequence's sampler, unless a PARAMS slot brings the request's own
+        r->p = b->p;
+    }
+}
+
+// Publishes a request's last slot (the tokens it still holds, the reason)
+// and frees its sequence and itself.
+static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why) {
+    if (why == NM_LLM_STOP_CANCELLED) {
+        nm_tabm_cancel_request(b->out, r->id); // what went out may still be queued downstream
+        b->st.n_cancelled++;
+    }
+    while (r->head < r->n_parts) part_done(b, r);
+    nm_status st = NM_OK;
+    if (!r->held && (st = take_out(b, &r->out)) == NM_OK) r->held = true;
+    if (st == NM_OK) {
+        b->st.n_prompts++; // the END slot makes the brick idle for its reader: account first
+        r->held = false;
+        if ((st = put_out(b, r, &r->out, r->n_held, end_user(why))) != NM_OK) b->st.n_prompts--;
+    }
+    if (r->seq >= 0) {
+        llm_seq *q = &b->seq[r->seq];
+        if (!r->generating) q->pos = r->prompt_pos; // a dropped prompt leaves no position behind
+        q->r = NULL;
+    }
+    nm_sampler_free(r->own_s);
+    memset(r, 0, sizeof *r);
+    return st;
+}
+
+// Drops a request whose prompt failed or was cancelled: its held parts now,
+// its END once its last slot has been read.
+static nm_status drop(llm_brick *b, llm_req *r, nm_llm_stop why) {
+    if (r->dropped == NM_LLM_STOP_NONE) r->dropped = why;
+    while (r->head < r->n_parts) part_done(b, r);
+    if (r->seq >= 0) { // its sequence goes back now
+        llm_seq *q = &b->seq[r->seq];
+        q->pos = r->prompt_pos;
+        q->r = NULL;
+        r->seq = -1;
+    }
+    return r->got_last ? end_request(b, r, r->dropped) : NM_OK;
+}
+
+// Checks r's head part: a PARAMS slot (taken), a cancelled request, the
+// slot's kind, shape and room; sets n, p0, last and the rows the cache
+// already holds. False when the request is dropped.
+static bool check_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
+    llm_seq *q = &b->seq[r->seq];
+    const bool last = !(s->meta->user & NM_BRICK_MORE), first = !r->started;
+    r->started = true;
+    if (first && s->meta->kind == NM_TABM_PARAMS) {
+        const nm_status st = last ? fail(b, NM_ERR_FORMAT, "llm brick: request %llu is parameters alone: no prompt "
+                                         "follows (the parameters slot lacks NM_BRICK_MORE)", (unsigned long long)r->id)
+                                  : take_params(b, r, s);
+        if (st != NM_OK) {
+            b->st.n_bad_slots++;
+            r->dropped = NM_LLM_STOP_BAD_INPUT;
+            return false;
+        }
+        part_done(b, r);
+        return true;
+    }
+    if (nm_req_cancelled(b->in, s->meta->user, r->id)) {
+        r->dropped = NM_LLM_STOP_CANCELLED;
+        return false;
+    }
+    int32_t n = 0, p0 = 0;
+    if (check_input(b, q, s, &n, &p0) != NM_OK) {
+        b->st.n_bad_slots++;
+        r->dropped = NM_LLM_STOP_BAD_INPUT;
+        return false;
+    }
+    // Positions skipped over (a slot placed past what is cached) hold unknown entries.
+    for (int32_t i = q->n_cached; i < p0; i++) q->cached[i] = -1;
+    if (q->n_cached < p0) q->n_cached = p0;
+    r->n = n, r->p0 = p0, r->last = last, r->off = 0;
+    if (s->meta->kind == NM_TABM_TOKENS) {
+        const int32_t *t = s->data;
+        int32_t k = 0; // prefix reuse: positions the cache already holds with the same tokens
+        while (r->p.cache_prompt && k < n && p0 + k < q->n_cached && q->cached[p0 + k] == t[k]) k++;
+        if (k == n && last) k--; // the last position is decoded again for its logits
+        r->off = k;
+    }
+    r->checked = true;
+    q->pos = p0 + r->off;
+    if (r->off == n) { // every token already there
+        q->pos = p0 + n;
+        part_done(b, r);
+    }
+    return true;
+}
+
+// Samples r's next token and writes it out (it is decoded by the next pass):
+// NM_LLM_STOP_NONE, or why r stops here (*st set when a ring failed).
+static nm_llm_stop sample(llm_brick *b, llm_req *r, const float *logits, nm_status *st) {
+    const double t0 = now_s();
+    llm_seq *q = &b->seq[r->seq];
+    *st = NM_OK;
+    r->generating = true;
+    if (r->p.n_predict >= 0 && r->n_gen >= r->p.n_predict) return NM_LLM_STOP_N_PREDICT;
+    if (q->pos >= b->n_ctx) return NM_LLM_STOP_CTX_FULL;
+    if (nm_tabm_request_cancelled(b->in, r->id)) return NM_LLM_STOP_CANCELLED;
+    if (r->p.ignore_eos) { // as llama.cpp's logit bias of -inf on every end-of-generation token
+        memcpy(b->masked, logits, sizeof(float) * (size_t)b->n_vocab);
+        for (int32_t e = 0; e < b->n_eog; e++) b->masked[b->eog[e]] = -INFINITY;
+        logits = b->masked;
+    }
+    const int32_t tok = nm_sampler_sample(r->cur, logits);
+    if (nm_token_is_eog(b->m, tok)) return NM_LLM_STOP_EOG;
+    nm_sampler_accept(r->cur, tok);
+    // The token goes out before it is decoded, so the consumer works on it
+    // (prints it) while the next pass runs. With several sequences each
+    // token goes at once (a slot held across passes by each could fill the ring).
+    if (!r->held) {
+        if ((*st = take_out(b, &r->out)) != NM_OK) return NM_LLM_STOP_ERROR;
+        r->held = true;
+    }
+    ((int32_t *)r->out.data)[r->n_held++] = tok;
+    if (r->n_held == r->p.out_batch || b->n_seq > 1) {
+        r->held = false;
+        *st = put_out(b, r, &r->out, r->n_held, NM_BRICK_MORE);
+        r->n_held = 0;
+        if (*st != NM_OK) return NM_LLM_STOP_ERROR;
+    }
+    r->pending = tok;
+    q->cached[q->pos] = tok;
+    r->n_gen++;
+    if (r->p.n_stop > 0 && reached_stop(b, r, tok)) r->stop_after = true; // written and decoded, then it stops
+    b->st.t_gen += now_s() - t0;
+    return NM_LLM_STOP_NONE;
+}
+
+// After a sample: ends r when it stopped. A ring failure stops the brick.
+static nm_status sampled(llm_brick *b, llm_req *r, const float *logits) {
+    nm_status st;
+    const nm_llm_stop why = sample(b, r, logits, &st);
+    if (st != NM_OK) return st;
+    return why != NM_LLM_STOP_NONE ? end_request(b, r, why) : NM_OK;
+}
+
+// Decodes r's embedding part in passes of its own, reading the slot's rows
+// in place; samples when it ends the prompt. A failed ring stops the brick.
+static nm_status embd_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
+    llm_seq *q = &b->seq[r->seq];
+    const float *x = s->data;
+    while (r->off < r->n) {
+        if (nm_tabm_request_cancelled(b->in, r->id)) return drop(b, r, NM_LLM_STOP_CANCELLED);
+        const int32_t nb = r->n - r->off < b->n_batch ? r->n - r->off : b->n_batch, at = r->p0 + r->off;
+        const double t0 = now_s();
+        const nm_status st = nm_decode_embd_seq(b->c, x + (size_t)r->off * (size_t)b->n_embd, nb, at, r->seq, false);
+        b->st.t_prompt += now_s() - t0;
+        if (st != NM_OK) {
+            if (q->n_cached > at) q->n_cached = at; // a failed decode may have written from there on
+            fail(b, st, "llm brick: decode of input slot %llu failed: %s (%s)", (unsigned long long)s->meta->seq,
+                 nm_status_str(st), nm_ctx_last_error(b->c));
+            return drop(b, r, NM_LLM_STOP_ERROR);
+        }
+        for (int32_t j = 0; j < nb; j++) q->cached[at + j] = -1;
+        r->off += nb;
+        q->pos = r->p0 + r->off;
+        if (q->n_cached < q->pos) q->n_cached = q->pos;
+        b->st.n_prompt_tokens += (uint64_t)nb;
+    }
+    const bool end = r->last;
+    part_done(b, r);
+    return end ? sampled(b, r, nm_get_logits(b->c, -1)) : NM_OK;
+}
+
+// Reads what the input has: a wait when nothing else can move, else only
+// what is there. *idle: the run is over (every request it took has ended).
+static nm_status read_input(llm_brick *b, bool *served, bool *idle) {
+    *idle = false;
+    for (;;) {
+        bind_requests(b);
+        int32_t active = 0;
+        bool work = false, need = false; // something to decode; a request still reading its input
+        for (int32_t i = 0; i < b->n_req; i++) {
+            const llm_req *r = &b->req[i];
+            if (!r->used) continue;
+            active++;
+            need = need || !r->got_last;
+            if (req_bound(r) && (r->generating || r->head < r->n_parts)) work = true;
+        }
+        if (active == 0 && *served) {
+            *idle = true;
+            return NM_OK;
+        }
+        const bool new_ones = b->n_seq > 1 || active == 0; // (one sequence: one request a run)
+        if (b->in_shut || (!need && !new_ones) || active == b->n_req) return NM_OK;
         nm_tabm_slot s;
-        nm_status st = nm_tabm_acquire_read(in, b->timeout_ns, &s);
+        const nm_status st = nm_tabm_acquire_read(b->in, work ? 0 : b->timeout_ns, &s);
+        if (st == NM_ERR_AGAIN) return NM_OK;
         if (st == NM_ERR_SHUTDOWN) {
-            nm_tabm_shutdown(out);
+            b->in_shut = true;
+            if (active > 0) return NM_OK; // those that have their input are served first
+            nm_tabm_shutdown(b->out);
             return fail(b, st, "llm brick: the input ring was shut down");
         }
         if (st != NM_OK) return fail(b, st, "llm brick: waiting for an input slot: %s", nm_status_str(st));
-        b->st.n_in_slots++;
-        const bool last = !(s.meta->user & NM_BRICK_MORE);
-        if (first) b->request = s.meta->request;
-        const bool params = first && s.meta->kind == NM_TABM_PARAMS;
-        first = false;
-        if (dropped == NM_LLM_STOP_NONE && params) {
-            st = last ? fail(b, NM_ERR_FORMAT, "llm brick: request %llu is parameters alone: no prompt follows (the "
-                             "parameters slot lacks NM_BRICK_MORE)", (unsigned long long)b->request)
-                      : take_params(b, &s);
-            if (st != NM_OK) {
-                dropped = NM_LLM_STOP_BAD_INPUT;
-                b->st.n_bad_slots++;
-            }
-        } else if (dropped == NM_LLM_STOP_NONE && nm_req_cancelled(in, s.meta->user, b->request)) {
-            dropped = NM_LLM_STOP_CANCELLED;
-        } else if (dropped == NM_LLM_STOP_NONE) {
-            int32_t n = 0, p0 = 0;
-            st = check_input(b, &s, &n, &p0);
-            if (st == NM_OK) {
-                st = decode_slot(b, &s, n, p0, last);
-                if (st != NM_OK) dropped = st == NM_ERR_CANCELLED ? NM_LLM_STOP_CANCELLED : NM_LLM_STOP_ERROR;
-            } else {
-                dropped = NM_LLM_STOP_BAD_INPUT;
-                b->st.n_bad_slots++;
-            }
-        }
-        if (dropped != NM_LLM_STOP_NONE) b->pos = prompt_pos; // the dropped prompt leaves no position behind
-        nm_tabm_release(in, &s); // decoded: the payload is no longer read
-        if (last) break;
+        take_slot(b, &s);
+        *served = true;
     }
-    if (dropped != NM_LLM_STOP_NONE) return end_dropped(b, in, out, dropped);
-    return generate(b, in, out);
 }
 
-// One prompt.
+// The requests whose input will not come (the ring was shut down) fail.
+static nm_status input_gone(llm_brick *b) {
+    for (int32_t i = 0; i < b->n_req; i++) {
+        llm_req *r = &b->req[i];
+        if (!r->used || r->got_last) continue;
+        fail(b, NM_ERR_SHUTDOWN, "llm brick: request %llu: the input ring was shut down before its last slot",
+             (unsigned long long)r->id);
+        r->got_last = true;
+        if (r->dropped == NM_LLM_STOP_NONE) r->dropped = NM_LLM_STOP_ERROR;
+        nm_status st = drop(b, r, r->dropped);
+        if (st != NM_OK) return st;
+    }
+    return NM_OK;
+}
+
+// One pass: the generating requests' tokens and prompt chunks, then what it gave.
+static nm_status pass(llm_brick *b) {
+    int32_t n = 0, n_gen = 0, n_prompt = 0;
+    // the generating requests' pending tokens first in line for the batch's rows, in arrival order
+    for (int32_t i = 0; i < b->n_req; i++) {
+        llm_req *r = &b->req[i];
+        r->row_kind = ROW_NONE;
+        if (req_bound(r) && r->generating && n_gen < b->n_batch) r->row_kind = ROW_GEN, n_gen++;
+    }
+    // prompt chunks in the room left, rows without logits first
+    for (int32_t i = 0; i < b->n_req && n + n_gen < b->n_batch; i++) {
+        llm_req *r = &b->req[i];
+        if (!req_bound(r) || r->generating || !r->checked || r->head >= r->n_parts) continue;
+        nm_tabm_slot *s = &r->parts[r->head];
+        if (s->meta->kind != NM_TABM_TOKENS) continue;
+        if (nm_tabm_request_cancelled(b->in, r->id)) { // stopped between chunks: what is cached is whole
+            nm_status st = drop(b, r, NM_LLM_STOP_CANCELLED);
+            if (st != NM_OK) return st;
+            continue;
+        }
+        const int32_t *t = s->data;
+        int32_t take = r->n - r->off;
+        if (take > b->n_batch - n - n_gen) take = b->n_batch - n - n_gen;
+        const bool ends = r->last && r->off + take == r->n;
+        r->row_kind = ends ? ROW_PROMPT_END : ROW_PROMPT;
+        r->chunk = take;
+        for (int32_t j = 0; j < take - (ends ? 1 : 0); j++) {
+            b->bt[n] = t[r->off + j];
+            b->bp[n] = r->p0 + r->off + j;
+            b->bs[n++] = r->seq;
+        }
+        n_prompt += take;
+    }
+    const int32_t first_logit = n;
+    for (int32_t i = 0; i < b->n_req; i++) { // the rows whose logits are wanted: prompt ends, then tokens
+        llm_req *r = &b->req[i];
+        if (r->row_kind != ROW_PROMPT_END) continue;
+        const int32_t j = r->off + r->chunk - 1;
+        r->row = n;
+        b->bt[n] = ((const int32_t *)r->parts[r->head].data)[j], b->bp[n] = r->p0 + j, b->bs[n++] = r->seq;
+    }
+    for (int32_t i = 0; i < b->n_req; i++) {
+        llm_req *r = &b->req[i];
+        if (r->row_kind != ROW_GEN) continue;
+        r->row = n;
+        b->bt[n] = r->pending, b->bp[n] = b->seq[r->seq].pos, b->bs[n++] = r->seq;
+    }
+    if (n == 0) return NM_OK;
+    const double t0 = now_s();
+    const nm_status dst = nm_decode_seqs(b->c, b->bt, b->bp, b->bs, n, n - first_logit);
+    const double dt = now_s() - t0;
+    b->st.t_prompt += dt * n_prompt / n;
+    b->st.t_gen += dt * (n - n_prompt) / n;
+    for (int32_t i = 0; i < b->n_req; i++) {
+        llm_req *r = &b->req[i];
+        if (!r->used || r->row_kind == ROW_NONE) continue;
+        llm_seq *q = &b->seq[r->seq];
+        nm_status st = NM_OK;
+        if (r->row_kind == ROW_GEN) {
+            if (dst != NM_OK) {
+                fail(b, dst, "llm brick: decode failed at position %d: %s (%s)", q->pos, nm_status_str(dst),
+                     nm_ctx_last_error(b->c));
+                if (q->n_cached > q->pos) q->n_cached = q->pos;
+                st = end_request(b, r, NM_LLM_STOP_ERROR);
+            } else {
+                q->pos++;
+                if (q->n_cached < q->pos) q->n_cached = q->pos;
+                b->st.n_gen++;
+                st = r->stop_after ? end_request(b, r, NM_LLM_STOP_STRING)
+                                   : sampled(b, r, nm_get_logits(b->c, r->row));
+            }
+        } else {
+            const nm_tabm_slot *s = &r->parts[r->head];
+            const int32_t at = r->p0 + r->off;
+            if (dst != NM_OK) {
+                if (q->n_cached > at) q->n_cached = at; // a failed decode may have written from there on
+                fail(b, dst, "llm brick: decode of input slot %llu failed: %s (%s)", (unsigned long long)s->meta->seq,
+                     nm_status_str(dst), nm_ctx_last_error(b->c));
+                st = drop(b, r, NM_LLM_STOP_ERROR);
+            } else {
+                const int32_t *t = s->data;
+                for (int32_t j = 0; j < r->chunk; j++) {
+                    q->cached[at + j] = t[r->off + j];
+                    nm_sampler_accept(r->cur, t[r->off + j]);
+                }
+                r->off += r->chunk;
+                q->pos = r->p0 + r->off;
+                if (q->n_cached < q->pos) q->n_cached = q->pos;
+                b->st.n_prompt_tokens += (uint64_t)r->chunk;
+                const bool end = r->row_kind == ROW_PROMPT_END;
+                if (r->off == r->n) part_done(b, r);
+                if (end) st = sampled(b, r, nm_get_logits(b->c, r->row));
+            }
+        }
+        if (st != NM_OK) return st;
+    }
+    return NM_OK;
+}
+
+static nm_status engine_run(llm_brick *b) {
+    bool served = false;
+    for (;;) {
+        bool idle;
+        nm_status st = read_input(b, &served, &idle);
+        if (st != NM_OK || idle) return st;
+        if (b->in_shut && (st = input_gone(b)) != NM_OK) return st;
+        bind_requests(b);
+        // each bound request's parts up to its next token part: PARAMS, checks, embeddings
+        for (int32_t i = 0; i < b->n_req; i++) {
+            llm_req *r = &b->req[i];
+            while (req_bound(r) && !r->generating && r->head < r->n_parts) {
+                nm_tabm_slot *s = &r->parts[r->head];
+                if (!r->checked && !check_part(b, r, s)) {
+                    st = drop(b, r, r->dropped);
+                    break;
+                }
+                if (!r->checked) continue; // (a PARAMS slot, taken; or a part the cache held whole)
+                if (s->meta->kind != NM_TABM_EMBD_F32) break; // a token part: rows of the pass
+                if ((st = embd_part(b, r, s)) != NM_OK) break;
+            }
+            if (st != NM_OK) return st;
+            if (r->used && r->seq < 0 && r->dropped != NM_LLM_STOP_NONE && r->got_last &&
+                (st = end_request(b, r, r->dropped)) != NM_OK) // (dropped before a sequence took it)
+                return st;
+        }
+        if ((st = pass(b)) != NM_OK) return st;
+        if (b->in_shut) {
+            bool any = false;
+            for (int32_t i = 0; i < b->n_req; i++) any = any || b->req[i].used;
+            if (!any) {
+                nm_tabm_shutdown(b->out);
+                return fail(b, NM_ERR_SHUTDOWN, "llm brick: the input ring was shut down");
+            }
+        }
+    }
+}
+
+// Serves requests: one with one sequence, every one that comes while others
+// are served with several (it returns once none is left).
 static nm_status llm_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     llm_brick *b = state;
     b->self = self;
     b->in = in;
-    nm_status st = llm_step(b, in, out);
-    end_request(b);
+    b->out = out;
+    if (sizeof(int32_t) * (size_t)b->p.out_batch > nm_tabm_max_payload(out))
+        return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold %d tokens",
+                    nm_tabm_max_payload(out), b->p.out_batch);
+    nm_status st = engine_run(b);
+    if (st != NM_OK) release_held(b);
     return st;
 }
 

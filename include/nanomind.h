@@ -868,6 +868,10 @@ typedef struct nm_brick_stats {
     // STT, TTS
     uint64_t n_samples;           // audio samples in (STT) or out (TTS)
     uint64_t n_segments;          // STT
+    // LLM
+    uint64_t n_passes;            // forward passes (a prompt chunk, a step of the generating sequences)
+    uint64_t n_pass_seqs;         // sequences those passes carried, summed (/ n_passes: the mean batch)
+    uint32_t max_pass_seqs;       // the most one pass carried
 } nm_brick_stats;
 
 // A brick's implementation. Members are only ever appended (version says how

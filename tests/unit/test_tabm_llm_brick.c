@@ -760,4 +760,218 @@ NM_TEST(tabm_llm_brick_bad_args) {
     nm_tabm_free(out);
 }
 
+// Writes a request's parts as slots of one id (with several sequences the
+// brick tells requests apart by id: their slots may interleave in the ring).
+typedef struct request_writer {
+    nm_tabm *r;
+    const part *p;
+    int n_parts;
+    uint64_t id;
+    nm_status st;
+} request_writer;
+
+static void *request_writer_main(void *arg) {
+    request_writer *W = arg;
+    W->st = NM_OK;
+    for (int k = 0; k < W->n_parts && W->st == NM_OK; k++) {
+        nm_tabm_slot s;
+        if ((W->st = nm_tabm_acquire_write(W->r, 7, 5ll * 1000000000, &s)) != NM_OK) break;
+        const part *p = &W->p[k];
+        *s.meta = (nm_tabm_meta){.kind = (uint32_t)p->kind, .user = p->user, .request = W->id};
+        if (p->kind == NM_TABM_PARAMS) {
+            const size_t n = strlen(p->json);
+            memcpy(s.data, p->json, n);
+            s.meta->ndim = 1, s.meta->shape[0] = (int64_t)n, s.meta->size = n;
+        } else if (p->kind == NM_TABM_TOKENS) {
+            memcpy(s.data, p->tok, sizeof(int32_t) * (size_t)p->n);
+            s.meta->ndim = 1, s.meta->shape[0] = p->n, s.meta->size = sizeof(int32_t) * (uint64_t)p->n;
+        } else {
+            memcpy(s.data, p->embd, sizeof(float) * (size_t)p->n * N_EMBD);
+            s.meta->ndim = 2, s.meta->shape[0] = p->n, s.meta->shape[1] = N_EMBD;
+            s.meta->size = sizeof(float) * (uint64_t)p->n * N_EMBD;
+        }
+        W->st = nm_tabm_publish(W->r, &s);
+        usleep(1000); // the other writers' slots come in between
+    }
+    return NULL;
+}
+
+// The answers of n requests (ids from id0) read from one ring: tokens and stop reasons by request.
+static bool read_answers(nm_tabm *r, uint64_t id0, int n, int32_t got[][64], int32_t *n_got, nm_llm_stop *why) {
+    int ended = 0;
+    for (int k = 0; k < n; k++) n_got[k] = 0, why[k] = NM_LLM_STOP_NONE;
+    while (ended < n) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(r, 10ll * 1000000000, &s) != NM_OK) return false;
+        const int k = (int)(s.meta->request - id0);
+        if (k < 0 || k >= n || why[k] != NM_LLM_STOP_NONE) {
+            nm_tabm_release(r, &s);
+            return false;
+        }
+        const int32_t c = s.meta->ndim == 1 ? (int32_t)s.meta->shape[0] : 0;
+        for (int32_t i = 0; i < c && n_got[k] < 64; i++) got[k][n_got[k]++] = ((const int32_t *)s.data)[i];
+        const uint64_t user = s.meta->user;
+        nm_tabm_release(r, &s);
+        if (!(user & NM_BRICK_MORE)) why[k] = NM_LLM_STOP_OF(user), ended++;
+    }
+    return true;
+}
+
+// A rig whose brick decodes n_par sequences together, its input ring of in_slots.
+static bool rig_up_par(rig *R, int32_t n_par, int32_t n_predict, uint32_t in_slots) {
+    memset(R, 0, sizeof *R);
+    R->m = model();
+    if (!R->m) return false;
+    R->led = nm_ledger_create();
+    nm_brick_params bp = brick_params(R->m);
+    bp.llm.n_predict = n_predict;
+    bp.n_parallel = n_par;
+    bp.ledger = R->led;
+    char err[256];
+    if (!R->led || nm_brick_load(NULL, &bp, &R->b, err, sizeof err) != NM_OK) return false;
+    if (nm_tabm_create(NULL, in_slots, sizeof(float) * N_CTX * N_EMBD, &R->in, err, sizeof err) != NM_OK ||
+        nm_tabm_create(NULL, 8, sizeof(int32_t), &R->out, err, sizeof err) != NM_OK)
+        return false;
+    R->L = (lane){R->b, R->in, R->out, NM_OK};
+    R->running = pthread_create(&R->th, NULL, lane_main, &R->L) == 0;
+    return R->running;
+}
+
+// Continuous batching: three requests written at once by three writers (their
+// slots interleaved in the ring: a PARAMS slot, embedding rows between text)
+// are served together on three sequences: passes carry several of them, and
+// each request gets the plain loop's tokens on a context of its own. On two
+// sequences the third request waits for one, and is answered the same.
+static float g_rows[3 * N_EMBD];
+static void parallel_requests(int *nmtest_failed, int32_t n_par) {
+    rig R;
+    if (!rig_up_par(&R, n_par, 12, 12)) {
+        rig_down(&R);
+        NM_NEED_SMALL_MODEL(g_model_r);
+        NM_CHECK(!"the rig did not come up");
+        return;
+    }
+    for (int32_t r = 0; r < 3; r++)
+        for (int32_t e = 0; e < N_EMBD; e++) g_rows[r * N_EMBD + e] = embd_val(r, e);
+    part a[] = {PARAMS("{\"n_predict\": 10}", NM_BRICK_MORE), TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+    part bq[] = {TOKS(TEXT_B, 6, NM_LLM_IN_POS(0))};
+    part c[] = {TOKS(TEXT_A, 5, NM_LLM_IN_POS(0) | NM_BRICK_MORE), EMBD(g_rows, 3, NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
+    const part *reqs[3] = {a, bq, c};
+    const int np[3] = {2, 1, 3}, n_predict[3] = {10, 12, 12};
+    request_writer W[3];
+    pthread_t th[3];
+    for (int k = 0; k < 3; k++) {
+        W[k] = (request_writer){R.in, reqs[k], np[k], 5000 + (uint64_t)k, NM_OK};
+        NM_CHECK(pthread_create(&th[k], NULL, request_writer_main, &W[k]) == 0);
+    }
+    int32_t got[3][64], n_got[3];
+    nm_llm_stop why[3];
+    NM_CHECK(read_answers(R.out, 5000, 3, got, n_got, why));
+    for (int k = 0; k < 3; k++) {
+        pthread_join(th[k], NULL);
+        NM_CHECK(W[k].st == NM_OK);
+    }
+    for (int k = 0; k < 3; k++) {
+        nm_ctx *rc = new_ctx(R.m);
+        nm_sampler *rs = greedy(R.m);
+        int32_t want[64], pos = 0;
+        const int first = reqs[k][0].kind == NM_TABM_PARAMS; // (the plain loop takes no PARAMS)
+        const int32_t nw = plain(rc, rs, reqs[k] + first, np[k] - first, &pos, n_predict[k], want);
+        NM_CHECK(nw > 0 && n_got[k] == nw && !memcmp(got[k], want, sizeof(int32_t) * (size_t)nw));
+        NM_CHECK(why[k] == (nw == n_predict[k] ? NM_LLM_STOP_N_PREDICT : NM_LLM_STOP_EOG));
+        if (n_got[k] != nw) fprintf(stderr, "  request %d: %d tokens (why %d), the plain loop %d; %s\n", k, n_got[k], (int)why[k], nw, nm_brick_last_error(R.b));
+        nm_ctx_free(rc);
+        nm_sampler_free(rs);
+    }
+    const nm_brick_stats bs = nm_brick_get_stats(R.b);
+    printf("  %llu passes carried %llu sequences (at most %u in one)\n", (unsigned long long)bs.n_passes,
+           (unsigned long long)bs.n_pass_seqs, bs.max_pass_seqs);
+    NM_CHECK(bs.n_requests == 3 && bs.n_bad_requests == 0 && bs.n_in_slots == 6 && bs.max_pass_seqs == (uint32_t)n_par);
+    NM_CHECK(bs.n_pass_seqs > bs.n_passes + 10); // most steps decode the three together
+    NM_CHECK(nm_ledger_total(R.led) == 0);
+    const nm_tabm_stats is = nm_tabm_get_stats(R.in);
+    NM_CHECK(is.released == 6 && is.occupancy == 0);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+}
+
+NM_TEST(tabm_llm_brick_parallel_requests_together) { parallel_requests(nmtest_failed, 3); }
+NM_TEST(tabm_llm_brick_parallel_more_requests_than_sequences) { parallel_requests(nmtest_failed, 2); }
+
+// A new request goes to the free sequence that holds the longest start of
+// its prompt (not the least recently used one): two prompts answered in turn
+// on three sequences, then three requests at once: one repeating the first
+// prompt, one starting with the second's first tokens, a bad one. Each
+// repeated prompt decodes only its last token again; the bad one fails
+// alone; the one without end is cancelled while the others run and ends alone.
+NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
+    rig R;
+    if (!rig_up_par(&R, 3, 8, 16)) {
+        rig_down(&R);
+        NM_NEED_SMALL_MODEL(g_model_r);
+        NM_CHECK(!"the rig did not come up");
+        return;
+    }
+    static const int32_t bad_tok[] = {5, 999999};
+    part ok1[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+    part ok2[] = {TOKS(TEXT_B, 6, NM_LLM_IN_POS(0))};
+    part endless[] = {PARAMS("{\"n_predict\": -1, \"ignore_eos\": true}", NM_BRICK_MORE), TOKS(TEXT_B, 4, NM_LLM_IN_POS(0))};
+    part bad[] = {TOKS(bad_tok, 2, NM_LLM_IN_POS(0))};
+    part again[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+    const part *reqs[5] = {ok1, ok2, endless, bad, again};
+    const int np[5] = {1, 1, 2, 1, 1};
+    request_writer W[5];
+    pthread_t th[5];
+    int32_t got[5][64], n_got[5];
+    nm_llm_stop why[5];
+    for (int k = 0; k < 2; k++) { // in turn: sequence 0 holds TEXT_A, sequence 1 TEXT_B, 2 nothing
+        W[k] = (request_writer){R.in, reqs[k], np[k], 6000 + (uint64_t)k, NM_OK};
+        request_writer_main(&W[k]);
+        NM_CHECK(W[k].st == NM_OK && read_answers(R.out, 6000 + (uint64_t)k, 1, &got[k], &n_got[k], &why[k]));
+    }
+    const uint64_t before = nm_brick_get_stats(R.b).n_prompt_tokens;
+    NM_CHECK(before == 12 + 6);
+    for (int k = 2; k < 5; k++) {
+        W[k] = (request_writer){R.in, reqs[k], np[k], 6000 + (uint64_t)k, NM_OK};
+        NM_CHECK(pthread_create(&th[k], NULL, request_writer_main, &W[k]) == 0);
+    }
+    int ended = 0;
+    for (int k = 2; k < 5; k++) n_got[k] = 0, why[k] = NM_LLM_STOP_NONE;
+    while (ended < 3) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(R.out, 10ll * 1000000000, &s) != NM_OK) break;
+        const int k = (int)(s.meta->request - 6000);
+        if (k < 2 || k >= 5) {
+            nm_tabm_release(R.out, &s);
+            break;
+        }
+        const int32_t c = s.meta->ndim == 1 ? (int32_t)s.meta->shape[0] : 0;
+        for (int32_t i = 0; i < c && n_got[k] < 64; i++) got[k][n_got[k]++] = ((const int32_t *)s.data)[i];
+        const uint64_t user = s.meta->user;
+        nm_tabm_release(R.out, &s);
+        if (!(user & NM_BRICK_MORE)) why[k] = NM_LLM_STOP_OF(user), ended++;
+        if (ended == 2 && why[2] == NM_LLM_STOP_NONE) NM_CHECK(nm_tabm_cancel_request(R.in, 6002) == NM_OK);
+    }
+    for (int k = 2; k < 5; k++) pthread_join(th[k], NULL);
+    NM_CHECK(ended == 3);
+    NM_CHECK(why[2] == NM_LLM_STOP_CANCELLED && n_got[2] >= 8 && why[3] == NM_LLM_STOP_BAD_INPUT && n_got[3] == 0);
+    NM_CHECK(strstr(nm_brick_last_error(R.b), "999999") != NULL);
+    const int idx[3] = {0, 1, 4};
+    for (int j = 0; j < 3; j++) {
+        const int k = idx[j];
+        nm_ctx *rc = new_ctx(R.m);
+        nm_sampler *rs = greedy(R.m);
+        int32_t want[64], pos = 0;
+        const int32_t nw = plain(rc, rs, reqs[k], np[k], &pos, 8, want);
+        NM_CHECK(n_got[k] == nw && why[k] == NM_LLM_STOP_N_PREDICT && !memcmp(got[k], want, sizeof(int32_t) * (size_t)nw));
+        nm_ctx_free(rc);
+        nm_sampler_free(rs);
+    }
+    const nm_brick_stats bs = nm_brick_get_stats(R.b);
+    printf("  prompt positions decoded: %llu, then %llu for the three at once (1 + 1: both repeats)\n",
+           (unsigned long long)before, (unsigned long long)(bs.n_prompt_tokens - before));
+    NM_CHECK(bs.n_prompt_tokens - before == 2);
+    NM_CHECK(bs.n_requests == 5 && bs.n_cancelled == 1 && bs.n_bad_requests == 1 && bs.max_pass_seqs >= 2);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+}
+
 NM_TEST_MAIN()

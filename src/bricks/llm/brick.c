@@ -18,6 +18,8 @@
 
 typedef struct llm_stats {
     uint64_t n_prompts, n_prompt_tokens, n_gen, n_in_slots, n_out_slots, n_bad_slots, n_cancelled;
+    uint64_t n_passes, n_pass_seqs;
+    uint32_t max_pass_seqs;
     double t_prompt, t_gen;
 } llm_stats;
 
@@ -357,6 +359,9 @@ static void llm_stats_of(void *state, nm_brick_stats *o) {
     o->t_prompt = b->st.t_prompt;
     o->t_gen = b->st.t_gen;
     o->t_busy = b->st.t_prompt + b->st.t_gen;
+    o->n_passes = b->st.n_passes;
+    o->n_pass_seqs = b->st.n_pass_seqs;
+    o->max_pass_seqs = b->st.max_pass_seqs;
 }
 
 static const char *llm_device(void *state) { return nm_ctx_device(((llm_brick *)state)->c); }
@@ -705,6 +710,9 @@ static nm_status embd_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
         const double t0 = now_s();
         const nm_status st = nm_decode_embd_seq(b->c, x + (size_t)r->off * (size_t)b->n_embd, nb, at, r->seq, false);
         b->st.t_prompt += now_s() - t0;
+        b->st.n_passes++;
+        b->st.n_pass_seqs++;
+        if (b->st.max_pass_seqs < 1) b->st.max_pass_seqs = 1;
         if (st != NM_OK) {
             if (q->n_cached > at) q->n_cached = at; // a failed decode may have written from there on
             fail(b, st, "llm brick: decode of input slot %llu failed: %s (%s)", (unsigned long long)s->meta->seq,
@@ -783,7 +791,7 @@ static nm_status pass(llm_brick *b) {
         if (req_bound(r) && r->generating && n_gen < b->n_batch) r->row_kind = ROW_GEN, n_gen++;
     }
     // prompt chunks in the room left, rows without logits first
-    for (int32_t i = 0; i < b->n_req && n + n_gen < b->n_batch; i++) {
+    for (int32_t i = 0; i < b->n_req && n_gen + n_prompt < b->n_batch; i++) {
         llm_req *r = &b->req[i];
         if (!req_bound(r) || r->generating || !r->checked || r->head >= r->n_parts) continue;
         nm_tabm_slot *s = &r->parts[r->head];
@@ -795,7 +803,7 @@ static nm_status pass(llm_brick *b) {
         }
         const int32_t *t = s->data;
         int32_t take = r->n - r->off;
-        if (take > b->n_batch - n - n_gen) take = b->n_batch - n - n_gen;
+        if (take > b->n_batch - n_gen - n_prompt) take = b->n_batch - n_gen - n_prompt;
         const bool ends = r->last && r->off + take == r->n;
         r->row_kind = ends ? ROW_PROMPT_END : ROW_PROMPT;
         r->chunk = take;
@@ -821,6 +829,11 @@ static nm_status pass(llm_brick *b) {
         b->bt[n] = r->pending, b->bp[n] = b->seq[r->seq].pos, b->bs[n++] = r->seq;
     }
     if (n == 0) return NM_OK;
+    uint32_t seqs = 0;
+    for (int32_t i = 0; i < b->n_req; i++) seqs += b->req[i].used && b->req[i].row_kind != ROW_NONE;
+    b->st.n_passes++;
+    b->st.n_pass_seqs += seqs;
+    if (seqs > b->st.max_pass_seqs) b->st.max_pass_seqs = seqs;
     const double t0 = now_s();
     const nm_status dst = nm_decode_seqs(b->c, b->bt, b->bp, b->bs, n, n - first_logit);
     const double dt = now_s() - t0;

@@ -330,12 +330,14 @@ def t_random_bodies(name):
 
 def t_copied(name):
     # the bytes copied into the decoder are its parameters' JSON (the same for both requests), never the prompt
-    # (tokenized straight into the decoder's slot): a 300-word prompt copies as much as a one-word one
+    # (tokenized straight into the decoder's slot): a 300-word prompt copies as much as a one-word one; out of
+    # it, the answer's token ids (4 bytes each) into the request's box
     deltas = []
     for prompt in ("hi", "word " * 300):
         before = int(metrics()["nanomind_bytes_copied_total"])
-        st, _ = raw(port, "POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": 1, "seed": 7}).encode())
-        deltas.append((st, int(metrics()["nanomind_bytes_copied_total"]) - before))
+        st, data = raw(port, "POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": 1, "seed": 7}).encode())
+        n = json.loads(data)["usage"]["completion_tokens"] if st == 200 else 0
+        deltas.append((st, int(metrics()["nanomind_bytes_copied_total"]) - before - 4 * n))
     result(name, deltas[0][0] == deltas[1][0] == 200 and 0 < deltas[0][1] == deltas[1][1] < 1000, deltas)
 
 
@@ -892,8 +894,91 @@ else:
         os.remove(f)
     os.rmdir(idir)
 
-st = subprocess.run([NM, "serve", "-m", M, "--parallel", "4"], capture_output=True, text=True, timeout=60)
-result("parallel_not_built_refused", st.returncode == 2 and "one sequence at a time" in st.stderr, st.stderr)
+
+# --parallel 3: requests decoded together (continuous batching), each on a sequence of -c / 3 positions
+def stream_first(pport, prompt, n):  # a streamed completion whose first event has come: (connection, response)
+    c = http.client.HTTPConnection("127.0.0.1", pport, timeout=120)
+    c.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": n, "ignore_eos": True,
+                                                     "temperature": 0, "stream": True}))
+    r = c.getresponse()
+    first = b""
+    while r.status == 200 and not first.startswith(b"data: {"):  # (past the blank line between events)
+        first = r.readline()
+        if not first:
+            break
+    return c, r, first
+
+
+def stream_rest(r):  # the number of text events until [DONE]
+    n = 0
+    while True:
+        line = r.readline()
+        if not line or line.startswith(b"data: [DONE]"):
+            return n
+        n += line.startswith(b"data: {\"id\"") and b'"text":""' not in line  # (not the closing event)
+
+
+def t_parallel_overlap(name):
+    # three long streams opened one after another, each once the one before has its first token: all three are
+    # decoded at once (3 slots busy; with one sequence the second would wait for the first's 300 tokens), a
+    # fourth request meanwhile is refused (--queue 0), and each stream then ends whole
+    streams = [stream_first(pport, p, 300) for p in ("Once upon a time", "The history of Rome", "Dear diary,")]
+    busy = int(metrics_of(pport)["nanomind_slots_busy"])
+    st4, _ = raw(pport, "POST", "/v1/completions", json.dumps({"prompt": "hi", "max_tokens": 4}).encode())
+    counts = [1 + stream_rest(r) for _, r, _ in streams]
+    for c, _, _ in streams:
+        c.close()
+    m = metrics_of(pport)
+    result(name, busy == 3 and st4 == 429 and counts == [300, 300, 300] and m["nanomind_slots_total"] == "3",
+           "slots busy %d, a fourth request %d, events %s, slots %s" % (busy, st4, counts, m["nanomind_slots_total"]))
+
+
+def t_parallel_equal_solo(name):
+    # greedy answers to prompts whose continuations are sure, asked at once and one at a time: the same text
+    prompts = ["1, 2, 3, 4, 5, 6, 7, 8,", "Monday, Tuesday, Wednesday,", "a, b, c, d, e, f, g,"]
+
+    def ask(p, out, k):
+        st, data = raw(pport, "POST", "/v1/completions", json.dumps({"prompt": p, "max_tokens": 16, "temperature": 0,
+                                                                     "cache_prompt": False}).encode())
+        out[k] = json.loads(data)["choices"][0]["text"] if st == 200 else "status %d" % st
+
+    solo, together = [None] * 3, [None] * 3
+    for k, p in enumerate(prompts):
+        ask(p, solo, k)
+    th = [threading.Thread(target=ask, args=(p, together, k)) for k, p in enumerate(prompts)]
+    [t.start() for t in th]
+    [t.join(120) for t in th]
+    result(name, solo == together and all(solo), "solo %s, together %s" % (solo, together))
+
+
+def t_parallel_disconnect(name):
+    # one of two streams goes away: the other ends whole, and the slot comes back
+    (ca, ra, _), (cb, rb, _) = stream_first(pport, "Once upon a time", 200), stream_first(pport, "In the beginning", 200)
+    ca.close()
+    n = 1 + stream_rest(rb)
+    cb.close()
+    time.sleep(0.5)
+    busy = int(metrics_of(pport)["nanomind_slots_busy"])
+    result(name, n == 200 and busy == 0, "the other stream %d events, slots busy after %d" % (n, busy))
+
+
+def metrics_of(pport):
+    st, data = raw(pport, "GET", "/metrics")
+    return dict(l.split(" ", 1) for l in data.decode().splitlines() if l and not l.startswith("#"))
+
+
+pp, pport = start("--parallel", "3", "--queue", "0", "-c", "3072")
+for n, f in [("parallel_streams_overlap_queue_full_429", t_parallel_overlap),
+             ("parallel_answers_equal_solo", t_parallel_equal_solo),
+             ("parallel_disconnect_cancels_one", t_parallel_disconnect)]:
+    case(n, f)
+rcp, errp = stop(pp)
+result("parallel_server_sigterm_exits_0", rcp == 0, "exit %s: %s" % (rcp, errp[-300:]))
+for args, want in [(["--parallel", "0"], "--parallel needs an integer in [1"), (["-np", "300"], "[1, 256]"),
+                   (["--parallel", "4", "-c", "200"], "leaves 50 positions a sequence")]:
+    st = subprocess.run([NM, "serve", "-m", M, *args], capture_output=True, text=True, timeout=60)
+    result("parallel_refused_" + "_".join(args).strip("-").replace("-", ""), st.returncode in (1, 2) and want in st.stderr,
+           "exit %d: %s" % (st.returncode, st.stderr))
 st = subprocess.run([NM, "serve", "-m", M, "--port", "70000"], capture_output=True, text=True, timeout=60)
 result("bad_port_refused", st.returncode == 2 and "--port" in st.stderr, st.stderr)
 print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))

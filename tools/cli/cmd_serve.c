@@ -39,7 +39,8 @@ static void usage(FILE *f) {
             "                           /health and /v1/models stay open, as llama-server\n"
             "  --api-key-file FILE      the keys, one a line\n"
             "  -a, --alias NAME         the model's id in /v1/models and the answers (default: the file name)\n"
-            "  --parallel N             sequences decoded together: 1 (the only value this build serves)\n"
+            "  -np, --parallel N        requests decoded together (continuous batching; default 1), each on a\n"
+            "                           sequence of its own of -c / N positions (as llama-server's slots)\n"
             "  --queue N                requests that may wait their turn (default 16; more get 429)\n"
             "  --timeout S              seconds a connection may stay idle (default 600)\n"
             "  --max-body BYTES         the largest request body (default 8388608; larger get 413)\n"
@@ -130,26 +131,111 @@ int send_error(server *S, struct mg_connection *c, int code, const char *param, 
 
 // ---- requests ---------------------------------------------------------------------------
 
+void serve_turn_init(serve_turn *t, int slots) {
+    pthread_cond_init(&t->free, NULL);
+    t->waiting = t->busy = 0;
+    t->slots = slots;
+}
+
 bool serve_turn_take(server *S, serve_turn *t) {
     pthread_mutex_lock(&S->lock);
-    const bool room = t->waiting + t->busy < S->queue_max + 1;
-    if (room) t->waiting++;
-    else S->n_rejected++;
-    pthread_mutex_unlock(&S->lock);
-    if (!room) return false;
-    pthread_mutex_lock(&t->m);
-    pthread_mutex_lock(&S->lock);
+    const bool room = t->waiting + t->busy < S->queue_max + t->slots;
+    if (!room) {
+        S->n_rejected++;
+        pthread_mutex_unlock(&S->lock);
+        return false;
+    }
+    t->waiting++;
+    while (t->busy >= t->slots) pthread_cond_wait(&t->free, &S->lock);
     t->waiting--;
-    t->busy = 1;
+    t->busy++;
     pthread_mutex_unlock(&S->lock);
     return true;
 }
 
 void serve_turn_give(server *S, serve_turn *t) {
     pthread_mutex_lock(&S->lock);
-    t->busy = 0;
+    t->busy--;
+    pthread_cond_signal(&t->free);
     pthread_mutex_unlock(&S->lock);
-    pthread_mutex_unlock(&t->m);
+}
+
+// ---- the decoder's output -----------------------------------------------------------------
+
+// Reads the decoder's ring and hands each slot's tokens to the box of its
+// request (a copy of the token ids, counted: a slow client never holds the
+// ring, which every request decoded together shares). A slot of no box
+// (its handler gone) is dropped. When the ring ends, every box is ended lost.
+static void *reader_main(void *arg) {
+    server *S = arg;
+    for (;;) {
+        nm_tabm_slot o;
+        if (nm_tabm_acquire_read(S->out, -1, &o) != NM_OK) break;
+        const int32_t k = o.meta->ndim == 1 ? (int32_t)o.meta->shape[0] : 0;
+        pthread_mutex_lock(&S->box_lock);
+        serve_box *b = NULL;
+        for (int32_t i = 0; i < S->parallel && !b; i++)
+            if (S->boxes[i].id == o.meta->request) b = &S->boxes[i];
+        if (b && b->n + k > b->cap) {
+            const int32_t cap = (b->n + k) * 2;
+            int32_t *t = realloc(b->tok, sizeof(int32_t) * (size_t)cap);
+            if (t) b->tok = t, b->cap = cap;
+        }
+        if (b && b->n + k <= b->cap) {
+            nm_ledger_copy(S->ledger, S->ep_llm, S->ep_server, b->tok + b->n, o.data, sizeof(int32_t) * (size_t)k);
+            b->n += k;
+        } else if (b) {
+            b->lost = true; // (out of memory: the request ends failed)
+        }
+        if (b && !(o.meta->user & NM_BRICK_MORE)) b->ended = true, b->user = o.meta->user;
+        pthread_cond_broadcast(&S->box_cv);
+        pthread_mutex_unlock(&S->box_lock);
+        nm_tabm_release(S->out, &o);
+    }
+    pthread_mutex_lock(&S->box_lock);
+    for (int32_t i = 0; i < S->parallel; i++)
+        if (S->boxes[i].id && !S->boxes[i].ended) S->boxes[i].ended = S->boxes[i].lost = true;
+    pthread_cond_broadcast(&S->box_cv);
+    pthread_mutex_unlock(&S->box_lock);
+    return NULL;
+}
+
+// A box for request id (one is free for each request holding the decoder's turn).
+static serve_box *box_take(server *S, uint64_t id) {
+    pthread_mutex_lock(&S->box_lock);
+    serve_box *b = NULL;
+    for (int32_t i = 0; i < S->parallel && !b; i++)
+        if (!S->boxes[i].id) b = &S->boxes[i];
+    if (b) {
+        b->id = id;
+        b->head = b->n = 0;
+        b->ended = b->lost = false;
+        b->user = 0;
+    }
+    pthread_mutex_unlock(&S->box_lock);
+    return b;
+}
+
+static void box_give(server *S, serve_box *b) {
+    pthread_mutex_lock(&S->box_lock);
+    b->id = 0;
+    pthread_mutex_unlock(&S->box_lock);
+}
+
+// Up to max tokens from the box into out, waiting for some; *end: the box
+// ended and this was the last of it (*user its last slot's flags, *lost when
+// the decoder stopped first).
+static int32_t box_read(server *S, serve_box *b, int32_t *out, int32_t max, bool *end, uint64_t *user, bool *lost) {
+    pthread_mutex_lock(&S->box_lock);
+    while (b->head == b->n && !b->ended) pthread_cond_wait(&S->box_cv, &S->box_lock);
+    int32_t k = b->n - b->head < max ? b->n - b->head : max;
+    memcpy(out, b->tok + b->head, sizeof(int32_t) * (size_t)k);
+    b->head += k;
+    *end = b->ended && b->head == b->n;
+    *user = b->user;
+    *lost = b->lost;
+    pthread_mutex_unlock(&S->box_lock);
+    return k;
 }
 
 // The deepest nesting of arrays and objects in a JSON text (strings skipped).
@@ -646,8 +732,9 @@ static bool part_image(void *ctx, int k, uint64_t user) {
 static const cli_prompt_i to_decoder = {part_text, part_image};
 
 // Sends the request (parameters, then the prompt's parts from position 0) and
-// reads its tokens back. False with the error sent (*code) if it could not start.
-static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images *im, bool bos, int *code) {
+// reads its tokens back from its box. False with the error sent (*code) if it could not start.
+static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *prompt, const serve_images *im, bool bos,
+                        int *code) {
     server *S = g->S;
     nm_tabm_slot sl;
     char *pj = cJSON_PrintUnformatted(params);
@@ -686,16 +773,15 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
     char err[600] = "";
     nm_detok dt = {0};
     for (;;) {
-        nm_tabm_slot o;
-        if (nm_tabm_acquire_read(S->out, -1, &o) != NM_OK) {
+        int32_t toks[64];
+        bool end = false, lost = false;
+        uint64_t user = 0;
+        const int32_t k = box_read(S, box, toks, 64, &end, &user, &lost);
+        if (end && lost) {
             failed = true;
             snprintf(err, sizeof err, "the decoder stopped");
             break;
         }
-        const uint64_t user = o.meta->user;
-        const bool mine = o.meta->request == g->id;
-        const int32_t *toks = o.data;
-        const int32_t k = mine && o.meta->ndim == 1 ? (int32_t)o.meta->shape[0] : 0;
         for (int32_t t = 0; t < k; t++) {
             if (!started && fits) { // the headers once the first token is there (an error before it is a status)
                 started = true;
@@ -708,8 +794,7 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
             if (m > 0) piece(g, p, m, false);
             if (g->gone) nm_tabm_cancel_request(S->in, g->id); // the client left: the brick stops it
         }
-        nm_tabm_release(S->out, &o);
-        if (!mine || (user & NM_BRICK_MORE)) continue;
+        if (!end) continue;
         g->why = NM_LLM_STOP_OF(user);
         piece(g, "", 0, true); // (what was held back)
         if (user & NM_BRICK_ERROR) {
@@ -745,6 +830,17 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
     }
     if (!started && g->stream) mg_send_http_ok(g->c, "text/event-stream", -1); // (an empty answer)
     return true;
+}
+
+static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images *im, bool bos, int *code) {
+    serve_box *box = box_take(g->S, g->id);
+    if (!box) { // (the decoder's turn holds one for each request it lets in)
+        *code = send_error(g->S, g->c, 503, NULL, "no room for another request in the decoder");
+        return false;
+    }
+    const bool ok = decode_into(g, box, params, prompt, im, bos, code);
+    box_give(g->S, box);
+    return ok;
 }
 
 // An answered generation's latencies, into the histograms.
@@ -912,10 +1008,11 @@ static int route(server *S, struct mg_connection *c) {
                                "# TYPE nanomind_tokens_predicted_total counter\nnanomind_tokens_predicted_total %llu\n"
                                "# TYPE nanomind_requests_waiting gauge\nnanomind_requests_waiting %d\n"
                                "# TYPE nanomind_slots_busy gauge\nnanomind_slots_busy %d\n"
+                               "# TYPE nanomind_slots_total gauge\nnanomind_slots_total %d\n"
                                "# TYPE nanomind_bytes_copied_total counter\nnanomind_bytes_copied_total %llu\n",
                                (unsigned long long)S->n_requests, (unsigned long long)S->n_errors,
                                (unsigned long long)S->n_rejected, (unsigned long long)S->n_prompt_tokens,
-                               (unsigned long long)S->n_gen_tokens, S->turn.waiting, S->turn.busy,
+                               (unsigned long long)S->n_gen_tokens, S->turn.waiting, S->turn.busy, S->parallel,
                                (unsigned long long)nm_ledger_total(S->ledger));
         n += snprintf(buf + n, sizeof buf - (size_t)n,
                       "# HELP nanomind_energy_joules_total Energy since the start, modelled (docs/power.md): the CPU "
@@ -1048,12 +1145,12 @@ static bool take_own(server *S, int *argc, char **argv) {
                 return false;
             }
             i++;
-            if (par && v != 1) {
-                fprintf(stderr, "error: --parallel %d: this build decodes one sequence at a time (continuous batching "
-                                "is not built yet): give 1\n", v);
+            if (par && v > 256) {
+                fprintf(stderr, "error: --parallel needs an integer in [1, 256], got '%s'\n", argv[i]);
                 return false;
             }
             if (port) S->port = v;
+            else if (par) S->parallel = v;
             else if (!strcmp(a, "--queue")) S->queue_max = v;
             else if (!strcmp(a, "--max-audio")) S->audio_max_s = v;
             else if (!strcmp(a, "--max-speech")) S->speech_max_chars = v;
@@ -1093,6 +1190,7 @@ int cmd_serve(int argc, char **argv) {
     S.audio_max_s = 1800;
     S.speech_max_chars = 4096;
     S.image_max_pixels = 4096 * 4096;
+    S.parallel = 1;
     int rc = 2;
     if (!take_own(&S, &argc, argv)) goto keys;
     if (!cli_parse("serve", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_GEN | CLI_LANE, argc, argv, &S.o, NULL)) goto keys;
@@ -1136,6 +1234,16 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     nm_brick_params lp = cli_llm_params(&S.o, S.m, S.ledger);
+    lp.n_parallel = S.parallel;
+    if (S.parallel > 1) { // llama-server's slots: -c is the whole cache, each sequence a share of it
+        const int32_t total = S.o.n_ctx > 0 ? S.o.n_ctx : 4096;
+        lp.n_ctx = total / S.parallel;
+        if (lp.n_ctx < 64) {
+            fprintf(stderr, "error: -c %d over --parallel %d leaves %d positions a sequence (64 at least)\n", total,
+                    S.parallel, lp.n_ctx);
+            goto out;
+        }
+    }
     S.ep_server = nm_ledger_endpoint(S.ledger, "server");
     S.ep_llm = nm_ledger_endpoint(S.ledger, lp.name ? lp.name : "llm");
     if ((st = nm_brick_load(NULL, &lp, &S.llm, err, sizeof err)) != NM_OK) {
@@ -1146,16 +1254,26 @@ int cmd_serve(int argc, char **argv) {
     if (!serve_vision_start(&S)) goto out; // --mmproj: its segments go into the decoder's ring
     size_t in_bytes = nm_brick_in_slot_bytes(S.llm);
     if (S.vision && nm_brick_out_slot_bytes(S.vision) > in_bytes) in_bytes = nm_brick_out_slot_bytes(S.vision);
-    if ((st = nm_tabm_create(NULL, 4, in_bytes, &S.in, err, sizeof err)) != NM_OK ||
-        (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S.llm), &S.out, err, sizeof err)) != NM_OK) {
+    // the decoder holds a request's input slots until it has decoded them: room for every request's
+    const uint32_t in_slots = 4 + 4 * (uint32_t)S.parallel, out_slots = 16 + 4 * (uint32_t)S.parallel;
+    S.boxes = calloc((size_t)S.parallel, sizeof *S.boxes);
+    if (!S.boxes) {
+        fprintf(stderr, "error: out of memory\n");
+        goto out;
+    }
+    if ((st = nm_tabm_create(NULL, in_slots, in_bytes, &S.in, err, sizeof err)) != NM_OK ||
+        (st = nm_tabm_create(NULL, out_slots, nm_brick_out_slot_bytes(S.llm), &S.out, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
         goto out;
     }
     if (!serve_audio_start(&S)) goto out; // --stt, --tts
-    pthread_mutex_init(&S.turn.m, NULL);
-    pthread_mutex_init(&S.tts_turn.m, NULL);
-    pthread_mutex_init(&S.stt_turn.m, NULL);
+    serve_turn_init(&S.turn, S.parallel);
+    serve_turn_init(&S.tts_turn, 1);
+    serve_turn_init(&S.stt_turn, 1);
     pthread_mutex_init(&S.lock, NULL);
+    pthread_mutex_init(&S.box_lock, NULL);
+    pthread_cond_init(&S.box_cv, NULL);
+    pthread_mutex_init(&S.vision_lock, NULL);
     pthread_cond_init(&S.idle, NULL);
     S.created = time(NULL);
     if (!cli_energy_load(NULL, &S.energy)) goto out; // (the default profile: never fails)
@@ -1166,6 +1284,11 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     S.lane_started = true;
+    if (pthread_create(&S.reader, NULL, reader_main, &S) != 0) {
+        fprintf(stderr, "error: cannot start the decoder's reader\n");
+        goto out;
+    }
+    S.reader_started = true;
     // SIGTERM / SIGINT end the server: blocked here (every thread made after inherits it) and waited for below
     sigset_t stop;
     sigemptyset(&stop);
@@ -1189,8 +1312,8 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     mg_set_request_handler(ctx, "/", on_request, &S);
-    fprintf(stderr, "serving %s on http://%s:%d (one sequence at a time; Ctrl-C or SIGTERM stops)\n", S.alias,
-            S.host, S.port);
+    fprintf(stderr, "serving %s on http://%s:%d (%d sequence%s at a time; Ctrl-C or SIGTERM stops)\n", S.alias, S.host,
+            S.port, S.parallel, S.parallel > 1 ? "s" : "");
     int sig = 0;
     sigwait(&stop, &sig);
     fprintf(stderr, "%s: finishing the requests in flight\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -1208,6 +1331,10 @@ int cmd_serve(int argc, char **argv) {
 out:
     if (S.in) nm_tabm_shutdown(S.in);
     if (S.lane_started) pthread_join(S.lane, NULL);
+    if (S.out) nm_tabm_shutdown(S.out);
+    if (S.reader_started) pthread_join(S.reader, NULL);
+    for (int32_t i = 0; S.boxes && i < S.parallel; i++) free(S.boxes[i].tok);
+    free(S.boxes);
     serve_audio_stop(&S);
     serve_vision_stop(&S);
     nm_tabm_free(S.in);

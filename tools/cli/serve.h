@@ -13,12 +13,25 @@
 
 #include "cli.h"
 
-// A brick's turn: one request at a time holds m; --queue of them may wait
-// (waiting, busy: counted under the server's lock, for 429 and /metrics).
+// A brick's turn: `slots` requests at a time hold it (the decoder's: --parallel;
+// the transcriber's and the voice's: one); --queue of them may wait (waiting,
+// busy: counted under the server's lock, for 429 and /metrics).
 typedef struct serve_turn {
-    pthread_mutex_t m;
-    int waiting, busy;
+    pthread_cond_t free; // (with the server's lock) a request gave its turn back
+    int waiting, busy, slots;
 } serve_turn;
+
+// The decoder's output for one request: the dispatcher thread reads the
+// decoder's ring (requests decoded together share it) and puts each slot's
+// tokens into the box of its request, which the request's handler takes.
+typedef struct serve_box {
+    uint64_t id;        // the request (0: a free box)
+    int32_t *tok;       // tokens come, not yet taken: [head, n)
+    int32_t head, n, cap;
+    bool ended;         // its last slot came (user: its flags and stop reason)
+    bool lost;          // the decoder stopped before its last slot
+    uint64_t user;
+} serve_box;
 
 #define MAX_KEYS 16
 
@@ -84,7 +97,14 @@ typedef struct server {
     pthread_t lane;
     bool lane_started;
     time_t created;
-    serve_turn turn; // the decoder's: one sequence at a time
+    serve_turn turn; // the decoder's: --parallel sequences at a time
+    int32_t parallel;
+    serve_box *boxes; // (parallel) under box_lock; box_cv: a box got tokens or ended
+    pthread_mutex_t box_lock;
+    pthread_cond_t box_cv;
+    pthread_t reader;
+    bool reader_started;
+    pthread_mutex_t vision_lock; // one image through the vision brick at a time
     pthread_mutex_t lock; // the counters, the turns' counts
     int active;    // requests being handled
     pthread_cond_t idle; // active dropped to 0
@@ -112,7 +132,8 @@ char *read_body(server *S, struct mg_connection *c, int *code);
 // The body as a JSON object, or NULL with the error sent (*code).
 cJSON *read_json(server *S, struct mg_connection *c, int *code);
 // Waits for t (true: held, busy), or counts a rejection and returns false when
-// --queue requests already wait behind the one it serves.
+// --queue requests already wait behind those it serves.
+void serve_turn_init(serve_turn *t, int slots);
 bool serve_turn_take(server *S, serve_turn *t);
 void serve_turn_give(server *S, serve_turn *t);
 

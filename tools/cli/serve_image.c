@@ -207,8 +207,8 @@ static bool read_image_file(const char *path, uint8_t *out, size_t cap, size_t *
     return true;
 }
 
-bool serve_image_send(server *S, const serve_image *img, uint64_t user, uint64_t id, int64_t *rows, bool *bad,
-                      char *err, size_t err_size) {
+static bool image_send(server *S, const serve_image *img, uint64_t user, uint64_t id, int64_t *rows, bool *bad,
+                       char *err, size_t err_size) {
     *bad = false;
     *rows = 0;
     nm_tabm_slot sl;
@@ -282,4 +282,13 @@ int serve_vision_metrics(const server *S, char *buf, size_t size) {
                      "# TYPE nanomind_image_seconds_total counter\nnanomind_image_seconds_total %.6f\n",
                      (unsigned long long)S->n_images, S->image_seconds);
     return n < 0 ? 0 : n >= (int)size ? (int)size - 1 : n;
+}
+
+// One image at a time through the vision brick (requests decoded together may each have some).
+bool serve_image_send(server *S, const serve_image *img, uint64_t user, uint64_t id, int64_t *rows, bool *bad,
+                      char *err, size_t err_size) {
+    pthread_mutex_lock(&S->vision_lock);
+    const bool ok = image_send(S, img, user, id, rows, bad, err, err_size);
+    pthread_mutex_unlock(&S->vision_lock);
+    return ok;
 }

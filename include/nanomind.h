@@ -601,7 +601,15 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
 //          Output: up to out_batch tokens per slot; the last slot holds the
 //          tokens still pending (maybe none: ndim 0, size 0) and the reason
 //          generation stopped in NM_LLM_STOP_OF(user). The end-of-generation
-//          token itself is not written.
+//          token itself is not written. With n_parallel > 1 (continuous
+//          batching) the brick serves requests together, each on a sequence
+//          of its own: their slots may interleave in the rings and are told
+//          apart by request id (one sequence: the slots up to a request's
+//          last are its own, whatever their ids; it answers with the first's);
+//          a slot without NM_LLM_IN_AT_POS continues the sequence the request
+//          was given (the free one whose cache holds the longest start of its
+//          first prompt slot, else the least recently used); each token goes
+//          out in a slot of its own; a run returns once no request is left.
 //   TTS    each TEXT slot of a request is spoken in turn; PCM slots (shape
 //          [n_frames, 1], sample_rate set) as the engine makes them.
 #define NM_BRICK_MORE 1u   // meta->user: more slots of this request follow

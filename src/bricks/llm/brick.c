@@ -206,7 +206,7 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     nm_sampler_params sp = p->sampling;
     if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx; // llama.cpp's -1: the whole context
     b->sp = sp;
-    b->n_req = b->n_seq + 64; // those on sequences, and as many waiting
+    b->n_req = b->n_seq + 8; // those on sequences, and some waiting (a run makes room for its input ring's)
     b->seq = calloc((size_t)b->n_seq, sizeof *b->seq);
     b->req = calloc((size_t)b->n_req, sizeof *b->req);
     b->bt = malloc(sizeof(int32_t) * (size_t)b->n_batch);
@@ -930,9 +930,20 @@ static nm_status llm_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     b->self = self;
     b->in = in;
     b->out = out;
+    b->in_shut = false;
     if (sizeof(int32_t) * (size_t)b->p.out_batch > nm_tabm_max_payload(out))
         return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold %d tokens",
                     nm_tabm_max_payload(out), b->p.out_batch);
+    // room for a request per slot the input ring can hold, besides those on sequences (a run starts
+    // with none held: each ended when the last run returned)
+    const int32_t want = b->n_seq + (int32_t)nm_tabm_n_slots(in) + 8;
+    if (want > b->n_req) {
+        llm_req *more = realloc(b->req, sizeof *more * (size_t)want);
+        if (!more) return fail(b, NM_ERR_NOMEM, "llm brick: out of memory for %d requests", want);
+        memset(more + b->n_req, 0, sizeof *more * (size_t)(want - b->n_req));
+        b->req = more;
+        b->n_req = want;
+    }
     nm_status st = engine_run(b);
     if (st != NM_OK) release_held(b);
     return st;

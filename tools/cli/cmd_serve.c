@@ -1236,7 +1236,8 @@ int cmd_serve(int argc, char **argv) {
     nm_brick_params lp = cli_llm_params(&S.o, S.m, S.ledger);
     lp.n_parallel = S.parallel;
     if (S.parallel > 1) { // llama-server's slots: -c is the whole cache, each sequence a share of it
-        const int32_t total = S.o.n_ctx > 0 ? S.o.n_ctx : 4096;
+        const int32_t train = nm_model_n_ctx_train(S.m);
+        const int32_t total = S.o.n_ctx > 0 ? S.o.n_ctx : train > 0 && train < 4096 ? train : 4096; // (-c's default)
         lp.n_ctx = total / S.parallel;
         if (lp.n_ctx < 64) {
             fprintf(stderr, "error: -c %d over --parallel %d leaves %d positions a sequence (64 at least)\n", total,

@@ -63,6 +63,7 @@ typedef struct llm_req {
     int32_t n_held;
     // this pass
     int row_kind, row, chunk;
+    bool bind_skip;            // bind_requests passed it by (it waits for its first prompt slot)
 } llm_req;
 
 // A sequence of the context: its cache's contents and position.
@@ -90,6 +91,7 @@ typedef struct llm_brick {
     llm_seq *seq;
     llm_req *req;             // (n_req) requests held: those on sequences and those waiting for one
     int32_t n_req;
+    int32_t *order;           // (n_req) a pass's requests by arrival
     int32_t *bt, *bp, *bs;    // (n_batch) a pass's tokens, positions, sequences
     uint64_t tick;
     nm_tabm *in, *out;        // the rings of the run
@@ -141,6 +143,7 @@ static void llm_release(void *state) {
     }
     free(b->seq);
     free(b->req);
+    free(b->order);
     free(b->bt), free(b->bp), free(b->bs);
     nm_ctx_free(b->c);
     if (b->own_model) nm_model_free(b->m);
@@ -209,13 +212,14 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     b->n_req = b->n_seq + 8; // those on sequences, and some waiting (a run makes room for its input ring's)
     b->seq = calloc((size_t)b->n_seq, sizeof *b->seq);
     b->req = calloc((size_t)b->n_req, sizeof *b->req);
+    b->order = calloc((size_t)b->n_req, sizeof *b->order);
     b->bt = malloc(sizeof(int32_t) * (size_t)b->n_batch);
     b->bp = malloc(sizeof(int32_t) * (size_t)b->n_batch);
     b->bs = malloc(sizeof(int32_t) * (size_t)b->n_batch);
     // the end-of-generation tokens, for ignore_eos (also when set later)
     b->masked = malloc(sizeof(float) * (size_t)b->n_vocab);
     b->eog = malloc(sizeof(int32_t) * (size_t)b->n_vocab);
-    bool ok = b->seq && b->req && b->bt && b->bp && b->bs && b->masked && b->eog;
+    bool ok = b->seq && b->req && b->order && b->bt && b->bp && b->bs && b->masked && b->eog;
     for (int32_t s = 0; ok && s < b->n_seq; s++) {
         b->seq[s].s = nm_sampler_create(&sp, b->n_vocab);
         b->seq[s].cached = malloc(sizeof(int32_t) * (size_t)b->n_ctx);
@@ -489,13 +493,36 @@ static void part_done(llm_brick *b, llm_req *r) {
 }
 
 // Holds a slot read from the input: onto its request's parts, or a new request's.
-static void take_slot(llm_brick *b, nm_tabm_slot *s) {
+static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why);
+
+// Holds a slot read from the input: onto its request's parts, or a new
+// request's. A record is free for every request that holds a slot (llm_run
+// sizes them by the ring); when dropped requests whose last slot never came
+// took the rest, the oldest of them is ended now to make room.
+static nm_status take_slot(llm_brick *b, nm_tabm_slot *s) {
     b->st.n_in_slots++;
     llm_req *r = req_of(b, s->meta->request);
     if (!r) {
-        for (int32_t i = 0; i < b->n_req && !r; i++)
-            if (!b->req[i].used) r = &b->req[i];
-        memset(r, 0, sizeof *r); // (the reader reads only while a request struct is free)
+        llm_req *oldest = NULL;
+        for (int32_t i = 0; i < b->n_req && !r; i++) {
+            llm_req *x = &b->req[i];
+            if (!x->used) r = x;
+            else if (x->seq < 0 && x->dropped != NM_LLM_STOP_NONE && (!oldest || x->arrival < oldest->arrival))
+                oldest = x;
+        }
+        if (!r && oldest) {
+            const nm_status st = end_request(b, oldest, oldest->dropped);
+            if (st != NM_OK) {
+                nm_tabm_release(b->in, s);
+                return st;
+            }
+            r = oldest;
+        }
+        if (!r) { // (cannot happen: every other record holds a slot of the ring)
+            nm_tabm_release(b->in, s);
+            return fail(b, NM_ERR_RANGE, "llm brick: no room for request %llu", (unsigned long long)s->meta->request);
+        }
+        memset(r, 0, sizeof *r);
         r->used = true;
         r->id = s->meta->request;
         r->seq = -1;
@@ -518,6 +545,7 @@ static void take_slot(llm_brick *b, nm_tabm_slot *s) {
     } else {
         r->parts[r->n_parts++] = *s;
     }
+    return NM_OK;
 }
 
 // How many of the slot's tokens the sequence's cache holds from its position.
@@ -534,17 +562,23 @@ static int32_t cached_run(const llm_seq *q, const nm_tabm_slot *s) {
 // whose cache holds the longest start of the request's first prompt part (a
 // repeated system prompt is not decoded again), else the least recently used.
 static void bind_requests(llm_brick *b) {
+    for (int32_t i = 0; i < b->n_req; i++) b->req[i].bind_skip = false;
     for (;;) {
         llm_req *r = NULL;
         for (int32_t i = 0; i < b->n_req; i++) {
             llm_req *x = &b->req[i];
-            if (x->used && x->seq < 0 && x->dropped == NM_LLM_STOP_NONE && (!r || x->arrival < r->arrival)) r = x;
+            if (x->used && x->seq < 0 && x->dropped == NM_LLM_STOP_NONE && !x->bind_skip &&
+                (!r || x->arrival < r->arrival))
+                r = x;
         }
         if (!r) return;
         const nm_tabm_slot *first = NULL; // its first prompt part (after its PARAMS), if it has come
         for (int32_t k = r->head; k < r->n_parts && !first; k++)
             if (r->parts[k].meta->kind != NM_TABM_PARAMS) first = &r->parts[k];
-        if (!first && !r->got_last && b->n_seq > 1) return; // the choice waits for it
+        if (!first && !r->got_last && b->n_seq > 1) { // the choice waits for it; the next ones go on
+            r->bind_skip = true;
+            continue;
+        }
         int32_t best = -1, best_run = -1;
         for (int32_t s = 0; s < b->n_seq; s++) {
             const llm_seq *q = &b->seq[s];
@@ -722,7 +756,7 @@ static nm_status embd_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
         for (int32_t j = 0; j < nb; j++) q->cached[at + j] = -1;
         r->off += nb;
         q->pos = r->p0 + r->off;
-        if (q->n_cached < q->pos) q->n_cached = q->pos;
+        q->n_cached = q->pos; // what lay beyond was computed over another prefix
         b->st.n_prompt_tokens += (uint64_t)nb;
     }
     const bool end = r->last;
@@ -750,9 +784,9 @@ static nm_status read_input(llm_brick *b, bool *served, bool *idle) {
             return NM_OK;
         }
         const bool new_ones = b->n_seq > 1 || active == 0; // (one sequence: one request a run)
-        if (b->in_shut || (!need && !new_ones) || active == b->n_req) return NM_OK;
+        if (b->in_shut || (!need && !new_ones)) return NM_OK;
         nm_tabm_slot s;
-        const nm_status st = nm_tabm_acquire_read(b->in, work ? 0 : b->timeout_ns, &s);
+        nm_status st = nm_tabm_acquire_read(b->in, work ? 0 : b->timeout_ns, &s);
         if (st == NM_ERR_AGAIN) return NM_OK;
         if (st == NM_ERR_SHUTDOWN) {
             b->in_shut = true;
@@ -761,8 +795,8 @@ static nm_status read_input(llm_brick *b, bool *served, bool *idle) {
             return fail(b, st, "llm brick: the input ring was shut down");
         }
         if (st != NM_OK) return fail(b, st, "llm brick: waiting for an input slot: %s", nm_status_str(st));
-        take_slot(b, &s);
         *served = true;
+        if ((st = take_slot(b, &s)) != NM_OK) return st;
     }
 }
 
@@ -783,16 +817,22 @@ static nm_status input_gone(llm_brick *b) {
 
 // One pass: the generating requests' tokens and prompt chunks, then what it gave.
 static nm_status pass(llm_brick *b) {
-    int32_t n = 0, n_gen = 0, n_prompt = 0;
-    // the generating requests' pending tokens first in line for the batch's rows, in arrival order
-    for (int32_t i = 0; i < b->n_req; i++) {
-        llm_req *r = &b->req[i];
-        r->row_kind = ROW_NONE;
+    int32_t n = 0, n_gen = 0, n_prompt = 0, n_used = 0;
+    for (int32_t i = 0; i < b->n_req; i++) { // the requests by arrival (the oldest served first)
+        b->req[i].row_kind = ROW_NONE;
+        if (!b->req[i].used) continue;
+        int32_t j = n_used++;
+        for (; j > 0 && b->req[b->order[j - 1]].arrival > b->req[i].arrival; j--) b->order[j] = b->order[j - 1];
+        b->order[j] = i;
+    }
+    // the generating requests' pending tokens first in line for the batch's rows
+    for (int32_t k = 0; k < n_used; k++) {
+        llm_req *r = &b->req[b->order[k]];
         if (req_bound(r) && r->generating && n_gen < b->n_batch) r->row_kind = ROW_GEN, n_gen++;
     }
     // prompt chunks in the room left, rows without logits first
-    for (int32_t i = 0; i < b->n_req && n_gen + n_prompt < b->n_batch; i++) {
-        llm_req *r = &b->req[i];
+    for (int32_t k = 0; k < n_used && n_gen + n_prompt < b->n_batch; k++) {
+        llm_req *r = &b->req[b->order[k]];
         if (!req_bound(r) || r->generating || !r->checked || r->head >= r->n_parts) continue;
         nm_tabm_slot *s = &r->parts[r->head];
         if (s->meta->kind != NM_TABM_TOKENS) continue;
@@ -852,7 +892,7 @@ static nm_status pass(llm_brick *b) {
                 st = end_request(b, r, NM_LLM_STOP_ERROR);
             } else {
                 q->pos++;
-                if (q->n_cached < q->pos) q->n_cached = q->pos;
+                q->n_cached = q->pos; // (beyond: computed over another prefix)
                 b->st.n_gen++;
                 st = r->stop_after ? end_request(b, r, NM_LLM_STOP_STRING)
                                    : sampled(b, r, nm_get_logits(b->c, r->row));
@@ -873,7 +913,7 @@ static nm_status pass(llm_brick *b) {
                 }
                 r->off += r->chunk;
                 q->pos = r->p0 + r->off;
-                if (q->n_cached < q->pos) q->n_cached = q->pos;
+                q->n_cached = q->pos; // (beyond: computed over another prefix)
                 b->st.n_prompt_tokens += (uint64_t)r->chunk;
                 const bool end = r->row_kind == ROW_PROMPT_END;
                 if (r->off == r->n) part_done(b, r);
@@ -896,6 +936,8 @@ static nm_status engine_run(llm_brick *b) {
         // each bound request's parts up to its next token part: PARAMS, checks, embeddings
         for (int32_t i = 0; i < b->n_req; i++) {
             llm_req *r = &b->req[i];
+            if (req_bound(r) && r->dropped != NM_LLM_STOP_NONE && (st = drop(b, r, r->dropped)) != NM_OK)
+                return st; // (dropped while its slots were read: too many held at once)
             while (req_bound(r) && !r->generating && r->head < r->n_parts) {
                 nm_tabm_slot *s = &r->parts[r->head];
                 if (!r->checked && !check_part(b, r, s)) {
@@ -939,9 +981,11 @@ static nm_status llm_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     const int32_t want = b->n_seq + (int32_t)nm_tabm_n_slots(in) + 8;
     if (want > b->n_req) {
         llm_req *more = realloc(b->req, sizeof *more * (size_t)want);
-        if (!more) return fail(b, NM_ERR_NOMEM, "llm brick: out of memory for %d requests", want);
+        if (more) b->req = more;
+        int32_t *order = more ? realloc(b->order, sizeof *order * (size_t)want) : NULL;
+        if (!order) return fail(b, NM_ERR_NOMEM, "llm brick: out of memory for %d requests", want);
+        b->order = order;
         memset(more + b->n_req, 0, sizeof *more * (size_t)(want - b->n_req));
-        b->req = more;
         b->n_req = want;
     }
     nm_status st = engine_run(b);

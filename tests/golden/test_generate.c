@@ -93,6 +93,23 @@ NM_TEST(smollm2_chat_answer) {
     nm_model_free(m);
 }
 
+// KL(a || b) of two logit rows' distributions, and whether their top-1 agree.
+static double kl_row(const float *la, const float *lb, int32_t nv, bool *same_top) {
+    double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
+    int ta = 0, tb = 0;
+    for (int32_t v = 0; v < nv; v++) {
+        if (la[v] > ma) ma = la[v], ta = v;
+        if (lb[v] > mb) mb = lb[v], tb = v;
+    }
+    for (int32_t v = 0; v < nv; v++) sa += exp(la[v] - ma), sb += exp(lb[v] - mb);
+    for (int32_t v = 0; v < nv; v++) {
+        const double pa = exp(la[v] - ma) / sa;
+        if (pa > 1e-12) kl += pa * ((la[v] - ma - log(sa)) - (lb[v] - mb - log(sb)));
+    }
+    *same_top = ta == tb;
+    return kl;
+}
+
 // Prefill in one batch and token-by-token decoding must give the same
 // distributions: checks the KV cache, positions and the batched matmul path
 // together. Not bit-identical: prefill runs register-blocked kernels that sum
@@ -120,20 +137,10 @@ static void batch_equals_incremental(const char *name, int *nmtest_failed) {
     for (int32_t i = 0; i < n; i++) {
         NM_CHECK(nm_decode(b, &toks[i], 1, i, false) == NM_OK);
         const float *la = nm_get_logits(a, i), *lb = nm_get_logits(b, -1);
-        double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
-        int ta = 0, tb = 0;
-        for (int32_t v = 0; v < nv; v++) {
-            maxd = nm_maxdiff(maxd, la[v], lb[v]);
-            if (la[v] > ma) ma = la[v], ta = v;
-            if (lb[v] > mb) mb = lb[v], tb = v;
-        }
-        for (int32_t v = 0; v < nv; v++) sa += exp(la[v] - ma), sb += exp(lb[v] - mb);
-        for (int32_t v = 0; v < nv; v++) {
-            double pa = exp(la[v] - ma) / sa;
-            if (pa > 1e-12) kl += pa * ((la[v] - ma - log(sa)) - (lb[v] - mb - log(sb)));
-        }
-        kl_sum += kl;
-        same_top += ta == tb;
+        for (int32_t v = 0; v < nv; v++) maxd = nm_maxdiff(maxd, la[v], lb[v]);
+        bool top;
+        kl_sum += kl_row(la, lb, nv, &top);
+        same_top += top;
     }
     fprintf(stderr, "  %s: batch vs incremental over %d positions: same top-1 %d, mean KL %.2e, max |dlogit| %.2e\n",
             name, n, same_top, kl_sum / n, maxd);
@@ -148,23 +155,6 @@ static void batch_equals_incremental(const char *name, int *nmtest_failed) {
 
 NM_TEST(smollm2_batch_equals_incremental) { batch_equals_incremental(NM_SMOLLM2, nmtest_failed); }
 NM_TEST(gemma3_batch_equals_incremental) { batch_equals_incremental(NM_GEMMA3, nmtest_failed); }
-
-// Mean KL(a || b) of two logit rows and whether their top-1 agree.
-static double kl_row(const float *la, const float *lb, int32_t nv, bool *same_top) {
-    double ma = -1e30, mb = -1e30, sa = 0, sb = 0, kl = 0;
-    int ta = 0, tb = 0;
-    for (int32_t v = 0; v < nv; v++) {
-        if (la[v] > ma) ma = la[v], ta = v;
-        if (lb[v] > mb) mb = lb[v], tb = v;
-    }
-    for (int32_t v = 0; v < nv; v++) sa += exp(la[v] - ma), sb += exp(lb[v] - mb);
-    for (int32_t v = 0; v < nv; v++) {
-        const double pa = exp(la[v] - ma) / sa;
-        if (pa > 1e-12) kl += pa * ((la[v] - ma - log(sa)) - (lb[v] - mb - log(sb)));
-    }
-    *same_top = ta == tb;
-    return kl;
-}
 
 // Continuous batching (nm_decode_seqs): three prompts of different lengths in
 // one context of three sequences, their prompts in one pass (the rows whose

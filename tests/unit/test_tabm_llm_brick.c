@@ -221,7 +221,9 @@ typedef struct rig {
     bool running;
 } rig;
 
-static bool rig_up(rig *R, int32_t n_predict, int32_t out_batch, uint32_t out_slots) {
+// A rig whose brick decodes n_par sequences together, its input ring of in_slots.
+static bool rig_up_with(rig *R, int32_t n_par, int32_t n_predict, int32_t out_batch, uint32_t in_slots,
+                        uint32_t out_slots) {
     memset(R, 0, sizeof *R);
     R->m = model();
     if (!R->m) return false;
@@ -229,15 +231,20 @@ static bool rig_up(rig *R, int32_t n_predict, int32_t out_batch, uint32_t out_sl
     nm_brick_params bp = brick_params(R->m);
     bp.llm.n_predict = n_predict;
     bp.llm.out_batch = out_batch;
+    bp.n_parallel = n_par;
     bp.ledger = R->led;
     char err[256];
     if (!R->led || nm_brick_load(NULL, &bp, &R->b, err, sizeof err) != NM_OK) return false;
-    if (nm_tabm_create(NULL, 4, sizeof(float) * N_CTX * N_EMBD, &R->in, err, sizeof err) != NM_OK) return false;
+    if (nm_tabm_create(NULL, in_slots, sizeof(float) * N_CTX * N_EMBD, &R->in, err, sizeof err) != NM_OK) return false;
     if (nm_tabm_create(NULL, out_slots, sizeof(int32_t) * (size_t)out_batch, &R->out, err, sizeof err) != NM_OK)
         return false;
     R->L = (lane){R->b, R->in, R->out, NM_OK};
     R->running = pthread_create(&R->th, NULL, lane_main, &R->L) == 0;
     return R->running;
+}
+
+static bool rig_up(rig *R, int32_t n_predict, int32_t out_batch, uint32_t out_slots) {
+    return rig_up_with(R, 1, n_predict, out_batch, 4, out_slots);
 }
 
 // Shuts the rings; the brick must return NM_ERR_SHUTDOWN. Frees all.
@@ -817,24 +824,8 @@ static bool read_answers(nm_tabm *r, uint64_t id0, int n, int32_t got[][64], int
     return true;
 }
 
-// A rig whose brick decodes n_par sequences together, its input ring of in_slots.
 static bool rig_up_par(rig *R, int32_t n_par, int32_t n_predict, uint32_t in_slots) {
-    memset(R, 0, sizeof *R);
-    R->m = model();
-    if (!R->m) return false;
-    R->led = nm_ledger_create();
-    nm_brick_params bp = brick_params(R->m);
-    bp.llm.n_predict = n_predict;
-    bp.n_parallel = n_par;
-    bp.ledger = R->led;
-    char err[256];
-    if (!R->led || nm_brick_load(NULL, &bp, &R->b, err, sizeof err) != NM_OK) return false;
-    if (nm_tabm_create(NULL, in_slots, sizeof(float) * N_CTX * N_EMBD, &R->in, err, sizeof err) != NM_OK ||
-        nm_tabm_create(NULL, 8, sizeof(int32_t), &R->out, err, sizeof err) != NM_OK)
-        return false;
-    R->L = (lane){R->b, R->in, R->out, NM_OK};
-    R->running = pthread_create(&R->th, NULL, lane_main, &R->L) == 0;
-    return R->running;
+    return rig_up_with(R, n_par, n_predict, 1, in_slots, 8);
 }
 
 // Continuous batching: three requests written at once by three writers (their

@@ -655,7 +655,8 @@ static void check_mvq_res(int *nmtest_failed, int K, int N, int has_w, size_t lw
     kc_arg(&c, sizeof(cl_mem), &bw.m), kc_int(&c, N), kc_buf(&c, &bq), kc_buf(&c, &by), kc_buf(&c, &ba);
     kc_buf(&c, &ba), kc_buf(&c, &bn), kc_int(&c, has_w), kc_buf(&c, &bo), kc_arg(&c, sizeof(cl_mem), &bp.m);
     kc_int(&c, n_part), kc_int(&c, K);
-    size_t g = (size_t)N / ((size_t)geom.mvs_rpw * lws / 32) * lws; // R rows a work-group
+    const int split = cl.ptx ? geom.mvs_split : 1;
+    size_t g = (size_t)N / ((size_t)geom.mvs_rpw * lws / 32 / (size_t)split) * lws; // R rows a work-group
     int rc = kc_run(&c, 1, &g, &lws);
     NM_CHECK(rc == 0);
     kcall c2 = kc_begin("mvq_q4_0");
@@ -737,7 +738,7 @@ NM_TEST(mvq_x8_matvecs) {
     // A block of 32 rows a work-group (lws = 1024 / rpw), or with PTX fewer: the
     // block's work-groups count themselves and the last one finishes it.
     for (size_t lws = 32; lws * (size_t)geom.mvs_rpw <= 1024; lws *= 2) {
-        if (lws * (size_t)geom.mvs_rpw < 1024 && !cl.ptx) continue;
+        if ((lws * (size_t)geom.mvs_rpw < 1024 && !cl.ptx) || (cl.ptx && lws / 32 < (size_t)geom.mvs_split)) continue;
         if (lws > kernel_max_wg("mvq_res_q4_0")) {
             fprintf(stderr, "  mvq_res_q4_0 in work-groups of %zu: more than the kernel allows here\n", lws);
             break;

@@ -122,14 +122,15 @@ const char *nm_cl_strerror(cl_int err) {
 static int pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
 
 nm_cl_x8_geom nm_cl_x8_geom_get(void) {
-    nm_cl_x8_geom g = {.mvq_rows = 8, .mvq_lws = 64, .mvq_b = 2, .mvs_rpw = 1, .mvs_b = 2, .mvs_lws = 256, .mvg_b = 2};
-    int a, b, c;
+    nm_cl_x8_geom g = {.mvq_rows = 8, .mvq_lws = 64, .mvq_b = 2, .mvs_rpw = 2, .mvs_b = 1, .mvs_lws = 256, .mvg_b = 2,
+                       .mvs_split = 2};
+    int a, b, c, d = 1;
     const char *e = getenv("NM_OPENCL_MVQ");
     if (e && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && pow2_in(a, 2, 16) && pow2_in(b, 32, 256) && pow2_in(c, 1, 8))
         g.mvq_rows = a, g.mvq_lws = b, g.mvq_b = c;
-    if ((e = getenv("NM_OPENCL_MVS")) && sscanf(e, "%d,%d,%d", &a, &b, &c) == 3 && pow2_in(a, 1, 4) &&
-        pow2_in(b, 1, 8) && pow2_in(c, 32, 1024))
-        g.mvs_rpw = a, g.mvs_b = b, g.mvs_lws = c;
+    if ((e = getenv("NM_OPENCL_MVS")) && sscanf(e, "%d,%d,%d,%d", &a, &b, &c, &d) >= 3 && pow2_in(a, 1, 4) &&
+        pow2_in(b, 1, 8) && pow2_in(c, 32, 1024) && pow2_in(d, 1, 8) && c / 32 >= d)
+        g.mvs_rpw = a, g.mvs_b = b, g.mvs_lws = c, g.mvs_split = d;
     if ((e = getenv("NM_OPENCL_MVG")) && sscanf(e, "%d", &a) == 1 && pow2_in(a, 1, 8)) g.mvg_b = a;
     return g;
 }
@@ -137,6 +138,7 @@ nm_cl_x8_geom nm_cl_x8_geom_get(void) {
 void nm_cl_build_opts(const nm_cl_x8_geom *g, int ptx, char *buf, size_t n) {
     snprintf(buf, n,
              "-cl-std=CL1.2%s -DNM_MVQ_ROWS=%d -DNM_MVQ_LWS=%d -DNM_MVQ_B=%d -DNM_MVS_RPW=%d -DNM_MVS_B=%d "
-             "-DNM_MVG_B=%d",
-             ptx ? " -DNM_DP4A_PTX=1" : "", g->mvq_rows, g->mvq_lws, g->mvq_b, g->mvs_rpw, g->mvs_b, g->mvg_b);
+             "-DNM_MVG_B=%d -DNM_MVS_SPLIT=%d",
+             ptx ? " -DNM_DP4A_PTX=1" : "", g->mvq_rows, g->mvq_lws, g->mvq_b, g->mvs_rpw, g->mvs_b, g->mvg_b,
+             ptx ? g->mvs_split : 1);
 }

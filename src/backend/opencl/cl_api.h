@@ -329,15 +329,16 @@ const char *nm_cl_strerror(cl_int err);
 // The geometry of the x8 matvecs (kernels.cl), given to the program as build
 // options: mvq_q4_0's rows a work-group, its local size and the blocks an item
 // loads a step (NM_MVQ_ROWS, NM_MVQ_LWS, NM_MVQ_B); mvq_res_q4_0's rows a
-// group of 32 items and blocks a step (NM_MVS_RPW, NM_MVS_B); mvq_glu_q4_0's
-// blocks a step (NM_MVG_B). mvs_lws is mvq_res_q4_0's local size where the
+// group of 32 items, blocks a step and groups of 32 a row (NM_MVS_RPW, NM_MVS_B,
+// NM_MVS_SPLIT: 1 without PTX); mvq_glu_q4_0's blocks a step (NM_MVG_B). mvs_lws is mvq_res_q4_0's local size where the
 // program has NM_DP4A_PTX (elsewhere 1024 / mvs_rpw: a block of 32 rows a
 // work-group). The backend and the kernel tests build with the same.
 typedef struct nm_cl_x8_geom {
-    int mvq_rows, mvq_lws, mvq_b, mvs_rpw, mvs_b, mvs_lws, mvg_b;
+    int mvq_rows, mvq_lws, mvq_b, mvs_rpw, mvs_b, mvs_lws, mvg_b, mvs_split;
 } nm_cl_x8_geom;
 // The defaults, or the tuning settings NM_OPENCL_MVQ=ROWS,LWS,B (ROWS 2..16,
-// LWS 32..256, B 1..8), NM_OPENCL_MVS=RPW,B,LWS (RPW 1..4, LWS 32..1024) and
+// LWS 32..256, B 1..8), NM_OPENCL_MVS=RPW,B,LWS[,SPLIT] (RPW 1..4, LWS 32..1024,
+// SPLIT 1..8, at least one row a work-group) and
 // NM_OPENCL_MVG=B, each a power of two (a setting out of range keeps the
 // defaults).
 nm_cl_x8_geom nm_cl_x8_geom_get(void);

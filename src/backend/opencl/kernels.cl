@@ -745,15 +745,21 @@ __kernel void mvq_q4_0(__global const uchar *W0, __global const uchar *W1, __glo
 // the last one finishes it from the sums they stored (in a fixed order: a run
 // repeats bit for bit), then sets the count back to 0 for the next launch.
 // NM_MVS_B: the blocks of each row an item loads before the arithmetic.
+// NM_MVS_SPLIT (PTX only, else 1): the groups of 32 items that share a row,
+// each taking every NM_MVS_SPLIT-th step of its blocks (more loads in flight
+// where the rows are few: R = NM_MVS_RPW * LWS / 32 / NM_MVS_SPLIT).
 // Launch: 1-D, global = N / R * LWS, local = LWS; R < 32 only with
 // NM_DP4A_PTX (the fence is PTX's). The counters: N / 32 ints at Part +
 // cnt_off, 0 before the first launch.
 #define NM_MVS_ROWS 32
 #ifndef NM_MVS_RPW
-#define NM_MVS_RPW 1
+#define NM_MVS_RPW 2 // (nm_cl_x8_geom_get's defaults)
 #endif
 #ifndef NM_MVS_B
-#define NM_MVS_B 2
+#define NM_MVS_B 1
+#endif
+#ifndef NM_MVS_SPLIT
+#define NM_MVS_SPLIT 2
 #endif
 __kernel void mvq_res_q4_0(__global const uchar *W, int N, __global const uchar *Q8, ulong q8_off, __global uchar *Y,
                            ulong y_off, __global const uchar *A, ulong a_off, __global uchar *S, ulong s_off,
@@ -765,8 +771,9 @@ __kernel void mvq_res_q4_0(__global const uchar *W, int N, __global const uchar 
     __local float part[32 * 32]; // R rows of 32 items' sums
 #endif
     const int lid = get_local_id(0), lane = lid & 31, w = lid >> 5, nb = K >> 5, g = get_group_id(0);
-    const int R = NM_MVS_RPW * ((int)get_local_size(0) >> 5), blk = g / (NM_MVS_ROWS / R);
-    const int n0 = g * R + w * NM_MVS_RPW;
+    const int R = NM_MVS_RPW * (((int)get_local_size(0) >> 5) / NM_MVS_SPLIT), blk = g / (NM_MVS_ROWS / R);
+    const int wr = w / NM_MVS_SPLIT, ws = w % NM_MVS_SPLIT; // the group's rows, its share of their blocks
+    const int n0 = g * R + wr * NM_MVS_RPW;
     __global const uint4 *qs = (__global const uint4 *)W;
     __global const half *ds = (__global const half *)(W + (ulong)N * nb * 16);
     __global const uint4 *xq = (__global const uint4 *)(Q8 + q8_off);
@@ -775,18 +782,18 @@ __kernel void mvq_res_q4_0(__global const uchar *W, int N, __global const uchar 
     __global const float *av = (__global const float *)(A + a_off);
     float acc[NM_MVS_RPW];
     for (int r = 0; r < NM_MVS_RPW; r++) acc[r] = 0.0f;
-    for (int b0 = lane; b0 < nb; b0 += 32 * NM_MVS_B) {
+    for (int b0 = lane + 32 * ws; b0 < nb; b0 += 32 * NM_MVS_SPLIT * NM_MVS_B) {
         uint4 q[NM_MVS_B][NM_MVS_RPW];
         float d[NM_MVS_B][NM_MVS_RPW];
         for (int j = 0; j < NM_MVS_B; j++) {
-            const int b = min(b0 + 32 * j, nb - 1);
+            const int b = min(b0 + 32 * NM_MVS_SPLIT * j, nb - 1);
             for (int r = 0; r < NM_MVS_RPW; r++) {
                 const ulong i = (ulong)(n0 + r) * nb + b;
                 q[j][r] = qs[i], d[j][r] = vload_half(i, ds);
             }
         }
         for (int j = 0; j < NM_MVS_B; j++) {
-            const int b = b0 + 32 * j;
+            const int b = b0 + 32 * NM_MVS_SPLIT * j;
             if (b < nb) {
                 const uint4 x0 = xq[2 * b], x1 = xq[2 * b + 1];
                 const float2 xs = xd[b];
@@ -796,7 +803,20 @@ __kernel void mvq_res_q4_0(__global const uchar *W, int N, __global const uchar 
         }
     }
     // the rows' y and s = a + y (y before s: S may be Y)
-#ifdef NM_DP4A_PTX
+#if defined(NM_DP4A_PTX) && NM_MVS_SPLIT > 1
+    __local float sp[NM_MVS_ROWS * NM_MVS_SPLIT]; // each row's shares, summed in a fixed order
+    for (int r = 0; r < NM_MVS_RPW; r++) acc[r] = warp_sum(acc[r]);
+    if (lane == 0)
+        for (int r = 0; r < NM_MVS_RPW; r++) sp[(wr * NM_MVS_RPW + r) * NM_MVS_SPLIT + ws] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < R) {
+        float t = 0.0f;
+        for (int i = 0; i < NM_MVS_SPLIT; i++) t += sp[lid * NM_MVS_SPLIT + i];
+        const int n = g * R + lid;
+        const float s = av[n] + t;
+        y[n] = t, sv[n] = s;
+    }
+#elif defined(NM_DP4A_PTX)
     for (int r = 0; r < NM_MVS_RPW; r++) acc[r] = warp_sum(acc[r]);
     if (lane == 0)
         for (int r = 0; r < NM_MVS_RPW; r++) {

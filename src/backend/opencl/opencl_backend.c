@@ -131,6 +131,7 @@ static bool build_log(nm_ocl *o, cl_program prog, char *buf, size_t n) {
 static nm_status build_program(nm_ocl *o) {
     // without PTX mvq_res_q4_0 takes a block of 32 rows a work-group: of 1024 /
     // mvs_rpw items, so more rows a group of 32 where the device runs fewer
+    if (!o->ptx) o->geom.mvs_split = 1; // (the split's shares meet through warp sums)
     while (!o->ptx && o->geom.mvs_rpw < 4 && (size_t)(1024 / o->geom.mvs_rpw) > o->max_wg) o->geom.mvs_rpw *= 2;
     char opts[256];
     nm_cl_build_opts(&o->geom, o->ptx, opts, sizeof opts);
@@ -1095,7 +1096,8 @@ static nm_status fit_work_groups(nm_ocl *o) {
     // geom.mvs_lws items (fewer rows: the block's work-groups count themselves)
     o->mvs_lws = o->ptx ? (size_t)o->geom.mvs_lws : (size_t)(1024 / o->geom.mvs_rpw);
     if (o->mvs_lws * (size_t)o->geom.mvs_rpw > 1024) o->mvs_lws = (size_t)(1024 / o->geom.mvs_rpw);
-    o->x8_res = o->x8_ok && kernel_wg(o, o->k_mvq_res) >= o->mvs_lws && o->max_wg >= o->mvs_lws;
+    o->x8_res = o->x8_ok && kernel_wg(o, o->k_mvq_res) >= o->mvs_lws && o->max_wg >= o->mvs_lws &&
+                o->mvs_lws / 32 >= (size_t)o->geom.mvs_split;
     o->x8_rope = o->x8_ok;
     if (o->k_attention_dec && (kernel_wg(o, o->k_attention_dec) < 256 || o->max_wg < 256)) {
         o->api.clReleaseKernel(o->k_attention_dec);

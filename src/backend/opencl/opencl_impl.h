@@ -109,7 +109,7 @@ typedef struct nm_ocl {
                     // x8_slot / 32 ints: its counters of work-groups a block
     bool x8_res;    // mvq_res_q4_0: the residual add and the norm in the matvec before them (NM_OPENCL_X8_RES=0: off)
     bool x8_rope;   // Q's and K's ropes and the KV store in the Q/K/V launch (NM_OPENCL_X8_ROPE=0: off)
-    size_t mvs_lws; // its work-group size (rows a work-group: geom.mvs_rpw * mvs_lws / 32)
+    size_t mvs_lws; // its work-group size (rows a work-group: geom.mvs_rpw * mvs_lws / 32 / geom.mvs_split)
     nm_cl_x8_geom geom; // the x8 matvecs' geometry (build options of the program)
     int attn_split;       // attention_dec's work-groups a head (0: from the compute units and the heads;
                           // NM_OPENCL_ATTN_SPLIT=N: N)

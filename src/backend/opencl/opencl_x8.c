@@ -196,9 +196,10 @@ nm_status op_mvq_res(nm_ocl *o, const nm_op *ops, const cl_packed *pk, x8_src in
     const karg args[] = {A(pk->mem), A(N),      A(o->x8),  A(in_off), A(y.m),   A(y.off),   A(ra.m),
                          A(ra.off),  A(sm.m),   A(sm.off), A(wn.m),   A(wn.off), A(has_w),  A(o->x8),
                          A(out_off), A(o->x8_part), A(cnt_off), A(K)};
-    const size_t local = o->mvs_lws, rows = (size_t)o->geom.mvs_rpw * (local / 32), global = (size_t)N / rows * local;
+    const size_t local = o->mvs_lws, rows = (size_t)o->geom.mvs_rpw * (local / 32) / (size_t)o->geom.mvs_split, global = (size_t)N / rows * local;
     prof_weights(o, &pk, 1);
-    return ocl_launch(o, o->k_mvq_res, "matvec_x8_res", 1, &global, &local, args, 18);
+    // (the profile tells the down projection, K > N, from the others)
+    return ocl_launch(o, o->k_mvq_res, K > N ? "matvec_x8_res_w" : "matvec_x8_res", 1, &global, &local, args, 18);
 }
 
 // Q, K and V at ops[i..i+2] (one launch of 3 matvecs), then the ropes of Q

@@ -110,6 +110,21 @@ int send_json(struct mg_connection *c, int code, cJSON *root) {
 }
 
 // An OpenAI-style error: {"error": {"message", "type", "param", "code"}}.
+int send_err(server *S, struct mg_connection *c, const serve_err *e) {
+    return send_error(S, c, e->code, e->param, "%s", e->msg);
+}
+
+static char *format_chat(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st) {
+    const server *S = ctx;
+    return cli_chat_text(S->m, S->o.chat_tmpl, msgs, n, st);
+}
+
+serve_env serve_env_of(server *S) {
+    return (serve_env){.vision = S->vision != NULL, .image_dir_real = S->image_dir_real, .system = S->o.system,
+                       .format = format_chat, .format_ctx = S, .stop = (const char *const *)S->o.stop,
+                       .n_stop = S->o.n_stop, .speech_max_chars = S->speech_max_chars};
+}
+
 int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...) {
     char msg[512];
     va_list ap;
@@ -238,43 +253,14 @@ static int32_t box_read(server *S, serve_box *b, int32_t *out, int32_t max, bool
     return k;
 }
 
-// The deepest nesting of arrays and objects in a JSON text (strings skipped).
-// cJSON parses (and frees) recursively, a frame a level, up to 1000 levels: on a
-// connection thread's stack (civetweb's are 100 KB in Debian's build) that was a
-// crash, so deeper bodies are refused first.
-#define JSON_MAX_DEPTH 64
-static int json_depth(const char *t) {
-    int depth = 0, most = 0;
-    bool in_str = false;
-    for (; *t; t++) {
-        if (in_str) {
-            if (*t == '\\' && t[1]) t++;
-            else if (*t == '"') in_str = false;
-        } else if (*t == '"') {
-            in_str = true;
-        } else if (*t == '[' || *t == '{') {
-            if (++depth > most) most = depth;
-        } else if ((*t == ']' || *t == '}') && depth > 0) {
-            depth--;
-        }
-    }
-    return most;
-}
-
 cJSON *read_json(server *S, struct mg_connection *c, int *code) {
     char *body = read_body(S, c, code);
     if (!body) return NULL;
-    if (json_depth(body) > JSON_MAX_DEPTH) {
-        free(body);
-        *code = send_error(S, c, 400, NULL, "the body's JSON nests deeper than %d levels", JSON_MAX_DEPTH);
-        return NULL;
-    }
-    cJSON *req = cJSON_Parse(body);
+    serve_err e;
+    cJSON *req = serve_json_object(body, &e);
     free(body);
-    if (cJSON_IsObject(req)) return req;
-    cJSON_Delete(req);
-    *code = send_error(S, c, 400, NULL, "the body is not a JSON object");
-    return NULL;
+    if (!req) *code = send_err(S, c, &e);
+    return req;
 }
 
 static bool authorized(const server *S, struct mg_connection *c) {
@@ -331,151 +317,6 @@ char *read_body(server *S, struct mg_connection *c, int *code) {
         return NULL;
     }
     buf[len] = '\0';
-    return buf;
-}
-
-// A request's generation parameters, checked; the brick's PARAMS object.
-// NULL with the error sent (*code).
-static cJSON *take_params(server *S, struct mg_connection *c, const cJSON *req, int *code) {
-    cJSON *p = cJSON_CreateObject();
-    static const struct { const char *name, *as; double lo, hi; bool integer; } num[] = {
-        {"temperature", "temperature", 0, 2, false},          {"top_p", "top_p", 0, 1, false},
-        {"top_k", "top_k", 0, 1e9, true},                     {"min_p", "min_p", 0, 1, false},
-        {"presence_penalty", "presence_penalty", -2, 2, false}, {"frequency_penalty", "frequency_penalty", -2, 2, false},
-        {"seed", "seed", -1, 4294967295.0, true},            {"max_tokens", "n_predict", -1, 1e9, true},
-        {"max_completion_tokens", "n_predict", -1, 1e9, true}, {"repeat_penalty", "repeat_penalty", 0, 10, false},
-    };
-    for (size_t k = 0; k < sizeof num / sizeof num[0]; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, num[k].name);
-        if (!v || cJSON_IsNull(v)) continue;
-        const double x = cJSON_GetNumberValue(v);
-        if (!cJSON_IsNumber(v) || !(x >= num[k].lo && x <= num[k].hi) || (num[k].integer && x != (double)(int64_t)x)) {
-            cJSON_Delete(p);
-            *code = send_error(S, c, 400, num[k].name, "'%s' must be %s in [%g, %g]", num[k].name,
-                               num[k].integer ? "an integer" : "a number", num[k].lo, num[k].hi);
-            return NULL;
-        }
-        cJSON_DeleteItemFromObjectCaseSensitive(p, num[k].as);
-        cJSON_AddNumberToObject(p, num[k].as, x);
-    }
-    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(req, "stop");
-    if (stop && !cJSON_IsNull(stop)) {
-        const bool list = cJSON_IsArray(stop);
-        bool ok = cJSON_IsString(stop) || (list && cJSON_GetArraySize(stop) <= NM_LLM_MAX_STOP);
-        for (const cJSON *e = list ? stop->child : stop; e && ok; e = list ? e->next : NULL)
-            ok = cJSON_IsString(e) && e->valuestring[0] && strlen(e->valuestring) <= NM_LLM_MAX_STOP_LEN;
-        if (!ok) {
-            cJSON_Delete(p);
-            *code = send_error(S, c, 400, "stop",
-                               "'stop' must be a string or an array of up to %d strings of 1 to %d bytes",
-                               NM_LLM_MAX_STOP, NM_LLM_MAX_STOP_LEN);
-            return NULL;
-        }
-        cJSON_AddItemToObject(p, "stop", cJSON_Duplicate(stop, true));
-    }
-    static const char *const bools[] = {"ignore_eos", "cache_prompt"}; // (llama-server's)
-    for (size_t k = 0; k < sizeof bools / sizeof bools[0]; k++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, bools[k]);
-        if (!v || cJSON_IsNull(v)) continue;
-        if (!cJSON_IsBool(v)) {
-            cJSON_Delete(p);
-            *code = send_error(S, c, 400, bools[k], "'%s' must be true or false", bools[k]);
-            return NULL;
-        }
-        cJSON_AddBoolToObject(p, bools[k], cJSON_IsTrue(v));
-    }
-    const cJSON *n = cJSON_GetObjectItemCaseSensitive(req, "n");
-    if (n && !cJSON_IsNull(n) && (!cJSON_IsNumber(n) || cJSON_GetNumberValue(n) != 1)) {
-        cJSON_Delete(p);
-        *code = send_error(S, c, 400, "n", "'n' must be 1 (one choice a request in this build)");
-        return NULL;
-    }
-    return p;
-}
-
-// The chat's text through the model's template, a media marker where each image
-// part was (the images into im, in order). NULL with the error sent (*code).
-static char *chat_prompt(server *S, struct mg_connection *c, const cJSON *messages, serve_images *im, int *code) {
-    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
-        *code = send_error(S, c, 400, "messages", "'messages' must be a non-empty array");
-        return NULL;
-    }
-    const int n = cJSON_GetArraySize(messages);
-    nm_chat_msg *msgs = calloc((size_t)n + 1, sizeof *msgs);
-    char **owned = calloc((size_t)n, sizeof *owned);
-    char *buf = NULL;
-    int k = 0;
-    bool has_system = false, ok = msgs && owned;
-    for (const cJSON *m = messages->child; m && ok; m = m->next) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role"), *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-        const char *r = cJSON_GetStringValue(role);
-        if (!r || (strcmp(r, "system") && strcmp(r, "developer") && strcmp(r, "user") && strcmp(r, "assistant"))) {
-            *code = send_error(S, c, 400, "messages", "message %d: 'role' must be system, developer, user or assistant", k);
-            ok = false;
-            break;
-        }
-        const char *text = cJSON_GetStringValue(content);
-        if (!text && cJSON_IsArray(content)) { // parts: text ones joined, a media marker for each image
-            size_t len = 1;
-            for (const cJSON *part = content->child; part && ok; part = part->next) {
-                const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type"));
-                const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
-                if (type && !strcmp(type, "image_url")) {
-                    ok = serve_image_part(S, c, part, k, im, code);
-                    len += strlen(MEDIA_MARKER);
-                } else if (!type || strcmp(type, "text") || !t) {
-                    *code = send_error(S, c, 400, "messages", "message %d: a part of type '%s' is not served (text and "
-                                       "image_url)", k, type ? type : "?");
-                    ok = false;
-                } else {
-                    len += strlen(t);
-                }
-            }
-            if (ok && (owned[k] = malloc(len))) {
-                owned[k][0] = '\0';
-                for (const cJSON *part = content->child; part; part = part->next) {
-                    const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
-                    strcat(owned[k], strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type")),
-                                            "image_url") ? t : MEDIA_MARKER);
-                }
-                text = owned[k];
-            }
-        }
-        if (ok && !text) {
-            *code = send_error(S, c, 400, "messages", "message %d: 'content' must be a string or an array of text parts", k);
-            ok = false;
-        }
-        if (!ok) break;
-        has_system = has_system || !strcmp(r, "system") || !strcmp(r, "developer");
-        msgs[k].role = !strcmp(r, "developer") ? "system" : r;
-        msgs[k++].content = text;
-    }
-    if (ok && !has_system && S->o.system) { // -sys: the server's system message when a chat has none
-        memmove(msgs + 1, msgs, sizeof *msgs * (size_t)k);
-        msgs[0] = (nm_chat_msg){"system", S->o.system};
-        k++;
-    }
-    if (ok) {
-        nm_status st;
-        buf = cli_chat_text(S->m, S->o.chat_tmpl, msgs, (size_t)k, &st);
-        if (!buf)
-            *code = send_error(S, c, 500, NULL, st == NM_ERR_TEMPLATE
-                                                    ? "the model names no chat template we know (start with --chat-template)"
-                                                    : "out of memory formatting the chat");
-        int n_markers = 0;
-        for (const char *q = buf; q && (q = strstr(q, MEDIA_MARKER)); q += strlen(MEDIA_MARKER)) n_markers++;
-        if (buf && im->n > 0 && n_markers != im->n) { // the text itself holds the marker: where would the images go?
-            free(buf);
-            buf = NULL;
-            *code = send_error(S, c, 400, "messages", "the messages' text holds the media marker %s, which marks where "
-                               "an image goes: leave it out of the text of a chat with images", MEDIA_MARKER);
-        }
-    } else if (!msgs || !owned) {
-        *code = send_error(S, c, 500, NULL, "out of memory");
-    }
-    for (int i = 0; owned && i < n; i++) free(owned[i]);
-    free(owned);
-    free(msgs);
     return buf;
 }
 
@@ -858,42 +699,19 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     cJSON *req = read_json(S, c, &code);
     if (!req) return code;
     gen g = {.S = S, .c = c, .chat = chat, .t0 = cli_now()};
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(req, "stream");
-    if (st && !cJSON_IsBool(st) && !cJSON_IsNull(st)) {
+    const serve_env env = serve_env_of(S);
+    serve_gen_req rq; // (the images' data: URLs point into req, kept until the decode ends)
+    serve_err e;
+    if (!serve_gen_parse(&env, req, chat, &rq, &e)) {
         cJSON_Delete(req);
-        return send_error(S, c, 400, "stream", "'stream' must be true or false");
+        return send_err(S, c, &e);
     }
-    g.stream = cJSON_IsTrue(st);
-    g.usage_in_stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(req, "stream_options"), "include_usage"));
-    cJSON *params = take_params(S, c, req, &code);
-    const cJSON *stp = params ? cJSON_GetObjectItemCaseSensitive(params, "stop") : NULL;
-    for (const cJSON *e = cJSON_IsArray(stp) ? stp->child : stp; e && g.n_stop < NM_LLM_MAX_STOP;
-         e = cJSON_IsArray(stp) ? e->next : NULL)
-        g.stop[g.n_stop++] = e->valuestring;
-    for (int k = 0; !stp && k < S->o.n_stop; k++) g.stop[g.n_stop++] = S->o.stop[k]; // -r: the server's own
-    char *prompt = NULL;
-    serve_images im = {.n = 0}; // (their data: URLs point into req, kept until the decode ends)
-    if (params) {
-        if (chat) {
-            prompt = chat_prompt(S, c, cJSON_GetObjectItemCaseSensitive(req, "messages"), &im, &code);
-        } else {
-            const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt"));
-            if (!p) code = send_error(S, c, 400, "prompt", "'prompt' must be a string");
-            else prompt = strdup(p);
-        }
-    }
-    if (!prompt) {
-        serve_images_free(&im);
-        cJSON_Delete(req);
-        cJSON_Delete(params);
-        return code;
-    }
+    g.stream = rq.stream, g.usage_in_stream = rq.usage_in_stream;
+    memcpy(g.stop, rq.stop, sizeof rq.stop);
+    g.n_stop = rq.n_stop;
     if (!serve_turn_take(S, &S->turn)) { // the decoder's turn
-        free(prompt);
-        serve_images_free(&im);
+        serve_gen_free(&rq);
         cJSON_Delete(req);
-        cJSON_Delete(params);
         return send_error(S, c, 429, NULL, "%d requests already wait for the decoder (--queue)", S->queue_max);
     }
     pthread_mutex_lock(&S->lock);
@@ -903,7 +721,7 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     snprintf(g.cid, sizeof g.cid, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)g.id);
     bool ok = !g.stream || ev_begin(&g);
     if (!ok) code = send_error(S, c, 500, NULL, "out of memory");
-    ok = ok && decode(&g, params, prompt, &im, true, &code); // (BOS as the model asks: add_special)
+    ok = ok && decode(&g, rq.params, rq.prompt, &rq.im, true, &code); // (BOS as the model asks: add_special)
     pthread_mutex_lock(&S->lock);
     S->n_prompt_tokens += (uint64_t)g.n_prompt;
     S->n_gen_tokens += (uint64_t)g.n_tokens;
@@ -915,11 +733,9 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
         pthread_mutex_unlock(&S->lock);
     }
     serve_turn_give(S, &S->turn);
-    free(prompt);
-    serve_images_free(&im);
     cJSON_Delete(req);
     free(g.ev);
-    cJSON_Delete(params);
+    serve_gen_free(&rq);
     if (!ok) {
         free(g.text);
         return code;

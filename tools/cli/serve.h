@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "serve_req.h"
 
 // A brick's turn: `slots` requests at a time hold it (the decoder's: --parallel;
 // the transcriber's and the voice's: one); --queue of them may wait (waiting,
@@ -127,6 +128,9 @@ int send_json_text(struct mg_connection *c, int code, const char *body);
 int send_json(struct mg_connection *c, int code, cJSON *root); // takes root
 int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+int send_err(server *S, struct mg_connection *c, const serve_err *e); // a parser's error (serve_req.h)
+// What the server lets a request use (serve_req.h), as it stands now.
+serve_env serve_env_of(server *S);
 // The body, NUL-terminated (malloc'd), or NULL with the error sent (*code).
 char *read_body(server *S, struct mg_connection *c, int *code);
 // The body as a JSON object, or NULL with the error sent (*code).
@@ -137,26 +141,12 @@ void serve_turn_init(serve_turn *t, int slots);
 bool serve_turn_take(server *S, serve_turn *t);
 void serve_turn_give(server *S, serve_turn *t);
 
-// An image of a chat message: a data: URL's base64 payload (borrowed from the
-// request, which outlives the decode) or a file under --image-dir (owned).
-typedef struct serve_image {
-    const char *b64;
-    size_t b64_len;
-    char *path;
-} serve_image;
-typedef struct serve_images {
-    serve_image v[CLI_MAX_IMAGES];
-    int n;
-} serve_images;
 
-// serve_image.c: the vision brick of --mmproj (false: a message printed), its end,
-// an image_url part read into im (false with the error sent: *code), an image sent
+// serve_image.c: the vision brick of --mmproj (false: a message printed), its end, an image sent
 // through the vision brick into the decoder's ring as one part of request `id`
 // (false: err says why, the client's fault when *bad), and its /metrics lines.
 bool serve_vision_start(server *S);
 void serve_vision_stop(server *S);
-bool serve_image_part(server *S, struct mg_connection *c, const cJSON *part, int msg, serve_images *im, int *code);
-void serve_images_free(serve_images *im);
 bool serve_image_send(server *S, const serve_image *img, uint64_t user, uint64_t id, int64_t *rows, bool *bad,
                       char *err, size_t err_size);
 int serve_vision_metrics(const server *S, char *buf, size_t size);

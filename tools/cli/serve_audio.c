@@ -439,19 +439,6 @@ out:
 
 // ---- text to speech -------------------------------------------------------------------------
 
-// OpenAI's voices as espeak-ng voices (a name not here goes to espeak-ng as it is: "en-gb", "de",
-// "en-us+f3"...).
-static const char *espeak_voice(const char *v) {
-    static const char *const map[][2] = {
-        {"alloy", "en-us"},      {"ash", "en-us+m3"},  {"ballad", "en-gb+m2"}, {"coral", "en-us+f2"},
-        {"echo", "en-us+m1"},    {"fable", "en-gb"},   {"onyx", "en-us+m7"},   {"nova", "en-us+f3"},
-        {"sage", "en-us+f4"},    {"shimmer", "en-us+f5"}, {"verse", "en-us+m2"},
-    };
-    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (!strcmp(v, map[i][0])) return map[i][1];
-    return v;
-}
-
 // One slot into the TTS brick's input ring (the request's PARAMS or its TEXT).
 static bool tts_put(server *S, uint32_t kind, const void *data, size_t n, uint64_t user, uint64_t id) {
     nm_tabm_slot sl;
@@ -478,38 +465,20 @@ int handle_speech(server *S, struct mg_connection *c) {
     int code = 200;
     cJSON *req = read_json(S, c, &code);
     if (!req) return code;
-    const cJSON *in = cJSON_GetObjectItemCaseSensitive(req, "input"), *vo = cJSON_GetObjectItemCaseSensitive(req, "voice");
-    const cJSON *fm = cJSON_GetObjectItemCaseSensitive(req, "response_format"), *sp = cJSON_GetObjectItemCaseSensitive(req, "speed");
-    const char *text = cJSON_GetStringValue(in), *fmt = "wav";
-    size_t chars = 0;
-    for (const unsigned char *p = (const unsigned char *)(text ? text : ""); *p; p++) chars += (*p & 0xc0) != 0x80;
-    if (!text || chars == 0) code = send_error(S, c, 400, "input", "'input' must be a non-empty string");
-    else if ((int64_t)chars > S->speech_max_chars)
-        code = send_error(S, c, 400, "input", "'input' has %zu characters; the limit is %d (--max-speech)", chars,
-                          S->speech_max_chars);
-    else if (vo && !cJSON_IsNull(vo) && (!cJSON_IsString(vo) || !vo->valuestring[0] || strlen(vo->valuestring) > 48))
-        code = send_error(S, c, 400, "voice", "'voice' must be a voice's name");
-    else if (fm && !cJSON_IsNull(fm) && (!cJSON_IsString(fm) || (strcmp(fm->valuestring, "wav") && strcmp(fm->valuestring, "pcm"))))
-        code = send_error(S, c, 400, "response_format", "'response_format' must be wav or pcm (mp3, opus, aac and flac "
-                                                        "are not made here)");
-    else if (sp && !cJSON_IsNull(sp) && (!cJSON_IsNumber(sp) || !(sp->valuedouble >= 0.25 && sp->valuedouble <= 4.0)))
-        code = send_error(S, c, 400, "speed", "'speed' must be a number in [0.25, 4]");
-    if (code != 200) {
+    const serve_env env = serve_env_of(S);
+    serve_speech_req sr;
+    serve_err e;
+    if (!serve_speech_parse(&env, req, &sr, &e)) {
         cJSON_Delete(req);
-        return code;
+        return send_err(S, c, &e);
     }
-    if (cJSON_IsString(fm)) fmt = fm->valuestring;
-    const bool wav = !strcmp(fmt, "wav");
-    cJSON *params = cJSON_CreateObject();
-    if (cJSON_IsString(vo)) cJSON_AddStringToObject(params, "voice", espeak_voice(vo->valuestring));
-    if (cJSON_IsNumber(sp)) cJSON_AddNumberToObject(params, "speed", sp->valuedouble);
-    char *pj = cJSON_PrintUnformatted(params);
-    cJSON_Delete(params);
-    if (!pj || !serve_turn_take(S, &S->tts_turn)) { // the engine's turn: one synthesis at a time
+    const bool wav = sr.wav;
+    const char *text = sr.text;
+    char *pj = sr.params;
+    if (!serve_turn_take(S, &S->tts_turn)) { // the engine's turn: one synthesis at a time
         free(pj);
         cJSON_Delete(req);
-        return !pj ? send_error(S, c, 500, NULL, "out of memory")
-                   : send_error(S, c, 429, NULL, "%d requests already wait for the speech engine (--queue)", S->queue_max);
+        return send_error(S, c, 429, NULL, "%d requests already wait for the speech engine (--queue)", S->queue_max);
     }
     pthread_mutex_lock(&S->lock);
     const uint64_t id = ++S->next_id;

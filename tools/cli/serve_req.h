@@ -1,0 +1,81 @@
+// nanomind serve: the parsers of request bodies, apart from HTTP (no civetweb,
+// no server): each takes the body's JSON and gives what the bricks need, or the
+// error to send (code, parameter, message). tests/fuzz/fuzz_serve_req.c runs
+// them on any bytes; cmd_serve.c and serve_audio.c send what they return.
+#ifndef NM_SERVE_REQ_H
+#define NM_SERVE_REQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+
+// An error to send as OpenAI's {"error": {"message", "type", "param", "code"}}.
+typedef struct serve_err {
+    int code;          // an HTTP status, 400..599
+    const char *param; // the request's field it names (static), or NULL
+    char msg[512];
+} serve_err;
+// Fills e; returns false (for `return serve_fail(...)`).
+bool serve_fail(serve_err *e, int code, const char *param, const char *fmt, ...);
+
+// The body as a JSON object (NULL: e says why). Bodies nesting deeper than
+// SERVE_JSON_MAX_DEPTH are refused before parsing: cJSON parses and frees
+// recursively, a stack frame a level, and a connection thread's stack is small.
+#define SERVE_JSON_MAX_DEPTH 64
+cJSON *serve_json_object(const char *body, serve_err *e);
+
+// An image of a chat message: a data: URL's base64 payload (borrowed from the
+// request, which outlives the decode) or a file under --image-dir (owned).
+typedef struct serve_image {
+    const char *b64;
+    size_t b64_len;
+    char *path;
+} serve_image;
+typedef struct serve_images {
+    serve_image v[CLI_MAX_IMAGES];
+    int n;
+} serve_images;
+void serve_images_free(serve_images *im);
+
+// What the server lets a request use.
+typedef char *(*serve_chat_fmt)(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st);
+typedef struct serve_env {
+    bool vision;                // images are served (--mmproj)
+    const char *image_dir_real; // --image-dir, resolved (NULL: none)
+    const char *system;         // -sys: the system message of chats that have none (NULL: none)
+    serve_chat_fmt format;      // the chat's text through the model's template (malloc'd; NULL: *st says why)
+    void *format_ctx;
+    const char *const *stop; // -r: the stop strings of requests that name none
+    int n_stop;
+    int64_t speech_max_chars; // --max-speech
+} serve_env;
+
+// POST /v1/chat/completions (chat) and /v1/completions: the PARAMS object for
+// the LLM brick, the prompt (chat: through the template, a media marker where
+// each image goes, the images in im), streaming, and the stop strings (the
+// request's, pointing into params, else the server's).
+typedef struct serve_gen_req {
+    bool stream, usage_in_stream;
+    cJSON *params;
+    char *prompt;
+    serve_images im;
+    const char *stop[NM_LLM_MAX_STOP];
+    int n_stop;
+} serve_gen_req;
+bool serve_gen_parse(const serve_env *env, const cJSON *req, bool chat, serve_gen_req *out, serve_err *e);
+void serve_gen_free(serve_gen_req *r);
+
+// POST /v1/audio/speech: the text (pointing into req), WAV or PCM, and the
+// TTS brick's PARAMS as JSON text (malloc'd).
+typedef struct serve_speech_req {
+    const char *text;
+    bool wav;
+    char *params;
+} serve_speech_req;
+bool serve_speech_parse(const serve_env *env, const cJSON *req, serve_speech_req *out, serve_err *e);
+
+#endif

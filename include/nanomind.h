@@ -551,7 +551,8 @@ nm_tabm_stats nm_tabm_get_stats(const nm_tabm *r);
 // next one's input (STT segments -> TTS, the vision segment -> LLM). Output
 // slots carry their request's id in meta->request (the first input slot's).
 // The last output slot of a failed request has NM_BRICK_ERROR (its message:
-// nm_brick_last_error); the brick goes on with the next request. A malformed
+// nm_brick_request_error, or nm_brick_last_error where one request runs at a
+// time); the brick goes on with the next request. A malformed
 // input slot (another kind, a wrong shape) fails its request: its remaining
 // slots are read and dropped.
 //
@@ -918,6 +919,10 @@ typedef struct nm_brick_i {
 // For implementations, from run: the text nm_brick_last_error returns from
 // now on (printf-style; longer than 511 bytes is cut).
 void nm_brick_set_error(nm_brick *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// For implementations, from run: request `request` failed with this text
+// (nm_brick_request_error's; longer than 511 bytes is cut); also the last error.
+void nm_brick_set_request_error(nm_brick *b, uint64_t request, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 // The built-in implementation of a kind (NULL for an unknown one).
 const nm_brick_i *nm_brick_builtin(nm_brick_kind kind);
@@ -964,6 +969,14 @@ nm_status nm_brick_estimate(const nm_brick *b, const nm_brick_input *in, nm_bric
 // "" if none. Any thread may read it, also while a lane runs the brick (the
 // text is the reader's copy, valid until it calls again).
 const char *nm_brick_last_error(const nm_brick *b);
+// The text of failed request `request` (its last output slot has
+// NM_BRICK_ERROR) among the brick's last NM_BRICK_ERRORS_KEPT failures, or ""
+// (not failed, forgotten, or an implementation that does not say). Where a
+// brick serves several requests at once (the LLM brick's n_parallel) the last
+// error may be another request's; this is the request's own. A reader's copy,
+// as nm_brick_last_error's.
+#define NM_BRICK_ERRORS_KEPT 32
+const char *nm_brick_request_error(const nm_brick *b, uint64_t request);
 nm_brick_stats nm_brick_get_stats(const nm_brick *b);
 
 // ---- what each kind offers beside the rings -----------------------------------------------

@@ -18,8 +18,13 @@ struct nm_brick {
     void *state;
     nm_brick_kind kind;
     char name[32];
-    pthread_mutex_t lock; // guards err
+    pthread_mutex_t lock; // guards err and failed
     char err[512];
+    struct {
+        uint64_t request; // 0: none
+        char msg[512];
+    } failed[NM_BRICK_ERRORS_KEPT]; // the last failed requests' texts, a ring
+    int next_failed;
     bool has_cores;       // nm_brick_params.cores: the lane's cores
     cpu_set_t cores;
 };
@@ -156,6 +161,36 @@ void nm_brick_set_error(nm_brick *b, const char *fmt, ...) {
     pthread_mutex_lock(&b->lock);
     memcpy(b->err, msg, sizeof msg);
     pthread_mutex_unlock(&b->lock);
+}
+
+void nm_brick_set_request_error(nm_brick *b, uint64_t request, const char *fmt, ...) {
+    if (!b) return;
+    char msg[sizeof b->err];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&b->lock);
+    memcpy(b->err, msg, sizeof msg);
+    if (request) {
+        int k = 0; // a request failed again: its entry, else the oldest
+        while (k < NM_BRICK_ERRORS_KEPT && b->failed[k].request != request) k++;
+        if (k == NM_BRICK_ERRORS_KEPT) k = b->next_failed, b->next_failed = (k + 1) % NM_BRICK_ERRORS_KEPT;
+        b->failed[k].request = request;
+        memcpy(b->failed[k].msg, msg, sizeof msg);
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
+const char *nm_brick_request_error(const nm_brick *b, uint64_t request) {
+    static _Thread_local char msg[sizeof b->failed[0].msg];
+    msg[0] = '\0';
+    if (!b || !request) return msg;
+    pthread_mutex_lock((pthread_mutex_t *)&b->lock);
+    for (int k = 0; k < NM_BRICK_ERRORS_KEPT; k++)
+        if (b->failed[k].request == request) memcpy(msg, b->failed[k].msg, sizeof msg);
+    pthread_mutex_unlock((pthread_mutex_t *)&b->lock);
+    return msg;
 }
 
 nm_status nm_brick_step(nm_brick *b, nm_tabm *in, nm_tabm *out) {

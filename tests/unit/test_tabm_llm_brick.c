@@ -965,6 +965,41 @@ NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
 }
 
+// Two requests failing at once: X's first slot holds a bad token (999999),
+// its END waits for its last slot; meanwhile Y fails (888888) and is the
+// brick's last error. Each request's own text stays its own
+// (nm_brick_request_error): X's names 999999 though Y failed after it.
+NM_TEST(tabm_llm_brick_parallel_errors_per_request) {
+    rig R;
+    if (!rig_up_par(&R, 2, 8, 16)) {
+        rig_down(&R);
+        NM_NEED_SMALL_MODEL(g_model_r);
+        NM_CHECK(!"the rig did not come up");
+        return;
+    }
+    static const int32_t bad_x[] = {5, 999999}, bad_y[] = {888888};
+    part x1[] = {TOKS(bad_x, 2, NM_LLM_IN_POS(0) | NM_BRICK_MORE)}, x2[] = {TOKS(TEXT_A, 3, 0)};
+    part y[] = {TOKS(bad_y, 1, NM_LLM_IN_POS(0))};
+    request_writer W = {R.in, x1, 1, 7001, NM_OK};
+    request_writer_main(&W);
+    NM_CHECK(W.st == NM_OK);
+    W = (request_writer){R.in, y, 1, 7002, NM_OK};
+    request_writer_main(&W);
+    int32_t got[2][64], n_got[2];
+    nm_llm_stop why[2];
+    NM_CHECK(W.st == NM_OK && read_answers(R.out, 7002, 1, &got[1], &n_got[1], &why[1]) && why[1] == NM_LLM_STOP_BAD_INPUT);
+    NM_CHECK(strstr(nm_brick_last_error(R.b), "888888") != NULL); // Y failed last
+    W = (request_writer){R.in, x2, 1, 7001, NM_OK};
+    request_writer_main(&W);
+    NM_CHECK(W.st == NM_OK && read_answers(R.out, 7001, 1, &got[0], &n_got[0], &why[0]) && why[0] == NM_LLM_STOP_BAD_INPUT);
+    printf("  request 7001: %s\n", nm_brick_request_error(R.b, 7001)); // (one reader's copy: a call at a time)
+    printf("  request 7002: %s\n", nm_brick_request_error(R.b, 7002));
+    NM_CHECK(strstr(nm_brick_request_error(R.b, 7001), "999999") != NULL);
+    NM_CHECK(strstr(nm_brick_request_error(R.b, 7002), "888888") != NULL);
+    NM_CHECK(nm_brick_request_error(R.b, 7003)[0] == '\0' && nm_brick_request_error(NULL, 7001)[0] == '\0');
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+}
+
 // A prompt whose middle part changes: request 2 repeats request 1's text
 // around other embedding rows. Its leading text is reused; the text after
 // the rows is not (its cache entries attended to request 1's rows), so the

@@ -640,7 +640,8 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
         piece(g, "", 0, true); // (what was held back)
         if (user & NM_BRICK_ERROR) {
             failed = true;
-            snprintf(err, sizeof err, "%s", !fits ? "" : nm_brick_last_error(S->llm));
+            const char *why = nm_brick_request_error(S->llm, g->id); // (its own: with -np others fail too)
+            snprintf(err, sizeof err, "%s", !fits ? "" : why[0] ? why : nm_brick_last_error(S->llm));
         }
         break;
     }

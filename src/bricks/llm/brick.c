@@ -45,6 +45,7 @@ typedef struct llm_req {
     nm_llm_stop dropped;       // set: the prompt failed or was cancelled; ended once its last slot is read
     nm_llm_stop end_why;       // with dropped: the END is written when its last slot comes
     int32_t prompt_pos;        // the sequence's position when the request began
+    char err[256];             // why it failed (the brick's error when it was dropped), for its END
     // generation
     bool generating;
     int32_t pending;           // the token sampled, decoded by the next pass
@@ -540,7 +541,8 @@ static nm_status take_slot(llm_brick *b, nm_tabm_slot *s) {
         nm_tabm_release(b->in, s);
         fail(b, NM_ERR_RANGE, "llm brick: request %llu: more than %d of its input slots wait to be decoded",
              (unsigned long long)r->id, NM_LLM_MAX_PARTS);
-        r->dropped = NM_LLM_STOP_BAD_INPUT;
+        r->dropped = NM_LLM_STOP_BAD_INPUT; // (its END may come after other requests' failures: its text now)
+        snprintf(r->err, sizeof r->err, "%s", nm_brick_last_error(b->self));
         b->st.n_bad_slots++;
     } else {
         r->parts[r->n_parts++] = *s;
@@ -600,6 +602,8 @@ static void bind_requests(llm_brick *b) {
 // Publishes a request's last slot (the tokens it still holds, the reason)
 // and frees its sequence and itself.
 static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why) {
+    if (end_user(why) & NM_BRICK_ERROR) // the request's own text (with several at once the last error may be another's)
+        nm_brick_set_request_error(b->self, r->id, "%s", r->err[0] ? r->err : nm_brick_last_error(b->self));
     if (why == NM_LLM_STOP_CANCELLED) {
         nm_tabm_cancel_request(b->out, r->id); // what went out may still be queued downstream
         b->st.n_cancelled++;
@@ -625,6 +629,8 @@ static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why) {
 // Drops a request whose prompt failed or was cancelled: its held parts now,
 // its END once its last slot has been read.
 static nm_status drop(llm_brick *b, llm_req *r, nm_llm_stop why) {
+    if ((end_user(why) & NM_BRICK_ERROR) && !r->err[0]) // (the failure was just recorded: this lane's last error)
+        snprintf(r->err, sizeof r->err, "%s", nm_brick_last_error(b->self));
     if (r->dropped == NM_LLM_STOP_NONE) r->dropped = why;
     while (r->head < r->n_parts) part_done(b, r);
     if (r->seq >= 0) { // its sequence goes back now
@@ -778,6 +784,7 @@ static nm_status read_input(llm_brick *b, bool *served, bool *idle) {
             active++;
             need = need || !r->got_last;
             if (req_bound(r) && (r->generating || r->head < r->n_parts)) work = true;
+            if (r->dropped != NM_LLM_STOP_NONE && (r->got_last || req_bound(r))) work = true; // its END or its drop
         }
         if (active == 0 && *served) {
             *idle = true;

@@ -237,7 +237,7 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
         return NM_OK;
     }
     b->st.n_bad_requests++;
-    nm_brick_set_error(self, "%s: %s", nm_status_str(st), b->err);
+    nm_brick_set_request_error(self, b->request, "%s: %s", nm_status_str(st), b->err);
     if (b->out_st != NM_OK) return b->out_st;
     // a request is one slot: any that said more follow are read and dropped with it
     nm_status ds = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);

@@ -161,7 +161,7 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             nm_tabm_release(in, &s);
             first = false;
             if (st == NM_OK) continue;
-            nm_brick_set_error(self, "%s", why);
+            nm_brick_set_request_error(self, request, "%s", why);
             b->st.n_requests++;
             b->st.n_bad_requests++;
             st = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
@@ -177,7 +177,7 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
         const bool upstream = user & NM_BRICK_ERROR;
         if (upstream || s.meta->kind != NM_TABM_TEXT || n > NM_TTS_MAX_TEXT || n > s.capacity || n + 1 > b->text_cap ||
             memchr(s.data, '\0', n)) {
-            nm_brick_set_error(self, "tts brick: input slot %llu: %s", (unsigned long long)s.meta->seq,
+            nm_brick_set_request_error(self, request, "tts brick: input slot %llu: %s", (unsigned long long)s.meta->seq,
                      upstream ? "the brick before this one failed the request (NM_BRICK_ERROR)"
                      : s.meta->kind != NM_TABM_TEXT ? "not a text slot"
                      : n > NM_TTS_MAX_TEXT || n > s.capacity ? "text longer than 1 MiB"
@@ -216,7 +216,7 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             spoke = spoke || speak;
             if (st == NM_ERR_CANCELLED) return end_cancelled(b, in, out, user, request, true);
             if (st != NM_OK) {
-                nm_brick_set_error(self, "%s", nm_tts_last_error(b->tts)); // (again, if a slot said so)
+                nm_brick_set_request_error(self, request, "%s", nm_tts_last_error(b->tts)); // (again, if a slot said so)
                 b->st.n_requests++;
                 b->st.n_bad_requests++;
                 if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;

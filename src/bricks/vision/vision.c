@@ -290,7 +290,7 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
         return NM_OK;
     }
     v->st.n_bad_requests++;
-    nm_brick_set_error(self, "%s (%s)", v->err, nm_status_str(st));
+    nm_brick_set_request_error(self, v->request, "%s (%s)", v->err, nm_status_str(st));
     if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;
     // the LLM brick learns that this part of its prompt failed
     nm_status ps = nm_brick_put_end(out, v->producer, v->timeout_ns, NM_TABM_TOKENS, v->request,

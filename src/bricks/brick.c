@@ -151,6 +151,20 @@ nm_status nm_brick_set_params(nm_brick *b, const nm_brick_params *p, char *err, 
     return b->impl->set_params(b->state, p, err, err_size);
 }
 
+// The last error, and request `request`'s text (0: none) in the ring of failed requests.
+static void put_error(nm_brick *b, uint64_t request, const char *msg) {
+    pthread_mutex_lock(&b->lock);
+    memcpy(b->err, msg, sizeof b->err);
+    if (request) {
+        int k = 0; // a request failed again: its entry, else the oldest
+        while (k < NM_BRICK_ERRORS_KEPT && b->failed[k].request != request) k++;
+        if (k == NM_BRICK_ERRORS_KEPT) k = b->next_failed, b->next_failed = (k + 1) % NM_BRICK_ERRORS_KEPT;
+        b->failed[k].request = request;
+        memcpy(b->failed[k].msg, msg, sizeof b->failed[k].msg);
+    }
+    pthread_mutex_unlock(&b->lock);
+}
+
 void nm_brick_set_error(nm_brick *b, const char *fmt, ...) {
     if (!b) return;
     char msg[sizeof b->err];
@@ -158,9 +172,7 @@ void nm_brick_set_error(nm_brick *b, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&b->lock);
-    memcpy(b->err, msg, sizeof msg);
-    pthread_mutex_unlock(&b->lock);
+    put_error(b, 0, msg);
 }
 
 void nm_brick_set_request_error(nm_brick *b, uint64_t request, const char *fmt, ...) {
@@ -170,16 +182,7 @@ void nm_brick_set_request_error(nm_brick *b, uint64_t request, const char *fmt, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    pthread_mutex_lock(&b->lock);
-    memcpy(b->err, msg, sizeof msg);
-    if (request) {
-        int k = 0; // a request failed again: its entry, else the oldest
-        while (k < NM_BRICK_ERRORS_KEPT && b->failed[k].request != request) k++;
-        if (k == NM_BRICK_ERRORS_KEPT) k = b->next_failed, b->next_failed = (k + 1) % NM_BRICK_ERRORS_KEPT;
-        b->failed[k].request = request;
-        memcpy(b->failed[k].msg, msg, sizeof msg);
-    }
-    pthread_mutex_unlock(&b->lock);
+    put_error(b, request, msg);
 }
 
 const char *nm_brick_request_error(const nm_brick *b, uint64_t request) {

@@ -973,8 +973,9 @@ const char *nm_brick_last_error(const nm_brick *b);
 // NM_BRICK_ERROR) among the brick's last NM_BRICK_ERRORS_KEPT failures, or ""
 // (not failed, forgotten, or an implementation that does not say). Where a
 // brick serves several requests at once (the LLM brick's n_parallel) the last
-// error may be another request's; this is the request's own. A reader's copy,
-// as nm_brick_last_error's.
+// error may be another request's; this is the request's own. Request ids are
+// taken to be unique on a brick's rings (an id used again finds the earlier
+// failure's text until it fails again). A reader's copy, as nm_brick_last_error's.
 #define NM_BRICK_ERRORS_KEPT 32
 const char *nm_brick_request_error(const nm_brick *b, uint64_t request);
 nm_brick_stats nm_brick_get_stats(const nm_brick *b);

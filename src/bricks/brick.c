@@ -154,13 +154,13 @@ nm_status nm_brick_set_params(nm_brick *b, const nm_brick_params *p, char *err, 
 // The last error, and request `request`'s text (0: none) in the ring of failed requests.
 static void put_error(nm_brick *b, uint64_t request, const char *msg) {
     pthread_mutex_lock(&b->lock);
-    memcpy(b->err, msg, sizeof b->err);
+    snprintf(b->err, sizeof b->err, "%s", msg);
     if (request) {
         int k = 0; // a request failed again: its entry, else the oldest
         while (k < NM_BRICK_ERRORS_KEPT && b->failed[k].request != request) k++;
         if (k == NM_BRICK_ERRORS_KEPT) k = b->next_failed, b->next_failed = (k + 1) % NM_BRICK_ERRORS_KEPT;
         b->failed[k].request = request;
-        memcpy(b->failed[k].msg, msg, sizeof b->failed[k].msg);
+        snprintf(b->failed[k].msg, sizeof b->failed[k].msg, "%s", msg);
     }
     pthread_mutex_unlock(&b->lock);
 }

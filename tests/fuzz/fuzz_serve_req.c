@@ -15,23 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/tokenizer/chat.h"
-#include "serve_req.h"
-
-static char *format_chatml(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st) {
-    (void)ctx;
-    const nm_chat_tmpl t = nm_chat_from_name("chatml");
-    int32_t need = nm_chat_apply(t, NULL, msgs, n, true, NULL, NULL, 0);
-    *st = NM_ERR_NOMEM;
-    if (need < 0) need = -need;
-    char *buf = malloc((size_t)need + 1);
-    if (buf && nm_chat_apply(t, NULL, msgs, n, true, NULL, buf, need + 1) < 0) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf) *st = NM_OK;
-    return buf;
-}
+#include "serve_req_chatml.h"
 
 static void check_err(const serve_err *e) {
     static const char *const fields[] = {"stream", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
@@ -67,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     body[size - 1] = '\0';
     static const char *const server_stop[] = {"\n\nUser:", "###"};
     const serve_env env = {.vision = mode == 2, .system = mode == 2 ? "You are terse." : NULL,
-                           .format = format_chatml, .stop = server_stop, .n_stop = mode == 2 ? 2 : 0,
+                           .format = serve_req_chatml, .stop = server_stop, .n_stop = mode == 2 ? 2 : 0,
                            .speech_max_chars = 4096};
     serve_err e = {0};
     cJSON *req = serve_json_object(body, &e);
@@ -94,12 +78,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             check_err(&e);
             if (r.prompt || r.params || r.im.n) abort(); // nothing left allocated
         } else {
-            if (!r.prompt || !cJSON_IsObject(r.params) || r.n_stop < 0 || r.n_stop > NM_LLM_MAX_STOP) abort();
+            if (!r.prompt || !cJSON_IsObject(r.params) || r.n_stop > NM_LLM_MAX_STOP) abort();
             in_range(r.params, "temperature", 0, 2, false);
             in_range(r.params, "top_p", 0, 1, false);
             in_range(r.params, "top_k", 0, 1e9, true);
             in_range(r.params, "seed", -1, 4294967295.0, true);
             in_range(r.params, "n_predict", -1, 1e9, true);
+            in_range(r.params, "min_p", 0, 1, false);
+            in_range(r.params, "presence_penalty", -2, 2, false);
+            in_range(r.params, "frequency_penalty", -2, 2, false);
+            in_range(r.params, "repeat_penalty", 0, 10, false);
             for (int k = 0; k < r.n_stop; k++)
                 if (!r.stop[k] || !r.stop[k][0] || strlen(r.stop[k]) > NM_LLM_MAX_STOP_LEN) abort();
             if (r.im.n < 0 || r.im.n > CLI_MAX_IMAGES || (mode != 2 && r.im.n)) abort();

@@ -25,6 +25,7 @@ typedef struct tts_brick {
     nm_brick_stats st;
     nm_tabm *in;                 // the request being served: its cancellation is marked there
     uint64_t request;
+    nm_brick *self;              // the handle running it (the reporter's)
     nm_tts_params base;          // the voice and settings it was loaded with (voice in base_voice)
     char base_voice[80], req_voice[80];
     bool retuned;                // a request's parameters changed them: restored before the next request
@@ -58,7 +59,11 @@ static nm_status tts_load(const nm_brick_params *p, void **state, char *err, siz
     return NM_OK;
 }
 
-static void report(void *self, const char *msg) { nm_brick_set_error(self, "%s", msg); }
+// The request's text, before its flagged slot goes out.
+static void report(void *state, const char *msg) {
+    tts_brick *b = state;
+    nm_brick_set_request_error(b->self, b->request, "%s", msg);
+}
 
 static bool cancelled(void *user) {
     const tts_brick *b = user;
@@ -126,7 +131,8 @@ static nm_status take_params(tts_brick *b, const nm_tabm_slot *s, char *why, siz
 // A first slot of kind NM_TABM_PARAMS (take_params) sets the voice for it.
 static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     tts_brick *b = state;
-    nm_tts_set_reporter(b->tts, report, self); // an engine failure is reported before its slot goes out
+    b->self = self;
+    nm_tts_set_reporter(b->tts, report, b); // an engine failure is reported before its slot goes out
     nm_tts_set_cancel(b->tts, cancelled, b);
     b->in = in;
     if (b->retuned) { // the last request's voice: back to the brick's own

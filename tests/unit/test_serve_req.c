@@ -1,0 +1,185 @@
+// The server's request parsers (tools/cli/serve_req.c) on bodies with known
+// outcomes: each refusal's HTTP code and the field it names, each accepted
+// request's prompt, parameters, stop strings and images. (The fuzz target
+// tests/fuzz/fuzz_serve_req.c checks the contracts on any bytes; the server
+// test, the same parsers behind HTTP.)
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nmtest.h"
+#include "serve_req_chatml.h"
+
+typedef struct gen_case {
+    bool chat, vision;
+    const char *body;
+    int code;          // 0: accepted
+    const char *param; // the field a refusal names (NULL: none)
+    const char *msg;   // a part of its message
+} gen_case;
+
+static const gen_case GEN[] = {
+    {false, false, "{\"prompt\":\"Hello\",\"max_tokens\":8,\"stop\":[\"\\n\",\"##\"],\"stream\":true}", 0, NULL, NULL},
+    {false, false, "{\"prompt\":7}", 400, "prompt", "'prompt' must be a string"},
+    {false, false, "{\"prompt\":\"x\",\"seed\":1.5}", 400, "seed", "an integer in [-1, 4.29497e+09]"},
+    {false, false, "{\"prompt\":\"x\",\"temperature\":3}", 400, "temperature", "a number in [0, 2]"},
+    {false, false, "{\"prompt\":\"x\",\"stream\":\"yes\"}", 400, "stream", "true or false"},
+    {false, false, "{\"prompt\":\"x\",\"stop\":[\"\"]}", 400, "stop", "up to 16 strings of 1 to 256 bytes"},
+    {false, false, "{\"prompt\":\"x\",\"n\":2}", 400, "n", "'n' must be 1"},
+    {false, false, "{\"prompt\":\"x\",\"cache_prompt\":1}", 400, "cache_prompt", "true or false"},
+    {true, false, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 0, NULL, NULL},
+    {true, false, "{\"messages\":[]}", 400, "messages", "non-empty array"},
+    {true, false, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", 400, "messages", "message 0: 'role'"},
+    {true, false, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, "messages", "'content' must be a string"},
+    {true, false, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"audio\"}]}]}", 400, "messages",
+     "a part of type 'audio' is not served"},
+    {true, false, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":\"data:image/png;base64,AA==\"}]}]}",
+     400, "messages", "without --mmproj"},
+    {true, true, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"https://a.b/c.png\"}}]}]}",
+     400, "messages", "image URLs are not fetched"},
+    {true, true, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:text/plain;base64,AA==\"}}]}]}",
+     400, "messages", "must hold an image in base64"},
+    {true, true, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x.png\"}}]}]}",
+     400, "messages", "local files are read only under --image-dir"},
+    {true, true, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"<__media__>\"},"
+                 "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,AA==\"}}]}]}",
+     400, "messages", "holds the media marker"},
+};
+
+NM_TEST(generation_requests_refused_or_parsed) {
+    static const char *const server_stop[] = {"User:"};
+    for (size_t i = 0; i < sizeof GEN / sizeof GEN[0]; i++) {
+        const gen_case *c = &GEN[i];
+        const serve_env env = {.vision = c->vision, .format = serve_req_chatml, .stop = server_stop, .n_stop = 1};
+        serve_err e = {0};
+        cJSON *req = serve_json_object(c->body, &e);
+        NM_CHECK(req != NULL);
+        serve_gen_req r;
+        const bool ok = req && serve_gen_parse(&env, req, c->chat, &r, &e);
+        if (c->code == 0) {
+            NM_CHECK(ok && r.prompt && cJSON_IsObject(r.params));
+        } else {
+            const bool right = !ok && e.code == c->code && (c->param ? e.param && !strcmp(e.param, c->param) : !e.param) &&
+                               strstr(e.msg, c->msg) != NULL;
+            if (!right) fprintf(stderr, "  case %zu: %s -> %d %s: %s\n", i, c->body, e.code, e.param ? e.param : "-", e.msg);
+            NM_CHECK(right);
+        }
+        if (ok) serve_gen_free(&r);
+        cJSON_Delete(req);
+    }
+}
+
+NM_TEST(generation_fields) {
+    static const char *const server_stop[] = {"User:", "###"};
+    serve_env env = {.format = serve_req_chatml, .stop = server_stop, .n_stop = 2, .system = "Be brief."};
+    serve_err e;
+    serve_gen_req r;
+    // a completion: its parameters under the brick's names, its own stop strings (the server's not used)
+    cJSON *req = serve_json_object("{\"prompt\":\"Once\",\"max_tokens\":12,\"temperature\":0.5,\"top_k\":40,"
+                                   "\"stop\":\"END\",\"ignore_eos\":true,\"stream\":true,"
+                                   "\"stream_options\":{\"include_usage\":true}}", &e);
+    NM_CHECK(req && serve_gen_parse(&env, req, false, &r, &e));
+    if (req && r.prompt) {
+        NM_CHECK(!strcmp(r.prompt, "Once") && r.stream && r.usage_in_stream);
+        NM_CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(r.params, "n_predict")) == 12 &&
+                 cJSON_GetNumberValue(cJSON_GetObjectItem(r.params, "temperature")) == 0.5 &&
+                 cJSON_GetNumberValue(cJSON_GetObjectItem(r.params, "top_k")) == 40 &&
+                 cJSON_IsTrue(cJSON_GetObjectItem(r.params, "ignore_eos")));
+        NM_CHECK(r.n_stop == 1 && !strcmp(r.stop[0], "END"));
+        serve_gen_free(&r);
+    }
+    cJSON_Delete(req);
+    // a chat: the server's system message first, its stop strings, the template's text
+    req = serve_json_object("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hi \"},"
+                            "{\"type\":\"text\",\"text\":\"there\"}]}]}", &e);
+    NM_CHECK(req && serve_gen_parse(&env, req, true, &r, &e));
+    if (req && r.prompt) {
+        NM_CHECK(!strcmp(r.prompt, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                                   "<|im_start|>assistant\n"));
+        NM_CHECK(r.n_stop == 2 && !strcmp(r.stop[1], "###") && !r.stream);
+        serve_gen_free(&r);
+    }
+    cJSON_Delete(req);
+    // images: a marker each where it was, the base64 payload pointing into the request
+    env.vision = true;
+    req = serve_json_object("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"A \"},"
+                            "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,QUJD\"}},"
+                            "{\"type\":\"text\",\"text\":\" and B \"},{\"type\":\"image_url\",\"image_url\":\"data:;base64,REVG\"}]}]}",
+                            &e);
+    NM_CHECK(req && serve_gen_parse(&env, req, true, &r, &e));
+    if (req && r.prompt) {
+        NM_CHECK(strstr(r.prompt, "A <__media__> and B <__media__>") != NULL && r.im.n == 2);
+        NM_CHECK(r.im.v[0].b64_len == 4 && !memcmp(r.im.v[0].b64, "QUJD", 4) && !memcmp(r.im.v[1].b64, "REVG", 4));
+        serve_gen_free(&r);
+    }
+    cJSON_Delete(req);
+    // a file under --image-dir, and one out of it
+    char dir[] = "/tmp/nm-serve-req-XXXXXX", path[64], real_dir[4096];
+    NM_CHECK(mkdtemp(dir) != NULL && realpath(dir, real_dir) != NULL);
+    snprintf(path, sizeof path, "%s/a.png", dir);
+    FILE *f = fopen(path, "wb");
+    NM_CHECK(f != NULL);
+    if (f) fclose(f);
+    env.image_dir_real = real_dir;
+    req = serve_json_object("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":\"a.png\"}]}]}", &e);
+    NM_CHECK(req && serve_gen_parse(&env, req, true, &r, &e));
+    if (req && r.prompt) {
+        NM_CHECK(r.im.n == 1 && r.im.v[0].path && strstr(r.im.v[0].path, "/a.png") && !r.im.v[0].b64);
+        serve_gen_free(&r);
+    }
+    cJSON_Delete(req);
+    req = serve_json_object("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":\"a.png\"},"
+                            "{\"type\":\"image_url\",\"image_url\":\"../etc/passwd\"}]}]}", &e);
+    NM_CHECK(req && !serve_gen_parse(&env, req, true, &r, &e) && e.code == 400 && strstr(e.msg, "message 0: image file"));
+    cJSON_Delete(req);
+    unlink(path);
+    rmdir(dir);
+}
+
+static char *no_template(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st) {
+    (void)ctx, (void)msgs, (void)n;
+    *st = NM_ERR_TEMPLATE;
+    return NULL;
+}
+
+NM_TEST(bodies_and_templates_refused) {
+    serve_err e;
+    NM_CHECK(serve_json_object("[1]", &e) == NULL && e.code == 400 && strstr(e.msg, "not a JSON object"));
+    NM_CHECK(serve_json_object("{\"a\":", &e) == NULL && e.code == 400);
+    char deep[200] = "{\"a\":";
+    for (int i = 0; i < 70; i++) strcat(deep, "[");
+    NM_CHECK(serve_json_object(deep, &e) == NULL && e.code == 400 && strstr(e.msg, "deeper than 64 levels"));
+    const serve_env env = {.format = no_template};
+    cJSON *req = serve_json_object("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &e);
+    serve_gen_req r;
+    NM_CHECK(req && !serve_gen_parse(&env, req, true, &r, &e) && e.code == 500 && strstr(e.msg, "--chat-template"));
+    cJSON_Delete(req);
+}
+
+NM_TEST(speech_requests) {
+    const serve_env env = {.speech_max_chars = 10};
+    static const struct { const char *body; const char *param; } bad[] = {
+        {"{\"input\":\"\"}", "input"},
+        {"{\"input\":\"eleven char\"}", "input"},
+        {"{\"input\":\"hi\",\"voice\":\"\"}", "voice"},
+        {"{\"input\":\"hi\",\"response_format\":\"mp3\"}", "response_format"},
+        {"{\"input\":\"hi\",\"speed\":5}", "speed"},
+    };
+    serve_err e;
+    serve_speech_req sr;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *req = serve_json_object(bad[i].body, &e);
+        NM_CHECK(req && !serve_speech_parse(&env, req, &sr, &e) && e.code == 400 && e.param && !strcmp(e.param, bad[i].param));
+        cJSON_Delete(req);
+    }
+    cJSON *req = serve_json_object("{\"input\":\"héllo\",\"voice\":\"nova\",\"response_format\":\"pcm\",\"speed\":1.5}", &e);
+    NM_CHECK(req && serve_speech_parse(&env, req, &sr, &e)); // 5 characters (6 bytes)
+    if (req && sr.params) {
+        NM_CHECK(!sr.wav && !strcmp(sr.text, "héllo") && !strcmp(sr.params, "{\"voice\":\"en-us+f3\",\"speed\":1.5}"));
+        free(sr.params);
+    }
+    cJSON_Delete(req);
+}
+
+NM_TEST_MAIN()

@@ -165,24 +165,25 @@ static void put_error(nm_brick *b, uint64_t request, const char *msg) {
     pthread_mutex_unlock(&b->lock);
 }
 
-void nm_brick_set_error(nm_brick *b, const char *fmt, ...) {
+static void vput_error(nm_brick *b, uint64_t request, const char *fmt, va_list ap) {
     if (!b) return;
     char msg[sizeof b->err];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    put_error(b, request, msg);
+}
+
+void nm_brick_set_error(nm_brick *b, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vput_error(b, 0, fmt, ap);
     va_end(ap);
-    put_error(b, 0, msg);
 }
 
 void nm_brick_set_request_error(nm_brick *b, uint64_t request, const char *fmt, ...) {
-    if (!b) return;
-    char msg[sizeof b->err];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vput_error(b, request, fmt, ap);
     va_end(ap);
-    put_error(b, request, msg);
 }
 
 const char *nm_brick_request_error(const nm_brick *b, uint64_t request) {

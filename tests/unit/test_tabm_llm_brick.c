@@ -36,15 +36,17 @@ static nm_model *model(void) {
 }
 
 // A rig that did not come up ends the case: a skip only when the model is absent.
-#define RIG_UP(R, n_predict, out_batch, out_slots)                     \
+// Brings the rig up by `up` (an expression on &R), or skips without the model / fails.
+#define RIG_UP_BY(R, up)                                               \
     do {                                                               \
-        if (!rig_up(&R, n_predict, out_batch, out_slots)) {            \
+        if (!(up)) {                                                   \
             rig_down(&R);                                              \
             NM_NEED_SMALL_MODEL(g_model_r);                            \
             NM_CHECK(!"the rig did not come up with the model loaded"); \
             return;                                                    \
         }                                                              \
     } while (0)
+#define RIG_UP(R, n_predict, out_batch, out_slots) RIG_UP_BY(R, rig_up(&R, n_predict, out_batch, out_slots))
 
 static nm_ctx *new_ctx(nm_model *m) {
     nm_ctx_params cp = nm_ctx_default_params();
@@ -836,12 +838,7 @@ static bool rig_up_par(rig *R, int32_t n_par, int32_t n_predict, uint32_t in_slo
 static float g_rows[3 * N_EMBD];
 static void parallel_requests(int *nmtest_failed, int32_t n_par) {
     rig R;
-    if (!rig_up_par(&R, n_par, 12, 12)) {
-        rig_down(&R);
-        NM_NEED_SMALL_MODEL(g_model_r);
-        NM_CHECK(!"the rig did not come up");
-        return;
-    }
+    RIG_UP_BY(R, rig_up_par(&R, n_par, 12, 12));
     for (int32_t r = 0; r < 3; r++)
         for (int32_t e = 0; e < N_EMBD; e++) g_rows[r * N_EMBD + e] = embd_val(r, e);
     part a[] = {PARAMS("{\"n_predict\": 10}", NM_BRICK_MORE), TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
@@ -896,12 +893,7 @@ NM_TEST(tabm_llm_brick_parallel_more_requests_than_sequences) { parallel_request
 // alone; the one without end is cancelled while the others run and ends alone.
 NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
     rig R;
-    if (!rig_up_par(&R, 3, 8, 16)) {
-        rig_down(&R);
-        NM_NEED_SMALL_MODEL(g_model_r);
-        NM_CHECK(!"the rig did not come up");
-        return;
-    }
+    RIG_UP_BY(R, rig_up_par(&R, 3, 8, 16));
     static const int32_t bad_tok[] = {5, 999999};
     part ok1[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
     part ok2[] = {TOKS(TEXT_B, 6, NM_LLM_IN_POS(0))};
@@ -971,12 +963,7 @@ NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
 // (nm_brick_request_error): X's names 999999 though Y failed after it.
 NM_TEST(tabm_llm_brick_parallel_errors_per_request) {
     rig R;
-    if (!rig_up_par(&R, 2, 8, 16)) {
-        rig_down(&R);
-        NM_NEED_SMALL_MODEL(g_model_r);
-        NM_CHECK(!"the rig did not come up");
-        return;
-    }
+    RIG_UP_BY(R, rig_up_par(&R, 2, 8, 16));
     static const int32_t bad_x[] = {5, 999999}, bad_y[] = {888888};
     part x1[] = {TOKS(bad_x, 2, NM_LLM_IN_POS(0) | NM_BRICK_MORE)}, x2[] = {TOKS(TEXT_A, 3, 0)};
     part y[] = {TOKS(bad_y, 1, NM_LLM_IN_POS(0))};

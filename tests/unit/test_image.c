@@ -1368,6 +1368,71 @@ NM_TEST(preprocess_equals_llama_cpp) {
     NM_CHECK(n_lines == 11 * 51);
 }
 
+// ---- a camera's pixels (nm_image_from_pixels, nm_image_decode_slot) ----------------------------
+
+// BT.601 limited range to RGB in doubles (the spec's coefficients), clamped and rounded.
+static int bt601(int y, int u, int v, int ch) {
+    const double Y = 1.164383 * (y - 16), U = u - 128.0, V = v - 128.0;
+    const double x = ch == 0 ? Y + 1.596027 * V : ch == 1 ? Y - 0.391762 * U - 0.812968 * V : Y + 2.017232 * U;
+    return x < 0 ? 0 : x > 255 ? 255 : (int)(x + 0.5);
+}
+
+NM_TEST(pixels_yuyv_grey_rgb_into_rgb) {
+    // YUYV: every Y in steps of 3 against U and V in steps of 17, two pixels a pair
+    enum { W = 86, H = 17 * 16 / 1 };
+    static uint8_t yuyv[H * W * 2];
+    int worst = 0;
+    for (int r = 0; r < H; r++)
+        for (int x = 0; x < W; x += 2) {
+            uint8_t *p = yuyv + (r * W + x) * 2;
+            p[0] = (uint8_t)(x * 3), p[2] = (uint8_t)(x * 3 + 3), p[1] = (uint8_t)((r % 16) * 17), p[3] = (uint8_t)((r / 16) * 17);
+        }
+    nm_image img = {0};
+    NM_CHECK(nm_image_from_pixels(yuyv, sizeof yuyv, H, W, 2, 0, &img, NULL, 0) == NM_OK && img.w == W && img.h == H);
+    for (int r = 0; r < H && img.rgb; r++)
+        for (int x = 0; x < W; x++) {
+            const uint8_t *p = yuyv + (r * W + (x & ~1)) * 2;
+            for (int ch = 0; ch < 3; ch++) {
+                const int d = abs(img.rgb[(r * W + x) * 3 + ch] - bt601(p[(x & 1) * 2], p[1], p[3], ch));
+                worst = d > worst ? d : worst;
+            }
+        }
+    NM_CHECK(worst <= 1); // the integer form against the spec's coefficients
+    nm_image_free(&img);
+    // black, white and the primaries' corners where the formula says
+    const uint8_t ref[8] = {16, 128, 235, 128, 81, 90, 81, 240}; // black, white; then red (Y 81, Cb 90, Cr 240)
+    NM_CHECK(nm_image_from_pixels(ref, 8, 1, 4, 2, 0, &img, NULL, 0) == NM_OK);
+    NM_CHECK(img.rgb && img.rgb[0] == 0 && img.rgb[1] == 0 && img.rgb[2] == 0 && img.rgb[3] == 255 && img.rgb[5] == 255);
+    NM_CHECK(img.rgb && img.rgb[6] >= 254 && img.rgb[7] <= 1 && img.rgb[8] <= 1);
+    nm_image_free(&img);
+    // grey: replicated; RGB24: as is
+    const uint8_t grey[6] = {0, 50, 100, 150, 200, 255}, rgb[6] = {1, 2, 3, 4, 5, 6};
+    NM_CHECK(nm_image_from_pixels(grey, 6, 2, 3, 1, 0, &img, NULL, 0) == NM_OK);
+    NM_CHECK(img.rgb && img.rgb[3 * 4] == 200 && img.rgb[3 * 4 + 1] == 200 && img.rgb[3 * 4 + 2] == 200);
+    nm_image_free(&img);
+    NM_CHECK(nm_image_from_pixels(rgb, 6, 1, 2, 3, 0, &img, NULL, 0) == NM_OK && img.rgb && !memcmp(img.rgb, rgb, 6));
+    nm_image_free(&img);
+    // bad shapes: named, nothing allocated
+    char err[256];
+    NM_CHECK(nm_image_from_pixels(rgb, 6, 1, 3, 2, 0, &img, err, sizeof err) == NM_ERR_FORMAT && strstr(err, "odd"));
+    NM_CHECK(nm_image_from_pixels(rgb, 5, 1, 2, 3, 0, &img, err, sizeof err) == NM_ERR_FORMAT && strstr(err, "5 bytes"));
+    NM_CHECK(nm_image_from_pixels(rgb, 6, 1, 2, 4, 0, &img, err, sizeof err) == NM_ERR_UNSUPPORTED);
+    NM_CHECK(nm_image_from_pixels(rgb, 6, 0, 2, 3, 0, &img, err, sizeof err) != NM_OK && !img.rgb);
+    NM_CHECK(nm_image_from_pixels(rgb, 6, 3, 2, 1, 4, &img, err, sizeof err) == NM_ERR_RANGE); // over max_pixels
+    // a slot: pixels by shape, else a file's bytes; another kind or 2 dimensions refused
+    nm_tabm_meta mt = {.kind = NM_TABM_IMAGE, .size = 6, .ndim = 3, .shape = {1, 2, 3}};
+    NM_CHECK(nm_image_decode_slot(rgb, &mt, 6, 0, &img, NULL, 0) == NM_OK && img.w == 2 && img.rgb && img.rgb[5] == 6);
+    nm_image_free(&img);
+    mt.ndim = 1, mt.shape[0] = 6;
+    NM_CHECK(nm_image_decode_slot(rgb, &mt, 6, 0, &img, err, sizeof err) == NM_ERR_UNSUPPORTED); // not a file format
+    mt.ndim = 2;
+    NM_CHECK(nm_image_decode_slot(rgb, &mt, 6, 0, &img, err, sizeof err) == NM_ERR_FORMAT && strstr(err, "2 dimensions"));
+    mt.ndim = 3, mt.kind = NM_TABM_TEXT;
+    NM_CHECK(nm_image_decode_slot(rgb, &mt, 6, 0, &img, err, sizeof err) == NM_ERR_FORMAT);
+    mt.kind = NM_TABM_IMAGE, mt.size = 7;
+    NM_CHECK(nm_image_decode_slot(rgb, &mt, 6, 0, &img, err, sizeof err) == NM_ERR_FORMAT && !img.rgb);
+}
+
 // ---- a camera frame's signature (nm_frame_signature / nm_frame_difference) ----------------------
 
 // A P6 file of w x h grey pixels v(x, y) at path.

@@ -325,7 +325,7 @@ NM_TEST(tabm_vision_errors_write_no_segment) {
     s.meta->request = 7;
     NM_CHECK(nm_tabm_publish(img, &s) == NM_OK && nm_brick_step(v, img, in) == NM_OK);
     NM_CHECK(one_error_slot(in, false));
-    NM_CHECK(strstr(nm_brick_last_error(v), "not an image file") != NULL);
+    NM_CHECK(strstr(nm_brick_last_error(v), "input slot") && strstr(nm_brick_last_error(v), "not an image file") != NULL);
     // slots too small for an image's embeddings
     write_ppm(tmp("img.ppm"), 20, 20);
     size_t n_img = 0;
@@ -399,6 +399,65 @@ done:
     nm_tabm_free(img);
     nm_tabm_free(out);
     nm_clip_free(clip);
+    nm_brick_free(v);
+}
+
+// A camera's frame in the slot (pixels, shape [h, w, c]: RGB24, grey, YUYV)
+// gives the embeddings of the same picture as a file: the brick decodes both
+// into the same RGB.
+NM_TEST(tabm_vision_camera_pixels_as_a_file) {
+    NM_CHECK(write_mmproj(tmp("mmc.gguf"), "mlp", N_EMBD));
+    char err[256];
+    nm_brick *v = NULL;
+    nm_tabm *img = NULL, *out = NULL;
+    NM_CHECK(vision_brick(tmp("mmc.gguf"), NULL, NULL, &v, err, sizeof err) == NM_OK);
+    enum { W = 40, H = 30 };
+    static uint8_t rgb[H * W * 3], grey[H * W], yuyv[H * W * 2];
+    for (int i = 0; i < H * W; i++) {
+        const int x = i % W, y = i / W;
+        rgb[3 * i] = (uint8_t)(x * 6), rgb[3 * i + 1] = (uint8_t)(y * 8), rgb[3 * i + 2] = (uint8_t)((x * y) & 255);
+        grey[i] = (uint8_t)(x * 3 + y * 2);
+        yuyv[2 * i] = (uint8_t)(16 + x * 5), yuyv[2 * i + 1] = (uint8_t)(x & 1 ? 60 + y * 4 : 200 - y * 3);
+    }
+    const struct { const uint8_t *px; int c; } frames[3] = {{rgb, 3}, {grey, 1}, {yuyv, 2}};
+    NM_CHECK(nm_tabm_create(NULL, 1, sizeof rgb + 64, &img, NULL, 0) == NM_OK);
+    float *got = v ? malloc(nm_brick_out_slot_bytes(v)) : NULL;
+    if (v) NM_CHECK(nm_tabm_create(NULL, 8, nm_brick_out_slot_bytes(v), &out, NULL, 0) == NM_OK);
+    for (int k = 0; k < 3 && got && img && out; k++) {
+        const size_t n = (size_t)H * W * (size_t)frames[k].c;
+        // as pixels
+        nm_tabm_slot s;
+        NM_CHECK(nm_tabm_acquire_write(img, 0, -1, &s) == NM_OK);
+        memcpy(s.data, frames[k].px, n);
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = 3, .shape = {H, W, frames[k].c}, .size = n, .request = 7};
+        NM_CHECK(nm_tabm_publish(img, &s) == NM_OK && nm_brick_step(v, img, out) == NM_OK);
+        NM_CHECK(nm_tabm_acquire_read(out, 0, &s) == NM_OK && s.meta->kind == NM_TABM_EMBD_F32);
+        memcpy(got, s.data, nm_brick_out_slot_bytes(v));
+        nm_tabm_release(out, &s);
+        // the same picture as a PPM file (its RGB from the decoder of pixels)
+        nm_image im = {0};
+        NM_CHECK(nm_image_from_pixels(frames[k].px, n, H, W, frames[k].c, 0, &im, NULL, 0) == NM_OK);
+        static char ppm[64 + H * W * 3];
+        const int hl = snprintf(ppm, 64, "P6\n%d %d\n255\n", W, H);
+        if (im.rgb) memcpy(ppm + hl, im.rgb, sizeof rgb);
+        nm_image_free(&im);
+        NM_CHECK(put_image_bytes(img, ppm, (size_t)hl + sizeof rgb, 0) && nm_brick_step(v, img, out) == NM_OK);
+        NM_CHECK(nm_tabm_acquire_read(out, 0, &s) == NM_OK && !memcmp(s.data, got, nm_brick_out_slot_bytes(v)));
+        nm_tabm_release(out, &s);
+    }
+    // pixels whose shape does not hold their bytes: the request fails, named
+    nm_tabm_slot s;
+    if (img && out && v) {
+        NM_CHECK(nm_tabm_acquire_write(img, 0, -1, &s) == NM_OK);
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = 3, .shape = {H, W - 1, 2}, .size = (uint64_t)H * (W - 1) * 2, .request = 7};
+        NM_CHECK(nm_tabm_publish(img, &s) == NM_OK && nm_brick_step(v, img, out) == NM_OK);
+        NM_CHECK(nm_tabm_acquire_read(out, 0, &s) == NM_OK && (s.meta->user & NM_BRICK_ERROR));
+        nm_tabm_release(out, &s);
+        NM_CHECK(strstr(nm_brick_last_error(v), "odd"));
+    }
+    free(got);
+    nm_tabm_free(img);
+    nm_tabm_free(out);
     nm_brick_free(v);
 }
 

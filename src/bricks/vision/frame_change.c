@@ -8,12 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-nm_status nm_frame_signature(const char *path, nm_frame_sig *out, char *err, size_t err_size) {
-    if (!path || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "frame: NULL path or output");
-    memset(out, 0, sizeof *out);
-    nm_image img = {0};
-    nm_status st = nm_image_load(path, &img, err, err_size);
-    if (st != NM_OK) return st;
+static void signature_of(const nm_image *img_, nm_frame_sig *out) {
+    const nm_image img = *img_;
     const int64_t w = img.w, h = img.h, S = NM_FRAME_SIG_SIDE;
     for (int64_t cy = 0; cy < S; cy++) {
         // a frame smaller than the grid: a cell takes its nearest row / column
@@ -33,6 +29,26 @@ nm_status nm_frame_signature(const char *path, nm_frame_sig *out, char *err, siz
     }
     out->width = (int32_t)w;
     out->height = (int32_t)h;
+}
+
+nm_status nm_frame_signature(const char *path, nm_frame_sig *out, char *err, size_t err_size) {
+    if (!path || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "frame: NULL path or output");
+    memset(out, 0, sizeof *out);
+    nm_image img = {0};
+    nm_status st = nm_image_load(path, &img, err, err_size);
+    if (st != NM_OK) return st;
+    signature_of(&img, out);
+    nm_image_free(&img);
+    return NM_OK;
+}
+
+nm_status nm_frame_signature_slot(const nm_tabm_slot *s, nm_frame_sig *out, char *err, size_t err_size) {
+    if (!s || !s->meta || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "frame: NULL slot or output");
+    memset(out, 0, sizeof *out);
+    nm_image img = {0};
+    nm_status st = nm_image_decode_slot(s->data, s->meta, s->capacity, 0, &img, err, err_size);
+    if (st != NM_OK) return st;
+    signature_of(&img, out);
     nm_image_free(&img);
     return NM_OK;
 }

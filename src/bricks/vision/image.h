@@ -105,6 +105,17 @@ nm_status nm_image_decode_max(const void *data, size_t n, int64_t max_pixels, nm
 // Reads a whole file and decodes it. NM_ERR_IO if it cannot be opened or read.
 nm_status nm_image_load(const char *path, nm_image *out, char *err, size_t err_size);
 
+// Raw pixels (image_pixels.c): h rows of w pixels of c bytes, packed (no row
+// padding): c = 1 grey, 2 YUYV 4:2:2 (Y0 U Y1 V, BT.601 limited range, w even),
+// 3 RGB24. n must be w * h * c. As nm_image_decode otherwise.
+nm_status nm_image_from_pixels(const void *data, size_t n, int64_t h, int64_t w, int64_t c, int64_t max_pixels,
+                               nm_image *out, char *err, size_t err_size);
+// An IMAGE slot's payload (nanomind.h, NM_TABM_IMAGE): an image file's bytes
+// (ndim 0 or 1) or a camera's pixels (ndim 3, shape [h, w, c] as above).
+// NM_ERR_FORMAT for another kind, an empty or oversized payload.
+nm_status nm_image_decode_slot(const void *data, const nm_tabm_meta *mt, size_t capacity, int64_t max_pixels,
+                               nm_image *out, char *err, size_t err_size);
+
 // Frees img->rgb and zeroes *img. NULL and an empty image are no-ops.
 void nm_image_free(nm_image *img);
 

@@ -411,7 +411,8 @@ typedef enum nm_tabm_kind {
     NM_TABM_PCM_S16 = 4,  // int16 samples, shape [n_frames, channels], sample_rate set
     NM_TABM_PCM_F32 = 5,  // float samples, same
     NM_TABM_TEXT = 6,     // UTF-8 text (not NUL-terminated), shape [n_bytes]
-    NM_TABM_IMAGE = 7,    // an image file's bytes (PNG, JPEG, PPM), shape [n_bytes]
+    NM_TABM_IMAGE = 7,    // an image file's bytes (PNG, JPEG, PPM), shape [n_bytes]; or a camera's
+                          // pixels, shape [h, w, c], rows packed: c = 1 grey, 2 YUYV 4:2:2, 3 RGB24
     NM_TABM_PARAMS = 8,   // a request's own parameters: a JSON object (UTF-8, not NUL-terminated), shape
                           // [n_bytes]; a brick takes it as the first slot of a request (see "Requests")
 } nm_tabm_kind;
@@ -1059,9 +1060,79 @@ typedef struct nm_frame_sig {
 // The signature of an image file (PNG, JPEG, PPM). NM_ERR_IO / NM_ERR_FORMAT /
 // NM_ERR_RANGE as the vision brick's decoder, err saying why.
 nm_status nm_frame_signature(const char *path, nm_frame_sig *out, char *err, size_t err_size);
+// The signature of the image in an IMAGE slot (a file's bytes or a camera's
+// pixels, as the vision brick reads it); the slot is only read.
+nm_status nm_frame_signature_slot(const nm_tabm_slot *s, nm_frame_sig *out, char *err, size_t err_size);
 // How much b differs from a: the mean absolute difference of their cells,
 // 0 (the same) .. 255 (black against white).
 double nm_frame_difference(const nm_frame_sig *a, const nm_frame_sig *b);
+
+// ---- the camera (V4L2) --------------------------------------------------------------------------
+// Frames from a V4L2 capture device (/dev/videoN) straight into IMAGE slots of
+// a ring, for the vision brick. Where the driver takes user pointers
+// (V4L2_MEMORY_USERPTR: UVC webcams and most others that DMA into pinned
+// pages) the camera queues the ring's slots themselves: the driver writes each
+// frame where the brick reads it, nothing copied. Else it maps the driver's
+// buffers (V4L2_MEMORY_MMAP) and copies each frame into its slot, counted in
+// the params' ledger ("camera" -> "vision"). Formats, in this order of
+// preference: YUYV 4:2:2, Motion-JPEG (the slot holds the JPEG), RGB24, grey
+// (nanomind.h, NM_TABM_IMAGE: pixels as shape [h, w, c]). Not thread-safe:
+// one thread captures.
+typedef struct nm_camera nm_camera;
+#define NM_CAMERA_MAX_BUFFERS 16
+typedef struct nm_camera_params {
+    int32_t width, height; // asked of the driver (it may choose the nearest it has); 0: 640 x 480
+    float fps;             // asked of the driver (VIDIOC_S_PARM) where it sets its rate; 0: its own
+    uint32_t fourcc;       // a V4L2_PIX_FMT_ code to insist on; 0: the first of the preference above
+    uint32_t n_buffers;    // frames queued to the driver, 2..NM_CAMERA_MAX_BUFFERS; 0: 4
+    bool no_userptr;       // always capture into the driver's buffers and copy (MMAP)
+    nm_ledger *ledger;     // borrowed, may be NULL: where the MMAP path's copies are counted
+} nm_camera_params;
+nm_camera_params nm_camera_default_params(void);
+
+typedef struct nm_camera_info {
+    char driver[16], card[32]; // VIDIOC_QUERYCAP's
+    int32_t width, height;     // as the driver set them
+    uint32_t fourcc;           // V4L2_PIX_FMT_YUYV, _MJPEG, _RGB24 or _GREY
+    size_t slot_bytes;         // the ring's max_payload a frame needs (the driver's sizeimage)
+    uint32_t n_slots;          // slots of the ring the camera holds at once (its buffers with
+                               // USERPTR, else none): the ring needs this many more than its readers hold
+    float fps;                 // the driver's frame rate (0: it does not say)
+    bool zero_copy;            // USERPTR: frames land in the slots (known once started)
+} nm_camera_info;
+
+typedef struct nm_camera_stats {
+    uint64_t n_frames;   // handed out by nm_camera_capture
+    uint64_t n_dropped;  // captured but older than a frame handed out, or stale (see capture)
+    uint64_t n_errors;   // frames the driver flagged as corrupt, or short: skipped
+    uint64_t bytes_copied; // MMAP: bytes copied into slots (0 with USERPTR)
+} nm_camera_stats;
+
+// Opens `device` and negotiates the format and rate (no capture yet). *out
+// is freed with nm_camera_close. NM_ERR_IO: it cannot be opened (absent, no
+// permission); NM_ERR_UNSUPPORTED: not a single-planar capture device with
+// streaming I/O, or none of the formats above (err lists the ones it has).
+nm_status nm_camera_open(const char *device, const nm_camera_params *p, nm_camera **out, char *err,
+                         size_t err_size);
+nm_camera_info nm_camera_get_info(const nm_camera *c); // zeroed for NULL
+nm_camera_stats nm_camera_get_stats(const nm_camera *c);
+const char *nm_camera_last_error(const nm_camera *c); // "" if none; valid until the next call on c
+// Starts capturing into `ring` (borrowed until close; its max_payload >= the
+// info's slot_bytes, else NM_ERR_RANGE), holding slots for write as `producer`.
+// USERPTR is tried first and MMAP taken when the driver refuses it.
+nm_status nm_camera_start(nm_camera *c, nm_tabm *ring, uint32_t producer);
+// The newest frame, in a slot of the ring held for write: *slot's meta has
+// kind IMAGE, its shape and size set (request and user 0); the caller
+// publishes it (or cancels it). Older frames waiting in the driver are
+// recycled (dropped), as is a frame older than two frame periods (the camera
+// went on while nobody asked: the next one is fresher), so the frame is at
+// most that old. Waits up to timeout_ns (< 0: forever) for a frame and, when
+// every slot is taken, for a free one: NM_ERR_TIMEOUT. NM_ERR_IO when the
+// device fails or is gone (unplugged); NM_ERR_SHUTDOWN when the ring is shut.
+nm_status nm_camera_capture(nm_camera *c, int64_t timeout_ns, nm_tabm_slot *slot);
+// Stops the stream, gives the slots it holds back to the ring (cancelled),
+// unmaps and closes the device. NULL is a no-op.
+void nm_camera_close(nm_camera *c);
 
 // TTS: the rate of the PCM slots it writes (Hz), the engine's own rate (Hz;
 // the output is resampled from it when they differ), the engine's name.

@@ -335,6 +335,13 @@ case_assistant_camera() {
     cat "$tmp/cam.err" "$tmp/cam.txt"
 }
 expect assistant_camera_frame_change 0 "question 2: frame .*f2.ppm unchanged \(difference 1.00 <= 4.00\): not asked.*vision brick \(cpu\): 2 requests.*> What is there\?.*> What is there\?" "$M" -- oneline case_assistant_camera
+# a camera (V4L2): none here, so its refusals; the capture itself: tests/unit/test_camera.c
+expect assistant_camera_absent 1 "error: camera /dev/video-nm-none: cannot be opened: No such file or directory" "$M" \
+    -- nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames /dev/video-nm-none -p "What is there?"
+expect assistant_camera_not_v4l2 1 "error: camera /dev/null: not a V4L2 device" "$M" \
+    -- nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames /dev/null -p "What is there?"
+case_assistant_camera_absent_spoken() { nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames /dev/video-nm-none -n 4 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
+expect assistant_camera_absent_spoken 0 "camera /dev/video-nm-none: cannot be opened: No such file or directory .*> The quick brown fox.*vision brick \(cpu\): 0 requests" "$M" "$WM" -- case_assistant_camera_absent_spoken
 expect assistant_watch_missing 1 "error: --audio watch:/nonexistent: No such file or directory" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio watch:/nonexistent
 expect assistant_watch_frames_need_prompt 2 "--frames watch:DIR asks a typed question of each frame: give it with -p" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "watch:$tmp"
 # the answers go elsewhere than the watched folder (written there, each would arrive as a question); the same

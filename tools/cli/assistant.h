@@ -61,6 +61,12 @@ typedef struct app {
     bool live;                 // the questions come during the run (the microphone or a watched folder)
     char wake[16][64];         // --wake-words: normalised (lower case, words one blank apart)
     int n_wake;
+    const char *camera_dev;    // --frames /dev/videoN: each question's frame is the camera's newest
+    nm_camera *camera;         // NULL when there is none (absent: the questions go without a frame)
+    nm_tabm *cam_ring;         // the camera's IMAGE slots (its own ring: it outlives the pipeline's)
+    nm_tabm_slot cam_slot;     // --frame-change: the frame compared, held for send_frame
+    bool cam_held;
+    int n_taken;               // questions the loop has taken (under lock; the camera's thread waits on it)
     float frame_change;        // --frame-change: a frame is asked about only if it differs more than this
     nm_frame_sig last_sig;     // the last frame asked about
     bool have_sig;
@@ -159,6 +165,16 @@ bool assistant_watch_open(app *A);
 // The watch's thread: each file that arrives is a question, until --listen
 // seconds or Ctrl-C (or the folder goes).
 void *assistant_watch_main(void *arg);
+// --frames /dev/videoN with -p: a question (the typed one, of the camera's
+// newest frame) each time the loop has taken the last, until --listen
+// seconds or Ctrl-C.
+void *assistant_camera_main(void *arg);
+// --frames /dev/videoN: the camera opened and started on a ring of its own.
+// False (the camera closed, the message printed) where it cannot be.
+bool assistant_camera_open(app *A);
+// The camera's newest frame in a slot of A->cam_ring, held for write. False
+// (error printed) if none comes.
+bool assistant_camera_frame(app *A, nm_tabm_slot *sl);
 // Ctrl-C stops listening (what was heard is answered); twice quits.
 void assistant_catch_sigint(void);
 // The microphone's or the watch's thread ends soon (as after Ctrl-C).

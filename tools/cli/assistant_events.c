@@ -90,7 +90,7 @@ bool assistant_make_items(app *A) {
     }
     int a0 = 0, na = 0, f0 = 0, nf = 0;
     if (A->audio && !list_files(A, A->audio, "--audio", audio_exts, &a0, &na)) return false;
-    if (A->frames && !list_files(A, A->frames, "--frames", image_exts, &f0, &nf)) return false;
+    if (A->frames && !A->camera_dev && !list_files(A, A->frames, "--frames", image_exts, &f0, &nf)) return false;
     if (na && nf && na != nf) {
         fprintf(stderr, "error: %d frames and %d spoken questions: give one question per frame (or -p for all)\n",
                 nf, na);
@@ -279,12 +279,20 @@ bool assistant_woken(app *A, item *it, int i) {
 bool assistant_frame_changed(app *A, item *it, int i) {
     nm_frame_sig sig;
     char err[512];
-    if (nm_frame_signature(it->frame, &sig, err, sizeof err) != NM_OK) return true; // the brick reports it
+    if (A->camera) { // the frame is taken now and held: the question asks about this one
+        if (!assistant_camera_frame(A, &A->cam_slot)) return true; // (send_frame tries again, and says why)
+        A->cam_held = true;
+        if (nm_frame_signature_slot(&A->cam_slot, &sig, err, sizeof err) != NM_OK) return true;
+    } else if (nm_frame_signature(it->frame, &sig, err, sizeof err) != NM_OK) {
+        return true; // the brick reports it
+    }
     const double d = A->have_sig ? nm_frame_difference(&A->last_sig, &sig) : 255.0;
     if (d <= A->frame_change) {
         fprintf(stderr, "question %d: frame %s unchanged (difference %.2f <= %.2f): not asked\n", i + 1, it->frame, d,
                 (double)A->frame_change);
         it->skipped = "frame unchanged";
+        if (A->cam_held) nm_tabm_cancel(A->cam_ring, &A->cam_slot); // back to the camera
+        A->cam_held = false;
         return false;
     }
     A->last_sig = sig;
@@ -370,3 +378,64 @@ void assistant_catch_sigint(void) {
 }
 
 void assistant_stop_listening(void) { atomic_store(&g_stop, 1); }
+
+// ---- a camera ------------------------------------------------------------------------------
+
+bool assistant_camera_open(app *A) {
+    nm_camera_params p = nm_camera_default_params();
+    p.fps = A->fps;
+    p.ledger = A->ledger;
+    char err[512];
+    nm_status st = nm_camera_open(A->camera_dev, &p, &A->camera, err, sizeof err);
+    nm_camera_info in = nm_camera_get_info(A->camera);
+    // its buffers and two more: the frame the vision brick reads, and the one compared (--frame-change)
+    if (st == NM_OK && (st = nm_tabm_create(NULL, in.n_slots + 2, in.slot_bytes, &A->cam_ring, err, sizeof err)) == NM_OK &&
+        (st = nm_camera_start(A->camera, A->cam_ring, 0)) != NM_OK)
+        snprintf(err, sizeof err, "%s", nm_camera_last_error(A->camera));
+    if (st != NM_OK) {
+        fprintf(stderr, "%s%s\n", A->audio ? "" : "error: ", err);
+        nm_camera_close(A->camera);
+        nm_tabm_free(A->cam_ring);
+        A->camera = NULL;
+        A->cam_ring = NULL;
+        return false;
+    }
+    in = nm_camera_get_info(A->camera);
+    char f[5];
+    for (int k = 0; k < 4; k++) f[k] = (char)((in.fourcc >> (8 * k)) & 0xff);
+    f[4] = '\0';
+    fprintf(stderr, "camera %s: %s (%s), %d x %d %s%s, %s\n", A->camera_dev, in.card, in.driver, in.width, in.height, f,
+            in.fps > 0 ? "" : ", its own rate", in.zero_copy ? "frames straight into the slots" : "a copy a frame (mmap)");
+    return true;
+}
+
+bool assistant_camera_frame(app *A, nm_tabm_slot *sl) {
+    nm_status st = nm_camera_capture(A->camera, 5000000000ll, sl); // a camera that sends nothing for 5 s has failed
+    if (st != NM_OK) fprintf(stderr, "error: %s (%s)\n", nm_camera_last_error(A->camera), nm_status_str(st));
+    return st == NM_OK;
+}
+
+void *assistant_camera_main(void *arg) {
+    app *A = arg;
+    const double end = A->listen_s > 0 ? now(A) + A->listen_s : 0;
+    pthread_mutex_lock(&A->lock);
+    while (!g_stop && A->n_items < A->cap_items && (end <= 0 || now(A) < end)) {
+        if (A->n_items > A->n_taken) { // the loop has not taken the last one: look again in 0.1 s (or when it does)
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100000000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&A->cond, &A->lock, &ts);
+            continue;
+        }
+        item *it = &A->items[A->n_items];
+        it->frame = A->camera_dev;
+        snprintf(it->question, sizeof it->question, "%s", A->o.prompt);
+        A->n_items++;
+        pthread_cond_broadcast(&A->cond);
+    }
+    A->src_done = true;
+    pthread_cond_broadcast(&A->cond);
+    pthread_mutex_unlock(&A->lock);
+    return NULL;
+}

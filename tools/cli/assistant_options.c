@@ -38,6 +38,9 @@ static void usage(FILE *f) {
             "                           order, one per question (as many as the questions, or any number\n"
             "                           with -p)\n"
             "  --frames watch:DIR       the frames as a camera writes them into DIR, each asked -p\n"
+            "  --frames /dev/videoN     a camera (V4L2): each question is asked of its newest frame; with\n"
+            "                           -p, the typed question of frame after frame (--fps, --listen,\n"
+            "                           Ctrl-C). An absent camera: the spoken questions go without one\n"
             "  --frame-change T         with -p: ask about a frame only if it differs from the last one\n"
             "                           asked about by more than T (mean absolute difference of 32x32\n"
             "                           grey thumbnails, 0..255; e.g. 4); the others wake nothing\n"
@@ -151,7 +154,12 @@ static bool take_own(app *A, int *argc, char **argv) {
         fprintf(stderr, "error: watch: needs a folder (watch:DIR)\n");
         return false;
     }
-    A->live = A->mic_dev || A->watch_dir;
+    // a camera: a character device (or a /dev/video path that is not there: said when it is opened)
+    struct stat cb;
+    if (A->frames && !A->watch_frames &&
+        (stat(A->frames, &cb) == 0 ? S_ISCHR(cb.st_mode) : !strncmp(A->frames, "/dev/video", 10)))
+        A->camera_dev = A->frames;
+    A->live = A->mic_dev || A->watch_dir || (A->camera_dev && !A->audio);
     A->watch_fd = -1;
     return true;
 }
@@ -205,14 +213,15 @@ int assistant_options(app *A, int argc, char **argv) {
         goto bad;
     }
     if (A->listen_s > 0 && !A->live) {
-        fprintf(stderr, "error: --listen goes with --audio mic, --audio watch:DIR or --frames watch:DIR\n");
+        fprintf(stderr, "error: --listen goes with --audio mic, --audio watch:DIR, --frames watch:DIR or a camera "
+                        "with -p\n");
         goto bad;
     }
     if (A->watch_frames && !o->prompt) {
         fprintf(stderr, "error: --frames watch:DIR asks a typed question of each frame: give it with -p\n");
         goto bad;
     }
-    if (A->audio && A->frames && A->live) {
+    if (A->audio && A->frames && A->live && !A->camera_dev) {
         fprintf(stderr, "error: --frames pairs a folder's frames with a folder's questions, not with %s\n",
                 A->mic_dev ? "a microphone" : "a watched folder");
         goto bad;

@@ -87,10 +87,19 @@ static bool send_text(app *A, const char *text, uint64_t user, bool bos, uint64_
     return true;
 }
 
-// The frame's file into the vision brick's slot, encoded on this thread into
-// the LLM brick's ring (the segment flagged MORE: the question follows).
+static bool encode_frame(app *A, nm_tabm *ring, nm_tabm_slot *slot, const char *path, uint64_t id);
+
+// The frame's file (or the camera's newest frame, where the camera wrote it)
+// into the vision brick's slot, encoded on this thread into the LLM brick's
+// ring (the segment flagged MORE: the question follows).
 static bool send_frame(app *A, const char *path, uint64_t id) {
     nm_tabm_slot sl;
+    if (A->camera) {
+        if (A->cam_held) sl = A->cam_slot; // (taken by the --frame-change gate)
+        else if (!assistant_camera_frame(A, &sl)) return false;
+        A->cam_held = false;
+        return encode_frame(A, A->cam_ring, &sl, path, id);
+    }
     if (nm_tabm_acquire_write(A->img, 0, -1, &sl) != NM_OK) return false;
     FILE *f = fopen(path, "rb");
     size_t n = f ? fread(sl.data, 1, sl.capacity, f) : 0;
@@ -100,15 +109,22 @@ static bool send_frame(app *A, const char *path, uint64_t id) {
     sl.meta->ndim = n > 0 ? 1 : 0;
     sl.meta->shape[0] = (int64_t)n;
     sl.meta->size = big ? 0 : n; // an unreadable or oversized file: an empty slot, failed by the brick
+    if (!f || big) fprintf(stderr, "error: frame %s: %s\n", path, !f ? strerror(errno) : "larger than 64 MiB");
+    return encode_frame(A, A->img, &sl, path, id);
+}
+
+// A frame's slot (held for write in `ring`) published as request id's and
+// encoded by the vision brick on this thread.
+static bool encode_frame(app *A, nm_tabm *ring, nm_tabm_slot *slot, const char *path, uint64_t id) {
+    nm_tabm_slot sl = *slot;
     sl.meta->user = NM_BRICK_MORE;
     sl.meta->request = id;
-    if (!f || big) fprintf(stderr, "error: frame %s: %s\n", path, !f ? strerror(errno) : "larger than 64 MiB");
-    if (nm_tabm_publish(A->img, &sl) != NM_OK) {
-        nm_tabm_cancel(A->img, &sl);
+    if (nm_tabm_publish(ring, &sl) != NM_OK) {
+        nm_tabm_cancel(ring, &sl);
         return false;
     }
     const uint64_t bad = nm_brick_get_stats(A->vision).n_bad_requests;
-    nm_status st = nm_brick_step(A->vision, A->img, A->llm_in);
+    nm_status st = nm_brick_step(A->vision, ring, A->llm_in);
     if (st == NM_OK && nm_brick_get_stats(A->vision).n_bad_requests != bad)
         fprintf(stderr, "error: frame %s: %s\n", path, nm_brick_last_error(A->vision));
     nm_brick_cost c = {0}; // the encoder's traffic, and its rows in the prompt
@@ -1175,6 +1191,10 @@ int cmd_assistant(int argc, char **argv) {
         }
     }
     if (A.watch_dir && !assistant_watch_open(&A)) goto out;
+    if (A.camera_dev && !assistant_camera_open(&A) && !A.audio) { // absent: spoken questions go without a frame
+        rc = 1;
+        goto out;
+    }
     if (o->stats || A.json_path) { // the machine's energy meters, if any (else the energy is modelled only)
         if (nm_energy_meters_open(NULL, true, &A.meters, err, sizeof err) != NM_OK) {
             fprintf(stderr, "energy meters: %s: the energy is modelled only\n", err);
@@ -1199,10 +1219,16 @@ int cmd_assistant(int argc, char **argv) {
                     break;
                 }
                 assistant_catch_sigint(); // Ctrl-C stops listening; the questions heard are answered
-                src = pthread_create(&th_src, NULL, A.mic_dev ? assistant_mic_main : assistant_watch_main, &A) == 0;
+                src = pthread_create(&th_src, NULL,
+                                     A.mic_dev    ? assistant_mic_main
+                                     : A.watch_dir ? assistant_watch_main
+                                                   : assistant_camera_main,
+                                     &A) == 0;
                 if (!src) A.src_done = true;
                 if (A.mic_dev)
                     fprintf(stderr, "listening on '%s'%s\n", A.mic_dev, A.listen_s > 0 ? "" : " (Ctrl-C stops)");
+                else if (!A.watch_dir)
+                    fprintf(stderr, "asking about %s's frames%s\n", A.camera_dev, A.listen_s > 0 ? "" : " (Ctrl-C stops)");
                 else
                     fprintf(stderr, "watching '%s' for %s%s\n", A.watch_dir, A.watch_frames ? "frames" : "questions",
                             A.listen_s > 0 ? "" : " (Ctrl-C stops)");
@@ -1210,11 +1236,14 @@ int cmd_assistant(int argc, char **argv) {
             pthread_mutex_lock(&A.lock);
             while (i >= A.n_items && !A.src_done) pthread_cond_wait(&A.cond, &A.lock);
             const bool more = i < A.n_items;
+            A.n_taken = more ? i + 1 : A.n_taken; // (the camera's thread makes the next question)
+            pthread_cond_broadcast(&A.cond);
             pthread_mutex_unlock(&A.lock);
             if (!more) break;
         } else if (i >= A.n_items) {
             break;
         }
+        if (A.camera && !A.items[i].frame) A.items[i].frame = A.camera_dev; // a spoken question: the camera's frame
         bool cascade = A.cascade_always;
         if (A.battery) cascade = power_step(&A) || cascade;
         float fps = A.fps;
@@ -1264,6 +1293,9 @@ int cmd_assistant(int argc, char **argv) {
     if (o->stats) assistant_print_stats(&A, wall);
     if (A.json_path && !assistant_write_json(&A, wall)) rc = 1;
 out:
+    if (A.cam_held) nm_tabm_cancel(A.cam_ring, &A.cam_slot);
+    nm_camera_close(A.camera);
+    nm_tabm_free(A.cam_ring);
     nm_energy_meters_free(A.meters);
     nm_power_actuators_free(A.dvfs); // the frequencies as they were
     nm_battery_free(A.battery);

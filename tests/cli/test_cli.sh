@@ -342,6 +342,15 @@ expect assistant_camera_not_v4l2 1 "error: camera /dev/null: not a V4L2 device" 
     -- nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames /dev/null -p "What is there?"
 case_assistant_camera_absent_spoken() { nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames /dev/video-nm-none -n 4 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
 expect assistant_camera_absent_spoken 0 "camera /dev/video-nm-none: cannot be opened: No such file or directory .*> The quick brown fox.*vision brick \(cpu\): 0 requests" "$M" "$WM" -- case_assistant_camera_absent_spoken
+# the emulated camera (tests/cli/vcam_preload.c) at /dev/video-nm-emu, through libc's calls
+VCAM=${NM_VCAM_PRELOAD:-/nonexistent/libnm_vcam_preload.so}
+vcam() { LD_PRELOAD="$VCAM" ASAN_OPTIONS="${ASAN_OPTIONS:-}:verify_asan_link_order=0" "$@"; }
+case_assistant_camera_frames() { vcam nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames /dev/video-nm-emu -p "What is there?" --fps 2 --listen 2 -n 4 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
+expect assistant_camera_frames 0 "camera /dev/video-nm-emu: Emulated camera \(vcam\), 640 x 480 YUYV, frames straight into the slots asking about /dev/video-nm-emu's frames > What is there\?.*> What is there\?.*> What is there\?.*vision brick \(cpu\): [3-9] requests.*ledger: 0 bytes copied" "$M" "$VCAM" -- case_assistant_camera_frames
+case_assistant_camera_still() { NM_VCAM_STILL=1 NM_VCAM_MMAP=1 vcam nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames /dev/video-nm-emu -p "What is there?" --frame-change 4 --fps 4 --listen 1.5 -n 4 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
+expect assistant_camera_still 0 "a copy a frame \(mmap\).*question 2: frame /dev/video-nm-emu unchanged \(difference 0.00 <= 4.00\): not asked.*vision brick \(cpu\): 1 requests.*ledger: [1-9][0-9]* bytes copied .*anything else [1-9][0-9]*" "$M" "$VCAM" -- case_assistant_camera_still
+case_assistant_camera_spoken() { vcam nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames /dev/video-nm-emu -n 4 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
+expect assistant_camera_spoken 0 "frames straight into the slots .*> The quick brown fox.*vision brick \(cpu\): 1 requests" "$M" "$WM" "$VCAM" -- case_assistant_camera_spoken
 expect assistant_watch_missing 1 "error: --audio watch:/nonexistent: No such file or directory" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio watch:/nonexistent
 expect assistant_watch_frames_need_prompt 2 "--frames watch:DIR asks a typed question of each frame: give it with -p" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "watch:$tmp"
 # the answers go elsewhere than the watched folder (written there, each would arrive as a question); the same

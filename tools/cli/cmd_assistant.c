@@ -1288,7 +1288,7 @@ int cmd_assistant(int argc, char **argv) {
     rc = rc > 1 ? rc : A.src_failed || lanes_failed ? 1 : 0;
     for (int i = 0; i < A.n_items; i++) rc = A.items[i].failed ? 1 : rc;
     if (A.live && A.n_items == 0 && !A.src_failed)
-        fprintf(stderr, A.mic_dev ? "heard no question\n" : "no file arrived: no question\n");
+        fprintf(stderr, A.mic_dev ? "heard no question\n" : A.watch_dir ? "no file arrived: no question\n" : "no frame: no question\n");
     if (o->stats || A.json_path) assistant_energy_end(&A, wall);
     if (o->stats) assistant_print_stats(&A, wall);
     if (A.json_path && !assistant_write_json(&A, wall)) rc = 1;

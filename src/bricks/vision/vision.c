@@ -272,8 +272,11 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     }
     if (bad_params) {
         st = vfail(v, NM_ERR_FORMAT, "%s", pwhy);
+    } else if (mt->kind != NM_TABM_IMAGE || mt->size == 0 || mt->size > s.capacity) {
+        st = vfail(v, NM_ERR_FORMAT, "vision brick: input slot %llu is not an image file or a camera's pixels (kind %u, "
+                   "%llu bytes)", (unsigned long long)mt->seq, mt->kind, (unsigned long long)mt->size);
     } else if ((st = nm_image_decode_slot(s.data, mt, s.capacity, max_pixels, &img, msg, sizeof msg)) != NM_OK) {
-        vfail(v, st, "vision brick: input slot %llu: %s", (unsigned long long)mt->seq, msg);
+        vfail(v, st, "%s", msg);
     }
     v->st.t_decode += now_s() - t0;
     if (st == NM_OK) {

@@ -243,7 +243,12 @@ int nm_requant_write(const char *in, const char *out, uint32_t to) {
         snprintf(name, sizeof name, "%.*s", (int)t->name.len, t->name.ptr);
         const void *data = t->data;
         uint32_t type = t->type;
-        if (t->n_dims >= 2 && t->type != to) {
+        // only weights are converted, as llama.cpp's quantize does (a name ending in "weight": not
+        // whisper's positional embeddings or mel filters), and only where the type holds their rows
+        // (not whisper's convolutions' 3-wide kernels)
+        const size_t nl = strlen(name);
+        const bool weight = nl >= 6 && !strcmp(name + nl - 6, "weight");
+        if (t->n_dims >= 2 && t->type != to && weight && nm_row_size(to, t->ne[0]) != 0) {
             const int64_t K = t->ne[0], rows = t->ne[1] * t->ne[2] * t->ne[3];
             const size_t in_rb = nm_row_size(t->type, K), out_rb = nm_row_size(to, K);
             float *row = malloc(sizeof(float) * (size_t)K);

@@ -1641,6 +1641,35 @@ void nm_audio_wav_header(uint8_t h[NM_WAV_HEADER_BYTES], uint32_t data_bytes, in
 nm_status nm_audio_write_wav(const char *path, const float *pcm, int64_t n_frames, int32_t rate,
                              int32_t channels, char *err, size_t err_size);
 
+// A streamed encoder of 16-bit mono PCM into a compressed file's bytes,
+// handed to a sink as they are made (an answer sent while it is spoken):
+// FLAC (lossless), MP3 (LAME) and Opus in Ogg, through libsndfile. A
+// stream's encoder cannot seek back, so a FLAC stream's header has no length
+// (readers take it as unknown), as with any streamed FLAC.
+typedef enum nm_audio_container {
+    NM_AUDIO_FLAC = 1,
+    NM_AUDIO_MP3 = 2,
+    NM_AUDIO_OPUS = 3, // 8, 12, 16, 24 or 48 kHz only (Opus's rates)
+} nm_audio_container;
+// "flac", "mp3", "opus" (also "ogg"); false for another name.
+bool nm_audio_container_parse(const char *name, nm_audio_container *out);
+const char *nm_audio_container_name(nm_audio_container c);  // "flac", "mp3", "opus"; "?" for another value
+const char *nm_audio_container_mime(nm_audio_container c);  // "audio/flac", "audio/mpeg", "audio/ogg"
+// The encoder's bytes: n of them at `bytes` (borrowed during the call). false: stop (the client went).
+typedef bool (*nm_audio_bytes_fn)(const void *bytes, size_t n, void *user);
+typedef struct nm_audio_encoder nm_audio_encoder;
+// An encoder of `rate` Hz mono (1..384000; Opus: its rates) into sink.
+// NM_ERR_UNSUPPORTED when this build's libsndfile cannot write the
+// container (err says which); *out freed with nm_audio_encoder_close.
+nm_status nm_audio_encoder_open(nm_audio_container c, int32_t rate, nm_audio_bytes_fn sink, void *user,
+                                nm_audio_encoder **out, char *err, size_t err_size);
+// Encodes n samples (the encoder may hold some back until it has a frame).
+// NM_ERR_IO when the sink said stop or the encoder failed (nm_audio_encoder_error).
+nm_status nm_audio_encoder_write(nm_audio_encoder *e, const int16_t *pcm, int64_t n);
+// Flushes what it holds into the sink and frees e. NM_ERR_IO as write. NULL: NM_OK.
+nm_status nm_audio_encoder_close(nm_audio_encoder *e);
+const char *nm_audio_encoder_error(const nm_audio_encoder *e); // "" if none
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

@@ -368,6 +368,92 @@ NM_TEST(ogg_vorbis_close) {
     free(x);
 }
 
+// ---- the streamed encoder (nm_audio_encoder_*) --------------------------------------
+
+typedef struct membuf { uint8_t *b; size_t n, cap; int calls, stop_after; } membuf;
+static bool to_mem(const void *bytes, size_t n, void *user) {
+    membuf *m = user;
+    if (m->stop_after && ++m->calls > m->stop_after) return false;
+    if (m->n + n > m->cap) {
+        size_t cap = (m->n + n) * 2;
+        uint8_t *b = realloc(m->b, cap);
+        if (!b) return false;
+        m->b = b, m->cap = cap;
+    }
+    memcpy(m->b + m->n, bytes, n);
+    m->n += n;
+    return true;
+}
+
+// 1.5 s of a 1 kHz tone at 24 kHz (the server's speech rate), fed in chunks of 960 as the
+// TTS brick's slots come, into each container, and decoded back: the same tone, the
+// same length (the codecs' own delay and padding aside), FLAC to the sample.
+NM_TEST(encoder_flac_mp3_opus_roundtrip) {
+    enum { N = 36000, R = 24000 };
+    float *x = tone(N, R, 1000, 0.5);
+    int16_t *s16 = malloc(sizeof(int16_t) * N);
+    for (int i = 0; i < N && x && s16; i++) s16[i] = (int16_t)lrintf(x[i] * 32767.0f);
+    static const char *const magic[] = {[NM_AUDIO_FLAC] = "fLaC", [NM_AUDIO_MP3] = "\xff", [NM_AUDIO_OPUS] = "OggS"};
+    for (int c = NM_AUDIO_FLAC; c <= NM_AUDIO_OPUS && s16; c++) {
+        membuf m = {0};
+        nm_audio_encoder *e = NULL;
+        char err[256];
+        NM_CHECK(nm_audio_encoder_open((nm_audio_container)c, R, to_mem, &m, &e, err, sizeof err) == NM_OK);
+        for (int i = 0; e && i < N; i += 960) NM_CHECK(nm_audio_encoder_write(e, s16 + i, N - i < 960 ? N - i : 960) == NM_OK);
+        const size_t before_close = m.n;
+        NM_CHECK(nm_audio_encoder_close(e) == NM_OK);
+        NM_CHECK(m.n > before_close || c == NM_AUDIO_FLAC); // the lossy ones hold their last frames until the end
+        NM_CHECK(m.n > 4 && !memcmp(m.b, magic[c], strlen(magic[c])));
+        if (c == NM_AUDIO_OPUS) NM_CHECK(m.n > 40 && !memcmp(m.b + 28, "OpusHead", 8));
+        if (c == NM_AUDIO_MP3) NM_CHECK(m.n > 2 && (m.b[1] & 0xe6) == 0xe2); // frame sync, layer III
+
+        nm_audio a = {0};
+        NM_CHECK(nm_audio_decode(m.b, m.n, R, &a, err, sizeof err) == NM_OK);
+        fprintf(stderr, "  %s: %zu bytes, %lld samples back\n", nm_audio_container_name((nm_audio_container)c), m.n,
+                (long long)a.n);
+        if (c == NM_AUDIO_FLAC) {
+            int bad = a.n != N;
+            for (int64_t i = 0; !bad && i < N; i++) bad = lrintf(a.pcm[i] * 32768.0f) != s16[i];
+            NM_CHECK(!bad);
+        } else {
+            NM_CHECK(a.n >= N && a.n <= N + 2400); // the encoder's delay and its last frame's padding
+            if (a.n > 12000) {
+                NM_CHECK_NEAR(goertzel_amp(a.pcm, 6000, 6000 + R / 2, R, 1000), 0.5, 0.05);
+                NM_CHECK(goertzel_amp(a.pcm, 6000, 6000 + R / 2, R, 1500) < 0.02);
+            }
+        }
+        nm_audio_free(&a);
+        free(m.b);
+    }
+    free(s16);
+    free(x);
+}
+
+NM_TEST(encoder_refuses_and_stops) {
+    nm_audio_encoder *e = NULL;
+    char err[256];
+    membuf m = {0};
+    NM_CHECK(nm_audio_encoder_open(NM_AUDIO_OPUS, 22050, to_mem, &m, &e, err, sizeof err) == NM_ERR_UNSUPPORTED && !e);
+    NM_CHECK(strstr(err, "Opus takes 8, 12, 16, 24 or 48 kHz, not 22050 Hz"));
+    NM_CHECK(nm_audio_encoder_open(NM_AUDIO_MP3, 0, to_mem, &m, &e, err, sizeof err) != NM_OK && !e);
+    NM_CHECK(nm_audio_encoder_open((nm_audio_container)9, 16000, to_mem, &m, &e, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_audio_encoder_open(NM_AUDIO_MP3, 16000, NULL, &m, &e, err, sizeof err) == NM_ERR_INVALID_ARG);
+    nm_audio_container c;
+    NM_CHECK(nm_audio_container_parse("mp3", &c) && c == NM_AUDIO_MP3 && nm_audio_container_parse("ogg", &c) &&
+             c == NM_AUDIO_OPUS && !nm_audio_container_parse("aac", &c) && !nm_audio_container_parse(NULL, &c));
+    NM_CHECK(!strcmp(nm_audio_container_mime(NM_AUDIO_MP3), "audio/mpeg") && !strcmp(nm_audio_container_name(9), "?"));
+    // a sink that stops (the client went): the next write says so, close too
+    m.stop_after = 2;
+    NM_CHECK(nm_audio_encoder_open(NM_AUDIO_FLAC, 16000, to_mem, &m, &e, err, sizeof err) == NM_OK);
+    int16_t z[4096] = {0};
+    nm_status st = NM_OK;
+    for (int i = 0; e && i < 50 && st == NM_OK; i++) st = nm_audio_encoder_write(e, z, 4096);
+    NM_CHECK(st == NM_ERR_IO && strstr(nm_audio_encoder_error(e), "stopped"));
+    NM_CHECK(nm_audio_encoder_close(e) == NM_ERR_IO);
+    NM_CHECK(nm_audio_encoder_close(NULL) == NM_OK && nm_audio_encoder_write(NULL, z, 1) == NM_ERR_INVALID_ARG);
+    free(m.b);
+}
+
 // ---- resampling ---------------------------------------------------------------------
 
 // A tone at `rate` read back at 16 kHz keeps its frequency and level.

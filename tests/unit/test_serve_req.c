@@ -163,7 +163,9 @@ NM_TEST(speech_requests) {
         {"{\"input\":\"\"}", "input"},
         {"{\"input\":\"eleven char\"}", "input"},
         {"{\"input\":\"hi\",\"voice\":\"\"}", "voice"},
-        {"{\"input\":\"hi\",\"response_format\":\"mp3\"}", "response_format"},
+        {"{\"input\":\"hi\",\"response_format\":\"aac\"}", "response_format"},
+        {"{\"input\":\"hi\",\"response_format\":\"ogg\"}", "response_format"},
+        {"{\"input\":\"hi\",\"response_format\":3}", "response_format"},
         {"{\"input\":\"hi\",\"speed\":5}", "speed"},
     };
     serve_err e;
@@ -176,10 +178,27 @@ NM_TEST(speech_requests) {
     cJSON *req = serve_json_object("{\"input\":\"héllo\",\"voice\":\"nova\",\"response_format\":\"pcm\",\"speed\":1.5}", &e);
     NM_CHECK(req && serve_speech_parse(&env, req, &sr, &e)); // 5 characters (6 bytes)
     if (req && sr.params) {
-        NM_CHECK(!sr.wav && !strcmp(sr.text, "héllo") && !strcmp(sr.params, "{\"voice\":\"en-us+f3\",\"speed\":1.5}"));
+        NM_CHECK(sr.format == SERVE_PCM && !strcmp(sr.text, "héllo") &&
+                 !strcmp(sr.params, "{\"voice\":\"en-us+f3\",\"speed\":1.5}"));
         free(sr.params);
     }
     cJSON_Delete(req);
+    // the encoded formats, and WAV when none is named
+    static const struct { const char *body; serve_audio_format f; nm_audio_container c; } fmts[] = {
+        {"{\"input\":\"hi\",\"response_format\":\"mp3\"}", SERVE_ENCODED, NM_AUDIO_MP3},
+        {"{\"input\":\"hi\",\"response_format\":\"opus\"}", SERVE_ENCODED, NM_AUDIO_OPUS},
+        {"{\"input\":\"hi\",\"response_format\":\"flac\"}", SERVE_ENCODED, NM_AUDIO_FLAC},
+        {"{\"input\":\"hi\",\"response_format\":\"wav\"}", SERVE_WAV, 0},
+        {"{\"input\":\"hi\",\"response_format\":null}", SERVE_WAV, 0},
+        {"{\"input\":\"hi\"}", SERVE_WAV, 0},
+    };
+    for (size_t i = 0; i < sizeof fmts / sizeof fmts[0]; i++) {
+        req = serve_json_object(fmts[i].body, &e);
+        NM_CHECK(req && serve_speech_parse(&env, req, &sr, &e) && sr.format == fmts[i].f &&
+                 (sr.format != SERVE_ENCODED || sr.container == fmts[i].c));
+        if (req) free(sr.params);
+        cJSON_Delete(req);
+    }
 }
 
 NM_TEST_MAIN()

@@ -456,9 +456,15 @@ static bool tts_put(server *S, uint32_t kind, const void *data, size_t n, uint64
     return true;
 }
 
-// POST /v1/audio/speech: {"input", "voice", "response_format": wav | pcm, "speed", "model"}. The
-// audio is sent as the brick makes it (chunked): WAV with the streaming sizes (0xffffffff) in its
-// header, or raw 16-bit little-endian mono PCM at the server's rate (24 kHz, OpenAI's).
+// The encoder's bytes as chunks of the reply; false once the client has gone.
+static bool send_encoded(const void *bytes, size_t n, void *user) {
+    return mg_send_chunk((struct mg_connection *)user, bytes, (unsigned)n) >= 0;
+}
+
+// POST /v1/audio/speech: {"input", "voice", "response_format": mp3 | opus | flac | wav | pcm,
+// "speed", "model"}. The audio is sent as the brick makes it (chunked): MP3 (constant bit rate),
+// Opus in Ogg or FLAC as the encoder makes their frames, WAV with the streaming sizes (0xffffffff)
+// in its header, or raw 16-bit little-endian mono PCM, at the server's rate (24 kHz, OpenAI's).
 int handle_speech(server *S, struct mg_connection *c) {
     const double t_req = cli_now();
     if (!S->tts) return send_error(S, c, 404, NULL, "no text-to-speech engine: start the server with --tts espeak");
@@ -472,7 +478,8 @@ int handle_speech(server *S, struct mg_connection *c) {
         cJSON_Delete(req);
         return send_err(S, c, &e);
     }
-    const bool wav = sr.wav;
+    const bool wav = sr.format == SERVE_WAV, coded = sr.format == SERVE_ENCODED;
+    nm_audio_encoder *enc = NULL;
     const char *text = sr.text;
     char *pj = sr.params;
     if (!serve_turn_take(S, &S->tts_turn)) { // the engine's turn: one synthesis at a time
@@ -505,8 +512,17 @@ int handle_speech(server *S, struct mg_connection *c) {
                               "%s", why);
         } else if (!failed && !code && !gone) {
             if (!sent_head) {
+                char eerr[256] = "";
+                if (coded && nm_audio_encoder_open(sr.container, nm_brick_tts_sample_rate(S->tts), send_encoded, c, &enc,
+                                                   eerr, sizeof eerr) != NM_OK) {
+                    code = send_error(S, c, 500, "response_format", "%s", eerr); // (this build's libsndfile lacks it)
+                    nm_tabm_cancel_request(S->tts_in, id);
+                    nm_tabm_release(S->tts_out, &s);
+                    continue;
+                }
                 mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n"
-                             "Cache-Control: no-cache\r\n\r\n", wav ? "audio/wav" : "audio/pcm");
+                             "Cache-Control: no-cache\r\n\r\n",
+                          coded ? nm_audio_container_mime(sr.container) : wav ? "audio/wav" : "audio/pcm");
                 sent_head = true;
                 if (wav) {
                     uint8_t h[NM_WAV_HEADER_BYTES];
@@ -514,7 +530,9 @@ int handle_speech(server *S, struct mg_connection *c) {
                     gone = mg_send_chunk(c, (const char *)h, sizeof h) < 0;
                 }
             }
-            if (!gone && s.meta->size > 0) gone = mg_send_chunk(c, s.data, (unsigned)s.meta->size) < 0;
+            if (!gone && s.meta->size > 0)
+                gone = enc ? nm_audio_encoder_write(enc, s.data, (int64_t)(s.meta->size / 2)) != NM_OK
+                           : mg_send_chunk(c, s.data, (unsigned)s.meta->size) < 0;
             samples += s.meta->size / 2;
             if (gone) nm_tabm_cancel_request(S->tts_in, id); // the client left: the brick stops it
         }
@@ -525,6 +543,7 @@ int handle_speech(server *S, struct mg_connection *c) {
     if (sent_head && !gone) serve_hist_add(&S->lat_speech, cli_now() - t_req);
     pthread_mutex_unlock(&S->lock);
     serve_turn_give(S, &S->tts_turn);
+    if (enc && nm_audio_encoder_close(enc) != NM_OK) gone = true; // (its last frames, flushed into the reply)
     if (sent_head) {
         if (!gone) mg_send_chunk(c, "", 0);
         code = 200;

@@ -318,13 +318,18 @@ bool serve_speech_parse(const serve_env *env, const cJSON *req, serve_speech_req
                           (long long)env->speech_max_chars);
     if (vo && !cJSON_IsNull(vo) && (!cJSON_IsString(vo) || !vo->valuestring[0] || strlen(vo->valuestring) > 48))
         return serve_fail(e, 400, "voice", "'voice' must be a voice's name");
-    if (fm && !cJSON_IsNull(fm) && (!cJSON_IsString(fm) || (strcmp(fm->valuestring, "wav") && strcmp(fm->valuestring, "pcm"))))
-        return serve_fail(e, 400, "response_format", "'response_format' must be wav or pcm (mp3, opus, aac and flac "
-                                                     "are not made here)");
+    const char *fmt = cJSON_IsString(fm) ? fm->valuestring : "wav";
+    if (fm && !cJSON_IsNull(fm) && !cJSON_IsString(fm))
+        return serve_fail(e, 400, "response_format", "'response_format' must be a string");
+    if (!strcmp(fmt, "aac"))
+        return serve_fail(e, 400, "response_format", "'response_format' aac is not made here: mp3, opus, flac, wav or pcm");
+    const bool coded = nm_audio_container_parse(fmt, &out->container) && strcmp(fmt, "ogg");
+    if (strcmp(fmt, "wav") && strcmp(fmt, "pcm") && !coded)
+        return serve_fail(e, 400, "response_format", "'response_format' must be mp3, opus, flac, wav or pcm");
     if (sp && !cJSON_IsNull(sp) && (!cJSON_IsNumber(sp) || !(sp->valuedouble >= 0.25 && sp->valuedouble <= 4.0)))
         return serve_fail(e, 400, "speed", "'speed' must be a number in [0.25, 4]");
     out->text = text;
-    out->wav = !cJSON_IsString(fm) || !strcmp(fm->valuestring, "wav");
+    out->format = coded ? SERVE_ENCODED : !strcmp(fmt, "pcm") ? SERVE_PCM : SERVE_WAV;
     cJSON *params = cJSON_CreateObject();
     if (params && cJSON_IsString(vo)) cJSON_AddStringToObject(params, "voice", espeak_voice(vo->valuestring));
     if (params && cJSON_IsNumber(sp)) cJSON_AddNumberToObject(params, "speed", sp->valuedouble);

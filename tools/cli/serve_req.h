@@ -69,11 +69,13 @@ typedef struct serve_gen_req {
 bool serve_gen_parse(const serve_env *env, const cJSON *req, bool chat, serve_gen_req *out, serve_err *e);
 void serve_gen_free(serve_gen_req *r);
 
-// POST /v1/audio/speech: the text (pointing into req), WAV or PCM, and the
-// TTS brick's PARAMS as JSON text (malloc'd).
+// POST /v1/audio/speech: the text (pointing into req), the reply's format, and
+// the TTS brick's PARAMS as JSON text (malloc'd).
+typedef enum serve_audio_format { SERVE_WAV = 0, SERVE_PCM = 1, SERVE_ENCODED = 2 } serve_audio_format;
 typedef struct serve_speech_req {
     const char *text;
-    bool wav;
+    serve_audio_format format;
+    nm_audio_container container; // SERVE_ENCODED: FLAC, MP3 or Opus
     char *params;
 } serve_speech_req;
 bool serve_speech_parse(const serve_env *env, const cJSON *req, serve_speech_req *out, serve_err *e);

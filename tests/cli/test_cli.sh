@@ -184,6 +184,19 @@ expect say_list_voices 0 "^en-us +English" -- case_say_list_voices
 expect say_bad_voice 1 "unknown espeak-ng voice 'xx-bogus'" -- nm say hello -o "$tmp/bad.wav" --voice xx-bogus
 expect say_empty_text 1 "empty text" -- nm say "   " -o "$tmp/empty.wav"
 expect say_no_output 2 "no output: give -o OUT.wav or --stdout" -- nm say hello
+# compressed speech: by the extension or --format, heard back by the transcriber (which reads them all)
+case_say_encoded() {
+    local f
+    for f in mp3 opus flac; do
+        nm say "Hello there, how are you today?" -o "$tmp/hello.$f" || return
+        printf '%s: %s ' "$f" "$(head -c 4 "$tmp/hello.$f" | od -An -tx1 | tr -d ' \n')"
+        nm transcribe -m "$WM" "$tmp/hello.$f" -t 2 2>/dev/null | tr '\n' ' '
+    done
+    printf 'stdout: %s' "$(nm say hi --stdout --format opus | head -c 4)"
+}
+expect say_mp3_opus_flac 0 "^mp3: fff3[0-9a-f]{4} Hello there, how are you today\? opus: 4f676753 Hello there, how are you today\? flac: 664c6143 Hello there, how are you today\? stdout: OggS$" "$WM" -- case_say_encoded
+expect say_bad_format 2 "--format takes wav, mp3, opus or flac, not 'aac'" -- nm say hello -o "$tmp/x.aac" --format aac
+expect say_opus_rate 1 "Opus takes 8, 12, 16, 24 or 48 kHz, not 22050 Hz" -- nm say hello -o "$tmp/x.opus" --sample-rate 22050
 
 # transcribe: Whisper speech to text (errors first; real runs need whisper-tiny.en.gguf from set-up)
 SPEECH=tests/data/speech

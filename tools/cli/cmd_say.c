@@ -28,7 +28,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "cmd_say writes host-o
 static void say_usage(void) {
     printf("usage: nanomind say \"TEXT\" (-o OUT.wav | --stdout) [options]\n"
            "\n"
-           "Speaks TEXT with espeak-ng and writes 16-bit mono PCM WAV. TEXT \"-\" reads stdin.\n"
+           "Speaks TEXT with espeak-ng and writes 16-bit mono PCM WAV (or MP3, Opus, FLAC: --format).\n"
+           "TEXT \"-\" reads stdin.\n"
            "The same text and options give the same file.\n"
            "\n"
            "  -o, -w, --output FILE  the WAV file to write (\"-\": stdout); an existing file is replaced\n"
@@ -36,6 +37,9 @@ static void say_usage(void) {
            "  --stdout               write the WAV to stdout (as espeak-ng --stdout; = -o -)\n"
            "  --output-raw           raw 16-bit mono samples, no header, to stdout (as Piper --output-raw;\n"
            "                         --stats prints the rate)\n"
+           "  --format F             wav (default), mp3, opus (Ogg; 8/12/16/24/48 kHz: see --sample-rate)\n"
+           "                         or flac; by default the output's extension (.mp3, .opus, .ogg, .flac)\n"
+           "                         says which\n"
            "  -f, --file FILE        read the text from FILE (\"-\": stdin) instead of TEXT\n"
            "  --voice V              espeak-ng voice: a language (en-us, en, en-gb, de, fr-fr, ...) or a voice\n"
            "                         file, with an optional variant (en-us+f3); default en-us\n"
@@ -81,12 +85,15 @@ static char *read_stream(FILE *f) {
     return buf;
 }
 
+// The encoder's bytes into the output file.
+static bool to_file(const void *bytes, size_t n, void *user) { return fwrite(bytes, 1, n, (FILE *)user) == n; }
+
 static void put_u32le(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);
 }
 
 int cmd_say(int argc, char **argv) {
-    const char *text_arg = NULL, *file = NULL, *out = NULL;
+    const char *text_arg = NULL, *file = NULL, *out = NULL, *format = NULL;
     bool list = false, stats = false, raw = false;
     nm_tts_params p = nm_tts_default_params();
     for (int i = 1; i < argc; i++) {
@@ -95,6 +102,7 @@ int cmd_say(int argc, char **argv) {
         if (!strcmp(a, "-o") || !strcmp(a, "-w") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--voice")) p.voice = v;
+        else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--rate")) ok = cli_arg_int(a, v, 80, 450, &p.rate_wpm);
         else if (!strcmp(a, "--pitch")) ok = cli_arg_int(a, v, 0, 100, &p.pitch);
         else if (!strcmp(a, "--volume")) ok = cli_arg_int(a, v, 0, 200, &p.volume);
@@ -149,6 +157,17 @@ int cmd_say(int argc, char **argv) {
         return 2;
     }
 
+    // The container: --format, else the output's extension; WAV otherwise.
+    nm_audio_container container = 0;
+    const char *dot = strrchr(out, '.');
+    if (format && strcmp(format, "wav") && (!nm_audio_container_parse(format, &container) || raw)) {
+        fprintf(stderr, raw ? "error: --output-raw writes raw samples: drop --format\n"
+                            : "error: --format takes wav, mp3, opus or flac, not '%s'\n", format);
+        return 2;
+    }
+    if (!format && !raw && dot && !strchr(dot, '/')) nm_audio_container_parse(dot + 1, &container);
+    if (container == NM_AUDIO_OPUS && p.sample_rate == 0) p.sample_rate = 24000; // espeak-ng's 22050 is no Opus rate
+
     // The text.
     char *owned = NULL;
     const char *text = text_arg;
@@ -180,6 +199,7 @@ int cmd_say(int argc, char **argv) {
     nm_brick *brick = NULL;
     nm_tabm *in = NULL, *ring = NULL;
     nm_outfile wav = {0};
+    nm_audio_encoder *enc = NULL; // --format mp3, opus, flac
     uint8_t *held = NULL; // the samples, where the output cannot seek
     size_t n_held = 0, cap_held = 0;
     nm_status st;
@@ -200,10 +220,15 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err);
         goto done;
     }
+    if (container && (st = nm_audio_encoder_open(container, nm_brick_tts_sample_rate(brick), to_file, wav.f, &enc, err,
+                                                 sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
     uint8_t hdr[NM_WAV_HEADER_BYTES];
     nm_audio_wav_header(hdr, 0, nm_brick_tts_sample_rate(brick), 1);
     errno = 0;
-    if (!raw && wav.seekable && fwrite(hdr, 1, sizeof hdr, wav.f) != sizeof hdr) {
+    if (!raw && !enc && wav.seekable && fwrite(hdr, 1, sizeof hdr, wav.f) != sizeof hdr) {
         fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno ? errno : EIO));
         goto done;
     }
@@ -243,8 +268,15 @@ int cmd_say(int argc, char **argv) {
         if (nm_tabm_acquire_read(ring, -1, &s) != NM_OK) break; // shut down: the lane failed
         const nm_tabm_meta *m = s.meta;
         if (!write_failed && m->size) {
-            // The slot's bytes, in place, to the file (or held, where it cannot seek).
-            if (wav.seekable || raw) { // raw samples need no header to complete: straight out
+            // The slot's bytes, in place, to the file (or held, where it cannot seek), or to the encoder.
+            if (enc) {
+                errno = 0;
+                if (nm_audio_encoder_write(enc, s.data, (int64_t)(m->size / 2)) != NM_OK) {
+                    write_failed = true;
+                    write_errno = errno ? errno : EIO;
+                    nm_tabm_shutdown(ring);
+                }
+            } else if (wav.seekable || raw) { // raw samples need no header to complete: straight out
                 errno = 0;
                 if (fwrite(s.data, 1, (size_t)m->size, wav.f) != m->size) {
                     write_failed = true;
@@ -287,13 +319,16 @@ int cmd_say(int argc, char **argv) {
                 nm_brick_last_error(brick));
         goto done;
     }
-    if (data_bytes > 0xffffffffull - 36) {
+    if (!enc && data_bytes > 0xffffffffull - 36) {
         fprintf(stderr, "error: %llu bytes of audio do not fit a WAV file (4 GiB)\n", (unsigned long long)data_bytes);
         goto done;
     }
     errno = 0;
     bool ok;
-    if (raw) {
+    if (enc) {
+        ok = nm_audio_encoder_close(enc) == NM_OK; // its last frames
+        enc = NULL;
+    } else if (raw) {
         ok = true; // the samples are out already
     } else if (wav.seekable) { // the two sizes, now known
         uint8_t sz[4];
@@ -328,6 +363,7 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
     }
 done:
+    nm_audio_encoder_close(enc); // (a failure's: what it held goes into the temporary, which goes)
     nm_outfile_abort(&wav); // after a commit, nothing; else only our temporary goes
     free(held);
     nm_tabm_free(ring);

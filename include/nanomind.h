@@ -1446,6 +1446,10 @@ int32_t nm_energy_meters_count(const nm_energy_meters *m);
 int32_t nm_energy_meters_describe(const nm_energy_meters *m, char *buf, int32_t size);
 nm_status nm_energy_meters_start(nm_energy_meters *m, char *err, size_t err_size);
 nm_status nm_energy_meters_stop(nm_energy_meters *m, nm_energy_reading *out, char *err, size_t err_size);
+// The joules since start so far, the meters still running (a server's counters): thread-safe
+// against the sampler and other readers. A counter that wraps is followed across wraps as long
+// as it is read at least once a wrap period (RAPL: ~1 h at 65 W). NM_ERR_STATE before start.
+nm_status nm_energy_meters_read(nm_energy_meters *m, nm_energy_reading *out, char *err, size_t err_size);
 void nm_energy_meters_free(nm_energy_meters *m); // NULL: no-op
 
 // --- energy: modelled where none exists

@@ -23,7 +23,8 @@ typedef struct meter {
     char file[32], file2[32]; // the value (INA3221: voltage, then current)
     double wrap;              // RAPL: max_energy_range_uj (0: none)
     unsigned nvml_index;
-    double start, last;       // cumulative: the first and the last value; power: joules so far
+    double last;              // cumulative: the counter's last value read; power: joules so far
+    double acc;               // cumulative: joules since start (each read adds what the counter moved)
     double last_w, last_t;    // power: the previous sample
 } meter;
 
@@ -303,7 +304,8 @@ nm_status nm_energy_meters_start(nm_energy_meters *ms, char *err, size_t err_siz
         double v = 0;
         meter_value(ms, x, &v);
         if (cumulative(x)) {
-            x->start = x->last = v;
+            x->last = v;
+            x->acc = 0;
         } else {
             x->last = 0;
             x->last_w = v;
@@ -321,6 +323,46 @@ nm_status nm_energy_meters_start(nm_energy_meters *ms, char *err, size_t err_siz
     return NM_OK;
 }
 
+// Every meter brought to now (under the lock where a sampler runs): a
+// counter adds what it moved since the last read (a wrap-around at most once
+// between two reads), a power meter its trapezoid to now.
+static void reading_now(nm_energy_meters *ms, nm_energy_reading *out) {
+    memset(out, 0, sizeof *out);
+    const double t = now_s();
+    out->seconds = t - ms->t_start;
+    out->n = ms->n;
+    for (int i = 0; i < ms->n; i++) {
+        meter *x = &ms->m[i];
+        snprintf(out->name[i], sizeof out->name[i], "%s", x->name);
+        double v;
+        if (cumulative(x)) {
+            if (meter_value(ms, x, &v)) {
+                double d = v - x->last;
+                if (d < 0 && x->wrap > 0) d += x->wrap; // the counter wrapped
+                x->acc += d > 0 ? d : 0;
+                x->last = v;
+            }
+            out->joules[i] = x->acc;
+        } else {
+            if (meter_value(ms, x, &v)) {
+                x->last += 0.5 * (v + x->last_w) * (t - x->last_t);
+                x->last_w = v;
+                x->last_t = t;
+            }
+            out->joules[i] = x->last;
+        }
+    }
+}
+
+nm_status nm_energy_meters_read(nm_energy_meters *ms, nm_energy_reading *out, char *err, size_t err_size) {
+    if (!ms || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "energy: meters or out are NULL");
+    if (ms->t_start <= 0) return nm_fail(NM_ERR_STATE, err, err_size, "energy: not started");
+    pthread_mutex_lock(&ms->lock);
+    reading_now(ms, out);
+    pthread_mutex_unlock(&ms->lock);
+    return NM_OK;
+}
+
 nm_status nm_energy_meters_stop(nm_energy_meters *ms, nm_energy_reading *out, char *err, size_t err_size) {
     if (!ms || !out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "energy: meters or out are NULL");
     if (ms->sampling) {
@@ -331,23 +373,7 @@ nm_status nm_energy_meters_stop(nm_energy_meters *ms, nm_energy_reading *out, ch
         pthread_join(ms->sampler, NULL);
         ms->sampling = false;
     }
-    memset(out, 0, sizeof *out);
-    const double t = now_s();
-    out->seconds = t - ms->t_start;
-    out->n = ms->n;
-    for (int i = 0; i < ms->n; i++) {
-        meter *x = &ms->m[i];
-        snprintf(out->name[i], sizeof out->name[i], "%s", x->name);
-        double v;
-        if (cumulative(x)) {
-            double e = meter_value(ms, x, &v) ? v - x->start : 0;
-            if (e < 0 && x->wrap > 0) e += x->wrap; // the counter wrapped (once at most between two reads)
-            out->joules[i] = e < 0 ? 0 : e;
-        } else {
-            if (meter_value(ms, x, &v)) x->last += 0.5 * (v + x->last_w) * (t - x->last_t);
-            out->joules[i] = x->last;
-        }
-    }
+    reading_now(ms, out);
     return NM_OK;
 }
 

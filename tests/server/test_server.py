@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import sys
 import threading
 import time
@@ -123,7 +124,15 @@ def case(name, fn):
         result(name, False, "%s: %s" % (type(e).__name__, e))
 
 
-p, port = start("--api-key", KEY, "--max-body", "4096", "--queue", "0", "-c", "512")
+# a machine's energy meters, in a sysfs of our own: a RAPL package counter and a 3 W hwmon power input
+SYSFS = tempfile.mkdtemp(prefix="nm-server-sysfs-")
+for rel, val in [("class/powercap/intel-rapl:0/name", "package-0"), ("class/powercap/intel-rapl:0/energy_uj", "5000000"),
+                 ("class/powercap/intel-rapl:0/max_energy_range_uj", "262143328850"),
+                 ("class/hwmon/hwmon0/name", 'acpi "power"'), ("class/hwmon/hwmon0/power1_input", "3000000")]:
+    os.makedirs(os.path.dirname(os.path.join(SYSFS, rel)), exist_ok=True)
+    with open(os.path.join(SYSFS, rel), "w") as f:
+        f.write(val + "\n")
+p, port = start("--api-key", KEY, "--max-body", "4096", "--queue", "0", "-c", "512", "--sysfs", SYSFS)
 # cache_prompt false: every prompt decoded whole, as `run` decodes it, so the text is run's to the bit (the
 # cache's reuse recomputes a reused prompt's last position alone: another batch shape)
 EXACT = {"cache_prompt": False}
@@ -450,6 +459,18 @@ def t_metrics_energy(name):
            "status %s, %.4f J against power energy's %.4f (%s), before %s" % (st, j, want, out.strip(), m0))
 
 
+def t_metrics_measured(name):
+    # each meter's joules since the start: the counter's movement, the power input integrated over the uptime
+    with open(os.path.join(SYSFS, "class/powercap/intel-rapl:0/energy_uj"), "w") as f:
+        f.write("7500000\n")  # 2.5 J more
+    m = metrics()
+    rapl = float(m.get('nanomind_energy_joules_total{energy="measured",meter="rapl:package-0"}', "nan"))
+    hw = float(m.get('nanomind_energy_joules_total{energy="measured",meter="hwmon:acpi \\"power\\":power1_input"}', "nan"))
+    up = float(m["nanomind_uptime_seconds"])
+    result(name, abs(rapl - 2.5) < 1e-6 and abs(hw - 3.0 * up) < 0.5,
+           "rapl %.4f J (want 2.5), hwmon %.3f J over %.2f s (want ~%.3f)" % (rapl, hw, up, 3.0 * up))
+
+
 def t_stt_absent(name):  # the first server has no --stt and no --tts: 404, naming the flag
     st, data = raw(port0, "POST", "/v1/audio/transcriptions", b"x", {"Content-Type": "multipart/form-data; boundary=b"})
     st2, data2 = raw(port0, "POST", "/v1/audio/speech", b'{"input": "hi"}')
@@ -471,7 +492,7 @@ def t_image_absent(name):  # the first server has no --mmproj: 400, naming the f
 
 
 port0 = port
-for n, f in [("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
+for n, f in [("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("metrics_measured_energy", t_metrics_measured), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
              ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("copied_params_not_prompt", t_copied),
              ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("latency_histograms", t_latency_histograms),
@@ -1007,5 +1028,7 @@ for args, want in [(["--parallel", "0"], "--parallel needs an integer in [1"), (
            "exit %d: %s" % (st.returncode, st.stderr))
 st = subprocess.run([NM, "serve", "-m", M, "--port", "70000"], capture_output=True, text=True, timeout=60)
 result("bad_port_refused", st.returncode == 2 and "--port" in st.stderr, st.stderr)
+import shutil
+shutil.rmtree(SYSFS, ignore_errors=True)
 print("%d passed, %d failed, %d skipped" % (passed, failed, skipped))
 sys.exit(1 if failed else 0)

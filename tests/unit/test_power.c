@@ -665,6 +665,40 @@ NM_TEST(meters_rapl_wrap_hwmon_ina3221) {
     nm_energy_meters_free(m);
 }
 
+// A server's counters: the joules read while the meters run, a counter followed across two
+// wraps (read between them), a power meter integrated to each read.
+NM_TEST(meters_read_while_running) {
+    make_tree();
+    char err[512];
+    put("class/powercap/intel-rapl:0/name", "package-0");
+    put("class/powercap/intel-rapl:0/energy_uj", "900000");
+    put("class/powercap/intel-rapl:0/max_energy_range_uj", "1000000"); // a 1 J counter
+    put("class/hwmon/hwmon1/name", "acpi_power");
+    put("class/hwmon/hwmon1/power1_input", "2000000");
+    nm_energy_meters *m = NULL;
+    nm_energy_reading r;
+    NM_CHECK(nm_energy_meters_open(root, false, &m, err, sizeof err) == NM_OK && nm_energy_meters_count(m) == 2);
+    NM_CHECK(nm_energy_meters_read(m, &r, err, sizeof err) == NM_ERR_STATE); // not started
+    NM_CHECK(nm_energy_meters_start(m, err, sizeof err) == NM_OK);
+    static const char *const uj[] = {"100000", "800000", "300000", "300000"}; // wrap, up, wrap, still
+    static const double want[] = {0.2, 0.9, 1.4, 1.4};
+    double prev = 0;
+    for (int k = 0; k < 4; k++) {
+        struct timespec ts = {0, 120 * 1000000L};
+        nanosleep(&ts, NULL);
+        put("class/powercap/intel-rapl:0/energy_uj", uj[k]);
+        NM_CHECK(nm_energy_meters_read(m, &r, err, sizeof err) == NM_OK && r.n == 2);
+        NM_CHECK_NEAR(r.joules[0], want[k], 1e-9);
+        NM_CHECK_NEAR(r.joules[1], 2.0 * r.seconds, 0.02); // 2 W since start, growing with each read
+        NM_CHECK(r.joules[1] > prev);
+        prev = r.joules[1];
+    }
+    NM_CHECK(nm_energy_meters_stop(m, &r, err, sizeof err) == NM_OK);
+    NM_CHECK_NEAR(r.joules[0], 1.4, 1e-9);
+    nm_energy_meters_free(m);
+    rm_tree();
+}
+
 NM_TEST(energy_model_arithmetic) {
     nm_unit_profile u = {.idle_w = 1, .active_w = 3};
     // at the top clock: 2 s x 3 W, 3 s idle at 1 W, 1 GB at 80 pJ/byte

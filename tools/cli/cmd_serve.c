@@ -48,6 +48,8 @@ static void usage(FILE *f) {
             "  --max-audio S            the longest audio a transcription takes, in seconds (default 1800)\n"
             "  --tts espeak             text to speech through espeak-ng: POST /v1/audio/speech (24 kHz)\n"
             "  --max-speech N           the most characters a speech request's input may have (default 4096)\n"
+            "  --sysfs DIR              look for energy meters under DIR (default /sys; NVIDIA GPUs through NVML):\n"
+            "                           /metrics gives each one's joules since the start\n"
             "  --mmproj FILE            a vision encoder (llama.cpp mmproj GGUF): image_url parts in chat messages\n"
             "                           (data: URLs with base64; http(s) URLs are refused)\n"
             "  --image-dir DIR          also read image_url paths (or file:// URLs) of files under DIR\n"
@@ -840,6 +842,19 @@ static int route(server *S, struct mg_connection *c) {
                       "# HELP nanomind_dram_bytes_total The decoder's DRAM traffic, its estimate for each request.\n"
                       "# TYPE nanomind_dram_bytes_total counter\nnanomind_dram_bytes_total %.0f\n",
                       S->energy.source, joules, cpu, wall, S->dram);
+        nm_energy_reading er;
+        if (S->meters && nm_energy_meters_read(S->meters, &er, NULL, 0) == NM_OK)
+            for (int32_t k = 0; k < er.n && n < (int)sizeof buf - 256; k++) {
+                char name[100]; // the label's value, escaped as Prometheus's text format wants (a sysfs label is free text)
+                size_t j = 0;
+                for (const char *q = er.name[k]; *q && j + 2 < sizeof name; q++) {
+                    if (*q == '"' || *q == '\\' || *q == '\n') name[j++] = '\\';
+                    name[j++] = *q == '\n' ? 'n' : *q;
+                }
+                name[j] = '\0';
+                n += snprintf(buf + n, sizeof buf - (size_t)n,
+                              "nanomind_energy_joules_total{energy=\"measured\",meter=\"%s\"} %.6f\n", name, er.joules[k]);
+            }
         n += serve_audio_metrics(S, buf + n, sizeof buf - (size_t)n);
         n += serve_vision_metrics(S, buf + n, sizeof buf - (size_t)n);
         n += serve_hist_print(&S->lat_generation, "nanomind_request_seconds", "Generation requests answered: "
@@ -916,7 +931,7 @@ static bool take_own(server *S, int *argc, char **argv) {
         const bool has = i + 1 < *argc;
         if (!strcmp(a, "--host") || !strcmp(a, "-a") || !strcmp(a, "--alias") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--api-key-file") || !strcmp(a, "--stt") || !strcmp(a, "--tts") || !strcmp(a, "--mmproj") ||
-            !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir")) {
+            !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir") || !strcmp(a, "--sysfs")) {
             if (!has || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
@@ -927,6 +942,7 @@ static bool take_own(server *S, int *argc, char **argv) {
             else if (!strcmp(a, "--mmproj")) S->mmproj = v;
             else if (!strcmp(a, "--mmproj-device")) S->mmproj_device = v;
             else if (!strcmp(a, "--image-dir")) S->image_dir = v;
+            else if (!strcmp(a, "--sysfs")) S->sysfs = v;
             else if (!strcmp(a, "--tts")) {
                 if (strcmp(v, "espeak") && strcmp(v, "espeak-ng")) {
                     fprintf(stderr, "error: --tts '%s': the engine is espeak (espeak-ng)\n", v);
@@ -1095,6 +1111,18 @@ int cmd_serve(int argc, char **argv) {
     pthread_cond_init(&S.idle, NULL);
     S.created = time(NULL);
     if (!cli_energy_load(NULL, &S.energy)) goto out; // (the default profile: never fails)
+    {
+        char merr[512];
+        if (nm_energy_meters_open(S.sysfs, true, &S.meters, merr, sizeof merr) != NM_OK ||
+            nm_energy_meters_count(S.meters) == 0 || nm_energy_meters_start(S.meters, merr, sizeof merr) != NM_OK) {
+            if (nm_energy_meters_count(S.meters) > 0) fprintf(stderr, "energy meters: %s: the energy is modelled only\n", merr);
+            nm_energy_meters_free(S.meters);
+            S.meters = NULL;
+        } else {
+            char d[2048];
+            if (nm_energy_meters_describe(S.meters, d, sizeof d) > 0) fprintf(stderr, "energy meters:\n%s", d);
+        }
+    }
     S.t0 = cli_now();
     S.cpu0 = cli_cpu_seconds();
     if (pthread_create(&S.lane, NULL, lane_main, &S) != 0) {
@@ -1158,6 +1186,7 @@ out:
     nm_tabm_free(S.in);
     nm_tabm_free(S.out);
     nm_brick_free(S.llm);
+    nm_energy_meters_free(S.meters);
     nm_ledger_free(S.ledger);
     cJSON_Delete(S.alias_json);
     free(S.alias_text);

@@ -120,6 +120,9 @@ typedef struct server {
     // decoder's DRAM traffic as its estimate has it for each request
     cli_energy energy;
     double t0, cpu0, dram;
+    // energy measured where the machine has meters (RAPL, hwmon, INA3221 rails, the battery, NVML), running since t0
+    const char *sysfs;          // --sysfs DIR: where they are looked for (NULL: /sys)
+    nm_energy_meters *meters;   // NULL where none
 } server;
 
 

@@ -587,6 +587,21 @@ def t_transcription_formats(name):
                                                                          want_txt[:60], str(vj)[:200]))
 
 
+def t_transcription_streamed(name):
+    # stream=true through the official client: a delta event a segment as Whisper ends it, then the whole text,
+    # the same as the unstreamed answer (json and text decode without timestamps, as whisper-cli -nt: a segment
+    # is a 30 s window)
+    with open(OGG, "rb") as f:  # 33 s: two windows
+        events = list(sclient.audio.transcriptions.create(model="whisper-1", file=f, stream=True))
+    with open(OGG, "rb") as f:
+        whole = sclient.audio.transcriptions.create(model="whisper-1", file=f).text
+    deltas = [e.delta for e in events if e.type == "transcript.text.delta"]
+    done = [e.text for e in events if e.type == "transcript.text.done"]
+    ok = (len(deltas) >= 2 and len(done) == 1 and events[-1].type == "transcript.text.done" and done[0] == whole
+          and " ".join(d.strip() for d in deltas) == whole)
+    result(name, ok, "%d deltas %r, done %r, unstreamed %r" % (len(deltas), deltas[:3], done, whole[:80]))
+
+
 def multipart(fields, boundary="nmtestboundary"):
     out = b""
     for k, v, fn in fields:
@@ -602,6 +617,8 @@ def t_transcription_bad_requests(name):
     wav = open(WAV, "rb").read()
     cases = [
         (multipart([("model", b"whisper-1", None)]), 400, "file"),
+        (multipart([("file", wav, "a.wav"), ("stream", b"maybe", None)]), 400, "stream"),
+        (multipart([("file", wav, "a.wav"), ("stream", b"true", None), ("response_format", b"srt", None)]), 400, "stream"),
         (multipart([("file", b"", "a.wav")]), 400, "file"),
         (multipart([("file", b"RIFF....not audio at all" * 20, "a.wav")]), 400, "file"),
         (multipart([("file", wav, "a.wav"), ("response_format", b"xml", None)]), 400, "response_format"),
@@ -802,7 +819,7 @@ else:
     p4, sport = start("--stt", W, "--tts", "espeak", "--max-speech", "2000", "--api-key", KEY, "--max-audio", "60")
     sclient = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % sport, api_key=KEY, max_retries=0, timeout=300)
     for n, f in [("transcription_equals_transcribe_and_whisper_cli", t_transcription),
-                 ("transcription_formats", t_transcription_formats),
+                 ("transcription_formats", t_transcription_formats), ("transcription_streamed", t_transcription_streamed),
                  ("transcription_bad_requests_4xx_then_serves", t_transcription_bad_requests),
                  ("transcription_metrics_and_copy", t_transcription_metrics),
                  ("speech_equals_say", t_speech), ("speech_pcm_voice_and_speed", t_speech_pcm_voice_speed),

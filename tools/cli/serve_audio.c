@@ -93,9 +93,9 @@ int serve_audio_metrics(const server *S, char *buf, size_t size) {
 
 // A multipart body's fields as mg_handle_form_request hands them over: the
 // audio file, and the small text fields (a field of a name not here is skipped).
-enum { F_MODEL, F_LANGUAGE, F_PROMPT, F_TEMPERATURE, F_FORMAT, F_GRAN, F_COUNT };
+enum { F_MODEL, F_LANGUAGE, F_PROMPT, F_TEMPERATURE, F_FORMAT, F_GRAN, F_STREAM, F_COUNT };
 static const char *const form_names[F_COUNT] = {"model", "language", "prompt", "temperature", "response_format",
-                                                "timestamp_granularities[]"};
+                                                "timestamp_granularities[]", "stream"};
 #define FORM_FIELD_MAX 8192 // a text field's bytes
 
 typedef struct form {
@@ -205,6 +205,31 @@ static int send_text(struct mg_connection *c, const char *type, const char *body
               n);
     mg_write(c, body, n);
     return 200;
+}
+
+// stream=true: one server-sent event (OpenAI's transcription events: {"type": "transcript.text.delta",
+// "delta"} a segment as Whisper ends it, then {"type": "transcript.text.done", "text"}; or {"type":
+// "error", "error": {"message"}}) as a chunk of the reply. False once the client has gone.
+static bool send_event(struct mg_connection *c, const char *type, const char *key, const char *text) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", type);
+    if (!strcmp(type, "error")) cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "error"), "message", text);
+    else cJSON_AddStringToObject(o, key, text);
+    char *js = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!js) return false;
+    const size_t n = strlen(js);
+    char *ev = malloc(n + 9);
+    bool ok = ev != NULL;
+    if (ok) {
+        memcpy(ev, "data: ", 6);
+        memcpy(ev + 6, js, n);
+        memcpy(ev + 6 + n, "\n\n", 2);
+        ok = mg_send_chunk(c, ev, (unsigned)(n + 8)) >= 0;
+    }
+    free(ev);
+    free(js);
+    return ok;
 }
 
 // The reply in response_format fmt (checked before).
@@ -321,6 +346,17 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
                               "timestamp granularity '%.40s': only 'segment' is served", tok);
             goto out;
         }
+    const char *sv = f.field[F_STREAM];
+    const bool stream = sv && (!strcasecmp(sv, "true") || !strcmp(sv, "1"));
+    if (sv && *sv && !stream && strcasecmp(sv, "false") && strcmp(sv, "0")) {
+        code = send_error(S, c, 400, "stream", "'stream' must be true or false");
+        goto out;
+    }
+    if (stream && strcmp(fmt, "json") && strcmp(fmt, "text")) {
+        code = send_error(S, c, 400, "stream", "a streamed transcription is text: response_format json or text, not %s",
+                          fmt);
+        goto out;
+    }
     const char *lang = f.field[F_LANGUAGE] && *f.field[F_LANGUAGE] ? f.field[F_LANGUAGE] : NULL;
     if (lang && nm_brick_stt_lang_id(S->stt, lang) < 0) {
         code = send_error(S, c, 400, "language", "unknown language '%.40s' (an ISO-639-1 code such as en, de, fr)", lang);
@@ -397,7 +433,7 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
         if ((st = nm_brick_set_params(S->stt, &bp, err, sizeof err)) != NM_OK)
             code = send_error(S, c, 400, NULL, "%s", err);
     }
-    bool failed = false;
+    bool failed = false, sent_head = false, gone = false;
     const double t0 = cli_now();
     if (!code) {
         cli_step R = {.b = S->stt, .in = ring, .out = S->stt_text, .st = NM_OK}; // one request: this audio
@@ -410,6 +446,16 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
                 if (nm_tabm_acquire_read(S->stt_text, -1, &ts) != NM_OK) break; // shut down: the lane failed
                 end = !(ts.meta->user & NM_BRICK_MORE);
                 failed = failed || (ts.meta->user & NM_BRICK_ERROR);
+                if (stream && !failed && !gone && ts.meta->kind == NM_TABM_TEXT && ts.meta->size > 0) {
+                    if (!sent_head) {
+                        mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                                     "Transfer-Encoding: chunked\r\n\r\n");
+                        sent_head = true;
+                    }
+                    char *seg = strndup(ts.data, (size_t)ts.meta->size); // (the segment as Whisper ended it)
+                    gone = !seg || !send_event(c, "transcript.text.delta", "delta", seg);
+                    free(seg);
+                }
                 nm_tabm_release(S->stt_text, &ts);
             }
             pthread_join(th, NULL);
@@ -420,15 +466,31 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
                     S->stt_text = fresh;
                 }
             }
-            if (R.st != NM_OK || failed)
+            if ((R.st != NM_OK || failed) && sent_head) { // the events have begun: the error is one of them
+                if (!gone) send_event(c, "error", NULL, nm_brick_last_error(S->stt));
+                code = 500;
+            } else if (R.st != NM_OK || failed) {
                 code = send_error(S, c, 500, NULL, "the transcription failed: %s", nm_brick_last_error(S->stt));
+            }
         }
     }
     pthread_mutex_lock(&S->lock); // before the reply: a client reading /metrics after it sees this request
     S->stt_wall += cli_now() - t0;
     if (!code) serve_hist_add(&S->lat_transcription, cli_now() - t_req);
     pthread_mutex_unlock(&S->lock);
-    if (!code) code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate);
+    if (!code && stream) { // the whole text last (also where no segment had any: the head goes now)
+        if (!sent_head)
+            mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                         "Transfer-Encoding: chunked\r\n\r\n");
+        sent_head = true;
+        char *text = transcript_text(nm_brick_stt_transcript(S->stt));
+        if (!gone) gone = !send_event(c, text ? "transcript.text.done" : "error", "text", text ? text : "out of memory");
+        free(text);
+        code = 200;
+    } else if (!code) {
+        code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate);
+    }
+    if (sent_head && !gone) mg_send_chunk(c, "", 0);
     serve_turn_give(S, &S->stt_turn);
     nm_tabm_free(ring);
     free(prompt_tok);

@@ -22,7 +22,7 @@ lib=$(ls "$tmp"/prefix/lib*/libnanomind.so.0 2>/dev/null | head -1)
 if [ -n "$lib" ]; then
     # (names starting with _ are the toolchain's and the sanitizers': _init, __odr_asan_gen_* ...)
     nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^_' | sort > "$tmp/exported"
-    grep -oE '\bnm_[a-z0-9_]+\(' "$root/include/nanomind.h" | tr -d '(' | sort -u > "$tmp/declared"
+    cat "$root/include/nanomind.h" "$root"/include/nanomind/*.h | grep -oE '\bnm_[a-z0-9_]+\(' | tr -d '(' | sort -u > "$tmp/declared"
     extra=$(comm -23 "$tmp/exported" "$tmp/declared")
     missing=$(comm -13 "$tmp/exported" "$tmp/declared")
     if [ -z "$extra" ] && [ -z "$missing" ]; then ok "exports_only_the_header ($(wc -l < "$tmp/exported") symbols)"

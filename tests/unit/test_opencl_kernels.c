@@ -1,4 +1,4 @@
-// The OpenCL kernels (src/backend/opencl/kernels.cl) against plain C
+// The OpenCL kernels (src/backend/opencl/kernels*.cl, the program the backend embeds) against plain C
 // references, on the first device of the first OpenCL platform. Every case is
 // a skip where no platform (or no libOpenCL) is there; a kernel file that does
 // not build is a failure, with the build log.
@@ -10,7 +10,6 @@
 // Build (from the repo root):
 //   gcc -O1 -std=c11 -Wall -Wextra -Isrc -Iinclude tests/unit/test_opencl_kernels.c
 //       src/backend/opencl/cl_api.c build/libnanomind.a -lm -ldl -lpthread -o /tmp/test_opencl_kernels
-// and run it from the repo root (NM_CL_SOURCE is relative to it).
 #include <stdint.h>
 #include <time.h>
 
@@ -18,9 +17,10 @@
 #include "nmtest.h"
 #include "quant/quant.h"
 
-#ifndef NM_CL_SOURCE
-#define NM_CL_SOURCE "src/backend/opencl/kernels.cl"
-#endif
+// The program as the backend builds it: kernels.cl, kernels_x8.cl and kernels_ops.cl joined at build time
+// (cmake/embed.cmake), from the library.
+extern const unsigned char nm_cl_kernels_source[];
+extern const size_t nm_cl_kernels_source_len;
 
 // ---- random data ------------------------------------------------------------------------
 
@@ -74,19 +74,6 @@ static struct {
 
 static nm_cl_x8_geom geom; // the x8 matvecs' geometry the program is built with (NM_OPENCL_MVQ, ...)
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) free(s), s = NULL;
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
 static int cl_setup(void) {
     if (cl.state) return cl.state;
     cl.state = 2;
@@ -116,11 +103,9 @@ static int cl_setup(void) {
     if (!cl.ctx) return snprintf(cl.why, sizeof cl.why, "clCreateContext: %s", nm_cl_strerror(err)), cl.state;
     cl.q = a->clCreateCommandQueue(cl.ctx, cl.dev, 0, &err);
     if (!cl.q) return snprintf(cl.why, sizeof cl.why, "clCreateCommandQueue: %s", nm_cl_strerror(err)), cl.state;
-    char *src = read_text(NM_CL_SOURCE);
-    if (!src) return snprintf(cl.why, sizeof cl.why, "cannot read %s (run from the repo root)", NM_CL_SOURCE), cl.state;
-    const char *srcs[] = {src};
-    cl.prog = a->clCreateProgramWithSource(cl.ctx, 1, srcs, NULL, &err);
-    free(src);
+    const char *srcs[] = {(const char *)nm_cl_kernels_source};
+    const size_t lens[] = {nm_cl_kernels_source_len};
+    cl.prog = a->clCreateProgramWithSource(cl.ctx, 1, srcs, lens, &err);
     if (!cl.prog) return snprintf(cl.why, sizeof cl.why, "clCreateProgramWithSource: %s", nm_cl_strerror(err)), cl.state;
     // as the backend builds it: with inline PTX (dp4a) on NVIDIA's platform
     char pname[128] = "";
@@ -137,7 +122,7 @@ static int cl_setup(void) {
     char *log = malloc(n + 1);
     if (log && a->clGetProgramBuildInfo(cl.prog, cl.dev, CL_PROGRAM_BUILD_LOG, n, log, NULL) == CL_SUCCESS) {
         log[n] = 0;
-        if (err != CL_SUCCESS || getenv("NM_CL_LOG")) fprintf(stderr, "  build log of %s:\n%s\n", NM_CL_SOURCE, log);
+        if (err != CL_SUCCESS || getenv("NM_CL_LOG")) fprintf(stderr, "  build log of the kernels:\n%s\n", log);
     }
     free(log);
     if (err != CL_SUCCESS) return snprintf(cl.why, sizeof cl.why, "clBuildProgram: %s", nm_cl_strerror(err)), cl.state;

@@ -326,7 +326,7 @@ void nm_cl_api_unload(nm_cl_api *api);
 // "CL_INVALID_VALUE" for -30, ...; "CL_UNKNOWN_ERROR" for codes not named above.
 const char *nm_cl_strerror(cl_int err);
 
-// The geometry of the x8 matvecs (kernels.cl), given to the program as build
+// The geometry of the x8 matvecs (kernels_x8.cl), given to the program as build
 // options: mvq_q4_0's rows a work-group, its local size and the blocks an item
 // loads a step (NM_MVQ_ROWS, NM_MVQ_LWS, NM_MVQ_B); mvq_res_q4_0's rows a
 // group of 32 items, blocks a step and groups of 32 a row (NM_MVS_RPW, NM_MVS_B,

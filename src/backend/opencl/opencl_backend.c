@@ -1,5 +1,5 @@
 // OpenCL backend: the ICD loader opened at run time (cl_api.h), any OpenCL
-// 1.2+ device, kernels (kernels.cl, embedded) built at creation with a
+// 1.2+ device, kernels (kernels*.cl, embedded as one program) built at creation with a
 // program-binary cache under ~/.cache/nanomind/opencl. Weights and other host
 // memory are imported: wrapped in place (CL_MEM_USE_HOST_PTR on the page-
 // aligned range) where the device shares host memory, uploaded once (and

@@ -16,7 +16,7 @@
 // power of two; the kernels reduce through __local float[256].
 #define NM_CL_LWS 64
 #define NM_CL_MAX_IMPORTS 32
-// The prefill matmul's geometry (kernels.cl, mm_T): work-groups of 16 x 16
+// The prefill matmul's geometry (kernels_ops.cl, mm_T): work-groups of 16 x 16
 // items, each computing a tile of 32 weight rows x 32 tokens.
 #define NM_CL_MM_LX 16
 #define NM_CL_MM_LY 16
@@ -103,7 +103,7 @@ typedef struct nm_ocl {
     size_t mvr_lws; // and of the repacked q4_0 one (NM_OPENCL_MVR_LWS: 32..128)
     bool x8_ok;     // the x8 path (mvq_q4_0 runs work-groups of mvq_lws, mvq_glu_q4_0 of 256; NM_OPENCL_X8=0: off)
     bool attn_dec;  // attention_dec for one-token attention where the program has it (NM_OPENCL_ATTN_DEC=0: never)
-    cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels.cl, mvq_q4_0)
+    cl_mem x8;      // two slots of x8_slot bytes: 8-bit activations (kernels_x8.cl, mvq_q4_0)
     size_t x8_slot;
     cl_mem x8_part; // x8_slot / 32 floats: mvq_res_q4_0's pieces of an RMS norm's sum of squares, then
                     // x8_slot / 32 ints: its counters of work-groups a block

@@ -3,7 +3,7 @@
 //
 // With 8-bit activations (q8mv) and repacked q4_0 weights, the op that writes
 // a matvec's input also writes its rounding to 8 bits into a slot of o->x8
-// (kernels.cl, "x8"), and the matvecs that read that input take it from there:
+// (kernels_x8.cl), and the matvecs that read that input take it from there:
 // an RMS norm (or residual add and norm) before Q, K and V, the FFN and the
 // output head; gate and up, fused with the GLU, before the down projection.
 // Q, K and V (or any run of up to three matvecs of one input) go in one

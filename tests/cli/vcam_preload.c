@@ -49,30 +49,28 @@ static int open_cam(int (*real)(const char *, int, ...), const char *path, int f
     return fd;
 }
 
+// open and open64: the camera's path to the emulation, any other to libc (with its mode, when it takes one).
+static int open_either(int (*real)(const char *, int, ...), const char *path, int flags, va_list ap) {
+    if (!strcmp(path, VCAM_PATH)) return open_cam(real, path, flags);
+    return flags & (O_CREAT | O_TMPFILE) ? real(path, flags, (mode_t)va_arg(ap, int)) : real(path, flags);
+}
+
 int open(const char *path, int flags, ...) {
     REAL(int, open, const char *, int, ...);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (!strcmp(path, VCAM_PATH)) return open_cam(real_open, path, flags);
-    return real_open(path, flags, mode);
+    va_list ap;
+    va_start(ap, flags);
+    const int fd = open_either(real_open, path, flags, ap);
+    va_end(ap);
+    return fd;
 }
 
 int open64(const char *path, int flags, ...) {
     REAL(int, open64, const char *, int, ...);
-    mode_t mode = 0;
-    if (flags & (O_CREAT | O_TMPFILE)) {
-        va_list ap;
-        va_start(ap, flags);
-        mode = (mode_t)va_arg(ap, int);
-        va_end(ap);
-    }
-    if (!strcmp(path, VCAM_PATH)) return open_cam(real_open64, path, flags);
-    return real_open64(path, flags, mode);
+    va_list ap;
+    va_start(ap, flags);
+    const int fd = open_either(real_open64, path, flags, ap);
+    va_end(ap);
+    return fd;
 }
 
 int close(int fd) {

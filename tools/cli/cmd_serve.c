@@ -392,7 +392,7 @@ static void ev_send(gen *g, const char *p, int32_t n) {
     if (mg_send_chunk(g->c, g->ev, (unsigned)(o + ns - g->ev)) <= 0) g->gone = true;
 }
 
-static bool sse(gen *g, cJSON *obj) {
+bool serve_sse(struct mg_connection *c, cJSON *obj) {
     char *t = cJSON_PrintUnformatted(obj);
     cJSON_Delete(obj);
     if (!t) return false;
@@ -403,12 +403,14 @@ static bool sse(gen *g, cJSON *obj) {
         memcpy(ev, "data: ", 6);
         memcpy(ev + 6, t, n);
         memcpy(ev + 6 + n, "\n\n", 3);
-        ok = mg_send_chunk(g->c, ev, (unsigned)(n + 8)) > 0;
+        ok = mg_send_chunk(c, ev, (unsigned)(n + 8)) > 0;
     }
     free(ev);
     free(t);
     return ok;
 }
+
+static bool sse(gen *g, cJSON *obj) { return serve_sse(g->c, obj); }
 
 static const char *finish_reason(nm_llm_stop why) {
     return why == NM_LLM_STOP_N_PREDICT || why == NM_LLM_STOP_CTX_FULL ? "length" : "stop";

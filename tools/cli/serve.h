@@ -129,6 +129,9 @@ typedef struct server {
 // Replies (cmd_serve.c). send_error: OpenAI's error object; counts the error.
 int send_json_text(struct mg_connection *c, int code, const char *body);
 int send_json(struct mg_connection *c, int code, cJSON *root); // takes root
+// One server-sent event, "data: JSON\n\n", as a chunk of a chunked reply; obj is freed. False once the
+// client has gone (or out of memory).
+bool serve_sse(struct mg_connection *c, cJSON *obj);
 int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 int send_err(server *S, struct mg_connection *c, const serve_err *e); // a parser's error (serve_req.h)

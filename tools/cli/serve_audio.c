@@ -215,21 +215,7 @@ static bool send_event(struct mg_connection *c, const char *type, const char *ke
     cJSON_AddStringToObject(o, "type", type);
     if (!strcmp(type, "error")) cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "error"), "message", text);
     else cJSON_AddStringToObject(o, key, text);
-    char *js = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!js) return false;
-    const size_t n = strlen(js);
-    char *ev = malloc(n + 9);
-    bool ok = ev != NULL;
-    if (ok) {
-        memcpy(ev, "data: ", 6);
-        memcpy(ev + 6, js, n);
-        memcpy(ev + 6 + n, "\n\n", 2);
-        ok = mg_send_chunk(c, ev, (unsigned)(n + 8)) >= 0;
-    }
-    free(ev);
-    free(js);
-    return ok;
+    return serve_sse(c, o);
 }
 
 // The reply in response_format fmt (checked before).

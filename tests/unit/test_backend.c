@@ -243,19 +243,19 @@ NM_TEST(matmul_quantized_decode_and_prefill) {
 // kernel, and f32, one token at a time), also in a group of two matmuls
 // over the same activations whose types share the activation format but not
 // the kernel (q8_0 has a gemv kernel, mxfp4 not).
-NM_TEST(matmul_rowwise_equals_one_token_calls) {
-    const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
-                              NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
-    enum { K = 512, O = 37, T = 9, NT = sizeof types / sizeof types[0] };
+// T rows of a matmul (with `flags`) against T one-token calls, bit for bit, for each type in types.
+static void rows_equal_one_token_calls(int *nmtest_failed, const uint32_t *types, int NT, uint32_t flags, int64_t T) {
+    enum { K = 512, O = 37 };
     nm_backend *be = cpu_backend(2, K, 16);
     NM_CHECK(be != NULL);
     if (!be) return;
     float *wf = malloc(sizeof(float) * K * O), *x = malloc(sizeof(float) * K * T);
     float *yb = malloc(sizeof(float) * O * T * 2), *y1 = malloc(sizeof(float) * O * 2);
-    uint8_t *wq[NT];
+    uint8_t *wq[16];
+    nm_tensor W[16];
+    NM_CHECK(NT <= 16);
     for (int64_t i = 0; i < K * O; i++) wf[i] = frand();
     for (int64_t i = 0; i < K * T; i++) x[i] = frand();
-    nm_tensor W[NT];
     for (int ti = 0; ti < NT; ti++) {
         const size_t rb = nm_row_size(types[ti], K);
         wq[ti] = malloc(rb * O);
@@ -267,8 +267,8 @@ NM_TEST(matmul_rowwise_equals_one_token_calls) {
         const int a = ti < NT ? ti : NT - 1, b = ti < NT ? -1 : 2, n_ops = b < 0 ? 1 : 2;
         nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .offs = (size_t)(uintptr_t)(x)};
         nm_tensor Y[2] = {{.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .offs = (size_t)(uintptr_t)(yb)}, {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .offs = (size_t)(uintptr_t)(yb + O * T)}};
-        nm_op ops[2] = {{.kind = NM_OP_MATMUL, .src0 = &W[a], .src1 = &X, .dst = &Y[0], .flags = NM_OPF_ROWWISE},
-                        {.kind = NM_OP_MATMUL, .src0 = &W[b < 0 ? a : b], .src1 = &X, .dst = &Y[1], .flags = NM_OPF_ROWWISE}};
+        nm_op ops[2] = {{.kind = NM_OP_MATMUL, .src0 = &W[a], .src1 = &X, .dst = &Y[0], .flags = flags},
+                        {.kind = NM_OP_MATMUL, .src0 = &W[b < 0 ? a : b], .src1 = &X, .dst = &Y[1], .flags = flags}};
         for (int64_t i = 0; i < O * T * 2; i++) yb[i] = 777.0f;
         NM_CHECK(nm_backend_run(be, ops, n_ops) == NM_OK);
         bool same = true;
@@ -280,13 +280,36 @@ NM_TEST(matmul_rowwise_equals_one_token_calls) {
                 NM_CHECK(nm_backend_run(be, &one, 1) == NM_OK);
                 same &= !memcmp(y1, yb + g * O * T + tok * O, sizeof(float) * O);
             }
-        if (!same) fprintf(stderr, "  %s%s: rowwise differs from one-token calls\n", nm_type_traits_get(types[a])->name,
-                           b < 0 ? "" : " + q8_0 group");
+        if (!same)
+            fprintf(stderr, "  %s%s, %lld rows%s: differs from one-token calls\n", nm_type_traits_get(types[a])->name,
+                    b < 0 ? "" : " + the group", (long long)T, flags & NM_OPF_ROWWISE ? " (rowwise)" : "");
         NM_CHECK(same);
     }
     for (int ti = 0; ti < NT; ti++) free(wq[ti]);
     free(wf), free(x), free(yb), free(y1);
     nm_backend_free(be);
+}
+
+NM_TEST(matmul_rowwise_equals_one_token_calls) {
+    const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
+                              NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
+    rows_equal_one_token_calls(nmtest_failed, types, sizeof types / sizeof types[0], NM_OPF_ROWWISE, 9);
+}
+
+// A small batch (2..8 rows: sequences decoded together) through the gemv kernels: every row has the bits
+// it has decoded alone, for each type that has one (the others and 9 rows go through the GEMM).
+NM_TEST(matmul_small_batch_equals_one_token_calls) {
+    const uint32_t types[] = {NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K};
+    const nm_kernels *k = nm_kernels_get();
+    uint32_t with[8];
+    int n = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (k->gemv[types[i]]) with[n++] = types[i];
+    if (n == 0) {
+        NM_SKIP("no gemv kernel on this CPU (AVX-512 VNNI): small batches go through the GEMM");
+        return;
+    }
+    for (int64_t T = 2; T <= 8; T++) rows_equal_one_token_calls(nmtest_failed, with, n, 0, T);
 }
 
 // The prefill matmul of f32 and f16 weights in chunks of rows against panel

@@ -117,10 +117,12 @@ typedef struct nm_cpu {
     float *scratch; // (n_threads, NM_MM_ROWS, max_row), or (n_threads, NM_MM_XROWS, max_row + 16) with pk
     float *xpack;   // (ceil16(max_tokens), max_row), 64-aligned: activations in 16-token panels for pk->gemm
     uint8_t *act_q; // (max_tokens, max_row * 4 bytes): activations in the weights' vec_dot_type
-    uint8_t *gemv_prep; // (NM_MM_GROUP, gemv_prep_bytes), 64-aligned: decode activations as each gemv wants them
+    uint8_t *gemv_prep; // (NM_MM_GROUP, NM_SMALL_BATCH, gemv_prep_bytes), 64-aligned: decode activations (one a
+                        // token of a small batch) as each gemv wants them
     uint8_t *act_pack;  // (ceil(max_tokens / NM_GQP_TOK), NM_GQP_BYTES(max_row)), 64-aligned, where the
                         // kernels have packed prefill: act_q in token groups for gemmq_packed; else NULL
     size_t gemv_prep_bytes;
+    bool no_small_batch; // NM_NO_SMALL_BATCH=1: small batches through the GEMM (the A/B of small_batch)
     float *attn_ws; // (n_threads, attn_ws_floats): NM_OP_ATTENTION_FULL workspace
     int64_t attn_ws_floats, attn_max_seq, attn_max_hd;
     // NM_PROFILE=1: wall time per (op kind, weight type), printed to stderr by cpu_free;
@@ -151,6 +153,7 @@ static void round_f16(const nm_cpu *c, float *x, int64_t n) {
 // and up) run as one job: the activations are quantized once and the pool
 // synchronises once. Chunks [off[i], off[i+1]) belong to ops[i].
 #define NM_MM_GROUP 4
+#define NM_SMALL_BATCH 8 // most rows of a matmul decoded as a small batch (small_batch)
 
 typedef struct mm_task {
     const nm_cpu *c;
@@ -164,17 +167,32 @@ typedef struct mm_task {
     int64_t off[NM_MM_GROUP + 1];
 } mm_task;
 
+// A small batch (2..NM_SMALL_BATCH rows: the sequences a server decodes
+// together) runs as decode does, through the type's gemv kernel, a token at a
+// time over a block of rows while the block is in L1: the weights come from
+// DRAM once for every row of the batch, and each row's result has the bits it
+// has decoded alone. (The GEMM's 4-token tiles cost 3.2x one token for 4.)
+static bool small_batch(const nm_cpu *c, const nm_op *op) {
+    const int64_t T = op->src1->ne[1];
+    return T > 1 && T <= NM_SMALL_BATCH && !(op->flags & NM_OPF_ROWWISE) && c->k->gemv[op->src0->type] != NULL &&
+           !c->no_small_batch;
+}
+
+static uint8_t *gemv_prep_of(const nm_cpu *c, int g, int64_t tok) {
+    return c->gemv_prep + ((size_t)g * NM_SMALL_BATCH + (size_t)tok) * c->gemv_prep_bytes;
+}
+
 // Quantizes activation row `chunk` into the weights' vec_dot_type. In decode
-// (one row) it also lays the row out for each op's gemv kernel, if it has one.
+// (one row, or a small batch) it also lays the row out for each op's gemv kernel, if it has one.
 static void act_worker(void *arg, int64_t chunk, int ith) {
     const mm_task *t = arg;
     const nm_cpu *c = t->c;
     const int64_t K = t->op->src1->ne[0];
-    c->k->quant_act[t->act_type]((const float *)TD(t->op->src1) + chunk * K, c->act_q + chunk * t->act_row, K);
-    if (t->op->src1->ne[1] != 1) return;
+    uint8_t *xq = c->act_q + chunk * t->act_row;
+    c->k->quant_act[t->act_type]((const float *)TD(t->op->src1) + chunk * K, xq, K);
     for (int g = 0; g < t->n_ops; g++) {
         nm_gemv_prep_fn prep = c->k->gemv_prep[t->ops[g]->src0->type];
-        if (prep) prep(c->act_q, K, c->gemv_prep + (size_t)g * c->gemv_prep_bytes);
+        if (prep && (t->op->src1->ne[1] == 1 || small_batch(c, t->ops[g]))) prep(xq, K, gemv_prep_of(c, g, chunk));
     }
 }
 
@@ -186,6 +204,13 @@ static void pack_worker(void *arg, int64_t chunk, int ith) {
     c->k->gemmq_pack[t->act_type](c->act_q + (size_t)t0 * t->act_row, t->act_row,
                                   T - t0 < NM_GQP_TOK ? T - t0 : NM_GQP_TOK, K,
                                   c->act_pack + (size_t)chunk * NM_GQP_BYTES(K));
+}
+
+// y[tok][o] += bias[o] for rows [r0, r1) of T tokens of O outputs (bias NULL: none).
+static void add_bias(float *y, const float *bias, int64_t O, int64_t r0, int64_t r1, int64_t T) {
+    if (bias)
+        for (int64_t tok = 0; tok < T; tok++)
+            for (int64_t o = r0; o < r1; o++) y[tok * O + o] += bias[o];
 }
 
 // Quantized weights: activations were quantized once per op to the weights'
@@ -202,7 +227,7 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
     const nm_op *op = t->ops[g];
     const nm_tensor *w = op->src0, *bias = op->src2;
     const int64_t K = w->ne[0], O = w->ne[1], T = op->src1->ne[1];
-    const bool dec = T == 1 || (op->flags & NM_OPF_ROWWISE); // rows as decode computes them
+    const bool dec = T == 1 || (op->flags & NM_OPF_ROWWISE) || small_batch(c, op); // rows as decode computes them
     const size_t row_bytes = nm_row_size(w->type, K);
     const uint8_t *wd = TD(w);
     const float *bd = bias ? TD(bias) : NULL;
@@ -220,17 +245,25 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
         nm_gemmq_fn gemm = c->k->gemmq[w->type];
         if (packed) packed(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, c->act_pack, T, K, yd + r0, O);
         else gemm(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, c->act_q, t->act_row, T, K, yd + r0, O);
-        if (bd)
-            for (int64_t tok = 0; tok < T; tok++)
-                for (int64_t o = r0; o < r1; o++) yd[tok * O + o] += bd[o];
+        add_bias(yd, bd, O, r0, r1, T);
         return;
     }
     nm_gemv_fn gemv = c->k->gemv[w->type];
-    if (gemv) {
-        gemv(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, O - r1, c->gemv_prep + (size_t)g * c->gemv_prep_bytes,
-             K, yd + r0);
+    if (gemv && T == 1) {
+        gemv(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, O - r1, gemv_prep_of(c, g, 0), K, yd + r0);
         if (bd)
             for (int64_t o = r0; o < r1; o++) yd[o] += bd[o];
+        return;
+    }
+    if (gemv && small_batch(c, op)) { // blocks of ~16 KiB of rows, each read from DRAM by the first token
+        const int64_t blk = row_bytes >= 16384 ? 1 : 16384 / (int64_t)row_bytes;
+        for (int64_t b0 = r0; b0 < r1; b0 += blk) {
+            const int64_t b1 = r1 - b0 > blk ? b0 + blk : r1;
+            for (int64_t tok = 0; tok < T; tok++)
+                gemv(wd + (size_t)b0 * row_bytes, row_bytes, b1 - b0, tok == 0 ? O - b1 : 0, gemv_prep_of(c, g, tok), K,
+                     yd + tok * O + b0);
+        }
+        add_bias(yd, bd, O, r0, r1, T);
         return;
     }
     // one token, or (NM_OPF_ROWWISE, no gemv kernel for the type: Whisper's
@@ -273,7 +306,7 @@ static void round_worker(void *arg, int64_t chunk, int ith) {
 
 static int64_t mm_chunks(const nm_cpu *c, const nm_op *op) {
     const int64_t O = op->src0->ne[1];
-    if (op->src1->ne[1] == 1 || (op->flags & NM_OPF_ROWWISE)) {
+    if (op->src1->ne[1] == 1 || (op->flags & NM_OPF_ROWWISE) || small_batch(c, op)) {
         return dec_chunks(O, nm_pool_size(c->pool));
     }
     return (O + NM_MM_ROWS - 1) / NM_MM_ROWS;
@@ -1394,6 +1427,7 @@ nm_status nm_backend_cpu_new(const nm_backend_params *p, nm_backend **out, char 
     nm_backend *b = calloc(1, sizeof *b);
     nm_cpu *c = calloc(1, sizeof *c);
     if (c) c->prof = getenv("NM_PROFILE") && getenv("NM_PROFILE")[0] == '1';
+    if (c) c->no_small_batch = getenv("NM_NO_SMALL_BATCH") && getenv("NM_NO_SMALL_BATCH")[0] == '1';
     if (!b || !c) goto fail;
     c->pool = nm_pool_create(p->n_threads);
     if (!c->pool) goto fail;
@@ -1410,7 +1444,7 @@ nm_status nm_backend_cpu_new(const nm_backend_params *p, nm_backend **out, char 
     c->scratch = calloc((size_t)nm_pool_size(c->pool) * tile, sizeof(float));
     c->act_q = malloc((size_t)max_tokens * (size_t)max_row * sizeof(float));
     c->gemv_prep_bytes = (NM_GEMV_PREP_BYTES(max_row) + 63) / 64 * 64;
-    c->gemv_prep = aligned_alloc(64, NM_MM_GROUP * c->gemv_prep_bytes);
+    c->gemv_prep = aligned_alloc(64, NM_MM_GROUP * NM_SMALL_BATCH * c->gemv_prep_bytes);
     if (c->pk) {
         c->xpack = aligned_alloc(64, (size_t)(max_tokens + NM_GEMM_PACK_ROWS - 1) / NM_GEMM_PACK_ROWS *
                                          NM_GEMM_PACK_ROWS * (size_t)max_row * sizeof(float));

@@ -268,6 +268,24 @@ int32_t nm_energy_meters_describe(const nm_energy_meters *ms, char *buf, int32_t
     return need < size ? need : -(need + 1);
 }
 
+// A meter brought to time t (under the lock where the sampler runs): a
+// counter adds what it moved since its last read (a wrap-around at most once
+// between two reads: the sampler reads every 50 ms), a power meter its trapezoid.
+static void update_meter(nm_energy_meters *ms, meter *x, double t) {
+    double v;
+    if (!meter_value(ms, x, &v)) return;
+    if (cumulative(x)) {
+        double d = v - x->last;
+        if (d < 0 && x->wrap > 0) d += x->wrap; // the counter wrapped
+        x->acc += d > 0 ? d : 0;
+        x->last = v;
+    } else {
+        x->last += 0.5 * (v + x->last_w) * (t - x->last_t);
+        x->last_w = v;
+        x->last_t = t;
+    }
+}
+
 static void *sampler_main(void *arg) {
     nm_energy_meters *ms = arg;
     pthread_mutex_lock(&ms->lock);
@@ -281,14 +299,7 @@ static void *sampler_main(void *arg) {
         }
         pthread_cond_timedwait(&ms->cond, &ms->lock, &ts);
         const double t = now_s();
-        for (int i = 0; i < ms->n; i++) {
-            meter *x = &ms->m[i];
-            double w;
-            if (cumulative(x) || !meter_value(ms, x, &w)) continue;
-            x->last += 0.5 * (w + x->last_w) * (t - x->last_t); // trapezoid
-            x->last_w = w;
-            x->last_t = t;
-        }
+        for (int i = 0; i < ms->n; i++) update_meter(ms, &ms->m[i], t);
     }
     pthread_mutex_unlock(&ms->lock);
     return NULL;
@@ -297,7 +308,7 @@ static void *sampler_main(void *arg) {
 nm_status nm_energy_meters_start(nm_energy_meters *ms, char *err, size_t err_size) {
     if (!ms) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "energy: meters are NULL");
     if (ms->sampling) return nm_fail(NM_ERR_STATE, err, err_size, "energy: already started");
-    bool any_power = false;
+    bool any = false;
     const double t = now_s();
     for (int i = 0; i < ms->n; i++) {
         meter *x = &ms->m[i];
@@ -310,12 +321,12 @@ nm_status nm_energy_meters_start(nm_energy_meters *ms, char *err, size_t err_siz
             x->last = 0;
             x->last_w = v;
             x->last_t = t;
-            any_power = true;
         }
+        any = true;
     }
     ms->t_start = t;
     ms->stop = false;
-    if (any_power) {
+    if (any) { // power meters are integrated, counters followed across their wrap-arounds
         if (pthread_create(&ms->sampler, NULL, sampler_main, ms) != 0)
             return nm_fail(NM_ERR_NOMEM, err, err_size, "energy: cannot start the sampling thread");
         ms->sampling = true;
@@ -323,9 +334,7 @@ nm_status nm_energy_meters_start(nm_energy_meters *ms, char *err, size_t err_siz
     return NM_OK;
 }
 
-// Every meter brought to now (under the lock where a sampler runs): a
-// counter adds what it moved since the last read (a wrap-around at most once
-// between two reads), a power meter its trapezoid to now.
+// Every meter brought to now (under the lock where a sampler runs).
 static void reading_now(nm_energy_meters *ms, nm_energy_reading *out) {
     memset(out, 0, sizeof *out);
     const double t = now_s();
@@ -334,23 +343,8 @@ static void reading_now(nm_energy_meters *ms, nm_energy_reading *out) {
     for (int i = 0; i < ms->n; i++) {
         meter *x = &ms->m[i];
         snprintf(out->name[i], sizeof out->name[i], "%s", x->name);
-        double v;
-        if (cumulative(x)) {
-            if (meter_value(ms, x, &v)) {
-                double d = v - x->last;
-                if (d < 0 && x->wrap > 0) d += x->wrap; // the counter wrapped
-                x->acc += d > 0 ? d : 0;
-                x->last = v;
-            }
-            out->joules[i] = x->acc;
-        } else {
-            if (meter_value(ms, x, &v)) {
-                x->last += 0.5 * (v + x->last_w) * (t - x->last_t);
-                x->last_w = v;
-                x->last_t = t;
-            }
-            out->joules[i] = x->last;
-        }
+        update_meter(ms, x, t);
+        out->joules[i] = cumulative(x) ? x->acc : x->last;
     }
 }
 

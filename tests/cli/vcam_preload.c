@@ -4,7 +4,7 @@
 // `assistant --frames /dev/video-nm-emu` against, where no camera exists.
 // Any other path or descriptor goes to libc. NM_VCAM_STILL=1: every frame the
 // same picture (a still scene); NM_VCAM_MMAP=1: a driver without user
-// pointers. Test tooling only.
+// pointers; NM_VCAM_GONE_AFTER=N: unplugged at the N-th VIDIOC_DQBUF. Test tooling only.
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -39,6 +39,7 @@ static int open_cam(int (*real)(const char *, int, ...), const char *path, int f
     V.path = VCAM_PATH;
     V.still = getenv("NM_VCAM_STILL") && atoi(getenv("NM_VCAM_STILL"));
     V.userptr_ok = !(getenv("NM_VCAM_MMAP") && atoi(getenv("NM_VCAM_MMAP")));
+    V.dqbuf_fail_in = getenv("NM_VCAM_GONE_AFTER") ? atoi(getenv("NM_VCAM_GONE_AFTER")) : 0;
     const int fd = real("/dev/null", O_RDWR | O_CLOEXEC);
     if (fd >= 0) {
         V.fd = fd;

@@ -412,6 +412,14 @@ NM_TEST(encoder_flac_mp3_opus_roundtrip) {
         fprintf(stderr, "  %s: %zu bytes, %lld samples back\n", nm_audio_container_name((nm_audio_container)c), m.n,
                 (long long)a.n);
         if (c == NM_AUDIO_FLAC) {
+            // as long as the same samples written to a file (whose header libsndfile rewrites in place): the
+            // header's rewrite at close, refused to the stream, left nothing at its end
+            SF_INFO fi = {.samplerate = R, .channels = 1, .format = SF_FORMAT_FLAC | SF_FORMAT_PCM_16};
+            SNDFILE *sf = sf_open(tmp_path("enc.flac"), SFM_WRITE, &fi);
+            NM_CHECK(sf && sf_write_short(sf, s16, N) == N);
+            if (sf) sf_close(sf);
+            struct stat sb;
+            NM_CHECK(stat(tmp_path("enc.flac"), &sb) == 0 && (size_t)sb.st_size == m.n);
             int bad = a.n != N;
             for (int64_t i = 0; !bad && i < N; i++) bad = lrintf(a.pcm[i] * 32768.0f) != s16[i];
             NM_CHECK(!bad);
@@ -1332,6 +1340,7 @@ NM_TEST(load_into_a_slot) {
     for (size_t k = 0; k < sizeof files / sizeof files[0]; k++) {
         nm_audio a = {0};
         NM_CHECK(nm_audio_load(files[k], 16000, &a, err, sizeof err) == NM_OK);
+        if (a.n < 2) continue; // (not there: run from the repo root; below writes at a.n - 1)
         int64_t cap = 0, n = -1;
         NM_CHECK(nm_audio_probe(files[k], 16000, &cap, err, sizeof err) == NM_OK);
         NM_CHECK(cap >= a.n && cap <= a.n + 70);

@@ -321,14 +321,15 @@ NM_TEST(camera_every_slot_held_then_one_freed) {
 }
 
 NM_TEST(camera_gone_is_an_io_error) {
-    for (int how = 0; how < 2; how++) {
+    for (int how = 0; how < 3; how++) {
         rig r = {.v = vc_default()};
         NM_CHECK(rig_up(&r, small(16, 16), 5) == NM_OK);
         nm_tabm_slot s;
         NM_CHECK(nm_camera_capture(r.cam, 1000000000, &s) == NM_OK);
         if (r.ring) nm_tabm_cancel(r.ring, &s);
         if (how == 0) r.v.dqbuf_errno = ENODEV;
-        else r.v.poll_err = true;
+        else if (how == 1) r.v.poll_err = true;
+        else r.v.produce = 2, r.v.dqbuf_fail_in = 2; // gone between two frames: the first one's slot goes back
         NM_CHECK(nm_camera_capture(r.cam, 1000000000, &s) == NM_ERR_IO);
         NM_CHECK(strstr(nm_camera_last_error(r.cam), "/dev/vcam") && strstr(nm_camera_last_error(r.cam), "gone"));
         NM_CHECK(rig_down(&r));

@@ -43,6 +43,7 @@ typedef struct vcam {
     int short_frames;      // the next frames with half their bytes
     int old_frames;        // the next frames stamped a second ago
     int dqbuf_errno;       // DQBUF fails so from now on
+    int dqbuf_fail_in;     // > 0: the DQBUF that many calls from now fails with ENODEV (and every one after)
     bool poll_err;         // poll says POLLERR (unplugged)
     // state
     bool open, streaming;
@@ -234,6 +235,7 @@ static int vc_ioctl(void *ctx, int fd, unsigned long req, void *arg) {
     }
     case VIDIOC_DQBUF: {
         struct v4l2_buffer *b = arg;
+        if (v->dqbuf_fail_in > 0 && --v->dqbuf_fail_in == 0) v->dqbuf_errno = ENODEV;
         if (v->dqbuf_errno) return errno = v->dqbuf_errno, -1;
         if (b->memory != v->memory) return errno = EINVAL, -1;
         if (v->nd == 0) return errno = EAGAIN, -1;

@@ -280,6 +280,8 @@ bool assistant_frame_changed(app *A, item *it, int i) {
     nm_frame_sig sig;
     char err[512];
     if (A->camera) { // the frame is taken now and held: the question asks about this one
+        if (A->cam_held) nm_tabm_cancel(A->cam_ring, &A->cam_slot); // (one a question asked before never sent)
+        A->cam_held = false;
         if (!assistant_camera_frame(A, &A->cam_slot)) return true; // (send_frame tries again, and says why)
         A->cam_held = true;
         if (nm_frame_signature_slot(&A->cam_slot, &sig, err, sizeof err) != NM_OK) return true;
@@ -412,6 +414,16 @@ bool assistant_camera_open(app *A) {
 bool assistant_camera_frame(app *A, nm_tabm_slot *sl) {
     nm_status st = nm_camera_capture(A->camera, 5000000000ll, sl); // a camera that sends nothing for 5 s has failed
     if (st != NM_OK) fprintf(stderr, "error: %s (%s)\n", nm_camera_last_error(A->camera), nm_status_str(st));
+    if (st == NM_ERR_IO && !A->audio) { // gone (unplugged): no more questions of its frames
+        pthread_mutex_lock(&A->lock);
+        A->src_failed = true;
+        pthread_mutex_unlock(&A->lock);
+        assistant_stop_listening();
+    } else if (st == NM_ERR_IO) { // the spoken questions go on, without a frame
+        fprintf(stderr, "camera %s: gone: the next questions go without a frame\n", A->camera_dev);
+        nm_camera_close(A->camera); // (this thread is its only user)
+        A->camera = NULL;
+    }
     return st == NM_OK;
 }
 

@@ -94,6 +94,7 @@ static bool encode_frame(app *A, nm_tabm *ring, nm_tabm_slot *slot, const char *
 // ring (the segment flagged MORE: the question follows).
 static bool send_frame(app *A, const char *path, uint64_t id) {
     nm_tabm_slot sl;
+    if (A->camera_dev && !A->camera) return false; // the camera went during this question
     if (A->camera) {
         if (A->cam_held) sl = A->cam_slot; // (taken by the --frame-change gate)
         else if (!assistant_camera_frame(A, &sl)) return false;
@@ -1276,6 +1277,10 @@ int cmd_assistant(int argc, char **argv) {
         } else {
             ask(&A, i);
             A.n_asked++;
+        }
+        if (A.cam_held) { // the frame the gate took for a question that failed before sending it
+            nm_tabm_cancel(A.cam_ring, &A.cam_slot);
+            A.cam_held = false;
         }
     }
     if (src) {

@@ -21,6 +21,8 @@ struct nm_audio_encoder {
     void *user;
     sf_count_t pos;   // bytes handed to the sink
     bool stopped;     // the sink said stop
+    bool elsewhere;   // a seek away from the end was refused: what is written until one comes back is
+                      // meant for an earlier place (FLAC's header at close), not for the end: dropped
     char err[256];
 };
 
@@ -50,11 +52,14 @@ static sf_count_t enc_read(void *p, sf_count_t n, void *u) { return (void)p, (vo
 static sf_count_t enc_seek(sf_count_t off, int whence, void *u) {
     nm_audio_encoder *e = u;
     const sf_count_t to = whence == SEEK_SET ? off : e->pos + off; // (SEEK_CUR and SEEK_END: the end is here)
+    // (libsndfile's FLAC writer does not look at a virtual seek's answer: the flag keeps its rewrite out)
+    e->elsewhere = to != e->pos;
     return to == e->pos ? to : -1;
 }
 
 static sf_count_t enc_write(const void *p, sf_count_t n, void *u) {
     nm_audio_encoder *e = u;
+    if (e->elsewhere) return n; // (dropped: see the flag)
     if (e->stopped) return 0;
     if (n > 0 && !e->sink(p, (size_t)n, e->user)) {
         e->stopped = true;

@@ -360,10 +360,18 @@ static int dqbuf(nm_camera *c, struct v4l2_buffer *b) {
     return 1;
 }
 
-// A buffer the caller does not get: straight back to the driver.
+// A buffer taken from the driver that goes nowhere (an error after it was
+// taken): with USERPTR its slot back to the ring, so no slot stays held.
+static void drop(nm_camera *c, uint32_t i) {
+    if (c->userptr) nm_tabm_cancel(c->ring, &c->buf[i].slot);
+}
+
+// A buffer the caller does not get: straight back to the driver (else dropped).
 static nm_status recycle(nm_camera *c, uint32_t i) {
-    if (qbuf(c, i) < 0) return cfail(c, NM_ERR_IO, "VIDIOC_QBUF: %s", strerror(errno));
-    return NM_OK;
+    if (qbuf(c, i) == 0) return NM_OK;
+    const int e = errno;
+    drop(c, i);
+    return cfail(c, NM_ERR_IO, "VIDIOC_QBUF: %s", strerror(e));
 }
 
 static uint64_t stamp_ns(const struct v4l2_buffer *b) {
@@ -401,7 +409,9 @@ static void fill_meta(nm_camera *c, nm_tabm_slot *s, size_t n) {
 
 // The frame in buffer i into *slot: USERPTR hands the slot over (rows
 // packed in place where the driver pads them); MMAP copies into a free slot.
-static nm_status deliver(nm_camera *c, uint32_t i, size_t n, int64_t timeout_ns, nm_tabm_slot *slot) {
+static nm_status deliver(nm_camera *c, uint32_t i, size_t n, uint64_t deadline, nm_tabm_slot *slot) {
+    const uint64_t t = now_ns();
+    const int64_t timeout_ns = deadline == UINT64_MAX ? -1 : t >= deadline ? 0 : (int64_t)(deadline - t);
     const size_t row = (size_t)c->info.width * c->bpp;
     if (c->userptr) {
         *slot = c->buf[i].slot;
@@ -462,7 +472,7 @@ nm_status nm_camera_capture(nm_camera *c, int64_t timeout_ns, nm_tabm_slot *slot
             continue;
         }
         struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
-        const int ms = left < 0 ? 200 : (int)((left + 999999) / 1000000 < 200 ? (left + 999999) / 1000000 : 200);
+        const int ms = left < 0 || left >= 200000000 ? 200 : (int)((left + 999999) / 1000000); // (at most 0.2 s: shutdown)
         const int r = c->ops.poll(c->ops.ctx, &pfd, 1, ms);
         if (r < 0 && errno != EINTR) return cfail(c, NM_ERR_IO, "poll: %s", strerror(errno));
         if (nm_tabm_is_shutdown(c->ring)) return NM_ERR_SHUTDOWN;
@@ -479,21 +489,26 @@ nm_status nm_camera_capture(nm_camera *c, int64_t timeout_ns, nm_tabm_slot *slot
             if ((st = recycle(c, b.index)) != NM_OK) return st;
             b = nb;
         }
-        if (got < 0) return NM_ERR_IO;
+        if (got < 0) {
+            drop(c, b.index);
+            return NM_ERR_IO;
+        }
         size_t n = 0;
-        if ((b.flags & V4L2_BUF_FLAG_ERROR) || !frame_fits(c, &b, &n)) {
+        if ((b.flags & V4L2_BUF_FLAG_ERROR) || !frame_fits(c, &b, &n) || (!c->userptr && n > c->buf[b.index].len)) {
             c->st.n_errors++;
             if ((st = recycle(c, b.index)) != NM_OK) return st;
             continue;
         }
+        // stale: taken more than two frame periods before this call began (a camera that slows down in the
+        // dark keeps its nominal rate: a frame taken since the call began is never stale)
         const bool mono = (b.flags & V4L2_BUF_FLAG_TIMESTAMP_MASK) == V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC;
-        const uint64_t now = now_ns(), ts = stamp_ns(&b);
-        if (mono && stale_ns && ts < now && now - ts > stale_ns && now < deadline) {
+        const uint64_t ts = stamp_ns(&b);
+        if (mono && stale_ns && ts + stale_ns < t0 && now_ns() < deadline) {
             c->st.n_dropped++;
             if ((st = recycle(c, b.index)) != NM_OK) return st;
             continue;
         }
-        return deliver(c, b.index, n, left, slot);
+        return deliver(c, b.index, n, deadline, slot);
     }
 }
 

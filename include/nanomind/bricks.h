@@ -600,9 +600,9 @@ nm_status nm_camera_start(nm_camera *c, nm_tabm *ring, uint32_t producer);
 // The newest frame, in a slot of the ring held for write: *slot's meta has
 // kind IMAGE, its shape and size set (request and user 0); the caller
 // publishes it (or cancels it). Older frames waiting in the driver are
-// recycled (dropped), as is a frame older than two frame periods (the camera
-// went on while nobody asked: the next one is fresher), so the frame is at
-// most that old. Waits up to timeout_ns (< 0: forever) for a frame and, when
+// recycled (dropped), as is a frame taken more than two frame periods before
+// the call (the camera went on while nobody asked: the next one is fresher);
+// a frame taken since the call began is never passed over. Waits up to timeout_ns (< 0: forever) for a frame and, when
 // every slot is taken, for a free one: NM_ERR_TIMEOUT. NM_ERR_IO when the
 // device fails or is gone (unplugged); NM_ERR_SHUTDOWN when the ring is shut.
 nm_status nm_camera_capture(nm_camera *c, int64_t timeout_ns, nm_tabm_slot *slot);

@@ -101,7 +101,6 @@ NM_TEST(camera_userptr_frames_land_in_the_slots) {
         NM_CHECK(nm_camera_capture(r.cam, 1000000000, &s) == NM_OK);
         NM_CHECK(holds_frame(&r.v, &s, f));
         // the driver wrote where the slot is: the buffer it was given is the slot's memory
-        NM_CHECK(r.v.b[r.v.meta[0].seq == f ? 0 : 0].userptr != 0);
         bool is_slot = false;
         for (uint32_t i = 0; i < r.v.n_bufs; i++) is_slot |= r.v.b[i].userptr == (unsigned long)s.data && r.v.last_frame_in[i] == f;
         NM_CHECK(is_slot);

@@ -41,7 +41,7 @@ static void usage(FILE *f) {
             "  -a, --alias NAME         the model's id in /v1/models and the answers (default: the file name)\n"
             "  -np, --parallel N        requests decoded together (continuous batching; default 1), each on a\n"
             "                           sequence of its own of -c / N positions (as llama-server's slots)\n"
-            "  --queue N                requests that may wait their turn (default 16; more get 429)\n"
+            "  --queue N                requests that may wait their turn (default 16, at most 4096; more get 429)\n"
             "  --timeout S              seconds a connection may stay idle (default 600)\n"
             "  --max-body BYTES         the largest request body (default 8388608; larger get 413)\n"
             "  --stt FILE               a Whisper model (GGUF or whisper.cpp .bin): POST /v1/audio/transcriptions\n"
@@ -984,6 +984,10 @@ static bool take_own(server *S, int *argc, char **argv) {
                 fprintf(stderr, "error: --parallel needs an integer in [1, 256], got '%s'\n", argv[i]);
                 return false;
             }
+            if (!strcmp(a, "--queue") && v > 4096) { // (a waiting request holds an HTTP thread)
+                fprintf(stderr, "error: --queue needs an integer in [0, 4096], got '%s'\n", argv[i]);
+                return false;
+            }
             if (port) S->port = v;
             else if (par) S->parallel = v;
             else if (!strcmp(a, "--queue")) S->queue_max = v;
@@ -1143,12 +1147,16 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    char port[80], timeout[32];
+    char port[80], timeout[32], threads[16];
     snprintf(port, sizeof port, strchr(S.host, ':') ? "[%s]:%d" : "%s:%d", S.host, S.port); // (IPv6 in brackets)
+    // civetweb serves a connection on one thread from its accept to its close (keep-alive included): every
+    // request that may be decoded or wait its turn holds one, and 16 more answer /health, /metrics and 429s
+    int n_threads = S.parallel + S.queue_max + 16;
+    snprintf(threads, sizeof threads, "%d", n_threads < 64 ? 64 : n_threads);
     snprintf(timeout, sizeof timeout, "%d", S.timeout_s * 1000);
     // tcp_nodelay: a reply's header and body, and each streamed token, are separate writes; with Nagle's
     // algorithm the second waits for the client's delayed ACK of the first (up to 40 ms each)
-    const char *options[] = {"listening_ports", port, "num_threads", "64", "request_timeout_ms", timeout,
+    const char *options[] = {"listening_ports", port, "num_threads", threads, "request_timeout_ms", timeout,
                              "enable_keep_alive", "yes", "tcp_nodelay", "1", NULL};
     struct mg_callbacks cbs;
     memset(&cbs, 0, sizeof cbs);

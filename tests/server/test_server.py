@@ -132,7 +132,7 @@ for rel, val in [("class/powercap/intel-rapl:0/name", "package-0"), ("class/powe
     os.makedirs(os.path.dirname(os.path.join(SYSFS, rel)), exist_ok=True)
     with open(os.path.join(SYSFS, rel), "w") as f:
         f.write(val + "\n")
-p, port = start("--api-key", KEY, "--max-body", "4096", "--queue", "0", "-c", "512", "--sysfs", SYSFS)
+p, port = start("--api-key", KEY, "--max-body", "4096", "--queue", "0", "-c", "512", "--sysfs", SYSFS, "--body-timeout", "2")
 # cache_prompt false: every prompt decoded whole, as `run` decodes it, so the text is run's to the bit (the
 # cache's reuse recomputes a reused prompt's last position alone: another batch shape)
 EXACT = {"cache_prompt": False}
@@ -365,6 +365,44 @@ def t_body_limits(name):
            "exact: %s %r; chunked: %s %r" % (st_exact, data_exact[:100], st_chunked, data_chunked[:100]))
 
 
+def drip_body(sport_, head, first, timeout=10.0):
+    """Sends a request's header and the first bytes of its body, then a byte every 0.25 s of the rest
+    (never all of it): (seconds until the server answered, its reply) or (None, what came)."""
+    s = socket.create_connection(("127.0.0.1", sport_), timeout=timeout)
+    t0 = time.time()
+    s.sendall(head + first)
+    s.settimeout(0.25)
+    got = b""
+    while time.time() - t0 < timeout:
+        try:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+            if b"\r\n\r\n" in got and got.rstrip().endswith(b"}"):
+                break
+        except socket.timeout:
+            try:
+                s.sendall(b"x")
+            except OSError:
+                break
+    took = time.time() - t0
+    s.close()
+    return (took if got.startswith(b"HTTP/1.1 408") else None), got
+
+
+def t_slow_body(name):
+    # --body-timeout 2: a body dripped a byte every 0.25 s (each byte restarts civetweb's own wait) is cut at
+    # 2 s with a 408 naming the flag; the server answers the next request
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+            b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+    took, got = drip_body(port, head, b'{"prompt": "')
+    body = got.split(b"\r\n\r\n", 1)[-1]
+    st, data = raw(port, "POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 1}')
+    result(name, took is not None and 1.9 < took < 5 and b"--body-timeout" in body and err_of(body)[0] == 408 and st == 200,
+           "408 after %s s: %r; next request %s" % (took, got[:300], st))
+
+
 def t_prompt_too_long(name):
     st, data = raw(port, "POST", "/v1/completions", json.dumps({"prompt": "word " * 700}).encode())
     result(name, st == 400 and "does not fit the context" in err_of(data)[1], (st, data[:200]))
@@ -494,7 +532,7 @@ def t_image_absent(name):  # the first server has no --mmproj: 400, naming the f
 port0 = port
 for n, f in [("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("metrics_measured_energy", t_metrics_measured), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
-             ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("copied_params_not_prompt", t_copied),
+             ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("slow_body_408", t_slow_body), ("copied_params_not_prompt", t_copied),
              ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("latency_histograms", t_latency_histograms),
              ("random_bodies_10000_each_4xx", t_random_bodies)]:
     case(n, f)
@@ -657,6 +695,18 @@ def t_transcription_bad_requests(name):
            " then %s %r" % (st, data[:80]))
 
 
+def t_transcription_slow_body(name):  # the multipart reader under the same deadline
+    head = (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+            b"\r\nContent-Type: multipart/form-data; boundary=nmslow\r\nContent-Length: 100000\r\n\r\n")
+    first = b'--nmslow\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF'
+    took, got = drip_body(sport, head, first)
+    body = got.split(b"\r\n\r\n", 1)[-1]
+    st, data = raw(sport, "POST", "/v1/audio/transcriptions", *multipart([("file", open(WAV, "rb").read(), "a.wav"),
+                                                                        ("response_format", b"text", None)]))
+    result(name, took is not None and 1.9 < took < 5 and err_of(body)[0] == 408 and st == 200 and
+           data.decode().startswith("The quick brown fox"), "408 after %s s: %r; next %s %r" % (took, got[:300], st, data[:60]))
+
+
 def t_transcription_metrics(name):
     def m():
         st, data = raw(sport, "GET", "/metrics")
@@ -816,11 +866,13 @@ if not os.path.exists(W):
         skipped += 1
         print("skip speech_to_text (needs %s)" % W)
 else:
-    p4, sport = start("--stt", W, "--tts", "espeak", "--max-speech", "2000", "--api-key", KEY, "--max-audio", "60")
+    p4, sport = start("--stt", W, "--tts", "espeak", "--max-speech", "2000", "--api-key", KEY, "--max-audio", "60",
+                      "--body-timeout", "2")
     sclient = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % sport, api_key=KEY, max_retries=0, timeout=300)
     for n, f in [("transcription_equals_transcribe_and_whisper_cli", t_transcription),
                  ("transcription_formats", t_transcription_formats), ("transcription_streamed", t_transcription_streamed),
                  ("transcription_bad_requests_4xx_then_serves", t_transcription_bad_requests),
+                 ("transcription_slow_body_408", t_transcription_slow_body),
                  ("transcription_metrics_and_copy", t_transcription_metrics),
                  ("speech_equals_say", t_speech), ("speech_pcm_voice_and_speed", t_speech_pcm_voice_speed),
                  ("speech_round_trip_through_the_transcriber", t_speech_round_trip),

@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "                           sequence of its own of -c / N positions (as llama-server's slots)\n"
             "  --queue N                requests that may wait their turn (default 16, at most 4096; more get 429)\n"
             "  --timeout S              seconds a connection may stay idle (default 600)\n"
+            "  --body-timeout S         seconds a request's body may take to arrive, from its header's end\n"
+            "                           (default 60; 0: no bound but --timeout for each read; later: 408)\n"
             "  --max-body BYTES         the largest request body (default 8388608; larger get 413)\n"
             "  --stt FILE               a Whisper model (GGUF or whisper.cpp .bin): POST /v1/audio/transcriptions\n"
             "  --max-audio S            the longest audio a transcription takes, in seconds (default 1800)\n"
@@ -285,15 +287,17 @@ char *read_body(server *S, struct mg_connection *c, int *code) {
     const bool known = ri->content_length >= 0;
     size_t cap = known ? (size_t)ri->content_length + 1 : 65536, len = 0;
     char *buf = malloc(cap);
+    serve_watch watch; // the body's clock (--body-timeout): ended before every return below
+    serve_watch_begin(&S->watchdog, c, &watch);
+    enum { BODY_OK, BODY_OOM, BODY_BIG, BODY_CUT } why = BODY_OK;
     for (;;) {
         if (!buf) {
-            *code = send_error(S, c, 500, NULL, "out of memory");
-            return NULL;
+            why = BODY_OOM;
+            break;
         }
         if ((int64_t)len > S->body_max) {
-            free(buf);
-            *code = send_error(S, c, 413, NULL, "the body is over %lld bytes (--max-body)", (long long)S->body_max);
-            return NULL;
+            why = BODY_BIG;
+            break;
         }
         if (known && len + 1 == cap) break; // all of it
         if (len + 1 == cap) {
@@ -304,13 +308,22 @@ char *read_body(server *S, struct mg_connection *c, int *code) {
             continue;
         }
         const int n = mg_read(c, buf + len, cap - 1 - len);
-        if (n < 0) {
-            free(buf);
-            *code = send_error(S, c, 400, NULL, "the body could not be read (the connection ended early)");
-            return NULL;
-        }
-        if (n == 0) break;
+        if (n < 0) why = BODY_CUT;
+        if (n <= 0) break;
         len += (size_t)n;
+    }
+    const bool late = serve_watch_end(&S->watchdog, &watch);
+    if (late || why != BODY_OK) {
+        free(buf);
+        if (late) // (what the read saw then is the shut socket's end)
+            *code = send_error(S, c, 408, NULL, "the body did not arrive within %d s (--body-timeout)", S->body_timeout_s);
+        else if (why == BODY_OOM)
+            *code = send_error(S, c, 500, NULL, "out of memory");
+        else if (why == BODY_BIG)
+            *code = send_error(S, c, 413, NULL, "the body is over %lld bytes (--max-body)", (long long)S->body_max);
+        else
+            *code = send_error(S, c, 400, NULL, "the body could not be read (the connection ended early)");
+        return NULL;
     }
     if (ri->content_length >= 0 && (int64_t)len != ri->content_length) {
         free(buf);
@@ -970,7 +983,7 @@ static bool take_own(server *S, int *argc, char **argv) {
                 }
             } else S->alias = v;
         } else if (!strcmp(a, "--port") || !strcmp(a, "--parallel") || !strcmp(a, "-np") || !strcmp(a, "--queue") ||
-                   !strcmp(a, "--timeout") || !strcmp(a, "-to") || !strcmp(a, "--max-audio") ||
+                   !strcmp(a, "--timeout") || !strcmp(a, "-to") || !strcmp(a, "--body-timeout") || !strcmp(a, "--max-audio") ||
                    !strcmp(a, "--max-speech")) {
             int32_t v;
             const bool port = !strcmp(a, "--port"), par = !strcmp(a, "--parallel") || !strcmp(a, "-np");
@@ -993,6 +1006,7 @@ static bool take_own(server *S, int *argc, char **argv) {
             else if (!strcmp(a, "--queue")) S->queue_max = v;
             else if (!strcmp(a, "--max-audio")) S->audio_max_s = v;
             else if (!strcmp(a, "--max-speech")) S->speech_max_chars = v;
+            else if (!strcmp(a, "--body-timeout")) S->body_timeout_s = v;
             else if (!par) S->timeout_s = v;
         } else if (!strcmp(a, "--max-image-pixels")) {
             int32_t v; // (at most 2^26, the image decoder's own limit)
@@ -1025,6 +1039,7 @@ int cmd_serve(int argc, char **argv) {
     S.port = 8080;
     S.queue_max = 16;
     S.timeout_s = 600;
+    S.body_timeout_s = 60;
     S.body_max = 8 << 20;
     S.audio_max_s = 1800;
     S.speech_max_chars = 4096;
@@ -1161,6 +1176,8 @@ int cmd_serve(int argc, char **argv) {
     struct mg_callbacks cbs;
     memset(&cbs, 0, sizeof cbs);
     mg_init_library(0);
+    if (!serve_watchdog_start(&S.watchdog, S.body_timeout_s))
+        fprintf(stderr, "warning: no thread for the bodies' deadline: --body-timeout is not kept\n");
     struct mg_context *ctx = mg_start(&cbs, &S, options);
     if (!ctx) {
         fprintf(stderr, "error: cannot listen on %s:%d (in use, or not an address of this machine)\n", S.host, S.port);
@@ -1185,6 +1202,7 @@ int cmd_serve(int argc, char **argv) {
     mg_exit_library();
     rc = 0;
 out:
+    serve_watchdog_stop(&S.watchdog); // (after mg_stop: no handler is left to end a watch)
     if (S.in) nm_tabm_shutdown(S.in);
     if (S.lane_started) pthread_join(S.lane, NULL);
     if (S.out) nm_tabm_shutdown(S.out);

@@ -48,12 +48,37 @@ void serve_hist_add(serve_hist *h, double seconds); // under the server's lock
 // Its lines (HELP, TYPE, buckets, +Inf, sum, count) into buf; the bytes written.
 int serve_hist_print(const serve_hist *h, const char *name, const char *help, char *buf, size_t size);
 
+// A body's deadline (--body-timeout; serve_watch.c). civetweb waits up to --timeout for each read of a body
+// and every byte that comes starts that wait again, so a client dripping a body holds a thread for ever. A
+// watch names the request's socket (found by its two endpoints) and its deadline; the watchdog thread shuts
+// the socket for reading when the deadline passes, the read blocked on it returns, and the handler answers
+// 408 (the reply still goes out: only reading is shut).
+typedef struct serve_watch {
+    struct serve_watch *next;
+    int fd;          // -1: no deadline (none asked, or the socket not found)
+    double deadline; // CLOCK_MONOTONIC seconds
+    bool fired;
+} serve_watch;
+typedef struct serve_watchdog {
+    pthread_mutex_t lock;
+    pthread_cond_t cv; // (CLOCK_MONOTONIC) a watch came or the server stops
+    pthread_t thread;
+    bool started, stop;
+    int timeout_s; // 0: none
+    serve_watch *head;
+} serve_watchdog;
+bool serve_watchdog_start(serve_watchdog *w, int timeout_s);
+void serve_watchdog_stop(serve_watchdog *w);
+void serve_watch_begin(serve_watchdog *w, struct mg_connection *c, serve_watch *e); // the body's clock starts
+bool serve_watch_end(serve_watchdog *w, serve_watch *e); // true: the deadline passed (reading was shut)
+
 typedef struct server {
     cli_opts o;
     const char *host, *alias;
     cJSON *alias_json;
     char *alias_text; // the alias as a JSON string (quoted, escaped): the streamed chunks' "model"
-    int32_t port, queue_max, timeout_s;
+    int32_t port, queue_max, timeout_s, body_timeout_s;
+    serve_watchdog watchdog;
     int64_t body_max;
     char *keys[MAX_KEYS];
     int n_keys;

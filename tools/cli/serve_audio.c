@@ -289,8 +289,14 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
                           (long long)ri->content_length, (long long)S->body_max);
     form f = {.S = S, .cur = -1};
     struct mg_form_data_handler h = {form_found, form_get, NULL, &f};
+    serve_watch watch; // the body's clock (--body-timeout)
+    serve_watch_begin(&S->watchdog, c, &watch);
     const int nf = mg_handle_form_request(c, &h);
     int code;
+    if (serve_watch_end(&S->watchdog, &watch)) {
+        code = send_error(S, c, 408, NULL, "the body did not arrive within %d s (--body-timeout)", S->body_timeout_s);
+        goto out;
+    }
     if (f.too_big) {
         code = send_error(S, c, 413, NULL, "the body is over %lld bytes (--max-body)", (long long)S->body_max);
         goto out;

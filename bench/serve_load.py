@@ -5,7 +5,8 @@ usage: serve_load.py PORT CLIENTS SECONDS TOKENS [SERVER_PID]
 CLIENTS threads, each on its own keep-alive connection, ask streamed chat completions one after
 another (greedy, ignore_eos, max_tokens TOKENS, a question of its own each time) until SECONDS have
 passed since the start; a request begun before then is finished. Prints the requests, the failed ones
-(an HTTP error, a broken stream, a wrong token count: each counted, the first few shown), the
+(an HTTP error, a broken stream, a wrong token count: each counted, the first few shown; a request on
+a kept-alive connection that the server had closed is sent again on a new one and counted apart), the
 aggregate completion tokens a second (all tokens / the time from the start to the last answer's end),
 the time to first token (p50, p99, max: from sending the request to the first content event, queueing
 included), and, given the server's pid, its resident set: after one warm-up request, a quarter of the
@@ -72,13 +73,29 @@ def stream_one(conn, i, k):
     return ttft, usage if usage is not None else n_events
 
 
+reconnects = []
+
+
 def client(i, t_end, res):
     conn, k = None, 0
     while time.time() < t_end:
         try:
             if conn is None:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-            ttft, n = stream_one(conn, i, k)
+                fresh = True
+            else:
+                fresh = False
+            try:
+                ttft, n = stream_one(conn, i, k)
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                if fresh:
+                    raise
+                # a kept-alive connection the server had closed (llama-server closes one after a stream):
+                # the request again on a new connection, as HTTP clients do; counted apart, not a failure
+                reconnects.append(1)
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+                ttft, n = stream_one(conn, i, k)
             res.append((ttft, n, time.time()))
         except Exception as e:  # noqa: BLE001 (every failure is counted and shown)
             res.append((None, 0, time.time(), "%s: %s" % (type(e).__name__, e)))
@@ -116,8 +133,8 @@ def main():
     ttft = [r[0] for r in ok]
     time.sleep(1.0)
     rss1 = rss_kib()
-    print("%d clients, %d s: %d requests, %d failed; %d tokens in %.1f s: %.1f tokens/s; "
-          "TTFT p50 %.3f s, p99 %.3f s, max %.3f s" % (clients, seconds, len(res), len(bad), tok, t_last - t0,
+    print("%d clients, %d s: %d requests, %d failed, %d sent again on a new connection; %d tokens in %.1f s: %.1f tokens/s; "
+          "TTFT p50 %.3f s, p99 %.3f s, max %.3f s" % (clients, seconds, len(res), len(bad), len(reconnects), tok, t_last - t0,
                                                        tok / max(t_last - t0, 1e-9), pct(ttft, 50), pct(ttft, 99),
                                                        max(ttft, default=float("nan"))))
     for r in bad[:5]:

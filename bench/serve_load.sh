@@ -2,7 +2,8 @@
 # The load test of issue 17, nanomind serve against llama-server, side by side in one run:
 #   bash bench/serve_load.sh [LLAMA_SERVER] [CLIENTS] [SECONDS] [TOKENS] [PARALLEL]
 # (defaults: nanomind alone, 64 clients, 60 s, 64 tokens, -np 8). Each server (-c 8192, -t 2, the
-# default SmolLM2 Q4_1, -np PARALLEL; nanomind with --queue CLIENTS so that no client is turned away)
+# default SmolLM2 Q4_1, -np PARALLEL; nanomind with --queue CLIENTS so that no client is turned away,
+# llama-server with as many HTTP threads as nanomind has)
 # is loaded by bench/serve_load.py: CLIENTS streaming clients asking one chat after another for
 # SECONDS; then the ratios. LLAMA_SERVER: a llama-server binary built locally.
 set -euo pipefail
@@ -34,7 +35,9 @@ run_one() { # tag, command...
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores; $(date -u '+%Y-%m-%d %H:%M UTC')"
 run_one nm "$NM" serve -m "$M" --port "$port" -c 8192 -t 2 -np "$np" --queue "$clients"
 [ -n "$LS" ] || exit 0
-run_one ls "$LS" -m "$M" --port "$port" -c 8192 -t 2 -np "$np"
+# (its HTTP threads as many as nanomind's: with its default, --parallel + 2 here, the connections beyond
+# them are closed under the clients, RemoteDisconnected)
+run_one ls "$LS" -m "$M" --port "$port" -c 8192 -t 2 -np "$np" --threads-http $((np + clients + 16))
 python3 - "$log.nm" "$log.ls" <<'PY'
 import re, sys
 def read(p):

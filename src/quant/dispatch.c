@@ -108,6 +108,7 @@ static void overlay(const nm_kernels *simd) {
         if (simd->gemv[t]) {
             chosen.gemv_prep[t] = simd->gemv_prep[t];
             chosen.gemv[t] = simd->gemv[t];
+            chosen.gemv_multi[t] = simd->gemv_multi[t];
         }
         if (simd->gemmq_pack[t]) chosen.gemmq_pack[t] = simd->gemmq_pack[t];
         if (simd->gemmq_packed[t]) chosen.gemmq_packed[t] = simd->gemmq_packed[t];

@@ -127,6 +127,15 @@ typedef void (*nm_gemv_prep_fn)(const void *restrict xq, int64_t K, void *restri
 typedef void (*nm_gemv_fn)(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,
                            const void *restrict prep, int64_t K, float *restrict y);
 
+// A small batch (2..NM_GEMV_MULTI_MAX tokens, a server's decode step): gemv_multi computes, for r < n_rows,
+// t < n_tok, y[t*ldy + r] with the bits gemv gives it for token t alone (prepared by gemv_prep at
+// prep + t * prep_stride), each weight row read and unpacked once for all the tokens. Where a type has
+// none, the backend calls gemv a token at a time over blocks of rows.
+#define NM_GEMV_MULTI_MAX 8
+typedef void (*nm_gemv_multi_fn)(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,
+                                 const void *restrict prep, size_t prep_stride, int n_tok, int64_t K,
+                                 float *restrict y, int64_t ldy);
+
 // Prefill over packed activations (tables where the CPU pays for it: the
 // AVX-512 one). gemmq_pack lays out one group of n_tok <= NM_GQP_TOK
 // activation rows xq (of the ACTIVATION type it is indexed by: q8_0 or q8_1)
@@ -155,6 +164,7 @@ typedef struct nm_kernels {
     nm_gemmq_fn gemmq[NM_TYPE_COUNT];         // by WEIGHT type, where dotq is set (see nm_gemmq_fn)
     nm_gemv_prep_fn gemv_prep[NM_TYPE_COUNT]; // by WEIGHT type; NULL: no gemv (see nm_gemv_fn)
     nm_gemv_fn gemv[NM_TYPE_COUNT];           // set exactly where gemv_prep is
+    nm_gemv_multi_fn gemv_multi[NM_TYPE_COUNT]; // by WEIGHT type, only where gemv is (same prep); NULL: none
     nm_gemmq_pack_fn gemmq_pack[NM_TYPE_COUNT];     // by ACTIVATION type (q8_0, q8_1)
     nm_gemmq_packed_fn gemmq_packed[NM_TYPE_COUNT]; // by WEIGHT type; its activation type has a gemmq_pack
 } nm_kernels;

@@ -164,6 +164,69 @@ static inline __m512 q4_1_row(const uint8_t *restrict row, int64_t nb, const q4_
 
 GEMV_DEFINE(gemv_q4_1, nm_block_q4_1, NM_QK, q4_1_row)
 
+// A small batch (gemv_multi, quant.h): each row's groups unpacked once (the nibbles' and / gf2p8affine,
+// the headers' permutes and widening) for every token, then per token the same operations in the same
+// order as q4_1_row (its five accumulators kept in memory across the row's groups), so a token's sum has
+// the bits gemv_q4_1 gives it alone.
+static void gemv_multi_q4_1(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,
+                            const void *restrict prep, size_t prep_stride, int n_tok, int64_t K, float *restrict y,
+                            int64_t ldy) {
+    const __m512i ia = _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i ib = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 3, 8, 13, 18, 23, 28, 0, 0, 0);
+    const __m512i ic = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 6, 11);
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const __m512i shr4 = _mm512_set1_epi64(GF_SHR4);
+    const uint8_t *wd = w;
+    const int64_t nb = K / NM_QK;
+    const size_t row_bytes = (size_t)nb * sizeof(nm_block_q4_1);
+    const int64_t far = nm_prefetch_far_rows(w_stride);
+    __m512 accs[NM_GEMV_MULTI_MAX][5]; // per token: acc, acc1, acc2, acc3, accm
+    for (int64_t r = 0; r < n_rows; r++) {
+        if (r + NM_PREFETCH_ROWS < n_rows + n_ahead) nm_prefetch_l1(wd + (size_t)(r + NM_PREFETCH_ROWS) * w_stride, row_bytes);
+        if (r + far < n_rows) nm_prefetch_l2(wd + (size_t)(r + far) * w_stride, row_bytes);
+        const uint8_t *row = wd + (size_t)r * w_stride;
+        for (int t = 0; t < n_tok; t++)
+            for (int a = 0; a < 5; a++) accs[t][a] = _mm512_setzero_ps();
+        for (int64_t b0 = 0, gi = 0; b0 < nb; b0 += Q4_1_GROUP, gi++) {
+            const uint8_t *base = row + b0 * sizeof(nm_block_q4_1);
+            const int64_t bytes = (nb - b0 < Q4_1_GROUP ? nb - b0 : Q4_1_GROUP) * (int64_t)sizeof(nm_block_q4_1);
+            const int nr = (int)((bytes + 63) / 64);
+            __m512i rr[5], lo[5], hi[5];
+            for (int i = 0; i < 5; i++) {
+                rr[i] = load_upto(base + 64 * i, bytes - 64 * i);
+                lo[i] = _mm512_and_si512(rr[i], m4);
+                hi[i] = _mm512_gf2p8affine_epi64_epi8(rr[i], shr4, 0);
+            }
+            __m512i dm = _mm512_permutex2var_epi32(rr[0], ia, rr[1]);
+            dm = _mm512_mask_mov_epi32(dm, 0x1f80, _mm512_permutex2var_epi32(rr[2], ib, rr[3]));
+            dm = _mm512_mask_mov_epi32(dm, 0xe000, _mm512_permutexvar_epi32(ic, rr[4]));
+            const __m512 h0 = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+            const __m512 h1 = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+            for (int t = 0; t < n_tok; t++) {
+                const q4_1_group *g = (const q4_1_group *)((const uint8_t *)prep + (size_t)t * prep_stride) + gi;
+                __m512 acc = accs[t][0], acc1 = accs[t][1], acc2 = accs[t][2], acc3 = accs[t][3], accm = accs[t][4];
+                const __m512 f0 = _mm512_mul_ps(h0, g->dys[0]);
+                const __m512 f1 = _mm512_mul_ps(h1, g->dys[1]);
+                accm = _mm512_mask_add_ps(accm, 0xaaaa, accm, f0);
+                accm = _mm512_mask_add_ps(accm, 0xaaaa, accm, f1);
+#define STEP(i, acc)                                                                                 \
+    do {                                                                                             \
+        __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], g->lo[i]);                    \
+        p = _mm512_dpbusd_epi32(p, hi[i], g->hi[i]);                                                 \
+        const __m512 s = _mm512_permutex2var_ps(f0, _mm512_load_si512(q4_1_scale_idx[i]), f1);     \
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc);                                        \
+    } while (0)
+                STEPS_BY_4(nr);
+#undef STEP
+                accs[t][0] = acc, accs[t][1] = acc1, accs[t][2] = acc2, accs[t][3] = acc3, accs[t][4] = accm;
+            }
+        }
+        for (int t = 0; t < n_tok; t++)
+            y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(accs[t][0], accs[t][1]),
+                                                                _mm512_add_ps(_mm512_add_ps(accs[t][2], accs[t][3]), accs[t][4])));
+    }
+}
+
 
 // ---- q4_0, q5_0, q8_0 x q8_0: two blocks per zmm --------------------------------------
 //
@@ -298,6 +361,43 @@ PAIR_ROW(q8_0_row, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0)
 GEMV_DEFINE(gemv_q4_0, nm_block_q4_0, NM_QK, q4_0_row)
 GEMV_DEFINE(gemv_q5_0, nm_block_q5_0, NM_QK, q5_0_row)
 GEMV_DEFINE(gemv_q8_0, nm_block_q8_0, NM_QK, q8_0_row)
+
+// A small batch (gemv_multi, quant.h) of the pair formats: each pair of weight blocks unpacked once, then
+// per token the dot, its scale and the fma into the accumulator PAIR_ROW gives that pair (acc1 for the odd
+// pairs of its four-block steps, acc0 otherwise), so a token's sum has the bits of its gemv alone.
+#define PAIR_MULTI(name, block, unpack, type)                                                                \
+    static void name(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,               \
+                     const void *restrict prep, size_t prep_stride, int n_tok, int64_t K, float *restrict y, \
+                     int64_t ldy) {                                                                          \
+        const pair_consts c = pair_consts_for(type);                                                         \
+        const uint8_t *wd = w;                                                                               \
+        const int64_t nb = K / NM_QK, b4 = nb / 4 * 4; /* pairs below b4: PAIR_ROW's four-block steps */     \
+        const size_t row_bytes = (size_t)nb * sizeof(block);                                                 \
+        const int64_t far = nm_prefetch_far_rows(w_stride);                                                  \
+        __m512 accs[NM_GEMV_MULTI_MAX][2];                                                                   \
+        for (int64_t r = 0; r < n_rows; r++) {                                                               \
+            if (r + NM_PREFETCH_ROWS < n_rows + n_ahead)                                                     \
+                nm_prefetch_l1(wd + (size_t)(r + NM_PREFETCH_ROWS) * w_stride, row_bytes);                   \
+            if (r + far < n_rows) nm_prefetch_l2(wd + (size_t)(r + far) * w_stride, row_bytes);              \
+            const block *x = (const block *)(wd + (size_t)r * w_stride);                                     \
+            for (int t = 0; t < n_tok; t++) accs[t][0] = accs[t][1] = _mm512_setzero_ps();                   \
+            for (int64_t b = 0; b < nb; b += 2) {                                                            \
+                __m512 sw;                                                                                   \
+                const __m512i q = unpack(x + b, (nb - b) * (int64_t)sizeof(block), &c, &sw);                 \
+                const int a = b < b4 ? (int)((b / 2) & 1) : 0;                                               \
+                for (int t = 0; t < n_tok; t++) {                                                            \
+                    const q8_pair *g = (const q8_pair *)((const uint8_t *)prep + (size_t)t * prep_stride) + b / 2; \
+                    const __m512i p = _mm512_dpbusd_epi32(g->corr, q, g->x);                                 \
+                    accs[t][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sw, g->dy), accs[t][a]); \
+                }                                                                                            \
+            }                                                                                                \
+            for (int t = 0; t < n_tok; t++) y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(accs[t][0], accs[t][1])); \
+        }                                                                                                    \
+    }
+
+PAIR_MULTI(gemv_multi_q4_0, nm_block_q4_0, pair_q4_0, NM_TYPE_Q4_0)
+PAIR_MULTI(gemv_multi_q5_0, nm_block_q5_0, pair_q5_0, NM_TYPE_Q5_0)
+PAIR_MULTI(gemv_multi_q8_0, nm_block_q8_0, pair_q8_0, NM_TYPE_Q8_0)
 
 // ---- prefill: many rows x many tokens for the pair formats -----------------------------
 //
@@ -1074,6 +1174,8 @@ static const nm_kernels avx512_table = {
                   [NM_TYPE_Q4_K] = gemv_prep_q4_K, [NM_TYPE_Q6_K] = gemv_prep_q6_K},
     .gemmq = {[NM_TYPE_Q4_0] = gemmq_q4_0, [NM_TYPE_Q5_0] = gemmq_q5_0, [NM_TYPE_Q8_0] = gemmq_q8_0,
               [NM_TYPE_Q4_K] = gemmq_q4_K, [NM_TYPE_Q6_K] = gemmq_q6_K},
+    .gemv_multi = {[NM_TYPE_Q4_0] = gemv_multi_q4_0, [NM_TYPE_Q4_1] = gemv_multi_q4_1, [NM_TYPE_Q5_0] = gemv_multi_q5_0,
+                   [NM_TYPE_Q8_0] = gemv_multi_q8_0},
     .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
              [NM_TYPE_Q8_0] = gemv_q8_0, [NM_TYPE_Q4_K] = gemv_q4_K, [NM_TYPE_Q6_K] = gemv_q6_K},
     .gemmq_pack = {[NM_TYPE_Q8_0] = gemmq_pack_q8_0, [NM_TYPE_Q8_1] = gemmq_pack_q8_1, [NM_TYPE_Q8_K] = gemmq_pack_q8_K},

@@ -244,8 +244,9 @@ NM_TEST(matmul_quantized_decode_and_prefill) {
 // over the same activations whose types share the activation format but not
 // the kernel (q8_0 has a gemv kernel, mxfp4 not).
 // T rows of a matmul (with `flags`) against T one-token calls, bit for bit, for each type in types.
-static void rows_equal_one_token_calls(int *nmtest_failed, const uint32_t *types, int NT, uint32_t flags, int64_t T) {
-    enum { K = 512, O = 37 };
+static void rows_equal_one_token_calls(int *nmtest_failed, const uint32_t *types, int NT, uint32_t flags, int64_t T,
+                                      int64_t K) {
+    enum { O = 37 };
     nm_backend *be = cpu_backend(2, K, 16);
     NM_CHECK(be != NULL);
     if (!be) return;
@@ -293,7 +294,7 @@ static void rows_equal_one_token_calls(int *nmtest_failed, const uint32_t *types
 NM_TEST(matmul_rowwise_equals_one_token_calls) {
     const uint32_t types[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1,
                               NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K, NM_TYPE_MXFP4};
-    rows_equal_one_token_calls(nmtest_failed, types, sizeof types / sizeof types[0], NM_OPF_ROWWISE, 9);
+    rows_equal_one_token_calls(nmtest_failed, types, sizeof types / sizeof types[0], NM_OPF_ROWWISE, 9, 512);
 }
 
 // A small batch (2..8 rows: sequences decoded together) through the gemv kernels: every row has the bits
@@ -309,7 +310,9 @@ NM_TEST(matmul_small_batch_equals_one_token_calls) {
         NM_SKIP("no gemv kernel on this CPU (AVX-512 VNNI): small batches go through the GEMM");
         return;
     }
-    for (int64_t T = 2; T <= 8; T++) rows_equal_one_token_calls(nmtest_failed, with, n, 0, T);
+    // K 768: a q4_1 row of 24 blocks, a group of 16 and a short one (gemv_multi's masked loads)
+    for (int64_t T = 2; T <= 8; T++)
+        for (int64_t K = 512; K <= 768; K += 256) rows_equal_one_token_calls(nmtest_failed, with, n, 0, T, K);
 }
 
 // The prefill matmul of f32 and f16 weights in chunks of rows against panel

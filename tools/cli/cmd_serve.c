@@ -154,8 +154,11 @@ void serve_turn_init(serve_turn *t, int slots) {
     pthread_cond_init(&t->free, NULL);
     t->waiting = t->busy = 0;
     t->slots = slots;
+    t->next_ticket = t->serving = 0;
 }
 
+// First come, first served: a request takes a ticket and its turn comes when every earlier ticket has had
+// its own (a turn given back goes to the oldest waiter, never to a request that arrives just then).
 bool serve_turn_take(server *S, serve_turn *t) {
     pthread_mutex_lock(&S->lock);
     const bool room = t->waiting + t->busy < S->queue_max + t->slots;
@@ -164,10 +167,13 @@ bool serve_turn_take(server *S, serve_turn *t) {
         pthread_mutex_unlock(&S->lock);
         return false;
     }
+    const uint64_t ticket = t->next_ticket++;
     t->waiting++;
-    while (t->busy >= t->slots) pthread_cond_wait(&t->free, &S->lock);
+    while (t->busy >= t->slots || ticket != t->serving) pthread_cond_wait(&t->free, &S->lock);
+    t->serving++;
     t->waiting--;
     t->busy++;
+    if (t->waiting > 0 && t->busy < t->slots) pthread_cond_broadcast(&t->free); // the next ticket may go too
     pthread_mutex_unlock(&S->lock);
     return true;
 }
@@ -175,7 +181,7 @@ bool serve_turn_take(server *S, serve_turn *t) {
 void serve_turn_give(server *S, serve_turn *t) {
     pthread_mutex_lock(&S->lock);
     t->busy--;
-    pthread_cond_signal(&t->free);
+    pthread_cond_broadcast(&t->free); // (the oldest ticket's holder is among those woken)
     pthread_mutex_unlock(&S->lock);
 }
 

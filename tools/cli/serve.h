@@ -15,11 +15,13 @@
 #include "serve_req.h"
 
 // A brick's turn: `slots` requests at a time hold it (the decoder's: --parallel;
-// the transcriber's and the voice's: one); --queue of them may wait (waiting,
-// busy: counted under the server's lock, for 429 and /metrics).
+// the transcriber's and the voice's: one); --queue of them may wait, in the
+// order they came (waiting, busy: counted under the server's lock, for 429 and
+// /metrics).
 typedef struct serve_turn {
     pthread_cond_t free; // (with the server's lock) a request gave its turn back
     int waiting, busy, slots;
+    uint64_t next_ticket, serving; // first come, first served: the ticket whose turn is next
 } serve_turn;
 
 // The decoder's output for one request: the dispatcher thread reads the

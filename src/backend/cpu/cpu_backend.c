@@ -123,6 +123,7 @@ typedef struct nm_cpu {
                         // kernels have packed prefill: act_q in token groups for gemmq_packed; else NULL
     size_t gemv_prep_bytes;
     bool no_small_batch; // NM_NO_SMALL_BATCH=1: small batches through the GEMM (the A/B of small_batch)
+    bool no_multi;       // NM_NO_GEMV_MULTI=1: small batches through gemv a token at a time (the A/B of gemv_multi)
     float *attn_ws; // (n_threads, attn_ws_floats): NM_OP_ATTENTION_FULL workspace
     int64_t attn_ws_floats, attn_max_seq, attn_max_hd;
     // NM_PROFILE=1: wall time per (op kind, weight type), printed to stderr by cpu_free;
@@ -153,7 +154,7 @@ static void round_f16(const nm_cpu *c, float *x, int64_t n) {
 // and up) run as one job: the activations are quantized once and the pool
 // synchronises once. Chunks [off[i], off[i+1]) belong to ops[i].
 #define NM_MM_GROUP 4
-#define NM_SMALL_BATCH 8 // most rows of a matmul decoded as a small batch (small_batch)
+#define NM_SMALL_BATCH NM_GEMV_MULTI_MAX // most rows of a matmul decoded as a small batch (small_batch)
 
 typedef struct mm_task {
     const nm_cpu *c;
@@ -253,6 +254,13 @@ static void mmq_worker(void *arg, int64_t chunk, int ith) {
         gemv(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, O - r1, gemv_prep_of(c, g, 0), K, yd + r0);
         if (bd)
             for (int64_t o = r0; o < r1; o++) yd[o] += bd[o];
+        return;
+    }
+    nm_gemv_multi_fn multi = c->k->gemv_multi[w->type];
+    if (gemv && multi && small_batch(c, op) && !c->no_multi) { // each row read and unpacked once for the batch
+        multi(wd + (size_t)r0 * row_bytes, row_bytes, r1 - r0, O - r1, gemv_prep_of(c, g, 0), c->gemv_prep_bytes,
+              (int)T, K, yd + r0, O);
+        add_bias(yd, bd, O, r0, r1, T);
         return;
     }
     if (gemv && small_batch(c, op)) { // blocks of ~16 KiB of rows, each read from DRAM by the first token
@@ -766,10 +774,18 @@ static void op_rms_norm(const nm_op *op, int64_t r0, int64_t r1) {
 static void op_rope(const nm_op *op, int64_t t0, int64_t t1) {
     const int n_head = op->i0, hd = op->i1, mode = op->i2, n_rot = op->i3;
     const float base = op->f0, fscale = op->f1;
+    const int64_t n_tok = op->src0->ne[1];
+    const int32_t *sec = op->rope_sections;
+    const int sect_dims = sec[0] + sec[1] + sec[2] + sec[3];
     float cs[512][2];
     for (int64_t t = t0; t < t1; t++) {
         float p = (float)IDS(op)[t] * fscale;
         for (int i = 0; i < n_rot / 2; i++) {
+            if (mode == NM_ROPE_MROPE) { // the pair's stream: t, h or w (or e, 0)
+                const int sector = i % sect_dims;
+                const int s = sector < sec[0] ? 0 : sector < sec[0] + sec[1] ? 1 : sector < sec[0] + sec[1] + sec[2] ? 2 : 3;
+                p = s < 3 ? (float)IDS(op)[s * n_tok + t] * fscale : 0.0f;
+            }
             float theta = p * powf(base, -2.0f * (float)i / (float)n_rot);
             cs[i][0] = cosf(theta);
             cs[i][1] = sinf(theta);
@@ -778,8 +794,8 @@ static void op_rope(const nm_op *op, int64_t t0, int64_t t1) {
             float *x = (float *)TD(op->src0) + (t * n_head + h) * hd;
             for (int i = 0; i < n_rot / 2; i++) {
                 // NORM rotates adjacent pairs; NEOX rotates element i with i + n_rot/2.
-                int a = mode == NM_ROPE_NEOX ? i : 2 * i;
-                int b = mode == NM_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+                int a = mode != NM_ROPE_NORM ? i : 2 * i;
+                int b = mode != NM_ROPE_NORM ? i + n_rot / 2 : 2 * i + 1;
                 float x0 = x[a], x1 = x[b];
                 x[a] = x0 * cs[i][0] - x1 * cs[i][1];
                 x[b] = x0 * cs[i][1] + x1 * cs[i][0];
@@ -1108,7 +1124,11 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_ATTENTION:
         if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0 || op->n_ctx <= 0 || !kv_rows_ok(op)) return false;
         return !(op->flags & NM_OPF_GGML_F16) || (op->n_ctx <= NM_ATTN_GGML_MAX && op->f1 <= 0.0f);
-    case NM_OP_ROPE: return op->i3 <= 1024 && op->i3 <= op->i1;
+    case NM_OP_ROPE:
+        return op->i3 <= 1024 && op->i3 <= op->i1 &&
+               (op->i2 != NM_ROPE_MROPE || (op->ids && op->ids->ne[0] >= 3 * op->src0->ne[1] &&
+                                            op->rope_sections[0] + op->rope_sections[1] + op->rope_sections[2] +
+                                                    op->rope_sections[3] > 0));
     case NM_OP_KV_STORE: return op->n_ctx > 0 && op->src0->ne[1] <= op->n_ctx && kv_rows_ok(op);
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
@@ -1428,6 +1448,7 @@ nm_status nm_backend_cpu_new(const nm_backend_params *p, nm_backend **out, char 
     nm_cpu *c = calloc(1, sizeof *c);
     if (c) c->prof = getenv("NM_PROFILE") && getenv("NM_PROFILE")[0] == '1';
     if (c) c->no_small_batch = getenv("NM_NO_SMALL_BATCH") && getenv("NM_NO_SMALL_BATCH")[0] == '1';
+    if (c) c->no_multi = getenv("NM_NO_GEMV_MULTI") && getenv("NM_NO_GEMV_MULTI")[0] == '1';
     if (!b || !c) goto fail;
     c->pool = nm_pool_create(p->n_threads);
     if (!c->pool) goto fail;

@@ -260,6 +260,13 @@ nm_status nm_decode_seqs(nm_ctx *c, const int32_t *tokens, const int32_t *pos, c
                          int32_t n_logits);
 // nm_decode_embd into sequence seq (0..n_seq-1).
 nm_status nm_decode_embd_seq(nm_ctx *c, const float *embd, int32_t n, int32_t pos, int32_t seq, bool all_logits);
+// An image's nx x ny embeddings (row-major: row i / nx, column i % nx) at positions pos.. of sequence seq,
+// in batches of n_batch. M-RoPE models (qwen2vl) give token i the rope positions (p0, p0 + row, p0 + column),
+// p0 the rope position of pos, and move what follows the image on by max(nx, ny) rope positions (its
+// cache rows stay nx ny); decoding at or before an image's positions again forgets it. Other models: as
+// nm_decode_embd_seq, one position a token.
+nm_status nm_decode_embd_grid(nm_ctx *c, const float *embd, int32_t nx, int32_t ny, int32_t pos, int32_t seq,
+                              bool all_logits);
 // Logits (n_vocab floats) of token i of the last batch; i = -1: the last token.
 // Borrowed until the next decode. NULL if i was not kept.
 const float *nm_get_logits(const nm_ctx *c, int32_t i);

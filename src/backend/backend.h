@@ -100,7 +100,11 @@ enum nm_op_kind {
     NM_OP_COUNT
 };
 
-enum nm_rope_mode { NM_ROPE_NORM = 0, NM_ROPE_NEOX = 2 };
+// NM_ROPE_MROPE (Qwen2-VL's multi-axis rope, ggml's mode 8): NeoX halves; ids hold three position streams
+// (t, h, w) of n_tok each, one after the other; pair k of n_rot / 2 turns by stream t, h or w as
+// k % (s0 + s1 + s2 + s3) falls in section 0, 1 or 2 of op.rope_sections, and not at all in section 3
+// (llama.cpp's fourth stream, 0 for text and images alike).
+enum nm_rope_mode { NM_ROPE_NORM = 0, NM_ROPE_NEOX = 2, NM_ROPE_MROPE = 8 };
 enum nm_act { NM_ACT_SILU = 0, NM_ACT_GELU_TANH = 1, NM_ACT_GELU_QUICK = 2 }; // GELU_QUICK: x * sigmoid(1.702 x), ACT only
 
 // The KV cache of one layer: K and V, each [n_kv_head * head_dim, n_ctx],
@@ -122,6 +126,7 @@ typedef struct nm_op {
     int32_t i0, i1, i2, i3; // ROPE: n_head, head_dim, mode, n_rot
                             // ATTENTION: n_head, n_kv_head, head_dim, sliding window (0 = none)
                             // GLU: act
+    int32_t rope_sections[4]; // ROPE, mode NM_ROPE_MROPE: the pairs of the t, h, w and e streams
     const nm_kv_layer *kv; // ATTENTION, KV_STORE (rows at the positions in ids)
     int32_t n_ctx;         // ATTENTION, KV_STORE: cache capacity of a sequence. Without kv_rows the cache
                            // may hold several sequences of n_ctx rows each (rows = n_seq x n_ctx): an id

@@ -1,6 +1,7 @@
 // Every supported architecture on small random-weight models (written with our
 // GGUF writer, tokenizer copied from SmolLM2): KV cache consistency, the
 // embeddings entry point, and clear errors for bad models and bad calls.
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -166,6 +167,192 @@ static void expect_load_error(const char *path, nm_status want, const char *msg,
 
 // A model file with an unknown arch, inconsistent dimensions, a tensor
 // missing or cut short is refused with a message naming the problem.
+// ---- qwen2vl: M-RoPE against a scalar reference -------------------------------------------------
+
+// f32 tensor `name` of the model file (the generator's f32 weights), or NULL.
+static const float *ref_w(const nm_gguf *g, const char *fmt, int il) {
+    char n[96];
+    snprintf(n, sizeof n, fmt, il);
+    const nm_gguf_tensor *t = nm_gguf_find_tensor(g, n);
+    return t && t->type == NM_TYPE_F32 ? (const float *)t->data : NULL;
+}
+
+// y[o] = sum_k W[o][k] x[k] + b[o]
+static void ref_mv(const float *W, const float *b, const float *x, int K, int O, float *y) {
+    for (int o = 0; o < O; o++) {
+        double s = b ? b[o] : 0.0;
+        for (int k = 0; k < K; k++) s += (double)W[(size_t)o * K + k] * x[k];
+        y[o] = (float)s;
+    }
+}
+
+static void ref_rms(const float *x, const float *w, int d, float eps, float *y) {
+    double ss = 0;
+    for (int i = 0; i < d; i++) ss += (double)x[i] * x[i];
+    const float sc = 1.0f / sqrtf((float)(ss / d) + eps);
+    for (int i = 0; i < d; i++) y[i] = x[i] * sc * w[i];
+}
+
+// Rotates one head (NeoX halves) by M-RoPE: pair k turns by stream sec(k) of pos3 at base^(-2k/hd).
+static void ref_mrope(float *x, int hd, const int32_t pos3[3], const int32_t sec[4], double base) {
+    const int sd = sec[0] + sec[1] + sec[2] + sec[3];
+    for (int k = 0; k < hd / 2; k++) {
+        const int r = k % sd, st = r < sec[0] ? 0 : r < sec[0] + sec[1] ? 1 : r < sec[0] + sec[1] + sec[2] ? 2 : 3;
+        const double th = (st < 3 ? pos3[st] : 0) * pow(base, -2.0 * k / hd);
+        const double c = cos(th), sn = sin(th), x0 = x[k], x1 = x[k + hd / 2];
+        x[k] = (float)(x0 * c - x1 * sn);
+        x[k + hd / 2] = (float)(x0 * sn + x1 * c);
+    }
+}
+
+// The test model's rope base: Qwen2-VL's 1e6 turns the w section's pairs (the slowest) by 1e-4 rad a
+// position at a head of 32, too little to see a stream mixed up in 13 positions; at 100 they turn by 0.01-0.06.
+#define ROPE_BASE 100.0
+
+// The last row's logits of a qwen2vl model (L layers, d, H heads of hd, KV heads, ff) over n input rows
+// (embeddings in X) with rope positions pos3, causal by row.
+static void ref_qwen2vl(const nm_gguf *g, int L, int d, int H, int KV, int hd, int ff, int vocab, const int32_t sec[4],
+                        const float *X, const int32_t (*pos3)[3], int n, float *logits) {
+    float *x = malloc(sizeof(float) * (size_t)n * d), *h = malloc(sizeof(float) * d);
+    float *q = malloc(sizeof(float) * (size_t)n * H * hd), *k = malloc(sizeof(float) * (size_t)n * KV * hd);
+    float *v = malloc(sizeof(float) * (size_t)n * KV * hd), *a = malloc(sizeof(float) * H * hd);
+    float *o = malloc(sizeof(float) * d), *gt = malloc(sizeof(float) * ff), *up = malloc(sizeof(float) * ff);
+    double *sc = malloc(sizeof(double) * n);
+    memcpy(x, X, sizeof(float) * (size_t)n * d);
+    for (int il = 0; il < L; il++) {
+        for (int t = 0; t < n; t++) {
+            ref_rms(x + (size_t)t * d, ref_w(g, "blk.%d.attn_norm.weight", il), d, 1e-6f, h);
+            ref_mv(ref_w(g, "blk.%d.attn_q.weight", il), ref_w(g, "blk.%d.attn_q.bias", il), h, d, H * hd, q + (size_t)t * H * hd);
+            ref_mv(ref_w(g, "blk.%d.attn_k.weight", il), ref_w(g, "blk.%d.attn_k.bias", il), h, d, KV * hd, k + (size_t)t * KV * hd);
+            ref_mv(ref_w(g, "blk.%d.attn_v.weight", il), ref_w(g, "blk.%d.attn_v.bias", il), h, d, KV * hd, v + (size_t)t * KV * hd);
+            for (int hh = 0; hh < H; hh++) ref_mrope(q + ((size_t)t * H + hh) * hd, hd, pos3[t], sec, ROPE_BASE);
+            for (int hh = 0; hh < KV; hh++) ref_mrope(k + ((size_t)t * KV + hh) * hd, hd, pos3[t], sec, ROPE_BASE);
+        }
+        for (int t = 0; t < n; t++) {
+            for (int hh = 0; hh < H; hh++) {
+                const int kh = hh / (H / KV);
+                double mx = -1e300, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    double s = 0;
+                    for (int i = 0; i < hd; i++) s += (double)q[((size_t)t * H + hh) * hd + i] * k[((size_t)u * KV + kh) * hd + i];
+                    sc[u] = s / sqrt((double)hd);
+                    if (sc[u] > mx) mx = sc[u];
+                }
+                for (int u = 0; u <= t; u++) sum += (sc[u] = exp(sc[u] - mx));
+                for (int i = 0; i < hd; i++) {
+                    double s = 0;
+                    for (int u = 0; u <= t; u++) s += sc[u] / sum * v[((size_t)u * KV + kh) * hd + i];
+                    a[hh * hd + i] = (float)s;
+                }
+            }
+            ref_mv(ref_w(g, "blk.%d.attn_output.weight", il), NULL, a, H * hd, d, o);
+            float *xt = x + (size_t)t * d;
+            for (int i = 0; i < d; i++) xt[i] += o[i];
+        }
+        for (int t = 0; t < n; t++) {
+            float *xt = x + (size_t)t * d;
+            ref_rms(xt, ref_w(g, "blk.%d.ffn_norm.weight", il), d, 1e-6f, h);
+            ref_mv(ref_w(g, "blk.%d.ffn_gate.weight", il), NULL, h, d, ff, gt);
+            ref_mv(ref_w(g, "blk.%d.ffn_up.weight", il), NULL, h, d, ff, up);
+            for (int i = 0; i < ff; i++) gt[i] = gt[i] / (1.0f + expf(-gt[i])) * up[i];
+            ref_mv(ref_w(g, "blk.%d.ffn_down.weight", il), NULL, gt, ff, d, o);
+            for (int i = 0; i < d; i++) xt[i] += o[i];
+        }
+    }
+    ref_rms(x + (size_t)(n - 1) * d, ref_w(g, "output_norm.weight", 0), d, 1e-6f, h);
+    ref_mv(ref_w(g, "output.weight", 0), NULL, h, d, vocab, logits);
+    free(x), free(h), free(q), free(k), free(v), free(a), free(o), free(gt), free(up), free(sc);
+}
+
+// A qwen2vl model decodes text, a 4 x 2 image (M-RoPE: (p0, p0 + row, p0 + column)) and text after it
+// (rope positions on by max(4, 2) = 4 from p0, though the image takes 8 cache rows), in batches of 4 so
+// that the image spans three; the logits equal a scalar reference with those positions (f16 cache: 5e-4
+// of the logits' range). Decoding text again over the image's
+// positions forgets its shift.
+NM_TEST(qwen2vl_mrope_matches_reference) {
+    char tok[1024];
+    NM_NEED_MODEL(NM_SMOLLM2, tok);
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/nm-test-qwen2vl-%d.gguf", (int)getpid());
+    enum { L = 2, D = 128, H = 4, KV = 2, HD = 32, FF = 256 };
+    gen_opts o = nm_genmodel_defaults();
+    o.arch = "qwen2vl", o.tok_from = tok, o.out = path, o.type = NM_TYPE_F32;
+    o.layers = L, o.embd = D, o.heads = H, o.kv_heads = KV, o.ff = FF, o.seed = 11, o.rope_base = (float)ROPE_BASE;
+    NM_CHECK(nm_genmodel_write(&o) == 0);
+    nm_model *m = NULL;
+    char err[256];
+    NM_CHECK(nm_model_load(path, NULL, &m, err, sizeof err) == NM_OK);
+    nm_gguf *g = NULL;
+    NM_CHECK(nm_gguf_open(path, &g, err, sizeof err) == NM_OK);
+    if (!m || !g) {
+        fprintf(stderr, "  %s\n", err);
+        nm_model_free(m);
+        unlink(path);
+        return;
+    }
+    NM_CHECK(!strcmp(nm_model_arch(m), "qwen2vl"));
+    const int vocab = nm_model_n_vocab(m);
+    const int32_t sec[4] = {4, 6, 6, 0}; // the generator's, for a head of 32
+    const int32_t text0[3] = {17, 4242, 999}, text1[2] = {12345, 77};
+    float X[13 * D];
+    int32_t pos3[13][3];
+    const float *emb = ref_w(g, "token_embd.weight", 0);
+    uint64_t rng = 5;
+    for (int t = 0; t < 13; t++) {
+        const bool img = t >= 3 && t < 11;
+        const int32_t id = t < 3 ? text0[t] : t >= 11 ? text1[t - 11] : 0;
+        for (int i = 0; i < D; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            X[t * D + i] = img ? (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0) * 1.7f : emb[(size_t)id * D + i];
+        }
+        const int32_t p = t < 3 ? t : t >= 11 ? 3 + 4 + (t - 11) : 3; // after the image: p0 + max(nx, ny)
+        pos3[t][0] = p;
+        pos3[t][1] = img ? 3 + (t - 3) / 4 : p;
+        pos3[t][2] = img ? 3 + (t - 3) % 4 : p;
+    }
+    float *want = malloc(sizeof(float) * (size_t)vocab);
+    ref_qwen2vl(g, L, D, H, KV, HD, FF, vocab, sec, X, (const int32_t(*)[3])pos3, 13, want);
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = 32, cp.n_batch = 4;
+    nm_ctx *c = NULL;
+    NM_CHECK(nm_ctx_create(m, &cp, &c, NULL, 0) == NM_OK);
+    if (c) {
+        NM_CHECK(nm_decode(c, text0, 3, 0, false) == NM_OK);
+        NM_CHECK(nm_decode_embd_grid(c, X + 3 * D, 4, 2, 3, 0, false) == NM_OK);
+        NM_CHECK(nm_decode(c, text1, 2, 11, false) == NM_OK);
+        const float *got = nm_get_logits(c, -1);
+        double maxd = 0, lo = 1e30, hi = -1e30;
+        int tw = 0, tg = 0;
+        for (int v = 0; got && v < vocab; v++) {
+            maxd = fmax(maxd, fabs((double)got[v] - want[v]));
+            lo = fmin(lo, want[v]), hi = fmax(hi, want[v]);
+            if (want[v] > want[tw]) tw = v;
+            if (got[v] > got[tg]) tg = v;
+        }
+        fprintf(stderr, "  qwen2vl: max |logit - reference| %.2e of a range %.2f; top-1 %d / %d\n", maxd, hi - lo, tg, tw);
+        NM_CHECK(got && tw == tg && maxd <= 5e-4 * (hi - lo));
+        // text over the image's positions again: as a context that never saw it
+        nm_ctx *fresh = NULL;
+        NM_CHECK(nm_ctx_create(m, &cp, &fresh, NULL, 0) == NM_OK);
+        const int32_t again[8] = {5, 6, 7, 8, 9, 10, 11, 12}; // over the image's rows 3..10, then past them
+        NM_CHECK(nm_decode(c, again, 4, 3, false) == NM_OK && nm_decode(c, again + 4, 4, 7, false) == NM_OK &&
+                 nm_decode(c, text1, 2, 11, false) == NM_OK);
+        NM_CHECK(fresh && nm_decode(fresh, text0, 3, 0, false) == NM_OK && nm_decode(fresh, again, 4, 3, false) == NM_OK &&
+                 nm_decode(fresh, again + 4, 4, 7, false) == NM_OK && nm_decode(fresh, text1, 2, 11, false) == NM_OK);
+        const float *la = nm_get_logits(c, -1), *lb = fresh ? nm_get_logits(fresh, -1) : NULL;
+        NM_CHECK(la && lb && !memcmp(la, lb, sizeof(float) * (size_t)vocab));
+        nm_ctx_free(fresh);
+        // bad calls: an empty grid, a grid past the context
+        NM_CHECK(nm_decode_embd_grid(c, X, 0, 2, 0, 0, false) == NM_ERR_INVALID_ARG);
+        NM_CHECK(nm_decode_embd_grid(c, X, 4, 2, 30, 0, false) == NM_ERR_RANGE);
+        nm_ctx_free(c);
+    }
+    free(want);
+    nm_gguf_close(g);
+    nm_model_free(m);
+    unlink(path);
+}
+
 NM_TEST(bad_models_are_clear_errors) {
     char tok[1024];
     NM_NEED_MODEL(NM_SMOLLM2, tok);

@@ -350,6 +350,31 @@ NM_TEST(smollm2_layer_split_equals_cpu) {
     nm_model_free(m);
 }
 
+// qwen2vl's M-RoPE has no OpenCL kernel: a context on the device is refused at creation, naming it
+// (not a failure at the first decode).
+NM_TEST(mrope_refused_on_the_device_by_name) {
+    char tok[1024], path[256];
+    NM_NEED_MODEL(NM_SMOLLM2, tok);
+    snprintf(path, sizeof path, "/tmp/nm-opencl-qwen2vl-%d.gguf", (int)getpid());
+    gen_opts o = nm_genmodel_defaults();
+    o.arch = "qwen2vl", o.tok_from = tok, o.out = path, o.type = NM_TYPE_F32;
+    o.layers = 1, o.embd = 128, o.heads = 4, o.kv_heads = 2, o.ff = 256;
+    NM_CHECK(nm_genmodel_write(&o) == 0);
+    nm_model *m = load(path);
+    unlink(path);
+    if (!m) return;
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = 16;
+    cp.device = device();
+    nm_ctx *c = NULL;
+    char err[512] = "";
+    const nm_status st = nm_ctx_create(m, &cp, &c, err, sizeof err);
+    nm_ctx_free(c);
+    nm_model_free(m);
+    if (st == NM_ERR_UNSUPPORTED && strstr(err, "no OpenCL")) NM_SKIP(err);
+    NM_CHECK(st == NM_ERR_UNSUPPORTED && strstr(err, "M-RoPE") && strstr(err, "qwen2vl"));
+}
+
 // The three architectures on small random-weight f32 models (qwen2's biases,
 // gemma3's sliding window of 8 over a 30-token prompt, its per-head norms and
 // embedding scale): f32 weights take f32 activations on both units, so the

@@ -61,6 +61,17 @@ NM_TEST(rope_freq_base_not_positive) {
     refused(&o, "llama.rope.freq_base -10000 must be a positive number", nmtest_failed);
 }
 
+// qwen2vl's M-RoPE sections: absent, or more pairs than a head has (a head of 16 rotates 8: 2 + 3 + 3 + 1)
+NM_TEST(mrope_sections_missing_or_past_the_head) {
+    NEED_TOK(tok);
+    gen_opts o = base(tok, out);
+    o.arch = "qwen2vl";
+    o.bad_mrope = 1;
+    refused(&o, "missing metadata key 'qwen2vl.rope.dimension_sections' (M-RoPE's sections)", nmtest_failed);
+    o.bad_mrope = 2;
+    refused(&o, "qwen2vl.rope.dimension_sections' sums to 9 pairs; a head rotates 8", nmtest_failed);
+}
+
 NM_TEST(norm_epsilon_not_positive) {
     NEED_TOK(tok);
     gen_opts o = base(tok, out);

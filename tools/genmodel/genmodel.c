@@ -139,9 +139,10 @@ int nm_genmodel_write(gen_opts *o) {
                         "embd divisible by heads unless --head-dim is given)\n");
         return 2;
     }
-    const bool gemma = !strcmp(o->arch, "gemma3"), qwen = !strcmp(o->arch, "qwen2");
+    const bool gemma = !strcmp(o->arch, "gemma3"), qwen2vl = !strcmp(o->arch, "qwen2vl");
+    const bool qwen = !strcmp(o->arch, "qwen2") || qwen2vl;
     if (!gemma && !qwen && strcmp(o->arch, "llama")) {
-        fprintf(stderr, "nm-genmodel: unknown arch '%s' (llama, qwen2, gemma3)\n", o->arch);
+        fprintf(stderr, "nm-genmodel: unknown arch '%s' (llama, qwen2, qwen2vl, gemma3)\n", o->arch);
         return 2;
     }
     gen_state gs = {.cap = 4 + 20 * o->layers, .bad_3d = o->bad_3d};
@@ -174,8 +175,14 @@ int nm_genmodel_write(gen_opts *o) {
         bad |= nm_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)o->head_dim) != NM_OK;
     }
     bad |= nm_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), o->bad_norm_eps ? o->bad_norm_eps : 1e-6f) != NM_OK;
-    bad |= nm_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->bad_rope_base ? o->bad_rope_base : qwen ? 1000000.0f : 10000.0f) != NM_OK;
+    bad |= nm_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->bad_rope_base ? o->bad_rope_base : o->rope_base > 0.0f ? o->rope_base : qwen ? 1000000.0f : 10000.0f) != NM_OK;
     if (gemma) bad |= nm_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)o->swa) != NM_OK;
+    if (qwen2vl) { // M-RoPE's sections in Qwen2-VL's proportions (16, 24, 24 of 64 pairs), the 4th empty
+        const int32_t h = o->head_dim / 2, s0 = h / 4, s1 = (h - s0) / 2;
+        const int32_t sec[4] = {s0, s1, h - s0 - s1, o->bad_mrope == 2 ? 1 : 0};
+        if (o->bad_mrope != 1)
+            bad |= nm_gguf_writer_add_arr(w, KEY("rope.dimension_sections"), NM_GGUF_INT32, sec, 4) != NM_OK;
+    }
     if (o->final_softcap > 0.0f)
         bad |= nm_gguf_writer_add_f32(w, KEY("final_logit_softcapping"), o->final_softcap) != NM_OK;
 

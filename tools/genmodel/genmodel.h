@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 typedef struct gen_opts {
-    const char *arch;     // "llama", "qwen2", "gemma3"
+    const char *arch;     // "llama", "qwen2", "qwen2vl", "gemma3"
     const char *tok_from; // GGUF file whose tokenizer.* metadata is copied
     const char *out;      // output path
     uint32_t type;        // weight type of the matmuls and embeddings (enum nm_type)
@@ -13,7 +13,9 @@ typedef struct gen_opts {
     float final_softcap;  // > 0: ARCH.final_logit_softcapping (llama.cpp applies it for gemma3)
     uint64_t seed;
     // Files no model can have, for the loader's tests (0: the normal values).
+    float rope_base;      // ARCH.rope.freq_base (0: 1e6 for qwen2 / qwen2vl, else 1e4)
     float bad_rope_base;  // written as ARCH.rope.freq_base
+    int bad_mrope;        // qwen2vl: 1 no rope.dimension_sections, 2 sections past the head's pairs
     float bad_norm_eps;   // written as ARCH.attention.layer_norm_rms_epsilon
     int bad_block_count;  // written as ARCH.block_count (the tensors stay those of `layers`)
     int64_t bad_bos_id;   // written as tokenizer.ggml.bos_token_id

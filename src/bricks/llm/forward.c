@@ -33,6 +33,7 @@ typedef struct graph {
 } graph;
 
 #define NM_CTX_GRAPHS 4
+#define NM_MROPE_IMAGES 64 // images a sequence may hold (M-RoPE's shifts, nm_ctx)
 
 struct nm_ctx {
     nm_model *m;
@@ -61,8 +62,14 @@ struct nm_ctx {
     nm_tensor pos;     // i32 (n_batch)
     nm_tensor kvpos;   // i32 (n_batch): the rows' cache ids, s n_ctx + position (n_seq > 1; else pos)
     nm_tensor tok;     // i32 (n_batch)
+    nm_tensor rpos;    // i32 (3 n_batch): M-RoPE's position streams t, h, w of the batch, one after the other
     float *logits_host;  // where the host reads logits when it cannot address the arena
-    int32_t *pos_host;   // (2 n_batch) staging of the positions, then of the cache ids
+    int32_t *pos_host;   // (5 n_batch) staging of the positions, the cache ids, then M-RoPE's three streams
+    // M-RoPE (qwen2vl): an image of nx x ny tokens takes nx ny cache rows but moves the rope position on by
+    // max(nx, ny) only, so a sequence's rope position is its cache position plus the shifts of the images
+    // before it: per sequence, the images' ends (cache position after the last token) and shifts
+    int32_t (*shift)[NM_MROPE_IMAGES][2];
+    int32_t *n_shift; // (n_seq)
     graph graphs[NM_CTX_GRAPHS];
     uint64_t tick;
     int32_t n_out;     // logits rows kept by the last decode
@@ -75,6 +82,28 @@ nm_ctx_params nm_ctx_default_params(void) {
     nm_ctx_params p = {.n_ctx = 0, .n_batch = 0, .n_threads = 0, .pin_threads = false, .device = NULL,
                        .n_gpu_layers = -1, .n_seq = 1};
     return p;
+}
+
+// The rope position of cache position p of sequence seq (M-RoPE: p plus the shifts of the images that
+// end at or before p).
+static int32_t rope_pos(const nm_ctx *c, int32_t seq, int32_t p) {
+    int32_t r = p;
+    for (int32_t i = 0; c->n_shift && i < c->n_shift[seq]; i++)
+        if (c->shift[seq][i][0] <= p) r += c->shift[seq][i][1];
+    return r;
+}
+
+// Positions from p on of sequence seq are being written: the images there are gone (their shifts with them).
+static void forget_from(nm_ctx *c, int32_t seq, int32_t p) {
+    if (!c->n_shift) return;
+    int32_t k = 0;
+    for (int32_t i = 0; i < c->n_shift[seq]; i++)
+        if (c->shift[seq][i][0] <= p) {
+            c->shift[seq][k][0] = c->shift[seq][i][0];
+            c->shift[seq][k][1] = c->shift[seq][i][1];
+            k++;
+        }
+    c->n_shift[seq] = k;
 }
 
 static nm_tensor arena_view(nm_buffer *buf, size_t *at, uint32_t type, int64_t w, int64_t rows) {
@@ -115,6 +144,18 @@ static nm_status weights_supported(const nm_model *m, nm_backend *b, const nm_ba
         const nm_type_traits *tr = nm_type_traits_get(m->tok_embd.type);
         snprintf(err, err_size, "%s cannot look up %s embeddings", b->iface->name, tr ? tr->name : "?");
         return NM_ERR_UNSUPPORTED;
+    }
+    if (hp->rope_mode == NM_ROPE_MROPE) { // (the rope's kind, known before anything is placed)
+        nm_tensor q = {.type = NM_TYPE_F32, .ne = {(int64_t)hp->n_head * hp->head_dim, 1, 1, 1}};
+        nm_tensor pos3 = {.type = NM_TYPE_I32, .ne = {3, 1, 1, 1}};
+        nm_op rope = {.kind = NM_OP_ROPE, .src0 = &q, .dst = &q, .ids = &pos3, .f0 = hp->rope_base, .f1 = 1.0f,
+                      .i0 = hp->n_head, .i1 = hp->head_dim, .i2 = NM_ROPE_MROPE, .i3 = hp->n_rot};
+        memcpy(rope.rope_sections, hp->rope_sections, sizeof rope.rope_sections);
+        if (!b->iface->supports_op(b, &rope)) {
+            snprintf(err, err_size, "%s has no M-RoPE (%s's multi-axis rope): run it on the CPU", b->iface->name,
+                     m->arch_name);
+            return NM_ERR_UNSUPPORTED;
+        }
     }
     return NM_OK;
 }
@@ -212,15 +253,19 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     const size_t B = (size_t)p.n_batch, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t qw = (size_t)hp->n_head * hp->head_dim;
     const int64_t widths[] = {hp->n_embd, hp->n_embd, hp->n_embd, (int64_t)qw, (int64_t)qw, (int64_t)kvw,
-                              (int64_t)kvw, hp->n_ff, hp->n_ff, hp->n_vocab, 1, 1, 1};
+                              (int64_t)kvw, hp->n_ff, hp->n_ff, hp->n_vocab, 1, 1, 1, 3};
     size_t size = 0;
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) size += ((size_t)widths[i] * B * 4 + 63) / 64 * 64;
     c->arena = c->mem->iface->buffer_alloc(c->mem, size);
     const size_t kv_rows = (size_t)p.n_ctx * (size_t)p.n_seq, kv_layer = 2 * kv_rows * kvw * sizeof(uint16_t);
     c->kvbuf = c->arena ? c->mem->iface->buffer_alloc(c->mem, (size_t)hp->n_layer * kv_layer) : NULL;
     c->kv = calloc((size_t)hp->n_layer + 1, sizeof *c->kv);
-    c->pos_host = calloc(2 * B, sizeof(int32_t));
-    if (!c->arena || !c->kvbuf || !c->kv || !c->pos_host) {
+    c->pos_host = calloc(5 * B, sizeof(int32_t));
+    if (hp->rope_mode == NM_ROPE_MROPE) {
+        c->shift = calloc((size_t)p.n_seq, sizeof *c->shift);
+        c->n_shift = calloc((size_t)p.n_seq, sizeof *c->n_shift);
+    }
+    if (!c->arena || !c->kvbuf || !c->kv || !c->pos_host || (hp->rope_mode == NM_ROPE_MROPE && (!c->shift || !c->n_shift))) {
         if (err) snprintf(err, err_size, "out of memory for a context of %d positions%s%s", p.n_ctx,
                           c->arena && c->kvbuf ? "" : ": ", c->arena && c->kvbuf ? "" : c->mem->iface->last_error(c->mem));
         nm_ctx_free(c);
@@ -233,6 +278,9 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     c->pos = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
     c->kvpos = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
     c->tok = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
+    c->rpos = arena_view(c->arena, &at, NM_TYPE_I32, 3, (int64_t)B);
+    c->rpos.ne[0] = 3 * (int64_t)B;
+    c->rpos.ne[1] = 1;
     c->pos.ne[0] = c->kvpos.ne[0] = c->tok.ne[0] = (int64_t)B; // one row of n_batch ids
     c->pos.ne[1] = c->kvpos.ne[1] = c->tok.ne[1] = 1;
     for (int il = 0; il < hp->n_layer; il++) {
@@ -307,6 +355,8 @@ void nm_ctx_free(nm_ctx *c) {
     free(c->kv);
     free(c->logits_host);
     free(c->pos_host);
+    free(c->shift);
+    free(c->n_shift);
     free(c);
 }
 
@@ -396,10 +446,18 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
     }
     const float base = ly->swa ? hp->rope_base_swa : hp->rope_base;
     const float fscale = ly->swa ? 1.0f : hp->rope_freq_scale;
-    emit(g, (nm_op){.kind = NM_OP_ROPE, .src0 = q, .dst = q, .ids = pos, .f0 = base, .f1 = fscale, .i0 = hp->n_head,
-                    .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot});
-    emit(g, (nm_op){.kind = NM_OP_ROPE, .src0 = k, .dst = k, .ids = pos, .f0 = base, .f1 = fscale,
-                    .i0 = hp->n_head_kv, .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot});
+    nm_tensor *rp = pos; // the rope's positions: M-RoPE's three streams
+    if (hp->rope_mode == NM_ROPE_MROPE) {
+        rp = rows(g, &c->rpos, 3 * (int64_t)T, 0, 1);
+        rp->type = NM_TYPE_I32;
+    }
+    nm_op rope = {.kind = NM_OP_ROPE, .src0 = q, .dst = q, .ids = rp, .f0 = base, .f1 = fscale, .i0 = hp->n_head,
+                  .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot};
+    memcpy(rope.rope_sections, hp->rope_sections, sizeof rope.rope_sections);
+    emit(g, rope);
+    rope.src0 = rope.dst = k;
+    rope.i0 = hp->n_head_kv;
+    emit(g, rope);
     emit(g, (nm_op){.kind = NM_OP_KV_STORE, .src0 = k, .src1 = v, .ids = kvpos, .kv = &c->kv[il], .n_ctx = c->n_ctx});
     emit(g, (nm_op){.kind = NM_OP_ATTENTION, .src0 = q, .dst = attn, .ids = kvpos, .kv = &c->kv[il],
                     .f0 = hp->attn_scale, .f1 = hp->attn_softcap, .i0 = hp->n_head, .i1 = hp->n_head_kv,
@@ -549,7 +607,9 @@ static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, in
     if ((st = be->tensor_set(c->mem, &c->pos, 0, c->pos_host, sizeof(int32_t) * (size_t)T)) != NM_OK ||
         (c->n_seq > 1 &&
          (st = be->tensor_set(c->mem, &c->kvpos, 0, c->pos_host + c->n_batch, sizeof(int32_t) * (size_t)T)) != NM_OK) ||
-        (tokens && (st = be->tensor_set(c->mem, &c->tok, 0, tokens, sizeof(int32_t) * (size_t)T)) != NM_OK))
+        (tokens && (st = be->tensor_set(c->mem, &c->tok, 0, tokens, sizeof(int32_t) * (size_t)T)) != NM_OK) ||
+        (c->n_shift &&
+         (st = be->tensor_set(c->mem, &c->rpos, 0, c->pos_host + 2 * c->n_batch, sizeof(int32_t) * 3 * (size_t)T)) != NM_OK))
         return ctx_fail(c, st, "writing the inputs: %s", be->last_error(c->mem));
     if (embd) {
         if (c->n_be == 2 || c->caps.host_memory) { // read where the caller put them (another brick's slot)
@@ -581,6 +641,11 @@ static nm_status check_batch(nm_ctx *c, int32_t n, int32_t pos, int32_t seq) {
         c->pos_host[i] = pos + i;
         c->pos_host[c->n_batch + i] = seq * c->n_ctx + pos + i;
     }
+    if (c->n_shift) { // text: the three streams at the rope position
+        forget_from(c, seq, pos);
+        int32_t *rs = c->pos_host + 2 * c->n_batch;
+        for (int32_t i = 0; i < n; i++) rs[i] = rs[n + i] = rs[2 * n + i] = rope_pos(c, seq, pos + i);
+    }
     return NM_OK;
 }
 
@@ -610,6 +675,47 @@ nm_status nm_decode_embd_seq(nm_ctx *c, const float *embd, int32_t n, int32_t po
     return forward(c, NULL, embd, n, all_logits ? n : 1);
 }
 
+nm_status nm_decode_embd_grid(nm_ctx *c, const float *embd, int32_t nx, int32_t ny, int32_t pos, int32_t seq,
+                              bool all_logits) {
+    if (!c || !embd || nx <= 0 || ny <= 0 || (int64_t)nx * ny > INT32_MAX) return NM_ERR_INVALID_ARG;
+    const int32_t n = nx * ny;
+    if (!c->n_shift) { // one position a token, in batches of n_batch (the last's logits kept)
+        for (int32_t i0 = 0; i0 < n; i0 += c->n_batch) {
+            const int32_t m = n - i0 < c->n_batch ? n - i0 : c->n_batch;
+            nm_status st = nm_decode_embd_seq(c, embd + (size_t)i0 * c->m->hp.n_embd, m, pos + i0, seq, all_logits);
+            if (st != NM_OK) return st;
+        }
+        return NM_OK;
+    }
+    if (seq < 0 || seq >= c->n_seq)
+        return ctx_fail(c, NM_ERR_RANGE, "sequence %d: the context holds %d (0..%d)", seq, c->n_seq, c->n_seq - 1);
+    if (pos < 0 || pos > c->n_ctx - n)
+        return ctx_fail(c, NM_ERR_RANGE, "positions %d..%d do not fit in a context of %d", pos, pos + n - 1, c->n_ctx);
+    forget_from(c, seq, pos);
+    if (c->n_shift[seq] == NM_MROPE_IMAGES)
+        return ctx_fail(c, NM_ERR_RANGE, "sequence %d already holds %d images (the most M-RoPE tracks)", seq,
+                        NM_MROPE_IMAGES);
+    // token i at row i / nx, column i % nx: (p0, p0 + row, p0 + column) from the image's rope position p0
+    const int32_t p0 = rope_pos(c, seq, pos);
+    for (int32_t i0 = 0; i0 < n; i0 += c->n_batch) {
+        const int32_t m = n - i0 < c->n_batch ? n - i0 : c->n_batch;
+        nm_status st = check_batch(c, m, pos + i0, seq);
+        if (st != NM_OK) return st;
+        int32_t *rs = c->pos_host + 2 * c->n_batch;
+        for (int32_t j = 0; j < m; j++) {
+            const int32_t i = i0 + j;
+            rs[j] = p0;
+            rs[m + j] = p0 + i / nx;
+            rs[2 * m + j] = p0 + i % nx;
+        }
+        if ((st = forward(c, NULL, embd + (size_t)i0 * c->m->hp.n_embd, m, all_logits ? m : 1)) != NM_OK) return st;
+    }
+    c->shift[seq][c->n_shift[seq]][0] = pos + n; // what follows the image is max(nx, ny) on from p0
+    c->shift[seq][c->n_shift[seq]][1] = (nx > ny ? nx : ny) - n;
+    c->n_shift[seq]++;
+    return NM_OK;
+}
+
 nm_status nm_decode_seqs(nm_ctx *c, const int32_t *tokens, const int32_t *pos, const int32_t *seq, int32_t n,
                          int32_t n_logits) {
     if (!c || !tokens || !pos || !seq) return NM_ERR_INVALID_ARG;
@@ -630,6 +736,11 @@ nm_status nm_decode_seqs(nm_ctx *c, const int32_t *tokens, const int32_t *pos, c
                                 pos[i], seq[i]);
         c->pos_host[i] = pos[i];
         c->pos_host[c->n_batch + i] = seq[i] * c->n_ctx + pos[i];
+    }
+    if (c->n_shift) {
+        for (int32_t i = 0; i < n; i++) forget_from(c, seq[i], pos[i]); // (a sequence's rows come in order)
+        int32_t *rs = c->pos_host + 2 * c->n_batch;
+        for (int32_t i = 0; i < n; i++) rs[i] = rs[n + i] = rs[2 * n + i] = rope_pos(c, seq[i], pos[i]);
     }
     nm_status st = check_tokens(c, tokens, n);
     return st != NM_OK ? st : forward(c, tokens, NULL, n, n_logits);

@@ -13,14 +13,15 @@
 #include "bricks/tokenizer/tokenizer.h"
 #include "bricks/tokenizer/chat.h"
 
-enum nm_arch { NM_ARCH_LLAMA, NM_ARCH_QWEN2, NM_ARCH_GEMMA3 };
+enum nm_arch { NM_ARCH_LLAMA, NM_ARCH_QWEN2, NM_ARCH_GEMMA3, NM_ARCH_QWEN2VL };
 
 typedef struct nm_hparams {
     enum nm_arch arch;
     int32_t n_vocab, n_embd, n_layer, n_ff, n_ctx_train;
     int32_t n_head, n_head_kv, head_dim; // head_dim = key_length = value_length
     int32_t n_rot;                       // rotated dims per head
-    int32_t rope_mode;                   // NM_ROPE_NORM or NM_ROPE_NEOX
+    int32_t rope_mode;                   // NM_ROPE_NORM, NM_ROPE_NEOX or NM_ROPE_MROPE (qwen2vl)
+    int32_t rope_sections[4];            // NM_ROPE_MROPE: rotated pairs of the t, h, w (and e) position streams
     float rope_base, rope_base_swa, rope_freq_scale;
     float norm_eps;
     float attn_scale;                    // applied to q.k

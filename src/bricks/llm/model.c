@@ -91,7 +91,7 @@ static nm_status bind_layer(loader *L, const nm_hparams *hp, int il, nm_layer *l
     char n[96];
     nm_status st;
     const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
-    const bool gemma = hp->arch == NM_ARCH_GEMMA3, qwen = hp->arch == NM_ARCH_QWEN2;
+    const bool gemma = hp->arch == NM_ARCH_GEMMA3, qwen = hp->arch == NM_ARCH_QWEN2 || hp->arch == NM_ARCH_QWEN2VL;
 #define B(field, suffix, ne0, ne1, req, vec)                                   \
     do {                                                                       \
         snprintf(n, sizeof n, "blk.%d." suffix ".weight", il);                 \
@@ -130,7 +130,8 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     if (!strcmp(L->arch, "llama")) hp->arch = NM_ARCH_LLAMA;
     else if (!strcmp(L->arch, "qwen2")) hp->arch = NM_ARCH_QWEN2;
     else if (!strcmp(L->arch, "gemma3")) hp->arch = NM_ARCH_GEMMA3;
-    else return fail(L, NM_ERR_UNSUPPORTED, "architecture '%s' is not supported (llama, qwen2, gemma3)", L->arch);
+    else if (!strcmp(L->arch, "qwen2vl")) hp->arch = NM_ARCH_QWEN2VL;
+    else return fail(L, NM_ERR_UNSUPPORTED, "architecture '%s' is not supported (llama, qwen2, qwen2vl, gemma3)", L->arch);
 
     if ((st = get_int(L, "embedding_length", true, &hp->n_embd)) ||
         (st = get_int(L, "block_count", true, &hp->n_layer)) ||
@@ -206,6 +207,32 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     switch (hp->arch) {
     case NM_ARCH_LLAMA: break;
     case NM_ARCH_QWEN2: hp->rope_mode = NM_ROPE_NEOX; break;
+    case NM_ARCH_QWEN2VL: {
+        // Qwen2-VL: qwen2 with M-RoPE. Rotated pair k (of n_rot / 2, NeoX halves) turns by the position of the
+        // stream its section names, t for k in [0, s0), h in [s0, s0 + s1), w up to s0 + s1 + s2, e after
+        // (llama.cpp's ggml_rope_multi; the sections repeat past their sum). Text tokens have t = h = w.
+        hp->rope_mode = NM_ROPE_MROPE;
+        arch_key(L, "rope.dimension_sections", key, sizeof key);
+        const nm_gguf_kv *kv = nm_gguf_find(L->g, key);
+        if (!kv) return fail(L, NM_ERR_FORMAT, "missing metadata key '%s' (M-RoPE's sections)", key);
+        if (kv->type != NM_GGUF_ARRAY || kv->arr_n < 3 || kv->arr_n > 4)
+            return fail(L, NM_ERR_FORMAT, "metadata '%s' must be an array of 3 or 4 integers", key);
+        int64_t sum = 0;
+        for (uint64_t i = 0; i < kv->arr_n; i++) {
+            const double v = nm_gguf_arr_num(kv, i);
+            if (!(v >= 0 && v <= 4096) || v != (double)(int32_t)v)
+                return fail(L, NM_ERR_FORMAT, "metadata '%s'[%d] = %g is not a section size", key, (int)i, v);
+            hp->rope_sections[i] = (int32_t)v;
+            sum += hp->rope_sections[i];
+        }
+        if (sum <= 0 || sum > hp->n_rot / 2)
+            return fail(L, NM_ERR_FORMAT, "metadata '%s' sums to %lld pairs; a head rotates %d (1..%d needed)", key,
+                        (long long)sum, hp->n_rot / 2, hp->n_rot / 2);
+        if (hp->n_rot != hp->head_dim)
+            return fail(L, NM_ERR_UNSUPPORTED, "M-RoPE over %d of %d dimensions (qwen2vl rotates the whole head)",
+                        hp->n_rot, hp->head_dim);
+        break;
+    }
     case NM_ARCH_GEMMA3:
         // Gemma 3: GELU(tanh) MLP, NEOX rope, token embeddings scaled by
         // sqrt(n_embd), local (sliding-window) layers with rope base 10000 in

@@ -49,6 +49,9 @@ EVAL_SEED = 999
 AUX_WHAT = 2 + len(scenes.SHAPES)  # background, shapes, digit
 AUX_COLOUR = 1 + len(scenes.COLOURS)
 AUX_WEIGHT = 0.3
+# how often each question is drawn for a training scene, relative to the others of that scene: the
+# shape and the place of a shape are what the first run learned least (docs/vlm.md)
+Q_WEIGHT = {scenes.Q_SHAPE: 3.0, scenes.Q_WHERE: 2.0, scenes.Q_COUNT: 0.5}
 QUADRANT = torch.tensor([(i // scenes.G >= scenes.G // 2) * 2 + (i % scenes.G >= scenes.G // 2)
                          for i in range(N_PATCH)])
 
@@ -258,7 +261,8 @@ def make_batch(args):
         img, _, pairs, labs[i] = scenes.scene(seed, step * n + i)
         rng = np.random.default_rng([seed, step * n + i, 7])
         imgs[i] = img
-        qa.append(pairs[int(rng.integers(len(pairs)))])
+        w = np.array([Q_WEIGHT.get(q, 2.0 if q.startswith("Where is the ") else 1.0) for q, _ in pairs])
+        qa.append(pairs[int(rng.choice(len(pairs), p=w / w.sum()))])
     return imgs, qa, labs
 
 
@@ -363,8 +367,11 @@ def main():
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--eval", type=int, default=400, help="held-out questions at the end")
     ap.add_argument("--time-limit", type=float, default=0,
-                    help="seconds of training after which the run stops early and still evaluates and "
-                         "exports (a device call's limit; eval.json records the step it stopped at)")
+                    help="seconds of training: the learning rate's cosine follows whichever of the steps and "
+                         "the time runs out first, and the run stops there, evaluates and exports (eval.json "
+                         "records the step it stopped at)")
+    ap.add_argument("--eval-every", type=int, default=0,
+                    help="steps between held-out scores during the run (eval_curve.csv), each also exported")
     ap.add_argument("--d", type=int, default=256)
     ap.add_argument("--ff", type=int, default=1024)
     ap.add_argument("--heads", type=int, default=4)
@@ -397,8 +404,13 @@ def main():
     log = open(os.path.join(a.out, "loss.csv"), "w")
     log.write("step,seconds,loss,token_accuracy\n")
     t_train = time.time()
+    curve = open(os.path.join(a.out, "eval_curve.csv"), "w")
+    curve.write("step,seconds,colour,shape,count,position\n")
     for step, (imgs, qa, labs) in enumerate(batches(pool, a.seed, a.steps, a.batch, 2 * a.workers)):
-        lr = a.lr * min(1.0, (step + 1) / a.warmup) * 0.5 * (1 + math.cos(math.pi * step / a.steps))
+        done = step / a.steps
+        if a.time_limit > 0:
+            done = max(done, (time.time() - t_train) / a.time_limit)
+        lr = a.lr * min(1.0, (step + 1) / a.warmup) * 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
         for g in opt.param_groups:
             g["lr"] = lr
         variants = ["system" if u < a.system_frac else "plain" for u in rng.uniform(size=len(qa))]
@@ -407,7 +419,14 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(vit.parameters(), 1.0)
         opt.step()
-        stop = a.time_limit > 0 and time.time() - t_train > a.time_limit
+        stop = done >= 1.0
+        if a.eval_every and step > 0 and step % a.eval_every == 0:
+            r = evaluate(vit, llm, seqs, 200, dev)
+            curve.write("%d,%.1f,%s\n" % (step, time.time() - t_train,
+                                          ",".join("%.3f" % r[c]["accuracy"] for c in ("colour", "shape", "count", "position"))))
+            curve.flush()
+            print("eval at step %d: %s" % (step, {c: r[c]["accuracy"] for c in r}), flush=True)
+            vit.export(os.path.join(a.out, "vlm-mmproj-q8_0.gguf"), "q8_0")
         if step % 10 == 0 or step == a.steps - 1 or stop:
             el = time.time() - t_train
             log.write("%d,%.1f,%.5f,%.4f\n" % (step, el, loss.item(), hit.float().mean().item()))

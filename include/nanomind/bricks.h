@@ -474,6 +474,7 @@ typedef struct nm_stt_model_info {
     int32_t n_vocab, n_audio_ctx, n_audio_state, n_audio_head, n_audio_layer;
     int32_t n_text_ctx, n_text_state, n_text_head, n_text_layer, n_mels;
     uint32_t wtype;     // GGUF type of the big matrices
+    int32_t token_eot;  // <|endoftext|>: the ids below it are text
 } nm_stt_model_info;
 // false (and *out zeroed) for a brick of another kind.
 bool nm_brick_stt_info(const nm_brick *b, nm_stt_model_info *out);

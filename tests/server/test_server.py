@@ -604,6 +604,28 @@ def t_transcription(name):
     result(name, r.text == want == stored, "%r; transcribe: %r; whisper-cli: %r" % (r.text, want, stored))
 
 
+def t_transcription_words(name):
+    # timestamp_granularities[]=word: the words and times that `transcribe -ml 1 -sow` (whisper.cpp's token
+    # timestamps, a segment a word) gives the same file, in verbose_json only
+    with open(WAV, "rb") as f:
+        vj = sclient.audio.transcriptions.create(model="whisper-1", file=f, response_format="verbose_json",
+                                                 timestamp_granularities=["word", "segment"])
+    want = []
+    for line in transcribe_cli(WAV, "-ml", "1", "-sow", "--timestamps").splitlines():
+        m = re.match(r"\[(\d\d):(\d\d):(\d\d\.\d+) --> (\d\d):(\d\d):(\d\d\.\d+)\]\s*(.*)$", line)
+        if m and m.group(7).strip():
+            want.append((m.group(7).strip(), round(int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3)), 2)))
+    words = [(w.word, round(w.start, 2)) for w in (vj.words or [])]
+    ends_ok = all(w.start <= w.end for w in vj.words or []) and all(
+        a.end <= b.start + 1e-9 for a, b in zip(vj.words or [], (vj.words or [])[1:]))
+    st, data = raw(sport, "POST", "/v1/audio/transcriptions",
+                   *multipart([("file", open(WAV, "rb").read(), "a.wav"), ("timestamp_granularities[]", b"word", None)]))
+    code, msg, param = err_of(data)
+    result(name, len(words) >= 10 and words == want and ends_ok and " ".join(w for w, _ in words) == vj.text.strip() and
+           st == 400 and param == "timestamp_granularities[]" and "verbose_json" in msg,
+           "words %s; transcribe -ml 1 -sow %s; text %r; json: %s %s" % (words, want, vj.text, st, msg))
+
+
 def t_transcription_formats(name):
     with open(OGG, "rb") as f:  # 33 s of Ogg Vorbis: two windows, several segments
         srt = sclient.audio.transcriptions.create(model="whisper-1", file=f, response_format="srt")
@@ -666,6 +688,8 @@ def t_transcription_bad_requests(name):
         (multipart([("file", wav, "a.wav"), ("language", b"de", None)]), 400, "language"),  # an English-only model
         (multipart([("file", wav, "a.wav"), ("timestamp_granularities[]", b"word", None)]), 400,
          "timestamp_granularities[]"),
+        (multipart([("file", wav, "a.wav"), ("response_format", b"verbose_json", None),
+                    ("timestamp_granularities[]", b"sentence", None)]), 400, "timestamp_granularities[]"),
         (multipart([("file", wav, "a.wav"), ("prompt", b"p" * 9000, None)]), 400, "prompt"),
         ((b'{"file": "x"}', {"Content-Type": "application/json"}), 400, "file"),
     ]
@@ -870,7 +894,7 @@ else:
                       "--body-timeout", "2")
     sclient = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % sport, api_key=KEY, max_retries=0, timeout=300)
     for n, f in [("transcription_equals_transcribe_and_whisper_cli", t_transcription),
-                 ("transcription_formats", t_transcription_formats), ("transcription_streamed", t_transcription_streamed),
+                 ("transcription_formats", t_transcription_formats), ("transcription_words", t_transcription_words), ("transcription_streamed", t_transcription_streamed),
                  ("transcription_bad_requests_4xx_then_serves", t_transcription_bad_requests),
                  ("transcription_slow_body_408", t_transcription_slow_body),
                  ("transcription_metrics_and_copy", t_transcription_metrics),

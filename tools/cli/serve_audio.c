@@ -218,9 +218,49 @@ static bool send_event(struct mg_connection *c, const char *type, const char *ke
     return serve_sse(c, o);
 }
 
+// timestamp_granularities[]=word: the transcript's words with their times, from the token-level timestamps
+// (whisper.cpp's, as `transcribe -ml 1 -sow` splits them): a text token whose text starts with a blank
+// starts a word, the others join the one before; a word runs from its first token's t0 to its last one's
+// t1, its text without the blank (punctuation stays with its word, as Whisper's word timestamps keep it).
+static void add_words(server *S, const nm_transcript *t, cJSON *r) {
+    cJSON *words = cJSON_AddArrayToObject(r, "words");
+    char word[1024];
+    size_t n = 0;
+    int64_t w0 = 0, w1 = 0;
+    for (int32_t i = 0; i <= t->n_seg; i++) {
+        const nm_stt_segment *g = i < t->n_seg ? &t->seg[i] : NULL;
+        for (int32_t k = 0; k <= (g ? g->n_tokens : 0); k++) {
+            const nm_stt_token *tk = g && k < g->n_tokens ? &g->tokens[k] : NULL;
+            if (tk && tk->id >= S->stt_info.token_eot) continue;
+            char buf[24];
+            uint32_t len = 0;
+            const char *txt = tk ? nm_brick_stt_token_text(S->stt, tk->id, buf, &len) : NULL;
+            if (tk && !txt) continue;
+            const bool starts = !tk || (len > 0 && txt[0] == ' ') || n == 0;
+            if (starts && n > 0) { // the word so far is whole
+                word[n] = '\0';
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "word", word);
+                cJSON_AddNumberToObject(o, "start", (double)w0 / 100);
+                cJSON_AddNumberToObject(o, "end", (double)w1 / 100);
+                cJSON_AddItemToArray(words, o);
+                n = 0;
+            }
+            if (!tk) continue;
+            if (n == 0) {
+                while (len > 0 && *txt == ' ') txt++, len--;
+                if (len == 0) continue; // (a lone blank starts nothing)
+                w0 = tk->t0;
+            }
+            if (n + len < sizeof word) memcpy(word + n, txt, len), n += len;
+            w1 = tk->t1 > w0 ? tk->t1 : w0;
+        }
+    }
+}
+
 // The reply in response_format fmt (checked before).
 static int send_transcript(server *S, struct mg_connection *c, const nm_transcript *t, const char *fmt,
-                           bool translate) {
+                           bool translate, bool words) {
     if (!strcmp(fmt, "srt") || !strcmp(fmt, "vtt")) {
         char *buf = NULL;
         size_t n = 0;
@@ -267,6 +307,7 @@ static int send_transcript(server *S, struct mg_connection *c, const nm_transcri
             cJSON_AddNumberToObject(o, "avg_logprob", g->avg_logprob);
             cJSON_AddNumberToObject(o, "no_speech_prob", g->no_speech_prob);
         }
+        if (words) add_words(S, t, r);
     }
     return send_json(c, 200, r);
 }
@@ -331,13 +372,21 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
         }
         temp = (float)v;
     }
+    bool words = false;
     for (char *g = f.field[F_GRAN], *save = NULL, *tok = g ? strtok_r(g, ",", &save) : NULL; tok;
-         tok = strtok_r(NULL, ",", &save))
-        if (strcmp(tok, "segment")) {
+         tok = strtok_r(NULL, ",", &save)) {
+        words = words || !strcmp(tok, "word");
+        if (strcmp(tok, "segment") && strcmp(tok, "word")) {
             code = send_error(S, c, 400, "timestamp_granularities[]",
-                              "timestamp granularity '%.40s': only 'segment' is served", tok);
+                              "timestamp granularity '%.40s': 'segment' or 'word'", tok);
             goto out;
         }
+    }
+    if (words && strcmp(fmt, "verbose_json")) { // (as OpenAI: the words come in verbose_json only)
+        code = send_error(S, c, 400, "timestamp_granularities[]",
+                          "word timestamps need response_format verbose_json, not %s", fmt);
+        goto out;
+    }
     const char *sv = f.field[F_STREAM];
     const bool stream = sv && (!strcasecmp(sv, "true") || !strcmp(sv, "1"));
     if (sv && *sv && !stream && strcasecmp(sv, "false") && strcmp(sv, "0")) {
@@ -421,6 +470,7 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
         p.prompt_tokens = prompt_tok;
         p.n_prompt_tokens = n_prompt_tok;
         p.no_timestamps = !strcmp(fmt, "json") || !strcmp(fmt, "text"); // the text alone: as whisper-cli -nt
+        p.token_timestamps = words;
         bp.stt = p;
         if ((st = nm_brick_set_params(S->stt, &bp, err, sizeof err)) != NM_OK)
             code = send_error(S, c, 400, NULL, "%s", err);
@@ -480,7 +530,7 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
         free(text);
         code = 200;
     } else if (!code) {
-        code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate);
+        code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate, words);
     }
     if (sent_head && !gone) mg_send_chunk(c, "", 0);
     serve_turn_give(S, &S->stt_turn);

@@ -271,7 +271,7 @@ bool nm_brick_stt_info(const nm_brick *b, nm_stt_model_info *o) {
                              .n_audio_head = m->hp.n_audio_head, .n_audio_layer = m->hp.n_audio_layer,
                              .n_text_ctx = m->hp.n_text_ctx, .n_text_state = m->hp.n_text_state,
                              .n_text_head = m->hp.n_text_head, .n_text_layer = m->hp.n_text_layer,
-                             .n_mels = m->hp.n_mels, .wtype = m->wtype};
+                             .n_mels = m->hp.n_mels, .wtype = m->wtype, .token_eot = m->special.eot};
     return true;
 }
 

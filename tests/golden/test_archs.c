@@ -319,6 +319,8 @@ NM_TEST(qwen2vl_mrope_matches_reference) {
     if (c) {
         NM_CHECK(nm_decode(c, text0, 3, 0, false) == NM_OK);
         NM_CHECK(nm_decode_embd_grid(c, X + 3 * D, 4, 2, 3, 0, false) == NM_OK);
+        const int32_t bad = vocab; // a refused call over the image leaves it (and its shift) in place
+        NM_CHECK(nm_decode(c, &bad, 1, 3, false) == NM_ERR_RANGE);
         NM_CHECK(nm_decode(c, text1, 2, 11, false) == NM_OK);
         const float *got = nm_get_logits(c, -1);
         double maxd = 0, lo = 1e30, hi = -1e30;

@@ -226,9 +226,11 @@ static void add_words(server *S, const nm_transcript *t, cJSON *r) {
     cJSON *words = cJSON_AddArrayToObject(r, "words");
     char word[1024];
     size_t n = 0;
+    bool full = false; // the word outgrew the buffer: its further tokens are left out
     int64_t w0 = 0, w1 = 0;
     for (int32_t i = 0; i <= t->n_seg; i++) {
         const nm_stt_segment *g = i < t->n_seg ? &t->seg[i] : NULL;
+        bool first = true; // the segment's first text token: a new word even without a blank (no-space scripts)
         for (int32_t k = 0; k <= (g ? g->n_tokens : 0); k++) {
             const nm_stt_token *tk = g && k < g->n_tokens ? &g->tokens[k] : NULL;
             if (tk && tk->id >= S->stt_info.token_eot) continue;
@@ -236,7 +238,8 @@ static void add_words(server *S, const nm_transcript *t, cJSON *r) {
             uint32_t len = 0;
             const char *txt = tk ? nm_brick_stt_token_text(S->stt, tk->id, buf, &len) : NULL;
             if (tk && !txt) continue;
-            const bool starts = !tk || (len > 0 && txt[0] == ' ') || n == 0;
+            const bool starts = !tk || (len > 0 && txt[0] == ' ') || n == 0 || first; // (a segment starts one)
+            first = false;
             if (starts && n > 0) { // the word so far is whole
                 word[n] = '\0';
                 cJSON *o = cJSON_CreateObject();
@@ -245,6 +248,7 @@ static void add_words(server *S, const nm_transcript *t, cJSON *r) {
                 cJSON_AddNumberToObject(o, "end", (double)w1 / 100);
                 cJSON_AddItemToArray(words, o);
                 n = 0;
+                full = false;
             }
             if (!tk) continue;
             if (n == 0) {
@@ -252,7 +256,13 @@ static void add_words(server *S, const nm_transcript *t, cJSON *r) {
                 if (len == 0) continue; // (a lone blank starts nothing)
                 w0 = tk->t0;
             }
-            if (n + len < sizeof word) memcpy(word + n, txt, len), n += len;
+            if (full || n + len >= sizeof word) { // (a word longer than the buffer ends at a whole character)
+                while (!full && n > 0 && ((unsigned char)word[n - 1] & 0xC0) == 0x80) n--;
+                if (!full && n > 0 && ((unsigned char)word[n - 1] & 0xC0) == 0xC0) n--;
+                full = true;
+            } else {
+                memcpy(word + n, txt, len), n += len;
+            }
             w1 = tk->t1 > w0 ? tk->t1 : w0;
         }
     }

@@ -40,13 +40,14 @@ static bool is_endpoint(const struct sockaddr_storage *a, const char *addr, int 
 }
 
 // The request's socket: the one open file whose peer is the client's address and port and whose own port
-// is the one it came in on (a TCP connection's endpoints name it alone); -1 if none is found.
+// is the one it came in on; -1 if none or several are (civetweb 1.15 gives no local address, and on a host
+// of several addresses one client port may reach two of them: no deadline then, rather than a wrong one).
 static int conn_fd(struct mg_connection *c) {
     const struct mg_request_info *ri = mg_get_request_info(c);
     DIR *d = opendir("/proc/self/fd");
     if (!d) return -1;
-    int found = -1;
-    for (struct dirent *e; found < 0 && (e = readdir(d));) {
+    int found = -1, n_found = 0; // (civetweb gives no local address: two matches, and none is watched)
+    for (struct dirent *e; n_found < 2 && (e = readdir(d));) {
         char *end;
         const long fd = strtol(e->d_name, &end, 10);
         struct stat st;
@@ -56,10 +57,10 @@ static int conn_fd(struct mg_connection *c) {
         if (getpeername((int)fd, (struct sockaddr *)&peer, &lp) || getsockname((int)fd, (struct sockaddr *)&self, &ls))
             continue;
         if (is_endpoint(&peer, ri->remote_addr, ri->remote_port) && is_endpoint(&self, NULL, ri->server_port))
-            found = (int)fd;
+            found = (int)fd, n_found++;
     }
     closedir(d);
-    return found;
+    return n_found == 1 ? found : -1;
 }
 
 static void *watchdog_main(void *arg) {

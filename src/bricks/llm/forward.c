@@ -660,7 +660,8 @@ static nm_status check_tokens(nm_ctx *c, const int32_t *tokens, int32_t n) {
 nm_status nm_decode(nm_ctx *c, const int32_t *tokens, int32_t n, int32_t pos, bool all_logits) {
     nm_status st;
     if (!c || !tokens) return NM_ERR_INVALID_ARG;
-    if ((st = check_batch(c, n, pos, 0)) || (st = check_tokens(c, tokens, n))) return st;
+    // (the tokens checked first: a refused call leaves the context as it was, M-RoPE's images too)
+    if ((st = check_tokens(c, tokens, n)) || (st = check_batch(c, n, pos, 0))) return st;
     return forward(c, tokens, NULL, n, all_logits ? n : 1);
 }
 
@@ -691,10 +692,12 @@ nm_status nm_decode_embd_grid(nm_ctx *c, const float *embd, int32_t nx, int32_t 
         return ctx_fail(c, NM_ERR_RANGE, "sequence %d: the context holds %d (0..%d)", seq, c->n_seq, c->n_seq - 1);
     if (pos < 0 || pos > c->n_ctx - n)
         return ctx_fail(c, NM_ERR_RANGE, "positions %d..%d do not fit in a context of %d", pos, pos + n - 1, c->n_ctx);
-    forget_from(c, seq, pos);
-    if (c->n_shift[seq] == NM_MROPE_IMAGES)
+    int32_t kept = 0; // the images before pos (those from pos on are decoded over)
+    for (int32_t i = 0; i < c->n_shift[seq]; i++) kept += c->shift[seq][i][0] <= pos;
+    if (kept == NM_MROPE_IMAGES)
         return ctx_fail(c, NM_ERR_RANGE, "sequence %d already holds %d images (the most M-RoPE tracks)", seq,
                         NM_MROPE_IMAGES);
+    forget_from(c, seq, pos);
     // token i at row i / nx, column i % nx: (p0, p0 + row, p0 + column) from the image's rope position p0
     const int32_t p0 = rope_pos(c, seq, pos);
     for (int32_t i0 = 0; i0 < n; i0 += c->n_batch) {
@@ -737,13 +740,14 @@ nm_status nm_decode_seqs(nm_ctx *c, const int32_t *tokens, const int32_t *pos, c
         c->pos_host[i] = pos[i];
         c->pos_host[c->n_batch + i] = seq[i] * c->n_ctx + pos[i];
     }
+    nm_status st = check_tokens(c, tokens, n); // (before any image is forgotten)
+    if (st != NM_OK) return st;
     if (c->n_shift) {
         for (int32_t i = 0; i < n; i++) forget_from(c, seq[i], pos[i]); // (a sequence's rows come in order)
         int32_t *rs = c->pos_host + 2 * c->n_batch;
         for (int32_t i = 0; i < n; i++) rs[i] = rs[n + i] = rs[2 * n + i] = rope_pos(c, seq[i], pos[i]);
     }
-    nm_status st = check_tokens(c, tokens, n);
-    return st != NM_OK ? st : forward(c, tokens, NULL, n, n_logits);
+    return forward(c, tokens, NULL, n, n_logits);
 }
 
 const float *nm_get_logits(const nm_ctx *c, int32_t i) {

@@ -88,8 +88,10 @@ enum nm_op_kind {
                           // f0 = scale; i0 = n_head, i2 = head_dim (up to the sizes in nm_backend_params)
     NM_OP_SOFTCAP,   // dst = f0 * tanh(src0 / f0)   (final logit softcap)
     NM_OP_COPY,      // dst = src0, the same number of elements and type (a row into place)
-    NM_OP_PATCHES,   // image patches as rows: src0 = 3 planes of i0 x i0 f32 (channel, y, x), patch side i1;
-                     // dst row (py * side + px) = the patch's (channel, y, x) elements, side = i0 / i1
+    NM_OP_PATCHES,   // image patches as rows: src0 = 3 planes of i0 wide x i2 high f32 (channel, y, x; i2 = 0:
+                     // square), patch side i1; dst row = the patch's (channel, y, x) elements, rows in raster
+                     // order (py * gw + px, gw = i0 / i1) or, i3 = 2, in 2 x 2 groups (Qwen2-VL's merge order):
+                     // row ((py/2 * gw/2 + px/2) * 2 + py%2) * 2 + px%2
     NM_OP_PIXEL_SHUFFLE, // src0 [side * side, d] -> dst [(side / s)^2, d s s], side = i0, s = i1: output row
                          // (yb, xb) = rows (yb s + dy, xb s + dx), dy outer, dx inner (idefics3)
     NM_OP_IM2COL,    // a 1-D convolution's input windows as rows (then one MATMUL is the conv): dst row t,
@@ -104,7 +106,11 @@ enum nm_op_kind {
 // (t, h, w) of n_tok each, one after the other; pair k of n_rot / 2 turns by stream t, h or w as
 // k % (s0 + s1 + s2 + s3) falls in section 0, 1 or 2 of op.rope_sections, and not at all in section 3
 // (llama.cpp's fourth stream, 0 for text and images alike).
-enum nm_rope_mode { NM_ROPE_NORM = 0, NM_ROPE_NEOX = 2, NM_ROPE_MROPE = 8 };
+// NM_ROPE_VISION (Qwen2-VL's ViT, ggml's mode 24): ids hold two streams (row, column) of n_tok each; the
+// head's n_rot / 2 pairs (k, k + n_rot / 2) split at s = rope_sections[0]: pair k < s turns by the row at
+// frequency index k, pair k >= s by the column at index k - s; the frequency of index j is
+// base^(-2 j / (n_rot / 2)) (the index restarts at the split, ggml's independent sections).
+enum nm_rope_mode { NM_ROPE_NORM = 0, NM_ROPE_NEOX = 2, NM_ROPE_MROPE = 8, NM_ROPE_VISION = 24 };
 enum nm_act { NM_ACT_SILU = 0, NM_ACT_GELU_TANH = 1, NM_ACT_GELU_QUICK = 2 }; // GELU_QUICK: x * sigmoid(1.702 x), ACT only
 
 // The KV cache of one layer: K and V, each [n_kv_head * head_dim, n_ctx],
@@ -126,7 +132,8 @@ typedef struct nm_op {
     int32_t i0, i1, i2, i3; // ROPE: n_head, head_dim, mode, n_rot
                             // ATTENTION: n_head, n_kv_head, head_dim, sliding window (0 = none)
                             // GLU: act
-    int32_t rope_sections[4]; // ROPE, mode NM_ROPE_MROPE: the pairs of the t, h, w and e streams
+    int32_t rope_sections[4]; // ROPE, mode NM_ROPE_MROPE: the pairs of the t, h, w and e streams;
+                              // NM_ROPE_VISION: [0] the pairs of the row stream
     const nm_kv_layer *kv; // ATTENTION, KV_STORE (rows at the positions in ids)
     int32_t n_ctx;         // ATTENTION, KV_STORE: cache capacity of a sequence. Without kv_rows the cache
                            // may hold several sequences of n_ctx rows each (rows = n_seq x n_ctx): an id

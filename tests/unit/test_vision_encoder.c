@@ -350,6 +350,137 @@ NM_TEST(vision_layout_variants) {
     run_case(nmtest_failed, "idefics3-q8_0-odd", &p, 3e-2, 2.2e-2, NULL);
 }
 
+// ---- qwen2vl_merger (Qwen2-VL) -------------------------------------------------------------
+
+// Small Qwen2-VL-shaped encoders: patch 4, merge 2 (8-pixel cells), head size
+// 64 (its four quarters: the 2-D rope), n_ff 512 while the key says 256.
+static nm_genmmproj_params qwen_params(uint32_t type, uint64_t seed) {
+    nm_genmmproj_params p = nm_genmmproj_default_params("qwen2vl_merger");
+    p.image_size = 32;
+    p.patch_size = 4;
+    p.n_embd = 256;
+    p.n_ff = 512;
+    p.n_head = 4;
+    p.n_layer = 2;
+    p.n_out_embd = 256;
+    p.wtype = type;
+    p.seed = seed;
+    return p;
+}
+
+// Encodes the sizes in `wh` (each a new shape, then the first again) and
+// compares each with the reference; llama (may be NULL): against llama.cpp's
+// output stored as tests/data/clip/TAG-WxH.llama too. Returns the worst error.
+static err_stats qwen_case(int *nmtest_failed, const char *tag, const nm_genmmproj_params *p, const int (*wh)[2],
+                           int n_wh, double tol_max, double tol_rms, const double *llama) {
+    err_stats worst = {-1, -1};
+    char gguf[160], in[160], ref[160], name[96], cmd[700], err[256];
+    snprintf(name, sizeof name, "%.60s.gguf", tag);
+    tmp_path(gguf, sizeof gguf, name);
+    nm_status st = nm_genmmproj_write(gguf, p, err, sizeof err);
+    if (st != NM_OK) fprintf(stderr, "  %s: genmmproj: %s\n", tag, err);
+    NM_CHECK(st == NM_OK);
+    nm_clip *c = NULL;
+    if (st == NM_OK) st = nm_clip_load(gguf, NULL, 2, &c, err, sizeof err);
+    if (st != NM_OK) fprintf(stderr, "  %s: nm_clip_load: %s\n", tag, err);
+    NM_CHECK(st == NM_OK && c);
+    if (!c) return worst;
+    const nm_clip_info *info = nm_clip_get_info(c);
+    NM_CHECK(info->proj == NM_CLIP_PROJ_QWEN2VL && info->act == NM_CLIP_ACT_GELU_QUICK);
+    NM_CHECK(info->n_ff == p->n_ff && info->n_layer_run == p->n_layer && info->n_merge == 2); // n_ff: the tensors'
+    NM_CHECK(info->n_out_embd == p->n_out_embd && info->max_tokens == NM_CLIP_QWEN2VL_MAX_TOKENS);
+    NM_CHECK(nm_clip_n_out(c, 48, 32) == 24 && nm_clip_n_out(c, 44, 32) == 0 && nm_clip_n_out(c, 0, 32) == 0);
+    const char *dump = getenv("NM_VISION_DUMP");
+    if (dump) {
+        snprintf(name, sizeof name, "%.60s.gguf", tag);
+        dump_copy(gguf, dump, name);
+    }
+    for (int r = 0; r <= n_wh; r++) {
+        const int W = wh[r % n_wh][0], H = wh[r % n_wh][1], n = nm_clip_n_out(c, W, H);
+        snprintf(name, sizeof name, "%.60s-%dx%d.in", tag, W, H);
+        tmp_path(in, sizeof in, name);
+        snprintf(name, sizeof name, "%.60s-%dx%d.ref", tag, W, H);
+        tmp_path(ref, sizeof ref, name);
+        NM_CHECK(n == (W / 8) * (H / 8));
+        NM_CHECK(nm_genmmproj_write_input_size(in, W, H, p->seed + 100 + (uint64_t)W, err, sizeof err) == NM_OK);
+        if (dump) {
+            snprintf(name, sizeof name, "%.60s-%dx%d.in", tag, W, H);
+            dump_copy(in, dump, name);
+        }
+        const size_t n_in = 3 * (size_t)W * H, n_out = (size_t)n * info->n_out_embd;
+        float *px = malloc(n_in * sizeof(float)), *ours = malloc(n_out * sizeof(float)), *want = malloc(n_out * sizeof(float));
+        NM_CHECK(px && ours && want && read_f32(in, px, n_in) == 0);
+        st = px && ours ? nm_clip_encode_size(c, px, W, H, ours) : NM_ERR_NOMEM;
+        if (st != NM_OK) fprintf(stderr, "  %s %dx%d: %s\n", tag, W, H, nm_clip_last_error(c));
+        NM_CHECK(st == NM_OK);
+        snprintf(cmd, sizeof cmd, "python3 tools/vision_ref/clip_ref.py %s %s %s --size %dx%d", gguf, in, ref, W, H);
+        if (st == NM_OK && system(cmd) == 0 && read_f32(ref, want, n_out) == 0) {
+            err_stats e = compare(ours, want, n_out);
+            printf("  %-16s %3dx%-3d max_rel %.3g  rms_rel %.3g  (tol %.3g / %.3g)\n", tag, W, H, e.max_rel, e.rms_rel,
+                   tol_max, tol_rms);
+            NM_CHECK(e.max_rel <= tol_max && e.rms_rel <= tol_rms);
+            if (!(e.max_rel <= worst.max_rel)) worst.max_rel = e.max_rel;
+            if (!(e.rms_rel <= worst.rms_rel)) worst.rms_rel = e.rms_rel;
+        } else {
+            NM_CHECK(0);
+        }
+        char lp[160];
+        snprintf(lp, sizeof lp, "tests/data/clip/%.60s-%dx%d.llama", tag, W, H);
+        if (st == NM_OK && llama && r < n_wh) {
+            if (read_f32(lp, want, n_out) == 0) {
+                err_stats l = compare(ours, want, n_out);
+                printf("  %-16s %3dx%-3d vs llama.cpp: max_rel %.3g  rms_rel %.3g  (tol %.3g / %.3g)\n", tag, W, H,
+                       l.max_rel, l.rms_rel, llama[0], llama[1]);
+                NM_CHECK(l.max_rel <= llama[0] && l.rms_rel <= llama[1]);
+                // the difference is ggml's roundings (f16 im2col, GELU tables): the reference with them
+                // comes within float noise of llama.cpp (measured max 1.2e-4; the exact model 4-6e-4)
+                snprintf(cmd, sizeof cmd, "python3 tools/vision_ref/clip_ref.py %s %s %s --size %dx%d --ggml", gguf, in,
+                         ref, W, H);
+                float *g = malloc(n_out * sizeof(float)), *ll = malloc(n_out * sizeof(float));
+                NM_CHECK(g && ll && system(cmd) == 0 && read_f32(ref, g, n_out) == 0 && read_f32(lp, ll, n_out) == 0);
+                if (g && ll) {
+                    err_stats e = compare(g, ll, n_out);
+                    printf("  %-16s %3dx%-3d reference --ggml vs llama.cpp: max_rel %.2g\n", tag, W, H, e.max_rel);
+                    NM_CHECK(e.max_rel <= 2.5e-4);
+                }
+                free(g);
+                free(ll);
+            } else {
+                fprintf(stderr, "  %s missing or of the wrong size\n", lp);
+                NM_CHECK(0);
+            }
+        }
+        free(px);
+        free(ours);
+        free(want);
+        unlink(in);
+        unlink(ref);
+    }
+    // a size that is not whole cells, or past the token budget, is an error naming it
+    float one[3 * 8 * 12];
+    NM_CHECK(nm_clip_encode_size(c, one, 12, 8, one) == NM_ERR_INVALID_ARG && strstr(nm_clip_last_error(c), "12x8"));
+    NM_CHECK(nm_clip_encode_size(c, one, 8 * 4097, 8, one) == NM_ERR_INVALID_ARG);
+    nm_clip_free(c);
+    return worst;
+}
+
+// Three aspect ratios (landscape, portrait, square) and the file's own size;
+// f32 as tight as float rounding, f16 and q8_0 as the other projectors.
+static const int qwen_sizes[][2] = {{48, 32}, {24, 56}, {40, 40}, {32, 32}};
+
+NM_TEST(vision_qwen2vl_matches_reference) {
+    NEED_NUMPY();
+    static const double llama_f32[2] = {7e-4, 7e-4};
+    nm_genmmproj_params p = qwen_params(NM_TYPE_F32, 51);
+    qwen_case(nmtest_failed, "qwen2vl-f32", &p, qwen_sizes, 4, 4e-6, 2.5e-6, llama_f32);
+    p = qwen_params(NM_TYPE_F16, 52);
+    p.f16_embd = true; // the converter's f16 files: the patch kernels in f16 too
+    qwen_case(nmtest_failed, "qwen2vl-f16", &p, qwen_sizes, 3, 5e-6, 2.5e-6, NULL);
+    p = qwen_params(NM_TYPE_Q8_0, 53);
+    p.legacy_ffn_names = true; // the surgery script's files: fc1 named ffn_down
+    qwen_case(nmtest_failed, "qwen2vl-q8_0", &p, qwen_sizes, 3, 3e-2, 2.2e-2, NULL);
+}
+
 // The reference itself must see a difference that matters: our output for one
 // seed is far from the reference of another, and the class-token order
 // llama.cpp uses differs from HF's (so the test can tell them apart).

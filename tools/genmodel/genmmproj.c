@@ -131,6 +131,17 @@ static nm_status add_linear(gen *g, const char *prefix, uint32_t type, int64_t i
 
 nm_genmmproj_params nm_genmmproj_default_params(const char *proj) {
     const bool idefics3 = proj && !strcmp(proj, "idefics3");
+    if (proj && !strcmp(proj, "qwen2vl_merger")) { // Qwen2-VL's layout (patch 14, merge 2, eps 1e-6), small
+        nm_genmmproj_params q = nm_genmmproj_default_params("mlp");
+        q.proj = proj;
+        q.image_size = 56;
+        q.patch_size = 14;
+        q.n_out_embd = 256;
+        q.class_embd = q.pre_ln = false;
+        q.post_ln = true;
+        q.eps = 1e-6f;
+        return q;
+    }
     nm_genmmproj_params p = {
         .proj = proj ? proj : "mlp",
         .image_size = 64,
@@ -160,11 +171,18 @@ nm_genmmproj_params nm_genmmproj_default_params(const char *proj) {
     return p;
 }
 
+static bool is_qwen(const nm_genmmproj_params *p) { return p->proj && !strcmp(p->proj, "qwen2vl_merger"); }
+
 static nm_status check(gen *g, const nm_genmmproj_params *p, bool idefics3) {
     if (p->n_pinpoints < 0 || p->n_pinpoints > 64)
         return fail(g, NM_ERR_INVALID_ARG, "%d anyres resolutions: 0 to 64", p->n_pinpoints);
-    if (!p->proj || (!idefics3 && strcmp(p->proj, "mlp")))
-        return fail(g, NM_ERR_INVALID_ARG, "unknown projector '%s' (mlp, idefics3)", p->proj ? p->proj : "(null)");
+    if (!p->proj || (!idefics3 && strcmp(p->proj, "mlp") && !is_qwen(p)))
+        return fail(g, NM_ERR_INVALID_ARG, "unknown projector '%s' (mlp, idefics3, qwen2vl_merger)",
+                    p->proj ? p->proj : "(null)");
+    if (is_qwen(p) && (p->class_embd || p->pre_ln || !p->post_ln || p->patch_bias || p->use_gelu || p->n_pinpoints ||
+                       p->image_size % (2 * p->patch_size) || (p->n_embd / (p->n_head ? p->n_head : 1)) % 4))
+        return fail(g, NM_ERR_INVALID_ARG, "qwen2vl_merger: post-LN only (no class token, pre-LN, patch bias, GELU or "
+                    "pinpoints), image_size a multiple of 2 patch_size, head size a multiple of 4");
     if (p->image_size < 1 || p->image_size > 8192 || p->patch_size < 1 || p->image_size % p->patch_size)
         return fail(g, NM_ERR_INVALID_ARG, "image_size %d must be a multiple of patch_size %d (1..8192)", p->image_size,
                     p->patch_size);
@@ -205,13 +223,16 @@ static nm_status add_keys(gen *g, const nm_genmmproj_params *p, bool idefics3) {
     K(nm_gguf_writer_add_str(w, "general.name", "nanomind random mmproj"));
     if (file_type(p->wtype) >= 0) K(nm_gguf_writer_add_u32(w, "general.file_type", (uint32_t)file_type(p->wtype)));
     K(nm_gguf_writer_add_bool(w, "clip.has_vision_encoder", true));
-    if (!idefics3) K(nm_gguf_writer_add_bool(w, "clip.has_llava_projector", true)); // legacy converter key
+    const bool qwen = is_qwen(p);
+    if (!idefics3 && !qwen) K(nm_gguf_writer_add_bool(w, "clip.has_llava_projector", true)); // legacy converter key
     K(nm_gguf_writer_add_str(w, "clip.projector_type", p->proj));
-    K(nm_gguf_writer_add_bool(w, "clip.use_gelu", p->use_gelu));
+    if (!qwen) K(nm_gguf_writer_add_bool(w, "clip.use_gelu", p->use_gelu));
     K(nm_gguf_writer_add_u32(w, "clip.vision.image_size", (uint32_t)p->image_size));
     K(nm_gguf_writer_add_u32(w, "clip.vision.patch_size", (uint32_t)p->patch_size));
     K(nm_gguf_writer_add_u32(w, "clip.vision.embedding_length", (uint32_t)p->n_embd));
-    K(nm_gguf_writer_add_u32(w, "clip.vision.feed_forward_length", (uint32_t)p->n_ff));
+    // Qwen2-VL's converter writes the LLM's width here (its vision config's hidden_size); readers take the
+    // FFN width from the tensors
+    K(nm_gguf_writer_add_u32(w, "clip.vision.feed_forward_length", (uint32_t)(qwen ? p->n_out_embd : p->n_ff)));
     K(nm_gguf_writer_add_u32(w, "clip.vision.block_count", (uint32_t)p->n_layer));
     K(nm_gguf_writer_add_u32(w, "clip.vision.projection_dim", (uint32_t)p->n_out_embd));
     K(nm_gguf_writer_add_u32(w, "clip.vision.attention.head_count", (uint32_t)p->n_head));
@@ -243,10 +264,13 @@ static nm_status add_tensors(gen *g, const nm_genmmproj_params *p, bool idefics3
     if (st == NM_OK) st = (call)
     // Conv2d(3, d, ps, stride ps) as ggml stores it: ne = {kw, kh, c_in, c_out}.
     const uint32_t et = p->f16_embd ? NM_TYPE_F16 : NM_TYPE_F32;
+    const bool qwen = is_qwen(p);
     T(add(g, "v.patch_embd.weight", et, 4, ps, ps, 3, d, 0.0f, 1.0f / sqrtf((float)(3 * ps * ps))));
+    // Qwen2-VL: its Conv3d's two temporal slices (a still image passes through both)
+    if (qwen) T(add(g, "v.patch_embd.weight.1", et, 4, ps, ps, 3, d, 0.0f, 1.0f / sqrtf((float)(3 * ps * ps))));
     if (p->patch_bias) T(add_1d(g, "v.patch_embd.bias", d, 0.0f, 0.1f));
     if (p->class_embd) T(add_1d(g, "v.class_embd", d, 0.0f, 0.5f));
-    T(add(g, "v.position_embd.weight", et, 2, d, n_pos, 1, 1, 0.0f, 0.3f));
+    if (!qwen) T(add(g, "v.position_embd.weight", et, 2, d, n_pos, 1, 1, 0.0f, 0.3f));
     if (p->pre_ln) T(add_norm(g, "v.pre_ln", d));
     char pre[64], name[96];
     for (int il = 0; il < p->n_layer && st == NM_OK; il++) {
@@ -269,6 +293,9 @@ static nm_status add_tensors(gen *g, const nm_genmmproj_params *p, bool idefics3
     if (idefics3) {
         const int64_t s = p->scale_factor;
         T(add_mat(g, "mm.model.fc.weight", wt, d * s * s, p->n_out_embd)); // no bias
+    } else if (qwen) { // the merger: four patches joined, 4 d -> 4 d -> the LLM's width (Qwen2-VL's shape)
+        T(add_linear(g, "mm.0", wt, 4 * d, 4 * d));
+        T(add_linear(g, "mm.2", wt, 4 * d, p->n_out_embd));
     } else {
         T(add_linear(g, "mm.0", wt, d, p->n_out_embd));
         T(add_linear(g, "mm.2", wt, p->n_out_embd, p->n_out_embd));
@@ -302,11 +329,16 @@ nm_status nm_genmmproj_write(const char *path, const nm_genmmproj_params *p, cha
 }
 
 nm_status nm_genmmproj_write_input(const char *path, int32_t image_size, uint64_t seed, char *err, size_t err_size) {
+    return nm_genmmproj_write_input_size(path, image_size, image_size, seed, err, err_size);
+}
+
+nm_status nm_genmmproj_write_input_size(const char *path, int32_t width, int32_t height, uint64_t seed, char *err,
+                                        size_t err_size) {
     gen g = {.err = err, .err_size = err_size};
     if (err && err_size) err[0] = '\0';
-    if (!path || image_size < 1 || image_size > 8192)
-        return fail(&g, NM_ERR_INVALID_ARG, "a path and an image_size in 1..8192 are required");
-    const size_t n = 3 * (size_t)image_size * (size_t)image_size;
+    if (!path || width < 1 || width > 8192 || height < 1 || height > 8192)
+        return fail(&g, NM_ERR_INVALID_ARG, "a path and a width and height in 1..8192 are required");
+    const size_t n = 3 * (size_t)width * (size_t)height;
     float *px = malloc(n * sizeof(float));
     if (!px) return fail(&g, NM_ERR_NOMEM, "out of memory");
     uint64_t rng = seed * 0xD1B54A32D192ED03ull + 0x1A6E;

@@ -11,7 +11,9 @@
 #include "nanomind.h"
 
 typedef struct nm_genmmproj_params {
-    const char *proj;    // "mlp" (LLaVA: mm.0 -> GELU -> mm.2) or "idefics3" (SmolVLM: pixel shuffle -> mm.model.fc)
+    const char *proj;    // "mlp" (LLaVA: mm.0 -> GELU -> mm.2), "idefics3" (SmolVLM: pixel shuffle -> mm.model.fc)
+                         // or "qwen2vl_merger" (Qwen2-VL: two patch kernels, 2-D rope, post-LN, 2x2 merge ->
+                         // mm.0 (4 n_embd wide) -> GELU -> mm.2; n_ff from the tensors, the key holds n_out_embd)
     int32_t image_size;  // clip.vision.image_size (square input)
     int32_t patch_size;  // clip.vision.patch_size; divides image_size
     int32_t n_embd;      // ViT width; a multiple of n_head
@@ -56,6 +58,9 @@ nm_status nm_genmmproj_write(const char *path, const nm_genmmproj_params *p, cha
 // planes, row-major, values as a normalized image has: roughly N(0, 1)) to
 // `path` as raw little-endian f32. For the reference and the oracle.
 nm_status nm_genmmproj_write_input(const char *path, int32_t image_size, uint64_t seed, char *err, size_t err_size);
+// The same for a width x height image (3 planes of height rows of width floats).
+nm_status nm_genmmproj_write_input_size(const char *path, int32_t width, int32_t height, uint64_t seed, char *err,
+                                        size_t err_size);
 
 // Weight types the generator writes and tools/vision_ref/clip_ref.py reads.
 bool nm_genmmproj_type_ok(uint32_t type);

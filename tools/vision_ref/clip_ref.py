@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """Reference vision encoder for llama.cpp-format mmproj files (numpy only).
 
-    clip_ref.py MMPROJ INPUT.f32 OUTPUT.f32 [--act-quant] [--ggml] [--cls-first] [--dump DIR] [--info]
+    clip_ref.py MMPROJ INPUT.f32 OUTPUT.f32 [--size WxH] [--act-quant] [--ggml] [--cls-first] [--dump DIR] [--info]
 
 INPUT:  the normalized image, planar: 3 x S x S float32 (R, G, B planes, row-major),
-        S = clip.vision.image_size.
+        S = clip.vision.image_size; qwen2vl_merger: 3 x H x W with --size WxH (whole
+        2 x 2 patch cells; default S x S).
 OUTPUT: the projector output, n_out x n_out_embd float32, row-major.
 
 Runs the ViT (conv patch embedding, class token, position embeddings, pre-LN,
 layers, post-LN) and the projector (mlp, idefics3) in float64 with the weights
 dequantized (f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K), following
-the rules of llama.cpp's tools/mtmd (clip.cpp, models/llava.cpp, models/siglip.cpp).
+the rules of llama.cpp's tools/mtmd (clip.cpp, models/llava.cpp, models/siglip.cpp,
+models/qwen2vl.cpp). qwen2vl_merger (Qwen2-VL): the two patch kernels applied to the
+image and summed, patches in 2 x 2 groups, the 2-D rope of each head (its first and
+third quarters turned by the patch's row, the second and fourth by its column, base
+10000), post-LN, each group's four rows joined, mm.0 -> GELU -> mm.2.
 The layout and the math are written down in docs/mmproj.md.
 
 Options:
@@ -354,12 +359,20 @@ class Encoder:
             return kv[key]
 
         self.proj = kv.get("clip.projector_type", kv.get("clip.vision.projector_type", ""))
-        if self.proj not in ("mlp", "idefics3"):
-            raise FormatError(f"projector type '{self.proj}' not supported (mlp, idefics3)")
+        if self.proj not in ("mlp", "idefics3", "qwen2vl_merger"):
+            raise FormatError(f"projector type '{self.proj}' not supported (mlp, idefics3, qwen2vl_merger)")
+        self.qwen = self.proj == "qwen2vl_merger"
         self.image_size = int(need("clip.vision.image_size"))
         self.patch_size = int(need("clip.vision.patch_size"))
         self.n_embd = int(need("clip.vision.embedding_length"))
-        self.n_ff = int(need("clip.vision.feed_forward_length"))
+        if self.qwen:  # the key holds the LLM's width (or 0): fc1's shape, under either name
+            up, down = g.tensors.get("v.blk.0.ffn_up.weight"), g.tensors.get("v.blk.0.ffn_down.weight")
+            if up is None or down is None:
+                raise FormatError("missing tensor v.blk.0.ffn_up.weight / ffn_down.weight")
+            fc1 = down if down[0][0] == int(need("clip.vision.embedding_length")) else up
+            self.n_ff = int(fc1[0][1])
+        else:
+            self.n_ff = int(need("clip.vision.feed_forward_length"))
         self.n_head = int(need("clip.vision.attention.head_count"))
         self.n_layer = int(need("clip.vision.block_count"))
         self.eps = float(need("clip.vision.attention.layer_norm_epsilon"))
@@ -387,14 +400,17 @@ class Encoder:
             raise FormatError(f"scale_factor {self.n_merge} must be >= 2 and divide the grid side {self.grid}")
         # mlp (llava graph): the second-to-last layer's output, i.e. n_layer - 1 layers.
         self.n_layer_run = self.n_layer - 1 if self.proj == "mlp" else self.n_layer
+        if self.qwen and (self.image_size % (2 * self.patch_size) or (self.n_embd // self.n_head) % 4):
+            raise FormatError("qwen2vl_merger: image_size must be whole 2 x 2 patch cells, the head size a multiple of 4")
 
         d, ps = self.n_embd, self.patch_size
         t = self._t
         self.patch_w = t("v.patch_embd.weight", (d, 3, ps, ps))
+        self.patch_w1 = t("v.patch_embd.weight.1", (d, 3, ps, ps)) if self.qwen else None
         self.patch_b = t("v.patch_embd.bias", (d,), optional=True)
         self.cls = t("v.class_embd", (d,), optional=True)
         n_pos = self.grid * self.grid + (1 if self.cls is not None else 0)
-        self.pos = t("v.position_embd.weight", (n_pos, d))
+        self.pos = None if self.qwen else t("v.position_embd.weight", (n_pos, d))
         self.pre_ln = (t("v.pre_ln.weight", (d,), optional=True), t("v.pre_ln.bias", (d,), optional=True))
         self.post_ln = (t("v.post_ln.weight", (d,), optional=True), t("v.post_ln.bias", (d,), optional=True))
         self.layers = []
@@ -422,17 +438,18 @@ class Encoder:
                 self._shape(p + "ffn_down.bias", down_b, (d,))
             L["up"], L["down"] = (up_w, up_b, up_t), (down_w, down_b, down_t)
             self.layers.append(L)
-        if self.proj == "mlp":
+        if self.proj in ("mlp", "qwen2vl_merger"):
             w0 = g.tensor("mm.0.weight")
-            if w0.ndim != 2 or w0.shape[1] != d:
-                raise FormatError(f"mm.0.weight: shape {list(reversed(w0.shape))}, want [{d}, n]")
+            k_in = 4 * d if self.qwen else d
+            if w0.ndim != 2 or w0.shape[1] != k_in:
+                raise FormatError(f"mm.0.weight: shape {list(reversed(w0.shape))}, want [{k_in}, n]")
             self.mm0 = (w0, t("mm.0.bias", (w0.shape[0],)), g.type_name("mm.0.weight"))
             w2 = g.tensor("mm.2.weight")
             if w2.ndim != 2 or w2.shape[1] != w0.shape[0]:
                 raise FormatError(f"mm.2.weight: shape {list(reversed(w2.shape))}, want [{w0.shape[0]}, n]")
             self.mm2 = (w2, t("mm.2.bias", (w2.shape[0],)), g.type_name("mm.2.weight"))
             self.n_out_embd = w2.shape[0]
-            self.n_out = self.grid * self.grid
+            self.n_out = self.grid * self.grid // (4 if self.qwen else 1)
         else:
             fc = g.tensor("mm.model.fc.weight")
             k = d * self.n_merge * self.n_merge
@@ -460,14 +477,40 @@ class Encoder:
         y = self.aq(v, wtype) @ w.T
         return y + b if b is not None else y
 
+    def _rope_vision(self, x, rows, cols):
+        """x (n_pos, H, dh): pair (k, k + dh/2) turns by the row for k < dh/4, by the column after,
+        at frequency 10000^(-2 j / (dh/2)), j = k or k - dh/4 (ggml's mode 24). ggml builds the
+        angles by repeated f32 multiplication, as --ggml does."""
+        dh = x.shape[2]
+        half, quarter = dh // 2, dh // 4
+        if self.ggml:
+            scale = np.float32(np.power(np.float32(10000.0), np.float32(-2.0) / np.float32(half)))
+            th = np.empty((x.shape[0], half), np.float32)
+            for part, p in ((0, rows), (1, cols)):
+                cur = p.astype(np.float32)
+                for j in range(quarter):
+                    th[:, part * quarter + j] = cur
+                    cur = (cur * scale).astype(np.float32)
+            c, s = np.cos(th).astype(np.float64), np.sin(th).astype(np.float64)
+        else:
+            j = np.arange(quarter, dtype=np.float64)
+            f = 10000.0 ** (-2.0 * j / half)
+            th = np.concatenate([rows[:, None] * f[None, :], cols[:, None] * f[None, :]], axis=1)
+            c, s = np.cos(th), np.sin(th)
+        c, s = c[:, None, :], s[:, None, :]
+        x0, x1 = x[:, :, :half], x[:, :, half:]
+        return np.concatenate([x0 * c - x1 * s, x0 * s + x1 * c], axis=2)
+
     def encode(self, img, dump=None):
-        """img: (3, S, S) float64 planar. Returns (n_out, n_out_embd) float64."""
+        """img: (3, S, S) float64 planar (qwen2vl_merger: (3, H, W)). Returns (n_out, n_out_embd) float64."""
         def stage(name, x):
             if dump:
                 x.astype(np.float32).tofile(os.path.join(dump, name + ".f32"))
             return x
 
         d, ps, G = self.n_embd, self.patch_size, self.grid
+        if self.qwen:
+            return self._encode_qwen(img, stage)
         # Conv2d with stride = kernel: every patch is a dot with the flattened
         # (c, ky, kx) kernel. Patches row-major: index py * G + px.
         patches = img.reshape(3, G, ps, G, ps).transpose(1, 3, 0, 2, 4).reshape(G * G, 3 * ps * ps)
@@ -489,14 +532,21 @@ class Encoder:
         stage("embd_in", x)
         if self.pre_ln[0] is not None:
             x = stage("pre_ln", layer_norm(x, self.pre_ln[0], self.pre_ln[1], self.eps))
-        n_pos, H = x.shape[0], self.n_head
+        x = self._layers(x, stage)
+        return self._project(x, n_patches, stage)
+
+    def _layers(self, x, stage, rows=None, cols=None):
+        d, n_pos, H = self.n_embd, x.shape[0], self.n_head
         dh = d // H
         for il, L in enumerate(self.layers):
             h = layer_norm(x, L["ln1"][0], L["ln1"][1], self.eps)
 
             lin = self._lin
-            q = lin(*L["q"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
-            k = lin(*L["k"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
+            q = lin(*L["q"], h).reshape(n_pos, H, dh)
+            k = lin(*L["k"], h).reshape(n_pos, H, dh)
+            if rows is not None:
+                q, k = self._rope_vision(q, rows, cols), self._rope_vision(k, rows, cols)
+            q, k = q.transpose(1, 0, 2), k.transpose(1, 0, 2)
             v = lin(*L["v"], h).reshape(n_pos, H, dh).transpose(1, 0, 2)
             s = q @ k.transpose(0, 2, 1) / np.sqrt(dh)
             s = np.exp(s - s.max(axis=-1, keepdims=True))
@@ -509,6 +559,31 @@ class Encoder:
             stage(f"layer_{il}", x)
         if self.post_ln[0] is not None:
             x = stage("post_ln", layer_norm(x, self.post_ln[0], self.post_ln[1], self.eps))
+        return x
+
+    def _encode_qwen(self, img, stage):
+        d, ps = self.n_embd, self.patch_size
+        _, H, W = img.shape
+        gh, gw = H // ps, W // ps
+        # patches in 2 x 2 groups: index ((yb * gw/2 + xb) * 2 + dy) * 2 + dx
+        patches = img.reshape(3, gh // 2, 2, ps, gw // 2, 2, ps).transpose(1, 4, 2, 5, 0, 3, 6)
+        patches = patches.reshape(gh * gw, 3 * ps * ps)
+        yb, xb, dy, dx = np.meshgrid(np.arange(gh // 2), np.arange(gw // 2), np.arange(2), np.arange(2), indexing="ij")
+        rows, cols = (2 * yb + dy).reshape(-1), (2 * xb + dx).reshape(-1)
+        k0, k1 = self.patch_w.reshape(d, -1), self.patch_w1.reshape(d, -1)
+        if self.ggml:  # each conv through an f16 im2col, the two results summed in f32
+            ph = patches.astype(np.float16).astype(np.float64)
+            x = ph @ k0.astype(np.float16).astype(np.float64).T + ph @ k1.astype(np.float16).astype(np.float64).T
+        else:
+            x = patches @ (k0 + k1).T
+        stage("patch_embd", x)
+        x = self._layers(x, stage, rows.astype(np.float64), cols.astype(np.float64))
+        x = x.reshape(-1, 4 * d)  # each group's four consecutive rows joined
+        stage("proj_in", x)
+        return stage("out", self._lin(*self.mm2, self.gelu(self._lin(*self.mm0, x))))
+
+    def _project(self, x, n_patches, stage):
+        d, G = self.n_embd, self.grid
         if self.proj == "mlp":
             if self.cls is not None:
                 # llama.cpp keeps rows 1..n_patches (CLS-last order: patches 1.. and the class token)
@@ -537,6 +612,17 @@ def main(argv):
         dump = argv[i + 1]
         args.remove(dump)
         flags.remove("--dump")
+    size = None
+    if "--size" in argv:
+        i = argv.index("--size")
+        try:
+            size = tuple(int(v) for v in argv[i + 1].lower().split("x"))
+            assert len(size) == 2 and size[0] > 0 and size[1] > 0
+        except (IndexError, ValueError, AssertionError):
+            print("clip_ref.py: --size needs WxH", file=sys.stderr)
+            return 2
+        args.remove(argv[i + 1])
+        flags.remove("--size")
     unknown = [f for f in flags if f not in ("--ggml", "--act-quant", "--cls-first", "--info", "--help")]
     if "--help" in flags or len(args) != 3 or unknown:
         print(__doc__, file=sys.stderr)
@@ -549,9 +635,17 @@ def main(argv):
         print(f"clip_ref.py: {mmproj}: {e}", file=sys.stderr)
         return 1
     S = enc.image_size
+    W, H = size if size else (S, S)
+    if (W, H) != (S, S) and not enc.qwen:
+        print(f"clip_ref.py: --size: a {enc.proj} encoder takes {S}x{S} only", file=sys.stderr)
+        return 1
+    cell = 2 * enc.patch_size
+    if enc.qwen and (W % cell or H % cell):
+        print(f"clip_ref.py: --size {W}x{H} is not whole {cell}-pixel cells", file=sys.stderr)
+        return 1
     img = np.fromfile(inp, dtype="<f4")
-    if img.size != 3 * S * S:
-        print(f"clip_ref.py: {inp}: {img.size} floats, want 3 x {S} x {S} = {3 * S * S}", file=sys.stderr)
+    if img.size != 3 * W * H:
+        print(f"clip_ref.py: {inp}: {img.size} floats, want 3 x {H} x {W} = {3 * W * H}", file=sys.stderr)
         return 1
     if "--info" in flags:
         print(f"clip_ref.py: {enc.proj}, image {S}, patch {enc.patch_size}, n_embd {enc.n_embd}, n_ff {enc.n_ff}, "
@@ -559,7 +653,7 @@ def main(argv):
               f"class {enc.cls is not None}, n_out {enc.n_out} x {enc.n_out_embd}", file=sys.stderr)
     if dump:
         os.makedirs(dump, exist_ok=True)
-    y = enc.encode(img.astype(np.float64).reshape(3, S, S), dump)
+    y = enc.encode(img.astype(np.float64).reshape(3, H, W), dump)
     y.astype("<f4").tofile(out)
     return 0
 

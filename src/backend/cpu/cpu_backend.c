@@ -370,12 +370,18 @@ static void op_rope(const nm_op *op, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; t++) {
         float p = (float)IDS(op)[t] * fscale;
         for (int i = 0; i < n_rot / 2; i++) {
+            float fi = (float)i, fn = (float)n_rot;
             if (mode == NM_ROPE_MROPE) { // the pair's stream: t, h or w (or e, 0)
                 const int sector = i % sect_dims;
                 const int s = sector < sec[0] ? 0 : sector < sec[0] + sec[1] ? 1 : sector < sec[0] + sec[1] + sec[2] ? 2 : 3;
                 p = s < 3 ? (float)IDS(op)[s * n_tok + t] * fscale : 0.0f;
+            } else if (mode == NM_ROPE_VISION) { // row pairs, then column pairs, each from frequency index 0
+                const int col = i >= sec[0];
+                p = (float)IDS(op)[col * n_tok + t] * fscale;
+                fi = (float)(col ? i - sec[0] : i);
+                fn = (float)(n_rot / 2);
             }
-            float theta = p * powf(base, -2.0f * (float)i / (float)n_rot);
+            float theta = p * powf(base, -2.0f * fi / fn);
             cs[i][0] = cosf(theta);
             cs[i][1] = sinf(theta);
         }
@@ -498,16 +504,22 @@ static void op_softcap(const nm_op *op, int64_t r0, int64_t r1) {
     for (int64_t i = r0 * w; i < r1 * w; i++) y[i] = cap * tanhf(a[i] / cap);
 }
 
-// Patches as rows (channel, y, x), the order of a conv kernel's elements.
+// Patches as rows (channel, y, x), the order of a conv kernel's elements;
+// rows in raster order, or in 2 x 2 groups (i3 = 2).
 static void op_patches(const nm_op *op, int64_t r0, int64_t r1) {
-    const int64_t S = op->i0, p = op->i1, side = S / p, P = 3 * p * p;
+    const int64_t W = op->i0, H = op->i2 ? op->i2 : op->i0, p = op->i1, gw = W / p, P = 3 * p * p;
     const float *px = TD(op->src0);
     float *y = TD(op->dst);
     for (int64_t t = r0; t < r1; t++) {
-        const int64_t py = t / side, pxi = t % side;
+        int64_t py = t / gw, pxi = t % gw;
+        if (op->i3 == 2) { // t = ((yb * gw/2 + xb) * 2 + dy) * 2 + dx
+            const int64_t g = t / 4, yb = g / (gw / 2), xb = g % (gw / 2);
+            py = 2 * yb + (t / 2) % 2;
+            pxi = 2 * xb + t % 2;
+        }
         for (int64_t ch = 0; ch < 3; ch++)
             for (int64_t r = 0; r < p; r++)
-                memcpy(y + t * P + (ch * p + r) * p, px + (ch * S + py * p + r) * S + pxi * p, sizeof(float) * (size_t)p);
+                memcpy(y + t * P + (ch * p + r) * p, px + (ch * H + py * p + r) * W + pxi * p, sizeof(float) * (size_t)p);
     }
 }
 
@@ -714,6 +726,9 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
         if (op->i2 > 1024 || op->i1 <= 0 || op->i0 % op->i1 != 0 || op->n_ctx <= 0 || !kv_rows_ok(op)) return false;
         return !(op->flags & NM_OPF_GGML_F16) || (op->n_ctx <= NM_ATTN_GGML_MAX && op->f1 <= 0.0f);
     case NM_OP_ROPE:
+        if (op->i2 == NM_ROPE_VISION)
+            return op->i3 <= 1024 && op->i3 <= op->i1 && op->ids && op->ids->ne[0] >= 2 * op->src0->ne[1] &&
+                   op->rope_sections[0] > 0 && op->rope_sections[0] < op->i3 / 2;
         return op->i3 <= 1024 && op->i3 <= op->i1 &&
                (op->i2 != NM_ROPE_MROPE || (op->ids && op->ids->ne[0] >= 3 * op->src0->ne[1] &&
                                             op->rope_sections[0] + op->rope_sections[1] + op->rope_sections[2] +
@@ -722,10 +737,12 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
     case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
-    case NM_OP_PATCHES:
-        return op->i1 > 0 && op->i0 % op->i1 == 0 && op->dst->ne[0] == 3 * (int64_t)op->i1 * op->i1 &&
-               op->dst->ne[1] == (int64_t)(op->i0 / op->i1) * (op->i0 / op->i1) &&
-               op->src0->ne[0] * op->src0->ne[1] >= 3 * (int64_t)op->i0 * op->i0;
+    case NM_OP_PATCHES: {
+        const int64_t W = op->i0, H = op->i2 ? op->i2 : op->i0, p = op->i1;
+        return p > 0 && W > 0 && H > 0 && W % p == 0 && H % p == 0 && op->dst->ne[0] == 3 * p * p &&
+               op->dst->ne[1] == (W / p) * (H / p) && op->src0->ne[0] * op->src0->ne[1] >= 3 * W * H &&
+               (op->i3 == 0 || (op->i3 == 2 && (W / p) % 2 == 0 && (H / p) % 2 == 0));
+    }
     case NM_OP_PIXEL_SHUFFLE:
         return op->i1 > 0 && op->i0 % op->i1 == 0 && op->src0->ne[1] == (int64_t)op->i0 * op->i0 &&
                op->dst->ne[0] == op->src0->ne[0] * op->i1 * op->i1;

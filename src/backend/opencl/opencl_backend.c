@@ -406,7 +406,7 @@ bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_ATTENTION:
         return op->i1 > 0 && op->i0 % op->i1 == 0 && op->i2 > 0 && op->i2 <= NM_CL_MAX_HD && op->kv && op->ids;
     case NM_OP_ATTENTION_FULL: return op->i2 > 0 && op->i2 <= NM_CL_MAX_HD;
-    case NM_OP_ROPE: return op->i3 <= op->i1 && op->i3 % 2 == 0 && op->ids && op->i2 != NM_ROPE_MROPE; // (M-RoPE: CPU)
+    case NM_OP_ROPE: return op->i3 <= op->i1 && op->i3 % 2 == 0 && op->ids && (op->i2 == NM_ROPE_NORM || op->i2 == NM_ROPE_NEOX); // (M-RoPE, vision: CPU)
     case NM_OP_KV_STORE: return op->kv && op->ids && op->src0->ne[1] <= op->n_ctx;
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
     case NM_OP_GLU: return op->i0 == NM_ACT_SILU || op->i0 == NM_ACT_GELU_TANH;
@@ -418,7 +418,8 @@ bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
     case NM_OP_PATCHES:
         return f32(op->src0) && op->i1 > 0 && op->i0 % op->i1 == 0 && op->dst->ne[0] == 3 * (int64_t)op->i1 * op->i1 &&
-               op->dst->ne[1] == (int64_t)(op->i0 / op->i1) * (op->i0 / op->i1);
+               op->dst->ne[1] == (int64_t)(op->i0 / op->i1) * (op->i0 / op->i1) && op->i2 == 0 &&
+               op->i3 == 0; // (square, raster: non-square and grouped patches run on the CPU)
     case NM_OP_PIXEL_SHUFFLE:
         return f32(op->src0) && op->i1 > 0 && op->i0 % op->i1 == 0 && op->src0->ne[1] == (int64_t)op->i0 * op->i0 &&
                op->dst->ne[0] == op->src0->ne[0] * op->i1 * op->i1;

@@ -17,6 +17,16 @@
 //    so that the same file gives the same embeddings in both;
 //  - old conversions stored ffn_up/ffn_down swapped: detected by shape
 //    (ffn_down reading n_embd inputs) and undone, as llama.cpp does.
+//
+// qwen2vl_merger (Qwen2-VL, llama.cpp's models/qwen2vl.cpp) takes images of
+// any size of whole 28 x 28 cells: its op list is recorded again for each new
+// size, into an arena sized at load for the largest (NM_CLIP_QWEN2VL_MAX_TOKENS
+// cells; anonymous memory, so only what an image touches becomes resident).
+// The two temporal conv kernels are summed once at load (a still image is the
+// same frame twice); patches are taken in 2 x 2 groups, each patch's row and
+// column turn the q and k heads (NM_ROPE_VISION), and the merger joins each
+// group's four rows after the post-LN: rows are consecutive, so the joined
+// rows are a view.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,11 +50,14 @@ struct nm_clip {
     nm_clip_info info;
     nm_backend *be;
     nm_tensor patch_w, patch_b, class_embd, pos_embd, pre_ln_w, pre_ln_b, post_ln_w, post_ln_b;
+    float *patch_sum; // qwen2vl_merger: the two patch kernels summed (f32, owned)
     nm_tensor mm0_w, mm0_b, mm2_w, mm2_b, fc_w;
     clip_layer *layers;
     float *vec_mem; // owned f32 copies of the vectors
     size_t vec_used, vec_cap;
-    int32_t n_pos, n_mm; // tokens through the ViT; mlp hidden width
+    int32_t n_pos, n_mm; // tokens through the ViT (of the recorded size); mlp hidden width
+    int32_t max_pos;     // the most tokens through the ViT (the arena's size)
+    int32_t rec_w, rec_h; // the image size the op list is recorded for
     nm_backend_caps caps;
     // activations: views of one buffer of the backend
     nm_buffer *arena;
@@ -54,6 +67,7 @@ struct nm_clip {
     nm_tensor ff;        // (n_pos, max(n_ff, n_mm))
     nm_tensor shuf;      // (n_out, n_embd n_merge^2): idefics3 pixel shuffle
     nm_tensor out;       // (n_out, n_out_embd) where the device cannot write the caller's
+    nm_tensor vpos;      // qwen2vl_merger: i32 (2 n_pos) each patch's row, then each patch's column
     // the encoder's op list, recorded at load (one shape: the image size is fixed)
     nm_op *ops;
     nm_tensor *tens;
@@ -239,6 +253,49 @@ static nm_status load_pinpoints(loader *L) {
 // (and would size the layer table before any tensor is checked).
 #define NM_CLIP_MAX_LAYERS 1024
 
+// qwen2vl_merger: the FFN width from the first layer's fc1 (the tensor that
+// reads n_embd inputs, under either name): the converters write the LLM's
+// width, or 0, as clip.vision.feed_forward_length.
+static nm_status qwen_ffn_width(loader *L) {
+    nm_clip_info *in = &L->c->info;
+    const nm_gguf_tensor *up = nm_gguf_find_tensor(L->c->g, "v.blk.0.ffn_up.weight");
+    const nm_gguf_tensor *down = nm_gguf_find_tensor(L->c->g, "v.blk.0.ffn_down.weight");
+    if (!up || !down) return LFAIL(L, NM_ERR_FORMAT, "mmproj: missing tensor 'v.blk.0.ffn_%s.weight'", up ? "down" : "up");
+    const nm_gguf_tensor *fc1 = down->ne[0] == in->n_embd ? down : up;
+    if (fc1->ne[1] <= 0 || fc1->ne[1] > (1 << 20))
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: tensor '%s' gives an FFN width of %lld", fc1->name.ptr,
+                     (long long)fc1->ne[1]);
+    in->n_ff = (int32_t)fc1->ne[1];
+    return NM_OK;
+}
+
+static nm_status qwen_hparams(loader *L) {
+    nm_clip_info *in = &L->c->info;
+    nm_status st;
+    in->act = get_flag(L, "clip.use_gelu") ? NM_CLIP_ACT_GELU : get_flag(L, "clip.use_silu") ? NM_CLIP_ACT_SILU
+                                                                                                : NM_CLIP_ACT_GELU_QUICK;
+    if (in->act == NM_CLIP_ACT_SILU)
+        return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: qwen2vl_merger with clip.use_silu (Qwen2.5-VL's gated FFN) is "
+                                            "not supported");
+    in->n_merge = 2;
+    if ((st = get_u32(L, "clip.vision.spatial_merge_size", false, &in->n_merge))) return st;
+    if (in->n_merge != 2) return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: spatial_merge_size %d (only 2 is supported)", in->n_merge);
+    if (nm_gguf_find(L->c->g, "clip.vision.n_wa_pattern"))
+        return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: window attention (clip.vision.n_wa_pattern) is not supported");
+    const int32_t hd = in->n_embd / in->n_head, cell = in->patch_size * in->n_merge;
+    if (hd % 4 || hd > 1024) return LFAIL(L, NM_ERR_FORMAT, "mmproj: head size %d is not a multiple of 4 up to 1024", hd);
+    if (in->image_size % cell)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_size %d is not a multiple of the %d-pixel merge cell",
+                     in->image_size, cell);
+    in->n_layer_run = in->n_layer;
+    in->min_tokens = NM_CLIP_QWEN2VL_MIN_TOKENS;
+    in->max_tokens = NM_CLIP_QWEN2VL_MAX_TOKENS;
+    const int32_t side = in->image_size / in->patch_size;
+    in->n_patches = side * side;
+    in->n_out = in->max_tokens;
+    return NM_OK;
+}
+
 // Hyperparameters and their consistency.
 static nm_status load_hparams(loader *L) {
     nm_clip *c = L->c;
@@ -250,14 +307,17 @@ static nm_status load_hparams(loader *L) {
         return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: the file has no vision encoder");
     if (nm_str_eq(s, "mlp")) in->proj = NM_CLIP_PROJ_MLP;
     else if (nm_str_eq(s, "idefics3")) in->proj = NM_CLIP_PROJ_IDEFICS3;
+    else if (nm_str_eq(s, "qwen2vl_merger")) in->proj = NM_CLIP_PROJ_QWEN2VL;
     else
-        return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: projector type '%.*s' is not supported (mlp, idefics3 are)",
+        return LFAIL(L, NM_ERR_UNSUPPORTED,
+                     "mmproj: projector type '%.*s' is not supported (mlp, idefics3, qwen2vl_merger are)",
                      (int)(s.len < 64 ? s.len : 64), s.ptr);
+    const bool qwen = in->proj == NM_CLIP_PROJ_QWEN2VL;
     nm_status st;
     in->eps = 1e-6f;
     int32_t n_head_kv = 0, head_dim = 0;
     if ((st = get_u32(L, "clip.vision.embedding_length", true, &in->n_embd)) ||
-        (st = get_u32(L, "clip.vision.feed_forward_length", true, &in->n_ff)) ||
+        (st = get_u32(L, "clip.vision.feed_forward_length", !qwen, &in->n_ff)) ||
         (st = get_u32(L, "clip.vision.attention.head_count", true, &in->n_head)) ||
         (st = get_u32(L, "clip.vision.attention.head_count_kv", false, &n_head_kv)) ||
         (st = get_u32(L, "clip.vision.attention.head_dim", false, &head_dim)) ||
@@ -275,6 +335,7 @@ static nm_status load_hparams(loader *L) {
         return LFAIL(L, NM_ERR_FORMAT, "mmproj: layer_norm_epsilon is not a finite float >= 0");
     for (int i = 0; i < 3; i++)
         if (!(in->std[i] > 0.0f)) return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_std[%d] is not positive", i);
+    if (qwen && (st = qwen_ffn_width(L))) return st;
     if (in->n_embd <= 0 || in->n_ff <= 0 || in->n_head <= 0 || in->n_layer <= 0 || in->n_embd % in->n_head)
         return LFAIL(L, NM_ERR_FORMAT, "mmproj: inconsistent sizes (n_embd %d, n_ff %d, n_head %d, layers %d)",
                      in->n_embd, in->n_ff, in->n_head, in->n_layer);
@@ -288,6 +349,7 @@ static nm_status load_hparams(loader *L) {
     if (in->patch_size <= 0 || in->image_size % in->patch_size)
         return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_size %d is not a multiple of patch_size %d", in->image_size,
                      in->patch_size);
+    if (qwen) return qwen_hparams(L);
     bool gelu = get_flag(L, "clip.use_gelu"), silu = get_flag(L, "clip.use_silu");
     if (gelu && silu) return LFAIL(L, NM_ERR_FORMAT, "mmproj: both clip.use_gelu and clip.use_silu are set");
     in->act = gelu ? NM_CLIP_ACT_GELU : silu ? NM_CLIP_ACT_SILU : NM_CLIP_ACT_GELU_QUICK;
@@ -318,11 +380,62 @@ static nm_status load_hparams(loader *L) {
     return NM_OK;
 }
 
+// qwen2vl_merger: two patch kernels (summed here into an f32 [3 p p, n_embd]
+// matrix), no bias, class token, position table or pre-LN; the layers; the
+// post-LN; mm.0 over four joined patches, mm.2 to the LLM's width.
+static nm_status qwen_tensors(loader *L) {
+    nm_clip *c = L->c;
+    nm_clip_info *in = &c->info;
+    const int64_t d = in->n_embd, p = in->patch_size, K = 3 * p * p;
+    int64_t pe[4] = {p, p, 3, d};
+    nm_tensor k0, k1;
+    nm_status st;
+    if ((st = find(L, &k0, "v.patch_embd.weight", true, 4, pe)) || (st = find(L, &k1, "v.patch_embd.weight.1", true, 4, pe)))
+        return st;
+    static const char *const foreign[] = {"v.patch_embd.bias", "v.class_embd", "v.pre_ln.weight"};
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++)
+        if (nm_gguf_find_tensor(c->g, foreign[i]))
+            return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: tensor '%s' is not part of a qwen2vl_merger encoder", foreign[i]);
+    if (!(c->patch_sum = malloc((size_t)(K * d) * sizeof(float) * 2)))
+        return LFAIL(L, NM_ERR_NOMEM, "mmproj: out of memory for the patch kernel");
+    float *tmp = c->patch_sum + K * d;
+    const nm_kernels *kr = nm_kernels_get();
+    const size_t rb = nm_row_size(k0.type, K), rb1 = nm_row_size(k1.type, K);
+    if (!rb || !rb1) return LFAIL(L, NM_ERR_FORMAT, "mmproj: patch kernel rows of %lld are not whole blocks", (long long)K);
+    for (int64_t o = 0; o < d; o++) {
+        kr->dequant[k0.type]((const uint8_t *)nm_tensor_host(&k0) + (size_t)o * rb, c->patch_sum + o * K, K);
+        kr->dequant[k1.type]((const uint8_t *)nm_tensor_host(&k1) + (size_t)o * rb1, tmp, K);
+        for (int64_t i = 0; i < K; i++) {
+            c->patch_sum[o * K + i] += tmp[i];
+            if (!isfinite(c->patch_sum[o * K + i]))
+                return LFAIL(L, NM_ERR_FORMAT, "mmproj: the patch kernels hold non-finite values");
+        }
+    }
+    c->patch_w = nm_tensor_at(c->patch_sum, NM_TYPE_F32, K, d);
+    if ((st = find_vec(L, &c->post_ln_w, "v.post_ln.weight", true, d, 1)) ||
+        (st = find_vec(L, &c->post_ln_b, "v.post_ln.bias", false, d, 1)))
+        return st;
+    for (int il = 0; il < in->n_layer_run; il++)
+        if ((st = load_layer(L, il, &c->layers[il]))) return st;
+    const nm_gguf_tensor *m0 = nm_gguf_find_tensor(c->g, "mm.0.weight"), *m2 = nm_gguf_find_tensor(c->g, "mm.2.weight");
+    if (!m0 || !m2) return LFAIL(L, NM_ERR_FORMAT, "mmproj: missing tensor '%s'", m0 ? "mm.2.weight" : "mm.0.weight");
+    c->n_mm = (int32_t)m0->ne[1];
+    in->n_out_embd = (int32_t)m2->ne[1];
+    if ((st = find_mat(L, &c->mm0_w, "mm.0.weight", true, 4 * d, c->n_mm)) ||
+        (st = find_vec(L, &c->mm0_b, "mm.0.bias", true, c->n_mm, 1)) ||
+        (st = find_mat(L, &c->mm2_w, "mm.2.weight", true, c->n_mm, in->n_out_embd)) ||
+        (st = find_vec(L, &c->mm2_b, "mm.2.bias", true, in->n_out_embd, 1)))
+        return st;
+    if (in->n_out_embd <= 0) return LFAIL(L, NM_ERR_FORMAT, "mmproj: projector output width is 0");
+    return NM_OK;
+}
+
 static nm_status load_tensors(loader *L) {
     nm_clip *c = L->c;
     nm_clip_info *in = &c->info;
     const int64_t d = in->n_embd, p = in->patch_size;
     nm_status st;
+    if (in->proj == NM_CLIP_PROJ_QWEN2VL) return qwen_tensors(L);
     if (nm_gguf_find_tensor(c->g, "v.patch_embd.weight.1"))
         return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: a second patch embedding (video models) is not supported");
     int64_t pe[4] = {p, p, 3, d};
@@ -384,12 +497,13 @@ void nm_clip_free(nm_clip *c) {
     free(c->tens);
     free(c->layers);
     free(c->vec_mem);
+    free(c->patch_sum);
     nm_gguf_close(c->g);
     free(c);
 }
 
 // From a file (path) or from memory (data, size).
-static nm_status record(nm_clip *c);
+static nm_status record(nm_clip *c, int32_t W, int32_t H);
 
 static nm_status clip_load(const char *path, const void *data, size_t size, const char *device, int32_t n_threads,
                            nm_clip **out, char *err, size_t err_size) {
@@ -415,8 +529,11 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         goto fail;
     }
     if ((st = load_tensors(&L))) goto fail;
+    if (in->proj != NM_CLIP_PROJ_QWEN2VL) in->min_tokens = in->max_tokens = in->n_out;
 
-    const int64_t d = in->n_embd, T = c->n_pos, p = in->patch_size, mm = in->n_merge;
+    const bool qwen = in->proj == NM_CLIP_PROJ_QWEN2VL;
+    c->max_pos = qwen ? in->max_tokens * in->n_merge * in->n_merge : c->n_pos;
+    const int64_t d = in->n_embd, T = c->max_pos, p = in->patch_size, mm = in->n_merge;
     int64_t max_row = 3 * p * p;
     const int64_t widths[] = {d, in->n_ff, c->n_mm, d * mm * mm};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) max_row = widths[i] > max_row ? widths[i] : max_row;
@@ -429,6 +546,11 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         goto fail;
     }
     c->be->iface->get_caps(c->be, &c->caps);
+    if (qwen && !c->caps.host_memory) {
+        st = nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "vision encoder: qwen2vl_merger runs on the CPU only (device %s "
+                     "has no 2-D vision rope)", c->be->iface->name);
+        goto fail;
+    }
     // the weights and the widened vectors, read in place (copied once only to a device that cannot)
     const uint8_t *lo = NULL, *hi = NULL;
     for (int64_t i = 0; i < nm_gguf_n_tensors(c->g); i++) {
@@ -442,11 +564,13 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         nm_fail(st, err, err_size, "vision encoder: the weights: %s", c->be->iface->last_error(c->be));
         goto fail;
     }
-    const int64_t S = in->image_size, n_out_rows = in->n_out, ow = in->n_out_embd;
-    const int64_t dims[][2] = {{3 * S * S, 1}, {3 * p * p, in->n_patches}, {d, T}, {d, T}, {d, T}, {d, T}, {d, T},
-                                 {d, T}, {d, T}, {ffw, T}, {d * mm * mm, n_out_rows}, {ow, n_out_rows}};
+    const int64_t S = in->image_size, n_out_rows = in->n_out, ow = in->n_out_embd, P = 3 * p * p;
+    const int64_t n_pix = qwen ? P * T : 3 * S * S, n_patch_rows = qwen ? T : in->n_patches;
+    const int64_t dims[][2] = {{n_pix, 1}, {P, n_patch_rows}, {d, T}, {d, T}, {d, T}, {d, T}, {d, T},
+                               {d, T}, {d, T}, {ffw, T}, {d * mm * mm, qwen ? 1 : n_out_rows}, {ow, n_out_rows},
+                               {qwen ? 2 * T : 1, 1}};
     nm_tensor *views[] = {&c->pix, &c->patches, &c->x, &c->cur, &c->q, &c->k, &c->v, &c->attn, &c->o, &c->ff,
-                          &c->shuf, &c->out};
+                          &c->shuf, &c->out, &c->vpos};
     size_t bytes = 0;
     for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
         bytes += ((size_t)(dims[i][0] * dims[i][1]) * sizeof(float) + 63) / 64 * 64;
@@ -459,7 +583,8 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         *views[i] = (nm_tensor){.type = NM_TYPE_F32, .ne = {dims[i][0], dims[i][1], 1, 1}, .buf = c->arena, .offs = at};
         at += ((size_t)(dims[i][0] * dims[i][1]) * sizeof(float) + 63) / 64 * 64;
     }
-    if ((st = record(c)) != NM_OK) {
+    c->vpos.type = NM_TYPE_I32;
+    if ((st = record(c, (int32_t)S, (int32_t)S)) != NM_OK) {
         nm_fail(st, err, err_size, "%s", c->err);
         goto fail;
     }
@@ -529,6 +654,15 @@ static void layer_record(nm_clip *c, const clip_layer *ly) {
     emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->wq, .src1 = cur, .src2 = opt(&ly->bq), .dst = q});
     emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->wk, .src1 = cur, .src2 = opt(&ly->bk), .dst = k});
     emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->wv, .src1 = cur, .src2 = opt(&ly->bv), .dst = v});
+    if (in->proj == NM_CLIP_PROJ_QWEN2VL) { // each head's quarters: rows turn by the patch's row, then its column
+        const nm_op r = {.kind = NM_OP_ROPE, .ids = &c->vpos, .f0 = 10000.0f, .f1 = 1.0f, .i0 = in->n_head,
+                         .i1 = (int32_t)hd, .i2 = NM_ROPE_VISION, .i3 = (int32_t)hd, .rope_sections = {(int32_t)hd / 4}};
+        nm_op rq = r, rk = r;
+        rq.src0 = rq.dst = q;
+        rk.src0 = rk.dst = k;
+        emit(c, rq);
+        emit(c, rk);
+    }
     emit(c, (nm_op){.kind = NM_OP_ATTENTION_FULL, .src0 = q, .src1 = k, .src2 = v, .dst = attn,
                     .f0 = 1.0f / sqrtf((float)hd), .i0 = in->n_head, .i2 = (int32_t)hd});
     emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &ly->wo, .src1 = attn, .src2 = opt(&ly->bo), .dst = o});
@@ -541,18 +675,60 @@ static void layer_record(nm_clip *c, const clip_layer *ly) {
     emit(c, (nm_op){.kind = NM_OP_ADD, .src0 = x, .src1 = o, .dst = x});
 }
 
-// Records the encoder: patches (rows in the order of the conv kernel's
-// elements), their embedding, the class token, positions, the layers, the
-// projector. Every step an op of the backend.
-static nm_status record(nm_clip *c) {
+// qwen2vl_merger: the encoder of a W x H image (whole merge cells). Patches
+// in 2 x 2 groups, each with its row and column for the rope; the post-LN;
+// each group's four rows, consecutive, read as one row of 4 n_embd by mm.0.
+static nm_status record_qwen(nm_clip *c, int32_t W, int32_t H) {
+    const nm_clip_info *in = &c->info;
+    const int64_t d = in->n_embd, p = in->patch_size, gw = W / p, gh = H / p, N = gw * gh, P = 3 * p * p;
+    c->n_pos = (int32_t)N;
+    int32_t *pos = malloc(2 * (size_t)N * sizeof *pos);
+    if (!pos) return nm_fail(NM_ERR_NOMEM, c->err, sizeof c->err, "out of memory recording the encoder");
+    for (int64_t t = 0; t < N; t++) { // the order of NM_OP_PATCHES' 2 x 2 groups
+        const int64_t g = t / 4, yb = g / (gw / 2), xb = g % (gw / 2);
+        pos[t] = (int32_t)(2 * yb + (t / 2) % 2);
+        pos[N + t] = (int32_t)(2 * xb + t % 2);
+    }
+    nm_tensor *vpos = rows(c, &c->vpos, 2 * N, 0, 1);
+    nm_status st = vpos ? c->be->iface->tensor_set(c->be, vpos, 0, pos, 2 * (size_t)N * sizeof *pos) : NM_ERR_RANGE;
+    free(pos);
+    if (st != NM_OK) return nm_fail(st, c->err, sizeof c->err, "vision encoder: the positions: %s", c->be->iface->last_error(c->be));
+    c->vpos.ne[0] = 2 * N; // the layers' ropes read c->vpos
+    c->in_pix = rows(c, &c->pix, P * N, 0, 1);
+    nm_tensor *patches = rows(c, &c->patches, P, 0, N), *x = rows(c, &c->x, d, 0, N);
+    emit(c, (nm_op){.kind = NM_OP_PATCHES, .src0 = c->in_pix, .dst = patches, .i0 = W, .i1 = (int32_t)p, .i2 = H, .i3 = 2});
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->patch_w, .src1 = patches, .dst = x});
+    for (int il = 0; il < in->n_layer_run; il++) layer_record(c, &c->layers[il]);
+    emit(c, (nm_op){.kind = NM_OP_NORM, .src0 = x, .src1 = &c->post_ln_w, .src2 = opt(&c->post_ln_b), .dst = x,
+                    .f0 = in->eps});
+    const int64_t n_out = N / 4;
+    c->in_out = rows(c, &c->out, in->n_out_embd, 0, n_out);
+    nm_tensor *feat = rows(c, &c->x, 4 * d, 0, n_out), *h = rows(c, &c->ff, c->n_mm, 0, n_out);
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->mm0_w, .src1 = feat, .src2 = opt(&c->mm0_b), .dst = h});
+    emit(c, (nm_op){.kind = NM_OP_ACT, .src0 = h, .dst = h, .i0 = NM_ACT_GELU_TANH});
+    emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->mm2_w, .src1 = h, .src2 = opt(&c->mm2_b), .dst = c->in_out});
+    return NM_OK;
+}
+
+// Records the encoder for a W x H image: patches (rows in the order of the
+// conv kernel's elements), their embedding, the class token, positions, the
+// layers, the projector. Every step an op of the backend.
+static nm_status record(nm_clip *c, int32_t W, int32_t H) {
     const nm_clip_info *in = &c->info;
     const int64_t d = in->n_embd, S = in->image_size, p = in->patch_size, side = S / p, P = 3 * p * p;
     const int64_t T = c->n_pos, N = in->n_patches;
     c->cap_ops = 16 * in->n_layer_run + 16;
     c->cap_tens = 12 * in->n_layer_run + 24;
-    c->ops = calloc((size_t)c->cap_ops, sizeof *c->ops);
-    c->tens = calloc((size_t)c->cap_tens, sizeof *c->tens);
+    c->n_ops = c->n_tens = 0;
+    c->rec_w = c->rec_h = 0;
+    if (!c->ops) c->ops = calloc((size_t)c->cap_ops, sizeof *c->ops);
+    if (!c->tens) c->tens = calloc((size_t)c->cap_tens, sizeof *c->tens);
     if (!c->ops || !c->tens) return nm_fail(NM_ERR_NOMEM, c->err, sizeof c->err, "out of memory recording the encoder");
+    if (in->proj == NM_CLIP_PROJ_QWEN2VL) {
+        nm_status st = record_qwen(c, W, H);
+        if (st != NM_OK) return st;
+        goto check;
+    }
     c->in_pix = rows(c, &c->pix, 3 * S * S, 0, 1);
     nm_tensor *patches = rows(c, &c->patches, P, 0, N), *x = rows(c, &c->x, d, 0, T);
     nm_tensor *xp = rows(c, &c->x, d, 0, N);
@@ -592,6 +768,7 @@ static nm_status record(nm_clip *c) {
                         .i1 = (int32_t)sm});
         emit(c, (nm_op){.kind = NM_OP_MATMUL, .src0 = &c->fc_w, .src1 = shuf, .dst = c->in_out});
     }
+check:
     if (c->n_ops > c->cap_ops || c->n_tens == c->cap_tens)
         return nm_fail(NM_ERR_RANGE, c->err, sizeof c->err, "vision encoder: more ops than recorded for");
     for (int i = 0; i < c->n_ops; i++)
@@ -600,20 +777,49 @@ static nm_status record(nm_clip *c) {
             return nm_fail(NM_ERR_UNSUPPORTED, c->err, sizeof c->err, "vision encoder: device %s cannot run op %d (%s)",
                            c->be->iface->name, c->ops[i].kind, tr ? tr->name : "?");
         }
+    c->rec_w = W;
+    c->rec_h = H;
     return NM_OK;
 }
 
+int32_t nm_clip_n_out(const nm_clip *c, int32_t width, int32_t height) {
+    if (!c) return 0;
+    const nm_clip_info *in = &c->info;
+    if (in->proj != NM_CLIP_PROJ_QWEN2VL) return width == in->image_size && height == in->image_size ? in->n_out : 0;
+    const int32_t cell = in->patch_size * in->n_merge;
+    if (width <= 0 || height <= 0 || width % cell || height % cell || width / cell > in->max_tokens ||
+        height / cell > in->max_tokens)
+        return 0;
+    const int64_t n = (int64_t)(width / cell) * (height / cell);
+    return n <= in->max_tokens ? (int32_t)n : 0; // (min_tokens binds the preprocessing, not the encoder)
+}
+
 nm_status nm_clip_encode(nm_clip *c, const float *pixels, float *out) {
+    if (!c) return NM_ERR_INVALID_ARG;
+    return nm_clip_encode_size(c, pixels, c->info.image_size, c->info.image_size, out);
+}
+
+nm_status nm_clip_encode_size(nm_clip *c, const float *pixels, int32_t width, int32_t height, float *out) {
     if (!c || !pixels || !out) return NM_ERR_INVALID_ARG;
     c->err[0] = '\0';
     const nm_clip_info *in = &c->info;
     const nm_backend_i *be = c->be->iface;
-    const size_t n_pix = 3 * (size_t)in->image_size * (size_t)in->image_size;
-    const size_t n_out = (size_t)in->n_out * (size_t)in->n_out_embd * sizeof(float);
+    const int32_t n_rows = nm_clip_n_out(c, width, height);
+    if (n_rows == 0) {
+        if (in->proj != NM_CLIP_PROJ_QWEN2VL)
+            return nm_fail(NM_ERR_INVALID_ARG, c->err, sizeof c->err, "vision encoder: a %dx%d image, it takes %dx%d only",
+                           width, height, in->image_size, in->image_size);
+        return nm_fail(NM_ERR_INVALID_ARG, c->err, sizeof c->err,
+                       "vision encoder: a %dx%d image is not whole %d-pixel cells giving at most %d tokens", width,
+                       height, in->patch_size * in->n_merge, in->max_tokens);
+    }
     nm_status st;
+    if ((width != c->rec_w || height != c->rec_h) && (st = record(c, width, height)) != NM_OK) return st;
+    const size_t n_pix = 3 * (size_t)width * (size_t)height;
+    const size_t n_out = (size_t)n_rows * (size_t)in->n_out_embd * sizeof(float);
     if (c->caps.host_memory) { // the CPU reads the caller's pixels and writes the caller's rows in place
         *c->in_pix = nm_tensor_at(pixels, NM_TYPE_F32, (int64_t)n_pix, 1);
-        *c->in_out = nm_tensor_at(out, NM_TYPE_F32, in->n_out_embd, in->n_out);
+        *c->in_out = nm_tensor_at(out, NM_TYPE_F32, in->n_out_embd, n_rows);
     } else if ((st = be->tensor_set(c->be, c->in_pix, 0, pixels, n_pix * sizeof(float))) != NM_OK) {
         return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", be->last_error(c->be));
     }

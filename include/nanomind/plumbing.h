@@ -119,7 +119,8 @@ typedef struct nm_tabm nm_tabm;
 typedef enum nm_tabm_kind {
     NM_TABM_BYTES = 0,    // opaque bytes
     NM_TABM_TOKENS = 1,   // int32 token ids, shape [n]
-    NM_TABM_EMBD_F32 = 2, // float embeddings, shape [n_tokens, n_embd]
+    NM_TABM_EMBD_F32 = 2, // float embeddings, shape [n_tokens, n_embd]; an image's grid (Qwen2-VL, whose decoder
+                          // places its tokens by row and column): ndim 3, [rows, columns, n_embd], row-major
     NM_TABM_EMBD_F16 = 3, // IEEE half embeddings, shape [n_tokens, n_embd]
     NM_TABM_PCM_S16 = 4,  // int16 samples, shape [n_frames, channels], sample_rate set
     NM_TABM_PCM_F32 = 5,  // float samples, same

@@ -10,6 +10,15 @@ a case passes when its accuracy reaches the bound below (what the fixture gives 
 questions less a margin, so that another CPU's rounding may flip an unsure answer or two; on
 500 scenes it gives colour 100%, shape 38%, count 100%, position 78%: docs/vlm.md). Without the default LLM every
 case is a skip (a failure under NM_CI). Prints "N passed, N failed, N skipped".
+
+Qwen2-VL (qwen2vl_*): a random-weight `qwen2vl` LLM (nm-genmodel, SmolLM2's tokenizer, d 256)
+and a `qwen2vl_merger` mmproj (nm-genmmproj), both from fixed seeds, answer "What is it?" about
+three images of three aspect ratios (320x200, 120x300, 224x224: 77, 44 and 64 image tokens after
+the resize to 28-pixel cells); the 24 greedy tokens must be byte for byte what llama.cpp's
+llama-mtmd-cli gave on the same files (tests/data/qwen2vl/README.md): the encoder, the
+preprocessing, the markers and the decoder's M-RoPE positions all agree. The three answers must
+differ from each other (the image reaches the decoder), and an mmproj of another width than the
+LLM is refused with a message naming both.
 """
 import json
 import os
@@ -28,8 +37,72 @@ N_PER_CATEGORY = 12
 BOUNDS = {"colour": 0.95, "shape": 0.33, "count": 0.9, "position": 0.66}
 
 
+def qwen2vl_images(d):
+    """The three test images (deterministic: numpy's PCG64), as PPM files in d."""
+    import numpy as np
+    rng = np.random.default_rng(7)
+    names = []
+    for w, h in ((320, 200), (120, 300), (224, 224)):
+        a = rng.random((h, w, 3)) * 255
+        a = a * 0.3 + np.sin(np.arange(w)[None, :, None] / 17.0 + np.arange(h)[:, None, None] / 23.0) * 100 + 128
+        name = "img%dx%d" % (w, h)
+        with open(os.path.join(d, name + ".ppm"), "wb") as f:
+            f.write(b"P6 %d %d 255\n" % (w, h) + np.clip(a, 0, 255).astype(np.uint8).tobytes())
+        names.append(name)
+    return names
+
+
+def qwen2vl_cases():
+    """Returns (passed, failed, skipped)."""
+    bindir = os.path.dirname(NM)
+    gm, gp = os.path.join(bindir, "nm-genmodel"), os.path.join(bindir, "nm-genmmproj")
+    if not os.path.exists(LLM) or not os.path.exists(gm) or not os.path.exists(gp):
+        print("%s qwen2vl_matches_llama_cpp (needs %s, nm-genmodel, nm-genmmproj)" % ("FAIL" if CI else "skip", LLM))
+        return (0, 1, 0) if CI else (0, 0, 1)
+    want = json.load(open(os.path.join(ROOT, "tests", "data", "qwen2vl", "llama-mtmd-cli.json")))
+    passed = failed = 0
+    with tempfile.TemporaryDirectory(prefix="nm-test-qwen2vl-") as tmp:
+        llm, mm, mm_bad = (os.path.join(tmp, n) for n in ("llm.gguf", "mm.gguf", "mm128.gguf"))
+        subprocess.run([gm, "--arch", "qwen2vl", "--tokenizer-from", LLM, "-o", llm, "--type", "f32", "--layers", "2",
+                        "--embd", "256", "--heads", "4", "--kv-heads", "2", "--ff", "512", "--seed", "3"],
+                       check=True, capture_output=True)
+        common = ["--proj", "qwen2vl_merger", "--n-embd", "128", "--n-ff", "256", "--n-head", "2", "--n-layer", "2",
+                  "--image-size", "56", "--seed", "4"]
+        subprocess.run([gp, "-o", mm, "--n-out", "256"] + common, check=True, capture_output=True)
+        subprocess.run([gp, "-o", mm_bad, "--n-out", "128"] + common, check=True, capture_output=True)
+        got = {}
+        for name in qwen2vl_images(tmp):
+            r = subprocess.run([NM, "run", "-m", llm, "--mmproj", mm, "--image", os.path.join(tmp, name + ".ppm"),
+                                "--chat", "-p", "What is it?", "--temp", "0", "-n", "24", "-t", "2"],
+                               capture_output=True)
+            got[name] = r.stdout.strip()
+            exp = bytes.fromhex(want[name]).strip()
+            if r.returncode == 0 and got[name] == exp:
+                passed += 1
+                print("ok   qwen2vl_matches_llama_cpp_%s (%d bytes)" % (name, len(exp)))
+            else:
+                failed += 1
+                print("FAIL qwen2vl_matches_llama_cpp_%s (exit %d)\n  ours:  %r\n  llama: %r\n  %s" % (
+                    name, r.returncode, got[name], exp, r.stderr[-300:]))
+        if len(set(got.values())) == len(got):
+            passed += 1
+            print("ok   qwen2vl_images_matter")
+        else:
+            failed += 1
+            print("FAIL qwen2vl_images_matter (two images gave the same answer)")
+        r = subprocess.run([NM, "run", "-m", llm, "--mmproj", mm_bad, "--image", os.path.join(tmp, "img224x224.ppm"),
+                            "--chat", "-p", "What is it?", "-n", "4"], capture_output=True, text=True)
+        if r.returncode != 0 and "128" in r.stderr and "256" in r.stderr:
+            passed += 1
+            print("ok   qwen2vl_width_mismatch_refused")
+        else:
+            failed += 1
+            print("FAIL qwen2vl_width_mismatch_refused (exit %d: %s)" % (r.returncode, r.stderr[-300:]))
+    return passed, failed, 0
+
+
 def main():
-    passed = failed = skipped = 0
+    passed, failed, skipped = qwen2vl_cases()
     if not os.path.exists(LLM):
         for c in BOUNDS:
             if CI:

@@ -11,8 +11,9 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: nm-genmmproj -o OUT.gguf [--proj mlp|idefics3] [options]\n"
-            "  --proj P           projector: mlp (LLaVA, default) or idefics3 (SmolVLM)\n"
+            "usage: nm-genmmproj -o OUT.gguf [--proj mlp|idefics3|qwen2vl_merger] [options]\n"
+            "  --proj P           projector: mlp (LLaVA, default), idefics3 (SmolVLM) or qwen2vl_merger\n"
+            "                     (Qwen2-VL: patch 14, two patch kernels, post-LN, 2x2 merger)\n"
             "  --type T           matmul weight type: f32 (default) f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q4_K q5_K q6_K\n"
             "  --seed N           random seed (default 1)\n"
             "  --image-size N     input side (default 64)\n"

@@ -399,13 +399,20 @@ static nm_status check_input(llm_brick *b, const llm_seq *q, const nm_tabm_slot 
                         "token (ndim %d, %llu bytes)", seq, mt->ndim, (unsigned long long)mt->size);
         rows = mt->shape[0];
     } else if (mt->kind == NM_TABM_EMBD_F32) {
-        if (mt->ndim != 2 || mt->shape[0] < 1 || mt->size != sizeof(float) * (uint64_t)mt->shape[0] * (uint64_t)mt->shape[1])
+        // [n_tokens, n_embd], or an image's grid [rows, columns, n_embd]
+        const bool grid = mt->ndim == 3;
+        const int64_t width = mt->shape[grid ? 2 : 1], n_rows = grid ? mt->shape[0] * mt->shape[1] : mt->shape[0];
+        if ((mt->ndim != 2 && !grid) || mt->shape[0] < 1 || (grid && (mt->shape[1] < 1 || mt->shape[0] > INT32_MAX ||
+                                                                    mt->shape[1] > INT32_MAX)) ||
+            width < 1 || width > INT32_MAX || n_rows > INT32_MAX ||
+            mt->size != sizeof(float) * (uint64_t)n_rows * (uint64_t)width)
             return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: an embedding slot needs ndim 2 [n_tokens, "
-                        "n_embd] and at least one row (ndim %d, %llu bytes)", seq, mt->ndim, (unsigned long long)mt->size);
-        if (mt->shape[1] != b->n_embd)
+                        "n_embd] or 3 [rows, columns, n_embd] and at least one row (ndim %d, %llu bytes)", seq, mt->ndim,
+                        (unsigned long long)mt->size);
+        if (width != b->n_embd)
             return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: embeddings of width %lld, the model's n_embd is %d",
-                        seq, (long long)mt->shape[1], b->n_embd);
-        rows = mt->shape[0];
+                        seq, (long long)width, b->n_embd);
+        rows = n_rows;
     } else {
         return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: payload kind %u (%s) is not taken: token ids or "
                     "f32 embeddings", seq, mt->kind, kind_name(mt->kind));
@@ -744,6 +751,26 @@ static nm_status sampled(llm_brick *b, llm_req *r, const float *logits) {
 static nm_status embd_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
     llm_seq *q = &b->seq[r->seq];
     const float *x = s->data;
+    if (s->meta->ndim == 3 && r->off == 0) { // an image's grid: its rows and columns place its tokens (M-RoPE)
+        const int32_t ny = (int32_t)s->meta->shape[0], nx = (int32_t)s->meta->shape[1], at = r->p0;
+        const double t0 = now_s();
+        const nm_status st = nm_decode_embd_grid(b->c, x, nx, ny, at, r->seq, false);
+        b->st.t_prompt += now_s() - t0;
+        b->st.n_passes += (uint64_t)((r->n + b->n_batch - 1) / b->n_batch);
+        b->st.n_pass_seqs++;
+        if (b->st.max_pass_seqs < 1) b->st.max_pass_seqs = 1;
+        if (st != NM_OK) {
+            if (q->n_cached > at) q->n_cached = at;
+            fail(b, st, "llm brick: decode of input slot %llu failed: %s (%s)", (unsigned long long)s->meta->seq,
+                 nm_status_str(st), nm_ctx_last_error(b->c));
+            return drop(b, r, NM_LLM_STOP_ERROR);
+        }
+        for (int32_t j = 0; j < r->n; j++) q->cached[at + j] = -1;
+        r->off = r->n;
+        q->pos = r->p0 + r->n;
+        q->n_cached = q->pos;
+        b->st.n_prompt_tokens += (uint64_t)r->n;
+    }
     while (r->off < r->n) {
         if (nm_tabm_request_cancelled(b->in, r->id)) return drop(b, r, NM_LLM_STOP_CANCELLED);
         const int32_t nb = r->n - r->off < b->n_batch ? r->n - r->off : b->n_batch, at = r->p0 + r->off;

@@ -831,9 +831,15 @@ nm_status nm_clip_encode_size(nm_clip *c, const float *pixels, int32_t width, in
 }
 
 // ---- cost of one encoder run (nm_brick_i.estimate of the vision brick) -------------------------
-void nm_clip_estimate_run(const nm_clip *c, nm_brick_cost *e) {
+void nm_clip_estimate_run(const nm_clip *c, int32_t width, int32_t height, nm_brick_cost *e) {
     const nm_clip_info *in = &c->info;
-    const double np = (double)in->n_patches, npos = (double)c->n_pos, d = (double)in->n_embd;
+    double np = (double)in->n_patches, npos = (double)c->n_pos, n_out = (double)in->n_out;
+    if (in->proj == NM_CLIP_PROJ_QWEN2VL) {
+        const int32_t w = width > 0 ? width : in->image_size, h = height > 0 ? height : in->image_size;
+        np = npos = (double)(w / in->patch_size) * (double)(h / in->patch_size);
+        n_out = np / 4;
+    }
+    const double d = (double)in->n_embd;
     double wb = nm_cost_matmul(e, &c->patch_w, np, 1);
     for (int32_t il = 0; il < in->n_layer_run; il++) {
         const clip_layer *L = &c->layers[il];
@@ -844,18 +850,18 @@ void nm_clip_estimate_run(const nm_clip *c, nm_brick_cost *e) {
         e->flops_by_type[0] += att;
         e->act_bytes += 4.0 * npos * npos * (double)in->n_head; // the score rows
     }
-    if (in->proj == NM_CLIP_PROJ_MLP) {
-        wb += nm_cost_matmul(e, &c->mm0_w, (double)in->n_out, 1);
-        wb += nm_cost_matmul(e, &c->mm2_w, (double)in->n_out, 1);
+    if (in->proj == NM_CLIP_PROJ_MLP || in->proj == NM_CLIP_PROJ_QWEN2VL) {
+        wb += nm_cost_matmul(e, &c->mm0_w, n_out, 1);
+        wb += nm_cost_matmul(e, &c->mm2_w, n_out, 1);
     } else {
-        wb += nm_cost_matmul(e, &c->fc_w, (double)in->n_out, 1);
+        wb += nm_cost_matmul(e, &c->fc_w, n_out, 1);
     }
     const double elem = npos * (double)in->n_layer_run * (8.0 * d + 2.0 * in->n_ff);
     e->flops += elem;
     e->flops_by_type[0] += elem;
     e->act_bytes += 4.0 * elem;
     e->n_passes++;
-    e->n_out += in->n_out;
+    e->n_out += (int64_t)n_out;
     if (e->weight_bytes < (uint64_t)wb) e->weight_bytes = (uint64_t)wb;
     const uint64_t peak = (uint64_t)wb + (c->arena ? c->arena->size : 0);
     if (e->peak_bytes < peak) e->peak_bytes = peak;

@@ -97,8 +97,9 @@ nm_status nm_clip_encode_size(nm_clip *c, const float *pixels, int32_t width, in
 int32_t nm_clip_n_out(const nm_clip *c, int32_t width, int32_t height);
 const char *nm_clip_last_error(const nm_clip *c); // "" if none
 
-// Adds the cost of one encoder run (one image or tile) to e: its matmuls by
-// weight type, attention, the weights it streams, its buffers.
-void nm_clip_estimate_run(const nm_clip *c, nm_brick_cost *e);
+// Adds the cost of one encoder run (one image or tile of width x height;
+// 0, 0: image_size) to e: its matmuls by weight type, attention, the weights
+// it streams, its buffers.
+void nm_clip_estimate_run(const nm_clip *c, int32_t width, int32_t height, nm_brick_cost *e);
 
 #endif

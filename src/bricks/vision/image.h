@@ -165,11 +165,13 @@ void nm_image_to_f32(const nm_image *img, const float mean[3], const float std[3
 // ---- preprocessing for the encoder ------------------------------------------------
 
 typedef struct nm_image_params {
-    nm_clip_proj proj;     // NM_CLIP_PROJ_MLP or NM_CLIP_PROJ_IDEFICS3
+    nm_clip_proj proj;     // NM_CLIP_PROJ_MLP, NM_CLIP_PROJ_IDEFICS3 or NM_CLIP_PROJ_QWEN2VL
     int32_t image_size;    // S: clip.vision.image_size
     int32_t longest_edge;  // idefics3: clip.vision.preproc_image_size; 0 = absent (old files)
     float mean[3], std[3]; // clip.vision.image_mean / image_std
     uint8_t pad[3];        // mlp: canvas colour around the fitted image
+    int32_t cell;          // qwen2vl: the merge cell's side in pixels (patch_size * n_merge)
+    int32_t min_tokens, max_tokens; // qwen2vl: the cells an image is resized to fill (pixel budget)
     // mlp anyres: candidate (width, height) resolutions, multiples of image_size
     int32_t n_pinpoints;
     int32_t pinpoints[NM_CLIP_MAX_PINPOINTS][2];
@@ -180,10 +182,11 @@ nm_image_params nm_image_params_from_clip(const nm_clip_info *ci);
 
 // The encoder inputs for one image, allocated once.
 typedef struct nm_image_batch {
-    int32_t n;          // images: mlp 1; idefics3 and mlp anyres rows * cols tiles + 1 global
+    int32_t n;          // images: mlp and qwen2vl 1; idefics3 and mlp anyres rows * cols tiles + 1 global
     int32_t rows, cols; // tile grid; 0, 0 for one image
     int32_t image_size; // S
-    float *data;        // (n, 3, S, S): image i at data + i * 3 * S * S; owned
+    int32_t width, height; // each image's size: S x S, or qwen2vl's target size
+    float *data;        // (n, 3, height, width): image i at data + i * 3 * width * height; owned
 } nm_image_batch;
 
 // Preprocesses img for p (see the top of this file). On success *out owns its
@@ -198,6 +201,14 @@ void nm_image_batch_free(nm_image_batch *b);
 // most of a w x h image's pixels when it is fitted inside (ties: the least
 // padding; further ties: the first listed). NM_ERR_INVALID_ARG without pinpoints.
 nm_status nm_image_anyres_resolution(int32_t w, int32_t h, const nm_image_params *p, int32_t *rw, int32_t *rh);
+
+// qwen2vl (llama.cpp's calc_size_preserved_ratio, HF's smart_resize): the
+// size a w x h image is resized to, whole cells keeping the aspect ratio:
+// each side rounded to the nearest cell (at least one); over max_tokens cells,
+// both sides scaled by sqrt(w h / budget) and floored to cells; under
+// min_tokens, scaled up and ceiled. NM_ERR_RANGE if even that is out of the
+// budget (a strip too long for it), NM_ERR_INVALID_ARG for bad parameters.
+nm_status nm_image_qwen2vl_size(int32_t w, int32_t h, const nm_image_params *p, int32_t *tw, int32_t *th);
 
 // The idefics3 grid (rows, cols) nm_image_preprocess would produce for a
 // w x h image, without doing the work. NM_ERR_RANGE / INVALID_ARG as above.

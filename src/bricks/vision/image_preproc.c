@@ -27,6 +27,11 @@ nm_image_params nm_image_params_from_clip(const nm_clip_info *ci) {
         p.n_pinpoints = ci->n_pinpoints;
         memcpy(p.pinpoints, ci->pinpoints, sizeof p.pinpoints);
     }
+    if (ci->proj == NM_CLIP_PROJ_QWEN2VL) { // black around the fitted image (clip.cpp's default colour)
+        p.cell = ci->patch_size * ci->n_merge;
+        p.min_tokens = ci->min_tokens;
+        p.max_tokens = ci->max_tokens;
+    }
     return p;
 }
 
@@ -69,7 +74,11 @@ static nm_status ide_plan(int32_t w, int32_t h, const nm_image_params *p, struct
 }
 
 static bool params_ok(const nm_image_params *p) {
-    if (!p || (p->proj != NM_CLIP_PROJ_MLP && p->proj != NM_CLIP_PROJ_IDEFICS3)) return false;
+    if (!p || (p->proj != NM_CLIP_PROJ_MLP && p->proj != NM_CLIP_PROJ_IDEFICS3 && p->proj != NM_CLIP_PROJ_QWEN2VL))
+        return false;
+    if (p->proj == NM_CLIP_PROJ_QWEN2VL &&
+        (p->cell <= 0 || p->cell > 4096 || p->min_tokens < 1 || p->max_tokens < p->min_tokens || p->max_tokens > 1 << 20))
+        return false;
     if (p->image_size <= 0 || p->image_size > 4096 || p->longest_edge < 0 || p->longest_edge > 65536) return false;
     if (p->n_pinpoints < 0 || p->n_pinpoints > NM_CLIP_MAX_PINPOINTS) return false;
     for (int32_t i = 0; i < p->n_pinpoints; i++)
@@ -106,6 +115,33 @@ nm_status nm_image_anyres_resolution(int32_t w, int32_t h, const nm_image_params
     return NM_OK;
 }
 
+nm_status nm_image_qwen2vl_size(int32_t w, int32_t h, const nm_image_params *p, int32_t *tw, int32_t *th) {
+    if (!params_ok(p) || p->proj != NM_CLIP_PROJ_QWEN2VL || w <= 0 || h <= 0) return NM_ERR_INVALID_ARG;
+    // llama.cpp's float arithmetic: round/floor/ceil of x / f in float, times f
+    const int32_t f = p->cell;
+    const int64_t max_px = (int64_t)p->max_tokens * f * f, min_px = (int64_t)p->min_tokens * f * f;
+#define BY(fn, x) ((int64_t)fn((float)(x) / (float)f) * f)
+    int64_t wb = BY(roundf, w), hb = BY(roundf, h);
+    if (wb < f) wb = f;
+    if (hb < f) hb = f;
+    if (wb * hb > max_px) {
+        const float beta = sqrtf((float)h * (float)w / (float)max_px);
+        hb = BY(floorf, (float)h / beta);
+        wb = BY(floorf, (float)w / beta);
+        if (hb < f) hb = f;
+        if (wb < f) wb = f;
+    } else if (wb * hb < min_px) {
+        const float beta = sqrtf((float)min_px / ((float)h * (float)w));
+        hb = BY(ceilf, (float)h * beta);
+        wb = BY(ceilf, (float)w * beta);
+    }
+#undef BY
+    if (wb * hb > max_px || wb > 65536 || hb > 65536) return NM_ERR_RANGE;
+    if (tw) *tw = (int32_t)wb;
+    if (th) *th = (int32_t)hb;
+    return NM_OK;
+}
+
 nm_status nm_image_idefics3_grid(int32_t w, int32_t h, const nm_image_params *p, int32_t *rows, int32_t *cols) {
     if (!params_ok(p) || p->proj != NM_CLIP_PROJ_IDEFICS3 || w <= 0 || h <= 0) return NM_ERR_INVALID_ARG;
     struct ide_plan pl;
@@ -125,9 +161,28 @@ nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "preprocess: empty image");
     if (!params_ok(p))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
-                       "preprocess: bad parameters (projector mlp or idefics3, image_size 1..4096, std != 0, "
-                       "pinpoints multiples of image_size)");
+                       "preprocess: bad parameters (projector mlp, idefics3 or qwen2vl, image_size 1..4096, std != 0, "
+                       "pinpoints multiples of image_size, qwen2vl cells and token limits)");
     const int32_t S = p->image_size;
+    if (p->proj == NM_CLIP_PROJ_QWEN2VL) { // one image, fitted into its cells on black, any size of cells
+        int32_t tw = 0, th = 0;
+        nm_status st = nm_image_qwen2vl_size(img->w, img->h, p, &tw, &th);
+        if (st != NM_OK)
+            return nm_fail(st, err, err_size, "preprocess: a %dx%d image cannot be resized into %d to %d cells of %d "
+                           "pixels", img->w, img->h, p->min_tokens, p->max_tokens, p->cell);
+        static const uint8_t black[3] = {0, 0, 0};
+        nm_image a = {0};
+        float *data = malloc((size_t)3 * tw * th * sizeof *data);
+        st = data ? nm_image_resize_pad(img, tw, th, NM_RESIZE_BICUBIC, black, &a) : NM_ERR_NOMEM;
+        if (st == NM_OK) nm_image_to_f32(&a, p->mean, p->std, data);
+        nm_image_free(&a);
+        if (st != NM_OK) {
+            free(data);
+            return nm_fail(st, err, err_size, "preprocess: resize to %dx%d failed (%s)", tw, th, nm_status_str(st));
+        }
+        *out = (nm_image_batch){.n = 1, .image_size = S, .width = tw, .height = th, .data = data};
+        return NM_OK;
+    }
     const size_t per = (size_t)3 * S * S;
     struct ide_plan pl = {0};
     int32_t n = 1;
@@ -190,6 +245,7 @@ nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_
     out->rows = pl.rows;
     out->cols = pl.cols;
     out->image_size = S;
+    out->width = out->height = S;
     out->data = data;
     return NM_OK;
 }

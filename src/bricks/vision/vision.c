@@ -129,6 +129,12 @@ static int layout(const vision_brick *v, const nm_image_batch *b, piece *p, int 
         for (int i = 0; i < b->n; i++) IMAGE(i);
         return n;
     }
+    if (nm_clip_get_info(v->clip)->proj == NM_CLIP_PROJ_QWEN2VL) { // mtmd's img_beg / img_end for qwen2vl_merger
+        TEXT("<|vision_start|>");
+        IMAGE(0);
+        TEXT("<|vision_end|>");
+        return n;
+    }
     for (int r = 0; r < b->rows; r++) {
         for (int c = 0; c < b->cols; c++) {
             TEXT("<fake_token_around_image><row_%d_col_%d>", r + 1, c + 1);
@@ -163,7 +169,11 @@ static nm_status put_segment(vision_brick *v, const nm_image *img, nm_tabm *ring
         nm_image_batch_free(&b);
         return vfail(v, NM_ERR_RANGE, "%d tiles is more than the 64 we lay out", b.n);
     }
-    const size_t S = (size_t)in->image_size, embd_bytes = sizeof(float) * (size_t)in->n_out * (size_t)in->n_out_embd;
+    // every run of this image: b.width x b.height (qwen2vl: its cells; else S x S)
+    const int32_t n_rows = nm_clip_n_out(v->clip, b.width, b.height);
+    const size_t per = 3 * (size_t)b.width * (size_t)b.height;
+    const size_t embd_bytes = sizeof(float) * (size_t)n_rows * (size_t)in->n_out_embd;
+    const int32_t cell = in->patch_size * in->n_merge;
     if (embd_bytes > nm_tabm_max_payload(ring)) {
         nm_image_batch_free(&b);
         return vfail(v, NM_ERR_RANGE, "output ring slots of %zu bytes cannot hold an image's %zu bytes of embeddings",
@@ -179,7 +189,7 @@ static nm_status put_segment(vision_brick *v, const nm_image *img, nm_tabm *ring
         if (pieces[i].image >= 0) {
             // The encoder writes its output straight into the slot.
             double te = now_s();
-            st = nm_clip_encode(v->clip, b.data + (size_t)pieces[i].image * 3 * S * S, slot.data);
+            st = nm_clip_encode_size(v->clip, b.data + (size_t)pieces[i].image * per, b.width, b.height, slot.data);
             v->st.t_encode += now_s() - te;
             v->st.n_encoded++;
             if (st) {
@@ -188,9 +198,16 @@ static nm_status put_segment(vision_brick *v, const nm_image *img, nm_tabm *ring
                 break;
             }
             meta->kind = NM_TABM_EMBD_F32;
-            meta->ndim = 2;
-            meta->shape[0] = in->n_out;
-            meta->shape[1] = in->n_out_embd;
+            if (in->proj == NM_CLIP_PROJ_QWEN2VL) { // a grid [rows, columns, n_embd]: the decoder's 2-D positions
+                meta->ndim = 3;
+                meta->shape[0] = b.height / cell;
+                meta->shape[1] = b.width / cell;
+                meta->shape[2] = in->n_out_embd;
+            } else {
+                meta->ndim = 2;
+                meta->shape[0] = n_rows;
+                meta->shape[1] = in->n_out_embd;
+            }
             meta->size = embd_bytes;
         } else {
             const int32_t cap = (int32_t)(slot.capacity / sizeof(int32_t) < INT32_MAX ? slot.capacity / sizeof(int32_t) : INT32_MAX);
@@ -314,9 +331,11 @@ static nm_status vision_estimate(void *state, const nm_brick_input *in, nm_brick
         if (nm_image_anyres_resolution(w, h, &v->ip, &rw, &rh) != NM_OK) return NM_ERR_RANGE;
         runs = (rw / S) * (rh / S) + 1;
     }
-    for (int32_t i = 0; i < runs; i++) nm_clip_estimate_run(v->clip, e);
+    int32_t tw = S, th = S;
+    if (ci->proj == NM_CLIP_PROJ_QWEN2VL && nm_image_qwen2vl_size(w, h, &v->ip, &tw, &th) != NM_OK) return NM_ERR_RANGE;
+    for (int32_t i = 0; i < runs; i++) nm_clip_estimate_run(v->clip, tw, th, e);
     // the decoded image and its preprocessed inputs
-    e->peak_bytes += 3ull * (uint64_t)w * (uint64_t)h + sizeof(float) * 3ull * (uint64_t)S * (uint64_t)S * (uint64_t)runs;
+    e->peak_bytes += 3ull * (uint64_t)w * (uint64_t)h + sizeof(float) * 3ull * (uint64_t)tw * (uint64_t)th * (uint64_t)runs;
     return NM_OK;
 }
 

@@ -36,11 +36,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rw % in->image_size || rh % in->image_size) abort(); // the loader only accepts multiples
         h += (uint64_t)rw + (uint64_t)rh;
     }
+    for (int i = 0; i < 4 && in->proj == NM_CLIP_PROJ_QWEN2VL; i++) { // qwen2vl: sizes of whole cells, in the budget
+        int32_t tw = 0, th = 0;
+        if (nm_image_qwen2vl_size(sizes[i][0], sizes[i][1], &p, &tw, &th) == NM_OK &&
+            (tw % p.cell || th % p.cell || nm_clip_n_out(c, tw, th) <= 0))
+            abort();
+        h += (uint64_t)tw + (uint64_t)th;
+    }
     // one encode when it is cheap: a constant image
     const int64_t S = in->image_size;
     if (S <= 64 && (int64_t)in->n_embd * in->n_layer <= 1 << 12 && (int64_t)in->n_ff <= 1 << 10) {
         float *px = malloc(sizeof(float) * 3 * (size_t)(S * S));
-        float *out = malloc(sizeof(float) * (size_t)in->n_out * (size_t)in->n_out_embd);
+        float *out = malloc(sizeof(float) * (size_t)nm_clip_n_out(c, (int32_t)S, (int32_t)S) * (size_t)in->n_out_embd + 4);
         if (px && out) {
             for (int64_t i = 0; i < 3 * S * S; i++) px[i] = 0.25f;
             if (nm_clip_encode(c, px, out) == NM_OK) h += isfinite(out[0]);

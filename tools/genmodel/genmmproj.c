@@ -195,9 +195,10 @@ static nm_status check(gen *g, const nm_genmmproj_params *p, bool idefics3) {
     if (p->n_ff == p->n_embd)
         return fail(g, NM_ERR_INVALID_ARG, "n_ff must differ from n_embd (%d): llama.cpp's ffn_up/ffn_down swap check "
                     "cannot tell the two apart", p->n_embd);
-    if (p->n_layer < (idefics3 ? 1 : 2) || p->n_layer > 256)
+    const int32_t min_layers = idefics3 || is_qwen(p) ? 1 : 2;
+    if (p->n_layer < min_layers || p->n_layer > 256)
         return fail(g, NM_ERR_INVALID_ARG, "n_layer %d out of range (%d..256; mlp runs n_layer - 1 layers)", p->n_layer,
-                    idefics3 ? 1 : 2);
+                    min_layers);
     const int32_t grid = p->image_size / p->patch_size;
     if (idefics3 && (p->scale_factor < 2 || grid % p->scale_factor))
         return fail(g, NM_ERR_INVALID_ARG, "scale_factor %d must be >= 2 and divide the patch grid side %d",

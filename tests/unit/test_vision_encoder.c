@@ -355,16 +355,9 @@ NM_TEST(vision_layout_variants) {
 // Small Qwen2-VL-shaped encoders: patch 4, merge 2 (8-pixel cells), head size
 // 64 (its four quarters: the 2-D rope), n_ff 512 while the key says 256.
 static nm_genmmproj_params qwen_params(uint32_t type, uint64_t seed) {
-    nm_genmmproj_params p = nm_genmmproj_default_params("qwen2vl_merger");
-    p.image_size = 32;
-    p.patch_size = 4;
-    p.n_embd = 256;
-    p.n_ff = 512;
-    p.n_head = 4;
+    nm_genmmproj_params p = small_params("qwen2vl_merger", type, seed); // image 32, patch 4, 256 wide
     p.n_layer = 2;
     p.n_out_embd = 256;
-    p.wtype = type;
-    p.seed = seed;
     return p;
 }
 

@@ -852,13 +852,16 @@ static void parallel_requests(int *nmtest_failed, int32_t n_par) {
         W[k] = (request_writer){R.in, reqs[k], np[k], 5000 + (uint64_t)k, NM_OK};
         NM_CHECK(pthread_create(&th[k], NULL, request_writer_main, &W[k]) == 0);
     }
-    int32_t got[3][64], n_got[3];
-    nm_llm_stop why[3];
-    NM_CHECK(read_answers(R.out, 5000, 3, got, n_got, why));
+    // The answers are read once every request is in: until then the brick fills the 8 output slots and
+    // waits, so a writer starved by a loaded machine cannot find the first request already answered
+    // (the passes below must carry several sequences).
     for (int k = 0; k < 3; k++) {
         pthread_join(th[k], NULL);
         NM_CHECK(W[k].st == NM_OK);
     }
+    int32_t got[3][64], n_got[3];
+    nm_llm_stop why[3];
+    NM_CHECK(read_answers(R.out, 5000, 3, got, n_got, why));
     for (int k = 0; k < 3; k++) {
         nm_ctx *rc = new_ctx(R.m);
         nm_sampler *rs = greedy(R.m);

@@ -751,31 +751,15 @@ static nm_status sampled(llm_brick *b, llm_req *r, const float *logits) {
 static nm_status embd_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
     llm_seq *q = &b->seq[r->seq];
     const float *x = s->data;
-    if (s->meta->ndim == 3 && r->off == 0) { // an image's grid: its rows and columns place its tokens (M-RoPE)
-        const int32_t ny = (int32_t)s->meta->shape[0], nx = (int32_t)s->meta->shape[1], at = r->p0;
-        const double t0 = now_s();
-        const nm_status st = nm_decode_embd_grid(b->c, x, nx, ny, at, r->seq, false);
-        b->st.t_prompt += now_s() - t0;
-        b->st.n_passes += (uint64_t)((r->n + b->n_batch - 1) / b->n_batch);
-        b->st.n_pass_seqs++;
-        if (b->st.max_pass_seqs < 1) b->st.max_pass_seqs = 1;
-        if (st != NM_OK) {
-            if (q->n_cached > at) q->n_cached = at;
-            fail(b, st, "llm brick: decode of input slot %llu failed: %s (%s)", (unsigned long long)s->meta->seq,
-                 nm_status_str(st), nm_ctx_last_error(b->c));
-            return drop(b, r, NM_LLM_STOP_ERROR);
-        }
-        for (int32_t j = 0; j < r->n; j++) q->cached[at + j] = -1;
-        r->off = r->n;
-        q->pos = r->p0 + r->n;
-        q->n_cached = q->pos;
-        b->st.n_prompt_tokens += (uint64_t)r->n;
-    }
     while (r->off < r->n) {
         if (nm_tabm_request_cancelled(b->in, r->id)) return drop(b, r, NM_LLM_STOP_CANCELLED);
-        const int32_t nb = r->n - r->off < b->n_batch ? r->n - r->off : b->n_batch, at = r->p0 + r->off;
+        // an image's grid [rows, columns, n_embd] goes whole: its rows and columns place its tokens (M-RoPE)
+        const bool grid = s->meta->ndim == 3;
+        const int32_t nb = grid || r->n - r->off < b->n_batch ? r->n - r->off : b->n_batch, at = r->p0 + r->off;
         const double t0 = now_s();
-        const nm_status st = nm_decode_embd_seq(b->c, x + (size_t)r->off * (size_t)b->n_embd, nb, at, r->seq, false);
+        const nm_status st =
+            grid ? nm_decode_embd_grid(b->c, x, (int32_t)s->meta->shape[1], (int32_t)s->meta->shape[0], at, r->seq, false)
+                 : nm_decode_embd_seq(b->c, x + (size_t)r->off * (size_t)b->n_embd, nb, at, r->seq, false);
         b->st.t_prompt += now_s() - t0;
         b->st.n_passes++;
         b->st.n_pass_seqs++;

@@ -906,7 +906,6 @@ NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
     const part *reqs[5] = {ok1, ok2, endless, bad, again};
     const int np[5] = {1, 1, 2, 1, 1};
     request_writer W[5];
-    pthread_t th[5];
     int32_t got[5][64], n_got[5];
     nm_llm_stop why[5];
     for (int k = 0; k < 2; k++) { // in turn: sequence 0 holds TEXT_A, sequence 1 TEXT_B, 2 nothing
@@ -916,9 +915,13 @@ NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
     }
     const uint64_t before = nm_brick_get_stats(R.b).n_prompt_tokens;
     NM_CHECK(before == 12 + 6);
+    // All three are written before any answer is read: the endless one first, so it runs beside the
+    // other two. It cannot run ahead meanwhile (the output ring holds 8 tokens and nothing reads it
+    // yet), nor can the other two be late (no writer thread to be starved under load).
     for (int k = 2; k < 5; k++) {
         W[k] = (request_writer){R.in, reqs[k], np[k], 6000 + (uint64_t)k, NM_OK};
-        NM_CHECK(pthread_create(&th[k], NULL, request_writer_main, &W[k]) == 0);
+        request_writer_main(&W[k]);
+        NM_CHECK(W[k].st == NM_OK);
     }
     int ended = 0;
     for (int k = 2; k < 5; k++) n_got[k] = 0, why[k] = NM_LLM_STOP_NONE;
@@ -937,9 +940,8 @@ NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
         if (!(user & NM_BRICK_MORE)) why[k] = NM_LLM_STOP_OF(user), ended++;
         if (ended == 2 && why[2] == NM_LLM_STOP_NONE) NM_CHECK(nm_tabm_cancel_request(R.in, 6002) == NM_OK);
     }
-    for (int k = 2; k < 5; k++) pthread_join(th[k], NULL);
     NM_CHECK(ended == 3);
-    NM_CHECK(why[2] == NM_LLM_STOP_CANCELLED && why[3] == NM_LLM_STOP_BAD_INPUT && n_got[3] == 0); // (the endless one may bind last)
+    NM_CHECK(why[2] == NM_LLM_STOP_CANCELLED && why[3] == NM_LLM_STOP_BAD_INPUT && n_got[3] == 0);
     NM_CHECK(strstr(nm_brick_last_error(R.b), "999999") != NULL);
     const int idx[3] = {0, 1, 4};
     for (int j = 0; j < 3; j++) {

@@ -272,8 +272,6 @@ static nm_status qwen_ffn_width(loader *L) {
 static nm_status qwen_hparams(loader *L) {
     nm_clip_info *in = &L->c->info;
     nm_status st;
-    in->act = get_flag(L, "clip.use_gelu") ? NM_CLIP_ACT_GELU : get_flag(L, "clip.use_silu") ? NM_CLIP_ACT_SILU
-                                                                                                : NM_CLIP_ACT_GELU_QUICK;
     if (in->act == NM_CLIP_ACT_SILU)
         return LFAIL(L, NM_ERR_UNSUPPORTED, "mmproj: qwen2vl_merger with clip.use_silu (Qwen2.5-VL's gated FFN) is "
                                             "not supported");
@@ -349,10 +347,10 @@ static nm_status load_hparams(loader *L) {
     if (in->patch_size <= 0 || in->image_size % in->patch_size)
         return LFAIL(L, NM_ERR_FORMAT, "mmproj: image_size %d is not a multiple of patch_size %d", in->image_size,
                      in->patch_size);
-    if (qwen) return qwen_hparams(L);
-    bool gelu = get_flag(L, "clip.use_gelu"), silu = get_flag(L, "clip.use_silu");
+    const bool gelu = get_flag(L, "clip.use_gelu"), silu = get_flag(L, "clip.use_silu");
     if (gelu && silu) return LFAIL(L, NM_ERR_FORMAT, "mmproj: both clip.use_gelu and clip.use_silu are set");
     in->act = gelu ? NM_CLIP_ACT_GELU : silu ? NM_CLIP_ACT_SILU : NM_CLIP_ACT_GELU_QUICK;
+    if (qwen) return qwen_hparams(L);
     const int32_t side = in->image_size / in->patch_size;
     in->n_patches = side * side;
     in->n_merge = 1;

@@ -307,6 +307,11 @@ typedef struct nm_brick_params {
     // LLM: requests decoded together (continuous batching), each on a sequence of its own of n_ctx
     // positions (llama-server's --parallel); <= 1: one at a time. More than one: the CPU backend
     int32_t n_parallel;
+    // VISION, dynamic-resolution projectors (qwen2vl_merger): the fewest and the most image tokens an
+    // image is resized to (llama.cpp's --image-min-tokens / --image-max-tokens); <= 0: the model's
+    // (8 and 4096). The most is at most 4096 (the encoder's arena); with only image_max_tokens given,
+    // below the model's least, the least follows it. Fixed-size projectors ignore both, as llama.cpp.
+    int32_t image_min_tokens, image_max_tokens;
 } nm_brick_params;
 
 // The defaults of every field for a brick of `kind`.
@@ -515,10 +520,12 @@ bool nm_transcript_write_json(const nm_transcript *t, const char *model_name, FI
 void nm_stt_timestamp(int64_t t, bool comma, char *buf);
 // VISION: the encoder it runs.
 typedef struct nm_vision_info {
-    const char *projector;  // "mlp" or "idefics3"
-    int32_t image_size;     // one encoder input is image_size x image_size
+    const char *projector;  // "mlp", "idefics3" or "qwen2vl_merger"
+    int32_t image_size;     // one encoder input is image_size x image_size (qwen2vl_merger: any whole
+                            // cells of patch_size * 2 pixels, image_size is the file's nominal size)
     int32_t patch_size, n_patches, n_layer, n_layer_run;
-    int32_t n_out, n_out_embd; // embeddings one encoder run yields, and their width
+    int32_t n_out, n_out_embd; // embeddings one encoder run yields (qwen2vl_merger: at most), and their width
+    int32_t min_tokens, max_tokens; // the image tokens an image is resized to (fixed-size projectors: n_out)
 } nm_vision_info;
 // false (and *out zeroed) for a brick of another kind.
 bool nm_brick_vision_info(const nm_brick *b, nm_vision_info *out);

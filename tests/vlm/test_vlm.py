@@ -14,11 +14,14 @@ case is a skip (a failure under NM_CI). Prints "N passed, N failed, N skipped".
 Qwen2-VL (qwen2vl_*): a random-weight `qwen2vl` LLM (nm-genmodel, SmolLM2's tokenizer, d 256)
 and a `qwen2vl_merger` mmproj (nm-genmmproj), both from fixed seeds, answer "What is it?" about
 three images of three aspect ratios (320x200, 120x300, 224x224: 77, 44 and 64 image tokens after
-the resize to 28-pixel cells); the 24 greedy tokens must be byte for byte what llama.cpp's
-llama-mtmd-cli gave on the same files (tests/data/qwen2vl/README.md): the encoder, the
-preprocessing, the markers and the decoder's M-RoPE positions all agree. The three answers must
-differ from each other (the image reaches the decoder), and an mmproj of another width than the
-LLM is refused with a message naming both.
+the resize to 28-pixel cells), and two of them again with llama.cpp's token limits
+(--image-max-tokens 20: 320x200 down to 15 tokens, 5 x 3; --image-min-tokens 120: 120x300 up to
+126, 7 x 18);
+the 24 greedy tokens must be byte for byte what llama.cpp's llama-mtmd-cli gave on the same files
+and flags (tests/data/qwen2vl/README.md): the encoder, the preprocessing, the markers and the
+decoder's M-RoPE positions all agree. The five answers must differ from each other (the image
+and its size reach the decoder), and an mmproj of another width than the LLM is refused with a
+message naming both.
 """
 import json
 import os
@@ -71,25 +74,29 @@ def qwen2vl_cases():
         subprocess.run([gp, "-o", mm, "--n-out", "256"] + common, check=True, capture_output=True)
         subprocess.run([gp, "-o", mm_bad, "--n-out", "128"] + common, check=True, capture_output=True)
         got = {}
-        for name in qwen2vl_images(tmp):
+        names = qwen2vl_images(tmp)
+        # each image at the model's token limits, then two with limits of their own (llama.cpp's flags)
+        for key in names + ["img320x200 --image-max-tokens 20", "img120x300 --image-min-tokens 120"]:
+            name, *flags = key.split()
             r = subprocess.run([NM, "run", "-m", llm, "--mmproj", mm, "--image", os.path.join(tmp, name + ".ppm"),
-                                "--chat", "-p", "What is it?", "--temp", "0", "-n", "24", "-t", "2"],
+                                "--chat", "-p", "What is it?", "--temp", "0", "-n", "24", "-t", "2"] + flags,
                                capture_output=True)
-            got[name] = r.stdout.strip()
-            exp = bytes.fromhex(want[name]).strip()
-            if r.returncode == 0 and got[name] == exp:
+            got[key] = r.stdout.strip()
+            exp = bytes.fromhex(want[key]).strip()
+            case = "_".join([name] + [f.strip("-").replace("-", "_") for f in flags])
+            if r.returncode == 0 and got[key] == exp:
                 passed += 1
-                print("ok   qwen2vl_matches_llama_cpp_%s (%d bytes)" % (name, len(exp)))
+                print("ok   qwen2vl_matches_llama_cpp_%s (%d bytes)" % (case, len(exp)))
             else:
                 failed += 1
                 print("FAIL qwen2vl_matches_llama_cpp_%s (exit %d)\n  ours:  %r\n  llama: %r\n  %s" % (
-                    name, r.returncode, got[name], exp, r.stderr[-300:]))
+                    case, r.returncode, got[key], exp, r.stderr[-300:]))
         if len(set(got.values())) == len(got):
             passed += 1
             print("ok   qwen2vl_images_matter")
         else:
             failed += 1
-            print("FAIL qwen2vl_images_matter (two images gave the same answer)")
+            print("FAIL qwen2vl_images_matter (two images, or one at two token limits, gave the same answer)")
         r = subprocess.run([NM, "run", "-m", llm, "--mmproj", mm_bad, "--image", os.path.join(tmp, "img224x224.ppm"),
                             "--chat", "-p", "What is it?", "-n", "4"], capture_output=True, text=True)
         if r.returncode != 0 and "128" in r.stderr and "256" in r.stderr:

@@ -34,6 +34,7 @@ static void usage(FILE *f) {
             "                           cascade, nothing but Whisper is loaded for them)\n"
             "  -p, --prompt TEXT        a typed question (with --frames: asked of every frame)\n"
             "  --mmproj FILE            vision encoder for the frames (llama.cpp's mmproj GGUF)\n"
+            "  --image-min-tokens N, --image-max-tokens N  image tokens of a dynamic-resolution mmproj\n"
             "  --frames DIR             the camera frames: a folder of images (PNG, JPEG, PPM) in name\n"
             "                           order, one per question (as many as the questions, or any number\n"
             "                           with -p)\n"
@@ -167,7 +168,7 @@ static bool take_own(app *A, int *argc, char **argv) {
 int assistant_options(app *A, int argc, char **argv) {
     A->tts_engine = "espeak-ng";
     if (!take_own(A, &argc, argv)) return 2;
-    if (!cli_parse("assistant", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS | CLI_LANE | CLI_PLAN,
+    if (!cli_parse("assistant", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_IMGTOK | CLI_STATS | CLI_LANE | CLI_PLAN,
                    argc, argv, &A->o, NULL))
         return 2;
     cli_opts *o = &A->o;
@@ -192,6 +193,11 @@ int assistant_options(app *A, int argc, char **argv) {
     }
     if (!A->frames != !o->mmproj) {
         fprintf(stderr, "error: --frames and --mmproj go together\n");
+        goto bad;
+    }
+    if ((o->image_min_tokens || o->image_max_tokens) && !o->mmproj) {
+        fprintf(stderr, "error: %s needs --mmproj (the vision encoder)\n",
+                o->image_min_tokens ? "--image-min-tokens" : "--image-max-tokens");
         goto bad;
     }
     if (o->n_images > 0) {

@@ -38,6 +38,7 @@ enum {
     CLI_STATS = 1 << 7,  // --stats
     CLI_LANE = 1 << 8,   // --cores --mmproj-cores
     CLI_PLAN = 1 << 9,   // --plan --plan-goal --profile
+    CLI_IMGTOK = 1 << 10, // --image-min-tokens --image-max-tokens
 };
 
 typedef struct cli_opts {
@@ -58,6 +59,7 @@ typedef struct cli_opts {
     int32_t n_gpu_layers;   // -ngl: layers on --device (the last N); -1 (default, or all/auto) every one
     const char *device;     // -dev, --device: cpu (default), opencl, opencl:N
     const char *mmproj_device; // --mmproj-device: the vision encoder's (default: --device)
+    int32_t image_min_tokens, image_max_tokens; // --image-min-tokens, --image-max-tokens (0: the model's)
     const char *cores;      // --cores: the LLM brick's lane (a core list, big, little, cluster:N)
     const char *mmproj_cores; // --mmproj-cores: the vision brick's lane
     bool plan;              // --plan: print the planner's placement and exit

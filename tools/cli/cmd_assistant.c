@@ -1162,6 +1162,8 @@ int cmd_assistant(int argc, char **argv) {
         A.vp.n_threads = o->n_threads;
         A.vp.cores = o->mmproj_cores;
         A.vp.ledger = A.ledger;
+        A.vp.image_min_tokens = o->image_min_tokens;
+        A.vp.image_max_tokens = o->image_max_tokens;
     }
     if (A.stt_model) {
         A.sp = nm_brick_default_params(NM_BRICK_STT);

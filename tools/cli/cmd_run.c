@@ -44,7 +44,10 @@ static void run_usage(void) {
            "  -r, --reverse-prompt TEXT  stop once the generated text contains TEXT (repeatable; with --chat the\n"
            "                           turn ends there)\n"
            "  --ignore-eos             never stop at an end-of-generation token\n"
-           "  --mmproj FILE            vision encoder + projector (llama.cpp mmproj GGUF: mlp, idefics3)\n"
+           "  --mmproj FILE            vision encoder + projector (llama.cpp mmproj GGUF: mlp, idefics3,\n"
+           "                           qwen2vl_merger)\n"
+           "  --image-min-tokens N, --image-max-tokens N  the fewest and most image tokens an image is\n"
+           "                           resized to (dynamic-resolution mmproj only; default: the model's, 8..4096)\n"
            "  --image FILE             image (PNG, JPEG, PPM) for the prompt; repeatable. Each goes where\n"
            "                           the prompt says " MEDIA_MARKER ", or before the prompt if it has none\n"
            "  -fa, --flash-attn [on|off|auto]  accepted: attention is always one fused kernel here\n"
@@ -377,7 +380,7 @@ static int print_plan(const session *S, const cli_opts *o) {
 }
 
 static int run_main(cli_opts *op, int argc, char **argv) {
-    if (!cli_parse("run", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_FILE | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_STATS | CLI_LANE | CLI_PLAN,
+    if (!cli_parse("run", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_FILE | CLI_PROMPT | CLI_GEN | CLI_VISION | CLI_IMGTOK | CLI_STATS | CLI_LANE | CLI_PLAN,
                    argc, argv, op, NULL))
         return 2;
     cli_opts o = *op;
@@ -419,6 +422,11 @@ static int run_main(cli_opts *op, int argc, char **argv) {
             fprintf(stderr, "error: --image needs a file\n");
             return 2;
         }
+    if ((o.image_min_tokens || o.image_max_tokens) && !o.mmproj) {
+        fprintf(stderr, "error: %s needs --mmproj (the vision encoder of the model)\n",
+                o.image_min_tokens ? "--image-min-tokens" : "--image-max-tokens");
+        return 2;
+    }
     if (o.mmproj && o.n_images == 0) {
         fprintf(stderr, "error: --mmproj needs at least one --image\n");
         return 2;

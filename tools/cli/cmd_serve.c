@@ -57,6 +57,8 @@ static void usage(FILE *f) {
             "  --image-dir DIR          also read image_url paths (or file:// URLs) of files under DIR\n"
             "  --max-image-pixels N     the largest image, width x height (default 16777216; larger get 400)\n"
             "  --mmproj-device DEV      the vision encoder's unit (default: -dev); --mmproj-cores its lane\n"
+            "  --image-min-tokens N, --image-max-tokens N  image tokens of a dynamic-resolution mmproj\n"
+            "                           (qwen2vl_merger; default: the model's, 8..4096)\n"
             "also: -c, -b, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
             "--chat-template, -sys (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock.\n");
 }
@@ -1053,7 +1055,7 @@ int cmd_serve(int argc, char **argv) {
     S.parallel = 1;
     int rc = 2;
     if (!take_own(&S, &argc, argv)) goto keys;
-    if (!cli_parse("serve", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_GEN | CLI_LANE, argc, argv, &S.o, NULL)) goto keys;
+    if (!cli_parse("serve", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_GEN | CLI_LANE | CLI_IMGTOK, argc, argv, &S.o, NULL)) goto keys;
     if (S.o.help) {
         usage(stdout);
         rc = 0;

@@ -200,6 +200,11 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
                 ok = false;
             }
         }
+        else if (IS("--image-min-tokens") || IS("--image-max-tokens")) {
+            g = CLI_IMGTOK;
+            ok = want_int_in(a, v, 1, 4096, " (image tokens of a dynamic-resolution mmproj, qwen2vl_merger)", &iv);
+            *(IS("--image-min-tokens") ? &o->image_min_tokens : &o->image_max_tokens) = (int32_t)iv;
+        }
         else if (IS("--image")) {
             g = CLI_VISION;
             if (o->n_images >= CLI_MAX_IMAGES) {

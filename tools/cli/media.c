@@ -15,6 +15,8 @@ bool cli_vision_load(const cli_opts *o, const char *mmproj, const char *device, 
     vp.n_threads = o->n_threads;
     vp.cores = o->mmproj_cores;
     vp.ledger = ledger;
+    vp.image_min_tokens = o->image_min_tokens;
+    vp.image_max_tokens = o->image_max_tokens;
     char err[512];
     const nm_status st = nm_brick_load(NULL, &vp, vision, err, sizeof err);
     if (st == NM_OK) return true;

@@ -19,9 +19,10 @@
 
 bool serve_vision_start(server *S) {
     if (!S->mmproj) {
-        if (S->image_dir || S->mmproj_device || S->o.mmproj_cores) {
+        if (S->image_dir || S->mmproj_device || S->o.mmproj_cores || S->o.image_min_tokens || S->o.image_max_tokens) {
             fprintf(stderr, "error: %s needs --mmproj (the vision encoder)\n",
-                    S->image_dir ? "--image-dir" : S->mmproj_device ? "--mmproj-device" : "--mmproj-cores");
+                    S->image_dir ? "--image-dir" : S->mmproj_device ? "--mmproj-device" : S->o.mmproj_cores ? "--mmproj-cores"
+                    : S->o.image_min_tokens ? "--image-min-tokens" : "--image-max-tokens");
             return false;
         }
         return true;

@@ -49,6 +49,24 @@ static void vision_release(void *state) {
     free(v);
 }
 
+// The image token limits asked for (<= 0: the model's) over those of a
+// dynamic-resolution projector; fixed-size ones ignore them, as llama.cpp.
+static nm_status token_limits(nm_image_params *ip, int32_t lo, int32_t hi, char *err, size_t err_size) {
+    if (ip->proj != NM_CLIP_PROJ_QWEN2VL || (lo <= 0 && hi <= 0)) return NM_OK;
+    if (hi > NM_CLIP_QWEN2VL_MAX_TOKENS || lo > NM_CLIP_QWEN2VL_MAX_TOKENS)
+        return nm_fail(NM_ERR_RANGE, err, err_size,
+                       "vision brick: image tokens %d: this encoder takes at most %d image tokens",
+                       hi > NM_CLIP_QWEN2VL_MAX_TOKENS ? hi : lo, NM_CLIP_QWEN2VL_MAX_TOKENS);
+    if (hi > 0) ip->max_tokens = hi;
+    if (lo > 0) ip->min_tokens = lo;
+    else if (ip->min_tokens > ip->max_tokens) ip->min_tokens = ip->max_tokens; // only the most given: the least follows
+    if (ip->min_tokens > ip->max_tokens)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                       "vision brick: at least %d image tokens is more than the most, %d", ip->min_tokens,
+                       ip->max_tokens);
+    return NM_OK;
+}
+
 static nm_status vision_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
     if (!p->model) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "vision brick: no mmproj file");
     const nm_model *m = p->feeds ? nm_brick_llm_model(p->feeds) : NULL;
@@ -73,6 +91,10 @@ static nm_status vision_load(const nm_brick_params *p, void **state, char *err, 
     }
     v->m = m;
     v->ip = nm_image_params_from_clip(in);
+    if ((st = token_limits(&v->ip, p->image_min_tokens, p->image_max_tokens, err, err_size)) != NM_OK) {
+        vision_release(v);
+        return st;
+    }
     v->producer = p->producer;
     v->timeout_ns = p->timeout_ns;
     *state = v;
@@ -84,10 +106,14 @@ bool nm_brick_vision_info(const nm_brick *b, nm_vision_info *o) {
     const vision_brick *v = nm_brick_state_of(b, &nm_brick_vision_i);
     if (!v) return false;
     const nm_clip_info *in = nm_clip_get_info(v->clip);
-    *o = (nm_vision_info){.projector = in->proj == NM_CLIP_PROJ_MLP ? "mlp" : "idefics3",
+    *o = (nm_vision_info){.projector = in->proj == NM_CLIP_PROJ_MLP        ? "mlp"
+                                       : in->proj == NM_CLIP_PROJ_IDEFICS3 ? "idefics3"
+                                                                           : "qwen2vl_merger",
                           .image_size = in->image_size, .patch_size = in->patch_size, .n_patches = in->n_patches,
                           .n_layer = in->n_layer, .n_layer_run = in->n_layer_run, .n_out = in->n_out,
                           .n_out_embd = in->n_out_embd};
+    if (in->proj == NM_CLIP_PROJ_QWEN2VL) o->min_tokens = v->ip.min_tokens, o->max_tokens = v->ip.max_tokens;
+    else o->min_tokens = o->max_tokens = in->n_out;
     return true;
 }
 

@@ -8,6 +8,8 @@ on synthetic scenes (scenes.py) drawn on the fly. Runs on the GPU machine (PyTor
              [--steps 3000] [--batch 96] [--lr 5e-4] [--seed 1] [--workers 14]
     train.py --llm random ... --steps 30      the pipeline on a random LLM of the same shape
                                               (a smoke run: step time, shapes, export)
+    train.py ... --init vlm-mmproj-q8_0.gguf  a second stage from an exported file (its q8_0
+                                              weights dequantized; the auxiliary heads afresh)
 
 Writes DIR/vlm-mmproj-f16.gguf and DIR/vlm-mmproj-q8_0.gguf (llama.cpp's mmproj layout,
 docs/mmproj.md), DIR/loss.csv (step, seconds, loss) and DIR/eval.json (held-out accuracy
@@ -200,6 +202,40 @@ class Vit(nn.Module):
     def forward(self, img):
         return self.project(self.features(img))
 
+    def load_gguf(self, path):
+        """Starts from an exported mmproj (this class's own layout; q8_0 weights dequantized): a
+        second stage that continues a run whose export is all that came back. The auxiliary heads,
+        never exported, start afresh."""
+        from clip_ref import Gguf
+        g = Gguf(path)
+        for k, v in (("embedding_length", self.d), ("feed_forward_length", self.f),
+                     ("block_count", self.n_layer + 1), ("projection_dim", self.n_out),
+                     ("attention.head_count", self.nh)):
+            if g.kv.get("clip.vision." + k) != v:
+                raise ValueError("%s: clip.vision.%s is %s, this model has %d" % (path, k, g.kv.get("clip.vision." + k), v))
+
+        def put(m, name):
+            t = torch.from_numpy(g.tensor(name).astype(np.float32))
+            if tuple(m.shape) != tuple(t.shape):
+                raise ValueError("%s: %s has shape %s, this model %s" % (path, name, tuple(t.shape), tuple(m.shape)))
+            m.copy_(t)
+
+        with torch.no_grad():
+            put(self.patch.weight, "v.patch_embd.weight")
+            put(self.pos, "v.position_embd.weight")
+            for ln, name in ((self.pre_ln, "v.pre_ln"), (self.post_ln, "v.post_ln")):
+                put(ln.weight, name + ".weight")
+                put(ln.bias, name + ".bias")
+            for i, b in enumerate(self.blocks):
+                pre = "v.blk.%d." % i
+                for attr, name in (("ln1", "ln1"), ("ln2", "ln2"), ("q", "attn_q"), ("k", "attn_k"),
+                                   ("v", "attn_v"), ("o", "attn_out"), ("up", "ffn_up"), ("down", "ffn_down")):
+                    put(getattr(b, attr).weight, pre + name + ".weight")
+                    put(getattr(b, attr).bias, pre + name + ".bias")
+            for m, name in ((self.mm0, "mm.0"), (self.mm2, "mm.2")):
+                put(m.weight, name + ".weight")
+                put(m.bias, name + ".bias")
+
     def export(self, path, wtype):
         w = GgufWriter()
         w.add_str("general.architecture", "clip")
@@ -378,6 +414,8 @@ def main():
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--system-frac", type=float, default=0.8,
                     help="share of prompts with the default system turn (the rest without it)")
+    ap.add_argument("--init", default="",
+                    help="start from this exported mmproj (a second stage of a run: docs/vlm.md)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -395,6 +433,9 @@ def main():
         text = "".join(llm.vocab_text[i] for i in out).replace("\u0120", " ").replace("\u010a", "\n")
         print("check: greedy reply to %r: %s %r" % (scenes.Q_DESCRIBE, out, text), flush=True)
     vit = Vit(a.d, a.ff, a.heads, a.layers, llm.d).to(dev)
+    if a.init:
+        vit.load_gguf(a.init)
+        print("init: %s" % a.init, flush=True)
     n_par = sum(p.numel() for p in vit.parameters())
     print("vit: d %d, ff %d, %d heads, %d layers, %.2f M parameters" % (a.d, a.ff, a.heads, a.layers, n_par / 1e6))
     opt = torch.optim.AdamW(vit.parameters(), lr=a.lr, weight_decay=0.05, betas=(0.9, 0.98))
@@ -443,6 +484,7 @@ def main():
     res["train_seconds"] = train_s
     res["steps"], res["batch"], res["seed"], res["lr"] = a.steps, a.batch, a.seed, a.lr
     res["steps_run"] = step + 1
+    res["init"] = a.init
     print(json.dumps(res), flush=True)
     json.dump(res, open(os.path.join(a.out, "eval.json"), "w"), indent=1)
     for wt in ("f16", "q8_0"):

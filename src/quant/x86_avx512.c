@@ -1155,6 +1155,83 @@ static inline __m512 q6_K_row(const uint8_t *restrict row, int64_t nb, const qk_
 GEMV_DEFINE(gemv_q4_K, nm_block_q4_K, NM_QK_K, q4_K_row)
 GEMV_DEFINE(gemv_q6_K, nm_block_q6_K, NM_QK_K, q6_K_row)
 
+// A small batch (gemv_multi, quant.h) of the K formats: each super-block's scales and quants unpacked once
+// (q4k_scales_mins / q6k_scales, the widenings and the scale permutes, q4k_quants / q6k_quants) for every
+// token, then per token the integer dots and the f32 operations of q4_K_row / q6_K_row in their order, its
+// accumulators kept across the row's super-blocks: a token's sum has the bits gemv gives it alone.
+#define KQ_MULTI_ROWS(block)                                                                                  \
+    const uint8_t *wd = w;                                                                                    \
+    const int64_t nb = K / NM_QK_K;                                                                           \
+    const size_t row_bytes = (size_t)nb * sizeof(block);                                                     \
+    const int64_t far = nm_prefetch_far_rows(w_stride);                                                       \
+    for (int64_t r = 0; r < n_rows; r++) {                                                                    \
+        if (r + NM_PREFETCH_ROWS < n_rows + n_ahead)                                                          \
+            nm_prefetch_l1(wd + (size_t)(r + NM_PREFETCH_ROWS) * w_stride, row_bytes);                        \
+        if (r + far < n_rows) nm_prefetch_l2(wd + (size_t)(r + far) * w_stride, row_bytes);                   \
+        const block *x = (const block *)(wd + (size_t)r * w_stride);
+
+#define KQ_GV(t, b) ((const qk_gv *)((const uint8_t *)prep + (size_t)(t) * prep_stride) + (b))
+
+static void gemv_multi_q4_K(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,
+                            const void *restrict prep, size_t prep_stride, int n_tok, int64_t K, float *restrict y,
+                            int64_t ldy) {
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i sidx[4] = {q4k_sidx(0), q4k_sidx(1), q4k_sidx(2), q4k_sidx(3)};
+    __m512 acc[NM_GEMV_MULTI_MAX];
+    __m128 accm[NM_GEMV_MULTI_MAX];
+    KQ_MULTI_ROWS(nm_block_q4_K)
+        for (int t = 0; t < n_tok; t++) acc[t] = _mm512_setzero_ps(), accm[t] = _mm_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const __m128i smb = q4k_scales_mins(x[b].scales);
+            const __m512i sm = _mm512_cvtepu8_epi32(smb);
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_srli_si128(smb, 8));
+            __m512i q[4], sc[4];
+            q4k_quants(x + b, q);
+            for (int z = 0; z < 4; z++) sc[z] = _mm512_permutexvar_epi32(sidx[z], sm);
+            const float d = h2f_tab(x[b].d), dmin = h2f_tab(x[b].dmin);
+            for (int t = 0; t < n_tok; t++) {
+                const qk_gv *g = KQ_GV(t, b);
+                accm[t] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins, _mm_load_si128((const __m128i *)g->bs))),
+                                       _mm_set1_ps(dmin * g->dx), accm[t]);
+                __m512i a = zero;
+                for (int z = 0; z < 4; z++) a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[z], g->x[z]), sc[z]);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(d * g->dx), acc[t]);
+            }
+        }
+        for (int t = 0; t < n_tok; t++)
+            y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_sub_ps(acc[t], _mm512_zextps128_ps512(accm[t])));
+    }
+}
+
+static void gemv_multi_q6_K(const void *restrict w, size_t w_stride, int64_t n_rows, int64_t n_ahead,
+                            const void *restrict prep, size_t prep_stride, int n_tok, int64_t K, float *restrict y,
+                            int64_t ldy) {
+    const __m512i zero = _mm512_setzero_si512();
+    const __m512i sidx[4] = {q6k_sidx(0), q6k_sidx(1), q6k_sidx(2), q6k_sidx(3)};
+    __m512 acc[NM_GEMV_MULTI_MAX];
+    KQ_MULTI_ROWS(nm_block_q6_K)
+        for (int t = 0; t < n_tok; t++) acc[t] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const __m512i scd = q6k_scales(x[b].scales);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[b].scales));
+            __m512i q[4], sc[4];
+            q6k_quants(x + b, q);
+            for (int z = 0; z < 4; z++) sc[z] = _mm512_permutexvar_epi32(sidx[z], scd);
+            const float d = h2f_tab(x[b].d);
+            for (int t = 0; t < n_tok; t++) {
+                const qk_gv *g = KQ_GV(t, b);
+                const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_load_si256((const __m256i *)g->bs)), 5);
+                __m512i a = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), off));
+                for (int z = 0; z < 4; z++) a = _mm512_dpwssd_epi32(a, _mm512_dpbusd_epi32(zero, q[z], g->x[z]), sc[z]);
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_set1_ps(d * g->dx), acc[t]);
+            }
+        }
+        for (int t = 0; t < n_tok; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[t]);
+    }
+}
+#undef KQ_MULTI_ROWS
+#undef KQ_GV
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
@@ -1175,7 +1252,7 @@ static const nm_kernels avx512_table = {
     .gemmq = {[NM_TYPE_Q4_0] = gemmq_q4_0, [NM_TYPE_Q5_0] = gemmq_q5_0, [NM_TYPE_Q8_0] = gemmq_q8_0,
               [NM_TYPE_Q4_K] = gemmq_q4_K, [NM_TYPE_Q6_K] = gemmq_q6_K},
     .gemv_multi = {[NM_TYPE_Q4_0] = gemv_multi_q4_0, [NM_TYPE_Q4_1] = gemv_multi_q4_1, [NM_TYPE_Q5_0] = gemv_multi_q5_0,
-                   [NM_TYPE_Q8_0] = gemv_multi_q8_0},
+                   [NM_TYPE_Q8_0] = gemv_multi_q8_0, [NM_TYPE_Q4_K] = gemv_multi_q4_K, [NM_TYPE_Q6_K] = gemv_multi_q6_K},
     .gemv = {[NM_TYPE_Q4_0] = gemv_q4_0, [NM_TYPE_Q4_1] = gemv_q4_1, [NM_TYPE_Q5_0] = gemv_q5_0,
              [NM_TYPE_Q8_0] = gemv_q8_0, [NM_TYPE_Q4_K] = gemv_q4_K, [NM_TYPE_Q6_K] = gemv_q6_K},
     .gemmq_pack = {[NM_TYPE_Q8_0] = gemmq_pack_q8_0, [NM_TYPE_Q8_1] = gemmq_pack_q8_1, [NM_TYPE_Q8_K] = gemmq_pack_q8_K},

@@ -627,6 +627,60 @@ NM_TEST(vision_encoder_equals_cpu) {
     }
 }
 
+// Qwen2-VL's encoder on the device (the 2-D vision rope, patches in 2 x 2
+// groups of a non-square image, the merger): a random qwen2vl_merger file,
+// f32 and q8_0, at three sizes (one square, two not: each a new op list in the
+// same arena), against the CPU, as above.
+NM_TEST(qwen2vl_encoder_equals_cpu) {
+    static const int32_t sizes[3][2] = {{56, 56}, {84, 112}, {140, 56}};
+    for (int k = 0; k < 2; k++) {
+        nm_genmmproj_params gp = nm_genmmproj_default_params("qwen2vl_merger");
+        gp.n_out_embd = 256, gp.n_embd = 128, gp.n_ff = 256, gp.n_head = 2, gp.n_layer = 2, gp.image_size = 56;
+        gp.wtype = k == 0 ? NM_TYPE_F32 : NM_TYPE_Q8_0;
+        gp.seed = 21 + (uint64_t)k;
+        char path[256], err[512];
+        snprintf(path, sizeof path, "/tmp/nm-opencl-qwen-%d-%d.gguf", k, (int)getpid());
+        NM_CHECK(nm_genmmproj_write(path, &gp, err, sizeof err) == NM_OK);
+        nm_clip *cpu = NULL, *dev = NULL;
+        NM_CHECK(nm_clip_load(path, "cpu", 2, &cpu, err, sizeof err) == NM_OK);
+        nm_status st = nm_clip_load(path, device(), 2, &dev, err, sizeof err);
+        unlink(path);
+        if (st == NM_ERR_UNSUPPORTED && strstr(err, "no OpenCL")) {
+            nm_clip_free(cpu);
+            NM_SKIP(err);
+        }
+        NM_CHECK(st == NM_OK);
+        if (st != NM_OK) fprintf(stderr, "  %s\n", err);
+        if (!cpu || !dev) {
+            nm_clip_free(cpu);
+            nm_clip_free(dev);
+            continue;
+        }
+        NM_CHECK(!strcmp(nm_clip_device(dev), "opencl"));
+        const int32_t ow = nm_clip_get_info(cpu)->n_out_embd;
+        for (int z = 0; z < 3; z++) {
+            const int32_t W = sizes[z][0], H = sizes[z][1], rows = nm_clip_n_out(cpu, W, H);
+            const size_t n_pix = 3 * (size_t)W * H, n_out = (size_t)rows * ow;
+            float *pix = malloc(sizeof(float) * n_pix), *a = malloc(sizeof(float) * n_out), *b = malloc(sizeof(float) * n_out);
+            uint64_t r = 0x9e3779b97f4a7c15ull + (uint64_t)(k * 3 + z);
+            for (size_t i = 0; i < n_pix; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                pix[i] = (float)((double)(r >> 11) / 9007199254740992.0 * 4.0 - 2.0);
+            }
+            NM_CHECK(rows > 0 && nm_clip_n_out(dev, W, H) == rows);
+            NM_CHECK(nm_clip_encode_size(cpu, pix, W, H, a) == NM_OK && nm_clip_encode_size(dev, pix, W, H, b) == NM_OK);
+            double maxd = 0, maxa = 0;
+            for (size_t i = 0; i < n_out; i++) maxd = nm_maxdiff(maxd, a[i], b[i]), maxa = fmax(maxa, fabs((double)a[i]));
+            fprintf(stderr, "  qwen2vl_merger %s %dx%d: cpu vs %s: max |diff| %.2e of max |value| %.2f (%d x %d)\n",
+                    k == 0 ? "f32" : "q8_0", W, H, device(), maxd, maxa, rows, ow);
+            NM_CHECK(maxd <= (k == 0 ? 1e-4 : 2e-2) * maxa);
+            free(pix), free(a), free(b);
+        }
+        nm_clip_free(cpu);
+        nm_clip_free(dev);
+    }
+}
+
 // The backend runs an add and the RMS norm of its sum in one launch: an add
 // followed by the norm of another tensor must not be fused (each op as it
 // gives alone), the norm of the sum after that as usual. Host memory, imported.

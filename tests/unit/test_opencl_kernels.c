@@ -927,7 +927,7 @@ NM_TEST(rope_two_tensors_in_one_launch) {
         kcall c = kc_begin("rope");
         kc_buf(&c, &bq), kc_buf(&c, &bp), kc_int(&c, nq), kc_int(&c, hd), kc_int(&c, n_rot), kc_int(&c, mode);
         kc_float(&c, 10000.0f), kc_float(&c, 1.0f);
-        kc_buf(&c, &bk), kc_int(&c, nk);
+        kc_buf(&c, &bk), kc_int(&c, nk), kc_int(&c, 0);
         size_t g[3] = {round_up((size_t)n_rot / 2, 8), (size_t)(nq + nk), (size_t)n_tok};
         int rc = kc_run(&c, 3, g, NULL);
         NM_CHECK(rc == 0);
@@ -1012,7 +1012,7 @@ NM_TEST(rope_norm_and_neox) {
         kcall c = kc_begin("rope");
         kc_buf(&c, &bx), kc_buf(&c, &bp), kc_int(&c, n_head), kc_int(&c, hd), kc_int(&c, n_rot), kc_int(&c, mode);
         kc_float(&c, cases[ci].base), kc_float(&c, cases[ci].fscale);
-        kc_buf(&c, &bx), kc_int(&c, 0); // no second tensor
+        kc_buf(&c, &bx), kc_int(&c, 0), kc_int(&c, 0); // no second tensor; sec0 (mode 24 only)
         size_t g[3] = {round_up((size_t)n_rot / 2, 8), (size_t)n_head, (size_t)n_tok};
         int rc = kc_run(&c, 3, g, NULL);
         NM_CHECK(rc == 0);

@@ -104,7 +104,7 @@ static int bench_vision(const cli_opts *o, long reps, bool json) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
     }
-    int64_t runs_per = 0;
+    int64_t runs_per = 0, n_tok = 0; // encoder runs an image takes, embeddings one run gives
     for (long r = -1; r < reps; r++) {
         nm_tabm_slot s;
         if (nm_tabm_acquire_write(img, 0, -1, &s) != NM_OK) goto done;
@@ -122,13 +122,17 @@ static int bench_vision(const cli_opts *o, long reps, bool json) {
             fprintf(stderr, "error: encode failed: %s\n", nm_brick_last_error(v));
             goto done;
         }
-        for (bool end = false; !end;) { // the embeddings, read and let go
+        int64_t rows = 0; // the embeddings (a grid slot: rows x columns), read and let go
+        for (bool end = false; !end;) {
             if (nm_tabm_acquire_read(out, 0, &s) != NM_OK) goto done;
             end = !(s.meta->user & NM_BRICK_MORE);
+            if (s.meta->kind == NM_TABM_EMBD_F32 && s.meta->ndim >= 2)
+                rows += s.meta->ndim == 3 ? s.meta->shape[0] * s.meta->shape[1] : s.meta->shape[0];
             nm_tabm_release(out, &s);
         }
         const nm_brick_stats after = nm_brick_get_stats(v);
         runs_per = (int64_t)(after.n_encoded - before.n_encoded);
+        n_tok = runs_per > 0 ? rows / runs_per : rows;
         if (r >= 0) ms[r] = 1e3 * (after.t_encode - before.t_encode) / (double)(runs_per > 0 ? runs_per : 1);
     }
     double m = 0, sd = 0;
@@ -136,15 +140,17 @@ static int bench_vision(const cli_opts *o, long reps, bool json) {
     char cpu[128], feats[256], kern[160];
     what_ran(cpu, sizeof cpu, feats, sizeof feats, kern, sizeof kern);
     const int threads = o->n_threads > 0 ? o->n_threads : nm_cpu_count();
+    // qwen2vl_merger: the image is resized within its token limits, its patches four a token
+    const int n_patches = !strcmp(in.projector, "qwen2vl_merger") ? (int)n_tok * 4 : (int)in.n_patches;
     if (json) {
         printf("{\"cpu\": \"%s\", \"cpu_features\": \"%s\", \"kernels\": \"%s\", \"mmproj\": ", cpu, feats, kern);
         json_str(o->mmproj);
         printf(", \"threads\": %d, \"reps\": %d, \"image_size\": %d, \"n_patches\": %d, \"n_tokens\": %d, "
                "\"runs_per_image\": %d, \"encode_ms\": %.3f, \"encode_ms_sd\": %.3f}\n",
-               threads, (int)reps, (int)in.image_size, (int)in.n_patches, (int)in.n_out, (int)runs_per, m, sd);
+               threads, (int)reps, (int)in.image_size, n_patches, (int)n_tok, (int)runs_per, m, sd);
     } else {
         printf("vision encoder: %d px, %d patches, %d layers run -> %d embeddings of %d\n", (int)in.image_size,
-               (int)in.n_patches, (int)in.n_layer_run, (int)in.n_out, (int)in.n_out_embd);
+               n_patches, (int)in.n_layer_run, (int)n_tok, (int)in.n_out_embd);
         printf("threads: %d, repetitions: %d\ncpu: %s (%s)\nkernels: %s\n", threads, (int)reps, cpu, feats, kern);
         printf("encode %10.2f ± %.2f ms per encoder run (%d a request)\n", m, sd, (int)runs_per);
     }

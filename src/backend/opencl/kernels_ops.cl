@@ -199,19 +199,29 @@ __kernel void layer_norm(__global const uchar *X, ulong x_off, __global const uc
 // and cos/sin are correctly rounded, as glibc's powf/cosf/sinf are in
 // practice). Elements >= n_rot are untouched. X2 = [n_tok, n_head2,
 // head_dim] is rotated the same way in the same launch (n_head2 = 0: none).
-// Launch: 3-D, global = (round_up(n_rot/2, L), n_head + n_head2, n_tok), local any (NULL).
+// Mode 24 (NM_ROPE_VISION, Qwen2-VL's ViT): pairs as NEOX; Pos holds two
+// streams of n_tok (rows, then columns); pair i < sec0 turns by the row at
+// frequency index i, the others by the column at index i - sec0, each over
+// n_rot / 2 (backend.h).
+// Launch: 3-D, global = (round_up(n_rot/2, L), n_head + n_head2, n_tok exactly), local any (NULL).
 
 __kernel void rope(__global uchar *X, ulong x_off, __global const uchar *Pos, ulong pos_off, int n_head, int head_dim,
                    int n_rot, int mode, float freq_base, float freq_scale, __global uchar *X2, ulong x2_off,
-                   int n_head2) {
+                   int n_head2, int sec0) {
     const int i = get_global_id(0), hh = get_global_id(1), t = get_global_id(2);
     if (i >= n_rot / 2 || hh >= n_head + n_head2) return;
     // heads n_head.. are X2's (Q and K in one launch): the same positions and rotation
     const int second = hh >= n_head, h = second ? hh - n_head : hh, nh = second ? n_head2 : n_head;
-    const float2 cs = rope_cs(((__global const int *)(Pos + pos_off))[t], i, n_rot, freq_base, freq_scale);
+    __global const int *pos = (__global const int *)(Pos + pos_off);
+    // mode 24 (the 2-D vision rope): pairs below sec0 turn by the row (Pos[t]), the others by the column
+    // (Pos[n_tok + t]), each section's frequency index from 0 over n_rot / 2
+    const int col = mode == 24 && i >= sec0;
+    const float2 cs = mode == 24 ? rope_cs(pos[col * (int)get_global_size(2) + t], col ? i - sec0 : i, n_rot / 2,
+                                           freq_base, freq_scale)
+                                 : rope_cs(pos[t], i, n_rot, freq_base, freq_scale);
     const float c = cs.x, s = cs.y;
     __global float *x = (__global float *)(second ? X2 + x2_off : X + x_off) + ((ulong)t * nh + h) * head_dim;
-    const int a = mode == 2 ? i : 2 * i, b = mode == 2 ? i + n_rot / 2 : 2 * i + 1;
+    const int a = mode != 0 ? i : 2 * i, b = mode != 0 ? i + n_rot / 2 : 2 * i + 1;
     const float x0 = x[a], x1 = x[b];
     x[a] = x0 * c - x1 * s;
     x[b] = x0 * s + x1 * c;
@@ -583,15 +593,23 @@ __kernel void softcap(__global const uchar *A, ulong a_off, __global uchar *Y, u
 
 // ---- layout ops (vision) ----------------------------------------------------------------
 //
-// patches: Y row t = (py, px) of side x side patches of side p over 3 planes
-// of S x S floats, elements in (channel, y, x) order (a conv kernel's).
-// Launch: 2-D, global = (round_up(3 p p, L), side * side), local any.
-__kernel void patches(__global const uchar *X, ulong x_off, __global uchar *Y, ulong y_off, int S, int p) {
-    const int i = get_global_id(0), t = get_global_id(1), side = S / p, P = 3 * p * p;
-    if (i >= P || t >= side * side) return;
-    const int ch = i / (p * p), r = (i / p) % p, col = i % p, py = t / side, px = t % side;
+// patches: Y row t = (py, px) of the (W / p) x (H / p) patches of side p over
+// 3 planes of W x H floats, elements in (channel, y, x) order (a conv
+// kernel's); rows in raster order, or (group = 2) in 2 x 2 groups (backend.h).
+// Launch: 2-D, global = (round_up(3 p p, L), (W / p) (H / p)), local any.
+__kernel void patches(__global const uchar *X, ulong x_off, __global uchar *Y, ulong y_off, int W, int p, int H,
+                      int group) {
+    const int i = get_global_id(0), t = get_global_id(1), gw = W / p, P = 3 * p * p;
+    if (i >= P || t >= gw * (H / p)) return;
+    const int ch = i / (p * p), r = (i / p) % p, col = i % p;
+    int py = t / gw, px = t % gw;
+    if (group == 2) { // 2 x 2 groups (Qwen2-VL's merge order): t = ((yb gw/2 + xb) 2 + dy) 2 + dx
+        const int g = t / 4, yb = g / (gw / 2), xb = g % (gw / 2);
+        py = 2 * yb + (t / 2) % 2;
+        px = 2 * xb + t % 2;
+    }
     ((__global float *)(Y + y_off))[(size_t)t * P + i] =
-        ((__global const float *)(X + x_off))[((size_t)ch * S + py * p + r) * S + px * p + col];
+        ((__global const float *)(X + x_off))[((size_t)ch * H + py * p + r) * W + px * p + col];
 }
 
 // pixel_shuffle: X [side * side, d] -> Y [(side/s)^2, d s s]; output row

@@ -406,7 +406,11 @@ bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_ATTENTION:
         return op->i1 > 0 && op->i0 % op->i1 == 0 && op->i2 > 0 && op->i2 <= NM_CL_MAX_HD && op->kv && op->ids;
     case NM_OP_ATTENTION_FULL: return op->i2 > 0 && op->i2 <= NM_CL_MAX_HD;
-    case NM_OP_ROPE: return op->i3 <= op->i1 && op->i3 % 2 == 0 && op->ids && (op->i2 == NM_ROPE_NORM || op->i2 == NM_ROPE_NEOX); // (M-RoPE, vision: CPU)
+    case NM_OP_ROPE:
+        return op->i3 <= op->i1 && op->i3 % 2 == 0 && op->ids &&
+               (op->i2 == NM_ROPE_NORM || op->i2 == NM_ROPE_NEOX ||
+                (op->i2 == NM_ROPE_VISION && op->rope_sections[0] >= 0 && op->rope_sections[0] <= op->i3 / 2 &&
+                 op->ids->ne[0] * op->ids->ne[1] >= 2 * op->src0->ne[1])); // (M-RoPE: the CPU)
     case NM_OP_KV_STORE: return op->kv && op->ids && op->src0->ne[1] <= op->n_ctx;
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
     case NM_OP_GLU: return op->i0 == NM_ACT_SILU || op->i0 == NM_ACT_GELU_TANH;
@@ -416,10 +420,11 @@ bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_SCALE:
     case NM_OP_SOFTCAP: return true;
     case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
-    case NM_OP_PATCHES:
-        return f32(op->src0) && op->i1 > 0 && op->i0 % op->i1 == 0 && op->dst->ne[0] == 3 * (int64_t)op->i1 * op->i1 &&
-               op->dst->ne[1] == (int64_t)(op->i0 / op->i1) * (op->i0 / op->i1) && op->i2 == 0 &&
-               op->i3 == 0; // (square, raster: non-square and grouped patches run on the CPU)
+    case NM_OP_PATCHES: {
+        const int64_t W = op->i0, H = op->i2 ? op->i2 : op->i0, p = op->i1;
+        return f32(op->src0) && p > 0 && W % p == 0 && H % p == 0 && op->dst->ne[0] == 3 * p * p &&
+               op->dst->ne[1] == (W / p) * (H / p) && (op->i3 == 0 || (op->i3 == 2 && (W / p) % 2 == 0 && (H / p) % 2 == 0));
+    }
     case NM_OP_PIXEL_SHUFFLE:
         return f32(op->src0) && op->i1 > 0 && op->i0 % op->i1 == 0 && op->src0->ne[1] == (int64_t)op->i0 * op->i0 &&
                op->dst->ne[0] == op->src0->ne[0] * op->i1 * op->i1;
@@ -639,11 +644,12 @@ static nm_status op_rope(nm_ocl *o, const nm_op *op, const nm_op *op2) {
         if (r->dst != r->src0 && (r->dst->buf != r->src0->buf || r->dst->offs != r->src0->offs))
             return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: rope runs in place only");
     const cl_int n_head = op->i0, hd = op->i1, mode = op->i2, n_rot = op->i3, n_head2 = op2 ? op2->i0 : 0;
+    const cl_int sec0 = op->rope_sections[0];
     const float base = op->f0, fscale = op->f1;
-    const karg args[] = {A(x.m),    A(x.off),  A(pos.m), A(pos.off), A(n_head), A(hd),     A(n_rot),
-                         A(mode),   A(base),   A(fscale), A(x2.m),  A(x2.off), A(n_head2)};
+    const karg args[] = {A(x.m),  A(x.off), A(pos.m),  A(pos.off), A(n_head),  A(hd),   A(n_rot),
+                         A(mode), A(base),  A(fscale), A(x2.m),    A(x2.off), A(n_head2), A(sec0)};
     const size_t global[3] = {(size_t)(op->i3 / 2), (size_t)(n_head + n_head2), (size_t)op->src0->ne[1]};
-    return ocl_launch(o, o->k_rope, "rope", 3, global, NULL, args, 13);
+    return ocl_launch(o, o->k_rope, "rope", 3, global, NULL, args, 14);
 }
 
 // The same tensor: one object, or the same place, type and shape.
@@ -675,7 +681,8 @@ static nm_status op_rope_kv(nm_ocl *o, const nm_op *rq, const nm_op *rk, const n
 
 // A rope pair (Q, K) and the KV store of that K right after them.
 bool rope_kv_joins(const nm_op *rq, const nm_op *rk, const nm_op *st) {
-    return st->kind == NM_OP_KV_STORE && ocl_same_tensor(st->src0, rk->src0) && ocl_same_tensor(st->ids, rq->ids) &&
+    return st->kind == NM_OP_KV_STORE && rq->i2 != NM_ROPE_VISION && ocl_same_tensor(st->src0, rk->src0) &&
+           ocl_same_tensor(st->ids, rq->ids) &&
            st->src0->ne[1] == rq->src0->ne[1] && st->src1->ne[1] == st->src0->ne[1] &&
            (int64_t)rk->i0 * rk->i1 == st->src0->ne[0] && st->src1->ne[0] == st->src0->ne[0] && rq->i1 % 2 == 0 &&
            rq->i3 % 2 == 0 && rq->src0->ne[0] == (int64_t)rq->i0 * rq->i1;
@@ -686,7 +693,7 @@ bool rope_kv_joins(const nm_op *rq, const nm_op *rk, const nm_op *st) {
 bool rope_pairs(const nm_op *a, const nm_op *b) {
     return a->kind == NM_OP_ROPE && b->kind == NM_OP_ROPE && a->ids == b->ids && a->i1 == b->i1 && a->i2 == b->i2 &&
            a->i3 == b->i3 && a->f0 == b->f0 && a->f1 == b->f1 && a->src0->ne[1] == b->src0->ne[1] &&
-           a->src0 != b->src0;
+           a->src0 != b->src0 && a->rope_sections[0] == b->rope_sections[0];
 }
 
 // attention_dec's work-groups a head: a work-group a compute unit over the
@@ -863,10 +870,10 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
     case NM_OP_PATCHES: {
         RESOLVE(a, op->src0);
         RESOLVE(y, op->dst);
-        const cl_int S = op->i0, p = op->i1;
-        const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(S), A(p)};
+        const cl_int W = op->i0, p = op->i1, H = op->i2 ? op->i2 : op->i0, group = op->i3;
+        const karg args[] = {A(a.m), A(a.off), A(y.m), A(y.off), A(W), A(p), A(H), A(group)};
         const size_t global[2] = {(size_t)(3 * p * p), (size_t)op->dst->ne[1]};
-        return ocl_launch(o, o->k_patches, "patches", 2, global, NULL, args, 6);
+        return ocl_launch(o, o->k_patches, "patches", 2, global, NULL, args, 8);
     }
     case NM_OP_PIXEL_SHUFFLE: {
         RESOLVE(a, op->src0);

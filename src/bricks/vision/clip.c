@@ -544,11 +544,6 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         goto fail;
     }
     c->be->iface->get_caps(c->be, &c->caps);
-    if (qwen && !c->caps.host_memory) {
-        st = nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "vision encoder: qwen2vl_merger runs on the CPU only (device %s "
-                     "has no 2-D vision rope)", c->be->iface->name);
-        goto fail;
-    }
     // the weights and the widened vectors, read in place (copied once only to a device that cannot)
     const uint8_t *lo = NULL, *hi = NULL;
     for (int64_t i = 0; i < nm_gguf_n_tensors(c->g); i++) {
@@ -558,7 +553,9 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         if (tp + t->nbytes > hi) hi = tp + t->nbytes;
     }
     if ((hi > lo && (st = c->be->iface->buffer_import_host(c->be, lo, (size_t)(hi - lo), false)) != NM_OK) ||
-        (c->vec_used && (st = c->be->iface->buffer_import_host(c->be, c->vec_mem, c->vec_used * sizeof(float), false)) != NM_OK)) {
+        (c->vec_used && (st = c->be->iface->buffer_import_host(c->be, c->vec_mem, c->vec_used * sizeof(float), false)) != NM_OK) ||
+        (c->patch_sum && (st = c->be->iface->buffer_import_host(c->be, c->patch_sum, (size_t)(3 * p * p * d) * sizeof(float),
+                                                                 false)) != NM_OK)) {
         nm_fail(st, err, err_size, "vision encoder: the weights: %s", c->be->iface->last_error(c->be));
         goto fail;
     }

@@ -201,4 +201,50 @@ NM_TEST(speech_requests) {
     }
 }
 
+// Generated text goes into JSON as valid UTF-8: well-formed sequences of each
+// length as they are; a stray continuation byte, a lead byte without its
+// continuations, a sequence cut by the end, overlong forms, surrogates and
+// code points past U+10FFFF each a U+FFFD per byte; cJSON then parses it back.
+NM_TEST(generated_text_is_valid_utf8) {
+    static const struct { const char *in, *want; } cases[] = {
+        {"plain ascii", "plain ascii"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"a\x80" "b", "a\xef\xbf\xbd" "b"},
+        {"\xc3" "x", "\xef\xbf\xbd" "x"},
+        {"\xe2\x82", "\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xe0\x80\xaf", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xf0\x90\x80\x80", "\xf0\x90\x80\x80"},
+        {"\xff\xfe", "\xef\xbf\xbd\xef\xbf\xbd"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[64] = {0};
+        const size_t n = serve_utf8_clean(cases[i].in, strlen(cases[i].in), out);
+        const bool ok = n == strlen(cases[i].want) && !memcmp(out, cases[i].want, n);
+        if (!ok) fprintf(stderr, "  case %zu: got %zu bytes\n", i, n);
+        NM_CHECK(ok);
+    }
+    // every byte value after every lead: the output always parses back as a JSON string
+    char in[4], out[16], json[64];
+    int bad = 0;
+    for (int a = 0; a < 256; a++)
+        for (int b = 0; b < 256; b++) {
+            in[0] = (char)a, in[1] = (char)b, in[2] = (char)0x80, in[3] = 'z';
+            const size_t n = serve_utf8_clean(in, 4, out);
+            snprintf(json, sizeof json, "\"%.*s\"", (int)n, out);
+            cJSON *back = (a == '"' || a == '\\' || b == '"' || b == '\\' || a < 0x20 || b < 0x20) ? NULL : cJSON_Parse(json);
+            if (back && (!cJSON_IsString(back) || strlen(back->valuestring) != n)) bad++;
+            for (size_t k = 0; k < n;) { // well-formed throughout
+                const unsigned char c = (unsigned char)out[k];
+                const size_t len = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
+                bad += c >= 0x80 && c < 0xc2;
+                k += len;
+            }
+            cJSON_Delete(back);
+        }
+    NM_CHECK(bad == 0);
+}
+
 NM_TEST_MAIN()

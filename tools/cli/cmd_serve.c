@@ -657,7 +657,8 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
             g->n_tokens++;
             char p[256];
             const int32_t m = nm_detok_push(S->m, &dt, toks[t], p, (int32_t)sizeof p);
-            if (m > 0) piece(g, p, m, false);
+            char q[3 * sizeof p]; // (JSON carries valid UTF-8 only)
+            if (m > 0) piece(g, q, (int32_t)serve_utf8_clean(p, (size_t)m, q), false);
             if (g->gone) nm_tabm_cancel_request(S->in, g->id); // the client left: the brick stops it
         }
         if (!end) continue;

@@ -39,6 +39,27 @@ static int json_depth(const char *t) {
     return most;
 }
 
+size_t serve_utf8_clean(const char *in, size_t n, char *out) {
+    const uint8_t *s = (const uint8_t *)in;
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        const uint8_t c = s[i];
+        const size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        bool ok = len > 0 && len <= n - i;
+        for (size_t k = 1; ok && k < len; k++) ok = (s[i + k] & 0xc0) == 0x80;
+        if (ok && len == 3) ok = !(c == 0xe0 && s[i + 1] < 0xa0) && !(c == 0xed && s[i + 1] >= 0xa0);
+        if (ok && len == 4) ok = !(c == 0xf0 && s[i + 1] < 0x90) && !(c == 0xf4 && s[i + 1] >= 0x90);
+        if (ok) {
+            memcpy(out + o, s + i, len);
+            o += len, i += len;
+        } else {
+            memcpy(out + o, "\xef\xbf\xbd", 3);
+            o += 3, i++;
+        }
+    }
+    return o;
+}
+
 cJSON *serve_json_object(const char *body, serve_err *e) {
     if (json_depth(body) > SERVE_JSON_MAX_DEPTH) {
         serve_fail(e, 400, NULL, "the body's JSON nests deeper than %d levels", SERVE_JSON_MAX_DEPTH);

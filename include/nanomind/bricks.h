@@ -307,10 +307,12 @@ typedef struct nm_brick_params {
     // LLM: requests decoded together (continuous batching), each on a sequence of its own of n_ctx
     // positions (llama-server's --parallel); <= 1: one at a time. More than one: the CPU backend
     int32_t n_parallel;
-    // VISION, dynamic-resolution projectors (qwen2vl_merger): the fewest and the most image tokens an
-    // image is resized to (llama.cpp's --image-min-tokens / --image-max-tokens); <= 0: the model's
-    // (8 and 4096). The most is at most 4096 (the encoder's arena); with only image_max_tokens given,
-    // below the model's least, the least follows it. Fixed-size projectors ignore both, as llama.cpp.
+    // VISION, dynamic-resolution projectors (qwen2vl_merger): the image tokens an image is resized to
+    // (llama.cpp's --image-min-tokens / --image-max-tokens); <= 0: the model's (8 and 4096). Larger
+    // images are scaled down to at most image_max_tokens; smaller ones up to at least image_min_tokens,
+    // rounding up, which may pass image_max_tokens as in llama.cpp (never the encoder's 4096). Each at
+    // most 4096; with only image_max_tokens given, below the model's least, the least follows it.
+    // Fixed-size projectors ignore both, as llama.cpp.
     int32_t image_min_tokens, image_max_tokens;
 } nm_brick_params;
 

@@ -16,10 +16,10 @@ and a `qwen2vl_merger` mmproj (nm-genmmproj), both from fixed seeds, answer "Wha
 three images of three aspect ratios (320x200, 120x300, 224x224: 77, 44 and 64 image tokens after
 the resize to 28-pixel cells), and two of them again with llama.cpp's token limits
 (--image-max-tokens 20: 320x200 down to 15 tokens, 5 x 3; --image-min-tokens 120: 120x300 up to
-126, 7 x 18);
+126, 7 x 18; both at 100: 120x300 up to 112, 7 x 16, past the most as llama.cpp rounds it);
 the 24 greedy tokens must be byte for byte what llama.cpp's llama-mtmd-cli gave on the same files
 and flags (tests/data/qwen2vl/README.md): the encoder, the preprocessing, the markers and the
-decoder's M-RoPE positions all agree. The five answers must differ from each other (the image
+decoder's M-RoPE positions all agree. The six answers must differ from each other (the image
 and its size reach the decoder), and an mmproj of another width than the LLM is refused with a
 message naming both.
 """
@@ -76,7 +76,8 @@ def qwen2vl_cases():
         got = {}
         names = qwen2vl_images(tmp)
         # each image at the model's token limits, then two with limits of their own (llama.cpp's flags)
-        for key in names + ["img320x200 --image-max-tokens 20", "img120x300 --image-min-tokens 120"]:
+        for key in names + ["img320x200 --image-max-tokens 20", "img120x300 --image-min-tokens 120",
+                            "img120x300 --image-min-tokens 100 --image-max-tokens 100"]:
             name, *flags = key.split()
             r = subprocess.run([NM, "run", "-m", llm, "--mmproj", mm, "--image", os.path.join(tmp, name + ".ppm"),
                                 "--chat", "-p", "What is it?", "--temp", "0", "-n", "24", "-t", "2"] + flags,

@@ -21,7 +21,9 @@
 // qwen2vl_merger (Qwen2-VL, llama.cpp's models/qwen2vl.cpp) takes images of
 // any size of whole 28 x 28 cells: its op list is recorded again for each new
 // size, into an arena sized at load for the largest (NM_CLIP_QWEN2VL_MAX_TOKENS
-// cells; anonymous memory, so only what an image touches becomes resident).
+// cells; on the CPU anonymous memory, so only what an image touches becomes
+// resident; a device buffer on OpenCL is allocated whole: ~1 GB at
+// Qwen2-VL-2B's width, so "auto" falls back to the CPU where it does not fit).
 // The two temporal conv kernels are summed once at load (a still image is the
 // same frame twice); patches are taken in 2 x 2 groups, each patch's row and
 // column turn the q and k heads (NM_ROPE_VISION), and the merger joins each

@@ -172,6 +172,8 @@ typedef struct nm_image_params {
     uint8_t pad[3];        // mlp: canvas colour around the fitted image
     int32_t cell;          // qwen2vl: the merge cell's side in pixels (patch_size * n_merge)
     int32_t min_tokens, max_tokens; // qwen2vl: the cells an image is resized to fill (pixel budget)
+    int32_t cap_tokens;    // qwen2vl: the most cells the encoder takes (0: max_tokens); an image scaled up
+                           // to min_tokens may pass max_tokens (llama.cpp's arithmetic), not this
     // mlp anyres: candidate (width, height) resolutions, multiples of image_size
     int32_t n_pinpoints;
     int32_t pinpoints[NM_CLIP_MAX_PINPOINTS][2];
@@ -206,8 +208,10 @@ nm_status nm_image_anyres_resolution(int32_t w, int32_t h, const nm_image_params
 // size a w x h image is resized to, whole cells keeping the aspect ratio:
 // each side rounded to the nearest cell (at least one); over max_tokens cells,
 // both sides scaled by sqrt(w h / budget) and floored to cells; under
-// min_tokens, scaled up and ceiled. NM_ERR_RANGE if even that is out of the
-// budget (a strip too long for it), NM_ERR_INVALID_ARG for bad parameters.
+// min_tokens, scaled up and ceiled (which may pass max_tokens, as in
+// llama.cpp). NM_ERR_RANGE if the result is over cap_tokens (or max_tokens
+// without one: a strip too long for the budget), NM_ERR_INVALID_ARG for bad
+// parameters.
 nm_status nm_image_qwen2vl_size(int32_t w, int32_t h, const nm_image_params *p, int32_t *tw, int32_t *th);
 
 // The idefics3 grid (rows, cols) nm_image_preprocess would produce for a

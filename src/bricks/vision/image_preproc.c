@@ -31,6 +31,7 @@ nm_image_params nm_image_params_from_clip(const nm_clip_info *ci) {
         p.cell = ci->patch_size * ci->n_merge;
         p.min_tokens = ci->min_tokens;
         p.max_tokens = ci->max_tokens;
+        p.cap_tokens = ci->max_tokens; // (the encoder's: what the arena holds)
     }
     return p;
 }
@@ -77,7 +78,8 @@ static bool params_ok(const nm_image_params *p) {
     if (!p || (p->proj != NM_CLIP_PROJ_MLP && p->proj != NM_CLIP_PROJ_IDEFICS3 && p->proj != NM_CLIP_PROJ_QWEN2VL))
         return false;
     if (p->proj == NM_CLIP_PROJ_QWEN2VL &&
-        (p->cell <= 0 || p->cell > 4096 || p->min_tokens < 1 || p->max_tokens < p->min_tokens || p->max_tokens > 1 << 20))
+        (p->cell <= 0 || p->cell > 4096 || p->min_tokens < 1 || p->max_tokens < p->min_tokens || p->max_tokens > 1 << 20 ||
+         p->cap_tokens < 0 || p->cap_tokens > 1 << 20))
         return false;
     if (p->image_size <= 0 || p->image_size > 4096 || p->longest_edge < 0 || p->longest_edge > 65536) return false;
     if (p->n_pinpoints < 0 || p->n_pinpoints > NM_CLIP_MAX_PINPOINTS) return false;
@@ -136,7 +138,8 @@ nm_status nm_image_qwen2vl_size(int32_t w, int32_t h, const nm_image_params *p, 
         wb = BY(ceilf, (float)w * beta);
     }
 #undef BY
-    if (wb * hb > max_px || wb > 65536 || hb > 65536) return NM_ERR_RANGE;
+    const int64_t cap_px = p->cap_tokens > 0 ? (int64_t)p->cap_tokens * f * f : max_px;
+    if (wb * hb > cap_px || wb > 65536 || hb > 65536) return NM_ERR_RANGE;
     if (tw) *tw = (int32_t)wb;
     if (th) *th = (int32_t)hb;
     return NM_OK;
@@ -169,7 +172,8 @@ nm_status nm_image_preprocess(const nm_image *img, const nm_image_params *p, nm_
         nm_status st = nm_image_qwen2vl_size(img->w, img->h, p, &tw, &th);
         if (st != NM_OK)
             return nm_fail(st, err, err_size, "preprocess: a %dx%d image cannot be resized into %d to %d cells of %d "
-                           "pixels", img->w, img->h, p->min_tokens, p->max_tokens, p->cell);
+                           "pixels (at most %d after scaling up)", img->w, img->h, p->min_tokens, p->max_tokens, p->cell,
+                           p->cap_tokens > 0 ? p->cap_tokens : p->max_tokens);
         static const uint8_t black[3] = {0, 0, 0};
         nm_image a = {0};
         float *data = malloc((size_t)3 * tw * th * sizeof *data);

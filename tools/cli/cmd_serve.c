@@ -345,6 +345,9 @@ char *read_body(server *S, struct mg_connection *c, int *code) {
 
 // ---- the decoder's turn -----------------------------------------------------------------
 
+// A token's text as it goes out: up to 256 bytes of the model's, each stray byte written as U+FFFD's 3.
+#define SERVE_PIECE_MAX (3 * 256)
+
 typedef struct gen {
     server *S;
     struct mg_connection *c;
@@ -361,7 +364,7 @@ typedef struct gen {
     // still begin one is held back until it cannot
     const char *stop[NM_LLM_MAX_STOP];
     int n_stop;
-    char held[NM_LLM_MAX_STOP_LEN + 256];
+    char held[NM_LLM_MAX_STOP_LEN + SERVE_PIECE_MAX];
     size_t n_held;
     bool stopped;
     // a streamed token's event, written in place: the chunk's JSON up to the text (made once a request),
@@ -370,7 +373,7 @@ typedef struct gen {
     size_t n_pre;
 } gen;
 
-#define EV_TEXT_MAX (6 * (NM_LLM_MAX_STOP_LEN + 256)) // the largest piece, every byte escaped as \u00XX
+#define EV_TEXT_MAX (6 * (NM_LLM_MAX_STOP_LEN + SERVE_PIECE_MAX)) // the largest piece, every byte escaped as \u00XX
 #define EV_SUFFIX_CHAT "\"},\"finish_reason\":null}]}\n\n"
 #define EV_SUFFIX_TEXT "\",\"finish_reason\":null}]}\n\n"
 
@@ -655,9 +658,9 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
                 if (g->stream) mg_send_http_ok(g->c, "text/event-stream", -1);
             }
             g->n_tokens++;
-            char p[256];
+            char p[SERVE_PIECE_MAX / 3];
             const int32_t m = nm_detok_push(S->m, &dt, toks[t], p, (int32_t)sizeof p);
-            char q[3 * sizeof p]; // (JSON carries valid UTF-8 only)
+            char q[SERVE_PIECE_MAX]; // (JSON carries valid UTF-8 only: each stray byte becomes 3)
             if (m > 0) piece(g, q, (int32_t)serve_utf8_clean(p, (size_t)m, q), false);
             if (g->gone) nm_tabm_cancel_request(S->in, g->id); // the client left: the brick stops it
         }

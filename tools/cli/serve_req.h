@@ -30,8 +30,8 @@ cJSON *serve_json_object(const char *body, serve_err *e);
 
 // Text for a JSON string: in[0..n) as valid UTF-8 into out (room for 3 n bytes), each byte that does not
 // start a well-formed sequence (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF; a
-// sequence cut by the end of in counts as malformed) replaced by U+FFFD, as llama-server's JSON writer
-// does. A model's tokens can spell any bytes (a random model's, or byte-fallback pieces out of order);
+// sequence cut by the end of in counts as malformed) replaced by U+FFFD (llama-server's JSON writer
+// replaces them too, though one U+FFFD for a cut sequence's whole prefix). A model's tokens can spell any bytes (a random model's, or byte-fallback pieces out of order);
 // JSON must not carry them. Returns the bytes written.
 size_t serve_utf8_clean(const char *in, size_t n, char *out);
 

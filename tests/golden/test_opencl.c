@@ -577,6 +577,35 @@ NM_TEST(q4_0_repacked_equals_plain) {
     nm_model_free(m);
 }
 
+// Writes gp to a temporary file and loads it on the CPU and on the device:
+// 1 both loaded; 0 the device has no OpenCL (err says why, nothing held);
+// -1 a load failed (checked and reported, nothing held).
+static int load_clip_pair(int *nmtest_failed, const nm_genmmproj_params *gp, const char *tag, nm_clip **cpu,
+                          nm_clip **dev, char *err, size_t err_size) {
+    char path[256];
+    snprintf(path, sizeof path, "/tmp/nm-opencl-%s-%d.gguf", tag, (int)getpid());
+    *cpu = *dev = NULL;
+    NM_CHECK(nm_genmmproj_write(path, gp, err, err_size) == NM_OK);
+    NM_CHECK(nm_clip_load(path, "cpu", 2, cpu, err, err_size) == NM_OK);
+    const nm_status st = nm_clip_load(path, device(), 2, dev, err, err_size);
+    unlink(path);
+    if (st == NM_ERR_UNSUPPORTED && strstr(err, "no OpenCL")) {
+        nm_clip_free(*cpu);
+        *cpu = NULL;
+        return 0;
+    }
+    NM_CHECK(st == NM_OK);
+    if (st != NM_OK) fprintf(stderr, "  %s\n", err);
+    if (!*cpu || !*dev) {
+        nm_clip_free(*cpu);
+        nm_clip_free(*dev);
+        *cpu = *dev = NULL;
+        return -1;
+    }
+    NM_CHECK(!strcmp(nm_clip_device(*dev), "opencl"));
+    return 1;
+}
+
 // The vision encoder on the device: random-weight mmproj files of both
 // projectors (LLaVA's CLIP: class token, pre-LN, quick GELU, mlp; SmolVLM's
 // SigLIP: patch bias, post-LN, GELU, pixel shuffle), f32 and q8_0 weights,
@@ -588,25 +617,12 @@ NM_TEST(vision_encoder_equals_cpu) {
         nm_genmmproj_params gp = nm_genmmproj_default_params(projs[k % 2]);
         gp.wtype = k < 2 ? NM_TYPE_F32 : NM_TYPE_Q8_0;
         gp.seed = 5 + (uint64_t)k;
-        char path[256], err[512];
-        snprintf(path, sizeof path, "/tmp/nm-opencl-mmproj-%d-%d.gguf", k, (int)getpid());
-        NM_CHECK(nm_genmmproj_write(path, &gp, err, sizeof err) == NM_OK);
-        nm_clip *cpu = NULL, *dev = NULL;
-        NM_CHECK(nm_clip_load(path, "cpu", 2, &cpu, err, sizeof err) == NM_OK);
-        nm_status st = nm_clip_load(path, device(), 2, &dev, err, sizeof err);
-        unlink(path);
-        if (st == NM_ERR_UNSUPPORTED && strstr(err, "no OpenCL")) {
-            nm_clip_free(cpu);
-            NM_SKIP(err);
-        }
-        NM_CHECK(st == NM_OK);
-        if (st != NM_OK) fprintf(stderr, "  %s\n", err);
-        if (!cpu || !dev) {
-            nm_clip_free(cpu);
-            nm_clip_free(dev);
-            continue;
-        }
-        NM_CHECK(!strcmp(nm_clip_device(dev), "opencl"));
+        char tag[32], err[512];
+        snprintf(tag, sizeof tag, "mmproj-%d", k);
+        nm_clip *cpu, *dev;
+        const int got = load_clip_pair(nmtest_failed, &gp, tag, &cpu, &dev, err, sizeof err);
+        if (got == 0) NM_SKIP(err);
+        if (got < 0) continue;
         const nm_clip_info *in = nm_clip_get_info(cpu);
         const size_t n_pix = 3 * (size_t)in->image_size * in->image_size, n_out = (size_t)in->n_out * in->n_out_embd;
         float *pix = malloc(sizeof(float) * n_pix), *a = malloc(sizeof(float) * n_out), *b = malloc(sizeof(float) * n_out);
@@ -638,25 +654,12 @@ NM_TEST(qwen2vl_encoder_equals_cpu) {
         gp.n_out_embd = 256, gp.n_embd = 128, gp.n_ff = 256, gp.n_head = 2, gp.n_layer = 2, gp.image_size = 56;
         gp.wtype = k == 0 ? NM_TYPE_F32 : NM_TYPE_Q8_0;
         gp.seed = 21 + (uint64_t)k;
-        char path[256], err[512];
-        snprintf(path, sizeof path, "/tmp/nm-opencl-qwen-%d-%d.gguf", k, (int)getpid());
-        NM_CHECK(nm_genmmproj_write(path, &gp, err, sizeof err) == NM_OK);
-        nm_clip *cpu = NULL, *dev = NULL;
-        NM_CHECK(nm_clip_load(path, "cpu", 2, &cpu, err, sizeof err) == NM_OK);
-        nm_status st = nm_clip_load(path, device(), 2, &dev, err, sizeof err);
-        unlink(path);
-        if (st == NM_ERR_UNSUPPORTED && strstr(err, "no OpenCL")) {
-            nm_clip_free(cpu);
-            NM_SKIP(err);
-        }
-        NM_CHECK(st == NM_OK);
-        if (st != NM_OK) fprintf(stderr, "  %s\n", err);
-        if (!cpu || !dev) {
-            nm_clip_free(cpu);
-            nm_clip_free(dev);
-            continue;
-        }
-        NM_CHECK(!strcmp(nm_clip_device(dev), "opencl"));
+        char tag[32], err[512];
+        snprintf(tag, sizeof tag, "qwen-%d", k);
+        nm_clip *cpu, *dev;
+        const int got = load_clip_pair(nmtest_failed, &gp, tag, &cpu, &dev, err, sizeof err);
+        if (got == 0) NM_SKIP(err);
+        if (got < 0) continue;
         const int32_t ow = nm_clip_get_info(cpu)->n_out_embd;
         for (int z = 0; z < 3; z++) {
             const int32_t W = sizes[z][0], H = sizes[z][1], rows = nm_clip_n_out(cpu, W, H);

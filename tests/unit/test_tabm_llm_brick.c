@@ -241,12 +241,17 @@ static bool rig_up_with(rig *R, int32_t n_par, int32_t n_predict, int32_t out_ba
     if (nm_tabm_create(NULL, out_slots, sizeof(int32_t) * (size_t)out_batch, &R->out, err, sizeof err) != NM_OK)
         return false;
     R->L = (lane){R->b, R->in, R->out, NM_OK};
+    return true;
+}
+
+// Starts the rig's lane: the brick's thread from here on.
+static bool rig_start(rig *R) {
     R->running = pthread_create(&R->th, NULL, lane_main, &R->L) == 0;
     return R->running;
 }
 
 static bool rig_up(rig *R, int32_t n_predict, int32_t out_batch, uint32_t out_slots) {
-    return rig_up_with(R, 1, n_predict, out_batch, 4, out_slots);
+    return rig_up_with(R, 1, n_predict, out_batch, 4, out_slots) && rig_start(R);
 }
 
 // Shuts the rings; the brick must return NM_ERR_SHUTDOWN. Frees all.
@@ -827,7 +832,7 @@ static bool read_answers(nm_tabm *r, uint64_t id0, int n, int32_t got[][64], int
 }
 
 static bool rig_up_par(rig *R, int32_t n_par, int32_t n_predict, uint32_t in_slots) {
-    return rig_up_with(R, n_par, n_predict, 1, in_slots, 8);
+    return rig_up_with(R, n_par, n_predict, 1, in_slots, 8) && rig_start(R);
 }
 
 // Continuous batching: three requests written at once by three writers (their
@@ -887,6 +892,44 @@ static void parallel_requests(int *nmtest_failed, int32_t n_par) {
 
 NM_TEST(tabm_llm_brick_parallel_requests_together) { parallel_requests(nmtest_failed, 3); }
 NM_TEST(tabm_llm_brick_parallel_more_requests_than_sequences) { parallel_requests(nmtest_failed, 2); }
+
+// Two prompts that meet in one pass, by construction: both are in the input
+// ring before the brick's lane starts, so the second pass carries the first
+// prompt's last 4 rows and the second's first chunk in what is left of the
+// N_BATCH rows (a chunk sized without the first's rows overruns the batch).
+// Each gets the plain loop's tokens; passes never carry more than N_BATCH rows.
+NM_TEST(tabm_llm_brick_two_prompts_share_a_pass) {
+    rig R;
+    RIG_UP_BY(R, rig_up_with(&R, 2, 6, 1, 8, 16));
+    static const int32_t TEXT_C[] = {77, 3458, 9, 1046, 12, 504, 30, 314, 2500, 282, 4649, 1};
+    part a[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
+    part c[] = {TOKS(TEXT_C, 12, NM_LLM_IN_POS(0))};
+    const part *reqs[2] = {a, c};
+    request_writer W[2];
+    for (int k = 0; k < 2; k++) {
+        W[k] = (request_writer){R.in, reqs[k], 1, 8000 + (uint64_t)k, NM_OK};
+        request_writer_main(&W[k]);
+        NM_CHECK(W[k].st == NM_OK);
+    }
+    RIG_UP_BY(R, rig_start(&R));
+    int32_t got[2][64], n_got[2];
+    nm_llm_stop why[2];
+    NM_CHECK(read_answers(R.out, 8000, 2, got, n_got, why));
+    for (int k = 0; k < 2; k++) {
+        nm_ctx *rc = new_ctx(R.m);
+        nm_sampler *rs = greedy(R.m);
+        int32_t want[64], pos = 0;
+        const int32_t nw = plain(rc, rs, reqs[k], 1, &pos, 6, want);
+        NM_CHECK(why[k] == NM_LLM_STOP_N_PREDICT && n_got[k] == nw && !memcmp(got[k], want, sizeof(int32_t) * (size_t)nw));
+        nm_ctx_free(rc);
+        nm_sampler_free(rs);
+    }
+    const nm_brick_stats bs = nm_brick_get_stats(R.b);
+    // 24 prompt rows in passes of 8: 8 (A), 4 + 4 (A's end, C's start), 8 (C's end): three passes, the second of two.
+    NM_CHECK(bs.n_prompt_tokens == 24 && bs.n_bad_requests == 0 && bs.max_pass_seqs == 2);
+    if (bs.n_bad_requests) fprintf(stderr, "  %s\n", nm_brick_last_error(R.b));
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+}
 
 // A new request goes to the free sequence that holds the longest start of
 // its prompt (not the least recently used one): two prompts answered in turn

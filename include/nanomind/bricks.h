@@ -296,6 +296,11 @@ typedef struct nm_brick_params {
     int64_t timeout_ns;     // each wait on a ring (as nm_tabm_*); default -1: forever
     // LLM
     int32_t n_ctx, n_batch, n_gpu_layers; // as nm_ctx_params
+    // Prompts are decoded in chunks that end at multiples of n_ubatch positions (llama.cpp's -ub; <= 0: 128;
+    // at most n_batch). A cached prompt prefix is reused up to such a boundary, within what was decoded as a
+    // fresh prompt is (whole chunks, each alone in its pass, from position 0), so a reused prefix gives the
+    // logits of decoding the prompt afresh, to the bit: the answer does not depend on cache_prompt.
+    int32_t n_ubatch;
     bool no_mmap;                          // as nm_model_params
     nm_sampler_params sampling;
     nm_llm_params llm;

@@ -117,7 +117,12 @@ def run_nm(*args):  # run's text, without the newline it ends with
     return out[:-1] if out.endswith("\n") else out
 
 
+FILTER = os.environ.get("NM_TEST_FILTER", "")  # run only the cases whose name holds it (servers still start)
+
+
 def case(name, fn):
+    if FILTER not in name:
+        return
     try:
         fn(name)
     except Exception as e:  # a case that raises is a failure, named
@@ -133,8 +138,8 @@ for rel, val in [("class/powercap/intel-rapl:0/name", "package-0"), ("class/powe
     with open(os.path.join(SYSFS, rel), "w") as f:
         f.write(val + "\n")
 p, port = start("--api-key", KEY, "--max-body", "4096", "--queue", "0", "-c", "512", "--sysfs", SYSFS, "--body-timeout", "2")
-# cache_prompt false: every prompt decoded whole, as `run` decodes it, so the text is run's to the bit (the
-# cache's reuse recomputes a reused prompt's last position alone: another batch shape)
+# cache_prompt false: every prompt decoded afresh, as `run` decodes it; the text is run's to the bit with the
+# cache too (cache_answers_equal_fresh), this keeps one case of each
 EXACT = {"cache_prompt": False}
 client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % port, api_key=KEY, max_retries=0, timeout=120)
 Q = "What is the capital of France?"
@@ -529,8 +534,53 @@ def t_image_absent(name):  # the first server has no --mmproj: 400, naming the f
 
 
 
+# Five chats (a system prompt of more than one 64-position chunk, two of them a second turn that carries the
+# first answer) at temperature 0, and one at temperature 1 with a seed: each asked with cache_prompt false,
+# then twice with it true (the first may reuse another chat's prefix, the second its own whole prompt): the
+# same text each time, as llama-server gives. A cached prefix is reused only up to a chunk boundary that a
+# fresh prompt's decode also has, so the logits are those of recomputing it, to the bit.
+SYS = ("You are a helpful assistant that lives on a small battery-powered device. You answer in short, plain "
+       "sentences. You never make up facts; when you do not know, you say so. You like geography, cooking, "
+       "astronomy and the history of small inventions. The person you talk to is busy: lead with the answer, "
+       "then give one or two details that help. Use metric units, and give temperatures in degrees Celsius. "
+       "When a question has several parts, answer each part in order. When a question is about safety, such as "
+       "cooking meat, electricity or climbing, give the safe way first. You may be asked about the sky at "
+       "night: name the planets, stars and constellations by their common English names. You may be asked "
+       "about recipes: give quantities for two people unless told otherwise. Keep every answer under one "
+       "hundred words, and never use tables or lists of more than five items.")
+
+
+def t_cache_answers_equal_fresh(name):
+    chats = [[{"role": "user", "content": "Name three planets and one fact about each."}],
+             [{"role": "user", "content": "How do I boil an egg?"}],
+             [{"role": "user", "content": "What is the capital of Italy?"},
+              {"role": "assistant", "content": "The capital of Italy is Rome."},
+              {"role": "user", "content": "And what river runs through it?"}],
+             [{"role": "user", "content": "Tell me about the paper clip."}],
+             [{"role": "user", "content": "Who invented the telescope?"},
+              {"role": "assistant", "content": "Hans Lipperhey applied for a patent on a telescope in 1608."},
+              {"role": "user", "content": "What did Galileo see with his?"}]]
+    bad = []
+    for i, msgs in enumerate(chats):
+        msgs = [{"role": "system", "content": SYS}] + msgs
+        for extra in ({"temperature": 0}, {"temperature": 1.0, "seed": 42 + i}):
+            if i > 1 and "seed" in extra:
+                continue
+            texts = []
+            for cache in (False, True, True):
+                r = client.chat.completions.create(model="x", messages=msgs, max_tokens=48,
+                                                   extra_body={"cache_prompt": cache}, **extra)
+                texts.append(r.choices[0].message.content)
+                n_prompt = r.usage.prompt_tokens
+            if len(set(texts)) != 1:
+                bad.append("chat %d %s: %r" % (i, extra, texts))
+            if n_prompt < 128 + 16:  # so the cache has a whole 128-position chunk to give
+                bad.append("chat %d: only %d prompt tokens" % (i, n_prompt))
+    result(name, not bad, "; ".join(bad)[:600])
+
+
 port0 = port
-for n, f in [("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("metrics_measured_energy", t_metrics_measured), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
+for n, f in [("cache_answers_equal_fresh", t_cache_answers_equal_fresh), ("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("metrics_measured_energy", t_metrics_measured), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
              ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("slow_body_408", t_slow_body), ("copied_params_not_prompt", t_copied),
              ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("latency_histograms", t_latency_histograms),

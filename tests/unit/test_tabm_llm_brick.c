@@ -96,15 +96,18 @@ static uint64_t g_request = 1000; // the id put_parts gives a prompt's first slo
 
 static float embd_val(int32_t r, int32_t e) { return 0.02f * (float)((r * 37 + e * 11) % 53) - 0.5f; }
 
-// The plain loop: decode the parts at pos (batches of N_BATCH), then sample
-// greedily, decode each token, until EOG or n_predict. Returns the count.
+// The plain loop: decode the parts at pos (token parts in the brick's prompt
+// chunks, which end at multiples of N_BATCH; embedding rows in batches of
+// N_BATCH from the part's start), then sample greedily, decode each token,
+// until EOG or n_predict. Returns the count.
 static int32_t plain(nm_ctx *c, nm_sampler *s, const part *p, int n_parts, int32_t *pos, int32_t n_predict,
                      int32_t *out) {
     nm_model *m = model();
     for (int k = 0; k < n_parts; k++) {
         if (p[k].user & NM_LLM_IN_AT_POS) *pos = NM_LLM_IN_POS_OF(p[k].user);
-        for (int32_t i = 0; i < p[k].n; i += N_BATCH) {
-            int32_t nb = p[k].n - i < N_BATCH ? p[k].n - i : N_BATCH;
+        for (int32_t i = 0, nb; i < p[k].n; i += nb) {
+            nb = p[k].n - i < N_BATCH ? p[k].n - i : N_BATCH;
+            if (p[k].kind == NM_TABM_TOKENS && nb > N_BATCH - (*pos + i) % N_BATCH) nb = N_BATCH - (*pos + i) % N_BATCH;
             nm_status st = p[k].kind == NM_TABM_TOKENS ? nm_decode(c, p[k].tok + i, nb, *pos + i, false)
                                                        : nm_decode_embd(c, p[k].embd + (size_t)i * N_EMBD, nb, *pos + i, false);
             if (st != NM_OK) return -1;
@@ -224,6 +227,8 @@ typedef struct rig {
 } rig;
 
 // A rig whose brick decodes n_par sequences together, its input ring of in_slots.
+static int32_t g_rig_batch, g_rig_ubatch; // set: the next rig's n_batch and n_ubatch (else N_BATCH, the default)
+
 static bool rig_up_with(rig *R, int32_t n_par, int32_t n_predict, int32_t out_batch, uint32_t in_slots,
                         uint32_t out_slots) {
     memset(R, 0, sizeof *R);
@@ -235,6 +240,8 @@ static bool rig_up_with(rig *R, int32_t n_par, int32_t n_predict, int32_t out_ba
     bp.llm.out_batch = out_batch;
     bp.n_parallel = n_par;
     bp.ledger = R->led;
+    if (g_rig_batch) bp.n_batch = g_rig_batch, bp.n_ubatch = g_rig_ubatch;
+    g_rig_batch = g_rig_ubatch = 0;
     char err[256];
     if (!R->led || nm_brick_load(NULL, &bp, &R->b, err, sizeof err) != NM_OK) return false;
     if (nm_tabm_create(NULL, in_slots, sizeof(float) * N_CTX * N_EMBD, &R->in, err, sizeof err) != NM_OK) return false;
@@ -306,6 +313,7 @@ static void refused(int *nmtest_failed, rig *R, size_t k, const char *msg) {
 
 static const int32_t TEXT_A[] = {1, 504, 3458, 282, 4649, 314, 12, 2500, 77, 9, 1046, 30};
 static const int32_t TEXT_B[] = {2010, 34, 8, 905, 217, 15};
+static const int32_t TEXT_C[] = {77, 3458, 9, 1046, 12, 504, 30, 314, 2500, 282, 4649, 1};
 
 // Feeds the parts through the brick (a producer thread writes them) and
 // through the plain loop; both must give the same tokens.
@@ -365,8 +373,11 @@ NM_TEST(tabm_llm_brick_mixed_prompt_several_slots) {
 }
 
 // A second prompt that starts over at position 0 and shares the first one's
-// tokens: only the new ones are decoded, and the answer equals the plain loop
-// that decodes the same way (prompt 1, its answer, then the new tokens).
+// tokens: it reuses the cache up to the end of the last whole chunk (N_BATCH
+// positions) that prompt 1 decoded, and decodes the rest in the chunks a
+// fresh prompt is decoded in, so its answer is the plain loop's for prompt 2
+// on a fresh context (the bits of recomputing it, not of decoding prompt 1's
+// answer one token at a time).
 NM_TEST(tabm_llm_brick_prefix_reuse) {
     rig R;
     RIG_UP(R, 8, 1, 4);
@@ -388,24 +399,35 @@ NM_TEST(tabm_llm_brick_prefix_reuse) {
     NM_CHECK(put_parts(R.in, &p2, 1) == NM_OK);
     int32_t n2 = read_gen(R.out, a2, 16, &why, &slots);
     NM_CHECK(n2 == 8);
-    // The last generated token of prompt 1 was decoded too (as the plain loop
-    // does), so 6 new positions.
-    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 6);
+    // [0, 8) reused: prompt 1's one whole chunk; [8, 26) decoded
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 26 - 8);
 
     nm_ctx *rc = new_ctx(R.m);
     nm_sampler *rs = greedy(R.m);
     int32_t pos = 0;
     NM_CHECK(plain(rc, rs, &p1, 1, &pos, 8, w1) == 8);
-    part tail = TOKS(TEXT_B, 6, NM_LLM_IN_POS(20));
-    NM_CHECK(plain(rc, rs, &tail, 1, &pos, 8, w2) == 8);
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+    rc = new_ctx(R.m), rs = greedy(R.m), pos = 0;
+    NM_CHECK(plain(rc, rs, &p2, 1, &pos, 8, w2) == 8);
     NM_CHECK(!memcmp(a1, w1, sizeof(int32_t) * 8) && !memcmp(a2, w2, sizeof(int32_t) * 8));
-    // prompt 3 = prompt 1 again: all cached; its last token is decoded again
-    // for fresh logits, so the answer is prompt 1's.
+    // prompt 3 = prompt 1 again: [0, 8) cached; the chunk of its last token
+    // is decoded again for fresh logits, so the answer is prompt 1's.
     before = nm_brick_get_stats(R.b).n_prompt_tokens;
     NM_CHECK(put_parts(R.in, &p1, 1) == NM_OK);
     int32_t a3[16];
     NM_CHECK(read_gen(R.out, a3, 16, &why, &slots) == 8 && !memcmp(a3, a1, sizeof(int32_t) * 8));
-    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 1);
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 12 - 8);
+    // prompt 4 = prompt 1's first chunk, exactly: its last position is decoded again, so its whole chunk is
+    part p4 = TOKS(TEXT_A, 8, NM_LLM_IN_POS(0));
+    before = nm_brick_get_stats(R.b).n_prompt_tokens;
+    NM_CHECK(put_parts(R.in, &p4, 1) == NM_OK);
+    int32_t a4[16], w4[16];
+    NM_CHECK(read_gen(R.out, a4, 16, &why, &slots) == 8 && nm_brick_get_stats(R.b).n_prompt_tokens - before == 8);
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+    rc = new_ctx(R.m), rs = greedy(R.m), pos = 0;
+    NM_CHECK(plain(rc, rs, &p4, 1, &pos, 8, w4) == 8 && !memcmp(a4, w4, sizeof(int32_t) * 8));
     NM_CHECK(nm_ledger_total(R.led) == 0);
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
     nm_ctx_free(rc);
@@ -901,7 +923,6 @@ NM_TEST(tabm_llm_brick_parallel_more_requests_than_sequences) { parallel_request
 NM_TEST(tabm_llm_brick_two_prompts_share_a_pass) {
     rig R;
     RIG_UP_BY(R, rig_up_with(&R, 2, 6, 1, 8, 16));
-    static const int32_t TEXT_C[] = {77, 3458, 9, 1046, 12, 504, 30, 314, 2500, 282, 4649, 1};
     part a[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
     part c[] = {TOKS(TEXT_C, 12, NM_LLM_IN_POS(0))};
     const part *reqs[2] = {a, c};
@@ -931,19 +952,77 @@ NM_TEST(tabm_llm_brick_two_prompts_share_a_pass) {
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
 }
 
+// Prompt chunks of n_ubatch 64 in passes of n_batch 96: two
+// 70-token prompts written before the lane starts share their first passes
+// (A's [0, 64) beside C's [0, 32)), so nothing of A is reused by the next A:
+// a chunk decoded beside other rows is not how a fresh prompt is decoded.
+// That next A runs alone: its [0, 64) is then reused by the third, which
+// decodes only [64, 70) and answers as the second did. Then A is decoded
+// afresh (cache_prompt false) beside a long request on C: the same tokens,
+// in shared passes, so A after that reuses nothing again.
+static int32_t g_long[2][70];
+NM_TEST(tabm_llm_brick_ubatch_chunks_reused_only_when_alone) {
+    rig R;
+    g_rig_batch = 96, g_rig_ubatch = 64;
+    RIG_UP_BY(R, rig_up_with(&R, 2, 6, 1, 8, 16));
+    for (int k = 0; k < 2; k++)
+        for (int32_t i = 0; i < 70; i++) g_long[k][i] = 100 + (int32_t)((i * 7919 + k * 131) % 3000);
+    part a[] = {TOKS(g_long[0], 70, NM_LLM_IN_POS(0))}, c[] = {TOKS(g_long[1], 70, NM_LLM_IN_POS(0))};
+    request_writer W = {R.in, a, 1, 9000, NM_OK};
+    request_writer_main(&W);
+    NM_CHECK(W.st == NM_OK);
+    W = (request_writer){R.in, c, 1, 9001, NM_OK};
+    request_writer_main(&W);
+    NM_CHECK(W.st == NM_OK);
+    RIG_UP_BY(R, rig_start(&R));
+    int32_t got[3][64], n_got[3];
+    nm_llm_stop why[3];
+    NM_CHECK(read_answers(R.out, 9000, 2, got, n_got, why));
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens == 140 && nm_brick_get_stats(R.b).max_pass_seqs == 2);
+    uint64_t before = nm_brick_get_stats(R.b).n_prompt_tokens;
+    W = (request_writer){R.in, a, 1, 9002, NM_OK}; // A alone: nothing reusable
+    request_writer_main(&W);
+    NM_CHECK(W.st == NM_OK && read_answers(R.out, 9002, 1, &got[1], &n_got[1], &why[1]));
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 70);
+    before = nm_brick_get_stats(R.b).n_prompt_tokens;
+    W = (request_writer){R.in, a, 1, 9003, NM_OK}; // A again: [0, 64) reused
+    request_writer_main(&W);
+    NM_CHECK(W.st == NM_OK && read_answers(R.out, 9003, 1, &got[2], &n_got[2], &why[2]));
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 6);
+    NM_CHECK(n_got[1] == 6 && n_got[2] == 6 && !memcmp(got[1], got[2], sizeof(int32_t) * 6));
+    // E (C, 20 tokens) is active until its answer is read, which the ring's 16 slots hold back: A' shares its passes
+    part e[] = {PARAMS("{\"n_predict\": 20, \"ignore_eos\": true}", NM_BRICK_MORE), TOKS(g_long[1], 70, NM_LLM_IN_POS(0))};
+    part a2[] = {PARAMS("{\"cache_prompt\": false}", NM_BRICK_MORE), TOKS(g_long[0], 70, NM_LLM_IN_POS(0))};
+    W = (request_writer){R.in, e, 2, 9004, NM_OK};
+    request_writer_main(&W);
+    NM_CHECK(W.st == NM_OK);
+    W = (request_writer){R.in, a2, 2, 9005, NM_OK};
+    request_writer_main(&W);
+    int32_t got2[2][64], n_got2[2];
+    nm_llm_stop why2[2];
+    NM_CHECK(W.st == NM_OK && read_answers(R.out, 9004, 2, got2, n_got2, why2) && n_got2[0] == 20 && n_got2[1] == 6);
+    before = nm_brick_get_stats(R.b).n_prompt_tokens;
+    W = (request_writer){R.in, a, 1, 9006, NM_OK}; // A: what A' overwrote in shared passes is not reused
+    request_writer_main(&W);
+    NM_CHECK(W.st == NM_OK && read_answers(R.out, 9006, 1, &got[0], &n_got[0], &why[0]));
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 70);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
+}
+
 // A new request goes to the free sequence that holds the longest start of
 // its prompt (not the least recently used one): two prompts answered in turn
 // on three sequences, then three requests at once: one repeating the first
 // prompt, one starting with the second's first tokens, a bad one. Each
-// repeated prompt decodes only its last token again; the bad one fails
-// alone; the one without end is cancelled while the others run and ends alone.
+// repeat decodes again only what follows the whole chunk (N_BATCH) its
+// sequence holds; the bad one fails alone; the one without end is cancelled
+// while the others run and ends alone.
 NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
     rig R;
     RIG_UP_BY(R, rig_up_par(&R, 3, 8, 16));
     static const int32_t bad_tok[] = {5, 999999};
     part ok1[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
-    part ok2[] = {TOKS(TEXT_B, 6, NM_LLM_IN_POS(0))};
-    part endless[] = {PARAMS("{\"n_predict\": -1, \"ignore_eos\": true}", NM_BRICK_MORE), TOKS(TEXT_B, 4, NM_LLM_IN_POS(0))};
+    part ok2[] = {TOKS(TEXT_C, 12, NM_LLM_IN_POS(0))};
+    part endless[] = {PARAMS("{\"n_predict\": -1, \"ignore_eos\": true}", NM_BRICK_MORE), TOKS(TEXT_C, 9, NM_LLM_IN_POS(0))};
     part bad[] = {TOKS(bad_tok, 2, NM_LLM_IN_POS(0))};
     part again[] = {TOKS(TEXT_A, 12, NM_LLM_IN_POS(0))};
     const part *reqs[5] = {ok1, ok2, endless, bad, again};
@@ -957,7 +1036,7 @@ NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
         NM_CHECK(W[k].st == NM_OK && read_answers(R.out, 6000 + (uint64_t)k, 1, &got[k], &n_got[k], &why[k]));
     }
     const uint64_t before = nm_brick_get_stats(R.b).n_prompt_tokens;
-    NM_CHECK(before == 12 + 6);
+    NM_CHECK(before == 12 + 12);
     // All three are written before any answer is read: the endless one first, so it runs beside the
     // other two. It cannot run ahead meanwhile (the output ring holds 8 tokens and nothing reads it
     // yet), nor can the other two be late (no writer thread to be starved under load).
@@ -998,9 +1077,9 @@ NM_TEST(tabm_llm_brick_parallel_prefix_cancel_and_bad) {
         nm_sampler_free(rs);
     }
     const nm_brick_stats bs = nm_brick_get_stats(R.b);
-    printf("  prompt positions decoded: %llu, then %llu for the three at once (1 + 1: both repeats)\n",
+    printf("  prompt positions decoded: %llu, then %llu for the three at once (4 + 1: the repeats past [0, 8))\n",
            (unsigned long long)before, (unsigned long long)(bs.n_prompt_tokens - before));
-    NM_CHECK(bs.n_prompt_tokens - before == 2);
+    NM_CHECK(bs.n_prompt_tokens - before == 4 + 1);
     NM_CHECK(bs.n_requests == 5 && bs.n_cancelled == 1 && bs.n_bad_requests == 1 && bs.max_pass_seqs >= 2);
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
 }
@@ -1036,25 +1115,25 @@ NM_TEST(tabm_llm_brick_parallel_errors_per_request) {
 }
 
 // A prompt whose middle part changes: request 2 repeats request 1's text
-// around other embedding rows. Its leading text is reused; the text after
-// the rows is not (its cache entries attended to request 1's rows), so the
-// answer is the plain loop's for request 2's own prompt.
+// around other embedding rows. Its leading text is reused (its whole chunk);
+// the text after the rows is not (its cache entries attended to request 1's
+// rows), so the answer is the plain loop's for request 2's own prompt.
 static float g_e1[3 * N_EMBD], g_e2[3 * N_EMBD];
 NM_TEST(tabm_llm_brick_changed_middle_not_reused) {
     rig R;
     RIG_UP(R, 8, 1, 4);
     for (int32_t r = 0; r < 3; r++)
         for (int32_t e = 0; e < N_EMBD; e++) g_e1[r * N_EMBD + e] = embd_val(r, e), g_e2[r * N_EMBD + e] = embd_val(r + 7, e + 3);
-    part p1[] = {TOKS(TEXT_A, 5, NM_LLM_IN_POS(0) | NM_BRICK_MORE), EMBD(g_e1, 3, NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
-    part p2[] = {TOKS(TEXT_A, 5, NM_LLM_IN_POS(0) | NM_BRICK_MORE), EMBD(g_e2, 3, NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
+    part p1[] = {TOKS(TEXT_A, 10, NM_LLM_IN_POS(0) | NM_BRICK_MORE), EMBD(g_e1, 3, NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
+    part p2[] = {TOKS(TEXT_A, 10, NM_LLM_IN_POS(0) | NM_BRICK_MORE), EMBD(g_e2, 3, NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
     int32_t a1[16], a2[16], w2[16];
     nm_llm_stop why;
     int slots;
     NM_CHECK(put_parts(R.in, p1, 3) == NM_OK && read_gen(R.out, a1, 16, &why, &slots) == 8);
     const uint64_t before = nm_brick_get_stats(R.b).n_prompt_tokens;
     NM_CHECK(put_parts(R.in, p2, 3) == NM_OK && read_gen(R.out, a2, 16, &why, &slots) == 8);
-    // the 5 leading tokens reused; the 3 rows and the 6 tokens after them decoded
-    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 3 + 6);
+    // the leading tokens' whole chunk [0, 8) reused; their last 2, the 3 rows and the 6 tokens after them decoded
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 2 + 3 + 6);
     nm_ctx *rc = new_ctx(R.m);
     nm_sampler *rs = greedy(R.m);
     int32_t pos = 0;

@@ -71,7 +71,7 @@ static void usage(FILE *f) {
             "lanes (core lists as run --cores: 0-3,6, big, little, cluster:N):\n"
             "  --cores LIST             the language model's lane;  --mmproj-cores LIST  the vision\n"
             "                           encoder's;  --stt-cores LIST, --tts-cores LIST\n"
-            "also: -t, -c, -b, -n (default 128), --temp and the other sampling options, -sys,\n"
+            "also: -t, -c, -b, -ub, -n (default 128), --temp and the other sampling options, -sys,\n"
             "--chat-template, -dev, -ngl, --mmproj-device, --pin, --no-mmap, --mlock, as `run`.\n"
             "  --stats                  per question: seconds from the end of the question to its\n"
             "                           transcript, first token, first audio sample, last token and\n"

@@ -56,6 +56,7 @@ typedef struct cli_opts {
     int32_t n_threads;      // -t: 0 (default, or -1) all cores
     int32_t n_ctx;          // -c: -1 not given (the model's training context, at most 4096); 0 the training context
     int32_t n_batch;        // -b
+    int32_t n_ubatch;       // -ub
     int32_t n_gpu_layers;   // -ngl: layers on --device (the last N); -1 (default, or all/auto) every one
     const char *device;     // -dev, --device: cpu (default), opencl, opencl:N
     const char *mmproj_device; // --mmproj-device: the vision encoder's (default: --device)

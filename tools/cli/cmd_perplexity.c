@@ -14,12 +14,13 @@
 #include "cli.h"
 
 static void ppl_usage(void) {
-    printf("usage: nanomind perplexity -m MODEL -f TEXT [-c N] [-b N] [-t N] [--pin]\n"
+    printf("usage: nanomind perplexity -m MODEL -f TEXT [-c N] [-b N] [-ub N] [-t N] [--pin]\n"
            "       nanomind perplexity -m MODEL --kl-divergence-base FILE\n"
            "\n"
            "  -f FILE                      text to score (UTF-8)\n"
            "  -c N                         chunk (context) size, default 512; the text needs >= 2 chunks\n"
            "  -b N                         tokens per forward pass, default min(c, 512)\n"
+           "  -ub N                        at most N tokens per forward pass (as -b)\n"
            "  -t N                         threads (default, or -1: all cores)\n"
            "  --pin                        pin thread i to core i\n"
            "  -h, --help, --version\n"
@@ -191,6 +192,7 @@ int cmd_perplexity(int argc, char **argv) {
             goto done;
         }
     int32_t n_batch = o.n_batch > 0 ? o.n_batch : (n_ctx < 512 ? n_ctx : 512);
+    if (o.n_ubatch > 0 && n_batch > o.n_ubatch) n_batch = o.n_ubatch; // (each chunk from position 0: -ub is the batch)
     if (n_batch > n_ctx) n_batch = n_ctx;
     nm_ctx_params cp = nm_ctx_default_params();
     cp.n_ctx = n_ctx;

@@ -59,7 +59,7 @@ static void usage(FILE *f) {
             "  --mmproj-device DEV      the vision encoder's unit (default: -dev); --mmproj-cores its lane\n"
             "  --image-min-tokens N, --image-max-tokens N  image tokens of a dynamic-resolution mmproj\n"
             "                           (qwen2vl_merger; default: the model's, 8..4096)\n"
-            "also: -c, -b, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
+            "also: -c, -b, -ub, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
             "--chat-template, -sys (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock.\n");
 }
 

@@ -174,6 +174,10 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             g = CLI_CTX;
             ok = want_int_in(a, v, 1, 1 << 20, "", &iv);
             o->n_batch = (int32_t)iv;
+        } else if (IS("-ub") || IS("--ubatch-size")) {
+            g = CLI_CTX;
+            ok = want_int_in(a, v, 1, 1 << 20, "", &iv);
+            o->n_ubatch = (int32_t)iv;
         } else if (IS("-f") || IS("--file")) g = CLI_FILE, o->file = v;
         else if (IS("-p") || IS("--prompt")) g = CLI_PROMPT, o->prompt = v;
         else if (IS("-sys") || IS("--system-prompt") || IS("--system")) g = CLI_GEN, o->system = v;
@@ -338,6 +342,7 @@ nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger
     lp.llm_model = m;
     lp.n_ctx = cli_ctx_size(o, m);
     lp.n_batch = o->n_batch;
+    lp.n_ubatch = o->n_ubatch;
     lp.n_threads = o->n_threads;
     lp.pin_threads = o->pin;
     lp.cores = o->cores;

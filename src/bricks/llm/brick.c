@@ -28,6 +28,16 @@ enum { ROW_NONE, ROW_PROMPT, ROW_PROMPT_END, ROW_GEN };
 
 #define NM_LLM_MAX_PARTS 64 // input slots of one request held at once
 
+// Prompt chunks (nm_brick_params.n_ubatch). A row's bits depend on the batch
+// it was computed in (the CPU's decode kernels and its GEMM sum in other
+// orders), so a cached prefix gives the logits of recomputing it only if it
+// was computed in the chunks a fresh prompt is: a reused prefix ends at a
+// chunk boundary, and the rest is decoded in the same chunks (llm_seq.n_exact).
+// 128 by default: prefill in 128-row chunks is within 1-3% of 512-row ones
+// (64: 12% slower; docs/server.md), and a repeated prefix decodes at most 127
+// positions again.
+#define NM_LLM_UBATCH 128
+
 // A request being served: its input slots (held, decoded in place), the
 // sequence it is bound to, its parameters and sampler, its output.
 typedef struct llm_req {
@@ -74,6 +84,8 @@ typedef struct llm_seq {
     int32_t pos;              // where its next slot without NM_LLM_IN_AT_POS starts
     int32_t *cached;          // (n_ctx) token id at each cached position; -1: an embedding row
     int32_t n_cached;         // positions [0, n_cached) of its cache hold what cached[] says
+    int32_t n_exact;          // [0, n_exact) were decoded as a fresh prompt decodes them (whole chunks, each
+                              // alone in its pass, from 0): reusable to the bit; a multiple of the chunk
     uint64_t used;            // tick of its last binding
 } llm_seq;
 
@@ -88,6 +100,7 @@ typedef struct llm_brick {
     uint32_t producer;
     int64_t timeout_ns;
     int32_t n_ctx, n_batch, n_embd, n_vocab;
+    int32_t n_ubatch;         // prompt chunks end at multiples of this (at most n_batch)
     int32_t n_seq;            // sequences (n_parallel)
     llm_seq *seq;
     llm_req *req;             // (n_req) requests held: those on sequences and those waiting for one
@@ -205,6 +218,8 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     if ((st = nm_ctx_create(b->m, &cp, &b->c, err, err_size)) != NM_OK) goto fail;
     b->n_ctx = nm_ctx_n_ctx(b->c);
     b->n_batch = nm_ctx_n_batch(b->c);
+    b->n_ubatch = p->n_ubatch > 0 ? p->n_ubatch : NM_LLM_UBATCH;
+    if (b->n_ubatch > b->n_batch) b->n_ubatch = b->n_batch;
     b->n_embd = nm_model_n_embd(b->m);
     b->n_vocab = nm_model_n_vocab(b->m);
     nm_sampler_params sp = p->sampling;
@@ -557,14 +572,29 @@ static nm_status take_slot(llm_brick *b, nm_tabm_slot *s) {
     return NM_OK;
 }
 
-// How many of the slot's tokens the sequence's cache holds from its position.
-static int32_t cached_run(const llm_seq *q, const nm_tabm_slot *s) {
-    if (s->meta->kind != NM_TABM_TOKENS || s->meta->ndim != 1 || !(s->meta->user & NM_LLM_IN_AT_POS)) return 0;
-    const int32_t *t = s->data, p0 = NM_LLM_IN_POS_OF(s->meta->user);
-    const int64_t n = s->meta->shape[0];
+// How many of the n tokens t from position p0 the sequence's cache holds and
+// may give again: the same tokens, up to a chunk boundary within what was
+// decoded as a fresh prompt decodes it (n_exact). The last position of a
+// prompt (last) is decoded again for its logits: its whole chunk then is.
+static int32_t reusable(const llm_brick *b, const llm_seq *q, const int32_t *t, int32_t n, int32_t p0, bool last) {
     int32_t k = 0;
     while (p0 >= 0 && k < n && p0 + k < q->n_cached && q->cached[p0 + k] == t[k]) k++;
-    return k;
+    int32_t e = p0 + k < q->n_exact ? p0 + k : q->n_exact;
+    if (last && e >= p0 + n) e = p0 + n - 1;
+    e -= e % b->n_ubatch;
+    return e > p0 ? e - p0 : 0;
+}
+
+// How many of the slot's tokens the sequence's cache may give again.
+static int32_t cached_run(const llm_brick *b, const llm_seq *q, const nm_tabm_slot *s) {
+    if (s->meta->kind != NM_TABM_TOKENS || s->meta->ndim != 1 || !(s->meta->user & NM_LLM_IN_AT_POS)) return 0;
+    return reusable(b, q, s->data, (int32_t)s->meta->shape[0], NM_LLM_IN_POS_OF(s->meta->user),
+                    !(s->meta->user & NM_BRICK_MORE));
+}
+
+// Rows are decoded into q from position `at`: what lay there is replaced.
+static void overwritten(const llm_brick *b, llm_seq *q, int32_t at) {
+    if (q->n_exact > at) q->n_exact = at - at % b->n_ubatch;
 }
 
 // Binds the requests that wait, in arrival order, to free sequences: the one
@@ -592,7 +622,7 @@ static void bind_requests(llm_brick *b) {
         for (int32_t s = 0; s < b->n_seq; s++) {
             const llm_seq *q = &b->seq[s];
             if (q->r) continue;
-            const int32_t run = first ? cached_run(q, first) : 0;
+            const int32_t run = first ? cached_run(b, q, first) : 0;
             if (run > best_run || (run == best_run && q->used < b->seq[best].used)) best = s, best_run = run;
         }
         if (best < 0) return; // every sequence is busy
@@ -682,13 +712,8 @@ static bool check_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
     for (int32_t i = q->n_cached; i < p0; i++) q->cached[i] = -1;
     if (q->n_cached < p0) q->n_cached = p0;
     r->n = n, r->p0 = p0, r->last = last, r->off = 0;
-    if (s->meta->kind == NM_TABM_TOKENS) {
-        const int32_t *t = s->data;
-        int32_t k = 0; // prefix reuse: positions the cache already holds with the same tokens
-        while (r->p.cache_prompt && k < n && p0 + k < q->n_cached && q->cached[p0 + k] == t[k]) k++;
-        if (k == n && last) k--; // the last position is decoded again for its logits
-        r->off = k;
-    }
+    if (s->meta->kind == NM_TABM_TOKENS && r->p.cache_prompt)
+        r->off = reusable(b, q, s->data, n, p0, last); // prefix reuse, exact
     r->checked = true;
     q->pos = p0 + r->off;
     if (r->off == n) { // every token already there
@@ -756,6 +781,7 @@ static nm_status embd_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
         // an image's grid [rows, columns, n_embd] goes whole: its rows and columns place its tokens (M-RoPE)
         const bool grid = s->meta->ndim == 3;
         const int32_t nb = grid || r->n - r->off < b->n_batch ? r->n - r->off : b->n_batch, at = r->p0 + r->off;
+        overwritten(b, q, at);
         const double t0 = now_s();
         const nm_status st =
             grid ? nm_decode_embd_grid(b->c, x, (int32_t)s->meta->shape[1], (int32_t)s->meta->shape[0], at, r->seq, false)
@@ -859,9 +885,10 @@ static nm_status pass(llm_brick *b) {
             if (st != NM_OK) return st;
             continue;
         }
-        const int32_t *t = s->data;
+        const int32_t *t = s->data, at = r->p0 + r->off;
         int32_t take = r->n - r->off;
         if (take > b->n_batch - n_gen - n_prompt) take = b->n_batch - n_gen - n_prompt;
+        if (take > b->n_ubatch - at % b->n_ubatch) take = b->n_ubatch - at % b->n_ubatch; // to the next chunk boundary
         const bool ends = r->last && r->off + take == r->n;
         r->row_kind = ends ? ROW_PROMPT_END : ROW_PROMPT;
         r->chunk = take;
@@ -888,7 +915,12 @@ static nm_status pass(llm_brick *b) {
     }
     if (n == 0) return NM_OK;
     uint32_t seqs = 0;
-    for (int32_t i = 0; i < b->n_req; i++) seqs += b->req[i].used && b->req[i].row_kind != ROW_NONE;
+    for (int32_t i = 0; i < b->n_req; i++) {
+        llm_req *r = &b->req[i];
+        if (!r->used || r->row_kind == ROW_NONE) continue;
+        seqs++;
+        overwritten(b, &b->seq[r->seq], r->row_kind == ROW_GEN ? b->seq[r->seq].pos : r->p0 + r->off);
+    }
     b->st.n_passes++;
     b->st.n_pass_seqs += seqs;
     if (seqs > b->st.max_pass_seqs) b->st.max_pass_seqs = seqs;
@@ -929,6 +961,8 @@ static nm_status pass(llm_brick *b) {
                     q->cached[at + j] = t[r->off + j];
                     nm_sampler_accept(r->cur, t[r->off + j]);
                 }
+                // a whole chunk alone in its pass, right after the exact ones: as a fresh prompt decodes it
+                if (seqs == 1 && r->chunk == n && r->chunk == b->n_ubatch && at == q->n_exact) q->n_exact += b->n_ubatch;
                 r->off += r->chunk;
                 q->pos = r->p0 + r->off;
                 q->n_cached = q->pos; // (beyond: computed over another prefix)

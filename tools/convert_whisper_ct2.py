@@ -26,7 +26,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gguf_writer import ALIGN, GgufWriter  # noqa: E402
+from gguf_writer import ALIGN, GGML, GgufWriter  # noqa: E402
 
 # ---- CTranslate2 model.bin ---------------------------------------------------------------
 # Layout (little-endian), as CTranslate2's ModelSpec._serialize writes it, binary version >= 4:
@@ -393,9 +393,13 @@ def build(model_dir):
 
 
 # ---- GGUF writer -------------------------------------------------------------------------
+def tensor_type(kind, outtype):
+    """Matrices in outtype, vectors and position tables in f32 (as whisper.cpp): both files."""
+    return outtype if kind == "mat" else "f32"
+
+
 # https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (v3, little-endian)
 def write_gguf(m, path, outtype, name):
-    """Matrices in outtype, vectors and position tables in f32 (as whisper.cpp)."""
     w = GgufWriter()
     w.add_str("general.architecture", "whisper")
     w.add_str("general.name", name)
@@ -414,7 +418,7 @@ def write_gguf(m, path, outtype, name):
     w.add_i32_array("whisper.begin_suppress_tokens", m.begin_suppress)
     w.add_i32_array("whisper.alignment_heads", [x for p in m.alignment_heads for x in p])
     for nm, a, kind in [("mel_filters", m.filters, "vec")] + m.tensors:
-        w.add_tensor(nm, a, "f16" if kind == "mat" and outtype == "f16" else "f32")
+        w.add_tensor(nm, a, tensor_type(kind, outtype))
     w.write(path)
 
 
@@ -438,7 +442,8 @@ def write_ggml_bin(m, path, outtype):
     if not any(nm == "encoder.positional_embedding" for nm, _, _ in tensors):  # whisper.cpp requires it
         tensors.insert(0, ("encoder.positional_embedding", sinusoids(hp["n_audio_ctx"], hp["n_audio_state"]), "vec"))
     for nm, a, kind in tensors:
-        ttype, data = tensor_data(a, kind, outtype)
+        t = tensor_type(kind, outtype)
+        ttype, data = GGML[t][0], a.astype("<f2" if t == "f16" else "<f4").tobytes()
         ne = list(reversed(a.shape))
         b = nm.encode()
         out.append(struct.pack("<iii", len(ne), len(b), ttype) + struct.pack(f"<{len(ne)}i", *ne) + b + data)

@@ -63,15 +63,22 @@ test-arm:
 
 # The mutation harness (tests/mutation/mutate.py): every mutant in
 # tests/mutation/mutants.txt applied to a scratch copy of the tree, its tests
-# run, killed or survived recorded (report in $(MUTATE_REPORT)). mutate-sample
-# runs MUTATE_N of them, a slice that rotates with the commit (what CI runs),
+# run, killed or survived recorded (a row each in $(MUTATE_REPORT) as it ends).
+# It resumes: a mutant with a row for this tree is not run again, so an
+# interrupted `make mutate` goes on where it stopped. SHARD=K/N runs shard K
+# of N (make mutate SHARD=2/5), into the same report; FRESH=1 empties the
+# report first. mutate-sample runs MUTATE_N of them, a slice that rotates
+# with the commit (what CI runs),
 # a mutant's tests stopped after 150 s (the slowest passing set takes ~60 s;
 # a mutant that makes Whisper decode garbage to its token limit, or a TABM
 # wait hang, is killed by that timeout, not waited for).
 MUTATE_N ?= 6
 MUTATE_REPORT ?= /tmp/nm-mutate/report.md
+SHARD ?=
+FRESH ?=
 mutate: setup models
-	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --report $(MUTATE_REPORT)
+	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --report $(MUTATE_REPORT) \
+		$(if $(SHARD),--shard $(SHARD)) $(if $(FRESH),--fresh)
 mutate-sample: setup models
 	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --sample $(MUTATE_N) --timeout 150
 

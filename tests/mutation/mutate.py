@@ -11,23 +11,49 @@ failed ("killed") or passed ("survived"), and restores the file.
   tests/mutation/mutate.py --sample N      N mutants, a deterministic slice that
                                            rotates with the commit (what CI runs)
   tests/mutation/mutate.py --only NAME...  the named mutants
-  tests/mutation/mutate.py --list          the mutants and the tests they run
+  tests/mutation/mutate.py --shard K/N     shard K of N of the selection (make mutate SHARD=K/N)
+  tests/mutation/mutate.py --list          the mutants (of --shard's shard) and the tests they run
+  tests/mutation/mutate.py --check         every search text occurs once (ctest mutants_texts)
 
-Options: --scratch DIR (default /tmp/nm-mutate), --report FILE (a Markdown
-table of the run), --timeout S (for all of one mutant's tests, default 600:
-they stop at the first that fails, and a mutant that makes them hang is
-killed, with every process it started, when the time is up),
---jobs N (build jobs). Exit status: 0 when every mutant run was killed (or was
-declared equivalent), 1 when one survived, 2 when the harness itself could
-not run (a search text not found, a mutant that does not build, the
-unmutated tree failing its own tests).
+Options: --scratch DIR (default /tmp/nm-mutate, or $NM_MUTATE_DIR), --report FILE
+(see below), --fresh (start the report anew), --timeout S (for all of one
+mutant's tests, default 600: they stop at the first that fails, and a mutant
+that makes them hang is killed, with every process it started, when the time
+is up), --jobs N (build jobs). Exit status: 0 when every mutant of the
+selection was killed (or was declared equivalent), 1 when one survived, 2 when
+the harness itself could not run (a search text not found, a mutant that does
+not build, the unmutated tree failing its own tests, the scratch in use).
+
+Shards: --shard K/N keeps the mutants whose name hashes to K of 1..N (sha256 of
+the name, mod N): the N shards partition any selection, each mutant in exactly
+one, and a mutant keeps its shard when others are added or removed.
+
+The report (--report FILE) is one Markdown table that accumulates: a row is
+appended, under a lock, as each mutant ends, so shards and interrupted runs
+add to the same file. Each row carries a key, the first 16 hex digits of a
+sha256 of what its verdict depends on: the mutant's definition (name, file,
+search and replacement text, tests, env, runner, equivalent/survives/needs),
+the time limit, and the tree: every file the harness copies (tracked and
+unignored), by path and content, but tests/mutation/mutants.txt (a mutant's
+own text is in its key, so adding or editing one leaves the others' rows good)
+and the report itself. A run with a report skips each selected mutant whose
+key is already in it, so a run stopped half-way resumes at the first mutant
+without a row, and the summary and exit status cover the recorded and the new
+results together; any change to the tree makes every row stale (kept, never
+matched again). --fresh empties the report first (every shard's rows go).
+One scratch serves one run at a time (a lock); shards run side by side need a
+--scratch each.
 
 Before any mutant, the unmutated scratch tree must pass every test the
-selected mutants will run: otherwise every mutant would look killed.
+selected mutants will run: otherwise every mutant would look killed. A run
+whose mutants are all recorded builds nothing.
 
 Tooling only: Python is not part of the runtime.
 """
 import argparse
+import fcntl
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -151,7 +177,7 @@ def targets_of(tests):
     """The build targets a list of ctest tests runs: ctest names are the
     programs' names, but for the CLI scripts (nanomind and the tools they
     call: the mmproj writer, the requantizer) and spin (no program of ours)."""
-    extra = {"cli": ["nanomind", "nm-genmmproj", "nm_vcam_preload"], "cli_bad_input": ["nanomind", "nm-requant"], "cli_fuzz_flags": ["nanomind"], "cli_power": ["nanomind", "nm-genmmproj"], "server": ["nanomind"], "convert_whisper_ct2": ["nanomind"], "fetch_models": [], "vlm": ["nanomind", "nm-genmodel", "nm-genmmproj"], "spin_tabm": [],
+    extra = {"cli": ["nanomind", "nm-genmmproj", "nm_vcam_preload"], "cli_bad_input": ["nanomind", "nm-requant"], "cli_fuzz_flags": ["nanomind"], "cli_power": ["nanomind", "nm-genmmproj"], "server": ["nanomind"], "convert_whisper_ct2": ["nanomind"], "fetch_models": [], "mutation_harness": [], "vlm": ["nanomind", "nm-genmodel", "nm-genmmproj"], "spin_tabm": [],
              "test_transcribe_avx2": ["test_transcribe"], "golden_test_perplexity_avx2": ["golden_test_perplexity"],
              "golden_test_perplexity_avx2vnni": ["golden_test_perplexity"]}
     return sorted({t for test in tests for t in extra.get(test, [test])})
@@ -173,19 +199,125 @@ def run(cmd, cwd, log, env=None, timeout=None):
             p.wait()
             out.write(f"timed out after {timeout} s (killed)\n")
             return 124
+        except BaseException:  # Ctrl-C: the tests it started stop too
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise
+
+
+def tree_files(root=ROOT):
+    """The files the harness copies: tracked and unignored plain files (no links), sorted."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root,
+                           stdout=subprocess.PIPE, check=True).stdout.decode().split("\0")
+    return sorted({rel for rel in files if rel and os.path.isfile(os.path.join(root, rel)) and
+                   not os.path.islink(os.path.join(root, rel))})
+
+
+def tree_digest(root=ROOT, skip=()):
+    """sha256 of the tree a run tests: each file tree_files lists, path and content, but the
+    mutant definitions (each mutant's text goes into its own key) and the paths in skip."""
+    skip = {os.path.realpath(p) for p in skip}
+    h = hashlib.sha256()
+    for rel in tree_files(root):
+        path = os.path.join(root, rel)
+        if rel == "tests/mutation/mutants.txt" or os.path.realpath(path) in skip:
+            continue
+        with open(path, "rb") as f:
+            h.update(rel.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+def mutant_key(m, tree, timeout):
+    """The report's key of a verdict: 16 hex digits of a sha256 of what it depends on."""
+    what = [m.name, m.file, m.old, m.new, m.tests, sorted(m.env.items()), m.runner, m.equivalent, m.survives,
+            m.needs, timeout, tree]
+    return hashlib.sha256(json.dumps(what).encode()).hexdigest()[:16]
+
+
+def parse_shard(text):
+    """'K/N' -> (K, N) with 1 <= K <= N; ValueError otherwise."""
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", text or "")
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise ValueError(f"--shard {text!r}: expected K/N with 1 <= K <= N")
+    return int(m.group(1)), int(m.group(2))
+
+
+def shard_of(name, n):
+    """A mutant's shard, 1..n: from a hash of its name, so that it stays put when others come or go."""
+    return int(hashlib.sha256(name.encode()).hexdigest(), 16) % n + 1
+
+
+def shard(mutants, k, n):
+    """The mutants of shard k of n, in their order."""
+    return [m for m in mutants if shard_of(m.name, n) == k]
+
+
+REPORT_HEAD = ("| mutant | file | tests | verdict | seconds | commit | key |\n"
+               "|---|---|---|---|---|---|---|\n")
+
+
+def report_rows(path):
+    """{key: (mutant, verdict, seconds)} of a report's rows (a missing file: none). The verdict is
+    its first word(s), without the reason after ':'."""
+    rows = {}
+    try:
+        f = open(path)
+    except FileNotFoundError:
+        return rows
+    with f:
+        for line in f:
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if len(cells) == 7 and re.fullmatch(r"[0-9a-f]{16}", cells[6]):
+                secs = float(cells[4]) if re.fullmatch(r"[0-9]+(\.[0-9]*)?", cells[4]) else 0.0
+                rows[cells[6]] = (cells[0], cells[3].split(":")[0], secs)
+    return rows
+
+
+def report_append(path, m, verdict, seconds, commit, key):
+    """Appends one row (the header first into an empty file), under an exclusive lock."""
+    tl = "test_arm (qemu)" if m.runner == "arm" else " ".join(m.tests)
+    why = f": {m.equivalent}" if m.equivalent else f": {m.survives}" if verdict == "known survivor" else ""
+    cells = [m.name, m.file, tl, verdict + why, f"{seconds:.0f}", commit, key]
+    row = "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |\n"
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        if os.fstat(f.fileno()).st_size == 0:
+            f.write(REPORT_HEAD)
+        f.write(row)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def report_start(path, fresh):
+    """Empties the report for --fresh, or one that is not of this format (it has no keys to resume)."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        head = f.readline()
+    if fresh or head != REPORT_HEAD.splitlines(True)[0]:
+        if not fresh:
+            print(f"mutate: {path} is not a report of this harness (no keys); starting it anew", flush=True)
+        open(path, "w").close()
+
+
+def commit_label():
+    """HEAD's short id, + when the tree differs from it (for the reader; the key is what counts)."""
+    try:
+        c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, check=True).stdout.decode().strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, check=True).stdout.strip()
+        return c + ("+" if dirty else "")
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return "?"
 
 
 def copy_tree(scratch):
     """The tracked and unignored files of the repository, into scratch/tree."""
     tree = os.path.join(scratch, "tree")
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                           stdout=subprocess.PIPE, check=True).stdout.decode().split("\0")
-    for rel in files:
-        if not rel:
-            continue
+    for rel in tree_files():
         src, dst = os.path.join(ROOT, rel), os.path.join(tree, rel)
-        if not os.path.isfile(src) or os.path.islink(src):
-            continue
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if not os.path.exists(dst) or open(src, "rb").read() != open(dst, "rb").read():
             # a new mtime (not the source's, which may be older than the scratch
@@ -221,17 +353,25 @@ def main():
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--scratch", default=os.environ.get("NM_MUTATE_DIR", "/tmp/nm-mutate"))
     ap.add_argument("--report")
+    ap.add_argument("--fresh", action="store_true")
+    ap.add_argument("--shard")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     a = ap.parse_args()
 
     mutants = parse(DEFS)
+    try:
+        k, n = parse_shard(a.shard) if a.shard else (1, 1)
+    except ValueError as e:
+        print(f"mutate: {e}", file=sys.stderr)
+        return 2
     if a.list:
-        for m in mutants:
+        listed = shard(mutants, k, n)
+        for m in listed:
             what = "arm (qemu)" if m.runner == "arm" else " ".join(m.tests)
             eq = f"  [equivalent: {m.equivalent}]" if m.equivalent else ""
             print(f"{m.name:44s} {m.file:44s} {what}{eq}")
-        print(f"{len(mutants)} mutants")
+        print(f"{len(listed)} mutants" + (f" (shard {a.shard} of {len(mutants)})" if a.shard else ""))
         return 0
     if a.check:
         chosen = mutants
@@ -246,6 +386,7 @@ def main():
         chosen = sample(mutants, a.sample)
     else:
         chosen = mutants
+    chosen = shard(chosen, k, n)
 
     # A mutant of code this CPU never runs (an AVX-512 kernel on a CPU without it)
     # cannot be killed here: it is reported as not run, never as killed or survived.
@@ -267,17 +408,46 @@ def main():
         print(f"{len(chosen)} passed, 0 failed, 0 skipped")
         return 0
 
-    os.makedirs(a.scratch, exist_ok=True)
-    tree = copy_tree(a.scratch)
-    build = os.path.join(tree, "build-mutate")
-    logdir = os.path.join(a.scratch, "logs")
-    shutil.rmtree(logdir, ignore_errors=True)
-    os.makedirs(logdir)
-    base_log = os.path.join(logdir, "_baseline.log")
+    # What a report already holds for this tree is not run again (the docstring: the report).
     t0 = time.time()
-    print(f"mutate: {len(chosen)} of {len(mutants)} mutants; scratch {tree}; logs {logdir}", flush=True)
+    digest = tree_digest(ROOT, skip=[a.report] if a.report else [])
+    keys = {m.name: mutant_key(m, digest, a.timeout) for m in chosen}
+    recorded = {}
+    if a.report:
+        report_start(a.report, a.fresh)
+        recorded = report_rows(a.report)
+    results = [(m, recorded[keys[m.name]][1], recorded[keys[m.name]][2]) for m in chosen if keys[m.name] in recorded]
+    todo = [m for m in chosen if keys[m.name] not in recorded]
+    commit = commit_label()
+    shard_note = f" (shard {a.shard})" if a.shard else ""
+    print(f"mutate: {len(chosen)} of {len(mutants)} mutants{shard_note}: {len(results)} recorded in {a.report} "
+          f"for this tree, {len(todo)} to run" if a.report else
+          f"mutate: {len(chosen)} of {len(mutants)} mutants{shard_note}", flush=True)
 
-    live_now = [m for m in chosen if not m.equivalent and m.name not in unrunnable]
+    def record(m, verdict, dt):
+        results.append((m, verdict, dt))
+        if a.report:
+            report_append(a.report, m, verdict, dt, commit, keys[m.name])
+
+    live_now = [m for m in todo if not m.equivalent and m.name not in unrunnable]
+    logdir = os.path.join(a.scratch, "logs")
+    if live_now:
+        os.makedirs(a.scratch, exist_ok=True)
+        # one run at a time in a scratch: two would build and mutate the same copy
+        lock = open(os.path.join(a.scratch, ".lock"), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print(f"mutate: another mutate.py is running in {a.scratch}: give each concurrent shard "
+                  f"its own --scratch (NM_MUTATE_DIR)", file=sys.stderr)
+            return 2
+        tree = copy_tree(a.scratch)
+        build = os.path.join(tree, "build-mutate")
+        os.makedirs(logdir, exist_ok=True)
+        base_log = os.path.join(logdir, "_baseline.log")
+        open(base_log, "w").close()
+        print(f"mutate: scratch {tree}; logs {logdir}", flush=True)
+
     ctest_mut = [m for m in live_now if m.runner == "ctest"]
     arm_mut = [m for m in live_now if m.runner == "arm"]
     tests = sorted({t for m in ctest_mut for t in m.tests})
@@ -301,21 +471,23 @@ def main():
         if run(["bash", "scripts/test_arm.sh"], tree, base_log, env={"BUILD_ARM": "build-mutate-arm"}) != 0:
             print(f"mutate: the unmutated tree fails test_arm (see {base_log})", file=sys.stderr)
             return 2
-    print(f"mutate: baseline green ({time.time() - t0:.0f} s)", flush=True)
+    if live_now:
+        print(f"mutate: baseline green ({time.time() - t0:.0f} s)", flush=True)
 
-    results = []
-    for m in chosen:
+    for m in todo:
         if m.equivalent:
-            results.append((m, "equivalent", 0.0))
+            record(m, "equivalent", 0.0)
             print(f"  equivalent {m.name}: {m.equivalent}", flush=True)
             continue
         if m.name in unrunnable:
-            results.append((m, "not run", 0.0))
+            record(m, "not run", 0.0)
             print(f"  not run   {m.name}: this CPU lacks {' '.join(sorted(set(m.needs) - flags))}", flush=True)
             continue
         path = os.path.join(tree, m.file)
         orig = open(path).read()
         log = os.path.join(logdir, m.name + ".log")
+        if os.path.exists(log):
+            os.remove(log)  # an earlier run's, interrupted or stale
         t1 = time.time()
         try:
             with open(path, "w") as f:
@@ -341,7 +513,7 @@ def main():
         else:
             verdict = "killed" if rc != 0 else "survived" if not m.survives else "known survivor"
         dt = time.time() - t1
-        results.append((m, verdict, dt))
+        record(m, verdict, dt)
         print(f"  {verdict:9s} {m.name} ({dt:.0f} s)", flush=True)
 
     live = [r for r in results if r[1] not in ("equivalent", "not run")]
@@ -362,16 +534,6 @@ def main():
         print(f"  known survivor {m.name}: {m.survives}")
     for m in stillborn:
         print(f"  DID NOT BUILD {m.name}: see {logdir}/{m.name}.log")
-    if a.report:
-        with open(a.report, "w") as f:
-            f.write("| mutant | file | tests | verdict | seconds |\n|---|---|---|---|---|\n")
-            for m, v, dt in results:
-                tl = "test_arm (qemu)" if m.runner == "arm" else " ".join(m.tests)
-                why = f": {m.equivalent}" if m.equivalent else f": {m.survives}" if v == "known survivor" else ""
-                f.write(f"| {m.name} | {m.file} | {tl} | {v}{why} | {dt:.0f} |\n")
-            f.write(f"\n{killed} killed / {total} mutants run, {len(survived)} survived, "
-                    f"{len(known)} known survivors, {n_eq} equivalent, "
-                    f"{n_nr} not run on this CPU\n")
     if stillborn:
         return 2
     print(f"{killed} passed, {len(survived)} failed, {len(known) + n_eq + n_nr} skipped")
@@ -379,4 +541,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # the mutated file is restored (finally); the report has every finished mutant
+        print("\nmutate: interrupted; the same command resumes after the last mutant recorded", file=sys.stderr)
+        sys.exit(130)

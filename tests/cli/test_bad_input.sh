@@ -18,6 +18,10 @@ state() {
 # The temporaries a writer may leave in a folder (there must be none).
 leftovers() { find "$1" -maxdepth 1 -name '.*.nm-*.tmp' | wc -l; }
 
+# ---- say --voice: only the voices espeak-ng lists (its names become file paths there) -------------
+expect say_voice_out_of_its_folder_refused 1 "unknown espeak-ng voice 'en\\+\\.\\./" -- nm say hi --voice "en+../../../../../../../../etc/passwd" -o "$tmp/v.wav"
+expect say_unknown_voice_variant_refused 1 "unknown espeak-ng voice 'en\\+nosuch'" -- nm say hi --voice "en+nosuch" -o "$tmp/v.wav"
+
 # ---- data loss: say -o at things it did not create ------------------------------
 case_say_device_node() {
     local node=$tmp/full7

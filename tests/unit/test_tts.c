@@ -751,6 +751,19 @@ NM_TEST(bad_options) {
     NM_CHECK(open_err(p, err, sizeof err) == NM_ERR_INVALID_ARG);
     p.voice = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     NM_CHECK(open_err(p, err, sizeof err) == NM_ERR_INVALID_ARG);
+    // Only names espeak-ng lists reach it: it makes file paths of them (a "+../" variant was opened out
+    // of its folder, and one of 40 bytes or more overflowed its buffer: glibc aborted the process).
+    const char *refused[] = {"en+../../../../../../../../etc/passwd", "../../../../etc/passwd", "en+../f2",
+                             "en+nosuchvariant", "en+", "en+123", "/usr/share/espeak-ng-data/voices/!v/m3"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        p.voice = refused[i];
+        NM_CHECK(open_err(p, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "unknown espeak-ng voice"));
+    }
+    const char *taken[] = {"en-us+f2", "en-gb+m2", "en+3", "gmw/en", "EN-US", "en+Mr serious"};
+    for (size_t i = 0; i < sizeof taken / sizeof *taken; i++) {
+        p.voice = taken[i];
+        NM_CHECK(open_err(p, err, sizeof err) == NM_OK);
+    }
     p = nm_tts_default_params();
     p.rate_wpm = 10;
     NM_CHECK(open_err(p, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "rate"));

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <espeak-ng/espeak_ng.h>
@@ -30,6 +31,10 @@ static int32_t g_rate;              // its sample rate
 static char g_dir[PATH_MAX];        // data_dir given at initialization ("" for the default search)
 static char g_cur_voice[VOICE_MAX + 1]; // the voice espeak-ng has loaded ("" none)
 static locale_t g_utf8 = (locale_t)0;   // C.UTF-8 for synthesis (espeak-ng classifies characters with it)
+// The names a voice may have, listed by espeak-ng once at initialization (voice_listed): every voice's
+// identifier, name and languages, and the variants' names (the files of its voices/!v folder).
+static char **g_voices, **g_variants;
+static int g_n_voices, g_n_variants;
 
 // The synthesis in progress (under g_lock): where the callback sends audio.
 typedef struct job {
@@ -79,6 +84,56 @@ static int synth_cb(short *wav, int n, espeak_EVENT *events) {
 static bool is_file(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+// Appends a copy of name to *list (*n entries). False: out of memory.
+static bool list_add(char ***list, int *n, const char *name) {
+    char **l = realloc(*list, sizeof *l * (size_t)(*n + 1));
+    if (!l) return false;
+    *list = l;
+    if (!(l[*n] = strdup(name))) return false;
+    ++*n;
+    return true;
+}
+
+// The voices and variants espeak-ng lists, into g_voices and g_variants (under g_lock, once).
+static nm_status list_names_locked(char *err, size_t err_size) {
+    bool ok = true;
+    const espeak_VOICE **vs = espeak_ListVoices(NULL); // (no variants, no mbrola voices)
+    for (int i = 0; ok && vs && vs[i]; i++) {
+        if (vs[i]->identifier) ok = list_add(&g_voices, &g_n_voices, vs[i]->identifier);
+        if (ok && vs[i]->name) ok = list_add(&g_voices, &g_n_voices, vs[i]->name);
+        // languages: a priority byte, then the language, repeated; a 0 byte ends them
+        for (const char *l = vs[i]->languages; ok && l && *l; l += strlen(l + 1) + 2)
+            ok = list_add(&g_voices, &g_n_voices, l + 1);
+    }
+    espeak_VOICE sel;
+    memset(&sel, 0, sizeof sel);
+    sel.languages = "variant";
+    vs = ok ? espeak_ListVoices(&sel) : NULL; // identifiers "!v/NAME"
+    for (int i = 0; ok && vs && vs[i]; i++)
+        if (vs[i]->identifier && !strncmp(vs[i]->identifier, "!v/", 3))
+            ok = list_add(&g_variants, &g_n_variants, vs[i]->identifier + 3);
+    return ok ? NM_OK : nm_fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
+}
+
+// Whether espeak-ng lists voice: a voice's identifier, name or language (any case, as espeak-ng
+// takes them), then optionally "+" and a variant's name (as its file is named) or number. espeak-ng
+// makes file paths of these names: "en+../../../etc/passwd" opened a file out of its folder, and a
+// variant name of 40 bytes or more overflowed its buffer (glibc's abort). Only a listed name gets there.
+static bool voice_listed(const char *voice) {
+    const char *plus = strchr(voice, '+');
+    const size_t nb = plus ? (size_t)(plus - voice) : strlen(voice);
+    bool base = false;
+    for (int i = 0; i < g_n_voices && !base; i++)
+        base = strlen(g_voices[i]) == nb && !strncasecmp(g_voices[i], voice, nb);
+    if (!base || !plus) return base;
+    const char *var = plus + 1;
+    if (var[0] >= '0' && var[0] <= '9') // a variant number: one or two digits
+        return !var[1] || (var[1] >= '0' && var[1] <= '9' && !var[2]);
+    for (int i = 0; i < g_n_variants; i++)
+        if (!strcmp(g_variants[i], var)) return true;
+    return false;
 }
 
 // Initializes espeak-ng once (under g_lock). data_dir NULL: espeak-ng's own search.
@@ -142,6 +197,8 @@ static nm_status init_locked(const char *data_dir, char *err, size_t err_size) {
         return nm_fail(NM_ERR_NOMEM, err, err_size, "tts: espeak-ng output buffers: %s", msg);
     }
     espeak_SetSynthCallback(synth_cb);
+    nm_status st = list_names_locked(err, err_size);
+    if (st != NM_OK) return st;
     g_rate = espeak_ng_GetSampleRate();
     snprintf(g_dir, sizeof g_dir, "%s", want);
     g_cur_voice[0] = '\0';
@@ -152,6 +209,10 @@ static nm_status init_locked(const char *data_dir, char *err, size_t err_size) {
 // Loads a voice unless it is the one loaded (under g_lock).
 static nm_status set_voice_locked(const char *voice, char *err, size_t err_size) {
     if (!strcmp(g_cur_voice, voice)) return NM_OK;
+    if (!voice_listed(voice))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                       "tts: unknown espeak-ng voice '%s' (`nanomind say --list-voices` lists them; a variant "
+                       "after '+' is a file of espeak-ng-data/voices/!v)", voice);
     g_cur_voice[0] = '\0';
     espeak_ng_STATUS s = espeak_ng_SetVoiceByName(voice); // a voice file ("en-us", "gmw/en", "en+f3")
     if (s == ENS_VOICE_NOT_FOUND) {

@@ -641,6 +641,43 @@ def t_key_file(name):
 
 
 case("api_key_file_read_whole", t_key_file)
+
+
+# A key list with no key in it is a start-up error, not a server open to anyone (issue 45, item 14)
+def t_keyless_refused(name):
+    import tempfile
+    bad = []
+    with tempfile.TemporaryDirectory(prefix="nm-test-keys-") as d:
+        ws, empty = os.path.join(d, "ws.keys"), os.path.join(d, "empty.keys")
+        with open(ws, "w") as f:
+            f.write("  \n\t\n , \r\n")
+        open(empty, "w").close()
+        for args in (["--api-key", ","], ["--api-key", " "], ["--api-key", " ,"], ["--api-key-file", ws],
+                     ["--api-key", KEY, "--api-key-file", empty], ["--api-key", KEY, "--api-key", ", ,"]):
+            try:
+                st = subprocess.run([NM, "serve", "-m", M, "--port", str(free_port()), *args], capture_output=True,
+                                    text=True, timeout=20)
+                if st.returncode == 0 or "holds no key" not in st.stderr:
+                    bad.append("%s: exit %d, %s" % (args, st.returncode, st.stderr[-200:]))
+            except subprocess.TimeoutExpired:
+                bad.append("%s: the server started" % args)
+    # blanks around a key are not part of it; a list with empties between keys keeps its keys
+    p6, port6 = start("--api-key", " k1 ,, k2\t")
+    try:
+        got = []
+        for k in ("k1", "k2", "k", "k1 ", "k12", ""):
+            c = http.client.HTTPConnection("127.0.0.1", port6, timeout=60)
+            c.request("GET", "/metrics", headers={"Authorization": "Bearer " + k})
+            r = c.getresponse()
+            r.read()
+            got.append(r.status)
+            c.close()
+    finally:
+        stop(p6)
+    result(name, not bad and got == [200, 200, 401, 401, 401, 401], "%s; keys %s" % (bad, got))
+
+
+case("api_key_list_without_a_key_refused", t_keyless_refused)
 # ---- speech to text: POST /v1/audio/transcriptions with --stt ---------------------------------
 W = os.path.join(MODELS, "whisper-tiny.en.gguf")
 SPEECH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "speech")

@@ -13,6 +13,7 @@
 // With --stt, transcriptions run on the STT brick (its own thread pool, one
 // at a time); with --tts, speech on the TTS brick's lane, streamed as made.
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -37,7 +38,7 @@ static void usage(FILE *f) {
             "  --port N                 port (default 8080)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' (repeatable, or KEY1,KEY2);\n"
             "                           /health and /v1/models stay open, as llama-server\n"
-            "  --api-key-file FILE      the keys, one a line\n"
+            "  --api-key-file FILE      the keys, one a line (a list or file with no key in it is an error)\n"
             "  -a, --alias NAME         the model's id in /v1/models and the answers (default: the file name)\n"
             "  -np, --parallel N        requests decoded together (continuous batching; default 1), each on a\n"
             "                           sequence of its own of -c / N positions (as llama-server's slots)\n"
@@ -275,13 +276,23 @@ cJSON *read_json(server *S, struct mg_connection *c, int *code) {
     return req;
 }
 
+// Whether a (na bytes) is b (nb bytes), in a time that depends on na alone: a byte-by-byte comparison
+// that stops at the first difference tells a client, by its time, how much of a key it has right.
+static bool same_secret(const char *a, size_t na, const char *b, size_t nb) {
+    unsigned char d = na != nb;
+    for (size_t i = 0; i < na; i++) d |= (unsigned char)(a[i] ^ (nb ? b[i % nb] : 0));
+    return d == 0;
+}
+
 static bool authorized(const server *S, struct mg_connection *c) {
     if (S->n_keys == 0) return true;
     const char *h = mg_get_header(c, "Authorization");
     if (!h || strncmp(h, "Bearer ", 7)) return false;
-    for (int k = 0; k < S->n_keys; k++)
-        if (!strcmp(h + 7, S->keys[k])) return true;
-    return false;
+    const size_t n = strlen(h + 7);
+    bool ok = false;
+    for (int k = 0; k < S->n_keys; k++) // (every key, whichever matches)
+        ok |= same_secret(h + 7, n, S->keys[k], strlen(S->keys[k]));
+    return ok;
 }
 
 char *read_body(server *S, struct mg_connection *c, int *code) {
@@ -933,20 +944,31 @@ static int on_request(struct mg_connection *c, void *cb) {
 
 // ---- the command ----------------------------------------------------------------------------
 
-static bool add_keys(server *S, const char *list) {
+// The keys of list (separated by commas or newlines, blanks around each dropped) added to S's.
+// what: the flag, for the message. A list with no key in it is an error: the server would start
+// open to anyone, which its user did not ask for.
+static bool add_keys(server *S, const char *list, const char *what) {
+    const int n0 = S->n_keys;
     for (const char *p = list; *p;) {
         const char *end = strpbrk(p, ",\n");
         if (!end) end = p + strlen(p);
-        size_t n = (size_t)(end - p);
-        while (n > 0 && (p[n - 1] == '\r' || p[n - 1] == ' ')) n--;
+        const char *q = p;
+        while (q < end && (*q == ' ' || *q == '\t' || *q == '\r')) q++;
+        size_t n = (size_t)(end - q);
+        while (n > 0 && (q[n - 1] == '\r' || q[n - 1] == ' ' || q[n - 1] == '\t')) n--;
         if (n > 0) {
             if (S->n_keys >= MAX_KEYS) {
                 fprintf(stderr, "error: more than %d API keys\n", MAX_KEYS);
                 return false;
             }
-            if (!(S->keys[S->n_keys++] = strndup(p, n))) return false;
+            if (!(S->keys[S->n_keys++] = strndup(q, n))) return false;
         }
         p = *end ? end + 1 : end;
+    }
+    if (S->n_keys == n0) {
+        fprintf(stderr, "error: %s holds no key (only commas and blanks): the server would answer without one\n",
+                what);
+        return false;
     }
     return true;
 }
@@ -978,7 +1000,9 @@ static bool take_own(server *S, int *argc, char **argv) {
                 S->tts_engine = "espeak-ng";
             }
             else if (!strcmp(a, "--api-key")) {
-                if (!add_keys(S, v)) return false;
+                char what[64];
+                snprintf(what, sizeof what, "--api-key '%.40s'", v);
+                if (!add_keys(S, v, what)) return false;
             } else if (!strcmp(a, "--api-key-file")) {
                 errno = 0;
                 char *text = cli_read_file(v, NULL); // (whole: a long file is not cut mid-key)
@@ -986,13 +1010,11 @@ static bool take_own(server *S, int *argc, char **argv) {
                     fprintf(stderr, "error: --api-key-file '%s': %s\n", v, errno ? strerror(errno) : "cannot read it");
                     return false;
                 }
-                const bool ok = add_keys(S, text);
+                char what[PATH_MAX + 32];
+                snprintf(what, sizeof what, "--api-key-file '%s'", v);
+                const bool ok = add_keys(S, text, what);
                 free(text);
                 if (!ok) return false;
-                if (S->n_keys == 0) {
-                    fprintf(stderr, "error: --api-key-file '%s' holds no key\n", v);
-                    return false;
-                }
             } else S->alias = v;
         } else if (!strcmp(a, "--port") || !strcmp(a, "--parallel") || !strcmp(a, "-np") || !strcmp(a, "--queue") ||
                    !strcmp(a, "--timeout") || !strcmp(a, "-to") || !strcmp(a, "--body-timeout") || !strcmp(a, "--max-audio") ||

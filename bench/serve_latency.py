@@ -22,7 +22,7 @@ def main():
         ts = []
         for _ in range(n):
             t = time.time()
-            c.request("GET" if body is None else "POST", path, body=body)
+            c.request("GET" if body is None else "POST", path, body=body, headers={"Content-Type": "application/json"})
             c.getresponse().read()
             ts.append(time.time() - t)
         ts.sort()
@@ -31,7 +31,7 @@ def main():
              "stream": True, "temperature": 0, "ignore_eos": True}
     for _ in range(3):
         t0 = time.time()
-        c.request("POST", "/v1/chat/completions", body=json.dumps(story))
+        c.request("POST", "/v1/chat/completions", body=json.dumps(story), headers={"Content-Type": "application/json"})
         r = c.getresponse()
         tokens, first, buf = 0, None, b""
         while True:

@@ -17,7 +17,7 @@ def drip(port, body, seconds):
     s = socket.create_connection(("127.0.0.1", port))
     t0 = time.time()
     if body:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 1000\r\n\r\n{")
     else:
         s.sendall(b"GET /health HTTP/1.1\r\n")

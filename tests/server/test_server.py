@@ -98,6 +98,8 @@ def stop(p):
 def raw(port, method, path, body=None, headers=None, timeout=60):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     h = {"Authorization": "Bearer " + KEY}
+    if body is not None:
+        h["Content-Type"] = "application/json"
     h.update(headers or {})
     c.request(method, path, body=body, headers=h)
     r = c.getresponse()
@@ -251,6 +253,55 @@ def t_bad_requests(name):
     result(name, not bad and st == 200, "; ".join(bad))
 
 
+def http_get(port_, method, path, headers, body=None):  # (status, headers, body), headers as given (Host too)
+    c = http.client.HTTPConnection("127.0.0.1", port_, timeout=60)
+    c.request(method, path, body=body, headers=headers)
+    r = c.getresponse()
+    out = r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    c.close()
+    return out
+
+
+def t_cors_host_content_type(name):
+    """A web page must not drive the server (issue 45, item 20): no CORS headers (a preflight gets none),
+    a Host that is not a loopback name refused on a loopback server (DNS rebinding), JSON routes take
+    application/json only (a page may POST text/plain, a form or an untyped Blob without a preflight)."""
+    bad = []
+    auth = {"Authorization": "Bearer " + KEY}
+    pre = dict(auth, **{"Origin": "http://evil.example", "Access-Control-Request-Method": "POST",
+                        "Access-Control-Request-Headers": "authorization, content-type"})
+    for method, path in (("OPTIONS", "/v1/chat/completions"), ("GET", "/v1/models"), ("GET", "/health")):
+        st, h, _ = http_get(port, method, path, pre)
+        cors = [k for k in h if k.startswith("access-control-")]
+        if cors:
+            bad.append("%s %s: %s %s" % (method, path, st, cors))
+    body = json.dumps({"prompt": "hi", "max_tokens": 1})
+    for host, want in (("evil.example", 403), ("evil.example:%d" % port, 403), ("127.0.0.1.evil.example", 403),
+                       ("localhost:%d" % port, 200), ("127.0.0.1", 200), ("[::1]:%d" % port, 200), ("LocalHost", 200)):
+        for method, path, b in (("GET", "/v1/models", None), ("POST", "/v1/completions", body)):
+            st, _, data = http_get(port, method, path, dict(auth, **{"Host": host, "Content-Type": "application/json"}), b)
+            if st != want or (st == 403 and "Host" not in str(err_of(data)[1])):
+                bad.append("Host %s %s: %s %s" % (host, path, st, data[:120]))
+    for ctype, want in (("text/plain", 415), (None, 415), ("application/x-www-form-urlencoded", 415),
+                        ("application/jsonx", 415), ("multipart/form-data; boundary=x", 415),
+                        ("Application/JSON; charset=utf-8", 200)):
+        h = dict(auth)
+        if ctype:
+            h["Content-Type"] = ctype
+        st, _, data = http_get(port, "POST", "/v1/completions", h, body)
+        if st != want or (st == 415 and "application/json" not in str(err_of(data)[1])):
+            bad.append("Content-Type %s: %s %s" % (ctype, st, data[:120]))
+    # bound to every address (--host 0.0.0.0), the server takes any Host: it is reached by names it cannot know
+    p7, port7 = start("--host", "0.0.0.0")
+    try:
+        st, _, data = http_get(port7, "GET", "/v1/models", {"Host": "my-box.lan:%d" % port7})
+        if st != 200:
+            bad.append("--host 0.0.0.0, Host my-box.lan: %s %s" % (st, data[:120]))
+    finally:
+        stop(p7)
+    result(name, not bad, "; ".join(bad))
+
+
 def random_body(rng):
     """A body that must be refused (4xx): random bytes, cut JSON, deep nesting, a value that is not an
     object, messages or a prompt of the wrong shape, a known field of the wrong type, bad UTF-8 in the text
@@ -368,7 +419,7 @@ def t_body_limits(name):
     st_exact, data_exact = raw(port, "POST", "/v1/completions", body)
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     c.request("POST", "/v1/completions", body=iter([b'{"prompt": "' + b"x" * 3000, b"y" * 3000 + b'"}']),
-              headers={"Authorization": "Bearer " + KEY}, encode_chunked=True)
+              headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"}, encode_chunked=True)
     r = c.getresponse()
     st_chunked, data_chunked = r.status, r.read()
     c.close()
@@ -405,7 +456,7 @@ def drip_body(sport_, head, first, timeout=10.0):
 def t_slow_body(name):
     # --body-timeout 2: a body dripped a byte every 0.25 s (each byte restarts civetweb's own wait) is cut at
     # 2 s with a 408 naming the flag; the server answers the next request
-    head = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+    head = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
             b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
     took, got = drip_body(port, head, b'{"prompt": "')
     body = got.split(b"\r\n\r\n", 1)[-1]
@@ -466,7 +517,7 @@ def t_disconnect_and_busy(name):
     s = socket.create_connection(("127.0.0.1", port))
     body = json.dumps({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True, "stream": True,
                        "temperature": 0}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
               b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     got = b""
     while got.count(b"data: ") < 3:
@@ -588,7 +639,7 @@ def t_cache_answers_equal_fresh(name):
 port0 = port
 for n, f in [("cache_answers_equal_fresh", t_cache_answers_equal_fresh), ("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("metrics_measured_energy", t_metrics_measured), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
-             ("bad_requests_4xx_then_healthy", t_bad_requests), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("slow_body_408", t_slow_body), ("copied_params_not_prompt", t_copied),
+             ("bad_requests_4xx_then_healthy", t_bad_requests), ("no_cors_host_checked_json_only", t_cors_host_content_type), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("slow_body_408", t_slow_body), ("copied_params_not_prompt", t_copied),
              ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("latency_histograms", t_latency_histograms),
              ("random_bodies_10000_each_4xx", t_random_bodies)]:
     case(n, f)
@@ -814,7 +865,7 @@ def t_transcription_bad_requests(name):
 
 
 def t_transcription_slow_body(name):  # the multipart reader under the same deadline
-    head = (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+    head = (b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
             b"\r\nContent-Type: multipart/form-data; boundary=nmslow\r\nContent-Length: 100000\r\n\r\n")
     first = b'--nmslow\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\nRIFF'
     took, got = drip_body(sport, head, first)
@@ -914,7 +965,7 @@ def t_speech_streams(name):
     text = " ".join(["The quick brown fox jumps over the lazy dog."] * 30)
     body = json.dumps({"input": text, "response_format": "pcm"}).encode()
     s = socket.create_connection(("127.0.0.1", sport), timeout=120)
-    s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+    s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
               b"\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + str(len(body)).encode() +
               b"\r\n\r\n" + body)
     got = b""
@@ -960,6 +1011,10 @@ def t_speech_bad_requests(name):
         code, msg, got_param = err_of(data)
         if st != want or code != want or got_param != param:
             bad.append("%r: %s %s %s" % (body[:40], st, msg, got_param))
+    for ctype in ("text/plain", "application/x-www-form-urlencoded"):  # JSON only: 415
+        st, data = raw(sport, "POST", "/v1/audio/speech", b'{"input": "hi"}', {"Content-Type": ctype})
+        if st != 415:
+            bad.append("Content-Type %s: %s %s" % (ctype, st, data[:100]))
     st, data = raw(sport, "POST", "/v1/audio/speech", b'{"input": "still here", "response_format": "pcm"}')
     result(name, not bad and st == 200 and len(data) > 4800, "; ".join(bad) + " then %s %d" % (st, len(data)))
 
@@ -1141,7 +1196,8 @@ else:
 def stream_first(pport, prompt, n):  # a streamed completion whose first event has come: (connection, response)
     c = http.client.HTTPConnection("127.0.0.1", pport, timeout=120)
     c.request("POST", "/v1/completions", json.dumps({"prompt": prompt, "max_tokens": n, "ignore_eos": True,
-                                                     "temperature": 0, "stream": True}))
+                                                     "temperature": 0, "stream": True}),
+              {"Content-Type": "application/json"})
     r = c.getresponse()
     first = b""
     while r.status == 200 and not first.startswith(b"data: {"):  # (past the blank line between events)

@@ -266,7 +266,23 @@ static int32_t box_read(server *S, serve_box *b, int32_t *out, int32_t max, bool
     return k;
 }
 
+// Whether a Content-Type is JSON's: application/json, parameters allowed (any case, as media types are).
+// Only it: a page of any web site may POST text/plain, a form or a Blob with no type to this server
+// without the browser asking first (a "simple request"), and that body would be parsed as JSON.
+static bool json_type(const char *ct) {
+    if (!ct) return false;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    const size_t n = strlen("application/json");
+    return !strncasecmp(ct, "application/json", n) && (!ct[n] || ct[n] == ';' || ct[n] == ' ' || ct[n] == '\t');
+}
+
 cJSON *read_json(server *S, struct mg_connection *c, int *code) {
+    const char *ct = mg_get_header(c, "Content-Type");
+    if (!json_type(ct)) {
+        *code = send_error(S, c, 415, NULL, "the body must be JSON, sent as Content-Type: application/json (not %s%.64s%s)",
+                           ct ? "'" : "", ct ? ct : "none", ct ? "'" : "");
+        return NULL;
+    }
     char *body = read_body(S, c, code);
     if (!body) return NULL;
     serve_err e;
@@ -928,8 +944,40 @@ static int route(server *S, struct mg_connection *c) {
     return send_error(S, c, 404, NULL, "no route %s %s", ri->request_method, u);
 }
 
+// Whether name (a Host header's, its port cut off) is a loopback name: localhost, 127.x.x.x or [::1].
+static bool loopback_name(const char *name, size_t n) {
+    if ((n == 9 && !strncasecmp(name, "localhost", 9)) || (n == 5 && !strncmp(name, "[::1]", 5)) ||
+        (n == 3 && !strncmp(name, "::1", 3)))
+        return true;
+    if (n < 7 || strncmp(name, "127.", 4)) return false;
+    for (size_t i = 4; i < n; i++)
+        if (name[i] != '.' && (name[i] < '0' || name[i] > '9')) return false;
+    return true;
+}
+
+// Whether the request's Host names this server. Bound to a loopback address, only loopback names do:
+// a web page whose own name is made to resolve to 127.0.0.1 (DNS rebinding) sends its own name, and
+// would otherwise drive the server as if it were one of its origin. Bound to any other address, any
+// name (llama-server's practice: such a server is reached by names it cannot know). No Host: HTTP/1.0,
+// never a browser's.
+static bool host_ok(const server *S, struct mg_connection *c) {
+    if (!S->loopback_only) return true;
+    const char *h = mg_get_header(c, "Host");
+    if (!h) return true;
+    size_t n = strlen(h);
+    const char *colon = strrchr(h, ':');
+    if (colon && (h[0] != '[' || (colon > h && colon[-1] == ']')) && (h[0] == '[' || strchr(h, ':') == colon))
+        n = (size_t)(colon - h); // (a port: after "]" for IPv6, or the one colon of a name)
+    return loopback_name(h, n);
+}
+
 static int on_request(struct mg_connection *c, void *cb) {
     server *S = cb;
+    if (!host_ok(S, c)) {
+        const char *h = mg_get_header(c, "Host");
+        return send_error(S, c, 403, NULL, "Host '%.64s' is not a name of this server (bound to %s: localhost, "
+                          "127.x.x.x or [::1]; --host 0.0.0.0 takes any)", h ? h : "", S->host);
+    }
     pthread_mutex_lock(&S->lock);
     const bool stopping = S->stopping;
     if (!stopping) S->active++;
@@ -1081,6 +1129,7 @@ int cmd_serve(int argc, char **argv) {
     S.parallel = 1;
     int rc = 2;
     if (!take_own(&S, &argc, argv)) goto keys;
+    S.loopback_only = loopback_name(S.host, strlen(S.host));
     if (!cli_parse("serve", CLI_MPATH | CLI_MODEL | CLI_CTX | CLI_GEN | CLI_LANE | CLI_IMGTOK, argc, argv, &S.o, NULL)) goto keys;
     if (S.o.help) {
         usage(stdout);
@@ -1205,8 +1254,12 @@ int cmd_serve(int argc, char **argv) {
     snprintf(timeout, sizeof timeout, "%d", S.timeout_s * 1000);
     // tcp_nodelay: a reply's header and body, and each streamed token, are separate writes; with Nagle's
     // algorithm the second waits for the client's delayed ACK of the first (up to 40 ms each)
+    // CORS off: civetweb answers a preflight (OPTIONS with an Origin) with Allow-Origin: * and the headers
+    // asked for unless its allow-origin is empty; nothing here sends CORS headers, so a page of another
+    // origin cannot read an answer
     const char *options[] = {"listening_ports", port, "num_threads", threads, "request_timeout_ms", timeout,
-                             "enable_keep_alive", "yes", "tcp_nodelay", "1", NULL};
+                             "enable_keep_alive", "yes", "tcp_nodelay", "1", "access_control_allow_origin", "",
+                             "access_control_allow_methods", "", "access_control_allow_headers", "", NULL};
     struct mg_callbacks cbs;
     memset(&cbs, 0, sizeof cbs);
     mg_init_library(0);

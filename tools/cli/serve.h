@@ -84,6 +84,7 @@ typedef struct server {
     int64_t body_max;
     char *keys[MAX_KEYS];
     int n_keys;
+    bool loopback_only; // --host is a loopback address: only loopback names in a Host header
     nm_model *m;
     nm_brick *llm;
     nm_tabm *in, *out;

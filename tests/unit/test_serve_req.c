@@ -133,6 +133,20 @@ NM_TEST(generation_fields) {
                             "{\"type\":\"image_url\",\"image_url\":\"../etc/passwd\"}]}]}", &e);
     NM_CHECK(req && !serve_gen_parse(&env, req, true, &r, &e) && e.code == 400 && strstr(e.msg, "message 0: image file"));
     cJSON_Delete(req);
+    // one answer for a file out of the directory (there or not), a missing one in it and one that is no
+    // file: not an oracle of which files exist on the host, and no host path but the client's own
+    const char *names[] = {"/etc/passwd", "file:///etc/passwd", "/etc/nm-no-such-file", "nothere.png", ".", "../etc/passwd"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char body[256], want[256];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+                 "\"image_url\":\"%s\"}]}]}", names[i]);
+        const char *p = strncmp(names[i], "file://", 7) ? names[i] : names[i] + 7;
+        snprintf(want, sizeof want, "message 0: image file '%s': no such file under --image-dir", p);
+        req = serve_json_object(body, &e);
+        NM_CHECK(req && !serve_gen_parse(&env, req, true, &r, &e) && e.code == 400 && !strcmp(e.msg, want));
+        if (strcmp(e.msg, want)) fprintf(stderr, "  %s: %s\n", names[i], e.msg);
+        cJSON_Delete(req);
+    }
     unlink(path);
     rmdir(dir);
 }

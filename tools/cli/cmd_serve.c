@@ -971,8 +971,23 @@ static bool host_ok(const server *S, struct mg_connection *c) {
     return loopback_name(h, n);
 }
 
+// Whether the request has two Content-Length headers that differ: which one frames the body is then
+// ambiguous (civetweb takes one, a proxy in front may take the other: request smuggling).
+static bool lengths_differ(struct mg_connection *c) {
+    const struct mg_request_info *ri = mg_get_request_info(c);
+    const char *first = NULL;
+    for (int i = 0; i < ri->num_headers; i++) {
+        if (strcasecmp(ri->http_headers[i].name, "Content-Length")) continue;
+        const char *v = ri->http_headers[i].value ? ri->http_headers[i].value : "";
+        if (first && strcmp(first, v)) return true;
+        first = v;
+    }
+    return false;
+}
+
 static int on_request(struct mg_connection *c, void *cb) {
     server *S = cb;
+    if (lengths_differ(c)) return send_error(S, c, 400, NULL, "two different Content-Length headers");
     if (!host_ok(S, c)) {
         const char *h = mg_get_header(c, "Host");
         return send_error(S, c, 403, NULL, "Host '%.64s' is not a name of this server (bound to %s: localhost, "

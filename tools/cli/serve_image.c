@@ -104,17 +104,19 @@ static bool b64_decode(const char *s, size_t n, uint8_t *out, size_t cap, size_t
     return true;
 }
 
-// A regular file into out, opened without blocking (a FIFO put there cannot hang the request).
-static bool read_image_file(const char *path, uint8_t *out, size_t cap, size_t *len, char *err, size_t es) {
+// A regular file into out, opened without blocking (a FIFO put there cannot hang the request). name: the
+// file as the messages call it, its path under --image-dir (a client is not told the host's paths).
+static bool read_image_file(const char *path, const char *name, uint8_t *out, size_t cap, size_t *len, char *err,
+                            size_t es) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, es, "image file '%s': %s", path, fd < 0 ? strerror(errno) : "not a regular file");
+        snprintf(err, es, "image file '%s': %s", name, fd < 0 ? strerror(errno) : "not a regular file");
         if (fd >= 0) close(fd);
         return false;
     }
     if ((uint64_t)st.st_size > cap) {
-        snprintf(err, es, "image file '%s' is %lld bytes; the largest taken is %zu (3/4 of --max-body)", path,
+        snprintf(err, es, "image file '%s' is %lld bytes; the largest taken is %zu (3/4 of --max-body)", name,
                  (long long)st.st_size, cap);
         close(fd);
         return false;
@@ -128,7 +130,7 @@ static bool read_image_file(const char *path, uint8_t *out, size_t cap, size_t *
     }
     close(fd);
     if (n == 0) {
-        snprintf(err, es, "image file '%s' is empty", path);
+        snprintf(err, es, "image file '%s' is empty", name);
         return false;
     }
     *len = n;
@@ -159,7 +161,8 @@ static bool image_send(server *S, const serve_image *img, uint64_t user, uint64_
     }
     size_t n = 0;
     const bool read = img->b64 ? b64_decode(img->b64, img->b64_len, sl.data, sl.capacity, &n, err, err_size)
-                               : read_image_file(img->path, sl.data, sl.capacity, &n, err, err_size);
+                               : read_image_file(img->path, img->path + strlen(S->image_dir_real) + 1, sl.data,
+                                                 sl.capacity, &n, err, err_size);
     // a bad image still goes, empty: the brick fails it and ends this part in the decoder's ring, in step
     *bad = !read;
     *sl.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n,

@@ -178,15 +178,19 @@ static bool image_part(const serve_env *env, const cJSON *part, int msg, serve_i
         errno = 0;
         char *real = full ? realpath(full, NULL) : NULL;
         const int en = errno;
+        const bool made = full != NULL;
         free(full);
         const size_t dl = strlen(env->image_dir_real);
         struct stat st;
-        const char *why = !real ? (en ? strerror(en) : "out of memory")
-                          : strncmp(real, env->image_dir_real, dl) || real[dl] != '/' ? "not under --image-dir"
-                          : stat(real, &st) != 0 || !S_ISREG(st.st_mode) ? "not a regular file" : NULL;
-        if (why) {
+        // One answer for a file out of the directory, a missing one and one that is no file: "No such file"
+        // for the one and "not under" for the other told a client which files exist anywhere on the host
+        const bool under = real && !strncmp(real, env->image_dir_real, dl) && real[dl] == '/';
+        if (!under || stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
+            const bool oom = !made || (!real && en == ENOMEM);
             free(real);
-            return serve_fail(e, 400, "messages", "message %d: image file '%.200s': %s", msg, p, why);
+            if (oom) return serve_fail(e, 500, NULL, "out of memory");
+            return serve_fail(e, 400, "messages", "message %d: image file '%.200s': no such file under --image-dir",
+                              msg, p);
         }
         img->path = real;
     }

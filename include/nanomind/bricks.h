@@ -405,6 +405,11 @@ typedef struct nm_brick_i {
     nm_status (*set_params)(void *state, const nm_brick_params *p, char *err, size_t err_size);
 } nm_brick_i;
 
+// For implementations, from run: the wait to give the rings (nm_tabm_acquire_*,
+// nm_brick_put_end, ...) for the brick's timeout_ns: the same in a lane; in
+// nm_brick_step, NM_TABM_WAIT_PEER for "forever", so a wait only the caller's
+// own thread could end returns NM_ERR_AGAIN instead of hanging.
+int64_t nm_brick_wait_ns(const nm_brick *self, int64_t timeout_ns);
 // For implementations, from run: the text nm_brick_last_error returns from
 // now on (printf-style; longer than 511 bytes is cut).
 void nm_brick_set_error(nm_brick *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -435,7 +440,11 @@ const char *nm_brick_device(const nm_brick *b); // the unit it computes on ("cpu
 // Whisper's are checked by each request (a bad one fails it, flagged).
 nm_status nm_brick_set_params(nm_brick *b, const nm_brick_params *p, char *err, size_t err_size);
 // Serves one request from `in` into `out` (see nm_brick_i.run); the brick's
-// own thread (lane) or the caller's.
+// own thread (lane) or the caller's. A wait that no other thread can end
+// (NM_TABM_WAIT_PEER: the caller wrote the request and reads the output
+// after this returns) does not block: NM_ERR_AGAIN, and nm_brick_last_error
+// names the ring (an output ring too small for the request, a request whose
+// last slot never came); the request is not finished (what it wrote stays).
 nm_status nm_brick_step(nm_brick *b, nm_tabm *in, nm_tabm *out);
 // Serves requests until a ring shuts down or a wait times out, then shuts
 // down the other ring too, so both neighbours wake and end. The calling

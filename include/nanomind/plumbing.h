@@ -175,6 +175,12 @@ size_t nm_tabm_max_payload(const nm_tabm *r);
 const char *nm_tabm_last_error(const nm_tabm *r); // "" if none; as nm_umem_last_error
 
 // timeout_ns: < 0 wait forever, 0 try once (NM_ERR_AGAIN if none), > 0 wait at most that long (NM_ERR_TIMEOUT).
+// NM_TABM_WAIT_PEER: wait forever if the other side is another thread (of this or another process): the
+// thread that last asked to read the ring (for acquire_write) or to write it (for acquire_read). If that
+// thread is the caller, NM_ERR_AGAIN at once: it would wait for itself forever (nm_brick_step on a thread
+// that reads the output afterwards). If none has asked yet, wait up to 1 s for one (a lane just started),
+// then NM_ERR_AGAIN.
+#define NM_TABM_WAIT_PEER (-2)
 // Takes a FREE slot to write (blocks while the ring is full: backpressure).
 // NM_ERR_SHUTDOWN once the ring is shut down.
 nm_status nm_tabm_acquire_write(nm_tabm *r, uint32_t producer, int64_t timeout_ns, nm_tabm_slot *slot);

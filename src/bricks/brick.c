@@ -27,6 +27,7 @@ struct nm_brick {
     int next_failed;
     bool has_cores;       // nm_brick_params.cores: the lane's cores
     cpu_set_t cores;
+    bool stepping;        // in nm_brick_step: waits with no peer to wake them fail (nm_brick_wait_ns)
 };
 
 // Binds the calling thread to `set`, the mask it had into *old; false if the OS refused.
@@ -197,12 +198,30 @@ const char *nm_brick_request_error(const nm_brick *b, uint64_t request) {
     return msg;
 }
 
+int64_t nm_brick_wait_ns(const nm_brick *self, int64_t timeout_ns) {
+    return self && self->stepping && timeout_ns < 0 ? NM_TABM_WAIT_PEER : timeout_ns;
+}
+
 nm_status nm_brick_step(nm_brick *b, nm_tabm *in, nm_tabm *out) {
     if (!b || !in || !out) return NM_ERR_INVALID_ARG;
     cpu_set_t old;
     const bool bound = b->has_cores && bind_to(&b->cores, &old); // the serving thread on the lane's cores
+    b->stepping = true;
     nm_status st = b->impl->run(b->state, b, in, out);
+    b->stepping = false;
     if (bound) pthread_setaffinity_np(pthread_self(), sizeof old, &old);
+    if (st == NM_ERR_AGAIN) { // a wait that only this thread could have ended (nm_brick_wait_ns)
+        const nm_tabm_stats os = nm_tabm_get_stats(out);
+        if (os.occupancy == os.n_slots)
+            nm_brick_set_error(b, "%s brick: its output ring is full (%u slot%s) and no other thread reads it: the "
+                               "request's output does not fit while the caller steps the brick (read the ring from "
+                               "another thread, or give it more slots); the step returns without finishing it",
+                               b->name, os.n_slots, os.n_slots == 1 ? "" : "s");
+        else
+            nm_brick_set_error(b, "%s brick: its input ring has nothing more to read (no request, or a request "
+                               "whose last slot never came: the one it holds says NM_BRICK_MORE) and no other thread "
+                               "writes it; the step returns without finishing it", b->name);
+    }
     return st;
 }
 

@@ -25,7 +25,7 @@
 #include "core/fail.h"
 
 #define TABM_MAGIC "NMTABM\0"
-#define TABM_VERSION 4u
+#define TABM_VERSION 5u
 #define CL 128 // cache line (128 on Apple/some ARM; harmless elsewhere)
 #define MAX_SLOTS 65536u
 #define MAX_PAYLOAD (1ull << 40)
@@ -70,6 +70,7 @@ typedef struct tabm_ctl {
     _Atomic uint64_t pidns;     // the creator's pid namespace (inode of /proc/self/ns/pid; 0: unknown)
     _Atomic uint32_t creator;   // the creator's pid
     _Atomic uint32_t multi;     // another process has used the ring (sticky)
+    _Atomic int32_t reader_tid, writer_tid; // the thread that last asked to read, to write (NM_TABM_WAIT_PEER)
     // Cancelled request ids, the last NM_TABM_MAX_CANCELLED: written round
     // robin (n_cancel counts every mark), read by the bricks between steps.
     _Atomic uint64_t n_cancel;
@@ -229,6 +230,41 @@ static _Atomic uint32_t g_pid; // getpid(), cached; forgotten in a forked child
 static pthread_once_t g_pid_once = PTHREAD_ONCE_INIT;
 static void pid_forget(void) { atomic_store(&g_pid, 0); }
 static void pid_once(void) { pthread_atfork(NULL, NULL, pid_forget); }
+// This thread's id (unique among the threads of a pid namespace).
+static int32_t my_tid(void) {
+    static _Thread_local int32_t tid;
+    if (!tid) tid = (int32_t)syscall(SYS_gettid);
+    return tid;
+}
+
+// Records the calling thread as the ring's last reader or writer (a store only when it changes).
+static void note_tid(_Atomic int32_t *who) {
+    const int32_t t = my_tid();
+    if (atomic_load_explicit(who, memory_order_relaxed) != t) atomic_store_explicit(who, t, memory_order_relaxed);
+}
+
+// NM_TABM_WAIT_PEER: 1 when another thread (or a process of another pid namespace) is the other side,
+// 0 when none has come yet, -1 when the other side is the calling thread itself.
+static int peer_of(const tabm_ctl *c, const _Atomic int32_t *other) {
+    const int32_t t = atomic_load_explicit(other, memory_order_relaxed);
+    return atomic_load(&c->foreign) || (t != 0 && t != my_tid()) ? 1 : t == 0 ? 0 : -1;
+}
+
+// How long NM_TABM_WAIT_PEER waits for the other side's first call when none has come yet (a lane
+// started just before may not have asked yet).
+#define PEER_GRACE_NS 1000000000ll
+static uint64_t deadline_of(int64_t timeout_ns);
+
+// NM_TABM_WAIT_PEER's wait, decided when a call finds nothing: the deadline to wait to (0: forever), or
+// false for NM_ERR_AGAIN. A wait for a first peer that ran out (*grace) is decided again.
+static bool peer_wait(const tabm_ctl *c, const _Atomic int32_t *other, bool *grace, uint64_t *deadline) {
+    const int p = peer_of(c, other);
+    if (p < 0 || (p == 0 && *grace)) return false;
+    if (p == 0) *grace = true, *deadline = deadline_of(PEER_GRACE_NS);
+    else *grace = false, *deadline = 0;
+    return true;
+}
+
 static uint32_t my_pid(void) {
     uint32_t p = atomic_load_explicit(&g_pid, memory_order_relaxed);
     if (!p) {
@@ -697,8 +733,9 @@ static bool wait_or_reap(nm_tabm *r, tabm_event *e, uint32_t seen, uint64_t dead
 nm_status nm_tabm_acquire_write(nm_tabm *r, uint32_t producer, int64_t timeout_ns, nm_tabm_slot *slot) {
     if (!r || !slot) return NM_ERR_INVALID_ARG;
     tabm_ctl *c = r->ctl;
+    note_tid(&c->writer_tid);
     uint64_t deadline = 0, t0 = 0;
-    bool waited = false;
+    bool waited = false, grace = false;
     for (;;) {
         uint32_t seen = atomic_load(&c->ev_free.word);
         ring_lock(r);
@@ -739,8 +776,13 @@ nm_status nm_tabm_acquire_write(nm_tabm *r, uint32_t producer, int64_t timeout_n
             t0 = nm_now_ns();
             deadline = deadline_of(timeout_ns);
             atomic_fetch_add_explicit(&c->full_waits, 1, memory_order_relaxed); // backpressure
+            if (timeout_ns == NM_TABM_WAIT_PEER && !peer_wait(c, &c->reader_tid, &grace, &deadline))
+                return NM_ERR_AGAIN; // the caller is the ring's reader: it cannot read while it waits
         }
-        if (!wait_or_reap(r, &c->ev_free, seen, deadline)) return NM_ERR_TIMEOUT; // [SLEEP_F]
+        if (!wait_or_reap(r, &c->ev_free, seen, deadline)) { // [SLEEP_F]
+            if (timeout_ns != NM_TABM_WAIT_PEER) return NM_ERR_TIMEOUT;
+            if (!peer_wait(c, &c->reader_tid, &grace, &deadline)) return NM_ERR_AGAIN; // no reader came
+        }
     }
 }
 
@@ -864,8 +906,9 @@ nm_status nm_tabm_cancel(nm_tabm *r, nm_tabm_slot *s) {
 nm_status nm_tabm_acquire_read(nm_tabm *r, int64_t timeout_ns, nm_tabm_slot *slot) {
     if (!r || !slot) return NM_ERR_INVALID_ARG;
     tabm_ctl *c = r->ctl;
+    note_tid(&c->reader_tid);
     uint64_t deadline = 0, t0 = 0;
-    bool waited = false, reaped = false;
+    bool waited = false, reaped = false, grace = false;
     for (;;) {
         uint32_t seen = atomic_load(&c->ev_ready.word);
         ring_lock(r);
@@ -906,8 +949,13 @@ nm_status nm_tabm_acquire_read(nm_tabm *r, int64_t timeout_ns, nm_tabm_slot *slo
             t0 = nm_now_ns();
             deadline = deadline_of(timeout_ns);
             atomic_fetch_add_explicit(&c->empty_waits, 1, memory_order_relaxed);
+            if (timeout_ns == NM_TABM_WAIT_PEER && !peer_wait(c, &c->writer_tid, &grace, &deadline))
+                return NM_ERR_AGAIN; // the caller is the ring's writer: it cannot write while it waits
         }
-        if (!wait_or_reap(r, &c->ev_ready, seen, deadline)) return NM_ERR_TIMEOUT; // [SLEEP_R]
+        if (!wait_or_reap(r, &c->ev_ready, seen, deadline)) { // [SLEEP_R]
+            if (timeout_ns != NM_TABM_WAIT_PEER) return NM_ERR_TIMEOUT;
+            if (!peer_wait(c, &c->writer_tid, &grace, &deadline)) return NM_ERR_AGAIN; // no writer came
+        }
     }
 }
 

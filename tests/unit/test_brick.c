@@ -642,6 +642,86 @@ done:
 // A TTS request cancelled while it speaks: what was said stays, the rest of
 // the text (this slot's and the request's next ones) is dropped, the last
 // slot is flagged NM_BRICK_CANCELLED, and the next request is spoken whole.
+// nm_brick_step on the caller's thread, which writes the request and reads
+// the answer itself: a wait only it could end returns NM_ERR_AGAIN, naming
+// the ring, instead of hanging (issue 45: a 1-slot output ring and speech
+// that makes a segment and the END blocked forever). An input ring with
+// nothing for it, and a request whose audio never comes, the same. With a
+// reader on another thread the same step waits, and finishes.
+typedef struct text_reader {
+    nm_tabm *r;
+    int n;
+} text_reader;
+static void *read_texts(void *arg) {
+    text_reader *R = arg;
+    char buf[1024];
+    uint64_t user = 0, req = 0;
+    while (get_text(R->r, buf, sizeof buf, &user, &req) && (R->n++, (user & NM_BRICK_MORE))) {}
+    return NULL;
+}
+
+NM_TEST(stt_step_that_cannot_progress_returns) {
+    char path[1024];
+    if (!nmtest_model_path("whisper-tiny.en.gguf", path, sizeof path))
+        NM_SKIP_MISSING("whisper-tiny.en.gguf not in the model cache");
+    nm_audio a = {0};
+    char err[512];
+    if (!load_speech(&a, err, sizeof err, nmtest_failed)) return;
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+    sp.model = path;
+    sp.n_threads = 2;
+    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
+    nm_brick *stt = NULL;
+    nm_tabm *pcm = NULL, *text = NULL;
+    NM_CHECK(nm_brick_load(NULL, &sp, &stt, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 4, sizeof(float) * (size_t)a.n, &pcm, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, 1, 4096, &text, err, sizeof err) == NM_OK);
+    if (!stt || !pcm || !text) goto done;
+    // nothing to read
+    NM_CHECK(nm_brick_step(stt, pcm, text) == NM_ERR_AGAIN);
+    NM_CHECK(strstr(nm_brick_last_error(stt), "input ring has nothing more to read") != NULL);
+    for (int k = 0; k < 2; k++) { // the speech: a segment, then its END finds the 1-slot ring full
+        nm_tabm_slot s;
+        NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
+        memcpy(s.data, a.pcm, sizeof(float) * (size_t)a.n);
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {a.n},
+                                 .size = sizeof(float) * (uint64_t)a.n, .sample_rate = 16000, .request = 60 + (uint64_t)k};
+        NM_CHECK(nm_tabm_publish(pcm, &s) == NM_OK);
+        if (k == 0) {
+            NM_CHECK(nm_brick_step(stt, pcm, text) == NM_ERR_AGAIN);
+            printf("  %s\n", nm_brick_last_error(stt));
+            NM_CHECK(strstr(nm_brick_last_error(stt), "output ring is full (1 slot)") != NULL);
+            char buf[1024];
+            uint64_t user = 0, req = 0;
+            NM_CHECK(get_text(text, buf, sizeof buf, &user, &req) && req == 60 && (user & NM_BRICK_MORE));
+        } else { // a reader on another thread: the step waits for it
+            text_reader R = {text, 0};
+            pthread_t th;
+            NM_CHECK(pthread_create(&th, NULL, read_texts, &R) == 0);
+            while (nm_tabm_get_stats(text).empty_waits == 0) usleep(1000); // (it has asked to read: it is the reader)
+            NM_CHECK(nm_brick_step(stt, pcm, text) == NM_OK);
+            pthread_join(th, NULL);
+            NM_CHECK(R.n >= 2);
+        }
+    }
+    { // a request's parameters, its audio never written
+        static const char js[] = "{\"beam_size\": 1}";
+        nm_tabm_slot s;
+        NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
+        memcpy(s.data, js, sizeof js - 1);
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {sizeof js - 1}, .size = sizeof js - 1,
+                                 .user = NM_BRICK_MORE, .request = 70};
+        NM_CHECK(nm_tabm_publish(pcm, &s) == NM_OK);
+        NM_CHECK(nm_brick_step(stt, pcm, text) == NM_ERR_AGAIN);
+        NM_CHECK(strstr(nm_brick_last_error(stt), "input ring has nothing more to read") != NULL);
+    }
+done:
+    nm_tabm_free(pcm);
+    nm_tabm_free(text);
+    nm_brick_free(stt);
+    nm_audio_free(&a);
+}
+
 NM_TEST(tts_request_cancelled) {
     nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
     nm_brick *tts = NULL;

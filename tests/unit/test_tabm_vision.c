@@ -170,6 +170,7 @@ static int ring_generate(nm_model *m, const char *mmproj, const char *image, int
     pthread_create(&th, NULL, lane_main, &l);
     bool ok = put_text(in, m, "Look:", true) && put_image_bytes(img, bytes, n_img, NM_BRICK_MORE) &&
               nm_brick_step(v, img, in) == NM_OK && put_text(in, m, " it is", false);
+    if (!ok) fprintf(stderr, "  the image step: %s\n", nm_brick_last_error(v));
     n = 0;
     while (ok) {
         nm_tabm_slot r;

@@ -99,6 +99,7 @@ typedef struct llm_brick {
     int ep;                   // this brick's ledger endpoint (-1 without a ledger)
     uint32_t producer;
     int64_t timeout_ns;
+    int64_t wait_ns;          // this run's waits: timeout_ns, or in nm_brick_step nm_brick_wait_ns's
     int32_t n_ctx, n_batch, n_embd, n_vocab;
     int32_t n_ubatch;         // prompt chunks end at multiples of this (at most n_batch)
     int32_t n_seq;            // sequences (n_parallel)
@@ -185,7 +186,7 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     nm_status st;
     b->p = p->llm;
     b->producer = p->producer;
-    b->timeout_ns = p->timeout_ns;
+    b->timeout_ns = b->wait_ns = p->timeout_ns;
     b->n_seq = p->n_parallel > 1 ? p->n_parallel : 1;
     if (b->p.out_batch < 1) b->p.out_batch = 1;
     if ((st = check_llm_params(&b->p, err, err_size)) != NM_OK) goto fail;
@@ -469,7 +470,7 @@ static nm_status put_out(llm_brick *b, const llm_req *r, nm_tabm_slot *o, int32_
 
 // Takes an output slot; on shutdown of the output ring, shuts the input one too.
 static nm_status take_out(llm_brick *b, nm_tabm_slot *o) {
-    nm_status st = nm_tabm_acquire_write(b->out, b->producer, b->timeout_ns, o);
+    nm_status st = nm_tabm_acquire_write(b->out, b->producer, b->wait_ns, o);
     if (st == NM_ERR_SHUTDOWN) {
         nm_tabm_shutdown(b->in);
         return fail(b, st, "llm brick: the output ring was shut down");
@@ -830,7 +831,8 @@ static nm_status read_input(llm_brick *b, bool *served, bool *idle) {
         const bool new_ones = b->n_seq > 1 || active == 0; // (one sequence: one request a run)
         if (b->in_shut || (!need && !new_ones)) return NM_OK;
         nm_tabm_slot s;
-        nm_status st = nm_tabm_acquire_read(b->in, work ? 0 : b->timeout_ns, &s);
+        nm_status st = nm_tabm_acquire_read(b->in, work ? 0 : b->wait_ns, &s);
+        if (st == NM_ERR_AGAIN && !work) return st; // (nm_brick_step: no other thread writes the input)
         if (st == NM_ERR_AGAIN) return NM_OK;
         if (st == NM_ERR_SHUTDOWN) {
             b->in_shut = true;
@@ -1022,6 +1024,7 @@ static nm_status engine_run(llm_brick *b) {
 static nm_status llm_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     llm_brick *b = state;
     b->self = self;
+    b->wait_ns = nm_brick_wait_ns(self, b->timeout_ns);
     b->in = in;
     b->out = out;
     b->in_shut = false;

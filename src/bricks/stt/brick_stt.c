@@ -28,6 +28,7 @@ typedef struct stt_brick {
     nm_transcript last;  // the last request's transcript
     uint32_t producer;
     int64_t timeout_ns;
+    int64_t wait_ns;          // this run's waits: timeout_ns, or in nm_brick_step nm_brick_wait_ns's
     // the request being served
     nm_tabm *in, *out;
     uint64_t request;
@@ -62,7 +63,7 @@ static nm_status stt_load(const nm_brick_params *p, void **state, char *err, siz
     }
     b->p = p->stt;
     b->producer = p->producer;
-    b->timeout_ns = p->timeout_ns;
+    b->timeout_ns = b->wait_ns = p->timeout_ns;
     *state = b;
     return NM_OK;
 }
@@ -70,7 +71,7 @@ static nm_status stt_load(const nm_brick_params *p, void **state, char *err, siz
 // Publishes segment i of the last transcript as a TEXT slot.
 static nm_status put_segment(stt_brick *b, int32_t i, bool more) {
     nm_tabm_slot o;
-    nm_status st = nm_tabm_acquire_write(b->out, b->producer, b->timeout_ns, &o);
+    nm_status st = nm_tabm_acquire_write(b->out, b->producer, b->wait_ns, &o);
     if (st != NM_OK) return st;
     size_t n = 0;
     int64_t t0 = 0, t1 = 0;
@@ -149,13 +150,14 @@ static bool output_gone(void *user) {
 
 static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     stt_brick *b = state;
+    b->wait_ns = nm_brick_wait_ns(self, b->timeout_ns);
     nm_tabm_slot s;
     nm_stt_params p = b->p;
     b->err[0] = '\0';
     bool first = true;
     nm_status pst = NM_OK; // the PARAMS slot's verdict
     for (;;) {
-        nm_status st = nm_tabm_acquire_read(in, b->timeout_ns, &s);
+        nm_status st = nm_tabm_acquire_read(in, b->wait_ns, &s);
         if (st != NM_OK) {
             if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
             else nm_brick_set_error(self, "stt brick: waiting for a PCM slot: %s", nm_status_str(st));
@@ -218,9 +220,9 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     nm_tabm_release(in, &s);
     if (b->cancelled && b->out_st == NM_OK) { // the segments written stay; the request ends flagged
         b->st.n_cancelled++;
-        nm_status ds = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+        nm_status ds = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
         if (ds != NM_OK) return ds;
-        nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_TEXT, b->request, NM_BRICK_CANCELLED);
+        nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_TEXT, b->request, NM_BRICK_CANCELLED);
         if (ps == NM_OK) b->st.n_out_slots++;
         return ps;
     }
@@ -240,9 +242,9 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     nm_brick_set_request_error(self, b->request, "%s: %s", nm_status_str(st), b->err);
     if (b->out_st != NM_OK) return b->out_st;
     // a request is one slot: any that said more follow are read and dropped with it
-    nm_status ds = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+    nm_status ds = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
     if (ds != NM_OK) return ds;
-    nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_TEXT, b->request, NM_BRICK_ERROR);
+    nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_TEXT, b->request, NM_BRICK_ERROR);
     if (ps == NM_OK) b->st.n_out_slots++;
     return ps;
 }

@@ -19,6 +19,7 @@ typedef struct tts_brick {
     nm_tts *tts;
     uint32_t producer;
     int64_t timeout_ns;
+    int64_t wait_ns;          // this run's waits: timeout_ns, or in nm_brick_step nm_brick_wait_ns's
     int32_t rate_wpm;
     char *text;                  // the engine's input: a slot's text, NUL-terminated (grown to the
     size_t text_cap;             // largest slot, at most NM_TTS_MAX_TEXT bytes)
@@ -50,7 +51,7 @@ static nm_status tts_load(const nm_brick_params *p, void **state, char *err, siz
         return st;
     }
     b->producer = p->producer;
-    b->timeout_ns = p->timeout_ns;
+    b->timeout_ns = b->wait_ns = p->timeout_ns;
     b->rate_wpm = p->tts.rate_wpm > 0 ? p->tts.rate_wpm : 175;
     b->base = p->tts;
     snprintf(b->base_voice, sizeof b->base_voice, "%s", p->tts.voice ? p->tts.voice : "en-us");
@@ -77,9 +78,9 @@ static nm_status end_cancelled(tts_brick *b, nm_tabm *in, nm_tabm *out, uint64_t
     b->st.n_requests++;
     b->st.n_cancelled++;
     if (ended) nm_tabm_cancel_request(out, request);
-    nm_status st = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+    nm_status st = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
     if (st != NM_OK || ended) return st;
-    if ((st = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, NM_BRICK_CANCELLED)) == NM_OK)
+    if ((st = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_CANCELLED)) == NM_OK)
         b->st.n_out_slots++;
     return st;
 }
@@ -132,6 +133,7 @@ static nm_status take_params(tts_brick *b, const nm_tabm_slot *s, char *why, siz
 static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     tts_brick *b = state;
     b->self = self;
+    b->wait_ns = nm_brick_wait_ns(self, b->timeout_ns);
     nm_tts_set_reporter(b->tts, report, b); // an engine failure is reported before its slot goes out
     nm_tts_set_cancel(b->tts, cancelled, b);
     b->in = in;
@@ -146,7 +148,7 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     bool spoke = false, first = true;
     for (;;) {
         nm_tabm_slot s;
-        nm_status st = nm_tabm_acquire_read(in, b->timeout_ns, &s);
+        nm_status st = nm_tabm_acquire_read(in, b->wait_ns, &s);
         if (st != NM_OK) {
             if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
             else nm_brick_set_error(self, "tts brick: waiting for a text slot: %s", nm_status_str(st));
@@ -170,8 +172,8 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             nm_brick_set_request_error(self, request, "%s", why);
             b->st.n_requests++;
             b->st.n_bad_requests++;
-            st = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
-            nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR);
+            st = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
+            nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR);
             if (ps == NM_OK) b->st.n_out_slots++;
             return st != NM_OK ? st : ps;
         }
@@ -192,8 +194,8 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             nm_tabm_release(in, &s);
             b->st.n_requests++;
             b->st.n_bad_requests++;
-            st = nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
-            nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR);
+            st = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
+            nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR);
             if (ps == NM_OK) b->st.n_out_slots++;
             return st != NM_OK ? st : ps;
         }
@@ -204,10 +206,10 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
         if (speak || (!more && !spoke)) {
             const nm_tts_stats before = nm_tts_get_stats(b->tts);
             if (speak) {
-                st = nm_tts_synth_ring(b->tts, b->text, out, b->producer, b->timeout_ns, request, more);
+                st = nm_tts_synth_ring(b->tts, b->text, out, b->producer, b->wait_ns, request, more);
             } else { // nothing to say: the request still ends with a slot
                 nm_tabm_slot o;
-                if ((st = nm_tabm_acquire_write(out, b->producer, b->timeout_ns, &o)) == NM_OK) {
+                if ((st = nm_tabm_acquire_write(out, b->producer, b->wait_ns, &o)) == NM_OK) {
                     o.meta->kind = NM_TABM_PCM_S16;
                     o.meta->sample_rate = nm_tts_sample_rate(b->tts);
                     o.meta->request = request;
@@ -229,17 +231,17 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
                 // the request must end with a flagged slot: one went out unless synthesis
                 // refused the text before writing any
                 if (after.n_slots == before.n_slots) {
-                    nm_status ps = nm_brick_put_end(out, b->producer, b->timeout_ns, NM_TABM_PCM_S16, request,
+                    nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request,
                                                     NM_BRICK_ERROR);
                     if (ps != NM_OK) return ps;
                     b->st.n_out_slots++;
                 }
-                return nm_brick_drain_request(in, user, b->timeout_ns, &b->st.n_in_slots);
+                return nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
             }
         } else if (!more) {
             // blank last slot after speech: the previous utterance's last slot said more follows
             nm_tabm_slot o;
-            if ((st = nm_tabm_acquire_write(out, b->producer, b->timeout_ns, &o)) != NM_OK) return st;
+            if ((st = nm_tabm_acquire_write(out, b->producer, b->wait_ns, &o)) != NM_OK) return st;
             o.meta->kind = NM_TABM_PCM_S16;
             o.meta->sample_rate = nm_tts_sample_rate(b->tts);
             o.meta->request = request;

@@ -22,6 +22,7 @@ typedef struct vision_brick {
     nm_image_params ip;
     uint32_t producer;
     int64_t timeout_ns;
+    int64_t wait_ns;          // this run's waits: timeout_ns, or in nm_brick_step nm_brick_wait_ns's
     uint64_t request;
     nm_brick_stats st;
     char err[256];
@@ -96,7 +97,7 @@ static nm_status vision_load(const nm_brick_params *p, void **state, char *err, 
         return st;
     }
     v->producer = p->producer;
-    v->timeout_ns = p->timeout_ns;
+    v->timeout_ns = v->wait_ns = p->timeout_ns;
     *state = v;
     return NM_OK;
 }
@@ -207,7 +208,7 @@ static nm_status put_segment(vision_brick *v, const nm_image *img, nm_tabm *ring
     }
     for (int i = 0; i < n_pieces && st == NM_OK; i++) {
         nm_tabm_slot slot;
-        if ((st = nm_tabm_acquire_write(ring, v->producer, v->timeout_ns, &slot))) {
+        if ((st = nm_tabm_acquire_write(ring, v->producer, v->wait_ns, &slot))) {
             vfail(v, st, "output ring: %s", nm_tabm_last_error(ring));
             break;
         }
@@ -268,9 +269,10 @@ static nm_status put_segment(vision_brick *v, const nm_image *img, nm_tabm *ring
 // the prompt. So does a failure half way through the segment.
 static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out) {
     vision_brick *v = state;
+    v->wait_ns = nm_brick_wait_ns(self, v->timeout_ns);
     v->err[0] = '\0';
     nm_tabm_slot s;
-    nm_status st = nm_tabm_acquire_read(in, v->timeout_ns, &s);
+    nm_status st = nm_tabm_acquire_read(in, v->wait_ns, &s);
     if (st != NM_OK) {
         if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
         else nm_brick_set_error(self, "vision brick: waiting for an image slot: %s", nm_status_str(st));
@@ -289,7 +291,7 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
         if (o && nm_req_int(o, "max_pixels", 1, 1e15, &max_pixels, pwhy, sizeof pwhy) < 0) bad_params = true;
         nm_req_free(o);
         nm_tabm_release(in, &s);
-        if ((st = nm_tabm_acquire_read(in, v->timeout_ns, &s)) != NM_OK) {
+        if ((st = nm_tabm_acquire_read(in, v->wait_ns, &s)) != NM_OK) {
             if (st == NM_ERR_SHUTDOWN) nm_tabm_shutdown(out);
             else nm_brick_set_error(self, "vision brick: waiting for an image slot: %s", nm_status_str(st));
             return st;
@@ -308,7 +310,7 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
         nm_tabm_release(in, &s);
         v->st.n_requests++;
         v->st.n_cancelled++;
-        nm_status ps = nm_brick_put_end(out, v->producer, v->timeout_ns, NM_TABM_TOKENS, v->request,
+        nm_status ps = nm_brick_put_end(out, v->producer, v->wait_ns, NM_TABM_TOKENS, v->request,
                                         NM_BRICK_CANCELLED | (more ? NM_BRICK_MORE : 0));
         if (ps == NM_OK) v->st.n_out_slots++;
         return ps;
@@ -336,7 +338,7 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     nm_brick_set_request_error(self, v->request, "%s (%s)", v->err, nm_status_str(st));
     if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;
     // the LLM brick learns that this part of its prompt failed
-    nm_status ps = nm_brick_put_end(out, v->producer, v->timeout_ns, NM_TABM_TOKENS, v->request,
+    nm_status ps = nm_brick_put_end(out, v->producer, v->wait_ns, NM_TABM_TOKENS, v->request,
                                     NM_BRICK_ERROR | (more ? NM_BRICK_MORE : 0));
     if (ps == NM_OK) v->st.n_out_slots++;
     return ps == NM_OK ? NM_OK : ps;

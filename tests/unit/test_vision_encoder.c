@@ -779,6 +779,11 @@ NM_TEST(vision_bad_values_refused) {
         {0, {kv_u32("clip.vision.feed_forward_length", 0)}, 1, "inconsistent sizes (n_embd 256, n_ff 0"},
         {0, {kv_u32("clip.vision.block_count", 2000)}, 1, "sizes out of range (layers 2000 of at most 1024"},
         {0, {kv_u32("clip.vision.block_count", 1)}, 1, "an mlp encoder needs at least 2 layers"},
+        // a block_count the tensors disagree with (issue 45: 6 or 8 where 7 layers exist ran, and answered wrongly)
+        {0, {kv_u32("clip.vision.block_count", 2)}, 1, "belongs to layer 2, but clip.vision.block_count is 2"},
+        {1, {kv_u32("clip.vision.block_count", 2)}, 1, "belongs to layer 2, but clip.vision.block_count is 2"},
+        {0, {kv_u32("clip.vision.block_count", 4)}, 1, "clip.vision.block_count is 4, but layer 3 has no tensors"},
+        {0, {kv_u32("clip.vision.projection_dim", 7)}, 1, "projection_dim is 7, but the projector gives"},
         {0, {kv_u32("clip.vision.patch_size", 7)}, 1, "image_size 32 is not a multiple of patch_size 7"},
         {0, {kv_u32("clip.vision.patch_size", 0)}, 1, "image_size 32 is not a multiple of patch_size 0"},
         {0, {kv_u32("clip.vision.image_size", 0)}, 1, "image_size 0 is out of range 1..4096"},

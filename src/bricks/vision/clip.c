@@ -489,6 +489,36 @@ static nm_status load_tensors(loader *L) {
     return NM_OK;
 }
 
+// The file's layers against clip.vision.block_count (as the LLM loader does): a tensor of a layer past
+// it, or a layer before it without tensors (those not run are not loaded), means a wrong block_count,
+// and an encoder run with it answers wrongly. projection_dim, when given, is the projector's width.
+static nm_status check_layers(loader *L) {
+    const nm_clip *c = L->c;
+    const nm_clip_info *in = &c->info;
+    for (int64_t i = 0; i < nm_gguf_n_tensors(c->g); i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(c->g, i);
+        if (t->name.len <= 6 || memcmp(t->name.ptr, "v.blk.", 6)) continue;
+        const long blk = strtol(t->name.ptr + 6, NULL, 10);
+        if (blk >= in->n_layer)
+            return LFAIL(L, NM_ERR_FORMAT, "mmproj: tensor '%.*s' belongs to layer %ld, but clip.vision.block_count is %d",
+                         (int)(t->name.len > 96 ? 96 : t->name.len), t->name.ptr, blk, in->n_layer);
+    }
+    for (int il = in->n_layer_run; il < in->n_layer; il++) {
+        char name[64];
+        snprintf(name, sizeof name, "v.blk.%d.attn_q.weight", il);
+        if (!nm_gguf_find_tensor(c->g, name))
+            return LFAIL(L, NM_ERR_FORMAT, "mmproj: clip.vision.block_count is %d, but layer %d has no tensors ('%s')",
+                         in->n_layer, il, name);
+    }
+    int32_t proj_dim = 0;
+    nm_status st = get_u32(L, "clip.vision.projection_dim", false, &proj_dim);
+    if (st) return st;
+    if (proj_dim && proj_dim != in->n_out_embd)
+        return LFAIL(L, NM_ERR_FORMAT, "mmproj: clip.vision.projection_dim is %d, but the projector gives %d values a token",
+                     proj_dim, in->n_out_embd);
+    return NM_OK;
+}
+
 void nm_clip_free(nm_clip *c) {
     if (!c) return;
     if (c->be) c->be->iface->buffer_free(c->be, c->arena);
@@ -528,7 +558,7 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         st = nm_fail(NM_ERR_NOMEM, err, err_size, "out of memory");
         goto fail;
     }
-    if ((st = load_tensors(&L))) goto fail;
+    if ((st = load_tensors(&L)) || (st = check_layers(&L))) goto fail;
     if (in->proj != NM_CLIP_PROJ_QWEN2VL) in->min_tokens = in->max_tokens = in->n_out;
 
     const bool qwen = in->proj == NM_CLIP_PROJ_QWEN2VL;

@@ -537,6 +537,25 @@ def t_latency_histograms(name):
     result(name, not why and r.choices[0].message.content and ttft <= total, "%s; ttft %.4f total %.4f" % (why, ttft, total))
 
 
+def t_disconnect_whole_answer(name):
+    # a request for a whole (not streamed) answer of up to the context (~500 tokens), its client gone as soon
+    # as it is sent: the server sees the socket closed at the first token and the decoder stops there
+    before = int(metrics()["nanomind_tokens_predicted_total"])
+    s = socket.create_connection(("127.0.0.1", port))
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True,
+                       "temperature": 0}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    s.close()
+    for _ in range(600):  # --queue 0: 429 while the decoder still serves it
+        st, data = raw(port, "POST", "/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "temperature": 0}')
+        if st != 429:
+            break
+        time.sleep(0.1)
+    decoded = int(metrics()["nanomind_tokens_predicted_total"]) - before - 2
+    result(name, st == 200 and 0 <= decoded < 100, "next %s, %d tokens decoded for the closed request" % (st, decoded))
+
+
 def t_disconnect_and_busy(name):
     # a long stream (until the 512-position context is full: ~480 tokens); while it runs a second request
     # is refused (--queue 0: 429); the first client then goes away mid-stream and the decoder stops it: far
@@ -664,11 +683,44 @@ def t_cache_answers_equal_fresh(name):
     result(name, not bad, "; ".join(bad)[:600])
 
 
+# What the official client sends for tools, JSON output and log-probabilities: not served yet, so a 400
+# naming the field (before, 200 with free text and logprobs None). `created` is each answer's time.
+def t_unserved_fields(name):
+    msgs = [{"role": "user", "content": Q}]
+    asks = [("tools", {"tools": [{"type": "function", "function": {"name": "get_time", "parameters": {
+                 "type": "object", "properties": {}}}}]}),
+            ("response_format", {"response_format": {"type": "json_object"}}),
+            ("response_format", {"response_format": {"type": "json_schema", "json_schema": {
+                 "name": "a", "schema": {"type": "object"}}}}),
+            ("logprobs", {"logprobs": True, "top_logprobs": 2})]
+    bad = []
+    for field, kw in asks:
+        try:
+            client.chat.completions.create(model="x", messages=msgs, max_tokens=4, **kw)
+            bad.append("%s: answered" % field)
+        except openai.BadRequestError as e:
+            if e.status_code != 400 or field not in str(e):
+                bad.append("%s: %s" % (field, e))
+    try:
+        client.completions.create(model="x", prompt="Hi", max_tokens=4, logprobs=2)
+        bad.append("completions logprobs: answered")
+    except openai.BadRequestError as e:
+        if "logprobs" not in str(e):
+            bad.append("completions logprobs: %s" % e)
+    r1 = client.chat.completions.create(model="x", messages=msgs, max_tokens=2, temperature=0)
+    time.sleep(1.1)
+    t = time.time()
+    r2 = client.chat.completions.create(model="x", messages=msgs, max_tokens=2, temperature=0)
+    if not (r2.created > r1.created and abs(r2.created - t) <= 2):
+        bad.append("created %d then %d (now %d)" % (r1.created, r2.created, t))
+    result(name, not bad, "; ".join(bad))
+
+
 port0 = port
-for n, f in [("cache_answers_equal_fresh", t_cache_answers_equal_fresh), ("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("metrics_measured_energy", t_metrics_measured), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
+for n, f in [("unserved_fields_400_created_now", t_unserved_fields), ("cache_answers_equal_fresh", t_cache_answers_equal_fresh), ("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("metrics_measured_energy", t_metrics_measured), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
              ("bad_requests_4xx_then_healthy", t_bad_requests), ("no_cors_host_checked_json_only", t_cors_host_content_type), ("two_content_lengths_400", t_two_content_lengths), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("slow_body_408", t_slow_body), ("copied_params_not_prompt", t_copied),
-             ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("latency_histograms", t_latency_histograms),
+             ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("disconnect_cancels_whole_answer", t_disconnect_whole_answer), ("latency_histograms", t_latency_histograms),
              ("random_bodies_10000_each_4xx", t_random_bodies)]:
     case(n, f)
 rc, err = stop(p)

@@ -381,9 +381,11 @@ typedef struct gen {
     bool chat, stream, usage_in_stream;
     uint64_t id;
     char cid[48];
+    long long created; // the answer's time (OpenAI's `created`: when the request was taken)
     int32_t n_prompt, n_tokens;
     nm_llm_stop why;
     bool gone; // the client went away
+    int fd;    // a whole (not streamed) answer's socket, watched for the client leaving; -1: none
     double t0, t_first; // the body read, the first token come (0: none)
     char *text;
     size_t len, cap;
@@ -408,7 +410,7 @@ typedef struct gen {
 static bool ev_begin(gen *g) {
     char pre[512];
     const int n = snprintf(pre, sizeof pre, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->cid,
-                           g->chat ? "chat.completion.chunk" : "text_completion", (long long)g->S->created);
+                           g->chat ? "chat.completion.chunk" : "text_completion", g->created);
     const char *tail = g->chat ? ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" : ",\"choices\":[{\"index\":0,\"text\":\"";
     g->n_pre = (size_t)n + strlen(g->S->alias_text) + strlen(tail);
     if (!(g->ev = malloc(g->n_pre + EV_TEXT_MAX + sizeof EV_SUFFIX_CHAT))) return false;
@@ -472,7 +474,7 @@ static cJSON *envelope(const gen *g, bool chunk, cJSON **choice) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddStringToObject(r, "id", g->cid);
     cJSON_AddStringToObject(r, "object", g->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
-    cJSON_AddNumberToObject(r, "created", (double)g->S->created);
+    cJSON_AddNumberToObject(r, "created", (double)g->created);
     cJSON_AddStringToObject(r, "model", g->S->alias);
     cJSON *cs = cJSON_AddArrayToObject(r, "choices");
     *choice = cJSON_CreateObject();
@@ -668,6 +670,7 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
     bool started = false, failed = false;
     char err[600] = "";
     nm_detok dt = {0};
+    g->fd = g->stream ? -1 : serve_conn_fd(g->c); // (a stream notices at its next write)
     for (;;) {
         int32_t toks[64];
         bool end = false, lost = false;
@@ -689,6 +692,7 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
             const int32_t m = nm_detok_push(S->m, &dt, toks[t], p, (int32_t)sizeof p);
             char q[SERVE_PIECE_MAX]; // (JSON carries valid UTF-8 only: each stray byte becomes 3)
             if (m > 0) piece(g, q, (int32_t)serve_utf8_clean(p, (size_t)m, q), false);
+            if (!g->gone && g->fd >= 0 && serve_peer_closed(g->fd)) g->gone = true;
             if (g->gone) nm_tabm_cancel_request(S->in, g->id); // the client left: the brick stops it
         }
         if (!end) continue;
@@ -776,6 +780,7 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     S->n_requests++;
     pthread_mutex_unlock(&S->lock);
     snprintf(g.cid, sizeof g.cid, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)g.id);
+    g.created = (long long)time(NULL);
     bool ok = !g.stream || ev_begin(&g);
     if (!ok) code = send_error(S, c, 500, NULL, "out of memory");
     ok = ok && decode(&g, rq.params, rq.prompt, &rq.im, true, &code); // (BOS as the model asks: add_special)
@@ -816,6 +821,10 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
             mg_send_chunk(c, "data: [DONE]\n\n", 14);
             mg_send_chunk(c, "", 0);
         }
+        return 200;
+    }
+    if (g.gone) { // the client left before its answer: nobody to send it to (its request was stopped)
+        free(g.text);
         return 200;
     }
     r = envelope(&g, false, &ch);

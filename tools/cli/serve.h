@@ -69,6 +69,11 @@ typedef struct serve_watchdog {
     int timeout_s; // 0: none
     serve_watch *head;
 } serve_watchdog;
+// The request's socket (the one open file whose peer is the client's address and port), or -1.
+int serve_conn_fd(struct mg_connection *c);
+// Whether the client closed (or reset) the connection: a read would give end of file. Data it sent
+// ahead (a pipelined request) leaves it open.
+bool serve_peer_closed(int fd);
 bool serve_watchdog_start(serve_watchdog *w, int timeout_s);
 void serve_watchdog_stop(serve_watchdog *w);
 void serve_watch_begin(serve_watchdog *w, struct mg_connection *c, serve_watch *e); // the body's clock starts

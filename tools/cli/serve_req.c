@@ -79,8 +79,75 @@ void serve_images_free(serve_images *im) {
 
 // ---- generation -------------------------------------------------------------------------
 
+// Fields of OpenAI's and llama-server's requests that would change the answer and that this
+// build does not serve: asked for, they are a 400 naming the field, never an answer that silently
+// lacks them. A field at its "off" value (null, false, 0 or `off`, "", [], {}, or one of the strings
+// `ok`) asks for nothing and passes. The fields served, and those taken with no effect on the answer
+// (user, store, metadata, service_tier, parallel_tool_calls, prediction, n_keep, id_slot, ...), are
+// listed in docs/server.md.
+static const struct {
+    const char *name, *what;
+    double off;
+    const char *ok[2];
+} unserved[] = {
+    {"tools", "tool calls", 0, {NULL, NULL}},
+    {"tool_choice", "tool calls", 0, {"none", "auto"}},
+    {"functions", "function calls", 0, {NULL, NULL}},
+    {"function_call", "function calls", 0, {"none", "auto"}},
+    {"response_format", "constrained output (json_object, json_schema)", 0, {NULL, NULL}}, // {"type": "text"} passes
+    {"grammar", "constrained output (GBNF)", 0, {NULL, NULL}},
+    {"json_schema", "constrained output (JSON Schema)", 0, {NULL, NULL}},
+    {"logprobs", "log-probabilities", 0, {NULL, NULL}},
+    {"top_logprobs", "log-probabilities", 0, {NULL, NULL}},
+    {"n_probs", "log-probabilities", 0, {NULL, NULL}},
+    {"post_sampling_probs", "log-probabilities", 0, {NULL, NULL}},
+    {"logit_bias", "logit biases", 0, {NULL, NULL}},
+    {"echo", "echoing the prompt", 0, {NULL, NULL}},
+    {"best_of", "best-of sampling", 1, {NULL, NULL}},
+    {"suffix", "a suffix (fill in the middle)", 0, {NULL, NULL}},
+    {"modalities", "output other than text", 0, {"text", NULL}},
+    {"audio", "audio output (POST /v1/audio/speech speaks text)", 0, {NULL, NULL}},
+    {"mirostat", "Mirostat sampling", 0, {NULL, NULL}},
+    {"typical_p", "locally typical sampling", 1, {NULL, NULL}},
+    {"tfs_z", "tail-free sampling", 1, {NULL, NULL}},
+    {"dynatemp_range", "dynamic temperature", 0, {NULL, NULL}},
+    {"xtc_probability", "XTC sampling", 0, {NULL, NULL}},
+    {"dry_multiplier", "DRY sampling", 0, {NULL, NULL}},
+    {"samplers", "a sampler order", 0, {NULL, NULL}},
+    {"lora", "LoRA adapters", 0, {NULL, NULL}},
+};
+
+// Whether v asks for nothing, for unserved[k].
+static bool unserved_off(const cJSON *v, size_t k) {
+    if (cJSON_IsNull(v) || cJSON_IsFalse(v)) return true;
+    if (cJSON_IsNumber(v)) return cJSON_GetNumberValue(v) == unserved[k].off;
+    if (cJSON_IsString(v)) {
+        const char *s = v->valuestring;
+        return !s[0] || (unserved[k].ok[0] && !strcmp(s, unserved[k].ok[0])) ||
+               (unserved[k].ok[1] && !strcmp(s, unserved[k].ok[1]));
+    }
+    if (!strcmp(unserved[k].name, "response_format") && cJSON_IsObject(v)) { // {"type": "text"}: plain text
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "type"));
+        return (t && !strcmp(t, "text") && cJSON_GetArraySize(v) == 1) || !v->child;
+    }
+    if (cJSON_IsArray(v)) { // empty, or (modalities) only the strings allowed
+        for (const cJSON *i = v->child; i; i = i->next)
+            if (!cJSON_IsString(i) || !unserved_off(i, k) || !i->valuestring[0]) return false;
+        return true;
+    }
+    return cJSON_IsObject(v) && !v->child;
+}
+
 // A request's generation parameters, checked: the brick's PARAMS object (NULL: e says why).
 static cJSON *take_params(const cJSON *req, serve_err *e) {
+    for (size_t k = 0; k < sizeof unserved / sizeof unserved[0]; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, unserved[k].name);
+        if (v && !unserved_off(v, k)) {
+            serve_fail(e, 400, unserved[k].name, "'%s' asks for %s, which this server does not implement yet: "
+                       "leave it out (or at its default) for a plain-text answer", unserved[k].name, unserved[k].what);
+            return NULL;
+        }
+    }
     cJSON *p = cJSON_CreateObject();
     if (!p) {
         serve_fail(e, 500, NULL, "out of memory");
@@ -92,6 +159,7 @@ static cJSON *take_params(const cJSON *req, serve_err *e) {
         {"presence_penalty", "presence_penalty", -2, 2, false}, {"frequency_penalty", "frequency_penalty", -2, 2, false},
         {"seed", "seed", -1, 4294967295.0, true},            {"max_tokens", "n_predict", -1, 1e9, true},
         {"max_completion_tokens", "n_predict", -1, 1e9, true}, {"repeat_penalty", "repeat_penalty", 0, 10, false},
+        {"n_predict", "n_predict", -1, 1e9, true},           {"repeat_last_n", "repeat_last_n", -1, 1e9, true},
     };
     for (size_t k = 0; k < sizeof num / sizeof num[0]; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(req, num[k].name);

@@ -42,7 +42,7 @@ static bool is_endpoint(const struct sockaddr_storage *a, const char *addr, int 
 // The request's socket: the one open file whose peer is the client's address and port and whose own port
 // is the one it came in on; -1 if none or several are (civetweb 1.15 gives no local address, and on a host
 // of several addresses one client port may reach two of them: no deadline then, rather than a wrong one).
-static int conn_fd(struct mg_connection *c) {
+int serve_conn_fd(struct mg_connection *c) {
     const struct mg_request_info *ri = mg_get_request_info(c);
     DIR *d = opendir("/proc/self/fd");
     if (!d) return -1;
@@ -61,6 +61,12 @@ static int conn_fd(struct mg_connection *c) {
     }
     closedir(d);
     return n_found == 1 ? found : -1;
+}
+
+bool serve_peer_closed(int fd) {
+    char b;
+    const ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
 static void *watchdog_main(void *arg) {
@@ -118,7 +124,7 @@ void serve_watchdog_stop(serve_watchdog *w) {
 
 void serve_watch_begin(serve_watchdog *w, struct mg_connection *c, serve_watch *e) {
     memset(e, 0, sizeof *e);
-    e->fd = w->started && w->timeout_s > 0 ? conn_fd(c) : -1;
+    e->fd = w->started && w->timeout_s > 0 ? serve_conn_fd(c) : -1;
     if (e->fd < 0) return; // (no /proc, or no deadline asked: civetweb's per-read wait alone)
     e->deadline = mono_now() + w->timeout_s;
     pthread_mutex_lock(&w->lock);

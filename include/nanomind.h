@@ -113,6 +113,31 @@ nm_status nm_outfile_commit(nm_outfile *o, char *err, size_t err_size);
 // Closes and removes the temporary (a no-op after commit or on a zeroed o).
 void nm_outfile_abort(nm_outfile *o);
 
+// ---- input files -----------------------------------------------------------------------
+// Files read without hanging and without reading more than a cap (every reader
+// of nanomind goes through these): the open never blocks (a FIFO with no writer
+// is not waited on); a folder is an error; anything but a regular file (a FIFO,
+// a pipe, a device, a socket) is refused unless flags take it as a stream. A
+// regular file larger than max_bytes is refused from its size, before a byte is
+// read; a stream is read up to max_bytes + 1 bytes and refused at that. Errors
+// name the path and the cap: NM_ERR_IO (cannot open or read, not a regular
+// file), NM_ERR_RANGE (over the cap).
+#define NM_INFILE_STDIN 1u  // "-", and a path naming our standard input (/dev/stdin), read as a stream
+#define NM_INFILE_STREAM 2u // any pipe, FIFO, device or socket read as a stream (a FIFO with no writer: empty)
+
+// Opens path. On success *f is the caller's to fclose (for "-", a duplicate of
+// stdin's descriptor) and *size (may be NULL) the file's size, or -1 for a
+// stream: the caller bounds what it reads from one.
+nm_status nm_infile_open(const char *path, uint64_t max_bytes, uint32_t flags, FILE **f, int64_t *size,
+                         char *err, size_t err_size);
+// Reads path whole into *data (the caller frees it; a '\0' follows the *n
+// bytes; n may be NULL).
+nm_status nm_infile_read(const char *path, uint64_t max_bytes, uint32_t flags, char **data, size_t *n,
+                         char *err, size_t err_size);
+// Reads path whole into buf: *n bytes, at most cap (also the cap on the file).
+nm_status nm_infile_read_into(const char *path, uint32_t flags, void *buf, size_t cap, size_t *n, char *err,
+                              size_t err_size);
+
 // ---- model -------------------------------------------------------------------
 typedef struct nm_model nm_model;
 

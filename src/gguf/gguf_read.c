@@ -14,6 +14,7 @@
 // huge allocation: the two descriptor arrays are sized from counts that were
 // first bounded by what the remaining bytes could hold.
 #include "gguf/gguf.h"
+#include "io/infile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -516,20 +517,14 @@ static nm_status open_path(const char *path, bool read_whole, nm_gguf **out, cha
     *out = NULL;
     reader r = {.err = err, .err_size = err_size};
     if (!path) return fail(&r, NM_ERR_INVALID_ARG, "no path");
-    // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of
-    // blocking until a writer comes; it changes nothing for a regular file.
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return fail(&r, NM_ERR_IO, "%s: %s", path, strerror(errno));
+    // a regular file only (a FIFO is refused, never waited on); mapped, so no size cap
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        int e = errno;
-        close(fd);
-        return fail(&r, NM_ERR_IO, "%s: fstat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return fail(&r, NM_ERR_IO, "%s: not a regular file", path);
-    }
+    int64_t fsize;
+    char why[512];
+    nm_status ost = nm_infile_fd(path, UINT64_MAX, 0, &fd, &fsize, why, sizeof why);
+    if (ost != NM_OK) return fail(&r, ost, "%s", why);
+    sb.st_size = (off_t)fsize;
     if (sb.st_size < 4) {
         close(fd);
         return fail(&r, NM_ERR_FORMAT, "%s: file too small (%lld bytes) for a GGUF header", path,
@@ -547,8 +542,6 @@ static nm_status open_path(const char *path, bool read_whole, nm_gguf **out, cha
             close(fd);
             return fail(&r, NM_ERR_NOMEM, "%s: out of memory for %lld bytes", path, (long long)sb.st_size);
         }
-        int fl = fcntl(fd, F_GETFL);
-        if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
         size_t got = 0;
         while (got < (size_t)sb.st_size) {
             ssize_t k = pread(fd, (uint8_t *)p + got, (size_t)sb.st_size - got, (off_t)got);

@@ -176,8 +176,10 @@ static bool pid_alive(long pid) {
 
 nm_status nm_power_restore_record(const char *record, FILE *log, char *err, size_t err_size) {
     if (!record) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "power: record path is NULL");
-    FILE *f = fopen(record, "r");
-    if (!f) return nm_fail(NM_ERR_IO, err, err_size, "restore record %s: %s", record, strerror(errno));
+    FILE *f;
+    char why[512];
+    if (nm_infile_open(record, 1u << 20, 0, &f, NULL, why, sizeof why) != NM_OK)
+        return nm_fail(NM_ERR_IO, err, err_size, "restore record %s", why);
     char line[PATH_CAP + VALUE_CAP + 8];
     long pid = 0;
     nm_status st = NM_OK;

@@ -442,26 +442,9 @@ static nm_status per_type(const char *path, const char *unit, const char *key, c
 nm_status nm_units_load(const char *path, nm_unit_profile *u, int32_t max, int32_t *n, char *err, size_t err_size) {
     if (n) *n = 0;
     if (!path || !u || !n) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "profile: NULL argument");
-    FILE *f = fopen(path, "rb");
-    if (!f) return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot open", path);
     char *text = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            char *t = cap > (16u << 20) ? NULL : realloc(text, cap = cap ? 2 * cap : 8192);
-            if (!t) {
-                free(text);
-                fclose(f);
-                return nm_fail(NM_ERR_RANGE, err, err_size, "%s: too large for a profile", path);
-            }
-            text = t;
-        }
-        size_t r = fread(text + len, 1, cap - len - 1, f);
-        len += r;
-        if (r == 0) break;
-    }
-    fclose(f);
-    text[len] = '\0';
+    nm_status rs = nm_infile_read(path, 16u << 20, 0, &text, NULL, err, err_size);
+    if (rs != NM_OK) return rs;
     cJSON *root = cJSON_Parse(text);
     free(text);
     nm_status st = NM_OK;

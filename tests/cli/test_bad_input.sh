@@ -117,6 +117,17 @@ expect info_fifo 1 "not a regular file" -- nm info "$tmp/in.fifo"
 expect transcribe_model_fifo 1 "not a regular file" -- nm transcribe -m "$tmp/in.fifo" tests/data/speech/tts_16k.wav
 expect mmproj_fifo 1 "not a regular file" "$M" -- nm run -m "$M" --mmproj "$tmp/in.fifo" --image tests/fuzz/corpus/image/420.jpg -p hi
 expect image_fifo 1 "not a regular file" "$M" -- nm run -m "$M" --mmproj "$tmp/in.fifo" --image "$tmp/in.fifo" -p hi
+# Every file read on the user's word opens through one helper (src/io/infile.c, issue 45 item 18): a
+# FIFO with no writer is refused where a file is needed, and an empty stream where a stream is taken.
+setup "nm-genmmproj mm.gguf" /dev/null "$(dirname "$NM")/nm-genmmproj" -o "$tmp/mm.gguf" --proj mlp --n-out 576 --image-size 64 --patch-size 16
+expect run_image_fifo_refused 1 "image .*in.fifo: not a regular file \\(a FIFO\\)" "$M" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/in.fifo" -p hi -n 1
+expect run_prompt_file_fifo_no_hang 1 "error: the prompt gives no tokens" "$M" -- nm run -m "$M" -f "$tmp/in.fifo" -n 1
+expect say_text_file_fifo_no_hang 1 "error: empty text: nothing to say" -- nm say -f "$tmp/in.fifo" -o "$tmp/f.wav"
+expect serve_key_file_fifo_no_hang 2 "api-key-file .*in.fifo.* holds no key" "$M" -- nm serve -m "$M" --api-key-file "$tmp/in.fifo" --port 1
+mkdir -p "$tmp/qdir" "$tmp/fdir"; cp tests/data/speech/tts_16k.wav "$tmp/qdir/a.wav"; mkfifo "$tmp/qdir/b.wav"
+cp tests/fuzz/corpus/image/420.jpg "$tmp/fdir/a.jpg"; mkfifo "$tmp/fdir/b.jpg"
+expect assistant_audio_dir_fifo_refused 1 "qdir/b.wav: not a regular file \\(a FIFO\\)" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio "$tmp/qdir" -n 1
+expect assistant_frames_dir_fifo_refused 1 "fdir/b.jpg: not a regular file \\(a FIFO\\)" "$M" -- nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames "$tmp/fdir" -p hi -n 1
 
 # ---- values that were silently replaced: a usage error naming flag and range ------
 R="nm run -m $M -p hi -n 1"
@@ -145,7 +156,7 @@ expect bench_bad_output_format 2 "-o needs an output format: json or jsonl" -- n
 expect perplexity_no_sampling 2 "nanomind perplexity does not take --temp" -- nm perplexity -m "$M" -f tests/data/declaration.txt --temp 0
 expect perplexity_no_prompt 2 "nanomind perplexity does not take -p" -- nm perplexity -m "$M" -p hi
 expect info_no_threads 2 "nanomind info does not take -t" -- nm info "$M" -t 2
-expect kl_base_missing 1 "cannot open '/nonexistent.kld': No such file or directory" "$M" -- nm perplexity -m "$M" --kl-divergence-base /nonexistent.kld
+expect kl_base_missing 1 "error: /nonexistent.kld: cannot open: No such file or directory" "$M" -- nm perplexity -m "$M" --kl-divergence-base /nonexistent.kld
 printf 'Only a few words here.\n' > "$tmp/short.txt"
 expect perplexity_default_chunk_blamed_right 1 "do not fill one chunk of 512 \\(the default chunk size; a smaller one with -c\\)" "$M" -- nm perplexity -m "$M" -f "$tmp/short.txt"
 

@@ -99,7 +99,7 @@ case_plan() {
     nm run -m "$M" -p "Hello there" -n 8 --plan --plan-goal throughput --profile "$tmp/prof2.json" | tr '\n' ' '
 }
 expect run_plan 0 "request: [0-9]+ prompt positions .* 8 generated; goal: throughput; .*llm +estimate: [0-9.]+ GFLOP.*plan: [0-9]+ placements considered.* llm .*(on|layers).*latency [0-9.]+ ms a request, period" "$M" -- case_plan
-expect run_plan_no_profile 1 "none.json: cannot open \\(i/o error\\): measure the units first with .nanomind profile." "$M" -- nm run -m "$M" -p hi --plan --profile "$tmp/none.json"
+expect run_plan_no_profile 1 "none.json: cannot open: No such file or directory \\(i/o error\\): measure the units first with .nanomind profile." "$M" -- nm run -m "$M" -p hi --plan --profile "$tmp/none.json"
 expect run_plan_goal_bad 2 "--plan-goal 'fast': latency, throughput or energy" "$M" -- nm run -m "$M" -p hi --plan --plan-goal fast
 expect run_plan_goal_without_plan 2 "--plan-goal and --profile go with --plan" "$M" -- nm run -m "$M" -p hi --plan-goal energy
 expect profile_bad_unit 2 "unit 'gpu': cpu, cpu:big" -- nm profile --units gpu -o "$tmp/x.json"
@@ -395,7 +395,7 @@ case_assistant_plan() { nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k
 expect assistant_plan 0 "stt +on cpu:0 .*vision +on cpu:1 .*llm +on cpu:0 .*placed: stt on cpu, cores 0 placed: vision on cpu, cores 1 placed: llm on cpu, cores 0 > The quick brown fox" "$M" "$WM" -- case_assistant_plan
 expect assistant_plan_and_cores 2 "--plan places the bricks: drop --cores" "$M" -- nm assistant -m "$M" -p hi --plan --cores 0
 expect assistant_plan_goal_alone 2 "--plan-goal goes with --plan" "$M" -- nm assistant -m "$M" -p hi --plan-goal energy
-expect assistant_plan_no_profile 1 "none.json: cannot open \\(i/o error\\): measure the units first" "$M" -- nm assistant -m "$M" -p hi --plan --profile "$tmp/none.json"
+expect assistant_plan_no_profile 1 "none.json: cannot open: No such file or directory \\(i/o error\\): measure the units first" "$M" -- nm assistant -m "$M" -p hi --plan --profile "$tmp/none.json"
 # a question that cannot be read fails alone: the others are answered, the exit status says one failed
 case_assistant_bad_question() {
     printf 'RIFF....WAVEjunk' > "$tmp/asked/2.wav"

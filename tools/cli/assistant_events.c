@@ -64,6 +64,16 @@ static bool list_files(app *A, const char *path, const char *what, const char *c
         char *p = malloc(len);
         if (!p) break;
         snprintf(p, len, "%s/%s", path, e->d_name);
+        // only files: a FIFO or device here is refused now (opened as its reader will, never waited on)
+        FILE *f;
+        char ferr[512];
+        if (nm_infile_open(p, UINT64_MAX, 0, &f, NULL, ferr, sizeof ferr) != NM_OK) {
+            fprintf(stderr, "error: %s folder '%s': %s\n", what, path, ferr);
+            free(p);
+            closedir(d);
+            return false;
+        }
+        fclose(f);
         A->owned[A->n_owned++] = p;
         (*n)++;
     }

@@ -149,8 +149,9 @@ long cli_peak_rss_kb(void);
 // Current resident memory split into anonymous (heap: our allocations) and
 // file-backed (the mmapped weights) from /proc/self/status; false if unknown.
 bool cli_rss_split(long *anon_kb, long *file_kb);
-// Reads a whole file into a NUL-terminated malloc'd buffer; NULL on failure.
-char *cli_read_file(const char *path, size_t *len);
+// The cap on a text file read whole (a prompt, a perplexity text, a key list):
+// nm_infile_read refuses a larger one before reading it.
+#define CLI_TEXT_FILE_MAX (256ull << 20)
 
 // ---- energy of a run (the assistant's --stats and --json, `power energy`):
 // the model of docs/power.md (nm_energy_model_joules) for the machine's CPU

@@ -102,15 +102,14 @@ static bool send_frame(app *A, const char *path, uint64_t id) {
         return encode_frame(A, A->cam_ring, &sl, path, id);
     }
     if (nm_tabm_acquire_write(A->img, 0, -1, &sl) != NM_OK) return false;
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(sl.data, 1, sl.capacity, f) : 0;
-    const bool big = f && n == sl.capacity && fgetc(f) != EOF;
-    if (f) fclose(f);
+    size_t n = 0;
+    char ferr[512];
+    const bool bad = nm_infile_read_into(path, 0, sl.data, sl.capacity, &n, ferr, sizeof ferr) != NM_OK;
     sl.meta->kind = NM_TABM_IMAGE;
-    sl.meta->ndim = n > 0 ? 1 : 0;
-    sl.meta->shape[0] = (int64_t)n;
-    sl.meta->size = big ? 0 : n; // an unreadable or oversized file: an empty slot, failed by the brick
-    if (!f || big) fprintf(stderr, "error: frame %s: %s\n", path, !f ? strerror(errno) : "larger than 64 MiB");
+    sl.meta->ndim = !bad && n > 0 ? 1 : 0;
+    sl.meta->shape[0] = bad ? 0 : (int64_t)n;
+    sl.meta->size = bad ? 0 : n; // an unreadable or oversized file: an empty slot, failed by the brick
+    if (bad) fprintf(stderr, "error: frame %s\n", ferr);
     return encode_frame(A, A->img, &sl, path, id);
 }
 

@@ -130,11 +130,11 @@ int cmd_perplexity(int argc, char **argv) {
     const size_t nv = 2 * (((size_t)n_vocab + 1) / 2) + 4; // uint16 per row in llama.cpp's file
 
     if (kl_path) {
-        kf = fopen(kl_path, "rb");
-        char magic[8];
+        char magic[8], ferr[512];
         int32_t hdr[3];
-        if (!kf) {
-            fprintf(stderr, "error: cannot open '%s': %s\n", kl_path, strerror(errno));
+        // (read a chunk at a time: its size is what its header says, checked below)
+        if (nm_infile_open(kl_path, UINT64_MAX, 0, &kf, NULL, ferr, sizeof ferr) != NM_OK) {
+            fprintf(stderr, "error: %s\n", ferr);
             goto done;
         }
         if (fread(magic, 1, 8, kf) != 8 || memcmp(magic, "_logits_", 8) || fread(hdr, 4, 3, kf) != 3) {
@@ -165,9 +165,10 @@ int cmd_perplexity(int argc, char **argv) {
             fprintf(stderr, "error: -c %d: a chunk needs at least 4 tokens (half of it is scored)\n", n_ctx);
             goto done;
         }
-        text = cli_read_file(o.file, &len);
-        if (!text) {
-            fprintf(stderr, "error: cannot read '%s'\n", o.file);
+        char ferr[512];
+        if (nm_infile_read(o.file, CLI_TEXT_FILE_MAX, NM_INFILE_STDIN | NM_INFILE_STREAM, &text, &len, ferr,
+                           sizeof ferr) != NM_OK) {
+            fprintf(stderr, "error: cannot read the text: %s\n", ferr);
             goto done;
         }
         n_tok = nm_tokenize(m, text, len, NULL, 0, true, false);

@@ -111,21 +111,21 @@ static void *lane_main(void *arg) {
 
 // Creates the rings and starts the LLM brick's lane. Input slots hold a whole
 // context of token ids or one encoder run's embeddings; the image ring one
-// file (the largest given).
+// file (the largest given, at most what the vision brick takes; stdin: that).
 static bool start_lane(session *S, const cli_opts *o, char *err, size_t err_size) {
     size_t in_bytes = nm_brick_in_slot_bytes(S->llm);
     if (S->vision && nm_brick_out_slot_bytes(S->vision) > in_bytes) in_bytes = nm_brick_out_slot_bytes(S->vision);
     nm_status st = nm_tabm_create(NULL, 4, in_bytes, &S->in, err, err_size);
     if (st == NM_OK) st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S->llm), &S->out, err, err_size);
     if (st == NM_OK && S->vision) {
+        const size_t cap = nm_brick_in_slot_bytes(S->vision);
         size_t img_bytes = 1;
-        for (int i = 0; i < o->n_images; i++) {
-            FILE *f = fopen(o->images[i], "rb");
-            if (f && fseek(f, 0, SEEK_END) == 0) {
-                long n = ftell(f);
-                if (n > 0 && (size_t)n > img_bytes) img_bytes = (size_t)n;
-            }
-            if (f) fclose(f);
+        for (int i = 0; i < o->n_images; i++) { // (one that cannot be opened or is too large: said by send_image)
+            FILE *f;
+            int64_t n;
+            if (nm_infile_open(o->images[i], cap, NM_INFILE_STDIN, &f, &n, NULL, 0) != NM_OK) continue;
+            fclose(f);
+            if (n < 0 || (size_t)n > img_bytes) img_bytes = n < 0 ? cap : (size_t)n;
         }
         st = nm_tabm_create(NULL, 1, img_bytes, &S->img, err, err_size);
     }
@@ -202,18 +202,12 @@ static bool send_image(void *ctx, int k, uint64_t user) {
         fprintf(stderr, "error: the vision brick's input ring: %s\n", nm_status_str(st));
         return false;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "error: image %s: cannot open: %s (%s)\n", path, strerror(errno), nm_status_str(NM_ERR_IO));
-        nm_tabm_cancel(S->img, &sl);
-        return false;
-    }
-    size_t n = fread(sl.data, 1, sl.capacity, f);
-    const bool bad = ferror(f) || n == 0;
-    fclose(f);
-    if (bad) {
-        fprintf(stderr, "error: image %s: %s (%s)\n", path, n == 0 ? "empty file" : "cannot read the file",
-                nm_status_str(n == 0 ? NM_ERR_FORMAT : NM_ERR_IO));
+    size_t n = 0;
+    char ferr[512];
+    st = nm_infile_read_into(path, NM_INFILE_STDIN, sl.data, sl.capacity, &n, ferr, sizeof ferr);
+    if (st != NM_OK || n == 0) {
+        if (st != NM_OK) fprintf(stderr, "error: image %s (%s)\n", ferr, nm_status_str(st));
+        else fprintf(stderr, "error: image %s: empty file (%s)\n", path, nm_status_str(NM_ERR_FORMAT));
         nm_tabm_cancel(S->img, &sl);
         return false;
     }
@@ -401,9 +395,11 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     }
     char *file_prompt = NULL;
     if (o.file) {
-        file_prompt = cli_read_file(o.file, NULL);
-        if (!file_prompt) {
-            fprintf(stderr, "error: cannot read prompt file '%s'\n", o.file);
+        char ferr[512];
+        nm_status fst = nm_infile_read(o.file, CLI_TEXT_FILE_MAX, NM_INFILE_STDIN | NM_INFILE_STREAM, &file_prompt,
+                                       NULL, ferr, sizeof ferr);
+        if (fst != NM_OK) {
+            fprintf(stderr, "error: cannot read prompt file: %s\n", ferr);
             return 1;
         }
         o.prompt = file_prompt;

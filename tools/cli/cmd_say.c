@@ -59,32 +59,6 @@ static bool print_voice(void *user, const nm_tts_voice_info *v) {
     return true;
 }
 
-// Reads a stream whole into a NUL-terminated buffer (NULL on a read error or OOM).
-static char *read_stream(FILE *f) {
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = cap > NM_TTS_MAX_TEXT * 2u ? NULL : realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                return NULL;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    if (buf && ferror(f)) {
-        free(buf);
-        return NULL;
-    }
-    if (buf) buf[n] = '\0';
-    return buf;
-}
-
 // The encoder's bytes into the output file.
 static bool to_file(const void *bytes, size_t n, void *user) { return fwrite(bytes, 1, n, (FILE *)user) == n; }
 
@@ -173,15 +147,10 @@ int cmd_say(int argc, char **argv) {
     const char *text = text_arg;
     const char *src = file ? file : (!strcmp(text_arg, "-") ? "-" : NULL);
     if (src) {
-        FILE *f = !strcmp(src, "-") ? stdin : fopen(src, "rb");
-        if (!f) {
-            fprintf(stderr, "error: cannot read text file '%s': %s\n", src, strerror(errno));
-            return 1;
-        }
-        owned = read_stream(f);
-        if (f != stdin) fclose(f);
-        if (!owned) {
-            fprintf(stderr, "error: cannot read text from '%s'\n", src);
+        char ferr[512];
+        if (nm_infile_read(src, 4ull * NM_TTS_MAX_TEXT, NM_INFILE_STDIN | NM_INFILE_STREAM, &owned, NULL, ferr,
+                           sizeof ferr) != NM_OK) {
+            fprintf(stderr, "error: cannot read the text: %s\n", ferr);
             return 1;
         }
         text = owned;

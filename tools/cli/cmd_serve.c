@@ -1076,10 +1076,12 @@ static bool take_own(server *S, int *argc, char **argv) {
                 snprintf(what, sizeof what, "--api-key '%.40s'", v);
                 if (!add_keys(S, v, what)) return false;
             } else if (!strcmp(a, "--api-key-file")) {
-                errno = 0;
-                char *text = cli_read_file(v, NULL); // (whole: a long file is not cut mid-key)
-                if (!text) {
-                    fprintf(stderr, "error: --api-key-file '%s': %s\n", v, errno ? strerror(errno) : "cannot read it");
+                // whole (a long file is not cut mid-key), up to 1 MiB; a pipe (<(pass show key)) is
+                // read too, and a FIFO with no writer is an empty file, not a wait
+                char *text = NULL, ferr[512];
+                if (nm_infile_read(v, 1u << 20, NM_INFILE_STDIN | NM_INFILE_STREAM, &text, NULL, ferr, sizeof ferr) !=
+                    NM_OK) {
+                    fprintf(stderr, "error: --api-key-file: %s\n", ferr);
                     return false;
                 }
                 char what[PATH_MAX + 32];

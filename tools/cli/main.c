@@ -503,30 +503,6 @@ bool cli_rss_split(long *anon_kb, long *file_kb) {
     return got == 2;
 }
 
-char *cli_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) { free(buf); return NULL; }
-    buf[n] = '\0';
-    if (len) *len = n;
-    return buf;
-}
-
 void cli_ctx_note(const nm_ctx *c) {
     if (nm_ctx_device_note(c)[0]) fprintf(stderr, "note: %s\n", nm_ctx_device_note(c));
 }

@@ -104,31 +104,23 @@ static bool b64_decode(const char *s, size_t n, uint8_t *out, size_t cap, size_t
     return true;
 }
 
-// A regular file into out, opened without blocking (a FIFO put there cannot hang the request). name: the
-// file as the messages call it, its path under --image-dir (a client is not told the host's paths).
+// A regular file into out (src/io/infile.c: a FIFO put there cannot hang the request). name: the file as the
+// messages call it, its path under --image-dir (a client is not told the host's paths).
 static bool read_image_file(const char *path, const char *name, uint8_t *out, size_t cap, size_t *len, char *err,
                             size_t es) {
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, es, "image file '%s': %s", name, fd < 0 ? strerror(errno) : "not a regular file");
-        if (fd >= 0) close(fd);
-        return false;
-    }
-    if ((uint64_t)st.st_size > cap) {
-        snprintf(err, es, "image file '%s' is %lld bytes; the largest taken is %zu (3/4 of --max-body)", name,
-                 (long long)st.st_size, cap);
-        close(fd);
-        return false;
-    }
+    char why[PATH_MAX + 256];
     size_t n = 0;
-    while (n < (size_t)st.st_size) {
-        ssize_t k = read(fd, out + n, (size_t)st.st_size - n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        n += (size_t)k;
+    const nm_status st = nm_infile_read_into(path, 0, out, cap, &n, why, sizeof why);
+    if (st == NM_ERR_RANGE) {
+        snprintf(err, es, "image file '%s' is over %zu bytes, the largest taken (3/4 of --max-body)", name, cap);
+        return false;
     }
-    close(fd);
+    if (st != NM_OK) { // the cause without the host's path, which starts the message
+        const size_t pl = strlen(path);
+        const char *cause = !strncmp(why, path, pl) && !strncmp(why + pl, ": ", 2) ? why + pl + 2 : "cannot read it";
+        snprintf(err, es, "image file '%s': %s", name, cause);
+        return false;
+    }
     if (n == 0) {
         snprintf(err, es, "image file '%s' is empty", name);
         return false;

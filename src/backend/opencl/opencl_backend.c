@@ -140,13 +140,11 @@ static nm_status build_program(nm_ocl *o) {
     const bool force_fail = getenv("NM_OPENCL_FORCE_BUILD_FAIL") && atoi(getenv("NM_OPENCL_FORCE_BUILD_FAIL")) == 1;
     cl_int e = CL_SUCCESS;
     if (path[0] && !force_fail) {
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            unsigned char *bin = NULL;
-            long n = -1;
-            if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
-                (bin = malloc((size_t)n)) && fread(bin, 1, (size_t)n, f) == (size_t)n) {
-                size_t len = (size_t)n;
+        char *cached = NULL;
+        size_t len = 0;
+        if (nm_infile_read(path, 256u << 20, 0, &cached, &len, NULL, 0) == NM_OK) { // (else: built below)
+            unsigned char *bin = (unsigned char *)cached;
+            if (len > 0) {
                 cl_int bst = CL_SUCCESS;
                 const unsigned char *bp = bin;
                 cl_program p = o->api.clCreateProgramWithBinary(o->ctx, 1, &o->dev, &len, &bp, &bst, &e);
@@ -158,7 +156,6 @@ static nm_status build_program(nm_ocl *o) {
                 }
             }
             free(bin);
-            fclose(f);
             if (o->prog) return NM_OK;
         }
     }

@@ -13,6 +13,7 @@
 #include <sndfile.h>
 
 #include "core/outfile.h"
+#include "io/infile.h"
 
 #define CHUNK_FRAMES 4096 // frames read per libsndfile / raw call
 
@@ -298,38 +299,23 @@ static nm_status read_all(FILE *f, const char *name, uint8_t **data, size_t *n, 
     return NM_OK;
 }
 
-// Opens path ("-" = stdin). *regular says whether it is a seekable regular
-// file, *size is then its size.
+// Opens path ("-" = stdin; pipes and FIFOs are streams, never waited on at
+// the open). *regular says whether it is a seekable regular file (stdin is
+// always read as a stream), *size is then its size. A regular file is streamed
+// by libsndfile: no size cap, the duration cap bounds what it costs.
 static nm_status open_input(const char *path, FILE **f, bool *regular, int64_t *size, char *err,
                             size_t err_size) {
-    *f = NULL;
     *regular = false;
     *size = 0;
     if (!path) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: no path");
-    if (!strcmp(path, "-")) {
-        *f = stdin;
-    } else {
-        *f = fopen(path, "rb");
-        if (!*f) return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot open: %s", path, strerror(errno));
-    }
-    struct stat sb;
-    if (fstat(fileno(*f), &sb) != 0) {
-        if (*f != stdin) fclose(*f);
-        *f = NULL;
-        return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot stat: %s", path, strerror(errno));
-    }
-    if (S_ISDIR(sb.st_mode)) {
-        if (*f != stdin) fclose(*f);
-        *f = NULL;
-        return nm_fail(NM_ERR_IO, err, err_size, "%s: is a directory", path);
-    }
-    *regular = S_ISREG(sb.st_mode) && *f != stdin;
-    *size = (int64_t)sb.st_size;
+    nm_status st = nm_infile_open(path, UINT64_MAX, NM_INFILE_STDIN | NM_INFILE_STREAM, f, size, err, err_size);
+    if (st != NM_OK) return st;
+    *regular = *size >= 0 && strcmp(path, "-");
     return NM_OK;
 }
 
 static void close_input(FILE *f) {
-    if (f && f != stdin) fclose(f);
+    if (f) fclose(f);
 }
 
 static nm_status load(const char *path, int32_t target_rate, const dest *d, nm_audio *out, char *err,
@@ -401,13 +387,18 @@ nm_status nm_audio_probe(const char *path, int32_t target_rate, int64_t *max_sam
     if (max_samples) *max_samples = 0;
     if (!path || !max_samples || target_rate <= 0)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "audio: probe needs a path, a target rate and an output");
-    struct stat sb;
-    if (!strcmp(path, "-") || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+    int fd = -1;
+    int64_t size = -1;
+    if (strcmp(path, "-")) (void)nm_infile_fd(path, UINT64_MAX, NM_INFILE_STDIN | NM_INFILE_STREAM, &fd, &size, NULL, 0);
+    if (fd < 0 || size < 0) {
+        if (fd >= 0) close(fd);
         return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "%s: not a regular file: its length is known once read", path);
+    }
     SF_INFO info = {0};
-    SNDFILE *sf = sf_open(path, SFM_READ, &info);
+    SNDFILE *sf = sf_open_fd(fd, SFM_READ, &info, 0);
+    if (sf) sf_close(sf);
+    close(fd);
     if (!sf) return nm_fail(NM_ERR_FORMAT, err, err_size, "%s: cannot decode: %s", path, sf_strerror(NULL));
-    sf_close(sf);
     if (info.frames <= 0 || info.frames == SF_COUNT_MAX || info.samplerate <= 0)
         return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "%s: the header does not say how long it is", path);
     // soxr's count is within a sample of round(frames * out / in); a margin for its tail

@@ -29,6 +29,7 @@
 
 #include "bricks/stt/whisper_model.h"
 #include "gguf/gguf.h"
+#include "io/infile.h"
 #include "quant/quant.h"
 
 #define BIN_MAGIC 0x67676d6cu
@@ -849,18 +850,15 @@ nm_status nm_whisper_model_load(const char *path, nm_whisper_model **out, char *
         return NM_ERR_INVALID_ARG;
     }
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO: refused below, never waited on
-    if (fd < 0) {
-        if (err && err_size) snprintf(err, err_size, "whisper: %s: %s", path, strerror(errno));
-        return NM_ERR_IO;
+    int fd;
+    int64_t fsize;
+    char why[512];
+    nm_status ost = nm_infile_fd(path, SIZE_MAX, 0, &fd, &fsize, why, sizeof why); // a FIFO: refused, never waited on
+    if (ost != NM_OK) {
+        if (err && err_size) snprintf(err, err_size, "whisper: %s", why);
+        return ost;
     }
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        if (err && err_size) snprintf(err, err_size, "whisper: %s: not a regular file", path);
-        close(fd);
-        return NM_ERR_IO;
-    }
-    const size_t size = (size_t)sb.st_size;
+    const size_t size = (size_t)fsize;
     if (size < 4) {
         close(fd);
         if (err && err_size) snprintf(err, err_size, "whisper: %s: %zu bytes is too short for a model", path, size);

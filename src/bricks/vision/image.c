@@ -2,6 +2,7 @@
 // The per-format decoders live in image_png.c, image_jpeg.c and image_pnm.c.
 #include "bricks/vision/image.h"
 #include "core/fail.h"
+#include "io/infile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -66,37 +67,10 @@ nm_status nm_image_load(const char *path, nm_image *out, char *err, size_t err_s
     if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no output");
     *out = (nm_image){0};
     if (!path) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "image: no path");
-    // O_NONBLOCK: a FIFO opens at once and is refused, never waited on.
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return nm_fail(NM_ERR_IO, err, err_size, "%s: not a regular file", path);
-    }
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        close(fd);
-        return nm_fail(NM_ERR_NOMEM, err, err_size, "%s: %s", path, strerror(errno));
-    }
-    if ((unsigned long long)st.st_size > MAX_FILE_BYTES) {
-        fclose(f);
-        return nm_fail(NM_ERR_RANGE, err, err_size, "%s: %lld bytes, over the %llu limit", path,
-                       (long long)st.st_size, MAX_FILE_BYTES);
-    }
-    size_t n = (size_t)st.st_size;
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) {
-        fclose(f);
-        return nm_fail(NM_ERR_NOMEM, err, err_size, "%s: out of memory", path);
-    }
-    size_t got = fread(buf, 1, n, f);
-    bool bad = ferror(f) != 0;
-    fclose(f);
-    if (bad || got != n) {
-        free(buf);
-        return nm_fail(NM_ERR_IO, err, err_size, "%s: cannot read", path);
-    }
+    char *buf = NULL;
+    size_t n = 0;
+    nm_status rs = nm_infile_read(path, MAX_FILE_BYTES, 0, &buf, &n, err, err_size);
+    if (rs != NM_OK) return rs;
     char sub[256] = "";
     nm_status s = nm_image_decode(buf, n, out, sub, sizeof sub);
     free(buf);

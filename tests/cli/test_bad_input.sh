@@ -127,6 +127,16 @@ expect serve_key_file_fifo_no_hang 2 "api-key-file .*in.fifo.* holds no key" "$M
 mkdir -p "$tmp/qdir" "$tmp/fdir"; cp tests/data/speech/tts_16k.wav "$tmp/qdir/a.wav"; mkfifo "$tmp/qdir/b.wav"
 cp tests/fuzz/corpus/image/420.jpg "$tmp/fdir/a.jpg"; mkfifo "$tmp/fdir/b.jpg"
 expect assistant_audio_dir_fifo_refused 1 "qdir/b.wav: not a regular file \\(a FIFO\\)" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio "$tmp/qdir" -n 1
+# ---- unbounded reads: a size cap before reading, a stream read to the cap + 1 (issue 45, item 17) ----
+# (ulimit -v: a safety net for the machine should the cap be gone; the fixed code never comes near it)
+case_image_sparse() {
+    truncate -s 100G "$tmp/huge.png"
+    (ulimit -v 4000000; nm run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/huge.png" -p hi -n 1)
+    rm -f "$tmp/huge.png"
+}
+expect run_image_size_capped 1 "image .*huge.png: 107374182400 bytes, over the limit of 67108864 bytes" "$M" -- case_image_sparse
+case_key_file_zero() { (ulimit -v 4000000; nm serve -m "$M" --api-key-file /dev/zero --port 1); }
+expect serve_key_file_stream_capped 2 "api-key-file: /dev/zero: more than 1048576 bytes, the limit" "$M" -- case_key_file_zero
 expect assistant_frames_dir_fifo_refused 1 "fdir/b.jpg: not a regular file \\(a FIFO\\)" "$M" -- nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames "$tmp/fdir" -p hi -n 1
 
 # ---- values that were silently replaced: a usage error naming flag and range ------

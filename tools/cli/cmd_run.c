@@ -52,7 +52,8 @@ static void run_usage(void) {
            "  --image-min-tokens N, --image-max-tokens N  the fewest and most image tokens an image is\n"
            "                           resized to (dynamic-resolution mmproj only; default: the model's, 8..4096)\n"
            "  --image FILE             image (PNG, JPEG, PPM) for the prompt; repeatable. Each goes where\n"
-           "                           the prompt says " MEDIA_MARKER ", or before the prompt if it has none\n"
+           "                           the prompt says " MEDIA_MARKER ", or before the prompt if it has none;\n"
+           "                           a regular file of at most 64 MiB, or - (stdin)\n"
            "  -fa, --flash-attn [on|off|auto]  accepted: attention is always one fused kernel here\n"
            "  -ngl, --n-gpu-layers N   accepted; this build has no GPU backend (a notice when N != 0)\n"
            "  --mlock                  keep the model's pages in RAM\n"
@@ -120,12 +121,16 @@ static bool start_lane(session *S, const cli_opts *o, char *err, size_t err_size
     if (st == NM_OK && S->vision) {
         const size_t cap = nm_brick_in_slot_bytes(S->vision);
         size_t img_bytes = 1;
-        for (int i = 0; i < o->n_images; i++) { // (one that cannot be opened or is too large: said by send_image)
+        for (int i = 0; i < o->n_images; i++) { // each opened now: a missing or too large one fails the run here
             FILE *f;
             int64_t n;
-            if (nm_infile_open(o->images[i], cap, NM_INFILE_STDIN, &f, &n, NULL, 0) != NM_OK) continue;
+            char ferr[512];
+            if ((st = nm_infile_open(o->images[i], cap, NM_INFILE_STDIN, &f, &n, ferr, sizeof ferr)) != NM_OK) {
+                fprintf(stderr, "error: image %s (%s)\n", ferr, nm_status_str(st));
+                return false;
+            }
             fclose(f);
-            if (n < 0 || (size_t)n > img_bytes) img_bytes = n < 0 ? cap : (size_t)n;
+            if (n < 0 || (size_t)n > img_bytes) img_bytes = n < 0 ? cap : (size_t)n; // a stream: as large as taken
         }
         st = nm_tabm_create(NULL, 1, img_bytes, &S->img, err, err_size);
     }

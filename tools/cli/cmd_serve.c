@@ -38,7 +38,7 @@ static void usage(FILE *f) {
             "  --port N                 port (default 8080)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' (repeatable, or KEY1,KEY2);\n"
             "                           /health and /v1/models stay open, as llama-server\n"
-            "  --api-key-file FILE      the keys, one a line (a list or file with no key in it is an error)\n"
+            "  --api-key-file FILE      the keys, one a line, at most 1 MiB (a list or file with no key in it is an error)\n"
             "  -a, --alias NAME         the model's id in /v1/models and the answers (default: the file name)\n"
             "  -np, --parallel N        requests decoded together (continuous batching; default 1), each on a\n"
             "                           sequence of its own of -c / N positions (as llama-server's slots)\n"

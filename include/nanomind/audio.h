@@ -49,6 +49,14 @@ typedef enum nm_pcm_format {
 // during the call.
 nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_audio *out, char *err,
                           size_t err_size);
+// As nm_audio_decode with a cap on the output's samples instead of
+// NM_AUDIO_MAX_SECONDS * rate (max_samples <= 0: that default), applied while
+// decoding: a header announcing more fails before any sample is decoded, and a
+// stream that does not say its length stops at the cap (NM_ERR_RANGE either
+// way). A server's limit on an upload (nanomind serve --max-audio); the fuzzer
+// uses a small cap to stay fast.
+nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, int64_t max_samples,
+                              nm_audio *out, char *err, size_t err_size);
 
 // Reads and decodes a file. A regular file is streamed by libsndfile; "-"
 // (stdin), a pipe or another non-seekable file is first read whole (up to

@@ -1115,7 +1115,40 @@ def t_speech_metrics(name):
            "%s, %d requests, %.3f s for %d bytes; %s" % (st, n, secs, len(data), hist))
 
 
+# Decompression bombs (issue 45, item 16): four 1 MB uploads of 8-bit mu-law at 1 kHz, each 1000 s (64 MB of
+# 16 kHz float samples), at once. Each is refused naming --max-audio (60 s here) from its header, and the server's
+# peak memory grows by about their bodies alone: it decoded none (before: each was decoded whole, all four side by
+# side before any took its turn, and only then measured against the limit).
+def t_transcription_bomb(name):
+    import struct
+    import threading
+    n = 1000 * 1000
+    fmt = struct.pack("<HHIIHHH", 7, 1, 1000, 1000, 1, 8, 0)  # WAVE_FORMAT_MULAW, mono, 1 kHz, 8 bits, cbSize 0
+    wav = (b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 8 + n) + b"WAVEfmt " + struct.pack("<I", len(fmt)) + fmt +
+           b"data" + struct.pack("<I", n) + b"\xff" * n)  # (0xff: mu-law silence)
+
+    def hwm():
+        with open("/proc/%d/status" % p4.pid) as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) // 1024
+
+    before = hwm()
+    got = [None] * 4
+
+    def post(i):
+        st, data = raw(sport, "POST", "/v1/audio/transcriptions", *multipart([("file", wav, "bomb.wav")]), timeout=120)
+        got[i] = (st, err_of(data)[1])
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    grew = hwm() - before
+    ok = all(g and g[0] == 400 and "longer than 60 s, the limit (--max-audio)" in g[1] for g in got)
+    result(name, ok and grew < 48, "peak memory +%d MiB; %s" % (grew, got))
+
+
 STT_CASES = [("transcription_equals_transcribe_and_whisper_cli", t_transcription),
+             ("transcription_bomb_refused_before_decoding", t_transcription_bomb),
              ("transcription_formats", t_transcription_formats), ("transcription_words", t_transcription_words),
              ("transcription_streamed", t_transcription_streamed),
              ("transcription_bad_requests_4xx_then_serves", t_transcription_bad_requests),

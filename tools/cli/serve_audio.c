@@ -421,25 +421,27 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
     if (!lang) lang = S->stt_info.multilingual ? "auto" : "en";
     char err[512];
     nm_audio pcm = {0};
-    nm_status st = nm_audio_decode(f.file, f.n_file, NM_AUDIO_RATE, &pcm, err, sizeof err);
-    if (st != NM_OK) {
-        code = send_error(S, c, 400, "file", "the audio cannot be decoded: %s", err);
-        goto out;
-    }
-    free(f.file);
-    f.file = NULL;
-    const double secs = (double)pcm.n / NM_AUDIO_RATE;
-    if (secs > S->audio_max_s) {
-        nm_audio_free(&pcm);
-        code = send_error(S, c, 400, "file", "the audio is %.1f s long; the limit is %d s (--max-audio)", secs,
-                          S->audio_max_s);
-        goto out;
-    }
-    if (!serve_turn_take(S, &S->stt_turn)) { // the transcriber's turn
-        nm_audio_free(&pcm);
+    // The transcriber's turn first, then the decoding: requests that wait hold their bodies, never their
+    // samples (a few KB of FLAC can be hours of them). The decoder stops at --max-audio: a header that
+    // announces more fails before a sample is decoded, a stream that does not say stops at the limit.
+    if (!serve_turn_take(S, &S->stt_turn)) {
         code = send_error(S, c, 429, NULL, "%d requests already wait for the transcriber (--queue)", S->queue_max);
         goto out;
     }
+    nm_status st = nm_audio_decode_max(f.file, f.n_file, NM_AUDIO_RATE, (int64_t)S->audio_max_s * NM_AUDIO_RATE,
+                                       &pcm, err, sizeof err);
+    free(f.file);
+    f.file = NULL;
+    if (st != NM_OK) {
+        serve_turn_give(S, &S->stt_turn);
+        if (st == NM_ERR_RANGE && strstr(err, "too long")) // (not a channel count or rate out of range)
+            code = send_error(S, c, 400, "file", "the audio is longer than %d s, the limit (--max-audio)",
+                              S->audio_max_s);
+        else
+            code = send_error(S, c, 400, "file", "the audio cannot be decoded: %s", err);
+        goto out;
+    }
+    const double secs = (double)pcm.n / NM_AUDIO_RATE;
     pthread_mutex_lock(&S->lock);
     S->n_audio_requests++;
     S->audio_seconds += secs; // (counted before the answer goes: a client reading /metrics after it sees it)

@@ -53,11 +53,7 @@
 // The reading and writing calls, the limits and nm_audio are public
 // (include/nanomind.h, "audio"); the contract above is theirs. Internal:
 
-// As nm_audio_decode with a cap on the output's samples instead of
-// NM_AUDIO_MAX_SECONDS * rate (max_samples <= 0: that default). The fuzzer
-// uses a small cap to stay fast.
-nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, int64_t max_samples,
-                              nm_audio *out, char *err, size_t err_size);
+// (nm_audio_decode_max is public too.)
 
 // As nm_audio_from_raw with the same cap.
 nm_status nm_audio_from_raw_max(const void *data, size_t n, nm_pcm_format fmt, int32_t rate,

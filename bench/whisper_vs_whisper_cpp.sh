@@ -44,7 +44,7 @@ for mode in greedy beam5; do
     if [ $mode = greedy ]; then wa=(-bs 1); na=(--beam-size 1); else wa=(); na=(); fi
     w=$(best "$WCLI" -m "$BIN" -f "$AUDIO" -t "$T" -nt -np "${wa[@]}")
     for model in "$BIN" ${GGUF:+"$GGUF"}; do
-        o=$(best "$NM" transcribe -m "$model" "$AUDIO" -t "$T" "${na[@]}")
+        o=$(best "$NM" transcribe -m "$model" "$AUDIO" -t "$T" -nt "${na[@]}")
         python3 -c "
 import sys; w,o,s=float(sys.argv[1]),float(sys.argv[2]),float(sys.argv[3])
 print('%-10s %-22s %9.2f %7.3f %9.2f %7.3f %8.2f' % (sys.argv[4], sys.argv[5][-22:], w, w/s, o, o/s, o/w))" "$w" "$o" "$secs" "$mode" "$(basename "$model")"

@@ -87,6 +87,10 @@ nm_status nm_cores_parse(const nm_cpu_topology *t, const char *spec, int32_t *co
 // tensor table (name, type, shape, bytes) to f. A corrupt or truncated file is
 // an error naming the problem (nothing is printed).
 nm_status nm_gguf_print_file(const char *path, FILE *f, char *err, size_t err_size);
+// A GGUF file's general.architecture ("llama", "whisper", "clip" for an mmproj, ...) into arch (cut to
+// size - 1 bytes): what a file is, to say which command takes it. NM_ERR_FORMAT (err says why) if it is
+// not a GGUF file or names none.
+nm_status nm_gguf_arch(const char *path, char *arch, size_t size, char *err, size_t err_size);
 
 // ---- output files ----------------------------------------------------------------------
 // Files written without damaging what is on disk (every writer of nanomind

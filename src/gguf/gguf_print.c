@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "core/fail.h"
 #include "quant/quant.h"
 
 #define PRINT_STR_MAX 60 // bytes of a string shown before "..."
@@ -104,6 +105,24 @@ void nm_gguf_print_info(const nm_gguf *g, FILE *f) {
     }
     fprintf(f, "  total tensor data: %" PRIu64 " bytes (%.1f MiB)\n", total,
             (double)total / (1024.0 * 1024.0));
+}
+
+nm_status nm_gguf_arch(const char *path, char *arch, size_t size, char *err, size_t err_size) {
+    if (!path || !arch || size == 0) return NM_ERR_INVALID_ARG;
+    arch[0] = '\0';
+    nm_gguf *g = NULL;
+    nm_status st = nm_gguf_open(path, &g, err, err_size);
+    if (st != NM_OK) return st;
+    nm_str s;
+    if (nm_gguf_get_str(g, "general.architecture", &s)) {
+        const size_t n = s.len < size - 1 ? s.len : size - 1;
+        memcpy(arch, s.ptr, n);
+        arch[n] = '\0';
+    } else {
+        st = nm_fail(NM_ERR_FORMAT, err, err_size, "%s: no general.architecture", path);
+    }
+    nm_gguf_close(g);
+    return st;
 }
 
 nm_status nm_gguf_print_file(const char *path, FILE *f, char *err, size_t err_size) {

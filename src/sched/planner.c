@@ -269,8 +269,10 @@ int32_t nm_plan_format(const nm_plan *p, const nm_unit_profile *units, const nm_
             PUT("  %-8.24s layers 0-%d on %s, %d-%d on %s: %.2f ms  %s\n", name, st->split - 1, units[st->unit].name,
                 st->split, bricks[i].n_layer - 1, units[st->unit2].name, 1e3 * st->seconds, st->why);
     }
-    PUT("latency %.2f ms a request, period %.2f ms (%.1f a second), %.3f J a request\n", 1e3 * p->latency_s,
-        1e3 * p->period_s, p->period_s > 0 ? 1.0 / p->period_s : 0.0, p->joules);
+    PUT("latency %.2f ms a request, period %.2f ms (%.1f a second), ", 1e3 * p->latency_s, 1e3 * p->period_s,
+        p->period_s > 0 ? 1.0 / p->period_s : 0.0);
+    if (p->joules > 0) PUT("%.3f J a request\n", p->joules);
+    else PUT("energy a request unknown (no unit's watts: nanomind profile where a meter sees them)\n");
     for (int32_t u = 0; u < NM_PLAN_MAX_UNITS; u++)
         if (p->busy_s[u] > 0)
             PUT("  %-12s busy %.2f ms, holds %.1f MiB\n", units[u].name, 1e3 * p->busy_s[u], p->mem[u] / 1048576.0);

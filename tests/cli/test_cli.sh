@@ -13,6 +13,13 @@ for c in run info perplexity bench; do
 done
 expect no_command 2 "usage: nanomind COMMAND" -- nm
 expect unknown_command 2 "unknown command 'frobnicate'" -- nm frobnicate
+# hints: a model given to the command that does not take it says which does (issue 45)
+case_flag_first() { nm -m "$M" -p hi 2>&1 | tr '\n' ' '; }
+expect flag_before_command_hint 2 "unknown command '-m' hint: a command comes first: nanomind run -m" -- case_flag_first
+expect run_whisper_model_hint 1 "hint: '[^']*whisper-tiny.en.gguf' is a Whisper model \(speech to text\): nanomind transcribe -m" "$WM" -- nm run -m "$WM" -p hi
+expect run_mmproj_as_model_hint 1 "hint: '[^']*vlm-mmproj-q8_0.gguf' is an mmproj \(a vision encoder\): give it with --mmproj" -- nm run -m tests/data/vlm/vlm-mmproj-q8_0.gguf -p hi
+expect transcribe_llm_hint 1 "hint: '[^']*SmolLM2-135M-Instruct.Q4_1.gguf' is a language model \(llama\): give it with -m: nanomind run -m" "$M" -- nm transcribe -m "$M" tests/data/speech/tts_16k.wav
+expect mmproj_llm_hint 1 "hint: '[^']*SmolLM2-135M-Instruct.Q4_1.gguf' is a language model" "$M" -- nm run -m "$M" --mmproj "$M" --image tests/data/vlm/scene-4242-1.ppm -p hi
 expect unknown_flag 2 "unknown option '--bogus'" -- nm run -m "$M" -p hi --bogus
 expect bad_int 2 "-n needs an integer" -- nm run -m "$M" -p hi -n many
 expect missing_model 1 "cannot load '/nonexistent.gguf'.*No such file" -- nm run -m /nonexistent.gguf -p hi
@@ -99,6 +106,21 @@ case_plan() {
     nm run -m "$M" -p "Hello there" -n 8 --plan --plan-goal throughput --profile "$tmp/prof2.json" | tr '\n' ' '
 }
 expect run_plan 0 "request: [0-9]+ prompt positions .* 8 generated; goal: throughput; .*llm +estimate: [0-9.]+ GFLOP.*plan: [0-9]+ placements considered.* llm .*(on|layers).*latency [0-9.]+ ms a request, period" "$M" -- case_plan
+# a plan from a profile without watts (none seen here: no meter) says the energy is unknown, not 0 J
+case_plan_no_watts() {
+    nm profile --units cpu -o "$tmp/prof3.json" --no-watts > /dev/null 2>&1
+    nm run -m "$M" -p "Hello there" -n 4 --plan --profile "$tmp/prof3.json" | grep -E "J a request|unknown"
+}
+expect run_plan_energy_unknown 0 "^latency [0-9.]+ ms a request, .*energy a request unknown \\(no unit's watts" "$M" -- case_plan_no_watts
+# help and notes that tell the truth (issue 45): the device options in every LLM command's help, a clock
+# that is not known said so, -c past the training context warned of as llama.cpp does
+help_of() { nm "$1" --help | tr '\n' ' '; }
+for c in run perplexity bench; do
+    expect "help_${c}_device" 0 "-dev, --device DEV .*-ngl, --n-gpu-layers N .*--no-mmap" -- help_of $c
+done
+case_list_devices_no_zero_clock() { nm --list-devices > "$tmp/dev.txt"; ! grep -q "max 0.00 GHz" "$tmp/dev.txt" && echo none; }
+expect list_devices_no_zero_clock 0 "^none$" -- case_list_devices_no_zero_clock
+expect ctx_past_training_warned 0 "warning: -c 9000 is more than the model's training context \\(8192\\)" "$M" -- nm run -m "$M" -c 9000 -p hi -n 1 --temp 0
 expect run_plan_no_profile 1 "none.json: cannot open: No such file or directory \\(i/o error\\): measure the units first with .nanomind profile." "$M" -- nm run -m "$M" -p hi --plan --profile "$tmp/none.json"
 expect run_plan_goal_bad 2 "--plan-goal 'fast': latency, throughput or energy" "$M" -- nm run -m "$M" -p hi --plan --plan-goal fast
 expect run_plan_goal_without_plan 2 "--plan-goal and --profile go with --plan" "$M" -- nm run -m "$M" -p hi --plan-goal energy
@@ -190,7 +212,7 @@ case_say_encoded() {
     for f in mp3 opus flac; do
         nm say "Hello there, how are you today?" -o "$tmp/hello.$f" || return
         printf '%s: %s ' "$f" "$(head -c 4 "$tmp/hello.$f" | od -An -tx1 | tr -d ' \n')"
-        nm transcribe -m "$WM" "$tmp/hello.$f" -t 2 2>/dev/null | tr '\n' ' '
+        nm transcribe -m "$WM" "$tmp/hello.$f" -t 2 -nt 2>/dev/null | tr '\n' ' '
     done
     printf 'stdout: %s' "$(nm say hi --stdout --format opus | head -c 4)"
 }
@@ -208,8 +230,10 @@ expect transcribe_missing_model 1 "cannot load '/nonexistent.bin'" -- nm transcr
 setup "truncated copy of tts_16k.wav" "$tmp/trunc.wav" head -c 30 $SPEECH/tts_16k.wav
 expect transcribe_truncated_audio 1 "cannot read audio" "$WM" -- nm transcribe -m "$WM" "$tmp/trunc.wav"
 expect transcribe_bad_language 2 "unknown language 'xx'" "$WM" -- nm transcribe -m "$WM" -l xx $SPEECH/tts_16k.wav
-expect transcribe_text 0 "quick brown fox" "$WM" -- nm transcribe -m "$WM" $SPEECH/tts_16k.wav -t 2 --beam-size 1
+expect transcribe_text 0 "^[^[]*quick brown fox" "$WM" -- nm transcribe -m "$WM" $SPEECH/tts_16k.wav -t 2 --beam-size 1 -nt
 expect transcribe_timestamps 0 "^\[00:00:00.000 --> 00:00:0[0-9].[0-9]{3}\]   The quick" "$WM" -- nm transcribe -m "$WM" $SPEECH/tts_16k.wav -t 2 --beam-size 1 --timestamps
+# timestamps by default, as whisper-cli and the library's STT brick (issue 45): the same decode, the same text
+expect transcribe_timestamps_by_default 0 "^\[00:00:00.000 --> 00:00:0[0-9].[0-9]{3}\]   The quick" "$WM" -- nm transcribe -m "$WM" $SPEECH/tts_16k.wav -t 2 --beam-size 1
 # SRT: the first cue's number, its time range and its text (captured first: no pipe into head)
 case_transcribe_srt() {
     nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam-size 1 --print-srt > "$tmp/out.srt" 2>/dev/null

@@ -99,6 +99,20 @@ char *cli_chat_text(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs
 // The LLM brick's parameters from the options (run's and the assistant's):
 // the loaded model, context, threads, lane, device, sampling, -n, stop strings,
 // a slot per token; counted in ledger.
+// The model and device options every command that loads an LLM takes (CLI_MODEL), for its --help.
+#define CLI_HELP_MODEL                                                                                           \
+    "  -dev, --device DEV       the LLM's unit: cpu (the default), opencl, opencl:N, or auto (the first OpenCL\n" \
+    "                           GPU if the model fits there, else the CPU); nanomind --list-devices lists them\n" \
+    "  -ngl, --n-gpu-layers N   with a device: the last N layers and the output head on it (-1, all: every\n"   \
+    "                           layer, the default); with the CPU a note that every layer runs there\n"           \
+    "  --no-mmap                read the model into memory instead of mapping the file\n"                        \
+    "  --mlock                  keep the model's pages in RAM\n"
+
+// What a command loads (for the hint a failed load gives).
+typedef enum { CLI_WANT_LLM, CLI_WANT_WHISPER, CLI_WANT_MMPROJ } cli_want;
+// Prints "error: cannot load[ WHAT] 'PATH': STATUS: ERR" and, when PATH is another kind of model (its
+// general.architecture), which command or flag takes it.
+void cli_load_error(const char *path, nm_status st, const char *err, cli_want want);
 nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger);
 // The vision brick of --mmproj FILE `mmproj` (media.c) feeding the LLM brick
 // `llm` (o->model's), on `device` (NULL: -dev), with -t and --mmproj-cores,

@@ -508,11 +508,11 @@ static nm_status load_bricks(app *A) {
     }
     A->vp.feeds = A->llm;
     if (A->vp.model && (st = nm_brick_load(NULL, &A->vp, &A->vision, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", A->vp.model, nm_status_str(st), err);
+        cli_load_error(A->vp.model, st, err, CLI_WANT_MMPROJ);
         return st;
     }
     if (A->sp.model && (st = nm_brick_load(NULL, &A->sp, &A->stt, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->sp.model, nm_status_str(st), err);
+        cli_load_error(A->sp.model, st, err, CLI_WANT_WHISPER);
         return st;
     }
     if (A->out_dir && !A->no_voice && (st = nm_brick_load(NULL, &A->tp, &A->tts, err, sizeof err)) != NM_OK) {
@@ -838,7 +838,7 @@ static void cascade_question(app *A, int i) {
     if (it->audio || it->from_mic) { // Whisper: load, transcribe, release
         peak_reset();
         if ((st = nm_brick_load(NULL, &A->sp, &A->stt, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->sp.model, nm_status_str(st), err);
+            cli_load_error(A->sp.model, st, err, CLI_WANT_WHISPER);
             ok = false;
         }
         if (ok) A->ep_stt = nm_ledger_endpoint(A->ledger, nm_brick_name(A->stt));
@@ -876,7 +876,7 @@ static void cascade_question(app *A, int i) {
     mp.n_threads = A->o.n_threads;
     mp.no_mmap = A->o.no_mmap;
     if (!A->m && (st = nm_model_load(A->o.model, &mp, &A->m, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->o.model, nm_status_str(st), err);
+        cli_load_error(A->o.model, st, err, CLI_WANT_LLM);
         ok = false;
     }
     A->lp.llm_model = A->m;
@@ -888,7 +888,7 @@ static void cascade_question(app *A, int i) {
     if (frame) {
         A->vp.feeds = A->llm;
         if ((st = nm_brick_load(NULL, &A->vp, &A->vision, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", A->vp.model, nm_status_str(st), err);
+            cli_load_error(A->vp.model, st, err, CLI_WANT_MMPROJ);
             ok = false;
         }
     }
@@ -961,7 +961,7 @@ static int start_resident(app *A) {
         mp.n_threads = A->o.n_threads;
         mp.no_mmap = A->o.no_mmap;
         if ((st = nm_model_load(A->o.model, &mp, &A->m, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot load '%s': %s: %s\n", A->o.model, nm_status_str(st), err);
+            cli_load_error(A->o.model, st, err, CLI_WANT_LLM);
             return 1;
         }
     }
@@ -1103,7 +1103,7 @@ int cmd_assistant(int argc, char **argv) {
     mp.n_threads = o->n_threads;
     mp.no_mmap = o->no_mmap;
     if ((st = nm_model_load(o->model, &mp, &A.m, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", o->model, nm_status_str(st), err);
+        cli_load_error(o->model, st, err, CLI_WANT_LLM);
         goto out;
     }
     cli_mlock(o);

@@ -32,6 +32,7 @@ static void bench_usage(void) {
            "            prefills the text before the image at the same time). JSON: encode_ms, encode_ms_sd,\n"
            "            n_tokens, runs_per_image\n"
            "  -h, --help, --version\n"
+           "Model and device:\n" CLI_HELP_MODEL
            "\n"
            "The roofline: memory bandwidth measured by a STREAM-style read probe over all threads,\n"
            "divided by the bytes a decode step reads (weights + the KV cache at the mean position).\n");
@@ -87,7 +88,7 @@ static int bench_vision(const cli_opts *o, long reps, bool json) {
     nm_tabm *img = NULL, *out = NULL;
     nm_status st = nm_brick_load(NULL, &p, &v, err, sizeof err);
     if (st != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", o->mmproj, nm_status_str(st), err);
+        cli_load_error(o->mmproj, st, err, CLI_WANT_MMPROJ);
         return 1;
     }
     nm_vision_info in;
@@ -239,7 +240,7 @@ int cmd_bench(int argc, char **argv) {
     mp.no_mmap = o.no_mmap;
     nm_status st = nm_model_load(o.model, &mp, &m, err, sizeof err);
     if (st != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", o.model, nm_status_str(st), err);
+        cli_load_error(o.model, st, err, CLI_WANT_LLM);
         return 1;
     }
     cli_mlock(&o);

@@ -26,7 +26,8 @@ static void ppl_usage(void) {
            "  -h, --help, --version\n"
            "  --kl-divergence-base FILE    compare with log-probs saved by llama.cpp's\n"
            "                               `llama-perplexity --kl-divergence-base FILE` on the same model:\n"
-           "                               prints top-1 agreement, mean KL divergence, max |dlogp|\n");
+           "                               prints top-1 agreement, mean KL divergence, max |dlogp|\n"
+           "Model and device:\n" CLI_HELP_MODEL);
 }
 
 typedef struct kl_stats {
@@ -121,7 +122,7 @@ int cmd_perplexity(int argc, char **argv) {
     mp.no_mmap = o.no_mmap;
     nm_status st = nm_model_load(o.model, &mp, &m, err, sizeof err);
     if (st != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", o.model, nm_status_str(st), err);
+        cli_load_error(o.model, st, err, CLI_WANT_LLM);
         return 1;
     }
     cli_mlock(&o);

@@ -55,9 +55,7 @@ static void run_usage(void) {
            "                           the prompt says " MEDIA_MARKER ", or before the prompt if it has none;\n"
            "                           a regular file of at most 64 MiB, or - (stdin)\n"
            "  -fa, --flash-attn [on|off|auto]  accepted: attention is always one fused kernel here\n"
-           "  -ngl, --n-gpu-layers N   accepted; this build has no GPU backend (a notice when N != 0)\n"
-           "  --mlock                  keep the model's pages in RAM\n"
-           "  --no-mmap                read the model into memory instead of mapping the file\n"
+           CLI_HELP_MODEL
            "  --plan                   print where the planner would run each brick (from `nanomind profile`'s\n"
            "                           measurements and the bricks' estimates for this prompt) and exit\n"
            "  --plan-goal G            latency (default), throughput or energy\n"
@@ -464,7 +462,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     double t_load = cli_now();
     nm_status st = nm_model_load(o.model, &mp, &S.m, err, sizeof err);
     if (st != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", o.model, nm_status_str(st), err);
+        cli_load_error(o.model, st, err, CLI_WANT_LLM);
         free(file_prompt);
         return 1;
     }

@@ -1182,7 +1182,7 @@ int cmd_serve(int argc, char **argv) {
     mp.n_threads = S.o.n_threads;
     mp.no_mmap = S.o.no_mmap;
     if ((st = nm_model_load(S.o.model, &mp, &S.m, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot load '%s': %s: %s\n", S.o.model, nm_status_str(st), err);
+        cli_load_error(S.o.model, st, err, CLI_WANT_LLM);
         goto out;
     }
     cli_mlock(&S.o);

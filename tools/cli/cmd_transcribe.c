@@ -19,7 +19,7 @@ static void transcribe_usage(void) {
            "Transcribes each AUDIO (WAV, FLAC, OGG, ...; any rate and channel count, resampled to 16 kHz\n"
            "mono) with a Whisper model and prints the transcript to stdout. Decoding follows whisper.cpp's\n"
            "whisper-cli: the same model, audio and options give the same text (`nanomind transcribe` =\n"
-           "`whisper-cli -nt`, `--timestamps` = `whisper-cli`). Flags take whisper-cli's short forms.\n"
+           "`whisper-cli`, timestamps printed; `-nt` = `whisper-cli -nt`). Flags take whisper-cli's short forms.\n"
            "\n"
            "  -m, --model FILE         Whisper model: nanomind GGUF or whisper.cpp ggml-*.bin\n"
            "  -f, --file FILE          an audio file (repeatable; positional paths work too)\n"
@@ -27,8 +27,9 @@ static void transcribe_usage(void) {
            "  -l, --language LANG      spoken language (en, de, fr, ..., or auto; default en).\n"
            "                           English-only models (*.en) always transcribe English\n"
            "  -tr, --translate         translate to English (multilingual models)\n"
-           "  --timestamps             print [HH:MM:SS.mmm --> HH:MM:SS.mmm] per segment (whisper-cli's default)\n"
-           "  -nt, --no-timestamps     plain text (the default here)\n"
+           "  --timestamps             print [HH:MM:SS.mmm --> HH:MM:SS.mmm] per segment (the default, as\n"
+           "                           whisper-cli's; decoded with timestamps, as the library's STT brick does)\n"
+           "  -nt, --no-timestamps     plain text, decoded without timestamps (whisper-cli -nt)\n"
            "  -bs, --beam-size N       beam search with N hypotheses (default 5, as whisper-cli; 1 = greedy)\n"
            "  -bo, --best-of N         sequences sampled at temperatures > 0 (default 5)\n"
            "  -tp, --temperature T     first temperature (default 0; also --temp)\n"
@@ -289,7 +290,7 @@ int cmd_transcribe(int argc, char **argv) {
     int n_inputs = 0, n_outnames = 0, formats = 0;
     int32_t n_threads = 0, beam = 5, best_of = 5, max_ctx = -1, offset_ms = 0, duration_ms = 0, max_len = 0;
     float temp = 0.0f, temp_inc = 0.2f, nst = 0.6f, word_thold = 0.01f;
-    bool timestamps = false, stats = false, translate = false, suppress_nst = false, quiet = false, pp = false;
+    bool timestamps = true, stats = false, translate = false, suppress_nst = false, quiet = false, pp = false;
     bool carry_prompt = false, split_on_word = false;
     print_fmt pfmt = PRINT_TXT;
     for (int i = 1; i < argc; i++) {
@@ -420,7 +421,7 @@ int cmd_transcribe(int argc, char **argv) {
         if (strstr(err, "transcriber") || st == NM_ERR_NOMEM)
             fprintf(stderr, "error: cannot set up the transcriber: %s: %s\n", nm_status_str(st), err);
         else
-            fprintf(stderr, "error: cannot load '%s': %s: %s\n", model, nm_status_str(st), err);
+            cli_load_error(model, st, err, CLI_WANT_WHISPER);
         goto done;
     }
     nm_brick_stt_info(stt, &mi);

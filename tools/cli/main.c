@@ -337,6 +337,22 @@ void cli_opts_free(cli_opts *o) {
     o->prompt_owned = NULL;
 }
 
+void cli_load_error(const char *path, nm_status st, const char *err, cli_want want) {
+    static const char *const what[] = {"", " the speech-to-text model", " mmproj"};
+    fprintf(stderr, "error: cannot load%s '%s': %s: %s\n", what[want], path, nm_status_str(st), err);
+    char arch[64], e2[256];
+    if (nm_gguf_arch(path, arch, sizeof arch, e2, sizeof e2) != NM_OK) return;
+    const bool whisper = !strcmp(arch, "whisper"), clip = !strcmp(arch, "clip");
+    if (whisper && want != CLI_WANT_WHISPER)
+        fprintf(stderr, "hint: '%s' is a Whisper model (speech to text): nanomind transcribe -m %s AUDIO\n", path, path);
+    else if (clip && want != CLI_WANT_MMPROJ)
+        fprintf(stderr, "hint: '%s' is an mmproj (a vision encoder): give it with --mmproj beside the language model: "
+                        "nanomind run -m LLM.gguf --mmproj %s --image IMAGE -p TEXT\n", path, path);
+    else if (!whisper && !clip && want != CLI_WANT_LLM)
+        fprintf(stderr, "hint: '%s' is a language model (%s): give it with -m: nanomind run -m %s -p TEXT\n", path,
+                arch, path);
+}
+
 nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger) {
     nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
     lp.llm_model = m;
@@ -361,6 +377,10 @@ nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger
 int32_t cli_ctx_size(const cli_opts *o, const nm_model *m) {
     if (o->n_ctx < 0) return 0; // the library's default: the training context, at most 4096
     if (o->n_ctx == 0) return nm_model_n_ctx_train(m);
+    const int32_t train = nm_model_n_ctx_train(m);
+    if (train > 0 && o->n_ctx > train) // (as llama.cpp warns: positions past training may not be modelled)
+        fprintf(stderr, "warning: -c %d is more than the model's training context (%d): the positions past it may "
+                        "give worse text\n", o->n_ctx, train);
     return o->n_ctx;
 }
 
@@ -531,8 +551,10 @@ static int list_devices(void) {
                 if (j > i) printf("-%d", (int)k->cpus[j]);
                 i = j;
             }
-            printf(", capacity %d, max %.2f GHz, shared cache %lld KiB\n", (int)k->capacity, k->max_khz / 1e6,
-                   (long long)(k->cache_bytes >> 10));
+            printf(", capacity %d, ", (int)k->capacity);
+            if (k->max_khz > 0) printf("max %.2f GHz", k->max_khz / 1e6);
+            else printf("max clock unknown (no cpufreq)");
+            printf(", shared cache %lld KiB\n", (long long)(k->cache_bytes >> 10));
         }
     }
     free(t);
@@ -576,7 +598,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "assistant")) return cmd_assistant(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "power")) return cmd_power(argc - 1, argv + 1);
-    fprintf(stderr, "nanomind: unknown command '%s'\n\n", cmd);
+    fprintf(stderr, "nanomind: unknown command '%s'\n", cmd);
+    if (cmd[0] == '-') // llama-cli's habit: flags straight after the program's name
+        fprintf(stderr, "hint: a command comes first: nanomind run %s ... (or transcribe, serve, say, assistant)\n",
+                cmd);
+    fputc('\n', stderr);
     usage(stderr);
     return 2;
 }

@@ -23,7 +23,7 @@ bool cli_vision_load(const cli_opts *o, const char *mmproj, const char *device, 
     if (st == NM_ERR_FORMAT && strstr(err, "belongs to another model"))
         fprintf(stderr, "error: '%s' does not fit '%s': %s\n", mmproj, o->model, err);
     else
-        fprintf(stderr, "error: cannot load mmproj '%s': %s: %s\n", mmproj, nm_status_str(st), err);
+        cli_load_error(mmproj, st, err, CLI_WANT_MMPROJ);
     return false;
 }
 

@@ -27,8 +27,7 @@ bool serve_audio_start(server *S) {
         S->stt_params.stt_max_decoders = 5;
         S->stt_params.ledger = S->ledger;
         if ((st = nm_brick_load(NULL, &S->stt_params, &S->stt, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot load the speech-to-text model '%s': %s: %s\n", S->stt_path,
-                    nm_status_str(st), err);
+            cli_load_error(S->stt_path, st, err, CLI_WANT_WHISPER);
             return false;
         }
         nm_brick_stt_info(S->stt, &S->stt_info);

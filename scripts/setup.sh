@@ -5,7 +5,7 @@
 # apt-get install clang, then cmake -DNM_FUZZ=ON with CC=clang.)
 set -euo pipefail
 
-PKGS=(build-essential cmake pkg-config libpcre2-dev libpng-dev libjpeg62-turbo-dev libsndfile1-dev libsoxr-dev libfftw3-dev libasound2-dev python3 python3-pip time spin)
+PKGS=(build-essential cmake pkg-config libpcre2-dev libpng-dev libjpeg62-turbo-dev libsndfile1-dev libsoxr-dev libkissfft-dev libasound2-dev python3 python3-pip time spin)
 # Text-to-speech brick (src/bricks/tts): espeak-ng and its voice data.
 PKGS+=(libespeak-ng-dev espeak-ng-data)
 # Speech tests (tests/unit/test_transcribe.c): the espeak-ng command speaks the round-trip sentences.

@@ -19,7 +19,7 @@
 typedef struct nm_mel nm_mel;
 
 // filters: n_mel rows of NM_MEL_N_BINS floats, borrowed for the life of the
-// object. Plans the FFT once (FFTW, serialised: planning is not thread-safe).
+// object. Sets up the FFT once (kissfft; thread-safe).
 nm_status nm_mel_create(int32_t n_mel, const float *filters, nm_mel **out);
 void nm_mel_free(nm_mel *m);
 

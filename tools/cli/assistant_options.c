@@ -107,6 +107,10 @@ static bool take_own(app *A, int *argc, char **argv) {
                            : !strcmp(a, "--json") ? &A->json_path : !strcmp(a, "--wake-words") ? &wake
                                                                                                 : NULL;
         if (dst) {
+            if ((dst == &A->stt_model || dst == &A->audio || dst == &A->stt_cores) &&
+                !cli_part(a, NM_WITH_STT, CLI_PART_STT))
+                return false;
+            if (dst == &A->frames && !cli_part(a, NM_WITH_VISION, CLI_PART_VISION)) return false;
             if (i + 1 >= *argc || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
                 return false;

@@ -18,6 +18,21 @@ int cmd_profile(int argc, char **argv);
 int cmd_assistant(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_power(int argc, char **argv);
+// The optional parts (CMakeLists.txt, NM_WITH_*: 1 where built, 0 where left
+// out). cli_part: true where `built`; else prints that `asked` (a command or a
+// flag) needs `part`, naming the CMake option, and returns false.
+#ifndef NM_WITH_STT
+#define NM_WITH_STT 1
+#define NM_WITH_TTS 1
+#define NM_WITH_VISION 1
+#define NM_WITH_SERVER 1
+#define NM_WITH_OPENCL 1
+#endif
+#define CLI_PART_STT "speech to text (Whisper)", "NM_WITH_STT"
+#define CLI_PART_TTS "text to speech (espeak-ng)", "NM_WITH_TTS"
+#define CLI_PART_VISION "vision (images, mmproj encoders, the camera)", "NM_WITH_VISION"
+#define CLI_PART_SERVER "the HTTP server", "NM_WITH_SERVER"
+bool cli_part(const char *asked, bool built, const char *part, const char *option);
 // ~/.cache/nanomind/profile.json into buf; false without a HOME.
 bool cli_profile_path(char *buf, size_t size);
 // The unit profiles from file (NULL: cli_profile_path) into units (NM_PLAN_MAX_UNITS);

@@ -1058,6 +1058,11 @@ static bool take_own(server *S, int *argc, char **argv) {
                 return false;
             }
             const char *v = argv[++i];
+            if ((!strcmp(a, "--stt") && !cli_part(a, NM_WITH_STT, CLI_PART_STT)) ||
+                (!strcmp(a, "--tts") && !cli_part(a, NM_WITH_TTS, CLI_PART_TTS)) ||
+                ((!strcmp(a, "--mmproj") || !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir")) &&
+                 !cli_part(a, NM_WITH_VISION, CLI_PART_VISION)))
+                return false;
             if (!strcmp(a, "--host")) S->host = v;
             else if (!strcmp(a, "--stt")) S->stt_path = v;
             else if (!strcmp(a, "--mmproj")) S->mmproj = v;

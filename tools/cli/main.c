@@ -130,6 +130,12 @@ static char *unescape(const char *s) {
     return out;
 }
 
+bool cli_part(const char *asked, bool built, const char *part, const char *option) {
+    if (built) return true;
+    fprintf(stderr, "error: %s: %s is not in this build of nanomind (configure with -D%s=ON)\n", asked, part, option);
+    return false;
+}
+
 bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts *o, const char **positional) {
     memset(o, 0, sizeof *o);
     o->n_predict = -1;
@@ -304,6 +310,7 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             fprintf(stderr, "error: nanomind %s does not take %s (see nanomind %s --help)\n", cmd, a, cmd);
             return false;
         }
+        if ((g & (CLI_VISION | CLI_IMGTOK)) && !cli_part(a, NM_WITH_VISION, CLI_PART_VISION)) return false;
         if (takes) {
             if (!v) {
                 fprintf(stderr, "error: %s needs a value\n", a);
@@ -592,11 +599,17 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return cmd_info(argc - 1, argv + 1);
     if (!strcmp(cmd, "perplexity")) return cmd_perplexity(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
-    if (!strcmp(cmd, "say")) return cmd_say(argc - 1, argv + 1);
-    if (!strcmp(cmd, "transcribe")) return cmd_transcribe(argc - 1, argv + 1);
+    if (!strcmp(cmd, "say"))
+        return cli_part("nanomind say", NM_WITH_TTS, CLI_PART_TTS) ? cmd_say(argc - 1, argv + 1) : 1;
+    if (!strcmp(cmd, "transcribe"))
+        return cli_part("nanomind transcribe", NM_WITH_STT, CLI_PART_STT) ? cmd_transcribe(argc - 1, argv + 1) : 1;
     if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
     if (!strcmp(cmd, "assistant")) return cmd_assistant(argc - 1, argv + 1);
+#if NM_WITH_SERVER
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
+#else
+    if (!strcmp(cmd, "serve")) return cli_part("nanomind serve", false, CLI_PART_SERVER) ? 0 : 1;
+#endif
     if (!strcmp(cmd, "power")) return cmd_power(argc - 1, argv + 1);
     fprintf(stderr, "nanomind: unknown command '%s'\n", cmd);
     if (cmd[0] == '-') // llama-cli's habit: flags straight after the program's name

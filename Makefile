@@ -2,14 +2,17 @@
 #   make demo   set up, fetch the default models, build, then a spoken question answered and spoken back
 #               (TTS -> Whisper -> SmolLM2 -> TTS, scripts/demo.sh)
 #   make test   set up, fetch the models, build, run the whole test suite (ctest)
+#   make test-minimal  the library without its optional parts (LLM only, every NM_WITH_* OFF):
+#               its unit tests and what libnanomind.so links (tests/public/test_parts.sh)
 BUILD ?= build
+MIN_BUILD ?= build-min
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
 MODELS ?= $(HOME)/.cache/nanomind/models
 PREFIX ?= /usr/local
 
-.PHONY: all setup models build demo test test-asan test-tsan test-arm mutate mutate-sample install clean
+.PHONY: all setup models build demo test test-minimal test-asan test-tsan test-arm mutate mutate-sample install clean
 
 all: build
 
@@ -31,6 +34,16 @@ demo: build models
 test: build models
 	cd $(BUILD) && NM_CI=1 ctest --output-on-failure -j1; rc=$$?; cd $(CURDIR) && \
 		bash tests/summary.sh $(BUILD) && exit $$rc
+
+# The minimal configuration: no speech, vision, server or OpenCL, so no GPL
+# (espeak-ng) and none of their libraries. Its unit tests (those of the parts
+# it has) and the `parts` check; the golden runs are the full build's.
+NM_MINIMAL = -DNM_WITH_STT=OFF -DNM_WITH_TTS=OFF -DNM_WITH_VISION=OFF -DNM_WITH_SERVER=OFF -DNM_WITH_OPENCL=OFF
+test-minimal: setup models
+	cmake -S . -B $(MIN_BUILD) -DCMAKE_BUILD_TYPE=Release $(NM_MINIMAL) > /dev/null
+	cmake --build $(MIN_BUILD) -j$(JOBS)
+	cd $(MIN_BUILD) && NM_CI=1 ctest --output-on-failure -j1 -R '^(test_|parts$$)'; rc=$$?; \
+		cd $(CURDIR) && bash tests/summary.sh $(MIN_BUILD) && exit $$rc
 
 # Everything but the perplexity runs, the spin model check (no C of ours in
 # it), the docs' figures (the same runs, timed by the Release build) and the
@@ -86,4 +99,4 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(MIN_BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

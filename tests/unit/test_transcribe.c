@@ -308,7 +308,9 @@ static bool load_stem(const char *stem, nm_audio *a) {
 
 // Transcribes a clip (load_stem) in a mode and compares with the recorded
 // whisper-cli output.
-static bool same_as_whisper_cpp(const char *stem, const mode *md) {
+// *n_diff, *n_words: the words (timestamps among them) that differ from whisper.cpp's, of how many.
+static bool same_as_whisper_cpp(const char *stem, const mode *md, int *n_diff, int *n_words) {
+    *n_diff = *n_words = 1; // (no transcript: all of it differs)
     nm_transcriber *tr = transcriber();
     char exp_path[512];
     const char *clip = stem;
@@ -335,6 +337,7 @@ static bool same_as_whisper_cpp(const char *stem, const mode *md) {
     if (ok && strcmp(got, want)) {
         fprintf(stderr, "  %s (%s) differs from whisper.cpp:\n--- whisper.cpp\n%s--- ours\n%s---\n", clip, md->name,
                 want, got);
+        *n_diff = word_errors(want, got, n_words);
         ok = false;
     }
     if (getenv("NM_VERBOSE")) fprintf(stderr, "  %s %s:\n%s", clip, md->name, got);
@@ -456,8 +459,12 @@ NM_TEST(same_as_whisper_cpp) {
         for (size_t i = 0; i < sizeof k_mel_ties / sizeof *k_mel_ties; i++)
             tie |= !strcmp(k_mel_ties[i][0], stem) && !strcmp(k_mel_ties[i][1], md);
         n_run++;
-        bool same = same_as_whisper_cpp(stem, m);
+        int n_diff, n_words;
+        bool same = same_as_whisper_cpp(stem, m, &n_diff, &n_words);
         n_same += same;
+        // a pair at a tie may flip a token or two, not more: at most 5% of its words
+        if (!same && tie) printf("  %s %s (near a tie): %d of %d words differ\n", stem, md, n_diff, n_words);
+        NM_CHECK(same || !tie || n_diff * 20 <= n_words);
         n_ties += tie;
         n_ties_same += tie && same;
         NM_CHECK(same || tie);

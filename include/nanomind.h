@@ -94,13 +94,16 @@ nm_status nm_gguf_arch(const char *path, char *arch, size_t size, char *err, siz
 
 // ---- output files ----------------------------------------------------------------------
 // Files written without damaging what is on disk (every writer of nanomind
-// goes through these): "-" is stdout; a regular file (or a new path) is
-// written to a temporary beside it and renamed over it on commit, so until
-// then the old file is untouched and a failure removes only the temporary (an
-// existing file keeps its mode; a symlink's target is replaced; a file we may
-// not write is refused); a device, FIFO or socket is written in place, never
-// truncated or removed (a FIFO without a reader is an error, not a hang); a
-// folder is an error. Errors name the path and the errno of the call that failed.
+// goes through these): "-" and "/dev/stdout" are stdout; a regular file (or a
+// new path) is written to a temporary beside it (.NAME.nm-PID-N.tmp) and
+// renamed over it on commit, so until then the old file is untouched and a
+// failure removes only the temporary (an existing file keeps its mode; a
+// symlink's target is replaced; a file we may not write is refused); a device,
+// FIFO or socket is written in place, never truncated or removed (a FIFO
+// without a reader is an error, not a hang); a folder is an error. Errors name
+// the path and the errno of the call that failed. Opening a temporary first
+// removes the ones of the same output that runs now gone left (their PID is no
+// process: a SIGKILL, a crash); nothing else in the folder is touched.
 typedef struct nm_outfile {
     FILE *f;         // write here between open and commit
     char *path;      // as given (for messages)
@@ -116,6 +119,10 @@ nm_status nm_outfile_open(nm_outfile *o, const char *path, char *err, size_t err
 nm_status nm_outfile_commit(nm_outfile *o, char *err, size_t err_size);
 // Closes and removes the temporary (a no-op after commit or on a zeroed o).
 void nm_outfile_abort(nm_outfile *o);
+// Removes every temporary this process has open (not closed, not committed).
+// Async-signal-safe: for a handler of SIGTERM, SIGINT or SIGHUP, which should
+// then end the process as the signal would (the nanomind CLI's do). Any thread.
+void nm_outfile_remove_temps(void);
 
 // ---- input files -----------------------------------------------------------------------
 // Files read without hanging and without reading more than a cap (every reader

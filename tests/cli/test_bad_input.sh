@@ -109,6 +109,39 @@ case_say_raw() {
 }
 expect say_output_raw 0 "^raw = the WAV's samples, [0-9]+ bytes$" -- case_say_raw
 
+# ---- temporaries: a signal removes them, the next run removes a dead run's (issue 45, item 23) ----
+case_say_sigterm() {
+    local d=$tmp/sig; mkdir -p "$d"; : > "$d/t.txt"
+    for i in $(seq 3000); do echo "This sentence is spoken again and again, long enough to take a while to say." >> "$d/t.txt"; done
+    "$NM" say -f "$d/t.txt" -o "$d/long.wav" 2>/dev/null & # (not through nm: its end by SIGTERM is the point)
+    local pid=$! seen=0
+    for i in $(seq 100); do [ "$(leftovers "$d")" != 0 ] && { seen=1; break; }; sleep 0.05; done
+    kill -TERM "$pid" 2>/dev/null; wait "$pid"; local rc=$?
+    nm say hi -o "$d/short.wav" # (expect needs one run of its own)
+    echo "temporary seen: $seen, exit: $rc, leftovers: $(leftovers "$d"), long.wav: $([ -e "$d/long.wav" ] && echo present || echo absent)"
+}
+expect say_sigterm_removes_its_temporary 0 "^temporary seen: 1, exit: 143, leftovers: 0, long.wav: absent$" -- case_say_sigterm
+case_say_stale_temporaries() {
+    local d=$tmp/stale; mkdir -p "$d"
+    # A dead run's temporary (no process 999999, pid_max permitting) beside ones that are not ours to remove.
+    local dead=999999; while kill -0 "$dead" 2>/dev/null; do dead=$((dead + 1)); done
+    sleep 30 & local live=$!
+    touch "$d/.out.wav.nm-$dead-0.tmp" "$d/.out.wav.nm-$live-3.tmp" "$d/.other.wav.nm-$dead-0.tmp" \
+          "$d/.out.wav.nm-$dead-0.tmp.keep" "$d/.out.wav.nm-${dead}x-0.tmp" "$d/out.wav.nm-$dead-0.tmp"
+    nm say hi -o "$d/out.wav"
+    kill "$live"; wait "$live" 2>/dev/null
+    echo "$(head -c 4 "$d/out.wav") left: $(cd "$d" && ls -A | grep -v '^out.wav$' | sed "s/$dead/DEAD/;s/$live/LIVE/" | LC_ALL=C sort | tr '\n' ' ')"
+}
+expect say_removes_stale_temporaries_only 0 "^RIFF left: \.other\.wav\.nm-DEAD-0\.tmp \.out\.wav\.nm-DEAD-0\.tmp\.keep \.out\.wav\.nm-DEADx-0\.tmp \.out\.wav\.nm-LIVE-3\.tmp out\.wav\.nm-DEAD-0\.tmp $" -- case_say_stale_temporaries
+case_say_dev_stdout() {
+    nm say hi -o - > "$tmp/dash.wav"
+    nm say hi -o /dev/stdout | cat > "$tmp/devstdout.wav" # a pipe: /dev/stdout names no file
+    nm say hi -o /dev/stdout > "$tmp/devstdout2.wav"       # a file the shell opened: written through stdout
+    echo "pipe: $(cmp -s "$tmp/dash.wav" "$tmp/devstdout.wav" && echo same || echo DIFFERENT)," \
+         "file: $(cmp -s "$tmp/dash.wav" "$tmp/devstdout2.wav" && echo same || echo DIFFERENT), $(head -c 4 "$tmp/dash.wav")"
+}
+expect say_dev_stdout 0 "^pipe: same, file: same, RIFF$" -- case_say_dev_stdout
+
 
 # ---- hangs: a FIFO where a regular file is needed --------------------------------
 mkfifo "$tmp/in.fifo"

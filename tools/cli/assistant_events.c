@@ -316,6 +316,7 @@ bool assistant_frame_changed(app *A, item *it, int i) {
 
 static void on_sigint(int sig) {
     if (atomic_fetch_add(&g_stop, 1)) {
+        nm_outfile_remove_temps();
         signal(sig, SIG_DFL);
         raise(sig);
     }

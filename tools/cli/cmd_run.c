@@ -97,6 +97,7 @@ static volatile sig_atomic_t g_interrupts, g_at_prompt;
 
 static void on_sigint(int sig) {
     if (g_at_prompt || g_interrupts++ > 0) {
+        nm_outfile_remove_temps();
         signal(sig, SIG_DFL);
         raise(sig);
     }

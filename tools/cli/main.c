@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -568,7 +569,27 @@ static int list_devices(void) {
     return 0;
 }
 
+// SIGTERM, SIGINT, SIGHUP: the output files' temporaries go (nm_outfile_remove_temps),
+// then the signal ends the process as it would have. A signal the shell had us
+// ignore (nohup, a background job's SIGINT) stays ignored. Commands that catch
+// SIGINT themselves (run, assistant) call nm_outfile_remove_temps as they re-raise.
+static void on_ending_signal(int sig) {
+    nm_outfile_remove_temps();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void catch_ending_signals(void) {
+    const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa = {.sa_handler = on_ending_signal, .sa_flags = SA_RESTART};
+        sigemptyset(&sa.sa_mask);
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN) sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 int main(int argc, char **argv) {
+    catch_ending_signals();
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--list-devices")) return list_devices();
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

@@ -493,6 +493,71 @@ def t_slow_body(name):
            "408 after %s s: %r; next request %s" % (took, got[:300], st))
 
 
+def read_to_end(socks, until):
+    """Reads each socket until the server ends it or `until` (time.time()) passes: {socket: (seconds from the
+    call to its end or None, bytes)}."""
+    import select
+    t0, got, end = time.time(), {s: b"" for s in socks}, {}
+    open_ = list(socks)
+    while open_ and time.time() < until:
+        ready, _, _ = select.select(open_, [], [], max(0.0, min(0.5, until - time.time())))
+        for s in ready:
+            try:
+                chunk = s.recv(65536)
+            except OSError:
+                chunk = b""
+            if chunk:
+                got[s] += chunk
+            else:
+                end[s] = time.time() - t0
+                open_.remove(s)
+    return {s: (end.get(s), got[s]) for s in socks}
+
+
+def t_idle_connections(name):
+    # 100 connections that send nothing and 8 that send half a header, more than the HTTP threads the server
+    # had (64, each held for --timeout, 600 s): /health and a small completion answer at once all the same,
+    # and the server ends each of them by --idle-timeout (default 10 s)
+    socks = []
+    try:
+        t0 = time.time()
+        for i in range(108):
+            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if i >= 100:
+                s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            socks.append(s)
+        time.sleep(0.5)
+        t1 = time.time()
+        st_h, _ = raw(port, "GET", "/health", timeout=5)
+        t_health = time.time() - t1
+        t1 = time.time()
+        st_c, _ = raw(port, "POST", "/v1/completions", json.dumps({"prompt": "hi", "max_tokens": 4}).encode(), timeout=20)
+        t_comp = time.time() - t1
+        ends = read_to_end(socks, t0 + 16)
+        left = sum(1 for e, _ in ends.values() if e is None)
+        result(name, st_h == 200 and t_health < 2 and st_c == 200 and t_comp < 10 and left == 0,
+               "/health %s in %.2f s, completion %s in %.2f s, %d of 108 still open 16 s on"
+               % (st_h, t_health, st_c, t_comp, left))
+    finally:
+        for s in socks:
+            s.close()
+
+
+def t_error_reply_closes(name):
+    # a 413 for a declared 100 MB that never comes: the reply at once, with Connection: close, and the
+    # connection ended (it waited for the body before, holding its thread)
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n")
+        end, got = read_to_end([s], time.time() + 5)[s]
+    finally:
+        s.close()
+    head = got.split(b"\r\n\r\n", 1)[0].lower()
+    result(name, got.startswith(b"HTTP/1.1 413") and b"connection: close" in head and end is not None and end < 2,
+           "ended after %s s: %r" % (end, got[:300]))
+
+
 def t_prompt_too_long(name):
     st, data = raw(port, "POST", "/v1/completions", json.dumps({"prompt": "word " * 700}).encode())
     result(name, st == 400 and "does not fit the context" in err_of(data)[1], (st, data[:200]))
@@ -720,6 +785,7 @@ port0 = port
 for n, f in [("unserved_fields_400_created_now", t_unserved_fields), ("cache_answers_equal_fresh", t_cache_answers_equal_fresh), ("models", t_models), ("stt_absent_404", t_stt_absent), ("image_without_mmproj_400", t_image_absent), ("metrics_energy", t_metrics_energy), ("metrics_measured_energy", t_metrics_measured), ("chat_equals_run", t_chat), ("chat_stream_equals_run", t_chat_stream),
              ("completion_equals_run", t_completion), ("stop_string", t_stop), ("invalid_key", t_bad_key),
              ("bad_requests_4xx_then_healthy", t_bad_requests), ("no_cors_host_checked_json_only", t_cors_host_content_type), ("two_content_lengths_400", t_two_content_lengths), ("prompt_too_long", t_prompt_too_long), ("body_limits", t_body_limits), ("slow_body_408", t_slow_body), ("copied_params_not_prompt", t_copied),
+             ("idle_connections_do_not_starve", t_idle_connections), ("error_reply_closes_413", t_error_reply_closes),
              ("disconnect_cancels_and_queue_full_429", t_disconnect_and_busy), ("disconnect_cancels_whole_answer", t_disconnect_whole_answer), ("latency_histograms", t_latency_histograms),
              ("random_bodies_10000_each_4xx", t_random_bodies)]:
     case(n, f)
@@ -749,6 +815,51 @@ def t_sigterm_in_flight(name):
 
 
 case("sigterm_finishes_the_request_in_flight", t_sigterm_in_flight)
+
+
+# --idle-timeout 2: a header dripped a byte every 0.3 s is cut at 2 s; a keep-alive connection idle 0.5 s is
+# closed; a generation of many seconds (the connection silent meanwhile) is not cut
+def t_idle_timeout(name):
+    p5, port5 = start("--idle-timeout", "2")
+    try:
+        s = socket.create_connection(("127.0.0.1", port5), timeout=10)
+        t0 = time.time()
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        s.settimeout(0.3)
+        cut = None
+        while time.time() - t0 < 8:
+            try:
+                if not s.recv(4096):
+                    cut = time.time() - t0
+                    break
+            except socket.timeout:
+                try:
+                    s.sendall(b"X")
+                except OSError:
+                    cut = time.time() - t0
+                    break
+            except OSError:
+                cut = time.time() - t0
+                break
+        s.close()
+        c = http.client.HTTPConnection("127.0.0.1", port5, timeout=10)
+        c.request("GET", "/health")
+        c.getresponse().read()
+        end, _ = read_to_end([c.sock], time.time() + 4)[c.sock]
+        c.close()
+        t1 = time.time()
+        st, data = raw(port5, "POST", "/v1/completions", json.dumps({"prompt": "Once upon a time", "max_tokens": 1000,
+                                                                     "ignore_eos": True, "temperature": 0}).encode())
+        took = time.time() - t1
+        n = json.loads(data).get("usage", {}).get("completion_tokens") if st == 200 else None
+    finally:
+        stop(p5)
+    result(name, cut is not None and 1.5 < cut < 4 and end is not None and end < 2 and st == 200 and n == 1000 and took > 2,
+           "dripped header cut after %s s, idle keep-alive closed after %s s, 1000 tokens: %s %s in %.1f s"
+           % (cut, end, st, n, took))
+
+
+case("idle_timeout_cuts_headers_not_generation", t_idle_timeout)
 # --api-key-file read whole: 16 keys of 600 bytes (9.6 KB): the last one admits a request, a key not there does not
 def t_key_file(name):
     import tempfile

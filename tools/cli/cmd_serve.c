@@ -43,9 +43,14 @@ static void usage(FILE *f) {
             "  -np, --parallel N        requests decoded together (continuous batching; default 1), each on a\n"
             "                           sequence of its own of -c / N positions (as llama-server's slots)\n"
             "  --queue N                requests that may wait their turn (default 16, at most 4096; more get 429)\n"
-            "  --timeout S              seconds a connection may stay idle (default 600)\n"
+            "  --idle-timeout S         seconds a request's header may take to arrive whole, and a read of its\n"
+            "                           body or a write of its answer may wait (default 10); a keep-alive\n"
+            "                           connection idle for 0.5 s is closed; generation is not bounded\n"
+            "  --timeout S              seconds SIGTERM waits for the requests in flight (default 600)\n"
             "  --body-timeout S         seconds a request's body may take to arrive, from its header's end\n"
-            "                           (default 60; 0: no bound but --timeout for each read; later: 408)\n"
+            "                           (default 60; 0: no bound but --idle-timeout for each read; later: 408)\n"
+            "  --threads-http N         connections served at once, idle ones included (default: --parallel +\n"
+            "                           --queue + 64, at least 256; more wait in the listen backlog)\n"
             "  --max-body BYTES         the largest request body (default 8388608; larger get 413)\n"
             "  --stt FILE               a Whisper model (GGUF or whisper.cpp .bin): POST /v1/audio/transcriptions\n"
             "  --max-audio S            the longest audio a transcription takes, in seconds (default 1800)\n"
@@ -98,12 +103,16 @@ int serve_hist_print(const serve_hist *h, const char *name, const char *help, ch
 
 // ---- replies ----------------------------------------------------------------------------
 
+// An error reply (4xx, 5xx) ends its connection: civetweb would otherwise read and discard the rest of a
+// body it did not want (a 413's declared gigabyte) before the next request, holding the thread meanwhile.
 int send_json_text(struct mg_connection *c, int code, const char *body) {
     const size_t n = strlen(body);
+    const bool close = code >= 400;
+    if (close) mg_disable_connection_keep_alive(c);
     mg_printf(c,
               "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-              "Cache-Control: no-cache\r\n\r\n",
-              code, mg_get_response_code_text(c, code), n);
+              "Cache-Control: no-cache\r\n%s\r\n",
+              code, mg_get_response_code_text(c, code), n, close ? "Connection: close\r\n" : "");
     mg_write(c, body, n);
     return code;
 }
@@ -1097,10 +1106,11 @@ static bool take_own(server *S, int *argc, char **argv) {
             } else S->alias = v;
         } else if (!strcmp(a, "--port") || !strcmp(a, "--parallel") || !strcmp(a, "-np") || !strcmp(a, "--queue") ||
                    !strcmp(a, "--timeout") || !strcmp(a, "-to") || !strcmp(a, "--body-timeout") || !strcmp(a, "--max-audio") ||
-                   !strcmp(a, "--max-speech")) {
+                   !strcmp(a, "--max-speech") || !strcmp(a, "--idle-timeout") || !strcmp(a, "--threads-http")) {
             int32_t v;
             const bool port = !strcmp(a, "--port"), par = !strcmp(a, "--parallel") || !strcmp(a, "-np");
-            const bool at_least_1 = port || par || !strcmp(a, "--max-audio") || !strcmp(a, "--max-speech");
+            const bool at_least_1 = port || par || !strcmp(a, "--max-audio") || !strcmp(a, "--max-speech") ||
+                                    !strcmp(a, "--idle-timeout") || !strcmp(a, "--threads-http");
             if (!has || !cli_arg_int(a, argv[i + 1], at_least_1 ? 1 : 0, port ? 65535 : 1000000, &v)) {
                 if (!has) fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
@@ -1108,6 +1118,10 @@ static bool take_own(server *S, int *argc, char **argv) {
             i++;
             if (par && v > 256) {
                 fprintf(stderr, "error: --parallel needs an integer in [1, 256], got '%s'\n", argv[i]);
+                return false;
+            }
+            if (!strcmp(a, "--threads-http") && v > 4096) {
+                fprintf(stderr, "error: --threads-http needs an integer in [1, 4096], got '%s'\n", argv[i]);
                 return false;
             }
             if (!strcmp(a, "--queue") && v > 4096) { // (a waiting request holds an HTTP thread)
@@ -1120,6 +1134,8 @@ static bool take_own(server *S, int *argc, char **argv) {
             else if (!strcmp(a, "--max-audio")) S->audio_max_s = v;
             else if (!strcmp(a, "--max-speech")) S->speech_max_chars = v;
             else if (!strcmp(a, "--body-timeout")) S->body_timeout_s = v;
+            else if (!strcmp(a, "--idle-timeout")) S->idle_timeout_s = v;
+            else if (!strcmp(a, "--threads-http")) S->threads_http = v;
             else if (!par) S->timeout_s = v;
         } else if (!strcmp(a, "--max-image-pixels")) {
             int32_t v; // (at most 2^26, the image decoder's own limit)
@@ -1152,6 +1168,7 @@ int cmd_serve(int argc, char **argv) {
     S.port = 8080;
     S.queue_max = 16;
     S.timeout_s = 600;
+    S.idle_timeout_s = 10;
     S.body_timeout_s = 60;
     S.body_max = 8 << 20;
     S.audio_max_s = 1800;
@@ -1276,19 +1293,30 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
-    char port[80], timeout[32], threads[16];
+    char port[80], timeout[32], keep_alive[32], threads[16];
     snprintf(port, sizeof port, strchr(S.host, ':') ? "[%s]:%d" : "%s:%d", S.host, S.port); // (IPv6 in brackets)
     // civetweb serves a connection on one thread from its accept to its close (keep-alive included): every
-    // request that may be decoded or wait its turn holds one, and 16 more answer /health, /metrics and 429s
-    int n_threads = S.parallel + S.queue_max + 16;
-    snprintf(threads, sizeof threads, "%d", n_threads < 64 ? 64 : n_threads);
-    snprintf(timeout, sizeof timeout, "%d", S.timeout_s * 1000);
+    // request that may be decoded or wait its turn holds one, and the rest answer /health, /metrics and 429s
+    // and hold the connections still sending their header or idle between requests (a thread is a 100 KB
+    // stack, mostly untouched). Past them, connections wait in the listen backlog, each for at most
+    // --idle-timeout: many idle or half-open clients delay the others by that, never starve them.
+    int n_threads = S.parallel + S.queue_max + 64;
+    if (n_threads < 256) n_threads = 256;
+    if (S.threads_http) n_threads = S.threads_http;
+    snprintf(threads, sizeof threads, "%d", n_threads);
+    // request_timeout_ms is civetweb's one bound on a header's whole arrival (from the connection's first
+    // wait: a header dripped a byte at a time is cut too), on each read of a body and on each write of an
+    // answer; a handler's own work (the generation, the wait for a turn) is outside it.
+    // keep_alive_timeout_ms replaces it for the wait before a connection's next request.
+    snprintf(timeout, sizeof timeout, "%d", S.idle_timeout_s * 1000);
+    snprintf(keep_alive, sizeof keep_alive, "%d", S.idle_timeout_s * 1000 < 500 ? S.idle_timeout_s * 1000 : 500);
     // tcp_nodelay: a reply's header and body, and each streamed token, are separate writes; with Nagle's
     // algorithm the second waits for the client's delayed ACK of the first (up to 40 ms each)
     // CORS off: civetweb answers a preflight (OPTIONS with an Origin) with Allow-Origin: * and the headers
     // asked for unless its allow-origin is empty; nothing here sends CORS headers, so a page of another
     // origin cannot read an answer
     const char *options[] = {"listening_ports", port, "num_threads", threads, "request_timeout_ms", timeout,
+                             "keep_alive_timeout_ms", keep_alive, "listen_backlog", "1024", "connection_queue", "64",
                              "enable_keep_alive", "yes", "tcp_nodelay", "1", "access_control_allow_origin", "",
                              "access_control_allow_methods", "", "access_control_allow_headers", "", NULL};
     struct mg_callbacks cbs;

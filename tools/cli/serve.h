@@ -50,7 +50,7 @@ void serve_hist_add(serve_hist *h, double seconds); // under the server's lock
 // Its lines (HELP, TYPE, buckets, +Inf, sum, count) into buf; the bytes written.
 int serve_hist_print(const serve_hist *h, const char *name, const char *help, char *buf, size_t size);
 
-// A body's deadline (--body-timeout; serve_watch.c). civetweb waits up to --timeout for each read of a body
+// A body's deadline (--body-timeout; serve_watch.c). civetweb waits up to --idle-timeout for each read of a body
 // and every byte that comes starts that wait again, so a client dripping a body holds a thread for ever. A
 // watch names the request's socket (found by its two endpoints) and its deadline; the watchdog thread shuts
 // the socket for reading when the deadline passes, the read blocked on it returns, and the handler answers
@@ -85,6 +85,8 @@ typedef struct server {
     cJSON *alias_json;
     char *alias_text; // the alias as a JSON string (quoted, escaped): the streamed chunks' "model"
     int32_t port, queue_max, timeout_s, body_timeout_s;
+    int32_t idle_timeout_s; // a header's arrival, a body's read, an answer's write (civetweb's request_timeout_ms)
+    int32_t threads_http;   // civetweb's num_threads; 0: from --parallel and --queue
     serve_watchdog watchdog;
     int64_t body_max;
     char *keys[MAX_KEYS];

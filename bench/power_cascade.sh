@@ -60,7 +60,7 @@ for r in $(seq 1 "$RUNS"); do
 done
 rss() { /usr/bin/time -f '%M' "$@" 2>&1 > /dev/null | tail -1; }
 stt=$(rss "$nm" transcribe -m "$WM" -f "$D/q/question.wav" --beam-size 1)
-llm=$(rss "$nm" run -m "$LLM" -p "What color is the square in the picture?" -n 48 --temp 0)
+llm=$(rss "$nm" run -m "$LLM" -no-cnv -p "What color is the square in the picture?" -n 48 --temp 0)
 vis=$("$D/vision_alone" "$D/clip-f16.gguf" "$D/frames/frame.ppm" | sed -n 's/.*peak RSS \([0-9.]*\) MiB/\1/p')
 tts=$(rss "$nm" say "Blue, the sky is blue, and so is the square." -o "$D/out/alone.wav")
 printf 'alone: whisper %.1f MiB, decoder %.1f MiB, vision %.1f MiB, voice %.1f MiB\n' "$(echo "$stt / 1024" | bc -l)" \

@@ -23,7 +23,7 @@ for m in "$@"; do
     nm_pp=$(num '["pp_tps"]' <<< "$j"); nm_tg=$(num '["tg_tps"]' <<< "$j")
     lj=$("$llama/llama-bench" -m "$m" -p 128 -n 64 -t "$threads" -r 5 -o json 2>/dev/null)
     l_pp=$(num '[0]["avg_ts"]' <<< "$lj"); l_tg=$(num '[1]["avg_ts"]' <<< "$lj")
-    nm_rss=$(rss_kb "$nm" run -m "$m" -p "Once upon a time" -n 128 --temp 0 -t "$threads" -c 4096)
+    nm_rss=$(rss_kb "$nm" run -m "$m" -no-cnv -p "Once upon a time" -n 128 --temp 0 -t "$threads" -c 4096)
     l_rss=$(rss_kb "$llama/llama-completion" -m "$m" -p "Once upon a time" -n 128 --temp 0 -t "$threads" -c 4096 -no-cnv)
     python3 - "$m" "$nm_pp" "$l_pp" "$nm_tg" "$l_tg" "$nm_rss" "$l_rss" <<'PY'
 import os, sys

@@ -154,7 +154,7 @@ expect image_fifo 1 "not a regular file" "$M" -- nm run -m "$M" --mmproj "$tmp/i
 # FIFO with no writer is refused where a file is needed, and an empty stream where a stream is taken.
 setup "nm-genmmproj mm.gguf" /dev/null "$(dirname "$NM")/nm-genmmproj" -o "$tmp/mm.gguf" --proj mlp --n-out 576 --image-size 64 --patch-size 16
 expect run_image_fifo_refused 1 "image .*in.fifo: not a regular file \\(a FIFO\\)" "$M" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/in.fifo" -p hi -n 1
-expect run_prompt_file_fifo_no_hang 1 "error: the prompt gives no tokens" "$M" -- nm run -m "$M" -f "$tmp/in.fifo" -n 1
+expect run_prompt_file_fifo_no_hang 1 "error: the prompt gives no tokens" "$M" -- nm run -m "$M" -no-cnv -f "$tmp/in.fifo" -n 1
 expect say_text_file_fifo_no_hang 1 "error: empty text: nothing to say" -- nm say -f "$tmp/in.fifo" -o "$tmp/f.wav"
 expect serve_key_file_fifo_no_hang 2 "api-key-file .*in.fifo.* holds no key" "$M" -- nm serve -m "$M" --api-key-file "$tmp/in.fifo" --port 1
 mkdir -p "$tmp/qdir" "$tmp/fdir"; cp tests/data/speech/tts_16k.wav "$tmp/qdir/a.wav"; mkfifo "$tmp/qdir/b.wav"
@@ -207,10 +207,10 @@ expect perplexity_default_chunk_blamed_right 1 "do not fill one chunk of 512 \\(
 expect run_seed_short_flag 0 "seed: 42$" "$M" -- nm run -m "$M" -p hi -n 1 -s 42 --stats
 expect run_seed_random 0 "seed: [0-9]+ \\(random\\)" "$M" -- nm run -m "$M" -p hi -n 1 --seed -1 --stats
 expect run_ctx_zero_is_training 0 "context: 8192 tokens \\(training context 8192\\)" "$M" -- nm run -m "$M" -p hi -n 1 -c 0 --stats
-expect run_n_predict_default_until_full 0 "\\[context full: 16 tokens\\]" "$M" -- nm run -m "$M" -p "Once upon a time" -c 16 --temp 0
-case_escapes() { nm run -m "$M" -p 'a\tb\x41' -n 0 | od -c | head -1; }
+expect run_n_predict_default_until_full 0 "\\[context full: 16 tokens\\]" "$M" -- nm run -m "$M" -no-cnv -p "Once upon a time" -c 16 --temp 0
+case_escapes() { nm run -m "$M" -no-cnv -p 'a\tb\x41' -n 0 | od -c | head -1; }
 expect run_prompt_escapes 0 "a +\\\\t +b +A" "$M" -- case_escapes
-case_no_escape() { nm run -m "$M" -p 'a\tb' -n 0 --no-escape; }
+case_no_escape() { nm run -m "$M" -no-cnv -p 'a\tb' -n 0 --no-escape; }
 expect run_prompt_no_escape 0 '^a\\tb$' "$M" -- case_no_escape
 # -sys replaces the template's default system message (SmolLM2's: 31 prompt tokens for "hi"): its
 # three tokens "Be brief." give 18, twice 21.
@@ -222,9 +222,9 @@ case_system_prompt() {
 }
 expect run_system_prompt_flag 0 "^prompt tokens: 18 21$" "$M" -- case_system_prompt
 expect run_no_cnv 0 "^hi" "$M" -- nm run -m "$M" -no-cnv -p hi -n 1 --temp 0
-expect run_fa_accepted 0 "^hi" "$M" -- nm run -m "$M" -fa on -p hi -n 1 --temp 0
+expect run_fa_accepted 0 "^hi" "$M" -- nm run -m "$M" -no-cnv -fa on -p hi -n 1 --temp 0
 expect run_ngl_notice 0 "note: -ngl 99 without --device opencl: every layer runs on the CPU" "$M" -- nm run -m "$M" -ngl 99 -p hi -n 1 --temp 0
-expect run_mlock 0 "^hi" "$M" -- nm run -m "$M" --mlock -p hi -n 1 --temp 0
+expect run_mlock 0 "^hi" "$M" -- nm run -m "$M" -no-cnv --mlock -p hi -n 1 --temp 0
 expect version_flag 0 "^nanomind [0-9]" -- nm --version
 expect run_version_flag 0 "^nanomind [0-9]" -- nm run --version
 expect help_command 0 "usage: nanomind run -m MODEL" -- nm help run
@@ -256,7 +256,7 @@ expect transcribe_short_forms 0 "quick brown" "$WM" -- nm transcribe -m "$WM" $S
 # unused with -mc 0, cut to its last tokens when too long, each said on stderr.
 P="Speech recognition on small devices. The engine computes the log-mel spectrogram and runs the encoder once per window, and the decoder emits the words one token at a time."
 case_prompt_as_whisper_cli() {
-    nm transcribe -m "$WM" $SP/tts_16k.wav --prompt "$P" -np > "$tmp/prompt.txt" &&
+    nm transcribe -m "$WM" $SP/tts_16k.wav --prompt "$P" -nt -np > "$tmp/prompt.txt" &&
         cmp "$tmp/prompt.txt" tests/data/speech/expected/tts_16k.prompt-nt.txt && echo "same as whisper-cli --prompt"
 }
 expect transcribe_prompt_as_whisper_cli 0 "^same as whisper-cli --prompt$" "$WM" -- case_prompt_as_whisper_cli
@@ -340,7 +340,7 @@ case_wav_rate_stdin() { nm transcribe -m "$WM" - < "$tmp/r0.wav"; }
 expect wav_rate_zero_stdin 1 "^error: cannot read audio stdin: the WAV header gives a sample rate of 0 Hz" "$WM" -- case_wav_rate_stdin
 
 # ---- stop strings and --ignore-eos (the LLM brick's) ------------------------------
-expect run_reverse_prompt_stops 0 "^Count: 1, 2, 3, 4, 5, 6, 7$" "$M" -- nm run -m "$M" -p "Count: 1, 2, 3," -r 7 -r never-said --temp 0 -n 50
+expect run_reverse_prompt_stops 0 "^Count: 1, 2, 3, 4, 5, 6, 7$" "$M" -- nm run -m "$M" -no-cnv -p "Count: 1, 2, 3," -r 7 -r never-said --temp 0 -n 50
 expect run_reverse_prompt_empty 2 "-r: at most 16 stop strings of 1..256 bytes" "$M" -- nm run -m "$M" -p hi -r ""
 expect run_ignore_eos_runs_on 0 "generation: 30 tokens" "$M" -- nm run -m "$M" --chat -p Hi --temp 0 -n 30 --ignore-eos --stats
 expect run_eos_stops_without_it 0 "generation: ([0-9]|1[0-9]|2[0-9]) tokens" "$M" -- nm run -m "$M" --chat -p Hi --temp 0 -n 30 --stats

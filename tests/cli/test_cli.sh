@@ -13,6 +13,22 @@ for c in run info perplexity bench; do
 done
 expect no_command 2 "usage: nanomind COMMAND" -- nm
 expect unknown_command 2 "unknown command 'frobnicate'" -- nm frobnicate
+# llama.cpp habits (issue 45): a model with a chat template converses by default, as llama-completion
+# (-no-cnv: plain completion); an image prompt without --chat answers as with it (as llama-mtmd-cli)
+case_cnv_default_same() { local a b; a=$(nm run -m "$M" -p "What is the capital of France?" -n 8 --temp 0 -t 2); b=$(nm run -m "$M" --chat -p "What is the capital of France?" -n 8 --temp 0 -t 2); [ "$a" = "$b" ] && echo "same: $a"; }
+expect run_converses_by_default 0 "^same: [A-Za-z]" "$M" -- case_cnv_default_same
+expect run_no_cnv_completes 0 "^The capital of France is" "$M" -- nm run -m "$M" -no-cnv -p "The capital of France is" -n 4 --temp 0 -t 2
+case_no_display_prompt() { nm run -m "$M" -no-cnv --no-display-prompt -p "The capital of France is" -n 4 --temp 0 -t 2 | head -c 40; }
+expect run_no_display_prompt 0 "^[^T]" "$M" -- case_no_display_prompt
+case_image_without_chat() { local a b; a=$(nm run -m "$M" --mmproj tests/data/vlm/vlm-mmproj-q8_0.gguf --image tests/data/vlm/scene-4242-1.ppm -p "What colour is the shape?" -n 8 --temp 0 -t 2); b=$(nm run -m "$M" --mmproj tests/data/vlm/vlm-mmproj-q8_0.gguf --image tests/data/vlm/scene-4242-1.ppm --chat -p "What colour is the shape?" -n 8 --temp 0 -t 2); [ "$a" = "$b" ] && echo "same: $a"; }
+expect run_image_prompt_without_chat_answers 0 "^same: [A-Za-z]" "$M" -- case_image_without_chat
+printf 'You answer in one word.\n' > "$tmp/sys.txt"
+case_sysf() { local a b; a=$(nm run -m "$M" -sysf "$tmp/sys.txt" -p "Capital of France?" -n 6 --temp 0 -t 2); b=$(nm run -m "$M" -sys "You answer in one word." -p "Capital of France?" -n 6 --temp 0 -t 2); [ "$a" = "$b" ] && echo "same: $a"; }
+expect run_sysf_equals_sys 0 "^same: " "$M" -- case_sysf
+expect run_sysf_and_sys 2 "-sys and -sysf both give the system message" -- nm run -m "$M" -sys x -sysf "$tmp/sys.txt" -p hi
+expect run_ctk_q8_refused 2 "-ctk q8_0: the KV cache is f16 in this build" -- nm run -m "$M" -ctk q8_0 -p hi
+expect run_ctk_f16_taken 0 "Paris" "$M" -- nm run -m "$M" -ctk f16 -ctv f16 -no-cnv -p "The capital of France is" -n 3 --temp 0 -t 2
+expect run_log_flags_accepted 0 "Paris" "$M" -- nm run -m "$M" --log-disable -v --no-warmup -no-cnv -p "The capital of France is" -n 3 --temp 0 -t 2
 # hints: a model given to the command that does not take it says which does (issue 45)
 case_flag_first() { nm -m "$M" -p hi 2>&1 | tr '\n' ' '; }
 expect flag_before_command_hint 2 "unknown command '-m' hint: a command comes first: nanomind run -m" -- case_flag_first
@@ -27,7 +43,7 @@ expect missing_model 1 "cannot load '/nonexistent.gguf'.*No such file" -- nm run
 expect truncated_model 1 "malformed input" "$M" -- nm run -m "$tmp/trunc.gguf" -p hi
 expect info_corrupt 1 "alignment" -- nm info tests/fuzz/corpus/gguf/bad-align-3.gguf
 expect unknown_template 2 "unknown chat template 'bogus' \\(known: chatml" -- nm run -m "$M" --chat --chat-template bogus -p hi
-expect template_without_chat 2 "only applies with --chat" -- nm run -m "$M" --chat-template chatml -p hi
+expect template_without_chat 2 "only applies to a conversation \\(not with -no-cnv\\)" -- nm run -m "$M" --chat-template chatml -no-cnv -p hi
 expect empty_int 2 "-n needs an integer in \\[-1, [0-9]+\\] \\(-1: until the end of text or a full context\\), got ''" -- nm run -m "$M" -p hi -n ""
 expect nan_temp 2 "--temp needs a number" -- nm run -m "$M" -p hi --temp nan
 expect too_many_threads 2 "-t needs an integer in \\[-1, [0-9]+\\] \\(-1: all cores; at most 4 per core\\), got '100000'" -- nm run -m "$M" -p hi -t 100000
@@ -37,12 +53,12 @@ expect ppl_too_short 1 "do not fill one chunk" "$M" -- nm perplexity -m "$M" -f 
 
 # real runs
 expect info_real 0 "general.architecture +str += \"llama\"" "$M" -- nm info "$M"
-expect run_greedy 0 "The capital of France is Paris" "$M" -- nm run -m "$M" -p "The capital of France is" -n 4 --temp 0 -t 2
+expect run_greedy 0 "The capital of France is Paris" "$M" -- nm run -m "$M" -no-cnv -p "The capital of France is" -n 4 --temp 0 -t 2
 # the same seed twice: the same text, and some text beyond the prompt
 case_seeded_same() {
     local a b
-    a=$(nm run -m "$M" -p Once -n 12 --seed 7 -t 2 2>/dev/null)
-    b=$(nm run -m "$M" -p Once -n 12 --seed 7 -t 2 2>/dev/null)
+    a=$(nm run -m "$M" -no-cnv -p Once -n 12 --seed 7 -t 2 2>/dev/null)
+    b=$(nm run -m "$M" -no-cnv -p Once -n 12 --seed 7 -t 2 2>/dev/null)
     if [ "$a" = "$b" ]; then echo "same: $a"; else printf 'differ:\n%s\n---\n%s\n' "$a" "$b"; fi
 }
 expect run_seeded_same 0 "^same: Once.+" "$M" -- case_seeded_same
@@ -163,7 +179,7 @@ expect bench_mmproj_not_mmproj 1 "not an mmproj file: no clip.projector_type key
 case_image_chat() { nm run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/img.ppm" -p 'What is this?' --chat --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '; }
 expect image_chat_zero_copy 0 "vision: 1 images, 1 encoder runs.*ledger: 0 bytes copied between bricks \(0 copies\)" "$M" -- case_image_chat
 # LLaVA-1.6-style anyres: 150x90 -> the 128x128 pinpoint, 2x2 tiles and the overview
-case_image_anyres() { nm run -m "$M" --mmproj "$tmp/mm-any.gguf" --image "$tmp/wide.ppm" -p 'A<__media__>B' --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '; }
+case_image_anyres() { nm run -m "$M" -no-cnv --mmproj "$tmp/mm-any.gguf" --image "$tmp/wide.ppm" -p 'A<__media__>B' --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '; }
 expect image_anyres_tiles 0 "prompt: 8[0-9] tokens.*vision: 1 images, 5 encoder runs.*ledger: 0 bytes copied" "$M" -- case_image_anyres
 case_image_smolvlm() { nm run -m "$M" --mmproj "$tmp/mm-sv.gguf" --image "$tmp/img.ppm" --image "$tmp/img.ppm" -p 'A<__media__>and<__media__>' --temp 0 -n 4 -t 2 --stats 2>&1 | tr '\n' ' '; }
 expect image_smolvlm_tiles 0 "vision: 2 images, [0-9]+ encoder runs.*ledger: 0 bytes copied" "$M" -- case_image_smolvlm

@@ -145,7 +145,8 @@ for rel, val in [("class/powercap/intel-rapl:0/name", "package-0"), ("class/powe
     os.makedirs(os.path.dirname(os.path.join(SYSFS, rel)), exist_ok=True)
     with open(os.path.join(SYSFS, rel), "w") as f:
         f.write(val + "\n")
-p, port = start("--api-key", KEY, "--max-body", "4096", "--queue", "0", "-c", "512", "--sysfs", SYSFS, "--body-timeout", "2")
+p, port = start("--api-key", KEY, "--max-body", "4096", "--queue", "0", "-c", "512", "--sysfs", SYSFS, "--body-timeout", "2",
+                "--metrics", "--log-disable")  # (llama-server launch scripts pass these: accepted)
 # cache_prompt false: every prompt decoded afresh, as `run` decodes it; the text is run's to the bit with the
 # cache too (cache_answers_equal_fresh), this keeps one case of each
 EXACT = {"cache_prompt": False}
@@ -188,7 +189,7 @@ def t_chat_stream(name):
 def t_completion(name):
     r = client.completions.create(model="x", prompt="The capital of France is", max_tokens=6, temperature=0,
                                   extra_body=EXACT)
-    want = run_nm("-p", "The capital of France is", "-n", "6", "--temp", "0")
+    want = run_nm("-no-cnv", "-p", "The capital of France is", "-n", "6", "--temp", "0")
     got = "The capital of France is" + r.choices[0].text
     # streamed: the same text (newlines and all, escaped in each chunk's JSON)
     s = client.completions.create(model="x", prompt="The capital of France is", max_tokens=6, temperature=0,

@@ -60,7 +60,9 @@ typedef struct cli_opts {
     const char *model;      // -m
     const char *prompt;     // -p (escapes processed unless --no-escape, as llama.cpp)
     const char *file;       // -f
-    const char *system;     // -sys, --system-prompt
+    const char *system;     // -sys, --system-prompt (or -sysf's file)
+    const char *system_file; // -sysf, --system-prompt-file
+    bool no_display_prompt; // run: the completion without the prompt before it
     const char *chat_tmpl;  // --chat-template
     const char *mmproj;     // --mmproj: vision encoder + projector (llama.cpp's mmproj GGUF)
 #define CLI_MAX_IMAGES 16
@@ -82,6 +84,8 @@ typedef struct cli_opts {
     int plan_goal;          // --plan-goal: nm_plan_goal
     const char *profile;    // --profile FILE: unit profiles (default ~/.cache/nanomind/profile.json)
     bool chat;              // --chat, -cnv; -no-cnv clears it
+    bool chat_given;        // one of them was given (run: else a conversation if the model has a chat template,
+                            // as llama-completion; -sys and --chat-template ask for one)
     bool stats;             // --stats
     bool help;              // -h
     bool version;           // --version
@@ -94,6 +98,7 @@ typedef struct cli_opts {
     const char *stop[NM_LLM_MAX_STOP]; // -r, --reverse-prompt (repeatable): stop strings
     int32_t n_stop;
     char *prompt_owned;     // the escape-processed -p (freed by cli_opts_free)
+    char *system_owned;     // -sysf's text (freed by cli_opts_free)
     nm_sampler_params sp;
 } cli_opts;
 

@@ -31,9 +31,16 @@ static void run_usage(void) {
            "                           a cached prefix is reused to such a boundary, so the answer is the same\n"
            "                           with the cache as without it\n"
            "  --chat, -cnv, --conversation\n"
-           "                           chat with the model's template (interactive without -p)\n"
-           "  -no-cnv, --no-conversation  plain completion (the default)\n"
-           "  -sys, --system-prompt TEXT  system message for --chat\n"
+           "                           chat with the model's template (interactive without -p); the default\n"
+           "                           when the model has a chat template, as llama-completion\n"
+           "  -no-cnv, --no-conversation  plain completion: the prompt printed, then continued (the default\n"
+           "                           for a model without a chat template)\n"
+           "  --no-display-prompt      plain completion: print only what is generated\n"
+           "  -sys, --system-prompt TEXT  the conversation's system message\n"
+           "  -sysf, --system-prompt-file FILE  the same from a file (its last newline dropped)\n"
+           "  -ctk, -ctv TYPE          the KV cache's type: f16 (the only one here; q8_0 and q4_0 are refused)\n"
+           "  --log-disable, -v, --verbose, --no-warmup  accepted (llama.cpp's): nanomind prints only errors\n"
+           "                           and notes (--stats: timings) and does no warm-up run\n"
            "  --chat-template NAME     force a template: %s\n"
            "  --temp T                 temperature (default 0.8; 0 = greedy)\n"
            "  --top-k K                top-k (default 40; 0 = off)\n"
@@ -408,12 +415,16 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         }
         o.prompt = file_prompt;
     }
-    if (o.chat_tmpl && !o.chat) {
-        fprintf(stderr, "error: --chat-template only applies with --chat\n");
+    // Without --chat or -no-cnv: a conversation if the model has a chat template (decided once it is
+    // loaded), as llama-completion; -sys and --chat-template ask for one.
+    const bool cnv_auto = !o.chat_given;
+    if (cnv_auto && (o.system || o.chat_tmpl)) o.chat = true;
+    if (o.chat_tmpl && !o.chat && !cnv_auto) {
+        fprintf(stderr, "error: --chat-template only applies to a conversation (not with -no-cnv)\n");
         return 2;
     }
-    if (o.system && !o.chat) {
-        fprintf(stderr, "error: -sys (the system message) only applies with --chat\n");
+    if (o.system && !o.chat && !cnv_auto) {
+        fprintf(stderr, "error: -sys (the system message) only applies to a conversation (not with -no-cnv)\n");
         return 2;
     }
     if (o.n_images > 0 && !o.mmproj) {
@@ -447,7 +458,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         free(file_prompt);
         return 2;
     }
-    if (!o.prompt && !o.chat) {
+    if (!o.prompt && !o.chat && !cnv_auto) {
         fprintf(stderr, "error: give a prompt with -p or -f, or use --chat\n");
         free(file_prompt);
         return 2;
@@ -499,6 +510,16 @@ static int run_main(cli_opts *op, int argc, char **argv) {
             goto done;
         }
     }
+    if (cnv_auto && !o.chat) { // the model's own template, if it has one we format, makes it a conversation
+        nm_chat_msg probe = {"user", "hi"};
+        char buf[16];
+        o.chat = nm_chat_format(S.m, NULL, &probe, 1, true, buf, sizeof buf) != NM_ERR_TEMPLATE;
+        if (!o.chat && !o.prompt) {
+            fprintf(stderr, "error: give a prompt with -p or -f (the model has no chat template we know for a "
+                            "conversation)\n");
+            goto done;
+        }
+    }
     if (o.chat) { // a model without a usable template fails here, before any input is read
         nm_chat_msg probe = {"user", "hi"};
         char *f = format_chat(S.m, o.chat_tmpl, &probe, 1);
@@ -527,7 +548,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         double t_sent = cli_now();
         S.request++;
         if (!cli_prompt_send(S.m, o.prompt, o.n_images, true, &to_llm, &S)) goto done_stats;
-        fputs(o.prompt, stdout);
+        if (!o.no_display_prompt) fputs(o.prompt, stdout);
         if (!receive(&S, NULL, 0, t_sent)) goto done_stats;
         putchar('\n');
         rc = S.cancelled ? 130 : 0; // as a shell reports SIGINT, after the stats

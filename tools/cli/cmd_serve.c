@@ -66,7 +66,8 @@ static void usage(FILE *f) {
             "  --image-min-tokens N, --image-max-tokens N  image tokens of a dynamic-resolution mmproj\n"
             "                           (qwen2vl_merger; default: the model's, 8..4096)\n"
             "also: -c, -b, -ub, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
-            "--chat-template, -sys (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock.\n");
+            "--chat-template, -sys/-sysf (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock,\n"
+            "-ctk/-ctv f16; --metrics, --log-disable, -v, --no-warmup are accepted (/metrics is always served).\n");
 }
 
 static void *lane_main(void *arg) {
@@ -1153,6 +1154,8 @@ static bool take_own(server *S, int *argc, char **argv) {
             }
             i++;
             S->body_max = v;
+        } else if (!strcmp(a, "--metrics")) {
+            // llama-server's switch for GET /metrics: always served here (launch scripts pass it)
         } else {
             argv[w++] = argv[i];
         }

@@ -188,6 +188,15 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
         } else if (IS("-f") || IS("--file")) g = CLI_FILE, o->file = v;
         else if (IS("-p") || IS("--prompt")) g = CLI_PROMPT, o->prompt = v;
         else if (IS("-sys") || IS("--system-prompt") || IS("--system")) g = CLI_GEN, o->system = v;
+        else if (IS("-sysf") || IS("--system-prompt-file")) g = CLI_GEN, o->system_file = v;
+        else if (IS("-ctk") || IS("--cache-type-k") || IS("-ctv") || IS("--cache-type-v")) {
+            g = CLI_CTX; // the KV cache is f16; q8_0 and q4_0 caches are not written yet
+            if (v && strcmp(v, "f16")) {
+                fprintf(stderr, "error: %s %s: the KV cache is f16 in this build (a q8_0 or q4_0 cache is not "
+                                "implemented yet); -ctk/-ctv take f16 only\n", a, v);
+                ok = false;
+            }
+        }
         else if (IS("--chat-template")) g = CLI_GEN, o->chat_tmpl = v;
         else if (IS("--mmproj")) g = CLI_VISION, o->mmproj = v;
         else if (IS("--cores") || IS("--mmproj-cores")) {
@@ -281,8 +290,8 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             takes = v && (!strcmp(v, "on") || !strcmp(v, "off") || !strcmp(v, "auto"));
         } else {
             takes = false;
-            if (IS("--chat") || IS("-cnv") || IS("--conversation")) g = CLI_GEN, o->chat = true;
-            else if (IS("-no-cnv") || IS("--no-conversation")) g = CLI_GEN, o->chat = false;
+            if (IS("--chat") || IS("-cnv") || IS("--conversation")) g = CLI_GEN, o->chat = o->chat_given = true;
+            else if (IS("-no-cnv") || IS("--no-conversation")) g = CLI_GEN, o->chat = false, o->chat_given = true;
             else if (IS("-e") || IS("--escape")) g = CLI_PROMPT, o->no_escape = false;
             else if (IS("--no-escape")) g = CLI_PROMPT, o->no_escape = true;
             else if (IS("--stats")) g = CLI_STATS, o->stats = true;
@@ -293,6 +302,10 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             else if (IS("--ignore-eos")) g = CLI_GEN, o->ignore_eos = true;
             else if (IS("-h") || IS("--help")) g = ~0u, o->help = true;
             else if (IS("--version")) g = ~0u, o->version = true;
+            else if (IS("--no-display-prompt")) g = CLI_PROMPT, o->no_display_prompt = true;
+            // llama.cpp's launch-script habits, accepted: nanomind logs nothing but errors and notes (--stats
+            // prints timings), does no warm-up run, and always serves /metrics
+            else if (IS("--log-disable") || IS("-v") || IS("--verbose") || IS("--no-warmup")) g = ~0u;
             else if (a[0] != '-' || !a[1]) {
                 if (positional && !*positional) {
                     *positional = a;
@@ -330,6 +343,21 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
     }
     if (o->n_gpu_layers > 0 && (!o->device || !strcmp(o->device, "cpu")))
         fprintf(stderr, "note: -ngl %d without --device opencl: every layer runs on the CPU\n", o->n_gpu_layers);
+    if (o->system_file) {
+        if (o->system) {
+            fprintf(stderr, "error: -sys and -sysf both give the system message: give one\n");
+            return false;
+        }
+        char ferr[512];
+        if (nm_infile_read(o->system_file, 1 << 20, NM_INFILE_STDIN | NM_INFILE_STREAM, &o->system_owned, NULL, ferr,
+                           sizeof ferr) != NM_OK) {
+            fprintf(stderr, "error: -sysf: %s\n", ferr);
+            return false;
+        }
+        size_t n = strlen(o->system_owned); // a file's last newline is not part of the message
+        while (n > 0 && (o->system_owned[n - 1] == '\n' || o->system_owned[n - 1] == '\r')) o->system_owned[--n] = '\0';
+        o->system = o->system_owned;
+    }
     if (o->prompt && !o->no_escape) {
         if (!(o->prompt_owned = unescape(o->prompt))) {
             fprintf(stderr, "error: out of memory\n");
@@ -342,11 +370,12 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
 
 void cli_opts_free(cli_opts *o) {
     free(o->prompt_owned);
-    o->prompt_owned = NULL;
+    free(o->system_owned);
+    o->prompt_owned = o->system_owned = NULL;
 }
 
 void cli_load_error(const char *path, nm_status st, const char *err, cli_want want) {
-    static const char *const what[] = {"", " the speech-to-text model", " mmproj"};
+    static const char *const what[] = {"", "", " mmproj"};
     fprintf(stderr, "error: cannot load%s '%s': %s: %s\n", what[want], path, nm_status_str(st), err);
     char arch[64], e2[256];
     if (nm_gguf_arch(path, arch, sizeof arch, e2, sizeof e2) != NM_OK) return;

@@ -61,6 +61,15 @@ if ! python3 -c 'import numpy' 2>/dev/null; then
     fi
 fi
 
+# Jinja2, the oracle of the chat-template interpreter's tests (tools/jinja_expect.py, ctest jinja_expect).
+if ! python3 -c 'import jinja2' 2>/dev/null; then
+    echo "setup: installing jinja2 for $(command -v python3)"
+    if ! python3 -m pip install -q 'jinja2>=3.1'; then
+        echo "setup: pip install jinja2 failed: is PyPI reachable?" >&2
+        exit 1
+    fi
+fi
+
 # The official OpenAI client, which the server's tests (tests/server) use against `nanomind serve`.
 if ! python3 -c 'import openai' 2>/dev/null; then
     echo "setup: installing openai (the client) for $(command -v python3)"

@@ -218,6 +218,31 @@ typedef struct nm_chat_msg {
 // buf is too small, or NM_ERR_TEMPLATE if the template is not recognised.
 int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_msg *msgs,
                        size_t n_msgs, bool add_assistant, char *buf, int32_t size);
+// Formats a conversation by rendering a Jinja chat template with nanomind's
+// interpreter (a subset of Jinja2: docs/jinja.md), as transformers'
+// apply_chat_template and llama.cpp's --jinja do: the variables are messages
+// (role, content), add_generation_prompt (= add_assistant), bos_token,
+// eos_token, tools and documents (none). tmpl: the template's text (len
+// bytes), or NULL for the model's own tokenizer.chat_template. A BOS text the
+// template writes first is dropped when the tokenizer adds BOS itself, so the
+// text tokenizes with add_special as nm_chat_format's does.
+// On NM_OK *text is the caller's to free (NUL-terminated; *n its length, n may
+// be NULL). Errors, with err (may be NULL) saying what and, where the template
+// has one, where ("line L, column C: ..."):
+//   NM_ERR_UNSUPPORTED  the template does not parse, or uses a construct the
+//                       interpreter lacks: nm_chat_format is the fallback
+//   NM_ERR_TEMPLATE     no template (tmpl NULL and the model has none), or the
+//                       template refused this conversation (raise_exception, a
+//                       type error)
+//   NM_ERR_RANGE        it ran past the interpreter's limits (steps, nesting,
+//                       memory, output): a runaway template
+// Thread-safe, also on a shared model; msgs and tmpl are borrowed for the call.
+nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, const nm_chat_msg *msgs,
+                               size_t n_msgs, bool add_assistant, char **text, size_t *n, char *err, size_t err_size);
+// The built-in formatter nm_chat_format(m, tmpl_name, ...) uses ("chatml",
+// "gemma", ...: static), or NULL where it has none (it would return
+// NM_ERR_TEMPLATE): what a caller falling back from nm_chat_format_jinja names.
+const char *nm_chat_template_name(const nm_model *m, const char *tmpl_name);
 // Comma-separated list of the template names nm_chat_format accepts.
 const char *nm_chat_template_names(void);
 // Whether `name` is one of them.

@@ -492,5 +492,38 @@ case_say_no_file_left() {
     if [ -e "$tmp/left.wav" ]; then echo "file left: $tmp/left.wav"; else echo "no file left"; fi
 }
 expect say_no_file_left 1 "unknown espeak-ng voice 'xx-bogus'.* no file left$" -- case_say_no_file_left
+
+# --jinja and --chat-template-file (issue 45, item 6): SmolLM2's own template rendered by the interpreter gives
+# the built-in formatter's prompt, so the same greedy answer; a file's template changes the prompt; one beyond
+# the subset falls back to the built-in template, named on stderr; one that refuses the chat is an error.
+printf '%s' "{% for m in messages %}<|im_start|>{{ m.role }}
+{{ m.content | upper }} (answer in one word)<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}" > "$tmp/custom.jinja"
+printf '%s' "{% macro f() %}{% endmacro %}{{ f() }}" > "$tmp/macro.jinja"
+printf '%s' "{% if messages | length > 0 %}{{ raise_exception('no chats today') }}{% endif %}" > "$tmp/refuse.jinja"
+case_jinja_same() {
+    a=$(nm run -m "$M" --chat -p hi -n 4 --temp 0 2>/dev/null); b=$(nm run -m "$M" --jinja --chat -p hi -n 4 --temp 0 2>/dev/null)
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then echo "same: $a"; else echo "differ: [$a] [$b]"; fi
+}
+expect jinja_same_as_builtin 0 "^same: ." "$M" -- case_jinja_same
+case_jinja_file() {
+    a=$(nm run -m "$M" --chat -p hi -n 4 --temp 0 --stats 2>&1 | sed -n 's/^prompt: \([0-9]*\) tokens.*/\1/p')
+    b=$(nm run -m "$M" --chat-template-file "$tmp/custom.jinja" --chat -p hi -n 4 --temp 0 --stats 2>&1 |
+        sed -n 's/^prompt: \([0-9]*\) tokens.*/\1/p')
+    echo "built-in $a tokens, file $b tokens"
+}
+# built-in: the default system turn + "hi" (31 tokens); the file: no system turn, "HI (answer in one word)"
+expect jinja_template_file_changes_prompt 0 "^built-in 31 tokens, file 16 tokens$" "$M" -- case_jinja_file
+case_jinja_fallback() {
+    a=$(nm run -m "$M" --chat -p hi -n 4 --temp 0 2>/dev/null)
+    b=$(nm run -m "$M" --chat-template-file "$tmp/macro.jinja" --chat -p hi -n 4 --temp 0 2>"$tmp/fb.err")
+    tr '\n' ' ' < "$tmp/fb.err"
+    if [ "$a" = "$b" ]; then echo "same answer"; else echo "differ: [$a] [$b]"; fi
+}
+expect jinja_fallback_named 0 "macro.jinja is beyond nanomind's Jinja subset \(line 1, column 4: the statement 'macro' is not supported\): formatting with the built-in 'chatml' template instead .*same answer$" "$M" -- case_jinja_fallback
+expect jinja_template_refuses 1 "refuse.jinja: line 1, column 49: the template raised an error: no chats today" "$M" -- nm run -m "$M" --chat-template-file "$tmp/refuse.jinja" --chat -p hi -n 4
+expect jinja_without_chat 2 "--jinja only applies with --chat" "$M" -- nm run -m "$M" --jinja -p hi -n 1
+expect jinja_file_missing 2 "--chat-template-file: $tmp/none.jinja: cannot open" "$M" -- nm run -m "$M" --chat-template-file "$tmp/none.jinja" --chat -p hi -n 1
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

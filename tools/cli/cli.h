@@ -48,7 +48,7 @@ enum {
     CLI_CTX = 1 << 2,    // -c -b
     CLI_FILE = 1 << 3,   // -f
     CLI_PROMPT = 1 << 4, // -p -e/--no-escape
-    CLI_GEN = 1 << 5,    // -n, sampling, --chat, -sys, --chat-template
+    CLI_GEN = 1 << 5,    // -n, sampling, --chat, -sys, --chat-template, --jinja, --chat-template-file
     CLI_VISION = 1 << 6, // --mmproj --image
     CLI_STATS = 1 << 7,  // --stats
     CLI_LANE = 1 << 8,   // --cores --mmproj-cores
@@ -63,7 +63,11 @@ typedef struct cli_opts {
     const char *system;     // -sys, --system-prompt (or -sysf's file)
     const char *system_file; // -sysf, --system-prompt-file
     bool no_display_prompt; // run: the completion without the prompt before it
-    const char *chat_tmpl;  // --chat-template
+    const char *chat_tmpl;  // --chat-template: a built-in formatter (with --jinja: the fallback)
+    bool jinja;             // --jinja: render the model's tokenizer.chat_template (or the file's)
+    const char *chat_tmpl_file; // --chat-template-file (implies --jinja)
+    char *chat_tmpl_src;    // its text (cli_parse reads it; freed by cli_opts_free)
+    size_t chat_tmpl_len;
     const char *mmproj;     // --mmproj: vision encoder + projector (llama.cpp's mmproj GGUF)
 #define CLI_MAX_IMAGES 16
 #define MEDIA_MARKER "<__media__>" // where an image goes in a prompt (llama.cpp's mtmd marker)
@@ -112,10 +116,15 @@ void cli_opts_free(cli_opts *o);
 void cli_ctx_note(const nm_ctx *c);
 // The context size for -c: the given value, the training context for 0, or the default.
 int32_t cli_ctx_size(const cli_opts *o, const nm_model *m);
-// The conversation through the chat template (tmpl: a name, or NULL for the
-// model's own) with the assistant's turn opened: malloc'd, or NULL with *st
-// NM_ERR_TEMPLATE (no template we know) or NM_ERR_NOMEM. Nothing printed.
-char *cli_chat_text(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs, size_t n, nm_status *st);
+// The conversation through the chat template with the assistant's turn
+// opened: malloc'd, or NULL with *st. With --jinja (or --chat-template-file)
+// the Jinja template renders it (nm_chat_format_jinja); one beyond the
+// interpreter's subset falls back to the built-in formatter, said once on
+// stderr, naming both; a template that refuses the conversation is
+// NM_ERR_TEMPLATE (printed). Otherwise the built-in formatter (--chat-template
+// or the model's family): NULL with *st NM_ERR_TEMPLATE (no template we know,
+// nothing printed) or NM_ERR_NOMEM. Thread-safe.
+char *cli_chat_text(const nm_model *m, const cli_opts *o, const nm_chat_msg *msgs, size_t n, nm_status *st);
 // The LLM brick's parameters from the options (run's and the assistant's):
 // the loaded model, context, threads, lane, device, sampling, -n, stop strings,
 // a slot per token; counted in ledger.

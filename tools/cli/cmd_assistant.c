@@ -55,7 +55,7 @@ static char *chat(const app *A, const char *question, bool frame) {
     if (A->o.system) msgs[n++] = (nm_chat_msg){"system", A->o.system};
     msgs[n++] = (nm_chat_msg){"user", content};
     nm_status st;
-    char *buf = cli_chat_text(A->m, A->o.chat_tmpl, msgs, n, &st);
+    char *buf = cli_chat_text(A->m, &A->o, msgs, n, &st);
     free(content);
     return buf;
 }
@@ -1109,12 +1109,15 @@ int cmd_assistant(int argc, char **argv) {
     cli_mlock(o);
     {
         nm_chat_msg probe = {"user", "hi"};
-        char buf[16];
-        if (nm_chat_format(A.m, o->chat_tmpl, &probe, 1, true, buf, sizeof buf) == NM_ERR_TEMPLATE) {
+        nm_status pst;
+        char *f = cli_chat_text(A.m, o, &probe, 1, &pst);
+        free(f);
+        if (pst == NM_ERR_TEMPLATE && !o->jinja) {
             fprintf(stderr, "error: the model names no chat template we know: name one with --chat-template (%s)\n",
                     nm_chat_template_names());
             goto out;
         }
+        if (pst != NM_OK) goto out;
     }
     A.ledger = nm_ledger_create();
     if (!A.ledger) goto out;

@@ -41,7 +41,11 @@ static void run_usage(void) {
            "  -ctk, -ctv TYPE          the KV cache's type: f16 (the only one here; q8_0 and q4_0 are refused)\n"
            "  --log-disable, -v, --verbose, --no-warmup  accepted (llama.cpp's): nanomind prints only errors\n"
            "                           and notes (--stats: timings) and does no warm-up run\n"
-           "  --chat-template NAME     force a template: %s\n"
+           "  --chat-template NAME     force a built-in template: %s (with --jinja: the fallback)\n"
+           "  --jinja                  render the model's own Jinja template (tokenizer.chat_template) with\n"
+           "                           nanomind's interpreter; one beyond its subset falls back to the\n"
+           "                           built-in template, said on stderr (docs/jinja.md)\n"
+           "  --chat-template-file FILE  render the Jinja template in FILE instead (implies --jinja)\n"
            "  --temp T                 temperature (default 0.8; 0 = greedy)\n"
            "  --top-k K                top-k (default 40; 0 = off)\n"
            "  --top-p P                top-p in (0, 1] (default 0.95; 1 = off)\n"
@@ -305,10 +309,10 @@ static bool receive(session *S, char *text, size_t text_size, double t_sent) {
 }
 
 // Formats the conversation; returns a malloc'd string or NULL (error printed).
-static char *format_chat(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs, size_t n) {
+static char *format_chat(const nm_model *m, const cli_opts *o, const nm_chat_msg *msgs, size_t n) {
     nm_status st;
-    char *buf = cli_chat_text(m, tmpl, msgs, n, &st);
-    if (st == NM_ERR_TEMPLATE)
+    char *buf = cli_chat_text(m, o, msgs, n, &st);
+    if (st == NM_ERR_TEMPLATE && !o->jinja)
         fprintf(stderr,
                 "error: the model names no chat template we know (tokenizer.chat_template is absent or not one we "
                 "read; a base model such as Gemma 3 270M has none and is not made for chat): run it without --chat, "
@@ -415,12 +419,21 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         }
         o.prompt = file_prompt;
     }
-    // Without --chat or -no-cnv: a conversation if the model has a chat template (decided once it is
-    // loaded), as llama-completion; -sys and --chat-template ask for one.
-    const bool cnv_auto = !o.chat_given;
-    if (cnv_auto && (o.system || o.chat_tmpl)) o.chat = true;
-    if (o.chat_tmpl && !o.chat && !cnv_auto) {
-        fprintf(stderr, "error: --chat-template only applies to a conversation (not with -no-cnv)\n");
+           "                           chat with the model's template (interactive without -p); the default\n"
+           "                           when the model has a chat template, as llama-completion\n"
+           "  -no-cnv, --no-conversation  plain completion: the prompt printed, then continued (the default\n"
+           "                           for a model without a chat template)\n"
+           "  --no-display-prompt      plain completion: print only what is generated\n"
+           "  -sys, --system-prompt TEXT  the conversation's system message\n"
+           "  -sysf, --system-prompt-file FILE  the same from a file (its last newline dropped)\n"
+           "  -ctk, -ctv TYPE          the KV cache's type: f16 (the only one here; q8_0 and q4_0 are refused)\n"
+           "  --log-disable, -v, --verbose, --no-warmup  accepted (llama.cpp's): nanomind prints only errors\n"
+           "                           and notes (--stats: timings) and does no warm-up run\n"
+           "  --chat-template NAME     force a built-in template: %s (with --jinja: the fallback)\n"
+           "  --jinja                  render the model's own Jinja template (tokenizer.chat_template) with\n"
+           "                           nanomind's interpreter; one beyond its subset falls back to the\n"
+           "                           built-in template, said on stderr (docs/jinja.md)\n"
+           "  --chat-template-file FILE  render the Jinja template in FILE instead (implies --jinja)\n"
         return 2;
     }
     if (o.system && !o.chat && !cnv_auto) {
@@ -522,7 +535,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     }
     if (o.chat) { // a model without a usable template fails here, before any input is read
         nm_chat_msg probe = {"user", "hi"};
-        char *f = format_chat(S.m, o.chat_tmpl, &probe, 1);
+        char *f = format_chat(S.m, &o, &probe, 1);
         if (!f) goto done;
         free(f);
     }
@@ -580,7 +593,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
             break;
         }
         msgs[n_msgs++] = (nm_chat_msg){"user", user};
-        char *formatted = format_chat(S.m, o.chat_tmpl, msgs, n_msgs);
+        char *formatted = format_chat(S.m, &o, msgs, n_msgs);
         if (!formatted) goto done_chat;
         // When the conversation no longer fits (with room for an answer: -n, or
         // a quarter of the context), drop the oldest turns after the system
@@ -596,7 +609,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
             n_msgs -= 2;
             dropped++;
             free(formatted);
-            if (!(formatted = format_chat(S.m, o.chat_tmpl, msgs, n_msgs))) goto done_chat;
+            if (!(formatted = format_chat(S.m, &o, msgs, n_msgs))) goto done_chat;
             n_tok = -nm_tokenize(S.m, formatted, strlen(formatted), NULL, 0, true, true);
         }
         if (dropped)

@@ -66,8 +66,9 @@ static void usage(FILE *f) {
             "  --image-min-tokens N, --image-max-tokens N  image tokens of a dynamic-resolution mmproj\n"
             "                           (qwen2vl_merger; default: the model's, 8..4096)\n"
             "also: -c, -b, -ub, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
-            "--chat-template, -sys/-sysf (a system message when a chat has none), -dev, -ngl, --no-mmap, --mlock,\n"
-            "-ctk/-ctv f16; --metrics, --log-disable, -v, --no-warmup are accepted (/metrics is always served).\n");
+            "--chat-template, --jinja, --chat-template-file, -sys/-sysf (a system message when a chat has none), -dev,\n"
+            "-ngl, --no-mmap, --mlock, -ctk/-ctv f16; --metrics, --log-disable, -v, --no-warmup are accepted (/metrics\n"
+            "is always served).\n");
 }
 
 static void *lane_main(void *arg) {
@@ -133,7 +134,7 @@ int send_err(server *S, struct mg_connection *c, const serve_err *e) {
 
 static char *format_chat(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st) {
     const server *S = ctx;
-    return cli_chat_text(S->m, S->o.chat_tmpl, msgs, n, st);
+    return cli_chat_text(S->m, &S->o, msgs, n, st);
 }
 
 serve_env serve_env_of(server *S) {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,6 +199,7 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             }
         }
         else if (IS("--chat-template")) g = CLI_GEN, o->chat_tmpl = v;
+        else if (IS("--chat-template-file")) g = CLI_GEN, o->chat_tmpl_file = v, o->jinja = true;
         else if (IS("--mmproj")) g = CLI_VISION, o->mmproj = v;
         else if (IS("--cores") || IS("--mmproj-cores")) {
             g = CLI_LANE;
@@ -300,6 +302,7 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             else if (IS("--mlock")) g = CLI_MODEL, o->mlock = true;
             else if (IS("--no-mmap")) g = CLI_MODEL, o->no_mmap = true;
             else if (IS("--ignore-eos")) g = CLI_GEN, o->ignore_eos = true;
+            else if (IS("--jinja")) g = CLI_GEN, o->jinja = true;
             else if (IS("-h") || IS("--help")) g = ~0u, o->help = true;
             else if (IS("--version")) g = ~0u, o->version = true;
             else if (IS("--no-display-prompt")) g = CLI_PROMPT, o->no_display_prompt = true;
@@ -333,6 +336,15 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             if (!ok) return false;
             i++;
         } else if (!ok) {
+            return false;
+        }
+    }
+    if (o->chat_tmpl_file) {
+        char err[512];
+        nm_status st = nm_infile_read(o->chat_tmpl_file, 1u << 20, 0, &o->chat_tmpl_src, &o->chat_tmpl_len, err,
+                                      sizeof err);
+        if (st != NM_OK) {
+            fprintf(stderr, "error: --chat-template-file: %s\n", err);
             return false;
         }
     }
@@ -371,7 +383,8 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
 void cli_opts_free(cli_opts *o) {
     free(o->prompt_owned);
     free(o->system_owned);
-    o->prompt_owned = o->system_owned = NULL;
+    free(o->chat_tmpl_src);
+    o->prompt_owned = o->system_owned = o->chat_tmpl_src = NULL;
 }
 
 void cli_load_error(const char *path, nm_status st, const char *err, cli_want want) {
@@ -447,7 +460,32 @@ long cli_peak_rss_kb(void) {
     return ru.ru_maxrss;
 }
 
-char *cli_chat_text(const nm_model *m, const char *tmpl, const nm_chat_msg *msgs, size_t n, nm_status *st) {
+// Whether the fall back from the Jinja template was said (once a process: serve formats on many threads).
+static atomic_bool jinja_fallback_said;
+
+char *cli_chat_text(const nm_model *m, const cli_opts *o, const nm_chat_msg *msgs, size_t n, nm_status *st) {
+    const char *tmpl = o->chat_tmpl;
+    if (o->jinja) {
+        char err[512], *text = NULL;
+        nm_status js = nm_chat_format_jinja(m, o->chat_tmpl_src, o->chat_tmpl_len, msgs, n, true, &text, NULL, err,
+                                            sizeof err);
+        if (js == NM_OK) {
+            *st = NM_OK;
+            return text;
+        }
+        const char *which = o->chat_tmpl_file ? o->chat_tmpl_file : "the model's chat template";
+        const char *fallback = nm_chat_template_name(m, tmpl);
+        if (js != NM_ERR_UNSUPPORTED || !fallback) {
+            fprintf(stderr, "error: %s: %s%s\n", which, err,
+                    js == NM_ERR_UNSUPPORTED ? " (and no built-in formatter to fall back to: name one with "
+                                               "--chat-template)" : "");
+            *st = js == NM_ERR_UNSUPPORTED ? NM_ERR_TEMPLATE : js;
+            return NULL;
+        }
+        if (!atomic_exchange(&jinja_fallback_said, true))
+            fprintf(stderr, "note: %s is beyond nanomind's Jinja subset (%s): formatting with the built-in '%s' "
+                    "template instead\n", which, err, fallback);
+    }
     int32_t need = nm_chat_format(m, tmpl, msgs, n, true, NULL, 0);
     *st = need == NM_ERR_TEMPLATE ? NM_ERR_TEMPLATE : NM_ERR_NOMEM;
     if (need == NM_ERR_TEMPLATE) return NULL;

@@ -1,10 +1,12 @@
 // Public tokenizer and chat entry points of a loaded model: thin wrappers
 // over the tokenizer brick.
 #include <pthread.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "bricks/llm/llm.h"
+#include "bricks/tokenizer/jinja.h"
 
 int32_t nm_tokenize(const nm_model *m, const char *text, size_t len, int32_t *out, int32_t n_max, bool add_special,
                     bool parse_special) {
@@ -33,6 +35,60 @@ int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_m
         t == NM_CHAT_CHATML && nm_chat_default_system(src.ptr, src.len, sys, sizeof sys) > 0 ? sys : NULL;
     // BOS is added by the tokenizer (add_special), not written as text.
     return nm_chat_apply(t, def_sys, msgs, n_msgs, add_assistant, NULL, buf, size);
+}
+
+nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, const nm_chat_msg *msgs,
+                               size_t n_msgs, bool add_assistant, char **text, size_t *n, char *err, size_t err_size) {
+    if (err && err_size) err[0] = 0;
+    if (text) *text = NULL;
+    if (n) *n = 0;
+    if (!m || !text || (!msgs && n_msgs)) return NM_ERR_INVALID_ARG;
+    if (!tmpl) {
+        nm_str src = nm_tokenizer_chat_template(m->tok);
+        if (!src.len) {
+            if (err && err_size) snprintf(err, err_size, "the model has no chat template (tokenizer.chat_template)");
+            return NM_ERR_TEMPLATE;
+        }
+        tmpl = src.ptr;
+        len = (size_t)src.len;
+    }
+    nm_str bos = nm_tokenizer_text(m->tok, nm_tokenizer_bos(m->tok));
+    nm_str eos = nm_tokenizer_text(m->tok, nm_tokenizer_eos(m->tok));
+    cJSON *ctx = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(ctx, "messages");
+    bool ok = ctx && list;
+    for (size_t i = 0; ok && i < n_msgs; i++) {
+        cJSON *msg = cJSON_CreateObject();
+        ok = msg && cJSON_AddItemToArray(list, msg) && cJSON_AddStringToObject(msg, "role", msgs[i].role ? msgs[i].role : "") &&
+             cJSON_AddStringToObject(msg, "content", msgs[i].content ? msgs[i].content : "");
+    }
+    char *b = ok ? strndup(bos.ptr, (size_t)bos.len) : NULL, *e = ok ? strndup(eos.ptr, (size_t)eos.len) : NULL;
+    ok = ok && b && e && cJSON_AddStringToObject(ctx, "bos_token", b) && cJSON_AddStringToObject(ctx, "eos_token", e) &&
+         cJSON_AddNullToObject(ctx, "tools") && cJSON_AddNullToObject(ctx, "documents") &&
+         cJSON_AddBoolToObject(ctx, "add_generation_prompt", add_assistant);
+    free(b);
+    free(e);
+    if (!ok) {
+        cJSON_Delete(ctx);
+        return NM_ERR_NOMEM;
+    }
+    char *out = NULL;
+    size_t on = 0;
+    nm_status st = nm_jinja_render(tmpl, len, ctx, NULL, &out, &on, err, err_size);
+    cJSON_Delete(ctx);
+    if (st != NM_OK) return st;
+    // The tokenizer puts BOS first itself (add_special): not twice (llama.cpp does the same).
+    if (nm_tokenizer_add_bos(m->tok) && bos.len > 0 && on >= (size_t)bos.len && !memcmp(out, bos.ptr, (size_t)bos.len)) {
+        memmove(out, out + bos.len, on - (size_t)bos.len + 1);
+        on -= (size_t)bos.len;
+    }
+    *text = out;
+    if (n) *n = on;
+    return NM_OK;
+}
+
+const char *nm_chat_template_name(const nm_model *m, const char *tmpl_name) {
+    nm_chat_tmpl t = tmpl_name ? nm_chat_from_name(tmpl_name) : m ? m->chat : NM_CHAT_UNKNOWN;
+    return t == NM_CHAT_UNKNOWN ? NULL : nm_chat_name(t);
 }
 
 bool nm_chat_template_known(const char *name) { return name && nm_chat_from_name(name) != NM_CHAT_UNKNOWN; }

@@ -292,6 +292,7 @@ nm_status nm_tokenizer_create(const nm_gguf *g, nm_tokenizer **out, char *err, s
 int32_t nm_tokenizer_n_vocab(const nm_tokenizer *t) { return t->n_vocab; }
 int32_t nm_tokenizer_bos(const nm_tokenizer *t) { return t->bos; }
 int32_t nm_tokenizer_eos(const nm_tokenizer *t) { return t->eos; }
+bool nm_tokenizer_add_bos(const nm_tokenizer *t) { return t->add_bos && t->bos >= 0; }
 bool nm_tokenizer_is_eog(const nm_tokenizer *t, int32_t tok) {
     return tok >= 0 && tok < t->n_vocab && (t->attr[tok] & NM_TOKA_EOG);
 }

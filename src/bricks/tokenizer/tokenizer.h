@@ -24,6 +24,7 @@ void nm_tokenizer_free(nm_tokenizer *t); // NULL is a no-op
 
 int32_t nm_tokenizer_n_vocab(const nm_tokenizer *t);
 int32_t nm_tokenizer_bos(const nm_tokenizer *t); // -1 if none
+bool nm_tokenizer_add_bos(const nm_tokenizer *t); // whether encoding with add_special puts BOS first
 int32_t nm_tokenizer_eos(const nm_tokenizer *t);
 bool nm_tokenizer_is_eog(const nm_tokenizer *t, int32_t tok);
 

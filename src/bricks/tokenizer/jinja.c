@@ -1208,6 +1208,7 @@ static void write_repr_str(J *j, sb *b, js s) {
 // Python's str() (repr: false) or repr() of a value.
 static void write_val(J *j, sb *b, jv v, bool repr, int depth) {
     if (depth > j->lim.max_depth) fail(j, NM_ERR_RANGE, -1, "a value nests deeper than %d", (int)j->lim.max_depth);
+    step(j, -1);
     char t[48];
     switch (v.t) {
     case V_UNDEF: break;
@@ -1279,6 +1280,7 @@ static void json_nl(J *j, sb *b, int indent, int level) {
 // json.dumps(v, ensure_ascii=False[, indent]) as transformers' tojson calls it.
 static void write_json(J *j, sb *b, jv v, int indent, int level, int32_t pos) {
     if (level > j->lim.max_depth) fail(j, NM_ERR_RANGE, pos, "a value nests deeper than %d", (int)j->lim.max_depth);
+    step(j, pos);
     char t[48];
     switch (v.t) {
     case V_NONE: sb_puts(j, b, "null"); break;
@@ -1314,6 +1316,7 @@ static void write_json(J *j, sb *b, jv v, int indent, int level, int32_t pos) {
 
 static bool veq(J *j, jv a, jv b, int depth) {
     if (depth > j->lim.max_depth) fail(j, NM_ERR_RANGE, -1, "a value nests deeper than %d", (int)j->lim.max_depth);
+    step(j, -1); // a shared value compared with itself can be a tree exponentially larger than its memory
     if (is_num(a) && is_num(b)) {
         if (a.t != V_FLOAT && b.t != V_FLOAT) return inum(a) == inum(b);
         return num(a) == num(b);

@@ -419,21 +419,13 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         }
         o.prompt = file_prompt;
     }
-           "                           chat with the model's template (interactive without -p); the default\n"
-           "                           when the model has a chat template, as llama-completion\n"
-           "  -no-cnv, --no-conversation  plain completion: the prompt printed, then continued (the default\n"
-           "                           for a model without a chat template)\n"
-           "  --no-display-prompt      plain completion: print only what is generated\n"
-           "  -sys, --system-prompt TEXT  the conversation's system message\n"
-           "  -sysf, --system-prompt-file FILE  the same from a file (its last newline dropped)\n"
-           "  -ctk, -ctv TYPE          the KV cache's type: f16 (the only one here; q8_0 and q4_0 are refused)\n"
-           "  --log-disable, -v, --verbose, --no-warmup  accepted (llama.cpp's): nanomind prints only errors\n"
-           "                           and notes (--stats: timings) and does no warm-up run\n"
-           "  --chat-template NAME     force a built-in template: %s (with --jinja: the fallback)\n"
-           "  --jinja                  render the model's own Jinja template (tokenizer.chat_template) with\n"
-           "                           nanomind's interpreter; one beyond its subset falls back to the\n"
-           "                           built-in template, said on stderr (docs/jinja.md)\n"
-           "  --chat-template-file FILE  render the Jinja template in FILE instead (implies --jinja)\n"
+    // Without --chat or -no-cnv: a conversation if the model has a chat template (decided once it is
+    // loaded), as llama-completion; -sys, --chat-template and --jinja ask for one.
+    const bool cnv_auto = !o.chat_given;
+    if (cnv_auto && (o.system || o.chat_tmpl || o.jinja)) o.chat = true;
+    if ((o.chat_tmpl || o.jinja) && !o.chat && !cnv_auto) {
+        fprintf(stderr, "error: %s only applies to a conversation (not with -no-cnv)\n",
+                o.chat_tmpl ? "--chat-template" : o.chat_tmpl_file ? "--chat-template-file" : "--jinja");
         return 2;
     }
     if (o.system && !o.chat && !cnv_auto) {

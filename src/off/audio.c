@@ -19,6 +19,10 @@ nm_status nm_audio_decode(const void *data, size_t n, int32_t target_rate, nm_au
                           size_t err_size) {
     return off(out, err, err_size);
 }
+nm_status nm_audio_decode_max(const void *data, size_t n, int32_t target_rate, int64_t max_samples,
+                              nm_audio *out, char *err, size_t err_size) {
+    return off(out, err, err_size);
+}
 nm_status nm_audio_load(const char *path, int32_t target_rate, nm_audio *out, char *err, size_t err_size) {
     return off(out, err, err_size);
 }

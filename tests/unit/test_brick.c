@@ -446,9 +446,9 @@ done:
 }
 
 // A greedy STT brick on two threads, a PCM ring of pcm_slots slots of n
-// samples, a text ring of one 4 KiB slot; false (a failed check) if any is missing.
-static bool stt_rig(int *nmtest_failed, const char *path, uint32_t pcm_slots, int64_t n, nm_brick **stt, nm_tabm **pcm,
-                    nm_tabm **text) {
+// samples, a text ring of text_slots 4 KiB slots; false (a failed check) if any is missing.
+static bool stt_rig(int *nmtest_failed, const char *path, uint32_t pcm_slots, int64_t n, uint32_t text_slots,
+                    nm_brick **stt, nm_tabm **pcm, nm_tabm **text) {
     char err[512];
     nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
     sp.model = path;
@@ -456,7 +456,7 @@ static bool stt_rig(int *nmtest_failed, const char *path, uint32_t pcm_slots, in
     sp.stt = nm_stt_default_params(NM_STT_GREEDY);
     NM_CHECK(nm_brick_load(NULL, &sp, stt, err, sizeof err) == NM_OK);
     NM_CHECK(nm_tabm_create(NULL, pcm_slots, sizeof(float) * (size_t)n, pcm, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_tabm_create(NULL, 1, 4096, text, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_tabm_create(NULL, text_slots, 4096, text, err, sizeof err) == NM_OK);
     return *stt && *pcm && *text;
 }
 
@@ -473,7 +473,7 @@ NM_TEST(stt_stops_when_its_output_goes) {
     const int64_t reps = 12, n = reps * a.n; // about a minute: three windows
     nm_brick *stt = NULL;
     nm_tabm *pcm = NULL, *text = NULL;
-    if (!stt_rig(nmtest_failed, path, 1, n, &stt, &pcm, &text)) goto done;
+    if (!stt_rig(nmtest_failed, path, 1, n, 1, &stt, &pcm, &text)) goto done;
     nm_tabm_slot s;
     NM_CHECK(nm_tabm_acquire_write(pcm, 0, -1, &s) == NM_OK);
     for (int64_t r = 0; r < reps; r++) memcpy((float *)s.data + r * a.n, a.pcm, sizeof(float) * (size_t)a.n);
@@ -514,7 +514,7 @@ NM_TEST(stt_request_cancelled) {
     const int64_t reps = 12, n = reps * a.n; // about a minute: three windows
     nm_brick *stt = NULL;
     nm_tabm *pcm = NULL, *text = NULL;
-    if (!stt_rig(nmtest_failed, path, 2, n, &stt, &pcm, &text)) goto done;
+    if (!stt_rig(nmtest_failed, path, 2, n, 1, &stt, &pcm, &text)) goto done;
     NM_CHECK(nm_tabm_cancel_request(pcm, 32) == NM_OK); // the second request, before it is written
     for (uint64_t req = 31; req <= 32; req++) {
         nm_tabm_slot s;
@@ -639,9 +639,6 @@ done:
     nm_audio_free(&a);
 }
 
-// A TTS request cancelled while it speaks: what was said stays, the rest of
-// the text (this slot's and the request's next ones) is dropped, the last
-// slot is flagged NM_BRICK_CANCELLED, and the next request is spoken whole.
 // nm_brick_step on the caller's thread, which writes the request and reads
 // the answer itself: a wait only it could end returns NM_ERR_AGAIN, naming
 // the ring, instead of hanging (issue 45: a 1-slot output ring and speech
@@ -667,16 +664,9 @@ NM_TEST(stt_step_that_cannot_progress_returns) {
     nm_audio a = {0};
     char err[512];
     if (!load_speech(&a, err, sizeof err, nmtest_failed)) return;
-    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
-    sp.model = path;
-    sp.n_threads = 2;
-    sp.stt = nm_stt_default_params(NM_STT_GREEDY);
     nm_brick *stt = NULL;
     nm_tabm *pcm = NULL, *text = NULL;
-    NM_CHECK(nm_brick_load(NULL, &sp, &stt, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_tabm_create(NULL, 4, sizeof(float) * (size_t)a.n, &pcm, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_tabm_create(NULL, 1, 4096, &text, err, sizeof err) == NM_OK);
-    if (!stt || !pcm || !text) goto done;
+    if (!stt_rig(nmtest_failed, path, 4, a.n, 1, &stt, &pcm, &text)) goto done;
     // nothing to read
     NM_CHECK(nm_brick_step(stt, pcm, text) == NM_ERR_AGAIN);
     NM_CHECK(strstr(nm_brick_last_error(stt), "input ring has nothing more to read") != NULL);
@@ -722,6 +712,9 @@ done:
     nm_audio_free(&a);
 }
 
+// A TTS request cancelled while it speaks: what was said stays, the rest of
+// the text (this slot's and the request's next ones) is dropped, the last
+// slot is flagged NM_BRICK_CANCELLED, and the next request is spoken whole.
 NM_TEST(tts_request_cancelled) {
     nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
     nm_brick *tts = NULL;

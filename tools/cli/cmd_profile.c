@@ -82,8 +82,8 @@ static void measure_watts(nm_unit_profile *u, const char *sysfs, double secs) {
     char src[256], err[512];
     // (the time is spent only where a meter sees the unit: the message comes after, not a promise before)
     if (nm_unit_measure_watts(u->name, sysfs, secs, secs, u, src, sizeof src, err, sizeof err) == NM_OK)
-        fprintf(stderr, "watts of %s: %.2f W idle, %.2f W busy (%.1f s each, measured: %s)\n", u->name, u->idle_w,
-                u->active_w, secs, src);
+        fprintf(stderr, "watts of %s (%.1f s idle, %.1f s busy): %.2f W idle, %.2f W busy (measured: %s)\n", u->name,
+                secs, secs, u->idle_w, u->active_w, src);
     else if (u->idle_w > 0 || u->active_w > 0)
         fprintf(stderr, "watts of %s: not measured (%s): kept %.2f W idle, %.2f W busy\n", u->name, err, u->idle_w,
                 u->active_w);

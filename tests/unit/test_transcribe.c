@@ -308,24 +308,42 @@ static bool load_stem(const char *stem, nm_audio *a) {
 
 // Transcribes a clip (load_stem) in a mode and compares with the recorded
 // whisper-cli output.
-// The words of what was said in a stem's clips (gen_clips' texts), to score a transcript by.
-static const char *spoken_text(const char *stem) {
-    static const char long_text[] =
-        "This recording is longer than thirty seconds, so the model has to read it in more than one window. The "
-        "first window ends somewhere in the middle of this text, and the decoder continues from the last timestamp "
-        "it produced. Speech recognition on small devices must be fast and use little memory. The engine reads the "
-        "audio, computes a log mel spectrogram, runs the encoder once per window, and then decodes the words one "
-        "token at a time. When the text of a window ends, the next window starts where the last complete sentence "
-        "finished. That is how long recordings are transcribed.";
-    static const char joined[] =
-        "This recording is longer than thirty seconds, so the model has to read it in more than one window. The "
-        "first window ends somewhere in the middle of this text, and the decoder continues from the last timestamp "
-        "it produced. Speech recognition on small devices must be fast and use little memory. The engine reads the "
-        "audio, computes a log mel spectrogram, runs the encoder once per window, and then decodes the words one "
-        "token at a time. When the text of a window ends, the next window starts where the last complete sentence "
-        "finished. That is how long recordings are transcribed. The quick brown fox jumps over the lazy dog. I would "
-        "like a cup of tea, please.";
-    return !strcmp(stem, "tts_long.ogg") ? long_text : !strcmp(stem, "tts_long.ogg+tts_16k") ? joined : NULL;
+// What espeak-ng said in the TTS clips (gen_clips speaks these).
+static const struct {
+    const char *name;
+    int rate;
+    const char *text;
+} k_tts[] = {
+    {"tts_16k.wav", 16000, "The quick brown fox jumps over the lazy dog. I would like a cup of tea, please."},
+    {"tts_8k.wav", 8000,
+     "Hello, this is a telephone call. Please leave your name and number after the tone, and we will "
+     "call you back as soon as possible. Thank you."},
+    {"tts_48k.wav", 48000, "Good morning, how are you today?"},
+    {"tts_long.ogg", 16000,
+     "This recording is longer than thirty seconds, so the model has to read it in more than one window. "
+     "The first window ends somewhere in the middle of this text, and the decoder continues from the last "
+     "timestamp it produced. Speech recognition on small devices must be fast and use little memory. "
+     "The engine reads the audio, computes a log mel spectrogram, runs the encoder once per window, and "
+     "then decodes the words one token at a time. When the text of a window ends, the next window starts "
+     "where the last complete sentence finished. That is how long recordings are transcribed."},
+};
+
+// The words said in a stem's clips ("a+b": one after the other) into buf; false if a clip's text is not known.
+static bool spoken_text(const char *stem, char *buf, size_t size) {
+    buf[0] = '\0';
+    for (const char *p = stem; *p;) {
+        const char *e = strchr(p, '+');
+        const size_t n = e ? (size_t)(e - p) : strlen(p);
+        const char *said = NULL;
+        for (size_t i = 0; i < sizeof k_tts / sizeof *k_tts && !said; i++)
+            if (!strncmp(k_tts[i].name, p, n) && (k_tts[i].name[n] == '\0' || k_tts[i].name[n] == '.'))
+                said = k_tts[i].text;
+        if (!said || strlen(buf) + strlen(said) + 2 > size) return false;
+        if (buf[0]) strcat(buf, " ");
+        strcat(buf, said);
+        p += n + (e ? 1 : 0);
+    }
+    return true;
 }
 
 // A transcript's words without its [HH:MM:SS.mmm --> HH:MM:SS.mmm] stamps (a copy, the caller's).
@@ -377,8 +395,8 @@ static bool same_as_whisper_cpp(const char *stem, const mode *md, int *n_diff, i
         fprintf(stderr, "  %s (%s) differs from whisper.cpp:\n--- whisper.cpp\n%s--- ours\n%s---\n", clip, md->name,
                 want, got);
         *n_diff = word_errors(want, got, n_words);
-        const char *said = spoken_text(stem);
-        if (said) {
+        char said[2048];
+        if (spoken_text(stem, said, sizeof said)) {
             char *ours = without_stamps(got), *theirs = without_stamps(want);
             *e_ours = word_errors(said, ours, n_ref);
             *e_wcpp = word_errors(said, theirs, n_ref);
@@ -851,23 +869,9 @@ NM_TEST_OPTIN(gen_clips, "NM_GEN_SPEECH") {
     mkdir(dir, 0755);
     mkdir(sub, 0755);
     snprintf(tmp, sizeof tmp, "%s/espeak.wav", dir);
-    static const struct { const char *name; int rate; const char *text; } tts[] = {
-        {"tts_16k.wav", 16000, "The quick brown fox jumps over the lazy dog. I would like a cup of tea, please."},
-        {"tts_8k.wav", 8000,
-         "Hello, this is a telephone call. Please leave your name and number after the tone, and we will "
-         "call you back as soon as possible. Thank you."},
-        {"tts_48k.wav", 48000, "Good morning, how are you today?"},
-        {"tts_long.ogg", 16000,
-         "This recording is longer than thirty seconds, so the model has to read it in more than one window. "
-         "The first window ends somewhere in the middle of this text, and the decoder continues from the last "
-         "timestamp it produced. Speech recognition on small devices must be fast and use little memory. "
-         "The engine reads the audio, computes a log mel spectrogram, runs the encoder once per window, and "
-         "then decodes the words one token at a time. When the text of a window ends, the next window starts "
-         "where the last complete sentence finished. That is how long recordings are transcribed."},
-    };
-    for (size_t i = 0; i < sizeof tts / sizeof *tts; i++) {
-        NM_CHECK(espeak(tts[i].text, tmp));
-        NM_CHECK(make_clip(dir, tts[i].name, tmp, tts[i].rate));
+    for (size_t i = 0; i < sizeof k_tts / sizeof *k_tts; i++) {
+        NM_CHECK(espeak(k_tts[i].text, tmp));
+        NM_CHECK(make_clip(dir, k_tts[i].name, tmp, k_tts[i].rate));
     }
     unlink(tmp);
     const char *alsa = getenv("NM_ALSA_SOUNDS");

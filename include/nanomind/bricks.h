@@ -19,8 +19,9 @@
 //   STT     NM_TABM_PCM_F32, 16 kHz mono (PCM)  NM_TABM_TEXT, one per segment (TEXT)
 //   VISION  NM_TABM_IMAGE (IMAGE)                the image's prompt segment for the LLM
 //                                                brick: NM_TABM_TOKENS + NM_TABM_EMBD_F32
-//   LLM     NM_TABM_TOKENS / NM_TABM_EMBD_F32    NM_TABM_TOKENS, the sampled tokens (TOKENS)
-//           (TOKENS, EMBD): a prompt
+//   LLM     NM_TABM_TOKENS / NM_TABM_EMBD_F32 / NM_TABM_TOKENS, the sampled tokens (TOKENS), or
+//           NM_TABM_TEXT (TOKENS, EMBD, TEXT):   their text: pieces or sentences (TEXT; nm_llm_params.out)
+//           a prompt
 //   TTS     NM_TABM_TEXT (TEXT)                  NM_TABM_PCM_S16 mono (PCM)
 //
 // Requests. A request is one or more slots: every slot of it but the last has
@@ -79,7 +80,13 @@
 //          Output: up to out_batch tokens per slot; the last slot holds the
 //          tokens still pending (maybe none: ndim 0, size 0) and the reason
 //          generation stopped in NM_LLM_STOP_OF(user). The end-of-generation
-//          token itself is not written. With n_parallel > 1 (continuous
+//          token itself is not written. A TEXT slot is a part of the prompt as text
+//          (a formatted chat turn, or plain text): the brick tokenizes it into
+//          its own slot in place (the slot becomes a TOKENS slot of the same
+//          request; special tokens written as text, e.g. "<|im_start|>", are
+//          parsed; BOS is added where the slot starts at position 0); text
+//          whose tokens would not fit the slot or the context, or none, fails
+//          the request. With n_parallel > 1 (continuous
 //          batching) the brick serves requests together, each on a sequence
 //          of its own: their slots may interleave in the rings and are told
 //          apart by request id (one sequence: the slots up to a request's
@@ -136,6 +143,12 @@ typedef enum nm_unit {
 
 // ---- parameters of each kind ------------------------------------------------------------
 
+typedef enum nm_llm_out {
+    NM_LLM_OUT_TOKENS = 0,
+    NM_LLM_OUT_TEXT = 1,
+    NM_LLM_OUT_SENTENCES = 2,
+} nm_llm_out;
+
 // The decoder's generation (LLM).
 typedef struct nm_llm_params {
     int32_t n_predict; // tokens per prompt; < 0: until end of generation or a full context. Default 128
@@ -154,6 +167,13 @@ typedef struct nm_llm_params {
     // request's text may differ from a cold run's in the last bits (as
     // llama-server says of its own); false decodes every prompt whole.
     bool cache_prompt;
+    // What the output slots carry: NM_LLM_OUT_TOKENS (token ids, out_batch a slot), NM_LLM_OUT_TEXT (the
+    // tokens' text, UTF-8 whole: each slot the text of up to out_batch tokens), NM_LLM_OUT_SENTENCES (text
+    // cut for a voice: a slot ends before a blank that follows a sentence's end (. ! ?), after a line's end,
+    // or where the slot is full; the TTS brick speaks each slot in turn). Text slots are NM_TABM_TEXT of
+    // nm_brick_out_slot_bytes (4 KiB); a request's last slot holds what text is left (maybe none). Set at
+    // load; NM_LLM_OUT_SENTENCES with n_parallel 1 (a request holds its slot across passes).
+    nm_llm_out out;
 } nm_llm_params;
 #define NM_LLM_MAX_STOP 16
 #define NM_LLM_MAX_STOP_LEN 256

@@ -134,7 +134,9 @@ typedef enum nm_tabm_kind {
 // A slot's header, in the ring's shared memory. The writer fills kind, ndim,
 // shape, size (and sample_rate, user, request) between acquire_write and
 // publish; the ring sets producer, seq and the timestamps (acquire_write
-// zeroes the rest). Readers must not modify it.
+// zeroes the rest). Readers must not modify it (but for a reader that rewrites a
+// slot it holds into another payload of the same request for itself: the LLM
+// brick's TEXT -> TOKENS).
 typedef struct nm_tabm_meta {
     uint32_t kind;         // nm_tabm_kind
     uint32_t producer;     // as given to acquire_write

@@ -1143,4 +1143,254 @@ NM_TEST(tabm_llm_brick_changed_middle_not_reused) {
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
 }
 
+// ---- the TEXT ports -----------------------------------------------------------------------------
+
+// A brick with its output kind `out` (out_batch 3) on rings of its own, run on this thread by nm_brick_step.
+typedef struct text_rig {
+    nm_brick *b;
+    nm_tabm *in, *out;
+} text_rig;
+
+static bool text_rig_on(text_rig *T, nm_model *m, nm_llm_out out, int32_t n_predict) {
+    memset(T, 0, sizeof *T);
+    if (!m) return false;
+    nm_brick_params bp = brick_params(m);
+    bp.llm.n_predict = n_predict;
+    bp.llm.out_batch = 3;
+    bp.llm.out = out;
+    char err[256];
+    return nm_brick_load(NULL, &bp, &T->b, err, sizeof err) == NM_OK &&
+           nm_tabm_create(NULL, 4, sizeof(int32_t) * N_CTX, &T->in, err, sizeof err) == NM_OK &&
+           nm_tabm_create(NULL, 64, nm_brick_out_slot_bytes(T->b), &T->out, err, sizeof err) == NM_OK;
+}
+
+static bool text_rig_up(text_rig *T, nm_llm_out out, int32_t n_predict) {
+    return text_rig_on(T, model(), out, n_predict);
+}
+
+static void text_rig_down(text_rig *T) {
+    nm_brick_free(T->b);
+    nm_tabm_free(T->in);
+    nm_tabm_free(T->out);
+}
+
+// A TEXT prompt slot (request g_request) at pos (< 0: where the brick stands).
+static nm_status put_text(nm_tabm *r, const char *text, int32_t pos) {
+    nm_tabm_slot s;
+    nm_status st = nm_tabm_acquire_write(r, 7, 0, &s);
+    if (st != NM_OK) return st;
+    const size_t n = strlen(text);
+    memcpy(s.data, text, n);
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n,
+                             .user = pos >= 0 ? NM_LLM_IN_POS(pos) : 0, .request = g_request};
+    return nm_tabm_publish(r, &s);
+}
+
+// Reads one request's output slots: token ids into toks (TOKENS) or text into
+// text (TEXT), the slots' byte counts into cuts. Returns the slot count, -1
+// on a ring error or a slot of another kind.
+static int read_any(nm_tabm *r, uint32_t kind, int32_t *toks, int32_t *n_toks, char *text, size_t cap,
+                    size_t *cuts, nm_llm_stop *why) {
+    int n = 0;
+    size_t len = 0;
+    *n_toks = 0;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(r, 0, &s) != NM_OK) return -1;
+        const uint64_t user = s.meta->user;
+        const bool ok = s.meta->kind == kind && s.meta->request == g_request;
+        if (ok && kind == NM_TABM_TOKENS)
+            for (int64_t i = 0; i < (s.meta->ndim ? s.meta->shape[0] : 0); i++) toks[(*n_toks)++] = ((int32_t *)s.data)[i];
+        if (ok && kind == NM_TABM_TEXT && len + s.meta->size < cap) {
+            memcpy(text + len, s.data, (size_t)s.meta->size);
+            len += (size_t)s.meta->size;
+            if (cuts) cuts[n] = len;
+        }
+        n++;
+        nm_tabm_release(r, &s);
+        if (!ok) return -1;
+        if (!(user & NM_BRICK_MORE)) {
+            *why = NM_LLM_STOP_OF(user);
+            if (text) text[len] = '\0';
+            return n;
+        }
+    }
+}
+
+// A TEXT prompt is the prompt nm_tokenize gives (BOS at position 0, special
+// tokens parsed); a TEXT slot later in the context takes no BOS; the output
+// as TEXT is the tokens' text, a slot per out_batch tokens.
+NM_TEST(tabm_llm_brick_text_prompt_and_text_output) {
+    text_rig T, K;
+    const bool up = text_rig_up(&T, NM_LLM_OUT_TOKENS, 12) && text_rig_up(&K, NM_LLM_OUT_TEXT, 12);
+    if (!up) {
+        text_rig_down(&T);
+        NM_NEED_SMALL_MODEL(g_model_r);
+        NM_CHECK(!"the rigs did not come up");
+        return;
+    }
+    nm_model *m = model();
+    const char *prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n";
+    int32_t want[N_CTX], got[64], ref[64], n_ref = 0, n_got = 0;
+    const int32_t n_want = nm_tokenize(m, prompt, strlen(prompt), want, N_CTX, true, true);
+    NM_CHECK(n_want > 4);
+    part tp[1] = {TOKS(want, n_want, NM_LLM_IN_POS(0))};
+    nm_llm_stop why = NM_LLM_STOP_NONE, why2 = NM_LLM_STOP_NONE;
+    // tokens in, tokens out: the reference
+    NM_CHECK(put_parts(T.in, tp, 1) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+    NM_CHECK(read_any(T.out, NM_TABM_TOKENS, ref, &n_ref, NULL, 0, NULL, &why) > 0 && n_ref > 0);
+    // text in, tokens out: the same tokens (decoded from the same prompt)
+    NM_CHECK(put_text(T.in, prompt, 0) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+    NM_CHECK(read_any(T.out, NM_TABM_TOKENS, got, &n_got, NULL, 0, NULL, &why2) > 0);
+    NM_CHECK(n_got == n_ref && !memcmp(got, ref, sizeof(int32_t) * (size_t)n_ref) && why2 == why);
+    // text in, text out: the tokens' text, out_batch (3) tokens a slot
+    char text[4096], want_text[4096];
+    size_t cuts[64], wl = 0, upto[65] = {0}; // upto[i]: the text's bytes after i tokens
+    nm_detok dt = {0};
+    for (int32_t i = 0; i < n_ref; i++) {
+        const int32_t k = nm_detok_push(m, &dt, ref[i], want_text + wl, (int32_t)(sizeof want_text - wl));
+        if (k > 0) wl += (size_t)k;
+        upto[i + 1] = wl;
+    }
+    want_text[wl] = '\0';
+    NM_CHECK(put_text(K.in, prompt, 0) == NM_OK && nm_brick_step(K.b, K.in, K.out) == NM_OK);
+    int32_t nt;
+    const int slots = read_any(K.out, NM_TABM_TEXT, NULL, &nt, text, sizeof text, cuts, &why2);
+    NM_CHECK(slots == n_ref / 3 + 1 && why2 == why); // a slot each 3 tokens, then the END with the rest
+    for (int i = 0; i + 1 < slots && i < 64; i++) NM_CHECK(cuts[i] == upto[3 * (i + 1)]);
+    if (strcmp(text, want_text)) {
+        fprintf(stderr, "  text out '%s', the tokens' '%s'\n", text, want_text);
+        NM_CHECK(0);
+    }
+    // a TEXT slot where the brick stands continues the context without a BOS
+    const int32_t pos = nm_brick_llm_pos(T.b);
+    NM_CHECK(put_text(T.in, " And of Spain?", -1) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+    NM_CHECK(read_any(T.out, NM_TABM_TOKENS, got, &n_got, NULL, 0, NULL, &why2) > 0);
+    const int32_t n_more = nm_tokenize(m, " And of Spain?", 14, want, N_CTX, false, true);
+    NM_CHECK(nm_brick_llm_pos(T.b) == pos + n_more + n_got - (why2 == NM_LLM_STOP_N_PREDICT ? 1 : 0) ||
+             nm_brick_llm_pos(T.b) == pos + n_more + n_got);
+    text_rig_down(&T);
+    text_rig_down(&K);
+}
+
+// BOS goes where a TEXT slot starts at position 0, and only there (Gemma's
+// tokenizer adds one; SmolLM2's does not).
+NM_TEST(tabm_llm_brick_text_bos_at_zero_only) {
+    char path[1024];
+    if (!nmtest_model_path("gemma-3-270m-q4_k_m.gguf", path, sizeof path))
+        NM_SKIP_MISSING("Gemma 3 270M is not in the model cache");
+    nm_model *m = NULL;
+    nm_model_params mp = nm_model_default_params();
+    mp.n_threads = 2;
+    NM_CHECK(nm_model_load(path, &mp, &m, NULL, 0) == NM_OK);
+    text_rig T;
+    NM_CHECK(text_rig_on(&T, m, NM_LLM_OUT_TOKENS, 1));
+    int32_t toks[64], n_got = 0;
+    nm_llm_stop why;
+    const int32_t with_bos = nm_tokenize(m, "Hello there", 11, toks, 64, true, true),
+                  without = nm_tokenize(m, " and more", 9, toks, 64, false, true);
+    NM_CHECK(with_bos == nm_tokenize(m, "Hello there", 11, toks, 64, false, true) + 1);
+    NM_CHECK(put_text(T.in, "Hello there", 0) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+    NM_CHECK(read_any(T.out, NM_TABM_TOKENS, toks, &n_got, NULL, 0, NULL, &why) > 0);
+    const int32_t pos = nm_brick_llm_pos(T.b);
+    NM_CHECK(pos == with_bos + n_got);
+    NM_CHECK(put_text(T.in, " and more", -1) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+    NM_CHECK(read_any(T.out, NM_TABM_TOKENS, toks, &n_got, NULL, 0, NULL, &why) > 0);
+    NM_CHECK(nm_brick_llm_pos(T.b) == pos + without + n_got);
+    text_rig_down(&T);
+    nm_model_free(m);
+}
+
+// Text that gives no tokens, or more than the context holds, fails its
+// request (flagged, the cause named); the brick goes on.
+NM_TEST(tabm_llm_brick_text_prompt_refused) {
+    text_rig T;
+    if (!text_rig_up(&T, NM_LLM_OUT_TOKENS, 4)) {
+        text_rig_down(&T);
+        NM_NEED_SMALL_MODEL(g_model_r);
+        NM_CHECK(!"the rig did not come up");
+        return;
+    }
+    char big[N_CTX * 3 + 1];
+    for (size_t i = 0; i + 1 < sizeof big; i += 3) memcpy(big + i, " zq", 3);
+    big[sizeof big - 1] = '\0';
+    const char *bad[] = {"", big};
+    const char *msg[] = {"the text gives no tokens", "do not fit the context"};
+    for (int k = 0; k < 2; k++) {
+        int32_t toks[16], n;
+        nm_llm_stop why = NM_LLM_STOP_NONE;
+        NM_CHECK(put_text(T.in, bad[k], 0) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+        NM_CHECK(read_any(T.out, NM_TABM_TOKENS, toks, &n, NULL, 0, NULL, &why) == 1 && n == 0 &&
+                 why == NM_LLM_STOP_BAD_INPUT);
+        if (!strstr(nm_brick_last_error(T.b), msg[k])) {
+            fprintf(stderr, "  case %d: error '%s' lacks '%s'\n", k, nm_brick_last_error(T.b), msg[k]);
+            NM_CHECK(0);
+        }
+    }
+    // and the next request is served
+    int32_t toks[16], n;
+    nm_llm_stop why = NM_LLM_STOP_NONE;
+    NM_CHECK(put_text(T.in, "Hello", 0) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+    NM_CHECK(read_any(T.out, NM_TABM_TOKENS, toks, &n, NULL, 0, NULL, &why) > 0 && n > 0);
+    text_rig_down(&T);
+}
+
+// Sentences for a voice (SmolLM2 itself, whose answers have sentences): the
+// slots join into the text of the TEXT output, and every cut but the last is
+// one of the rules': after a line's end, or before a blank that follows . ! or ?.
+NM_TEST(tabm_llm_brick_sentence_output_cuts) {
+    char path[1024];
+    if (!nmtest_model_path("SmolLM2-135M-Instruct.Q4_1.gguf", path, sizeof path))
+        NM_SKIP_MISSING("SmolLM2 is not in the model cache");
+    nm_model *m = NULL;
+    nm_model_params mp = nm_model_default_params();
+    mp.n_threads = 2;
+    NM_CHECK(nm_model_load(path, &mp, &m, NULL, 0) == NM_OK);
+    text_rig T, K;
+    const bool up = text_rig_on(&T, m, NM_LLM_OUT_TEXT, 48) && text_rig_on(&K, m, NM_LLM_OUT_SENTENCES, 48);
+    nm_brick_params one = brick_params(m); // T's text a token a slot: the pieces the cuts fall between
+    one.llm.n_predict = 48;
+    one.llm.out = NM_LLM_OUT_TEXT;
+    NM_CHECK(up && nm_brick_set_params(T.b, &one, NULL, 0) == NM_OK);
+    NM_CHECK(up);
+    static const char *q[] = {"Describe the sea in three short sentences.", "Give me two tips for sleeping well.",
+                              "List three fruits, one per line."};
+    int n_cut = 0;
+    for (int k = 0; up && k < 3; k++) {
+        char prompt[256], a[4096], b[4096];
+        size_t cuts[128];
+        int32_t nt;
+        nm_llm_stop w1 = NM_LLM_STOP_NONE, w2 = NM_LLM_STOP_NONE;
+        snprintf(prompt, sizeof prompt, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", q[k]);
+        size_t piece[128];
+        NM_CHECK(put_text(T.in, prompt, 0) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+        const int np = read_any(T.out, NM_TABM_TEXT, NULL, &nt, a, sizeof a, piece, &w1);
+        NM_CHECK(np > 0);
+        NM_CHECK(put_text(K.in, prompt, 0) == NM_OK && nm_brick_step(K.b, K.in, K.out) == NM_OK);
+        const int slots = read_any(K.out, NM_TABM_TEXT, NULL, &nt, b, sizeof b, cuts, &w2);
+        NM_CHECK(slots > 0 && !strcmp(a, b) && w1 == w2);
+        // the cuts the rules make between the pieces: after a line's end; before a piece that starts
+        // with a blank after . ! ?
+        size_t want[128];
+        int nw = 0;
+        for (int i = 0; i + 1 < np; i++) {
+            const size_t c = piece[i];
+            if (c == 0 || (i > 0 && c == piece[i - 1])) continue; // (a piece without text)
+            if (a[c - 1] == '\n' || (strchr(".!?", a[c - 1]) && (a[c] == ' ' || a[c] == '\n'))) want[nw++] = c;
+        }
+        NM_CHECK(slots == nw + 1);
+        for (int i = 0; i < nw && i + 1 < slots; i++)
+            if (cuts[i] != want[i]) {
+                fprintf(stderr, "  prompt %d: cut %d at %zu, the rules' at %zu: '%s'\n", k, i, cuts[i], want[i], b);
+                NM_CHECK(0);
+                break;
+            }
+        n_cut += nw;
+    }
+    NM_CHECK(n_cut >= 3); // (the model's text has sentence ends to cut at)
+    text_rig_down(&T);
+    text_rig_down(&K);
+    nm_model_free(m);
+}
+
 NM_TEST_MAIN()

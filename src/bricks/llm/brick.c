@@ -69,9 +69,12 @@ typedef struct llm_req {
     nm_detok dt;               // the stop strings look at this request's generated text only
     char tail[2 * NM_LLM_MAX_STOP_LEN + 64]; // with stop strings: the end of the text generated so far
     int32_t n_tail;
-    nm_tabm_slot out;          // the output slot being filled (out_batch tokens)
+    nm_tabm_slot out;          // the output slot being filled (out_batch tokens, or text)
     bool held;
-    int32_t n_held;
+    int32_t n_held;            // tokens in it
+    size_t n_text;             // text modes: bytes in it
+    nm_detok odt;              // text modes: the output's detokenizer
+    bool ended_sentence;       // NM_LLM_OUT_SENTENCES: the text so far ends with . ! ?
     // this pass
     int row_kind, row, chunk;
     bool bind_skip;            // bind_requests passed it by (it waits for its first prompt slot)
@@ -115,6 +118,7 @@ typedef struct llm_brick {
     float *masked;            // (n_vocab) with ignore_eos: the logits, end-of-generation tokens at -inf
     int32_t *eog;             // the end-of-generation token ids (for ignore_eos)
     int32_t n_eog;
+    int32_t *tok;             // (n_ctx + 8) a TEXT slot's tokens, before they go into the slot
     nm_brick *self;           // the handle, while it runs the brick: failures are reported there
 } llm_brick;
 
@@ -164,10 +168,14 @@ static void llm_release(void *state) {
     if (b->own_model) nm_model_free(b->m);
     free(b->masked);
     free(b->eog);
+    free(b->tok);
     free(b);
 }
 
 static nm_status check_llm_params(const nm_llm_params *p, char *err, size_t err_size) {
+    if ((unsigned)p->out > NM_LLM_OUT_SENTENCES)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: output kind %d (tokens 0, text 1, sentences 2)",
+                       (int)p->out);
     if (p->n_stop < 0 || p->n_stop > NM_LLM_MAX_STOP || (p->n_stop > 0 && !p->stop))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: %d stop strings (0..%d)", p->n_stop,
                        NM_LLM_MAX_STOP);
@@ -190,6 +198,11 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     b->n_seq = p->n_parallel > 1 ? p->n_parallel : 1;
     if (b->p.out_batch < 1) b->p.out_batch = 1;
     if ((st = check_llm_params(&b->p, err, err_size)) != NM_OK) goto fail;
+    if (b->p.out == NM_LLM_OUT_SENTENCES && b->n_seq > 1) {
+        st = nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: sentence output serves one sequence (n_parallel "
+                     "%d)", b->n_seq);
+        goto fail;
+    }
     if (b->n_seq > NM_LLM_MAX_SEQ) {
         st = nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: %d sequences in parallel (1..%d)", b->n_seq,
                      NM_LLM_MAX_SEQ);
@@ -236,7 +249,8 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     // the end-of-generation tokens, for ignore_eos (also when set later)
     b->masked = malloc(sizeof(float) * (size_t)b->n_vocab);
     b->eog = malloc(sizeof(int32_t) * (size_t)b->n_vocab);
-    bool ok = b->seq && b->req && b->order && b->bt && b->bp && b->bs && b->masked && b->eog;
+    b->tok = malloc(sizeof(int32_t) * ((size_t)b->n_ctx + 8));
+    bool ok = b->seq && b->req && b->order && b->bt && b->bp && b->bs && b->masked && b->eog && b->tok;
     for (int32_t s = 0; ok && s < b->n_seq; s++) {
         b->seq[s].s = nm_sampler_create(&sp, b->n_vocab);
         b->seq[s].cached = malloc(sizeof(int32_t) * (size_t)b->n_ctx);
@@ -290,6 +304,9 @@ static nm_status llm_set_params(void *state, const nm_brick_params *p, char *err
     if (lp.out_batch < 1) lp.out_batch = 1;
     nm_status st = check_llm_params(&lp, err, err_size);
     if (st != NM_OK) return st;
+    if (lp.out != b->p.out) // (the output ring's slots were sized for it)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: the output kind is set at load (%d, asked %d)",
+                       (int)b->p.out, (int)lp.out);
     nm_sampler_params sp = p->sampling;
     if (sp.repeat_last_n < 0) sp.repeat_last_n = b->n_ctx;
     nm_sampler **fresh = calloc((size_t)b->n_seq, sizeof *fresh);
@@ -387,8 +404,12 @@ static void llm_stats_of(void *state, nm_brick_stats *o) {
 
 static const char *llm_device(void *state) { return nm_ctx_device(((llm_brick *)state)->c); }
 
+#define NM_LLM_TEXT_SLOT 4096 // bytes of an output TEXT slot (a sentence, or the text of out_batch tokens)
+#define NM_LLM_PIECE 256      // the most bytes one token's text gives (nm_detok_push's piece)
+
 static size_t llm_slot_bytes(void *state, bool out) {
     const llm_brick *b = state;
+    if (out && b->p.out != NM_LLM_OUT_TOKENS) return NM_LLM_TEXT_SLOT;
     return sizeof(int32_t) * (size_t)(out ? b->p.out_batch : b->n_ctx);
 }
 
@@ -430,8 +451,8 @@ static nm_status check_input(llm_brick *b, const llm_seq *q, const nm_tabm_slot 
                         seq, (long long)width, b->n_embd);
         rows = n_rows;
     } else {
-        return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: payload kind %u (%s) is not taken: token ids or "
-                    "f32 embeddings", seq, mt->kind, kind_name(mt->kind));
+        return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: payload kind %u (%s) is not taken: token ids, "
+                    "text or f32 embeddings", seq, mt->kind, kind_name(mt->kind));
     }
     int64_t p0 = (mt->user & NM_LLM_IN_AT_POS) ? NM_LLM_IN_POS_OF(mt->user) : q->pos;
     if (p0 < 0 || rows > b->n_ctx || p0 > b->n_ctx - rows)
@@ -449,13 +470,15 @@ static nm_status check_input(llm_brick *b, const llm_seq *q, const nm_tabm_slot 
     return NM_OK;
 }
 
-// Publishes a held output slot with n tokens (ndim 0 when none) and `user`.
+// Publishes a held output slot with n tokens (text modes: n bytes of text;
+// ndim 0 when none) and `user`.
 static nm_status put_out(llm_brick *b, const llm_req *r, nm_tabm_slot *o, int32_t n, uint64_t user) {
     nm_tabm_meta *mt = o->meta;
-    mt->kind = NM_TABM_TOKENS;
+    const bool text = b->p.out != NM_LLM_OUT_TOKENS;
+    mt->kind = text ? NM_TABM_TEXT : NM_TABM_TOKENS;
     mt->ndim = n > 0 ? 1 : 0;
     mt->shape[0] = n;
-    mt->size = sizeof(int32_t) * (uint64_t)n;
+    mt->size = (text ? 1 : sizeof(int32_t)) * (uint64_t)n;
     mt->user = user;
     mt->request = r->id;
     b->st.n_out_slots++; // stats and the last error are written before the slot is visible
@@ -519,6 +542,34 @@ static void part_done(llm_brick *b, llm_req *r) {
 // Holds a slot read from the input: onto its request's parts, or a new request's.
 static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why);
 
+// A TEXT part of a prompt tokenized into its own slot, which becomes a TOKENS
+// slot of the request (the reader holds it: nobody else looks at it now).
+// BOS where it starts at position 0; special tokens written as text parsed.
+static nm_status text_part(llm_brick *b, nm_tabm_slot *s) {
+    nm_tabm_meta *mt = s->meta;
+    const unsigned long long seq = (unsigned long long)mt->seq;
+    if (mt->user & NM_BRICK_ERROR)
+        return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: the brick before this one failed this part of the "
+                    "prompt (NM_BRICK_ERROR; its own last error says why)", seq);
+    if (mt->ndim > 1 || (mt->ndim == 1 && (uint64_t)mt->shape[0] != mt->size))
+        return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: a text slot needs ndim 1 [n_bytes] (ndim %d, %llu "
+                    "bytes)", seq, mt->ndim, (unsigned long long)mt->size);
+    const bool at0 = (mt->user & NM_LLM_IN_AT_POS) && NM_LLM_IN_POS_OF(mt->user) == 0;
+    const int32_t n = mt->size > 0 ? nm_tokenize(b->m, s->data, (size_t)mt->size, b->tok, b->n_ctx + 1, at0, true) : 0;
+    if (n == 0) return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: the text gives no tokens", seq);
+    const int32_t need = n < 0 ? -n : n;
+    if (n < 0 || need > b->n_ctx || sizeof(int32_t) * (size_t)need > s->capacity)
+        return fail(b, NM_ERR_RANGE, "llm brick: input slot %llu: the text's %s%d tokens do not fit %s of %d", seq,
+                    n < 0 ? "over " : "", need, need > b->n_ctx ? "the context" : "the slot",
+                    need > b->n_ctx ? b->n_ctx : (int32_t)(s->capacity / sizeof(int32_t)));
+    memcpy(s->data, b->tok, sizeof(int32_t) * (size_t)n); // (within the slot: nothing crosses bricks)
+    mt->kind = NM_TABM_TOKENS;
+    mt->ndim = 1;
+    mt->shape[0] = n;
+    mt->size = sizeof(int32_t) * (uint64_t)n;
+    return NM_OK;
+}
+
 // Holds a slot read from the input: onto its request's parts, or a new
 // request's. A record is free for every request that holds a slot (llm_run
 // sizes them by the ring); when dropped requests whose last slot never came
@@ -560,6 +611,11 @@ static nm_status take_slot(llm_brick *b, nm_tabm_slot *s) {
     }
     if (r->dropped != NM_LLM_STOP_NONE) { // a dropped request's rest: read and dropped
         nm_tabm_release(b->in, s);
+    } else if (s->meta->kind == NM_TABM_TEXT && text_part(b, s) != NM_OK) {
+        nm_tabm_release(b->in, s);
+        r->dropped = NM_LLM_STOP_BAD_INPUT;
+        snprintf(r->err, sizeof r->err, "%s", nm_brick_last_error(b->self));
+        b->st.n_bad_slots++;
     } else if (r->n_parts == NM_LLM_MAX_PARTS) {
         nm_tabm_release(b->in, s);
         fail(b, NM_ERR_RANGE, "llm brick: request %llu: more than %d of its input slots wait to be decoded",
@@ -652,7 +708,8 @@ static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why) {
     if (st == NM_OK) {
         b->st.n_prompts++; // the END slot makes the brick idle for its reader: account first
         r->held = false;
-        if ((st = put_out(b, r, &r->out, r->n_held, end_user(why))) != NM_OK) b->st.n_prompts--;
+        const int32_t n = b->p.out == NM_LLM_OUT_TOKENS ? r->n_held : (int32_t)r->n_text;
+        if ((st = put_out(b, r, &r->out, n, end_user(why))) != NM_OK) b->st.n_prompts--;
     }
     if (r->seq >= 0) {
         llm_seq *q = &b->seq[r->seq];
@@ -724,6 +781,42 @@ static bool check_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
     return true;
 }
 
+// Text modes: the held slot's text goes out (more of the request follows).
+static nm_status flush_text(llm_brick *b, llm_req *r) {
+    r->held = false;
+    const nm_status st = put_out(b, r, &r->out, (int32_t)r->n_text, NM_BRICK_MORE);
+    r->n_text = 0;
+    r->n_held = 0;
+    return st;
+}
+
+// Text modes: tok's text into the request's output slot, which goes out where
+// the mode cuts: every out_batch tokens (every token with several sequences),
+// or, for a voice, before a blank that follows a sentence's end, after a
+// line's end, and where the next piece would not fit. The detokenizer holds
+// back the bytes of a character split between tokens: slots hold whole UTF-8.
+static nm_status out_text(llm_brick *b, llm_req *r, int32_t tok) {
+    char piece[NM_LLM_PIECE];
+    const int32_t pn = nm_detok_push(b->m, &r->odt, tok, piece, (int32_t)sizeof piece);
+    const bool sentences = b->p.out == NM_LLM_OUT_SENTENCES;
+    nm_status st = NM_OK;
+    r->n_held++;
+    if (pn > 0) {
+        if (sentences && r->held && r->n_text > 0 && r->ended_sentence && (piece[0] == ' ' || piece[0] == '\n'))
+            st = flush_text(b, r);
+        if (st == NM_OK && r->held && r->n_text + (size_t)pn > r->out.capacity) st = flush_text(b, r);
+        if (st == NM_OK && !r->held && (st = take_out(b, &r->out)) == NM_OK) r->held = true, r->n_text = 0;
+        if (st != NM_OK) return st;
+        memcpy((char *)r->out.data + r->n_text, piece, (size_t)pn);
+        r->n_text += (size_t)pn;
+        const char last = piece[pn - 1];
+        r->ended_sentence = last == '.' || last == '!' || last == '?';
+        if (sentences && last == '\n') return flush_text(b, r);
+    }
+    if (!sentences && r->held && (r->n_held >= r->p.out_batch || b->n_seq > 1)) st = flush_text(b, r);
+    return st;
+}
+
 // Samples r's next token and writes it out (it is decoded by the next pass):
 // NM_LLM_STOP_NONE, or why r stops here (*st set when a ring failed).
 static nm_llm_stop sample(llm_brick *b, llm_req *r, const float *logits, nm_status *st) {
@@ -745,16 +838,20 @@ static nm_llm_stop sample(llm_brick *b, llm_req *r, const float *logits, nm_stat
     // The token goes out before it is decoded, so the consumer works on it
     // (prints it) while the next pass runs. With several sequences each
     // token goes at once (a slot held across passes by each could fill the ring).
-    if (!r->held) {
-        if ((*st = take_out(b, &r->out)) != NM_OK) return NM_LLM_STOP_ERROR;
-        r->held = true;
-    }
-    ((int32_t *)r->out.data)[r->n_held++] = tok;
-    if (r->n_held == r->p.out_batch || b->n_seq > 1) {
-        r->held = false;
-        *st = put_out(b, r, &r->out, r->n_held, NM_BRICK_MORE);
-        r->n_held = 0;
-        if (*st != NM_OK) return NM_LLM_STOP_ERROR;
+    if (b->p.out != NM_LLM_OUT_TOKENS) {
+        if ((*st = out_text(b, r, tok)) != NM_OK) return NM_LLM_STOP_ERROR;
+    } else {
+        if (!r->held) {
+            if ((*st = take_out(b, &r->out)) != NM_OK) return NM_LLM_STOP_ERROR;
+            r->held = true;
+        }
+        ((int32_t *)r->out.data)[r->n_held++] = tok;
+        if (r->n_held == r->p.out_batch || b->n_seq > 1) {
+            r->held = false;
+            *st = put_out(b, r, &r->out, r->n_held, NM_BRICK_MORE);
+            r->n_held = 0;
+            if (*st != NM_OK) return NM_LLM_STOP_ERROR;
+        }
     }
     r->pending = tok;
     q->cached[q->pos] = tok;
@@ -1028,9 +1125,12 @@ static nm_status llm_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     b->in = in;
     b->out = out;
     b->in_shut = false;
-    if (sizeof(int32_t) * (size_t)b->p.out_batch > nm_tabm_max_payload(out))
+    if (b->p.out == NM_LLM_OUT_TOKENS && sizeof(int32_t) * (size_t)b->p.out_batch > nm_tabm_max_payload(out))
         return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold %d tokens",
                     nm_tabm_max_payload(out), b->p.out_batch);
+    if (b->p.out != NM_LLM_OUT_TOKENS && nm_tabm_max_payload(out) < NM_LLM_PIECE)
+        return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold a token's text (%d)",
+                    nm_tabm_max_payload(out), NM_LLM_PIECE);
     // room for a request per slot the input ring can hold, besides those on sequences (a run starts
     // with none held: each ended when the last run returned)
     const int32_t want = b->n_seq + (int32_t)nm_tabm_n_slots(in) + 8;
@@ -1052,8 +1152,8 @@ const nm_brick_i nm_brick_llm_i = {
     .version = NM_BRICK_I_VERSION,
     .kind = NM_BRICK_LLM,
     .name = "llm",
-    .in_ports = NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_EMBD),
-    .out_ports = NM_PORT_BIT(NM_PORT_TOKENS),
+    .in_ports = NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_EMBD) | NM_PORT_BIT(NM_PORT_TEXT),
+    .out_ports = NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_TEXT),
     .units = NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL),
     .load = llm_load,
     .run = llm_run,

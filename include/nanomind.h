@@ -367,6 +367,7 @@ void nm_sampler_reset(nm_sampler *s);
 #include "nanomind/planner.h"
 #include "nanomind/power.h"
 #include "nanomind/audio.h"
+#include "nanomind/pipeline.h"
 
 #pragma GCC visibility pop
 

@@ -1,0 +1,157 @@
+// nanomind's public API, part: the pipeline: bricks joined by rings, run as one assistant.
+// Included by <nanomind.h> (its conventions, types and visibility apply): include that.
+#ifndef NANOMIND_PIPELINE_H
+#define NANOMIND_PIPELINE_H
+#ifndef NANOMIND_H
+#error "include <nanomind.h>, not its parts"
+#endif
+
+// ==== the pipeline ====================================================================
+// Owner: src/sched/pipeline.c. docs/pipeline.md has the graph and the threads.
+//
+// A pipeline is the bricks of one assistant joined by TABM rings:
+//
+//   audio -> STT --(transcript)--> LLM --(sentences)--> TTS -> speech
+//                  image -> VISION --^
+//
+// any of them present (an LLM alone: a chat; STT alone: transcription; TTS
+// alone: a voice). It loads the bricks, sizes the rings from their slot sizes,
+// runs STT, LLM and TTS each on a lane (a thread of its own, on the cores its
+// parameters name) and the vision encoder on the thread that writes the
+// decoder's prompt, so that the image's embeddings go into the decoder's ring
+// in order with the text around them. The caller submits requests and reads
+// events. Payloads stay where they were written (audio decoded into the STT
+// ring, image files read into the vision ring, embeddings written by the
+// encoder into the decoder's ring, speech in the TTS ring until the caller has
+// read it); text between bricks (a transcript into the chat turn, a sentence
+// into the voice) is copied once, through the ledger.
+//
+// Threading: nm_pipeline_submit, nm_pipeline_read and nm_pipeline_cancel may
+// be called from any threads (read: one reader at a time); create and free
+// from one.
+typedef struct nm_pipeline nm_pipeline;
+
+typedef enum nm_pipeline_mode {
+    // Every brick serves the request it has: a request's answer is decoded and
+    // spoken while the next one's audio is transcribed.
+    NM_PIPELINE_PIPELINED = 0,
+    // One request through the whole graph at a time: the next is taken once
+    // the last one's speech (or answer) is done.
+    NM_PIPELINE_SEQUENTIAL = 1,
+} nm_pipeline_mode;
+
+typedef struct nm_pipeline_params {
+    // The bricks' parameters (kind set by the pipeline), NULL: not in the graph. Borrowed for the call;
+    // the pipeline loads the bricks and frees them. VISION needs LLM; the LLM brick's output kind is
+    // the pipeline's (sentences with TTS, else text pieces) and its ledger the pipeline's.
+    const nm_brick_params *stt, *vision, *llm, *tts;
+    nm_pipeline_mode mode;
+    // The decoder's prompt. chat: a request's text (or transcript) is a user turn formatted with the
+    // model's chat template (chat_template: a built-in one named instead; jinja: rendered by the Jinja
+    // interpreter from jinja_template, len bytes, or from the model's own when NULL, falling back to
+    // the built-in formatter where it is beyond the subset), after system_prompt (NULL: none).
+    // Not chat: the text is the prompt as is (an image, where one is given, before it).
+    bool chat;
+    const char *system_prompt;
+    const char *chat_template;
+    bool jinja;
+    const char *jinja_template;
+    size_t jinja_len;
+    // chat: each request's turn follows the earlier turns and answers (a conversation, llama.cpp's
+    // conversation mode); false: each request is a conversation of its own.
+    bool keep_history;
+    nm_ledger *ledger;       // borrowed, may be NULL: the pipeline's own (nm_pipeline_ledger)
+    int32_t max_audio_s;     // the most seconds of audio a request may bring (STT ring slots); <= 0: 60
+    int32_t queue;           // requests submitted and not yet taken before submit waits; <= 0: 8
+} nm_pipeline_params;
+
+nm_pipeline_params nm_pipeline_default_params(void);
+
+// Loads the bricks and starts the lanes. On failure *out is NULL and err
+// names the brick and the cause.
+nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, char *err, size_t err_size);
+// Ends every request (cancelled), stops the lanes and frees the bricks, the
+// rings and the events not read. NULL: a no-op.
+void nm_pipeline_free(nm_pipeline *p);
+
+// One request. Give audio (pcm or audio_path: needs STT) or text, and with
+// VISION an image (image_path or image bytes). Strings and buffers are
+// borrowed for the call only: audio is decoded into the STT ring and an image
+// read (or copied) into the vision ring before submit returns, or when its turn
+// comes.
+typedef struct nm_pipeline_input {
+    const char *text;            // the question or prompt; NULL with audio: the transcript is
+    const float *pcm;            // 16 kHz mono samples (n_samples), copied into the STT ring (counted)
+    int64_t n_samples;
+    const char *audio_path;      // or an audio file (WAV, FLAC, MP3, OGG), decoded into the STT ring
+    const char *image_path;      // an image file (PNG, JPEG, PPM) for the vision brick
+    const void *image;           // or an image file's bytes (image_bytes), copied into its ring (counted)
+    size_t image_bytes;
+    // The bricks' parameters for this request only (JSON objects, as their PARAMS slots: docs/bricks.md);
+    // NULL: none.
+    const char *llm_params, *stt_params, *tts_params;
+    bool silent;                 // with TTS: the answer is not spoken
+} nm_pipeline_input;
+
+// Queues a request; *id (may be NULL) its id, from 1 up. Waits while `queue`
+// requests wait for their turn. NM_ERR_INVALID_ARG (err says why) for an input
+// the graph cannot take (audio without STT, an image without VISION, nothing
+// to ask); the audio's errors (NM_ERR_IO, NM_ERR_FORMAT, NM_ERR_RANGE: longer
+// than max_audio_s) name the file. NM_ERR_SHUTDOWN after nm_pipeline_close.
+nm_status nm_pipeline_submit(nm_pipeline *p, const nm_pipeline_input *in, uint64_t *id, char *err, size_t err_size);
+
+typedef enum nm_pipeline_event_kind {
+    NM_PIPELINE_TRANSCRIPT = 1, // a segment the STT brick heard: text (its leading blank kept), t0, t1
+    NM_PIPELINE_TEXT = 2,       // a piece of the answer: text (a sentence where the pipeline has a voice)
+    NM_PIPELINE_AUDIO = 3,      // the answer's speech: pcm, n_samples at sample_rate (mono s16)
+    NM_PIPELINE_DONE = 4,       // the request has ended: status, stop, text (an error's message), timings
+} nm_pipeline_event_kind;
+
+// Seconds from the request's submit: 0 where the stage did not run.
+typedef struct nm_pipeline_timings {
+    double heard;        // the transcript is whole
+    double first_text;   // the answer's first piece
+    double answered;     // the answer's end
+    double first_audio;  // its first speech
+    double spoken;       // its speech's end
+    int64_t n_samples;   // speech samples
+} nm_pipeline_timings;
+
+typedef struct nm_pipeline_event {
+    nm_pipeline_event_kind kind;
+    uint64_t request;
+    const char *text;     // TRANSCRIPT, TEXT, DONE: UTF-8, NUL-terminated; borrowed until the next read
+    size_t len;
+    int64_t t0, t1;       // TRANSCRIPT: 10 ms units of the request's audio
+    const int16_t *pcm;   // AUDIO: the samples in the TTS ring's slot, borrowed until the next read
+    int64_t n_samples;
+    int32_t sample_rate;
+    // DONE: NM_OK; NM_ERR_CANCELLED; or the failure (text says which brick and why: a bad image, an
+    // audio file without speech, a prompt that does not fit ...)
+    nm_status status;
+    nm_llm_stop stop;     // DONE: why the answer ended (NM_LLM_STOP_NONE without a decoder)
+    nm_pipeline_timings t; // DONE
+} nm_pipeline_event;
+
+// The next event, in the order the pipeline made them (a request's events in
+// their order: its transcript, then its answer's pieces, its speech among
+// them as it is made, its DONE last). timeout_ns as nm_tabm's (< 0: forever):
+// NM_ERR_TIMEOUT (NM_ERR_AGAIN for 0) if none came; NM_ERR_SHUTDOWN once the
+// pipeline is closed and every event has been read. Releases what the
+// previous event borrowed.
+nm_status nm_pipeline_read(nm_pipeline *p, int64_t timeout_ns, nm_pipeline_event *ev);
+// Stops a request wherever it is (transcribing, decoding, speaking: barge-in):
+// its DONE comes with NM_ERR_CANCELLED. NM_ERR_RANGE for an id that was never
+// given; a request already done is left as it is (NM_OK).
+nm_status nm_pipeline_cancel(nm_pipeline *p, uint64_t request);
+// No more requests: those submitted are served, then nm_pipeline_read gives
+// NM_ERR_SHUTDOWN.
+void nm_pipeline_close(nm_pipeline *p);
+
+// The graph's brick of a kind (NULL: none in it), borrowed: for what each kind
+// offers beside the rings (nm_brick_llm_model, nm_brick_stt_transcript of the
+// last request, stats). Not for nm_brick_step or nm_brick_set_params: its lane runs it.
+nm_brick *nm_pipeline_brick(const nm_pipeline *p, nm_brick_kind kind);
+nm_ledger *nm_pipeline_ledger(const nm_pipeline *p);
+
+#endif

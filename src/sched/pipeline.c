@@ -1,0 +1,1017 @@
+// The pipeline (include/nanomind/pipeline.h, docs/pipeline.md): the bricks
+// of one assistant on TABM rings, their lanes, and three threads of its own:
+//
+//   feed     takes the requests in order: reads each one's transcript from
+//            the STT ring (TRANSCRIPT events), writes the decoder's prompt
+//            (chat turn as TEXT, the image through the vision brick, which
+//            it runs), or the text for a pipeline without a decoder;
+//   answers  reads the decoder's TEXT pieces (TEXT events) and hands each
+//            sentence to the voice;
+//   speech   reads the voice's PCM (AUDIO events, the slot lent to the reader).
+//
+// A request's DONE comes from the last stage it reaches. Every wait is on a
+// ring or on the pipeline's one lock; free shuts the rings down, which ends
+// every wait, and joins the threads.
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/fail.h"
+#include "nanomind.h"
+
+#define MEDIA_MARKER "<__media__>" // where an image goes in a prompt (llama.cpp's mtmd marker)
+#define TEXT_SLOT 4096             // a sentence for the voice
+#define STT_IN_SLOTS 4             // a request's PARAMS and audio, and the next one's
+#define LLM_IN_SLOTS 8             // a prompt's parts (parameters, text, image segment, text) for two requests
+#define OUT_SLOTS 64
+
+typedef struct pl_req {
+    uint64_t id;
+    double t_submit;
+    char *text, *image_path, *llm_params, *tts_params;
+    void *image;
+    size_t image_bytes;
+    bool audio, silent;
+    // progress, under the lock
+    bool taken, cancelled, done;
+    nm_status status;      // a failure recorded before the request's last stage ends it
+    nm_llm_stop stop;
+    char err[512];
+    char *answer;          // keep_history: the answer's text
+    size_t answer_len;
+    nm_pipeline_timings t;
+    struct pl_req *next;   // the queue of requests not yet taken
+} pl_req;
+
+typedef struct pl_event {
+    nm_pipeline_event ev;
+    char *text;            // owned
+    nm_tabm_slot slot;     // AUDIO: the TTS ring's slot, released by the next read
+    bool has_slot;
+    struct pl_event *next;
+} pl_event;
+
+typedef struct pl_lane {
+    nm_brick *b;
+    nm_tabm *in, *out;
+    pthread_t th;
+    bool started;
+} pl_lane;
+
+struct nm_pipeline {
+    nm_pipeline_params p;
+    char *system_prompt, *chat_template, *jinja_template;
+    nm_brick *stt, *vision, *llm, *tts;
+    nm_model *m;
+    nm_tabm *stt_in, *stt_out, *img, *llm_in, *llm_out, *tts_in, *tts_out;
+    nm_ledger *ledger;
+    bool own_ledger;
+    int ep_caller, ep_stt, ep_vision, ep_llm, ep_tts, ep_pipe;
+    pl_lane L_stt, L_llm, L_tts;
+    pthread_t th_feed, th_answers, th_speech;
+    bool feed_started, answers_started, speech_started;
+    int32_t tts_rate;
+    // under lock
+    pthread_mutex_t lock, submit_lock;
+    pthread_cond_t cond;
+    pl_req **reqs;         // by id - 1
+    uint64_t n_reqs, cap_reqs, n_done, last_done;
+    pl_req *q_head, *q_tail;
+    int32_t n_queued;
+    bool closed, stopping;
+    pl_event *ev_head, *ev_tail, *cur;
+    nm_chat_msg *hist;     // keep_history: the turns so far (strings owned)
+    size_t n_hist, cap_hist;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static char *dup_n(const char *s, size_t n) {
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+static char *dup_s(const char *s) { return s ? dup_n(s, strlen(s)) : NULL; }
+
+nm_pipeline_params nm_pipeline_default_params(void) {
+    return (nm_pipeline_params){.mode = NM_PIPELINE_PIPELINED, .chat = true};
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+// Queues an event (text copied); the lock held. False when out of memory (the event is lost).
+static bool push_locked(nm_pipeline *P, const nm_pipeline_event *ev, const char *text, size_t len,
+                        const nm_tabm_slot *slot) {
+    pl_event *e = calloc(1, sizeof *e);
+    if (!e) return false;
+    e->ev = *ev;
+    if (text || ev->kind != NM_PIPELINE_AUDIO) {
+        e->text = dup_n(text ? text : "", text ? len : 0);
+        if (!e->text) {
+            free(e);
+            return false;
+        }
+        e->ev.text = e->text;
+        e->ev.len = text ? len : 0;
+    }
+    if (slot) e->slot = *slot, e->has_slot = true;
+    if (P->ev_tail) P->ev_tail->next = e;
+    else P->ev_head = e;
+    P->ev_tail = e;
+    pthread_cond_broadcast(&P->cond);
+    return true;
+}
+
+static void push(nm_pipeline *P, const nm_pipeline_event *ev, const char *text, size_t len) {
+    pthread_mutex_lock(&P->lock);
+    push_locked(P, ev, text, len, NULL);
+    pthread_mutex_unlock(&P->lock);
+}
+
+static pl_req *req_of(nm_pipeline *P, uint64_t id) { return id >= 1 && id <= P->n_reqs ? P->reqs[id - 1] : NULL; }
+
+static void free_req_body(pl_req *r) {
+    free(r->text), free(r->image_path), free(r->image), free(r->llm_params), free(r->tts_params);
+    r->text = r->image_path = r->llm_params = r->tts_params = NULL;
+    r->image = NULL;
+}
+
+// The request's end: its DONE event. status NM_OK takes what was recorded on
+// it (a failure, a cancellation) first. The lock held.
+static void done_locked(nm_pipeline *P, pl_req *r, nm_status status, const char *msg) {
+    if (r->done) return;
+    if (status == NM_OK && r->status != NM_OK) status = r->status, msg = r->err;
+    if (r->cancelled && status == NM_OK) status = NM_ERR_CANCELLED;
+    if (status == NM_ERR_CANCELLED) msg = "cancelled";
+    r->done = true;
+    P->n_done++;
+    if (r->id > P->last_done) P->last_done = r->id;
+    nm_pipeline_event ev = {.kind = NM_PIPELINE_DONE, .request = r->id, .status = status, .stop = r->stop, .t = r->t};
+    push_locked(P, &ev, msg ? msg : "", msg ? strlen(msg) : 0, NULL);
+    if (!P->p.keep_history) {
+        free_req_body(r);
+        free(r->answer);
+        r->answer = NULL;
+    }
+}
+
+static void done(nm_pipeline *P, pl_req *r, nm_status status, const char *msg) {
+    pthread_mutex_lock(&P->lock);
+    done_locked(P, r, status, msg);
+    pthread_mutex_unlock(&P->lock);
+}
+
+// A failure recorded on the request, for the stage that ends it.
+static void record(nm_pipeline *P, pl_req *r, nm_status st, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void record(nm_pipeline *P, pl_req *r, nm_status st, const char *fmt, ...) {
+    pthread_mutex_lock(&P->lock);
+    if (r->status == NM_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(r->err, sizeof r->err, fmt, ap);
+        va_end(ap);
+        r->status = st;
+    }
+    pthread_mutex_unlock(&P->lock);
+}
+
+static double since(const pl_req *r) { return now_s() - r->t_submit; }
+
+// A ring failed under a thread (a lane ended): every request not done ends
+// with the reason, so that no reader waits for them.
+static void fail_all(nm_pipeline *P, const char *why) {
+    pthread_mutex_lock(&P->lock);
+    for (uint64_t i = 0; i < P->n_reqs; i++)
+        if (!P->reqs[i]->done) done_locked(P, P->reqs[i], P->stopping ? NM_ERR_CANCELLED : NM_ERR_SHUTDOWN, why);
+    pthread_mutex_unlock(&P->lock);
+}
+
+// ---- the prompt ------------------------------------------------------------------------------
+
+// The chat of request r (its turn after the history) as text, malloc'd; NULL
+// with the reason recorded.
+static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
+    const bool image = r->image_path || r->image;
+    char *content = malloc(strlen(question) + sizeof MEDIA_MARKER);
+    if (!content) return NULL;
+    sprintf(content, "%s%s", image ? MEDIA_MARKER : "", question);
+    pthread_mutex_lock(&P->lock); // (the history grows under it)
+    const size_t n = (P->system_prompt ? 1 : 0) + P->n_hist + 1;
+    nm_chat_msg *msgs = malloc(sizeof *msgs * n);
+    size_t k = 0;
+    if (msgs) {
+        if (P->system_prompt) msgs[k++] = (nm_chat_msg){"system", P->system_prompt};
+        for (size_t i = 0; i < P->n_hist; i++) msgs[k++] = P->hist[i];
+        msgs[k++] = (nm_chat_msg){"user", content};
+    }
+    pthread_mutex_unlock(&P->lock);
+    char *text = NULL;
+    if (!msgs) goto out;
+    if (P->p.jinja) {
+        char err[400];
+        nm_status st = nm_chat_format_jinja(P->m, P->jinja_template, P->p.jinja_len, msgs, k, true, &text, NULL, err,
+                                            sizeof err);
+        if (st == NM_OK || st != NM_ERR_UNSUPPORTED || !nm_chat_template_name(P->m, P->chat_template)) {
+            if (st != NM_OK) record(P, r, st, "chat template: %s", err);
+            goto out;
+        }
+        // beyond the Jinja subset: the built-in formatter
+    }
+    int32_t need = nm_chat_format(P->m, P->chat_template, msgs, k, true, NULL, 0);
+    if (need == NM_ERR_TEMPLATE) {
+        record(P, r, NM_ERR_TEMPLATE, "the model names no chat template nanomind knows (name one: %s)",
+               nm_chat_template_names());
+        goto out;
+    }
+    if (need < 0) need = -need;
+    text = malloc((size_t)need + 1);
+    if (text && nm_chat_format(P->m, P->chat_template, msgs, k, true, text, need + 1) < 0) {
+        free(text);
+        text = NULL;
+    }
+out:
+    free(msgs);
+    free(content);
+    if (!text && r->status == NM_OK) record(P, r, NM_ERR_NOMEM, "out of memory formatting the chat");
+    return text;
+}
+
+// A PARAMS slot (json) of request id into ring, NM_BRICK_MORE set.
+static nm_status put_params(nm_tabm *ring, const char *json, uint64_t id) {
+    nm_tabm_slot s;
+    const size_t n = strlen(json);
+    nm_status st = nm_tabm_acquire_write(ring, 0, -1, &s);
+    if (st != NM_OK) return st;
+    if (n > s.capacity) {
+        nm_tabm_cancel(ring, &s);
+        return NM_ERR_RANGE;
+    }
+    memcpy(s.data, json, n); // the caller's parameters, made here: not a copy between bricks
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)n}, .size = n,
+                             .user = NM_BRICK_MORE, .request = id};
+    st = nm_tabm_publish(ring, &s);
+    if (st != NM_OK) nm_tabm_cancel(ring, &s);
+    return st;
+}
+
+// A TEXT slot of request id: text[0..n) copied into it (counted from -> to), flags `user`.
+static nm_status put_text(nm_pipeline *P, nm_tabm *ring, int from, int to, const char *text, size_t n, uint64_t user,
+                          uint64_t id) {
+    nm_tabm_slot s;
+    nm_status st = nm_tabm_acquire_write(ring, 0, -1, &s);
+    if (st != NM_OK) return st;
+    if (n > s.capacity) {
+        nm_tabm_cancel(ring, &s);
+        return NM_ERR_RANGE;
+    }
+    nm_ledger_copy(P->ledger, from, to, s.data, text, n);
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n, .user = user,
+                             .request = id};
+    st = nm_tabm_publish(ring, &s);
+    if (st != NM_OK) nm_tabm_cancel(ring, &s);
+    return st;
+}
+
+// The request's image into the vision ring, encoded on this thread into the
+// decoder's ring with the segment flags `user`. False with the reason recorded.
+static bool put_image(nm_pipeline *P, pl_req *r, uint64_t user) {
+    nm_tabm_slot s;
+    nm_status st = nm_tabm_acquire_write(P->img, 0, -1, &s);
+    if (st != NM_OK) {
+        record(P, r, st, "vision: its ring: %s", nm_status_str(st));
+        return false;
+    }
+    size_t n = 0;
+    char err[400] = "";
+    if (r->image_path) {
+        st = nm_infile_read_into(r->image_path, 0, s.data, s.capacity, &n, err, sizeof err);
+    } else if (r->image_bytes > s.capacity) {
+        st = nm_fail(NM_ERR_RANGE, err, sizeof err, "an image of %zu bytes (the vision brick takes %zu)", r->image_bytes,
+                     s.capacity);
+    } else {
+        nm_ledger_copy(P->ledger, P->ep_caller, P->ep_vision, s.data, r->image, r->image_bytes);
+        n = r->image_bytes;
+    }
+    if (st == NM_OK && n == 0) st = nm_fail(NM_ERR_FORMAT, err, sizeof err, "%s: an empty file", r->image_path);
+    if (st != NM_OK) {
+        nm_tabm_cancel(P->img, &s);
+        record(P, r, st, "image %s (%s)", err, nm_status_str(st));
+        return false;
+    }
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = 1, .shape = {(int64_t)n}, .size = n, .user = user,
+                             .request = r->id};
+    if ((st = nm_tabm_publish(P->img, &s)) != NM_OK) {
+        nm_tabm_cancel(P->img, &s);
+        record(P, r, st, "vision: its ring: %s", nm_status_str(st));
+        return false;
+    }
+    const uint64_t bad = nm_brick_get_stats(P->vision).n_bad_requests;
+    st = nm_brick_step(P->vision, P->img, P->llm_in);
+    if (st != NM_OK || nm_brick_get_stats(P->vision).n_bad_requests != bad) {
+        // the segment it wrote is flagged: the decoder fails the request, and its DONE carries this text
+        record(P, r, st != NM_OK ? st : NM_ERR_FORMAT, "image %s: %s", r->image_path ? r->image_path : "(bytes)",
+               nm_brick_last_error(P->vision));
+        return st == NM_OK;
+    }
+    return true;
+}
+
+// The decoder's prompt for request r: [PARAMS], then the text, the image's
+// segment where the marker is. The answers thread ends the request. A prompt
+// that cannot be sent goes as an empty part of a cancelled request, so that
+// the decoder ends it in order (the failure recorded is what DONE says).
+static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
+    const bool image = r->image_path || r->image;
+    char *full = NULL;
+    if (P->p.chat) {
+        full = chat_text(P, r, question);
+    } else if ((full = malloc(strlen(question) + sizeof MEDIA_MARKER))) {
+        sprintf(full, "%s%s", image ? MEDIA_MARKER : "", question);
+    }
+    bool ok = full != NULL, sent = false;
+    nm_status st = NM_OK;
+    if (ok && r->llm_params && (st = put_params(P->llm_in, r->llm_params, r->id)) != NM_OK) {
+        record(P, r, st, "llm: the request's parameters: %s", nm_status_str(st));
+        ok = false;
+    }
+    sent = r->llm_params != NULL && ok;
+    const char *rest = full;
+    if (ok && image) {
+        char *mark = strstr(full, MEDIA_MARKER);
+        const size_t n0 = mark ? (size_t)(mark - full) : 0;
+        if (!mark) {
+            record(P, r, NM_ERR_TEMPLATE, "the chat template dropped the image's place");
+            ok = false;
+        } else if (n0 > 0) {
+            ok = (st = put_text(P, P->llm_in, P->ep_pipe, P->ep_llm, full, n0, NM_LLM_IN_POS(0) | NM_BRICK_MORE,
+                                r->id)) == NM_OK;
+            if (!ok) record(P, r, st, "llm: the prompt does not fit its slot (%s)", nm_status_str(st));
+            sent = sent || ok;
+        }
+        if (ok) {
+            rest = mark + strlen(MEDIA_MARKER);
+            ok = put_image(P, r, (n0 > 0 ? 0 : NM_LLM_IN_POS(0)) | (*rest ? NM_BRICK_MORE : 0));
+            sent = true; // (a flagged segment ends the decoder's request too)
+            if (ok && !*rest) goto out;
+        }
+    }
+    if (ok) {
+        const uint64_t at = image ? 0 : NM_LLM_IN_POS(0);
+        if ((st = put_text(P, P->llm_in, P->ep_pipe, P->ep_llm, rest, strlen(rest), at, r->id)) == NM_OK) goto out;
+        record(P, r, st, "llm: the prompt (%zu bytes) does not fit its slot (%s)", strlen(rest), nm_status_str(st));
+    }
+    // failed: the decoder ends what was sent of it (cancelled), or nothing was sent
+    if (sent) {
+        nm_tabm_cancel_request(P->llm_in, r->id);
+        put_text(P, P->llm_in, P->ep_pipe, P->ep_llm, " ", 1, 0, r->id);
+    } else {
+        done(P, r, NM_OK, NULL);
+    }
+out:
+    free(full);
+}
+
+// Text for a pipeline with a voice and no decoder: [PARAMS], then slots of at
+// most TEXT_SLOT bytes cut after a blank, the last without NM_BRICK_MORE.
+static void send_speech(nm_pipeline *P, pl_req *r, const char *text) {
+    nm_status st = NM_OK;
+    if (r->tts_params && (st = put_params(P->tts_in, r->tts_params, r->id)) != NM_OK) {
+        record(P, r, st, "tts: the request's parameters: %s", nm_status_str(st));
+        done(P, r, NM_OK, NULL);
+        return;
+    }
+    size_t n = strlen(text);
+    const size_t cap = nm_tabm_max_payload(P->tts_in);
+    do {
+        size_t k = n;
+        if (k > cap) { // cut after the last blank that fits, else at a character's start
+            k = cap;
+            while (k > cap / 2 && text[k - 1] != ' ' && text[k - 1] != '\n') k--;
+            if (text[k - 1] != ' ' && text[k - 1] != '\n')
+                for (k = cap; k > 0 && ((unsigned char)text[k] & 0xc0) == 0x80;) k--;
+        }
+        st = put_text(P, P->tts_in, P->ep_caller, P->ep_tts, text, k, k < n ? NM_BRICK_MORE : 0, r->id);
+        text += k, n -= k;
+    } while (st == NM_OK && n > 0);
+    if (st != NM_OK) {
+        record(P, r, st, "tts: its ring: %s", nm_status_str(st));
+        done(P, r, NM_OK, NULL);
+    }
+}
+
+// ---- the threads -------------------------------------------------------------------------------
+
+// The transcript of request r from the STT ring: TRANSCRIPT events, the text
+// joined into *q (malloc'd). False when it failed or was cancelled (recorded).
+static bool hear(nm_pipeline *P, pl_req *r, char **q) {
+    size_t len = 0, cap = 256;
+    char *t = malloc(cap);
+    bool failed = false, cancelled = false;
+    for (bool more = true; more && t;) {
+        nm_tabm_slot s;
+        nm_status st = nm_tabm_acquire_read(P->stt_out, -1, &s);
+        if (st != NM_OK) {
+            record(P, r, st, "stt: its ring: %s", nm_status_str(st));
+            free(t);
+            return false;
+        }
+        const uint64_t user = s.meta->user;
+        more = (user & NM_BRICK_MORE) != 0;
+        failed = failed || (user & NM_BRICK_ERROR);
+        cancelled = cancelled || (user & NM_BRICK_CANCELLED);
+        if (s.meta->kind == NM_TABM_TEXT && s.meta->size > 0 && !(user & (NM_BRICK_ERROR | NM_BRICK_CANCELLED))) {
+            const size_t n = (size_t)s.meta->size;
+            if (len + n + 1 > cap) {
+                while (len + n + 1 > cap) cap *= 2;
+                char *g = realloc(t, cap);
+                if (!g) {
+                    free(t);
+                    t = NULL;
+                    nm_tabm_release(P->stt_out, &s);
+                    break;
+                }
+                t = g;
+            }
+            // the transcript into the chat's text: a copy between bricks, counted
+            nm_ledger_copy(P->ledger, P->ep_stt, P->llm ? P->ep_llm : P->ep_caller, t + len, s.data, n);
+            nm_pipeline_event ev = {.kind = NM_PIPELINE_TRANSCRIPT, .request = r->id, .t0 = s.meta->shape[1],
+                                    .t1 = s.meta->shape[2]};
+            push(P, &ev, t + len, n);
+            len += n;
+        }
+        nm_tabm_release(P->stt_out, &s);
+    }
+    if (!t) {
+        record(P, r, NM_ERR_NOMEM, "out of memory for the transcript");
+        return false;
+    }
+    t[len] = '\0';
+    pthread_mutex_lock(&P->lock);
+    r->t.heard = since(r);
+    pthread_mutex_unlock(&P->lock);
+    if (cancelled) record(P, r, NM_ERR_CANCELLED, "cancelled");
+    else if (failed) record(P, r, NM_ERR_FORMAT, "stt: %s", nm_brick_request_error(P->stt, r->id));
+    if (failed || cancelled) {
+        free(t);
+        return false;
+    }
+    *q = t;
+    return true;
+}
+
+static void *feed_main(void *arg) {
+    nm_pipeline *P = arg;
+    for (;;) {
+        pthread_mutex_lock(&P->lock);
+        while (!P->q_head && !P->closed && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+        pl_req *r = P->q_head;
+        if (!r) {
+            pthread_mutex_unlock(&P->lock);
+            break;
+        }
+        P->q_head = r->next;
+        if (!P->q_head) P->q_tail = NULL;
+        P->n_queued--;
+        pthread_cond_broadcast(&P->cond); // (a submit waiting for room)
+        // one request at a time through the graph, or each turn after the last answer
+        const bool wait = P->p.mode == NM_PIPELINE_SEQUENTIAL || (P->p.keep_history && P->llm);
+        while (wait && P->last_done + 1 < r->id && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+        r->taken = true;
+        const bool stop = P->stopping;
+        pthread_mutex_unlock(&P->lock);
+        char *question = NULL;
+        if (r->audio) { // its audio is in the STT ring: its transcript is read in any case
+            if (!hear(P, r, &question)) {
+                done(P, r, NM_OK, NULL);
+                continue;
+            }
+            if (!P->llm && !P->tts) {
+                done(P, r, NM_OK, NULL);
+                free(question);
+                continue;
+            }
+            const char *t = question;
+            while (*t == ' ') t++; // Whisper's leading blank
+            if (!*t) {
+                done(P, r, NM_ERR_FORMAT, "no speech heard");
+                free(question);
+                continue;
+            }
+            memmove(question, t, strlen(t) + 1);
+        }
+        const char *text = question ? question : r->text;
+        pthread_mutex_lock(&P->lock);
+        const bool cancelled = r->cancelled || stop;
+        pthread_mutex_unlock(&P->lock);
+        if (cancelled) {
+            done(P, r, NM_ERR_CANCELLED, NULL);
+        } else if (P->llm) {
+            if (P->p.keep_history) { // the turn, for the next ones (the answer joins it when it ends)
+                pthread_mutex_lock(&P->lock);
+                r->answer = dup_s(text);
+                pthread_mutex_unlock(&P->lock);
+            }
+            send_prompt(P, r, text);
+        } else {
+            send_speech(P, r, text);
+        }
+        free(question);
+    }
+    return NULL;
+}
+
+// keep_history: the request's turn and its answer join the conversation.
+static void remember(nm_pipeline *P, pl_req *r, const char *answer, size_t n) {
+    pthread_mutex_lock(&P->lock);
+    if (r->answer && P->n_hist + 2 > P->cap_hist) {
+        size_t cap = P->cap_hist ? 2 * P->cap_hist : 16;
+        nm_chat_msg *h = realloc(P->hist, sizeof *h * cap);
+        if (h) P->hist = h, P->cap_hist = cap;
+    }
+    char *a = dup_n(answer, n);
+    if (r->answer && a && P->n_hist + 2 <= P->cap_hist) {
+        P->hist[P->n_hist++] = (nm_chat_msg){"user", r->answer};
+        P->hist[P->n_hist++] = (nm_chat_msg){"assistant", a};
+        r->answer = NULL;
+    } else {
+        free(a);
+    }
+    pthread_mutex_unlock(&P->lock);
+}
+
+static void *answers_main(void *arg) {
+    nm_pipeline *P = arg;
+    char *answer = NULL; // keep_history: the answer so far
+    size_t len = 0, cap = 0;
+    uint64_t cur = 0;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(P->llm_out, -1, &s) != NM_OK) break;
+        const uint64_t id = s.meta->request, user = s.meta->user;
+        pthread_mutex_lock(&P->lock);
+        pl_req *r = req_of(P, id);
+        const bool speak = r && P->tts && !r->silent;
+        if (r && id != cur) cur = id, len = 0;
+        pthread_mutex_unlock(&P->lock);
+        const size_t n = s.meta->kind == NM_TABM_TEXT ? (size_t)s.meta->size : 0;
+        if (r && n > 0) {
+            pthread_mutex_lock(&P->lock);
+            if (r->t.first_text == 0) r->t.first_text = since(r);
+            pthread_mutex_unlock(&P->lock);
+            nm_pipeline_event ev = {.kind = NM_PIPELINE_TEXT, .request = id};
+            push(P, &ev, s.data, n);
+            if (P->p.keep_history) {
+                if (len + n + 1 > cap) {
+                    size_t c = cap ? cap : 1024;
+                    while (len + n + 1 > c) c *= 2;
+                    char *g = realloc(answer, c);
+                    if (g) answer = g, cap = c;
+                }
+                if (len + n + 1 <= cap) memcpy(answer + len, s.data, n), len += n;
+            }
+            // the sentence into the voice's slot: a copy between bricks, counted
+            if (speak) put_text(P, P->tts_in, P->ep_llm, P->ep_tts, s.data, n, NM_BRICK_MORE, id);
+        }
+        nm_tabm_release(P->llm_out, &s);
+        if ((user & NM_BRICK_MORE) || !r) continue;
+        // the answer's end
+        const nm_llm_stop why = NM_LLM_STOP_OF(user);
+        pthread_mutex_lock(&P->lock);
+        r->stop = why;
+        r->t.answered = since(r);
+        if ((user & NM_BRICK_CANCELLED) && r->status == NM_OK && !r->cancelled) r->cancelled = true;
+        if ((user & NM_BRICK_ERROR) && r->status == NM_OK) {
+            snprintf(r->err, sizeof r->err, "llm: %s", nm_brick_request_error(P->llm, id));
+            r->status = why == NM_LLM_STOP_BAD_INPUT ? NM_ERR_FORMAT : NM_ERR_STATE;
+        }
+        const bool ok = r->status == NM_OK && !r->cancelled;
+        pthread_mutex_unlock(&P->lock);
+        if (ok && P->p.keep_history) remember(P, r, answer ? answer : "", len);
+        if (speak) { // the voice's request ends (a cancelled one is marked: it stops there too)
+            if (!ok) nm_tabm_cancel_request(P->tts_in, id);
+            if (put_text(P, P->tts_in, P->ep_llm, P->ep_tts, "", 0, 0, id) == NM_OK) continue;
+        }
+        done(P, r, NM_OK, NULL);
+    }
+    free(answer);
+    fail_all(P, "the decoder's ring was shut down");
+    return NULL;
+}
+
+static void *speech_main(void *arg) {
+    nm_pipeline *P = arg;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(P->tts_out, -1, &s) != NM_OK) break;
+        const uint64_t id = s.meta->request, user = s.meta->user;
+        pthread_mutex_lock(&P->lock);
+        pl_req *r = req_of(P, id);
+        const bool pcm = r && s.meta->kind == NM_TABM_PCM_S16 && s.meta->size > 0;
+        if (pcm) {
+            if (r->t.first_audio == 0) r->t.first_audio = since(r);
+            r->t.n_samples += (int64_t)(s.meta->size / 2);
+            nm_pipeline_event ev = {.kind = NM_PIPELINE_AUDIO, .request = id, .pcm = s.data,
+                                    .n_samples = (int64_t)(s.meta->size / 2), .sample_rate = s.meta->sample_rate};
+            if (!push_locked(P, &ev, NULL, 0, &s)) nm_tabm_release(P->tts_out, &s); // (the slot is the reader's now)
+        }
+        if (r && !(user & NM_BRICK_MORE)) {
+            r->t.spoken = since(r);
+            if ((user & NM_BRICK_CANCELLED) && !r->cancelled) r->cancelled = true;
+            if ((user & NM_BRICK_ERROR) && r->status == NM_OK) {
+                snprintf(r->err, sizeof r->err, "tts: %s", nm_brick_request_error(P->tts, id));
+                r->status = NM_ERR_FORMAT;
+            }
+            done_locked(P, r, NM_OK, NULL);
+        }
+        pthread_mutex_unlock(&P->lock);
+        if (!pcm) nm_tabm_release(P->tts_out, &s);
+    }
+    fail_all(P, "the voice's ring was shut down");
+    return NULL;
+}
+
+static void *lane_main(void *arg) {
+    pl_lane *L = arg;
+    (void)nm_brick_run(L->b, L->in, L->out); // ends when a ring is shut down (and shuts the other)
+    return NULL;
+}
+
+// ---- create, free ----------------------------------------------------------------------------------
+
+static nm_status load(nm_pipeline *P, const nm_brick_params *given, nm_brick_kind kind, nm_brick **out, char *err,
+                      size_t err_size) {
+    nm_brick_params bp = *given;
+    bp.kind = kind;
+    bp.ledger = P->ledger;
+    if (kind == NM_BRICK_LLM) {
+        bp.llm.out = P->p.tts ? NM_LLM_OUT_SENTENCES : NM_LLM_OUT_TEXT;
+        bp.llm.out_batch = 1;
+    }
+    if (kind == NM_BRICK_VISION) bp.feeds = P->llm;
+    char e[512];
+    nm_status st = nm_brick_load(NULL, &bp, out, e, sizeof e);
+    if (st != NM_OK) nm_fail(st, err, err_size, "%s", e);
+    return st;
+}
+
+static nm_status ring(nm_tabm **r, uint32_t n, size_t bytes, char *err, size_t err_size) {
+    return nm_tabm_create(NULL, n, bytes, r, err, err_size);
+}
+
+static bool start_lane(pl_lane *L, nm_brick *b, nm_tabm *in, nm_tabm *out) {
+    *L = (pl_lane){b, in, out, 0, false};
+    L->started = pthread_create(&L->th, NULL, lane_main, L) == 0;
+    return L->started;
+}
+
+nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, char *err, size_t err_size) {
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no place for the handle");
+    *out = NULL;
+    if (p && p->vision && !p->llm)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a vision brick needs an llm brick to feed");
+    if (!p || (!p->stt && !p->llm && !p->tts))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no brick (give stt, llm or tts parameters)");
+    if ((unsigned)p->mode > NM_PIPELINE_SEQUENTIAL)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: mode %d (pipelined 0, sequential 1)", (int)p->mode);
+    if (p->jinja_template && p->jinja_len == 0)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a Jinja template of 0 bytes");
+    nm_pipeline *P = calloc(1, sizeof *P);
+    if (!P) return nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: out of memory");
+    P->p = *p;
+    pthread_mutex_init(&P->lock, NULL);
+    pthread_mutex_init(&P->submit_lock, NULL);
+    pthread_cond_init(&P->cond, NULL);
+    P->system_prompt = dup_s(p->system_prompt);
+    P->chat_template = dup_s(p->chat_template);
+    P->jinja_template = p->jinja_template ? dup_n(p->jinja_template, p->jinja_len) : NULL;
+    P->p.system_prompt = P->system_prompt;
+    P->p.chat_template = P->chat_template;
+    P->p.jinja_template = P->jinja_template;
+    if (P->p.queue <= 0) P->p.queue = 8;
+    if (P->p.max_audio_s <= 0) P->p.max_audio_s = 60;
+    P->ledger = p->ledger;
+    if (!P->ledger) P->ledger = nm_ledger_create(), P->own_ledger = true;
+    nm_status st = NM_ERR_NOMEM;
+    if (!P->ledger || (p->system_prompt && !P->system_prompt) || (p->chat_template && !P->chat_template) ||
+        (p->jinja_template && !P->jinja_template)) {
+        nm_fail(st, err, err_size, "pipeline: out of memory");
+        goto fail;
+    }
+    P->ep_caller = nm_ledger_endpoint(P->ledger, "caller");
+    P->ep_pipe = nm_ledger_endpoint(P->ledger, "pipeline");
+    P->ep_stt = nm_ledger_endpoint(P->ledger, p->stt && p->stt->name ? p->stt->name : "stt");
+    P->ep_vision = nm_ledger_endpoint(P->ledger, p->vision && p->vision->name ? p->vision->name : "vision");
+    P->ep_llm = nm_ledger_endpoint(P->ledger, p->llm && p->llm->name ? p->llm->name : "llm");
+    P->ep_tts = nm_ledger_endpoint(P->ledger, p->tts && p->tts->name ? p->tts->name : "tts");
+    if (P->ep_caller < 0 || P->ep_pipe < 0 || P->ep_stt < 0 || P->ep_vision < 0 || P->ep_llm < 0 || P->ep_tts < 0) {
+        st = nm_fail(NM_ERR_RANGE, err, err_size, "pipeline: the ledger has no room for its endpoints");
+        goto fail;
+    }
+    // the bricks (the vision brick writes the decoder's ring: it loads after it)
+    if ((p->stt && (st = load(P, p->stt, NM_BRICK_STT, &P->stt, err, err_size)) != NM_OK) ||
+        (p->llm && (st = load(P, p->llm, NM_BRICK_LLM, &P->llm, err, err_size)) != NM_OK) ||
+        (p->vision && (st = load(P, p->vision, NM_BRICK_VISION, &P->vision, err, err_size)) != NM_OK) ||
+        (p->tts && (st = load(P, p->tts, NM_BRICK_TTS, &P->tts, err, err_size)) != NM_OK))
+        goto fail;
+    if (P->llm) P->m = nm_brick_llm_model(P->llm);
+    if (P->tts) P->tts_rate = nm_brick_tts_sample_rate(P->tts);
+    if (P->llm && p->chat && !p->jinja && !nm_chat_template_name(P->m, P->chat_template)) {
+        st = nm_fail(NM_ERR_TEMPLATE, err, err_size, "pipeline: %s (name one: %s)",
+                     P->chat_template ? "no such chat template" : "the model names no chat template nanomind knows",
+                     nm_chat_template_names());
+        goto fail;
+    }
+    // the rings, sized from the bricks' slots
+    size_t llm_slot = P->llm ? nm_brick_in_slot_bytes(P->llm) : 0;
+    if (P->vision && nm_brick_out_slot_bytes(P->vision) > llm_slot) llm_slot = nm_brick_out_slot_bytes(P->vision);
+    if ((P->stt && ((st = ring(&P->stt_in, STT_IN_SLOTS, sizeof(float) * 16000 * (size_t)P->p.max_audio_s, err,
+                               err_size)) != NM_OK ||
+                    (st = ring(&P->stt_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->stt), err, err_size)) != NM_OK)) ||
+        (P->llm && ((st = ring(&P->llm_in, LLM_IN_SLOTS, llm_slot, err, err_size)) != NM_OK ||
+                    (st = ring(&P->llm_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->llm), err, err_size)) != NM_OK)) ||
+        (P->vision && (st = ring(&P->img, 1, nm_brick_in_slot_bytes(P->vision), err, err_size)) != NM_OK) ||
+        (P->tts && ((st = ring(&P->tts_in, 16, TEXT_SLOT, err, err_size)) != NM_OK ||
+                    (st = ring(&P->tts_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->tts), err, err_size)) != NM_OK)))
+        goto fail;
+    // the lanes and the threads
+    bool ok = (!P->stt || start_lane(&P->L_stt, P->stt, P->stt_in, P->stt_out)) &&
+              (!P->llm || start_lane(&P->L_llm, P->llm, P->llm_in, P->llm_out)) &&
+              (!P->tts || start_lane(&P->L_tts, P->tts, P->tts_in, P->tts_out));
+    ok = ok && (P->feed_started = pthread_create(&P->th_feed, NULL, feed_main, P) == 0);
+    ok = ok && (!P->llm || (P->answers_started = pthread_create(&P->th_answers, NULL, answers_main, P) == 0));
+    ok = ok && (!P->tts || (P->speech_started = pthread_create(&P->th_speech, NULL, speech_main, P) == 0));
+    if (!ok) {
+        st = nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: cannot start its threads");
+        goto fail;
+    }
+    *out = P;
+    return NM_OK;
+fail:
+    nm_pipeline_free(P);
+    return st;
+}
+
+static void shut(nm_tabm *r) {
+    if (r) nm_tabm_shutdown(r);
+}
+
+void nm_pipeline_free(nm_pipeline *P) {
+    if (!P) return;
+    pthread_mutex_lock(&P->lock);
+    P->stopping = true;
+    pthread_cond_broadcast(&P->cond);
+    pthread_mutex_unlock(&P->lock);
+    nm_tabm *rings[] = {P->stt_in, P->stt_out, P->img, P->llm_in, P->llm_out, P->tts_in, P->tts_out};
+    for (size_t i = 0; i < sizeof rings / sizeof rings[0]; i++) shut(rings[i]);
+    if (P->feed_started) pthread_join(P->th_feed, NULL);
+    if (P->answers_started) pthread_join(P->th_answers, NULL);
+    if (P->speech_started) pthread_join(P->th_speech, NULL);
+    pl_lane *lanes[] = {&P->L_stt, &P->L_llm, &P->L_tts};
+    for (size_t i = 0; i < 3; i++)
+        if (lanes[i]->started) pthread_join(lanes[i]->th, NULL);
+    if (P->cur) P->cur->next = P->ev_head; // the event lent to the reader, then those not read
+    for (pl_event *e = P->cur ? P->cur : P->ev_head, *next; e; e = next) {
+        next = e->next;
+        if (e->has_slot) nm_tabm_release(P->tts_out, &e->slot);
+        free(e->text);
+        free(e);
+    }
+    for (size_t i = 0; i < sizeof rings / sizeof rings[0]; i++) nm_tabm_free(rings[i]);
+    nm_brick_free(P->vision);
+    nm_brick_free(P->stt);
+    nm_brick_free(P->llm);
+    nm_brick_free(P->tts);
+    for (uint64_t i = 0; i < P->n_reqs; i++) {
+        free_req_body(P->reqs[i]);
+        free(P->reqs[i]->answer);
+        free(P->reqs[i]);
+    }
+    free(P->reqs);
+    for (size_t i = 0; i < P->n_hist; i++) free((char *)P->hist[i].content);
+    free(P->hist);
+    if (P->own_ledger) nm_ledger_free(P->ledger);
+    free(P->system_prompt), free(P->chat_template), free(P->jinja_template);
+    pthread_cond_destroy(&P->cond);
+    pthread_mutex_destroy(&P->lock);
+    pthread_mutex_destroy(&P->submit_lock);
+    free(P);
+}
+
+// ---- requests ----------------------------------------------------------------------------------------
+
+// The request's audio (and its STT parameters) into the STT ring: both slots
+// held, filled, then published in order, so a failure leaves nothing behind.
+static nm_status put_audio(nm_pipeline *P, const nm_pipeline_input *in, uint64_t id, char *err, size_t err_size) {
+    nm_tabm_slot ps, as;
+    const bool params = in->stt_params != NULL;
+    nm_status st = params ? nm_tabm_acquire_write(P->stt_in, 0, -1, &ps) : NM_OK;
+    if (st == NM_OK && (st = nm_tabm_acquire_write(P->stt_in, 0, -1, &as)) != NM_OK && params)
+        nm_tabm_cancel(P->stt_in, &ps);
+    if (st != NM_OK) return nm_fail(st, err, err_size, "stt: its ring: %s", nm_status_str(st));
+    const int64_t cap = (int64_t)(as.capacity / sizeof(float));
+    int64_t n = 0;
+    char e[400] = "";
+    if (in->audio_path) {
+        st = nm_audio_load_into(in->audio_path, 16000, as.data, cap, &n, e, sizeof e);
+        if (st == NM_ERR_RANGE) nm_fail(st, e, sizeof e, "%s: longer than %d s", in->audio_path, P->p.max_audio_s);
+    } else if (in->n_samples > cap) {
+        st = nm_fail(NM_ERR_RANGE, e, sizeof e, "%lld samples: longer than %d s", (long long)in->n_samples,
+                     P->p.max_audio_s);
+    } else {
+        n = in->n_samples;
+        nm_ledger_copy(P->ledger, P->ep_caller, P->ep_stt, as.data, in->pcm, sizeof(float) * (size_t)n);
+    }
+    const size_t pn = params ? strlen(in->stt_params) : 0;
+    if (st == NM_OK && params && pn > ps.capacity)
+        st = nm_fail(NM_ERR_RANGE, e, sizeof e, "the STT parameters (%zu bytes) do not fit a slot", pn);
+    if (st == NM_OK && n == 0) st = nm_fail(NM_ERR_FORMAT, e, sizeof e, "no audio (0 samples)");
+    if (st != NM_OK) {
+        if (params) nm_tabm_cancel(P->stt_in, &ps);
+        nm_tabm_cancel(P->stt_in, &as);
+        return nm_fail(st, err, err_size, "audio %s (%s)", e, nm_status_str(st));
+    }
+    if (params) {
+        memcpy(ps.data, in->stt_params, pn);
+        *ps.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)pn}, .size = pn,
+                                  .user = NM_BRICK_MORE, .request = id};
+    }
+    *as.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {n}, .size = sizeof(float) * (uint64_t)n,
+                              .sample_rate = 16000, .request = id};
+    if (params && (st = nm_tabm_publish(P->stt_in, &ps)) != NM_OK) nm_tabm_cancel(P->stt_in, &ps);
+    if (st == NM_OK && (st = nm_tabm_publish(P->stt_in, &as)) != NM_OK) nm_tabm_cancel(P->stt_in, &as);
+    return st == NM_OK ? NM_OK : nm_fail(st, err, err_size, "stt: its ring: %s", nm_status_str(st));
+}
+
+nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64_t *id, char *err, size_t err_size) {
+    if (id) *id = 0;
+    if (!P || !in) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no pipeline or no input");
+    const bool audio = in->audio_path || in->pcm, image = in->image_path || in->image;
+    if (in->audio_path && in->pcm)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: audio given twice (pcm and a file)");
+    if (in->image_path && in->image)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: an image given twice (bytes and a file)");
+    if (audio && !P->stt)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: audio, and no STT brick to hear it");
+    if (audio && in->text)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: audio and text: the question is one of them");
+    if (image && !P->vision)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: an image, and no vision brick to see it");
+    if (in->pcm && in->n_samples <= 0)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %lld samples", (long long)in->n_samples);
+    if (!audio && !in->text)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: nothing to ask (no text and no audio)");
+    if (!audio && !P->llm && !P->tts)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: text, and no LLM or TTS brick to take it");
+    if (in->llm_params && !P->llm)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: LLM parameters, and no LLM brick");
+    if (in->tts_params && !P->tts)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: TTS parameters, and no TTS brick");
+    if (in->stt_params && !audio)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: STT parameters, and no audio");
+    pl_req *r = calloc(1, sizeof *r);
+    if (!r) return nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: out of memory");
+    r->audio = audio;
+    r->silent = in->silent;
+    r->text = dup_s(in->text);
+    r->image_path = dup_s(in->image_path);
+    r->llm_params = dup_s(in->llm_params);
+    r->tts_params = dup_s(in->tts_params);
+    if (in->image && (r->image = malloc(in->image_bytes ? in->image_bytes : 1))) {
+        nm_ledger_copy(P->ledger, P->ep_caller, P->ep_pipe, r->image, in->image, in->image_bytes);
+        r->image_bytes = in->image_bytes;
+    }
+    if ((in->text && !r->text) || (in->image_path && !r->image_path) || (in->llm_params && !r->llm_params) ||
+        (in->tts_params && !r->tts_params) || (in->image && !r->image)) {
+        free_req_body(r);
+        free(r);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: out of memory");
+    }
+    // ids, the STT ring's order and the queue's agree: one submit at a time
+    pthread_mutex_lock(&P->submit_lock);
+    pthread_mutex_lock(&P->lock);
+    while (P->n_queued >= P->p.queue && !P->closed && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+    nm_status st = P->closed || P->stopping ? NM_ERR_SHUTDOWN : NM_OK;
+    if (st == NM_OK && P->n_reqs == P->cap_reqs) {
+        const uint64_t cap = P->cap_reqs ? 2 * P->cap_reqs : 64;
+        pl_req **g = realloc(P->reqs, sizeof *g * cap);
+        if (g) P->reqs = g, P->cap_reqs = cap;
+        else st = NM_ERR_NOMEM;
+    }
+    const uint64_t rid = P->n_reqs + 1;
+    pthread_mutex_unlock(&P->lock);
+    if (st == NM_OK && audio) st = put_audio(P, in, rid, err, err_size);
+    else if (st != NM_OK) nm_fail(st, err, err_size, "pipeline: %s", st == NM_ERR_NOMEM ? "out of memory" : "closed");
+    if (st != NM_OK) {
+        pthread_mutex_unlock(&P->submit_lock);
+        free_req_body(r);
+        free(r);
+        return st;
+    }
+    pthread_mutex_lock(&P->lock);
+    r->id = rid;
+    r->t_submit = now_s();
+    P->reqs[P->n_reqs++] = r;
+    if (P->q_tail) P->q_tail->next = r;
+    else P->q_head = r;
+    P->q_tail = r;
+    P->n_queued++;
+    pthread_cond_broadcast(&P->cond);
+    pthread_mutex_unlock(&P->lock);
+    pthread_mutex_unlock(&P->submit_lock);
+    if (id) *id = rid;
+    return NM_OK;
+}
+
+nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event *ev) {
+    if (!P || !ev) return NM_ERR_INVALID_ARG;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_ns > 0) {
+        until.tv_sec += (time_t)(timeout_ns / 1000000000);
+        until.tv_nsec += (long)(timeout_ns % 1000000000);
+        if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&P->lock);
+    if (P->cur) { // what the last event lent
+        if (P->cur->has_slot) nm_tabm_release(P->tts_out, &P->cur->slot);
+        free(P->cur->text);
+        free(P->cur);
+        P->cur = NULL;
+    }
+    nm_status st = NM_OK;
+    for (;;) {
+        if (P->ev_head) break;
+        if ((P->closed || P->stopping) && P->n_done == P->n_reqs) {
+            st = NM_ERR_SHUTDOWN;
+            break;
+        }
+        if (timeout_ns == 0) {
+            st = NM_ERR_AGAIN;
+            break;
+        }
+        if (timeout_ns < 0) {
+            pthread_cond_wait(&P->cond, &P->lock);
+        } else if (pthread_cond_timedwait(&P->cond, &P->lock, &until) != 0 && !P->ev_head) {
+            st = NM_ERR_TIMEOUT;
+            break;
+        }
+    }
+    if (st == NM_OK) {
+        P->cur = P->ev_head;
+        P->ev_head = P->cur->next;
+        if (!P->ev_head) P->ev_tail = NULL;
+        *ev = P->cur->ev;
+    }
+    pthread_mutex_unlock(&P->lock);
+    return st;
+}
+
+nm_status nm_pipeline_cancel(nm_pipeline *P, uint64_t request) {
+    if (!P) return NM_ERR_INVALID_ARG;
+    pthread_mutex_lock(&P->lock);
+    pl_req *r = req_of(P, request);
+    if (!r) {
+        pthread_mutex_unlock(&P->lock);
+        return NM_ERR_RANGE;
+    }
+    const bool mark = !r->done && !r->cancelled;
+    if (mark) r->cancelled = true;
+    pthread_mutex_unlock(&P->lock);
+    if (!mark) return NM_OK;
+    // wherever it is: each brick stops it at its next check and ends it downstream
+    nm_tabm *rings[] = {P->stt_in, P->img, P->llm_in, P->tts_in};
+    for (size_t i = 0; i < 4; i++)
+        if (rings[i]) nm_tabm_cancel_request(rings[i], request);
+    return NM_OK;
+}
+
+void nm_pipeline_close(nm_pipeline *P) {
+    if (!P) return;
+    pthread_mutex_lock(&P->lock);
+    P->closed = true;
+    pthread_cond_broadcast(&P->cond);
+    pthread_mutex_unlock(&P->lock);
+}
+
+nm_brick *nm_pipeline_brick(const nm_pipeline *P, nm_brick_kind kind) {
+    if (!P) return NULL;
+    switch (kind) {
+    case NM_BRICK_STT: return P->stt;
+    case NM_BRICK_VISION: return P->vision;
+    case NM_BRICK_LLM: return P->llm;
+    case NM_BRICK_TTS: return P->tts;
+    }
+    return NULL;
+}
+
+nm_ledger *nm_pipeline_ledger(const nm_pipeline *P) { return P ? P->ledger : NULL; }

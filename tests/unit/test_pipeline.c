@@ -1,0 +1,376 @@
+// The pipeline (src/sched/pipeline.c) on the default models: a chat's
+// answer is the text of decoding its formatted prompt by hand; a spoken
+// question goes through STT -> LLM -> TTS with its transcript, answer and
+// speech as events and every byte between bricks in the ledger; sequential
+// and pipelined give the same answers; a conversation keeps its turns;
+// cancelling stops a request and the next is served; bad input is refused
+// with the cause named. Skips when a model is not in the cache.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nanomind.h"
+
+#include "nmtest.h"
+
+#define SMOL "SmolLM2-135M-Instruct.Q4_1.gguf"
+#define WHISPER "whisper-tiny.en.gguf"
+#define N_PREDICT 24
+
+static char g_llm[1024], g_stt[1024];
+
+static bool have_models(void) {
+    return nmtest_model_path(SMOL, g_llm, sizeof g_llm) && nmtest_model_path(WHISPER, g_stt, sizeof g_stt);
+}
+
+static nm_brick_params llm_params(int32_t n_predict) {
+    nm_brick_params bp = nm_brick_default_params(NM_BRICK_LLM);
+    bp.model = g_llm;
+    bp.n_ctx = 512;
+    bp.n_threads = 2;
+    bp.sampling.temp = 0;
+    bp.llm.n_predict = n_predict;
+    return bp;
+}
+
+// Every event of one request up to its DONE: the texts joined by kind, the speech's samples counted.
+typedef struct answer {
+    char transcript[2048], text[8192];
+    size_t n_text_events;
+    int64_t n_samples;
+    int32_t rate;
+    nm_status status;
+    nm_llm_stop stop;
+    char done_text[512];
+    nm_pipeline_timings t;
+    int16_t *pcm; // with keep_pcm: the speech
+    int64_t cap_pcm;
+} answer;
+
+// Reads events until the DONE of request id (events of others: a failure).
+static bool read_answer(nm_pipeline *P, uint64_t id, answer *a) {
+    int16_t *pcm = a->pcm;
+    const int64_t cap = a->cap_pcm;
+    memset(a, 0, sizeof *a);
+    a->pcm = pcm, a->cap_pcm = cap;
+    for (;;) {
+        nm_pipeline_event ev;
+        if (nm_pipeline_read(P, 120ll * 1000000000, &ev) != NM_OK || ev.request != id) return false;
+        switch (ev.kind) {
+        case NM_PIPELINE_TRANSCRIPT:
+            strncat(a->transcript, ev.text, sizeof a->transcript - strlen(a->transcript) - 1);
+            break;
+        case NM_PIPELINE_TEXT:
+            strncat(a->text, ev.text, sizeof a->text - strlen(a->text) - 1);
+            a->n_text_events++;
+            break;
+        case NM_PIPELINE_AUDIO:
+            if (a->pcm && a->n_samples + ev.n_samples <= a->cap_pcm)
+                memcpy(a->pcm + a->n_samples, ev.pcm, sizeof(int16_t) * (size_t)ev.n_samples);
+            a->n_samples += ev.n_samples;
+            a->rate = ev.sample_rate;
+            break;
+        case NM_PIPELINE_DONE:
+            a->status = ev.status;
+            a->stop = ev.stop;
+            a->t = ev.t;
+            snprintf(a->done_text, sizeof a->done_text, "%s", ev.text);
+            return true;
+        }
+    }
+}
+
+// The answer by hand: the chat formatted, tokenized, decoded, greedy, detokenized.
+static void by_hand(const nm_chat_msg *msgs, size_t n, int32_t n_predict, char *out, size_t cap) {
+    out[0] = '\0';
+    nm_model *m = NULL;
+    nm_ctx *c = NULL;
+    nm_model_params mp = nm_model_default_params();
+    mp.n_threads = 2;
+    if (nm_model_load(g_llm, &mp, &m, NULL, 0) != NM_OK) return;
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.n_threads = 2;
+    char prompt[8192];
+    int32_t toks[512];
+    nm_sampler_params sp = nm_sampler_default_params();
+    sp.temp = 0;
+    nm_sampler *s = nm_sampler_create(&sp, nm_model_n_vocab(m));
+    const int32_t np = nm_chat_format(m, NULL, msgs, n, true, prompt, sizeof prompt);
+    const int32_t nt = np > 0 ? nm_tokenize(m, prompt, (size_t)np, toks, 512, true, true) : -1;
+    if (nt > 0 && nt <= 128 && nm_ctx_create(m, &cp, &c, NULL, 0) == NM_OK && nm_decode(c, toks, nt, 0, false) == NM_OK) {
+        nm_detok dt = {0};
+        size_t len = 0;
+        for (int32_t i = 0, pos = nt; i < n_predict; i++) {
+            const int32_t t = nm_sampler_sample(s, nm_get_logits(c, -1));
+            if (nm_token_is_eog(m, t)) break;
+            const int32_t k = nm_detok_push(m, &dt, t, out + len, (int32_t)(cap - len - 1));
+            if (k > 0) len += (size_t)k;
+            if (nm_decode(c, &t, 1, pos++, false) != NM_OK) break;
+        }
+        out[len] = '\0';
+    }
+    nm_sampler_free(s);
+    nm_ctx_free(c);
+    nm_model_free(m);
+}
+
+#define NEED_MODELS()                                                                     \
+    do {                                                                                  \
+        if (!have_models()) NM_SKIP_MISSING("SmolLM2 or Whisper tiny.en is not in the model cache"); \
+    } while (0)
+
+static nm_pipeline *make(const nm_pipeline_params *pp) {
+    nm_pipeline *P = NULL;
+    char err[512];
+    if (nm_pipeline_create(pp, &P, err, sizeof err) != NM_OK) fprintf(stderr, "  create: %s\n", err);
+    return P;
+}
+
+// A chat's answer is the text of decoding its formatted prompt by hand, in
+// pieces as they are made; the prompt crosses into the decoder once.
+NM_TEST(pipeline_chat_answer_is_the_decoded_text) {
+    NEED_MODELS();
+    nm_brick_params lp = llm_params(N_PREDICT);
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp;
+    nm_pipeline *P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    uint64_t id = 0;
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "What is the capital of France?"}, &id, NULL, 0) ==
+             NM_OK && id == 1);
+    answer a = {0};
+    NM_CHECK(read_answer(P, id, &a));
+    char want[8192];
+    nm_chat_msg msg = {"user", "What is the capital of France?"};
+    by_hand(&msg, 1, N_PREDICT, want, sizeof want);
+    NM_CHECK(want[0] && !strcmp(a.text, want));
+    if (strcmp(a.text, want)) fprintf(stderr, "  pipeline '%s'\n  by hand  '%s'\n", a.text, want);
+    NM_CHECK(a.status == NM_OK && (a.stop == NM_LLM_STOP_EOG || a.stop == NM_LLM_STOP_N_PREDICT));
+    NM_CHECK(a.n_text_events > 1 && a.t.first_text > 0 && a.t.answered >= a.t.first_text);
+    nm_ledger *led = nm_pipeline_ledger(P);
+    const int ep_pipe = nm_ledger_endpoint(led, "pipeline"), ep_llm = nm_ledger_endpoint(led, "llm");
+    NM_CHECK(nm_ledger_copies(led, ep_pipe, ep_llm) == 1);
+    // the request's own parameters: a different n_predict, this request only
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Hi", .llm_params = "{\"n_predict\": 3}"}, &id, NULL,
+                                0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.stop == NM_LLM_STOP_N_PREDICT);
+    nm_pipeline_close(P);
+    nm_pipeline_event ev;
+    NM_CHECK(nm_pipeline_read(P, 0, &ev) == NM_ERR_SHUTDOWN);
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Hi"}, &id, NULL, 0) == NM_ERR_SHUTDOWN);
+    nm_pipeline_free(P);
+}
+
+// A spoken question: the voice says it (a TTS-only pipeline, 16 kHz), then
+// STT -> LLM -> TTS hears it, answers it and speaks the answer.
+NM_TEST(pipeline_spoken_question_answered_aloud) {
+    NEED_MODELS();
+    nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
+    tp.tts.sample_rate = 16000;
+    nm_pipeline_params vp = nm_pipeline_default_params();
+    vp.tts = &tp;
+    nm_pipeline *V = make(&vp);
+    NM_CHECK(V != NULL);
+    if (!V) return;
+    answer q = {0};
+    q.cap_pcm = 16000 * 20;
+    q.pcm = malloc(sizeof(int16_t) * (size_t)q.cap_pcm);
+    uint64_t id = 0;
+    NM_CHECK(nm_pipeline_submit(V, &(nm_pipeline_input){.text = "What is the capital of France?"}, &id, NULL, 0) ==
+             NM_OK);
+    NM_CHECK(read_answer(V, id, &q) && q.status == NM_OK && q.rate == 16000 && q.n_samples > 8000);
+    nm_pipeline_free(V);
+    float *pcm = malloc(sizeof(float) * (size_t)(q.n_samples ? q.n_samples : 1));
+    for (int64_t i = 0; i < q.n_samples && i < q.cap_pcm; i++) pcm[i] = (float)q.pcm[i] / 32768.0f;
+
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT), lp = llm_params(N_PREDICT);
+    sp.model = g_stt;
+    sp.n_threads = 2;
+    nm_brick_params tp2 = nm_brick_default_params(NM_BRICK_TTS);
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.stt = &sp, pp.llm = &lp, pp.tts = &tp2;
+    nm_pipeline *P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) goto out;
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.pcm = pcm, .n_samples = q.n_samples}, &id, NULL, 0) == NM_OK);
+    answer a = {0};
+    NM_CHECK(read_answer(P, id, &a));
+    NM_CHECK(a.status == NM_OK && strstr(a.transcript, "capital") && strstr(a.transcript, "France"));
+    NM_CHECK(strlen(a.text) > 0 && a.n_samples > 0 && a.rate == nm_brick_tts_sample_rate(nm_pipeline_brick(P, NM_BRICK_TTS)));
+    NM_CHECK(a.t.heard > 0 && a.t.first_text >= a.t.heard && a.t.first_audio >= a.t.first_text &&
+             a.t.spoken >= a.t.first_audio && a.t.n_samples == a.n_samples);
+    // the answer by hand, from the transcript the pipeline heard (its leading blank off)
+    char want[8192];
+    const char *t = a.transcript;
+    while (*t == ' ') t++;
+    nm_chat_msg msg = {"user", t};
+    by_hand(&msg, 1, N_PREDICT, want, sizeof want);
+    NM_CHECK(!strcmp(a.text, want));
+    // between bricks: the transcript and the sentences, each byte once, in the ledger
+    nm_ledger *led = nm_pipeline_ledger(P);
+    const int stt = nm_ledger_endpoint(led, "stt"), llm = nm_ledger_endpoint(led, "llm"),
+              tts = nm_ledger_endpoint(led, "tts"), caller = nm_ledger_endpoint(led, "caller");
+    NM_CHECK(nm_ledger_bytes(led, stt, llm) == strlen(a.transcript));
+    NM_CHECK(nm_ledger_bytes(led, llm, tts) == strlen(a.text));
+    NM_CHECK(nm_ledger_bytes(led, caller, stt) == sizeof(float) * (uint64_t)q.n_samples);
+    nm_pipeline_free(P);
+out:
+    free(pcm);
+    free(q.pcm);
+}
+
+// Sequential and pipelined give the same answers; sequential takes a request
+// only once the last one is done.
+NM_TEST(pipeline_sequential_as_pipelined) {
+    NEED_MODELS();
+    static const char *qs[] = {"Name a color.", "Name an animal.", "What is two plus two?"};
+    char got[2][3][8192];
+    for (int mode = 0; mode < 2; mode++) {
+        nm_brick_params lp = llm_params(12);
+        nm_pipeline_params pp = nm_pipeline_default_params();
+        pp.llm = &lp;
+        pp.mode = mode ? NM_PIPELINE_SEQUENTIAL : NM_PIPELINE_PIPELINED;
+        nm_pipeline *P = make(&pp);
+        NM_CHECK(P != NULL);
+        if (!P) return;
+        for (int i = 0; i < 3; i++)
+            NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = qs[i]}, NULL, NULL, 0) == NM_OK);
+        for (int i = 0; i < 3; i++) {
+            answer a = {0};
+            NM_CHECK(read_answer(P, (uint64_t)i + 1, &a) && a.status == NM_OK);
+            snprintf(got[mode][i], sizeof got[mode][i], "%s", a.text);
+        }
+        nm_pipeline_free(P);
+    }
+    for (int i = 0; i < 3; i++) NM_CHECK(got[0][i][0] && !strcmp(got[0][i], got[1][i]));
+}
+
+// keep_history: the second turn is answered after the first and its answer.
+NM_TEST(pipeline_conversation_keeps_turns) {
+    NEED_MODELS();
+    nm_brick_params lp = llm_params(16);
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp;
+    pp.keep_history = true;
+    pp.system_prompt = "You are brief.";
+    nm_pipeline *P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    answer a1 = {0}, a2 = {0};
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "My name is Ada."}, NULL, NULL, 0) == NM_OK);
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "What is my name?"}, NULL, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, 1, &a1) && read_answer(P, 2, &a2) && a1.status == NM_OK && a2.status == NM_OK);
+    nm_chat_msg msgs[] = {{"system", "You are brief."}, {"user", "My name is Ada."}, {"assistant", a1.text},
+                          {"user", "What is my name?"}};
+    char want[8192];
+    by_hand(msgs, 4, 16, want, sizeof want);
+    NM_CHECK(want[0] && !strcmp(a2.text, want));
+    if (strcmp(a2.text, want)) fprintf(stderr, "  pipeline '%s'\n  by hand  '%s'\n", a2.text, want);
+    nm_pipeline_free(P);
+}
+
+// Cancelling a request being answered ends it at once (DONE: cancelled), and
+// the next request is served in full.
+NM_TEST(pipeline_cancel_then_next) {
+    NEED_MODELS();
+    nm_brick_params lp = llm_params(400);
+    lp.llm.ignore_eos = true;
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp;
+    nm_pipeline *P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    uint64_t id1 = 0, id2 = 0;
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Tell me a long story."}, &id1, NULL, 0) == NM_OK);
+    nm_pipeline_event ev;
+    NM_CHECK(nm_pipeline_read(P, 60ll * 1000000000, &ev) == NM_OK && ev.kind == NM_PIPELINE_TEXT);
+    NM_CHECK(nm_pipeline_cancel(P, id1) == NM_OK);
+    int pieces = 0;
+    while (nm_pipeline_read(P, 60ll * 1000000000, &ev) == NM_OK && ev.kind != NM_PIPELINE_DONE) pieces++;
+    NM_CHECK(ev.kind == NM_PIPELINE_DONE && ev.request == id1 && ev.status == NM_ERR_CANCELLED &&
+             ev.stop == NM_LLM_STOP_CANCELLED);
+    NM_CHECK(pieces < 390);
+    NM_CHECK(nm_pipeline_cancel(P, id1) == NM_OK && nm_pipeline_cancel(P, 99) == NM_ERR_RANGE);
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Hi", .llm_params = "{\"n_predict\": 5}"}, &id2, NULL,
+                                0) == NM_OK);
+    answer a = {0};
+    NM_CHECK(read_answer(P, id2, &a) && a.status == NM_OK && a.stop == NM_LLM_STOP_N_PREDICT && a.text[0]);
+    nm_pipeline_free(P);
+}
+
+// Inputs the graph cannot take are refused at submit with the cause named;
+// a prompt that does not fit, and bad request parameters, end their request
+// with the cause; the pipeline goes on.
+NM_TEST(pipeline_bad_input_named) {
+    NEED_MODELS();
+    char err[512];
+    nm_pipeline *P = NULL;
+    nm_brick_params lp = llm_params(4), vp = nm_brick_default_params(NM_BRICK_VISION);
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "no brick") && !P);
+    pp.vision = &vp;
+    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "needs an llm"));
+    pp.vision = NULL;
+    pp.llm = &lp;
+    pp.chat_template = "no-such-template";
+    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_TEMPLATE && strstr(err, "no such chat template"));
+    pp.chat_template = NULL;
+    nm_brick_params bad = lp;
+    bad.model = "/nonexistent/model.gguf";
+    pp.llm = &bad;
+    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) != NM_OK && strstr(err, "/nonexistent/model.gguf"));
+    pp.llm = &lp;
+    P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    struct {
+        nm_pipeline_input in;
+        const char *msg;
+    } refused[] = {
+        {{.audio_path = "x.wav"}, "no STT brick"},
+        {{.text = "hi", .image_path = "x.png"}, "no vision brick"},
+        {{0}, "nothing to ask"},
+        {{.text = "hi", .tts_params = "{}"}, "no TTS brick"},
+        {{.text = "hi", .stt_params = "{}"}, "no audio"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        uint64_t id = 7;
+        err[0] = '\0';
+        NM_CHECK(nm_pipeline_submit(P, &refused[k].in, &id, err, sizeof err) == NM_ERR_INVALID_ARG && id == 0);
+        if (!strstr(err, refused[k].msg)) {
+            fprintf(stderr, "  case %zu: '%s' lacks '%s'\n", k, err, refused[k].msg);
+            NM_CHECK(0);
+        }
+    }
+    // a prompt longer than the context, and a parameter out of range: their DONE says so
+    char *big = malloc(40000);
+    for (int i = 0; i < 39999; i++) big[i] = i % 5 == 4 ? ' ' : 'a' + i % 7;
+    big[39999] = '\0';
+    uint64_t id;
+    answer a = {0};
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = big}, &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status != NM_OK && strstr(a.done_text, "fit"));
+    if (!strstr(a.done_text, "fit")) fprintf(stderr, "  long prompt: '%s'\n", a.done_text);
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "hi", .llm_params = "{\"top_k\": \"many\"}"}, &id,
+                                NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_ERR_FORMAT && strstr(a.done_text, "top_k"));
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Hi"}, &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.text[0]);
+    free(big);
+    nm_pipeline_free(P);
+    // audio that cannot be read: refused at submit, the file named
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+    sp.model = g_stt;
+    nm_pipeline_params sq = nm_pipeline_default_params();
+    sq.stt = &sp;
+    P = make(&sq);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.audio_path = "/nonexistent/q.wav"}, &id, err, sizeof err) !=
+                 NM_OK && strstr(err, "/nonexistent/q.wav"));
+    nm_pipeline_free(P);
+}
+
+NM_TEST_MAIN()

@@ -382,7 +382,8 @@ out:
 }
 
 // Text for a pipeline with a voice and no decoder: [PARAMS], then slots of at
-// most TEXT_SLOT bytes cut after a blank, the last without NM_BRICK_MORE.
+// most NM_TTS_MAX_TEXT bytes (a megabyte) cut after a blank, the last without
+// NM_BRICK_MORE.
 static void send_speech(nm_pipeline *P, pl_req *r, const char *text) {
     nm_status st = NM_OK;
     if (r->tts_params && (st = put_params(P->tts_in, r->tts_params, r->id)) != NM_OK) {
@@ -740,7 +741,7 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         (P->llm && ((st = ring(&P->llm_in, LLM_IN_SLOTS, llm_slot, err, err_size)) != NM_OK ||
                     (st = ring(&P->llm_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->llm), err, err_size)) != NM_OK)) ||
         (P->vision && (st = ring(&P->img, 1, nm_brick_in_slot_bytes(P->vision), err, err_size)) != NM_OK) ||
-        (P->tts && ((st = ring(&P->tts_in, 16, TEXT_SLOT, err, err_size)) != NM_OK ||
+        (P->tts && ((st = ring(&P->tts_in, 16, P->llm ? TEXT_SLOT : NM_TTS_MAX_TEXT, err, err_size)) != NM_OK ||
                     (st = ring(&P->tts_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->tts), err, err_size)) != NM_OK)))
         goto fail;
     // the lanes and the threads

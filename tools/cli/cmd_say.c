@@ -1,18 +1,18 @@
-// nanomind say: text to speech into a WAV file, through the TTS brick.
+// nanomind say: text to speech into a WAV file, through a pipeline of the TTS
+// brick alone (nm_pipeline: the brick on its lane, the text its request).
 //
-// The text goes to the brick as one TEXT slot; the brick runs on its own
-// thread (a lane) and writes the PCM into slots of a TABM ring; this thread
-// writes each slot's bytes to the file straight from the slot (no
-// intermediate buffer). The ledger (--stats) counts what is copied: the text
-// into espeak-ng's input and its samples out of espeak-ng's buffer (it
-// allocates them itself), nothing else. The WAV header is the audio module's
+// The speech comes as AUDIO events, each the samples of a slot of the TTS
+// brick's output ring, lent until the next read: this thread writes them to
+// the file straight from the slot (no intermediate buffer). The ledger
+// (--stats) counts what is copied: the text into the brick's slot and into
+// espeak-ng's input, and its samples out of espeak-ng's buffer (it allocates
+// them itself), nothing else. The WAV header is the audio module's
 // (nm_audio_wav_header); its two sizes are filled in once the utterance has
 // ended. The file is a temporary beside OUT, renamed over it on success, so a
 // failure never damages an existing OUT (core/outfile.h). Where OUT cannot
 // seek (stdout, a FIFO, a device) the audio is held until the end, then the
 // header and the samples are written in place.
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +22,6 @@
 // The slots' int16 samples go to the file as they lie in memory; WAV is little-endian.
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "cmd_say writes host-order samples as WAV");
 
-#define SAY_SLOTS 8
-#define SAY_SLOT_BYTES (64 * 1024) // 32768 samples, ~1.5 s at 22050 Hz: an espeak-ng chunk fits whole
 
 static void say_usage(void) {
     printf("usage: nanomind say \"TEXT\" (-o OUT.wav | --stdout) [options]\n"
@@ -165,8 +163,8 @@ int cmd_say(int argc, char **argv) {
 
     int rc = 1;
     nm_ledger *ledger = nm_ledger_create();
+    nm_pipeline *P = NULL;
     nm_brick *brick = NULL;
-    nm_tabm *in = NULL, *ring = NULL;
     nm_outfile wav = {0};
     nm_audio_encoder *enc = NULL; // --format mp3, opus, flac
     uint8_t *held = NULL; // the samples, where the output cannot seek
@@ -179,11 +177,14 @@ int cmd_say(int argc, char **argv) {
     }
     nm_brick_params bp = nm_brick_default_params(NM_BRICK_TTS);
     bp.tts = p;
-    bp.ledger = ledger;
-    if ((st = nm_brick_load(NULL, &bp, &brick, err, sizeof err)) != NM_OK) {
+    nm_pipeline_params pp = nm_pipeline_default_params(); // a voice alone
+    pp.tts = &bp;
+    pp.ledger = ledger;
+    if ((st = nm_pipeline_create(&pp, &P, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
+    brick = nm_pipeline_brick(P, NM_BRICK_TTS);
     // The output first: an unwritable path fails before any synthesis.
     if ((st = nm_outfile_open(&wav, out, err, sizeof err)) != NM_OK) {
         fprintf(stderr, "error: %s\n", err);
@@ -201,91 +202,73 @@ int cmd_say(int argc, char **argv) {
         fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(errno ? errno : EIO));
         goto done;
     }
-    const size_t text_len = strlen(text);
-    if ((st = nm_tabm_create(NULL, SAY_SLOTS, SAY_SLOT_BYTES, &ring, err, sizeof err)) != NM_OK ||
-        (st = nm_tabm_create(NULL, 1, text_len, &in, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot create the TABM rings: %s: %s\n", nm_status_str(st), err);
+    uint64_t id = 0;
+    if ((st = nm_pipeline_submit(P, &(nm_pipeline_input){.text = text}, &id, err, sizeof err)) != NM_OK) {
+        fprintf(stderr, "error: %s: %s\n", nm_status_str(st), err);
         goto done;
     }
-    nm_tabm_slot ts;
-    if ((st = nm_tabm_acquire_write(in, 0, -1, &ts)) != NM_OK) {
-        fprintf(stderr, "error: the TTS brick's input ring: %s\n", nm_status_str(st));
-        goto done;
-    }
-    memcpy(ts.data, text, text_len); // the command's text becomes the request: written once, into its slot
-    ts.meta->kind = NM_TABM_TEXT;
-    ts.meta->ndim = 1;
-    ts.meta->shape[0] = (int64_t)text_len;
-    ts.meta->size = text_len;
-    if ((st = nm_tabm_publish(in, &ts)) != NM_OK) {
-        fprintf(stderr, "error: the TTS brick's input ring: %s\n", nm_status_str(st));
-        nm_tabm_cancel(in, &ts);
-        goto done;
-    }
-
-    cli_step L = {.b = brick, .in = in, .out = ring, .st = NM_OK}; // the one request
-    pthread_t th;
-    if (pthread_create(&th, NULL, cli_step_main, &L) != 0) {
-        fprintf(stderr, "error: cannot start the TTS brick's thread\n");
-        goto done;
-    }
+    nm_pipeline_close(P); // the one request
     uint64_t data_bytes = 0;
-    bool write_failed = false, ended = false, cut = false;
+    bool write_failed = false, ended = false;
+    nm_status said = NM_OK; // the request's end
+    char why[512] = "";
     int write_errno = 0;
     while (!ended) {
-        nm_tabm_slot s;
-        if (nm_tabm_acquire_read(ring, -1, &s) != NM_OK) break; // shut down: the lane failed
-        const nm_tabm_meta *m = s.meta;
-        if (!write_failed && m->size) {
+        nm_pipeline_event ev;
+        if (nm_pipeline_read(P, -1, &ev) != NM_OK) break;
+        if (ev.kind == NM_PIPELINE_DONE) {
+            ended = true;
+            said = ev.status;
+            snprintf(why, sizeof why, "%s", ev.text);
+            continue;
+        }
+        if (ev.kind != NM_PIPELINE_AUDIO) continue;
+        const uint64_t size = sizeof(int16_t) * (uint64_t)ev.n_samples; // the TTS ring's slot, lent until the next read
+        if (!write_failed && size) {
             // The slot's bytes, in place, to the file (or held, where it cannot seek), or to the encoder.
             if (enc) {
                 errno = 0;
-                if (nm_audio_encoder_write(enc, s.data, (int64_t)(m->size / 2)) != NM_OK) {
+                if (nm_audio_encoder_write(enc, ev.pcm, (int64_t)(size / 2)) != NM_OK) {
                     write_failed = true;
                     write_errno = errno ? errno : EIO;
-                    nm_tabm_shutdown(ring);
+                    nm_pipeline_cancel(P, id);
                 }
             } else if (wav.seekable || raw) { // raw samples need no header to complete: straight out
                 errno = 0;
-                if (fwrite(s.data, 1, (size_t)m->size, wav.f) != m->size) {
+                if (fwrite(ev.pcm, 1, (size_t)size, wav.f) != size) {
                     write_failed = true;
                     write_errno = errno ? errno : EIO;
-                    nm_tabm_shutdown(ring); // stop the synthesis: nowhere to put it
+                    nm_pipeline_cancel(P, id); // stop the synthesis: nowhere to put it
                 }
             } else {
-                if (n_held + m->size > cap_held) {
+                if (n_held + size > cap_held) {
                     size_t cap = cap_held ? cap_held * 2 : 1 << 20;
-                    while (cap < n_held + m->size) cap *= 2;
+                    while (cap < n_held + size) cap *= 2;
                     uint8_t *nb = realloc(held, cap);
                     if (!nb) {
                         write_failed = true;
                         write_errno = ENOMEM;
-                        nm_tabm_shutdown(ring);
+                        nm_pipeline_cancel(P, id);
                     } else {
                         held = nb;
                         cap_held = cap;
                     }
                 }
                 if (!write_failed) {
-                    memcpy(held + n_held, s.data, (size_t)m->size);
-                    n_held += (size_t)m->size;
+                    memcpy(held + n_held, ev.pcm, (size_t)size);
+                    n_held += (size_t)size;
                 }
             }
-            data_bytes += m->size;
+            data_bytes += size;
         }
-        ended = !(m->user & NM_BRICK_MORE);
-        cut = (m->user & NM_BRICK_ERROR) != 0;
-        nm_tabm_release(ring, &s);
     }
-    pthread_join(th, NULL);
     double t_total = cli_now() - t0;
     if (write_failed) {
         fprintf(stderr, "error: cannot write '%s': %s\n", out, strerror(write_errno));
         goto done;
     }
-    if (L.st != NM_OK || cut || !ended) {
-        fprintf(stderr, "error: synthesis failed: %s: %s\n", nm_status_str(L.st != NM_OK ? L.st : NM_ERR_IO),
-                nm_brick_last_error(brick));
+    if (said != NM_OK || !ended) {
+        fprintf(stderr, "error: synthesis failed: %s: %s\n", nm_status_str(ended ? said : NM_ERR_IO), why);
         goto done;
     }
     if (!enc && data_bytes > 0xffffffffull - 36) {
@@ -335,9 +318,7 @@ done:
     nm_audio_encoder_close(enc); // (a failure's: what it held goes into the temporary, which goes)
     nm_outfile_abort(&wav); // after a commit, nothing; else only our temporary goes
     free(held);
-    nm_tabm_free(ring);
-    nm_tabm_free(in);
-    nm_brick_free(brick);
+    nm_pipeline_free(P);
     nm_ledger_free(ledger);
     free(owned);
     return rc;

@@ -8,7 +8,10 @@
 //   pre-tokenizer (gpt-2, smollm, qwen2, llama3, default) cuts;
 // - golden ids against the real models in $NM_MODEL_DIR (default
 //   ~/.cache/nanomind/models; skipped if absent) plus round trips
-//   decode(encode(s)) == s, and a speed check.
+//   decode(encode(s)) == s, and a speed check;
+// - a merge-stress corpus (3,486 lines: runs, equal-score ties, byte
+//   fallback, every script) against llama.cpp's ids, line by line
+//   (stress_corpus_*, see the section at the end).
 //
 // The golden ids were produced with llama.cpp's llama-tokenize (ggml-org/llama.cpp,
 // libllama 0.5.0 / ggml 0.25.3): each string of GOLDEN_TEXT was
@@ -785,5 +788,133 @@ static void check_random_mixes(int *nmtest_failed, const char *model) {
 
 NM_TEST(golden_random_mixes_smollm2) { check_random_mixes(nmtest_failed, "SmolLM2-135M-Instruct.Q4_1.gguf"); }
 NM_TEST(golden_random_mixes_gemma3) { check_random_mixes(nmtest_failed, "gemma-3-270m-q4_k_m.gguf"); }
+
+// ---- the merge-stress corpus ------------------------------------------------------------
+// tests/data/tokenizer/stress.corpus (tools/tokenizer_stress.py): 3,486 strings built to make
+// merges compete: runs of one character of every length, periodic strings where one pair is a
+// candidate at several places with the same score or rank (the tie order alone decides; the
+// generator kept those where leftmost-first and rightmost-first differ), byte fallback, invalid
+// UTF-8, every Unicode block either vocabulary holds, digits, punctuation, code, special tokens'
+// texts, random mixes. MODEL.stress holds llama.cpp 0c1e570's ids for each line
+// (llama_tokenize(line, add_special = false, parse_special = false); its header says how they
+// were made). Every line must give the same ids, one check a line.
+
+static int hexval2(int c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+// The text of a line, C-escaped and cut at `max` bytes of output, for messages: well-formed
+// UTF-8 sequences as they are, other bytes as \xNN.
+static void escape(const uint8_t *s, size_t n, char *out, size_t max) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 8 < max; i++) {
+        uint8_t c = s[i];
+        size_t l = c >= 0xf0 && c < 0xf5 ? 4 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 1;
+        bool seq = c >= 0x80 && l > 1 && i + l <= n;
+        for (size_t j = 1; seq && j < l; j++) seq = (s[i + j] & 0xc0) == 0x80;
+        if (seq) {
+            memcpy(out + k, s + i, l);
+            k += l;
+            i += l - 1;
+        } else if (c >= 0x80) k += (size_t)snprintf(out + k, max - k, "\\x%02x", c);
+        else if (c == '\n') k += (size_t)snprintf(out + k, max - k, "\\n");
+        else if (c == '\t') k += (size_t)snprintf(out + k, max - k, "\\t");
+        else if (c == '\\' || c == '"') k += (size_t)snprintf(out + k, max - k, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f) k += (size_t)snprintf(out + k, max - k, "\\x%02x", c);
+        else out[k++] = (char)c;
+    }
+    out[k] = 0;
+}
+
+// Ids from `from` on, with their token texts (escaped), for a mismatch message.
+static void dump_pieces(const nm_tokenizer *t, const char *what, const int32_t *ids, int32_t n, int32_t from) {
+    fprintf(stderr, "    %s (%d tokens)%s", what, n, from > 0 ? " ..." : ":");
+    for (int32_t i = from; i < n && i < from + 12; i++) {
+        nm_str p = nm_tokenizer_text(t, ids[i]);
+        char e[64];
+        escape((const uint8_t *)p.ptr, p.len, e, sizeof e);
+        fprintf(stderr, " %d \"%s\"", ids[i], e);
+    }
+    fprintf(stderr, "%s\n", n > from + 12 ? " ..." : "");
+}
+
+static void check_stress(int *nmtest_failed, const char *model) {
+    loaded L;
+    const int r = load(model, &L);
+    if (r == 0) NM_SKIP_MISSING("a tokenizer model is not in the model cache");
+    NM_CHECK(r > 0);
+    if (r < 0) return;
+    char path[512], *cl = NULL, *il = NULL;
+    size_t ccap = 0, icap = 0;
+    FILE *fc = fopen("tests/data/tokenizer/stress.corpus", "r");
+    snprintf(path, sizeof path, "tests/data/tokenizer/%s.stress", model);
+    FILE *fi = fopen(path, "r");
+    NM_CHECK(fc != NULL && fi != NULL);
+    int n_lines = 0, same = 0;
+    long n_tokens = 0;
+    int32_t *want = NULL, *got = NULL;
+    uint8_t *s = NULL;
+    while (fc && fi) {
+        ssize_t lc;
+        while ((lc = getline(&cl, &ccap, fc)) > 0 && cl[0] == '#') {}
+        ssize_t li;
+        while ((li = getline(&il, &icap, fi)) > 0 && il[0] == '#') {}
+        if (lc <= 0 || li <= 0) {
+            NM_CHECK(lc <= 0 && li <= 0); // as many expectations as lines
+            break;
+        }
+        // "LABEL HEX"
+        char *sp = strchr(cl, ' ');
+        if (!sp) {
+            NM_CHECK(!"a malformed line in stress.corpus");
+            break;
+        }
+        *sp = 0;
+        const char *hx = sp + 1;
+        size_t nh = strcspn(hx, "\r\n"), n = nh / 2;
+        s = realloc(s, n + 1);
+        want = realloc(want, sizeof(int32_t) * ((size_t)li / 2 + 1));
+        got = realloc(got, sizeof(int32_t) * (4 * n + 16));
+        for (size_t i = 0; i < n; i++) s[i] = (uint8_t)(hexval2(hx[2 * i]) * 16 + hexval2(hx[2 * i + 1]));
+        // "INDEX ID ID ..."
+        int idx, off, nw = 0;
+        char *p = il;
+        if (sscanf(p, "%d%n", &idx, &off) != 1 || idx != n_lines) {
+            fprintf(stderr, "  %s: expectation %d is not for line %d\n", path, idx, n_lines);
+            NM_CHECK(0);
+            break;
+        }
+        for (p += off; sscanf(p, "%d%n", &want[nw], &off) == 1; p += off) nw++;
+        int32_t ng = nm_tokenizer_encode(L.t, (const char *)s, n, got, (int32_t)(4 * n + 16), false, false);
+        const bool ok = ng == nw && !memcmp(got, want, sizeof(int32_t) * (size_t)nw);
+        if (!ok) {
+            char e[160];
+            escape(s, n, e, sizeof e);
+            int32_t d = 0;
+            while (d < nw && d < ng && got[d] == want[d]) d++;
+            fprintf(stderr, "  %s: line %d (%s) \"%s\": ids differ from llama.cpp's at token %d\n", model,
+                    n_lines, cl, e, d);
+            dump_pieces(L.t, "llama.cpp", want, nw, d > 2 ? d - 2 : 0);
+            dump_pieces(L.t, "ours     ", got, ng, d > 2 ? d - 2 : 0);
+        }
+        NM_CHECK(ok);
+        same += ok;
+        n_tokens += nw;
+        n_lines++;
+    }
+    if (fc) fclose(fc);
+    if (fi) fclose(fi);
+    free(cl);
+    free(il);
+    free(s);
+    free(want);
+    free(got);
+    fprintf(stderr, "  %s: %d of %d lines identical to llama.cpp (%ld tokens)\n", model, same, n_lines, n_tokens);
+    NM_CHECK(n_lines > 3000); // the whole corpus was read
+    unload(&L);
+}
+
+NM_TEST(stress_corpus_gemma3) { check_stress(nmtest_failed, "gemma-3-270m-q4_k_m.gguf"); }
+NM_TEST(stress_corpus_smollm2) { check_stress(nmtest_failed, "SmolLM2-135M-Instruct.Q4_1.gguf"); }
 
 NM_TEST_MAIN()

@@ -424,13 +424,15 @@ CODE = [
 
 
 def write_corpus(gemma, smol):
-    lines, found_spm, found_bpe = corpus(gemma, smol)
+    lines, _, _ = corpus(gemma, smol)
+    found_spm = sum(label.startswith("tie_spm") for label, _ in lines)
+    found_bpe = sum(label.startswith("tie_bpe") for label, _ in lines)
     os.makedirs(OUT, exist_ok=True)
     with open(CORPUS, "w") as f:
         f.write("# Merge-stress corpus: written by tools/tokenizer_stress.py from the vocabularies of\n"
                 f"# {os.path.basename(gemma)} and {os.path.basename(smol)}. One string a line: LABEL HEX.\n"
                 f"# {len(lines)} lines; {found_spm} periodic strings where Gemma's tie order matters, "
-                f"{found_bpe} where SmolLM2's does.\n")
+                f"{found_bpe} where SmolLM2's does (tie_*).\n")
         for label, s in lines:
             f.write(f"{label} {s.hex()}\n")
     print(f"tokenizer_stress: {len(lines)} lines ({found_spm} tie-sensitive for SPM, {found_bpe} for BPE)")

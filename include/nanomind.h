@@ -243,6 +243,18 @@ nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, 
 // "gemma", ...: static), or NULL where it has none (it would return
 // NM_ERR_TEMPLATE): what a caller falling back from nm_chat_format_jinja names.
 const char *nm_chat_template_name(const nm_model *m, const char *tmpl_name);
+// A conversation as text, the way nanomind's commands and pipeline format it:
+// with jinja, nm_chat_format_jinja (tmpl, len: the template; NULL: the model's
+// own), and where that template is beyond the interpreter's subset
+// (NM_ERR_UNSUPPORTED) the built-in formatter nm_chat_template_name(m,
+// tmpl_name) names instead: *fallback (may be NULL) gets its name and err
+// keeps why; without jinja, nm_chat_format(m, tmpl_name). On NM_OK *text is
+// the caller's to free. Errors (err says why): nm_chat_format_jinja's;
+// NM_ERR_TEMPLATE where no template applies (none known, or beyond the
+// subset with no built-in one); NM_ERR_NOMEM. Thread-safe, as nm_chat_format_jinja.
+nm_status nm_chat_text(const nm_model *m, const char *tmpl_name, bool jinja, const char *tmpl, size_t len,
+                       const nm_chat_msg *msgs, size_t n_msgs, bool add_assistant, char **text, const char **fallback,
+                       char *err, size_t err_size);
 // Comma-separated list of the template names nm_chat_format accepts.
 const char *nm_chat_template_names(void);
 // Whether `name` is one of them.

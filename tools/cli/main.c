@@ -464,39 +464,16 @@ long cli_peak_rss_kb(void) {
 static atomic_bool jinja_fallback_said;
 
 char *cli_chat_text(const nm_model *m, const cli_opts *o, const nm_chat_msg *msgs, size_t n, nm_status *st) {
-    const char *tmpl = o->chat_tmpl;
-    if (o->jinja) {
-        char err[512], *text = NULL;
-        nm_status js = nm_chat_format_jinja(m, o->chat_tmpl_src, o->chat_tmpl_len, msgs, n, true, &text, NULL, err,
-                                            sizeof err);
-        if (js == NM_OK) {
-            *st = NM_OK;
-            return text;
-        }
-        const char *which = o->chat_tmpl_file ? o->chat_tmpl_file : "the model's chat template";
-        const char *fallback = nm_chat_template_name(m, tmpl);
-        if (js != NM_ERR_UNSUPPORTED || !fallback) {
-            fprintf(stderr, "error: %s: %s%s\n", which, err,
-                    js == NM_ERR_UNSUPPORTED ? " (and no built-in formatter to fall back to: name one with "
-                                               "--chat-template)" : "");
-            *st = js == NM_ERR_UNSUPPORTED ? NM_ERR_TEMPLATE : js;
-            return NULL;
-        }
-        if (!atomic_exchange(&jinja_fallback_said, true))
-            fprintf(stderr, "note: %s is beyond nanomind's Jinja subset (%s): formatting with the built-in '%s' "
-                    "template instead\n", which, err, fallback);
-    }
-    int32_t need = nm_chat_format(m, tmpl, msgs, n, true, NULL, 0);
-    *st = need == NM_ERR_TEMPLATE ? NM_ERR_TEMPLATE : NM_ERR_NOMEM;
-    if (need == NM_ERR_TEMPLATE) return NULL;
-    if (need < 0) need = -need;
-    char *buf = malloc((size_t)need + 1);
-    if (buf && nm_chat_format(m, tmpl, msgs, n, true, buf, need + 1) < 0) {
-        free(buf);
-        buf = NULL;
-    }
-    if (buf) *st = NM_OK;
-    return buf;
+    char err[768], *text = NULL;
+    const char *fallback = NULL;
+    *st = nm_chat_text(m, o->chat_tmpl, o->jinja, o->chat_tmpl_src, o->chat_tmpl_len, msgs, n, true, &text, &fallback,
+                       err, sizeof err);
+    const char *which = o->chat_tmpl_file ? o->chat_tmpl_file : "the model's chat template";
+    if (*st != NM_OK && *st != NM_ERR_NOMEM && o->jinja) fprintf(stderr, "error: %s: %s\n", which, err);
+    if (fallback && !atomic_exchange(&jinja_fallback_said, true))
+        fprintf(stderr, "note: %s is beyond nanomind's Jinja subset (%s): formatting with the built-in '%s' "
+                "template instead\n", which, err, fallback);
+    return text;
 }
 
 cli_energy cli_energy_default(void) {

@@ -86,6 +86,45 @@ nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, 
     return NM_OK;
 }
 
+nm_status nm_chat_text(const nm_model *m, const char *tmpl_name, bool jinja, const char *tmpl, size_t len,
+                       const nm_chat_msg *msgs, size_t n_msgs, bool add_assistant, char **text, const char **fallback,
+                       char *err, size_t err_size) {
+    if (fallback) *fallback = NULL;
+    if (text) *text = NULL;
+    if (err && err_size) err[0] = 0;
+    if (!m || !text || (!msgs && n_msgs)) return NM_ERR_INVALID_ARG;
+    if (jinja) {
+        const nm_status st = nm_chat_format_jinja(m, tmpl, len, msgs, n_msgs, add_assistant, text, NULL, err, err_size);
+        if (st != NM_ERR_UNSUPPORTED) return st;
+        const char *name = nm_chat_template_name(m, tmpl_name);
+        if (!name) {
+            const size_t k = err ? strlen(err) : 0;
+            if (err && k < err_size)
+                snprintf(err + k, err_size - k, " (and no built-in formatter to fall back to: name one of %s)",
+                         nm_chat_template_names());
+            return NM_ERR_TEMPLATE;
+        }
+        if (fallback) *fallback = name; // err keeps why the template is beyond the subset
+    }
+    int32_t need = nm_chat_format(m, tmpl_name, msgs, n_msgs, add_assistant, NULL, 0);
+    if (need == NM_ERR_TEMPLATE) {
+        if (err && err_size && tmpl_name)
+            snprintf(err, err_size, "no built-in chat template '%s' (known: %s)", tmpl_name, nm_chat_template_names());
+        else if (err && err_size)
+            snprintf(err, err_size, "the model names no chat template nanomind knows (name one: %s)",
+                     nm_chat_template_names());
+        return NM_ERR_TEMPLATE;
+    }
+    if (need < 0) need = -need;
+    char *buf = malloc((size_t)need + 1);
+    if (!buf || nm_chat_format(m, tmpl_name, msgs, n_msgs, add_assistant, buf, need + 1) < 0) {
+        free(buf);
+        return NM_ERR_NOMEM;
+    }
+    *text = buf;
+    return NM_OK;
+}
+
 const char *nm_chat_template_name(const nm_model *m, const char *tmpl_name) {
     nm_chat_tmpl t = tmpl_name ? nm_chat_from_name(tmpl_name) : m ? m->chat : NM_CHAT_UNKNOWN;
     return t == NM_CHAT_UNKNOWN ? NULL : nm_chat_name(t);

@@ -118,7 +118,7 @@ typedef struct llm_brick {
     float *masked;            // (n_vocab) with ignore_eos: the logits, end-of-generation tokens at -inf
     int32_t *eog;             // the end-of-generation token ids (for ignore_eos)
     int32_t n_eog;
-    int32_t *tok;             // (n_ctx + 8) a TEXT slot's tokens, before they go into the slot
+    int32_t *tok;             // (n_ctx + 1) a TEXT slot's tokens, before they go into the slot
     nm_brick *self;           // the handle, while it runs the brick: failures are reported there
 } llm_brick;
 
@@ -249,7 +249,7 @@ static nm_status llm_load(const nm_brick_params *p, void **state, char *err, siz
     // the end-of-generation tokens, for ignore_eos (also when set later)
     b->masked = malloc(sizeof(float) * (size_t)b->n_vocab);
     b->eog = malloc(sizeof(int32_t) * (size_t)b->n_vocab);
-    b->tok = malloc(sizeof(int32_t) * ((size_t)b->n_ctx + 8));
+    b->tok = malloc(sizeof(int32_t) * ((size_t)b->n_ctx + 1));
     bool ok = b->seq && b->req && b->order && b->bt && b->bp && b->bs && b->masked && b->eog && b->tok;
     for (int32_t s = 0; ok && s < b->n_seq; s++) {
         b->seq[s].s = nm_sampler_create(&sp, b->n_vocab);
@@ -548,9 +548,7 @@ static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why);
 static nm_status text_part(llm_brick *b, nm_tabm_slot *s) {
     nm_tabm_meta *mt = s->meta;
     const unsigned long long seq = (unsigned long long)mt->seq;
-    if (mt->user & NM_BRICK_ERROR)
-        return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: the brick before this one failed this part of the "
-                    "prompt (NM_BRICK_ERROR; its own last error says why)", seq);
+    if (mt->user & NM_BRICK_ERROR) return NM_OK; // failed upstream: check_input says so, as for any kind
     if (mt->ndim > 1 || (mt->ndim == 1 && (uint64_t)mt->shape[0] != mt->size))
         return fail(b, NM_ERR_FORMAT, "llm brick: input slot %llu: a text slot needs ndim 1 [n_bytes] (ndim %d, %llu "
                     "bytes)", seq, mt->ndim, (unsigned long long)mt->size);

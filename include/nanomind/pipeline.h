@@ -75,17 +75,18 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
 void nm_pipeline_free(nm_pipeline *p);
 
 // One request. Give audio (pcm or audio_path: needs STT) or text, and with
-// VISION an image (image_path or image bytes). Strings and buffers are
-// borrowed for the call only: audio is decoded into the STT ring and an image
-// read (or copied) into the vision ring before submit returns, or when its turn
-// comes.
+// VISION an image (image_path or image bytes). Strings and pcm are borrowed
+// for the call only (audio is decoded or copied into the STT ring before
+// submit returns); image bytes are borrowed until the request's DONE has been
+// read: they are copied into the vision ring once, when the request's turn comes.
 typedef struct nm_pipeline_input {
     const char *text;            // the question or prompt; NULL with audio: the transcript is
     const float *pcm;            // 16 kHz mono samples (n_samples), copied into the STT ring (counted)
     int64_t n_samples;
     const char *audio_path;      // or an audio file (WAV, FLAC, MP3, OGG), decoded into the STT ring
     const char *image_path;      // an image file (PNG, JPEG, PPM) for the vision brick
-    const void *image;           // or an image file's bytes (image_bytes), copied into its ring (counted)
+    const void *image;           // or an image file's bytes (image_bytes; borrowed until DONE), copied into
+                                 // the vision ring once (counted caller -> vision)
     size_t image_bytes;
     // The bricks' parameters for this request only (JSON objects, as their PARAMS slots: docs/bricks.md);
     // NULL: none.

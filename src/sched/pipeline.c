@@ -32,23 +32,23 @@ typedef struct pl_req {
     uint64_t id;
     double t_submit;
     char *text, *image_path, *llm_params, *tts_params;
-    void *image;
+    const void *image;     // the caller's, borrowed until the request's DONE
     size_t image_bytes;
     bool audio, silent;
     // progress, under the lock
-    bool taken, cancelled, done;
+    bool cancelled, done;
     nm_status status;      // a failure recorded before the request's last stage ends it
     nm_llm_stop stop;
     char err[512];
-    char *answer;          // keep_history: the answer's text
-    size_t answer_len;
+    char *turn;            // keep_history: the user's turn, joined to the history with its answer
     nm_pipeline_timings t;
     struct pl_req *next;   // the queue of requests not yet taken
 } pl_req;
 
 typedef struct pl_event {
     nm_pipeline_event ev;
-    char *text;            // owned
+    char *text;            // owned, cap bytes (kept when the node is used again)
+    size_t cap;
     nm_tabm_slot slot;     // AUDIO: the TTS ring's slot, released by the next read
     bool has_slot;
     struct pl_event *next;
@@ -83,6 +83,7 @@ struct nm_pipeline {
     int32_t n_queued;
     bool closed, stopping;
     pl_event *ev_head, *ev_tail, *cur;
+    pl_event *spare;       // nodes read, for the next events (a token's event allocates nothing)
     nm_chat_msg *hist;     // keep_history: the turns so far (strings owned)
     size_t n_hist, cap_hist;
 };
@@ -109,22 +110,29 @@ nm_pipeline_params nm_pipeline_default_params(void) {
 
 // ---- events ---------------------------------------------------------------------------------
 
-// Queues an event (text copied); the lock held. False when out of memory (the event is lost).
+// Queues an event (text copied) in a spare node where there is one; the lock
+// held. False when out of memory (the event is lost).
 static bool push_locked(nm_pipeline *P, const nm_pipeline_event *ev, const char *text, size_t len,
                         const nm_tabm_slot *slot) {
-    pl_event *e = calloc(1, sizeof *e);
-    if (!e) return false;
-    e->ev = *ev;
-    if (text || ev->kind != NM_PIPELINE_AUDIO) {
-        e->text = dup_n(text ? text : "", text ? len : 0);
-        if (!e->text) {
-            free(e);
+    pl_event *e = P->spare;
+    if (e) P->spare = e->next;
+    else if (!(e = calloc(1, sizeof *e))) return false;
+    if (len + 1 > e->cap) {
+        char *t = realloc(e->text, len + 1);
+        if (!t) {
+            e->next = P->spare, P->spare = e;
             return false;
         }
-        e->ev.text = e->text;
-        e->ev.len = text ? len : 0;
+        e->text = t, e->cap = len + 1;
     }
-    if (slot) e->slot = *slot, e->has_slot = true;
+    if (len) memcpy(e->text, text, len);
+    e->text[len] = '\0';
+    e->ev = *ev;
+    e->ev.text = e->text;
+    e->ev.len = len;
+    e->has_slot = slot != NULL;
+    if (slot) e->slot = *slot;
+    e->next = NULL;
     if (P->ev_tail) P->ev_tail->next = e;
     else P->ev_head = e;
     P->ev_tail = e;
@@ -141,7 +149,7 @@ static void push(nm_pipeline *P, const nm_pipeline_event *ev, const char *text, 
 static pl_req *req_of(nm_pipeline *P, uint64_t id) { return id >= 1 && id <= P->n_reqs ? P->reqs[id - 1] : NULL; }
 
 static void free_req_body(pl_req *r) {
-    free(r->text), free(r->image_path), free(r->image), free(r->llm_params), free(r->tts_params);
+    free(r->text), free(r->image_path), free(r->llm_params), free(r->tts_params);
     r->text = r->image_path = r->llm_params = r->tts_params = NULL;
     r->image = NULL;
 }
@@ -158,11 +166,6 @@ static void done_locked(nm_pipeline *P, pl_req *r, nm_status status, const char 
     if (r->id > P->last_done) P->last_done = r->id;
     nm_pipeline_event ev = {.kind = NM_PIPELINE_DONE, .request = r->id, .status = status, .stop = r->stop, .t = r->t};
     push_locked(P, &ev, msg ? msg : "", msg ? strlen(msg) : 0, NULL);
-    if (!P->p.keep_history) {
-        free_req_body(r);
-        free(r->answer);
-        r->answer = NULL;
-    }
 }
 
 static void done(nm_pipeline *P, pl_req *r, nm_status status, const char *msg) {
@@ -215,34 +218,13 @@ static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
         msgs[k++] = (nm_chat_msg){"user", content};
     }
     pthread_mutex_unlock(&P->lock);
-    char *text = NULL;
-    if (!msgs) goto out;
-    if (P->p.jinja) {
-        char err[400];
-        nm_status st = nm_chat_format_jinja(P->m, P->jinja_template, P->p.jinja_len, msgs, k, true, &text, NULL, err,
-                                            sizeof err);
-        if (st == NM_OK || st != NM_ERR_UNSUPPORTED || !nm_chat_template_name(P->m, P->chat_template)) {
-            if (st != NM_OK) record(P, r, st, "chat template: %s", err);
-            goto out;
-        }
-        // beyond the Jinja subset: the built-in formatter
-    }
-    int32_t need = nm_chat_format(P->m, P->chat_template, msgs, k, true, NULL, 0);
-    if (need == NM_ERR_TEMPLATE) {
-        record(P, r, NM_ERR_TEMPLATE, "the model names no chat template nanomind knows (name one: %s)",
-               nm_chat_template_names());
-        goto out;
-    }
-    if (need < 0) need = -need;
-    text = malloc((size_t)need + 1);
-    if (text && nm_chat_format(P->m, P->chat_template, msgs, k, true, text, need + 1) < 0) {
-        free(text);
-        text = NULL;
-    }
-out:
+    char *text = NULL, err[768];
+    const nm_status st = msgs ? nm_chat_text(P->m, P->chat_template, P->p.jinja, P->jinja_template, P->p.jinja_len, msgs,
+                                             k, true, &text, NULL, err, sizeof err)
+                              : NM_ERR_NOMEM;
+    if (st != NM_OK) record(P, r, st, "chat template: %s", st == NM_ERR_NOMEM ? "out of memory" : err);
     free(msgs);
     free(content);
-    if (!text && r->status == NM_OK) record(P, r, NM_ERR_NOMEM, "out of memory formatting the chat");
     return text;
 }
 
@@ -338,6 +320,7 @@ static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
     } else if ((full = malloc(strlen(question) + sizeof MEDIA_MARKER))) {
         sprintf(full, "%s%s", image ? MEDIA_MARKER : "", question);
     }
+    if (!full) record(P, r, NM_ERR_NOMEM, "out of memory for the prompt");
     bool ok = full != NULL, sent = false;
     nm_status st = NM_OK;
     if (ok && r->llm_params && (st = put_params(P->llm_in, r->llm_params, r->id)) != NM_OK) {
@@ -470,6 +453,38 @@ static bool hear(nm_pipeline *P, pl_req *r, char **q) {
     return true;
 }
 
+// Request r through the front of the graph: its transcript, then its prompt
+// (or its text for a voice alone). stop: the pipeline is being freed.
+static void serve(nm_pipeline *P, pl_req *r, bool stop) {
+    char *question = NULL;
+    if (r->audio) { // its audio is in the STT ring: its transcript is read in any case
+        if (!hear(P, r, &question)) {
+            done(P, r, NM_OK, NULL);
+            return;
+        }
+        const char *t = question;
+        while (*t == ' ') t++; // Whisper's leading blank
+        if (!P->llm && !P->tts) {
+            done(P, r, NM_OK, NULL);
+        } else if (!*t) {
+            done(P, r, NM_ERR_FORMAT, "no speech heard");
+        } else {
+            memmove(question, t, strlen(t) + 1);
+            r->text = question; // (freed with the request's body)
+            question = NULL;
+        }
+        free(question);
+        if (!r->text) return;
+    }
+    pthread_mutex_lock(&P->lock);
+    const bool cancelled = r->cancelled || stop;
+    if (!cancelled && P->llm && P->p.keep_history) r->turn = dup_s(r->text); // the answer joins it when it ends
+    pthread_mutex_unlock(&P->lock);
+    if (cancelled) done(P, r, NM_ERR_CANCELLED, NULL);
+    else if (P->llm) send_prompt(P, r, r->text);
+    else send_speech(P, r, r->text);
+}
+
 static void *feed_main(void *arg) {
     nm_pipeline *P = arg;
     for (;;) {
@@ -487,46 +502,10 @@ static void *feed_main(void *arg) {
         // one request at a time through the graph, or each turn after the last answer
         const bool wait = P->p.mode == NM_PIPELINE_SEQUENTIAL || (P->p.keep_history && P->llm);
         while (wait && P->last_done + 1 < r->id && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
-        r->taken = true;
         const bool stop = P->stopping;
         pthread_mutex_unlock(&P->lock);
-        char *question = NULL;
-        if (r->audio) { // its audio is in the STT ring: its transcript is read in any case
-            if (!hear(P, r, &question)) {
-                done(P, r, NM_OK, NULL);
-                continue;
-            }
-            if (!P->llm && !P->tts) {
-                done(P, r, NM_OK, NULL);
-                free(question);
-                continue;
-            }
-            const char *t = question;
-            while (*t == ' ') t++; // Whisper's leading blank
-            if (!*t) {
-                done(P, r, NM_ERR_FORMAT, "no speech heard");
-                free(question);
-                continue;
-            }
-            memmove(question, t, strlen(t) + 1);
-        }
-        const char *text = question ? question : r->text;
-        pthread_mutex_lock(&P->lock);
-        const bool cancelled = r->cancelled || stop;
-        pthread_mutex_unlock(&P->lock);
-        if (cancelled) {
-            done(P, r, NM_ERR_CANCELLED, NULL);
-        } else if (P->llm) {
-            if (P->p.keep_history) { // the turn, for the next ones (the answer joins it when it ends)
-                pthread_mutex_lock(&P->lock);
-                r->answer = dup_s(text);
-                pthread_mutex_unlock(&P->lock);
-            }
-            send_prompt(P, r, text);
-        } else {
-            send_speech(P, r, text);
-        }
-        free(question);
+        serve(P, r, stop);
+        free_req_body(r); // (this thread's from the queue on: what the rest of the graph needs is in the rings)
     }
     return NULL;
 }
@@ -534,16 +513,16 @@ static void *feed_main(void *arg) {
 // keep_history: the request's turn and its answer join the conversation.
 static void remember(nm_pipeline *P, pl_req *r, const char *answer, size_t n) {
     pthread_mutex_lock(&P->lock);
-    if (r->answer && P->n_hist + 2 > P->cap_hist) {
+    if (r->turn && P->n_hist + 2 > P->cap_hist) {
         size_t cap = P->cap_hist ? 2 * P->cap_hist : 16;
         nm_chat_msg *h = realloc(P->hist, sizeof *h * cap);
         if (h) P->hist = h, P->cap_hist = cap;
     }
     char *a = dup_n(answer, n);
-    if (r->answer && a && P->n_hist + 2 <= P->cap_hist) {
-        P->hist[P->n_hist++] = (nm_chat_msg){"user", r->answer};
+    if (r->turn && a && P->n_hist + 2 <= P->cap_hist) {
+        P->hist[P->n_hist++] = (nm_chat_msg){"user", r->turn};
         P->hist[P->n_hist++] = (nm_chat_msg){"assistant", a};
-        r->answer = NULL;
+        r->turn = NULL;
     } else {
         free(a);
     }
@@ -623,7 +602,7 @@ static void *speech_main(void *arg) {
             r->t.n_samples += (int64_t)(s.meta->size / 2);
             nm_pipeline_event ev = {.kind = NM_PIPELINE_AUDIO, .request = id, .pcm = s.data,
                                     .n_samples = (int64_t)(s.meta->size / 2), .sample_rate = s.meta->sample_rate};
-            if (!push_locked(P, &ev, NULL, 0, &s)) nm_tabm_release(P->tts_out, &s); // (the slot is the reader's now)
+            if (!push_locked(P, &ev, "", 0, &s)) nm_tabm_release(P->tts_out, &s); // (the slot is the reader's now)
         }
         if (r && !(user & NM_BRICK_MORE)) {
             r->t.spoken = since(r);
@@ -780,13 +759,15 @@ void nm_pipeline_free(nm_pipeline *P) {
     pl_lane *lanes[] = {&P->L_stt, &P->L_llm, &P->L_tts};
     for (size_t i = 0; i < 3; i++)
         if (lanes[i]->started) pthread_join(lanes[i]->th, NULL);
-    if (P->cur) P->cur->next = P->ev_head; // the event lent to the reader, then those not read
-    for (pl_event *e = P->cur ? P->cur : P->ev_head, *next; e; e = next) {
-        next = e->next;
-        if (e->has_slot) nm_tabm_release(P->tts_out, &e->slot);
-        free(e->text);
-        free(e);
-    }
+    if (P->cur) P->cur->next = NULL; // the event lent to the reader, those not read, the spares
+    pl_event *lists[] = {P->cur, P->ev_head, P->spare};
+    for (size_t i = 0; i < 3; i++)
+        for (pl_event *e = lists[i], *next; e; e = next) {
+            next = e->next;
+            if (e->has_slot) nm_tabm_release(P->tts_out, &e->slot);
+            free(e->text);
+            free(e);
+        }
     for (size_t i = 0; i < sizeof rings / sizeof rings[0]; i++) nm_tabm_free(rings[i]);
     nm_brick_free(P->vision);
     nm_brick_free(P->stt);
@@ -794,7 +775,7 @@ void nm_pipeline_free(nm_pipeline *P) {
     nm_brick_free(P->tts);
     for (uint64_t i = 0; i < P->n_reqs; i++) {
         free_req_body(P->reqs[i]);
-        free(P->reqs[i]->answer);
+        free(P->reqs[i]->turn);
         free(P->reqs[i]);
     }
     free(P->reqs);
@@ -887,12 +868,10 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     r->image_path = dup_s(in->image_path);
     r->llm_params = dup_s(in->llm_params);
     r->tts_params = dup_s(in->tts_params);
-    if (in->image && (r->image = malloc(in->image_bytes ? in->image_bytes : 1))) {
-        nm_ledger_copy(P->ledger, P->ep_caller, P->ep_pipe, r->image, in->image, in->image_bytes);
-        r->image_bytes = in->image_bytes;
-    }
+    r->image = in->image; // (read into the vision brick's slot when its turn comes: one copy)
+    r->image_bytes = in->image_bytes;
     if ((in->text && !r->text) || (in->image_path && !r->image_path) || (in->llm_params && !r->llm_params) ||
-        (in->tts_params && !r->tts_params) || (in->image && !r->image)) {
+        (in->tts_params && !r->tts_params)) {
         free_req_body(r);
         free(r);
         return nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: out of memory");
@@ -945,8 +924,9 @@ nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event
     pthread_mutex_lock(&P->lock);
     if (P->cur) { // what the last event lent
         if (P->cur->has_slot) nm_tabm_release(P->tts_out, &P->cur->slot);
-        free(P->cur->text);
-        free(P->cur);
+        P->cur->has_slot = false;
+        P->cur->next = P->spare;
+        P->spare = P->cur;
         P->cur = NULL;
     }
     nm_status st = NM_OK;

@@ -1174,6 +1174,20 @@ static void text_rig_down(text_rig *T) {
     nm_tabm_free(T->out);
 }
 
+// Ends the case unless `up` (the rigs, zeroed before, brought up): a skip
+// without the small model, else a failure; the rigs given are freed.
+#define TEXT_RIGS_UP(up, ...)                                                 \
+    do {                                                                      \
+        if (!(up)) {                                                          \
+            text_rig *rigs_[] = {__VA_ARGS__};                                \
+            for (size_t i_ = 0; i_ < sizeof rigs_ / sizeof rigs_[0]; i_++)     \
+                text_rig_down(rigs_[i_]);                                     \
+            NM_NEED_SMALL_MODEL(g_model_r);                                   \
+            NM_CHECK(!"the rigs did not come up");                            \
+            return;                                                           \
+        }                                                                     \
+    } while (0)
+
 // A TEXT prompt slot (request g_request) at pos (< 0: where the brick stands).
 static nm_status put_text(nm_tabm *r, const char *text, int32_t pos) {
     nm_tabm_slot s;
@@ -1221,14 +1235,8 @@ static int read_any(nm_tabm *r, uint32_t kind, int32_t *toks, int32_t *n_toks, c
 // tokens parsed); a TEXT slot later in the context takes no BOS; the output
 // as TEXT is the tokens' text, a slot per out_batch tokens.
 NM_TEST(tabm_llm_brick_text_prompt_and_text_output) {
-    text_rig T, K;
-    const bool up = text_rig_up(&T, NM_LLM_OUT_TOKENS, 12) && text_rig_up(&K, NM_LLM_OUT_TEXT, 12);
-    if (!up) {
-        text_rig_down(&T);
-        NM_NEED_SMALL_MODEL(g_model_r);
-        NM_CHECK(!"the rigs did not come up");
-        return;
-    }
+    text_rig T = {0}, K = {0};
+    TEXT_RIGS_UP(text_rig_up(&T, NM_LLM_OUT_TOKENS, 12) && text_rig_up(&K, NM_LLM_OUT_TEXT, 12), &T, &K);
     nm_model *m = model();
     const char *prompt = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n";
     int32_t want[N_CTX], got[64], ref[64], n_ref = 0, n_got = 0;
@@ -1283,8 +1291,14 @@ NM_TEST(tabm_llm_brick_text_bos_at_zero_only) {
     nm_model_params mp = nm_model_default_params();
     mp.n_threads = 2;
     NM_CHECK(nm_model_load(path, &mp, &m, NULL, 0) == NM_OK);
-    text_rig T;
-    NM_CHECK(text_rig_on(&T, m, NM_LLM_OUT_TOKENS, 1));
+    text_rig T = {0};
+    const bool up = text_rig_on(&T, m, NM_LLM_OUT_TOKENS, 1);
+    NM_CHECK(up);
+    if (!up) {
+        text_rig_down(&T);
+        nm_model_free(m);
+        return;
+    }
     int32_t toks[64], n_got = 0;
     nm_llm_stop why;
     const int32_t with_bos = nm_tokenize(m, "Hello there", 11, toks, 64, true, true),
@@ -1304,13 +1318,8 @@ NM_TEST(tabm_llm_brick_text_bos_at_zero_only) {
 // Text that gives no tokens, or more than the context holds, fails its
 // request (flagged, the cause named); the brick goes on.
 NM_TEST(tabm_llm_brick_text_prompt_refused) {
-    text_rig T;
-    if (!text_rig_up(&T, NM_LLM_OUT_TOKENS, 4)) {
-        text_rig_down(&T);
-        NM_NEED_SMALL_MODEL(g_model_r);
-        NM_CHECK(!"the rig did not come up");
-        return;
-    }
+    text_rig T = {0};
+    TEXT_RIGS_UP(text_rig_up(&T, NM_LLM_OUT_TOKENS, 4), &T);
     char big[N_CTX * 3 + 1];
     for (size_t i = 0; i + 1 < sizeof big; i += 3) memcpy(big + i, " zq", 3);
     big[sizeof big - 1] = '\0';
@@ -1346,12 +1355,12 @@ NM_TEST(tabm_llm_brick_sentence_output_cuts) {
     nm_model_params mp = nm_model_default_params();
     mp.n_threads = 2;
     NM_CHECK(nm_model_load(path, &mp, &m, NULL, 0) == NM_OK);
-    text_rig T, K;
-    const bool up = text_rig_on(&T, m, NM_LLM_OUT_TEXT, 48) && text_rig_on(&K, m, NM_LLM_OUT_SENTENCES, 48);
+    text_rig T = {0}, K = {0};
     nm_brick_params one = brick_params(m); // T's text a token a slot: the pieces the cuts fall between
     one.llm.n_predict = 48;
     one.llm.out = NM_LLM_OUT_TEXT;
-    NM_CHECK(up && nm_brick_set_params(T.b, &one, NULL, 0) == NM_OK);
+    const bool up = text_rig_on(&T, m, NM_LLM_OUT_TEXT, 48) && text_rig_on(&K, m, NM_LLM_OUT_SENTENCES, 48) &&
+                    nm_brick_set_params(T.b, &one, NULL, 0) == NM_OK;
     NM_CHECK(up);
     static const char *q[] = {"Describe the sea in three short sentences.", "Give me two tips for sleeping well.",
                               "List three fruits, one per line."};

@@ -38,6 +38,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONV = os.path.join(ROOT, "tools", "convert_whisper_ct2.py")
+sys.path.insert(0, os.path.join(ROOT, "tools", "vision_ref"))
+from clip_ref import Gguf  # noqa: E402  (the GGUF reader of the references: not the converter's writer)
 NM = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else None
 CI = os.environ.get("NM_CI", "0") not in ("", "0")
 
@@ -202,56 +204,15 @@ GGML_TYPES = {0: ("f32", "<f4"), 1: ("f16", "<f2")}
 
 
 def read_gguf(path):
-    """(metadata dict, {name: (type name, numpy shape, float32 array, raw bytes)})."""
-    buf = open(path, "rb").read()
-    off = 0
-
-    def take(fmt):
-        nonlocal off
-        vals = struct.unpack_from(fmt, buf, off)
-        off += struct.calcsize(fmt)
-        return vals if len(vals) > 1 else vals[0]
-
-    def gstr():
-        nonlocal off
-        n = take("<Q")
-        s = buf[off:off + n].decode("utf-8")
-        off += n
-        return s
-
-    scalar = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<B", 10: "<Q", 11: "<q", 12: "<d"}
-
-    def value(t):
-        if t == 8:
-            return gstr()
-        if t == 9:
-            at, n = take("<I"), take("<Q")
-            return [value(at) for _ in range(n)]
-        return take(scalar[t])
-
-    assert buf[:4] == b"GGUF", "not a GGUF"
-    off = 4
-    version, n_t, n_kv = take("<I"), take("<Q"), take("<Q")
-    assert version == 3
-    kv = {}
-    for _ in range(n_kv):
-        k = gstr()
-        kv[k] = value(take("<I"))
-    infos = []
-    for _ in range(n_t):
-        name = gstr()
-        nd = take("<I")
-        ne = [take("<Q") for _ in range(nd)]
-        infos.append((name, ne, take("<I"), take("<Q")))
-    align = kv.get("general.alignment", 32)
-    base = off + (-off) % align
+    """(metadata dict, {name: (type name, numpy shape, float32 array, raw bytes)}), by the references' reader."""
+    g = Gguf(path)
+    assert struct.unpack_from("<I", g.buf, 4)[0] == 3, "GGUF version"
     tensors = {}
-    for name, ne, t, o in infos:
+    for name, (ne, t, start, nbytes) in g.tensors.items():
         tn, dt = GGML_TYPES[t]
-        count = int(np.prod(ne))
-        raw = buf[base + o:base + o + count * np.dtype(dt).itemsize]
+        raw = g.buf[start:start + nbytes]
         tensors[name] = (tn, tuple(reversed(ne)), np.frombuffer(raw, dtype=dt).astype(np.float32), raw)
-    return kv, tensors
+    return g.kv, tensors
 
 
 def read_ggml_bin(path):

@@ -30,6 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 from gguf_writer import GgufWriter  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "tools", "vision_ref"))
+from clip_ref import Gguf  # noqa: E402  (the GGUF reader of the references)
+
 GENMODEL, GENMMPROJ = (os.path.abspath(p) for p in sys.argv[1:3]) if len(sys.argv) > 2 else (None, None)
 CI = os.environ.get("NM_CI", "0") not in ("", "0")
 results = {"passed": 0, "failed": 0, "skipped": 0}
@@ -47,46 +50,9 @@ def case(fn):
 
 
 def read_gguf(path):
-    """(metadata {key: value}, tensors {name: (ggml type id, ne list)}, file bytes)."""
-    buf = open(path, "rb").read()
-    off = 0
-
-    def take(fmt):
-        nonlocal off
-        v = struct.unpack_from(fmt, buf, off)
-        off += struct.calcsize(fmt)
-        return v[0]
-
-    def gstr():
-        nonlocal off
-        n = take("<Q")
-        off += n
-        return buf[off - n:off].decode("utf-8", "replace")
-
-    fmts = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
-
-    def value(t):
-        if t == 8:
-            return gstr()
-        if t == 9:
-            at, n = take("<I"), take("<Q")
-            return [value(at) for _ in range(n)]
-        return take(fmts[t])
-
-    assert buf[:4] == b"GGUF", "%s is not a GGUF" % path
-    off = 8
-    n_t, n_kv = take("<Q"), take("<Q")
-    kv = {}
-    for _ in range(n_kv):
-        k = gstr()
-        kv[k] = value(take("<I"))
-    tensors = {}
-    for _ in range(n_t):
-        name = gstr()
-        ne = [take("<Q") for _ in range(take("<I"))]
-        tensors[name] = (take("<I"), ne)
-        take("<Q")
-    return kv, tensors, buf
+    """(metadata {key: value}, tensors {name: (ggml type id, ne list)}, file bytes), by the reference reader."""
+    g = Gguf(path)
+    return g.kv, {name: (t, ne) for name, (ne, t, _, _) in g.tensors.items()}, g.buf
 
 
 def run(tool, *args, expect=0):

@@ -47,7 +47,8 @@
 //          string or an array of up to NM_LLM_MAX_STOP), ignore_eos,
 //          cache_prompt
 //   STT    language, translate, temperature, temperature_inc, beam_size (> 1:
-//          beam search), best_of, no_timestamps
+//          beam search), best_of, no_timestamps, prompt (text of at most
+//          NM_STT_MAX_PROMPT bytes, as whisper-cli --prompt), carry_initial_prompt
 //   TTS    voice, speed (0.25..4: times the brick's rate, OpenAI's name;
 //          the rate must stay in the engine's range, espeak-ng 80..450
 //          words per minute), pitch (0..100), volume (0..200)
@@ -186,6 +187,7 @@ typedef enum nm_stt_strategy {
     NM_STT_BEAM = 1,
 } nm_stt_strategy;
 
+#define NM_STT_MAX_PROMPT 16384 // bytes of a request's prompt text (its last tokens are used)
 #define NM_STT_MAX_DECODERS 8 // best_of and beam_size cap (whisper.cpp's WHISPER_MAX_DECODERS)
 
 typedef struct nm_transcript nm_transcript;

@@ -102,7 +102,7 @@ typedef struct nm_pipeline_input {
 nm_status nm_pipeline_submit(nm_pipeline *p, const nm_pipeline_input *in, uint64_t *id, char *err, size_t err_size);
 
 typedef enum nm_pipeline_event_kind {
-    NM_PIPELINE_TRANSCRIPT = 1, // a segment the STT brick heard: text (its leading blank kept), t0, t1
+    NM_PIPELINE_TRANSCRIPT = 1, // a segment the STT brick heard: text (its leading blank kept; maybe none), t0, t1
     NM_PIPELINE_TEXT = 2,       // a piece of the answer: text (a sentence where the pipeline has a voice)
     NM_PIPELINE_AUDIO = 3,      // the answer's speech: pcm, n_samples at sample_rate (mono s16)
     NM_PIPELINE_DONE = 4,       // the request has ended: status, stop, text (an error's message), timings

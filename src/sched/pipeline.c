@@ -413,8 +413,16 @@ static bool hear(nm_pipeline *P, pl_req *r, char **q) {
         more = (user & NM_BRICK_MORE) != 0;
         failed = failed || (user & NM_BRICK_ERROR);
         cancelled = cancelled || (user & NM_BRICK_CANCELLED);
-        if (s.meta->kind == NM_TABM_TEXT && s.meta->size > 0 && !(user & (NM_BRICK_ERROR | NM_BRICK_CANCELLED))) {
+        // every segment (one of no text too, as whisper.cpp keeps them); the last slot only ends the request
+        if (s.meta->kind == NM_TABM_TEXT && more && !(user & (NM_BRICK_ERROR | NM_BRICK_CANCELLED))) {
             const size_t n = (size_t)s.meta->size;
+            nm_pipeline_event ev = {.kind = NM_PIPELINE_TRANSCRIPT, .request = r->id, .t0 = s.meta->shape[1],
+                                    .t1 = s.meta->shape[2]};
+            push(P, &ev, s.data, n);
+            if (!P->llm && !P->tts) { // a transcriber: the events are the transcript
+                nm_tabm_release(P->stt_out, &s);
+                continue;
+            }
             if (len + n + 1 > cap) {
                 while (len + n + 1 > cap) cap *= 2;
                 char *g = realloc(t, cap);
@@ -426,11 +434,8 @@ static bool hear(nm_pipeline *P, pl_req *r, char **q) {
                 }
                 t = g;
             }
-            // the transcript into the chat's text: a copy between bricks, counted
-            nm_ledger_copy(P->ledger, P->ep_stt, P->llm ? P->ep_llm : P->ep_caller, t + len, s.data, n);
-            nm_pipeline_event ev = {.kind = NM_PIPELINE_TRANSCRIPT, .request = r->id, .t0 = s.meta->shape[1],
-                                    .t1 = s.meta->shape[2]};
-            push(P, &ev, t + len, n);
+            // the transcript into the chat's (or the voice's) text: a copy between bricks, counted
+            nm_ledger_copy(P->ledger, P->ep_stt, P->llm ? P->ep_llm : P->ep_tts, t + len, s.data, n);
             len += n;
         }
         nm_tabm_release(P->stt_out, &s);

@@ -265,6 +265,14 @@ case_transcribe_stats() { nm transcribe -m "$WM" $SPEECH/tts_48k.wav -t 2 --beam
 expect transcribe_stats 0 "real-time factor [0-9.]+.*ledger: 0 bytes copied between bricks \\(0 copies\\)" "$WM" -- case_transcribe_stats
 case_transcribe_stats_stdin() { nm transcribe -m "$WM" - -t 2 --beam-size 1 --stats < $SPEECH/tts_48k.wav 2>&1 | tr '\n' ' '; }
 expect transcribe_stats_stdin 0 "real-time factor [0-9.]+.*ledger: [1-9][0-9]* bytes copied between bricks \\(1 copies\\)" "$WM" -- case_transcribe_stats_stdin
+# --prompt goes to the STT brick with the request (its tokens lead the windows): whisper-cli's transcript
+case_transcribe_prompt() {
+    nm transcribe -m "$WM" $SPEECH/tts_long.ogg -t 2 -bs 1 --prompt "Speech recognition on small devices. The engine \
+computes the log-mel spectrogram and runs the encoder once per window, and the decoder emits the words one token at a \
+time." 2>/dev/null > "$tmp/prompt.txt"
+    cmp "$tmp/prompt.txt" tests/data/speech/expected/tts_long.ogg.prompt-greedy-ts.txt && echo same as whisper-cli
+}
+expect transcribe_prompt_as_whisper_cli 0 "^same as whisper-cli$" "$WM" -- case_transcribe_prompt
 # assistant: the whole loop in one process (errors first; real runs on the default models)
 expect help_assistant 0 "usage: nanomind assistant" -- nm assistant --help
 expect assistant_no_question 2 "give the questions: --audio FILE\\|DIR .* or -p TEXT" "$M" -- nm assistant -m "$M"

@@ -1,15 +1,18 @@
 // nanomind transcribe: speech to text with a Whisper model (our GGUF or
 // whisper.cpp's ggml .bin). The decoding follows whisper.cpp's whisper-cli
 // (src/bricks/stt/transcribe.h), so the same model, file and options give the
-// same transcript. The audio goes to the STT brick as one PCM slot of a TABM
-// ring, which the brick reads in place; the brick runs on its own thread (a
-// lane) and its segments come back as TEXT slots, printed as they arrive.
+// same transcript. A client of nm_pipeline with the STT brick alone: each
+// file is a request, decoded into the brick's PCM slot, which the brick reads
+// in place on its lane; its segments come back as TRANSCRIPT events, printed
+// as they arrive, and the whole transcript (tokens, probabilities) is the
+// brick's for the output files.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <pthread.h>
+
+#include <cjson/cJSON.h>
 
 #include "cli.h"
 
@@ -78,21 +81,30 @@ typedef struct live {
     double secs; // audio duration, for the progress
 } live;
 
-// A segment's TEXT slot (its times in shape[1], shape[2]), as whisper-cli prints it.
-static void print_live(const live *L, const nm_tabm_slot *sl) {
+// A segment (its text, its times), as whisper-cli prints it.
+static void print_live(const live *L, const char *s, size_t n, int64_t t0, int64_t t1) {
     char a[32], b[32];
     if (L->timestamps) {
-        nm_stt_timestamp(sl->meta->shape[1], false, a);
-        nm_stt_timestamp(sl->meta->shape[2], false, b);
+        nm_stt_timestamp(t0, false, a);
+        nm_stt_timestamp(t1, false, b);
         printf("[%s --> %s]  ", a, b);
     }
-    const char *s = sl->data;
-    size_t n = (size_t)sl->meta->size;
     if (!L->timestamps)
         while (n > 0 && (*s == ' ' || *s == '\t')) s++, n--; // as whisper-cli -otxt writes it
     fwrite(s, 1, n, stdout);
     putchar('\n');
     fflush(stdout);
+}
+
+// The STT requests' own parameters (docs/bricks.md): what needed the model to
+// decide. malloc'd JSON, NULL on OOM.
+static char *stt_request_params(const char *lang, bool translate, const char *prompt) {
+    cJSON *o = cJSON_CreateObject();
+    bool ok = o && cJSON_AddStringToObject(o, "language", lang) && cJSON_AddBoolToObject(o, "translate", translate);
+    if (ok && prompt && *prompt) ok = cJSON_AddStringToObject(o, "prompt", prompt) != NULL;
+    char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
 }
 
 // After each window, on the brick's lane (the text comes as slots).
@@ -396,37 +408,78 @@ int cmd_transcribe(int argc, char **argv) {
 
     int rc = 1;
     char err[512] = "";
+    nm_pipeline *P = NULL;
     nm_brick *stt = NULL;
     nm_stt_model_info mi = {0};
     const nm_stt_model_info *m = &mi;
-    nm_audio pcm = {0};
-    nm_tabm *ring = NULL, *text = NULL;
-    nm_ledger *ledger = NULL;
-    int32_t *prompt_tok = NULL, n_prompt_tok = 0;
+    nm_audio *held = calloc((size_t)n_inputs, sizeof *held); // streams, read whole first
+    int64_t *length = calloc((size_t)n_inputs, sizeof *length); // each input's samples (a file's: from its header)
+    nm_ledger *ledger = nm_ledger_create();
+    char *params = NULL;
     nm_status st;
-
-    ledger = nm_ledger_create();
-    const int ep_audio = ledger ? nm_ledger_endpoint(ledger, "audio-decoder") : -1;
-    if (!ledger || ep_audio < 0) {
+    if (!ledger || !held || !length) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
     }
     double t0 = cli_now();
+    // The STT ring's slots hold the longest input: a file is decoded straight into its slot (sized from
+    // its header: nothing copied); stdin or a pipe is decoded whole first, then copied once (counted).
+    int64_t most = NM_AUDIO_RATE;
+    for (int i = 0; i < n_inputs; i++) {
+        char perr[512];
+        st = nm_audio_probe(inputs[i], NM_AUDIO_RATE, &length[i], perr, sizeof perr);
+        if (st == NM_ERR_UNSUPPORTED) { // a stream, or a header without a length
+            if ((st = nm_audio_load(inputs[i], NM_AUDIO_RATE, &held[i], err, sizeof err)) != NM_OK) {
+                fprintf(stderr, "error: cannot read audio %s (%s)\n", err, nm_status_str(st)); // err names the input
+                goto done;
+            }
+            length[i] = held[i].n;
+        }
+        if (length[i] > most) most = length[i]; // (an input that cannot be read says so at its turn)
+    }
+    const double t_streams = cli_now() - t0;
+
+    live L = {.timestamps = timestamps, .progress = pp};
+    nm_stt_params p = nm_stt_default_params(beam > 1 ? NM_STT_BEAM : NM_STT_GREEDY);
+    p.beam_size = beam;
+    p.best_of = best_of;
+    p.temperature = temp;
+    p.temperature_inc = temp_inc;
+    p.no_speech_thold = nst;
+    p.suppress_nst = suppress_nst;
+    p.offset_ms = offset_ms;
+    p.duration_ms = duration_ms;
+    if (max_ctx >= 0) p.n_max_text_ctx = max_ctx;
+    p.carry_initial_prompt = carry_prompt;
+    // As whisper-cli: token timestamps for -ml and -ojf.
+    p.token_timestamps = max_len > 0 || (formats & OF_JSON_FULL);
+    p.max_len = max_len;
+    p.split_on_word = split_on_word;
+    p.thold_pt = word_thold;
+    // Text without --timestamps decodes as whisper-cli -nt; SRT, JSON and the files need the times.
+    // -ml splits at token times: it decodes with timestamps too (whisper-cli without -nt).
+    p.no_timestamps = pfmt == PRINT_TXT && !timestamps && !(formats & ~OF_TXT) && max_len == 0;
+    p.on_segments = progress; // -pp: after each 30 s window
+    p.user = &L;
     nm_brick_params bp = nm_brick_default_params(NM_BRICK_STT);
     bp.model = model;
     bp.n_threads = n_threads;
     bp.stt_max_decoders = beam > best_of ? beam : best_of;
-    bp.ledger = ledger;
-    if ((st = nm_brick_load(NULL, &bp, &stt, err, sizeof err)) != NM_OK) {
-        if (strstr(err, "transcriber") || st == NM_ERR_NOMEM)
+    bp.stt = p;
+    nm_pipeline_params pl = nm_pipeline_default_params(); // the STT brick alone, a file a request
+    pl.stt = &bp;
+    pl.ledger = ledger;
+    pl.max_audio_s = (int32_t)((most + NM_AUDIO_RATE - 1) / NM_AUDIO_RATE);
+    if ((st = nm_pipeline_create(&pl, &P, err, sizeof err)) != NM_OK) {
+        if (strstr(err, "transcriber") || strstr(err, "pipeline") || st == NM_ERR_NOMEM)
             fprintf(stderr, "error: cannot set up the transcriber: %s: %s\n", nm_status_str(st), err);
         else
             cli_load_error(model, st, err, CLI_WANT_WHISPER);
         goto done;
     }
+    stt = nm_pipeline_brick(P, NM_BRICK_STT);
     nm_brick_stt_info(stt, &mi);
-    const int ep_stt = nm_ledger_endpoint(ledger, nm_brick_name(stt));
-    const double t_load = cli_now() - t0;
+    const double t_load = cli_now() - t0 - t_streams;
 
     // Language: a known code, "auto" (multilingual models), English for .en models.
     if (strcmp(lang, "auto") && nm_brick_stt_lang_id(stt, lang) < 0) {
@@ -443,148 +496,60 @@ int cmd_transcribe(int argc, char **argv) {
         translate = false;
     }
     if (prompt && *prompt) {
-        n_prompt_tok = nm_brick_stt_tokenize(stt, prompt, NULL, 0);
-        if (n_prompt_tok < 0 || !(prompt_tok = malloc(sizeof(int32_t) * (size_t)(n_prompt_tok + 1)))) {
-            fprintf(stderr, "error: out of memory for the prompt\n");
-            goto done;
-        }
-        nm_brick_stt_tokenize(stt, prompt, prompt_tok, n_prompt_tok);
         // As whisper.cpp: the last min(-mc, n_text_ctx / 2) - 1 tokens lead the first window
         // (carried: at least 1); -mc 0 turns all previous text off.
+        const int32_t n_prompt_tok = nm_brick_stt_tokenize(stt, prompt, NULL, 0);
         const int32_t half = m->n_text_ctx / 2, mpc = max_ctx >= 0 && max_ctx < half ? max_ctx : half;
-        const int32_t most = max_ctx == 0 ? 0 : carry_prompt && mpc - 1 < 1 ? 1 : mpc - 1;
-        if (n_prompt_tok > most && most > 0)
-            fprintf(stderr, "warning: the prompt has %d tokens: only its last %d are used\n", n_prompt_tok, most);
-        else if (most <= 0)
+        const int32_t most_tok = max_ctx == 0 ? 0 : carry_prompt && mpc - 1 < 1 ? 1 : mpc - 1;
+        if (n_prompt_tok > most_tok && most_tok > 0)
+            fprintf(stderr, "warning: the prompt has %d tokens: only its last %d are used\n", n_prompt_tok, most_tok);
+        else if (most_tok <= 0)
             fprintf(stderr, "warning: --prompt is not used with -mc %d (no previous text)\n", (int)max_ctx);
     }
-    // the segments' ring: a segment is at most a window's 224 tokens of text
-    if ((st = nm_tabm_create(NULL, 8, 2 * nm_brick_out_slot_bytes(stt), &text, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot create the text ring: %s: %s\n", nm_status_str(st), err);
+    // what the model decided: the requests' own parameters (the brick tokenizes the prompt)
+    if (!(params = stt_request_params(lang, translate, prompt))) {
+        fprintf(stderr, "error: out of memory\n");
         goto done;
     }
-    live L = {.timestamps = timestamps, .progress = pp};
 
     for (int fi = 0; fi < n_inputs; fi++) {
         const char *audio = inputs[fi];
         t0 = cli_now();
-        // A file whose header gives its length is decoded straight into the
-        // brick's slot (sized from the header): nothing is copied. stdin, a
-        // pipe: decoded into the decoder's buffer first, then one counted copy.
-        int64_t max_n = 0, n_pcm = 0;
-        const bool direct = nm_audio_probe(audio, NM_AUDIO_RATE, &max_n, err, sizeof err) == NM_OK;
-        nm_tabm_slot sl;
-        if (!direct) {
-            st = nm_audio_load(audio, NM_AUDIO_RATE, &pcm, err, sizeof err);
-            max_n = n_pcm = pcm.n;
-        }
-        nm_tabm_free(ring);
-        ring = NULL;
-        if (st == NM_OK && (st = nm_tabm_create(NULL, 1, sizeof(float) * (size_t)max_n, &ring, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot create the PCM ring (%zu bytes): %s: %s\n", sizeof(float) * (size_t)max_n,
-                    nm_status_str(st), err);
+        L.secs = (double)length[fi] / NM_AUDIO_RATE; // (read by -pp on the lane, after the submit)
+        nm_pipeline_input in = {.stt_params = params};
+        if (held[fi].pcm) in.pcm = held[fi].pcm, in.n_samples = held[fi].n;
+        else in.audio_path = audio;
+        if ((st = nm_pipeline_submit(P, &in, NULL, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: cannot read audio %s\n", err); // err names the input
             goto done;
         }
-        if (st == NM_OK && (st = nm_tabm_acquire_write(ring, 0, -1, &sl)) != NM_OK) {
-            fprintf(stderr, "error: the PCM ring: %s\n", nm_tabm_last_error(ring));
-            goto done;
-        }
-        if (st == NM_OK && direct) {
-            st = nm_audio_load_into(audio, NM_AUDIO_RATE, sl.data, max_n, &n_pcm, err, sizeof err);
-            if (st != NM_OK) nm_tabm_cancel(ring, &sl);
-        }
-        if (st != NM_OK) {
-            fprintf(stderr, "error: cannot read audio %s (%s)\n", err, nm_status_str(st)); // err names the input
-            goto done;
-        }
-        const double t_audio = cli_now() - t0;
-        const int64_t total_ms = n_pcm * 1000 / NM_AUDIO_RATE;
-        if (offset_ms > 0 && offset_ms >= total_ms) {
-            fprintf(stderr, "error: --offset-ms %d is past the end of '%s' (%lld ms of audio)\n", (int)offset_ms, audio,
-                    (long long)total_ms);
-            nm_tabm_cancel(ring, &sl);
-            rc = 2;
-            goto done;
-        }
-        int64_t span = total_ms - offset_ms;
-        if (duration_ms > 0 && duration_ms < span) span = duration_ms;
-
-        // The PCM goes to the brick as one slot (Whisper's spectrogram is
-        // normalised over the whole recording, so the brick needs all of it).
-        const size_t bytes = sizeof(float) * (size_t)n_pcm;
-        if (!direct) nm_ledger_copy(ledger, ep_audio, ep_stt, sl.data, pcm.pcm, bytes); // the one counted copy
-        sl.meta->kind = NM_TABM_PCM_F32;
-        sl.meta->ndim = 2;
-        sl.meta->shape[0] = n_pcm;
-        sl.meta->shape[1] = 1;
-        sl.meta->size = bytes;
-        sl.meta->sample_rate = NM_AUDIO_RATE;
-        if ((st = nm_tabm_publish(ring, &sl)) != NM_OK) {
-            fprintf(stderr, "error: the PCM ring: %s (%s)\n", nm_status_str(st), nm_tabm_last_error(ring));
-            nm_tabm_cancel(ring, &sl);
-            goto done;
-        }
-        const int64_t n_samples = n_pcm;
-        nm_audio_free(&pcm);
-
-        nm_stt_params p = nm_stt_default_params(beam > 1 ? NM_STT_BEAM : NM_STT_GREEDY);
-        p.beam_size = beam;
-        p.best_of = best_of;
-        p.language = lang;
-        p.translate = translate;
-        p.temperature = temp;
-        p.temperature_inc = temp_inc;
-        p.no_speech_thold = nst;
-        p.suppress_nst = suppress_nst;
-        p.offset_ms = offset_ms;
-        p.duration_ms = duration_ms;
-        if (max_ctx >= 0) p.n_max_text_ctx = max_ctx;
-        p.prompt_tokens = prompt_tok;
-        p.n_prompt_tokens = n_prompt_tok;
-        p.carry_initial_prompt = carry_prompt;
-        // As whisper-cli: token timestamps for -ml and -ojf.
-        p.token_timestamps = max_len > 0 || (formats & OF_JSON_FULL);
-        p.max_len = max_len;
-        p.split_on_word = split_on_word;
-        p.thold_pt = word_thold;
-        // Text without --timestamps decodes as whisper-cli -nt; SRT, JSON and the files need the times.
-        // -ml splits at token times: it decodes with timestamps too (whisper-cli without -nt).
-        p.no_timestamps = pfmt == PRINT_TXT && !timestamps && !(formats & ~OF_TXT) && max_len == 0;
-        L.secs = (double)n_samples / NM_AUDIO_RATE;
-        p.on_segments = progress; // -pp: after each 30 s window
-        p.user = &L;
-        bp.stt = p;
-        if ((st = nm_brick_set_params(stt, &bp, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: %s: %s\n", nm_status_str(st), err);
-            goto done;
-        }
+        const double t_audio = cli_now() - t0 + (held[fi].pcm ? t_streams : 0);
+        nm_audio_free(&held[fi]);
 
         // The brick on its lane; its segments printed here as they come.
         t0 = cli_now();
-        cli_step SL = {.b = stt, .in = ring, .out = text, .st = NM_OK}; // one request: this file
-        pthread_t th;
-        if (pthread_create(&th, NULL, cli_step_main, &SL) != 0) {
-            fprintf(stderr, "error: cannot start the STT brick's thread\n");
-            goto done;
-        }
-        bool failed = false;
-        for (bool end = false; !end;) {
-            nm_tabm_slot ts;
-            if (nm_tabm_acquire_read(text, -1, &ts) != NM_OK) break; // shut down: the lane failed
-            end = !(ts.meta->user & NM_BRICK_MORE);
-            failed = failed || (ts.meta->user & NM_BRICK_ERROR);
-            if (pfmt == PRINT_TXT && !end && !failed) print_live(&L, &ts); // a segment (maybe of no text)
-            nm_tabm_release(text, &ts);
-        }
-        pthread_join(th, NULL);
+        nm_pipeline_event ev = {0};
+        while (nm_pipeline_read(P, -1, &ev) == NM_OK && ev.kind != NM_PIPELINE_DONE)
+            if (pfmt == PRINT_TXT && ev.kind == NM_PIPELINE_TRANSCRIPT) print_live(&L, ev.text, ev.len, ev.t0, ev.t1);
         const double t_run = cli_now() - t0;
-        if (SL.st != NM_OK || failed) { // the brick's message starts with the status
-            const char *why = nm_brick_last_error(stt), *bad = nm_status_str(NM_ERR_INVALID_ARG);
+        if (ev.kind != NM_PIPELINE_DONE || ev.status != NM_OK) { // the brick's message starts with the status
+            const char *why = ev.kind != NM_PIPELINE_DONE ? nm_brick_last_error(stt) : ev.text;
+            const char *bad = nm_status_str(NM_ERR_INVALID_ARG);
+            if (!strncmp(why, "stt: ", 5)) why += 5;
             fprintf(stderr, "error: transcription of '%s' failed: %s\n", audio, why);
             if (!strncmp(why, bad, strlen(bad))) rc = 2; // parameters the request refused (as before the brick)
             goto done;
         }
         const nm_transcript out = *nm_brick_stt_transcript(stt);
+        const int64_t n_samples = out.n_samples, total_ms = n_samples * 1000 / NM_AUDIO_RATE;
+        if (offset_ms > 0 && offset_ms >= total_ms) {
+            fprintf(stderr, "error: --offset-ms %d is past the end of '%s' (%lld ms of audio)\n", (int)offset_ms, audio,
+                    (long long)total_ms);
+            rc = 2;
+            goto done;
+        }
+        int64_t span = total_ms - offset_ms;
+        if (duration_ms > 0 && duration_ms < span) span = duration_ms;
         if (span < 100)
             fprintf(stderr, "notice: '%s': %lld ms of audio%s: Whisper decodes nothing under 100 ms (as whisper.cpp); "
                             "pad it with silence\n",
@@ -626,11 +591,11 @@ int cmd_transcribe(int argc, char **argv) {
     }
     rc = 0;
 done:
-    nm_tabm_free(ring);
-    nm_tabm_free(text);
-    nm_brick_free(stt);
+    nm_pipeline_free(P);
     nm_ledger_free(ledger);
-    nm_audio_free(&pcm);
-    free(prompt_tok);
+    for (int i = 0; held && i < n_inputs; i++) nm_audio_free(&held[i]);
+    free(held);
+    free(length);
+    free(params);
     return rc;
 }

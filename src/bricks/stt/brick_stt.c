@@ -34,6 +34,8 @@ typedef struct stt_brick {
     uint64_t request;
     bool cancelled;      // its cancellation stopped the transcription
     char req_lang[16];   // a PARAMS slot's language
+    int32_t *req_prompt; // a PARAMS slot's prompt, tokenized (cap_prompt ids)
+    int32_t cap_prompt;
     int32_t n_written;   // segments of `last` written as slots
     nm_status out_st;    // the first failure writing them
     nm_brick_stats st;
@@ -44,6 +46,7 @@ static void stt_release(void *state) {
     stt_brick *b = state;
     if (!b) return;
     nm_transcript_free(&b->last);
+    free(b->req_prompt);
     nm_transcriber_free(b->tr);
     nm_whisper_model_free(b->model);
     free(b);
@@ -124,6 +127,23 @@ static nm_status take_params(stt_brick *b, const nm_tabm_slot *s, nm_stt_params 
     }
     if (k >= 0) k = nm_req_bool(o, "translate", &p->translate, why, sizeof why);
     if (k >= 0) k = nm_req_bool(o, "no_timestamps", &p->no_timestamps, why, sizeof why);
+    // whisper-server's prompt: its tokens go before the previous text (whisper-cli --prompt)
+    const char *prompt = NULL;
+    if (k >= 0 && (k = nm_req_string(o, "prompt", NM_STT_MAX_PROMPT, &prompt, why, sizeof why)) == 1) {
+        const int32_t n = nm_whisper_tokenize(b->model, prompt, NULL, 0);
+        if (n > b->cap_prompt) {
+            int32_t *t = n > 0 ? realloc(b->req_prompt, sizeof(int32_t) * (size_t)n) : NULL;
+            if (t) b->req_prompt = t, b->cap_prompt = n;
+        }
+        if (n < 0 || n > b->cap_prompt) {
+            nm_req_free(o);
+            return nm_fail(NM_ERR_NOMEM, b->err, sizeof b->err, "stt brick: out of memory for the prompt");
+        }
+        nm_whisper_tokenize(b->model, prompt, b->req_prompt, n);
+        p->prompt_tokens = b->req_prompt;
+        p->n_prompt_tokens = n;
+    }
+    if (k >= 0) k = nm_req_bool(o, "carry_initial_prompt", &p->carry_initial_prompt, why, sizeof why);
     if (k >= 0 && (k = nm_req_number(o, "temperature", 0, 2, &d, why, sizeof why)) == 1) p->temperature = (float)d;
     if (k >= 0 && (k = nm_req_number(o, "temperature_inc", 0, 2, &d, why, sizeof why)) == 1) p->temperature_inc = (float)d;
     if (k >= 0 && (k = nm_req_int(o, "best_of", 1, NM_STT_MAX_DECODERS, &i, why, sizeof why)) == 1) p->best_of = (int32_t)i;

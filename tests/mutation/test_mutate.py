@@ -20,6 +20,8 @@
                         Ctrl-C while the second mutant's tests hang: exit 130, the first mutant's row
                         written, the second's file restored and its tests killed; the same command
                         then runs the second and third only
+  no_targets_no_build   a mutant whose tests need no program builds nothing (an empty --target list is
+                        no build, not a failed one)
 
 Prints "N passed, N failed, N skipped".
 """
@@ -285,6 +287,21 @@ def interrupted_run_resumes():
     finally:
         shutil.rmtree(d)
 
+
+
+@case
+def no_targets_no_build():
+    # a mutant whose tests need no program of ours (the harness's own) builds nothing: before, an empty
+    # --target list made cmake fail and the mutant counted as one that did not build (CI's sample, 2026-12-06)
+    d = tempfile.mkdtemp(prefix="nm-mutate-test-")
+    try:
+        log = os.path.join(d, "log")
+        assert M.targets_of(["mutation_harness"]) == [], M.targets_of(["mutation_harness"])
+        assert M.build_targets(os.path.join(d, "no-build-dir"), 2, [], d, log) == 0
+        assert not os.path.exists(log) or "cmake" not in open(log).read(), "cmake ran for no target"
+        assert M.build_targets(os.path.join(d, "no-build-dir"), 2, ["x"], d, log) != 0  # (a real build fails there)
+    finally:
+        shutil.rmtree(d)
 
 print("%d passed, %d failed, 0 skipped" % (results["passed"], results["failed"]))
 sys.exit(1 if results["failed"] else 0)

@@ -24,7 +24,9 @@
 // ring, image files read into the vision ring, embeddings written by the
 // encoder into the decoder's ring, speech in the TTS ring until the caller has
 // read it); text between bricks (a transcript into the chat turn, a sentence
-// into the voice) is copied once, through the ledger.
+// into the voice) is copied once, through the ledger, and so are the caller's
+// buffers (pcm, image bytes, a voice's text); a prompt (a chat turn formatted
+// by the model's template) is tokenized straight into the decoder's slot.
 //
 // Threading: nm_pipeline_submit, nm_pipeline_read and nm_pipeline_cancel may
 // be called from any threads (read: one reader at a time); create and free
@@ -50,15 +52,19 @@ typedef struct nm_pipeline_params {
     // model's chat template (chat_template: a built-in one named instead; jinja: rendered by the Jinja
     // interpreter from jinja_template, len bytes, or from the model's own when NULL, falling back to
     // the built-in formatter where it is beyond the subset), after system_prompt (NULL: none).
-    // Not chat: the text is the prompt as is (an image, where one is given, before it).
+    // Not chat: the text is the prompt as is (images where its markers are, or before it).
     bool chat;
     const char *system_prompt;
     const char *chat_template;
     bool jinja;
     const char *jinja_template;
     size_t jinja_len;
+    const char *jinja_name;  // what messages call jinja_template (its file); NULL: "the Jinja template"
     // chat: each request's turn follows the earlier turns and answers (a conversation, llama.cpp's
-    // conversation mode); false: each request is a conversation of its own.
+    // conversation mode; an answer cancelled joins as far as it went); false: each request is a
+    // conversation of its own. When the conversation and room for an answer (the LLM's n_predict, or a
+    // quarter of the context) outgrow the context, its oldest turns after the system prompt are dropped,
+    // as llama.cpp's chat does, and a NOTE says so.
     bool keep_history;
     nm_ledger *ledger;       // borrowed, may be NULL: the pipeline's own (nm_pipeline_ledger)
     int32_t max_audio_s;     // the most seconds of audio a request may bring (STT ring slots); <= 0: 60
@@ -68,26 +74,37 @@ typedef struct nm_pipeline_params {
 nm_pipeline_params nm_pipeline_default_params(void);
 
 // Loads the bricks and starts the lanes. On failure *out is NULL and err
-// names the brick and the cause.
+// names the brick and the cause ("llm: ...", "vision: ...": the brick's own
+// message after its kind; "chat template: ..." for a template that fails a
+// conversation of one turn).
 nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, char *err, size_t err_size);
 // Ends every request (cancelled), stops the lanes and frees the bricks, the
 // rings and the events not read. NULL: a no-op.
 void nm_pipeline_free(nm_pipeline *p);
 
+// An image of a request: a file, or a file's bytes.
+typedef struct nm_pipeline_image {
+    const char *path;            // an image file (PNG, JPEG, PPM), copied at submit
+    const void *bytes;           // or its bytes (n_bytes), borrowed until the request's DONE has been read:
+    size_t n_bytes;              // copied into the vision ring once, when its turn comes (counted caller -> vision)
+} nm_pipeline_image;
+#define NM_PIPELINE_MAX_IMAGES 16 // images a request may bring
+#define NM_PIPELINE_MEDIA_MARKER "<__media__>" // where an image goes in a text (llama.cpp's mtmd marker)
+
 // One request. Give audio (pcm or audio_path: needs STT) or text, and with
-// VISION an image (image_path or image bytes). Strings and pcm are borrowed
-// for the call only (audio is decoded or copied into the STT ring before
-// submit returns); image bytes are borrowed until the request's DONE has been
-// read: they are copied into the vision ring once, when the request's turn comes.
+// VISION images. Strings and pcm are borrowed for the call only (audio is
+// decoded or copied into the STT ring before submit returns); image bytes
+// until the request's DONE has been read.
 typedef struct nm_pipeline_input {
     const char *text;            // the question or prompt; NULL with audio: the transcript is
-    const float *pcm;            // 16 kHz mono samples (n_samples), copied into the STT ring (counted)
+    const float *pcm;            // 16 kHz mono samples (n_samples), copied into the STT ring (counted caller -> stt)
     int64_t n_samples;
     const char *audio_path;      // or an audio file (WAV, FLAC, MP3, OGG), decoded into the STT ring
-    const char *image_path;      // an image file (PNG, JPEG, PPM) for the vision brick
-    const void *image;           // or an image file's bytes (image_bytes; borrowed until DONE), copied into
-                                 // the vision ring once (counted caller -> vision)
-    size_t image_bytes;
+    // Images for the vision brick, n_images (at most NM_PIPELINE_MAX_IMAGES) of them: each goes where
+    // the text (or the chat turn) has a NM_PIPELINE_MEDIA_MARKER, one marker an image, or all of them
+    // before the text where it has none (a transcript: before it).
+    const nm_pipeline_image *images;
+    int32_t n_images;
     // The bricks' parameters for this request only (JSON objects, as their PARAMS slots: docs/bricks.md);
     // NULL: none.
     const char *llm_params, *stt_params, *tts_params;
@@ -106,6 +123,8 @@ typedef enum nm_pipeline_event_kind {
     NM_PIPELINE_TEXT = 2,       // a piece of the answer: text (a sentence where the pipeline has a voice)
     NM_PIPELINE_AUDIO = 3,      // the answer's speech: pcm, n_samples at sample_rate (mono s16)
     NM_PIPELINE_DONE = 4,       // the request has ended: status, stop, text (an error's message), timings
+    NM_PIPELINE_NOTE = 5,       // a remark for the request's user: text (the oldest turns dropped to fit the
+                                // context; a Jinja template beyond the subset, formatted by a built-in one)
 } nm_pipeline_event_kind;
 
 // Seconds from the request's submit: 0 where the stage did not run.
@@ -121,7 +140,7 @@ typedef struct nm_pipeline_timings {
 typedef struct nm_pipeline_event {
     nm_pipeline_event_kind kind;
     uint64_t request;
-    const char *text;     // TRANSCRIPT, TEXT, DONE: UTF-8, NUL-terminated; borrowed until the next read
+    const char *text;     // TRANSCRIPT, TEXT, NOTE, DONE: UTF-8, NUL-terminated; borrowed until the next read
     size_t len;
     int64_t t0, t1;       // TRANSCRIPT: 10 ms units of the request's audio
     const int16_t *pcm;   // AUDIO: the samples in the TTS ring's slot, borrowed until the next read

@@ -22,18 +22,24 @@
 #include "core/fail.h"
 #include "nanomind.h"
 
-#define MEDIA_MARKER "<__media__>" // where an image goes in a prompt (llama.cpp's mtmd marker)
+#define MEDIA_MARKER NM_PIPELINE_MEDIA_MARKER
 #define TEXT_SLOT 4096             // a sentence for the voice
 #define STT_IN_SLOTS 4             // a request's PARAMS and audio, and the next one's
 #define LLM_IN_SLOTS 8             // a prompt's parts (parameters, text, image segment, text) for two requests
 #define OUT_SLOTS 64
 
+typedef struct pl_img {
+    char *path;            // owned
+    const void *bytes;     // the caller's, borrowed until the request's DONE
+    size_t n_bytes;
+} pl_img;
+
 typedef struct pl_req {
     uint64_t id;
     double t_submit;
-    char *text, *image_path, *llm_params, *tts_params;
-    const void *image;     // the caller's, borrowed until the request's DONE
-    size_t image_bytes;
+    char *text, *llm_params, *tts_params;
+    pl_img img[NM_PIPELINE_MAX_IMAGES];
+    int32_t n_images;
     bool audio, silent;
     // progress, under the lock
     bool cancelled, done;
@@ -63,17 +69,19 @@ typedef struct pl_lane {
 
 struct nm_pipeline {
     nm_pipeline_params p;
-    char *system_prompt, *chat_template, *jinja_template;
+    char *system_prompt, *chat_template, *jinja_template, *jinja_name;
+    char *note;            // said with the next request (NOTE): the chat template's fallback
     nm_brick *stt, *vision, *llm, *tts;
     nm_model *m;
     nm_tabm *stt_in, *stt_out, *img, *llm_in, *llm_out, *tts_in, *tts_out;
     nm_ledger *ledger;
     bool own_ledger;
-    int ep_caller, ep_stt, ep_vision, ep_llm, ep_tts, ep_pipe;
+    int ep_caller, ep_stt, ep_vision, ep_llm, ep_tts; // the ledger's endpoints of the copies the pipeline makes
     pl_lane L_stt, L_llm, L_tts;
     pthread_t th_feed, th_answers, th_speech;
     bool feed_started, answers_started, speech_started;
     int32_t tts_rate;
+    int32_t n_predict;     // the decoder's, for the room an answer needs
     // under lock
     pthread_mutex_t lock, submit_lock;
     pthread_cond_t cond;
@@ -149,9 +157,28 @@ static void push(nm_pipeline *P, const nm_pipeline_event *ev, const char *text, 
 static pl_req *req_of(nm_pipeline *P, uint64_t id) { return id >= 1 && id <= P->n_reqs ? P->reqs[id - 1] : NULL; }
 
 static void free_req_body(pl_req *r) {
-    free(r->text), free(r->image_path), free(r->llm_params), free(r->tts_params);
-    r->text = r->image_path = r->llm_params = r->tts_params = NULL;
-    r->image = NULL;
+    free(r->text), free(r->llm_params), free(r->tts_params);
+    r->text = r->llm_params = r->tts_params = NULL;
+    for (int32_t i = 0; i < r->n_images; i++) free(r->img[i].path);
+    r->n_images = 0;
+}
+
+// The markers in text.
+static int32_t n_markers(const char *text) {
+    int32_t n = 0;
+    for (const char *q = text; (q = strstr(q, MEDIA_MARKER)); q += strlen(MEDIA_MARKER)) n++;
+    return n;
+}
+
+// text with the request's images' markers before it where it has none; malloc'd.
+static char *with_markers(const pl_req *r, const char *text) {
+    const size_t ml = strlen(MEDIA_MARKER), n = strlen(text);
+    const int32_t k = r->n_images > 0 && n_markers(text) == 0 ? r->n_images : 0;
+    char *s = malloc(ml * (size_t)k + n + 1);
+    if (!s) return NULL;
+    for (int32_t i = 0; i < k; i++) memcpy(s + ml * (size_t)i, MEDIA_MARKER, ml);
+    memcpy(s + ml * (size_t)k, text, n + 1);
+    return s;
 }
 
 // The request's end: its DONE event. status NM_OK takes what was recorded on
@@ -201,28 +228,85 @@ static void fail_all(nm_pipeline *P, const char *why) {
 
 // ---- the prompt ------------------------------------------------------------------------------
 
-// The chat of request r (its turn after the history) as text, malloc'd; NULL
-// with the reason recorded.
-static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
-    const bool image = r->image_path || r->image;
-    char *content = malloc(strlen(question) + sizeof MEDIA_MARKER);
-    if (!content) return NULL;
-    sprintf(content, "%s%s", image ? MEDIA_MARKER : "", question);
-    pthread_mutex_lock(&P->lock); // (the history grows under it)
-    const size_t n = (P->system_prompt ? 1 : 0) + P->n_hist + 1;
-    nm_chat_msg *msgs = malloc(sizeof *msgs * n);
+// A conversation as text (malloc'd) by the pipeline's template; NULL with
+// err saying why. *fallback (may be NULL): the built-in template used where
+// the Jinja one is beyond the subset.
+static char *format_chat(const nm_pipeline *P, const nm_chat_msg *msgs, size_t n, const char **fallback, nm_status *st,
+                         char *err, size_t err_size) {
+    char e[768], *text = NULL;
+    *st = nm_chat_text(P->m, P->chat_template, P->p.jinja, P->jinja_template, P->p.jinja_len, msgs, n, true, &text,
+                       fallback, e, sizeof e);
+    if (*st != NM_OK)
+        nm_fail(*st, err, err_size, "chat template: %s%s%s", P->p.jinja ? P->jinja_name : "", P->p.jinja ? ": " : "",
+                *st == NM_ERR_NOMEM ? "out of memory" : e);
+    else if (fallback && *fallback)
+        snprintf(err, err_size, "%s is beyond nanomind's Jinja subset (%s): formatting with the built-in '%s' template "
+                 "instead", P->jinja_name, e, *fallback);
+    return text;
+}
+
+// The conversation's messages: the system prompt, the history from turn
+// `from` on, the user's content. The lock held.
+static size_t chat_msgs(const nm_pipeline *P, size_t from, const char *content, nm_chat_msg *msgs) {
     size_t k = 0;
-    if (msgs) {
-        if (P->system_prompt) msgs[k++] = (nm_chat_msg){"system", P->system_prompt};
-        for (size_t i = 0; i < P->n_hist; i++) msgs[k++] = P->hist[i];
-        msgs[k++] = (nm_chat_msg){"user", content};
-    }
+    if (P->system_prompt) msgs[k++] = (nm_chat_msg){"system", P->system_prompt};
+    for (size_t i = from; i < P->n_hist; i++) msgs[k++] = P->hist[i];
+    msgs[k++] = (nm_chat_msg){"user", content};
+    return k;
+}
+
+// The chat of request r (its turn after the history) as text, malloc'd; NULL
+// with the reason recorded (a turn that does not fit the context: named).
+// With keep_history, the oldest turns go while the conversation and room for
+// an answer outgrow the context (a NOTE says so).
+static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
+    char *content = with_markers(r, question), err[1024];
+    pthread_mutex_lock(&P->lock); // (the history changes under it; the feed thread alone changes it while a
+                                  // conversation's turn is formatted: turns go one at a time)
+    nm_chat_msg *msgs = content ? malloc(sizeof *msgs * (P->n_hist + 2)) : NULL;
+    size_t n = msgs ? chat_msgs(P, 0, content, msgs) : 0;
+    char *note = P->note;
+    P->note = NULL;
     pthread_mutex_unlock(&P->lock);
-    char *text = NULL, err[768];
-    const nm_status st = msgs ? nm_chat_text(P->m, P->chat_template, P->p.jinja, P->jinja_template, P->p.jinja_len, msgs,
-                                             k, true, &text, NULL, err, sizeof err)
-                              : NM_ERR_NOMEM;
-    if (st != NM_OK) record(P, r, st, "chat template: %s", st == NM_ERR_NOMEM ? "out of memory" : err);
+    if (note) {
+        push(P, &(nm_pipeline_event){.kind = NM_PIPELINE_NOTE, .request = r->id}, note, strlen(note));
+        free(note);
+    }
+    nm_status st = NM_ERR_NOMEM;
+    char *text = msgs ? format_chat(P, msgs, n, NULL, &st, err, sizeof err) : NULL;
+    if (text && r->n_images == 0) { // (an image's positions are the decoder's to count)
+        const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(P->llm));
+        const int32_t room = P->n_predict > 0 && P->n_predict < n_ctx ? P->n_predict : n_ctx / 4;
+        int32_t n_tok = -nm_tokenize(P->m, text, strlen(text), NULL, 0, true, true);
+        size_t drop = 0;
+        while (text && n_tok + room > n_ctx && drop + 2 <= P->n_hist) { // keep_history: a user + assistant pair goes
+            drop += 2;
+            free(text);
+            pthread_mutex_lock(&P->lock);
+            n = chat_msgs(P, drop, content, msgs);
+            pthread_mutex_unlock(&P->lock);
+            if ((text = format_chat(P, msgs, n, NULL, &st, err, sizeof err)))
+                n_tok = -nm_tokenize(P->m, text, strlen(text), NULL, 0, true, true);
+        }
+        if (text && drop) {
+            pthread_mutex_lock(&P->lock);
+            for (size_t i = 0; i < drop; i++) free((char *)P->hist[i].content);
+            memmove(P->hist, P->hist + drop, sizeof *P->hist * (P->n_hist - drop));
+            P->n_hist -= drop;
+            pthread_mutex_unlock(&P->lock);
+            const int len = snprintf(err, sizeof err,
+                                     "context of %d tokens: dropped the %zu oldest turn%s; the conversation is %d "
+                                     "tokens now", n_ctx, drop / 2, drop > 2 ? "s" : "", n_tok);
+            push(P, &(nm_pipeline_event){.kind = NM_PIPELINE_NOTE, .request = r->id}, err, (size_t)len);
+        }
+        if (text && n_tok >= n_ctx) {
+            st = nm_fail(NM_ERR_RANGE, err, sizeof err, "llm: this message (%d tokens with the template%s) does not "
+                         "fit the context of %d", n_tok, P->system_prompt ? " and the system prompt" : "", n_ctx);
+            free(text);
+            text = NULL;
+        }
+    }
+    if (!text) record(P, r, st, "%s", st == NM_ERR_NOMEM && !msgs ? "out of memory" : err);
     free(msgs);
     free(content);
     return text;
@@ -246,7 +330,8 @@ static nm_status put_params(nm_tabm *ring, const char *json, uint64_t id) {
     return st;
 }
 
-// A TEXT slot of request id: text[0..n) copied into it (counted from -> to), flags `user`.
+// A TEXT slot of request id: text[0..n) copied into it (counted from -> to;
+// from < 0: the pipeline's own marker text, not counted), flags `user`.
 static nm_status put_text(nm_pipeline *P, nm_tabm *ring, int from, int to, const char *text, size_t n, uint64_t user,
                           uint64_t id) {
     nm_tabm_slot s;
@@ -256,7 +341,8 @@ static nm_status put_text(nm_pipeline *P, nm_tabm *ring, int from, int to, const
         nm_tabm_cancel(ring, &s);
         return NM_ERR_RANGE;
     }
-    nm_ledger_copy(P->ledger, from, to, s.data, text, n);
+    if (from >= 0) nm_ledger_copy(P->ledger, from, to, s.data, text, n);
+    else if (n) memcpy(s.data, text, n);
     *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n, .user = user,
                              .request = id};
     st = nm_tabm_publish(ring, &s);
@@ -264,63 +350,95 @@ static nm_status put_text(nm_pipeline *P, nm_tabm *ring, int from, int to, const
     return st;
 }
 
-// The request's image into the vision ring, encoded on this thread into the
-// decoder's ring with the segment flags `user`. False with the reason recorded.
-static bool put_image(nm_pipeline *P, pl_req *r, uint64_t user) {
+// Text [text, text + n) of request r tokenized straight into a slot of the
+// decoder's ring (BOS where it starts the prompt, special tokens parsed),
+// flags `user`: the prompt crosses into the decoder with no copy. False with
+// the reason recorded.
+static bool put_tokens(nm_pipeline *P, pl_req *r, const char *text, size_t n, uint64_t user) {
+    nm_tabm_slot s;
+    nm_status st = nm_tabm_acquire_write(P->llm_in, 0, -1, &s);
+    if (st != NM_OK) {
+        record(P, r, st, "llm: its ring: %s", nm_status_str(st));
+        return false;
+    }
+    const bool at0 = (user & NM_LLM_IN_AT_POS) && NM_LLM_IN_POS_OF(user) == 0;
+    const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(P->llm));
+    const int32_t k = nm_tokenize(P->m, text, n, s.data, (int32_t)(s.capacity / sizeof(int32_t)), at0, true);
+    if (k <= 0 || k >= n_ctx) { // (a prompt that leaves no room for a token is refused, as llama.cpp does)
+        nm_tabm_cancel(P->llm_in, &s);
+        if (k == 0) record(P, r, NM_ERR_FORMAT, "llm: the prompt gives no tokens");
+        else record(P, r, NM_ERR_RANGE, "llm: a prompt of %s%d tokens does not fit the context of %d", k < 0 ? "over " : "",
+                    k < 0 ? -k : k, n_ctx);
+        return false;
+    }
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .ndim = 1, .shape = {k}, .size = sizeof(int32_t) * (uint64_t)k,
+                             .user = user, .request = r->id};
+    if ((st = nm_tabm_publish(P->llm_in, &s)) != NM_OK) {
+        nm_tabm_cancel(P->llm_in, &s);
+        record(P, r, st, "llm: its ring: %s", nm_status_str(st));
+        return false;
+    }
+    return true;
+}
+
+// Image k of request r into the vision ring, encoded on this thread into the
+// decoder's ring with the segment flags `user`. 1: done; 0: failed, nothing
+// written to the decoder; -1: failed, a flagged segment written (the decoder
+// ends the request). The reason recorded.
+static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
+    const pl_img *im = &r->img[k];
     nm_tabm_slot s;
     nm_status st = nm_tabm_acquire_write(P->img, 0, -1, &s);
     if (st != NM_OK) {
         record(P, r, st, "vision: its ring: %s", nm_status_str(st));
-        return false;
+        return 0;
     }
     size_t n = 0;
-    char err[400] = "";
-    if (r->image_path) {
-        st = nm_infile_read_into(r->image_path, 0, s.data, s.capacity, &n, err, sizeof err);
-    } else if (r->image_bytes > s.capacity) {
-        st = nm_fail(NM_ERR_RANGE, err, sizeof err, "an image of %zu bytes (the vision brick takes %zu)", r->image_bytes,
+    char err[400] = "", name[32];
+    snprintf(name, sizeof name, "%d (bytes)", (int)k + 1);
+    const char *what = im->path ? im->path : name;
+    if (im->path) {
+        st = nm_infile_read_into(im->path, 0, s.data, s.capacity, &n, err, sizeof err);
+    } else if (im->n_bytes > s.capacity) {
+        st = nm_fail(NM_ERR_RANGE, err, sizeof err, "%s: %zu bytes (the vision brick takes %zu)", what, im->n_bytes,
                      s.capacity);
     } else {
-        nm_ledger_copy(P->ledger, P->ep_caller, P->ep_vision, s.data, r->image, r->image_bytes);
-        n = r->image_bytes;
+        nm_ledger_copy(P->ledger, P->ep_caller, P->ep_vision, s.data, im->bytes, im->n_bytes); // the caller's buffer
+        n = im->n_bytes;
     }
-    if (st == NM_OK && n == 0) st = nm_fail(NM_ERR_FORMAT, err, sizeof err, "%s: an empty file", r->image_path);
+    if (st == NM_OK && n == 0) st = nm_fail(NM_ERR_FORMAT, err, sizeof err, "%s: an empty file", what);
     if (st != NM_OK) {
         nm_tabm_cancel(P->img, &s);
         record(P, r, st, "image %s (%s)", err, nm_status_str(st));
-        return false;
+        return 0;
     }
     *s.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = 1, .shape = {(int64_t)n}, .size = n, .user = user,
                              .request = r->id};
     if ((st = nm_tabm_publish(P->img, &s)) != NM_OK) {
         nm_tabm_cancel(P->img, &s);
         record(P, r, st, "vision: its ring: %s", nm_status_str(st));
-        return false;
+        return 0;
     }
     const uint64_t bad = nm_brick_get_stats(P->vision).n_bad_requests;
     st = nm_brick_step(P->vision, P->img, P->llm_in);
     if (st != NM_OK || nm_brick_get_stats(P->vision).n_bad_requests != bad) {
         // the segment it wrote is flagged: the decoder fails the request, and its DONE carries this text
-        record(P, r, st != NM_OK ? st : NM_ERR_FORMAT, "image %s: %s", r->image_path ? r->image_path : "(bytes)",
-               nm_brick_last_error(P->vision));
-        return st == NM_OK;
+        record(P, r, st != NM_OK ? st : NM_ERR_FORMAT, "image %s: %s", what,
+               st != NM_OK ? nm_status_str(st) : nm_brick_last_error(P->vision));
+        return st == NM_OK ? -1 : 0;
     }
-    return true;
+    return 1;
 }
 
-// The decoder's prompt for request r: [PARAMS], then the text, the image's
-// segment where the marker is. The answers thread ends the request. A prompt
-// that cannot be sent goes as an empty part of a cancelled request, so that
-// the decoder ends it in order (the failure recorded is what DONE says).
+// The decoder's prompt for request r: [PARAMS], then its parts in order, the
+// text between markers and each image's segment at its marker (the first part
+// at position 0, each but the last with NM_BRICK_MORE). The answers thread
+// ends the request. A prompt that cannot be sent goes as an empty part of a
+// cancelled request, so that the decoder ends it in order (the failure
+// recorded is what DONE says).
 static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
-    const bool image = r->image_path || r->image;
-    char *full = NULL;
-    if (P->p.chat) {
-        full = chat_text(P, r, question);
-    } else if ((full = malloc(strlen(question) + sizeof MEDIA_MARKER))) {
-        sprintf(full, "%s%s", image ? MEDIA_MARKER : "", question);
-    }
-    if (!full) record(P, r, NM_ERR_NOMEM, "out of memory for the prompt");
+    char *full = P->p.chat ? chat_text(P, r, question) : with_markers(r, question);
+    if (!full && !P->p.chat) record(P, r, NM_ERR_NOMEM, "out of memory for the prompt");
     bool ok = full != NULL, sent = false;
     nm_status st = NM_OK;
     if (ok && r->llm_params && (st = put_params(P->llm_in, r->llm_params, r->id)) != NM_OK) {
@@ -328,36 +446,39 @@ static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
         ok = false;
     }
     sent = r->llm_params != NULL && ok;
-    const char *rest = full;
-    if (ok && image) {
-        char *mark = strstr(full, MEDIA_MARKER);
-        const size_t n0 = mark ? (size_t)(mark - full) : 0;
-        if (!mark) {
-            record(P, r, NM_ERR_TEMPLATE, "the chat template dropped the image's place");
-            ok = false;
-        } else if (n0 > 0) {
-            ok = (st = put_text(P, P->llm_in, P->ep_pipe, P->ep_llm, full, n0, NM_LLM_IN_POS(0) | NM_BRICK_MORE,
-                                r->id)) == NM_OK;
-            if (!ok) record(P, r, st, "llm: the prompt does not fit its slot (%s)", nm_status_str(st));
-            sent = sent || ok;
-        }
-        if (ok) {
-            rest = mark + strlen(MEDIA_MARKER);
-            ok = put_image(P, r, (n0 > 0 ? 0 : NM_LLM_IN_POS(0)) | (*rest ? NM_BRICK_MORE : 0));
-            sent = true; // (a flagged segment ends the decoder's request too)
-            if (ok && !*rest) goto out;
-        }
+    if (ok && r->n_images > 0 && n_markers(full) != r->n_images) {
+        record(P, r, NM_ERR_TEMPLATE, "the chat template dropped the images' places");
+        ok = false;
     }
-    if (ok) {
-        const uint64_t at = image ? 0 : NM_LLM_IN_POS(0);
-        if ((st = put_text(P, P->llm_in, P->ep_pipe, P->ep_llm, rest, strlen(rest), at, r->id)) == NM_OK) goto out;
-        record(P, r, st, "llm: the prompt (%zu bytes) does not fit its slot (%s)", strlen(rest), nm_status_str(st));
+    const size_t ml = strlen(MEDIA_MARKER);
+    // an empty first part still goes where the model starts a prompt with a BOS token
+    const bool bos_alone = nm_tokenize(P->m, "", 0, NULL, 0, true, true) != 0;
+    bool first = true;
+    const char *p = full;
+    for (int32_t k = 0; ok && k <= r->n_images; k++) {
+        const bool last = k == r->n_images;
+        const char *end = last ? p + strlen(p) : strstr(p, MEDIA_MARKER);
+        const bool more = !last && (end[ml] != '\0' || k + 1 < r->n_images); // text or images follow the image
+        if (end > p || (first && bos_alone) || (last && first)) {
+            const uint64_t user = (first ? NM_LLM_IN_POS(0) : 0) | (last ? 0 : NM_BRICK_MORE);
+            if (!(ok = put_tokens(P, r, p, (size_t)(end - p), user))) break;
+            sent = true, first = false;
+        }
+        if (last) break;
+        const int put = put_image(P, r, k, (first ? NM_LLM_IN_POS(0) : 0) | (more ? NM_BRICK_MORE : 0));
+        if (put < 0) { // a flagged segment: the decoder fails the request (its DONE says why) at its last part
+            if (more) put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r->id);
+            goto out;
+        }
+        if (!(ok = put > 0)) break;
+        sent = true, first = false;
+        p = end + ml;
     }
     // failed: the decoder ends what was sent of it (cancelled), or nothing was sent
-    if (sent) {
+    if (!ok && sent) {
         nm_tabm_cancel_request(P->llm_in, r->id);
-        put_text(P, P->llm_in, P->ep_pipe, P->ep_llm, " ", 1, 0, r->id);
-    } else {
+        put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r->id);
+    } else if (!ok) {
         done(P, r, NM_OK, NULL);
     }
 out:
@@ -483,7 +604,9 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
     }
     pthread_mutex_lock(&P->lock);
     const bool cancelled = r->cancelled || stop;
-    if (!cancelled && P->llm && P->p.keep_history) r->turn = dup_s(r->text); // the answer joins it when it ends
+    if (!cancelled && P->llm && P->p.keep_history && (r->turn = dup_s(r->text))) // the answer joins it when it ends
+        for (char *m; (m = strstr(r->turn, MEDIA_MARKER));) // (its images are not part of the history)
+            memmove(m, m + strlen(MEDIA_MARKER), strlen(m + strlen(MEDIA_MARKER)) + 1);
     pthread_mutex_unlock(&P->lock);
     if (cancelled) done(P, r, NM_ERR_CANCELLED, NULL);
     else if (P->llm) send_prompt(P, r, r->text);
@@ -581,10 +704,11 @@ static void *answers_main(void *arg) {
         }
         const bool ok = r->status == NM_OK && !r->cancelled;
         pthread_mutex_unlock(&P->lock);
-        if (ok && P->p.keep_history) remember(P, r, answer ? answer : "", len);
+        // the turn and its answer, a cancelled one as far as it went, join the conversation
+        if (P->p.keep_history && r->status == NM_OK && (ok || len > 0)) remember(P, r, answer ? answer : "", len);
         if (speak) { // the voice's request ends (a cancelled one is marked: it stops there too)
             if (!ok) nm_tabm_cancel_request(P->tts_in, id);
-            if (put_text(P, P->tts_in, P->ep_llm, P->ep_tts, "", 0, 0, id) == NM_OK) continue;
+            if (put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, id) == NM_OK) continue;
         }
         done(P, r, NM_OK, NULL);
     }
@@ -643,9 +767,11 @@ static nm_status load(nm_pipeline *P, const nm_brick_params *given, nm_brick_kin
         bp.llm.out_batch = 1;
     }
     if (kind == NM_BRICK_VISION) bp.feeds = P->llm;
+    static const char *kinds[] = {[NM_BRICK_STT] = "stt", [NM_BRICK_VISION] = "vision", [NM_BRICK_LLM] = "llm",
+                                  [NM_BRICK_TTS] = "tts"};
     char e[512];
     nm_status st = nm_brick_load(NULL, &bp, out, e, sizeof e);
-    if (st != NM_OK) nm_fail(st, err, err_size, "%s", e);
+    if (st != NM_OK) nm_fail(st, err, err_size, "%s: %s", kinds[kind], e);
     return st;
 }
 
@@ -679,6 +805,9 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     P->system_prompt = dup_s(p->system_prompt);
     P->chat_template = dup_s(p->chat_template);
     P->jinja_template = p->jinja_template ? dup_n(p->jinja_template, p->jinja_len) : NULL;
+    P->jinja_name = dup_s(p->jinja_name ? p->jinja_name : p->jinja_template ? "the Jinja template"
+                                                                             : "the model's chat template");
+    P->p.jinja_name = P->jinja_name;
     P->p.system_prompt = P->system_prompt;
     P->p.chat_template = P->chat_template;
     P->p.jinja_template = P->jinja_template;
@@ -688,17 +817,16 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     if (!P->ledger) P->ledger = nm_ledger_create(), P->own_ledger = true;
     nm_status st = NM_ERR_NOMEM;
     if (!P->ledger || (p->system_prompt && !P->system_prompt) || (p->chat_template && !P->chat_template) ||
-        (p->jinja_template && !P->jinja_template)) {
+        (p->jinja_template && !P->jinja_template) || !P->jinja_name) {
         nm_fail(st, err, err_size, "pipeline: out of memory");
         goto fail;
     }
     P->ep_caller = nm_ledger_endpoint(P->ledger, "caller");
-    P->ep_pipe = nm_ledger_endpoint(P->ledger, "pipeline");
-    P->ep_stt = nm_ledger_endpoint(P->ledger, p->stt && p->stt->name ? p->stt->name : "stt");
     P->ep_vision = nm_ledger_endpoint(P->ledger, p->vision && p->vision->name ? p->vision->name : "vision");
+    P->ep_stt = nm_ledger_endpoint(P->ledger, p->stt && p->stt->name ? p->stt->name : "stt");
     P->ep_llm = nm_ledger_endpoint(P->ledger, p->llm && p->llm->name ? p->llm->name : "llm");
     P->ep_tts = nm_ledger_endpoint(P->ledger, p->tts && p->tts->name ? p->tts->name : "tts");
-    if (P->ep_caller < 0 || P->ep_pipe < 0 || P->ep_stt < 0 || P->ep_vision < 0 || P->ep_llm < 0 || P->ep_tts < 0) {
+    if (P->ep_caller < 0 || P->ep_stt < 0 || P->ep_vision < 0 || P->ep_llm < 0 || P->ep_tts < 0) {
         st = nm_fail(NM_ERR_RANGE, err, err_size, "pipeline: the ledger has no room for its endpoints");
         goto fail;
     }
@@ -708,13 +836,29 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         (p->vision && (st = load(P, p->vision, NM_BRICK_VISION, &P->vision, err, err_size)) != NM_OK) ||
         (p->tts && (st = load(P, p->tts, NM_BRICK_TTS, &P->tts, err, err_size)) != NM_OK))
         goto fail;
-    if (P->llm) P->m = nm_brick_llm_model(P->llm);
+    if (P->llm) P->m = nm_brick_llm_model(P->llm), P->n_predict = p->llm->llm.n_predict;
     if (P->tts) P->tts_rate = nm_brick_tts_sample_rate(P->tts);
     if (P->llm && p->chat && !p->jinja && !nm_chat_template_name(P->m, P->chat_template)) {
         st = nm_fail(NM_ERR_TEMPLATE, err, err_size, "pipeline: %s (name one: %s)",
                      P->chat_template ? "no such chat template" : "the model names no chat template nanomind knows",
                      nm_chat_template_names());
         goto fail;
+    }
+    if (P->llm && p->chat && p->jinja) { // a template that fails a chat of one turn fails here, not at each request
+        const nm_chat_msg probe[] = {{"system", P->system_prompt}, {"user", "hi"}};
+        const char *fallback = NULL;
+        char e[1024];
+        char *text = format_chat(P, probe + (P->system_prompt ? 0 : 1), P->system_prompt ? 2 : 1, &fallback, &st, e,
+                                 sizeof e);
+        free(text);
+        if (!text) {
+            nm_fail(st, err, err_size, "%s", e);
+            goto fail;
+        }
+        if (fallback && !(P->note = dup_s(e))) {
+            st = nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: out of memory");
+            goto fail;
+        }
     }
     // the rings, sized from the bricks' slots
     size_t llm_slot = P->llm ? nm_brick_in_slot_bytes(P->llm) : 0;
@@ -787,7 +931,7 @@ void nm_pipeline_free(nm_pipeline *P) {
     for (size_t i = 0; i < P->n_hist; i++) free((char *)P->hist[i].content);
     free(P->hist);
     if (P->own_ledger) nm_ledger_free(P->ledger);
-    free(P->system_prompt), free(P->chat_template), free(P->jinja_template);
+    free(P->system_prompt), free(P->chat_template), free(P->jinja_template), free(P->jinja_name), free(P->note);
     pthread_cond_destroy(&P->cond);
     pthread_mutex_destroy(&P->lock);
     pthread_mutex_destroy(&P->submit_lock);
@@ -816,7 +960,7 @@ static nm_status put_audio(nm_pipeline *P, const nm_pipeline_input *in, uint64_t
                      P->p.max_audio_s);
     } else {
         n = in->n_samples;
-        nm_ledger_copy(P->ledger, P->ep_caller, P->ep_stt, as.data, in->pcm, sizeof(float) * (size_t)n);
+        nm_ledger_copy(P->ledger, P->ep_caller, P->ep_stt, as.data, in->pcm, sizeof(float) * (size_t)n); // the caller's
     }
     const size_t pn = params ? strlen(in->stt_params) : 0;
     if (st == NM_OK && params && pn > ps.capacity)
@@ -842,11 +986,20 @@ static nm_status put_audio(nm_pipeline *P, const nm_pipeline_input *in, uint64_t
 nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64_t *id, char *err, size_t err_size) {
     if (id) *id = 0;
     if (!P || !in) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no pipeline or no input");
-    const bool audio = in->audio_path || in->pcm, image = in->image_path || in->image;
+    const bool audio = in->audio_path || in->pcm, image = in->n_images > 0;
     if (in->audio_path && in->pcm)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: audio given twice (pcm and a file)");
-    if (in->image_path && in->image)
-        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: an image given twice (bytes and a file)");
+    if (in->n_images < 0 || in->n_images > NM_PIPELINE_MAX_IMAGES || (in->n_images > 0 && !in->images))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %d images (at most %d a request)",
+                       (int)in->n_images, NM_PIPELINE_MAX_IMAGES);
+    for (int32_t i = 0; i < in->n_images; i++)
+        if (!in->images[i].path == !in->images[i].bytes)
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: image %d: give a path or bytes, one of them",
+                           (int)i + 1);
+    const int32_t marks = in->text ? n_markers(in->text) : 0;
+    if (marks > 0 && marks != in->n_images)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: the text has %d %s markers for %d images",
+                       (int)marks, MEDIA_MARKER, (int)in->n_images);
     if (audio && !P->stt)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: audio, and no STT brick to hear it");
     if (audio && in->text)
@@ -870,13 +1023,15 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     r->audio = audio;
     r->silent = in->silent;
     r->text = dup_s(in->text);
-    r->image_path = dup_s(in->image_path);
     r->llm_params = dup_s(in->llm_params);
     r->tts_params = dup_s(in->tts_params);
-    r->image = in->image; // (read into the vision brick's slot when its turn comes: one copy)
-    r->image_bytes = in->image_bytes;
-    if ((in->text && !r->text) || (in->image_path && !r->image_path) || (in->llm_params && !r->llm_params) ||
-        (in->tts_params && !r->tts_params)) {
+    bool paths = true;
+    for (int32_t i = 0; i < in->n_images; i++) { // (bytes: read into the vision brick's slot in their turn, one copy)
+        r->img[i] = (pl_img){dup_s(in->images[i].path), in->images[i].bytes, in->images[i].n_bytes};
+        paths = paths && (!in->images[i].path || r->img[i].path);
+    }
+    r->n_images = in->n_images;
+    if ((in->text && !r->text) || !paths || (in->llm_params && !r->llm_params) || (in->tts_params && !r->tts_params)) {
         free_req_body(r);
         free(r);
         return nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: out of memory");

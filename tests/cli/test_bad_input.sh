@@ -154,7 +154,7 @@ expect image_fifo 1 "not a regular file" "$M" -- nm run -m "$M" --mmproj "$tmp/i
 # FIFO with no writer is refused where a file is needed, and an empty stream where a stream is taken.
 setup "nm-genmmproj mm.gguf" /dev/null "$(dirname "$NM")/nm-genmmproj" -o "$tmp/mm.gguf" --proj mlp --n-out 576 --image-size 64 --patch-size 16
 expect run_image_fifo_refused 1 "image .*in.fifo: not a regular file \\(a FIFO\\)" "$M" -- nm run -m "$M" --mmproj "$tmp/mm.gguf" --image "$tmp/in.fifo" -p hi -n 1
-expect run_prompt_file_fifo_no_hang 1 "error: the prompt gives no tokens" "$M" -- nm run -m "$M" -no-cnv -f "$tmp/in.fifo" -n 1
+expect run_prompt_file_fifo_no_hang 1 "error: llm: the prompt gives no tokens" "$M" -- nm run -m "$M" -no-cnv -f "$tmp/in.fifo" -n 1
 expect say_text_file_fifo_no_hang 1 "error: empty text: nothing to say" -- nm say -f "$tmp/in.fifo" -o "$tmp/f.wav"
 expect serve_key_file_fifo_no_hang 2 "api-key-file .*in.fifo.* holds no key" "$M" -- nm serve -m "$M" --api-key-file "$tmp/in.fifo" --port 1
 mkdir -p "$tmp/qdir" "$tmp/fdir"; cp tests/data/speech/tts_16k.wav "$tmp/qdir/a.wav"; mkfifo "$tmp/qdir/b.wav"
@@ -171,6 +171,9 @@ case_image_sparse() {
     rm -f "$tmp/huge.png"
 }
 expect run_image_size_capped 1 "image .*huge.png: 107374182400 bytes, over the limit of 67108864 bytes" "$M" -- case_image_sparse
+# an image from stdin: read up to what the vision brick takes, then refused (not read to the end)
+case_image_stdin_big() { head -c 200000000 /dev/zero | vcap nm run -m "$M" --mmproj "$tmp/mm.gguf" --image - -p hi -n 1; }
+expect run_image_stdin_capped 1 "^error: image stdin: more than 67108864 bytes, the limit \\(out of range\\)$" "$M" -- case_image_stdin_big
 case_key_file_zero() { vcap nm serve -m "$M" --api-key-file /dev/zero --port 1; }
 expect serve_key_file_stream_capped 2 "api-key-file: /dev/zero: more than 1048576 bytes, the limit" "$M" -- case_key_file_zero
 expect assistant_frames_dir_fifo_refused 1 "fdir/b.jpg: not a regular file \\(a FIFO\\)" "$M" -- nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames "$tmp/fdir" -p hi -n 1
@@ -324,7 +327,7 @@ case_chat_message_too_long() {
     { head -c 3000 tests/data/declaration.txt | tr '\n' ' '; printf '\nSay hi.\n'; } |
         nm run -m "$M" --chat -c 128 -n 8 --temp 0 2>&1 | tr '\n' ' '
 }
-expect chat_too_long_message_is_that_turn_only 0 "does not fit the context of 128 \\(-c\\); the conversation goes on.*> .+" "$M" -- case_chat_message_too_long
+expect chat_too_long_message_is_that_turn_only 0 "error: llm: this message \\([0-9]+ tokens with the template\\) does not fit the context of 128; the conversation goes on.*> .+" "$M" -- case_chat_message_too_long
 expect chat_base_model_refused 1 "names no chat template we know .*run it without --chat, or name a template with --chat-template" "$GM" -- nm run -m "$GM" --chat -p hi -n 4
 case_bench_rss() { nm bench -m "$M" -p 8 -n 4 -r 1 -o json | python3 -c 'import json,sys; d=json.load(sys.stdin); print("process >= model:", d["process_peak_rss_bytes"] >= d["peak_rss_bytes"] > 0)'; }
 expect bench_reports_both_peaks 0 "process >= model: True" "$M" -- case_bench_rss

@@ -35,7 +35,7 @@ static nm_brick_params llm_params(int32_t n_predict) {
 
 // Every event of one request up to its DONE: the texts joined by kind, the speech's samples counted.
 typedef struct answer {
-    char transcript[2048], text[8192];
+    char transcript[2048], text[8192], notes[1024];
     size_t n_text_events;
     int64_t n_samples;
     int32_t rate;
@@ -69,6 +69,9 @@ static bool read_answer(nm_pipeline *P, uint64_t id, answer *a) {
                 memcpy(a->pcm + a->n_samples, ev.pcm, sizeof(int16_t) * (size_t)ev.n_samples);
             a->n_samples += ev.n_samples;
             a->rate = ev.sample_rate;
+            break;
+        case NM_PIPELINE_NOTE:
+            strncat(a->notes, ev.text, sizeof a->notes - strlen(a->notes) - 1);
             break;
         case NM_PIPELINE_DONE:
             a->status = ev.status;
@@ -149,9 +152,8 @@ NM_TEST(pipeline_chat_answer_is_the_decoded_text) {
     if (strcmp(a.text, want)) fprintf(stderr, "  pipeline '%s'\n  by hand  '%s'\n", a.text, want);
     NM_CHECK(a.status == NM_OK && (a.stop == NM_LLM_STOP_EOG || a.stop == NM_LLM_STOP_N_PREDICT));
     NM_CHECK(a.n_text_events > 1 && a.t.first_text > 0 && a.t.answered >= a.t.first_text);
-    nm_ledger *led = nm_pipeline_ledger(P);
-    const int ep_pipe = nm_ledger_endpoint(led, "pipeline"), ep_llm = nm_ledger_endpoint(led, "llm");
-    NM_CHECK(nm_ledger_copies(led, ep_pipe, ep_llm) == 1);
+    // the prompt is tokenized straight into the decoder's slot: no copy
+    NM_CHECK(nm_ledger_total(nm_pipeline_ledger(P)) == 0);
     // the request's own parameters: a different n_predict, this request only
     NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Hi", .llm_params = "{\"n_predict\": 3}"}, &id, NULL,
                                 0) == NM_OK);
@@ -213,10 +215,13 @@ NM_TEST(pipeline_spoken_question_answered_aloud) {
     // between bricks: the transcript and the sentences, each byte once, in the ledger
     nm_ledger *led = nm_pipeline_ledger(P);
     const int stt = nm_ledger_endpoint(led, "stt"), llm = nm_ledger_endpoint(led, "llm"),
-              tts = nm_ledger_endpoint(led, "tts"), caller = nm_ledger_endpoint(led, "caller");
+              tts = nm_ledger_endpoint(led, "tts");
     NM_CHECK(nm_ledger_bytes(led, stt, llm) == strlen(a.transcript));
     NM_CHECK(nm_ledger_bytes(led, llm, tts) == strlen(a.text));
-    NM_CHECK(nm_ledger_bytes(led, caller, stt) == sizeof(float) * (uint64_t)q.n_samples);
+    // the caller's samples copied into the STT ring; nothing else into the decoder (the prompt is the
+    // pipeline's own text)
+    NM_CHECK(nm_ledger_bytes(led, -1, stt) == sizeof(float) * (uint64_t)q.n_samples &&
+             nm_ledger_bytes(led, -1, llm) == strlen(a.transcript));
     // nothing of the request after its DONE
     nm_pipeline_close(P);
     nm_pipeline_event ev;
@@ -274,6 +279,61 @@ NM_TEST(pipeline_conversation_keeps_turns) {
     by_hand(msgs, 4, 16, want, sizeof want);
     NM_CHECK(want[0] && !strcmp(a2.text, want));
     if (strcmp(a2.text, want)) fprintf(stderr, "  pipeline '%s'\n  by hand  '%s'\n", a2.text, want);
+    nm_pipeline_free(P);
+}
+
+// keep_history in a small context: when the conversation and room for an
+// answer (n_predict) outgrow it, the oldest turns go and a NOTE says so (the
+// answer is then the decoding of what is left, by hand); a turn that cannot
+// fit alone ends with the cause and the conversation goes on.
+NM_TEST(pipeline_conversation_drops_oldest_turns) {
+    NEED_MODELS();
+    nm_brick_params lp = llm_params(12);
+    lp.n_ctx = 128;
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp;
+    pp.keep_history = true;
+    pp.system_prompt = "Be brief.";
+    nm_pipeline *P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    const char *q[] = {"Name a fruit.", "Name a colour.", "Name an animal.", "Name a city.", "Name a tree.",
+                       "Name a river.", "Name a tool.", "Name a sport."};
+    static char answers[8][8192];
+    answer a = {0};
+    int first_note = -1;
+    for (int i = 0; i < 8 && first_note < 0; i++) {
+        uint64_t id = 0;
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = q[i]}, &id, NULL, 0) == NM_OK);
+        NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK);
+        snprintf(answers[i], sizeof answers[i], "%s", a.text);
+        if (a.notes[0] && first_note < 0) {
+            first_note = i;
+            NM_CHECK(strstr(a.notes, "context of 128 tokens: dropped the ") != NULL);
+            fprintf(stderr, "  turn %d: %s\n", i + 1, a.notes);
+            // what is left: the system prompt, the turns after those dropped, this one
+            int dropped = atoi(strstr(a.notes, "dropped the ") + 12);
+            nm_chat_msg msgs[16];
+            size_t k = 0;
+            msgs[k++] = (nm_chat_msg){"system", "Be brief."};
+            for (int t = dropped; t < i; t++) msgs[k++] = (nm_chat_msg){"user", q[t]}, msgs[k++] = (nm_chat_msg){"assistant", answers[t]};
+            msgs[k++] = (nm_chat_msg){"user", q[i]};
+            char want[8192];
+            by_hand(msgs, k, 12, want, sizeof want);
+            NM_CHECK(!strcmp(a.text, want));
+            if (strcmp(a.text, want)) fprintf(stderr, "  pipeline '%s'\n  by hand  '%s'\n", a.text, want);
+        }
+    }
+    NM_CHECK(first_note > 0); // (the first turns fit)
+    // a turn longer than the context: its DONE says so; the next turn is answered
+    char big[2048];
+    for (int i = 0; i < 2047; i++) big[i] = i % 4 == 3 ? ' ' : 'a' + i % 11;
+    big[2047] = '\0';
+    uint64_t id = 0;
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = big}, &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_ERR_RANGE && strstr(a.done_text, "does not fit the context of 128"));
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Thanks."}, &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.text[0]);
     nm_pipeline_free(P);
 }
 
@@ -336,7 +396,7 @@ NM_TEST(pipeline_bad_input_named) {
         const char *msg;
     } refused[] = {
         {{.audio_path = "x.wav"}, "no STT brick"},
-        {{.text = "hi", .image_path = "x.png"}, "no vision brick"},
+        {{.text = "hi", .images = &(nm_pipeline_image){.path = "x.png"}, .n_images = 1}, "no vision brick"},
         {{0}, "nothing to ask"},
         {{.text = "hi", .tts_params = "{}"}, "no TTS brick"},
         {{.text = "hi", .stt_params = "{}"}, "no audio"},
@@ -376,6 +436,83 @@ NM_TEST(pipeline_bad_input_named) {
     if (!P) return;
     NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.audio_path = "/nonexistent/q.wav"}, &id, err, sizeof err) !=
                  NM_OK && strstr(err, "/nonexistent/q.wav"));
+    nm_pipeline_free(P);
+}
+
+// Images through the vision brick (the trained test VLM, tests/data/vlm, for
+// SmolLM2): the held-out scene's colour is answered; a file and its bytes, and
+// an image before the text with and without its marker, give the same answer;
+// two images put both segments in the prompt; a missing or corrupt image ends
+// its request with the file named (a corrupt one with text after it too: the
+// decoder's request is ended, not left waiting) and the next one is served;
+// the prompt and the images enter the graph with no copy between bricks.
+#define VLM "tests/data/vlm/vlm-mmproj-q8_0.gguf"
+#define SCENE "tests/data/vlm/scene-4242-1.ppm"
+NM_TEST(pipeline_images_answered) {
+    NEED_MODELS();
+    nm_brick_params lp = llm_params(6), vp = nm_brick_default_params(NM_BRICK_VISION);
+    vp.model = VLM;
+    vp.n_threads = 2;
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp;
+    pp.vision = &vp;
+    nm_pipeline *P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    FILE *f = fopen(SCENE, "rb");
+    static char bytes[1 << 18];
+    const size_t n = f ? fread(bytes, 1, sizeof bytes, f) : 0;
+    if (f) fclose(f);
+    NM_CHECK(n > 1000 && n < sizeof bytes);
+    const nm_pipeline_image file = {.path = SCENE}, mem = {.bytes = bytes, .n_bytes = n};
+    const nm_pipeline_input ins[] = {
+        {.text = "What colour is the shape?", .images = &file, .n_images = 1},
+        {.text = "What colour is the shape?", .images = &mem, .n_images = 1},
+        {.text = NM_PIPELINE_MEDIA_MARKER "What colour is the shape?", .images = &file, .n_images = 1},
+    };
+    answer a = {0};
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        uint64_t id = 0;
+        NM_CHECK(nm_pipeline_submit(P, &ins[i], &id, NULL, 0) == NM_OK);
+        NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && !strcmp(a.text, "orange"));
+        if (strcmp(a.text, "orange")) fprintf(stderr, "  input %zu: '%s' (%s)\n", i, a.text, a.done_text);
+    }
+    nm_brick *llm = nm_pipeline_brick(P, NM_BRICK_LLM), *vision = nm_pipeline_brick(P, NM_BRICK_VISION);
+    NM_CHECK(nm_brick_get_stats(vision).n_images == 3);
+    // two images: both segments (196 embeddings each) in the prompt, between the texts
+    const nm_pipeline_image two[] = {file, mem};
+    const int64_t prompt0 = nm_brick_get_stats(llm).n_prompt_tokens;
+    uint64_t id = 0;
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "A<__media__>and<__media__>?", .images = two,
+                                                        .n_images = 2}, &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.text[0]);
+    NM_CHECK(nm_brick_get_stats(vision).n_images == 5);
+    const int64_t grew = nm_brick_get_stats(llm).n_prompt_tokens - prompt0;
+    NM_CHECK(grew > 2 * 196 && grew < 2 * 196 + 64);
+    if (!(grew > 2 * 196 && grew < 2 * 196 + 64)) fprintf(stderr, "  two images: %lld prompt positions\n", (long long)grew);
+    // the image's bytes, copied in twice (the caller's buffer), and nothing else
+    nm_ledger *led = nm_pipeline_ledger(P);
+    NM_CHECK(nm_ledger_total(led) == 2 * n && nm_ledger_bytes(led, nm_ledger_endpoint(led, "caller"), -1) == 2 * n);
+    // markers that do not match the images: refused at submit
+    char err[256] = "";
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "<__media__><__media__>hi", .images = &file,
+                                                        .n_images = 1}, &id, err, sizeof err) == NM_ERR_INVALID_ARG &&
+             strstr(err, "2 <__media__> markers for 1 images"));
+    // a missing file, a corrupt one before text: their DONE names them; the next request is answered
+    const char *bad = "/tmp/nm-test-pipeline-bad.png";
+    FILE *g = fopen(bad, "wb");
+    if (g) fwrite("\x89PNG\r\n\x1a\n\0\0", 1, 10, g), fclose(g);
+    const nm_pipeline_image missing = {.path = "/nonexistent/x.png"}, corrupt = {.path = bad};
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "What?", .images = &missing, .n_images = 1}, &id,
+                                NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_ERR_IO && strstr(a.done_text, "/nonexistent/x.png"));
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "What?", .images = &corrupt, .n_images = 1}, &id,
+                                NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status != NM_OK && strstr(a.done_text, bad));
+    if (!strstr(a.done_text, bad)) fprintf(stderr, "  corrupt: '%s'\n", a.done_text);
+    NM_CHECK(nm_pipeline_submit(P, &ins[0], &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && !strcmp(a.text, "orange"));
+    remove(bad);
     nm_pipeline_free(P);
 }
 

@@ -143,6 +143,13 @@ typedef enum { CLI_WANT_LLM, CLI_WANT_WHISPER, CLI_WANT_MMPROJ } cli_want;
 // general.architecture), which command or flag takes it.
 void cli_load_error(const char *path, nm_status st, const char *err, cli_want want);
 nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger);
+// The vision brick's parameters for --mmproj FILE `mmproj` (media.c) feeding
+// the LLM brick `llm` (NULL: a pipeline's), on `device` (NULL: -dev), with -t
+// and --mmproj-cores, counted in ledger (NULL: the pipeline's).
+nm_brick_params cli_vision_params(const cli_opts *o, const char *mmproj, const char *device, nm_brick *llm,
+                                  nm_ledger *ledger);
+// Prints why the vision brick of `mmproj` did not load (err: the brick's message).
+void cli_vision_error(const cli_opts *o, const char *mmproj, nm_status st, const char *err);
 // The vision brick of --mmproj FILE `mmproj` (media.c) feeding the LLM brick
 // `llm` (o->model's), on `device` (NULL: -dev), with -t and --mmproj-cores,
 // counted in ledger: true and the brick in *vision (the caller frees it), or
@@ -195,6 +202,8 @@ bool cli_rss_split(long *anon_kb, long *file_kb);
 // The cap on a text file read whole (a prompt, a perplexity text, a key list):
 // nm_infile_read refuses a larger one before reading it.
 #define CLI_TEXT_FILE_MAX (256ull << 20)
+// The cap on an image read from stdin (--image -): what the vision brick's slot takes.
+#define CLI_IMAGE_FILE_MAX (64ull << 20)
 
 // ---- energy of a run (the assistant's --stats and --json, `power energy`):
 // the model of docs/power.md (nm_energy_model_joules) for the machine's CPU

@@ -78,32 +78,15 @@ static void run_usage(void) {
            nm_chat_template_names());
 }
 
-// The generation runs as the LLM brick on its own thread (a lane): a prompt
-// goes in as slots of the input ring (text tokenized straight into a slot,
-// images as the vision brick's segments), the sampled tokens come back one
-// per slot of the output ring and are printed as they arrive. Every brick
-// shares one copy ledger (--stats prints it), so "0 bytes copied" is
-// measured on the path that produced the text.
-typedef struct session {
-    nm_brick *llm;      // owns the model and the context
-    nm_model *m;        // the LLM brick's (tokenizer, template)
-    nm_ctx *c;
-    nm_tabm *in, *out;  // prompt slots -> LLM brick -> token slots
-    nm_ledger *ledger;
-    nm_brick *vision;   // --mmproj: an IMAGE slot in, its segment out into `in`
-    nm_tabm *img;       // the vision brick's input: image files, read into its slot
-    const char *const *images; // --image files, in the order of the prompt's media markers
-    double t_first;     // seconds from the first prompt slot to the first generated token
-    uint64_t request;   // the id of the prompt being sent and answered (1, 2, ...)
-    bool cancelled;     // the last answer was cut short by Ctrl-C
-    pthread_t lane;
-    bool lane_started;
-} session;
+// The generation runs in an nm_pipeline: the LLM brick on its lane (and the
+// vision brick of --mmproj, on the thread that writes the prompt); a prompt
+// goes in as a request, the answer comes back as TEXT events, printed as they
+// arrive. The pipeline keeps a chat's turns. --stats prints the bricks' stats
+// and the pipeline's copy ledger.
 
-// Ctrl-C while the model answers cancels the answer (the request's id is
-// marked on the LLM brick's input ring; it stops before its next token); a
-// second one before the answer ends, or one at the chat prompt, ends the
-// command as SIGINT does.
+// Ctrl-C while the model answers cancels the answer (nm_pipeline_cancel; it
+// stops before its next token); a second one before the answer ends, or one
+// at the chat prompt, ends the command as SIGINT does.
 static volatile sig_atomic_t g_interrupts, g_at_prompt;
 
 static void on_sigint(int sig) {
@@ -114,198 +97,51 @@ static void on_sigint(int sig) {
     }
 }
 
-static void *lane_main(void *arg) {
-    session *S = arg;
-    (void)nm_brick_run(S->llm, S->in, S->out); // returns when a ring is shut down
-    return NULL;
-}
+typedef struct reply {
+    bool ok, cancelled;
+    double t_first; // seconds from the request to the answer's first text
+} reply;
 
-// Creates the rings and starts the LLM brick's lane. Input slots hold a whole
-// context of token ids or one encoder run's embeddings; the image ring one
-// file (the largest given, at most what the vision brick takes; stdin: that).
-static bool start_lane(session *S, const cli_opts *o, char *err, size_t err_size) {
-    size_t in_bytes = nm_brick_in_slot_bytes(S->llm);
-    if (S->vision && nm_brick_out_slot_bytes(S->vision) > in_bytes) in_bytes = nm_brick_out_slot_bytes(S->vision);
-    nm_status st = nm_tabm_create(NULL, 4, in_bytes, &S->in, err, err_size);
-    if (st == NM_OK) st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S->llm), &S->out, err, err_size);
-    if (st == NM_OK && S->vision) {
-        const size_t cap = nm_brick_in_slot_bytes(S->vision);
-        size_t img_bytes = 1;
-        for (int i = 0; i < o->n_images; i++) { // each opened now: a missing or too large one fails the run here
-            FILE *f;
-            int64_t n;
-            char ferr[512];
-            if ((st = nm_infile_open(o->images[i], cap, NM_INFILE_STDIN, &f, &n, ferr, sizeof ferr)) != NM_OK) {
-                fprintf(stderr, "error: image %s (%s)\n", ferr, nm_status_str(st));
-                return false;
-            }
-            fclose(f);
-            if (n < 0 || (size_t)n > img_bytes) img_bytes = n < 0 ? cap : (size_t)n; // a stream: as large as taken
-        }
-        st = nm_tabm_create(NULL, 1, img_bytes, &S->img, err, err_size);
-    }
-    if (st != NM_OK) {
-        fprintf(stderr, "error: cannot create the TABM rings: %s: %s\n", nm_status_str(st), err);
-        return false;
-    }
-    if (nm_ledger_endpoint(S->ledger, "cli") < 0 || pthread_create(&S->lane, NULL, lane_main, S) != 0) {
-        fprintf(stderr, "error: cannot start the LLM brick's thread\n");
-        return false;
-    }
-    S->lane_started = true;
-    return true;
-}
-
-// Shuts both rings (the brick returns, also if it waits on a full output
-// ring) and joins the lane. After this the brick's stats can be read.
-static void stop_lane(session *S) {
-    if (S->in) nm_tabm_shutdown(S->in);
-    if (S->out) nm_tabm_shutdown(S->out);
-    if (S->lane_started) pthread_join(S->lane, NULL);
-    S->lane_started = false;
-}
-
-// A prompt's text part (cli_prompt_i.text; ctx: the session): tokenizes
-// [text, text + len) straight into a slot of the input ring and publishes it.
-// user: NM_LLM_IN_POS(0) for a prompt (the brick reuses the cached prefix it
-// shares with the last one), | NM_BRICK_MORE when more parts follow (e.g.
-// image embeddings, then more text). add_special: BOS on the first part.
-// False (error printed) if it gives no tokens or does not fit.
-static bool send_text(void *ctx, const char *text, size_t len, uint64_t user, bool add_special) {
-    session *S = ctx;
-    nm_tabm_slot sl;
-    nm_status st = nm_tabm_acquire_write(S->in, 0, -1, &sl);
-    if (st != NM_OK) {
-        fprintf(stderr, "error: the LLM brick's input ring: %s (%s)\n", nm_status_str(st), nm_tabm_last_error(S->in));
-        return false;
-    }
-    const int32_t n_ctx = nm_ctx_n_ctx(S->c);
-    int32_t cap = (int32_t)(sl.capacity / sizeof(int32_t));
-    int32_t n = nm_tokenize(S->m, text, len, sl.data, cap, add_special, true);
-    if (n == 0 || n < 0 || n >= n_ctx) {
-        if (n == 0) fprintf(stderr, "error: the prompt gives no tokens\n");
-        else fprintf(stderr, "error: prompt of %d tokens does not fit the context of %d (-c)\n", n < 0 ? -n : n, n_ctx);
-        nm_tabm_cancel(S->in, &sl);
-        return false;
-    }
-    sl.meta->kind = NM_TABM_TOKENS;
-    sl.meta->ndim = 1;
-    sl.meta->shape[0] = n;
-    sl.meta->size = sizeof(int32_t) * (uint64_t)n;
-    sl.meta->user = user;
-    sl.meta->request = S->request;
-    if ((st = nm_tabm_publish(S->in, &sl)) != NM_OK) {
-        fprintf(stderr, "error: the LLM brick's input ring: %s (%s)\n", nm_status_str(st), nm_tabm_last_error(S->in));
-        nm_tabm_cancel(S->in, &sl);
-        return false;
-    }
-    return true;
-}
-
-// A prompt's image k (cli_prompt_i.image; ctx: the session): reads the file
-// into the vision brick's input slot (the file's bytes go from the page cache
-// into the slot once; the brick decodes them there), then runs the brick on
-// this thread: it writes the image's segment into the LLM brick's input ring,
-// in order with the text around it. user: the segment's flags (its position,
-// NM_BRICK_MORE). False (error printed) on a bad image.
-static bool send_image(void *ctx, int k, uint64_t user) {
-    session *S = ctx;
-    const char *path = S->images[k];
-    nm_tabm_slot sl;
-    nm_status st = nm_tabm_acquire_write(S->img, 0, -1, &sl);
-    if (st != NM_OK) {
-        fprintf(stderr, "error: the vision brick's input ring: %s\n", nm_status_str(st));
-        return false;
-    }
-    size_t n = 0;
-    char ferr[512];
-    st = nm_infile_read_into(path, NM_INFILE_STDIN, sl.data, sl.capacity, &n, ferr, sizeof ferr);
-    if (st != NM_OK || n == 0) {
-        if (st != NM_OK) fprintf(stderr, "error: image %s (%s)\n", ferr, nm_status_str(st));
-        else fprintf(stderr, "error: image %s: empty file (%s)\n", path, nm_status_str(NM_ERR_FORMAT));
-        nm_tabm_cancel(S->img, &sl);
-        return false;
-    }
-    sl.meta->kind = NM_TABM_IMAGE;
-    sl.meta->ndim = 1;
-    sl.meta->shape[0] = (int64_t)n;
-    sl.meta->size = n;
-    sl.meta->user = user;
-    sl.meta->request = S->request;
-    if ((st = nm_tabm_publish(S->img, &sl)) != NM_OK) {
-        fprintf(stderr, "error: the vision brick's input ring: %s\n", nm_status_str(st));
-        nm_tabm_cancel(S->img, &sl);
-        return false;
-    }
-    const uint64_t bad_before = nm_brick_get_stats(S->vision).n_bad_requests;
-    st = nm_brick_step(S->vision, S->img, S->in);
-    if (st != NM_OK || nm_brick_get_stats(S->vision).n_bad_requests != bad_before) {
-        // the brick's messages say what is wrong with the image (and where in it)
-        fprintf(stderr, "error: image %s: %s\n", path, st != NM_OK ? nm_status_str(st) : nm_brick_last_error(S->vision));
-        return false;
-    }
-    return true;
-}
-
-// The prompt's parts, text and images, go into the LLM brick's input ring.
-static const cli_prompt_i to_llm = {send_text, send_image};
-
-// Reads the brick's token slots until the END slot of the generation,
-// printing the text as it arrives; the text also goes to `text` (may be
-// NULL) up to text_size bytes. The token ids are read in place.
-static bool receive(session *S, char *text, size_t text_size, double t_sent) {
-    nm_detok dt = {0};
-    char piece[256];
-    size_t tl = 0;
-    bool ok = true;
-    S->cancelled = false;
-    bool asked = false; // the request was marked cancelled
-    for (bool end = false; !end;) {
-        nm_tabm_slot sl;
+// Reads request id's events up to its DONE, printing the answer as it
+// arrives; its notes and its end (cancelled, context full, an error, with
+// `goes_on` after it) to stderr.
+static reply receive(nm_pipeline *P, uint64_t id, int32_t n_ctx, const char *goes_on) {
+    reply R = {.ok = true};
+    bool asked = false; // the request was cancelled
+    for (;;) {
         if (g_interrupts > 0 && !asked) { // Ctrl-C: stop this answer
-            nm_tabm_cancel_request(S->in, S->request);
+            nm_pipeline_cancel(P, id);
             asked = true;
         }
-        nm_status st = nm_tabm_acquire_read(S->out, 100000000, &sl); // looks at Ctrl-C every 100 ms
+        nm_pipeline_event ev;
+        const nm_status st = nm_pipeline_read(P, 100000000, &ev); // looks at Ctrl-C every 100 ms
         if (st == NM_ERR_TIMEOUT) continue;
         if (st != NM_OK) {
-            fprintf(stderr, "\nerror: the LLM brick stopped: %s (%s)\n", nm_status_str(st), nm_brick_last_error(S->llm));
-            ok = false;
+            fprintf(stderr, "\nerror: the pipeline stopped: %s\n", nm_status_str(st));
+            R.ok = false;
             break;
         }
-        const int32_t *toks = sl.data;
-        const int32_t n = sl.meta->ndim == 1 ? (int32_t)sl.meta->shape[0] : 0;
-        // the first sampled token: a text token, or an end-of-generation token the brick does not pass on
-        const bool eog_end = !(sl.meta->user & NM_BRICK_MORE) && NM_LLM_STOP_OF(sl.meta->user) == NM_LLM_STOP_EOG;
-        if ((n > 0 || eog_end) && S->t_first == 0.0) S->t_first = cli_now() - t_sent;
-        for (int32_t i = 0; i < n; i++) {
-            int32_t k = nm_detok_push(S->m, &dt, toks[i], piece, (int32_t)sizeof piece);
-            if (k <= 0) continue;
-            fwrite(piece, 1, (size_t)k, stdout);
+        if (ev.kind == NM_PIPELINE_TEXT) {
+            fwrite(ev.text, 1, ev.len, stdout);
             fflush(stdout);
-            if (text && tl + (size_t)k < text_size) {
-                memcpy(text + tl, piece, (size_t)k);
-                tl += (size_t)k;
+        } else if (ev.kind == NM_PIPELINE_NOTE) { // (the oldest turns dropped, a template's fallback)
+            fprintf(stderr, "[%s]\n", ev.text);
+        } else if (ev.kind == NM_PIPELINE_DONE) {
+            R.t_first = ev.t.first_text;
+            if (ev.status == NM_ERR_CANCELLED) {
+                fprintf(stderr, "\n[cancelled]\n");
+                R.cancelled = true; // (a Ctrl-C after the answer's last token cancels nothing)
+            } else if (ev.status != NM_OK) {
+                fprintf(stderr, "\nerror: %s%s\n", ev.text, goes_on);
+                R.ok = false;
+            } else if (ev.stop == NM_LLM_STOP_CTX_FULL) {
+                fprintf(stderr, "\n[context full: %d tokens]\n", n_ctx);
             }
-        }
-        const uint64_t user = sl.meta->user;
-        nm_tabm_release(S->out, &sl);
-        if (user & NM_BRICK_MORE) continue;
-        end = true;
-        nm_llm_stop why = NM_LLM_STOP_OF(user);
-        if (why == NM_LLM_STOP_CANCELLED) {
-            fprintf(stderr, "\n[cancelled]\n");
-            S->cancelled = true; // (a Ctrl-C after the answer's last token cancels nothing)
-        } else if (why == NM_LLM_STOP_CTX_FULL) {
-            fprintf(stderr, "\n[context full: %d tokens]\n", nm_ctx_n_ctx(S->c));
-        } else if (why == NM_LLM_STOP_ERROR || why == NM_LLM_STOP_BAD_INPUT) {
-            fprintf(stderr, "\nerror: %s\n", nm_brick_last_error(S->llm));
-            ok = false;
+            break;
         }
     }
-    if (text) text[tl < text_size ? tl : text_size - 1] = '\0';
     g_interrupts = 0; // a Ctrl-C during this answer is spent: the next one cancels the next answer
-    return ok;
+    return R;
 }
 
 // Formats the conversation; returns a malloc'd string or NULL (error printed).
@@ -325,7 +161,7 @@ static char *format_chat(const nm_model *m, const cli_opts *o, const nm_chat_msg
 // from their estimates for this prompt (its tokens, the images' embeddings,
 // -n tokens generated: 128 when -n is -1). The images are taken at the
 // encoder's input size. Printed; nothing is generated.
-static int print_plan(const session *S, const cli_opts *o) {
+static int print_plan(nm_brick *llm, nm_brick *vision, const nm_model *m, const cli_opts *o) {
     char path[1024], err[512];
     const char *file = o->profile;
     if (!file && cli_profile_path(path, sizeof path)) file = path;
@@ -337,14 +173,14 @@ static int print_plan(const session *S, const cli_opts *o) {
     nm_plan_brick b[2];
     int32_t n = 0;
     int64_t image_rows = 0;
-    if (S->vision) {
+    if (vision) {
         memset(&b[n], 0, sizeof b[n]);
         b[n].kind = NM_BRICK_VISION;
         b[n].name = "vision";
-        b[n].units = nm_brick_impl(S->vision)->units;
+        b[n].units = nm_brick_impl(vision)->units;
         for (int i = 0; i < o->n_images; i++) {
             nm_brick_cost c;
-            if (nm_brick_estimate(S->vision, &(nm_brick_input){0}, &c) != NM_OK) break;
+            if (nm_brick_estimate(vision, &(nm_brick_input){0}, &c) != NM_OK) break;
             image_rows += c.n_out;
             b[n].cost.flops += c.flops;
             for (int t = 0; t < NM_EST_TYPES; t++) b[n].cost.flops_by_type[t] += c.flops_by_type[t];
@@ -358,17 +194,17 @@ static int print_plan(const session *S, const cli_opts *o) {
         }
         n++;
     }
-    const int32_t n_tok = o->prompt ? -nm_tokenize(S->m, o->prompt, strlen(o->prompt), NULL, 0, true, true) : 0;
+    const int32_t n_tok = o->prompt ? -nm_tokenize(m, o->prompt, strlen(o->prompt), NULL, 0, true, true) : 0;
     const nm_brick_input li = {.n_tokens = n_tok + image_rows, .n_predict = o->n_predict > 0 ? o->n_predict : 128};
     memset(&b[n], 0, sizeof b[n]);
     b[n].kind = NM_BRICK_LLM;
     b[n].name = "llm";
-    b[n].units = nm_brick_impl(S->llm)->units;
-    b[n].n_layer = nm_model_n_layer(S->m);
+    b[n].units = nm_brick_impl(llm)->units;
+    b[n].n_layer = nm_model_n_layer(m);
     // the whole request, and its generation alone (scored apart: compute-bound prompt, memory-bound tokens)
     const nm_brick_input gi = {.n_past = li.n_tokens, .n_predict = li.n_predict};
-    if ((st = nm_brick_estimate(S->llm, &li, &b[n].cost)) != NM_OK ||
-        (st = nm_brick_estimate(S->llm, &gi, &b[n].decode)) != NM_OK) {
+    if ((st = nm_brick_estimate(llm, &li, &b[n].cost)) != NM_OK ||
+        (st = nm_brick_estimate(llm, &gi, &b[n].decode)) != NM_OK) {
         fprintf(stderr, "error: the LLM brick's estimate: %s\n", nm_status_str(st));
         return 1;
     }
@@ -469,199 +305,168 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         return 2;
     }
 
-    char err[512];
     nm_model_params mp = nm_model_default_params();
     mp.n_threads = o.n_threads;
     mp.no_mmap = o.no_mmap;
-    session S = {.images = o.images};
-    char *media_prompt = NULL;
+    nm_model *m = NULL;
+    nm_pipeline *P = NULL;
+    nm_ledger *ledger = NULL;
+    nm_pipeline_image *images = NULL;
+    char *stdin_image = NULL;
     int rc = 1;
     double t_load = cli_now();
-    nm_status st = nm_model_load(o.model, &mp, &S.m, err, sizeof err);
+    char err[1024];
+    nm_status st = nm_model_load(o.model, &mp, &m, err, sizeof err);
     if (st != NM_OK) {
         cli_load_error(o.model, st, err, CLI_WANT_LLM);
         free(file_prompt);
         return 1;
     }
     cli_mlock(&o);
-    // The LLM brick decodes on the model loaded here (the command reads its
-    // training context for -c 0, its tokenizer and template for the prompt).
-    S.ledger = nm_ledger_create();
-    if (!S.ledger) {
-        fprintf(stderr, "error: out of memory\n");
-        goto done;
-    }
-    nm_brick_params lp = cli_llm_params(&o, S.m, S.ledger);
-    if ((st = nm_brick_load(NULL, &lp, &S.llm, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err);
-        goto done;
-    }
-    S.c = nm_brick_llm_ctx(S.llm);
-    cli_ctx_note(S.c);
-    if (o.mmproj && !cli_vision_load(&o, o.mmproj, o.mmproj_device, S.llm, S.ledger, &S.vision)) goto done;
-    // The prompt's media markers: one per image, or none (then the images go first).
-    if (o.n_images > 0) {
-        int n_markers = 0;
-        for (const char *q = o.prompt; (q = strstr(q, MEDIA_MARKER)); q += strlen(MEDIA_MARKER)) n_markers++;
-        if (n_markers == 0) {
-            size_t ml = strlen(MEDIA_MARKER), pl = strlen(o.prompt);
-            media_prompt = malloc(ml * (size_t)o.n_images + pl + 1);
-            if (!media_prompt) goto done;
-            for (int i = 0; i < o.n_images; i++) memcpy(media_prompt + ml * (size_t)i, MEDIA_MARKER, ml);
-            memcpy(media_prompt + ml * (size_t)o.n_images, o.prompt, pl + 1);
-            o.prompt = media_prompt;
-        } else if (n_markers != o.n_images) {
-            fprintf(stderr, "error: the prompt has %d %s markers for %d images\n", n_markers, MEDIA_MARKER, o.n_images);
+    // The images: files, or - (stdin) read here, at most what the vision brick takes
+    if (o.n_images > 0 && !(images = calloc((size_t)o.n_images, sizeof *images))) goto done;
+    for (int i = 0; i < o.n_images; i++) {
+        if (strcmp(o.images[i], "-") != 0) {
+            images[i].path = o.images[i];
+            continue;
+        }
+        size_t n = 0;
+        char ferr[512];
+        if (stdin_image) {
+            fprintf(stderr, "error: --image -: stdin can be read once\n");
             goto done;
         }
+        if ((st = nm_infile_read(o.images[i], CLI_IMAGE_FILE_MAX, NM_INFILE_STDIN | NM_INFILE_STREAM, &stdin_image, &n,
+                                 ferr, sizeof ferr)) != NM_OK) {
+            fprintf(stderr, "error: image %s (%s)\n", ferr, nm_status_str(st));
+            goto done;
+        }
+        images[i].bytes = stdin_image, images[i].n_bytes = n;
     }
     if (cnv_auto && !o.chat) { // the model's own template, if it has one we format, makes it a conversation
         nm_chat_msg probe = {"user", "hi"};
         char buf[16];
-        o.chat = nm_chat_format(S.m, NULL, &probe, 1, true, buf, sizeof buf) != NM_ERR_TEMPLATE;
+        o.chat = nm_chat_format(m, NULL, &probe, 1, true, buf, sizeof buf) != NM_ERR_TEMPLATE;
         if (!o.chat && !o.prompt) {
             fprintf(stderr, "error: give a prompt with -p or -f (the model has no chat template we know for a "
                             "conversation)\n");
             goto done;
         }
     }
-    if (o.chat) { // a model without a usable template fails here, before any input is read
+    if (o.chat && !o.jinja) { // a model without a usable template fails here, before any input is read
         nm_chat_msg probe = {"user", "hi"};
-        char *f = format_chat(S.m, &o, &probe, 1);
+        char *f = format_chat(m, &o, &probe, 1);
         if (!f) goto done;
         free(f);
     }
-    t_load = cli_now() - t_load;
-    if (o.plan) {
-        rc = print_plan(&S, &o);
+    // The pipeline: the LLM brick (and the vision brick) on the model loaded
+    // here (the command read its training context for -c 0, its template).
+    const bool interactive = o.chat && !o.prompt;
+    if (!(ledger = nm_ledger_create()) || nm_ledger_endpoint(ledger, "cli") < 0) {
+        fprintf(stderr, "error: out of memory\n");
         goto done;
     }
-    if (!start_lane(&S, &o, err, sizeof err)) goto done;
+    nm_brick_params lp = cli_llm_params(&o, m, NULL);
+    nm_brick_params vp = cli_vision_params(&o, o.mmproj, o.mmproj_device, NULL, NULL);
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp;
+    pp.vision = o.mmproj ? &vp : NULL;
+    pp.ledger = ledger;
+    pp.chat = o.chat;
+    pp.system_prompt = o.system;
+    pp.chat_template = o.chat_tmpl;
+    pp.jinja = o.jinja;
+    pp.jinja_template = o.chat_tmpl_src;
+    pp.jinja_len = o.chat_tmpl_len;
+    pp.jinja_name = o.chat_tmpl_file;
+    pp.keep_history = interactive; // llama.cpp's conversation: the turns so far, the oldest dropped to fit
+    pp.queue = 1;
+    if ((st = nm_pipeline_create(&pp, &P, err, sizeof err)) != NM_OK) {
+        if (!strncmp(err, "vision: ", 8)) cli_vision_error(&o, o.mmproj, st, err + 8);
+        else if (!strncmp(err, "llm: ", 5)) fprintf(stderr, "error: cannot create context: %s: %s\n", nm_status_str(st), err + 5);
+        else fprintf(stderr, "error: %s\n", err);
+        goto done;
+    }
+    nm_brick *llm = nm_pipeline_brick(P, NM_BRICK_LLM), *vision = nm_pipeline_brick(P, NM_BRICK_VISION);
+    nm_ctx *c = nm_brick_llm_ctx(llm);
+    cli_ctx_note(c);
+    t_load = cli_now() - t_load;
+    if (o.plan) {
+        rc = print_plan(llm, vision, m, &o);
+        goto done;
+    }
     struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART}; // kept until the command ends
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     if (o.stats) {
         char desc[256];
-        nm_model_desc(S.m, desc, sizeof desc);
+        nm_model_desc(m, desc, sizeof desc);
         fprintf(stderr, "model: %s\n", desc);
         fprintf(stderr, "seed: %llu%s\n", (unsigned long long)o.sp.seed, o.seed_random ? " (random)" : "");
-        fprintf(stderr, "context: %d tokens (training context %d)\n", nm_ctx_n_ctx(S.c), nm_model_n_ctx_train(S.m));
+        fprintf(stderr, "context: %d tokens (training context %d)\n", nm_ctx_n_ctx(c), nm_model_n_ctx_train(m));
     }
-
-    if (!o.chat) {
-        // plain completion: the prompt is printed, then continued
-        double t_sent = cli_now();
-        S.request++;
-        if (!cli_prompt_send(S.m, o.prompt, o.n_images, true, &to_llm, &S)) goto done_stats;
-        if (!o.no_display_prompt) fputs(o.prompt, stdout);
-        if (!receive(&S, NULL, 0, t_sent)) goto done_stats;
-        putchar('\n');
-        rc = S.cancelled ? 130 : 0; // as a shell reports SIGINT, after the stats
+    reply R = {.ok = true};
+    uint64_t id = 0;
+    if (!interactive) {
+        // one request: a completion (the prompt printed, then continued) or a chat turn
+        const nm_pipeline_input in = {.text = o.prompt, .images = images, .n_images = o.n_images};
+        if ((st = nm_pipeline_submit(P, &in, &id, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: %s\n", err);
+            goto done_stats;
+        }
+        if (!o.chat && !o.no_display_prompt) fputs(o.prompt, stdout);
+        R = receive(P, id, nm_ctx_n_ctx(c), "");
+        if (R.ok) putchar('\n');
+        fflush(stdout); // (before the stats on stderr)
+        rc = !R.ok ? 1 : R.cancelled ? 130 : 0; // (130: as a shell reports SIGINT, after the stats)
         goto done_stats;
     }
-
-    // chat: one turn with -p, else a loop over stdin lines
-    nm_chat_msg msgs[256];
-    char *owned[256];
-    size_t n_msgs = 0, n_owned = 0;
-    if (o.system) msgs[n_msgs++] = (nm_chat_msg){"system", o.system};
-    bool interactive = o.prompt == NULL;
+    // an interactive chat: a turn a line of stdin
     char line[8192];
     for (;;) {
-        const char *user = o.prompt;
-        if (interactive) {
-            fprintf(stderr, "> ");
-            g_at_prompt = 1; // Ctrl-C here ends the command
-            char *got = fgets(line, sizeof line, stdin);
-            g_at_prompt = 0;
-            if (!got) break;
-            line[strcspn(line, "\n")] = '\0';
-            if (!line[0]) continue;
-            if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-            user = owned[n_owned++] = strdup(line);
-        }
-        if (n_msgs + 2 > sizeof msgs / sizeof msgs[0] || n_owned + 1 >= sizeof owned / sizeof owned[0]) {
-            fprintf(stderr, "error: conversation too long\n");
+        fprintf(stderr, "> ");
+        g_at_prompt = 1; // Ctrl-C here ends the command
+        char *got = fgets(line, sizeof line, stdin);
+        g_at_prompt = 0;
+        if (!got) break;
+        line[strcspn(line, "\n")] = '\0';
+        if (!line[0]) continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if ((st = nm_pipeline_submit(P, &(nm_pipeline_input){.text = line}, &id, err, sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: %s\n", err);
             break;
         }
-        msgs[n_msgs++] = (nm_chat_msg){"user", user};
-        char *formatted = format_chat(S.m, &o, msgs, n_msgs);
-        if (!formatted) goto done_chat;
-        // When the conversation no longer fits (with room for an answer: -n, or
-        // a quarter of the context), drop the oldest turns after the system
-        // message, as llama.cpp's chat does, and say so; a single message that
-        // does not fit is an error for that turn only.
-        const int32_t n_ctx = nm_ctx_n_ctx(S.c);
-        const int32_t room = o.n_predict > 0 && o.n_predict < n_ctx ? o.n_predict : n_ctx / 4;
-        const size_t first = o.system ? 1 : 0;
-        int32_t n_tok = -nm_tokenize(S.m, formatted, strlen(formatted), NULL, 0, true, true);
-        int dropped = 0;
-        while (n_tok + room > n_ctx && n_msgs - first >= 3) { // a user + assistant pair can go
-            memmove(msgs + first, msgs + first + 2, sizeof msgs[0] * (n_msgs - first - 2));
-            n_msgs -= 2;
-            dropped++;
-            free(formatted);
-            if (!(formatted = format_chat(S.m, &o, msgs, n_msgs))) goto done_chat;
-            n_tok = -nm_tokenize(S.m, formatted, strlen(formatted), NULL, 0, true, true);
-        }
-        if (dropped)
-            fprintf(stderr, "[context of %d tokens: dropped the %d oldest turn%s; the conversation is %d tokens now]\n",
-                    n_ctx, dropped, dropped > 1 ? "s" : "", n_tok);
-        if (n_tok >= n_ctx) {
-            fprintf(stderr, "error: this message (%d tokens with the template%s) does not fit the context of %d "
-                            "(-c); the conversation goes on\n",
-                    n_tok, o.system ? " and the system message" : "", n_ctx);
-            free(formatted);
-            n_msgs--; // the message is not part of the conversation
-            if (!interactive) goto done_chat;
-            continue;
-        }
-        // The whole conversation from position 0: the brick decodes only what
-        // its cache does not already hold.
-        double t_sent = cli_now();
-        S.request++;
-        bool ok = cli_prompt_send(S.m, formatted, o.n_images, true, &to_llm, &S);
-        free(formatted);
-        if (!ok) goto done_chat;
-        char *answer = malloc(65536);
-        if (!answer || !receive(&S, answer, 65536, t_sent)) {
-            free(answer);
-            goto done_chat;
-        }
-        putchar('\n');
+        const reply r = receive(P, id, nm_ctx_n_ctx(c), "; the conversation goes on");
+        if (r.t_first > 0 && R.t_first == 0) R.t_first = r.t_first;
+        if (r.ok) putchar('\n');
         fflush(stdout);
-        owned[n_owned++] = answer;
-        msgs[n_msgs++] = (nm_chat_msg){"assistant", answer}; // a cancelled answer as far as it went
-        if (!interactive) break;
     }
-    rc = !interactive && S.cancelled ? 130 : 0;
-done_chat:
-    for (size_t i = 0; i < n_owned; i++) free(owned[i]);
+    rc = 0;
 done_stats:
-    stop_lane(&S);
+    nm_pipeline_close(P);
     if (o.stats) {
-        nm_brick_stats bs = nm_brick_get_stats(S.llm);
+        nm_brick_stats bs = nm_brick_get_stats(llm);
         fprintf(stderr, "load: %.2f s\n", t_load);
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_prompt_tokens, bs.t_prompt,
                 bs.t_prompt > 0 ? bs.n_prompt_tokens / bs.t_prompt : 0.0);
         fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_gen, bs.t_gen,
                 bs.t_gen > 0 ? bs.n_gen / bs.t_gen : 0.0);
-        if (S.vision) {
-            nm_brick_stats vs = nm_brick_get_stats(S.vision);
+        if (vision) {
+            nm_brick_stats vs = nm_brick_get_stats(vision);
             fprintf(stderr, "vision: %d images, %d encoder runs in %.3f s (%.1f ms each), decode+preprocess %.3f s\n",
                     (int)vs.n_images, (int)vs.n_encoded, vs.t_encode,
                     vs.n_encoded ? 1e3 * vs.t_encode / (double)vs.n_encoded : 0.0, vs.t_decode);
         }
-        if (strcmp(nm_ctx_device(S.c), "cpu") != 0) {
+        if (strcmp(nm_ctx_device(c), "cpu") != 0) {
             uint64_t wrapped = 0, uploaded = 0;
-            nm_ctx_device_stats(S.c, &wrapped, &uploaded);
+            nm_ctx_device_stats(c, &wrapped, &uploaded);
             fprintf(stderr, "device: %s, %d of %d layers; host memory it reads in place %.1f MiB, copied to it %.1f MiB\n",
-                    o.device ? o.device : nm_ctx_device(S.c), nm_ctx_device_layers(S.c), nm_model_n_layer(S.m),
+                    o.device ? o.device : nm_ctx_device(c), nm_ctx_device_layers(c), nm_model_n_layer(m),
                     wrapped / 1048576.0, uploaded / 1048576.0);
         }
-        if (S.t_first > 0) fprintf(stderr, "time to first token: %.3f s\n", S.t_first);
+        if (R.t_first > 0) fprintf(stderr, "time to first token: %.3f s\n", R.t_first);
         char led[1024];
-        if (nm_ledger_format(S.ledger, led, sizeof led) > 0) fputs(led, stderr);
+        if (nm_ledger_format(ledger, led, sizeof led) > 0) fputs(led, stderr);
         long anon, file;
         fprintf(stderr, "peak RSS: %.1f MiB\n", cli_peak_rss_kb() / 1024.0);
         if (cli_rss_split(&anon, &file))
@@ -669,15 +474,11 @@ done_stats:
                     file / 1024.0, o.no_mmap ? "--no-mmap: read into the allocations" : "not copied", anon / 1024.0);
     }
 done:
-    stop_lane(&S);
-    nm_brick_free(S.vision);
-    nm_brick_free(S.llm);
-    free(media_prompt);
-    nm_tabm_free(S.in);
-    nm_tabm_free(S.out);
-    nm_tabm_free(S.img);
-    nm_ledger_free(S.ledger);
-    nm_model_free(S.m);
+    nm_pipeline_free(P);
+    nm_ledger_free(ledger);
+    nm_model_free(m);
+    free(images);
+    free(stdin_image);
     free(file_prompt);
     return rc;
 }

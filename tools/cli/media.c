@@ -6,8 +6,8 @@
 
 #include "cli.h"
 
-bool cli_vision_load(const cli_opts *o, const char *mmproj, const char *device, nm_brick *llm, nm_ledger *ledger,
-                     nm_brick **vision) {
+nm_brick_params cli_vision_params(const cli_opts *o, const char *mmproj, const char *device, nm_brick *llm,
+                                  nm_ledger *ledger) {
     nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
     vp.model = mmproj;
     vp.feeds = llm;
@@ -17,14 +17,23 @@ bool cli_vision_load(const cli_opts *o, const char *mmproj, const char *device, 
     vp.ledger = ledger;
     vp.image_min_tokens = o->image_min_tokens;
     vp.image_max_tokens = o->image_max_tokens;
-    char err[512];
-    const nm_status st = nm_brick_load(NULL, &vp, vision, err, sizeof err);
-    if (st == NM_OK) return true;
+    return vp;
+}
+
+void cli_vision_error(const cli_opts *o, const char *mmproj, nm_status st, const char *err) {
     if (st == NM_ERR_FORMAT && strstr(err, "belongs to another model"))
         fprintf(stderr, "error: '%s' does not fit '%s': %s\n", mmproj, o->model, err);
     else
         cli_load_error(mmproj, st, err, CLI_WANT_MMPROJ);
-    return false;
+}
+
+bool cli_vision_load(const cli_opts *o, const char *mmproj, const char *device, nm_brick *llm, nm_ledger *ledger,
+                     nm_brick **vision) {
+    const nm_brick_params vp = cli_vision_params(o, mmproj, device, llm, ledger);
+    char err[512];
+    const nm_status st = nm_brick_load(NULL, &vp, vision, err, sizeof err);
+    if (st != NM_OK) cli_vision_error(o, mmproj, st, err);
+    return st == NM_OK;
 }
 
 bool cli_prompt_send(const nm_model *m, const char *prompt, int n_images, bool bos, const cli_prompt_i *to,

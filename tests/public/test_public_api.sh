@@ -71,5 +71,49 @@ elif [ -x "$tmp/pipeline" ]; then
 else
     bad pipeline_runs "not built"
 fi
+
+# 4. the examples (examples/*.c), built the same way, answer as the command does on the default models:
+# chat.c's conversation is `nanomind run --chat` with the library's default seed; transcribe.c's
+# segments are `nanomind transcribe`'s
+for e in chat transcribe; do
+    if out=$(cc -std=c11 -Wall -Wextra -Werror $san -o "$tmp/$e" "$root/examples/$e.c" $flags 2>&1); then
+        ok "example_${e}_builds ($(wc -l < "$root/examples/$e.c") lines)"
+    else
+        bad "example_${e}_builds" "$out"
+    fi
+done
+nm_bin=$build/nanomind
+W=$models/whisper-tiny.en.gguf M=$models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f "$M" ] || [ ! -f "$W" ]; then
+    if [ -n "${NM_CI:-}" ] && [ "$NM_CI" != 0 ]; then bad examples_answer "a default model missing under NM_CI"
+    else skip=$((skip + 1)); echo "skip examples_answer (SmolLM2 or Whisper not in $models)"; fi
+elif [ -x "$tmp/chat" ] && [ -x "$tmp/transcribe" ]; then
+    qs=$'What is the capital of France?\nAnd of Italy?\n'
+    a=$(LD_LIBRARY_PATH=$(dirname "$lib") timeout 120 "$tmp/chat" "$M" <<< "$qs" 2>/dev/null)
+    b=$(timeout 120 "$nm_bin" run -m "$M" --chat --seed 24301 <<< "$qs" 2>/dev/null)
+    if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "example_chat_as_run ($(head -c 60 <<< "$a" | tr '\n' ' '))"
+    else bad example_chat_as_run "example: $a
+run:     $b"; fi
+    speech=$root/tests/data/speech
+    a=$(LD_LIBRARY_PATH=$(dirname "$lib") timeout 300 "$tmp/transcribe" "$W" "$speech/tts_16k.wav" "$speech/tts_long.ogg" 2>&1)
+    b=$(timeout 300 "$nm_bin" transcribe -m "$W" "$speech/tts_16k.wav" "$speech/tts_long.ogg" 2>/dev/null)
+    strip() { sed 's/^\[[^]]*\] *//'; }
+    if [ "$(wc -l <<< "$a")" -ge 3 ] && [ "$(strip <<< "$a")" = "$(strip <<< "$b")" ]; then
+        ok "example_transcribe_as_transcribe ($(wc -l <<< "$a") segments)"
+    else
+        bad example_transcribe_as_transcribe "example: $a
+transcribe: $b"
+    fi
+    # a file that cannot be read: named, a non-zero exit, the next file still transcribed
+    a=$(LD_LIBRARY_PATH=$(dirname "$lib") timeout 120 "$tmp/transcribe" "$W" /nonexistent.wav "$speech/tts_16k.wav" 2>&1)
+    rc=$?
+    if [ $rc = 1 ] && grep -q "/nonexistent.wav: cannot open" <<< "$a" && grep -q "quick brown fox" <<< "$a"; then
+        ok example_transcribe_bad_file
+    else
+        bad example_transcribe_bad_file "rc $rc: $a"
+    fi
+else
+    bad examples_answer "not built"
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

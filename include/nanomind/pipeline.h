@@ -69,6 +69,11 @@ typedef struct nm_pipeline_params {
     nm_ledger *ledger;       // borrowed, may be NULL: the pipeline's own (nm_pipeline_ledger)
     int32_t max_audio_s;     // the most seconds of audio a request may bring (STT ring slots); <= 0: 60
     int32_t queue;           // requests submitted and not yet taken before submit waits; <= 0: 8
+    // Listening (nm_pipeline_hear): the cutter of the heard stream into questions (vad.rate 0:
+    // nm_vad_default_params(); the rate must be 16000), and barge_in: speech that starts while
+    // requests are in flight cancels them (a new question interrupts the answer being spoken).
+    nm_vad_params vad;
+    bool barge_in;
 } nm_pipeline_params;
 
 nm_pipeline_params nm_pipeline_default_params(void);
@@ -125,6 +130,10 @@ typedef enum nm_pipeline_event_kind {
     NM_PIPELINE_DONE = 4,       // the request has ended: status, stop, text (an error's message), timings
     NM_PIPELINE_NOTE = 5,       // a remark for the request's user: text (the oldest turns dropped to fit the
                                 // context; a Jinja template beyond the subset, formatted by a built-in one)
+    NM_PIPELINE_BARGE_IN = 6,   // speech began in the heard stream (nm_pipeline_hear) while requests were in
+                                // flight: each is cancelled (no AUDIO of it follows; its DONE says cancelled),
+                                // request the newest of them; t0: where the speech began, t1: where it was
+                                // known (10 ms units of the heard stream). Stop a speaker playing them now.
 } nm_pipeline_event_kind;
 
 // Seconds from the request's submit: 0 where the stage did not run.
@@ -142,7 +151,7 @@ typedef struct nm_pipeline_event {
     uint64_t request;
     const char *text;     // TRANSCRIPT, TEXT, NOTE, DONE: UTF-8, NUL-terminated; borrowed until the next read
     size_t len;
-    int64_t t0, t1;       // TRANSCRIPT: 10 ms units of the request's audio
+    int64_t t0, t1;       // TRANSCRIPT: 10 ms units of the request's audio; BARGE_IN: of the heard stream
     const int16_t *pcm;   // AUDIO: the samples in the TTS ring's slot, borrowed until the next read
     int64_t n_samples;
     int32_t sample_rate;
@@ -161,9 +170,20 @@ typedef struct nm_pipeline_event {
 // previous event borrowed.
 nm_status nm_pipeline_read(nm_pipeline *p, int64_t timeout_ns, nm_pipeline_event *ev);
 // Stops a request wherever it is (transcribing, decoding, speaking: barge-in):
-// its DONE comes with NM_ERR_CANCELLED. NM_ERR_RANGE for an id that was never
+// its DONE comes with NM_ERR_CANCELLED, and no AUDIO of it after this call (its
+// speech not yet read is dropped). NM_ERR_RANGE for an id that was never
 // given; a request already done is left as it is (NM_OK).
 nm_status nm_pipeline_cancel(nm_pipeline *p, uint64_t request);
+// Live audio (16 kHz mono, as a microphone's capture gives it: n samples,
+// borrowed for the call; a chunk of any length), cut into questions by the
+// pipeline's VAD (params.vad): each utterance is a request of its own, its
+// audio copied into the STT ring (as submit's pcm; counted caller -> stt). With
+// params.barge_in, speech starting while requests are in flight cancels them
+// here, before this call returns (a BARGE_IN event). pcm NULL or n 0: the
+// stream's end (an utterance still open is asked). Needs STT; one thread at a
+// time (e.g. nm_audio_capture's on_chunk). Errors: submit's, for an utterance
+// (err says which); the stream goes on.
+nm_status nm_pipeline_hear(nm_pipeline *p, const float *pcm, int64_t n, char *err, size_t err_size);
 // No more requests: those submitted are served, then nm_pipeline_read gives
 // NM_ERR_SHUTDOWN.
 void nm_pipeline_close(nm_pipeline *p);

@@ -43,6 +43,7 @@ typedef struct pl_req {
     bool audio, silent;
     // progress, under the lock
     bool cancelled, done;
+    bool answer_ended, speech_ended; // the decoder's request, the voice's request (DONE after both)
     nm_status status;      // a failure recorded before the request's last stage ends it
     nm_llm_stop stop;
     char err[512];
@@ -94,6 +95,10 @@ struct nm_pipeline {
     pl_event *spare;       // nodes read, for the next events (a token's event allocates nothing)
     nm_chat_msg *hist;     // keep_history: the turns so far (strings owned)
     size_t n_hist, cap_hist;
+    // listening (nm_pipeline_hear, on its caller's thread)
+    nm_vad *vad;
+    nm_vad_params vad_p;
+    bool vad_speech;       // an utterance was open after the last frame
 };
 
 static double now_s(void) {
@@ -708,7 +713,14 @@ static void *answers_main(void *arg) {
         if (P->p.keep_history && r->status == NM_OK && (ok || len > 0)) remember(P, r, answer ? answer : "", len);
         if (speak) { // the voice's request ends (a cancelled one is marked: it stops there too)
             if (!ok) nm_tabm_cancel_request(P->tts_in, id);
-            if (put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, id) == NM_OK) continue;
+            if (put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, id) == NM_OK) {
+                // DONE once the voice has ended it too (a cancelled voice may end it first: then here)
+                pthread_mutex_lock(&P->lock);
+                r->answer_ended = true;
+                if (r->speech_ended) done_locked(P, r, NM_OK, NULL);
+                pthread_mutex_unlock(&P->lock);
+                continue;
+            }
         }
         done(P, r, NM_OK, NULL);
     }
@@ -725,7 +737,8 @@ static void *speech_main(void *arg) {
         const uint64_t id = s.meta->request, user = s.meta->user;
         pthread_mutex_lock(&P->lock);
         pl_req *r = req_of(P, id);
-        const bool pcm = r && s.meta->kind == NM_TABM_PCM_S16 && s.meta->size > 0;
+        // (a cancelled request's speech is dropped: barge-in stops it at once)
+        const bool pcm = r && !r->cancelled && s.meta->kind == NM_TABM_PCM_S16 && s.meta->size > 0;
         if (pcm) {
             if (r->t.first_audio == 0) r->t.first_audio = since(r);
             r->t.n_samples += (int64_t)(s.meta->size / 2);
@@ -740,7 +753,8 @@ static void *speech_main(void *arg) {
                 snprintf(r->err, sizeof r->err, "tts: %s", nm_brick_request_error(P->tts, id));
                 r->status = NM_ERR_FORMAT;
             }
-            done_locked(P, r, NM_OK, NULL);
+            r->speech_ended = true;
+            if (!P->llm || r->silent || r->answer_ended) done_locked(P, r, NM_OK, NULL); // (else the answers thread)
         }
         pthread_mutex_unlock(&P->lock);
         if (!pcm) nm_tabm_release(P->tts_out, &s);
@@ -930,6 +944,7 @@ void nm_pipeline_free(nm_pipeline *P) {
     free(P->reqs);
     for (size_t i = 0; i < P->n_hist; i++) free((char *)P->hist[i].content);
     free(P->hist);
+    nm_vad_free(P->vad);
     if (P->own_ledger) nm_ledger_free(P->ledger);
     free(P->system_prompt), free(P->chat_template), free(P->jinja_template), free(P->jinja_name), free(P->note);
     pthread_cond_destroy(&P->cond);
@@ -1126,7 +1141,21 @@ nm_status nm_pipeline_cancel(nm_pipeline *P, uint64_t request) {
         return NM_ERR_RANGE;
     }
     const bool mark = !r->done && !r->cancelled;
-    if (mark) r->cancelled = true;
+    if (mark) { // it is silent from now: its speech not yet read goes
+        r->cancelled = true;
+        for (pl_event **pe = &P->ev_head, *prev = NULL; *pe;) {
+            pl_event *e = *pe;
+            if (e->ev.kind != NM_PIPELINE_AUDIO || e->ev.request != request) {
+                prev = e, pe = &e->next;
+                continue;
+            }
+            *pe = e->next;
+            if (P->ev_tail == e) P->ev_tail = prev;
+            if (e->has_slot) nm_tabm_release(P->tts_out, &e->slot);
+            e->has_slot = false;
+            e->next = P->spare, P->spare = e;
+        }
+    }
     pthread_mutex_unlock(&P->lock);
     if (!mark) return NM_OK;
     // wherever it is: each brick stops it at its next check and ends it downstream
@@ -1134,6 +1163,71 @@ nm_status nm_pipeline_cancel(nm_pipeline *P, uint64_t request) {
     for (size_t i = 0; i < 4; i++)
         if (rings[i]) nm_tabm_cancel_request(rings[i], request);
     return NM_OK;
+}
+
+// ---- listening -----------------------------------------------------------------------------------
+
+typedef struct heard_ctx {
+    nm_pipeline *P;
+    nm_status st;
+    char *err;
+    size_t err_size;
+} heard_ctx;
+
+// An utterance the VAD cut: a request of its own.
+static void on_utterance(void *user, const float *pcm, int64_t n, int64_t t0) {
+    heard_ctx *h = user;
+    char e[512];
+    const nm_status st = nm_pipeline_submit(h->P, &(nm_pipeline_input){.pcm = pcm, .n_samples = n}, NULL, e, sizeof e);
+    if (st != NM_OK && h->st == NM_OK) {
+        h->st = st;
+        nm_fail(st, h->err, h->err_size, "pipeline: the question heard at %.2f s: %s", (double)t0 / 16000.0, e);
+    }
+}
+
+// Speech began at stream position `at` (samples): every request in flight is
+// cancelled, and a BARGE_IN event says so.
+static void barge_in(nm_pipeline *P, int64_t at) {
+    uint64_t newest = 0, oldest = 0;
+    pthread_mutex_lock(&P->lock);
+    for (uint64_t i = 0; i < P->n_reqs; i++)
+        if (!P->reqs[i]->done && !P->reqs[i]->cancelled) newest = i + 1, oldest = oldest ? oldest : i + 1;
+    pthread_mutex_unlock(&P->lock);
+    if (!newest) return;
+    for (uint64_t id = oldest; id <= newest; id++) nm_pipeline_cancel(P, id);
+    const int64_t voiced = (int64_t)P->vad_p.start_frames * P->vad_p.frame_ms * 16; // the frames that opened it
+    nm_pipeline_event ev = {.kind = NM_PIPELINE_BARGE_IN, .request = newest, .t0 = (at - voiced) / 160, .t1 = at / 160};
+    push(P, &ev, "", 0);
+}
+
+nm_status nm_pipeline_hear(nm_pipeline *P, const float *pcm, int64_t n, char *err, size_t err_size) {
+    if (!P) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no pipeline");
+    if (!P->stt) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: heard audio, and no STT brick to hear it");
+    if (n < 0 || (n > 0 && !pcm)) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %lld samples heard", (long long)n);
+    if (!P->vad) {
+        P->vad_p = P->p.vad.rate ? P->p.vad : nm_vad_default_params();
+        if (P->vad_p.rate != 16000)
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: the VAD's rate is %d Hz (16000 heard)",
+                           (int)P->vad_p.rate);
+        char e[256];
+        const nm_status st = nm_vad_create(&P->vad_p, &P->vad, e, sizeof e);
+        if (st != NM_OK) return nm_fail(st, err, err_size, "pipeline: the VAD: %s", e);
+    }
+    heard_ctx h = {P, NM_OK, err, err_size};
+    if (n == 0 || !pcm) {
+        nm_vad_flush(P->vad, on_utterance, &h);
+        P->vad_speech = false;
+        return h.st;
+    }
+    // a frame at a time, so that speech is known (and barges in) within a frame of where the VAD sees it
+    const int64_t frame = (int64_t)P->vad_p.frame_ms * 16;
+    for (int64_t i = 0; i < n; i += frame) {
+        nm_vad_push(P->vad, pcm + i, n - i < frame ? n - i : frame, on_utterance, &h);
+        const bool speech = nm_vad_in_speech(P->vad);
+        if (speech && !P->vad_speech && P->p.barge_in) barge_in(P, nm_vad_position(P->vad));
+        P->vad_speech = speech;
+    }
+    return h.st;
 }
 
 void nm_pipeline_close(nm_pipeline *P) {

@@ -530,7 +530,7 @@ case_jinja_fallback() {
     tr '\n' ' ' < "$tmp/fb.err"
     if [ "$a" = "$b" ]; then echo "same answer"; else echo "differ: [$a] [$b]"; fi
 }
-expect jinja_fallback_named 0 "macro.jinja is beyond nanomind's Jinja subset \(line 1, column 4: the statement 'macro' is not supported\): formatting with the built-in 'chatml' template instead .*same answer$" "$M" -- case_jinja_fallback
+expect jinja_fallback_named 0 "macro.jinja is beyond nanomind's Jinja subset \(line 1, column 4: the statement 'macro' is not supported\): formatting with the built-in 'chatml' template instead.*same answer$" "$M" -- case_jinja_fallback
 expect jinja_template_refuses 1 "refuse.jinja: line 1, column 49: the template raised an error: no chats today" "$M" -- nm run -m "$M" --chat-template-file "$tmp/refuse.jinja" --chat -p hi -n 4
 expect jinja_with_no_cnv 2 "--jinja only applies to a conversation \\(not with -no-cnv\\)" "$M" -- nm run -m "$M" --jinja -no-cnv -p hi -n 1
 expect jinja_file_missing 2 "--chat-template-file: $tmp/none.jinja: cannot open" "$M" -- nm run -m "$M" --chat-template-file "$tmp/none.jinja" --chat -p hi -n 1

@@ -70,6 +70,8 @@ static bool read_answer(nm_pipeline *P, uint64_t id, answer *a) {
             a->n_samples += ev.n_samples;
             a->rate = ev.sample_rate;
             break;
+        case NM_PIPELINE_BARGE_IN:
+            return false; // (not asked of these tests)
         case NM_PIPELINE_NOTE:
             strncat(a->notes, ev.text, sizeof a->notes - strlen(a->notes) - 1);
             break;
@@ -280,6 +282,106 @@ NM_TEST(pipeline_conversation_keeps_turns) {
     NM_CHECK(want[0] && !strcmp(a2.text, want));
     if (strcmp(a2.text, want)) fprintf(stderr, "  pipeline '%s'\n  by hand  '%s'\n", a2.text, want);
     nm_pipeline_free(P);
+}
+
+// The voice's speech of text at 16 kHz as floats (malloc'd, *n samples), through a TTS-only pipeline.
+static float *speak16k(const char *text, int64_t *n) {
+    nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
+    tp.tts.sample_rate = 16000;
+    nm_pipeline_params vp = nm_pipeline_default_params();
+    vp.tts = &tp;
+    nm_pipeline *V = make(&vp);
+    answer q = {0};
+    q.cap_pcm = 16000 * 20;
+    q.pcm = malloc(sizeof(int16_t) * (size_t)q.cap_pcm);
+    uint64_t id = 0;
+    float *pcm = NULL;
+    *n = 0;
+    if (V && q.pcm && nm_pipeline_submit(V, &(nm_pipeline_input){.text = text}, &id, NULL, 0) == NM_OK &&
+        read_answer(V, id, &q) && q.status == NM_OK && q.n_samples <= q.cap_pcm && (pcm = malloc(sizeof(float) * (size_t)q.n_samples))) {
+        for (int64_t i = 0; i < q.n_samples; i++) pcm[i] = (float)q.pcm[i] / 32768.0f;
+        *n = q.n_samples;
+    }
+    free(q.pcm);
+    nm_pipeline_free(V);
+    return pcm;
+}
+
+// Hears `n` samples of pcm (NULL: silence) as a microphone's 100 ms chunks.
+static bool hear(nm_pipeline *P, const float *pcm, int64_t n) {
+    static const float zeros[1600];
+    for (int64_t i = 0; i < n; i += 1600) {
+        const int64_t k = n - i < 1600 ? n - i : 1600;
+        char err[512];
+        if (nm_pipeline_hear(P, pcm ? pcm + i : zeros, k, err, sizeof err) != NM_OK) {
+            fprintf(stderr, "  hear: %s\n", err);
+            return false;
+        }
+    }
+    return true;
+}
+
+// Barge-in: a question is heard (the microphone's stream cut by the VAD) and
+// its long answer is being spoken when a second question starts: the speech
+// of the first stops within 200 ms of the second's first voiced frame (in
+// the stream's own time: the cancel happens in the call that hears the frame
+// that makes it speech; no AUDIO of the first is read after it), and the
+// second is heard and answered aloud. Deterministic: the first answer's
+// speech (~200 tokens) is far more than the voice's ring holds (6.4 s) and
+// nothing is read while the second question is heard, so the first cannot
+// end on its own before it.
+NM_TEST(pipeline_barge_in_stops_the_answer) {
+    NEED_MODELS();
+    int64_t n1 = 0, n2 = 0;
+    float *q1 = speak16k("Tell me a long story about the sea.", &n1), *q2 = speak16k("What is the capital of France?", &n2);
+    NM_CHECK(q1 && q2 && n1 > 8000 && n2 > 8000);
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT), lp = llm_params(200), tp = nm_brick_default_params(NM_BRICK_TTS);
+    sp.model = g_stt;
+    sp.n_threads = 2;
+    lp.llm.ignore_eos = true;
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.stt = &sp, pp.llm = &lp, pp.tts = &tp;
+    pp.barge_in = true;
+    nm_pipeline *P = q1 && q2 ? make(&pp) : NULL;
+    NM_CHECK(P != NULL);
+    if (!P) goto out;
+    // question 1: 0.5 s of silence, the question, 1.2 s of silence (the VAD ends it after 0.8 s)
+    NM_CHECK(hear(P, NULL, 8000) && hear(P, q1, n1) && hear(P, NULL, 19200));
+    int64_t at = 8000 + n1 + 19200; // the stream's samples so far
+    nm_pipeline_event ev;
+    bool heard1 = false;
+    while (nm_pipeline_read(P, 120ll * 1000000000, &ev) == NM_OK && ev.kind != NM_PIPELINE_AUDIO && ev.kind != NM_PIPELINE_DONE)
+        heard1 = heard1 || (ev.kind == NM_PIPELINE_TRANSCRIPT && strstr(ev.text, "story"));
+    NM_CHECK(heard1 && ev.kind == NM_PIPELINE_AUDIO && ev.request == 1); // the first answer is being spoken
+    // question 2, nothing read meanwhile: 0.3 s of silence, the question, 1.2 s of silence
+    int64_t voiced = 0; // its first voiced frame (20 ms over -40 dBFS), in the stream
+    for (int64_t f = 0; f + 320 <= n2 && !voiced; f += 320) {
+        double e = 0;
+        for (int64_t i = f; i < f + 320; i++) e += (double)q2[i] * q2[i];
+        if (e / 320 > 1e-4) voiced = at + 4800 + f;
+    }
+    NM_CHECK(voiced > 0 && hear(P, NULL, 4800) && hear(P, q2, n2) && hear(P, NULL, 19200));
+    // what comes now: the barge-in, no more of the first answer's speech, its end cancelled; the second
+    answer a2 = {0};
+    bool barged = false, audio1 = false, done1 = false;
+    nm_status st1 = NM_OK;
+    while (!done1 || !barged) {
+        if (nm_pipeline_read(P, 120ll * 1000000000, &ev) != NM_OK || ev.request != 1) break;
+        if (ev.kind == NM_PIPELINE_BARGE_IN) {
+            barged = true;
+            const int64_t late = ev.t1 * 160 - voiced; // samples from the first voiced frame to the cancel
+            fprintf(stderr, "  barge-in %.0f ms after the second question's first voiced frame\n", late / 16.0);
+            NM_CHECK(late >= 0 && late <= 3200);
+        }
+        audio1 = audio1 || ev.kind == NM_PIPELINE_AUDIO;
+        if (ev.kind == NM_PIPELINE_DONE) done1 = true, st1 = ev.status;
+    }
+    NM_CHECK(barged && done1 && st1 == NM_ERR_CANCELLED && !audio1);
+    NM_CHECK(read_answer(P, 2, &a2) && a2.status == NM_OK && strstr(a2.transcript, "capital") && a2.n_samples > 0);
+    nm_pipeline_free(P);
+out:
+    free(q1);
+    free(q2);
 }
 
 // keep_history in a small context: when the conversation and room for an

@@ -40,10 +40,21 @@ typedef enum nm_pipeline_mode {
     // One request through the whole graph at a time: the next is taken once
     // the last one's speech (or answer) is done.
     NM_PIPELINE_SEQUENTIAL = 1,
+    // As SEQUENTIAL, and no brick resident between requests: each stage of a
+    // request (STT; the vision brick with the LLM; TTS) loads its brick, runs
+    // it on a thread of its own and releases it before the next stage loads
+    // (a device short of memory: the battery policy's critical state). Only
+    // the transcript and the answer's text are held between stages (the
+    // answer's sentences are copied once more: held for the voice). The rings
+    // stay (their pages are what the largest request wrote in them).
+    // nm_pipeline_brick gives a brick only while its stage runs. The bricks'
+    // parameters (and what they point to) are borrowed for the pipeline's life.
+    NM_PIPELINE_CASCADE = 2,
 } nm_pipeline_mode;
 
 typedef struct nm_pipeline_params {
-    // The bricks' parameters (kind set by the pipeline), NULL: not in the graph. Borrowed for the call;
+    // The bricks' parameters (kind set by the pipeline), NULL: not in the graph. Borrowed for the call
+    // (CASCADE: for the pipeline's life);
     // the pipeline loads the bricks and frees them. VISION needs LLM; the LLM brick's output kind is
     // the pipeline's (sentences with TTS, else text pieces) and its ledger the pipeline's.
     const nm_brick_params *stt, *vision, *llm, *tts;
@@ -188,9 +199,10 @@ nm_status nm_pipeline_hear(nm_pipeline *p, const float *pcm, int64_t n, char *er
 // NM_ERR_SHUTDOWN.
 void nm_pipeline_close(nm_pipeline *p);
 
-// The graph's brick of a kind (NULL: none in it), borrowed: for what each kind
-// offers beside the rings (nm_brick_llm_model, nm_brick_stt_transcript of the
-// last request, stats). Not for nm_brick_step or nm_brick_set_params: its lane runs it.
+// The graph's brick of a kind (NULL: none in it; CASCADE: none loaded now),
+// borrowed: for what each kind offers beside the rings (nm_brick_llm_model,
+// nm_brick_stt_transcript of the last request, stats). Not for nm_brick_step
+// or nm_brick_set_params: its lane runs it.
 nm_brick *nm_pipeline_brick(const nm_pipeline *p, nm_brick_kind kind);
 nm_ledger *nm_pipeline_ledger(const nm_pipeline *p);
 

@@ -44,6 +44,8 @@ typedef struct pl_req {
     // progress, under the lock
     bool cancelled, done;
     bool answer_ended, speech_ended; // the decoder's request, the voice's request (DONE after both)
+    char *said;            // CASCADE: the answer's sentences for the voice, each NUL-terminated
+    size_t n_said, cap_said;
     nm_status status;      // a failure recorded before the request's last stage ends it
     nm_llm_stop stop;
     char err[512];
@@ -72,8 +74,13 @@ struct nm_pipeline {
     nm_pipeline_params p;
     char *system_prompt, *chat_template, *jinja_template, *jinja_name;
     char *note;            // said with the next request (NOTE): the chat template's fallback
-    nm_brick *stt, *vision, *llm, *tts;
-    nm_model *m;
+    nm_brick *stt, *vision, *llm, *tts; // loaded (in CASCADE mode: only while a request's stage runs)
+    nm_model *m;           // the LLM brick's, while it is loaded
+    bool has[5];           // the graph's bricks, by nm_brick_kind
+    nm_brick_params given[5]; // CASCADE: the bricks' parameters, loaded again for each request
+    // CASCADE: the brick serving the request's stage, on a thread of its own
+    pthread_t th_step;
+    bool stepping;
     nm_tabm *stt_in, *stt_out, *img, *llm_in, *llm_out, *tts_in, *tts_out;
     nm_ledger *ledger;
     bool own_ledger;
@@ -162,8 +169,9 @@ static void push(nm_pipeline *P, const nm_pipeline_event *ev, const char *text, 
 static pl_req *req_of(nm_pipeline *P, uint64_t id) { return id >= 1 && id <= P->n_reqs ? P->reqs[id - 1] : NULL; }
 
 static void free_req_body(pl_req *r) {
-    free(r->text), free(r->llm_params), free(r->tts_params);
-    r->text = r->llm_params = r->tts_params = NULL;
+    free(r->text), free(r->llm_params), free(r->tts_params), free(r->said);
+    r->text = r->llm_params = r->tts_params = r->said = NULL;
+    r->n_said = r->cap_said = 0;
     for (int32_t i = 0; i < r->n_images; i++) free(r->img[i].path);
     r->n_images = 0;
 }
@@ -479,10 +487,11 @@ static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
         sent = true, first = false;
         p = end + ml;
     }
-    // failed: the decoder ends what was sent of it (cancelled), or nothing was sent
-    if (!ok && sent) {
+    // failed: the decoder ends what was sent of it (cancelled), or nothing was sent (a brick loaded for
+    // the request, CASCADE, is given its cancelled start, so that it ends it)
+    if (!ok && (sent || P->stepping)) {
         nm_tabm_cancel_request(P->llm_in, r->id);
-        put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r->id);
+        put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, sent ? 0 : NM_LLM_IN_POS(0), r->id);
     } else if (!ok) {
         done(P, r, NM_OK, NULL);
     }
@@ -497,7 +506,12 @@ static void send_speech(nm_pipeline *P, pl_req *r, const char *text) {
     nm_status st = NM_OK;
     if (r->tts_params && (st = put_params(P->tts_in, r->tts_params, r->id)) != NM_OK) {
         record(P, r, st, "tts: the request's parameters: %s", nm_status_str(st));
-        done(P, r, NM_OK, NULL);
+        if (P->stepping) { // (CASCADE: the voice loaded for it is given its cancelled end)
+            nm_tabm_cancel_request(P->tts_in, r->id);
+            put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r->id);
+        } else {
+            done(P, r, NM_OK, NULL);
+        }
         return;
     }
     size_t n = strlen(text);
@@ -545,7 +559,7 @@ static bool hear(nm_pipeline *P, pl_req *r, char **q) {
             nm_pipeline_event ev = {.kind = NM_PIPELINE_TRANSCRIPT, .request = r->id, .t0 = s.meta->shape[1],
                                     .t1 = s.meta->shape[2]};
             push(P, &ev, s.data, n);
-            if (!P->llm && !P->tts) { // a transcriber: the events are the transcript
+            if (!P->has[NM_BRICK_LLM] && !P->has[NM_BRICK_TTS]) { // a transcriber: the events are the transcript
                 nm_tabm_release(P->stt_out, &s);
                 continue;
             }
@@ -561,7 +575,7 @@ static bool hear(nm_pipeline *P, pl_req *r, char **q) {
                 t = g;
             }
             // the transcript into the chat's (or the voice's) text: a copy between bricks, counted
-            nm_ledger_copy(P->ledger, P->ep_stt, P->llm ? P->ep_llm : P->ep_tts, t + len, s.data, n);
+            nm_ledger_copy(P->ledger, P->ep_stt, P->has[NM_BRICK_LLM] ? P->ep_llm : P->ep_tts, t + len, s.data, n);
             len += n;
         }
         nm_tabm_release(P->stt_out, &s);
@@ -584,18 +598,132 @@ static bool hear(nm_pipeline *P, pl_req *r, char **q) {
     return true;
 }
 
-// Request r through the front of the graph: its transcript, then its prompt
-// (or its text for a voice alone). stop: the pipeline is being freed.
+// ---- the cascade: a brick loaded for each stage of a request ------------------------------------
+
+static nm_status load(nm_pipeline *P, const nm_brick_params *given, nm_brick_kind kind, nm_brick **out, char *err,
+                      size_t err_size);
+
+typedef struct step_arg {
+    nm_brick *b;
+    nm_tabm *in, *out;
+} step_arg;
+static void *step_main(void *p) {
+    step_arg *a = p;
+    (void)nm_brick_step(a->b, a->in, a->out); // (a failure is on the request's slots, as in a lane)
+    free(a);
+    return NULL;
+}
+
+static nm_brick **slot_of(nm_pipeline *P, nm_brick_kind k) {
+    return k == NM_BRICK_STT ? &P->stt : k == NM_BRICK_VISION ? &P->vision : k == NM_BRICK_LLM ? &P->llm : &P->tts;
+}
+
+// The stage of request r on brick kind k begins: in CASCADE mode the brick is
+// loaded (the LLM's with the vision brick where the request has images) and
+// serves the request on a thread of its own; else its lane does. False with
+// the reason recorded (nothing loaded).
+static bool stage_begin(nm_pipeline *P, pl_req *r, nm_brick_kind k) {
+    if (P->p.mode != NM_PIPELINE_CASCADE) return true;
+    char err[600];
+    nm_status st = load(P, &P->given[k], k, slot_of(P, k), err, sizeof err);
+    if (st == NM_OK && k == NM_BRICK_LLM) {
+        P->m = nm_brick_llm_model(P->llm);
+        if (r->n_images > 0 && (st = load(P, &P->given[NM_BRICK_VISION], NM_BRICK_VISION, &P->vision, err,
+                                          sizeof err)) != NM_OK) {
+            nm_brick_free(P->llm);
+            P->llm = NULL, P->m = NULL;
+        }
+    }
+    if (st != NM_OK) {
+        record(P, r, st, "%s", err);
+        return false;
+    }
+    nm_tabm *in = k == NM_BRICK_STT ? P->stt_in : k == NM_BRICK_LLM ? P->llm_in : P->tts_in;
+    nm_tabm *out = k == NM_BRICK_STT ? P->stt_out : k == NM_BRICK_LLM ? P->llm_out : P->tts_out;
+    step_arg *a = malloc(sizeof *a);
+    if (a) *a = (step_arg){*slot_of(P, k), in, out};
+    P->stepping = a && pthread_create(&P->th_step, NULL, step_main, a) == 0;
+    if (!P->stepping) {
+        free(a);
+        nm_brick_free(P->vision), nm_brick_free(*slot_of(P, k));
+        P->vision = NULL, *slot_of(P, k) = NULL, P->m = NULL;
+        record(P, r, NM_ERR_NOMEM, "pipeline: cannot start a thread for the request's stage");
+    }
+    return P->stepping;
+}
+
+// The vision brick is done with the request (its segments are in the
+// decoder's ring): released (CASCADE).
+static void stage_vision_done(nm_pipeline *P) {
+    if (P->p.mode != NM_PIPELINE_CASCADE) return;
+    nm_brick_free(P->vision);
+    P->vision = NULL;
+}
+
+// The stage ends (CASCADE): the brick has served the request and its reader
+// has seen the request's end (`ended`, under the lock); the brick is released.
+static void stage_end(nm_pipeline *P, nm_brick_kind k, const bool *ended) {
+    if (P->p.mode != NM_PIPELINE_CASCADE) return;
+    if (P->stepping) pthread_join(P->th_step, NULL);
+    P->stepping = false;
+    pthread_mutex_lock(&P->lock);
+    while (ended && !*ended && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+    pthread_mutex_unlock(&P->lock);
+    nm_brick_free(P->vision), nm_brick_free(*slot_of(P, k));
+    P->vision = NULL, *slot_of(P, k) = NULL;
+    if (k == NM_BRICK_LLM) P->m = NULL;
+}
+
+// A request that failed before its STT stage: its audio (and parameters) taken out of the STT ring unheard.
+static void drop_audio(nm_pipeline *P, pl_req *r) {
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(P->stt_in, 0, &s) != NM_OK) return;
+        const bool last = s.meta->request != r->id || !(s.meta->user & NM_BRICK_MORE);
+        nm_tabm_release(P->stt_in, &s);
+        if (last) return;
+    }
+}
+
+// CASCADE: the answer's sentences to the voice, loaded for them.
+static void cascade_speak(nm_pipeline *P, pl_req *r) {
+    if (!stage_begin(P, r, NM_BRICK_TTS)) {
+        done(P, r, NM_OK, NULL);
+        return;
+    }
+    nm_status st = NM_OK;
+    if (r->tts_params && (st = put_params(P->tts_in, r->tts_params, r->id)) != NM_OK)
+        record(P, r, st, "tts: the request's parameters: %s", nm_status_str(st));
+    for (size_t at = 0; st == NM_OK && at < r->n_said;) {
+        const size_t n = strlen(r->said + at);
+        st = put_text(P, P->tts_in, P->ep_llm, P->ep_tts, r->said + at, n, NM_BRICK_MORE, r->id);
+        at += n + 1;
+    }
+    if (st != NM_OK) nm_tabm_cancel_request(P->tts_in, r->id);
+    put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r->id);
+    stage_end(P, NM_BRICK_TTS, &r->done);
+}
+
+// Request r through the graph from the front: its transcript, then its prompt
+// (or its text for a voice alone); in CASCADE mode each stage's brick is
+// loaded for it, serves it and is released. stop: the pipeline is being freed.
 static void serve(nm_pipeline *P, pl_req *r, bool stop) {
     char *question = NULL;
     if (r->audio) { // its audio is in the STT ring: its transcript is read in any case
-        if (!hear(P, r, &question)) {
+        if (!stage_begin(P, r, NM_BRICK_STT)) {
+            drop_audio(P, r);
+            done(P, r, NM_OK, NULL);
+            return;
+        }
+        const bool heard = hear(P, r, &question);
+        stage_end(P, NM_BRICK_STT, NULL);
+        if (!heard) {
             done(P, r, NM_OK, NULL);
             return;
         }
         const char *t = question;
         while (*t == ' ') t++; // Whisper's leading blank
-        if (!P->llm && !P->tts) {
+        if (!P->has[NM_BRICK_LLM] && !P->has[NM_BRICK_TTS]) {
             done(P, r, NM_OK, NULL);
         } else if (!*t) {
             done(P, r, NM_ERR_FORMAT, "no speech heard");
@@ -609,13 +737,30 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
     }
     pthread_mutex_lock(&P->lock);
     const bool cancelled = r->cancelled || stop;
-    if (!cancelled && P->llm && P->p.keep_history && (r->turn = dup_s(r->text))) // the answer joins it when it ends
+    if (!cancelled && P->has[NM_BRICK_LLM] && P->p.keep_history && (r->turn = dup_s(r->text))) // (joined by the answer)
         for (char *m; (m = strstr(r->turn, MEDIA_MARKER));) // (its images are not part of the history)
             memmove(m, m + strlen(MEDIA_MARKER), strlen(m + strlen(MEDIA_MARKER)) + 1);
     pthread_mutex_unlock(&P->lock);
-    if (cancelled) done(P, r, NM_ERR_CANCELLED, NULL);
-    else if (P->llm) send_prompt(P, r, r->text);
-    else send_speech(P, r, r->text);
+    if (cancelled) {
+        done(P, r, NM_ERR_CANCELLED, NULL);
+    } else if (P->has[NM_BRICK_LLM]) {
+        if (!stage_begin(P, r, NM_BRICK_LLM)) {
+            done(P, r, NM_OK, NULL);
+            return;
+        }
+        send_prompt(P, r, r->text);
+        stage_vision_done(P);
+        stage_end(P, NM_BRICK_LLM, &r->answer_ended);
+        pthread_mutex_lock(&P->lock);
+        const bool speak = P->p.mode == NM_PIPELINE_CASCADE && !r->done; // (the answers thread ended it otherwise)
+        pthread_mutex_unlock(&P->lock);
+        if (speak) cascade_speak(P, r);
+    } else if (stage_begin(P, r, NM_BRICK_TTS)) {
+        send_speech(P, r, r->text);
+        stage_end(P, NM_BRICK_TTS, &r->done);
+    } else {
+        done(P, r, NM_OK, NULL);
+    }
 }
 
 static void *feed_main(void *arg) {
@@ -633,7 +778,7 @@ static void *feed_main(void *arg) {
         P->n_queued--;
         pthread_cond_broadcast(&P->cond); // (a submit waiting for room)
         // one request at a time through the graph, or each turn after the last answer
-        const bool wait = P->p.mode == NM_PIPELINE_SEQUENTIAL || (P->p.keep_history && P->llm);
+        const bool wait = P->p.mode != NM_PIPELINE_PIPELINED || (P->p.keep_history && P->has[NM_BRICK_LLM]);
         while (wait && P->last_done + 1 < r->id && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
         const bool stop = P->stopping;
         pthread_mutex_unlock(&P->lock);
@@ -673,7 +818,7 @@ static void *answers_main(void *arg) {
         const uint64_t id = s.meta->request, user = s.meta->user;
         pthread_mutex_lock(&P->lock);
         pl_req *r = req_of(P, id);
-        const bool speak = r && P->tts && !r->silent;
+        const bool speak = r && P->has[NM_BRICK_TTS] && !r->silent;
         if (r && id != cur) cur = id, len = 0;
         pthread_mutex_unlock(&P->lock);
         const size_t n = s.meta->kind == NM_TABM_TEXT ? (size_t)s.meta->size : 0;
@@ -692,8 +837,23 @@ static void *answers_main(void *arg) {
                 }
                 if (len + n + 1 <= cap) memcpy(answer + len, s.data, n), len += n;
             }
-            // the sentence into the voice's slot: a copy between bricks, counted
-            if (speak) put_text(P, P->tts_in, P->ep_llm, P->ep_tts, s.data, n, NM_BRICK_MORE, id);
+            // the sentence into the voice's slot: a copy between bricks, counted (CASCADE: held for the voice,
+            // loaded once the decoder is released: counted here, and again into its slot)
+            if (speak && P->p.mode != NM_PIPELINE_CASCADE) {
+                put_text(P, P->tts_in, P->ep_llm, P->ep_tts, s.data, n, NM_BRICK_MORE, id);
+            } else if (speak) {
+                if (r->n_said + n + 1 > r->cap_said) {
+                    size_t c = r->cap_said ? r->cap_said : 1024;
+                    while (r->n_said + n + 1 > c) c *= 2;
+                    char *g = realloc(r->said, c);
+                    if (g) r->said = g, r->cap_said = c;
+                }
+                if (r->n_said + n + 1 <= r->cap_said) {
+                    nm_ledger_copy(P->ledger, P->ep_llm, P->ep_tts, r->said + r->n_said, s.data, n);
+                    r->said[r->n_said + n] = '\0';
+                    r->n_said += n + 1;
+                }
+            }
         }
         nm_tabm_release(P->llm_out, &s);
         if ((user & NM_BRICK_MORE) || !r) continue;
@@ -711,7 +871,7 @@ static void *answers_main(void *arg) {
         pthread_mutex_unlock(&P->lock);
         // the turn and its answer, a cancelled one as far as it went, join the conversation
         if (P->p.keep_history && r->status == NM_OK && (ok || len > 0)) remember(P, r, answer ? answer : "", len);
-        if (speak) { // the voice's request ends (a cancelled one is marked: it stops there too)
+        if (speak && P->p.mode != NM_PIPELINE_CASCADE) { // the voice's request ends (a cancelled one is marked)
             if (!ok) nm_tabm_cancel_request(P->tts_in, id);
             if (put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, id) == NM_OK) {
                 // DONE once the voice has ended it too (a cancelled voice may end it first: then here)
@@ -722,7 +882,11 @@ static void *answers_main(void *arg) {
                 continue;
             }
         }
-        done(P, r, NM_OK, NULL);
+        pthread_mutex_lock(&P->lock);
+        r->answer_ended = true; // (CASCADE: the feed thread waits for it, then loads the voice for what it holds)
+        if (!(speak && P->p.mode == NM_PIPELINE_CASCADE && ok && r->n_said > 0)) done_locked(P, r, NM_OK, NULL);
+        pthread_cond_broadcast(&P->cond);
+        pthread_mutex_unlock(&P->lock);
     }
     free(answer);
     fail_all(P, "the decoder's ring was shut down");
@@ -754,7 +918,7 @@ static void *speech_main(void *arg) {
                 r->status = NM_ERR_FORMAT;
             }
             r->speech_ended = true;
-            if (!P->llm || r->silent || r->answer_ended) done_locked(P, r, NM_OK, NULL); // (else the answers thread)
+            if (!P->has[NM_BRICK_LLM] || r->silent || r->answer_ended) done_locked(P, r, NM_OK, NULL); // (else answers')
         }
         pthread_mutex_unlock(&P->lock);
         if (!pcm) nm_tabm_release(P->tts_out, &s);
@@ -777,7 +941,7 @@ static nm_status load(nm_pipeline *P, const nm_brick_params *given, nm_brick_kin
     bp.kind = kind;
     bp.ledger = P->ledger;
     if (kind == NM_BRICK_LLM) {
-        bp.llm.out = P->p.tts ? NM_LLM_OUT_SENTENCES : NM_LLM_OUT_TEXT;
+        bp.llm.out = P->has[NM_BRICK_TTS] ? NM_LLM_OUT_SENTENCES : NM_LLM_OUT_TEXT;
         bp.llm.out_batch = 1;
     }
     if (kind == NM_BRICK_VISION) bp.feeds = P->llm;
@@ -806,8 +970,9 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a vision brick needs an llm brick to feed");
     if (!p || (!p->stt && !p->llm && !p->tts))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no brick (give stt, llm or tts parameters)");
-    if ((unsigned)p->mode > NM_PIPELINE_SEQUENTIAL)
-        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: mode %d (pipelined 0, sequential 1)", (int)p->mode);
+    if ((unsigned)p->mode > NM_PIPELINE_CASCADE)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: mode %d (pipelined 0, sequential 1, cascade 2)",
+                       (int)p->mode);
     if (p->jinja_template && p->jinja_len == 0)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a Jinja template of 0 bytes");
     nm_pipeline *P = calloc(1, sizeof *P);
@@ -844,7 +1009,11 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         st = nm_fail(NM_ERR_RANGE, err, err_size, "pipeline: the ledger has no room for its endpoints");
         goto fail;
     }
-    // the bricks (the vision brick writes the decoder's ring: it loads after it)
+    // the bricks (the vision brick writes the decoder's ring: it loads after it); CASCADE loads each once
+    // here, to check it and size the rings, and again for each request's stage
+    const nm_brick_params *given[5] = {NULL, p->stt, p->vision, p->llm, p->tts};
+    for (int k = 1; k < 5; k++)
+        if (given[k]) P->has[k] = true, P->given[k] = *given[k];
     if ((p->stt && (st = load(P, p->stt, NM_BRICK_STT, &P->stt, err, err_size)) != NM_OK) ||
         (p->llm && (st = load(P, p->llm, NM_BRICK_LLM, &P->llm, err, err_size)) != NM_OK) ||
         (p->vision && (st = load(P, p->vision, NM_BRICK_VISION, &P->vision, err, err_size)) != NM_OK) ||
@@ -886,13 +1055,17 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         (P->tts && ((st = ring(&P->tts_in, 16, P->llm ? TEXT_SLOT : NM_TTS_MAX_TEXT, err, err_size)) != NM_OK ||
                     (st = ring(&P->tts_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->tts), err, err_size)) != NM_OK)))
         goto fail;
+    if (P->p.mode == NM_PIPELINE_CASCADE) { // nothing resident between requests
+        for (int k = 1; k < 5; k++) nm_brick_free(*slot_of(P, (nm_brick_kind)k)), *slot_of(P, (nm_brick_kind)k) = NULL;
+        P->m = NULL;
+    }
     // the lanes and the threads
     bool ok = (!P->stt || start_lane(&P->L_stt, P->stt, P->stt_in, P->stt_out)) &&
               (!P->llm || start_lane(&P->L_llm, P->llm, P->llm_in, P->llm_out)) &&
               (!P->tts || start_lane(&P->L_tts, P->tts, P->tts_in, P->tts_out));
     ok = ok && (P->feed_started = pthread_create(&P->th_feed, NULL, feed_main, P) == 0);
-    ok = ok && (!P->llm || (P->answers_started = pthread_create(&P->th_answers, NULL, answers_main, P) == 0));
-    ok = ok && (!P->tts || (P->speech_started = pthread_create(&P->th_speech, NULL, speech_main, P) == 0));
+    ok = ok && (!P->has[NM_BRICK_LLM] || (P->answers_started = pthread_create(&P->th_answers, NULL, answers_main, P) == 0));
+    ok = ok && (!P->has[NM_BRICK_TTS] || (P->speech_started = pthread_create(&P->th_speech, NULL, speech_main, P) == 0));
     if (!ok) {
         st = nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: cannot start its threads");
         goto fail;
@@ -1015,21 +1188,21 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     if (marks > 0 && marks != in->n_images)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: the text has %d %s markers for %d images",
                        (int)marks, MEDIA_MARKER, (int)in->n_images);
-    if (audio && !P->stt)
+    if (audio && !P->has[NM_BRICK_STT])
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: audio, and no STT brick to hear it");
     if (audio && in->text)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: audio and text: the question is one of them");
-    if (image && !P->vision)
+    if (image && !P->has[NM_BRICK_VISION])
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: an image, and no vision brick to see it");
     if (in->pcm && in->n_samples <= 0)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %lld samples", (long long)in->n_samples);
     if (!audio && !in->text)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: nothing to ask (no text and no audio)");
-    if (!audio && !P->llm && !P->tts)
+    if (!audio && !P->has[NM_BRICK_LLM] && !P->has[NM_BRICK_TTS])
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: text, and no LLM or TTS brick to take it");
-    if (in->llm_params && !P->llm)
+    if (in->llm_params && !P->has[NM_BRICK_LLM])
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: LLM parameters, and no LLM brick");
-    if (in->tts_params && !P->tts)
+    if (in->tts_params && !P->has[NM_BRICK_TTS])
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: TTS parameters, and no TTS brick");
     if (in->stt_params && !audio)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: STT parameters, and no audio");
@@ -1202,7 +1375,8 @@ static void barge_in(nm_pipeline *P, int64_t at) {
 
 nm_status nm_pipeline_hear(nm_pipeline *P, const float *pcm, int64_t n, char *err, size_t err_size) {
     if (!P) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no pipeline");
-    if (!P->stt) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: heard audio, and no STT brick to hear it");
+    if (!P->has[NM_BRICK_STT])
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: heard audio, and no STT brick to hear it");
     if (n < 0 || (n > 0 && !pcm)) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %lld samples heard", (long long)n);
     if (!P->vad) {
         P->vad_p = P->p.vad.rate ? P->p.vad : nm_vad_default_params();

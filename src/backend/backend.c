@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/registry.h"
 #include "backend/cpu/gemm.h"
+#include "core/clock.h"
 #include "core/cpu.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
@@ -48,11 +49,6 @@ nm_status nm_backend_create(const char *device, const nm_backend_params *p, nm_b
     return NM_ERR_INVALID_ARG;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // ---- the host's read bandwidth: a STREAM-style sum over all threads -------------------------
 
@@ -94,9 +90,9 @@ double nm_cpu_read_gbps(int32_t n_threads) {
     probe p = {.buf = buf, .n = n};
     double best = 0.0;
     for (int rep = 0; rep < 5; rep++) {
-        const double t0 = now_s();
+        const double t0 = nm_now_s();
         nm_pool_run(pool, probe_fn, &p, PROBE_CHUNKS);
-        const double dt = now_s() - t0, gbps = (double)n * sizeof(double) / dt / 1e9;
+        const double dt = nm_now_s() - t0, gbps = (double)n * sizeof(double) / dt / 1e9;
         if (dt > 0 && gbps > best) best = gbps;
     }
     volatile double check = 0;

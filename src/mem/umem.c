@@ -47,12 +47,6 @@ struct nm_umem {
     char err[256];
 };
 
-uint64_t nm_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static nm_status fail(nm_umem *p, nm_status st, const char *fmt, ...) {
     if (!p) return st;
     pthread_mutex_lock(&p->lock);

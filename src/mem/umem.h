@@ -15,10 +15,8 @@
 
 #include <stdint.h>
 
+#include "core/clock.h"
 #include "nanomind.h"
-
-// CLOCK_MONOTONIC in nanoseconds (the same clock in every process).
-uint64_t nm_now_ns(void);
 
 // Maps fd (size bytes, shared, read-write) at an address aligned to align.
 // Returns MAP_FAILED on failure (errno set).

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/fail.h"
 #include "power/sysfs.h"
 
@@ -51,11 +52,6 @@ struct nm_energy_meters {
     double t_start;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static bool cumulative(const meter *x) { return x->kind == M_RAPL || x->kind == M_HWMON_ENERGY || x->kind == M_NVML; }
 
@@ -298,7 +294,7 @@ static void *sampler_main(void *arg) {
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&ms->cond, &ms->lock, &ts);
-        const double t = now_s();
+        const double t = nm_now_s();
         for (int i = 0; i < ms->n; i++) update_meter(ms, &ms->m[i], t);
     }
     pthread_mutex_unlock(&ms->lock);
@@ -309,7 +305,7 @@ nm_status nm_energy_meters_start(nm_energy_meters *ms, char *err, size_t err_siz
     if (!ms) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "energy: meters are NULL");
     if (ms->sampling) return nm_fail(NM_ERR_STATE, err, err_size, "energy: already started");
     bool any = false;
-    const double t = now_s();
+    const double t = nm_now_s();
     for (int i = 0; i < ms->n; i++) {
         meter *x = &ms->m[i];
         double v = 0;
@@ -337,7 +333,7 @@ nm_status nm_energy_meters_start(nm_energy_meters *ms, char *err, size_t err_siz
 // Every meter brought to now (under the lock where a sampler runs).
 static void reading_now(nm_energy_meters *ms, nm_energy_reading *out) {
     memset(out, 0, sizeof *out);
-    const double t = now_s();
+    const double t = nm_now_s();
     out->seconds = t - ms->t_start;
     out->n = ms->n;
     for (int i = 0; i < ms->n; i++) {

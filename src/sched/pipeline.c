@@ -19,6 +19,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/fail.h"
 #include "nanomind.h"
 
@@ -108,11 +109,6 @@ struct nm_pipeline {
     bool vad_speech;       // an utterance was open after the last frame
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static char *dup_n(const char *s, size_t n) {
     char *d = malloc(n + 1);
@@ -228,7 +224,7 @@ static void record(nm_pipeline *P, pl_req *r, nm_status st, const char *fmt, ...
     pthread_mutex_unlock(&P->lock);
 }
 
-static double since(const pl_req *r) { return now_s() - r->t_submit; }
+static double since(const pl_req *r) { return nm_now_s() - r->t_submit; }
 
 // A ring failed under a thread (a lane ended): every request not done ends
 // with the reason, so that no reader waits for them.
@@ -1247,7 +1243,7 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     }
     pthread_mutex_lock(&P->lock);
     r->id = rid;
-    r->t_submit = now_s();
+    r->t_submit = nm_now_s();
     P->reqs[P->n_reqs++] = r;
     if (P->q_tail) P->q_tail->next = r;
     else P->q_head = r;

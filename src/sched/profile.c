@@ -29,14 +29,10 @@
 
 #include "backend/backend.h"
 #include "backend/registry.h"
+#include "core/clock.h"
 #include "core/fail.h"
 #include "quant/quant.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // The weight types the profile measures: those of the default models and llama.cpp's common files.
 static const uint32_t measured[] = {NM_TYPE_F32, NM_TYPE_F16, NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0,
@@ -58,9 +54,9 @@ static double matmul_gflops(nm_backend *be, uint32_t t, const float *wf, const f
     if (nm_backend_run(be, &op, 1) != NM_OK) return 0; // warm-up
     double best = 0;
     for (int r = 0; r < 3; r++) {
-        const double t0 = now_s();
+        const double t0 = nm_now_s();
         if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
-        const double dt = now_s() - t0, gf = 2.0 * MM_O * MM_K * MM_T / dt / 1e9;
+        const double dt = nm_now_s() - t0, gf = 2.0 * MM_O * MM_K * MM_T / dt / 1e9;
         if (dt > 0 && gf > best) best = gf;
     }
     return best;
@@ -85,9 +81,9 @@ static double matvec_gbps(nm_backend *be, uint32_t t, const float *wf, const flo
     if (!be->iface->supports_op(be, &op) || nm_backend_run(be, &op, 1) != NM_OK) return 0;
     double best = 0;
     for (int r = 0; r < 3; r++) {
-        const double t0 = now_s();
+        const double t0 = nm_now_s();
         if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
-        const double dt = now_s() - t0, gbps = (double)rows * (double)rb / dt / 1e9;
+        const double dt = nm_now_s() - t0, gbps = (double)rows * (double)rb / dt / 1e9;
         if (dt > 0 && gbps > best) best = gbps;
     }
     return best;
@@ -100,10 +96,10 @@ static double launch_us(nm_backend *be, const float *wf, const float *x, float *
     nm_tensor Y = {.type = NM_TYPE_F32, .ne = {64, 1, 1, 1}, .offs = (size_t)(uintptr_t)y};
     nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
     if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
-    const double t0 = now_s();
+    const double t0 = nm_now_s();
     for (int r = 0; r < 50; r++)
         if (nm_backend_run(be, &op, 1) != NM_OK) return 0;
-    return (now_s() - t0) / 50 * 1e6;
+    return (nm_now_s() - t0) / 50 * 1e6;
 }
 
 #define OPS_ROWS 64
@@ -135,13 +131,13 @@ static double op_us(nm_backend *be, const float *wf, const float *x, float *y, u
         ops[i] = (nm_op){.kind = NM_OP_MATMUL, .src0 = &wt[i], .src1 = &X, .dst = &yt[i]};
     }
     for (int r = 0; r < 3; r++) { // alternated, so both see the same machine
-        double t0 = now_s();
+        double t0 = nm_now_s();
         if (nm_backend_run(be, ops, (int32_t)n_ops) != NM_OK) goto done;
-        double dt = now_s() - t0;
+        double dt = nm_now_s() - t0;
         if (r == 0 || dt < best_cut) best_cut = dt;
-        t0 = now_s();
+        t0 = nm_now_s();
         if (nm_backend_run(be, &whole, 1) != NM_OK) goto done;
-        dt = now_s() - t0;
+        dt = nm_now_s() - t0;
         if (r == 0 || dt < best_whole) best_whole = dt;
     }
 done:
@@ -345,8 +341,8 @@ nm_status nm_unit_measure_watts(const char *unit, const char *root, double idle_
         memcpy(b.wq, b.wf, sizeof(float) * MM_O * MM_K);
         st = nm_backend_run(b.be, &op, 1); // warm-up (a device builds its kernels)
         if (st == NM_OK) st = nm_energy_meters_start(m, err, err_size);
-        const double t0 = now_s();
-        while (st == NM_OK && now_s() - t0 < busy_s) st = nm_backend_run(b.be, &op, 1);
+        const double t0 = nm_now_s();
+        while (st == NM_OK && nm_now_s() - t0 < busy_s) st = nm_backend_run(b.be, &op, 1);
         if (st == NM_OK) st = nm_energy_meters_stop(m, &busy, err, err_size);
         else nm_fail(st, err, err_size, "profile: %s: %s", unit, b.be->iface->last_error(b.be));
         bench_close(&b);

@@ -13,6 +13,7 @@
 #include "backend/registry.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/gemm.h"
+#include "core/clock.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
 
@@ -832,11 +833,6 @@ static nm_status check_operands(nm_cpu *c, const nm_op *op) {
     return NM_OK;
 }
 
-static double prof_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // Adds the time since t0 to the (kind, weight type) of ops[first], and the
 // bytes of the weights of ops[first..last]: a group of matmuls over the same
@@ -844,7 +840,7 @@ static double prof_now(void) {
 static void prof_add(nm_cpu *c, const nm_op *ops, int first, int last, double t0) {
     const nm_op *op = &ops[first];
     const uint32_t t = op->kind == NM_OP_MATMUL && op->src0->type < NM_TYPE_COUNT ? op->src0->type : NM_TYPE_F32;
-    c->prof_acc[op->kind][t].s += prof_now() - t0;
+    c->prof_acc[op->kind][t].s += nm_now_s() - t0;
     c->prof_acc[op->kind][t].calls++;
     if (op->kind == NM_OP_MATMUL)
         for (int j = first; j <= last; j++) c->prof_acc[op->kind][t].bytes += (double)nm_tensor_bytes(ops[j].src0);
@@ -892,7 +888,7 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
     for (int i = 0; i < n_ops; i++) {
         const nm_op *op = &ops[i];
         const int first = i;
-        const double t0 = c->prof ? prof_now() : 0;
+        const double t0 = c->prof ? nm_now_s() : 0;
         if (!cpu_supports_op(b, op)) {
             snprintf(c->err, sizeof c->err, "cpu backend: op %d not supported with these operands", op->kind);
             return NM_ERR_UNSUPPORTED;

@@ -20,6 +20,7 @@
 #include "backend/opencl/cl_api.h"
 #include "backend/opencl/opencl_impl.h"
 #include "backend/registry.h"
+#include "core/clock.h"
 #include "quant/quant.h"
 
 extern const unsigned char nm_cl_kernels_source[];
@@ -1321,13 +1322,11 @@ double nm_opencl_read_gbps(int index) {
         api.clSetKernelArg(k, 2, sizeof n, &n) != CL_SUCCESS || api.clFinish(q) != CL_SUCCESS)
         goto done;
     for (int r = 0; r < 6; r++) {
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
+        const double t0 = nm_now_s();
         if (api.clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL) != CL_SUCCESS ||
             api.clFinish(q) != CL_SUCCESS)
             goto done;
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        const double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        const double dt = nm_now_s() - t0;
         if (r > 0 && dt > 0 && bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
     }
 done:

@@ -14,6 +14,7 @@
 
 #include "bricks/llm/llm.h"
 #include "bricks/brick_impl.h"
+#include "core/clock.h"
 #include "core/fail.h"
 
 typedef struct llm_stats {
@@ -122,11 +123,6 @@ typedef struct llm_brick {
     nm_brick *self;           // the handle, while it runs the brick: failures are reported there
 } llm_brick;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static nm_status fail(llm_brick *b, nm_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 // The message goes to the handle at once: before the slot that reports the failure.
@@ -357,7 +353,7 @@ static nm_status take_params(llm_brick *b, llm_req *r, const nm_tabm_slot *s) {
 #undef NUM
 #undef INT
     if (k >= 0 && (k = nm_req_int(o, "seed", -1, 9007199254740992.0, &i, why, sizeof why)) == 1)
-        sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(now_s() * 1e9) ^ r->id; // llama-server's -1: a random seed
+        sp.seed = i >= 0 ? (uint64_t)i : (uint64_t)(nm_now_s() * 1e9) ^ r->id; // llama-server's -1: a random seed
     if (k >= 0) k = nm_req_bool(o, "ignore_eos", &lp.ignore_eos, why, sizeof why);
     if (k >= 0) k = nm_req_bool(o, "cache_prompt", &lp.cache_prompt, why, sizeof why);
     if (k >= 0 && (k = nm_req_strings(o, "stop", NM_LLM_MAX_STOP, NM_LLM_MAX_STOP_LEN, stop, &n_stop, why,
@@ -818,7 +814,7 @@ static nm_status out_text(llm_brick *b, llm_req *r, int32_t tok) {
 // Samples r's next token and writes it out (it is decoded by the next pass):
 // NM_LLM_STOP_NONE, or why r stops here (*st set when a ring failed).
 static nm_llm_stop sample(llm_brick *b, llm_req *r, const float *logits, nm_status *st) {
-    const double t0 = now_s();
+    const double t0 = nm_now_s();
     llm_seq *q = &b->seq[r->seq];
     *st = NM_OK;
     r->generating = true;
@@ -855,7 +851,7 @@ static nm_llm_stop sample(llm_brick *b, llm_req *r, const float *logits, nm_stat
     q->cached[q->pos] = tok;
     r->n_gen++;
     if (r->p.n_stop > 0 && reached_stop(b, r, tok)) r->stop_after = true; // written and decoded, then it stops
-    b->st.t_gen += now_s() - t0;
+    b->st.t_gen += nm_now_s() - t0;
     return NM_LLM_STOP_NONE;
 }
 
@@ -878,11 +874,11 @@ static nm_status embd_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
         const bool grid = s->meta->ndim == 3;
         const int32_t nb = grid || r->n - r->off < b->n_batch ? r->n - r->off : b->n_batch, at = r->p0 + r->off;
         overwritten(b, q, at);
-        const double t0 = now_s();
+        const double t0 = nm_now_s();
         const nm_status st =
             grid ? nm_decode_embd_grid(b->c, x, (int32_t)s->meta->shape[1], (int32_t)s->meta->shape[0], at, r->seq, false)
                  : nm_decode_embd_seq(b->c, x + (size_t)r->off * (size_t)b->n_embd, nb, at, r->seq, false);
-        b->st.t_prompt += now_s() - t0;
+        b->st.t_prompt += nm_now_s() - t0;
         b->st.n_passes++;
         b->st.n_pass_seqs++;
         if (b->st.max_pass_seqs < 1) b->st.max_pass_seqs = 1;
@@ -1021,9 +1017,9 @@ static nm_status pass(llm_brick *b) {
     b->st.n_passes++;
     b->st.n_pass_seqs += seqs;
     if (seqs > b->st.max_pass_seqs) b->st.max_pass_seqs = seqs;
-    const double t0 = now_s();
+    const double t0 = nm_now_s();
     const nm_status dst = nm_decode_seqs(b->c, b->bt, b->bp, b->bs, n, n - first_logit);
-    const double dt = now_s() - t0;
+    const double dt = nm_now_s() - t0;
     b->st.t_prompt += dt * n_prompt / n;
     b->st.t_gen += dt * (n - n_prompt) / n;
     for (int32_t i = 0; i < b->n_req; i++) {

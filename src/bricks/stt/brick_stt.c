@@ -12,14 +12,10 @@
 #include "bricks/brick_impl.h"
 #include "bricks/stt/mel.h"
 #include "bricks/stt/transcribe.h"
+#include "core/clock.h"
 #include "core/fail.h"
 #include "quant/quant.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct stt_brick {
     nm_whisper_model *model;
@@ -226,9 +222,9 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
         p.abort_callback = output_gone;
         p.abort_user = b;
         nm_transcript t;
-        const double t0 = now_s();
+        const double t0 = nm_now_s();
         st = nm_transcribe(b->tr, (const float *)s.data, n, &p, &t, b->err, sizeof b->err);
-        b->st.t_busy += now_s() - t0;
+        b->st.t_busy += nm_now_s() - t0;
         if (st == NM_OK) {
             b->last = t;
             b->st.n_samples += (uint64_t)n;

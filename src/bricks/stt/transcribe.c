@@ -13,6 +13,7 @@
 
 #include "bricks/stt/mel.h"
 #include "bricks/stt/stdrand.h"
+#include "core/clock.h"
 
 #define CHUNK_SECONDS 30
 #define DELTA_MIN 10               // frames: windows shorter than 100 ms are not decoded
@@ -76,11 +77,6 @@ static void set_err(char *err, size_t err_size, const char *fmt, ...) {
     va_end(ap);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 nm_stt_params nm_stt_default_params(nm_stt_strategy strategy) {
     nm_stt_params p = {
@@ -933,9 +929,9 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
         signal_energy(pcm, (int32_t)n, t->energy);
         t->n_energy = (int32_t)n;
     }
-    double t_start = now_s();
+    double t_start = nm_now_s();
     st = nm_mel_compute(t->mel, pcm, n, mel);
-    t->tm.t_mel = now_s() - t_start;
+    t->tm.t_mel = nm_now_s() - t_start;
     if (st != NM_OK) {
         set_err(err, err_size, "transcribe: mel spectrogram: %s", nm_status_str(st));
         goto done;
@@ -1070,7 +1066,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
             probs_of(raw, t->raw_lp, nv, t->raw_p);
             no_speech = t->raw_p[sp->nospeech];
 
-            double ts0 = now_s();
+            double ts0 = nm_now_s();
             process_logits(t, &t->dec[0], raw, &p, tc);
             for (int32_t j = 1; j < n_cur; j++) {
                 decoder *d = &t->dec[j];
@@ -1082,10 +1078,10 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
                 memcpy(d->logits, t->dec[0].logits, sizeof(float) * (size_t)nv);
                 memcpy(d->logprobs, t->dec[0].logprobs, sizeof(float) * (size_t)nv);
             }
-            t->tm.t_sample += now_s() - ts0;
+            t->tm.t_sample += nm_now_s() - ts0;
 
             for (int32_t i = 0; i < n_max; i++) {
-                ts0 = now_s();
+                ts0 = nm_now_s();
                 t->n_cand = 0;
                 for (int32_t j = 0; j < n_cur; j++) {
                     decoder *d = &t->dec[j];
@@ -1161,7 +1157,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
                 bool all_done = true;
                 for (int32_t j = 0; j < n_cur; j++)
                     if (!t->dec[j].completed && !t->dec[j].failed) all_done = false;
-                t->tm.t_sample += now_s() - ts0;
+                t->tm.t_sample += nm_now_s() - ts0;
                 if (all_done) break;
 
                 // every live decoder's last token in one pass (the weights read
@@ -1179,10 +1175,10 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
                     fwd_err(t, st, "decode", err, err_size);
                     goto done;
                 }
-                ts0 = now_s();
+                ts0 = nm_now_s();
                 for (int32_t k = 0; k < n_live; k++)
                     process_logits(t, &t->dec[live[k]], nm_whisper_logits(t->w, k), &p, tc);
-                t->tm.t_sample += now_s() - ts0;
+                t->tm.t_sample += nm_now_s() - ts0;
             }
 
             // Rank the sequences.

@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "bricks/stt/whisper.h"
+#include "core/clock.h"
 #include "quant/quant.h"
 
 struct nm_whisper {
@@ -69,11 +70,6 @@ struct nm_whisper {
     char err[256];
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static nm_status wfail(nm_whisper *w, nm_status st, const char *fmt, ...) {
     va_list ap;
@@ -261,7 +257,7 @@ nm_status nm_whisper_encode(nm_whisper *w, const float *mel, int64_t n_len, int6
     if (!w || !mel || n_len <= 0 || offset < 0) return NM_ERR_INVALID_ARG;
     w->err[0] = '\0';
     w->encoded = false;
-    const double t0 = now_s();
+    const double t0 = nm_now_s();
     const nm_whisper_model *m = w->m;
     const nm_whisper_hparams *hp = &m->hp;
     const int64_t d = w->d, A = hp->n_audio_ctx, F = 2 * A, M = hp->n_mels;
@@ -307,7 +303,7 @@ nm_status nm_whisper_encode(nm_whisper *w, const float *mel, int64_t n_len, int6
         if ((st = run(w, &store, 1))) return st;
     }
     w->encoded = true;
-    w->tm.t_encode += now_s() - t0;
+    w->tm.t_encode += nm_now_s() - t0;
     w->tm.n_encode++;
     return NM_OK;
 }
@@ -336,7 +332,7 @@ static void row_own(nm_whisper *w, int32_t s, int32_t p) {
 static nm_status decode_tokens(nm_whisper *w, const int32_t *tokens, int32_t n, bool all_logits) {
     const nm_whisper_model *m = w->m;
     const nm_whisper_hparams *hp = &m->hp;
-    const double t0 = now_s();
+    const double t0 = nm_now_s();
     const int64_t d = w->d, hd = d / hp->n_text_head, L = hp->n_text_layer;
     nm_status st;
     nm_tensor tx = act(w->x, d, n);
@@ -395,7 +391,7 @@ static nm_status decode_tokens(nm_whisper *w, const int32_t *tokens, int32_t n, 
         return st;
     w->n_out = n_out;
     w->out_first = first;
-    w->tm.t_decode += now_s() - t0;
+    w->tm.t_decode += nm_now_s() - t0;
     w->tm.n_decode_calls++;
     w->tm.n_decode_tokens += n;
     return NM_OK;

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "bricks/audio/audio.h"
+#include "core/clock.h"
 #include "core/fail.h"
 
 struct nm_tts {
@@ -29,11 +30,6 @@ struct nm_tts {
 
 static const nm_tts_engine_i *const engines[] = {&nm_tts_espeak_engine};
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 nm_tts_params nm_tts_default_params(void) {
     return (nm_tts_params){.voice = "en-us", .rate_wpm = 175, .pitch = 50, .volume = 100};
@@ -224,7 +220,7 @@ nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, i
         return nm_fail(NM_ERR_INVALID_ARG, t->err, sizeof t->err, "tts: bad output buffer");
     nm_status st = check_text(t, text);
     if (st != NM_OK) return st;
-    double t0 = now_s();
+    double t0 = nm_now_s();
     int64_t got = 0;
     if (t->rate == t->native_rate) {
         collect c = {.t = t, .to_caller = true, .dst = pcm, .dst_cap = cap};
@@ -240,7 +236,7 @@ nm_status nm_tts_synth(nm_tts *t, const char *text, int16_t *pcm, int64_t cap, i
         }
         nm_audio_free(&a);
     }
-    t->stats.t_synth += now_s() - t0;
+    t->stats.t_synth += nm_now_s() - t0;
     if (st != NM_OK) return st;
     *n = got;
     if (got > cap)
@@ -258,9 +254,9 @@ nm_status nm_tts_synth_alloc(nm_tts *t, const char *text, int16_t **pcm, int64_t
     if (!pcm || !n) return nm_fail(NM_ERR_INVALID_ARG, t->err, sizeof t->err, "tts: NULL output");
     nm_status st = check_text(t, text);
     if (st != NM_OK) return st;
-    double t0 = now_s();
+    double t0 = nm_now_s();
     st = synth_whole(t, text, pcm, n);
-    t->stats.t_synth += now_s() - t0;
+    t->stats.t_synth += nm_now_s() - t0;
     if (st != NM_OK) return st;
     t->stats.n_utterances++;
     t->stats.n_samples += (uint64_t)*n;
@@ -360,7 +356,7 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
                        nm_tabm_max_payload(ring));
     nm_status st = check_text(t, text);
     if (st != NM_OK) return st;
-    double t0 = now_s();
+    double t0 = nm_now_s();
     ring_out r = {.t = t, .ring = ring, .producer = producer, .timeout_ns = timeout_ns, .request = request};
     if (t->rate == t->native_rate) {
         st = run_engine(t, text, ring_sink, &r); // a slot per engine chunk, as it comes
@@ -387,7 +383,7 @@ nm_status nm_tts_synth_ring(nm_tts *t, const char *text, nm_tabm *ring, uint32_t
         nm_status st2 = ring_publish(&r, end);
         if (st == NM_OK) st = st2;
     }
-    t->stats.t_synth += now_s() - t0;
+    t->stats.t_synth += nm_now_s() - t0;
     if (st != NM_OK) return st;
     t->stats.n_utterances++;
     t->stats.n_samples += (uint64_t)r.n;

@@ -6,6 +6,7 @@
 // brick reads it); with V4L2_MEMORY_MMAP the driver's buffers are mapped and
 // each frame is copied into a slot through the ledger.
 #include "bricks/vision/camera.h"
+#include "core/clock.h"
 #include "core/fail.h"
 
 #include <errno.h>
@@ -77,11 +78,6 @@ static int xioctl(nm_camera *c, unsigned long req, void *arg) {
     return r;
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static void fourcc_str(uint32_t f, char s[5]) {
     for (int i = 0; i < 4; i++) {
@@ -410,7 +406,7 @@ static void fill_meta(nm_camera *c, nm_tabm_slot *s, size_t n) {
 // The frame in buffer i into *slot: USERPTR hands the slot over (rows
 // packed in place where the driver pads them); MMAP copies into a free slot.
 static nm_status deliver(nm_camera *c, uint32_t i, size_t n, uint64_t deadline, nm_tabm_slot *slot) {
-    const uint64_t t = now_ns();
+    const uint64_t t = nm_now_ns();
     const int64_t timeout_ns = deadline == UINT64_MAX ? -1 : t >= deadline ? 0 : (int64_t)(deadline - t);
     const size_t row = (size_t)c->info.width * c->bpp;
     if (c->userptr) {
@@ -452,14 +448,14 @@ static nm_status deliver(nm_camera *c, uint32_t i, size_t n, uint64_t deadline, 
 nm_status nm_camera_capture(nm_camera *c, int64_t timeout_ns, nm_tabm_slot *slot) {
     if (!c || !slot) return NM_ERR_INVALID_ARG;
     if (!c->streaming) return cfail(c, NM_ERR_STATE, "not started");
-    const uint64_t t0 = now_ns();
+    const uint64_t t0 = nm_now_ns();
     const uint64_t deadline = timeout_ns < 0 ? UINT64_MAX : t0 + (uint64_t)timeout_ns;
     // a frame this much older than now was taken while nobody asked: the next is fresher
     const uint64_t stale_ns = c->info.fps > 0 ? (uint64_t)(2e9 / c->info.fps) : 0;
     for (bool first = true;; first = false) {
         nm_status st = refill(c);
         if (st != NM_OK) return st;
-        const uint64_t t = now_ns();
+        const uint64_t t = nm_now_ns();
         // (every pass but the first: a timeout of 0 still looks once)
         if (!first && timeout_ns >= 0 && t >= deadline) return cfail(c, NM_ERR_TIMEOUT, "no frame in time");
         const int64_t left = timeout_ns < 0 ? -1 : t >= deadline ? 0 : (int64_t)(deadline - t);
@@ -503,7 +499,7 @@ nm_status nm_camera_capture(nm_camera *c, int64_t timeout_ns, nm_tabm_slot *slot
         // dark keeps its nominal rate: a frame taken since the call began is never stale)
         const bool mono = (b.flags & V4L2_BUF_FLAG_TIMESTAMP_MASK) == V4L2_BUF_FLAG_TIMESTAMP_MONOTONIC;
         const uint64_t ts = stamp_ns(&b);
-        if (mono && stale_ns && ts + stale_ns < t0 && now_ns() < deadline) {
+        if (mono && stale_ns && ts + stale_ns < t0 && nm_now_ns() < deadline) {
             c->st.n_dropped++;
             if ((st = recycle(c, b.index)) != NM_OK) return st;
             continue;

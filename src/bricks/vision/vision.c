@@ -14,6 +14,7 @@
 #include "bricks/brick_impl.h"
 #include "bricks/vision/clip.h"
 #include "bricks/vision/image.h"
+#include "core/clock.h"
 #include "core/fail.h"
 
 typedef struct vision_brick {
@@ -28,11 +29,6 @@ typedef struct vision_brick {
     char err[256];
 } vision_brick;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static nm_status vfail(vision_brick *v, nm_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static nm_status vfail(vision_brick *v, nm_status st, const char *fmt, ...) {
@@ -185,10 +181,10 @@ static nm_status put_segment(vision_brick *v, const nm_image *img, nm_tabm *ring
     const nm_clip_info *in = nm_clip_get_info(v->clip);
     char err[256];
     nm_image_batch b = {0};
-    double t0 = now_s();
+    double t0 = nm_now_s();
     nm_status st = nm_image_preprocess(img, &v->ip, &b, err, sizeof err);
     if (st) return vfail(v, st, "%s", err);
-    v->st.t_decode += now_s() - t0;
+    v->st.t_decode += nm_now_s() - t0;
     enum { MAX_PIECES = 2 * 64 + 8 };
     piece pieces[MAX_PIECES];
     const int n_pieces = layout(v, &b, pieces, MAX_PIECES);
@@ -215,9 +211,9 @@ static nm_status put_segment(vision_brick *v, const nm_image *img, nm_tabm *ring
         nm_tabm_meta *meta = slot.meta;
         if (pieces[i].image >= 0) {
             // The encoder writes its output straight into the slot.
-            double te = now_s();
+            double te = nm_now_s();
             st = nm_clip_encode_size(v->clip, b.data + (size_t)pieces[i].image * per, b.width, b.height, slot.data);
-            v->st.t_encode += now_s() - te;
+            v->st.t_encode += nm_now_s() - te;
             v->st.n_encoded++;
             if (st) {
                 vfail(v, st, "%s", nm_clip_last_error(v->clip));
@@ -305,7 +301,7 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     nm_image img = {0};
     int32_t n_published = 0;
     char msg[256];
-    const double t0 = now_s();
+    const double t0 = nm_now_s();
     if (nm_req_cancelled(in, user, v->request)) { // the LLM brick learns it from a flagged slot, and the mark
         nm_tabm_release(in, &s);
         v->st.n_requests++;
@@ -323,7 +319,7 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     } else if ((st = nm_image_decode_slot(s.data, mt, s.capacity, max_pixels, &img, msg, sizeof msg)) != NM_OK) {
         vfail(v, st, "%s", msg);
     }
-    v->st.t_decode += now_s() - t0;
+    v->st.t_decode += nm_now_s() - t0;
     if (st == NM_OK) {
         st = put_segment(v, &img, out, user & ~(uint64_t)(NM_BRICK_MORE | NM_BRICK_ERROR), more, &n_published);
         nm_image_free(&img);

@@ -1,5 +1,6 @@
 // Backends by device name, and the devices there are.
 #define _POSIX_C_SOURCE 200809L // clock_gettime, sysconf
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,44 +12,137 @@
 #include "backend/cpu/gemm.h"
 #include "core/clock.h"
 #include "core/cpu.h"
+#include "core/fail.h"
 #include "core/threadpool.h"
 #include "quant/quant.h"
+
+// ---- the registry ---------------------------------------------------------------------------
+
+static struct {
+    pthread_mutex_t lock;
+    const nm_backend_reg *regs[NM_BACKEND_MAX_REGS];
+    int32_t n;
+} g_reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static pthread_once_t g_builtins = PTHREAD_ONCE_INIT;
+
+static nm_status add(const nm_backend_reg *r, char *err, size_t err_size);
+
+static void register_builtins(void) {
+    char err[256];
+    (void)add(&nm_backend_cpu_reg, err, sizeof err);
+    (void)add(&nm_backend_opencl_reg, err, sizeof err);
+}
+
+nm_status nm_backend_register(const nm_backend_reg *r, char *err, size_t err_size) {
+    pthread_once(&g_builtins, register_builtins);
+    return add(r, err, err_size);
+}
+
+static nm_status add(const nm_backend_reg *r, char *err, size_t err_size) {
+    if (!r || !r->name || !*r->name || !r->devices || !r->create)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "backend registry: a backend without a name, devices or create");
+    if (r->version != NM_BACKEND_IFACE_VERSION)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "backend registry: '%s' was built for interface version %u, "
+                       "this build has %u", r->name, r->version, NM_BACKEND_IFACE_VERSION);
+    if (strchr(r->name, ':'))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "backend registry: a name with ':' ('%s')", r->name);
+    pthread_mutex_lock(&g_reg.lock);
+    nm_status st = NM_OK;
+    for (int32_t i = 0; i < g_reg.n && st == NM_OK; i++)
+        if (!strcmp(g_reg.regs[i]->name, r->name))
+            st = nm_fail(NM_ERR_INVALID_ARG, err, err_size, "backend registry: '%s' is registered already", r->name);
+    if (st == NM_OK && g_reg.n == NM_BACKEND_MAX_REGS)
+        st = nm_fail(NM_ERR_RANGE, err, err_size, "backend registry: full (%d backends)", NM_BACKEND_MAX_REGS);
+    if (st == NM_OK) g_reg.regs[g_reg.n++] = r;
+    pthread_mutex_unlock(&g_reg.lock);
+    return st;
+}
+
+int32_t nm_backend_regs(const nm_backend_reg *const **out) {
+    pthread_once(&g_builtins, register_builtins);
+    pthread_mutex_lock(&g_reg.lock);
+    const int32_t n = g_reg.n; // (entries are only added: those read stay valid)
+    pthread_mutex_unlock(&g_reg.lock);
+    if (out) *out = g_reg.regs;
+    return n;
+}
+
+const nm_backend_reg *nm_backend_reg_find(const char *name, size_t len) {
+    const nm_backend_reg *const *regs;
+    const int32_t n = nm_backend_regs(&regs);
+    for (int32_t i = 0; i < n; i++)
+        if (strlen(regs[i]->name) == len && !strncmp(regs[i]->name, name, len)) return regs[i];
+    return NULL;
+}
+
+bool nm_backend_iface_check(const nm_backend_i *i, char *err, size_t err_size) {
+    if (!i) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "a backend without an interface"), false;
+    if (i->version != NM_BACKEND_IFACE_VERSION)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "backend '%s': interface version %u, this build has %u",
+                       i->name ? i->name : "?", i->version, NM_BACKEND_IFACE_VERSION), false;
+    const struct {
+        const char *what;
+        bool set;
+    } need[] = {{"name", i->name}, {"get_caps", i->get_caps}, {"buffer_alloc", i->buffer_alloc},
+                {"buffer_free", i->buffer_free}, {"buffer_import_host", i->buffer_import_host},
+                {"tensor_set", i->tensor_set}, {"tensor_get", i->tensor_get}, {"supports_op", i->supports_op},
+                {"submit", i->submit}, {"event_record", i->event_record}, {"event_wait", i->event_wait},
+                {"event_sync", i->event_sync}, {"event_free", i->event_free}, {"synchronize", i->synchronize},
+                {"last_error", i->last_error}, {"free", i->free}};
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
+        if (!need[k].set)
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "backend '%s': no %s (it is not optional)",
+                           i->name ? i->name : "?", need[k].what), false;
+    return true;
+}
+
+// "cpu, opencl, opencl:N, opencl:auto": the devices the registry names (NAME:N and NAME:auto for the
+// backends of many devices, those with an auto pick).
+static void device_names(char *buf, size_t n) {
+    const nm_backend_reg *const *regs;
+    const int32_t k = nm_backend_regs(&regs);
+    size_t at = 0;
+    buf[0] = '\0';
+    for (int32_t i = 0; i < k && at < n; i++) {
+        const char *nm = regs[i]->name;
+        const int w = regs[i]->pick_auto ? snprintf(buf + at, n - at, "%s%s, %s:N, %s:auto", i ? ", " : "", nm, nm, nm)
+                                         : snprintf(buf + at, n - at, "%s%s", i ? ", " : "", nm);
+        if (w < 0) break;
+        at += (size_t)w;
+    }
+}
 
 nm_status nm_backend_create(const char *device, const nm_backend_params *p, nm_backend **out, char *err,
                             size_t err_size) {
     if (!out || !p) return NM_ERR_INVALID_ARG;
     *out = NULL;
-    if (!device || !*device || strcmp(device, "cpu") == 0) return nm_backend_cpu_new(p, out, err, err_size);
-    if (strcmp(device, "opencl:auto") == 0) {
-        // the first OpenCL GPU or accelerator: an OpenCL device on the CPU (PoCL) competes with the CPU
-        // backend for the same cores (NM_OPENCL_AUTO_CPU=1 takes it too, for tests)
-        nm_device_info d[16];
-        const int32_t n = nm_opencl_devices(d, 16);
-        const bool cpu_ok = getenv("NM_OPENCL_AUTO_CPU") && atoi(getenv("NM_OPENCL_AUTO_CPU")) == 1;
-        for (int32_t i = 0; i < n && i < 16; i++)
-            if (cpu_ok || strcmp(d[i].type, "cpu") != 0) return nm_backend_opencl_new(i, p, out, err, err_size);
-        if (n == 0) return nm_backend_opencl_new(0, p, out, err, err_size); // its message: no device
-        snprintf(err, err_size, "opencl: no OpenCL GPU or accelerator (%s is a CPU device: the CPU backend is "
-                 "faster there)", d[0].desc);
-        return NM_ERR_UNSUPPORTED;
+    if (!device || !*device) device = "cpu";
+    const char *colon = strchr(device, ':');
+    const nm_backend_reg *r = nm_backend_reg_find(device, colon ? (size_t)(colon - device) : strlen(device));
+    char names[256];
+    if (!r) {
+        device_names(names, sizeof names);
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "unknown device '%s' (%s)", device, names);
     }
-    if (strncmp(device, "opencl", 6) == 0 && (device[6] == '\0' || device[6] == ':')) {
-        int index = 0;
-        if (device[6] == ':') {
-            char *end;
-            long v = strtol(device + 7, &end, 10);
-            if (end == device + 7 || *end || v < 0 || v > 64) {
-                snprintf(err, err_size, "device '%s': expected opencl or opencl:N", device);
-                return NM_ERR_INVALID_ARG;
-            }
-            index = (int)v;
-        }
-        return nm_backend_opencl_new(index, p, out, err, err_size);
+    int32_t index = 0;
+    if (colon && !strcmp(colon + 1, "auto") && r->pick_auto) {
+        if ((index = r->pick_auto(err, err_size)) < 0) return NM_ERR_UNSUPPORTED;
+    } else if (colon) {
+        char *end;
+        const long v = strtol(colon + 1, &end, 10);
+        if (end == colon + 1 || *end || v < 0 || v > 64)
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "device '%s': expected %s or %s:N%s", device, r->name,
+                           r->name, r->pick_auto ? " or :auto" : "");
+        index = (int32_t)v;
     }
-    snprintf(err, err_size, "unknown device '%s' (cpu, opencl, opencl:N)", device);
-    return NM_ERR_INVALID_ARG;
+    nm_status st = r->create(index, p, out, err, err_size);
+    if (st == NM_OK && !nm_backend_iface_check((*out)->iface, err, err_size)) {
+        if ((*out)->iface && (*out)->iface->free) (*out)->iface->free(*out);
+        *out = NULL;
+        st = NM_ERR_INVALID_ARG;
+    }
+    return st;
 }
-
 
 // ---- the host's read bandwidth: a STREAM-style sum over all threads -------------------------
 
@@ -127,17 +221,24 @@ static void cpu_name(char *buf, size_t n) {
     fclose(f);
 }
 
+void nm_host_device_info(nm_device_info *d, bool measure) {
+    memset(d, 0, sizeof *d);
+    snprintf(d->name, sizeof d->name, "cpu");
+    cpu_name(d->desc, sizeof d->desc);
+    snprintf(d->driver, sizeof d->driver, "%ld online cores", sysconf(_SC_NPROCESSORS_ONLN));
+    d->mem_bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    d->unified = true;
+    if (measure) d->read_gbps = nm_cpu_read_gbps(0);
+    snprintf(d->type, sizeof d->type, "cpu");
+}
+
 int32_t nm_list_devices(nm_device_info *out, int32_t n, bool measure) {
-    if (!out || n <= 0) return 1 + nm_opencl_devices(NULL, 0);
-    memset(&out[0], 0, sizeof out[0]);
-    snprintf(out[0].name, sizeof out[0].name, "cpu");
-    cpu_name(out[0].desc, sizeof out[0].desc);
-    snprintf(out[0].driver, sizeof out[0].driver, "%ld online cores", sysconf(_SC_NPROCESSORS_ONLN));
-    out[0].mem_bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-    out[0].unified = true;
-    if (measure) out[0].read_gbps = nm_cpu_read_gbps(0);
-    snprintf(out[0].type, sizeof out[0].type, "cpu");
-    const int32_t n_cl = nm_opencl_devices(out + 1, n - 1);
-    for (int32_t i = 1; measure && i < n && i <= n_cl; i++) out[i].read_gbps = nm_opencl_read_gbps(i - 1);
-    return 1 + n_cl;
+    const nm_backend_reg *const *regs;
+    const int32_t k = nm_backend_regs(&regs);
+    int32_t total = 0;
+    for (int32_t i = 0; i < k; i++) {
+        const int32_t room = out && n > total ? n - total : 0;
+        total += regs[i]->devices(room ? out + total : NULL, room, measure);
+    }
+    return total;
 }

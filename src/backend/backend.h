@@ -171,12 +171,6 @@ typedef struct nm_backend_caps {
     uint64_t mem_bytes;    // memory it can allocate (0 if unknown)
 } nm_backend_caps;
 
-typedef struct nm_backend_profile {
-    double mem_gbps;    // measured memory bandwidth, 0 if unknown
-    double gflops_f32;  // measured, 0 if unknown
-    double idle_watts, active_watts; // from configuration, 0 if unknown
-} nm_backend_profile;
-
 // What a backend did with memory, for --stats.
 typedef struct nm_backend_stats {
     uint64_t bytes_wrapped;  // host memory imported in place (no copy)
@@ -190,13 +184,16 @@ typedef struct nm_event {
     nm_backend *owner; // the backend that recorded it
 } nm_event;
 
-#define NM_BACKEND_IFACE_VERSION 3 // 3: nm_op.kv_rows
+#define NM_BACKEND_IFACE_VERSION 4 // 3: nm_op.kv_rows; 4: no get_profile (the units' profiles are measured by src/sched)
 
+// A backend's operations. Callers go through the nm_backend_* wrappers below,
+// never through the members: the wrappers give the optional members (marked)
+// their meaning when they are NULL. nm_backend_create checks a new backend's
+// table (its version, every member not marked optional set).
 typedef struct nm_backend_i {
     uint32_t version; // NM_BACKEND_IFACE_VERSION it was built against
     const char *name; // "cpu", "opencl", "cuda", ...
     void (*get_caps)(const nm_backend *b, nm_backend_caps *caps);
-    void (*get_profile)(const nm_backend *b, nm_backend_profile *prof); // optional
     // A buffer of `size` bytes, contents unspecified (pages a device never
     // touches may cost nothing); NULL on failure, last_error says why.
     nm_buffer *(*buffer_alloc)(nm_backend *b, size_t size);
@@ -253,24 +250,58 @@ typedef struct nm_backend_params {
     nm_ledger *ledger;      // where copies the backend makes are counted; may be NULL
 } nm_backend_params;
 
-// Creates a backend by device name: "cpu", "opencl" (the first OpenCL
-// device), "opencl:N". NM_ERR_UNSUPPORTED with a message in err when the
-// device does not exist here.
+// Creates a backend by device name, through the registry (registry.h): a
+// backend's name alone (its first device: "cpu", "opencl"), NAME:N, or
+// NAME:auto where the backend picks ("opencl:auto": the first GPU). The new
+// backend's table is checked (nm_backend_iface_check). NM_ERR_INVALID_ARG
+// for a name no backend has (err lists those there are); NM_ERR_UNSUPPORTED
+// with a message in err when the device does not exist here.
 nm_status nm_backend_create(const char *device, const nm_backend_params *p, nm_backend **out, char *err,
                             size_t err_size);
 
-// The OpenCL devices of every platform, in the order of "opencl:N" (up to n
-// into out); returns how many exist (0 without an OpenCL runtime).
-int32_t nm_opencl_devices(nm_device_info *out, int32_t n);
-
+// ---- the wrappers: what callers use (the members' contracts above) -----------------------
 static inline void nm_backend_free(nm_backend *b) {
     if (b) b->iface->free(b);
+}
+static inline const char *nm_backend_name(const nm_backend *b) { return b->iface->name; }
+static inline void nm_backend_get_caps(const nm_backend *b, nm_backend_caps *caps) { b->iface->get_caps(b, caps); }
+static inline nm_buffer *nm_backend_buffer_alloc(nm_backend *b, size_t size) { return b->iface->buffer_alloc(b, size); }
+static inline void nm_backend_buffer_free(nm_backend *b, nm_buffer *buf) { b->iface->buffer_free(b, buf); }
+static inline nm_status nm_backend_import_host(nm_backend *b, const void *p, size_t size, bool writable) {
+    return b->iface->buffer_import_host(b, p, size, writable);
+}
+static inline nm_status nm_backend_tensor_set(nm_backend *b, const nm_tensor *t, size_t offs, const void *src, size_t n) {
+    return b->iface->tensor_set(b, t, offs, src, n);
+}
+static inline nm_status nm_backend_tensor_get(nm_backend *b, const nm_tensor *t, size_t offs, void *dst, size_t n) {
+    return b->iface->tensor_get(b, t, offs, dst, n);
+}
+static inline bool nm_backend_supports_op(const nm_backend *b, const nm_op *op) { return b->iface->supports_op(b, op); }
+static inline nm_status nm_backend_submit(nm_backend *b, const nm_op *ops, int n_ops) {
+    return b->iface->submit(b, ops, n_ops);
+}
+static inline nm_event *nm_backend_event_record(nm_backend *b) { return b->iface->event_record(b); }
+static inline nm_status nm_backend_event_wait(nm_backend *b, nm_event *ev) { return b->iface->event_wait(b, ev); }
+static inline nm_status nm_backend_event_sync(nm_backend *b, nm_event *ev) { return b->iface->event_sync(b, ev); }
+static inline void nm_backend_event_free(nm_backend *b, nm_event *ev) { b->iface->event_free(b, ev); }
+static inline nm_status nm_backend_synchronize(nm_backend *b) { return b->iface->synchronize(b); }
+// Whether the backend lays weights out its own way (prepare_weight set).
+static inline bool nm_backend_prepares_weights(const nm_backend *b) { return b->iface->prepare_weight != NULL; }
+// NM_OK with nothing done where the backend reads weights as they are.
+static inline nm_status nm_backend_prepare_weight(nm_backend *b, const nm_tensor *w) {
+    return b->iface->prepare_weight ? b->iface->prepare_weight(b, w) : NM_OK;
+}
+static inline const char *nm_backend_last_error(const nm_backend *b) { return b->iface->last_error(b); }
+// Zeroes *s where the backend keeps no stats.
+static inline void nm_backend_get_stats(const nm_backend *b, nm_backend_stats *s) {
+    *s = (nm_backend_stats){0};
+    if (b->iface->get_stats) b->iface->get_stats(b, s);
 }
 
 // Submits ops and waits for them (the host reads their results next).
 static inline nm_status nm_backend_run(nm_backend *b, const nm_op *ops, int n_ops) {
-    nm_status st = b->iface->submit(b, ops, n_ops);
-    return st == NM_OK ? b->iface->synchronize(b) : st;
+    nm_status st = nm_backend_submit(b, ops, n_ops);
+    return st == NM_OK ? nm_backend_synchronize(b) : st;
 }
 
 #endif

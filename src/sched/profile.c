@@ -50,7 +50,7 @@ static double matmul_gflops(nm_backend *be, uint32_t t, const float *wf, const f
     nm_tensor X = {.type = NM_TYPE_F32, .ne = {MM_K, MM_T, 1, 1}, .offs = (size_t)(uintptr_t)x};
     nm_tensor Y = {.type = NM_TYPE_F32, .ne = {MM_O, MM_T, 1, 1}, .offs = (size_t)(uintptr_t)y};
     nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
-    if (!be->iface->supports_op(be, &op)) return 0;
+    if (!nm_backend_supports_op(be, &op)) return 0;
     if (nm_backend_run(be, &op, 1) != NM_OK) return 0; // warm-up
     double best = 0;
     for (int r = 0; r < 3; r++) {
@@ -78,7 +78,7 @@ static double matvec_gbps(nm_backend *be, uint32_t t, const float *wf, const flo
     nm_tensor X = {.type = NM_TYPE_F32, .ne = {MV_K, 1, 1, 1}, .offs = (size_t)(uintptr_t)x};
     nm_tensor Y = {.type = NM_TYPE_F32, .ne = {rows, 1, 1, 1}, .offs = (size_t)(uintptr_t)y};
     nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
-    if (!be->iface->supports_op(be, &op) || nm_backend_run(be, &op, 1) != NM_OK) return 0;
+    if (!nm_backend_supports_op(be, &op) || nm_backend_run(be, &op, 1) != NM_OK) return 0;
     double best = 0;
     for (int r = 0; r < 3; r++) {
         const double t0 = nm_now_s();
@@ -122,7 +122,7 @@ static double op_us(nm_backend *be, const float *wf, const float *x, float *y, u
     nm_tensor *wt = malloc(sizeof *wt * (size_t)n_ops), *yt = malloc(sizeof *yt * (size_t)n_ops);
     nm_op *ops = malloc(sizeof *ops * (size_t)n_ops);
     double best_whole = 0, best_cut = 0;
-    if (!wt || !yt || !ops || !be->iface->supports_op(be, &whole) || nm_backend_run(be, &whole, 1) != NM_OK)
+    if (!wt || !yt || !ops || !nm_backend_supports_op(be, &whole) || nm_backend_run(be, &whole, 1) != NM_OK)
         goto done;
     for (int64_t i = 0; i < n_ops; i++) {
         wt[i] = nm_tensor_rows(&W, rb, i * OPS_ROWS, OPS_ROWS);
@@ -210,18 +210,18 @@ static nm_status bench_open(const char *unit, bool with_big, unit_bench *b, char
     }
     for (int64_t i = 0; i < (int64_t)MM_K * MM_T; i++) b->x[i] = b->wf[i % ((int64_t)MM_O * MM_K)];
     // activations and outputs readable (and, for y, writable) by the backend
-    if ((st = be->iface->buffer_import_host(be, b->x, sizeof(float) * MM_K * MM_T, false)) == NM_OK)
-        st = be->iface->buffer_import_host(be, b->y, sizeof(float) * MM_O * MM_T, true);
-    if (st == NM_OK) st = be->iface->buffer_import_host(be, b->wf, sizeof(float) * 64 * 64, false);
+    if ((st = nm_backend_import_host(be, b->x, sizeof(float) * MM_K * MM_T, false)) == NM_OK)
+        st = nm_backend_import_host(be, b->y, sizeof(float) * MM_O * MM_T, true);
+    if (st == NM_OK) st = nm_backend_import_host(be, b->wf, sizeof(float) * 64 * 64, false);
     // the weights of every type in one range (a device with its own memory keeps the first
     // upload's values: the time of a matmul does not depend on them)
-    if (st == NM_OK) st = be->iface->buffer_import_host(be, b->wq, sizeof(float) * MM_O * MM_K, false);
+    if (st == NM_OK) st = nm_backend_import_host(be, b->wq, sizeof(float) * MM_O * MM_K, false);
     // the decoding figure's 160 MiB: a device that cannot take them has no matvec figure (the read
     // bandwidth stands in for it), the rest is measured
-    b->mv_ok = with_big && st == NM_OK && be->iface->buffer_import_host(be, b->big, MV_BYTES, false) == NM_OK &&
-               be->iface->buffer_import_host(be, b->ybig, sizeof(float) * MV_MAX_ROWS, true) == NM_OK;
+    b->mv_ok = with_big && st == NM_OK && nm_backend_import_host(be, b->big, MV_BYTES, false) == NM_OK &&
+               nm_backend_import_host(be, b->ybig, sizeof(float) * MV_MAX_ROWS, true) == NM_OK;
     if (st != NM_OK) {
-        nm_fail(st, err, err_size, "profile: %s: %s", unit, be->iface->last_error(be));
+        nm_fail(st, err, err_size, "profile: %s: %s", unit, nm_backend_last_error(be));
         bench_close(b);
     }
     return st;
@@ -344,7 +344,7 @@ nm_status nm_unit_measure_watts(const char *unit, const char *root, double idle_
         const double t0 = nm_now_s();
         while (st == NM_OK && nm_now_s() - t0 < busy_s) st = nm_backend_run(b.be, &op, 1);
         if (st == NM_OK) st = nm_energy_meters_stop(m, &busy, err, err_size);
-        else nm_fail(st, err, err_size, "profile: %s: %s", unit, b.be->iface->last_error(b.be));
+        else nm_fail(st, err, err_size, "profile: %s: %s", unit, nm_backend_last_error(b.be));
         bench_close(&b);
     }
     if (st == NM_OK) {

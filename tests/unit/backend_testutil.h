@@ -26,7 +26,7 @@ static inline nm_backend *cpu_backend(int n_threads, int64_t max_row, int64_t ma
 
 static inline int cpu_backend_threads(const nm_backend *be) {
     nm_backend_caps caps;
-    be->iface->get_caps(be, &caps);
+    nm_backend_get_caps(be, &caps);
     return caps.n_threads;
 }
 

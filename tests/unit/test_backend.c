@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/registry.h"
 #include "backend_testutil.h"
 #include "backend/cpu/gemm.h"
 #include "nmtest.h"
@@ -205,7 +206,7 @@ static void check_matmul_quantized(int *nmtest_failed, int n_threads, int64_t O)
             nm_tensor X = {.type = NM_TYPE_F32, .ne = {K, T, 1, 1}, .offs = (size_t)(uintptr_t)(x)};
             nm_tensor Y = {.type = NM_TYPE_F32, .ne = {O, T, 1, 1}, .offs = (size_t)(uintptr_t)(y)};
             nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
-            NM_CHECK(be->iface->supports_op(be, &op));
+            NM_CHECK(nm_backend_supports_op(be, &op));
             for (int64_t i = 0; i < O * T; i++) y[i] = NAN; // a row the chunks miss stays NaN
             NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
             // error relative to sum |w x|: q4_1/q5_1 fold the block minimum with
@@ -450,7 +451,7 @@ NM_TEST(attention_through_a_row_map_equals_contiguous) {
                     .n_ctx = n_ctx},
                    {.kind = NM_OP_KV_STORE, .src0 = &Kt, .src1 = &Vt, .ids = IDT(ids, n_ctx), .kv = &kvp, .n_ctx = n_ctx,
                     .kv_rows = IDT(map, n_ctx)}};
-    NM_CHECK(be->iface->supports_op(be, &st[1]) && nm_backend_run(be, st, 2) == NM_OK);
+    NM_CHECK(nm_backend_supports_op(be, &st[1]) && nm_backend_run(be, st, 2) == NM_OK);
     bool placed = true;
     for (int p = 0; p < n_ctx; p++)
         placed = placed && !memcmp(kp + (size_t)map[p] * W, kh + (size_t)p * W, 2 * W) &&
@@ -476,11 +477,11 @@ NM_TEST(attention_through_a_row_map_equals_contiguous) {
     nm_tensor Q = {.ne = {H * hd, 1, 1, 1}, .offs = (size_t)(uintptr_t)(q)}, O = {.ne = {H * hd, 1, 1, 1}, .offs = (size_t)(uintptr_t)(o1)};
     nm_op bad = {.kind = NM_OP_ATTENTION, .src0 = &Q, .dst = &O, .ids = IDT(spread, 1), .kv = &kvp, .f0 = 0.25f,
                  .i0 = H, .i1 = KV, .i2 = hd, .n_ctx = n_ctx, .kv_rows = IDT(map, n_ctx)};
-    NM_CHECK(nm_backend_run(be, &bad, 1) == NM_ERR_RANGE && strstr(be->iface->last_error(be), "cache row"));
+    NM_CHECK(nm_backend_run(be, &bad, 1) == NM_ERR_RANGE && strstr(nm_backend_last_error(be), "cache row"));
     st[1].ids = IDT(seq_ids(ids, 2, 1), 1);
     NM_CHECK(nm_backend_run(be, &st[1], 1) == NM_ERR_RANGE);
     bad.kv_rows = IDT(map, n_ctx - 1); // a map that does not cover the context
-    NM_CHECK(!be->iface->supports_op(be, &bad));
+    NM_CHECK(!nm_backend_supports_op(be, &bad));
     free(kf), free(vf), free(kh), free(vh), free(kp), free(vp), free(q), free(o1), free(o2);
     nm_backend_free(be);
 }
@@ -599,7 +600,7 @@ NM_TEST(attention_full_equals_naive) {
             const float scale = 1.0f / sqrtf((float)hd);
             nm_op op = {.kind = NM_OP_ATTENTION_FULL, .src0 = &Q, .src1 = &K, .src2 = &V, .dst = &O, .f0 = scale,
                         .i0 = H, .i2 = hd};
-            NM_CHECK(!be->iface->supports_op(be, &op)); // no workspace reserved
+            NM_CHECK(!nm_backend_supports_op(be, &op)); // no workspace reserved
             nm_backend_free(be);
             be = cpu_backend_attn(nth, 64, 16, T, hd);
             NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
@@ -623,7 +624,7 @@ NM_TEST(attention_full_equals_naive) {
             if (maxd >= 1e-5) fprintf(stderr, "  T=%d H=%d hd=%d threads=%d: max diff %.3g\n", T, H, hd, nth, maxd);
             NM_CHECK(maxd < 1e-5);
             Q.ne[1] = K.ne[1] = V.ne[1] = O.ne[1] = T + 1; // longer than reserved
-            NM_CHECK(!be->iface->supports_op(be, &op));
+            NM_CHECK(!nm_backend_supports_op(be, &op));
             free(p), free(q), free(k), free(v), free(o);
             nm_backend_free(be);
         }
@@ -706,13 +707,101 @@ NM_TEST(unsupported_op_is_a_status) {
     nm_tensor W = {.type = 77, .ne = {64, 2, 1, 1}, .offs = (size_t)(uintptr_t)(w)}, X = {.ne = {64, 1, 1, 1}, .offs = (size_t)(uintptr_t)(x)},
               Y = {.ne = {2, 1, 1, 1}, .offs = (size_t)(uintptr_t)(y)};
     nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
-    NM_CHECK(!be->iface->supports_op(be, &op));
+    NM_CHECK(!nm_backend_supports_op(be, &op));
     NM_CHECK(nm_backend_run(be, &op, 1) == NM_ERR_UNSUPPORTED);
-    NM_CHECK(strlen(be->iface->last_error(be)) > 0);
+    NM_CHECK(strlen(nm_backend_last_error(be)) > 0);
     W.type = NM_TYPE_F32;
     W.ne[0] = 128; // longer than the backend's max row
-    NM_CHECK(!be->iface->supports_op(be, &op));
+    NM_CHECK(!nm_backend_supports_op(be, &op));
     nm_backend_free(be);
+}
+
+// ---- the registry ---------------------------------------------------------------------------
+// A backend "fake" of one device: the CPU backend's operations with its
+// optional members left out (prepare_weight, get_stats), or with a required
+// one left out, or of another interface version (g_fake_kind).
+static nm_backend_i g_fake_iface;
+static int g_fake_kind; // 0 optional members out, 1 submit out, 2 version 1
+static int32_t fake_devices(nm_device_info *out, int32_t n, bool measure) {
+    (void)measure;
+    if (out && n > 0) {
+        memset(out, 0, sizeof *out);
+        snprintf(out->name, sizeof out->name, "fake:0");
+        snprintf(out->type, sizeof out->type, "other");
+    }
+    return 1;
+}
+static nm_status fake_create(int32_t index, const nm_backend_params *p, nm_backend **out, char *err, size_t err_size) {
+    if (index != 0) return snprintf(err, err_size, "fake:%d: no such device", (int)index), NM_ERR_UNSUPPORTED;
+    nm_status st = nm_backend_create("cpu", p, out, err, err_size);
+    if (st != NM_OK) return st;
+    g_fake_iface = *(*out)->iface;
+    g_fake_iface.name = "fake";
+    g_fake_iface.prepare_weight = NULL, g_fake_iface.get_stats = NULL;
+    if (g_fake_kind == 1) g_fake_iface.submit = NULL;
+    if (g_fake_kind == 2) g_fake_iface.version = 1;
+    (*out)->iface = &g_fake_iface; // (its free is the CPU backend's: it frees what the CPU backend made)
+    return NM_OK;
+}
+static const nm_backend_reg g_fake = {.version = NM_BACKEND_IFACE_VERSION, .name = "fake", .devices = fake_devices,
+                                      .create = fake_create};
+
+// Backends are registered, not named: a backend registered here is created by
+// its name and listed among the devices; its interface version is checked at
+// registration and its table when it is created (a required member missing
+// fails, optional ones may be NULL: the wrappers give them their meaning);
+// an unknown device's error lists the registered names.
+NM_TEST(backend_registry_registers_and_checks) {
+    char err[256] = "";
+    nm_backend_reg old = g_fake;
+    old.version = NM_BACKEND_IFACE_VERSION - 1;
+    old.name = "old";
+    NM_CHECK(nm_backend_register(&old, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "interface version"));
+    NM_CHECK(nm_backend_register(&nm_backend_cpu_reg, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "already"));
+    nm_backend_reg nocreate = g_fake;
+    nocreate.create = NULL;
+    NM_CHECK(nm_backend_register(&nocreate, err, sizeof err) == NM_ERR_INVALID_ARG);
+    const int32_t n0 = nm_list_devices(NULL, 0, false);
+    NM_CHECK(nm_backend_register(&g_fake, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_backend_reg_find("fake", 4) == &g_fake && nm_backend_reg_find("old", 3) == NULL);
+    nm_device_info d[16];
+    const int32_t n1 = nm_list_devices(d, 16, false);
+    NM_CHECK(n1 == n0 + 1 && n1 <= 16 && !strcmp(d[n1 - 1].name, "fake:0") && !strcmp(d[0].name, "cpu"));
+    // optional members NULL: the wrappers do without them; the backend computes
+    const nm_backend_params p = {.n_threads = 1, .max_row = 64, .max_tokens = 4};
+    nm_backend *be = NULL;
+    NM_CHECK(nm_backend_create("fake", &p, &be, err, sizeof err) == NM_OK && be);
+    if (be) {
+        NM_CHECK(!strcmp(nm_backend_name(be), "fake") && !nm_backend_prepares_weights(be));
+        float w[64 * 2], x[64], y[2] = {0};
+        for (int i = 0; i < 128; i++) w[i] = (float)(i % 7);
+        for (int i = 0; i < 64; i++) x[i] = 1.0f;
+        nm_tensor W = nm_tensor_at(w, NM_TYPE_F32, 64, 2), X = nm_tensor_at(x, NM_TYPE_F32, 64, 1),
+                  Y = nm_tensor_at(y, NM_TYPE_F32, 2, 1);
+        NM_CHECK(nm_backend_prepare_weight(be, &W) == NM_OK);
+        nm_op op = {.kind = NM_OP_MATMUL, .src0 = &W, .src1 = &X, .dst = &Y};
+        NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
+        float want0 = 0;
+        for (int i = 0; i < 64; i++) want0 += (float)(i % 7);
+        NM_CHECK(y[0] == want0);
+        nm_backend_stats st;
+        memset(&st, 0xff, sizeof st);
+        nm_backend_get_stats(be, &st);
+        NM_CHECK(st.bytes_wrapped == 0 && st.bytes_uploaded == 0);
+        nm_backend_free(be);
+    }
+    NM_CHECK(nm_backend_create("fake:1", &p, &be, err, sizeof err) == NM_ERR_UNSUPPORTED && !be);
+    // a required member missing, another interface version: refused when created
+    g_fake_kind = 1;
+    NM_CHECK(nm_backend_create("fake", &p, &be, err, sizeof err) == NM_ERR_INVALID_ARG && !be && strstr(err, "no submit"));
+    g_fake_kind = 2;
+    NM_CHECK(nm_backend_create("fake", &p, &be, err, sizeof err) == NM_ERR_INVALID_ARG && !be &&
+             strstr(err, "interface version 1"));
+    g_fake_kind = 0;
+    NM_CHECK(nm_backend_create("nosuch:0", &p, &be, err, sizeof err) == NM_ERR_INVALID_ARG &&
+             strstr(err, "unknown device 'nosuch:0' (cpu, opencl, opencl:N, opencl:auto, fake)"));
+    if (!strstr(err, "(cpu, opencl, opencl:N, opencl:auto, fake)")) fprintf(stderr, "  %s\n", err);
+    NM_CHECK(nm_backend_create("opencl:x", &p, &be, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "opencl:N"));
 }
 
 NM_TEST_MAIN()

@@ -426,7 +426,7 @@ NM_TEST(rope_norm_neox_partial_bases_positions) {
             nm_tensor X = f32t(x, W, NP);
             nm_op op = {.kind = NM_OP_ROPE, .src0 = &X, .dst = &X, .ids = IDT(positions, NP), .f0 = cfg[ci].base,
                         .f1 = cfg[ci].fscale, .i0 = H, .i1 = hd, .i2 = mode, .i3 = nr};
-            NM_CHECK(be->iface->supports_op(be, &op));
+            NM_CHECK(nm_backend_supports_op(be, &op));
             NM_CHECK(run1(be, &op) == NM_OK);
             double maxn = 0;
             int unrotated_changed = 0;
@@ -609,7 +609,7 @@ NM_TEST(attention_causal_gqa_window_softcap) {
                                 .f1 = softcap, .i0 = H, .i1 = KVH, .i2 = HD, .i3 = win, .n_ctx = NCTX,
                                 .flags = ggml ? NM_OPF_GGML_F16 : 0};
                     if (ggml && cap) { // ggml's path has no softcap: refused, not ignored
-                        NM_CHECK(!be->iface->supports_op(be, &op));
+                        NM_CHECK(!nm_backend_supports_op(be, &op));
                         continue;
                     }
                     for (int i = 0; i < T * H * HD; i++) o[i] = NAN;

@@ -351,11 +351,14 @@ static float *speak16k(const char *text, int64_t *n) {
     return pcm;
 }
 
-// Hears `n` samples of pcm (NULL: silence) as a microphone's 100 ms chunks.
+// Hears `n` samples of pcm (NULL: silence) in chunks of half a second (a
+// capture may hand over that much at once: the barge-in must still come
+// within 200 ms of the voiced frame, in the stream's time).
+#define HEAR_CHUNK 8000
 static bool hear(nm_pipeline *P, const float *pcm, int64_t n) {
-    static const float zeros[1600];
-    for (int64_t i = 0; i < n; i += 1600) {
-        const int64_t k = n - i < 1600 ? n - i : 1600;
+    static const float zeros[HEAR_CHUNK];
+    for (int64_t i = 0; i < n; i += HEAR_CHUNK) {
+        const int64_t k = n - i < HEAR_CHUNK ? n - i : HEAR_CHUNK;
         char err[512];
         if (nm_pipeline_hear(P, pcm ? pcm + i : zeros, k, err, sizeof err) != NM_OK) {
             fprintf(stderr, "  hear: %s\n", err);

@@ -701,7 +701,7 @@ static nm_event *cpu_event_record(nm_backend *b) {
 
 static nm_status cpu_event_wait(nm_backend *b, nm_event *ev) {
     if (!ev || ev->owner == b) return NM_OK;
-    return ev->owner->iface->event_sync(ev->owner, ev);
+    return nm_backend_event_sync(ev->owner, ev);
 }
 
 static nm_status cpu_event_sync(nm_backend *b, nm_event *ev) { return NM_OK; }
@@ -1020,7 +1020,6 @@ static const nm_backend_i cpu_iface = {
     .version = NM_BACKEND_IFACE_VERSION,
     .name = "cpu",
     .get_caps = cpu_get_caps,
-    .get_profile = NULL,
     .buffer_alloc = cpu_buffer_alloc,
     .buffer_free = cpu_buffer_free,
     .buffer_import_host = cpu_buffer_import_host,
@@ -1124,3 +1123,21 @@ static nm_status reserve_attn(nm_backend *b, int64_t max_seq, int64_t head_dim) 
     c->attn_max_hd = hd;
     return NM_OK;
 }
+
+// ---- the registry's entry --------------------------------------------------------------------
+
+static int32_t cpu_devices(nm_device_info *out, int32_t n, bool measure) {
+    if (out && n > 0) nm_host_device_info(out, measure);
+    return 1;
+}
+
+static nm_status cpu_create(int32_t index, const nm_backend_params *p, nm_backend **out, char *err, size_t err_size) {
+    if (index != 0) {
+        snprintf(err, err_size, "device cpu:%d: the host is one device, cpu", (int)index);
+        return NM_ERR_UNSUPPORTED;
+    }
+    return nm_backend_cpu_new(p, out, err, err_size);
+}
+
+const nm_backend_reg nm_backend_cpu_reg = {
+    .version = NM_BACKEND_IFACE_VERSION, .name = "cpu", .devices = cpu_devices, .create = cpu_create};

@@ -973,7 +973,7 @@ static nm_event *ocl_event_record(nm_backend *b) {
 static nm_status ocl_event_sync(nm_backend *b, nm_event *ev) {
     nm_ocl *o = b->impl;
     if (!ev) return NM_OK;
-    if (ev->owner != b) return ev->owner->iface->event_sync(ev->owner, ev);
+    if (ev->owner != b) return nm_backend_event_sync(ev->owner, ev);
     cl_event_wrap *w = (cl_event_wrap *)ev;
     cl_int e = o->api.clWaitForEvents(1, &w->ev);
     return e == CL_SUCCESS ? NM_OK : ocl_fail(o, NM_ERR_IO, "opencl: waiting for an event: %s", nm_cl_strerror(e));
@@ -983,7 +983,7 @@ static nm_status ocl_event_sync(nm_backend *b, nm_event *ev) {
 // backend's event is waited for on the host before later work is queued.
 static nm_status ocl_event_wait(nm_backend *b, nm_event *ev) {
     if (!ev || ev->owner == b) return NM_OK;
-    return ev->owner->iface->event_sync(ev->owner, ev);
+    return nm_backend_event_sync(ev->owner, ev);
 }
 
 static void ocl_event_free(nm_backend *b, nm_event *ev) {
@@ -1056,7 +1056,6 @@ static const nm_backend_i ocl_iface = {
     .version = NM_BACKEND_IFACE_VERSION,
     .name = "opencl",
     .get_caps = ocl_get_caps,
-    .get_profile = NULL,
     .buffer_alloc = ocl_buffer_alloc,
     .buffer_free = ocl_buffer_free,
     .buffer_import_host = ocl_buffer_import_host,
@@ -1124,7 +1123,7 @@ static nm_status fit_work_groups(nm_ocl *o) {
     return NM_OK;
 }
 
-nm_status nm_backend_opencl_new(int index, const nm_backend_params *p, nm_backend **out, char *err, size_t err_size) {
+static nm_status opencl_create(int32_t index, const nm_backend_params *p, nm_backend **out, char *err, size_t err_size) {
     *out = NULL;
     nm_ocl *o = calloc(1, sizeof *o);
     nm_backend *b = calloc(1, sizeof *b);
@@ -1247,7 +1246,7 @@ fail:
     return st;
 }
 
-int32_t nm_opencl_devices(nm_device_info *out, int32_t n) {
+static int32_t opencl_list(nm_device_info *out, int32_t n) {
     nm_cl_api api;
     char e[256];
     if (nm_cl_api_load(&api, e, sizeof e) != 0) return 0;
@@ -1284,7 +1283,7 @@ static const char bw_source[] =
     "    out[i] = acc.x + acc.y + acc.z + acc.w;\n"
     "}\n";
 
-double nm_opencl_read_gbps(int index) {
+static double opencl_read_gbps(int index) {
     nm_cl_api api;
     char e[256];
     if (nm_cl_api_load(&api, e, sizeof e) != 0) return 0.0;
@@ -1339,3 +1338,29 @@ done:
     nm_cl_api_unload(&api);
     return best;
 }
+
+// ---- the registry's entry --------------------------------------------------------------------
+
+static int32_t opencl_devices(nm_device_info *out, int32_t n, bool measure) {
+    const int32_t count = opencl_list(out, n);
+    for (int32_t i = 0; measure && out && i < n && i < count; i++) out[i].read_gbps = opencl_read_gbps(i);
+    return count;
+}
+
+// opencl:auto: the first OpenCL GPU or accelerator: an OpenCL device on the CPU (PoCL) competes with the
+// CPU backend for the same cores (NM_OPENCL_AUTO_CPU=1 takes it too, for tests).
+static int32_t opencl_pick_auto(char *err, size_t err_size) {
+    nm_device_info d[16];
+    const int32_t n = opencl_list(d, 16);
+    const bool cpu_ok = getenv("NM_OPENCL_AUTO_CPU") && atoi(getenv("NM_OPENCL_AUTO_CPU")) == 1;
+    for (int32_t i = 0; i < n && i < 16; i++)
+        if (cpu_ok || strcmp(d[i].type, "cpu") != 0) return i;
+    if (n == 0) return 0; // (opencl:0 says there is no device)
+    snprintf(err, err_size, "opencl: no OpenCL GPU or accelerator (%s is a CPU device: the CPU backend is faster there)",
+             d[0].desc);
+    return -1;
+}
+
+const nm_backend_reg nm_backend_opencl_reg = {.version = NM_BACKEND_IFACE_VERSION, .name = "opencl",
+                                              .devices = opencl_devices, .create = opencl_create,
+                                              .pick_auto = opencl_pick_auto};

@@ -130,9 +130,9 @@ static nm_status weights_supported(const nm_model *m, nm_backend *b, const nm_ba
         for (int i = 0; i < n; i++)
             if (ws[i]->type >= 64 || !(caps->weight_types >> ws[i]->type & 1)) {
                 const nm_type_traits *tr = nm_type_traits_get(ws[i]->type);
-                if (il == hp->n_layer) snprintf(err, err_size, "%s has no kernel for %s weights (the output head)", b->iface->name,
+                if (il == hp->n_layer) snprintf(err, err_size, "%s has no kernel for %s weights (the output head)", nm_backend_name(b),
                                      tr ? tr->name : "?");
-                else snprintf(err, err_size, "%s has no kernel for %s weights (in layer %d)", b->iface->name,
+                else snprintf(err, err_size, "%s has no kernel for %s weights (in layer %d)", nm_backend_name(b),
                               tr ? tr->name : "?", il);
                 return NM_ERR_UNSUPPORTED;
             }
@@ -140,9 +140,9 @@ static nm_status weights_supported(const nm_model *m, nm_backend *b, const nm_ba
     nm_tensor ids = {.type = NM_TYPE_I32, .ne = {1, 1, 1, 1}};
     nm_tensor row = {.type = NM_TYPE_F32, .ne = {hp->n_embd, 1, 1, 1}};
     const nm_op lookup = {.kind = NM_OP_GET_ROWS, .src0 = &m->tok_embd, .ids = &ids, .dst = &row};
-    if (!b->iface->supports_op(b, &lookup)) {
+    if (!nm_backend_supports_op(b, &lookup)) {
         const nm_type_traits *tr = nm_type_traits_get(m->tok_embd.type);
-        snprintf(err, err_size, "%s cannot look up %s embeddings", b->iface->name, tr ? tr->name : "?");
+        snprintf(err, err_size, "%s cannot look up %s embeddings", nm_backend_name(b), tr ? tr->name : "?");
         return NM_ERR_UNSUPPORTED;
     }
     if (hp->rope_mode == NM_ROPE_MROPE) { // (the rope's kind, known before anything is placed)
@@ -151,8 +151,8 @@ static nm_status weights_supported(const nm_model *m, nm_backend *b, const nm_ba
         nm_op rope = {.kind = NM_OP_ROPE, .src0 = &q, .dst = &q, .ids = &pos3, .f0 = hp->rope_base, .f1 = 1.0f,
                       .i0 = hp->n_head, .i1 = hp->head_dim, .i2 = NM_ROPE_MROPE, .i3 = hp->n_rot};
         memcpy(rope.rope_sections, hp->rope_sections, sizeof rope.rope_sections);
-        if (!b->iface->supports_op(b, &rope)) {
-            snprintf(err, err_size, "%s has no M-RoPE (%s's multi-axis rope): run it on the CPU", b->iface->name,
+        if (!nm_backend_supports_op(b, &rope)) {
+            snprintf(err, err_size, "%s has no M-RoPE (%s's multi-axis rope): run it on the CPU", nm_backend_name(b),
                      m->arch_name);
             return NM_ERR_UNSUPPORTED;
         }
@@ -215,7 +215,7 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     }
     nm_status st = nm_backend_create(on_cpu ? "cpu" : p.device, &bp, &c->be[0], berr, sizeof berr);
     if (st == NM_OK) {
-        c->be[0]->iface->get_caps(c->be[0], &c->caps);
+        nm_backend_get_caps(c->be[0], &c->caps);
         if (!on_cpu) st = weights_supported(m, c->be[0], &c->caps, berr, sizeof berr);
     }
     if (st != NM_OK) {
@@ -256,9 +256,9 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
                               (int64_t)kvw, hp->n_ff, hp->n_ff, hp->n_vocab, 1, 1, 1, 3};
     size_t size = 0;
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) size += ((size_t)widths[i] * B * 4 + 63) / 64 * 64;
-    c->arena = c->mem->iface->buffer_alloc(c->mem, size);
+    c->arena = nm_backend_buffer_alloc(c->mem, size);
     const size_t kv_rows = (size_t)p.n_ctx * (size_t)p.n_seq, kv_layer = 2 * kv_rows * kvw * sizeof(uint16_t);
-    c->kvbuf = c->arena ? c->mem->iface->buffer_alloc(c->mem, (size_t)hp->n_layer * kv_layer) : NULL;
+    c->kvbuf = c->arena ? nm_backend_buffer_alloc(c->mem, (size_t)hp->n_layer * kv_layer) : NULL;
     c->kv = calloc((size_t)hp->n_layer + 1, sizeof *c->kv);
     c->pos_host = calloc(5 * B, sizeof(int32_t));
     if (hp->rope_mode == NM_ROPE_MROPE) {
@@ -267,7 +267,7 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     }
     if (!c->arena || !c->kvbuf || !c->kv || !c->pos_host || (hp->rope_mode == NM_ROPE_MROPE && (!c->shift || !c->n_shift))) {
         if (err) snprintf(err, err_size, "out of memory for a context of %d positions%s%s", p.n_ctx,
-                          c->arena && c->kvbuf ? "" : ": ", c->arena && c->kvbuf ? "" : c->mem->iface->last_error(c->mem));
+                          c->arena && c->kvbuf ? "" : ": ", c->arena && c->kvbuf ? "" : nm_backend_last_error(c->mem));
         nm_ctx_free(c);
         return NM_ERR_NOMEM;
     }
@@ -297,32 +297,31 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     }
     // the weights, read where they are mapped (a copy only on a device that cannot see host memory)
     if (m->wend > m->wbase &&
-        (st = c->be[0]->iface->buffer_import_host(c->be[0], m->wbase, (size_t)(m->wend - m->wbase), false)) != NM_OK) {
-        if (err) snprintf(err, err_size, "the weights: %s", c->be[0]->iface->last_error(c->be[0]));
+        (st = nm_backend_import_host(c->be[0], m->wbase, (size_t)(m->wend - m->wbase), false)) != NM_OK) {
+        if (err) snprintf(err, err_size, "the weights: %s", nm_backend_last_error(c->be[0]));
         nm_ctx_free(c);
         return st;
     }
     // the device's own layout for the weights of its layers, where it has one
-    if (c->be[0]->iface->prepare_weight) {
-        const nm_backend_i *bi = c->be[0]->iface;
-        st = bi->prepare_weight(c->be[0], &m->output);
+    if (nm_backend_prepares_weights(c->be[0])) {
+        st = nm_backend_prepare_weight(c->be[0], &m->output);
         for (int il = hp->n_layer - c->n_dev; il < hp->n_layer && st == NM_OK; il++) {
             const nm_layer *ly = &m->layers[il];
             const nm_tensor *ws[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0] && st == NM_OK; i++) st = bi->prepare_weight(c->be[0], ws[i]);
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0] && st == NM_OK; i++) st = nm_backend_prepare_weight(c->be[0], ws[i]);
         }
         if (st != NM_OK) {
-            if (err) snprintf(err, err_size, "the weights: %s", bi->last_error(c->be[0]));
+            if (err) snprintf(err, err_size, "the weights: %s", nm_backend_last_error(c->be[0]));
             nm_ctx_free(c);
             return st;
         }
     }
     // a split, or host memory the device shares: the device works in the CPU's activations and cache, in place
     if (c->mem != c->be[0] &&
-        ((st = c->be[0]->iface->buffer_import_host(c->be[0], c->arena->host, c->arena->size, true)) != NM_OK ||
-         (st = c->be[0]->iface->buffer_import_host(c->be[0], c->kvbuf->host, c->kvbuf->size, true)) != NM_OK)) {
+        ((st = nm_backend_import_host(c->be[0], c->arena->host, c->arena->size, true)) != NM_OK ||
+         (st = nm_backend_import_host(c->be[0], c->kvbuf->host, c->kvbuf->size, true)) != NM_OK)) {
         const bool retry = c->host != NULL; // not a split: the device's own buffers will do
-        if (err) snprintf(err, err_size, "sharing the activations: %s", c->be[0]->iface->last_error(c->be[0]));
+        if (err) snprintf(err, err_size, "sharing the activations: %s", nm_backend_last_error(c->be[0]));
         nm_ctx_free(c);
         return retry ? ctx_create(m, params, true, out, err, err_size) : st;
     }
@@ -346,8 +345,8 @@ void nm_ctx_free(nm_ctx *c) {
         c->be[0] = NULL;
     }
     if (c->mem) {
-        c->mem->iface->buffer_free(c->mem, c->arena);
-        c->mem->iface->buffer_free(c->mem, c->kvbuf);
+        nm_backend_buffer_free(c->mem, c->arena);
+        nm_backend_buffer_free(c->mem, c->kvbuf);
     }
     nm_backend_free(c->be[0]);
     nm_backend_free(c->be[1]);
@@ -364,13 +363,13 @@ int32_t nm_ctx_n_ctx(const nm_ctx *c) { return c->n_ctx; }
 int32_t nm_ctx_n_batch(const nm_ctx *c) { return c->n_batch; }
 int32_t nm_ctx_n_seq(const nm_ctx *c) { return c->n_seq; }
 const char *nm_ctx_last_error(const nm_ctx *c) { return c->err; }
-const char *nm_ctx_device(const nm_ctx *c) { return c->be[0]->iface->name; }
+const char *nm_ctx_device(const nm_ctx *c) { return nm_backend_name(c->be[0]); }
 int32_t nm_ctx_device_layers(const nm_ctx *c) { return c->n_dev; }
 const char *nm_ctx_device_note(const nm_ctx *c) { return c->note; }
 
 void nm_ctx_device_stats(const nm_ctx *c, uint64_t *wrapped, uint64_t *uploaded) {
     nm_backend_stats s = {0};
-    if (c->be[0]->iface->get_stats) c->be[0]->iface->get_stats(c->be[0], &s);
+    nm_backend_get_stats(c->be[0], &s);
     *wrapped = s.bytes_wrapped;
     *uploaded = s.bytes_uploaded;
 }
@@ -525,11 +524,11 @@ static nm_status graph_record(nm_ctx *c, graph *g, int32_t T, int32_t n_out, boo
         return ctx_fail(c, NM_ERR_RANGE, "a pass of %d tokens has more ops than recorded for", T);
     }
     for (int i = 0; i < g->n_ops; i++)
-        if (!c->be[g->unit[i]]->iface->supports_op(c->be[g->unit[i]], &g->ops[i])) {
+        if (!nm_backend_supports_op(c->be[g->unit[i]], &g->ops[i])) {
             const nm_op *op = &g->ops[i];
             const nm_type_traits *tr = op->src0 ? nm_type_traits_get(op->src0->type) : NULL;
             nm_status st = ctx_fail(c, NM_ERR_UNSUPPORTED, "device %s cannot run op %d (%s, %lld x %lld)",
-                                    c->be[g->unit[i]]->iface->name, op->kind, tr ? tr->name : "?",
+                                    nm_backend_name(c->be[g->unit[i]]), op->kind, tr ? tr->name : "?",
                                     (long long)(op->src0 ? op->src0->ne[0] : 0),
                                     (long long)(op->src0 ? op->src0->ne[1] : 0));
             graph_clear(g);
@@ -571,27 +570,27 @@ static nm_status submit(nm_ctx *c, const graph *g) {
         int j = i + 1;
         while (j < g->n_ops && g->unit[j] == g->unit[i]) j++;
         nm_backend *b = c->be[g->unit[i]];
-        if (prev && (st = b->iface->event_wait(b, prev)) != NM_OK) {
-            ctx_fail(c, st, "%s", b->iface->last_error(b));
+        if (prev && (st = nm_backend_event_wait(b, prev)) != NM_OK) {
+            ctx_fail(c, st, "%s", nm_backend_last_error(b));
             break;
         }
-        if (prev) prev_be->iface->event_free(prev_be, prev);
+        if (prev) nm_backend_event_free(prev_be, prev);
         prev = NULL;
-        if ((st = b->iface->submit(b, g->ops + i, j - i)) != NM_OK) {
-            ctx_fail(c, st, "%s", b->iface->last_error(b));
+        if ((st = nm_backend_submit(b, g->ops + i, j - i)) != NM_OK) {
+            ctx_fail(c, st, "%s", nm_backend_last_error(b));
             break;
         }
-        if (j < g->n_ops && !(prev = b->iface->event_record(b))) {
-            st = ctx_fail(c, NM_ERR_IO, "%s", b->iface->last_error(b));
+        if (j < g->n_ops && !(prev = nm_backend_event_record(b))) {
+            st = ctx_fail(c, NM_ERR_IO, "%s", nm_backend_last_error(b));
             break;
         }
         prev_be = b;
         i = j;
     }
-    if (prev) prev_be->iface->event_free(prev_be, prev);
+    if (prev) nm_backend_event_free(prev_be, prev);
     for (int k = 0; k < c->n_be; k++) { // both, even after a failure: nothing of this pass left queued
-        nm_status s2 = c->be[k]->iface->synchronize(c->be[k]);
-        if (st == NM_OK && s2 != NM_OK) st = ctx_fail(c, s2, "%s", c->be[k]->iface->last_error(c->be[k]));
+        nm_status s2 = nm_backend_synchronize(c->be[k]);
+        if (st == NM_OK && s2 != NM_OK) st = ctx_fail(c, s2, "%s", nm_backend_last_error(c->be[k]));
     }
     return st;
 }
@@ -600,29 +599,28 @@ static nm_status submit(nm_ctx *c, const graph *g) {
 // submits the pass, waits, and exposes the logits of the last n_out rows.
 static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, int32_t T, int32_t n_out) {
     const nm_hparams *hp = &c->m->hp;
-    const nm_backend_i *be = c->mem->iface;
     graph *g;
     nm_status st = graph_get(c, T, n_out, embd != NULL, &g);
     if (st != NM_OK) return st;
-    if ((st = be->tensor_set(c->mem, &c->pos, 0, c->pos_host, sizeof(int32_t) * (size_t)T)) != NM_OK ||
+    if ((st = nm_backend_tensor_set(c->mem, &c->pos, 0, c->pos_host, sizeof(int32_t) * (size_t)T)) != NM_OK ||
         (c->n_seq > 1 &&
-         (st = be->tensor_set(c->mem, &c->kvpos, 0, c->pos_host + c->n_batch, sizeof(int32_t) * (size_t)T)) != NM_OK) ||
-        (tokens && (st = be->tensor_set(c->mem, &c->tok, 0, tokens, sizeof(int32_t) * (size_t)T)) != NM_OK) ||
+         (st = nm_backend_tensor_set(c->mem, &c->kvpos, 0, c->pos_host + c->n_batch, sizeof(int32_t) * (size_t)T)) != NM_OK) ||
+        (tokens && (st = nm_backend_tensor_set(c->mem, &c->tok, 0, tokens, sizeof(int32_t) * (size_t)T)) != NM_OK) ||
         (c->n_shift &&
-         (st = be->tensor_set(c->mem, &c->rpos, 0, c->pos_host + 2 * c->n_batch, sizeof(int32_t) * 3 * (size_t)T)) != NM_OK))
-        return ctx_fail(c, st, "writing the inputs: %s", be->last_error(c->mem));
+         (st = nm_backend_tensor_set(c->mem, &c->rpos, 0, c->pos_host + 2 * c->n_batch, sizeof(int32_t) * 3 * (size_t)T)) != NM_OK))
+        return ctx_fail(c, st, "writing the inputs: %s", nm_backend_last_error(c->mem));
     if (embd) {
         if (c->n_be == 2 || c->caps.host_memory) { // read where the caller put them (another brick's slot)
             g->in->buf = NULL;
             g->in->offs = (size_t)(uintptr_t)embd;
-        } else if ((st = be->tensor_set(c->mem, &c->x, 0, embd, sizeof(float) * (size_t)T * (size_t)hp->n_embd)) != NM_OK) {
-            return ctx_fail(c, st, "writing the embeddings: %s", be->last_error(c->mem));
+        } else if ((st = nm_backend_tensor_set(c->mem, &c->x, 0, embd, sizeof(float) * (size_t)T * (size_t)hp->n_embd)) != NM_OK) {
+            return ctx_fail(c, st, "writing the embeddings: %s", nm_backend_last_error(c->mem));
         }
     }
     if ((st = submit(c, g)) != NM_OK) return st;
     if (c->logits_host && n_out > 0 &&
-        (st = be->tensor_get(c->mem, &c->logits, 0, c->logits_host, sizeof(float) * (size_t)n_out * hp->n_vocab)) != NM_OK)
-        return ctx_fail(c, st, "reading the logits: %s", be->last_error(c->mem));
+        (st = nm_backend_tensor_get(c->mem, &c->logits, 0, c->logits_host, sizeof(float) * (size_t)n_out * hp->n_vocab)) != NM_OK)
+        return ctx_fail(c, st, "reading the logits: %s", nm_backend_last_error(c->mem));
     c->n_out = n_out;
     c->out_first = T - n_out;
     return NM_OK;

@@ -195,7 +195,7 @@ static inline nm_tensor act(float *data, int64_t width, int64_t T) {
 
 static nm_status run(nm_whisper *w, const nm_op *ops, int n) {
     nm_status st = nm_backend_run(w->be, ops, n);
-    if (st != NM_OK) wfail(w, st, "whisper: %s", w->be->iface->last_error(w->be));
+    if (st != NM_OK) wfail(w, st, "whisper: %s", nm_backend_last_error(w->be));
     return st;
 }
 

@@ -521,7 +521,7 @@ static nm_status check_layers(loader *L) {
 
 void nm_clip_free(nm_clip *c) {
     if (!c) return;
-    if (c->be) c->be->iface->buffer_free(c->be, c->arena);
+    if (c->be) nm_backend_buffer_free(c->be, c->arena);
     nm_backend_free(c->be);
     free(c->ops);
     free(c->tens);
@@ -575,7 +575,7 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         nm_fail(st, err, err_size, "vision encoder: %s", berr);
         goto fail;
     }
-    c->be->iface->get_caps(c->be, &c->caps);
+    nm_backend_get_caps(c->be, &c->caps);
     // the weights and the widened vectors, read in place (copied once only to a device that cannot)
     const uint8_t *lo = NULL, *hi = NULL;
     for (int64_t i = 0; i < nm_gguf_n_tensors(c->g); i++) {
@@ -584,11 +584,11 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
         if (!lo || tp < lo) lo = tp;
         if (tp + t->nbytes > hi) hi = tp + t->nbytes;
     }
-    if ((hi > lo && (st = c->be->iface->buffer_import_host(c->be, lo, (size_t)(hi - lo), false)) != NM_OK) ||
-        (c->vec_used && (st = c->be->iface->buffer_import_host(c->be, c->vec_mem, c->vec_used * sizeof(float), false)) != NM_OK) ||
-        (c->patch_sum && (st = c->be->iface->buffer_import_host(c->be, c->patch_sum, (size_t)(3 * p * p * d) * sizeof(float),
+    if ((hi > lo && (st = nm_backend_import_host(c->be, lo, (size_t)(hi - lo), false)) != NM_OK) ||
+        (c->vec_used && (st = nm_backend_import_host(c->be, c->vec_mem, c->vec_used * sizeof(float), false)) != NM_OK) ||
+        (c->patch_sum && (st = nm_backend_import_host(c->be, c->patch_sum, (size_t)(3 * p * p * d) * sizeof(float),
                                                                  false)) != NM_OK)) {
-        nm_fail(st, err, err_size, "vision encoder: the weights: %s", c->be->iface->last_error(c->be));
+        nm_fail(st, err, err_size, "vision encoder: the weights: %s", nm_backend_last_error(c->be));
         goto fail;
     }
     const int64_t S = in->image_size, n_out_rows = in->n_out, ow = in->n_out_embd, P = 3 * p * p;
@@ -601,8 +601,8 @@ static nm_status clip_load(const char *path, const void *data, size_t size, cons
     size_t bytes = 0;
     for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
         bytes += ((size_t)(dims[i][0] * dims[i][1]) * sizeof(float) + 63) / 64 * 64;
-    if (!(c->arena = c->be->iface->buffer_alloc(c->be, bytes))) {
-        st = nm_fail(NM_ERR_NOMEM, err, err_size, "vision encoder: the activations: %s", c->be->iface->last_error(c->be));
+    if (!(c->arena = nm_backend_buffer_alloc(c->be, bytes))) {
+        st = nm_fail(NM_ERR_NOMEM, err, err_size, "vision encoder: the activations: %s", nm_backend_last_error(c->be));
         goto fail;
     }
     size_t at = 0;
@@ -642,7 +642,7 @@ nm_status nm_clip_load_memory(const void *data, size_t size, const char *device,
     return clip_load_auto(NULL, data, size, device, n_threads, out, err, err_size);
 }
 
-const char *nm_clip_device(const nm_clip *c) { return c->be->iface->name; }
+const char *nm_clip_device(const nm_clip *c) { return nm_backend_name(c->be); }
 
 const nm_clip_info *nm_clip_get_info(const nm_clip *c) { return c ? &c->info : NULL; }
 const char *nm_clip_last_error(const nm_clip *c) { return c ? c->err : ""; }
@@ -717,9 +717,9 @@ static nm_status record_qwen(nm_clip *c, int32_t W, int32_t H) {
         pos[N + t] = (int32_t)(2 * xb + t % 2);
     }
     nm_tensor *vpos = rows(c, &c->vpos, 2 * N, 0, 1);
-    nm_status st = vpos ? c->be->iface->tensor_set(c->be, vpos, 0, pos, 2 * (size_t)N * sizeof *pos) : NM_ERR_RANGE;
+    nm_status st = vpos ? nm_backend_tensor_set(c->be, vpos, 0, pos, 2 * (size_t)N * sizeof *pos) : NM_ERR_RANGE;
     free(pos);
-    if (st != NM_OK) return nm_fail(st, c->err, sizeof c->err, "vision encoder: the positions: %s", c->be->iface->last_error(c->be));
+    if (st != NM_OK) return nm_fail(st, c->err, sizeof c->err, "vision encoder: the positions: %s", nm_backend_last_error(c->be));
     c->vpos.ne[0] = 2 * N; // the layers' ropes read c->vpos
     c->in_pix = rows(c, &c->pix, P * N, 0, 1);
     nm_tensor *patches = rows(c, &c->patches, P, 0, N), *x = rows(c, &c->x, d, 0, N);
@@ -799,10 +799,10 @@ check:
     if (c->n_ops > c->cap_ops || c->n_tens == c->cap_tens)
         return nm_fail(NM_ERR_RANGE, c->err, sizeof c->err, "vision encoder: more ops than recorded for");
     for (int i = 0; i < c->n_ops; i++)
-        if (!c->be->iface->supports_op(c->be, &c->ops[i])) {
+        if (!nm_backend_supports_op(c->be, &c->ops[i])) {
             const nm_type_traits *tr = c->ops[i].src0 ? nm_type_traits_get(c->ops[i].src0->type) : NULL;
             return nm_fail(NM_ERR_UNSUPPORTED, c->err, sizeof c->err, "vision encoder: device %s cannot run op %d (%s)",
-                           c->be->iface->name, c->ops[i].kind, tr ? tr->name : "?");
+                           nm_backend_name(c->be), c->ops[i].kind, tr ? tr->name : "?");
         }
     c->rec_w = W;
     c->rec_h = H;
@@ -830,7 +830,6 @@ nm_status nm_clip_encode_size(nm_clip *c, const float *pixels, int32_t width, in
     if (!c || !pixels || !out) return NM_ERR_INVALID_ARG;
     c->err[0] = '\0';
     const nm_clip_info *in = &c->info;
-    const nm_backend_i *be = c->be->iface;
     const int32_t n_rows = nm_clip_n_out(c, width, height);
     if (n_rows == 0) {
         if (in->proj != NM_CLIP_PROJ_QWEN2VL)
@@ -847,13 +846,13 @@ nm_status nm_clip_encode_size(nm_clip *c, const float *pixels, int32_t width, in
     if (c->caps.host_memory) { // the CPU reads the caller's pixels and writes the caller's rows in place
         *c->in_pix = nm_tensor_at(pixels, NM_TYPE_F32, (int64_t)n_pix, 1);
         *c->in_out = nm_tensor_at(out, NM_TYPE_F32, in->n_out_embd, n_rows);
-    } else if ((st = be->tensor_set(c->be, c->in_pix, 0, pixels, n_pix * sizeof(float))) != NM_OK) {
-        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", be->last_error(c->be));
+    } else if ((st = nm_backend_tensor_set(c->be, c->in_pix, 0, pixels, n_pix * sizeof(float))) != NM_OK) {
+        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", nm_backend_last_error(c->be));
     }
     if ((st = nm_backend_run(c->be, c->ops, c->n_ops)) != NM_OK)
-        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", be->last_error(c->be));
-    if (!c->caps.host_memory && (st = be->tensor_get(c->be, c->in_out, 0, out, n_out)) != NM_OK)
-        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", be->last_error(c->be));
+        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", nm_backend_last_error(c->be));
+    if (!c->caps.host_memory && (st = nm_backend_tensor_get(c->be, c->in_out, 0, out, n_out)) != NM_OK)
+        return nm_fail(st, c->err, sizeof c->err, "vision encoder: %s", nm_backend_last_error(c->be));
     return NM_OK;
 }
 

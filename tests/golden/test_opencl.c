@@ -28,9 +28,9 @@ static bool on_nvidia(void) {
     const nm_backend_params bp = {.n_threads = 1, .max_row = 64, .max_tokens = 1};
     bool nv = false;
     char err[256];
-    if (nm_backend_create(device(), &bp, &b, err, sizeof err) == NM_OK && b->iface->get_stats) {
-        nm_backend_stats st = {0};
-        b->iface->get_stats(b, &st);
+    if (nm_backend_create(device(), &bp, &b, err, sizeof err) == NM_OK) {
+        nm_backend_stats st;
+        nm_backend_get_stats(b, &st);
         nv = strstr(st.device, "NVIDIA") != NULL;
     }
     nm_backend_free(b);
@@ -702,7 +702,7 @@ NM_TEST(fused_neighbours_only_when_they_pair) {
     float *w = mem + 5 * 4096, *y2 = mem + 7 * 4096;
     for (int i = 0; i < N; i++) a[i] = sinf(0.1f * i), b[i] = cosf(0.07f * i), other[i] = 0.5f + 0.01f * (i % 97);
     for (int i = 0; i < D; i++) w[i] = 1.0f + 0.001f * i;
-    NM_CHECK(be->iface->buffer_import_host(be, mem, 8 * 4096 * 4, true) == NM_OK);
+    NM_CHECK(nm_backend_import_host(be, mem, 8 * 4096 * 4, true) == NM_OK);
 #define HT(p, n0, n1) ((nm_tensor){.type = NM_TYPE_F32, .ne = {(n0), (n1), 1, 1}, .offs = (size_t)(uintptr_t)(p)})
     nm_tensor tA = HT(a, D, R), tB = HT(b, D, R), tS = HT(s, D, R), tO = HT(other, D, R), tY = HT(y, D, R);
     nm_tensor tW = HT(w, D, 1), tY2 = HT(y2, D, R);
@@ -756,7 +756,7 @@ NM_TEST(rope_pair_without_kv_store) {
         for (int i = 0; i < NQ * HD * T; i++) q[i] = qc[i] = sinf(0.37f * i);
         for (int i = 0; i < NK * HD * T; i++) k[i] = kc[i] = cosf(0.23f * i);
         for (int t = 0; t < T; t++) pos[t] = 5 + 11 * t;
-        NM_CHECK(be->iface->buffer_import_host(be, mem, 2 * 4096 * 4, true) == NM_OK);
+        NM_CHECK(nm_backend_import_host(be, mem, 2 * 4096 * 4, true) == NM_OK);
 #define HT(p, n0, n1, ty) ((nm_tensor){.type = (ty), .ne = {(n0), (n1), 1, 1}, .offs = (size_t)(uintptr_t)(p)})
         nm_tensor tq = HT(q, NQ * HD, T, NM_TYPE_F32), tk = HT(k, NK * HD, T, NM_TYPE_F32);
         nm_tensor tqc = HT(qc, NQ * HD, T, NM_TYPE_F32), tkc = HT(kc, NK * HD, T, NM_TYPE_F32);

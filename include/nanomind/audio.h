@@ -7,7 +7,7 @@
 #endif
 
 // ==== audio files ==========================================================================
-// Owner: src/bricks/audio/ (audio.h has the full contract). Every reader gives
+// Owner: src/io/audio/ (audio.h has the full contract). Every reader gives
 // one shape: mono float PCM at a chosen rate, nominally in [-1, 1]: libsndfile
 // opens the container (WAV, FLAC, OGG Vorbis/Opus, AIFF, ...), channels are
 // averaged, soxr (HQ) resamples when the rates differ. The writer stores 16-bit

@@ -1,6 +1,6 @@
 // Audio in and out left out: neither speech part is built (-DNM_WITH_STT=OFF
 // and -DNM_WITH_TTS=OFF), so no libsndfile, soxr or ALSA (off.h). The VAD
-// (src/bricks/audio/vad.c) is plain C and stays.
+// (src/io/audio/vad.c) is plain C and stays.
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,7 +71,7 @@ nm_status nm_audio_player_write(nm_audio_player *p, const int16_t *pcm, int64_t 
 nm_status nm_audio_player_drain(nm_audio_player *p, char *err, size_t err_size) { return off(NULL, err, err_size); }
 void nm_audio_player_close(nm_audio_player *p) {}
 
-// Plain bytes, the same as src/bricks/audio/audio_io.c's.
+// Plain bytes, the same as src/io/audio/audio_io.c's.
 static void put_u16(uint8_t *p, uint32_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
 static void put_u32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8), p[2] = (uint8_t)(v >> 16), p[3] = (uint8_t)(v >> 24);

@@ -39,7 +39,7 @@ nm_status nm_frame_signature(const char *path, nm_frame_sig *out, char *err, siz
 nm_status nm_frame_signature_slot(const nm_tabm_slot *s, nm_frame_sig *out, char *err, size_t err_size) {
     return nm_off_fail(err, err_size, WHAT, OPTION);
 }
-// Plain arithmetic, the same as src/bricks/vision/frame_change.c's.
+// Plain arithmetic, the same as src/io/camera/frame_change.c's.
 double nm_frame_difference(const nm_frame_sig *a, const nm_frame_sig *b) {
     if (!a || !b) return 255.0;
     uint64_t d = 0;

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/audio/audio.h"
+#include "io/audio/audio.h"
 
 // libsndfile 1.2's Ogg Vorbis reader leaks the vorbis_info it initialised when
 // a stream's headers are bad (vorbis_read_header returns before

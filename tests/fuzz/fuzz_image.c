@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 
 static volatile float sink;
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "bricks/vision/clip.h"
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 
 static volatile uint64_t sink;
 

@@ -7,7 +7,7 @@
 
 #include "../unit/nmtest.h"
 #include "bricks/vision/clip.h"
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 #include "genmmproj.h"
 #include "genmodel.h"
 #include "models.h"

@@ -1,4 +1,4 @@
-// Audio I/O (src/bricks/audio): files written here with our WAV writer and
+// Audio I/O (src/io/audio): files written here with our WAV writer and
 // with libsndfile (WAV of several sample formats, FLAC, OGG Vorbis) are read
 // back and compared sample by sample (or, for Vorbis, by frequency and level);
 // resampling keeps a tone's frequency and amplitude; raw PCM; every error case;
@@ -17,7 +17,7 @@
 #include <soxr.h>
 #include <time.h>
 
-#include "bricks/audio/audio.h"
+#include "io/audio/audio.h"
 #include "nmtest.h"
 
 // libsndfile 1.2's Ogg Vorbis reader leaks the vorbis_info it initialised when

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "bricks/audio/audio.h"
+#include "io/audio/audio.h"
 #include "genmmproj.h"
 #include "nmtest.h"
 

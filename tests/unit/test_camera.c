@@ -1,4 +1,4 @@
-// The camera (src/bricks/vision/camera.c) against an emulated V4L2 driver
+// The camera (src/io/camera/camera.c) against an emulated V4L2 driver
 // (this machine and CI have no /dev/video; a real one is tried where it
 // exists): the driver writes frames into the ring's slots (USERPTR) or its
 // own buffers (MMAP, each copy counted); rows packed; the newest frame kept
@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bricks/vision/camera.h"
+#include "io/camera/camera.h"
 #include "vcam.h"
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 #include "nmtest.h"
 
 // ---- helpers ---------------------------------------------------------------------------------

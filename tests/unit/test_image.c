@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "bricks/vision/clip.h"
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 #include "genmmproj.h"
 #include "nmtest.h"
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "bricks/vision/clip.h"
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 #include "gguf/gguf.h"
 #include "genmmproj.h"
 #include "genmodel.h"

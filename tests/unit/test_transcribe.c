@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bricks/audio/audio.h"
+#include "io/audio/audio.h"
 #include "bricks/stt/transcribe.h"
 #include "bricks/tts/tts.h"
 #include "bricks/stt/whisper_model.h"

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bricks/audio/audio.h"
+#include "io/audio/audio.h"
 #include "bricks/tts/tts.h"
 #include "nmtest.h"
 

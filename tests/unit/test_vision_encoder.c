@@ -15,7 +15,7 @@
 
 #include "nmtest.h"
 #include "bricks/vision/clip.h"
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 #include "genmmproj.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"

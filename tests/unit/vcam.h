@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bricks/vision/camera.h"
+#include "io/camera/camera.h"
 
 #define VC_FD 42
 #define VC_MAX 16

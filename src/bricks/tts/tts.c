@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "bricks/audio/audio.h"
+#include "io/audio/audio.h"
 #include "core/clock.h"
 #include "core/fail.h"
 

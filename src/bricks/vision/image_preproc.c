@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 #include "core/fail.h"
 
 #define MAX_TILES 1024 // an idefics3 grid beyond this is not an image we want to encode

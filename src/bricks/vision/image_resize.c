@@ -12,21 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 
 #define PRECISION_BITS 22 // 32 - 8 (pixel) - 2 (headroom for sums and negative lobes)
-#define MAX_TARGET 65536   // llama.cpp's own bound on a resize target side
-
-nm_status nm_image_alloc(int32_t w, int32_t h, nm_image *out) {
-    *out = (nm_image){0};
-    if (w <= 0 || h <= 0 || w > MAX_TARGET || h > MAX_TARGET || (int64_t)w * h > (1ll << 28))
-        return NM_ERR_RANGE;
-    out->rgb = malloc((size_t)w * (size_t)h * 3);
-    if (!out->rgb) return NM_ERR_NOMEM;
-    out->w = w;
-    out->h = h;
-    return NM_OK;
-}
 
 static double filter_support(nm_resize algo) {
     return algo == NM_RESIZE_BILINEAR ? 1.0 : algo == NM_RESIZE_BICUBIC ? 2.0 : 3.0;

@@ -13,7 +13,7 @@
 
 #include "bricks/brick_impl.h"
 #include "bricks/vision/clip.h"
-#include "bricks/vision/image.h"
+#include "bricks/vision/preproc.h"
 #include "core/clock.h"
 #include "core/fail.h"
 

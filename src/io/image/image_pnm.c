@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/vision/image.h"
+#include "io/image/image.h"
 
 struct cursor {
     const uint8_t *d;

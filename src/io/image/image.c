@@ -1,6 +1,6 @@
 // Image decoding entry points: pick the decoder by magic bytes, read files.
 // The per-format decoders live in image_png.c, image_jpeg.c and image_pnm.c.
-#include "bricks/vision/image.h"
+#include "io/image/image.h"
 #include "core/fail.h"
 #include "io/infile.h"
 
@@ -75,6 +75,17 @@ nm_status nm_image_load(const char *path, nm_image *out, char *err, size_t err_s
     nm_status s = nm_image_decode(buf, n, out, sub, sizeof sub);
     free(buf);
     if (s != NM_OK) return nm_fail(s, err, err_size, "%s: %s", path, sub);
+    return NM_OK;
+}
+
+nm_status nm_image_alloc(int32_t w, int32_t h, nm_image *out) {
+    *out = (nm_image){0};
+    if (w <= 0 || h <= 0 || w > NM_IMAGE_MAX_TARGET || h > NM_IMAGE_MAX_TARGET || (int64_t)w * h > (1ll << 28))
+        return NM_ERR_RANGE;
+    out->rgb = malloc((size_t)w * (size_t)h * 3);
+    if (!out->rgb) return NM_ERR_NOMEM;
+    out->w = w;
+    out->h = h;
     return NM_OK;
 }
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/vision/image.h"
+#include "io/image/image.h"
 
 struct png_job {
     const uint8_t *data;

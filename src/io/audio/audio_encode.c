@@ -5,7 +5,7 @@
 // going back (FLAC's header rewrite at close, which then keeps its "unknown
 // length"). MP3 is written at a constant bit rate: a VBR stream's first frame
 // holds a frame count that LAME can only write back at the end.
-#include "bricks/audio/audio_impl.h"
+#include "io/audio/audio_impl.h"
 #include "core/fail.h"
 
 #include <stdio.h>

@@ -1,10 +1,10 @@
-// Internal to src/bricks/audio: the sink every reader pushes mono samples
+// Internal to src/io/audio: the sink every reader pushes mono samples
 // into. It checks samples, enforces the duration cap, resamples (soxr,
 // streaming) when the rates differ, and grows the output buffer.
 #ifndef NM_AUDIO_IMPL_H
 #define NM_AUDIO_IMPL_H
 
-#include "bricks/audio/audio.h"
+#include "io/audio/audio.h"
 #include "core/fail.h"
 
 typedef struct nm_audio_sink {

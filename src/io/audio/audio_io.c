@@ -1,6 +1,6 @@
 // Audio files in and out: libsndfile containers (path, memory, stdin), raw
 // PCM, and a 16-bit WAV writer. Samples go through the sink (audio_resample.c).
-#include "bricks/audio/audio_impl.h"
+#include "io/audio/audio_impl.h"
 
 #include <errno.h>
 #include <math.h>

@@ -3,7 +3,7 @@
 // 8-bit grey, RGB24), and the one decoder of an IMAGE slot for the vision
 // brick and the frame signature (nm_image_decode_slot: a file's bytes or
 // pixels, by the slot's shape).
-#include "bricks/vision/image.h"
+#include "io/image/image.h"
 #include "core/fail.h"
 
 #include <string.h>

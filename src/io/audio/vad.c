@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bricks/audio/audio.h"
+#include "io/audio/audio.h"
 #include "core/fail.h"
 
 struct nm_vad {

@@ -2,7 +2,7 @@
 // frame in brief"): the cascade's camera event asks about a frame only when
 // it differs from the last one asked about. Integer arithmetic throughout, so
 // the verdict on a pair of files is the same on every CPU.
-#include "bricks/vision/image.h"
+#include "io/image/image.h"
 #include "core/fail.h"
 
 #include <stdlib.h>

@@ -33,7 +33,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
-#include "bricks/vision/image.h"
+#include "io/image/image.h"
 
 struct jpeg_job {
     struct jpeg_error_mgr pub; // first: libjpeg hands us a pointer to it

@@ -5,7 +5,7 @@
 // are the slots themselves (the driver writes the frame where the vision
 // brick reads it); with V4L2_MEMORY_MMAP the driver's buffers are mapped and
 // each frame is copied into a slot through the ledger.
-#include "bricks/vision/camera.h"
+#include "io/camera/camera.h"
 #include "core/clock.h"
 #include "core/fail.h"
 

@@ -1,6 +1,6 @@
 // Microphone capture through ALSA (built when pkg-config finds alsa:
 // NM_HAVE_ALSA). Without it, nm_audio_capture says so with NM_ERR_UNSUPPORTED.
-#include "bricks/audio/audio_impl.h"
+#include "io/audio/audio_impl.h"
 
 #include <stdio.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 // The sample sink (checks, duration cap, growth) and the soxr resampler.
-#include "bricks/audio/audio_impl.h"
+#include "io/audio/audio_impl.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -45,6 +45,7 @@ typedef struct pl_req {
     // progress, under the lock
     bool cancelled, done;
     bool answer_ended, speech_ended; // the decoder's request, the voice's request (DONE after both)
+    bool fed, read;        // the feed thread is done with it; its DONE has been read: then it is freed
     char *said;            // CASCADE: the answer's sentences for the voice, each NUL-terminated
     size_t n_said, cap_said;
     nm_status status;      // a failure recorded before the request's last stage ends it
@@ -162,7 +163,21 @@ static void push(nm_pipeline *P, const nm_pipeline_event *ev, const char *text, 
     pthread_mutex_unlock(&P->lock);
 }
 
+// A request's record (NULL: never given, or done and freed). The lock held.
 static pl_req *req_of(nm_pipeline *P, uint64_t id) { return id >= 1 && id <= P->n_reqs ? P->reqs[id - 1] : NULL; }
+
+static void free_req_body(pl_req *r);
+
+// Frees request r's record once the feed thread is done with it and its DONE
+// has been read (a long-running pipeline keeps only a pointer a request). The
+// lock held.
+static void retire_locked(nm_pipeline *P, pl_req *r) {
+    if (!r->fed || !r->read) return;
+    P->reqs[r->id - 1] = NULL;
+    free_req_body(r);
+    free(r->turn);
+    free(r);
+}
 
 static void free_req_body(pl_req *r) {
     free(r->text), free(r->llm_params), free(r->tts_params), free(r->said);
@@ -231,7 +246,8 @@ static double since(const pl_req *r) { return nm_now_s() - r->t_submit; }
 static void fail_all(nm_pipeline *P, const char *why) {
     pthread_mutex_lock(&P->lock);
     for (uint64_t i = 0; i < P->n_reqs; i++)
-        if (!P->reqs[i]->done) done_locked(P, P->reqs[i], P->stopping ? NM_ERR_CANCELLED : NM_ERR_SHUTDOWN, why);
+        if (P->reqs[i] && !P->reqs[i]->done)
+            done_locked(P, P->reqs[i], P->stopping ? NM_ERR_CANCELLED : NM_ERR_SHUTDOWN, why);
     pthread_mutex_unlock(&P->lock);
 }
 
@@ -780,6 +796,10 @@ static void *feed_main(void *arg) {
         pthread_mutex_unlock(&P->lock);
         serve(P, r, stop);
         free_req_body(r); // (this thread's from the queue on: what the rest of the graph needs is in the rings)
+        pthread_mutex_lock(&P->lock);
+        r->fed = true;
+        retire_locked(P, r);
+        pthread_mutex_unlock(&P->lock);
     }
     return NULL;
 }
@@ -1106,6 +1126,7 @@ void nm_pipeline_free(nm_pipeline *P) {
     nm_brick_free(P->llm);
     nm_brick_free(P->tts);
     for (uint64_t i = 0; i < P->n_reqs; i++) {
+        if (!P->reqs[i]) continue;
         free_req_body(P->reqs[i]);
         free(P->reqs[i]->turn);
         free(P->reqs[i]);
@@ -1266,7 +1287,9 @@ nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event
         if (until.tv_nsec >= 1000000000) until.tv_sec++, until.tv_nsec -= 1000000000;
     }
     pthread_mutex_lock(&P->lock);
-    if (P->cur) { // what the last event lent
+    if (P->cur) { // what the last event lent; a DONE read: its request may go
+        pl_req *done_r = P->cur->ev.kind == NM_PIPELINE_DONE ? req_of(P, P->cur->ev.request) : NULL;
+        if (done_r) done_r->read = true, retire_locked(P, done_r);
         if (P->cur->has_slot) nm_tabm_release(P->tts_out, &P->cur->slot);
         P->cur->has_slot = false;
         P->cur->next = P->spare;
@@ -1305,9 +1328,10 @@ nm_status nm_pipeline_cancel(nm_pipeline *P, uint64_t request) {
     if (!P) return NM_ERR_INVALID_ARG;
     pthread_mutex_lock(&P->lock);
     pl_req *r = req_of(P, request);
-    if (!r) {
+    if (!r) { // never given; or done, its DONE read, and its record freed
+        const bool given = request >= 1 && request <= P->n_reqs;
         pthread_mutex_unlock(&P->lock);
-        return NM_ERR_RANGE;
+        return given ? NM_OK : NM_ERR_RANGE;
     }
     const bool mark = !r->done && !r->cancelled;
     if (mark) { // it is silent from now: its speech not yet read goes
@@ -1360,7 +1384,7 @@ static void barge_in(nm_pipeline *P, int64_t at) {
     uint64_t newest = 0, oldest = 0;
     pthread_mutex_lock(&P->lock);
     for (uint64_t i = 0; i < P->n_reqs; i++)
-        if (!P->reqs[i]->done && !P->reqs[i]->cancelled) newest = i + 1, oldest = oldest ? oldest : i + 1;
+        if (P->reqs[i] && !P->reqs[i]->done && !P->reqs[i]->cancelled) newest = i + 1, oldest = oldest ? oldest : i + 1;
     pthread_mutex_unlock(&P->lock);
     if (!newest) return;
     for (uint64_t id = oldest; id <= newest; id++) nm_pipeline_cancel(P, id);

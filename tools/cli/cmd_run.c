@@ -1,6 +1,5 @@
 // nanomind run: text completion, a one-shot chat turn, or an interactive chat.
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -268,7 +268,7 @@ static int32_t box_read(server *S, serve_box *b, int32_t *out, int32_t max, bool
     pthread_mutex_lock(&S->box_lock);
     while (b->head == b->n && !b->ended) pthread_cond_wait(&S->box_cv, &S->box_lock);
     int32_t k = b->n - b->head < max ? b->n - b->head : max;
-    memcpy(out, b->tok + b->head, sizeof(int32_t) * (size_t)k);
+    if (k > 0) memcpy(out, b->tok + b->head, sizeof(int32_t) * (size_t)k); // (no tokens yet: tok may be NULL)
     b->head += k;
     *end = b->ended && b->head == b->n;
     *user = b->user;
@@ -389,6 +389,12 @@ char *read_body(server *S, struct mg_connection *c, int *code) {
 typedef struct gen {
     server *S;
     struct mg_connection *c;
+    // an error found while decoding, sent once the decoder's turn is given back (so that a client that has
+    // its reply finds the decoder free: --queue 0 does not refuse its next request). The message is
+    // allocated: this struct lives on a civetweb thread's 100 KB stack, which every route shares.
+    int err_code;
+    const char *err_param;
+    char *err_msg;
     bool chat, stream, usage_in_stream;
     uint64_t id;
     char cid[48];
@@ -640,23 +646,36 @@ static bool part_image(void *ctx, int k, uint64_t user) {
 
 static const cli_prompt_i to_decoder = {part_text, part_image};
 
+// The request's error reply, kept until the decoder's turn is given back (gen.err_code).
+static bool fail_later(gen *g, int code, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static bool fail_later(gen *g, int code, const char *param, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    free(g->err_msg);
+    g->err_msg = strdup(msg);
+    g->err_code = code, g->err_param = param;
+    return false;
+}
+
 // Sends the request (parameters, then the prompt's parts from position 0) and
-// reads its tokens back from its box. False with the error sent (*code) if it could not start.
-static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *prompt, const serve_images *im, bool bos,
-                        int *code) {
+// reads its tokens back from its box. False with the error kept (fail_later) if it could not start.
+static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *prompt, const serve_images *im, bool bos) {
     server *S = g->S;
     nm_tabm_slot sl;
     char *pj = cJSON_PrintUnformatted(params);
     if (!pj || nm_tabm_acquire_write(S->in, 0, -1, &sl) != NM_OK) {
         free(pj);
-        *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
+        fail_later(g, 503, NULL, "the decoder is not running");
         return false;
     }
     const size_t pn = strlen(pj);
     if (pn > sl.capacity) { // (a cut object would fail the request in the brick)
         free(pj);
         nm_tabm_cancel(S->in, &sl);
-        *code = send_error(S, g->c, 400, NULL, "the request's parameters take %zu bytes; the decoder's slot holds %zu "
+        fail_later(g, 400, NULL, "the request's parameters take %zu bytes; the decoder's slot holds %zu "
                            "(fewer or shorter stop strings, or a larger -c)", pn, (size_t)sl.capacity);
         return false;
     }
@@ -666,7 +685,7 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
                               .user = NM_BRICK_MORE, .request = g->id};
     if (nm_tabm_publish(S->in, &sl) != NM_OK) {
         nm_tabm_cancel(S->in, &sl);
-        *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
+        fail_later(g, 503, NULL, "the decoder is not running");
         return false;
     }
     const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(S->llm));
@@ -674,7 +693,7 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
     prompt_parts parts = {g, im, n_ctx, &ps};
     const bool fits = cli_prompt_send(S->m, prompt, im->n, bos, &to_decoder, &parts);
     if (ps.down) {
-        *code = send_error(S, g->c, 503, NULL, "the decoder is not running");
+        fail_later(g, 503, NULL, "the decoder is not running");
         return false;
     }
     g->n_prompt = fits ? ps.n_text + (int32_t)ps.rows : 0; // (the metrics count decoded prompts only)
@@ -717,22 +736,22 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
         break;
     }
     if (ps.image_failed) {
-        if (ps.bad_image) *code = send_error(S, g->c, 400, "messages", "%s", ps.ierr);
-        else *code = send_error(S, g->c, 500, NULL, "the vision encoder failed: %s", ps.ierr);
+        if (ps.bad_image) fail_later(g, 400, "messages", "%s", ps.ierr);
+        else fail_later(g, 500, NULL, "the vision encoder failed: %s", ps.ierr);
         return false;
     }
     if (ps.too_long && ps.n_text == 0) {
-        *code = send_error(S, g->c, 400, g->chat ? "messages" : "prompt", "the prompt gives no tokens");
+        fail_later(g, 400, g->chat ? "messages" : "prompt", "the prompt gives no tokens");
         return false;
     }
     if (ps.too_long || (failed && ps.rows > 0 && ps.n_text + ps.rows >= n_ctx)) { // (images: the brick finds it)
-        *code = send_error(S, g->c, 400, g->chat ? "messages" : "prompt",
+        fail_later(g, 400, g->chat ? "messages" : "prompt",
                            "the prompt (%d tokens%s) does not fit the context (%d tokens, -c)",
                            ps.n_text + (int32_t)ps.rows, ps.rows ? ", image embeddings included" : "", n_ctx);
         return false;
     }
     if (failed && (!started || !g->stream)) {
-        *code = send_error(S, g->c, 500, NULL, "the decoder failed: %s", err);
+        fail_later(g, 500, NULL, "the decoder failed: %s", err);
         return false;
     }
     if (failed && g->stream && !g->gone) { // mid-stream: an error event, as llama-server
@@ -745,13 +764,13 @@ static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *promp
     return true;
 }
 
-static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images *im, bool bos, int *code) {
+static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images *im, bool bos) {
     serve_box *box = box_take(g->S, g->id);
     if (!box) { // (the decoder's turn holds one for each request it lets in)
-        *code = send_error(g->S, g->c, 503, NULL, "no room for another request in the decoder");
+        fail_later(g, 503, NULL, "no room for another request in the decoder");
         return false;
     }
-    const bool ok = decode_into(g, box, params, prompt, im, bos, code);
+    const bool ok = decode_into(g, box, params, prompt, im, bos);
     box_give(g->S, box);
     return ok;
 }
@@ -794,7 +813,7 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
     g.created = (long long)time(NULL);
     bool ok = !g.stream || ev_begin(&g);
     if (!ok) code = send_error(S, c, 500, NULL, "out of memory");
-    ok = ok && decode(&g, rq.params, rq.prompt, &rq.im, true, &code); // (BOS as the model asks: add_special)
+    ok = ok && decode(&g, rq.params, rq.prompt, &rq.im, true); // (BOS as the model asks: add_special)
     pthread_mutex_lock(&S->lock);
     S->n_prompt_tokens += (uint64_t)g.n_prompt;
     S->n_gen_tokens += (uint64_t)g.n_tokens;
@@ -806,6 +825,9 @@ static int handle_generate(server *S, struct mg_connection *c, bool chat) {
         pthread_mutex_unlock(&S->lock);
     }
     serve_turn_give(S, &S->turn);
+    if (!ok && g.err_code) // (after the turn)
+        code = send_error(S, c, g.err_code, g.err_param, "%s", g.err_msg ? g.err_msg : "out of memory");
+    free(g.err_msg);
     cJSON_Delete(req);
     free(g.ev);
     serve_gen_free(&rq);

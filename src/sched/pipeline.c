@@ -121,6 +121,18 @@ static char *dup_n(const char *s, size_t n) {
 }
 static char *dup_s(const char *s) { return s ? dup_n(s, strlen(s)) : NULL; }
 
+// *buf (malloc'd, *cap bytes) grown to hold at least need bytes, doubling
+// (from 1 KiB). False, *buf untouched, when out of memory.
+static bool reserve(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    char *g = realloc(*buf, c);
+    if (!g) return false;
+    *buf = g, *cap = c;
+    return true;
+}
+
 nm_pipeline_params nm_pipeline_default_params(void) {
     return (nm_pipeline_params){.mode = NM_PIPELINE_PIPELINED, .chat = true};
 }
@@ -281,9 +293,9 @@ static size_t chat_msgs(const nm_pipeline *P, size_t from, const char *content, 
 }
 
 // The chat of request r (its turn after the history) as text, malloc'd; NULL
-// with the reason recorded (a turn that does not fit the context: named).
-// With keep_history, the oldest turns go while the conversation and room for
-// an answer outgrow the context (a NOTE says so).
+// with the reason recorded. With keep_history, the oldest turns go while the
+// conversation and room for an answer outgrow the context (a NOTE says so),
+// and a turn that cannot fit alone is named.
 static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
     char *content = with_markers(r, question), err[1024];
     pthread_mutex_lock(&P->lock); // (the history changes under it; the feed thread alone changes it while a
@@ -299,7 +311,8 @@ static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
     }
     nm_status st = NM_ERR_NOMEM;
     char *text = msgs ? format_chat(P, msgs, n, NULL, &st, err, sizeof err) : NULL;
-    if (text && r->n_images == 0) { // (an image's positions are the decoder's to count)
+    if (text && P->p.keep_history && r->n_images == 0) { // (else put_tokens refuses what does not fit; an image's
+                                                         // positions are the decoder's to count)
         const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(P->llm));
         const int32_t room = P->n_predict > 0 && P->n_predict < n_ctx ? P->n_predict : n_ctx / 4;
         int32_t n_tok = -nm_tokenize(P->m, text, strlen(text), NULL, 0, true, true);
@@ -575,16 +588,11 @@ static bool hear(nm_pipeline *P, pl_req *r, char **q) {
                 nm_tabm_release(P->stt_out, &s);
                 continue;
             }
-            if (len + n + 1 > cap) {
-                while (len + n + 1 > cap) cap *= 2;
-                char *g = realloc(t, cap);
-                if (!g) {
-                    free(t);
-                    t = NULL;
-                    nm_tabm_release(P->stt_out, &s);
-                    break;
-                }
-                t = g;
+            if (!reserve(&t, &cap, len + n + 1)) {
+                free(t);
+                t = NULL;
+                nm_tabm_release(P->stt_out, &s);
+                break;
             }
             // the transcript into the chat's (or the voice's) text: a copy between bricks, counted
             nm_ledger_copy(P->ledger, P->ep_stt, P->has[NM_BRICK_LLM] ? P->ep_llm : P->ep_tts, t + len, s.data, n);
@@ -844,31 +852,15 @@ static void *answers_main(void *arg) {
             pthread_mutex_unlock(&P->lock);
             nm_pipeline_event ev = {.kind = NM_PIPELINE_TEXT, .request = id};
             push(P, &ev, s.data, n);
-            if (P->p.keep_history) {
-                if (len + n + 1 > cap) {
-                    size_t c = cap ? cap : 1024;
-                    while (len + n + 1 > c) c *= 2;
-                    char *g = realloc(answer, c);
-                    if (g) answer = g, cap = c;
-                }
-                if (len + n + 1 <= cap) memcpy(answer + len, s.data, n), len += n;
-            }
+            if (P->p.keep_history && reserve(&answer, &cap, len + n + 1)) memcpy(answer + len, s.data, n), len += n;
             // the sentence into the voice's slot: a copy between bricks, counted (CASCADE: held for the voice,
             // loaded once the decoder is released: counted here, and again into its slot)
             if (speak && P->p.mode != NM_PIPELINE_CASCADE) {
                 put_text(P, P->tts_in, P->ep_llm, P->ep_tts, s.data, n, NM_BRICK_MORE, id);
-            } else if (speak) {
-                if (r->n_said + n + 1 > r->cap_said) {
-                    size_t c = r->cap_said ? r->cap_said : 1024;
-                    while (r->n_said + n + 1 > c) c *= 2;
-                    char *g = realloc(r->said, c);
-                    if (g) r->said = g, r->cap_said = c;
-                }
-                if (r->n_said + n + 1 <= r->cap_said) {
-                    nm_ledger_copy(P->ledger, P->ep_llm, P->ep_tts, r->said + r->n_said, s.data, n);
-                    r->said[r->n_said + n] = '\0';
-                    r->n_said += n + 1;
-                }
+            } else if (speak && reserve(&r->said, &r->cap_said, r->n_said + n + 1)) {
+                nm_ledger_copy(P->ledger, P->ep_llm, P->ep_tts, r->said + r->n_said, s.data, n);
+                r->said[r->n_said + n] = '\0';
+                r->n_said += n + 1;
             }
         }
         nm_tabm_release(P->llm_out, &s);
@@ -934,7 +926,7 @@ static void *speech_main(void *arg) {
                 r->status = NM_ERR_FORMAT;
             }
             r->speech_ended = true;
-            if (!P->has[NM_BRICK_LLM] || r->silent || r->answer_ended) done_locked(P, r, NM_OK, NULL); // (else answers')
+            if (!P->has[NM_BRICK_LLM] || r->answer_ended) done_locked(P, r, NM_OK, NULL); // (else the answers thread)
         }
         pthread_mutex_unlock(&P->lock);
         if (!pcm) nm_tabm_release(P->tts_out, &s);

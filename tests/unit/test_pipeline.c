@@ -167,27 +167,38 @@ NM_TEST(pipeline_chat_answer_is_the_decoded_text) {
     nm_pipeline_free(P);
 }
 
-// A spoken question: the voice says it (a TTS-only pipeline, 16 kHz), then
-// STT -> LLM -> TTS hears it, answers it and speaks the answer.
-NM_TEST(pipeline_spoken_question_answered_aloud) {
-    NEED_MODELS();
+// The voice's speech of text at 16 kHz as floats (malloc'd, *n samples), through a TTS-only pipeline.
+static float *speak16k(const char *text, int64_t *n) {
     nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
     tp.tts.sample_rate = 16000;
     nm_pipeline_params vp = nm_pipeline_default_params();
     vp.tts = &tp;
     nm_pipeline *V = make(&vp);
-    NM_CHECK(V != NULL);
-    if (!V) return;
     answer q = {0};
     q.cap_pcm = 16000 * 20;
     q.pcm = malloc(sizeof(int16_t) * (size_t)q.cap_pcm);
     uint64_t id = 0;
-    NM_CHECK(nm_pipeline_submit(V, &(nm_pipeline_input){.text = "Give me two tips for sleeping well."}, &id,
-                                NULL, 0) == NM_OK);
-    NM_CHECK(read_answer(V, id, &q) && q.status == NM_OK && q.rate == 16000 && q.n_samples > 8000);
+    float *pcm = NULL;
+    *n = 0;
+    if (V && q.pcm && nm_pipeline_submit(V, &(nm_pipeline_input){.text = text}, &id, NULL, 0) == NM_OK &&
+        read_answer(V, id, &q) && q.status == NM_OK && q.rate == 16000 && q.n_samples <= q.cap_pcm && (pcm = malloc(sizeof(float) * (size_t)q.n_samples))) {
+        for (int64_t i = 0; i < q.n_samples; i++) pcm[i] = (float)q.pcm[i] / 32768.0f;
+        *n = q.n_samples;
+    }
+    free(q.pcm);
     nm_pipeline_free(V);
-    float *pcm = malloc(sizeof(float) * (size_t)(q.n_samples ? q.n_samples : 1));
-    for (int64_t i = 0; i < q.n_samples && i < q.cap_pcm; i++) pcm[i] = (float)q.pcm[i] / 32768.0f;
+    return pcm;
+}
+
+// A spoken question: the voice says it (a TTS-only pipeline, 16 kHz), then
+// STT -> LLM -> TTS hears it, answers it and speaks the answer.
+NM_TEST(pipeline_spoken_question_answered_aloud) {
+    NEED_MODELS();
+    int64_t nq = 0;
+    float *pcm = speak16k("Give me two tips for sleeping well.", &nq);
+    NM_CHECK(pcm && nq > 8000);
+    if (!pcm) return;
+    uint64_t id = 0;
 
     nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT), lp = llm_params(64);
     sp.model = g_stt;
@@ -198,7 +209,7 @@ NM_TEST(pipeline_spoken_question_answered_aloud) {
     nm_pipeline *P = make(&pp);
     NM_CHECK(P != NULL);
     if (!P) goto out;
-    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.pcm = pcm, .n_samples = q.n_samples}, &id, NULL, 0) == NM_OK);
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.pcm = pcm, .n_samples = nq}, &id, NULL, 0) == NM_OK);
     answer a = {0};
     NM_CHECK(read_answer(P, id, &a));
     NM_CHECK(a.status == NM_OK && strstr(a.transcript, "tips") && strstr(a.transcript, "sleep"));
@@ -222,7 +233,7 @@ NM_TEST(pipeline_spoken_question_answered_aloud) {
     NM_CHECK(nm_ledger_bytes(led, llm, tts) == strlen(a.text));
     // the caller's samples copied into the STT ring; nothing else into the decoder (the prompt is the
     // pipeline's own text)
-    NM_CHECK(nm_ledger_bytes(led, -1, stt) == sizeof(float) * (uint64_t)q.n_samples &&
+    NM_CHECK(nm_ledger_bytes(led, -1, stt) == sizeof(float) * (uint64_t)nq &&
              nm_ledger_bytes(led, -1, llm) == strlen(a.transcript));
     // nothing of the request after its DONE
     nm_pipeline_close(P);
@@ -231,7 +242,6 @@ NM_TEST(pipeline_spoken_question_answered_aloud) {
     nm_pipeline_free(P);
 out:
     free(pcm);
-    free(q.pcm);
 }
 
 // The three modes give the same requests the same events (the speech's length
@@ -244,7 +254,6 @@ out:
 // slot).
 #define VLM "tests/data/vlm/vlm-mmproj-q8_0.gguf"
 #define SCENE "tests/data/vlm/scene-4242-1.ppm"
-static float *speak16k(const char *text, int64_t *n);
 NM_TEST(pipeline_modes_answer_alike) {
     NEED_MODELS();
     int64_t nq = 0;
@@ -328,28 +337,6 @@ NM_TEST(pipeline_conversation_keeps_turns) {
     nm_pipeline_free(P);
 }
 
-// The voice's speech of text at 16 kHz as floats (malloc'd, *n samples), through a TTS-only pipeline.
-static float *speak16k(const char *text, int64_t *n) {
-    nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
-    tp.tts.sample_rate = 16000;
-    nm_pipeline_params vp = nm_pipeline_default_params();
-    vp.tts = &tp;
-    nm_pipeline *V = make(&vp);
-    answer q = {0};
-    q.cap_pcm = 16000 * 20;
-    q.pcm = malloc(sizeof(int16_t) * (size_t)q.cap_pcm);
-    uint64_t id = 0;
-    float *pcm = NULL;
-    *n = 0;
-    if (V && q.pcm && nm_pipeline_submit(V, &(nm_pipeline_input){.text = text}, &id, NULL, 0) == NM_OK &&
-        read_answer(V, id, &q) && q.status == NM_OK && q.n_samples <= q.cap_pcm && (pcm = malloc(sizeof(float) * (size_t)q.n_samples))) {
-        for (int64_t i = 0; i < q.n_samples; i++) pcm[i] = (float)q.pcm[i] / 32768.0f;
-        *n = q.n_samples;
-    }
-    free(q.pcm);
-    nm_pipeline_free(V);
-    return pcm;
-}
 
 // Hears `n` samples of pcm (NULL: silence) in chunks of half a second (a
 // capture may hand over that much at once: the barge-in must still come

@@ -321,11 +321,23 @@ def commit_label():
         return "?"
 
 
-def copy_tree(scratch):
-    """The tracked and unignored files of the repository, into scratch/tree."""
+def copy_tree(scratch, root=ROOT):
+    """The tracked and unignored files of the repository, into scratch/tree, and nothing else
+    but the harness's builds."""
     tree = os.path.join(scratch, "tree")
-    for rel in tree_files():
-        src, dst = os.path.join(ROOT, rel), os.path.join(tree, rel)
+    files = tree_files(root)
+    # a file the repository no longer has goes from the copy too (a source moved
+    # to another folder would otherwise be compiled twice); the builds stay
+    keep = set(files)
+    for dirpath, dirnames, filenames in os.walk(tree):
+        if dirpath == tree:
+            dirnames[:] = [d for d in dirnames if not d.startswith("build-mutate")]
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if os.path.relpath(path, tree) not in keep:
+                os.remove(path)
+    for rel in files:
+        src, dst = os.path.join(root, rel), os.path.join(tree, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         if not os.path.exists(dst) or open(src, "rb").read() != open(dst, "rb").read():
             # a new mtime (not the source's, which may be older than the scratch

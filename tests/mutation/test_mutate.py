@@ -20,6 +20,9 @@
                         Ctrl-C while the second mutant's tests hang: exit 130, the first mutant's row
                         written, the second's file restored and its tests killed; the same command
                         then runs the second and third only
+  copy_tree_follows_moves  a source moved to another folder leaves the scratch copy too (CI's sample,
+                        2026-12-06: a scratch kept from before src/io/ linked the image decoders twice);
+                        the harness's builds stay
   no_targets_no_build   a mutant whose tests need no program builds nothing (an empty --target list is
                         no build, not a failed one)
 
@@ -287,6 +290,38 @@ def interrupted_run_resumes():
     finally:
         shutil.rmtree(d)
 
+
+
+@case
+def copy_tree_follows_moves():
+    d = tempfile.mkdtemp(prefix="nm-test-mutate-git-")
+    scratch = tempfile.mkdtemp(prefix="nm-test-mutate-scratch-")
+    try:
+        def w(rel, text):
+            os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+            with open(os.path.join(d, rel), "w") as f:
+                f.write(text)
+        w("src/a.c", "int a;\n")
+        w("src/old/b.c", "int b;\n")
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+        subprocess.run(git + ["init", "-q", d], check=True)
+        subprocess.run(git + ["add", "."], cwd=d, check=True)
+        subprocess.run(git + ["commit", "-qm", "x"], cwd=d, check=True)
+        tree = M.copy_tree(scratch, root=d)
+        assert os.path.isfile(os.path.join(tree, "src/old/b.c"))
+        os.makedirs(os.path.join(tree, "build-mutate/src/old"))
+        with open(os.path.join(tree, "build-mutate/src/old/b.c.o"), "w") as f:
+            f.write("object")
+        os.makedirs(os.path.join(d, "src/new"))
+        subprocess.run(git + ["mv", "src/old/b.c", "src/new/b.c"], cwd=d, check=True)
+        M.copy_tree(scratch, root=d)
+        assert not os.path.exists(os.path.join(tree, "src/old/b.c")), "the moved source stayed in the copy"
+        assert open(os.path.join(tree, "src/new/b.c")).read() == "int b;\n"
+        assert os.path.isfile(os.path.join(tree, "src/a.c"))
+        assert os.path.isfile(os.path.join(tree, "build-mutate/src/old/b.c.o")), "the harness's build went"
+    finally:
+        shutil.rmtree(d)
+        shutil.rmtree(scratch)
 
 
 @case

@@ -311,6 +311,7 @@ void nm_ctx_free(nm_ctx *c);
 int32_t nm_ctx_n_ctx(const nm_ctx *c);
 int32_t nm_ctx_n_batch(const nm_ctx *c); // max tokens per nm_decode call
 int32_t nm_ctx_n_seq(const nm_ctx *c);   // sequences it holds (nm_ctx_params.n_seq)
+int32_t nm_ctx_n_threads(const nm_ctx *c); // threads its passes run on (the CPU's; a device's host side)
 
 // Runs the decoder on tokens[0..n) at positions pos..pos+n-1 (n <= n_batch,
 // pos+n <= n_ctx). Cache entries at positions >= pos are overwritten.

@@ -175,6 +175,11 @@ typedef struct nm_llm_params {
     // nm_brick_out_slot_bytes (4 KiB); a request's last slot holds what text is left (maybe none). Set at
     // load; NM_LLM_OUT_SENTENCES with n_parallel 1 (a request holds its slot across passes).
     nm_llm_out out;
+    // The most tokens a second the request generates (0: as fast as it can): a generation pass waits
+    // until the next token of a request in it is due (the first token plus n / max_tps seconds), each
+    // request at its own pace, a pass with prompt rows or an unpaced request never (the power policy's
+    // decode share: the decoder idles between tokens). PARAMS: "max_tps".
+    float max_tps;
 } nm_llm_params;
 #define NM_LLM_MAX_STOP 16
 #define NM_LLM_MAX_STOP_LEN 256

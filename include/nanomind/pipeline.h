@@ -40,7 +40,8 @@ typedef enum nm_pipeline_mode {
     // One request through the whole graph at a time: the next is taken once
     // the last one's speech (or answer) is done.
     NM_PIPELINE_SEQUENTIAL = 1,
-    // As SEQUENTIAL, and no brick resident between requests: each stage of a
+    // As SEQUENTIAL, and no brick resident between requests (also a request
+    // the power policy's critical state runs so, in either mode): each stage of a
     // request (STT; the vision brick with the LLM; TTS) loads its brick, runs
     // it on a thread of its own and releases it before the next stage loads
     // (a device short of memory: the battery policy's critical state). Only
@@ -85,6 +86,19 @@ typedef struct nm_pipeline_params {
     // requests are in flight cancels them (a new question interrupts the answer being spoken).
     nm_vad_params vad;
     bool barge_in;
+    // Power (docs/power.md): with a battery (borrowed for the pipeline's life; NULL: no policy), before
+    // taking each request the pipeline reads it (a trace at its first time plus the pipeline's age times
+    // battery_speed, <= 0: 1) and steps the policy (`power`, NULL: nm_power_default_params(); its
+    // n_threads 0: the LLM brick's, or every core): a POWER event says what it set when that changed.
+    // It runs the request as the cascade in the critical state (its bricks freed first, loaded again for
+    // the next request that is not); loads the bricks again, with the graph idle, when the policy's
+    // threads change (each brick made with them); paces the decoder to the policy's share of its speed
+    // (measured from the answers so far, or power->decode_tps); and applies the DVFS caps to `dvfs`
+    // (borrowed, may be NULL; a failure is a NOTE, once). The frame rate is the caller's (POWER's fps).
+    nm_battery *battery;
+    const nm_power_params *power;
+    double battery_speed;
+    nm_power_actuators *dvfs;
 } nm_pipeline_params;
 
 nm_pipeline_params nm_pipeline_default_params(void);
@@ -145,6 +159,8 @@ typedef enum nm_pipeline_event_kind {
                                 // flight: each is cancelled (no AUDIO of it follows; its DONE says cancelled),
                                 // request the newest of them; t0: where the speech began, t1: where it was
                                 // known (10 ms units of the heard stream). Stop a speaker playing them now.
+    NM_PIPELINE_POWER = 7,      // the power policy's targets changed (params.battery), from `request` on:
+                                // power, battery_pct, and text a line saying them
 } nm_pipeline_event_kind;
 
 // Seconds from the request's submit: 0 where the stage did not run.
@@ -171,6 +187,8 @@ typedef struct nm_pipeline_event {
     nm_status status;
     nm_llm_stop stop;     // DONE: why the answer ended (NM_LLM_STOP_NONE without a decoder)
     nm_pipeline_timings t; // DONE
+    nm_power_targets power; // POWER: what the policy set (the cascade, threads, the decoder's pace, fps, DVFS share)
+    double battery_pct;   // POWER: the charge it stepped on
 } nm_pipeline_event;
 
 // The next event, in the order the pipeline made them (a request's events in
@@ -199,11 +217,16 @@ nm_status nm_pipeline_hear(nm_pipeline *p, const float *pcm, int64_t n, char *er
 // NM_ERR_SHUTDOWN.
 void nm_pipeline_close(nm_pipeline *p);
 
-// The graph's brick of a kind (NULL: none in it; CASCADE: none loaded now),
-// borrowed: for what each kind offers beside the rings (nm_brick_llm_model,
-// nm_brick_stt_transcript of the last request, stats). Not for nm_brick_step
-// or nm_brick_set_params: its lane runs it.
+// The graph's brick of a kind (NULL: none in it; none loaded now: the
+// cascade), borrowed: for what each kind offers beside the rings
+// (nm_brick_llm_model, nm_brick_stt_transcript of the last request). With a
+// battery, only until the next request is taken (the policy may load the
+// bricks again). Not for nm_brick_step or nm_brick_set_params: its lane runs it.
 nm_brick *nm_pipeline_brick(const nm_pipeline *p, nm_brick_kind kind);
+// A brick kind's counters summed over every brick of it the pipeline has
+// loaded (the cascade loads one a request), as of the last request each
+// served. NM_ERR_RANGE (zeros) for a kind not in the graph.
+nm_status nm_pipeline_brick_stats(const nm_pipeline *p, nm_brick_kind kind, nm_brick_stats *out);
 nm_ledger *nm_pipeline_ledger(const nm_pipeline *p);
 
 #endif

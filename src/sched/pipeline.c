@@ -43,7 +43,10 @@ typedef struct pl_req {
     int32_t n_images;
     bool audio, silent;
     // progress, under the lock
-    bool cancelled, done;
+    bool cancelled;
+    bool done;             // ended (its DONE due: status and err final) ...
+    bool announced;        // ... and its DONE event made, once no lane has it (in_lanes 0)
+    int32_t in_lanes;      // lanes given it that have not finished serving it
     bool answer_ended, speech_ended; // the decoder's request, the voice's request (DONE after both)
     bool fed, read;        // the feed thread is done with it; its DONE has been read: then it is freed
     char *said;            // CASCADE: the answer's sentences for the voice, each NUL-terminated
@@ -52,6 +55,13 @@ typedef struct pl_req {
     nm_llm_stop stop;
     char err[512];
     char *turn;            // keep_history: the user's turn, joined to the history with its answer
+    // the plan for it (the feed thread's, when it takes it; under the lock): the cascade (the pipeline's
+    // mode, or the power policy's critical state), the bricks made again first (threads the policy
+    // changed, or back from the cascade), the decoder's pace
+    bool cascade, remake;
+    int32_t threads;       // the bricks' threads for it (0: as their parameters say)
+    double max_tps;        // 0: unpaced
+    bool given[5];         // its first slot is in that brick's input ring: the lane was given it (by kind)
     nm_pipeline_timings t;
     struct pl_req *next;   // the queue of requests not yet taken
 } pl_req;
@@ -65,11 +75,22 @@ typedef struct pl_event {
     struct pl_event *next;
 } pl_event;
 
+// A brick's lane: a thread that serves one request (nm_brick_step) each time
+// the pipeline gives it one, with the brick loaded then (so that the bricks
+// can be freed and loaded again between requests: the cascade, the power
+// policy's threads). The vision brick's has no thread (the feed thread steps
+// it): its counters only.
 typedef struct pl_lane {
-    nm_brick *b;
+    struct nm_pipeline *P;
+    nm_brick_kind kind;
     nm_tabm *in, *out;
     pthread_t th;
     bool started;
+    // under the lock
+    uint64_t given[64];    // the requests given (a slot of each in `in`), in order, that it has yet to take:
+    int32_t head, todo;    // todo of them from given[head] (at most what the ring's slots hold)
+    bool busy;             // serving one
+    nm_brick_stats base, cur; // the counters of the bricks it has freed, summed; of the one loaded now
 } pl_lane;
 
 struct nm_pipeline {
@@ -80,14 +101,19 @@ struct nm_pipeline {
     nm_model *m;           // the LLM brick's, while it is loaded
     bool has[5];           // the graph's bricks, by nm_brick_kind
     nm_brick_params given[5]; // CASCADE: the bricks' parameters, loaded again for each request
-    // CASCADE: the brick serving the request's stage, on a thread of its own
-    pthread_t th_step;
-    bool stepping;
+    bool resident;         // the bricks are loaded (not between two cascade requests)
+    int32_t threads_now;   // the threads they were loaded with (0: as their parameters say)
     nm_tabm *stt_in, *stt_out, *img, *llm_in, *llm_out, *tts_in, *tts_out;
     nm_ledger *ledger;
     bool own_ledger;
     int ep_caller, ep_stt, ep_vision, ep_llm, ep_tts; // the ledger's endpoints of the copies the pipeline makes
-    pl_lane L_stt, L_llm, L_tts;
+    pl_lane L[5];          // by nm_brick_kind
+    // power (params.battery): the policy, stepped before each request is taken
+    nm_power_params power;
+    nm_power_policy pol;
+    double t_create;
+    nm_power_targets said; // the targets the last POWER event gave
+    bool power_said, dvfs_said;
     pthread_t th_feed, th_answers, th_speech;
     bool feed_started, answers_started, speech_started;
     int32_t tts_rate;
@@ -96,7 +122,7 @@ struct nm_pipeline {
     pthread_mutex_t lock, submit_lock;
     pthread_cond_t cond;
     pl_req **reqs;         // by id - 1
-    uint64_t n_reqs, cap_reqs, n_done, last_done;
+    uint64_t n_reqs, cap_reqs, n_done, done_upto; // done_upto: requests 1..done_upto are all done
     pl_req *q_head, *q_tail;
     int32_t n_queued;
     bool closed, stopping;
@@ -217,18 +243,33 @@ static char *with_markers(const pl_req *r, const char *text) {
     return s;
 }
 
-// The request's end: its DONE event. status NM_OK takes what was recorded on
-// it (a failure, a cancellation) first. The lock held.
+// Request r's DONE event (every lane is done with it). The lock held.
+static void announce_locked(nm_pipeline *P, pl_req *r) {
+    r->announced = true;
+    P->n_done++;
+    nm_pipeline_event ev = {.kind = NM_PIPELINE_DONE, .request = r->id, .status = r->status, .stop = r->stop, .t = r->t};
+    push_locked(P, &ev, r->err, strlen(r->err), NULL);
+}
+
+// The request's end: its DONE event, once the lanes serving it have finished
+// (so that a brick's counters and a request's resources are settled when the
+// caller reads it). status NM_OK takes what was recorded on it (a failure, a
+// cancellation) first. The lock held.
 static void done_locked(nm_pipeline *P, pl_req *r, nm_status status, const char *msg) {
     if (r->done) return;
     if (status == NM_OK && r->status != NM_OK) status = r->status, msg = r->err;
     if (r->cancelled && status == NM_OK) status = NM_ERR_CANCELLED;
     if (status == NM_ERR_CANCELLED) msg = "cancelled";
     r->done = true;
-    P->n_done++;
-    if (r->id > P->last_done) P->last_done = r->id;
-    nm_pipeline_event ev = {.kind = NM_PIPELINE_DONE, .request = r->id, .status = status, .stop = r->stop, .t = r->t};
-    push_locked(P, &ev, msg ? msg : "", msg ? strlen(msg) : 0, NULL);
+    r->status = status;
+    if (msg != r->err) snprintf(r->err, sizeof r->err, "%s", msg ? msg : "");
+    if (r->in_lanes == 0) announce_locked(P, r);
+}
+
+// A lane has finished request id: its DONE, if due and no other lane has it. The lock held.
+static void served_locked(nm_pipeline *P, uint64_t id) {
+    pl_req *r = req_of(P, id);
+    if (r && --r->in_lanes == 0 && r->done && !r->announced) announce_locked(P, r);
 }
 
 static void done(nm_pipeline *P, pl_req *r, nm_status status, const char *msg) {
@@ -241,7 +282,7 @@ static void done(nm_pipeline *P, pl_req *r, nm_status status, const char *msg) {
 static void record(nm_pipeline *P, pl_req *r, nm_status st, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void record(nm_pipeline *P, pl_req *r, nm_status st, const char *fmt, ...) {
     pthread_mutex_lock(&P->lock);
-    if (r->status == NM_OK) {
+    if (r->status == NM_OK && !r->done) { // (a request ended keeps what its DONE says)
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(r->err, sizeof r->err, fmt, ap);
@@ -351,7 +392,27 @@ static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
 }
 
 // A PARAMS slot (json) of request id into ring, NM_BRICK_MORE set.
-static nm_status put_params(nm_tabm *ring, const char *json, uint64_t id) {
+// Request r's first slot is in brick k's input ring: its lane is given the
+// request (once: a lane serves a request at a time, in the ring's order).
+static void give(nm_pipeline *P, nm_brick_kind k, pl_req *r) {
+    pl_lane *L = &P->L[k];
+    pthread_mutex_lock(&P->lock);
+    if (!r->given[k] && L->todo < (int32_t)(sizeof L->given / sizeof L->given[0])) {
+        r->given[k] = true;
+        r->in_lanes++;
+        L->given[(L->head + L->todo++) % (int32_t)(sizeof L->given / sizeof L->given[0])] = r->id;
+        pthread_cond_broadcast(&P->cond);
+    }
+    pthread_mutex_unlock(&P->lock);
+}
+
+// The brick whose input ring is `ring`.
+static nm_brick_kind kind_in(const nm_pipeline *P, const nm_tabm *ring) {
+    return ring == P->stt_in ? NM_BRICK_STT : ring == P->llm_in ? NM_BRICK_LLM : NM_BRICK_TTS;
+}
+
+// Request r's parameters (a JSON object) into a PARAMS slot of `ring`, its first.
+static nm_status put_params(nm_pipeline *P, nm_tabm *ring, const char *json, pl_req *r) {
     nm_tabm_slot s;
     const size_t n = strlen(json);
     nm_status st = nm_tabm_acquire_write(ring, 0, -1, &s);
@@ -362,16 +423,17 @@ static nm_status put_params(nm_tabm *ring, const char *json, uint64_t id) {
     }
     memcpy(s.data, json, n); // the caller's parameters, made here: not a copy between bricks
     *s.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)n}, .size = n,
-                             .user = NM_BRICK_MORE, .request = id};
+                             .user = NM_BRICK_MORE, .request = r->id};
     st = nm_tabm_publish(ring, &s);
     if (st != NM_OK) nm_tabm_cancel(ring, &s);
+    else give(P, kind_in(P, ring), r);
     return st;
 }
 
-// A TEXT slot of request id: text[0..n) copied into it (counted from -> to;
+// A TEXT slot of request r: text[0..n) copied into it (counted from -> to;
 // from < 0: the pipeline's own marker text, not counted), flags `user`.
 static nm_status put_text(nm_pipeline *P, nm_tabm *ring, int from, int to, const char *text, size_t n, uint64_t user,
-                          uint64_t id) {
+                          pl_req *r) {
     nm_tabm_slot s;
     nm_status st = nm_tabm_acquire_write(ring, 0, -1, &s);
     if (st != NM_OK) return st;
@@ -382,9 +444,10 @@ static nm_status put_text(nm_pipeline *P, nm_tabm *ring, int from, int to, const
     if (from >= 0) nm_ledger_copy(P->ledger, from, to, s.data, text, n);
     else if (n) memcpy(s.data, text, n);
     *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n, .user = user,
-                             .request = id};
+                             .request = r->id};
     st = nm_tabm_publish(ring, &s);
     if (st != NM_OK) nm_tabm_cancel(ring, &s);
+    else give(P, kind_in(P, ring), r);
     return st;
 }
 
@@ -416,6 +479,7 @@ static bool put_tokens(nm_pipeline *P, pl_req *r, const char *text, size_t n, ui
         record(P, r, st, "llm: its ring: %s", nm_status_str(st));
         return false;
     }
+    give(P, NM_BRICK_LLM, r);
     return true;
 }
 
@@ -459,13 +523,43 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
     }
     const uint64_t bad = nm_brick_get_stats(P->vision).n_bad_requests;
     st = nm_brick_step(P->vision, P->img, P->llm_in);
-    if (st != NM_OK || nm_brick_get_stats(P->vision).n_bad_requests != bad) {
+    const nm_brick_stats vs = nm_brick_get_stats(P->vision);
+    pthread_mutex_lock(&P->lock);
+    P->L[NM_BRICK_VISION].cur = vs;
+    pthread_mutex_unlock(&P->lock);
+    if (st == NM_OK) give(P, NM_BRICK_LLM, r); // (its segment is in the decoder's ring, flagged or not)
+    if (st != NM_OK || vs.n_bad_requests != bad) {
         // the segment it wrote is flagged: the decoder fails the request, and its DONE carries this text
         record(P, r, st != NM_OK ? st : NM_ERR_FORMAT, "image %s: %s", what,
                st != NM_OK ? nm_status_str(st) : nm_brick_last_error(P->vision));
         return st == NM_OK ? -1 : 0;
     }
     return 1;
+}
+
+// The request's LLM parameters (a JSON object, or NULL: none) with the power
+// policy's pace first (a key given twice: the first counts); malloc'd. Text
+// that is not an object is kept as it is (the brick refuses it).
+static char *with_pace(const char *json, double tps) {
+    char pace[64];
+    const int k = snprintf(pace, sizeof pace, "\"max_tps\":%.6g", tps);
+    const char *b = json;
+    while (b && (*b == ' ' || *b == '\t' || *b == '\n' || *b == '\r')) b++;
+    if (b && *b != '{') return dup_s(json);
+    const size_t head = b ? (size_t)(b - json) + 1 : 0, rest = b ? strlen(b + 1) : 0;
+    const char *c = b ? b + 1 : NULL;
+    while (c && (*c == ' ' || *c == '\t' || *c == '\n' || *c == '\r')) c++;
+    const bool alone = !b || *c == '}';
+    char *s = malloc(head + (size_t)k + rest + 4);
+    if (!s) return NULL;
+    if (b) memcpy(s, json, head);
+    else s[0] = '{';
+    memcpy(s + (b ? head : 1), pace, (size_t)k);
+    char *t = s + (b ? head : 1) + k;
+    if (!alone) *t++ = ',';
+    if (b) memcpy(t, b + 1, rest + 1);
+    else memcpy(t, "}", 2);
+    return s;
 }
 
 // The decoder's prompt for request r: [PARAMS], then its parts in order, the
@@ -477,13 +571,19 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
 static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
     char *full = P->p.chat ? chat_text(P, r, question) : with_markers(r, question);
     if (!full && !P->p.chat) record(P, r, NM_ERR_NOMEM, "out of memory for the prompt");
+    char *params = r->max_tps > 0 ? with_pace(r->llm_params, r->max_tps) : r->llm_params;
     bool ok = full != NULL, sent = false;
     nm_status st = NM_OK;
-    if (ok && r->llm_params && (st = put_params(P->llm_in, r->llm_params, r->id)) != NM_OK) {
+    if (ok && r->max_tps > 0 && !params) {
+        record(P, r, NM_ERR_NOMEM, "out of memory for the prompt");
+        ok = false;
+    }
+    if (ok && params && (st = put_params(P, P->llm_in, params, r)) != NM_OK) {
         record(P, r, st, "llm: the request's parameters: %s", nm_status_str(st));
         ok = false;
     }
-    sent = r->llm_params != NULL && ok;
+    if (params != r->llm_params) free(params);
+    sent = params != NULL && ok;
     if (ok && r->n_images > 0 && n_markers(full) != r->n_images) {
         record(P, r, NM_ERR_TEMPLATE, "the chat template dropped the images' places");
         ok = false;
@@ -505,7 +605,7 @@ static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
         if (last) break;
         const int put = put_image(P, r, k, (first ? NM_LLM_IN_POS(0) : 0) | (more ? NM_BRICK_MORE : 0));
         if (put < 0) { // a flagged segment: the decoder fails the request (its DONE says why) at its last part
-            if (more) put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r->id);
+            if (more) put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r);
             goto out;
         }
         if (!(ok = put > 0)) break;
@@ -513,10 +613,10 @@ static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
         p = end + ml;
     }
     // failed: the decoder ends what was sent of it (cancelled), or nothing was sent (a brick loaded for
-    // the request, CASCADE, is given its cancelled start, so that it ends it)
-    if (!ok && (sent || P->stepping)) {
+    // the request, the cascade, is given its cancelled start, so that its stage ends as any other)
+    if (!ok && (sent || r->cascade)) {
         nm_tabm_cancel_request(P->llm_in, r->id);
-        put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, sent ? 0 : NM_LLM_IN_POS(0), r->id);
+        put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, sent ? 0 : NM_LLM_IN_POS(0), r);
     } else if (!ok) {
         done(P, r, NM_OK, NULL);
     }
@@ -529,11 +629,11 @@ out:
 // NM_BRICK_MORE.
 static void send_speech(nm_pipeline *P, pl_req *r, const char *text) {
     nm_status st = NM_OK;
-    if (r->tts_params && (st = put_params(P->tts_in, r->tts_params, r->id)) != NM_OK) {
+    if (r->tts_params && (st = put_params(P, P->tts_in, r->tts_params, r)) != NM_OK) {
         record(P, r, st, "tts: the request's parameters: %s", nm_status_str(st));
-        if (P->stepping) { // (CASCADE: the voice loaded for it is given its cancelled end)
+        if (r->cascade) { // (the voice loaded for it is given its cancelled end)
             nm_tabm_cancel_request(P->tts_in, r->id);
-            put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r->id);
+            put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r);
         } else {
             done(P, r, NM_OK, NULL);
         }
@@ -549,7 +649,7 @@ static void send_speech(nm_pipeline *P, pl_req *r, const char *text) {
             if (text[k - 1] != ' ' && text[k - 1] != '\n')
                 for (k = cap; k > 0 && ((unsigned char)text[k] & 0xc0) == 0x80;) k--;
         }
-        st = put_text(P, P->tts_in, P->ep_caller, P->ep_tts, text, k, k < n ? NM_BRICK_MORE : 0, r->id);
+        st = put_text(P, P->tts_in, P->ep_caller, P->ep_tts, text, k, k < n ? NM_BRICK_MORE : 0, r);
         text += k, n -= k;
     } while (st == NM_OK && n > 0);
     if (st != NM_OK) {
@@ -618,80 +718,111 @@ static bool hear(nm_pipeline *P, pl_req *r, char **q) {
     return true;
 }
 
-// ---- the cascade: a brick loaded for each stage of a request ------------------------------------
-
-static nm_status load(nm_pipeline *P, const nm_brick_params *given, nm_brick_kind kind, nm_brick **out, char *err,
-                      size_t err_size);
-
-typedef struct step_arg {
-    nm_brick *b;
-    nm_tabm *in, *out;
-} step_arg;
-static void *step_main(void *p) {
-    step_arg *a = p;
-    (void)nm_brick_step(a->b, a->in, a->out); // (a failure is on the request's slots, as in a lane)
-    free(a);
-    return NULL;
-}
+// ---- the bricks: loaded, freed, made again ---------------------------------------------------------
 
 static nm_brick **slot_of(nm_pipeline *P, nm_brick_kind k) {
     return k == NM_BRICK_STT ? &P->stt : k == NM_BRICK_VISION ? &P->vision : k == NM_BRICK_LLM ? &P->llm : &P->tts;
 }
 
-// The stage of request r on brick kind k begins: in CASCADE mode the brick is
-// loaded (the LLM's with the vision brick where the request has images) and
-// serves the request on a thread of its own; else its lane does. False with
-// the reason recorded (nothing loaded).
-static bool stage_begin(nm_pipeline *P, pl_req *r, nm_brick_kind k) {
-    if (P->p.mode != NM_PIPELINE_CASCADE) return true;
-    char err[600];
-    nm_status st = load(P, &P->given[k], k, slot_of(P, k), err, sizeof err);
-    if (st == NM_OK && k == NM_BRICK_LLM) {
-        P->m = nm_brick_llm_model(P->llm);
-        if (r->n_images > 0 && (st = load(P, &P->given[NM_BRICK_VISION], NM_BRICK_VISION, &P->vision, err,
-                                          sizeof err)) != NM_OK) {
-            nm_brick_free(P->llm);
-            P->llm = NULL, P->m = NULL;
+// Brick k from its parameters (the threads the power policy set, where it
+// did) into its place (the vision brick after the LLM's, which it feeds).
+static nm_status load(nm_pipeline *P, nm_brick_kind kind, char *err, size_t err_size) {
+    nm_brick_params bp = P->given[kind];
+    bp.kind = kind;
+    bp.ledger = P->ledger;
+    if (P->threads_now > 0) bp.n_threads = P->threads_now;
+    if (kind == NM_BRICK_LLM) {
+        bp.llm.out = P->has[NM_BRICK_TTS] ? NM_LLM_OUT_SENTENCES : NM_LLM_OUT_TEXT;
+        bp.llm.out_batch = 1;
+    }
+    if (kind == NM_BRICK_VISION) bp.feeds = P->llm;
+    static const char *kinds[] = {[NM_BRICK_STT] = "stt", [NM_BRICK_VISION] = "vision", [NM_BRICK_LLM] = "llm",
+                                  [NM_BRICK_TTS] = "tts"};
+    char e[512];
+    nm_brick *b = NULL;
+    nm_status st = nm_brick_load(NULL, &bp, &b, e, sizeof e);
+    if (st != NM_OK) return nm_fail(st, err, err_size, "%s: %s", kinds[kind], e);
+    pthread_mutex_lock(&P->lock);
+    *slot_of(P, kind) = b;
+    if (kind == NM_BRICK_LLM) P->m = nm_brick_llm_model(b);
+    pthread_mutex_unlock(&P->lock);
+    return NM_OK;
+}
+
+// a += c, counter by counter (the most a pass carried: the larger).
+static void stats_add(nm_brick_stats *a, const nm_brick_stats *c) {
+    a->n_requests += c->n_requests, a->n_in_slots += c->n_in_slots, a->n_out_slots += c->n_out_slots;
+    a->n_bad_requests += c->n_bad_requests, a->n_cancelled += c->n_cancelled, a->t_busy += c->t_busy;
+    a->n_prompt_tokens += c->n_prompt_tokens, a->n_gen += c->n_gen, a->t_prompt += c->t_prompt, a->t_gen += c->t_gen;
+    a->n_images += c->n_images, a->n_encoded += c->n_encoded, a->t_decode += c->t_decode, a->t_encode += c->t_encode;
+    a->n_samples += c->n_samples, a->n_segments += c->n_segments, a->n_passes += c->n_passes;
+    a->n_pass_seqs += c->n_pass_seqs;
+    if (c->max_pass_seqs > a->max_pass_seqs) a->max_pass_seqs = c->max_pass_seqs;
+}
+
+// Frees brick k (its lane idle), its counters kept in the lane's sums.
+static void unload(nm_pipeline *P, nm_brick_kind k) {
+    pthread_mutex_lock(&P->lock);
+    nm_brick *b = *slot_of(P, k);
+    *slot_of(P, k) = NULL;
+    if (k == NM_BRICK_LLM) P->m = NULL;
+    pl_lane *L = &P->L[k];
+    stats_add(&L->base, &L->cur);
+    L->cur = (nm_brick_stats){0};
+    pthread_mutex_unlock(&P->lock);
+    nm_brick_free(b);
+}
+
+// Every brick loaded (its lane idle); false with err on the first that fails (none left loaded).
+static bool load_all(nm_pipeline *P, char *err, size_t err_size) {
+    static const nm_brick_kind order[] = {NM_BRICK_STT, NM_BRICK_LLM, NM_BRICK_VISION, NM_BRICK_TTS};
+    for (int i = 0; i < 4; i++)
+        if (P->has[order[i]] && load(P, order[i], err, err_size) != NM_OK) {
+            for (int k = 1; k < 5; k++) unload(P, (nm_brick_kind)k);
+            return false;
         }
-    }
-    if (st != NM_OK) {
-        record(P, r, st, "%s", err);
-        return false;
-    }
-    nm_tabm *in = k == NM_BRICK_STT ? P->stt_in : k == NM_BRICK_LLM ? P->llm_in : P->tts_in;
-    nm_tabm *out = k == NM_BRICK_STT ? P->stt_out : k == NM_BRICK_LLM ? P->llm_out : P->tts_out;
-    step_arg *a = malloc(sizeof *a);
-    if (a) *a = (step_arg){*slot_of(P, k), in, out};
-    P->stepping = a && pthread_create(&P->th_step, NULL, step_main, a) == 0;
-    if (!P->stepping) {
-        free(a);
-        nm_brick_free(P->vision), nm_brick_free(*slot_of(P, k));
-        P->vision = NULL, *slot_of(P, k) = NULL, P->m = NULL;
-        record(P, r, NM_ERR_NOMEM, "pipeline: cannot start a thread for the request's stage");
-    }
-    return P->stepping;
+    return true;
+}
+
+// Waits (the lock held) until brick k's lane has served what it was given.
+static void lane_idle_locked(nm_pipeline *P, nm_brick_kind k) {
+    while ((P->L[k].busy || P->L[k].todo > 0) && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+    while (P->L[k].busy) pthread_cond_wait(&P->cond, &P->lock); // (stopping: its step ends on the shut rings)
+}
+
+// ---- the cascade: a brick loaded for each stage of a request ------------------------------------
+
+// The stage of request r on brick kind k begins: for a request run as the
+// cascade the brick is loaded (the LLM's with the vision brick where the
+// request has images); its lane serves the request once given its first
+// slot. False with the reason recorded (nothing loaded).
+static bool stage_begin(nm_pipeline *P, pl_req *r, nm_brick_kind k) {
+    if (!r->cascade) return true;
+    char err[600];
+    nm_status st = load(P, k, err, sizeof err);
+    if (st == NM_OK && k == NM_BRICK_LLM && r->n_images > 0 && (st = load(P, NM_BRICK_VISION, err, sizeof err)) != NM_OK)
+        unload(P, NM_BRICK_LLM);
+    if (st != NM_OK) record(P, r, st, "%s", err);
+    return st == NM_OK;
 }
 
 // The vision brick is done with the request (its segments are in the
-// decoder's ring): released (CASCADE).
-static void stage_vision_done(nm_pipeline *P) {
-    if (P->p.mode != NM_PIPELINE_CASCADE) return;
-    nm_brick_free(P->vision);
-    P->vision = NULL;
+// decoder's ring): released (the cascade).
+static void stage_vision_done(nm_pipeline *P, const pl_req *r) {
+    if (r->cascade) unload(P, NM_BRICK_VISION);
 }
 
-// The stage ends (CASCADE): the brick has served the request and its reader
-// has seen the request's end (`ended`, under the lock); the brick is released.
-static void stage_end(nm_pipeline *P, nm_brick_kind k, const bool *ended) {
-    if (P->p.mode != NM_PIPELINE_CASCADE) return;
-    if (P->stepping) pthread_join(P->th_step, NULL);
-    P->stepping = false;
+// The stage ends (the cascade): the brick has served the request and its
+// reader has seen the request's end (`ended`, under the lock); the brick is
+// released.
+static void stage_end(nm_pipeline *P, const pl_req *r, nm_brick_kind k, const bool *ended) {
+    if (!r->cascade) return;
     pthread_mutex_lock(&P->lock);
     while (ended && !*ended && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+    lane_idle_locked(P, k);
     pthread_mutex_unlock(&P->lock);
-    nm_brick_free(P->vision), nm_brick_free(*slot_of(P, k));
-    P->vision = NULL, *slot_of(P, k) = NULL;
-    if (k == NM_BRICK_LLM) P->m = NULL;
+    unload(P, NM_BRICK_VISION);
+    unload(P, k);
 }
 
 // A request that failed before its STT stage: its audio (and parameters) taken out of the STT ring unheard.
@@ -705,27 +836,27 @@ static void drop_audio(nm_pipeline *P, pl_req *r) {
     }
 }
 
-// CASCADE: the answer's sentences to the voice, loaded for them.
+// The cascade: the answer's sentences to the voice, loaded for them.
 static void cascade_speak(nm_pipeline *P, pl_req *r) {
     if (!stage_begin(P, r, NM_BRICK_TTS)) {
         done(P, r, NM_OK, NULL);
         return;
     }
     nm_status st = NM_OK;
-    if (r->tts_params && (st = put_params(P->tts_in, r->tts_params, r->id)) != NM_OK)
+    if (r->tts_params && (st = put_params(P, P->tts_in, r->tts_params, r)) != NM_OK)
         record(P, r, st, "tts: the request's parameters: %s", nm_status_str(st));
     for (size_t at = 0; st == NM_OK && at < r->n_said;) {
         const size_t n = strlen(r->said + at);
-        st = put_text(P, P->tts_in, P->ep_llm, P->ep_tts, r->said + at, n, NM_BRICK_MORE, r->id);
+        st = put_text(P, P->tts_in, P->ep_llm, P->ep_tts, r->said + at, n, NM_BRICK_MORE, r);
         at += n + 1;
     }
     if (st != NM_OK) nm_tabm_cancel_request(P->tts_in, r->id);
-    put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r->id);
-    stage_end(P, NM_BRICK_TTS, &r->done);
+    put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r);
+    stage_end(P, r, NM_BRICK_TTS, &r->speech_ended);
 }
 
 // Request r through the graph from the front: its transcript, then its prompt
-// (or its text for a voice alone); in CASCADE mode each stage's brick is
+// (or its text for a voice alone); run as the cascade, each stage's brick is
 // loaded for it, serves it and is released. stop: the pipeline is being freed.
 static void serve(nm_pipeline *P, pl_req *r, bool stop) {
     char *question = NULL;
@@ -735,8 +866,9 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
             done(P, r, NM_OK, NULL);
             return;
         }
+        give(P, NM_BRICK_STT, r);
         const bool heard = hear(P, r, &question);
-        stage_end(P, NM_BRICK_STT, NULL);
+        stage_end(P, r, NM_BRICK_STT, NULL);
         if (!heard) {
             done(P, r, NM_OK, NULL);
             return;
@@ -769,18 +901,119 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
             return;
         }
         send_prompt(P, r, r->text);
-        stage_vision_done(P);
-        stage_end(P, NM_BRICK_LLM, &r->answer_ended);
+        stage_vision_done(P, r);
+        stage_end(P, r, NM_BRICK_LLM, &r->answer_ended);
         pthread_mutex_lock(&P->lock);
-        const bool speak = P->p.mode == NM_PIPELINE_CASCADE && !r->done; // (the answers thread ended it otherwise)
+        const bool speak = r->cascade && !r->done && P->has[NM_BRICK_TTS] && !r->silent && r->status == NM_OK &&
+                           !r->cancelled && r->n_said > 0;
         pthread_mutex_unlock(&P->lock);
         if (speak) cascade_speak(P, r);
+        if (r->cascade) done(P, r, NM_OK, NULL); // (its bricks released: DONE comes after)
     } else if (stage_begin(P, r, NM_BRICK_TTS)) {
         send_speech(P, r, r->text);
-        stage_end(P, NM_BRICK_TTS, &r->done);
+        stage_end(P, r, NM_BRICK_TTS, &r->speech_ended);
+        if (r->cascade) done(P, r, NM_OK, NULL);
     } else {
         done(P, r, NM_OK, NULL);
     }
+}
+
+// ---- power: the policy before each request -----------------------------------------------------
+
+// The bricks' threads the pipeline runs with now.
+static int32_t threads_of(const nm_pipeline *P) { return P->threads_now > 0 ? P->threads_now : P->power.n_threads; }
+
+// Reads the battery and steps the policy for request r (NOTE and POWER
+// events); the DVFS caps follow. The feed thread's.
+static nm_power_targets power_step(nm_pipeline *P, pl_req *r) {
+    double t0, t1;
+    nm_battery_span(P->p.battery, &t0, &t1);
+    nm_battery_reading br;
+    nm_battery_read(P->p.battery, t0 + (nm_now_s() - P->t_create) * P->p.battery_speed, &br);
+    char note[320];
+    if (br.note[0]) {
+        const int n = snprintf(note, sizeof note, "battery: %s", br.note);
+        push(P, &(nm_pipeline_event){.kind = NM_PIPELINE_NOTE, .request = r->id}, note, (size_t)n);
+    }
+    // the decoder's speed unpaced (tokens a second of generation: pacing's waits are not in t_gen), unless given
+    pthread_mutex_lock(&P->lock);
+    const nm_brick_stats *a = &P->L[NM_BRICK_LLM].base, *c = &P->L[NM_BRICK_LLM].cur;
+    const double n_gen = (double)(a->n_gen + c->n_gen), t_gen = a->t_gen + c->t_gen;
+    pthread_mutex_unlock(&P->lock);
+    if (P->power.decode_tps <= 0 && n_gen > 0 && t_gen > 0) P->pol.p.decode_tps = n_gen / t_gen;
+    const nm_power_targets tg = nm_power_policy_step(&P->pol, br.pct);
+    char err[512];
+    if (P->p.dvfs && nm_power_actuators_apply(P->p.dvfs, &tg, err, sizeof err) != NM_OK && !P->dvfs_said) {
+        P->dvfs_said = true; // (once: it fails alike each time)
+        const int n = snprintf(note, sizeof note, "power: DVFS not applied: %s", err);
+        push(P, &(nm_pipeline_event){.kind = NM_PIPELINE_NOTE, .request = r->id}, note, (size_t)n);
+    }
+    const nm_power_targets *o = &P->said;
+    if (!P->power_said || tg.state != o->state || tg.alpha != o->alpha || tg.fps != o->fps ||
+        tg.decode_share != o->decode_share || tg.decode_tps_cap != o->decode_tps_cap || tg.n_threads != o->n_threads ||
+        tg.cascade != o->cascade || tg.freq_share != o->freq_share) {
+        P->power_said = true, P->said = tg;
+        char pace[64] = "";
+        if (tg.decode_tps_cap > 0) snprintf(pace, sizeof pace, " (%.1f tokens/s)", tg.decode_tps_cap);
+        const int n = snprintf(note, sizeof note,
+                               "battery %.1f %%: %s, alpha %.2f: frames %.2f/s, decoder %.0f%% of its speed%s%s, "
+                               "%d thread%s a brick%s",
+                               br.pct, nm_power_state_name(tg.state), tg.alpha, tg.fps, 100 * tg.decode_share, pace,
+                               tg.decode_share < 1 && tg.decode_tps_cap <= 0 ? " (once an answer has measured it)" : "",
+                               (int)tg.n_threads, tg.n_threads == 1 ? "" : "s",
+                               tg.cascade ? ", each brick loaded, run and released in turn" : "");
+        nm_pipeline_event ev = {.kind = NM_PIPELINE_POWER, .request = r->id, .power = tg, .battery_pct = br.pct};
+        push(P, &ev, note, (size_t)n);
+    }
+    return tg;
+}
+
+// Request r's plan, when the feed thread takes it: the cascade or the
+// resident bricks, their threads, the decoder's pace.
+static void plan(nm_pipeline *P, pl_req *r) {
+    bool cascade = P->p.mode == NM_PIPELINE_CASCADE;
+    int32_t threads = threads_of(P);
+    double max_tps = 0;
+    if (P->p.battery) {
+        const nm_power_targets tg = power_step(P, r);
+        cascade = cascade || tg.cascade;
+        if (tg.n_threads > 0) threads = tg.n_threads;
+        if (tg.decode_share < 1 && tg.decode_tps_cap > 0) max_tps = tg.decode_tps_cap;
+    }
+    if (P->p.battery && P->p.mode == NM_PIPELINE_CASCADE) P->threads_now = threads; // (none loaded between requests)
+    pthread_mutex_lock(&P->lock);
+    r->cascade = cascade;
+    r->threads = threads;
+    r->max_tps = max_tps;
+    r->remake = P->p.mode != NM_PIPELINE_CASCADE && (cascade ? P->resident : !P->resident || threads != threads_of(P));
+    pthread_mutex_unlock(&P->lock);
+}
+
+// The graph idle (every earlier request done, the lanes idle): the resident
+// bricks freed, and made again with r's threads unless r runs as the
+// cascade. False (recorded on r) when one fails to load.
+static bool remake(nm_pipeline *P, pl_req *r) {
+    for (int k = 1; k < 5; k++) unload(P, (nm_brick_kind)k);
+    P->resident = false;
+    P->threads_now = r->threads;
+    if (r->cascade) return true;
+    char err[600];
+    if (!load_all(P, err, sizeof err)) {
+        record(P, r, NM_ERR_STATE, "%s", err);
+        return false;
+    }
+    P->resident = true;
+    return true;
+}
+
+// Requests 1 .. r->id - 1 are all done. The lock held.
+static bool earlier_done_locked(nm_pipeline *P, const pl_req *r) {
+    while (P->done_upto + 1 < r->id) {
+        const pl_req *q = req_of(P, P->done_upto + 1);
+        if (q && !q->announced) return false;
+        P->done_upto++;
+    }
+    return true;
 }
 
 static void *feed_main(void *arg) {
@@ -797,12 +1030,24 @@ static void *feed_main(void *arg) {
         if (!P->q_head) P->q_tail = NULL;
         P->n_queued--;
         pthread_cond_broadcast(&P->cond); // (a submit waiting for room)
-        // one request at a time through the graph, or each turn after the last answer
-        const bool wait = P->p.mode != NM_PIPELINE_PIPELINED || (P->p.keep_history && P->has[NM_BRICK_LLM]);
-        while (wait && P->last_done + 1 < r->id && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+        pthread_mutex_unlock(&P->lock);
+        plan(P, r);
+        pthread_mutex_lock(&P->lock);
+        // one request at a time through the graph, or each turn after the last answer; the cascade and
+        // the bricks made again with the graph idle
+        const bool wait = P->p.mode != NM_PIPELINE_PIPELINED || r->cascade || r->remake ||
+                          (P->p.keep_history && P->has[NM_BRICK_LLM]);
+        while (wait && !earlier_done_locked(P, r) && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+        if (r->remake)
+            for (int k = 1; k < 5; k++) lane_idle_locked(P, (nm_brick_kind)k);
         const bool stop = P->stopping;
         pthread_mutex_unlock(&P->lock);
-        serve(P, r, stop);
+        if (r->remake && !stop && !remake(P, r)) {
+            if (r->audio) drop_audio(P, r);
+            done(P, r, NM_OK, NULL);
+        } else {
+            serve(P, r, stop);
+        }
         free_req_body(r); // (this thread's from the queue on: what the rest of the graph needs is in the rings)
         pthread_mutex_lock(&P->lock);
         r->fed = true;
@@ -842,7 +1087,7 @@ static void *answers_main(void *arg) {
         const uint64_t id = s.meta->request, user = s.meta->user;
         pthread_mutex_lock(&P->lock);
         pl_req *r = req_of(P, id);
-        const bool speak = r && P->has[NM_BRICK_TTS] && !r->silent;
+        const bool speak = r && P->has[NM_BRICK_TTS] && !r->silent, cascade = r && r->cascade;
         if (r && id != cur) cur = id, len = 0;
         pthread_mutex_unlock(&P->lock);
         const size_t n = s.meta->kind == NM_TABM_TEXT ? (size_t)s.meta->size : 0;
@@ -855,8 +1100,8 @@ static void *answers_main(void *arg) {
             if (P->p.keep_history && reserve(&answer, &cap, len + n + 1)) memcpy(answer + len, s.data, n), len += n;
             // the sentence into the voice's slot: a copy between bricks, counted (CASCADE: held for the voice,
             // loaded once the decoder is released: counted here, and again into its slot)
-            if (speak && P->p.mode != NM_PIPELINE_CASCADE) {
-                put_text(P, P->tts_in, P->ep_llm, P->ep_tts, s.data, n, NM_BRICK_MORE, id);
+            if (speak && !cascade) {
+                put_text(P, P->tts_in, P->ep_llm, P->ep_tts, s.data, n, NM_BRICK_MORE, r);
             } else if (speak && reserve(&r->said, &r->cap_said, r->n_said + n + 1)) {
                 nm_ledger_copy(P->ledger, P->ep_llm, P->ep_tts, r->said + r->n_said, s.data, n);
                 r->said[r->n_said + n] = '\0';
@@ -879,9 +1124,9 @@ static void *answers_main(void *arg) {
         pthread_mutex_unlock(&P->lock);
         // the turn and its answer, a cancelled one as far as it went, join the conversation
         if (P->p.keep_history && r->status == NM_OK && (ok || len > 0)) remember(P, r, answer ? answer : "", len);
-        if (speak && P->p.mode != NM_PIPELINE_CASCADE) { // the voice's request ends (a cancelled one is marked)
+        if (speak && !cascade) { // the voice's request ends (a cancelled one is marked)
             if (!ok) nm_tabm_cancel_request(P->tts_in, id);
-            if (put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, id) == NM_OK) {
+            if (put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r) == NM_OK) {
                 // DONE once the voice has ended it too (a cancelled voice may end it first: then here)
                 pthread_mutex_lock(&P->lock);
                 r->answer_ended = true;
@@ -891,8 +1136,8 @@ static void *answers_main(void *arg) {
             }
         }
         pthread_mutex_lock(&P->lock);
-        r->answer_ended = true; // (CASCADE: the feed thread waits for it, then loads the voice for what it holds)
-        if (!(speak && P->p.mode == NM_PIPELINE_CASCADE && ok && r->n_said > 0)) done_locked(P, r, NM_OK, NULL);
+        r->answer_ended = true; // (the cascade: the feed thread waits for it, releases the decoder, then ends the
+        if (!cascade) done_locked(P, r, NM_OK, NULL); // request or loads the voice for what it holds)
         pthread_cond_broadcast(&P->cond);
         pthread_mutex_unlock(&P->lock);
     }
@@ -926,7 +1171,9 @@ static void *speech_main(void *arg) {
                 r->status = NM_ERR_FORMAT;
             }
             r->speech_ended = true;
-            if (!P->has[NM_BRICK_LLM] || r->answer_ended) done_locked(P, r, NM_OK, NULL); // (else the answers thread)
+            // (else the answers thread; the cascade: the feed thread, once it has released the voice)
+            if (!r->cascade && (!P->has[NM_BRICK_LLM] || r->answer_ended)) done_locked(P, r, NM_OK, NULL);
+            pthread_cond_broadcast(&P->cond); // (the cascade's feed thread waits for the voice's end)
         }
         pthread_mutex_unlock(&P->lock);
         if (!pcm) nm_tabm_release(P->tts_out, &s);
@@ -937,36 +1184,43 @@ static void *speech_main(void *arg) {
 
 static void *lane_main(void *arg) {
     pl_lane *L = arg;
-    (void)nm_brick_run(L->b, L->in, L->out); // ends when a ring is shut down (and shuts the other)
+    nm_pipeline *P = L->P;
+    const int32_t cap = (int32_t)(sizeof L->given / sizeof L->given[0]);
+    nm_status st = NM_OK;
+    pthread_mutex_lock(&P->lock);
+    while (st == NM_OK) {
+        while (L->todo == 0 && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+        if (P->stopping) break;
+        nm_brick *b = *slot_of(P, L->kind); // (loaded before the request was given: freed only when idle)
+        const uint64_t id = L->given[L->head];
+        L->head = (L->head + 1) % cap, L->todo--;
+        L->busy = true;
+        pthread_mutex_unlock(&P->lock);
+        st = nm_brick_step(b, L->in, L->out); // (a request's failure is on its slots)
+        const nm_brick_stats s = nm_brick_get_stats(b);
+        pthread_mutex_lock(&P->lock);
+        L->cur = s;
+        L->busy = false;
+        served_locked(P, id);
+        pthread_cond_broadcast(&P->cond);
+    }
+    for (; L->todo > 0; L->head = (L->head + 1) % cap, L->todo--) served_locked(P, L->given[L->head]); // (never served)
+    pthread_cond_broadcast(&P->cond);
+    pthread_mutex_unlock(&P->lock);
+    // the brick or a ring broke: its neighbours wake and end (as nm_brick_run's)
+    if (st != NM_OK) nm_tabm_shutdown(L->in), nm_tabm_shutdown(L->out);
     return NULL;
 }
 
 // ---- create, free ----------------------------------------------------------------------------------
 
-static nm_status load(nm_pipeline *P, const nm_brick_params *given, nm_brick_kind kind, nm_brick **out, char *err,
-                      size_t err_size) {
-    nm_brick_params bp = *given;
-    bp.kind = kind;
-    bp.ledger = P->ledger;
-    if (kind == NM_BRICK_LLM) {
-        bp.llm.out = P->has[NM_BRICK_TTS] ? NM_LLM_OUT_SENTENCES : NM_LLM_OUT_TEXT;
-        bp.llm.out_batch = 1;
-    }
-    if (kind == NM_BRICK_VISION) bp.feeds = P->llm;
-    static const char *kinds[] = {[NM_BRICK_STT] = "stt", [NM_BRICK_VISION] = "vision", [NM_BRICK_LLM] = "llm",
-                                  [NM_BRICK_TTS] = "tts"};
-    char e[512];
-    nm_status st = nm_brick_load(NULL, &bp, out, e, sizeof e);
-    if (st != NM_OK) nm_fail(st, err, err_size, "%s: %s", kinds[kind], e);
-    return st;
-}
-
 static nm_status ring(nm_tabm **r, uint32_t n, size_t bytes, char *err, size_t err_size) {
     return nm_tabm_create(NULL, n, bytes, r, err, err_size);
 }
 
-static bool start_lane(pl_lane *L, nm_brick *b, nm_tabm *in, nm_tabm *out) {
-    *L = (pl_lane){b, in, out, 0, false};
+static bool start_lane(nm_pipeline *P, nm_brick_kind k, nm_tabm *in, nm_tabm *out) {
+    pl_lane *L = &P->L[k];
+    L->P = P, L->kind = k, L->in = in, L->out = out;
     L->started = pthread_create(&L->th, NULL, lane_main, L) == 0;
     return L->started;
 }
@@ -1022,12 +1276,24 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     const nm_brick_params *given[5] = {NULL, p->stt, p->vision, p->llm, p->tts};
     for (int k = 1; k < 5; k++)
         if (given[k]) P->has[k] = true, P->given[k] = *given[k];
-    if ((p->stt && (st = load(P, p->stt, NM_BRICK_STT, &P->stt, err, err_size)) != NM_OK) ||
-        (p->llm && (st = load(P, p->llm, NM_BRICK_LLM, &P->llm, err, err_size)) != NM_OK) ||
-        (p->vision && (st = load(P, p->vision, NM_BRICK_VISION, &P->vision, err, err_size)) != NM_OK) ||
-        (p->tts && (st = load(P, p->tts, NM_BRICK_TTS, &P->tts, err, err_size)) != NM_OK))
+    // power: the policy's threads at full charge are the LLM brick's (all cores where it names none)
+    P->power = p->power ? *p->power : nm_power_default_params();
+    if (P->power.n_threads == 0) P->power.n_threads = p->llm && p->llm->n_threads > 0 ? p->llm->n_threads : nm_cpu_count();
+    if (P->p.battery_speed <= 0) P->p.battery_speed = 1;
+    P->t_create = nm_now_s();
+    if (p->battery) {
+        char e[256];
+        if ((st = nm_power_policy_init(&P->pol, &P->power, e, sizeof e)) != NM_OK) {
+            nm_fail(st, err, err_size, "pipeline: %s", e);
+            goto fail;
+        }
+    }
+    if ((p->stt && (st = load(P, NM_BRICK_STT, err, err_size)) != NM_OK) ||
+        (p->llm && (st = load(P, NM_BRICK_LLM, err, err_size)) != NM_OK) ||
+        (p->vision && (st = load(P, NM_BRICK_VISION, err, err_size)) != NM_OK) ||
+        (p->tts && (st = load(P, NM_BRICK_TTS, err, err_size)) != NM_OK))
         goto fail;
-    if (P->llm) P->m = nm_brick_llm_model(P->llm), P->n_predict = p->llm->llm.n_predict;
+    if (P->llm) P->n_predict = p->llm->llm.n_predict;
     if (P->tts) P->tts_rate = nm_brick_tts_sample_rate(P->tts);
     if (P->llm && p->chat && !p->jinja && !nm_chat_template_name(P->m, P->chat_template)) {
         st = nm_fail(NM_ERR_TEMPLATE, err, err_size, "pipeline: %s (name one: %s)",
@@ -1064,13 +1330,13 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
                     (st = ring(&P->tts_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->tts), err, err_size)) != NM_OK)))
         goto fail;
     if (P->p.mode == NM_PIPELINE_CASCADE) { // nothing resident between requests
-        for (int k = 1; k < 5; k++) nm_brick_free(*slot_of(P, (nm_brick_kind)k)), *slot_of(P, (nm_brick_kind)k) = NULL;
-        P->m = NULL;
+        for (int k = 1; k < 5; k++) unload(P, (nm_brick_kind)k);
     }
+    P->resident = P->p.mode != NM_PIPELINE_CASCADE;
     // the lanes and the threads
-    bool ok = (!P->stt || start_lane(&P->L_stt, P->stt, P->stt_in, P->stt_out)) &&
-              (!P->llm || start_lane(&P->L_llm, P->llm, P->llm_in, P->llm_out)) &&
-              (!P->tts || start_lane(&P->L_tts, P->tts, P->tts_in, P->tts_out));
+    bool ok = (!P->has[NM_BRICK_STT] || start_lane(P, NM_BRICK_STT, P->stt_in, P->stt_out)) &&
+              (!P->has[NM_BRICK_LLM] || start_lane(P, NM_BRICK_LLM, P->llm_in, P->llm_out)) &&
+              (!P->has[NM_BRICK_TTS] || start_lane(P, NM_BRICK_TTS, P->tts_in, P->tts_out));
     ok = ok && (P->feed_started = pthread_create(&P->th_feed, NULL, feed_main, P) == 0);
     ok = ok && (!P->has[NM_BRICK_LLM] || (P->answers_started = pthread_create(&P->th_answers, NULL, answers_main, P) == 0));
     ok = ok && (!P->has[NM_BRICK_TTS] || (P->speech_started = pthread_create(&P->th_speech, NULL, speech_main, P) == 0));
@@ -1100,9 +1366,8 @@ void nm_pipeline_free(nm_pipeline *P) {
     if (P->feed_started) pthread_join(P->th_feed, NULL);
     if (P->answers_started) pthread_join(P->th_answers, NULL);
     if (P->speech_started) pthread_join(P->th_speech, NULL);
-    pl_lane *lanes[] = {&P->L_stt, &P->L_llm, &P->L_tts};
-    for (size_t i = 0; i < 3; i++)
-        if (lanes[i]->started) pthread_join(lanes[i]->th, NULL);
+    for (int k = 1; k < 5; k++)
+        if (P->L[k].started) pthread_join(P->L[k].th, NULL);
     if (P->cur) P->cur->next = NULL; // the event lent to the reader, those not read, the spares
     pl_event *lists[] = {P->cur, P->ev_head, P->spare};
     for (size_t i = 0; i < 3; i++)
@@ -1425,14 +1690,23 @@ void nm_pipeline_close(nm_pipeline *P) {
 }
 
 nm_brick *nm_pipeline_brick(const nm_pipeline *P, nm_brick_kind kind) {
-    if (!P) return NULL;
-    switch (kind) {
-    case NM_BRICK_STT: return P->stt;
-    case NM_BRICK_VISION: return P->vision;
-    case NM_BRICK_LLM: return P->llm;
-    case NM_BRICK_TTS: return P->tts;
-    }
-    return NULL;
+    if (!P || kind < NM_BRICK_STT || kind > NM_BRICK_TTS) return NULL;
+    nm_pipeline *Q = (nm_pipeline *)P; // (the lock only)
+    pthread_mutex_lock(&Q->lock);
+    nm_brick *b = *slot_of(Q, kind);
+    pthread_mutex_unlock(&Q->lock);
+    return b;
+}
+
+nm_status nm_pipeline_brick_stats(const nm_pipeline *P, nm_brick_kind kind, nm_brick_stats *out) {
+    if (!P || !out || kind < NM_BRICK_STT || kind > NM_BRICK_TTS) return NM_ERR_INVALID_ARG;
+    nm_pipeline *Q = (nm_pipeline *)P; // (the lock only)
+    pthread_mutex_lock(&Q->lock);
+    const bool has = Q->has[kind];
+    *out = Q->L[kind].base;
+    stats_add(out, &Q->L[kind].cur);
+    pthread_mutex_unlock(&Q->lock);
+    return has ? NM_OK : NM_ERR_RANGE;
 }
 
 nm_ledger *nm_pipeline_ledger(const nm_pipeline *P) { return P ? P->ledger : NULL; }

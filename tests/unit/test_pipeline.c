@@ -6,8 +6,11 @@
 // cancelling stops a request and the next is served; bad input is refused
 // with the cause named. Skips when a model is not in the cache.
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "nanomind.h"
 
@@ -43,6 +46,9 @@ typedef struct answer {
     nm_llm_stop stop;
     char done_text[512];
     nm_pipeline_timings t;
+    nm_power_targets power; // the last POWER event's (n_power of them)
+    double battery_pct;
+    int n_power;
     int16_t *pcm; // with keep_pcm: the speech
     int64_t cap_pcm;
 } answer;
@@ -55,7 +61,12 @@ static bool read_answer(nm_pipeline *P, uint64_t id, answer *a) {
     a->pcm = pcm, a->cap_pcm = cap;
     for (;;) {
         nm_pipeline_event ev;
-        if (nm_pipeline_read(P, 120ll * 1000000000, &ev) != NM_OK || ev.request != id) return false;
+        if (nm_pipeline_read(P, 120ll * 1000000000, &ev) != NM_OK) return false;
+        if (ev.request != id) {
+            printf("  request %llu: an event (kind %d) of request %llu came first\n", (unsigned long long)id, (int)ev.kind,
+                   (unsigned long long)ev.request);
+            return false;
+        }
         switch (ev.kind) {
         case NM_PIPELINE_TRANSCRIPT:
             strncat(a->transcript, ev.text, sizeof a->transcript - strlen(a->transcript) - 1);
@@ -74,6 +85,9 @@ static bool read_answer(nm_pipeline *P, uint64_t id, answer *a) {
             return false; // (not asked of these tests)
         case NM_PIPELINE_NOTE:
             strncat(a->notes, ev.text, sizeof a->notes - strlen(a->notes) - 1);
+            break;
+        case NM_PIPELINE_POWER:
+            a->power = ev.power, a->battery_pct = ev.battery_pct, a->n_power++;
             break;
         case NM_PIPELINE_DONE:
             a->status = ev.status;
@@ -648,6 +662,98 @@ NM_TEST(pipeline_images_answered) {
     NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && !strcmp(a.text, "orange"));
     remove(bad);
     nm_pipeline_free(P);
+}
+
+// The power policy through the pipeline: a battery in a sysfs tree of the
+// test's own, its charge set before each request (one reading each, no jump
+// over 10 points: nothing held), the policy's band 55..60 % and no
+// hysteresis, the decoder's unpaced speed given (20 tokens/s). Each request's
+// POWER event says the state, threads, cascade and pace; unconstrained the
+// decoder has 2 threads, proportional at 0.4 of its speed 1 (the bricks made
+// again between requests), critical the request runs as the cascade (no brick
+// resident after its DONE), and back up the bricks are loaded again. Every
+// answer is the same text; a paced one takes at least (n - 1) / max_tps
+// seconds from its first token to its end.
+static bool write_text(const char *dir, const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%.400s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    fputs(text, f);
+    return fclose(f) == 0;
+}
+
+NM_TEST(pipeline_power_replans) {
+    NEED_MODELS();
+    char root[] = "/tmp/nm-test-power-XXXXXX", bat[256];
+    NM_CHECK(mkdtemp(root) != NULL);
+    snprintf(bat, sizeof bat, "%s/class", root);
+    mkdir(bat, 0755);
+    snprintf(bat, sizeof bat, "%s/class/power_supply", root);
+    mkdir(bat, 0755);
+    snprintf(bat, sizeof bat, "%s/class/power_supply/BAT0", root);
+    NM_CHECK(mkdir(bat, 0755) == 0 && write_text(bat, "type", "Battery\n") &&
+             write_text(bat, "status", "Discharging\n") && write_text(bat, "capacity", "65\n"));
+    nm_battery *b = NULL;
+    char err[512] = "";
+    NM_CHECK(nm_battery_open_sysfs(root, NULL, &b, err, sizeof err) == NM_OK);
+    nm_power_params pw = nm_power_default_params();
+    pw.t_high = 60, pw.t_low = 55, pw.hysteresis = 0, pw.decode_tps = 20;
+    nm_brick_params lp = llm_params(6);
+    lp.llm.out_batch = 1;
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp;
+    pp.battery = b, pp.power = &pw;
+    nm_pipeline *P = b ? make(&pp) : NULL;
+    NM_CHECK(P != NULL);
+    static const struct {
+        const char *pct;
+        nm_power_state state;
+        int32_t threads;
+        bool cascade;
+    } steps[] = {{"65", NM_POWER_UNCONSTRAINED, 2, false}, {"56", NM_POWER_PROPORTIONAL, 1, false},
+                 {"50", NM_POWER_CRITICAL, 1, true},       {"58", NM_POWER_PROPORTIONAL, 2, false},
+                 {"65", NM_POWER_UNCONSTRAINED, 2, false}};
+    static answer got[5];
+    for (int i = 0; P && i < 5; i++) {
+        NM_CHECK(write_text(bat, "capacity", steps[i].pct));
+        uint64_t id = 0;
+        // (the request's own parameters: the pace joins them)
+        const nm_pipeline_input in = {.text = "Name a color.", .llm_params = "{\"temperature\": 0}"};
+        NM_CHECK(nm_pipeline_submit(P, &in, &id, NULL, 0) == NM_OK);
+        NM_CHECK(read_answer(P, id, &got[i]));
+        const answer *a = &got[i];
+        NM_CHECK(a->status == NM_OK && a->n_power == 1 && a->battery_pct == atof(steps[i].pct));
+        NM_CHECK(a->power.state == steps[i].state && a->power.n_threads == steps[i].threads &&
+                 a->power.cascade == steps[i].cascade);
+        NM_CHECK(!strcmp(a->text, got[0].text));
+        nm_brick *llm = nm_pipeline_brick(P, NM_BRICK_LLM);
+        NM_CHECK((llm == NULL) == steps[i].cascade);
+        if (llm) NM_CHECK(nm_ctx_n_threads(nm_brick_llm_ctx(llm)) == steps[i].threads);
+        const double cap = a->power.decode_tps_cap;
+        NM_CHECK((cap > 0) == (steps[i].state != NM_POWER_UNCONSTRAINED));
+        if (cap > 0) {
+            const double took = a->t.answered - a->t.first_text, least = (double)(a->n_text_events - 1) / cap;
+            printf("  %s %%: %zu tokens at most %.1f/s: %.3f s (at least %.3f)\n", steps[i].pct, a->n_text_events, cap,
+                   took, least);
+            NM_CHECK(a->n_text_events >= 4 && took >= least);
+        }
+    }
+    nm_brick_stats st;
+    NM_CHECK(P && nm_pipeline_brick_stats(P, NM_BRICK_LLM, &st) == NM_OK && st.n_requests == 5); // (across the loads)
+    NM_CHECK(P && nm_pipeline_brick_stats(P, NM_BRICK_TTS, &st) == NM_ERR_RANGE);
+    nm_pipeline_free(P);
+    nm_battery_free(b);
+    const char *files[] = {"type", "status", "capacity"};
+    for (int i = 0; i < 3; i++) {
+        char f[700];
+        snprintf(f, sizeof f, "%s/%s", bat, files[i]);
+        unlink(f);
+    }
+    snprintf(bat, sizeof bat, "%s/class/power_supply/BAT0", root), rmdir(bat);
+    snprintf(bat, sizeof bat, "%s/class/power_supply", root), rmdir(bat);
+    snprintf(bat, sizeof bat, "%s/class", root), rmdir(bat);
+    rmdir(root);
 }
 
 NM_TEST_MAIN()

@@ -62,6 +62,7 @@ typedef struct llm_req {
     int32_t pending;           // the token sampled, decoded by the next pass
     bool stop_after;           // it completed a stop string: ends once decoded
     int32_t n_gen;
+    double t_gen0;             // its first token was sampled (p.max_tps paces from there)
     nm_sampler *cur;           // the sequence's sampler, or own_s
     nm_sampler *own_s;         // a PARAMS slot's own
     nm_llm_params p;           // the brick's, or with the PARAMS slot's fields over them
@@ -179,6 +180,9 @@ static nm_status check_llm_params(const nm_llm_params *p, char *err, size_t err_
         if (!p->stop[i] || !p->stop[i][0] || strlen(p->stop[i]) > NM_LLM_MAX_STOP_LEN)
             return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: stop string %d is empty or over %d bytes", i,
                            NM_LLM_MAX_STOP_LEN);
+    if (!(p->max_tps >= 0) || !isfinite(p->max_tps))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "llm brick: max_tps %g (0: no pace; else tokens a second)",
+                       (double)p->max_tps);
     return NM_OK;
 }
 
@@ -348,6 +352,7 @@ static nm_status take_params(llm_brick *b, llm_req *r, const nm_tabm_slot *s) {
     INT("repeat_last_n", -1, b->n_ctx, sp.repeat_last_n);
     NUM("presence_penalty", -100, 100, sp.presence_penalty);
     NUM("frequency_penalty", -100, 100, sp.frequency_penalty);
+    NUM("max_tps", 0, 1e6, lp.max_tps);
     INT("max_tokens", -2, INT32_MAX, lp.n_predict); // OpenAI's name; n_predict wins when both are given
     INT("n_predict", -2, INT32_MAX, lp.n_predict);
 #undef NUM
@@ -817,6 +822,7 @@ static nm_llm_stop sample(llm_brick *b, llm_req *r, const float *logits, nm_stat
     const double t0 = nm_now_s();
     llm_seq *q = &b->seq[r->seq];
     *st = NM_OK;
+    if (!r->generating) r->t_gen0 = t0;
     r->generating = true;
     if (r->p.n_predict >= 0 && r->n_gen >= r->p.n_predict) return NM_LLM_STOP_N_PREDICT;
     if (q->pos >= b->n_ctx) return NM_LLM_STOP_CTX_FULL;
@@ -952,6 +958,24 @@ static nm_status input_gone(llm_brick *b) {
     return NM_OK;
 }
 
+// A pass of generating rows only, each of a request with a pace (max_tps), waits
+// until the soonest of their next tokens is due.
+static void pace(const llm_brick *b, int32_t n_prompt) {
+    if (n_prompt > 0) return;
+    double due = INFINITY;
+    for (int32_t i = 0; i < b->n_req; i++) {
+        const llm_req *r = &b->req[i];
+        if (!r->used || r->row_kind != ROW_GEN) continue;
+        if (!(r->p.max_tps > 0)) return;
+        const double t = r->t_gen0 + r->n_gen / (double)r->p.max_tps;
+        if (t < due) due = t;
+    }
+    const double wait = due - nm_now_s();
+    if (!(wait > 0) || wait == INFINITY) return;
+    struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
 // One pass: the generating requests' tokens and prompt chunks, then what it gave.
 static nm_status pass(llm_brick *b) {
     int32_t n = 0, n_gen = 0, n_prompt = 0, n_used = 0;
@@ -1014,6 +1038,7 @@ static nm_status pass(llm_brick *b) {
         seqs++;
         overwritten(b, &b->seq[r->seq], r->row_kind == ROW_GEN ? b->seq[r->seq].pos : r->p0 + r->off);
     }
+    pace(b, n_prompt);
     b->st.n_passes++;
     b->st.n_pass_seqs += seqs;
     if (seqs > b->st.max_pass_seqs) b->st.max_pass_seqs = seqs;

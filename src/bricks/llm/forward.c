@@ -48,6 +48,7 @@ struct nm_ctx {
     nm_backend_caps caps; // of be[0]
     int32_t n_ctx, n_batch;
     int32_t n_seq;     // sequences, n_ctx cache rows each (sequence s: rows s n_ctx ..)
+    int32_t n_threads; // the backend's (the cores where neither the context nor the model names them)
     nm_buffer *arena;  // every activation, in the backend's memory
     nm_buffer *kvbuf;  // all layers' K and V, f16: (n_layer, 2, n_seq x n_ctx, n_head_kv * hd)
     nm_kv_layer *kv;   // (n_layer) views of kvbuf
@@ -205,6 +206,7 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     if ((int64_t)hp->n_head * hp->head_dim > max_row) max_row = (int64_t)hp->n_head * hp->head_dim;
     const nm_backend_params bp = {.n_threads = p.n_threads > 0 ? p.n_threads : m->n_threads,
                                   .pin_threads = p.pin_threads, .max_row = max_row, .max_tokens = p.n_batch};
+    c->n_threads = bp.n_threads > 0 ? bp.n_threads : nm_cpu_count();
     char berr[512] = "";
     const bool on_cpu = !p.device || !strcmp(p.device, "cpu") || p.n_gpu_layers == 0;
     if (!on_cpu && p.n_seq > 1) {
@@ -362,6 +364,7 @@ void nm_ctx_free(nm_ctx *c) {
 int32_t nm_ctx_n_ctx(const nm_ctx *c) { return c->n_ctx; }
 int32_t nm_ctx_n_batch(const nm_ctx *c) { return c->n_batch; }
 int32_t nm_ctx_n_seq(const nm_ctx *c) { return c->n_seq; }
+int32_t nm_ctx_n_threads(const nm_ctx *c) { return c->n_threads; }
 const char *nm_ctx_last_error(const nm_ctx *c) { return c->err; }
 const char *nm_ctx_device(const nm_ctx *c) { return nm_backend_name(c->be[0]); }
 int32_t nm_ctx_device_layers(const nm_ctx *c) { return c->n_dev; }

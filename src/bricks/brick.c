@@ -169,7 +169,7 @@ static void put_error(nm_brick *b, uint64_t request, const char *msg) {
 static void vput_error(nm_brick *b, uint64_t request, const char *fmt, va_list ap) {
     if (!b) return;
     char msg[sizeof b->err];
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    nm_vfail(NM_OK, msg, sizeof msg, NULL, fmt, ap);
     put_error(b, request, msg);
 }
 

@@ -6,12 +6,18 @@
 #define NM_CORE_FAIL_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "nanomind.h"
 
 nm_status nm_fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+// The one error setter every module's reporting goes through (nm_fail, and the
+// handles' own helpers that add their lock or their name): `prefix` (NULL:
+// none) then the message into err (when err_size > 0; cut to fit), st back.
+nm_status nm_vfail(nm_status st, char *err, size_t err_size, const char *prefix, const char *fmt, va_list ap)
+    __attribute__((format(printf, 5, 0)));
 
 // A handle's last-error text as *_last_error returns it where other threads
 // may be failing on the same handle: copied under the lock that guards its

@@ -23,12 +23,18 @@ const char *nm_status_str(nm_status s) {
     return "unknown status";
 }
 
+nm_status nm_vfail(nm_status st, char *err, size_t err_size, const char *prefix, const char *fmt, va_list ap) {
+    if (!err || !err_size) return st;
+    int n = prefix ? snprintf(err, err_size, "%s", prefix) : 0;
+    if (n < 0 || (size_t)n >= err_size) n = 0; // (a prefix that fills the buffer: the message alone)
+    vsnprintf(err + n, err_size - (size_t)n, fmt, ap);
+    return st;
+}
+
 nm_status nm_fail(nm_status st, char *err, size_t err_size, const char *fmt, ...) {
-    if (err && err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, err_size, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    nm_vfail(st, err, err_size, NULL, fmt, ap);
+    va_end(ap);
     return st;
 }

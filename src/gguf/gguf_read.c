@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "quant/quant.h"
+#include "core/fail.h"
 
 // Values are read in place (memcpy of the wire bytes), which is only right on
 // a little-endian host; all our targets are.
@@ -123,16 +124,12 @@ typedef struct reader {
 
 __attribute__((format(printf, 3, 4)))
 static nm_status fail(reader *r, nm_status st, const char *fmt, ...) {
-    if (r->err && r->err_size) {
-        int n = r->ctx[0] ? snprintf(r->err, r->err_size, "%s: ", r->ctx) : 0;
-        if (n < 0) n = 0;
-        if ((size_t)n < r->err_size) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(r->err + n, r->err_size - (size_t)n, fmt, ap);
-            va_end(ap);
-        }
-    }
+    char prefix[sizeof r->ctx + 2];
+    snprintf(prefix, sizeof prefix, "%s: ", r->ctx);
+    va_list ap;
+    va_start(ap, fmt);
+    nm_vfail(st, r->err, r->err_size, r->ctx[0] ? prefix : NULL, fmt, ap);
+    va_end(ap);
     return st;
 }
 

@@ -10,6 +10,7 @@
 
 #include "core/outfile.h"
 #include "quant/quant.h"
+#include "core/fail.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF writer assumes a little-endian host"
@@ -63,7 +64,7 @@ __attribute__((format(printf, 3, 4)))
 static nm_status werr(nm_gguf_writer *w, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(w->err, sizeof w->err, fmt, ap);
+    nm_vfail(st, w->err, sizeof w->err, NULL, fmt, ap);
     va_end(ap);
     return st;
 }

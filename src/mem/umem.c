@@ -52,7 +52,7 @@ static nm_status fail(nm_umem *p, nm_status st, const char *fmt, ...) {
     pthread_mutex_lock(&p->lock);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->err, sizeof p->err, fmt, ap);
+    nm_vfail(st, p->err, sizeof p->err, NULL, fmt, ap);
     va_end(ap);
     pthread_mutex_unlock(&p->lock);
     return st;

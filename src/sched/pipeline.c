@@ -285,7 +285,7 @@ static void record(nm_pipeline *P, pl_req *r, nm_status st, const char *fmt, ...
     if (r->status == NM_OK && !r->done) { // (a request ended keeps what its DONE says)
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(r->err, sizeof r->err, fmt, ap);
+        nm_vfail(st, r->err, sizeof r->err, NULL, fmt, ap);
         va_end(ap);
         r->status = st;
     }

@@ -146,7 +146,7 @@ static nm_status fail(nm_tabm *r, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     pthread_mutex_lock(&r->err_lock);
-    vsnprintf(r->err, sizeof r->err, fmt, ap);
+    nm_vfail(st, r->err, sizeof r->err, NULL, fmt, ap);
     pthread_mutex_unlock(&r->err_lock);
     va_end(ap);
     return st;

@@ -22,6 +22,7 @@
 #include "backend/registry.h"
 #include "core/clock.h"
 #include "quant/quant.h"
+#include "core/fail.h"
 
 extern const unsigned char nm_cl_kernels_source[];
 extern const size_t nm_cl_kernels_source_len;
@@ -34,7 +35,7 @@ typedef struct cl_event_wrap {
 nm_status ocl_fail(nm_ocl *o, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(o->err, sizeof o->err, fmt, ap);
+    nm_vfail(st, o->err, sizeof o->err, NULL, fmt, ap);
     va_end(ap);
     return st;
 }

@@ -131,7 +131,7 @@ static nm_status fail(llm_brick *b, nm_status st, const char *fmt, ...) {
     char msg[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    nm_vfail(st, msg, sizeof msg, NULL, fmt, ap);
     va_end(ap);
     nm_brick_set_error(b->self, "%s", msg);
     return st;

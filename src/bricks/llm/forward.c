@@ -13,6 +13,7 @@
 
 #include "bricks/llm/llm.h"
 #include "quant/quant.h"
+#include "core/fail.h"
 
 // The op list of one forward pass for one batch shape, recorded once and
 // replayed: its tensors live in `tens` (ops point at them), inputs (token
@@ -380,7 +381,7 @@ void nm_ctx_device_stats(const nm_ctx *c, uint64_t *wrapped, uint64_t *uploaded)
 static nm_status ctx_fail(nm_ctx *c, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    nm_vfail(st, c->err, sizeof c->err, NULL, fmt, ap);
     va_end(ap);
     return st;
 }

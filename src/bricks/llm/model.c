@@ -8,6 +8,7 @@
 
 #include "bricks/llm/llm.h"
 #include "quant/quant.h"
+#include "core/fail.h"
 
 typedef struct loader {
     const nm_gguf *g;
@@ -17,12 +18,10 @@ typedef struct loader {
 } loader;
 
 static nm_status fail(loader *L, nm_status st, const char *fmt, ...) {
-    if (L->err && L->err_size) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(L->err, L->err_size, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    nm_vfail(st, L->err, L->err_size, NULL, fmt, ap);
+    va_end(ap);
     return st;
 }
 

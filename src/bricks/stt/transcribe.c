@@ -6,7 +6,6 @@
 #include "bricks/stt/transcribe.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +13,7 @@
 #include "bricks/stt/mel.h"
 #include "bricks/stt/stdrand.h"
 #include "core/clock.h"
+#include "core/fail.h"
 
 #define CHUNK_SECONDS 30
 #define DELTA_MIN 10               // frames: windows shorter than 100 ms are not decoded
@@ -69,13 +69,6 @@ struct nm_transcriber {
     char err[256];
 };
 
-static void set_err(char *err, size_t err_size, const char *fmt, ...) {
-    if (!err || !err_size) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 
 nm_stt_params nm_stt_default_params(nm_stt_strategy strategy) {
@@ -143,17 +136,17 @@ nm_status nm_transcriber_create(const nm_whisper_model *m, int32_t n_threads, in
                                 nm_transcriber **out, char *err, size_t err_size) {
     if (out) *out = NULL;
     if (!m || !out) {
-        set_err(err, err_size, "transcriber: NULL model or output");
+        nm_fail(NM_OK, err, err_size, "transcriber: NULL model or output");
         return NM_ERR_INVALID_ARG;
     }
     if (max_decoders <= 0) max_decoders = 5;
     if (max_decoders > NM_STT_MAX_DECODERS) {
-        set_err(err, err_size, "transcriber: %d decoders requested, at most %d", max_decoders, NM_STT_MAX_DECODERS);
+        nm_fail(NM_OK, err, err_size, "transcriber: %d decoders requested, at most %d", max_decoders, NM_STT_MAX_DECODERS);
         return NM_ERR_INVALID_ARG;
     }
     nm_transcriber *t = calloc(1, sizeof *t);
     if (!t) {
-        set_err(err, err_size, "transcriber: out of memory");
+        nm_fail(NM_OK, err, err_size, "transcriber: out of memory");
         return NM_ERR_NOMEM;
     }
     t->m = m;
@@ -170,7 +163,7 @@ nm_status nm_transcriber_create(const nm_whisper_model *m, int32_t n_threads, in
     }
     st = nm_mel_create(m->hp.n_mels, m->mel_filters, &t->mel);
     if (st != NM_OK) {
-        set_err(err, err_size, "transcriber: cannot set up the mel spectrogram (%s)", nm_status_str(st));
+        nm_fail(NM_OK, err, err_size, "transcriber: cannot set up the mel spectrogram (%s)", nm_status_str(st));
         nm_transcriber_free(t);
         return st;
     }
@@ -196,7 +189,7 @@ nm_status nm_transcriber_create(const nm_whisper_model *m, int32_t n_threads, in
     t->tmp = malloc(sizeof(int32_t) * 2 * (size_t)cap);
     t->nst = malloc(sizeof(int32_t) * 2 * (sizeof k_non_speech / sizeof *k_non_speech) + 2 * sizeof(int32_t));
     if (!ok || !t->cp || !t->raw_lp || !t->raw_p || !t->prompt || !t->past0 || !t->past1 || !t->tmp || !t->nst) {
-        set_err(err, err_size, "transcriber: out of memory");
+        nm_fail(NM_OK, err, err_size, "transcriber: out of memory");
         nm_transcriber_free(t);
         return NM_ERR_NOMEM;
     }
@@ -810,7 +803,7 @@ static nm_status beam_reassign(nm_transcriber *t, int32_t n_dec, const int32_t *
 // ---- the main loop (whisper_full_with_state) ---------------------------------------------
 
 static nm_status fwd_err(nm_transcriber *t, nm_status st, const char *what, char *err, size_t err_size) {
-    set_err(err, err_size, "whisper %s: %s (%s)", what, nm_status_str(st), nm_whisper_last_error(t->w));
+    nm_fail(NM_OK, err, err_size, "whisper %s: %s (%s)", what, nm_status_str(st), nm_whisper_last_error(t->w));
     return st;
 }
 
@@ -839,32 +832,32 @@ static nm_status detect_language(nm_transcriber *t, const float *mel, int64_t n_
 
 static nm_status check_params(const nm_transcriber *t, const nm_stt_params *p, char *err, size_t err_size) {
     if (p->strategy != NM_STT_GREEDY && p->strategy != NM_STT_BEAM) {
-        set_err(err, err_size, "transcribe: unknown strategy %d", (int)p->strategy);
+        nm_fail(NM_OK, err, err_size, "transcribe: unknown strategy %d", (int)p->strategy);
         return NM_ERR_INVALID_ARG;
     }
     int32_t n_dec = p->strategy == NM_STT_GREEDY ? p->best_of
                                                   : (p->best_of > p->beam_size ? p->best_of : p->beam_size);
     if (n_dec > t->max_dec) {
-        set_err(err, err_size, "transcribe: best_of / beam_size %d exceeds the %d decoders this transcriber has",
+        nm_fail(NM_OK, err, err_size, "transcribe: best_of / beam_size %d exceeds the %d decoders this transcriber has",
                 n_dec, t->max_dec);
         return NM_ERR_INVALID_ARG;
     }
     if (!isfinite(p->temperature) || p->temperature < 0.0f || !isfinite(p->temperature_inc) ||
         p->temperature_inc < 0.0f || p->temperature > 1.0f + 1e-6f) {
-        set_err(err, err_size, "transcribe: temperature must be in [0, 1] and its increment >= 0");
+        nm_fail(NM_OK, err, err_size, "transcribe: temperature must be in [0, 1] and its increment >= 0");
         return NM_ERR_INVALID_ARG;
     }
     if (p->max_len < 0 || !(p->thold_pt >= 0.0f) || !(p->thold_ptsum >= 0.0f)) {
-        set_err(err, err_size, "transcribe: max_len and the timestamp thresholds must be >= 0");
+        nm_fail(NM_OK, err, err_size, "transcribe: max_len and the timestamp thresholds must be >= 0");
         return NM_ERR_INVALID_ARG;
     }
     if (p->offset_ms < 0 || p->duration_ms < 0) {
-        set_err(err, err_size, "transcribe: negative offset or duration");
+        nm_fail(NM_OK, err, err_size, "transcribe: negative offset or duration");
         return NM_ERR_INVALID_ARG;
     }
     const char *lang = p->language ? p->language : "en";
     if (strcmp(lang, "auto") && nm_stt_lang_id(t->m, lang) < 0) {
-        set_err(err, err_size, "transcribe: unknown language '%s' (use a code such as en, de, fr, or auto)", lang);
+        nm_fail(NM_OK, err, err_size, "transcribe: unknown language '%s' (use a code such as en, de, fr, or auto)", lang);
         return NM_ERR_INVALID_ARG;
     }
     return NM_OK;
@@ -874,19 +867,19 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
                         nm_transcript *out, char *err, size_t err_size) {
     if (out) memset(out, 0, sizeof *out);
     if (!t || !pp || !out || (!pcm && n > 0) || n < 0) {
-        set_err(err, err_size, "transcribe: NULL argument or negative length");
+        nm_fail(NM_OK, err, err_size, "transcribe: NULL argument or negative length");
         return NM_ERR_INVALID_ARG;
     }
     nm_stt_params p = *pp;
     nm_status st = check_params(t, &p, err, err_size);
     if (st != NM_OK) return st;
     if (n > (int64_t)INT32_MAX - 16000 * 31) {
-        set_err(err, err_size, "transcribe: %lld samples is too long", (long long)n);
+        nm_fail(NM_OK, err, err_size, "transcribe: %lld samples is too long", (long long)n);
         return NM_ERR_RANGE;
     }
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(pcm[i])) {
-            set_err(err, err_size, "transcribe: sample %lld is not a finite number", (long long)i);
+            nm_fail(NM_OK, err, err_size, "transcribe: sample %lld is not a finite number", (long long)i);
             return NM_ERR_INVALID_ARG;
         }
     const nm_whisper_model *m = t->m;
@@ -913,7 +906,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
     if (!mel || !text) {
         free(mel);
         free(text);
-        set_err(err, err_size, "transcribe: out of memory for the spectrogram of %lld samples", (long long)n);
+        nm_fail(NM_OK, err, err_size, "transcribe: out of memory for the spectrogram of %lld samples", (long long)n);
         return NM_ERR_NOMEM;
     }
     t->t_beg = t->t_last = 0;
@@ -923,7 +916,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
         if (!(t->energy = malloc(sizeof(float) * (size_t)n))) {
             free(mel);
             free(text);
-            set_err(err, err_size, "transcribe: out of memory for the signal energy of %lld samples", (long long)n);
+            nm_fail(NM_OK, err, err_size, "transcribe: out of memory for the signal energy of %lld samples", (long long)n);
             return NM_ERR_NOMEM;
         }
         signal_energy(pcm, (int32_t)n, t->energy);
@@ -933,7 +926,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
     st = nm_mel_compute(t->mel, pcm, n, mel);
     t->tm.t_mel = nm_now_s() - t_start;
     if (st != NM_OK) {
-        set_err(err, err_size, "transcribe: mel spectrogram: %s", nm_status_str(st));
+        nm_fail(NM_OK, err, err_size, "transcribe: mel spectrogram: %s", nm_status_str(st));
         goto done;
     }
 
@@ -1007,7 +1000,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
     while (seek + DELTA_MIN < seek_end) {
         if (p.abort_callback && p.abort_callback(p.abort_user)) {
             st = NM_ERR_SHUTDOWN;
-            set_err(err, err_size, "transcribe: stopped by its caller after %d windows", out->n_windows);
+            nm_fail(NM_OK, err, err_size, "transcribe: stopped by its caller after %d windows", out->n_windows);
             goto done;
         }
         if ((st = nm_whisper_encode(t->w, mel, n_len, seek)) != NM_OK) {
@@ -1227,7 +1220,7 @@ nm_status nm_transcribe(nm_transcriber *t, const float *pcm, int64_t n, const nm
         if (best->seq.n > 0 && !is_no_speech) {
             int32_t seg0 = out->n_seg;
             if ((st = emit_window(t, out, &p, best, seek, seek_delta, no_speech, t_used, text, text_cap)) != NM_OK) {
-                set_err(err, err_size, "transcribe: out of memory for the transcript");
+                nm_fail(NM_OK, err, err_size, "transcribe: out of memory for the transcript");
                 goto done;
             }
             if (p.on_segments && out->n_seg > seg0) p.on_segments(out, seg0, p.user);

@@ -29,6 +29,7 @@
 #include "bricks/stt/whisper.h"
 #include "core/clock.h"
 #include "quant/quant.h"
+#include "core/fail.h"
 
 struct nm_whisper {
     const nm_whisper_model *m;
@@ -74,7 +75,7 @@ struct nm_whisper {
 static nm_status wfail(nm_whisper *w, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(w->err, sizeof w->err, fmt, ap);
+    nm_vfail(st, w->err, sizeof w->err, NULL, fmt, ap);
     va_end(ap);
     return st;
 }

@@ -31,6 +31,7 @@
 #include "gguf/gguf.h"
 #include "io/infile.h"
 #include "quant/quant.h"
+#include "core/fail.h"
 
 #define BIN_MAGIC 0x67676d6cu
 #define MAX_NAME 256
@@ -73,14 +74,10 @@ typedef struct loader {
 } loader;
 
 static nm_status fail(loader *L, nm_status st, const char *fmt, ...) {
-    if (L->err && L->err_size) {
-        int n = snprintf(L->err, L->err_size, "whisper: ");
-        if (n < 0 || (size_t)n >= L->err_size) n = 0;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(L->err + n, L->err_size - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    nm_vfail(st, L->err, L->err_size, "whisper: ", fmt, ap);
+    va_end(ap);
     return st;
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "bricks/tokenizer/jinja_impl.h"
+#include "core/fail.h"
 
 static void where(J *j, int32_t pos, char *buf, size_t size) {
     buf[0] = 0;
@@ -29,12 +30,10 @@ _Noreturn void jj_fail(J *j, nm_status st, int32_t pos, const char *fmt, ...) {
     if (j->err && j->err_size) {
         char at[64];
         where(j, pos, at, sizeof at);
-        char msg[384];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
+        nm_vfail(st, j->err, j->err_size, at, fmt, ap);
         va_end(ap);
-        snprintf(j->err, j->err_size, "%s%s", at, msg);
     }
     longjmp(j->jb, 1);
 }

@@ -34,7 +34,7 @@ static nm_status vfail(vision_brick *v, nm_status st, const char *fmt, ...) __at
 static nm_status vfail(vision_brick *v, nm_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(v->err, sizeof v->err, fmt, ap);
+    nm_vfail(st, v->err, sizeof v->err, NULL, fmt, ap);
     va_end(ap);
     return st;
 }

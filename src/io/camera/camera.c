@@ -61,11 +61,11 @@ static const nm_v4l2_ops sys_ops = {NULL, sys_open, sys_close, sys_ioctl, sys_mm
 // ---- helpers ---------------------------------------------------------------------------------
 
 __attribute__((format(printf, 3, 4))) static nm_status cfail(nm_camera *c, nm_status st, const char *fmt, ...) {
-    int n = snprintf(c->err, sizeof c->err, "camera %s: ", c->dev);
-    if (n < 0 || (size_t)n >= sizeof c->err) n = 0;
+    char prefix[sizeof c->dev + 16];
+    snprintf(prefix, sizeof prefix, "camera %s: ", c->dev);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->err + n, sizeof c->err - (size_t)n, fmt, ap);
+    nm_vfail(st, c->err, sizeof c->err, prefix, fmt, ap);
     va_end(ap);
     return st;
 }

@@ -5,6 +5,8 @@
 //      tests/data/speech/expected/ (beam search and greedy, with and without
 //      timestamps, 8 / 16 / 48 kHz clips, a 32.9 s clip that needs seeking, real
 //      recorded speech; docs/correctness.md has the commands);
+//    * --carry-initial-prompt puts the prompt before every window (checked
+//      on our own decoder inputs: whisper.cpp's carry pairs sit at a near-tie);
 //    * round trip: 24 sentences spoken by espeak-ng, transcribed back, at most
 //      17 word errors (14 measured: 6.7%);
 //    * real human speech (alsa-utils' recordings, 16 and 8 kHz): WER printed;
@@ -540,6 +542,103 @@ NM_TEST(same_as_whisper_cpp) {
     printf("  identical to whisper.cpp: %d of %d checked (%d pairs listed; of the %d near a tie, %d the same)\n",
            n_same, n_run, n_listed, n_ties, n_ties_same);
     NM_CHECK(n_run >= (int)(sizeof quick / sizeof *quick));
+}
+
+// Where each window's segments start (on_segments: i0 of each window that made some).
+typedef struct window_starts {
+    int32_t i0[16], n;
+} window_starts;
+
+static void note_window(const nm_transcript *t, int32_t i0, void *user) {
+    (void)t;
+    window_starts *w = user;
+    if (w->n < 16) w->i0[w->n++] = i0;
+}
+
+// Transcribes a with p, noting where each window's segments start.
+static bool transcribe_windows(const nm_audio *a, nm_stt_params p, nm_transcript *t, window_starts *w) {
+    char err[512];
+    p.on_segments = note_window;
+    p.user = w;
+    if (nm_transcribe(transcriber(), a->pcm, a->n, &p, t, err, sizeof err) == NM_OK) return true;
+    fprintf(stderr, "  transcribe: %s\n", err);
+    return false;
+}
+
+// Window kx of x and window ky of y have the same segments: text, times and no-speech probability, this one
+// bit for bit (it is P(<|nospeech|>) after the window's prompt: the same decoder input gives the same bits).
+static bool same_window(const nm_transcript *x, const window_starts *wx, int32_t kx, const nm_transcript *y,
+                        const window_starts *wy, int32_t ky) {
+    if (kx >= wx->n || ky >= wy->n) return false;
+    const int32_t a = wx->i0[kx], b = kx + 1 < wx->n ? wx->i0[kx + 1] : x->n_seg;
+    const int32_t c = wy->i0[ky], d = ky + 1 < wy->n ? wy->i0[ky + 1] : y->n_seg;
+    bool same = b - a == d - c;
+    for (int32_t i = 0; same && i < b - a; i++) {
+        const nm_stt_segment *s = &x->seg[a + i], *u = &y->seg[c + i];
+        same = s->t0 == u->t0 && s->t1 == u->t1 && !strcmp(s->text, u->text) &&
+               !memcmp(&s->no_speech_prob, &u->no_speech_prob, sizeof(float));
+    }
+    return same;
+}
+
+// --carry-initial-prompt: the prompt leads the decoder input of every window, not only the first's.
+// tts_long.ogg+tts_16k (38 s: two windows) with -bs 1 -mc 64 --prompt K_PROMPT, and -nt -nf so that
+// each window is decoded once, at T = 0 with its prompt (with timestamps this prompt makes window 1
+// fall back to T = 0.6, where no prompt is used). Window 1: carried or not it gets the prompt alone,
+// so the carried run's window 1 is the uncarried run's, which the prompt changes (it differs from the
+// window decoded without one). Window 2: the carried run gives it <|startofprev|> + the prompt + as
+// many of window 1's last tokens as fit in 63; decoding window 2 alone (-ot 30000) with those as an
+// uncarried prompt gives the same window, bit for bit. The uncarried run's window 2 (window 1's last
+// 63 tokens, no prompt) differs. The comparisons with whisper.cpp cannot see this: its carry pairs sit at a
+// near-tie (k_mel_ties) and are checked by their word errors only.
+NM_TEST(carried_prompt_leads_every_window) {
+    NEED_MODEL();
+    nm_audio a = {0};
+    NM_CHECK(load_stem("tts_long.ogg+tts_16k", &a));
+    const mode *md = mode_named("carry-mc64-greedy-ts");
+    nm_stt_params pc = mode_params(md); // -bs 1 -mc 64 --prompt P --carry-initial-prompt
+    pc.no_timestamps = true;
+    pc.temperature_inc = 0.0f;
+    nm_stt_params pu = pc, pn = pc, pw = pc;
+    pu.carry_initial_prompt = false; // --prompt P
+    pn.prompt_tokens = NULL, pn.n_prompt_tokens = 0, pn.carry_initial_prompt = false; // no prompt,
+    pn.duration_ms = 30000;                                                            // window 1 only
+    nm_transcript carried = {0}, uncarried = {0}, none = {0}, alone = {0};
+    window_starts wc = {0}, wu = {0}, wn = {0}, wa = {0};
+    NM_CHECK(transcribe_windows(&a, pc, &carried, &wc));
+    NM_CHECK(transcribe_windows(&a, pu, &uncarried, &wu));
+    NM_CHECK(transcribe_windows(&a, pn, &none, &wn));
+    NM_CHECK(carried.n_windows == 2 && wc.n == 2 && wu.n == 2 && wn.n == 1);
+    NM_CHECK(carried.n_seg == 2 && carried.seg[1].t0 == 3000); // -nt: one segment a window, 30 s each
+    NM_CHECK(same_window(&carried, &wc, 0, &uncarried, &wu, 0));
+    NM_CHECK(!same_window(&uncarried, &wu, 0, &none, &wn, 0));
+    NM_CHECK(!same_window(&carried, &wc, 1, &uncarried, &wu, 1));
+    if (carried.n_seg == 2 && carried.seg[1].t0 == 3000) {
+        // Window 2's prompt as the carried run builds it (whisper.cpp's): the prompt's last n0 tokens,
+        // then window 1's last tokens (its text and the <|endoftext|> it ended on) in the room left of
+        // the 63 (-mc 64, less <|startofprev|>).
+        const int32_t room = md->max_ctx - 1, n0 = pc.n_prompt_tokens < room ? pc.n_prompt_tokens : room;
+        const nm_stt_segment *w1 = &carried.seg[0];
+        const int32_t take = room - n0 < w1->n_tokens ? room - n0 : w1->n_tokens;
+        int32_t p2[64], n2 = 0;
+        for (int32_t i = pc.n_prompt_tokens - n0; i < pc.n_prompt_tokens; i++) p2[n2++] = pc.prompt_tokens[i];
+        for (int32_t i = w1->n_tokens - take; i < w1->n_tokens; i++) p2[n2++] = w1->tokens[i].id;
+        pw.carry_initial_prompt = false;
+        pw.prompt_tokens = p2, pw.n_prompt_tokens = n2;
+        pw.offset_ms = 30000;
+        NM_CHECK(transcribe_windows(&a, pw, &alone, &wa));
+        NM_CHECK(alone.n_windows == 1 && same_window(&carried, &wc, 1, &alone, &wa, 0));
+        printf("  window 2's prompt: %d of the prompt's %d tokens + %d of window 1's %d; its no-speech "
+               "probability %.6g carried, %.6g alone with that prompt, %.6g uncarried\n",
+               n0, pc.n_prompt_tokens, take, w1->n_tokens, carried.seg[1].no_speech_prob,
+               alone.n_seg ? alone.seg[0].no_speech_prob : -1.0f,
+               uncarried.n_seg > 1 ? uncarried.seg[1].no_speech_prob : -1.0f);
+    }
+    nm_transcript_free(&carried);
+    nm_transcript_free(&uncarried);
+    nm_transcript_free(&none);
+    nm_transcript_free(&alone);
+    nm_audio_free(&a);
 }
 
 // ---- round trip through espeak-ng ------------------------------------------------------------

@@ -15,12 +15,17 @@ extern const nm_brick_i nm_brick_tts_i;    // bricks/tts/brick_tts.c
 // (nm_brick_llm_model, nm_brick_stt_info, ...) live beside its implementation.
 void *nm_brick_state_of(const nm_brick *b, const nm_brick_i *impl);
 
-// Ends a request whose output is not written yet: an empty slot of `kind`
-// carrying `request` and `flags` (NM_BRICK_ERROR or NM_BRICK_CANCELLED, and
-// NM_BRICK_MORE where the request goes on downstream). With
-// NM_BRICK_CANCELLED the request is first marked cancelled on `out`.
-nm_status nm_brick_put_end(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
-                           uint64_t flags);
+// The one epilogue of a request a built-in brick does not finish (failed:
+// flags NM_BRICK_ERROR; cancelled: NM_BRICK_CANCELLED; with NM_BRICK_MORE
+// where the request goes on downstream): what is left of it on `in` read
+// and dropped (user: the flags of its slot read last; 0: nothing left), then
+// an empty slot of `kind` carrying `request` and `flags` on `out` ending it
+// there (cancelled: the request first marked cancelled on `out`), the slots
+// counted in *st. Its text and its request counters are the caller's. The
+// first failure of the two; the end slot is written also when the input is
+// gone.
+nm_status nm_brick_end_request(nm_tabm *in, uint64_t user, nm_tabm *out, uint32_t producer, int64_t timeout_ns,
+                               uint32_t kind, uint64_t request, uint64_t flags, nm_brick_stats *st);
 // A slot of `request` with flags `user` read from `in`: is its request cancelled
 // (flagged upstream, or marked on the ring)?
 bool nm_req_cancelled(nm_tabm *in, uint64_t user, uint64_t request);

@@ -122,8 +122,8 @@ bool nm_req_cancelled(nm_tabm *in, uint64_t user, uint64_t request) {
     return (user & NM_BRICK_CANCELLED) || nm_tabm_request_cancelled(in, request);
 }
 
-nm_status nm_brick_put_end(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
-                           uint64_t flags) {
+static nm_status put_end(nm_tabm *out, uint32_t producer, int64_t timeout_ns, uint32_t kind, uint64_t request,
+                         uint64_t flags) {
     // downstream stops too: what this brick already wrote of the request may still be queued there
     if ((flags & NM_BRICK_CANCELLED) && request) nm_tabm_cancel_request(out, request);
     nm_tabm_slot o;
@@ -148,4 +148,12 @@ nm_status nm_brick_drain_request(nm_tabm *in, uint64_t user, int64_t timeout_ns,
         if (n_slots) (*n_slots)++;
     }
     return NM_OK;
+}
+
+nm_status nm_brick_end_request(nm_tabm *in, uint64_t user, nm_tabm *out, uint32_t producer, int64_t timeout_ns,
+                               uint32_t kind, uint64_t request, uint64_t flags, nm_brick_stats *st) {
+    const nm_status ds = nm_brick_drain_request(in, user, timeout_ns, &st->n_in_slots);
+    const nm_status ps = put_end(out, producer, timeout_ns, kind, request, flags);
+    if (ps == NM_OK) st->n_out_slots++;
+    return ds != NM_OK ? ds : ps;
 }

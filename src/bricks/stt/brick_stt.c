@@ -236,11 +236,8 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     nm_tabm_release(in, &s);
     if (b->cancelled && b->out_st == NM_OK) { // the segments written stay; the request ends flagged
         b->st.n_cancelled++;
-        nm_status ds = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
-        if (ds != NM_OK) return ds;
-        nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_TEXT, b->request, NM_BRICK_CANCELLED);
-        if (ps == NM_OK) b->st.n_out_slots++;
-        return ps;
+        return nm_brick_end_request(in, user, out, b->producer, b->wait_ns, NM_TABM_TEXT, b->request, NM_BRICK_CANCELLED,
+                                    &b->st);
     }
     if (st == NM_OK) {
         // any segment not out yet, then the empty slot that ends the request
@@ -258,11 +255,7 @@ static nm_status stt_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     nm_brick_set_request_error(self, b->request, "%s: %s", nm_status_str(st), b->err);
     if (b->out_st != NM_OK) return b->out_st;
     // a request is one slot: any that said more follow are read and dropped with it
-    nm_status ds = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
-    if (ds != NM_OK) return ds;
-    nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_TEXT, b->request, NM_BRICK_ERROR);
-    if (ps == NM_OK) b->st.n_out_slots++;
-    return ps;
+    return nm_brick_end_request(in, user, out, b->producer, b->wait_ns, NM_TABM_TEXT, b->request, NM_BRICK_ERROR, &b->st);
 }
 
 static nm_status stt_set_params(void *state, const nm_brick_params *p, char *err, size_t err_size) {

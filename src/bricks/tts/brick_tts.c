@@ -77,12 +77,11 @@ static bool cancelled(void *user) {
 static nm_status end_cancelled(tts_brick *b, nm_tabm *in, nm_tabm *out, uint64_t user, uint64_t request, bool ended) {
     b->st.n_requests++;
     b->st.n_cancelled++;
-    if (ended) nm_tabm_cancel_request(out, request);
-    nm_status st = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
-    if (st != NM_OK || ended) return st;
-    if ((st = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_CANCELLED)) == NM_OK)
-        b->st.n_out_slots++;
-    return st;
+    if (!ended)
+        return nm_brick_end_request(in, user, out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_CANCELLED,
+                                    &b->st);
+    nm_tabm_cancel_request(out, request);
+    return nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
 }
 
 static bool blank(const char *s, size_t n) {
@@ -172,10 +171,8 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             nm_brick_set_request_error(self, request, "%s", why);
             b->st.n_requests++;
             b->st.n_bad_requests++;
-            st = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
-            nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR);
-            if (ps == NM_OK) b->st.n_out_slots++;
-            return st != NM_OK ? st : ps;
+            return nm_brick_end_request(in, user, out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR,
+                                        &b->st);
         }
         first = false;
         if (s.meta->kind == NM_TABM_TEXT && n <= NM_TTS_MAX_TEXT && n <= s.capacity && n + 1 > b->text_cap) {
@@ -194,10 +191,8 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
             nm_tabm_release(in, &s);
             b->st.n_requests++;
             b->st.n_bad_requests++;
-            st = nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
-            nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR);
-            if (ps == NM_OK) b->st.n_out_slots++;
-            return st != NM_OK ? st : ps;
+            return nm_brick_end_request(in, user, out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request, NM_BRICK_ERROR,
+                                        &b->st);
         }
         const bool speak = n > 0 && !blank(s.data, n);
         if (speak) nm_tts_copy_text(b->tts, b->text, s.data, n);
@@ -230,12 +225,9 @@ static nm_status tts_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
                 if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;
                 // the request must end with a flagged slot: one went out unless synthesis
                 // refused the text before writing any
-                if (after.n_slots == before.n_slots) {
-                    nm_status ps = nm_brick_put_end(out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request,
-                                                    NM_BRICK_ERROR);
-                    if (ps != NM_OK) return ps;
-                    b->st.n_out_slots++;
-                }
+                if (after.n_slots == before.n_slots)
+                    return nm_brick_end_request(in, user, out, b->producer, b->wait_ns, NM_TABM_PCM_S16, request,
+                                                NM_BRICK_ERROR, &b->st);
                 return nm_brick_drain_request(in, user, b->wait_ns, &b->st.n_in_slots);
             }
         } else if (!more) {

@@ -306,10 +306,8 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
         nm_tabm_release(in, &s);
         v->st.n_requests++;
         v->st.n_cancelled++;
-        nm_status ps = nm_brick_put_end(out, v->producer, v->wait_ns, NM_TABM_TOKENS, v->request,
-                                        NM_BRICK_CANCELLED | (more ? NM_BRICK_MORE : 0));
-        if (ps == NM_OK) v->st.n_out_slots++;
-        return ps;
+        return nm_brick_end_request(in, 0, out, v->producer, v->wait_ns, NM_TABM_TOKENS, v->request,
+                                    NM_BRICK_CANCELLED | (more ? NM_BRICK_MORE : 0), &v->st); // (its one slot read)
     }
     if (bad_params) {
         st = vfail(v, NM_ERR_FORMAT, "%s", pwhy);
@@ -334,10 +332,8 @@ static nm_status vision_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *o
     nm_brick_set_request_error(self, v->request, "%s (%s)", v->err, nm_status_str(st));
     if (st == NM_ERR_SHUTDOWN || st == NM_ERR_TIMEOUT) return st;
     // the LLM brick learns that this part of its prompt failed
-    nm_status ps = nm_brick_put_end(out, v->producer, v->wait_ns, NM_TABM_TOKENS, v->request,
-                                    NM_BRICK_ERROR | (more ? NM_BRICK_MORE : 0));
-    if (ps == NM_OK) v->st.n_out_slots++;
-    return ps == NM_OK ? NM_OK : ps;
+    return nm_brick_end_request(in, 0, out, v->producer, v->wait_ns, NM_TABM_TOKENS, v->request,
+                                NM_BRICK_ERROR | (more ? NM_BRICK_MORE : 0), &v->st); // (its one slot read)
 }
 
 static nm_status vision_estimate(void *state, const nm_brick_input *in, nm_brick_cost *e) {

@@ -299,7 +299,9 @@ NM_TEST(matmul_rowwise_equals_one_token_calls) {
 }
 
 // A small batch (2..8 rows: sequences decoded together) through the gemv kernels: every row has the bits
-// it has decoded alone, for each type that has one (the others and 9 rows go through the GEMM).
+// it has decoded alone, for each type that has one (the others and 9 rows go through the GEMM), both
+// through gemv_multi and, with NM_NO_GEMV_MULTI=1 (read when the backend is made), through the gemv
+// kernel a token at a time, each token with its own prepared row.
 NM_TEST(matmul_small_batch_equals_one_token_calls) {
     const uint32_t types[] = {NM_TYPE_Q8_0, NM_TYPE_Q4_0, NM_TYPE_Q4_1, NM_TYPE_Q5_0, NM_TYPE_Q4_K, NM_TYPE_Q6_K};
     const nm_kernels *k = nm_kernels_get();
@@ -312,8 +314,16 @@ NM_TEST(matmul_small_batch_equals_one_token_calls) {
         return;
     }
     // K 768: a q4_1 row of 24 blocks, a group of 16 and a short one (gemv_multi's masked loads)
-    for (int64_t T = 2; T <= 8; T++)
-        for (int64_t K = 512; K <= 768; K += 256) rows_equal_one_token_calls(nmtest_failed, with, n, 0, T, K);
+    const char *env = getenv("NM_NO_GEMV_MULTI");
+    char *was = env ? strdup(env) : NULL;
+    for (int no_multi = 0; no_multi <= 1; no_multi++) {
+        setenv("NM_NO_GEMV_MULTI", no_multi ? "1" : "0", 1);
+        for (int64_t T = 2; T <= 8; T++)
+            for (int64_t K = 512; K <= 768; K += 256) rows_equal_one_token_calls(nmtest_failed, with, n, 0, T, K);
+    }
+    if (was) setenv("NM_NO_GEMV_MULTI", was, 1);
+    else unsetenv("NM_NO_GEMV_MULTI");
+    free(was);
 }
 
 // The prefill matmul of f32 and f16 weights in chunks of rows against panel

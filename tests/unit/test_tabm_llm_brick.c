@@ -1118,15 +1118,22 @@ NM_TEST(tabm_llm_brick_parallel_errors_per_request) {
 // around other embedding rows. Its leading text is reused (its whole chunk);
 // the text after the rows is not (its cache entries attended to request 1's
 // rows), so the answer is the plain loop's for request 2's own prompt.
-static float g_e1[3 * N_EMBD], g_e2[3 * N_EMBD];
+// Request 3 changes the middle right after a wholly reused chunk: its rows
+// [8, 13) are decoded while the cache still lists request 2's tokens past
+// them, and its text lands where request 2's did ([13, 19), the same ids):
+// none of it is reused either (those rows attended to request 2's rows).
+static float g_e1[3 * N_EMBD], g_e2[3 * N_EMBD], g_e3[5 * N_EMBD];
 NM_TEST(tabm_llm_brick_changed_middle_not_reused) {
     rig R;
     RIG_UP(R, 8, 1, 4);
     for (int32_t r = 0; r < 3; r++)
         for (int32_t e = 0; e < N_EMBD; e++) g_e1[r * N_EMBD + e] = embd_val(r, e), g_e2[r * N_EMBD + e] = embd_val(r + 7, e + 3);
+    for (int32_t r = 0; r < 5; r++)
+        for (int32_t e = 0; e < N_EMBD; e++) g_e3[r * N_EMBD + e] = embd_val(r + 13, e + 5);
     part p1[] = {TOKS(TEXT_A, 10, NM_LLM_IN_POS(0) | NM_BRICK_MORE), EMBD(g_e1, 3, NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
     part p2[] = {TOKS(TEXT_A, 10, NM_LLM_IN_POS(0) | NM_BRICK_MORE), EMBD(g_e2, 3, NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
-    int32_t a1[16], a2[16], w2[16];
+    part p3[] = {TOKS(TEXT_A, 8, NM_LLM_IN_POS(0) | NM_BRICK_MORE), EMBD(g_e3, 5, NM_BRICK_MORE), TOKS(TEXT_B, 6, 0)};
+    int32_t a1[16], a2[16], w2[16], a3[16], w3[16];
     nm_llm_stop why;
     int slots;
     NM_CHECK(put_parts(R.in, p1, 3) == NM_OK && read_gen(R.out, a1, 16, &why, &slots) == 8);
@@ -1138,6 +1145,15 @@ NM_TEST(tabm_llm_brick_changed_middle_not_reused) {
     nm_sampler *rs = greedy(R.m);
     int32_t pos = 0;
     NM_CHECK(plain(rc, rs, p2, 3, &pos, 8, w2) == 8 && !memcmp(a2, w2, sizeof w2[0] * 8));
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+    const uint64_t before3 = nm_brick_get_stats(R.b).n_prompt_tokens;
+    NM_CHECK(put_parts(R.in, p3, 3) == NM_OK && read_gen(R.out, a3, 16, &why, &slots) == 8);
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before3 == 5 + 6); // [0, 8) reused; rows and text decoded
+    rc = new_ctx(R.m);
+    rs = greedy(R.m);
+    pos = 0;
+    NM_CHECK(plain(rc, rs, p3, 3, &pos, 8, w3) == 8 && !memcmp(a3, w3, sizeof w3[0] * 8));
     nm_ctx_free(rc);
     nm_sampler_free(rs);
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);

@@ -88,7 +88,7 @@ typedef struct pl_lane {
     bool started;
     // under the lock
     uint64_t given[64];    // the requests given (a slot of each in `in`), in order, that it has yet to take:
-    int32_t head, todo;    // todo of them from given[head] (at most what the ring's slots hold)
+    int32_t head, n_given; // n_given of them from given[head] (at most what the ring's slots hold)
     bool busy;             // serving one
     nm_brick_stats base, cur; // the counters of the bricks it has freed, summed; of the one loaded now
 } pl_lane;
@@ -397,10 +397,10 @@ static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
 static void give(nm_pipeline *P, nm_brick_kind k, pl_req *r) {
     pl_lane *L = &P->L[k];
     pthread_mutex_lock(&P->lock);
-    if (!r->given[k] && L->todo < (int32_t)(sizeof L->given / sizeof L->given[0])) {
+    if (!r->given[k] && L->n_given < (int32_t)(sizeof L->given / sizeof L->given[0])) {
         r->given[k] = true;
         r->in_lanes++;
-        L->given[(L->head + L->todo++) % (int32_t)(sizeof L->given / sizeof L->given[0])] = r->id;
+        L->given[(L->head + L->n_given++) % (int32_t)(sizeof L->given / sizeof L->given[0])] = r->id;
         pthread_cond_broadcast(&P->cond);
     }
     pthread_mutex_unlock(&P->lock);
@@ -786,7 +786,7 @@ static bool load_all(nm_pipeline *P, char *err, size_t err_size) {
 
 // Waits (the lock held) until brick k's lane has served what it was given.
 static void lane_idle_locked(nm_pipeline *P, nm_brick_kind k) {
-    while ((P->L[k].busy || P->L[k].todo > 0) && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+    while ((P->L[k].busy || P->L[k].n_given > 0) && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
     while (P->L[k].busy) pthread_cond_wait(&P->cond, &P->lock); // (stopping: its step ends on the shut rings)
 }
 
@@ -1189,11 +1189,11 @@ static void *lane_main(void *arg) {
     nm_status st = NM_OK;
     pthread_mutex_lock(&P->lock);
     while (st == NM_OK) {
-        while (L->todo == 0 && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+        while (L->n_given == 0 && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
         if (P->stopping) break;
         nm_brick *b = *slot_of(P, L->kind); // (loaded before the request was given: freed only when idle)
         const uint64_t id = L->given[L->head];
-        L->head = (L->head + 1) % cap, L->todo--;
+        L->head = (L->head + 1) % cap, L->n_given--;
         L->busy = true;
         pthread_mutex_unlock(&P->lock);
         st = nm_brick_step(b, L->in, L->out); // (a request's failure is on its slots)
@@ -1204,7 +1204,7 @@ static void *lane_main(void *arg) {
         served_locked(P, id);
         pthread_cond_broadcast(&P->cond);
     }
-    for (; L->todo > 0; L->head = (L->head + 1) % cap, L->todo--) served_locked(P, L->given[L->head]); // (never served)
+    for (; L->n_given > 0; L->head = (L->head + 1) % cap, L->n_given--) served_locked(P, L->given[L->head]); // (never served)
     pthread_cond_broadcast(&P->cond);
     pthread_mutex_unlock(&P->lock);
     // the brick or a ring broke: its neighbours wake and end (as nm_brick_run's)

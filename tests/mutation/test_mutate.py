@@ -144,22 +144,32 @@ def key_staleness():
     assert M.mutant_key(base, "t" * 64, 150) != k0, "the key ignores the time limit"
 
 
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+
+
+def write(d, rel, text):
+    os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+    with open(os.path.join(d, rel), "w") as f:
+        f.write(text)
+
+
+def git_repo(d, files):
+    """A scratch git repository in d: files (path: text) written and committed."""
+    for rel, text in files.items():
+        write(d, rel, text)
+    subprocess.run(GIT + ["init", "-q", d], check=True)
+    subprocess.run(GIT + ["add", "."], cwd=d, check=True)
+    subprocess.run(GIT + ["commit", "-qm", "x"], cwd=d, check=True)
+
+
 @case
 def tree_digest():
     d = tempfile.mkdtemp(prefix="nm-test-mutate-git-")
     try:
         def w(rel, text):
-            os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
-            with open(os.path.join(d, rel), "w") as f:
-                f.write(text)
-        w(".gitignore", "/build/\n")
-        w("src/a.c", "int a;\n")
-        w("tests/mutation/mutants.txt", "name: x\n")
-        w("report.md", "")
-        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-        subprocess.run(git + ["init", "-q", d], check=True)
-        subprocess.run(git + ["add", "."], cwd=d, check=True)
-        subprocess.run(git + ["commit", "-qm", "x"], cwd=d, check=True)
+            write(d, rel, text)
+        git_repo(d, {".gitignore": "/build/\n", "src/a.c": "int a;\n", "tests/mutation/mutants.txt": "name: x\n",
+                     "report.md": ""})
         rep = os.path.join(d, "report.md")
         t0 = M.tree_digest(d, skip=[rep])
         assert t0 == M.tree_digest(d, skip=[rep])
@@ -297,23 +307,14 @@ def copy_tree_follows_moves():
     d = tempfile.mkdtemp(prefix="nm-test-mutate-git-")
     scratch = tempfile.mkdtemp(prefix="nm-test-mutate-scratch-")
     try:
-        def w(rel, text):
-            os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
-            with open(os.path.join(d, rel), "w") as f:
-                f.write(text)
-        w("src/a.c", "int a;\n")
-        w("src/old/b.c", "int b;\n")
-        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-        subprocess.run(git + ["init", "-q", d], check=True)
-        subprocess.run(git + ["add", "."], cwd=d, check=True)
-        subprocess.run(git + ["commit", "-qm", "x"], cwd=d, check=True)
+        git_repo(d, {"src/a.c": "int a;\n", "src/old/b.c": "int b;\n"})
         tree = M.copy_tree(scratch, root=d)
         assert os.path.isfile(os.path.join(tree, "src/old/b.c"))
         os.makedirs(os.path.join(tree, "build-mutate/src/old"))
         with open(os.path.join(tree, "build-mutate/src/old/b.c.o"), "w") as f:
             f.write("object")
         os.makedirs(os.path.join(d, "src/new"))
-        subprocess.run(git + ["mv", "src/old/b.c", "src/new/b.c"], cwd=d, check=True)
+        subprocess.run(GIT + ["mv", "src/old/b.c", "src/new/b.c"], cwd=d, check=True)
         M.copy_tree(scratch, root=d)
         assert not os.path.exists(os.path.join(tree, "src/old/b.c")), "the moved source stayed in the copy"
         assert open(os.path.join(tree, "src/new/b.c")).read() == "int b;\n"

@@ -7,7 +7,7 @@
 #endif
 
 // ==== the pipeline ====================================================================
-// Owner: src/sched/pipeline.c. docs/pipeline.md has the graph and the threads.
+// Owner: src/sched/pipeline*.c (pipeline_impl.h names the parts). docs/pipeline.md has the graph and the threads.
 //
 // A pipeline is the bricks of one assistant joined by TABM rings:
 //

@@ -1,4 +1,4 @@
-// The pipeline (src/sched/pipeline.c) on the default models: a chat's
+// The pipeline (src/sched/pipeline*.c) on the default models: a chat's
 // answer is the text of decoding its formatted prompt by hand; a spoken
 // question goes through STT -> LLM -> TTS with its transcript, answer and
 // speech as events and every byte between bricks in the ledger; sequential

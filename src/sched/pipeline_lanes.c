@@ -1,0 +1,268 @@
+// The pipeline's bricks and lanes (pipeline_impl.h): the bricks loaded,
+// freed and made again (their counters summed across loads), a lane per
+// brick (a thread that serves a request each time it is given one), the
+// cascade's stages, and the threads that read the decoder's answers (TEXT
+// events, sentences to the voice) and the voice's speech (AUDIO events).
+#include "sched/pipeline_impl.h"
+
+// ---- the bricks: loaded, freed, made again ---------------------------------------------------------
+
+nm_brick **pl_slot_of(nm_pipeline *P, nm_brick_kind k) {
+    return k == NM_BRICK_STT ? &P->stt : k == NM_BRICK_VISION ? &P->vision : k == NM_BRICK_LLM ? &P->llm : &P->tts;
+}
+
+// Brick k from its parameters (the threads the power policy set, where it
+// did) into its place (the vision brick after the LLM's, which it feeds).
+nm_status pl_load(nm_pipeline *P, nm_brick_kind kind, char *err, size_t err_size) {
+    nm_brick_params bp = P->given[kind];
+    bp.kind = kind;
+    bp.ledger = P->ledger;
+    if (P->threads_now > 0) bp.n_threads = P->threads_now;
+    if (kind == NM_BRICK_LLM) {
+        bp.llm.out = P->has[NM_BRICK_TTS] ? NM_LLM_OUT_SENTENCES : NM_LLM_OUT_TEXT;
+        bp.llm.out_batch = 1;
+    }
+    if (kind == NM_BRICK_VISION) bp.feeds = P->llm;
+    static const char *kinds[] = {[NM_BRICK_STT] = "stt", [NM_BRICK_VISION] = "vision", [NM_BRICK_LLM] = "llm",
+                                  [NM_BRICK_TTS] = "tts"};
+    char e[512];
+    nm_brick *b = NULL;
+    nm_status st = nm_brick_load(NULL, &bp, &b, e, sizeof e);
+    if (st != NM_OK) return nm_fail(st, err, err_size, "%s: %s", kinds[kind], e);
+    pthread_mutex_lock(&P->lock);
+    *pl_slot_of(P, kind) = b;
+    if (kind == NM_BRICK_LLM) P->m = nm_brick_llm_model(b);
+    pthread_mutex_unlock(&P->lock);
+    return NM_OK;
+}
+
+// a += c, counter by counter (the most a pass carried: the larger).
+void pl_stats_add(nm_brick_stats *a, const nm_brick_stats *c) {
+    a->n_requests += c->n_requests, a->n_in_slots += c->n_in_slots, a->n_out_slots += c->n_out_slots;
+    a->n_bad_requests += c->n_bad_requests, a->n_cancelled += c->n_cancelled, a->t_busy += c->t_busy;
+    a->n_prompt_tokens += c->n_prompt_tokens, a->n_gen += c->n_gen, a->t_prompt += c->t_prompt, a->t_gen += c->t_gen;
+    a->n_images += c->n_images, a->n_encoded += c->n_encoded, a->t_decode += c->t_decode, a->t_encode += c->t_encode;
+    a->n_samples += c->n_samples, a->n_segments += c->n_segments, a->n_passes += c->n_passes;
+    a->n_pass_seqs += c->n_pass_seqs;
+    if (c->max_pass_seqs > a->max_pass_seqs) a->max_pass_seqs = c->max_pass_seqs;
+}
+
+// Frees brick k (its lane idle), its counters kept in the lane's sums.
+void pl_unload(nm_pipeline *P, nm_brick_kind k) {
+    pthread_mutex_lock(&P->lock);
+    nm_brick *b = *pl_slot_of(P, k);
+    *pl_slot_of(P, k) = NULL;
+    if (k == NM_BRICK_LLM) P->m = NULL;
+    pl_lane *L = &P->L[k];
+    pl_stats_add(&L->base, &L->cur);
+    L->cur = (nm_brick_stats){0};
+    pthread_mutex_unlock(&P->lock);
+    nm_brick_free(b);
+}
+
+// Every brick loaded (its lane idle); false with err on the first that fails (none left loaded).
+bool pl_load_all(nm_pipeline *P, char *err, size_t err_size) {
+    static const nm_brick_kind order[] = {NM_BRICK_STT, NM_BRICK_LLM, NM_BRICK_VISION, NM_BRICK_TTS};
+    for (int i = 0; i < 4; i++)
+        if (P->has[order[i]] && pl_load(P, order[i], err, err_size) != NM_OK) {
+            for (int k = 1; k < 5; k++) pl_unload(P, (nm_brick_kind)k);
+            return false;
+        }
+    return true;
+}
+
+// Waits (the lock held) until brick k's lane has served what it was given.
+void pl_lane_idle_locked(nm_pipeline *P, nm_brick_kind k) {
+    while ((P->L[k].busy || P->L[k].n_given > 0) && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+    while (P->L[k].busy) pthread_cond_wait(&P->cond, &P->lock); // (stopping: its step ends on the shut rings)
+}
+
+// ---- the cascade: a brick loaded for each stage of a request ------------------------------------
+
+// The stage of request r on brick kind k begins: for a request run as the
+// cascade the brick is loaded (the LLM's with the vision brick where the
+// request has images); its lane serves the request once given its first
+// slot. False with the reason recorded (nothing loaded).
+bool pl_stage_begin(nm_pipeline *P, pl_req *r, nm_brick_kind k) {
+    if (!r->cascade) return true;
+    char err[600];
+    nm_status st = pl_load(P, k, err, sizeof err);
+    if (st == NM_OK && k == NM_BRICK_LLM && r->n_images > 0 && (st = pl_load(P, NM_BRICK_VISION, err, sizeof err)) != NM_OK)
+        pl_unload(P, NM_BRICK_LLM);
+    if (st != NM_OK) pl_record(P, r, st, "%s", err);
+    return st == NM_OK;
+}
+
+// The vision brick is done with the request (its segments are in the
+// decoder's ring): released (the cascade).
+void pl_stage_vision_done(nm_pipeline *P, const pl_req *r) {
+    if (r->cascade) pl_unload(P, NM_BRICK_VISION);
+}
+
+// The stage ends (the cascade): the brick has served the request and its
+// reader has seen the request's end (`ended`, under the lock); the brick is
+// released.
+void pl_stage_end(nm_pipeline *P, const pl_req *r, nm_brick_kind k, const bool *ended) {
+    if (!r->cascade) return;
+    pthread_mutex_lock(&P->lock);
+    while (ended && !*ended && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+    pl_lane_idle_locked(P, k);
+    pthread_mutex_unlock(&P->lock);
+    pl_unload(P, NM_BRICK_VISION);
+    pl_unload(P, k);
+}
+
+// keep_history: the request's turn and its answer join the conversation.
+static void remember(nm_pipeline *P, pl_req *r, const char *answer, size_t n) {
+    pthread_mutex_lock(&P->lock);
+    if (r->turn && P->n_hist + 2 > P->cap_hist) {
+        size_t cap = P->cap_hist ? 2 * P->cap_hist : 16;
+        nm_chat_msg *h = realloc(P->hist, sizeof *h * cap);
+        if (h) P->hist = h, P->cap_hist = cap;
+    }
+    char *a = pl_dup_n(answer, n);
+    if (r->turn && a && P->n_hist + 2 <= P->cap_hist) {
+        P->hist[P->n_hist++] = (nm_chat_msg){"user", r->turn};
+        P->hist[P->n_hist++] = (nm_chat_msg){"assistant", a};
+        r->turn = NULL;
+    } else {
+        free(a);
+    }
+    pthread_mutex_unlock(&P->lock);
+}
+
+void *pl_answers_main(void *arg) {
+    nm_pipeline *P = arg;
+    char *answer = NULL; // keep_history: the answer so far
+    size_t len = 0, cap = 0;
+    uint64_t cur = 0;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(P->llm_out, -1, &s) != NM_OK) break;
+        const uint64_t id = s.meta->request, user = s.meta->user;
+        pthread_mutex_lock(&P->lock);
+        pl_req *r = pl_req_of(P, id);
+        const bool speak = r && P->has[NM_BRICK_TTS] && !r->silent, cascade = r && r->cascade;
+        if (r && id != cur) cur = id, len = 0;
+        pthread_mutex_unlock(&P->lock);
+        const size_t n = s.meta->kind == NM_TABM_TEXT ? (size_t)s.meta->size : 0;
+        if (r && n > 0) {
+            pthread_mutex_lock(&P->lock);
+            if (r->t.first_text == 0) r->t.first_text = pl_since(r);
+            pthread_mutex_unlock(&P->lock);
+            nm_pipeline_event ev = {.kind = NM_PIPELINE_TEXT, .request = id};
+            pl_push(P, &ev, s.data, n);
+            if (P->p.keep_history && pl_reserve(&answer, &cap, len + n + 1)) memcpy(answer + len, s.data, n), len += n;
+            // the sentence into the voice's slot: a copy between bricks, counted (CASCADE: held for the voice,
+            // loaded once the decoder is released: counted here, and again into its slot)
+            if (speak && !cascade) {
+                pl_put_text(P, P->tts_in, P->ep_llm, P->ep_tts, s.data, n, NM_BRICK_MORE, r);
+            } else if (speak && pl_reserve(&r->said, &r->cap_said, r->n_said + n + 1)) {
+                nm_ledger_copy(P->ledger, P->ep_llm, P->ep_tts, r->said + r->n_said, s.data, n);
+                r->said[r->n_said + n] = '\0';
+                r->n_said += n + 1;
+            }
+        }
+        nm_tabm_release(P->llm_out, &s);
+        if ((user & NM_BRICK_MORE) || !r) continue;
+        // the answer's end
+        const nm_llm_stop why = NM_LLM_STOP_OF(user);
+        pthread_mutex_lock(&P->lock);
+        r->stop = why;
+        r->t.answered = pl_since(r);
+        if ((user & NM_BRICK_CANCELLED) && r->status == NM_OK && !r->cancelled) r->cancelled = true;
+        if ((user & NM_BRICK_ERROR) && r->status == NM_OK) {
+            snprintf(r->err, sizeof r->err, "llm: %s", nm_brick_request_error(P->llm, id));
+            r->status = why == NM_LLM_STOP_BAD_INPUT ? NM_ERR_FORMAT : NM_ERR_STATE;
+        }
+        const bool ok = r->status == NM_OK && !r->cancelled;
+        pthread_mutex_unlock(&P->lock);
+        // the turn and its answer, a cancelled one as far as it went, join the conversation
+        if (P->p.keep_history && r->status == NM_OK && (ok || len > 0)) remember(P, r, answer ? answer : "", len);
+        if (speak && !cascade) { // the voice's request ends (a cancelled one is marked)
+            if (!ok) nm_tabm_cancel_request(P->tts_in, id);
+            if (pl_put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r) == NM_OK) {
+                // DONE once the voice has ended it too (a cancelled voice may end it first: then here)
+                pthread_mutex_lock(&P->lock);
+                r->answer_ended = true;
+                if (r->speech_ended) pl_done_locked(P, r, NM_OK, NULL);
+                pthread_mutex_unlock(&P->lock);
+                continue;
+            }
+        }
+        pthread_mutex_lock(&P->lock);
+        r->answer_ended = true; // (the cascade: the feed thread waits for it, releases the decoder, then ends the
+        if (!cascade) pl_done_locked(P, r, NM_OK, NULL); // request or loads the voice for what it holds)
+        pthread_cond_broadcast(&P->cond);
+        pthread_mutex_unlock(&P->lock);
+    }
+    free(answer);
+    pl_fail_all(P, "the decoder's ring was shut down");
+    return NULL;
+}
+
+void *pl_speech_main(void *arg) {
+    nm_pipeline *P = arg;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(P->tts_out, -1, &s) != NM_OK) break;
+        const uint64_t id = s.meta->request, user = s.meta->user;
+        pthread_mutex_lock(&P->lock);
+        pl_req *r = pl_req_of(P, id);
+        // (a cancelled request's speech is dropped: barge-in stops it at once)
+        const bool pcm = r && !r->cancelled && s.meta->kind == NM_TABM_PCM_S16 && s.meta->size > 0;
+        if (pcm) {
+            if (r->t.first_audio == 0) r->t.first_audio = pl_since(r);
+            r->t.n_samples += (int64_t)(s.meta->size / 2);
+            nm_pipeline_event ev = {.kind = NM_PIPELINE_AUDIO, .request = id, .pcm = s.data,
+                                    .n_samples = (int64_t)(s.meta->size / 2), .sample_rate = s.meta->sample_rate};
+            if (!pl_push_locked(P, &ev, "", 0, &s)) nm_tabm_release(P->tts_out, &s); // (the slot is the reader's now)
+        }
+        if (r && !(user & NM_BRICK_MORE)) {
+            r->t.spoken = pl_since(r);
+            if ((user & NM_BRICK_CANCELLED) && !r->cancelled) r->cancelled = true;
+            if ((user & NM_BRICK_ERROR) && r->status == NM_OK) {
+                snprintf(r->err, sizeof r->err, "tts: %s", nm_brick_request_error(P->tts, id));
+                r->status = NM_ERR_FORMAT;
+            }
+            r->speech_ended = true;
+            // (else the answers thread; the cascade: the feed thread, once it has released the voice)
+            if (!r->cascade && (!P->has[NM_BRICK_LLM] || r->answer_ended)) pl_done_locked(P, r, NM_OK, NULL);
+            pthread_cond_broadcast(&P->cond); // (the cascade's feed thread waits for the voice's end)
+        }
+        pthread_mutex_unlock(&P->lock);
+        if (!pcm) nm_tabm_release(P->tts_out, &s);
+    }
+    pl_fail_all(P, "the voice's ring was shut down");
+    return NULL;
+}
+
+void *pl_lane_main(void *arg) {
+    pl_lane *L = arg;
+    nm_pipeline *P = L->P;
+    const int32_t cap = (int32_t)(sizeof L->given / sizeof L->given[0]);
+    nm_status st = NM_OK;
+    pthread_mutex_lock(&P->lock);
+    while (st == NM_OK) {
+        while (L->n_given == 0 && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+        if (P->stopping) break;
+        nm_brick *b = *pl_slot_of(P, L->kind); // (loaded before the request was given: freed only when idle)
+        const uint64_t id = L->given[L->head];
+        L->head = (L->head + 1) % cap, L->n_given--;
+        L->busy = true;
+        pthread_mutex_unlock(&P->lock);
+        st = nm_brick_step(b, L->in, L->out); // (a request's failure is on its slots)
+        const nm_brick_stats s = nm_brick_get_stats(b);
+        pthread_mutex_lock(&P->lock);
+        L->cur = s;
+        L->busy = false;
+        pl_served_locked(P, id);
+        pthread_cond_broadcast(&P->cond);
+    }
+    for (; L->n_given > 0; L->head = (L->head + 1) % cap, L->n_given--) pl_served_locked(P, L->given[L->head]); // (never served)
+    pthread_cond_broadcast(&P->cond);
+    pthread_mutex_unlock(&P->lock);
+    // the brick or a ring broke: its neighbours wake and end (as nm_brick_run's)
+    if (st != NM_OK) nm_tabm_shutdown(L->in), nm_tabm_shutdown(L->out);
+    return NULL;
+}

@@ -648,6 +648,8 @@ const char *nm_camera_last_error(const nm_camera *c); // "" if none; valid until
 // info's slot_bytes, else NM_ERR_RANGE), holding slots for write as `producer`.
 // USERPTR is tried first and MMAP taken when the driver refuses it.
 nm_status nm_camera_start(nm_camera *c, nm_tabm *ring, uint32_t producer);
+// The ring the camera was started on (NULL: not started, or c NULL).
+nm_tabm *nm_camera_ring(const nm_camera *c);
 // The newest frame, in a slot of the ring held for write: *slot's meta has
 // kind IMAGE, its shape and size set (request and user 0); the caller
 // publishes it (or cancels it). Older frames waiting in the driver are

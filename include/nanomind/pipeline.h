@@ -99,6 +99,16 @@ typedef struct nm_pipeline_params {
     const nm_power_params *power;
     double battery_speed;
     nm_power_actuators *dvfs;
+    // Gates (what wakes the assistant): a request they stop is not answered: its DONE comes with NM_OK,
+    // `skipped` and text saying why, and nothing after the gate runs for it (in the cascade, no brick
+    // after it is loaded). wake_words (copied at create): a spoken request is answered only if its
+    // transcript starts with one of these words or phrases (comma-separated; case, blanks and
+    // punctuation ignored; at most 16 of at most 62 bytes), the word taken off the question; NULL: every
+    // one. Typed requests pass. frame_change: a request with images is answered only if its first image
+    // differs from the first image of the last request answered by more than this (nm_frame_difference:
+    // 0 .. 255; an image that cannot be read passes, for the vision brick to say why); 0: every one.
+    const char *wake_words;
+    float frame_change;
 } nm_pipeline_params;
 
 nm_pipeline_params nm_pipeline_default_params(void);
@@ -112,11 +122,17 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
 // rings and the events not read. NULL: a no-op.
 void nm_pipeline_free(nm_pipeline *p);
 
-// An image of a request: a file, or a file's bytes.
+// An image of a request: a file, a file's bytes, or a camera's newest frame.
 typedef struct nm_pipeline_image {
     const char *path;            // an image file (PNG, JPEG, PPM), copied at submit
     const void *bytes;           // or its bytes (n_bytes), borrowed until the request's DONE has been read:
     size_t n_bytes;              // copied into the vision ring once, when its turn comes (counted caller -> vision)
+    // or a camera, started (nm_camera_start on a ring of the caller's) and borrowed until the request's
+    // DONE has been read: the frame is its newest when the image's turn comes (at the frame_change gate,
+    // where there is one), captured into the camera's slot and encoded there (nothing copied). The
+    // pipeline is the camera's one capturing thread meanwhile. A camera that gives no frame within 5 s
+    // (or is gone) fails the request (DONE NM_ERR_IO / NM_ERR_TIMEOUT, text naming the camera).
+    nm_camera *camera;
 } nm_pipeline_image;
 #define NM_PIPELINE_MAX_IMAGES 16 // images a request may bring
 #define NM_PIPELINE_MEDIA_MARKER "<__media__>" // where an image goes in a text (llama.cpp's mtmd marker)
@@ -189,6 +205,12 @@ typedef struct nm_pipeline_event {
     nm_pipeline_timings t; // DONE
     nm_power_targets power; // POWER: what the policy set (the cascade, threads, the decoder's pace, fps, DVFS share)
     double battery_pct;   // POWER: the charge it stepped on
+    // DONE: skipped: a gate stopped it (params.wake_words, frame_change), status NM_OK, text why ("no wake
+    // word", "frame unchanged (difference 1.00 <= 4.00)"); cascade: it ran as the cascade; n_prompt: prompt
+    // positions the decoder decoded for it (tokens and image rows; not those its cache reused), n_tokens:
+    // tokens it generated
+    bool skipped, cascade;
+    int32_t n_prompt, n_tokens;
 } nm_pipeline_event;
 
 // The next event, in the order the pipeline made them (a request's events in

@@ -60,5 +60,6 @@ nm_camera_info nm_camera_get_info(const nm_camera *c) { return (nm_camera_info){
 nm_camera_stats nm_camera_get_stats(const nm_camera *c) { return (nm_camera_stats){0}; }
 const char *nm_camera_last_error(const nm_camera *c) { return ""; }
 nm_status nm_camera_start(nm_camera *c, nm_tabm *ring, uint32_t producer) { return NM_ERR_UNSUPPORTED; }
+nm_tabm *nm_camera_ring(const nm_camera *c) { return NULL; }
 nm_status nm_camera_capture(nm_camera *c, int64_t timeout_ns, nm_tabm_slot *slot) { return NM_ERR_UNSUPPORTED; }
 void nm_camera_close(nm_camera *c) {}

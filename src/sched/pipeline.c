@@ -87,7 +87,11 @@ void pl_free_req_body(pl_req *r) {
     free(r->text), free(r->llm_params), free(r->tts_params), free(r->said);
     r->text = r->llm_params = r->tts_params = r->said = NULL;
     r->n_said = r->cap_said = 0;
-    for (int32_t i = 0; i < r->n_images; i++) free(r->img[i].path);
+    for (int32_t i = 0; i < r->n_images; i++) {
+        free(r->img[i].path);
+        if (r->img[i].held) nm_tabm_cancel(nm_camera_ring(r->img[i].camera), &r->img[i].slot); // (back to the camera)
+        r->img[i].held = false;
+    }
     r->n_images = 0;
 }
 
@@ -113,7 +117,9 @@ char *pl_with_markers(const pl_req *r, const char *text) {
 static void announce_locked(nm_pipeline *P, pl_req *r) {
     r->announced = true;
     P->n_done++;
-    nm_pipeline_event ev = {.kind = NM_PIPELINE_DONE, .request = r->id, .status = r->status, .stop = r->stop, .t = r->t};
+    nm_pipeline_event ev = {.kind = NM_PIPELINE_DONE, .request = r->id, .status = r->status, .stop = r->stop, .t = r->t,
+                            .skipped = r->skipped, .cascade = r->cascade, .n_prompt = r->n_prompt,
+                            .n_tokens = r->n_tokens};
     pl_push_locked(P, &ev, r->err, strlen(r->err), NULL);
 }
 
@@ -195,9 +201,20 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
                        (int)p->mode);
     if (p->jinja_template && p->jinja_len == 0)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a Jinja template of 0 bytes");
+    if (p->frame_change < 0 || p->frame_change >= 255)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: frame_change %.2f (0 .. 255)",
+                       (double)p->frame_change);
+    if (p->wake_words && !p->stt)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: wake words, and no STT brick to hear them");
     nm_pipeline *P = calloc(1, sizeof *P);
     if (!P) return nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: out of memory");
     P->p = *p;
+    P->p.wake_words = NULL; // (normalised into P->wake)
+    nm_status wst = p->wake_words ? pl_wake_words(P, p->wake_words, err, err_size) : NM_OK;
+    if (wst != NM_OK) {
+        free(P);
+        return wst;
+    }
     pthread_mutex_init(&P->lock, NULL);
     pthread_mutex_init(&P->submit_lock, NULL);
     pthread_cond_init(&P->cond, NULL);
@@ -412,10 +429,14 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     if (in->n_images < 0 || in->n_images > NM_PIPELINE_MAX_IMAGES || (in->n_images > 0 && !in->images))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %d images (at most %d a request)",
                        (int)in->n_images, NM_PIPELINE_MAX_IMAGES);
-    for (int32_t i = 0; i < in->n_images; i++)
-        if (!in->images[i].path == !in->images[i].bytes)
-            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: image %d: give a path or bytes, one of them",
-                           (int)i + 1);
+    for (int32_t i = 0; i < in->n_images; i++) {
+        const nm_pipeline_image *im = &in->images[i];
+        if ((im->path != NULL) + (im->bytes != NULL) + (im->camera != NULL) != 1)
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                           "pipeline: image %d: give a path, bytes or a camera, one of them", (int)i + 1);
+        if (im->camera && !nm_camera_ring(im->camera))
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: image %d: a camera not started", (int)i + 1);
+    }
     const int32_t marks = in->text ? pl_n_markers(in->text) : 0;
     if (marks > 0 && marks != in->n_images)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: the text has %d %s markers for %d images",
@@ -447,7 +468,8 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     r->tts_params = pl_dup_s(in->tts_params);
     bool paths = true;
     for (int32_t i = 0; i < in->n_images; i++) { // (bytes: read into the vision brick's slot in their turn, one copy)
-        r->img[i] = (pl_img){pl_dup_s(in->images[i].path), in->images[i].bytes, in->images[i].n_bytes};
+        r->img[i] = (pl_img){.path = pl_dup_s(in->images[i].path), .bytes = in->images[i].bytes,
+                             .n_bytes = in->images[i].n_bytes, .camera = in->images[i].camera};
         paths = paths && (!in->images[i].path || r->img[i].path);
     }
     r->n_images = in->n_images;

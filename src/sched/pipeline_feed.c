@@ -190,18 +190,24 @@ static bool put_tokens(nm_pipeline *P, pl_req *r, const char *text, size_t n, ui
 // written to the decoder; -1: failed, a flagged segment written (the decoder
 // ends the request). The reason recorded.
 static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
-    const pl_img *im = &r->img[k];
+    pl_img *im = &r->img[k];
     nm_tabm_slot s;
-    nm_status st = nm_tabm_acquire_write(P->img, 0, -1, &s);
+    char err[400] = "", name[32];
+    snprintf(name, sizeof name, "%d (%s)", (int)k + 1, im->camera ? "the camera's frame" : "bytes");
+    const char *what = im->path ? im->path : name;
+    nm_tabm *ring = im->camera ? nm_camera_ring(im->camera) : P->img;
+    nm_status st = im->camera ? pl_capture(P, im, err, sizeof err) : nm_tabm_acquire_write(P->img, 0, -1, &s);
     if (st != NM_OK) {
-        pl_record(P, r, st, "vision: its ring: %s", nm_status_str(st));
+        if (im->camera) pl_record(P, r, st, "image %s: %s", what, err);
+        else pl_record(P, r, st, "vision: its ring: %s", nm_status_str(st));
         return 0;
     }
     size_t n = 0;
-    char err[400] = "", name[32];
-    snprintf(name, sizeof name, "%d (bytes)", (int)k + 1);
-    const char *what = im->path ? im->path : name;
-    if (im->path) {
+    if (im->camera) { // the frame is in the camera's slot: the brick reads it there
+        s = im->slot;
+        im->held = false;
+        n = (size_t)s.meta->size;
+    } else if (im->path) {
         st = nm_infile_read_into(im->path, 0, s.data, s.capacity, &n, err, sizeof err);
     } else if (im->n_bytes > s.capacity) {
         st = nm_fail(NM_ERR_RANGE, err, sizeof err, "%s: %zu bytes (the vision brick takes %zu)", what, im->n_bytes,
@@ -212,19 +218,24 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
     }
     if (st == NM_OK && n == 0) st = nm_fail(NM_ERR_FORMAT, err, sizeof err, "%s: an empty file", what);
     if (st != NM_OK) {
-        nm_tabm_cancel(P->img, &s);
+        nm_tabm_cancel(ring, &s);
         pl_record(P, r, st, "image %s (%s)", err, nm_status_str(st));
         return 0;
     }
-    *s.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = 1, .shape = {(int64_t)n}, .size = n, .user = user,
-                             .request = r->id};
-    if ((st = nm_tabm_publish(P->img, &s)) != NM_OK) {
-        nm_tabm_cancel(P->img, &s);
+    if (im->camera) { // (its shape: the pixels, as the camera set it)
+        s.meta->user = user;
+        s.meta->request = r->id;
+    } else {
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = 1, .shape = {(int64_t)n}, .size = n, .user = user,
+                                 .request = r->id};
+    }
+    if ((st = nm_tabm_publish(ring, &s)) != NM_OK) {
+        nm_tabm_cancel(ring, &s);
         pl_record(P, r, st, "vision: its ring: %s", nm_status_str(st));
         return 0;
     }
     const uint64_t bad = nm_brick_get_stats(P->vision).n_bad_requests;
-    st = nm_brick_step(P->vision, P->img, P->llm_in);
+    st = nm_brick_step(P->vision, ring, P->llm_in);
     const nm_brick_stats vs = nm_brick_get_stats(P->vision);
     pthread_mutex_lock(&P->lock);
     P->L[NM_BRICK_VISION].cur = vs;
@@ -455,6 +466,10 @@ static void cascade_speak(nm_pipeline *P, pl_req *r) {
 // loaded for it, serves it and is released. stop: the pipeline is being freed.
 static void serve(nm_pipeline *P, pl_req *r, bool stop) {
     char *question = NULL;
+    if (!stop && !pl_frame_changed(P, r)) { // (skipped: nothing of it runs)
+        if (r->audio) drop_audio(P, r);
+        return;
+    }
     if (r->audio) { // its audio is in the STT ring: its transcript is read in any case
         if (!pl_stage_begin(P, r, NM_BRICK_STT)) {
             drop_audio(P, r);
@@ -480,7 +495,7 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
             question = NULL;
         }
         free(question);
-        if (!r->text) return;
+        if (!r->text || !pl_woken(P, r)) return; // (not woken: skipped, no brick after Whisper runs for it)
     }
     pthread_mutex_lock(&P->lock);
     const bool cancelled = r->cancelled || stop;

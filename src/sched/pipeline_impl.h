@@ -13,6 +13,8 @@
 //   pipeline_power.c   the power policy stepped before each request: the
 //                      cascade, the bricks' threads, the decoder's pace
 //   pipeline_listen.c  live audio cut into questions (VAD), barge-in
+//   pipeline_gates.c   what wakes the assistant: the wake words, a frame
+//                      that changed; a camera's frame captured
 //
 // Every wait is on a ring or on the pipeline's one lock; free shuts the
 // rings down, which ends every wait, and joins the threads.
@@ -40,6 +42,9 @@ typedef struct pl_img {
     char *path;            // owned
     const void *bytes;     // the caller's, borrowed until the request's DONE
     size_t n_bytes;
+    nm_camera *camera;     // the caller's, borrowed until the request's DONE
+    nm_tabm_slot slot;     // the camera's frame, held for write in its ring (the frame_change gate took it) ...
+    bool held;             // ... until the vision brick is given it (or the request ends first: cancelled)
 } pl_img;
 
 typedef struct pl_req {
@@ -70,6 +75,8 @@ typedef struct pl_req {
     double max_tps;        // 0: unpaced
     bool given[5];         // its first slot is in that brick's input ring: the lane was given it (by kind)
     nm_pipeline_timings t;
+    bool skipped;          // a gate stopped it (the wake words, the frame that did not change)
+    int32_t n_prompt, n_tokens; // the decoder's positions decoded and tokens generated for it (its lane's)
     struct pl_req *next;   // the queue of requests not yet taken
 } pl_req;
 
@@ -141,6 +148,12 @@ struct nm_pipeline {
     nm_vad *vad;
     nm_vad_params vad_p;
     bool vad_speech;       // an utterance was open after the last frame
+    // the gates (pipeline_gates.c; the feed thread's): the wake words (normalised: lower case, words one
+    // blank apart), the signature of the first image of the last request answered
+    char wake[16][64];
+    int32_t n_wake;
+    nm_frame_sig last_sig;
+    bool have_sig;
 };
 
 // ---- pipeline.c
@@ -182,6 +195,12 @@ void pl_stage_end(nm_pipeline *P, const pl_req *r, nm_brick_kind k, const bool *
 void *pl_answers_main(void *arg);
 void *pl_speech_main(void *arg);
 void *pl_lane_main(void *arg);
+
+// ---- pipeline_gates.c
+nm_status pl_wake_words(nm_pipeline *P, const char *list, char *err, size_t err_size);
+bool pl_woken(nm_pipeline *P, pl_req *r);
+bool pl_frame_changed(nm_pipeline *P, pl_req *r);
+nm_status pl_capture(nm_pipeline *P, pl_img *im, char *err, size_t err_size);
 
 // ---- pipeline_power.c
 void pl_plan(nm_pipeline *P, pl_req *r);

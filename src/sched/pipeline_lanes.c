@@ -251,9 +251,15 @@ void *pl_lane_main(void *arg) {
         L->head = (L->head + 1) % cap, L->n_given--;
         L->busy = true;
         pthread_mutex_unlock(&P->lock);
+        const nm_brick_stats s0 = nm_brick_get_stats(b);
         st = nm_brick_step(b, L->in, L->out); // (a request's failure is on its slots)
         const nm_brick_stats s = nm_brick_get_stats(b);
         pthread_mutex_lock(&P->lock);
+        pl_req *r = L->kind == NM_BRICK_LLM ? pl_req_of(P, id) : NULL;
+        if (r) { // (what it decoded for this request: it serves one at a time)
+            r->n_prompt += (int32_t)(s.n_prompt_tokens - s0.n_prompt_tokens);
+            r->n_tokens += (int32_t)(s.n_gen - s0.n_gen);
+        }
         L->cur = s;
         L->busy = false;
         pl_served_locked(P, id);

@@ -4,7 +4,9 @@
 // speech as events and every byte between bricks in the ledger; sequential
 // and pipelined give the same answers; a conversation keeps its turns;
 // cancelling stops a request and the next is served; bad input is refused
-// with the cause named. Skips when a model is not in the cache.
+// with the cause named; the gates (wake words, a frame that changed) stop
+// what they should and nothing after them runs; a camera's frames are
+// encoded where it wrote them. Skips when a model is not in the cache.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/camera/camera.h"
 #include "nanomind.h"
+#include "vcam.h"
 
 #include "nmtest.h"
 
@@ -51,6 +55,8 @@ typedef struct answer {
     int n_power;
     int16_t *pcm; // with keep_pcm: the speech
     int64_t cap_pcm;
+    bool skipped, cascade; // DONE's
+    int32_t n_prompt, n_tokens;
 } answer;
 
 // Reads events until the DONE of request id (events of others: a failure).
@@ -93,6 +99,7 @@ static bool read_answer(nm_pipeline *P, uint64_t id, answer *a) {
             a->status = ev.status;
             a->stop = ev.stop;
             a->t = ev.t;
+            a->skipped = ev.skipped, a->cascade = ev.cascade, a->n_prompt = ev.n_prompt, a->n_tokens = ev.n_tokens;
             snprintf(a->done_text, sizeof a->done_text, "%s", ev.text);
             return true;
         }
@@ -754,6 +761,175 @@ NM_TEST(pipeline_power_replans) {
     snprintf(bat, sizeof bat, "%s/class/power_supply", root), rmdir(bat);
     snprintf(bat, sizeof bat, "%s/class", root), rmdir(bat);
     rmdir(root);
+}
+
+// The prompt positions of a chat of one user turn (the default template): what a
+// decoder with nothing cached decodes for it.
+static int32_t chat_positions(const char *content) {
+    nm_model *m = NULL;
+    nm_model_params mp = nm_model_default_params();
+    if (nm_model_load(g_llm, &mp, &m, NULL, 0) != NM_OK) return -1;
+    char prompt[4096];
+    int32_t toks[1024];
+    const nm_chat_msg msg = {"user", content};
+    const int32_t np = nm_chat_format(m, NULL, &msg, 1, true, prompt, sizeof prompt);
+    const int32_t nt = np > 0 ? nm_tokenize(m, prompt, (size_t)np, toks, 1024, true, true) : -1;
+    nm_model_free(m);
+    return nt;
+}
+
+// Wake words, in the cascade: a spoken question that starts with one is
+// answered with the word taken off (the decoder's prompt is the chat of what
+// follows it, position for position); one without is heard (its TRANSCRIPT)
+// and skipped: DONE NM_OK, skipped, "no wake word", no answer, and no decoder
+// loaded for it. A typed question passes.
+NM_TEST(pipeline_wake_words_gate) {
+    NEED_MODELS();
+    int64_t n1 = 0, n2 = 0;
+    float *q1 = speak16k("Computer, name a color.", &n1), *q2 = speak16k("Name a color.", &n2);
+    NM_CHECK(q1 && q2);
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT), lp = llm_params(8);
+    sp.model = g_stt, sp.n_threads = 2;
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.stt = &sp, pp.llm = &lp;
+    pp.mode = NM_PIPELINE_CASCADE;
+    pp.wake_words = "hey nano, COMPUTER";
+    nm_pipeline *P = q1 && q2 ? make(&pp) : NULL;
+    NM_CHECK(P != NULL);
+    if (!P) goto out;
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.pcm = q1, .n_samples = n1}, NULL, NULL, 0) == NM_OK);
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.pcm = q2, .n_samples = n2}, NULL, NULL, 0) == NM_OK);
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Name a color."}, NULL, NULL, 0) == NM_OK);
+    answer a[3];
+    for (int i = 0; i < 3; i++) NM_CHECK(read_answer(P, (uint64_t)i + 1, &a[i]));
+    // 1: woken; the question is what follows the word
+    const char *t = strstr(a[0].transcript, "omputer");
+    NM_CHECK(a[0].status == NM_OK && !a[0].skipped && a[0].cascade && a[0].text[0] && t);
+    if (t) {
+        for (t += 7; *t == ',' || *t == ' '; t++) {}
+        const int32_t want = chat_positions(t);
+        NM_CHECK(a[0].n_prompt == want && a[0].n_tokens > 0);
+        if (a[0].n_prompt != want) fprintf(stderr, "  '%s': %d prompt positions, %d wanted\n", t, a[0].n_prompt, want);
+    }
+    // 2: heard, not answered
+    NM_CHECK(a[1].status == NM_OK && a[1].skipped && !strcmp(a[1].done_text, "no wake word") &&
+             strstr(a[1].transcript, "color") && !a[1].text[0] && a[1].n_tokens == 0 && a[1].n_prompt == 0);
+    // 3: typed, answered
+    NM_CHECK(a[2].status == NM_OK && !a[2].skipped && a[2].text[0]);
+    nm_brick_stats st, ll;
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_STT, &st) == NM_OK && st.n_requests == 2);
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_LLM, &ll) == NM_OK && ll.n_requests == 2); // (not for the second)
+    nm_pipeline_free(P);
+    // a bad list, and wake words with nothing to hear them: refused before anything loads
+    char err[256] = "";
+    nm_pipeline *Q = NULL;
+    pp.wake_words = "hey,,you";
+    NM_CHECK(nm_pipeline_create(&pp, &Q, err, sizeof err) == NM_ERR_INVALID_ARG && !Q &&
+             strstr(err, "wake words: an empty word in 'hey,,you'"));
+    pp.wake_words = "hey", pp.stt = NULL;
+    NM_CHECK(nm_pipeline_create(&pp, &Q, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "no STT brick"));
+out:
+    free(q1), free(q2);
+}
+
+// A w x h PPM of one colour.
+static bool write_ppm(const char *path, int w, int h, uint8_t r, uint8_t g, uint8_t b) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    fprintf(f, "P6\n%d %d\n255\n", w, h);
+    for (int i = 0; i < w * h; i++) fputc(r, f), fputc(g, f), fputc(b, f);
+    return fclose(f) == 0;
+}
+
+// Every slot of the ring can be taken for write now (none leaked), then given back.
+static bool all_slots_free(nm_tabm *r) {
+    const uint32_t n = nm_tabm_n_slots(r);
+    nm_tabm_slot s[64];
+    uint32_t k = 0;
+    while (k < n && k < 64 && nm_tabm_acquire_write(r, 9, 0, &s[k]) == NM_OK) k++;
+    for (uint32_t i = 0; i < k; i++) nm_tabm_cancel(r, &s[i]);
+    return k == n;
+}
+
+// frame_change: the same picture again (a file, then its bytes) is skipped
+// ("frame unchanged", the vision brick not run), a different one answered;
+// an emulated camera's frames (a still scene) are encoded in the camera's
+// slots (nothing copied), the second skipped, every slot back after; a
+// camera that goes fails its request with the camera named, and the next
+// request is served.
+NM_TEST(pipeline_frame_change_gate_and_camera) {
+    NEED_MODELS();
+    const char *blue = "/tmp/nm-test-pipeline-blue.ppm";
+    NM_CHECK(write_ppm(blue, 64, 64, 20, 40, 230));
+    FILE *f = fopen(SCENE, "rb");
+    static char bytes[1 << 18];
+    const size_t n = f ? fread(bytes, 1, sizeof bytes, f) : 0;
+    if (f) fclose(f);
+    nm_brick_params lp = llm_params(4), vp = nm_brick_default_params(NM_BRICK_VISION);
+    vp.model = VLM, vp.n_threads = 2;
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp, pp.vision = &vp;
+    pp.frame_change = 4;
+    nm_pipeline *P = make(&pp);
+    NM_CHECK(P != NULL && n > 1000);
+    if (!P) return;
+    const nm_pipeline_image scene = {.path = SCENE}, mem = {.bytes = bytes, .n_bytes = n}, other = {.path = blue};
+    const nm_pipeline_image *seq[] = {&scene, &mem, &other, &scene};
+    const bool skip[] = {false, true, false, false};
+    for (int i = 0; i < 4; i++) {
+        uint64_t id = 0;
+        answer a;
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "What is it?", .images = seq[i], .n_images = 1},
+                                    &id, NULL, 0) == NM_OK);
+        NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.skipped == skip[i] && !a.text[0] == skip[i]);
+        if (skip[i]) NM_CHECK(!strcmp(a.done_text, "frame unchanged (difference 0.00 <= 4.00)"));
+        if (a.skipped != skip[i]) fprintf(stderr, "  image %d: skipped %d (%s)\n", i + 1, a.skipped, a.done_text);
+    }
+    nm_brick_stats vs;
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vs) == NM_OK && vs.n_requests == 3);
+    // the camera: a still scene
+    vcam v = vc_default();
+    v.still = true;
+    nm_v4l2_ops ops = vc_ops(&v);
+    nm_camera_params cp = nm_camera_default_params();
+    cp.width = 64, cp.height = 48;
+    nm_camera *cam = NULL;
+    nm_tabm *ring = NULL;
+    NM_CHECK(nm_camera_open_ops("/dev/vcam", &cp, &ops, &cam, NULL, 0) == NM_OK);
+    NM_CHECK(cam && nm_tabm_create(NULL, nm_camera_get_info(cam).n_slots + 2, nm_camera_get_info(cam).slot_bytes,
+                                   &ring, NULL, 0) == NM_OK);
+    NM_CHECK(ring && nm_camera_start(cam, ring, 1) == NM_OK);
+    const nm_pipeline_image frame = {.camera = cam};
+    for (int i = 0; i < 2 && ring; i++) {
+        uint64_t id = 0;
+        answer a;
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "What is it?", .images = &frame, .n_images = 1},
+                                    &id, NULL, 0) == NM_OK);
+        NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.skipped == (i == 1));
+        if (a.status != NM_OK || a.skipped != (i == 1)) fprintf(stderr, "  frame %d: %s\n", i + 1, a.done_text);
+    }
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vs) == NM_OK && vs.n_requests == 4);
+    NM_CHECK(nm_camera_get_stats(cam).n_frames == 2 && nm_camera_get_info(cam).zero_copy);
+    nm_ledger *led = nm_pipeline_ledger(P);
+    NM_CHECK(nm_ledger_total(led) == 0); // (frames encoded in place; the skipped bytes never copied in)
+    // gone: its request fails naming the camera; the next (a file) is answered
+    v.dqbuf_fail_in = 1;
+    const nm_pipeline_image *after[] = {&frame, &other};
+    for (int i = 0; i < 2 && ring; i++) {
+        uint64_t id = 0;
+        answer a;
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "What is it?", .images = after[i], .n_images = 1},
+                                    &id, NULL, 0) == NM_OK);
+        NM_CHECK(read_answer(P, id, &a));
+        NM_CHECK(i == 0 ? a.status == NM_ERR_IO && strstr(a.done_text, "camera") : a.status == NM_OK && a.text[0]);
+        if (i == 0 && !strstr(a.done_text, "camera")) fprintf(stderr, "  gone: %d '%s'\n", a.status, a.done_text);
+    }
+    nm_pipeline_free(P);
+    nm_camera_close(cam);
+    NM_CHECK(!ring || all_slots_free(ring));
+    nm_tabm_free(ring);
+    vc_free(&v);
+    remove(blue);
 }
 
 NM_TEST_MAIN()

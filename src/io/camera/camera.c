@@ -219,6 +219,7 @@ nm_status nm_camera_open(const char *device, const nm_camera_params *p, nm_camer
 }
 
 nm_camera_info nm_camera_get_info(const nm_camera *c) { return c ? c->info : (nm_camera_info){0}; }
+nm_tabm *nm_camera_ring(const nm_camera *c) { return c ? c->ring : NULL; }
 nm_camera_stats nm_camera_get_stats(const nm_camera *c) { return c ? c->st : (nm_camera_stats){0}; }
 const char *nm_camera_last_error(const nm_camera *c) { return c ? c->err : ""; }
 

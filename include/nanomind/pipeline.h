@@ -177,10 +177,15 @@ typedef enum nm_pipeline_event_kind {
                                 // known (10 ms units of the heard stream). Stop a speaker playing them now.
     NM_PIPELINE_POWER = 7,      // the power policy's targets changed (params.battery), from `request` on:
                                 // power, battery_pct, and text a line saying them
+    NM_PIPELINE_ASKED = 8,      // the question as the decoder (or the voice) gets it, once past the gates: text
+                                // (the typed text, or the transcript without its leading blank and wake word)
 } nm_pipeline_event_kind;
 
-// Seconds from the request's submit: 0 where the stage did not run.
+// Seconds from the request's submit (but `submitted`): 0 where the stage did not run.
 typedef struct nm_pipeline_timings {
+    double submitted;    // the request's submit, in seconds from the pipeline's create
+    double started;      // its turn came: the pipeline took it from the queue (the earlier ones done where the
+                         // mode waits for them)
     double heard;        // the transcript is whole
     double first_text;   // the answer's first piece
     double answered;     // the answer's end
@@ -214,7 +219,7 @@ typedef struct nm_pipeline_event {
 } nm_pipeline_event;
 
 // The next event, in the order the pipeline made them (a request's events in
-// their order: its transcript, then its answer's pieces, its speech among
+// their order: its transcript, the question asked, then its answer's pieces, its speech among
 // them as it is made, its DONE last). timeout_ns as nm_tabm's (< 0: forever):
 // NM_ERR_TIMEOUT (NM_ERR_AGAIN for 0) if none came; NM_ERR_SHUTDOWN once the
 // pipeline is closed and every event has been read. Releases what the
@@ -245,10 +250,24 @@ void nm_pipeline_close(nm_pipeline *p);
 // battery, only until the next request is taken (the policy may load the
 // bricks again). Not for nm_brick_step or nm_brick_set_params: its lane runs it.
 nm_brick *nm_pipeline_brick(const nm_pipeline *p, nm_brick_kind kind);
-// A brick kind's counters summed over every brick of it the pipeline has
-// loaded (the cascade loads one a request), as of the last request each
-// served. NM_ERR_RANGE (zeros) for a kind not in the graph.
-nm_status nm_pipeline_brick_stats(const nm_pipeline *p, nm_brick_kind kind, nm_brick_stats *out);
+// What a brick kind did in the pipeline, summed over every brick of it the
+// pipeline has loaded (the cascade loads one a request; the power policy
+// loads them again when it changes their threads), as of the last request
+// each served.
+typedef struct nm_pipeline_brick_report {
+    nm_brick_stats s;          // the bricks' counters, summed
+    char name[24], device[24]; // nm_brick_name and nm_brick_device of the last one loaded
+    int32_t n_loads;           // bricks of the kind loaded so far
+    double thread_s;           // busy seconds times the threads each brick ran with (1 for the voice)
+    double dram_bytes;         // the DRAM traffic of the requests served, by the brick's estimate for each
+                               // request's size (nm_brick_estimate: weights streamed and activations)
+    double stage_peak_mib;     // CASCADE: the process's peak RSS while a stage of this kind ran (its brick
+                               // loaded, run and released; the decoder's with the vision brick), the largest;
+                               // 0: none ran. The pipeline resets the process's VmHWM at each stage
+                               // (/proc/self/clear_refs) to measure it.
+} nm_pipeline_brick_report;
+// NM_ERR_RANGE (zeros) for a kind not in the graph.
+nm_status nm_pipeline_brick_stats(const nm_pipeline *p, nm_brick_kind kind, nm_pipeline_brick_report *out);
 nm_ledger *nm_pipeline_ledger(const nm_pipeline *p);
 
 #endif

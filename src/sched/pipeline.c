@@ -502,6 +502,7 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     pthread_mutex_lock(&P->lock);
     r->id = rid;
     r->t_submit = nm_now_s();
+    r->t.submitted = r->t_submit - P->t_create;
     P->reqs[P->n_reqs++] = r;
     if (P->q_tail) P->q_tail->next = r;
     else P->q_head = r;
@@ -612,13 +613,18 @@ nm_brick *nm_pipeline_brick(const nm_pipeline *P, nm_brick_kind kind) {
     return b;
 }
 
-nm_status nm_pipeline_brick_stats(const nm_pipeline *P, nm_brick_kind kind, nm_brick_stats *out) {
+nm_status nm_pipeline_brick_stats(const nm_pipeline *P, nm_brick_kind kind, nm_pipeline_brick_report *out) {
     if (!P || !out || kind < NM_BRICK_STT || kind > NM_BRICK_TTS) return NM_ERR_INVALID_ARG;
     nm_pipeline *Q = (nm_pipeline *)P; // (the lock only)
     pthread_mutex_lock(&Q->lock);
     const bool has = Q->has[kind];
-    *out = Q->L[kind].base;
-    pl_stats_add(out, &Q->L[kind].cur);
+    const pl_lane *L = &Q->L[kind];
+    *out = (nm_pipeline_brick_report){.s = L->base, .n_loads = L->n_loads, .dram_bytes = L->dram_bytes,
+                                      .stage_peak_mib = L->stage_peak_mib};
+    pl_stats_add(&out->s, &L->cur);
+    out->thread_s = L->thread_s + (*pl_slot_of(Q, kind) ? L->cur.t_busy * L->threads : 0);
+    memcpy(out->name, L->name, sizeof out->name);
+    memcpy(out->device, L->device, sizeof out->device);
     pthread_mutex_unlock(&Q->lock);
     return has ? NM_OK : NM_ERR_RANGE;
 }

@@ -148,8 +148,16 @@ nm_status pl_put_text(nm_pipeline *P, nm_tabm *ring, int from, int to, const cha
     *s.meta = (nm_tabm_meta){.kind = NM_TABM_TEXT, .ndim = n ? 1 : 0, .shape = {(int64_t)n}, .size = n, .user = user,
                              .request = r->id};
     st = nm_tabm_publish(ring, &s);
-    if (st != NM_OK) nm_tabm_cancel(ring, &s);
-    else give(P, kind_in(P, ring), r);
+    if (st != NM_OK) {
+        nm_tabm_cancel(ring, &s);
+        return st;
+    }
+    if (ring == P->tts_in) { // (the voice's request's size, for its estimate)
+        pthread_mutex_lock(&P->lock);
+        r->n_spoken_bytes += (int64_t)n;
+        pthread_mutex_unlock(&P->lock);
+    }
+    give(P, kind_in(P, ring), r);
     return st;
 }
 
@@ -241,6 +249,7 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
     P->L[NM_BRICK_VISION].cur = vs;
     pthread_mutex_unlock(&P->lock);
     if (st == NM_OK) give(P, NM_BRICK_LLM, r); // (its segment is in the decoder's ring, flagged or not)
+    if (st == NM_OK) pl_traffic(P, NM_BRICK_VISION, P->vision, &(nm_brick_input){0}); // (an image at the brick's size)
     if (st != NM_OK || vs.n_bad_requests != bad) {
         // the segment it wrote is flagged: the decoder fails the request, and its DONE carries this text
         pl_record(P, r, st != NM_OK ? st : NM_ERR_FORMAT, "image %s: %s", what,
@@ -466,6 +475,9 @@ static void cascade_speak(nm_pipeline *P, pl_req *r) {
 // loaded for it, serves it and is released. stop: the pipeline is being freed.
 static void serve(nm_pipeline *P, pl_req *r, bool stop) {
     char *question = NULL;
+    pthread_mutex_lock(&P->lock);
+    r->t.started = pl_since(r);
+    pthread_mutex_unlock(&P->lock);
     if (!stop && !pl_frame_changed(P, r)) { // (skipped: nothing of it runs)
         if (r->audio) drop_audio(P, r);
         return;
@@ -497,6 +509,8 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
         free(question);
         if (!r->text || !pl_woken(P, r)) return; // (not woken: skipped, no brick after Whisper runs for it)
     }
+    if (!stop && (P->has[NM_BRICK_LLM] || P->has[NM_BRICK_TTS]))
+        pl_push(P, &(nm_pipeline_event){.kind = NM_PIPELINE_ASKED, .request = r->id}, r->text, strlen(r->text));
     pthread_mutex_lock(&P->lock);
     const bool cancelled = r->cancelled || stop;
     if (!cancelled && P->has[NM_BRICK_LLM] && P->p.keep_history && (r->turn = pl_dup_s(r->text))) // (joined by the answer)

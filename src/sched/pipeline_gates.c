@@ -101,8 +101,8 @@ nm_status pl_capture(nm_pipeline *P, pl_img *im, char *err, size_t err_size) {
     if (im->held) return NM_OK;
     const nm_status st = nm_camera_capture(im->camera, CAMERA_WAIT_NS, &im->slot);
     if (st != NM_OK) {
-        const char *e = nm_camera_last_error(im->camera);
-        return nm_fail(st, err, err_size, "camera: %s", *e ? e : nm_status_str(st));
+        const char *e = nm_camera_last_error(im->camera); // (it names the camera)
+        return *e ? nm_fail(st, err, err_size, "%s", e) : nm_fail(st, err, err_size, "camera: %s", nm_status_str(st));
     }
     im->held = true;
     return NM_OK;

@@ -77,6 +77,7 @@ typedef struct pl_req {
     nm_pipeline_timings t;
     bool skipped;          // a gate stopped it (the wake words, the frame that did not change)
     int32_t n_prompt, n_tokens; // the decoder's positions decoded and tokens generated for it (its lane's)
+    int64_t n_spoken_bytes; // text given to the voice for it (its estimate's size)
     struct pl_req *next;   // the queue of requests not yet taken
 } pl_req;
 
@@ -105,6 +106,11 @@ typedef struct pl_lane {
     int32_t head, n_given; // n_given of them from given[head] (at most what the ring's slots hold)
     bool busy;             // serving one
     nm_brick_stats base, cur; // the counters of the bricks it has freed, summed; of the one loaded now
+    int32_t threads;       // the threads of the one loaded now
+    // the report's sums (nm_pipeline_brick_report): thread_s of the bricks freed, the rest of all of them
+    double thread_s, dram_bytes, stage_peak_mib;
+    int32_t n_loads;
+    char name[24], device[24];
 } pl_lane;
 
 struct nm_pipeline {
@@ -192,6 +198,7 @@ void pl_lane_idle_locked(nm_pipeline *P, nm_brick_kind k);
 bool pl_stage_begin(nm_pipeline *P, pl_req *r, nm_brick_kind k);
 void pl_stage_vision_done(nm_pipeline *P, const pl_req *r);
 void pl_stage_end(nm_pipeline *P, const pl_req *r, nm_brick_kind k, const bool *ended);
+void pl_traffic(nm_pipeline *P, nm_brick_kind k, nm_brick *b, const nm_brick_input *in);
 void *pl_answers_main(void *arg);
 void *pl_speech_main(void *arg);
 void *pl_lane_main(void *arg);

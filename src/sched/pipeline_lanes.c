@@ -29,11 +29,27 @@ nm_status pl_load(nm_pipeline *P, nm_brick_kind kind, char *err, size_t err_size
     nm_brick *b = NULL;
     nm_status st = nm_brick_load(NULL, &bp, &b, e, sizeof e);
     if (st != NM_OK) return nm_fail(st, err, err_size, "%s: %s", kinds[kind], e);
+    const int32_t cores = nm_cpu_count();
     pthread_mutex_lock(&P->lock);
     *pl_slot_of(P, kind) = b;
     if (kind == NM_BRICK_LLM) P->m = nm_brick_llm_model(b);
+    pl_lane *L = &P->L[kind];
+    L->threads = kind == NM_BRICK_TTS ? 1 : bp.n_threads > 0 && bp.n_threads < cores ? bp.n_threads : cores; // (espeak-ng: one)
+    L->n_loads++;
+    snprintf(L->name, sizeof L->name, "%s", nm_brick_name(b));
+    snprintf(L->device, sizeof L->device, "%s", nm_brick_device(b));
     pthread_mutex_unlock(&P->lock);
     return NM_OK;
+}
+
+// Brick k's estimate of a request of size *in (its DRAM traffic: the weights
+// its passes stream and the activations) added to its kind's sum.
+void pl_traffic(nm_pipeline *P, nm_brick_kind k, nm_brick *b, const nm_brick_input *in) {
+    nm_brick_cost c = {0};
+    if (!b || nm_brick_estimate(b, in, &c) != NM_OK) return;
+    pthread_mutex_lock(&P->lock);
+    P->L[k].dram_bytes += c.weight_bytes_read + c.act_bytes;
+    pthread_mutex_unlock(&P->lock);
 }
 
 // a += c, counter by counter (the most a pass carried: the larger).
@@ -54,6 +70,7 @@ void pl_unload(nm_pipeline *P, nm_brick_kind k) {
     *pl_slot_of(P, k) = NULL;
     if (k == NM_BRICK_LLM) P->m = NULL;
     pl_lane *L = &P->L[k];
+    if (b) L->thread_s += L->cur.t_busy * L->threads;
     pl_stats_add(&L->base, &L->cur);
     L->cur = (nm_brick_stats){0};
     pthread_mutex_unlock(&P->lock);
@@ -77,6 +94,26 @@ void pl_lane_idle_locked(nm_pipeline *P, nm_brick_kind k) {
     while (P->L[k].busy) pthread_cond_wait(&P->cond, &P->lock); // (stopping: its step ends on the shut rings)
 }
 
+// The process's peak RSS (VmHWM) reset to what it holds now (a stage of the
+// cascade begins; Linux's clear_refs, where it has it).
+static void peak_reset(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (!f) return;
+    fputs("5", f);
+    fclose(f);
+}
+
+// The process's peak RSS since the last reset, MiB (0 where /proc has none).
+static double peak_mib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb / 1024.0;
+}
+
 // ---- the cascade: a brick loaded for each stage of a request ------------------------------------
 
 // The stage of request r on brick kind k begins: for a request run as the
@@ -85,6 +122,7 @@ void pl_lane_idle_locked(nm_pipeline *P, nm_brick_kind k) {
 // slot. False with the reason recorded (nothing loaded).
 bool pl_stage_begin(nm_pipeline *P, pl_req *r, nm_brick_kind k) {
     if (!r->cascade) return true;
+    peak_reset();
     char err[600];
     nm_status st = pl_load(P, k, err, sizeof err);
     if (st == NM_OK && k == NM_BRICK_LLM && r->n_images > 0 && (st = pl_load(P, NM_BRICK_VISION, err, sizeof err)) != NM_OK)
@@ -110,6 +148,10 @@ void pl_stage_end(nm_pipeline *P, const pl_req *r, nm_brick_kind k, const bool *
     pthread_mutex_unlock(&P->lock);
     pl_unload(P, NM_BRICK_VISION);
     pl_unload(P, k);
+    const double peak = peak_mib(); // (the stage's: VmHWM was reset when it began)
+    pthread_mutex_lock(&P->lock);
+    if (peak > P->L[k].stage_peak_mib) P->L[k].stage_peak_mib = peak;
+    pthread_mutex_unlock(&P->lock);
 }
 
 // keep_history: the request's turn and its answer join the conversation.
@@ -255,11 +297,17 @@ void *pl_lane_main(void *arg) {
         st = nm_brick_step(b, L->in, L->out); // (a request's failure is on its slots)
         const nm_brick_stats s = nm_brick_get_stats(b);
         pthread_mutex_lock(&P->lock);
-        pl_req *r = L->kind == NM_BRICK_LLM ? pl_req_of(P, id) : NULL;
-        if (r) { // (what it decoded for this request: it serves one at a time)
+        pl_req *r = pl_req_of(P, id);
+        nm_brick_input in = {0}; // (the request's size, from what the brick counted for it: it serves one at a time)
+        if (L->kind == NM_BRICK_LLM && r) {
             r->n_prompt += (int32_t)(s.n_prompt_tokens - s0.n_prompt_tokens);
             r->n_tokens += (int32_t)(s.n_gen - s0.n_gen);
         }
+        in.n_tokens = (int64_t)(s.n_prompt_tokens - s0.n_prompt_tokens), in.n_predict = (int64_t)(s.n_gen - s0.n_gen);
+        in.n_samples = (int64_t)(s.n_samples - s0.n_samples);
+        in.n_bytes = r ? r->n_spoken_bytes : 0;
+        nm_brick_cost c = {0}; // (its DRAM traffic by its estimate; b stays loaded while the lane is busy)
+        if (nm_brick_estimate(b, &in, &c) == NM_OK) L->dram_bytes += c.weight_bytes_read + c.act_bytes;
         L->cur = s;
         L->busy = false;
         pl_served_locked(P, id);

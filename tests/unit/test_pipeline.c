@@ -42,7 +42,7 @@ static nm_brick_params llm_params(int32_t n_predict) {
 
 // Every event of one request up to its DONE: the texts joined by kind, the speech's samples counted.
 typedef struct answer {
-    char transcript[2048], text[8192], notes[1024];
+    char transcript[2048], text[8192], notes[1024], asked[2048];
     size_t n_text_events;
     int64_t n_samples;
     int32_t rate;
@@ -91,6 +91,9 @@ static bool read_answer(nm_pipeline *P, uint64_t id, answer *a) {
             return false; // (not asked of these tests)
         case NM_PIPELINE_NOTE:
             strncat(a->notes, ev.text, sizeof a->notes - strlen(a->notes) - 1);
+            break;
+        case NM_PIPELINE_ASKED:
+            snprintf(a->asked, sizeof a->asked, "%s", ev.text);
             break;
         case NM_PIPELINE_POWER:
             a->power = ev.power, a->battery_pct = ev.battery_pct, a->n_power++;
@@ -746,8 +749,13 @@ NM_TEST(pipeline_power_replans) {
             NM_CHECK(a->n_text_events >= 4 && took >= least);
         }
     }
-    nm_brick_stats st;
-    NM_CHECK(P && nm_pipeline_brick_stats(P, NM_BRICK_LLM, &st) == NM_OK && st.n_requests == 5); // (across the loads)
+    nm_pipeline_brick_report st;
+    NM_CHECK(P && nm_pipeline_brick_stats(P, NM_BRICK_LLM, &st) == NM_OK && st.s.n_requests == 5); // (across the loads)
+    // its busy time at 2 threads and at 1: the thread-seconds between the two; loaded 4 times (made again
+    // for 1 thread, the cascade's, back, back to 2)
+    NM_CHECK(st.thread_s > st.s.t_busy && st.thread_s < 2 * st.s.t_busy && st.n_loads >= 4 && st.dram_bytes > 0);
+    if (!(st.thread_s > st.s.t_busy && st.thread_s < 2 * st.s.t_busy))
+        fprintf(stderr, "  %.3f thread-s for %.3f s busy, %d loads\n", st.thread_s, st.s.t_busy, st.n_loads);
     NM_CHECK(P && nm_pipeline_brick_stats(P, NM_BRICK_TTS, &st) == NM_ERR_RANGE);
     nm_pipeline_free(P);
     nm_battery_free(b);
@@ -807,18 +815,27 @@ NM_TEST(pipeline_wake_words_gate) {
     NM_CHECK(a[0].status == NM_OK && !a[0].skipped && a[0].cascade && a[0].text[0] && t);
     if (t) {
         for (t += 7; *t == ',' || *t == ' '; t++) {}
+        NM_CHECK(!strcmp(a[0].asked, t)); // (the question asked: the word off)
         const int32_t want = chat_positions(t);
         NM_CHECK(a[0].n_prompt == want && a[0].n_tokens > 0);
         if (a[0].n_prompt != want) fprintf(stderr, "  '%s': %d prompt positions, %d wanted\n", t, a[0].n_prompt, want);
     }
-    // 2: heard, not answered
-    NM_CHECK(a[1].status == NM_OK && a[1].skipped && !strcmp(a[1].done_text, "no wake word") &&
+    // 2: heard, not answered (nothing asked)
+    NM_CHECK(a[1].status == NM_OK && a[1].skipped && !a[1].asked[0] && !strcmp(a[1].done_text, "no wake word") &&
              strstr(a[1].transcript, "color") && !a[1].text[0] && a[1].n_tokens == 0 && a[1].n_prompt == 0);
     // 3: typed, answered
-    NM_CHECK(a[2].status == NM_OK && !a[2].skipped && a[2].text[0]);
-    nm_brick_stats st, ll;
-    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_STT, &st) == NM_OK && st.n_requests == 2);
-    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_LLM, &ll) == NM_OK && ll.n_requests == 2); // (not for the second)
+    NM_CHECK(a[2].status == NM_OK && !a[2].skipped && a[2].text[0] && !strcmp(a[2].asked, "Name a color."));
+    NM_CHECK(a[1].t.started > 0 && a[1].t.submitted < a[2].t.submitted); // (taken after the first was done: the cascade)
+    nm_pipeline_brick_report st, ll;
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_STT, &st) == NM_OK && st.s.n_requests == 2);
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_LLM, &ll) == NM_OK && ll.s.n_requests == 2); // (not for the second)
+    // the cascade's report: a brick a request, each stage's peak RSS, the traffic by the bricks' estimates
+    // (the decoder's grows with what it decoded), 2 threads each
+    NM_CHECK(st.n_loads == 3 && ll.n_loads == 3 && st.stage_peak_mib > 10 && ll.stage_peak_mib > 10); // (+ create's)
+    if (st.n_loads != 3 || ll.n_loads != 3 || st.stage_peak_mib <= 10 || ll.stage_peak_mib <= 10)
+        fprintf(stderr, "  loads %d %d, peaks %.1f %.1f MiB\n", st.n_loads, ll.n_loads, st.stage_peak_mib, ll.stage_peak_mib);
+    NM_CHECK(st.dram_bytes > 0 && ll.dram_bytes > 0 && !strcmp(ll.name, "llm") && !strcmp(ll.device, "cpu"));
+    NM_CHECK(fabs(st.thread_s - 2 * st.s.t_busy) < 1e-9 && fabs(ll.thread_s - 2 * ll.s.t_busy) < 1e-9);
     nm_pipeline_free(P);
     // a bad list, and wake words with nothing to hear them: refused before anything loads
     char err[256] = "";
@@ -885,8 +902,8 @@ NM_TEST(pipeline_frame_change_gate_and_camera) {
         if (skip[i]) NM_CHECK(!strcmp(a.done_text, "frame unchanged (difference 0.00 <= 4.00)"));
         if (a.skipped != skip[i]) fprintf(stderr, "  image %d: skipped %d (%s)\n", i + 1, a.skipped, a.done_text);
     }
-    nm_brick_stats vs;
-    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vs) == NM_OK && vs.n_requests == 3);
+    nm_pipeline_brick_report vs;
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vs) == NM_OK && vs.s.n_requests == 3);
     // the camera: a still scene
     vcam v = vc_default();
     v.still = true;
@@ -908,7 +925,7 @@ NM_TEST(pipeline_frame_change_gate_and_camera) {
         NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.skipped == (i == 1));
         if (a.status != NM_OK || a.skipped != (i == 1)) fprintf(stderr, "  frame %d: %s\n", i + 1, a.done_text);
     }
-    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vs) == NM_OK && vs.n_requests == 4);
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vs) == NM_OK && vs.s.n_requests == 4);
     NM_CHECK(nm_camera_get_stats(cam).n_frames == 2 && nm_camera_get_info(cam).zero_copy);
     nm_ledger *led = nm_pipeline_ledger(P);
     NM_CHECK(nm_ledger_total(led) == 0); // (frames encoded in place; the skipped bytes never copied in)

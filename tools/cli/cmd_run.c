@@ -444,14 +444,16 @@ static int run_main(cli_opts *op, int argc, char **argv) {
 done_stats:
     nm_pipeline_close(P);
     if (o.stats) {
-        nm_brick_stats bs, vs;
-        nm_pipeline_brick_stats(P, NM_BRICK_LLM, &bs);
+        nm_pipeline_brick_report lr, vr;
+        nm_pipeline_brick_stats(P, NM_BRICK_LLM, &lr);
+        const nm_brick_stats bs = lr.s;
         fprintf(stderr, "load: %.2f s\n", t_load);
         fprintf(stderr, "prompt: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_prompt_tokens, bs.t_prompt,
                 bs.t_prompt > 0 ? bs.n_prompt_tokens / bs.t_prompt : 0.0);
         fprintf(stderr, "generation: %d tokens in %.3f s (%.2f tok/s)\n", (int)bs.n_gen, bs.t_gen,
                 bs.t_gen > 0 ? bs.n_gen / bs.t_gen : 0.0);
-        if (nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vs) == NM_OK) {
+        if (nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vr) == NM_OK) {
+            const nm_brick_stats vs = vr.s;
             fprintf(stderr, "vision: %d images, %d encoder runs in %.3f s (%.1f ms each), decode+preprocess %.3f s\n",
                     (int)vs.n_images, (int)vs.n_encoded, vs.t_encode,
                     vs.n_encoded ? 1e3 * vs.t_encode / (double)vs.n_encoded : 0.0, vs.t_decode);

@@ -302,8 +302,9 @@ int cmd_say(int argc, char **argv) {
     }
     rc = 0;
     if (stats) {
-        nm_brick_stats bs;
-        nm_pipeline_brick_stats(P, NM_BRICK_TTS, &bs);
+        nm_pipeline_brick_report tr;
+        nm_pipeline_brick_stats(P, NM_BRICK_TTS, &tr);
+        const nm_brick_stats bs = tr.s;
         int32_t rate = nm_brick_tts_sample_rate(brick);
         double audio_s = (double)bs.n_samples / rate;
         fprintf(stderr, "voice: %s (%s), %d wpm, %d Hz%s\n", p.voice, nm_brick_tts_engine(brick), (int)p.rate_wpm,

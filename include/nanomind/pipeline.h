@@ -87,7 +87,8 @@ typedef struct nm_pipeline_params {
     nm_vad_params vad;
     bool barge_in;
     // Power (docs/power.md): with a battery (borrowed for the pipeline's life; NULL: no policy), before
-    // taking each request the pipeline reads it (a trace at its first time plus the pipeline's age times
+    // taking each request the pipeline reads it (a trace at its first time plus the pipeline's age (from the
+    // end of create) times
     // battery_speed, <= 0: 1) and steps the policy (`power`, NULL: nm_power_default_params(); its
     // n_threads 0: the LLM brick's, or every core): a POWER event says what it set when that changed.
     // It runs the request as the cascade in the critical state (its bricks freed first, loaded again for
@@ -177,13 +178,13 @@ typedef enum nm_pipeline_event_kind {
                                 // known (10 ms units of the heard stream). Stop a speaker playing them now.
     NM_PIPELINE_POWER = 7,      // the power policy's targets changed (params.battery), from `request` on:
                                 // power, battery_pct, and text a line saying them
-    NM_PIPELINE_ASKED = 8,      // the question as the decoder (or the voice) gets it, once past the gates: text
-                                // (the typed text, or the transcript without its leading blank and wake word)
+    NM_PIPELINE_ASKED = 8,      // a spoken request's question as the decoder (or the voice) gets it, once past
+                                // the gates: text (the transcript without its leading blank and wake word)
 } nm_pipeline_event_kind;
 
 // Seconds from the request's submit (but `submitted`): 0 where the stage did not run.
 typedef struct nm_pipeline_timings {
-    double submitted;    // the request's submit, in seconds from the pipeline's create
+    double submitted;    // the request's submit, in seconds from the end of the pipeline's create
     double started;      // its turn came: the pipeline took it from the queue (the earlier ones done where the
                          // mode waits for them)
     double heard;        // the transcript is whole

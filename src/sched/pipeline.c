@@ -255,7 +255,6 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     P->power = p->power ? *p->power : nm_power_default_params();
     if (P->power.n_threads == 0) P->power.n_threads = p->llm && p->llm->n_threads > 0 ? p->llm->n_threads : nm_cpu_count();
     if (P->p.battery_speed <= 0) P->p.battery_speed = 1;
-    P->t_create = nm_now_s();
     if (p->battery) {
         char e[256];
         if ((st = nm_power_policy_init(&P->pol, &P->power, e, sizeof e)) != NM_OK) {
@@ -308,6 +307,7 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         for (int k = 1; k < 5; k++) pl_unload(P, (nm_brick_kind)k);
     }
     P->resident = P->p.mode != NM_PIPELINE_CASCADE;
+    P->t_create = nm_now_s(); // (the pipeline's age, the battery trace's clock, counts from here: its bricks loaded)
     // the lanes and the threads
     bool ok = (!P->has[NM_BRICK_STT] || start_lane(P, NM_BRICK_STT, P->stt_in, P->stt_out)) &&
               (!P->has[NM_BRICK_LLM] || start_lane(P, NM_BRICK_LLM, P->llm_in, P->llm_out)) &&

@@ -509,7 +509,7 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
         free(question);
         if (!r->text || !pl_woken(P, r)) return; // (not woken: skipped, no brick after Whisper runs for it)
     }
-    if (!stop && (P->has[NM_BRICK_LLM] || P->has[NM_BRICK_TTS]))
+    if (!stop && r->audio && (P->has[NM_BRICK_LLM] || P->has[NM_BRICK_TTS])) // (a typed question is the caller's)
         pl_push(P, &(nm_pipeline_event){.kind = NM_PIPELINE_ASKED, .request = r->id}, r->text, strlen(r->text));
     pthread_mutex_lock(&P->lock);
     const bool cancelled = r->cancelled || stop;

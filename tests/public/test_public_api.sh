@@ -74,9 +74,10 @@ fi
 
 # 4. the examples (examples/*.c), built the same way, answer as the command does on the default models:
 # chat.c's conversation is `nanomind run --chat` with the library's default seed; transcribe.c's
-# segments are `nanomind transcribe`'s
-for e in chat transcribe; do
-    if out=$(cc -std=c11 -Wall -Wextra -Werror $san -o "$tmp/$e" "$root/examples/$e.c" $flags 2>&1); then
+# segments are `nanomind transcribe`'s; assistant.c (at most 80 lines) hears, answers and speaks two
+# spoken questions into a folder (and one with an image), and names a question it cannot read
+for e in chat transcribe assistant; do
+    if out=$(cc -std=c11 -Wall -Wextra -Werror $san -o "$tmp/$e" "$root/examples/$e.c" $flags -pthread 2>&1); then
         ok "example_${e}_builds ($(wc -l < "$root/examples/$e.c") lines)"
     else
         bad "example_${e}_builds" "$out"
@@ -114,6 +115,37 @@ transcribe: $b"
     fi
 else
     bad examples_answer "not built"
+fi
+if [ ! -f "$M" ] || [ ! -f "$W" ]; then
+    skip=$((skip + 1)); echo "skip example_assistant (SmolLM2 or Whisper not in $models)"
+elif [ -x "$tmp/assistant" ]; then
+    q=$root/tests/data/speech/tts_16k.wav
+    [ "$(wc -l < "$root/examples/assistant.c")" -le 80 ] && ok example_assistant_at_most_80_lines || bad example_assistant_at_most_80_lines
+    mkdir -p "$tmp/said" "$tmp/said_img" "$tmp/said_bad"
+    a=$(LD_LIBRARY_PATH=$(dirname "$lib") timeout 300 "$tmp/assistant" "$M" "$W" - - "$tmp/said" "$q" "$q" 2> "$tmp/said.err")
+    rc=$?
+    frames=$(python3 -c "import sys, wave
+print(' '.join('%d@%d' % (w.getnframes(), w.getframerate()) for w in (wave.open(f) for f in sys.argv[1:])))" "$tmp/said/answer-1.wav" "$tmp/said/answer-2.wav" 2>&1)
+    if [ $rc = 0 ] && [ "$(grep -c . <<< "$a")" -ge 2 ] && [ "$(grep -c '^asked: .*quick brown fox' "$tmp/said.err")" = 2 ] \
+       && grep -qE '^[1-9][0-9]{4,}@22050 [1-9][0-9]{4,}@22050$' <<< "$frames"; then
+        ok "example_assistant_answers_aloud ($frames)"
+    else
+        bad example_assistant_answers_aloud "rc $rc: $a $(cat "$tmp/said.err") $frames"
+    fi
+    LD_LIBRARY_PATH=$(dirname "$lib") timeout 300 "$tmp/assistant" "$M" "$W" "$root/tests/data/vlm/vlm-mmproj-q8_0.gguf" \
+        "$root/tests/data/vlm/scene-4242-1.ppm" "$tmp/said_img" "$q" > /dev/null 2>&1
+    rc=$?
+    if [ $rc = 0 ] && [ -s "$tmp/said_img/answer-1.wav" ]; then ok example_assistant_with_an_image
+    else bad example_assistant_with_an_image "rc $rc"; fi
+    a=$(LD_LIBRARY_PATH=$(dirname "$lib") timeout 300 "$tmp/assistant" "$M" "$W" - - "$tmp/said_bad" /nonexistent.wav "$q" 2>&1)
+    rc=$?
+    if [ $rc = 1 ] && grep -q "/nonexistent.wav" <<< "$a" && [ -s "$tmp/said_bad/answer-1.wav" ]; then
+        ok example_assistant_bad_file
+    else
+        bad example_assistant_bad_file "rc $rc: $a"
+    fi
+else
+    bad example_assistant "not built"
 fi
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -824,7 +824,7 @@ NM_TEST(pipeline_wake_words_gate) {
     NM_CHECK(a[1].status == NM_OK && a[1].skipped && !a[1].asked[0] && !strcmp(a[1].done_text, "no wake word") &&
              strstr(a[1].transcript, "color") && !a[1].text[0] && a[1].n_tokens == 0 && a[1].n_prompt == 0);
     // 3: typed, answered
-    NM_CHECK(a[2].status == NM_OK && !a[2].skipped && a[2].text[0] && !strcmp(a[2].asked, "Name a color."));
+    NM_CHECK(a[2].status == NM_OK && !a[2].skipped && a[2].text[0] && !a[2].asked[0]); // (typed: the caller's)
     NM_CHECK(a[1].t.started > 0 && a[1].t.submitted < a[2].t.submitted); // (taken after the first was done: the cascade)
     nm_pipeline_brick_report st, ll;
     NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_STT, &st) == NM_OK && st.s.n_requests == 2);

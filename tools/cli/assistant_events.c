@@ -1,10 +1,11 @@
 // nanomind assistant: where the questions come from (docs/cli.md): audio
 // files or a folder of them, typed questions over a folder of frames, the
-// microphone (cut into utterances) and a watched folder (each file that
-// arrives); and the gates that wake the pipeline (or the cascade) for a
-// question: a wake word at the start of its transcript, a frame that changed.
+// microphone (its stream given to the pipeline, which cuts it into
+// utterances), a watched folder (each file that arrives) and a camera (its
+// newest frame, asked about each time the last question is answered). Each
+// question is a request of the pipeline; the gates (wake words, a frame that
+// changed) are the pipeline's.
 #include <dirent.h>
-#include <ctype.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #include <strings.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "assistant.h"
@@ -91,13 +93,10 @@ static const char *const image_exts[] = {"png", "jpg", "jpeg", "ppm", NULL};
 
 bool assistant_make_items(app *A) {
     A->owned = calloc(2 * MAX_ITEMS, sizeof(char *));
-    if (!A->owned) return false;
-    if (A->live) { // questions come as they are heard, or as files arrive
-        A->items = calloc(MAX_ITEMS, sizeof(item));
-        A->cap_items = MAX_ITEMS;
-        A->n_items = 0;
-        return A->items != NULL;
-    }
+    A->items = calloc(MAX_ITEMS, sizeof(item));
+    A->cap_items = MAX_ITEMS;
+    if (!A->owned || !A->items) return false;
+    if (A->live) return true; // questions come as they are heard, or as files arrive
     int a0 = 0, na = 0, f0 = 0, nf = 0;
     if (A->audio && !list_files(A, A->audio, "--audio", audio_exts, &a0, &na)) return false;
     if (A->frames && !A->camera_dev && !list_files(A, A->frames, "--frames", image_exts, &f0, &nf)) return false;
@@ -107,17 +106,71 @@ bool assistant_make_items(app *A) {
         return false;
     }
     A->n_items = na ? na : nf ? nf : 1;
-    A->cap_items = A->n_items;
-    A->items = calloc((size_t)A->n_items, sizeof(item));
-    if (!A->items) return false;
     for (int i = 0; i < A->n_items; i++) {
         item *it = &A->items[i];
         it->audio = na ? A->owned[a0 + i] : NULL;
         it->frame = nf ? A->owned[f0 + i] : NULL;
+        it->camera = A->camera_dev != NULL; // (a spoken question with the camera's frame: while there is one)
         if (!na) snprintf(it->question, sizeof it->question, "%s", A->o.prompt);
     }
     return true;
 }
+
+item *assistant_add_item(app *A) {
+    if (A->n_items >= A->cap_items) return NULL;
+    item *it = &A->items[A->n_items++];
+    memset(it, 0, sizeof *it);
+    return it;
+}
+
+bool assistant_submit(app *A, item *it) {
+    pthread_mutex_lock(&A->lock);
+    const bool camera = it->camera && A->camera && !A->camera_gone;
+    pthread_mutex_unlock(&A->lock);
+    it->camera = camera;
+    nm_pipeline_image img = {.path = it->frame, .camera = camera ? A->camera : NULL};
+    nm_pipeline_input in = {.text = it->audio ? NULL : it->question, .audio_path = it->audio,
+                            .images = &img, .n_images = it->frame || camera ? 1 : 0,
+                            .silent = A->speaker_dev && !A->player};
+    uint64_t id = 0;
+    char err[1024];
+    const nm_status st = nm_pipeline_submit(A->P, &in, &id, err, sizeof err);
+    pthread_mutex_lock(&A->lock);
+    it->id = id;
+    if (st != NM_OK) it->failed = it->done = true, A->n_done++;
+    pthread_cond_broadcast(&A->cond); // (the reader waits for the id of a question whose events came first)
+    pthread_mutex_unlock(&A->lock);
+    if (st != NM_OK) {
+        fprintf(stderr, "error: question %d (%s): %s\n", (int)(it - A->items) + 1,
+                it->audio ? it->audio : it->frame ? it->frame : "-p", err);
+        assistant_silent_answer(A, (int)(it - A->items));
+    }
+    return st == NM_OK;
+}
+
+// ---- Ctrl-C, --listen ---------------------------------------------------------------------------
+
+// Ctrl-C while listening: stop (what was heard is answered); twice: quit.
+static atomic_int g_stop;
+
+static void on_sigint(int sig) {
+    if (atomic_fetch_add(&g_stop, 1)) {
+        nm_outfile_remove_temps();
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+void assistant_catch_sigint(void) {
+    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+bool assistant_stopped(void) { return atomic_load(&g_stop) != 0; }
+
+// --listen S is over (0: never).
+static bool listened(const app *A, double end) { return end > 0 && now(A) >= end; }
 
 // ---- a watched folder ----------------------------------------------------------------------
 
@@ -141,11 +194,7 @@ bool assistant_watch_open(app *A) {
     return true;
 }
 
-// Ctrl-C while listening: stop (what was heard is answered); twice: quit. Atomic: the main thread sets it
-// too (assistant_stop_listening) and the source thread reads it.
-static atomic_int g_stop;
-
-// A file that arrived: the next question (its audio, or its frame with the typed question).
+// A file that arrived: the next question (its audio, or its frame with the typed question), submitted.
 static void arrived(app *A, const char *name) {
     if (name[0] == '.' || !has_ext(name, A->watch_frames ? image_exts : audio_exts)) return;
     const size_t len = strlen(A->watch_dir) + strlen(name) + 2;
@@ -153,9 +202,8 @@ static void arrived(app *A, const char *name) {
     if (!path) return;
     snprintf(path, len, "%s/%s", A->watch_dir, name);
     pthread_mutex_lock(&A->lock);
-    const int i = A->n_items;
-    if (i < A->cap_items && A->n_owned < 2 * MAX_ITEMS) {
-        item *it = &A->items[i];
+    item *it = A->n_owned < 2 * MAX_ITEMS ? assistant_add_item(A) : NULL;
+    if (it) {
         A->owned[A->n_owned++] = path;
         if (A->watch_frames) {
             it->frame = path;
@@ -163,22 +211,19 @@ static void arrived(app *A, const char *name) {
         } else {
             it->audio = path;
         }
-        A->n_items = i + 1;
-        pthread_cond_broadcast(&A->cond);
         path = NULL;
     }
     pthread_mutex_unlock(&A->lock);
     free(path);
+    if (it) assistant_submit(A, it);
 }
 
-void *assistant_watch_main(void *arg) {
-    app *A = arg;
+bool assistant_watch(app *A) {
     const double end = A->listen_s > 0 ? now(A) + A->listen_s : 0;
     _Alignas(struct inotify_event) char buf[8192];
     bool failed = false;
-    while (!g_stop && A->n_items < A->cap_items) {
+    while (!assistant_stopped() && !listened(A, end) && A->n_items < A->cap_items) {
         const double left = end > 0 ? end - now(A) : 0.25;
-        if (left <= 0) break;
         struct pollfd pfd = {.fd = A->watch_fd, .events = POLLIN};
         const int r = poll(&pfd, 1, left < 0.25 ? (int)(left * 1000) + 1 : 250); // (Ctrl-C is seen within 0.25 s)
         if (r < 0 && errno != EINTR) {
@@ -205,166 +250,24 @@ void *assistant_watch_main(void *arg) {
     }
     close(A->watch_fd);
     A->watch_fd = -1;
-    pthread_mutex_lock(&A->lock);
-    A->src_done = true;
-    A->src_failed = failed;
-    pthread_cond_broadcast(&A->cond);
-    pthread_mutex_unlock(&A->lock);
-    return NULL;
-}
-
-// ---- the gates: a wake word, a frame that changed ------------------------------------------------
-
-// A byte of a word: ASCII letters and digits, and any byte of a multi-byte UTF-8 character.
-static bool word_byte(unsigned char c) { return c >= 0x80 || isalnum(c); }
-
-bool assistant_wake_words(app *A, const char *list) {
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        if (!end) end = p + strlen(p);
-        char w[64];
-        size_t n = 0;
-        bool gap = false;
-        for (const char *q = p; q < end; q++) { // lower case, the words one blank apart
-            if (!word_byte((unsigned char)*q)) {
-                gap = n > 0;
-                continue;
-            }
-            if (n + 2 >= sizeof w) {
-                fprintf(stderr, "error: --wake-words: '%.*s' is longer than %zu bytes\n", (int)(end - p), p, sizeof w - 2);
-                return false;
-            }
-            if (gap) w[n++] = ' ';
-            gap = false;
-            w[n++] = (char)tolower((unsigned char)*q);
-        }
-        w[n] = '\0';
-        if (n == 0) {
-            fprintf(stderr, "error: --wake-words: an empty word in '%s' (give words, comma-separated)\n", list);
-            return false;
-        }
-        if (A->n_wake >= (int)(sizeof A->wake / sizeof A->wake[0])) {
-            fprintf(stderr, "error: --wake-words: more than %zu words\n", sizeof A->wake / sizeof A->wake[0]);
-            return false;
-        }
-        memcpy(A->wake[A->n_wake++], w, n + 1);
-        p = *end ? end + 1 : end;
-    }
-    return true;
-}
-
-// Where the question starts if text starts with the normalised word w (at a
-// word's end), after the blanks and punctuation that follow; NULL if not.
-static const char *after_word(const char *text, const char *w) {
-    const unsigned char *t = (const unsigned char *)text;
-    while (*t && !word_byte(*t)) t++;
-    for (const char *c = w; *c; c++) {
-        if (*c == ' ') { // between two words: at least one separator
-            if (!*t || word_byte(*t)) return NULL;
-            while (*t && !word_byte(*t)) t++;
-            continue;
-        }
-        if (!*t || tolower(*t) != (unsigned char)*c) return NULL;
-        t++;
-    }
-    if (*t && word_byte(*t)) return NULL; // "computers" does not start with "computer"
-    while (*t && !word_byte(*t)) t++;
-    return (const char *)t;
-}
-
-bool assistant_woken(app *A, item *it, int i) {
-    if (A->n_wake == 0) return true;
-    for (int k = 0; k < A->n_wake; k++) {
-        const char *rest = after_word(it->question, A->wake[k]);
-        if (rest) {
-            memmove(it->question, rest, strlen(rest) + 1);
-            return true;
-        }
-    }
-    fprintf(stderr, "question %d: no wake word: \"%s\"\n", i + 1, it->question);
-    it->skipped = "no wake word";
-    return false;
-}
-
-bool assistant_frame_changed(app *A, item *it, int i) {
-    nm_frame_sig sig;
-    char err[512];
-    if (A->camera) { // the frame is taken now and held: the question asks about this one
-        if (A->cam_held) nm_tabm_cancel(A->cam_ring, &A->cam_slot); // (one a question asked before never sent)
-        A->cam_held = false;
-        if (!assistant_camera_frame(A, &A->cam_slot)) return true; // (send_frame tries again, and says why)
-        A->cam_held = true;
-        if (nm_frame_signature_slot(&A->cam_slot, &sig, err, sizeof err) != NM_OK) return true;
-    } else if (nm_frame_signature(it->frame, &sig, err, sizeof err) != NM_OK) {
-        return true; // the brick reports it
-    }
-    const double d = A->have_sig ? nm_frame_difference(&A->last_sig, &sig) : 255.0;
-    if (d <= A->frame_change) {
-        fprintf(stderr, "question %d: frame %s unchanged (difference %.2f <= %.2f): not asked\n", i + 1, it->frame, d,
-                (double)A->frame_change);
-        it->skipped = "frame unchanged";
-        if (A->cam_held) nm_tabm_cancel(A->cam_ring, &A->cam_slot); // back to the camera
-        A->cam_held = false;
-        return false;
-    }
-    A->last_sig = sig;
-    A->have_sig = true;
-    return true;
+    return !failed;
 }
 
 // ---- the microphone ------------------------------------------------------------------------
 
-static void on_sigint(int sig) {
-    if (atomic_fetch_add(&g_stop, 1)) {
-        nm_outfile_remove_temps();
-        signal(sig, SIG_DFL);
-        raise(sig);
-    }
-}
-
-// An utterance the cutter found: copied once from the capture into a PCM slot
-// of the microphone's ring (counted), as the next question; Whisper (resident
-// or the cascade's) reads it there when the question's turn comes.
-static void heard_utterance(void *user, const float *pcm, int64_t n, int64_t t0) {
-    app *A = user;
-    (void)t0;
-    const double t = now(A);
-    const int i = A->n_items; // only this thread adds items
-    if (i >= A->cap_items) return;
-    nm_tabm_slot sl;
-    // never wait here: a capture that stops reading loses audio (an overrun)
-    nm_status st = nm_tabm_acquire_write(A->pcm, 0, 0, &sl);
-    if (st != NM_OK) {
-        if (st == NM_ERR_AGAIN)
-            fprintf(stderr, "a question was dropped: %u heard ones wait for Whisper\n", nm_tabm_n_slots(A->pcm));
-        return;
-    }
-    if ((uint64_t)n * sizeof(float) > sl.capacity) n = (int64_t)(sl.capacity / sizeof(float));
-    nm_ledger_copy(A->ledger, A->ep_mic, A->ep_stt, sl.data, pcm, sizeof(float) * (size_t)n);
-    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PCM_F32, .ndim = 1, .shape = {n}, .size = sizeof(float) * (uint64_t)n,
-                              .sample_rate = 16000, .request = (uint64_t)i + 1};
-    if (nm_tabm_publish(A->pcm, &sl) != NM_OK) {
-        nm_tabm_cancel(A->pcm, &sl);
-        return;
-    }
-    pthread_mutex_lock(&A->lock);
-    A->items[i].n_heard = n;
-    A->items[i].from_mic = true;
-    A->items[i].t_start = t; // the cutter's end of the utterance (end_silence_ms after the speech)
-    A->n_items = i + 1;
-    pthread_cond_broadcast(&A->cond);
-    pthread_mutex_unlock(&A->lock);
-}
-
+// A chunk of the capture: into the pipeline, which cuts the stream into
+// questions (each utterance a request; barge-in where asked). True: stop.
 static bool mic_chunk(const float *pcm, int64_t n, void *user) {
     app *A = user;
-    nm_vad_push(A->vad, pcm, n, heard_utterance, A);
-    return g_stop || A->n_items >= A->cap_items;
+    char err[512];
+    if (nm_pipeline_hear(A->P, pcm, n, err, sizeof err) != NM_OK) fprintf(stderr, "error: %s\n", err);
+    pthread_mutex_lock(&A->lock);
+    const bool full = A->n_items >= A->cap_items;
+    pthread_mutex_unlock(&A->lock);
+    return assistant_stopped() || full;
 }
 
-// Listens until --listen seconds have passed or Ctrl-C; each utterance is a question.
-void *assistant_mic_main(void *arg) {
-    app *A = arg;
+bool assistant_listen_mic(app *A) {
     nm_audio_capture_params p = nm_audio_capture_default_params();
     p.device = A->mic_dev;
     p.stream = true;
@@ -375,29 +278,16 @@ void *assistant_mic_main(void *arg) {
     char err[512];
     nm_status st = nm_audio_capture(&p, &none, err, sizeof err);
     if (st != NM_OK) fprintf(stderr, "error: microphone: %s\n", err);
-    nm_vad_flush(A->vad, heard_utterance, A);
-    pthread_mutex_lock(&A->lock);
-    A->src_done = true;
-    A->src_failed = st != NM_OK;
-    pthread_cond_broadcast(&A->cond);
-    pthread_mutex_unlock(&A->lock);
-    return NULL;
+    if (nm_pipeline_hear(A->P, NULL, 0, err, sizeof err) != NM_OK) fprintf(stderr, "error: %s\n", err); // (the last)
+    return st == NM_OK;
 }
-
-void assistant_catch_sigint(void) {
-    struct sigaction sa = {.sa_handler = on_sigint, .sa_flags = SA_RESTART};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-}
-
-void assistant_stop_listening(void) { atomic_store(&g_stop, 1); }
 
 // ---- a camera ------------------------------------------------------------------------------
 
 bool assistant_camera_open(app *A) {
     nm_camera_params p = nm_camera_default_params();
     p.fps = A->fps;
-    p.ledger = A->ledger;
+    p.ledger = A->ledger; // (the MMAP path's copies, counted camera -> vision)
     char err[512];
     nm_status st = nm_camera_open(A->camera_dev, &p, &A->camera, err, sizeof err);
     nm_camera_info in = nm_camera_get_info(A->camera);
@@ -422,43 +312,37 @@ bool assistant_camera_open(app *A) {
     return true;
 }
 
-bool assistant_camera_frame(app *A, nm_tabm_slot *sl) {
-    nm_status st = nm_camera_capture(A->camera, 5000000000ll, sl); // a camera that sends nothing for 5 s has failed
-    if (st != NM_OK) fprintf(stderr, "error: %s (%s)\n", nm_camera_last_error(A->camera), nm_status_str(st));
-    if (st == NM_ERR_IO && !A->audio) { // gone (unplugged): no more questions of its frames
-        pthread_mutex_lock(&A->lock);
-        A->src_failed = true;
-        pthread_mutex_unlock(&A->lock);
-        assistant_stop_listening();
-    } else if (st == NM_ERR_IO) { // the spoken questions go on, without a frame
-        fprintf(stderr, "camera %s: gone: the next questions go without a frame\n", A->camera_dev);
-        nm_camera_close(A->camera); // (this thread is its only user)
-        A->camera = NULL;
-    }
-    return st == NM_OK;
-}
-
-void *assistant_camera_main(void *arg) {
-    app *A = arg;
+bool assistant_camera_questions(app *A) {
     const double end = A->listen_s > 0 ? now(A) + A->listen_s : 0;
-    pthread_mutex_lock(&A->lock);
-    while (!g_stop && A->n_items < A->cap_items && (end <= 0 || now(A) < end)) {
-        if (A->n_items > A->n_taken) { // the loop has not taken the last one: look again in 0.1 s (or when it does)
+    double next_frame = 0; // when the camera's next frame is due
+    bool ok = true;
+    while (!assistant_stopped() && !listened(A, end)) {
+        pthread_mutex_lock(&A->lock);
+        // the typed question of the newest frame, once the last one is answered (or skipped)
+        while (A->n_done < A->n_items && !assistant_stopped() && !listened(A, end)) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
             ts.tv_nsec += 100000000;
             if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
             pthread_cond_timedwait(&A->cond, &A->lock, &ts);
-            continue;
         }
-        item *it = &A->items[A->n_items];
-        it->frame = A->camera_dev;
+        float fps = A->fps;
+        if (A->fps_cap > 0 && (fps == 0 || A->fps_cap < fps)) fps = (float)A->fps_cap;
+        const bool gone = A->camera_gone;
+        item *it = gone || assistant_stopped() || listened(A, end) ? NULL : assistant_add_item(A);
+        pthread_mutex_unlock(&A->lock);
+        if (gone) ok = false; // (its error said with its question)
+        if (!it) break;
+        const double t = now(A);
+        if (fps > 0 && next_frame > t) {
+            const double d = next_frame - t;
+            struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        next_frame = (next_frame > t ? next_frame : t) + (fps > 0 ? 1.0 / fps : 0);
+        it->camera = true;
         snprintf(it->question, sizeof it->question, "%s", A->o.prompt);
-        A->n_items++;
-        pthread_cond_broadcast(&A->cond);
+        assistant_submit(A, it);
     }
-    A->src_done = true;
-    pthread_cond_broadcast(&A->cond);
-    pthread_mutex_unlock(&A->lock);
-    return NULL;
+    return ok;
 }

@@ -32,6 +32,8 @@ static void usage(FILE *f) {
             "                           (comma-separated; case and punctuation ignored); the word is\n"
             "                           taken off the question. Others are not answered (in the\n"
             "                           cascade, nothing but Whisper is loaded for them)\n"
+            "  --barge-in               with mic: speech that starts while an answer is decoded or\n"
+            "                           spoken stops it (the new question is answered)\n"
             "  -p, --prompt TEXT        a typed question (with --frames: asked of every frame)\n"
             "  --mmproj FILE            vision encoder for the frames (llama.cpp's mmproj GGUF)\n"
             "  --image-min-tokens N, --image-max-tokens N  image tokens of a dynamic-resolution mmproj\n"
@@ -127,6 +129,8 @@ static bool take_own(app *A, int *argc, char **argv) {
             A->sequential = true;
         } else if (!strcmp(a, "--cascade")) {
             A->cascade_always = true;
+        } else if (!strcmp(a, "--barge-in")) {
+            A->barge_in = true;
         } else if (!strcmp(a, "--battery") || !strcmp(a, "--power-sysfs")) {
             if (i + 1 >= *argc || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
@@ -139,7 +143,7 @@ static bool take_own(app *A, int *argc, char **argv) {
     }
     *argc = w;
     if (speed > 0) A->battery_speed = speed;
-    if (wake && !assistant_wake_words(A, wake)) return false;
+    A->wake_words = wake; // (the pipeline reads the list: its errors are said when it is made)
     // the devices: mic[:DEV] and speaker[:DEV] (ALSA names; "default" without one)
     if (A->audio && (!strcmp(A->audio, "mic") || !strncmp(A->audio, "mic:", 4)))
         A->mic_dev = A->audio[3] ? A->audio + 4 : "default";
@@ -237,13 +241,17 @@ int assistant_options(app *A, int argc, char **argv) {
                 A->mic_dev ? "a microphone" : "a watched folder");
         goto bad;
     }
-    if (A->n_wake > 0 && !A->audio) {
+    if (A->wake_words && !A->audio) {
         fprintf(stderr, "error: --wake-words goes with spoken questions (--audio)\n");
         goto bad;
     }
     if (A->frame_change > 0 && (!A->frames || !o->prompt)) {
         fprintf(stderr, "error: --frame-change goes with --frames and -p (a typed question asked of each frame that "
                         "changed)\n");
+        goto bad;
+    }
+    if (A->barge_in && !A->mic_dev) {
+        fprintf(stderr, "error: --barge-in goes with --audio mic (speech heard while an answer is spoken stops it)\n");
         goto bad;
     }
     if (A->fps > 0 && !A->frames) {

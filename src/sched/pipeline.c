@@ -84,8 +84,8 @@ void pl_retire_locked(nm_pipeline *P, pl_req *r) {
 }
 
 void pl_free_req_body(pl_req *r) {
-    free(r->text), free(r->llm_params), free(r->tts_params), free(r->said);
-    r->text = r->llm_params = r->tts_params = r->said = NULL;
+    free(r->text), free(r->llm_params), free(r->tts_params), free(r->said), free(r->head);
+    r->text = r->llm_params = r->tts_params = r->said = r->head = NULL;
     r->n_said = r->cap_said = 0;
     for (int32_t i = 0; i < r->n_images; i++) {
         free(r->img[i].path);

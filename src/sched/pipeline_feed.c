@@ -200,7 +200,7 @@ static bool put_tokens(nm_pipeline *P, pl_req *r, const char *text, size_t n, ui
 static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
     pl_img *im = &r->img[k];
     nm_tabm_slot s;
-    char err[400] = "", name[32];
+    char err[400] = "", name[48];
     snprintf(name, sizeof name, "%d (%s)", (int)k + 1, im->camera ? "the camera's frame" : "bytes");
     const char *what = im->path ? im->path : name;
     nm_tabm *ring = im->camera ? nm_camera_ring(im->camera) : P->img;
@@ -284,19 +284,47 @@ static char *with_pace(const char *json, double tps) {
     return s;
 }
 
+// A question's place in a prompt's head (send_prompt's `head`): text no transcript holds.
+#define PLACEHOLDER "\x1fthe question\x1f"
+
 // The decoder's prompt for request r: [PARAMS], then its parts in order, the
 // text between markers and each image's segment at its marker (the first part
 // at position 0, each but the last with NM_BRICK_MORE). The answers thread
 // ends the request. A prompt that cannot be sent goes as an empty part of a
 // cancelled request, so that the decoder ends it in order (the failure
 // recorded is what DONE says).
-static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
-    char *full = P->p.chat ? chat_text(P, r, question) : pl_with_markers(r, question);
+//
+// head: a spoken request's images go before its transcript, so the prompt up
+// to its last image does not depend on it: that head (the chat formatted
+// around a placeholder question) is sent while Whisper transcribes, the
+// images encoded meanwhile, and the decoder reads it. False where there is no
+// such head (nothing sent: the whole prompt goes later). Then (r->head set)
+// the call with the question sends the rest: what the chat has after the head.
+static bool send_prompt(nm_pipeline *P, pl_req *r, const char *question, bool head) {
+    if (head && (!r->audio || r->n_images == 0 || !P->p.chat || r->cascade)) return false;
+    if (!head && r->prompt_ended) return false; // (its head failed: the decoder has ended it)
+    char *full = P->p.chat ? chat_text(P, r, head ? PLACEHOLDER : question) : pl_with_markers(r, question);
     if (!full && !P->p.chat) pl_record(P, r, NM_ERR_NOMEM, "out of memory for the prompt");
-    char *params = r->max_tps > 0 ? with_pace(r->llm_params, r->max_tps) : r->llm_params;
-    bool ok = full != NULL, sent = false;
+    const size_t ml = strlen(MEDIA_MARKER);
+    if (head && full) { // the placeholder after the last image, else no head
+        const char *q = strstr(full, PLACEHOLDER), *m = NULL;
+        for (const char *k = full; (k = strstr(k, MEDIA_MARKER)); k += ml) m = k;
+        if (!q || !m || q < m || pl_n_markers(full) != r->n_images ||
+            !(r->head = pl_dup_n(full, (size_t)(m + ml - full)))) {
+            free(full);
+            return false;
+        }
+    }
+    const bool tail = r->head && !head; // (the head is in the decoder's ring)
+    const size_t hl = tail ? strlen(r->head) : 0;
+    bool ok = full != NULL, sent = tail;
+    if (tail && ok && strncmp(full, r->head, hl) != 0) {
+        pl_record(P, r, NM_ERR_TEMPLATE, "the chat template changed the prompt before the question");
+        ok = false;
+    }
+    char *params = tail ? NULL : r->max_tps > 0 ? with_pace(r->llm_params, r->max_tps) : r->llm_params;
     nm_status st = NM_OK;
-    if (ok && r->max_tps > 0 && !params) {
+    if (ok && !tail && r->max_tps > 0 && !params) {
         pl_record(P, r, NM_ERR_NOMEM, "out of memory for the prompt");
         ok = false;
     }
@@ -305,18 +333,18 @@ static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
         ok = false;
     }
     if (params != r->llm_params) free(params);
-    sent = params != NULL && ok;
-    if (ok && r->n_images > 0 && pl_n_markers(full) != r->n_images) {
+    sent = sent || (params != NULL && ok);
+    if (ok && !tail && r->n_images > 0 && pl_n_markers(full) != r->n_images) {
         pl_record(P, r, NM_ERR_TEMPLATE, "the chat template dropped the images' places");
         ok = false;
     }
-    const size_t ml = strlen(MEDIA_MARKER);
     // an empty first part still goes where the model starts a prompt with a BOS token
     const bool bos_alone = nm_tokenize(P->m, "", 0, NULL, 0, true, true) != 0;
-    bool first = true;
-    const char *p = full;
-    for (int32_t k = 0; ok && k <= r->n_images; k++) {
+    bool first = !tail; // (after a head: its parts are in)
+    const char *p = ok ? full + hl : NULL;
+    for (int32_t k = tail ? r->n_images : 0; ok && k <= r->n_images; k++) {
         const bool last = k == r->n_images;
+        if (last && head) break; // (the rest once the question is known)
         const char *end = last ? p + strlen(p) : strstr(p, MEDIA_MARKER);
         const bool more = !last && (end[ml] != '\0' || k + 1 < r->n_images); // text or images follow the image
         if (end > p || (first && bos_alone) || (last && first)) {
@@ -328,6 +356,7 @@ static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
         const int put = put_image(P, r, k, (first ? NM_LLM_IN_POS(0) : 0) | (more ? NM_BRICK_MORE : 0));
         if (put < 0) { // a flagged segment: the decoder fails the request (its DONE says why) at its last part
             if (more) pl_put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r);
+            r->prompt_ended = true;
             goto out;
         }
         if (!(ok = put > 0)) break;
@@ -339,11 +368,23 @@ static void send_prompt(nm_pipeline *P, pl_req *r, const char *question) {
     if (!ok && (sent || r->cascade)) {
         nm_tabm_cancel_request(P->llm_in, r->id);
         pl_put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, sent ? 0 : NM_LLM_IN_POS(0), r);
+        r->prompt_ended = true;
     } else if (!ok) {
         pl_done(P, r, NM_OK, NULL);
+        r->prompt_ended = true;
     }
 out:
     free(full);
+    return ok && head;
+}
+
+// A prompt's head was sent and its question will not be asked (not heard, no
+// wake word, cancelled): the decoder ends the request (cancelled).
+static void end_head(nm_pipeline *P, pl_req *r) {
+    if (!r->head || r->prompt_ended) return;
+    nm_tabm_cancel_request(P->llm_in, r->id);
+    pl_put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r);
+    r->prompt_ended = true;
 }
 
 // Text for a pipeline with a voice and no decoder: [PARAMS], then slots of at
@@ -489,9 +530,12 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
             return;
         }
         give(P, NM_BRICK_STT, r);
+        // its images (before its transcript) encoded, and the prompt up to them in, while Whisper runs
+        if (!stop && P->has[NM_BRICK_LLM]) send_prompt(P, r, NULL, true);
         const bool heard = hear(P, r, &question);
         pl_stage_end(P, r, NM_BRICK_STT, NULL);
         if (!heard) {
+            end_head(P, r);
             pl_done(P, r, NM_OK, NULL);
             return;
         }
@@ -500,6 +544,7 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
         if (!P->has[NM_BRICK_LLM] && !P->has[NM_BRICK_TTS]) {
             pl_done(P, r, NM_OK, NULL);
         } else if (!*t) {
+            end_head(P, r);
             pl_done(P, r, NM_ERR_FORMAT, "no speech heard");
         } else {
             memmove(question, t, strlen(t) + 1);
@@ -507,7 +552,8 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
             question = NULL;
         }
         free(question);
-        if (!r->text || !pl_woken(P, r)) return; // (not woken: skipped, no brick after Whisper runs for it)
+        if (r->text && !pl_woken(P, r)) end_head(P, r); // (not woken: skipped, no brick after Whisper runs for it)
+        if (!r->text || r->skipped) return;
     }
     if (!stop && r->audio && (P->has[NM_BRICK_LLM] || P->has[NM_BRICK_TTS])) // (a typed question is the caller's)
         pl_push(P, &(nm_pipeline_event){.kind = NM_PIPELINE_ASKED, .request = r->id}, r->text, strlen(r->text));
@@ -518,13 +564,14 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
             memmove(m, m + strlen(MEDIA_MARKER), strlen(m + strlen(MEDIA_MARKER)) + 1);
     pthread_mutex_unlock(&P->lock);
     if (cancelled) {
+        end_head(P, r);
         pl_done(P, r, NM_ERR_CANCELLED, NULL);
     } else if (P->has[NM_BRICK_LLM]) {
         if (!pl_stage_begin(P, r, NM_BRICK_LLM)) {
             pl_done(P, r, NM_OK, NULL);
             return;
         }
-        send_prompt(P, r, r->text);
+        send_prompt(P, r, r->text, false);
         pl_stage_vision_done(P, r);
         pl_stage_end(P, r, NM_BRICK_LLM, &r->answer_ended);
         pthread_mutex_lock(&P->lock);

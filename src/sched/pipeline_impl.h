@@ -67,6 +67,8 @@ typedef struct pl_req {
     nm_llm_stop stop;
     char err[512];
     char *turn;            // keep_history: the user's turn, joined to the history with its answer
+    char *head;            // a spoken request's prompt up to its last image, sent while Whisper ran (the feed's)
+    bool prompt_ended;     // its prompt's last slot is in the decoder's ring (or none will be: it ended)
     // the plan for it (the feed thread's, when it takes it; under the lock): the cascade (the pipeline's
     // mode, or the power policy's critical state), the bricks made again first (threads the policy
     // changed, or back from the cascade), the decoder's pace

@@ -343,6 +343,7 @@ case_assistant_mic() { HOME="$tmp/home" nm assistant -m "$M" --stt "$WM" --audio
 expect assistant_mic 0 "listening on 'questions'.*> The quick brown fox.*> The quick brown fox.*2 questions in .*the microphone's audio into the STT slots [1-9][0-9]*, the transcripts into the chats [1-9][0-9]*, the answers' sentences into the voice 0, espeak-ng's text and samples 0, anything else 0" "$M" "$WM" -- case_assistant_mic
 expect assistant_mic_absent 1 "error: microphone: audio: cannot open capture device 'nm-no-such-mic'" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio mic:nm-no-such-mic --listen 1
 expect assistant_listen_needs_mic 2 "--listen goes with --audio mic" "$M" -- nm assistant -m "$M" -p hi --listen 3
+expect assistant_barge_in_needs_mic 2 "--barge-in goes with --audio mic" "$M" -- nm assistant -m "$M" -p hi --barge-in
 case_assistant_speaker() { nm assistant -m "$M" -p "Say hello." --out speaker:null -n 8 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
 expect assistant_speaker 0 "> Say hello\\..*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]*[1-9][0-9.]* s of speech\\)" "$M" -- case_assistant_speaker
 case_assistant_speaker_absent() { nm assistant -m "$M" -p "Say hello." --out speaker:nm-no-such-speaker -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '; }

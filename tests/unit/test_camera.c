@@ -35,16 +35,6 @@ static bool holds_frame(const vcam *v, const nm_tabm_slot *s, uint32_t f) {
     return true;
 }
 
-// Every slot of the ring can be taken for write now (none leaked), then given back.
-static bool all_slots_free(nm_tabm *r) {
-    const uint32_t n = nm_tabm_n_slots(r);
-    nm_tabm_slot s[64];
-    uint32_t k = 0;
-    while (k < n && k < 64 && nm_tabm_acquire_write(r, 9, 0, &s[k]) == NM_OK) k++;
-    for (uint32_t i = 0; i < k; i++) nm_tabm_cancel(r, &s[i]);
-    return k == n;
-}
-
 typedef struct rig {
     vcam v;
     nm_v4l2_ops ops;

@@ -880,16 +880,6 @@ static bool write_ppm(const char *path, int w, int h, uint8_t r, uint8_t g, uint
     return fclose(f) == 0;
 }
 
-// Every slot of the ring can be taken for write now (none leaked), then given back.
-static bool all_slots_free(nm_tabm *r) {
-    const uint32_t n = nm_tabm_n_slots(r);
-    nm_tabm_slot s[64];
-    uint32_t k = 0;
-    while (k < n && k < 64 && nm_tabm_acquire_write(r, 9, 0, &s[k]) == NM_OK) k++;
-    for (uint32_t i = 0; i < k; i++) nm_tabm_cancel(r, &s[i]);
-    return k == n;
-}
-
 // frame_change: the same picture again (a file, then its bytes) is skipped
 // ("frame unchanged", the vision brick not run), a different one answered;
 // an emulated camera's frames (a still scene) are encoded in the camera's

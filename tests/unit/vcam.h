@@ -263,6 +263,16 @@ static int vc_ioctl(void *ctx, int fd, unsigned long req, void *arg) {
     return errno = ENOTTY, -1;
 }
 
+// Every slot of the ring can be taken for write now (none leaked), then given back.
+static inline bool all_slots_free(nm_tabm *r) {
+    const uint32_t n = nm_tabm_n_slots(r);
+    nm_tabm_slot s[64];
+    uint32_t k = 0;
+    while (k < n && k < 64 && nm_tabm_acquire_write(r, 9, 0, &s[k]) == NM_OK) k++;
+    for (uint32_t i = 0; i < k; i++) nm_tabm_cancel(r, &s[i]);
+    return k == n;
+}
+
 static inline nm_v4l2_ops vc_ops(vcam *v) { return (nm_v4l2_ops){v, vc_open, vc_close, vc_ioctl, vc_mmap, vc_munmap, vc_poll}; }
 
 static void vc_free(vcam *v) {

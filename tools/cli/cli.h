@@ -143,6 +143,9 @@ typedef enum { CLI_WANT_LLM, CLI_WANT_WHISPER, CLI_WANT_MMPROJ } cli_want;
 // general.architecture), which command or flag takes it.
 void cli_load_error(const char *path, nm_status st, const char *err, cli_want want);
 nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger);
+// The chat's options (-sys, --chat-template, --jinja, --chat-template-file) into a pipeline's parameters
+// (chat: the caller's).
+void cli_chat_params(const cli_opts *o, nm_pipeline_params *pp);
 // The vision brick's parameters for --mmproj FILE `mmproj` (media.c) feeding
 // the LLM brick `llm` (NULL: a pipeline's), on `device` (NULL: -dev), with -t
 // and --mmproj-cores, counted in ledger (NULL: the pipeline's).

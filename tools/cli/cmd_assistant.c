@@ -417,12 +417,7 @@ static int make_pipeline(app *A, nm_pipeline **out) {
     pp.tts = A->out_dir ? &A->tp : NULL;
     pp.mode = A->cascade_always ? NM_PIPELINE_CASCADE : A->sequential ? NM_PIPELINE_SEQUENTIAL : NM_PIPELINE_PIPELINED;
     pp.chat = true;
-    pp.system_prompt = o->system;
-    pp.chat_template = o->chat_tmpl;
-    pp.jinja = o->jinja;
-    pp.jinja_template = o->chat_tmpl_src;
-    pp.jinja_len = o->chat_tmpl_len;
-    pp.jinja_name = o->chat_tmpl_file;
+    cli_chat_params(o, &pp);
     pp.ledger = A->ledger;
     pp.max_audio_s = MAX_QUESTION_S;
     pp.barge_in = A->barge_in;

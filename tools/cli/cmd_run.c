@@ -372,12 +372,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
     pp.vision = o.mmproj ? &vp : NULL;
     pp.ledger = ledger;
     pp.chat = o.chat;
-    pp.system_prompt = o.system;
-    pp.chat_template = o.chat_tmpl;
-    pp.jinja = o.jinja;
-    pp.jinja_template = o.chat_tmpl_src;
-    pp.jinja_len = o.chat_tmpl_len;
-    pp.jinja_name = o.chat_tmpl_file;
+    cli_chat_params(&o, &pp);
     pp.keep_history = interactive; // llama.cpp's conversation: the turns so far, the oldest dropped to fit
     pp.queue = 1;
     if ((st = nm_pipeline_create(&pp, &P, err, sizeof err)) != NM_OK) {

@@ -424,6 +424,15 @@ nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger
     return lp;
 }
 
+void cli_chat_params(const cli_opts *o, nm_pipeline_params *pp) {
+    pp->system_prompt = o->system;
+    pp->chat_template = o->chat_tmpl;
+    pp->jinja = o->jinja;
+    pp->jinja_template = o->chat_tmpl_src;
+    pp->jinja_len = o->chat_tmpl_len;
+    pp->jinja_name = o->chat_tmpl_file;
+}
+
 int32_t cli_ctx_size(const cli_opts *o, const nm_model *m) {
     if (o->n_ctx < 0) return 0; // the library's default: the training context, at most 4096
     if (o->n_ctx == 0) return nm_model_n_ctx_train(m);

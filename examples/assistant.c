@@ -17,7 +17,7 @@ static int failed; // (the reader's)
 static bool heard(const float *pcm, int64_t n, void *err) { return nm_pipeline_hear(p, pcm, n, err, 256), false; }
 
 static void *answers(void *arg) { // the events: text to stdout, speech to the speaker or a WAV a question
-    FILE *f = NULL;
+    FILE *f = NULL; uint64_t at = 0; // (the speech of request `at`)
     char path[4200];
     uint8_t h[NM_WAV_HEADER_BYTES]; uint32_t bytes = 0;
     for (nm_pipeline_event ev; nm_pipeline_read(p, -1, &ev) == NM_OK;) {
@@ -26,11 +26,11 @@ static void *answers(void *arg) { // the events: text to stdout, speech to the s
         if (ev.kind == NM_PIPELINE_AUDIO && speaker) nm_audio_player_write(speaker, ev.pcm, ev.n_samples, NULL, 0);
         if (ev.kind == NM_PIPELINE_AUDIO && !speaker && !f) { // (its header once its size is known)
             snprintf(path, sizeof path, "%s/answer-%llu.wav", dir, (unsigned long long)ev.request);
-            if ((f = fopen(path, "wb"))) bytes = 0, fwrite(h, 1, sizeof h, f);
+            if ((f = fopen(path, "wb"))) bytes = 0, at = ev.request, fwrite(h, 1, sizeof h, f);
         }
         if (ev.kind == NM_PIPELINE_AUDIO && f) bytes += 2 * (uint32_t)fwrite(ev.pcm, 2, (size_t)ev.n_samples, f);
         if (ev.kind == NM_PIPELINE_AUDIO) nm_audio_wav_header(h, bytes, ev.sample_rate, 1);
-        if (ev.kind == NM_PIPELINE_DONE && f) fseek(f, 0, SEEK_SET), fwrite(h, 1, sizeof h, f), fclose(f), f = NULL;
+        if (ev.kind == NM_PIPELINE_DONE && f && ev.request == at) fseek(f, 0, SEEK_SET), fwrite(h, 1, sizeof h, f), fclose(f), f = NULL;
         if (ev.kind == NM_PIPELINE_DONE && ev.status != NM_OK) fprintf(stderr, "error: %s\n", ev.text), failed = 1;
         if (ev.kind == NM_PIPELINE_DONE) putchar('\n');
         if (ev.kind == NM_PIPELINE_POWER || ev.kind == NM_PIPELINE_NOTE) fprintf(stderr, "%s\n", ev.text);

@@ -57,7 +57,8 @@ typedef struct nm_pipeline_params {
     // The bricks' parameters (kind set by the pipeline), NULL: not in the graph. Borrowed for the call
     // (CASCADE: for the pipeline's life);
     // the pipeline loads the bricks and frees them. VISION needs LLM; the LLM brick's output kind is
-    // the pipeline's (sentences with TTS, else text pieces) and its ledger the pipeline's.
+    // the pipeline's (sentences with TTS, else text pieces) and its ledger the pipeline's; its n_parallel
+    // must be 1 (NM_ERR_INVALID_ARG: the decoder's lane serves a request at a time).
     const nm_brick_params *stt, *vision, *llm, *tts;
     nm_pipeline_mode mode;
     // The decoder's prompt. chat: a request's text (or transcript) is a user turn formatted with the
@@ -86,6 +87,10 @@ typedef struct nm_pipeline_params {
     // requests are in flight cancels them (a new question interrupts the answer being spoken).
     nm_vad_params vad;
     bool barge_in;
+    // The images each heard question brings (a camera: its newest frame when the question's turn comes),
+    // borrowed for the pipeline's life; n_heard_images 0: none. They need VISION.
+    const struct nm_pipeline_image *heard_images;
+    int32_t n_heard_images;
     // Power (docs/power.md): with a battery (borrowed for the pipeline's life; NULL: no policy), before
     // taking each request the pipeline reads it (a trace at its first time plus the pipeline's age (from the
     // end of create) times
@@ -106,8 +111,9 @@ typedef struct nm_pipeline_params {
     // transcript starts with one of these words or phrases (comma-separated; case, blanks and
     // punctuation ignored; at most 16 of at most 62 bytes), the word taken off the question; NULL: every
     // one. Typed requests pass. frame_change: a request with images is answered only if its first image
-    // differs from the first image of the last request answered by more than this (nm_frame_difference:
-    // 0 .. 255; an image that cannot be read passes, for the vision brick to say why); 0: every one.
+    // differs from the first image of the last request that passed this gate by more than this
+    // (nm_frame_difference: 0 .. 255, so below 255; an image that cannot be read passes, for the vision
+    // brick to say why); 0: every one.
     const char *wake_words;
     float frame_change;
 } nm_pipeline_params;

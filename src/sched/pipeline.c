@@ -124,7 +124,8 @@ static void announce_locked(nm_pipeline *P, pl_req *r) {
 }
 
 // The request's end: its DONE event, once the lanes serving it have finished
-// (so that a brick's counters and a request's resources are settled when the
+// and the feed thread is done with it (so that a brick's counters and a
+// request's resources are settled, and none of its events follows, when the
 // caller reads it). status NM_OK takes what was recorded on it (a failure, a
 // cancellation) first. The lock held.
 void pl_done_locked(nm_pipeline *P, pl_req *r, nm_status status, const char *msg) {
@@ -135,13 +136,21 @@ void pl_done_locked(nm_pipeline *P, pl_req *r, nm_status status, const char *msg
     r->done = true;
     r->status = status;
     if (msg != r->err) snprintf(r->err, sizeof r->err, "%s", msg ? msg : "");
-    if (r->in_lanes == 0) announce_locked(P, r);
+    if (r->in_lanes == 0 && r->fed) announce_locked(P, r);
 }
 
 // A lane has finished request id: its DONE, if due and no other lane has it. The lock held.
 void pl_served_locked(nm_pipeline *P, uint64_t id) {
     pl_req *r = pl_req_of(P, id);
-    if (r && --r->in_lanes == 0 && r->done && !r->announced) announce_locked(P, r);
+    if (r && --r->in_lanes == 0 && r->done && r->fed && !r->announced) announce_locked(P, r);
+}
+
+// The feed thread is done with request r (its last event but DONE made, its
+// held frames given back): its DONE, if due; freed once that is read.
+void pl_fed_locked(nm_pipeline *P, pl_req *r) {
+    r->fed = true;
+    if (r->done && r->in_lanes == 0 && !r->announced) announce_locked(P, r);
+    pl_retire_locked(P, r);
 }
 
 void pl_done(nm_pipeline *P, pl_req *r, nm_status status, const char *msg) {
@@ -194,6 +203,9 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     *out = NULL;
     if (p && p->vision && !p->llm)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a vision brick needs an llm brick to feed");
+    if (p && p->llm && p->llm->n_parallel > 1) // (a lane serves a request at a time: the server's batching is next)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: an llm brick with n_parallel %d: the pipeline's "
+                       "decoder serves one request at a time (n_parallel 1)", (int)p->llm->n_parallel);
     if (!p || (!p->stt && !p->llm && !p->tts))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no brick (give stt, llm or tts parameters)");
     if ((unsigned)p->mode > NM_PIPELINE_CASCADE)
@@ -204,6 +216,10 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     if (p->frame_change < 0 || p->frame_change >= 255)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: frame_change %.2f (0 .. 255)",
                        (double)p->frame_change);
+    if (p->n_heard_images < 0 || p->n_heard_images > NM_PIPELINE_MAX_IMAGES ||
+        (p->n_heard_images > 0 && (!p->heard_images || !p->stt || !p->vision)))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %d heard images (at most %d, with STT and "
+                       "VISION bricks)", (int)p->n_heard_images, NM_PIPELINE_MAX_IMAGES);
     if (p->wake_words && !p->stt)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: wake words, and no STT brick to hear them");
     nm_pipeline *P = calloc(1, sizeof *P);

@@ -379,12 +379,18 @@ out:
 }
 
 // A prompt's head was sent and its question will not be asked (not heard, no
-// wake word, cancelled): the decoder ends the request (cancelled).
+// wake word, cancelled; its end already decided): the decoder ends the
+// request (cancelled), and this thread waits until the answers thread has
+// seen that end (the request and the graph's idleness are settled when the
+// next request is taken).
 static void end_head(nm_pipeline *P, pl_req *r) {
     if (!r->head || r->prompt_ended) return;
     nm_tabm_cancel_request(P->llm_in, r->id);
-    pl_put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r);
+    const bool put = pl_put_text(P, P->llm_in, -1, P->ep_llm, " ", 1, 0, r) == NM_OK;
     r->prompt_ended = true;
+    pthread_mutex_lock(&P->lock);
+    while (put && !r->answer_ended && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+    pthread_mutex_unlock(&P->lock);
 }
 
 // Text for a pipeline with a voice and no decoder: [PARAMS], then slots of at
@@ -535,8 +541,8 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
         const bool heard = hear(P, r, &question);
         pl_stage_end(P, r, NM_BRICK_STT, NULL);
         if (!heard) {
-            end_head(P, r);
             pl_done(P, r, NM_OK, NULL);
+            end_head(P, r);
             return;
         }
         const char *t = question;
@@ -544,8 +550,8 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
         if (!P->has[NM_BRICK_LLM] && !P->has[NM_BRICK_TTS]) {
             pl_done(P, r, NM_OK, NULL);
         } else if (!*t) {
-            end_head(P, r);
             pl_done(P, r, NM_ERR_FORMAT, "no speech heard");
+            end_head(P, r);
         } else {
             memmove(question, t, strlen(t) + 1);
             r->text = question; // (freed with the request's body)
@@ -564,8 +570,8 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
             memmove(m, m + strlen(MEDIA_MARKER), strlen(m + strlen(MEDIA_MARKER)) + 1);
     pthread_mutex_unlock(&P->lock);
     if (cancelled) {
-        end_head(P, r);
         pl_done(P, r, NM_ERR_CANCELLED, NULL);
+        end_head(P, r);
     } else if (P->has[NM_BRICK_LLM]) {
         if (!pl_stage_begin(P, r, NM_BRICK_LLM)) {
             pl_done(P, r, NM_OK, NULL);
@@ -633,8 +639,7 @@ void *pl_feed_main(void *arg) {
         }
         pl_free_req_body(r); // (this thread's from the queue on: what the rest of the graph needs is in the rings)
         pthread_mutex_lock(&P->lock);
-        r->fed = true;
-        pl_retire_locked(P, r);
+        pl_fed_locked(P, r);
         pthread_mutex_unlock(&P->lock);
     }
     return NULL;

@@ -60,7 +60,8 @@ typedef struct pl_req {
     bool announced;        // ... and its DONE event made, once no lane has it (in_lanes 0)
     int32_t in_lanes;      // lanes given it that have not finished serving it
     bool answer_ended, speech_ended; // the decoder's request, the voice's request (DONE after both)
-    bool fed, read;        // the feed thread is done with it; its DONE has been read: then it is freed
+    bool fed, read;        // the feed thread is done with it (DONE waits for it); its DONE has been read: then
+                           // it is freed
     char *said;            // CASCADE: the answer's sentences for the voice, each NUL-terminated
     size_t n_said, cap_said;
     nm_status status;      // a failure recorded before the request's last stage ends it
@@ -178,6 +179,7 @@ int32_t pl_n_markers(const char *text);
 char *pl_with_markers(const pl_req *r, const char *text);
 void pl_done_locked(nm_pipeline *P, pl_req *r, nm_status status, const char *msg);
 void pl_served_locked(nm_pipeline *P, uint64_t id);
+void pl_fed_locked(nm_pipeline *P, pl_req *r);
 void pl_done(nm_pipeline *P, pl_req *r, nm_status status, const char *msg);
 void pl_record(nm_pipeline *P, pl_req *r, nm_status st, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 double pl_since(const pl_req *r);

@@ -217,10 +217,10 @@ void *pl_answers_main(void *arg) {
             snprintf(r->err, sizeof r->err, "llm: %s", nm_brick_request_error(P->llm, id));
             r->status = why == NM_LLM_STOP_BAD_INPUT ? NM_ERR_FORMAT : NM_ERR_STATE;
         }
-        const bool ok = r->status == NM_OK && !r->cancelled;
+        const bool ok = r->status == NM_OK && !r->cancelled, status_ok = r->status == NM_OK;
         pthread_mutex_unlock(&P->lock);
         // the turn and its answer, a cancelled one as far as it went, join the conversation
-        if (P->p.keep_history && r->status == NM_OK && (ok || len > 0)) remember(P, r, answer ? answer : "", len);
+        if (P->p.keep_history && status_ok && (ok || len > 0)) remember(P, r, answer ? answer : "", len);
         if (speak && !cascade) { // the voice's request ends (a cancelled one is marked)
             if (!ok) nm_tabm_cancel_request(P->tts_in, id);
             if (pl_put_text(P, P->tts_in, -1, P->ep_tts, "", 0, 0, r) == NM_OK) {
@@ -228,6 +228,7 @@ void *pl_answers_main(void *arg) {
                 pthread_mutex_lock(&P->lock);
                 r->answer_ended = true;
                 if (r->speech_ended) pl_done_locked(P, r, NM_OK, NULL);
+                pthread_cond_broadcast(&P->cond); // (the feed thread may wait for it: end_head)
                 pthread_mutex_unlock(&P->lock);
                 continue;
             }

@@ -16,7 +16,9 @@ typedef struct heard_ctx {
 static void on_utterance(void *user, const float *pcm, int64_t n, int64_t t0) {
     heard_ctx *h = user;
     char e[512];
-    const nm_status st = nm_pipeline_submit(h->P, &(nm_pipeline_input){.pcm = pcm, .n_samples = n}, NULL, e, sizeof e);
+    const nm_pipeline_input in = {.pcm = pcm, .n_samples = n, .images = h->P->p.heard_images,
+                                  .n_images = h->P->p.n_heard_images};
+    const nm_status st = nm_pipeline_submit(h->P, &in, NULL, e, sizeof e);
     if (st != NM_OK && h->st == NM_OK) {
         h->st = st;
         nm_fail(st, h->err, h->err_size, "pipeline: the question heard at %.2f s: %s", (double)t0 / 16000.0, e);

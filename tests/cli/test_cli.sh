@@ -416,6 +416,9 @@ case_assistant_camera_spoken() { vcam nm assistant -m "$M" --stt "$WM" --audio $
 case_assistant_camera_gone() { NM_VCAM_GONE_AFTER=6 vcam nm assistant -m "$M" --mmproj "$tmp/mm.gguf" --frames /dev/video-nm-emu -p "What is there?" --listen 20 -n 2 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
 expect assistant_camera_gone 1 "error: question [0-9]+ \(/dev/video-nm-emu\): image 1 \(the camera's frame\): camera /dev/video-nm-emu: gone \(VIDIOC_DQBUF: No such device\).* [1-5] questions in" "$M" "$VCAM" -- case_assistant_camera_gone
 expect assistant_camera_spoken 0 "frames straight into the slots .*> The quick brown fox.*vision brick \(cpu\): 1 requests" "$M" "$WM" "$VCAM" -- case_assistant_camera_spoken
+# the microphone's questions with the camera's frames (the pipeline's heard images): each utterance asked of the newest
+case_assistant_camera_mic() { HOME="$tmp/home" vcam nm assistant -m "$M" --stt "$WM" --audio mic:questions --listen 12 --mmproj "$tmp/mm.gguf" --frames /dev/video-nm-emu -n 4 --temp 0 -t 2 --stats 2>&1 | tr '\n' ' '; }
+expect assistant_camera_mic 0 "frames straight into the slots .*listening on 'questions'.*> The quick brown fox.*> The quick brown fox.*vision brick \(cpu\): 2 requests" "$M" "$WM" "$VCAM" -- case_assistant_camera_mic
 expect assistant_watch_missing 1 "error: --audio watch:/nonexistent: No such file or directory" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio watch:/nonexistent
 expect assistant_watch_frames_need_prompt 2 "--frames watch:DIR asks a typed question of each frame: give it with -p" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "watch:$tmp"
 # the answers go elsewhere than the watched folder (written there, each would arrive as a question); the same

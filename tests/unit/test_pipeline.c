@@ -57,10 +57,12 @@ typedef struct answer {
     int64_t cap_pcm;
     bool skipped, cascade; // DONE's
     int32_t n_prompt, n_tokens;
+    bool ended, late;      // its DONE came; an event of it came after that
 } answer;
 
 // Event ev into a's texts and figures (a's record of its request); true for its DONE.
 static bool take(answer *a, const nm_pipeline_event *ev) {
+    a->late = a->late || a->ended;
     switch (ev->kind) {
     case NM_PIPELINE_TRANSCRIPT:
         strncat(a->transcript, ev->text, sizeof a->transcript - strlen(a->transcript) - 1);
@@ -92,6 +94,7 @@ static bool take(answer *a, const nm_pipeline_event *ev) {
         a->t = ev->t;
         a->skipped = ev->skipped, a->cascade = ev->cascade, a->n_prompt = ev->n_prompt, a->n_tokens = ev->n_tokens;
         snprintf(a->done_text, sizeof a->done_text, "%s", ev->text);
+        a->ended = true;
         return true;
     }
     return false;
@@ -126,6 +129,11 @@ static bool read_all(nm_pipeline *P, int n, answer *a) {
             return false;
         done += take(&a[ev.request - 1], &ev);
     }
+    for (int i = 0; i < n; i++) // (DONE is a request's last event)
+        if (a[i].late) {
+            printf("  request %d: an event after its DONE\n", i + 1);
+            return false;
+        }
     return true;
 }
 
@@ -867,6 +875,9 @@ NM_TEST(pipeline_wake_words_gate) {
              strstr(err, "wake words: an empty word in 'hey,,you'"));
     pp.wake_words = "hey", pp.stt = NULL;
     NM_CHECK(nm_pipeline_create(&pp, &Q, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "no STT brick"));
+    // a decoder that would batch requests: refused (its lane serves one at a time), not a hang
+    pp.wake_words = NULL, lp.n_parallel = 2;
+    NM_CHECK(nm_pipeline_create(&pp, &Q, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "n_parallel 2"));
 out:
     free(q1), free(q2);
 }
@@ -986,13 +997,17 @@ NM_TEST(pipeline_head_ended_when_not_asked) {
                                     NULL, NULL, 0) == NM_OK);
         NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.pcm = q2, .n_samples = n2, .images = &scene, .n_images = 1},
                                     NULL, NULL, 0) == NM_OK);
-        static answer a[2];
-        NM_CHECK(read_all(P, 2, a));
+        const nm_pipeline_image missing = {.path = "/nonexistent/x.ppm"}; // (the head fails while Whisper runs)
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.pcm = q2, .n_samples = n2, .images = &missing, .n_images = 1},
+                                    NULL, NULL, 0) == NM_OK);
+        static answer a[3];
+        NM_CHECK(read_all(P, 3, a)); // (and no event after a DONE: the third's transcript comes before it)
+        NM_CHECK(a[2].status == NM_ERR_IO && strstr(a[2].done_text, "/nonexistent/x.ppm") && strstr(a[2].transcript, "olor"));
         NM_CHECK(a[0].status == NM_OK && a[0].skipped && !a[0].text[0]);
         NM_CHECK(a[1].status == NM_OK && !a[1].skipped && a[1].text[0] && a[1].n_prompt > 196);
         if (!a[1].text[0] || a[1].n_prompt <= 196) fprintf(stderr, "  second: %d '%s' %d\n", a[1].status, a[1].done_text, a[1].n_prompt);
         nm_pipeline_brick_report lr, vr;
-        NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_LLM, &lr) == NM_OK && lr.s.n_requests == 2 && lr.s.n_cancelled == 1);
+        NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_LLM, &lr) == NM_OK && lr.s.n_requests == 3 && lr.s.n_cancelled >= 1);
         NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_VISION, &vr) == NM_OK && vr.s.n_requests == 2);
         nm_pipeline_free(P);
     }

@@ -210,6 +210,7 @@ static void arrived(app *A, const char *name) {
             snprintf(it->question, sizeof it->question, "%s", A->o.prompt);
         } else {
             it->audio = path;
+            it->camera = A->camera != NULL; // (with the camera's frame, while there is one)
         }
         path = NULL;
     }
@@ -260,8 +261,10 @@ bool assistant_watch(app *A) {
 static bool mic_chunk(const float *pcm, int64_t n, void *user) {
     app *A = user;
     char err[512];
-    if (nm_pipeline_hear(A->P, pcm, n, err, sizeof err) != NM_OK) fprintf(stderr, "error: %s\n", err);
+    const bool heard = nm_pipeline_hear(A->P, pcm, n, err, sizeof err) == NM_OK;
+    if (!heard) fprintf(stderr, "error: %s\n", err);
     pthread_mutex_lock(&A->lock);
+    A->src_failed = A->src_failed || !heard; // (an utterance the pipeline refused: the run fails)
     const bool full = A->n_items >= A->cap_items;
     pthread_mutex_unlock(&A->lock);
     return assistant_stopped() || full;
@@ -278,8 +281,12 @@ bool assistant_listen_mic(app *A) {
     char err[512];
     nm_status st = nm_audio_capture(&p, &none, err, sizeof err);
     if (st != NM_OK) fprintf(stderr, "error: microphone: %s\n", err);
-    if (nm_pipeline_hear(A->P, NULL, 0, err, sizeof err) != NM_OK) fprintf(stderr, "error: %s\n", err); // (the last)
-    return st == NM_OK;
+    const bool last = nm_pipeline_hear(A->P, NULL, 0, err, sizeof err) == NM_OK; // (the last utterance)
+    if (!last) fprintf(stderr, "error: %s\n", err);
+    pthread_mutex_lock(&A->lock);
+    const bool refused = A->src_failed;
+    pthread_mutex_unlock(&A->lock);
+    return st == NM_OK && last && !refused;
 }
 
 // ---- a camera ------------------------------------------------------------------------------
@@ -342,7 +349,10 @@ bool assistant_camera_questions(app *A) {
         next_frame = (next_frame > t ? next_frame : t) + (fps > 0 ? 1.0 / fps : 0);
         it->camera = true;
         snprintf(it->question, sizeof it->question, "%s", A->o.prompt);
-        assistant_submit(A, it);
+        if (!assistant_submit(A, it)) { // (the pipeline refuses more: it broke, said)
+            ok = false;
+            break;
+        }
     }
     return ok;
 }

@@ -49,7 +49,10 @@ static void speech_close(app *A, speech_file *S) {
     if (!S->id) return;
     char err[512] = "";
     uint8_t h[NM_WAV_HEADER_BYTES];
-    nm_audio_wav_header(h, (uint32_t)S->bytes, A->tts_rate, 1);
+    pthread_mutex_lock(&A->lock);
+    const int32_t rate = A->tts_rate;
+    pthread_mutex_unlock(&A->lock);
+    nm_audio_wav_header(h, (uint32_t)S->bytes, rate, 1);
     if (!S->bad && (!S->f.seekable || fseek(S->f.f, 0, SEEK_SET) != 0 || fwrite(h, 1, sizeof h, S->f.f) != sizeof h ||
                     nm_outfile_commit(&S->f, err, sizeof err) != NM_OK)) {
         fprintf(stderr, "error: %s: %s\n", S->path, err[0] ? err : "cannot write the header");
@@ -65,7 +68,10 @@ static bool speech_open(app *A, speech_file *S, int i, uint32_t bytes) {
     char err[512] = "";
     snprintf(S->path, sizeof S->path, "%s/answer-%03d.wav", A->out_dir, i + 1);
     uint8_t h[NM_WAV_HEADER_BYTES];
-    nm_audio_wav_header(h, bytes, A->tts_rate > 0 ? A->tts_rate : 22050, 1);
+    pthread_mutex_lock(&A->lock);
+    const int32_t rate = A->tts_rate > 0 ? A->tts_rate : 22050; // (a failed question's before any speech: espeak-ng's)
+    pthread_mutex_unlock(&A->lock);
+    nm_audio_wav_header(h, bytes, rate, 1);
     S->bad = nm_outfile_open(&S->f, S->path, err, sizeof err) != NM_OK;
     S->bad = S->bad || fwrite(h, 1, sizeof h, S->f.f) != sizeof h;
     if (S->bad) fprintf(stderr, "error: %s: %s\n", S->path, err[0] ? err : strerror(errno));
@@ -86,7 +92,9 @@ void assistant_silent_answer(app *A, int i) {
 // next read) to the speaker, or to its WAV file.
 static void speech(app *A, speech_file *S, const nm_pipeline_event *ev) {
     char err[512] = "";
+    pthread_mutex_lock(&A->lock);
     A->tts_rate = ev->sample_rate;
+    pthread_mutex_unlock(&A->lock);
     if (A->speaker_dev && !A->player) return; // (a heard question's: the speaker is absent)
     if (A->player) {
         if (nm_audio_player_write(A->player, ev->pcm, ev->n_samples, err, sizeof err) != NM_OK)
@@ -131,7 +139,7 @@ static void ended(app *A, const nm_pipeline_event *ev) {
     it->skipped = ev->skipped;
     it->cascade = ev->cascade;
     it->n_prompt = ev->n_prompt, it->n_tokens = ev->n_tokens;
-    it->failed = ev->status != NM_OK;
+    it->failed = ev->status != NM_OK && ev->status != NM_ERR_CANCELLED; // (a barge-in's cancel: not a failure)
     snprintf(it->why, sizeof it->why, "%s", ev->text);
     A->n_done++;
     A->n_cascaded += ev->cascade;
@@ -421,6 +429,9 @@ static int make_pipeline(app *A, nm_pipeline **out) {
     pp.ledger = A->ledger;
     pp.max_audio_s = MAX_QUESTION_S;
     pp.barge_in = A->barge_in;
+    A->heard_cam = (nm_pipeline_image){.camera = A->camera}; // (heard questions: the camera's newest frame)
+    pp.heard_images = A->mic_dev && A->camera && o->mmproj ? &A->heard_cam : NULL;
+    pp.n_heard_images = pp.heard_images ? 1 : 0;
     pp.wake_words = A->wake_words;
     pp.frame_change = A->frame_change;
     nm_power_params pw = nm_power_default_params();

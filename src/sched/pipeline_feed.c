@@ -204,7 +204,7 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
     snprintf(name, sizeof name, "%d (%s)", (int)k + 1, im->camera ? "the camera's frame" : "bytes");
     const char *what = im->path ? im->path : name;
     nm_tabm *ring = im->camera ? nm_camera_ring(im->camera) : P->img;
-    nm_status st = im->camera ? pl_capture(P, im, err, sizeof err) : nm_tabm_acquire_write(P->img, 0, -1, &s);
+    nm_status st = im->camera ? pl_capture(im, err, sizeof err) : nm_tabm_acquire_write(P->img, 0, -1, &s);
     if (st != NM_OK) {
         if (im->camera) pl_record(P, r, st, "image %s: %s", what, err);
         else pl_record(P, r, st, "vision: its ring: %s", nm_status_str(st));

@@ -96,8 +96,7 @@ bool pl_woken(nm_pipeline *P, pl_req *r) {
 
 // A camera's newest frame into im->slot (held for write in the camera's
 // ring); err names the camera.
-nm_status pl_capture(nm_pipeline *P, pl_img *im, char *err, size_t err_size) {
-    (void)P;
+nm_status pl_capture(pl_img *im, char *err, size_t err_size) {
     if (im->held) return NM_OK;
     const nm_status st = nm_camera_capture(im->camera, CAMERA_WAIT_NS, &im->slot);
     if (st != NM_OK) {
@@ -119,7 +118,7 @@ bool pl_frame_changed(nm_pipeline *P, pl_req *r) {
     char err[512];
     nm_status st;
     if (im->camera) {
-        if (pl_capture(P, im, err, sizeof err) != NM_OK) return true; // (put_image tries again, and says why)
+        if (pl_capture(im, err, sizeof err) != NM_OK) return true; // (put_image tries again, and says why)
         st = nm_frame_signature_slot(&im->slot, &sig, err, sizeof err);
     } else if (im->path) {
         st = nm_frame_signature(im->path, &sig, err, sizeof err);

@@ -211,7 +211,7 @@ void *pl_lane_main(void *arg);
 nm_status pl_wake_words(nm_pipeline *P, const char *list, char *err, size_t err_size);
 bool pl_woken(nm_pipeline *P, pl_req *r);
 bool pl_frame_changed(nm_pipeline *P, pl_req *r);
-nm_status pl_capture(nm_pipeline *P, pl_img *im, char *err, size_t err_size);
+nm_status pl_capture(pl_img *im, char *err, size_t err_size);
 
 // ---- pipeline_power.c
 void pl_plan(nm_pipeline *P, pl_req *r);

@@ -24,8 +24,7 @@ typedef struct item {
     uint64_t id;          // its request (0: the pipeline refused it)
     char question[2048];  // typed (-p), or what was asked of the transcript (ASKED)
     char heard[2048];     // its transcript (TRANSCRIPT)
-    bool printed;         // its "> question" line is out
-    bool done, failed, skipped, cascade;
+    bool failed, skipped, cascade;
     bool spoken;          // its speech came (AUDIO)
     char why[512];        // DONE's text: a failure's message, or why a gate stopped it
     int32_t n_prompt, n_tokens;
@@ -83,7 +82,7 @@ typedef struct app {
     double fps_cap;            // frames a second the policy allows (0: no cap)
     int32_t tts_rate;          // the voice's sample rate (its AUDIO events')
     bool camera_gone;          // a request's frame failed: the camera is gone
-    bool src_done, src_failed;
+    bool src_failed;           // the microphone's stream had an utterance the pipeline refused
     // energy (--stats, --json): the meters where the machine has some, the process's CPU time at the start
     nm_energy_meters *meters;
     double cpu0;

@@ -137,7 +137,7 @@ bool assistant_submit(app *A, item *it) {
     const nm_status st = nm_pipeline_submit(A->P, &in, &id, err, sizeof err);
     pthread_mutex_lock(&A->lock);
     it->id = id;
-    if (st != NM_OK) it->failed = it->done = true, A->n_done++;
+    if (st != NM_OK) it->failed = true, A->n_done++;
     pthread_cond_broadcast(&A->cond); // (the reader waits for the id of a question whose events came first)
     pthread_mutex_unlock(&A->lock);
     if (st != NM_OK) {

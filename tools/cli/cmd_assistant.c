@@ -63,15 +63,15 @@ static void speech_close(app *A, speech_file *S) {
 }
 
 // Question i's answer file (--out DIR: OUT/answer-NNN.wav, NNN its number)
-// opened, its header for `bytes` of samples written.
-static bool speech_open(app *A, speech_file *S, int i, uint32_t bytes) {
+// opened, a header for no samples yet written (speech_close writes the size).
+static bool speech_open(app *A, speech_file *S, int i) {
     char err[512] = "";
     snprintf(S->path, sizeof S->path, "%s/answer-%03d.wav", A->out_dir, i + 1);
     uint8_t h[NM_WAV_HEADER_BYTES];
     pthread_mutex_lock(&A->lock);
     const int32_t rate = A->tts_rate > 0 ? A->tts_rate : 22050; // (a failed question's before any speech: espeak-ng's)
     pthread_mutex_unlock(&A->lock);
-    nm_audio_wav_header(h, bytes, rate, 1);
+    nm_audio_wav_header(h, 0, rate, 1);
     S->bad = nm_outfile_open(&S->f, S->path, err, sizeof err) != NM_OK;
     S->bad = S->bad || fwrite(h, 1, sizeof h, S->f.f) != sizeof h;
     if (S->bad) fprintf(stderr, "error: %s: %s\n", S->path, err[0] ? err : strerror(errno));
@@ -82,7 +82,7 @@ void assistant_silent_answer(app *A, int i) {
     if (!A->out_dir || A->speaker_dev) return;
     speech_file S = {0};
     char err[512] = "";
-    if (speech_open(A, &S, i, 0) && nm_outfile_commit(&S.f, err, sizeof err) != NM_OK)
+    if (speech_open(A, &S, i) && nm_outfile_commit(&S.f, err, sizeof err) != NM_OK)
         fprintf(stderr, "error: %s: %s\n", S.path, err);
     else if (S.bad)
         nm_outfile_abort(&S.f);
@@ -110,7 +110,7 @@ static void speech(app *A, speech_file *S, const nm_pipeline_event *ev) {
         if (!it) return;
         S->id = ev->request;
         S->bytes = 0;
-        speech_open(A, S, (int)(it - A->items), 0);
+        speech_open(A, S, (int)(it - A->items));
     }
     const size_t n = sizeof(int16_t) * (size_t)ev->n_samples;
     if (!S->bad && fwrite(ev->pcm, 1, n, S->f.f) != n) {
@@ -134,7 +134,6 @@ static void ended(app *A, const nm_pipeline_event *ev) {
         return;
     }
     const int i = (int)(it - A->items);
-    it->done = true;
     it->t = ev->t;
     it->skipped = ev->skipped;
     it->cascade = ev->cascade;

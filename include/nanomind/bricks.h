@@ -80,7 +80,10 @@
 //          positions are not decoded again), clear: where the brick stands.
 //          Output: up to out_batch tokens per slot; the last slot holds the
 //          tokens still pending (maybe none: ndim 0, size 0) and the reason
-//          generation stopped in NM_LLM_STOP_OF(user). The end-of-generation
+//          generation stopped in NM_LLM_STOP_OF(user), and the request's counts:
+//          meta->shape[1] its prompt's rows decoded, shape[2] the tokens it
+//          generated (written out), shape[3] its prompt's tokens the cache
+//          already held (reused, not decoded). The end-of-generation
 //          token itself is not written. A TEXT slot is a part of the prompt as text
 //          (a formatted chat turn, or plain text): the brick tokenizes it into
 //          its own slot in place (the slot becomes a TOKENS slot of the same

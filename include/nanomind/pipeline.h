@@ -57,8 +57,10 @@ typedef struct nm_pipeline_params {
     // The bricks' parameters (kind set by the pipeline), NULL: not in the graph. Borrowed for the call
     // (CASCADE: for the pipeline's life);
     // the pipeline loads the bricks and frees them. VISION needs LLM; the LLM brick's output kind is
-    // the pipeline's (sentences with TTS, else text pieces) and its ledger the pipeline's; its n_parallel
-    // must be 1 (NM_ERR_INVALID_ARG: the decoder's lane serves a request at a time).
+    // the pipeline's (sentences with TTS, else text pieces) and its ledger the pipeline's. With its
+    // n_parallel > 1 the decoder serves that many requests together (continuous batching, each on a
+    // sequence of its own: PIPELINED mode without keep_history; a request's prompt goes into the
+    // decoder's ring once fewer than n_parallel + 1 requests are in it).
     const nm_brick_params *stt, *vision, *llm, *tts;
     nm_pipeline_mode mode;
     // The decoder's prompt. chat: a request's text (or transcript) is a user turn formatted with the
@@ -219,10 +221,11 @@ typedef struct nm_pipeline_event {
     double battery_pct;   // POWER: the charge it stepped on
     // DONE: skipped: a gate stopped it (params.wake_words, frame_change), status NM_OK, text why ("no wake
     // word", "frame unchanged (difference 1.00 <= 4.00)"); cascade: it ran as the cascade; n_prompt: prompt
-    // positions the decoder decoded for it (tokens and image rows; not those its cache reused), n_tokens:
-    // tokens it generated
+    // positions the decoder decoded for it (tokens and image rows; not those its cache reused), n_cached:
+    // its prompt's tokens the decoder's cache already held (reused; the prompt is n_prompt + n_cached),
+    // n_tokens: tokens it generated
     bool skipped, cascade;
-    int32_t n_prompt, n_tokens;
+    int32_t n_prompt, n_tokens, n_cached;
 } nm_pipeline_event;
 
 // The next event, in the order the pipeline made them (a request's events in

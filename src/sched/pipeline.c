@@ -119,7 +119,7 @@ static void announce_locked(nm_pipeline *P, pl_req *r) {
     P->n_done++;
     nm_pipeline_event ev = {.kind = NM_PIPELINE_DONE, .request = r->id, .status = r->status, .stop = r->stop, .t = r->t,
                             .skipped = r->skipped, .cascade = r->cascade, .n_prompt = r->n_prompt,
-                            .n_tokens = r->n_tokens};
+                            .n_tokens = r->n_tokens, .n_cached = r->n_cached};
     pl_push_locked(P, &ev, r->err, strlen(r->err), NULL);
 }
 
@@ -203,9 +203,6 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     *out = NULL;
     if (p && p->vision && !p->llm)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a vision brick needs an llm brick to feed");
-    if (p && p->llm && p->llm->n_parallel > 1) // (a lane serves a request at a time: the server's batching is next)
-        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: an llm brick with n_parallel %d: the pipeline's "
-                       "decoder serves one request at a time (n_parallel 1)", (int)p->llm->n_parallel);
     if (!p || (!p->stt && !p->llm && !p->tts))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no brick (give stt, llm or tts parameters)");
     if ((unsigned)p->mode > NM_PIPELINE_CASCADE)
@@ -284,6 +281,7 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         (p->tts && (st = pl_load(P, NM_BRICK_TTS, err, err_size)) != NM_OK))
         goto fail;
     if (P->llm) P->n_predict = p->llm->llm.n_predict;
+    P->n_parallel = p->llm && p->llm->n_parallel > 1 ? p->llm->n_parallel : 1;
     if (P->tts) P->tts_rate = nm_brick_tts_sample_rate(P->tts);
     if (P->llm && p->chat && !p->jinja && !nm_chat_template_name(P->m, P->chat_template)) {
         st = nm_fail(NM_ERR_TEMPLATE, err, err_size, "pipeline: %s (name one: %s)",
@@ -313,8 +311,9 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     if ((P->stt && ((st = ring(&P->stt_in, STT_IN_SLOTS, sizeof(float) * 16000 * (size_t)P->p.max_audio_s, err,
                                err_size)) != NM_OK ||
                     (st = ring(&P->stt_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->stt), err, err_size)) != NM_OK)) ||
-        (P->llm && ((st = ring(&P->llm_in, LLM_IN_SLOTS, llm_slot, err, err_size)) != NM_OK ||
-                    (st = ring(&P->llm_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->llm), err, err_size)) != NM_OK)) ||
+        (P->llm && ((st = ring(&P->llm_in, LLM_IN_SLOTS * (uint32_t)(P->n_parallel + 1), llm_slot, err, err_size)) != NM_OK ||
+                    (st = ring(&P->llm_out, OUT_SLOTS + 4 * (uint32_t)P->n_parallel, nm_brick_out_slot_bytes(P->llm), err,
+                               err_size)) != NM_OK)) ||
         (P->vision && (st = ring(&P->img, 1, nm_brick_in_slot_bytes(P->vision), err, err_size)) != NM_OK) ||
         (P->tts && ((st = ring(&P->tts_in, 16, P->llm ? TEXT_SLOT : NM_TTS_MAX_TEXT, err, err_size)) != NM_OK ||
                     (st = ring(&P->tts_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->tts), err, err_size)) != NM_OK)))

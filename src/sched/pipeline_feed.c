@@ -99,9 +99,13 @@ static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
 static void give(nm_pipeline *P, nm_brick_kind k, pl_req *r) {
     pl_lane *L = &P->L[k];
     pthread_mutex_lock(&P->lock);
-    if (!r->given[k] && L->n_given < (int32_t)(sizeof L->given / sizeof L->given[0])) {
+    if (!r->given[k] && L->ahead > 0) { // (a batching step has served it already)
+        r->given[k] = true;
+        L->ahead--;
+    } else if (!r->given[k] && L->n_given < (int32_t)(sizeof L->given / sizeof L->given[0])) {
         r->given[k] = true;
         r->in_lanes++;
+        L->n_open++;
         L->given[(L->head + L->n_given++) % (int32_t)(sizeof L->given / sizeof L->given[0])] = r->id;
         pthread_cond_broadcast(&P->cond);
     }
@@ -303,6 +307,11 @@ static char *with_pace(const char *json, double tps) {
 static bool send_prompt(nm_pipeline *P, pl_req *r, const char *question, bool head) {
     if (head && (!r->audio || r->n_images == 0 || !P->p.chat || r->cascade)) return false;
     if (!head && r->prompt_ended) return false; // (its head failed: the decoder has ended it)
+    if (!r->head) { // its first part: the decoder holds at most n_parallel + 1 requests (its ring's room)
+        pthread_mutex_lock(&P->lock);
+        while (P->L[NM_BRICK_LLM].n_open > P->n_parallel && !P->stopping) pthread_cond_wait(&P->cond, &P->lock);
+        pthread_mutex_unlock(&P->lock);
+    }
     char *full = P->p.chat ? chat_text(P, r, head ? PLACEHOLDER : question) : pl_with_markers(r, question);
     if (!full && !P->p.chat) pl_record(P, r, NM_ERR_NOMEM, "out of memory for the prompt");
     const size_t ml = strlen(MEDIA_MARKER);

@@ -35,7 +35,8 @@
 #define MEDIA_MARKER NM_PIPELINE_MEDIA_MARKER
 #define TEXT_SLOT 4096             // a sentence for the voice
 #define STT_IN_SLOTS 4             // a request's PARAMS and audio, and the next one's
-#define LLM_IN_SLOTS 8             // a prompt's parts (parameters, text, image segment, text) for two requests
+#define LLM_IN_SLOTS 4             // a prompt's parts (parameters, text, image segment, text), for each request the
+                                   // decoder may hold: its n_parallel and one more (pl_llm_room)
 #define OUT_SLOTS 64
 
 typedef struct pl_img {
@@ -79,7 +80,8 @@ typedef struct pl_req {
     bool given[5];         // its first slot is in that brick's input ring: the lane was given it (by kind)
     nm_pipeline_timings t;
     bool skipped;          // a gate stopped it (the wake words, the frame that did not change)
-    int32_t n_prompt, n_tokens; // the decoder's positions decoded and tokens generated for it (its lane's)
+    int32_t n_prompt, n_tokens, n_cached; // the decoder's rows decoded, tokens generated, prompt tokens its cache
+                           // held (its last slot's counts)
     int64_t n_spoken_bytes; // text given to the voice for it (its estimate's size)
     struct pl_req *next;   // the queue of requests not yet taken
 } pl_req;
@@ -107,6 +109,9 @@ typedef struct pl_lane {
     // under the lock
     uint64_t given[64];    // the requests given (a slot of each in `in`), in order, that it has yet to take:
     int32_t head, n_given; // n_given of them from given[head] (at most what the ring's slots hold)
+    int32_t n_open;        // requests given and not yet served (the decoder's room: pl_llm_room)
+    int32_t ahead;         // requests a step served before they were given (a batching decoder's step serves every
+                           // one that comes while it runs: its first slot may be read before give() records it)
     bool busy;             // serving one
     nm_brick_stats base, cur; // the counters of the bricks it has freed, summed; of the one loaded now
     int32_t threads;       // the threads of the one loaded now
@@ -141,6 +146,7 @@ struct nm_pipeline {
     bool feed_started, answers_started, speech_started;
     int32_t tts_rate;
     int32_t n_predict;     // the decoder's, for the room an answer needs
+    int32_t n_parallel;    // the decoder's sequences (requests it decodes together), >= 1
     // under lock
     pthread_mutex_t lock, submit_lock;
     pthread_cond_t cond;

@@ -205,11 +205,13 @@ void *pl_answers_main(void *arg) {
                 r->n_said += n + 1;
             }
         }
+        const int64_t n_decoded = s.meta->shape[1], n_gen = s.meta->shape[2], n_reused = s.meta->shape[3];
         nm_tabm_release(P->llm_out, &s);
         if ((user & NM_BRICK_MORE) || !r) continue;
-        // the answer's end
+        // the answer's end (its counts in its last slot)
         const nm_llm_stop why = NM_LLM_STOP_OF(user);
         pthread_mutex_lock(&P->lock);
+        r->n_prompt += (int32_t)n_decoded, r->n_tokens += (int32_t)n_gen, r->n_cached += (int32_t)n_reused;
         r->stop = why;
         r->t.answered = pl_since(r);
         if ((user & NM_BRICK_CANCELLED) && r->status == NM_OK && !r->cancelled) r->cancelled = true;
@@ -299,11 +301,8 @@ void *pl_lane_main(void *arg) {
         const nm_brick_stats s = nm_brick_get_stats(b);
         pthread_mutex_lock(&P->lock);
         pl_req *r = pl_req_of(P, id);
-        nm_brick_input in = {0}; // (the request's size, from what the brick counted for it: it serves one at a time)
-        if (L->kind == NM_BRICK_LLM && r) {
-            r->n_prompt += (int32_t)(s.n_prompt_tokens - s0.n_prompt_tokens);
-            r->n_tokens += (int32_t)(s.n_gen - s0.n_gen);
-        }
+        // the size of what the step served (one request, or those a batching decoder took while it ran)
+        nm_brick_input in = {0};
         in.n_tokens = (int64_t)(s.n_prompt_tokens - s0.n_prompt_tokens), in.n_predict = (int64_t)(s.n_gen - s0.n_gen);
         in.n_samples = (int64_t)(s.n_samples - s0.n_samples);
         in.n_bytes = r ? r->n_spoken_bytes : 0;
@@ -311,10 +310,23 @@ void *pl_lane_main(void *arg) {
         if (nm_brick_estimate(b, &in, &c) == NM_OK) L->dram_bytes += c.weight_bytes_read + c.act_bytes;
         L->cur = s;
         L->busy = false;
+        L->n_open--;
         pl_served_locked(P, id);
+        // a decoder with several sequences ends every request that came while it ran: the next given ones
+        // (the ring's order), or ones not given yet (give() finds them served)
+        for (uint64_t k = 1; k < s.n_requests - s0.n_requests; k++) {
+            if (L->n_given == 0) {
+                L->ahead++;
+                continue;
+            }
+            const uint64_t next = L->given[L->head];
+            L->head = (L->head + 1) % cap, L->n_given--, L->n_open--;
+            pl_served_locked(P, next);
+        }
         pthread_cond_broadcast(&P->cond);
     }
-    for (; L->n_given > 0; L->head = (L->head + 1) % cap, L->n_given--) pl_served_locked(P, L->given[L->head]); // (never served)
+    for (; L->n_given > 0; L->head = (L->head + 1) % cap, L->n_given--, L->n_open--)
+        pl_served_locked(P, L->given[L->head]); // (never served)
     pthread_cond_broadcast(&P->cond);
     pthread_mutex_unlock(&P->lock);
     // the brick or a ring broke: its neighbours wake and end (as nm_brick_run's)

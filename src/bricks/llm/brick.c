@@ -62,6 +62,7 @@ typedef struct llm_req {
     int32_t pending;           // the token sampled, decoded by the next pass
     bool stop_after;           // it completed a stop string: ends once decoded
     int32_t n_gen;
+    int32_t n_decoded, n_reused; // its prompt's rows decoded; its tokens the cache already held (not decoded)
     double t_gen0;             // its first token was sampled (p.max_tps paces from there)
     nm_sampler *cur;           // the sequence's sampler, or own_s
     nm_sampler *own_s;         // a PARAMS slot's own
@@ -475,10 +476,12 @@ static nm_status check_input(llm_brick *b, const llm_seq *q, const nm_tabm_slot 
 // ndim 0 when none) and `user`.
 static nm_status put_out(llm_brick *b, const llm_req *r, nm_tabm_slot *o, int32_t n, uint64_t user) {
     nm_tabm_meta *mt = o->meta;
-    const bool text = b->p.out != NM_LLM_OUT_TOKENS;
+    const bool text = b->p.out != NM_LLM_OUT_TOKENS, end = !(user & NM_BRICK_MORE);
     mt->kind = text ? NM_TABM_TEXT : NM_TABM_TOKENS;
     mt->ndim = n > 0 ? 1 : 0;
     mt->shape[0] = n;
+    // the last slot: the request's counts (bricks.h)
+    mt->shape[1] = end ? r->n_decoded : 0, mt->shape[2] = end ? r->n_gen : 0, mt->shape[3] = end ? r->n_reused : 0;
     mt->size = (text ? 1 : sizeof(int32_t)) * (uint64_t)n;
     mt->user = user;
     mt->request = r->id;
@@ -771,6 +774,7 @@ static bool check_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
     r->n = n, r->p0 = p0, r->last = last, r->off = 0;
     if (s->meta->kind == NM_TABM_TOKENS && r->p.cache_prompt)
         r->off = reusable(b, q, s->data, n, p0, last); // prefix reuse, exact
+    r->n_reused += r->off;
     r->checked = true;
     q->pos = p0 + r->off;
     if (r->off == n) { // every token already there
@@ -899,6 +903,7 @@ static nm_status embd_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
         q->pos = r->p0 + r->off;
         q->n_cached = q->pos; // what lay beyond was computed over another prefix
         b->st.n_prompt_tokens += (uint64_t)nb;
+        r->n_decoded += nb;
     }
     const bool end = r->last;
     part_done(b, r);
@@ -1085,6 +1090,7 @@ static nm_status pass(llm_brick *b) {
                 q->pos = r->p0 + r->off;
                 q->n_cached = q->pos; // (beyond: computed over another prefix)
                 b->st.n_prompt_tokens += (uint64_t)r->chunk;
+                r->n_decoded += r->chunk;
                 const bool end = r->row_kind == ROW_PROMPT_END;
                 if (r->off == r->n) part_done(b, r);
                 if (end) st = sampled(b, r, nm_get_logits(b->c, r->row));

@@ -161,8 +161,8 @@ typedef struct nm_pipeline_input {
     const nm_pipeline_image *images;
     int32_t n_images;
     // The bricks' parameters for this request only (JSON objects, as their PARAMS slots: docs/bricks.md);
-    // NULL: none.
-    const char *llm_params, *stt_params, *tts_params;
+    // NULL: none. vision_params go before each image of a file or bytes (not a camera's frame: refused).
+    const char *llm_params, *stt_params, *tts_params, *vision_params;
     bool silent;                 // with TTS: the answer is not spoken
 } nm_pipeline_input;
 

@@ -84,8 +84,8 @@ void pl_retire_locked(nm_pipeline *P, pl_req *r) {
 }
 
 void pl_free_req_body(pl_req *r) {
-    free(r->text), free(r->llm_params), free(r->tts_params), free(r->said), free(r->head);
-    r->text = r->llm_params = r->tts_params = r->said = r->head = NULL;
+    free(r->text), free(r->llm_params), free(r->tts_params), free(r->vision_params), free(r->said), free(r->head);
+    r->text = r->llm_params = r->tts_params = r->vision_params = r->said = r->head = NULL;
     r->n_said = r->cap_said = 0;
     for (int32_t i = 0; i < r->n_images; i++) {
         free(r->img[i].path);
@@ -314,7 +314,7 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         (P->llm && ((st = ring(&P->llm_in, LLM_IN_SLOTS * (uint32_t)(P->n_parallel + 1), llm_slot, err, err_size)) != NM_OK ||
                     (st = ring(&P->llm_out, OUT_SLOTS + 4 * (uint32_t)P->n_parallel, nm_brick_out_slot_bytes(P->llm), err,
                                err_size)) != NM_OK)) ||
-        (P->vision && (st = ring(&P->img, 1, nm_brick_in_slot_bytes(P->vision), err, err_size)) != NM_OK) ||
+        (P->vision && (st = ring(&P->img, 2, nm_brick_in_slot_bytes(P->vision), err, err_size)) != NM_OK) ||
         (P->tts && ((st = ring(&P->tts_in, 16, P->llm ? TEXT_SLOT : NM_TTS_MAX_TEXT, err, err_size)) != NM_OK ||
                     (st = ring(&P->tts_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->tts), err, err_size)) != NM_OK)))
         goto fail;
@@ -451,6 +451,9 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
                            "pipeline: image %d: give a path, bytes or a camera, one of them", (int)i + 1);
         if (im->camera && !nm_camera_ring(im->camera))
             return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: image %d: a camera not started", (int)i + 1);
+        if (im->camera && in->vision_params)
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: image %d: vision parameters for a camera's "
+                           "frame (its ring holds frames only)", (int)i + 1);
     }
     const int32_t marks = in->text ? pl_n_markers(in->text) : 0;
     if (marks > 0 && marks != in->n_images)
@@ -481,6 +484,7 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     r->text = pl_dup_s(in->text);
     r->llm_params = pl_dup_s(in->llm_params);
     r->tts_params = pl_dup_s(in->tts_params);
+    r->vision_params = image ? pl_dup_s(in->vision_params) : NULL;
     bool paths = true;
     for (int32_t i = 0; i < in->n_images; i++) { // (bytes: read into the vision brick's slot in their turn, one copy)
         r->img[i] = (pl_img){.path = pl_dup_s(in->images[i].path), .bytes = in->images[i].bytes,
@@ -488,7 +492,8 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
         paths = paths && (!in->images[i].path || r->img[i].path);
     }
     r->n_images = in->n_images;
-    if ((in->text && !r->text) || !paths || (in->llm_params && !r->llm_params) || (in->tts_params && !r->tts_params)) {
+    if ((in->text && !r->text) || !paths || (in->llm_params && !r->llm_params) || (in->tts_params && !r->tts_params) ||
+        (image && in->vision_params && !r->vision_params)) {
         pl_free_req_body(r);
         free(r);
         return nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: out of memory");

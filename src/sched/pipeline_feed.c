@@ -197,6 +197,15 @@ static bool put_tokens(nm_pipeline *P, pl_req *r, const char *text, size_t n, ui
     return true;
 }
 
+// An image's parameters taken back out of the vision ring (in: they were put
+// there) when the image does not follow them: this thread is its one reader
+// (it steps the vision brick). 0: put_image's "failed, nothing written".
+static int take_back(nm_pipeline *P, bool in) {
+    nm_tabm_slot s;
+    if (in && nm_tabm_acquire_read(P->img, 0, &s) == NM_OK) nm_tabm_release(P->img, &s);
+    return 0;
+}
+
 // Image k of request r into the vision ring, encoded on this thread into the
 // decoder's ring with the segment flags `user`. 1: done; 0: failed, nothing
 // written to the decoder; -1: failed, a flagged segment written (the decoder
@@ -208,11 +217,24 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
     snprintf(name, sizeof name, "%d (%s)", (int)k + 1, im->camera ? "the camera's frame" : "bytes");
     const char *what = im->path ? im->path : name;
     nm_tabm *ring = im->camera ? nm_camera_ring(im->camera) : P->img;
-    nm_status st = im->camera ? pl_capture(im, err, sizeof err) : nm_tabm_acquire_write(P->img, 0, -1, &s);
+    nm_status st = NM_OK;
+    bool params_in = false; // (an image that does not follow them: they are taken back, for the next image's sake)
+    if (r->vision_params && (st = nm_tabm_acquire_write(P->img, 0, -1, &s)) == NM_OK) { // its parameters first
+        const size_t n = strlen(r->vision_params);
+        st = n <= s.capacity ? NM_OK : NM_ERR_RANGE;
+        if (st == NM_OK) {
+            memcpy(s.data, r->vision_params, n); // (the caller's, made here: not a copy between bricks)
+            *s.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)n}, .size = n,
+                                     .user = NM_BRICK_MORE, .request = r->id};
+        }
+        if (st != NM_OK || (st = nm_tabm_publish(P->img, &s)) != NM_OK) nm_tabm_cancel(P->img, &s);
+        params_in = st == NM_OK;
+    }
+    if (st == NM_OK) st = im->camera ? pl_capture(im, err, sizeof err) : nm_tabm_acquire_write(P->img, 0, -1, &s);
     if (st != NM_OK) {
         if (im->camera) pl_record(P, r, st, "image %s: %s", what, err);
         else pl_record(P, r, st, "vision: its ring: %s", nm_status_str(st));
-        return 0;
+        return take_back(P, params_in);
     }
     size_t n = 0;
     if (im->camera) { // the frame is in the camera's slot: the brick reads it there
@@ -232,7 +254,7 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
     if (st != NM_OK) {
         nm_tabm_cancel(ring, &s);
         pl_record(P, r, st, "image %s (%s)", err, nm_status_str(st));
-        return 0;
+        return take_back(P, params_in);
     }
     if (im->camera) { // (its shape: the pixels, as the camera set it)
         s.meta->user = user;
@@ -244,7 +266,7 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
     if ((st = nm_tabm_publish(ring, &s)) != NM_OK) {
         nm_tabm_cancel(ring, &s);
         pl_record(P, r, st, "vision: its ring: %s", nm_status_str(st));
-        return 0;
+        return take_back(P, params_in);
     }
     const uint64_t bad = nm_brick_get_stats(P->vision).n_bad_requests;
     st = nm_brick_step(P->vision, ring, P->llm_in);

@@ -51,7 +51,7 @@ typedef struct pl_img {
 typedef struct pl_req {
     uint64_t id;
     double t_submit;
-    char *text, *llm_params, *tts_params;
+    char *text, *llm_params, *tts_params, *vision_params;
     pl_img img[NM_PIPELINE_MAX_IMAGES];
     int32_t n_images;
     bool audio, silent;

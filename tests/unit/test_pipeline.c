@@ -692,7 +692,8 @@ NM_TEST(pipeline_bad_input_named) {
 // two images put both segments in the prompt; a missing or corrupt image ends
 // its request with the file named (a corrupt one with text after it too: the
 // decoder's request is ended, not left waiting) and the next one is served;
-// the prompt and the images enter the graph with no copy between bricks.
+// the vision brick's parameters go before an image (and do not outlive one that
+// could not be read); the prompt and the images enter the graph with no copy between bricks.
 NM_TEST(pipeline_images_answered) {
     NEED_MODELS();
     nm_brick_params lp = llm_params(6), vp = nm_brick_default_params(NM_BRICK_VISION);
@@ -756,6 +757,18 @@ NM_TEST(pipeline_images_answered) {
     NM_CHECK(read_answer(P, id, &a) && a.status != NM_OK && strstr(a.done_text, bad));
     if (!strstr(a.done_text, bad)) fprintf(stderr, "  corrupt: '%s'\n", a.done_text);
     NM_CHECK(nm_pipeline_submit(P, &ins[0], &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && !strcmp(a.text, "orange"));
+    // the vision brick's own parameters, before each image: a pixel limit the scene is over fails it (its
+    // DONE says why); with a missing file they are taken back: the next image is answered in step
+    nm_pipeline_input small = ins[0];
+    small.vision_params = "{\"max_pixels\": 100}";
+    NM_CHECK(nm_pipeline_submit(P, &small, &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status != NM_OK && strstr(a.done_text, "pixels"));
+    if (!strstr(a.done_text, "pixels")) fprintf(stderr, "  max_pixels: '%s'\n", a.done_text);
+    small.images = &missing;
+    NM_CHECK(nm_pipeline_submit(P, &small, &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_ERR_IO);
+    NM_CHECK(nm_pipeline_submit(P, &ins[1], &id, NULL, 0) == NM_OK);
     NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && !strcmp(a.text, "orange"));
     remove(bad);
     nm_pipeline_free(P);

@@ -146,39 +146,12 @@ nm_brick_params cli_llm_params(const cli_opts *o, nm_model *m, nm_ledger *ledger
 // The chat's options (-sys, --chat-template, --jinja, --chat-template-file) into a pipeline's parameters
 // (chat: the caller's).
 void cli_chat_params(const cli_opts *o, nm_pipeline_params *pp);
-// The vision brick's parameters for --mmproj FILE `mmproj` (media.c) feeding
-// the LLM brick `llm` (NULL: a pipeline's), on `device` (NULL: -dev), with -t
-// and --mmproj-cores, counted in ledger (NULL: the pipeline's).
-nm_brick_params cli_vision_params(const cli_opts *o, const char *mmproj, const char *device, nm_brick *llm,
-                                  nm_ledger *ledger);
+// The vision brick's parameters for --mmproj FILE `mmproj` (media.c), for a
+// pipeline (which sets the LLM brick it feeds and its ledger), on `device`
+// (NULL: -dev), with -t and --mmproj-cores.
+nm_brick_params cli_vision_params(const cli_opts *o, const char *mmproj, const char *device);
 // Prints why the vision brick of `mmproj` did not load (err: the brick's message).
 void cli_vision_error(const cli_opts *o, const char *mmproj, nm_status st, const char *err);
-// The vision brick of --mmproj FILE `mmproj` (media.c) feeding the LLM brick
-// `llm` (o->model's), on `device` (NULL: -dev), with -t and --mmproj-cores,
-// counted in ledger: true and the brick in *vision (the caller frees it), or
-// false after printing why (it belongs to another model, or cannot be loaded).
-bool cli_vision_load(const cli_opts *o, const char *mmproj, const char *device, nm_brick *llm, nm_ledger *ledger,
-                     nm_brick **vision);
-// Where a prompt's parts go (cli_prompt_send), in order; each returns false to
-// stop the prompt (having said why, or noted it for its caller in ctx).
-typedef struct cli_prompt_i {
-    // The text [text, text + len) (not NUL-terminated) as a token slot: user its
-    // flags (NM_LLM_IN_POS(0) on the prompt's first slot, NM_BRICK_MORE when more
-    // parts follow), bos whether its tokens start with BOS.
-    bool (*text)(void *ctx, const char *text, size_t len, uint64_t user, bool bos);
-    // Image k (the prompt's k-th media marker) through the vision brick, user
-    // its segment's flags as for text.
-    bool (*image)(void *ctx, int k, uint64_t user);
-} cli_prompt_i;
-// Sends `prompt` with n_images images, one MEDIA_MARKER each in it (the caller
-// has checked the count), to `to`: the text between markers as text parts,
-// each image at its marker, all but the last part flagged NM_BRICK_MORE. The
-// first text part carries BOS when bos (even when empty, as llama.cpp's mtmd
-// does, unless m's tokenizer gives no BOS); empty text between images or after
-// the last is not sent. Without images the whole prompt is one text part.
-// False when a part returned false.
-bool cli_prompt_send(const nm_model *m, const char *prompt, int n_images, bool bos, const cli_prompt_i *to,
-                     void *ctx);
 // --mlock, after the model is loaded: every mapped page kept in RAM (a
 // warning, not an error, when the system refuses, as llama.cpp).
 void cli_mlock(const cli_opts *o);

@@ -398,7 +398,7 @@ static int brick_params(app *A) {
     A->lp.model = o->model;
     A->lp.no_mmap = o->no_mmap;
     if (A->lp.llm.n_predict < 0) A->lp.llm.n_predict = 128; // an answer must end
-    if (o->mmproj) A->vp = cli_vision_params(o, o->mmproj, o->mmproj_device, NULL, NULL);
+    if (o->mmproj) A->vp = cli_vision_params(o, o->mmproj, o->mmproj_device);
     if (A->stt_model) {
         A->sp = nm_brick_default_params(NM_BRICK_STT);
         A->sp.model = A->stt_model;

@@ -366,7 +366,7 @@ static int run_main(cli_opts *op, int argc, char **argv) {
         goto done;
     }
     nm_brick_params lp = cli_llm_params(&o, m, NULL);
-    nm_brick_params vp = cli_vision_params(&o, o.mmproj, o.mmproj_device, NULL, NULL);
+    nm_brick_params vp = cli_vision_params(&o, o.mmproj, o.mmproj_device);
     nm_pipeline_params pp = nm_pipeline_default_params();
     pp.llm = &lp;
     pp.vision = o.mmproj ? &vp : NULL;

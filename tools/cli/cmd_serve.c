@@ -1,15 +1,14 @@
-// nanomind serve: an OpenAI-compatible HTTP server over the LLM brick
-// (docs/server.md). HTTP through civetweb (Debian's libcivetweb: a thread per
-// open connection and a blocking chunk writer, so a streamed answer is a loop
-// in its handler), JSON through cJSON.
+// nanomind serve: an OpenAI-compatible HTTP server (docs/server.md). HTTP
+// through civetweb (Debian's libcivetweb: a thread per open connection and a
+// blocking chunk writer, so a streamed answer is a loop in its handler), JSON
+// through cJSON: this file is HTTP, the routes, /metrics and the command.
 //
-// The decoder is one brick on its own lane, fed through its input ring and
-// read from its output ring. This first version serves one sequence at a
-// time: a request waits its turn (at most --queue of them wait; more get 429),
-// sends its parameters and prompt as one request of the brick (a new
-// conversation at position 0: the prompt's leading tokens the cache already
-// holds, a repeated system prompt, are not decoded again) and reads its
-// tokens back. A client that goes away mid-stream cancels its request.
+// The decoder (with --mmproj the vision encoder before it) is a pipeline
+// (serve_gen.c): a request waits its turn (--parallel requests decode
+// together, at most --queue wait; more get 429), submits its prompt with its
+// parameters (a new conversation at position 0: the prompt's leading tokens
+// the cache already holds, a repeated system prompt, are not decoded again)
+// and reads its answer back. A client that goes away cancels its request.
 // With --stt, transcriptions run on the STT brick (its own thread pool, one
 // at a time); with --tts, speech on the TTS brick's lane, streamed as made.
 #include <errno.h>
@@ -69,12 +68,6 @@ static void usage(FILE *f) {
             "--chat-template, --jinja, --chat-template-file, -sys/-sysf (a system message when a chat has none), -dev,\n"
             "-ngl, --no-mmap, --mlock, -ctk/-ctv f16; --metrics, --log-disable, -v, --no-warmup are accepted (/metrics\n"
             "is always served).\n");
-}
-
-static void *lane_main(void *arg) {
-    server *S = arg;
-    (void)nm_brick_run(S->llm, S->in, S->out);
-    return NULL;
 }
 
 // ---- latency histograms ---------------------------------------------------------------
@@ -138,7 +131,7 @@ static char *format_chat(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status
 }
 
 serve_env serve_env_of(server *S) {
-    return (serve_env){.vision = S->vision != NULL, .image_dir_real = S->image_dir_real, .system = S->o.system,
+    return (serve_env){.vision = S->mmproj != NULL, .image_dir_real = S->image_dir_real, .system = S->o.system,
                        .format = format_chat, .format_ctx = S, .stop = (const char *const *)S->o.stop,
                        .n_stop = S->o.n_stop, .speech_max_chars = S->speech_max_chars};
 }
@@ -197,84 +190,6 @@ void serve_turn_give(server *S, serve_turn *t) {
     t->busy--;
     pthread_cond_broadcast(&t->free); // (the oldest ticket's holder is among those woken)
     pthread_mutex_unlock(&S->lock);
-}
-
-// ---- the decoder's output -----------------------------------------------------------------
-
-// Reads the decoder's ring and hands each slot's tokens to the box of its
-// request (a copy of the token ids, counted: a slow client never holds the
-// ring, which every request decoded together shares). A slot of no box
-// (its handler gone) is dropped. When the ring ends, every box is ended lost.
-static void *reader_main(void *arg) {
-    server *S = arg;
-    for (;;) {
-        nm_tabm_slot o;
-        if (nm_tabm_acquire_read(S->out, -1, &o) != NM_OK) break;
-        const int32_t k = o.meta->ndim == 1 ? (int32_t)o.meta->shape[0] : 0;
-        pthread_mutex_lock(&S->box_lock);
-        serve_box *b = NULL;
-        for (int32_t i = 0; i < S->parallel && !b; i++)
-            if (S->boxes[i].id == o.meta->request) b = &S->boxes[i];
-        if (b && b->n + k > b->cap) {
-            const int32_t cap = (b->n + k) * 2;
-            int32_t *t = realloc(b->tok, sizeof(int32_t) * (size_t)cap);
-            if (t) b->tok = t, b->cap = cap;
-        }
-        if (b && b->n + k <= b->cap) {
-            nm_ledger_copy(S->ledger, S->ep_llm, S->ep_server, b->tok + b->n, o.data, sizeof(int32_t) * (size_t)k);
-            b->n += k;
-        } else if (b) {
-            b->lost = true; // (out of memory: the request ends failed)
-        }
-        if (b && !(o.meta->user & NM_BRICK_MORE)) b->ended = true, b->user = o.meta->user;
-        pthread_cond_broadcast(&S->box_cv);
-        pthread_mutex_unlock(&S->box_lock);
-        nm_tabm_release(S->out, &o);
-    }
-    pthread_mutex_lock(&S->box_lock);
-    for (int32_t i = 0; i < S->parallel; i++)
-        if (S->boxes[i].id && !S->boxes[i].ended) S->boxes[i].ended = S->boxes[i].lost = true;
-    pthread_cond_broadcast(&S->box_cv);
-    pthread_mutex_unlock(&S->box_lock);
-    return NULL;
-}
-
-// A box for request id (one is free for each request holding the decoder's turn).
-static serve_box *box_take(server *S, uint64_t id) {
-    pthread_mutex_lock(&S->box_lock);
-    serve_box *b = NULL;
-    for (int32_t i = 0; i < S->parallel && !b; i++)
-        if (!S->boxes[i].id) b = &S->boxes[i];
-    if (b) {
-        b->id = id;
-        b->head = b->n = 0;
-        b->ended = b->lost = false;
-        b->user = 0;
-    }
-    pthread_mutex_unlock(&S->box_lock);
-    return b;
-}
-
-static void box_give(server *S, serve_box *b) {
-    pthread_mutex_lock(&S->box_lock);
-    b->id = 0;
-    pthread_mutex_unlock(&S->box_lock);
-}
-
-// Up to max tokens from the box into out, waiting for some; *end: the box
-// ended and this was the last of it (*user its last slot's flags, *lost when
-// the decoder stopped first).
-static int32_t box_read(server *S, serve_box *b, int32_t *out, int32_t max, bool *end, uint64_t *user, bool *lost) {
-    pthread_mutex_lock(&S->box_lock);
-    while (b->head == b->n && !b->ended) pthread_cond_wait(&S->box_cv, &S->box_lock);
-    int32_t k = b->n - b->head < max ? b->n - b->head : max;
-    if (k > 0) memcpy(out, b->tok + b->head, sizeof(int32_t) * (size_t)k); // (no tokens yet: tok may be NULL)
-    b->head += k;
-    *end = b->ended && b->head == b->n;
-    *user = b->user;
-    *lost = b->lost;
-    pthread_mutex_unlock(&S->box_lock);
-    return k;
 }
 
 // Whether a Content-Type is JSON's: application/json, parameters allowed (any case, as media types are).
@@ -379,501 +294,6 @@ char *read_body(server *S, struct mg_connection *c, int *code) {
     }
     buf[len] = '\0';
     return buf;
-}
-
-// ---- the decoder's turn -----------------------------------------------------------------
-
-// A token's text as it goes out: up to 256 bytes of the model's, each stray byte written as U+FFFD's 3.
-#define SERVE_PIECE_MAX (3 * 256)
-
-typedef struct gen {
-    server *S;
-    struct mg_connection *c;
-    // an error found while decoding, sent once the decoder's turn is given back (so that a client that has
-    // its reply finds the decoder free: --queue 0 does not refuse its next request). The message is
-    // allocated: this struct lives on a civetweb thread's 100 KB stack, which every route shares.
-    int err_code;
-    const char *err_param;
-    char *err_msg;
-    bool chat, stream, usage_in_stream;
-    uint64_t id;
-    char cid[48];
-    long long created; // the answer's time (OpenAI's `created`: when the request was taken)
-    int32_t n_prompt, n_tokens;
-    nm_llm_stop why;
-    bool gone; // the client went away
-    int fd;    // a whole (not streamed) answer's socket, watched for the client leaving; -1: none
-    double t0, t_first; // the body read, the first token come (0: none)
-    char *text;
-    size_t len, cap;
-    // stop strings: the text is cut before the first (OpenAI's stop is not part of the answer); what may
-    // still begin one is held back until it cannot
-    const char *stop[NM_LLM_MAX_STOP];
-    int n_stop;
-    char held[NM_LLM_MAX_STOP_LEN + SERVE_PIECE_MAX];
-    size_t n_held;
-    bool stopped;
-    // a streamed token's event, written in place: the chunk's JSON up to the text (made once a request),
-    // the text escaped, the rest (nothing allocated a token)
-    char *ev;
-    size_t n_pre;
-} gen;
-
-#define EV_TEXT_MAX (6 * (NM_LLM_MAX_STOP_LEN + SERVE_PIECE_MAX)) // the largest piece, every byte escaped as \u00XX
-#define EV_SUFFIX_CHAT "\"},\"finish_reason\":null}]}\n\n"
-#define EV_SUFFIX_TEXT "\",\"finish_reason\":null}]}\n\n"
-
-// The streamed chunks' common start, into g->ev (malloc'd once a request). False: out of memory.
-static bool ev_begin(gen *g) {
-    char pre[512];
-    const int n = snprintf(pre, sizeof pre, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->cid,
-                           g->chat ? "chat.completion.chunk" : "text_completion", g->created);
-    const char *tail = g->chat ? ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" : ",\"choices\":[{\"index\":0,\"text\":\"";
-    g->n_pre = (size_t)n + strlen(g->S->alias_text) + strlen(tail);
-    if (!(g->ev = malloc(g->n_pre + EV_TEXT_MAX + sizeof EV_SUFFIX_CHAT))) return false;
-    snprintf(g->ev, g->n_pre + 1, "%s%s%s", pre, g->S->alias_text, tail);
-    return true;
-}
-
-// One piece of text as a streamed chunk: escaped for JSON into g->ev after the common start.
-static void ev_send(gen *g, const char *p, int32_t n) {
-    static const char hex[] = "0123456789abcdef";
-    char *o = g->ev + g->n_pre;
-    for (int32_t i = 0; i < n; i++) {
-        const unsigned char ch = (unsigned char)p[i];
-        if (ch == '"' || ch == '\\') {
-            *o++ = '\\';
-            *o++ = (char)ch;
-        } else if (ch == '\n') {
-            *o++ = '\\';
-            *o++ = 'n';
-        } else if (ch < 0x20) {
-            memcpy(o, "\\u00", 4);
-            o[4] = hex[ch >> 4];
-            o[5] = hex[ch & 15];
-            o += 6;
-        } else {
-            *o++ = (char)ch;
-        }
-    }
-    const char *suffix = g->chat ? EV_SUFFIX_CHAT : EV_SUFFIX_TEXT;
-    const size_t ns = strlen(suffix);
-    memcpy(o, suffix, ns);
-    if (mg_send_chunk(g->c, g->ev, (unsigned)(o + ns - g->ev)) <= 0) g->gone = true;
-}
-
-bool serve_sse(struct mg_connection *c, cJSON *obj) {
-    char *t = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
-    if (!t) return false;
-    const size_t n = strlen(t);
-    char *ev = malloc(n + 9);
-    bool ok = ev != NULL;
-    if (ok) {
-        memcpy(ev, "data: ", 6);
-        memcpy(ev + 6, t, n);
-        memcpy(ev + 6 + n, "\n\n", 3);
-        ok = mg_send_chunk(c, ev, (unsigned)(n + 8)) > 0;
-    }
-    free(ev);
-    free(t);
-    return ok;
-}
-
-static bool sse(gen *g, cJSON *obj) { return serve_sse(g->c, obj); }
-
-static const char *finish_reason(nm_llm_stop why) {
-    return why == NM_LLM_STOP_N_PREDICT || why == NM_LLM_STOP_CTX_FULL ? "length" : "stop";
-}
-
-// A chunk or a whole answer's envelope: id, object, created, model, choices[0].
-static cJSON *envelope(const gen *g, bool chunk, cJSON **choice) {
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "id", g->cid);
-    cJSON_AddStringToObject(r, "object", g->chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion");
-    cJSON_AddNumberToObject(r, "created", (double)g->created);
-    cJSON_AddStringToObject(r, "model", g->S->alias);
-    cJSON *cs = cJSON_AddArrayToObject(r, "choices");
-    *choice = cJSON_CreateObject();
-    cJSON_AddItemToArray(cs, *choice);
-    cJSON_AddNumberToObject(*choice, "index", 0);
-    return r;
-}
-
-static void add_usage(const gen *g, cJSON *r) {
-    cJSON *u = cJSON_AddObjectToObject(r, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", g->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", g->n_tokens);
-    cJSON_AddNumberToObject(u, "total_tokens", g->n_prompt + g->n_tokens);
-}
-
-// A piece of the answer: streamed as a chunk, or kept for the whole reply.
-static void emit(gen *g, const char *p, int32_t n) {
-    if (n <= 0) return;
-    if (g->stream) {
-        if (!g->gone) ev_send(g, p, n);
-        return;
-    }
-    if (g->len + (size_t)n + 1 > g->cap) {
-        size_t cap = g->cap * 2 + (size_t)n + 64;
-        char *t = realloc(g->text, cap);
-        if (!t) return;
-        g->text = t;
-        g->cap = cap;
-    }
-    memcpy(g->text + g->len, p, (size_t)n);
-    g->len += (size_t)n;
-    g->text[g->len] = '\0';
-}
-
-// A piece through the stop strings: cut before a whole one (and nothing after it), hold back a tail that
-// may begin one. end: the answer is over (what is held goes out).
-static void piece(gen *g, const char *p, int32_t n, bool end) {
-    if (g->stopped) return;
-    if (g->n_stop == 0) {
-        emit(g, p, n);
-        return;
-    }
-    if (g->n_held + (size_t)n > sizeof g->held) { // (a piece longer than any stop string: the held part goes)
-        emit(g, g->held, (int32_t)g->n_held);
-        g->n_held = 0;
-    }
-    if ((size_t)n > sizeof g->held) {
-        emit(g, p, n);
-        return;
-    }
-    memcpy(g->held + g->n_held, p, (size_t)n);
-    g->n_held += (size_t)n;
-    size_t cut = g->n_held; // the first stop string's start
-    for (int k = 0; k < g->n_stop; k++) {
-        const size_t sl = strlen(g->stop[k]);
-        for (size_t i = 0; sl && i + sl <= g->n_held && i < cut; i++)
-            if (!memcmp(g->held + i, g->stop[k], sl)) cut = i;
-    }
-    if (cut < g->n_held) {
-        emit(g, g->held, (int32_t)cut);
-        g->stopped = true;
-        g->n_held = 0;
-        return;
-    }
-    size_t keep = 0; // the longest tail that begins a stop string
-    for (int k = 0; k < g->n_stop && !end; k++) {
-        const size_t sl = strlen(g->stop[k]);
-        for (size_t t = sl > 1 ? sl - 1 : 0; t > keep; t--)
-            if (t <= g->n_held && !memcmp(g->held + g->n_held - t, g->stop[k], t)) {
-                keep = t;
-                break;
-            }
-    }
-    emit(g, g->held, (int32_t)(g->n_held - keep));
-    memmove(g->held, g->held + g->n_held - keep, keep);
-    g->n_held = keep;
-}
-
-// One text part of the prompt, tokenized straight into a slot of the decoder's
-// ring. Returns its token count; when it gives none or needs `room` positions
-// or more (the return is then 0 or its count) the slot goes empty and without
-// NM_BRICK_MORE, which ends the request in the brick (it fails it), so the
-// ring stays in step. *down: the decoder's ring is shut.
-static int32_t text_part(gen *g, const char *text, size_t len, uint64_t user, bool bos, int32_t room, bool *down) {
-    server *S = g->S;
-    nm_tabm_slot sl;
-    if (nm_tabm_acquire_write(S->in, 0, -1, &sl) != NM_OK) {
-        *down = true;
-        return 0;
-    }
-    const int32_t cap = (int32_t)(sl.capacity / sizeof(int32_t));
-    int32_t n = nm_tokenize(S->m, text, len, sl.data, cap, bos, true);
-    const bool fits = n > 0 && n < room;
-    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .ndim = fits ? 1 : 0, .shape = {fits ? n : 0},
-                              .size = fits ? sizeof(int32_t) * (uint64_t)n : 0,
-                              .user = fits ? user : user & ~(uint64_t)NM_BRICK_MORE, .request = g->id};
-    if (nm_tabm_publish(S->in, &sl) != NM_OK) nm_tabm_cancel(S->in, &sl);
-    return n < 0 ? -n : n;
-}
-
-// What went of the prompt (its parts: cli_prompt_send). *n_text, *rows: the
-// tokens and image embeddings sent. A part that failed ends the request in
-// the ring: *ierr says why, *bad_image when the image was at fault, *too_long
-// when the text did not fit.
-typedef struct prompt_sent {
-    int32_t n_text;
-    int64_t rows;
-    bool down, too_long, image_failed, bad_image;
-    char ierr[400];
-} prompt_sent;
-
-// The request whose prompt's parts go into the decoder's ring (ctx of to_decoder).
-typedef struct prompt_parts {
-    gen *g;
-    const serve_images *im;
-    int32_t n_ctx;
-    prompt_sent *ps;
-} prompt_parts;
-
-// A text part (cli_prompt_i.text): into the room left in the context.
-static bool part_text(void *ctx, const char *text, size_t len, uint64_t user, bool bos) {
-    prompt_parts *P = ctx;
-    prompt_sent *ps = P->ps;
-    const int32_t room = P->n_ctx - ps->n_text - (int32_t)ps->rows;
-    const int32_t n = text_part(P->g, text, len, user, bos, room, &ps->down);
-    ps->n_text += n;
-    ps->too_long = !ps->down && (n == 0 || n >= room);
-    return !ps->down && !ps->too_long;
-}
-
-// Image k (cli_prompt_i.image) through the vision brick. When it fails the
-// rest of the request will not come: an empty last slot ends it in the
-// decoder, unless the vision brick's own failed last slot did.
-static bool part_image(void *ctx, int k, uint64_t user) {
-    prompt_parts *P = ctx;
-    prompt_sent *ps = P->ps;
-    server *S = P->g->S;
-    int64_t r = 0;
-    if (serve_image_send(S, &P->im->v[k], user, P->g->id, &r, &ps->bad_image, ps->ierr, sizeof ps->ierr)) {
-        ps->rows += r;
-        return true;
-    }
-    ps->image_failed = true;
-    snprintf(ps->ierr + strlen(ps->ierr), sizeof ps->ierr - strlen(ps->ierr), " (image %d)", k + 1);
-    nm_tabm_slot sl;
-    if (((user & NM_BRICK_MORE) || !ps->bad_image) && nm_tabm_acquire_write(S->in, 0, -1, &sl) == NM_OK) {
-        *sl.meta = (nm_tabm_meta){.kind = NM_TABM_TOKENS, .request = P->g->id};
-        if (nm_tabm_publish(S->in, &sl) != NM_OK) nm_tabm_cancel(S->in, &sl);
-    }
-    return false;
-}
-
-static const cli_prompt_i to_decoder = {part_text, part_image};
-
-// The request's error reply, kept until the decoder's turn is given back (gen.err_code).
-static bool fail_later(gen *g, int code, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static bool fail_later(gen *g, int code, const char *param, const char *fmt, ...) {
-    char msg[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    free(g->err_msg);
-    g->err_msg = strdup(msg);
-    g->err_code = code, g->err_param = param;
-    return false;
-}
-
-// Sends the request (parameters, then the prompt's parts from position 0) and
-// reads its tokens back from its box. False with the error kept (fail_later) if it could not start.
-static bool decode_into(gen *g, serve_box *box, cJSON *params, const char *prompt, const serve_images *im, bool bos) {
-    server *S = g->S;
-    nm_tabm_slot sl;
-    char *pj = cJSON_PrintUnformatted(params);
-    if (!pj || nm_tabm_acquire_write(S->in, 0, -1, &sl) != NM_OK) {
-        free(pj);
-        fail_later(g, 503, NULL, "the decoder is not running");
-        return false;
-    }
-    const size_t pn = strlen(pj);
-    if (pn > sl.capacity) { // (a cut object would fail the request in the brick)
-        free(pj);
-        nm_tabm_cancel(S->in, &sl);
-        fail_later(g, 400, NULL, "the request's parameters take %zu bytes; the decoder's slot holds %zu "
-                           "(fewer or shorter stop strings, or a larger -c)", pn, (size_t)sl.capacity);
-        return false;
-    }
-    nm_ledger_copy(S->ledger, S->ep_server, S->ep_llm, sl.data, pj, pn);
-    free(pj);
-    *sl.meta = (nm_tabm_meta){.kind = NM_TABM_PARAMS, .ndim = 1, .shape = {(int64_t)pn}, .size = pn,
-                              .user = NM_BRICK_MORE, .request = g->id};
-    if (nm_tabm_publish(S->in, &sl) != NM_OK) {
-        nm_tabm_cancel(S->in, &sl);
-        fail_later(g, 503, NULL, "the decoder is not running");
-        return false;
-    }
-    const int32_t n_ctx = nm_ctx_n_ctx(nm_brick_llm_ctx(S->llm));
-    prompt_sent ps = {0};
-    prompt_parts parts = {g, im, n_ctx, &ps};
-    const bool fits = cli_prompt_send(S->m, prompt, im->n, bos, &to_decoder, &parts);
-    if (ps.down) {
-        fail_later(g, 503, NULL, "the decoder is not running");
-        return false;
-    }
-    g->n_prompt = fits ? ps.n_text + (int32_t)ps.rows : 0; // (the metrics count decoded prompts only)
-    bool started = false, failed = false;
-    char err[600] = "";
-    nm_detok dt = {0};
-    g->fd = g->stream ? -1 : serve_conn_fd(g->c); // (a stream notices at its next write)
-    for (;;) {
-        int32_t toks[64];
-        bool end = false, lost = false;
-        uint64_t user = 0;
-        const int32_t k = box_read(S, box, toks, 64, &end, &user, &lost);
-        if (end && lost) {
-            failed = true;
-            snprintf(err, sizeof err, "the decoder stopped");
-            break;
-        }
-        for (int32_t t = 0; t < k; t++) {
-            if (!started && fits) { // the headers once the first token is there (an error before it is a status)
-                started = true;
-                g->t_first = cli_now();
-                if (g->stream) mg_send_http_ok(g->c, "text/event-stream", -1);
-            }
-            g->n_tokens++;
-            char p[SERVE_PIECE_MAX / 3];
-            const int32_t m = nm_detok_push(S->m, &dt, toks[t], p, (int32_t)sizeof p);
-            char q[SERVE_PIECE_MAX]; // (JSON carries valid UTF-8 only: each stray byte becomes 3)
-            if (m > 0) piece(g, q, (int32_t)serve_utf8_clean(p, (size_t)m, q), false);
-            if (!g->gone && g->fd >= 0 && serve_peer_closed(g->fd)) g->gone = true;
-            if (g->gone) nm_tabm_cancel_request(S->in, g->id); // the client left: the brick stops it
-        }
-        if (!end) continue;
-        g->why = NM_LLM_STOP_OF(user);
-        piece(g, "", 0, true); // (what was held back)
-        if (user & NM_BRICK_ERROR) {
-            failed = true;
-            const char *why = nm_brick_request_error(S->llm, g->id); // (its own: with -np others fail too)
-            snprintf(err, sizeof err, "%s", !fits ? "" : why[0] ? why : nm_brick_last_error(S->llm));
-        }
-        break;
-    }
-    if (ps.image_failed) {
-        if (ps.bad_image) fail_later(g, 400, "messages", "%s", ps.ierr);
-        else fail_later(g, 500, NULL, "the vision encoder failed: %s", ps.ierr);
-        return false;
-    }
-    if (ps.too_long && ps.n_text == 0) {
-        fail_later(g, 400, g->chat ? "messages" : "prompt", "the prompt gives no tokens");
-        return false;
-    }
-    if (ps.too_long || (failed && ps.rows > 0 && ps.n_text + ps.rows >= n_ctx)) { // (images: the brick finds it)
-        fail_later(g, 400, g->chat ? "messages" : "prompt",
-                           "the prompt (%d tokens%s) does not fit the context (%d tokens, -c)",
-                           ps.n_text + (int32_t)ps.rows, ps.rows ? ", image embeddings included" : "", n_ctx);
-        return false;
-    }
-    if (failed && (!started || !g->stream)) {
-        fail_later(g, 500, NULL, "the decoder failed: %s", err);
-        return false;
-    }
-    if (failed && g->stream && !g->gone) { // mid-stream: an error event, as llama-server
-        cJSON *r = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(r, "error");
-        cJSON_AddStringToObject(e, "message", err);
-        cJSON_AddStringToObject(e, "type", "server_error");
-        sse(g, r);
-    }
-    if (!started && g->stream) mg_send_http_ok(g->c, "text/event-stream", -1); // (an empty answer)
-    return true;
-}
-
-static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images *im, bool bos) {
-    serve_box *box = box_take(g->S, g->id);
-    if (!box) { // (the decoder's turn holds one for each request it lets in)
-        fail_later(g, 503, NULL, "no room for another request in the decoder");
-        return false;
-    }
-    const bool ok = decode_into(g, box, params, prompt, im, bos);
-    box_give(g->S, box);
-    return ok;
-}
-
-// An answered generation's latencies, into the histograms.
-static void generation_latency(const gen *g) {
-    const double t = cli_now();
-    pthread_mutex_lock(&g->S->lock);
-    serve_hist_add(&g->S->lat_generation, t - g->t0);
-    if (g->t_first > 0) serve_hist_add(&g->S->lat_first_token, g->t_first - g->t0);
-    pthread_mutex_unlock(&g->S->lock);
-}
-
-// POST /v1/chat/completions and /v1/completions.
-static int handle_generate(server *S, struct mg_connection *c, bool chat) {
-    int code = 200;
-    cJSON *req = read_json(S, c, &code);
-    if (!req) return code;
-    gen g = {.S = S, .c = c, .chat = chat, .t0 = cli_now()};
-    const serve_env env = serve_env_of(S);
-    serve_gen_req rq; // (the images' data: URLs point into req, kept until the decode ends)
-    serve_err e;
-    if (!serve_gen_parse(&env, req, chat, &rq, &e)) {
-        cJSON_Delete(req);
-        return send_err(S, c, &e);
-    }
-    g.stream = rq.stream, g.usage_in_stream = rq.usage_in_stream;
-    memcpy(g.stop, rq.stop, sizeof rq.stop);
-    g.n_stop = rq.n_stop;
-    if (!serve_turn_take(S, &S->turn)) { // the decoder's turn
-        serve_gen_free(&rq);
-        cJSON_Delete(req);
-        return send_error(S, c, 429, NULL, "%d requests already wait for the decoder (--queue)", S->queue_max);
-    }
-    pthread_mutex_lock(&S->lock);
-    g.id = ++S->next_id;
-    S->n_requests++;
-    pthread_mutex_unlock(&S->lock);
-    snprintf(g.cid, sizeof g.cid, "%s-%llu", chat ? "chatcmpl" : "cmpl", (unsigned long long)g.id);
-    g.created = (long long)time(NULL);
-    bool ok = !g.stream || ev_begin(&g);
-    if (!ok) code = send_error(S, c, 500, NULL, "out of memory");
-    ok = ok && decode(&g, rq.params, rq.prompt, &rq.im, true); // (BOS as the model asks: add_special)
-    pthread_mutex_lock(&S->lock);
-    S->n_prompt_tokens += (uint64_t)g.n_prompt;
-    S->n_gen_tokens += (uint64_t)g.n_tokens;
-    pthread_mutex_unlock(&S->lock);
-    nm_brick_cost cost = {0};
-    if (g.n_prompt > 0 && nm_brick_estimate(S->llm, &(nm_brick_input){.n_tokens = g.n_prompt, .n_predict = g.n_tokens}, &cost) == NM_OK) {
-        pthread_mutex_lock(&S->lock);
-        S->dram += cost.weight_bytes_read + cost.act_bytes;
-        pthread_mutex_unlock(&S->lock);
-    }
-    serve_turn_give(S, &S->turn);
-    if (!ok && g.err_code) // (after the turn)
-        code = send_error(S, c, g.err_code, g.err_param, "%s", g.err_msg ? g.err_msg : "out of memory");
-    free(g.err_msg);
-    cJSON_Delete(req);
-    free(g.ev);
-    serve_gen_free(&rq);
-    if (!ok) {
-        free(g.text);
-        return code;
-    }
-    cJSON *ch, *r;
-    if (g.stream) {
-        if (!g.gone) {
-            r = envelope(&g, true, &ch);
-            if (chat) cJSON_AddObjectToObject(ch, "delta");
-            else cJSON_AddStringToObject(ch, "text", "");
-            cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g.why));
-            sse(&g, r);
-            if (g.usage_in_stream) { // OpenAI: a last chunk with no choices and the usage
-                r = envelope(&g, true, &ch);
-                cJSON_DeleteItemFromObjectCaseSensitive(r, "choices");
-                cJSON_AddArrayToObject(r, "choices");
-                add_usage(&g, r);
-                sse(&g, r);
-            }
-            generation_latency(&g); // before the end: a client reading /metrics after it sees it
-            mg_send_chunk(c, "data: [DONE]\n\n", 14);
-            mg_send_chunk(c, "", 0);
-        }
-        return 200;
-    }
-    if (g.gone) { // the client left before its answer: nobody to send it to (its request was stopped)
-        free(g.text);
-        return 200;
-    }
-    r = envelope(&g, false, &ch);
-    if (chat) {
-        cJSON *msg = cJSON_AddObjectToObject(ch, "message");
-        cJSON_AddStringToObject(msg, "role", "assistant");
-        cJSON_AddStringToObject(msg, "content", g.text ? g.text : "");
-    } else {
-        cJSON_AddStringToObject(ch, "text", g.text ? g.text : "");
-    }
-    cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g.why));
-    add_usage(&g, r);
-    free(g.text);
-    generation_latency(&g); // before the reply, as above
-    code = send_json(c, 200, r);
-    return code;
 }
 
 // ---- routes -------------------------------------------------------------------------------
@@ -1258,34 +678,15 @@ int cmd_serve(int argc, char **argv) {
     }
     S.ep_server = nm_ledger_endpoint(S.ledger, "server");
     S.ep_llm = nm_ledger_endpoint(S.ledger, lp.name ? lp.name : "llm");
-    if ((st = nm_brick_load(NULL, &lp, &S.llm, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st), err);
-        goto out;
-    }
-    cli_ctx_note(nm_brick_llm_ctx(S.llm));
-    if (!serve_vision_start(&S)) goto out; // --mmproj: its segments go into the decoder's ring
-    size_t in_bytes = nm_brick_in_slot_bytes(S.llm);
-    if (S.vision && nm_brick_out_slot_bytes(S.vision) > in_bytes) in_bytes = nm_brick_out_slot_bytes(S.vision);
-    // the decoder holds a request's input slots until it has decoded them: room for every request's
-    const uint32_t in_slots = 4 + 4 * (uint32_t)S.parallel, out_slots = 16 + 4 * (uint32_t)S.parallel;
-    S.boxes = calloc((size_t)S.parallel, sizeof *S.boxes);
-    if (!S.boxes) {
-        fprintf(stderr, "error: out of memory\n");
-        goto out;
-    }
-    if ((st = nm_tabm_create(NULL, in_slots, in_bytes, &S.in, err, sizeof err)) != NM_OK ||
-        (st = nm_tabm_create(NULL, out_slots, nm_brick_out_slot_bytes(S.llm), &S.out, err, sizeof err)) != NM_OK) {
-        fprintf(stderr, "error: cannot create the rings: %s: %s\n", nm_status_str(st), err);
-        goto out;
-    }
+    pthread_mutex_init(&S.box_lock, NULL);
+    pthread_cond_init(&S.box_cv, NULL);
+    if (!serve_vision_start(&S) || !serve_gen_start(&S, &lp)) goto out; // the decoder (--mmproj: and the vision brick)
+    cli_ctx_note(nm_brick_llm_ctx(nm_pipeline_brick(S.P, NM_BRICK_LLM)));
     if (!serve_audio_start(&S)) goto out; // --stt, --tts
     serve_turn_init(&S.turn, S.parallel);
     serve_turn_init(&S.tts_turn, 1);
     serve_turn_init(&S.stt_turn, 1);
     pthread_mutex_init(&S.lock, NULL);
-    pthread_mutex_init(&S.box_lock, NULL);
-    pthread_cond_init(&S.box_cv, NULL);
-    pthread_mutex_init(&S.vision_lock, NULL);
     pthread_cond_init(&S.idle, NULL);
     S.created = time(NULL);
     if (!cli_energy_load(NULL, &S.energy)) goto out; // (the default profile: never fails)
@@ -1303,16 +704,6 @@ int cmd_serve(int argc, char **argv) {
     }
     S.t0 = cli_now();
     S.cpu0 = cli_cpu_seconds();
-    if (pthread_create(&S.lane, NULL, lane_main, &S) != 0) {
-        fprintf(stderr, "error: cannot start the decoder's lane\n");
-        goto out;
-    }
-    S.lane_started = true;
-    if (pthread_create(&S.reader, NULL, reader_main, &S) != 0) {
-        fprintf(stderr, "error: cannot start the decoder's reader\n");
-        goto out;
-    }
-    S.reader_started = true;
     // SIGTERM / SIGINT end the server: blocked here (every thread made after inherits it) and waited for below
     sigset_t stop;
     sigemptyset(&stop);
@@ -1375,17 +766,9 @@ int cmd_serve(int argc, char **argv) {
     rc = 0;
 out:
     serve_watchdog_stop(&S.watchdog); // (after mg_stop: no handler is left to end a watch)
-    if (S.in) nm_tabm_shutdown(S.in);
-    if (S.lane_started) pthread_join(S.lane, NULL);
-    if (S.out) nm_tabm_shutdown(S.out);
-    if (S.reader_started) pthread_join(S.reader, NULL);
-    for (int32_t i = 0; S.boxes && i < S.parallel; i++) free(S.boxes[i].tok);
-    free(S.boxes);
+    serve_gen_stop(&S);
     serve_audio_stop(&S);
     serve_vision_stop(&S);
-    nm_tabm_free(S.in);
-    nm_tabm_free(S.out);
-    nm_brick_free(S.llm);
     nm_energy_meters_free(S.meters);
     nm_ledger_free(S.ledger);
     cJSON_Delete(S.alias_json);

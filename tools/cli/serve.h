@@ -24,16 +24,20 @@ typedef struct serve_turn {
     uint64_t next_ticket, serving; // first come, first served: the ticket whose turn is next
 } serve_turn;
 
-// The decoder's output for one request: the dispatcher thread reads the
-// decoder's ring (requests decoded together share it) and puts each slot's
-// tokens into the box of its request, which the request's handler takes.
+// A request's answer as the pipeline gives it: the events thread (serve_gen.c) reads the pipeline's
+// events (requests decoded together share them) and puts each request's text pieces and its end into
+// its box, which the request's handler takes (under box_lock).
 typedef struct serve_box {
-    uint64_t id;        // the request (0: a free box)
-    int32_t *tok;       // tokens come, not yet taken: [head, n)
-    int32_t head, n, cap;
-    bool ended;         // its last slot came (user: its flags and stop reason)
-    bool lost;          // the decoder stopped before its last slot
-    uint64_t user;
+    uint64_t id;          // the pipeline's request (0: a free box)
+    char *text;           // pieces come, not yet taken: text[0, n), the k-th ending at end[k]
+    size_t n, cap, *end;
+    int32_t n_end, cap_end;
+    double t_first;       // the first piece came (cli_now); 0: none yet
+    bool ended, lost;     // its DONE came (with the figures below); the pipeline closed before it
+    nm_status status;
+    nm_llm_stop stop;
+    int32_t n_prompt, n_tokens, n_cached;
+    char err[512];
 } serve_box;
 
 #define MAX_KEYS 16
@@ -93,8 +97,10 @@ typedef struct server {
     int n_keys;
     bool loopback_only; // --host is a loopback address: only loopback names in a Host header
     nm_model *m;
-    nm_brick *llm;
-    nm_tabm *in, *out;
+    // the decoder (and the vision encoder): a pipeline (serve_gen.c), its events read by one thread
+    nm_pipeline *P;
+    pthread_t events;
+    bool events_started;
     // speech to text (--stt): one transcription at a time, on the brick's own thread pool; its
     // segments come through stt_text
     const char *stt_path, *stt_alias;
@@ -118,29 +124,23 @@ typedef struct server {
     serve_turn tts_turn;
     uint64_t n_speech_requests;
     double speech_seconds;
-    // images in chats (--mmproj): the vision brick runs for the request (a thread of its own) while it
-    // holds the decoder's turn, reading the image from img and writing its embeddings into the decoder's ring
+    // images in chats (--mmproj): the pipeline's vision brick, its parameters vp and each image's
+    // (the pixel limit)
     const char *mmproj, *mmproj_device, *image_dir;
     char *image_dir_real; // image_dir resolved (realpath), for the containment check
-    nm_brick *vision;
-    nm_tabm *img;
+    nm_brick_params vp;
+    char vision_params[64];
     int64_t image_max_pixels;
-    uint64_t n_images;
-    double image_seconds;
-    nm_ledger *ledger; // bytes copied between the server and the brick (/metrics): the parameters' JSON into
-                       // the decoder's slot; the prompt is tokenized into it (nothing copied)
+    nm_ledger *ledger; // bytes copied (/metrics): the answers' text out of the pipeline's events, the images'
+                       // bytes into the vision brick's slot, the audio; the prompt is tokenized into the
+                       // decoder's slot (nothing copied)
     int ep_server, ep_llm;
-    pthread_t lane;
-    bool lane_started;
     time_t created;
     serve_turn turn; // the decoder's: --parallel sequences at a time
     int32_t parallel;
-    serve_box *boxes; // (parallel) under box_lock; box_cv: a box got tokens or ended
+    serve_box *boxes; // (parallel) under box_lock; box_cv: a box got pieces or ended
     pthread_mutex_t box_lock;
     pthread_cond_t box_cv;
-    pthread_t reader;
-    bool reader_started;
-    pthread_mutex_t vision_lock; // one image through the vision brick at a time
     pthread_mutex_t lock; // the counters, the turns' counts
     int active;    // requests being handled
     pthread_cond_t idle; // active dropped to 0
@@ -183,13 +183,18 @@ bool serve_turn_take(server *S, serve_turn *t);
 void serve_turn_give(server *S, serve_turn *t);
 
 
-// serve_image.c: the vision brick of --mmproj (false: a message printed), its end, an image sent
-// through the vision brick into the decoder's ring as one part of request `id`
-// (false: err says why, the client's fault when *bad), and its /metrics lines.
+// serve_gen.c: the pipeline of the decoder (lp) and, with --mmproj, the vision brick (false: a message
+// printed), its end, and the generation routes.
+bool serve_gen_start(server *S, nm_brick_params *lp);
+void serve_gen_stop(server *S);
+int handle_generate(server *S, struct mg_connection *c, bool chat);
+
+// serve_image.c: the vision brick's parameters of --mmproj and its flags checked (false: a message
+// printed), its end, an image's bytes (malloc'd into *bytes; false: err says why, the client's fault),
+// and its /metrics lines.
 bool serve_vision_start(server *S);
 void serve_vision_stop(server *S);
-bool serve_image_send(server *S, const serve_image *img, uint64_t user, uint64_t id, int64_t *rows, bool *bad,
-                      char *err, size_t err_size);
+bool serve_image_bytes(server *S, const serve_image *img, void **bytes, size_t *n, char *err, size_t err_size);
 int serve_vision_metrics(const server *S, char *buf, size_t size);
 
 // serve_audio.c: the STT and TTS bricks of --stt and --tts (false: a message

@@ -71,7 +71,7 @@ test-tsan: setup
 	# the pipeline's threads (feed, answers, speech, the lanes, a caller hearing and cancelling, the
 	# bricks freed and loaded between requests): the cases that race them hardest (its whole run takes
 	# ~8 min under TSan)
-	for f in barge_in cancel_then conversation_keeps power head_ended; do \
+	for f in barge_in cancel_then conversation_keeps power head_ended batches; do \
 		TSAN_OPTIONS=halt_on_error=1 NM_TEST_FILTER=$$f $(TSAN_BUILD)/test_pipeline || exit 1; done
 
 # The quant kernels cross-built for aarch64 and run under qemu, with and

@@ -47,7 +47,7 @@
 //          string or an array of up to NM_LLM_MAX_STOP), ignore_eos,
 //          cache_prompt
 //   STT    language, translate, temperature, temperature_inc, beam_size (> 1:
-//          beam search), best_of, no_timestamps, prompt (text of at most
+//          beam search), best_of, no_timestamps, token_timestamps, prompt (text of at most
 //          NM_STT_MAX_PROMPT bytes, as whisper-cli --prompt), carry_initial_prompt
 //   TTS    voice, speed (0.25..4: times the brick's rate, OpenAI's name;
 //          the rate must stay in the engine's range, espeak-ng 80..450

@@ -161,16 +161,6 @@ bool cli_arg_int(const char *opt, const char *v, int32_t lo, int32_t hi, int32_t
 bool cli_arg_float(const char *opt, const char *v, float lo, float hi, float *out);
 double cli_now(void); // seconds, monotonic
 
-// One request of a brick on a thread of its own: pthread_create(&th, NULL,
-// cli_step_main, &arg) runs nm_brick_step(b, in, out) into st; on an error the
-// output ring is shut down, which wakes its reader (a request's last slot, if
-// one could be written, is flagged as well).
-typedef struct cli_step {
-    nm_brick *b;
-    nm_tabm *in, *out;
-    nm_status st;
-} cli_step;
-void *cli_step_main(void *arg);
 long cli_peak_rss_kb(void);
 // Current resident memory split into anonymous (heap: our allocations) and
 // file-backed (the mmapped weights) from /proc/self/status; false if unknown.

@@ -450,13 +450,6 @@ void cli_mlock(const cli_opts *o) {
 
 void cli_print_version(void) { printf("nanomind %s\n", NM_VERSION_STRING); }
 
-void *cli_step_main(void *arg) {
-    cli_step *a = arg;
-    a->st = nm_brick_step(a->b, a->in, a->out);
-    if (a->st != NM_OK) nm_tabm_shutdown(a->out);
-    return NULL;
-}
-
 double cli_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

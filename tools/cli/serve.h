@@ -101,26 +101,21 @@ typedef struct server {
     nm_pipeline *P;
     pthread_t events;
     bool events_started;
-    // speech to text (--stt): one transcription at a time, on the brick's own thread pool; its
-    // segments come through stt_text
+    // speech to text (--stt): a pipeline of the STT brick (its own thread pool), one transcription at a
+    // time (its turn: the request holding it reads the pipeline's events); stt is its brick (borrowed)
     const char *stt_path, *stt_alias;
+    nm_pipeline *stt_P;
     nm_brick *stt;
-    nm_brick_params stt_params;
     nm_stt_model_info stt_info;
-    nm_tabm *stt_text;
-    int ep_stt;
     int32_t audio_max_s;
     serve_turn stt_turn;
     uint64_t n_audio_requests;
     double audio_seconds, stt_wall;
-    // text to speech (--tts): the brick on its lane, one synthesis at a time
+    // text to speech (--tts): a pipeline of the TTS brick on its lane, one synthesis at a time (as above)
     const char *tts_engine;
+    nm_pipeline *tts_P;
     nm_brick *tts;
-    nm_tabm *tts_in, *tts_out;
-    int ep_tts;
     int32_t speech_max_chars;
-    pthread_t tts_lane;
-    bool tts_lane_started;
     serve_turn tts_turn;
     uint64_t n_speech_requests;
     double speech_seconds;

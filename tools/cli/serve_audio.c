@@ -11,67 +11,48 @@
 
 #include "serve.h"
 
-static void *tts_lane_main(void *arg) {
-    server *S = arg;
-    (void)nm_brick_run(S->tts, S->tts_in, S->tts_out);
-    return NULL;
+// A pipeline of the one brick *bp (its ledger the server's); false after printing why.
+static bool one_brick(server *S, const nm_brick_params *bp, nm_pipeline **P, nm_brick **b, const char *what) {
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    if (bp->kind == NM_BRICK_STT) pp.stt = bp, pp.max_audio_s = S->audio_max_s;
+    else pp.tts = bp;
+    pp.ledger = S->ledger;
+    pp.queue = 1; // (a request submits holding the brick's turn)
+    char err[1024];
+    const nm_status st = nm_pipeline_create(&pp, P, err, sizeof err);
+    const char *why = strchr(err, ':') && !strncmp(err, bp->kind == NM_BRICK_STT ? "stt: " : "tts: ", 5) ? err + 5 : err;
+    if (st != NM_OK && bp->kind == NM_BRICK_STT) cli_load_error(S->stt_path, st, why, CLI_WANT_WHISPER);
+    else if (st != NM_OK) fprintf(stderr, "error: cannot start the %s: %s: %s\n", what, nm_status_str(st), why);
+    if (st == NM_OK) *b = nm_pipeline_brick(*P, bp->kind);
+    return st == NM_OK;
 }
 
 bool serve_audio_start(server *S) {
-    char err[512];
-    nm_status st;
-    if (S->stt_path) { // the transcriber: its own thread pool, beam 5 as whisper-cli, on the same ledger
-        S->stt_params = nm_brick_default_params(NM_BRICK_STT);
-        S->stt_params.model = S->stt_path;
-        S->stt_params.n_threads = S->o.n_threads;
-        S->stt_params.stt_max_decoders = 5;
-        S->stt_params.ledger = S->ledger;
-        if ((st = nm_brick_load(NULL, &S->stt_params, &S->stt, err, sizeof err)) != NM_OK) {
-            cli_load_error(S->stt_path, st, err, CLI_WANT_WHISPER);
-            return false;
-        }
+    if (S->stt_path) { // the transcriber: its own thread pool, beam 5 as whisper-cli
+        nm_brick_params bp = nm_brick_default_params(NM_BRICK_STT);
+        bp.model = S->stt_path;
+        bp.n_threads = S->o.n_threads;
+        bp.stt_max_decoders = 5;
+        bp.stt = nm_stt_default_params(NM_STT_BEAM);
+        if (!one_brick(S, &bp, &S->stt_P, &S->stt, "transcriber")) return false;
         nm_brick_stt_info(S->stt, &S->stt_info);
-        S->ep_stt = nm_ledger_endpoint(S->ledger, nm_brick_name(S->stt));
         const char *slash = strrchr(S->stt_path, '/');
         S->stt_alias = slash ? slash + 1 : S->stt_path;
-        if ((st = nm_tabm_create(NULL, 8, 2 * nm_brick_out_slot_bytes(S->stt), &S->stt_text, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot create the transcriber's ring: %s: %s\n", nm_status_str(st), err);
-            return false;
-        }
     }
     if (S->tts_engine) { // OpenAI's rate: 24 kHz, 16-bit mono
         nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
         tp.tts.engine = S->tts_engine;
         tp.tts.sample_rate = 24000;
-        tp.ledger = S->ledger;
-        if ((st = nm_brick_load(NULL, &tp, &S->tts, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot start the speech engine: %s: %s\n", nm_status_str(st), err);
-            return false;
-        }
-        S->ep_tts = nm_ledger_endpoint(S->ledger, nm_brick_name(S->tts));
-        const size_t text_slot = 4 * (size_t)S->speech_max_chars + 1024; // (UTF-8: up to 4 bytes a character)
-        if ((st = nm_tabm_create(NULL, 4, text_slot, &S->tts_in, err, sizeof err)) != NM_OK ||
-            (st = nm_tabm_create(NULL, 16, nm_brick_out_slot_bytes(S->tts), &S->tts_out, err, sizeof err)) != NM_OK) {
-            fprintf(stderr, "error: cannot create the speech engine's rings: %s: %s\n", nm_status_str(st), err);
-            return false;
-        }
-        if (pthread_create(&S->tts_lane, NULL, tts_lane_main, S) != 0) {
-            fprintf(stderr, "error: cannot start the speech engine's lane\n");
-            return false;
-        }
-        S->tts_lane_started = true;
+        if (!one_brick(S, &tp, &S->tts_P, &S->tts, "speech engine")) return false;
     }
     return true;
 }
 
 void serve_audio_stop(server *S) {
-    if (S->tts_in) nm_tabm_shutdown(S->tts_in);
-    if (S->tts_lane_started) pthread_join(S->tts_lane, NULL);
-    nm_tabm_free(S->tts_in);
-    nm_tabm_free(S->tts_out);
-    nm_brick_free(S->tts);
-    nm_tabm_free(S->stt_text);
-    nm_brick_free(S->stt);
+    nm_pipeline_free(S->tts_P);
+    nm_pipeline_free(S->stt_P);
+    S->tts_P = S->stt_P = NULL;
+    S->tts = S->stt = NULL;
 }
 
 int serve_audio_metrics(const server *S, char *buf, size_t size) {
@@ -445,86 +426,53 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
     S->n_audio_requests++;
     S->audio_seconds += secs; // (counted before the answer goes: a client reading /metrics after it sees it)
     pthread_mutex_unlock(&S->lock);
-    int32_t *prompt_tok = NULL, n_prompt_tok = 0;
-    nm_tabm *ring = NULL;
+    // whisper-cli's defaults (the brick's: beam 5), the request's language, prompt and temperature, as the
+    // STT brick's parameters for this request
+    cJSON *po = cJSON_CreateObject();
+    cJSON_AddStringToObject(po, "language", lang);
+    cJSON_AddBoolToObject(po, "translate", translate);
+    cJSON_AddNumberToObject(po, "temperature", temp);
+    cJSON_AddBoolToObject(po, "no_timestamps", !strcmp(fmt, "json") || !strcmp(fmt, "text")); // (the text alone:
+    cJSON_AddBoolToObject(po, "token_timestamps", words);                                       // whisper-cli -nt)
+    if (f.field[F_PROMPT] && *f.field[F_PROMPT]) cJSON_AddStringToObject(po, "prompt", f.field[F_PROMPT]);
+    char *params = cJSON_PrintUnformatted(po);
+    cJSON_Delete(po);
+    // the PCM as one request (Whisper normalises the spectrogram over the whole recording), copied into the
+    // transcriber's ring once (counted)
+    uint64_t id = 0;
     code = 0;
-    if (f.field[F_PROMPT] && *f.field[F_PROMPT]) {
-        n_prompt_tok = nm_brick_stt_tokenize(S->stt, f.field[F_PROMPT], NULL, 0);
-        if (n_prompt_tok < 0 || !(prompt_tok = malloc(sizeof(int32_t) * (size_t)(n_prompt_tok + 1))))
-            code = send_error(S, c, 500, NULL, "out of memory for the prompt");
-        else
-            nm_brick_stt_tokenize(S->stt, f.field[F_PROMPT], prompt_tok, n_prompt_tok);
-    }
-    // the PCM as one slot (Whisper normalises the spectrogram over the whole recording)
-    nm_tabm_slot sl;
-    const size_t bytes = sizeof(float) * (size_t)pcm.n;
-    if (!code && (nm_tabm_create(NULL, 1, bytes, &ring, err, sizeof err) != NM_OK ||
-                  nm_tabm_acquire_write(ring, 0, -1, &sl) != NM_OK))
-        code = send_error(S, c, 500, NULL, "cannot make room for %zu bytes of audio", bytes);
-    if (!code) {
-        nm_ledger_copy(S->ledger, S->ep_server, S->ep_stt, sl.data, pcm.pcm, bytes); // the one counted copy
-        sl.meta->kind = NM_TABM_PCM_F32;
-        sl.meta->ndim = 2;
-        sl.meta->shape[0] = pcm.n;
-        sl.meta->shape[1] = 1;
-        sl.meta->size = bytes;
-        sl.meta->sample_rate = NM_AUDIO_RATE;
-        if (nm_tabm_publish(ring, &sl) != NM_OK) code = send_error(S, c, 500, NULL, "the PCM ring failed");
-    }
+    st = params ? nm_pipeline_submit(S->stt_P, &(nm_pipeline_input){.pcm = pcm.pcm, .n_samples = pcm.n,
+                                                                      .stt_params = params}, &id, err, sizeof err)
+                : NM_ERR_NOMEM;
     nm_audio_free(&pcm);
-    nm_brick_params bp = S->stt_params;
-    if (!code) { // whisper-cli's defaults (beam 5), the request's language, prompt and temperature
-        nm_stt_params p = nm_stt_default_params(NM_STT_BEAM);
-        p.language = lang;
-        p.translate = translate;
-        p.temperature = temp;
-        p.prompt_tokens = prompt_tok;
-        p.n_prompt_tokens = n_prompt_tok;
-        p.no_timestamps = !strcmp(fmt, "json") || !strcmp(fmt, "text"); // the text alone: as whisper-cli -nt
-        p.token_timestamps = words;
-        bp.stt = p;
-        if ((st = nm_brick_set_params(S->stt, &bp, err, sizeof err)) != NM_OK)
-            code = send_error(S, c, 400, NULL, "%s", err);
-    }
-    bool failed = false, sent_head = false, gone = false;
+    free(params);
+    if (st != NM_OK) code = send_error(S, c, 500, NULL, "%s", params ? err : "out of memory");
+    bool sent_head = false, gone = false;
     const double t0 = cli_now();
-    if (!code) {
-        cli_step R = {.b = S->stt, .in = ring, .out = S->stt_text, .st = NM_OK}; // one request: this audio
-        pthread_t th;
-        if (pthread_create(&th, NULL, cli_step_main, &R) != 0) {
-            code = send_error(S, c, 500, NULL, "cannot start the transcriber's thread");
+    nm_pipeline_event ev = {0};
+    while (!code) { // (the transcriber's turn: this request is the only one in its pipeline)
+        if (nm_pipeline_read(S->stt_P, -1, &ev) != NM_OK) {
+            ev = (nm_pipeline_event){.kind = NM_PIPELINE_DONE, .status = NM_ERR_SHUTDOWN, .text = "stt: stopped"};
+        }
+        if (ev.request != id && ev.status != NM_ERR_SHUTDOWN) continue;
+        if (ev.kind == NM_PIPELINE_DONE) break;
+        if (ev.kind == NM_PIPELINE_TRANSCRIPT && stream && !gone && ev.len > 0) {
+            if (!sent_head) {
+                mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                             "Transfer-Encoding: chunked\r\n\r\n");
+                sent_head = true;
+            }
+            gone = !send_event(c, "transcript.text.delta", "delta", ev.text); // (the segment as Whisper ended it)
+            if (gone) nm_pipeline_cancel(S->stt_P, id); // the client left: the brick stops it
+        }
+    }
+    if (!code && ev.status != NM_OK && ev.status != NM_ERR_CANCELLED) {
+        const char *why = !strncmp(ev.text, "stt: ", 5) ? ev.text + 5 : ev.text;
+        if (sent_head) { // the events have begun: the error is one of them
+            if (!gone) send_event(c, "error", NULL, why);
+            code = 500;
         } else {
-            for (bool end = false; !end;) {
-                nm_tabm_slot ts;
-                if (nm_tabm_acquire_read(S->stt_text, -1, &ts) != NM_OK) break; // shut down: the lane failed
-                end = !(ts.meta->user & NM_BRICK_MORE);
-                failed = failed || (ts.meta->user & NM_BRICK_ERROR);
-                if (stream && !failed && !gone && ts.meta->kind == NM_TABM_TEXT && ts.meta->size > 0) {
-                    if (!sent_head) {
-                        mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
-                                     "Transfer-Encoding: chunked\r\n\r\n");
-                        sent_head = true;
-                    }
-                    char *seg = strndup(ts.data, (size_t)ts.meta->size); // (the segment as Whisper ended it)
-                    gone = !seg || !send_event(c, "transcript.text.delta", "delta", seg);
-                    free(seg);
-                }
-                nm_tabm_release(S->stt_text, &ts);
-            }
-            pthread_join(th, NULL);
-            if (R.st != NM_OK) { // the ring was shut down to wake this thread: a new one for the next request
-                nm_tabm *fresh = NULL;
-                if (nm_tabm_create(NULL, 8, 2 * nm_brick_out_slot_bytes(S->stt), &fresh, err, sizeof err) == NM_OK) {
-                    nm_tabm_free(S->stt_text);
-                    S->stt_text = fresh;
-                }
-            }
-            if ((R.st != NM_OK || failed) && sent_head) { // the events have begun: the error is one of them
-                if (!gone) send_event(c, "error", NULL, nm_brick_last_error(S->stt));
-                code = 500;
-            } else if (R.st != NM_OK || failed) {
-                code = send_error(S, c, 500, NULL, "the transcription failed: %s", nm_brick_last_error(S->stt));
-            }
+            code = send_error(S, c, 500, NULL, "the transcription failed: %s", why);
         }
     }
     pthread_mutex_lock(&S->lock); // before the reply: a client reading /metrics after it sees this request
@@ -545,31 +493,12 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
     }
     if (sent_head && !gone) mg_send_chunk(c, "", 0);
     serve_turn_give(S, &S->stt_turn);
-    nm_tabm_free(ring);
-    free(prompt_tok);
 out:
     form_free(&f);
     return code;
 }
 
 // ---- text to speech -------------------------------------------------------------------------
-
-// One slot into the TTS brick's input ring (the request's PARAMS or its TEXT).
-static bool tts_put(server *S, uint32_t kind, const void *data, size_t n, uint64_t user, uint64_t id) {
-    nm_tabm_slot sl;
-    if (nm_tabm_acquire_write(S->tts_in, 0, -1, &sl) != NM_OK) return false;
-    if (n > sl.capacity) {
-        nm_tabm_cancel(S->tts_in, &sl);
-        return false;
-    }
-    nm_ledger_copy(S->ledger, S->ep_server, S->ep_tts, sl.data, data, n); // (the text into the brick's slot)
-    *sl.meta = (nm_tabm_meta){.kind = kind, .ndim = 1, .shape = {(int64_t)n}, .size = n, .user = user, .request = id};
-    if (nm_tabm_publish(S->tts_in, &sl) != NM_OK) {
-        nm_tabm_cancel(S->tts_in, &sl);
-        return false;
-    }
-    return true;
-}
 
 // The encoder's bytes as chunks of the reply; false once the client has gone.
 static bool send_encoded(const void *bytes, size_t n, void *user) {
@@ -603,36 +532,37 @@ int handle_speech(server *S, struct mg_connection *c) {
         return send_error(S, c, 429, NULL, "%d requests already wait for the speech engine (--queue)", S->queue_max);
     }
     pthread_mutex_lock(&S->lock);
-    const uint64_t id = ++S->next_id;
     S->n_speech_requests++;
     pthread_mutex_unlock(&S->lock);
-    const bool put = tts_put(S, NM_TABM_PARAMS, pj, strlen(pj), NM_BRICK_MORE, id) &&
-                     tts_put(S, NM_TABM_TEXT, text, strlen(text), 0, id);
+    uint64_t id = 0;
+    char err[512];
+    const nm_status st = nm_pipeline_submit(S->tts_P, &(nm_pipeline_input){.text = text, .tts_params = pj}, &id, err,
+                                            sizeof err); // (the text copied into the brick's slot, counted)
     free(pj);
     cJSON_Delete(req);
-    code = put ? 0 : send_error(S, c, 500, NULL, "the speech engine's input ring failed");
+    code = st == NM_OK ? 0 : send_error(S, c, 500, NULL, "%s", err);
     bool sent_head = false, gone = false;
     uint64_t samples = 0;
-    for (bool end = !put; !end;) { // its slots, to the end of the request (also after a failure or a gone client)
-        nm_tabm_slot s;
-        if (nm_tabm_acquire_read(S->tts_out, -1, &s) != NM_OK) {
+    const int32_t rate = nm_brick_tts_sample_rate(S->tts);
+    for (bool end = st != NM_OK; !end;) { // its events, to its end (also after a failure or a gone client)
+        nm_pipeline_event ev;
+        if (nm_pipeline_read(S->tts_P, -1, &ev) != NM_OK) {
             if (!code && !sent_head) code = send_error(S, c, 500, NULL, "the speech engine stopped");
             break;
         }
-        end = !(s.meta->user & NM_BRICK_MORE);
-        const bool failed = (s.meta->user & NM_BRICK_ERROR) != 0;
+        if (ev.request != id) continue; // (the engine's turn: none but this request's)
+        end = ev.kind == NM_PIPELINE_DONE;
+        const bool failed = end && ev.status != NM_OK && ev.status != NM_ERR_CANCELLED;
+        const char *why = failed && !strncmp(ev.text, "tts: ", 5) ? ev.text + 5 : ev.text;
         if (failed && !sent_head && !code) { // nothing sent yet: a proper error (an unknown voice, a bad speed)
-            const char *why = nm_brick_last_error(S->tts);
             code = send_error(S, c, strstr(why, "parameters") ? 400 : 500, strstr(why, "voice") ? "voice" : NULL,
                               "%s", why);
-        } else if (!failed && !code && !gone) {
+        } else if (ev.kind == NM_PIPELINE_AUDIO && !code && !gone) {
             if (!sent_head) {
                 char eerr[256] = "";
-                if (coded && nm_audio_encoder_open(sr.container, nm_brick_tts_sample_rate(S->tts), send_encoded, c, &enc,
-                                                   eerr, sizeof eerr) != NM_OK) {
+                if (coded && nm_audio_encoder_open(sr.container, rate, send_encoded, c, &enc, eerr, sizeof eerr) != NM_OK) {
                     code = send_error(S, c, 500, "response_format", "%s", eerr); // (this build's libsndfile lacks it)
-                    nm_tabm_cancel_request(S->tts_in, id);
-                    nm_tabm_release(S->tts_out, &s);
+                    nm_pipeline_cancel(S->tts_P, id);
                     continue;
                 }
                 mg_printf(c, "HTTP/1.1 200 OK\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n"
@@ -641,20 +571,19 @@ int handle_speech(server *S, struct mg_connection *c) {
                 sent_head = true;
                 if (wav) {
                     uint8_t h[NM_WAV_HEADER_BYTES];
-                    nm_audio_wav_header(h, 0xffffffffu - 36, nm_brick_tts_sample_rate(S->tts), 1);
+                    nm_audio_wav_header(h, 0xffffffffu - 36, rate, 1);
                     gone = mg_send_chunk(c, (const char *)h, sizeof h) < 0;
                 }
             }
-            if (!gone && s.meta->size > 0)
-                gone = enc ? nm_audio_encoder_write(enc, s.data, (int64_t)(s.meta->size / 2)) != NM_OK
-                           : mg_send_chunk(c, s.data, (unsigned)s.meta->size) < 0;
-            samples += s.meta->size / 2;
-            if (gone) nm_tabm_cancel_request(S->tts_in, id); // the client left: the brick stops it
+            if (!gone && ev.n_samples > 0) // (the samples in the engine's ring slot, lent until the next read)
+                gone = enc ? nm_audio_encoder_write(enc, ev.pcm, ev.n_samples) != NM_OK
+                           : mg_send_chunk(c, (const char *)ev.pcm, (unsigned)(2 * ev.n_samples)) < 0;
+            samples += (uint64_t)ev.n_samples;
+            if (gone) nm_pipeline_cancel(S->tts_P, id); // the client left: the brick stops it
         }
-        nm_tabm_release(S->tts_out, &s);
     }
     pthread_mutex_lock(&S->lock); // (before the last chunk: a client reading /metrics after it sees it)
-    S->speech_seconds += (double)samples / nm_brick_tts_sample_rate(S->tts);
+    S->speech_seconds += (double)samples / rate;
     if (sent_head && !gone) serve_hist_add(&S->lat_speech, cli_now() - t_req);
     pthread_mutex_unlock(&S->lock);
     serve_turn_give(S, &S->tts_turn);

@@ -123,6 +123,7 @@ static nm_status take_params(stt_brick *b, const nm_tabm_slot *s, nm_stt_params 
     }
     if (k >= 0) k = nm_req_bool(o, "translate", &p->translate, why, sizeof why);
     if (k >= 0) k = nm_req_bool(o, "no_timestamps", &p->no_timestamps, why, sizeof why);
+    if (k >= 0) k = nm_req_bool(o, "token_timestamps", &p->token_timestamps, why, sizeof why);
     // whisper-server's prompt: its tokens go before the previous text (whisper-cli --prompt)
     const char *prompt = NULL;
     if (k >= 0 && (k = nm_req_string(o, "prompt", NM_STT_MAX_PROMPT, &prompt, why, sizeof why)) == 1) {

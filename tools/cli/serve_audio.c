@@ -432,8 +432,9 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
     cJSON_AddStringToObject(po, "language", lang);
     cJSON_AddBoolToObject(po, "translate", translate);
     cJSON_AddNumberToObject(po, "temperature", temp);
-    cJSON_AddBoolToObject(po, "no_timestamps", !strcmp(fmt, "json") || !strcmp(fmt, "text")); // (the text alone:
-    cJSON_AddBoolToObject(po, "token_timestamps", words);                                       // whisper-cli -nt)
+    // the text alone (as whisper-cli -nt) for json and text; word timings where asked
+    cJSON_AddBoolToObject(po, "no_timestamps", !strcmp(fmt, "json") || !strcmp(fmt, "text"));
+    cJSON_AddBoolToObject(po, "token_timestamps", words);
     if (f.field[F_PROMPT] && *f.field[F_PROMPT]) cJSON_AddStringToObject(po, "prompt", f.field[F_PROMPT]);
     char *params = cJSON_PrintUnformatted(po);
     cJSON_Delete(po);

@@ -381,6 +381,7 @@ void nm_sampler_reset(nm_sampler *s);
 #include "nanomind/power.h"
 #include "nanomind/audio.h"
 #include "nanomind/pipeline.h"
+#include "nanomind/server.h"
 
 #pragma GCC visibility pop
 

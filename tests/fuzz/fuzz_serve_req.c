@@ -1,4 +1,4 @@
-// Fuzz target for the server's request parsers (tools/cli/serve_req.c): the
+// Fuzz target for the server's request parsers (src/server/req.c): the
 // first byte picks the endpoint and the server's settings, the rest is the
 // body, parsed as nanomind serve parses it. Checks the contracts that do not
 // depend on the bytes: a refusal is a 4xx or 5xx with a message, naming a
@@ -38,7 +38,7 @@ static void in_range(const cJSON *p, const char *key, double lo, double hi, bool
 
 static size_t markers(const char *s) {
     size_t n = 0;
-    for (const char *q = s; (q = strstr(q, MEDIA_MARKER)); q += strlen(MEDIA_MARKER)) n++;
+    for (const char *q = s; (q = strstr(q, NM_PIPELINE_MEDIA_MARKER)); q += strlen(NM_PIPELINE_MEDIA_MARKER)) n++;
     return n;
 }
 
@@ -90,7 +90,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             in_range(r.params, "repeat_penalty", 0, 10, false);
             for (int k = 0; k < r.n_stop; k++)
                 if (!r.stop[k] || !r.stop[k][0] || strlen(r.stop[k]) > NM_LLM_MAX_STOP_LEN) abort();
-            if (r.im.n < 0 || r.im.n > CLI_MAX_IMAGES || (mode != 2 && r.im.n)) abort();
+            if (r.im.n < 0 || r.im.n > NM_PIPELINE_MAX_IMAGES || (mode != 2 && r.im.n)) abort();
             if (r.im.n > 0 && markers(r.prompt) != (size_t)r.im.n) abort();
             for (int k = 0; k < r.im.n; k++)
                 if (!r.im.v[k].b64 || r.im.v[k].b64_len == 0 || r.im.v[k].path) abort(); // no --image-dir here

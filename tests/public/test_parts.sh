@@ -37,6 +37,7 @@ allowed='libc|libm|ld-linux-x86-64|ld-linux-aarch64|libpthread|libdl|libgcc_s|li
 [ "$audio" = 1 ] && allowed+='|libsndfile|libsoxr|libasound'
 [ "${with[NM_WITH_STT]}" = 1 ] && allowed+='|libkissfft-float'
 [ "${with[NM_WITH_TTS]}" = 1 ] && allowed+='|libespeak-ng'
+[ "${with[NM_WITH_SERVER]}" = 1 ] && allowed+='|libcivetweb'
 if needed=$(readelf -d "$lib" 2>&1); then
     needed=$(sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' <<< "$needed")
     stray=$(grep -vE "^($allowed)\.so" <<< "$needed")
@@ -53,6 +54,7 @@ if tree=$(ldd "$lib" 2>&1); then
     [ "${with[NM_WITH_TTS]}" = 1 ] || forbidden+='|libespeak|libpcaudio|libsonic|libpulse|libX11|libxcb|libsystemd|libdbus'
     [ "$audio" = 1 ] || forbidden+='|libsndfile|libsoxr|libasound|libFLAC|libvorbis|libopus|libmpg123|libmp3lame'
     [ "${with[NM_WITH_VISION]}" = 1 ] || forbidden+='|libpng|libjpeg'
+    [ "${with[NM_WITH_SERVER]}" = 1 ] || forbidden+='|libcivetweb'
     found=$(grep -oE "($forbidden)[^ ]*" <<< "$tree" | sort -u)
     if [ -z "$found" ]; then ok "loads_no_left_out_library ($n libraries in its ldd tree)"
     else bad loads_no_left_out_library "loads: $(echo $found)"; fi

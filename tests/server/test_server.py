@@ -1233,6 +1233,29 @@ def t_speech_metrics(name):
            "%s, %d requests, %.3f s for %d bytes; %s" % (st, n, secs, len(data), hist))
 
 
+def t_speech_disconnect(name):
+    # a client that goes away mid-stream: the engine stops its synthesis (counted as cancelled), not speaking
+    # two minutes of audio for nobody, and the next request is served
+    def cancelled():
+        st, data = raw(sport, "GET", "/metrics")
+        return int(dict(l.rsplit(" ", 1) for l in data.decode().splitlines() if l and not l.startswith("#"))
+                   ["nanomind_speech_cancelled_total"])
+    c0 = cancelled()
+    body = json.dumps({"input": "word " * 390, "response_format": "pcm"}).encode()
+    s = socket.create_connection(("127.0.0.1", sport), timeout=60)
+    s.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + KEY.encode() +
+              b"\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+    first = s.recv(65536)
+    s.close()
+    deadline = time.time() + 60  # (the server notices at its next writes: a bound, not a measure)
+    while cancelled() == c0 and time.time() < deadline:
+        time.sleep(0.05)
+    c1 = cancelled()
+    st, data = raw(sport, "POST", "/v1/audio/speech", b'{"input": "still here", "response_format": "pcm"}')
+    result(name, b"200 OK" in first and c1 == c0 + 1 and st == 200 and len(data) > 4800,
+           "%r; cancelled %d -> %d; then %s %d" % (first[:20], c0, c1, st, len(data)))
+
+
 # Decompression bombs (issue 45, item 16): four 1 MB uploads of 8-bit mu-law at 1 kHz, each 1000 s (64 MB of
 # 16 kHz float samples), at once. Each is refused naming --max-audio (60 s here) from its header, and the server's
 # peak memory grows by about their bodies alone: it decoded none (before: each was decoded whole, all four side by
@@ -1276,7 +1299,7 @@ STT_CASES = [("transcription_equals_transcribe_and_whisper_cli", t_transcription
              ("speech_round_trip_through_the_transcriber", t_speech_round_trip),
              ("speech_mp3_opus_flac", t_speech_encoded),
              ("speech_streamed_as_made", t_speech_streams), ("speech_bad_requests_4xx_then_serves", t_speech_bad_requests),
-             ("speech_metrics", t_speech_metrics)]
+             ("speech_metrics", t_speech_metrics), ("speech_disconnect_cancels", t_speech_disconnect)]
 if not wanted(*[n for n, _ in STT_CASES], "stt_server_sigterm_exits_0"):
     pass
 elif not os.path.exists(W):

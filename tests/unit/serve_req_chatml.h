@@ -1,4 +1,4 @@
-// The chat formatter the tests of tools/cli/serve_req.c give the parsers
+// The chat formatter the tests of src/server/req.c give the parsers
 // (serve_env.format): the built-in chatml template, no model needed.
 #ifndef NM_SERVE_REQ_CHATML_H
 #define NM_SERVE_REQ_CHATML_H
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "bricks/tokenizer/chat.h"
-#include "serve_req.h"
+#include "server/req.h"
 
 static char *serve_req_chatml(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st) {
     (void)ctx;

@@ -1,4 +1,4 @@
-// The server's request parsers (tools/cli/serve_req.c) on bodies with known
+// The server's request parsers (src/server/req.c) on bodies with known
 // outcomes: each refusal's HTTP code and the field it names, each accepted
 // request's prompt, parameters, stop strings and images. (The fuzz target
 // tests/fuzz/fuzz_serve_req.c checks the contracts on any bytes; the server

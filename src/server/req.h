@@ -1,9 +1,9 @@
 // nanomind serve: the parsers of request bodies, apart from HTTP (no civetweb,
 // no server): each takes the body's JSON and gives what the bricks need, or the
 // error to send (code, parameter, message). tests/fuzz/fuzz_serve_req.c runs
-// them on any bytes; cmd_serve.c and serve_audio.c send what they return.
-#ifndef NM_SERVE_REQ_H
-#define NM_SERVE_REQ_H
+// them on any bytes; server.c, gen.c and audio.c send what they return.
+#ifndef NM_SERVER_REQ_H
+#define NM_SERVER_REQ_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -11,7 +11,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "cli.h"
+#include "nanomind.h"
 
 // An error to send as OpenAI's {"error": {"message", "type", "param", "code"}}.
 typedef struct serve_err {
@@ -43,7 +43,7 @@ typedef struct serve_image {
     char *path;
 } serve_image;
 typedef struct serve_images {
-    serve_image v[CLI_MAX_IMAGES];
+    serve_image v[NM_PIPELINE_MAX_IMAGES];
     int n;
 } serve_images;
 void serve_images_free(serve_images *im);

@@ -1,5 +1,5 @@
 // nanomind serve: the parsers of request bodies (serve_req.h).
-#include "serve_req.h"
+#include "server/req.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -213,8 +213,8 @@ static bool image_part(const serve_env *env, const cJSON *part, int msg, serve_i
     if (!env->vision)
         return serve_fail(e, 400, "messages", "message %d: an image needs a vision encoder: this server was started "
                           "without --mmproj", msg);
-    if (im->n == CLI_MAX_IMAGES)
-        return serve_fail(e, 400, "messages", "message %d: more than %d images in one request", msg, CLI_MAX_IMAGES);
+    if (im->n == NM_PIPELINE_MAX_IMAGES)
+        return serve_fail(e, 400, "messages", "message %d: more than %d images in one request", msg, NM_PIPELINE_MAX_IMAGES);
     const cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
     const char *url = cJSON_IsString(iu) ? iu->valuestring
                                          : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(iu, "url"));
@@ -294,7 +294,7 @@ static char *chat_prompt(const serve_env *env, const cJSON *messages, serve_imag
                 const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
                 if (type && !strcmp(type, "image_url")) {
                     ok = image_part(env, part, k, im, e);
-                    len += strlen(MEDIA_MARKER);
+                    len += strlen(NM_PIPELINE_MEDIA_MARKER);
                 } else if (!type || strcmp(type, "text") || !t) {
                     ok = serve_fail(e, 400, "messages", "message %d: a part of type '%.64s' is not served (text and "
                                     "image_url)", k, type ? type : "?");
@@ -308,7 +308,7 @@ static char *chat_prompt(const serve_env *env, const cJSON *messages, serve_imag
                 for (const cJSON *part = content->child; part; part = part->next) {
                     const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "text"));
                     strcat(owned[k], strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(part, "type")),
-                                            "image_url") ? t : MEDIA_MARKER);
+                                            "image_url") ? t : NM_PIPELINE_MEDIA_MARKER);
                 }
                 text = owned[k];
             }
@@ -334,12 +334,12 @@ static char *chat_prompt(const serve_env *env, const cJSON *messages, serve_imag
                                                              "--chat-template)" : "out of memory formatting the chat");
         } else {
             int n_markers = 0;
-            for (const char *q = buf; (q = strstr(q, MEDIA_MARKER)); q += strlen(MEDIA_MARKER)) n_markers++;
+            for (const char *q = buf; (q = strstr(q, NM_PIPELINE_MEDIA_MARKER)); q += strlen(NM_PIPELINE_MEDIA_MARKER)) n_markers++;
             if (im->n > 0 && n_markers != im->n) { // the text itself holds the marker: where would the images go?
                 free(buf);
                 buf = NULL;
                 serve_fail(e, 400, "messages", "the messages' text holds the media marker %s, which marks where an "
-                           "image goes: leave it out of the text of a chat with images", MEDIA_MARKER);
+                           "image goes: leave it out of the text of a chat with images", NM_PIPELINE_MEDIA_MARKER);
             }
         }
     }

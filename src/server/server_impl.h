@@ -1,7 +1,16 @@
-// nanomind serve's parts (tools/cli/cmd_serve.c: HTTP, routes, the LLM's
-// endpoints; serve_audio.c: speech to text and text to speech).
-#ifndef NM_SERVE_H
-#define NM_SERVE_H
+// The server's parts (include/nanomind/server.h is its public face,
+// docs/server.md the routes):
+//
+//   server.c   start and stop, HTTP (civetweb), the routes, replies, turns,
+//              keys, /metrics
+//   gen.c      the generation routes over the decoder's pipeline, its events
+//              thread and the requests' boxes
+//   image.c    images in chats: their bytes, the vision brick's parameters
+//   audio.c    transcriptions and speech over one-brick pipelines
+//   req.c      the request bodies' parsers (no HTTP: fuzzed on their own)
+//   watch.c    the bodies' deadline (--body-timeout)
+#ifndef NM_SERVER_IMPL_H
+#define NM_SERVER_IMPL_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -11,8 +20,8 @@
 #include <civetweb.h>
 #include <cjson/cJSON.h>
 
-#include "cli.h"
-#include "serve_req.h"
+#include "nanomind.h"
+#include "server/req.h"
 
 // A brick's turn: `slots` requests at a time hold it (the decoder's: --parallel;
 // the transcriber's and the voice's: one); --queue of them may wait, in the
@@ -83,12 +92,13 @@ void serve_watchdog_stop(serve_watchdog *w);
 void serve_watch_begin(serve_watchdog *w, struct mg_connection *c, serve_watch *e); // the body's clock starts
 bool serve_watch_end(serve_watchdog *w, serve_watch *e); // true: the deadline passed (reading was shut)
 
-typedef struct server {
-    cli_opts o;
-    const char *host, *alias;
+struct nm_server {
+    const char *host, *alias;  // (strings owned: the copies below)
+    char *host_own, *alias_own, *system_own, *chat_template, *jinja_template, *jinja_name, *image_dir_own, *sysfs_own;
+    char *energy_source;
     cJSON *alias_json;
     char *alias_text; // the alias as a JSON string (quoted, escaped): the streamed chunks' "model"
-    int32_t port, queue_max, timeout_s, body_timeout_s;
+    int32_t port, queue_max, body_timeout_s;
     int32_t idle_timeout_s; // a header's arrival, a body's read, an answer's write (civetweb's request_timeout_ms)
     int32_t threads_http;   // civetweb's num_threads; 0: from --parallel and --queue
     serve_watchdog watchdog;
@@ -96,14 +106,24 @@ typedef struct server {
     char *keys[MAX_KEYS];
     int n_keys;
     bool loopback_only; // --host is a loopback address: only loopback names in a Host header
-    nm_model *m;
-    // the decoder (and the vision encoder): a pipeline (serve_gen.c), its events read by one thread
+    bool jinja;         // the chats' template (chat_template, jinja_template: NULL where not given)
+    size_t jinja_len;
+    const char *system; // a chat's system message where it has none (NULL: none)
+    char *stop[NM_LLM_MAX_STOP]; // the stop strings of requests that name none
+    int n_stop;
+    bool template_said; // a Jinja template's fallback was logged (once)
+    void (*log)(void *user, const char *line);
+    void *log_user;
+    struct mg_context *ctx;
+    bool mg_started;
+    nm_model *m;      // the decoder's model (its brick's)
+    // the decoder (and the vision encoder): a pipeline (gen.c), its events read by one thread
     nm_pipeline *P;
     pthread_t events;
     bool events_started;
-    // speech to text (--stt): a pipeline of the STT brick (its own thread pool), one transcription at a
+    // speech to text: a pipeline of the STT brick (its own thread pool), one transcription at a
     // time (its turn: the request holding it reads the pipeline's events); stt is its brick (borrowed)
-    const char *stt_path, *stt_alias;
+    char *stt_alias;  // the STT model's id in /v1/models (its file's name)
     nm_pipeline *stt_P;
     nm_brick *stt;
     nm_stt_model_info stt_info;
@@ -111,19 +131,17 @@ typedef struct server {
     serve_turn stt_turn;
     uint64_t n_audio_requests;
     double audio_seconds, stt_wall;
-    // text to speech (--tts): a pipeline of the TTS brick on its lane, one synthesis at a time (as above)
-    const char *tts_engine;
+    // text to speech: a pipeline of the TTS brick on its lane, one synthesis at a time (as above)
     nm_pipeline *tts_P;
     nm_brick *tts;
     int32_t speech_max_chars;
     serve_turn tts_turn;
     uint64_t n_speech_requests;
     double speech_seconds;
-    // images in chats (--mmproj): the pipeline's vision brick, its parameters vp and each image's
-    // (the pixel limit)
-    const char *mmproj, *mmproj_device, *image_dir;
+    // images in chats: the pipeline's vision brick (has_vision), each image's parameters (the pixel limit)
+    bool has_vision;
+    const char *image_dir;
     char *image_dir_real; // image_dir resolved (realpath), for the containment check
-    nm_brick_params vp;
     char vision_params[64];
     int64_t image_max_pixels;
     nm_ledger *ledger; // bytes copied (/metrics): the answers' text out of the pipeline's events, the images'
@@ -139,24 +157,31 @@ typedef struct server {
     pthread_mutex_t lock; // the counters, the turns' counts
     int active;    // requests being handled
     pthread_cond_t idle; // active dropped to 0
-    bool stopping; // SIGTERM: new requests get 503, those in flight finish
+    bool stopping; // stopping: new requests get 503, those in flight finish
     uint64_t next_id;
     // counters for /metrics
     uint64_t n_requests, n_errors, n_prompt_tokens, n_gen_tokens, n_rejected;
     // latencies of the requests answered (200): a generation's whole time and its first token's, from the
     // body read; a transcription's and a speech request's whole time
     serve_hist lat_generation, lat_first_token, lat_transcription, lat_speech;
-    // energy (modelled, docs/power.md): the process's CPU time since t0 at the unit profile's watts, and the
-    // decoder's DRAM traffic as its estimate has it for each request
-    cli_energy energy;
+    // energy (modelled, docs/power.md): the process's CPU time since t0 at the watts given, and the decoder's
+    // DRAM traffic as its estimate has it for each request
+    double idle_w, active_w, pj_byte;
+    int32_t n_cores;
     double t0, cpu0, dram;
     // energy measured where the machine has meters (RAPL, hwmon, INA3221 rails, the battery, NVML), running since t0
-    const char *sysfs;          // --sysfs DIR: where they are looked for (NULL: /sys)
+    const char *sysfs;          // where they are looked for (NULL: /sys)
     nm_energy_meters *meters;   // NULL where none
-} server;
+};
+typedef struct nm_server server; // (the parts' name for it)
+
+// A line for the operator (params.log, or stderr), printf-style.
+void serve_log(const server *S, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double serve_now(void);          // seconds, monotonic
+double serve_cpu_seconds(void);  // this process's user + system time
 
 
-// Replies (cmd_serve.c). send_error: OpenAI's error object; counts the error.
+// Replies (server.c). send_error: OpenAI's error object; counts the error.
 int send_json_text(struct mg_connection *c, int code, const char *body);
 int send_json(struct mg_connection *c, int code, cJSON *root); // takes root
 // One server-sent event, "data: JSON\n\n", as a chunk of a chunked reply; obj is freed. False once the
@@ -178,23 +203,23 @@ bool serve_turn_take(server *S, serve_turn *t);
 void serve_turn_give(server *S, serve_turn *t);
 
 
-// serve_gen.c: the pipeline of the decoder (lp) and, with --mmproj, the vision brick (false: a message
-// printed), its end, and the generation routes.
-bool serve_gen_start(server *S, nm_brick_params *lp);
+// gen.c: the pipeline of the decoder (lp) and, with vp, the vision brick (err says why), its end, and the
+// generation routes.
+nm_status serve_gen_start(server *S, const nm_brick_params *lp, const nm_brick_params *vp, char *err, size_t err_size);
 void serve_gen_stop(server *S);
 int handle_generate(server *S, struct mg_connection *c, bool chat);
 
-// serve_image.c: the vision brick's parameters of --mmproj and its flags checked (false: a message
-// printed), its end, an image's bytes (malloc'd into *bytes; false: err says why, the client's fault),
-// and its /metrics lines.
-bool serve_vision_start(server *S);
+// image.c: --image-dir resolved and the images' parameters (err says why), the end, an image's
+// bytes (malloc'd into *bytes; false: err says why, the client's fault), and its /metrics lines.
+nm_status serve_vision_start(server *S, char *err, size_t err_size);
 void serve_vision_stop(server *S);
 bool serve_image_bytes(server *S, const serve_image *img, void **bytes, size_t *n, char *err, size_t err_size);
 int serve_vision_metrics(const server *S, char *buf, size_t size);
 
-// serve_audio.c: the STT and TTS bricks of --stt and --tts (false: a message
-// printed), their end, their routes and their /metrics lines (under S->lock).
-bool serve_audio_start(server *S);
+// audio.c: the STT and TTS bricks' pipelines (err says why), their end, their routes and their
+// /metrics lines (under S->lock).
+nm_status serve_audio_start(server *S, const nm_brick_params *stt, const nm_brick_params *tts, char *err,
+                            size_t err_size);
 void serve_audio_stop(server *S);
 int handle_transcription(server *S, struct mg_connection *c, bool translate);
 int handle_speech(server *S, struct mg_connection *c);

@@ -1,7 +1,7 @@
-// nanomind serve: the generation routes (POST /v1/chat/completions and
+// The server's generation routes (POST /v1/chat/completions and
 // /v1/completions) as a client of the server's pipeline (docs/server.md): the
 // LLM brick, decoding --parallel requests together, with --mmproj the vision
-// brick before it. A request formats its prompt (serve_req.c), submits it with
+// brick before it. A request formats its prompt (req.c), submits it with
 // its parameters and images, and takes its answer's pieces from its box: the
 // events thread reads the pipeline's events (it has one reader) and hands each
 // piece to the box of its request, so a slow client never holds the others.
@@ -12,7 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "serve.h"
+#include "core/fail.h"
+#include "server/server_impl.h"
 
 // ---- the pipeline's events, each into its request's box -----------------------------------
 
@@ -39,7 +40,7 @@ static void box_put(server *S, serve_box *b, const char *p, size_t n) {
     nm_ledger_copy(S->ledger, S->ep_llm, S->ep_server, b->text + b->n, p, n);
     b->n += n;
     b->end[b->n_end++] = b->n;
-    if (b->t_first == 0) b->t_first = cli_now();
+    if (b->t_first == 0) b->t_first = serve_now();
 }
 
 // The pipeline's one reader: each request's text pieces and its DONE into
@@ -100,32 +101,21 @@ static bool box_wait(server *S, serve_box *b, serve_box *got, double wait_s) {
     return ended;
 }
 
-bool serve_gen_start(server *S, nm_brick_params *lp) {
+nm_status serve_gen_start(server *S, const nm_brick_params *lp, const nm_brick_params *vp, char *err, size_t err_size) {
     nm_pipeline_params pp = nm_pipeline_default_params();
     pp.llm = lp;
-    pp.vision = S->mmproj ? &S->vp : NULL;
+    pp.vision = vp;
     pp.ledger = S->ledger;
-    pp.chat = false; // (the prompt comes formatted: serve_req.c)
+    pp.chat = false; // (the prompt comes formatted: req.c)
     pp.queue = S->parallel + 1; // (a request submits holding the decoder's turn: submit never waits)
-    char err[1024];
-    const nm_status st = nm_pipeline_create(&pp, &S->P, err, sizeof err);
-    if (st != NM_OK) {
-        if (!strncmp(err, "vision: ", 8)) cli_vision_error(&S->o, S->mmproj, st, err + 8);
-        else fprintf(stderr, "error: the language model's brick: %s: %s\n", nm_status_str(st),
-                     !strncmp(err, "llm: ", 5) ? err + 5 : err);
-        return false;
-    }
-    S->boxes = calloc((size_t)S->parallel, sizeof *S->boxes);
-    if (!S->boxes) {
-        fprintf(stderr, "error: out of memory\n");
-        return false;
-    }
-    if (pthread_create(&S->events, NULL, events_main, S) != 0) {
-        fprintf(stderr, "error: cannot start the decoder's reader\n");
-        return false;
-    }
+    const nm_status st = nm_pipeline_create(&pp, &S->P, err, err_size); // ("llm: ...", "vision: ...")
+    if (st != NM_OK) return st;
+    if (!(S->boxes = calloc((size_t)S->parallel, sizeof *S->boxes)))
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "server: out of memory");
+    if (pthread_create(&S->events, NULL, events_main, S) != 0)
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "server: cannot start the decoder's events thread");
     S->events_started = true;
-    return true;
+    return NM_OK;
 }
 
 void serve_gen_stop(server *S) {
@@ -362,8 +352,8 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
     server *S = g->S;
     char *pj = cJSON_PrintUnformatted(params);
     if (!pj) return fail_later(g, 500, NULL, "out of memory");
-    nm_pipeline_image img[CLI_MAX_IMAGES];
-    void *bytes[CLI_MAX_IMAGES] = {0};
+    nm_pipeline_image img[NM_PIPELINE_MAX_IMAGES];
+    void *bytes[NM_PIPELINE_MAX_IMAGES] = {0};
     char err[600];
     bool ok = true;
     for (int k = 0; k < im->n && ok; k++) {
@@ -439,7 +429,7 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
 
 // An answered generation's latencies, into the histograms.
 static void generation_latency(const gen *g) {
-    const double t = cli_now();
+    const double t = serve_now();
     pthread_mutex_lock(&g->S->lock);
     serve_hist_add(&g->S->lat_generation, t - g->t0);
     if (g->t_first > 0) serve_hist_add(&g->S->lat_first_token, g->t_first - g->t0);
@@ -451,7 +441,7 @@ int handle_generate(server *S, struct mg_connection *c, bool chat) {
     int code = 200;
     cJSON *req = read_json(S, c, &code);
     if (!req) return code;
-    gen g = {.S = S, .c = c, .chat = chat, .t0 = cli_now()};
+    gen g = {.S = S, .c = c, .chat = chat, .t0 = serve_now()};
     const serve_env env = serve_env_of(S);
     serve_gen_req rq; // (the images' data: URLs point into req, kept until the decode ends)
     serve_err e;

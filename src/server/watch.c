@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-#include "serve.h"
+#include "server/server_impl.h"
 
 static double mono_now(void) {
     struct timespec ts;

@@ -1,7 +1,7 @@
-// nanomind serve: images in chat messages (--mmproj). OpenAI's image_url parts:
+// The server's images in chat messages (a vision brick). OpenAI's image_url parts:
 // data: URLs with base64 (decoded on the request's thread), files under
 // --image-dir (read there), http(s) URLs refused (the server fetches
-// nothing). The bytes go with the request into the pipeline (serve_gen.c),
+// nothing). The bytes go with the request into the pipeline (gen.c),
 // whose vision brick encodes each into the decoder's ring, in order with the
 // text around it.
 #include <errno.h>
@@ -15,30 +15,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "serve.h"
+#include "core/fail.h"
+#include "server/server_impl.h"
 
-bool serve_vision_start(server *S) {
-    if (!S->mmproj) {
-        if (S->image_dir || S->mmproj_device || S->o.mmproj_cores || S->o.image_min_tokens || S->o.image_max_tokens) {
-            fprintf(stderr, "error: %s needs --mmproj (the vision encoder)\n",
-                    S->image_dir ? "--image-dir" : S->mmproj_device ? "--mmproj-device" : S->o.mmproj_cores ? "--mmproj-cores"
-                    : S->o.image_min_tokens ? "--image-min-tokens" : "--image-max-tokens");
-            return false;
-        }
-        return true;
-    }
+nm_status serve_vision_start(server *S, char *err, size_t err_size) {
+    if (!S->has_vision)
+        return S->image_dir ? nm_fail(NM_ERR_INVALID_ARG, err, err_size, "server: an image directory needs a vision brick")
+                            : NM_OK;
     if (S->image_dir) {
         struct stat st;
         S->image_dir_real = realpath(S->image_dir, NULL);
-        if (!S->image_dir_real || stat(S->image_dir_real, &st) != 0 || !S_ISDIR(st.st_mode)) {
-            fprintf(stderr, "error: --image-dir '%s': %s\n", S->image_dir,
-                    S->image_dir_real ? "not a directory" : strerror(errno));
-            return false;
-        }
+        if (!S->image_dir_real || stat(S->image_dir_real, &st) != 0 || !S_ISDIR(st.st_mode))
+            return nm_fail(NM_ERR_IO, err, err_size, "server: image directory '%s': %s", S->image_dir,
+                           S->image_dir_real ? "not a directory" : strerror(errno));
     }
-    S->vp = cli_vision_params(&S->o, S->mmproj, S->mmproj_device); // (loaded by the pipeline)
     snprintf(S->vision_params, sizeof S->vision_params, "{\"max_pixels\":%lld}", (long long)S->image_max_pixels);
-    return true;
+    return NM_OK;
 }
 
 void serve_vision_stop(server *S) {

@@ -1,4 +1,4 @@
-// nanomind serve: speech to text (POST /v1/audio/transcriptions and
+// The server's speech to text (POST /v1/audio/transcriptions and
 // /v1/audio/translations, with --stt) and text to speech (POST
 // /v1/audio/speech, with --tts) on their own bricks beside the decoder
 // (docs/server.md).
@@ -9,43 +9,40 @@
 #include <string.h>
 #include <strings.h>
 
-#include "serve.h"
+#include "core/fail.h"
+#include "server/server_impl.h"
 
-// A pipeline of the one brick *bp (its ledger the server's); false after printing why.
-static bool one_brick(server *S, const nm_brick_params *bp, nm_pipeline **P, nm_brick **b, const char *what) {
+// A pipeline of the one brick *bp (its ledger the server's); err: "stt: ...", "tts: ...".
+static nm_status one_brick(server *S, const nm_brick_params *bp, nm_pipeline **P, nm_brick **b, char *err,
+                           size_t err_size) {
     nm_pipeline_params pp = nm_pipeline_default_params();
     if (bp->kind == NM_BRICK_STT) pp.stt = bp, pp.max_audio_s = S->audio_max_s;
     else pp.tts = bp;
     pp.ledger = S->ledger;
     pp.queue = 1; // (a request submits holding the brick's turn)
-    char err[1024];
-    const nm_status st = nm_pipeline_create(&pp, P, err, sizeof err);
-    const char *why = strchr(err, ':') && !strncmp(err, bp->kind == NM_BRICK_STT ? "stt: " : "tts: ", 5) ? err + 5 : err;
-    if (st != NM_OK && bp->kind == NM_BRICK_STT) cli_load_error(S->stt_path, st, why, CLI_WANT_WHISPER);
-    else if (st != NM_OK) fprintf(stderr, "error: cannot start the %s: %s: %s\n", what, nm_status_str(st), why);
+    const nm_status st = nm_pipeline_create(&pp, P, err, err_size);
     if (st == NM_OK) *b = nm_pipeline_brick(*P, bp->kind);
-    return st == NM_OK;
+    return st;
 }
 
-bool serve_audio_start(server *S) {
-    if (S->stt_path) { // the transcriber: its own thread pool, beam 5 as whisper-cli
-        nm_brick_params bp = nm_brick_default_params(NM_BRICK_STT);
-        bp.model = S->stt_path;
-        bp.n_threads = S->o.n_threads;
-        bp.stt_max_decoders = 5;
-        bp.stt = nm_stt_default_params(NM_STT_BEAM);
-        if (!one_brick(S, &bp, &S->stt_P, &S->stt, "transcriber")) return false;
+nm_status serve_audio_start(server *S, const nm_brick_params *stt, const nm_brick_params *tts, char *err,
+                            size_t err_size) {
+    nm_status st;
+    if (stt) { // the transcriber
+        nm_brick_params bp = *stt;
+        bp.kind = NM_BRICK_STT;
+        if ((st = one_brick(S, &bp, &S->stt_P, &S->stt, err, err_size)) != NM_OK) return st;
         nm_brick_stt_info(S->stt, &S->stt_info);
-        const char *slash = strrchr(S->stt_path, '/');
-        S->stt_alias = slash ? slash + 1 : S->stt_path;
+        const char *slash = stt->model ? strrchr(stt->model, '/') : NULL;
+        if (!(S->stt_alias = strdup(slash ? slash + 1 : stt->model ? stt->model : S->stt_info.name)))
+            return nm_fail(NM_ERR_NOMEM, err, err_size, "server: out of memory");
     }
-    if (S->tts_engine) { // OpenAI's rate: 24 kHz, 16-bit mono
-        nm_brick_params tp = nm_brick_default_params(NM_BRICK_TTS);
-        tp.tts.engine = S->tts_engine;
-        tp.tts.sample_rate = 24000;
-        if (!one_brick(S, &tp, &S->tts_P, &S->tts, "speech engine")) return false;
+    if (tts) { // (OpenAI's rate is 24 kHz: the caller's choice)
+        nm_brick_params tp = *tts;
+        tp.kind = NM_BRICK_TTS;
+        if ((st = one_brick(S, &tp, &S->tts_P, &S->tts, err, err_size)) != NM_OK) return st;
     }
-    return true;
+    return NM_OK;
 }
 
 void serve_audio_stop(server *S) {
@@ -53,9 +50,13 @@ void serve_audio_stop(server *S) {
     nm_pipeline_free(S->stt_P);
     S->tts_P = S->stt_P = NULL;
     S->tts = S->stt = NULL;
+    free(S->stt_alias);
+    S->stt_alias = NULL;
 }
 
 int serve_audio_metrics(const server *S, char *buf, size_t size) {
+    nm_pipeline_brick_report tr = {0};
+    if (S->tts_P) nm_pipeline_brick_stats(S->tts_P, NM_BRICK_TTS, &tr);
     return snprintf(buf, size,
                     "# HELP nanomind_transcriptions_total Transcription and translation requests served.\n"
                     "# TYPE nanomind_transcriptions_total counter\nnanomind_transcriptions_total %llu\n"
@@ -64,9 +65,11 @@ int serve_audio_metrics(const server *S, char *buf, size_t size) {
                     "# TYPE nanomind_transcriptions_waiting gauge\nnanomind_transcriptions_waiting %d\n"
                     "# HELP nanomind_speech_requests_total Speech (text to speech) requests served.\n"
                     "# TYPE nanomind_speech_requests_total counter\nnanomind_speech_requests_total %llu\n"
-                    "# TYPE nanomind_speech_seconds_total counter\nnanomind_speech_seconds_total %.3f\n",
+                    "# TYPE nanomind_speech_seconds_total counter\nnanomind_speech_seconds_total %.3f\n"
+                    "# HELP nanomind_speech_cancelled_total Syntheses the engine stopped: their client went away.\n"
+                    "# TYPE nanomind_speech_cancelled_total counter\nnanomind_speech_cancelled_total %llu\n",
                     (unsigned long long)S->n_audio_requests, S->audio_seconds, S->stt_wall, S->stt_turn.waiting,
-                    (unsigned long long)S->n_speech_requests, S->speech_seconds);
+                    (unsigned long long)S->n_speech_requests, S->speech_seconds, (unsigned long long)tr.s.n_cancelled);
 }
 
 // ---- speech to text -------------------------------------------------------------------------
@@ -307,7 +310,7 @@ static int send_transcript(server *S, struct mg_connection *c, const nm_transcri
 // response_format, timestamp_granularities[] (segment). /v1/audio/translations
 // (translate): the same into English, a multilingual model only.
 int handle_transcription(server *S, struct mg_connection *c, bool translate) {
-    const double t_req = cli_now();
+    const double t_req = serve_now();
     if (!S->stt) return send_error(S, c, 404, NULL, "no speech-to-text model: start the server with --stt FILE");
     if (translate && !S->stt_info.multilingual)
         return send_error(S, c, 400, NULL, "%s is an English-only model: it does not translate", S->stt_info.name);
@@ -449,7 +452,7 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
     free(params);
     if (st != NM_OK) code = send_error(S, c, 500, NULL, "%s", params ? err : "out of memory");
     bool sent_head = false, gone = false;
-    const double t0 = cli_now();
+    const double t0 = serve_now();
     nm_pipeline_event ev = {0};
     while (!code) { // (the transcriber's turn: this request is the only one in its pipeline)
         if (nm_pipeline_read(S->stt_P, -1, &ev) != NM_OK) {
@@ -477,8 +480,8 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
         }
     }
     pthread_mutex_lock(&S->lock); // before the reply: a client reading /metrics after it sees this request
-    S->stt_wall += cli_now() - t0;
-    if (!code) serve_hist_add(&S->lat_transcription, cli_now() - t_req);
+    S->stt_wall += serve_now() - t0;
+    if (!code) serve_hist_add(&S->lat_transcription, serve_now() - t_req);
     pthread_mutex_unlock(&S->lock);
     if (!code && stream) { // the whole text last (also where no segment had any: the head goes now)
         if (!sent_head)
@@ -511,7 +514,7 @@ static bool send_encoded(const void *bytes, size_t n, void *user) {
 // Opus in Ogg or FLAC as the encoder makes their frames, WAV with the streaming sizes (0xffffffff)
 // in its header, or raw 16-bit little-endian mono PCM, at the server's rate (24 kHz, OpenAI's).
 int handle_speech(server *S, struct mg_connection *c) {
-    const double t_req = cli_now();
+    const double t_req = serve_now();
     if (!S->tts) return send_error(S, c, 404, NULL, "no text-to-speech engine: start the server with --tts espeak");
     int code = 200;
     cJSON *req = read_json(S, c, &code);
@@ -585,7 +588,7 @@ int handle_speech(server *S, struct mg_connection *c) {
     }
     pthread_mutex_lock(&S->lock); // (before the last chunk: a client reading /metrics after it sees it)
     S->speech_seconds += (double)samples / rate;
-    if (sent_head && !gone) serve_hist_add(&S->lat_speech, cli_now() - t_req);
+    if (sent_head && !gone) serve_hist_add(&S->lat_speech, serve_now() - t_req);
     pthread_mutex_unlock(&S->lock);
     serve_turn_give(S, &S->tts_turn);
     if (enc && nm_audio_encoder_close(enc) != NM_OK) gone = true; // (its last frames, flushed into the reply)

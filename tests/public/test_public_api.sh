@@ -75,8 +75,9 @@ fi
 # 4. the examples (examples/*.c), built the same way, answer as the command does on the default models:
 # chat.c's conversation is `nanomind run --chat` with the library's default seed; transcribe.c's
 # segments are `nanomind transcribe`'s; assistant.c (at most 80 lines) hears, answers and speaks two
-# spoken questions into a folder (and one with an image), and names a question it cannot read
-for e in chat transcribe assistant; do
+# spoken questions into a folder (and one with an image), and names a question it cannot read; server.c
+# serves `run`'s completion on a port the system picks, and exits 0 on SIGTERM
+for e in chat transcribe assistant server; do
     if out=$(cc -std=c11 -Wall -Wextra -Werror $san -o "$tmp/$e" "$root/examples/$e.c" $flags -pthread 2>&1); then
         ok "example_${e}_builds ($(wc -l < "$root/examples/$e.c") lines)"
     else
@@ -115,6 +116,30 @@ transcribe: $b"
     fi
 else
     bad examples_answer "not built"
+fi
+if [ ! -f "$M" ]; then
+    skip=$((skip + 1)); echo "skip example_server (SmolLM2 not in $models)"
+elif [ -x "$tmp/server" ]; then
+    : > "$tmp/server.out"
+    LD_LIBRARY_PATH=$(dirname "$lib") "$tmp/server" "$M" 0 > "$tmp/server.out" 2> "$tmp/server.err" &
+    spid=$!
+    port=
+    for _ in $(seq 1 300); do
+        port=$(sed -n 's|^listening on http://127.0.0.1:\([0-9]*\)$|\1|p' "$tmp/server.out")
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    a=$(curl -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
+        -d '{"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0}' |
+        python3 -c 'import json, sys; print("The capital of France is" + json.load(sys.stdin)["choices"][0]["text"])' 2>&1)
+    b=$(timeout 120 "$nm_bin" run -m "$M" -no-cnv -p "The capital of France is" -n 6 --temp 0 2>/dev/null)
+    kill -TERM $spid
+    wait $spid
+    rc=$?
+    if [ -n "$port" ] && [ "$a" = "$b" ] && [ $rc = 0 ]; then ok "example_server_answers_as_run (port $port)"
+    else bad example_server_answers_as_run "port '$port', rc $rc: '$a' against run's '$b' $(cat "$tmp/server.err")"; fi
+else
+    bad example_server "not built"
 fi
 if [ ! -f "$M" ] || [ ! -f "$W" ]; then
     skip=$((skip + 1)); echo "skip example_assistant (SmolLM2 or Whisper not in $models)"

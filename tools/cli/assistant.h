@@ -65,7 +65,6 @@ typedef struct app {
     nm_battery *battery;
     nm_power_actuators *dvfs;
     nm_camera *camera;         // NULL when there is none (absent, or gone: the questions go without a frame)
-    nm_tabm *cam_ring;         // the camera's IMAGE slots (its own ring)
     nm_pipeline_image heard_cam; // the microphone's questions' image: the camera (the pipeline borrows it)
     nm_audio_player *player;   // --out speaker (NULL: absent, the answers not spoken: submitted silent)
     int watch_fd;              // inotify's, or -1

@@ -297,20 +297,16 @@ bool assistant_camera_open(app *A) {
     p.ledger = A->ledger; // (the MMAP path's copies, counted camera -> vision)
     char err[512];
     nm_status st = nm_camera_open(A->camera_dev, &p, &A->camera, err, sizeof err);
-    nm_camera_info in = nm_camera_get_info(A->camera);
-    // its buffers and two more: the frame the vision brick reads, and the one compared (--frame-change)
-    if (st == NM_OK && (st = nm_tabm_create(NULL, in.n_slots + 2, in.slot_bytes, &A->cam_ring, err, sizeof err)) == NM_OK &&
-        (st = nm_camera_start(A->camera, A->cam_ring, 0)) != NM_OK)
+    // its own ring: its buffers and two more (the frame the vision brick reads, the one compared: --frame-change)
+    if (st == NM_OK && (st = nm_camera_start(A->camera, NULL, 0)) != NM_OK)
         snprintf(err, sizeof err, "%s", nm_camera_last_error(A->camera));
     if (st != NM_OK) {
         fprintf(stderr, "%s%s\n", A->audio ? "" : "error: ", err);
         nm_camera_close(A->camera);
-        nm_tabm_free(A->cam_ring);
         A->camera = NULL;
-        A->cam_ring = NULL;
         return false;
     }
-    in = nm_camera_get_info(A->camera);
+    const nm_camera_info in = nm_camera_get_info(A->camera);
     char f[5];
     for (int k = 0; k < 4; k++) f[k] = (char)((in.fourcc >> (8 * k)) & 0xff);
     f[4] = '\0';

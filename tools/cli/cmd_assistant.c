@@ -560,7 +560,6 @@ out:
     }
     nm_pipeline_free(A.P);
     nm_camera_close(A.camera);
-    nm_tabm_free(A.cam_ring);
     nm_energy_meters_free(A.meters);
     nm_power_actuators_free(A.dvfs); // the frequencies as they were
     nm_battery_free(A.battery);

@@ -38,6 +38,7 @@ struct nm_camera {
     uint32_t bytesperline, bpp; // bpp 0: compressed (MJPEG)
     bool started, streaming, userptr;
     nm_tabm *ring;
+    nm_tabm *own_ring; // nm_camera_start's ring NULL: the camera's own (freed at close)
     uint32_t producer;
     uint32_t n_bufs, n_queued;
     cam_buf buf[NM_CAMERA_MAX_BUFFERS];
@@ -314,8 +315,14 @@ static bool setup_userptr(nm_camera *c) {
 }
 
 nm_status nm_camera_start(nm_camera *c, nm_tabm *ring, uint32_t producer) {
-    if (!c || !ring) return NM_ERR_INVALID_ARG;
+    if (!c) return NM_ERR_INVALID_ARG;
     if (c->started) return cfail(c, NM_ERR_STATE, "started already");
+    if (!ring) { // a ring of its own: its buffers, and two more (the frame the vision brick reads, one compared)
+        char err[256];
+        const nm_status st = nm_tabm_create(NULL, c->info.n_slots + 2, c->info.slot_bytes, &c->own_ring, err, sizeof err);
+        if (st != NM_OK) return cfail(c, st, "its ring: %s", err);
+        ring = c->own_ring;
+    }
     if (nm_tabm_max_payload(ring) < c->info.slot_bytes)
         return cfail(c, NM_ERR_RANGE, "the ring's slots hold %zu bytes, a frame needs %zu", nm_tabm_max_payload(ring),
                      c->info.slot_bytes);
@@ -525,5 +532,6 @@ void nm_camera_close(nm_camera *c) {
         xioctl(c, VIDIOC_REQBUFS, &none);
     }
     if (c->fd >= 0) c->ops.close(c->ops.ctx, c->fd);
+    nm_tabm_free(c->own_ring);
     free(c);
 }

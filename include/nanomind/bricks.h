@@ -649,8 +649,9 @@ nm_camera_stats nm_camera_get_stats(const nm_camera *c);
 const char *nm_camera_last_error(const nm_camera *c); // "" if none; valid until the next call on c
 // Starts capturing into `ring` (borrowed until close; its max_payload >= the
 // info's slot_bytes, else NM_ERR_RANGE), holding slots for write as `producer`;
-// ring NULL: a ring of the camera's own (the info's n_slots and two more: a frame
-// a reader holds and one compared), freed by nm_camera_close.
+// ring NULL: a ring of the camera's own (NM_CAMERA_MAX_BUFFERS, the most it takes
+// from a driver, and two more: a frame a reader holds and one compared), freed
+// by nm_camera_close.
 // USERPTR is tried first and MMAP taken when the driver refuses it.
 nm_status nm_camera_start(nm_camera *c, nm_tabm *ring, uint32_t producer);
 // The ring the camera was started on (NULL: not started, or c NULL).

@@ -54,13 +54,16 @@ typedef enum nm_pipeline_mode {
 } nm_pipeline_mode;
 
 typedef struct nm_pipeline_params {
-    // The bricks' parameters (kind set by the pipeline), NULL: not in the graph. Borrowed for the call
-    // (CASCADE: for the pipeline's life);
+    // The bricks' parameters (kind set by the pipeline), NULL: not in the graph. The structs are
+    // borrowed for the call (CASCADE: for the pipeline's life); what they point to that a brick keeps
+    // (llm_model, the stop strings, a voice's name: bricks.h says which) for the pipeline's life;
     // the pipeline loads the bricks and frees them. VISION needs LLM; the LLM brick's output kind is
     // the pipeline's (sentences with TTS, else text pieces) and its ledger the pipeline's. With its
     // n_parallel > 1 the decoder serves that many requests together (continuous batching, each on a
     // sequence of its own: PIPELINED mode without keep_history; a request's prompt goes into the
-    // decoder's ring once fewer than n_parallel + 1 requests are in it).
+    // decoder's ring once fewer than n_parallel + 1 requests are in it; each request's DONE comes at
+    // its own end; the decoder's counters (nm_pipeline_brick_stats) follow when the step that decoded
+    // it with the others ends: settled at NM_ERR_SHUTDOWN).
     const nm_brick_params *stt, *vision, *llm, *tts;
     nm_pipeline_mode mode;
     // The decoder's prompt. chat: a request's text (or transcript) is a user turn formatted with the
@@ -157,7 +160,7 @@ typedef struct nm_pipeline_input {
     const char *audio_path;      // or an audio file (WAV, FLAC, MP3, OGG), decoded into the STT ring
     // Images for the vision brick, n_images (at most NM_PIPELINE_MAX_IMAGES) of them: each goes where
     // the text (or the chat turn) has a NM_PIPELINE_MEDIA_MARKER, one marker an image, or all of them
-    // before the text where it has none (a transcript: before it).
+    // before the text where it has none (a transcript: before it). Without images a marker is text.
     const nm_pipeline_image *images;
     int32_t n_images;
     // The bricks' parameters for this request only (JSON objects, as their PARAMS slots: docs/bricks.md);
@@ -232,8 +235,10 @@ typedef struct nm_pipeline_event {
 // their order: its transcript, the question asked, then its answer's pieces, its speech among
 // them as it is made, its DONE last). timeout_ns as nm_tabm's (< 0: forever):
 // NM_ERR_TIMEOUT (NM_ERR_AGAIN for 0) if none came; NM_ERR_SHUTDOWN once the
-// pipeline is closed and every event has been read. Releases what the
-// previous event borrowed.
+// pipeline is closed, every event has been read and every lane has ended its
+// last step (the bricks' counters settled: a batching decoder's DONE comes at
+// its request's end, before the step that decoded it with others ends).
+// Releases what the previous event borrowed.
 nm_status nm_pipeline_read(nm_pipeline *p, int64_t timeout_ns, nm_pipeline_event *ev);
 // Stops a request wherever it is (transcribing, decoding, speaking: barge-in):
 // its DONE comes with NM_ERR_CANCELLED, and no AUDIO of it after this call (its

@@ -32,9 +32,11 @@ typedef struct nm_server_params {
     int32_t body_timeout_s;      // a body's whole arrival from its header's end (later: 408); 0: none; 60
     int32_t threads_http;        // connections served at once; 0: parallel + queue + 64, at least 256
     int64_t body_max;            // the largest request body (larger: 413); 8 MiB
-    // The bricks (borrowed for the call): llm needed (its n_ctx a sequence's; n_parallel set from
-    // parallel; its model loaded by the caller or from its path), vision: images in chats (NULL: none),
-    // stt: transcriptions (NULL: 404), tts: speech (NULL: 404). Their ledger is the server's.
+    // The bricks (the structs borrowed for the call; what they point to that a brick keeps, llm_model,
+    // the stop strings, a voice's name, for the server's life): llm needed (its n_ctx a sequence's;
+    // n_parallel set from parallel; its model loaded by the caller or from its path), vision: images in
+    // chats (NULL: none), stt: transcriptions (NULL: 404), tts: speech (NULL: 404). Their ledger is the
+    // server's.
     const nm_brick_params *llm, *vision, *stt, *tts;
     const char *image_dir;       // image_url paths (file:// too) of files under it; NULL: data: URLs only
     int64_t image_max_pixels;    // an image's width x height (larger: 400); 16777216

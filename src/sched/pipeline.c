@@ -282,6 +282,7 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
         goto fail;
     if (P->llm) P->n_predict = p->llm->llm.n_predict;
     P->n_parallel = p->llm && p->llm->n_parallel > 1 ? p->llm->n_parallel : 1;
+    P->L[NM_BRICK_LLM].by_end = P->n_parallel > 1;
     if (P->tts) P->tts_rate = nm_brick_tts_sample_rate(P->tts);
     if (P->llm && p->chat && !p->jinja && !nm_chat_template_name(P->m, P->chat_template)) {
         st = nm_fail(NM_ERR_TEMPLATE, err, err_size, "pipeline: %s (name one: %s)",
@@ -455,7 +456,7 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
             return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: image %d: vision parameters for a camera's "
                            "frame (its ring holds frames only)", (int)i + 1);
     }
-    const int32_t marks = in->text ? pl_n_markers(in->text) : 0;
+    const int32_t marks = in->text && in->n_images > 0 ? pl_n_markers(in->text) : 0; // (no image: a marker is text)
     if (marks > 0 && marks != in->n_images)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: the text has %d %s markers for %d images",
                        (int)marks, MEDIA_MARKER, (int)in->n_images);
@@ -535,6 +536,13 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
     return NM_OK;
 }
 
+// Every lane has ended its last step (a batching decoder's DONEs come before it). The lock held.
+static bool lanes_idle_locked(const nm_pipeline *P) {
+    for (int k = 1; k < 5; k++)
+        if (P->L[k].busy || P->L[k].n_given > 0) return false;
+    return true;
+}
+
 nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event *ev) {
     if (!P || !ev) return NM_ERR_INVALID_ARG;
     struct timespec until;
@@ -557,8 +565,8 @@ nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event
     nm_status st = NM_OK;
     for (;;) {
         if (P->ev_head) break;
-        if ((P->closed || P->stopping) && P->n_done == P->n_reqs) {
-            st = NM_ERR_SHUTDOWN;
+        if ((P->closed || P->stopping) && P->n_done == P->n_reqs && (P->stopping || lanes_idle_locked(P))) {
+            st = NM_ERR_SHUTDOWN; // (closed: after every lane's last step, so every counter is settled)
             break;
         }
         if (timeout_ns == 0) {

@@ -99,14 +99,16 @@ static char *chat_text(nm_pipeline *P, pl_req *r, const char *question) {
 static void give(nm_pipeline *P, nm_brick_kind k, pl_req *r) {
     pl_lane *L = &P->L[k];
     pthread_mutex_lock(&P->lock);
-    if (!r->given[k] && L->ahead > 0) { // (a batching step has served it already)
+    if (!r->given[k] && (L->ahead > 0 || L->n_given < LANE_QUEUE)) {
         r->given[k] = true;
-        L->ahead--;
-    } else if (!r->given[k] && L->n_given < (int32_t)(sizeof L->given / sizeof L->given[0])) {
-        r->given[k] = true;
-        r->in_lanes++;
-        L->n_open++;
-        L->given[(L->head + L->n_given++) % (int32_t)(sizeof L->given / sizeof L->given[0])] = r->id;
+        if (L->by_end && r->llm_ended) { // (its end came first: nothing of it is open)
+            r->llm_served = true;
+        } else {
+            r->in_lanes++;
+            L->n_open++;
+        }
+        if (L->ahead > 0) L->ahead--; // (a batching step took it already)
+        else L->given[(L->head + L->n_given++) % LANE_QUEUE] = r->id;
         pthread_cond_broadcast(&P->cond);
     }
     pthread_mutex_unlock(&P->lock);

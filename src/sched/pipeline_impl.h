@@ -36,7 +36,9 @@
 #define TEXT_SLOT 4096             // a sentence for the voice
 #define STT_IN_SLOTS 4             // a request's PARAMS and audio, and the next one's
 #define LLM_IN_SLOTS 4             // a prompt's parts (parameters, text, image segment, text), for each request the
-                                   // decoder may hold: its n_parallel and one more (pl_llm_room)
+                                   // decoder may hold: its n_parallel and one more (send_prompt waits for room)
+#define LANE_QUEUE 512             // requests a lane may be given and not yet have taken (> the decoder's 256
+                                   // sequences and one more)
 #define OUT_SLOTS 64
 
 typedef struct pl_img {
@@ -78,6 +80,8 @@ typedef struct pl_req {
     int32_t threads;       // the bricks' threads for it (0: as their parameters say)
     double max_tps;        // 0: unpaced
     bool given[5];         // its first slot is in that brick's input ring: the lane was given it (by kind)
+    bool llm_ended;        // a batching decoder (pl_lane.by_end): its last slot came (maybe before it was given) ...
+    bool llm_served;       // ... and its lane's service is counted (once: at that slot, or at give() after it)
     nm_pipeline_timings t;
     bool skipped;          // a gate stopped it (the wake words, the frame that did not change)
     int32_t n_prompt, n_tokens, n_cached; // the decoder's rows decoded, tokens generated, prompt tokens its cache
@@ -107,11 +111,14 @@ typedef struct pl_lane {
     pthread_t th;
     bool started;
     // under the lock
-    uint64_t given[64];    // the requests given (a slot of each in `in`), in order, that it has yet to take:
+    uint64_t given[LANE_QUEUE]; // the requests given (a slot of each in `in`), in order, that it has yet to take:
     int32_t head, n_given; // n_given of them from given[head] (at most what the ring's slots hold)
-    int32_t n_open;        // requests given and not yet served (the decoder's room: pl_llm_room)
-    int32_t ahead;         // requests a step served before they were given (a batching decoder's step serves every
-                           // one that comes while it runs: its first slot may be read before give() records it)
+    int32_t n_open;        // requests given and not yet served (the decoder's room: send_prompt)
+    int32_t ahead;         // requests a step took before they were given (a batching decoder's step takes every one
+                           // that comes while it runs: its first slot may be read before give() records it)
+    bool by_end;           // a batching decoder (n_parallel > 1): its step returns once every request it took has
+                           // ended, so each request is served at its last output slot (the answers thread), not
+                           // at the step's end; its counters are settled when the step ends
     bool busy;             // serving one
     nm_brick_stats base, cur; // the counters of the bricks it has freed, summed; of the one loaded now
     int32_t threads;       // the threads of the one loaded now

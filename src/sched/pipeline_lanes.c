@@ -154,6 +154,19 @@ void pl_stage_end(nm_pipeline *P, const pl_req *r, nm_brick_kind k, const bool *
     pthread_mutex_unlock(&P->lock);
 }
 
+// A batching decoder's request r ended (its last output slot came; the lock held): its lane's service is
+// counted now, or at give() where its end came first.
+static void llm_ended_locked(nm_pipeline *P, pl_req *r) {
+    pl_lane *L = &P->L[NM_BRICK_LLM];
+    if (!L->by_end) return;
+    r->llm_ended = true;
+    if (!r->given[NM_BRICK_LLM] || r->llm_served) return;
+    r->llm_served = true;
+    L->n_open--;
+    pl_served_locked(P, r->id);
+    pthread_cond_broadcast(&P->cond); // (the feed thread may wait for room)
+}
+
 // keep_history: the request's turn and its answer join the conversation.
 static void remember(nm_pipeline *P, pl_req *r, const char *answer, size_t n) {
     pthread_mutex_lock(&P->lock);
@@ -213,6 +226,7 @@ void *pl_answers_main(void *arg) {
         pthread_mutex_lock(&P->lock);
         r->n_prompt += (int32_t)n_decoded, r->n_tokens += (int32_t)n_gen, r->n_cached += (int32_t)n_reused;
         r->stop = why;
+        llm_ended_locked(P, r); // (a batching decoder: its lane is done with it)
         r->t.answered = pl_since(r);
         if ((user & NM_BRICK_CANCELLED) && r->status == NM_OK && !r->cancelled) r->cancelled = true;
         if ((user & NM_BRICK_ERROR) && r->status == NM_OK) {
@@ -285,7 +299,7 @@ void *pl_speech_main(void *arg) {
 void *pl_lane_main(void *arg) {
     pl_lane *L = arg;
     nm_pipeline *P = L->P;
-    const int32_t cap = (int32_t)(sizeof L->given / sizeof L->given[0]);
+    const int32_t cap = LANE_QUEUE;
     nm_status st = NM_OK;
     pthread_mutex_lock(&P->lock);
     while (st == NM_OK) {
@@ -310,23 +324,25 @@ void *pl_lane_main(void *arg) {
         if (nm_brick_estimate(b, &in, &c) == NM_OK) L->dram_bytes += c.weight_bytes_read + c.act_bytes;
         L->cur = s;
         L->busy = false;
-        L->n_open--;
-        pl_served_locked(P, id);
-        // a decoder with several sequences ends every request that came while it ran: the next given ones
-        // (the ring's order), or ones not given yet (give() finds them served)
-        for (uint64_t k = 1; k < s.n_requests - s0.n_requests; k++) {
-            if (L->n_given == 0) {
-                L->ahead++;
-                continue;
-            }
-            const uint64_t next = L->given[L->head];
-            L->head = (L->head + 1) % cap, L->n_given--, L->n_open--;
-            pl_served_locked(P, next);
+        if (!L->by_end) {
+            L->n_open--;
+            pl_served_locked(P, id);
+        }
+        // a batching decoder took every request that came while it ran (each served at its end): the next
+        // given ones (the ring's order) are not to be stepped for, nor ones not given yet (give() skips them)
+        for (uint64_t k = 1; L->by_end && k < s.n_requests - s0.n_requests; k++) {
+            if (L->n_given == 0) L->ahead++;
+            else L->head = (L->head + 1) % cap, L->n_given--;
         }
         pthread_cond_broadcast(&P->cond);
     }
-    for (; L->n_given > 0; L->head = (L->head + 1) % cap, L->n_given--, L->n_open--)
-        pl_served_locked(P, L->given[L->head]); // (never served)
+    for (; L->n_given > 0; L->head = (L->head + 1) % cap, L->n_given--) { // (never served)
+        pl_req *q = pl_req_of(P, L->given[L->head]);
+        if (L->by_end && (!q || q->llm_served)) continue;
+        if (q) q->llm_served = true;
+        L->n_open--;
+        pl_served_locked(P, L->given[L->head]);
+    }
     pthread_cond_broadcast(&P->cond);
     pthread_mutex_unlock(&P->lock);
     // the brick or a ring broke: its neighbours wake and end (as nm_brick_run's)

@@ -72,6 +72,16 @@ int serve_audio_metrics(const server *S, char *buf, size_t size) {
                     (unsigned long long)S->n_speech_requests, S->speech_seconds, (unsigned long long)tr.s.n_cancelled);
 }
 
+// The request in flight in a one-brick pipeline P (*slot: the server's record of it; 0: none now), for
+// nm_server_stop to cancel; one submitted once the stop's time is up is cancelled here.
+static void in_flight(server *S, nm_pipeline *P, uint64_t *slot, uint64_t id) {
+    pthread_mutex_lock(&S->lock);
+    *slot = id;
+    const bool cancel = id && S->abandon;
+    pthread_mutex_unlock(&S->lock);
+    if (cancel) nm_pipeline_cancel(P, id);
+}
+
 // ---- speech to text -------------------------------------------------------------------------
 
 // A multipart body's fields as mg_handle_form_request hands them over: the
@@ -407,8 +417,11 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
     // The transcriber's turn first, then the decoding: requests that wait hold their bodies, never their
     // samples (a few KB of FLAC can be hours of them). The decoder stops at --max-audio: a header that
     // announces more fails before a sample is decoded, a stream that does not say stops at the limit.
-    if (!serve_turn_take(S, &S->stt_turn)) {
-        code = send_error(S, c, 429, NULL, "%d requests already wait for the transcriber (--queue)", S->queue_max);
+    const int turn = serve_turn_take(S, &S->stt_turn);
+    if (turn) {
+        code = turn == 503 ? send_error(S, c, 503, NULL, "the server is shutting down")
+                           : send_error(S, c, 429, NULL, "%d requests already wait for the transcriber (--queue)",
+                                        S->queue_max);
         goto out;
     }
     nm_status st = nm_audio_decode_max(f.file, f.n_file, NM_AUDIO_RATE, (int64_t)S->audio_max_s * NM_AUDIO_RATE,
@@ -451,6 +464,7 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
     nm_audio_free(&pcm);
     free(params);
     if (st != NM_OK) code = send_error(S, c, 500, NULL, "%s", params ? err : "out of memory");
+    else in_flight(S, S->stt_P, &S->stt_id, id);
     bool sent_head = false, gone = false;
     const double t0 = serve_now();
     nm_pipeline_event ev = {0};
@@ -496,6 +510,7 @@ int handle_transcription(server *S, struct mg_connection *c, bool translate) {
         code = send_transcript(S, c, nm_brick_stt_transcript(S->stt), fmt, translate, words);
     }
     if (sent_head && !gone) mg_send_chunk(c, "", 0);
+    in_flight(S, S->stt_P, &S->stt_id, 0);
     serve_turn_give(S, &S->stt_turn);
 out:
     form_free(&f);
@@ -530,9 +545,11 @@ int handle_speech(server *S, struct mg_connection *c) {
     nm_audio_encoder *enc = NULL;
     const char *text = sr.text;
     char *pj = sr.params;
-    if (!serve_turn_take(S, &S->tts_turn)) { // the engine's turn: one synthesis at a time
+    const int turn = serve_turn_take(S, &S->tts_turn); // the engine's turn: one synthesis at a time
+    if (turn) {
         free(pj);
         cJSON_Delete(req);
+        if (turn == 503) return send_error(S, c, 503, NULL, "the server is shutting down");
         return send_error(S, c, 429, NULL, "%d requests already wait for the speech engine (--queue)", S->queue_max);
     }
     pthread_mutex_lock(&S->lock);
@@ -545,6 +562,7 @@ int handle_speech(server *S, struct mg_connection *c) {
     free(pj);
     cJSON_Delete(req);
     code = st == NM_OK ? 0 : send_error(S, c, 500, NULL, "%s", err);
+    if (st == NM_OK) in_flight(S, S->tts_P, &S->tts_id, id);
     bool sent_head = false, gone = false;
     uint64_t samples = 0;
     const int32_t rate = nm_brick_tts_sample_rate(S->tts);
@@ -590,6 +608,7 @@ int handle_speech(server *S, struct mg_connection *c) {
     S->speech_seconds += (double)samples / rate;
     if (sent_head && !gone) serve_hist_add(&S->lat_speech, serve_now() - t_req);
     pthread_mutex_unlock(&S->lock);
+    in_flight(S, S->tts_P, &S->tts_id, 0);
     serve_turn_give(S, &S->tts_turn);
     if (enc && nm_audio_encoder_close(enc) != NM_OK) gone = true; // (its last frames, flushed into the reply)
     if (sent_head) {

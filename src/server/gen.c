@@ -345,6 +345,15 @@ static void out_piece(gen *g, const char *p, size_t n) {
     }
 }
 
+// A failure after a stream's headers: an error event, as llama-server sends (nothing where the client left).
+static void stream_error(gen *g, const char *msg) {
+    if (g->gone) return;
+    cJSON *r = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(r, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", "server_error");
+    sse(g, r);
+}
+
 // Submits the request (its parameters' JSON, the prompt, its images' bytes)
 // and reads its answer from its box. False with the error kept (fail_later)
 // where it failed before its answer began (or a whole answer failed).
@@ -358,8 +367,10 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
     bool ok = true;
     for (int k = 0; k < im->n && ok; k++) {
         size_t n = 0;
-        if (!(ok = serve_image_bytes(S, &im->v[k], &bytes[k], &n, err, sizeof err)))
-            fail_later(g, 400, "messages", "%s (image %d)", err, k + 1);
+        const nm_status ist = serve_image_bytes(S, &im->v[k], &bytes[k], &n, err, sizeof err);
+        if (!(ok = ist == NM_OK))
+            fail_later(g, ist == NM_ERR_NOMEM ? 500 : 400, ist == NM_ERR_NOMEM ? NULL : "messages", "%s (image %d)", err,
+                       k + 1);
         img[k] = (nm_pipeline_image){.bytes = bytes[k], .n_bytes = n};
     }
     const nm_pipeline_input in = {.text = prompt, .images = img, .n_images = im->n, .llm_params = pj,
@@ -375,8 +386,14 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
             box->n = 0, box->n_end = 0, box->t_first = 0, box->ended = box->lost = false;
         }
         pthread_mutex_unlock(&S->box_lock);
+        pthread_mutex_lock(&S->lock);
+        const bool abandon = S->abandon; // (the stop's time is up: nm_server_stop cancels those in the boxes)
+        pthread_mutex_unlock(&S->lock);
+        if (box && st == NM_OK && abandon) nm_pipeline_cancel(S->P, g->pid);
         if (!box) ok = fail_later(g, 503, NULL, "no room for another request in the decoder");
-        else if (st != NM_OK) ok = fail_later(g, st == NM_ERR_SHUTDOWN ? 503 : 500, NULL, "%s", err), box = NULL;
+        else if (st != NM_OK) // (the request's fault: INVALID_ARG; the server stopping: SHUTDOWN)
+            ok = fail_later(g, st == NM_ERR_SHUTDOWN ? 503 : st == NM_ERR_INVALID_ARG ? 400 : 500,
+                            st == NM_ERR_INVALID_ARG ? (g->chat ? "messages" : "prompt") : NULL, "%s", err), box = NULL;
     }
     free(pj); // (copied by submit)
     if (!ok) {
@@ -408,7 +425,8 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
     g->why = got.stop;
     g->n_prompt = got.n_prompt + got.n_cached, g->n_tokens = got.n_tokens;
     piece(g, "", 0, true); // (what was held back)
-    if (got.lost) return fail_later(g, 503, NULL, "the decoder stopped");
+    if (got.lost && (!started || !g->stream)) return fail_later(g, 503, NULL, "the decoder stopped");
+    if (got.lost) return stream_error(g, "the decoder stopped"), true; // (mid-stream: the headers are out)
     if (got.status != NM_OK && got.status != NM_ERR_CANCELLED) {
         // the prompt's or an image's fault (it does not fit, gives no tokens, cannot be read), or the decoder's
         const char *why = !strncmp(got.err, "llm: ", 5) ? got.err + 5 : got.err;
@@ -416,12 +434,7 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
         g->n_prompt = bad && !started ? 0 : g->n_prompt; // (the metrics count decoded prompts only)
         if (bad && !started) return fail_later(g, 400, g->chat ? "messages" : "prompt", "%s", why);
         if (!started || !g->stream) return fail_later(g, 500, NULL, "the decoder failed: %s", why);
-        if (!g->gone) { // mid-stream: an error event, as llama-server
-            cJSON *r = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(r, "error");
-            cJSON_AddStringToObject(e, "message", why);
-            cJSON_AddStringToObject(e, "type", "server_error");
-            sse(g, r);
-        }
+        stream_error(g, why); // mid-stream: an error event, as llama-server
     }
     if (!started && g->stream && !g->gone) mg_send_http_ok(g->c, "text/event-stream", -1); // (an empty answer)
     return true;
@@ -452,9 +465,11 @@ int handle_generate(server *S, struct mg_connection *c, bool chat) {
     g.stream = rq.stream, g.usage_in_stream = rq.usage_in_stream;
     memcpy(g.stop, rq.stop, sizeof rq.stop);
     g.n_stop = rq.n_stop;
-    if (!serve_turn_take(S, &S->turn)) { // the decoder's turn
+    const int turn = serve_turn_take(S, &S->turn); // the decoder's turn
+    if (turn) {
         serve_gen_free(&rq);
         cJSON_Delete(req);
+        if (turn == 503) return send_error(S, c, 503, NULL, "the server is shutting down");
         return send_error(S, c, 429, NULL, "%d requests already wait for the decoder (--queue)", S->queue_max);
     }
     pthread_mutex_lock(&S->lock);

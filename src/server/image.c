@@ -83,49 +83,47 @@ static bool b64_decode(const char *s, size_t n, uint8_t *out, size_t cap, size_t
     return true;
 }
 
-// A regular file into out (src/io/infile.c: a FIFO put there cannot hang the request). name: the file as the
-// messages call it, its path under --image-dir (a client is not told the host's paths).
-static bool read_image_file(const char *path, const char *name, uint8_t *out, size_t cap, size_t *len, char *err,
-                            size_t es) {
+// A regular file, read whole into *out (malloc'd; src/io/infile.c: a FIFO put there cannot hang the request).
+// name: the file as the messages call it, its path under --image-dir (a client is not told the host's paths).
+static nm_status read_image_file(const char *path, const char *name, size_t cap, char **out, size_t *len, char *err,
+                                 size_t es) {
     char why[PATH_MAX + 256];
-    size_t n = 0;
-    const nm_status st = nm_infile_read_into(path, 0, out, cap, &n, why, sizeof why);
-    if (st == NM_ERR_RANGE) {
-        snprintf(err, es, "image file '%s' is over %zu bytes, the largest taken (3/4 of --max-body)", name, cap);
-        return false;
-    }
+    const nm_status st = nm_infile_read(path, cap, 0, out, len, why, sizeof why);
+    if (st == NM_ERR_RANGE)
+        return nm_fail(st, err, es, "image file '%s' is over %zu bytes, the largest taken (3/4 of --max-body)", name, cap);
+    if (st == NM_ERR_NOMEM) return nm_fail(st, err, es, "out of memory for image file '%s'", name);
     if (st != NM_OK) { // the cause without the host's path, which starts the message
         const size_t pl = strlen(path);
         const char *cause = !strncmp(why, path, pl) && !strncmp(why + pl, ": ", 2) ? why + pl + 2 : "cannot read it";
-        snprintf(err, es, "image file '%s': %s", name, cause);
-        return false;
+        return nm_fail(st, err, es, "image file '%s': %s", name, cause);
     }
-    if (n == 0) {
-        snprintf(err, es, "image file '%s' is empty", name);
-        return false;
+    if (*len == 0) {
+        free(*out);
+        *out = NULL;
+        return nm_fail(NM_ERR_FORMAT, err, es, "image file '%s' is empty", name);
     }
-    *len = n;
-    return true;
+    return NM_OK;
 }
 
-bool serve_image_bytes(server *S, const serve_image *img, void **bytes, size_t *n, char *err, size_t err_size) {
-    const size_t cap = img->b64 ? img->b64_len / 4 * 3 + 3 : (size_t)S->body_max / 4 * 3 + 4; // (3/4 of --max-body)
-    *bytes = malloc(cap ? cap : 1);
+nm_status serve_image_bytes(server *S, const serve_image *img, void **bytes, size_t *n, char *err, size_t err_size) {
+    *bytes = NULL;
     *n = 0;
-    if (!*bytes) {
-        snprintf(err, err_size, "out of memory for the image");
-        return false;
+    if (!img->b64) {
+        char *data = NULL;
+        const nm_status st = read_image_file(img->path, img->path + strlen(S->image_dir_real) + 1,
+                                             (size_t)S->body_max / 4 * 3 + 4, &data, n, err, err_size); // (3/4 of --max-body)
+        *bytes = data;
+        return st;
     }
-    const bool read = img->b64 ? b64_decode(img->b64, img->b64_len, *bytes, cap, n, err, err_size)
-                               : read_image_file(img->path, img->path + strlen(S->image_dir_real) + 1, *bytes, cap,
-                                                 n, err, err_size);
-    if (read && *n == 0) snprintf(err, err_size, "the image is empty");
-    if (!read || *n == 0) {
+    const size_t cap = img->b64_len / 4 * 3 + 3; // (what the base64 can hold)
+    if (!(*bytes = malloc(cap))) return nm_fail(NM_ERR_NOMEM, err, err_size, "out of memory for the image");
+    nm_status st = b64_decode(img->b64, img->b64_len, *bytes, cap, n, err, err_size) ? NM_OK : NM_ERR_FORMAT;
+    if (st == NM_OK && *n == 0) st = nm_fail(NM_ERR_FORMAT, err, err_size, "the image is empty");
+    if (st != NM_OK) {
         free(*bytes);
         *bytes = NULL;
-        return false;
     }
-    return true;
+    return st;
 }
 
 int serve_vision_metrics(const server *S, char *buf, size_t size) {

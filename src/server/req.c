@@ -1,4 +1,4 @@
-// nanomind serve: the parsers of request bodies (serve_req.h).
+// nanomind serve: the parsers of request bodies (req.h).
 #include "server/req.h"
 
 #include <errno.h>

@@ -164,23 +164,28 @@ void serve_turn_init(serve_turn *t, int slots) {
 
 // First come, first served: a request takes a ticket and its turn comes when every earlier ticket has had
 // its own (a turn given back goes to the oldest waiter, never to a request that arrives just then).
-bool serve_turn_take(server *S, serve_turn *t) {
+int serve_turn_take(server *S, serve_turn *t) {
     pthread_mutex_lock(&S->lock);
     const bool room = t->waiting + t->busy < S->queue_max + t->slots;
     if (!room) {
         S->n_rejected++;
         pthread_mutex_unlock(&S->lock);
-        return false;
+        return 429;
     }
     const uint64_t ticket = t->next_ticket++;
     t->waiting++;
-    while (t->busy >= t->slots || ticket != t->serving) pthread_cond_wait(&t->free, &S->lock);
+    while ((t->busy >= t->slots || ticket != t->serving) && !S->abandon) pthread_cond_wait(&t->free, &S->lock);
+    if (S->abandon) { // (the stop's time is up: the requests still waiting are not served)
+        t->waiting--;
+        pthread_mutex_unlock(&S->lock);
+        return 503;
+    }
     t->serving++;
     t->waiting--;
     t->busy++;
     if (t->waiting > 0 && t->busy < t->slots) pthread_cond_broadcast(&t->free); // the next ticket may go too
     pthread_mutex_unlock(&S->lock);
-    return true;
+    return 0;
 }
 
 void serve_turn_give(server *S, serve_turn *t) {
@@ -482,11 +487,17 @@ static bool dup_to(char **out, const char *s) {
 // The parameters checked and copied into S; false with err.
 static nm_status take_params(server *S, const nm_server_params *p, char *err, size_t err_size) {
     if (!p->llm) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "server: no llm brick");
+    const int32_t big = 1000000; // (seconds; times 1000 fits civetweb's milliseconds)
     if (p->parallel < 1 || p->parallel > 256 || p->queue < 0 || p->queue > 4096 || p->n_api_keys < 0 ||
         p->n_api_keys > MAX_KEYS || p->n_stop < 0 || p->n_stop > NM_LLM_MAX_STOP || p->idle_timeout_s < 1 ||
-        p->body_timeout_s < 0 || p->body_max < 1024 || p->threads_http < 0 || p->port < 0 || p->port > 65535)
+        p->idle_timeout_s > big || p->body_timeout_s < 0 || p->body_timeout_s > big || p->body_max < 1024 ||
+        p->body_max > (1 << 30) || p->threads_http < 0 || p->threads_http > 4096 || p->port < 0 || p->port > 65535 ||
+        p->image_max_pixels < 1 || p->image_max_pixels > (1 << 26) || p->audio_max_s < 1 || p->audio_max_s > big ||
+        p->speech_max_chars < 1)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "server: a parameter out of range (parallel 1..256, queue "
-                       "0..4096, at most %d keys and %d stop strings, port 0..65535)", MAX_KEYS, NM_LLM_MAX_STOP);
+                       "0..4096, at most %d keys and %d stop strings, port 0..65535, threads_http 0..4096, body_max "
+                       "1 KiB..1 GiB, image_max_pixels 1..2^26, timeouts and audio_max_s up to %d s)", MAX_KEYS,
+                       NM_LLM_MAX_STOP, big);
     const char *host = p->host ? p->host : "127.0.0.1", *model = p->llm->model;
     const char *slash = model ? strrchr(model, '/') : NULL;
     const char *alias = p->alias ? p->alias : slash ? slash + 1 : model ? model : "model";
@@ -551,6 +562,7 @@ static void release(server *S) {
     for (int k = 0; k < S->n_stop; k++) free(S->stop[k]);
     pthread_mutex_destroy(&S->lock), pthread_mutex_destroy(&S->box_lock);
     pthread_cond_destroy(&S->idle), pthread_cond_destroy(&S->box_cv);
+    pthread_cond_destroy(&S->turn.free), pthread_cond_destroy(&S->stt_turn.free), pthread_cond_destroy(&S->tts_turn.free);
     free(S);
 }
 
@@ -621,7 +633,6 @@ nm_status nm_server_start(const nm_server_params *p, nm_server **out, char *err,
     struct mg_callbacks cbs;
     memset(&cbs, 0, sizeof cbs);
     mg_init_library(0);
-    S->mg_started = true;
     if (!serve_watchdog_start(&S->watchdog, S->body_timeout_s))
         serve_log(S, "warning: no thread for the bodies' deadline: --body-timeout is not kept");
     if (!(S->ctx = mg_start(&cbs, S, options))) {
@@ -649,7 +660,18 @@ void nm_server_stop(nm_server *S, int32_t timeout_s) {
     S->stopping = true; // new requests: 503; those in flight end first (civetweb drops writes once stopped)
     while (S->active > 0 && pthread_cond_timedwait(&S->idle, &S->lock, &until) == 0) {
     }
+    // the time is up: the requests still waiting for a turn get 503, those in a pipeline are cancelled
+    S->abandon = true;
+    serve_turn *turns[] = {&S->turn, &S->stt_turn, &S->tts_turn};
+    for (int k = 0; k < 3; k++) pthread_cond_broadcast(&turns[k]->free);
+    const uint64_t stt_id = S->stt_id, tts_id = S->tts_id;
     pthread_mutex_unlock(&S->lock);
+    if (stt_id) nm_pipeline_cancel(S->stt_P, stt_id);
+    if (tts_id) nm_pipeline_cancel(S->tts_P, tts_id);
+    pthread_mutex_lock(&S->box_lock);
+    for (int32_t i = 0; S->boxes && i < S->parallel; i++)
+        if (S->boxes[i].id) nm_pipeline_cancel(S->P, S->boxes[i].id);
+    pthread_mutex_unlock(&S->box_lock);
     mg_stop(S->ctx);
     mg_exit_library();
     release(S);

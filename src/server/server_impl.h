@@ -33,7 +33,7 @@ typedef struct serve_turn {
     uint64_t next_ticket, serving; // first come, first served: the ticket whose turn is next
 } serve_turn;
 
-// A request's answer as the pipeline gives it: the events thread (serve_gen.c) reads the pipeline's
+// A request's answer as the pipeline gives it: the events thread (gen.c) reads the pipeline's
 // events (requests decoded together share them) and puts each request's text pieces and its end into
 // its box, which the request's handler takes (under box_lock).
 typedef struct serve_box {
@@ -41,7 +41,7 @@ typedef struct serve_box {
     char *text;           // pieces come, not yet taken: text[0, n), the k-th ending at end[k]
     size_t n, cap, *end;
     int32_t n_end, cap_end;
-    double t_first;       // the first piece came (cli_now); 0: none yet
+    double t_first;       // the first piece came (serve_now); 0: none yet
     bool ended, lost;     // its DONE came (with the figures below); the pipeline closed before it
     nm_status status;
     nm_llm_stop stop;
@@ -63,7 +63,7 @@ void serve_hist_add(serve_hist *h, double seconds); // under the server's lock
 // Its lines (HELP, TYPE, buckets, +Inf, sum, count) into buf; the bytes written.
 int serve_hist_print(const serve_hist *h, const char *name, const char *help, char *buf, size_t size);
 
-// A body's deadline (--body-timeout; serve_watch.c). civetweb waits up to --idle-timeout for each read of a body
+// A body's deadline (--body-timeout; watch.c). civetweb waits up to --idle-timeout for each read of a body
 // and every byte that comes starts that wait again, so a client dripping a body holds a thread for ever. A
 // watch names the request's socket (found by its two endpoints) and its deadline; the watchdog thread shuts
 // the socket for reading when the deadline passes, the read blocked on it returns, and the handler answers
@@ -115,7 +115,6 @@ struct nm_server {
     void (*log)(void *user, const char *line);
     void *log_user;
     struct mg_context *ctx;
-    bool mg_started;
     nm_model *m;      // the decoder's model (its brick's)
     // the decoder (and the vision encoder): a pipeline (gen.c), its events read by one thread
     nm_pipeline *P;
@@ -157,7 +156,9 @@ struct nm_server {
     pthread_mutex_t lock; // the counters, the turns' counts
     int active;    // requests being handled
     pthread_cond_t idle; // active dropped to 0
-    bool stopping; // stopping: new requests get 503, those in flight finish
+    bool stopping; // stopping: new requests get 503, those in flight finish ...
+    bool abandon;  // ... until the stop's time is up: those waiting for a turn get 503, those running are cancelled
+    uint64_t stt_id, tts_id; // the transcription's and the speech's request in their pipelines (0: none)
     uint64_t next_id;
     // counters for /metrics
     uint64_t n_requests, n_errors, n_prompt_tokens, n_gen_tokens, n_rejected;
@@ -189,8 +190,8 @@ int send_json(struct mg_connection *c, int code, cJSON *root); // takes root
 bool serve_sse(struct mg_connection *c, cJSON *obj);
 int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-int send_err(server *S, struct mg_connection *c, const serve_err *e); // a parser's error (serve_req.h)
-// What the server lets a request use (serve_req.h), as it stands now.
+int send_err(server *S, struct mg_connection *c, const serve_err *e); // a parser's error (req.h)
+// What the server lets a request use (req.h), as it stands now.
 serve_env serve_env_of(server *S);
 // The body, NUL-terminated (malloc'd), or NULL with the error sent (*code).
 char *read_body(server *S, struct mg_connection *c, int *code);
@@ -199,7 +200,7 @@ cJSON *read_json(server *S, struct mg_connection *c, int *code);
 // Waits for t (true: held, busy), or counts a rejection and returns false when
 // --queue requests already wait behind those it serves.
 void serve_turn_init(serve_turn *t, int slots);
-bool serve_turn_take(server *S, serve_turn *t);
+int serve_turn_take(server *S, serve_turn *t); // 0: taken; 429: --queue wait already; 503: the server stops
 void serve_turn_give(server *S, serve_turn *t);
 
 
@@ -210,10 +211,11 @@ void serve_gen_stop(server *S);
 int handle_generate(server *S, struct mg_connection *c, bool chat);
 
 // image.c: --image-dir resolved and the images' parameters (err says why), the end, an image's
-// bytes (malloc'd into *bytes; false: err says why, the client's fault), and its /metrics lines.
+// bytes (malloc'd into *bytes; err says why: NM_ERR_NOMEM the server's fault, others the client's), and
+// its /metrics lines.
 nm_status serve_vision_start(server *S, char *err, size_t err_size);
 void serve_vision_stop(server *S);
-bool serve_image_bytes(server *S, const serve_image *img, void **bytes, size_t *n, char *err, size_t err_size);
+nm_status serve_image_bytes(server *S, const serve_image *img, void **bytes, size_t *n, char *err, size_t err_size);
 int serve_vision_metrics(const server *S, char *buf, size_t size);
 
 // audio.c: the STT and TTS bricks' pipelines (err says why), their end, their routes and their

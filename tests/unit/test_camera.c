@@ -115,7 +115,7 @@ NM_TEST(camera_own_ring) {
     NM_CHECK(nm_camera_ring(r.cam) == NULL && nm_camera_start(r.cam, NULL, 1) == NM_OK);
     nm_tabm *ring = nm_camera_ring(r.cam);
     const nm_camera_info in = nm_camera_get_info(r.cam);
-    NM_CHECK(ring && nm_tabm_n_slots(ring) == in.n_slots + 2 && nm_tabm_max_payload(ring) >= in.slot_bytes);
+    NM_CHECK(ring && nm_tabm_n_slots(ring) == NM_CAMERA_MAX_BUFFERS + 2 && nm_tabm_max_payload(ring) >= in.slot_bytes);
     for (uint32_t f = 0; f < 3 && ring; f++) {
         nm_tabm_slot s;
         NM_CHECK(nm_camera_capture(r.cam, 1000000000, &s) == NM_OK && holds_frame(&r.v, &s, f));

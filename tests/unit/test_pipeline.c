@@ -213,6 +213,10 @@ NM_TEST(pipeline_chat_answer_is_the_decoded_text) {
     NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Hi", .llm_params = "{\"n_predict\": 3}"}, &id, NULL,
                                 0) == NM_OK);
     NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.stop == NM_LLM_STOP_N_PREDICT);
+    // without images a media marker is text (a pipeline without a vision brick answers it)
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "What is " NM_PIPELINE_MEDIA_MARKER "?",
+                                                        .llm_params = "{\"n_predict\": 3}"}, &id, NULL, 0) == NM_OK);
+    NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && a.n_tokens > 0);
     nm_pipeline_close(P);
     nm_pipeline_event ev;
     NM_CHECK(nm_pipeline_read(P, 0, &ev) == NM_ERR_SHUTDOWN);
@@ -221,8 +225,9 @@ NM_TEST(pipeline_chat_answer_is_the_decoded_text) {
 }
 
 // A decoder of three sequences serves the requests together (continuous
-// batching): each is answered, its DONE counts its own prompt and tokens, and
-// passes carried several sequences; a request alone in the decoder afterwards
+// batching): each is answered, its DONE counts its own prompt and tokens,
+// passes carried several sequences, and a short request's DONE comes at its
+// end, before that of a long one decoded beside it; a request alone in the decoder afterwards
 // is answered with the text of decoding it by hand (a row's bits depend on
 // the batch it was computed in: docs/server.md, so only alone are they equal).
 NM_TEST(pipeline_batches_requests) {
@@ -259,11 +264,20 @@ NM_TEST(pipeline_batches_requests) {
             fprintf(stderr, "  %d: %d decoded + %d cached, %d in the prompt\n", i, a[i].n_prompt, a[i].n_cached, nt);
         total += a[i].n_tokens;
     }
-    nm_pipeline_brick_report r;
-    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_LLM, &r) == NM_OK && r.s.n_requests == N && r.s.max_pass_seqs > 1);
-    NM_CHECK(a && (int64_t)r.s.n_prompt_tokens == a[0].n_prompt + a[1].n_prompt + a[2].n_prompt + a[3].n_prompt +
-                                                      a[4].n_prompt);
-    if (r.s.max_pass_seqs <= 1) fprintf(stderr, "  passes carried %d sequences at most\n", (int)r.s.max_pass_seqs);
+    // a short request's DONE at its own end, not when the long one decoded beside it ends
+    uint64_t id_long = 0, id_short = 0, first_done = 0;
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = q[2], .llm_params = "{\"n_predict\": 96, "
+                                                        "\"ignore_eos\": true}"}, &id_long, NULL, 0) == NM_OK);
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = q[4], .llm_params = "{\"n_predict\": 2}"}, &id_short,
+                                NULL, 0) == NM_OK);
+    for (int done = 0; done < 2;) {
+        nm_pipeline_event ev;
+        if (nm_pipeline_read(P, 120ll * 1000000000, &ev) != NM_OK) break;
+        if (ev.kind != NM_PIPELINE_DONE) continue;
+        if (!first_done) first_done = ev.request;
+        done++;
+    }
+    NM_CHECK(first_done == id_short);
     uint64_t id = 0;
     answer alone = {0};
     char want[8192];
@@ -272,6 +286,15 @@ NM_TEST(pipeline_batches_requests) {
     by_hand(&(nm_chat_msg){"user", q[1]}, 1, 12, want, sizeof want);
     NM_CHECK(want[0] && !strcmp(alone.text, want));
     if (strcmp(alone.text, want)) fprintf(stderr, "  alone: '%s'\n  by hand '%s'\n", alone.text, want);
+    // closed and read to its end: the decoder's counters are settled (its last step has ended)
+    nm_pipeline_close(P);
+    nm_pipeline_event ev;
+    NM_CHECK(nm_pipeline_read(P, 120ll * 1000000000, &ev) == NM_ERR_SHUTDOWN);
+    nm_pipeline_brick_report r;
+    NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_LLM, &r) == NM_OK && r.s.n_requests == N + 3 && r.s.max_pass_seqs > 1);
+    NM_CHECK(a && r.s.n_prompt_tokens > (uint64_t)(a[0].n_prompt + a[1].n_prompt + a[2].n_prompt + a[3].n_prompt +
+                                                   a[4].n_prompt + alone.n_prompt));
+    if (r.s.max_pass_seqs <= 1) fprintf(stderr, "  passes carried %d sequences at most\n", (int)r.s.max_pass_seqs);
     free(a);
     nm_pipeline_free(P);
 }

@@ -284,4 +284,34 @@ NM_TEST(generated_text_is_valid_utf8) {
     NM_CHECK(bad == 0);
 }
 
+// nm_server_start refuses parameters out of range before it loads anything, naming them (the library's
+// server: the command checks its flags itself), and a model it cannot load names the brick.
+NM_TEST(server_params_refused) {
+    nm_brick_params lp = nm_brick_default_params(NM_BRICK_LLM);
+    lp.model = "/nonexistent/model.gguf";
+    nm_server *s = (nm_server *)&lp; // (set to NULL by every failure)
+    char err[512] = "";
+    nm_server_params p = nm_server_default_params();
+    NM_CHECK(nm_server_start(&p, &s, err, sizeof err) == NM_ERR_INVALID_ARG && !s && strstr(err, "no llm brick"));
+    p.llm = &lp;
+    const struct {
+        int32_t parallel, queue, port, idle, audio;
+        int64_t pixels, body;
+    } bad[] = {{0, 16, 8080, 10, 60, 1, 4096}, {257, 16, 8080, 10, 60, 1, 4096}, {1, 4097, 8080, 10, 60, 1, 4096},
+               {1, 16, 65536, 10, 60, 1, 4096},  {1, 16, 8080, 0, 60, 1, 4096},   {1, 16, 8080, 10, 0, 1, 4096},
+               {1, 16, 8080, 10, 60, 0, 4096},   {1, 16, 8080, 10, 60, 1, 1023}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        nm_server_params q = p;
+        q.parallel = bad[i].parallel, q.queue = bad[i].queue, q.port = bad[i].port, q.idle_timeout_s = bad[i].idle;
+        q.audio_max_s = bad[i].audio, q.image_max_pixels = bad[i].pixels, q.body_max = bad[i].body;
+        err[0] = '\0';
+        NM_CHECK(nm_server_start(&q, &s, err, sizeof err) == NM_ERR_INVALID_ARG && !s && strstr(err, "out of range"));
+    }
+    err[0] = '\0';
+    NM_CHECK(nm_server_start(&p, &s, err, sizeof err) != NM_OK && !s && !strncmp(err, "llm: ", 5) &&
+             strstr(err, "/nonexistent/model.gguf"));
+    if (strncmp(err, "llm: ", 5)) fprintf(stderr, "  %s\n", err);
+    nm_server_stop(NULL, 0);
+}
+
 NM_TEST_MAIN()

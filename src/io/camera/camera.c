@@ -317,9 +317,10 @@ static bool setup_userptr(nm_camera *c) {
 nm_status nm_camera_start(nm_camera *c, nm_tabm *ring, uint32_t producer) {
     if (!c) return NM_ERR_INVALID_ARG;
     if (c->started) return cfail(c, NM_ERR_STATE, "started already");
-    if (!ring) { // a ring of its own: its buffers, and two more (the frame the vision brick reads, one compared)
-        char err[256];
-        const nm_status st = nm_tabm_create(NULL, c->info.n_slots + 2, c->info.slot_bytes, &c->own_ring, err, sizeof err);
+    if (!ring) { // a ring of its own: its buffers (the driver may grant more than asked), and two more (the frame
+        char err[256]; // the vision brick reads, one compared); pages are touched only where frames land
+        const uint32_t n = c->info.n_slots > NM_CAMERA_MAX_BUFFERS ? c->info.n_slots : NM_CAMERA_MAX_BUFFERS;
+        const nm_status st = nm_tabm_create(NULL, n + 2, c->info.slot_bytes, &c->own_ring, err, sizeof err);
         if (st != NM_OK) return cfail(c, st, "its ring: %s", err);
         ring = c->own_ring;
     }

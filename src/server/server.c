@@ -301,6 +301,16 @@ char *read_body(server *S, struct mg_connection *c, int *code) {
 
 // ---- routes -------------------------------------------------------------------------------
 
+// A model of /v1/models (OpenAI's object) into the array d.
+static void add_model(const server *S, cJSON *d, const char *id) {
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(d, m);
+    cJSON_AddStringToObject(m, "id", id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)S->created);
+    cJSON_AddStringToObject(m, "owned_by", "nanomind");
+}
+
 static int route(server *S, struct mg_connection *c) {
     const struct mg_request_info *ri = mg_get_request_info(c);
     const char *u = ri->local_uri ? ri->local_uri : "";
@@ -314,20 +324,8 @@ static int route(server *S, struct mg_connection *c) {
         cJSON *r = cJSON_CreateObject(), *d;
         cJSON_AddStringToObject(r, "object", "list");
         d = cJSON_AddArrayToObject(r, "data");
-        cJSON *m = cJSON_CreateObject();
-        cJSON_AddItemToArray(d, m);
-        cJSON_AddStringToObject(m, "id", S->alias);
-        cJSON_AddStringToObject(m, "object", "model");
-        cJSON_AddNumberToObject(m, "created", (double)S->created);
-        cJSON_AddStringToObject(m, "owned_by", "nanomind");
-        if (S->stt) {
-            cJSON *w = cJSON_CreateObject();
-            cJSON_AddItemToArray(d, w);
-            cJSON_AddStringToObject(w, "id", S->stt_alias);
-            cJSON_AddStringToObject(w, "object", "model");
-            cJSON_AddNumberToObject(w, "created", (double)S->created);
-            cJSON_AddStringToObject(w, "owned_by", "nanomind");
-        }
+        add_model(S, d, S->alias);
+        if (S->stt) add_model(S, d, S->stt_alias);
         return send_json(c, 200, r);
     }
     if (!authorized(S, c)) return send_error(S, c, 401, NULL, "a valid API key is needed (Authorization: Bearer KEY)");

@@ -15,7 +15,7 @@
 //                  image -> VISION --^
 //
 // any of them present (an LLM alone: a chat; STT alone: transcription; TTS
-// alone: a voice). It loads the bricks, sizes the rings from their slot sizes,
+// alone: a voice; VISION alone: an image's embeddings, EMBD events). It loads the bricks, sizes the rings from their slot sizes,
 // runs STT, LLM and TTS each on a lane (a thread of its own, on the cores its
 // parameters name) and the vision encoder on the thread that writes the
 // decoder's prompt, so that the image's embeddings go into the decoder's ring
@@ -32,6 +32,7 @@
 // be called from any threads (read: one reader at a time); create and free
 // from one.
 typedef struct nm_pipeline nm_pipeline;
+struct nm_pipeline_event; // (below: what read gives)
 
 typedef enum nm_pipeline_mode {
     // Every brick serves the request it has: a request's answer is decoded and
@@ -57,7 +58,7 @@ typedef struct nm_pipeline_params {
     // The bricks' parameters (kind set by the pipeline), NULL: not in the graph. The structs are
     // borrowed for the call (CASCADE: for the pipeline's life); what they point to that a brick keeps
     // (llm_model, the stop strings, a voice's name: bricks.h says which) for the pipeline's life;
-    // the pipeline loads the bricks and frees them. VISION needs LLM; the LLM brick's output kind is
+    // the pipeline loads the bricks and frees them. VISION feeds the LLM, or is alone; the LLM brick's output kind is
     // the pipeline's (sentences with TTS, else text pieces) and its ledger the pipeline's. With its
     // n_parallel > 1 the decoder serves that many requests together (continuous batching, each on a
     // sequence of its own: PIPELINED mode without keep_history; a request's prompt goes into the
@@ -121,6 +122,13 @@ typedef struct nm_pipeline_params {
     // brick to say why); 0: every one.
     const char *wake_words;
     float frame_change;
+    // Events pushed, not read: with on_event set, a thread of the pipeline calls it with each event, in
+    // nm_pipeline_read's order (the event and what it borrows valid for the call), user passed back;
+    // nm_pipeline_read is refused (NM_ERR_INVALID_ARG), and nm_pipeline_close returns once the last
+    // event has been given (where read would give NM_ERR_SHUTDOWN). The callback may submit, cancel and
+    // hear; not free. NULL: the caller reads.
+    void (*on_event)(const struct nm_pipeline_event *ev, void *user);
+    void *on_event_user;
 } nm_pipeline_params;
 
 nm_pipeline_params nm_pipeline_default_params(void);
@@ -150,7 +158,7 @@ typedef struct nm_pipeline_image {
 #define NM_PIPELINE_MEDIA_MARKER "<__media__>" // where an image goes in a text (llama.cpp's mtmd marker)
 
 // One request. Give audio (pcm or audio_path: needs STT) or text, and with
-// VISION images. Strings and pcm are borrowed for the call only (audio is
+// VISION images (a vision brick alone: images only). Strings and pcm are borrowed for the call only (audio is
 // decoded or copied into the STT ring before submit returns); image bytes
 // until the request's DONE has been read.
 typedef struct nm_pipeline_input {
@@ -191,6 +199,10 @@ typedef enum nm_pipeline_event_kind {
                                 // power, battery_pct, and text a line saying them
     NM_PIPELINE_ASKED = 8,      // a spoken request's question as the decoder (or the voice) gets it, once past
                                 // the gates: text (the transcript without its leading blank and wake word)
+    NM_PIPELINE_EMBD = 9,       // a vision brick alone (no LLM): an encoder run's embeddings of the request's
+                                // images, in order (a tiled image: a run a tile and its overview): embd, n_rows
+                                // rows of n_embd floats (a grid, qwen2vl_merger: grid[0] x grid[1] cells, row
+                                // by row), in the pipeline's ring, borrowed until the next read
 } nm_pipeline_event_kind;
 
 // Seconds from the request's submit (but `submitted`): 0 where the stage did not run.
@@ -199,8 +211,8 @@ typedef struct nm_pipeline_timings {
     double started;      // its turn came: the pipeline took it from the queue (the earlier ones done where the
                          // mode waits for them)
     double heard;        // the transcript is whole
-    double first_text;   // the answer's first piece
-    double answered;     // the answer's end
+    double first_text;   // the answer's first piece (a vision brick alone: its first embeddings)
+    double answered;     // the answer's end (a vision brick alone: its last embeddings)
     double first_audio;  // its first speech
     double spoken;       // its speech's end
     int64_t n_samples;   // speech samples
@@ -229,6 +241,9 @@ typedef struct nm_pipeline_event {
     // n_tokens: tokens it generated
     bool skipped, cascade;
     int32_t n_prompt, n_tokens, n_cached;
+    const float *embd;    // EMBD
+    int64_t n_rows;
+    int32_t n_embd, grid[2];
 } nm_pipeline_event;
 
 // The next event, in the order the pipeline made them (a request's events in
@@ -256,7 +271,8 @@ nm_status nm_pipeline_cancel(nm_pipeline *p, uint64_t request);
 // (err says which); the stream goes on.
 nm_status nm_pipeline_hear(nm_pipeline *p, const float *pcm, int64_t n, char *err, size_t err_size);
 // No more requests: those submitted are served, then nm_pipeline_read gives
-// NM_ERR_SHUTDOWN.
+// NM_ERR_SHUTDOWN. With params.on_event: returns once it has been given the
+// last event (called from the callback: marks the pipeline closed only).
 void nm_pipeline_close(nm_pipeline *p);
 
 // The graph's brick of a kind (NULL: none in it; none loaded now: the

@@ -25,6 +25,9 @@ bool pl_reserve(char **buf, size_t *cap, size_t need) {
     return true;
 }
 
+static void *deliver_main(void *arg);
+static void join_delivery(nm_pipeline *P);
+
 nm_pipeline_params nm_pipeline_default_params(void) {
     return (nm_pipeline_params){.mode = NM_PIPELINE_PIPELINED, .chat = true};
 }
@@ -52,6 +55,7 @@ bool pl_push_locked(nm_pipeline *P, const nm_pipeline_event *ev, const char *tex
     e->ev.text = e->text;
     e->ev.len = len;
     e->has_slot = slot != NULL;
+    e->ring = ev->kind == NM_PIPELINE_EMBD ? P->embd : P->tts_out;
     if (slot) e->slot = *slot;
     e->next = NULL;
     if (P->ev_tail) P->ev_tail->next = e;
@@ -201,10 +205,11 @@ static bool start_lane(nm_pipeline *P, nm_brick_kind k, nm_tabm *in, nm_tabm *ou
 nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, char *err, size_t err_size) {
     if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no place for the handle");
     *out = NULL;
-    if (p && p->vision && !p->llm)
-        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a vision brick needs an llm brick to feed");
-    if (!p || (!p->stt && !p->llm && !p->tts))
-        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no brick (give stt, llm or tts parameters)");
+    if (p && p->vision && !p->llm && (p->stt || p->tts))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a vision brick feeds an llm brick, or is alone");
+    if (!p || (!p->stt && !p->vision && !p->llm && !p->tts))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: no brick (give stt, vision, llm or tts "
+                       "parameters)");
     if ((unsigned)p->mode > NM_PIPELINE_CASCADE)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: mode %d (pipelined 0, sequential 1, cascade 2)",
                        (int)p->mode);
@@ -316,6 +321,8 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
                     (st = ring(&P->llm_out, OUT_SLOTS + 4 * (uint32_t)P->n_parallel, nm_brick_out_slot_bytes(P->llm), err,
                                err_size)) != NM_OK)) ||
         (P->vision && (st = ring(&P->img, 2, nm_brick_in_slot_bytes(P->vision), err, err_size)) != NM_OK) ||
+        (P->vision && !P->has[NM_BRICK_LLM] &&
+         (st = ring(&P->embd, EMBD_SLOTS, nm_brick_out_slot_bytes(P->vision), err, err_size)) != NM_OK) ||
         (P->tts && ((st = ring(&P->tts_in, 16, P->llm ? TEXT_SLOT : NM_TTS_MAX_TEXT, err, err_size)) != NM_OK ||
                     (st = ring(&P->tts_out, OUT_SLOTS, nm_brick_out_slot_bytes(P->tts), err, err_size)) != NM_OK)))
         goto fail;
@@ -330,7 +337,9 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
               (!P->has[NM_BRICK_TTS] || start_lane(P, NM_BRICK_TTS, P->tts_in, P->tts_out));
     ok = ok && (P->feed_started = pthread_create(&P->th_feed, NULL, pl_feed_main, P) == 0);
     ok = ok && (!P->has[NM_BRICK_LLM] || (P->answers_started = pthread_create(&P->th_answers, NULL, pl_answers_main, P) == 0));
+    ok = ok && (!P->embd || (P->answers_started = pthread_create(&P->th_answers, NULL, pl_embd_main, P) == 0));
     ok = ok && (!P->has[NM_BRICK_TTS] || (P->speech_started = pthread_create(&P->th_speech, NULL, pl_speech_main, P) == 0));
+    ok = ok && (!p->on_event || (P->deliver_started = pthread_create(&P->th_deliver, NULL, deliver_main, P) == 0));
     if (!ok) {
         st = nm_fail(NM_ERR_NOMEM, err, err_size, "pipeline: cannot start its threads");
         goto fail;
@@ -352,19 +361,24 @@ void nm_pipeline_free(nm_pipeline *P) {
     P->stopping = true;
     pthread_cond_broadcast(&P->cond);
     pthread_mutex_unlock(&P->lock);
-    nm_tabm *rings[] = {P->stt_in, P->stt_out, P->img, P->llm_in, P->llm_out, P->tts_in, P->tts_out};
+    nm_tabm *rings[] = {P->stt_in, P->stt_out, P->img, P->llm_in, P->llm_out, P->tts_in, P->tts_out, P->embd};
     for (size_t i = 0; i < sizeof rings / sizeof rings[0]; i++) shut(rings[i]);
     if (P->feed_started) pthread_join(P->th_feed, NULL);
     if (P->answers_started) pthread_join(P->th_answers, NULL);
     if (P->speech_started) pthread_join(P->th_speech, NULL);
     for (int k = 1; k < 5; k++)
         if (P->L[k].started) pthread_join(P->L[k].th, NULL);
+    pthread_mutex_lock(&P->lock);
+    P->joined = true; // (the delivery thread gives what is queued, then ends)
+    pthread_cond_broadcast(&P->cond);
+    pthread_mutex_unlock(&P->lock);
+    join_delivery(P);
     if (P->cur) P->cur->next = NULL; // the event lent to the reader, those not read, the spares
     pl_event *lists[] = {P->cur, P->ev_head, P->spare};
     for (size_t i = 0; i < 3; i++)
         for (pl_event *e = lists[i], *next; e; e = next) {
             next = e->next;
-            if (e->has_slot) nm_tabm_release(P->tts_out, &e->slot);
+            if (e->has_slot) nm_tabm_release(e->ring, &e->slot);
             free(e->text);
             free(e);
         }
@@ -468,9 +482,12 @@ nm_status nm_pipeline_submit(nm_pipeline *P, const nm_pipeline_input *in, uint64
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: an image, and no vision brick to see it");
     if (in->pcm && in->n_samples <= 0)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %lld samples", (long long)in->n_samples);
-    if (!audio && !in->text)
+    if (P->embd && (in->text || !image)) // (audio: refused above, no STT)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: %s, and a vision brick alone: images only",
+                       in->text ? "text" : "no image");
+    if (!audio && !in->text && !P->embd)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: nothing to ask (no text and no audio)");
-    if (!audio && !P->has[NM_BRICK_LLM] && !P->has[NM_BRICK_TTS])
+    if (in->text && !audio && !P->has[NM_BRICK_LLM] && !P->has[NM_BRICK_TTS])
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: text, and no LLM or TTS brick to take it");
     if (in->llm_params && !P->has[NM_BRICK_LLM])
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: LLM parameters, and no LLM brick");
@@ -543,8 +560,8 @@ static bool lanes_idle_locked(const nm_pipeline *P) {
     return true;
 }
 
-nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event *ev) {
-    if (!P || !ev) return NM_ERR_INVALID_ARG;
+// nm_pipeline_read's work: the caller's, or the delivery thread's (params.on_event).
+static nm_status read_event(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event *ev) {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
     if (timeout_ns > 0) {
@@ -556,7 +573,7 @@ nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event
     if (P->cur) { // what the last event lent; a DONE read: its request may go
         pl_req *done_r = P->cur->ev.kind == NM_PIPELINE_DONE ? pl_req_of(P, P->cur->ev.request) : NULL;
         if (done_r) done_r->read = true, pl_retire_locked(P, done_r);
-        if (P->cur->has_slot) nm_tabm_release(P->tts_out, &P->cur->slot);
+        if (P->cur->has_slot) nm_tabm_release(P->cur->ring, &P->cur->slot);
         P->cur->has_slot = false;
         P->cur->next = P->spare;
         P->spare = P->cur;
@@ -565,7 +582,8 @@ nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event
     nm_status st = NM_OK;
     for (;;) {
         if (P->ev_head) break;
-        if ((P->closed || P->stopping) && P->n_done == P->n_reqs && (P->stopping || lanes_idle_locked(P))) {
+        if (((P->closed || P->stopping) && P->n_done == P->n_reqs && (P->stopping || lanes_idle_locked(P))) ||
+            P->joined) { // (joined: free has ended every other thread; what is queued was given)
             st = NM_ERR_SHUTDOWN; // (closed: after every lane's last step, so every counter is settled)
             break;
         }
@@ -590,6 +608,28 @@ nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event
     return st;
 }
 
+nm_status nm_pipeline_read(nm_pipeline *P, int64_t timeout_ns, nm_pipeline_event *ev) {
+    if (!P || !ev || P->p.on_event) return NM_ERR_INVALID_ARG;
+    return read_event(P, timeout_ns, ev);
+}
+
+// params.on_event: each event given to it, in read's order, until the end.
+static void *deliver_main(void *arg) {
+    nm_pipeline *P = arg;
+    nm_pipeline_event ev;
+    while (read_event(P, -1, &ev) == NM_OK) P->p.on_event(&ev, P->p.on_event_user);
+    return NULL;
+}
+
+// The delivery thread joined, once (by close or free; not from the callback itself).
+static void join_delivery(nm_pipeline *P) {
+    pthread_mutex_lock(&P->lock);
+    const bool join = P->deliver_started && !P->deliver_joined && !pthread_equal(pthread_self(), P->th_deliver);
+    if (join) P->deliver_joined = true;
+    pthread_mutex_unlock(&P->lock);
+    if (join) pthread_join(P->th_deliver, NULL);
+}
+
 nm_status nm_pipeline_cancel(nm_pipeline *P, uint64_t request) {
     if (!P) return NM_ERR_INVALID_ARG;
     pthread_mutex_lock(&P->lock);
@@ -610,7 +650,7 @@ nm_status nm_pipeline_cancel(nm_pipeline *P, uint64_t request) {
             }
             *pe = e->next;
             if (P->ev_tail == e) P->ev_tail = prev;
-            if (e->has_slot) nm_tabm_release(P->tts_out, &e->slot);
+            if (e->has_slot) nm_tabm_release(e->ring, &e->slot);
             e->has_slot = false;
             e->next = P->spare, P->spare = e;
         }
@@ -630,6 +670,7 @@ void nm_pipeline_close(nm_pipeline *P) {
     P->closed = true;
     pthread_cond_broadcast(&P->cond);
     pthread_mutex_unlock(&P->lock);
+    join_delivery(P); // (on_event: the last event given)
 }
 
 nm_brick *nm_pipeline_brick(const nm_pipeline *P, nm_brick_kind kind) {

@@ -209,7 +209,8 @@ static int take_back(nm_pipeline *P, bool in) {
 }
 
 // Image k of request r into the vision ring, encoded on this thread into the
-// decoder's ring with the segment flags `user`. 1: done; 0: failed, nothing
+// decoder's ring (a vision brick alone: the embeddings ring) with the segment
+// flags `user`. 1: done; 0: failed, nothing
 // written to the decoder; -1: failed, a flagged segment written (the decoder
 // ends the request). The reason recorded.
 static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
@@ -271,12 +272,12 @@ static int put_image(nm_pipeline *P, pl_req *r, int32_t k, uint64_t user) {
         return take_back(P, params_in);
     }
     const uint64_t bad = nm_brick_get_stats(P->vision).n_bad_requests;
-    st = nm_brick_step(P->vision, ring, P->llm_in);
+    st = nm_brick_step(P->vision, ring, P->embd ? P->embd : P->llm_in);
     const nm_brick_stats vs = nm_brick_get_stats(P->vision);
     pthread_mutex_lock(&P->lock);
     P->L[NM_BRICK_VISION].cur = vs;
     pthread_mutex_unlock(&P->lock);
-    if (st == NM_OK) give(P, NM_BRICK_LLM, r); // (its segment is in the decoder's ring, flagged or not)
+    if (st == NM_OK && !P->embd) give(P, NM_BRICK_LLM, r); // (its segment is in the decoder's ring, flagged or not)
     if (st == NM_OK) pl_traffic(P, NM_BRICK_VISION, P->vision, &(nm_brick_input){0}); // (an image at the brick's size)
     if (st != NM_OK || vs.n_bad_requests != bad) {
         // the segment it wrote is flagged: the decoder fails the request, and its DONE carries this text
@@ -409,6 +410,33 @@ static bool send_prompt(nm_pipeline *P, pl_req *r, const char *question, bool he
 out:
     free(full);
     return ok && head;
+}
+
+// A vision brick alone: request r's images encoded into the embeddings ring,
+// each run's embeddings an EMBD event, then an empty slot ending it there
+// (the embeddings thread ends the request at it: its DONE after its events).
+// A failed image ends the request with the reason; the cascade loads the
+// brick for it.
+static void see(nm_pipeline *P, pl_req *r) {
+    if (!pl_stage_begin(P, r, NM_BRICK_VISION)) {
+        pl_done(P, r, NM_OK, NULL);
+        return;
+    }
+    for (int32_t k = 0; k < r->n_images; k++) {
+        pthread_mutex_lock(&P->lock);
+        const bool cancelled = r->cancelled;
+        pthread_mutex_unlock(&P->lock);
+        if (cancelled || put_image(P, r, k, NM_BRICK_MORE) <= 0) break; // (a failure's reason recorded)
+    }
+    nm_tabm_slot s;
+    nm_status st = nm_tabm_acquire_write(P->embd, 0, -1, &s);
+    if (st == NM_OK) {
+        *s.meta = (nm_tabm_meta){.kind = NM_TABM_EMBD_F32, .request = r->id};
+        if ((st = nm_tabm_publish(P->embd, &s)) != NM_OK) nm_tabm_cancel(P->embd, &s);
+    }
+    if (st == NM_OK) pl_stage_end(P, r, NM_BRICK_VISION, &r->answer_ended);
+    else pl_done(P, r, st, "vision: its ring was shut down");
+    if (r->cascade) pl_done(P, r, NM_OK, NULL); // (its brick released: DONE comes after)
 }
 
 // A prompt's head was sent and its question will not be asked (not heard, no
@@ -619,6 +647,8 @@ static void serve(nm_pipeline *P, pl_req *r, bool stop) {
         pthread_mutex_unlock(&P->lock);
         if (speak) cascade_speak(P, r);
         if (r->cascade) pl_done(P, r, NM_OK, NULL); // (its bricks released: DONE comes after)
+    } else if (P->embd) {
+        see(P, r);
     } else if (pl_stage_begin(P, r, NM_BRICK_TTS)) {
         send_speech(P, r, r->text);
         pl_stage_end(P, r, NM_BRICK_TTS, &r->speech_ended);

@@ -9,7 +9,7 @@
 //                      turn, images through the vision brick) or the voice's
 //                      text, and runs a request as the cascade
 //   pipeline_lanes.c   the bricks loaded, freed and made again; a lane per
-//                      brick; the answers and speech threads
+//                      brick; the answers (or embeddings) and speech threads
 //   pipeline_power.c   the power policy stepped before each request: the
 //                      cascade, the bricks' threads, the decoder's pace
 //   pipeline_listen.c  live audio cut into questions (VAD), barge-in
@@ -40,6 +40,7 @@
 #define LANE_QUEUE 512             // requests a lane may be given and not yet have taken (> the decoder's 256
                                    // sequences and one more)
 #define OUT_SLOTS 64
+#define EMBD_SLOTS 4              // a vision brick alone: encoder runs' embeddings between it and their events
 
 typedef struct pl_img {
     char *path;            // owned
@@ -94,7 +95,8 @@ typedef struct pl_event {
     nm_pipeline_event ev;
     char *text;            // owned, cap bytes (kept when the node is used again)
     size_t cap;
-    nm_tabm_slot slot;     // AUDIO: the TTS ring's slot, released by the next read
+    nm_tabm_slot slot;     // AUDIO, EMBD: the TTS ring's or the embeddings ring's slot, released by the next read
+    nm_tabm *ring;         // ... in this ring
     bool has_slot;
     struct pl_event *next;
 } pl_event;
@@ -139,6 +141,7 @@ struct nm_pipeline {
     bool resident;         // the bricks are loaded (not between two cascade requests)
     int32_t threads_now;   // the threads they were loaded with (0: as their parameters say)
     nm_tabm *stt_in, *stt_out, *img, *llm_in, *llm_out, *tts_in, *tts_out;
+    nm_tabm *embd;         // a vision brick alone: its output (EMBD events), read by the answers thread
     nm_ledger *ledger;
     bool own_ledger;
     int ep_caller, ep_stt, ep_vision, ep_llm, ep_tts; // the ledger's endpoints of the copies the pipeline makes
@@ -149,8 +152,10 @@ struct nm_pipeline {
     double t_create;
     nm_power_targets said; // the targets the last POWER event gave
     bool power_said, dvfs_said;
-    pthread_t th_feed, th_answers, th_speech;
-    bool feed_started, answers_started, speech_started;
+    pthread_t th_feed, th_answers, th_speech, th_deliver; // th_deliver: params.on_event's
+    bool feed_started, answers_started, speech_started, deliver_started;
+    bool deliver_joined;   // under lock: close or free has joined (or is joining) th_deliver
+    bool joined;           // under lock: free has joined every thread but th_deliver
     int32_t tts_rate;
     int32_t n_predict;     // the decoder's, for the room an answer needs
     int32_t n_parallel;    // the decoder's sequences (requests it decodes together), >= 1
@@ -217,6 +222,7 @@ void pl_stage_vision_done(nm_pipeline *P, const pl_req *r);
 void pl_stage_end(nm_pipeline *P, const pl_req *r, nm_brick_kind k, const bool *ended);
 void pl_traffic(nm_pipeline *P, nm_brick_kind k, nm_brick *b, const nm_brick_input *in);
 void *pl_answers_main(void *arg);
+void *pl_embd_main(void *arg);
 void *pl_speech_main(void *arg);
 void *pl_lane_main(void *arg);
 

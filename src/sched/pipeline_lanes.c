@@ -260,6 +260,44 @@ void *pl_answers_main(void *arg) {
     return NULL;
 }
 
+// A vision brick alone: each encoder run's embeddings an EMBD event (its
+// slot lent to the reader until the next read), the request's empty last
+// slot its end.
+void *pl_embd_main(void *arg) {
+    nm_pipeline *P = arg;
+    for (;;) {
+        nm_tabm_slot s;
+        if (nm_tabm_acquire_read(P->embd, -1, &s) != NM_OK) break;
+        const nm_tabm_meta *m = s.meta;
+        const uint64_t id = m->request, user = m->user;
+        pthread_mutex_lock(&P->lock);
+        pl_req *r = pl_req_of(P, id);
+        // (a failed run's flagged slot, a cancelled request's: no event)
+        const bool give = r && !r->cancelled && m->kind == NM_TABM_EMBD_F32 && m->size > 0 && m->ndim >= 2 &&
+                          !(user & (NM_BRICK_ERROR | NM_BRICK_CANCELLED));
+        if (give) {
+            if (r->t.first_text == 0) r->t.first_text = pl_since(r);
+            const bool grid = m->ndim == 3;
+            nm_pipeline_event ev = {.kind = NM_PIPELINE_EMBD, .request = id, .embd = s.data,
+                                    .n_rows = grid ? m->shape[0] * m->shape[1] : m->shape[0],
+                                    .n_embd = (int32_t)m->shape[m->ndim - 1],
+                                    .grid = {grid ? (int32_t)m->shape[0] : 0, grid ? (int32_t)m->shape[1] : 0}};
+            if (!pl_push_locked(P, &ev, "", 0, &s)) nm_tabm_release(P->embd, &s); // (the slot is the reader's now)
+        } else {
+            nm_tabm_release(P->embd, &s);
+        }
+        if (r && !(user & NM_BRICK_MORE)) { // its end (the feed thread's empty slot)
+            r->t.answered = pl_since(r); // (its last embeddings came)
+            r->answer_ended = true;
+            if (!r->cascade) pl_done_locked(P, r, NM_OK, NULL);
+            pthread_cond_broadcast(&P->cond); // (the cascade's feed thread waits for it)
+        }
+        pthread_mutex_unlock(&P->lock);
+    }
+    pl_fail_all(P, "the embeddings ring was shut down");
+    return NULL;
+}
+
 void *pl_speech_main(void *arg) {
     nm_pipeline *P = arg;
     for (;;) {

@@ -3,8 +3,8 @@
 // LLM brick, decoding --parallel requests together, with --mmproj the vision
 // brick before it. A request formats its prompt (req.c), submits it with
 // its parameters and images, and takes its answer's pieces from its box: the
-// events thread reads the pipeline's events (it has one reader) and hands each
-// piece to the box of its request, so a slow client never holds the others.
+// pipeline's delivery thread (params.on_event) hands each piece to the box of
+// its request, so a slow client never holds the others.
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,35 +43,25 @@ static void box_put(server *S, serve_box *b, const char *p, size_t n) {
     if (b->t_first == 0) b->t_first = serve_now();
 }
 
-// The pipeline's one reader: each request's text pieces and its DONE into
-// its box (an event of no box, its handler gone, is dropped). When the
-// pipeline is closed, every box still open ends lost.
-static void *events_main(void *arg) {
+// The pipeline's events (params.on_event): each request's text pieces and its
+// DONE into its box (an event of no box, its handler gone, is dropped).
+static void on_event(const nm_pipeline_event *ev, void *arg) {
     server *S = arg;
-    nm_pipeline_event ev;
-    while (nm_pipeline_read(S->P, -1, &ev) == NM_OK) {
-        if (ev.kind != NM_PIPELINE_TEXT && ev.kind != NM_PIPELINE_DONE) continue;
-        pthread_mutex_lock(&S->box_lock);
-        serve_box *b = NULL;
-        for (int32_t i = 0; i < S->parallel && !b; i++)
-            if (S->boxes[i].id == ev.request) b = &S->boxes[i];
-        if (b && ev.kind == NM_PIPELINE_TEXT) {
-            box_put(S, b, ev.text, ev.len);
-        } else if (b) {
-            b->ended = true;
-            b->status = ev.status, b->stop = ev.stop;
-            b->n_prompt = ev.n_prompt, b->n_tokens = ev.n_tokens, b->n_cached = ev.n_cached;
-            snprintf(b->err, sizeof b->err, "%s", ev.text ? ev.text : "");
-        }
-        pthread_cond_broadcast(&S->box_cv);
-        pthread_mutex_unlock(&S->box_lock);
-    }
+    if (ev->kind != NM_PIPELINE_TEXT && ev->kind != NM_PIPELINE_DONE) return;
     pthread_mutex_lock(&S->box_lock);
-    for (int32_t i = 0; i < S->parallel; i++)
-        if (S->boxes[i].id && !S->boxes[i].ended) S->boxes[i].ended = S->boxes[i].lost = true;
+    serve_box *b = NULL;
+    for (int32_t i = 0; i < S->parallel && !b; i++)
+        if (S->boxes[i].id == ev->request) b = &S->boxes[i];
+    if (b && ev->kind == NM_PIPELINE_TEXT) {
+        box_put(S, b, ev->text, ev->len);
+    } else if (b) {
+        b->ended = true;
+        b->status = ev->status, b->stop = ev->stop;
+        b->n_prompt = ev->n_prompt, b->n_tokens = ev->n_tokens, b->n_cached = ev->n_cached;
+        snprintf(b->err, sizeof b->err, "%s", ev->text ? ev->text : "");
+    }
     pthread_cond_broadcast(&S->box_cv);
     pthread_mutex_unlock(&S->box_lock);
-    return NULL;
 }
 
 // Waits up to wait_s for box b's pieces or its end, then swaps its pieces
@@ -108,19 +98,22 @@ nm_status serve_gen_start(server *S, const nm_brick_params *lp, const nm_brick_p
     pp.ledger = S->ledger;
     pp.chat = false; // (the prompt comes formatted: req.c)
     pp.queue = S->parallel + 1; // (a request submits holding the decoder's turn: submit never waits)
-    const nm_status st = nm_pipeline_create(&pp, &S->P, err, err_size); // ("llm: ...", "vision: ...")
-    if (st != NM_OK) return st;
+    pp.on_event = on_event;
+    pp.on_event_user = S;
     if (!(S->boxes = calloc((size_t)S->parallel, sizeof *S->boxes)))
         return nm_fail(NM_ERR_NOMEM, err, err_size, "server: out of memory");
-    if (pthread_create(&S->events, NULL, events_main, S) != 0)
-        return nm_fail(NM_ERR_NOMEM, err, err_size, "server: cannot start the decoder's events thread");
-    S->events_started = true;
-    return NM_OK;
+    return nm_pipeline_create(&pp, &S->P, err, err_size); // ("llm: ...", "vision: ...")
 }
 
 void serve_gen_stop(server *S) {
-    if (S->P) nm_pipeline_close(S->P);
-    if (S->events_started) pthread_join(S->events, NULL);
+    if (S->P) nm_pipeline_close(S->P); // (its last event given: every box still open ends lost)
+    if (S->boxes) {
+        pthread_mutex_lock(&S->box_lock);
+        for (int32_t i = 0; i < S->parallel; i++)
+            if (S->boxes[i].id && !S->boxes[i].ended) S->boxes[i].ended = S->boxes[i].lost = true;
+        pthread_cond_broadcast(&S->box_cv);
+        pthread_mutex_unlock(&S->box_lock);
+    }
     nm_pipeline_free(S->P);
     S->P = NULL;
     for (int32_t i = 0; S->boxes && i < S->parallel; i++) free(S->boxes[i].text), free(S->boxes[i].end);

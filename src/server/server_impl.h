@@ -33,8 +33,8 @@ typedef struct serve_turn {
     uint64_t next_ticket, serving; // first come, first served: the ticket whose turn is next
 } serve_turn;
 
-// A request's answer as the pipeline gives it: the events thread (gen.c) reads the pipeline's
-// events (requests decoded together share them) and puts each request's text pieces and its end into
+// A request's answer as the pipeline gives it: the pipeline's events (requests decoded together share
+// them) are given to gen.c's on_event, which puts each request's text pieces and its end into
 // its box, which the request's handler takes (under box_lock).
 typedef struct serve_box {
     uint64_t id;          // the pipeline's request (0: a free box)
@@ -116,10 +116,8 @@ struct nm_server {
     void *log_user;
     struct mg_context *ctx;
     nm_model *m;      // the decoder's model (its brick's)
-    // the decoder (and the vision encoder): a pipeline (gen.c), its events read by one thread
+    // the decoder (and the vision encoder): a pipeline (gen.c), its events pushed (on_event) into the boxes
     nm_pipeline *P;
-    pthread_t events;
-    bool events_started;
     // speech to text: a pipeline of the STT brick (its own thread pool), one transcription at a
     // time (its turn: the request holding it reads the pipeline's events); stt is its brick (borrowed)
     char *stt_alias;  // the STT model's id in /v1/models (its file's name)

@@ -8,6 +8,7 @@
 // what they should and nothing after them runs; a camera's frames are
 // encoded where it wrote them. Skips when a model is not in the cache.
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,8 @@ typedef struct answer {
     bool skipped, cascade; // DONE's
     int32_t n_prompt, n_tokens, n_cached;
     bool ended, late;      // its DONE came; an event of it came after that
+    int n_embd_events;     // EMBD: events, rows
+    int64_t n_embd_rows;
 } answer;
 
 // Event ev into a's texts and figures (a's record of its request); true for its DONE.
@@ -87,6 +90,9 @@ static bool take(answer *a, const nm_pipeline_event *ev) {
         break;
     case NM_PIPELINE_POWER:
         a->power = ev->power, a->battery_pct = ev->battery_pct, a->n_power++;
+        break;
+    case NM_PIPELINE_EMBD:
+        a->n_embd_events++, a->n_embd_rows += ev->n_rows;
         break;
     case NM_PIPELINE_DONE:
         a->status = ev->status;
@@ -221,6 +227,79 @@ NM_TEST(pipeline_chat_answer_is_the_decoded_text) {
     nm_pipeline_event ev;
     NM_CHECK(nm_pipeline_read(P, 0, &ev) == NM_ERR_SHUTDOWN);
     NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Hi"}, &id, NULL, 0) == NM_ERR_SHUTDOWN);
+    nm_pipeline_free(P);
+}
+
+// What on_event was given: each request's events (take), their order, the
+// thread it ran on, and (close_at) the request whose DONE makes it close the
+// pipeline from inside the callback.
+typedef struct pushed {
+    answer a[3];
+    int n_events, n_done;
+    uint64_t order[64];   // the requests of the first events, in the order given
+    bool other_thread;    // every call on a thread not the test's
+    pthread_t test;
+    nm_pipeline *P;
+    uint64_t close_at;
+} pushed;
+
+static void on_event(const nm_pipeline_event *ev, void *user) {
+    pushed *u = user;
+    if (pthread_equal(pthread_self(), u->test)) u->other_thread = false;
+    if (u->n_events < 64) u->order[u->n_events] = ev->request;
+    u->n_events++;
+    if (ev->request >= 1 && ev->request <= 3) u->n_done += take(&u->a[ev->request - 1], ev);
+    if (ev->kind == NM_PIPELINE_DONE && ev->request == u->close_at) nm_pipeline_close(u->P); // (from inside: no wait)
+}
+
+// Events pushed (params.on_event): the same answers as read gives, each
+// request's events in order with its DONE last, on a thread of the pipeline;
+// read refused; close returns once the last event has been given; a close
+// from inside the callback marks the pipeline closed (free ends it).
+NM_TEST(pipeline_events_pushed) {
+    NEED_MODELS();
+    nm_brick_params lp = llm_params(8);
+    pushed u = {.other_thread = true, .test = pthread_self()};
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.llm = &lp;
+    pp.chat = true;
+    pp.mode = NM_PIPELINE_SEQUENTIAL; // (one answer after the other: the events' order is the requests')
+    pp.on_event = on_event;
+    pp.on_event_user = &u;
+    nm_pipeline *P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    nm_pipeline_event ev;
+    NM_CHECK(nm_pipeline_read(P, 0, &ev) == NM_ERR_INVALID_ARG);
+    const char *q[] = {"What is the capital of France?", "Name a colour."};
+    for (int i = 0; i < 2; i++)
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = q[i]}, NULL, NULL, 0) == NM_OK);
+    nm_pipeline_close(P); // (returns with every event given)
+    NM_CHECK(u.n_done == 2 && u.other_thread);
+    const int n_events = u.n_events;
+    for (int i = 0; i < 2; i++) {
+        char want[8192];
+        by_hand(&(nm_chat_msg){"user", q[i]}, 1, 8, want, sizeof want);
+        NM_CHECK(u.a[i].ended && !u.a[i].late && u.a[i].status == NM_OK && want[0] && !strcmp(u.a[i].text, want));
+    }
+    for (int k = 1; k < n_events && k < 64; k++) NM_CHECK(u.order[k] >= u.order[k - 1]); // request 1's, then 2's
+    NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "Hi"}, NULL, NULL, 0) == NM_ERR_SHUTDOWN);
+    nm_pipeline_close(P); // (again: nothing more)
+    NM_CHECK(u.n_events == n_events);
+    nm_pipeline_free(P);
+
+    // closed from the callback at request 1's DONE: request 2, submitted before it, is still answered
+    memset(&u, 0, sizeof u);
+    u.other_thread = true, u.test = pthread_self(), u.close_at = 1;
+    P = make(&pp);
+    NM_CHECK(P != NULL);
+    if (!P) return;
+    u.P = P;
+    for (int i = 0; i < 2; i++)
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = q[i], .llm_params = "{\"n_predict\": 2}"}, NULL,
+                                    NULL, 0) == NM_OK);
+    nm_pipeline_close(P);
+    NM_CHECK(u.n_done == 2 && u.a[1].status == NM_OK && u.a[1].n_tokens > 0);
     nm_pipeline_free(P);
 }
 
@@ -647,7 +726,8 @@ NM_TEST(pipeline_bad_input_named) {
     nm_pipeline_params pp = nm_pipeline_default_params();
     NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "no brick") && !P);
     pp.vision = &vp;
-    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "needs an llm"));
+    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) != NM_OK && !strncmp(err, "vision: ", 8) && !P); // (no file)
+    if (strncmp(err, "vision: ", 8)) fprintf(stderr, "  vision alone, no model: '%s'\n", err);
     pp.vision = NULL;
     pp.llm = &lp;
     pp.chat_template = "no-such-template";
@@ -795,6 +875,139 @@ NM_TEST(pipeline_images_answered) {
     NM_CHECK(read_answer(P, id, &a) && a.status == NM_OK && !strcmp(a.text, "orange"));
     remove(bad);
     nm_pipeline_free(P);
+}
+
+// The embeddings of one image by the vision brick stepped by hand on rings of
+// our own (the plumbing API): rows x n_embd floats into out (cap floats). 0: failed.
+static int64_t embed_by_hand(const char *image, float *out, int64_t cap, int32_t *n_embd) {
+    nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
+    vp.model = VLM;
+    vp.n_threads = 2;
+    nm_brick *v = NULL;
+    nm_tabm *in = NULL, *o = NULL;
+    int64_t rows = 0;
+    nm_tabm_slot s;
+    size_t n = 0;
+    if (nm_brick_load(NULL, &vp, &v, NULL, 0) != NM_OK || nm_tabm_create(NULL, 1, nm_brick_in_slot_bytes(v), &in, NULL,
+                                                                         0) != NM_OK ||
+        nm_tabm_create(NULL, 4, nm_brick_out_slot_bytes(v), &o, NULL, 0) != NM_OK ||
+        nm_tabm_acquire_write(in, 0, -1, &s) != NM_OK)
+        goto out;
+    FILE *f = fopen(image, "rb");
+    n = f ? fread(s.data, 1, s.capacity, f) : 0;
+    if (f) fclose(f);
+    *s.meta = (nm_tabm_meta){.kind = NM_TABM_IMAGE, .ndim = 1, .shape = {(int64_t)n}, .size = n, .request = 1};
+    if (n == 0 || nm_tabm_publish(in, &s) != NM_OK || nm_brick_step(v, in, o) != NM_OK) goto out;
+    for (bool end = false; !end && nm_tabm_acquire_read(o, 0, &s) == NM_OK;) {
+        end = !(s.meta->user & NM_BRICK_MORE);
+        const int64_t r = s.meta->shape[0];
+        *n_embd = (int32_t)s.meta->shape[1];
+        if (s.meta->kind == NM_TABM_EMBD_F32 && (rows + r) * *n_embd <= cap)
+            memcpy(out + rows * *n_embd, s.data, sizeof(float) * (size_t)(r * *n_embd)), rows += r;
+        nm_tabm_release(o, &s);
+    }
+out:
+    nm_tabm_free(in);
+    nm_tabm_free(o);
+    nm_brick_free(v);
+    return rows;
+}
+
+// What a pipeline of the vision brick alone gave: each request's EMBD events' floats joined.
+typedef struct seen {
+    float *embd;
+    int64_t rows, cap;
+    int32_t n_embd, n_events;
+    nm_status status;
+    char done_text[512];
+    bool done, late;
+} seen;
+
+static bool read_seen(nm_pipeline *P, uint64_t id, seen *z) {
+    z->rows = 0, z->n_events = 0, z->done = z->late = false, z->done_text[0] = '\0';
+    for (;;) {
+        nm_pipeline_event ev;
+        if (nm_pipeline_read(P, 120ll * 1000000000, &ev) != NM_OK || ev.request != id) return false;
+        if (ev.kind == NM_PIPELINE_DONE) {
+            z->status = ev.status, z->done = true;
+            snprintf(z->done_text, sizeof z->done_text, "%s", ev.text);
+            return ev.t.answered >= ev.t.first_text;
+        }
+        if (ev.kind != NM_PIPELINE_EMBD || ev.n_embd <= 0 || ev.grid[0] != 0) return false;
+        z->n_embd = ev.n_embd, z->n_events++;
+        if ((z->rows + ev.n_rows) * ev.n_embd <= z->cap)
+            memcpy(z->embd + z->rows * ev.n_embd, ev.embd, sizeof(float) * (size_t)(ev.n_rows * ev.n_embd));
+        z->rows += ev.n_rows;
+    }
+}
+
+// A vision brick alone: each image's embeddings as EMBD events, equal to the
+// brick stepped by hand, a file and its bytes alike, two images in order, a
+// missing file's DONE naming it (and the next served), text and a request of
+// no image refused; the cascade gives the same and keeps nothing resident.
+NM_TEST(pipeline_vision_alone_embeds) {
+    NEED_MODELS();
+    enum { CAP = 1 << 20 };
+    float *want = malloc(sizeof(float) * CAP);
+    seen z = {.embd = malloc(sizeof(float) * CAP), .cap = CAP};
+    NM_CHECK(want && z.embd);
+    if (!want || !z.embd) goto out0;
+    int32_t n_embd = 0;
+    const int64_t rows = embed_by_hand(SCENE, want, CAP / 2, &n_embd);
+    NM_CHECK(rows == 196 && n_embd > 0);
+    memcpy(want + rows * n_embd, want, sizeof(float) * (size_t)(rows * n_embd)); // (two of it)
+    FILE *f = fopen(SCENE, "rb");
+    static char bytes[1 << 18];
+    const size_t n = f ? fread(bytes, 1, sizeof bytes, f) : 0;
+    if (f) fclose(f);
+    const nm_pipeline_image two[] = {{.path = SCENE}, {.bytes = bytes, .n_bytes = n}},
+                            missing = {.path = "/nonexistent/x.ppm"};
+    nm_brick_params vp = nm_brick_default_params(NM_BRICK_VISION);
+    vp.model = VLM;
+    vp.n_threads = 2;
+    for (int mode = 0; mode < 2; mode++) {
+        nm_pipeline_params pp = nm_pipeline_default_params();
+        pp.vision = &vp;
+        pp.mode = mode ? NM_PIPELINE_CASCADE : NM_PIPELINE_PIPELINED;
+        nm_pipeline *P = make(&pp);
+        NM_CHECK(P != NULL);
+        if (!P) break;
+        uint64_t id = 0;
+        for (int k = 1; k <= 2; k++) { // the file; then the file and its bytes
+            NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.images = k == 1 ? two : two, .n_images = k}, &id,
+                                        NULL, 0) == NM_OK);
+            NM_CHECK(read_seen(P, id, &z) && z.status == NM_OK && z.n_events == k && z.rows == k * rows &&
+                     z.n_embd == n_embd && !memcmp(z.embd, want, sizeof(float) * (size_t)(k * rows * n_embd)));
+        }
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.images = &missing, .n_images = 1}, &id, NULL, 0) == NM_OK);
+        NM_CHECK(read_seen(P, id, &z) && z.status == NM_ERR_IO && z.n_events == 0 && strstr(z.done_text, "/nonexistent/x.ppm"));
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.images = two, .n_images = 1}, &id, NULL, 0) == NM_OK);
+        NM_CHECK(read_seen(P, id, &z) && z.status == NM_OK && z.rows == rows);
+        nm_pipeline_brick_report rep;
+        NM_CHECK(nm_pipeline_brick_stats(P, NM_BRICK_VISION, &rep) == NM_OK && rep.s.n_encoded == 4 &&
+                 rep.n_loads == (mode ? 5 : 1)); // (the cascade: once at create, then a request each)
+        NM_CHECK((nm_pipeline_brick(P, NM_BRICK_VISION) == NULL) == (mode == 1));
+        char err[256] = "";
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.text = "hi", .images = two, .n_images = 1}, &id, err,
+                                    sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "images only"));
+        NM_CHECK(nm_pipeline_submit(P, &(nm_pipeline_input){.n_images = 0}, &id, err, sizeof err) ==
+                     NM_ERR_INVALID_ARG && strstr(err, "no image"));
+        nm_pipeline_close(P);
+        nm_pipeline_event ev;
+        NM_CHECK(nm_pipeline_read(P, -1, &ev) == NM_ERR_SHUTDOWN);
+        nm_pipeline_free(P);
+    }
+    // a vision brick beside STT without a decoder: refused
+    nm_brick_params sp = nm_brick_default_params(NM_BRICK_STT);
+    sp.model = g_stt;
+    nm_pipeline_params bad = nm_pipeline_default_params();
+    bad.vision = &vp, bad.stt = &sp;
+    nm_pipeline *P = NULL;
+    char err[256] = "";
+    NM_CHECK(nm_pipeline_create(&bad, &P, err, sizeof err) == NM_ERR_INVALID_ARG && !P && strstr(err, "alone"));
+out0:
+    free(want);
+    free(z.embd);
 }
 
 // The power policy through the pipeline: a battery in a sysfs tree of the

@@ -75,7 +75,17 @@ typedef struct app {
     int n_owned;
     double t0;                 // the run's start (the pipeline made)
     double t_create;           // when nm_pipeline_create returned (timings.submitted count from about then)
-    // the reader's (under lock)
+    // the events' (the pipeline's delivery thread: on_event in cmd_assistant.c): the speech file being
+    // written (--out DIR: the request whose AUDIO it holds; 0: none open), the answer being printed
+    struct speech_file {
+        nm_outfile f;
+        uint64_t id;
+        bool bad;
+        uint64_t bytes;
+        char path[4096];
+    } speech;
+    uint64_t open_id;
+    // the events' (under lock)
     int n_done, n_cascaded;
     int32_t threads_said;      // the bricks' threads the last POWER event gave (0: none yet)
     double fps_cap;            // frames a second the policy allows (0: no cap)

@@ -138,7 +138,7 @@ bool assistant_submit(app *A, item *it) {
     pthread_mutex_lock(&A->lock);
     it->id = id;
     if (st != NM_OK) it->failed = true, A->n_done++;
-    pthread_cond_broadcast(&A->cond); // (the reader waits for the id of a question whose events came first)
+    pthread_cond_broadcast(&A->cond); // (on_event waits for the id of a question whose events came first)
     pthread_mutex_unlock(&A->lock);
     if (st != NM_OK) {
         fprintf(stderr, "error: question %d (%s): %s\n", (int)(it - A->items) + 1,

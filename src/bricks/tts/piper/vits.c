@@ -1,0 +1,777 @@
+// Piper's VITS on our kernels (vits.h; docs/piper.md).
+#include "bricks/tts/piper/vits.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/conv1d.h"
+#include "backend/cpu/gemm.h"
+#include "core/fail.h"
+#include "gguf/gguf.h"
+
+#define MAX_LAYERS 16
+#define MAX_UPS 6
+#define MAX_RES 4
+#define MAX_DIL 4
+#define MAX_IDS 4096
+
+typedef struct ln {
+    const float *g, *b;
+} ln;
+
+typedef struct dds { // DDSConv: depthwise dilated convolutions, each with a 1x1 and two norms
+    const float *sep_w[MAX_LAYERS], *sep_b[MAX_LAYERS]; // [ch][k] as stored (depthwise: one input channel)
+    nm_conv1d pw[MAX_LAYERS];
+    ln n1[MAX_LAYERS], n2[MAX_LAYERS];
+} dds;
+
+typedef struct cflow { // the duration predictor's spline coupling flow
+    const float *pre_w, *pre_b; // [F][1][1]
+    dds convs;
+    nm_conv1d proj;
+} cflow;
+
+typedef struct wn_layer {
+    nm_conv1d in, rs;
+} wn_layer;
+
+typedef struct coupling {
+    nm_conv1d pre, post;
+    wn_layer wn[MAX_LAYERS];
+} coupling;
+
+struct nm_vits {
+    nm_gguf *g;
+    nm_vits_info info;
+    // hyperparameters
+    int32_t hidden, inter, filt, ffn_k, n_layers, n_heads, window;
+    int32_t dp_filt, dp_k, dp_layers, dp_flows, dp_bins;
+    int32_t n_coupling, wn_layers, wn_k;
+    int32_t dec_init, dec_k, n_ups, ups_rate[MAX_UPS], ups_k[MAX_UPS], resblock, n_res, res_k[MAX_RES],
+        n_dil, res_dil[MAX_RES][MAX_DIL];
+    // the phoneme map: the UTF-8 strings and their ids
+    nm_str *phon;
+    int32_t n_phon, *phon_off, *phon_n, *phon_ids;
+    // weights
+    const float *emb;
+    struct {
+        const float *rel_k, *rel_v;
+        nm_conv1d q, k, v, o, f1, f2;
+        ln n1, n2;
+    } enc[MAX_LAYERS];
+    nm_conv1d proj;
+    nm_conv1d dp_pre, dp_proj;
+    dds dp_convs;
+    cflow dp_flow[MAX_LAYERS];
+    const float *dp_m, *dp_exp_neg_logs;
+    coupling flow[MAX_LAYERS];
+    nm_conv1d dec_pre, dec_post;
+    nm_conv_t1d ups[MAX_UPS];
+    nm_conv1d res[MAX_UPS][MAX_RES][2 * MAX_DIL]; // ResBlock2: [dil]; ResBlock1: convs1 [2 d], convs2 [2 d + 1]
+    // the packed weights (owned)
+    float **owned;
+    int32_t n_owned, cap_owned;
+    char err[256];
+};
+
+// ---- loading ---------------------------------------------------------------------------------
+
+static bool bad(nm_vits *v, const char *fmt, const char *a, long x, long y) {
+    if (!v->err[0]) snprintf(v->err, sizeof v->err, fmt, a, x, y);
+    return false;
+}
+
+// Tensor `name` of PyTorch shape d0 x d1 x d2 (0: that dimension absent), f32. NULL (err set) if not.
+static const float *tensor(nm_vits *v, const char *name, int64_t d0, int64_t d1, int64_t d2) {
+    const nm_gguf_tensor *t = nm_gguf_find_tensor(v->g, name);
+    if (!t) return bad(v, "weight %s missing%ld%ld", name, 0, 0) ? NULL : NULL;
+    const int64_t want[3] = {d0, d1, d2};
+    int nd = d2 ? 3 : d1 ? 2 : 1;
+    bool ok = t->type == 0 && (int)t->n_dims == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->ne[nd - 1 - i] == want[i];
+    if (!ok) {
+        snprintf(v->err, sizeof v->err, "weight %s: type %u, shape [%lld %lld %lld] (f32 [%lld %lld %lld] expected)",
+                 name, t->type, (long long)t->ne[t->n_dims > 2 ? 2 : 0], (long long)t->ne[t->n_dims > 1 ? 1 : 0],
+                 (long long)t->ne[0], (long long)d0, (long long)d1, (long long)d2);
+        return NULL;
+    }
+    return t->data;
+}
+
+static float *own(nm_vits *v, size_t n) {
+    if (v->n_owned == v->cap_owned) {
+        const int32_t cap = v->cap_owned ? 2 * v->cap_owned : 64;
+        float **o = realloc(v->owned, sizeof *o * (size_t)cap);
+        if (!o) return NULL;
+        v->owned = o, v->cap_owned = cap;
+    }
+    float *p = malloc(sizeof(float) * n);
+    if (p) v->owned[v->n_owned++] = p;
+    else snprintf(v->err, sizeof v->err, "out of memory");
+    return p;
+}
+
+// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d) and its bias (if `bias`).
+static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32_t ic, int32_t k, int32_t dil,
+                 bool bias) {
+    char name[160];
+    snprintf(name, sizeof name, "%.100s.weight", prefix);
+    const float *w = tensor(v, name, oc, ic, k);
+    snprintf(name, sizeof name, "%.100s.bias", prefix);
+    const float *b = bias ? tensor(v, name, oc, 0, 0) : NULL;
+    float *p = w && (b || !bias) ? own(v, (size_t)oc * ic * k) : NULL;
+    if (!p) return false;
+    nm_conv1d_pack(w, oc, ic, k, p);
+    *c = (nm_conv1d){.w = p, .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil};
+    return true;
+}
+
+static bool norm(nm_vits *v, ln *n, const char *prefix, int32_t ch) {
+    char name[160];
+    snprintf(name, sizeof name, "%.100s.gamma", prefix);
+    n->g = tensor(v, name, ch, 0, 0);
+    snprintf(name, sizeof name, "%.100s.beta", prefix);
+    n->b = tensor(v, name, ch, 0, 0);
+    return n->g && n->b;
+}
+
+static bool ddsconv(nm_vits *v, dds *d, const char *prefix) {
+    char name[160];
+    for (int32_t i = 0; i < v->dp_layers; i++) {
+        snprintf(name, sizeof name, "%.100s.convs_sep.%d.weight", prefix, (int)i);
+        d->sep_w[i] = tensor(v, name, v->dp_filt, 1, v->dp_k);
+        snprintf(name, sizeof name, "%.100s.convs_sep.%d.bias", prefix, (int)i);
+        d->sep_b[i] = tensor(v, name, v->dp_filt, 0, 0);
+        snprintf(name, sizeof name, "%.100s.convs_1x1.%d", prefix, (int)i);
+        if (!d->sep_w[i] || !d->sep_b[i] || !conv(v, &d->pw[i], name, v->dp_filt, v->dp_filt, 1, 1, true)) return false;
+        snprintf(name, sizeof name, "%.100s.norms_1.%d", prefix, (int)i);
+        if (!norm(v, &d->n1[i], name, v->dp_filt)) return false;
+        snprintf(name, sizeof name, "%.100s.norms_2.%d", prefix, (int)i);
+        if (!norm(v, &d->n2[i], name, v->dp_filt)) return false;
+    }
+    return true;
+}
+
+// A u32 key in lo..hi (err naming it otherwise).
+static bool key(nm_vits *v, const char *k, int32_t lo, int32_t hi, int32_t *out) {
+    uint32_t x = 0;
+    if (!nm_gguf_get_u32(v->g, k, &x)) return bad(v, "key %s missing%ld%ld", k, 0, 0);
+    if ((int64_t)x < lo || (int64_t)x > hi) return bad(v, "key %s = %ld (%ld .. expected)", k, (long)x, lo);
+    *out = (int32_t)x;
+    return true;
+}
+
+// An i32 array key of 1..max entries in lo..hi: its length.
+static int32_t arr(nm_vits *v, const char *k, int32_t max, int32_t lo, int32_t hi, int32_t *out) {
+    const nm_gguf_kv *kv = nm_gguf_find(v->g, k);
+    if (!kv || kv->type != NM_GGUF_ARRAY || kv->arr_n < 1 || kv->arr_n > (uint64_t)max ||
+        nm_gguf_vtype_size(kv->arr_type) == 0)
+        return bad(v, "key %s missing or not an array of 1 .. %ld numbers%ld", k, max, 0), 0;
+    for (uint64_t i = 0; i < kv->arr_n; i++) {
+        const double x = nm_gguf_arr_num(kv, i);
+        if (x < lo || x > hi || x != (double)(int32_t)x) return bad(v, "key %s: entry %ld out of range%ld", k, (long)i, 0), 0;
+        out[i] = (int32_t)x;
+    }
+    return (int32_t)kv->arr_n;
+}
+
+static bool load_keys(nm_vits *v) {
+    nm_str s;
+    if (!nm_gguf_get_str(v->g, "general.architecture", &s) || !nm_str_eq(s, "piper"))
+        return bad(v, "not a Piper voice (general.architecture is not \"piper\": tools/convert_piper.py makes one)%s%ld",
+                   "", 0, 0);
+    nm_vits_info *in = &v->info;
+    int32_t rate = 0;
+    bool ok = key(v, "piper.sample_rate", 8000, 192000, &rate) && key(v, "piper.num_symbols", 3, 1 << 20, &in->n_symbols) &&
+              key(v, "piper.hidden", 8, 4096, &v->hidden) && key(v, "piper.inter", 2, 4096, &v->inter) &&
+              key(v, "piper.filter", 1, 16384, &v->filt) && key(v, "piper.ffn_kernel", 1, 31, &v->ffn_k) &&
+              key(v, "piper.n_layers", 1, MAX_LAYERS, &v->n_layers) && key(v, "piper.n_heads", 1, 64, &v->n_heads) &&
+              key(v, "piper.window", 0, 64, &v->window) && key(v, "piper.dp_filter", 1, 4096, &v->dp_filt) &&
+              key(v, "piper.dp_kernel", 1, 31, &v->dp_k) && key(v, "piper.dp_layers", 1, MAX_LAYERS, &v->dp_layers) &&
+              key(v, "piper.dp_flows", 1, MAX_LAYERS, &v->dp_flows) && key(v, "piper.dp_bins", 2, 64, &v->dp_bins) &&
+              key(v, "piper.flow_layers", 1, MAX_LAYERS, &v->n_coupling) &&
+              key(v, "piper.flow_wn_layers", 1, MAX_LAYERS, &v->wn_layers) &&
+              key(v, "piper.flow_kernel", 1, 31, &v->wn_k) && key(v, "piper.dec_initial", 2, 8192, &v->dec_init) &&
+              key(v, "piper.dec_kernel", 1, 31, &v->dec_k) && key(v, "piper.resblock", 1, 2, &v->resblock);
+    if (!ok) return false;
+    if (v->hidden % v->n_heads || v->inter % 2 || v->ffn_k % 2 == 0 || v->dp_k % 2 == 0 || v->wn_k % 2 == 0 ||
+        v->dec_k % 2 == 0)
+        return bad(v, "hyperparameters that do not fit VITS (hidden %s%ld, heads %ld, or an even kernel)", "",
+                   v->hidden, v->n_heads);
+    int32_t ups_k[MAX_UPS], dil[MAX_RES * MAX_DIL];
+    v->n_ups = arr(v, "piper.upsample_rates", MAX_UPS, 1, 64, v->ups_rate);
+    if (!v->n_ups || arr(v, "piper.upsample_kernels", MAX_UPS, 1, 128, ups_k) != v->n_ups)
+        return bad(v, "piper.upsample_kernels: not one per rate%s%ld%ld", "", 0, 0);
+    memcpy(v->ups_k, ups_k, sizeof ups_k);
+    v->n_res = arr(v, "piper.resblock_kernels", MAX_RES, 1, 31, v->res_k);
+    const int32_t nd = v->n_res ? arr(v, "piper.resblock_dilations", MAX_RES * MAX_DIL, 1, 64, dil) : 0;
+    if (!v->n_res || nd % v->n_res || nd / v->n_res > MAX_DIL)
+        return bad(v, "piper.resblock_dilations: not as many for each kernel%s%ld%ld", "", 0, 0);
+    v->n_dil = nd / v->n_res;
+    for (int32_t j = 0; j < v->n_res; j++)
+        for (int32_t d = 0; d < v->n_dil; d++) v->res_dil[j][d] = dil[j * v->n_dil + d];
+    int32_t hop = 1, ch = v->dec_init;
+    for (int32_t u = 0; u < v->n_ups; u++) {
+        hop *= v->ups_rate[u];
+        if ((v->ups_k[u] - v->ups_rate[u]) % 2 || v->ups_k[u] < v->ups_rate[u] || ch % 2)
+            return bad(v, "upsampling %s%ld: kernel %ld and its rate do not fit", "", u, v->ups_k[u]);
+        ch /= 2;
+    }
+    in->hop = hop;
+    in->sample_rate = rate;
+    if (!nm_gguf_get_f32(v->g, "piper.noise_scale", &in->noise_scale) ||
+        !nm_gguf_get_f32(v->g, "piper.length_scale", &in->length_scale) ||
+        !nm_gguf_get_f32(v->g, "piper.noise_w", &in->noise_w))
+        return bad(v, "key piper.noise_scale, length_scale or noise_w missing%s%ld%ld", "", 0, 0);
+    if (nm_gguf_get_str(v->g, "piper.espeak.voice", &s) && s.len < sizeof in->espeak_voice)
+        memcpy(in->espeak_voice, s.ptr, s.len);
+    if (nm_gguf_get_str(v->g, "general.name", &s) && s.len < sizeof in->name) memcpy(in->name, s.ptr, s.len);
+    // the phoneme map
+    const nm_gguf_kv *ph = nm_gguf_find(v->g, "piper.phonemes");
+    const nm_gguf_kv *cn = nm_gguf_find(v->g, "piper.phoneme_id_counts"), *id = nm_gguf_find(v->g, "piper.phoneme_ids");
+    if (!ph || !cn || !id || ph->type != NM_GGUF_ARRAY || ph->arr_type != NM_GGUF_STRING || cn->type != NM_GGUF_ARRAY ||
+        id->type != NM_GGUF_ARRAY || cn->arr_n != ph->arr_n || ph->arr_n == 0 || ph->arr_n > 65536 ||
+        id->arr_n > 1 << 20 || nm_gguf_vtype_size(cn->arr_type) == 0 || nm_gguf_vtype_size(id->arr_type) == 0)
+        return bad(v, "the phoneme map (piper.phonemes, phoneme_id_counts, phoneme_ids) is missing or malformed%s%ld%ld",
+                   "", 0, 0);
+    v->n_phon = (int32_t)ph->arr_n;
+    v->phon = calloc((size_t)v->n_phon, sizeof *v->phon);
+    v->phon_off = calloc((size_t)v->n_phon, sizeof *v->phon_off);
+    v->phon_n = calloc((size_t)v->n_phon, sizeof *v->phon_n);
+    v->phon_ids = calloc(id->arr_n + 1, sizeof *v->phon_ids);
+    if (!v->phon || !v->phon_off || !v->phon_n || !v->phon_ids || !nm_gguf_arr_strings(ph, v->phon, ph->arr_n))
+        return bad(v, "out of memory for the phoneme map%s%ld%ld", "", 0, 0);
+    int64_t at = 0;
+    for (int32_t i = 0; i < v->n_phon; i++) {
+        const double c = nm_gguf_arr_num(cn, (uint64_t)i);
+        if (c < 1 || at + (int64_t)c > (int64_t)id->arr_n) return bad(v, "the phoneme map: counts past its ids%s%ld%ld", "", 0, 0);
+        v->phon_off[i] = (int32_t)at, v->phon_n[i] = (int32_t)c;
+        at += (int64_t)c;
+    }
+    for (uint64_t i = 0; i < id->arr_n; i++) {
+        const double x = nm_gguf_arr_num(id, i);
+        if (x < 0 || x >= in->n_symbols) return bad(v, "the phoneme map: id %s%ld out of 0 .. %ld", "", (long)x, in->n_symbols);
+        v->phon_ids[i] = (int32_t)x;
+    }
+    return true;
+}
+
+static bool load_weights(nm_vits *v) {
+    char p[160];
+    const int32_t H = v->hidden, dh = H / v->n_heads, W = 2 * v->window + 1, F = v->dp_filt;
+    if (!(v->emb = tensor(v, "enc_p.emb.weight", v->info.n_symbols, H, 0))) return false;
+    for (int32_t l = 0; l < v->n_layers; l++) {
+        snprintf(p, sizeof p, "enc_p.encoder.attn_layers.%d.emb_rel_k", (int)l);
+        v->enc[l].rel_k = tensor(v, p, 1, W, dh);
+        snprintf(p, sizeof p, "enc_p.encoder.attn_layers.%d.emb_rel_v", (int)l);
+        v->enc[l].rel_v = tensor(v, p, 1, W, dh);
+        if (!v->enc[l].rel_k || !v->enc[l].rel_v) return false;
+        const char *qkvo[] = {"q", "k", "v", "o"};
+        nm_conv1d *cs[] = {&v->enc[l].q, &v->enc[l].k, &v->enc[l].v, &v->enc[l].o};
+        for (int i = 0; i < 4; i++) {
+            snprintf(p, sizeof p, "enc_p.encoder.attn_layers.%d.conv_%s", (int)l, qkvo[i]);
+            if (!conv(v, cs[i], p, H, H, 1, 1, true)) return false;
+        }
+        snprintf(p, sizeof p, "enc_p.encoder.ffn_layers.%d.conv_1", (int)l);
+        if (!conv(v, &v->enc[l].f1, p, v->filt, H, v->ffn_k, 1, true)) return false;
+        snprintf(p, sizeof p, "enc_p.encoder.ffn_layers.%d.conv_2", (int)l);
+        if (!conv(v, &v->enc[l].f2, p, H, v->filt, v->ffn_k, 1, true)) return false;
+        snprintf(p, sizeof p, "enc_p.encoder.norm_layers_1.%d", (int)l);
+        if (!norm(v, &v->enc[l].n1, p, H)) return false;
+        snprintf(p, sizeof p, "enc_p.encoder.norm_layers_2.%d", (int)l);
+        if (!norm(v, &v->enc[l].n2, p, H)) return false;
+    }
+    if (!conv(v, &v->proj, "enc_p.proj", 2 * v->inter, H, 1, 1, true)) return false;
+    // the duration predictor: its flows in the order the reverse pass runs them (the last first)
+    if (!conv(v, &v->dp_pre, "dp.pre", F, H, 1, 1, true) || !conv(v, &v->dp_proj, "dp.proj", F, F, 1, 1, true) ||
+        !ddsconv(v, &v->dp_convs, "dp.convs"))
+        return false;
+    for (int32_t f = 0; f < v->dp_flows; f++) {
+        const int idx = 1 + 2 * (v->dp_flows - f); // dp.flows.7, .5, .3 (.1 is training's only)
+        cflow *c = &v->dp_flow[f];
+        snprintf(p, sizeof p, "dp.flows.%d.pre.weight", idx);
+        c->pre_w = tensor(v, p, F, 1, 1);
+        snprintf(p, sizeof p, "dp.flows.%d.pre.bias", idx);
+        c->pre_b = tensor(v, p, F, 0, 0);
+        if (!c->pre_w || !c->pre_b) return false;
+        snprintf(p, sizeof p, "dp.flows.%d.convs", idx);
+        if (!ddsconv(v, &c->convs, p)) return false;
+        snprintf(p, sizeof p, "dp.flows.%d.proj", idx);
+        if (!conv(v, &c->proj, p, 3 * v->dp_bins - 1, F, 1, 1, true)) return false;
+    }
+    if (!(v->dp_m = tensor(v, "dp.flows.0.m", 2, 1, 0)) ||
+        !(v->dp_exp_neg_logs = tensor(v, "dp.flows.0.exp_neg_logs", 2, 1, 0)))
+        return false;
+    // the coupling flow
+    const int32_t half = v->inter / 2;
+    for (int32_t f = 0; f < v->n_coupling; f++) {
+        coupling *c = &v->flow[f];
+        snprintf(p, sizeof p, "flow.flows.%d.pre", 2 * (int)f);
+        if (!conv(v, &c->pre, p, H, half, 1, 1, true)) return false;
+        snprintf(p, sizeof p, "flow.flows.%d.post", 2 * (int)f);
+        if (!conv(v, &c->post, p, half, H, 1, 1, true)) return false;
+        for (int32_t l = 0; l < v->wn_layers; l++) {
+            snprintf(p, sizeof p, "flow.flows.%d.enc.in_layers.%d", 2 * (int)f, (int)l);
+            if (!conv(v, &c->wn[l].in, p, 2 * H, H, v->wn_k, 1, true)) return false;
+            snprintf(p, sizeof p, "flow.flows.%d.enc.res_skip_layers.%d", 2 * (int)f, (int)l);
+            if (!conv(v, &c->wn[l].rs, p, l + 1 < v->wn_layers ? 2 * H : H, H, 1, 1, true)) return false;
+        }
+    }
+    // HiFi-GAN
+    if (!conv(v, &v->dec_pre, "dec.conv_pre", v->dec_init, v->inter, v->dec_k, 1, true)) return false;
+    int32_t ch = v->dec_init;
+    for (int32_t u = 0; u < v->n_ups; u++) {
+        snprintf(p, sizeof p, "dec.ups.%d.weight", (int)u);
+        const float *w = tensor(v, p, ch, ch / 2, v->ups_k[u]);
+        snprintf(p, sizeof p, "dec.ups.%d.bias", (int)u);
+        const float *b = tensor(v, p, ch / 2, 0, 0);
+        float *pk = w && b ? own(v, (size_t)ch * (ch / 2) * v->ups_k[u]) : NULL;
+        if (!pk) return false;
+        nm_conv_t1d_pack(w, ch, ch / 2, v->ups_k[u], pk);
+        v->ups[u] = (nm_conv_t1d){.w = pk, .bias = b, .ic = ch, .oc = ch / 2, .k = v->ups_k[u],
+                                  .stride = v->ups_rate[u], .pad = (v->ups_k[u] - v->ups_rate[u]) / 2};
+        ch /= 2;
+        for (int32_t j = 0; j < v->n_res; j++)
+            for (int32_t d = 0; d < v->n_dil; d++) {
+                const int blk = (int)(u * v->n_res + j);
+                if (v->resblock == 2) {
+                    snprintf(p, sizeof p, "dec.resblocks.%d.convs.%d", blk, (int)d);
+                    if (!conv(v, &v->res[u][j][d], p, ch, ch, v->res_k[j], v->res_dil[j][d], true)) return false;
+                } else {
+                    snprintf(p, sizeof p, "dec.resblocks.%d.convs1.%d", blk, (int)d);
+                    if (!conv(v, &v->res[u][j][2 * d], p, ch, ch, v->res_k[j], v->res_dil[j][d], true)) return false;
+                    snprintf(p, sizeof p, "dec.resblocks.%d.convs2.%d", blk, (int)d);
+                    if (!conv(v, &v->res[u][j][2 * d + 1], p, ch, ch, v->res_k[j], 1, true)) return false;
+                }
+            }
+    }
+    return conv(v, &v->dec_post, "dec.conv_post", 1, ch, v->dec_k, 1, false);
+}
+
+nm_status nm_vits_load(const char *path, nm_vits **out, char *err, size_t err_size) {
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no place for the voice");
+    *out = NULL;
+    nm_vits *v = calloc(1, sizeof *v);
+    if (!v) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory");
+    nm_status st = nm_gguf_open(path, &v->g, err, err_size);
+    if (st != NM_OK) {
+        free(v);
+        return st;
+    }
+    if (!load_keys(v) || !load_weights(v)) {
+        st = !strcmp(v->err, "out of memory") ? NM_ERR_NOMEM : NM_ERR_FORMAT;
+        nm_fail(st, err, err_size, "%s: %s", path, v->err);
+        nm_vits_free(v);
+        return st;
+    }
+    *out = v;
+    return NM_OK;
+}
+
+void nm_vits_free(nm_vits *v) {
+    if (!v) return;
+    for (int32_t i = 0; i < v->n_owned; i++) free(v->owned[i]);
+    free(v->owned);
+    free(v->phon), free(v->phon_off), free(v->phon_n), free(v->phon_ids);
+    nm_gguf_close(v->g);
+    free(v);
+}
+
+const nm_vits_info *nm_vits_get_info(const nm_vits *v) { return &v->info; }
+
+int32_t nm_vits_phoneme_ids(const nm_vits *v, const char *ph, size_t len, int32_t *ids, int32_t cap) {
+    for (int32_t i = 0; i < v->n_phon; i++) {
+        if (v->phon[i].len != len || memcmp(v->phon[i].ptr, ph, len)) continue;
+        for (int32_t k = 0; k < v->phon_n[i] && k < cap; k++) ids[k] = v->phon_ids[v->phon_off[i] + k];
+        return v->phon_n[i];
+    }
+    return 0;
+}
+
+// ---- the pieces of the forward pass -------------------------------------------------------------
+
+// LayerNorm over each step's ch channels, in place (eps 1e-5, as VITS's).
+static void layer_norm(float *x, int64_t n, int32_t ch, const ln *p) {
+    for (int64_t t = 0; t < n; t++) {
+        float *r = x + t * ch;
+        double s = 0, s2 = 0;
+        for (int32_t c = 0; c < ch; c++) s += r[c];
+        const float mean = (float)(s / ch);
+        for (int32_t c = 0; c < ch; c++) s2 += (double)(r[c] - mean) * (r[c] - mean);
+        const float inv = 1.0f / sqrtf((float)(s2 / ch) + 1e-5f);
+        for (int32_t c = 0; c < ch; c++) r[c] = (r[c] - mean) * inv * p->g[c] + p->b[c];
+    }
+}
+
+static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+
+static void leaky(float *dst, const float *x, int64_t n, float slope) {
+    for (int64_t i = 0; i < n; i++) dst[i] = x[i] >= 0 ? x[i] : x[i] * slope;
+}
+
+// Scratch of one synthesis: floats, carved in turn (freed together).
+typedef struct arena {
+    float *base;
+    size_t used, cap;
+} arena;
+
+static float *take(arena *a, int64_t n) {
+    const size_t k = ((size_t)n + 15) & ~(size_t)15;
+    if (a->used + k > a->cap) return NULL;
+    float *p = a->base + a->used;
+    a->used += k;
+    return p;
+}
+
+// Multi-head self-attention with relative positions (a window each side, its
+// embeddings shared by the heads), x [n][H] -> y [n][H] (before conv_o).
+static void attention(const nm_vits *v, int l, const float *q, const float *k, const float *val, int64_t n, float *y,
+                      float *p) {
+    const int32_t H = v->hidden, dh = H / v->n_heads, W = v->window;
+    const float scale = 1.0f / sqrtf((float)dh);
+    const float *ek = v->enc[l].rel_k, *ev = v->enc[l].rel_v;
+    for (int32_t h = 0; h < v->n_heads; h++)
+        for (int64_t i = 0; i < n; i++) {
+            const float *qi = q + i * H + h * dh;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < n; j++) {
+                const float *kj = k + j * H + h * dh;
+                float s = 0;
+                for (int32_t d = 0; d < dh; d++) s += qi[d] * scale * kj[d];
+                const int64_t r = j - i;
+                if (r >= -W && r <= W) { // (the keys' relative embedding)
+                    const float *e = ek + (r + W) * dh;
+                    float sr = 0;
+                    for (int32_t d = 0; d < dh; d++) sr += qi[d] * scale * e[d];
+                    s += sr;
+                }
+                p[j] = s;
+                if (s > mx) mx = s;
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < n; j++) sum += (p[j] = expf(p[j] - mx));
+            const float inv = (float)(1.0 / sum);
+            float *yi = y + i * H + h * dh;
+            memset(yi, 0, sizeof(float) * (size_t)dh);
+            for (int64_t j = 0; j < n; j++) {
+                const float w = p[j] * inv;
+                const float *vj = val + j * H + h * dh;
+                for (int32_t d = 0; d < dh; d++) yi[d] += w * vj[d];
+                const int64_t r = j - i;
+                if (r >= -W && r <= W) {
+                    const float *e = ev + (r + W) * dh;
+                    for (int32_t d = 0; d < dh; d++) yi[d] += w * e[d];
+                }
+            }
+        }
+}
+
+// DDSConv over x [n][F] in place (g added first where given).
+static void dds_run(const nm_vits *v, const dds *d, float *x, const float *g, int64_t n, float *y, float *z) {
+    const int32_t F = v->dp_filt, K = v->dp_k;
+    if (g)
+        for (int64_t i = 0; i < n * F; i++) x[i] += g[i];
+    int32_t dil = 1;
+    for (int32_t l = 0; l < v->dp_layers; l++, dil *= K) {
+        const int32_t pad = (K * dil - dil) / 2;
+        for (int64_t t = 0; t < n; t++) // the depthwise convolution
+            for (int32_t c = 0; c < F; c++) {
+                float acc = d->sep_b[l][c];
+                for (int32_t j = 0; j < K; j++) {
+                    const int64_t s = t + (int64_t)j * dil - pad;
+                    if (s >= 0 && s < n) acc += d->sep_w[l][c * K + j] * x[s * F + c];
+                }
+                y[t * F + c] = acc;
+            }
+        layer_norm(y, n, F, &d->n1[l]);
+        for (int64_t i = 0; i < n * F; i++) y[i] = gelu(y[i]);
+        nm_conv1d_run(&d->pw[l], y, n, 0, 0, z, NULL);
+        layer_norm(z, n, F, &d->n2[l]);
+        for (int64_t i = 0; i < n * F; i++) x[i] += gelu(z[i]);
+    }
+}
+
+// The rational-quadratic spline's inverse (tails linear beyond +-bound) for one value.
+static float spline_inverse(float x, const float *uw, const float *uh, const float *ud, int32_t nb, float bound,
+                            float sqrt_f) {
+    if (x < -bound || x > bound) return x;
+    const float minw = 1e-3f, minh = 1e-3f, mind = 1e-3f;
+    float w[64], h[64], cw[65], ch[65], d[65];
+    float mx = -INFINITY, s = 0;
+    for (int32_t i = 0; i < nb; i++) mx = fmaxf(mx, uw[i] / sqrt_f);
+    for (int32_t i = 0; i < nb; i++) s += (w[i] = expf(uw[i] / sqrt_f - mx));
+    for (int32_t i = 0; i < nb; i++) w[i] = minw + (1 - minw * nb) * (w[i] / s);
+    mx = -INFINITY, s = 0;
+    for (int32_t i = 0; i < nb; i++) mx = fmaxf(mx, uh[i] / sqrt_f);
+    for (int32_t i = 0; i < nb; i++) s += (h[i] = expf(uh[i] / sqrt_f - mx));
+    for (int32_t i = 0; i < nb; i++) h[i] = minh + (1 - minh * nb) * (h[i] / s);
+    cw[0] = ch[0] = 0;
+    for (int32_t i = 0; i < nb; i++) cw[i + 1] = cw[i] + w[i], ch[i + 1] = ch[i] + h[i];
+    for (int32_t i = 0; i <= nb; i++) cw[i] = 2 * bound * cw[i] - bound, ch[i] = 2 * bound * ch[i] - bound;
+    cw[0] = ch[0] = -bound, cw[nb] = ch[nb] = bound;
+    const float tail = logf(expf(1 - mind) - 1); // the linear tails' derivative: 1
+    for (int32_t i = 0; i <= nb; i++) {
+        const float u = i == 0 || i == nb ? tail : ud[i - 1];
+        d[i] = mind + (u > 20 ? u : log1pf(expf(u)));
+    }
+    int32_t b = 0; // the bin: the heights' edges at or below x (the last edge nudged up by 1e-6)
+    for (int32_t i = 0; i <= nb; i++) b += x >= (i == nb ? ch[i] + 1e-6f : ch[i]);
+    b = b - 1 < 0 ? 0 : b - 1 > nb - 1 ? nb - 1 : b - 1;
+    const float bw = cw[b + 1] - cw[b], bh = ch[b + 1] - ch[b], delta = bh / bw;
+    const float d0 = d[b], d1 = d[b + 1], dx = x - ch[b];
+    const float a = dx * (d0 + d1 - 2 * delta) + bh * (delta - d0);
+    const float bb = bh * d0 - dx * (d0 + d1 - 2 * delta);
+    const float c = -delta * dx;
+    const float disc = fmaxf(bb * bb - 4 * a * c, 0.0f);
+    const float root = (2 * c) / (-bb - sqrtf(disc));
+    return root * bw + cw[b];
+}
+
+// A standard normal draw (xorshift64* and Box-Muller).
+typedef struct rng {
+    uint64_t s;
+    bool have;
+    float spare;
+} rng;
+
+static float randn(rng *r) {
+    if (r->have) {
+        r->have = false;
+        return r->spare;
+    }
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        r->s ^= r->s >> 12, r->s ^= r->s << 25, r->s ^= r->s >> 27;
+        u[i] = ((double)((r->s * 0x2545F4914F6CDD1Dull) >> 11) + 0.5) / 9007199254740992.0;
+    }
+    const double m = sqrt(-2.0 * log(u[0])), a = 6.283185307179586 * u[1];
+    r->spare = (float)(m * sin(a)), r->have = true;
+    return (float)(m * cos(a));
+}
+
+// ---- the synthesis ------------------------------------------------------------------------------
+
+nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const nm_vits_scales *sc, float **pcm,
+                        int64_t *n_pcm, char *err, size_t err_size) {
+    if (pcm) *pcm = NULL;
+    if (n_pcm) *n_pcm = 0;
+    if (!v || !ids || !sc || !pcm || !n_pcm || n <= 0)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no phoneme ids");
+    if (n > MAX_IDS) return nm_fail(NM_ERR_RANGE, err, err_size, "piper: %d phoneme ids (at most %d)", (int)n, MAX_IDS);
+    if (!(sc->length_scale >= 0.05f && sc->length_scale <= 20) || !(sc->noise_scale >= 0 && sc->noise_scale <= 5) ||
+        !(sc->noise_w >= 0 && sc->noise_w <= 5))
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size,
+                       "piper: scales noise %g, length %g, noise_w %g (length 0.05 .. 20, the noises 0 .. 5)",
+                       (double)sc->noise_scale, (double)sc->length_scale, (double)sc->noise_w);
+    for (int32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= v->info.n_symbols)
+            return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: phoneme id %d at %d (the voice has %d)",
+                           (int)ids[i], (int)i, (int)v->info.n_symbols);
+    const int32_t H = v->hidden, I = v->inter, F = v->dp_filt, FF = v->filt;
+    rng r = {.s = sc->seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull};
+    if (!r.s) r.s = 1;
+    // ---- the text encoder and the durations: buffers of n steps
+    int64_t wmax = 0; // the convolutions' gather tiles
+    for (int32_t l = 0; l < v->n_layers; l++) {
+        const int64_t a = nm_conv1d_work(&v->enc[l].f1), b = nm_conv1d_work(&v->enc[l].f2);
+        wmax = a > wmax ? a : wmax, wmax = b > wmax ? b : wmax;
+    }
+    const int64_t wide = FF > 2 * I ? FF : 2 * I;
+    int64_t HW = H > F ? H : F; // (the duration predictor's buffers share the encoder's)
+    HW = HW > 3 * v->dp_bins ? HW : 3 * v->dp_bins;
+    arena A = {.cap = (size_t)(n * (int64_t)(6 * HW + wide + 64) + n + wmax + 4096)};
+    A.base = malloc(sizeof(float) * A.cap);
+    if (!A.base) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);
+    float *x = take(&A, n * HW), *q = take(&A, n * HW), *k = take(&A, n * HW), *val = take(&A, n * HW),
+          *y = take(&A, n * HW), *z = take(&A, n * HW), *f = take(&A, n * wide), *pr = take(&A, n),
+          *work = take(&A, wmax + 16);
+    for (int32_t t = 0; t < n; t++) {
+        const float *e = v->emb + (int64_t)ids[t] * H;
+        for (int32_t c = 0; c < H; c++) x[(int64_t)t * H + c] = e[c] * sqrtf((float)H);
+    }
+    for (int l = 0; l < v->n_layers; l++) {
+        nm_conv1d_run(&v->enc[l].q, x, n, 0, 0, q, NULL);
+        nm_conv1d_run(&v->enc[l].k, x, n, 0, 0, k, NULL);
+        nm_conv1d_run(&v->enc[l].v, x, n, 0, 0, val, NULL);
+        attention(v, l, q, k, val, n, y, pr);
+        nm_conv1d_run(&v->enc[l].o, y, n, 0, 0, z, NULL);
+        for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
+        layer_norm(x, n, H, &v->enc[l].n1);
+        nm_conv1d_run(&v->enc[l].f1, x, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, f, work);
+        for (int64_t i = 0; i < (int64_t)n * FF; i++) f[i] = f[i] > 0 ? f[i] : 0;
+        nm_conv1d_run(&v->enc[l].f2, f, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, z, work);
+        for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
+        layer_norm(x, n, H, &v->enc[l].n2);
+    }
+    float *stats = f; // [n][2 I]: the prior's mean, then its log-scale
+    nm_conv1d_run(&v->proj, x, n, 0, 0, stats, NULL);
+    // the duration predictor, in reverse: g = proj(DDSConv(pre(x)))
+    float *g = q, *h = k, *t1 = val, *t2 = y;
+    nm_conv1d_run(&v->dp_pre, x, n, 0, 0, h, NULL);
+    dds_run(v, &v->dp_convs, h, NULL, n, t1, t2);
+    nm_conv1d_run(&v->dp_proj, h, n, 0, 0, g, NULL);
+    float *zz = take(&A, 2 * (int64_t)n); // [n][2]
+    if (!zz) goto oom;
+    for (int64_t i = 0; i < 2 * (int64_t)n; i++) zz[i] = randn(&r) * sc->noise_w;
+    const int32_t nb = v->dp_bins;
+    for (int32_t fl = 0; fl < v->dp_flows; fl++) {
+        for (int32_t t = 0; t < n; t++) { // Flip
+            const float a = zz[2 * t];
+            zz[2 * t] = zz[2 * t + 1], zz[2 * t + 1] = a;
+        }
+        const cflow *c = &v->dp_flow[fl];
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t ch = 0; ch < F; ch++) h[(int64_t)t * F + ch] = c->pre_w[ch] * zz[2 * t] + c->pre_b[ch];
+        dds_run(v, &c->convs, h, g, n, t1, t2);
+        nm_conv1d_run(&c->proj, h, n, 0, 0, t1, NULL); // [n][3 nb - 1]
+        for (int32_t t = 0; t < n; t++) {
+            const float *u = t1 + (int64_t)t * (3 * nb - 1);
+            zz[2 * t + 1] = spline_inverse(zz[2 * t + 1], u, u + nb, u + 2 * nb, nb, 5.0f, sqrtf((float)F));
+        }
+    }
+    for (int32_t t = 0; t < n; t++) { // Flip, then the elementwise affine
+        const float a = zz[2 * t];
+        zz[2 * t] = zz[2 * t + 1], zz[2 * t + 1] = a;
+        for (int c = 0; c < 2; c++) zz[2 * t + c] = (zz[2 * t + c] - v->dp_m[c]) * v->dp_exp_neg_logs[c];
+    }
+    // the frames of each phoneme: ceil(exp(logw) * length_scale)
+    int64_t n_frames = 0;
+    int32_t *dur = (int32_t *)(void *)take(&A, n);
+    if (!dur) goto oom;
+    const int64_t max_frames = (int64_t)600 * v->info.sample_rate / v->info.hop;
+    for (int32_t t = 0; t < n; t++) {
+        const float w = ceilf(expf(zz[2 * t]) * sc->length_scale);
+        dur[t] = w > 0 ? (w > (float)max_frames ? (int32_t)max_frames : (int32_t)w) : 0;
+        n_frames += dur[t];
+    }
+    if (n_frames > max_frames) {
+        free(A.base);
+        return nm_fail(NM_ERR_RANGE, err, err_size, "piper: %lld frames: longer than 10 minutes", (long long)n_frames);
+    }
+    if (n_frames < 1) n_frames = 1; // (VITS's clamp: one frame of zeros)
+    // ---- the frames: z = m + noise * exp(logs) * noise_scale, the flow in reverse, HiFi-GAN
+    int32_t chs = v->dec_init;
+    int64_t len = n_frames, cap = (int64_t)n_frames * v->dec_init, wk = 0;
+    for (int32_t u = 0; u < v->n_ups; u++) {
+        len = (len - 1) * v->ups_rate[u] - 2 * v->ups[u].pad + v->ups_k[u];
+        chs /= 2;
+        cap = len * chs > cap ? len * chs : cap;
+        const int64_t a = nm_conv_t1d_work(&v->ups[u]);
+        wk = a > wk ? a : wk;
+        for (int32_t j = 0; j < v->n_res; j++)
+            for (int32_t d = 0; d < 2 * v->n_dil; d++)
+                if (v->res[u][j][d].w) wk = nm_conv1d_work(&v->res[u][j][d]) > wk ? nm_conv1d_work(&v->res[u][j][d]) : wk;
+    }
+    {
+        const int64_t a = (int64_t)n_frames * 2 * H;
+        cap = a > cap ? a : cap;
+        for (int32_t fl = 0; fl < v->n_coupling; fl++)
+            for (int32_t l = 0; l < v->wn_layers; l++)
+                wk = nm_conv1d_work(&v->flow[fl].wn[l].in) > wk ? nm_conv1d_work(&v->flow[fl].wn[l].in) : wk;
+        wk = nm_conv1d_work(&v->dec_pre) > wk ? nm_conv1d_work(&v->dec_pre) : wk;
+        wk = nm_conv1d_work(&v->dec_post) > wk ? nm_conv1d_work(&v->dec_post) : wk;
+    }
+    float *B[5], *W2 = malloc(sizeof(float) * (size_t)(wk + 16));
+    bool ok = W2 != NULL;
+    for (int i = 0; i < 5; i++) ok = (B[i] = ok ? malloc(sizeof(float) * (size_t)(cap + 16)) : NULL) && ok;
+    if (!ok) {
+        for (int i = 0; i < 5; i++) free(ok ? NULL : B[i]);
+        free(W2);
+        goto oom;
+    }
+    float *zf = B[0]; // [frames][I]
+    {
+        int64_t fr = 0;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t d = 0; d < dur[t] && fr < n_frames; d++, fr++)
+                for (int32_t c = 0; c < I; c++) {
+                    const float m = stats[(int64_t)t * 2 * I + c], ls = stats[(int64_t)t * 2 * I + I + c];
+                    zf[fr * I + c] = m + randn(&r) * expf(ls) * sc->noise_scale;
+                }
+        for (; fr < n_frames; fr++) memset(zf + fr * I, 0, sizeof(float) * (size_t)I);
+    }
+    const int32_t half = I / 2;
+    for (int32_t fl = v->n_coupling - 1; fl >= 0; fl--) {
+        for (int64_t t = 0; t < n_frames; t++) // Flip: the channels reversed
+            for (int32_t c = 0; c < I / 2; c++) {
+                const float a = zf[t * I + c];
+                zf[t * I + c] = zf[t * I + I - 1 - c], zf[t * I + I - 1 - c] = a;
+            }
+        const coupling *c = &v->flow[fl];
+        float *x0 = B[1], *hh = B[2], *xin = B[3], *out = B[4];
+        for (int64_t t = 0; t < n_frames; t++) memcpy(x0 + t * half, zf + t * I, sizeof(float) * (size_t)half);
+        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, hh, NULL);
+        memset(out, 0, sizeof(float) * (size_t)(n_frames * H));
+        for (int32_t l = 0; l < v->wn_layers; l++) {
+            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, xin, W2);
+            for (int64_t t = 0; t < n_frames; t++) { // tanh(a) * sigmoid(b), in place into the first half
+                float *row = xin + t * 2 * H;
+                for (int32_t ch = 0; ch < H; ch++) row[ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
+                memmove(x0 + t * H, row, sizeof(float) * (size_t)H); // (x0 reused: [frames][H])
+            }
+            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, xin, NULL);
+            const bool last = l + 1 == v->wn_layers;
+            for (int64_t t = 0; t < n_frames; t++)
+                for (int32_t ch = 0; ch < H; ch++) {
+                    if (last) {
+                        out[t * H + ch] += xin[t * H + ch];
+                    } else {
+                        hh[t * H + ch] += xin[t * 2 * H + ch];
+                        out[t * H + ch] += xin[t * 2 * H + H + ch];
+                    }
+                }
+        }
+        nm_conv1d_run(&c->post, out, n_frames, 0, 0, x0, NULL); // the mean
+        for (int64_t t = 0; t < n_frames; t++)
+            for (int32_t ch = 0; ch < half; ch++) zf[t * I + half + ch] -= x0[t * half + ch];
+    }
+    // HiFi-GAN
+    float *cur = B[1], *nxt = B[2], *acc = B[3], *xt = B[4], *tmp = B[0];
+    int64_t T = nm_conv1d_run(&v->dec_pre, zf, n_frames, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, cur, W2);
+    int32_t C = v->dec_init;
+    for (int32_t u = 0; u < v->n_ups; u++) {
+        leaky(cur, cur, T * C, 0.1f);
+        T = nm_conv_t1d_run(&v->ups[u], cur, T, nxt, W2);
+        C /= 2;
+        for (int32_t j = 0; j < v->n_res; j++) {
+            float *xr = j == 0 ? acc : tmp; // this block's running x (the first writes the sum directly)
+            memcpy(xr, nxt, sizeof(float) * (size_t)(T * C));
+            for (int32_t d = 0; d < v->n_dil; d++) {
+                leaky(xt, xr, T * C, 0.1f);
+                const nm_conv1d *c1 = &v->res[u][j][v->resblock == 2 ? d : 2 * d];
+                const int32_t p1 = (c1->k * c1->dil - c1->dil) / 2;
+                nm_conv1d_run(c1, xt, T, p1, p1, cur, W2);
+                if (v->resblock == 1) {
+                    leaky(cur, cur, T * C, 0.1f);
+                    const nm_conv1d *c2 = &v->res[u][j][2 * d + 1];
+                    const int32_t p2 = (c2->k - 1) / 2;
+                    nm_conv1d_run(c2, cur, T, p2, p2, xt, W2);
+                    memcpy(cur, xt, sizeof(float) * (size_t)(T * C));
+                }
+                for (int64_t i = 0; i < T * C; i++) xr[i] += cur[i];
+            }
+            if (j > 0)
+                for (int64_t i = 0; i < T * C; i++) acc[i] += xr[i];
+        }
+        const float inv = 1.0f / (float)v->n_res;
+        for (int64_t i = 0; i < T * C; i++) cur[i] = acc[i] * inv;
+    }
+    leaky(cur, cur, T * C, 0.01f);
+    float *o = malloc(sizeof(float) * (size_t)(T > 0 ? T : 1));
+    if (o) {
+        nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, o, W2);
+        for (int64_t i = 0; i < T; i++) o[i] = tanhf(o[i]);
+    }
+    for (int i = 0; i < 5; i++) free(B[i]);
+    free(W2);
+    free(A.base);
+    if (!o) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %lld samples", (long long)T);
+    *pcm = o;
+    *n_pcm = T;
+    return NM_OK;
+oom:
+    free(A.base);
+    return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);
+}

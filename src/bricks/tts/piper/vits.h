@@ -1,0 +1,61 @@
+// Piper's VITS, run on our kernels: a voice converted by tools/convert_piper.py
+// (a GGUF of arch "piper": the weights by PyTorch module name, the
+// hyperparameters and the voice's config as piper.* keys; docs/piper.md),
+// phoneme ids in, float samples out (tanh's range, at the voice's rate).
+//
+// The inference is VITS's `infer` as Piper exports it: the text encoder
+// (phoneme embedding times sqrt(hidden); layers of multi-head self-attention
+// with relative positions within a window, shared by the heads; post-norm;
+// an FFN of two "same"-padded convolutions around a ReLU), the stochastic
+// duration predictor run in reverse (its noise times noise_w through a flip,
+// three spline coupling flows and the elementwise affine), durations
+// exp(logw) * length_scale rounded up, the prior's mean and log-scale spread
+// over the frames, z = m + noise * exp(logs) * noise_scale, the mean-only
+// coupling flow in reverse (WaveNet layers), and HiFi-GAN. Activations are
+// time-major (x[t * C + c]).
+//
+// Threading: a voice is read-only once loaded; a synthesis uses the
+// nm_vits_run it is given (one per thread).
+#ifndef NM_TTS_PIPER_VITS_H
+#define NM_TTS_PIPER_VITS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nanomind.h"
+
+typedef struct nm_vits nm_vits;
+
+typedef struct nm_vits_info {
+    int32_t sample_rate;
+    float noise_scale, length_scale, noise_w; // the voice's defaults (its config)
+    int32_t n_symbols;
+    int32_t hop;                              // samples a frame (the upsampling rates' product)
+    char espeak_voice[64];
+    char name[128];
+} nm_vits_info;
+
+// Loads path (mmapped; the weights the kernels read in another order are
+// repacked once). A file that is not a Piper GGUF, a key missing or out of
+// range, a weight missing or of another shape: NM_ERR_FORMAT, err naming it.
+nm_status nm_vits_load(const char *path, nm_vits **out, char *err, size_t err_size);
+void nm_vits_free(nm_vits *v); // NULL is a no-op
+const nm_vits_info *nm_vits_get_info(const nm_vits *v);
+// The ids of a phoneme (a UTF-8 string, one code point as Piper's maps have them, or
+// its pad "_", start "^", end "$"): how many (0: none in the voice's map), up to cap into ids.
+int32_t nm_vits_phoneme_ids(const nm_vits *v, const char *phoneme, size_t len, int32_t *ids, int32_t cap);
+
+typedef struct nm_vits_scales {
+    float noise_scale, length_scale, noise_w;
+    uint64_t seed; // the noises' generator (the same seed, scales and ids: the same samples)
+} nm_vits_scales;
+
+// Samples of phoneme ids ids[0..n) into *pcm (malloc'd; free() it), *n_pcm of them.
+// NM_ERR_INVALID_ARG: no ids, an id out of the voice's range, a scale out of range
+// (length_scale 0.05..20, noise_scale and noise_w 0..5); NM_ERR_RANGE: more than
+// 4096 ids or an utterance longer than 10 minutes.
+nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const nm_vits_scales *s, float **pcm,
+                        int64_t *n_pcm, char *err, size_t err_size);
+
+#endif

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Our Piper VITS against onnxruntime running the original voice (.onnx, kept by scripts/fetch_models.sh
+beside its GGUF), the noises at 0: onnxruntime's samples for each case are written into a folder, and
+`test_piper --filter piper_matches_onnxruntime` (NM_PIPER_ORACLE) holds ours to them: the same length,
+SNR >= 60 dB, max |error| <= 2e-3.
+
+usage: test_piper_ort.py BUILD/test_piper
+
+Cases: the phoneme ids piper-tts 1.8 gives for two sentences, and random ids (a seeded generator) of
+1, 9 and 250 ids, one of them at length_scale 1.4. Prints "N passed, N failed, N skipped" (a skip, no
+onnxruntime or no voice, fails under NM_CI).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+CI = os.environ.get("NM_CI", "0") not in ("", "0")
+MODELS = os.environ.get("NM_MODEL_DIR", os.path.expanduser("~/.cache/nanomind/models"))
+VOICE = os.path.join(MODELS, "piper-en_US-joe-medium.onnx")
+
+HELLO = [1, 0, 20, 0, 59, 0, 24, 0, 120, 0, 27, 0, 100, 0, 3, 0, 35, 0, 120, 0, 62, 0, 122, 0, 24, 0, 17, 0, 10, 0, 2]
+FOX = [1, 0, 41, 0, 59, 0, 3, 0, 23, 0, 35, 0, 120, 0, 74, 0, 23, 0, 3, 0, 15, 0, 88, 0, 120, 0, 14, 0, 100, 0,
+       26, 0, 3, 0, 19, 0, 120, 0, 51, 0, 122, 0, 23, 0, 31, 0, 3, 0, 17, 0, 108, 0, 120, 0, 102, 0, 25, 0, 28, 0,
+       31, 0, 3, 0, 121, 0, 27, 0, 100, 0, 34, 0, 60, 0, 3, 0, 41, 0, 59, 0, 3, 0, 24, 0, 120, 0, 18, 0, 74, 0, 38,
+       0, 21, 0, 3, 0, 17, 0, 120, 0, 51, 0, 122, 0, 66, 0, 8, 0, 3, 0, 32, 0, 35, 0, 120, 0, 14, 0, 74, 0, 31, 0,
+       4, 0, 2]
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    skip = None
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        skip = "onnxruntime is not installed (scripts/setup.sh installs it)"
+    if not skip and not os.path.isfile(VOICE):
+        skip = "%s is not in the model cache (scripts/fetch_models.sh)" % VOICE
+    if skip:
+        print("%s piper_matches_onnxruntime: %s" % ("FAIL" if CI else "skip", skip))
+        print("0 passed, %d failed, %d skipped" % (1 if CI else 0, 0 if CI else 1))
+        return 1 if CI else 0
+    rng = np.random.default_rng(47)
+    cases = [(HELLO, (0, 1, 0)), (FOX, (0, 1, 0)), (FOX, (0, 1.4, 0))]
+    for n in (1, 9, 250):
+        cases.append(([int(x) for x in rng.integers(0, 151, n)], (0, 1, 0)))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 2
+    sess = ort.InferenceSession(VOICE, opts, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory(prefix="nm-piper-ort-") as d:
+        for k, (ids, scales) in enumerate(cases):
+            out = sess.run(None, {"input": np.array([ids], np.int64), "input_lengths": np.array([len(ids)], np.int64),
+                                  "scales": np.array(scales, np.float32)})[0]
+            open(os.path.join(d, "%d.ids" % k), "w").write(" ".join(map(str, ids)))
+            open(os.path.join(d, "%d.scales" % k), "w").write("%g %g %g" % scales)
+            out.reshape(-1).astype("<f4").tofile(os.path.join(d, "%d.f32" % k))
+        env = dict(os.environ, NM_PIPER_ORACLE=d, NM_MODEL_DIR=MODELS)
+        p = subprocess.run([sys.argv[1], "--filter", "piper_matches_onnxruntime"], env=env, capture_output=True,
+                           text=True, timeout=600)
+    sys.stdout.write(p.stdout)
+    ok = p.returncode == 0 and "1 passed, 0 failed" in p.stdout
+    print("%s piper_matches_onnxruntime (%d cases)" % ("ok  " if ok else "FAIL", len(cases)))
+    print("%d passed, %d failed, 0 skipped" % (ok, not ok))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+// Piper's VITS on our kernels (src/bricks/tts/piper/vits.h) and its convolutions
+// (src/backend/cpu/conv1d.h):
+//   conv1d_matches_reference, conv_t1d_matches_reference  the GEMM forms against the
+//       definition's loops, over kernels, dilations, pads, strides and lengths around a tile
+//   piper_voice_loads          the default voice's rate, hop, scales and phoneme map
+//   piper_refuses_bad_input    ids out of range, none, scales out of range, a GGUF that is no voice
+//   piper_noise_seeded         with the noises on: the same seed the same samples, another seed others
+//   piper_matches_onnxruntime  the cases tests/tools/test_piper_ort.py wrote from onnxruntime
+//       (NM_PIPER_ORACLE: a folder of N.ids, N.scales, N.f32): the same length, SNR >= 60 dB
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/conv1d.h"
+#include "bricks/tts/piper/vits.h"
+#include "nmtest.h"
+
+static uint64_t g_rng = 0x1234567;
+static float frand(void) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 11) % 2000001) / 1000000.0f - 1.0f;
+}
+
+static float *randv(int64_t n) {
+    float *p = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t i = 0; i < n; i++) p[i] = frand();
+    return p;
+}
+
+// max |a - b| over n, relative to max |b| (or 1)
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double e = 0, m = 1e-6;
+    for (int64_t i = 0; i < n; i++) e = fmax(e, fabs((double)a[i] - b[i])), m = fmax(m, fabs((double)b[i]));
+    return e / m;
+}
+
+NM_TEST(conv1d_matches_reference) {
+    const struct { int32_t ic, oc, k, dil, pl, pr; int64_t n; bool bias; } cs[] = {
+        {3, 5, 1, 1, 0, 0, 7, true},    {8, 16, 3, 1, 1, 1, 1, true},  {8, 16, 3, 1, 1, 1, 600, true},
+        {32, 32, 7, 12, 36, 36, 90, true}, {16, 24, 5, 2, 4, 4, 1000, false}, {4, 6, 4, 1, 1, 2, 33, true},
+        {192, 384, 5, 1, 2, 2, 70, true}, {5, 1, 7, 1, 3, 3, 300, false}, {6, 6, 3, 3, 3, 3, 5, true},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        float *w = randv((int64_t)cs[i].oc * cs[i].ic * cs[i].k), *pk = malloc(sizeof(float) * (size_t)cs[i].oc * cs[i].ic * cs[i].k);
+        float *b = cs[i].bias ? randv(cs[i].oc) : NULL, *x = randv(cs[i].n * cs[i].ic);
+        nm_conv1d_pack(w, cs[i].oc, cs[i].ic, cs[i].k, pk);
+        const nm_conv1d c = {.w = pk, .bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .dil = cs[i].dil};
+        const int64_t n_out = cs[i].n + cs[i].pl + cs[i].pr - (int64_t)cs[i].dil * (cs[i].k - 1);
+        float *y = randv(n_out * cs[i].oc), *r = randv(n_out * cs[i].oc), *work = malloc(sizeof(float) * (size_t)nm_conv1d_work(&c));
+        NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, y, work) == n_out);
+        NM_CHECK(nm_conv1d_ref(&c, x, cs[i].n, cs[i].pl, cs[i].pr, r) == n_out);
+        // (the reference's definition from PyTorch's layout, element by element, for one output)
+        const int64_t t = n_out / 2;
+        double want = b ? b[0] : 0;
+        for (int32_t j = 0; j < c.k; j++)
+            for (int32_t ic = 0; ic < c.ic; ic++) {
+                const int64_t s = t + (int64_t)j * c.dil - cs[i].pl;
+                if (s >= 0 && s < cs[i].n) want += (double)w[((int64_t)0 * c.ic + ic) * c.k + j] * x[s * c.ic + ic];
+            }
+        NM_CHECK(fabs(r[t * c.oc] - want) < 1e-4 * (1 + fabs(want)));
+        const double e = rel_err(y, r, n_out * c.oc);
+        NM_CHECK(e < 1e-5);
+        if (!(e < 1e-5)) printf("  case %zu: relative error %g\n", i, e);
+        free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
+    }
+    // an input shorter than the kernel's reach, unpadded: no output
+    float w[6 * 6 * 3] = {0}, x[2 * 6] = {0}, y[6];
+    const nm_conv1d c = {.w = w, .ic = 6, .oc = 6, .k = 3, .dil = 3};
+    NM_CHECK(nm_conv1d_run(&c, x, 2, 0, 0, y, NULL) == 0 && nm_conv1d_ref(&c, x, 2, 0, 0, y) == 0);
+}
+
+NM_TEST(conv_t1d_matches_reference) {
+    const struct { int32_t ic, oc, k, stride; int64_t n; } cs[] = {
+        {256, 128, 16, 8, 40}, {128, 64, 16, 8, 1}, {64, 32, 8, 4, 700}, {6, 3, 4, 2, 9}, {5, 7, 3, 1, 20},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        const int64_t nw = (int64_t)cs[i].ic * cs[i].oc * cs[i].k;
+        float *w = randv(nw), *pk = malloc(sizeof(float) * (size_t)nw), *b = randv(cs[i].oc), *x = randv(cs[i].n * cs[i].ic);
+        nm_conv_t1d_pack(w, cs[i].ic, cs[i].oc, cs[i].k, pk);
+        const nm_conv_t1d c = {.w = pk, .bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .stride = cs[i].stride,
+                               .pad = (cs[i].k - cs[i].stride) / 2};
+        const int64_t n_out = (cs[i].n - 1) * c.stride - 2 * (int64_t)c.pad + c.k;
+        float *y = randv(n_out * c.oc), *r = randv(n_out * c.oc), *work = malloc(sizeof(float) * (size_t)nm_conv_t1d_work(&c));
+        NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y, work) == n_out);
+        NM_CHECK(nm_conv_t1d_ref(&c, x, cs[i].n, r) == n_out);
+        // one output from PyTorch's layout [ic][oc][k]
+        const int64_t t = n_out / 3;
+        double want = b[1 % c.oc];
+        for (int64_t s = 0; s < cs[i].n; s++) {
+            const int64_t j = t + c.pad - s * c.stride;
+            if (j >= 0 && j < c.k)
+                for (int32_t ic = 0; ic < c.ic; ic++) want += (double)w[((int64_t)ic * c.oc + 1 % c.oc) * c.k + j] * x[s * c.ic + ic];
+        }
+        NM_CHECK(fabs(r[t * c.oc + 1 % c.oc] - want) < 1e-4 * (1 + fabs(want)));
+        const double e = rel_err(y, r, n_out * c.oc);
+        NM_CHECK(e < 1e-5);
+        if (!(e < 1e-5)) printf("  case %zu: relative error %g\n", i, e);
+        free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
+    }
+}
+
+#define VOICE "piper-en_US-joe-medium.gguf"
+
+static nm_vits *voice(void) {
+    char path[1024], err[512];
+    if (!nmtest_model_path(VOICE, path, sizeof path)) return NULL;
+    nm_vits *v = NULL;
+    if (nm_vits_load(path, &v, err, sizeof err) != NM_OK) printf("  %s\n", err);
+    return v;
+}
+
+NM_TEST(piper_voice_loads) {
+    char path[1024];
+    if (!nmtest_model_path(VOICE, path, sizeof path)) NM_SKIP_MISSING(VOICE " is not in the model cache");
+    nm_vits *v = voice();
+    NM_CHECK(v != NULL);
+    if (!v) return;
+    const nm_vits_info *in = nm_vits_get_info(v);
+    NM_CHECK(in->sample_rate == 22050 && in->hop == 256 && in->n_symbols == 256);
+    NM_CHECK(fabsf(in->noise_scale - 0.667f) < 1e-6f && in->length_scale == 1.0f && fabsf(in->noise_w - 0.8f) < 1e-6f);
+    NM_CHECK(!strcmp(in->espeak_voice, "en-us") && !strcmp(in->name, "piper-en_US-joe-medium"));
+    int32_t ids[4];
+    NM_CHECK(nm_vits_phoneme_ids(v, "_", 1, ids, 4) == 1 && ids[0] == 0);
+    NM_CHECK(nm_vits_phoneme_ids(v, "^", 1, ids, 4) == 1 && ids[0] == 1);
+    NM_CHECK(nm_vits_phoneme_ids(v, "$", 1, ids, 4) == 1 && ids[0] == 2);
+    NM_CHECK(nm_vits_phoneme_ids(v, "\xc9\x99", 2, ids, 4) == 1 && ids[0] == 59); // ə
+    NM_CHECK(nm_vits_phoneme_ids(v, "\xc9\x99", 1, ids, 4) == 0);                // (half of it: none)
+    nm_vits_free(v);
+}
+
+NM_TEST(piper_refuses_bad_input) {
+    char path[1024], err[512] = "";
+    if (!nmtest_model_path(VOICE, path, sizeof path)) NM_SKIP_MISSING(VOICE " is not in the model cache");
+    nm_vits *v = voice();
+    NM_CHECK(v != NULL);
+    if (!v) return;
+    float *pcm = NULL;
+    int64_t n = 0;
+    const int32_t ok_ids[] = {1, 0, 20, 0, 2}, bad_ids[] = {1, 0, 256, 0, 2};
+    nm_vits_scales s = {0, 1, 0, 1};
+    NM_CHECK(nm_vits_synth(v, bad_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG && !pcm &&
+             strstr(err, "phoneme id 256 at 2"));
+    NM_CHECK(nm_vits_synth(v, ok_ids, 0, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG);
+    s.length_scale = 0;
+    NM_CHECK(nm_vits_synth(v, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "length"));
+    s.length_scale = 1, s.noise_w = NAN;
+    NM_CHECK(nm_vits_synth(v, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG);
+    s.noise_w = 0;
+    NM_CHECK(nm_vits_synth(v, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_OK && n > 0 && n % 256 == 0);
+    free(pcm);
+    nm_vits_free(v);
+    // a GGUF that is not a voice: named
+    char other[1024];
+    if (nmtest_model_path("whisper-tiny.en.gguf", other, sizeof other)) {
+        nm_vits *w = NULL;
+        NM_CHECK(nm_vits_load(other, &w, err, sizeof err) == NM_ERR_FORMAT && !w && strstr(err, "not a Piper voice"));
+    }
+    nm_vits *w = NULL;
+    NM_CHECK(nm_vits_load("/nonexistent/voice.gguf", &w, err, sizeof err) != NM_OK && !w);
+}
+
+NM_TEST(piper_noise_seeded) {
+    char path[1024], err[512] = "";
+    if (!nmtest_model_path(VOICE, path, sizeof path)) NM_SKIP_MISSING(VOICE " is not in the model cache");
+    nm_vits *v = voice();
+    NM_CHECK(v != NULL);
+    if (!v) return;
+    const int32_t ids[] = {1, 0, 20, 0, 59, 0, 24, 0, 120, 0, 27, 0, 100, 0, 10, 0, 2};
+    float *a = NULL, *b = NULL, *c = NULL;
+    int64_t na = 0, nb = 0, nc = 0;
+    nm_vits_scales s = {0.667f, 1, 0.8f, 7};
+    NM_CHECK(nm_vits_synth(v, ids, 17, &s, &a, &na, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_vits_synth(v, ids, 17, &s, &b, &nb, err, sizeof err) == NM_OK);
+    s.seed = 8;
+    NM_CHECK(nm_vits_synth(v, ids, 17, &s, &c, &nc, err, sizeof err) == NM_OK);
+    NM_CHECK(na > 0 && na == nb && a && b && !memcmp(a, b, sizeof(float) * (size_t)na));
+    NM_CHECK(c && (nc != na || memcmp(a, c, sizeof(float) * (size_t)na)));
+    free(a), free(b), free(c);
+    nm_vits_free(v);
+}
+
+static int32_t *read_ints(const char *path, int32_t *n) {
+    FILE *f = fopen(path, "r");
+    int32_t cap = 64, *p = malloc(sizeof(int32_t) * (size_t)cap);
+    *n = 0;
+    for (int x; f && p && fscanf(f, "%d", &x) == 1;) {
+        if (*n == cap) p = realloc(p, sizeof(int32_t) * (size_t)(cap *= 2));
+        if (p) p[(*n)++] = x;
+    }
+    if (f) fclose(f);
+    return p;
+}
+
+NM_TEST(piper_matches_onnxruntime) {
+    const char *dir = getenv("NM_PIPER_ORACLE");
+    if (!dir || !*dir) NM_SKIP("NM_PIPER_ORACLE names no folder (tests/tools/test_piper_ort.py writes one and runs this)");
+    nm_vits *v = voice();
+    NM_CHECK(v != NULL);
+    if (!v) return;
+    int cases = 0;
+    for (int k = 0;; k++) {
+        char p[1200], err[512];
+        snprintf(p, sizeof p, "%s/%d.ids", dir, k);
+        FILE *probe = fopen(p, "r");
+        if (!probe) break;
+        fclose(probe);
+        int32_t n = 0, ns = 0;
+        int32_t *ids = read_ints(p, &n);
+        snprintf(p, sizeof p, "%s/%d.scales", dir, k);
+        FILE *fs = fopen(p, "r");
+        float sc[3] = {0, 1, 0};
+        ns = fs ? fscanf(fs, "%f %f %f", &sc[0], &sc[1], &sc[2]) : 0;
+        if (fs) fclose(fs);
+        snprintf(p, sizeof p, "%s/%d.f32", dir, k);
+        FILE *fr = fopen(p, "rb");
+        fseek(fr, 0, SEEK_END);
+        const int64_t nr = ftell(fr) / 4;
+        fseek(fr, 0, SEEK_SET);
+        float *ref = malloc(sizeof(float) * (size_t)(nr + 1));
+        NM_CHECK(ns == 3 && fread(ref, 4, (size_t)nr, fr) == (size_t)nr);
+        fclose(fr);
+        float *pcm = NULL;
+        int64_t np = 0;
+        const nm_vits_scales s = {sc[0], sc[1], sc[2], 1};
+        NM_CHECK(nm_vits_synth(v, ids, n, &s, &pcm, &np, err, sizeof err) == NM_OK);
+        NM_CHECK(np == nr);
+        double se = 0, sr = 0, mx = 0;
+        for (int64_t i = 0; pcm && i < (np < nr ? np : nr); i++) {
+            const double d = (double)pcm[i] - ref[i];
+            se += d * d, sr += (double)ref[i] * ref[i], mx = fmax(mx, fabs(d));
+        }
+        const double snr = se > 0 ? 10 * log10(sr / se) : 200;
+        printf("  case %d: %d ids, %lld samples (onnxruntime %lld), SNR %.1f dB, max |error| %.2g\n", k, (int)n,
+               (long long)np, (long long)nr, snr, mx);
+        NM_CHECK(snr >= 60 && mx <= 2e-3);
+        free(ids), free(ref), free(pcm);
+        cases++;
+    }
+    NM_CHECK(cases > 0);
+    nm_vits_free(v);
+}
+
+NM_TEST_MAIN()

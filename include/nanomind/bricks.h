@@ -286,18 +286,27 @@ struct nm_transcript {
 
 // Text-to-speech.
 typedef struct nm_tts_params {
-    const char *engine;   // NULL or "espeak-ng" (the only engine so far)
+    const char *engine;   // NULL or "espeak-ng" (formant voices), or "piper" (neural: a Piper voice, docs/piper.md)
     const char *voice;    // engine voice: espeak-ng language or voice name, e.g. "en-us", "en", "de",
-                          // "en+f3" (a variant); NULL: "en-us"
-    int32_t rate_wpm;     // speaking rate, words per minute; espeak-ng: 80..450, default 175
-    int32_t pitch;        // 0..100, default 50 (espeak-ng's base pitch)
-    int32_t volume;       // 0..200, default 100 (espeak-ng's amplitude, in percent)
+                          // "en+f3" (a variant); NULL: "en-us". Piper: a voice GGUF (tools/convert_piper.py),
+                          // or the name of one in the model folder ("en_US-joe-medium": piper-NAME.gguf);
+                          // NULL: en_US-joe-medium
+    int32_t rate_wpm;     // speaking rate, words per minute, 80..450, default 175 (Piper: the voice's
+                          // length scale times 175 / rate_wpm)
+    int32_t pitch;        // 0..100, default 50 (espeak-ng's base pitch; Piper: 50 only)
+    int32_t volume;       // 0..200, default 100 (espeak-ng's amplitude, in percent; Piper: of each sentence
+                          // normalized to its peak, as piper-tts)
+    // Piper's scales (< 0: the voice's own, from its config; nm_tts_default_params sets -1): length_scale
+    // 0.05..20 (larger: slower), noise_scale 0..5 (the prior's noise), noise_w 0..5 (the durations' noise;
+    // both 0: the same samples for the same text whatever the seed).
+    float length_scale, noise_scale, noise_w;
     int32_t sample_rate;  // output rate in Hz; 0: the engine's native rate (espeak-ng 22050), else 8000..192000
     const char *data_dir; // espeak-ng-data directory (or a directory holding one); NULL: espeak-ng's
                           // own search (ESPEAK_DATA_PATH, then the installed data)
 } nm_tts_params;
 
-// engine NULL, voice "en-us", 175 wpm, pitch 50, volume 100, native rate, data_dir NULL.
+// engine NULL, voice NULL (the engine's own), 175 wpm, pitch 50, volume 100, the voice's scales, native rate,
+// data_dir NULL.
 nm_tts_params nm_tts_default_params(void);
 
 // ---- the brick ------------------------------------------------------------------------

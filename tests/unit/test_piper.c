@@ -7,12 +7,17 @@
 //   piper_noise_seeded         with the noises on: the same seed the same samples, another seed others
 //   piper_matches_onnxruntime  the cases tests/tools/test_piper_ort.py wrote from onnxruntime
 //       (NM_PIPER_ORACLE: a folder of N.ids, N.scales, N.f32): the same length, SNR >= 60 dB
+//   nfd_decomposes_and_orders  Unicode's NFD: precomposed letters, Hangul, marks in canonical order
+//   piper_phonemes             text -> ids as piper-tts makes them (sentences, terminators, the map)
+//   piper_engine_speaks        the engine through nm_tts: the samples of VITS's output as piper-tts
+//       scales them, the voice's scales and ours, a pitch refused
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/conv1d.h"
+#include "bricks/tts/piper/piper.h"
 #include "bricks/tts/piper/vits.h"
 #include "nmtest.h"
 
@@ -239,6 +244,96 @@ NM_TEST(piper_matches_onnxruntime) {
     }
     NM_CHECK(cases > 0);
     nm_vits_free(v);
+}
+
+NM_TEST(nfd_decomposes_and_orders) {
+    uint32_t c[16];
+    NM_CHECK(nm_nfd("\xc3\xa7", 2, c, 16) == 2 && c[0] == 'c' && c[1] == 0x327);                  // ç
+    NM_CHECK(nm_nfd("\xe1\xbb\x87", 3, c, 16) == 3 && c[0] == 'e' && c[1] == 0x323 && c[2] == 0x302); // ệ
+    NM_CHECK(nm_nfd("e\xcc\x82\xcc\xa3", 5, c, 16) == 3 && c[1] == 0x323 && c[2] == 0x302); // (reordered: 220 < 230)
+    NM_CHECK(nm_nfd("\xed\x95\x9c", 3, c, 16) == 3 && c[0] == 0x1112 && c[1] == 0x1161 && c[2] == 0x11AB); // 한
+    NM_CHECK(nm_nfd("\xc9\x99\xcb\x88", 4, c, 16) == 2 && c[0] == 0x259 && c[1] == 0x2C8);     // ə ˈ: as they are
+    NM_CHECK(nm_nfd("a\xff\xc3", 3, c, 16) == 3 && c[1] == 0xFFFD && c[2] == 0xFFFD);            // invalid bytes
+    NM_CHECK(nm_nfd("\xc3\xa7\xc3\xa7", 4, c, 3) == 4 && c[2] == 'c');                          // (cap: the count)
+}
+
+NM_TEST(piper_phonemes) {
+    char path[1024], err[512] = "";
+    if (!nmtest_model_path(VOICE, path, sizeof path)) NM_SKIP_MISSING(VOICE " is not in the model cache");
+    nm_vits *v = voice();
+    NM_CHECK(v != NULL);
+    if (!v) return;
+    // piper-tts 1.8's ids for "Hello world." (espeak-ng 1.51 and Piper's agree on these words)
+    static const int32_t hello[] = {1, 0, 20, 0, 59, 0, 24, 0, 120, 0, 27, 0, 100, 0, 3, 0, 35, 0, 120, 0, 62, 0, 122, 0,
+                                    24, 0, 17, 0, 10, 0, 2};
+    nm_piper_sentences ps;
+    NM_CHECK(nm_piper_phonemize(v, NULL, "Hello world.", &ps, err, sizeof err) == NM_OK);
+    NM_CHECK(ps.n == 1 && ps.n_ids == 31 && ps.start[1] == 31 && !memcmp(ps.ids, hello, sizeof hello) && !ps.n_missing);
+    nm_piper_sentences_free(&ps);
+    // sentences end at . ? ! (not at , : ;, which a blank follows); each framed ^ _ ... $
+    NM_CHECK(nm_piper_phonemize(v, NULL, "Hello, world: one; two! Three? Four", &ps, err, sizeof err) == NM_OK);
+    NM_CHECK(ps.n == 3);
+    const int32_t want_end[] = {4, 13, -1}; // the id before each sentence's last pad and $: ! ?, and none
+    for (int32_t i = 0; i < ps.n && i < 3; i++) {
+        const int32_t *s = ps.ids + ps.start[i], len = ps.start[i + 1] - ps.start[i];
+        NM_CHECK(s[0] == 1 && s[1] == 0 && s[len - 1] == 2 && s[len - 2] == 0);
+        if (want_end[i] >= 0) NM_CHECK(s[len - 3] == want_end[i]);
+        else NM_CHECK(s[len - 3] != 10 && s[len - 3] != 4 && s[len - 3] != 13);
+    }
+    int commas = 0, colons = 0;
+    for (int64_t i = 0; i + 2 < ps.n_ids; i++) {
+        commas += ps.ids[i] == 8 && ps.ids[i + 2] == 3;  // ", " (a pad between)
+        colons += ps.ids[i] == 11 && ps.ids[i + 2] == 3; // ": "
+    }
+    NM_CHECK(commas == 1 && colons == 1);
+    nm_piper_sentences_free(&ps);
+    // an ellipsis ends no sentence; language switches are dropped
+    NM_CHECK(nm_piper_phonemize(v, NULL, "Wait... what?", &ps, err, sizeof err) == NM_OK && ps.n == 1);
+    nm_piper_sentences_free(&ps);
+    nm_vits_free(v);
+}
+
+NM_TEST(piper_engine_speaks) {
+    char path[1024], err[512] = "";
+    if (!nmtest_model_path(VOICE, path, sizeof path)) NM_SKIP_MISSING(VOICE " is not in the model cache");
+    nm_tts_params p = nm_tts_default_params();
+    p.engine = "piper", p.voice = path, p.noise_scale = 0, p.noise_w = 0;
+    nm_tts *t = NULL;
+    NM_CHECK(nm_tts_open(&p, NULL, &t, err, sizeof err) == NM_OK);
+    if (!t) return;
+    NM_CHECK(nm_tts_sample_rate(t) == 22050 && !strcmp(nm_tts_engine_name(t), "piper"));
+    int16_t *pcm = NULL;
+    int64_t n = 0;
+    NM_CHECK(nm_tts_synth_alloc(t, "Hello world.", &pcm, &n) == NM_OK && n == 18432);
+    // what VITS gives for the same ids, peak-normalized, scaled and truncated as piper-tts
+    nm_vits *v = voice();
+    static const int32_t hello[] = {1, 0, 20, 0, 59, 0, 24, 0, 120, 0, 27, 0, 100, 0, 3, 0, 35, 0, 120, 0, 62, 0, 122, 0,
+                                    24, 0, 17, 0, 10, 0, 2};
+    float *x = NULL;
+    int64_t nx = 0;
+    const nm_vits_scales s = {0, 1, 0, 1};
+    NM_CHECK(v && nm_vits_synth(v, hello, 31, &s, &x, &nx, err, sizeof err) == NM_OK && nx == n);
+    float mx = 0;
+    for (int64_t i = 0; x && i < nx; i++) mx = fmaxf(mx, fabsf(x[i]));
+    int bad = 0, peak = 0;
+    for (int64_t i = 0; x && pcm && i < n && i < nx; i++) {
+        bad += pcm[i] != (int16_t)(fminf(fmaxf(x[i] / mx, -1), 1) * 32767.0f);
+        peak = abs(pcm[i]) > peak ? abs(pcm[i]) : peak;
+    }
+    NM_CHECK(bad == 0 && peak >= 32766);
+    free(pcm), free(x);
+    nm_vits_free(v);
+    // slower (a length scale of 2: each phoneme's frames ceil(2 w), not twice ceil(w)); the volume halves the peak
+    p.length_scale = 2, p.volume = 50;
+    NM_CHECK(nm_tts_retune(t, &p) == NM_OK);
+    NM_CHECK(nm_tts_synth_alloc(t, "Hello world.", &pcm, &n) == NM_OK && n > 18432 * 3 / 2 && n < 2 * 18432);
+    peak = 0;
+    for (int64_t i = 0; pcm && i < n; i++) peak = abs(pcm[i]) > peak ? abs(pcm[i]) : peak;
+    NM_CHECK(peak >= 16380 && peak <= 16384);
+    free(pcm);
+    p.pitch = 60;
+    NM_CHECK(nm_tts_retune(t, &p) == NM_ERR_INVALID_ARG && strstr(nm_tts_last_error(t), "pitch"));
+    nm_tts_free(t);
 }
 
 NM_TEST_MAIN()

@@ -779,8 +779,11 @@ NM_TEST(bad_options) {
     p.sample_rate = 5;
     NM_CHECK(open_err(p, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "sample rate"));
     p = nm_tts_default_params();
-    p.engine = "piper";
-    NM_CHECK(open_err(p, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "engine"));
+    p.engine = "festival";
+    NM_CHECK(open_err(p, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "engine 'festival'") &&
+             strstr(err, "espeak-ng, piper"));
+    p.engine = "piper", p.voice = "/nonexistent/voice.gguf";
+    NM_CHECK(open_err(p, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "no Piper voice"));
     NM_CHECK(nm_tts_open(NULL, NULL, NULL, err, sizeof err) == NM_ERR_INVALID_ARG);
 }
 

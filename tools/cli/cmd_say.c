@@ -13,6 +13,7 @@
 // seek (stdout, a FIFO, a device) the audio is held until the end, then the
 // header and the samples are written in place.
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +27,8 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "cmd_say writes host-o
 static void say_usage(void) {
     printf("usage: nanomind say \"TEXT\" (-o OUT.wav | --stdout) [options]\n"
            "\n"
-           "Speaks TEXT with espeak-ng and writes 16-bit mono PCM WAV (or MP3, Opus, FLAC: --format).\n"
+           "Speaks TEXT with espeak-ng or a Piper voice (--tts piper) and writes 16-bit mono PCM WAV (or MP3,\n"
+           "Opus, FLAC: --format).\n"
            "TEXT \"-\" reads stdin.\n"
            "The same text and options give the same file.\n"
            "\n"
@@ -39,13 +41,23 @@ static void say_usage(void) {
            "                         or flac; by default the output's extension (.mp3, .opus, .ogg, .flac)\n"
            "                         says which\n"
            "  -f, --file FILE        read the text from FILE (\"-\": stdin) instead of TEXT\n"
-           "  --voice V              espeak-ng voice: a language (en-us, en, en-gb, de, fr-fr, ...) or a voice\n"
-           "                         file, with an optional variant (en-us+f3); default en-us\n"
+           "  --tts ENGINE           espeak-ng (default: formant voices) or piper (neural voices: a Piper voice\n"
+           "                         converted to GGUF, docs/piper.md)\n"
+           "  --voice V              espeak-ng: a language (en-us, en, en-gb, de, fr-fr, ...) or a voice file,\n"
+           "                         with an optional variant (en-us+f3); default en-us. piper: a voice GGUF, or\n"
+           "                         the name of one in the model folder (default en_US-joe-medium)\n"
+           "  -m, --model FILE       a Piper voice GGUF (as Piper's -m; implies --tts piper)\n"
            "  --rate WPM             speaking rate, words per minute (80..450, default 175)\n"
-           "  --pitch P              base pitch, 0..100 (default 50)\n"
-           "  --volume V             volume in percent, 0..200 (default 100)\n"
-           "  --sample-rate HZ       output rate (default: espeak-ng's 22050 Hz; others resampled with soxr)\n"
-           "  --list-voices          list the voices (name for --voice, description, espeak-ng id) and exit\n"
+           "  --speed X              speaking speed, a factor of the rate (0.46..2.57: 80..450 wpm)\n"
+           "  --pitch P              base pitch, 0..100 (default 50; espeak-ng only)\n"
+           "  --volume V             volume in percent, 0..200 (default 100; piper: of each sentence normalized\n"
+           "                         to its peak, as piper-tts)\n"
+           "  --length-scale X       piper: the phonemes' lengths (0.05..20, larger is slower; default the voice's)\n"
+           "  --noise-scale X        piper: the voice's variation (0..5; default the voice's, 0.667 for most)\n"
+           "  --noise-w X            piper: the durations' variation (0..5; default the voice's, 0.8 for most)\n"
+           "  --sample-rate HZ       output rate (default: the voice's, 22050 Hz for most; others resampled with\n"
+           "                         soxr)\n"
+           "  --list-voices          list the voices (name for --voice, description, id) and exit\n"
            "  --stats                print synthesis time, audio length, real-time factor and the bytes\n"
            "                         copied between bricks to stderr\n"
            "  -h, --help             this help\n");
@@ -74,6 +86,18 @@ int cmd_say(int argc, char **argv) {
         if (!strcmp(a, "-o") || !strcmp(a, "-w") || !strcmp(a, "--output")) out = v;
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--voice")) p.voice = v;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) p.voice = v, p.engine = "piper";
+        else if (!strcmp(a, "--tts")) {
+            ok = v && (!strcmp(v, "piper") || !strcmp(v, "espeak-ng") || !strcmp(v, "espeak"));
+            if (v && !ok) fprintf(stderr, "error: --tts takes espeak-ng or piper, not '%s'\n", v);
+            p.engine = v && !strcmp(v, "piper") ? "piper" : "espeak-ng";
+        } else if (!strcmp(a, "--speed")) {
+            float x = 1;
+            ok = cli_arg_float(a, v, 0.46f, 2.57f, &x);
+            p.rate_wpm = (int32_t)lroundf(175.0f * x);
+        } else if (!strcmp(a, "--length-scale")) ok = cli_arg_float(a, v, 0.05f, 20, &p.length_scale);
+        else if (!strcmp(a, "--noise-scale")) ok = cli_arg_float(a, v, 0, 5, &p.noise_scale);
+        else if (!strcmp(a, "--noise-w")) ok = cli_arg_float(a, v, 0, 5, &p.noise_w);
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--rate")) ok = cli_arg_int(a, v, 80, 450, &p.rate_wpm);
         else if (!strcmp(a, "--pitch")) ok = cli_arg_int(a, v, 0, 100, &p.pitch);
@@ -307,7 +331,8 @@ int cmd_say(int argc, char **argv) {
         const nm_brick_stats bs = tr.s;
         int32_t rate = nm_brick_tts_sample_rate(brick);
         double audio_s = (double)bs.n_samples / rate;
-        fprintf(stderr, "voice: %s (%s), %d wpm, %d Hz%s\n", p.voice, nm_brick_tts_engine(brick), (int)p.rate_wpm,
+        fprintf(stderr, "voice: %s (%s), %d wpm, %d Hz%s\n", p.voice ? p.voice : "default", nm_brick_tts_engine(brick),
+                (int)p.rate_wpm,
                 (int)rate, rate != nm_brick_tts_native_rate(brick) ? " (resampled)" : "");
         fprintf(stderr, "synthesis: %.3f s for %.3f s of audio (real-time factor %.4f), %llu slots\n", bs.t_busy,
                 audio_s, audio_s > 0 ? bs.t_busy / audio_s : 0.0, (unsigned long long)bs.n_out_slots);

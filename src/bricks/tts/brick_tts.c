@@ -54,8 +54,8 @@ static nm_status tts_load(const nm_brick_params *p, void **state, char *err, siz
     b->timeout_ns = b->wait_ns = p->timeout_ns;
     b->rate_wpm = p->tts.rate_wpm > 0 ? p->tts.rate_wpm : 175;
     b->base = p->tts;
-    snprintf(b->base_voice, sizeof b->base_voice, "%s", p->tts.voice ? p->tts.voice : "en-us");
-    b->base.voice = b->base_voice;
+    snprintf(b->base_voice, sizeof b->base_voice, "%s", p->tts.voice ? p->tts.voice : "");
+    b->base.voice = p->tts.voice ? b->base_voice : NULL; // (NULL: the engine's own)
     *state = b;
     return NM_OK;
 }

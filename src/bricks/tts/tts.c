@@ -1,6 +1,7 @@
 // The TTS brick over an engine (tts.h): text checks, output into a caller's
 // buffer or into TABM slots, resampling, stats.
 #include "bricks/tts/tts.h"
+#include "bricks/tts/piper/piper.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -28,18 +29,19 @@ struct nm_tts {
     char err[512];
 };
 
-static const nm_tts_engine_i *const engines[] = {&nm_tts_espeak_engine};
+static const nm_tts_engine_i *const engines[] = {&nm_tts_espeak_engine, &nm_tts_piper_engine};
 
 
 nm_tts_params nm_tts_default_params(void) {
-    return (nm_tts_params){.voice = "en-us", .rate_wpm = 175, .pitch = 50, .volume = 100};
+    return (nm_tts_params){.rate_wpm = 175, .pitch = 50, .volume = 100, .length_scale = -1, .noise_scale = -1,
+                           .noise_w = -1}; // (voice NULL, the scales < 0: the engine's or voice's own)
 }
 
 static const nm_tts_engine_i *find_engine(const char *name, char *err, size_t err_size) {
     if (!name) return engines[0];
     for (size_t i = 0; i < sizeof engines / sizeof engines[0]; i++)
         if (!strcmp(engines[i]->name, name)) return engines[i];
-    nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: unknown engine '%s' (known: espeak-ng)", name);
+    nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: unknown engine '%s' (known: espeak-ng, piper)", name);
     return NULL;
 }
 

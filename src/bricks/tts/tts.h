@@ -80,6 +80,16 @@ typedef struct nm_tts_engine_i {
 
 extern const nm_tts_engine_i nm_tts_espeak_engine; // tts_espeak.c
 
+// espeak-ng as a phonemizer (Piper's front end, tts_espeak.c, under its lock): text's IPA clause by
+// clause (espeak_TextToPhonemes, IPA mode), each handed to fn with its terminator (one of . ? ! , : ;
+// or 0: none, an ellipsis) and whether it ends a sentence (. ? ! or the text's end). Debian's
+// libespeak-ng (1.51) has no espeak_TextToPhonemesWithTerminator (Piper's fork): the terminator is read
+// off the text espeak-ng consumed for the clause. fn runs under espeak-ng's lock (it must not call
+// espeak-ng); a status it returns stops the walk and is returned. data_dir as nm_tts_params'.
+typedef nm_status (*nm_espeak_clause_fn)(void *user, const char *ipa, char terminator, bool end_of_sentence);
+nm_status nm_espeak_clauses(const char *data_dir, const char *voice, const char *text, nm_espeak_clause_fn fn,
+                            void *user, char *err, size_t err_size);
+
 // ---- the brick ----------------------------------------------------------------------
 typedef struct nm_tts nm_tts;
 

@@ -378,6 +378,62 @@ static nm_status es_list_voices(const char *data_dir, nm_tts_voice_fn fn, void *
     return st;
 }
 
+// The clause's terminator as the text that espeak-ng consumed for it shows it ([a, b): the clause, what
+// follows it up to the next one and, unless it is the last, the next one's first character, which
+// espeak-ng reads ahead and keeps): the first of the punctuation run that ends it, after closing quotes
+// and brackets; an ellipsis ("...", U+2026) is none, and not a sentence's end.
+static void terminator_of(const char *a, const char *b, bool last, char *term, bool *eos) {
+    *term = 0;
+    *eos = last;
+    if (!last && b > a) // (the look-ahead character: a UTF-8 sequence)
+        for (b--; b > a && ((unsigned char)*b & 0xC0) == 0x80; b--) {}
+    while (b > a && (b[-1] == ' ' || b[-1] == '\t' || b[-1] == '\n' || b[-1] == '\r')) b--;
+    for (;;) { // closing quotes and brackets: " ' ) ] } and the UTF-8 ones (U+2019, U+201D, U+00BB)
+        if (b > a && strchr("\"')]}", b[-1])) b--;
+        else if (b - a >= 3 && (!memcmp(b - 3, "\xe2\x80\x99", 3) || !memcmp(b - 3, "\xe2\x80\x9d", 3))) b -= 3;
+        else if (b - a >= 2 && !memcmp(b - 2, "\xc2\xbb", 2)) b -= 2;
+        else break;
+    }
+    if (b - a >= 3 && !memcmp(b - 3, "\xe2\x80\xa6", 3)) { // …
+        *eos = false;
+        return;
+    }
+    const char *r = b;
+    while (r > a && strchr(".?!,:;", r[-1])) r--;
+    if (r == b) return;
+    if (b - r >= 2 && r[0] == '.' && r[1] == '.') { // an ellipsis
+        *eos = false;
+        return;
+    }
+    *term = r[0];
+    *eos = *term == '.' || *term == '?' || *term == '!';
+}
+
+nm_status nm_espeak_clauses(const char *data_dir, const char *voice, const char *text, nm_espeak_clause_fn fn,
+                            void *user, char *err, size_t err_size) {
+    if (!voice || !voice[0] || strlen(voice) > VOICE_MAX)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: espeak-ng voice '%s'", voice ? voice : "");
+    pthread_mutex_lock(&g_lock);
+    nm_status st = init_locked(data_dir, err, err_size);
+    if (st == NM_OK) st = set_voice_locked(voice, err, err_size);
+    if (st == NM_OK) {
+        locale_t old = g_utf8 ? uselocale(g_utf8) : (locale_t)0;
+        const void *p = text;
+        while (p) { // (to the text's end even after fn stopped: espeak-ng keeps its look-ahead between calls)
+            const char *a = p;
+            const char *ipa = espeak_TextToPhonemes(&p, espeakCHARS_UTF8, 0x02); // 0x02: IPA
+            const char *b = p ? (const char *)p : a + strlen(a);
+            char term;
+            bool eos;
+            terminator_of(a, b, p == NULL, &term, &eos);
+            if (st == NM_OK) st = fn(user, ipa ? ipa : "", term, eos);
+        }
+        if (old) uselocale(old);
+    }
+    pthread_mutex_unlock(&g_lock);
+    return st;
+}
+
 const nm_tts_engine_i nm_tts_espeak_engine = {
     .version = NM_TTS_ENGINE_VERSION,
     .name = "espeak-ng",

@@ -70,13 +70,14 @@ if ! python3 -c 'import jinja2' 2>/dev/null; then
     fi
 fi
 
-# onnx and onnxruntime, the oracles of the Piper converter's and voice's tests (tests/tools/
-# test_convert_piper.py, test_piper_ort.py): test-only, never part of the runtime.
-for mod in onnx onnxruntime; do
-    if ! python3 -c "import $mod" 2>/dev/null; then
-        echo "setup: installing $mod for $(command -v python3)"
-        if ! python3 -m pip install -q "$mod"; then
-            echo "setup: pip install $mod failed: is PyPI reachable?" >&2
+# onnx, onnxruntime and piper-tts, the oracles of the Piper converter's, voice's and phonemes' tests
+# (tests/tools/test_convert_piper.py, test_piper_ort.py, test_piper_phonemes.py): test-only, never
+# part of the runtime.
+for pkg in onnx:onnx onnxruntime:onnxruntime piper:piper-tts; do
+    if ! python3 -c "import ${pkg%%:*}" 2>/dev/null; then
+        echo "setup: installing ${pkg#*:} for $(command -v python3)"
+        if ! python3 -m pip install -q "${pkg#*:}"; then
+            echo "setup: pip install ${pkg#*:} failed: is PyPI reachable?" >&2
             exit 1
         fi
     fi

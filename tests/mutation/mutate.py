@@ -178,7 +178,7 @@ def targets_of(tests):
     programs' names, but for the CLI scripts (nanomind and the tools they
     call: the mmproj writer, the requantizer), public_api (what it installs)
     and spin (no program of ours)."""
-    extra = {"cli": ["nanomind", "nm-genmmproj", "nm_vcam_preload"], "cli_bad_input": ["nanomind", "nm-requant"], "cli_fuzz_flags": ["nanomind"], "cli_power": ["nanomind", "nm-genmmproj"], "server": ["nanomind", "nm-genmodel"], "convert_whisper_ct2": ["nanomind"], "convert_piper": [], "piper_ort": ["test_piper"], "fetch_models": [], "mutation_harness": [], "gen_tools_flags": ["nm-genmodel", "nm-genmmproj"], "vlm": ["nanomind", "nm-genmodel", "nm-genmmproj"], "spin_tabm": [], "public_api": ["nanomind", "nanomind_static", "nanomind_shared"],
+    extra = {"cli": ["nanomind", "nm-genmmproj", "nm_vcam_preload"], "cli_bad_input": ["nanomind", "nm-requant"], "cli_fuzz_flags": ["nanomind"], "cli_power": ["nanomind", "nm-genmmproj"], "server": ["nanomind", "nm-genmodel"], "convert_whisper_ct2": ["nanomind"], "convert_piper": [], "piper_ort": ["test_piper"], "piper_phonemes": ["test_piper"], "fetch_models": [], "mutation_harness": [], "gen_tools_flags": ["nm-genmodel", "nm-genmmproj"], "vlm": ["nanomind", "nm-genmodel", "nm-genmmproj"], "spin_tabm": [], "public_api": ["nanomind", "nanomind_static", "nanomind_shared"],
              "test_transcribe_avx2": ["test_transcribe"], "golden_test_perplexity_avx2": ["golden_test_perplexity"],
              "golden_test_perplexity_avx2vnni": ["golden_test_perplexity"]}
     return sorted({t for test in tests for t in extra.get(test, [test])})

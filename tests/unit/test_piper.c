@@ -336,4 +336,27 @@ NM_TEST(piper_engine_speaks) {
     nm_tts_free(t);
 }
 
+// A tool (tests/tools/test_piper_phonemes.py runs it): each line of tests/data/piper/sentences.txt
+// as our phonemizer gives it, into the file NM_PIPER_IDS_OUT names: a line each, the sentences'
+// ids joined by " | ".
+NM_TEST_OPTIN(piper_phonemes_dump, "NM_PIPER_IDS_OUT") {
+    char err[512] = "", line[2048];
+    nm_vits *v = voice();
+    FILE *in = fopen("tests/data/piper/sentences.txt", "r"), *out = fopen(getenv("NM_PIPER_IDS_OUT"), "w");
+    NM_CHECK(v && in && out);
+    while (v && in && out && fgets(line, sizeof line, in)) {
+        line[strcspn(line, "\n")] = '\0';
+        nm_piper_sentences ps;
+        NM_CHECK(nm_piper_phonemize(v, NULL, line, &ps, err, sizeof err) == NM_OK);
+        for (int32_t i = 0; i < ps.n; i++)
+            for (int32_t k = ps.start[i]; k < ps.start[i + 1]; k++)
+                fprintf(out, "%s%d", k > ps.start[i] ? " " : i ? " | " : "", (int)ps.ids[k]);
+        fputc('\n', out);
+        nm_piper_sentences_free(&ps);
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+    nm_vits_free(v);
+}
+
 NM_TEST_MAIN()

@@ -187,7 +187,7 @@ static nm_status on_clause(void *user, const char *ipa, char term, bool eos) {
         j->cps = c, j->cap_cps = k;
     }
     nm_nfd(j->buf, m, j->cps, k);
-    if (!begin_sentence(j)) return NM_ERR_NOMEM;
+    if (k > 0 && !begin_sentence(j)) return NM_ERR_NOMEM; // (an empty clause, a closing quote's: no sentence)
     for (int64_t i = 0; i < k; i++) {
         char u[4];
         const uint32_t c = j->cps[i];

@@ -300,6 +300,7 @@ typedef struct nm_tts_params {
     // 0.05..20 (larger: slower), noise_scale 0..5 (the prior's noise), noise_w 0..5 (the durations' noise;
     // both 0: the same samples for the same text whatever the seed).
     float length_scale, noise_scale, noise_w;
+    int32_t n_threads;    // Piper: the synthesis's threads (<= 0: the TTS brick's n_threads, else every core)
     int32_t sample_rate;  // output rate in Hz; 0: the engine's native rate (espeak-ng 22050), else 8000..192000
     const char *data_dir; // espeak-ng-data directory (or a directory holding one); NULL: espeak-ng's
                           // own search (ESPEAK_DATA_PATH, then the installed data)

@@ -17,11 +17,14 @@
 #include <string.h>
 
 #include "backend/cpu/conv1d.h"
+#include "backend/cpu/gemm.h"
 #include "bricks/tts/piper/piper.h"
 #include "bricks/tts/piper/vits.h"
 #include "nmtest.h"
 
 static uint64_t g_rng = 0x1234567;
+static nm_pool *g_pool; // two threads (made by the first test that needs them)
+__attribute__((constructor)) static void make_pool(void) { g_pool = nm_pool_create(2); }
 static float frand(void) {
     g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
     return (float)((g_rng >> 11) % 2000001) / 1000000.0f - 1.0f;
@@ -50,10 +53,16 @@ NM_TEST(conv1d_matches_reference) {
         float *w = randv((int64_t)cs[i].oc * cs[i].ic * cs[i].k), *pk = malloc(sizeof(float) * (size_t)cs[i].oc * cs[i].ic * cs[i].k);
         float *b = cs[i].bias ? randv(cs[i].oc) : NULL, *x = randv(cs[i].n * cs[i].ic);
         nm_conv1d_pack(w, cs[i].oc, cs[i].ic, cs[i].k, pk);
-        const nm_conv1d c = {.w = pk, .bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .dil = cs[i].dil};
+        const float slope = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.1f : 0.0f; // (none, HiFi-GAN's leaky ReLU, a ReLU)
+        const nm_conv1d c = {.w = pk, .bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .dil = cs[i].dil,
+                             .in_slope = slope};
         const int64_t n_out = cs[i].n + cs[i].pl + cs[i].pr - (int64_t)cs[i].dil * (cs[i].k - 1);
-        float *y = randv(n_out * cs[i].oc), *r = randv(n_out * cs[i].oc), *work = malloc(sizeof(float) * (size_t)nm_conv1d_work(&c));
-        NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, y, work) == n_out);
+        float *y = randv(n_out * cs[i].oc), *r = randv(n_out * cs[i].oc), *y2 = randv(n_out * cs[i].oc);
+        float *work = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv1d_work(&c, 2) + 15) & ~15));
+        NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, y, work, NULL) == n_out);
+        NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, y2, work, g_pool) == n_out); // (the same on two threads)
+        NM_CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n_out * c.oc)));
+        free(y2);
         NM_CHECK(nm_conv1d_ref(&c, x, cs[i].n, cs[i].pl, cs[i].pr, r) == n_out);
         // (the reference's definition from PyTorch's layout, element by element, for one output)
         const int64_t t = n_out / 2;
@@ -61,7 +70,8 @@ NM_TEST(conv1d_matches_reference) {
         for (int32_t j = 0; j < c.k; j++)
             for (int32_t ic = 0; ic < c.ic; ic++) {
                 const int64_t s = t + (int64_t)j * c.dil - cs[i].pl;
-                if (s >= 0 && s < cs[i].n) want += (double)w[((int64_t)0 * c.ic + ic) * c.k + j] * x[s * c.ic + ic];
+                if (s >= 0 && s < cs[i].n)
+                    want += (double)w[((int64_t)0 * c.ic + ic) * c.k + j] * fmaxf(x[s * c.ic + ic], slope * x[s * c.ic + ic]);
             }
         NM_CHECK(fabs(r[t * c.oc] - want) < 1e-4 * (1 + fabs(want)));
         const double e = rel_err(y, r, n_out * c.oc);
@@ -71,8 +81,25 @@ NM_TEST(conv1d_matches_reference) {
     }
     // an input shorter than the kernel's reach, unpadded: no output
     float w[6 * 6 * 3] = {0}, x[2 * 6] = {0}, y[6];
-    const nm_conv1d c = {.w = w, .ic = 6, .oc = 6, .k = 3, .dil = 3};
-    NM_CHECK(nm_conv1d_run(&c, x, 2, 0, 0, y, NULL) == 0 && nm_conv1d_ref(&c, x, 2, 0, 0, y) == 0);
+    const nm_conv1d c = {.w = w, .ic = 6, .oc = 6, .k = 3, .dil = 3, .in_slope = 1};
+    NM_CHECK(nm_conv1d_run(&c, x, 2, 0, 0, y, NULL, NULL) == 0 && nm_conv1d_ref(&c, x, 2, 0, 0, y) == 0);
+}
+
+// The panel packer (AVX-512: a 16 x 16 transpose in registers) against the plain one: blocks and a
+// remainder, with and without the activation.
+NM_TEST(pack16_act_matches_reference) {
+    const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
+    if (!pk) NM_SKIP("no AVX-512 panel kernels on this CPU");
+    const int64_t K = 37, rs = 41;
+    float *w = randv(16 * rs), *a = aligned_alloc(64, sizeof(float) * 16 * 48), *b = aligned_alloc(64, sizeof(float) * 16 * 48);
+    for (int s = 0; s < 3; s++) {
+        const float slope = s == 0 ? 1.0f : s == 1 ? 0.1f : 0.0f;
+        nm_gemm_pack16_act(w, rs, K, slope, a);
+        pk->pack16(w, rs, K, slope, b);
+        NM_CHECK(!memcmp(a, b, sizeof(float) * 16 * (size_t)K));
+        NM_CHECK(a[5 * 16 + 3] == fmaxf(w[3 * rs + 5], slope * w[3 * rs + 5]));
+    }
+    free(w), free(a), free(b);
 }
 
 NM_TEST(conv_t1d_matches_reference) {
@@ -83,11 +110,16 @@ NM_TEST(conv_t1d_matches_reference) {
         const int64_t nw = (int64_t)cs[i].ic * cs[i].oc * cs[i].k;
         float *w = randv(nw), *pk = malloc(sizeof(float) * (size_t)nw), *b = randv(cs[i].oc), *x = randv(cs[i].n * cs[i].ic);
         nm_conv_t1d_pack(w, cs[i].ic, cs[i].oc, cs[i].k, pk);
+        const float slope = i % 2 ? 0.1f : 1.0f;
         const nm_conv_t1d c = {.w = pk, .bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .stride = cs[i].stride,
-                               .pad = (cs[i].k - cs[i].stride) / 2};
+                               .pad = (cs[i].k - cs[i].stride) / 2, .in_slope = slope};
         const int64_t n_out = (cs[i].n - 1) * c.stride - 2 * (int64_t)c.pad + c.k;
-        float *y = randv(n_out * c.oc), *r = randv(n_out * c.oc), *work = malloc(sizeof(float) * (size_t)nm_conv_t1d_work(&c));
-        NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y, work) == n_out);
+        float *y = randv(n_out * c.oc), *r = randv(n_out * c.oc), *y2 = randv(n_out * c.oc);
+        float *work = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv_t1d_work(&c, 2) + 15) & ~15));
+        NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y, work, NULL) == n_out);
+        NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y2, work, g_pool) == n_out);
+        NM_CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n_out * c.oc)));
+        free(y2);
         NM_CHECK(nm_conv_t1d_ref(&c, x, cs[i].n, r) == n_out);
         // one output from PyTorch's layout [ic][oc][k]
         const int64_t t = n_out / 3;
@@ -95,7 +127,8 @@ NM_TEST(conv_t1d_matches_reference) {
         for (int64_t s = 0; s < cs[i].n; s++) {
             const int64_t j = t + c.pad - s * c.stride;
             if (j >= 0 && j < c.k)
-                for (int32_t ic = 0; ic < c.ic; ic++) want += (double)w[((int64_t)ic * c.oc + 1 % c.oc) * c.k + j] * x[s * c.ic + ic];
+                for (int32_t ic = 0; ic < c.ic; ic++)
+                    want += (double)w[((int64_t)ic * c.oc + 1 % c.oc) * c.k + j] * fmaxf(x[s * c.ic + ic], slope * x[s * c.ic + ic]);
         }
         NM_CHECK(fabs(r[t * c.oc + 1 % c.oc] - want) < 1e-4 * (1 + fabs(want)));
         const double e = rel_err(y, r, n_out * c.oc);
@@ -144,15 +177,15 @@ NM_TEST(piper_refuses_bad_input) {
     int64_t n = 0;
     const int32_t ok_ids[] = {1, 0, 20, 0, 2}, bad_ids[] = {1, 0, 256, 0, 2};
     nm_vits_scales s = {0, 1, 0, 1};
-    NM_CHECK(nm_vits_synth(v, bad_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG && !pcm &&
+    NM_CHECK(nm_vits_synth(v, NULL, bad_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG && !pcm &&
              strstr(err, "phoneme id 256 at 2"));
-    NM_CHECK(nm_vits_synth(v, ok_ids, 0, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_vits_synth(v, NULL, ok_ids, 0, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG);
     s.length_scale = 0;
-    NM_CHECK(nm_vits_synth(v, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "length"));
+    NM_CHECK(nm_vits_synth(v, NULL, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG && strstr(err, "length"));
     s.length_scale = 1, s.noise_w = NAN;
-    NM_CHECK(nm_vits_synth(v, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG);
+    NM_CHECK(nm_vits_synth(v, NULL, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_ERR_INVALID_ARG);
     s.noise_w = 0;
-    NM_CHECK(nm_vits_synth(v, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_OK && n > 0 && n % 256 == 0);
+    NM_CHECK(nm_vits_synth(v, NULL, ok_ids, 5, &s, &pcm, &n, err, sizeof err) == NM_OK && n > 0 && n % 256 == 0);
     free(pcm);
     nm_vits_free(v);
     // a GGUF that is not a voice: named
@@ -175,10 +208,10 @@ NM_TEST(piper_noise_seeded) {
     float *a = NULL, *b = NULL, *c = NULL;
     int64_t na = 0, nb = 0, nc = 0;
     nm_vits_scales s = {0.667f, 1, 0.8f, 7};
-    NM_CHECK(nm_vits_synth(v, ids, 17, &s, &a, &na, err, sizeof err) == NM_OK);
-    NM_CHECK(nm_vits_synth(v, ids, 17, &s, &b, &nb, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_vits_synth(v, NULL, ids, 17, &s, &a, &na, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_vits_synth(v, NULL, ids, 17, &s, &b, &nb, err, sizeof err) == NM_OK);
     s.seed = 8;
-    NM_CHECK(nm_vits_synth(v, ids, 17, &s, &c, &nc, err, sizeof err) == NM_OK);
+    NM_CHECK(nm_vits_synth(v, NULL, ids, 17, &s, &c, &nc, err, sizeof err) == NM_OK);
     NM_CHECK(na > 0 && na == nb && a && b && !memcmp(a, b, sizeof(float) * (size_t)na));
     NM_CHECK(c && (nc != na || memcmp(a, c, sizeof(float) * (size_t)na)));
     free(a), free(b), free(c);
@@ -228,7 +261,7 @@ NM_TEST(piper_matches_onnxruntime) {
         float *pcm = NULL;
         int64_t np = 0;
         const nm_vits_scales s = {sc[0], sc[1], sc[2], 1};
-        NM_CHECK(nm_vits_synth(v, ids, n, &s, &pcm, &np, err, sizeof err) == NM_OK);
+        NM_CHECK(nm_vits_synth(v, NULL, ids, n, &s, &pcm, &np, err, sizeof err) == NM_OK);
         NM_CHECK(np == nr);
         double se = 0, sr = 0, mx = 0;
         for (int64_t i = 0; pcm && i < (np < nr ? np : nr); i++) {
@@ -312,7 +345,7 @@ NM_TEST(piper_engine_speaks) {
     float *x = NULL;
     int64_t nx = 0;
     const nm_vits_scales s = {0, 1, 0, 1};
-    NM_CHECK(v && nm_vits_synth(v, hello, 31, &s, &x, &nx, err, sizeof err) == NM_OK && nx == n);
+    NM_CHECK(v && nm_vits_synth(v, NULL, hello, 31, &s, &x, &nx, err, sizeof err) == NM_OK && nx == n);
     float mx = 0;
     for (int64_t i = 0; x && i < nx; i++) mx = fmaxf(mx, fabsf(x[i]));
     int bad = 0, peak = 0;

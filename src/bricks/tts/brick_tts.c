@@ -45,7 +45,9 @@ static nm_status tts_load(const nm_brick_params *p, void **state, char *err, siz
         return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "tts brick: runs on the CPU only, not on '%s'", p->device);
     tts_brick *b = calloc(1, sizeof *b);
     if (!b) return nm_fail(NM_ERR_NOMEM, err, err_size, "tts brick: out of memory");
-    nm_status st = nm_tts_open(&p->tts, p->ledger, &b->tts, err, err_size);
+    nm_tts_params tp = p->tts;
+    if (tp.n_threads <= 0) tp.n_threads = p->n_threads; // (a neural voice's threads: the brick's)
+    nm_status st = nm_tts_open(&tp, p->ledger, &b->tts, err, err_size);
     if (st != NM_OK) {
         free(b);
         return st;

@@ -257,6 +257,7 @@ bool nm_piper_voice_path(const char *name, char *path, size_t size) {
 
 typedef struct piper_state {
     nm_vits *v;
+    nm_vits_ctx *cx;         // the synthesis's threads and scratch
     char path[PATH_MAX];
     char data_dir[PATH_MAX]; // espeak-ng's ("": its own search)
     int32_t rate_wpm, volume;
@@ -315,6 +316,11 @@ static nm_status pi_open(const nm_tts_params *p, void **state, int32_t *native_r
     if ((st = load_voice(s, p, err, err_size)) != NM_OK) {
         free(s);
         return st;
+    }
+    if (!(s->cx = nm_vits_ctx_create(p->n_threads))) {
+        nm_vits_free(s->v);
+        free(s);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
     }
     snprintf(s->data_dir, sizeof s->data_dir, "%s", p->data_dir ? p->data_dir : "");
     set(s, p);
@@ -377,7 +383,7 @@ static nm_status pi_synth(void *state, const char *text, nm_tts_sink_fn sink, vo
                                    .seed = ++s->n_synth};
         float *pcm = NULL;
         int64_t n = 0;
-        if ((st = nm_vits_synth(s->v, ps.ids + a, b - a, &sc, &pcm, &n, err, err_size)) == NM_OK)
+        if ((st = nm_vits_synth(s->v, s->cx, ps.ids + a, b - a, &sc, &pcm, &n, err, err_size)) == NM_OK)
             st = emit(pcm, n, s->volume, in->sample_rate, sink, user);
         free(pcm);
     }
@@ -389,6 +395,7 @@ static void pi_close(void *state) {
     piper_state *s = state;
     if (!s) return;
     nm_vits_free(s->v);
+    nm_vits_ctx_free(s->cx);
     free(s);
 }
 

@@ -70,6 +70,7 @@ struct nm_vits {
     nm_conv1d dec_pre, dec_post;
     nm_conv_t1d ups[MAX_UPS];
     nm_conv1d res[MAX_UPS][MAX_RES][2 * MAX_DIL]; // ResBlock2: [dil]; ResBlock1: convs1 [2 d], convs2 [2 d + 1]
+    int64_t work1; // the most floats one thread's tile of any convolution needs
     // the packed weights (owned)
     float **owned;
     int32_t n_owned, cap_owned;
@@ -124,7 +125,8 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
     float *p = w && (b || !bias) ? own(v, (size_t)oc * ic * k) : NULL;
     if (!p) return false;
     nm_conv1d_pack(w, oc, ic, k, p);
-    *c = (nm_conv1d){.w = p, .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil};
+    *c = (nm_conv1d){.w = p, .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f};
+    if (nm_conv1d_work(c, 1) > v->work1) v->work1 = nm_conv1d_work(c, 1);
     return true;
 }
 
@@ -331,7 +333,9 @@ static bool load_weights(nm_vits *v) {
         if (!pk) return false;
         nm_conv_t1d_pack(w, ch, ch / 2, v->ups_k[u], pk);
         v->ups[u] = (nm_conv_t1d){.w = pk, .bias = b, .ic = ch, .oc = ch / 2, .k = v->ups_k[u],
-                                  .stride = v->ups_rate[u], .pad = (v->ups_k[u] - v->ups_rate[u]) / 2};
+                                  .stride = v->ups_rate[u], .pad = (v->ups_k[u] - v->ups_rate[u]) / 2,
+                                  .in_slope = 0.1f}; // (HiFi-GAN's leaky ReLU before each upsampling)
+        if (nm_conv_t1d_work(&v->ups[u], 1) > v->work1) v->work1 = nm_conv_t1d_work(&v->ups[u], 1);
         ch /= 2;
         for (int32_t j = 0; j < v->n_res; j++)
             for (int32_t d = 0; d < v->n_dil; d++) {
@@ -347,7 +351,12 @@ static bool load_weights(nm_vits *v) {
                 }
             }
     }
-    return conv(v, &v->dec_post, "dec.conv_post", 1, ch, v->dec_k, 1, false);
+    if (!conv(v, &v->dec_post, "dec.conv_post", 1, ch, v->dec_k, 1, false)) return false;
+    v->dec_post.in_slope = 0.01f; // (F.leaky_relu's default before the last convolution)
+    for (int32_t u = 0; u < v->n_ups; u++) // (every residual convolution follows a leaky ReLU of 0.1)
+        for (int32_t j = 0; j < v->n_res; j++)
+            for (int32_t d = 0; d < 2 * MAX_DIL; d++) v->res[u][j][d].in_slope = 0.1f;
+    return true;
 }
 
 nm_status nm_vits_load(const char *path, nm_vits **out, char *err, size_t err_size) {
@@ -390,6 +399,42 @@ int32_t nm_vits_phoneme_ids(const nm_vits *v, const char *ph, size_t len, int32_
     return 0;
 }
 
+// ---- a synthesis's threads and scratch ---------------------------------------------------------
+
+struct nm_vits_ctx {
+    nm_pool *pool; // NULL: one thread
+    int nth;
+    float *buf[8]; // 64-byte aligned, grown as needed
+    int64_t cap[8];
+};
+
+nm_vits_ctx *nm_vits_ctx_create(int n_threads) {
+    nm_vits_ctx *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->nth = n_threads > 0 ? n_threads : nm_cpu_count();
+    if (c->nth > 1 && !(c->pool = nm_pool_create(c->nth))) c->nth = 1;
+    return c;
+}
+
+void nm_vits_ctx_free(nm_vits_ctx *c) {
+    if (!c) return;
+    for (int i = 0; i < 8; i++) free(c->buf[i]);
+    nm_pool_free(c->pool);
+    free(c);
+}
+
+int nm_vits_ctx_threads(const nm_vits_ctx *c) { return c ? c->nth : 1; }
+
+// Buffer i of at least n floats (its contents not kept when it grows).
+static float *grow(nm_vits_ctx *c, int i, int64_t n) {
+    if (n <= c->cap[i]) return c->buf[i];
+    free(c->buf[i]);
+    const int64_t cap = (n + 4095) & ~(int64_t)4095;
+    c->buf[i] = aligned_alloc(64, sizeof(float) * (size_t)cap);
+    c->cap[i] = c->buf[i] ? cap : 0;
+    return c->buf[i];
+}
+
 // ---- the pieces of the forward pass -------------------------------------------------------------
 
 // LayerNorm over each step's ch channels, in place (eps 1e-5, as VITS's).
@@ -407,9 +452,6 @@ static void layer_norm(float *x, int64_t n, int32_t ch, const ln *p) {
 
 static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 
-static void leaky(float *dst, const float *x, int64_t n, float slope) {
-    for (int64_t i = 0; i < n; i++) dst[i] = x[i] >= 0 ? x[i] : x[i] * slope;
-}
 
 // Scratch of one synthesis: floats, carved in turn (freed together).
 typedef struct arena {
@@ -469,7 +511,8 @@ static void attention(const nm_vits *v, int l, const float *q, const float *k, c
 }
 
 // DDSConv over x [n][F] in place (g added first where given).
-static void dds_run(const nm_vits *v, const dds *d, float *x, const float *g, int64_t n, float *y, float *z) {
+static void dds_run(const nm_vits *v, const dds *d, float *x, const float *g, int64_t n, float *y, float *z,
+                    float *W, nm_pool *pool) {
     const int32_t F = v->dp_filt, K = v->dp_k;
     if (g)
         for (int64_t i = 0; i < n * F; i++) x[i] += g[i];
@@ -487,7 +530,7 @@ static void dds_run(const nm_vits *v, const dds *d, float *x, const float *g, in
             }
         layer_norm(y, n, F, &d->n1[l]);
         for (int64_t i = 0; i < n * F; i++) y[i] = gelu(y[i]);
-        nm_conv1d_run(&d->pw[l], y, n, 0, 0, z, NULL);
+        nm_conv1d_run(&d->pw[l], y, n, 0, 0, z, W, pool);
         layer_norm(z, n, F, &d->n2[l]);
         for (int64_t i = 0; i < n * F; i++) x[i] += gelu(z[i]);
     }
@@ -553,8 +596,12 @@ static float randn(rng *r) {
 
 // ---- the synthesis ------------------------------------------------------------------------------
 
-nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const nm_vits_scales *sc, float **pcm,
-                        int64_t *n_pcm, char *err, size_t err_size) {
+static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
+                       float **pcm, int64_t *n_pcm, char *err, size_t err_size);
+
+
+nm_status nm_vits_synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
+                        float **pcm, int64_t *n_pcm, char *err, size_t err_size) {
     if (pcm) *pcm = NULL;
     if (n_pcm) *n_pcm = 0;
     if (!v || !ids || !sc || !pcm || !n_pcm || n <= 0)
@@ -569,49 +616,56 @@ nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const n
         if (ids[i] < 0 || ids[i] >= v->info.n_symbols)
             return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: phoneme id %d at %d (the voice has %d)",
                            (int)ids[i], (int)i, (int)v->info.n_symbols);
+    nm_vits_ctx *own_cx = NULL;
+    if (!cx && !(cx = own_cx = nm_vits_ctx_create(1)))
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory");
+    nm_status st = synth(v, cx, ids, n, sc, pcm, n_pcm, err, err_size);
+    nm_vits_ctx_free(own_cx);
+    return st;
+}
+
+// nm_vits_synth's work, its arguments checked.
+static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
+                       float **pcm, int64_t *n_pcm, char *err, size_t err_size) {
     const int32_t H = v->hidden, I = v->inter, F = v->dp_filt, FF = v->filt;
     rng r = {.s = sc->seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull};
     if (!r.s) r.s = 1;
+    nm_pool *pool = cx->pool;
+    float *W = grow(cx, 6, v->work1 * cx->nth + 16); // the convolutions' tiles, a thread's each
     // ---- the text encoder and the durations: buffers of n steps
-    int64_t wmax = 0; // the convolutions' gather tiles
-    for (int32_t l = 0; l < v->n_layers; l++) {
-        const int64_t a = nm_conv1d_work(&v->enc[l].f1), b = nm_conv1d_work(&v->enc[l].f2);
-        wmax = a > wmax ? a : wmax, wmax = b > wmax ? b : wmax;
-    }
     const int64_t wide = FF > 2 * I ? FF : 2 * I;
     int64_t HW = H > F ? H : F; // (the duration predictor's buffers share the encoder's)
     HW = HW > 3 * v->dp_bins ? HW : 3 * v->dp_bins;
-    arena A = {.cap = (size_t)(n * (int64_t)(6 * HW + wide + 64) + n + wmax + 4096)};
-    A.base = malloc(sizeof(float) * A.cap);
-    if (!A.base) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);
+    arena A = {.cap = (size_t)(n * (int64_t)(6 * HW + wide + 64) + n + 4096)};
+    A.base = grow(cx, 0, (int64_t)A.cap);
+    if (!A.base || !W) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);
     float *x = take(&A, n * HW), *q = take(&A, n * HW), *k = take(&A, n * HW), *val = take(&A, n * HW),
-          *y = take(&A, n * HW), *z = take(&A, n * HW), *f = take(&A, n * wide), *pr = take(&A, n),
-          *work = take(&A, wmax + 16);
+          *y = take(&A, n * HW), *z = take(&A, n * HW), *f = take(&A, n * wide), *pr = take(&A, n);
     for (int32_t t = 0; t < n; t++) {
         const float *e = v->emb + (int64_t)ids[t] * H;
         for (int32_t c = 0; c < H; c++) x[(int64_t)t * H + c] = e[c] * sqrtf((float)H);
     }
     for (int l = 0; l < v->n_layers; l++) {
-        nm_conv1d_run(&v->enc[l].q, x, n, 0, 0, q, NULL);
-        nm_conv1d_run(&v->enc[l].k, x, n, 0, 0, k, NULL);
-        nm_conv1d_run(&v->enc[l].v, x, n, 0, 0, val, NULL);
+        nm_conv1d_run(&v->enc[l].q, x, n, 0, 0, q, W, pool);
+        nm_conv1d_run(&v->enc[l].k, x, n, 0, 0, k, W, pool);
+        nm_conv1d_run(&v->enc[l].v, x, n, 0, 0, val, W, pool);
         attention(v, l, q, k, val, n, y, pr);
-        nm_conv1d_run(&v->enc[l].o, y, n, 0, 0, z, NULL);
+        nm_conv1d_run(&v->enc[l].o, y, n, 0, 0, z, W, pool);
         for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
         layer_norm(x, n, H, &v->enc[l].n1);
-        nm_conv1d_run(&v->enc[l].f1, x, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, f, work);
+        nm_conv1d_run(&v->enc[l].f1, x, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, f, W, pool);
         for (int64_t i = 0; i < (int64_t)n * FF; i++) f[i] = f[i] > 0 ? f[i] : 0;
-        nm_conv1d_run(&v->enc[l].f2, f, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, z, work);
+        nm_conv1d_run(&v->enc[l].f2, f, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, z, W, pool);
         for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
         layer_norm(x, n, H, &v->enc[l].n2);
     }
     float *stats = f; // [n][2 I]: the prior's mean, then its log-scale
-    nm_conv1d_run(&v->proj, x, n, 0, 0, stats, NULL);
+    nm_conv1d_run(&v->proj, x, n, 0, 0, stats, W, pool);
     // the duration predictor, in reverse: g = proj(DDSConv(pre(x)))
     float *g = q, *h = k, *t1 = val, *t2 = y;
-    nm_conv1d_run(&v->dp_pre, x, n, 0, 0, h, NULL);
-    dds_run(v, &v->dp_convs, h, NULL, n, t1, t2);
-    nm_conv1d_run(&v->dp_proj, h, n, 0, 0, g, NULL);
+    nm_conv1d_run(&v->dp_pre, x, n, 0, 0, h, W, pool);
+    dds_run(v, &v->dp_convs, h, NULL, n, t1, t2, W, pool);
+    nm_conv1d_run(&v->dp_proj, h, n, 0, 0, g, W, pool);
     float *zz = take(&A, 2 * (int64_t)n); // [n][2]
     if (!zz) goto oom;
     for (int64_t i = 0; i < 2 * (int64_t)n; i++) zz[i] = randn(&r) * sc->noise_w;
@@ -624,8 +678,8 @@ nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const n
         const cflow *c = &v->dp_flow[fl];
         for (int32_t t = 0; t < n; t++)
             for (int32_t ch = 0; ch < F; ch++) h[(int64_t)t * F + ch] = c->pre_w[ch] * zz[2 * t] + c->pre_b[ch];
-        dds_run(v, &c->convs, h, g, n, t1, t2);
-        nm_conv1d_run(&c->proj, h, n, 0, 0, t1, NULL); // [n][3 nb - 1]
+        dds_run(v, &c->convs, h, g, n, t1, t2, W, pool);
+        nm_conv1d_run(&c->proj, h, n, 0, 0, t1, W, pool); // [n][3 nb - 1]
         for (int32_t t = 0; t < n; t++) {
             const float *u = t1 + (int64_t)t * (3 * nb - 1);
             zz[2 * t + 1] = spline_inverse(zz[2 * t + 1], u, u + nb, u + 2 * nb, nb, 5.0f, sqrtf((float)F));
@@ -647,40 +701,20 @@ nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const n
         n_frames += dur[t];
     }
     if (n_frames > max_frames) {
-        free(A.base);
         return nm_fail(NM_ERR_RANGE, err, err_size, "piper: %lld frames: longer than 10 minutes", (long long)n_frames);
     }
     if (n_frames < 1) n_frames = 1; // (VITS's clamp: one frame of zeros)
     // ---- the frames: z = m + noise * exp(logs) * noise_scale, the flow in reverse, HiFi-GAN
     int32_t chs = v->dec_init;
-    int64_t len = n_frames, cap = (int64_t)n_frames * v->dec_init, wk = 0;
+    int64_t len = n_frames, cap = (int64_t)n_frames * (v->dec_init > 2 * H ? v->dec_init : 2 * H);
     for (int32_t u = 0; u < v->n_ups; u++) {
         len = (len - 1) * v->ups_rate[u] - 2 * v->ups[u].pad + v->ups_k[u];
         chs /= 2;
         cap = len * chs > cap ? len * chs : cap;
-        const int64_t a = nm_conv_t1d_work(&v->ups[u]);
-        wk = a > wk ? a : wk;
-        for (int32_t j = 0; j < v->n_res; j++)
-            for (int32_t d = 0; d < 2 * v->n_dil; d++)
-                if (v->res[u][j][d].w) wk = nm_conv1d_work(&v->res[u][j][d]) > wk ? nm_conv1d_work(&v->res[u][j][d]) : wk;
     }
-    {
-        const int64_t a = (int64_t)n_frames * 2 * H;
-        cap = a > cap ? a : cap;
-        for (int32_t fl = 0; fl < v->n_coupling; fl++)
-            for (int32_t l = 0; l < v->wn_layers; l++)
-                wk = nm_conv1d_work(&v->flow[fl].wn[l].in) > wk ? nm_conv1d_work(&v->flow[fl].wn[l].in) : wk;
-        wk = nm_conv1d_work(&v->dec_pre) > wk ? nm_conv1d_work(&v->dec_pre) : wk;
-        wk = nm_conv1d_work(&v->dec_post) > wk ? nm_conv1d_work(&v->dec_post) : wk;
-    }
-    float *B[5], *W2 = malloc(sizeof(float) * (size_t)(wk + 16));
-    bool ok = W2 != NULL;
-    for (int i = 0; i < 5; i++) ok = (B[i] = ok ? malloc(sizeof(float) * (size_t)(cap + 16)) : NULL) && ok;
-    if (!ok) {
-        for (int i = 0; i < 5; i++) free(ok ? NULL : B[i]);
-        free(W2);
-        goto oom;
-    }
+    float *B[5];
+    for (int i = 0; i < 5; i++)
+        if (!(B[i] = grow(cx, 1 + i, cap + 16))) goto oom;
     float *zf = B[0]; // [frames][I]
     {
         int64_t fr = 0;
@@ -702,16 +736,16 @@ nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const n
         const coupling *c = &v->flow[fl];
         float *x0 = B[1], *hh = B[2], *xin = B[3], *out = B[4];
         for (int64_t t = 0; t < n_frames; t++) memcpy(x0 + t * half, zf + t * I, sizeof(float) * (size_t)half);
-        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, hh, NULL);
+        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, hh, W, pool);
         memset(out, 0, sizeof(float) * (size_t)(n_frames * H));
         for (int32_t l = 0; l < v->wn_layers; l++) {
-            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, xin, W2);
+            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, xin, W, pool);
             for (int64_t t = 0; t < n_frames; t++) { // tanh(a) * sigmoid(b), in place into the first half
                 float *row = xin + t * 2 * H;
                 for (int32_t ch = 0; ch < H; ch++) row[ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
                 memmove(x0 + t * H, row, sizeof(float) * (size_t)H); // (x0 reused: [frames][H])
             }
-            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, xin, NULL);
+            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, xin, W, pool);
             const bool last = l + 1 == v->wn_layers;
             for (int64_t t = 0; t < n_frames; t++)
                 for (int32_t ch = 0; ch < H; ch++) {
@@ -723,55 +757,53 @@ nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const n
                     }
                 }
         }
-        nm_conv1d_run(&c->post, out, n_frames, 0, 0, x0, NULL); // the mean
+        nm_conv1d_run(&c->post, out, n_frames, 0, 0, x0, W, pool); // the mean
         for (int64_t t = 0; t < n_frames; t++)
             for (int32_t ch = 0; ch < half; ch++) zf[t * I + half + ch] -= x0[t * half + ch];
     }
     // HiFi-GAN
     float *cur = B[1], *nxt = B[2], *acc = B[3], *xt = B[4], *tmp = B[0];
-    int64_t T = nm_conv1d_run(&v->dec_pre, zf, n_frames, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, cur, W2);
+    int64_t T = nm_conv1d_run(&v->dec_pre, zf, n_frames, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, cur, W, pool);
     int32_t C = v->dec_init;
-    for (int32_t u = 0; u < v->n_ups; u++) {
-        leaky(cur, cur, T * C, 0.1f);
-        T = nm_conv_t1d_run(&v->ups[u], cur, T, nxt, W2);
+    for (int32_t u = 0; u < v->n_ups; u++) { // (the leaky ReLUs are the convolutions' in_slope: applied as packed)
+        T = nm_conv_t1d_run(&v->ups[u], cur, T, nxt, W, pool);
         C /= 2;
+        const int64_t N = T * C;
+        const float inv = 1.0f / (float)v->n_res;
         for (int32_t j = 0; j < v->n_res; j++) {
-            float *xr = j == 0 ? acc : tmp; // this block's running x (the first writes the sum directly)
-            memcpy(xr, nxt, sizeof(float) * (size_t)(T * C));
+            float *xr = j == 0 ? acc : tmp; // this block's running x
+            const float *src = nxt;
             for (int32_t d = 0; d < v->n_dil; d++) {
-                leaky(xt, xr, T * C, 0.1f);
                 const nm_conv1d *c1 = &v->res[u][j][v->resblock == 2 ? d : 2 * d];
                 const int32_t p1 = (c1->k * c1->dil - c1->dil) / 2;
-                nm_conv1d_run(c1, xt, T, p1, p1, cur, W2);
+                nm_conv1d_run(c1, src, T, p1, p1, cur, W, pool);
+                const float *res = cur;
                 if (v->resblock == 1) {
-                    leaky(cur, cur, T * C, 0.1f);
                     const nm_conv1d *c2 = &v->res[u][j][2 * d + 1];
                     const int32_t p2 = (c2->k - 1) / 2;
-                    nm_conv1d_run(c2, cur, T, p2, p2, xt, W2);
-                    memcpy(cur, xt, sizeof(float) * (size_t)(T * C));
+                    nm_conv1d_run(c2, cur, T, p2, p2, xt, W, pool);
+                    res = xt;
                 }
-                for (int64_t i = 0; i < T * C; i++) xr[i] += cur[i];
+                for (int64_t i = 0; i < N; i++) xr[i] = src[i] + res[i];
+                src = xr;
             }
-            if (j > 0)
-                for (int64_t i = 0; i < T * C; i++) acc[i] += xr[i];
+            if (j > 0 && j + 1 < v->n_res)
+                for (int64_t i = 0; i < N; i++) acc[i] += xr[i];
+            else if (j > 0) // the blocks' mean
+                for (int64_t i = 0; i < N; i++) cur[i] = (acc[i] + xr[i]) * inv;
+            else if (v->n_res == 1)
+                for (int64_t i = 0; i < N; i++) cur[i] = acc[i] * inv;
         }
-        const float inv = 1.0f / (float)v->n_res;
-        for (int64_t i = 0; i < T * C; i++) cur[i] = acc[i] * inv;
     }
-    leaky(cur, cur, T * C, 0.01f);
     float *o = malloc(sizeof(float) * (size_t)(T > 0 ? T : 1));
     if (o) {
-        nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, o, W2);
+        nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, o, W, pool);
         for (int64_t i = 0; i < T; i++) o[i] = tanhf(o[i]);
     }
-    for (int i = 0; i < 5; i++) free(B[i]);
-    free(W2);
-    free(A.base);
     if (!o) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %lld samples", (long long)T);
     *pcm = o;
     *n_pcm = T;
     return NM_OK;
 oom:
-    free(A.base);
     return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);
 }

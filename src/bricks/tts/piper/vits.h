@@ -14,8 +14,8 @@
 // coupling flow in reverse (WaveNet layers), and HiFi-GAN. Activations are
 // time-major (x[t * C + c]).
 //
-// Threading: a voice is read-only once loaded; a synthesis uses the
-// nm_vits_run it is given (one per thread).
+// Threading: a voice is read-only once loaded: any number of syntheses may
+// run on it at once, each with its own nm_vits_ctx.
 #ifndef NM_TTS_PIPER_VITS_H
 #define NM_TTS_PIPER_VITS_H
 
@@ -46,16 +46,24 @@ const nm_vits_info *nm_vits_get_info(const nm_vits *v);
 // its pad "_", start "^", end "$"): how many (0: none in the voice's map), up to cap into ids.
 int32_t nm_vits_phoneme_ids(const nm_vits *v, const char *phoneme, size_t len, int32_t *ids, int32_t cap);
 
+// A synthesis's threads (a pool of n_threads: <= 0, every core) and scratch, kept between syntheses
+// (grown to the longest so far). One synthesis at a time uses it.
+typedef struct nm_vits_ctx nm_vits_ctx;
+nm_vits_ctx *nm_vits_ctx_create(int n_threads); // NULL: out of memory
+void nm_vits_ctx_free(nm_vits_ctx *c);          // NULL is a no-op
+int nm_vits_ctx_threads(const nm_vits_ctx *c);
+
 typedef struct nm_vits_scales {
     float noise_scale, length_scale, noise_w;
     uint64_t seed; // the noises' generator (the same seed, scales and ids: the same samples)
 } nm_vits_scales;
 
-// Samples of phoneme ids ids[0..n) into *pcm (malloc'd; free() it), *n_pcm of them.
+// Samples of phoneme ids ids[0..n) into *pcm (malloc'd; free() it), *n_pcm of them, on ctx's
+// threads (NULL: a one-thread context for the call). The samples do not depend on the threads.
 // NM_ERR_INVALID_ARG: no ids, an id out of the voice's range, a scale out of range
 // (length_scale 0.05..20, noise_scale and noise_w 0..5); NM_ERR_RANGE: more than
 // 4096 ids or an utterance longer than 10 minutes.
-nm_status nm_vits_synth(const nm_vits *v, const int32_t *ids, int32_t n, const nm_vits_scales *s, float **pcm,
-                        int64_t *n_pcm, char *err, size_t err_size);
+nm_status nm_vits_synth(const nm_vits *v, nm_vits_ctx *ctx, const int32_t *ids, int32_t n, const nm_vits_scales *s,
+                        float **pcm, int64_t *n_pcm, char *err, size_t err_size);
 
 #endif

@@ -234,6 +234,7 @@ int cmd_say(int argc, char **argv) {
     nm_pipeline_close(P); // the one request
     uint64_t data_bytes = 0;
     bool write_failed = false, ended = false;
+    double first_audio = 0; // the request's first speech, seconds after its submit
     nm_status said = NM_OK; // the request's end
     char why[512] = "";
     int write_errno = 0;
@@ -243,6 +244,7 @@ int cmd_say(int argc, char **argv) {
         if (ev.kind == NM_PIPELINE_DONE) {
             ended = true;
             said = ev.status;
+            first_audio = ev.t.first_audio;
             snprintf(why, sizeof why, "%s", ev.text);
             continue;
         }
@@ -336,6 +338,7 @@ int cmd_say(int argc, char **argv) {
                 (int)rate, rate != nm_brick_tts_native_rate(brick) ? " (resampled)" : "");
         fprintf(stderr, "synthesis: %.3f s for %.3f s of audio (real-time factor %.4f), %llu slots\n", bs.t_busy,
                 audio_s, audio_s > 0 ? bs.t_busy / audio_s : 0.0, (unsigned long long)bs.n_out_slots);
+        fprintf(stderr, "first audio: %.3f s after the text was given\n", first_audio);
         fprintf(stderr, "total: %.3f s (open, synthesis, file)\n", t_total);
         char led[1024];
         if (nm_ledger_format(ledger, led, sizeof led) > 0) fputs(led, stderr);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend/cpu/conv1d.h"
 #include "backend/cpu/gemm.h"
@@ -114,7 +116,16 @@ static float *own(nm_vits *v, size_t n) {
     return p;
 }
 
-// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d) and its bias (if `bias`).
+// The file's pages of a weight that was packed (never read again) given back: the resident set holds
+// the packed copy only. (Whole pages inside [p, p + n): a neighbour's pages stay.)
+static void drop_pages(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)p + page - 1) & ~(page - 1),
+                    b = ((uintptr_t)p + n) & ~(page - 1);
+    if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d; a 1x1's layout is already the packed one:
+// read in place) and its bias (if `bias`).
 static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32_t ic, int32_t k, int32_t dil,
                  bool bias) {
     char name[160];
@@ -122,9 +133,10 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
     const float *w = tensor(v, name, oc, ic, k);
     snprintf(name, sizeof name, "%.100s.bias", prefix);
     const float *b = bias ? tensor(v, name, oc, 0, 0) : NULL;
-    float *p = w && (b || !bias) ? own(v, (size_t)oc * ic * k) : NULL;
+    if (!w || (bias && !b)) return false;
+    float *p = k == 1 ? (float *)w : own(v, (size_t)oc * ic * k);
     if (!p) return false;
-    nm_conv1d_pack(w, oc, ic, k, p);
+    if (k > 1) nm_conv1d_pack(w, oc, ic, k, p), drop_pages(w, sizeof(float) * (size_t)oc * ic * k);
     *c = (nm_conv1d){.w = p, .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f};
     if (nm_conv1d_work(c, 1) > v->work1) v->work1 = nm_conv1d_work(c, 1);
     return true;
@@ -332,6 +344,7 @@ static bool load_weights(nm_vits *v) {
         float *pk = w && b ? own(v, (size_t)ch * (ch / 2) * v->ups_k[u]) : NULL;
         if (!pk) return false;
         nm_conv_t1d_pack(w, ch, ch / 2, v->ups_k[u], pk);
+        drop_pages(w, sizeof(float) * (size_t)ch * (ch / 2) * v->ups_k[u]);
         v->ups[u] = (nm_conv_t1d){.w = pk, .bias = b, .ic = ch, .oc = ch / 2, .k = v->ups_k[u],
                                   .stride = v->ups_rate[u], .pad = (v->ups_k[u] - v->ups_rate[u]) / 2,
                                   .in_slope = 0.1f}; // (HiFi-GAN's leaky ReLU before each upsampling)

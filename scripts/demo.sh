@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make demo`: the assistant's loop on the default models, in one process.
-#   1. a spoken question: espeak-ng (`nanomind say`) writes it to a WAV file;
+#   1. a spoken question: the Piper voice (`nanomind say --tts piper`, VITS on
+#      our kernels, docs/piper.md) writes it to a WAV file;
 #   2. `nanomind assistant` hears it (Whisper tiny.en), answers it (SmolLM2, a
-#      chat turn) and speaks the answer (espeak-ng) into a second WAV file, each
+#      chat turn) and speaks the answer (the Piper voice; espeak-ng stays the
+#      fallback: --tts espeak-ng) into a second WAV file, each
 #      model on its own lane: the first sentence is spoken while the rest of the
 #      answer is decoded. --stats prints, per question, the seconds from its end
 #      to its transcript, first token, first audio sample and last sample, and
@@ -18,12 +20,12 @@ D=${DEMO_DIR:-/tmp/nanomind-demo}
 mkdir -p "$D"
 question="Why is the sky blue? Answer in two sentences."
 
-echo "== 1. say: \"$question\" -> $D/question.wav"
-"$B" say "$question" -o "$D/question.wav" --stats
+echo "== 1. say (Piper): \"$question\" -> $D/question.wav"
+"$B" say --tts piper --voice "$M/piper-en_US-joe-medium.gguf" "$question" -o "$D/question.wav" --stats
 echo
 echo "== 2. assistant: hear $D/question.wav, answer, speak -> $D/answer-001.wav"
 "$B" assistant -m "$M/SmolLM2-135M-Instruct.Q4_1.gguf" --stt "$M/whisper-tiny.en.gguf" \
-    --audio "$D/question.wav" --out "$D" -n 120 --temp 0 --stats
+    --audio "$D/question.wav" --out "$D" --tts piper --voice "$M/piper-en_US-joe-medium.gguf" -n 120 --temp 0 --stats
 echo
 echo "the answer, spoken: $D/answer-001.wav"
 echo

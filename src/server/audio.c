@@ -41,6 +41,7 @@ nm_status serve_audio_start(server *S, const nm_brick_params *stt, const nm_bric
         nm_brick_params tp = *tts;
         tp.kind = NM_BRICK_TTS;
         if ((st = one_brick(S, &tp, &S->tts_P, &S->tts, err, err_size)) != NM_OK) return st;
+        S->tts_piper = !strcmp(nm_brick_tts_engine(S->tts), "piper");
     }
     return NM_OK;
 }

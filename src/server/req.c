@@ -385,16 +385,17 @@ void serve_gen_free(serve_gen_req *r) {
 
 // ---- speech -----------------------------------------------------------------------------
 
-// OpenAI's voices as espeak-ng voices (a name not here goes to espeak-ng as it is: "en-gb", "de",
-// "en-us+f3"...).
-static const char *espeak_voice(const char *v) {
+// OpenAI's voices as the engine's: espeak-ng voices (a name not here goes to espeak-ng as it is:
+// "en-gb", "de", "en-us+f3"...); with a Piper voice each is the server's own voice (NULL), and any
+// other name a Piper voice installed in the model folder (or a voice file).
+static const char *engine_voice(const serve_env *env, const char *v) {
     static const char *const map[][2] = {
         {"alloy", "en-us"},      {"ash", "en-us+m3"},  {"ballad", "en-gb+m2"}, {"coral", "en-us+f2"},
         {"echo", "en-us+m1"},    {"fable", "en-gb"},   {"onyx", "en-us+m7"},   {"nova", "en-us+f3"},
         {"sage", "en-us+f4"},    {"shimmer", "en-us+f5"}, {"verse", "en-us+m2"},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-        if (!strcmp(v, map[i][0])) return map[i][1];
+        if (!strcmp(v, map[i][0])) return env->piper ? NULL : map[i][1];
     return v;
 }
 
@@ -424,7 +425,8 @@ bool serve_speech_parse(const serve_env *env, const cJSON *req, serve_speech_req
     out->text = text;
     out->format = coded ? SERVE_ENCODED : !strcmp(fmt, "pcm") ? SERVE_PCM : SERVE_WAV;
     cJSON *params = cJSON_CreateObject();
-    if (params && cJSON_IsString(vo)) cJSON_AddStringToObject(params, "voice", espeak_voice(vo->valuestring));
+    const char *voice = cJSON_IsString(vo) ? engine_voice(env, vo->valuestring) : NULL;
+    if (params && voice) cJSON_AddStringToObject(params, "voice", voice);
     if (params && cJSON_IsNumber(sp)) cJSON_AddNumberToObject(params, "speed", sp->valuedouble);
     out->params = params ? cJSON_PrintUnformatted(params) : NULL;
     cJSON_Delete(params);

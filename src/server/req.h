@@ -59,6 +59,7 @@ typedef struct serve_env {
     const char *const *stop; // -r: the stop strings of requests that name none
     int n_stop;
     int64_t speech_max_chars; // --max-speech
+    bool piper;               // the voice is a Piper voice (--tts piper): OpenAI's voice names are the server's
 } serve_env;
 
 // POST /v1/chat/completions (chat) and /v1/completions: the PARAMS object for

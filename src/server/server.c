@@ -131,7 +131,7 @@ static char *format_chat(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status
 serve_env serve_env_of(server *S) {
     return (serve_env){.vision = S->has_vision, .image_dir_real = S->image_dir_real, .system = S->system,
                        .format = format_chat, .format_ctx = S, .stop = (const char *const *)S->stop,
-                       .n_stop = S->n_stop, .speech_max_chars = S->speech_max_chars};
+                       .n_stop = S->n_stop, .speech_max_chars = S->speech_max_chars, .piper = S->tts_piper};
 }
 
 int send_error(server *S, struct mg_connection *c, int code, const char *param, const char *fmt, ...) {

@@ -137,6 +137,7 @@ struct nm_server {
     double speech_seconds;
     // images in chats: the pipeline's vision brick (has_vision), each image's parameters (the pixel limit)
     bool has_vision;
+    bool tts_piper;    // the speech engine is Piper (OpenAI's voice names: its voice)
     const char *image_dir;
     char *image_dir_real; // image_dir resolved (realpath), for the containment check
     char vision_params[64];

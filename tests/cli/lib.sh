@@ -8,6 +8,7 @@
 MODELS=${NM_MODEL_DIR:-$HOME/.cache/nanomind/models}
 M=$MODELS/SmolLM2-135M-Instruct.Q4_1.gguf
 WM=$MODELS/whisper-tiny.en.gguf
+PV=$MODELS/piper-en_US-joe-medium.gguf
 pass=0 fail=0 skip=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

@@ -307,6 +307,13 @@ print("answer_wav_frames=%d rate=%d" % (w.getnframes(), w.getframerate()))
 PY
 }
 expect assistant_spoken 0 "^> The quick brown fox.*first audio [0-9.]+ s, spoken [0-9.]+ s \\([0-9.]+ s of speech\\).*end of question -> first audio sample: median [0-9.]+ s.*the microphone's audio into the STT slots 0, the transcripts into the chats [1-9][0-9]*, the answers' sentences into the voice [1-9][0-9]*, espeak-ng's text and samples [1-9][0-9]*, anything else 0 .*spoken before the last token answer_wav_frames=[1-9][0-9]* rate=22050" "$M" "$WM" -- case_assistant_spoken
+case_assistant_piper() {
+    rm -f "$tmp/answers/"*
+    nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --out "$tmp/answers" --tts piper --voice "$PV" -n 24 \
+        --temp 0 -t 2 --stats 2>&1 | grep -E "^> |ledger" | tr '\n' ' '
+    nm transcribe -m "$WM" "$tmp/answers/answer-001.wav" 2>/dev/null | head -c 60
+}
+expect assistant_piper 0 "^> The quick brown fox.*piper's text and samples [1-9][0-9]*, anything else 0 .*\[00:00:00" "$M" "$WM" "$PV" -- case_assistant_piper
 # frames and spoken questions, pipelined and sequential: the same answers (greedy), one per frame, in order
 case_assistant_frames() {
     cp $SPEECH/tts_16k.wav "$tmp/asked/1.wav"; cp $SPEECH/tts_16k.wav "$tmp/asked/2.wav"; cp $SPEECH/tts_16k.wav "$tmp/asked/3.wav"
@@ -493,6 +500,25 @@ print("question 2: %s" % ("no wake word" if re.search(r"question 2: no wake word
 PY
 }
 expect assistant_dropped_mid_answer 0 "question 2 dropped at [0-9.]+ s, before answer 1's last token .*answer 1 as long as answer 3; answer 2 not spoken question 2: no wake word" "$M" "$WM" -- case_assistant_dropped_mid_answer
+# say --tts piper: the Piper voice (VITS on our kernels), heard back by Whisper; its options and refusals
+case_say_piper() {
+    rm -f "$tmp/piper.wav"
+    nm say --tts piper --voice "$PV" 'Please remind me to water the plants tomorrow morning.' -o "$tmp/piper.wav" --stats \
+        2>&1 | grep -E "^voice|^ledger: +piper" | tr '\n' ' '
+    nm transcribe -m "$WM" "$tmp/piper.wav" 2>/dev/null | tr '\n' ' '
+}
+expect say_piper 0 "voice: .*piper-en_US-joe-medium.gguf \(piper\), 175 wpm, 22050 Hz .*piper -> tts: [1-9][0-9]* bytes .*remind me to water the plants tomorrow morning" "$PV" "$WM" -- case_say_piper
+case_say_piper_m() { # Piper's -m; slower (--speed 0.5: twice the length scale) is longer
+    nm say -m "$PV" 'Turn left.' -o "$tmp/p1.wav" && nm say -m "$PV" --speed 0.5 'Turn left.' -o "$tmp/p2.wav" || return
+    python3 -c "import sys,wave; a,b=(wave.open(f).getnframes() for f in sys.argv[1:]); print('longer' if b > 1.6 * a else 'not longer: %d %d' % (a, b))" "$tmp/p1.wav" "$tmp/p2.wav"
+}
+expect say_piper_m 0 "^longer$" "$PV" -- case_say_piper_m
+expect say_piper_list_voices 0 "^en_US-joe-medium +Piper en_US, medium +piper" "$PV" -- nm say --tts piper --list-voices
+expect say_piper_no_voice 1 "no Piper voice 'xx-nobody'" -- nm say --tts piper --voice xx-nobody hi -o "$tmp/x.wav"
+expect say_piper_pitch 1 "pitch 60: a Piper voice has no pitch control" "$PV" -- nm say --tts piper --voice "$PV" --pitch 60 hi -o "$tmp/x.wav"
+expect say_piper_bad_scale 2 "--noise-scale needs a number in \[0, 5\]" -- nm say --tts piper --noise-scale 9 hi -o "$tmp/x.wav"
+expect say_bad_engine 2 "--tts takes espeak-ng or piper, not 'festival'" -- nm say --tts festival hi -o "$tmp/x.wav"
+expect say_piper_not_a_voice 1 "not a Piper voice" "$WM" -- nm say --tts piper --voice "$WM" hi -o "$tmp/x.wav"
 expect say_unwritable 1 "/nonexistent/dir/x.wav: cannot create a file in its folder: No such file or directory" -- nm say hello -o /nonexistent/dir/x.wav
 expect say_bad_rate 2 "--rate needs an integer in \\[80, 450\\]" -- nm say hello -o "$tmp/r.wav" --rate 5
 expect say_rate_trailing_garbage 2 "--rate needs an integer in \\[80, 450\\], got '100x'" -- nm say hello -o "$tmp/r.wav" --rate 100x

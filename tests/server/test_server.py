@@ -1317,6 +1317,49 @@ else:
     rc4, err4 = stop(p4)
     result("stt_server_sigterm_exits_0", rc4 == 0, "exit %s: %s" % (rc4, err4[-300:]))
 
+# ---- text to speech with a Piper voice: --tts piper --voice (docs/piper.md) ------------------------
+PV = os.path.join(os.path.dirname(M), "piper-en_US-joe-medium.gguf")
+
+
+def t_piper_speech(name):  # OpenAI's voice names are the server's voice: `say --tts piper`'s samples, as the
+    import struct         # noises are seeded per sentence in a fresh engine; another name is a Piper voice
+    wav = pclient.audio.speech.create(model="tts-1", voice="alloy", input=SAY, response_format="wav").content
+    fmt_tag, ch, rate, _, _, bits = struct.unpack("<HHIIHH", wav[20:36])
+    want = say_cli(SAY, "--tts", "piper", "--voice", PV)
+    st, data = raw(pport, "POST", "/v1/audio/speech", json.dumps({"input": "hi", "voice": "xx-nobody"}).encode())
+    st2, data2 = raw(pport, "POST", "/v1/audio/speech",
+                     json.dumps({"input": SAY, "voice": "en_US-joe-medium", "response_format": "pcm"}).encode())
+    result(name, (fmt_tag, ch, rate, bits) == (1, 1, 24000, 16) and wav[44:] == want and len(want) > 24000
+           and st == 400 and err_of(data)[2] == "voice" and "no Piper voice" in err_of(data)[1]
+           and st2 == 200 and len(data2) > 24000,
+           "%s, %d bytes against say's %d; unknown voice %d %s; by name %d" % (
+               (fmt_tag, ch, rate, bits), len(wav) - 44, len(want), st, err_of(data), st2))
+
+
+def t_piper_round_trip(name):
+    wav = pclient.audio.speech.create(model="tts-1", voice="nova", input=SAY, response_format="wav").content
+    words = subprocess.run([NM, "transcribe", "-m", W, "-"], input=wav, capture_output=True, timeout=120).stdout
+    t = words.decode(errors="replace").lower()
+    result(name, "hello there, this is a test of the speech" in t, t[-200:])
+
+
+PIPER_CASES = [("piper_speech_equals_say", t_piper_speech), ("piper_round_trip", t_piper_round_trip)]
+if not wanted(*[n for n, _ in PIPER_CASES]):
+    pass
+elif not os.path.exists(PV) or not os.path.exists(W):
+    if CI:
+        result("piper_speech", False, "needs %s and %s (NM_CI is set)" % (PV, W))
+    else:
+        skipped += 1
+        print("skip piper_speech (needs %s)" % PV)
+else:
+    p5, pport = start("--tts", "piper", "--voice", PV, "--api-key", KEY)
+    pclient = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % pport, api_key=KEY, max_retries=0, timeout=300)
+    for n, f in PIPER_CASES:
+        case(n, f)
+    rc5, err5 = stop(p5)
+    result("piper_server_sigterm_exits_0", rc5 == 0, "exit %s: %s" % (rc5, err5[-300:]))
+
 # ---- images in chats: image_url parts with --mmproj (the trained test VLM, docs/vlm.md) ----------
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VLM = os.path.join(ROOT, "tests", "data", "vlm", "vlm-mmproj-q8_0.gguf")

@@ -53,7 +53,8 @@ static void usage(FILE *f) {
             "                           always); without it nothing is spoken\n"
             "  --out speaker[:DEVICE]   speak them on a speaker (ALSA; an absent one is skipped with a\n"
             "                           message)\n"
-            "  --tts ENGINE             espeak-ng (default) or none;  --voice V  its voice (en-us)\n"
+            "  --tts ENGINE             espeak-ng (default), piper (a neural voice, docs/piper.md) or none;\n"
+            "                           --voice V  its voice (espeak-ng: en-us; piper: en_US-joe-medium or a GGUF)\n"
             "  --sequential             one question at a time: the next starts once the answer is\n"
             "                           spoken (the baseline of the pipelined loop)\n"
             "power (docs/power.md):\n"
@@ -258,8 +259,9 @@ int assistant_options(app *A, int argc, char **argv) {
         fprintf(stderr, "error: --fps goes with --frames\n");
         goto bad;
     }
-    if (strcmp(A->tts_engine, "espeak-ng") && strcmp(A->tts_engine, "none")) {
-        fprintf(stderr, "error: --tts takes espeak-ng or none, not '%s'\n", A->tts_engine);
+    if (!strcmp(A->tts_engine, "espeak")) A->tts_engine = "espeak-ng";
+    if (strcmp(A->tts_engine, "espeak-ng") && strcmp(A->tts_engine, "piper") && strcmp(A->tts_engine, "none")) {
+        fprintf(stderr, "error: --tts takes espeak-ng, piper or none, not '%s'\n", A->tts_engine);
         goto bad;
     }
     if (A->out_dir && !strcmp(A->tts_engine, "none")) {

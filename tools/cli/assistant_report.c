@@ -214,16 +214,16 @@ void assistant_print_stats(app *A, double wall) {
     nm_ledger *L = A->ledger;
     const int ep_caller = nm_ledger_endpoint(L, "caller"), ep_stt = nm_ledger_endpoint(L, "stt"),
               ep_llm = nm_ledger_endpoint(L, "llm"), ep_tts = nm_ledger_endpoint(L, "tts"),
-              ep_eng = nm_ledger_endpoint(L, "espeak-ng");
+              ep_eng = nm_ledger_endpoint(L, A->tts_engine); // (the voice's engine: espeak-ng, piper)
     const uint64_t mic = nm_ledger_bytes(L, ep_caller, ep_stt), heard = nm_ledger_bytes(L, ep_stt, ep_llm);
     const uint64_t said = nm_ledger_bytes(L, ep_llm, ep_tts);
     const uint64_t engine = nm_ledger_bytes(L, ep_tts, ep_eng) + nm_ledger_bytes(L, ep_eng, ep_tts);
     const uint64_t total = nm_ledger_total(L);
     fprintf(stderr, "ledger: %llu bytes copied (%llu copies): the microphone's audio into the STT slots %llu, the "
-                    "transcripts into the chats %llu, the answers' sentences into the voice %llu, espeak-ng's text and "
+                    "transcripts into the chats %llu, the answers' sentences into the voice %llu, %s's text and "
                     "samples %llu, anything else %llu\n",
             (unsigned long long)total, (unsigned long long)nm_ledger_copies(L, -1, -1), (unsigned long long)mic,
-            (unsigned long long)heard, (unsigned long long)said, (unsigned long long)engine,
+            (unsigned long long)heard, (unsigned long long)said, A->tts_engine, (unsigned long long)engine,
             (unsigned long long)(total - mic - heard - said - engine));
     fprintf(stderr, "peak RSS: %.1f MiB\n", peak_rss_mib(A));
     const energy_report *E = &A->energy;

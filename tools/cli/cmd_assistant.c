@@ -403,6 +403,8 @@ static int brick_params(app *A) {
     if (A->out_dir) {
         A->tp = nm_brick_default_params(NM_BRICK_TTS);
         A->tp.cores = A->tts_cores;
+        A->tp.n_threads = o->n_threads; // (a neural voice's threads)
+        if (strcmp(A->tts_engine, "none")) A->tp.tts.engine = A->tts_engine;
         if (A->voice) A->tp.tts.voice = A->voice;
     }
     return 0;

@@ -19,7 +19,7 @@
 // The command's flags (take_own) and what cli_parse fills.
 typedef struct serve_cli {
     cli_opts o;
-    const char *host, *alias, *mmproj, *mmproj_device, *image_dir, *stt_path, *tts_engine, *sysfs;
+    const char *host, *alias, *mmproj, *mmproj_device, *image_dir, *stt_path, *tts_engine, *voice, *sysfs;
     int32_t port, queue_max, timeout_s, body_timeout_s, idle_timeout_s, threads_http, parallel, audio_max_s;
     int32_t speech_max_chars;
     int64_t body_max, image_max_pixels;
@@ -56,7 +56,10 @@ static void usage(FILE *f) {
             "  --max-body BYTES         the largest request body (default 8388608; larger get 413)\n"
             "  --stt FILE               a Whisper model (GGUF or whisper.cpp .bin): POST /v1/audio/transcriptions\n"
             "  --max-audio S            the longest audio a transcription takes, in seconds (default 1800)\n"
-            "  --tts espeak             text to speech through espeak-ng: POST /v1/audio/speech (24 kHz)\n"
+            "  --tts espeak|piper       text to speech through espeak-ng or a Piper voice: POST /v1/audio/speech\n"
+            "                           (24 kHz); with piper, OpenAI's voice names (alloy, ...) are --voice's,\n"
+            "                           another name a Piper voice installed in the model folder\n"
+            "  --voice V                the speech's voice (espeak-ng: en-us; piper: en_US-joe-medium, or a GGUF)\n"
             "  --max-speech N           the most characters a speech request's input may have (default 4096)\n"
             "  --sysfs DIR              look for energy meters under DIR (default /sys; NVIDIA GPUs through NVML):\n"
             "                           /metrics gives each one's joules since the start\n"
@@ -111,14 +114,14 @@ static bool take_own(serve_cli *S, int *argc, char **argv) {
         const bool has = i + 1 < *argc;
         if (!strcmp(a, "--host") || !strcmp(a, "-a") || !strcmp(a, "--alias") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--api-key-file") || !strcmp(a, "--stt") || !strcmp(a, "--tts") || !strcmp(a, "--mmproj") ||
-            !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir") || !strcmp(a, "--sysfs")) {
+            !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir") || !strcmp(a, "--sysfs") || !strcmp(a, "--voice")) {
             if (!has || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
             }
             const char *v = argv[++i];
             if ((!strcmp(a, "--stt") && !cli_part(a, NM_WITH_STT, CLI_PART_STT)) ||
-                (!strcmp(a, "--tts") && !cli_part(a, NM_WITH_TTS, CLI_PART_TTS)) ||
+                ((!strcmp(a, "--tts") || !strcmp(a, "--voice")) && !cli_part(a, NM_WITH_TTS, CLI_PART_TTS)) ||
                 ((!strcmp(a, "--mmproj") || !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir")) &&
                  !cli_part(a, NM_WITH_VISION, CLI_PART_VISION)))
                 return false;
@@ -129,12 +132,13 @@ static bool take_own(serve_cli *S, int *argc, char **argv) {
             else if (!strcmp(a, "--image-dir")) S->image_dir = v;
             else if (!strcmp(a, "--sysfs")) S->sysfs = v;
             else if (!strcmp(a, "--tts")) {
-                if (strcmp(v, "espeak") && strcmp(v, "espeak-ng")) {
-                    fprintf(stderr, "error: --tts '%s': the engine is espeak (espeak-ng)\n", v);
+                if (strcmp(v, "espeak") && strcmp(v, "espeak-ng") && strcmp(v, "piper")) {
+                    fprintf(stderr, "error: --tts '%s': the engines are espeak (espeak-ng) and piper\n", v);
                     return false;
                 }
-                S->tts_engine = "espeak-ng";
+                S->tts_engine = strcmp(v, "piper") ? "espeak-ng" : "piper";
             }
+            else if (!strcmp(a, "--voice")) S->voice = v;
             else if (!strcmp(a, "--api-key")) {
                 char what[64];
                 snprintf(what, sizeof what, "--api-key '%.40s'", v);
@@ -293,6 +297,7 @@ int cmd_serve(int argc, char **argv) {
     sp.stt_max_decoders = 5;
     sp.stt = nm_stt_default_params(NM_STT_BEAM);
     tp.tts.engine = S.tts_engine;
+    tp.tts.voice = S.voice; // (NULL: the engine's own)
     tp.tts.sample_rate = 24000; // (OpenAI's rate: 24 kHz, 16-bit mono)
     cli_energy e;
     if (!cli_energy_load(NULL, &e)) goto out; // (the default profile: never fails)

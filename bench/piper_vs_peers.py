@@ -11,7 +11,8 @@ threads (piper-tts/2t: intra-op threads, one inter-op). and the voice's .onnx
 beside its GGUF in the model cache (scripts/fetch_models.sh). The text: tests/data/piper/sentences.txt,
 all 30 sentences as one text (RTF: synthesis seconds / audio seconds, warm: the voice loaded and one
 sentence spoken first), and its first three sentences (first audio: seconds from the text to the first
-samples). The noises at the voice's defaults. Prints a table and one JSON line per engine.
+samples). The noises at the voice's defaults. nanomind/stream: say --stream-ms 500 (a long sentence's first half
+second made first: what the assistant and the server do). Prints a table and one JSON line per engine.
 """
 import json
 import os
@@ -89,7 +90,7 @@ def sherpa(threads, reps):
     return best
 
 
-def nanomind(nm, threads, reps):
+def nanomind(nm, threads, reps, stream_ms=0):
     best = None
     with tempfile.TemporaryDirectory(prefix="nm-piper-bench-") as d:
         txt, ans = os.path.join(d, "text.txt"), os.path.join(d, "answer.txt")
@@ -99,7 +100,7 @@ def nanomind(nm, threads, reps):
             r = {}
             for f, key in ((txt, "rtf"), (ans, "first")):
                 p = subprocess.run([nm, "say", "--tts", "piper", "--voice", GGUF, "-f", f, "-o", os.path.join(d, "o.wav"),
-                                    "--stats"], capture_output=True, text=True, env=dict(os.environ, NM_THREADS=str(threads)))
+                                    "--stream-ms", str(stream_ms), "--stats"], capture_output=True, text=True)
                 if p.returncode:
                     raise RuntimeError(p.stderr)
                 for line in p.stderr.splitlines():
@@ -115,10 +116,11 @@ def nanomind(nm, threads, reps):
 def child(engine, nm, threads, reps):
     r = {"piper-tts": lambda: piper_tts(threads, reps, False), "piper-tts/2t": lambda: piper_tts(threads, reps, True),
          "sherpa-onnx": lambda: sherpa(threads, reps),
-         "nanomind": lambda: nanomind(nm, threads, reps)}[engine]()
+         "nanomind": lambda: nanomind(nm, threads, reps),
+         "nanomind/stream": lambda: nanomind(nm, threads, reps, 500)}[engine]()
     r["engine"] = engine
     # the process's own peak (nanomind: its child's, the say command)
-    who = resource.RUSAGE_CHILDREN if engine == "nanomind" else resource.RUSAGE_SELF
+    who = resource.RUSAGE_CHILDREN if engine.startswith("nanomind") else resource.RUSAGE_SELF
     r["peak_rss_mib"] = resource.getrusage(who).ru_maxrss / 1024.0
     print(json.dumps(r))
 
@@ -139,7 +141,7 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("cpu: %s; %d threads; best of %d; %d sentences, %d characters" % (cpu, threads, reps, len(LINES), len(TEXT)))
     rows = []
-    for engine in ("nanomind", "piper-tts", "piper-tts/2t", "sherpa-onnx"):
+    for engine in ("nanomind", "nanomind/stream", "piper-tts", "piper-tts/2t", "sherpa-onnx"):
         p = subprocess.run([sys.executable, __file__, "--child", engine, nm, str(threads), str(reps)], capture_output=True,
                            text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
         if p.returncode:
@@ -149,14 +151,16 @@ def main():
         rows.append(r)
         print(json.dumps(r))
     base = next((r for r in rows if r["engine"] == "nanomind"), None)
+    streamed = next((r for r in rows if r["engine"] == "nanomind/stream"), None)
     print("%-12s %8s %10s %12s %10s" % ("engine", "RTF", "audio s", "first audio", "peak RSS"))
     for r in rows:
         print("%-12s %8.4f %10.2f %10.3f s %7.1f MiB" % (r["engine"], r["rtf"], r["audio_s"], r["first_audio_s"] or 0,
                                                           r["peak_rss_mib"]))
     for r in rows:
-        if base and r is not base:
-            print("nanomind / %s: RTF %.2f, first audio %.2f, peak RSS %.2f" % (
+        if base and not r["engine"].startswith("nanomind"):
+            print("nanomind / %s: RTF %.2f, first audio %.2f (streamed: %s), peak RSS %.2f" % (
                 r["engine"], base["rtf"] / r["rtf"], base["first_audio_s"] / r["first_audio_s"],
+                "%.2f" % (streamed["first_audio_s"] / r["first_audio_s"]) if streamed else "-",
                 base["peak_rss_mib"] / r["peak_rss_mib"]))
     return 0
 

@@ -301,6 +301,10 @@ typedef struct nm_tts_params {
     // both 0: the same samples for the same text whatever the seed).
     float length_scale, noise_scale, noise_w;
     int32_t n_threads;    // Piper: the synthesis's threads (<= 0: the TTS brick's n_threads, else every core)
+    int32_t stream_ms;    // Piper: > 0: a sentence longer than about this (and the decoder's reach twice) has its
+                          // first stream_ms of speech made and sent first, the rest after (the same samples; the
+                          // peak that scales the sentence is its first part's: the rest clipped where louder);
+                          // 0: each sentence whole, scaled by its own peak as piper-tts. 0 .. 60000.
     int32_t sample_rate;  // output rate in Hz; 0: the engine's native rate (espeak-ng 22050), else 8000..192000
     const char *data_dir; // espeak-ng-data directory (or a directory holding one); NULL: espeak-ng's
                           // own search (ESPEAK_DATA_PATH, then the installed data)

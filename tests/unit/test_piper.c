@@ -218,6 +218,57 @@ NM_TEST(piper_noise_seeded) {
     nm_vits_free(v);
 }
 
+typedef struct parts { // nm_vits_synth_stream's parts, joined
+    float *pcm;
+    int64_t n, cap;
+    int n_parts, n_last;
+    int64_t first;
+} parts;
+
+static nm_status on_part(void *user, const float *pcm, int64_t n, bool last) {
+    parts *p = user;
+    if (p->n + n > p->cap) p->pcm = realloc(p->pcm, sizeof(float) * (size_t)(p->cap = 2 * (p->n + n)));
+    memcpy(p->pcm + p->n, pcm, sizeof(float) * (size_t)n);
+    if (!p->n_parts) p->first = n;
+    p->n += n, p->n_parts++, p->n_last += last;
+    return NM_OK;
+}
+
+// The decoder in two parts (the first 20 frames, then the rest, each with the decoder's reach beyond
+// its inner edge) gives the whole's samples, bit for bit, on one thread or two; a short utterance is one part.
+NM_TEST(piper_stream_same_samples) {
+    char path[1024], err[512] = "";
+    if (!nmtest_model_path(VOICE, path, sizeof path)) NM_SKIP_MISSING(VOICE " is not in the model cache");
+    nm_vits *v = voice();
+    NM_CHECK(v != NULL);
+    if (!v) return;
+    const nm_vits_info *in = nm_vits_get_info(v);
+    NM_CHECK(in->reach >= 8 && in->reach <= 24);
+    static const int32_t ids[] = {1, 0, 41, 0, 59, 0, 3, 0, 23, 0, 35, 0, 120, 0, 74, 0, 23, 0, 3, 0, 15, 0, 88, 0, 120,
+                                  0, 14, 0, 100, 0, 26, 0, 3, 0, 19, 0, 120, 0, 51, 0, 122, 0, 23, 0, 31, 0, 10, 0, 2};
+    const int32_t n = sizeof ids / sizeof ids[0];
+    const nm_vits_scales s = {0.667f, 1, 0.8f, 5};
+    float *whole = NULL;
+    int64_t nw = 0;
+    NM_CHECK(nm_vits_synth(v, NULL, ids, n, &s, &whole, &nw, err, sizeof err) == NM_OK);
+    nm_vits_ctx *two = nm_vits_ctx_create(2);
+    for (int k = 0; k < 3; k++) { // (20 frames, one thread and two; 3 frames: fewer than the reach)
+        const int32_t first = k < 2 ? 20 : 3;
+        parts p = {0};
+        NM_CHECK(nm_vits_synth_stream(v, k ? two : NULL, ids, n, &s, first, on_part, &p, err, sizeof err) == NM_OK);
+        NM_CHECK(p.n_parts == 2 && p.n_last == 1 && p.first == first * in->hop && p.n == nw && whole &&
+                 !memcmp(p.pcm, whole, sizeof(float) * (size_t)nw));
+        free(p.pcm);
+    }
+    parts q = {0}; // (more first frames than the utterance has: one part)
+    NM_CHECK(nm_vits_synth_stream(v, two, ids, n, &s, 100000, on_part, &q, err, sizeof err) == NM_OK && q.n_parts == 1 &&
+             q.n == nw);
+    free(q.pcm);
+    nm_vits_ctx_free(two);
+    free(whole);
+    nm_vits_free(v);
+}
+
 static int32_t *read_ints(const char *path, int32_t *n) {
     FILE *f = fopen(path, "r");
     int32_t cap = 64, *p = malloc(sizeof(int32_t) * (size_t)cap);
@@ -354,6 +405,21 @@ NM_TEST(piper_engine_speaks) {
         peak = abs(pcm[i]) > peak ? abs(pcm[i]) : peak;
     }
     NM_CHECK(bad == 0 && peak >= 32766);
+    free(pcm);
+    // streamed (stream_ms 60: the first 5 frames first): the same length, scaled by the first part's peak (lower: the rest clipped)
+    p.stream_ms = 60;
+    NM_CHECK(nm_tts_retune(t, &p) == NM_OK && nm_tts_synth_alloc(t, "Hello world.", &pcm, &n) == NM_OK && n == nx);
+    const int64_t first = (int64_t)60 * 22050 / 1000 / 256 * 256;
+    float mf = 0;
+    for (int64_t i = 0; x && i < first; i++) mf = fmaxf(mf, fabsf(x[i]));
+    bad = 0;
+    for (int64_t i = 0; x && pcm && i < n; i++) {
+        const int16_t w = (int16_t)(fminf(fmaxf(x[i] / mf, -1), 1) * 32767.0f);
+        if (pcm[i] != w && bad++ < 3) printf("  sample %lld: %d, not %d (x %g)\n", (long long)i, pcm[i], w, (double)x[i]);
+    }
+    NM_CHECK(bad == 0 && mf < mx);
+    if (bad || !(mf < mx)) printf("  streamed: %d samples differ; first part peak %g, whole %g\n", bad, (double)mf, (double)mx);
+    p.stream_ms = 0;
     free(pcm), free(x);
     nm_vits_free(v);
     // slower (a length scale of 2: each phoneme's frames ceil(2 w), not twice ceil(w)); the volume halves the peak

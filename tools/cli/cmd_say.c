@@ -55,6 +55,8 @@ static void say_usage(void) {
            "  --length-scale X       piper: the phonemes' lengths (0.05..20, larger is slower; default the voice's)\n"
            "  --noise-scale X        piper: the voice's variation (0..5; default the voice's, 0.667 for most)\n"
            "  --noise-w X            piper: the durations' variation (0..5; default the voice's, 0.8 for most)\n"
+           "  --stream-ms N          piper: a long sentence's first N ms are made and written first (the same\n"
+           "                         samples, scaled by that part's peak; default 0: each sentence whole)\n"
            "  --sample-rate HZ       output rate (default: the voice's, 22050 Hz for most; others resampled with\n"
            "                         soxr)\n"
            "  --list-voices          list the voices (name for --voice, description, id) and exit\n"
@@ -98,6 +100,7 @@ int cmd_say(int argc, char **argv) {
         } else if (!strcmp(a, "--length-scale")) ok = cli_arg_float(a, v, 0.05f, 20, &p.length_scale);
         else if (!strcmp(a, "--noise-scale")) ok = cli_arg_float(a, v, 0, 5, &p.noise_scale);
         else if (!strcmp(a, "--noise-w")) ok = cli_arg_float(a, v, 0, 5, &p.noise_w);
+        else if (!strcmp(a, "--stream-ms")) ok = cli_arg_int(a, v, 0, 60000, &p.stream_ms);
         else if (!strcmp(a, "--format")) format = v;
         else if (!strcmp(a, "--rate")) ok = cli_arg_int(a, v, 80, 450, &p.rate_wpm);
         else if (!strcmp(a, "--pitch")) ok = cli_arg_int(a, v, 0, 100, &p.pitch);

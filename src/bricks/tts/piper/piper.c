@@ -260,7 +260,7 @@ typedef struct piper_state {
     nm_vits_ctx *cx;         // the synthesis's threads and scratch
     char path[PATH_MAX];
     char data_dir[PATH_MAX]; // espeak-ng's ("": its own search)
-    int32_t rate_wpm, volume;
+    int32_t rate_wpm, volume, stream_ms;
     float noise_scale, length_scale, noise_w; // < 0: the voice's
     uint64_t n_synth;                       // sentences so far: each one's noise seed
 } piper_state;
@@ -274,6 +274,8 @@ static nm_status check(const nm_tts_params *p, char *err, size_t err_size) {
                        "(espeak-ng's)", (int)p->pitch);
     if (p->volume < 0 || p->volume > 200)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: volume %d is outside 0..200", (int)p->volume);
+    if (p->stream_ms < 0 || p->stream_ms > 60000)
+        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: stream_ms %d is outside 0..60000", (int)p->stream_ms);
     if (!(p->length_scale < 0 || (p->length_scale >= 0.05f && p->length_scale <= 20)) ||
         !(p->noise_scale < 0 || p->noise_scale <= 5) || !(p->noise_w < 0 || p->noise_w <= 5))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: length scale %g (0.05..20), noise scale %g (0..5) or "
@@ -303,7 +305,7 @@ static nm_status load_voice(piper_state *s, const nm_tts_params *p, char *err, s
 }
 
 static void set(piper_state *s, const nm_tts_params *p) {
-    s->rate_wpm = p->rate_wpm, s->volume = p->volume;
+    s->rate_wpm = p->rate_wpm, s->volume = p->volume, s->stream_ms = p->stream_ms;
     s->noise_scale = p->noise_scale, s->length_scale = p->length_scale, s->noise_w = p->noise_w;
 }
 
@@ -347,21 +349,36 @@ static nm_status pi_retune(void *state, const nm_tts_params *p, char *err, size_
     return NM_OK;
 }
 
-// A sentence's samples as piper-tts writes them, to the sink in chunks of 0.1 s.
-static nm_status emit(const float *x, int64_t n, int32_t volume, int32_t rate, nm_tts_sink_fn sink, void *user) {
-    float mx = 0;
-    for (int64_t i = 0; i < n; i++) mx = fmaxf(mx, fabsf(x[i]));
-    const float vol = (float)volume / 100.0f;
+// A sentence's samples as piper-tts writes them (divided by the peak, times the volume, clipped, times 32767,
+// truncated), to the sink in chunks of 0.1 s. A sentence sent in parts (stream_ms) takes the peak of its
+// first part for all of them.
+typedef struct out_job {
+    nm_tts_sink_fn sink;
+    void *user;
+    int32_t volume, rate;
+    bool have_peak;
+    float peak;
+} out_job;
+
+static nm_status emit(void *user, const float *x, int64_t n, bool last) {
+    out_job *o = user;
+    (void)last;
+    if (!o->have_peak) {
+        o->peak = 0;
+        for (int64_t i = 0; i < n; i++) o->peak = fmaxf(o->peak, fabsf(x[i]));
+        o->have_peak = true;
+    }
+    const float mx = o->peak, vol = (float)o->volume / 100.0f;
     int16_t buf[4096];
-    const int64_t chunk = rate / 10 < 4096 ? rate / 10 : 4096;
+    const int64_t chunk = o->rate / 10 < 4096 ? o->rate / 10 : 4096;
     for (int64_t i = 0; i < n; i += chunk) {
         const int64_t m = n - i < chunk ? n - i : chunk;
         for (int64_t k = 0; k < m; k++) { // (piper-tts's float32 steps: / peak, * volume, clip, * 32767, truncate)
             float y = mx < 1e-8f ? 0.0f : x[i + k] / mx;
-            if (volume != 100) y *= vol;
+            if (o->volume != 100) y *= vol;
             buf[k] = (int16_t)(fminf(fmaxf(y, -1.0f), 1.0f) * 32767.0f);
         }
-        nm_status st = sink(user, buf, m);
+        nm_status st = o->sink(o->user, buf, m);
         if (st != NM_OK) return st;
     }
     return NM_OK;
@@ -374,6 +391,7 @@ static nm_status pi_synth(void *state, const char *text, nm_tts_sink_fn sink, vo
     if (st != NM_OK) return st;
     const nm_vits_info *in = nm_vits_get_info(s->v);
     const float length = (s->length_scale >= 0 ? s->length_scale : in->length_scale) * 175.0f / (float)s->rate_wpm;
+    const int32_t first = s->stream_ms > 0 ? (int32_t)((int64_t)s->stream_ms * in->sample_rate / 1000 / in->hop) : 0;
     for (int32_t i = 0; i < ps.n && st == NM_OK; i++) {
         const int32_t a = ps.start[i], b = ps.start[i + 1];
         if (b - a <= 3) continue; // (^ _ $: nothing said)
@@ -381,11 +399,8 @@ static nm_status pi_synth(void *state, const char *text, nm_tts_sink_fn sink, vo
                                    .length_scale = length < 0.05f ? 0.05f : length > 20 ? 20 : length,
                                    .noise_w = s->noise_w >= 0 ? s->noise_w : in->noise_w,
                                    .seed = ++s->n_synth};
-        float *pcm = NULL;
-        int64_t n = 0;
-        if ((st = nm_vits_synth(s->v, s->cx, ps.ids + a, b - a, &sc, &pcm, &n, err, err_size)) == NM_OK)
-            st = emit(pcm, n, s->volume, in->sample_rate, sink, user);
-        free(pcm);
+        out_job o = {.sink = sink, .user = user, .volume = s->volume, .rate = in->sample_rate};
+        st = nm_vits_synth_stream(s->v, s->cx, ps.ids + a, b - a, &sc, first > 0 ? first : 0, emit, &o, err, err_size);
     }
     nm_piper_sentences_free(&ps);
     return st;

@@ -234,6 +234,23 @@ static bool load_keys(nm_vits *v) {
         ch /= 2;
     }
     in->hop = hop;
+    // the decoder's reach in frames (each layer's, at its rate, added): conv_pre, each upsampling (its
+    // taps in input samples) and its residual blocks (the widest: their dilated kernels' halves added),
+    // conv_post; rounded up, one more
+    double reach = (v->dec_k - 1) / 2.0 + (v->dec_k - 1) / 2.0 / hop;
+    for (int32_t u = 0, before = 1; u < v->n_ups; before *= v->ups_rate[u], u++) {
+        const int32_t after = before * v->ups_rate[u];
+        reach += ((v->ups_k[u] + v->ups_rate[u] - 1) / v->ups_rate[u] + 1) / (double)before;
+        double widest = 0;
+        for (int32_t j = 0; j < v->n_res; j++) {
+            double r = 0;
+            for (int32_t d = 0; d < v->n_dil; d++)
+                r += (v->res_k[j] - 1) * v->res_dil[j][d] / 2.0 + (v->resblock == 1 ? (v->res_k[j] - 1) / 2.0 : 0);
+            widest = r > widest ? r : widest;
+        }
+        reach += widest / after;
+    }
+    in->reach = (int32_t)ceil(reach) + 1;
     in->sample_rate = rate;
     if (!nm_gguf_get_f32(v->g, "piper.noise_scale", &in->noise_scale) ||
         !nm_gguf_get_f32(v->g, "piper.length_scale", &in->length_scale) ||
@@ -609,16 +626,65 @@ static float randn(rng *r) {
 
 // ---- the synthesis ------------------------------------------------------------------------------
 
+// HiFi-GAN on `frames` frames of z (zf [frames][inter]): the samples (tanh's) into cx->buf[0]; their count
+// (frames times the hop), or -1 out of memory. Buffers 0 .. 5 of cx are its own.
+static int64_t decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_t frames, float *W) {
+    nm_pool *pool = cx->pool;
+    int64_t cap = frames * v->dec_init, len = frames;
+    int32_t chs = v->dec_init;
+    for (int32_t u = 0; u < v->n_ups; u++) {
+        len = (len - 1) * v->ups_rate[u] - 2 * v->ups[u].pad + v->ups_k[u];
+        chs /= 2;
+        cap = len * chs > cap ? len * chs : cap;
+    }
+    float *B[6];
+    for (int i = 0; i < 6; i++)
+        if (!(B[i] = grow(cx, i, cap + 16))) return -1;
+    float *cur = B[1], *nxt = B[2], *acc = B[3], *xt = B[4], *tmp = B[5];
+    int64_t T = nm_conv1d_run(&v->dec_pre, zf, frames, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, cur, W, pool);
+    int32_t C = v->dec_init;
+    for (int32_t u = 0; u < v->n_ups; u++) { // (the leaky ReLUs are the convolutions' in_slope: applied as packed)
+        T = nm_conv_t1d_run(&v->ups[u], cur, T, nxt, W, pool);
+        C /= 2;
+        const int64_t N = T * C;
+        const float inv = 1.0f / (float)v->n_res;
+        for (int32_t j = 0; j < v->n_res; j++) {
+            float *xr = j == 0 ? acc : tmp; // this block's running x
+            const float *src = nxt;
+            for (int32_t d = 0; d < v->n_dil; d++) {
+                const nm_conv1d *c1 = &v->res[u][j][v->resblock == 2 ? d : 2 * d];
+                const int32_t p1 = (c1->k * c1->dil - c1->dil) / 2;
+                nm_conv1d_run(c1, src, T, p1, p1, cur, W, pool);
+                const float *res = cur;
+                if (v->resblock == 1) {
+                    const nm_conv1d *c2 = &v->res[u][j][2 * d + 1];
+                    const int32_t p2 = (c2->k - 1) / 2;
+                    nm_conv1d_run(c2, cur, T, p2, p2, xt, W, pool);
+                    res = xt;
+                }
+                for (int64_t i = 0; i < N; i++) xr[i] = src[i] + res[i];
+                src = xr;
+            }
+            if (j > 0 && j + 1 < v->n_res)
+                for (int64_t i = 0; i < N; i++) acc[i] += xr[i];
+            else if (j > 0) // the blocks' mean
+                for (int64_t i = 0; i < N; i++) cur[i] = (acc[i] + xr[i]) * inv;
+            else if (v->n_res == 1)
+                for (int64_t i = 0; i < N; i++) cur[i] = acc[i] * inv;
+        }
+    }
+    float *o = B[0];
+    nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, o, W, pool);
+    for (int64_t i = 0; i < T; i++) o[i] = tanhf(o[i]);
+    return T;
+}
+
 static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
-                       float **pcm, int64_t *n_pcm, char *err, size_t err_size);
+                       int64_t first_frames, nm_vits_emit_fn emit, void *user, char *err, size_t err_size);
 
-
-nm_status nm_vits_synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
-                        float **pcm, int64_t *n_pcm, char *err, size_t err_size) {
-    if (pcm) *pcm = NULL;
-    if (n_pcm) *n_pcm = 0;
-    if (!v || !ids || !sc || !pcm || !n_pcm || n <= 0)
-        return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no phoneme ids");
+nm_status nm_vits_synth_stream(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
+                               int32_t first_frames, nm_vits_emit_fn emit, void *user, char *err, size_t err_size) {
+    if (!v || !ids || !sc || !emit || n <= 0) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no phoneme ids");
     if (n > MAX_IDS) return nm_fail(NM_ERR_RANGE, err, err_size, "piper: %d phoneme ids (at most %d)", (int)n, MAX_IDS);
     if (!(sc->length_scale >= 0.05f && sc->length_scale <= 20) || !(sc->noise_scale >= 0 && sc->noise_scale <= 5) ||
         !(sc->noise_w >= 0 && sc->noise_w <= 5))
@@ -632,14 +698,50 @@ nm_status nm_vits_synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, i
     nm_vits_ctx *own_cx = NULL;
     if (!cx && !(cx = own_cx = nm_vits_ctx_create(1)))
         return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory");
-    nm_status st = synth(v, cx, ids, n, sc, pcm, n_pcm, err, err_size);
+    nm_status st = synth(v, cx, ids, n, sc, first_frames, emit, user, err, err_size);
     nm_vits_ctx_free(own_cx);
     return st;
 }
 
-// nm_vits_synth's work, its arguments checked.
+typedef struct gather { // nm_vits_synth's samples, collected
+    float *pcm;
+    int64_t n, cap;
+} gather;
+
+static nm_status collect(void *user, const float *pcm, int64_t n, bool last) {
+    gather *g = user;
+    (void)last;
+    if (g->n + n > g->cap) {
+        const int64_t cap = g->n + n > 2 * g->cap ? g->n + n : 2 * g->cap;
+        float *p = realloc(g->pcm, sizeof(float) * (size_t)(cap > 0 ? cap : 1));
+        if (!p) return NM_ERR_NOMEM;
+        g->pcm = p, g->cap = cap;
+    }
+    memcpy(g->pcm + g->n, pcm, sizeof(float) * (size_t)n);
+    g->n += n;
+    return NM_OK;
+}
+
+nm_status nm_vits_synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
+                        float **pcm, int64_t *n_pcm, char *err, size_t err_size) {
+    if (pcm) *pcm = NULL;
+    if (n_pcm) *n_pcm = 0;
+    if (!pcm || !n_pcm) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no place for the samples");
+    gather g = {0};
+    nm_status st = nm_vits_synth_stream(v, cx, ids, n, sc, 0, collect, &g, err, err_size);
+    if (st == NM_ERR_NOMEM && !err_size) st = NM_ERR_NOMEM;
+    else if (st == NM_ERR_NOMEM) nm_fail(st, err, err_size, "piper: out of memory for the samples");
+    if (st != NM_OK) {
+        free(g.pcm);
+        return st;
+    }
+    *pcm = g.pcm, *n_pcm = g.n;
+    return NM_OK;
+}
+
+// nm_vits_synth_stream's work, its arguments checked.
 static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
-                       float **pcm, int64_t *n_pcm, char *err, size_t err_size) {
+                       int64_t first_frames, nm_vits_emit_fn emit, void *user, char *err, size_t err_size) {
     const int32_t H = v->hidden, I = v->inter, F = v->dp_filt, FF = v->filt;
     rng r = {.s = sc->seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull};
     if (!r.s) r.s = 1;
@@ -718,17 +820,11 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     }
     if (n_frames < 1) n_frames = 1; // (VITS's clamp: one frame of zeros)
     // ---- the frames: z = m + noise * exp(logs) * noise_scale, the flow in reverse, HiFi-GAN
-    int32_t chs = v->dec_init;
-    int64_t len = n_frames, cap = (int64_t)n_frames * (v->dec_init > 2 * H ? v->dec_init : 2 * H);
-    for (int32_t u = 0; u < v->n_ups; u++) {
-        len = (len - 1) * v->ups_rate[u] - 2 * v->ups[u].pad + v->ups_k[u];
-        chs /= 2;
-        cap = len * chs > cap ? len * chs : cap;
-    }
     float *B[5];
-    for (int i = 0; i < 5; i++)
-        if (!(B[i] = grow(cx, 1 + i, cap + 16))) goto oom;
-    float *zf = B[0]; // [frames][I]
+    for (int i = 0; i < 5; i++) // (the flow's; the decoder grows them to its chunk's size)
+        if (!(B[i] = grow(cx, 1 + i, (int64_t)n_frames * 2 * (H > I ? H : I) + 16))) goto oom;
+    float *zf = grow(cx, 7, (int64_t)n_frames * I + 16); // [frames][I]: the decoder's input, kept while it runs
+    if (!zf) goto oom;
     {
         int64_t fr = 0;
         for (int32_t t = 0; t < n; t++)
@@ -774,49 +870,21 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
         for (int64_t t = 0; t < n_frames; t++)
             for (int32_t ch = 0; ch < half; ch++) zf[t * I + half + ch] -= x0[t * half + ch];
     }
-    // HiFi-GAN
-    float *cur = B[1], *nxt = B[2], *acc = B[3], *xt = B[4], *tmp = B[0];
-    int64_t T = nm_conv1d_run(&v->dec_pre, zf, n_frames, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, cur, W, pool);
-    int32_t C = v->dec_init;
-    for (int32_t u = 0; u < v->n_ups; u++) { // (the leaky ReLUs are the convolutions' in_slope: applied as packed)
-        T = nm_conv_t1d_run(&v->ups[u], cur, T, nxt, W, pool);
-        C /= 2;
-        const int64_t N = T * C;
-        const float inv = 1.0f / (float)v->n_res;
-        for (int32_t j = 0; j < v->n_res; j++) {
-            float *xr = j == 0 ? acc : tmp; // this block's running x
-            const float *src = nxt;
-            for (int32_t d = 0; d < v->n_dil; d++) {
-                const nm_conv1d *c1 = &v->res[u][j][v->resblock == 2 ? d : 2 * d];
-                const int32_t p1 = (c1->k * c1->dil - c1->dil) / 2;
-                nm_conv1d_run(c1, src, T, p1, p1, cur, W, pool);
-                const float *res = cur;
-                if (v->resblock == 1) {
-                    const nm_conv1d *c2 = &v->res[u][j][2 * d + 1];
-                    const int32_t p2 = (c2->k - 1) / 2;
-                    nm_conv1d_run(c2, cur, T, p2, p2, xt, W, pool);
-                    res = xt;
-                }
-                for (int64_t i = 0; i < N; i++) xr[i] = src[i] + res[i];
-                src = xr;
-            }
-            if (j > 0 && j + 1 < v->n_res)
-                for (int64_t i = 0; i < N; i++) acc[i] += xr[i];
-            else if (j > 0) // the blocks' mean
-                for (int64_t i = 0; i < N; i++) cur[i] = (acc[i] + xr[i]) * inv;
-            else if (v->n_res == 1)
-                for (int64_t i = 0; i < N; i++) cur[i] = acc[i] * inv;
-        }
+    // HiFi-GAN: the whole, or (first_frames) the first part, then the rest, each with the decoder's reach of
+    // frames beyond it on its inner side (so every sample sent is the one the whole would give)
+    const int64_t hop = v->info.hop, R = v->info.reach;
+    if (first_frames <= 0 || n_frames <= first_frames + 2 * R) {
+        const int64_t T = decode(v, cx, zf, n_frames, W);
+        if (T < 0) goto oom;
+        return emit(user, cx->buf[0], T, true);
     }
-    float *o = malloc(sizeof(float) * (size_t)(T > 0 ? T : 1));
-    if (o) {
-        nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, o, W, pool);
-        for (int64_t i = 0; i < T; i++) o[i] = tanhf(o[i]);
-    }
-    if (!o) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %lld samples", (long long)T);
-    *pcm = o;
-    *n_pcm = T;
-    return NM_OK;
+    int64_t T = decode(v, cx, zf, first_frames + R, W);
+    if (T < 0) goto oom;
+    nm_status st = emit(user, cx->buf[0], first_frames * hop, false);
+    if (st != NM_OK) return st;
+    const int64_t a0 = first_frames > R ? first_frames - R : 0; // (the rest from its reach back, or the start)
+    if ((T = decode(v, cx, zf + a0 * I, n_frames - a0, W)) < 0) goto oom;
+    return emit(user, cx->buf[0] + (first_frames - a0) * hop, T - (first_frames - a0) * hop, true);
 oom:
     return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);
 }

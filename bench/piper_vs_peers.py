@@ -55,8 +55,11 @@ def piper_tts(threads, reps, tuned):
 
 
 def sherpa(threads, reps):
+    # sherpa-onnx >= 2 takes a Piper voice's phonemes from an external phonemizer (GenerationConfig's
+    # phoneme_codepoints, its documented way): piper-tts's, made inside the timed region
     import onnx
     import sherpa_onnx
+    from piper import PiperVoice
     cfg = json.load(open(ONNX + ".json"))
     d = tempfile.mkdtemp(prefix="nm-sherpa-")
     m = onnx.load(ONNX)  # sherpa-onnx reads the voice's settings from the model's metadata: added to a copy
@@ -67,23 +70,28 @@ def sherpa(threads, reps):
     with open(os.path.join(d, "tokens.txt"), "w", encoding="utf-8") as f:
         for sym, ids in cfg["phoneme_id_map"].items():
             f.write("%s %d\n" % (sym, ids[0]))
-    import piper
-    data = os.path.join(os.path.dirname(piper.__file__), "espeak-ng-data")
     vits = sherpa_onnx.OfflineTtsVitsModelConfig(model=os.path.join(d, "voice.onnx"), tokens=os.path.join(d, "tokens.txt"),
-                                                 data_dir=data, noise_scale=cfg["inference"]["noise_scale"],
+                                                 noise_scale=cfg["inference"]["noise_scale"],
                                                  noise_scale_w=cfg["inference"]["noise_w"],
                                                  length_scale=cfg["inference"]["length_scale"])
     tts = sherpa_onnx.OfflineTts(sherpa_onnx.OfflineTtsConfig(
         model=sherpa_onnx.OfflineTtsModelConfig(vits=vits, num_threads=threads), max_num_sentences=1))
-    tts.generate(LINES[0])
+    phon = PiperVoice.load(ONNX)  # (its phonemizer only)
+
+    def gen(text, callback=None):
+        g = sherpa_onnx.GenerationConfig()
+        g.phoneme_codepoints = [[ord(c) for c in s] for s in phon.phonemize(text)]
+        return tts.generate(text, g, callback=callback) if callback else tts.generate(text, g)
+
+    gen(LINES[0])
     best = None
     for _ in range(reps):
         t0 = time.perf_counter()
-        a = tts.generate(TEXT)
+        a = gen(TEXT)
         dt = time.perf_counter() - t0
         first = []
         t0 = time.perf_counter()
-        tts.generate(ANSWER, callback=lambda s, p: (first.append(time.perf_counter() - t0) if not first else None) or 1)
+        gen(ANSWER, callback=lambda s, p: (first.append(time.perf_counter() - t0) if not first else None) or 1)
         r = {"rtf": dt / (len(a.samples) / a.sample_rate), "audio_s": len(a.samples) / a.sample_rate,
              "first_audio_s": first[0] if first else None}
         best = r if best is None or r["rtf"] < best["rtf"] else best

@@ -174,7 +174,7 @@ static void conv_t_tile(void *arg, int64_t chunk, int ith) {
         else memset(yt, 0, sizeof(float) * (size_t)c->oc);
         int64_t s = floor_div(t + c->pad - c->k, c->stride) + 1;
         for (s = s < lo ? lo : s; s <= hi && s * c->stride <= t + c->pad; s++) {
-            const int64_t j = t + c->pad - s * c->stride;
+            const int64_t j = t + c->pad - s * c->stride; // (its tap)
             const float *v = cols + (s - lo) * R + j * c->oc;
             for (int32_t o = 0; o < c->oc; o++) yt[o] += v[o];
         }

@@ -11,8 +11,8 @@ threads (piper-tts/2t: intra-op threads, one inter-op). and the voice's .onnx
 beside its GGUF in the model cache (scripts/fetch_models.sh). The text: tests/data/piper/sentences.txt,
 all 30 sentences as one text (RTF: synthesis seconds / audio seconds, warm: the voice loaded and one
 sentence spoken first), and its first three sentences (first audio: seconds from the text to the first
-samples). The noises at the voice's defaults. nanomind/stream: say --stream-ms 500 (a long sentence's first half
-second made first: what the assistant and the server do). Prints a table and one JSON line per engine.
+samples). The noises at the voice's defaults. nanomind/stream: say --stream-ms 200 (the first long sentence's first 0.2 s
+made first: what the assistant and the server do). Prints a table and one JSON line per engine.
 """
 import json
 import os
@@ -125,7 +125,7 @@ def child(engine, nm, threads, reps):
     r = {"piper-tts": lambda: piper_tts(threads, reps, False), "piper-tts/2t": lambda: piper_tts(threads, reps, True),
          "sherpa-onnx": lambda: sherpa(threads, reps),
          "nanomind": lambda: nanomind(nm, threads, reps),
-         "nanomind/stream": lambda: nanomind(nm, threads, reps, 500)}[engine]()
+         "nanomind/stream": lambda: nanomind(nm, threads, reps, 200)}[engine]()
     r["engine"] = engine
     # the process's own peak (nanomind: its child's, the say command)
     who = resource.RUSAGE_CHILDREN if engine.startswith("nanomind") else resource.RUSAGE_SELF

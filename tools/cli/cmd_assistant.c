@@ -405,7 +405,7 @@ static int brick_params(app *A) {
         A->tp.cores = A->tts_cores;
         A->tp.n_threads = o->n_threads; // (a neural voice's threads)
         if (strcmp(A->tts_engine, "none")) A->tp.tts.engine = A->tts_engine;
-        A->tp.tts.stream_ms = 500; // (a Piper voice's long sentence: its first half second spoken first)
+        A->tp.tts.stream_ms = 200; // (a Piper voice's first long sentence: its first 0.2 s spoken first)
         if (A->voice) A->tp.tts.voice = A->voice;
     }
     return 0;

@@ -298,7 +298,7 @@ int cmd_serve(int argc, char **argv) {
     sp.stt = nm_stt_default_params(NM_STT_BEAM);
     tp.tts.engine = S.tts_engine;
     tp.tts.voice = S.voice; // (NULL: the engine's own)
-    tp.tts.stream_ms = 500; // (a Piper voice's long sentence: its first half second sent first)
+    tp.tts.stream_ms = 200; // (a Piper voice's first long sentence: its first 0.2 s sent first)
     tp.tts.sample_rate = 24000; // (OpenAI's rate: 24 kHz, 16-bit mono)
     cli_energy e;
     if (!cli_energy_load(NULL, &e)) goto out; // (the default profile: never fails)

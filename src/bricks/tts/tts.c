@@ -134,6 +134,7 @@ typedef struct collect {
 static nm_status collect_sink(void *user, const int16_t *pcm, int64_t n) {
     collect *c = user;
     nm_tts *t = c->t;
+    if (n == 0) return NM_OK; // (a flush: nothing held here)
     if (c->n + n > max_samples(t))
         return nm_fail(NM_ERR_RANGE, t->err, sizeof t->err, "tts: utterance longer than %d s",
                        NM_AUDIO_MAX_SECONDS);
@@ -343,6 +344,8 @@ static nm_status ring_write(ring_out *r, const int16_t *pcm, const float *pcmf, 
 
 static nm_status ring_sink(void *user, const int16_t *pcm, int64_t n) {
     ring_out *r = user;
+    if (n == 0) // a flush: the slot held goes out now (more of the utterance follows)
+        return r->held ? ring_publish(r, NM_BRICK_MORE) : NM_OK;
     if (r->n + n > max_samples(r->t))
         return nm_fail(NM_ERR_RANGE, r->t->err, sizeof r->t->err, "tts: utterance longer than %d s",
                        NM_AUDIO_MAX_SECONDS);

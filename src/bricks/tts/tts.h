@@ -50,8 +50,10 @@
 
 // ---- engine interface ---------------------------------------------------------------
 // Receives n >= 1 mono s16 samples at the engine's native rate, borrowed for
-// the call. Returns NM_OK to go on; any error stops the synthesis, and the
-// engine's synth returns that status.
+// the call, or (n 0, pcm NULL) a flush: what was given so far should go out
+// now, more of the utterance follows (a Piper sentence sent in parts). Returns
+// NM_OK to go on; any error stops the synthesis, and the engine's synth
+// returns that status.
 typedef nm_status (*nm_tts_sink_fn)(void *user, const int16_t *pcm, int64_t n);
 
 // nm_tts_voice_info and nm_tts_voice_fn: include/nanomind.h

@@ -17,6 +17,7 @@
 #include "bricks/tts/piper/nfd_table.h"
 
 #define DEFAULT_VOICE "en_US-joe-medium"
+#define STREAM_PEAK 0.5f // the peak a streamed sentence is scaled by at least (see emit)
 
 // ---- NFD ---------------------------------------------------------------------------------------
 
@@ -350,8 +351,9 @@ static nm_status pi_retune(void *state, const nm_tts_params *p, char *err, size_
 }
 
 // A sentence's samples as piper-tts writes them (divided by the peak, times the volume, clipped, times 32767,
-// truncated), to the sink in chunks of 0.1 s. A sentence sent in parts (stream_ms) takes the peak of its
-// first part for all of them.
+// truncated), to the sink in chunks of 0.1 s. A sentence sent in parts (stream_ms) cannot know its peak
+// when its first part goes: it takes that part's peak, or STREAM_PEAK where that is lower (a quiet start:
+// Piper voices' tanh output peaks near 0.45 in a sentence), for all of its parts, the rest clipped.
 typedef struct out_job {
     nm_tts_sink_fn sink;
     void *user;
@@ -362,10 +364,10 @@ typedef struct out_job {
 
 static nm_status emit(void *user, const float *x, int64_t n, bool last) {
     out_job *o = user;
-    (void)last;
     if (!o->have_peak) {
         o->peak = 0;
         for (int64_t i = 0; i < n; i++) o->peak = fmaxf(o->peak, fabsf(x[i]));
+        if (!last && o->peak < STREAM_PEAK) o->peak = STREAM_PEAK;
         o->have_peak = true;
     }
     const float mx = o->peak, vol = (float)o->volume / 100.0f;
@@ -381,7 +383,7 @@ static nm_status emit(void *user, const float *x, int64_t n, bool last) {
         nm_status st = o->sink(o->user, buf, m);
         if (st != NM_OK) return st;
     }
-    return NM_OK;
+    return last ? NM_OK : o->sink(o->user, NULL, 0); // (a part before the rest: out now)
 }
 
 static nm_status pi_synth(void *state, const char *text, nm_tts_sink_fn sink, void *user, char *err, size_t err_size) {
@@ -400,7 +402,9 @@ static nm_status pi_synth(void *state, const char *text, nm_tts_sink_fn sink, vo
                                    .noise_w = s->noise_w >= 0 ? s->noise_w : in->noise_w,
                                    .seed = ++s->n_synth};
         out_job o = {.sink = sink, .user = user, .volume = s->volume, .rate = in->sample_rate};
-        st = nm_vits_synth_stream(s->v, s->cx, ps.ids + a, b - a, &sc, first > 0 ? first : 0, emit, &o, err, err_size);
+        // (only the first sentence in parts: the later ones are made while the earlier ones play)
+        st = nm_vits_synth_stream(s->v, s->cx, ps.ids + a, b - a, &sc, first > 0 && i == 0 ? first : 0, emit, &o, err,
+                                  err_size);
     }
     nm_piper_sentences_free(&ps);
     return st;

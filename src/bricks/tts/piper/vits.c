@@ -73,6 +73,7 @@ struct nm_vits {
     nm_conv_t1d ups[MAX_UPS];
     nm_conv1d res[MAX_UPS][MAX_RES][2 * MAX_DIL]; // ResBlock2: [dil]; ResBlock1: convs1 [2 d], convs2 [2 d + 1]
     int64_t work1; // the most floats one thread's tile of any convolution needs
+    int32_t flow_reach; // frames the coupling flow reads beyond a frame's own: its WaveNet kernels' halves
     // the packed weights (owned)
     float **owned;
     int32_t n_owned, cap_owned;
@@ -251,6 +252,7 @@ static bool load_keys(nm_vits *v) {
         reach += widest / after;
     }
     in->reach = (int32_t)ceil(reach) + 1;
+    v->flow_reach = v->n_coupling * v->wn_layers * ((v->wn_k - 1) / 2); // (dilation 1: the converter checks it)
     in->sample_rate = rate;
     if (!nm_gguf_get_f32(v->g, "piper.noise_scale", &in->noise_scale) ||
         !nm_gguf_get_f32(v->g, "piper.length_scale", &in->length_scale) ||
@@ -434,8 +436,8 @@ int32_t nm_vits_phoneme_ids(const nm_vits *v, const char *ph, size_t len, int32_
 struct nm_vits_ctx {
     nm_pool *pool; // NULL: one thread
     int nth;
-    float *buf[8]; // 64-byte aligned, grown as needed
-    int64_t cap[8];
+    float *buf[10]; // 64-byte aligned, grown as needed
+    int64_t cap[10];
 };
 
 nm_vits_ctx *nm_vits_ctx_create(int n_threads) {
@@ -448,7 +450,7 @@ nm_vits_ctx *nm_vits_ctx_create(int n_threads) {
 
 void nm_vits_ctx_free(nm_vits_ctx *c) {
     if (!c) return;
-    for (int i = 0; i < 8; i++) free(c->buf[i]);
+    for (int i = 0; i < 10; i++) free(c->buf[i]);
     nm_pool_free(c->pool);
     free(c);
 }
@@ -625,6 +627,52 @@ static float randn(rng *r) {
 }
 
 // ---- the synthesis ------------------------------------------------------------------------------
+
+// The coupling flow in reverse, in place on z [frames][inter] (buffers 1 .. 4 of cx its own). False: out
+// of memory.
+static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_frames, float *W) {
+    nm_pool *pool = cx->pool;
+    const int32_t H = v->hidden, I = v->inter;
+    float *B[5];
+    for (int i = 1; i < 5; i++)
+        if (!(B[i] = grow(cx, i, n_frames * 2 * (H > I ? H : I) + 16))) return false;
+    const int32_t half = I / 2;
+    for (int32_t fl = v->n_coupling - 1; fl >= 0; fl--) {
+        for (int64_t t = 0; t < n_frames; t++) // Flip: the channels reversed
+            for (int32_t c = 0; c < I / 2; c++) {
+                const float a = zf[t * I + c];
+                zf[t * I + c] = zf[t * I + I - 1 - c], zf[t * I + I - 1 - c] = a;
+            }
+        const coupling *c = &v->flow[fl];
+        float *x0 = B[1], *hh = B[2], *xin = B[3], *out = B[4];
+        for (int64_t t = 0; t < n_frames; t++) memcpy(x0 + t * half, zf + t * I, sizeof(float) * (size_t)half);
+        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, hh, W, pool);
+        memset(out, 0, sizeof(float) * (size_t)(n_frames * H));
+        for (int32_t l = 0; l < v->wn_layers; l++) {
+            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, xin, W, pool);
+            for (int64_t t = 0; t < n_frames; t++) { // tanh(a) * sigmoid(b), in place into the first half
+                float *row = xin + t * 2 * H;
+                for (int32_t ch = 0; ch < H; ch++) row[ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
+                memmove(x0 + t * H, row, sizeof(float) * (size_t)H); // (x0 reused: [frames][H])
+            }
+            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, xin, W, pool);
+            const bool last = l + 1 == v->wn_layers;
+            for (int64_t t = 0; t < n_frames; t++)
+                for (int32_t ch = 0; ch < H; ch++) {
+                    if (last) {
+                        out[t * H + ch] += xin[t * H + ch];
+                    } else {
+                        hh[t * H + ch] += xin[t * 2 * H + ch];
+                        out[t * H + ch] += xin[t * 2 * H + H + ch];
+                    }
+                }
+        }
+        nm_conv1d_run(&c->post, out, n_frames, 0, 0, x0, W, pool); // the mean
+        for (int64_t t = 0; t < n_frames; t++)
+            for (int32_t ch = 0; ch < half; ch++) zf[t * I + half + ch] -= x0[t * half + ch];
+    }
+    return true;
+}
 
 // HiFi-GAN on `frames` frames of z (zf [frames][inter]): the samples (tanh's) into cx->buf[0]; their count
 // (frames times the hop), or -1 out of memory. Buffers 0 .. 5 of cx are its own.
@@ -820,10 +868,7 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     }
     if (n_frames < 1) n_frames = 1; // (VITS's clamp: one frame of zeros)
     // ---- the frames: z = m + noise * exp(logs) * noise_scale, the flow in reverse, HiFi-GAN
-    float *B[5];
-    for (int i = 0; i < 5; i++) // (the flow's; the decoder grows them to its chunk's size)
-        if (!(B[i] = grow(cx, 1 + i, (int64_t)n_frames * 2 * (H > I ? H : I) + 16))) goto oom;
-    float *zf = grow(cx, 7, (int64_t)n_frames * I + 16); // [frames][I]: the decoder's input, kept while it runs
+    float *zf = grow(cx, 7, (int64_t)n_frames * I + 16); // [frames][I]: the prior's z, then the decoder's input
     if (!zf) goto oom;
     {
         int64_t fr = 0;
@@ -835,54 +880,27 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
                 }
         for (; fr < n_frames; fr++) memset(zf + fr * I, 0, sizeof(float) * (size_t)I);
     }
-    const int32_t half = I / 2;
-    for (int32_t fl = v->n_coupling - 1; fl >= 0; fl--) {
-        for (int64_t t = 0; t < n_frames; t++) // Flip: the channels reversed
-            for (int32_t c = 0; c < I / 2; c++) {
-                const float a = zf[t * I + c];
-                zf[t * I + c] = zf[t * I + I - 1 - c], zf[t * I + I - 1 - c] = a;
-            }
-        const coupling *c = &v->flow[fl];
-        float *x0 = B[1], *hh = B[2], *xin = B[3], *out = B[4];
-        for (int64_t t = 0; t < n_frames; t++) memcpy(x0 + t * half, zf + t * I, sizeof(float) * (size_t)half);
-        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, hh, W, pool);
-        memset(out, 0, sizeof(float) * (size_t)(n_frames * H));
-        for (int32_t l = 0; l < v->wn_layers; l++) {
-            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, xin, W, pool);
-            for (int64_t t = 0; t < n_frames; t++) { // tanh(a) * sigmoid(b), in place into the first half
-                float *row = xin + t * 2 * H;
-                for (int32_t ch = 0; ch < H; ch++) row[ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
-                memmove(x0 + t * H, row, sizeof(float) * (size_t)H); // (x0 reused: [frames][H])
-            }
-            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, xin, W, pool);
-            const bool last = l + 1 == v->wn_layers;
-            for (int64_t t = 0; t < n_frames; t++)
-                for (int32_t ch = 0; ch < H; ch++) {
-                    if (last) {
-                        out[t * H + ch] += xin[t * H + ch];
-                    } else {
-                        hh[t * H + ch] += xin[t * 2 * H + ch];
-                        out[t * H + ch] += xin[t * 2 * H + H + ch];
-                    }
-                }
-        }
-        nm_conv1d_run(&c->post, out, n_frames, 0, 0, x0, W, pool); // the mean
-        for (int64_t t = 0; t < n_frames; t++)
-            for (int32_t ch = 0; ch < half; ch++) zf[t * I + half + ch] -= x0[t * half + ch];
-    }
-    // HiFi-GAN: the whole, or (first_frames) the first part, then the rest, each with the decoder's reach of
-    // frames beyond it on its inner side (so every sample sent is the one the whole would give)
-    const int64_t hop = v->info.hop, R = v->info.reach;
-    if (first_frames <= 0 || n_frames <= first_frames + 2 * R) {
+    // The flow and HiFi-GAN: the whole, or (first_frames) the first part, then the rest, each part with the
+    // frames the decoder and the flow reach beyond its inner edge (so every sample sent is the whole's)
+    const int64_t hop = v->info.hop, Rd = v->info.reach, Rf = v->flow_reach;
+    if (first_frames <= 0 || n_frames <= first_frames + 2 * (Rd + Rf)) {
+        if (!flow_rev(v, cx, zf, n_frames, W)) goto oom;
         const int64_t T = decode(v, cx, zf, n_frames, W);
         if (T < 0) goto oom;
         return emit(user, cx->buf[0], T, true);
     }
-    int64_t T = decode(v, cx, zf, first_frames + R, W);
+    const int64_t m1 = first_frames + Rd + Rf; // the first part's flow window (its first first_frames + Rd exact)
+    float *za = grow(cx, 8, m1 * I + 16);
+    if (!za) goto oom;
+    memcpy(za, zf, sizeof(float) * (size_t)(m1 * I));
+    if (!flow_rev(v, cx, za, m1, W)) goto oom;
+    int64_t T = decode(v, cx, za, first_frames + Rd, W);
     if (T < 0) goto oom;
     nm_status st = emit(user, cx->buf[0], first_frames * hop, false);
     if (st != NM_OK) return st;
-    const int64_t a0 = first_frames > R ? first_frames - R : 0; // (the rest from its reach back, or the start)
+    const int64_t a0 = first_frames > Rd ? first_frames - Rd : 0; // the rest's decoder from its reach back ...
+    const int64_t b0 = a0 > Rf ? a0 - Rf : 0;                     // ... and its flow from that one's
+    if (!flow_rev(v, cx, zf + b0 * I, n_frames - b0, W)) goto oom;
     if ((T = decode(v, cx, zf + a0 * I, n_frames - a0, W)) < 0) goto oom;
     return emit(user, cx->buf[0] + (first_frames - a0) * hop, T - (first_frames - a0) * hop, true);
 oom:

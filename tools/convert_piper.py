@@ -483,6 +483,8 @@ def main():
             hp, n = convert(a.onnx, config, a.out, a.name)
         except OSError as e:
             raise Refused(str(e))
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError, struct.error) as e:
+            raise Refused("malformed file (%s: %s)" % (type(e).__name__, e))  # (bytes the reader cannot make sense of)
     except Refused as e:
         print("convert_piper: %s: %s" % (a.onnx, e), file=sys.stderr)
         return 1

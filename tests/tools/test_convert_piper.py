@@ -9,6 +9,8 @@ usage: test_convert_piper.py
                          as enc_p.emb.weight, the folded exp(-logs)); nothing else is in the GGUF
   keys_of_the_voice      the config's sample rate, scales, espeak voice and phoneme id map; the
                          hyperparameters of VITS "medium" read off the graph
+  fuzzed_files_refused_cleanly  40 files of flipped bytes or cut short: converted or refused with a message,
+                         never a traceback
   refuses_other_graphs   an input renamed, an op we do not run, a weight missing, an extra weight, a
                          resblock's dilation changed, a stride changed, two speakers, no phoneme map,
                          a truncated file, not a file: exit 1, the difference named, no GGUF left
@@ -204,6 +206,31 @@ def refuses_other_graphs():
         g.write(f.read(5_000_000))
     refused(cut, "truncated protobuf")
     refused(os.path.join(TMP, "nonexistent.onnx"), "No such file")
+
+
+@case
+def fuzzed_files_refused_cleanly():
+    """40 mutations of the voice file (bytes flipped in its first MiB, where the graph's nodes and the
+    first initializers lie; cut at random lengths): each converts (exit 0) or is refused (exit 1, a
+    message, no GGUF left), never a traceback."""
+    need()
+    import random
+    rnd = random.Random(47)
+    data = open(VOICE, "rb").read()
+    path, out = os.path.join(TMP, "fz.onnx"), os.path.join(TMP, "fz.gguf")
+    for k in range(40):
+        b = bytearray(data[: rnd.randrange(16, len(data))] if k % 4 == 0 else data)
+        for _ in range(rnd.randrange(1, 8)):
+            i = rnd.randrange(0, min(len(b), 1 << 20))
+            b[i] = rnd.randrange(256)
+        open(path, "wb").write(bytes(b))
+        p = subprocess.run([sys.executable, CONV, path, "--config", VOICE + ".json", "-o", out], capture_output=True,
+                           text=True)
+        assert p.returncode in (0, 1) and "Traceback" not in p.stderr, "mutation %d: exit %d\n%s" % (
+            k, p.returncode, p.stderr[-1500:])
+        assert p.returncode == 0 or ("convert_piper:" in p.stderr and not os.path.exists(out)), p.stderr
+        if os.path.exists(out):
+            os.remove(out)
 
 
 def main():

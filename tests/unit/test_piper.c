@@ -269,6 +269,57 @@ NM_TEST(piper_stream_same_samples) {
     nm_vits_free(v);
 }
 
+// The tiny random voices (tools/gen_piper_voice.py: residual blocks of type 1 and 2, other sizes than the
+// default voice's): they load and speak finite samples, a whole number of frames; two threads give one
+// thread's samples; a long utterance in parts gives the whole's (both reaches are the voice's own).
+NM_TEST(piper_tiny_voices) {
+    const char *files[] = {"tests/data/piper/tiny-rb1.gguf", "tests/data/piper/tiny-rb2.gguf"};
+    nm_vits_ctx *two = nm_vits_ctx_create(2);
+    for (int f = 0; f < 2; f++) {
+        char err[512] = "";
+        nm_vits *v = NULL;
+        NM_CHECK(nm_vits_load(files[f], &v, err, sizeof err) == NM_OK);
+        if (!v) {
+            printf("  %s\n", err);
+            continue;
+        }
+        const nm_vits_info *in = nm_vits_get_info(v);
+        NM_CHECK(in->sample_rate == 16000 && in->hop == 4 && in->n_symbols == 12);
+        int32_t ids[64];
+        for (int i = 0; i < 64; i++) ids[i] = i == 0 ? 1 : i == 63 ? 2 : i % 2 ? 0 : 3 + i % 9;
+        const nm_vits_scales s = {0.667f, 4, 0.8f, 9};
+        float *a = NULL, *b = NULL;
+        int64_t na = 0, nb = 0;
+        NM_CHECK(nm_vits_synth(v, NULL, ids, 64, &s, &a, &na, err, sizeof err) == NM_OK && na > 0 && na % 4 == 0);
+        NM_CHECK(nm_vits_synth(v, two, ids, 64, &s, &b, &nb, err, sizeof err) == NM_OK && nb == na && a && b &&
+                 !memcmp(a, b, sizeof(float) * (size_t)na));
+        int finite = 1;
+        for (int64_t i = 0; a && i < na; i++) finite &= isfinite(a[i]) && fabsf(a[i]) <= 1;
+        NM_CHECK(finite);
+        parts p = {0};
+        NM_CHECK(nm_vits_synth_stream(v, two, ids, 64, &s, 10, on_part, &p, err, sizeof err) == NM_OK);
+        NM_CHECK(p.n_parts == 2 && p.n == na && !memcmp(p.pcm, a, sizeof(float) * (size_t)na));
+        if (p.n_parts != 2) printf("  %s: %lld samples, %d parts\n", files[f], (long long)na, p.n_parts);
+        free(p.pcm), free(a), free(b);
+        nm_vits_free(v);
+    }
+    nm_vits_ctx_free(two);
+    // the fuzz corpus's broken voices: refused, the cause named
+    const struct { const char *file, *why; } broken[] = {
+        {"tests/fuzz/corpus/piper/emb-shape.gguf", "weight enc_p.emb.weight: type 0, shape [12 15] (f32 [12 16] expected)"},
+        {"tests/fuzz/corpus/piper/hidden-17.gguf", "hidden 17, heads 2"},
+        {"tests/fuzz/corpus/piper/arch-llama.gguf", "not a Piper voice"},
+        {"tests/fuzz/corpus/piper/truncated-data.gguf", "past end of file"},
+    };
+    for (size_t i = 0; i < sizeof broken / sizeof broken[0]; i++) {
+        char err[512] = "";
+        nm_vits *v = NULL;
+        NM_CHECK(nm_vits_load(broken[i].file, &v, err, sizeof err) == NM_ERR_FORMAT && !v && strstr(err, broken[i].why));
+        if (!strstr(err, broken[i].why)) printf("  %s: '%s'\n", broken[i].file, err);
+        nm_vits_free(v);
+    }
+}
+
 static int32_t *read_ints(const char *path, int32_t *n) {
     FILE *f = fopen(path, "r");
     int32_t cap = 64, *p = malloc(sizeof(int32_t) * (size_t)cap);

@@ -2,6 +2,7 @@
 #include "bricks/tts/piper/vits.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ typedef struct coupling {
 
 struct nm_vits {
     nm_gguf *g;
+    bool mapped;   // g maps a file (its packed weights' pages are given back); false: the caller's memory
     nm_vits_info info;
     // hyperparameters
     int32_t hidden, inter, filt, ffn_k, n_layers, n_heads, window;
@@ -82,23 +84,32 @@ struct nm_vits {
 
 // ---- loading ---------------------------------------------------------------------------------
 
-static bool bad(nm_vits *v, const char *fmt, const char *a, long x, long y) {
-    if (!v->err[0]) snprintf(v->err, sizeof v->err, fmt, a, x, y);
+static bool bad(nm_vits *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool bad(nm_vits *v, const char *fmt, ...) {
+    if (!v->err[0]) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(v->err, sizeof v->err, fmt, ap);
+        va_end(ap);
+    }
     return false;
 }
 
 // Tensor `name` of PyTorch shape d0 x d1 x d2 (0: that dimension absent), f32. NULL (err set) if not.
 static const float *tensor(nm_vits *v, const char *name, int64_t d0, int64_t d1, int64_t d2) {
     const nm_gguf_tensor *t = nm_gguf_find_tensor(v->g, name);
-    if (!t) return bad(v, "weight %s missing%ld%ld", name, 0, 0) ? NULL : NULL;
-    const int64_t want[3] = {d0, d1, d2};
+    if (!t) return bad(v, "weight %s missing", name) ? NULL : NULL;
+    const int64_t want_ne[3] = {d0, d1, d2};
     int nd = d2 ? 3 : d1 ? 2 : 1;
     bool ok = t->type == 0 && (int)t->n_dims == nd;
-    for (int i = 0; ok && i < nd; i++) ok = t->ne[nd - 1 - i] == want[i];
+    for (int i = 0; ok && i < nd; i++) ok = t->ne[nd - 1 - i] == want_ne[i];
     if (!ok) {
-        snprintf(v->err, sizeof v->err, "weight %s: type %u, shape [%lld %lld %lld] (f32 [%lld %lld %lld] expected)",
-                 name, t->type, (long long)t->ne[t->n_dims > 2 ? 2 : 0], (long long)t->ne[t->n_dims > 1 ? 1 : 0],
-                 (long long)t->ne[0], (long long)d0, (long long)d1, (long long)d2);
+        char got[96] = "", want[96] = "";
+        for (int i = (int)t->n_dims - 1, k = 0; i >= 0 && k < 80; i--)
+            k += snprintf(got + k, sizeof got - (size_t)k, "%s%lld", i == (int)t->n_dims - 1 ? "" : " ", (long long)t->ne[i]);
+        for (int i = 0, k = 0; i < nd && k < 80; i++)
+            k += snprintf(want + k, sizeof want - (size_t)k, "%s%lld", i ? " " : "", (long long)want_ne[i]);
+        bad(v, "weight %s: type %u, shape [%s] (f32 [%s] expected)", name, (unsigned)t->type, got, want);
         return NULL;
     }
     return t->data;
@@ -137,7 +148,8 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
     if (!w || (bias && !b)) return false;
     float *p = k == 1 ? (float *)w : own(v, (size_t)oc * ic * k);
     if (!p) return false;
-    if (k > 1) nm_conv1d_pack(w, oc, ic, k, p), drop_pages(w, sizeof(float) * (size_t)oc * ic * k);
+    if (k > 1) nm_conv1d_pack(w, oc, ic, k, p);
+    if (k > 1 && v->mapped) drop_pages(w, sizeof(float) * (size_t)oc * ic * k);
     *c = (nm_conv1d){.w = p, .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f};
     if (nm_conv1d_work(c, 1) > v->work1) v->work1 = nm_conv1d_work(c, 1);
     return true;
@@ -172,8 +184,8 @@ static bool ddsconv(nm_vits *v, dds *d, const char *prefix) {
 // A u32 key in lo..hi (err naming it otherwise).
 static bool key(nm_vits *v, const char *k, int32_t lo, int32_t hi, int32_t *out) {
     uint32_t x = 0;
-    if (!nm_gguf_get_u32(v->g, k, &x)) return bad(v, "key %s missing%ld%ld", k, 0, 0);
-    if ((int64_t)x < lo || (int64_t)x > hi) return bad(v, "key %s = %ld (%ld .. expected)", k, (long)x, lo);
+    if (!nm_gguf_get_u32(v->g, k, &x)) return bad(v, "key %s missing", k);
+    if ((int64_t)x < lo || (int64_t)x > hi) return bad(v, "key %s = %ld (%ld .. %ld expected)", k, (long)x, (long)lo, (long)hi);
     *out = (int32_t)x;
     return true;
 }
@@ -183,10 +195,10 @@ static int32_t arr(nm_vits *v, const char *k, int32_t max, int32_t lo, int32_t h
     const nm_gguf_kv *kv = nm_gguf_find(v->g, k);
     if (!kv || kv->type != NM_GGUF_ARRAY || kv->arr_n < 1 || kv->arr_n > (uint64_t)max ||
         nm_gguf_vtype_size(kv->arr_type) == 0)
-        return bad(v, "key %s missing or not an array of 1 .. %ld numbers%ld", k, max, 0), 0;
+        return bad(v, "key %s missing or not an array of 1 .. %d numbers", k, (int)max), 0;
     for (uint64_t i = 0; i < kv->arr_n; i++) {
         const double x = nm_gguf_arr_num(kv, i);
-        if (x < lo || x > hi || x != (double)(int32_t)x) return bad(v, "key %s: entry %ld out of range%ld", k, (long)i, 0), 0;
+        if (x < lo || x > hi || x != (double)(int32_t)x) return bad(v, "key %s: entry %ld out of %d .. %d", k, (long)i, (int)lo, (int)hi), 0;
         out[i] = (int32_t)x;
     }
     return (int32_t)kv->arr_n;
@@ -195,8 +207,7 @@ static int32_t arr(nm_vits *v, const char *k, int32_t max, int32_t lo, int32_t h
 static bool load_keys(nm_vits *v) {
     nm_str s;
     if (!nm_gguf_get_str(v->g, "general.architecture", &s) || !nm_str_eq(s, "piper"))
-        return bad(v, "not a Piper voice (general.architecture is not \"piper\": tools/convert_piper.py makes one)%s%ld",
-                   "", 0, 0);
+        return bad(v, "not a Piper voice (general.architecture is not \"piper\": tools/convert_piper.py makes one)");
     nm_vits_info *in = &v->info;
     int32_t rate = 0;
     bool ok = key(v, "piper.sample_rate", 8000, 192000, &rate) && key(v, "piper.num_symbols", 3, 1 << 20, &in->n_symbols) &&
@@ -213,17 +224,17 @@ static bool load_keys(nm_vits *v) {
     if (!ok) return false;
     if (v->hidden % v->n_heads || v->inter % 2 || v->ffn_k % 2 == 0 || v->dp_k % 2 == 0 || v->wn_k % 2 == 0 ||
         v->dec_k % 2 == 0)
-        return bad(v, "hyperparameters that do not fit VITS (hidden %s%ld, heads %ld, or an even kernel)", "",
-                   v->hidden, v->n_heads);
+        return bad(v, "hyperparameters that do not fit VITS (hidden %d, heads %d, inter %d, or an even kernel)",
+                   (int)v->hidden, (int)v->n_heads, (int)v->inter);
     int32_t ups_k[MAX_UPS], dil[MAX_RES * MAX_DIL];
     v->n_ups = arr(v, "piper.upsample_rates", MAX_UPS, 1, 64, v->ups_rate);
     if (!v->n_ups || arr(v, "piper.upsample_kernels", MAX_UPS, 1, 128, ups_k) != v->n_ups)
-        return bad(v, "piper.upsample_kernels: not one per rate%s%ld%ld", "", 0, 0);
+        return bad(v, "piper.upsample_kernels: not one per rate");
     memcpy(v->ups_k, ups_k, sizeof ups_k);
     v->n_res = arr(v, "piper.resblock_kernels", MAX_RES, 1, 31, v->res_k);
     const int32_t nd = v->n_res ? arr(v, "piper.resblock_dilations", MAX_RES * MAX_DIL, 1, 64, dil) : 0;
     if (!v->n_res || nd % v->n_res || nd / v->n_res > MAX_DIL)
-        return bad(v, "piper.resblock_dilations: not as many for each kernel%s%ld%ld", "", 0, 0);
+        return bad(v, "piper.resblock_dilations: not as many for each kernel");
     v->n_dil = nd / v->n_res;
     for (int32_t j = 0; j < v->n_res; j++)
         for (int32_t d = 0; d < v->n_dil; d++) v->res_dil[j][d] = dil[j * v->n_dil + d];
@@ -231,7 +242,7 @@ static bool load_keys(nm_vits *v) {
     for (int32_t u = 0; u < v->n_ups; u++) {
         hop *= v->ups_rate[u];
         if ((v->ups_k[u] - v->ups_rate[u]) % 2 || v->ups_k[u] < v->ups_rate[u] || ch % 2)
-            return bad(v, "upsampling %s%ld: kernel %ld and its rate do not fit", "", u, v->ups_k[u]);
+            return bad(v, "upsampling %d: kernel %d and rate %d do not fit", (int)u, (int)v->ups_k[u], (int)v->ups_rate[u]);
         ch /= 2;
     }
     in->hop = hop;
@@ -257,7 +268,7 @@ static bool load_keys(nm_vits *v) {
     if (!nm_gguf_get_f32(v->g, "piper.noise_scale", &in->noise_scale) ||
         !nm_gguf_get_f32(v->g, "piper.length_scale", &in->length_scale) ||
         !nm_gguf_get_f32(v->g, "piper.noise_w", &in->noise_w))
-        return bad(v, "key piper.noise_scale, length_scale or noise_w missing%s%ld%ld", "", 0, 0);
+        return bad(v, "key piper.noise_scale, length_scale or noise_w missing");
     if (nm_gguf_get_str(v->g, "piper.espeak.voice", &s) && s.len < sizeof in->espeak_voice)
         memcpy(in->espeak_voice, s.ptr, s.len);
     if (nm_gguf_get_str(v->g, "general.name", &s) && s.len < sizeof in->name) memcpy(in->name, s.ptr, s.len);
@@ -267,25 +278,24 @@ static bool load_keys(nm_vits *v) {
     if (!ph || !cn || !id || ph->type != NM_GGUF_ARRAY || ph->arr_type != NM_GGUF_STRING || cn->type != NM_GGUF_ARRAY ||
         id->type != NM_GGUF_ARRAY || cn->arr_n != ph->arr_n || ph->arr_n == 0 || ph->arr_n > 65536 ||
         id->arr_n > 1 << 20 || nm_gguf_vtype_size(cn->arr_type) == 0 || nm_gguf_vtype_size(id->arr_type) == 0)
-        return bad(v, "the phoneme map (piper.phonemes, phoneme_id_counts, phoneme_ids) is missing or malformed%s%ld%ld",
-                   "", 0, 0);
+        return bad(v, "the phoneme map (piper.phonemes, phoneme_id_counts, phoneme_ids) is missing or malformed");
     v->n_phon = (int32_t)ph->arr_n;
     v->phon = calloc((size_t)v->n_phon, sizeof *v->phon);
     v->phon_off = calloc((size_t)v->n_phon, sizeof *v->phon_off);
     v->phon_n = calloc((size_t)v->n_phon, sizeof *v->phon_n);
     v->phon_ids = calloc(id->arr_n + 1, sizeof *v->phon_ids);
     if (!v->phon || !v->phon_off || !v->phon_n || !v->phon_ids || !nm_gguf_arr_strings(ph, v->phon, ph->arr_n))
-        return bad(v, "out of memory for the phoneme map%s%ld%ld", "", 0, 0);
+        return bad(v, "out of memory");
     int64_t at = 0;
     for (int32_t i = 0; i < v->n_phon; i++) {
         const double c = nm_gguf_arr_num(cn, (uint64_t)i);
-        if (c < 1 || at + (int64_t)c > (int64_t)id->arr_n) return bad(v, "the phoneme map: counts past its ids%s%ld%ld", "", 0, 0);
+        if (c < 1 || at + (int64_t)c > (int64_t)id->arr_n) return bad(v, "the phoneme map: counts past its ids");
         v->phon_off[i] = (int32_t)at, v->phon_n[i] = (int32_t)c;
         at += (int64_t)c;
     }
     for (uint64_t i = 0; i < id->arr_n; i++) {
         const double x = nm_gguf_arr_num(id, i);
-        if (x < 0 || x >= in->n_symbols) return bad(v, "the phoneme map: id %s%ld out of 0 .. %ld", "", (long)x, in->n_symbols);
+        if (x < 0 || x >= in->n_symbols) return bad(v, "the phoneme map: id %ld out of 0 .. %d", (long)x, (int)in->n_symbols - 1);
         v->phon_ids[i] = (int32_t)x;
     }
     return true;
@@ -363,7 +373,7 @@ static bool load_weights(nm_vits *v) {
         float *pk = w && b ? own(v, (size_t)ch * (ch / 2) * v->ups_k[u]) : NULL;
         if (!pk) return false;
         nm_conv_t1d_pack(w, ch, ch / 2, v->ups_k[u], pk);
-        drop_pages(w, sizeof(float) * (size_t)ch * (ch / 2) * v->ups_k[u]);
+        if (v->mapped) drop_pages(w, sizeof(float) * (size_t)ch * (ch / 2) * v->ups_k[u]);
         v->ups[u] = (nm_conv_t1d){.w = pk, .bias = b, .ic = ch, .oc = ch / 2, .k = v->ups_k[u],
                                   .stride = v->ups_rate[u], .pad = (v->ups_k[u] - v->ups_rate[u]) / 2,
                                   .in_slope = 0.1f}; // (HiFi-GAN's leaky ReLU before each upsampling)
@@ -391,24 +401,36 @@ static bool load_weights(nm_vits *v) {
     return true;
 }
 
-nm_status nm_vits_load(const char *path, nm_vits **out, char *err, size_t err_size) {
+// The voice of an opened GGUF (path: its name in messages, NULL for memory).
+static nm_status load(const char *path, const void *buf, size_t size, nm_vits **out, char *err, size_t err_size) {
     if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no place for the voice");
     *out = NULL;
     nm_vits *v = calloc(1, sizeof *v);
     if (!v) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory");
-    nm_status st = nm_gguf_open(path, &v->g, err, err_size);
+    nm_status st = path ? nm_gguf_open(path, &v->g, err, err_size) : nm_gguf_open_memory(buf, size, &v->g, err, err_size);
     if (st != NM_OK) {
         free(v);
         return st;
     }
+    v->mapped = path != NULL;
     if (!load_keys(v) || !load_weights(v)) {
         st = !strcmp(v->err, "out of memory") ? NM_ERR_NOMEM : NM_ERR_FORMAT;
-        nm_fail(st, err, err_size, "%s: %s", path, v->err);
+        nm_fail(st, err, err_size, "%s: %s", path ? path : "the voice", v->err);
         nm_vits_free(v);
         return st;
     }
     *out = v;
     return NM_OK;
+}
+
+nm_status nm_vits_load(const char *path, nm_vits **out, char *err, size_t err_size) {
+    if (!path) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no voice file");
+    return load(path, NULL, 0, out, err, err_size);
+}
+
+nm_status nm_vits_load_memory(const void *buf, size_t size, nm_vits **out, char *err, size_t err_size) {
+    if (!buf) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no voice bytes");
+    return load(NULL, buf, size, out, err, err_size);
 }
 
 void nm_vits_free(nm_vits *v) {

@@ -41,6 +41,8 @@ typedef struct nm_vits_info {
 // repacked once). A file that is not a Piper GGUF, a key missing or out of
 // range, a weight missing or of another shape: NM_ERR_FORMAT, err naming it.
 nm_status nm_vits_load(const char *path, nm_vits **out, char *err, size_t err_size);
+// The same from a GGUF in memory (borrowed: it must outlive the voice; its bytes are not changed).
+nm_status nm_vits_load_memory(const void *buf, size_t size, nm_vits **out, char *err, size_t err_size);
 void nm_vits_free(nm_vits *v); // NULL is a no-op
 const nm_vits_info *nm_vits_get_info(const nm_vits *v);
 // The ids of a phoneme (a UTF-8 string, one code point as Piper's maps have them, or

@@ -102,6 +102,37 @@ NM_TEST(pack16_act_matches_reference) {
     free(w), free(a), free(b);
 }
 
+// The gate tanh(a) sigmoid(b) and tanh (AVX-512, exp512) against libm's, over [-12, 12] and near 0:
+// absolute error below 1e-6, relative below 1e-5 where |tanh| > 1e-3; a tail of 7 elements masked.
+NM_TEST(gate_tanh_match_libm) {
+    const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
+    if (!pk) NM_SKIP("no AVX-512 panel kernels on this CPU");
+    enum { N = 4103 };
+    float *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * (N + 16));
+    for (int i = 0; i < N; i++) a[i] = i < 2000 ? -12 + 24.0f * i / 2000 : (i - 3000) * 1e-4f, b[i] = frand() * 9;
+    y[N] = 7;
+    pk->gate(a, b, y, N);
+    double e = 0, er = 0;
+    for (int i = 0; i < N; i++) {
+        const double w = tanh((double)a[i]) / (1 + exp(-(double)b[i]));
+        e = fmax(e, fabs(y[i] - w));
+        if (fabs(w) > 1e-3) er = fmax(er, fabs(y[i] - w) / fabs(w));
+    }
+    NM_CHECK(e < 1e-6 && er < 1e-5 && y[N] == 7);
+    if (!(e < 1e-6 && er < 1e-5)) printf("  gate: absolute %g, relative %g\n", e, er);
+    memcpy(y, a, sizeof(float) * N);
+    pk->tanh(y, N);
+    e = 0, er = 0;
+    for (int i = 0; i < N; i++) {
+        const double w = tanh((double)a[i]);
+        e = fmax(e, fabs(y[i] - w));
+        if (fabs(w) > 1e-3) er = fmax(er, fabs(y[i] - w) / fabs(w));
+    }
+    NM_CHECK(e < 1e-6 && er < 1e-5 && y[N] == 7);
+    if (!(e < 1e-6 && er < 1e-5)) printf("  tanh: absolute %g, relative %g\n", e, er);
+    free(a), free(b), free(y);
+}
+
 NM_TEST(conv_t1d_matches_reference) {
     const struct { int32_t ic, oc, k, stride; int64_t n; } cs[] = {
         {256, 128, 16, 8, 40}, {128, 64, 16, 8, 1}, {64, 32, 8, 4, 700}, {6, 3, 4, 2, 9}, {5, 7, 3, 1, 20},

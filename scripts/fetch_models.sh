@@ -147,7 +147,7 @@ PY
     echo "models: $file ok"
 }
 
-grep -v '^#' "$list" | grep '^ct2 ' | while read -r _ file size sum pkgs wsums glob binsum kind; do
+grep -v '^#' "$list" | { grep '^ct2 ' || true; } | while read -r _ file size sum pkgs wsums glob binsum kind; do
     wanted "$file" "$kind" "$@" || continue
     fetch_ct2 "$file" "$size" "$sum" "$pkgs" "$wsums" "$glob" "$binsum"
 done
@@ -213,7 +213,7 @@ PY
     echo "models: $file ok"
 }
 
-grep -v '^#' "$list" | grep '^piper ' | while read -r _ file size sum pkg wsum glob osum kind; do
+grep -v '^#' "$list" | { grep '^piper ' || true; } | while read -r _ file size sum pkg wsum glob osum kind; do
     wanted "$file" "$kind" "$@" || continue
     fetch_piper "$file" "$size" "$sum" "$pkg" "$wsum" "$glob" "$osum"
 done

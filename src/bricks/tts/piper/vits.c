@@ -98,7 +98,10 @@ static bool bad(nm_vits *v, const char *fmt, ...) {
 // Tensor `name` of PyTorch shape d0 x d1 x d2 (0: that dimension absent), f32. NULL (err set) if not.
 static const float *tensor(nm_vits *v, const char *name, int64_t d0, int64_t d1, int64_t d2) {
     const nm_gguf_tensor *t = nm_gguf_find_tensor(v->g, name);
-    if (!t) return bad(v, "weight %s missing", name) ? NULL : NULL;
+    if (!t) {
+        bad(v, "weight %s missing", name);
+        return NULL;
+    }
     const int64_t want_ne[3] = {d0, d1, d2};
     int nd = d2 ? 3 : d1 ? 2 : 1;
     bool ok = t->type == 0 && (int)t->n_dims == nd;
@@ -837,8 +840,7 @@ nm_status nm_vits_synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, i
     if (!pcm || !n_pcm) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no place for the samples");
     gather g = {0};
     nm_status st = nm_vits_synth_stream(v, cx, ids, n, sc, 0, collect, &g, err, err_size);
-    if (st == NM_ERR_NOMEM && !err_size) st = NM_ERR_NOMEM;
-    else if (st == NM_ERR_NOMEM) nm_fail(st, err, err_size, "piper: out of memory for the samples");
+    if (st == NM_ERR_NOMEM) nm_fail(st, err, err_size, "piper: out of memory for the samples"); // (collect's)
     if (st != NM_OK) {
         free(g.pcm);
         return st;

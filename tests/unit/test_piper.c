@@ -1,7 +1,9 @@
 // Piper's VITS on our kernels (src/bricks/tts/piper/vits.h) and its convolutions
 // (src/backend/cpu/conv1d.h):
-//   conv1d_matches_reference, conv_t1d_matches_reference  the GEMM forms against the
-//       definition's loops, over kernels, dilations, pads, strides and lengths around a tile
+//   conv1d_matches_reference, conv_t1d_matches_reference  the direct forms against the
+//       definition's loops, over kernels, dilations, pads, strides, channel counts around the
+//       kernel's vectors (1 .. 4 of 16, a partial one) and lengths around a chunk
+//   conv_rows_match_reference  this CPU's row kernel against the reference kernel, bit for bit
 //   piper_voice_loads          the default voice's rate, hop, scales and phoneme map
 //   piper_refuses_bad_input    ids out of range, none, scales out of range, a GGUF that is no voice
 //   piper_noise_seeded         with the noises on: the same seed the same samples, another seed others
@@ -48,9 +50,11 @@ NM_TEST(conv1d_matches_reference) {
         {3, 5, 1, 1, 0, 0, 7, true},    {8, 16, 3, 1, 1, 1, 1, true},  {8, 16, 3, 1, 1, 1, 600, true},
         {32, 32, 7, 12, 36, 36, 90, true}, {16, 24, 5, 2, 4, 4, 1000, false}, {4, 6, 4, 1, 1, 2, 33, true},
         {192, 384, 5, 1, 2, 2, 70, true}, {5, 1, 7, 1, 3, 3, 300, false}, {6, 6, 3, 3, 3, 3, 5, true},
+        {7, 40, 3, 1, 1, 1, 100, true},    {9, 100, 2, 5, 0, 3, 250, true},  {3, 17, 1, 1, 0, 0, 97, false},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        float *w = randv((int64_t)cs[i].oc * cs[i].ic * cs[i].k), *pk = malloc(sizeof(float) * (size_t)cs[i].oc * cs[i].ic * cs[i].k);
+        float *w = randv((int64_t)cs[i].oc * cs[i].ic * cs[i].k);
+        float *pk = malloc(sizeof(float) * (size_t)nm_conv1d_packed_size(cs[i].oc, cs[i].ic, cs[i].k));
         float *b = cs[i].bias ? randv(cs[i].oc) : NULL, *x = randv(cs[i].n * cs[i].ic);
         nm_conv1d_pack(w, cs[i].oc, cs[i].ic, cs[i].k, pk);
         const float slope = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.1f : 0.0f; // (none, HiFi-GAN's leaky ReLU, a ReLU)
@@ -80,26 +84,36 @@ NM_TEST(conv1d_matches_reference) {
         free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
     }
     // an input shorter than the kernel's reach, unpadded: no output
-    float w[6 * 6 * 3] = {0}, x[2 * 6] = {0}, y[6];
+    float w[16 * 6 * 3] = {0}, x[2 * 6] = {0}, y[6];
     const nm_conv1d c = {.w = w, .ic = 6, .oc = 6, .k = 3, .dil = 3, .in_slope = 1};
     NM_CHECK(nm_conv1d_run(&c, x, 2, 0, 0, y, NULL, NULL) == 0 && nm_conv1d_ref(&c, x, 2, 0, 0, y) == 0);
 }
 
-// The panel packer (AVX-512: a 16 x 16 transpose in registers) against the plain one: blocks and a
-// remainder, with and without the activation.
-NM_TEST(pack16_act_matches_reference) {
-    const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
-    if (!pk) NM_SKIP("no AVX-512 panel kernels on this CPU");
-    const int64_t K = 37, rs = 41;
-    float *w = randv(16 * rs), *a = aligned_alloc(64, sizeof(float) * 16 * 48), *b = aligned_alloc(64, sizeof(float) * 16 * 48);
-    for (int s = 0; s < 3; s++) {
-        const float slope = s == 0 ? 1.0f : s == 1 ? 0.1f : 0.0f;
-        nm_gemm_pack16_act(w, rs, K, slope, a);
-        pk->pack16(w, rs, K, slope, b);
-        NM_CHECK(!memcmp(a, b, sizeof(float) * 16 * (size_t)K));
-        NM_CHECK(a[5 * 16 + 3] == fmaxf(w[3 * rs + 5], slope * w[3 * rs + 5]));
-    }
-    free(w), free(a), free(b);
+// The row kernel this CPU uses against the reference kernel (the same sums in the same order; FMA's
+// single rounding against the reference's two: relative error < 1e-6); taps forwards, dilated and
+// backwards, every channel count from 1 to 70 (whole and partial vectors, 1 .. 4 at a time), rows
+// that leave a partial block, and the rows between the stored ones left as they were.
+NM_TEST(conv_rows_match_reference) {
+    const nm_conv_rows_fn k = nm_conv_rows_get();
+    if (k == nm_conv_rows_ref) NM_SKIP("no SIMD row kernel on this CPU");
+    const int32_t ic = 11, taps = 3;
+    const int64_t rows = 31, xrows = 2 * NM_CONV_ROWS + 2 * 5 * (taps - 1) + 8;
+    float *x = randv(xrows * ic), *w = randv((int64_t)taps * ic * 80), *b = randv(80);
+    float *y = malloc(sizeof(float) * rows * 80), *r = malloc(sizeof(float) * rows * 80);
+    int bad = 0;
+    for (int32_t oc = 1; oc <= 70; oc++)
+        for (int s = 0; s < 3; s++) {
+            const int64_t xstep = s == 0 ? 1 : s == 1 ? 5 : -1;
+            const float *x0 = x + (s == 2 ? (taps - 1) * ic : 0);
+            const int32_t ocp = (oc + 15) & ~15;
+            memset(y, 0, sizeof(float) * rows * 80), memset(r, 0, sizeof(float) * rows * 80);
+            k(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, oc % 2 ? b : NULL, rows, y, oc + 3);
+            nm_conv_rows_ref(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, oc % 2 ? b : NULL, rows, r, oc + 3);
+            if (rel_err(y, r, rows * (oc + 3)) > 1e-6) bad++;
+        }
+    NM_CHECK(bad == 0);
+    if (bad) printf("  %d of 210 shapes differ\n", bad);
+    free(x), free(w), free(b), free(y), free(r);
 }
 
 // The gate tanh(a) sigmoid(b) and tanh (AVX-512, exp512) against libm's, over [-12, 12] and near 0:
@@ -136,10 +150,12 @@ NM_TEST(gate_tanh_match_libm) {
 NM_TEST(conv_t1d_matches_reference) {
     const struct { int32_t ic, oc, k, stride; int64_t n; } cs[] = {
         {256, 128, 16, 8, 40}, {128, 64, 16, 8, 1}, {64, 32, 8, 4, 700}, {6, 3, 4, 2, 9}, {5, 7, 3, 1, 20},
+        {4, 20, 3, 4, 9}, {8, 50, 5, 2, 300},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         const int64_t nw = (int64_t)cs[i].ic * cs[i].oc * cs[i].k;
-        float *w = randv(nw), *pk = malloc(sizeof(float) * (size_t)nw), *b = randv(cs[i].oc), *x = randv(cs[i].n * cs[i].ic);
+        float *w = randv(nw), *b = randv(cs[i].oc), *x = randv(cs[i].n * cs[i].ic);
+        float *pk = malloc(sizeof(float) * (size_t)nm_conv1d_packed_size(cs[i].oc, cs[i].ic, cs[i].k));
         nm_conv_t1d_pack(w, cs[i].ic, cs[i].oc, cs[i].k, pk);
         const float slope = i % 2 ? 0.1f : 1.0f;
         const nm_conv_t1d c = {.w = pk, .bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .stride = cs[i].stride,

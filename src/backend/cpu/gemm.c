@@ -37,14 +37,6 @@ void nm_gemm_pack16(const float *restrict w, int64_t rs, int64_t ks, int64_t R, 
     }
 }
 
-void nm_gemm_pack16_act(const float *restrict w, int64_t rs, int64_t K, float slope, float *restrict wp) {
-    for (int64_t k = 0; k < K; k++)
-        for (int64_t r = 0; r < NM_GEMM_PACK_ROWS; r++) {
-            const float v = w[r * rs + k], a = slope * v;
-            wp[k * NM_GEMM_PACK_ROWS + r] = v > a ? v : a;
-        }
-}
-
 static double expf_tab[32];
 static void expf_tab_init(void) {
     for (int i = 0; i < 32; i++) {
@@ -64,7 +56,7 @@ const double *nm_expf_libm_table(void) {
 
 #ifdef NM_HAVE_X86_SIMD
 static nm_gemm_panel_kernels k512 = {nm_gemm_f32_xpanel_avx512, nm_gemm_f32_xpanel_pout_avx512, nm_softmax_panel_avx512,
-                                     NULL, NULL, nm_gemm_pack16_act_avx512, nm_gate_avx512, nm_tanh_avx512};
+                                     NULL, NULL, nm_gate_avx512, nm_tanh_avx512};
 // The vector expf where it gives this libm's bits: every 2^15th float of
 // [-104, 0] and its two neighbours, and the range's ends (in blocks on the
 // stack: a heap block here would move malloc's mmap threshold).

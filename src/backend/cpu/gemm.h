@@ -34,15 +34,9 @@ nm_gemm_fn nm_gemm_f32_get(void);
 // Packs R <= 16 rows of K elements, element (r, k) at w[r * rs + k * ks]:
 // wp[k * 16 + r], zeros for rows R..15 (rs = K, ks = 1 for a row-major tile).
 void nm_gemm_pack16(const float *restrict w, int64_t rs, int64_t ks, int64_t R, int64_t K, float *restrict wp);
-// nm_gemm_pack16 of 16 rows (row r at w + r * rs, K contiguous elements), each element through a leaky
-// ReLU of that slope first (max(v, slope v), 0 <= slope <= 1; 1: as it is): the input of a convolution
-// whose activation comes before it (conv1d.h).
-typedef void (*nm_gemm_pack16_act_fn)(const float *restrict w, int64_t rs, int64_t K, float slope, float *restrict wp);
-void nm_gemm_pack16_act(const float *restrict w, int64_t rs, int64_t K, float slope, float *restrict wp);
 #ifdef NM_HAVE_X86_SIMD
 void nm_gate_avx512(const float *a, const float *b, float *y, int64_t n);
 void nm_tanh_avx512(float *x, int64_t n);
-void nm_gemm_pack16_act_avx512(const float *restrict w, int64_t rs, int64_t K, float slope, float *restrict wp);
 #endif
 typedef void (*nm_gemm_xpanel_fn)(const float *restrict w, int64_t ldw, int64_t R, const float *restrict xp, int64_t nt,
                                   int64_t K, float *restrict y, int64_t ldy, const float *restrict bias);
@@ -80,7 +74,6 @@ typedef struct nm_gemm_panel_kernels {
     nm_softmax_panel_fn softmax;
     nm_expf_libm_fn expf_libm;             // NULL where it disagrees with this libm's expf on
     nm_softmax_panel_ggml_fn softmax_ggml; // a sample at start (then: scalar expf)
-    nm_gemm_pack16_act_fn pack16;          // nm_gemm_pack16_act of 16 rows, transposed in registers
     // y[i] = tanh(a[i]) sigmoid(b[i]) (WaveNet's gate), and x[i] = tanh(x[i]) in place, for n elements,
     // through exp512 (absolute error below 1e-6 against libm's tanhf and expf)
     void (*gate)(const float *a, const float *b, float *y, int64_t n);

@@ -153,48 +153,6 @@ void nm_tanh_avx512(float *x, int64_t n) {
     }
 }
 
-// 16 rows of 16 floats transposed in registers (the unpack / shuffle ladder), K in blocks of 16; the
-// remainder column by column. max(v, slope v) is exact: the same values as nm_gemm_pack16_act.
-void nm_gemm_pack16_act_avx512(const float *restrict w, int64_t rs, int64_t K, float slope, float *restrict wp) {
-    const __m512 sv = _mm512_set1_ps(slope);
-    const int act = slope != 1.0f;
-    int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m512 r[16], t[16];
-        for (int i = 0; i < 16; i++) {
-            r[i] = _mm512_loadu_ps(w + i * rs + k);
-            if (act) r[i] = _mm512_max_ps(r[i], _mm512_mul_ps(r[i], sv));
-        }
-        for (int i = 0; i < 16; i += 2) {
-            t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-            t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-        }
-        for (int i = 0; i < 16; i += 4)
-            for (int j = 0; j < 2; j++) {
-                r[i + j] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + j]), _mm512_castps_pd(t[i + 2 + j])));
-                r[i + 2 + j] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + j]), _mm512_castps_pd(t[i + 2 + j])));
-            }
-        // r[4q + m] now holds, in each 128-bit lane b, column 4b + m' of rows 4q .. 4q + 3 (m' by m's order)
-        for (int i = 0; i < 16; i += 8)
-            for (int j = 0; j < 4; j++) {
-                t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + 4 + j], 0x88);
-                t[i + 4 + j] = _mm512_shuffle_f32x4(r[i + j], r[i + 4 + j], 0xDD);
-            }
-        for (int j = 0; j < 8; j++) {
-            r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-            r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
-        }
-        // column c of the block: r[perm[c]]
-        static const int perm[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
-        for (int c = 0; c < 16; c++) _mm512_store_ps(wp + (k + c) * 16, r[perm[c]]);
-    }
-    for (; k < K; k++)
-        for (int i = 0; i < 16; i++) {
-            const float v = w[i * rs + k], a = slope * v;
-            wp[k * 16 + i] = v > a ? v : a;
-        }
-}
-
 // nm_expsum_avx2's exponential, 16 lanes at a time (the same operations, so
 // the same values).
 

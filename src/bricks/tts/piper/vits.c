@@ -139,8 +139,7 @@ static void drop_pages(const void *p, size_t n) {
     if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d; a 1x1's layout is already the packed one:
-// read in place) and its bias (if `bias`).
+// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d) and its bias (if `bias`).
 static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32_t ic, int32_t k, int32_t dil,
                  bool bias) {
     char name[160];
@@ -149,10 +148,10 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
     snprintf(name, sizeof name, "%.100s.bias", prefix);
     const float *b = bias ? tensor(v, name, oc, 0, 0) : NULL;
     if (!w || (bias && !b)) return false;
-    float *p = k == 1 ? (float *)w : own(v, (size_t)oc * ic * k);
+    float *p = own(v, (size_t)nm_conv1d_packed_size(oc, ic, k));
     if (!p) return false;
-    if (k > 1) nm_conv1d_pack(w, oc, ic, k, p);
-    if (k > 1 && v->mapped) drop_pages(w, sizeof(float) * (size_t)oc * ic * k);
+    nm_conv1d_pack(w, oc, ic, k, p);
+    if (v->mapped) drop_pages(w, sizeof(float) * (size_t)oc * ic * k);
     *c = (nm_conv1d){.w = p, .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f};
     if (nm_conv1d_work(c, 1) > v->work1) v->work1 = nm_conv1d_work(c, 1);
     return true;
@@ -373,7 +372,7 @@ static bool load_weights(nm_vits *v) {
         const float *w = tensor(v, p, ch, ch / 2, v->ups_k[u]);
         snprintf(p, sizeof p, "dec.ups.%d.bias", (int)u);
         const float *b = tensor(v, p, ch / 2, 0, 0);
-        float *pk = w && b ? own(v, (size_t)ch * (ch / 2) * v->ups_k[u]) : NULL;
+        float *pk = w && b ? own(v, (size_t)nm_conv1d_packed_size(ch / 2, ch, v->ups_k[u])) : NULL;
         if (!pk) return false;
         nm_conv_t1d_pack(w, ch, ch / 2, v->ups_k[u], pk);
         if (v->mapped) drop_pages(w, sizeof(float) * (size_t)ch * (ch / 2) * v->ups_k[u]);
@@ -525,46 +524,87 @@ static float *take(arena *a, int64_t n) {
 }
 
 // Multi-head self-attention with relative positions (a window each side, its
-// embeddings shared by the heads), x [n][H] -> y [n][H] (before conv_o).
-static void attention(const nm_vits *v, int l, const float *q, const float *k, const float *val, int64_t n, float *y,
-                      float *p) {
-    const int32_t H = v->hidden, dh = H / v->n_heads, W = v->window;
+// embeddings shared by the heads), x [n][H] -> y [n][H] (before conv_o), as
+// products on the convolutions' row kernel: per head, the keys and the 2W + 1
+// relative key embeddings side by side as one weight [dh][n + 2W + 1] (each
+// query's scores and its relative scores in one pass), and the values with the
+// relative value embeddings below them as [n + 2W + 1][dh] (each query's
+// probabilities, then its band of them by relative position, in one pass).
+// Blocks of ATT_ROWS queries of a head are the pool's chunks.
+#define ATT_ROWS 24 // (NM_CONV_ROWS: the kernel reads no row past a block)
+
+typedef struct att_job {
+    const nm_vits *v;
+    int l;
+    const float *q;
+    float *y, *kt, *vs, *work; // kt, vs: per head; work: per thread, att_work's
+    int64_t n, blocks;
+    nm_conv_rows_fn kern;
+} att_job;
+
+static int32_t up16(int32_t n) { return (n + 15) & ~15; }
+static int64_t att_work(const nm_vits *v, int64_t n) { return ATT_ROWS * (v->hidden / v->n_heads + n + 2 * v->window + 1); }
+
+static void att_block(void *arg, int64_t chunk, int ith) {
+    const att_job *J = arg;
+    const nm_vits *v = J->v;
+    const int32_t H = v->hidden, dh = H / v->n_heads, W = v->window, R = 2 * W + 1, h = (int32_t)(chunk / J->blocks);
+    const int64_t n = J->n, NR = n + R, i0 = (chunk % J->blocks) * ATT_ROWS, m = n - i0 < ATT_ROWS ? n - i0 : ATT_ROWS;
     const float scale = 1.0f / sqrtf((float)dh);
-    const float *ek = v->enc[l].rel_k, *ev = v->enc[l].rel_v;
-    for (int32_t h = 0; h < v->n_heads; h++)
-        for (int64_t i = 0; i < n; i++) {
-            const float *qi = q + i * H + h * dh;
-            float mx = -INFINITY;
-            for (int64_t j = 0; j < n; j++) {
-                const float *kj = k + j * H + h * dh;
-                float s = 0;
-                for (int32_t d = 0; d < dh; d++) s += qi[d] * scale * kj[d];
-                const int64_t r = j - i;
-                if (r >= -W && r <= W) { // (the keys' relative embedding)
-                    const float *e = ek + (r + W) * dh;
-                    float sr = 0;
-                    for (int32_t d = 0; d < dh; d++) sr += qi[d] * scale * e[d];
-                    s += sr;
-                }
-                p[j] = s;
-                if (s > mx) mx = s;
-            }
-            double sum = 0;
-            for (int64_t j = 0; j < n; j++) sum += (p[j] = expf(p[j] - mx));
-            const float inv = (float)(1.0 / sum);
-            float *yi = y + i * H + h * dh;
-            memset(yi, 0, sizeof(float) * (size_t)dh);
-            for (int64_t j = 0; j < n; j++) {
-                const float w = p[j] * inv;
-                const float *vj = val + j * H + h * dh;
-                for (int32_t d = 0; d < dh; d++) yi[d] += w * vj[d];
-                const int64_t r = j - i;
-                if (r >= -W && r <= W) {
-                    const float *e = ev + (r + W) * dh;
-                    for (int32_t d = 0; d < dh; d++) yi[d] += w * e[d];
-                }
-            }
+    float *qs = J->work + ith * att_work(v, n), *sp = qs + ATT_ROWS * dh; // qs [ATT_ROWS][dh], sp [ATT_ROWS][NR]
+    for (int64_t i = 0; i < ATT_ROWS; i++)
+        for (int32_t d = 0; d < dh; d++) qs[i * dh + d] = i < m ? J->q[(i0 + i) * H + h * dh + d] * scale : 0.0f;
+    J->kern(qs, 0, J->kt + (int64_t)h * dh * up16((int32_t)NR), 0, 1, dh, (int32_t)NR, NULL, m, sp, NR);
+    for (int64_t i = 0; i < m; i++) {
+        float *s = sp + i * NR, *band = s + n;
+        const int64_t gi = i0 + i;
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t r = j - gi;
+            if (r >= -W && r <= W) s[j] += band[r + W]; // (the keys' relative embedding)
+            if (s[j] > mx) mx = s[j];
         }
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++) sum += (s[j] = expf(s[j] - mx));
+        const float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j < n; j++) s[j] *= inv;
+        for (int32_t r = -W; r <= W; r++) band[r + W] = gi + r >= 0 && gi + r < n ? s[gi + r] : 0.0f;
+    }
+    for (int64_t i = m; i < ATT_ROWS; i++) memset(sp + i * NR, 0, sizeof(float) * (size_t)NR);
+    J->kern(sp, 0, J->vs + (int64_t)h * NR * up16(dh), 0, 1, (int32_t)NR, dh, NULL, m, J->y + i0 * H + h * dh, H);
+}
+
+// kv: the heads' packed keys and values, v->n_heads * att_kv(v, n) floats; work: nth * att_work(v, n).
+static int64_t att_kv(const nm_vits *v, int64_t n) {
+    const int32_t dh = v->hidden / v->n_heads, NR = (int32_t)n + 2 * v->window + 1;
+    return (int64_t)dh * up16(NR) + (int64_t)NR * up16(dh);
+}
+
+static void attention(const nm_vits *v, int l, const float *q, const float *k, const float *val, int64_t n, float *y,
+                      float *kv, float *work, nm_pool *pool) {
+    const int32_t H = v->hidden, dh = H / v->n_heads, W = v->window, R = 2 * W + 1, NR = (int32_t)n + R;
+    const int32_t ocs = up16(NR), ocv = up16(dh);
+    float *kt = kv, *vs = kv + (int64_t)v->n_heads * dh * ocs;
+    for (int32_t h = 0; h < v->n_heads; h++) {
+        float *kh = kt + (int64_t)h * dh * ocs, *vh = vs + (int64_t)h * NR * ocv;
+        for (int32_t d = 0; d < dh; d++) {
+            float *row = kh + (int64_t)d * ocs;
+            for (int64_t j = 0; j < n; j++) row[j] = k[j * H + h * dh + d];
+            for (int32_t r = 0; r < R; r++) row[n + r] = v->enc[l].rel_k[r * dh + d];
+            for (int32_t j = NR; j < ocs; j++) row[j] = 0.0f;
+        }
+        for (int32_t j = 0; j < NR; j++) {
+            const float *src = j < n ? val + (int64_t)j * H + h * dh : v->enc[l].rel_v + (int64_t)(j - n) * dh;
+            memcpy(vh + (int64_t)j * ocv, src, sizeof(float) * (size_t)dh);
+            for (int32_t d = dh; d < ocv; d++) vh[(int64_t)j * ocv + d] = 0.0f;
+        }
+    }
+    att_job J = {.v = v, .l = l, .q = q, .y = y, .kt = kt, .vs = vs, .work = work, .n = n,
+                 .blocks = (n + ATT_ROWS - 1) / ATT_ROWS, .kern = nm_conv_rows_get()};
+    const int64_t chunks = J.blocks * v->n_heads;
+    if (pool && chunks > 1) nm_pool_run(pool, att_block, &J, chunks);
+    else
+        for (int64_t c = 0; c < chunks; c++) att_block(&J, c, 0);
 }
 
 // DDSConv over x [n][F] in place (g added first where given).
@@ -861,11 +901,13 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     const int64_t wide = FF > 2 * I ? FF : 2 * I;
     int64_t HW = H > F ? H : F; // (the duration predictor's buffers share the encoder's)
     HW = HW > 3 * v->dp_bins ? HW : 3 * v->dp_bins;
-    arena A = {.cap = (size_t)(n * (int64_t)(6 * HW + wide + 64) + n + 4096)};
+    arena A = {.cap = (size_t)(n * (int64_t)(6 * HW + wide + 64) + 4096)};
     A.base = grow(cx, 0, (int64_t)A.cap);
     if (!A.base || !W) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);
     float *x = take(&A, n * HW), *q = take(&A, n * HW), *k = take(&A, n * HW), *val = take(&A, n * HW),
-          *y = take(&A, n * HW), *z = take(&A, n * HW), *f = take(&A, n * wide), *pr = take(&A, n);
+          *y = take(&A, n * HW), *z = take(&A, n * HW), *f = take(&A, n * wide);
+    float *kv = grow(cx, 9, v->n_heads * att_kv(v, n) + cx->nth * att_work(v, n) + 16); // the attention's
+    if (!kv) goto oom;
     for (int32_t t = 0; t < n; t++) {
         const float *e = v->emb + (int64_t)ids[t] * H;
         for (int32_t c = 0; c < H; c++) x[(int64_t)t * H + c] = e[c] * sqrtf((float)H);
@@ -874,7 +916,7 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
         nm_conv1d_run(&v->enc[l].q, x, n, 0, 0, q, W, pool);
         nm_conv1d_run(&v->enc[l].k, x, n, 0, 0, k, W, pool);
         nm_conv1d_run(&v->enc[l].v, x, n, 0, 0, val, W, pool);
-        attention(v, l, q, k, val, n, y, pr);
+        attention(v, l, q, k, val, n, y, kv, kv + v->n_heads * att_kv(v, n), pool);
         nm_conv1d_run(&v->enc[l].o, y, n, 0, 0, z, W, pool);
         for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
         layer_norm(x, n, H, &v->enc[l].n1);

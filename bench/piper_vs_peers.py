@@ -12,7 +12,8 @@ beside its GGUF in the model cache (scripts/fetch_models.sh). The text: tests/da
 all 30 sentences as one text (RTF: synthesis seconds / audio seconds, warm: the voice loaded and one
 sentence spoken first), and its first three sentences (first audio: seconds from the text to the first
 samples). The noises at the voice's defaults. nanomind/stream: say --stream-ms 200 (the first long sentence's first 0.2 s
-made first: what the assistant and the server do). Prints a table and one JSON line per engine.
+made first: what the assistant and the server do); nanomind/f32: NM_NO_AMX=1 (the f32 kernels only, as
+on a CPU without AMX). Prints a table and one JSON line per engine.
 """
 import json
 import os
@@ -98,7 +99,7 @@ def sherpa(threads, reps):
     return best
 
 
-def nanomind(nm, threads, reps, stream_ms=0):
+def nanomind(nm, threads, reps, stream_ms=0, env=None):
     best = None
     with tempfile.TemporaryDirectory(prefix="nm-piper-bench-") as d:
         txt, ans = os.path.join(d, "text.txt"), os.path.join(d, "answer.txt")
@@ -108,7 +109,8 @@ def nanomind(nm, threads, reps, stream_ms=0):
             r = {}
             for f, key in ((txt, "rtf"), (ans, "first")):
                 p = subprocess.run([nm, "say", "--tts", "piper", "--voice", GGUF, "-f", f, "-o", os.path.join(d, "o.wav"),
-                                    "--stream-ms", str(stream_ms), "--stats"], capture_output=True, text=True)
+                                    "--stream-ms", str(stream_ms), "--stats"], capture_output=True, text=True,
+                                   env=dict(os.environ, **(env or {})))
                 if p.returncode:
                     raise RuntimeError(p.stderr)
                 for line in p.stderr.splitlines():
@@ -125,7 +127,8 @@ def child(engine, nm, threads, reps):
     r = {"piper-tts": lambda: piper_tts(threads, reps, False), "piper-tts/2t": lambda: piper_tts(threads, reps, True),
          "sherpa-onnx": lambda: sherpa(threads, reps),
          "nanomind": lambda: nanomind(nm, threads, reps),
-         "nanomind/stream": lambda: nanomind(nm, threads, reps, 200)}[engine]()
+         "nanomind/stream": lambda: nanomind(nm, threads, reps, 200),
+         "nanomind/f32": lambda: nanomind(nm, threads, reps, env={"NM_NO_AMX": "1"})}[engine]()
     r["engine"] = engine
     # the process's own peak (nanomind: its child's, the say command)
     who = resource.RUSAGE_CHILDREN if engine.startswith("nanomind") else resource.RUSAGE_SELF
@@ -149,7 +152,7 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("cpu: %s; %d threads; best of %d; %d sentences, %d characters" % (cpu, threads, reps, len(LINES), len(TEXT)))
     rows = []
-    for engine in ("nanomind", "nanomind/stream", "piper-tts", "piper-tts/2t", "sherpa-onnx"):
+    for engine in ("nanomind", "nanomind/stream", "nanomind/f32", "piper-tts", "piper-tts/2t", "sherpa-onnx"):
         p = subprocess.run([sys.executable, __file__, "--child", engine, nm, str(threads), str(reps)], capture_output=True,
                            text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
         if p.returncode:

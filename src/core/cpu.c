@@ -6,6 +6,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #elif defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
 #ifndef HWCAP_ASIMDDP
@@ -44,8 +48,17 @@ static void detect(void) {
         feats.avx512dq = zmm && ((b >> 17) & 1);
         feats.avx512bitalg = zmm && ((c >> 12) & 1);
         feats.gfni = (c >> 8) & 1;
+#if defined(__linux__) && defined(__x86_64__)
+        // AMX-TILE and AMX-BF16 (EDX bits 24, 22), the OS saving XTILECFG and XTILEDATA (XCR0 bits 17, 18),
+        // and the tile data's permission for this process (a first tile instruction without it is SIGILL)
+        if (zmm && ((d >> 24) & 1) && ((d >> 22) & 1)) {
+            unsigned lo, hi;
+            __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+            feats.amx_bf16 = (lo & 0x60000) == 0x60000 && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
+        }
+#endif
     }
-    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) feats.avx_vnni = (a >> 4) & 1;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) feats.avx_vnni = (a >> 4) & 1, feats.avx512bf16 = zmm && ((a >> 5) & 1);
 #elif defined(__aarch64__)
     feats.neon = true;
 #if defined(__linux__)
@@ -105,7 +118,7 @@ char *nm_cpu_features_str(char *buf, size_t size) {
         {c->avx2, "avx2"}, {c->fma, "fma"}, {c->f16c, "f16c"}, {c->avx_vnni, "avx_vnni"}, {c->avx512f, "avx512f"},
         {c->avx512bw, "avx512bw"}, {c->avx512dq, "avx512dq"}, {c->avx512vl, "avx512vl"},
         {c->avx512vnni, "avx512vnni"}, {c->avx512vbmi, "avx512vbmi"}, {c->avx512bitalg, "avx512bitalg"},
-        {c->gfni, "gfni"}, {c->neon, "neon"}, {c->dotprod, "dotprod"},
+        {c->gfni, "gfni"}, {c->avx512bf16, "avx512bf16"}, {c->amx_bf16, "amx_bf16"}, {c->neon, "neon"}, {c->dotprod, "dotprod"},
     };
     size_t n = 0;
     buf[0] = '\0';

@@ -10,6 +10,9 @@ typedef struct nm_cpu_features {
     bool avx2, fma, f16c, avx_vnni, avx512f; // x86 (AVX state enabled by the OS)
     // the AVX-512 subsets of the decode GEMV (x86_avx512.c): BW, DQ, VL, VNNI, VBMI, BITALG and GFNI
     bool avx512bw, avx512dq, avx512vl, avx512vnni, avx512vbmi, avx512bitalg, gfni;
+    // AVX512-BF16 (its conversions); AMX tiles with the BF16 product (Sapphire Rapids on): the tile
+    // state enabled by the OS and this process granted it (Linux's ARCH_REQ_XCOMP_PERM, asked once here)
+    bool avx512bf16, amx_bf16;
     bool neon, dotprod;                       // aarch64
 } nm_cpu_features;
 

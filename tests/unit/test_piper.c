@@ -8,7 +8,8 @@
 //   piper_refuses_bad_input    ids out of range, none, scales out of range, a GGUF that is no voice
 //   piper_noise_seeded         with the noises on: the same seed the same samples, another seed others
 //   piper_matches_onnxruntime  the cases tests/tools/test_piper_ort.py wrote from onnxruntime
-//       (NM_PIPER_ORACLE: a folder of N.ids, N.scales, N.f32): the same length, SNR >= 60 dB
+//       (NM_PIPER_ORACLE: a folder of N.ids, N.scales, N.f32): the same length, SNR >= 80 dB on
+//       the f32 kernels, >= 65 dB where AMX's bf16x3 products run
 //   nfd_decomposes_and_orders  Unicode's NFD: precomposed letters, Hangul, marks in canonical order
 //   piper_phonemes             text -> ids as piper-tts makes them (sentences, terminators, the map)
 //   piper_engine_speaks        the engine through nm_tts: the samples of VITS's output as piper-tts
@@ -45,48 +46,78 @@ static double rel_err(const float *a, const float *b, int64_t n) {
     return e / m;
 }
 
+// Error bounds against the reference (relative to the largest output): f32 sums in another order, and
+// AMX's bf16x3 products (each operand to 16 significant bits).
+#define F32_BOUND 1e-5
+#define AMX_BOUND 2e-5
+
+// Each case twice: the layout this CPU's packing picks (AMX where it can, unless NM_NO_AMX was set for
+// the run), then the f32 kernel's (NM_NO_AMX=1 for the round; round -1 puts the run's setting back).
+static bool g_force_f32;
+static void pick(int round) {
+    static int saved = -1; // NM_NO_AMX=1 given to the run
+    if (saved < 0) saved = getenv("NM_NO_AMX") && !strcmp(getenv("NM_NO_AMX"), "1");
+    g_force_f32 = round == 1 || saved;
+    if (g_force_f32) setenv("NM_NO_AMX", "1", 1);
+    else unsetenv("NM_NO_AMX");
+}
+
 NM_TEST(conv1d_matches_reference) {
     const struct { int32_t ic, oc, k, dil, pl, pr; int64_t n; bool bias; } cs[] = {
         {3, 5, 1, 1, 0, 0, 7, true},    {8, 16, 3, 1, 1, 1, 1, true},  {8, 16, 3, 1, 1, 1, 600, true},
         {32, 32, 7, 12, 36, 36, 90, true}, {16, 24, 5, 2, 4, 4, 1000, false}, {4, 6, 4, 1, 1, 2, 33, true},
         {192, 384, 5, 1, 2, 2, 70, true}, {5, 1, 7, 1, 3, 3, 300, false}, {6, 6, 3, 3, 3, 3, 5, true},
         {7, 40, 3, 1, 1, 1, 100, true},    {9, 100, 2, 5, 0, 3, 250, true},  {3, 17, 1, 1, 0, 0, 97, false},
+        {64, 48, 3, 2, 2, 2, 61, true},    {96, 16, 1, 1, 0, 0, 17, false},  {32, 64, 5, 6, 12, 12, 400, true},
     };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        float *w = randv((int64_t)cs[i].oc * cs[i].ic * cs[i].k);
-        float *pk = malloc(sizeof(float) * (size_t)nm_conv1d_packed_size(cs[i].oc, cs[i].ic, cs[i].k));
-        float *b = cs[i].bias ? randv(cs[i].oc) : NULL, *x = randv(cs[i].n * cs[i].ic);
-        nm_conv1d_pack(w, cs[i].oc, cs[i].ic, cs[i].k, pk);
-        const float slope = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.1f : 0.0f; // (none, HiFi-GAN's leaky ReLU, a ReLU)
-        const nm_conv1d c = {.w = pk, .bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .dil = cs[i].dil,
-                             .in_slope = slope};
-        const int64_t n_out = cs[i].n + cs[i].pl + cs[i].pr - (int64_t)cs[i].dil * (cs[i].k - 1);
-        float *y = randv(n_out * cs[i].oc), *r = randv(n_out * cs[i].oc), *y2 = randv(n_out * cs[i].oc);
-        float *work = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv1d_work(&c, 2) + 15) & ~15));
-        NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, y, work, NULL) == n_out);
-        NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, y2, work, g_pool) == n_out); // (the same on two threads)
-        NM_CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n_out * c.oc)));
-        free(y2);
-        NM_CHECK(nm_conv1d_ref(&c, x, cs[i].n, cs[i].pl, cs[i].pr, r) == n_out);
-        // (the reference's definition from PyTorch's layout, element by element, for one output)
-        const int64_t t = n_out / 2;
-        double want = b ? b[0] : 0;
-        for (int32_t j = 0; j < c.k; j++)
-            for (int32_t ic = 0; ic < c.ic; ic++) {
-                const int64_t s = t + (int64_t)j * c.dil - cs[i].pl;
-                if (s >= 0 && s < cs[i].n)
-                    want += (double)w[((int64_t)0 * c.ic + ic) * c.k + j] * fmaxf(x[s * c.ic + ic], slope * x[s * c.ic + ic]);
-            }
-        NM_CHECK(fabs(r[t * c.oc] - want) < 1e-4 * (1 + fabs(want)));
-        const double e = rel_err(y, r, n_out * c.oc);
-        NM_CHECK(e < 1e-5);
-        if (!(e < 1e-5)) printf("  case %zu: relative error %g\n", i, e);
-        free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
-    }
+    int amx_cases = 0;
+    for (int round = 0; round < 2; round++)
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            pick(round);
+            float *w = randv((int64_t)cs[i].oc * cs[i].ic * cs[i].k);
+            float *pk = aligned_alloc(64, sizeof(float) * (size_t)nm_conv1d_packed_size(cs[i].oc, cs[i].ic, cs[i].k));
+            float *b = cs[i].bias ? randv(cs[i].oc) : NULL, *x = randv(cs[i].n * cs[i].ic);
+            const float slope = i % 3 == 0 ? 1.0f : i % 3 == 1 ? 0.1f : 0.0f; // (none, HiFi-GAN's leaky ReLU, a ReLU)
+            nm_conv1d c = {.bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .dil = cs[i].dil, .in_slope = slope};
+            nm_conv1d_pack(&c, w, pk);
+            NM_CHECK(!c.wx == !nm_conv_amx_for(c.ic, c.oc, c.k) && !c.w != !c.wx && !(g_force_f32 && c.wx));
+            amx_cases += c.wx != NULL;
+            const int64_t n_out = cs[i].n + cs[i].pl + cs[i].pr - (int64_t)cs[i].dil * (cs[i].k - 1);
+            float *y = randv(n_out * cs[i].oc), *r = randv(n_out * cs[i].oc), *y2 = randv(n_out * cs[i].oc);
+            float *work = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv1d_work(&c, 2) + 15) & ~15));
+            NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, NULL, y, work, NULL) == n_out);
+            NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, NULL, y2, work, g_pool) == n_out); // (the same on two threads)
+            NM_CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n_out * c.oc)));
+            NM_CHECK(nm_conv1d_ref(&c, w, x, cs[i].n, cs[i].pl, cs[i].pr, r) == n_out);
+            // the terms added as the sums are stored: y2 = (conv + a + y2) * 0.5, y2 one of them (as HiFi-GAN's mean)
+            float *a = randv(n_out * c.oc), *want2 = malloc(sizeof(float) * (size_t)(n_out * c.oc));
+            for (int64_t e = 0; e < n_out * c.oc; e++) want2[e] = (r[e] + a[e] + y2[e]) * 0.5f;
+            const nm_conv_add add = {.a = a, .b = y2, .scale = 0.5f};
+            NM_CHECK(nm_conv1d_run(&c, x, cs[i].n, cs[i].pl, cs[i].pr, &add, y2, work, g_pool) == n_out);
+            NM_CHECK(rel_err(y2, want2, n_out * c.oc) < (c.wx ? AMX_BOUND : F32_BOUND));
+            free(y2), free(a), free(want2);
+            // (the reference's definition from PyTorch's layout, element by element, for one output)
+            const int64_t t = n_out / 2;
+            double want = b ? b[0] : 0;
+            for (int32_t j = 0; j < c.k; j++)
+                for (int32_t ic = 0; ic < c.ic; ic++) {
+                    const int64_t s = t + (int64_t)j * c.dil - cs[i].pl;
+                    if (s >= 0 && s < cs[i].n)
+                        want += (double)w[((int64_t)0 * c.ic + ic) * c.k + j] * fmaxf(x[s * c.ic + ic], slope * x[s * c.ic + ic]);
+                }
+            NM_CHECK(fabs(r[t * c.oc] - want) < 1e-4 * (1 + fabs(want)));
+            const double e = rel_err(y, r, n_out * c.oc), bound = c.wx ? AMX_BOUND : F32_BOUND;
+            NM_CHECK(e < bound);
+            if (!(e < bound)) printf("  case %zu (%s): relative error %g\n", i, c.wx ? "amx" : "f32", e);
+            free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
+        }
+    pick(-1);
+    if (!nm_conv_amx_for(32, 16, 3)) printf("  (no AMX here, or NM_NO_AMX=1: the f32 kernel only)\n");
+    else NM_CHECK(amx_cases == 4);
     // an input shorter than the kernel's reach, unpadded: no output
     float w[16 * 6 * 3] = {0}, x[2 * 6] = {0}, y[6];
     const nm_conv1d c = {.w = w, .ic = 6, .oc = 6, .k = 3, .dil = 3, .in_slope = 1};
-    NM_CHECK(nm_conv1d_run(&c, x, 2, 0, 0, y, NULL, NULL) == 0 && nm_conv1d_ref(&c, x, 2, 0, 0, y) == 0);
+    NM_CHECK(nm_conv1d_run(&c, x, 2, 0, 0, NULL, y, NULL, NULL) == 0 && nm_conv1d_ref(&c, w, x, 2, 0, 0, y) == 0);
 }
 
 // The row kernel this CPU uses against the reference kernel (the same sums in the same order; FMA's
@@ -107,8 +138,8 @@ NM_TEST(conv_rows_match_reference) {
             const float *x0 = x + (s == 2 ? (taps - 1) * ic : 0);
             const int32_t ocp = (oc + 15) & ~15;
             memset(y, 0, sizeof(float) * rows * 80), memset(r, 0, sizeof(float) * rows * 80);
-            k(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, oc % 2 ? b : NULL, rows, y, oc + 3);
-            nm_conv_rows_ref(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, oc % 2 ? b : NULL, rows, r, oc + 3);
+            k(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, oc % 2 ? b : NULL, rows, NULL, y, oc + 3);
+            nm_conv_rows_ref(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, oc % 2 ? b : NULL, rows, NULL, r, oc + 3);
             if (rel_err(y, r, rows * (oc + 3)) > 1e-6) bad++;
         }
     NM_CHECK(bad == 0);
@@ -150,39 +181,43 @@ NM_TEST(gate_tanh_match_libm) {
 NM_TEST(conv_t1d_matches_reference) {
     const struct { int32_t ic, oc, k, stride; int64_t n; } cs[] = {
         {256, 128, 16, 8, 40}, {128, 64, 16, 8, 1}, {64, 32, 8, 4, 700}, {6, 3, 4, 2, 9}, {5, 7, 3, 1, 20},
-        {4, 20, 3, 4, 9}, {8, 50, 5, 2, 300},
+        {4, 20, 3, 4, 9}, {8, 50, 5, 2, 300}, {32, 16, 3, 4, 33}, {64, 48, 4, 2, 250},
     };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
-        const int64_t nw = (int64_t)cs[i].ic * cs[i].oc * cs[i].k;
-        float *w = randv(nw), *b = randv(cs[i].oc), *x = randv(cs[i].n * cs[i].ic);
-        float *pk = malloc(sizeof(float) * (size_t)nm_conv1d_packed_size(cs[i].oc, cs[i].ic, cs[i].k));
-        nm_conv_t1d_pack(w, cs[i].ic, cs[i].oc, cs[i].k, pk);
-        const float slope = i % 2 ? 0.1f : 1.0f;
-        const nm_conv_t1d c = {.w = pk, .bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .stride = cs[i].stride,
-                               .pad = (cs[i].k - cs[i].stride) / 2, .in_slope = slope};
-        const int64_t n_out = (cs[i].n - 1) * c.stride - 2 * (int64_t)c.pad + c.k;
-        float *y = randv(n_out * c.oc), *r = randv(n_out * c.oc), *y2 = randv(n_out * c.oc);
-        float *work = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv_t1d_work(&c, 2) + 15) & ~15));
-        NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y, work, NULL) == n_out);
-        NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y2, work, g_pool) == n_out);
-        NM_CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n_out * c.oc)));
-        free(y2);
-        NM_CHECK(nm_conv_t1d_ref(&c, x, cs[i].n, r) == n_out);
-        // one output from PyTorch's layout [ic][oc][k]
-        const int64_t t = n_out / 3;
-        double want = b[1 % c.oc];
-        for (int64_t s = 0; s < cs[i].n; s++) {
-            const int64_t j = t + c.pad - s * c.stride;
-            if (j >= 0 && j < c.k)
-                for (int32_t ic = 0; ic < c.ic; ic++)
-                    want += (double)w[((int64_t)ic * c.oc + 1 % c.oc) * c.k + j] * fmaxf(x[s * c.ic + ic], slope * x[s * c.ic + ic]);
+    for (int round = 0; round < 2; round++)
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            pick(round);
+            const int64_t nw = (int64_t)cs[i].ic * cs[i].oc * cs[i].k;
+            float *w = randv(nw), *b = randv(cs[i].oc), *x = randv(cs[i].n * cs[i].ic);
+            float *pk = aligned_alloc(64, sizeof(float) * (size_t)nm_conv1d_packed_size(cs[i].oc, cs[i].ic, cs[i].k));
+            const float slope = i % 2 ? 0.1f : 1.0f;
+            nm_conv_t1d c = {.bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .stride = cs[i].stride,
+                             .pad = (cs[i].k - cs[i].stride) / 2, .in_slope = slope};
+            nm_conv_t1d_pack(&c, w, pk);
+            NM_CHECK(!c.wx == !nm_conv_amx_for(c.ic, c.oc, c.k) && !c.w != !c.wx);
+            const int64_t n_out = (cs[i].n - 1) * c.stride - 2 * (int64_t)c.pad + c.k;
+            float *y = randv(n_out * c.oc), *r = randv(n_out * c.oc), *y2 = randv(n_out * c.oc);
+            float *work = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv_t1d_work(&c, 2) + 15) & ~15));
+            NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y, work, NULL) == n_out);
+            NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y2, work, g_pool) == n_out);
+            NM_CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n_out * c.oc)));
+            free(y2);
+            NM_CHECK(nm_conv_t1d_ref(&c, w, x, cs[i].n, r) == n_out);
+            // one output from PyTorch's layout [ic][oc][k]
+            const int64_t t = n_out / 3;
+            double want = b[1 % c.oc];
+            for (int64_t s = 0; s < cs[i].n; s++) {
+                const int64_t j = t + c.pad - s * c.stride;
+                if (j >= 0 && j < c.k)
+                    for (int32_t ic = 0; ic < c.ic; ic++)
+                        want += (double)w[((int64_t)ic * c.oc + 1 % c.oc) * c.k + j] * fmaxf(x[s * c.ic + ic], slope * x[s * c.ic + ic]);
+            }
+            NM_CHECK(fabs(r[t * c.oc + 1 % c.oc] - want) < 1e-4 * (1 + fabs(want)));
+            const double e = rel_err(y, r, n_out * c.oc), bound = c.wx ? AMX_BOUND : F32_BOUND;
+            NM_CHECK(e < bound);
+            if (!(e < bound)) printf("  case %zu (%s): relative error %g\n", i, c.wx ? "amx" : "f32", e);
+            free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
         }
-        NM_CHECK(fabs(r[t * c.oc + 1 % c.oc] - want) < 1e-4 * (1 + fabs(want)));
-        const double e = rel_err(y, r, n_out * c.oc);
-        NM_CHECK(e < 1e-5);
-        if (!(e < 1e-5)) printf("  case %zu: relative error %g\n", i, e);
-        free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
-    }
+    pick(-1);
 }
 
 #define VOICE "piper-en_US-joe-medium.gguf"
@@ -382,6 +417,7 @@ static int32_t *read_ints(const char *path, int32_t *n) {
 // Run by tests/tools/test_piper_ort.py (ctest piper_ort), which writes the oracle and names it.
 NM_TEST_OPTIN(piper_matches_onnxruntime, "NM_PIPER_ORACLE") {
     const char *dir = getenv("NM_PIPER_ORACLE");
+    const bool amx = nm_conv_amx_for(32, 16, 3); // (the voice's convolutions packed for AMX)
     nm_vits *v = voice();
     NM_CHECK(v != NULL);
     if (!v) return;
@@ -420,7 +456,8 @@ NM_TEST_OPTIN(piper_matches_onnxruntime, "NM_PIPER_ORACLE") {
         const double snr = se > 0 ? 10 * log10(sr / se) : 200;
         printf("  case %d: %d ids, %lld samples (onnxruntime %lld), SNR %.1f dB, max |error| %.2g\n", k, (int)n,
                (long long)np, (long long)nr, snr, mx);
-        NM_CHECK(snr >= 60 && mx <= 2e-3);
+        const double bound = amx ? 65 : 80; // (bf16x3 products, or f32: conv1d.h)
+        NM_CHECK(snr >= bound && mx <= 2e-3);
         free(ids), free(ref), free(pcm);
         cases++;
     }

@@ -1,4 +1,4 @@
-// 1-D convolutions in direct form on the row kernel (conv1d.h).
+// 1-D convolutions in direct form on the row kernels (conv1d.h).
 #include "backend/cpu/conv1d.h"
 
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 
 #include "core/cpu.h"
 
-#define CHUNK 96 // output rows a chunk computes at most (a multiple of NM_CONV_ROWS)
+#define CHUNK 192 // output rows a chunk computes at most (a multiple of NM_CONV_ROWS)
 
 static int32_t ocp_of(int32_t oc) { return (oc + 15) & ~15; }
 static int64_t up_rows(int64_t n) { return (n + NM_CONV_ROWS - 1) / NM_CONV_ROWS * NM_CONV_ROWS; }
@@ -17,28 +17,83 @@ static inline float act(float v, float slope) {
     return v > a ? v : a;
 }
 
-int64_t nm_conv1d_packed_size(int32_t oc, int32_t ic, int32_t k) { return (int64_t)k * ic * ocp_of(oc); }
-
-void nm_conv1d_pack(const float *src, int32_t oc, int32_t ic, int32_t k, float *dst) {
-    const int32_t ocp = ocp_of(oc);
-    for (int32_t j = 0; j < k; j++)
-        for (int32_t i = 0; i < ic; i++)
-            for (int32_t o = 0; o < ocp; o++)
-                dst[((int64_t)j * ic + i) * ocp + o] = o < oc ? src[((int64_t)o * ic + i) * k + j] : 0.0f;
+static bool env_on(const char *name) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, "1");
 }
 
-void nm_conv_t1d_pack(const float *src, int32_t ic, int32_t oc, int32_t k, float *dst) {
-    const int32_t ocp = ocp_of(oc);
+bool nm_conv_amx_for(int32_t ic, int32_t oc, int32_t k) {
+#ifdef NM_HAVE_X86_SIMD
+    const nm_cpu_features *cpu = nm_cpu_features_get();
+    return cpu->amx_bf16 && cpu->avx512bf16 && k > 1 && ic % 32 == 0 && oc % 16 == 0 && !env_on("NM_NO_AMX") &&
+           !env_on("NM_NO_AVX512") && !env_on("NM_FORCE_REF");
+#else
+    (void)ic, (void)oc, (void)k;
+    return false;
+#endif
+}
+
+int64_t nm_conv1d_packed_size(int32_t oc, int32_t ic, int32_t k) { return (int64_t)k * ic * ocp_of(oc); }
+
+// BF16 of v rounded to nearest even (v finite), and v's split hi + lo.
+static uint16_t bf16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+// Tap j's weight W_j[i][o] = src at (i, o, j) (the strides of PyTorch's layout) into the f32 kernel's
+// [k][ic][ocp], or the AMX tiles: per tap, per 16 output channels, per 32 input channels, the hi tile then
+// the lo tile, each 16 rows of pairs: row kk, column 2 n + e holds channel (32 ib + 2 kk + e, 16 nb + n).
+static void pack(const float *src, int64_t si, int64_t so, int64_t sj, int32_t ic, int32_t oc, int32_t k, bool amx,
+                 float *dst) {
+    if (!amx) {
+        const int32_t ocp = ocp_of(oc);
+        for (int32_t j = 0; j < k; j++)
+            for (int32_t i = 0; i < ic; i++)
+                for (int32_t o = 0; o < ocp; o++)
+                    dst[((int64_t)j * ic + i) * ocp + o] = o < oc ? src[i * si + o * so + j * sj] : 0.0f;
+        return;
+    }
+    uint16_t *t = (uint16_t *)(void *)dst;
     for (int32_t j = 0; j < k; j++)
-        for (int32_t i = 0; i < ic; i++)
-            for (int32_t o = 0; o < ocp; o++)
-                dst[((int64_t)j * ic + i) * ocp + o] = o < oc ? src[((int64_t)i * oc + o) * k + j] : 0.0f;
+        for (int32_t nb = 0; nb < oc / 16; nb++)
+            for (int32_t ib = 0; ib < ic / 32; ib++)
+                for (int32_t kk = 0; kk < 16; kk++)
+                    for (int32_t n = 0; n < 16; n++)
+                        for (int32_t e = 0; e < 2; e++) {
+                            const float v = src[(32 * ib + 2 * kk + e) * si + (16 * nb + n) * so + j * sj];
+                            const uint16_t hi = bf16(v), lo = bf16(v - from_bf16(hi));
+                            uint16_t *tile = t + ((((int64_t)j * (oc / 16) + nb) * (ic / 32) + ib) * 2) * 512;
+                            tile[kk * 32 + 2 * n + e] = hi, tile[512 + kk * 32 + 2 * n + e] = lo;
+                        }
+}
+
+void nm_conv1d_pack(nm_conv1d *c, const float *src, float *dst) {
+    const bool amx = nm_conv_amx_for(c->ic, c->oc, c->k);
+    pack(src, c->k, (int64_t)c->ic * c->k, 1, c->ic, c->oc, c->k, amx, dst); // src [oc][ic][k]
+    c->w = amx ? NULL : dst;
+    c->wx = amx ? (const uint16_t *)(const void *)dst : NULL;
+}
+
+void nm_conv_t1d_pack(nm_conv_t1d *c, const float *src, float *dst) {
+    const bool amx = nm_conv_amx_for(c->ic, c->oc, c->k);
+    pack(src, (int64_t)c->oc * c->k, c->k, 1, c->ic, c->oc, c->k, amx, dst); // src [ic][oc][k]
+    c->w = amx ? NULL : dst;
+    c->wx = amx ? (const uint16_t *)(const void *)dst : NULL;
 }
 
 // The reference kernel, also the one where there is no SIMD one: 4 rows against 16 channels at a time
 // (the channel loop is what a compiler vectorizes), each sum in the kernel's order.
 void nm_conv_rows_ref(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep, int32_t ntaps,
-                      int32_t ic, int32_t oc, const float *restrict bias, int64_t rows, float *restrict y, int64_t ldy) {
+                      int32_t ic, int32_t oc, const float *restrict bias, int64_t rows, const nm_conv_add *add, float *y,
+                      int64_t ldy) {
     const int32_t ocp = ocp_of(oc);
     for (int64_t r0 = 0; r0 < rows; r0 += 4)
         for (int32_t o0 = 0; o0 < oc; o0 += 16) {
@@ -55,16 +110,20 @@ void nm_conv_rows_ref(const float *restrict x, int64_t xstep, const float *restr
                     }
             }
             for (int r = 0; r < nr; r++)
-                for (int o = 0; o < 16 && o0 + o < oc; o++) y[(r0 + r) * ldy + o0 + o] = acc[r][o];
+                for (int o = 0; o < 16 && o0 + o < oc; o++) {
+                    const int64_t at = (r0 + r) * ldy + o0 + o;
+                    float v = acc[r][o];
+                    if (add && add->a) v += add->a[at];
+                    if (add && add->b) v += add->b[at];
+                    y[at] = add ? v * add->scale : v;
+                }
         }
 }
 
 nm_conv_rows_fn nm_conv_rows_get(void) {
-    const char *force = getenv("NM_FORCE_REF"), *no512 = getenv("NM_NO_AVX512");
-    if ((force && !strcmp(force, "1")) || (no512 && !strcmp(no512, "1"))) return nm_conv_rows_ref;
+    if (env_on("NM_FORCE_REF") || env_on("NM_NO_AVX512")) return nm_conv_rows_ref;
 #ifdef NM_HAVE_X86_SIMD
-    const nm_cpu_features *cpu = nm_cpu_features_get();
-    if (cpu->avx512f) return nm_conv_rows_avx512;
+    if (nm_cpu_features_get()->avx512f) return nm_conv_rows_avx512;
 #endif
     return nm_conv_rows_ref;
 }
@@ -80,11 +139,88 @@ static void window(const float *x, int64_t n, int32_t ic, float slope, int64_t s
     }
 }
 
-// Output rows a chunk takes: CHUNK, or fewer where that would leave a thread idle on a short sequence.
-static int64_t chunk_rows(int64_t n_out, nm_pool *pool) {
-    const int64_t want = 4 * (pool ? nm_pool_size(pool) : 1);
-    int64_t m = up_rows((n_out + want - 1) / want);
-    return m < NM_CONV_ROWS ? NM_CONV_ROWS : m > CHUNK ? CHUNK : m;
+// A convolution's taps as the kernels take them.
+typedef struct taps {
+    int64_t xstep, wstep; // rows, and weights (floats, or BF16 halves: a hi and a lo each) between taps
+    int32_t ntaps, ic, oc;
+    const float *w, *bias;
+    const uint16_t *wx;
+} taps;
+
+// Input rows [s0, s0 + span) as the kernel reads them: in place (f32, no activation, inside [0, n)), or
+// through window() into win, or (AMX) split into win's two halves.
+typedef struct rows_in {
+    const float *x; // (f32)
+    const uint16_t *xh, *xl;
+    int32_t ic;
+} rows_in;
+
+static rows_in prepare(const taps *t, const float *x, int64_t n, float slope, int64_t s0, int64_t span, float *win) {
+    rows_in in = {.ic = t->ic};
+#ifdef NM_HAVE_X86_SIMD
+    if (t->wx) { // (the window's floats hold the two BF16 halves: xh, then xl)
+        uint16_t *xh = (uint16_t *)(void *)win, *xl = xh + span * t->ic;
+        nm_conv_split_avx512(x, n, t->ic, slope, s0, span, xh, xl);
+        in.xh = xh, in.xl = xl;
+        return in;
+    }
+#endif
+    in.x = x + s0 * t->ic;
+    if (slope != 1.0f || s0 < 0 || s0 + span > n) {
+        window(x, n, t->ic, slope, s0, span, win);
+        in.x = win;
+    }
+    return in;
+}
+
+// The kernel on `rows` output rows from prepared row `row0` on.
+static void run_rows(const taps *t, const rows_in *in, int64_t row0, nm_conv_rows_fn kern, int64_t rows,
+                     const nm_conv_add *add, float *y, int64_t ldy) {
+#ifdef NM_HAVE_X86_SIMD
+    if (t->wx) {
+        nm_conv_rows_amx(in->xh + row0 * in->ic, in->xl + row0 * in->ic, t->xstep, t->wx, t->wstep, t->ntaps, t->ic,
+                         t->oc, t->bias, rows, add, y, ldy);
+        return;
+    }
+#endif
+    kern(in->x + row0 * in->ic, t->xstep, t->w, t->wstep, t->ntaps, t->ic, t->oc, t->bias, rows, add, y, ldy);
+}
+
+// How a convolution's outputs are cut into the pool's chunks: rows (any count works: a chunk's window
+// covers the rows its kernel reads past it; multiples of 16, AMX's tile) and, for AMX on a short sequence
+// (fewer than two chunks of CHUNK rows a thread), parts of the output channels as well, so that each
+// weight is read by one chunk rather than by every chunk of rows (the encoder's FFN: 1.8 MB of weights
+// against 117 rows of 192 inputs).
+typedef struct cut {
+    int64_t rows, row_chunks;
+    int32_t parts, part_w; // output channels: parts of part_w (a multiple of 16; the last may be fewer)
+} cut;
+
+static int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
+
+static cut cut_of(int64_t n_out, int32_t oc, bool amx, nm_pool *pool) {
+    const int64_t want = 2 * (pool ? nm_pool_size(pool) : 1);
+    cut k = {.parts = 1, .part_w = oc};
+    if (amx && (n_out + CHUNK - 1) / CHUNK < want && oc > 16) {
+        k.row_chunks = (n_out + CHUNK - 1) / CHUNK;
+        k.rows = up16((n_out + k.row_chunks - 1) / k.row_chunks);
+        const int64_t parts = (want + k.row_chunks - 1) / k.row_chunks;
+        k.part_w = (int32_t)up16((oc + parts - 1) / parts);
+        k.parts = (oc + k.part_w - 1) / k.part_w;
+    } else {
+        k.rows = up16((n_out + want - 1) / want);
+        k.rows = k.rows > CHUNK ? CHUNK : k.rows;
+    }
+    k.row_chunks = (n_out + k.rows - 1) / k.rows;
+    return k;
+}
+
+// t narrowed to the output channels [o0, o0 + w) (AMX's tiles: a column of them is contiguous per tap).
+static taps narrow(taps t, int32_t o0, int32_t w) {
+    if (t.wx) t.wx += (int64_t)(o0 / 16) * (t.ic / 32) * 1024;
+    if (t.bias) t.bias += o0;
+    t.oc = w;
+    return t;
 }
 
 // ---- ordinary -------------------------------------------------------------------------------------
@@ -95,9 +231,12 @@ int64_t nm_conv1d_work(const nm_conv1d *c, int threads) { return (threads > 0 ? 
 
 typedef struct conv_job {
     const nm_conv1d *c;
+    taps t;
     const float *x;
+    const nm_conv_add *add; // (its a and b at the outputs' offsets: y's)
     float *y, *work;
-    int64_t n, n_out, rows;
+    int64_t n, n_out;
+    cut k;
     int32_t pad_l;
     nm_conv_rows_fn kern;
 } conv_job;
@@ -105,33 +244,37 @@ typedef struct conv_job {
 static void conv_chunk(void *arg, int64_t chunk, int ith) {
     const conv_job *J = arg;
     const nm_conv1d *c = J->c;
-    const int64_t t0 = chunk * J->rows, m = J->n_out - t0 < J->rows ? J->n_out - t0 : J->rows;
+    const int64_t t0 = chunk / J->k.parts * J->k.rows, m = J->n_out - t0 < J->k.rows ? J->n_out - t0 : J->k.rows;
+    const int32_t o0 = (int32_t)(chunk % J->k.parts) * J->k.part_w, w = c->oc - o0 < J->k.part_w ? c->oc - o0 : J->k.part_w;
     const int64_t s0 = t0 - J->pad_l, span = up_rows(m) + conv_reach(c); // the input rows the kernel reads
-    const float *xw = J->x + s0 * c->ic;
-    if (c->in_slope != 1.0f || s0 < 0 || s0 + span > J->n) {
-        float *win = J->work + ith * conv_per_thread(c);
-        window(J->x, J->n, c->ic, c->in_slope, s0, span, win);
-        xw = win;
-    }
-    J->kern(xw, c->dil, c->w, (int64_t)c->ic * ocp_of(c->oc), c->k, c->ic, c->oc, c->bias, m, J->y + t0 * c->oc, c->oc);
+    const rows_in in = prepare(&J->t, J->x, J->n, c->in_slope, s0, span, J->work + ith * conv_per_thread(c));
+    const int64_t at = t0 * c->oc + o0; // (the chunk's first output)
+    nm_conv_add add;
+    if (J->add)
+        add = (nm_conv_add){.a = J->add->a ? J->add->a + at : NULL, .b = J->add->b ? J->add->b + at : NULL,
+                            .scale = J->add->scale};
+    const taps t = narrow(J->t, o0, w);
+    run_rows(&t, &in, 0, J->kern, m, J->add ? &add : NULL, J->y + at, c->oc);
 }
 
-int64_t nm_conv1d_run(const nm_conv1d *c, const float *x, int64_t n, int32_t pad_l, int32_t pad_r, float *y,
-                      float *work, nm_pool *pool) {
+int64_t nm_conv1d_run(const nm_conv1d *c, const float *x, int64_t n, int32_t pad_l, int32_t pad_r,
+                      const nm_conv_add *add, float *y, float *work, nm_pool *pool) {
     const int64_t n_out = n + pad_l + pad_r - conv_reach(c);
     if (n_out <= 0) return 0;
-    conv_job J = {.c = c, .x = x, .y = y, .work = work, .n = n, .n_out = n_out, .rows = chunk_rows(n_out, pool),
-                  .pad_l = pad_l, .kern = nm_conv_rows_get()};
-    const int64_t chunks = (n_out + J.rows - 1) / J.rows;
+    conv_job J = {.c = c, .x = x, .add = add, .y = y, .work = work, .n = n, .n_out = n_out,
+                  .k = cut_of(n_out, c->oc, c->wx != NULL, pool), .pad_l = pad_l, .kern = nm_conv_rows_get()};
+    J.t = (taps){.xstep = c->dil, .wstep = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * ocp_of(c->oc),
+                 .ntaps = c->k, .ic = c->ic, .oc = c->oc, .w = c->w, .bias = c->bias, .wx = c->wx};
+    const int64_t chunks = J.k.row_chunks * J.k.parts;
     if (pool && chunks > 1) nm_pool_run(pool, conv_chunk, &J, chunks);
     else
         for (int64_t i = 0; i < chunks; i++) conv_chunk(&J, i, 0);
     return n_out;
 }
 
-int64_t nm_conv1d_ref(const nm_conv1d *c, const float *x, int64_t n, int32_t pad_l, int32_t pad_r, float *y) {
+int64_t nm_conv1d_ref(const nm_conv1d *c, const float *w, const float *x, int64_t n, int32_t pad_l, int32_t pad_r,
+                      float *y) {
     const int64_t n_out = n + pad_l + pad_r - conv_reach(c);
-    const int32_t ocp = ocp_of(c->oc);
     for (int64_t t = 0; t < n_out; t++)
         for (int32_t o = 0; o < c->oc; o++) {
             float acc = c->bias ? c->bias[o] : 0.0f;
@@ -139,7 +282,7 @@ int64_t nm_conv1d_ref(const nm_conv1d *c, const float *x, int64_t n, int32_t pad
                 const int64_t s = t + (int64_t)j * c->dil - pad_l;
                 if (s < 0 || s >= n) continue;
                 for (int32_t i = 0; i < c->ic; i++)
-                    acc += c->w[((int64_t)j * c->ic + i) * ocp + o] * act(x[s * c->ic + i], c->in_slope);
+                    acc += w[((int64_t)o * c->ic + i) * c->k + j] * act(x[s * c->ic + i], c->in_slope);
             }
             y[t * c->oc + o] = acc;
         }
@@ -157,26 +300,33 @@ typedef struct conv_t_job {
     const nm_conv_t1d *c;
     const float *x;
     float *y, *work;
-    int64_t n, n_out, m_lo, m_hi, rows; // m in [m_lo, m_hi]
+    int64_t n, n_out, m_lo, m_hi; // m in [m_lo, m_hi]
+    cut k;                        // (its rows: m's)
+    int64_t tap;                  // weights of one tap
     nm_conv_rows_fn kern;
 } conv_t_job;
 
 static void conv_t_chunk(void *arg, int64_t chunk, int ith) {
     const conv_t_job *J = arg;
     const nm_conv_t1d *c = J->c;
-    const int64_t m0 = J->m_lo + chunk * J->rows, m1 = m0 + J->rows - 1 < J->m_hi ? m0 + J->rows - 1 : J->m_hi;
-    const int64_t back = t_taps(c) - 1, ocp = ocp_of(c->oc);
+    const int64_t m0 = J->m_lo + chunk / J->k.parts * J->k.rows;
+    const int64_t m1 = m0 + J->k.rows - 1 < J->m_hi ? m0 + J->k.rows - 1 : J->m_hi;
+    const int32_t o0 = (int32_t)(chunk % J->k.parts) * J->k.part_w, w = c->oc - o0 < J->k.part_w ? c->oc - o0 : J->k.part_w;
+    const int64_t back = t_taps(c) - 1;
     // the inputs [m0 - back, m0 + up_rows(rows) + NM_CONV_ROWS): a phase's rows start up to a block past m0
-    float *win = J->work + ith * t_per_thread(c);
-    window(J->x, J->n, c->ic, c->in_slope, m0 - back, back + up_rows(m1 - m0 + 1) + NM_CONV_ROWS, win);
+    const int64_t span = back + up_rows(m1 - m0 + 1) + NM_CONV_ROWS;
+    const taps t0 = {.ic = c->ic, .wx = c->wx};
+    const rows_in in = prepare(&t0, J->x, J->n, c->in_slope, m0 - back, span, J->work + ith * t_per_thread(c));
     for (int32_t r = 0; r < c->stride; r++) { // phase r's outputs in range: 0 <= m * stride + r - pad < n_out
         int64_t a = -floor_div(r - c->pad, c->stride), b = floor_div(J->n_out - 1 + c->pad - r, c->stride);
         a = a < m0 ? m0 : a, b = b > m1 ? m1 : b;
         if (a > b) continue;
-        const int32_t taps = r < c->k ? (c->k - r + c->stride - 1) / c->stride : 0;
-        J->kern(win + (a - m0 + back) * c->ic, -1, c->w + (int64_t)r * c->ic * ocp, (int64_t)c->stride * c->ic * ocp,
-                taps, c->ic, c->oc, c->bias, b - a + 1, J->y + (a * c->stride + r - c->pad) * c->oc,
-                (int64_t)c->stride * c->oc);
+        const taps t = {.xstep = -1, .wstep = c->stride * J->tap, .ntaps = r < c->k ? (c->k - r + c->stride - 1) / c->stride : 0,
+                        .ic = c->ic, .oc = c->oc, .w = c->w ? c->w + r * J->tap : NULL, .bias = c->bias,
+                        .wx = c->wx ? c->wx + r * J->tap : NULL};
+        const taps tn = narrow(t, o0, w);
+        run_rows(&tn, &in, a - m0 + back, J->kern, b - a + 1, NULL, J->y + (a * c->stride + r - c->pad) * c->oc + o0,
+                 (int64_t)c->stride * c->oc);
     }
 }
 
@@ -184,18 +334,18 @@ int64_t nm_conv_t1d_run(const nm_conv_t1d *c, const float *x, int64_t n, float *
     const int64_t n_out = (n - 1) * c->stride - 2 * (int64_t)c->pad + c->k;
     if (n <= 0 || n_out <= 0) return 0;
     conv_t_job J = {.c = c, .x = x, .y = y, .work = work, .n = n, .n_out = n_out, .kern = nm_conv_rows_get()};
+    J.tap = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * ocp_of(c->oc);
     J.m_lo = -floor_div(c->stride - 1 - c->pad, c->stride), J.m_hi = floor_div(n_out - 1 + c->pad, c->stride);
-    J.rows = chunk_rows(J.m_hi - J.m_lo + 1, pool);
-    const int64_t chunks = (J.m_hi - J.m_lo + J.rows) / J.rows;
+    J.k = cut_of(J.m_hi - J.m_lo + 1, c->oc, c->wx != NULL, pool);
+    const int64_t chunks = J.k.row_chunks * J.k.parts;
     if (pool && chunks > 1) nm_pool_run(pool, conv_t_chunk, &J, chunks);
     else
         for (int64_t i = 0; i < chunks; i++) conv_t_chunk(&J, i, 0);
     return n_out;
 }
 
-int64_t nm_conv_t1d_ref(const nm_conv_t1d *c, const float *x, int64_t n, float *y) {
+int64_t nm_conv_t1d_ref(const nm_conv_t1d *c, const float *w, const float *x, int64_t n, float *y) {
     const int64_t n_out = (n - 1) * c->stride - 2 * (int64_t)c->pad + c->k;
-    const int32_t ocp = ocp_of(c->oc);
     for (int64_t t = 0; t < n_out; t++)
         for (int32_t o = 0; o < c->oc; o++) {
             float acc = c->bias ? c->bias[o] : 0.0f;
@@ -203,7 +353,7 @@ int64_t nm_conv_t1d_ref(const nm_conv_t1d *c, const float *x, int64_t n, float *
                 const int64_t j = t + c->pad - s * c->stride;
                 if (j < 0 || j >= c->k) continue;
                 for (int32_t i = 0; i < c->ic; i++)
-                    acc += c->w[(j * c->ic + i) * ocp + o] * act(x[s * c->ic + i], c->in_slope);
+                    acc += w[((int64_t)i * c->oc + o) * c->k + j] * act(x[s * c->ic + i], c->in_slope);
             }
             y[t * c->oc + o] = acc;
         }

@@ -21,7 +21,7 @@
 #define BLOCK(NV, NT)                                                                                            \
     static void block_##NV(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep,        \
                            int32_t ntaps, int32_t ic, int32_t ocp, const float *restrict bias, __mmask16 last,   \
-                           int nr, float *restrict y, int64_t ldy) {                                             \
+                           int nr, const float *ya, const float *yb, float scale, float *y, int64_t ldy) {       \
         __m512 a[NT][NV];                                                                                        \
         for (int v = 0; v < NV; v++) {                                                                           \
             const __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;                                          \
@@ -39,9 +39,16 @@
                 }                                                                                                \
             }                                                                                                    \
         }                                                                                                        \
+        const __m512 sc = _mm512_set1_ps(scale);                                                                 \
         for (int t = 0; t < nr; t++)                                                                             \
-            for (int v = 0; v < NV; v++)                                                                         \
-                _mm512_mask_storeu_ps(y + t * ldy + 16 * v, v == NV - 1 ? last : (__mmask16)0xFFFF, a[t][v]);    \
+            for (int v = 0; v < NV; v++) {                                                                       \
+                const __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;                                      \
+                const int64_t at = t * ldy + 16 * v;                                                             \
+                if (ya) a[t][v] = _mm512_add_ps(a[t][v], _mm512_maskz_loadu_ps(m, ya + at));                     \
+                if (yb) a[t][v] = _mm512_add_ps(a[t][v], _mm512_maskz_loadu_ps(m, yb + at));                     \
+                if (scale != 1.0f) a[t][v] = _mm512_mul_ps(a[t][v], sc);                                         \
+                _mm512_mask_storeu_ps(y + at, m, a[t][v]);                                                       \
+            }                                                                                                    \
     }
 BLOCK(2, 12)
 BLOCK(1, 12)
@@ -50,12 +57,14 @@ BLOCK(1, 12)
 #define COLUMN(NV, NT)                                                                                          \
     for (int64_t r = 0; r < rows; r += NT)                                                                      \
         block_##NV(x + r * ic, xstep, w + o0, wstep, ntaps, ic, ocp, bias ? bias + o0 : NULL, last,             \
-                   rows - r < NT ? (int)(rows - r) : NT, y + r * ldy + o0, ldy)
+                   rows - r < NT ? (int)(rows - r) : NT, ya ? ya + r * ldy + o0 : NULL,                         \
+                   yb ? yb + r * ldy + o0 : NULL, scale, y + r * ldy + o0, ldy)
 
 void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep,
                          int32_t ntaps, int32_t ic, int32_t oc, const float *restrict bias, int64_t rows,
-                         float *restrict y, int64_t ldy) {
+                         const nm_conv_add *add, float *y, int64_t ldy) {
     const int32_t ocp = (oc + 15) & ~15;
+    const float *ya = add ? add->a : NULL, *yb = add ? add->b : NULL, scale = add ? add->scale : 1.0f;
     for (int32_t o0 = 0; o0 < oc;) {
         const int nv = ocp - o0 >= 32 ? 2 : 1;
         const __mmask16 last = o0 + 16 * nv <= oc ? (__mmask16)0xFFFF : (__mmask16)((1u << (oc & 15)) - 1);
@@ -64,3 +73,7 @@ void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *re
         o0 += 16 * nv;
     }
 }
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

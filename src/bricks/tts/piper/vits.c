@@ -150,9 +150,9 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
     if (!w || (bias && !b)) return false;
     float *p = own(v, (size_t)nm_conv1d_packed_size(oc, ic, k));
     if (!p) return false;
-    nm_conv1d_pack(w, oc, ic, k, p);
+    *c = (nm_conv1d){.bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f};
+    nm_conv1d_pack(c, w, p);
     if (v->mapped) drop_pages(w, sizeof(float) * (size_t)oc * ic * k);
-    *c = (nm_conv1d){.w = p, .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f};
     if (nm_conv1d_work(c, 1) > v->work1) v->work1 = nm_conv1d_work(c, 1);
     return true;
 }
@@ -374,11 +374,11 @@ static bool load_weights(nm_vits *v) {
         const float *b = tensor(v, p, ch / 2, 0, 0);
         float *pk = w && b ? own(v, (size_t)nm_conv1d_packed_size(ch / 2, ch, v->ups_k[u])) : NULL;
         if (!pk) return false;
-        nm_conv_t1d_pack(w, ch, ch / 2, v->ups_k[u], pk);
-        if (v->mapped) drop_pages(w, sizeof(float) * (size_t)ch * (ch / 2) * v->ups_k[u]);
-        v->ups[u] = (nm_conv_t1d){.w = pk, .bias = b, .ic = ch, .oc = ch / 2, .k = v->ups_k[u],
+        v->ups[u] = (nm_conv_t1d){.bias = b, .ic = ch, .oc = ch / 2, .k = v->ups_k[u],
                                   .stride = v->ups_rate[u], .pad = (v->ups_k[u] - v->ups_rate[u]) / 2,
                                   .in_slope = 0.1f}; // (HiFi-GAN's leaky ReLU before each upsampling)
+        nm_conv_t1d_pack(&v->ups[u], w, pk);
+        if (v->mapped) drop_pages(w, sizeof(float) * (size_t)ch * (ch / 2) * v->ups_k[u]);
         if (nm_conv_t1d_work(&v->ups[u], 1) > v->work1) v->work1 = nm_conv_t1d_work(&v->ups[u], 1);
         ch /= 2;
         for (int32_t j = 0; j < v->n_res; j++)
@@ -531,7 +531,7 @@ static float *take(arena *a, int64_t n) {
 // relative value embeddings below them as [n + 2W + 1][dh] (each query's
 // probabilities, then its band of them by relative position, in one pass).
 // Blocks of ATT_ROWS queries of a head are the pool's chunks.
-#define ATT_ROWS 24 // (NM_CONV_ROWS: the kernel reads no row past a block)
+#define ATT_ROWS NM_CONV_ROWS // (the kernel reads no row past a block of these)
 
 typedef struct att_job {
     const nm_vits *v;
@@ -554,7 +554,7 @@ static void att_block(void *arg, int64_t chunk, int ith) {
     float *qs = J->work + ith * att_work(v, n), *sp = qs + ATT_ROWS * dh; // qs [ATT_ROWS][dh], sp [ATT_ROWS][NR]
     for (int64_t i = 0; i < ATT_ROWS; i++)
         for (int32_t d = 0; d < dh; d++) qs[i * dh + d] = i < m ? J->q[(i0 + i) * H + h * dh + d] * scale : 0.0f;
-    J->kern(qs, 0, J->kt + (int64_t)h * dh * up16((int32_t)NR), 0, 1, dh, (int32_t)NR, NULL, m, sp, NR);
+    J->kern(qs, 0, J->kt + (int64_t)h * dh * up16((int32_t)NR), 0, 1, dh, (int32_t)NR, NULL, m, NULL, sp, NR);
     for (int64_t i = 0; i < m; i++) {
         float *s = sp + i * NR, *band = s + n;
         const int64_t gi = i0 + i;
@@ -571,7 +571,7 @@ static void att_block(void *arg, int64_t chunk, int ith) {
         for (int32_t r = -W; r <= W; r++) band[r + W] = gi + r >= 0 && gi + r < n ? s[gi + r] : 0.0f;
     }
     for (int64_t i = m; i < ATT_ROWS; i++) memset(sp + i * NR, 0, sizeof(float) * (size_t)NR);
-    J->kern(sp, 0, J->vs + (int64_t)h * NR * up16(dh), 0, 1, (int32_t)NR, dh, NULL, m, J->y + i0 * H + h * dh, H);
+    J->kern(sp, 0, J->vs + (int64_t)h * NR * up16(dh), 0, 1, (int32_t)NR, dh, NULL, m, NULL, J->y + i0 * H + h * dh, H);
 }
 
 // kv: the heads' packed keys and values, v->n_heads * att_kv(v, n) floats; work: nth * att_work(v, n).
@@ -607,29 +607,74 @@ static void attention(const nm_vits *v, int l, const float *q, const float *k, c
         for (int64_t c = 0; c < chunks; c++) att_block(&J, c, 0);
 }
 
+// A DDSConv layer's elementwise halves, over chunks of DDS_ROWS steps on the pool: before its 1x1, the
+// depthwise convolution of x (g added first where given), its norm and GELU into y; after it, z's norm
+// and GELU added to x.
+#define DDS_ROWS 16
+typedef struct dds_job {
+    const nm_vits *v;
+    const dds *d;
+    int32_t l, dil, pad;
+    float *x, *y, *z;
+    const float *g;
+    int64_t n;
+} dds_job;
+
+static void dds_before(void *arg, int64_t chunk, int ith) {
+    const dds_job *J = arg;
+    (void)ith;
+    const int32_t F = J->v->dp_filt, K = J->v->dp_k, l = J->l;
+    const int64_t t0 = chunk * DDS_ROWS, t1 = t0 + DDS_ROWS < J->n ? t0 + DDS_ROWS : J->n;
+    for (int64_t t = t0; t < t1; t++) {
+        for (int32_t c = 0; c < F; c++) {
+            float acc = J->d->sep_b[l][c];
+            for (int32_t j = 0; j < K; j++) {
+                const int64_t s = t + (int64_t)j * J->dil - J->pad;
+                if (s >= 0 && s < J->n) acc += J->d->sep_w[l][c * K + j] * J->x[s * F + c];
+            }
+            J->y[t * F + c] = acc;
+        }
+        layer_norm(J->y + t * F, 1, F, &J->d->n1[l]);
+        for (int32_t c = 0; c < F; c++) J->y[t * F + c] = gelu(J->y[t * F + c]);
+    }
+}
+
+static void dds_after(void *arg, int64_t chunk, int ith) {
+    const dds_job *J = arg;
+    (void)ith;
+    const int32_t F = J->v->dp_filt;
+    const int64_t t0 = chunk * DDS_ROWS, t1 = t0 + DDS_ROWS < J->n ? t0 + DDS_ROWS : J->n;
+    layer_norm(J->z + t0 * F, t1 - t0, F, &J->d->n2[J->l]);
+    for (int64_t i = t0 * F; i < t1 * F; i++) J->x[i] += gelu(J->z[i]);
+}
+
+static void dds_add_g(void *arg, int64_t chunk, int ith) {
+    const dds_job *J = arg;
+    (void)ith;
+    const int32_t F = J->v->dp_filt;
+    const int64_t t0 = chunk * DDS_ROWS, t1 = t0 + DDS_ROWS < J->n ? t0 + DDS_ROWS : J->n;
+    for (int64_t i = t0 * F; i < t1 * F; i++) J->x[i] += J->g[i];
+}
+
+static void on_pool(nm_pool *pool, nm_pool_fn fn, void *arg, int64_t chunks) {
+    if (pool && chunks > 1) nm_pool_run(pool, fn, arg, chunks);
+    else
+        for (int64_t c = 0; c < chunks; c++) fn(arg, c, 0);
+}
+
 // DDSConv over x [n][F] in place (g added first where given).
 static void dds_run(const nm_vits *v, const dds *d, float *x, const float *g, int64_t n, float *y, float *z,
                     float *W, nm_pool *pool) {
-    const int32_t F = v->dp_filt, K = v->dp_k;
-    if (g)
-        for (int64_t i = 0; i < n * F; i++) x[i] += g[i];
+    const int32_t K = v->dp_k;
+    const int64_t chunks = (n + DDS_ROWS - 1) / DDS_ROWS; // (the depthwise convolutions read the layer's x whole)
+    dds_job J = {.v = v, .d = d, .x = x, .y = y, .z = z, .g = g, .n = n};
+    if (g) on_pool(pool, dds_add_g, &J, chunks);
     int32_t dil = 1;
     for (int32_t l = 0; l < v->dp_layers; l++, dil *= K) {
-        const int32_t pad = (K * dil - dil) / 2;
-        for (int64_t t = 0; t < n; t++) // the depthwise convolution
-            for (int32_t c = 0; c < F; c++) {
-                float acc = d->sep_b[l][c];
-                for (int32_t j = 0; j < K; j++) {
-                    const int64_t s = t + (int64_t)j * dil - pad;
-                    if (s >= 0 && s < n) acc += d->sep_w[l][c * K + j] * x[s * F + c];
-                }
-                y[t * F + c] = acc;
-            }
-        layer_norm(y, n, F, &d->n1[l]);
-        for (int64_t i = 0; i < n * F; i++) y[i] = gelu(y[i]);
-        nm_conv1d_run(&d->pw[l], y, n, 0, 0, z, W, pool);
-        layer_norm(z, n, F, &d->n2[l]);
-        for (int64_t i = 0; i < n * F; i++) x[i] += gelu(z[i]);
+        J.l = l, J.dil = dil, J.pad = (K * dil - dil) / 2;
+        on_pool(pool, dds_before, &J, chunks);
+        nm_conv1d_run(&d->pw[l], y, n, 0, 0, NULL, z, W, pool);
+        on_pool(pool, dds_after, &J, chunks);
     }
 }
 
@@ -712,10 +757,10 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
         const coupling *c = &v->flow[fl];
         float *x0 = B[1], *hh = B[2], *xin = B[3], *out = B[4];
         for (int64_t t = 0; t < n_frames; t++) memcpy(x0 + t * half, zf + t * I, sizeof(float) * (size_t)half);
-        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, hh, W, pool);
+        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, NULL, hh, W, pool);
         memset(out, 0, sizeof(float) * (size_t)(n_frames * H));
         for (int32_t l = 0; l < v->wn_layers; l++) {
-            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, xin, W, pool);
+            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, NULL, xin, W, pool);
             for (int64_t t = 0; t < n_frames; t++) { // tanh(a) * sigmoid(b) into x0 (reused: [frames][H])
                 const float *row = xin + t * 2 * H;
                 if (pk) {
@@ -724,7 +769,7 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
                 }
                 for (int32_t ch = 0; ch < H; ch++) x0[t * H + ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
             }
-            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, xin, W, pool);
+            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, NULL, xin, W, pool);
             const bool last = l + 1 == v->wn_layers;
             for (int64_t t = 0; t < n_frames; t++)
                 for (int32_t ch = 0; ch < H; ch++) {
@@ -736,45 +781,11 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
                     }
                 }
         }
-        nm_conv1d_run(&c->post, out, n_frames, 0, 0, x0, W, pool); // the mean
+        nm_conv1d_run(&c->post, out, n_frames, 0, 0, NULL, x0, W, pool); // the mean
         for (int64_t t = 0; t < n_frames; t++)
             for (int32_t ch = 0; ch < half; ch++) zf[t * I + half + ch] -= x0[t * half + ch];
     }
     return true;
-}
-
-// Elementwise passes over a large buffer, split over the pool in 16 Ki-element chunks (each element's
-// value the same whatever the split): EW_ADD y = a + b; EW_MEAN y = (a + b) * k, or a * k (b NULL).
-enum { EW_ADD, EW_MEAN };
-typedef struct ew_job {
-    int op;
-    float *y;
-    const float *a, *b;
-    int64_t n;
-    float k;
-} ew_job;
-#define EW_CHUNK 16384
-
-static void ew_chunk(void *arg, int64_t chunk, int ith) {
-    const ew_job *J = arg;
-    (void)ith;
-    const int64_t i0 = chunk * EW_CHUNK, i1 = i0 + EW_CHUNK < J->n ? i0 + EW_CHUNK : J->n;
-    float *y = J->y;
-    const float *a = J->a, *b = J->b;
-    if (J->op == EW_ADD)
-        for (int64_t i = i0; i < i1; i++) y[i] = a[i] + b[i];
-    else if (b)
-        for (int64_t i = i0; i < i1; i++) y[i] = (a[i] + b[i]) * J->k;
-    else
-        for (int64_t i = i0; i < i1; i++) y[i] = a[i] * J->k;
-}
-
-static void ew(nm_pool *pool, int op, float *y, const float *a, const float *b, int64_t n, float k) {
-    ew_job J = {.op = op, .y = y, .a = a, .b = b, .n = n, .k = k};
-    const int64_t chunks = (n + EW_CHUNK - 1) / EW_CHUNK;
-    if (pool && chunks > 1) nm_pool_run(pool, ew_chunk, &J, chunks);
-    else
-        for (int64_t c = 0; c < chunks; c++) ew_chunk(&J, c, 0);
 }
 
 // HiFi-GAN on `frames` frames of z (zf [frames][inter]): the samples (tanh's) into cx->buf[0]; their count
@@ -791,38 +802,40 @@ static int64_t decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_
     float *B[6];
     for (int i = 0; i < 6; i++)
         if (!(B[i] = grow(cx, i, cap + 16))) return -1;
-    float *cur = B[1], *nxt = B[2], *acc = B[3], *xt = B[4], *tmp = B[5];
-    int64_t T = nm_conv1d_run(&v->dec_pre, zf, frames, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, cur, W, pool);
-    int32_t C = v->dec_init;
+    // cur: a stage's input (then its blocks' mean); nxt: the upsampled x every block starts from; acc: the
+    // blocks' sum; P, Q: a block's running x; xt: ResBlock1's inner convolution. (B[0], the samples at the
+    // end, is Q until then.)
+    float *cur = B[1], *nxt = B[2], *acc = B[3], *xt = B[4], *P = B[5], *Q = B[0];
+    int64_t T = nm_conv1d_run(&v->dec_pre, zf, frames, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, NULL, cur, W, pool);
     for (int32_t u = 0; u < v->n_ups; u++) { // (the leaky ReLUs are the convolutions' in_slope: applied as packed)
         T = nm_conv_t1d_run(&v->ups[u], cur, T, nxt, W, pool);
-        C /= 2;
-        const int64_t N = T * C;
         const float inv = 1.0f / (float)v->n_res;
         for (int32_t j = 0; j < v->n_res; j++) {
-            float *xr = j == 0 ? acc : tmp; // this block's running x
             const float *src = nxt;
-            for (int32_t d = 0; d < v->n_dil; d++) {
-                const nm_conv1d *c1 = &v->res[u][j][v->resblock == 2 ? d : 2 * d];
-                const int32_t p1 = (c1->k * c1->dil - c1->dil) / 2;
-                nm_conv1d_run(c1, src, T, p1, p1, cur, W, pool);
-                const float *res = cur;
+            for (int32_t d = 0; d < v->n_dil; d++) { // x = x + conv(x) (ResBlock1: conv2(conv1(x))), the sum fused
+                const nm_conv1d *c = &v->res[u][j][v->resblock == 2 ? d : 2 * d];
+                const float *in = src;
                 if (v->resblock == 1) {
-                    const nm_conv1d *c2 = &v->res[u][j][2 * d + 1];
-                    const int32_t p2 = (c2->k - 1) / 2;
-                    nm_conv1d_run(c2, cur, T, p2, p2, xt, W, pool);
-                    res = xt;
+                    const int32_t p1 = (c->k * c->dil - c->dil) / 2;
+                    nm_conv1d_run(c, src, T, p1, p1, NULL, xt, W, pool);
+                    in = xt, c = &v->res[u][j][2 * d + 1];
                 }
-                ew(pool, EW_ADD, xr, src, res, N, 0); // xr = src + res
-                src = xr;
+                // the block's last step adds into acc (the first block: sets it); the last block's, the mean into cur
+                nm_conv_add add = {.a = src, .scale = 1.0f};
+                float *out = d % 2 ? Q : P;
+                if (d + 1 == v->n_dil) {
+                    add.b = j > 0 ? acc : NULL;
+                    out = j + 1 < v->n_res ? acc : cur;
+                    if (j + 1 == v->n_res) add.scale = inv; // the blocks' mean
+                }
+                const int32_t pad = (c->k * c->dil - c->dil) / 2;
+                nm_conv1d_run(c, in, T, pad, pad, &add, out, W, pool);
+                src = out;
             }
-            if (j > 0 && j + 1 < v->n_res) ew(pool, EW_ADD, acc, acc, xr, N, 0);
-            else if (j > 0) ew(pool, EW_MEAN, cur, acc, xr, N, inv); // the blocks' mean
-            else if (v->n_res == 1) ew(pool, EW_MEAN, cur, acc, NULL, N, inv);
         }
     }
     float *o = B[0];
-    nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, o, W, pool);
+    nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, NULL, o, W, pool);
     const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
     if (pk) pk->tanh(o, T);
     else
@@ -913,26 +926,26 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
         for (int32_t c = 0; c < H; c++) x[(int64_t)t * H + c] = e[c] * sqrtf((float)H);
     }
     for (int l = 0; l < v->n_layers; l++) {
-        nm_conv1d_run(&v->enc[l].q, x, n, 0, 0, q, W, pool);
-        nm_conv1d_run(&v->enc[l].k, x, n, 0, 0, k, W, pool);
-        nm_conv1d_run(&v->enc[l].v, x, n, 0, 0, val, W, pool);
+        nm_conv1d_run(&v->enc[l].q, x, n, 0, 0, NULL, q, W, pool);
+        nm_conv1d_run(&v->enc[l].k, x, n, 0, 0, NULL, k, W, pool);
+        nm_conv1d_run(&v->enc[l].v, x, n, 0, 0, NULL, val, W, pool);
         attention(v, l, q, k, val, n, y, kv, kv + v->n_heads * att_kv(v, n), pool);
-        nm_conv1d_run(&v->enc[l].o, y, n, 0, 0, z, W, pool);
+        nm_conv1d_run(&v->enc[l].o, y, n, 0, 0, NULL, z, W, pool);
         for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
         layer_norm(x, n, H, &v->enc[l].n1);
-        nm_conv1d_run(&v->enc[l].f1, x, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, f, W, pool);
+        nm_conv1d_run(&v->enc[l].f1, x, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, NULL, f, W, pool);
         for (int64_t i = 0; i < (int64_t)n * FF; i++) f[i] = f[i] > 0 ? f[i] : 0;
-        nm_conv1d_run(&v->enc[l].f2, f, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, z, W, pool);
+        nm_conv1d_run(&v->enc[l].f2, f, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, NULL, z, W, pool);
         for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
         layer_norm(x, n, H, &v->enc[l].n2);
     }
     float *stats = f; // [n][2 I]: the prior's mean, then its log-scale
-    nm_conv1d_run(&v->proj, x, n, 0, 0, stats, W, pool);
+    nm_conv1d_run(&v->proj, x, n, 0, 0, NULL, stats, W, pool);
     // the duration predictor, in reverse: g = proj(DDSConv(pre(x)))
     float *g = q, *h = k, *t1 = val, *t2 = y;
-    nm_conv1d_run(&v->dp_pre, x, n, 0, 0, h, W, pool);
+    nm_conv1d_run(&v->dp_pre, x, n, 0, 0, NULL, h, W, pool);
     dds_run(v, &v->dp_convs, h, NULL, n, t1, t2, W, pool);
-    nm_conv1d_run(&v->dp_proj, h, n, 0, 0, g, W, pool);
+    nm_conv1d_run(&v->dp_proj, h, n, 0, 0, NULL, g, W, pool);
     float *zz = take(&A, 2 * (int64_t)n); // [n][2]
     if (!zz) goto oom;
     for (int64_t i = 0; i < 2 * (int64_t)n; i++) zz[i] = randn(&r) * sc->noise_w;
@@ -946,7 +959,7 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
         for (int32_t t = 0; t < n; t++)
             for (int32_t ch = 0; ch < F; ch++) h[(int64_t)t * F + ch] = c->pre_w[ch] * zz[2 * t] + c->pre_b[ch];
         dds_run(v, &c->convs, h, g, n, t1, t2, W, pool);
-        nm_conv1d_run(&c->proj, h, n, 0, 0, t1, W, pool); // [n][3 nb - 1]
+        nm_conv1d_run(&c->proj, h, n, 0, 0, NULL, t1, W, pool); // [n][3 nb - 1]
         for (int32_t t = 0; t < n; t++) {
             const float *u = t1 + (int64_t)t * (3 * nb - 1);
             zz[2 * t + 1] = spline_inverse(zz[2 * t + 1], u, u + nb, u + 2 * nb, nb, 5.0f, sqrtf((float)F));

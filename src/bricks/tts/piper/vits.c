@@ -740,6 +740,48 @@ static float randn(rng *r) {
 
 // The coupling flow in reverse, in place on z [frames][inter] (buffers 1 .. 4 of cx its own). False: out
 // of memory.
+// A WaveNet layer's elementwise halves over chunks of WN_ROWS frames on the pool: the gate tanh(a) *
+// sigmoid(b) of the input convolution's [frames][2 H] into x0 ([frames][H]); then the residual and skip
+// halves of res_skip's output added to hh and out (the last layer's: all skip).
+#define WN_ROWS 64
+typedef struct wn_job {
+    int32_t H;
+    const float *xin;
+    float *x0, *hh, *out;
+    int64_t n;
+    const nm_gemm_panel_kernels *pk;
+    bool last;
+} wn_job;
+
+static void wn_gate(void *arg, int64_t chunk, int ith) {
+    const wn_job *J = arg;
+    (void)ith;
+    const int32_t H = J->H;
+    const int64_t t1 = (chunk + 1) * WN_ROWS < J->n ? (chunk + 1) * WN_ROWS : J->n;
+    for (int64_t t = chunk * WN_ROWS; t < t1; t++) {
+        const float *row = J->xin + t * 2 * H;
+        if (J->pk) J->pk->gate(row, row + H, J->x0 + t * H, H);
+        else
+            for (int32_t ch = 0; ch < H; ch++) J->x0[t * H + ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
+    }
+}
+
+static void wn_sums(void *arg, int64_t chunk, int ith) {
+    const wn_job *J = arg;
+    (void)ith;
+    const int32_t H = J->H;
+    const int64_t t1 = (chunk + 1) * WN_ROWS < J->n ? (chunk + 1) * WN_ROWS : J->n;
+    for (int64_t t = chunk * WN_ROWS; t < t1; t++)
+        for (int32_t ch = 0; ch < H; ch++) {
+            if (J->last) {
+                J->out[t * H + ch] += J->xin[t * H + ch];
+            } else {
+                J->hh[t * H + ch] += J->xin[t * 2 * H + ch];
+                J->out[t * H + ch] += J->xin[t * 2 * H + H + ch];
+            }
+        }
+}
+
 static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_frames, float *W) {
     nm_pool *pool = cx->pool;
     const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
@@ -761,25 +803,11 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
         memset(out, 0, sizeof(float) * (size_t)(n_frames * H));
         for (int32_t l = 0; l < v->wn_layers; l++) {
             nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, NULL, xin, W, pool);
-            for (int64_t t = 0; t < n_frames; t++) { // tanh(a) * sigmoid(b) into x0 (reused: [frames][H])
-                const float *row = xin + t * 2 * H;
-                if (pk) {
-                    pk->gate(row, row + H, x0 + t * H, H);
-                    continue;
-                }
-                for (int32_t ch = 0; ch < H; ch++) x0[t * H + ch] = tanhf(row[ch]) * (1.0f / (1.0f + expf(-row[H + ch])));
-            }
+            wn_job J = {.H = H, .xin = xin, .x0 = x0, .hh = hh, .out = out, .n = n_frames, .pk = pk,
+                        .last = l + 1 == v->wn_layers};
+            on_pool(pool, wn_gate, &J, (n_frames + WN_ROWS - 1) / WN_ROWS); // tanh(a) * sigmoid(b) into x0
             nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, NULL, xin, W, pool);
-            const bool last = l + 1 == v->wn_layers;
-            for (int64_t t = 0; t < n_frames; t++)
-                for (int32_t ch = 0; ch < H; ch++) {
-                    if (last) {
-                        out[t * H + ch] += xin[t * H + ch];
-                    } else {
-                        hh[t * H + ch] += xin[t * 2 * H + ch];
-                        out[t * H + ch] += xin[t * 2 * H + H + ch];
-                    }
-                }
+            on_pool(pool, wn_sums, &J, (n_frames + WN_ROWS - 1) / WN_ROWS);
         }
         nm_conv1d_run(&c->post, out, n_frames, 0, 0, NULL, x0, W, pool); // the mean
         for (int64_t t = 0; t < n_frames; t++)

@@ -48,15 +48,12 @@ static void detect(void) {
         feats.avx512dq = zmm && ((b >> 17) & 1);
         feats.avx512bitalg = zmm && ((c >> 12) & 1);
         feats.gfni = (c >> 8) & 1;
-#if defined(__linux__) && defined(__x86_64__)
-        // AMX-TILE and AMX-BF16 (EDX bits 24, 22), the OS saving XTILECFG and XTILEDATA (XCR0 bits 17, 18),
-        // and the tile data's permission for this process (a first tile instruction without it is SIGILL)
+        // AMX-TILE and AMX-BF16 (EDX bits 24, 22), the OS saving XTILECFG and XTILEDATA (XCR0 bits 17, 18)
         if (zmm && ((d >> 24) & 1) && ((d >> 22) & 1)) {
             unsigned lo, hi;
             __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-            feats.amx_bf16 = (lo & 0x60000) == 0x60000 && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
+            feats.amx_bf16 = (lo & 0x60000) == 0x60000;
         }
-#endif
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) feats.avx_vnni = (a >> 4) & 1, feats.avx512bf16 = zmm && ((a >> 5) & 1);
 #elif defined(__aarch64__)
@@ -70,6 +67,22 @@ static void detect(void) {
 const nm_cpu_features *nm_cpu_features_get(void) {
     pthread_once(&once, detect);
     return &feats;
+}
+
+// Linux grants a process the tile data only on request (a first tile instruction without it is SIGILL),
+// and a process granted it needs larger signal stacks: asked once, by the first kernel that would use the
+// tiles, not when the features are read.
+static bool amx_granted;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static void amx_request(void) {
+#if defined(__linux__) && defined(__x86_64__)
+    amx_granted = nm_cpu_features_get()->amx_bf16 && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18) == 0;
+#endif
+}
+
+bool nm_cpu_amx_granted(void) {
+    pthread_once(&amx_once, amx_request);
+    return amx_granted;
 }
 
 static char *trimmed(char *buf) {

@@ -23,10 +23,10 @@ static bool env_on(const char *name) {
 }
 
 bool nm_conv_amx_for(int32_t ic, int32_t oc, int32_t k) {
-#ifdef NM_HAVE_X86_SIMD
+#ifdef NM_HAVE_AMX
     const nm_cpu_features *cpu = nm_cpu_features_get();
     return cpu->amx_bf16 && cpu->avx512bf16 && k > 1 && ic % 32 == 0 && oc % 16 == 0 && !env_on("NM_NO_AMX") &&
-           !env_on("NM_NO_AVX512") && !env_on("NM_FORCE_REF");
+           !env_on("NM_NO_AVX512") && !env_on("NM_FORCE_REF") && nm_cpu_amx_granted();
 #else
     (void)ic, (void)oc, (void)k;
     return false;
@@ -157,7 +157,7 @@ typedef struct rows_in {
 
 static rows_in prepare(const taps *t, const float *x, int64_t n, float slope, int64_t s0, int64_t span, float *win) {
     rows_in in = {.ic = t->ic};
-#ifdef NM_HAVE_X86_SIMD
+#ifdef NM_HAVE_AMX
     if (t->wx) { // (the window's floats hold the two BF16 halves: xh, then xl)
         uint16_t *xh = (uint16_t *)(void *)win, *xl = xh + span * t->ic;
         nm_conv_split_avx512(x, n, t->ic, slope, s0, span, xh, xl);
@@ -176,7 +176,7 @@ static rows_in prepare(const taps *t, const float *x, int64_t n, float slope, in
 // The kernel on `rows` output rows from prepared row `row0` on.
 static void run_rows(const taps *t, const rows_in *in, int64_t row0, nm_conv_rows_fn kern, int64_t rows,
                      const nm_conv_add *add, float *y, int64_t ldy) {
-#ifdef NM_HAVE_X86_SIMD
+#ifdef NM_HAVE_AMX
     if (t->wx) {
         nm_conv_rows_amx(in->xh + row0 * in->ic, in->xl + row0 * in->ic, t->xstep, t->wx, t->wstep, t->ntaps, t->ic,
                          t->oc, t->bias, rows, add, y, ldy);

@@ -101,7 +101,7 @@ void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *re
 nm_conv_rows_fn nm_conv_rows_get(void);
 
 // The AMX kernel: the same sums on the split inputs xh, xl ([rows][ic] BF16 each) and tiles w (wstep
-// uint16_t between taps; nm_conv_amx_pack's layout), ic a multiple of 32, oc of 16.
+// uint16_t between taps; nm_conv1d_pack's AMX layout), ic a multiple of 32, oc of 16.
 void nm_conv_rows_amx(const uint16_t *restrict xh, const uint16_t *restrict xl, int64_t xstep,
                       const uint16_t *restrict w, int64_t wstep, int32_t ntaps, int32_t ic, int32_t oc,
                       const float *restrict bias, int64_t rows, const nm_conv_add *add, float *y, int64_t ldy);

@@ -308,6 +308,8 @@ typedef struct nm_tts_params {
     int32_t sample_rate;  // output rate in Hz; 0: the engine's native rate (espeak-ng 22050), else 8000..192000
     const char *data_dir; // espeak-ng-data directory (or a directory holding one); NULL: espeak-ng's
                           // own search (ESPEAK_DATA_PATH, then the installed data)
+    const char *device;   // Piper: where HiFi-GAN runs: NULL or "cpu", "opencl", "opencl:N", "opencl:auto"
+                          // (the TTS brick sets it from its own device); espeak-ng: NULL or "cpu" only
 } nm_tts_params;
 
 // engine NULL, voice NULL (the engine's own), 175 wpm, pitch 50, volume 100, the voice's scales, native rate,
@@ -327,7 +329,8 @@ typedef struct nm_brick_params {
                             // one EMBD_F32 slot per encoder run (tiles, then the overview), no markers
     // placement
     const char *device;     // LLM, VISION: "cpu" (NULL), "opencl", "opencl:N", "auto" (as nm_ctx_params);
-                            // STT, TTS: the CPU only
+                            // TTS: the same for a Piper voice (its HiFi-GAN; espeak-ng: the CPU only);
+                            // STT: the CPU only
     int32_t n_threads;      // <= 0: all cores (with `cores`: one per core of the lane)
     bool pin_threads;       // LLM: pin each thread to a core of its lane (as nm_ctx_params)
     const char *cores;      // the lane's cores (nm_cores_parse: "0-3,6", "big", "little", "cluster:N"): its

@@ -99,6 +99,17 @@ enum nm_op_kind {
                      // stride and i3 + f < L. K = i0, stride = i1, i3 = frames of the input skipped;
                      // i2 = 0: src0 is [L frames, C channels] channel-major (ne[0] = L, ne[1] = C),
                      // 1: frame-major (ne[0] = C, ne[1] = L). dst [T_out, C K] (Whisper's convs)
+    NM_OP_CONV1D,    // a 1-D convolution of frame-major rows (VITS's HiFi-GAN): src0 x [n frames, ic] f32 (ne[0] = ic),
+                     // src1 PyTorch's Conv1d weight [oc][ic][k] f32 (ne = {k, ic, oc}), src2 bias [oc] or NULL;
+                     // dst [n_out, oc], n_out = n + pad_l + pad_r - dil (k - 1): dst[t][o] = bias[o] + sum over
+                     // j < k, c < ic of w[o][c][j] act(x[t + j dil - pad_l][c]), x zero outside [0, n), act(v) =
+                     // max(v, f0 v) (a leaky ReLU first; f0 = 1: none); then dst = (dst + add[0] + add[1]) * f1
+                     // (add[i] NULL: none; rows laid out as dst's; dst may be add[i], never x). i0 = dil,
+                     // i1 = pad_l, i2 = pad_r. The sums' order is the backend's (results within rounding)
+    NM_OP_CONV_T1D,  // PyTorch's ConvTranspose1d on frame-major rows: src0 x [n, ic], src1 weight [ic][oc][k] f32
+                     // (ne = {k, oc, ic}), src2 bias [oc] or NULL, dst [n_out, oc], n_out = (n - 1) stride - 2 pad
+                     // + k: dst[t][o] = bias[o] + sum over (s, j) with s stride + j - pad = t of sum_c w[c][o][j]
+                     // act(x[s][c]); act as CONV1D's (f0). i0 = stride, i1 = pad
     NM_OP_COUNT
 };
 
@@ -111,7 +122,8 @@ enum nm_op_kind {
 // frequency index k, pair k >= s by the column at index k - s; the frequency of index j is
 // base^(-2 j / (n_rot / 2)) (the index restarts at the split, ggml's independent sections).
 enum nm_rope_mode { NM_ROPE_NORM = 0, NM_ROPE_NEOX = 2, NM_ROPE_MROPE = 8, NM_ROPE_VISION = 24 };
-enum nm_act { NM_ACT_SILU = 0, NM_ACT_GELU_TANH = 1, NM_ACT_GELU_QUICK = 2 }; // GELU_QUICK: x * sigmoid(1.702 x), ACT only
+// GELU_QUICK: x * sigmoid(1.702 x); TANH: tanh(x) (HiFi-GAN's last step); both ACT only.
+enum nm_act { NM_ACT_SILU = 0, NM_ACT_GELU_TANH = 1, NM_ACT_GELU_QUICK = 2, NM_ACT_TANH = 3 };
 
 // The KV cache of one layer: K and V, each [n_kv_head * head_dim, n_ctx],
 // IEEE half precision (as llama.cpp's default cache): half the memory and half
@@ -143,6 +155,7 @@ typedef struct nm_op {
     // each position; NULL: position p is row p. Sequences that share a prefix
     // (Whisper's beams) point at the same rows instead of copying them.
     const nm_tensor *kv_rows;
+    const nm_tensor *add[2]; // CONV1D: terms added to the sums as they are stored (NULL: none); f1 the scale
 } nm_op;
 
 // Round as ggml's CPU backend does around half-precision tensors, for bricks
@@ -184,7 +197,8 @@ typedef struct nm_event {
     nm_backend *owner; // the backend that recorded it
 } nm_event;
 
-#define NM_BACKEND_IFACE_VERSION 4 // 3: nm_op.kv_rows; 4: no get_profile (the units' profiles are measured by src/sched)
+#define NM_BACKEND_IFACE_VERSION 5 // 3: nm_op.kv_rows; 4: no get_profile (the units' profiles are measured by
+                                   // src/sched); 5: CONV1D, CONV_T1D, nm_op.add, prepare_op
 
 // A backend's operations. Callers go through the nm_backend_* wrappers below,
 // never through the members: the wrappers give the optional members (marked)
@@ -228,6 +242,13 @@ typedef struct nm_backend_i {
     // repack, an upload), counted in the ledger and in --stats; ops then name
     // the weight as before.
     nm_status (*prepare_weight)(nm_backend *b, const nm_tensor *w);
+    // Optional: lays out the weight an op reads (a convolution's src1) its own
+    // way once, before the op is first submitted (at load; where a backend
+    // has it, a CONV1D or CONV_T1D it did not prepare is refused at submit:
+    // nothing is laid out mid-stream). *copied: whether the op now
+    // reads the backend's copy only (the caller may give the weight's pages
+    // back). The copies live as long as the backend.
+    nm_status (*prepare_op)(nm_backend *b, const nm_op *op, bool *copied);
     const char *(*last_error)(const nm_backend *b);
     void (*free)(nm_backend *b);
     void (*get_stats)(const nm_backend *b, nm_backend_stats *s); // optional
@@ -290,6 +311,11 @@ static inline bool nm_backend_prepares_weights(const nm_backend *b) { return b->
 // NM_OK with nothing done where the backend reads weights as they are.
 static inline nm_status nm_backend_prepare_weight(nm_backend *b, const nm_tensor *w) {
     return b->iface->prepare_weight ? b->iface->prepare_weight(b, w) : NM_OK;
+}
+// NM_OK, *copied false, where the backend reads an op's weights as they are.
+static inline nm_status nm_backend_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
+    *copied = false;
+    return b->iface->prepare_op ? b->iface->prepare_op(b, op, copied) : NM_OK;
 }
 static inline const char *nm_backend_last_error(const nm_backend *b) { return b->iface->last_error(b); }
 // Zeroes *s where the backend keeps no stats.

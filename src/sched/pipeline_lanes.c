@@ -28,7 +28,11 @@ nm_status pl_load(nm_pipeline *P, nm_brick_kind kind, char *err, size_t err_size
     char e[512];
     nm_brick *b = NULL;
     nm_status st = nm_brick_load(NULL, &bp, &b, e, sizeof e);
-    if (st != NM_OK) return nm_fail(st, err, err_size, "%s: %s", kinds[kind], e);
+    if (st != NM_OK) { // (the brick's name once: a message that starts with it keeps its own)
+        const size_t k = strlen(kinds[kind]);
+        const bool named = !strncmp(e, kinds[kind], k) && e[k] == ':';
+        return nm_fail(st, err, err_size, "%s%s%s", named ? "" : kinds[kind], named ? "" : ": ", e);
+    }
     const int32_t cores = nm_cpu_count();
     pthread_mutex_lock(&P->lock);
     *pl_slot_of(P, kind) = b;

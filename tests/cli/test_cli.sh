@@ -454,6 +454,17 @@ printf '{"units": [{"name": "cpu:0", "unit": "cpu", "read_gbps": 20, "gflops_f32
 mkdir -p "$tmp/frame1"; cp "$tmp/img.ppm" "$tmp/frame1/"
 case_assistant_plan() { nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --mmproj "$tmp/mm.gguf" --frames "$tmp/frame1" --plan --profile "$tmp/lanes.json" -n 4 --temp 0 -t 2 2>&1 | tr '\n' ' '; }
 expect assistant_plan 0 "stt +on cpu:0 .*vision +on cpu:1 .*llm +on cpu:0 .*placed: stt on cpu, cores 0 placed: vision on cpu, cores 1 placed: llm on cpu, cores 0 > The quick brown fox" "$M" "$WM" -- case_assistant_plan
+# a profile with a fast OpenCL unit: the planner puts a Piper voice there (its convolutions' estimate) and the
+# answer is spoken from it; espeak-ng, CPU-only, stays on the CPU
+printf '{"units": [{"name": "cpu", "unit": "cpu", "read_gbps": 20, "gflops_f32": 50, "gflops": {"f16": 50, "q4_0": 60, "q4_1": 60, "q8_0": 60, "q6_K": 60}, "launch_us": 1}, {"name": "opencl", "unit": "opencl", "read_gbps": 200, "gflops_f32": 5000, "gflops": {"f32": 5000}, "launch_us": 5}]}' > "$tmp/gpu.json"
+case_assistant_plan_tts() {
+    mkdir -p "$tmp/plan-answers"
+    nm assistant -m "$M" --stt "$WM" --audio $SPEECH/tts_16k.wav --out "$tmp/plan-answers" --tts "$1" --plan \
+        --profile "$tmp/gpu.json" -n 8 --temp 0 -t 2 --stats 2>&1 | grep -E "^  tts|^placed: tts|^tts brick" | tr '\n' ' '
+}
+expect assistant_plan_piper_opencl 0 "tts +on opencl .*alone on cpu: [0-9.]+ ms +placed: tts on opencl +tts brick \(opencl\): 1 requests" "$M" "$WM" "$PV" -- case_assistant_plan_tts piper
+expect assistant_plan_espeak_cpu 0 "tts +on cpu .*the only unit for it .*placed: tts on cpu +tts brick \(cpu\): 1 requests" "$M" "$WM" -- case_assistant_plan_tts espeak-ng
+expect assistant_tts_device_and_plan 2 "drop .*--tts-device" "$M" -- nm assistant -m "$M" -p hi --plan --tts-device opencl
 expect assistant_plan_and_cores 2 "--plan places the bricks: drop --cores" "$M" -- nm assistant -m "$M" -p hi --plan --cores 0
 expect assistant_plan_goal_alone 2 "--plan-goal goes with --plan" "$M" -- nm assistant -m "$M" -p hi --plan-goal energy
 expect assistant_plan_no_profile 1 "none.json: cannot open: No such file or directory \\(i/o error\\): measure the units first" "$M" -- nm assistant -m "$M" -p hi --plan --profile "$tmp/none.json"
@@ -508,7 +519,21 @@ case_say_piper() {
         2>&1 | grep -E "^voice|^ledger: +piper" | tr '\n' ' '
     nm transcribe -m "$WM" "$tmp/piper.wav" 2>/dev/null | tr '\n' ' '
 }
-expect say_piper 0 "voice: .*piper-en_US-joe-medium.gguf \(piper\), 175 wpm, 22050 Hz .*piper -> tts: [1-9][0-9]* bytes .*remind me to water the plants tomorrow morning" "$PV" "$WM" -- case_say_piper
+expect say_piper 0 "voice: .*piper-en_US-joe-medium.gguf \(piper on cpu\), 175 wpm, 22050 Hz .*piper -> tts: [1-9][0-9]* bytes .*remind me to water the plants tomorrow morning" "$PV" "$WM" -- case_say_piper
+# -dev opencl: HiFi-GAN on OpenCL (PoCL here): the CPU's samples within a few steps of 16 bits (each file
+# scaled by its own peak), and it says where it ran; espeak-ng cannot run there; an unknown device named
+case_say_piper_opencl() {
+    nm say --tts piper --voice "$PV" 'Switch off the kitchen light, please.' -o "$tmp/pc.wav" || return
+    nm say --tts piper --voice "$PV" -dev opencl 'Switch off the kitchen light, please.' -o "$tmp/po.wav" --stats 2>&1 |
+        grep -E "^voice" | tr '\n' ' '
+    python3 -c "import sys,wave,array
+a,b=(array.array('h',wave.open(f).readframes(10**8)) for f in sys.argv[1:])
+print('same length' if len(a)==len(b) else 'lengths %d %d'%(len(a),len(b)), 'max diff %d'%max(abs(x-y) for x,y in zip(a,b)))" \
+        "$tmp/pc.wav" "$tmp/po.wav"
+}
+expect say_piper_opencl 0 "\(piper on opencl\).*same length max diff [0-3]$" "$PV" -- case_say_piper_opencl
+expect say_espeak_opencl 1 "espeak-ng runs on the CPU only, not on 'opencl'" -- nm say -dev opencl hi -o "$tmp/x.wav"
+expect say_piper_bad_device 1 "piper: device nosuch: unknown device 'nosuch'" "$PV" -- nm say --tts piper --voice "$PV" -dev nosuch hi -o "$tmp/x.wav"
 case_say_piper_m() { # Piper's -m; slower (--speed 0.5: twice the length scale) is longer
     nm say -m "$PV" 'Turn left.' -o "$tmp/p1.wav" && nm say -m "$PV" --speed 0.5 'Turn left.' -o "$tmp/p2.wav" || return
     python3 -c "import sys,wave; a,b=(wave.open(f).getnframes() for f in sys.argv[1:]); print('longer' if b > 1.6 * a else 'not longer: %d %d' % (a, b))" "$tmp/p1.wav" "$tmp/p2.wav"

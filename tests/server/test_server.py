@@ -1343,7 +1343,24 @@ def t_piper_round_trip(name):
     result(name, "hello there, this is a test of the speech" in t, t[-200:])
 
 
-PIPER_CASES = [("piper_speech_equals_say", t_piper_speech), ("piper_round_trip", t_piper_round_trip)]
+def t_piper_on_opencl(name):  # --tts-device opencl: the voice's decoder on OpenCL (PoCL here), say's (CPU) samples
+    import array             # within a few steps of 16 bits
+    p6, cport = start("--tts", "piper", "--voice", PV, "--api-key", KEY, "--tts-device", "opencl")
+    try:
+        st, data = raw(cport, "POST", "/v1/audio/speech",
+                       json.dumps({"input": SAY, "voice": "alloy", "response_format": "pcm"}).encode())
+    finally:
+        rc6, err6 = stop(p6)
+    want = say_cli(SAY, "--tts", "piper", "--voice", PV)
+    a, b = array.array("h", data if st == 200 else b""), array.array("h", want)
+    diff = max((abs(x - y) for x, y in zip(a, b)), default=-1)
+    result(name, st == 200 and len(a) == len(b) and 0 <= diff <= 3 and rc6 == 0,
+           "status %d, %d samples against say's %d, max diff %d; exit %s %s" % (st, len(a), len(b), diff, rc6,
+                                                                                 err6[-200:]))
+
+
+PIPER_CASES = [("piper_speech_equals_say", t_piper_speech), ("piper_round_trip", t_piper_round_trip),
+               ("piper_speech_on_opencl", t_piper_on_opencl)]
 if not wanted(*[n for n, _ in PIPER_CASES]):
     pass
 elif not os.path.exists(PV) or not os.path.exists(W):

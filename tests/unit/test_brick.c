@@ -27,7 +27,8 @@ NM_TEST(builtin_table) {
         {NM_BRICK_LLM, "llm", NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_EMBD) | NM_PORT_BIT(NM_PORT_TEXT),
          NM_PORT_BIT(NM_PORT_TOKENS) | NM_PORT_BIT(NM_PORT_TEXT),
          NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL)},
-        {NM_BRICK_TTS, "tts", NM_PORT_BIT(NM_PORT_TEXT), NM_PORT_BIT(NM_PORT_PCM), NM_UNIT_BIT(NM_UNIT_CPU)},
+        {NM_BRICK_TTS, "tts", NM_PORT_BIT(NM_PORT_TEXT), NM_PORT_BIT(NM_PORT_PCM),
+         NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL)},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const nm_brick_i *b = nm_brick_builtin(want[i].kind);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/conv1d.h"
 #include "backend/cpu/gemm.h"
 #include "bricks/tts/piper/piper.h"
@@ -220,6 +221,119 @@ NM_TEST(conv_t1d_matches_reference) {
     pick(-1);
 }
 
+// A backend of `device` for the op tests, or NULL (why printed) where there is no such device here.
+static nm_backend *backend_of(const char *device) {
+    const nm_backend_params p = {.n_threads = 2, .max_row = 1, .max_tokens = 1};
+    nm_backend *be = NULL;
+    char err[256] = "";
+    if (nm_backend_create(device, &p, &be, err, sizeof err) != NM_OK) printf("  (%s: %s)\n", device, err);
+    return be;
+}
+
+// n floats of the backend's memory holding src (a fresh buffer; *buf to free).
+static nm_tensor put(nm_backend *be, nm_buffer **buf, const float *src, int64_t ne0, int64_t ne1) {
+    *buf = nm_backend_buffer_alloc(be, sizeof(float) * (size_t)(ne0 * ne1) + 64);
+    nm_tensor t = {.type = NM_TYPE_F32, .ne = {ne0, ne1, 1, 1}, .buf = *buf, .offs = 0};
+    if (*buf && src) nm_backend_tensor_set(be, &t, 0, src, sizeof(float) * (size_t)(ne0 * ne1));
+    return t;
+}
+
+// NM_OP_CONV1D and NM_OP_CONV_T1D on each backend (the CPU; OpenCL where there is a device: a skip of
+// that half otherwise) against the definition's loops (nm_conv1d_ref, nm_conv_t1d_ref on PyTorch's
+// layouts): kernels, dilations, pads, slopes, the add terms and scale (dst one of them), output channels
+// and lengths around the OpenCL kernel's 64 channels and 8 frames; then NM_OP_ACT tanh; then what is
+// refused: a weight not prepared, an output over its input, a shape the weight does not have.
+NM_TEST(conv_ops_on_each_backend) {
+    const struct { int32_t ic, oc, k, dil, pad; int64_t n; bool t, add; } cs[] = {
+        {8, 16, 3, 1, 1, 9, false, false},  {32, 70, 7, 3, 9, 37, false, true}, {5, 1, 7, 1, 3, 20, false, false},
+        {64, 64, 11, 5, 25, 100, false, true}, {16, 8, 16, 8, 4, 6, true, false}, {24, 130, 4, 2, 1, 17, true, false},
+    };
+    const char *devices[] = {"cpu", "opencl"};
+    for (int dv = 0; dv < 2; dv++) {
+        nm_backend *be = backend_of(devices[dv]);
+        if (!be) {
+            NM_CHECK(dv == 1); // (the CPU always)
+            printf("  skip: no OpenCL device: the OpenCL half not run\n");
+            continue;
+        }
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            const int32_t ic = cs[i].ic, oc = cs[i].oc, k = cs[i].k;
+            const int64_t n = cs[i].n, n_out = cs[i].t ? (n - 1) * cs[i].dil - 2 * cs[i].pad + k
+                                                        : n + 2 * cs[i].pad - (int64_t)cs[i].dil * (k - 1);
+            float *w = randv((int64_t)oc * ic * k), *b = randv(oc), *x = randv(n * ic), *a = randv(n_out * oc),
+                  *d = randv(n_out * oc), *r = randv(n_out * oc), *got = randv(n_out * oc);
+            const float slope = i % 2 ? 0.1f : 1.0f, scale = cs[i].add ? 0.5f : 1.0f;
+            nm_buffer *bx, *bb, *ba, *bd;
+            const nm_tensor tw = {.type = NM_TYPE_F32, .ne = {k, cs[i].t ? oc : ic, cs[i].t ? ic : oc, 1},
+                                  .offs = (size_t)(uintptr_t)w};
+            nm_tensor tx = put(be, &bx, x, ic, n), tb = put(be, &bb, b, oc, 1), ta = put(be, &ba, a, oc, n_out),
+                      td = put(be, &bd, d, oc, n_out);
+            nm_op op = {.kind = cs[i].t ? NM_OP_CONV_T1D : NM_OP_CONV1D, .src0 = &tx, .src1 = &tw, .src2 = &tb,
+                        .dst = &td, .f0 = slope, .f1 = scale, .i0 = cs[i].dil, .i1 = cs[i].pad,
+                        .i2 = cs[i].t ? 0 : cs[i].pad};
+            if (cs[i].add) op.add[0] = &ta, op.add[1] = &td; // (dst = (conv + a + dst) / 2)
+            NM_CHECK(nm_backend_supports_op(be, &op));
+            NM_CHECK(nm_backend_run(be, &op, 1) != NM_OK); // not prepared: refused, naming it
+            NM_CHECK(strstr(nm_backend_last_error(be), "not prepared") != NULL);
+            bool copied = false;
+            NM_CHECK(nm_backend_prepare_op(be, &op, &copied) == NM_OK && copied);
+            NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
+            NM_CHECK(nm_backend_tensor_get(be, &td, 0, got, sizeof(float) * (size_t)(n_out * oc)) == NM_OK);
+            if (cs[i].t) {
+                const nm_conv_t1d c = {.bias = b, .ic = ic, .oc = oc, .k = k, .stride = cs[i].dil, .pad = cs[i].pad,
+                                       .in_slope = slope};
+                NM_CHECK(nm_conv_t1d_ref(&c, w, x, n, r) == n_out);
+            } else {
+                const nm_conv1d c = {.bias = b, .ic = ic, .oc = oc, .k = k, .dil = cs[i].dil, .in_slope = slope};
+                NM_CHECK(nm_conv1d_ref(&c, w, x, n, cs[i].pad, cs[i].pad, r) == n_out);
+                if (cs[i].add)
+                    for (int64_t e = 0; e < n_out * oc; e++) r[e] = (r[e] + a[e] + d[e]) * scale;
+            }
+            const double e = rel_err(got, r, n_out * oc);
+            NM_CHECK(e < AMX_BOUND);
+            if (!(e < AMX_BOUND)) printf("  %s case %zu: relative error %g\n", devices[dv], i, e);
+            if (i == 1) { // what is refused
+                nm_op bad;
+                nm_tensor short_y = td;
+                short_y.ne[1] = n_out - 1; // (not the length the shapes give)
+                bad = op, bad.dst = &short_y, bad.add[0] = bad.add[1] = NULL;
+                NM_CHECK(!nm_backend_supports_op(be, &bad) && nm_backend_run(be, &bad, 1) != NM_OK);
+                nm_tensor w2 = tw;
+                w2.ne[1] = ic + 1; // (the weight's input channels against x's)
+                bad = op, bad.src1 = &w2;
+                NM_CHECK(!nm_backend_supports_op(be, &bad) && nm_backend_prepare_op(be, &bad, &copied) != NM_OK);
+            }
+            // tanh in place (HiFi-GAN's last step)
+            nm_op th = {.kind = NM_OP_ACT, .src0 = &td, .dst = &td, .i0 = NM_ACT_TANH};
+            NM_CHECK(nm_backend_run(be, &th, 1) == NM_OK);
+            float *tg = randv(n_out * oc);
+            NM_CHECK(nm_backend_tensor_get(be, &td, 0, tg, sizeof(float) * (size_t)(n_out * oc)) == NM_OK);
+            double te = 0;
+            for (int64_t q = 0; q < n_out * oc; q++) te = fmax(te, fabs((double)tg[q] - tanh((double)got[q])));
+            NM_CHECK(te < 2e-6);
+            free(tg);
+            nm_backend_buffer_free(be, bx), nm_backend_buffer_free(be, bb), nm_backend_buffer_free(be, ba),
+                nm_backend_buffer_free(be, bd);
+            free(w), free(b), free(x), free(a), free(d), free(r), free(got);
+        }
+        // an output over its input (the CPU checks the bytes at submit; OpenCL's kernels would race)
+        if (dv == 0) {
+            float w[4 * 4 * 3], x[4 * 10], y[4 * 10];
+            for (int q = 0; q < 48; q++) w[q] = frand();
+            nm_tensor tw = {.type = NM_TYPE_F32, .ne = {3, 4, 4, 1}, .offs = (size_t)(uintptr_t)w},
+                      tx = nm_tensor_at(x, NM_TYPE_F32, 4, 10), ty = nm_tensor_at(y, NM_TYPE_F32, 4, 10);
+            nm_op op = {.kind = NM_OP_CONV1D, .src0 = &tx, .src1 = &tw, .dst = &ty, .f0 = 1, .f1 = 1, .i0 = 1, .i1 = 1, .i2 = 1};
+            bool copied;
+            NM_CHECK(nm_backend_prepare_op(be, &op, &copied) == NM_OK && nm_backend_run(be, &op, 1) == NM_OK);
+            op.dst = &tx;
+            NM_CHECK(nm_backend_run(be, &op, 1) == NM_ERR_INVALID_ARG && strstr(nm_backend_last_error(be), "overlaps"));
+            op.dst = &ty, op.i0 = 5000, op.i1 = op.i2 = 5000; // (a dilation beyond the workspace prepared)
+            NM_CHECK(nm_backend_run(be, &op, 1) == NM_ERR_INVALID_ARG && strstr(nm_backend_last_error(be), "dilation"));
+        }
+        nm_backend_free(be);
+    }
+}
+
 #define VOICE "piper-en_US-joe-medium.gguf"
 
 static nm_vits *voice(void) {
@@ -333,7 +447,8 @@ NM_TEST(piper_stream_same_samples) {
     float *whole = NULL;
     int64_t nw = 0;
     NM_CHECK(nm_vits_synth(v, NULL, ids, n, &s, &whole, &nw, err, sizeof err) == NM_OK);
-    nm_vits_ctx *two = nm_vits_ctx_create(2);
+    nm_vits_ctx *two = NULL;
+    NM_CHECK(nm_vits_ctx_create(v, NULL, 2, &two, err, sizeof err) == NM_OK && two);
     for (int k = 0; k < 3; k++) { // (20 frames, one thread and two; 3 frames: fewer than the reach)
         const int32_t first = k < 2 ? 20 : 3;
         parts p = {0};
@@ -356,7 +471,6 @@ NM_TEST(piper_stream_same_samples) {
 // thread's samples; a long utterance in parts gives the whole's (both reaches are the voice's own).
 NM_TEST(piper_tiny_voices) {
     const char *files[] = {"tests/data/piper/tiny-rb1.gguf", "tests/data/piper/tiny-rb2.gguf"};
-    nm_vits_ctx *two = nm_vits_ctx_create(2);
     for (int f = 0; f < 2; f++) {
         char err[512] = "";
         nm_vits *v = NULL;
@@ -367,6 +481,8 @@ NM_TEST(piper_tiny_voices) {
         }
         const nm_vits_info *in = nm_vits_get_info(v);
         NM_CHECK(in->sample_rate == 16000 && in->hop == 4 && in->n_symbols == 12);
+        nm_vits_ctx *two = NULL;
+        NM_CHECK(nm_vits_ctx_create(v, NULL, 2, &two, err, sizeof err) == NM_OK && two);
         int32_t ids[64];
         for (int i = 0; i < 64; i++) ids[i] = i == 0 ? 1 : i == 63 ? 2 : i % 2 ? 0 : 3 + i % 9;
         const nm_vits_scales s = {0.667f, 4, 0.8f, 9};
@@ -383,9 +499,9 @@ NM_TEST(piper_tiny_voices) {
         NM_CHECK(p.n_parts == 2 && p.n == na && !memcmp(p.pcm, a, sizeof(float) * (size_t)na));
         if (p.n_parts != 2) printf("  %s: %lld samples, %d parts\n", files[f], (long long)na, p.n_parts);
         free(p.pcm), free(a), free(b);
+        nm_vits_ctx_free(two);
         nm_vits_free(v);
     }
-    nm_vits_ctx_free(two);
     // the fuzz corpus's broken voices: refused, the cause named
     const struct { const char *file, *why; } broken[] = {
         {"tests/fuzz/corpus/piper/emb-shape.gguf", "weight enc_p.emb.weight: type 0, shape [12 15] (f32 [12 16] expected)"},
@@ -417,10 +533,25 @@ static int32_t *read_ints(const char *path, int32_t *n) {
 // Run by tests/tools/test_piper_ort.py (ctest piper_ort), which writes the oracle and names it.
 NM_TEST_OPTIN(piper_matches_onnxruntime, "NM_PIPER_ORACLE") {
     const char *dir = getenv("NM_PIPER_ORACLE");
+    const char *dev = getenv("NM_PIPER_DEVICE"); // (HiFi-GAN's device: NULL, the CPU)
     const bool amx = nm_conv_amx_for(32, 16, 3); // (the voice's convolutions packed for AMX)
     nm_vits *v = voice();
     NM_CHECK(v != NULL);
     if (!v) return;
+    nm_vits_ctx *cx = NULL;
+    char why[512] = "";
+    const nm_status cst = nm_vits_ctx_create(v, dev, 2, &cx, why, sizeof why);
+    if (cst == NM_ERR_UNSUPPORTED) { // (no such device here)
+        nm_vits_free(v);
+        NM_SKIP(why);
+    }
+    NM_CHECK(cst == NM_OK);
+    if (!cx) {
+        printf("  %s\n", why);
+        nm_vits_free(v);
+        return;
+    }
+    printf("  HiFi-GAN on %s\n", nm_vits_ctx_device(cx));
     int cases = 0;
     for (int k = 0;; k++) {
         char p[1200], err[512];
@@ -446,7 +577,7 @@ NM_TEST_OPTIN(piper_matches_onnxruntime, "NM_PIPER_ORACLE") {
         float *pcm = NULL;
         int64_t np = 0;
         const nm_vits_scales s = {sc[0], sc[1], sc[2], 1};
-        NM_CHECK(nm_vits_synth(v, NULL, ids, n, &s, &pcm, &np, err, sizeof err) == NM_OK);
+        NM_CHECK(nm_vits_synth(v, cx, ids, n, &s, &pcm, &np, err, sizeof err) == NM_OK);
         NM_CHECK(np == nr);
         double se = 0, sr = 0, mx = 0;
         for (int64_t i = 0; pcm && i < (np < nr ? np : nr); i++) {
@@ -462,6 +593,7 @@ NM_TEST_OPTIN(piper_matches_onnxruntime, "NM_PIPER_ORACLE") {
         cases++;
     }
     NM_CHECK(cases > 0);
+    nm_vits_ctx_free(cx);
     nm_vits_free(v);
 }
 
@@ -521,6 +653,16 @@ NM_TEST(piper_engine_speaks) {
     NM_CHECK(nm_tts_open(&p, NULL, &t, err, sizeof err) == NM_OK);
     if (!t) return;
     NM_CHECK(nm_tts_sample_rate(t) == 22050 && !strcmp(nm_tts_engine_name(t), "piper"));
+    // the planner's estimate of a second of speech, by hand from the voice's shapes: HiFi-GAN ~3.9 GFLOP
+    // (its three stages' residual blocks 0.68, 1.35, 1.35), the flow ~1.2, the encoder the rest; the
+    // weights the file's f32 tensors
+    nm_brick_cost e = {0}, two = {0};
+    nm_tts_estimate(t, 1.0, &e);
+    nm_tts_estimate(t, 2.0, &two);
+    printf("  estimate: %.2f GFLOP a second of speech, %.1f MB of weights\n", e.flops * 1e-9, e.weight_bytes * 1e-6);
+    NM_CHECK(e.flops > 5.2e9 && e.flops < 6.2e9 && e.flops_by_type[0] == e.flops &&
+             two.flops >= 2 * e.flops && two.flops < 2.05 * e.flops); // (attention: quadratic in the ids)
+    NM_CHECK(e.weight_bytes > 55e6 && e.weight_bytes < 70e6 && e.peak_bytes > e.weight_bytes);
     int16_t *pcm = NULL;
     int64_t n = 0;
     NM_CHECK(nm_tts_synth_alloc(t, "Hello world.", &pcm, &n) == NM_OK && n == 18432);
@@ -577,6 +719,75 @@ NM_TEST(piper_engine_speaks) {
     free(pcm);
     p.pitch = 60;
     NM_CHECK(nm_tts_retune(t, &p) == NM_ERR_INVALID_ARG && strstr(nm_tts_last_error(t), "pitch"));
+    nm_tts_free(t);
+}
+
+// SNR of a against b in dB (200: equal).
+static double snr_db(const float *a, const float *b, int64_t n) {
+    double se = 0, sr = 0;
+    for (int64_t i = 0; i < n; i++) se += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), sr += (double)b[i] * b[i];
+    return se > 0 ? 10 * log10(sr / se) : 200;
+}
+
+// HiFi-GAN placed on OpenCL (a skip where there is no device): the CPU's samples within the bound (noises
+// on, the same seed: the host makes them), for the tiny voices and, where it is cached, the default one;
+// a context of one voice refused for another; through the engine (nm_tts_params.device) it says where it
+// runs and espeak-ng, which cannot run there, is refused naming the device.
+NM_TEST(piper_on_opencl_equals_cpu) {
+    char err[512] = "", path[1024];
+    const char *files[3] = {"tests/data/piper/tiny-rb1.gguf", "tests/data/piper/tiny-rb2.gguf", NULL};
+    if (nmtest_model_path(VOICE, path, sizeof path)) files[2] = path;
+    nm_vits *prev = NULL;
+    for (int f = 0; f < 3 && files[f]; f++) {
+        nm_vits *v = NULL;
+        NM_CHECK(nm_vits_load(files[f], &v, err, sizeof err) == NM_OK);
+        if (!v) break;
+        nm_vits_ctx *cpu = NULL, *gpu = NULL;
+        NM_CHECK(nm_vits_ctx_create(v, "cpu", 2, &cpu, err, sizeof err) == NM_OK);
+        const nm_status st = nm_vits_ctx_create(v, "opencl", 2, &gpu, err, sizeof err);
+        if (st == NM_ERR_UNSUPPORTED) {
+            nm_vits_ctx_free(cpu), nm_vits_free(v), nm_vits_free(prev);
+            NM_SKIP(err);
+        }
+        NM_CHECK(st == NM_OK && gpu && !strcmp(nm_vits_ctx_device(gpu), "opencl") && !strcmp(nm_vits_ctx_device(cpu), "cpu"));
+        if (prev && gpu) { // (a context of another voice)
+            float *pcm = NULL;
+            int64_t np = 0;
+            const int32_t two[] = {1, 2};
+            const nm_vits_scales s0 = {0, 1, 0, 1};
+            NM_CHECK(nm_vits_synth(prev, gpu, two, 2, &s0, &pcm, &np, err, sizeof err) == NM_ERR_INVALID_ARG && !pcm &&
+                     strstr(err, "another voice"));
+        }
+        int32_t ids[120];
+        const int32_t n = f < 2 ? 64 : 120, ns = nm_vits_get_info(v)->n_symbols;
+        for (int i = 0; i < n; i++) ids[i] = i == 0 ? 1 : i == n - 1 ? 2 : i % 2 ? 0 : 3 + (i * 7) % (ns - 3);
+        const nm_vits_scales s = {0.667f, 1.2f, 0.8f, 11};
+        float *a = NULL, *b = NULL;
+        int64_t na = 0, nb = 0;
+        NM_CHECK(nm_vits_synth(v, cpu, ids, n, &s, &a, &na, err, sizeof err) == NM_OK);
+        NM_CHECK(gpu && nm_vits_synth(v, gpu, ids, n, &s, &b, &nb, err, sizeof err) == NM_OK && nb == na && na > 0);
+        const double snr = a && b && na == nb ? snr_db(b, a, na) : 0;
+        const double bound = 80; // (measured: 99 dB with AMX on the CPU, 140 dB for the tiny voices)
+        printf("  %s: %lld samples, OpenCL against the CPU: SNR %.1f dB (bound %.0f)\n", files[f], (long long)na, snr, bound);
+        NM_CHECK(snr >= bound);
+        free(a), free(b);
+        nm_vits_ctx_free(cpu), nm_vits_ctx_free(gpu);
+        nm_vits_free(prev);
+        prev = v;
+    }
+    nm_vits_free(prev);
+    // the engine on OpenCL; espeak-ng refused there
+    nm_tts_params p = nm_tts_default_params();
+    p.engine = "piper", p.voice = "tests/data/piper/tiny-rb1.gguf", p.device = "opencl";
+    nm_tts *t = NULL;
+    NM_CHECK(nm_tts_open(&p, NULL, &t, err, sizeof err) == NM_OK && t && !strcmp(nm_tts_device(t), "opencl"));
+    p.voice = "tests/data/piper/tiny-rb2.gguf"; // (another voice: a context made for it, on the same device)
+    NM_CHECK(t && nm_tts_retune(t, &p) == NM_OK && !strcmp(nm_tts_device(t), "opencl"));
+    nm_tts_free(t);
+    p = nm_tts_default_params();
+    p.device = "opencl";
+    t = NULL;
+    NM_CHECK(nm_tts_open(&p, NULL, &t, err, sizeof err) == NM_ERR_UNSUPPORTED && !t && strstr(err, "espeak-ng runs on the CPU only"));
     nm_tts_free(t);
 }
 

@@ -43,7 +43,8 @@ typedef struct energy_report {
 
 typedef struct app {
     // options (assistant_options.c)
-    const char *stt_model, *audio, *frames, *out_dir, *tts_engine, *voice, *stt_cores, *tts_cores, *json_path;
+    const char *stt_model, *audio, *frames, *out_dir, *tts_engine, *voice, *stt_cores, *tts_cores, *json_path,
+        *tts_device;
     const char *wake_words;    // --wake-words LIST (the pipeline's gate)
     float fps, listen_s, frame_change;
     bool sequential, barge_in;

@@ -54,7 +54,9 @@ static void usage(FILE *f) {
             "  --out speaker[:DEVICE]   speak them on a speaker (ALSA; an absent one is skipped with a\n"
             "                           message)\n"
             "  --tts ENGINE             espeak-ng (default), piper (a neural voice, docs/piper.md) or none;\n"
-            "                           --voice V  its voice (espeak-ng: en-us; piper: en_US-joe-medium or a GGUF)\n"
+            "                           --voice V  its voice (espeak-ng: en-us; piper: en_US-joe-medium or a GGUF);\n"
+            "                           --tts-device DEV  where a Piper voice's decoder runs (cpu, opencl,\n"
+            "                           opencl:N, auto; default cpu)\n"
             "  --sequential             one question at a time: the next starts once the answer is\n"
             "                           spoken (the baseline of the pipelined loop)\n"
             "power (docs/power.md):\n"
@@ -107,6 +109,7 @@ static bool take_own(app *A, int *argc, char **argv) {
         const char **dst = !strcmp(a, "--stt") ? &A->stt_model : !strcmp(a, "--audio") ? &A->audio
                            : !strcmp(a, "--frames") ? &A->frames : !strcmp(a, "--out") ? &A->out_dir
                            : !strcmp(a, "--tts") ? &A->tts_engine : !strcmp(a, "--voice") ? &A->voice
+                           : !strcmp(a, "--tts-device") ? &A->tts_device
                            : !strcmp(a, "--stt-cores") ? &A->stt_cores : !strcmp(a, "--tts-cores") ? &A->tts_cores
                            : !strcmp(a, "--json") ? &A->json_path : !strcmp(a, "--wake-words") ? &wake
                                                                                                 : NULL;
@@ -215,9 +218,9 @@ int assistant_options(app *A, int argc, char **argv) {
         goto bad;
     }
     if (o->plan && (o->cores || o->mmproj_cores || A->stt_cores || A->tts_cores || o->device || o->mmproj_device ||
-                    o->n_gpu_layers != -1)) {
+                    A->tts_device || o->n_gpu_layers != -1)) {
         fprintf(stderr, "error: --plan places the bricks: drop --cores, --mmproj-cores, --stt-cores, --tts-cores, -dev, "
-                        "--mmproj-device and -ngl\n");
+                        "--mmproj-device, --tts-device and -ngl\n");
         goto bad;
     }
     if (o->plan_goal && !o->plan) {

@@ -270,6 +270,8 @@ static int place_by_plan(app *A, nm_pipeline *P) {
         nm_brick *br = nm_pipeline_brick(P, kinds[k]);
         if (!br) continue;
         b[n] = (nm_plan_brick){.kind = kinds[k], .name = names[k], .units = nm_brick_impl(br)->units};
+        if (kinds[k] == NM_BRICK_TTS && strcmp(nm_brick_tts_engine(br), "piper") != 0)
+            b[n].units &= NM_UNIT_BIT(NM_UNIT_CPU); // (espeak-ng's formants: the CPU only)
         which[n] = params[k];
         if (kinds[k] == NM_BRICK_STT) {
             st = nm_brick_estimate(br, &(nm_brick_input){.n_samples = 3 * 16000}, &b[n].cost);
@@ -403,6 +405,7 @@ static int brick_params(app *A) {
     if (A->out_dir) {
         A->tp = nm_brick_default_params(NM_BRICK_TTS);
         A->tp.cores = A->tts_cores;
+        A->tp.device = A->tts_device; // (a Piper voice's HiFi-GAN: NULL, the CPU)
         A->tp.n_threads = o->n_threads; // (a neural voice's threads)
         if (strcmp(A->tts_engine, "none")) A->tp.tts.engine = A->tts_engine;
         A->tp.tts.stream_ms = 200; // (a Piper voice's first long sentence: its first 0.2 s spoken first)

@@ -47,6 +47,8 @@ static void say_usage(void) {
            "                         with an optional variant (en-us+f3); default en-us. piper: a voice GGUF, or\n"
            "                         the name of one in the model folder (default en_US-joe-medium)\n"
            "  -m, --model FILE       a Piper voice GGUF (as Piper's -m; implies --tts piper)\n"
+           "  -dev, --device DEV     piper: where the decoder (HiFi-GAN, most of the work) runs: cpu (default),\n"
+           "                         opencl, opencl:N, opencl:auto or auto (OpenCL's GPU where there is one)\n"
            "  --rate WPM             speaking rate, words per minute (80..450, default 175)\n"
            "  --speed X              speaking speed, a factor of the rate (0.46..2.57: 80..450 wpm)\n"
            "  --pitch P              base pitch, 0..100 (default 50; espeak-ng only)\n"
@@ -89,6 +91,7 @@ int cmd_say(int argc, char **argv) {
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) file = v;
         else if (!strcmp(a, "--voice")) p.voice = v;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) p.voice = v, p.engine = "piper";
+        else if (!strcmp(a, "-dev") || !strcmp(a, "--device")) p.device = v;
         else if (!strcmp(a, "--tts")) {
             ok = v && (!strcmp(v, "piper") || !strcmp(v, "espeak-ng") || !strcmp(v, "espeak"));
             if (v && !ok) fprintf(stderr, "error: --tts takes espeak-ng or piper, not '%s'\n", v);
@@ -336,9 +339,9 @@ int cmd_say(int argc, char **argv) {
         const nm_brick_stats bs = tr.s;
         int32_t rate = nm_brick_tts_sample_rate(brick);
         double audio_s = (double)bs.n_samples / rate;
-        fprintf(stderr, "voice: %s (%s), %d wpm, %d Hz%s\n", p.voice ? p.voice : "default", nm_brick_tts_engine(brick),
-                (int)p.rate_wpm,
-                (int)rate, rate != nm_brick_tts_native_rate(brick) ? " (resampled)" : "");
+        fprintf(stderr, "voice: %s (%s on %s), %d wpm, %d Hz%s\n", p.voice ? p.voice : "default",
+                nm_brick_tts_engine(brick), tr.device, (int)p.rate_wpm, (int)rate,
+                rate != nm_brick_tts_native_rate(brick) ? " (resampled)" : "");
         fprintf(stderr, "synthesis: %.3f s for %.3f s of audio (real-time factor %.4f), %llu slots\n", bs.t_busy,
                 audio_s, audio_s > 0 ? bs.t_busy / audio_s : 0.0, (unsigned long long)bs.n_out_slots);
         fprintf(stderr, "first audio: %.3f s after the text was given\n", first_audio);

@@ -19,7 +19,7 @@
 // The command's flags (take_own) and what cli_parse fills.
 typedef struct serve_cli {
     cli_opts o;
-    const char *host, *alias, *mmproj, *mmproj_device, *image_dir, *stt_path, *tts_engine, *voice, *sysfs;
+    const char *host, *alias, *mmproj, *mmproj_device, *image_dir, *stt_path, *tts_engine, *voice, *sysfs, *tts_device;
     int32_t port, queue_max, timeout_s, body_timeout_s, idle_timeout_s, threads_http, parallel, audio_max_s;
     int32_t speech_max_chars;
     int64_t body_max, image_max_pixels;
@@ -60,6 +60,7 @@ static void usage(FILE *f) {
             "                           (24 kHz); with piper, OpenAI's voice names (alloy, ...) are --voice's,\n"
             "                           another name a Piper voice installed in the model folder\n"
             "  --voice V                the speech's voice (espeak-ng: en-us; piper: en_US-joe-medium, or a GGUF)\n"
+            "  --tts-device DEV         where a Piper voice's decoder runs: cpu (default), opencl, opencl:N, auto\n"
             "  --max-speech N           the most characters a speech request's input may have (default 4096)\n"
             "  --sysfs DIR              look for energy meters under DIR (default /sys; NVIDIA GPUs through NVML):\n"
             "                           /metrics gives each one's joules since the start\n"
@@ -114,14 +115,16 @@ static bool take_own(serve_cli *S, int *argc, char **argv) {
         const bool has = i + 1 < *argc;
         if (!strcmp(a, "--host") || !strcmp(a, "-a") || !strcmp(a, "--alias") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--api-key-file") || !strcmp(a, "--stt") || !strcmp(a, "--tts") || !strcmp(a, "--mmproj") ||
-            !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir") || !strcmp(a, "--sysfs") || !strcmp(a, "--voice")) {
+            !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir") || !strcmp(a, "--sysfs") || !strcmp(a, "--voice") ||
+            !strcmp(a, "--tts-device")) {
             if (!has || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
             }
             const char *v = argv[++i];
             if ((!strcmp(a, "--stt") && !cli_part(a, NM_WITH_STT, CLI_PART_STT)) ||
-                ((!strcmp(a, "--tts") || !strcmp(a, "--voice")) && !cli_part(a, NM_WITH_TTS, CLI_PART_TTS)) ||
+                ((!strcmp(a, "--tts") || !strcmp(a, "--voice") || !strcmp(a, "--tts-device")) &&
+                 !cli_part(a, NM_WITH_TTS, CLI_PART_TTS)) ||
                 ((!strcmp(a, "--mmproj") || !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir")) &&
                  !cli_part(a, NM_WITH_VISION, CLI_PART_VISION)))
                 return false;
@@ -139,6 +142,7 @@ static bool take_own(serve_cli *S, int *argc, char **argv) {
                 S->tts_engine = strcmp(v, "piper") ? "espeak-ng" : "piper";
             }
             else if (!strcmp(a, "--voice")) S->voice = v;
+            else if (!strcmp(a, "--tts-device")) S->tts_device = v;
             else if (!strcmp(a, "--api-key")) {
                 char what[64];
                 snprintf(what, sizeof what, "--api-key '%.40s'", v);
@@ -298,6 +302,7 @@ int cmd_serve(int argc, char **argv) {
     sp.stt = nm_stt_default_params(NM_STT_BEAM);
     tp.tts.engine = S.tts_engine;
     tp.tts.voice = S.voice; // (NULL: the engine's own)
+    tp.device = S.tts_device; // (a Piper voice's HiFi-GAN; NULL: the CPU)
     tp.tts.stream_ms = 200; // (a Piper voice's first long sentence: its first 0.2 s sent first)
     tp.tts.sample_rate = 24000; // (OpenAI's rate: 24 kHz, 16-bit mono)
     cli_energy e;

@@ -6,8 +6,7 @@
 // stores its sums as rows. Two kernels, picked when the weights are packed:
 // - AVX-512 (or the reference loops), f32: the output channels in the vector
 //   lanes, w[tap][ic][ocp] (ocp: oc rounded up to 16, zeros beyond oc), a
-//   broadcast input times a vector of weights into 24 accumulators (~9/10 of
-//   the FMA ports' rate: ~140 GFLOP/s a core on this Xeon);
+//   broadcast input times a vector of weights into 24 accumulators;
 // - AMX (Sapphire Rapids on; ic a multiple of 32, oc of 16, k > 1): tiles of 16 rows
 //   by 16 output channels, each product a sum of three BF16 products with f32
 //   accumulation, hi*hi + hi*lo + lo*hi, where every weight and input is

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/registry.h"
+#include "backend/cpu/conv1d.h"
 #include "backend/cpu/cpu_impl.h"
 #include "backend/cpu/gemm.h"
 #include "core/clock.h"
@@ -478,6 +479,12 @@ static void op_act(const nm_cpu *c, const nm_op *op, int64_t r0, int64_t r1) {
         c->xsigmoid(x + b, y + b, e - b, k0, k0 * 0.044715f);
         break;
     }
+    case NM_ACT_TANH:
+        if (y != x) memmove(y + b, x + b, sizeof(float) * (size_t)(e - b));
+        if (c->pk) c->pk->tanh(y + b, e - b);
+        else
+            for (int64_t i = b; i < e; i++) y[i] = tanhf(y[i]);
+        break;
     default: // NM_ACT_GELU_QUICK
         c->xsigmoid(x + b, y + b, e - b, 1.702f, 0.0f);
         break;
@@ -619,6 +626,162 @@ static void op_rows_dispatch(nm_cpu *c, const nm_op *op) {
     nm_pool_run(c->pool, ew_worker, &t, t.n_chunks);
 }
 
+static bool cpu_supports_op(const nm_backend *b, const nm_op *op);
+
+// ---- convolutions (NM_OP_CONV1D, NM_OP_CONV_T1D on conv1d.c's kernels) -----------------------
+
+// A convolution's weight as prepare_op packed it (w or wx of the kernels' layout; the op's bias,
+// dilation and slope are set at each submit).
+typedef struct cpu_conv {
+    const void *src; // the caller's weight (PyTorch's layout): the key, with kind
+    int kind;
+    nm_conv1d c;     // CONV1D: ic, oc, k and the packed weights
+    nm_conv_t1d t;   // CONV_T1D: the same
+    float *packed;
+} cpu_conv;
+
+static bool conv_f32(const nm_tensor *t) { return t && t->type == NM_TYPE_F32; }
+
+// The shape rules of both convolutions (supports_op): f32 operands, the weight's shape against x's
+// and dst's, the output length.
+static bool conv_ok(const nm_op *op) {
+    const nm_tensor *x = op->src0, *w = op->src1, *y = op->dst;
+    if (!conv_f32(x) || !conv_f32(w) || !conv_f32(y) || (op->src2 && !conv_f32(op->src2))) return false;
+    const int64_t k = w->ne[0], n = x->ne[1];
+    if (k < 1 || n < 1 || w->ne[3] != 1 || x->ne[2] * x->ne[3] != 1 || y->ne[2] * y->ne[3] != 1 || !(op->f0 == op->f0))
+        return false;
+    if (op->kind == NM_OP_CONV1D) {
+        const int64_t ic = w->ne[1], oc = w->ne[2], dil = op->i0;
+        if (dil < 1 || op->i1 < 0 || op->i2 < 0 || x->ne[0] != ic || y->ne[0] != oc || (op->src2 && op->src2->ne[0] != oc))
+            return false;
+        if (y->ne[1] != n + op->i1 + op->i2 - dil * (k - 1) || y->ne[1] < 1 || !(op->f1 == op->f1)) return false;
+        for (int i = 0; i < 2; i++)
+            if (op->add[i] && (!conv_f32(op->add[i]) || op->add[i]->ne[0] != oc || op->add[i]->ne[1] != y->ne[1]))
+                return false;
+        return true;
+    }
+    const int64_t oc = w->ne[1], ic = w->ne[2], stride = op->i0, pad = op->i1;
+    return stride >= 1 && pad >= 0 && x->ne[0] == ic && y->ne[0] == oc && (!op->src2 || op->src2->ne[0] == oc) &&
+           y->ne[1] == (n - 1) * stride - 2 * pad + k && y->ne[1] >= 1 && !op->add[0] && !op->add[1];
+}
+
+static cpu_conv *conv_find(const nm_cpu *c, const void *src, int kind) {
+    int32_t lo = 0, hi = c->n_convs;
+    while (lo < hi) {
+        const int32_t mid = (lo + hi) / 2;
+        const cpu_conv *e = &c->convs[mid];
+        if ((uintptr_t)e->src < (uintptr_t)src || (e->src == src && e->kind < kind)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < c->n_convs && c->convs[lo].src == src && c->convs[lo].kind == kind ? &c->convs[lo] : NULL;
+}
+
+static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
+    nm_cpu *c = b->impl;
+    *copied = false;
+    if (op->kind != NM_OP_CONV1D && op->kind != NM_OP_CONV_T1D) return NM_OK;
+    if (!cpu_supports_op(b, op) || !TD(op->src1)) {
+        snprintf(c->err, sizeof c->err, "cpu backend: convolution (op %d) with these operands is not supported", op->kind);
+        return NM_ERR_UNSUPPORTED;
+    }
+    const void *src = TD(op->src1);
+    const cpu_conv *have = conv_find(c, src, op->kind);
+    const int32_t k = (int32_t)op->src1->ne[0];
+    const int32_t ic = (int32_t)(op->kind == NM_OP_CONV1D ? op->src1->ne[1] : op->src1->ne[2]);
+    const int32_t oc = (int32_t)(op->kind == NM_OP_CONV1D ? op->src1->ne[2] : op->src1->ne[1]);
+    if (have) {
+        const bool same = op->kind == NM_OP_CONV1D ? have->c.ic == ic && have->c.oc == oc && have->c.k == k
+                                                   : have->t.ic == ic && have->t.oc == oc && have->t.k == k;
+        if (!same) {
+            snprintf(c->err, sizeof c->err, "cpu backend: the convolution weight at %p was prepared with another shape", src);
+            return NM_ERR_INVALID_ARG;
+        }
+        *copied = true;
+        return NM_OK;
+    }
+    if (c->n_convs == c->cap_convs) {
+        const int32_t cap = c->cap_convs ? 2 * c->cap_convs : 32;
+        cpu_conv *e = realloc(c->convs, sizeof *e * (size_t)cap);
+        if (!e) goto oom;
+        c->convs = e, c->cap_convs = cap;
+    }
+    cpu_conv e = {.src = src, .kind = op->kind};
+    if (!(e.packed = aligned_alloc(64, ((size_t)nm_conv1d_packed_size(oc, ic, k) * sizeof(float) + 63) / 64 * 64))) goto oom;
+    const int nth = nm_pool_size(c->pool);
+    int64_t work;
+    if (op->kind == NM_OP_CONV1D) {
+        e.c = (nm_conv1d){.ic = ic, .oc = oc, .k = k, .dil = op->i0, .in_slope = 1.0f};
+        nm_conv1d_pack(&e.c, src, e.packed);
+        work = nm_conv1d_work(&e.c, nth);
+    } else {
+        e.t = (nm_conv_t1d){.ic = ic, .oc = oc, .k = k, .stride = op->i0, .in_slope = 1.0f};
+        nm_conv_t1d_pack(&e.t, src, e.packed);
+        work = nm_conv_t1d_work(&e.t, nth);
+    }
+    if (work > c->conv_work_floats) {
+        float *wk = aligned_alloc(64, ((size_t)work * sizeof(float) + 63) / 64 * 64);
+        if (!wk) {
+            free(e.packed);
+            goto oom;
+        }
+        free(c->conv_work);
+        c->conv_work = wk, c->conv_work_floats = work;
+    }
+    int32_t at = 0;
+    while (at < c->n_convs && ((uintptr_t)c->convs[at].src < (uintptr_t)src ||
+                               (c->convs[at].src == src && c->convs[at].kind < (int)op->kind)))
+        at++;
+    memmove(c->convs + at + 1, c->convs + at, sizeof *c->convs * (size_t)(c->n_convs - at));
+    c->convs[at] = e;
+    c->n_convs++;
+    *copied = true;
+    return NM_OK;
+oom:
+    snprintf(c->err, sizeof c->err, "cpu backend: out of memory for a convolution's packed weights");
+    return NM_ERR_NOMEM;
+}
+
+// Whether [a, a + na) and [b, b + nb) share a byte.
+static bool overlap(const void *a, size_t na, const void *b, size_t nb) {
+    return (uintptr_t)a < (uintptr_t)b + nb && (uintptr_t)b < (uintptr_t)a + na;
+}
+
+static nm_status op_conv(nm_cpu *c, const nm_op *op) {
+    const cpu_conv *e = conv_find(c, TD(op->src1), op->kind);
+    if (!e) {
+        snprintf(c->err, sizeof c->err, "cpu backend: convolution (op %d) weight %s not prepared (prepare_op)", op->kind,
+                 op->src1->name ? op->src1->name : "");
+        return NM_ERR_INVALID_ARG;
+    }
+    if (overlap(TD(op->dst), nm_tensor_bytes(op->dst), TD(op->src0), nm_tensor_bytes(op->src0))) {
+        snprintf(c->err, sizeof c->err, "cpu backend: convolution (op %d): its output overlaps its input", op->kind);
+        return NM_ERR_INVALID_ARG;
+    }
+    const float *x = TD(op->src0), *bias = op->src2 ? TD(op->src2) : NULL;
+    float *y = TD(op->dst);
+    const int64_t n = op->src0->ne[1];
+    nm_conv1d cv = e->c;
+    nm_conv_t1d ct = e->t;
+    cv.dil = op->i0, ct.stride = op->i0, ct.pad = op->i1;
+    const int nth = nm_pool_size(c->pool);
+    if ((op->kind == NM_OP_CONV1D ? nm_conv1d_work(&cv, nth) : nm_conv_t1d_work(&ct, nth)) > c->conv_work_floats) {
+        snprintf(c->err, sizeof c->err, "cpu backend: convolution (op %d): a %s of %d beyond what it was prepared with",
+                 op->kind, op->kind == NM_OP_CONV1D ? "dilation" : "stride", op->i0);
+        return NM_ERR_INVALID_ARG;
+    }
+    if (op->kind == NM_OP_CONV1D) {
+        cv.bias = bias, cv.in_slope = op->f0;
+        const nm_conv_add add = {.a = op->add[0] ? TD(op->add[0]) : NULL, .b = op->add[1] ? TD(op->add[1]) : NULL,
+                                 .scale = op->f1};
+        const bool has_add = add.a || add.b || op->f1 != 1.0f;
+        nm_conv1d_run(&cv, x, n, op->i1, op->i2, has_add ? &add : NULL, y, c->conv_work, c->pool);
+    } else {
+        ct.bias = bias, ct.in_slope = op->f0;
+        nm_conv_t1d_run(&ct, x, n, y, c->conv_work, c->pool);
+    }
+    return NM_OK;
+}
+
 // ---- vtable ---------------------------------------------------------------------------
 
 static void cpu_get_caps(const nm_backend *b, nm_backend_caps *caps) {
@@ -736,7 +899,9 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
                                                     op->rope_sections[3] > 0));
     case NM_OP_KV_STORE: return op->n_ctx > 0 && op->src0->ne[1] <= op->n_ctx && kv_rows_ok(op);
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
-    case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
+    case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_TANH;
+    case NM_OP_CONV1D:
+    case NM_OP_CONV_T1D: return conv_ok(op);
     case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
     case NM_OP_PATCHES: {
         const int64_t W = op->i0, H = op->i2 ? op->i2 : op->i0, p = op->i1;
@@ -796,7 +961,7 @@ static bool host_visible(const nm_tensor *t) { return !t || TD(t) != NULL; }
 // inside the table).
 static nm_status check_operands(nm_cpu *c, const nm_op *op) {
     if (!host_visible(op->src0) || !host_visible(op->src1) || !host_visible(op->src2) || !host_visible(op->dst) ||
-        !host_visible(op->ids) || !host_visible(op->kv_rows) ||
+        !host_visible(op->ids) || !host_visible(op->kv_rows) || !host_visible(op->add[0]) || !host_visible(op->add[1]) ||
         (op->kv && (!host_visible(&op->kv->k) || !host_visible(&op->kv->v)))) {
         snprintf(c->err, sizeof c->err, "cpu backend: op %d has an operand in memory the host cannot address", op->kind);
         return NM_ERR_UNSUPPORTED;
@@ -853,7 +1018,8 @@ static void prof_print(nm_cpu *c) {
         [NM_OP_ROPE] = "rope", [NM_OP_ATTENTION] = "attention", [NM_OP_GLU] = "glu", [NM_OP_ADD] = "add",
         [NM_OP_SCALE] = "scale", [NM_OP_KV_STORE] = "kv_store", [NM_OP_NORM] = "norm", [NM_OP_ACT] = "act",
         [NM_OP_ATTENTION_FULL] = "attention_full", [NM_OP_SOFTCAP] = "softcap", [NM_OP_COPY] = "copy",
-        [NM_OP_PATCHES] = "patches", [NM_OP_PIXEL_SHUFFLE] = "pixel_shuffle", [NM_OP_IM2COL] = "im2col"};
+        [NM_OP_PATCHES] = "patches", [NM_OP_PIXEL_SHUFFLE] = "pixel_shuffle", [NM_OP_IM2COL] = "im2col",
+        [NM_OP_CONV1D] = "conv1d", [NM_OP_CONV_T1D] = "conv_t1d"};
     double total = 0;
     for (int k = 0; k < NM_OP_COUNT; k++)
         for (int t = 0; t < NM_TYPE_COUNT; t++) total += c->prof_acc[k][t].s;
@@ -993,6 +1159,12 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         case NM_OP_IM2COL: op_rows_dispatch(c, op); break;
         case NM_OP_COPY: memmove(TD(op->dst), TD(op->src0), nm_tensor_bytes(op->src0)); break;
         case NM_OP_KV_STORE: op_kv_store(c, op); break;
+        case NM_OP_CONV1D:
+        case NM_OP_CONV_T1D: {
+            nm_status st = op_conv(c, op);
+            if (st != NM_OK) return st;
+            break;
+        }
         case NM_OP_COUNT: break;
         }
         if (c->prof && !c->prof_inner) prof_add(c, ops, first, i, t0);
@@ -1012,6 +1184,9 @@ static void cpu_free(nm_backend *b) {
     free(c->act_pack);
     free(c->xpack);
     free(c->attn_ws);
+    for (int32_t i = 0; i < c->n_convs; i++) free(c->convs[i].packed);
+    free(c->convs);
+    free(c->conv_work);
     free(c);
     free(b);
 }
@@ -1033,6 +1208,7 @@ static const nm_backend_i cpu_iface = {
     .event_free = cpu_event_free,
     .synchronize = cpu_synchronize,
     .prepare_weight = NULL,
+    .prepare_op = cpu_prepare_op,
     .last_error = cpu_last_error,
     .free = cpu_free,
 };

@@ -58,6 +58,12 @@ typedef struct nm_cpu {
         double s, bytes;
         int64_t calls;
     } prof_acc[NM_OP_COUNT][NM_TYPE_COUNT];
+    // the convolutions' weights packed by prepare_op (sorted by host address and kind), the
+    // threads' workspace of the largest, grown as they are prepared
+    struct cpu_conv *convs;
+    int32_t n_convs, cap_convs;
+    float *conv_work;
+    int64_t conv_work_floats;
     char err[256];
 } nm_cpu;
 

@@ -623,3 +623,62 @@ __kernel void pixel_shuffle(__global const uchar *X, ulong x_off, __global uchar
     ((__global float *)(Y + y_off))[(size_t)o * d * s * s + j] =
         ((__global const float *)(X + x_off))[((size_t)(yb * s + dy) * side + xb * s + dx) * d + c];
 }
+
+// ---- convolutions (NM_OP_CONV1D, NM_OP_CONV_T1D; weights as [k][ic][oc], prepare_op's copy) ----------
+
+#define NM_CONV_T 8 // conv1d: output frames of a work-item (NM_CL_CONV_T)
+
+NM_INLINE float conv_act(float v, float slope) { return fmax(v, slope * v); }
+
+// y[t][o] = (bias[o] + sum_{j, c} w[j][c][o] act(x[t + j dil - pad_l][c]) + a0[t][o] + a1[t][o]) * scale
+// for NM_CONV_T frames t of a work-item. Launch: 2-D, global = (oc up to 64, ceil(n_out / NM_CONV_T)),
+// local = (64, 1): a work-group's items read the same inputs and neighbouring weights.
+__kernel void conv1d(__global const uchar *X, ulong x_off, __global const float *W, __global const uchar *B,
+                     ulong b_off, int has_b, __global const uchar *A0, ulong a0_off, int has_a0,
+                     __global const uchar *A1, ulong a1_off, int has_a1, __global uchar *Y, ulong y_off, int n,
+                     int ic, int oc, int k, int dil, int pad_l, int n_out, float slope, float scale) {
+    const int o = get_global_id(0), t0 = get_global_id(1) * NM_CONV_T;
+    if (o >= oc) return;
+    __global const float *x = (__global const float *)(X + x_off);
+    const float b = has_b ? ((__global const float *)(B + b_off))[o] : 0.0f;
+    float acc[NM_CONV_T];
+    for (int r = 0; r < NM_CONV_T; r++) acc[r] = b;
+    for (int j = 0; j < k; j++) {
+        const int s0 = t0 + j * dil - pad_l;
+        for (int c = 0; c < ic; c++) {
+            const float w = W[((long)j * ic + c) * oc + o];
+            for (int r = 0; r < NM_CONV_T; r++) {
+                const int s = s0 + r;
+                const float v = s >= 0 && s < n ? conv_act(x[(long)s * ic + c], slope) : 0.0f;
+                acc[r] = fma(w, v, acc[r]);
+            }
+        }
+    }
+    __global float *y = (__global float *)(Y + y_off);
+    __global const float *a0 = (__global const float *)(A0 + a0_off), *a1 = (__global const float *)(A1 + a1_off);
+    for (int r = 0; r < NM_CONV_T && t0 + r < n_out; r++) {
+        const long at = (long)(t0 + r) * oc + o;
+        float v = acc[r];
+        if (has_a0) v += a0[at];
+        if (has_a1) v += a1[at];
+        y[at] = v * scale;
+    }
+}
+
+// The transposed convolution: y[t][o] = bias[o] + sum over taps j = (t + pad) mod stride, + stride, ...
+// < k with s = (t + pad - j) / stride in [0, n) of sum_c w[j][c][o] act(x[s][c]). Launch: 2-D,
+// global = (oc up to 64, n_out), local = (64, 1).
+__kernel void conv_t1d(__global const uchar *X, ulong x_off, __global const float *W, __global const uchar *B,
+                       ulong b_off, int has_b, __global uchar *Y, ulong y_off, int n, int ic, int oc, int k,
+                       int stride, int pad, int n_out, float slope) {
+    const int o = get_global_id(0), t = get_global_id(1);
+    if (o >= oc || t >= n_out) return;
+    __global const float *x = (__global const float *)(X + x_off);
+    float acc = has_b ? ((__global const float *)(B + b_off))[o] : 0.0f;
+    for (int j = (t + pad) % stride; j < k; j += stride) {
+        const int s = (t + pad - j) / stride;
+        if (s < 0 || s >= n) continue;
+        for (int c = 0; c < ic; c++) acc = fma(W[((long)j * ic + c) * oc + o], conv_act(x[(long)s * ic + c], slope), acc);
+    }
+    ((__global float *)(Y + y_off))[(long)t * oc + o] = acc;
+}

@@ -317,6 +317,7 @@ __kernel void mvq_res_q4_0(__global const uchar *W, int N, __global const uchar 
 NM_INLINE float nm_act(float x, int act) {
     if (act == 0) return x / (1.0f + exp(-x));
     if (act == 1) return x / (1.0f + exp(-(2.0f * 0.7978845608028654f) * x * (1.0f + 0.044715f * x * x)));
+    if (act == 3) return tanh(x);
     return x / (1.0f + exp(-1.702f * x));
 }
 

@@ -219,6 +219,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_act, "act"},           {&o->k_add, "add"},               {&o->k_scale, "scale"},
         {&o->k_softcap, "softcap"},   {&o->k_attention_full, "attention_full"},
         {&o->k_patches, "patches"},   {&o->k_pixel_shuffle, "pixel_shuffle"},
+        {&o->k_conv1d, "conv1d"},     {&o->k_conv_t1d, "conv_t1d"},
         {&o->k_mv_q4_0r, "mv_q4_0r"}, {&o->k_mv_q4_0r8, "mv_q4_0r8"},
         {&o->k_mvq, "mvq_q4_0"},      {&o->k_mvq_glu, "mvq_glu_q4_0"},
         {&o->k_mvq_res, "mvq_res_q4_0"}, {&o->k_rope_kv, "rope_kv"},
@@ -387,6 +388,29 @@ static nm_status ocl_tensor_get(nm_backend *b, const nm_tensor *t, size_t offs, 
 
 static bool f32(const nm_tensor *t) { return t && t->type == NM_TYPE_F32; }
 
+// The shape rules of both convolutions (backend.h): f32 operands, the weight's shape against x's and
+// dst's, the output length.
+static bool conv_ok(const nm_op *op) {
+    const nm_tensor *x = op->src0, *w = op->src1, *y = op->dst;
+    if (!f32(x) || !f32(w) || !f32(y) || (op->src2 && !f32(op->src2))) return false;
+    const int64_t k = w->ne[0], n = x->ne[1];
+    if (k < 1 || n < 1 || w->ne[3] != 1 || x->ne[2] * x->ne[3] != 1 || y->ne[2] * y->ne[3] != 1 || !(op->f0 == op->f0) ||
+        n > INT32_MAX / 2 || x->ne[0] * k > INT32_MAX / 2)
+        return false;
+    if (op->kind == NM_OP_CONV1D) {
+        const int64_t ic = w->ne[1], oc = w->ne[2], dil = op->i0;
+        if (dil < 1 || op->i1 < 0 || op->i2 < 0 || x->ne[0] != ic || y->ne[0] != oc || (op->src2 && op->src2->ne[0] != oc))
+            return false;
+        if (y->ne[1] != n + op->i1 + op->i2 - dil * (k - 1) || y->ne[1] < 1 || !(op->f1 == op->f1)) return false;
+        for (int i = 0; i < 2; i++)
+            if (op->add[i] && (!f32(op->add[i]) || op->add[i]->ne[0] != oc || op->add[i]->ne[1] != y->ne[1])) return false;
+        return true;
+    }
+    const int64_t oc = w->ne[1], ic = w->ne[2], stride = op->i0, pad = op->i1;
+    return stride >= 1 && pad >= 0 && x->ne[0] == ic && y->ne[0] == oc && (!op->src2 || op->src2->ne[0] == oc) &&
+           y->ne[1] == (n - 1) * stride - 2 * pad + k && y->ne[1] >= 1 && !op->add[0] && !op->add[1];
+}
+
 bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
     const nm_ocl *o = b->impl;
     if (op->flags & NM_OPF_GGML_F16) return false; // ggml's f16 rounding is the CPU's
@@ -411,7 +435,9 @@ bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
                 (op->i2 == NM_ROPE_VISION && op->rope_sections[0] >= 0 && op->rope_sections[0] <= op->i3 / 2 &&
                  op->ids->ne[0] * op->ids->ne[1] >= 2 * op->src0->ne[1])); // (M-RoPE: the CPU)
     case NM_OP_KV_STORE: return op->kv && op->ids && op->src0->ne[1] <= op->n_ctx;
-    case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_GELU_QUICK;
+    case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_TANH;
+    case NM_OP_CONV1D:
+    case NM_OP_CONV_T1D: return conv_ok(op);
     case NM_OP_GLU: return op->i0 == NM_ACT_SILU || op->i0 == NM_ACT_GELU_TANH;
     case NM_OP_RMS_NORM:
     case NM_OP_NORM:
@@ -568,6 +594,88 @@ static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
     return NM_OK;
 }
 
+// A convolution's weights (PyTorch's [oc][ic][k], or [ic][oc][k] transposed) copied to the device as
+// [k][ic][oc]: a work-group's neighbouring output channels read neighbouring weights.
+static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
+    nm_ocl *o = b->impl;
+    *copied = false;
+    if (op->kind != NM_OP_CONV1D && op->kind != NM_OP_CONV_T1D) return NM_OK;
+    const float *h = nm_tensor_host(op->src1);
+    if (!ocl_supports_op(b, op) || !h)
+        return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: convolution (op %d) with these operands is not supported", op->kind);
+    const bool t = op->kind == NM_OP_CONV_T1D;
+    const int64_t k = op->src1->ne[0], ic = t ? op->src1->ne[2] : op->src1->ne[1], oc = t ? op->src1->ne[1] : op->src1->ne[2];
+    const cl_packed *have = ocl_packed_find(o, (const uint8_t *)h);
+    if (have) {
+        if (!have->conv || have->K != k * ic || have->N != oc)
+            return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: the convolution weight at %p was prepared with another shape",
+                            (const void *)h);
+        *copied = true;
+        return NM_OK;
+    }
+    const size_t bytes = (size_t)(k * ic * oc) * sizeof(float);
+    if (o->n_packed == o->cap_packed) {
+        const int cap = o->cap_packed ? 2 * o->cap_packed : 64;
+        cl_packed *np = realloc(o->packed, sizeof *np * (size_t)cap);
+        if (!np) return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory");
+        o->packed = np;
+        o->cap_packed = cap;
+    }
+    float *tmp = malloc(bytes);
+    if (!tmp) return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory repacking a convolution's weights");
+    for (int64_t j = 0; j < k; j++)
+        for (int64_t c = 0; c < ic; c++)
+            for (int64_t u = 0; u < oc; u++)
+                tmp[(j * ic + c) * oc + u] = t ? h[(c * oc + u) * k + j] : h[(u * ic + c) * k + j];
+    cl_int e;
+    cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, tmp, &e);
+    free(tmp);
+    if (!m || e != CL_SUCCESS) {
+        if (m) o->api.clReleaseMemObject(m);
+        return ocl_fail(o, NM_ERR_NOMEM, "opencl: no room for a convolution's weights (%zu bytes): %s", bytes, nm_cl_strerror(e));
+    }
+    const int at = packed_lower(o, (const uint8_t *)h);
+    memmove(&o->packed[at + 1], &o->packed[at], sizeof *o->packed * (size_t)(o->n_packed - at));
+    o->packed[at] = (cl_packed){.host = (const uint8_t *)h, .K = k * ic, .N = oc, .conv = true, .mem = m};
+    o->n_packed++;
+    o->bytes_uploaded += bytes;
+    nm_ledger_count(o->ledger, o->ep_host, o->ep_dev, bytes);
+    *copied = true;
+    return NM_OK;
+}
+
+#define NM_CL_CONV_T 8 // conv1d: output frames a work-item sums (NM_CONV_T in kernels_ops.cl)
+
+static nm_status op_conv(nm_ocl *o, const nm_op *op) {
+    const cl_packed *pk = ocl_packed_find(o, nm_tensor_host(op->src1));
+    if (!pk || !pk->conv)
+        return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: convolution (op %d) weight %s not prepared (prepare_op)", op->kind,
+                        op->src1->name ? op->src1->name : "");
+    RESOLVE(x, op->src0);
+    RESOLVE(bias, op->src2);
+    RESOLVE(y, op->dst);
+    const cl_int n = (cl_int)op->src0->ne[1], ic = (cl_int)op->src0->ne[0], oc = (cl_int)op->dst->ne[0],
+                 k = (cl_int)op->src1->ne[0], n_out = (cl_int)op->dst->ne[1], has_b = op->src2 != NULL, i0 = op->i0,
+                 i1 = op->i1;
+    const float slope = op->f0;
+    const size_t local[2] = {64, 1};
+    if (op->kind == NM_OP_CONV_T1D) {
+        const karg args[] = {A(x.m), A(x.off), A(pk->mem), A(bias.m), A(bias.off), A(has_b), A(y.m), A(y.off),
+                             A(n), A(ic), A(oc), A(k), A(i0), A(i1), A(n_out), A(slope)};
+        const size_t global[2] = {((size_t)oc + 63) / 64 * 64, (size_t)n_out};
+        return ocl_launch(o, o->k_conv_t1d, "conv_t1d", 2, global, local, args, 16);
+    }
+    RESOLVE(a0, op->add[0]);
+    RESOLVE(a1, op->add[1]);
+    const cl_int has_a0 = op->add[0] != NULL, has_a1 = op->add[1] != NULL; // (pad_r: n_out's)
+    const float scale = op->f1;
+    const karg args[] = {A(x.m),  A(x.off),  A(pk->mem), A(bias.m), A(bias.off), A(has_b), A(a0.m), A(a0.off),
+                         A(has_a0), A(a1.m), A(a1.off), A(has_a1), A(y.m),   A(y.off),   A(n),    A(ic),
+                         A(oc),   A(k),      A(i0),      A(i1),     A(n_out),    A(slope),  A(scale)};
+    const size_t global[2] = {((size_t)oc + 63) / 64 * 64, ((size_t)n_out + NM_CL_CONV_T - 1) / NM_CL_CONV_T};
+    return ocl_launch(o, o->k_conv1d, "conv1d", 2, global, local, args, 23);
+}
+
 static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     RESOLVE(w, op->src0);
     RESOLVE(x, op->src1);
@@ -579,7 +687,7 @@ static nm_status op_matmul(nm_ocl *o, const nm_op *op) {
     if (T == 1 || (op->flags & NM_OPF_ROWWISE)) { // each row as decode computes it
         // the repacked copy where prepare_weight made one, else the weight as it is
         const cl_packed *pk = o->n_packed ? ocl_packed_find(o, nm_tensor_host(op->src0)) : NULL;
-        if (pk && (pk->K != K || pk->N != N)) pk = NULL;
+        if (pk && (pk->conv || pk->K != K || pk->N != N)) pk = NULL;
         const cl_kernel k = pk ? (o->q8mv ? o->k_mv_q4_0r8 : o->k_mv_q4_0r) : o->typed.k[K_MV][t];
         const cl_mem wm = pk ? pk->mem : w.m;
         const cl_ulong wo = pk ? 0 : w.off;
@@ -882,6 +990,8 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
         const size_t global[2] = {(size_t)(d * s * s), (size_t)op->dst->ne[1]};
         return ocl_launch(o, o->k_pixel_shuffle, "pixel_shuffle", 2, global, NULL, args, 7);
     }
+    case NM_OP_CONV1D:
+    case NM_OP_CONV_T1D: return op_conv(o, op);
     default: return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: op %d is not supported", op->kind);
     }
 }
@@ -1028,7 +1138,7 @@ static void ocl_release(nm_ocl *o) {
             if (o->typed.k[kind][t]) o->api.clReleaseKernel(o->typed.k[kind][t]);
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
-                         o->k_pixel_shuffle, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_mvq, o->k_mvq_glu,
+                         o->k_pixel_shuffle, o->k_conv1d, o->k_conv_t1d, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_mvq, o->k_mvq_glu,
                          o->k_mvq_res, o->k_attention_dec, o->k_rope_kv};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
@@ -1070,6 +1180,7 @@ static const nm_backend_i ocl_iface = {
     .event_free = ocl_event_free,
     .synchronize = ocl_synchronize,
     .prepare_weight = ocl_prepare_weight,
+    .prepare_op = ocl_prepare_op,
     .last_error = ocl_last_error,
     .free = ocl_free,
     .get_stats = ocl_get_stats,

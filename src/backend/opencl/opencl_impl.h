@@ -32,8 +32,9 @@
 // A weight laid out the device's way at load (prepare_weight): found by the
 // host address the ops name it by.
 typedef struct cl_packed {
-    const uint8_t *host; // the weight's bytes on the host (its ops' src0); q4_0
-    int64_t K, N;        // its shape
+    const uint8_t *host; // the weight's bytes on the host (its ops' src0; a convolution's src1)
+    int64_t K, N;        // its shape (a convolution: K = k x ic, N = oc)
+    bool conv;           // false: q4_0 for mv_q4_0r; true: a convolution's f32 weights as [k][ic][oc]
     cl_mem mem;          // the repacked copy
 } cl_packed;
 
@@ -90,7 +91,7 @@ typedef struct nm_ocl {
     cl_program prog;
     cl_typed typed;
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
-        k_attention_full, k_patches, k_pixel_shuffle, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu, k_mvq_res,
+        k_attention_full, k_patches, k_pixel_shuffle, k_conv1d, k_conv_t1d, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu, k_mvq_res,
         k_attention_dec, // NULL unless the program has PTX (warp shuffles)
         k_rope_kv;
     bool unified;

@@ -41,12 +41,11 @@ static void tts_release(void *state) {
 }
 
 static nm_status tts_load(const nm_brick_params *p, void **state, char *err, size_t err_size) {
-    if (p->device && strcmp(p->device, "cpu") != 0)
-        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "tts brick: runs on the CPU only, not on '%s'", p->device);
     tts_brick *b = calloc(1, sizeof *b);
     if (!b) return nm_fail(NM_ERR_NOMEM, err, err_size, "tts brick: out of memory");
     nm_tts_params tp = p->tts;
     if (tp.n_threads <= 0) tp.n_threads = p->n_threads; // (a neural voice's threads: the brick's)
+    if (!tp.device) tp.device = p->device;               // (a neural voice's device: the brick's)
     nm_status st = nm_tts_open(&tp, p->ledger, &b->tts, err, err_size);
     if (st != NM_OK) {
         free(b);
@@ -263,8 +262,9 @@ int32_t nm_brick_tts_sample_rate(const nm_brick *b) { return of(b) ? nm_tts_samp
 int32_t nm_brick_tts_native_rate(const nm_brick *b) { return of(b) ? nm_tts_native_rate(of(b)->tts) : 0; }
 const char *nm_brick_tts_engine(const nm_brick *b) { return of(b) ? nm_tts_engine_name(of(b)->tts) : ""; }
 
-// espeak-ng has no weights and little arithmetic: its cost is the speech it
-// makes, about 6 bytes of English text per word at rate_wpm.
+// The speech it makes (about 6 bytes of English text per word at rate_wpm)
+// and what the engine spends on it (nothing to speak of for espeak-ng; a
+// Piper voice's convolutions and weights).
 static nm_status tts_estimate(void *state, const nm_brick_input *in, nm_brick_cost *e) {
     const tts_brick *b = state;
     const double words = (double)(in->n_bytes > 0 ? in->n_bytes : 0) / 6.0;
@@ -273,8 +273,11 @@ static nm_status tts_estimate(void *state, const nm_brick_input *in, nm_brick_co
     e->act_bytes = 2.0 * (double)e->n_out;
     e->peak_bytes = (uint64_t)(2.0 * seconds * nm_tts_native_rate(b->tts)) + sizeof *b;
     e->n_passes = in->n_bytes > 0 ? 1 : 0;
+    nm_tts_estimate(b->tts, seconds, e);
     return NM_OK;
 }
+
+static const char *tts_device(void *state) { return nm_tts_device(((tts_brick *)state)->tts); }
 
 const nm_brick_i nm_brick_tts_i = {
     .version = NM_BRICK_I_VERSION,
@@ -282,12 +285,12 @@ const nm_brick_i nm_brick_tts_i = {
     .name = "tts",
     .in_ports = NM_PORT_BIT(NM_PORT_TEXT),
     .out_ports = NM_PORT_BIT(NM_PORT_PCM),
-    .units = NM_UNIT_BIT(NM_UNIT_CPU),
+    .units = NM_UNIT_BIT(NM_UNIT_CPU) | NM_UNIT_BIT(NM_UNIT_OPENCL), // (OpenCL: a Piper voice's HiFi-GAN)
     .load = tts_load,
     .run = tts_run,
     .release = tts_release,
     .estimate = tts_estimate,
     .stats = tts_stats,
-    .device = NULL,
+    .device = tts_device,
     .slot_bytes = tts_slot_bytes,
 };

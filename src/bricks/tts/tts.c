@@ -90,6 +90,12 @@ void nm_tts_free(nm_tts *t) {
 int32_t nm_tts_sample_rate(const nm_tts *t) { return t->rate; }
 int32_t nm_tts_native_rate(const nm_tts *t) { return t->native_rate; }
 const char *nm_tts_engine_name(const nm_tts *t) { return t->eng->name; }
+void nm_tts_estimate(const nm_tts *t, double seconds, nm_brick_cost *e) {
+    if (t->eng->version >= 3 && t->eng->estimate) t->eng->estimate(t->state, seconds, e);
+}
+const char *nm_tts_device(const nm_tts *t) {
+    return t->eng->version >= 3 && t->eng->device ? t->eng->device(t->state) : "cpu";
+}
 
 nm_status nm_tts_retune(nm_tts *t, const nm_tts_params *p) {
     if (!t || !p) return NM_ERR_INVALID_ARG;

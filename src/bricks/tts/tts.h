@@ -58,7 +58,7 @@ typedef nm_status (*nm_tts_sink_fn)(void *user, const int16_t *pcm, int64_t n);
 
 // nm_tts_voice_info and nm_tts_voice_fn: include/nanomind.h
 
-#define NM_TTS_ENGINE_VERSION 2 // 2: retune
+#define NM_TTS_ENGINE_VERSION 3 // 2: retune; 3: device, estimate
 // An engine. Members are only ever appended (version says how many are
 // there); optional ones may be NULL. Each call gets err/err_size for a message.
 typedef struct nm_tts_engine_i {
@@ -78,6 +78,11 @@ typedef struct nm_tts_engine_i {
     // syntheses that follow, checked as open checks them (an unknown voice
     // fails here); on error the state is unchanged. The native rate stays.
     nm_status (*retune)(void *state, const nm_tts_params *p, char *err, size_t err_size);
+    // Optional (version 3): the device it computes on ("cpu", "opencl"); NULL: the CPU.
+    const char *(*device)(void *state);
+    // Optional (version 3): what `seconds` of speech cost (flops, weights; e's other fields the caller's).
+    // NULL: next to nothing (espeak-ng's formants).
+    void (*estimate)(void *state, double seconds, nm_brick_cost *e);
 } nm_tts_engine_i;
 
 extern const nm_tts_engine_i nm_tts_espeak_engine; // tts_espeak.c
@@ -107,6 +112,9 @@ void nm_tts_free(nm_tts *t); // NULL is a no-op
 
 int32_t nm_tts_sample_rate(const nm_tts *t); // output rate (Hz)
 int32_t nm_tts_native_rate(const nm_tts *t); // the engine's own rate (Hz)
+const char *nm_tts_device(const nm_tts *t);
+// Adds what `seconds` of speech cost the engine to e (the brick's estimate; nothing for espeak-ng).
+void nm_tts_estimate(const nm_tts *t, double seconds, nm_brick_cost *e);   // the unit it computes on ("cpu", "opencl")
 const char *nm_tts_engine_name(const nm_tts *t);
 const char *nm_tts_last_error(const nm_tts *t); // "" if none
 // p's voice, rate_wpm, pitch and volume for the syntheses that follow (the

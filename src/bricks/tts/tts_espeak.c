@@ -284,6 +284,9 @@ static nm_status es_retune(void *state, const nm_tts_params *p, char *err, size_
 static nm_status es_open(const nm_tts_params *p, void **state, int32_t *native_rate, char *err, size_t err_size) {
     *state = NULL;
     const char *voice = p->voice ? p->voice : "en-us";
+    if (p->device && strcmp(p->device, "cpu") != 0)
+        return nm_fail(NM_ERR_UNSUPPORTED, err, err_size, "tts: espeak-ng runs on the CPU only, not on '%s' (a Piper "
+                       "voice can run on OpenCL: --tts piper)", p->device);
     nm_status cst = check_params(p, err, err_size);
     if (cst != NM_OK) return cst;
     espeak_state *v = calloc(1, sizeof *v);

@@ -258,7 +258,9 @@ bool nm_piper_voice_path(const char *name, char *path, size_t size) {
 
 typedef struct piper_state {
     nm_vits *v;
-    nm_vits_ctx *cx;         // the synthesis's threads and scratch
+    nm_vits_ctx *cx;         // the synthesis's threads, scratch and device (made for v)
+    char device[64];         // the device HiFi-GAN runs on ("" : the CPU)
+    int32_t n_threads;
     char path[PATH_MAX];
     char data_dir[PATH_MAX]; // espeak-ng's ("": its own search)
     int32_t rate_wpm, volume, stream_ms;
@@ -320,10 +322,19 @@ static nm_status pi_open(const nm_tts_params *p, void **state, int32_t *native_r
         free(s);
         return st;
     }
-    if (!(s->cx = nm_vits_ctx_create(p->n_threads))) {
+    snprintf(s->device, sizeof s->device, "%s", p->device ? p->device : "");
+    s->n_threads = p->n_threads;
+    if (!strcmp(s->device, "auto")) { // OpenCL's first GPU where there is one, else the CPU
+        st = nm_vits_ctx_create(s->v, "opencl:auto", s->n_threads, &s->cx, err, err_size);
+        snprintf(s->device, sizeof s->device, "%s", st == NM_OK ? "opencl:auto" : "cpu");
+        if (st == NM_ERR_UNSUPPORTED) st = nm_vits_ctx_create(s->v, NULL, s->n_threads, &s->cx, err, err_size);
+    } else {
+        st = nm_vits_ctx_create(s->v, s->device[0] ? s->device : NULL, s->n_threads, &s->cx, err, err_size);
+    }
+    if (st != NM_OK) {
         nm_vits_free(s->v);
         free(s);
-        return nm_fail(NM_ERR_NOMEM, err, err_size, "tts: out of memory");
+        return st;
     }
     snprintf(s->data_dir, sizeof s->data_dir, "%s", p->data_dir ? p->data_dir : "");
     set(s, p);
@@ -345,7 +356,17 @@ static nm_status pi_retune(void *state, const nm_tts_params *p, char *err, size_
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "tts: voice '%s' speaks at %d Hz, not this one's %d Hz",
                        p->voice ? p->voice : DEFAULT_VOICE, (int)nm_vits_get_info(t.v)->sample_rate, (int)rate);
     }
-    if (t.v) nm_vits_free(s->v), s->v = t.v, snprintf(s->path, sizeof s->path, "%s", t.path);
+    if (t.v) { // another voice: a context made for it, on the same device
+        nm_vits_ctx *cx = NULL;
+        if ((st = nm_vits_ctx_create(t.v, s->device[0] ? s->device : NULL, s->n_threads, &cx, err, err_size)) != NM_OK) {
+            nm_vits_free(t.v);
+            return st;
+        }
+        nm_vits_ctx_free(s->cx);
+        nm_vits_free(s->v);
+        s->cx = cx, s->v = t.v;
+        snprintf(s->path, sizeof s->path, "%s", t.path);
+    }
     set(s, p);
     return NM_OK;
 }
@@ -410,6 +431,24 @@ static nm_status pi_synth(void *state, const char *text, nm_tts_sink_fn sink, vo
     return st;
 }
 
+// The voice's arithmetic (all f32: flops_by_type[0]) and weights, and its buffers' peak: about the
+// decoder's widest activations six times over (a sentence of `seconds`).
+static void pi_estimate(void *state, double seconds, nm_brick_cost *e) {
+    const piper_state *s = state;
+    double flops = 0, dec = 0;
+    uint64_t wb = 0;
+    nm_vits_cost(s->v, seconds, &flops, &dec, &wb);
+    const double samples = seconds * nm_vits_get_info(s->v)->sample_rate;
+    e->flops += flops;
+    e->flops_by_type[0] += flops;
+    e->weight_bytes_read += (double)wb;
+    e->weight_bytes += wb;
+    e->act_bytes += 4.0 * 6 * 32 * samples; // (the last stage's 32 channels a sample, each tensor read and written)
+    e->peak_bytes += wb + (uint64_t)(4.0 * 6 * 32 * samples);
+}
+
+static const char *pi_device(void *state) { return nm_vits_ctx_device(((piper_state *)state)->cx); }
+
 static void pi_close(void *state) {
     piper_state *s = state;
     if (!s) return;
@@ -473,4 +512,6 @@ const nm_tts_engine_i nm_tts_piper_engine = {
     .close = pi_close,
     .list_voices = pi_list_voices,
     .retune = pi_retune,
+    .device = pi_device,
+    .estimate = pi_estimate,
 };

@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/conv1d.h"
 #include "backend/cpu/gemm.h"
 #include "core/fail.h"
@@ -45,6 +46,18 @@ typedef struct coupling {
     wn_layer wn[MAX_LAYERS];
 } coupling;
 
+// A HiFi-GAN convolution, run as a backend op (NM_OP_CONV1D, or NM_OP_CONV_T1D where t): PyTorch's
+// weights and bias as the file has them (the backend lays the weights out its own way when a context is
+// made, nm_vits_ctx_create), "same" padding (pad_l = pad_r = dil (k - 1) / 2), or the upsampling's
+// stride and pad; a leaky ReLU of `slope` on the input first.
+typedef struct dconv {
+    nm_tensor w;         // host memory: [oc][ic][k] (ne k, ic, oc), transposed [ic][oc][k] (ne k, oc, ic)
+    const float *bias;   // [oc] or NULL
+    int32_t ic, oc, k, dil, stride, pad, id; // id: its place in a context's tables
+    float slope;
+    bool t;
+} dconv;
+
 struct nm_vits {
     nm_gguf *g;
     bool mapped;   // g maps a file (its packed weights' pages are given back); false: the caller's memory
@@ -71,9 +84,11 @@ struct nm_vits {
     cflow dp_flow[MAX_LAYERS];
     const float *dp_m, *dp_exp_neg_logs;
     coupling flow[MAX_LAYERS];
-    nm_conv1d dec_pre, dec_post;
-    nm_conv_t1d ups[MAX_UPS];
-    nm_conv1d res[MAX_UPS][MAX_RES][2 * MAX_DIL]; // ResBlock2: [dil]; ResBlock1: convs1 [2 d], convs2 [2 d + 1]
+    dconv dec_pre, dec_post;
+    dconv ups[MAX_UPS];
+    dconv res[MAX_UPS][MAX_RES][2 * MAX_DIL]; // ResBlock2: [dil]; ResBlock1: convs1 [2 d], convs2 [2 d + 1]
+    dconv *dec[2 + MAX_UPS * (1 + MAX_RES * 2 * MAX_DIL)]; // every one of them, by id
+    int32_t n_dec;
     int64_t work1; // the most floats one thread's tile of any convolution needs
     int32_t flow_reach; // frames the coupling flow reads beyond a frame's own: its WaveNet kernels' halves
     // the packed weights (owned)
@@ -154,6 +169,21 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
     nm_conv1d_pack(c, w, p);
     if (v->mapped) drop_pages(w, sizeof(float) * (size_t)oc * ic * k);
     if (nm_conv1d_work(c, 1) > v->work1) v->work1 = nm_conv1d_work(c, 1);
+    return true;
+}
+
+// HiFi-GAN's convolution `prefix` (transposed where t: weight [ic][oc][k]), its bias if `bias`.
+static bool dec_conv(nm_vits *v, dconv *c, const char *prefix, int32_t oc, int32_t ic, int32_t k, int32_t dil,
+                     bool t, bool bias, float slope) {
+    char name[160];
+    snprintf(name, sizeof name, "%.100s.weight", prefix);
+    const float *w = t ? tensor(v, name, ic, oc, k) : tensor(v, name, oc, ic, k);
+    snprintf(name, sizeof name, "%.100s.bias", prefix);
+    const float *b = bias ? tensor(v, name, oc, 0, 0) : NULL;
+    if (!w || (bias && !b)) return false;
+    *c = (dconv){.w = {.type = NM_TYPE_F32, .ne = {k, t ? oc : ic, t ? ic : oc, 1}, .offs = (size_t)(uintptr_t)w},
+                 .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .t = t, .slope = slope, .id = v->n_dec};
+    v->dec[v->n_dec++] = c;
     return true;
 }
 
@@ -364,42 +394,32 @@ static bool load_weights(nm_vits *v) {
             if (!conv(v, &c->wn[l].rs, p, l + 1 < v->wn_layers ? 2 * H : H, H, 1, 1, true)) return false;
         }
     }
-    // HiFi-GAN
-    if (!conv(v, &v->dec_pre, "dec.conv_pre", v->dec_init, v->inter, v->dec_k, 1, true)) return false;
+    // HiFi-GAN (its leaky ReLUs are the convolutions' input slopes: 0.1 before each upsampling and each
+    // residual convolution, F.leaky_relu's default 0.01 before the last)
+    if (!dec_conv(v, &v->dec_pre, "dec.conv_pre", v->dec_init, v->inter, v->dec_k, 1, false, true, 1.0f)) return false;
     int32_t ch = v->dec_init;
     for (int32_t u = 0; u < v->n_ups; u++) {
-        snprintf(p, sizeof p, "dec.ups.%d.weight", (int)u);
-        const float *w = tensor(v, p, ch, ch / 2, v->ups_k[u]);
-        snprintf(p, sizeof p, "dec.ups.%d.bias", (int)u);
-        const float *b = tensor(v, p, ch / 2, 0, 0);
-        float *pk = w && b ? own(v, (size_t)nm_conv1d_packed_size(ch / 2, ch, v->ups_k[u])) : NULL;
-        if (!pk) return false;
-        v->ups[u] = (nm_conv_t1d){.bias = b, .ic = ch, .oc = ch / 2, .k = v->ups_k[u],
-                                  .stride = v->ups_rate[u], .pad = (v->ups_k[u] - v->ups_rate[u]) / 2,
-                                  .in_slope = 0.1f}; // (HiFi-GAN's leaky ReLU before each upsampling)
-        nm_conv_t1d_pack(&v->ups[u], w, pk);
-        if (v->mapped) drop_pages(w, sizeof(float) * (size_t)ch * (ch / 2) * v->ups_k[u]);
-        if (nm_conv_t1d_work(&v->ups[u], 1) > v->work1) v->work1 = nm_conv_t1d_work(&v->ups[u], 1);
+        snprintf(p, sizeof p, "dec.ups.%d", (int)u);
+        if (!dec_conv(v, &v->ups[u], p, ch / 2, ch, v->ups_k[u], 1, true, true, 0.1f)) return false;
+        v->ups[u].stride = v->ups_rate[u], v->ups[u].pad = (v->ups_k[u] - v->ups_rate[u]) / 2;
         ch /= 2;
         for (int32_t j = 0; j < v->n_res; j++)
             for (int32_t d = 0; d < v->n_dil; d++) {
                 const int blk = (int)(u * v->n_res + j);
                 if (v->resblock == 2) {
                     snprintf(p, sizeof p, "dec.resblocks.%d.convs.%d", blk, (int)d);
-                    if (!conv(v, &v->res[u][j][d], p, ch, ch, v->res_k[j], v->res_dil[j][d], true)) return false;
+                    if (!dec_conv(v, &v->res[u][j][d], p, ch, ch, v->res_k[j], v->res_dil[j][d], false, true, 0.1f))
+                        return false;
                 } else {
                     snprintf(p, sizeof p, "dec.resblocks.%d.convs1.%d", blk, (int)d);
-                    if (!conv(v, &v->res[u][j][2 * d], p, ch, ch, v->res_k[j], v->res_dil[j][d], true)) return false;
+                    if (!dec_conv(v, &v->res[u][j][2 * d], p, ch, ch, v->res_k[j], v->res_dil[j][d], false, true, 0.1f))
+                        return false;
                     snprintf(p, sizeof p, "dec.resblocks.%d.convs2.%d", blk, (int)d);
-                    if (!conv(v, &v->res[u][j][2 * d + 1], p, ch, ch, v->res_k[j], 1, true)) return false;
+                    if (!dec_conv(v, &v->res[u][j][2 * d + 1], p, ch, ch, v->res_k[j], 1, false, true, 0.1f)) return false;
                 }
             }
     }
-    if (!conv(v, &v->dec_post, "dec.conv_post", 1, ch, v->dec_k, 1, false)) return false;
-    v->dec_post.in_slope = 0.01f; // (F.leaky_relu's default before the last convolution)
-    for (int32_t u = 0; u < v->n_ups; u++) // (every residual convolution follows a leaky ReLU of 0.1)
-        for (int32_t j = 0; j < v->n_res; j++)
-            for (int32_t d = 0; d < 2 * MAX_DIL; d++) v->res[u][j][d].in_slope = 0.1f;
+    if (!dec_conv(v, &v->dec_post, "dec.conv_post", 1, ch, v->dec_k, 1, false, false, 0.01f)) return false;
     return true;
 }
 
@@ -446,6 +466,35 @@ void nm_vits_free(nm_vits *v) {
 
 const nm_vits_info *nm_vits_get_info(const nm_vits *v) { return &v->info; }
 
+void nm_vits_cost(const nm_vits *v, double seconds, double *flops, double *dec_flops, uint64_t *weight_bytes) {
+    const double frames = seconds * v->info.sample_rate / v->info.hop, ids = frames / 2.3;
+    const double H = v->hidden, I = v->inter;
+    // HiFi-GAN: conv_pre at the frame rate; each upsampling 2 ic oc k a sample in; its blocks' and conv_post
+    // at the rate after it
+    double dec = 2 * I * v->dec_init * v->dec_k * frames, rate = frames, ch = v->dec_init;
+    for (int32_t u = 0; u < v->n_ups; u++) {
+        dec += 2 * ch * (ch / 2) * v->ups_k[u] * rate;
+        rate *= v->ups_rate[u], ch /= 2;
+        for (int32_t j = 0; j < v->n_res; j++)
+            dec += 2 * ch * ch * v->res_k[j] * rate * v->n_dil * (v->resblock == 1 ? 2 : 1);
+    }
+    dec += 2 * ch * v->dec_k * rate;
+    // the flow at the frame rate; the text encoder and the duration predictor per id
+    const double flow = v->n_coupling * frames * (2 * 2 * (I / 2) * H + v->wn_layers * (2 * H * 2 * H * v->wn_k + 2 * H * 2 * H));
+    const double enc = ids * (v->n_layers * (8 * H * H + 4 * H * v->filt * v->ffn_k + 4 * ids * H) + 4 * H * I +
+                              2.0 * v->dp_filt * v->dp_filt * (v->dp_layers * 2 + 2) * (v->dp_flows + 1));
+    *dec_flops = dec;
+    *flops = dec + flow + enc;
+    uint64_t wb = 0;
+    for (int64_t i = 0; i < nm_gguf_n_tensors(v->g); i++) {
+        const nm_gguf_tensor *t = nm_gguf_tensor_at(v->g, i);
+        uint64_t n = 4;
+        for (uint32_t d = 0; d < t->n_dims; d++) n *= (uint64_t)t->ne[d];
+        wb += n;
+    }
+    *weight_bytes = wb;
+}
+
 int32_t nm_vits_phoneme_ids(const nm_vits *v, const char *ph, size_t len, int32_t *ids, int32_t cap) {
     for (int32_t i = 0; i < v->n_phon; i++) {
         if (v->phon[i].len != len || memcmp(v->phon[i].ptr, ph, len)) continue;
@@ -458,26 +507,113 @@ int32_t nm_vits_phoneme_ids(const nm_vits *v, const char *ph, size_t len, int32_
 // ---- a synthesis's threads and scratch ---------------------------------------------------------
 
 struct nm_vits_ctx {
-    nm_pool *pool; // NULL: one thread
+    const nm_vits *v; // the voice it was made for
+    nm_pool *pool;    // NULL: one thread
     int nth;
     float *buf[10]; // 64-byte aligned, grown as needed
     int64_t cap[10];
+    // HiFi-GAN on the backend: the biases in its memory (bias[id]); its activations in dbuf, 6 regions
+    // of dcap floats and the input's (din floats); the op list and its tensors, rebuilt each call
+    nm_backend *be;
+    nm_buffer *bbuf, *dbuf;
+    nm_tensor *bias;
+    int64_t dcap, din;
+    nm_op *ops;
+    nm_tensor *ts;
+    int32_t max_ops;
 };
 
-nm_vits_ctx *nm_vits_ctx_create(int n_threads) {
+// The op of HiFi-GAN's convolution c on x (n frames) into y (tensors ts[0..4): x, y, the adds; *ts set
+// by the caller but for the shapes), the sums plus a and b (NULL: none), times scale. Returns the frames out.
+static int64_t dec_op(const nm_vits_ctx *cx, const dconv *c, nm_tensor *ts, int64_t n, const nm_tensor *a,
+                      const nm_tensor *b, float scale, nm_op *op) {
+    const int32_t pad = c->t ? c->pad : c->dil * (c->k - 1) / 2;
+    const int64_t n_out = c->t ? (n - 1) * c->stride - 2 * pad + c->k : n + 2 * pad - (int64_t)c->dil * (c->k - 1);
+    ts[0].type = ts[1].type = NM_TYPE_F32;
+    ts[0].ne[0] = c->ic, ts[0].ne[1] = n, ts[0].ne[2] = ts[0].ne[3] = 1;
+    ts[1].ne[0] = c->oc, ts[1].ne[1] = n_out, ts[1].ne[2] = ts[1].ne[3] = 1;
+    *op = (nm_op){.kind = c->t ? NM_OP_CONV_T1D : NM_OP_CONV1D, .src0 = &ts[0], .src1 = &c->w,
+                  .src2 = c->bias ? &cx->bias[c->id] : NULL, .dst = &ts[1], .f0 = c->slope, .f1 = scale,
+                  .i0 = c->t ? c->stride : c->dil, .i1 = pad, .i2 = c->t ? 0 : pad};
+    for (int i = 0; i < 2; i++) {
+        const nm_tensor *add = i ? b : a;
+        if (!add) continue;
+        ts[2 + i] = *add;
+        ts[2 + i].ne[0] = c->oc, ts[2 + i].ne[1] = n_out;
+        op->add[i] = &ts[2 + i];
+    }
+    return n_out;
+}
+
+nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads, nm_vits_ctx **out, char *err,
+                             size_t err_size) {
+    if (!out) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no place for the context");
+    *out = NULL;
+    if (!v) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: no voice for the context");
     nm_vits_ctx *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
+    if (!c) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory");
+    c->v = v;
     c->nth = n_threads > 0 ? n_threads : nm_cpu_count();
     if (c->nth > 1 && !(c->pool = nm_pool_create(c->nth))) c->nth = 1;
-    return c;
+    const nm_backend_params bp = {.n_threads = c->nth, .max_row = 1, .max_tokens = 1};
+    char why[256] = "";
+    nm_status st = nm_backend_create(device ? device : "cpu", &bp, &c->be, why, sizeof why);
+    if (st != NM_OK) {
+        nm_vits_ctx_free(c);
+        return nm_fail(st, err, err_size, "piper: device %s: %s", device ? device : "cpu", why);
+    }
+    c->max_ops = 3 + v->n_ups * (1 + v->n_res * v->n_dil * 2);
+    c->ops = calloc((size_t)c->max_ops, sizeof *c->ops);
+    c->ts = calloc((size_t)c->max_ops * 4, sizeof *c->ts);
+    c->bias = calloc((size_t)v->n_dec, sizeof *c->bias);
+    int64_t nb = 0;
+    for (int32_t i = 0; i < v->n_dec; i++) nb += v->dec[i]->bias ? v->dec[i]->oc : 0;
+    if (!c->ops || !c->ts || !c->bias || !(c->bbuf = nm_backend_buffer_alloc(c->be, sizeof(float) * (size_t)(nb + 1)))) {
+        nm_vits_ctx_free(c);
+        return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for a context on %s", device ? device : "cpu");
+    }
+    // the biases into the backend's memory; each convolution's weights laid out the backend's way (its
+    // op on one frame: the shapes are what it checks); where it keeps a copy, the file's pages go back
+    int64_t at = 0;
+    for (int32_t i = 0; i < v->n_dec && st == NM_OK; i++) {
+        const dconv *d = v->dec[i];
+        if (d->bias) {
+            c->bias[i] = (nm_tensor){.type = NM_TYPE_F32, .ne = {d->oc, 1, 1, 1}, .buf = c->bbuf, .offs = sizeof(float) * (size_t)at};
+            st = nm_backend_tensor_set(c->be, &c->bias[i], 0, d->bias, sizeof(float) * (size_t)d->oc);
+            at += d->oc;
+        }
+        const nm_tensor none = {.type = NM_TYPE_F32, .offs = 64};
+        nm_tensor ts[4] = {none, none, none, none};
+        nm_op op;
+        dec_op(c, d, ts, d->t ? 1 : 1, NULL, NULL, 1.0f, &op);
+        bool copied = false;
+        if (st == NM_OK) st = nm_backend_prepare_op(c->be, &op, &copied);
+        if (st == NM_OK && copied && v->mapped)
+            drop_pages(nm_tensor_host(&d->w), nm_tensor_bytes(&d->w));
+    }
+    if (st != NM_OK) {
+        nm_fail(st, err, err_size, "piper: HiFi-GAN on %s: %s", nm_backend_name(c->be), nm_backend_last_error(c->be));
+        nm_vits_ctx_free(c);
+        return st;
+    }
+    *out = c;
+    return NM_OK;
 }
 
 void nm_vits_ctx_free(nm_vits_ctx *c) {
     if (!c) return;
     for (int i = 0; i < 10; i++) free(c->buf[i]);
     nm_pool_free(c->pool);
+    if (c->be) {
+        if (c->bbuf) nm_backend_buffer_free(c->be, c->bbuf);
+        if (c->dbuf) nm_backend_buffer_free(c->be, c->dbuf);
+        nm_backend_free(c->be);
+    }
+    free(c->ops), free(c->ts), free(c->bias);
     free(c);
 }
+
+const char *nm_vits_ctx_device(const nm_vits_ctx *c) { return c && c->be ? nm_backend_name(c->be) : "cpu"; }
 
 int nm_vits_ctx_threads(const nm_vits_ctx *c) { return c ? c->nth : 1; }
 
@@ -535,7 +671,6 @@ static float *take(arena *a, int64_t n) {
 
 typedef struct att_job {
     const nm_vits *v;
-    int l;
     const float *q;
     float *y, *kt, *vs, *work; // kt, vs: per head; work: per thread, att_work's
     int64_t n, blocks;
@@ -599,7 +734,7 @@ static void attention(const nm_vits *v, int l, const float *q, const float *k, c
             for (int32_t d = dh; d < ocv; d++) vh[(int64_t)j * ocv + d] = 0.0f;
         }
     }
-    att_job J = {.v = v, .l = l, .q = q, .y = y, .kt = kt, .vs = vs, .work = work, .n = n,
+    att_job J = {.v = v, .q = q, .y = y, .kt = kt, .vs = vs, .work = work, .n = n,
                  .blocks = (n + ATT_ROWS - 1) / ATT_ROWS, .kern = nm_conv_rows_get()};
     const int64_t chunks = J.blocks * v->n_heads;
     if (pool && chunks > 1) nm_pool_run(pool, att_block, &J, chunks);
@@ -816,10 +951,11 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
     return true;
 }
 
-// HiFi-GAN on `frames` frames of z (zf [frames][inter]): the samples (tanh's) into cx->buf[0]; their count
-// (frames times the hop), or -1 out of memory. Buffers 0 .. 5 of cx are its own.
-static int64_t decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_t frames, float *W) {
-    nm_pool *pool = cx->pool;
+// HiFi-GAN on `frames` frames of z (zf [frames][inter]) as one op list on the context's backend: the
+// samples (tanh's) into cx->buf[0], *n_out of them (frames times the hop). Out of memory, or the backend's
+// failure: its status, err naming it.
+static nm_status decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_t frames, int64_t *n_out, char *err,
+                        size_t err_size) {
     int64_t cap = frames * v->dec_init, len = frames;
     int32_t chs = v->dec_init;
     for (int32_t u = 0; u < v->n_ups; u++) {
@@ -827,48 +963,69 @@ static int64_t decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_
         chs /= 2;
         cap = len * chs > cap ? len * chs : cap;
     }
-    float *B[6];
-    for (int i = 0; i < 6; i++)
-        if (!(B[i] = grow(cx, i, cap + 16))) return -1;
-    // cur: a stage's input (then its blocks' mean); nxt: the upsampled x every block starts from; acc: the
-    // blocks' sum; P, Q: a block's running x; xt: ResBlock1's inner convolution. (B[0], the samples at the
-    // end, is Q until then.)
-    float *cur = B[1], *nxt = B[2], *acc = B[3], *xt = B[4], *P = B[5], *Q = B[0];
-    int64_t T = nm_conv1d_run(&v->dec_pre, zf, frames, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, NULL, cur, W, pool);
-    for (int32_t u = 0; u < v->n_ups; u++) { // (the leaky ReLUs are the convolutions' in_slope: applied as packed)
-        T = nm_conv_t1d_run(&v->ups[u], cur, T, nxt, W, pool);
+    cap = (cap + 15) & ~(int64_t)15;
+    const int64_t din = (frames * v->inter + 15) & ~(int64_t)15;
+    if (cap > cx->dcap || din > cx->din) { // (grown to the longest so far)
+        if (cx->dbuf) nm_backend_buffer_free(cx->be, cx->dbuf);
+        cx->dcap = cap > cx->dcap ? cap : cx->dcap, cx->din = din > cx->din ? din : cx->din;
+        if (!(cx->dbuf = nm_backend_buffer_alloc(cx->be, sizeof(float) * (size_t)(6 * cx->dcap + cx->din)))) {
+            cx->dcap = cx->din = 0;
+            return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for HiFi-GAN's activations on %s",
+                           nm_backend_name(cx->be));
+        }
+    }
+    float *out = grow(cx, 0, len + 16);
+    if (!out) return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for the samples");
+    // regions (each a tensor's place): cur: a stage's input (then its blocks' mean); nxt: the upsampled x
+    // every block starts from; acc: the blocks' sum; P, Q: a block's running x; xt: ResBlock1's inner
+    // convolution; in: z
+    enum { CUR, NXT, ACC, XT, P, Q, IN };
+    nm_tensor reg[7];
+    for (int i = 0; i < 7; i++)
+        reg[i] = (nm_tensor){.type = NM_TYPE_F32, .ne = {1, 1, 1, 1}, .buf = cx->dbuf, .offs = sizeof(float) * (size_t)(i * cx->dcap)};
+    int32_t n_ops = 0;
+    nm_tensor *ts = cx->ts;
+#define DEC(c, from, to, n, a, b, scale) \
+    (ts[0] = reg[from], ts[1] = reg[to], ts += 4, dec_op(cx, c, ts - 4, n, a, b, scale, &cx->ops[n_ops++]))
+    int64_t T = DEC(&v->dec_pre, IN, CUR, frames, NULL, NULL, 1.0f);
+    for (int32_t u = 0; u < v->n_ups; u++) {
+        T = DEC(&v->ups[u], CUR, NXT, T, NULL, NULL, 1.0f);
         const float inv = 1.0f / (float)v->n_res;
         for (int32_t j = 0; j < v->n_res; j++) {
-            const float *src = nxt;
+            int src = NXT;
             for (int32_t d = 0; d < v->n_dil; d++) { // x = x + conv(x) (ResBlock1: conv2(conv1(x))), the sum fused
-                const nm_conv1d *c = &v->res[u][j][v->resblock == 2 ? d : 2 * d];
-                const float *in = src;
+                const dconv *c = &v->res[u][j][v->resblock == 2 ? d : 2 * d];
+                int in = src;
                 if (v->resblock == 1) {
-                    const int32_t p1 = (c->k * c->dil - c->dil) / 2;
-                    nm_conv1d_run(c, src, T, p1, p1, NULL, xt, W, pool);
-                    in = xt, c = &v->res[u][j][2 * d + 1];
+                    DEC(c, src, XT, T, NULL, NULL, 1.0f);
+                    in = XT, c = &v->res[u][j][2 * d + 1];
                 }
                 // the block's last step adds into acc (the first block: sets it); the last block's, the mean into cur
-                nm_conv_add add = {.a = src, .scale = 1.0f};
-                float *out = d % 2 ? Q : P;
+                const nm_tensor *b = NULL;
+                float scale = 1.0f;
+                int to = d % 2 ? Q : P;
                 if (d + 1 == v->n_dil) {
-                    add.b = j > 0 ? acc : NULL;
-                    out = j + 1 < v->n_res ? acc : cur;
-                    if (j + 1 == v->n_res) add.scale = inv; // the blocks' mean
+                    b = j > 0 ? &reg[ACC] : NULL;
+                    to = j + 1 < v->n_res ? ACC : CUR;
+                    if (j + 1 == v->n_res) scale = inv; // the blocks' mean
                 }
-                const int32_t pad = (c->k * c->dil - c->dil) / 2;
-                nm_conv1d_run(c, in, T, pad, pad, &add, out, W, pool);
-                src = out;
+                DEC(c, in, to, T, &reg[src], b, scale);
+                src = to;
             }
         }
     }
-    float *o = B[0];
-    nm_conv1d_run(&v->dec_post, cur, T, (v->dec_k - 1) / 2, (v->dec_k - 1) / 2, NULL, o, W, pool);
-    const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
-    if (pk) pk->tanh(o, T);
-    else
-        for (int64_t i = 0; i < T; i++) o[i] = tanhf(o[i]);
-    return T;
+    T = DEC(&v->dec_post, CUR, Q, T, NULL, NULL, 1.0f);
+#undef DEC
+    ts[0] = reg[Q];
+    ts[0].ne[0] = T;
+    cx->ops[n_ops++] = (nm_op){.kind = NM_OP_ACT, .src0 = &ts[0], .dst = &ts[0], .i0 = NM_ACT_TANH};
+    nm_status st = nm_backend_tensor_set(cx->be, &reg[IN], 0, zf, sizeof(float) * (size_t)(frames * v->inter));
+    if (st == NM_OK) st = nm_backend_submit(cx->be, cx->ops, n_ops);
+    if (st == NM_OK) st = nm_backend_tensor_get(cx->be, &reg[Q], 0, out, sizeof(float) * (size_t)T);
+    if (st != NM_OK)
+        return nm_fail(st, err, err_size, "piper: HiFi-GAN on %s: %s", nm_backend_name(cx->be), nm_backend_last_error(cx->be));
+    *n_out = T;
+    return NM_OK;
 }
 
 static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
@@ -887,9 +1044,13 @@ nm_status nm_vits_synth_stream(const nm_vits *v, nm_vits_ctx *cx, const int32_t 
         if (ids[i] < 0 || ids[i] >= v->info.n_symbols)
             return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: phoneme id %d at %d (the voice has %d)",
                            (int)ids[i], (int)i, (int)v->info.n_symbols);
+    if (cx && cx->v != v) return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "piper: a context made for another voice");
     nm_vits_ctx *own_cx = NULL;
-    if (!cx && !(cx = own_cx = nm_vits_ctx_create(1)))
-        return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory");
+    if (!cx) {
+        nm_status st = nm_vits_ctx_create(v, NULL, 1, &own_cx, err, err_size);
+        if (st != NM_OK) return st;
+        cx = own_cx;
+    }
     nm_status st = synth(v, cx, ids, n, sc, first_frames, emit, user, err, err_size);
     nm_vits_ctx_free(own_cx);
     return st;
@@ -1030,23 +1191,23 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     const int64_t hop = v->info.hop, Rd = v->info.reach, Rf = v->flow_reach;
     if (first_frames <= 0 || n_frames <= first_frames + 2 * (Rd + Rf)) {
         if (!flow_rev(v, cx, zf, n_frames, W)) goto oom;
-        const int64_t T = decode(v, cx, zf, n_frames, W);
-        if (T < 0) goto oom;
-        return emit(user, cx->buf[0], T, true);
+        int64_t T = 0;
+        nm_status st = decode(v, cx, zf, n_frames, &T, err, err_size);
+        return st == NM_OK ? emit(user, cx->buf[0], T, true) : st;
     }
     const int64_t m1 = first_frames + Rd + Rf; // the first part's flow window (its first first_frames + Rd exact)
     float *za = grow(cx, 8, m1 * I + 16);
     if (!za) goto oom;
     memcpy(za, zf, sizeof(float) * (size_t)(m1 * I));
     if (!flow_rev(v, cx, za, m1, W)) goto oom;
-    int64_t T = decode(v, cx, za, first_frames + Rd, W);
-    if (T < 0) goto oom;
-    nm_status st = emit(user, cx->buf[0], first_frames * hop, false);
+    int64_t T = 0;
+    nm_status st = decode(v, cx, za, first_frames + Rd, &T, err, err_size);
+    if (st == NM_OK) st = emit(user, cx->buf[0], first_frames * hop, false);
     if (st != NM_OK) return st;
     const int64_t a0 = first_frames > Rd ? first_frames - Rd : 0; // the rest's decoder from its reach back ...
     const int64_t b0 = a0 > Rf ? a0 - Rf : 0;                     // ... and its flow from that one's
     if (!flow_rev(v, cx, zf + b0 * I, n_frames - b0, W)) goto oom;
-    if ((T = decode(v, cx, zf + a0 * I, n_frames - a0, W)) < 0) goto oom;
+    if ((st = decode(v, cx, zf + a0 * I, n_frames - a0, &T, err, err_size)) != NM_OK) return st;
     return emit(user, cx->buf[0] + (first_frames - a0) * hop, T - (first_frames - a0) * hop, true);
 oom:
     return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);

@@ -45,24 +45,35 @@ nm_status nm_vits_load(const char *path, nm_vits **out, char *err, size_t err_si
 nm_status nm_vits_load_memory(const void *buf, size_t size, nm_vits **out, char *err, size_t err_size);
 void nm_vits_free(nm_vits *v); // NULL is a no-op
 const nm_vits_info *nm_vits_get_info(const nm_vits *v);
+// What `seconds` of speech cost (the planner's estimate, from the shapes alone): *flops (a multiply-add 2),
+// of them *dec_flops HiFi-GAN's (the part a device runs), *weight_bytes the voice's weights. The text
+// encoder's share assumes Piper's ~2.3 frames a phoneme id (the default voice's, at length_scale 1).
+void nm_vits_cost(const nm_vits *v, double seconds, double *flops, double *dec_flops, uint64_t *weight_bytes);
 // The ids of a phoneme (a UTF-8 string, one code point as Piper's maps have them, or
 // its pad "_", start "^", end "$"): how many (0: none in the voice's map), up to cap into ids.
 int32_t nm_vits_phoneme_ids(const nm_vits *v, const char *phoneme, size_t len, int32_t *ids, int32_t cap);
 
-// A synthesis's threads (a pool of n_threads: <= 0, every core) and scratch, kept between syntheses
-// (grown to the longest so far). One synthesis at a time uses it.
+// A synthesis's threads (a pool of n_threads: <= 0, every core), scratch and device, kept between
+// syntheses (grown to the longest so far), made for one voice. HiFi-GAN (most of the work) runs as one op
+// list (NM_OP_CONV1D, NM_OP_CONV_T1D, NM_OP_ACT) on the backend of `device` ("cpu" or NULL, "opencl",
+// "opencl:N", "opencl:auto"), which lays its weights out its own way here (where it keeps a copy, the
+// file's pages of the originals are given back); the rest runs on the host's threads. One synthesis at a
+// time uses it. NM_ERR_UNSUPPORTED: no such device here (err says why).
 typedef struct nm_vits_ctx nm_vits_ctx;
-nm_vits_ctx *nm_vits_ctx_create(int n_threads); // NULL: out of memory
-void nm_vits_ctx_free(nm_vits_ctx *c);          // NULL is a no-op
+nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads, nm_vits_ctx **out, char *err,
+                             size_t err_size);
+void nm_vits_ctx_free(nm_vits_ctx *c); // NULL is a no-op
 int nm_vits_ctx_threads(const nm_vits_ctx *c);
+const char *nm_vits_ctx_device(const nm_vits_ctx *c); // its backend's name ("cpu", "opencl")
 
 typedef struct nm_vits_scales {
     float noise_scale, length_scale, noise_w;
     uint64_t seed; // the noises' generator (the same seed, scales and ids: the same samples)
 } nm_vits_scales;
 
-// Samples of phoneme ids ids[0..n) into *pcm (malloc'd; free() it), *n_pcm of them, on ctx's
-// threads (NULL: a one-thread context for the call). The samples do not depend on the threads.
+// Samples of phoneme ids ids[0..n) into *pcm (malloc'd; free() it), *n_pcm of them, on ctx (made for v;
+// NULL: a one-thread CPU context for the call). The samples do not depend on the threads; on another
+// device they are the CPU's within rounding (docs/piper.md states the bound).
 // NM_ERR_INVALID_ARG: no ids, an id out of the voice's range, a scale out of range
 // (length_scale 0.05..20, noise_scale and noise_w 0..5); NM_ERR_RANGE: more than
 // 4096 ids or an utterance longer than 10 minutes.

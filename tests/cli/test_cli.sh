@@ -532,7 +532,7 @@ print('same length' if len(a)==len(b) else 'lengths %d %d'%(len(a),len(b)), 'max
         "$tmp/pc.wav" "$tmp/po.wav"
 }
 expect say_piper_opencl 0 "\(piper on opencl\).*same length max diff [0-3]$" "$PV" -- case_say_piper_opencl
-expect say_espeak_opencl 1 "espeak-ng runs on the CPU only, not on 'opencl'" -- nm say -dev opencl hi -o "$tmp/x.wav"
+expect say_espeak_opencl 1 "error: unsupported: tts: espeak-ng runs on the CPU only, not on 'opencl'" -- nm say -dev opencl hi -o "$tmp/x.wav"
 expect say_piper_bad_device 1 "piper: device nosuch: unknown device 'nosuch'" "$PV" -- nm say --tts piper --voice "$PV" -dev nosuch hi -o "$tmp/x.wav"
 case_say_piper_m() { # Piper's -m; slower (--speed 0.5: twice the length scale) is longer
     nm say -m "$PV" 'Turn left.' -o "$tmp/p1.wav" && nm say -m "$PV" --speed 0.5 'Turn left.' -o "$tmp/p2.wav" || return

@@ -783,6 +783,10 @@ NM_TEST(piper_on_opencl_equals_cpu) {
     NM_CHECK(nm_tts_open(&p, NULL, &t, err, sizeof err) == NM_OK && t && !strcmp(nm_tts_device(t), "opencl"));
     p.voice = "tests/data/piper/tiny-rb2.gguf"; // (another voice: a context made for it, on the same device)
     NM_CHECK(t && nm_tts_retune(t, &p) == NM_OK && !strcmp(nm_tts_device(t), "opencl"));
+    int16_t *pcm = NULL;
+    int64_t np = 0;
+    NM_CHECK(t && nm_tts_synth_alloc(t, "Hello world.", &pcm, &np) == NM_OK && np > 0);
+    free(pcm);
     nm_tts_free(t);
     p = nm_tts_default_params();
     p.device = "opencl";

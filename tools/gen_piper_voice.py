@@ -8,8 +8,11 @@ seeds: tests/data/piper/tiny-rb1.gguf and tiny-rb2.gguf are made by
 
 (hidden 16, 2 heads, window 2, 2 layers; a duration predictor of 2 layers and 2 spline flows of 4 bins;
 2 coupling flows of 2 WaveNet layers; HiFi-GAN from 16 channels upsampling 2 x 2 with kernels 4, 4,
-residual blocks of kernels 3 and 5, dilations (1, 2) each; 12 phonemes). Weights are scaled so the
-signal stays in range through the layers. Tooling only (numpy).
+residual blocks of kernels 3 and 5, dilations (1, 2) each; 12 phonemes). `--shape medium` gives a Piper
+"medium" voice's shapes instead (en_US-joe-medium's: hidden 192, 6 layers, HiFi-GAN from 256 channels
+upsampling 8 x 8 x 4, ResBlock2 kernels 3, 5, 7; 22050 Hz; ~63 MB), random, for timing where the real
+voice cannot go (the device machine). Weights are scaled so the signal stays in range through the layers.
+Tooling only (numpy).
 """
 import argparse
 import os
@@ -28,12 +31,20 @@ def main():
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--resblock", type=int, choices=(1, 2), default=2)
+    ap.add_argument("--shape", choices=("tiny", "medium"), default="tiny")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     H, INTER, FILT, FK, L, HEADS, WIN = 16, 8, 32, 3, 2, 2, 2
     DPF, DPK, DPL, DPFLOWS, BINS = 16, 3, 2, 2, 4
     NC, WNL, WNK = 2, 2, 5
     INIT, DK, RATES, UPK, RESK, DIL = 16, 7, [2, 2], [4, 4], [3, 5], [[1, 2], [1, 2]]
+    RATE = 16000
+    if a.shape == "medium":
+        H, INTER, FILT, FK, L, HEADS, WIN = 192, 192, 768, 3, 6, 2, 4
+        DPF, DPK, DPL, DPFLOWS, BINS = 192, 3, 3, 3, 10
+        NC, WNL, WNK = 4, 4, 5
+        INIT, DK, RATES, UPK, RESK, DIL = 256, 7, [8, 8, 4], [16, 16, 8], [3, 5, 7], [[1, 2], [2, 6], [3, 12]]
+        RATE = 22050
     NV = len(PHONEMES)
     W = {}
 
@@ -112,8 +123,8 @@ def main():
 
     g = GgufWriter()
     g.add_str("general.architecture", "piper")
-    g.add_str("general.name", "tiny-rb%d" % a.resblock)
-    g.add_u32("piper.sample_rate", 16000)
+    g.add_str("general.name", "%s-rb%d" % (a.shape, a.resblock))
+    g.add_u32("piper.sample_rate", RATE)
     g.add_str("piper.quality", "test")
     g.add_f32("piper.noise_scale", 0.667)
     g.add_f32("piper.length_scale", 1.0)

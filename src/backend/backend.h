@@ -247,7 +247,9 @@ typedef struct nm_backend_i {
     // has it, a CONV1D or CONV_T1D it did not prepare is refused at submit:
     // nothing is laid out mid-stream). *copied: whether the op now
     // reads the backend's copy only (the caller may give the weight's pages
-    // back). The copies live as long as the backend.
+    // back). The copies live as long as the backend, found by the weight's
+    // address: that memory must hold the same weights (not be freed and
+    // reused for others) until the backend is freed.
     nm_status (*prepare_op)(nm_backend *b, const nm_op *op, bool *copied);
     const char *(*last_error)(const nm_backend *b);
     void (*free)(nm_backend *b);

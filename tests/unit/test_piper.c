@@ -249,6 +249,7 @@ NM_TEST(conv_ops_on_each_backend) {
         {64, 64, 11, 5, 25, 100, false, true}, {16, 8, 16, 8, 4, 6, true, false}, {24, 130, 4, 2, 1, 17, true, false},
     };
     const char *devices[] = {"cpu", "opencl"};
+    float *ws[sizeof cs / sizeof cs[0]] = {0}; // (the weights outlive the backend: prepare_op's contract)
     for (int dv = 0; dv < 2; dv++) {
         nm_backend *be = backend_of(devices[dv]);
         if (!be) {
@@ -260,7 +261,7 @@ NM_TEST(conv_ops_on_each_backend) {
             const int32_t ic = cs[i].ic, oc = cs[i].oc, k = cs[i].k;
             const int64_t n = cs[i].n, n_out = cs[i].t ? (n - 1) * cs[i].dil - 2 * cs[i].pad + k
                                                         : n + 2 * cs[i].pad - (int64_t)cs[i].dil * (k - 1);
-            float *w = randv((int64_t)oc * ic * k), *b = randv(oc), *x = randv(n * ic), *a = randv(n_out * oc),
+            float *w = ws[i] ? ws[i] : (ws[i] = randv((int64_t)oc * ic * k)), *b = randv(oc), *x = randv(n * ic), *a = randv(n_out * oc),
                   *d = randv(n_out * oc), *r = randv(n_out * oc), *got = randv(n_out * oc);
             const float slope = i % 2 ? 0.1f : 1.0f, scale = cs[i].add ? 0.5f : 1.0f;
             nm_buffer *bx, *bb, *ba, *bd;
@@ -314,7 +315,7 @@ NM_TEST(conv_ops_on_each_backend) {
             free(tg);
             nm_backend_buffer_free(be, bx), nm_backend_buffer_free(be, bb), nm_backend_buffer_free(be, ba),
                 nm_backend_buffer_free(be, bd);
-            free(w), free(b), free(x), free(a), free(d), free(r), free(got);
+            free(b), free(x), free(a), free(d), free(r), free(got);
         }
         // an output over its input (the CPU checks the bytes at submit; OpenCL's kernels would race)
         if (dv == 0) {
@@ -332,6 +333,7 @@ NM_TEST(conv_ops_on_each_backend) {
         }
         nm_backend_free(be);
     }
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) free(ws[i]);
 }
 
 #define VOICE "piper-en_US-joe-medium.gguf"

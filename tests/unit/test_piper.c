@@ -4,6 +4,9 @@
 //       definition's loops, over kernels, dilations, pads, strides, channel counts around the
 //       kernel's vectors (1 .. 4 of 16, a partial one) and lengths around a chunk
 //   conv_rows_match_reference  this CPU's row kernel against the reference kernel, bit for bit
+//   conv_ops_on_each_backend   NM_OP_CONV1D / NM_OP_CONV_T1D / ACT tanh on the CPU and OpenCL backends
+//   piper_on_opencl_equals_cpu HiFi-GAN on OpenCL: the CPU's samples within 80 dB; the engine there
+//   bench_conv_shapes          (NM_PIPER_BENCH=1, a bench) the kernels' GFLOP/s on the voice's shapes
 //   piper_voice_loads          the default voice's rate, hop, scales and phoneme map
 //   piper_refuses_bad_input    ids out of range, none, scales out of range, a GGUF that is no voice
 //   piper_noise_seeded         with the noises on: the same seed the same samples, another seed others
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/conv1d.h"
@@ -124,23 +128,24 @@ NM_TEST(conv1d_matches_reference) {
 // The row kernel this CPU uses against the reference kernel (the same sums in the same order; FMA's
 // single rounding against the reference's two: relative error < 1e-6); taps forwards, dilated and
 // backwards, every channel count from 1 to 70 (whole and partial vectors, 1 .. 4 at a time), rows
-// that leave a partial block, and the rows between the stored ones left as they were.
+// that leave a partial block, and the rows between the stored ones left as they were; every third count
+// as a part of a wider weight (its rows 16 channels longer: ldw).
 NM_TEST(conv_rows_match_reference) {
     const nm_conv_rows_fn k = nm_conv_rows_get();
     if (k == nm_conv_rows_ref) NM_SKIP("no SIMD row kernel on this CPU");
     const int32_t ic = 11, taps = 3;
     const int64_t rows = 31, xrows = 2 * NM_CONV_ROWS + 2 * 5 * (taps - 1) + 8;
-    float *x = randv(xrows * ic), *w = randv((int64_t)taps * ic * 80), *b = randv(80);
+    float *x = randv(xrows * ic), *w = randv((int64_t)taps * ic * 96), *b = randv(80);
     float *y = malloc(sizeof(float) * rows * 80), *r = malloc(sizeof(float) * rows * 80);
     int bad = 0;
     for (int32_t oc = 1; oc <= 70; oc++)
         for (int s = 0; s < 3; s++) {
             const int64_t xstep = s == 0 ? 1 : s == 1 ? 5 : -1;
             const float *x0 = x + (s == 2 ? (taps - 1) * ic : 0);
-            const int32_t ocp = (oc + 15) & ~15;
+            const int32_t ocp = ((oc + 15) & ~15) + (oc % 3 ? 0 : 16);
             memset(y, 0, sizeof(float) * rows * 80), memset(r, 0, sizeof(float) * rows * 80);
-            k(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, oc % 2 ? b : NULL, rows, NULL, y, oc + 3);
-            nm_conv_rows_ref(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, oc % 2 ? b : NULL, rows, NULL, r, oc + 3);
+            k(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, ocp, oc % 2 ? b : NULL, rows, NULL, y, oc + 3);
+            nm_conv_rows_ref(x0, xstep, w, (int64_t)ic * ocp, taps, ic, oc, ocp, oc % 2 ? b : NULL, rows, NULL, r, oc + 3);
             if (rel_err(y, r, rows * (oc + 3)) > 1e-6) bad++;
         }
     NM_CHECK(bad == 0);
@@ -219,6 +224,44 @@ NM_TEST(conv_t1d_matches_reference) {
             free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
         }
     pick(-1);
+}
+
+// A bench, not a test (NM_PIPER_BENCH=1): nm_conv1d_run's rate on the two threads of g_pool for the
+// default voice's shapes (this CPU's packing; NM_NO_AMX=1 for the f32 kernel), best of 5: GFLOP/s (a
+// multiply-add 2), the shape's name, its rows.
+NM_TEST_OPTIN(bench_conv_shapes, "NM_PIPER_BENCH") {
+    const struct { const char *what; int32_t ic, oc, k, dil; int64_t n; } cs[] = {
+        {"encoder FFN 1, a sentence", 192, 768, 3, 1, 90},   {"encoder FFN 2, a sentence", 768, 192, 3, 1, 90},
+        {"encoder q, a sentence", 192, 192, 1, 1, 90},      {"flow WaveNet in, 250 frames", 192, 384, 5, 1, 250},
+        {"flow WaveNet res, 250 frames", 192, 384, 1, 1, 250}, {"HiFi-GAN 128 ch, k 5 d 2", 128, 128, 5, 2, 2000},
+        {"HiFi-GAN 64 ch, k 7 d 3", 64, 64, 7, 3, 16000},    {"HiFi-GAN 32 ch, k 3 d 1", 32, 32, 3, 1, 64000},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        float *w = randv((int64_t)cs[i].oc * cs[i].ic * cs[i].k), *x = randv(cs[i].n * cs[i].ic);
+        float *pk = aligned_alloc(64, sizeof(float) * (size_t)nm_conv1d_packed_size(cs[i].oc, cs[i].ic, cs[i].k));
+        nm_conv1d c = {.ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .dil = cs[i].dil, .in_slope = 0.1f};
+        nm_conv1d_pack(&c, w, pk);
+        const int32_t pad = cs[i].dil * (cs[i].k - 1) / 2;
+        float *y = malloc(sizeof(float) * (size_t)(cs[i].n * cs[i].oc));
+        float *work = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv1d_work(&c, 2) + 15) & ~15));
+        double best = 1e30;
+        for (int r = 0; r < 5; r++) {
+            struct timespec a, b;
+            clock_gettime(CLOCK_MONOTONIC, &a);
+            int reps = 0;
+            do {
+                nm_conv1d_run(&c, x, cs[i].n, pad, pad, NULL, y, work, g_pool);
+                reps++;
+                clock_gettime(CLOCK_MONOTONIC, &b);
+            } while ((double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec) < 0.05);
+            const double t = ((double)(b.tv_sec - a.tv_sec) + 1e-9 * (double)(b.tv_nsec - a.tv_nsec)) / reps;
+            best = t < best ? t : best;
+        }
+        const double flops = 2.0 * cs[i].n * cs[i].oc * cs[i].ic * cs[i].k;
+        printf("  %-30s %s %7.1f GFLOP/s  (%lld rows, %.1f us)\n", cs[i].what, c.wx ? "amx" : "f32", flops / best * 1e-9,
+               (long long)cs[i].n, best * 1e6);
+        free(w), free(x), free(pk), free(y), free(work);
+    }
 }
 
 // A backend of `device` for the op tests, or NULL (why printed) where there is no such device here.

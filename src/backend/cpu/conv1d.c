@@ -92,9 +92,9 @@ void nm_conv_t1d_pack(nm_conv_t1d *c, const float *src, float *dst) {
 // The reference kernel, also the one where there is no SIMD one: 4 rows against 16 channels at a time
 // (the channel loop is what a compiler vectorizes), each sum in the kernel's order.
 void nm_conv_rows_ref(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep, int32_t ntaps,
-                      int32_t ic, int32_t oc, const float *restrict bias, int64_t rows, const nm_conv_add *add, float *y,
-                      int64_t ldy) {
-    const int32_t ocp = ocp_of(oc);
+                      int32_t ic, int32_t oc, int64_t ldw, const float *restrict bias, int64_t rows,
+                      const nm_conv_add *add, float *y, int64_t ldy) {
+    const int64_t ocp = ldw;
     for (int64_t r0 = 0; r0 < rows; r0 += 4)
         for (int32_t o0 = 0; o0 < oc; o0 += 16) {
             float acc[4][16];
@@ -142,6 +142,7 @@ static void window(const float *x, int64_t n, int32_t ic, float slope, int64_t s
 // A convolution's taps as the kernels take them.
 typedef struct taps {
     int64_t xstep, wstep; // rows, and weights (floats, or BF16 halves: a hi and a lo each) between taps
+    int64_t ldw;          // f32: weights between input channels (the whole's oc rounded up to 16)
     int32_t ntaps, ic, oc;
     const float *w, *bias;
     const uint16_t *wx;
@@ -183,32 +184,34 @@ static void run_rows(const taps *t, const rows_in *in, int64_t row0, nm_conv_row
         return;
     }
 #endif
-    kern(in->x + row0 * in->ic, t->xstep, t->w, t->wstep, t->ntaps, t->ic, t->oc, t->bias, rows, add, y, ldy);
+    kern(in->x + row0 * in->ic, t->xstep, t->w, t->wstep, t->ntaps, t->ic, t->oc, t->ldw, t->bias, rows, add, y, ldy);
 }
 
 // How a convolution's outputs are cut into the pool's chunks: rows (any count works: a chunk's window
-// covers the rows its kernel reads past it; multiples of 16, AMX's tile) and, for AMX on a short sequence
-// (fewer than two chunks of CHUNK rows a thread), parts of the output channels as well, so that each
-// weight is read by one chunk rather than by every chunk of rows (the encoder's FFN: 1.8 MB of weights
-// against 117 rows of 192 inputs).
+// covers the rows its kernel reads past it; multiples of the kernel's block, AMX's 16-row tile or the
+// f32 kernel's 12 rows, so no chunk computes rows it throws away) and, on a short sequence (fewer than
+// two chunks of CHUNK rows a thread), parts of the output channels as well (multiples of the block's
+// 16 or 32 channels), so that the threads get even shares and each weight is read by one chunk rather
+// than by every chunk of rows (the encoder's FFN: 1.8 MB of weights against ~100 rows of 192 inputs;
+// its f32 rate on a sentence went from ~180 to ~300 GFLOP/s on two threads, bench_conv_shapes).
 typedef struct cut {
     int64_t rows, row_chunks;
     int32_t parts, part_w; // output channels: parts of part_w (a multiple of 16; the last may be fewer)
 } cut;
 
-static int64_t up16(int64_t n) { return (n + 15) / 16 * 16; }
+static int64_t up_to(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
 static cut cut_of(int64_t n_out, int32_t oc, bool amx, nm_pool *pool) {
-    const int64_t want = 2 * (pool ? nm_pool_size(pool) : 1);
+    const int64_t want = 2 * (pool ? nm_pool_size(pool) : 1), block = amx ? 16 : 12, unit = amx ? 16 : 32;
     cut k = {.parts = 1, .part_w = oc};
-    if (amx && (n_out + CHUNK - 1) / CHUNK < want && oc > 16) {
+    if ((n_out + CHUNK - 1) / CHUNK < want && oc > unit) {
         k.row_chunks = (n_out + CHUNK - 1) / CHUNK;
-        k.rows = up16((n_out + k.row_chunks - 1) / k.row_chunks);
+        k.rows = up_to((n_out + k.row_chunks - 1) / k.row_chunks, block);
         const int64_t parts = (want + k.row_chunks - 1) / k.row_chunks;
-        k.part_w = (int32_t)up16((oc + parts - 1) / parts);
+        k.part_w = (int32_t)up_to((oc + parts - 1) / parts, unit);
         k.parts = (oc + k.part_w - 1) / k.part_w;
     } else {
-        k.rows = up16((n_out + want - 1) / want);
+        k.rows = up_to((n_out + want - 1) / want, block);
         k.rows = k.rows > CHUNK ? CHUNK : k.rows;
     }
     k.row_chunks = (n_out + k.rows - 1) / k.rows;
@@ -218,6 +221,7 @@ static cut cut_of(int64_t n_out, int32_t oc, bool amx, nm_pool *pool) {
 // t narrowed to the output channels [o0, o0 + w) (AMX's tiles: a column of them is contiguous per tap).
 static taps narrow(taps t, int32_t o0, int32_t w) {
     if (t.wx) t.wx += (int64_t)(o0 / 16) * (t.ic / 32) * 1024;
+    if (t.w) t.w += o0; // (f32: [tap][ic][ldw], the part's channels from o0)
     if (t.bias) t.bias += o0;
     t.oc = w;
     return t;
@@ -264,6 +268,7 @@ int64_t nm_conv1d_run(const nm_conv1d *c, const float *x, int64_t n, int32_t pad
     conv_job J = {.c = c, .x = x, .add = add, .y = y, .work = work, .n = n, .n_out = n_out,
                   .k = cut_of(n_out, c->oc, c->wx != NULL, pool), .pad_l = pad_l, .kern = nm_conv_rows_get()};
     J.t = (taps){.xstep = c->dil, .wstep = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * ocp_of(c->oc),
+                 .ldw = ocp_of(c->oc),
                  .ntaps = c->k, .ic = c->ic, .oc = c->oc, .w = c->w, .bias = c->bias, .wx = c->wx};
     const int64_t chunks = J.k.row_chunks * J.k.parts;
     if (pool && chunks > 1) nm_pool_run(pool, conv_chunk, &J, chunks);
@@ -322,7 +327,8 @@ static void conv_t_chunk(void *arg, int64_t chunk, int ith) {
         a = a < m0 ? m0 : a, b = b > m1 ? m1 : b;
         if (a > b) continue;
         const taps t = {.xstep = -1, .wstep = c->stride * J->tap, .ntaps = r < c->k ? (c->k - r + c->stride - 1) / c->stride : 0,
-                        .ic = c->ic, .oc = c->oc, .w = c->w ? c->w + r * J->tap : NULL, .bias = c->bias,
+                        .ic = c->ic, .oc = c->oc, .ldw = ocp_of(c->oc), .w = c->w ? c->w + r * J->tap : NULL,
+                        .bias = c->bias,
                         .wx = c->wx ? c->wx + r * J->tap : NULL};
         const taps tn = narrow(t, o0, w);
         run_rows(&tn, &in, a - m0 + back, J->kern, b - a + 1, NULL, J->y + (a * c->stride + r - c->pad) * c->oc + o0,

@@ -82,19 +82,21 @@ int64_t nm_conv_t1d_work(const nm_conv_t1d *c, int threads);
 int64_t nm_conv_t1d_ref(const nm_conv_t1d *c, const float *w, const float *x, int64_t n, float *y); // w [ic][oc][k]
 
 // The f32 kernel, on `rows` output rows: y[r * ldy + o] = bias[o] + sum over taps q < ntaps of
-// sum_i w[q * wstep + i * ocp + o] * x[(r + q * xstep) * ic + i], for o < oc (bias NULL: 0), then add's
+// sum_i w[q * wstep + i * ldw + o] * x[(r + q * xstep) * ic + i], for o < oc (bias NULL: 0), then add's
 // a and b (at the same offsets as y) added and the scale applied (add NULL: none). The kernels compute
 // whole blocks, so they read the inputs of rows up to `rows` rounded up to NM_CONV_ROWS (they must be
 // readable; their sums are not stored).
 #define NM_CONV_ROWS 48
+// ldw (>= oc rounded up to 16) is the weights' row: a part of a packed weight's output channels is w
+// moved to its first channel with the whole's ldw.
 typedef void (*nm_conv_rows_fn)(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep,
-                                int32_t ntaps, int32_t ic, int32_t oc, const float *restrict bias, int64_t rows,
-                                const nm_conv_add *add, float *y, int64_t ldy);
+                                int32_t ntaps, int32_t ic, int32_t oc, int64_t ldw, const float *restrict bias,
+                                int64_t rows, const nm_conv_add *add, float *y, int64_t ldy);
 void nm_conv_rows_ref(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep, int32_t ntaps,
-                      int32_t ic, int32_t oc, const float *restrict bias, int64_t rows, const nm_conv_add *add, float *y,
-                      int64_t ldy);
+                      int32_t ic, int32_t oc, int64_t ldw, const float *restrict bias, int64_t rows,
+                      const nm_conv_add *add, float *y, int64_t ldy);
 void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep,
-                         int32_t ntaps, int32_t ic, int32_t oc, const float *restrict bias, int64_t rows,
+                         int32_t ntaps, int32_t ic, int32_t oc, int64_t ldw, const float *restrict bias, int64_t rows,
                          const nm_conv_add *add, float *y, int64_t ldy);
 // This CPU's (AVX-512F: nm_conv_rows_avx512; else, or NM_NO_AVX512=1 / NM_FORCE_REF=1: the reference).
 nm_conv_rows_fn nm_conv_rows_get(void);

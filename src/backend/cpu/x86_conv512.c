@@ -20,7 +20,7 @@
 // One block of NT rows by NV vectors (the dimensions constants, so the accumulators live in registers).
 #define BLOCK(NV, NT)                                                                                            \
     static void block_##NV(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep,        \
-                           int32_t ntaps, int32_t ic, int32_t ocp, const float *restrict bias, __mmask16 last,   \
+                           int32_t ntaps, int32_t ic, int64_t ocp, const float *restrict bias, __mmask16 last,   \
                            int nr, const float *ya, const float *yb, float scale, float *y, int64_t ldy) {       \
         __m512 a[NT][NV];                                                                                        \
         for (int v = 0; v < NV; v++) {                                                                           \
@@ -61,12 +61,13 @@ BLOCK(1, 12)
                    yb ? yb + r * ldy + o0 : NULL, scale, y + r * ldy + o0, ldy)
 
 void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep,
-                         int32_t ntaps, int32_t ic, int32_t oc, const float *restrict bias, int64_t rows,
+                         int32_t ntaps, int32_t ic, int32_t oc, int64_t ldw, const float *restrict bias, int64_t rows,
                          const nm_conv_add *add, float *y, int64_t ldy) {
-    const int32_t ocp = (oc + 15) & ~15;
+    const int32_t ocv = (oc + 15) & ~15; // (the vectors this part has)
+    const int64_t ocp = ldw;
     const float *ya = add ? add->a : NULL, *yb = add ? add->b : NULL, scale = add ? add->scale : 1.0f;
     for (int32_t o0 = 0; o0 < oc;) {
-        const int nv = ocp - o0 >= 32 ? 2 : 1;
+        const int nv = ocv - o0 >= 32 ? 2 : 1;
         const __mmask16 last = o0 + 16 * nv <= oc ? (__mmask16)0xFFFF : (__mmask16)((1u << (oc & 15)) - 1);
         if (nv == 2) COLUMN(2, 12);
         else COLUMN(1, 12);

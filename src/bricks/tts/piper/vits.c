@@ -689,7 +689,8 @@ static void att_block(void *arg, int64_t chunk, int ith) {
     float *qs = J->work + ith * att_work(v, n), *sp = qs + ATT_ROWS * dh; // qs [ATT_ROWS][dh], sp [ATT_ROWS][NR]
     for (int64_t i = 0; i < ATT_ROWS; i++)
         for (int32_t d = 0; d < dh; d++) qs[i * dh + d] = i < m ? J->q[(i0 + i) * H + h * dh + d] * scale : 0.0f;
-    J->kern(qs, 0, J->kt + (int64_t)h * dh * up16((int32_t)NR), 0, 1, dh, (int32_t)NR, NULL, m, NULL, sp, NR);
+    J->kern(qs, 0, J->kt + (int64_t)h * dh * up16((int32_t)NR), 0, 1, dh, (int32_t)NR, up16((int32_t)NR), NULL, m, NULL,
+            sp, NR);
     for (int64_t i = 0; i < m; i++) {
         float *s = sp + i * NR, *band = s + n;
         const int64_t gi = i0 + i;
@@ -706,7 +707,8 @@ static void att_block(void *arg, int64_t chunk, int ith) {
         for (int32_t r = -W; r <= W; r++) band[r + W] = gi + r >= 0 && gi + r < n ? s[gi + r] : 0.0f;
     }
     for (int64_t i = m; i < ATT_ROWS; i++) memset(sp + i * NR, 0, sizeof(float) * (size_t)NR);
-    J->kern(sp, 0, J->vs + (int64_t)h * NR * up16(dh), 0, 1, (int32_t)NR, dh, NULL, m, NULL, J->y + i0 * H + h * dh, H);
+    J->kern(sp, 0, J->vs + (int64_t)h * NR * up16(dh), 0, 1, (int32_t)NR, dh, up16(dh), NULL, m, NULL,
+            J->y + i0 * H + h * dh, H);
 }
 
 // kv: the heads' packed keys and values, v->n_heads * att_kv(v, n) floats; work: nth * att_work(v, n).

@@ -3,7 +3,9 @@
 nanomind's Piper voice and by piper-tts (the same voice, the noises at the voice's defaults), and by
 espeak-ng (nanomind say): the word error rate of each against the text.
 
-usage: bench/piper_wer.py BUILD/nanomind
+usage: bench/piper_wer.py BUILD/nanomind [VOICE-Q8.gguf]
+
+With VOICE-Q8.gguf (tools/convert_piper.py --q8 of the same voice) a fourth row: that voice, by nanomind.
 
 WER: word-level edit distance over the reference's words, all sentences summed; both sides lower-cased,
 punctuation dropped (apostrophes kept), hyphens as blanks. Needs piper-tts (PyPI) and the models
@@ -45,13 +47,16 @@ def hear(nm, wav):
 
 
 def main():
-    if len(sys.argv) != 2:
+    if len(sys.argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
     nm = os.path.abspath(sys.argv[1])
+    q8 = sys.argv[2] if len(sys.argv) == 3 else None
     from piper import PiperVoice
     voice = PiperVoice.load(ONNX)
     errs = {"nanomind piper": 0, "piper-tts": 0, "espeak-ng": 0}
+    if q8:
+        errs["nanomind q8_0"] = 0
     n_ref = 0
     with tempfile.TemporaryDirectory(prefix="nm-wer-") as d:
         for k, text in enumerate(LINES):
@@ -63,7 +68,12 @@ def main():
             subprocess.run([nm, "say", text, "-o", esp], check=True, capture_output=True)
             with wave.open(peer, "wb") as w:
                 voice.synthesize_wav(text, w)
-            for name, f in (("nanomind piper", ours), ("piper-tts", peer), ("espeak-ng", esp)):
+            runs = [("nanomind piper", ours), ("piper-tts", peer), ("espeak-ng", esp)]
+            if q8:
+                runs.append(("nanomind q8_0", os.path.join(d, "q%d.wav" % k)))
+                subprocess.run([nm, "say", "--tts", "piper", "--voice", q8, text, "-o", runs[-1][1]], check=True,
+                               capture_output=True)
+            for name, f in runs:
                 errs[name] += distance(ref, words(hear(nm, f)))
     for name, e in errs.items():
         print("%-15s WER %5.1f%% (%d errors in %d words)" % (name, 100.0 * e / n_ref, e, n_ref))

@@ -3,10 +3,14 @@
 for nanomind's Piper engine. Numpy only: the ONNX file is read by the small protobuf
 reader below (ModelProto -> GraphProto: nodes with their Conv attributes, initializers).
 
-    tools/convert_piper.py en_US-joe-medium.onnx [--config X.onnx.json] -o voice.gguf
+    tools/convert_piper.py en_US-joe-medium.onnx [--config X.onnx.json] [--q8] -o voice.gguf
 
 The weights keep PyTorch's module names (enc_p.encoder.attn_layers.0.conv_q.weight, ...),
-in f32 as stored, so the runtime finds each one by its module. The exporter names some
+in f32 as stored, so the runtime finds each one by its module. With --q8, the convolutions of
+kernels wider than 1 (the encoder's FFN, the flow's WaveNet, HiFi-GAN: 52 of a medium voice's
+63 MB) are stored as q8_0 instead, each output channel's weights one row ([oc][ic k], transposed
+[ic][oc k]; only where those rows are whole 32-weight blocks): a file ~40% the size; the runtime
+widens them to f32 once when it lays them out (docs/piper.md: what it costs in accuracy). The exporter names some
 weights after nothing (`onnx::Conv_8168`: the coupling flow's WaveNet convolutions, their
 weight norm folded); each is named here after the Conv node that reads it
 (/flow/flows.0/enc/in_layers.0/Conv -> flow.flows.0.enc.in_layers.0.weight). The phoneme
@@ -203,7 +207,7 @@ KNOWN_OPS = {
 }
 
 
-def convert(onnx_path, config, out_path, name=None):
+def convert(onnx_path, config, out_path, name=None, q8=False):
     nodes, inits, ins, outs = read_onnx(onnx_path)
     if ins != ["input", "input_lengths", "scales"]:
         raise Refused("graph inputs %s (Piper's are input, input_lengths, scales)" % ins)
@@ -457,6 +461,9 @@ def convert(onnx_path, config, out_path, name=None):
             g.add_u32("piper." + k, int(v))
     for k in sorted(used):
         a = W[k]
+        if q8 and k.endswith(".weight") and a.ndim == 3 and a.shape[2] > 1 and a.shape[1] * a.shape[2] % 32 == 0:
+            g.add_tensor(k, np.asarray(a, np.float32).reshape(a.shape[0], -1), "q8_0")
+            continue
         g.add_tensor(k, a.astype(np.float16) if a.dtype == np.float16 else np.asarray(a, np.float32),
                      "f16" if a.dtype == np.float16 else "f32")
     g.write(out_path)
@@ -469,6 +476,7 @@ def main():
     ap.add_argument("--config", help="its .onnx.json (default: ONNX + .json)")
     ap.add_argument("-o", "--out", required=True, help="the GGUF to write")
     ap.add_argument("--name", help="general.name (default: the file's name)")
+    ap.add_argument("--q8", action="store_true", help="HiFi-GAN's convolutions as q8_0 (a third of the size)")
     a = ap.parse_args()
     cfg = a.config or a.onnx + ".json"
     try:
@@ -480,7 +488,7 @@ def main():
         if not isinstance(config, dict):
             raise Refused("%s: not a JSON object" % cfg)
         try:
-            hp, n = convert(a.onnx, config, a.out, a.name)
+            hp, n = convert(a.onnx, config, a.out, a.name, a.q8)
         except OSError as e:
             raise Refused(str(e))
         except (ValueError, TypeError, KeyError, IndexError, OverflowError, MemoryError, struct.error) as e:

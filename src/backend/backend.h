@@ -100,14 +100,15 @@ enum nm_op_kind {
                      // i2 = 0: src0 is [L frames, C channels] channel-major (ne[0] = L, ne[1] = C),
                      // 1: frame-major (ne[0] = C, ne[1] = L). dst [T_out, C K] (Whisper's convs)
     NM_OP_CONV1D,    // a 1-D convolution of frame-major rows (VITS's HiFi-GAN): src0 x [n frames, ic] f32 (ne[0] = ic),
-                     // src1 PyTorch's Conv1d weight [oc][ic][k] f32 (ne = {k, ic, oc}), src2 bias [oc] or NULL;
+                     // src1 PyTorch's Conv1d weight [oc][ic][k]: f32 ne = {k, ic, oc}, or f16 / q8_0 ne = {k ic, oc}
+                     // (an output channel's weights a row, in the same order), src2 bias [oc] or NULL;
                      // dst [n_out, oc], n_out = n + pad_l + pad_r - dil (k - 1): dst[t][o] = bias[o] + sum over
                      // j < k, c < ic of w[o][c][j] act(x[t + j dil - pad_l][c]), x zero outside [0, n), act(v) =
                      // max(v, f0 v) (a leaky ReLU first; f0 = 1: none); then dst = (dst + add[0] + add[1]) * f1
                      // (add[i] NULL: none; rows laid out as dst's; dst may be add[i], never x). i0 = dil,
                      // i1 = pad_l, i2 = pad_r. The sums' order is the backend's (results within rounding)
-    NM_OP_CONV_T1D,  // PyTorch's ConvTranspose1d on frame-major rows: src0 x [n, ic], src1 weight [ic][oc][k] f32
-                     // (ne = {k, oc, ic}), src2 bias [oc] or NULL, dst [n_out, oc], n_out = (n - 1) stride - 2 pad
+    NM_OP_CONV_T1D,  // PyTorch's ConvTranspose1d on frame-major rows: src0 x [n, ic], src1 weight [ic][oc][k] (f32
+                     // ne = {k, oc, ic}, f16 / q8_0 {k oc, ic}), src2 bias [oc] or NULL, dst [n_out, oc], n_out = (n - 1) stride - 2 pad
                      // + k: dst[t][o] = bias[o] + sum over (s, j) with s stride + j - pad = t of sum_c w[c][o][j]
                      // act(x[s][c]); act as CONV1D's (f0). i0 = stride, i1 = pad
     NM_OP_COUNT
@@ -314,6 +315,50 @@ static inline bool nm_backend_prepares_weights(const nm_backend *b) { return b->
 static inline nm_status nm_backend_prepare_weight(nm_backend *b, const nm_tensor *w) {
     return b->iface->prepare_weight ? b->iface->prepare_weight(b, w) : NM_OK;
 }
+// A convolution op's kernel size, input and output channels from its weight's shape and type (f32
+// {k, ic, oc}, f16 / q8_0 {k ic, oc}; transposed with ic and oc swapped), false where they do not fit.
+static inline bool nm_conv_dims(const nm_op *op, int64_t *k, int64_t *ic, int64_t *oc) {
+    const nm_tensor *w = op->src1;
+    const bool t = op->kind == NM_OP_CONV_T1D;
+    int64_t a, b;
+    if (w->type == NM_TYPE_F32) {
+        *k = w->ne[0], a = w->ne[1], b = w->ne[2];
+        if (w->ne[3] != 1) return false;
+    } else if (w->type == NM_TYPE_F16 || w->type == NM_TYPE_Q8_0) {
+        a = t ? op->dst->ne[0] : op->src0->ne[0], b = w->ne[1];
+        if (a < 1 || w->ne[0] % a || w->ne[2] != 1 || w->ne[3] != 1) return false;
+        *k = w->ne[0] / a;
+    } else {
+        return false;
+    }
+    *ic = t ? b : a, *oc = t ? a : b;
+    return *k >= 1;
+}
+
+// The shape rules of NM_OP_CONV1D and NM_OP_CONV_T1D (above): f32 activations, the weight against x's
+// and dst's channels, the output length, the add terms.
+static inline bool nm_conv_op_ok(const nm_op *op) {
+    const nm_tensor *x = op->src0, *y = op->dst;
+    int64_t k, ic, oc;
+    if (x->type != NM_TYPE_F32 || y->type != NM_TYPE_F32 || (op->src2 && op->src2->type != NM_TYPE_F32) ||
+        !nm_conv_dims(op, &k, &ic, &oc) || !(op->f0 == op->f0))
+        return false;
+    const int64_t n = x->ne[1];
+    if (n < 1 || x->ne[2] * x->ne[3] != 1 || y->ne[2] * y->ne[3] != 1 || x->ne[0] != ic || y->ne[0] != oc ||
+        (op->src2 && op->src2->ne[0] != oc))
+        return false;
+    if (op->kind == NM_OP_CONV_T1D)
+        return op->i0 >= 1 && op->i1 >= 0 && y->ne[1] == (n - 1) * op->i0 - 2 * (int64_t)op->i1 + k && y->ne[1] >= 1 &&
+               !op->add[0] && !op->add[1];
+    if (op->i0 < 1 || op->i1 < 0 || op->i2 < 0 || y->ne[1] != n + op->i1 + op->i2 - (int64_t)op->i0 * (k - 1) ||
+        y->ne[1] < 1 || !(op->f1 == op->f1))
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (op->add[i] && (op->add[i]->type != NM_TYPE_F32 || op->add[i]->ne[0] != oc || op->add[i]->ne[1] != y->ne[1]))
+            return false;
+    return true;
+}
+
 // NM_OK, *copied false, where the backend reads an op's weights as they are.
 static inline nm_status nm_backend_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     *copied = false;

@@ -534,6 +534,21 @@ print('same length' if len(a)==len(b) else 'lengths %d %d'%(len(a),len(b)), 'max
 expect say_piper_opencl 0 "\(piper on opencl\).*same length max diff [0-3]$" "$PV" -- case_say_piper_opencl
 expect say_espeak_opencl 1 "error: unsupported: tts: espeak-ng runs on the CPU only, not on 'opencl'" -- nm say -dev opencl hi -o "$tmp/x.wav"
 expect say_piper_bad_device 1 "piper: device nosuch: unknown device 'nosuch'" "$PV" -- nm say --tts piper --voice "$PV" -dev nosuch hi -o "$tmp/x.wav"
+# a voice converted with --q8 (the wide convolutions as q8_0, a file ~40% the size): Whisper hears it, and
+# HiFi-GAN on OpenCL gives the CPU's samples within a few 16-bit steps
+case_say_piper_q8() { say_piper_q8 | tr '\n' ' '; }
+say_piper_q8() {
+    python3 tools/convert_piper.py "${PV%.gguf}.onnx" --q8 -o "$tmp/q8.gguf" > /dev/null || return
+    python3 -c "import os,sys; print('size %.2f' % (os.path.getsize(sys.argv[1]) / os.path.getsize(sys.argv[2])))" "$tmp/q8.gguf" "$PV"
+    nm say -m "$tmp/q8.gguf" 'Switch off the kitchen light, please.' -o "$tmp/q8c.wav" || return
+    nm say -m "$tmp/q8.gguf" -dev opencl 'Switch off the kitchen light, please.' -o "$tmp/q8o.wav" || return
+    python3 -c "import sys,wave,array
+a,b=(array.array('h',wave.open(f).readframes(10**8)) for f in sys.argv[1:])
+print('same length' if len(a)==len(b) else 'lengths %d %d'%(len(a),len(b)), 'max diff %d'%max(abs(x-y) for x,y in zip(a,b)))" \
+        "$tmp/q8c.wav" "$tmp/q8o.wav"
+    nm transcribe -m "$WM" "$tmp/q8c.wav" 2>/dev/null
+}
+expect say_piper_q8 0 "size 0\.[34][0-9].*same length max diff [0-3] .*[Ss]witch off the kitchen light" "$PV" "${PV%.gguf}.onnx" "$WM" -- case_say_piper_q8
 case_say_piper_m() { # Piper's -m; slower (--speed 0.5: twice the length scale) is longer
     nm say -m "$PV" 'Turn left.' -o "$tmp/p1.wav" && nm say -m "$PV" --speed 0.5 'Turn left.' -o "$tmp/p2.wav" || return
     python3 -c "import sys,wave; a,b=(wave.open(f).getnframes() for f in sys.argv[1:]); print('longer' if b > 1.6 * a else 'not longer: %d %d' % (a, b))" "$tmp/p1.wav" "$tmp/p2.wav"

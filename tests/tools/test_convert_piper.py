@@ -9,6 +9,10 @@ usage: test_convert_piper.py
                          as enc_p.emb.weight, the folded exp(-logs)); nothing else is in the GGUF
   keys_of_the_voice      the config's sample rate, scales, espeak voice and phoneme id map; the
                          hyperparameters of VITS "medium" read off the graph
+  q8_convolutions_as_rows  --q8: every convolution of a kernel wider than 1 whose [ic k] rows are whole
+                         32-weight blocks is q8_0 of shape [oc][ic k] (transposed [ic][oc k]), each weight
+                         within half a step of the graph's (and its f16 scale's rounding); every other weight f32 bit
+                         for bit; the file under 45% of the f32 one's size
   fuzzed_files_refused_cleanly  40 files of flipped bytes or cut short: converted or refused with a message,
                          never a traceback
   refuses_other_graphs   an input renamed, an op we do not run, a weight missing, an extra weight, a
@@ -65,8 +69,8 @@ def need():
         raise Skip("%s (and its .json) not in the model cache (scripts/fetch_models.sh)" % VOICE)
 
 
-def convert(onnx_path, out, config=None, expect=0):
-    cmd = [sys.executable, CONV, onnx_path, "-o", out] + (["--config", config] if config else [])
+def convert(onnx_path, out, config=None, expect=0, extra=()):
+    cmd = [sys.executable, CONV, onnx_path, "-o", out] + (["--config", config] if config else []) + list(extra)
     p = subprocess.run(cmd, capture_output=True, text=True)
     assert p.returncode == expect, "convert: exit %d, expected %d\n%s" % (p.returncode, expect, p.stderr[-2000:])
     return p
@@ -116,6 +120,39 @@ def weights_equal_onnx():
     for k, a in want.items():
         assert got[k].shape == a.shape and got[k].tobytes() == a.astype("<f4").tobytes(), k
     assert got["dp.flows.0.exp_neg_logs"].shape == (2, 1)
+
+
+@case
+def q8_convolutions_as_rows():
+    need()
+    if not os.path.isfile(OUT):
+        convert(VOICE, OUT)
+    q8 = os.path.join(TMP, "voice-q8.gguf")
+    convert(VOICE, q8, extra=["--q8"])
+    _, f32 = tensors(OUT)
+    g = Gguf(q8)
+    n_q8 = 0
+    for name, (ne, t, start, nbytes) in g.tensors.items():
+        a = f32[name]
+        wide = name.endswith(".weight") and a.ndim == 3 and a.shape[2] > 1 and a.shape[1] * a.shape[2] % 32 == 0
+        if not wide:
+            assert t == 0 and g.buf[start:start + nbytes] == a.astype("<f4").tobytes(), "%s: type %d, or changed" % (name, t)
+            continue
+        rows, cols = a.shape[0], a.shape[1] * a.shape[2]
+        assert t == 8 and list(ne) == [cols, rows], "%s: type %d shape %s (q8_0 [%d %d] expected)" % (name, t, ne, rows, cols)
+        blocks = np.frombuffer(g.buf[start:start + nbytes], np.uint8).reshape(-1, 34)
+        d = blocks[:, :2].copy().view("<f2").astype(np.float32).reshape(-1)
+        q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)
+        got = (q * d[:, None]).reshape(rows, cols)
+        step = np.repeat(d, 32).reshape(rows, cols)
+        err = np.abs(got - a.reshape(rows, cols))
+        # (half a step, and 127 times the scale's rounding to f16: 2^-11 of it, or 2^-25 where it is subnormal)
+        bound = step * 0.5 + 127 * np.maximum(step * 2.0 ** -11, 2.0 ** -25) + 1e-12
+        assert np.all(err <= bound), "%s: %g off (%g allowed there)" % (name, err.max(), bound[np.argmax(err - bound)])
+        n_q8 += 1
+    assert n_q8 == 51, "%d q8_0 weights" % n_q8  # (6 FFN pairs, 16 WaveNet layers, HiFi-GAN's 23)
+    assert os.path.getsize(q8) < 0.45 * os.path.getsize(OUT), "%d bytes against %d" % (os.path.getsize(q8),
+                                                                                      os.path.getsize(OUT))
 
 
 @case

@@ -285,11 +285,16 @@ static nm_tensor put(nm_backend *be, nm_buffer **buf, const float *src, int64_t 
 // that half otherwise) against the definition's loops (nm_conv1d_ref, nm_conv_t1d_ref on PyTorch's
 // layouts): kernels, dilations, pads, slopes, the add terms and scale (dst one of them), output channels
 // and lengths around the OpenCL kernel's 64 channels and 8 frames; then NM_OP_ACT tanh; then what is
-// refused: a weight not prepared, an output over its input, a shape the weight does not have.
+// refused: a weight not prepared, an output over its input, a shape the weight does not have. The last
+// cases' weights are f16 and q8_0 ({k ic, oc} rows, tools/convert_piper.py --q8), held to the
+// definition on the weights they stand for.
 NM_TEST(conv_ops_on_each_backend) {
-    const struct { int32_t ic, oc, k, dil, pad; int64_t n; bool t, add; } cs[] = {
-        {8, 16, 3, 1, 1, 9, false, false},  {32, 70, 7, 3, 9, 37, false, true}, {5, 1, 7, 1, 3, 20, false, false},
-        {64, 64, 11, 5, 25, 100, false, true}, {16, 8, 16, 8, 4, 6, true, false}, {24, 130, 4, 2, 1, 17, true, false},
+    const struct { int32_t ic, oc, k, dil, pad; int64_t n; bool t, add; uint32_t wt; } cs[] = {
+        {8, 16, 3, 1, 1, 9, false, false, NM_TYPE_F32},  {32, 70, 7, 3, 9, 37, false, true, NM_TYPE_F32},
+        {5, 1, 7, 1, 3, 20, false, false, NM_TYPE_F32},  {64, 64, 11, 5, 25, 100, false, true, NM_TYPE_F32},
+        {16, 8, 16, 8, 4, 6, true, false, NM_TYPE_F32},  {24, 130, 4, 2, 1, 17, true, false, NM_TYPE_F32},
+        {32, 40, 5, 2, 4, 30, false, true, NM_TYPE_Q8_0}, {16, 8, 16, 8, 4, 6, true, false, NM_TYPE_Q8_0},
+        {32, 24, 3, 1, 1, 50, false, false, NM_TYPE_F16},
     };
     const char *devices[] = {"cpu", "opencl"};
     float *ws[sizeof cs / sizeof cs[0]] = {0}; // (the weights outlive the backend: prepare_op's contract)
@@ -304,12 +309,27 @@ NM_TEST(conv_ops_on_each_backend) {
             const int32_t ic = cs[i].ic, oc = cs[i].oc, k = cs[i].k;
             const int64_t n = cs[i].n, n_out = cs[i].t ? (n - 1) * cs[i].dil - 2 * cs[i].pad + k
                                                         : n + 2 * cs[i].pad - (int64_t)cs[i].dil * (k - 1);
-            float *w = ws[i] ? ws[i] : (ws[i] = randv((int64_t)oc * ic * k)), *b = randv(oc), *x = randv(n * ic), *a = randv(n_out * oc),
+            const int64_t nw = (int64_t)oc * ic * k;
+            float *w = ws[i] ? ws[i] : (ws[i] = randv(nw)), *b = randv(oc), *x = randv(n * ic), *a = randv(n_out * oc),
                   *d = randv(n_out * oc), *r = randv(n_out * oc), *got = randv(n_out * oc);
             const float slope = i % 2 ? 0.1f : 1.0f, scale = cs[i].add ? 0.5f : 1.0f;
             nm_buffer *bx, *bb, *ba, *bd;
-            const nm_tensor tw = {.type = NM_TYPE_F32, .ne = {k, cs[i].t ? oc : ic, cs[i].t ? ic : oc, 1},
-                                  .offs = (size_t)(uintptr_t)w};
+            nm_tensor tw = {.type = NM_TYPE_F32, .ne = {k, cs[i].t ? oc : ic, cs[i].t ? ic : oc, 1},
+                            .offs = (size_t)(uintptr_t)w};
+            if (cs[i].wt != NM_TYPE_F32) { // (stored quantized in ws[i]'s second half; w then the weights it stands for)
+                const nm_kernels *kr = nm_kernels_ref();
+                void *q = (char *)w + nw * sizeof(float) / 2; // (f16 and q8_0 take at most half of f32's bytes)
+                if (dv == 0) { // (once: the OpenCL half reads the same)
+                    float *f = malloc(sizeof(float) * (size_t)nw);
+                    memcpy(f, w, sizeof(float) * (size_t)nw);
+                    kr->quant_act[cs[i].wt](f, q, nw);
+                    free(f);
+                }
+                tw = (nm_tensor){.type = cs[i].wt, .ne = {(int64_t)k * (cs[i].t ? oc : ic), cs[i].t ? ic : oc, 1, 1},
+                                 .offs = (size_t)(uintptr_t)q};
+                w = malloc(sizeof(float) * (size_t)nw); // (the reference's)
+                kr->dequant[cs[i].wt](q, w, nw);
+            }
             nm_tensor tx = put(be, &bx, x, ic, n), tb = put(be, &bb, b, oc, 1), ta = put(be, &ba, a, oc, n_out),
                       td = put(be, &bd, d, oc, n_out);
             nm_op op = {.kind = cs[i].t ? NM_OP_CONV_T1D : NM_OP_CONV1D, .src0 = &tx, .src1 = &tw, .src2 = &tb,
@@ -358,6 +378,7 @@ NM_TEST(conv_ops_on_each_backend) {
             free(tg);
             nm_backend_buffer_free(be, bx), nm_backend_buffer_free(be, bb), nm_backend_buffer_free(be, ba),
                 nm_backend_buffer_free(be, bd);
+            if (cs[i].wt != NM_TYPE_F32) free(w);
             free(b), free(x), free(a), free(d), free(r), free(got);
         }
         // an output over its input (the CPU checks the bytes at submit; OpenCL's kernels would race)

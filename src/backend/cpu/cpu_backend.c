@@ -640,31 +640,6 @@ typedef struct cpu_conv {
     float *packed;
 } cpu_conv;
 
-static bool conv_f32(const nm_tensor *t) { return t && t->type == NM_TYPE_F32; }
-
-// The shape rules of both convolutions (supports_op): f32 operands, the weight's shape against x's
-// and dst's, the output length.
-static bool conv_ok(const nm_op *op) {
-    const nm_tensor *x = op->src0, *w = op->src1, *y = op->dst;
-    if (!conv_f32(x) || !conv_f32(w) || !conv_f32(y) || (op->src2 && !conv_f32(op->src2))) return false;
-    const int64_t k = w->ne[0], n = x->ne[1];
-    if (k < 1 || n < 1 || w->ne[3] != 1 || x->ne[2] * x->ne[3] != 1 || y->ne[2] * y->ne[3] != 1 || !(op->f0 == op->f0))
-        return false;
-    if (op->kind == NM_OP_CONV1D) {
-        const int64_t ic = w->ne[1], oc = w->ne[2], dil = op->i0;
-        if (dil < 1 || op->i1 < 0 || op->i2 < 0 || x->ne[0] != ic || y->ne[0] != oc || (op->src2 && op->src2->ne[0] != oc))
-            return false;
-        if (y->ne[1] != n + op->i1 + op->i2 - dil * (k - 1) || y->ne[1] < 1 || !(op->f1 == op->f1)) return false;
-        for (int i = 0; i < 2; i++)
-            if (op->add[i] && (!conv_f32(op->add[i]) || op->add[i]->ne[0] != oc || op->add[i]->ne[1] != y->ne[1]))
-                return false;
-        return true;
-    }
-    const int64_t oc = w->ne[1], ic = w->ne[2], stride = op->i0, pad = op->i1;
-    return stride >= 1 && pad >= 0 && x->ne[0] == ic && y->ne[0] == oc && (!op->src2 || op->src2->ne[0] == oc) &&
-           y->ne[1] == (n - 1) * stride - 2 * pad + k && y->ne[1] >= 1 && !op->add[0] && !op->add[1];
-}
-
 static cpu_conv *conv_find(const nm_cpu *c, const void *src, int kind) {
     int32_t lo = 0, hi = c->n_convs;
     while (lo < hi) {
@@ -686,9 +661,9 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     }
     const void *src = TD(op->src1);
     const cpu_conv *have = conv_find(c, src, op->kind);
-    const int32_t k = (int32_t)op->src1->ne[0];
-    const int32_t ic = (int32_t)(op->kind == NM_OP_CONV1D ? op->src1->ne[1] : op->src1->ne[2]);
-    const int32_t oc = (int32_t)(op->kind == NM_OP_CONV1D ? op->src1->ne[2] : op->src1->ne[1]);
+    int64_t k64 = 0, ic64 = 0, oc64 = 0; // (supports_op checked them)
+    nm_conv_dims(op, &k64, &ic64, &oc64);
+    const int32_t k = (int32_t)k64, ic = (int32_t)ic64, oc = (int32_t)oc64;
     if (have) {
         const bool same = op->kind == NM_OP_CONV1D ? have->c.ic == ic && have->c.oc == oc && have->c.k == k
                                                    : have->t.ic == ic && have->t.oc == oc && have->t.k == k;
@@ -707,6 +682,16 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     }
     cpu_conv e = {.src = src, .kind = op->kind};
     if (!(e.packed = aligned_alloc(64, ((size_t)nm_conv1d_packed_size(oc, ic, k) * sizeof(float) + 63) / 64 * 64))) goto oom;
+    float *wide = NULL; // (f16 / q8_0 weights widened to f32 for the packing)
+    if (op->src1->type != NM_TYPE_F32) {
+        const int64_t nw = (int64_t)k * ic * oc;
+        if (!(wide = malloc(sizeof(float) * (size_t)nw))) {
+            free(e.packed);
+            goto oom;
+        }
+        c->kref->dequant[op->src1->type](src, wide, nw);
+        src = wide;
+    }
     const int nth = nm_pool_size(c->pool);
     int64_t work;
     if (op->kind == NM_OP_CONV1D) {
@@ -718,6 +703,8 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         nm_conv_t1d_pack(&e.t, src, e.packed);
         work = nm_conv_t1d_work(&e.t, nth);
     }
+    free(wide);
+    src = e.src;
     if (work > c->conv_work_floats) {
         float *wk = aligned_alloc(64, ((size_t)work * sizeof(float) + 63) / 64 * 64);
         if (!wk) {
@@ -901,7 +888,7 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_TANH;
     case NM_OP_CONV1D:
-    case NM_OP_CONV_T1D: return conv_ok(op);
+    case NM_OP_CONV_T1D: return nm_conv_op_ok(op);
     case NM_OP_COPY: return op->src0->type == op->dst->type && nm_tensor_bytes(op->src0) == nm_tensor_bytes(op->dst);
     case NM_OP_PATCHES: {
         const int64_t W = op->i0, H = op->i2 ? op->i2 : op->i0, p = op->i1;

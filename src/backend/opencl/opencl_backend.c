@@ -388,27 +388,10 @@ static nm_status ocl_tensor_get(nm_backend *b, const nm_tensor *t, size_t offs, 
 
 static bool f32(const nm_tensor *t) { return t && t->type == NM_TYPE_F32; }
 
-// The shape rules of both convolutions (backend.h): f32 operands, the weight's shape against x's and
-// dst's, the output length.
+// The convolutions' rules (backend.h), and the ranges of the kernels' int arguments.
 static bool conv_ok(const nm_op *op) {
-    const nm_tensor *x = op->src0, *w = op->src1, *y = op->dst;
-    if (!f32(x) || !f32(w) || !f32(y) || (op->src2 && !f32(op->src2))) return false;
-    const int64_t k = w->ne[0], n = x->ne[1];
-    if (k < 1 || n < 1 || w->ne[3] != 1 || x->ne[2] * x->ne[3] != 1 || y->ne[2] * y->ne[3] != 1 || !(op->f0 == op->f0) ||
-        n > INT32_MAX / 2 || x->ne[0] * k > INT32_MAX / 2)
-        return false;
-    if (op->kind == NM_OP_CONV1D) {
-        const int64_t ic = w->ne[1], oc = w->ne[2], dil = op->i0;
-        if (dil < 1 || op->i1 < 0 || op->i2 < 0 || x->ne[0] != ic || y->ne[0] != oc || (op->src2 && op->src2->ne[0] != oc))
-            return false;
-        if (y->ne[1] != n + op->i1 + op->i2 - dil * (k - 1) || y->ne[1] < 1 || !(op->f1 == op->f1)) return false;
-        for (int i = 0; i < 2; i++)
-            if (op->add[i] && (!f32(op->add[i]) || op->add[i]->ne[0] != oc || op->add[i]->ne[1] != y->ne[1])) return false;
-        return true;
-    }
-    const int64_t oc = w->ne[1], ic = w->ne[2], stride = op->i0, pad = op->i1;
-    return stride >= 1 && pad >= 0 && x->ne[0] == ic && y->ne[0] == oc && (!op->src2 || op->src2->ne[0] == oc) &&
-           y->ne[1] == (n - 1) * stride - 2 * pad + k && y->ne[1] >= 1 && !op->add[0] && !op->add[1];
+    return nm_conv_op_ok(op) && op->src0->ne[1] <= INT32_MAX / 2 && op->dst->ne[1] <= INT32_MAX / 2 &&
+           op->src0->ne[0] * op->dst->ne[0] <= INT32_MAX / 64;
 }
 
 bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
@@ -604,7 +587,8 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     if (!ocl_supports_op(b, op) || !h)
         return ocl_fail(o, NM_ERR_UNSUPPORTED, "opencl: convolution (op %d) with these operands is not supported", op->kind);
     const bool t = op->kind == NM_OP_CONV_T1D;
-    const int64_t k = op->src1->ne[0], ic = t ? op->src1->ne[2] : op->src1->ne[1], oc = t ? op->src1->ne[1] : op->src1->ne[2];
+    int64_t k = 0, ic = 0, oc = 0; // (supports_op checked them)
+    nm_conv_dims(op, &k, &ic, &oc);
     const cl_packed *have = ocl_packed_find(o, (const uint8_t *)h);
     if (have) {
         if (!have->conv || have->K != k * ic || have->N != oc)
@@ -621,15 +605,21 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         o->packed = np;
         o->cap_packed = cap;
     }
-    float *tmp = malloc(bytes);
-    if (!tmp) return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory repacking a convolution's weights");
+    float *tmp = malloc(bytes), *wide = NULL; // (f16 / q8_0 weights widened to f32 first)
+    if (tmp && op->src1->type != NM_TYPE_F32 && (wide = malloc(bytes)))
+        nm_kernels_ref()->dequant[op->src1->type](nm_tensor_host(op->src1), wide, k * ic * oc), h = wide;
+    if (!tmp || (op->src1->type != NM_TYPE_F32 && !wide)) {
+        free(tmp), free(wide);
+        return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory repacking a convolution's weights");
+    }
     for (int64_t j = 0; j < k; j++)
         for (int64_t c = 0; c < ic; c++)
             for (int64_t u = 0; u < oc; u++)
                 tmp[(j * ic + c) * oc + u] = t ? h[(c * oc + u) * k + j] : h[(u * ic + c) * k + j];
     cl_int e;
     cl_mem m = o->api.clCreateBuffer(o->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, tmp, &e);
-    free(tmp);
+    free(tmp), free(wide);
+    h = nm_tensor_host(op->src1); // (the key: the caller's weight)
     if (!m || e != CL_SUCCESS) {
         if (m) o->api.clReleaseMemObject(m);
         return ocl_fail(o, NM_ERR_NOMEM, "opencl: no room for a convolution's weights (%zu bytes): %s", bytes, nm_cl_strerror(e));
@@ -654,8 +644,10 @@ static nm_status op_conv(nm_ocl *o, const nm_op *op) {
     RESOLVE(x, op->src0);
     RESOLVE(bias, op->src2);
     RESOLVE(y, op->dst);
+    int64_t k64 = 0, ic64 = 0, oc64 = 0;
+    nm_conv_dims(op, &k64, &ic64, &oc64);
     const cl_int n = (cl_int)op->src0->ne[1], ic = (cl_int)op->src0->ne[0], oc = (cl_int)op->dst->ne[0],
-                 k = (cl_int)op->src1->ne[0], n_out = (cl_int)op->dst->ne[1], has_b = op->src2 != NULL, i0 = op->i0,
+                 k = (cl_int)k64, n_out = (cl_int)op->dst->ne[1], has_b = op->src2 != NULL, i0 = op->i0,
                  i1 = op->i1;
     const float slope = op->f0;
     const size_t local[2] = {64, 1};

@@ -154,20 +154,48 @@ static void drop_pages(const void *p, size_t n) {
     if (b > a) madvise((void *)a, b - a, MADV_DONTNEED);
 }
 
-// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d) and its bias (if `bias`).
+// A convolution's weight `name`: f32 as PyTorch's [rows][cols][k], or f16 / q8_0 with a row's weights a
+// row ([rows][cols k]: tools/convert_piper.py --q8); *wt its tensor (its host address in offs). False
+// (err set) if it is missing or of another shape or type.
+static bool conv_weight(nm_vits *v, const char *name, int32_t rows, int32_t cols, int32_t k, nm_tensor *wt) {
+    const nm_gguf_tensor *gt = nm_gguf_find_tensor(v->g, name);
+    if (gt && (gt->type == NM_TYPE_F16 || gt->type == NM_TYPE_Q8_0)) {
+        if (gt->n_dims != 2 || gt->ne[0] != (int64_t)cols * k || gt->ne[1] != rows)
+            return bad(v, "weight %s: %s of shape [%lld %lld] (%s [%d %d] expected)", name,
+                       nm_type_traits_get(gt->type)->name, (long long)gt->ne[1], (long long)gt->ne[0],
+                       nm_type_traits_get(gt->type)->name, (int)rows, (int)(cols * k));
+        *wt = (nm_tensor){.type = gt->type, .ne = {(int64_t)cols * k, rows, 1, 1}, .offs = (size_t)(uintptr_t)gt->data};
+        return true;
+    }
+    const float *w = tensor(v, name, rows, cols, k);
+    *wt = (nm_tensor){.type = NM_TYPE_F32, .ne = {k, cols, rows, 1}, .offs = (size_t)(uintptr_t)w};
+    return w != NULL;
+}
+
+// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d; f16 / q8_0 widened first) and its bias (if `bias`).
 static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32_t ic, int32_t k, int32_t dil,
                  bool bias) {
     char name[160];
+    nm_tensor wt;
     snprintf(name, sizeof name, "%.100s.weight", prefix);
-    const float *w = tensor(v, name, oc, ic, k);
+    const bool have = conv_weight(v, name, oc, ic, k, &wt);
     snprintf(name, sizeof name, "%.100s.bias", prefix);
     const float *b = bias ? tensor(v, name, oc, 0, 0) : NULL;
-    if (!w || (bias && !b)) return false;
+    if (!have || (bias && !b)) return false;
     float *p = own(v, (size_t)nm_conv1d_packed_size(oc, ic, k));
     if (!p) return false;
+    const int64_t nw = (int64_t)oc * ic * k;
+    const float *w = nm_tensor_host(&wt);
+    float *wide = NULL;
+    if (wt.type != NM_TYPE_F32) {
+        if (!(wide = malloc(sizeof(float) * (size_t)nw))) return bad(v, "out of memory");
+        nm_kernels_ref()->dequant[wt.type](w, wide, nw);
+        w = wide;
+    }
     *c = (nm_conv1d){.bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f};
     nm_conv1d_pack(c, w, p);
-    if (v->mapped) drop_pages(w, sizeof(float) * (size_t)oc * ic * k);
+    free(wide);
+    if (v->mapped) drop_pages(nm_tensor_host(&wt), nm_tensor_bytes(&wt));
     if (nm_conv1d_work(c, 1) > v->work1) v->work1 = nm_conv1d_work(c, 1);
     return true;
 }
@@ -176,13 +204,13 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
 static bool dec_conv(nm_vits *v, dconv *c, const char *prefix, int32_t oc, int32_t ic, int32_t k, int32_t dil,
                      bool t, bool bias, float slope) {
     char name[160];
+    nm_tensor wt; // (transposed: PyTorch's [ic][oc][k])
     snprintf(name, sizeof name, "%.100s.weight", prefix);
-    const float *w = t ? tensor(v, name, ic, oc, k) : tensor(v, name, oc, ic, k);
+    const bool have = t ? conv_weight(v, name, ic, oc, k, &wt) : conv_weight(v, name, oc, ic, k, &wt);
     snprintf(name, sizeof name, "%.100s.bias", prefix);
     const float *b = bias ? tensor(v, name, oc, 0, 0) : NULL;
-    if (!w || (bias && !b)) return false;
-    *c = (dconv){.w = {.type = NM_TYPE_F32, .ne = {k, t ? oc : ic, t ? ic : oc, 1}, .offs = (size_t)(uintptr_t)w},
-                 .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .t = t, .slope = slope, .id = v->n_dec};
+    if (!have || (bias && !b)) return false;
+    *c = (dconv){.w = wt, .bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .t = t, .slope = slope, .id = v->n_dec};
     v->dec[v->n_dec++] = c;
     return true;
 }
@@ -488,9 +516,9 @@ void nm_vits_cost(const nm_vits *v, double seconds, double *flops, double *dec_f
     uint64_t wb = 0;
     for (int64_t i = 0; i < nm_gguf_n_tensors(v->g); i++) {
         const nm_gguf_tensor *t = nm_gguf_tensor_at(v->g, i);
-        uint64_t n = 4;
-        for (uint32_t d = 0; d < t->n_dims; d++) n *= (uint64_t)t->ne[d];
-        wb += n;
+        uint64_t rows = 1;
+        for (uint32_t d = 1; d < t->n_dims; d++) rows *= (uint64_t)t->ne[d];
+        wb += nm_row_size(t->type, t->ne[0]) * rows;
     }
     *weight_bytes = wb;
 }

@@ -537,6 +537,28 @@ const cl_packed *ocl_packed_find(const nm_ocl *o, const uint8_t *h) {
 // quants of every block first, aligned, then the scales. On shared memory
 // nothing is done: the weights are read in place, never copied. A copy that
 // does not fit is left out (the plain kernel reads the original).
+// e (its copy of `bytes` on the device made) into the list, sorted by host address, counted as uploaded;
+// out of memory: e's copy released.
+static nm_status packed_add(nm_ocl *o, cl_packed e, size_t bytes) {
+    if (o->n_packed == o->cap_packed) {
+        const int cap = o->cap_packed ? 2 * o->cap_packed : 64;
+        cl_packed *np = realloc(o->packed, sizeof *np * (size_t)cap);
+        if (!np) {
+            o->api.clReleaseMemObject(e.mem);
+            return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory");
+        }
+        o->packed = np;
+        o->cap_packed = cap;
+    }
+    const int at = packed_lower(o, e.host);
+    memmove(&o->packed[at + 1], &o->packed[at], sizeof *o->packed * (size_t)(o->n_packed - at));
+    o->packed[at] = e;
+    o->n_packed++;
+    o->bytes_uploaded += bytes;
+    nm_ledger_count(o->ledger, o->ep_host, o->ep_dev, bytes);
+    return NM_OK;
+}
+
 static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
     nm_ocl *o = b->impl;
     const uint8_t *h = nm_tensor_host(w);
@@ -545,13 +567,6 @@ static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
     if (K % 32 != 0 || N <= 0) return NM_OK;
     const size_t nb = (size_t)(K / 32), rb = nb * 18, bytes = (size_t)N * rb;
     if (bytes > o->max_alloc) return NM_OK;
-    if (o->n_packed == o->cap_packed) {
-        const int cap = o->cap_packed ? 2 * o->cap_packed : 64;
-        cl_packed *np = realloc(o->packed, sizeof *np * (size_t)cap);
-        if (!np) return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory");
-        o->packed = np;
-        o->cap_packed = cap;
-    }
     uint8_t *tmp = malloc(bytes);
     if (!tmp) return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory repacking %s", w->name ? w->name : "a weight");
     uint8_t *qs = tmp, *ds = tmp + (size_t)N * nb * 16;
@@ -568,13 +583,7 @@ static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
         if (m) o->api.clReleaseMemObject(m);
         return NM_OK; // no room: the original serves
     }
-    const int at = packed_lower(o, h);
-    memmove(&o->packed[at + 1], &o->packed[at], sizeof *o->packed * (size_t)(o->n_packed - at));
-    o->packed[at] = (cl_packed){.host = h, .K = K, .N = N, .mem = m};
-    o->n_packed++;
-    o->bytes_uploaded += bytes;
-    nm_ledger_count(o->ledger, o->ep_host, o->ep_dev, bytes);
-    return NM_OK;
+    return packed_add(o, (cl_packed){.host = h, .K = K, .N = N, .mem = m}, bytes);
 }
 
 // A convolution's weights (PyTorch's [oc][ic][k], or [ic][oc][k] transposed) copied to the device as
@@ -598,13 +607,6 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         return NM_OK;
     }
     const size_t bytes = (size_t)(k * ic * oc) * sizeof(float);
-    if (o->n_packed == o->cap_packed) {
-        const int cap = o->cap_packed ? 2 * o->cap_packed : 64;
-        cl_packed *np = realloc(o->packed, sizeof *np * (size_t)cap);
-        if (!np) return ocl_fail(o, NM_ERR_NOMEM, "opencl: out of memory");
-        o->packed = np;
-        o->cap_packed = cap;
-    }
     float *tmp = malloc(bytes), *wide = NULL; // (f16 / q8_0 weights widened to f32 first)
     if (tmp && op->src1->type != NM_TYPE_F32 && (wide = malloc(bytes)))
         nm_kernels_ref()->dequant[op->src1->type](nm_tensor_host(op->src1), wide, k * ic * oc), h = wide;
@@ -624,14 +626,9 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         if (m) o->api.clReleaseMemObject(m);
         return ocl_fail(o, NM_ERR_NOMEM, "opencl: no room for a convolution's weights (%zu bytes): %s", bytes, nm_cl_strerror(e));
     }
-    const int at = packed_lower(o, (const uint8_t *)h);
-    memmove(&o->packed[at + 1], &o->packed[at], sizeof *o->packed * (size_t)(o->n_packed - at));
-    o->packed[at] = (cl_packed){.host = (const uint8_t *)h, .K = k * ic, .N = oc, .conv = true, .mem = m};
-    o->n_packed++;
-    o->bytes_uploaded += bytes;
-    nm_ledger_count(o->ledger, o->ep_host, o->ep_dev, bytes);
-    *copied = true;
-    return NM_OK;
+    nm_status st = packed_add(o, (cl_packed){.host = (const uint8_t *)h, .K = k * ic, .N = oc, .conv = true, .mem = m}, bytes);
+    *copied = st == NM_OK;
+    return st;
 }
 
 #define NM_CL_CONV_T 8 // conv1d: output frames a work-item sums (NM_CONV_T in kernels_ops.cl)

@@ -366,6 +366,26 @@ NM_TEST(conv_ops_on_each_backend) {
                 w2.ne[1] = ic + 1; // (the weight's input channels against x's)
                 bad = op, bad.src1 = &w2;
                 NM_CHECK(!nm_backend_supports_op(be, &bad) && nm_backend_prepare_op(be, &bad, &copied) != NM_OK);
+                // the same weight at a far wider dilation (its workspace grows at prepare): the definition's sums
+                nm_op wide = op;
+                wide.add[0] = wide.add[1] = NULL, wide.f1 = 1.0f, wide.i0 = 40, wide.i1 = wide.i2 = 40 * (k - 1) / 2;
+                NM_CHECK(nm_backend_supports_op(be, &wide) && nm_backend_prepare_op(be, &wide, &copied) == NM_OK);
+                NM_CHECK(nm_backend_run(be, &wide, 1) == NM_OK);
+                NM_CHECK(nm_backend_tensor_get(be, &td, 0, got, sizeof(float) * (size_t)(n_out * oc)) == NM_OK);
+                const nm_conv1d c40 = {.bias = b, .ic = ic, .oc = oc, .k = k, .dil = 40, .in_slope = slope};
+                float *r40 = randv(n_out * oc);
+                NM_CHECK(nm_conv1d_ref(&c40, w, x, n, 40 * (k - 1) / 2, 40 * (k - 1) / 2, r40) == n_out);
+                NM_CHECK(rel_err(got, r40, n_out * oc) < AMX_BOUND);
+                free(r40);
+            }
+            if (cs[i].wt == NM_TYPE_Q8_0 && !cs[i].t) { // the same bytes read as another split (ic / 2, 2 k): refused
+                nm_buffer *bh, *by;
+                nm_tensor th = put(be, &bh, x, ic / 2, n), ty = put(be, &by, NULL, oc, n + 2 * cs[i].pad - (2 * k - 1) * cs[i].dil);
+                nm_op other = {.kind = NM_OP_CONV1D, .src0 = &th, .src1 = &tw, .dst = &ty, .f0 = 1, .f1 = 1,
+                               .i0 = cs[i].dil, .i1 = cs[i].pad, .i2 = cs[i].pad};
+                NM_CHECK(ty.ne[1] == 20 && nm_backend_supports_op(be, &other)); // (a shape the rules allow ...)
+                NM_CHECK(nm_backend_run(be, &other, 1) != NM_OK && strstr(nm_backend_last_error(be), "not prepared"));
+                nm_backend_buffer_free(be, bh), nm_backend_buffer_free(be, by);
             }
             // tanh in place (HiFi-GAN's last step)
             nm_op th = {.kind = NM_OP_ACT, .src0 = &td, .dst = &td, .i0 = NM_ACT_TANH};

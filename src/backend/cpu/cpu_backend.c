@@ -651,6 +651,29 @@ static cpu_conv *conv_find(const nm_cpu *c, const void *src, int kind) {
     return lo < c->n_convs && c->convs[lo].src == src && c->convs[lo].kind == kind ? &c->convs[lo] : NULL;
 }
 
+// Whether e was packed for op's kernel size and channels (the same weight bytes read another way: refused).
+static bool conv_same(const cpu_conv *e, const nm_op *op) {
+    int64_t k = 0, ic = 0, oc = 0;
+    nm_conv_dims(op, &k, &ic, &oc);
+    return op->kind == NM_OP_CONV1D ? e->c.ic == ic && e->c.oc == oc && e->c.k == k
+                                    : e->t.ic == ic && e->t.oc == oc && e->t.k == k;
+}
+
+// The threads' workspace of op (its dilation or stride: e's shape), grown to it; false out of memory.
+static bool conv_room(nm_cpu *c, const cpu_conv *e, const nm_op *op) {
+    const int nth = nm_pool_size(c->pool);
+    nm_conv1d cv = e->c;
+    nm_conv_t1d ct = e->t;
+    cv.dil = op->i0, ct.stride = op->i0;
+    const int64_t work = op->kind == NM_OP_CONV1D ? nm_conv1d_work(&cv, nth) : nm_conv_t1d_work(&ct, nth);
+    if (work <= c->conv_work_floats) return true;
+    float *wk = aligned_alloc(64, ((size_t)work * sizeof(float) + 63) / 64 * 64);
+    if (!wk) return false;
+    free(c->conv_work);
+    c->conv_work = wk, c->conv_work_floats = work;
+    return true;
+}
+
 static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     nm_cpu *c = b->impl;
     *copied = false;
@@ -665,12 +688,11 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     nm_conv_dims(op, &k64, &ic64, &oc64);
     const int32_t k = (int32_t)k64, ic = (int32_t)ic64, oc = (int32_t)oc64;
     if (have) {
-        const bool same = op->kind == NM_OP_CONV1D ? have->c.ic == ic && have->c.oc == oc && have->c.k == k
-                                                   : have->t.ic == ic && have->t.oc == oc && have->t.k == k;
-        if (!same) {
+        if (!conv_same(have, op)) {
             snprintf(c->err, sizeof c->err, "cpu backend: the convolution weight at %p was prepared with another shape", src);
             return NM_ERR_INVALID_ARG;
         }
+        if (!conv_room(c, have, op)) goto oom;
         *copied = true;
         return NM_OK;
     }
@@ -692,27 +714,18 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         c->kref->dequant[op->src1->type](src, wide, nw);
         src = wide;
     }
-    const int nth = nm_pool_size(c->pool);
-    int64_t work;
     if (op->kind == NM_OP_CONV1D) {
         e.c = (nm_conv1d){.ic = ic, .oc = oc, .k = k, .dil = op->i0, .in_slope = 1.0f};
         nm_conv1d_pack(&e.c, src, e.packed);
-        work = nm_conv1d_work(&e.c, nth);
     } else {
         e.t = (nm_conv_t1d){.ic = ic, .oc = oc, .k = k, .stride = op->i0, .in_slope = 1.0f};
         nm_conv_t1d_pack(&e.t, src, e.packed);
-        work = nm_conv_t1d_work(&e.t, nth);
     }
     free(wide);
     src = e.src;
-    if (work > c->conv_work_floats) {
-        float *wk = aligned_alloc(64, ((size_t)work * sizeof(float) + 63) / 64 * 64);
-        if (!wk) {
-            free(e.packed);
-            goto oom;
-        }
-        free(c->conv_work);
-        c->conv_work = wk, c->conv_work_floats = work;
+    if (!conv_room(c, &e, op)) {
+        free(e.packed);
+        goto oom;
     }
     int32_t at = 0;
     while (at < c->n_convs && ((uintptr_t)c->convs[at].src < (uintptr_t)src ||
@@ -735,9 +748,9 @@ static bool overlap(const void *a, size_t na, const void *b, size_t nb) {
 
 static nm_status op_conv(nm_cpu *c, const nm_op *op) {
     const cpu_conv *e = conv_find(c, TD(op->src1), op->kind);
-    if (!e) {
-        snprintf(c->err, sizeof c->err, "cpu backend: convolution (op %d) weight %s not prepared (prepare_op)", op->kind,
-                 op->src1->name ? op->src1->name : "");
+    if (!e || !conv_same(e, op)) {
+        snprintf(c->err, sizeof c->err, "cpu backend: convolution (op %d) weight %s not prepared (prepare_op)%s", op->kind,
+                 op->src1->name ? op->src1->name : "", e ? " for this kernel size and these channels" : "");
         return NM_ERR_INVALID_ARG;
     }
     if (overlap(TD(op->dst), nm_tensor_bytes(op->dst), TD(op->src0), nm_tensor_bytes(op->src0))) {

@@ -390,8 +390,18 @@ static bool f32(const nm_tensor *t) { return t && t->type == NM_TYPE_F32; }
 
 // The convolutions' rules (backend.h), and the ranges of the kernels' int arguments.
 static bool conv_ok(const nm_op *op) {
-    return nm_conv_op_ok(op) && op->src0->ne[1] <= INT32_MAX / 2 && op->dst->ne[1] <= INT32_MAX / 2 &&
-           op->src0->ne[0] * op->dst->ne[0] <= INT32_MAX / 64;
+    int64_t k = 0, ic = 0, oc = 0;
+    if (!nm_conv_op_ok(op) || !nm_conv_dims(op, &k, &ic, &oc)) return false;
+    const int64_t lim = INT32_MAX / 4; // (t + j dil - pad_l, t + pad and the like stay inside int)
+    return op->src0->ne[1] <= lim && op->dst->ne[1] <= lim && ic * oc <= INT32_MAX / 64 && k <= lim &&
+           op->i0 <= lim / k && op->i1 <= lim && op->i2 <= lim;
+}
+
+// Whether pk is the copy prepare_op made of op's weight for its kind, kernel size and channels.
+static bool conv_copy_of(const cl_packed *pk, const nm_op *op) {
+    int64_t k = 0, ic = 0, oc = 0;
+    nm_conv_dims(op, &k, &ic, &oc);
+    return pk && pk->conv && pk->conv_kind == (int32_t)op->kind && pk->conv_k == k && pk->K == k * ic && pk->N == oc;
 }
 
 bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
@@ -600,7 +610,7 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     nm_conv_dims(op, &k, &ic, &oc);
     const cl_packed *have = ocl_packed_find(o, (const uint8_t *)h);
     if (have) {
-        if (!have->conv || have->K != k * ic || have->N != oc)
+        if (!conv_copy_of(have, op))
             return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: the convolution weight at %p was prepared with another shape",
                             (const void *)h);
         *copied = true;
@@ -626,7 +636,8 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         if (m) o->api.clReleaseMemObject(m);
         return ocl_fail(o, NM_ERR_NOMEM, "opencl: no room for a convolution's weights (%zu bytes): %s", bytes, nm_cl_strerror(e));
     }
-    nm_status st = packed_add(o, (cl_packed){.host = (const uint8_t *)h, .K = k * ic, .N = oc, .conv = true, .mem = m}, bytes);
+    nm_status st = packed_add(o, (cl_packed){.host = (const uint8_t *)h, .K = k * ic, .N = oc, .conv = true,
+                                             .conv_kind = (int32_t)op->kind, .conv_k = (int32_t)k, .mem = m}, bytes);
     *copied = st == NM_OK;
     return st;
 }
@@ -635,9 +646,9 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
 
 static nm_status op_conv(nm_ocl *o, const nm_op *op) {
     const cl_packed *pk = ocl_packed_find(o, nm_tensor_host(op->src1));
-    if (!pk || !pk->conv)
-        return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: convolution (op %d) weight %s not prepared (prepare_op)", op->kind,
-                        op->src1->name ? op->src1->name : "");
+    if (!conv_copy_of(pk, op))
+        return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: convolution (op %d) weight %s not prepared (prepare_op)%s", op->kind,
+                        op->src1->name ? op->src1->name : "", pk ? " for this kernel size and these channels" : "");
     RESOLVE(x, op->src0);
     RESOLVE(bias, op->src2);
     RESOLVE(y, op->dst);

@@ -35,6 +35,7 @@ typedef struct cl_packed {
     const uint8_t *host; // the weight's bytes on the host (its ops' src0; a convolution's src1)
     int64_t K, N;        // its shape (a convolution: K = k x ic, N = oc)
     bool conv;           // false: q4_0 for mv_q4_0r; true: a convolution's f32 weights as [k][ic][oc]
+    int32_t conv_kind, conv_k; // (a convolution's: NM_OP_CONV1D or NM_OP_CONV_T1D, and its kernel size)
     cl_mem mem;          // the repacked copy
 } cl_packed;
 

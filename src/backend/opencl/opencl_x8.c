@@ -20,7 +20,7 @@ const cl_packed *x8_weight(const nm_ocl *o, const nm_op *op) {
         op->src0->ne[0] % 32 != 0)
         return NULL;
     const cl_packed *pk = ocl_packed_find(o, nm_tensor_host(op->src0));
-    return pk && pk->K == op->src0->ne[0] && pk->N == op->src0->ne[1] ? pk : NULL;
+    return pk && !pk->conv && pk->K == op->src0->ne[0] && pk->N == op->src0->ne[1] ? pk : NULL;
 }
 
 static size_t x8_bytes(int64_t K) { return (size_t)K + (size_t)K / 32 * 8; }

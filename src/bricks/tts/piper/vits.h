@@ -72,7 +72,8 @@ typedef struct nm_vits_scales {
 } nm_vits_scales;
 
 // Samples of phoneme ids ids[0..n) into *pcm (malloc'd; free() it), *n_pcm of them, on ctx (made for v;
-// NULL: a one-thread CPU context for the call). The samples do not depend on the threads; on another
+// NULL: a one-thread CPU context for the call, HiFi-GAN's weights laid out anew each time: repeated
+// syntheses want a context). The samples do not depend on the threads; on another
 // device they are the CPU's within rounding (docs/piper.md states the bound).
 // NM_ERR_INVALID_ARG: no ids, an id out of the voice's range, a scale out of range
 // (length_scale 0.05..20, noise_scale and noise_w 0..5); NM_ERR_RANGE: more than

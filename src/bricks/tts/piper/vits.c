@@ -613,7 +613,7 @@ nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads
         const nm_tensor none = {.type = NM_TYPE_F32, .offs = 64};
         nm_tensor ts[4] = {none, none, none, none};
         nm_op op;
-        dec_op(c, d, ts, d->t ? 1 : 1, NULL, NULL, 1.0f, &op);
+        dec_op(c, d, ts, 1, NULL, NULL, 1.0f, &op);
         bool copied = false;
         if (st == NM_OK) st = nm_backend_prepare_op(c->be, &op, &copied);
         if (st == NM_OK && copied && v->mapped)

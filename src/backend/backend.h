@@ -106,7 +106,10 @@ enum nm_op_kind {
                      // j < k, c < ic of w[o][c][j] act(x[t + j dil - pad_l][c]), x zero outside [0, n), act(v) =
                      // max(v, f0 v) (a leaky ReLU first; f0 = 1: none); then dst = (dst + add[0] + add[1]) * f1
                      // (add[i] NULL: none; rows laid out as dst's; dst may be add[i], never x). i0 = dil,
-                     // i1 = pad_l, i2 = pad_r. The sums' order is the backend's (results within rounding)
+                     // i1 = pad_l, i2 = pad_r, i3 = the index of dst's first row in a whole sequence that x is
+                     // a part of (0: x is whole; a backend whose sums depend on a row's place, the CPU's
+                     // Winograd tiles, places them as in the whole). The sums' order is the backend's
+                     // (results within rounding)
     NM_OP_CONV_T1D,  // PyTorch's ConvTranspose1d on frame-major rows: src0 x [n, ic], src1 weight [ic][oc][k] (f32
                      // ne = {k, oc, ic}, f16 / q8_0 {k oc, ic}), src2 bias [oc] or NULL, dst [n_out, oc], n_out = (n - 1) stride - 2 pad
                      // + k: dst[t][o] = bias[o] + sum over (s, j) with s stride + j - pad = t of sum_c w[c][o][j]

@@ -1,6 +1,7 @@
 // 1-D convolutions in direct form on the row kernels (conv1d.h).
 #include "backend/cpu/conv1d.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,7 +34,78 @@ bool nm_conv_amx_for(int32_t ic, int32_t oc, int32_t k) {
 #endif
 }
 
-int64_t nm_conv1d_packed_size(int32_t oc, int32_t ic, int32_t k) { return (int64_t)k * ic * ocp_of(oc); }
+// Winograd's tiles: n points (the first n - 1 of these, then infinity), m = n - k + 1 outputs. The order
+// (0, then pairs +a, -a) is what the AVX-512 transforms rest on (x86_conv512.c).
+#define WINO_N NM_WINO_N
+static const double wino_pts[WINO_N - 1] = {0, 1, -1, 2, -2, 0.5, -0.5, 1.5, -1.5};
+
+int32_t nm_conv1d_wino_tile(int32_t k, int32_t points) {
+    return (points == 6 || points == 8 || points == 10) && k >= 3 && k <= points - 2 ? points - k + 1 : 0;
+}
+
+int32_t nm_conv1d_wino_m(const nm_conv1d *c) {
+    if (c->ic < 16 || c->oc < 16 || env_on("NM_NO_WINOGRAD") || nm_conv_amx_for(c->ic, c->oc, c->k)) return 0;
+    return nm_conv1d_wino_tile(c->k, c->winograd);
+}
+
+int64_t nm_conv1d_packed_size(const nm_conv1d *c) {
+    const int32_t m = nm_conv1d_wino_m(c), n = m + c->k - 1;
+    return m ? (int64_t)n * c->ic * ocp_of(c->oc) + m * n + n * n : (int64_t)c->k * c->ic * ocp_of(c->oc);
+}
+int64_t nm_conv_t1d_packed_size(const nm_conv_t1d *c) { return (int64_t)c->k * c->ic * ocp_of(c->oc); }
+
+// Toom-Cook's F(m, r) on the points wino_pts[0 .. n - 2] and infinity, n = m + r - 1: the correlation
+// y_s = sum_q g_q d_{s+q} (s < m) is y = AT [(G g) .* (BT d)], with V the n x n evaluation matrix (row
+// j: a_j^0 .. a_j^(n-1); infinity's: the leading coefficient), AT = Vm^T, G = Vr (V's first m, r
+// columns, infinity's row picking the last) and BT = V^-T. Each row of BT is scaled to a largest |entry|
+// of 1 and G's row by the same factor, so the factors fold into the weights (in double).
+static void wino_mats(int32_t m, int32_t r, double *at, double *g, double *bt) {
+    const int32_t n = m + r - 1;
+    double a[WINO_N][2 * WINO_N];
+    for (int32_t j = 0; j < n; j++)
+        for (int32_t e = 0; e < 2 * n; e++) {
+            double v = e >= n ? (e - n == j) : j == n - 1 ? (e == n - 1) : 1.0;
+            if (e < n && j < n - 1)
+                for (int32_t q = 0; q < e; q++) v *= wino_pts[j];
+            a[j][e] = v;
+        }
+    for (int32_t col = 0; col < n; col++) { // Gauss-Jordan, partial pivoting: a = [V | I] -> [I | V^-1]
+        int32_t piv = col;
+        for (int32_t j = col + 1; j < n; j++)
+            if (fabs(a[j][col]) > fabs(a[piv][col])) piv = j;
+        for (int32_t e = 0; e < 2 * n; e++) {
+            const double t = a[col][e];
+            a[col][e] = a[piv][e], a[piv][e] = t;
+        }
+        const double d = a[col][col];
+        for (int32_t e = 0; e < 2 * n; e++) a[col][e] /= d;
+        for (int32_t j = 0; j < n; j++)
+            if (j != col) {
+                const double f = a[j][col];
+                for (int32_t e = 0; e < 2 * n; e++) a[j][e] -= f * a[col][e];
+            }
+    }
+    for (int32_t p = 0; p < n; p++) {
+        double big = 0;
+        for (int32_t j = 0; j < n; j++) {
+            bt[p * n + j] = a[j][n + p]; // (V^-T)
+            big = fabs(bt[p * n + j]) > big ? fabs(bt[p * n + j]) : big;
+        }
+        for (int32_t j = 0; j < n; j++) bt[p * n + j] /= big;
+        for (int32_t q = 0; q < r; q++) {
+            double v = p == n - 1 ? (q == r - 1) : 1.0;
+            if (p < n - 1)
+                for (int32_t e = 0; e < q; e++) v *= wino_pts[p];
+            g[p * r + q] = v * big;
+        }
+        for (int32_t s2 = 0; s2 < m; s2++) {
+            double v = p == n - 1 ? (s2 == m - 1) : 1.0;
+            if (p < n - 1)
+                for (int32_t e = 0; e < s2; e++) v *= wino_pts[p];
+            at[s2 * n + p] = v;
+        }
+    }
+}
 
 // BF16 of v rounded to nearest even (v finite), and v's split hi + lo.
 static uint16_t bf16(float v) {
@@ -75,9 +147,29 @@ static void pack(const float *src, int64_t si, int64_t so, int64_t sj, int32_t i
                         }
 }
 
+// Winograd's weights U_p[i][o] = sum_q G[p][q] W[o][i][q] (src [oc][ic][k]) as [n][ic][ocp], then A^T and
+// B^T as floats.
+static void pack_wino(const float *src, int32_t ic, int32_t oc, int32_t k, int32_t m, float *dst) {
+    const int32_t n = m + k - 1, ocp = ocp_of(oc);
+    double at[WINO_N * WINO_N], g[WINO_N * 7], bt[WINO_N * WINO_N];
+    wino_mats(m, k, at, g, bt);
+    for (int32_t p = 0; p < n; p++)
+        for (int32_t i = 0; i < ic; i++)
+            for (int32_t o = 0; o < ocp; o++) {
+                double u = 0;
+                for (int32_t q = 0; o < oc && q < k; q++) u += g[p * k + q] * src[((int64_t)o * ic + i) * k + q];
+                dst[((int64_t)p * ic + i) * ocp + o] = (float)u;
+            }
+    float *tail = dst + (int64_t)n * ic * ocp;
+    for (int32_t e = 0; e < m * n; e++) tail[e] = (float)at[e];
+    for (int32_t e = 0; e < n * n; e++) tail[m * n + e] = (float)bt[e];
+}
+
 void nm_conv1d_pack(nm_conv1d *c, const float *src, float *dst) {
     const bool amx = nm_conv_amx_for(c->ic, c->oc, c->k);
-    pack(src, c->k, (int64_t)c->ic * c->k, 1, c->ic, c->oc, c->k, amx, dst); // src [oc][ic][k]
+    c->wm = nm_conv1d_wino_m(c);
+    if (c->wm) pack_wino(src, c->ic, c->oc, c->k, c->wm, dst);
+    else pack(src, c->k, (int64_t)c->ic * c->k, 1, c->ic, c->oc, c->k, amx, dst); // src [oc][ic][k]
     c->w = amx ? NULL : dst;
     c->wx = amx ? (const uint16_t *)(const void *)dst : NULL;
 }
@@ -120,13 +212,50 @@ void nm_conv_rows_ref(const float *restrict x, int64_t xstep, const float *restr
         }
 }
 
-nm_conv_rows_fn nm_conv_rows_get(void) {
-    if (env_on("NM_FORCE_REF") || env_on("NM_NO_AVX512")) return nm_conv_rows_ref;
-#ifdef NM_HAVE_X86_SIMD
-    if (nm_cpu_features_get()->avx512f) return nm_conv_rows_avx512;
-#endif
-    return nm_conv_rows_ref;
+void nm_wino_in_ref(const float *const *xr, int32_t n, int32_t ic, float slope, const float *bt, float *v,
+                    int64_t vstep) {
+    for (int32_t p = 0; p < n; p++)
+        for (int32_t i = 0; i < ic; i++) {
+            float acc = 0.0f;
+            for (int32_t j = 0; j < n; j++)
+                if (xr[j] && bt[p * n + j] != 0.0f) acc += bt[p * n + j] * act(xr[j][i], slope);
+            v[p * vstep + i] = acc;
+        }
 }
+
+void nm_wino_out_ref(const float *mt, int64_t mstep, int32_t n, int32_t s0, int32_t s1, int32_t oc, const float *at,
+                     const float *bias, const nm_conv_add *add, float *y, int64_t ystep) {
+    for (int32_t s = s0; s < s1; s++)
+        for (int32_t o = 0; o < oc; o++) {
+            float acc = bias ? bias[o] : 0.0f;
+            for (int32_t p = 0; p < n; p++)
+                if (at[s * n + p] != 0.0f) acc += at[s * n + p] * mt[p * mstep + o];
+            const int64_t e = (s - s0) * ystep + o;
+            if (add && add->a) acc += add->a[e];
+            if (add && add->b) acc += add->b[e];
+            y[e] = add ? acc * add->scale : acc;
+        }
+}
+
+// Whether this CPU's AVX-512 kernels run (AVX-512F; not NM_NO_AVX512=1 / NM_FORCE_REF=1): the row
+// kernel's and Winograd's transforms'; else the reference's.
+static bool simd512(void) {
+    if (env_on("NM_FORCE_REF") || env_on("NM_NO_AVX512")) return false;
+#ifdef NM_HAVE_X86_SIMD
+    return nm_cpu_features_get()->avx512f;
+#else
+    return false;
+#endif
+}
+
+#ifndef NM_HAVE_X86_SIMD // (never called: simd512() is false)
+#define nm_conv_rows_avx512 nm_conv_rows_ref
+#define nm_wino_in_avx512 nm_wino_in_ref
+#define nm_wino_out_avx512 nm_wino_out_ref
+#endif
+nm_conv_rows_fn nm_conv_rows_get(void) { return simd512() ? nm_conv_rows_avx512 : nm_conv_rows_ref; }
+static nm_wino_in_fn wino_in_get(void) { return simd512() ? nm_wino_in_avx512 : nm_wino_in_ref; }
+static nm_wino_out_fn wino_out_get(void) { return simd512() ? nm_wino_out_avx512 : nm_wino_out_ref; }
 
 // Input rows [s0, s0 + m) of x (n rows of ic) through the activation into win, zeros outside [0, n).
 static void window(const float *x, int64_t n, int32_t ic, float slope, int64_t s0, int64_t m, float *win) {
@@ -230,7 +359,18 @@ static taps narrow(taps t, int32_t o0, int32_t w) {
 // ---- ordinary -------------------------------------------------------------------------------------
 
 static int64_t conv_reach(const nm_conv1d *c) { return (int64_t)c->dil * (c->k - 1); }
-static int64_t conv_per_thread(const nm_conv1d *c) { return (CHUNK + NM_CONV_ROWS + conv_reach(c)) * c->ic; }
+int64_t nm_conv1d_reach(int32_t k, int32_t dil, int32_t wm) {
+    return ((int64_t)dil * (k - 1) + 1) / 2 + (wm > 1 ? (int64_t)(wm - 1) * dil : 0);
+}
+// Winograd: a group of m * dil outputs is dil interleaved tiles; a chunk takes up to WINO_TILES tiles (its
+// transformed inputs, n rows of ic each, and products, n of ocp, in the thread's work).
+#define WINO_TILES 48
+static int64_t wino_groups_max(const nm_conv1d *c) { return c->dil < WINO_TILES ? WINO_TILES / c->dil : 1; }
+static int64_t wino_tcp(const nm_conv1d *c) { return up_rows(wino_groups_max(c) * c->dil); }
+static int64_t conv_per_thread(const nm_conv1d *c) {
+    if (c->wm) return (int64_t)(c->wm + c->k - 1) * wino_tcp(c) * (c->ic + ocp_of(c->oc));
+    return (CHUNK + NM_CONV_ROWS + conv_reach(c)) * c->ic;
+}
 int64_t nm_conv1d_work(const nm_conv1d *c, int threads) { return (threads > 0 ? threads : 1) * conv_per_thread(c); }
 
 typedef struct conv_job {
@@ -239,10 +379,12 @@ typedef struct conv_job {
     const float *x;
     const nm_conv_add *add; // (its a and b at the outputs' offsets: y's)
     float *y, *work;
-    int64_t n, n_out;
+    int64_t n, n_out, org;
     cut k;
     int32_t pad_l;
     nm_conv_rows_fn kern;
+    nm_wino_in_fn win; // (Winograd's)
+    nm_wino_out_fn wout;
 } conv_job;
 
 static void conv_chunk(void *arg, int64_t chunk, int ith) {
@@ -261,10 +403,91 @@ static void conv_chunk(void *arg, int64_t chunk, int ith) {
     run_rows(&t, &in, 0, J->kern, m, J->add ? &add : NULL, J->y + at, c->oc);
 }
 
-int64_t nm_conv1d_run(const nm_conv1d *c, const float *x, int64_t n, int32_t pad_l, int32_t pad_r,
+// Winograd's groups of tiles: those of the whole sequence's (multiples of m dil from its first row) that
+// y's rows [org, org + n_out) of it meet, the first at *first.
+static int64_t wino_groups(const nm_conv1d *c, int64_t n_out, int64_t org, int64_t *first) {
+    const int64_t md = (int64_t)c->wm * c->dil;
+    *first = floor_div(org, md);
+    return floor_div(org + n_out - 1, md) - *first + 1;
+}
+
+// Winograd's chunk: groups [g0, g0 + rows) of tiles, output channels [o0, o0 + w): the tiles' inputs
+// transformed into V (n rows of TCP x ic), n products into M (n rows of TCP x ocp), transformed back into y.
+static void wino_chunk(void *arg, int64_t chunk, int ith) {
+    const conv_job *J = arg;
+    const nm_conv1d *c = J->c;
+    const int32_t m = c->wm, n = m + c->k - 1, d = c->dil, ocp = ocp_of(c->oc);
+    int64_t G0;
+    const int64_t groups = wino_groups(c, J->n_out, J->org, &G0), g0 = chunk / J->k.parts * J->k.rows;
+    const int64_t tiles = (groups - g0 < J->k.rows ? groups - g0 : J->k.rows) * d, tcp = wino_tcp(c);
+    const int32_t o0 = (int32_t)(chunk % J->k.parts) * J->k.part_w, w = c->oc - o0 < J->k.part_w ? c->oc - o0 : J->k.part_w;
+    float *V = J->work + ith * conv_per_thread(c), *M = V + (int64_t)n * tcp * c->ic;
+    const float *at = c->w + (int64_t)n * c->ic * ocp, *bt = at + m * n;
+    // (a tile's first output t: a row of y, before it or past it at the ends)
+#define TILE_T(u) ((G0 + g0 + (u) / d) * m * d + (u) % d - J->org)
+    for (int64_t u = 0; u < tiles; u++) { // (a part of the channels transforms its tiles' inputs again)
+        const int64_t s = TILE_T(u) - J->pad_l;
+        const float *xr[WINO_N];
+        for (int32_t j = 0; j < n; j++) {
+            const int64_t row = s + (int64_t)j * d;
+            xr[j] = row >= 0 && row < J->n ? J->x + row * c->ic : NULL;
+        }
+        J->win(xr, n, c->ic, c->in_slope, bt, V + u * c->ic, tcp * c->ic);
+    }
+    for (int32_t p = 0; p < n; p++)
+        J->kern(V + p * tcp * c->ic, 0, c->w + (int64_t)p * c->ic * ocp + o0, 0, 1, c->ic, w, ocp, NULL, tiles, NULL,
+                M + p * tcp * ocp + o0, ocp);
+    for (int64_t u = 0; u < tiles; u++) { // outputs t + s d, s in [s0, s1), inside y
+        const int64_t t = TILE_T(u), s0 = t < 0 ? (-t + d - 1) / d : 0, last = floor_div(J->n_out - 1 - t, d);
+        const int64_t s1 = last + 1 < m ? last + 1 : m;
+        if (s1 <= s0) continue;
+        const int64_t at0 = (t + s0 * d) * c->oc + o0;
+        nm_conv_add add;
+        if (J->add)
+            add = (nm_conv_add){.a = J->add->a ? J->add->a + at0 : NULL, .b = J->add->b ? J->add->b + at0 : NULL,
+                                .scale = J->add->scale};
+        J->wout(M + u * ocp + o0, tcp * ocp, n, (int32_t)s0, (int32_t)s1, w, at, c->bias ? c->bias + o0 : NULL,
+                J->add ? &add : NULL, J->y + at0, (int64_t)d * c->oc);
+    }
+#undef TILE_T
+}
+
+// Winograd's cut: groups of tiles in place of rows (cut_of's rules: even shares, channel parts of 32
+// on short sequences; tiles a multiple of the row kernel's 12 where the dilation divides 12).
+static cut wino_cut(const nm_conv1d *c, int64_t n_out, int64_t org, nm_pool *pool) {
+    const int64_t want = 2 * (pool ? nm_pool_size(pool) : 1), d = c->dil, gmax = wino_groups_max(c);
+    int64_t first;
+    const int64_t groups = wino_groups(c, n_out, org, &first);
+    cut k = {.parts = 1, .part_w = c->oc};
+    if ((groups + gmax - 1) / gmax < want && c->oc > 32) {
+        k.row_chunks = (groups + gmax - 1) / gmax;
+        k.rows = (groups + k.row_chunks - 1) / k.row_chunks;
+        const int64_t parts = (want + k.row_chunks - 1) / k.row_chunks;
+        k.part_w = (int32_t)up_to((c->oc + parts - 1) / parts, 32);
+        k.parts = (c->oc + k.part_w - 1) / k.part_w;
+    } else {
+        k.rows = (groups + want - 1) / want;
+        if (12 % d == 0) k.rows = up_to(k.rows * d, 12) / d;
+        k.rows = k.rows > gmax ? gmax : k.rows;
+    }
+    k.row_chunks = (groups + k.rows - 1) / k.rows;
+    return k;
+}
+
+int64_t nm_conv1d_run(const nm_conv1d *c, const float *x, int64_t n, int32_t pad_l, int32_t pad_r, int64_t org,
                       const nm_conv_add *add, float *y, float *work, nm_pool *pool) {
     const int64_t n_out = n + pad_l + pad_r - conv_reach(c);
     if (n_out <= 0) return 0;
+    if (c->wm) {
+        conv_job J = {.c = c, .x = x, .add = add, .y = y, .work = work, .n = n, .n_out = n_out, .org = org,
+                      .k = wino_cut(c, n_out, org, pool), .pad_l = pad_l, .kern = nm_conv_rows_get(),
+                      .win = wino_in_get(), .wout = wino_out_get()};
+        const int64_t chunks = J.k.row_chunks * J.k.parts;
+        if (pool && chunks > 1) nm_pool_run(pool, wino_chunk, &J, chunks);
+        else
+            for (int64_t i = 0; i < chunks; i++) wino_chunk(&J, i, 0);
+        return n_out;
+    }
     conv_job J = {.c = c, .x = x, .add = add, .y = y, .work = work, .n = n, .n_out = n_out,
                   .k = cut_of(n_out, c->oc, c->wx != NULL, pool), .pad_l = pad_l, .kern = nm_conv_rows_get()};
     J.t = (taps){.xstep = c->dil, .wstep = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * ocp_of(c->oc),

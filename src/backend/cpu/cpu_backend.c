@@ -703,7 +703,11 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         c->convs = e, c->cap_convs = cap;
     }
     cpu_conv e = {.src = src, .kind = op->kind};
-    if (!(e.packed = aligned_alloc(64, ((size_t)nm_conv1d_packed_size(oc, ic, k) * sizeof(float) + 63) / 64 * 64))) goto oom;
+    // (HiFi-GAN's convolutions, on long sequences: Winograd's form where this CPU's packing picks it)
+    e.c = (nm_conv1d){.ic = ic, .oc = oc, .k = k, .dil = op->i0, .in_slope = 1.0f, .winograd = NM_CONV_OP_WINO};
+    e.t = (nm_conv_t1d){.ic = ic, .oc = oc, .k = k, .stride = op->i0, .in_slope = 1.0f};
+    const int64_t size = op->kind == NM_OP_CONV1D ? nm_conv1d_packed_size(&e.c) : nm_conv_t1d_packed_size(&e.t);
+    if (!(e.packed = aligned_alloc(64, ((size_t)size * sizeof(float) + 63) / 64 * 64))) goto oom;
     float *wide = NULL; // (f16 / q8_0 weights widened to f32 for the packing)
     if (op->src1->type != NM_TYPE_F32) {
         const int64_t nw = (int64_t)k * ic * oc;
@@ -714,13 +718,8 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         c->kref->dequant[op->src1->type](src, wide, nw);
         src = wide;
     }
-    if (op->kind == NM_OP_CONV1D) {
-        e.c = (nm_conv1d){.ic = ic, .oc = oc, .k = k, .dil = op->i0, .in_slope = 1.0f};
-        nm_conv1d_pack(&e.c, src, e.packed);
-    } else {
-        e.t = (nm_conv_t1d){.ic = ic, .oc = oc, .k = k, .stride = op->i0, .in_slope = 1.0f};
-        nm_conv_t1d_pack(&e.t, src, e.packed);
-    }
+    if (op->kind == NM_OP_CONV1D) nm_conv1d_pack(&e.c, src, e.packed);
+    else nm_conv_t1d_pack(&e.t, src, e.packed);
     free(wide);
     src = e.src;
     if (!conv_room(c, &e, op)) {
@@ -774,7 +773,7 @@ static nm_status op_conv(nm_cpu *c, const nm_op *op) {
         const nm_conv_add add = {.a = op->add[0] ? TD(op->add[0]) : NULL, .b = op->add[1] ? TD(op->add[1]) : NULL,
                                  .scale = op->f1};
         const bool has_add = add.a || add.b || op->f1 != 1.0f;
-        nm_conv1d_run(&cv, x, n, op->i1, op->i2, has_add ? &add : NULL, y, c->conv_work, c->pool);
+        nm_conv1d_run(&cv, x, n, op->i1, op->i2, op->i3, has_add ? &add : NULL, y, c->conv_work, c->pool);
     } else {
         ct.bias = bias, ct.in_slope = op->f0;
         nm_conv_t1d_run(&ct, x, n, y, c->conv_work, c->pool);

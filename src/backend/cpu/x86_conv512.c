@@ -75,6 +75,86 @@ void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *re
     }
 }
 
+// Winograd's transforms (conv1d.h), 16 channels at a time: the tile's n rows of them in registers (n a
+// constant in the bodies, the loops unrolled). They rest on the points' order, 0, then pairs +a, -a, then
+// infinity (conv1d.c): B^T's row for -a is +a's with the odd columns negated, so a pair's two rows are
+// E + O and E - O of the even and odd columns' sums; A^T's columns for +a and -a are a^s and (-a)^s, so
+// an output sums a^s (M+ + M-) for even s, a^s (M+ - M-) for odd; 0's column is 1 at s = 0 only and
+// infinity's at s = m - 1 only.
+#define WINO_BODIES(N)                                                                                           \
+    static void wino_in_##N(const float *const *xr, int32_t ic, float slope, const float *bt, float *v,         \
+                            int64_t vstep) {                                                                    \
+        const __m512 sl = _mm512_set1_ps(slope);                                                                 \
+        for (int32_t i = 0; i < ic; i += 16) {                                                                   \
+            const __mmask16 mk = ic - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ic - i)) - 1);           \
+            __m512 xv[N];                                                                                        \
+            _Pragma("GCC unroll 16") for (int j = 0; j < N; j++) {                                               \
+                xv[j] = xr[j] ? _mm512_maskz_loadu_ps(mk, xr[j] + i) : _mm512_setzero_ps();                      \
+                if (slope != 1.0f) xv[j] = _mm512_max_ps(xv[j], _mm512_mul_ps(xv[j], sl));                       \
+            }                                                                                                    \
+            _Pragma("GCC unroll 16") for (int p = 0; p < N; p += (p == 0 || p == N - 1) ? 1 : 2) {               \
+                const float *b = bt + p * N;                                                                     \
+                __m512 e = _mm512_mul_ps(_mm512_set1_ps(b[0]), xv[0]);                                           \
+                __m512 o = _mm512_mul_ps(_mm512_set1_ps(b[1]), xv[1]);                                           \
+                _Pragma("GCC unroll 16") for (int j = 2; j < N; j += 2) {                                        \
+                    e = _mm512_fmadd_ps(_mm512_set1_ps(b[j]), xv[j], e);                                         \
+                    o = _mm512_fmadd_ps(_mm512_set1_ps(b[j + 1]), xv[j + 1], o);                                 \
+                }                                                                                                \
+                _mm512_mask_storeu_ps(v + p * vstep + i, mk, _mm512_add_ps(e, o));                               \
+                if (p > 0 && p < N - 1) _mm512_mask_storeu_ps(v + (p + 1) * vstep + i, mk, _mm512_sub_ps(e, o)); \
+            }                                                                                                    \
+        }                                                                                                        \
+    }                                                                                                            \
+    static void wino_out_##N(const float *mt, int64_t mstep, int32_t s0, int32_t s1, int32_t oc, const float *at, \
+                             const float *bias, const nm_conv_add *add, float *y, int64_t ystep) {              \
+        for (int32_t o = 0; o < oc; o += 16) {                                                                   \
+            const __mmask16 mk = oc - o >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (oc - o)) - 1);           \
+            __m512 sd[N]; /* [0]: M_0, [2k - 1], [2k]: the pair's sum and difference, [N - 1]: M_inf */           \
+            _Pragma("GCC unroll 16") for (int p = 0; p < N; p++) sd[p] = _mm512_maskz_loadu_ps(mk, mt + p * mstep + o); \
+            _Pragma("GCC unroll 16") for (int p = 1; p < N - 1; p += 2) {                                        \
+                const __m512 a = sd[p], b = sd[p + 1];                                                           \
+                sd[p] = _mm512_add_ps(a, b), sd[p + 1] = _mm512_sub_ps(a, b);                                    \
+            }                                                                                                    \
+            const __m512 b0 = bias ? _mm512_maskz_loadu_ps(mk, bias + o) : _mm512_setzero_ps();                 \
+            for (int32_t s = s0; s < s1; s++) {                                                                  \
+                const float *c = at + s * N;                                                                     \
+                __m512 acc = s == 0 ? _mm512_add_ps(b0, sd[0]) : b0;                                             \
+                if (s & 1) {                                                                                     \
+                    _Pragma("GCC unroll 16") for (int p = 1; p < N - 1; p += 2)                                  \
+                        acc = _mm512_fmadd_ps(_mm512_set1_ps(c[p]), sd[p + 1], acc);                             \
+                } else {                                                                                         \
+                    _Pragma("GCC unroll 16") for (int p = 1; p < N - 1; p += 2)                                  \
+                        acc = _mm512_fmadd_ps(_mm512_set1_ps(c[p]), sd[p], acc);                                 \
+                }                                                                                                \
+                if (c[N - 1] != 0.0f) acc = _mm512_add_ps(acc, sd[N - 1]);                                       \
+                const int64_t e = (s - s0) * ystep + o;                                                          \
+                if (add && add->a) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mk, add->a + e));              \
+                if (add && add->b) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(mk, add->b + e));              \
+                if (add) acc = _mm512_mul_ps(acc, _mm512_set1_ps(add->scale));                                   \
+                _mm512_mask_storeu_ps(y + e, mk, acc);                                                           \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+WINO_BODIES(6)
+WINO_BODIES(8)
+WINO_BODIES(10)
+
+void nm_wino_in_avx512(const float *const *xr, int32_t n, int32_t ic, float slope, const float *bt, float *v,
+                       int64_t vstep) {
+    if (n == 10) wino_in_10(xr, ic, slope, bt, v, vstep);
+    else if (n == 8) wino_in_8(xr, ic, slope, bt, v, vstep);
+    else if (n == 6) wino_in_6(xr, ic, slope, bt, v, vstep);
+    else nm_wino_in_ref(xr, n, ic, slope, bt, v, vstep);
+}
+
+void nm_wino_out_avx512(const float *mt, int64_t mstep, int32_t n, int32_t s0, int32_t s1, int32_t oc,
+                        const float *at, const float *bias, const nm_conv_add *add, float *y, int64_t ystep) {
+    if (n == 10) wino_out_10(mt, mstep, s0, s1, oc, at, bias, add, y, ystep);
+    else if (n == 8) wino_out_8(mt, mstep, s0, s1, oc, at, bias, add, y, ystep);
+    else if (n == 6) wino_out_6(mt, mstep, s0, s1, oc, at, bias, add, y, ystep);
+    else nm_wino_out_ref(mt, mstep, n, s0, s1, oc, at, bias, add, y, ystep);
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

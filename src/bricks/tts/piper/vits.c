@@ -90,7 +90,7 @@ struct nm_vits {
     dconv *dec[2 + MAX_UPS * (1 + MAX_RES * 2 * MAX_DIL)]; // every one of them, by id
     int32_t n_dec;
     int64_t work1; // the most floats one thread's tile of any convolution needs
-    int32_t flow_reach; // frames the coupling flow reads beyond a frame's own: its WaveNet kernels' halves
+    int32_t flow_reach; // frames the coupling flow reads beyond a frame's own: its WaveNet kernels' reaches
     // the packed weights (owned)
     float **owned;
     int32_t n_owned, cap_owned;
@@ -172,9 +172,10 @@ static bool conv_weight(nm_vits *v, const char *name, int32_t rows, int32_t cols
     return w != NULL;
 }
 
-// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d; f16 / q8_0 widened first) and its bias (if `bias`).
+// Conv1d `prefix`.weight [oc][ic][k] (packed for nm_conv1d; f16 / q8_0 widened first) and its bias (if `bias`);
+// wino: the points of a Winograd tile allowed (nm_conv1d.winograd; 0 on the phonemes' short rows).
 static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32_t ic, int32_t k, int32_t dil,
-                 bool bias) {
+                 bool bias, int32_t wino) {
     char name[160];
     nm_tensor wt;
     snprintf(name, sizeof name, "%.100s.weight", prefix);
@@ -182,7 +183,8 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
     snprintf(name, sizeof name, "%.100s.bias", prefix);
     const float *b = bias ? tensor(v, name, oc, 0, 0) : NULL;
     if (!have || (bias && !b)) return false;
-    float *p = own(v, (size_t)nm_conv1d_packed_size(oc, ic, k));
+    *c = (nm_conv1d){.bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f, .winograd = wino};
+    float *p = own(v, (size_t)nm_conv1d_packed_size(c));
     if (!p) return false;
     const int64_t nw = (int64_t)oc * ic * k;
     const float *w = nm_tensor_host(&wt);
@@ -192,7 +194,6 @@ static bool conv(nm_vits *v, nm_conv1d *c, const char *prefix, int32_t oc, int32
         nm_kernels_ref()->dequant[wt.type](w, wide, nw);
         w = wide;
     }
-    *c = (nm_conv1d){.bias = b, .ic = ic, .oc = oc, .k = k, .dil = dil, .in_slope = 1.0f};
     nm_conv1d_pack(c, w, p);
     free(wide);
     if (v->mapped) drop_pages(nm_tensor_host(&wt), nm_tensor_bytes(&wt));
@@ -232,7 +233,7 @@ static bool ddsconv(nm_vits *v, dds *d, const char *prefix) {
         snprintf(name, sizeof name, "%.100s.convs_sep.%d.bias", prefix, (int)i);
         d->sep_b[i] = tensor(v, name, v->dp_filt, 0, 0);
         snprintf(name, sizeof name, "%.100s.convs_1x1.%d", prefix, (int)i);
-        if (!d->sep_w[i] || !d->sep_b[i] || !conv(v, &d->pw[i], name, v->dp_filt, v->dp_filt, 1, 1, true)) return false;
+        if (!d->sep_w[i] || !d->sep_b[i] || !conv(v, &d->pw[i], name, v->dp_filt, v->dp_filt, 1, 1, true, 0)) return false;
         snprintf(name, sizeof name, "%.100s.norms_1.%d", prefix, (int)i);
         if (!norm(v, &d->n1[i], name, v->dp_filt)) return false;
         snprintf(name, sizeof name, "%.100s.norms_2.%d", prefix, (int)i);
@@ -262,6 +263,33 @@ static int32_t arr(nm_vits *v, const char *k, int32_t max, int32_t lo, int32_t h
         out[i] = (int32_t)x;
     }
     return (int32_t)kv->arr_n;
+}
+
+// The decoder's reach in frames (each layer's, at its rate, added): conv_pre, each upsampling (its taps
+// in input samples) and its residual blocks (the widest: their dilated kernels' reaches added),
+// conv_post; rounded up, one more. cpu: each convolution's as this CPU's backend packs it (Winograd's
+// tiles reach further: nm_conv1d_reach), else the direct form's.
+static int32_t dec_reach(const nm_vits *v, bool cpu) {
+    const int32_t hop = v->info.hop;
+#define DEC_REACH(K, D, IC, OC)                                                                                 \
+    (double)nm_conv1d_reach(K, D, cpu ? nm_conv1d_wino_m(&(nm_conv1d){.ic = IC, .oc = OC, .k = K, .winograd = NM_CONV_OP_WINO}) : 0)
+    double reach = DEC_REACH(v->dec_k, 1, v->inter, v->dec_init) + DEC_REACH(v->dec_k, 1, v->dec_init >> v->n_ups, 1) / hop;
+    for (int32_t u = 0, before = 1, ch = v->dec_init; u < v->n_ups; before *= v->ups_rate[u], u++) {
+        const int32_t after = before * v->ups_rate[u];
+        ch /= 2;
+        reach += ((v->ups_k[u] + v->ups_rate[u] - 1) / v->ups_rate[u] + 1) / (double)before;
+        double widest = 0;
+        for (int32_t j = 0; j < v->n_res; j++) {
+            double r = 0;
+            for (int32_t d = 0; d < v->n_dil; d++)
+                r += DEC_REACH(v->res_k[j], v->res_dil[j][d], ch, ch) +
+                     (v->resblock == 1 ? DEC_REACH(v->res_k[j], 1, ch, ch) : 0);
+            widest = r > widest ? r : widest;
+        }
+        reach += widest / after;
+    }
+#undef DEC_REACH
+    return (int32_t)ceil(reach) + 1;
 }
 
 static bool load_keys(nm_vits *v) {
@@ -306,24 +334,7 @@ static bool load_keys(nm_vits *v) {
         ch /= 2;
     }
     in->hop = hop;
-    // the decoder's reach in frames (each layer's, at its rate, added): conv_pre, each upsampling (its
-    // taps in input samples) and its residual blocks (the widest: their dilated kernels' halves added),
-    // conv_post; rounded up, one more
-    double reach = (v->dec_k - 1) / 2.0 + (v->dec_k - 1) / 2.0 / hop;
-    for (int32_t u = 0, before = 1; u < v->n_ups; before *= v->ups_rate[u], u++) {
-        const int32_t after = before * v->ups_rate[u];
-        reach += ((v->ups_k[u] + v->ups_rate[u] - 1) / v->ups_rate[u] + 1) / (double)before;
-        double widest = 0;
-        for (int32_t j = 0; j < v->n_res; j++) {
-            double r = 0;
-            for (int32_t d = 0; d < v->n_dil; d++)
-                r += (v->res_k[j] - 1) * v->res_dil[j][d] / 2.0 + (v->resblock == 1 ? (v->res_k[j] - 1) / 2.0 : 0);
-            widest = r > widest ? r : widest;
-        }
-        reach += widest / after;
-    }
-    in->reach = (int32_t)ceil(reach) + 1;
-    v->flow_reach = v->n_coupling * v->wn_layers * ((v->wn_k - 1) / 2); // (dilation 1: the converter checks it)
+    in->reach = dec_reach(v, false);
     in->sample_rate = rate;
     if (!nm_gguf_get_f32(v->g, "piper.noise_scale", &in->noise_scale) ||
         !nm_gguf_get_f32(v->g, "piper.length_scale", &in->length_scale) ||
@@ -375,20 +386,20 @@ static bool load_weights(nm_vits *v) {
         nm_conv1d *cs[] = {&v->enc[l].q, &v->enc[l].k, &v->enc[l].v, &v->enc[l].o};
         for (int i = 0; i < 4; i++) {
             snprintf(p, sizeof p, "enc_p.encoder.attn_layers.%d.conv_%s", (int)l, qkvo[i]);
-            if (!conv(v, cs[i], p, H, H, 1, 1, true)) return false;
+            if (!conv(v, cs[i], p, H, H, 1, 1, true, 0)) return false;
         }
         snprintf(p, sizeof p, "enc_p.encoder.ffn_layers.%d.conv_1", (int)l);
-        if (!conv(v, &v->enc[l].f1, p, v->filt, H, v->ffn_k, 1, true)) return false;
+        if (!conv(v, &v->enc[l].f1, p, v->filt, H, v->ffn_k, 1, true, 0)) return false;
         snprintf(p, sizeof p, "enc_p.encoder.ffn_layers.%d.conv_2", (int)l);
-        if (!conv(v, &v->enc[l].f2, p, H, v->filt, v->ffn_k, 1, true)) return false;
+        if (!conv(v, &v->enc[l].f2, p, H, v->filt, v->ffn_k, 1, true, 0)) return false;
         snprintf(p, sizeof p, "enc_p.encoder.norm_layers_1.%d", (int)l);
         if (!norm(v, &v->enc[l].n1, p, H)) return false;
         snprintf(p, sizeof p, "enc_p.encoder.norm_layers_2.%d", (int)l);
         if (!norm(v, &v->enc[l].n2, p, H)) return false;
     }
-    if (!conv(v, &v->proj, "enc_p.proj", 2 * v->inter, H, 1, 1, true)) return false;
+    if (!conv(v, &v->proj, "enc_p.proj", 2 * v->inter, H, 1, 1, true, 0)) return false;
     // the duration predictor: its flows in the order the reverse pass runs them (the last first)
-    if (!conv(v, &v->dp_pre, "dp.pre", F, H, 1, 1, true) || !conv(v, &v->dp_proj, "dp.proj", F, F, 1, 1, true) ||
+    if (!conv(v, &v->dp_pre, "dp.pre", F, H, 1, 1, true, 0) || !conv(v, &v->dp_proj, "dp.proj", F, F, 1, 1, true, 0) ||
         !ddsconv(v, &v->dp_convs, "dp.convs"))
         return false;
     for (int32_t f = 0; f < v->dp_flows; f++) {
@@ -402,7 +413,7 @@ static bool load_weights(nm_vits *v) {
         snprintf(p, sizeof p, "dp.flows.%d.convs", idx);
         if (!ddsconv(v, &c->convs, p)) return false;
         snprintf(p, sizeof p, "dp.flows.%d.proj", idx);
-        if (!conv(v, &c->proj, p, 3 * v->dp_bins - 1, F, 1, 1, true)) return false;
+        if (!conv(v, &c->proj, p, 3 * v->dp_bins - 1, F, 1, 1, true, 0)) return false;
     }
     if (!(v->dp_m = tensor(v, "dp.flows.0.m", 2, 1, 0)) ||
         !(v->dp_exp_neg_logs = tensor(v, "dp.flows.0.exp_neg_logs", 2, 1, 0)))
@@ -412,16 +423,19 @@ static bool load_weights(nm_vits *v) {
     for (int32_t f = 0; f < v->n_coupling; f++) {
         coupling *c = &v->flow[f];
         snprintf(p, sizeof p, "flow.flows.%d.pre", 2 * (int)f);
-        if (!conv(v, &c->pre, p, H, half, 1, 1, true)) return false;
+        if (!conv(v, &c->pre, p, H, half, 1, 1, true, 0)) return false;
         snprintf(p, sizeof p, "flow.flows.%d.post", 2 * (int)f);
-        if (!conv(v, &c->post, p, half, H, 1, 1, true)) return false;
+        if (!conv(v, &c->post, p, half, H, 1, 1, true, 0)) return false;
         for (int32_t l = 0; l < v->wn_layers; l++) {
             snprintf(p, sizeof p, "flow.flows.%d.enc.in_layers.%d", 2 * (int)f, (int)l);
-            if (!conv(v, &c->wn[l].in, p, 2 * H, H, v->wn_k, 1, true)) return false;
+            // (the flows' WaveNet, on the frames: 8 points, as 10 cost ~6 dB of SNR against onnxruntime)
+            if (!conv(v, &c->wn[l].in, p, 2 * H, H, v->wn_k, 1, true, 8)) return false;
             snprintf(p, sizeof p, "flow.flows.%d.enc.res_skip_layers.%d", 2 * (int)f, (int)l);
-            if (!conv(v, &c->wn[l].rs, p, l + 1 < v->wn_layers ? 2 * H : H, H, 1, 1, true)) return false;
+            if (!conv(v, &c->wn[l].rs, p, l + 1 < v->wn_layers ? 2 * H : H, H, 1, 1, true, 0)) return false;
         }
     }
+    // (dilation 1: the converter checks it; the WaveNet convolutions' reach as packed here, for this CPU)
+    v->flow_reach = v->n_coupling * v->wn_layers * (int32_t)nm_conv1d_reach(v->wn_k, 1, v->flow[0].wn[0].in.wm);
     // HiFi-GAN (its leaky ReLUs are the convolutions' input slopes: 0.1 before each upsampling and each
     // residual convolution, F.leaky_relu's default 0.01 before the last)
     if (!dec_conv(v, &v->dec_pre, "dec.conv_pre", v->dec_init, v->inter, v->dec_k, 1, false, true, 1.0f)) return false;
@@ -549,11 +563,12 @@ struct nm_vits_ctx {
     nm_op *ops;
     nm_tensor *ts;
     int32_t max_ops;
+    int32_t dec_reach; // the decoder's reach (dec_reach) as this context's backend computes it
 };
 
 // The op of HiFi-GAN's convolution c on x (n frames) into y (tensors ts[0..4): x, y, the adds; *ts set
 // by the caller but for the shapes), the sums plus a and b (NULL: none), times scale. Returns the frames out.
-static int64_t dec_op(const nm_vits_ctx *cx, const dconv *c, nm_tensor *ts, int64_t n, const nm_tensor *a,
+static int64_t dec_op(const nm_vits_ctx *cx, const dconv *c, nm_tensor *ts, int64_t n, int64_t org, const nm_tensor *a,
                       const nm_tensor *b, float scale, nm_op *op) {
     const int32_t pad = c->t ? c->pad : c->dil * (c->k - 1) / 2;
     const int64_t n_out = c->t ? (n - 1) * c->stride - 2 * pad + c->k : n + 2 * pad - (int64_t)c->dil * (c->k - 1);
@@ -562,7 +577,7 @@ static int64_t dec_op(const nm_vits_ctx *cx, const dconv *c, nm_tensor *ts, int6
     ts[1].ne[0] = c->oc, ts[1].ne[1] = n_out, ts[1].ne[2] = ts[1].ne[3] = 1;
     *op = (nm_op){.kind = c->t ? NM_OP_CONV_T1D : NM_OP_CONV1D, .src0 = &ts[0], .src1 = &c->w,
                   .src2 = c->bias ? &cx->bias[c->id] : NULL, .dst = &ts[1], .f0 = c->slope, .f1 = scale,
-                  .i0 = c->t ? c->stride : c->dil, .i1 = pad, .i2 = c->t ? 0 : pad};
+                  .i0 = c->t ? c->stride : c->dil, .i1 = pad, .i2 = c->t ? 0 : pad, .i3 = c->t ? 0 : (int32_t)org};
     for (int i = 0; i < 2; i++) {
         const nm_tensor *add = i ? b : a;
         if (!add) continue;
@@ -590,6 +605,7 @@ nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads
         nm_vits_ctx_free(c);
         return nm_fail(st, err, err_size, "piper: device %s: %s", device ? device : "cpu", why);
     }
+    c->dec_reach = dec_reach(v, !strcmp(nm_backend_name(c->be), "cpu"));
     c->max_ops = 3 + v->n_ups * (1 + v->n_res * v->n_dil * 2);
     c->ops = calloc((size_t)c->max_ops, sizeof *c->ops);
     c->ts = calloc((size_t)c->max_ops * 4, sizeof *c->ts);
@@ -613,7 +629,7 @@ nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads
         const nm_tensor none = {.type = NM_TYPE_F32, .offs = 64};
         nm_tensor ts[4] = {none, none, none, none};
         nm_op op;
-        dec_op(c, d, ts, 1, NULL, NULL, 1.0f, &op);
+        dec_op(c, d, ts, 1, 0, NULL, NULL, 1.0f, &op);
         bool copied = false;
         if (st == NM_OK) st = nm_backend_prepare_op(c->be, &op, &copied);
         if (st == NM_OK && copied && v->mapped)
@@ -838,7 +854,7 @@ static void dds_run(const nm_vits *v, const dds *d, float *x, const float *g, in
     for (int32_t l = 0; l < v->dp_layers; l++, dil *= K) {
         J.l = l, J.dil = dil, J.pad = (K * dil - dil) / 2;
         on_pool(pool, dds_before, &J, chunks);
-        nm_conv1d_run(&d->pw[l], y, n, 0, 0, NULL, z, W, pool);
+        nm_conv1d_run(&d->pw[l], y, n, 0, 0, 0, NULL, z, W, pool);
         on_pool(pool, dds_after, &J, chunks);
     }
 }
@@ -947,7 +963,9 @@ static void wn_sums(void *arg, int64_t chunk, int ith) {
         }
 }
 
-static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_frames, float *W) {
+// The coupling flow in reverse over zf [n_frames][inter], in place; org: zf's first frame's index in the
+// sentence (Winograd's tiles placed as the whole sentence's).
+static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_frames, int64_t org, float *W) {
     nm_pool *pool = cx->pool;
     const nm_gemm_panel_kernels *pk = nm_gemm_panel_get();
     const int32_t H = v->hidden, I = v->inter;
@@ -964,17 +982,17 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
         const coupling *c = &v->flow[fl];
         float *x0 = B[1], *hh = B[2], *xin = B[3], *out = B[4];
         for (int64_t t = 0; t < n_frames; t++) memcpy(x0 + t * half, zf + t * I, sizeof(float) * (size_t)half);
-        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, NULL, hh, W, pool);
+        nm_conv1d_run(&c->pre, x0, n_frames, 0, 0, 0, NULL, hh, W, pool);
         memset(out, 0, sizeof(float) * (size_t)(n_frames * H));
         for (int32_t l = 0; l < v->wn_layers; l++) {
-            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, NULL, xin, W, pool);
+            nm_conv1d_run(&c->wn[l].in, hh, n_frames, (v->wn_k - 1) / 2, (v->wn_k - 1) / 2, org, NULL, xin, W, pool);
             wn_job J = {.H = H, .xin = xin, .x0 = x0, .hh = hh, .out = out, .n = n_frames, .pk = pk,
                         .last = l + 1 == v->wn_layers};
             on_pool(pool, wn_gate, &J, (n_frames + WN_ROWS - 1) / WN_ROWS); // tanh(a) * sigmoid(b) into x0
-            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, NULL, xin, W, pool);
+            nm_conv1d_run(&c->wn[l].rs, x0, n_frames, 0, 0, 0, NULL, xin, W, pool);
             on_pool(pool, wn_sums, &J, (n_frames + WN_ROWS - 1) / WN_ROWS);
         }
-        nm_conv1d_run(&c->post, out, n_frames, 0, 0, NULL, x0, W, pool); // the mean
+        nm_conv1d_run(&c->post, out, n_frames, 0, 0, 0, NULL, x0, W, pool); // the mean
         for (int64_t t = 0; t < n_frames; t++)
             for (int32_t ch = 0; ch < half; ch++) zf[t * I + half + ch] -= x0[t * half + ch];
     }
@@ -982,10 +1000,11 @@ static bool flow_rev(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_fra
 }
 
 // HiFi-GAN on `frames` frames of z (zf [frames][inter]) as one op list on the context's backend: the
-// samples (tanh's) into cx->buf[0], *n_out of them (frames times the hop). Out of memory, or the backend's
+// samples (tanh's) into cx->buf[0], *n_out of them (frames times the hop); org: zf's first frame's index in
+// the sentence (each convolution's first row's: it times the rate so far). Out of memory, or the backend's
 // failure: its status, err naming it.
-static nm_status decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_t frames, int64_t *n_out, char *err,
-                        size_t err_size) {
+static nm_status decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_t frames, int64_t org, int64_t *n_out,
+                        char *err, size_t err_size) {
     int64_t cap = frames * v->dec_init, len = frames;
     int32_t chs = v->dec_init;
     for (int32_t u = 0; u < v->n_ups; u++) {
@@ -1015,11 +1034,13 @@ static nm_status decode(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int6
         reg[i] = (nm_tensor){.type = NM_TYPE_F32, .ne = {1, 1, 1, 1}, .buf = cx->dbuf, .offs = sizeof(float) * (size_t)(i * cx->dcap)};
     int32_t n_ops = 0;
     nm_tensor *ts = cx->ts;
+    int64_t at = org; // (the first row's index in the sentence's, at the stage's rate)
 #define DEC(c, from, to, n, a, b, scale) \
-    (ts[0] = reg[from], ts[1] = reg[to], ts += 4, dec_op(cx, c, ts - 4, n, a, b, scale, &cx->ops[n_ops++]))
+    (ts[0] = reg[from], ts[1] = reg[to], ts += 4, dec_op(cx, c, ts - 4, n, at, a, b, scale, &cx->ops[n_ops++]))
     int64_t T = DEC(&v->dec_pre, IN, CUR, frames, NULL, NULL, 1.0f);
     for (int32_t u = 0; u < v->n_ups; u++) {
         T = DEC(&v->ups[u], CUR, NXT, T, NULL, NULL, 1.0f);
+        at *= v->ups_rate[u];
         const float inv = 1.0f / (float)v->n_res;
         for (int32_t j = 0; j < v->n_res; j++) {
             int src = NXT;
@@ -1145,26 +1166,26 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
         for (int32_t c = 0; c < H; c++) x[(int64_t)t * H + c] = e[c] * sqrtf((float)H);
     }
     for (int l = 0; l < v->n_layers; l++) {
-        nm_conv1d_run(&v->enc[l].q, x, n, 0, 0, NULL, q, W, pool);
-        nm_conv1d_run(&v->enc[l].k, x, n, 0, 0, NULL, k, W, pool);
-        nm_conv1d_run(&v->enc[l].v, x, n, 0, 0, NULL, val, W, pool);
+        nm_conv1d_run(&v->enc[l].q, x, n, 0, 0, 0, NULL, q, W, pool);
+        nm_conv1d_run(&v->enc[l].k, x, n, 0, 0, 0, NULL, k, W, pool);
+        nm_conv1d_run(&v->enc[l].v, x, n, 0, 0, 0, NULL, val, W, pool);
         attention(v, l, q, k, val, n, y, kv, kv + v->n_heads * att_kv(v, n), pool);
-        nm_conv1d_run(&v->enc[l].o, y, n, 0, 0, NULL, z, W, pool);
+        nm_conv1d_run(&v->enc[l].o, y, n, 0, 0, 0, NULL, z, W, pool);
         for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
         layer_norm(x, n, H, &v->enc[l].n1);
-        nm_conv1d_run(&v->enc[l].f1, x, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, NULL, f, W, pool);
+        nm_conv1d_run(&v->enc[l].f1, x, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, 0, NULL, f, W, pool);
         for (int64_t i = 0; i < (int64_t)n * FF; i++) f[i] = f[i] > 0 ? f[i] : 0;
-        nm_conv1d_run(&v->enc[l].f2, f, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, NULL, z, W, pool);
+        nm_conv1d_run(&v->enc[l].f2, f, n, (v->ffn_k - 1) / 2, v->ffn_k / 2, 0, NULL, z, W, pool);
         for (int64_t i = 0; i < (int64_t)n * H; i++) x[i] += z[i];
         layer_norm(x, n, H, &v->enc[l].n2);
     }
     float *stats = f; // [n][2 I]: the prior's mean, then its log-scale
-    nm_conv1d_run(&v->proj, x, n, 0, 0, NULL, stats, W, pool);
+    nm_conv1d_run(&v->proj, x, n, 0, 0, 0, NULL, stats, W, pool);
     // the duration predictor, in reverse: g = proj(DDSConv(pre(x)))
     float *g = q, *h = k, *t1 = val, *t2 = y;
-    nm_conv1d_run(&v->dp_pre, x, n, 0, 0, NULL, h, W, pool);
+    nm_conv1d_run(&v->dp_pre, x, n, 0, 0, 0, NULL, h, W, pool);
     dds_run(v, &v->dp_convs, h, NULL, n, t1, t2, W, pool);
-    nm_conv1d_run(&v->dp_proj, h, n, 0, 0, NULL, g, W, pool);
+    nm_conv1d_run(&v->dp_proj, h, n, 0, 0, 0, NULL, g, W, pool);
     float *zz = take(&A, 2 * (int64_t)n); // [n][2]
     if (!zz) goto oom;
     for (int64_t i = 0; i < 2 * (int64_t)n; i++) zz[i] = randn(&r) * sc->noise_w;
@@ -1178,7 +1199,7 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
         for (int32_t t = 0; t < n; t++)
             for (int32_t ch = 0; ch < F; ch++) h[(int64_t)t * F + ch] = c->pre_w[ch] * zz[2 * t] + c->pre_b[ch];
         dds_run(v, &c->convs, h, g, n, t1, t2, W, pool);
-        nm_conv1d_run(&c->proj, h, n, 0, 0, NULL, t1, W, pool); // [n][3 nb - 1]
+        nm_conv1d_run(&c->proj, h, n, 0, 0, 0, NULL, t1, W, pool); // [n][3 nb - 1]
         for (int32_t t = 0; t < n; t++) {
             const float *u = t1 + (int64_t)t * (3 * nb - 1);
             zz[2 * t + 1] = spline_inverse(zz[2 * t + 1], u, u + nb, u + 2 * nb, nb, 5.0f, sqrtf((float)F));
@@ -1218,26 +1239,27 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     }
     // The flow and HiFi-GAN: the whole, or (first_frames) the first part, then the rest, each part with the
     // frames the decoder and the flow reach beyond its inner edge (so every sample sent is the whole's)
-    const int64_t hop = v->info.hop, Rd = v->info.reach, Rf = v->flow_reach;
-    if (first_frames <= 0 || n_frames <= first_frames + 2 * (Rd + Rf)) {
-        if (!flow_rev(v, cx, zf, n_frames, W)) goto oom;
+    const int64_t hop = v->info.hop, Rd = cx->dec_reach, Rf = v->flow_reach;
+    if (first_frames <= 0 || n_frames <= first_frames + 2 * Rd) {
+        if (!flow_rev(v, cx, zf, n_frames, 0, W)) goto oom;
         int64_t T = 0;
-        nm_status st = decode(v, cx, zf, n_frames, &T, err, err_size);
+        nm_status st = decode(v, cx, zf, n_frames, 0, &T, err, err_size);
         return st == NM_OK ? emit(user, cx->buf[0], T, true) : st;
     }
-    const int64_t m1 = first_frames + Rd + Rf; // the first part's flow window (its first first_frames + Rd exact)
+    // the first part's flow window (its first first_frames + Rd exact; all of them: the whole's)
+    const int64_t m1 = first_frames + Rd + Rf < n_frames ? first_frames + Rd + Rf : n_frames;
     float *za = grow(cx, 8, m1 * I + 16);
     if (!za) goto oom;
     memcpy(za, zf, sizeof(float) * (size_t)(m1 * I));
-    if (!flow_rev(v, cx, za, m1, W)) goto oom;
+    if (!flow_rev(v, cx, za, m1, 0, W)) goto oom;
     int64_t T = 0;
-    nm_status st = decode(v, cx, za, first_frames + Rd, &T, err, err_size);
+    nm_status st = decode(v, cx, za, first_frames + Rd, 0, &T, err, err_size);
     if (st == NM_OK) st = emit(user, cx->buf[0], first_frames * hop, false);
     if (st != NM_OK) return st;
     const int64_t a0 = first_frames > Rd ? first_frames - Rd : 0; // the rest's decoder from its reach back ...
     const int64_t b0 = a0 > Rf ? a0 - Rf : 0;                     // ... and its flow from that one's
-    if (!flow_rev(v, cx, zf + b0 * I, n_frames - b0, W)) goto oom;
-    if ((st = decode(v, cx, zf + a0 * I, n_frames - a0, &T, err, err_size)) != NM_OK) return st;
+    if (!flow_rev(v, cx, zf + b0 * I, n_frames - b0, b0, W)) goto oom;
+    if ((st = decode(v, cx, zf + a0 * I, n_frames - a0, a0, &T, err, err_size)) != NM_OK) return st;
     return emit(user, cx->buf[0] + (first_frames - a0) * hop, T - (first_frames - a0) * hop, true);
 oom:
     return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);

@@ -661,6 +661,8 @@ const char *nm_vits_ctx_device(const nm_vits_ctx *c) { return c && c->be ? nm_ba
 
 int nm_vits_ctx_threads(const nm_vits_ctx *c) { return c ? c->nth : 1; }
 
+int32_t nm_vits_ctx_reach(const nm_vits_ctx *c) { return c ? c->dec_reach : 0; }
+
 // Buffer i of at least n floats (its contents not kept when it grows).
 static float *grow(nm_vits_ctx *c, int i, int64_t n) {
     if (n <= c->cap[i]) return c->buf[i];

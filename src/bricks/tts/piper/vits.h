@@ -65,6 +65,9 @@ nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads
 void nm_vits_ctx_free(nm_vits_ctx *c); // NULL is a no-op
 int nm_vits_ctx_threads(const nm_vits_ctx *c);
 const char *nm_vits_ctx_device(const nm_vits_ctx *c); // its backend's name ("cpu", "opencl")
+// The frames its decoder reads beyond a sample's own (nm_vits_info.reach, or more where its backend's sums
+// depend on a row's place: the CPU's Winograd tiles), what a streamed sentence's parts overlap by.
+int32_t nm_vits_ctx_reach(const nm_vits_ctx *c);
 
 typedef struct nm_vits_scales {
     float noise_scale, length_scale, noise_w;

@@ -60,9 +60,43 @@ BLOCK(1, 12)
                    rows - r < NT ? (int)(rows - r) : NT, ya ? ya + r * ldy + o0 : NULL,                         \
                    yb ? yb + r * ldy + o0 : NULL, scale, y + r * ldy + o0, ldy)
 
+// One output channel (HiFi-GAN's last convolution, 32 channels to 1): the lanes hold input channels, not
+// output channels (15 of 16 lanes would be padding), each row a dot product of its taps' inputs with the
+// weights (gathered from their column first), 4 rows at a time; one sum in a fixed order per row.
+#define OC1_MAX 4096
+static void rows_oc1(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep, int32_t ntaps,
+                     int32_t ic, int64_t ldw, const float *restrict bias, int64_t rows, const nm_conv_add *add,
+                     float *y, int64_t ldy) {
+    float wc[OC1_MAX];
+    for (int32_t q = 0; q < ntaps; q++)
+        for (int32_t i = 0; i < ic; i++) wc[q * ic + i] = w[q * wstep + i * ldw];
+    for (int64_t r = 0; r < rows; r += 4) {
+        const int nr = rows - r < 4 ? (int)(rows - r) : 4;
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int32_t q = 0; q < ntaps; q++)
+            for (int32_t i = 0; i < ic; i += 16) {
+                const __mmask16 mk = ic - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ic - i)) - 1);
+                const __m512 wv = _mm512_maskz_loadu_ps(mk, wc + q * ic + i);
+                for (int t = 0; t < nr; t++)
+                    acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x + (r + t + q * xstep) * ic + i), acc[t]);
+            }
+        for (int t = 0; t < nr; t++) {
+            const int64_t at = (r + t) * ldy;
+            float v = (bias ? bias[0] : 0.0f) + _mm512_reduce_add_ps(acc[t]);
+            if (add && add->a) v += add->a[at];
+            if (add && add->b) v += add->b[at];
+            y[at] = add ? v * add->scale : v;
+        }
+    }
+}
+
 void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep,
                          int32_t ntaps, int32_t ic, int32_t oc, int64_t ldw, const float *restrict bias, int64_t rows,
                          const nm_conv_add *add, float *y, int64_t ldy) {
+    if (oc == 1 && (int64_t)ntaps * ic <= OC1_MAX) {
+        rows_oc1(x, xstep, w, wstep, ntaps, ic, ldw, bias, rows, add, y, ldy);
+        return;
+    }
     const int32_t ocv = (oc + 15) & ~15; // (the vectors this part has)
     const int64_t ocp = ldw;
     const float *ya = add ? add->a : NULL, *yb = add ? add->b : NULL, scale = add ? add->scale : 1.0f;

@@ -9,7 +9,12 @@
 
 #define CHUNK 192 // output rows a chunk computes at most (a multiple of NM_CONV_ROWS)
 
-static int32_t ocp_of(int32_t oc) { return (oc + 15) & ~15; }
+// The f32 kernels' weights are panels of PANEL output channels, each panel's [tap][ic][PANEL] contiguous
+// (streamed in order as a block of rows sums them; the row-major [tap][ic][oc] strode oc floats between
+// input channels, which the prefetchers did not follow: the encoder's FFN ran at half its rate on cold
+// weights), oc rounded up to whole panels with zeros.
+#define PANEL 32
+static int32_t ocp_of(int32_t oc) { return (oc + PANEL - 1) / PANEL * PANEL; }
 static int64_t up_rows(int64_t n) { return (n + NM_CONV_ROWS - 1) / NM_CONV_ROWS * NM_CONV_ROWS; }
 static int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
@@ -127,10 +132,11 @@ static void pack(const float *src, int64_t si, int64_t so, int64_t sj, int32_t i
                  float *dst) {
     if (!amx) {
         const int32_t ocp = ocp_of(oc);
-        for (int32_t j = 0; j < k; j++)
-            for (int32_t i = 0; i < ic; i++)
-                for (int32_t o = 0; o < ocp; o++)
-                    dst[((int64_t)j * ic + i) * ocp + o] = o < oc ? src[i * si + o * so + j * sj] : 0.0f;
+        for (int32_t o = 0; o < ocp; o++)
+            for (int32_t j = 0; j < k; j++)
+                for (int32_t i = 0; i < ic; i++)
+                    dst[(((int64_t)(o / PANEL) * k + j) * ic + i) * PANEL + o % PANEL] =
+                        o < oc ? src[i * si + o * so + j * sj] : 0.0f;
         return;
     }
     uint16_t *t = (uint16_t *)(void *)dst;
@@ -153,12 +159,12 @@ static void pack_wino(const float *src, int32_t ic, int32_t oc, int32_t k, int32
     const int32_t n = m + k - 1, ocp = ocp_of(oc);
     double at[WINO_N * WINO_N], g[WINO_N * 7], bt[WINO_N * WINO_N];
     wino_mats(m, k, at, g, bt);
-    for (int32_t p = 0; p < n; p++)
+    for (int32_t p = 0; p < n; p++) // ([p][panel][ic][PANEL])
         for (int32_t i = 0; i < ic; i++)
             for (int32_t o = 0; o < ocp; o++) {
                 double u = 0;
                 for (int32_t q = 0; o < oc && q < k; q++) u += g[p * k + q] * src[((int64_t)o * ic + i) * k + q];
-                dst[((int64_t)p * ic + i) * ocp + o] = (float)u;
+                dst[(((int64_t)p * ocp + (o / PANEL) * PANEL) * ic + (int64_t)i * PANEL) + o % PANEL] = (float)u;
             }
     float *tail = dst + (int64_t)n * ic * ocp;
     for (int32_t e = 0; e < m * n; e++) tail[e] = (float)at[e];
@@ -271,7 +277,7 @@ static void window(const float *x, int64_t n, int32_t ic, float slope, int64_t s
 // A convolution's taps as the kernels take them.
 typedef struct taps {
     int64_t xstep, wstep; // rows, and weights (floats, or BF16 halves: a hi and a lo each) between taps
-    int64_t ldw;          // f32: weights between input channels (the whole's oc rounded up to 16)
+    int64_t pstep;        // f32: weights between panels
     int32_t ntaps, ic, oc;
     const float *w, *bias;
     const uint16_t *wx;
@@ -303,6 +309,18 @@ static rows_in prepare(const taps *t, const float *x, int64_t n, float slope, in
     return in;
 }
 
+// The f32 kernel on the oc output channels of the panels from w on (pstep floats apart), a call each.
+static void kern_panels(nm_conv_rows_fn kern, const float *x, int64_t xstep, const float *w, int64_t wstep,
+                        int64_t pstep, int32_t ntaps, int32_t ic, int32_t oc, const float *bias, int64_t rows,
+                        const nm_conv_add *add, float *y, int64_t ldy) {
+    for (int32_t o = 0; o < oc; o += PANEL) {
+        nm_conv_add a;
+        if (add) a = (nm_conv_add){.a = add->a ? add->a + o : NULL, .b = add->b ? add->b + o : NULL, .scale = add->scale};
+        kern(x, xstep, w + (int64_t)(o / PANEL) * pstep, wstep, ntaps, ic, oc - o < PANEL ? oc - o : PANEL, PANEL,
+             bias ? bias + o : NULL, rows, add ? &a : NULL, y + o, ldy);
+    }
+}
+
 // The kernel on `rows` output rows from prepared row `row0` on.
 static void run_rows(const taps *t, const rows_in *in, int64_t row0, nm_conv_rows_fn kern, int64_t rows,
                      const nm_conv_add *add, float *y, int64_t ldy) {
@@ -313,7 +331,8 @@ static void run_rows(const taps *t, const rows_in *in, int64_t row0, nm_conv_row
         return;
     }
 #endif
-    kern(in->x + row0 * in->ic, t->xstep, t->w, t->wstep, t->ntaps, t->ic, t->oc, t->ldw, t->bias, rows, add, y, ldy);
+    kern_panels(kern, in->x + row0 * in->ic, t->xstep, t->w, t->wstep, t->pstep, t->ntaps, t->ic, t->oc, t->bias, rows,
+                add, y, ldy);
 }
 
 // How a convolution's outputs are cut into the pool's chunks: rows (any count works: a chunk's window
@@ -350,7 +369,7 @@ static cut cut_of(int64_t n_out, int32_t oc, bool amx, nm_pool *pool) {
 // t narrowed to the output channels [o0, o0 + w) (AMX's tiles: a column of them is contiguous per tap).
 static taps narrow(taps t, int32_t o0, int32_t w) {
     if (t.wx) t.wx += (int64_t)(o0 / 16) * (t.ic / 32) * 1024;
-    if (t.w) t.w += o0; // (f32: [tap][ic][ldw], the part's channels from o0)
+    if (t.w) t.w += (int64_t)(o0 / PANEL) * t.pstep; // (f32: the part's panels, o0 a multiple of PANEL)
     if (t.bias) t.bias += o0;
     t.oc = w;
     return t;
@@ -434,9 +453,9 @@ static void wino_chunk(void *arg, int64_t chunk, int ith) {
         }
         J->win(xr, n, c->ic, c->in_slope, bt, V + u * c->ic, tcp * c->ic);
     }
-    for (int32_t p = 0; p < n; p++)
-        J->kern(V + p * tcp * c->ic, 0, c->w + (int64_t)p * c->ic * ocp + o0, 0, 1, c->ic, w, ocp, NULL, tiles, NULL,
-                M + p * tcp * ocp + o0, ocp);
+    for (int32_t p = 0; p < n; p++) // ([p][panel][ic][PANEL]: a part's panels from o0 / PANEL)
+        kern_panels(J->kern, V + p * tcp * c->ic, 0, c->w + ((int64_t)p * ocp + o0) * c->ic, 0,
+                    (int64_t)PANEL * c->ic, 1, c->ic, w, NULL, tiles, NULL, M + p * tcp * ocp + o0, ocp);
     for (int64_t u = 0; u < tiles; u++) { // outputs t + s d, s in [s0, s1), inside y
         const int64_t t = TILE_T(u), s0 = t < 0 ? (-t + d - 1) / d : 0, last = floor_div(J->n_out - 1 - t, d);
         const int64_t s1 = last + 1 < m ? last + 1 : m;
@@ -490,8 +509,8 @@ int64_t nm_conv1d_run(const nm_conv1d *c, const float *x, int64_t n, int32_t pad
     }
     conv_job J = {.c = c, .x = x, .add = add, .y = y, .work = work, .n = n, .n_out = n_out,
                   .k = cut_of(n_out, c->oc, c->wx != NULL, pool), .pad_l = pad_l, .kern = nm_conv_rows_get()};
-    J.t = (taps){.xstep = c->dil, .wstep = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * ocp_of(c->oc),
-                 .ldw = ocp_of(c->oc),
+    J.t = (taps){.xstep = c->dil, .wstep = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * PANEL,
+                 .pstep = (int64_t)c->k * c->ic * PANEL,
                  .ntaps = c->k, .ic = c->ic, .oc = c->oc, .w = c->w, .bias = c->bias, .wx = c->wx};
     const int64_t chunks = J.k.row_chunks * J.k.parts;
     if (pool && chunks > 1) nm_pool_run(pool, conv_chunk, &J, chunks);
@@ -550,7 +569,8 @@ static void conv_t_chunk(void *arg, int64_t chunk, int ith) {
         a = a < m0 ? m0 : a, b = b > m1 ? m1 : b;
         if (a > b) continue;
         const taps t = {.xstep = -1, .wstep = c->stride * J->tap, .ntaps = r < c->k ? (c->k - r + c->stride - 1) / c->stride : 0,
-                        .ic = c->ic, .oc = c->oc, .ldw = ocp_of(c->oc), .w = c->w ? c->w + r * J->tap : NULL,
+                        .ic = c->ic, .oc = c->oc, .pstep = (int64_t)c->k * c->ic * PANEL,
+                        .w = c->w ? c->w + r * J->tap : NULL,
                         .bias = c->bias,
                         .wx = c->wx ? c->wx + r * J->tap : NULL};
         const taps tn = narrow(t, o0, w);
@@ -563,7 +583,7 @@ int64_t nm_conv_t1d_run(const nm_conv_t1d *c, const float *x, int64_t n, float *
     const int64_t n_out = (n - 1) * c->stride - 2 * (int64_t)c->pad + c->k;
     if (n <= 0 || n_out <= 0) return 0;
     conv_t_job J = {.c = c, .x = x, .y = y, .work = work, .n = n, .n_out = n_out, .kern = nm_conv_rows_get()};
-    J.tap = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * ocp_of(c->oc);
+    J.tap = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * PANEL; // (f32: within a panel)
     J.m_lo = -floor_div(c->stride - 1 - c->pad, c->stride), J.m_hi = floor_div(n_out - 1 + c->pad, c->stride);
     J.k = cut_of(J.m_hi - J.m_lo + 1, c->oc, c->wx != NULL, pool);
     const int64_t chunks = J.k.row_chunks * J.k.parts;

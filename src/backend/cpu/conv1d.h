@@ -5,8 +5,10 @@
 // they lie (no im2col, no transpose) against the weights packed once, and
 // stores its sums as rows. Two kernels, picked when the weights are packed:
 // - AVX-512 (or the reference loops), f32: the output channels in the vector
-//   lanes, w[tap][ic][ocp] (ocp: oc rounded up to 16, zeros beyond oc), a
-//   broadcast input times a vector of weights into 24 accumulators;
+//   lanes, the weights in panels of 32 output channels, each [tap][ic][32]
+//   contiguous (zeros beyond oc; a block of rows streams its panel in order),
+//   a broadcast input times a vector of weights into 24 accumulators (one
+//   output channel: the input channels in the lanes instead);
 // - AMX (Sapphire Rapids on; ic a multiple of 32, oc of 16, k > 1): tiles of 16 rows
 //   by 16 output channels, each product a sum of three BF16 products with f32
 //   accumulation, hi*hi + hi*lo + lo*hi, where every weight and input is
@@ -41,7 +43,8 @@
 #include "core/threadpool.h"
 
 // A convolution's weights as nm_conv1d_run reads them (nm_conv1d_pack sets them): w, the f32 kernel's
-// [k][ic][ocp] (wm > 0: Winograd's [n][ic][ocp], then its A^T [m][n] and B^T [n][n]), or wx, the AMX
+// panels of 32 output channels, [oc / 32][k][ic][32] (ocp: oc rounded up to 32; wm > 0: Winograd's
+// [n][ocp / 32][ic][32], then its A^T [m][n] and B^T [n][n]), or wx, the AMX
 // kernel's tiles (the other NULL); bias[oc] or NULL; in_slope: a leaky ReLU on the input first,
 // max(v, in_slope v) (1: none; HiFi-GAN's convolutions follow one); winograd (set before packing): the
 // points of a Winograd tile the packing may pick (0: never; 6, 8 or 10: worth the memory where the
@@ -98,7 +101,7 @@ int64_t nm_conv1d_ref(const nm_conv1d *c, const float *w, const float *x, int64_
                       float *y);
 
 // A transposed convolution (PyTorch's ConvTranspose1d, weight [ic][oc][k]): stride, padding `pad` on
-// both sides; its weights packed as nm_conv1d's (nm_conv_t1d_pack: w[k][ic][ocp] or AMX tiles, tap by tap).
+// both sides; its weights packed as nm_conv1d's (nm_conv_t1d_pack: f32 panels or AMX tiles, tap by tap).
 typedef struct nm_conv_t1d {
     const float *w;
     const uint16_t *wx;
@@ -123,8 +126,8 @@ int64_t nm_conv_t1d_ref(const nm_conv_t1d *c, const float *w, const float *x, in
 // whole blocks, so they read the inputs of rows up to `rows` rounded up to NM_CONV_ROWS (they must be
 // readable; their sums are not stored).
 #define NM_CONV_ROWS 48
-// ldw (>= oc rounded up to 16) is the weights' row: a part of a packed weight's output channels is w
-// moved to its first channel with the whole's ldw.
+// ldw (>= oc rounded up to 16) is the weights' row (a packed weight's: its panel's, 32; the convolutions
+// call the kernel a panel at a time).
 typedef void (*nm_conv_rows_fn)(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep,
                                 int32_t ntaps, int32_t ic, int32_t oc, int64_t ldw, const float *restrict bias,
                                 int64_t rows, const nm_conv_add *add, float *y, int64_t ldy);

@@ -12,7 +12,7 @@ beside its GGUF in the model cache (scripts/fetch_models.sh). The text: tests/da
 all 30 sentences as one text (RTF: synthesis seconds / audio seconds, warm: the voice loaded and one
 sentence spoken first), and its first three sentences (first audio: seconds from the text to the first
 samples). The noises at the voice's defaults. nanomind/stream: say --stream-ms 200 (the first long sentence's first 0.2 s
-made first: what the assistant and the server do); nanomind/f32: NM_NO_AMX=1 (the f32 kernels only, as
+made first: what the assistant and the server do); nanomind/f32 (and /f32/stream): NM_NO_AMX=1 (the f32 kernels only, as
 on a CPU without AMX). Prints a table and one JSON line per engine.
 """
 import json
@@ -128,7 +128,8 @@ def child(engine, nm, threads, reps):
          "sherpa-onnx": lambda: sherpa(threads, reps),
          "nanomind": lambda: nanomind(nm, threads, reps),
          "nanomind/stream": lambda: nanomind(nm, threads, reps, 200),
-         "nanomind/f32": lambda: nanomind(nm, threads, reps, env={"NM_NO_AMX": "1"})}[engine]()
+         "nanomind/f32": lambda: nanomind(nm, threads, reps, env={"NM_NO_AMX": "1"}),
+         "nanomind/f32/stream": lambda: nanomind(nm, threads, reps, 200, env={"NM_NO_AMX": "1"})}[engine]()
     r["engine"] = engine
     # the process's own peak (nanomind: its child's, the say command)
     who = resource.RUSAGE_CHILDREN if engine.startswith("nanomind") else resource.RUSAGE_SELF
@@ -152,7 +153,8 @@ def main():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print("cpu: %s; %d threads; best of %d; %d sentences, %d characters" % (cpu, threads, reps, len(LINES), len(TEXT)))
     rows = []
-    for engine in ("nanomind", "nanomind/stream", "nanomind/f32", "piper-tts", "piper-tts/2t", "sherpa-onnx"):
+    for engine in ("nanomind", "nanomind/stream", "nanomind/f32", "nanomind/f32/stream", "piper-tts", "piper-tts/2t",
+                   "sherpa-onnx"):
         p = subprocess.run([sys.executable, __file__, "--child", engine, nm, str(threads), str(reps)], capture_output=True,
                            text=True, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
         if p.returncode:
@@ -163,6 +165,8 @@ def main():
         print(json.dumps(r))
     base = next((r for r in rows if r["engine"] == "nanomind"), None)
     streamed = next((r for r in rows if r["engine"] == "nanomind/stream"), None)
+    f32 = next((r for r in rows if r["engine"] == "nanomind/f32"), None)
+    f32s = next((r for r in rows if r["engine"] == "nanomind/f32/stream"), None)
     print("%-12s %8s %10s %12s %10s" % ("engine", "RTF", "audio s", "first audio", "peak RSS"))
     for r in rows:
         print("%-12s %8.4f %10.2f %10.3f s %7.1f MiB" % (r["engine"], r["rtf"], r["audio_s"], r["first_audio_s"] or 0,
@@ -173,6 +177,11 @@ def main():
                 r["engine"], base["rtf"] / r["rtf"], base["first_audio_s"] / r["first_audio_s"],
                 "%.2f" % (streamed["first_audio_s"] / r["first_audio_s"]) if streamed else "-",
                 base["peak_rss_mib"] / r["peak_rss_mib"]))
+            if f32:
+                print("  the f32 kernels (NM_NO_AMX=1, a CPU without AMX): RTF %.2f, first audio %.2f (streamed: %s), "
+                      "peak RSS %.2f" % (f32["rtf"] / r["rtf"], f32["first_audio_s"] / r["first_audio_s"],
+                                         "%.2f" % (f32s["first_audio_s"] / r["first_audio_s"]) if f32s else "-",
+                                         f32["peak_rss_mib"] / r["peak_rss_mib"]))
     return 0
 
 

@@ -75,25 +75,36 @@ BLOCK(1, 12)
 // output channels (15 of 16 lanes would be padding), each row a dot product of its taps' inputs with the
 // weights (gathered from their column first), 4 rows at a time; one sum in a fixed order per row.
 #define OC1_MAX 4096
+#define OC1_ROWS 8
+static inline __m512 oc1_row(const float *restrict x, int64_t xstep, const float *restrict wc, int32_t ntaps, int32_t ic) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int32_t q = 0; q < ntaps; q++)
+        for (int32_t i = 0; i < ic; i += 16) {
+            const __mmask16 mk = ic - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ic - i)) - 1);
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, wc + q * ic + i), _mm512_maskz_loadu_ps(mk, x + q * xstep * ic + i),
+                                  acc);
+        }
+    return acc;
+}
 static void rows_oc1(const float *restrict x, int64_t xstep, const float *restrict w, int64_t wstep, int32_t ntaps,
                      int32_t ic, int64_t ldw, const float *restrict bias, int64_t rows, const nm_conv_add *add,
                      float *y, int64_t ldy) {
     float wc[OC1_MAX];
     for (int32_t q = 0; q < ntaps; q++)
         for (int32_t i = 0; i < ic; i++) wc[q * ic + i] = w[q * wstep + i * ldw];
-    for (int64_t r = 0; r < rows; r += 4) {
-        const int nr = rows - r < 4 ? (int)(rows - r) : 4;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int32_t q = 0; q < ntaps; q++)
-            for (int32_t i = 0; i < ic; i += 16) {
-                const __mmask16 mk = ic - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ic - i)) - 1);
-                const __m512 wv = _mm512_maskz_loadu_ps(mk, wc + q * ic + i);
-                for (int t = 0; t < nr; t++)
-                    acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(mk, x + (r + t + q * xstep) * ic + i), acc[t]);
-            }
+    const float b = bias ? bias[0] : 0.0f;
+    for (int64_t r = 0; r < rows; r += OC1_ROWS) {
+        const int nr = rows - r < OC1_ROWS ? (int)(rows - r) : OC1_ROWS;
+        float sums[OC1_ROWS];
+        if (nr == OC1_ROWS) {
+            __m512 acc[OC1_ROWS];
+            _Pragma("GCC unroll 8") for (int t = 0; t < OC1_ROWS; t++) acc[t] = oc1_row(x + (r + t) * ic, xstep, wc, ntaps, ic);
+            _Pragma("GCC unroll 8") for (int t = 0; t < OC1_ROWS; t++) sums[t] = _mm512_reduce_add_ps(acc[t]);
+        } else
+            for (int t = 0; t < nr; t++) sums[t] = _mm512_reduce_add_ps(oc1_row(x + (r + t) * ic, xstep, wc, ntaps, ic));
         for (int t = 0; t < nr; t++) {
             const int64_t at = (r + t) * ldy;
-            float v = (bias ? bias[0] : 0.0f) + _mm512_reduce_add_ps(acc[t]);
+            float v = b + sums[t];
             if (add && add->a) v += add->a[at];
             if (add && add->b) v += add->b[at];
             y[at] = add ? v * add->scale : v;

@@ -113,7 +113,8 @@ enum nm_op_kind {
     NM_OP_CONV_T1D,  // PyTorch's ConvTranspose1d on frame-major rows: src0 x [n, ic], src1 weight [ic][oc][k] (f32
                      // ne = {k, oc, ic}, f16 / q8_0 {k oc, ic}), src2 bias [oc] or NULL, dst [n_out, oc], n_out = (n - 1) stride - 2 pad
                      // + k: dst[t][o] = bias[o] + sum over (s, j) with s stride + j - pad = t of sum_c w[c][o][j]
-                     // act(x[s][c]); act as CONV1D's (f0). i0 = stride, i1 = pad
+                     // act(x[s][c]); act as CONV1D's (f0). i0 = stride, i1 = pad, i3 = x's first row's index
+                     // in a whole sequence (as CONV1D's i3)
     NM_OP_COUNT
 };
 

@@ -93,7 +93,7 @@ NM_TEST(conv1d_matches_reference) {
             nm_conv1d_pack(&c, w, pk);
             NM_CHECK(!c.wx == !nm_conv_amx_for(c.ic, c.oc, c.k) && !c.w != !c.wx && !(g_force_f32 && c.wx));
             // Winograd's form exactly where allowed: f32, 3 .. n - 2 taps, 16 channels or more each side
-            const bool wino = c.winograd && !c.wx && c.k >= 3 && c.k <= c.winograd - 2 && c.ic >= 16 && c.oc >= 16 &&
+            const bool wino = c.winograd && !c.wx && c.k >= 2 && c.k <= c.winograd - 2 && c.ic >= 16 && c.oc >= 16 &&
                               !getenv("NM_NO_WINOGRAD");
             NM_CHECK(wino == (c.wm > 0) && (!wino || c.wm == c.winograd + 1 - c.k));
             amx_cases += c.wx != NULL;
@@ -211,25 +211,41 @@ NM_TEST(gate_tanh_match_libm) {
 NM_TEST(conv_t1d_matches_reference) {
     const struct { int32_t ic, oc, k, stride; int64_t n; } cs[] = {
         {256, 128, 16, 8, 40}, {128, 64, 16, 8, 1}, {64, 32, 8, 4, 700}, {6, 3, 4, 2, 9}, {5, 7, 3, 1, 20},
-        {4, 20, 3, 4, 9}, {8, 50, 5, 2, 300}, {32, 16, 3, 4, 33}, {64, 48, 4, 2, 250},
+        {4, 20, 3, 4, 9}, {8, 50, 5, 2, 300}, {32, 16, 3, 4, 33}, {64, 48, 4, 2, 250}, {48, 20, 6, 3, 57},
+        {32, 16, 12, 4, 100}, {16, 16, 5, 2, 31}, {16, 8, 16, 8, 2}, {24, 24, 4, 4, 40},
     };
-    for (int round = 0; round < 2; round++)
+    int stacked_cases = 0;
+    for (int round = 0; round < 3; round++) // (this CPU's, the f32 kernels' (stacked in Winograd's form), phase by phase)
         for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
             pick(round);
             const int64_t nw = (int64_t)cs[i].ic * cs[i].oc * cs[i].k;
             float *w = randv(nw), *b = randv(cs[i].oc), *x = randv(cs[i].n * cs[i].ic);
             const float slope = i % 2 ? 0.1f : 1.0f;
             nm_conv_t1d c = {.bias = b, .ic = cs[i].ic, .oc = cs[i].oc, .k = cs[i].k, .stride = cs[i].stride,
-                             .pad = (cs[i].k - cs[i].stride) / 2, .in_slope = slope};
+                             .pad = (cs[i].k - cs[i].stride) / 2, .in_slope = slope, .winograd = round < 2 ? 10 : 0};
             float *pk = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv_t1d_packed_size(&c) + 15) & ~15));
             nm_conv_t1d_pack(&c, w, pk);
             NM_CHECK(!c.wx == !nm_conv_amx_for(c.ic, c.oc, c.k) && !c.w != !c.wx);
+            // stacked exactly where allowed: f32, 2 .. 8 taps a phase, 16 channels or more in and stacked
+            const int32_t q = (c.k + c.stride - 1) / c.stride;
+            const bool st = c.winograd && !c.wx && q >= 2 && q <= 8 && c.ic >= 16 && c.stride * c.oc >= 16 &&
+                            !getenv("NM_NO_WINOGRAD");
+            NM_CHECK(st == (c.wm > 0) && (!st || c.wm == 11 - q));
+            stacked_cases += c.wm > 0;
             const int64_t n_out = (cs[i].n - 1) * c.stride - 2 * (int64_t)c.pad + c.k;
             float *y = randv(n_out * c.oc), *r = randv(n_out * c.oc), *y2 = randv(n_out * c.oc);
             float *work = aligned_alloc(64, sizeof(float) * (size_t)((nm_conv_t1d_work(&c, 2) + 15) & ~15));
-            NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y, work, NULL) == n_out);
-            NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, y2, work, g_pool) == n_out);
+            NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, 0, y, work, NULL) == n_out);
+            NM_CHECK(nm_conv_t1d_run(&c, x, cs[i].n, 0, y2, work, g_pool) == n_out);
             NM_CHECK(!memcmp(y, y2, sizeof(float) * (size_t)(n_out * c.oc)));
+            // a part (inputs from row p0 on, org p0): the whole's outputs bit for bit past the reach of
+            // its first rows (the stacked tiles' too)
+            const int64_t p0 = cs[i].n / 2 + 1, from = ((c.wm ? c.wm - 1 : 0) + q) * (int64_t)c.stride;
+            if (cs[i].n - p0 >= 1 && n_out - p0 * c.stride > from) {
+                const int64_t np = n_out - p0 * c.stride;
+                NM_CHECK(nm_conv_t1d_run(&c, x + p0 * c.ic, cs[i].n - p0, p0, y2, work, g_pool) == np);
+                NM_CHECK(!memcmp(y2 + from * c.oc, y + (p0 * c.stride + from) * c.oc, sizeof(float) * (size_t)((np - from) * c.oc)));
+            }
             free(y2);
             NM_CHECK(nm_conv_t1d_ref(&c, w, x, cs[i].n, r) == n_out);
             // one output from PyTorch's layout [ic][oc][k]
@@ -242,12 +258,13 @@ NM_TEST(conv_t1d_matches_reference) {
                         want += (double)w[((int64_t)ic * c.oc + 1 % c.oc) * c.k + j] * fmaxf(x[s * c.ic + ic], slope * x[s * c.ic + ic]);
             }
             NM_CHECK(fabs(r[t * c.oc + 1 % c.oc] - want) < 1e-4 * (1 + fabs(want)));
-            const double e = rel_err(y, r, n_out * c.oc), bound = c.wx ? AMX_BOUND : F32_BOUND;
+            const double e = rel_err(y, r, n_out * c.oc), bound = c.wx ? AMX_BOUND : c.wm ? WINO_BOUND : F32_BOUND;
             NM_CHECK(e < bound);
-            if (!(e < bound)) printf("  case %zu (%s): relative error %g\n", i, c.wx ? "amx" : "f32", e);
+            if (!(e < bound)) printf("  case %zu (%s): relative error %g\n", i, c.wx ? "amx" : c.wm ? "stacked" : "f32", e);
             free(w), free(pk), free(b), free(x), free(y), free(r), free(work);
         }
     pick(-1);
+    NM_CHECK(getenv("NM_NO_WINOGRAD") || stacked_cases >= 8);
 }
 
 // A bench, not a test (NM_PIPER_BENCH=1): nm_conv1d_run's rate on the two threads of g_pool for the
@@ -393,17 +410,18 @@ NM_TEST(conv_ops_on_each_backend) {
                 w2.ne[1] = ic + 1; // (the weight's input channels against x's)
                 bad = op, bad.src1 = &w2;
                 NM_CHECK(!nm_backend_supports_op(be, &bad) && nm_backend_prepare_op(be, &bad, &copied) != NM_OK);
-                // the same weight at a far wider dilation (its workspace grows at prepare): the definition's sums
+                // the same weight at a far wider dilation (its workspace grows at prepare; Winograd's tiles past
+                // 48 rows a group): the definition's sums
                 nm_op wide = op;
-                wide.add[0] = wide.add[1] = NULL, wide.f1 = 1.0f, wide.i0 = 40, wide.i1 = wide.i2 = 40 * (k - 1) / 2;
+                wide.add[0] = wide.add[1] = NULL, wide.f1 = 1.0f, wide.i0 = 100, wide.i1 = wide.i2 = 100 * (k - 1) / 2;
                 NM_CHECK(nm_backend_supports_op(be, &wide) && nm_backend_prepare_op(be, &wide, &copied) == NM_OK);
                 NM_CHECK(nm_backend_run(be, &wide, 1) == NM_OK);
                 NM_CHECK(nm_backend_tensor_get(be, &td, 0, got, sizeof(float) * (size_t)(n_out * oc)) == NM_OK);
-                const nm_conv1d c40 = {.bias = b, .ic = ic, .oc = oc, .k = k, .dil = 40, .in_slope = slope};
-                float *r40 = randv(n_out * oc);
-                NM_CHECK(nm_conv1d_ref(&c40, w, x, n, 40 * (k - 1) / 2, 40 * (k - 1) / 2, r40) == n_out);
-                NM_CHECK(rel_err(got, r40, n_out * oc) < AMX_BOUND);
-                free(r40);
+                const nm_conv1d c100 = {.bias = b, .ic = ic, .oc = oc, .k = k, .dil = 100, .in_slope = slope};
+                float *r100 = randv(n_out * oc);
+                NM_CHECK(nm_conv1d_ref(&c100, w, x, n, 100 * (k - 1) / 2, 100 * (k - 1) / 2, r100) == n_out);
+                NM_CHECK(rel_err(got, r100, n_out * oc) < WINO_BOUND);
+                free(r100);
             }
             if (cs[i].wt == NM_TYPE_Q8_0 && !cs[i].t) { // the same bytes read as another split (ic / 2, 2 k): refused
                 nm_buffer *bh, *by;
@@ -441,6 +459,17 @@ NM_TEST(conv_ops_on_each_backend) {
             NM_CHECK(nm_backend_run(be, &op, 1) == NM_ERR_INVALID_ARG && strstr(nm_backend_last_error(be), "overlaps"));
             op.dst = &ty, op.i0 = 500000, op.i1 = op.i2 = 500000; // (a dilation beyond the workspace prepared)
             NM_CHECK(nm_backend_run(be, &op, 1) == NM_ERR_INVALID_ARG && strstr(nm_backend_last_error(be), "dilation"));
+            // a transposed convolution packed stacked (Winograd's form: its stride's phases side by side) run
+            // with another stride: refused (the stacked weights hold the stride they were packed for)
+            static float wt[16 * 16 * 4], xt[16 * 5], yt[16 * 20];
+            for (int q = 0; q < 16 * 16 * 4; q++) wt[q] = frand();
+            nm_tensor tw2 = {.type = NM_TYPE_F32, .ne = {4, 16, 16, 1}, .offs = (size_t)(uintptr_t)wt},
+                      tx2 = nm_tensor_at(xt, NM_TYPE_F32, 16, 5), ty2 = nm_tensor_at(yt, NM_TYPE_F32, 16, 10);
+            nm_op ot = {.kind = NM_OP_CONV_T1D, .src0 = &tx2, .src1 = &tw2, .dst = &ty2, .f0 = 1, .i0 = 2, .i1 = 1};
+            NM_CHECK(nm_backend_prepare_op(be, &ot, &copied) == NM_OK && nm_backend_run(be, &ot, 1) == NM_OK);
+            ty2 = nm_tensor_at(yt, NM_TYPE_F32, 16, 20), ot.i0 = 4, ot.i1 = 0;
+            const nm_conv_t1d probe = {.ic = 16, .oc = 16, .k = 4, .stride = 2, .winograd = NM_CONV_OP_WINO};
+            NM_CHECK(nm_backend_run(be, &ot, 1) == (nm_conv_t1d_wino_m(&probe) ? NM_ERR_INVALID_ARG : NM_OK));
         }
         nm_backend_free(be);
     }
@@ -568,12 +597,12 @@ NM_TEST(piper_stream_same_samples) {
         NM_CHECK(nm_vits_synth(v, NULL, ids, n, &s, &whole, &nw, err, sizeof err) == NM_OK);
         nm_vits_ctx *two = NULL;
         NM_CHECK(nm_vits_ctx_create(v, NULL, 2, &two, err, sizeof err) == NM_OK && two);
-        // the decoder's reach on this CPU: the direct form's, or (Winograd's tiles) 24 frames for this voice
+        // the decoder's reach on this CPU: the direct form's, or (Winograd's tiles) 33 frames for this voice
         const nm_conv1d hifi = {.ic = 128, .oc = 128, .k = 3, .winograd = NM_CONV_OP_WINO};
-        NM_CHECK(nm_vits_ctx_reach(two) == (nm_conv1d_wino_m(&hifi) ? 24 : in->reach));
-        // (20 and 121 of the 226 frames, one thread and two: the rest's decoder and flow from frames 97 and
-        // 17 on (Winograd's tiles; 108 and 76 with AMX's), or 0; 3 frames: fewer than the reach)
-        static const int32_t firsts[] = {20, 121, 121, 3};
+        NM_CHECK(nm_vits_ctx_reach(two) == (nm_conv1d_wino_m(&hifi) ? 33 : in->reach));
+        // (20 and 122 of the 226 frames, one thread and two: the rest's decoder and flow from frames 89 and
+        // 9 on with Winograd's tiles, off their grids (108 and 76 with AMX's), or 0; 3 frames: fewer than the reach)
+        static const int32_t firsts[] = {20, 122, 122, 3};
         for (int k = 0; k < 4; k++) {
             const int32_t first = firsts[k];
             parts p = {0};

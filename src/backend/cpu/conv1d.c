@@ -45,7 +45,7 @@ bool nm_conv_amx_for(int32_t ic, int32_t oc, int32_t k) {
 static const double wino_pts[WINO_N - 1] = {0, 1, -1, 2, -2, 0.5, -0.5, 1.5, -1.5};
 
 int32_t nm_conv1d_wino_tile(int32_t k, int32_t points) {
-    return (points == 6 || points == 8 || points == 10) && k >= 3 && k <= points - 2 ? points - k + 1 : 0;
+    return (points == 6 || points == 8 || points == 10) && k >= 2 && k <= points - 2 ? points - k + 1 : 0;
 }
 
 int32_t nm_conv1d_wino_m(const nm_conv1d *c) {
@@ -57,7 +57,14 @@ int64_t nm_conv1d_packed_size(const nm_conv1d *c) {
     const int32_t m = nm_conv1d_wino_m(c), n = m + c->k - 1;
     return m ? (int64_t)n * c->ic * ocp_of(c->oc) + m * n + n * n : (int64_t)c->k * c->ic * ocp_of(c->oc);
 }
-int64_t nm_conv_t1d_packed_size(const nm_conv_t1d *c) { return (int64_t)c->k * c->ic * ocp_of(c->oc); }
+static nm_conv1d stacked(const nm_conv_t1d *c);
+int64_t nm_conv_t1d_packed_size(const nm_conv_t1d *c) {
+    if (nm_conv_t1d_wino_m(c)) {
+        nm_conv1d sc = stacked(c);
+        return nm_conv1d_packed_size(&sc);
+    }
+    return (int64_t)c->k * c->ic * ocp_of(c->oc);
+}
 
 // Toom-Cook's F(m, r) on the points wino_pts[0 .. n - 2] and infinity, n = m + r - 1: the correlation
 // y_s = sum_q g_q d_{s+q} (s < m) is y = AT [(G g) .* (BT d)], with V the n x n evaluation matrix (row
@@ -155,7 +162,21 @@ static void pack(const float *src, int64_t si, int64_t so, int64_t sj, int32_t i
 
 // Winograd's weights U_p[i][o] = sum_q G[p][q] W[o][i][q] (src [oc][ic][k]) as [n][ic][ocp], then A^T and
 // B^T as floats.
-static void pack_wino(const float *src, int32_t ic, int32_t oc, int32_t k, int32_t m, float *dst) {
+// A weight as pack_wino reads it: W[o][i][j] = p[i si + o so + j sj]; a transposed convolution's stacked
+// taps where stride > 0 (tconv_oc its channels): output o = r tconv_oc + oo, tap j the transposed
+// convolution's r + (q - 1 - j) stride, zero past its k.
+typedef struct wsrc {
+    const float *p;
+    int64_t si, so, sj;
+    int32_t stride, tconv_oc, tconv_k, q;
+} wsrc;
+static float wsrc_at(const wsrc *s, int32_t i, int32_t o, int32_t j) {
+    if (!s->stride) return s->p[i * s->si + o * s->so + j * s->sj];
+    const int32_t tap = o / s->tconv_oc + (s->q - 1 - j) * s->stride;
+    return tap < s->tconv_k ? s->p[i * s->si + (o % s->tconv_oc) * s->so + tap * s->sj] : 0.0f;
+}
+
+static void pack_wino(const wsrc *src, int32_t ic, int32_t oc, int32_t k, int32_t m, float *dst) {
     const int32_t n = m + k - 1, ocp = ocp_of(oc);
     double at[WINO_N * WINO_N], g[WINO_N * 7], bt[WINO_N * WINO_N];
     wino_mats(m, k, at, g, bt);
@@ -163,7 +184,7 @@ static void pack_wino(const float *src, int32_t ic, int32_t oc, int32_t k, int32
         for (int32_t i = 0; i < ic; i++)
             for (int32_t o = 0; o < ocp; o++) {
                 double u = 0;
-                for (int32_t q = 0; o < oc && q < k; q++) u += g[p * k + q] * src[((int64_t)o * ic + i) * k + q];
+                for (int32_t q = 0; o < oc && q < k; q++) u += g[p * k + q] * wsrc_at(src, i, o, q);
                 dst[(((int64_t)p * ocp + (o / PANEL) * PANEL) * ic + (int64_t)i * PANEL) + o % PANEL] = (float)u;
             }
     float *tail = dst + (int64_t)n * ic * ocp;
@@ -174,15 +195,34 @@ static void pack_wino(const float *src, int32_t ic, int32_t oc, int32_t k, int32
 void nm_conv1d_pack(nm_conv1d *c, const float *src, float *dst) {
     const bool amx = nm_conv_amx_for(c->ic, c->oc, c->k);
     c->wm = nm_conv1d_wino_m(c);
-    if (c->wm) pack_wino(src, c->ic, c->oc, c->k, c->wm, dst);
+    if (c->wm) pack_wino(&(wsrc){.p = src, .si = c->k, .so = (int64_t)c->ic * c->k, .sj = 1}, c->ic, c->oc, c->k, c->wm, dst);
     else pack(src, c->k, (int64_t)c->ic * c->k, 1, c->ic, c->oc, c->k, amx, dst); // src [oc][ic][k]
     c->w = amx ? NULL : dst;
     c->wx = amx ? (const uint16_t *)(const void *)dst : NULL;
 }
 
+// The stacked convolution of a transposed one (nm_conv_t1d's comment), its weights c's.
+static int32_t t_q(const nm_conv_t1d *c) { return (c->k + c->stride - 1) / c->stride; }
+static nm_conv1d stacked(const nm_conv_t1d *c) {
+    return (nm_conv1d){.w = c->w, .ic = c->ic, .oc = c->stride * c->oc, .k = t_q(c), .dil = 1, .in_slope = c->in_slope,
+                       .winograd = c->winograd, .wm = c->wm};
+}
+
+int32_t nm_conv_t1d_wino_m(const nm_conv_t1d *c) {
+    if (c->stride < 1 || t_q(c) < 2 || nm_conv_amx_for(c->ic, c->oc, c->k)) return 0;
+    const nm_conv1d sc = stacked(c);
+    return nm_conv1d_wino_m(&sc);
+}
+
 void nm_conv_t1d_pack(nm_conv_t1d *c, const float *src, float *dst) {
     const bool amx = nm_conv_amx_for(c->ic, c->oc, c->k);
-    pack(src, (int64_t)c->oc * c->k, c->k, 1, c->ic, c->oc, c->k, amx, dst); // src [ic][oc][k]
+    c->wm = nm_conv_t1d_wino_m(c);
+    if (c->wm) { // src [ic][oc][k]
+        const wsrc ws = {.p = src, .si = (int64_t)c->oc * c->k, .so = c->k, .sj = 1, .stride = c->stride,
+                         .tconv_oc = c->oc, .tconv_k = c->k, .q = t_q(c)};
+        pack_wino(&ws, c->ic, c->stride * c->oc, t_q(c), c->wm, dst);
+    } else
+        pack(src, (int64_t)c->oc * c->k, c->k, 1, c->ic, c->oc, c->k, amx, dst);
     c->w = amx ? NULL : dst;
     c->wx = amx ? (const uint16_t *)(const void *)dst : NULL;
 }
@@ -541,7 +581,44 @@ int64_t nm_conv1d_ref(const nm_conv1d *c, const float *w, const float *x, int64_
 
 static int64_t t_taps(const nm_conv_t1d *c) { return (c->k + c->stride - 1) / c->stride; } // the most a phase has
 static int64_t t_per_thread(const nm_conv_t1d *c) { return (CHUNK + 2 * NM_CONV_ROWS + t_taps(c)) * c->ic; }
-int64_t nm_conv_t1d_work(const nm_conv_t1d *c, int threads) { return (threads > 0 ? threads : 1) * t_per_thread(c); }
+// Stacked: the stacked bias and an edge row (stride * oc each, whole vectors), then the stacked convolution's.
+static int64_t t_row(const nm_conv_t1d *c) { return ((int64_t)c->stride * c->oc + 15) & ~(int64_t)15; }
+int64_t nm_conv_t1d_work(const nm_conv_t1d *c, int threads) {
+    if (c->wm) {
+        const nm_conv1d sc = stacked(c);
+        return 2 * t_row(c) + nm_conv1d_work(&sc, threads);
+    }
+    return (threads > 0 ? threads : 1) * t_per_thread(c);
+}
+
+// Stacked: its row m is y's rows m stride - pad .. + stride; the rows [m1, m2) that lie inside y straight
+// into y, the others (at y's ends) through a row of the work, their rows inside y copied.
+static void t_stacked_run(const nm_conv_t1d *c, const float *x, int64_t n, int64_t org, int64_t n_out, float *y,
+                          float *work, nm_pool *pool) {
+    const int32_t S = c->stride, Q = t_q(c);
+    nm_conv1d sc = stacked(c);
+    float *bias = work, *row = work + t_row(c), *w2 = work + 2 * t_row(c);
+    if (c->bias)
+        for (int32_t r = 0; r < S; r++) memcpy(bias + (int64_t)r * c->oc, c->bias, sizeof(float) * (size_t)c->oc);
+    sc.bias = c->bias ? bias : NULL;
+    const int64_t m1 = (c->pad + S - 1) / S, m2 = (n_out + c->pad) / S, rows = n + Q - 1;
+    // (row m of the stacked convolution from row 0 of a run: pad_l = Q - 1 - m; pad_r for `count` rows)
+#define STACKED(m, count, out, p)                                                                                \
+    nm_conv1d_run(&sc, x, n, (int32_t)(Q - 1 - (m)), (int32_t)((count) - n - (Q - 1 - (m)) + Q - 1), org + (m), NULL, \
+                  out, w2, p)
+    if (m2 > m1) STACKED(m1, m2 - m1, y + (m1 * S - c->pad) * c->oc, pool);
+    for (int64_t m = 0; m < rows; m++) {
+        if (m >= m1 && m < m2) m = m2; // (the inner rows: done)
+        if (m >= rows) break;
+        const int64_t t0 = m * S - c->pad;
+        if (t0 + S <= 0 || t0 >= n_out) continue;
+        STACKED(m, 1, row, NULL);
+        for (int32_t r = 0; r < S; r++)
+            if (t0 + r >= 0 && t0 + r < n_out)
+                memcpy(y + (t0 + r) * c->oc, row + (int64_t)r * c->oc, sizeof(float) * (size_t)c->oc);
+    }
+#undef STACKED
+}
 
 typedef struct conv_t_job {
     const nm_conv_t1d *c;
@@ -579,9 +656,14 @@ static void conv_t_chunk(void *arg, int64_t chunk, int ith) {
     }
 }
 
-int64_t nm_conv_t1d_run(const nm_conv_t1d *c, const float *x, int64_t n, float *y, float *work, nm_pool *pool) {
+int64_t nm_conv_t1d_run(const nm_conv_t1d *c, const float *x, int64_t n, int64_t org, float *y, float *work,
+                        nm_pool *pool) {
     const int64_t n_out = (n - 1) * c->stride - 2 * (int64_t)c->pad + c->k;
     if (n <= 0 || n_out <= 0) return 0;
+    if (c->wm) {
+        t_stacked_run(c, x, n, org, n_out, y, work, pool);
+        return n_out;
+    }
     conv_t_job J = {.c = c, .x = x, .y = y, .work = work, .n = n, .n_out = n_out, .kern = nm_conv_rows_get()};
     J.tap = c->wx ? (int64_t)c->ic * c->oc * 2 : (int64_t)c->ic * PANEL; // (f32: within a panel)
     J.m_lo = -floor_div(c->stride - 1 - c->pad, c->stride), J.m_hi = floor_div(n_out - 1 + c->pad, c->stride);

@@ -102,21 +102,33 @@ int64_t nm_conv1d_ref(const nm_conv1d *c, const float *w, const float *x, int64_
 
 // A transposed convolution (PyTorch's ConvTranspose1d, weight [ic][oc][k]): stride, padding `pad` on
 // both sides; its weights packed as nm_conv1d's (nm_conv_t1d_pack: f32 panels or AMX tiles, tap by tap).
+// Where the caller allows it (winograd, as nm_conv1d's) and the f32 kernels run, a transposed
+// convolution of Q = ceil(k / stride) >= 2 taps a phase runs as one ordinary convolution of Q taps whose
+// stride * oc output channels are the phases' outputs side by side ("stacked": the inputs' row s gives
+// the outputs s * stride - pad .. + stride, a contiguous run of y), in Winograd's form (wm: its tile's
+// outputs, in input rows); the stacked rows that cross y's ends go through a row of the work first.
 typedef struct nm_conv_t1d {
     const float *w;
     const uint16_t *wx;
     const float *bias;
     int32_t ic, oc, k, stride, pad;
     float in_slope; // as nm_conv1d's
+    int32_t winograd, wm;
 } nm_conv_t1d;
 
-// Floats c's packed weight takes (c->ic, oc, k set): k * ic * ocp.
+// Floats c's packed weight takes (c->ic, oc, k, stride and winograd set): k * ic * ocp, or the stacked
+// convolution's (nm_conv1d_packed_size).
 int64_t nm_conv_t1d_packed_size(const nm_conv_t1d *c);
-// src [ic][oc][k] into dst (nm_conv_t1d_packed_size floats), c->w or c->wx pointed at it.
+// src [ic][oc][k] into dst (nm_conv_t1d_packed_size floats), c->w or c->wx pointed at it, c->wm set.
 void nm_conv_t1d_pack(nm_conv_t1d *c, const float *src, float *dst);
+// The outputs of a stacked Winograd tile packing picks for c's shape (0: phase by phase).
+int32_t nm_conv_t1d_wino_m(const nm_conv_t1d *c);
 // y[t][o] = bias[o] + sum over (s, k) with s * stride + k - pad = t of sum_ic w[ic][o][k] * act(x[s][ic]),
-// for t < n_out = (n - 1) * stride - 2 pad + k. Returns n_out. pool and work as nm_conv1d_run's.
-int64_t nm_conv_t1d_run(const nm_conv_t1d *c, const float *x, int64_t n, float *y, float *work, nm_pool *pool);
+// for t < n_out = (n - 1) * stride - 2 pad + k. Returns n_out. org: x's first row's index in the whole
+// sequence it is a part of (Winograd's tiles placed as the whole's; the reach of a stacked tile: wm - 1
+// more input rows each side). pool and work as nm_conv1d_run's.
+int64_t nm_conv_t1d_run(const nm_conv_t1d *c, const float *x, int64_t n, int64_t org, float *y, float *work,
+                        nm_pool *pool);
 int64_t nm_conv_t1d_work(const nm_conv_t1d *c, int threads);
 int64_t nm_conv_t1d_ref(const nm_conv_t1d *c, const float *w, const float *x, int64_t n, float *y); // w [ic][oc][k]
 

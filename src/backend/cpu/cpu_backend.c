@@ -656,7 +656,8 @@ static bool conv_same(const cpu_conv *e, const nm_op *op) {
     int64_t k = 0, ic = 0, oc = 0;
     nm_conv_dims(op, &k, &ic, &oc);
     return op->kind == NM_OP_CONV1D ? e->c.ic == ic && e->c.oc == oc && e->c.k == k
-                                    : e->t.ic == ic && e->t.oc == oc && e->t.k == k;
+                                    : e->t.ic == ic && e->t.oc == oc && e->t.k == k &&
+                                          (!e->t.wm || e->t.stride == op->i0); // (stacked: packed for its stride)
 }
 
 // The threads' workspace of op (its dilation or stride: e's shape), grown to it; false out of memory.
@@ -705,7 +706,7 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     cpu_conv e = {.src = src, .kind = op->kind};
     // (HiFi-GAN's convolutions, on long sequences: Winograd's form where this CPU's packing picks it)
     e.c = (nm_conv1d){.ic = ic, .oc = oc, .k = k, .dil = op->i0, .in_slope = 1.0f, .winograd = NM_CONV_OP_WINO};
-    e.t = (nm_conv_t1d){.ic = ic, .oc = oc, .k = k, .stride = op->i0, .in_slope = 1.0f};
+    e.t = (nm_conv_t1d){.ic = ic, .oc = oc, .k = k, .stride = op->i0, .in_slope = 1.0f, .winograd = NM_CONV_OP_WINO};
     const int64_t size = op->kind == NM_OP_CONV1D ? nm_conv1d_packed_size(&e.c) : nm_conv_t1d_packed_size(&e.t);
     if (!(e.packed = aligned_alloc(64, ((size_t)size * sizeof(float) + 63) / 64 * 64))) goto oom;
     float *wide = NULL; // (f16 / q8_0 weights widened to f32 for the packing)
@@ -776,7 +777,7 @@ static nm_status op_conv(nm_cpu *c, const nm_op *op) {
         nm_conv1d_run(&cv, x, n, op->i1, op->i2, op->i3, has_add ? &add : NULL, y, c->conv_work, c->pool);
     } else {
         ct.bias = bias, ct.in_slope = op->f0;
-        nm_conv_t1d_run(&ct, x, n, y, c->conv_work, c->pool);
+        nm_conv_t1d_run(&ct, x, n, op->i3, y, c->conv_work, c->pool);
     }
     return NM_OK;
 }

@@ -277,7 +277,9 @@ static int32_t dec_reach(const nm_vits *v, bool cpu) {
     for (int32_t u = 0, before = 1, ch = v->dec_init; u < v->n_ups; before *= v->ups_rate[u], u++) {
         const int32_t after = before * v->ups_rate[u];
         ch /= 2;
-        reach += ((v->ups_k[u] + v->ups_rate[u] - 1) / v->ups_rate[u] + 1) / (double)before;
+        const nm_conv_t1d up = {.ic = ch * 2, .oc = ch, .k = v->ups_k[u], .stride = v->ups_rate[u], .winograd = NM_CONV_OP_WINO};
+        const int32_t um = cpu ? nm_conv_t1d_wino_m(&up) : 0; // (stacked: its tile's other rows, input rows)
+        reach += ((v->ups_k[u] + v->ups_rate[u] - 1) / v->ups_rate[u] + 1 + (um > 1 ? um - 1 : 0)) / (double)before;
         double widest = 0;
         for (int32_t j = 0; j < v->n_res; j++) {
             double r = 0;
@@ -577,7 +579,7 @@ static int64_t dec_op(const nm_vits_ctx *cx, const dconv *c, nm_tensor *ts, int6
     ts[1].ne[0] = c->oc, ts[1].ne[1] = n_out, ts[1].ne[2] = ts[1].ne[3] = 1;
     *op = (nm_op){.kind = c->t ? NM_OP_CONV_T1D : NM_OP_CONV1D, .src0 = &ts[0], .src1 = &c->w,
                   .src2 = c->bias ? &cx->bias[c->id] : NULL, .dst = &ts[1], .f0 = c->slope, .f1 = scale,
-                  .i0 = c->t ? c->stride : c->dil, .i1 = pad, .i2 = c->t ? 0 : pad, .i3 = c->t ? 0 : (int32_t)org};
+                  .i0 = c->t ? c->stride : c->dil, .i1 = pad, .i2 = c->t ? 0 : pad, .i3 = (int32_t)org};
     for (int i = 0; i < 2; i++) {
         const nm_tensor *add = i ? b : a;
         if (!add) continue;

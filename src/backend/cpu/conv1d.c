@@ -208,10 +208,16 @@ static nm_conv1d stacked(const nm_conv_t1d *c) {
                        .winograd = c->winograd, .wm = c->wm};
 }
 
+// Stacked only where its Winograd weights stay small (T_STACK_MAX floats): they are n / Q times the
+// phases' and read once per chunk of inputs, and an upsampling at the frame rate (HiFi-GAN's first:
+// 256 -> 1024 stacked channels, 10.5 MB, ~30 tiles a sentence) streamed them for little work: 30 -> 76
+// ms of 88 s of speech, where its last (64 -> 128, 0.3 MB, 16000 rows) went 66 -> 54 ms.
+#define T_STACK_MAX (1 << 18)
 int32_t nm_conv_t1d_wino_m(const nm_conv_t1d *c) {
     if (c->stride < 1 || t_q(c) < 2 || nm_conv_amx_for(c->ic, c->oc, c->k)) return 0;
     const nm_conv1d sc = stacked(c);
-    return nm_conv1d_wino_m(&sc);
+    const int32_t m = nm_conv1d_wino_m(&sc);
+    return m && nm_conv1d_packed_size(&(nm_conv1d){.ic = sc.ic, .oc = sc.oc, .k = sc.k, .winograd = sc.winograd}) <= T_STACK_MAX ? m : 0;
 }
 
 void nm_conv_t1d_pack(nm_conv_t1d *c, const float *src, float *dst) {

@@ -79,6 +79,7 @@ NM_TEST(conv1d_matches_reference) {
         {64, 48, 3, 2, 2, 2, 61, true},    {96, 16, 1, 1, 0, 0, 17, false},  {32, 64, 5, 6, 12, 12, 400, true},
         {20, 17, 3, 1, 1, 1, 5, true},     {128, 128, 7, 2, 6, 6, 3000, true}, {48, 16, 4, 1, 1, 2, 33, false},
         {16, 16, 6, 3, 0, 0, 40, true},    {16, 32, 7, 1, 3, 3, 2, true},      {24, 16, 3, 64, 64, 64, 300, true},
+        {16, 20, 8, 2, 7, 7, 90, true},    {32, 16, 2, 3, 1, 2, 41, false},
     };
     int amx_cases = 0, wino_cases = 0;
     for (int round = 0; round < 4; round++)
@@ -141,7 +142,7 @@ NM_TEST(conv1d_matches_reference) {
         }
     pick(-1);
     if (!nm_conv_amx_for(32, 16, 3)) printf("  (no AMX here, or NM_NO_AMX=1: the f32 kernel only)\n");
-    else NM_CHECK(amx_cases == 5);
+    else NM_CHECK(amx_cases == 6);
     NM_CHECK(getenv("NM_NO_WINOGRAD") || wino_cases >= 20);
     // an input shorter than the kernel's reach, unpadded: no output
     float w[16 * 6 * 3] = {0}, x[2 * 6] = {0}, y[6];

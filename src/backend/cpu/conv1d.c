@@ -160,8 +160,8 @@ static void pack(const float *src, int64_t si, int64_t so, int64_t sj, int32_t i
                         }
 }
 
-// Winograd's weights U_p[i][o] = sum_q G[p][q] W[o][i][q] (src [oc][ic][k]) as [n][ic][ocp], then A^T and
-// B^T as floats.
+// Winograd's weights U_p[i][o] = sum_q G[p][q] W[o][i][q] as [n][ocp / PANEL][ic][PANEL], then A^T and B^T
+// as floats.
 // A weight as pack_wino reads it: W[o][i][j] = p[i si + o so + j sj]; a transposed convolution's stacked
 // taps where stride > 0 (tconv_oc its channels): output o = r tconv_oc + oo, tap j the transposed
 // convolution's r + (q - 1 - j) stride, zero past its k.
@@ -178,7 +178,7 @@ static float wsrc_at(const wsrc *s, int32_t i, int32_t o, int32_t j) {
 
 static void pack_wino(const wsrc *src, int32_t ic, int32_t oc, int32_t k, int32_t m, float *dst) {
     const int32_t n = m + k - 1, ocp = ocp_of(oc);
-    double at[WINO_N * WINO_N], g[WINO_N * 7], bt[WINO_N * WINO_N];
+    double at[WINO_N * WINO_N], g[WINO_N * WINO_N], bt[WINO_N * WINO_N]; // (g: n x k, k <= n - 2)
     wino_mats(m, k, at, g, bt);
     for (int32_t p = 0; p < n; p++) // ([p][panel][ic][PANEL])
         for (int32_t i = 0; i < ic; i++)
@@ -499,9 +499,12 @@ static void wino_chunk(void *arg, int64_t chunk, int ith) {
         }
         J->win(xr, n, c->ic, c->in_slope, bt, V + u * c->ic, tcp * c->ic);
     }
-    for (int32_t p = 0; p < n; p++) // ([p][panel][ic][PANEL]: a part's panels from o0 / PANEL)
+    for (int32_t p = 0; p < n; p++) { // ([p][panel][ic][PANEL]: a part's panels from o0 / PANEL)
+        // (the rows the row kernels may read past the tiles, up to NM_CONV_ROWS: zeros, not stale values)
+        memset(V + (p * tcp + tiles) * c->ic, 0, sizeof(float) * (size_t)((up_rows(tiles) - tiles) * c->ic));
         kern_panels(J->kern, V + p * tcp * c->ic, 0, c->w + ((int64_t)p * ocp + o0) * c->ic, 0,
                     (int64_t)PANEL * c->ic, 1, c->ic, w, NULL, tiles, NULL, M + p * tcp * ocp + o0, ocp);
+    }
     for (int64_t u = 0; u < tiles; u++) { // outputs t + s d, s in [s0, s1), inside y
         const int64_t t = TILE_T(u), s0 = t < 0 ? (-t + d - 1) / d : 0, last = floor_div(J->n_out - 1 - t, d);
         const int64_t s1 = last + 1 < m ? last + 1 : m;

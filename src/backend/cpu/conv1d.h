@@ -16,7 +16,7 @@
 //   of each operand, relative error ~1e-5 where one BF16 product has ~4e-3).
 // Where the caller allows it (nm_conv1d.winograd: long sequences; the weights take
 // n / k times the memory) and AMX does not take the shape, a convolution of
-// 3 .. n - 2 taps runs Winograd's (Toom-Cook's) minimal filtering F(m, k)
+// 2 .. n - 2 taps runs Winograd's (Toom-Cook's) minimal filtering F(m, k)
 // instead: tiles of m = n - k + 1 outputs (n = 6, 8 or 10 points: 0, +-1, +-2,
 // +-1/2, +-3/2 in that order, then infinity; dilated tiles interleaved), each
 // tile's inputs transformed to n rows (B^T, the activation applied as they are
@@ -70,7 +70,7 @@ void nm_conv1d_pack(nm_conv1d *c, const float *src, float *dst);
 // The outputs of a Winograd tile packing picks for c's shape (0: the direct form; NM_NO_WINOGRAD=1: never).
 int32_t nm_conv1d_wino_m(const nm_conv1d *c);
 // The outputs of a Winograd tile of `points` points (6, 8 or 10) for k taps, wherever the form is
-// picked (0: k outside 3 .. points - 2, or points not one of those).
+// picked (0: k outside 2 .. points - 2, or points not one of those).
 int32_t nm_conv1d_wino_tile(int32_t k, int32_t points);
 // The points the CPU backend's NM_OP_CONV1D allows (HiFi-GAN's convolutions: long sequences, and at the
 // voice's output the rounding of 10 points costs < 1 dB of SNR against onnxruntime).
@@ -91,8 +91,9 @@ typedef struct nm_conv_add {
 // nm_conv1d_work(c, threads) floats, 64-byte aligned. y must not overlap x (it may be add->a or add->b).
 int64_t nm_conv1d_run(const nm_conv1d *c, const float *x, int64_t n, int32_t pad_l, int32_t pad_r, int64_t org,
                       const nm_conv_add *add, float *y, float *work, nm_pool *pool);
-// The rows of input each side of an output its computed value depends on: dil (k - 1) / 2 rounded up,
-// plus (wm - 1) dil in Winograd's form (a tile's other outputs' inputs enter its sums' rounding).
+// The rows of input each side of an output its computed value depends on, for a centred padding: dil
+// (k - 1) / 2 rounded up, plus (wm - 1) dil in Winograd's form (a tile's other outputs' inputs enter its
+// sums' rounding).
 int64_t nm_conv1d_reach(int32_t k, int32_t dil, int32_t wm);
 int64_t nm_conv1d_work(const nm_conv1d *c, int threads);
 // The reference: plain loops over the definition above on PyTorch's weight w [oc][ic][k] (c's own

@@ -5,7 +5,8 @@
 // FMAs. Wider blocks of fewer rows (4 vectors by 6) read the weights, which
 // outgrow L1 (7 taps x 64 channels x 64 is 112 KiB), from L2 twice as often
 // per FMA and ran at a third of the rate. Each sum is one FMA chain: bias, then tap,
-// then input channel, the reference's order. The pragma adds AVX-512F to
+// then input channel, the reference's order (but one output channel's: below).
+// Winograd's transforms (conv1d.h) follow. The pragma adds AVX-512F to
 // these functions, which conv1d.c hands out only where cpuid reports it.
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,avx512f"))), apply_to = function)
@@ -73,7 +74,8 @@ BLOCK(1, 12)
 
 // One output channel (HiFi-GAN's last convolution, 32 channels to 1): the lanes hold input channels, not
 // output channels (15 of 16 lanes would be padding), each row a dot product of its taps' inputs with the
-// weights (gathered from their column first), 4 rows at a time; one sum in a fixed order per row.
+// weights (gathered from their column first), 8 rows at a time; one sum in a fixed order per row (lane by
+// lane, then the lanes': not the reference's order, within its rounding).
 #define OC1_MAX 4096
 #define OC1_ROWS 8
 static inline __m512 oc1_row(const float *restrict x, int64_t xstep, const float *restrict wc, int32_t ntaps, int32_t ic) {

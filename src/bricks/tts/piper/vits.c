@@ -579,7 +579,8 @@ static int64_t dec_op(const nm_vits_ctx *cx, const dconv *c, nm_tensor *ts, int6
     ts[1].ne[0] = c->oc, ts[1].ne[1] = n_out, ts[1].ne[2] = ts[1].ne[3] = 1;
     *op = (nm_op){.kind = c->t ? NM_OP_CONV_T1D : NM_OP_CONV1D, .src0 = &ts[0], .src1 = &c->w,
                   .src2 = c->bias ? &cx->bias[c->id] : NULL, .dst = &ts[1], .f0 = c->slope, .f1 = scale,
-                  .i0 = c->t ? c->stride : c->dil, .i1 = pad, .i2 = c->t ? 0 : pad, .i3 = (int32_t)org};
+                  .i0 = c->t ? c->stride : c->dil, .i1 = pad, .i2 = c->t ? 0 : pad,
+                  .i3 = (int32_t)org}; // (< 2^31: an utterance is at most 10 minutes of samples)
     for (int i = 0; i < 2; i++) {
         const nm_tensor *add = i ? b : a;
         if (!add) continue;

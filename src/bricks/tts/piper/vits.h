@@ -85,9 +85,9 @@ nm_status nm_vits_synth(const nm_vits *v, nm_vits_ctx *ctx, const int32_t *ids, 
                         float **pcm, int64_t *n_pcm, char *err, size_t err_size);
 // As nm_vits_synth, the samples handed to emit as they are made (borrowed for the call; last: the
 // utterance's end; a status emit returns stops the synthesis and is returned). first_frames > 0:
-// where the utterance has more than first_frames and twice the decoder's and the flow's reaches more
-// frames (the decoder's: nm_vits_info.reach, further on a CPU whose backend runs Winograd's tiles,
-// conv1d.h), the decoder makes the first first_frames frames' samples first, each part with the frames
+// where the utterance has more than first_frames and twice the decoder's reach more frames
+// (nm_vits_info.reach, further on a CPU whose backend runs Winograd's tiles: nm_vits_ctx_reach), the
+// decoder makes the first first_frames frames' samples first, each part with the frames
 // it reaches beyond its inner edge, so the samples are the whole's, bit for bit.
 typedef nm_status (*nm_vits_emit_fn)(void *user, const float *pcm, int64_t n, bool last);
 nm_status nm_vits_synth_stream(const nm_vits *v, nm_vits_ctx *ctx, const int32_t *ids, int32_t n, const nm_vits_scales *s,

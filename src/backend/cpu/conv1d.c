@@ -270,7 +270,7 @@ void nm_wino_in_ref(const float *const *xr, int32_t n, int32_t ic, float slope, 
         for (int32_t i = 0; i < ic; i++) {
             float acc = 0.0f;
             for (int32_t j = 0; j < n; j++)
-                if (xr[j] && bt[p * n + j] != 0.0f) acc += bt[p * n + j] * act(xr[j][i], slope);
+                if (bt[p * n + j] != 0.0f) acc += bt[p * n + j] * act(xr[j][i], slope);
             v[p * vstep + i] = acc;
         }
 }
@@ -433,7 +433,7 @@ int64_t nm_conv1d_reach(int32_t k, int32_t dil, int32_t wm) {
 static int64_t wino_groups_max(const nm_conv1d *c) { return c->dil < WINO_TILES ? WINO_TILES / c->dil : 1; }
 static int64_t wino_tcp(const nm_conv1d *c) { return up_rows(wino_groups_max(c) * c->dil); }
 static int64_t conv_per_thread(const nm_conv1d *c) {
-    if (c->wm) return (int64_t)(c->wm + c->k - 1) * wino_tcp(c) * (c->ic + ocp_of(c->oc));
+    if (c->wm) return (int64_t)(c->wm + c->k - 1) * wino_tcp(c) * (c->ic + ocp_of(c->oc)) + up_to(c->ic, 16);
     return (CHUNK + NM_CONV_ROWS + conv_reach(c)) * c->ic;
 }
 int64_t nm_conv1d_work(const nm_conv1d *c, int threads) { return (threads > 0 ? threads : 1) * conv_per_thread(c); }
@@ -487,15 +487,20 @@ static void wino_chunk(void *arg, int64_t chunk, int ith) {
     const int64_t tiles = (groups - g0 < J->k.rows ? groups - g0 : J->k.rows) * d, tcp = wino_tcp(c);
     const int32_t o0 = (int32_t)(chunk % J->k.parts) * J->k.part_w, w = c->oc - o0 < J->k.part_w ? c->oc - o0 : J->k.part_w;
     float *V = J->work + ith * conv_per_thread(c), *M = V + (int64_t)n * tcp * c->ic;
+    float *zero = M + (int64_t)n * tcp * ocp; // (a row of zeros: the inputs outside x)
+    memset(zero, 0, sizeof(float) * (size_t)c->ic);
     const float *at = c->w + (int64_t)n * c->ic * ocp, *bt = at + m * n;
     // (a tile's first output t: a row of y, before it or past it at the ends)
 #define TILE_T(u) ((G0 + g0 + (u) / d) * m * d + (u) % d - J->org)
     for (int64_t u = 0; u < tiles; u++) { // (a part of the channels transforms its tiles' inputs again)
         const int64_t s = TILE_T(u) - J->pad_l;
+        if (u % d == 0) // (the input rows the next group reads first, m dil of them past this group's)
+            for (int64_t r = s + (int64_t)n * d; r < s + (int64_t)(n + m) * d && r < J->n; r++)
+                for (int32_t i = 0; r >= 0 && i < c->ic; i += 16) __builtin_prefetch(J->x + r * c->ic + i);
         const float *xr[WINO_N];
         for (int32_t j = 0; j < n; j++) {
             const int64_t row = s + (int64_t)j * d;
-            xr[j] = row >= 0 && row < J->n ? J->x + row * c->ic : NULL;
+            xr[j] = row >= 0 && row < J->n ? J->x + row * c->ic : zero;
         }
         J->win(xr, n, c->ic, c->in_slope, bt, V + u * c->ic, tcp * c->ic);
     }
@@ -506,6 +511,13 @@ static void wino_chunk(void *arg, int64_t chunk, int ith) {
                     (int64_t)PANEL * c->ic, 1, c->ic, w, NULL, tiles, NULL, M + p * tcp * ocp + o0, ocp);
     }
     for (int64_t u = 0; u < tiles; u++) { // outputs t + s d, s in [s0, s1), inside y
+        if (u % d == 0 && u + d < tiles) // (the next group's rows: added ones read, y's written, dilated)
+            for (int64_t r = TILE_T(u + d); r < TILE_T(u + d) + (int64_t)m * d && r < J->n_out; r++)
+                for (int32_t o = 0; r >= 0 && o < w; o += 16) {
+                    if (J->add && J->add->a) __builtin_prefetch(J->add->a + r * c->oc + o0 + o);
+                    if (J->add && J->add->b) __builtin_prefetch(J->add->b + r * c->oc + o0 + o);
+                    __builtin_prefetch(J->y + r * c->oc + o0 + o, 1);
+                }
         const int64_t t = TILE_T(u), s0 = t < 0 ? (-t + d - 1) / d : 0, last = floor_div(J->n_out - 1 - t, d);
         const int64_t s1 = last + 1 < m ? last + 1 : m;
         if (s1 <= s0) continue;

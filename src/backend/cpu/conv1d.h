@@ -154,7 +154,8 @@ void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *re
 nm_conv_rows_fn nm_conv_rows_get(void);
 
 // Winograd's transforms of one tile (n <= NM_WINO_N points). In: v[p * vstep + i] = sum_j bt[p * n + j] *
-// act(xr[j][i]) for p < n, i < ic (xr[j] NULL: a row of zeros; act as in_slope's). Out: y[(s - s0) *
+// act(xr[j][i]) for p < n, i < ic (each xr[j] a readable row: zeros where the input has none; act as
+// in_slope's). Out: y[(s - s0) *
 // ystep + o] = (bias[o] + sum_p at[s * n + p] * mt[p * mstep + o] + a + b) * scale for s0 <= s < s1,
 // o < oc, a and b add's rows at y's offsets (add NULL: none, scale 1; bias NULL: 0); at's rows are n long.
 #define NM_WINO_N 10

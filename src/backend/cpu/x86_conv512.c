@@ -143,13 +143,12 @@ void nm_conv_rows_avx512(const float *restrict x, int64_t xstep, const float *re
     static void wino_in_##N(const float *const *xr, int32_t ic, float slope, const float *bt, float *v,         \
                             int64_t vstep) {                                                                    \
         const __m512 sl = _mm512_set1_ps(slope);                                                                 \
+        const bool leaky = slope != 1.0f;                                                                        \
         for (int32_t i = 0; i < ic; i += 16) {                                                                   \
             const __mmask16 mk = ic - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ic - i)) - 1);           \
             __m512 xv[N];                                                                                        \
-            _Pragma("GCC unroll 16") for (int j = 0; j < N; j++) {                                               \
-                xv[j] = xr[j] ? _mm512_maskz_loadu_ps(mk, xr[j] + i) : _mm512_setzero_ps();                      \
-                if (slope != 1.0f) xv[j] = _mm512_max_ps(xv[j], _mm512_mul_ps(xv[j], sl));                       \
-            }                                                                                                    \
+            _Pragma("GCC unroll 16") for (int j = 0; j < N; j++) xv[j] = _mm512_maskz_loadu_ps(mk, xr[j] + i);  \
+            if (leaky) _Pragma("GCC unroll 16") for (int j = 0; j < N; j++) xv[j] = _mm512_max_ps(xv[j], _mm512_mul_ps(xv[j], sl)); \
             _Pragma("GCC unroll 16") for (int p = 0; p < N; p += (p == 0 || p == N - 1) ? 1 : 2) {               \
                 const float *b = bt + p * N;                                                                     \
                 __m512 e = _mm512_mul_ps(_mm512_set1_ps(b[0]), xv[0]);                                           \

@@ -494,9 +494,11 @@ static void wino_chunk(void *arg, int64_t chunk, int ith) {
 #define TILE_T(u) ((G0 + g0 + (u) / d) * m * d + (u) % d - J->org)
     for (int64_t u = 0; u < tiles; u++) { // (a part of the channels transforms its tiles' inputs again)
         const int64_t s = TILE_T(u) - J->pad_l;
-        if (u % d == 0) // (the input rows the next group reads first, m dil of them past this group's)
-            for (int64_t r = s + (int64_t)n * d; r < s + (int64_t)(n + m) * d && r < J->n; r++)
-                for (int32_t i = 0; r >= 0 && i < c->ic; i += 16) __builtin_prefetch(J->x + r * c->ic + i);
+        if (u % d == 0) { // (the input rows the next group reads first, m dil of them past this group's)
+            const int64_t r0 = s + (int64_t)n * d > 0 ? s + (int64_t)n * d : 0;
+            const int64_t r1 = s + (int64_t)(n + m) * d < J->n ? s + (int64_t)(n + m) * d : J->n;
+            for (const float *p = J->x + r0 * c->ic, *e = J->x + r1 * c->ic; p < e; p += 16) __builtin_prefetch(p);
+        }
         const float *xr[WINO_N];
         for (int32_t j = 0; j < n; j++) {
             const int64_t row = s + (int64_t)j * d;
@@ -511,13 +513,18 @@ static void wino_chunk(void *arg, int64_t chunk, int ith) {
                     (int64_t)PANEL * c->ic, 1, c->ic, w, NULL, tiles, NULL, M + p * tcp * ocp + o0, ocp);
     }
     for (int64_t u = 0; u < tiles; u++) { // outputs t + s d, s in [s0, s1), inside y
-        if (u % d == 0 && u + d < tiles) // (the next group's rows: added ones read, y's written, dilated)
-            for (int64_t r = TILE_T(u + d); r < TILE_T(u + d) + (int64_t)m * d && r < J->n_out; r++)
-                for (int32_t o = 0; r >= 0 && o < w; o += 16) {
-                    if (J->add && J->add->a) __builtin_prefetch(J->add->a + r * c->oc + o0 + o);
-                    if (J->add && J->add->b) __builtin_prefetch(J->add->b + r * c->oc + o0 + o);
-                    __builtin_prefetch(J->y + r * c->oc + o0 + o, 1);
+        if (u % d == 0 && u + d < tiles) { // (the next group's rows: added ones read, y's written, dilated)
+            const int64_t tn = TILE_T(u + d), r0 = tn > 0 ? tn : 0;
+            const int64_t r1 = tn + (int64_t)m * d < J->n_out ? tn + (int64_t)m * d : J->n_out;
+            const float *a = J->add ? J->add->a : NULL, *b = J->add ? J->add->b : NULL;
+            for (int64_t r = r0; r < r1; r++)
+                for (int32_t o = 0; o < w; o += 16) {
+                    const int64_t e = r * c->oc + o0 + o;
+                    if (a) __builtin_prefetch(a + e);
+                    if (b) __builtin_prefetch(b + e);
+                    __builtin_prefetch(J->y + e, 1);
                 }
+        }
         const int64_t t = TILE_T(u), s0 = t < 0 ? (-t + d - 1) / d : 0, last = floor_div(J->n_out - 1 - t, d);
         const int64_t s1 = last + 1 < m ? last + 1 : m;
         if (s1 <= s0) continue;

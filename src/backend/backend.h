@@ -202,8 +202,14 @@ typedef struct nm_event {
     nm_backend *owner; // the backend that recorded it
 } nm_event;
 
-#define NM_BACKEND_IFACE_VERSION 5 // 3: nm_op.kv_rows; 4: no get_profile (the units' profiles are measured by
-                                   // src/sched); 5: CONV1D, CONV_T1D, nm_op.add, prepare_op
+// What prepare_op made of an op (nm_backend_prepare_op).
+typedef struct nm_op_prep {
+    bool copied;   // the op reads the backend's copy of its weight only (the caller may give the pages back)
+    int32_t reach; // a convolution's reach (nm_conv_reach) as this backend places its sums; 0 for other ops
+} nm_op_prep;
+
+#define NM_BACKEND_IFACE_VERSION 6 // 3: nm_op.kv_rows; 4: no get_profile (the units' profiles are measured by
+                                   // src/sched); 5: CONV1D, CONV_T1D, nm_op.add, prepare_op; 6: nm_op_prep
 
 // A backend's operations. Callers go through the nm_backend_* wrappers below,
 // never through the members: the wrappers give the optional members (marked)
@@ -250,12 +256,14 @@ typedef struct nm_backend_i {
     // Optional: lays out the weight an op reads (a convolution's src1) its own
     // way once, before the op is first submitted (at load; where a backend
     // has it, a CONV1D or CONV_T1D it did not prepare is refused at submit:
-    // nothing is laid out mid-stream). *copied: whether the op now
-    // reads the backend's copy only (the caller may give the weight's pages
-    // back). The copies live as long as the backend, found by the weight's
-    // address: that memory must hold the same weights (not be freed and
-    // reused for others) until the backend is freed.
-    nm_status (*prepare_op)(nm_backend *b, const nm_op *op, bool *copied);
+    // nothing is laid out mid-stream). *p comes set as a backend without it
+    // would leave it (nm_backend_prepare_op); it sets p->copied where the op
+    // now reads the backend's copy only (the caller may give the weight's
+    // pages back), and p->reach where its sums reach further (tiles). The
+    // copies live as long as the backend, found by the weight's address: that
+    // memory must hold the same weights (not be freed and reused for others)
+    // until the backend is freed.
+    nm_status (*prepare_op)(nm_backend *b, const nm_op *op, nm_op_prep *p);
     const char *(*last_error)(const nm_backend *b);
     void (*free)(nm_backend *b);
     void (*get_stats)(const nm_backend *b, nm_backend_stats *s); // optional
@@ -363,10 +371,23 @@ static inline bool nm_conv_op_ok(const nm_op *op) {
     return true;
 }
 
-// NM_OK, *copied false, where the backend reads an op's weights as they are.
-static inline nm_status nm_backend_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
-    *copied = false;
-    return b->iface->prepare_op ? b->iface->prepare_op(b, op, copied) : NM_OK;
+// The input rows beyond an output's own (each side) that a convolution's output depends on: kernel k,
+// dilation dil (CONV1D) or stride (CONV_T1D, in input rows: its taps' span, and one for the phase), its
+// sums placed in tiles of `tile` outputs on the whole sequence's grid (0 or 1: each output alone; a tile
+// of m adds its other m - 1 outputs' rows, times dil). A part of a sequence given this many rows of its
+// neighbours (its i3 set) computes the whole's outputs there bit for bit.
+static inline int32_t nm_conv_reach(enum nm_op_kind kind, int32_t k, int32_t dil_or_stride, int32_t tile) {
+    const int32_t d = dil_or_stride, more = tile > 1 ? tile - 1 : 0;
+    if (kind == NM_OP_CONV_T1D) return (k + d - 1) / d + 1 + more;
+    return (d * (k - 1) + 1) / 2 + more * d;
+}
+
+// NM_OK with *p {false, the direct form's reach} where the backend reads an op's weights as they are.
+static inline nm_status nm_backend_prepare_op(nm_backend *b, const nm_op *op, nm_op_prep *p) {
+    int64_t k = 0, ic, oc;
+    const bool conv = (op->kind == NM_OP_CONV1D || op->kind == NM_OP_CONV_T1D) && nm_conv_dims(op, &k, &ic, &oc);
+    *p = (nm_op_prep){.reach = conv ? nm_conv_reach(op->kind, (int32_t)k, op->i0, 0) : 0};
+    return b->iface->prepare_op ? b->iface->prepare_op(b, op, p) : NM_OK;
 }
 static inline const char *nm_backend_last_error(const nm_backend *b) { return b->iface->last_error(b); }
 // Zeroes *s where the backend keeps no stats.

@@ -345,6 +345,12 @@ NM_TEST(conv_ops_on_each_backend) {
     };
     const char *devices[] = {"cpu", "opencl"};
     float *ws[sizeof cs / sizeof cs[0]] = {0}; // (the weights outlive the backend: prepare_op's contract)
+    int reach_tiled = 0; // the cases whose reach counts tiles
+    // the reach's rule on known shapes: a kernel of 7 at dilation 3 reads 9 rows each side, 9 more in tiles of
+    // 4; a transposed one of 16 taps at stride 8, 2 input rows and one for the phase, 8 more in tiles of 9
+    NM_CHECK(nm_conv_reach(NM_OP_CONV1D, 7, 3, 0) == 9 && nm_conv_reach(NM_OP_CONV1D, 7, 3, 4) == 18);
+    NM_CHECK(nm_conv_reach(NM_OP_CONV1D, 4, 1, 1) == 2 && nm_conv_reach(NM_OP_CONV_T1D, 16, 8, 0) == 3);
+    NM_CHECK(nm_conv_reach(NM_OP_CONV_T1D, 16, 8, 9) == 11);
     for (int dv = 0; dv < 2; dv++) {
         nm_backend *be = backend_of(devices[dv]);
         if (!be) {
@@ -386,8 +392,14 @@ NM_TEST(conv_ops_on_each_backend) {
             NM_CHECK(nm_backend_supports_op(be, &op));
             NM_CHECK(nm_backend_run(be, &op, 1) != NM_OK); // not prepared: refused, naming it
             NM_CHECK(strstr(nm_backend_last_error(be), "not prepared") != NULL);
-            bool copied = false;
-            NM_CHECK(nm_backend_prepare_op(be, &op, &copied) == NM_OK && copied);
+            nm_op_prep prep = {0};
+            NM_CHECK(nm_backend_prepare_op(be, &op, &prep) == NM_OK && prep.copied);
+            // its reach: the CPU's Winograd tiles' where its packing takes them, else each output's own
+            const nm_conv1d pc = {.ic = ic, .oc = oc, .k = k, .winograd = NM_CONV_OP_WINO};
+            const nm_conv_t1d pt = {.ic = ic, .oc = oc, .k = k, .stride = cs[i].dil, .winograd = NM_CONV_OP_WINO};
+            const int32_t tile = dv ? 0 : cs[i].t ? nm_conv_t1d_wino_m(&pt) : nm_conv1d_wino_m(&pc);
+            NM_CHECK(prep.reach == nm_conv_reach(op.kind, k, cs[i].dil, tile));
+            reach_tiled += tile > 1;
             NM_CHECK(nm_backend_run(be, &op, 1) == NM_OK);
             NM_CHECK(nm_backend_tensor_get(be, &td, 0, got, sizeof(float) * (size_t)(n_out * oc)) == NM_OK);
             if (cs[i].t) {
@@ -412,12 +424,13 @@ NM_TEST(conv_ops_on_each_backend) {
                 nm_tensor w2 = tw;
                 w2.ne[1] = ic + 1; // (the weight's input channels against x's)
                 bad = op, bad.src1 = &w2;
-                NM_CHECK(!nm_backend_supports_op(be, &bad) && nm_backend_prepare_op(be, &bad, &copied) != NM_OK);
+                NM_CHECK(!nm_backend_supports_op(be, &bad) && nm_backend_prepare_op(be, &bad, &prep) != NM_OK);
                 // the same weight at a far wider dilation (its workspace grows at prepare; Winograd's tiles past
                 // 48 rows a group): the definition's sums
                 nm_op wide = op;
                 wide.add[0] = wide.add[1] = NULL, wide.f1 = 1.0f, wide.i0 = 100, wide.i1 = wide.i2 = 100 * (k - 1) / 2;
-                NM_CHECK(nm_backend_supports_op(be, &wide) && nm_backend_prepare_op(be, &wide, &copied) == NM_OK);
+                NM_CHECK(nm_backend_supports_op(be, &wide) && nm_backend_prepare_op(be, &wide, &prep) == NM_OK);
+                NM_CHECK(prep.copied && prep.reach == nm_conv_reach(NM_OP_CONV1D, k, 100, tile)); // (its dilation's)
                 NM_CHECK(nm_backend_run(be, &wide, 1) == NM_OK);
                 NM_CHECK(nm_backend_tensor_get(be, &td, 0, got, sizeof(float) * (size_t)(n_out * oc)) == NM_OK);
                 const nm_conv1d c100 = {.bias = b, .ic = ic, .oc = oc, .k = k, .dil = 100, .in_slope = slope};
@@ -456,8 +469,8 @@ NM_TEST(conv_ops_on_each_backend) {
             nm_tensor tw = {.type = NM_TYPE_F32, .ne = {3, 4, 4, 1}, .offs = (size_t)(uintptr_t)w},
                       tx = nm_tensor_at(x, NM_TYPE_F32, 4, 10), ty = nm_tensor_at(y, NM_TYPE_F32, 4, 10);
             nm_op op = {.kind = NM_OP_CONV1D, .src0 = &tx, .src1 = &tw, .dst = &ty, .f0 = 1, .f1 = 1, .i0 = 1, .i1 = 1, .i2 = 1};
-            bool copied;
-            NM_CHECK(nm_backend_prepare_op(be, &op, &copied) == NM_OK && nm_backend_run(be, &op, 1) == NM_OK);
+            nm_op_prep prep;
+            NM_CHECK(nm_backend_prepare_op(be, &op, &prep) == NM_OK && nm_backend_run(be, &op, 1) == NM_OK);
             op.dst = &tx;
             NM_CHECK(nm_backend_run(be, &op, 1) == NM_ERR_INVALID_ARG && strstr(nm_backend_last_error(be), "overlaps"));
             op.dst = &ty, op.i0 = 500000, op.i1 = op.i2 = 500000; // (a dilation beyond the workspace prepared)
@@ -469,7 +482,7 @@ NM_TEST(conv_ops_on_each_backend) {
             nm_tensor tw2 = {.type = NM_TYPE_F32, .ne = {4, 16, 16, 1}, .offs = (size_t)(uintptr_t)wt},
                       tx2 = nm_tensor_at(xt, NM_TYPE_F32, 16, 5), ty2 = nm_tensor_at(yt, NM_TYPE_F32, 16, 10);
             nm_op ot = {.kind = NM_OP_CONV_T1D, .src0 = &tx2, .src1 = &tw2, .dst = &ty2, .f0 = 1, .i0 = 2, .i1 = 1};
-            NM_CHECK(nm_backend_prepare_op(be, &ot, &copied) == NM_OK && nm_backend_run(be, &ot, 1) == NM_OK);
+            NM_CHECK(nm_backend_prepare_op(be, &ot, &prep) == NM_OK && nm_backend_run(be, &ot, 1) == NM_OK);
             ty2 = nm_tensor_at(yt, NM_TYPE_F32, 16, 20), ot.i0 = 4, ot.i1 = 0;
             const nm_conv_t1d probe = {.ic = 16, .oc = 16, .k = 4, .stride = 2, .winograd = NM_CONV_OP_WINO};
             NM_CHECK(nm_backend_run(be, &ot, 1) == (nm_conv_t1d_wino_m(&probe) ? NM_ERR_INVALID_ARG : NM_OK));
@@ -477,6 +490,8 @@ NM_TEST(conv_ops_on_each_backend) {
         nm_backend_free(be);
     }
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) free(ws[i]);
+    // (with Winograd's form on, cases 1, 3 and 6 tile; with AMX some of them take AMX's direct form)
+    NM_CHECK(getenv("NM_NO_WINOGRAD") || reach_tiled >= 1);
 }
 
 #define VOICE "piper-en_US-joe-medium.gguf"

@@ -217,7 +217,7 @@ int32_t nm_conv_t1d_wino_m(const nm_conv_t1d *c) {
     if (c->stride < 1 || t_q(c) < 2 || nm_conv_amx_for(c->ic, c->oc, c->k)) return 0;
     const nm_conv1d sc = stacked(c);
     const int32_t m = nm_conv1d_wino_m(&sc);
-    return m && nm_conv1d_packed_size(&(nm_conv1d){.ic = sc.ic, .oc = sc.oc, .k = sc.k, .winograd = sc.winograd}) <= T_STACK_MAX ? m : 0;
+    return m && nm_conv1d_packed_size(&sc) <= T_STACK_MAX ? m : 0;
 }
 
 void nm_conv_t1d_pack(nm_conv_t1d *c, const float *src, float *dst) {
@@ -424,9 +424,6 @@ static taps narrow(taps t, int32_t o0, int32_t w) {
 // ---- ordinary -------------------------------------------------------------------------------------
 
 static int64_t conv_reach(const nm_conv1d *c) { return (int64_t)c->dil * (c->k - 1); }
-int64_t nm_conv1d_reach(int32_t k, int32_t dil, int32_t wm) {
-    return ((int64_t)dil * (k - 1) + 1) / 2 + (wm > 1 ? (int64_t)(wm - 1) * dil : 0);
-}
 // Winograd: a group of m * dil outputs is dil interleaved tiles; a chunk takes up to WINO_TILES tiles (its
 // transformed inputs, n rows of ic each, and products, n of ocp, in the thread's work).
 #define WINO_TILES 48

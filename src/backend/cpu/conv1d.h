@@ -87,14 +87,10 @@ typedef struct nm_conv_add {
 // Returns n_out (0 when negative). org: the index of y's first row in the whole sequence x is a part of
 // (0 for a whole): Winograd's tiles start at the whole's multiples of m * dil, so a part's outputs equal
 // the whole's bit for bit where the part's inputs do over the tiles' reach, (m - 1) dil + (k - 1) dil / 2
-// rows each side (nm_conv1d_reach). pool: NULL, or the threads to spread the chunks over; work:
+// rows each side (nm_conv_reach in backend/backend.h). pool: NULL, or the threads to spread the chunks over; work:
 // nm_conv1d_work(c, threads) floats, 64-byte aligned. y must not overlap x (it may be add->a or add->b).
 int64_t nm_conv1d_run(const nm_conv1d *c, const float *x, int64_t n, int32_t pad_l, int32_t pad_r, int64_t org,
                       const nm_conv_add *add, float *y, float *work, nm_pool *pool);
-// The rows of input each side of an output its computed value depends on, for a centred padding: dil
-// (k - 1) / 2 rounded up, plus (wm - 1) dil in Winograd's form (a tile's other outputs' inputs enter its
-// sums' rounding).
-int64_t nm_conv1d_reach(int32_t k, int32_t dil, int32_t wm);
 int64_t nm_conv1d_work(const nm_conv1d *c, int threads);
 // The reference: plain loops over the definition above on PyTorch's weight w [oc][ic][k] (c's own
 // weights unread; what the tests hold nm_conv1d_run to).

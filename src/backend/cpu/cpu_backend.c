@@ -675,9 +675,13 @@ static bool conv_room(nm_cpu *c, const cpu_conv *e, const nm_op *op) {
     return true;
 }
 
-static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
+// op's reach (nm_conv_reach: its dilation or stride) with the tiles e's packing picked.
+static int32_t conv_tile_reach(const cpu_conv *e, const nm_op *op) {
+    return nm_conv_reach(op->kind, e->c.k, op->i0, op->kind == NM_OP_CONV1D ? e->c.wm : e->t.wm);
+}
+
+static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, nm_op_prep *p) {
     nm_cpu *c = b->impl;
-    *copied = false;
     if (op->kind != NM_OP_CONV1D && op->kind != NM_OP_CONV_T1D) return NM_OK;
     if (!cpu_supports_op(b, op) || !TD(op->src1)) {
         snprintf(c->err, sizeof c->err, "cpu backend: convolution (op %d) with these operands is not supported", op->kind);
@@ -694,7 +698,7 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
             return NM_ERR_INVALID_ARG;
         }
         if (!conv_room(c, have, op)) goto oom;
-        *copied = true;
+        p->copied = true, p->reach = conv_tile_reach(have, op);
         return NM_OK;
     }
     if (c->n_convs == c->cap_convs) {
@@ -734,7 +738,7 @@ static nm_status cpu_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     memmove(c->convs + at + 1, c->convs + at, sizeof *c->convs * (size_t)(c->n_convs - at));
     c->convs[at] = e;
     c->n_convs++;
-    *copied = true;
+    p->copied = true, p->reach = conv_tile_reach(&e, op);
     return NM_OK;
 oom:
     snprintf(c->err, sizeof c->err, "cpu backend: out of memory for a convolution's packed weights");

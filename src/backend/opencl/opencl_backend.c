@@ -598,9 +598,8 @@ static nm_status ocl_prepare_weight(nm_backend *b, const nm_tensor *w) {
 
 // A convolution's weights (PyTorch's [oc][ic][k], or [ic][oc][k] transposed) copied to the device as
 // [k][ic][oc]: a work-group's neighbouring output channels read neighbouring weights.
-static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
-    nm_ocl *o = b->impl;
-    *copied = false;
+static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, nm_op_prep *p) {
+    nm_ocl *o = b->impl; // (each output's sums alone: the direct form's reach, as p came)
     if (op->kind != NM_OP_CONV1D && op->kind != NM_OP_CONV_T1D) return NM_OK;
     const float *h = nm_tensor_host(op->src1);
     if (!ocl_supports_op(b, op) || !h)
@@ -613,7 +612,7 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
         if (!conv_copy_of(have, op))
             return ocl_fail(o, NM_ERR_INVALID_ARG, "opencl: the convolution weight at %p was prepared with another shape",
                             (const void *)h);
-        *copied = true;
+        p->copied = true;
         return NM_OK;
     }
     const size_t bytes = (size_t)(k * ic * oc) * sizeof(float);
@@ -638,7 +637,7 @@ static nm_status ocl_prepare_op(nm_backend *b, const nm_op *op, bool *copied) {
     }
     nm_status st = packed_add(o, (cl_packed){.host = (const uint8_t *)h, .K = k * ic, .N = oc, .conv = true,
                                              .conv_kind = (int32_t)op->kind, .conv_k = (int32_t)k, .mem = m}, bytes);
-    *copied = st == NM_OK;
+    p->copied = st == NM_OK;
     return st;
 }
 

@@ -267,30 +267,22 @@ static int32_t arr(nm_vits *v, const char *k, int32_t max, int32_t lo, int32_t h
 
 // The decoder's reach in frames (each layer's, at its rate, added): conv_pre, each upsampling (its taps
 // in input samples) and its residual blocks (the widest: their dilated kernels' reaches added),
-// conv_post; rounded up, one more. cpu: each convolution's as this CPU's backend packs it (Winograd's
-// tiles reach further: nm_conv1d_reach), else the direct form's.
-static int32_t dec_reach(const nm_vits *v, bool cpu) {
-    const int32_t hop = v->info.hop;
-#define DEC_REACH(K, D, IC, OC)                                                                                 \
-    (double)nm_conv1d_reach(K, D, cpu ? nm_conv1d_wino_m(&(nm_conv1d){.ic = IC, .oc = OC, .k = K, .winograd = NM_CONV_OP_WINO}) : 0)
-    double reach = DEC_REACH(v->dec_k, 1, v->inter, v->dec_init) + DEC_REACH(v->dec_k, 1, v->dec_init >> v->n_ups, 1) / hop;
-    for (int32_t u = 0, before = 1, ch = v->dec_init; u < v->n_ups; before *= v->ups_rate[u], u++) {
-        const int32_t after = before * v->ups_rate[u];
-        ch /= 2;
-        const nm_conv_t1d up = {.ic = ch * 2, .oc = ch, .k = v->ups_k[u], .stride = v->ups_rate[u], .winograd = NM_CONV_OP_WINO};
-        const int32_t um = cpu ? nm_conv_t1d_wino_m(&up) : 0; // (stacked: its tile's other rows, input rows)
-        reach += ((v->ups_k[u] + v->ups_rate[u] - 1) / v->ups_rate[u] + 1 + (um > 1 ? um - 1 : 0)) / (double)before;
+// conv_post; rounded up, one more. op_reach: each convolution's (by id) as a backend's prepare_op gave
+// it (NULL: the direct form's, each output's sums alone).
+static int32_t dec_reach(const nm_vits *v, const int32_t *op_reach) {
+#define R(C) (double)(op_reach ? op_reach[(C)->id] : nm_conv_reach((C)->t ? NM_OP_CONV_T1D : NM_OP_CONV1D, (C)->k, (C)->t ? (C)->stride : (C)->dil, 0))
+    double reach = R(&v->dec_pre) + R(&v->dec_post) / v->info.hop;
+    for (int32_t u = 0, before = 1; u < v->n_ups; before *= v->ups_rate[u], u++) {
+        reach += R(&v->ups[u]) / before;
         double widest = 0;
         for (int32_t j = 0; j < v->n_res; j++) {
             double r = 0;
-            for (int32_t d = 0; d < v->n_dil; d++)
-                r += DEC_REACH(v->res_k[j], v->res_dil[j][d], ch, ch) +
-                     (v->resblock == 1 ? DEC_REACH(v->res_k[j], 1, ch, ch) : 0);
+            for (int32_t d = 0; d < v->n_dil * (v->resblock == 1 ? 2 : 1); d++) r += R(&v->res[u][j][d]);
             widest = r > widest ? r : widest;
         }
-        reach += widest / after;
+        reach += widest / (before * v->ups_rate[u]);
     }
-#undef DEC_REACH
+#undef R
     return (int32_t)ceil(reach) + 1;
 }
 
@@ -335,8 +327,7 @@ static bool load_keys(nm_vits *v) {
             return bad(v, "upsampling %d: kernel %d and rate %d do not fit", (int)u, (int)v->ups_k[u], (int)v->ups_rate[u]);
         ch /= 2;
     }
-    in->hop = hop;
-    in->reach = dec_reach(v, false);
+    in->hop = hop; // (the reach: once the decoder's convolutions are loaded)
     in->sample_rate = rate;
     if (!nm_gguf_get_f32(v->g, "piper.noise_scale", &in->noise_scale) ||
         !nm_gguf_get_f32(v->g, "piper.length_scale", &in->length_scale) ||
@@ -437,7 +428,7 @@ static bool load_weights(nm_vits *v) {
         }
     }
     // (dilation 1: the converter checks it; the WaveNet convolutions' reach as packed here, for this CPU)
-    v->flow_reach = v->n_coupling * v->wn_layers * (int32_t)nm_conv1d_reach(v->wn_k, 1, v->flow[0].wn[0].in.wm);
+    v->flow_reach = v->n_coupling * v->wn_layers * nm_conv_reach(NM_OP_CONV1D, v->wn_k, 1, v->flow[0].wn[0].in.wm);
     // HiFi-GAN (its leaky ReLUs are the convolutions' input slopes: 0.1 before each upsampling and each
     // residual convolution, F.leaky_relu's default 0.01 before the last)
     if (!dec_conv(v, &v->dec_pre, "dec.conv_pre", v->dec_init, v->inter, v->dec_k, 1, false, true, 1.0f)) return false;
@@ -464,6 +455,7 @@ static bool load_weights(nm_vits *v) {
             }
     }
     if (!dec_conv(v, &v->dec_post, "dec.conv_post", 1, ch, v->dec_k, 1, false, false, 0.01f)) return false;
+    v->info.reach = dec_reach(v, NULL);
     return true;
 }
 
@@ -565,7 +557,7 @@ struct nm_vits_ctx {
     nm_op *ops;
     nm_tensor *ts;
     int32_t max_ops;
-    int32_t dec_reach; // the decoder's reach (dec_reach) as this context's backend computes it
+    int32_t dec_reach; // the decoder's reach (dec_reach) from its convolutions' as this context's backend gave them
 };
 
 // The op of HiFi-GAN's convolution c on x (n frames) into y (tensors ts[0..4): x, y, the adds; *ts set
@@ -608,7 +600,6 @@ nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads
         nm_vits_ctx_free(c);
         return nm_fail(st, err, err_size, "piper: device %s: %s", device ? device : "cpu", why);
     }
-    c->dec_reach = dec_reach(v, !strcmp(nm_backend_name(c->be), "cpu"));
     c->max_ops = 3 + v->n_ups * (1 + v->n_res * v->n_dil * 2);
     c->ops = calloc((size_t)c->max_ops, sizeof *c->ops);
     c->ts = calloc((size_t)c->max_ops * 4, sizeof *c->ts);
@@ -622,6 +613,7 @@ nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads
     // the biases into the backend's memory; each convolution's weights laid out the backend's way (its
     // op on one frame: the shapes are what it checks); where it keeps a copy, the file's pages go back
     int64_t at = 0;
+    int32_t reach[sizeof v->dec / sizeof v->dec[0]]; // each one's, as the backend places its sums
     for (int32_t i = 0; i < v->n_dec && st == NM_OK; i++) {
         const dconv *d = v->dec[i];
         if (d->bias) {
@@ -633,11 +625,13 @@ nm_status nm_vits_ctx_create(const nm_vits *v, const char *device, int n_threads
         nm_tensor ts[4] = {none, none, none, none};
         nm_op op;
         dec_op(c, d, ts, 1, 0, NULL, NULL, 1.0f, &op);
-        bool copied = false;
-        if (st == NM_OK) st = nm_backend_prepare_op(c->be, &op, &copied);
-        if (st == NM_OK && copied && v->mapped)
+        nm_op_prep prep = {0};
+        if (st == NM_OK) st = nm_backend_prepare_op(c->be, &op, &prep);
+        if (st == NM_OK && prep.copied && v->mapped)
             drop_pages(nm_tensor_host(&d->w), nm_tensor_bytes(&d->w));
+        reach[i] = prep.reach;
     }
+    if (st == NM_OK) c->dec_reach = dec_reach(v, reach);
     if (st != NM_OK) {
         nm_fail(st, err, err_size, "piper: HiFi-GAN on %s: %s", nm_backend_name(c->be), nm_backend_last_error(c->be));
         nm_vits_ctx_free(c);

@@ -7,9 +7,11 @@
 //   conv_ops_on_each_backend   NM_OP_CONV1D / NM_OP_CONV_T1D / ACT tanh on the CPU and OpenCL backends
 //   piper_on_opencl_equals_cpu HiFi-GAN on OpenCL: the CPU's samples within 80 dB; the engine there
 //   bench_conv_shapes          (NM_PIPER_BENCH=1, a bench) the kernels' GFLOP/s on the voice's shapes
+//   bench_piper_phases         (NM_PIPER_BENCH=1, a bench) the default voice's 30 sentences: time by phase, RTF
 //   piper_voice_loads          the default voice's rate, hop, scales and phoneme map
 //   piper_refuses_bad_input    ids out of range, none, scales out of range, a GGUF that is no voice
 //   piper_noise_seeded         with the noises on: the same seed the same samples, another seed others
+//   piper_normals_as_drawn_one_by_one  the noises' draws against a one-at-a-time reference, bit for bit
 //   piper_matches_onnxruntime  the cases tests/tools/test_piper_ort.py wrote from onnxruntime
 //       (NM_PIPER_ORACLE: a folder of N.ids, N.scales, N.f32): the same length, SNR >= 80 dB on
 //       the f32 kernels, >= 65 dB where AMX's bf16x3 products run
@@ -554,6 +556,34 @@ NM_TEST(piper_refuses_bad_input) {
     NM_CHECK(nm_vits_load("/nonexistent/voice.gguf", &w, err, sizeof err) != NM_OK && !w);
 }
 
+// The noises' normal draws (nm_vits_normals) against xorshift64* and Box-Muller one draw at a time (a pair's
+// cosine, then its sine): the same floats, bit for bit, on one thread and two, whatever the calls' split
+// (odd counts leave a pair's sine to the next call; counts past a block of the pool's).
+NM_TEST(piper_normals_as_drawn_one_by_one) {
+    enum { N = 20011 };
+    static float want[N], got[N];
+    uint64_t st = 5 * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull; // (seed 5)
+    for (int i = 0; i < N; i += 2) {
+        double u[2];
+        for (int j = 0; j < 2; j++) {
+            st ^= st >> 12, st ^= st << 25, st ^= st >> 27;
+            u[j] = ((double)((st * 0x2545F4914F6CDD1Dull) >> 11) + 0.5) / 9007199254740992.0;
+        }
+        const double m = sqrt(-2.0 * log(u[0])), a = 6.283185307179586 * u[1];
+        want[i] = (float)(m * cos(a));
+        if (i + 1 < N) want[i + 1] = (float)(m * sin(a));
+    }
+    const int64_t splits[][4] = {{N, 0, 0, 0}, {1, 3, 8193, N - 8197}, {2 * 4096 + 1, 1, 1, N - 8195}, {7, 0, N - 7, 0}};
+    for (size_t k = 0; k < sizeof splits / sizeof splits[0]; k++)
+        for (int th = 0; th < 2; th++) {
+            memset(got, 0, sizeof got);
+            NM_CHECK(nm_vits_normals(5, splits[k], 4, got, th ? g_pool : NULL) == NM_OK);
+            NM_CHECK(!memcmp(got, want, sizeof got));
+        }
+    int64_t one = 4;
+    NM_CHECK(nm_vits_normals(6, &one, 1, got, NULL) == NM_OK && memcmp(got, want, 4 * sizeof(float))); // (another seed)
+}
+
 NM_TEST(piper_noise_seeded) {
     char path[1024], err[512] = "";
     if (!nmtest_model_path(VOICE, path, sizeof path)) NM_SKIP_MISSING(VOICE " is not in the model cache");
@@ -989,6 +1019,47 @@ NM_TEST_OPTIN(piper_phonemes_dump, "NM_PIPER_IDS_OUT") {
     }
     if (in) fclose(in);
     if (out) fclose(out);
+    nm_vits_free(v);
+}
+
+// (NM_PIPER_BENCH=1, a bench) The default voice on tests/data/piper/sentences.txt, sentence by sentence on one
+// two-thread context (warm: the first sentence spoken once before), the noises at the voice's defaults: where
+// the time goes (nm_vits_ctx_phases) and the real-time factor. NM_NO_AMX=1: the f32 kernels'.
+NM_TEST_OPTIN(bench_piper_phases, "NM_PIPER_BENCH") {
+    char err[512] = "", line[2048];
+    nm_vits *v = voice();
+    nm_vits_ctx *cx = NULL;
+    FILE *in = fopen("tests/data/piper/sentences.txt", "r");
+    NM_CHECK(v && in && nm_vits_ctx_create(v, NULL, 2, &cx, err, sizeof err) == NM_OK);
+    const nm_vits_info *vi = v ? nm_vits_get_info(v) : NULL;
+    nm_vits_phases p0 = {0}, p1;
+    double audio_s = 0;
+    for (int warm = 1; v && in && cx && fgets(line, sizeof line, in); warm = 0) {
+        line[strcspn(line, "\n")] = '\0';
+        nm_piper_sentences ps;
+        NM_CHECK(nm_piper_phonemize(v, NULL, line, &ps, err, sizeof err) == NM_OK);
+        for (int rep = 0; rep <= warm; rep++) {
+            if (warm && rep) nm_vits_ctx_phases(cx, &p0); // (the first sentence's second time counts)
+            for (int32_t i = 0; i < ps.n; i++) {
+                const nm_vits_scales sc = {vi->noise_scale, vi->length_scale, vi->noise_w, 1};
+                float *pcm = NULL;
+                int64_t np = 0;
+                NM_CHECK(nm_vits_synth(v, cx, ps.ids + ps.start[i], ps.start[i + 1] - ps.start[i], &sc, &pcm, &np, err,
+                                       sizeof err) == NM_OK);
+                if (!warm || rep) audio_s += (double)np / vi->sample_rate;
+                free(pcm);
+            }
+        }
+        nm_piper_sentences_free(&ps);
+    }
+    nm_vits_ctx_phases(cx, &p1);
+    const double enc = p1.encoder_s - p0.encoder_s, dur = p1.durations_s - p0.durations_s, fl = p1.flow_s - p0.flow_s,
+                 dec = p1.decoder_s - p0.decoder_s, all = enc + dur + fl + dec;
+    printf("  %lld syntheses, %.2f s of audio in %.3f s (RTF %.4f): encoder %.3f s, durations %.3f s, flow %.3f s, "
+           "HiFi-GAN %.3f s\n", (long long)(p1.n - p0.n), audio_s, all, audio_s > 0 ? all / audio_s : 0.0, enc, dur, fl, dec);
+    NM_CHECK(audio_s > 60 && enc > 0 && dur > 0 && fl > 0 && dec > 0);
+    if (in) fclose(in);
+    nm_vits_ctx_free(cx);
     nm_vits_free(v);
 }
 

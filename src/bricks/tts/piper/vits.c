@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/conv1d.h"
+#include "core/clock.h"
 #include "backend/cpu/gemm.h"
 #include "core/fail.h"
 #include "gguf/gguf.h"
@@ -558,6 +559,7 @@ struct nm_vits_ctx {
     nm_tensor *ts;
     int32_t max_ops;
     int32_t dec_reach; // the decoder's reach (dec_reach) from its convolutions' as this context's backend gave them
+    nm_vits_phases ph; // the time its syntheses took, by phase
 };
 
 // The op of HiFi-GAN's convolution c on x (n frames) into y (tensors ts[0..4): x, y, the adds; *ts set
@@ -659,6 +661,7 @@ const char *nm_vits_ctx_device(const nm_vits_ctx *c) { return c && c->be ? nm_ba
 int nm_vits_ctx_threads(const nm_vits_ctx *c) { return c ? c->nth : 1; }
 
 int32_t nm_vits_ctx_reach(const nm_vits_ctx *c) { return c ? c->dec_reach : 0; }
+void nm_vits_ctx_phases(const nm_vits_ctx *c, nm_vits_phases *out) { *out = c ? c->ph : (nm_vits_phases){0}; }
 
 // Buffer i of at least n floats (its contents not kept when it grows).
 static float *grow(nm_vits_ctx *c, int i, int64_t n) {
@@ -901,19 +904,59 @@ typedef struct rng {
     float spare;
 } rng;
 
-static float randn(rng *r) {
-    if (r->have) {
-        r->have = false;
-        return r->spare;
+// out[0 .. n) = the next n standard normal draws of r, as drawn one at a time (a draw pair's uniforms
+// from the generator in order; Box-Muller's cosine, then its sine, which a next call starts with where n
+// ends between them), their transcendentals on the pool (u: room for 2 RN_PAIRS doubles).
+#define RN_PAIRS 4096
+typedef struct rn_job {
+    const double *u;
+    float *out;
+    int64_t pairs;
+} rn_job;
+static void rn_block(void *arg, int64_t chunk, int ith) {
+    const rn_job *J = arg;
+    (void)ith;
+    const int64_t j1 = (chunk + 1) * 256 < J->pairs ? (chunk + 1) * 256 : J->pairs;
+    for (int64_t j = chunk * 256; j < j1; j++) {
+        const double m = sqrt(-2.0 * log(J->u[2 * j])), a = 6.283185307179586 * J->u[2 * j + 1];
+        J->out[2 * j] = (float)(m * cos(a)), J->out[2 * j + 1] = (float)(m * sin(a));
     }
-    double u[2];
-    for (int i = 0; i < 2; i++) {
-        r->s ^= r->s >> 12, r->s ^= r->s << 25, r->s ^= r->s >> 27;
-        u[i] = ((double)((r->s * 0x2545F4914F6CDD1Dull) >> 11) + 0.5) / 9007199254740992.0;
+}
+static void randn_fill(rng *r, float *out, int64_t n, double *u, nm_pool *pool) {
+    int64_t i = 0;
+    if (r->have && n > 0) out[i++] = r->spare, r->have = false;
+    float last[2];
+    while (i < n) {
+        const int64_t pairs = (n - i + 1) / 2 < RN_PAIRS ? (n - i + 1) / 2 : RN_PAIRS;
+        for (int64_t j = 0; j < 2 * pairs; j++) {
+            r->s ^= r->s >> 12, r->s ^= r->s << 25, r->s ^= r->s >> 27;
+            u[j] = ((double)((r->s * 0x2545F4914F6CDD1Dull) >> 11) + 0.5) / 9007199254740992.0;
+        }
+        const bool odd = i + 2 * pairs > n; // (the last pair's sine is the next call's first draw)
+        rn_job J = {.u = u, .out = out + i, .pairs = pairs - odd};
+        on_pool(pool, rn_block, &J, (J.pairs + 255) / 256);
+        if (odd) {
+            J = (rn_job){.u = u + 2 * (pairs - 1), .out = last, .pairs = 1};
+            rn_block(&J, 0, 0);
+            out[n - 1] = last[0], r->spare = last[1], r->have = true;
+        }
+        i += 2 * pairs - odd;
     }
-    const double m = sqrt(-2.0 * log(u[0])), a = 6.283185307179586 * u[1];
-    r->spare = (float)(m * sin(a)), r->have = true;
-    return (float)(m * cos(a));
+}
+
+static rng rng_seeded(uint64_t seed) {
+    rng r = {.s = seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull};
+    if (!r.s) r.s = 1;
+    return r;
+}
+
+nm_status nm_vits_normals(uint64_t seed, const int64_t *counts, int n_counts, float *out, nm_pool *pool) {
+    double *u = malloc(sizeof(double) * 2 * RN_PAIRS);
+    if (!u) return NM_ERR_NOMEM;
+    rng r = rng_seeded(seed);
+    for (int i = 0; i < n_counts; out += counts[i], i++) randn_fill(&r, out, counts[i], u, pool);
+    free(u);
+    return NM_OK;
 }
 
 // ---- the synthesis ------------------------------------------------------------------------------
@@ -1142,12 +1185,28 @@ nm_status nm_vits_synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, i
 }
 
 // nm_vits_synth_stream's work, its arguments checked.
+// flow_rev and decode, their time added to the context's phases.
+static bool flow_timed(const nm_vits *v, nm_vits_ctx *cx, float *zf, int64_t n_frames, int64_t org, float *W) {
+    const double t = nm_now_s();
+    const bool ok = flow_rev(v, cx, zf, n_frames, org, W);
+    cx->ph.flow_s += nm_now_s() - t;
+    return ok;
+}
+static nm_status decode_timed(const nm_vits *v, nm_vits_ctx *cx, const float *zf, int64_t frames, int64_t org,
+                              int64_t *n_out, char *err, size_t err_size) {
+    const double t = nm_now_s();
+    const nm_status st = decode(v, cx, zf, frames, org, n_out, err, err_size);
+    cx->ph.decoder_s += nm_now_s() - t;
+    return st;
+}
+
 static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, int32_t n, const nm_vits_scales *sc,
                        int64_t first_frames, nm_vits_emit_fn emit, void *user, char *err, size_t err_size) {
     const int32_t H = v->hidden, I = v->inter, F = v->dp_filt, FF = v->filt;
-    rng r = {.s = sc->seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull};
-    if (!r.s) r.s = 1;
+    rng r = rng_seeded(sc->seed);
     nm_pool *pool = cx->pool;
+    double t0 = nm_now_s();
+    cx->ph.n++;
     float *W = grow(cx, 6, v->work1 * cx->nth + 16); // the convolutions' tiles, a thread's each
     // ---- the text encoder and the durations: buffers of n steps
     const int64_t wide = FF > 2 * I ? FF : 2 * I;
@@ -1180,6 +1239,7 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     }
     float *stats = f; // [n][2 I]: the prior's mean, then its log-scale
     nm_conv1d_run(&v->proj, x, n, 0, 0, 0, NULL, stats, W, pool);
+    cx->ph.encoder_s += nm_now_s() - t0, t0 = nm_now_s();
     // the duration predictor, in reverse: g = proj(DDSConv(pre(x)))
     float *g = q, *h = k, *t1 = val, *t2 = y;
     nm_conv1d_run(&v->dp_pre, x, n, 0, 0, 0, NULL, h, W, pool);
@@ -1187,7 +1247,10 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     nm_conv1d_run(&v->dp_proj, h, n, 0, 0, 0, NULL, g, W, pool);
     float *zz = take(&A, 2 * (int64_t)n); // [n][2]
     if (!zz) goto oom;
-    for (int64_t i = 0; i < 2 * (int64_t)n; i++) zz[i] = randn(&r) * sc->noise_w;
+    double *U = (double *)(void *)grow(cx, 5, 4 * RN_PAIRS + 16); // the normal draws' uniforms
+    if (!U) goto oom;
+    randn_fill(&r, zz, 2 * (int64_t)n, U, pool);
+    for (int64_t i = 0; i < 2 * (int64_t)n; i++) zz[i] *= sc->noise_w;
     const int32_t nb = v->dp_bins;
     for (int32_t fl = 0; fl < v->dp_flows; fl++) {
         for (int32_t t = 0; t < n; t++) { // Flip
@@ -1227,22 +1290,31 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     float *zf = grow(cx, 7, (int64_t)n_frames * I + 16); // [frames][I]: the prior's z, then the decoder's input
     if (!zf) goto oom;
     {
+        float *els = grow(cx, 9, (int64_t)n * I + 16); // exp(logs) a phoneme (in the attention's buffer, done with)
+        if (!els) goto oom;
+        for (int32_t t = 0; t < n; t++)
+            for (int32_t c = 0; c < I; c++) els[(int64_t)t * I + c] = expf(stats[(int64_t)t * 2 * I + I + c]);
         int64_t fr = 0;
+        for (int32_t t = 0; t < n; t++) fr += dur[t];
+        fr = fr < n_frames ? fr : n_frames; // (the frames with a phoneme; a clamped one of zeros has none)
+        randn_fill(&r, zf, fr * I, U, pool);
+        fr = 0;
         for (int32_t t = 0; t < n; t++)
             for (int32_t d = 0; d < dur[t] && fr < n_frames; d++, fr++)
                 for (int32_t c = 0; c < I; c++) {
-                    const float m = stats[(int64_t)t * 2 * I + c], ls = stats[(int64_t)t * 2 * I + I + c];
-                    zf[fr * I + c] = m + randn(&r) * expf(ls) * sc->noise_scale;
+                    const float m = stats[(int64_t)t * 2 * I + c], e = els[(int64_t)t * I + c];
+                    zf[fr * I + c] = m + zf[fr * I + c] * e * sc->noise_scale;
                 }
         for (; fr < n_frames; fr++) memset(zf + fr * I, 0, sizeof(float) * (size_t)I);
     }
+    cx->ph.durations_s += nm_now_s() - t0;
     // The flow and HiFi-GAN: the whole, or (first_frames) the first part, then the rest, each part with the
     // frames the decoder and the flow reach beyond its inner edge (so every sample sent is the whole's)
     const int64_t hop = v->info.hop, Rd = cx->dec_reach, Rf = v->flow_reach;
     if (first_frames <= 0 || n_frames <= first_frames + 2 * Rd) {
-        if (!flow_rev(v, cx, zf, n_frames, 0, W)) goto oom;
+        if (!flow_timed(v, cx, zf, n_frames, 0, W)) goto oom;
         int64_t T = 0;
-        nm_status st = decode(v, cx, zf, n_frames, 0, &T, err, err_size);
+        nm_status st = decode_timed(v, cx, zf, n_frames, 0, &T, err, err_size);
         return st == NM_OK ? emit(user, cx->buf[0], T, true) : st;
     }
     // the first part's flow window (its first first_frames + Rd exact; all of them: the whole's)
@@ -1250,15 +1322,15 @@ static nm_status synth(const nm_vits *v, nm_vits_ctx *cx, const int32_t *ids, in
     float *za = grow(cx, 8, m1 * I + 16);
     if (!za) goto oom;
     memcpy(za, zf, sizeof(float) * (size_t)(m1 * I));
-    if (!flow_rev(v, cx, za, m1, 0, W)) goto oom;
+    if (!flow_timed(v, cx, za, m1, 0, W)) goto oom;
     int64_t T = 0;
-    nm_status st = decode(v, cx, za, first_frames + Rd, 0, &T, err, err_size);
+    nm_status st = decode_timed(v, cx, za, first_frames + Rd, 0, &T, err, err_size);
     if (st == NM_OK) st = emit(user, cx->buf[0], first_frames * hop, false);
     if (st != NM_OK) return st;
     const int64_t a0 = first_frames > Rd ? first_frames - Rd : 0; // the rest's decoder from its reach back ...
     const int64_t b0 = a0 > Rf ? a0 - Rf : 0;                     // ... and its flow from that one's
-    if (!flow_rev(v, cx, zf + b0 * I, n_frames - b0, b0, W)) goto oom;
-    if ((st = decode(v, cx, zf + a0 * I, n_frames - a0, a0, &T, err, err_size)) != NM_OK) return st;
+    if (!flow_timed(v, cx, zf + b0 * I, n_frames - b0, b0, W)) goto oom;
+    if ((st = decode_timed(v, cx, zf + a0 * I, n_frames - a0, a0, &T, err, err_size)) != NM_OK) return st;
     return emit(user, cx->buf[0] + (first_frames - a0) * hop, T - (first_frames - a0) * hop, true);
 oom:
     return nm_fail(NM_ERR_NOMEM, err, err_size, "piper: out of memory for %d phonemes", (int)n);

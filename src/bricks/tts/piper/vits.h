@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/threadpool.h"
 #include "nanomind.h"
 
 typedef struct nm_vits nm_vits;
@@ -68,6 +69,22 @@ const char *nm_vits_ctx_device(const nm_vits_ctx *c); // its backend's name ("cp
 // The frames its decoder reads beyond a sample's own (nm_vits_info.reach, or more where its backend's sums
 // depend on a row's place: the CPU's Winograd tiles), what a streamed sentence's parts overlap by.
 int32_t nm_vits_ctx_reach(const nm_vits_ctx *c);
+
+// Where a context's syntheses spent their time, summed since it was made (seconds of wall time): the text
+// encoder (with the prior's projection), the duration predictor (with the frames' prior samples), the
+// coupling flow, HiFi-GAN (its op list on the backend, waited for); n: the syntheses. What an emit callback
+// takes is in none of them.
+typedef struct nm_vits_phases {
+    double encoder_s, durations_s, flow_s, decoder_s;
+    int64_t n;
+} nm_vits_phases;
+void nm_vits_ctx_phases(const nm_vits_ctx *c, nm_vits_phases *out); // zeroes where c is NULL
+
+// The standard normal draws of a synthesis's noises for seed (nm_vits_scales.seed), as it takes them: counts[0]
+// of them, then counts[1], ..., one after the other into out (a synthesis takes 2 a phoneme id, then the
+// prior's inter channels a frame). The draws do not depend on the pool (NULL: one thread) or the counts'
+// split. NM_ERR_NOMEM only.
+nm_status nm_vits_normals(uint64_t seed, const int64_t *counts, int n_counts, float *out, nm_pool *pool);
 
 typedef struct nm_vits_scales {
     float noise_scale, length_scale, noise_w;

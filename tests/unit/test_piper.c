@@ -17,6 +17,7 @@
 //       the f32 kernels, >= 65 dB where AMX's bf16x3 products run
 //   nfd_decomposes_and_orders  Unicode's NFD: precomposed letters, Hangul, marks in canonical order
 //   piper_phonemes             text -> ids as piper-tts makes them (sentences, terminators, the map)
+//   piper_engine_open_readies_espeak  a voice whose espeak-ng voice is missing fails to open, naming it
 //   piper_engine_speaks        the engine through nm_tts: the samples of VITS's output as piper-tts
 //       scales them, the voice's scales and ours, a pitch refused
 #include <math.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/conv1d.h"
@@ -846,6 +848,43 @@ NM_TEST(piper_phonemes) {
     NM_CHECK(nm_piper_phonemize(v, NULL, "Wait... what?", &ps, err, sizeof err) == NM_OK && ps.n == 1);
     nm_piper_sentences_free(&ps);
     nm_vits_free(v);
+}
+
+// The engine readies espeak-ng for the voice as it opens (one short sentence spoken into nothing, so an
+// answer's first audio waits for neither espeak-ng's data nor the context's first buffers): a voice whose
+// espeak-ng voice does not exist (the default voice's bytes, "en-us" patched to "zz-zz") fails to open,
+// naming it, not at its first sentence.
+NM_TEST(piper_engine_open_readies_espeak) {
+    char path[1024], err[512] = "", tmp[] = "/tmp/nm-piper-voice-XXXXXX";
+    if (!nmtest_model_path(VOICE, path, sizeof path)) NM_SKIP_MISSING(VOICE " is not in the model cache");
+    FILE *f = fopen(path, "rb");
+    NM_CHECK(f != NULL);
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    const long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)size);
+    NM_CHECK(b && fread(b, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    static const char key[] = "piper.espeak.voice";
+    char *at = b ? memmem(b, (size_t)size, key, sizeof key - 1) : NULL;
+    char *val = at ? memmem(at, 64, "en-us", 5) : NULL; // (the key, its type, its length, then the string)
+    NM_CHECK(val != NULL);
+    const int fd = mkstemp(tmp);
+    NM_CHECK(fd >= 0);
+    if (val && fd >= 0) {
+        memcpy(val, "zz-zz", 5);
+        NM_CHECK(write(fd, b, (size_t)size) == size);
+        nm_tts_params p = nm_tts_default_params();
+        p.engine = "piper", p.voice = tmp;
+        nm_tts *t = NULL;
+        NM_CHECK(nm_tts_open(&p, NULL, &t, err, sizeof err) == NM_ERR_INVALID_ARG && !t);
+        NM_CHECK(strstr(err, "unknown espeak-ng voice 'zz-zz'") != NULL);
+        if (!strstr(err, "zz-zz")) printf("  %s\n", err);
+        nm_tts_free(t);
+    }
+    if (fd >= 0) close(fd), unlink(tmp);
+    free(b);
 }
 
 NM_TEST(piper_engine_speaks) {

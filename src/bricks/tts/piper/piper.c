@@ -451,8 +451,8 @@ static nm_status discard(void *user, const int16_t *pcm, int64_t n) {
 }
 
 // One short sentence spoken into nothing, as the engine opens: espeak-ng's data and dictionary read, the
-// context's buffers grown and their pages touched, so an answer's first audio waits for none of it (~9 ms
-// of the first here). Its data missing fails here. The sentences' seeds start after it as before.
+// context's buffers grown and their pages touched, so an answer's first audio waits for none of it. Its
+// espeak-ng voice or data missing fails here. The sentences' seeds start after it as before.
 static nm_status warm(piper_state *s, char *err, size_t err_size) {
     const uint64_t n = s->n_synth;
     const nm_status st = pi_synth(s, "Ready.", discard, NULL, err, err_size);

@@ -507,6 +507,123 @@ NM_TEST(qwen2vl_image_prompt_logits_match_llama_cpp) {
     unlink(mm);
 }
 
+// ---- the 2026 archs against llama.cpp: prompt and 24 greedy steps ---------------------------------
+//
+// Random-weight files of each arch in two shapes (the generator calls below; nm-genmodel's flags in
+// tests/data/archs/README.md): llama.cpp tokenized ARCH_PROMPT (special tokens parsed), evaluated it and
+// decoded 24 tokens greedily, writing at each step the 20 largest log-probabilities (the whole
+// vocabulary's log-softmax, in double): tests/data/archs/logits-ARCH-SHAPE.txt. Here the same tokens and
+// llama.cpp's choices fed back step by step: each step's top-1 must be llama.cpp's and each of its 20
+// log-probabilities within ARCH_DLOGP of ours (measured: README).
+#define ARCH_PROMPT "The quick brown fox jumps over the lazy dog. Once upon a time, in a small town by the sea,"
+#define ARCH_DLOGP 5e-2
+
+typedef struct arch_case {
+    const char *arch, *shape;
+    uint32_t type;
+    int layers, embd, heads, kv_heads, ff, head_dim;
+    uint64_t seed;
+} arch_case;
+
+static const arch_case arch_cases[] = {
+    {"qwen3", "a", NM_TYPE_F32, 4, 256, 4, 2, 512, 96, 11},  {"qwen3", "b", NM_TYPE_F32, 5, 192, 6, 2, 384, 0, 12},
+    {"smollm3", "a", NM_TYPE_F32, 4, 256, 4, 2, 512, 0, 11}, {"smollm3", "b", NM_TYPE_F32, 5, 192, 6, 2, 384, 0, 12},
+};
+
+static bool read_arch_oracle(const char *path, qwen_oracle *o) {
+    memset(o, 0, sizeof *o);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    char word[16];
+    bool ok = true;
+    int nt = 0;
+    while (ok && fscanf(f, "%15s", word) == 1) {
+        if (!strcmp(word, "text") && nt < 1) {
+            ok = fscanf(f, "%d", &o->n_text[0]) == 1 && o->n_text[0] > 0 && o->n_text[0] <= 64;
+            for (int32_t i = 0; ok && i < o->n_text[0]; i++) ok = fscanf(f, "%d", &o->text[0][i]) == 1;
+            nt++;
+        } else if (!strcmp(word, "step") && o->n_step < 32) {
+            int32_t k = o->n_step++, idx;
+            ok = fscanf(f, "%d %d", &idx, &o->gen[k]) == 2 && idx == k;
+            for (int j = 0; ok && j < 20; j++) ok = fscanf(f, "%d:%lf", &o->top_id[k][j], &o->top_lp[k][j]) == 2;
+        } else ok = false;
+    }
+    fclose(f);
+    return ok && nt == 1 && o->n_step == 24;
+}
+
+// Steps through want's 24 tokens on c (its prompt decoded at 0 first): the top-1s equal to llama.cpp's,
+// *maxd the largest |dlogp| over its top 20s.
+static int steps_against(nm_ctx *c, int32_t nv, const qwen_oracle *want, int32_t pos, double *maxd) {
+    int top1 = 0;
+    *maxd = 0;
+    for (int32_t s = 0; s < want->n_step; s++) {
+        const float *lg = nm_get_logits(c, -1);
+        if (!lg) return -1;
+        double mx = -INFINITY, z = 0;
+        int32_t arg = 0;
+        for (int32_t v = 0; v < nv; v++)
+            if (lg[v] > mx) mx = lg[v], arg = v;
+        for (int32_t v = 0; v < nv; v++) z += exp((double)lg[v] - mx);
+        top1 += arg == want->gen[s];
+        for (int j = 0; j < 20; j++) {
+            const double d = fabs((double)lg[want->top_id[s][j]] - mx - log(z) - want->top_lp[s][j]);
+            if (d > *maxd) *maxd = d;
+        }
+        if (nm_decode(c, &want->gen[s], 1, pos++, false) != NM_OK) return -1; // llama.cpp's token, as it went on
+    }
+    return top1;
+}
+
+NM_TEST(new_archs_logits_match_llama_cpp) {
+    char tok[1024];
+    NM_NEED_MODEL(NM_SMOLLM2, tok);
+    bool no_device = false;
+    for (size_t kk = 0; kk < 2 * (sizeof arch_cases / sizeof arch_cases[0]); kk++) {
+        const size_t k = kk % (sizeof arch_cases / sizeof arch_cases[0]);
+        const char *dev = kk == k ? "cpu" : "opencl"; // (each case on the CPU, then on OpenCL with every layer)
+        if (no_device && kk != k) continue;
+        const arch_case *a = &arch_cases[k];
+        char path[256], err[256];
+        static qwen_oracle want;
+        snprintf(path, sizeof path, "tests/data/archs/logits-%s-%s.txt", a->arch, a->shape);
+        NM_CHECK(read_arch_oracle(path, &want));
+        snprintf(path, sizeof path, "/tmp/nm-test-%s-%s-%d.gguf", a->arch, a->shape, (int)getpid());
+        gen_opts o = nm_genmodel_defaults();
+        o.arch = a->arch, o.tok_from = tok, o.out = path, o.type = a->type, o.layers = a->layers, o.embd = a->embd;
+        o.heads = a->heads, o.kv_heads = a->kv_heads, o.ff = a->ff, o.head_dim = a->head_dim, o.seed = a->seed;
+        NM_CHECK(nm_genmodel_write(&o) == 0);
+        nm_model *m = NULL;
+        nm_ctx *c = NULL;
+        NM_CHECK(nm_model_load(path, NULL, &m, err, sizeof err) == NM_OK);
+        nm_ctx_params cp = nm_ctx_default_params();
+        cp.n_ctx = 256, cp.n_threads = 2, cp.device = dev, cp.n_gpu_layers = a->layers;
+        const nm_status cst = m ? nm_ctx_create(m, &cp, &c, err, sizeof err) : NM_ERR_FORMAT;
+        if (cst == NM_ERR_UNSUPPORTED && kk != k) { // (no OpenCL device here)
+            printf("  skip: OpenCL: %s\n", err);
+            no_device = true;
+            nm_model_free(m);
+            unlink(path);
+            continue;
+        }
+        NM_CHECK(cst == NM_OK && !strcmp(nm_ctx_device(c), dev));
+        // our tokenizer gives llama.cpp's ids for the prompt
+        int32_t ids[128];
+        const int32_t n = m ? nm_tokenize(m, ARCH_PROMPT, strlen(ARCH_PROMPT), ids, 128, true, true) : 0;
+        NM_CHECK(n == want.n_text[0] && !memcmp(ids, want.text[0], sizeof(int32_t) * (size_t)(n > 0 ? n : 0)));
+        double maxd = 0;
+        int top1 = -1;
+        if (c && nm_decode(c, want.text[0], want.n_text[0], 0, false) == NM_OK)
+            top1 = steps_against(c, nm_model_n_vocab(m), &want, want.n_text[0], &maxd);
+        fprintf(stderr, "  %s %s on %s: top-1 %d / %d as llama.cpp, max |dlogp| %.2e over its top 20\n", a->arch,
+                a->shape, dev, top1, want.n_step, maxd);
+        NM_CHECK(top1 == want.n_step && maxd <= ARCH_DLOGP);
+        nm_ctx_free(c);
+        nm_model_free(m);
+        unlink(path);
+    }
+}
+
 NM_TEST(bad_models_are_clear_errors) {
     char tok[1024];
     NM_NEED_MODEL(NM_SMOLLM2, tok);
@@ -524,6 +641,11 @@ NM_TEST(bad_models_are_clear_errors) {
     expect_load_error(path, NM_ERR_UNSUPPORTED, "head dimension 7", nmtest_failed);
     NM_CHECK(write_meta(path, "llama", 4, 2, 0)); // valid hyperparameters, no tokenizer, no tensors
     expect_load_error(path, NM_ERR_FORMAT, "tokenizer", nmtest_failed);
+    // qwen3 and smollm3 need their norms' epsilon (llama.cpp reads it as a required key)
+    NM_CHECK(write_meta(path, "qwen3", 4, 2, 0));
+    expect_load_error(path, NM_ERR_FORMAT, "missing metadata key 'qwen3.attention.layer_norm_rms_epsilon'", nmtest_failed);
+    NM_CHECK(write_meta(path, "smollm3", 4, 2, 0));
+    expect_load_error(path, NM_ERR_FORMAT, "missing metadata key 'smollm3.attention.layer_norm_rms_epsilon'", nmtest_failed);
     // a truncated real model
     NM_CHECK(make_model("llama", NM_TYPE_Q8_0, path, 8));
     FILE *f = fopen(path, "r+b");

@@ -139,10 +139,10 @@ int nm_genmodel_write(gen_opts *o) {
                         "embd divisible by heads unless --head-dim is given)\n");
         return 2;
     }
-    const bool gemma = !strcmp(o->arch, "gemma3"), qwen2vl = !strcmp(o->arch, "qwen2vl");
-    const bool qwen = !strcmp(o->arch, "qwen2") || qwen2vl;
-    if (!gemma && !qwen && strcmp(o->arch, "llama")) {
-        fprintf(stderr, "nm-genmodel: unknown arch '%s' (llama, qwen2, qwen2vl, gemma3)\n", o->arch);
+    const bool gemma = !strcmp(o->arch, "gemma3"), qwen2vl = !strcmp(o->arch, "qwen2vl"), qwen3 = !strcmp(o->arch, "qwen3");
+    const bool qwen = !strcmp(o->arch, "qwen2") || qwen2vl; // (q, k and v biases)
+    if (!gemma && !qwen && !qwen3 && strcmp(o->arch, "llama") && strcmp(o->arch, "smollm3")) {
+        fprintf(stderr, "nm-genmodel: unknown arch '%s' (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3)\n", o->arch);
         return 2;
     }
     gen_state gs = {.cap = 4 + 20 * o->layers, .bad_3d = o->bad_3d};
@@ -175,7 +175,7 @@ int nm_genmodel_write(gen_opts *o) {
         bad |= nm_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)o->head_dim) != NM_OK;
     }
     bad |= nm_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), o->bad_norm_eps ? o->bad_norm_eps : 1e-6f) != NM_OK;
-    bad |= nm_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->bad_rope_base ? o->bad_rope_base : o->rope_base > 0.0f ? o->rope_base : qwen ? 1000000.0f : 10000.0f) != NM_OK;
+    bad |= nm_gguf_writer_add_f32(w, KEY("rope.freq_base"), o->bad_rope_base ? o->bad_rope_base : o->rope_base > 0.0f ? o->rope_base : qwen || qwen3 ? 1000000.0f : 10000.0f) != NM_OK;
     if (gemma) bad |= nm_gguf_writer_add_u32(w, KEY("attention.sliding_window"), (uint32_t)o->swa) != NM_OK;
     if (qwen2vl) { // M-RoPE's sections in Qwen2-VL's proportions (16, 24, 24 of 64 pairs), the 4th empty
         const int32_t h = o->head_dim / 2, s0 = h / 4, s1 = (h - s0) / 2;
@@ -207,10 +207,11 @@ int nm_genmodel_write(gen_opts *o) {
         if (!bad && qwen)
             bad = T("attn_q.bias", NM_TYPE_F32, qd, 1, 0.0f, 0.1f) || T("attn_k.bias", NM_TYPE_F32, kvd, 1, 0.0f, 0.1f) ||
                   T("attn_v.bias", NM_TYPE_F32, kvd, 1, 0.0f, 0.1f);
-        if (!bad && gemma)
+        if (!bad && (gemma || qwen3))
             bad = T("attn_q_norm.weight", NM_TYPE_F32, o->head_dim, 1, 1.0f, 0.1f) ||
-                  T("attn_k_norm.weight", NM_TYPE_F32, o->head_dim, 1, 1.0f, 0.1f) ||
-                  T("post_attention_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
+                  T("attn_k_norm.weight", NM_TYPE_F32, o->head_dim, 1, 1.0f, 0.1f);
+        if (!bad && gemma)
+            bad = T("post_attention_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
                   T("post_ffw_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f);
 #undef T
     }

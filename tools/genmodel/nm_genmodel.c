@@ -1,5 +1,5 @@
 // nm-genmodel: writes a small random-weight GGUF language model of a given
-// architecture (llama, qwen2, qwen2vl, gemma3) in llama.cpp's tensor names and keys,
+// architecture (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3) in llama.cpp's tensor names and keys,
 // with the tokenizer copied from an existing GGUF file. Used to compare our
 // forward pass with llama.cpp's on architectures whose real weights we cannot
 // reach (docs/correctness.md), and by tests.
@@ -12,7 +12,7 @@
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: nm-genmodel --arch llama|qwen2|qwen2vl|gemma3 --tokenizer-from MODEL.gguf -o OUT.gguf\n"
+            "usage: nm-genmodel --arch llama|qwen2|qwen2vl|qwen3|smollm3|gemma3 --tokenizer-from MODEL.gguf -o OUT.gguf\n"
             "                   [--type f32|f16|q8_0|q4_0|q4_K|...] [--seed S] [--layers N] [--embd D]\n"
             "                   [--heads H] [--kv-heads K] [--ff F] [--head-dim HD] [--swa W]\n"
             "                   [--final-softcap C]\n");

@@ -443,7 +443,7 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
     matmul(g, q, &ly->wq, cur, &ly->bq);
     matmul(g, k, &ly->wk, cur, &ly->bk);
     matmul(g, v, &ly->wv, cur, &ly->bv);
-    if (nm_tensor_is_set(&ly->q_norm)) { // gemma3: RMS norm of each head of q and k
+    if (nm_tensor_is_set(&ly->q_norm)) { // gemma3, qwen3: RMS norm of each head of q and k
         norm(c, g, rows(g, &c->q, hd, 0, T * hp->n_head), rows(g, &c->q, hd, 0, T * hp->n_head), &ly->q_norm);
         norm(c, g, rows(g, &c->k, hd, 0, T * hp->n_head_kv), rows(g, &c->k, hd, 0, T * hp->n_head_kv), &ly->k_norm);
     }
@@ -457,10 +457,12 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
     nm_op rope = {.kind = NM_OP_ROPE, .src0 = q, .dst = q, .ids = rp, .f0 = base, .f1 = fscale, .i0 = hp->n_head,
                   .i1 = (int32_t)hd, .i2 = hp->rope_mode, .i3 = hp->n_rot};
     memcpy(rope.rope_sections, hp->rope_sections, sizeof rope.rope_sections);
-    emit(g, rope);
-    rope.src0 = rope.dst = k;
-    rope.i0 = hp->n_head_kv;
-    emit(g, rope);
+    if (!ly->no_rope) {
+        emit(g, rope);
+        rope.src0 = rope.dst = k;
+        rope.i0 = hp->n_head_kv;
+        emit(g, rope);
+    }
     emit(g, (nm_op){.kind = NM_OP_KV_STORE, .src0 = k, .src1 = v, .ids = kvpos, .kv = &c->kv[il], .n_ctx = c->n_ctx});
     emit(g, (nm_op){.kind = NM_OP_ATTENTION, .src0 = q, .dst = attn, .ids = kvpos, .kv = &c->kv[il],
                     .f0 = hp->attn_scale, .f1 = hp->attn_softcap, .i0 = hp->n_head, .i1 = hp->n_head_kv,

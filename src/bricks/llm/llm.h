@@ -1,4 +1,4 @@
-// LLM brick: decoder-only transformers from GGUF (archs llama, qwen2, gemma3).
+// LLM brick: decoder-only transformers from GGUF (archs llama, qwen2, qwen2vl, qwen3, smollm3, gemma3).
 // The model holds hyperparameters and views of the mmapped weights; a context
 // (forward.c) holds the KV cache, the activations and the backend that runs it.
 #ifndef NM_LLM_H
@@ -13,7 +13,7 @@
 #include "bricks/tokenizer/tokenizer.h"
 #include "bricks/tokenizer/chat.h"
 
-enum nm_arch { NM_ARCH_LLAMA, NM_ARCH_QWEN2, NM_ARCH_GEMMA3, NM_ARCH_QWEN2VL };
+enum nm_arch { NM_ARCH_LLAMA, NM_ARCH_QWEN2, NM_ARCH_GEMMA3, NM_ARCH_QWEN2VL, NM_ARCH_QWEN3, NM_ARCH_SMOLLM3 };
 
 typedef struct nm_hparams {
     enum nm_arch arch;
@@ -30,19 +30,21 @@ typedef struct nm_hparams {
     int32_t n_swa;                       // sliding window, 0 = none
     int32_t swa_pattern;                 // layer il uses the window if il % pattern < pattern - 1
     int32_t act;                         // NM_ACT_*
+    int32_t no_rope_step;                // > 0: layer il rotates nothing where (il + 1) % step == 0 (smollm3: 4)
 } nm_hparams;
 
 typedef struct nm_layer {
     nm_tensor attn_norm;                 // (n_embd)
     nm_tensor wq, wk, wv, wo;            // (n_embd -> n_head*hd), (-> n_head_kv*hd) x2, (n_head*hd -> n_embd)
     nm_tensor bq, bk, bv;                // qwen2 biases; unset (nm_tensor_is_set) if absent
-    nm_tensor q_norm, k_norm;            // gemma3 per-head norms (head_dim); unset if absent
+    nm_tensor q_norm, k_norm;            // gemma3's and qwen3's per-head RMS norms (head_dim); unset if absent
     nm_tensor post_attn_norm;            // gemma3 (n_embd); unset if absent
     nm_tensor ffn_norm;                  // (n_embd)
     nm_tensor ffn_gate, ffn_up;          // (n_embd -> n_ff)
     nm_tensor ffn_down;                  // (n_ff -> n_embd)
     nm_tensor post_ffn_norm;             // gemma3 (n_embd); unset if absent
     bool swa;                            // this layer attends within the sliding window
+    bool no_rope;                        // its q and k are not rotated (smollm3's every fourth layer)
 } nm_layer;
 
 struct nm_model {

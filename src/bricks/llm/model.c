@@ -91,6 +91,7 @@ static nm_status bind_layer(loader *L, const nm_hparams *hp, int il, nm_layer *l
     nm_status st;
     const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
     const bool gemma = hp->arch == NM_ARCH_GEMMA3, qwen = hp->arch == NM_ARCH_QWEN2 || hp->arch == NM_ARCH_QWEN2VL;
+    const bool qk_norm = gemma || hp->arch == NM_ARCH_QWEN3; // (per-head RMS norms of q and k)
 #define B(field, suffix, ne0, ne1, req, vec)                                   \
     do {                                                                       \
         snprintf(n, sizeof n, "blk.%d." suffix ".weight", il);                 \
@@ -109,8 +110,10 @@ static nm_status bind_layer(loader *L, const nm_hparams *hp, int il, nm_layer *l
     BB(bq, "attn_q", qd, qwen);
     BB(bk, "attn_k", kvd, qwen);
     BB(bv, "attn_v", kvd, qwen);
-    B(q_norm, "attn_q_norm", hd, 1, gemma, true);
-    B(k_norm, "attn_k_norm", hd, 1, gemma, true);
+    if (qk_norm) { // (other archs have none: llama.cpp refuses such a file of theirs)
+        B(q_norm, "attn_q_norm", hd, 1, true, true);
+        B(k_norm, "attn_k_norm", hd, 1, true, true);
+    }
     B(post_attn_norm, "post_attention_norm", d, 1, gemma, true);
     B(ffn_norm, "ffn_norm", d, 1, true, true);
     B(ffn_gate, "ffn_gate", d, hp->n_ff, true, false);
@@ -120,6 +123,7 @@ static nm_status bind_layer(loader *L, const nm_hparams *hp, int il, nm_layer *l
 #undef B
 #undef BB
     ly->swa = hp->n_swa > 0 && hp->swa_pattern > 0 && (il % hp->swa_pattern) < hp->swa_pattern - 1;
+    ly->no_rope = hp->no_rope_step > 0 && (il + 1) % hp->no_rope_step == 0;
     return NM_OK;
 }
 
@@ -130,7 +134,9 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     else if (!strcmp(L->arch, "qwen2")) hp->arch = NM_ARCH_QWEN2;
     else if (!strcmp(L->arch, "gemma3")) hp->arch = NM_ARCH_GEMMA3;
     else if (!strcmp(L->arch, "qwen2vl")) hp->arch = NM_ARCH_QWEN2VL;
-    else return fail(L, NM_ERR_UNSUPPORTED, "architecture '%s' is not supported (llama, qwen2, qwen2vl, gemma3)", L->arch);
+    else if (!strcmp(L->arch, "qwen3")) hp->arch = NM_ARCH_QWEN3;
+    else if (!strcmp(L->arch, "smollm3")) hp->arch = NM_ARCH_SMOLLM3;
+    else return fail(L, NM_ERR_UNSUPPORTED, "architecture '%s' is not supported (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3)", L->arch);
 
     if ((st = get_int(L, "embedding_length", true, &hp->n_embd)) ||
         (st = get_int(L, "block_count", true, &hp->n_layer)) ||
@@ -168,7 +174,9 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
 
     hp->norm_eps = 1e-5f;
     hp->rope_base = 10000.0f;
-    if ((st = get_float(L, "attention.layer_norm_rms_epsilon", false, &hp->norm_eps)) ||
+    // (llama.cpp reads qwen3's and smollm3's epsilon as a required key: a file without it is refused there)
+    const bool eps_required = hp->arch == NM_ARCH_QWEN3 || hp->arch == NM_ARCH_SMOLLM3;
+    if ((st = get_float(L, "attention.layer_norm_rms_epsilon", eps_required, &hp->norm_eps)) ||
         (st = get_float(L, "rope.freq_base", false, &hp->rope_base)))
         return st;
     // Values no model can have: refused by name, never run.
@@ -206,6 +214,13 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     switch (hp->arch) {
     case NM_ARCH_LLAMA: break;
     case NM_ARCH_QWEN2: hp->rope_mode = NM_ROPE_NEOX; break;
+    case NM_ARCH_QWEN3: // qwen2 with RMS norms of each head of q and k before the rotation, no biases
+        hp->rope_mode = NM_ROPE_NEOX;
+        break;
+    case NM_ARCH_SMOLLM3:
+        // llama with no rotation in every fourth layer (llama.cpp fixes the step at 4: no GGUF key says it)
+        hp->no_rope_step = 4;
+        break;
     case NM_ARCH_QWEN2VL: {
         // Qwen2-VL: qwen2 with M-RoPE. Rotated pair k (of n_rot / 2, NeoX halves) turns by the position of the
         // stream its section names, t for k in [0, s0), h in [s0, s0 + s1), w up to s0 + s1 + s2, e after

@@ -382,7 +382,8 @@ typedef struct qwen_oracle {
     double top_lp[32][20];
 } qwen_oracle;
 
-static bool read_qwen_oracle(const char *path, qwen_oracle *o) {
+// An oracle file: n_text `text` lines (and an `image` line where image), then 24 `step` lines.
+static bool read_oracle(const char *path, qwen_oracle *o, int n_text, bool image) {
     memset(o, 0, sizeof *o);
     FILE *f = fopen(path, "r");
     if (!f) return false;
@@ -390,11 +391,11 @@ static bool read_qwen_oracle(const char *path, qwen_oracle *o) {
     int nt = 0;
     bool ok = true;
     while (ok && fscanf(f, "%15s", word) == 1) {
-        if (!strcmp(word, "text") && nt < 2) {
+        if (!strcmp(word, "text") && nt < n_text) {
             ok = fscanf(f, "%d", &o->n_text[nt]) == 1 && o->n_text[nt] > 0 && o->n_text[nt] <= 64;
             for (int32_t i = 0; ok && i < o->n_text[nt]; i++) ok = fscanf(f, "%d", &o->text[nt][i]) == 1;
             nt++;
-        } else if (!strcmp(word, "image")) {
+        } else if (!strcmp(word, "image") && image) {
             ok = fscanf(f, "%d %d", &o->nx, &o->ny) == 2;
         } else if (!strcmp(word, "step") && o->n_step < 32) {
             int32_t k = o->n_step++, idx;
@@ -403,7 +404,7 @@ static bool read_qwen_oracle(const char *path, qwen_oracle *o) {
         } else ok = false;
     }
     fclose(f);
-    return ok && nt == 2 && o->nx > 0 && o->ny > 0 && o->n_step == 24;
+    return ok && nt == n_text && (!image || (o->nx > 0 && o->ny > 0)) && o->n_step == 24;
 }
 
 // The image's embeddings by our encoder (nx x ny of n_out_embd), or NULL.
@@ -436,6 +437,29 @@ out:
     return e;
 }
 
+// Steps through want's 24 tokens on c (its prompt decoded at 0 first): the top-1s equal to llama.cpp's,
+// *maxd the largest |dlogp| over its top 20s.
+static int steps_against(nm_ctx *c, int32_t nv, const qwen_oracle *want, int32_t pos, double *maxd) {
+    int top1 = 0;
+    *maxd = 0;
+    for (int32_t s = 0; s < want->n_step; s++) {
+        const float *lg = nm_get_logits(c, -1);
+        if (!lg) return -1;
+        double mx = -INFINITY, z = 0;
+        int32_t arg = 0;
+        for (int32_t v = 0; v < nv; v++)
+            if (lg[v] > mx) mx = lg[v], arg = v;
+        for (int32_t v = 0; v < nv; v++) z += exp((double)lg[v] - mx);
+        top1 += arg == want->gen[s];
+        for (int j = 0; j < 20; j++) {
+            const double d = fabs((double)lg[want->top_id[s][j]] - mx - log(z) - want->top_lp[s][j]);
+            if (d > *maxd) *maxd = d;
+        }
+        if (nm_decode(c, &want->gen[s], 1, pos++, false) != NM_OK) return -1; // llama.cpp's token, as it went on
+    }
+    return top1;
+}
+
 NM_TEST(qwen2vl_image_prompt_logits_match_llama_cpp) {
     char tok[1024];
     NM_NEED_MODEL(NM_SMOLLM2, tok);
@@ -456,7 +480,7 @@ NM_TEST(qwen2vl_image_prompt_logits_match_llama_cpp) {
         char path[256];
         static qwen_oracle want;
         snprintf(path, sizeof path, "tests/data/qwen2vl/logits-%s.txt", imgs[k]);
-        NM_CHECK(read_qwen_oracle(path, &want));
+        NM_CHECK(read_oracle(path, &want, 2, true));
         snprintf(path, sizeof path, "tests/data/qwen2vl/%s.png", imgs[k]);
         int32_t nx = 0, ny = 0;
         float *e = qwen_encode(mm, path, &nx, &ny);
@@ -477,25 +501,8 @@ NM_TEST(qwen2vl_image_prompt_logits_match_llama_cpp) {
         pos += nx * ny;
         NM_CHECK(nm_decode(c, want.text[1], want.n_text[1], pos, false) == NM_OK);
         pos += want.n_text[1];
-        const int32_t nv = nm_model_n_vocab(m);
         double maxd = 0;
-        int top1 = 0;
-        for (int32_t s = 0; s < want.n_step; s++) {
-            const float *lg = nm_get_logits(c, -1);
-            NM_CHECK(lg != NULL);
-            if (!lg) break;
-            double mx = -INFINITY, z = 0;
-            int32_t arg = 0;
-            for (int32_t v = 0; v < nv; v++)
-                if (lg[v] > mx) mx = lg[v], arg = v;
-            for (int32_t v = 0; v < nv; v++) z += exp((double)lg[v] - mx);
-            top1 += arg == want.gen[s];
-            for (int j = 0; j < 20; j++) {
-                const double d = fabs((double)lg[want.top_id[s][j]] - mx - log(z) - want.top_lp[s][j]);
-                if (d > maxd) maxd = d;
-            }
-            NM_CHECK(nm_decode(c, &want.gen[s], 1, pos++, false) == NM_OK); // llama.cpp's token, as it went on
-        }
+        const int top1 = steps_against(c, nm_model_n_vocab(m), &want, pos, &maxd);
         fprintf(stderr, "  %s (%d x %d image tokens): top-1 %d / %d as llama.cpp, max |dlogp| %.2e over its top 20\n",
                 imgs[k], nx, ny, top1, want.n_step, maxd);
         NM_CHECK(top1 == want.n_step && maxd <= QWEN_DLOGP);
@@ -530,50 +537,6 @@ static const arch_case arch_cases[] = {
     {"smollm3", "a", NM_TYPE_F32, 4, 256, 4, 2, 512, 0, 11}, {"smollm3", "b", NM_TYPE_F32, 5, 192, 6, 2, 384, 0, 12},
 };
 
-static bool read_arch_oracle(const char *path, qwen_oracle *o) {
-    memset(o, 0, sizeof *o);
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    char word[16];
-    bool ok = true;
-    int nt = 0;
-    while (ok && fscanf(f, "%15s", word) == 1) {
-        if (!strcmp(word, "text") && nt < 1) {
-            ok = fscanf(f, "%d", &o->n_text[0]) == 1 && o->n_text[0] > 0 && o->n_text[0] <= 64;
-            for (int32_t i = 0; ok && i < o->n_text[0]; i++) ok = fscanf(f, "%d", &o->text[0][i]) == 1;
-            nt++;
-        } else if (!strcmp(word, "step") && o->n_step < 32) {
-            int32_t k = o->n_step++, idx;
-            ok = fscanf(f, "%d %d", &idx, &o->gen[k]) == 2 && idx == k;
-            for (int j = 0; ok && j < 20; j++) ok = fscanf(f, "%d:%lf", &o->top_id[k][j], &o->top_lp[k][j]) == 2;
-        } else ok = false;
-    }
-    fclose(f);
-    return ok && nt == 1 && o->n_step == 24;
-}
-
-// Steps through want's 24 tokens on c (its prompt decoded at 0 first): the top-1s equal to llama.cpp's,
-// *maxd the largest |dlogp| over its top 20s.
-static int steps_against(nm_ctx *c, int32_t nv, const qwen_oracle *want, int32_t pos, double *maxd) {
-    int top1 = 0;
-    *maxd = 0;
-    for (int32_t s = 0; s < want->n_step; s++) {
-        const float *lg = nm_get_logits(c, -1);
-        if (!lg) return -1;
-        double mx = -INFINITY, z = 0;
-        int32_t arg = 0;
-        for (int32_t v = 0; v < nv; v++)
-            if (lg[v] > mx) mx = lg[v], arg = v;
-        for (int32_t v = 0; v < nv; v++) z += exp((double)lg[v] - mx);
-        top1 += arg == want->gen[s];
-        for (int j = 0; j < 20; j++) {
-            const double d = fabs((double)lg[want->top_id[s][j]] - mx - log(z) - want->top_lp[s][j]);
-            if (d > *maxd) *maxd = d;
-        }
-        if (nm_decode(c, &want->gen[s], 1, pos++, false) != NM_OK) return -1; // llama.cpp's token, as it went on
-    }
-    return top1;
-}
 
 NM_TEST(new_archs_logits_match_llama_cpp) {
     char tok[1024];
@@ -587,7 +550,7 @@ NM_TEST(new_archs_logits_match_llama_cpp) {
         char path[256], err[256];
         static qwen_oracle want;
         snprintf(path, sizeof path, "tests/data/archs/logits-%s-%s.txt", a->arch, a->shape);
-        NM_CHECK(read_arch_oracle(path, &want));
+        NM_CHECK(read_oracle(path, &want, 1, false));
         snprintf(path, sizeof path, "/tmp/nm-test-%s-%s-%d.gguf", a->arch, a->shape, (int)getpid());
         gen_opts o = nm_genmodel_defaults();
         o.arch = a->arch, o.tok_from = tok, o.out = path, o.type = a->type, o.layers = a->layers, o.embd = a->embd;

@@ -106,7 +106,45 @@ static int add(gen_state *g, nm_gguf_writer *w, const char *name, uint32_t type,
     return st != NM_OK;
 }
 
-static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t bad_bos, int64_t *n_vocab) {
+// The tokenizer's array `key` (tokens, token_type or scores) padded to `vocab` entries: pad tokens
+// "<|nm_pad_N|>" of type 3 (control), score 0. 0 when written.
+static int pad_vocab(nm_gguf_writer *w, const nm_gguf_kv *kv, const char *key, int64_t vocab) {
+    const uint64_t n = kv->arr_n;
+    int bad = 1;
+    if (!strcmp(key, "tokenizer.ggml.tokens") && kv->arr_type == NM_GGUF_STRING) {
+        nm_str *have = calloc(n, sizeof *have);
+        char **s = calloc((size_t)vocab, sizeof *s);
+        if (have && s && nm_gguf_arr_strings(kv, have, n)) {
+            bad = 0;
+            for (int64_t i = 0; i < vocab && !bad; i++) {
+                s[i] = malloc(i < (int64_t)n ? have[i].len + 1 : 32);
+                if (!s[i]) bad = 1;
+                else if (i < (int64_t)n) memcpy(s[i], have[i].ptr, have[i].len), s[i][have[i].len] = '\0';
+                else snprintf(s[i], 32, "<|nm_pad_%lld|>", (long long)(i - (int64_t)n));
+            }
+            bad = bad || nm_gguf_writer_add_arr_str(w, key, (const char *const *)s, (uint64_t)vocab) != NM_OK;
+        }
+        for (int64_t i = 0; s && i < vocab; i++) free(s[i]);
+        free(s), free(have);
+    } else if (kv->arr_type == NM_GGUF_INT32 || kv->arr_type == NM_GGUF_FLOAT32) {
+        const bool ty = !strcmp(key, "tokenizer.ggml.token_type");
+        uint32_t *v = calloc((size_t)vocab, 4);
+        if (v) {
+            memcpy(v, kv->data, 4 * n);
+            for (int64_t i = (int64_t)n; i < vocab; i++) {
+                const float zero = 0.0f;
+                if (ty) v[i] = 3;
+                else memcpy(&v[i], &zero, 4);
+            }
+            bad = nm_gguf_writer_add_arr(w, key, kv->arr_type, v, (uint64_t)vocab) != NM_OK;
+        }
+        free(v);
+    }
+    if (bad) fprintf(stderr, "nm-genmodel: cannot pad %s to %lld entries\n", key, (long long)vocab);
+    return bad;
+}
+
+static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t bad_bos, int64_t vocab, int64_t *n_vocab) {
     *n_vocab = 0;
     if (bad_bos && nm_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bad_bos) != NM_OK) return 1;
     for (int64_t i = 0; i < nm_gguf_n_kv(src); i++) {
@@ -115,11 +153,24 @@ static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t bad_bos
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.ptr);
         if (bad_bos && !strcmp(key, "tokenizer.ggml.bos_token_id")) continue;
+        const bool per_token = !strcmp(key, "tokenizer.ggml.tokens") || !strcmp(key, "tokenizer.ggml.token_type") ||
+                               !strcmp(key, "tokenizer.ggml.scores");
+        if (!strcmp(key, "tokenizer.ggml.tokens")) {
+            if (vocab > 0 && vocab < (int64_t)kv->arr_n) {
+                fprintf(stderr, "nm-genmodel: --vocab %lld is below the tokenizer's %llu tokens\n", (long long)vocab,
+                        (unsigned long long)kv->arr_n);
+                return 1;
+            }
+            *n_vocab = vocab > (int64_t)kv->arr_n ? vocab : (int64_t)kv->arr_n;
+        }
+        if (per_token && kv->type == NM_GGUF_ARRAY && vocab > (int64_t)kv->arr_n) {
+            if (pad_vocab(w, kv, key, vocab)) return 1;
+            continue;
+        }
         // ARRAY values start 12 bytes before their first element (type + count).
         const uint8_t *p = kv->type == NM_GGUF_ARRAY ? kv->data - 12 : kv->data;
         uint64_t sz = nm_gguf_value_size(kv->type, p);
         if (nm_gguf_writer_add_raw(w, key, kv->type, p, sz) != NM_OK) return 1;
-        if (!strcmp(key, "tokenizer.ggml.tokens")) *n_vocab = (int64_t)kv->arr_n;
     }
     return *n_vocab > 0 ? 0 : 1;
 }
@@ -159,7 +210,7 @@ int nm_genmodel_write(gen_opts *o) {
     }
     nm_gguf_writer *w = nm_gguf_writer_create();
     int64_t n_vocab = 0;
-    int bad = !w || copy_tokenizer(w, src, o->bad_bos_id, &n_vocab);
+    int bad = !w || copy_tokenizer(w, src, o->bad_bos_id, o->vocab, &n_vocab);
     char k[160];
 #define KEY(s) (snprintf(k, sizeof k, "%s." s, o->arch), k)
     bad |= nm_gguf_writer_add_str(w, "general.architecture", o->arch) != NM_OK;

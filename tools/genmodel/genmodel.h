@@ -5,13 +5,15 @@
 #include <stdint.h>
 
 typedef struct gen_opts {
-    const char *arch;     // "llama", "qwen2", "qwen2vl", "gemma3"
+    const char *arch;     // "llama", "qwen2", "qwen2vl", "qwen3", "smollm3", "gemma3"
     const char *tok_from; // GGUF file whose tokenizer.* metadata is copied
     const char *out;      // output path
     uint32_t type;        // weight type of the matmuls and embeddings (enum nm_type)
     int layers, embd, heads, kv_heads, ff, head_dim, swa;
     float final_softcap;  // > 0: ARCH.final_logit_softcapping (llama.cpp applies it for gemma3)
     uint64_t seed;
+    int64_t vocab;        // > the tokenizer's: its tokens padded with control tokens "<|nm_pad_N|>" to this many
+                          // (a model's output head of its real size; 0: the tokenizer's own)
     // Files no model can have, for the loader's tests (0: the normal values).
     float rope_base;      // ARCH.rope.freq_base (0: 1e6 for qwen2 / qwen2vl, else 1e4)
     float bad_rope_base;  // written as ARCH.rope.freq_base

@@ -15,7 +15,8 @@ static int usage(void) {
             "usage: nm-genmodel --arch llama|qwen2|qwen2vl|qwen3|smollm3|gemma3 --tokenizer-from MODEL.gguf -o OUT.gguf\n"
             "                   [--type f32|f16|q8_0|q4_0|q4_K|...] [--seed S] [--layers N] [--embd D]\n"
             "                   [--heads H] [--kv-heads K] [--ff F] [--head-dim HD] [--swa W]\n"
-            "                   [--final-softcap C]\n");
+            "                   [--final-softcap C] [--vocab N]\n"
+            "  --vocab N: the tokenizer's tokens padded with control tokens to N (a real model's output head)\n");
     return 2;
 }
 
@@ -37,6 +38,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--head-dim")) o.head_dim = atoi(v);
         else if (!strcmp(a, "--swa")) o.swa = atoi(v);
         else if (!strcmp(a, "--final-softcap")) o.final_softcap = strtof(v, NULL);
+        else if (!strcmp(a, "--vocab")) o.vocab = strtoll(v, NULL, 10);
         else if (!strcmp(a, "--type")) {
             uint32_t t;
             for (t = 0; t < NM_TYPE_COUNT; t++) {

@@ -11,9 +11,10 @@ documents=None, add_generation_prompt, bos_token, eos_token).
                                  jinja_expect): exit 1 on a difference, 77
                                  when jinja2 is not installed
 
-The cases: the chat templates of tests/data/jinja/*.jinja (SmolLM2's and
-Gemma 3's as the models ship them, Llama 3's, one after Qwen2.5's) over a set
-of conversations, and small templates for each part of the subset
+The cases: the chat templates of tests/data/jinja/*.jinja (SmolLM2's,
+Gemma 3's, Qwen3-0.6B's and SmolLM3-3B's as the models ship them, Llama 3's,
+one after Qwen2.5's) over a set of conversations (Qwen3's and SmolLM3's also
+with enable_thinking unset, true and false), and small templates for each part of the subset
 (docs/jinja.md). A case Jinja2 refuses records "error": its message; the C
 interpreter must refuse it too. Tooling only.
 """
@@ -26,7 +27,17 @@ DATA = os.path.join(ROOT, "tests", "data", "jinja")
 OUT = os.path.join(DATA, "expected.json")
 
 CHAT_TEMPLATES = {"smollm2.jinja": ("<|im_start|>", "<|im_end|>"), "gemma3.jinja": ("<bos>", "<eos>"),
-                  "llama3.jinja": ("<|begin_of_text|>", "<|eot_id|>"), "qwen25.jinja": ("", "<|im_end|>")}
+                  "llama3.jinja": ("<|begin_of_text|>", "<|eot_id|>"), "qwen25.jinja": ("", "<|im_end|>"),
+                  "qwen3.jinja": ("", "<|im_end|>"), "smollm3.jinja": ("", "<|im_end|>")}
+
+# Qwen3's and SmolLM3's thinking switch: enable_thinking (their chat_template_kwargs), an earlier answer
+# with its <think> block (dropped from the history), /no_think in the system prompt (SmolLM3)
+THINKING = {
+    "think_history": [{"role": "user", "content": "What is 2+2?"},
+                      {"role": "assistant", "content": "<think>\nSmall sum.\n</think>\n\n4"},
+                      {"role": "user", "content": "And 3+3?"}],
+    "no_think_system": [{"role": "system", "content": "Be brief. /no_think"}, {"role": "user", "content": "Hi"}],
+}
 
 CONVERSATIONS = {
     "user": [{"role": "user", "content": "Hi there"}],
@@ -190,9 +201,18 @@ def cases():
                 ctx = context(messages, gen, bos, eos)
                 out.append({"name": f"{name}/{conv}/{'gen' if gen else 'nogen'}", "template": name, "context": ctx,
                             **render(env, source, ctx)})
-        if name == "qwen25.jinja":
+        if name in ("qwen25.jinja", "qwen3.jinja", "smollm3.jinja"):
             ctx = context(CONVERSATIONS["multi_turn"], True, bos, eos, TOOLS)
             out.append({"name": f"{name}/tools/gen", "template": name, "context": ctx, **render(env, source, ctx)})
+        if name in ("qwen3.jinja", "smollm3.jinja"):
+            for conv, messages in THINKING.items():
+                for think in (None, True, False):
+                    ctx = context(messages, True, bos, eos)
+                    if think is not None:
+                        ctx["enable_thinking"] = think
+                    tag = "default" if think is None else "on" if think else "off"
+                    out.append({"name": f"{name}/{conv}/think_{tag}", "template": name, "context": ctx,
+                                **render(env, source, ctx)})
     for name, source in {**FEATURES, **FEATURE_ERRORS}.items():
         ctx = context(FEATURE_CONTEXT_MESSAGES, True, "<s>", "</s>")
         out.append({"name": f"feature/{name}", "source": source, "context": ctx, **render(env, source, ctx)})

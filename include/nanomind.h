@@ -237,8 +237,17 @@ int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_m
 //   NM_ERR_RANGE        it ran past the interpreter's limits (steps, nesting,
 //                       memory, output): a runaway template
 // Thread-safe, also on a shared model; msgs and tmpl are borrowed for the call.
+// kwargs: NULL, or a JSON object's text whose members are more variables of the
+// template (llama.cpp's --chat-template-kwargs, a request's chat_template_kwargs:
+// {"enable_thinking": false} for Qwen3's and SmolLM3's thinking switch; tools
+// and documents replace the defaults); NM_ERR_INVALID_ARG where it is not an
+// object or sets messages, add_generation_prompt, bos_token or eos_token.
 nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, const nm_chat_msg *msgs,
-                               size_t n_msgs, bool add_assistant, char **text, size_t *n, char *err, size_t err_size);
+                               size_t n_msgs, bool add_assistant, const char *kwargs, char **text, size_t *n,
+                               char *err, size_t err_size);
+// Whether kwargs (nm_chat_format_jinja's) would be taken: NM_OK, or NM_ERR_INVALID_ARG with err saying why
+// (not a JSON object, a reserved name), NM_ERR_NOMEM. What a front end checks before a request runs.
+nm_status nm_chat_kwargs_check(const char *kwargs, char *err, size_t err_size);
 // The built-in formatter nm_chat_format(m, tmpl_name, ...) uses ("chatml",
 // "gemma", ...: static), or NULL where it has none (it would return
 // NM_ERR_TEMPLATE): what a caller falling back from nm_chat_format_jinja names.
@@ -249,12 +258,15 @@ const char *nm_chat_template_name(const nm_model *m, const char *tmpl_name);
 // (NM_ERR_UNSUPPORTED) the built-in formatter nm_chat_template_name(m,
 // tmpl_name) names instead: *fallback (may be NULL) gets its name and err
 // keeps why; without jinja, nm_chat_format(m, tmpl_name). On NM_OK *text is
-// the caller's to free. Errors (err says why): nm_chat_format_jinja's;
+// the caller's to free. kwargs (nm_chat_format_jinja's) need jinja and a
+// template inside the subset: NM_ERR_INVALID_ARG where given without jinja,
+// NM_ERR_UNSUPPORTED (no fall back: the variables would be dropped) where the
+// template is beyond it. Errors (err says why): nm_chat_format_jinja's;
 // NM_ERR_TEMPLATE where no template applies (none known, or beyond the
 // subset with no built-in one); NM_ERR_NOMEM. Thread-safe, as nm_chat_format_jinja.
 nm_status nm_chat_text(const nm_model *m, const char *tmpl_name, bool jinja, const char *tmpl, size_t len,
-                       const nm_chat_msg *msgs, size_t n_msgs, bool add_assistant, char **text, const char **fallback,
-                       char *err, size_t err_size);
+                       const nm_chat_msg *msgs, size_t n_msgs, bool add_assistant, const char *kwargs, char **text,
+                       const char **fallback, char *err, size_t err_size);
 // Comma-separated list of the template names nm_chat_format accepts.
 const char *nm_chat_template_names(void);
 // Whether `name` is one of them.

@@ -79,6 +79,9 @@ typedef struct nm_pipeline_params {
     const char *jinja_template;
     size_t jinja_len;
     const char *jinja_name;  // what messages call jinja_template (its file); NULL: "the Jinja template"
+    // jinja: more variables of the template, a JSON object's text (nm_chat_format_jinja's kwargs:
+    // {"enable_thinking": false}); NULL: none. Without jinja, or not such an object: refused at create.
+    const char *chat_template_kwargs;
     // chat: each request's turn follows the earlier turns and answers (a conversation, llama.cpp's
     // conversation mode; an answer cancelled joins as far as it went); false: each request is a
     // conversation of its own. When the conversation and room for an answer (the LLM's n_predict, or a

@@ -50,6 +50,9 @@ typedef struct nm_server_params {
     const char *jinja_template;
     size_t jinja_len;
     const char *jinja_name;
+    // jinja: the template's variables of every chat (nm_chat_format_jinja's kwargs; NULL: none), a
+    // request's chat_template_kwargs members over them; refused at create without jinja
+    const char *chat_template_kwargs;
     const char *system_prompt;
     const char *const *stop;
     int32_t n_stop;

@@ -215,6 +215,13 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
                        (int)p->mode);
     if (p->jinja_template && p->jinja_len == 0)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a Jinja template of 0 bytes");
+    if (p->chat_template_kwargs) {
+        char why[256];
+        const nm_status kst = p->jinja ? nm_chat_kwargs_check(p->chat_template_kwargs, why, sizeof why) : NM_ERR_INVALID_ARG;
+        if (kst != NM_OK)
+            return nm_fail(kst, err, err_size, "pipeline: %s",
+                           p->jinja ? why : "chat template kwargs need the Jinja template (jinja)");
+    }
     if (p->frame_change < 0 || p->frame_change >= 255)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: frame_change %.2f (0 .. 255)",
                        (double)p->frame_change);
@@ -245,13 +252,15 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
     P->p.system_prompt = P->system_prompt;
     P->p.chat_template = P->chat_template;
     P->p.jinja_template = P->jinja_template;
+    P->chat_kwargs = pl_dup_s(p->chat_template_kwargs);
+    P->p.chat_template_kwargs = P->chat_kwargs;
     if (P->p.queue <= 0) P->p.queue = 8;
     if (P->p.max_audio_s <= 0) P->p.max_audio_s = 60;
     P->ledger = p->ledger;
     if (!P->ledger) P->ledger = nm_ledger_create(), P->own_ledger = true;
     nm_status st = NM_ERR_NOMEM;
     if (!P->ledger || (p->system_prompt && !P->system_prompt) || (p->chat_template && !P->chat_template) ||
-        (p->jinja_template && !P->jinja_template) || !P->jinja_name) {
+        (p->jinja_template && !P->jinja_template) || !P->jinja_name || (p->chat_template_kwargs && !P->chat_kwargs)) {
         nm_fail(st, err, err_size, "pipeline: out of memory");
         goto fail;
     }
@@ -399,6 +408,7 @@ void nm_pipeline_free(nm_pipeline *P) {
     nm_vad_free(P->vad);
     if (P->own_ledger) nm_ledger_free(P->ledger);
     free(P->system_prompt), free(P->chat_template), free(P->jinja_template), free(P->jinja_name), free(P->note);
+    free(P->chat_kwargs);
     pthread_cond_destroy(&P->cond);
     pthread_mutex_destroy(&P->lock);
     pthread_mutex_destroy(&P->submit_lock);

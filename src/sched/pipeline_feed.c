@@ -14,7 +14,8 @@
 char *pl_format_chat(const nm_pipeline *P, const nm_chat_msg *msgs, size_t n, const char **fallback, nm_status *st,
                      char *err, size_t err_size) {
     char e[768], *text = NULL;
-    *st = nm_chat_text(P->m, P->chat_template, P->p.jinja, P->jinja_template, P->p.jinja_len, msgs, n, true, &text,
+    *st = nm_chat_text(P->m, P->chat_template, P->p.jinja, P->jinja_template, P->p.jinja_len, msgs, n, true,
+                       P->chat_kwargs, &text,
                        fallback, e, sizeof e);
     if (*st != NM_OK)
         nm_fail(*st, err, err_size, "chat template: %s%s%s", P->p.jinja ? P->jinja_name : "", P->p.jinja ? ": " : "",

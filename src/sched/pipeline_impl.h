@@ -132,7 +132,7 @@ typedef struct pl_lane {
 
 struct nm_pipeline {
     nm_pipeline_params p;
-    char *system_prompt, *chat_template, *jinja_template, *jinja_name;
+    char *system_prompt, *chat_template, *jinja_template, *jinja_name, *chat_kwargs;
     char *note;            // said with the next request (NOTE): the chat template's fallback
     nm_brick *stt, *vision, *llm, *tts; // loaded (in CASCADE mode: only while a request's stage runs)
     nm_model *m;           // the LLM brick's, while it is loaded

@@ -268,11 +268,49 @@ static bool image_part(const serve_env *env, const cJSON *part, int msg, serve_i
 
 // The chat's text through the model's template, a media marker where each image
 // part was (the images into im, in order). NULL: e says why.
-static char *chat_prompt(const serve_env *env, const cJSON *messages, serve_images *im, serve_err *e) {
+// The chat's template variables (malloc'd JSON text, or NULL: none): the server's, a request's
+// chat_template_kwargs members over them. false: e says why.
+static bool chat_kwargs(const serve_env *env, const cJSON *req, char **out, serve_err *e) {
+    *out = NULL;
+    const cJSON *rk = cJSON_GetObjectItemCaseSensitive(req, "chat_template_kwargs");
+    if (rk && !cJSON_IsNull(rk) && !cJSON_IsObject(rk))
+        return serve_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (cJSON_IsObject(rk) && rk->child && !env->jinja)
+        return serve_fail(e, 400, "chat_template_kwargs", "'chat_template_kwargs' gives the Jinja template variables: "
+                          "this server formats chats with a built-in template (start it with --jinja)");
+    if (!cJSON_IsObject(rk) || !rk->child) {
+        if (env->chat_kwargs && !(*out = strdup(env->chat_kwargs))) return serve_fail(e, 500, NULL, "out of memory");
+        return true;
+    }
+    cJSON *all = env->chat_kwargs ? cJSON_Parse(env->chat_kwargs) : cJSON_CreateObject();
+    bool ok = cJSON_IsObject(all);
+    for (const cJSON *it = rk->child; it && ok; it = it->next) {
+        cJSON *dup = cJSON_Duplicate(it, true);
+        ok = dup && (cJSON_GetObjectItemCaseSensitive(all, it->string)
+                         ? cJSON_ReplaceItemInObjectCaseSensitive(all, it->string, dup)
+                         : cJSON_AddItemToObject(all, it->string, dup));
+        if (!ok) cJSON_Delete(dup);
+    }
+    *out = ok ? cJSON_PrintUnformatted(all) : NULL;
+    cJSON_Delete(all);
+    if (!*out) return serve_fail(e, 500, NULL, "out of memory");
+    char why[256];
+    if (nm_chat_kwargs_check(*out, why, sizeof why) != NM_OK) {
+        free(*out);
+        *out = NULL;
+        return serve_fail(e, 400, "chat_template_kwargs", "%s", why);
+    }
+    return true;
+}
+
+static char *chat_prompt(const serve_env *env, const cJSON *req, serve_images *im, serve_err *e) {
+    const cJSON *messages = cJSON_GetObjectItemCaseSensitive(req, "messages");
     if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
         serve_fail(e, 400, "messages", "'messages' must be a non-empty array");
         return NULL;
     }
+    char *kwargs = NULL;
+    if (!chat_kwargs(env, req, &kwargs, e)) return NULL;
     const int n = cJSON_GetArraySize(messages);
     nm_chat_msg *msgs = calloc((size_t)n + 1, sizeof *msgs);
     char **owned = calloc((size_t)n, sizeof *owned);
@@ -328,7 +366,7 @@ static char *chat_prompt(const serve_env *env, const cJSON *messages, serve_imag
     }
     if (ok) {
         nm_status st = NM_ERR_NOMEM;
-        buf = env->format(env->format_ctx, msgs, (size_t)k, &st);
+        buf = env->format(env->format_ctx, msgs, (size_t)k, kwargs, &st);
         if (!buf) {
             serve_fail(e, 500, NULL, st == NM_ERR_TEMPLATE ? "the model names no chat template we know (start with "
                                                              "--chat-template)" : "out of memory formatting the chat");
@@ -346,6 +384,7 @@ static char *chat_prompt(const serve_env *env, const cJSON *messages, serve_imag
     for (int i = 0; owned && i < n; i++) free(owned[i]);
     free(owned);
     free(msgs);
+    free(kwargs);
     return buf;
 }
 
@@ -363,7 +402,7 @@ bool serve_gen_parse(const serve_env *env, const cJSON *req, bool chat, serve_ge
         out->stop[out->n_stop++] = s->valuestring;
     for (int k = 0; !stp && k < env->n_stop && k < NM_LLM_MAX_STOP; k++) out->stop[out->n_stop++] = env->stop[k];
     if (chat) {
-        out->prompt = chat_prompt(env, cJSON_GetObjectItemCaseSensitive(req, "messages"), &out->im, e);
+        out->prompt = chat_prompt(env, req, &out->im, e);
     } else {
         const char *p = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(req, "prompt"));
         if (!p) serve_fail(e, 400, "prompt", "'prompt' must be a string");

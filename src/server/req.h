@@ -49,13 +49,16 @@ typedef struct serve_images {
 void serve_images_free(serve_images *im);
 
 // What the server lets a request use.
-typedef char *(*serve_chat_fmt)(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st);
+// kwargs: the template's variables for this chat (nm_chat_format_jinja's; NULL: none).
+typedef char *(*serve_chat_fmt)(void *ctx, const nm_chat_msg *msgs, size_t n, const char *kwargs, nm_status *st);
 typedef struct serve_env {
     bool vision;                // images are served (--mmproj)
     const char *image_dir_real; // --image-dir, resolved (NULL: none)
     const char *system;         // -sys: the system message of chats that have none (NULL: none)
     serve_chat_fmt format;      // the chat's text through the model's template (malloc'd; NULL: *st says why)
     void *format_ctx;
+    bool jinja;                 // the template is Jinja's (a request may give chat_template_kwargs)
+    const char *chat_kwargs;    // --chat-template-kwargs: every chat's (a request's members go over them)
     const char *const *stop; // -r: the stop strings of requests that name none
     int n_stop;
     int64_t speech_max_chars; // --max-speech

@@ -110,11 +110,11 @@ int send_err(server *S, struct mg_connection *c, const serve_err *e) {
 
 // A chat through the server's template (malloc'd; NULL: *st says why, and the cause is logged). A Jinja
 // template beyond the subset falls back to the built-in one the model names (logged once).
-static char *format_chat(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st) {
+static char *format_chat(void *ctx, const nm_chat_msg *msgs, size_t n, const char *kwargs, nm_status *st) {
     server *S = ctx;
     char err[768], *text = NULL;
     const char *fallback = NULL;
-    *st = nm_chat_text(S->m, S->chat_template, S->jinja, S->jinja_template, S->jinja_len, msgs, n, true, &text,
+    *st = nm_chat_text(S->m, S->chat_template, S->jinja, S->jinja_template, S->jinja_len, msgs, n, true, kwargs, &text,
                        &fallback, err, sizeof err);
     const char *which = S->jinja_name ? S->jinja_name : "the model's chat template";
     if (*st != NM_OK && *st != NM_ERR_NOMEM && S->jinja) serve_log(S, "error: %s: %s", which, err);
@@ -130,7 +130,8 @@ static char *format_chat(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status
 
 serve_env serve_env_of(server *S) {
     return (serve_env){.vision = S->has_vision, .image_dir_real = S->image_dir_real, .system = S->system,
-                       .format = format_chat, .format_ctx = S, .stop = (const char *const *)S->stop,
+                       .format = format_chat, .format_ctx = S, .jinja = S->jinja, .chat_kwargs = S->chat_kwargs,
+                       .stop = (const char *const *)S->stop,
                        .n_stop = S->n_stop, .speech_max_chars = S->speech_max_chars, .piper = S->tts_piper};
 }
 
@@ -496,11 +497,19 @@ static nm_status take_params(server *S, const nm_server_params *p, char *err, si
                        "0..4096, at most %d keys and %d stop strings, port 0..65535, threads_http 0..4096, body_max "
                        "1 KiB..1 GiB, image_max_pixels 1..2^26, timeouts and audio_max_s up to %d s)", MAX_KEYS,
                        NM_LLM_MAX_STOP, big);
+    if (p->chat_template_kwargs) {
+        char why[256];
+        const nm_status kst = p->jinja ? nm_chat_kwargs_check(p->chat_template_kwargs, why, sizeof why) : NM_ERR_INVALID_ARG;
+        if (kst != NM_OK)
+            return nm_fail(kst, err, err_size, "server: %s",
+                           p->jinja ? why : "chat template kwargs need the Jinja template (jinja)");
+    }
     const char *host = p->host ? p->host : "127.0.0.1", *model = p->llm->model;
     const char *slash = model ? strrchr(model, '/') : NULL;
     const char *alias = p->alias ? p->alias : slash ? slash + 1 : model ? model : "model";
     bool ok = dup_to(&S->host_own, host) && dup_to(&S->alias_own, alias) && dup_to(&S->system_own, p->system_prompt) &&
               dup_to(&S->chat_template, p->chat_template) && dup_to(&S->jinja_name, p->jinja_name) &&
+              dup_to(&S->chat_kwargs, p->chat_template_kwargs) &&
               dup_to(&S->image_dir_own, p->image_dir) && dup_to(&S->sysfs_own, p->sysfs) &&
               dup_to(&S->energy_source, p->energy_source ? p->energy_source : "the watts given");
     if (ok && p->jinja_template && (S->jinja_template = malloc(p->jinja_len + 1))) {
@@ -555,7 +564,7 @@ static void release(server *S) {
     cJSON_Delete(S->alias_json);
     free(S->alias_text);
     free(S->host_own), free(S->alias_own), free(S->system_own), free(S->chat_template), free(S->jinja_template);
-    free(S->jinja_name), free(S->image_dir_own), free(S->sysfs_own), free(S->energy_source);
+    free(S->jinja_name), free(S->image_dir_own), free(S->sysfs_own), free(S->energy_source), free(S->chat_kwargs);
     for (int k = 0; k < S->n_keys; k++) free(S->keys[k]);
     for (int k = 0; k < S->n_stop; k++) free(S->stop[k]);
     pthread_mutex_destroy(&S->lock), pthread_mutex_destroy(&S->box_lock);

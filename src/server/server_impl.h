@@ -95,6 +95,7 @@ bool serve_watch_end(serve_watchdog *w, serve_watch *e); // true: the deadline p
 struct nm_server {
     const char *host, *alias;  // (strings owned: the copies below)
     char *host_own, *alias_own, *system_own, *chat_template, *jinja_template, *jinja_name, *image_dir_own, *sysfs_own;
+    char *chat_kwargs; // --chat-template-kwargs (NULL: none)
     char *energy_source;
     cJSON *alias_json;
     char *alias_text; // the alias as a JSON string (quoted, escaped): the streamed chunks' "model"

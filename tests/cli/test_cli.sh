@@ -607,5 +607,18 @@ expect jinja_fallback_named 0 "macro.jinja is beyond nanomind's Jinja subset \(l
 expect jinja_template_refuses 1 "refuse.jinja: line 1, column 49: the template raised an error: no chats today" "$M" -- nm run -m "$M" --chat-template-file "$tmp/refuse.jinja" --chat -p hi -n 4
 expect jinja_with_no_cnv 2 "--jinja only applies to a conversation \\(not with -no-cnv\\)" "$M" -- nm run -m "$M" --jinja -no-cnv -p hi -n 1
 expect jinja_file_missing 2 "--chat-template-file: $tmp/none.jinja: cannot open" "$M" -- nm run -m "$M" --chat-template-file "$tmp/none.jinja" --chat -p hi -n 1
+# --chat-template-kwargs (issue 48): Qwen3's own template (tests/data/jinja/qwen3.jinja) with its thinking switch off
+# adds the empty <think> block after the assistant's turn: 9 more tokens of SmolLM2's vocabulary
+case_jinja_kwargs() {
+    for t in true false; do
+        nm run -m "$M" --chat-template-file tests/data/jinja/qwen3.jinja --chat-template-kwargs "{\"enable_thinking\": $t}" \
+            --chat -p hi -n 4 --temp 0 --stats 2>&1 | sed -n "s/^prompt: \([0-9]*\) tokens.*/thinking $t: \1 tokens/p"
+    done | tr '\n' ' '
+}
+expect jinja_kwargs_thinking_off 0 "^thinking true: 10 tokens thinking false: 19 tokens $" "$M" -- case_jinja_kwargs
+expect jinja_kwargs_without_jinja 2 "--chat-template-kwargs gives the Jinja template variables: add --jinja" "$M" -- nm run -m "$M" --chat-template-kwargs '{"enable_thinking": false}' --chat -p hi -n 1
+expect jinja_kwargs_not_json 2 "--chat-template-kwargs: chat template kwargs: not a JSON object" "$M" -- nm run -m "$M" --jinja --chat-template-kwargs '{"enable_thinking":' --chat -p hi -n 1
+expect jinja_kwargs_no_fallback 1 "macro.jinja: line 1, column 4: the statement 'macro' is not supported \(with template variables given there is no falling back" "$M" -- nm run -m "$M" --chat-template-file "$tmp/macro.jinja" --chat-template-kwargs '{"enable_thinking": false}' --chat -p hi -n 1
+expect jinja_kwargs_reserved 2 "'messages' is the conversation's own" "$M" -- nm run -m "$M" --jinja --chat-template-kwargs '{"messages": []}' --chat -p hi -n 1
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

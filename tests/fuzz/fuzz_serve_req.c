@@ -21,7 +21,7 @@ static void check_err(const serve_err *e) {
     static const char *const fields[] = {"stream", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
                                          "frequency_penalty", "seed", "max_tokens", "max_completion_tokens",
                                          "repeat_penalty", "stop", "ignore_eos", "cache_prompt", "n", "messages",
-                                         "prompt", "input", "voice", "response_format", "speed"};
+                                         "prompt", "input", "voice", "response_format", "speed", "chat_template_kwargs"};
     if (e->code < 400 || e->code > 599 || !e->msg[0]) abort();
     if (!e->param) return;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
@@ -52,6 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const char *const server_stop[] = {"\n\nUser:", "###"};
     const serve_env env = {.vision = mode == 2, .system = mode == 2 ? "You are terse." : NULL,
                            .format = serve_req_chatml, .stop = server_stop, .n_stop = mode == 2 ? 2 : 0,
+                           .jinja = mode == 2, .chat_kwargs = mode == 2 ? "{\"enable_thinking\":true}" : NULL,
                            .speech_max_chars = 4096};
     serve_err e = {0};
     cJSON *req = serve_json_object(body, &e);

@@ -867,6 +867,33 @@ def t_idle_timeout(name):
 
 
 case("idle_timeout_cuts_headers_not_generation", t_idle_timeout)
+# chat_template_kwargs (issue 48): a server rendering Qwen3's own template (tests/data/jinja/qwen3.jinja) with
+# --chat-template-kwargs '{"enable_thinking": false}': its chats end in the empty <think> block (19 prompt
+# tokens of SmolLM2's vocabulary for "hi"); a request's {"enable_thinking": true} goes over it (10); one that
+# is not an object, or names messages, is a 400 naming chat_template_kwargs
+
+
+def t_chat_template_kwargs(name):
+    tpl = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "tests", "data",
+                       "jinja", "qwen3.jinja")
+    pk, kport = start("--chat-template-file", tpl, "--chat-template-kwargs", '{"enable_thinking": false}')
+    got = []
+    try:
+        for kw in (None, {"enable_thinking": True}, [1], {"messages": []}):
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "temperature": 0}
+            if kw is not None:
+                body["chat_template_kwargs"] = kw
+            st, data = raw(kport, "POST", "/v1/chat/completions", json.dumps(body).encode())
+            j = json.loads(data)
+            got.append((st, j.get("usage", {}).get("prompt_tokens") if st == 200 else err_of(data)))
+    finally:
+        stop(pk)
+    ok = (len(got) == 4 and got[0] == (200, 19) and got[1] == (200, 10) and got[2][0] == 400 and got[3][0] == 400 and
+          all(g[1] and g[1][2] == "chat_template_kwargs" for g in got[2:]))
+    result(name, ok, str(got))
+
+
+case("chat_template_kwargs_default_and_request", t_chat_template_kwargs)
 # --api-key-file read whole: 16 keys of 600 bytes (9.6 KB): the last one admits a request, a key not there does not
 def t_key_file(name):
     import tempfile

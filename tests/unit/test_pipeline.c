@@ -733,6 +733,14 @@ NM_TEST(pipeline_bad_input_named) {
     pp.chat_template = "no-such-template";
     NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_TEMPLATE && strstr(err, "no such chat template"));
     pp.chat_template = NULL;
+    // chat template kwargs: the Jinja template's only; a JSON object not naming the conversation's variables
+    pp.chat_template_kwargs = "{\"enable_thinking\": false}";
+    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_INVALID_ARG && !P && strstr(err, "need the Jinja"));
+    pp.jinja = true, pp.chat_template_kwargs = "[false]";
+    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_INVALID_ARG && !P && strstr(err, "not a JSON object"));
+    pp.chat_template_kwargs = "{\"add_generation_prompt\": false}";
+    NM_CHECK(nm_pipeline_create(&pp, &P, err, sizeof err) == NM_ERR_INVALID_ARG && !P && strstr(err, "conversation's own"));
+    pp.jinja = false, pp.chat_template_kwargs = NULL;
     nm_brick_params bad = lp;
     bad.model = "/nonexistent/model.gguf";
     pp.llm = &bad;

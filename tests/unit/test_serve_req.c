@@ -174,8 +174,8 @@ NM_TEST(generation_fields) {
     rmdir(dir);
 }
 
-static char *no_template(void *ctx, const nm_chat_msg *msgs, size_t n, nm_status *st) {
-    (void)ctx, (void)msgs, (void)n;
+static char *no_template(void *ctx, const nm_chat_msg *msgs, size_t n, const char *kwargs, nm_status *st) {
+    (void)ctx, (void)msgs, (void)n, (void)kwargs;
     *st = NM_ERR_TEMPLATE;
     return NULL;
 }
@@ -192,6 +192,41 @@ NM_TEST(bodies_and_templates_refused) {
     serve_gen_req r;
     NM_CHECK(req && !serve_gen_parse(&env, req, true, &r, &e) && e.code == 500 && strstr(e.msg, "--chat-template"));
     cJSON_Delete(req);
+}
+
+// chat_template_kwargs: the server's (--chat-template-kwargs) with a request's members over them, handed
+// to the template; refused without the Jinja template, when not an object, or naming a reserved variable.
+NM_TEST(chat_template_kwargs_merged_or_refused) {
+    serve_env env = {.format = serve_req_chatml};
+    static const struct { bool jinja; const char *server, *kw; int code; const char *want; } cs[] = {
+        {true, NULL, NULL, 0, ""},
+        {true, "{\"enable_thinking\":true,\"x\":1}", NULL, 0, "{\"enable_thinking\":true,\"x\":1}"},
+        {true, "{\"enable_thinking\":true,\"x\":1}", "{\"enable_thinking\":false}", 0, "{\"enable_thinking\":false,\"x\":1}"},
+        {true, NULL, "{\"enable_thinking\":false}", 0, "{\"enable_thinking\":false}"},
+        {true, NULL, "{}", 0, ""},
+        {false, NULL, "{\"enable_thinking\":false}", 400, "start it with --jinja"},
+        {true, NULL, "[1]", 400, "must be an object"},
+        {true, NULL, "{\"messages\":[]}", 400, "'messages' is the conversation's own"},
+        {true, NULL, "{\"add_generation_prompt\":false}", 400, "'add_generation_prompt' is the conversation's own"},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        env.jinja = cs[i].jinja, env.chat_kwargs = cs[i].server;
+        char body[256];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]%s%s}",
+                 cs[i].kw ? ",\"chat_template_kwargs\":" : "", cs[i].kw ? cs[i].kw : "");
+        serve_err e = {0};
+        cJSON *req = serve_json_object(body, &e);
+        serve_gen_req r;
+        serve_req_last_kwargs[0] = '\0';
+        const bool ok = req && serve_gen_parse(&env, req, true, &r, &e);
+        const bool right = cs[i].code == 0 ? ok && !strcmp(serve_req_last_kwargs, cs[i].want)
+                                           : !ok && e.code == cs[i].code && e.param &&
+                                                 !strcmp(e.param, "chat_template_kwargs") && strstr(e.msg, cs[i].want);
+        if (!right) fprintf(stderr, "  case %zu: %s -> %d %s / '%s'\n", i, body, e.code, e.msg, serve_req_last_kwargs);
+        NM_CHECK(right);
+        if (ok) serve_gen_free(&r);
+        cJSON_Delete(req);
+    }
 }
 
 NM_TEST(speech_requests) {
@@ -307,6 +342,11 @@ NM_TEST(server_params_refused) {
         err[0] = '\0';
         NM_CHECK(nm_server_start(&q, &s, err, sizeof err) == NM_ERR_INVALID_ARG && !s && strstr(err, "out of range"));
     }
+    nm_server_params k = p; // chat template kwargs: the Jinja template's only, a JSON object
+    k.chat_template_kwargs = "{\"enable_thinking\": false}";
+    NM_CHECK(nm_server_start(&k, &s, err, sizeof err) == NM_ERR_INVALID_ARG && !s && strstr(err, "need the Jinja"));
+    k.jinja = true, k.chat_template_kwargs = "{\"enable_thinking\":";
+    NM_CHECK(nm_server_start(&k, &s, err, sizeof err) == NM_ERR_INVALID_ARG && !s && strstr(err, "not a JSON object"));
     err[0] = '\0';
     NM_CHECK(nm_server_start(&p, &s, err, sizeof err) != NM_OK && !s && !strncmp(err, "llm: ", 5) &&
              strstr(err, "/nonexistent/model.gguf"));

@@ -77,7 +77,7 @@ static void usage(FILE *f) {
             "  --cores LIST             the language model's lane;  --mmproj-cores LIST  the vision\n"
             "                           encoder's;  --stt-cores LIST, --tts-cores LIST\n"
             "also: -t, -c, -b, -ub, -n (default 128), --temp and the other sampling options, -sys,\n"
-            "--chat-template, --jinja, --chat-template-file, -dev, -ngl, --mmproj-device, --pin, --no-mmap, --mlock,\n"
+            "--chat-template, --jinja, --chat-template-file, --chat-template-kwargs, -dev, -ngl, --mmproj-device, --pin, --no-mmap, --mlock,\n"
             "as `run`.\n"
             "  --stats                  per question: seconds from the end of the question to its\n"
             "                           transcript, first token, first audio sample, last token and\n"

@@ -48,7 +48,7 @@ enum {
     CLI_CTX = 1 << 2,    // -c -b
     CLI_FILE = 1 << 3,   // -f
     CLI_PROMPT = 1 << 4, // -p -e/--no-escape
-    CLI_GEN = 1 << 5,    // -n, sampling, --chat, -sys, --chat-template, --jinja, --chat-template-file
+    CLI_GEN = 1 << 5,    // -n, sampling, --chat, -sys, --chat-template, --jinja, --chat-template-file, --chat-template-kwargs
     CLI_VISION = 1 << 6, // --mmproj --image
     CLI_STATS = 1 << 7,  // --stats
     CLI_LANE = 1 << 8,   // --cores --mmproj-cores
@@ -67,6 +67,7 @@ typedef struct cli_opts {
     bool jinja;             // --jinja: render the model's tokenizer.chat_template (or the file's)
     const char *chat_tmpl_file; // --chat-template-file (implies --jinja)
     char *chat_tmpl_src;    // its text (cli_parse reads it; freed by cli_opts_free)
+    const char *chat_tmpl_kwargs; // --chat-template-kwargs: a JSON object of more template variables (needs --jinja)
     size_t chat_tmpl_len;
     const char *mmproj;     // --mmproj: vision encoder + projector (llama.cpp's mmproj GGUF)
 #define CLI_MAX_IMAGES 16

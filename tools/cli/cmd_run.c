@@ -45,6 +45,8 @@ static void run_usage(void) {
            "                           nanomind's interpreter; one beyond its subset falls back to the\n"
            "                           built-in template, said on stderr (docs/jinja.md)\n"
            "  --chat-template-file FILE  render the Jinja template in FILE instead (implies --jinja)\n"
+           "  --chat-template-kwargs JSON  more variables of the Jinja template, as llama.cpp's: e.g.\n"
+           "                           '{\"enable_thinking\": false}' (Qwen3's, SmolLM3's thinking off); needs --jinja\n"
            "  --temp T                 temperature (default 0.8; 0 = greedy)\n"
            "  --top-k K                top-k (default 40; 0 = off)\n"
            "  --top-p P                top-p in (0, 1] (default 0.95; 1 = off)\n"

@@ -72,7 +72,8 @@ static void usage(FILE *f) {
             "  --image-min-tokens N, --image-max-tokens N  image tokens of a dynamic-resolution mmproj\n"
             "                           (qwen2vl_merger; default: the model's, 8..4096)\n"
             "also: -c, -b, -ub, -t, -n (the default max_tokens), --temp and the other sampling defaults,\n"
-            "--chat-template, --jinja, --chat-template-file, -sys/-sysf (a system message when a chat has none), -dev,\n"
+            "--chat-template, --jinja, --chat-template-file, --chat-template-kwargs (a request's chat_template_kwargs\n"
+            "go over it), -sys/-sysf (a system message when a chat has none), -dev,\n"
             "-ngl, --no-mmap, --mlock, -ctk/-ctv f16; --metrics, --log-disable, -v, --no-warmup are accepted (/metrics\n"
             "is always served).\n");
 }
@@ -318,6 +319,7 @@ int cmd_serve(int argc, char **argv) {
     p.audio_max_s = S.audio_max_s, p.speech_max_chars = S.speech_max_chars;
     p.chat_template = S.o.chat_tmpl, p.jinja = S.o.jinja, p.jinja_template = S.o.chat_tmpl_src;
     p.jinja_len = S.o.chat_tmpl_len, p.jinja_name = S.o.chat_tmpl_file, p.system_prompt = S.o.system;
+    p.chat_template_kwargs = S.o.chat_tmpl_kwargs;
     p.stop = (const char *const *)S.o.stop, p.n_stop = S.o.n_stop;
     p.idle_w = e.idle_w, p.active_w = e.active_w, p.pj_byte = e.pj_byte, p.n_cores = e.n_cores;
     p.energy_source = e.source, p.sysfs = S.sysfs;

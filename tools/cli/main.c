@@ -200,6 +200,14 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
         }
         else if (IS("--chat-template")) g = CLI_GEN, o->chat_tmpl = v;
         else if (IS("--chat-template-file")) g = CLI_GEN, o->chat_tmpl_file = v, o->jinja = true;
+        else if (IS("--chat-template-kwargs")) {
+            g = CLI_GEN, o->chat_tmpl_kwargs = v;
+            char why[256];
+            if (v && nm_chat_kwargs_check(v, why, sizeof why) != NM_OK) {
+                fprintf(stderr, "error: --chat-template-kwargs: %s\n", why);
+                ok = false;
+            }
+        }
         else if (IS("--mmproj")) g = CLI_VISION, o->mmproj = v;
         else if (IS("--cores") || IS("--mmproj-cores")) {
             g = CLI_LANE;
@@ -339,6 +347,11 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
             return false;
         }
     }
+    if (o->chat_tmpl_kwargs && !o->jinja) {
+        fprintf(stderr, "error: --chat-template-kwargs gives the Jinja template variables: add --jinja (or "
+                        "--chat-template-file)\n");
+        return false;
+    }
     if (o->chat_tmpl_file) {
         char err[512];
         nm_status st = nm_infile_read(o->chat_tmpl_file, 1u << 20, 0, &o->chat_tmpl_src, &o->chat_tmpl_len, err,
@@ -431,6 +444,7 @@ void cli_chat_params(const cli_opts *o, nm_pipeline_params *pp) {
     pp->jinja_template = o->chat_tmpl_src;
     pp->jinja_len = o->chat_tmpl_len;
     pp->jinja_name = o->chat_tmpl_file;
+    pp->chat_template_kwargs = o->chat_tmpl_kwargs;
 }
 
 int32_t cli_ctx_size(const cli_opts *o, const nm_model *m) {
@@ -468,7 +482,8 @@ static atomic_bool jinja_fallback_said;
 char *cli_chat_text(const nm_model *m, const cli_opts *o, const nm_chat_msg *msgs, size_t n, nm_status *st) {
     char err[768], *text = NULL;
     const char *fallback = NULL;
-    *st = nm_chat_text(m, o->chat_tmpl, o->jinja, o->chat_tmpl_src, o->chat_tmpl_len, msgs, n, true, &text, &fallback,
+    *st = nm_chat_text(m, o->chat_tmpl, o->jinja, o->chat_tmpl_src, o->chat_tmpl_len, msgs, n, true, o->chat_tmpl_kwargs,
+                       &text, &fallback,
                        err, sizeof err);
     const char *which = o->chat_tmpl_file ? o->chat_tmpl_file : "the model's chat template";
     if (*st != NM_OK && *st != NM_ERR_NOMEM && o->jinja) fprintf(stderr, "error: %s: %s\n", which, err);

@@ -37,8 +37,44 @@ int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_m
     return nm_chat_apply(t, def_sys, msgs, n_msgs, add_assistant, NULL, buf, size);
 }
 
+// kwargs' members into ctx (nm_chat_format_jinja's rules).
+static nm_status add_kwargs(cJSON *ctx, const char *kwargs, char *err, size_t err_size) {
+    cJSON *kw = cJSON_Parse(kwargs);
+    nm_status st = NM_OK;
+    if (!cJSON_IsObject(kw)) {
+        st = kw || cJSON_GetErrorPtr() ? NM_ERR_INVALID_ARG : NM_ERR_NOMEM;
+        if (err && err_size) snprintf(err, err_size, "chat template kwargs: not a JSON object: %.80s", kwargs);
+    }
+    static const char *const reserved[] = {"messages", "add_generation_prompt", "bos_token", "eos_token"};
+    for (cJSON *it = st == NM_OK ? kw->child : NULL; it && st == NM_OK; it = it->next) {
+        for (size_t r = 0; r < sizeof reserved / sizeof reserved[0] && st == NM_OK; r++)
+            if (!strcmp(it->string, reserved[r])) {
+                st = NM_ERR_INVALID_ARG;
+                if (err && err_size) snprintf(err, err_size, "chat template kwargs: '%s' is the conversation's own", it->string);
+            }
+        cJSON *dup = st == NM_OK ? cJSON_Duplicate(it, true) : NULL;
+        if (st == NM_OK && (!dup || !(cJSON_GetObjectItemCaseSensitive(ctx, it->string)
+                                          ? cJSON_ReplaceItemInObjectCaseSensitive(ctx, it->string, dup)
+                                          : cJSON_AddItemToObject(ctx, it->string, dup)))) {
+            cJSON_Delete(dup);
+            st = NM_ERR_NOMEM;
+        }
+    }
+    cJSON_Delete(kw);
+    return st;
+}
+
+nm_status nm_chat_kwargs_check(const char *kwargs, char *err, size_t err_size) {
+    if (err && err_size) err[0] = 0;
+    cJSON *scratch = cJSON_CreateObject();
+    const nm_status st = !kwargs ? NM_ERR_INVALID_ARG : scratch ? add_kwargs(scratch, kwargs, err, err_size) : NM_ERR_NOMEM;
+    cJSON_Delete(scratch);
+    return st;
+}
+
 nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, const nm_chat_msg *msgs,
-                               size_t n_msgs, bool add_assistant, char **text, size_t *n, char *err, size_t err_size) {
+                               size_t n_msgs, bool add_assistant, const char *kwargs, char **text, size_t *n,
+                               char *err, size_t err_size) {
     if (err && err_size) err[0] = 0;
     if (text) *text = NULL;
     if (n) *n = 0;
@@ -71,6 +107,13 @@ nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, 
         cJSON_Delete(ctx);
         return NM_ERR_NOMEM;
     }
+    if (kwargs) {
+        const nm_status kst = add_kwargs(ctx, kwargs, err, err_size);
+        if (kst != NM_OK) {
+            cJSON_Delete(ctx);
+            return kst;
+        }
+    }
     char *out = NULL;
     size_t on = 0;
     nm_status st = nm_jinja_render(tmpl, len, ctx, NULL, &out, &on, err, err_size);
@@ -87,15 +130,26 @@ nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, 
 }
 
 nm_status nm_chat_text(const nm_model *m, const char *tmpl_name, bool jinja, const char *tmpl, size_t len,
-                       const nm_chat_msg *msgs, size_t n_msgs, bool add_assistant, char **text, const char **fallback,
-                       char *err, size_t err_size) {
+                       const nm_chat_msg *msgs, size_t n_msgs, bool add_assistant, const char *kwargs, char **text,
+                       const char **fallback, char *err, size_t err_size) {
     if (fallback) *fallback = NULL;
     if (text) *text = NULL;
     if (err && err_size) err[0] = 0;
     if (!m || !text || (!msgs && n_msgs)) return NM_ERR_INVALID_ARG;
+    if (kwargs && !jinja) {
+        if (err && err_size) snprintf(err, err_size, "chat template kwargs need the Jinja template (--jinja)");
+        return NM_ERR_INVALID_ARG;
+    }
     if (jinja) {
-        const nm_status st = nm_chat_format_jinja(m, tmpl, len, msgs, n_msgs, add_assistant, text, NULL, err, err_size);
-        if (st != NM_ERR_UNSUPPORTED) return st;
+        const nm_status st =
+            nm_chat_format_jinja(m, tmpl, len, msgs, n_msgs, add_assistant, kwargs, text, NULL, err, err_size);
+        if (st == NM_ERR_UNSUPPORTED && kwargs) { // no fall back: the built-in template would drop the variables
+            const size_t k = err ? strlen(err) : 0;
+            if (err && k < err_size)
+                snprintf(err + k, err_size - k, " (with template variables given there is no falling back to a "
+                         "built-in template, which would drop them)");
+        }
+        if (st != NM_ERR_UNSUPPORTED || kwargs) return st;
         const char *name = nm_chat_template_name(m, tmpl_name);
         if (!name) {
             const size_t k = err ? strlen(err) : 0;

@@ -245,9 +245,10 @@ int32_t nm_chat_format(const nm_model *m, const char *tmpl_name, const nm_chat_m
 nm_status nm_chat_format_jinja(const nm_model *m, const char *tmpl, size_t len, const nm_chat_msg *msgs,
                                size_t n_msgs, bool add_assistant, const char *kwargs, char **text, size_t *n,
                                char *err, size_t err_size);
-// Whether kwargs (nm_chat_format_jinja's) would be taken: NM_OK, or NM_ERR_INVALID_ARG with err saying why
-// (not a JSON object, a reserved name), NM_ERR_NOMEM. What a front end checks before a request runs.
-nm_status nm_chat_kwargs_check(const char *kwargs, char *err, size_t err_size);
+// Whether kwargs (nm_chat_format_jinja's) would be taken by chats formatted with (jinja) or without the
+// Jinja template: NM_OK, or NM_ERR_INVALID_ARG with err saying why (without jinja, not a JSON object, a
+// reserved name), NM_ERR_NOMEM. What a front end checks before a request runs.
+nm_status nm_chat_kwargs_check(const char *kwargs, bool jinja, char *err, size_t err_size);
 // The built-in formatter nm_chat_format(m, tmpl_name, ...) uses ("chatml",
 // "gemma", ...: static), or NULL where it has none (it would return
 // NM_ERR_TEMPLATE): what a caller falling back from nm_chat_format_jinja names.

@@ -215,13 +215,10 @@ nm_status nm_pipeline_create(const nm_pipeline_params *p, nm_pipeline **out, cha
                        (int)p->mode);
     if (p->jinja_template && p->jinja_len == 0)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: a Jinja template of 0 bytes");
-    if (p->chat_template_kwargs) {
-        char why[256];
-        const nm_status kst = p->jinja ? nm_chat_kwargs_check(p->chat_template_kwargs, why, sizeof why) : NM_ERR_INVALID_ARG;
-        if (kst != NM_OK)
-            return nm_fail(kst, err, err_size, "pipeline: %s",
-                           p->jinja ? why : "chat template kwargs need the Jinja template (jinja)");
-    }
+    char why[256];
+    nm_status kst;
+    if (p->chat_template_kwargs && (kst = nm_chat_kwargs_check(p->chat_template_kwargs, p->jinja, why, sizeof why)))
+        return nm_fail(kst, err, err_size, "pipeline: %s", why);
     if (p->frame_change < 0 || p->frame_change >= 255)
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "pipeline: frame_change %.2f (0 .. 255)",
                        (double)p->frame_change);

@@ -295,7 +295,7 @@ static bool chat_kwargs(const serve_env *env, const cJSON *req, char **out, serv
     cJSON_Delete(all);
     if (!*out) return serve_fail(e, 500, NULL, "out of memory");
     char why[256];
-    if (nm_chat_kwargs_check(*out, why, sizeof why) != NM_OK) {
+    if (nm_chat_kwargs_check(*out, true, why, sizeof why) != NM_OK) {
         free(*out);
         *out = NULL;
         return serve_fail(e, 400, "chat_template_kwargs", "%s", why);

@@ -497,13 +497,10 @@ static nm_status take_params(server *S, const nm_server_params *p, char *err, si
                        "0..4096, at most %d keys and %d stop strings, port 0..65535, threads_http 0..4096, body_max "
                        "1 KiB..1 GiB, image_max_pixels 1..2^26, timeouts and audio_max_s up to %d s)", MAX_KEYS,
                        NM_LLM_MAX_STOP, big);
-    if (p->chat_template_kwargs) {
-        char why[256];
-        const nm_status kst = p->jinja ? nm_chat_kwargs_check(p->chat_template_kwargs, why, sizeof why) : NM_ERR_INVALID_ARG;
-        if (kst != NM_OK)
-            return nm_fail(kst, err, err_size, "server: %s",
-                           p->jinja ? why : "chat template kwargs need the Jinja template (jinja)");
-    }
+    char why[256];
+    nm_status kst;
+    if (p->chat_template_kwargs && (kst = nm_chat_kwargs_check(p->chat_template_kwargs, p->jinja, why, sizeof why)))
+        return nm_fail(kst, err, err_size, "server: %s", why);
     const char *host = p->host ? p->host : "127.0.0.1", *model = p->llm->model;
     const char *slash = model ? strrchr(model, '/') : NULL;
     const char *alias = p->alias ? p->alias : slash ? slash + 1 : model ? model : "model";

@@ -203,7 +203,7 @@ bool cli_parse(const char *cmd, unsigned groups, int argc, char **argv, cli_opts
         else if (IS("--chat-template-kwargs")) {
             g = CLI_GEN, o->chat_tmpl_kwargs = v;
             char why[256];
-            if (v && nm_chat_kwargs_check(v, why, sizeof why) != NM_OK) {
+            if (v && nm_chat_kwargs_check(v, true, why, sizeof why) != NM_OK) { // (--jinja checked once all are read)
                 fprintf(stderr, "error: --chat-template-kwargs: %s\n", why);
                 ok = false;
             }

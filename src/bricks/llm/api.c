@@ -64,8 +64,12 @@ static nm_status add_kwargs(cJSON *ctx, const char *kwargs, char *err, size_t er
     return st;
 }
 
-nm_status nm_chat_kwargs_check(const char *kwargs, char *err, size_t err_size) {
+nm_status nm_chat_kwargs_check(const char *kwargs, bool jinja, char *err, size_t err_size) {
     if (err && err_size) err[0] = 0;
+    if (!jinja) {
+        if (err && err_size) snprintf(err, err_size, "chat template kwargs need the Jinja template (jinja)");
+        return NM_ERR_INVALID_ARG;
+    }
     cJSON *scratch = cJSON_CreateObject();
     const nm_status st = !kwargs ? NM_ERR_INVALID_ARG : scratch ? add_kwargs(scratch, kwargs, err, err_size) : NM_ERR_NOMEM;
     cJSON_Delete(scratch);

@@ -18,6 +18,8 @@
 // Threading: start and stop from one thread; the server's own threads serve the requests.
 typedef struct nm_server nm_server;
 
+enum { NM_REASONING_NONE = 0, NM_REASONING_DEEPSEEK = 1 };
+
 typedef struct nm_server_params {
     const char *host;            // the address to listen on ("127.0.0.1"; an IPv6 address without brackets)
     int32_t port;                // 8080
@@ -53,6 +55,10 @@ typedef struct nm_server_params {
     // jinja: the template's variables of every chat (nm_chat_format_jinja's kwargs; NULL: none), a
     // request's chat_template_kwargs members over them; refused at create without jinja
     const char *chat_template_kwargs;
+    // A chat answer's thinking (<think>...</think> opening it) as message.reasoning_content (streamed:
+    // delta.reasoning_content), out of its content, as llama-server's --reasoning-format deepseek (its
+    // default, auto): NM_REASONING_DEEPSEEK (the default); NM_REASONING_NONE: left in the content.
+    int32_t reasoning_format;
     const char *system_prompt;
     const char *const *stop;
     int32_t n_stop;

@@ -14,6 +14,7 @@
 
 #include "core/fail.h"
 #include "server/server_impl.h"
+#include "server/think.h"
 
 // ---- the pipeline's events, each into its request's box -----------------------------------
 
@@ -147,6 +148,12 @@ typedef struct gen {
     double t0, t_first; // the body read, the first token come (0: none)
     char *text;
     size_t len, cap;
+    // a chat's thinking kept out of its content (--reasoning-format deepseek): split as it comes, the
+    // reasoning streamed as delta.reasoning_content, or kept for message.reasoning_content
+    bool split;
+    serve_think think;
+    char *rtext;
+    size_t rlen, rcap;
     // stop strings: the text is cut before the first (OpenAI's stop is not part of the answer); what may
     // still begin one is held back until it cannot
     const char *stop[NM_LLM_MAX_STOP];
@@ -156,8 +163,8 @@ typedef struct gen {
     bool stopped;
     // a streamed token's event, written in place: the chunk's JSON up to the text (made once a request),
     // the text escaped, the rest (nothing allocated a token)
-    char *ev;
-    size_t n_pre;
+    char *ev, *ev_r; // (ev_r: a reasoning chunk's)
+    size_t n_pre, n_pre_r;
 } gen;
 
 #define EV_TEXT_MAX (6 * (NM_LLM_MAX_STOP_LEN + SERVE_PIECE_MAX)) // the largest piece, every byte escaped as \u00XX
@@ -170,16 +177,22 @@ static bool ev_begin(gen *g) {
     const int n = snprintf(pre, sizeof pre, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":", g->cid,
                            g->chat ? "chat.completion.chunk" : "text_completion", g->created);
     const char *tail = g->chat ? ",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"" : ",\"choices\":[{\"index\":0,\"text\":\"";
+    const char *tail_r = ",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"";
     g->n_pre = (size_t)n + strlen(g->S->alias_text) + strlen(tail);
+    g->n_pre_r = (size_t)n + strlen(g->S->alias_text) + strlen(tail_r);
     if (!(g->ev = malloc(g->n_pre + EV_TEXT_MAX + sizeof EV_SUFFIX_CHAT))) return false;
     snprintf(g->ev, g->n_pre + 1, "%s%s%s", pre, g->S->alias_text, tail);
+    if (g->split) {
+        if (!(g->ev_r = malloc(g->n_pre_r + EV_TEXT_MAX + sizeof EV_SUFFIX_CHAT))) return false;
+        snprintf(g->ev_r, g->n_pre_r + 1, "%s%s%s", pre, g->S->alias_text, tail_r);
+    }
     return true;
 }
 
-// One piece of text as a streamed chunk: escaped for JSON into g->ev after the common start.
-static void ev_send(gen *g, const char *p, int32_t n) {
+// One piece of text (or of reasoning) as a streamed chunk: escaped for JSON after the common start.
+static void ev_send(gen *g, bool reasoning, const char *p, int32_t n) {
     static const char hex[] = "0123456789abcdef";
-    char *o = g->ev + g->n_pre;
+    char *ev = reasoning ? g->ev_r : g->ev, *o = ev + (reasoning ? g->n_pre_r : g->n_pre);
     for (int32_t i = 0; i < n; i++) {
         const unsigned char ch = (unsigned char)p[i];
         if (ch == '"' || ch == '\\') {
@@ -200,7 +213,7 @@ static void ev_send(gen *g, const char *p, int32_t n) {
     const char *suffix = g->chat ? EV_SUFFIX_CHAT : EV_SUFFIX_TEXT;
     const size_t ns = strlen(suffix);
     memcpy(o, suffix, ns);
-    if (mg_send_chunk(g->c, g->ev, (unsigned)(o + ns - g->ev)) <= 0) g->gone = true;
+    if (mg_send_chunk(g->c, ev, (unsigned)(o + ns - ev)) <= 0) g->gone = true;
 }
 
 bool serve_sse(struct mg_connection *c, cJSON *obj) {
@@ -248,23 +261,33 @@ static void add_usage(const gen *g, cJSON *r) {
     cJSON_AddNumberToObject(u, "total_tokens", g->n_prompt + g->n_tokens);
 }
 
-// A piece of the answer: streamed as a chunk, or kept for the whole reply.
-static void emit(gen *g, const char *p, int32_t n) {
-    if (n <= 0) return;
+// A piece of the answer's content or reasoning: streamed as a chunk, or kept for the whole reply.
+static void emit_as(gen *g, bool reasoning, const char *p, size_t n) {
+    if (n == 0) return;
     if (g->stream) {
-        if (!g->gone) ev_send(g, p, n);
+        if (!g->gone) ev_send(g, reasoning, p, (int32_t)n);
         return;
     }
-    if (g->len + (size_t)n + 1 > g->cap) {
-        size_t cap = g->cap * 2 + (size_t)n + 64;
-        char *t = realloc(g->text, cap);
+    char **text = reasoning ? &g->rtext : &g->text;
+    size_t *len = reasoning ? &g->rlen : &g->len, *cap = reasoning ? &g->rcap : &g->cap;
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap * 2 + n + 64;
+        char *t = realloc(*text, c);
         if (!t) return;
-        g->text = t;
-        g->cap = cap;
+        *text = t;
+        *cap = c;
     }
-    memcpy(g->text + g->len, p, (size_t)n);
-    g->len += (size_t)n;
-    g->text[g->len] = '\0';
+    memcpy(*text + *len, p, n);
+    *len += n;
+    (*text)[*len] = '\0';
+}
+
+static void think_out(void *user, bool reasoning, const char *p, size_t n) { emit_as(user, reasoning, p, n); }
+
+// A piece of the answer past the stop strings: through the thinking's split where the chat has it.
+static void emit(gen *g, const char *p, int32_t n) {
+    if (g->split) serve_think_feed(&g->think, p, n > 0 ? (size_t)n : 0, false);
+    else if (n > 0) emit_as(g, false, p, (size_t)n);
 }
 
 // A piece through the stop strings: cut before a whole one (and nothing after it), hold back a tail that
@@ -418,6 +441,7 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
     g->why = got.stop;
     g->n_prompt = got.n_prompt + got.n_cached, g->n_tokens = got.n_tokens;
     piece(g, "", 0, true); // (what was held back)
+    if (g->split) serve_think_feed(&g->think, "", 0, true);
     if (got.lost && (!started || !g->stream)) return fail_later(g, 503, NULL, "the decoder stopped");
     if (got.lost) return stream_error(g, "the decoder stopped"), true; // (mid-stream: the headers are out)
     if (got.status != NM_OK && got.status != NM_ERR_CANCELLED) {
@@ -447,7 +471,8 @@ int handle_generate(server *S, struct mg_connection *c, bool chat) {
     int code = 200;
     cJSON *req = read_json(S, c, &code);
     if (!req) return code;
-    gen g = {.S = S, .c = c, .chat = chat, .t0 = serve_now()};
+    gen g = {.S = S, .c = c, .chat = chat, .t0 = serve_now(), .split = chat && S->reasoning_split};
+    serve_think_init(&g.think, think_out, &g);
     const serve_env env = serve_env_of(S);
     serve_gen_req rq; // (the images' data: URLs point into req, kept until the decode ends)
     serve_err e;
@@ -489,10 +514,10 @@ int handle_generate(server *S, struct mg_connection *c, bool chat) {
         code = send_error(S, c, g.err_code, g.err_param, "%s", g.err_msg ? g.err_msg : "out of memory");
     free(g.err_msg);
     cJSON_Delete(req);
-    free(g.ev);
+    free(g.ev), free(g.ev_r);
     serve_gen_free(&rq);
     if (!ok) {
-        free(g.text);
+        free(g.text), free(g.rtext);
         return code;
     }
     cJSON *ch, *r;
@@ -517,7 +542,7 @@ int handle_generate(server *S, struct mg_connection *c, bool chat) {
         return 200;
     }
     if (g.gone) { // the client left before its answer: nobody to send it to (its request was stopped)
-        free(g.text);
+        free(g.text), free(g.rtext);
         return 200;
     }
     r = envelope(&g, false, &ch);
@@ -525,12 +550,13 @@ int handle_generate(server *S, struct mg_connection *c, bool chat) {
         cJSON *msg = cJSON_AddObjectToObject(ch, "message");
         cJSON_AddStringToObject(msg, "role", "assistant");
         cJSON_AddStringToObject(msg, "content", g.text ? g.text : "");
+        if (g.rlen) cJSON_AddStringToObject(msg, "reasoning_content", g.rtext); // (llama-server's: where there was some)
     } else {
         cJSON_AddStringToObject(ch, "text", g.text ? g.text : "");
     }
     cJSON_AddStringToObject(ch, "finish_reason", finish_reason(g.why));
     add_usage(&g, r);
-    free(g.text);
+    free(g.text), free(g.rtext);
     generation_latency(&g); // before the reply, as above
     code = send_json(c, 200, r);
     return code;

@@ -474,7 +474,8 @@ static int on_request(struct mg_connection *c, void *cb) {
 nm_server_params nm_server_default_params(void) {
     return (nm_server_params){.host = "127.0.0.1", .port = 8080, .parallel = 1, .queue = 16, .idle_timeout_s = 10,
                               .body_timeout_s = 60, .body_max = 8 << 20, .image_max_pixels = 4096 * 4096,
-                              .audio_max_s = 1800, .speech_max_chars = 4096, .idle_w = 1, .active_w = 1};
+                              .audio_max_s = 1800, .speech_max_chars = 4096, .idle_w = 1, .active_w = 1,
+                              .reasoning_format = NM_REASONING_DEEPSEEK};
 }
 
 // s copied (NULL stays NULL); false when out of memory.
@@ -492,10 +493,10 @@ static nm_status take_params(server *S, const nm_server_params *p, char *err, si
         p->idle_timeout_s > big || p->body_timeout_s < 0 || p->body_timeout_s > big || p->body_max < 1024 ||
         p->body_max > (1 << 30) || p->threads_http < 0 || p->threads_http > 4096 || p->port < 0 || p->port > 65535 ||
         p->image_max_pixels < 1 || p->image_max_pixels > (1 << 26) || p->audio_max_s < 1 || p->audio_max_s > big ||
-        p->speech_max_chars < 1)
+        p->speech_max_chars < 1 || (p->reasoning_format != NM_REASONING_NONE && p->reasoning_format != NM_REASONING_DEEPSEEK))
         return nm_fail(NM_ERR_INVALID_ARG, err, err_size, "server: a parameter out of range (parallel 1..256, queue "
                        "0..4096, at most %d keys and %d stop strings, port 0..65535, threads_http 0..4096, body_max "
-                       "1 KiB..1 GiB, image_max_pixels 1..2^26, timeouts and audio_max_s up to %d s)", MAX_KEYS,
+                       "1 KiB..1 GiB, image_max_pixels 1..2^26, timeouts and audio_max_s up to %d s, reasoning_format 0..1)", MAX_KEYS,
                        NM_LLM_MAX_STOP, big);
     char why[256];
     nm_status kst;
@@ -520,7 +521,7 @@ static nm_status take_params(server *S, const nm_server_params *p, char *err, si
     if (!ok) return nm_fail(NM_ERR_NOMEM, err, err_size, "server: out of memory");
     S->host = S->host_own, S->alias = S->alias_own, S->system = S->system_own;
     S->image_dir = S->image_dir_own, S->sysfs = S->sysfs_own;
-    S->jinja = p->jinja, S->jinja_len = p->jinja_len;
+    S->jinja = p->jinja, S->jinja_len = p->jinja_len, S->reasoning_split = p->reasoning_format == NM_REASONING_DEEPSEEK;
     S->port = p->port, S->queue_max = p->queue, S->parallel = p->parallel;
     S->idle_timeout_s = p->idle_timeout_s, S->body_timeout_s = p->body_timeout_s, S->threads_http = p->threads_http;
     S->body_max = p->body_max, S->image_max_pixels = p->image_max_pixels;

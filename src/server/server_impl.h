@@ -108,6 +108,7 @@ struct nm_server {
     int n_keys;
     bool loopback_only; // --host is a loopback address: only loopback names in a Host header
     bool jinja;         // the chats' template (chat_template, jinja_template: NULL where not given)
+    bool reasoning_split; // a chat answer's <think> block as reasoning_content (NM_REASONING_DEEPSEEK)
     size_t jinja_len;
     const char *system; // a chat's system message where it has none (NULL: none)
     char *stop[NM_LLM_MAX_STOP]; // the stop strings of requests that name none

@@ -157,6 +157,7 @@ expect run_image_fifo_refused 1 "image .*in.fifo: not a regular file \\(a FIFO\\
 expect run_prompt_file_fifo_no_hang 1 "error: llm: the prompt gives no tokens" "$M" -- nm run -m "$M" -no-cnv -f "$tmp/in.fifo" -n 1
 expect say_text_file_fifo_no_hang 1 "error: empty text: nothing to say" -- nm say -f "$tmp/in.fifo" -o "$tmp/f.wav"
 expect serve_key_file_fifo_no_hang 2 "api-key-file .*in.fifo.* holds no key" "$M" -- nm serve -m "$M" --api-key-file "$tmp/in.fifo" --port 1
+expect serve_reasoning_format_bad 2 "--reasoning-format 'bogus': none, deepseek or auto" "$M" -- nm serve -m "$M" --reasoning-format bogus --port 1
 mkdir -p "$tmp/qdir" "$tmp/fdir"; cp tests/data/speech/tts_16k.wav "$tmp/qdir/a.wav"; mkfifo "$tmp/qdir/b.wav"
 cp tests/fuzz/corpus/image/420.jpg "$tmp/fdir/a.jpg"; mkfifo "$tmp/fdir/b.jpg"
 expect assistant_audio_dir_fifo_refused 1 "qdir/b.wav: not a regular file \\(a FIFO\\)" "$M" "$WM" -- nm assistant -m "$M" --stt "$WM" --audio "$tmp/qdir" -n 1

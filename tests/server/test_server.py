@@ -68,9 +68,9 @@ def free_port():
     return port
 
 
-def start(*extra):
+def start(*extra, model=None):
     port = free_port()
-    p = subprocess.Popen([NM, "serve", "-m", M, "--port", str(port), "-t", "2", *extra],
+    p = subprocess.Popen([NM, "serve", "-m", model or M, "--port", str(port), "-t", "2", *extra],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for _ in range(300):
         try:
@@ -894,6 +894,62 @@ def t_chat_template_kwargs(name):
 
 
 case("chat_template_kwargs_default_and_request", t_chat_template_kwargs)
+# The thinking out of the content (--reasoning-format, issue 48): a model whose greedy answer to any chat is
+# "<think>Plan it.</think>Done!" (nm-genmodel --script, <think> and </think> user-defined tokens, as Qwen3's
+# vocabulary has them): message.reasoning_content "Plan it.", content "Done!"; streamed, the deltas'
+# reasoning_content and content join to the same; with --reasoning-format none all of it is content
+
+
+def t_reasoning_split(name):
+    import tempfile
+    path = os.path.join(tempfile.gettempdir(), "nm-think-%d.gguf" % os.getpid())
+    gen = subprocess.run([os.path.join(os.path.dirname(NM), "nm-genmodel"), "--arch", "qwen3", "--tokenizer-from", M,
+                          "-o", path, "--layers", "1", "--embd", "256", "--heads", "4", "--kv-heads", "2", "--ff", "256",
+                          "--user-tokens", "<think>,</think>", "--script", "<think>Plan it.</think>Done!", "--seed", "9"],
+                         capture_output=True, text=True)
+    # a second model answers "<" alone: what may have begun <think> comes out as content at the end
+    path2 = path.replace(".gguf", "-lt.gguf")
+    gen2 = subprocess.run([os.path.join(os.path.dirname(NM), "nm-genmodel"), "--arch", "llama", "--tokenizer-from", M,
+                           "-o", path2, "--layers", "1", "--embd", "256", "--script", "<", "--seed", "9"],
+                          capture_output=True, text=True)
+    got = []
+    try:
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "temperature": 0}
+        pr, rport = start(model=path2)
+        try:
+            st, data = raw(rport, "POST", "/v1/chat/completions", json.dumps(body).encode())
+            msg = json.loads(data)["choices"][0]["message"] if st == 200 else {}
+            got.append(("auto", "<", msg.get("reasoning_content"), msg.get("content")))
+        finally:
+            stop(pr)
+        for fmt in ("auto", "none"):
+            pr, rport = start("--reasoning-format", fmt, model=path)
+            try:
+                st, data = raw(rport, "POST", "/v1/chat/completions", json.dumps(body).encode())
+                msg = json.loads(data)["choices"][0]["message"] if st == 200 else {}
+                got.append((fmt, "whole", msg.get("reasoning_content"), msg.get("content")))
+                st, data = raw(rport, "POST", "/v1/chat/completions", json.dumps(dict(body, stream=True)).encode())
+                r = c = ""
+                for line in data.decode().splitlines():
+                    if line.startswith("data: {"):
+                        d = json.loads(line[6:])["choices"]
+                        delta = d[0].get("delta", {}) if d else {}
+                        r += delta.get("reasoning_content", "")
+                        c += delta.get("content", "")
+                got.append((fmt, "stream", r or None, c))
+            finally:
+                stop(pr)
+    finally:
+        for f in (path, path2):
+            if os.path.exists(f):
+                os.unlink(f)
+    want = [("auto", "<", None, "<"), ("auto", "whole", "Plan it.", "Done!"), ("auto", "stream", "Plan it.", "Done!"),
+            ("none", "whole", None, "<think>Plan it.</think>Done!"), ("none", "stream", None, "<think>Plan it.</think>Done!")]
+    result(name, gen.returncode == 0 and gen2.returncode == 0 and got == want,
+           (gen.stderr + gen2.stderr).strip() or str(got))
+
+
+case("reasoning_content_out_of_content", t_reasoning_split)
 # --api-key-file read whole: 16 keys of 600 bytes (9.6 KB): the last one admits a request, a key not there does not
 def t_key_file(name):
     import tempfile

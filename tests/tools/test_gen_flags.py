@@ -8,7 +8,8 @@ the scripts pass the tools only some flags; here each flag of each tool runs, an
 (read by a reader of this file) shows its effect against the defaults:
 
   nm-genmodel   --arch --tokenizer-from -o --type --seed --layers --embd --heads --kv-heads --ff
-                --head-dim --swa --final-softcap; the tokenizer source is a small GGUF written here
+                --head-dim --swa --final-softcap --vocab --user-tokens; the tokenizer source is a small GGUF
+                written here; --script with SmolLM2's tokenizer (the model cache's)
   nm-genmmproj  --class-embd --patch-bias --pre-ln --post-ln --gelu --eps --legacy-ffn --f16-embd
                 --scale-factor --input --pinpoints --preproc-image-size --proj --type --seed
                 --image-size --patch-size --n-embd --n-ff --n-head --n-layer --n-out -o, -h; a bad
@@ -127,6 +128,33 @@ def main():
         assert open(a, "rb").read() != open(c, "rb").read(), "--seed 2 wrote --seed 1's weights"
         run(GENMODEL, "--arch", "llama", "--tokenizer-from", tok, "-o", a, "--type", "q9_9", expect=2)
         run(GENMODEL, "--arch", "llama", "--tokenizer-from", tok, "-o", a, "--bogus", "1", expect=2)
+        # --vocab pads with control tokens; --user-tokens adds user-defined ones before the pads
+        kv, t, _ = gm("--arch", "qwen3", "--vocab", 320)
+        toks, types = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.token_type"]
+        assert len(toks) == 320 and toks[300] == "<|nm_pad_0|>" and toks[319] == "<|nm_pad_19|>", "--vocab 320"
+        assert types[299] == 1 and set(types[300:]) == {3} and t["output.weight"] == (0, [128, 320]), "--vocab: pads"
+        kv, t, _ = gm("--arch", "llama", "--user-tokens", "<x>,</x>", "--vocab", 305)
+        toks, types = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.token_type"]
+        assert toks[300:303] == ["<x>", "</x>", "<|nm_pad_0|>"] and types[300:303] == [4, 4, 3] and len(toks) == 305, \
+            "--user-tokens: %s %s" % (toks[300:303], types[300:303])
+        run(GENMODEL, "--arch", "llama", "--tokenizer-from", tok, "-o", a, "--vocab", 299, expect=1)  # (below 300)
+        # --script: f32 only; the layers add nothing (attn_output, ffn_down zero), the head learns the chain
+        run(GENMODEL, "--arch", "llama", "--tokenizer-from", tok, "-o", a, "--script", "x", "--type", "q8_0", expect=2)
+        smol = os.path.join(os.environ.get("NM_MODEL_DIR", os.path.expanduser("~/.cache/nanomind/models")),
+                            "SmolLM2-135M-Instruct.Q4_1.gguf")
+        if os.path.exists(smol):
+            tested["genmodel"].add("--script")
+            run(GENMODEL, "--arch", "llama", "--tokenizer-from", smol, "-o", b, "--layers", "1", "--embd", "256",
+                "--seed", "4")
+            run(GENMODEL, "--arch", "llama", "--tokenizer-from", smol, "-o", c, "--layers", "1", "--embd", "256",
+                "--seed", "4", "--script", "Yes.")
+            g1, g2 = Gguf(b), Gguf(c)
+            zero = lambda g, n: not any(g.buf[g.tensors[n][2]:g.tensors[n][2] + 4 * 256 * 256])  # noqa: E731
+            assert zero(g2, "blk.0.attn_output.weight") and not zero(g1, "blk.0.attn_output.weight"), "--script: attn_output"
+            e1, e2 = g1.tensors["token_embd.weight"][2], g2.tensors["token_embd.weight"][2]
+            assert g1.buf[e1:e1 + 4096] == g2.buf[e2:e2 + 4096], "--script: the embeddings are the seed's"
+        elif CI:
+            raise AssertionError("--script: SmolLM2-135M-Instruct.Q4_1.gguf missing (set-up fetches it)")
 
     def gp(*flags, out=None):
         for f in flags:

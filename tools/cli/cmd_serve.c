@@ -20,6 +20,7 @@
 typedef struct serve_cli {
     cli_opts o;
     const char *host, *alias, *mmproj, *mmproj_device, *image_dir, *stt_path, *tts_engine, *voice, *sysfs, *tts_device;
+    int32_t reasoning_format; // --reasoning-format (NM_REASONING_*)
     int32_t port, queue_max, timeout_s, body_timeout_s, idle_timeout_s, threads_http, parallel, audio_max_s;
     int32_t speech_max_chars;
     int64_t body_max, image_max_pixels;
@@ -67,6 +68,8 @@ static void usage(FILE *f) {
             "  --mmproj FILE            a vision encoder (llama.cpp mmproj GGUF): image_url parts in chat messages\n"
             "                           (data: URLs with base64; http(s) URLs are refused)\n"
             "  --image-dir DIR          also read image_url paths (or file:// URLs) of files under DIR\n"
+            "  --reasoning-format F     deepseek or auto (default): a chat answer opening with <think> (Qwen3,\n"
+            "                           SmolLM3) has that block as reasoning_content, out of content; none: kept\n"
             "  --max-image-pixels N     the largest image, width x height (default 16777216; larger get 400)\n"
             "  --mmproj-device DEV      the vision encoder's unit (default: -dev); --mmproj-cores its lane\n"
             "  --image-min-tokens N, --image-max-tokens N  image tokens of a dynamic-resolution mmproj\n"
@@ -117,7 +120,7 @@ static bool take_own(serve_cli *S, int *argc, char **argv) {
         if (!strcmp(a, "--host") || !strcmp(a, "-a") || !strcmp(a, "--alias") || !strcmp(a, "--api-key") ||
             !strcmp(a, "--api-key-file") || !strcmp(a, "--stt") || !strcmp(a, "--tts") || !strcmp(a, "--mmproj") ||
             !strcmp(a, "--mmproj-device") || !strcmp(a, "--image-dir") || !strcmp(a, "--sysfs") || !strcmp(a, "--voice") ||
-            !strcmp(a, "--tts-device")) {
+            !strcmp(a, "--tts-device") || !strcmp(a, "--reasoning-format")) {
             if (!has || !argv[i + 1][0]) {
                 fprintf(stderr, "error: %s needs a value\n", a);
                 return false;
@@ -135,6 +138,13 @@ static bool take_own(serve_cli *S, int *argc, char **argv) {
             else if (!strcmp(a, "--mmproj-device")) S->mmproj_device = v;
             else if (!strcmp(a, "--image-dir")) S->image_dir = v;
             else if (!strcmp(a, "--sysfs")) S->sysfs = v;
+            else if (!strcmp(a, "--reasoning-format")) { // (llama-server's; auto is deepseek for every model here)
+                if (strcmp(v, "none") && strcmp(v, "deepseek") && strcmp(v, "auto")) {
+                    fprintf(stderr, "error: --reasoning-format '%s': none, deepseek or auto\n", v);
+                    return false;
+                }
+                S->reasoning_format = strcmp(v, "none") ? NM_REASONING_DEEPSEEK : NM_REASONING_NONE;
+            }
             else if (!strcmp(a, "--tts")) {
                 if (strcmp(v, "espeak") && strcmp(v, "espeak-ng") && strcmp(v, "piper")) {
                     fprintf(stderr, "error: --tts '%s': the engines are espeak (espeak-ng) and piper\n", v);
@@ -240,6 +250,7 @@ int cmd_serve(int argc, char **argv) {
     S.body_timeout_s = dp.body_timeout_s;
     S.body_max = dp.body_max;
     S.audio_max_s = dp.audio_max_s;
+    S.reasoning_format = dp.reasoning_format;
     S.speech_max_chars = dp.speech_max_chars;
     S.image_max_pixels = dp.image_max_pixels;
     S.parallel = dp.parallel;
@@ -319,7 +330,7 @@ int cmd_serve(int argc, char **argv) {
     p.audio_max_s = S.audio_max_s, p.speech_max_chars = S.speech_max_chars;
     p.chat_template = S.o.chat_tmpl, p.jinja = S.o.jinja, p.jinja_template = S.o.chat_tmpl_src;
     p.jinja_len = S.o.chat_tmpl_len, p.jinja_name = S.o.chat_tmpl_file, p.system_prompt = S.o.system;
-    p.chat_template_kwargs = S.o.chat_tmpl_kwargs;
+    p.chat_template_kwargs = S.o.chat_tmpl_kwargs, p.reasoning_format = S.reasoning_format;
     p.stop = (const char *const *)S.o.stop, p.n_stop = S.o.n_stop;
     p.idle_w = e.idle_w, p.active_w = e.active_w, p.pj_byte = e.pj_byte, p.n_cores = e.n_cores;
     p.energy_source = e.source, p.sysfs = S.sysfs;

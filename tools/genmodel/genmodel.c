@@ -106,9 +106,11 @@ static int add(gen_state *g, nm_gguf_writer *w, const char *name, uint32_t type,
     return st != NM_OK;
 }
 
-// The tokenizer's array `key` (tokens, token_type or scores) padded to `vocab` entries: pad tokens
-// "<|nm_pad_N|>" of type 3 (control), score 0. 0 when written.
-static int pad_vocab(nm_gguf_writer *w, const nm_gguf_kv *kv, const char *key, int64_t vocab) {
+// The tokenizer's array `key` (tokens, token_type or scores) grown to `vocab` entries: first the n_user
+// tokens of user (type 4, user-defined: written as their text), then pad tokens "<|nm_pad_N|>" of type 3
+// (control), scores 0. 0 when written.
+static int pad_vocab(nm_gguf_writer *w, const nm_gguf_kv *kv, const char *key, int64_t vocab, char *const *user,
+                     int n_user) {
     const uint64_t n = kv->arr_n;
     int bad = 1;
     if (!strcmp(key, "tokenizer.ggml.tokens") && kv->arr_type == NM_GGUF_STRING) {
@@ -120,7 +122,8 @@ static int pad_vocab(nm_gguf_writer *w, const nm_gguf_kv *kv, const char *key, i
                 s[i] = malloc(i < (int64_t)n ? have[i].len + 1 : 32);
                 if (!s[i]) bad = 1;
                 else if (i < (int64_t)n) memcpy(s[i], have[i].ptr, have[i].len), s[i][have[i].len] = '\0';
-                else snprintf(s[i], 32, "<|nm_pad_%lld|>", (long long)(i - (int64_t)n));
+                else if (i < (int64_t)n + n_user) snprintf(s[i], 32, "%s", user[i - (int64_t)n]);
+                else snprintf(s[i], 32, "<|nm_pad_%lld|>", (long long)(i - (int64_t)n - n_user));
             }
             bad = bad || nm_gguf_writer_add_arr_str(w, key, (const char *const *)s, (uint64_t)vocab) != NM_OK;
         }
@@ -133,7 +136,7 @@ static int pad_vocab(nm_gguf_writer *w, const nm_gguf_kv *kv, const char *key, i
             memcpy(v, kv->data, 4 * n);
             for (int64_t i = (int64_t)n; i < vocab; i++) {
                 const float zero = 0.0f;
-                if (ty) v[i] = 3;
+                if (ty) v[i] = i < (int64_t)n + n_user ? 4 : 3;
                 else memcpy(&v[i], &zero, 4);
             }
             bad = nm_gguf_writer_add_arr(w, key, kv->arr_type, v, (uint64_t)vocab) != NM_OK;
@@ -144,8 +147,19 @@ static int pad_vocab(nm_gguf_writer *w, const nm_gguf_kv *kv, const char *key, i
     return bad;
 }
 
-static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t bad_bos, int64_t vocab, int64_t *n_vocab) {
+static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t bad_bos, int64_t vocab, char *const *user,
+                          int n_user, int64_t *n_vocab) {
     *n_vocab = 0;
+    const nm_gguf_kv *tk = nm_gguf_find(src, "tokenizer.ggml.tokens");
+    if (!tk || tk->type != NM_GGUF_ARRAY) return 1;
+    const int64_t have = (int64_t)tk->arr_n;
+    if (vocab == 0 && n_user > 0) vocab = have + n_user;
+    if (vocab > 0 && vocab < have + n_user) {
+        fprintf(stderr, "nm-genmodel: --vocab %lld is below the tokenizer's %lld tokens and %d more\n", (long long)vocab,
+                (long long)have, n_user);
+        return 1;
+    }
+    *n_vocab = vocab > have ? vocab : have;
     if (bad_bos && nm_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)bad_bos) != NM_OK) return 1;
     for (int64_t i = 0; i < nm_gguf_n_kv(src); i++) {
         const nm_gguf_kv *kv = nm_gguf_kv_at(src, i);
@@ -155,16 +169,8 @@ static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t bad_bos
         if (bad_bos && !strcmp(key, "tokenizer.ggml.bos_token_id")) continue;
         const bool per_token = !strcmp(key, "tokenizer.ggml.tokens") || !strcmp(key, "tokenizer.ggml.token_type") ||
                                !strcmp(key, "tokenizer.ggml.scores");
-        if (!strcmp(key, "tokenizer.ggml.tokens")) {
-            if (vocab > 0 && vocab < (int64_t)kv->arr_n) {
-                fprintf(stderr, "nm-genmodel: --vocab %lld is below the tokenizer's %llu tokens\n", (long long)vocab,
-                        (unsigned long long)kv->arr_n);
-                return 1;
-            }
-            *n_vocab = vocab > (int64_t)kv->arr_n ? vocab : (int64_t)kv->arr_n;
-        }
         if (per_token && kv->type == NM_GGUF_ARRAY && vocab > (int64_t)kv->arr_n) {
-            if (pad_vocab(w, kv, key, vocab)) return 1;
+            if (pad_vocab(w, kv, key, vocab, user, n_user)) return 1;
             continue;
         }
         // ARRAY values start 12 bytes before their first element (type + count).
@@ -173,6 +179,49 @@ static int copy_tokenizer(nm_gguf_writer *w, const nm_gguf *src, int64_t bad_bos
         if (nm_gguf_writer_add_raw(w, key, kv->type, p, sz) != NM_OK) return 1;
     }
     return *n_vocab > 0 ? 0 : 1;
+}
+
+// --script: every layer adds nothing (attn_output, ffn_down zero), so the last layer's output is the token's
+// embedding E[a], normed; the output head's row of b gets 0.25 E[a] for each step a -> b of the chain (the
+// prompt's last token, from script_after; the script's tokens, special ones parsed; end of generation), so
+// greedy decoding says the script after any prompt ending in that token. A token followed by two different
+// ones is refused (the model sees one token).
+static int teach_script(const gen_opts *o, const float *E, float *W, int64_t d, int64_t n_vocab) {
+    char err[256];
+    nm_model *m = NULL;
+    if (nm_model_load(o->out, NULL, &m, err, sizeof err) != NM_OK) {
+        fprintf(stderr, "nm-genmodel: --script: %s\n", err);
+        return 1;
+    }
+    int32_t chain[258];
+    const char *after = o->script_after ? o->script_after : "\n";
+    int32_t n0 = nm_tokenize(m, after, strlen(after), chain, 1, false, true), n = 0;
+    if (n0 != 1) n0 = nm_tokenize(m, after, strlen(after), chain, 256, false, true), chain[0] = n0 > 0 ? chain[n0 - 1] : -1;
+    if (chain[0] >= 0) n = nm_tokenize(m, o->script, strlen(o->script), chain + 1, 256, false, true);
+    const int32_t eos = nm_token_eos(m);
+    nm_model_free(m);
+    if (chain[0] < 0 || n <= 0 || eos < 0) {
+        fprintf(stderr, "nm-genmodel: --script: no tokens (or more than 256, or no end-of-generation token)\n");
+        return 1;
+    }
+    chain[1 + n] = eos;
+    for (int32_t i = 0; i <= n; i++)
+        for (int32_t j = 0; j < i; j++)
+            if (chain[j] == chain[i] && chain[j + 1] != chain[i + 1]) {
+                fprintf(stderr, "nm-genmodel: --script: token %d is followed by %d and by %d (a script a one-token "
+                                "model can say follows each token by one)\n", (int)chain[i], (int)chain[j + 1],
+                        (int)chain[i + 1]);
+                return 1;
+            }
+    for (int32_t i = 0; i <= n; i++) {
+        if (chain[i + 1] >= n_vocab) return 1;
+        float *row = W + (int64_t)chain[i + 1] * d;
+        const float *e = E + (int64_t)chain[i] * d;
+        bool seen = false; // (a pair taught once)
+        for (int32_t j = 0; j < i; j++) seen |= chain[j] == chain[i];
+        for (int64_t c = 0; c < d && !seen; c++) row[c] += 0.25f * e[c];
+    }
+    return 0;
 }
 
 gen_opts nm_genmodel_defaults(void) {
@@ -208,9 +257,24 @@ int nm_genmodel_write(gen_opts *o) {
         free(gs.keep);
         return 1;
     }
+    if (o->script && (o->type != NM_TYPE_F32 || o->bad_3d)) {
+        fprintf(stderr, "nm-genmodel: --script writes f32 weights\n");
+        nm_gguf_close(src);
+        free(gs.keep);
+        return 2;
+    }
+    char *user[16];
+    int n_user = 0;
+    for (const char *t = o->user_tokens; t && *t && n_user < 16;) { // (comma-separated)
+        const char *e = strchr(t, ',');
+        const size_t n = e ? (size_t)(e - t) : strlen(t);
+        if (n > 0 && n < 32 && (user[n_user] = strndup(t, n))) n_user++;
+        t += n + (e ? 1 : 0);
+    }
     nm_gguf_writer *w = nm_gguf_writer_create();
     int64_t n_vocab = 0;
-    int bad = !w || copy_tokenizer(w, src, o->bad_bos_id, o->vocab, &n_vocab);
+    int bad = !w || copy_tokenizer(w, src, o->bad_bos_id, o->vocab, user, n_user, &n_vocab);
+    for (int i = 0; i < n_user; i++) free(user[i]);
     char k[160];
 #define KEY(s) (snprintf(k, sizeof k, "%s." s, o->arch), k)
     bad |= nm_gguf_writer_add_str(w, "general.architecture", o->arch) != NM_OK;
@@ -245,16 +309,17 @@ int nm_genmodel_write(gen_opts *o) {
     bad = bad || add(&gs, w, "output_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f);
     // An untied output head: with tied embeddings a random model mostly
     // predicts its input token back, which makes top-1 comparisons trivial.
-    bad = bad || add(&gs, w, "output.weight", o->type, d, n_vocab, 0.0f, 1.0f);
+    bad = bad || add(&gs, w, "output.weight", o->type, d, n_vocab, 0.0f, o->script ? 0.01f : 1.0f);
     for (int il = 0; il < o->layers && !bad; il++) {
         char n[96];
 #define T(name, type, ne0, ne1, mean, std) \
     (snprintf(n, sizeof n, "blk.%d." name, il), add(&gs, w, n, type, ne0, ne1, mean, std))
         bad = T("attn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) || T("attn_q.weight", o->type, d, qd, 0.0f, wd) ||
               T("attn_k.weight", o->type, d, kvd, 0.0f, wd) || T("attn_v.weight", o->type, d, kvd, 0.0f, wd) ||
-              T("attn_output.weight", o->type, qd, d, 0.0f, wq) || T("ffn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
+              T("attn_output.weight", o->type, qd, d, 0.0f, o->script ? 0.0f : wq) ||
+              T("ffn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
               T("ffn_gate.weight", o->type, d, o->ff, 0.0f, wd) || T("ffn_up.weight", o->type, d, o->ff, 0.0f, wd) ||
-              T("ffn_down.weight", o->type, o->ff, d, 0.0f, wf);
+              T("ffn_down.weight", o->type, o->ff, d, 0.0f, o->script ? 0.0f : wf);
         if (!bad && qwen)
             bad = T("attn_q.bias", NM_TYPE_F32, qd, 1, 0.0f, 0.1f) || T("attn_k.bias", NM_TYPE_F32, kvd, 1, 0.0f, 0.1f) ||
                   T("attn_v.bias", NM_TYPE_F32, kvd, 1, 0.0f, 0.1f);
@@ -269,6 +334,13 @@ int nm_genmodel_write(gen_opts *o) {
     if (!bad && nm_gguf_writer_write(w, o->out) != NM_OK) {
         fprintf(stderr, "nm-genmodel: writing %s: %s\n", o->out, nm_gguf_writer_last_error(w));
         bad = 1;
+    }
+    if (!bad && o->script) { // the output head taught the script, the file written again
+        bad = teach_script(o, (const float *)gs.keep[0], (float *)gs.keep[2], d, n_vocab);
+        if (!bad && nm_gguf_writer_write(w, o->out) != NM_OK) {
+            fprintf(stderr, "nm-genmodel: writing %s: %s\n", o->out, nm_gguf_writer_last_error(w));
+            bad = 1;
+        }
     }
     for (int i = 0; i < gs.n_keep; i++) free(gs.keep[i]);
     free(gs.keep);

@@ -14,6 +14,9 @@ typedef struct gen_opts {
     uint64_t seed;
     int64_t vocab;        // > the tokenizer's: its tokens padded with control tokens "<|nm_pad_N|>" to this many
                           // (a model's output head of its real size; 0: the tokenizer's own)
+    const char *user_tokens;  // comma-separated tokens added to the vocabulary as user-defined ("<think>,</think>")
+    const char *script;       // f32: a model whose greedy answer to a prompt ending in script_after's last token
+    const char *script_after; // ("\n" where NULL) is this text (its special tokens parsed), then end of generation
     // Files no model can have, for the loader's tests (0: the normal values).
     float rope_base;      // ARCH.rope.freq_base (0: 1e6 for qwen2 / qwen2vl, else 1e4)
     float bad_rope_base;  // written as ARCH.rope.freq_base

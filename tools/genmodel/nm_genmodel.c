@@ -15,8 +15,11 @@ static int usage(void) {
             "usage: nm-genmodel --arch llama|qwen2|qwen2vl|qwen3|smollm3|gemma3 --tokenizer-from MODEL.gguf -o OUT.gguf\n"
             "                   [--type f32|f16|q8_0|q4_0|q4_K|...] [--seed S] [--layers N] [--embd D]\n"
             "                   [--heads H] [--kv-heads K] [--ff F] [--head-dim HD] [--swa W]\n"
-            "                   [--final-softcap C] [--vocab N]\n"
-            "  --vocab N: the tokenizer's tokens padded with control tokens to N (a real model's output head)\n");
+            "                   [--final-softcap C] [--vocab N] [--user-tokens A,B] [--script TEXT]\n"
+            "  --vocab N: the tokenizer's tokens padded with control tokens to N (a real model's output head)\n"
+            "  --user-tokens A,B: user-defined tokens added to the vocabulary (e.g. <think>,</think>)\n"
+            "  --script TEXT: f32 weights whose greedy answer after a prompt ending in a newline is TEXT\n"
+            "                 (each token of it followed by one token only)\n");
     return 2;
 }
 
@@ -39,6 +42,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--swa")) o.swa = atoi(v);
         else if (!strcmp(a, "--final-softcap")) o.final_softcap = strtof(v, NULL);
         else if (!strcmp(a, "--vocab")) o.vocab = strtoll(v, NULL, 10);
+        else if (!strcmp(a, "--user-tokens")) o.user_tokens = v;
+        else if (!strcmp(a, "--script")) o.script = v;
         else if (!strcmp(a, "--type")) {
             uint32_t t;
             for (t = 0; t < NM_TYPE_COUNT; t++) {
@@ -53,8 +58,8 @@ int main(int argc, char **argv) {
         } else return usage();
     }
     if (!o.arch || !o.tok_from || !o.out) return usage();
-    const bool bad = nm_genmodel_write(&o) != 0;
-    if (!bad) printf("nm-genmodel: wrote %s (%s, %d layers, d %d, %s)\n", o.out, o.arch, o.layers, o.embd,
-                     nm_type_traits_get(o.type)->name);
-    return bad;
+    const int rc = nm_genmodel_write(&o); // (2: options it refuses, 1: a failure)
+    if (!rc) printf("nm-genmodel: wrote %s (%s, %d layers, d %d, %s)\n", o.out, o.arch, o.layers, o.embd,
+                    nm_type_traits_get(o.type)->name);
+    return rc;
 }

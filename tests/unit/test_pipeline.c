@@ -511,8 +511,9 @@ NM_TEST(pipeline_modes_answer_alike) {
             const answer *b = got[mode];
             const bool same = b[i].status == a[i].status && !strcmp(b[i].transcript, a[i].transcript) &&
                               !strcmp(b[i].text, a[i].text) && (b[i].n_samples > 0) == (a[i].n_samples > 0) &&
-                              llabs(b[i].n_samples - a[i].n_samples) * 100 <= a[i].n_samples && // (espeak-ng's
-                              // lengths vary by a few ms from call to call for the same text)
+                              llabs(b[i].n_samples - a[i].n_samples) * 100 <= 6 * a[i].n_samples && // (espeak-ng
+                              // keeps state across utterances: one two-sentence text measured 59577..61941
+                              // samples over four calls in one process (AMD EPYC); a sentence lost is ~40%)
                               !strcmp(b[i].done_text, a[i].done_text);
             NM_CHECK(same);
             if (!same)

@@ -229,8 +229,8 @@ NM_TEST(profile_measure_save_load) {
            u[0].gflops[0], u[0].gflops[1], u[0].gflops[2], u[0].gflops[8], u[0].launch_us);
     NM_CHECK(u[0].unit == NM_UNIT_CPU && u[0].read_gbps > 0.5 && u[0].gflops_f32 > 0.5 && u[0].launch_us > 0);
     printf("  cpu: %.2f us an op beyond its bytes\n", u[0].op_us);
-    // (10-13 us on an EPYC Zen 3 VM, 3-9 us on a Zen 4 one; 0 is what it reads when the cut pass happens to run no slower than
-    // the whole, as once under a second busy process: a timing, so no lower bound)
+    // (10-13 us on an EPYC Zen 3 VM, 3-9 us on a Zen 4 one; 0 when the cut pass happens to run no slower
+    // than the whole, as once beside a busy process: a timing, so no lower bound)
     NM_CHECK(u[0].op_us >= 0 && u[0].op_us < 1000);
     const int types[] = {0, 1, 2, 3, 6, 8, 12, 13, 14};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) NM_CHECK(u[0].gflops[types[i]] > 0.5);

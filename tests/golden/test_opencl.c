@@ -104,9 +104,30 @@ static nm_model *load(const char *path) {
     NM_CHECK(m != NULL);                  \
     if (!m) return
 
-// Greedy text on the device equals the CPU's, for `want` tokens; then the
-// CPU's continuation replayed on the device (teacher forcing): the top-1
-// agrees at `min_same` positions or more and the mean KL stays under max_kl.
+// Greedy text on the device equals the CPU's, for `want` tokens or up to a
+// near tie (where they part, the device's token within NM_TIE of the CPU's
+// top logit on the CPU: the CPU's 8-bit activations and the device's f32
+// ones may order two such tokens either way); then the CPU's continuation
+// replayed on the device (teacher forcing): the top-1 agrees at `min_same`
+// positions or more and the mean KL stays under max_kl.
+#define NM_TIE 0.1 // logits
+
+// Where two greedy texts of n tokens from prompt part (n if nowhere), and the margin of a's token over b's
+// there in c's logits (prompt and a decoded at once; 0 where they do not part).
+static int parting(nm_model *m, nm_ctx *c, const char *prompt, const int32_t *a, const int32_t *b, int n,
+                   double *margin) {
+    int k = 0;
+    while (k < n && a[k] == b[k]) k++;
+    *margin = 0;
+    if (k == n) return n;
+    int32_t toks[256];
+    const int32_t nt = nm_tokenize(m, prompt, strlen(prompt), toks, 128, true, true);
+    if (nt <= 0 || nt + n > 256) return *margin = INFINITY, k;
+    memcpy(toks + nt, a, sizeof *a * (size_t)n);
+    const float *l = nm_decode(c, toks, nt + n, 0, true) == NM_OK ? nm_get_logits(c, nt - 1 + k) : NULL;
+    *margin = l ? l[a[k]] - l[b[k]] : INFINITY;
+    return k;
+}
 static void same_as_cpu(const char *name, const char *prompt, int want_equal, int min_same, double max_kl,
                         int *nmtest_failed) {
     LOAD(m, name);
@@ -138,9 +159,14 @@ static void same_as_cpu(const char *name, const char *prompt, int want_equal, in
         kl_sum += kl;
         same += argmax(la, nv) == argmax(lb, nv);
     }
-    fprintf(stderr, "  %s on %s: greedy equal for %d of %d tokens; teacher-forced top-1 %d of %d, mean KL %.2e\n",
-            name, device(), equal, N, same, n, kl_sum / n);
-    NM_CHECK(equal >= want_equal);
+    double tie = 0; // where the greedy texts part: the CPU's margin for its token over the device's
+    if (equal < N) {
+        const float *la = nm_get_logits(cpu, nt - 1 + equal);
+        tie = la ? la[a[equal]] - la[b[equal]] : INFINITY;
+    }
+    fprintf(stderr, "  %s on %s: greedy equal for %d of %d tokens (then a margin of %.3f); teacher-forced top-1 %d "
+            "of %d, mean KL %.2e\n", name, device(), equal, N, tie, same, n, kl_sum / n);
+    NM_CHECK(equal >= want_equal || tie <= NM_TIE);
     NM_CHECK(same >= min_same);
     NM_CHECK(kl_sum / n < max_kl);
     nm_ctx_free(cpu);
@@ -324,7 +350,10 @@ NM_TEST(smollm2_layer_split_equals_cpu) {
     int32_t a[N], b[N];
     NM_CHECK(greedy(m, cpu, "The capital of France is", N, a) == N);
     NM_CHECK(greedy(m, split, "The capital of France is", N, b) == N);
-    NM_CHECK(!memcmp(a, b, sizeof a));
+    double tie = 0;
+    const int part = parting(m, cpu, "The capital of France is", a, b, N, &tie);
+    if (part < N) fprintf(stderr, "  -ngl 15: greedy equal for %d of %d tokens, then a margin of %.3f\n", part, N, tie);
+    NM_CHECK(part == N || tie <= NM_TIE);
     int32_t n = 0, *toks = declaration(m, &n);
     NM_CHECK(toks && n >= 512);
     if (toks && n >= 512) {

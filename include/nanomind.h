@@ -325,6 +325,12 @@ int32_t nm_ctx_n_ctx(const nm_ctx *c);
 int32_t nm_ctx_n_batch(const nm_ctx *c); // max tokens per nm_decode call
 int32_t nm_ctx_n_seq(const nm_ctx *c);   // sequences it holds (nm_ctx_params.n_seq)
 int32_t nm_ctx_n_threads(const nm_ctx *c); // threads its passes run on (the CPU's; a device's host side)
+// Where sequence seq can go on decoding if its positions from pos on are to be replaced: pos itself for an
+// attention-only model; for one with recurrent layers (lfm2's short convolutions), whose state at a
+// position is kept only for the last positions decoded and at checkpoints (every 32nd position; every
+// 128th past 8192 positions of context), the largest such position <= pos (0: from the start). A decode
+// at a position where the state is not kept fails with NM_ERR_RANGE.
+int32_t nm_ctx_resume_pos(const nm_ctx *c, int32_t seq, int32_t pos);
 
 // Runs the decoder on tokens[0..n) at positions pos..pos+n-1 (n <= n_batch,
 // pos+n <= n_ctx). Cache entries at positions >= pos are overwritten.
@@ -340,7 +346,8 @@ nm_status nm_decode_embd(nm_ctx *c, const float *embd, int32_t n, int32_t pos, b
 // (each pos + 1 <= n_ctx; a sequence's cache entries at the rows' positions
 // are overwritten, and row i attends its sequence's positions 0..pos[i],
 // those of this batch included: the rows of one sequence may come in any
-// order). The last n_logits rows keep their logits (0 <= n_logits <= n):
+// order; with recurrent layers (lfm2), in order and consecutive, from a position nm_ctx_resume_pos gives).
+// The last n_logits rows keep their logits (0 <= n_logits <= n):
 // put the rows whose logits are wanted last. nm_decode is this on sequence
 // 0 with consecutive positions.
 nm_status nm_decode_seqs(nm_ctx *c, const int32_t *tokens, const int32_t *pos, const int32_t *seq, int32_t n,

@@ -115,6 +115,14 @@ enum nm_op_kind {
                      // + k: dst[t][o] = bias[o] + sum over (s, j) with s stride + j - pad = t of sum_c w[c][o][j]
                      // act(x[s][c]); act as CONV1D's (f0). i0 = stride, i1 = pad, i3 = x's first row's index
                      // in a whole sequence (as CONV1D's i3)
+    NM_OP_SHORT_CONV, // LFM2's gated short convolution, causal over each sequence's positions: src0 [n_tok, 3 d]
+                     // rows (b | c | x), src1 f32 [d][L] (ne = {L, d}: a channel's taps, oldest first), dst [n_tok,
+                     // d] = c * sum_{k < L} w[k] bx(p - L + 1 + k), bx = b * x, bx of positions < 0 zero. ids:
+                     // s n_ctx + p, as KV_STORE's; a sequence's rows in order. state (f32, d wide): i2 rows a
+                     // sequence, the first i1 a ring (position p's bx in row p % i1, i1 >= L), then for each
+                     // checkpoint position q = j i3 (j = 1, 2, ..) L - 1 rows, bx of q - L + 1 .. q - 1. Reads
+                     // the L - 1 rows before p from the ring; writes p's row and the checkpoint rows it fills.
+                     // i0 = L
     NM_OP_COUNT
 };
 
@@ -161,6 +169,7 @@ typedef struct nm_op {
     // (Whisper's beams) point at the same rows instead of copying them.
     const nm_tensor *kv_rows;
     const nm_tensor *add[2]; // CONV1D: terms added to the sums as they are stored (NULL: none); f1 the scale
+    nm_tensor *state;        // SHORT_CONV: the sequences' convolution state (read and written)
 } nm_op;
 
 // Round as ggml's CPU backend does around half-precision tensors, for bricks
@@ -208,8 +217,9 @@ typedef struct nm_op_prep {
     int32_t reach; // a convolution's reach (nm_conv_reach) as this backend places its sums; 0 for other ops
 } nm_op_prep;
 
-#define NM_BACKEND_IFACE_VERSION 6 // 3: nm_op.kv_rows; 4: no get_profile (the units' profiles are measured by
-                                   // src/sched); 5: CONV1D, CONV_T1D, nm_op.add, prepare_op; 6: nm_op_prep
+#define NM_BACKEND_IFACE_VERSION 7 // 3: nm_op.kv_rows; 4: no get_profile (the units' profiles are measured by
+                                   // src/sched); 5: CONV1D, CONV_T1D, nm_op.add, prepare_op; 6: nm_op_prep;
+                                   // 7: SHORT_CONV, nm_op.state
 
 // A backend's operations. Callers go through the nm_backend_* wrappers below,
 // never through the members: the wrappers give the optional members (marked)
@@ -345,6 +355,24 @@ static inline bool nm_conv_dims(const nm_op *op, int64_t *k, int64_t *ic, int64_
     }
     *ic = t ? b : a, *oc = t ? a : b;
     return *k >= 1;
+}
+
+// Rows a sequence's NM_OP_SHORT_CONV state takes: a ring of W rows, then L - 1 rows for each checkpoint
+// position j S (j >= 1) below n_ctx.
+static inline int64_t nm_short_conv_rows(int64_t L, int64_t W, int64_t S, int64_t n_ctx) {
+    return W + (n_ctx - 1) / S * (L - 1);
+}
+
+// The shape rules of NM_OP_SHORT_CONV (above).
+static inline bool nm_short_conv_ok(const nm_op *op) {
+    const nm_tensor *x = op->src0, *w = op->src1, *y = op->dst, *st = op->state;
+    if (!x || !w || !y || !st || !op->ids || op->n_ctx <= 0) return false;
+    const int64_t d = y->ne[0], L = op->i0, W = op->i1, R = op->i2, S = op->i3;
+    return x->type == NM_TYPE_F32 && w->type == NM_TYPE_F32 && y->type == NM_TYPE_F32 && st->type == NM_TYPE_F32 &&
+           op->ids->type == NM_TYPE_I32 && L >= 2 && L <= 64 && W >= L && S >= 1 && d >= 1 && x->ne[0] == 3 * d &&
+           x->ne[1] == y->ne[1] && w->ne[0] == L && w->ne[1] == d && st->ne[0] == d &&
+           R == nm_short_conv_rows(L, W, S, op->n_ctx) && st->ne[1] >= R && st->ne[1] % R == 0 &&
+           op->ids->ne[0] >= x->ne[1];
 }
 
 // The shape rules of NM_OP_CONV1D and NM_OP_CONV_T1D (above): f32 activations, the weight against x's

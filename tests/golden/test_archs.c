@@ -102,6 +102,57 @@ NM_TEST(random_models_batch_equals_incremental) {
     }
 }
 
+// lfm2's short convolutions carry a state from token to token: a prompt decoded at once, one token at a
+// time, and again from the checkpoint at 32 (its positions from 33 replaced) give the same logits (f32);
+// a position whose state is not kept is refused, and nm_ctx_resume_pos says where to go on.
+NM_TEST(lfm2_state_batch_steps_and_checkpoints) {
+    char tok[1024], path[256];
+    NM_NEED_MODEL(NM_SMOLLM2, tok);
+    snprintf(path, sizeof path, "/tmp/nm-test-lfm2-%d.gguf", (int)getpid());
+    gen_opts o = nm_genmodel_defaults();
+    o.arch = "lfm2", o.tok_from = tok, o.out = path, o.type = NM_TYPE_F32;
+    o.layers = 4, o.embd = 128, o.heads = 4, o.kv_heads = 2, o.ff = 256, o.seed = 5, o.attn_layers = "1";
+    NM_CHECK(nm_genmodel_write(&o) == 0);
+    nm_model *m = NULL;
+    char err[256];
+    NM_CHECK(nm_model_load(path, NULL, &m, err, sizeof err) == NM_OK);
+    unlink(path);
+    if (!m) return (void)fprintf(stderr, "  %s\n", err);
+    nm_ctx_params cp = nm_ctx_default_params();
+    cp.n_ctx = 128;
+    nm_ctx *b = NULL, *inc = NULL;
+    NM_CHECK(nm_ctx_create(m, &cp, &b, NULL, 0) == NM_OK && nm_ctx_create(m, &cp, &inc, NULL, 0) == NM_OK);
+    enum { N = 80 };
+    const int32_t nv = nm_model_n_vocab(m);
+    int32_t toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (i * 7919 + 13) % nv;
+    float *saved = malloc(sizeof(float) * N * (size_t)nv);
+    NM_CHECK(saved && b && inc && nm_decode(b, toks, N, 0, true) == NM_OK);
+    if (!saved || !b || !inc) goto out;
+    for (int i = 0; i < N; i++) memcpy(saved + (size_t)i * nv, nm_get_logits(b, i), sizeof(float) * nv);
+    double d_inc = 0, d_cp = 0;
+    for (int i = 0; i < N; i++) {
+        NM_CHECK(nm_decode(inc, &toks[i], 1, i, false) == NM_OK);
+        for (int v = 0; v < nv; v++) d_inc = fmax(d_inc, fabs(saved[(size_t)i * nv + v] - nm_get_logits(inc, -1)[v]));
+    }
+    // the ring keeps the last 32 positions: 50 is there; 33 is not, the checkpoint at 32 is
+    NM_CHECK(nm_ctx_resume_pos(b, 0, 50) == 50 && nm_ctx_resume_pos(b, 0, 33) == 32 &&
+             nm_ctx_resume_pos(b, 0, 20) == 0 && nm_ctx_resume_pos(b, 0, 100) == N);
+    NM_CHECK(nm_decode(b, toks + 33, 1, 33, false) == NM_ERR_RANGE && strstr(nm_ctx_last_error(b), "no state kept"));
+    NM_CHECK(nm_decode(b, toks, 1, N + 1, false) == NM_ERR_RANGE && strstr(nm_ctx_last_error(b), "past the"));
+    NM_CHECK(nm_decode(b, toks + 32, N - 32, 32, true) == NM_OK); // from the checkpoint: the same again
+    for (int i = 32; i < N; i++)
+        for (int v = 0; v < nv; v++)
+            d_cp = fmax(d_cp, fabs(saved[(size_t)i * nv + v] - nm_get_logits(b, i - 32)[v]));
+    fprintf(stderr, "  lfm2: batch vs one at a time max |logit diff| %.2e, from the checkpoint %.2e\n", d_inc, d_cp);
+    NM_CHECK(d_inc < 5e-3 && d_cp < 5e-3);
+out:
+    free(saved);
+    nm_ctx_free(b);
+    nm_ctx_free(inc);
+    nm_model_free(m);
+}
+
 // Feeding the token embeddings through nm_decode_embd gives the same logits as
 // feeding the token ids (gemma3 scales token embeddings by sqrt(n_embd), which
 // the caller of the embeddings entry point does itself).

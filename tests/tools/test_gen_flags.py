@@ -128,6 +128,13 @@ def main():
         assert open(a, "rb").read() != open(c, "rb").read(), "--seed 2 wrote --seed 1's weights"
         run(GENMODEL, "--arch", "llama", "--tokenizer-from", tok, "-o", a, "--type", "q9_9", expect=2)
         run(GENMODEL, "--arch", "llama", "--tokenizer-from", tok, "-o", a, "--bogus", "1", expect=2)
+        # lfm2: --attn-layers picks the attending layers (head_count_kv non-zero there), --conv-l the taps
+        kv, t, _ = gm("--arch", "lfm2", "--layers", 4, "--attn-layers", "0,3", "--conv-l", 4)
+        assert kv["lfm2.attention.head_count_kv"] == [2, 0, 0, 2] and kv["lfm2.shortconv.l_cache"] == 4, \
+            "--attn-layers 0,3, --conv-l 4: %s" % (kv["lfm2.attention.head_count_kv"],)
+        assert t["blk.1.shortconv.conv.weight"] == (0, [4, 128]) and "blk.1.attn_q.weight" not in t and \
+            "blk.3.attn_q_norm.weight" in t and "token_embd_norm.weight" in t, "lfm2's tensors"
+        run(GENMODEL, "--arch", "lfm2", "--tokenizer-from", tok, "-o", a, "--attn-layers", "9", expect=2)
         # --vocab pads with control tokens; --user-tokens adds user-defined ones before the pads
         kv, t, _ = gm("--arch", "qwen3", "--vocab", 320)
         toks, types = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.token_type"]

@@ -241,10 +241,26 @@ int nm_genmodel_write(gen_opts *o) {
     }
     const bool gemma = !strcmp(o->arch, "gemma3"), qwen2vl = !strcmp(o->arch, "qwen2vl"), qwen3 = !strcmp(o->arch, "qwen3");
     const bool qwen = !strcmp(o->arch, "qwen2") || qwen2vl; // (q, k and v biases)
-    if (!gemma && !qwen && !qwen3 && strcmp(o->arch, "llama") && strcmp(o->arch, "smollm3")) {
-        fprintf(stderr, "nm-genmodel: unknown arch '%s' (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3)\n", o->arch);
+    const bool lfm2 = !strcmp(o->arch, "lfm2");
+    if (!gemma && !qwen && !qwen3 && !lfm2 && strcmp(o->arch, "llama") && strcmp(o->arch, "smollm3")) {
+        fprintf(stderr, "nm-genmodel: unknown arch '%s' (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3, lfm2)\n",
+                o->arch);
         return 2;
     }
+    int32_t kv_of[256]; // lfm2: each layer's key/value heads (0: a short convolution)
+    for (int il = 0; il < o->layers; il++) kv_of[il] = !lfm2 || (!o->attn_layers && il % 3 == 2) ? o->kv_heads : 0;
+    for (const char *t = o->attn_layers; t && *t;) {
+        char *e;
+        const long il = strtol(t, &e, 10);
+        if (e == t || il < 0 || il >= o->layers || (*e && *e != ',')) {
+            fprintf(stderr, "nm-genmodel: --attn-layers '%s': layers 0..%d, comma-separated\n", o->attn_layers,
+                    o->layers - 1);
+            return 2;
+        }
+        kv_of[il] = o->kv_heads;
+        t = *e ? e + 1 : e;
+    }
+    const int conv_l = o->conv_l > 0 ? o->conv_l : 3;
     gen_state gs = {.cap = 4 + 20 * o->layers, .bad_3d = o->bad_3d};
     if (o->head_dim <= 0) o->head_dim = o->embd / o->heads;
     gs.rng = o->seed * 0x9E3779B97F4A7C15ull + 1;
@@ -284,7 +300,12 @@ int nm_genmodel_write(gen_opts *o) {
     bad |= nm_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)(o->bad_block_count ? o->bad_block_count : o->layers)) != NM_OK;
     bad |= nm_gguf_writer_add_u32(w, KEY("feed_forward_length"), (uint32_t)o->ff) != NM_OK;
     bad |= nm_gguf_writer_add_u32(w, KEY("attention.head_count"), (uint32_t)(o->bad_heads ? o->bad_heads : o->heads)) != NM_OK;
-    bad |= nm_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads) != NM_OK;
+    if (lfm2) {
+        bad |= nm_gguf_writer_add_arr(w, KEY("attention.head_count_kv"), NM_GGUF_INT32, kv_of, (uint64_t)o->layers) != NM_OK;
+        bad |= nm_gguf_writer_add_u32(w, KEY("shortconv.l_cache"), (uint32_t)conv_l) != NM_OK;
+    } else {
+        bad |= nm_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), (uint32_t)o->kv_heads) != NM_OK;
+    }
     if (!o->bad_heads) {
         bad |= nm_gguf_writer_add_u32(w, KEY("attention.key_length"), (uint32_t)o->head_dim) != NM_OK;
         bad |= nm_gguf_writer_add_u32(w, KEY("attention.value_length"), (uint32_t)o->head_dim) != NM_OK;
@@ -306,7 +327,7 @@ int nm_genmodel_write(gen_opts *o) {
     // that top-1 comparisons are meaningful.
     const float wd = 1.0f / sqrtf((float)d), wq = 1.0f / sqrtf((float)qd), wf = 1.0f / sqrtf((float)o->ff);
     bad = bad || add(&gs, w, "token_embd.weight", o->type, d, n_vocab, 0.0f, 1.0f);
-    bad = bad || add(&gs, w, "output_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f);
+    bad = bad || add(&gs, w, lfm2 ? "token_embd_norm.weight" : "output_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f);
     // An untied output head: with tied embeddings a random model mostly
     // predicts its input token back, which makes top-1 comparisons trivial.
     bad = bad || add(&gs, w, "output.weight", o->type, d, n_vocab, 0.0f, o->script ? 0.01f : 1.0f);
@@ -314,6 +335,16 @@ int nm_genmodel_write(gen_opts *o) {
         char n[96];
 #define T(name, type, ne0, ne1, mean, std) \
     (snprintf(n, sizeof n, "blk.%d." name, il), add(&gs, w, n, type, ne0, ne1, mean, std))
+        if (!kv_of[il]) { // lfm2's short convolution: in_proj (b, c, x), the taps, out_proj; then the FFN
+            bad = T("attn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
+                  T("shortconv.in_proj.weight", o->type, d, 3 * d, 0.0f, wd) ||
+                  T("shortconv.conv.weight", NM_TYPE_F32, conv_l, d, 0.0f, 0.5f) ||
+                  T("shortconv.out_proj.weight", o->type, d, d, 0.0f, o->script ? 0.0f : wd) ||
+                  T("ffn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) ||
+                  T("ffn_gate.weight", o->type, d, o->ff, 0.0f, wd) || T("ffn_up.weight", o->type, d, o->ff, 0.0f, wd) ||
+                  T("ffn_down.weight", o->type, o->ff, d, 0.0f, o->script ? 0.0f : wf);
+            continue;
+        }
         bad = T("attn_norm.weight", NM_TYPE_F32, d, 1, 1.0f, 0.1f) || T("attn_q.weight", o->type, d, qd, 0.0f, wd) ||
               T("attn_k.weight", o->type, d, kvd, 0.0f, wd) || T("attn_v.weight", o->type, d, kvd, 0.0f, wd) ||
               T("attn_output.weight", o->type, qd, d, 0.0f, o->script ? 0.0f : wq) ||
@@ -323,7 +354,7 @@ int nm_genmodel_write(gen_opts *o) {
         if (!bad && qwen)
             bad = T("attn_q.bias", NM_TYPE_F32, qd, 1, 0.0f, 0.1f) || T("attn_k.bias", NM_TYPE_F32, kvd, 1, 0.0f, 0.1f) ||
                   T("attn_v.bias", NM_TYPE_F32, kvd, 1, 0.0f, 0.1f);
-        if (!bad && (gemma || qwen3))
+        if (!bad && (gemma || qwen3 || lfm2))
             bad = T("attn_q_norm.weight", NM_TYPE_F32, o->head_dim, 1, 1.0f, 0.1f) ||
                   T("attn_k_norm.weight", NM_TYPE_F32, o->head_dim, 1, 1.0f, 0.1f);
         if (!bad && gemma)

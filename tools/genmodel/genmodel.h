@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 typedef struct gen_opts {
-    const char *arch;     // "llama", "qwen2", "qwen2vl", "qwen3", "smollm3", "gemma3"
+    const char *arch;     // "llama", "qwen2", "qwen2vl", "qwen3", "smollm3", "gemma3", "lfm2"
     const char *tok_from; // GGUF file whose tokenizer.* metadata is copied
     const char *out;      // output path
     uint32_t type;        // weight type of the matmuls and embeddings (enum nm_type)
@@ -26,6 +26,9 @@ typedef struct gen_opts {
     int64_t bad_bos_id;   // written as tokenizer.ggml.bos_token_id
     int bad_heads;        // written as ARCH.attention.head_count, and no key_length
     const char *bad_3d;   // this tensor written with a third dimension of 1
+    const char *attn_layers; // lfm2: comma-separated layers that attend (the others: short convolutions);
+                             // NULL: every third (2, 5, 8, ..)
+    int conv_l;           // lfm2: the short convolutions' taps (shortconv.l_cache; 0: 3)
 } gen_opts;
 
 gen_opts nm_genmodel_defaults(void);

@@ -1,5 +1,5 @@
 // nm-genmodel: writes a small random-weight GGUF language model of a given
-// architecture (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3) in llama.cpp's tensor names and keys,
+// architecture (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3, lfm2) in llama.cpp's tensor names and keys,
 // with the tokenizer copied from an existing GGUF file. Used to compare our
 // forward pass with llama.cpp's on architectures whose real weights we cannot
 // reach (docs/correctness.md), and by tests.
@@ -12,10 +12,14 @@
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: nm-genmodel --arch llama|qwen2|qwen2vl|qwen3|smollm3|gemma3 --tokenizer-from MODEL.gguf -o OUT.gguf\n"
+            "usage: nm-genmodel --arch llama|qwen2|qwen2vl|qwen3|smollm3|gemma3|lfm2 --tokenizer-from MODEL.gguf\n"
+            "                   -o OUT.gguf\n"
             "                   [--type f32|f16|q8_0|q4_0|q4_K|...] [--seed S] [--layers N] [--embd D]\n"
             "                   [--heads H] [--kv-heads K] [--ff F] [--head-dim HD] [--swa W]\n"
             "                   [--final-softcap C] [--vocab N] [--user-tokens A,B] [--script TEXT]\n"
+            "                   [--attn-layers I,J,..] [--conv-l L]\n"
+            "  --attn-layers: lfm2's attending layers (the others short convolutions; default every third)\n"
+            "  --conv-l L: lfm2's convolution taps (default 3)\n"
             "  --vocab N: the tokenizer's tokens padded with control tokens to N (a real model's output head)\n"
             "  --user-tokens A,B: user-defined tokens added to the vocabulary (e.g. <think>,</think>)\n"
             "  --script TEXT: f32 weights whose greedy answer after a prompt ending in a newline is TEXT\n"
@@ -44,6 +48,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--vocab")) o.vocab = strtoll(v, NULL, 10);
         else if (!strcmp(a, "--user-tokens")) o.user_tokens = v;
         else if (!strcmp(a, "--script")) o.script = v;
+        else if (!strcmp(a, "--attn-layers")) o.attn_layers = v;
+        else if (!strcmp(a, "--conv-l")) o.conv_l = atoi(v);
         else if (!strcmp(a, "--type")) {
             uint32_t t;
             for (t = 0; t < NM_TYPE_COUNT; t++) {

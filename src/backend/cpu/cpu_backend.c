@@ -576,6 +576,52 @@ static void op_kv_store(const nm_cpu *c, const nm_op *op) {
     }
 }
 
+// NM_OP_SHORT_CONV over channels [c0, c1): each channel's tokens in order, so a token reads the rows its
+// sequence's earlier tokens wrote (the sums over the taps oldest first, as ggml_ssm_conv's).
+static void op_short_conv(const nm_op *op, int64_t c0, int64_t c1) {
+    const int64_t d = op->dst->ne[0], T = op->src0->ne[1], L = op->i0, W = op->i1, R = op->i2, S = op->i3;
+    const int64_t ncp = op->n_ctx > 0 ? (op->n_ctx - 1) / S : 0;
+    const float *bcx = TD(op->src0), *w = TD(op->src1);
+    float *y = TD(op->dst), *st = TD(op->state);
+    const int32_t *ids = IDS(op);
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t s = ids[t] / op->n_ctx, p = ids[t] % op->n_ctx;
+        const float *b = bcx + t * 3 * d, *cg = b + d, *x = b + 2 * d;
+        float *base = st + s * R * d, *ring = base + (p % W) * d;
+        for (int64_t ch = c0; ch < c1; ch++) {
+            const float bx = b[ch] * x[ch], *wc = w + ch * L;
+            float acc = 0.0f;
+            for (int64_t k = 0; k < L - 1; k++) {
+                const int64_t q = p - (L - 1) + k;
+                if (q >= 0) acc += wc[k] * base[(q % W) * d + ch];
+            }
+            acc += wc[L - 1] * bx;
+            y[t * d + ch] = cg[ch] * acc;
+            ring[ch] = bx;
+        }
+        for (int64_t j = 1; j < L; j++) { // checkpoints at p + j take p's row as their row L - 1 - j
+            const int64_t q = p + j;
+            if (q % S || q / S > ncp) continue;
+            float *row = base + (W + (q / S - 1) * (L - 1) + (L - 1 - j)) * d;
+            for (int64_t ch = c0; ch < c1; ch++) row[ch] = ring[ch];
+        }
+    }
+}
+
+typedef struct sc_task {
+    const nm_op *op;
+    int64_t n_chunks;
+} sc_task;
+
+static void sc_worker(void *arg, int64_t chunk, int ith) {
+    (void)ith;
+    const sc_task *t = arg;
+    int64_t c0, c1;
+    nm_split_range(t->op->dst->ne[0] / 16, (int)chunk, (int)t->n_chunks, &c0, &c1); // (16-channel blocks)
+    const int64_t d = t->op->dst->ne[0];
+    op_short_conv(t->op, c0 * 16, chunk == t->n_chunks - 1 ? d : c1 * 16);
+}
+
 static int64_t op_rows(const nm_op *op) {
     return op->kind == NM_OP_RMS_NORM || op->kind == NM_OP_NORM ? op->src0->ne[1] * op->src0->ne[2] : op->dst->ne[1];
 }
@@ -902,6 +948,7 @@ static bool cpu_supports_op(const nm_backend *b, const nm_op *op) {
                                             op->rope_sections[0] + op->rope_sections[1] + op->rope_sections[2] +
                                                     op->rope_sections[3] > 0));
     case NM_OP_KV_STORE: return op->n_ctx > 0 && op->src0->ne[1] <= op->n_ctx && kv_rows_ok(op);
+    case NM_OP_SHORT_CONV: return nm_short_conv_ok(op);
     case NM_OP_ATTENTION_FULL: return fa_supported(c, op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_TANH;
     case NM_OP_CONV1D:
@@ -966,6 +1013,7 @@ static bool host_visible(const nm_tensor *t) { return !t || TD(t) != NULL; }
 static nm_status check_operands(nm_cpu *c, const nm_op *op) {
     if (!host_visible(op->src0) || !host_visible(op->src1) || !host_visible(op->src2) || !host_visible(op->dst) ||
         !host_visible(op->ids) || !host_visible(op->kv_rows) || !host_visible(op->add[0]) || !host_visible(op->add[1]) ||
+        !host_visible(op->state) ||
         (op->kv && (!host_visible(&op->kv->k) || !host_visible(&op->kv->v)))) {
         snprintf(c->err, sizeof c->err, "cpu backend: op %d has an operand in memory the host cannot address", op->kind);
         return NM_ERR_UNSUPPORTED;
@@ -975,7 +1023,9 @@ static nm_status check_operands(nm_cpu *c, const nm_op *op) {
         const int64_t rows = op->kv->k.ne[1] < op->kv->v.ne[1] ? op->kv->k.ne[1] : op->kv->v.ne[1];
         lim = rows / op->n_ctx * op->n_ctx;
     }
-    if (op->kind == NM_OP_GET_ROWS || op->kind == NM_OP_ATTENTION || op->kind == NM_OP_KV_STORE) {
+    if (op->kind == NM_OP_SHORT_CONV) lim = op->state->ne[1] / op->i2 * op->n_ctx; // (the state's sequences)
+    if (op->kind == NM_OP_GET_ROWS || op->kind == NM_OP_ATTENTION || op->kind == NM_OP_KV_STORE ||
+        op->kind == NM_OP_SHORT_CONV) {
         const int64_t n = op->kind == NM_OP_GET_ROWS ? op->dst->ne[1] : op->src0->ne[1];
         for (int64_t t = 0; t < n; t++)
             if (IDS(op)[t] < 0 || IDS(op)[t] >= lim) {
@@ -1023,7 +1073,7 @@ static void prof_print(nm_cpu *c) {
         [NM_OP_SCALE] = "scale", [NM_OP_KV_STORE] = "kv_store", [NM_OP_NORM] = "norm", [NM_OP_ACT] = "act",
         [NM_OP_ATTENTION_FULL] = "attention_full", [NM_OP_SOFTCAP] = "softcap", [NM_OP_COPY] = "copy",
         [NM_OP_PATCHES] = "patches", [NM_OP_PIXEL_SHUFFLE] = "pixel_shuffle", [NM_OP_IM2COL] = "im2col",
-        [NM_OP_CONV1D] = "conv1d", [NM_OP_CONV_T1D] = "conv_t1d"};
+        [NM_OP_CONV1D] = "conv1d", [NM_OP_CONV_T1D] = "conv_t1d", [NM_OP_SHORT_CONV] = "short_conv"};
     double total = 0;
     for (int k = 0; k < NM_OP_COUNT; k++)
         for (int t = 0; t < NM_TYPE_COUNT; t++) total += c->prof_acc[k][t].s;
@@ -1163,6 +1213,15 @@ static nm_status cpu_compute(nm_backend *b, const nm_op *ops, int n_ops) {
         case NM_OP_IM2COL: op_rows_dispatch(c, op); break;
         case NM_OP_COPY: memmove(TD(op->dst), TD(op->src0), nm_tensor_bytes(op->src0)); break;
         case NM_OP_KV_STORE: op_kv_store(c, op); break;
+        case NM_OP_SHORT_CONV: {
+            const int nth = nm_pool_size(c->pool);
+            sc_task t = {op, op->dst->ne[0] / 16 < nth ? 1 : nth};
+            if (t.n_chunks == 1 || op->src0->ne[1] * op->dst->ne[0] < NM_EW_PARALLEL_MIN)
+                op_short_conv(op, 0, op->dst->ne[0]);
+            else
+                nm_pool_run(c->pool, sc_worker, &t, t.n_chunks);
+            break;
+        }
         case NM_OP_CONV1D:
         case NM_OP_CONV_T1D: {
             nm_status st = op_conv(c, op);

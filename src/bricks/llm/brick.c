@@ -641,6 +641,8 @@ static int32_t reusable(const llm_brick *b, const llm_seq *q, const int32_t *t, 
     int32_t e = p0 + k < q->n_exact ? p0 + k : q->n_exact;
     if (last && e >= p0 + n) e = p0 + n - 1;
     e -= e % b->n_ubatch;
+    // a model with recurrent layers goes on only where their state is kept (a chunk's end, at the default sizes)
+    for (int32_t r; e > 0 && (r = nm_ctx_resume_pos(b->c, (int32_t)(q - b->seq), e)) != e;) e = r - r % b->n_ubatch;
     return e > p0 ? e - p0 : 0;
 }
 

@@ -51,8 +51,14 @@ struct nm_ctx {
     int32_t n_seq;     // sequences, n_ctx cache rows each (sequence s: rows s n_ctx ..)
     int32_t n_threads; // the backend's (the cores where neither the context nor the model names them)
     nm_buffer *arena;  // every activation, in the backend's memory
-    nm_buffer *kvbuf;  // all layers' K and V, f16: (n_layer, 2, n_seq x n_ctx, n_head_kv * hd)
-    nm_kv_layer *kv;   // (n_layer) views of kvbuf
+    nm_buffer *kvbuf;  // the attention layers' K and V, f16: (n_attn, 2, n_seq x n_ctx, n_head_kv * hd), then
+                       // the short convolutions' state, f32: (n_conv, n_seq x cs_rows, n_embd)
+    nm_kv_layer *kv;   // (n_layer) views of kvbuf (attention layers')
+    nm_tensor *cstate; // (n_layer) views of kvbuf (short-convolution layers'; NM_OP_SHORT_CONV's state)
+    // the short convolutions' state, per sequence: a ring of cs_ring rows, then checkpoints every cs_step
+    // positions; the ring holds the positions [cs_lo, cs_hi2), checkpoints <= cs_hi are of its history
+    int32_t cs_ring, cs_step, cs_rows;
+    int32_t *cs_lo, *cs_hi2, *cs_hi; // (n_seq)
     // activations, each (n_batch, width), views of the arena
     nm_tensor x;       // residual stream (n_embd)
     nm_tensor cur;     // normed input (n_embd)
@@ -60,6 +66,7 @@ struct nm_ctx {
     nm_tensor k, v;    // (n_head_kv * hd)
     nm_tensor o;       // (n_embd)
     nm_tensor g, u;    // (n_ff)
+    nm_tensor bcx;     // (3 n_embd) a short convolution's in_proj (lfm2; else 0 wide)
     nm_tensor logits;  // (n_batch, n_vocab)
     nm_tensor pos;     // i32 (n_batch)
     nm_tensor kvpos;   // i32 (n_batch): the rows' cache ids, s n_ctx + position (n_seq > 1; else pos)
@@ -256,26 +263,41 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     const size_t B = (size_t)p.n_batch, kvw = (size_t)hp->n_head_kv * hp->head_dim;
     const size_t qw = (size_t)hp->n_head * hp->head_dim;
     const int64_t widths[] = {hp->n_embd, hp->n_embd, hp->n_embd, (int64_t)qw, (int64_t)qw, (int64_t)kvw,
-                              (int64_t)kvw, hp->n_ff, hp->n_ff, hp->n_vocab, 1, 1, 1, 3};
+                              (int64_t)kvw, hp->n_ff, hp->n_ff, hp->n_vocab, hp->n_conv ? 3 * (int64_t)hp->n_embd : 0,
+                              1, 1, 1, 3};
     size_t size = 0;
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) size += ((size_t)widths[i] * B * 4 + 63) / 64 * 64;
     c->arena = nm_backend_buffer_alloc(c->mem, size);
     const size_t kv_rows = (size_t)p.n_ctx * (size_t)p.n_seq, kv_layer = 2 * kv_rows * kvw * sizeof(uint16_t);
-    c->kvbuf = c->arena ? nm_backend_buffer_alloc(c->mem, (size_t)hp->n_layer * kv_layer) : NULL;
+    const size_t n_attn = (size_t)(hp->n_layer - hp->n_conv);
+    size_t cs_layer = 0; // a short convolution's state, every sequence's
+    if (hp->n_conv) {
+        c->cs_step = p.n_ctx <= 8192 ? 32 : 128; // (divides the server's prompt chunks: 128)
+        c->cs_ring = c->cs_step + hp->conv_l - 1;
+        c->cs_rows = (int32_t)nm_short_conv_rows(hp->conv_l, c->cs_ring, c->cs_step, p.n_ctx);
+        cs_layer = (size_t)c->cs_rows * (size_t)p.n_seq * (size_t)hp->n_embd * sizeof(float);
+        c->cs_lo = calloc((size_t)p.n_seq * 3, sizeof *c->cs_lo);
+        c->cs_hi2 = c->cs_lo ? c->cs_lo + p.n_seq : NULL;
+        c->cs_hi = c->cs_lo ? c->cs_lo + 2 * (size_t)p.n_seq : NULL;
+    }
+    c->kvbuf = c->arena && (!hp->n_conv || c->cs_lo)
+                   ? nm_backend_buffer_alloc(c->mem, n_attn * kv_layer + (size_t)hp->n_conv * cs_layer)
+                   : NULL;
     c->kv = calloc((size_t)hp->n_layer + 1, sizeof *c->kv);
+    c->cstate = calloc((size_t)hp->n_layer + 1, sizeof *c->cstate);
     c->pos_host = calloc(5 * B, sizeof(int32_t));
     if (hp->rope_mode == NM_ROPE_MROPE) {
         c->shift = calloc((size_t)p.n_seq, sizeof *c->shift);
         c->n_shift = calloc((size_t)p.n_seq, sizeof *c->n_shift);
     }
-    if (!c->arena || !c->kvbuf || !c->kv || !c->pos_host || (hp->rope_mode == NM_ROPE_MROPE && (!c->shift || !c->n_shift))) {
+    if (!c->arena || !c->kvbuf || !c->kv || !c->cstate || !c->pos_host || (hp->rope_mode == NM_ROPE_MROPE && (!c->shift || !c->n_shift))) {
         if (err) snprintf(err, err_size, "out of memory for a context of %d positions%s%s", p.n_ctx,
                           c->arena && c->kvbuf ? "" : ": ", c->arena && c->kvbuf ? "" : nm_backend_last_error(c->mem));
         nm_ctx_free(c);
         return NM_ERR_NOMEM;
     }
     size_t at = 0;
-    nm_tensor *views[] = {&c->x, &c->cur, &c->o, &c->q, &c->attn, &c->k, &c->v, &c->g, &c->u, &c->logits};
+    nm_tensor *views[] = {&c->x, &c->cur, &c->o, &c->q, &c->attn, &c->k, &c->v, &c->g, &c->u, &c->logits, &c->bcx};
     for (size_t i = 0; i < sizeof views / sizeof views[0]; i++)
         *views[i] = arena_view(c->arena, &at, NM_TYPE_F32, widths[i], (int64_t)B);
     c->pos = arena_view(c->arena, &at, NM_TYPE_I32, 1, (int64_t)B);
@@ -286,9 +308,15 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
     c->rpos.ne[1] = 1;
     c->pos.ne[0] = c->kvpos.ne[0] = c->tok.ne[0] = (int64_t)B; // one row of n_batch ids
     c->pos.ne[1] = c->kvpos.ne[1] = c->tok.ne[1] = 1;
-    for (int il = 0; il < hp->n_layer; il++) {
+    for (int il = 0, ic = 0; il < hp->n_layer; il++) {
+        const nm_layer *ly = &m->layers[il];
+        if (ly->conv) {
+            c->cstate[il] = (nm_tensor){.type = NM_TYPE_F32, .ne = {hp->n_embd, (int64_t)c->cs_rows * p.n_seq, 1, 1},
+                                        .buf = c->kvbuf, .offs = n_attn * kv_layer + (size_t)ic++ * cs_layer};
+            continue;
+        }
         const nm_tensor k = {.type = NM_TYPE_F16, .ne = {(int64_t)kvw, (int64_t)kv_rows, 1, 1}, .buf = c->kvbuf,
-                             .offs = (size_t)il * kv_layer};
+                             .offs = (size_t)ly->kv_index * kv_layer};
         c->kv[il].k = k;
         c->kv[il].v = k;
         c->kv[il].v.offs += kv_layer / 2;
@@ -310,8 +338,10 @@ static nm_status ctx_create(nm_model *m, const nm_ctx_params *params, bool devic
         st = nm_backend_prepare_weight(c->be[0], &m->output);
         for (int il = hp->n_layer - c->n_dev; il < hp->n_layer && st == NM_OK; il++) {
             const nm_layer *ly = &m->layers[il];
-            const nm_tensor *ws[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down};
-            for (size_t i = 0; i < sizeof ws / sizeof ws[0] && st == NM_OK; i++) st = nm_backend_prepare_weight(c->be[0], ws[i]);
+            const nm_tensor *ws[] = {&ly->wq,       &ly->wk,     &ly->wv,       &ly->wo,      &ly->ffn_gate,
+                                     &ly->ffn_up,   &ly->ffn_down, &ly->conv_in, &ly->conv_out};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0] && st == NM_OK; i++)
+                if (nm_tensor_is_set(ws[i])) st = nm_backend_prepare_weight(c->be[0], ws[i]);
         }
         if (st != NM_OK) {
             if (err) snprintf(err, err_size, "the weights: %s", nm_backend_last_error(c->be[0]));
@@ -355,6 +385,8 @@ void nm_ctx_free(nm_ctx *c) {
     nm_backend_free(c->be[1]);
     nm_backend_free(c->host);
     free(c->kv);
+    free(c->cstate);
+    free(c->cs_lo);
     free(c->logits_host);
     free(c->pos_host);
     free(c->shift);
@@ -438,6 +470,17 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
         kvpos->type = NM_TYPE_I32;
     }
 
+    if (ly->conv) { // lfm2: y = out_proj(c * conv(b * x)), [b | c | x] = in_proj(norm(x_in)), causal taps
+        nm_tensor *bcx = rows(g, &c->bcx, 3 * d, 0, T);
+        norm(c, g, cur, x_in, &ly->attn_norm);
+        matmul(g, bcx, &ly->conv_in, cur, NULL);
+        emit(g, (nm_op){.kind = NM_OP_SHORT_CONV, .src0 = bcx, .src1 = &ly->conv_w, .dst = cur, .ids = kvpos,
+                        .state = &c->cstate[il], .n_ctx = c->n_ctx, .i0 = hp->conv_l, .i1 = c->cs_ring,
+                        .i2 = c->cs_rows, .i3 = c->cs_step});
+        matmul(g, o, &ly->conv_out, cur, NULL);
+        emit(g, (nm_op){.kind = NM_OP_ADD, .src0 = x_in, .src1 = o, .dst = x});
+        goto ffn;
+    }
     // attention block; q, k and v share the normed input (the backend may quantize it once)
     norm(c, g, cur, x_in, &ly->attn_norm);
     matmul(g, q, &ly->wq, cur, &ly->bq);
@@ -447,8 +490,9 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
         norm(c, g, rows(g, &c->q, hd, 0, T * hp->n_head), rows(g, &c->q, hd, 0, T * hp->n_head), &ly->q_norm);
         norm(c, g, rows(g, &c->k, hd, 0, T * hp->n_head_kv), rows(g, &c->k, hd, 0, T * hp->n_head_kv), &ly->k_norm);
     }
-    const float base = ly->swa ? hp->rope_base_swa : hp->rope_base;
-    const float fscale = ly->swa ? 1.0f : hp->rope_freq_scale;
+    const bool swa_rope = ly->swa && hp->arch == NM_ARCH_GEMMA3; // (gemma3's local layers rotate their own way)
+    const float base = swa_rope ? hp->rope_base_swa : hp->rope_base;
+    const float fscale = swa_rope ? 1.0f : hp->rope_freq_scale;
     nm_tensor *rp = pos; // the rope's positions: M-RoPE's three streams
     if (hp->rope_mode == NM_ROPE_MROPE) {
         rp = rows(g, &c->rpos, 3 * (int64_t)T, 0, 1);
@@ -472,6 +516,7 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
     emit(g, (nm_op){.kind = NM_OP_ADD, .src0 = x_in, .src1 = o, .dst = x});
 
     // feed-forward block: down(act(gate(x)) * up(x))
+ffn:;
     nm_tensor *gt = rows(g, &c->g, hp->n_ff, 0, T), *ut = rows(g, &c->u, hp->n_ff, 0, T);
     norm(c, g, cur, x, &ly->ffn_norm);
     matmul(g, gt, &ly->ffn_gate, cur, NULL);
@@ -601,6 +646,83 @@ static nm_status submit(nm_ctx *c, const graph *g) {
     return st;
 }
 
+// The short convolutions' state before a pass of T rows (their cache ids in pos_host): each sequence's rows
+// in order and consecutive, from a position whose state is kept (in the ring, or at a checkpoint: then
+// copied into the ring). first[s]: the sequence's first position in the pass, -1 if none; next[s]: after
+// its last.
+static nm_status conv_begin(nm_ctx *c, int32_t T, int32_t *first, int32_t *next) {
+    const nm_hparams *hp = &c->m->hp;
+    const int32_t L1 = hp->conv_l - 1, ncp = (c->n_ctx - 1) / c->cs_step;
+    for (int32_t s = 0; s < c->n_seq; s++) first[s] = next[s] = -1;
+    for (int32_t i = 0; i < T; i++) {
+        const int32_t id = c->pos_host[c->n_batch + i], s = id / c->n_ctx, p = id % c->n_ctx;
+        if (first[s] >= 0 && p != next[s])
+            return ctx_fail(c, NM_ERR_INVALID_ARG, "sequence %d: position %d after %d in one pass (a model with short "
+                            "convolutions takes a sequence's positions in order)", s, p, next[s] - 1);
+        if (first[s] < 0) first[s] = p;
+        next[s] = p + 1;
+    }
+    for (int32_t s = 0; s < c->n_seq; s++) {
+        const int32_t p = first[s];
+        if (p < 0) continue;
+        if (p > c->cs_hi[s])
+            return ctx_fail(c, NM_ERR_RANGE, "sequence %d: position %d is past the %d decoded (a model with short "
+                            "convolutions goes on from its state)", s, p, c->cs_hi[s]);
+        if (p == 0) { // (nothing before it: zeros)
+            c->cs_lo[s] = c->cs_hi2[s] = 0;
+            continue;
+        }
+        if ((p - L1 < 0 ? 0 : p - L1) >= c->cs_lo[s] && p <= c->cs_hi2[s]) continue; // in the ring
+        if (p % c->cs_step || p / c->cs_step > ncp)
+            return ctx_fail(c, NM_ERR_RANGE, "sequence %d: no state kept at position %d (the last %d positions and "
+                            "every %d-th are: nm_ctx_resume_pos)", s, p, c->cs_ring - L1, c->cs_step);
+        // the checkpoint's L - 1 rows into the ring, every layer's
+        const size_t d = (size_t)hp->n_embd, row = d * sizeof(float);
+        float *tmp = malloc(row * (size_t)L1);
+        if (!tmp) return ctx_fail(c, NM_ERR_NOMEM, "out of memory restoring a state");
+        nm_status st = NM_OK;
+        for (int il = 0; il < hp->n_layer && st == NM_OK; il++) {
+            const nm_tensor *t = &c->cstate[il];
+            if (!c->m->layers[il].conv) continue;
+            const size_t base = (size_t)s * (size_t)c->cs_rows;
+            const size_t cp = base + (size_t)c->cs_ring + (size_t)(p / c->cs_step - 1) * (size_t)L1;
+            st = nm_backend_tensor_get(c->mem, t, cp * row, tmp, row * (size_t)L1);
+            for (int32_t j = 0; j < L1 && st == NM_OK; j++)
+                st = nm_backend_tensor_set(c->mem, t, (base + (size_t)((p - L1 + j) % c->cs_ring)) * row, tmp + j * d,
+                                           row);
+        }
+        free(tmp);
+        if (st != NM_OK) return ctx_fail(c, st, "restoring a state: %s", nm_backend_last_error(c->mem));
+        c->cs_lo[s] = p - L1;
+        c->cs_hi2[s] = p;
+    }
+    return NM_OK;
+}
+
+// After the pass (ok or not): what the ring and the checkpoints of each sequence in it hold.
+static void conv_end(nm_ctx *c, const int32_t *first, const int32_t *next, bool ok) {
+    for (int32_t s = 0; s < c->n_seq; s++) {
+        if (first[s] < 0) continue;
+        if (!ok) { // (what the pass wrote is unknown: the sequence starts again)
+            c->cs_lo[s] = c->cs_hi2[s] = c->cs_hi[s] = 0;
+            continue;
+        }
+        c->cs_hi[s] = c->cs_hi2[s] = next[s];
+        if (c->cs_lo[s] < next[s] - c->cs_ring) c->cs_lo[s] = next[s] - c->cs_ring;
+    }
+}
+
+int32_t nm_ctx_resume_pos(const nm_ctx *c, int32_t seq, int32_t pos) {
+    if (!c || seq < 0 || seq >= c->n_seq || pos <= 0) return 0;
+    if (pos > c->n_ctx) pos = c->n_ctx;
+    if (!c->m->hp.n_conv) return pos;
+    const int32_t L1 = c->m->hp.conv_l - 1, ncp = (c->n_ctx - 1) / c->cs_step;
+    if (pos > c->cs_hi[seq]) pos = c->cs_hi[seq];
+    if ((pos - L1 < 0 ? 0 : pos - L1) >= c->cs_lo[seq] && pos <= c->cs_hi2[seq]) return pos;
+    const int32_t q = pos / c->cs_step;
+    return q > ncp ? ncp * c->cs_step : q * c->cs_step;
+}
+
 // Writes the inputs (the positions and cache ids already in pos_host),
 // submits the pass, waits, and exposes the logits of the last n_out rows.
 static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, int32_t T, int32_t n_out) {
@@ -623,7 +745,11 @@ static nm_status forward(nm_ctx *c, const int32_t *tokens, const float *embd, in
             return ctx_fail(c, st, "writing the embeddings: %s", nm_backend_last_error(c->mem));
         }
     }
-    if ((st = submit(c, g)) != NM_OK) return st;
+    int32_t first[256], next[256]; // (n_seq <= 256)
+    if (hp->n_conv && (st = conv_begin(c, T, first, next)) != NM_OK) return st;
+    st = submit(c, g);
+    if (hp->n_conv) conv_end(c, first, next, st == NM_OK);
+    if (st != NM_OK) return st;
     if (c->logits_host && n_out > 0 &&
         (st = nm_backend_tensor_get(c->mem, &c->logits, 0, c->logits_host, sizeof(float) * (size_t)n_out * hp->n_vocab)) != NM_OK)
         return ctx_fail(c, st, "reading the logits: %s", nm_backend_last_error(c->mem));

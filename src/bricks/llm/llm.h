@@ -1,4 +1,4 @@
-// LLM brick: decoder-only transformers from GGUF (archs llama, qwen2, qwen2vl, qwen3, smollm3, gemma3).
+// LLM brick: decoder-only transformers from GGUF (archs llama, qwen2, qwen2vl, qwen3, smollm3, gemma3, lfm2).
 // The model holds hyperparameters and views of the mmapped weights; a context
 // (forward.c) holds the KV cache, the activations and the backend that runs it.
 #ifndef NM_LLM_H
@@ -13,7 +13,8 @@
 #include "bricks/tokenizer/tokenizer.h"
 #include "bricks/tokenizer/chat.h"
 
-enum nm_arch { NM_ARCH_LLAMA, NM_ARCH_QWEN2, NM_ARCH_GEMMA3, NM_ARCH_QWEN2VL, NM_ARCH_QWEN3, NM_ARCH_SMOLLM3 };
+enum nm_arch { NM_ARCH_LLAMA, NM_ARCH_QWEN2, NM_ARCH_GEMMA3, NM_ARCH_QWEN2VL, NM_ARCH_QWEN3, NM_ARCH_SMOLLM3,
+               NM_ARCH_LFM2 };
 
 typedef struct nm_hparams {
     enum nm_arch arch;
@@ -31,6 +32,8 @@ typedef struct nm_hparams {
     int32_t swa_pattern;                 // layer il uses the window if il % pattern < pattern - 1
     int32_t act;                         // NM_ACT_*
     int32_t no_rope_step;                // > 0: layer il rotates nothing where (il + 1) % step == 0 (smollm3: 4)
+    int32_t conv_l;                      // lfm2: taps of the short convolutions (shortconv.l_cache); 0: none
+    int32_t n_conv;                      // layers that are short convolutions (the rest attend)
 } nm_hparams;
 
 typedef struct nm_layer {
@@ -45,6 +48,11 @@ typedef struct nm_layer {
     nm_tensor post_ffn_norm;             // gemma3 (n_embd); unset if absent
     bool swa;                            // this layer attends within the sliding window
     bool no_rope;                        // its q and k are not rotated (smollm3's every fourth layer)
+    // lfm2's short-convolution layers (conv set: no attention tensors): in_proj (n_embd -> 3 n_embd: b, c, x),
+    // the depthwise taps (conv_l x n_embd, f32), out_proj (n_embd -> n_embd)
+    bool conv;
+    int32_t kv_index;                    // attention layers: its cache's index (conv layers have none)
+    nm_tensor conv_in, conv_w, conv_out;
 } nm_layer;
 
 struct nm_model {

@@ -91,7 +91,7 @@ static nm_status bind_layer(loader *L, const nm_hparams *hp, int il, nm_layer *l
     nm_status st;
     const int64_t d = hp->n_embd, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
     const bool gemma = hp->arch == NM_ARCH_GEMMA3, qwen = hp->arch == NM_ARCH_QWEN2 || hp->arch == NM_ARCH_QWEN2VL;
-    const bool qk_norm = gemma || hp->arch == NM_ARCH_QWEN3; // (per-head RMS norms of q and k)
+    const bool qk_norm = gemma || hp->arch == NM_ARCH_QWEN3 || hp->arch == NM_ARCH_LFM2; // (per-head RMS norms)
 #define B(field, suffix, ne0, ne1, req, vec)                                   \
     do {                                                                       \
         snprintf(n, sizeof n, "blk.%d." suffix ".weight", il);                 \
@@ -103,6 +103,12 @@ static nm_status bind_layer(loader *L, const nm_hparams *hp, int il, nm_layer *l
         if ((st = bind(L, &ly->field, n, ne0, 1, req, true)) != NM_OK) return st; \
     } while (0)
     B(attn_norm, "attn_norm", d, 1, true, true);
+    if (ly->conv) { // lfm2: a gated short convolution in place of attention
+        B(conv_in, "shortconv.in_proj", d, 3 * d, true, false);
+        B(conv_w, "shortconv.conv", hp->conv_l, d, true, true);
+        B(conv_out, "shortconv.out_proj", d, d, true, false);
+        goto ffn;
+    }
     B(wq, "attn_q", d, qd, true, false);
     B(wk, "attn_k", d, kvd, true, false);
     B(wv, "attn_v", d, kvd, true, false);
@@ -115,6 +121,7 @@ static nm_status bind_layer(loader *L, const nm_hparams *hp, int il, nm_layer *l
         B(k_norm, "attn_k_norm", hd, 1, true, true);
     }
     B(post_attn_norm, "post_attention_norm", d, 1, gemma, true);
+ffn:
     B(ffn_norm, "ffn_norm", d, 1, true, true);
     B(ffn_gate, "ffn_gate", d, hp->n_ff, true, false);
     B(ffn_up, "ffn_up", d, hp->n_ff, true, false);
@@ -123,7 +130,41 @@ static nm_status bind_layer(loader *L, const nm_hparams *hp, int il, nm_layer *l
 #undef B
 #undef BB
     ly->swa = hp->n_swa > 0 && hp->swa_pattern > 0 && (il % hp->swa_pattern) < hp->swa_pattern - 1;
+    if (hp->arch == NM_ARCH_LFM2) ly->swa = !ly->conv && hp->n_swa > 0; // (every attention layer, as llama.cpp)
     ly->no_rope = hp->no_rope_step > 0 && (il + 1) % hp->no_rope_step == 0;
+    return NM_OK;
+}
+
+// lfm2: attention.head_count_kv is one count a layer, 0 where the layer is a short convolution (llama.cpp's
+// rule); the attention layers' counts must agree. shortconv.l_cache is the convolution's taps.
+static nm_status lfm2_layers(loader *L, nm_hparams *hp) {
+    char key[128];
+    nm_status st;
+    arch_key(L, "attention.head_count_kv", key, sizeof key);
+    const nm_gguf_kv *kv = nm_gguf_find(L->g, key);
+    if (!kv) return fail(L, NM_ERR_FORMAT, "missing metadata key '%s' (lfm2: which layers attend)", key);
+    if (kv->type != NM_GGUF_ARRAY || kv->arr_n != (uint64_t)hp->n_layer)
+        return fail(L, NM_ERR_FORMAT, "metadata '%s' must be an array of %d counts, one a layer", key, hp->n_layer);
+    hp->n_head_kv = 0;
+    for (uint64_t i = 0; i < kv->arr_n; i++) {
+        const double v = nm_gguf_arr_num(kv, i);
+        if (!(v >= 0 && v <= 4096) || v != (double)(int32_t)v)
+            return fail(L, NM_ERR_FORMAT, "metadata '%s'[%d] = %g is not a head count", key, (int)i, v);
+        if (v == 0) {
+            hp->n_conv++;
+            continue;
+        }
+        if (hp->n_head_kv && hp->n_head_kv != (int32_t)v)
+            return fail(L, NM_ERR_UNSUPPORTED, "metadata '%s': attention layers with %d and %g key/value heads "
+                        "(one count for all is supported)", key, hp->n_head_kv, v);
+        hp->n_head_kv = (int32_t)v;
+    }
+    if (!hp->n_head_kv) hp->n_head_kv = hp->n_head; // (no attention layer: the cache is never used)
+    if ((st = get_int(L, "shortconv.l_cache", true, &hp->conv_l))) return st;
+    if ((st = get_int(L, "attention.sliding_window", false, &hp->n_swa))) return st;
+    if (hp->conv_l < 2 || hp->conv_l > 64)
+        return fail(L, NM_ERR_FORMAT, "%s.shortconv.l_cache %d must be 2..64 (the convolution's taps)", L->arch,
+                    hp->conv_l);
     return NM_OK;
 }
 
@@ -136,7 +177,8 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     else if (!strcmp(L->arch, "qwen2vl")) hp->arch = NM_ARCH_QWEN2VL;
     else if (!strcmp(L->arch, "qwen3")) hp->arch = NM_ARCH_QWEN3;
     else if (!strcmp(L->arch, "smollm3")) hp->arch = NM_ARCH_SMOLLM3;
-    else return fail(L, NM_ERR_UNSUPPORTED, "architecture '%s' is not supported (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3)", L->arch);
+    else if (!strcmp(L->arch, "lfm2")) hp->arch = NM_ARCH_LFM2;
+    else return fail(L, NM_ERR_UNSUPPORTED, "architecture '%s' is not supported (llama, qwen2, qwen2vl, qwen3, smollm3, gemma3, lfm2)", L->arch);
 
     if ((st = get_int(L, "embedding_length", true, &hp->n_embd)) ||
         (st = get_int(L, "block_count", true, &hp->n_layer)) ||
@@ -145,7 +187,7 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
         return st;
     hp->n_head_kv = hp->n_head;
     hp->n_ctx_train = 2048;
-    if ((st = get_int(L, "attention.head_count_kv", false, &hp->n_head_kv)) ||
+    if ((hp->arch == NM_ARCH_LFM2 ? (st = lfm2_layers(L, hp)) : (st = get_int(L, "attention.head_count_kv", false, &hp->n_head_kv))) ||
         (st = get_int(L, "context_length", false, &hp->n_ctx_train)))
         return st;
     if (hp->n_ctx_train <= 0) hp->n_ctx_train = 2048; // absent or 0: a conservative default
@@ -175,7 +217,7 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     hp->norm_eps = 1e-5f;
     hp->rope_base = 10000.0f;
     // (llama.cpp reads qwen3's and smollm3's epsilon as a required key: a file without it is refused there)
-    const bool eps_required = hp->arch == NM_ARCH_QWEN3 || hp->arch == NM_ARCH_SMOLLM3;
+    const bool eps_required = hp->arch == NM_ARCH_QWEN3 || hp->arch == NM_ARCH_SMOLLM3 || hp->arch == NM_ARCH_LFM2;
     if ((st = get_float(L, "attention.layer_norm_rms_epsilon", eps_required, &hp->norm_eps)) ||
         (st = get_float(L, "rope.freq_base", false, &hp->rope_base)))
         return st;
@@ -215,6 +257,9 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     case NM_ARCH_LLAMA: break;
     case NM_ARCH_QWEN2: hp->rope_mode = NM_ROPE_NEOX; break;
     case NM_ARCH_QWEN3: // qwen2 with RMS norms of each head of q and k before the rotation, no biases
+        hp->rope_mode = NM_ROPE_NEOX;
+        break;
+    case NM_ARCH_LFM2: // short-convolution layers beside qwen3-like attention ones (RMS norms of q and k, NeoX)
         hp->rope_mode = NM_ROPE_NEOX;
         break;
     case NM_ARCH_SMOLLM3:
@@ -282,6 +327,12 @@ static nm_status load_hparams(loader *L, nm_hparams *hp) {
     return NM_OK;
 }
 
+// Whether lfm2's layer il is a short convolution (its head_count_kv is 0; the array checked by lfm2_layers).
+static bool lfm2_is_conv(const nm_gguf *g, int il) {
+    const nm_gguf_kv *kv = nm_gguf_find(g, "lfm2.attention.head_count_kv");
+    return kv && nm_gguf_arr_num(kv, (uint64_t)il) == 0;
+}
+
 nm_model_params nm_model_default_params(void) {
     nm_model_params p = {.n_threads = 0};
     return p;
@@ -314,14 +365,20 @@ nm_status nm_model_load(const char *path, const nm_model_params *params, nm_mode
 
     const nm_hparams *hp = &m->hp;
     if ((st = bind(&L, &m->tok_embd, "token_embd.weight", hp->n_embd, hp->n_vocab, true, false)) ||
-        (st = bind(&L, &m->output_norm, "output_norm.weight", hp->n_embd, 1, true, true)) ||
+        // (lfm2's final norm is named token_embd_norm: llama.cpp's name for it)
+        (st = bind(&L, &m->output_norm, hp->arch == NM_ARCH_LFM2 ? "token_embd_norm.weight" : "output_norm.weight",
+                   hp->n_embd, 1, true, true)) ||
         (st = bind(&L, &m->output, "output.weight", hp->n_embd, hp->n_vocab, false, false)))
         goto fail;
     if (!nm_tensor_is_set(&m->output)) m->output = m->tok_embd; // tied embeddings
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) { st = NM_ERR_NOMEM; goto fail; }
-    for (int il = 0; il < hp->n_layer; il++)
-        if ((st = bind_layer(&L, hp, il, &m->layers[il])) != NM_OK) goto fail;
+    for (int il = 0, n_kv = 0; il < hp->n_layer; il++) {
+        nm_layer *ly = &m->layers[il];
+        ly->conv = hp->arch == NM_ARCH_LFM2 && lfm2_is_conv(m->gguf, il);
+        ly->kv_index = ly->conv ? -1 : n_kv++;
+        if ((st = bind_layer(&L, hp, il, ly)) != NM_OK) goto fail;
+    }
     // Tensors of blocks past block_count would be ignored: a wrong block_count.
     for (int64_t i = 0; i < nm_gguf_n_tensors(m->gguf); i++) {
         const nm_gguf_tensor *t = nm_gguf_tensor_at(m->gguf, i);
@@ -372,7 +429,8 @@ uint64_t nm_model_decode_weight_bytes(const nm_model *m) {
 }
 
 uint64_t nm_model_kv_bytes_per_pos(const nm_model *m) {
-    return (uint64_t)m->hp.n_layer * 2 * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim * sizeof(uint16_t);
+    return (uint64_t)(m->hp.n_layer - m->hp.n_conv) * 2 * (uint64_t)m->hp.n_head_kv * (uint64_t)m->hp.head_dim *
+           sizeof(uint16_t);
 }
 
 void nm_model_desc(const nm_model *m, char *buf, size_t size) {

@@ -54,7 +54,7 @@ static const struct {
     {"qwen2", &PRE_QWEN2},       {"deepseek-r1-qwen", &PRE_QWEN2}, {"stablelm2", &PRE_QWEN2},
     {"megrez", &PRE_QWEN2},      {"llama3", &PRE_LLAMA3},     {"llama-v3", &PRE_LLAMA3},
     {"llama-bpe", &PRE_LLAMA3},  {"falcon3", &PRE_LLAMA3},    {"dbrx", &PRE_LLAMA3},
-    {"smaug-bpe", &PRE_LLAMA3},
+    {"smaug-bpe", &PRE_LLAMA3},  {"lfm2", &PRE_LLAMA3},
 };
 
 // ---- GPT-2 byte <-> code point map ----------------------------------------------------

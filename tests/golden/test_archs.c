@@ -146,6 +146,24 @@ NM_TEST(lfm2_state_batch_steps_and_checkpoints) {
             d_cp = fmax(d_cp, fabs(saved[(size_t)i * nv + v] - nm_get_logits(b, i - 32)[v]));
     fprintf(stderr, "  lfm2: batch vs one at a time max |logit diff| %.2e, from the checkpoint %.2e\n", d_inc, d_cp);
     NM_CHECK(d_inc < 5e-3 && d_cp < 5e-3);
+    // OpenCL, every layer there: the prompt, then again from the checkpoint at 32, as the CPU's
+    nm_ctx *dev = NULL;
+    cp.device = "opencl";
+    if (nm_ctx_create(m, &cp, &dev, err, sizeof err) != NM_OK) {
+        printf("  skip: OpenCL: %s\n", err);
+        goto out;
+    }
+    double d_dev = 0;
+    NM_CHECK(nm_decode(dev, toks, N, 0, true) == NM_OK);
+    for (int i = 0; i < N; i++)
+        for (int v = 0; v < nv; v++) d_dev = fmax(d_dev, fabs(saved[(size_t)i * nv + v] - nm_get_logits(dev, i)[v]));
+    NM_CHECK(nm_decode(dev, toks + 32, N - 32, 32, true) == NM_OK);
+    for (int i = 32; i < N; i++)
+        for (int v = 0; v < nv; v++)
+            d_dev = fmax(d_dev, fabs(saved[(size_t)i * nv + v] - nm_get_logits(dev, i - 32)[v]));
+    fprintf(stderr, "  lfm2 on %s: max |logit diff| %.2e from the CPU's\n", nm_ctx_device(dev), d_dev);
+    NM_CHECK(d_dev < 5e-3);
+    nm_ctx_free(dev);
 out:
     free(saved);
     nm_ctx_free(b);

@@ -287,6 +287,39 @@ __kernel void kv_store(__global const uchar *Ks, ulong ks_off, __global uchar *K
     vstore_half_rte(v, (ulong)pos * width + i, (__global half *)cache);
 }
 
+// NM_OP_SHORT_CONV (backend.h): one work-item a channel, the tokens in order (a token reads the rows its
+// sequence's earlier tokens wrote), the taps summed oldest first as the CPU's.
+__kernel void short_conv(__global const uchar *X, ulong x_off, __global const uchar *Wt, ulong w_off,
+                         __global uchar *Y, ulong y_off, __global uchar *St, ulong st_off,
+                         __global const uchar *Ids, ulong ids_off, int d, int T, int L, int W, int R, int S,
+                         int n_ctx) {
+    const int ch = get_global_id(0);
+    if (ch >= d) return;
+    __global const float *bcx = (__global const float *)(X + x_off), *w = (__global const float *)(Wt + w_off) + ch * L;
+    __global float *y = (__global float *)(Y + y_off), *st = (__global float *)(St + st_off);
+    __global const int *ids = (__global const int *)(Ids + ids_off);
+    const int ncp = (n_ctx - 1) / S;
+    for (int t = 0; t < T; t++) {
+        const int s = ids[t] / n_ctx, p = ids[t] % n_ctx;
+        __global const float *b = bcx + (ulong)t * 3 * d;
+        __global float *base = st + (ulong)s * R * d;
+        const float bx = b[ch] * b[2 * d + ch];
+        float acc = 0.0f;
+        for (int k = 0; k < L - 1; k++) {
+            const int q = p - (L - 1) + k;
+            if (q >= 0) acc += w[k] * base[(ulong)(q % W) * d + ch];
+        }
+        acc += w[L - 1] * bx;
+        y[(ulong)t * d + ch] = b[d + ch] * acc;
+        base[(ulong)(p % W) * d + ch] = bx;
+        for (int j = 1; j < L; j++) {
+            const int q = p + j;
+            if (q % S || q / S > ncp) continue;
+            base[(ulong)(W + (q / S - 1) * (L - 1) + (L - 1 - j)) * d + ch] = bx;
+        }
+    }
+}
+
 // ---- attention --------------------------------------------------------------------------
 //
 // The core shared by both kernels: one query q against keys [lo, hi] of K/V

@@ -222,7 +222,7 @@ static nm_status make_kernels(nm_ocl *o) {
         {&o->k_conv1d, "conv1d"},     {&o->k_conv_t1d, "conv_t1d"},
         {&o->k_mv_q4_0r, "mv_q4_0r"}, {&o->k_mv_q4_0r8, "mv_q4_0r8"},
         {&o->k_mvq, "mvq_q4_0"},      {&o->k_mvq_glu, "mvq_glu_q4_0"},
-        {&o->k_mvq_res, "mvq_res_q4_0"}, {&o->k_rope_kv, "rope_kv"},
+        {&o->k_mvq_res, "mvq_res_q4_0"}, {&o->k_rope_kv, "rope_kv"}, {&o->k_short_conv, "short_conv"},
     };
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++) {
         *named[i].k = o->api.clCreateKernel(o->prog, named[i].name, &e);
@@ -428,6 +428,7 @@ bool ocl_supports_op(const nm_backend *b, const nm_op *op) {
                 (op->i2 == NM_ROPE_VISION && op->rope_sections[0] >= 0 && op->rope_sections[0] <= op->i3 / 2 &&
                  op->ids->ne[0] * op->ids->ne[1] >= 2 * op->src0->ne[1])); // (M-RoPE: the CPU)
     case NM_OP_KV_STORE: return op->kv && op->ids && op->src0->ne[1] <= op->n_ctx;
+    case NM_OP_SHORT_CONV: return nm_short_conv_ok(op);
     case NM_OP_ACT: return op->i0 >= NM_ACT_SILU && op->i0 <= NM_ACT_TANH;
     case NM_OP_CONV1D:
     case NM_OP_CONV_T1D: return conv_ok(op);
@@ -909,6 +910,19 @@ static nm_status op_run(nm_ocl *o, const nm_op *op) {
                              A(pos.m), A(pos.off), A(width)};
         return ocl_launch(o, o->k_kv_store, "kv_store", 3, global, NULL, args, 11);
     }
+    case NM_OP_SHORT_CONV: {
+        RESOLVE(x, op->src0);
+        RESOLVE(w, op->src1);
+        RESOLVE(y, op->dst);
+        RESOLVE(st, op->state);
+        RESOLVE(ids, op->ids);
+        const cl_int d = (cl_int)op->dst->ne[0], T = (cl_int)op->src0->ne[1], L = op->i0, W = op->i1, R = op->i2,
+                     S = op->i3, n_ctx = op->n_ctx;
+        const size_t global = (size_t)d;
+        const karg args[] = {A(x.m),  A(x.off),   A(w.m), A(w.off), A(y.m), A(y.off), A(st.m), A(st.off), A(ids.m),
+                             A(ids.off), A(d), A(T), A(L), A(W), A(R), A(S), A(n_ctx)};
+        return ocl_launch(o, o->k_short_conv, "short_conv", 1, &global, NULL, args, 17);
+    }
     case NM_OP_ATTENTION: {
         if (attn_dec_ok(o, op)) return op_attention_dec(o, op, -1);
         RESOLVE(q, op->src0);
@@ -1138,7 +1152,7 @@ static void ocl_release(nm_ocl *o) {
     cl_kernel named[] = {o->k_rms_norm, o->k_layer_norm, o->k_rope, o->k_kv_store, o->k_attention, o->k_glu,
                          o->k_act, o->k_add, o->k_scale, o->k_softcap, o->k_attention_full, o->k_patches,
                          o->k_pixel_shuffle, o->k_conv1d, o->k_conv_t1d, o->k_mv_q4_0r, o->k_mv_q4_0r8, o->k_mvq, o->k_mvq_glu,
-                         o->k_mvq_res, o->k_attention_dec, o->k_rope_kv};
+                         o->k_mvq_res, o->k_attention_dec, o->k_rope_kv, o->k_short_conv};
     for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
         if (named[i]) o->api.clReleaseKernel(named[i]);
     for (int i = 0; i < o->n_imports; i++) o->api.clReleaseMemObject(o->imports[i].mem);

@@ -94,7 +94,7 @@ typedef struct nm_ocl {
     cl_kernel k_rms_norm, k_layer_norm, k_rope, k_kv_store, k_attention, k_glu, k_act, k_add, k_scale, k_softcap,
         k_attention_full, k_patches, k_pixel_shuffle, k_conv1d, k_conv_t1d, k_mv_q4_0r, k_mv_q4_0r8, k_mvq, k_mvq_glu, k_mvq_res,
         k_attention_dec, // NULL unless the program has PTX (warp shuffles)
-        k_rope_kv;
+        k_rope_kv, k_short_conv;
     bool unified;
     bool ptx;  // NVIDIA's compiler: the program is built with NM_DP4A_PTX (inline PTX dp4a)
     bool q8mv; // decode of repacked q4_0 with 8-bit activations (mv_q4_0r8): where dp4a is native, or NM_OPENCL_Q8MV=1

@@ -478,8 +478,7 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
                         .state = &c->cstate[il], .n_ctx = c->n_ctx, .i0 = hp->conv_l, .i1 = c->cs_ring,
                         .i2 = c->cs_rows, .i3 = c->cs_step});
         matmul(g, o, &ly->conv_out, cur, NULL);
-        emit(g, (nm_op){.kind = NM_OP_ADD, .src0 = x_in, .src1 = o, .dst = x});
-        goto ffn;
+        goto mixed;
     }
     // attention block; q, k and v share the normed input (the backend may quantize it once)
     norm(c, g, cur, x_in, &ly->attn_norm);
@@ -512,11 +511,11 @@ static void layer_record(nm_ctx *c, graph *g, int il, nm_tensor *x_in, int32_t T
                     .f0 = hp->attn_scale, .f1 = hp->attn_softcap, .i0 = hp->n_head, .i1 = hp->n_head_kv,
                     .i2 = (int32_t)hd, .i3 = ly->swa ? hp->n_swa : 0, .n_ctx = c->n_ctx});
     matmul(g, o, &ly->wo, attn, NULL);
+mixed: // (the token mixer's output in o: attention's, or the short convolution's)
     if (nm_tensor_is_set(&ly->post_attn_norm)) norm(c, g, o, o, &ly->post_attn_norm);
     emit(g, (nm_op){.kind = NM_OP_ADD, .src0 = x_in, .src1 = o, .dst = x});
 
     // feed-forward block: down(act(gate(x)) * up(x))
-ffn:;
     nm_tensor *gt = rows(g, &c->g, hp->n_ff, 0, T), *ut = rows(g, &c->u, hp->n_ff, 0, T);
     norm(c, g, cur, x, &ly->ffn_norm);
     matmul(g, gt, &ly->ffn_gate, cur, NULL);

@@ -12,7 +12,7 @@ documents=None, add_generation_prompt, bos_token, eos_token).
                                  when jinja2 is not installed
 
 The cases: the chat templates of tests/data/jinja/*.jinja (SmolLM2's,
-Gemma 3's, Qwen3-0.6B's and SmolLM3-3B's as the models ship them, Llama 3's,
+Gemma 3's, Qwen3-0.6B's, SmolLM3-3B's and LFM2.5-Instruct's as the models ship them, Llama 3's,
 one after Qwen2.5's) over a set of conversations (Qwen3's and SmolLM3's also
 with enable_thinking unset, true and false), and small templates for each part of the subset
 (docs/jinja.md). A case Jinja2 refuses records "error": its message; the C
@@ -28,7 +28,8 @@ OUT = os.path.join(DATA, "expected.json")
 
 CHAT_TEMPLATES = {"smollm2.jinja": ("<|im_start|>", "<|im_end|>"), "gemma3.jinja": ("<bos>", "<eos>"),
                   "llama3.jinja": ("<|begin_of_text|>", "<|eot_id|>"), "qwen25.jinja": ("", "<|im_end|>"),
-                  "qwen3.jinja": ("", "<|im_end|>"), "smollm3.jinja": ("", "<|im_end|>")}
+                  "qwen3.jinja": ("", "<|im_end|>"), "smollm3.jinja": ("", "<|im_end|>"),
+                  "lfm2.jinja": ("<|startoftext|>", "<|im_end|>")}
 
 # Qwen3's and SmolLM3's thinking switch: enable_thinking (their chat_template_kwargs), an earlier answer
 # with its <think> block (dropped from the history), /no_think in the system prompt (SmolLM3)
@@ -201,7 +202,7 @@ def cases():
                 ctx = context(messages, gen, bos, eos)
                 out.append({"name": f"{name}/{conv}/{'gen' if gen else 'nogen'}", "template": name, "context": ctx,
                             **render(env, source, ctx)})
-        if name in ("qwen25.jinja", "qwen3.jinja", "smollm3.jinja"):
+        if name in ("qwen25.jinja", "qwen3.jinja", "smollm3.jinja", "lfm2.jinja"):
             ctx = context(CONVERSATIONS["multi_turn"], True, bos, eos, TOOLS)
             out.append({"name": f"{name}/tools/gen", "template": name, "context": ctx, **render(env, source, ctx)})
         if name in ("qwen3.jinja", "smollm3.jinja"):
@@ -213,6 +214,13 @@ def cases():
                     tag = "default" if think is None else "on" if think else "off"
                     out.append({"name": f"{name}/{conv}/think_{tag}", "template": name, "context": ctx,
                                 **render(env, source, ctx)})
+        if name == "lfm2.jinja":  # an earlier answer's <think> block dropped, or kept with keep_past_thinking
+            for keep in (None, True):
+                ctx = context(THINKING["think_history"], True, bos, eos)
+                if keep is not None:
+                    ctx["keep_past_thinking"] = keep
+                out.append({"name": f"{name}/think_history/keep_{'default' if keep is None else 'on'}",
+                            "template": name, "context": ctx, **render(env, source, ctx)})
     for name, source in {**FEATURES, **FEATURE_ERRORS}.items():
         ctx = context(FEATURE_CONTEXT_MESSAGES, True, "<s>", "</s>")
         out.append({"name": f"feature/{name}", "source": source, "context": ctx, **render(env, source, ctx)})

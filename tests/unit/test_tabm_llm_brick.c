@@ -35,6 +35,30 @@ static nm_model *model(void) {
     return g_model;
 }
 
+// lfm2's short convolutions in layer 0, attention in layer 1: a model whose state is kept only at
+// checkpoints (every 32 positions) and for the last positions decoded.
+static nm_model *g_lfm2;
+static char g_lfm2_path[256];
+static bool g_rig_lfm2; // set: the next rig runs the lfm2 model
+
+static void free_lfm2(void) {
+    nm_model_free(g_lfm2);
+    if (g_lfm2_path[0]) unlink(g_lfm2_path);
+}
+
+static nm_model *lfm2_model(void) {
+    char tok[1024];
+    if (g_lfm2 || !nmtest_model_path("SmolLM2-135M-Instruct.Q4_1.gguf", tok, sizeof tok)) return g_lfm2;
+    snprintf(g_lfm2_path, sizeof g_lfm2_path, "/tmp/nm-tabm-llm-brick-lfm2-%d.gguf", (int)getpid());
+    gen_opts o = nm_genmodel_defaults();
+    o.arch = "lfm2", o.tok_from = tok, o.out = g_lfm2_path, o.layers = 2, o.embd = N_EMBD, o.heads = 4;
+    o.kv_heads = 2, o.ff = 128, o.seed = 13, o.attn_layers = "1";
+    char err[256];
+    if (nm_genmodel_write(&o) != 0 || nm_model_load(g_lfm2_path, NULL, &g_lfm2, err, sizeof err) != NM_OK) g_lfm2 = NULL;
+    atexit(free_lfm2);
+    return g_lfm2;
+}
+
 // A rig that did not come up ends the case: a skip only when the model is absent.
 // Brings the rig up by `up` (an expression on &R), or skips without the model / fails.
 #define RIG_UP_BY(R, up)                                               \
@@ -232,7 +256,8 @@ static int32_t g_rig_batch, g_rig_ubatch; // set: the next rig's n_batch and n_u
 static bool rig_up_with(rig *R, int32_t n_par, int32_t n_predict, int32_t out_batch, uint32_t in_slots,
                         uint32_t out_slots) {
     memset(R, 0, sizeof *R);
-    R->m = model();
+    R->m = g_rig_lfm2 ? lfm2_model() : model();
+    g_rig_lfm2 = false;
     if (!R->m) return false;
     R->led = nm_ledger_create();
     nm_brick_params bp = brick_params(R->m);
@@ -432,6 +457,36 @@ NM_TEST(tabm_llm_brick_prefix_reuse) {
     NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
     nm_ctx_free(rc);
     nm_sampler_free(rs);
+}
+
+// With recurrent layers (lfm2) a prompt goes on from a cached prefix only where their state is kept: a
+// second prompt sharing 44 of the first's 70 tokens would reuse [0, 40) (whole chunks of 8), but the state
+// at 40 is neither among the last positions decoded nor at a checkpoint, so it reuses [0, 32) and decodes
+// the rest; its answer is the plain loop's on a fresh context.
+NM_TEST(tabm_llm_brick_prefix_reuse_recurrent) {
+    rig R;
+    g_rig_lfm2 = true;
+    RIG_UP(R, 8, 1, 4);
+    int32_t t1[70], t3[50], a1[16], a3[16], w3[16];
+    for (int i = 0; i < 70; i++) t1[i] = (i * 7919 + 13) % nm_model_n_vocab(R.m);
+    memcpy(t3, t1, sizeof(int32_t) * 44);
+    memcpy(t3 + 44, TEXT_B, sizeof TEXT_B);
+    part p1 = TOKS(t1, 70, NM_LLM_IN_POS(0)), p3 = TOKS(t3, 50, NM_LLM_IN_POS(0));
+    nm_llm_stop why;
+    int slots;
+    NM_CHECK(put_parts(R.in, &p1, 1) == NM_OK);
+    NM_CHECK(read_gen(R.out, a1, 16, &why, &slots) == 8);
+    const uint64_t before = nm_brick_get_stats(R.b).n_prompt_tokens;
+    NM_CHECK(put_parts(R.in, &p3, 1) == NM_OK);
+    NM_CHECK(read_gen(R.out, a3, 16, &why, &slots) == 8);
+    NM_CHECK(nm_brick_get_stats(R.b).n_prompt_tokens - before == 50 - 32);
+    nm_ctx *rc = new_ctx(R.m);
+    nm_sampler *rs = greedy(R.m);
+    int32_t pos = 0;
+    NM_CHECK(plain(rc, rs, &p3, 1, &pos, 8, w3) == 8 && !memcmp(a3, w3, sizeof(int32_t) * 8));
+    nm_ctx_free(rc);
+    nm_sampler_free(rs);
+    NM_CHECK(rig_down(&R) == NM_ERR_SHUTDOWN);
 }
 
 // Nobody reads the output ring: the brick blocks on it (backpressure), then

@@ -620,5 +620,14 @@ expect jinja_kwargs_without_jinja 2 "--chat-template-kwargs gives the Jinja temp
 expect jinja_kwargs_not_json 2 "--chat-template-kwargs: chat template kwargs: not a JSON object" "$M" -- nm run -m "$M" --jinja --chat-template-kwargs '{"enable_thinking":' --chat -p hi -n 1
 expect jinja_kwargs_no_fallback 1 "macro.jinja: line 1, column 4: the statement 'macro' is not supported \(with template variables given there is no falling back" "$M" -- nm run -m "$M" --chat-template-file "$tmp/macro.jinja" --chat-template-kwargs '{"enable_thinking": false}' --chat -p hi -n 1
 expect jinja_kwargs_reserved 2 "'messages' is the conversation's own" "$M" -- nm run -m "$M" --jinja --chat-template-kwargs '{"messages": []}' --chat -p hi -n 1
+# The 2026 archs (issue 48): `info` names each, `run` generates from each (random-weight files, SmolLM2's tokenizer)
+GM=$(dirname "$NM")/nm-genmodel
+case_run_arch() { nm run -m "$tmp/$1.gguf" -no-cnv -p 'Once upon a time' -n 6 --ignore-eos --temp 0 -t 2 --stats 2>&1 | grep '^generation'; }
+for a in qwen3 smollm3 lfm2; do
+    setup "nm-genmodel $a" /dev/null "$GM" --arch "$a" --tokenizer-from "$M" -o "$tmp/$a.gguf" --layers 4 --embd 64 \
+        --heads 4 --kv-heads 2 --ff 128
+    expect "info_$a" 0 "general.architecture +str += \"$a\"" "$M" -- nm info "$tmp/$a.gguf"
+    expect "run_$a" 0 "^generation: 6 tokens" "$M" -- case_run_arch "$a"
+done
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]

@@ -24,6 +24,7 @@
 
 #define NM_GQ_INLINE static inline __attribute__((always_inline))
 #define GQ_CH 128 // blocks per K chunk: the token data of a chunk is kept on the stack
+#define GQ_RB 32  // weight rows per block (a chunk of them, <= 32 x 4.3 KiB for q8_0, stays in L2)
 
 // 4 x (8 x i32) -> [sum a0, sum a1, sum a2, sum a3] per 128-bit half.
 NM_GQ_INLINE __m256i gq_reduce4_i32(__m256i a0, __m256i a1, __m256i a2, __m256i a3) {
@@ -186,22 +187,25 @@ NM_GQ_INLINE void gq_legacy(uint32_t type, const void *restrict w, size_t w_stri
     gq_tokgrp tg[2];
     for (int64_t b0 = 0; b0 < nbt; b0 += GQ_CH) {
         const int64_t nb = nbt - b0 < GQ_CH ? nbt - b0 : GQ_CH;
+        // rows in blocks of GQ_RB whose chunk of weights stays in L2 while every token group passes over it
+        for (int64_t rb = 0; rb < n_rows; rb += GQ_RB)
         for (int64_t t0 = 0; t0 < n_tok; t0 += 8) {
+            const int64_t r_end = rb + GQ_RB < n_rows ? rb + GQ_RB : n_rows;
             const int ng = n_tok - t0 > 4 ? 2 : 1;
             const uint8_t *yp[8];
             for (int i = 0; i < 8; i++) // past the end: repeat the last token (computed, not stored)
                 yp[i] = x + (size_t)(t0 + i < n_tok ? t0 + i : n_tok - 1) * x_stride;
             for (int g = 0; g < ng; g++) gq_prep(kind, off, yp + 4 * g, b0, nb, &tg[g]);
             __m256 acc[2][2];
-            int64_t r = 0;
-            for (; r + 2 <= n_rows; r += 2) {
+            int64_t r = rb;
+            for (; r + 2 <= r_end; r += 2) {
                 const uint8_t *wt = wr + (size_t)r * w_stride;
                 if (ng == 2) gq_tile(type, kind, wsz, wt, w_stride, 2, yp, tg, 2, b0, nb, acc);
                 else gq_tile(type, kind, wsz, wt, w_stride, 2, yp, tg, 1, b0, nb, acc);
                 for (int i = 0; i < 2; i++)
                     for (int g = 0; g < ng; g++) gq_store(acc[i][g], y, ldy, r + i, t0 + 4 * g, n_tok, b0 == 0, 0);
             }
-            if (r < n_rows) {
+            if (r < r_end) {
                 const uint8_t *wt = wr + (size_t)r * w_stride;
                 if (ng == 2) gq_tile(type, kind, wsz, wt, w_stride, 1, yp, tg, 2, b0, nb, acc);
                 else gq_tile(type, kind, wsz, wt, w_stride, 1, yp, tg, 1, b0, nb, acc);

@@ -11,6 +11,8 @@
 
 #include "io/audio/audio.h"
 #include "genmmproj.h"
+#include "genmodel.h"
+#include "quant/quant.h"
 #include "nmtest.h"
 
 // ---- the table --------------------------------------------------------------------------
@@ -309,6 +311,42 @@ NM_TEST(llm_estimate) {
     NM_CHECK(late.flops > one.flops && late.act_bytes > one.act_bytes && late.weight_bytes_read == one.weight_bytes_read);
     // the memory it holds: the mapped weights and the context (KV cache of 1024 positions, activations)
     NM_CHECK(one.weight_bytes > 0.99 * dw && one.peak_bytes > one.weight_bytes + 1024 * nm_model_kv_bytes_per_pos(m));
+    nm_brick_free(b);
+}
+
+// lfm2: the short convolutions' projections are streamed like any matmul weight (a decode step reads
+// what nm_model_decode_weight_bytes says, less the norms and taps), a convolution layer dispatches 11
+// ops (norm, in_proj, convolution, out_proj, add, the FFN's 6), and attending 900 earlier positions
+// costs the attention layers only.
+NM_TEST(llm_estimate_short_convolutions) {
+    char tok[1024], path[256];
+    if (!nmtest_model_path("SmolLM2-135M-Instruct.Q4_1.gguf", tok, sizeof tok))
+        NM_SKIP_MISSING("SmolLM2-135M-Instruct.Q4_1.gguf not in the model cache");
+    snprintf(path, sizeof path, "/tmp/nm-test-brick-lfm2-%d.gguf", (int)getpid());
+    gen_opts o = nm_genmodel_defaults();
+    o.arch = "lfm2", o.tok_from = tok, o.out = path, o.type = NM_TYPE_Q8_0, o.layers = 4, o.embd = 128;
+    o.heads = 4, o.kv_heads = 2, o.ff = 256, o.attn_layers = "1,3";
+    NM_CHECK(nm_genmodel_write(&o) == 0);
+    nm_brick_params p = nm_brick_default_params(NM_BRICK_LLM);
+    p.model = path;
+    p.n_ctx = 1024;
+    p.n_threads = 1;
+    nm_brick *b = NULL;
+    char err[256];
+    NM_CHECK(nm_brick_load(NULL, &p, &b, err, sizeof err) == NM_OK);
+    unlink(path);
+    if (!b) return (void)fprintf(stderr, "  %s\n", err);
+    const nm_model *m = nm_brick_llm_model(b);
+    nm_brick_cost one, late;
+    NM_CHECK(nm_brick_estimate(b, &(nm_brick_input){.n_predict = 1}, &one) == NM_OK);
+    NM_CHECK(nm_brick_estimate(b, &(nm_brick_input){.n_predict = 1, .n_past = 900}, &late) == NM_OK);
+    const double dw = (double)nm_model_decode_weight_bytes(m);
+    printf("  lfm2 decode step: %.3f MB streamed (the model says %.3f MB), %.0f ops\n", one.weight_bytes_read / 1e6,
+           dw / 1e6, one.n_ops);
+    NM_CHECK(one.weight_bytes_read <= dw && one.weight_bytes_read > 0.98 * dw);
+    NM_CHECK(one.n_ops == 2 * 11 + 2 * (15 + 2) + 3); // (attention layers: q and k norms)
+    // 900 more positions attended by 2 layers of 4 heads x 32: 4 x 4 x 32 FLOPs a position and layer
+    NM_CHECK(fabs((late.flops - one.flops) - 2 * 900 * 4.0 * 4 * 32) < 1);
     nm_brick_free(b);
 }
 

@@ -13,8 +13,12 @@
 #include "bricks/llm/llm.h"
 #include "quant/quant.h"
 
+// A layer's matmul weights (attention's or a short convolution's projections, the FFN's); unset ones skipped.
+#define LAYER_WEIGHTS(L) {&(L)->wq, &(L)->wk, &(L)->wv, &(L)->wo, &(L)->ffn_gate, &(L)->ffn_up, &(L)->ffn_down, \
+                          &(L)->conv_in, &(L)->conv_out}
+
 static double layer_weight_bytes(const nm_layer *L) {
-    const nm_tensor *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+    const nm_tensor *w[] = LAYER_WEIGHTS(L);
     double b = 0;
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
         if (nm_tensor_is_set(w[i])) b += (double)nm_row_size(w[i]->type, w[i]->ne[0]) * (double)w[i]->ne[1];
@@ -23,10 +27,12 @@ static double layer_weight_bytes(const nm_layer *L) {
 
 // Ops a pass dispatches for layer L: those forward.c's layer_record emits
 // (norm, q/k/v, rope x2, KV store, attention, o, add, norm, gate, up, GLU,
-// down, add; gemma3's head norms and post-norms where the layer has them).
+// down, add; gemma3's head norms and post-norms where the layer has them;
+// a short convolution's norm, in_proj, convolution, out_proj, add: 5 in
+// place of the attention block's 9).
 static double layer_ops(const nm_layer *L) {
-    return 15.0 + (nm_tensor_is_set(&L->q_norm) ? 2 : 0) + (nm_tensor_is_set(&L->post_attn_norm) ? 1 : 0) +
-           (nm_tensor_is_set(&L->post_ffn_norm) ? 1 : 0);
+    return (L->conv ? 11.0 : 15.0) + (nm_tensor_is_set(&L->q_norm) ? 2 : 0) +
+           (nm_tensor_is_set(&L->post_attn_norm) ? 1 : 0) + (nm_tensor_is_set(&L->post_ffn_norm) ? 1 : 0);
 }
 
 // Positions a query at position t attends in layer L.
@@ -48,9 +54,16 @@ void nm_llm_estimate_model(const nm_model *m, const nm_ctx *c, const nm_brick_in
     for (int32_t il = 0; il < hp->n_layer; il++) {
         const nm_layer *L = &m->layers[il];
         ops_pass += layer_ops(L);
-        const nm_tensor *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+        const nm_tensor *w[] = LAYER_WEIGHTS(L);
         for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) nm_cost_matmul(e, w[i], rows, 0);
         wbytes_layers += layer_weight_bytes(L);
+        if (L->conv) { // b x, the taps, the gate: (L + 2) multiply-adds a channel; the state's row in and out
+            const double f = 2.0 * (hp->conv_l + 2) * (double)hp->n_embd * rows;
+            e->flops += f;
+            e->flops_by_type[0] += f;
+            e->act_bytes += 4.0 * (double)hp->n_embd * (double)hp->conv_l * rows;
+            continue;
+        }
         double att = 0; // positions attended, summed over the request's rows
         for (int64_t t = past; t < past + n_tok + n_gen; t++) att += attended(hp, L, t);
         const double f = 4.0 * (double)hp->n_head * (double)hp->head_dim * att;

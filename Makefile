@@ -9,6 +9,9 @@ MIN_BUILD ?= build-min
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 JOBS ?= $(shell nproc)
+# The sanitizer builds: optimized, with line tables only (-g1: the reports' stacks name file and line,
+# and there is less to compile and link than with -g)
+SAN_TYPE = -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 MODELS ?= $(HOME)/.cache/nanomind/models
 PREFIX ?= /usr/local
 
@@ -46,15 +49,22 @@ test-minimal: setup models
 		cd $(CURDIR) && bash tests/summary.sh $(MIN_BUILD) && exit $$rc
 
 # Everything but the perplexity runs, the spin model check (no C of ours in
-# it), the docs' figures (the same runs, timed by the Release build) and the
-# long speech decodes under ASan+UBSan: unit tests, fuzz-corpus replays, the CLI test, and
-# the golden generation and architecture tests (the forward pass of all three
-# archs and its error paths).
+# it), the docs' figures (the same runs, timed by the Release build), the long
+# speech decodes, and the three checks of numbers or of the install that walk
+# no path the others do not (piper_ort: our voice against onnxruntime; vlm: the
+# trained VLM's answers; public_api: the installed library's exports) under
+# ASan+UBSan: unit tests, fuzz-corpus replays, the CLI and server tests, and
+# the golden generation and architecture tests (the forward pass of every arch
+# and its error paths). The library's SIMD kernels are not ASan-instrumented
+# in this build, the kernel tests' copies are (CMakeLists.txt: NM_SIMD_SPLIT).
+# (NM_SANITIZED=1: the server test skips the cases its NUMERIC_REPEATS names.)
+# The tests with no C of ours in them (Python against Python) run in the Release build only.
+NM_PY_ONLY = ^(convert_piper|fetch_models|jinja_expect|mutants_texts|mutation_harness)$$
 test-asan: setup models
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_SANITIZE=ON > /dev/null
+	cmake -S . -B $(ASAN_BUILD) $(SAN_TYPE) -DNM_SANITIZE=ON > /dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
-	cd $(ASAN_BUILD) && NM_CI=1 ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/asan/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j1 -E 'golden_test_perplexity|golden_test_opencl|spin_|test_transcribe|check_docs'; rc=$$?; \
+	cd $(ASAN_BUILD) && NM_CI=1 NM_SANITIZED=1 ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tests/asan/lsan.supp UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j1 -E 'golden_test_perplexity|golden_test_opencl|spin_|test_transcribe|check_docs|piper_ort|^vlm$$|public_api|$(NM_PY_ONLY)'; rc=$$?; \
 		cd $(CURDIR) && bash tests/summary.sh $(ASAN_BUILD) && exit $$rc
 	# test_transcribe's whisper.cpp comparison and WER cases decode minutes of
 	# speech (too slow instrumented); its other cases run here.
@@ -65,7 +75,7 @@ test-asan: setup models
 # The concurrent code under ThreadSanitizer: the pool, the ops it runs, and the
 # TABM ring (its stress test runs a smaller count under TSan; its dead-peer kills) and the LLM brick on rings.
 test-tsan: setup
-	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DNM_TSAN=ON > /dev/null
+	cmake -S . -B $(TSAN_BUILD) $(SAN_TYPE) -DNM_TSAN=ON > /dev/null
 	cmake --build $(TSAN_BUILD) -j$(JOBS) --target test_threadpool test_backend test_tabm test_tabm_stress test_tabm_xproc test_tabm_deadpeer test_tabm_llm_brick test_tabm_vision test_tts test_brick test_pipeline test_piper
 	cd $(TSAN_BUILD) && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j1 -R 'test_threadpool|test_backend|test_tabm|test_tts|test_brick'
 	# the pipeline's threads (feed, answers, speech, delivery, the lanes, a caller hearing and cancelling, the
@@ -93,7 +103,11 @@ test-arm:
 # a mutant's tests stopped after 150 s (the slowest passing set takes ~60 s;
 # a mutant that makes Whisper decode garbage to its token limit, or a TABM
 # wait hang, is killed by that timeout, not waited for).
-MUTATE_N ?= 6
+# MUTATE_IN_PLACE=BUILD (CI, on its fresh clone, right after `make test`
+# passed in BUILD): the mutants go into this tree and that build, no scratch
+# copy built and no baseline run again (mutate.py --in-place BUILD --tested).
+MUTATE_N ?= 4
+MUTATE_IN_PLACE ?=
 MUTATE_REPORT ?= /tmp/nm-mutate/report.md
 SHARD ?=
 FRESH ?=
@@ -101,7 +115,8 @@ mutate: setup models
 	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --report $(MUTATE_REPORT) \
 		$(if $(SHARD),--shard $(SHARD)) $(if $(FRESH),--fresh)
 mutate-sample: setup models
-	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --sample $(MUTATE_N) --timeout 150
+	NM_CI=1 python3 tests/mutation/mutate.py --jobs $(JOBS) --sample $(MUTATE_N) --timeout 150 \
+		$(if $(MUTATE_IN_PLACE),--in-place $(MUTATE_IN_PLACE) --tested)
 
 install: build
 	cmake --install $(BUILD)

@@ -48,8 +48,10 @@ expect() {
         fi
     done
     : > "$tmp/rc"
-    local out rc why="" rcs=()
+    local out rc why="" rcs=() t0=$EPOCHREALTIME took=""
     out=$("$@" 2>&1 < /dev/null)
+    # NM_TEST_TIMES=1: each case's wall time (to see where the minutes go; never judged)
+    [ "${NM_TEST_TIMES:-}" = 1 ] && took=" ($(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }') s)"
     mapfile -t rcs < "$tmp/rc"
     if [ "${#rcs[@]}" = 0 ]; then
         why="nanomind did not run"
@@ -68,7 +70,7 @@ expect() {
         why="output does not match /$re/"
     fi
     if [ -z "$why" ]; then
-        pass=$((pass + 1)); echo "ok   $name"
+        pass=$((pass + 1)); echo "ok   $name$took"
     else
         [ "${#rcs[@]}" -gt 1 ] && why="$why; exits: ${rcs[*]}"
         fail=$((fail + 1)); echo "FAIL $name ($why)"; echo "$out" | head -5 | sed 's/^/     /'

@@ -15,6 +15,14 @@ failed ("killed") or passed ("survived"), and restores the file.
   tests/mutation/mutate.py --list          the mutants (of --shard's shard) and the tests they run
   tests/mutation/mutate.py --check         every search text occurs once (ctest mutants_texts)
 
+In place (--in-place BUILD): the mutants are applied to this tree's own files
+(each restored, with a new mtime, when its tests end) and built in BUILD, an
+existing build of this tree, and the ARM mutants in test-arm's build-arm: what
+CI runs on its fresh clone after `make test`, so nothing is built twice. With
+--tested (only with --in-place) the baseline run is left out: BUILD's tests
+have just passed on the unmutated tree (CI runs it only after `make test`
+succeeded). Not for a working tree: a run killed mid-way leaves a mutant in it.
+
 Options: --scratch DIR (default /tmp/nm-mutate, or $NM_MUTATE_DIR), --report FILE
 (see below), --fresh (start the report anew), --timeout S (for all of one
 mutant's tests, default 600: they stop at the first that fails, and a mutant
@@ -377,7 +385,16 @@ def main():
     ap.add_argument("--shard")
     ap.add_argument("--timeout", type=int, default=600)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--in-place", metavar="BUILD")
+    ap.add_argument("--tested", action="store_true")
     a = ap.parse_args()
+    if a.tested and not a.in_place:
+        print("mutate: --tested goes with --in-place (a scratch tree's build has run no tests)", file=sys.stderr)
+        return 2
+    if a.in_place and not os.path.isfile(os.path.join(a.in_place, "CMakeCache.txt")):
+        print(f"mutate: --in-place {a.in_place}: not a build directory of this tree (no CMakeCache.txt)",
+              file=sys.stderr)
+        return 2
 
     mutants = parse(DEFS)
     try:
@@ -461,8 +478,8 @@ def main():
             print(f"mutate: another mutate.py is running in {a.scratch}: give each concurrent shard "
                   f"its own --scratch (NM_MUTATE_DIR)", file=sys.stderr)
             return 2
-        tree = copy_tree(a.scratch)
-        build = os.path.join(tree, "build-mutate")
+        tree = ROOT if a.in_place else copy_tree(a.scratch)
+        build = os.path.abspath(a.in_place) if a.in_place else os.path.join(tree, "build-mutate")
         os.makedirs(logdir, exist_ok=True)
         base_log = os.path.join(logdir, "_baseline.log")
         open(base_log, "w").close()
@@ -472,8 +489,10 @@ def main():
     arm_mut = [m for m in live_now if m.runner == "arm"]
     tests = sorted({t for m in ctest_mut for t in m.tests})
     targets = targets_of(tests)
+    arm_build = "build-arm" if a.in_place else "build-mutate-arm"
     if ctest_mut:
-        if run(["cmake", "-S", tree, "-B", build, "-DCMAKE_BUILD_TYPE=Release"], tree, base_log) != 0 or \
+        configure = [] if a.in_place else [["cmake", "-S", tree, "-B", build, "-DCMAKE_BUILD_TYPE=Release"]]
+        if any(run(c, tree, base_log) != 0 for c in configure) or \
            build_targets(build, a.jobs, targets, tree, base_log) != 0:
             print(f"mutate: the unmutated tree does not build (see {base_log})", file=sys.stderr)
             return 2
@@ -482,17 +501,18 @@ def main():
         for m in ctest_mut:
             groups.setdefault(tuple(sorted(m.env.items())), set()).update(m.tests)
         rc = 0
-        for env, ts in sorted(groups.items()):
+        for env, ts in ([] if a.tested else sorted(groups.items())):
             rc = rc or run(["ctest", "-j1", "-R", "^(" + "|".join(sorted(ts)) + ")$"], build, base_log, env=dict(env))
         if rc != 0:
             print(f"mutate: the unmutated tree fails its tests (see {base_log})", file=sys.stderr)
             return 2
-    if arm_mut:
-        if run(["bash", "scripts/test_arm.sh"], tree, base_log, env={"BUILD_ARM": "build-mutate-arm"}) != 0:
+    if arm_mut and not a.tested:
+        if run(["bash", "scripts/test_arm.sh"], tree, base_log, env={"BUILD_ARM": arm_build}) != 0:
             print(f"mutate: the unmutated tree fails test_arm (see {base_log})", file=sys.stderr)
             return 2
     if live_now:
-        print(f"mutate: baseline green ({time.time() - t0:.0f} s)", flush=True)
+        print(f"mutate: baseline {'built (its tests passed before: --tested)' if a.tested else 'green'} "
+              f"({time.time() - t0:.0f} s)", flush=True)
 
     for m in todo:
         if m.equivalent:
@@ -514,7 +534,7 @@ def main():
                 f.write(m.apply(orig))
             if m.runner == "arm":
                 rc = run(["bash", "scripts/test_arm.sh"], tree, log,
-                         env=dict(m.env, BUILD_ARM="build-mutate-arm"), timeout=a.timeout)
+                         env=dict(m.env, BUILD_ARM=arm_build), timeout=a.timeout)
                 # a compiler diagnostic (file:line:col: error:) or make's failure, not a test's message
                 built = not re.search(r"^\S+:\d+:\d+: error:|^g?make(\[\d+\])?: \*\*\*", open(log).read(), re.M)
             else:

@@ -133,8 +133,19 @@ def wanted(*names):  # whether NM_SERVER_FILTER lets one of these cases run
     return not FILTER or any(re.search(FILTER, n) for n in names)
 
 
+# NM_SANITIZED=1 (the ASan/TSan stages: make test-asan): the cases that only repeat, slower, a comparison
+# of numbers the Release run makes, on paths other cases walk under the sanitizer too, are skipped (counted)
+SANITIZED = os.environ.get("NM_SANITIZED", "0") not in ("", "0")
+NUMERIC_REPEATS = {"piper_speech_equals_say": "the Piper path of piper_round_trip and piper_speech_on_opencl"}
+
+
 def case(name, fn):
+    global skipped
     if not wanted(name):
+        return
+    if SANITIZED and name in NUMERIC_REPEATS:
+        skipped += 1
+        print("skip %s (NM_SANITIZED: a numeric repeat of the Release run; %s)" % (name, NUMERIC_REPEATS[name]))
         return
     try:
         fn(name)
@@ -726,6 +737,7 @@ SYS = ("You are a helpful assistant that lives on a small battery-powered device
 
 
 def t_cache_answers_equal_fresh(name):
+    # (NM_SANITIZED: the first two, with and without a seed: the cache's paths, a third of the decodes)
     chats = [[{"role": "user", "content": "Name three planets and one fact about each."}],
              [{"role": "user", "content": "How do I boil an egg?"}],
              [{"role": "user", "content": "What is the capital of Italy?"},
@@ -736,7 +748,7 @@ def t_cache_answers_equal_fresh(name):
               {"role": "assistant", "content": "Hans Lipperhey applied for a patent on a telescope in 1608."},
               {"role": "user", "content": "What did Galileo see with his?"}]]
     bad = []
-    for i, msgs in enumerate(chats):
+    for i, msgs in enumerate(chats[:2] if SANITIZED else chats):
         msgs = [{"role": "system", "content": SYS}] + msgs
         for extra in ({"temperature": 0}, {"temperature": 1.0, "seed": 42 + i}):
             if i > 1 and "seed" in extra:

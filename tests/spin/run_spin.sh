@@ -7,7 +7,8 @@
 #     a critical section or between two: 1 producer x 2 consumers and 2 x 1,
 #     the producer or a consumer killed, 1 and 2 slots (8 searches of 7e6 to
 #     1.1e7 states, ~90 s in all).
-# Six mutants of the protocol must be caught, so the check can fail.
+# Six mutants of the protocol must be caught, so the check can fail. The
+# searches run one a core at once (nproc), each in a folder of its own.
 # NM_SPIN_FULL=1 adds 2 x 2 with 2 slots without a kill (4e7 states, ~2 min)
 # and 2 x 2 with any one process killed (supertrace: too big to exhaust here).
 # Prints "N passed, N failed, N skipped". Without spin: exit 77 (ctest counts
@@ -27,14 +28,24 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-passed=0 failed=0
-# run NAME EXPECT(ok|fail) SPIN-DEFINES... (the search: $search, pan's flags: $panflags)
+# The searches run side by side, one a core (each in its own folder, each
+# deterministic); their verdicts print in the order below.
+jobs=$(nproc 2>/dev/null || echo 1)
+n=0
+# run NAME EXPECT(ok|fail) SPIN-DEFINES... (the search: $search, pan's flags: $panflags): starts search $n
+# in the background, at most $jobs at once; check_one writes its verdict to $n/verdict, "ok" or "FAIL" first
 search="-DCOLLAPSE -DMEMLIM=6000" panflags=""
 run() {
+    n=$((n + 1))
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+    mkdir "$work/$n"
+    (cd "$work/$n" && check_one "$@" > verdict 2>&1) &
+}
+check_one() {
     local name=$1 expect=$2
     shift 2
     if ! spin "$@" -a "$model" >spin.log 2>&1 || ! gcc -O2 -DSAFETY $search -w -o pan pan.c >>spin.log 2>&1; then
-        echo "FAIL $name: spin/gcc failed"; cat spin.log; failed=$((failed + 1)); return
+        echo "FAIL $name: spin/gcc failed"; cat spin.log; return
     fi
     ./pan -m200000 $panflags >pan.log 2>&1
     local errs
@@ -44,12 +55,11 @@ run() {
     if grep -q "max search depth too small" pan.log; then errs=depth; fi
     if grep -q "out of memory" pan.log; then errs=memory; fi
     if [ "$expect" = ok ] && [ "$errs" = 0 ]; then
-        echo "ok   $name ($states states, errors: 0)"; passed=$((passed + 1))
+        echo "ok   $name ($states states, errors: 0)"
     elif [ "$expect" = fail ] && [ -n "$errs" ] && [ "$errs" != 0 ] && [ "$errs" != depth ] && [ "$errs" != memory ]; then
         echo "ok   $name (mutant caught: $(grep -m1 -E 'assertion violated|invalid end state' pan.log | sed 's/^pan:1: //'))"
-        passed=$((passed + 1))
     else
-        echo "FAIL $name (expected $expect, errors: ${errs:-?})"; tail -30 pan.log; failed=$((failed + 1))
+        echo "FAIL $name (expected $expect, errors: ${errs:-?})"; tail -30 pan.log
     fi
 }
 run "threads 2x2, 1 slot" ok -DKILL=9 -DNSLOTS=1
@@ -72,5 +82,11 @@ run "mutant: a dead process's slots are never reaped" fail -DBUG_NO_REAP -DNPROD
 run "mutant: waiters of several processes sleep unbounded" fail -DBUG_UNBOUNDED_SLEEP $k
 run "mutant: readers stop without waiting for writers" fail -DBUG_NO_WRITERS -DKILL=9 -DNSLOTS=1
 run "mutant: waiter not counted as sleeping" fail -DBUG_NO_SLEEPERS -DKILL=9 -DNSLOTS=1
+wait
+passed=0 failed=0
+for i in $(seq 1 "$n"); do
+    cat "$work/$i/verdict" 2>/dev/null || echo "FAIL search $i: no verdict"
+    if head -1 "$work/$i/verdict" 2>/dev/null | grep -q '^ok '; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
 echo "$passed passed, $failed failed, 0 skipped"
 [ "$failed" = 0 ]

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef void (*nmtest_fn)(int *failed);
@@ -112,6 +113,7 @@ static int nmtest_main(int argc, char **argv) {
         if (!strcmp(argv[i], "--filter") && i + 1 < argc) filter = argv[++i];
     if (!filter && getenv("NM_TEST_FILTER") && *getenv("NM_TEST_FILTER")) filter = getenv("NM_TEST_FILTER");
     int passed = 0, failed = 0, skipped = 0;
+    const int times = getenv("NM_TEST_TIMES") && getenv("NM_TEST_TIMES")[0] == '1';
     for (int i = 0; i < nmtest_n; i++) {
         const struct nmtest_case *tc = &nmtest_cases[i];
         if (filter && !strstr(tc->name, filter)) continue;
@@ -121,8 +123,14 @@ static int nmtest_main(int argc, char **argv) {
         }
         int f = 0;
         nmtest_skipped = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         tc->fn(&f);
-        printf("%s %s\n", f ? "FAIL" : nmtest_skipped ? "skip" : "ok  ", tc->name);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("%s %s", f ? "FAIL" : nmtest_skipped ? "skip" : "ok  ", tc->name);
+        // NM_TEST_TIMES=1: each case's wall time (to see where a suite's minutes go; never judged)
+        if (times) printf(" (%.2f s)", (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
+        printf("\n");
         fflush(stdout);
         if (f) failed++;
         else if (nmtest_skipped) skipped++;

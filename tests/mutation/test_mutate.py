@@ -339,5 +339,51 @@ def no_targets_no_build():
     finally:
         shutil.rmtree(d)
 
+@case
+def in_place_mutates_and_restores():
+    # --in-place BUILD --tested (CI, after make test): the mutant goes into the tree's own file, is built in
+    # BUILD without configuring it, its tests run once (no baseline run), and the file comes back as it was
+    live = [m for m in MUTANTS if not m.equivalent and not m.survives and not m.needs and m.runner == "ctest"]
+    a = live[5]
+    d = tempfile.mkdtemp(prefix="nm-test-mutate-inplace-")
+    try:
+        root = os.path.join(d, "repo")
+        for rel in ("tests/mutation/mutate.py", "tests/mutation/mutants.txt", a.file):
+            os.makedirs(os.path.dirname(os.path.join(root, rel)), exist_ok=True)
+            shutil.copyfile(os.path.join(M.ROOT, rel), os.path.join(root, rel))
+        subprocess.run(["git", "init", "-q", root], check=True)
+        before = open(os.path.join(root, a.file)).read()
+        build = os.path.join(d, "build")
+        os.makedirs(build)
+        fake, seen = os.path.join(d, "bin"), os.path.join(d, "seen")
+        os.makedirs(fake)
+        shutil.copyfile(os.path.join(root, a.file), os.path.join(d, "orig"))
+        # cmake records its arguments; ctest records whether the tree's file holds the mutant, then fails
+        with open(os.path.join(fake, "cmake"), "w") as f:
+            f.write('#!/bin/sh\necho "cmake $*" >> %s\nexit 0\n' % seen)
+        with open(os.path.join(fake, "ctest"), "w") as f:
+            f.write('#!/bin/sh\nif cmp -s %s %s; then echo "ctest clean" >> %s; else echo "ctest mutated" >> %s; fi\n'
+                    'exit 1\n' % (os.path.join(d, "orig"), os.path.join(root, a.file), seen, seen))
+        for tool in ("cmake", "ctest"):
+            os.chmod(os.path.join(fake, tool), 0o755)
+        env = dict(os.environ, PATH=fake + os.pathsep + os.environ.get("PATH", ""))
+        cmd = [sys.executable, os.path.join(root, "tests", "mutation", "mutate.py"), "--only", a.name,
+               "--scratch", os.path.join(d, "scratch"), "--in-place", build, "--tested"]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 2 and "not a build directory" in p.stderr, p.stderr  # (no CMakeCache.txt yet)
+        open(os.path.join(build, "CMakeCache.txt"), "w").close()
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 0 and "killed    " + a.name in p.stdout, "exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr)
+        log = open(seen).read().splitlines()
+        assert [l for l in log if l.startswith("ctest")] == ["ctest mutated"], log  # once, on the mutated tree
+        assert not any(" -S " in l for l in log) and all(build in l for l in log if l.startswith("cmake")), log
+        assert open(os.path.join(root, a.file)).read() == before, "the tree's file was not restored"
+        assert not os.path.exists(os.path.join(d, "scratch", "tree")), "a scratch copy was made"
+        p = subprocess.run(cmd[:-3] + ["--tested"], capture_output=True, text=True, timeout=120, env=env)
+        assert p.returncode == 2 and "--tested goes with --in-place" in p.stderr, p.stderr
+    finally:
+        shutil.rmtree(d)
+
+
 print("%d passed, %d failed, 0 skipped" % (results["passed"], results["failed"]))
 sys.exit(1 if results["failed"] else 0)

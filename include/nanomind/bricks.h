@@ -174,7 +174,9 @@ typedef struct nm_llm_params {
     // What the output slots carry: NM_LLM_OUT_TOKENS (token ids, out_batch a slot), NM_LLM_OUT_TEXT (the
     // tokens' text, UTF-8 whole: each slot the text of up to out_batch tokens), NM_LLM_OUT_SENTENCES (text
     // cut for a voice: a slot ends before a blank that follows a sentence's end (. ! ?), after a line's end,
-    // or where the slot is full; the TTS brick speaks each slot in turn). Text slots are NM_TABM_TEXT of
+    // or where the slot is full; the TTS brick speaks each slot in turn; an answer that opens with a
+    // <think> block, as Qwen3's and SmolLM3's do, has it left out: the reasoning is not spoken, up to
+    // </think> or, never closed, to the end). Text slots are NM_TABM_TEXT of
     // nm_brick_out_slot_bytes (4 KiB); a request's last slot holds what text is left (maybe none). Set at
     // load; NM_LLM_OUT_SENTENCES with n_parallel 1 (a request holds its slot across passes).
     nm_llm_out out;

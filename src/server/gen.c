@@ -14,7 +14,7 @@
 
 #include "core/fail.h"
 #include "server/server_impl.h"
-#include "server/think.h"
+#include "bricks/llm/think.h"
 
 // ---- the pipeline's events, each into its request's box -----------------------------------
 
@@ -151,7 +151,7 @@ typedef struct gen {
     // a chat's thinking kept out of its content (--reasoning-format deepseek): split as it comes, the
     // reasoning streamed as delta.reasoning_content, or kept for message.reasoning_content
     bool split;
-    serve_think think;
+    nm_think think;
     char *rtext;
     size_t rlen, rcap;
     // stop strings: the text is cut before the first (OpenAI's stop is not part of the answer); what may
@@ -286,7 +286,7 @@ static void think_out(void *user, bool reasoning, const char *p, size_t n) { emi
 
 // A piece of the answer past the stop strings: through the thinking's split where the chat has it.
 static void emit(gen *g, const char *p, int32_t n) {
-    if (g->split) serve_think_feed(&g->think, p, n > 0 ? (size_t)n : 0, false);
+    if (g->split) nm_think_feed(&g->think, p, n > 0 ? (size_t)n : 0, false, think_out, g);
     else if (n > 0) emit_as(g, false, p, (size_t)n);
 }
 
@@ -441,7 +441,7 @@ static bool decode(gen *g, cJSON *params, const char *prompt, const serve_images
     g->why = got.stop;
     g->n_prompt = got.n_prompt + got.n_cached, g->n_tokens = got.n_tokens;
     piece(g, "", 0, true); // (what was held back)
-    if (g->split) serve_think_feed(&g->think, "", 0, true);
+    if (g->split) nm_think_feed(&g->think, "", 0, true, think_out, g);
     if (got.lost && (!started || !g->stream)) return fail_later(g, 503, NULL, "the decoder stopped");
     if (got.lost) return stream_error(g, "the decoder stopped"), true; // (mid-stream: the headers are out)
     if (got.status != NM_OK && got.status != NM_ERR_CANCELLED) {
@@ -472,7 +472,7 @@ int handle_generate(server *S, struct mg_connection *c, bool chat) {
     cJSON *req = read_json(S, c, &code);
     if (!req) return code;
     gen g = {.S = S, .c = c, .chat = chat, .t0 = serve_now(), .split = chat && S->reasoning_split};
-    serve_think_init(&g.think, think_out, &g);
+    nm_think_init(&g.think);
     const serve_env env = serve_env_of(S);
     serve_gen_req rq; // (the images' data: URLs point into req, kept until the decode ends)
     serve_err e;

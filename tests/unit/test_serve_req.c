@@ -10,7 +10,6 @@
 
 #include "nmtest.h"
 #include "serve_req_chatml.h"
-#include "server/think.h"
 
 typedef struct gen_case {
     bool chat, vision;
@@ -228,68 +227,6 @@ NM_TEST(chat_template_kwargs_merged_or_refused) {
         if (ok) serve_gen_free(&r);
         cJSON_Delete(req);
     }
-}
-
-// The thinking kept out of the content (src/server/think.c), fed whole, a byte at a time and in pieces of
-// 2..9 bytes: the same reasoning and content each way, as llama-server's deepseek format splits them.
-typedef struct think_got {
-    char r[512], c[512];
-    size_t nr, nc;
-    int runs;
-} think_got;
-
-static void think_out(void *user, bool reasoning, const char *p, size_t n) {
-    think_got *g = user;
-    char *b = reasoning ? g->r : g->c;
-    size_t *k = reasoning ? &g->nr : &g->nc;
-    if (*k + n < sizeof g->r) memcpy(b + *k, p, n), *k += n, b[*k] = '\0';
-    g->runs++;
-}
-
-NM_TEST(think_split_as_whole) {
-    static const struct { const char *in, *reasoning, *content; } cs[] = {
-        {"<think>\nSmall sum.\n</think>\n\n4", "Small sum.", "4"},
-        {"  \n<think>a b</think>c", "a b", "c"},
-        {"<think>\n\n</think>\n\nHello there", "", "Hello there"},
-        {"Hello <think>not here</think>", "", "Hello <think>not here</think>"},
-        {"  Hello", "", "  Hello"},
-        {"<thin", "", "<thin"},
-        {"<think>still thinking \n", "still thinking", ""},
-        {"<think>x </thin y</think> z ", "x </thin y", "z "},
-        {"<think>a</think></think>b", "a", "</think>b"},
-        {"<thinkers>", "", "<thinkers>"},
-        {"", "", ""},
-        {"<think>1 < 2 <\n/think> ok</think>\nyes\n", "1 < 2 <\n/think> ok", "yes\n"},
-        {"<think>a </thi", "a </thi", ""},
-    };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
-        for (int how = 0; how < 3; how++) {
-            think_got g = {0};
-            g.r[0] = g.c[0] = '\0';
-            serve_think t;
-            serve_think_init(&t, think_out, &g);
-            const size_t n = strlen(cs[i].in);
-            for (size_t at = 0, step = 0; at < n || (at == 0 && n == 0); at += step) {
-                step = how == 0 ? n : how == 1 ? 1 : 2 + (at * 7 + i) % 8;
-                if (at + step > n) step = n - at;
-                serve_think_feed(&t, cs[i].in + at, step, at + step == n);
-                if (n == 0) break;
-            }
-            const bool ok = !strcmp(g.r, cs[i].reasoning) && !strcmp(g.c, cs[i].content);
-            if (!ok) fprintf(stderr, "  case %zu way %d: '%s' -> reasoning '%s', content '%s'\n", i, how, cs[i].in, g.r, g.c);
-            NM_CHECK(ok);
-            if (how == 0) NM_CHECK(g.runs <= 2); // (whole: a run each)
-        }
-    // nothing held longer than it must be: content goes out as it comes, reasoning up to what may trail it
-    think_got g = {0};
-    serve_think t;
-    serve_think_init(&t, think_out, &g);
-    serve_think_feed(&t, "Hello wor", 9, false);
-    NM_CHECK(!strcmp(g.c, "Hello wor") && g.nr == 0);
-    g = (think_got){0};
-    serve_think_init(&t, think_out, &g);
-    serve_think_feed(&t, "<think>one two </th", 19, false);
-    NM_CHECK(!strcmp(g.r, "one two") && g.nc == 0);
 }
 
 NM_TEST(speech_requests) {

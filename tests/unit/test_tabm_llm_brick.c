@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bricks/llm/think.h"
+#include "genmodel.h"
 #include "nmtest.h"
 #include "small_model.h"
 
@@ -1471,6 +1473,122 @@ NM_TEST(tabm_llm_brick_sentence_output_cuts) {
     text_rig_down(&T);
     text_rig_down(&K);
     nm_model_free(m);
+}
+
+// The thinking kept out of the content (src/bricks/llm/think.c), fed whole, a byte at a time and in pieces of
+// 2..9 bytes: the same reasoning and content each way, as llama-server's deepseek format splits them.
+typedef struct think_got {
+    char r[512], c[512];
+    size_t nr, nc;
+    int runs;
+} think_got;
+
+static void think_out(void *user, bool reasoning, const char *p, size_t n) {
+    think_got *g = user;
+    char *b = reasoning ? g->r : g->c;
+    size_t *k = reasoning ? &g->nr : &g->nc;
+    if (*k + n < sizeof g->r) memcpy(b + *k, p, n), *k += n, b[*k] = '\0';
+    g->runs++;
+}
+
+NM_TEST(think_split_as_whole) {
+    static const struct { const char *in, *reasoning, *content; } cs[] = {
+        {"<think>\nSmall sum.\n</think>\n\n4", "Small sum.", "4"},
+        {"  \n<think>a b</think>c", "a b", "c"},
+        {"<think>\n\n</think>\n\nHello there", "", "Hello there"},
+        {"Hello <think>not here</think>", "", "Hello <think>not here</think>"},
+        {"  Hello", "", "  Hello"},
+        {"<thin", "", "<thin"},
+        {"<think>still thinking \n", "still thinking", ""},
+        {"<think>x </thin y</think> z ", "x </thin y", "z "},
+        {"<think>a</think></think>b", "a", "</think>b"},
+        {"<thinkers>", "", "<thinkers>"},
+        {"", "", ""},
+        {"<think>1 < 2 <\n/think> ok</think>\nyes\n", "1 < 2 <\n/think> ok", "yes\n"},
+        {"<think>a </thi", "a </thi", ""},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+        for (int how = 0; how < 3; how++) {
+            think_got g = {0};
+            g.r[0] = g.c[0] = '\0';
+            nm_think t;
+            nm_think_init(&t);
+            const size_t n = strlen(cs[i].in);
+            for (size_t at = 0, step = 0; at < n || (at == 0 && n == 0); at += step) {
+                step = how == 0 ? n : how == 1 ? 1 : 2 + (at * 7 + i) % 8;
+                if (at + step > n) step = n - at;
+                nm_think_feed(&t, cs[i].in + at, step, at + step == n, think_out, &g);
+                if (n == 0) break;
+            }
+            const bool ok = !strcmp(g.r, cs[i].reasoning) && !strcmp(g.c, cs[i].content);
+            if (!ok) fprintf(stderr, "  case %zu way %d: '%s' -> reasoning '%s', content '%s'\n", i, how, cs[i].in, g.r, g.c);
+            NM_CHECK(ok);
+            if (how == 0) NM_CHECK(g.runs <= 2); // (whole: a run each)
+        }
+    // nothing held longer than it must be: content goes out as it comes, reasoning up to what may trail it
+    think_got g = {0};
+    nm_think t;
+    nm_think_init(&t);
+    nm_think_feed(&t, "Hello wor", 9, false, think_out, &g);
+    NM_CHECK(!strcmp(g.c, "Hello wor") && g.nr == 0);
+    g = (think_got){0};
+    nm_think_init(&t);
+    nm_think_feed(&t, "<think>one two </th", 19, false, think_out, &g);
+    NM_CHECK(!strcmp(g.r, "one two") && g.nc == 0);
+}
+
+
+// A voice's sentences leave out the answer's reasoning: a model whose greedy answer to a chat prompt (ending
+// in "\n") is a <think> block and two sentences (nm-genmodel --script; <think> and </think> user-defined tokens,
+// as Qwen3's vocabulary has them) gives its whole text as TEXT and, as SENTENCES, the two sentences alone, a
+// slot each; one that only thinks (the block never closed) gives an END slot with no text; one that says
+// "<thin" (it might have begun <think> until the answer ended) says it.
+NM_TEST(tabm_llm_brick_sentences_leave_thinking_out) {
+    char tok[1024], path[3][256];
+    if (!nmtest_model_path("SmolLM2-135M-Instruct.Q4_1.gguf", tok, sizeof tok))
+        NM_SKIP_MISSING("SmolLM2-135M-Instruct.Q4_1.gguf not in the model cache");
+    // (a one-layer model says a script whose every token has one follower: no token twice with two)
+    static const char *script[3] = {"<think>Plan it</think> Paris is the capital. It looks old!",
+                                     "<think>Still thinking about it", "<thin"};
+    for (int k = 0; k < 3; k++) {
+        snprintf(path[k], sizeof path[k], "/tmp/nm-test-think-%d-%d.gguf", (int)getpid(), k);
+        gen_opts o = nm_genmodel_defaults();
+        o.arch = "qwen3", o.tok_from = tok, o.out = path[k], o.layers = 1, o.embd = 256, o.heads = 4, o.kv_heads = 2;
+        o.ff = 256, o.seed = 9, o.user_tokens = "<think>,</think>", o.script = script[k];
+        NM_CHECK(nm_genmodel_write(&o) == 0);
+    }
+    for (int k = 0; k < 3; k++) {
+        nm_model *m = NULL;
+        NM_CHECK(nm_model_load(path[k], NULL, &m, NULL, 0) == NM_OK);
+        text_rig T = {0}, K = {0};
+        const bool up = text_rig_on(&T, m, NM_LLM_OUT_TEXT, 64) && text_rig_on(&K, m, NM_LLM_OUT_SENTENCES, 64);
+        NM_CHECK(up);
+        char a[4096] = "", b[4096] = "";
+        size_t cuts[64];
+        int32_t nt;
+        nm_llm_stop w1 = NM_LLM_STOP_NONE, w2 = NM_LLM_STOP_NONE;
+        int slots = 0;
+        if (up) {
+            NM_CHECK(put_text(T.in, "<|im_start|>user\nWhich city?<|im_end|>\n<|im_start|>assistant\n", 0) == NM_OK && nm_brick_step(T.b, T.in, T.out) == NM_OK);
+            NM_CHECK(read_any(T.out, NM_TABM_TEXT, NULL, &nt, a, sizeof a, NULL, &w1) > 0);
+            NM_CHECK(put_text(K.in, "<|im_start|>user\nWhich city?<|im_end|>\n<|im_start|>assistant\n", 0) == NM_OK && nm_brick_step(K.b, K.in, K.out) == NM_OK);
+            slots = read_any(K.out, NM_TABM_TEXT, NULL, &nt, b, sizeof b, cuts, &w2);
+        }
+        if (k == 0) {
+            NM_CHECK(!strcmp(a, script[0]) && w1 == NM_LLM_STOP_EOG); // (the script as taught, then its end)
+            NM_CHECK(!strcmp(b, "Paris is the capital. It looks old!") && w2 == NM_LLM_STOP_EOG);
+            NM_CHECK(slots == 2 && cuts[0] == strlen("Paris is the capital."));
+        } else { // (what might have begun <think> goes out at the end)
+            NM_CHECK(!strcmp(a, script[k]) && w1 == NM_LLM_STOP_EOG);
+            NM_CHECK(slots == 1 && !strcmp(b, k == 1 ? "" : "<thin") && w2 == NM_LLM_STOP_EOG);
+        }
+        if (strcmp(b, k == 0 ? "Paris is the capital. It looks old!" : k == 1 ? "" : "<thin"))
+            fprintf(stderr, "  script %d: TEXT '%s', SENTENCES '%s' in %d slots\n", k, a, b, slots);
+        text_rig_down(&T);
+        text_rig_down(&K);
+        nm_model_free(m);
+        unlink(path[k]);
+    }
 }
 
 NM_TEST_MAIN()

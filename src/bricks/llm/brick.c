@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "bricks/llm/llm.h"
+#include "bricks/llm/think.h"
 #include "bricks/brick_impl.h"
 #include "core/clock.h"
 #include "core/fail.h"
@@ -78,6 +79,7 @@ typedef struct llm_req {
     size_t n_text;             // text modes: bytes in it
     nm_detok odt;              // text modes: the output's detokenizer
     bool ended_sentence;       // NM_LLM_OUT_SENTENCES: the text so far ends with . ! ?
+    nm_think think;            // NM_LLM_OUT_SENTENCES: the answer's <think> block left out (not spoken)
     // this pass
     int row_kind, row, chunk;
     bool bind_skip;            // bind_requests passed it by (it waits for its first prompt slot)
@@ -697,6 +699,47 @@ static void bind_requests(llm_brick *b) {
     }
 }
 
+// Text modes: the held slot's text goes out (more of the request follows).
+static nm_status flush_text(llm_brick *b, llm_req *r) {
+    r->held = false;
+    const nm_status st = put_out(b, r, &r->out, (int32_t)r->n_text, NM_BRICK_MORE);
+    r->n_text = 0;
+    r->n_held = 0;
+    return st;
+}
+
+// Text modes: n >= 1 bytes of the answer into the request's output slot, which
+// goes out where the mode cuts: every out_batch tokens (every token with
+// several sequences: out_text), or, for a voice, before a blank that follows a
+// sentence's end, after a line's end, and where the next bytes would not fit.
+static nm_status put_text_bytes(llm_brick *b, llm_req *r, const char *p, size_t n) {
+    const bool sentences = b->p.out == NM_LLM_OUT_SENTENCES;
+    nm_status st = NM_OK;
+    if (sentences && r->held && r->n_text > 0 && r->ended_sentence && (p[0] == ' ' || p[0] == '\n'))
+        st = flush_text(b, r);
+    if (st == NM_OK && r->held && r->n_text + n > r->out.capacity) st = flush_text(b, r);
+    if (st == NM_OK && !r->held && (st = take_out(b, &r->out)) == NM_OK) r->held = true, r->n_text = 0;
+    if (st != NM_OK) return st;
+    memcpy((char *)r->out.data + r->n_text, p, n);
+    r->n_text += n;
+    const char last = p[n - 1];
+    r->ended_sentence = last == '.' || last == '!' || last == '?';
+    return sentences && last == '\n' ? flush_text(b, r) : NM_OK;
+}
+
+// A voice's sentences: the answer's content goes into the slots, its reasoning
+// (a <think> block that opens it, as Qwen3 and SmolLM3 write) nowhere.
+typedef struct spoken {
+    llm_brick *b;
+    llm_req *r;
+    nm_status st;
+} spoken;
+
+static void spoken_out(void *user, bool reasoning, const char *p, size_t n) {
+    spoken *k = user;
+    if (!reasoning && k->st == NM_OK) k->st = put_text_bytes(k->b, k->r, p, n);
+}
+
 // Publishes a request's last slot (the tokens it still holds, the reason)
 // and frees its sequence and itself.
 static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why) {
@@ -708,7 +751,12 @@ static nm_status end_request(llm_brick *b, llm_req *r, nm_llm_stop why) {
     }
     while (r->head < r->n_parts) part_done(b, r);
     nm_status st = NM_OK;
-    if (!r->held && (st = take_out(b, &r->out)) == NM_OK) r->held = true;
+    if (b->p.out == NM_LLM_OUT_SENTENCES && why != NM_LLM_STOP_CANCELLED && !(end_user(why) & NM_BRICK_ERROR)) {
+        spoken k = {b, r, NM_OK}; // (what the split held back: a blank, or what might have begun a tag)
+        nm_think_feed(&r->think, "", 0, true, spoken_out, &k);
+        st = k.st;
+    }
+    if (st == NM_OK && !r->held && (st = take_out(b, &r->out)) == NM_OK) r->held = true;
     if (st == NM_OK) {
         b->st.n_prompts++; // the END slot makes the brick idle for its reader: account first
         r->held = false;
@@ -786,39 +834,23 @@ static bool check_part(llm_brick *b, llm_req *r, nm_tabm_slot *s) {
     return true;
 }
 
-// Text modes: the held slot's text goes out (more of the request follows).
-static nm_status flush_text(llm_brick *b, llm_req *r) {
-    r->held = false;
-    const nm_status st = put_out(b, r, &r->out, (int32_t)r->n_text, NM_BRICK_MORE);
-    r->n_text = 0;
-    r->n_held = 0;
-    return st;
-}
-
-// Text modes: tok's text into the request's output slot, which goes out where
-// the mode cuts: every out_batch tokens (every token with several sequences),
-// or, for a voice, before a blank that follows a sentence's end, after a
-// line's end, and where the next piece would not fit. The detokenizer holds
-// back the bytes of a character split between tokens: slots hold whole UTF-8.
+// Text modes: tok's text into the request's output slot (put_text_bytes; for
+// a voice through the thinking's split). The detokenizer holds back the bytes
+// of a character split between tokens: slots hold whole UTF-8.
 static nm_status out_text(llm_brick *b, llm_req *r, int32_t tok) {
     char piece[NM_LLM_PIECE];
     const int32_t pn = nm_detok_push(b->m, &r->odt, tok, piece, (int32_t)sizeof piece);
     const bool sentences = b->p.out == NM_LLM_OUT_SENTENCES;
     nm_status st = NM_OK;
     r->n_held++;
-    if (pn > 0) {
-        if (sentences && r->held && r->n_text > 0 && r->ended_sentence && (piece[0] == ' ' || piece[0] == '\n'))
-            st = flush_text(b, r);
-        if (st == NM_OK && r->held && r->n_text + (size_t)pn > r->out.capacity) st = flush_text(b, r);
-        if (st == NM_OK && !r->held && (st = take_out(b, &r->out)) == NM_OK) r->held = true, r->n_text = 0;
-        if (st != NM_OK) return st;
-        memcpy((char *)r->out.data + r->n_text, piece, (size_t)pn);
-        r->n_text += (size_t)pn;
-        const char last = piece[pn - 1];
-        r->ended_sentence = last == '.' || last == '!' || last == '?';
-        if (sentences && last == '\n') return flush_text(b, r);
+    if (pn > 0 && sentences) {
+        spoken k = {b, r, NM_OK};
+        nm_think_feed(&r->think, piece, (size_t)pn, false, spoken_out, &k);
+        st = k.st;
+    } else if (pn > 0) {
+        st = put_text_bytes(b, r, piece, (size_t)pn);
     }
-    if (!sentences && r->held && (r->n_held >= r->p.out_batch || b->n_seq > 1)) st = flush_text(b, r);
+    if (st == NM_OK && !sentences && r->held && (r->n_held >= r->p.out_batch || b->n_seq > 1)) st = flush_text(b, r);
     return st;
 }
 

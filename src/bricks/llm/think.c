@@ -1,4 +1,4 @@
-#include "server/think.h"
+#include "bricks/llm/think.h"
 
 #include <string.h>
 
@@ -12,14 +12,15 @@ static bool space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\
 
 // A run of output gathered within one feed (one callback a run, not a byte).
 typedef struct run {
-    serve_think *t;
+    nm_think_fn out;
+    void *user;
     bool reasoning;
     char b[512];
     size_t n;
 } run;
 
 static void flush(run *r) {
-    if (r->n) r->t->out(r->t->user, r->reasoning, r->b, r->n);
+    if (r->n) r->out(r->user, r->reasoning, r->b, r->n);
     r->n = 0;
 }
 
@@ -39,12 +40,12 @@ static size_t partial(const char *h, size_t n, const char *tag) {
     return 0;
 }
 
-void serve_think_init(serve_think *t, serve_think_fn out, void *user) {
+void nm_think_init(nm_think *t) {
     memset(t, 0, sizeof *t);
-    t->state = START, t->out = out, t->user = user;
+    t->state = START;
 }
 
-static void byte(serve_think *t, run *r, char c) {
+static void byte(nm_think *t, run *r, char c) {
     if (t->state == CONTENT) {
         put(r, false, &c, 1);
     } else if (t->state == AFTER) {
@@ -81,8 +82,8 @@ static void byte(serve_think *t, run *r, char c) {
     }
 }
 
-void serve_think_feed(serve_think *t, const char *p, size_t n, bool end) {
-    run r = {.t = t};
+void nm_think_feed(nm_think *t, const char *p, size_t n, bool end, nm_think_fn out, void *user) {
+    run r = {.out = out, .user = user};
     for (size_t i = 0; i < n; i++) byte(t, &r, p[i]);
     if (end && t->n_held) {
         if (t->state == START) {

@@ -6,28 +6,30 @@
 //
 // Fed piece by piece (a streamed answer's tokens): a tag split over pieces, and whitespace that may still
 // turn out to lead or trail, are held back until they are whole or cannot be, so what comes out in pieces
-// joins to what the whole answer split at once gives (test_serve_req `think_split_as_whole`).
-#ifndef NM_SERVER_THINK_H
-#define NM_SERVER_THINK_H
+// joins to what the whole answer split at once gives (test_tabm_llm_brick `think_split_as_whole`).
+//
+// The server splits a chat's answer so (reasoning_content, content); the LLM brick's sentences for a voice
+// (NM_LLM_OUT_SENTENCES) keep the content only: the reasoning is not spoken.
+#ifndef NM_LLM_THINK_H
+#define NM_LLM_THINK_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 // Receives n >= 1 bytes of reasoning (reasoning) or of content, borrowed for the call.
-typedef void (*serve_think_fn)(void *user, bool reasoning, const char *p, size_t n);
+typedef void (*nm_think_fn)(void *user, bool reasoning, const char *p, size_t n);
 
-typedef struct serve_think {
+typedef struct nm_think {
     int state;    // (think.c: before the answer's first text, reasoning, content after </think>, content)
     bool begun;   // the reasoning's first text went out (its leading whitespace is dropped before it)
     char held[256];
     size_t n_held; // bytes held back: a tag's beginning, or whitespace
-    serve_think_fn out;
-    void *user;
-} serve_think;
+} nm_think;
 
-void serve_think_init(serve_think *t, serve_think_fn out, void *user);
-// The answer's next n bytes (end: it is over, what is held goes out as it must).
-void serve_think_feed(serve_think *t, const char *p, size_t n, bool end);
+// A new answer's split (a zeroed nm_think is one too).
+void nm_think_init(nm_think *t);
+// The answer's next n bytes (end: it is over, what is held goes out as it must), out to `out`.
+void nm_think_feed(nm_think *t, const char *p, size_t n, bool end, nm_think_fn out, void *user);
 
 #endif

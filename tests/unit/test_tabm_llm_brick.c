@@ -1538,6 +1538,32 @@ NM_TEST(think_split_as_whole) {
 }
 
 
+// Text output needs slots that hold a token's text (256 bytes); a voice's sentences, what the thinking's
+// split hands on at once (512: what it held back and a token's text). Smaller ones are refused by name.
+NM_TEST(tabm_llm_brick_text_slots_big_enough) {
+    nm_model *m = model();
+    if (!m) NM_NEED_SMALL_MODEL(g_model_r);
+    static const struct { nm_llm_out out; size_t bytes; const char *why; } cs[] = {
+        {NM_LLM_OUT_TEXT, 200, "cannot hold a token's text (256)"},
+        {NM_LLM_OUT_SENTENCES, 300, "cannot hold a sentence's run (512)"},
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        nm_brick_params bp = brick_params(m);
+        bp.llm.out = cs[i].out;
+        nm_brick *b = NULL;
+        nm_tabm *in = NULL, *out = NULL;
+        char err[256];
+        NM_CHECK(nm_brick_load(NULL, &bp, &b, err, sizeof err) == NM_OK);
+        NM_CHECK(nm_tabm_create(NULL, 2, 64, &in, NULL, 0) == NM_OK &&
+                 nm_tabm_create(NULL, 2, cs[i].bytes, &out, NULL, 0) == NM_OK);
+        NM_CHECK(nm_tabm_max_payload(out) < (i ? 512u : 256u));
+        NM_CHECK(b && nm_brick_step(b, in, out) == NM_ERR_INVALID_ARG && strstr(nm_brick_last_error(b), cs[i].why));
+        nm_brick_free(b);
+        nm_tabm_free(in);
+        nm_tabm_free(out);
+    }
+}
+
 // A voice's sentences leave out the answer's reasoning: a model whose greedy answer to a chat prompt (ending
 // in "\n") is a <think> block and two sentences (nm-genmodel --script; <think> and </think> user-defined tokens,
 // as Qwen3's vocabulary has them) gives its whole text as TEXT and, as SENTENCES, the two sentences alone, a

@@ -1187,9 +1187,13 @@ static nm_status llm_run(void *state, nm_brick *self, nm_tabm *in, nm_tabm *out)
     if (b->p.out == NM_LLM_OUT_TOKENS && sizeof(int32_t) * (size_t)b->p.out_batch > nm_tabm_max_payload(out))
         return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold %d tokens",
                     nm_tabm_max_payload(out), b->p.out_batch);
-    if (b->p.out != NM_LLM_OUT_TOKENS && nm_tabm_max_payload(out) < NM_LLM_PIECE)
+    if (b->p.out == NM_LLM_OUT_TEXT && nm_tabm_max_payload(out) < NM_LLM_PIECE)
         return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold a token's text (%d)",
                     nm_tabm_max_payload(out), NM_LLM_PIECE);
+    // (the thinking's split hands on up to NM_THINK_RUN_MAX bytes at once: what it held back, and a token's text)
+    if (b->p.out == NM_LLM_OUT_SENTENCES && nm_tabm_max_payload(out) < NM_THINK_RUN_MAX)
+        return fail(b, NM_ERR_INVALID_ARG, "llm brick: output slots of %zu bytes cannot hold a sentence's run (%d)",
+                    nm_tabm_max_payload(out), NM_THINK_RUN_MAX);
     // room for a request per slot the input ring can hold, besides those on sequences (a run starts
     // with none held: each ended when the last run returned)
     const int32_t want = b->n_seq + (int32_t)nm_tabm_n_slots(in) + 8;

@@ -15,7 +15,7 @@ typedef struct run {
     nm_think_fn out;
     void *user;
     bool reasoning;
-    char b[512];
+    char b[NM_THINK_RUN_MAX];
     size_t n;
 } run;
 

@@ -17,7 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// Receives n >= 1 bytes of reasoning (reasoning) or of content, borrowed for the call.
+// The most bytes one call of an nm_think_fn receives (what was held back and a piece fed after it).
+#define NM_THINK_RUN_MAX 512
+
+// Receives n >= 1 bytes (at most NM_THINK_RUN_MAX) of reasoning (reasoning) or of content, borrowed for the call.
 typedef void (*nm_think_fn)(void *user, bool reasoning, const char *p, size_t n);
 
 typedef struct nm_think {

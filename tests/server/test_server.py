@@ -1435,7 +1435,10 @@ def t_piper_round_trip(name):
     wav = pclient.audio.speech.create(model="tts-1", voice="nova", input=SAY, response_format="wav").content
     words = subprocess.run([NM, "transcribe", "-m", W, "-"], input=wav, capture_output=True, timeout=120).stdout
     t = words.decode(errors="replace").lower()
-    result(name, "hello there, this is a test of the speech" in t, t[-200:])
+    # the words, not Whisper's punctuation (a comma or a full stop after "hello there", as the voice's noise
+    # draw, which moves with the requests before, falls)
+    said = " ".join(re.sub(r"[^a-z' ]", " ", t).split())
+    result(name, "hello there this is a test of the speech" in said, t[-200:])
 
 
 def t_piper_on_opencl(name):  # --tts-device opencl: the voice's decoder on OpenCL (PoCL here), say's (CPU) samples

@@ -18,7 +18,8 @@ failed ("killed") or passed ("survived"), and restores the file.
 In place (--in-place BUILD): the mutants are applied to this tree's own files
 (each restored, with a new mtime, when its tests end) and built in BUILD, an
 existing build of this tree, and the ARM mutants in test-arm's build-arm: what
-CI runs on its fresh clone after `make test`, so nothing is built twice. With
+CI runs on its fresh clone after `make test`, so nothing is built twice; the
+programs are rebuilt from the restored tree at the end. With
 --tested (only with --in-place) the baseline run is left out: BUILD's tests
 have just passed on the unmutated tree (CI runs it only after `make test`
 succeeded). Not for a working tree: a run killed mid-way leaves a mutant in it.
@@ -556,6 +557,11 @@ def main():
         record(m, verdict, dt)
         print(f"  {verdict:9s} {m.name} ({dt:.0f} s)", flush=True)
 
+    # in place, the build is left as it was found: its programs rebuilt from the restored tree (the last
+    # mutant's objects would stay in them otherwise)
+    if a.in_place and ctest_mut and build_targets(build, a.jobs, targets, tree, base_log) != 0:
+        print(f"mutate: the restored tree does not build in {build} (see {base_log})", file=sys.stderr)
+        return 2
     live = [r for r in results if r[1] not in ("equivalent", "not run")]
     killed = sum(1 for r in live if r[1] == "killed")
     survived = [r[0] for r in live if r[1] == "survived"]

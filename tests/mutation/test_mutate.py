@@ -376,6 +376,8 @@ def in_place_mutates_and_restores():
         assert p.returncode == 0 and "killed    " + a.name in p.stdout, "exit %d\n%s%s" % (p.returncode, p.stdout, p.stderr)
         log = open(seen).read().splitlines()
         assert [l for l in log if l.startswith("ctest")] == ["ctest mutated"], log  # once, on the mutated tree
+        # the build last, after the file came back: its programs are the unmutated tree's again
+        assert log[-1].startswith("cmake --build " + build) and log.index("ctest mutated") < len(log) - 1, log
         assert not any(" -S " in l for l in log) and all(build in l for l in log if l.startswith("cmake")), log
         assert open(os.path.join(root, a.file)).read() == before, "the tree's file was not restored"
         assert not os.path.exists(os.path.join(d, "scratch", "tree")), "a scratch copy was made"
